@@ -1,0 +1,101 @@
+//! What a handler may ask of the traced thread at a hit, as a trait: the
+//! runtime implements it per transport (ptrace, perf, synthetic), and the
+//! RPN reference interpreter runs against it, so both see one environment.
+//! Implementations must never panic on any argument value.
+
+use crate::Status;
+use crate::regs;
+
+/// The environment of one hit: registers, memory and identity of the hit
+/// thread, the run's global variables, and the host's optional hooks.
+pub trait HitEnv {
+    /// Reads part `part` (0 low, 1 high) of register `reg`, a non-alias id of
+    /// [`regs::REGS`] other than `cpuid`. `None` for an unknown id or part.
+    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64>;
+
+    /// Writes a writable, non-alias register (width 64).
+    fn write_reg(&mut self, reg: u16, value: u64) -> Status;
+
+    /// Reads memory at `addr` into `buf`; returns how many leading bytes could be read.
+    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize;
+
+    /// Writes `data` at `addr`, all or nothing.
+    fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status;
+
+    /// Whether one byte at `addr` is readable (and writable, when `write`) per the mappings.
+    fn check_access(&mut self, addr: u64, write: bool) -> bool;
+
+    /// Thread id of the hit thread.
+    fn tid(&self) -> u64;
+
+    /// Process id of the hit thread.
+    fn pid(&self) -> u64;
+
+    /// CPU the thread last ran on.
+    fn cpu(&self) -> u64;
+
+    /// The thread pointer (`fs_base`).
+    fn thread_pointer(&self) -> u64;
+
+    /// Load bias of the program's module in the hit process.
+    fn load_bias(&self) -> u64;
+
+    /// Wall-clock time of the hit, ns since the epoch.
+    fn now_ns(&self) -> u64;
+
+    /// Executes CPUID; returns EAX, EBX, ECX, EDX.
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4];
+
+    /// The run's shared global variables (current size = largest `gvars` loaded).
+    fn gvars(&mut self) -> &mut [u64];
+
+    /// Reads a virtual I/O port; `None` when no handler serves it.
+    fn io_in(&mut self, _port: u64, _width: u8) -> Option<u64> {
+        None
+    }
+
+    /// Writes a virtual I/O port; `false` when no handler serves it.
+    fn io_out(&mut self, _port: u64, _width: u8, _value: u64) -> bool {
+        false
+    }
+
+    /// The `callk` hook.
+    fn callk(&mut self) {}
+
+    /// Reads any register id of the table, aliases included (low 32 bits,
+    /// zero-extended). `None` for an unknown id or part, and for `cpuid`.
+    fn read_reg_any(&mut self, reg: u16, part: u8) -> Option<u64> {
+        let info = regs::by_id(reg)?;
+        if info.id == regs::CPUID || part >= info.parts() {
+            return None;
+        }
+        let v = self.read_reg(info.base_id(), part)?;
+        Some(if info.is_alias() { v & 0xFFFF_FFFF } else { v })
+    }
+
+    /// Writes any register id, aliases included (zero-extending the low 32 bits).
+    fn write_reg_any(&mut self, reg: u16, value: u64) -> Status {
+        match regs::by_id(reg) {
+            None => Status::BadArgument,
+            Some(info) if !info.writable => Status::ReadOnly,
+            Some(info) if info.is_alias() => self.write_reg(info.base_id(), value & 0xFFFF_FFFF),
+            Some(info) => self.write_reg(info.id, value),
+        }
+    }
+
+    /// Reads a NUL-terminated string, examining at most `buf.len()` bytes.
+    /// `Ok(n)`: n bytes before a NUL (or `buf.len()`); `Err(i)`: byte i unreadable.
+    fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
+        for i in 0..buf.len() {
+            let mut b = [0u8];
+            if self.read_mem(addr.wrapping_add(i as u64), &mut b) != 1 {
+                return Err(i);
+            }
+            if b[0] == 0 {
+                return Ok(i);
+            }
+            buf[i] = b[0];
+        }
+        Ok(buf.len())
+    }
+}

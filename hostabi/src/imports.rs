@@ -1,0 +1,177 @@
+//! The list of host imports: one line per import, expanded by the compiler,
+//! the runtime, the guest SDKs, the C header generator and the ABI snapshot.
+//!
+//! This file only *declares*; it never implements an import.
+
+/// Calls `$mac!` once with the whole list of host imports.
+///
+/// Each entry is `name(param: type, ...) -> (results) "doc";` where every
+/// type is `i32` or `i64`. The Wasm import module is [`crate::IMPORT_MODULE`].
+/// Guest pointers (`*_ptr`) and lengths are offsets and byte counts in the
+/// guest's exported linear memory `memory`; the host bounds-checks them and
+/// traps the handler (never the host) when they fall outside it.
+#[macro_export]
+macro_rules! foreach_host_import {
+    ($mac:ident) => {
+        $mac! {
+            read_reg(reg: i32, part: i32) -> (i64)
+                "Value of register `reg` (a `Reg` id) of the hit thread, as the handler sees it (earlier `write_reg` calls included). `part` 0 is the low 64 bits; part 1 the high bits of an 80- or 128-bit register. A 32-bit alias reads the low 32 bits zero-extended. An unknown id or part traps; a register the transport cannot provide reads 0.";
+            write_reg(reg: i32, value: i64) -> (i32)
+                "Set register `reg` of the hit thread; applied when the handler returns, whatever its outcome. A 32-bit alias sets the 64-bit register to the zero-extended low 32 bits. Returns OK, READ_ONLY for a register that may not be written, NOT_PERMITTED when the transport cannot write (perf), BAD_ARGUMENT for an unknown id.";
+            read_mem(addr: i64, dst_ptr: i32, len: i32) -> (i32)
+                "Copy `len` bytes of the traced process at `addr` to guest memory at `dst_ptr`. Returns `len` when every byte was read, otherwise the number k < len of bytes readable from `addr` (the first unreadable byte is `addr + k`; bytes after k are unspecified). Bytes under the runtime's own breakpoints read as the original bytes. `len` above MAX_MEM_ACCESS_BYTES traps.";
+            read_str(addr: i64, dst_ptr: i32, max: i32) -> (i32)
+                "Copy the NUL-terminated string at `addr` to `dst_ptr`, examining at most `max` bytes. Returns n >= 0, the number of bytes copied before a NUL or `max` (the NUL is not copied), or -(i + 1) when byte i (i < max, before any NUL) could not be read.";
+            write_mem(addr: i64, src_ptr: i32, len: i32) -> (i32)
+                "Write `len` bytes from guest memory at `src_ptr` to the traced process at `addr`, all or nothing. Returns OK, FAULT when a byte is unmapped or not writable by the process, NOT_PERMITTED when the transport cannot write (perf).";
+            check_access(addr: i64, access: i32) -> (i32)
+                "Whether one byte at `addr` is accessible to the traced process per its mappings: `access` 1 = readable, 3 = readable and writable. Returns OK or FAULT. Never reads or writes the byte.";
+            current_tid() -> (i64)
+                "Thread id of the thread that hit the probe.";
+            current_pid() -> (i64)
+                "Process id (thread-group id) of the thread that hit the probe.";
+            current_cpu() -> (i64)
+                "CPU the hit thread last ran on.";
+            thread_pointer() -> (i64)
+                "The hit thread's thread pointer (`fs_base`, `pthread_self()` for glibc and musl); 0 if unavailable.";
+            load_bias() -> (i64)
+                "Load bias of the program's module (`name =` / manifest `module`) in the hit process: 0 for ET_EXEC, the mapping bias for PIE executables and shared libraries.";
+            now_ns() -> (i64)
+                "Wall-clock time of the hit in nanoseconds since the Unix epoch.";
+            cpuid(leaf: i32, subleaf: i32, index: i32) -> (i64)
+                "Execute CPUID on the runtime's CPU with EAX = `leaf`, ECX = `subleaf`, and return EAX, EBX, ECX or EDX (index 0, 1, 2, 3) zero-extended. Another index traps.";
+            gvar_count() -> (i64)
+                "Current number of global variables shared by all programs of the run (the largest `gvars` of any program loaded).";
+            gvar_get(index: i64) -> (i64)
+                "Value of global variable `index`. An index >= gvar_count() traps: check it first.";
+            gvar_set(index: i64, value: i64) -> ()
+                "Set global variable `index`. An index >= gvar_count() traps: check it first.";
+            io_in(port: i64, width: i32, dst_ptr: i32) -> (i32)
+                "Read a virtual I/O port (width 1, 2 or 4 bytes) into 8 bytes at `dst_ptr`, zero-extended. Returns OK, or NO_DEVICE when the host has no virtual handler for the port (real ports are never touched).";
+            io_out(port: i64, width: i32, value: i64) -> (i32)
+                "Write the low `width` bytes of `value` to a virtual I/O port. Returns OK or NO_DEVICE.";
+            emit_log(major: i32, minor: i32, data_ptr: i32, data_len: i32, items_ptr: i32, items_count: i32) -> (i32)
+                "Emit this hit's log record: the host writes the record header (facility 1, the program's header fields, `major`, `minor`) followed by `data_len` bytes at `data_ptr`. `items_ptr` points to `items_count` u32 item descriptors (`record::LogItem`) that say where each logged item starts, so the output can be decoded exactly. Returns OK, or TOO_LARGE when data_len > MAX_LOG_DATA_BYTES or items_count > MAX_LOG_ITEMS.";
+            emit_stacktrace(data_ptr: i32, data_len: i32) -> (i32)
+                "Emit this hit's stack-trace record: header with major 0, minor 0, mask 0x0007, then the stack-trace area (`record::stacktrace`). Returns OK, TOO_LARGE, or BAD_ARGUMENT when the area does not parse.";
+            callk() -> ()
+                "Call the host's callk hook (RPN `callk`). Does nothing when no hook is registered.";
+        }
+    };
+}
+
+/// A Wasm value type used by host imports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValType {
+    /// 32-bit integer.
+    I32,
+    /// 64-bit integer.
+    I64,
+}
+
+impl ValType {
+    /// The WAT spelling (`i32` / `i64`).
+    pub const fn wat(self) -> &'static str {
+        match self {
+            ValType::I32 => "i32",
+            ValType::I64 => "i64",
+        }
+    }
+}
+
+/// One host import, as data.
+#[derive(Clone, Copy, Debug)]
+pub struct HostImport {
+    /// Field name within [`crate::IMPORT_MODULE`].
+    pub name: &'static str,
+    /// Parameter names and types, in order.
+    pub params: &'static [(&'static str, ValType)],
+    /// Result types (zero or one).
+    pub results: &'static [ValType],
+    /// What the import does, for docs and generated headers.
+    pub doc: &'static str,
+}
+
+macro_rules! __valtype {
+    (i32) => {
+        ValType::I32
+    };
+    (i64) => {
+        ValType::I64
+    };
+}
+
+macro_rules! __imports_table {
+    ($( $name:ident ( $($p:ident : $pt:tt),* ) -> ( $($r:tt),* ) $doc:literal ; )*) => {
+        /// Every host import, in declaration order.
+        pub const HOST_IMPORTS: &[HostImport] = &[
+            $( HostImport {
+                name: stringify!($name),
+                params: &[ $( (stringify!($p), __valtype!($pt)) ),* ],
+                results: &[ $( __valtype!($r) ),* ],
+                doc: $doc,
+            }, )*
+        ];
+
+        /// Index of each host import in [`HOST_IMPORTS`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types, reason = "variants spell the import names exactly")]
+        #[repr(u32)]
+        pub enum ImportId {
+            $(
+                #[doc = $doc]
+                $name,
+            )*
+        }
+    };
+}
+
+foreach_host_import!(__imports_table);
+
+impl ImportId {
+    /// The import's description.
+    pub fn import(self) -> &'static HostImport {
+        &HOST_IMPORTS[self as usize]
+    }
+
+    /// Looks an import up by its field name.
+    pub fn by_name(name: &str) -> Option<ImportId> {
+        HOST_IMPORTS
+            .iter()
+            .position(|i| i.name == name)
+            .map(|i| ALL_IMPORT_IDS[i])
+    }
+}
+
+macro_rules! __import_ids {
+    ($( $name:ident ( $($p:ident : $pt:tt),* ) -> ( $($r:tt),* ) $doc:literal ; )*) => {
+        /// Every [`ImportId`], in declaration order.
+        pub const ALL_IMPORT_IDS: &[ImportId] = &[ $( ImportId::$name, )* ];
+    };
+}
+foreach_host_import!(__import_ids);
+
+/// Largest `len` accepted by `read_mem`, `write_mem` and `read_str` (bytes).
+/// Bounds the work one host call can do for a guest (1 MiB).
+pub const MAX_MEM_ACCESS_BYTES: u32 = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_match_table_positions() {
+        for (i, id) in ALL_IMPORT_IDS.iter().enumerate() {
+            assert_eq!(*id as usize, i);
+            assert_eq!(ImportId::by_name(HOST_IMPORTS[i].name), Some(*id));
+        }
+        assert_eq!(ImportId::by_name("nope"), None);
+    }
+
+    #[test]
+    fn every_import_has_at_most_one_result() {
+        for i in HOST_IMPORTS {
+            assert!(i.results.len() <= 1, "{}", i.name);
+        }
+    }
+}

@@ -1,0 +1,633 @@
+//! The probe manifest carried by every handler module in the custom section
+//! [`crate::MANIFEST_SECTION`]: a small, versioned, line-based UTF-8 text, so
+//! that C string literals and WAT `@custom` annotations can carry it as easily
+//! as the compiler writes it. Parsing never panics and reports byte offsets.
+//!
+//! ```text
+//! wprobe-manifest 1
+//! abi 1
+//! module probe_target
+//! major 1
+//! probe probe0
+//!   location offset target_fn+1
+//!   value 0x401147
+//!   opcode 0x48
+//! ```
+//!
+//! Keys of the file part: `abi` (required, first), `module` (required),
+//! `major`, `id`, `vars`, `gvars`, `logmax`, `jmpmax`, `excpt_log`,
+//! `autostacktrace`, `fuel`, `groups`, `types`. A `probe EXPORT` line opens a
+//! probe; its keys (indented by convention) are `location` (required),
+//! `value`, `opcode`, `watch`, `length`, `group`, `type`, `minor`, `ignore`,
+//! `maxhits`, `logonfault`, `excpt_mask`, `heap`. Blank lines and lines
+//! starting with `#` are ignored.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::Write as _;
+
+use crate::record::{DecodeError, DecodeErrorKind};
+
+/// First line of every manifest.
+pub const MAGIC: &str = "wprobe-manifest";
+/// The manifest format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Everything the runtime needs to know about a handler module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    /// ABI version the module was built against.
+    pub abi: u32,
+    /// The probed module (`name =`): a path or a base name / soname.
+    pub module: String,
+    /// Major code of log records.
+    pub major: u16,
+    /// Program id, written into stack-trace headers.
+    pub id: u16,
+    /// Number of local variables.
+    pub vars: u16,
+    /// Number of global variables used.
+    pub gvars: u16,
+    /// Log data capacity in bytes.
+    pub logmax: u16,
+    /// Branch limit per hit.
+    pub jmpmax: u16,
+    /// Stack-trace area capacity in bytes.
+    pub excpt_log: u16,
+    /// `autostacktrace = yes`.
+    pub autostacktrace: bool,
+    /// Fuel per hit suggested by the compiler (0: let the runtime derive it).
+    pub fuel: u64,
+    /// Declared group names.
+    pub groups: Vec<String>,
+    /// Declared type names.
+    pub types: Vec<String>,
+    /// The probe points.
+    pub probes: Vec<ProbeSpec>,
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Manifest {
+            abi: crate::ABI_VERSION,
+            module: String::new(),
+            major: 1,
+            id: 0,
+            vars: 0,
+            gvars: 0,
+            logmax: 1024,
+            jmpmax: 65535,
+            excpt_log: 1024,
+            autostacktrace: false,
+            fuel: 0,
+            groups: Vec::new(),
+            types: Vec::new(),
+            probes: Vec::new(),
+        }
+    }
+}
+
+/// How a probe's location statement is to be relocated (spec §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocationKind {
+    /// `offset =`: a link-time address of the module, relocated by its load bias.
+    Offset,
+    /// `address =`: absolute; only a symbol term is relocated.
+    Address,
+}
+
+/// A probe's location: `[symbol] + addend`, optionally already resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// Offset or address.
+    pub kind: LocationKind,
+    /// The symbol term, if any.
+    pub symbol: Option<String>,
+    /// The numeric terms, summed (two's complement).
+    pub addend: u64,
+}
+
+/// What kind of probe point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// Software breakpoint (`int3` or uprobe).
+    Breakpoint,
+    /// Hardware watchpoint on execution.
+    WatchExec,
+    /// Hardware watchpoint on writes.
+    WatchWrite,
+    /// Hardware watchpoint on reads or writes.
+    WatchReadWrite,
+}
+
+impl ProbeKind {
+    /// The manifest spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Breakpoint => "none",
+            ProbeKind::WatchExec => "x",
+            ProbeKind::WatchWrite => "w",
+            ProbeKind::WatchReadWrite => "rw",
+        }
+    }
+}
+
+/// One probe point of a manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeSpec {
+    /// Name of the handler export (`() -> i32`, returning an `Outcome`).
+    pub export: String,
+    /// Where the probe goes.
+    pub location: Location,
+    /// Link-time value of the location computed at build time (symbols resolved), if known.
+    pub value: Option<u64>,
+    /// Expected first byte at the location (breakpoints); `None`: not verified.
+    pub opcode: Option<u8>,
+    /// Breakpoint or watchpoint kind.
+    pub kind: ProbeKind,
+    /// Watched length in bytes (1 for breakpoints).
+    pub length: u8,
+    /// Group name, if any.
+    pub group: Option<String>,
+    /// Type name, if any.
+    pub r#type: Option<String>,
+    /// Minor code of this probe's log records.
+    pub minor: u16,
+    /// Number of initial hits skipped.
+    pub ignore: u32,
+    /// Handler runs before the probe disables itself.
+    pub maxhits: u32,
+    /// Emit records when the displaced instruction faults.
+    pub logonfault: bool,
+    /// Exception mask.
+    pub excpt_mask: u16,
+    /// Per-hit heap capacity (bytes).
+    pub heap: u16,
+}
+
+/// Default `maxhits` (spec §6.1).
+pub const DEFAULT_MAXHITS: u32 = 0x7FFF_FFFF;
+
+impl ProbeSpec {
+    /// A breakpoint probe with every optional field at its default.
+    pub fn breakpoint(export: &str, location: Location) -> ProbeSpec {
+        ProbeSpec {
+            export: export.to_string(),
+            location,
+            value: None,
+            opcode: None,
+            kind: ProbeKind::Breakpoint,
+            length: 1,
+            group: None,
+            r#type: None,
+            minor: 0,
+            ignore: 0,
+            maxhits: DEFAULT_MAXHITS,
+            logonfault: false,
+            excpt_mask: crate::status::DEFAULT_EXCEPTION_MASK,
+            heap: 0,
+        }
+    }
+}
+
+impl Location {
+    /// Renders `sym`, `sym+0x10`, `sym-0x8` or a hex number.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        match &self.symbol {
+            Some(sym) => {
+                s.push_str(sym);
+                let a = self.addend as i64;
+                if a > 0 {
+                    let _ = write!(s, "+0x{a:x}");
+                } else if a < 0 {
+                    let _ = write!(s, "-0x{:x}", a.unsigned_abs());
+                }
+            }
+            None => {
+                let _ = write!(s, "0x{:x}", self.addend);
+            }
+        }
+        s
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+impl Manifest {
+    /// Renders the manifest text.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{MAGIC} {FORMAT_VERSION}");
+        let _ = writeln!(s, "abi {}", self.abi);
+        let _ = writeln!(s, "module {}", self.module);
+        let _ = writeln!(s, "major {}", self.major);
+        let _ = writeln!(s, "id {}", self.id);
+        let _ = writeln!(s, "vars {}", self.vars);
+        let _ = writeln!(s, "gvars {}", self.gvars);
+        let _ = writeln!(s, "logmax {}", self.logmax);
+        let _ = writeln!(s, "jmpmax {}", self.jmpmax);
+        let _ = writeln!(s, "excpt_log {}", self.excpt_log);
+        let _ = writeln!(s, "autostacktrace {}", yes_no(self.autostacktrace));
+        let _ = writeln!(s, "fuel {}", self.fuel);
+        if !self.groups.is_empty() {
+            let _ = writeln!(s, "groups {}", self.groups.join(" "));
+        }
+        if !self.types.is_empty() {
+            let _ = writeln!(s, "types {}", self.types.join(" "));
+        }
+        for p in &self.probes {
+            let _ = writeln!(s, "probe {}", p.export);
+            let kind = match p.location.kind {
+                LocationKind::Offset => "offset",
+                LocationKind::Address => "address",
+            };
+            let _ = writeln!(s, "  location {kind} {}", p.location.render());
+            if let Some(v) = p.value {
+                let _ = writeln!(s, "  value 0x{v:x}");
+            }
+            if let Some(o) = p.opcode {
+                let _ = writeln!(s, "  opcode 0x{o:02x}");
+            }
+            let _ = writeln!(s, "  watch {}", p.kind.as_str());
+            let _ = writeln!(s, "  length {}", p.length);
+            if let Some(g) = &p.group {
+                let _ = writeln!(s, "  group {g}");
+            }
+            if let Some(t) = &p.r#type {
+                let _ = writeln!(s, "  type {t}");
+            }
+            let _ = writeln!(s, "  minor {}", p.minor);
+            let _ = writeln!(s, "  ignore {}", p.ignore);
+            let _ = writeln!(s, "  maxhits {}", p.maxhits);
+            let _ = writeln!(s, "  logonfault {}", yes_no(p.logonfault));
+            let _ = writeln!(s, "  excpt_mask 0x{:04x}", p.excpt_mask);
+            let _ = writeln!(s, "  heap {}", p.heap);
+        }
+        s
+    }
+
+    /// Parses manifest bytes (the custom section's payload).
+    pub fn decode(bytes: &[u8]) -> Result<Manifest, DecodeError> {
+        let text = core::str::from_utf8(bytes)
+            .map_err(|e| DecodeError::new(e.valid_up_to(), DecodeErrorKind::BadValue))?;
+        let mut lines = Lines { text, pos: 0 };
+        let (off, first) = lines
+            .next()
+            .ok_or(DecodeError::new(0, DecodeErrorKind::Truncated))?;
+        let (magic, ver) = split_kv(first);
+        if magic != MAGIC {
+            return Err(DecodeError::new(off, DecodeErrorKind::BadValue));
+        }
+        let ver: u32 = parse_num(ver, off)?;
+        if ver != FORMAT_VERSION {
+            return Err(DecodeError::new(
+                off,
+                DecodeErrorKind::UnsupportedVersion(ver),
+            ));
+        }
+        let mut m = Manifest {
+            abi: 0,
+            ..Manifest::default()
+        };
+        let (mut have_abi, mut have_module) = (false, false);
+        for (off, line) in lines {
+            let (key, val) = split_kv(line);
+            let bad = DecodeError::new(off, DecodeErrorKind::BadValue);
+            if let Some(p) = m.probes.last_mut().filter(|_| is_probe_key(key)) {
+                decode_probe_key(p, key, val, off)?;
+                continue;
+            }
+            match key {
+                "abi" => {
+                    m.abi = parse_num(val, off)?;
+                    have_abi = true;
+                }
+                "module" if !val.is_empty() => {
+                    m.module = val.to_string();
+                    have_module = true;
+                }
+                "major" => m.major = parse_num(val, off).and_then(|v| nonzero(v, off))?,
+                "id" => m.id = parse_num(val, off)?,
+                "vars" => m.vars = parse_num(val, off).and_then(|v| at_most(v, 256, off))?,
+                "gvars" => m.gvars = parse_num(val, off).and_then(|v| at_most(v, 256, off))?,
+                "logmax" => m.logmax = parse_num(val, off)?,
+                "jmpmax" => m.jmpmax = parse_num(val, off)?,
+                "excpt_log" => m.excpt_log = parse_num(val, off)?,
+                "autostacktrace" => m.autostacktrace = parse_bool(val, off)?,
+                "fuel" => m.fuel = parse_num(val, off)?,
+                "groups" => m.groups = names(val, off)?,
+                "types" => m.types = names(val, off)?,
+                "probe" if is_name(val) => {
+                    m.probes.push(ProbeSpec::breakpoint(val, placeholder()));
+                }
+                _ => return Err(bad),
+            }
+        }
+        if !have_abi || !have_module {
+            return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
+        }
+        for p in &m.probes {
+            // A probe whose `location` line is missing still holds the placeholder.
+            if p.location.symbol.as_deref() == Some("") {
+                return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
+            }
+        }
+        Ok(m)
+    }
+}
+
+fn placeholder() -> Location {
+    Location {
+        kind: LocationKind::Offset,
+        symbol: Some(String::new()),
+        addend: 0,
+    }
+}
+
+fn is_probe_key(key: &str) -> bool {
+    matches!(
+        key,
+        "location"
+            | "value"
+            | "opcode"
+            | "watch"
+            | "length"
+            | "group"
+            | "type"
+            | "minor"
+            | "ignore"
+            | "maxhits"
+            | "logonfault"
+            | "excpt_mask"
+            | "heap"
+    )
+}
+
+fn decode_probe_key(
+    p: &mut ProbeSpec,
+    key: &str,
+    val: &str,
+    off: usize,
+) -> Result<(), DecodeError> {
+    let bad = DecodeError::new(off, DecodeErrorKind::BadValue);
+    match key {
+        "location" => p.location = parse_location(val).ok_or(bad)?,
+        "value" => p.value = Some(parse_num(val, off)?),
+        "opcode" => p.opcode = Some(parse_num(val, off)?),
+        "watch" => {
+            p.kind = match val {
+                "none" => ProbeKind::Breakpoint,
+                "x" => ProbeKind::WatchExec,
+                "w" => ProbeKind::WatchWrite,
+                "rw" => ProbeKind::WatchReadWrite,
+                _ => return Err(bad),
+            }
+        }
+        "length" => {
+            p.length = parse_num(val, off)?;
+            if !matches!(p.length, 1 | 2 | 4 | 8) {
+                return Err(bad);
+            }
+        }
+        "group" if is_name(val) => p.group = Some(val.to_string()),
+        "type" if is_name(val) => p.r#type = Some(val.to_string()),
+        "minor" => p.minor = parse_num(val, off)?,
+        "ignore" => p.ignore = parse_num(val, off).and_then(|v| at_most(v, 0x7FFF_FFFF, off))?,
+        "maxhits" => p.maxhits = parse_num(val, off).and_then(|v| at_most(v, 0x7FFF_FFFF, off))?,
+        "logonfault" => p.logonfault = parse_bool(val, off)?,
+        "excpt_mask" => p.excpt_mask = parse_num(val, off)?,
+        "heap" => p.heap = parse_num(val, off).and_then(|v| at_most(v, 16384, off))?,
+        _ => return Err(bad),
+    }
+    Ok(())
+}
+
+/// Parses `offset|address SYMBOL[(+|-)N]` or `offset|address N`.
+fn parse_location(val: &str) -> Option<Location> {
+    let (kind, rest) = split_kv(val);
+    let kind = match kind {
+        "offset" => LocationKind::Offset,
+        "address" => LocationKind::Address,
+        _ => return None,
+    };
+    let rest = rest.trim();
+    if let Some(n) = parse_u64(rest) {
+        return Some(Location {
+            kind,
+            symbol: None,
+            addend: n,
+        });
+    }
+    let split = rest
+        .char_indices()
+        .skip(1)
+        .find(|(_, c)| *c == '+' || *c == '-')
+        .map(|(i, _)| i)
+        .unwrap_or(rest.len());
+    let (sym, tail) = rest.split_at(split);
+    let sym = sym.trim();
+    if !is_symbol(sym) {
+        return None;
+    }
+    let addend = if tail.is_empty() {
+        0
+    } else {
+        let n = parse_u64(tail[1..].trim())?;
+        if tail.starts_with('-') {
+            n.wrapping_neg()
+        } else {
+            n
+        }
+    };
+    Some(Location {
+        kind,
+        symbol: Some(sym.to_string()),
+        addend,
+    })
+}
+
+/// ELF symbol characters accepted by the RPN language (spec §2.4).
+pub fn is_symbol(s: &str) -> bool {
+    let mut cs = s.chars();
+    matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || "_.$".contains(c))
+        && cs.all(|c| c.is_ascii_alphanumeric() || "_.$@".contains(c))
+}
+
+fn is_name(s: &str) -> bool {
+    let mut cs = s.chars();
+    matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn names(val: &str, off: usize) -> Result<Vec<String>, DecodeError> {
+    val.split_ascii_whitespace()
+        .map(|n| {
+            if is_name(n) {
+                Ok(n.to_string())
+            } else {
+                Err(DecodeError::new(off, DecodeErrorKind::BadValue))
+            }
+        })
+        .collect()
+}
+
+fn parse_u64(s: &str) -> Option<u64> {
+    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+fn parse_num<T: TryFrom<u64>>(s: &str, off: usize) -> Result<T, DecodeError> {
+    parse_u64(s)
+        .and_then(|v| T::try_from(v).ok())
+        .ok_or(DecodeError::new(off, DecodeErrorKind::BadValue))
+}
+
+fn at_most<T: PartialOrd>(v: T, max: T, off: usize) -> Result<T, DecodeError> {
+    if v <= max {
+        Ok(v)
+    } else {
+        Err(DecodeError::new(off, DecodeErrorKind::BadValue))
+    }
+}
+
+fn nonzero(v: u16, off: usize) -> Result<u16, DecodeError> {
+    if v != 0 {
+        Ok(v)
+    } else {
+        Err(DecodeError::new(off, DecodeErrorKind::BadValue))
+    }
+}
+
+fn parse_bool(s: &str, off: usize) -> Result<bool, DecodeError> {
+    match s {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(DecodeError::new(off, DecodeErrorKind::BadValue)),
+    }
+}
+
+fn split_kv(line: &str) -> (&str, &str) {
+    let line = line.trim();
+    match line.find([' ', '\t']) {
+        Some(i) => (&line[..i], line[i..].trim()),
+        None => (line, ""),
+    }
+}
+
+/// Non-blank, non-comment lines with their byte offsets.
+struct Lines<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = (usize, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.pos < self.text.len() {
+            let start = self.pos;
+            let rest = &self.text[start..];
+            let len = rest.find('\n').map(|i| i + 1).unwrap_or(rest.len());
+            self.pos += len;
+            let line = rest[..len].trim_end_matches(['\n', '\r']);
+            let t = line.trim();
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            return Some((start, line));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        let mut p = ProbeSpec::breakpoint(
+            "probe0",
+            Location {
+                kind: LocationKind::Offset,
+                symbol: Some("target_fn".into()),
+                addend: 1,
+            },
+        );
+        p.value = Some(0x401147);
+        p.opcode = Some(0x48);
+        p.group = Some("g1".into());
+        let mut w = ProbeSpec::breakpoint(
+            "probe1",
+            Location {
+                kind: LocationKind::Address,
+                symbol: None,
+                addend: 0x404078,
+            },
+        );
+        w.kind = ProbeKind::WatchWrite;
+        w.length = 8;
+        w.maxhits = 2;
+        Manifest {
+            module: "probe_target".into(),
+            major: 13,
+            groups: alloc::vec!["g1".into(), "g2".into()],
+            probes: alloc::vec![p, w],
+            ..Manifest::default()
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = sample();
+        let text = m.encode();
+        assert_eq!(Manifest::decode(text.as_bytes()), Ok(m));
+    }
+
+    #[test]
+    fn negative_addend_round_trips() {
+        let loc = parse_location("address main-0x8").unwrap();
+        assert_eq!(loc.addend, 8u64.wrapping_neg());
+        assert_eq!(loc.render(), "main-0x8");
+    }
+
+    #[test]
+    fn errors_carry_line_offsets() {
+        let text = "wprobe-manifest 1\nabi 1\nmodule m\nmajor 0\n";
+        assert_eq!(
+            Manifest::decode(text.as_bytes()),
+            Err(DecodeError::new(33, DecodeErrorKind::BadValue))
+        );
+        let text = "wprobe-manifest 2\n";
+        assert_eq!(
+            Manifest::decode(text.as_bytes()).unwrap_err().kind,
+            DecodeErrorKind::UnsupportedVersion(2)
+        );
+        let text = "wprobe-manifest 1\nabi 1\nmodule m\nprobe p\n";
+        assert!(
+            Manifest::decode(text.as_bytes()).is_err(),
+            "probe without location"
+        );
+    }
+
+    #[test]
+    fn every_prefix_and_flip_is_handled() {
+        let text = sample().encode();
+        let bytes = text.as_bytes();
+        for cut in 0..bytes.len() {
+            let _ = Manifest::decode(&bytes[..cut]);
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.to_vec();
+            b[i] ^= 0xA5;
+            let _ = Manifest::decode(&b);
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Renders every fact of the ABI as stable text. `hostabi/abi.txt` holds the
+//! checked-in rendering; a test compares them, so any ABI change is
+//! deliberate and comes with an [`crate::ABI_VERSION`] bump.
+
+use alloc::string::String;
+use core::fmt::Write as _;
+
+use crate::record::{self, field, token};
+use crate::{HOST_IMPORTS, Outcome, Status, regs, status::Exception};
+
+/// The ABI snapshot text.
+pub fn render() -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "abi_version {}", crate::ABI_VERSION);
+    let _ = writeln!(s, "import_module {}", crate::IMPORT_MODULE);
+    let _ = writeln!(s, "manifest_section {}", crate::MANIFEST_SECTION);
+    let _ = writeln!(s, "manifest_format {}", crate::manifest::FORMAT_VERSION);
+    let _ = writeln!(s, "memory_export {}", crate::MEMORY_EXPORT);
+    let _ = writeln!(s, "flush_export {}", crate::FLUSH_EXPORT);
+    for i in HOST_IMPORTS {
+        let _ = write!(s, "import {}(", i.name);
+        for (n, (name, ty)) in i.params.iter().enumerate() {
+            let sep = if n > 0 { ", " } else { "" };
+            let _ = write!(s, "{sep}{name}: {}", ty.wat());
+        }
+        let _ = write!(s, ") ->");
+        for r in i.results {
+            let _ = write!(s, " {}", r.wat());
+        }
+        let _ = writeln!(s);
+    }
+    for st in Status::ALL {
+        let _ = writeln!(s, "status {} {}", st.name(), *st as i32);
+    }
+    for o in Outcome::ALL {
+        let _ = writeln!(s, "outcome {} {}", o.name(), *o as i32);
+    }
+    for e in Exception::ALL {
+        let _ = writeln!(s, "exception {} 0x{:04x}", e.name(), e.bit());
+    }
+    for r in regs::REGS {
+        let _ = writeln!(
+            s,
+            "reg {} 0x{:03x} width {} {}",
+            r.name,
+            r.id,
+            r.width,
+            if r.writable { "rw" } else { "r" }
+        );
+    }
+    for (bit, size) in field::SIZES {
+        let _ = writeln!(s, "header_field 0x{bit:04x} {size}");
+    }
+    let _ = writeln!(s, "log_default_mask 0x{:04x}", field::LOG_DEFAULT);
+    let _ = writeln!(s, "stacktrace_mask 0x{:04x}", field::STACKTRACE);
+    for (name, t) in [
+        ("MEMORY", token::MEMORY),
+        ("STRING", token::STRING),
+        ("TRACE_COUNT", token::TRACE_COUNT),
+        ("FRAME_COUNT", token::FRAME_COUNT),
+        ("STACK_SLOTS", token::STACK_SLOTS),
+        ("LOCAL_VARS", token::LOCAL_VARS),
+        ("GLOBAL_VARS", token::GLOBAL_VARS),
+        ("WORDS", token::WORDS),
+        ("FAULT", token::FAULT),
+    ] {
+        let _ = writeln!(s, "token {name} 0x{t:02x}");
+    }
+    for (name, k) in [
+        ("RAW_WORDS", record::ItemKind::RawWords),
+        ("RAW_BYTES", record::ItemKind::RawBytes),
+        ("TOKENIZED", record::ItemKind::Tokenized),
+    ] {
+        let _ = writeln!(s, "item_kind {name} 0x{:02x}", k as u8);
+    }
+    let _ = writeln!(s, "max_log_data_bytes {}", record::MAX_LOG_DATA_BYTES);
+    let _ = writeln!(s, "max_log_items {}", record::MAX_LOG_ITEMS);
+    let _ = writeln!(s, "max_stacktrace_bytes {}", record::MAX_STACKTRACE_BYTES);
+    let _ = writeln!(
+        s,
+        "max_mem_access_bytes {}",
+        crate::imports::MAX_MEM_ACCESS_BYTES
+    );
+    s
+}

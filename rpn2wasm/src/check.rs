@@ -1,0 +1,1 @@
+//! check (front end, in progress).

@@ -1,0 +1,1 @@
+//! interp (in progress).

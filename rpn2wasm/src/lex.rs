@@ -1,0 +1,1 @@
+//! lex (front end, in progress).

@@ -1,0 +1,65 @@
+//! Builds the `hostabi` manifest of a checked program.
+
+use crate::ast::{LocationKind, Program, WatchKind};
+use hostabi::manifest::{self as m, Manifest, ProbeKind, ProbeSpec};
+
+/// Export name of probe `i`'s handler.
+pub fn export_name(i: usize) -> String {
+    format!("probe{i}")
+}
+
+/// The manifest of `program`.
+pub fn build(program: &Program) -> Manifest {
+    let h = &program.header;
+    let probes = program
+        .probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let location = m::Location {
+                kind: match p.kind {
+                    LocationKind::Offset => m::LocationKind::Offset,
+                    LocationKind::Address => m::LocationKind::Address,
+                },
+                symbol: p.symbol.clone(),
+                addend: p.addend,
+            };
+            ProbeSpec {
+                value: Some(p.value),
+                opcode: p.opcode,
+                kind: match p.watch {
+                    None => ProbeKind::Breakpoint,
+                    Some(WatchKind::X) => ProbeKind::WatchExec,
+                    Some(WatchKind::W) => ProbeKind::WatchWrite,
+                    Some(WatchKind::Rw) => ProbeKind::WatchReadWrite,
+                },
+                length: p.length,
+                group: p.group.clone(),
+                r#type: p.r#type.clone(),
+                minor: p.minor,
+                ignore: p.ignore,
+                maxhits: p.maxhits,
+                logonfault: p.logonfault,
+                excpt_mask: p.excpt_mask,
+                heap: p.heap,
+                ..ProbeSpec::breakpoint(&export_name(i), location)
+            }
+        })
+        .collect();
+    Manifest {
+        abi: hostabi::ABI_VERSION,
+        module: h.name.clone(),
+        major: h.major,
+        id: h.id,
+        vars: h.vars,
+        gvars: h.gvars,
+        logmax: h.logmax,
+        jmpmax: h.jmpmax,
+        excpt_log: h.excpt_log,
+        autostacktrace: h.autostacktrace,
+        fuel: 0,
+        groups: h.groups.clone(),
+        types: h.types.clone(),
+        probes,
+    }
+}

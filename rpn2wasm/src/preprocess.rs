@@ -1,0 +1,1 @@
+//! preprocess (front end, in progress).
