@@ -572,6 +572,8 @@ impl DecodeError {
     }
 }
 
+impl core::error::Error for DecodeError {}
+
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {

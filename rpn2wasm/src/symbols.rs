@@ -1,5 +1,12 @@
 //! Symbol lookup for symbolic expressions (spec §2.7): exact match first,
-//! then a unique case-insensitive match. (Skeleton: the front end completes it.)
+//! then a unique case-insensitive match. Two sources: [`ElfSymbols`] reads
+//! `.symtab` then `.dynsym` of the module file (lazily, on the first
+//! lookup, so a program without symbols never needs the file), and
+//! [`MapSymbols`] is an in-memory table for tests and tools. Nothing here
+//! touches a running process.
+
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
 
 /// Why a symbol could not be resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,4 +23,189 @@ pub enum SymbolError {
 pub trait Symbols {
     /// Looks a symbol up; returns its exact name and `st_value`.
     fn lookup(&self, name: &str) -> Result<(String, u64), SymbolError>;
+}
+
+/// The matching rule of §2.7 over `(name, value)` pairs in priority order:
+/// the first exact match; else the case-insensitive matches, accepted if
+/// they all have one name.
+pub fn resolve<'a>(
+    table: impl Iterator<Item = (&'a str, u64)> + Clone,
+    name: &str,
+) -> Result<(String, u64), SymbolError> {
+    if let Some((n, v)) = table.clone().find(|(n, _)| *n == name) {
+        return Ok((n.to_string(), v));
+    }
+    let mut found: Option<(&str, u64)> = None;
+    let mut names: Vec<String> = Vec::new();
+    for (n, v) in table.filter(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        if !names.iter().any(|x| x == n) {
+            names.push(n.to_string());
+        }
+        found.get_or_insert((n, v));
+    }
+    match (found, names.len()) {
+        (Some((n, v)), 1) => Ok((n.to_string(), v)),
+        (None, _) => Err(SymbolError::Unknown),
+        _ => {
+            names.sort();
+            Err(SymbolError::Ambiguous(names))
+        }
+    }
+}
+
+/// An in-memory symbol table: `(name, st_value)` pairs, searched in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapSymbols(pub Vec<(String, u64)>);
+
+impl MapSymbols {
+    /// A table from `(name, value)` pairs.
+    pub fn new<S: Into<String>>(pairs: impl IntoIterator<Item = (S, u64)>) -> Self {
+        MapSymbols(pairs.into_iter().map(|(n, v)| (n.into(), v)).collect())
+    }
+}
+
+impl Symbols for MapSymbols {
+    fn lookup(&self, name: &str) -> Result<(String, u64), SymbolError> {
+        resolve(self.0.iter().map(|(n, v)| (n.as_str(), *v)), name)
+    }
+}
+
+/// The symbols of an ELF file (`.symtab`, then `.dynsym`), read on the first
+/// lookup. Undefined symbols and section/file symbols are ignored.
+#[derive(Debug)]
+pub struct ElfSymbols {
+    module: String,
+    table: OnceCell<Result<Vec<(String, u64)>, String>>,
+}
+
+impl ElfSymbols {
+    /// Symbols of the module named `module` (the value of `name =`),
+    /// located when first needed as spec §5 says.
+    pub fn new(module: &str) -> Self {
+        ElfSymbols {
+            module: module.to_string(),
+            table: OnceCell::new(),
+        }
+    }
+
+    fn table(&self) -> &Result<Vec<(String, u64)>, String> {
+        self.table.get_or_init(|| {
+            let path = locate_module(&self.module)?;
+            let bytes = std::fs::read(&path)
+                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+            elf_symbols(&bytes).map_err(|e| format!("`{}`: {e}", path.display()))
+        })
+    }
+}
+
+impl Symbols for ElfSymbols {
+    fn lookup(&self, name: &str) -> Result<(String, u64), SymbolError> {
+        match self.table() {
+            Ok(t) => resolve(t.iter().map(|(n, v)| (n.as_str(), *v)), name),
+            Err(e) => Err(SymbolError::Module(e.clone())),
+        }
+    }
+}
+
+/// Locates the module file (spec §5): a name containing `/` is a path; a
+/// bare name is looked for in the current directory, then in each directory
+/// of `PATH`.
+pub fn locate_module(module: &str) -> Result<PathBuf, String> {
+    if module.contains('/') {
+        let p = PathBuf::from(module);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("module file `{module}` not found"))
+        };
+    }
+    let here = Path::new(".").join(module);
+    if here.is_file() {
+        return Ok(here);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(module);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(format!(
+        "module `{module}` not found in the current directory or in PATH"
+    ))
+}
+
+/// The defined symbols of an ELF image, `.symtab` first, then `.dynsym`.
+pub fn elf_symbols(bytes: &[u8]) -> Result<Vec<(String, u64)>, String> {
+    use goblin::elf::sym::{STT_FILE, STT_SECTION};
+    let elf = goblin::elf::Elf::parse(bytes).map_err(|e| format!("not a valid ELF file: {e}"))?;
+    let mut out = Vec::new();
+    for (syms, strs) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
+        for sym in syms.iter() {
+            if sym.st_shndx == 0 || matches!(sym.st_type(), STT_FILE | STT_SECTION) {
+                continue;
+            }
+            match strs.get_at(sym.st_name) {
+                Some(n) if !n.is_empty() => out.push((n.to_string(), sym.st_value)),
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_then_unique_case_insensitive() {
+        let t = MapSymbols::new([("Foo", 1), ("foo", 2), ("Bar", 3), ("BAZ", 4), ("baz", 5)]);
+        assert_eq!(t.lookup("foo"), Ok(("foo".into(), 2)));
+        assert_eq!(t.lookup("bar"), Ok(("Bar".into(), 3)));
+        assert_eq!(
+            t.lookup("FOO"),
+            Err(SymbolError::Ambiguous(vec!["Foo".into(), "foo".into()]))
+        );
+        assert_eq!(
+            t.lookup("Baz"),
+            Err(SymbolError::Ambiguous(vec!["BAZ".into(), "baz".into()]))
+        );
+        assert_eq!(t.lookup("nope"), Err(SymbolError::Unknown));
+    }
+
+    #[test]
+    fn same_name_twice_is_not_ambiguous() {
+        let t = MapSymbols::new([("Foo", 1), ("Foo", 9)]);
+        assert_eq!(t.lookup("foo"), Ok(("Foo".into(), 1)));
+    }
+
+    #[test]
+    fn missing_module_is_an_error_only_on_lookup() {
+        let s = ElfSymbols::new("/nonexistent/dir/module");
+        match s.lookup("main") {
+            Err(SymbolError::Module(m)) => assert!(m.contains("not found"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn garbage_is_not_elf() {
+        assert!(elf_symbols(b"not an elf at all").is_err());
+        assert!(elf_symbols(&[]).is_err());
+    }
+
+    #[test]
+    fn reads_own_test_binary() {
+        // The test executable is an ELF file with a symbol table.
+        let exe = std::env::current_exe().unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let syms = elf_symbols(&bytes).unwrap();
+        assert!(
+            syms.iter().any(|(n, _)| n == "main"),
+            "no `main` in {}",
+            exe.display()
+        );
+    }
 }

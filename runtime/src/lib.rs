@@ -1,1 +1,17 @@
-//! runtime
+//! The wprobe runtime: loads handler modules (compiled RPN, WAT, any
+//! wasm32 language), runs them under wasmtime with fuel and memory limits
+//! when probes fire in traced processes, and decodes and prints what they
+//! log. This is the only crate of the project with `unsafe` code, and it is
+//! confined to the providers (`provider/**`) and architecture code (`arch/**`).
+
+#![warn(missing_docs)]
+
+pub mod arch;
+pub mod elfsym;
+pub mod engine;
+pub mod handlers;
+pub mod host;
+pub mod load;
+pub mod procmaps;
+pub mod provider;
+pub mod sink;

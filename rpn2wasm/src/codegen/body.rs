@@ -1,0 +1,1382 @@
+//! Translation of one body (probe handler or procedure) into one Wasm
+//! function `() -> i32` (a `layout::status` code).
+//!
+//! Control flow: basic blocks start at every branch or `sx` target; they are
+//! laid out as nested `block`s inside a `loop` (forward branches are direct
+//! `br`s, backward ones go through a `br_table` on a block-index local), and
+//! exceptions leave through an outer `block` to a common dispatch tail.
+//!
+//! Stack caching: within a basic block, pushed values stay in Wasm locals
+//! (the *virtual stack*) and are written to the circular stack in memory
+//! only when something may observe it — a branch, a call, a helper, a
+//! possible exception — so arithmetic and register/variable traffic costs no
+//! memory round trip. TSP and the jump counter live in locals and are
+//! synchronised with their globals around calls and helpers.
+
+use super::Ctx;
+use super::asm::{Asm, Label, mem};
+use super::helpers::Helper;
+use super::layout::{self as l, frame, g, raised, status};
+use crate::ast::*;
+use hostabi::{Exception, ImportId, Outcome};
+use wasm_encoder::{Function, ValType};
+
+/// Locals: pc, tsp, jc, r (i32), then scratch i64 a..d, then the virtual stack.
+const PC: u32 = 0;
+const TSP: u32 = 1;
+const JC: u32 = 2;
+const R: u32 = 3;
+const A: u32 = 4;
+const B: u32 = 5;
+const C: u32 = 6;
+const D: u32 = 7;
+const VBASE: u32 = 8;
+/// Pending values kept in locals at most.
+const VCAP: usize = 16;
+
+#[derive(Clone, Copy)]
+enum VItem {
+    /// In local `VBASE + i`.
+    Local,
+    /// A constant.
+    Const(i64),
+}
+
+/// Byte offsets of each instruction's code within the function, for `--emit wat`.
+pub type SourceMarks = Vec<(usize, usize)>;
+
+struct BodyGen<'a> {
+    a: Asm,
+    ctx: &'a Ctx,
+    program: &'a Program,
+    body: &'a Body,
+    is_proc: bool,
+    vstack: Vec<VItem>,
+    /// Block index of each instruction that starts a block.
+    block_of: Vec<Option<usize>>,
+    /// Labels of the block constructs, by block index.
+    block_labels: Vec<Label>,
+    exc: Label,
+    dispatch: Label,
+    /// Index of the block being emitted.
+    cur_block: usize,
+    marks: SourceMarks,
+}
+
+/// Translates `body` of `program`.
+pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, SourceMarks) {
+    let mut leaders = vec![false; body.insns.len()];
+    leaders[0] = true;
+    for insn in &body.insns {
+        if let Some(t) = insn.op.target() {
+            if t < leaders.len() {
+                leaders[t] = true;
+            }
+        }
+    }
+    let mut block_of = vec![None; body.insns.len()];
+    let mut n = 0;
+    for (i, is) in leaders.iter().enumerate() {
+        if *is {
+            block_of[i] = Some(n);
+            n += 1;
+        }
+    }
+    let locals = [(4u32, ValType::I32), (4 + VCAP as u32, ValType::I64)];
+    let mut a = Asm::new(0, &locals);
+    // Load the cached registers.
+    a.i()
+        .global_get(g::TSP)
+        .local_set(TSP)
+        .global_get(g::JC)
+        .local_set(JC);
+    let dispatch = a.loop_();
+    let exc = a.block();
+    let mut block_labels: Vec<Label> = Vec::with_capacity(n);
+    for _ in 0..n {
+        block_labels.push(Label(u32::MAX));
+    }
+    // Open blocks b_{n-1} (outermost) … b_0 (innermost).
+    for i in (0..n).rev() {
+        block_labels[i] = a.block();
+    }
+    a.i().local_get(PC);
+    let targets: Vec<Label> = block_labels.clone();
+    a.br_table(&targets, block_labels[0]);
+    let is_proc = matches!(body.owner, BodyOwner::Proc(_));
+    let mut bg = BodyGen {
+        a,
+        ctx,
+        program,
+        body,
+        is_proc,
+        vstack: Vec::new(),
+        block_of,
+        block_labels,
+        exc,
+        dispatch,
+        cur_block: 0,
+        marks: Vec::new(),
+    };
+    for (i, insn) in body.insns.iter().enumerate() {
+        if let Some(b) = bg.block_of[i] {
+            // Fall into the next block with a materialised stack.
+            bg.flush();
+            let lbl = bg.block_labels[b];
+            bg.a.end(lbl);
+            bg.cur_block = b;
+        }
+        bg.marks.push((i, bg.a.byte_len()));
+        bg.insn(insn);
+    }
+    // The last instruction is always a terminator; nothing falls out of the last block.
+    bg.a.i().unreachable();
+    let exc = bg.exc;
+    bg.a.end(exc);
+    // Exception tail: R holds a handler block (≥ 0), PROPAGATE or TERMINATE.
+    bg.a.i().local_get(R).i32_const(0).i32_ge_s();
+    let handler = bg.a.if_();
+    bg.a.i()
+        .local_get(R)
+        .local_set(PC)
+        .global_get(g::TSP)
+        .local_set(TSP);
+    let d = bg.dispatch;
+    bg.a.br(d);
+    bg.a.end(handler);
+    bg.a.i()
+        .i32_const(status::TERMINATE)
+        .i32_const(status::EXCEPTION)
+        .local_get(R)
+        .i32_const(raised::TERMINATE)
+        .i32_eq()
+        .select()
+        .return_();
+    let d = bg.dispatch;
+    bg.a.end(d);
+    bg.a.i().unreachable();
+    let marks = std::mem::take(&mut bg.marks);
+    (bg.a.finish(), marks)
+}
+
+impl BodyGen<'_> {
+    // ---- virtual stack -------------------------------------------------
+
+    /// Pushes the i64 on the Wasm operand stack.
+    fn push(&mut self) {
+        if self.vstack.len() == VCAP {
+            // Keep the value aside while the pending ones go to memory.
+            self.a.i().local_set(D);
+            self.flush();
+            self.a.i().local_get(D);
+        }
+        let slot = VBASE + self.vstack.len() as u32;
+        self.a.i().local_set(slot);
+        self.vstack.push(VItem::Local);
+    }
+
+    fn push_const(&mut self, v: u64) {
+        if self.vstack.len() == VCAP {
+            self.flush();
+        }
+        self.vstack.push(VItem::Const(v as i64));
+    }
+
+    /// Pops onto the Wasm operand stack.
+    fn pop(&mut self) {
+        match self.vstack.pop() {
+            Some(VItem::Local) => {
+                let slot = VBASE + self.vstack.len() as u32;
+                self.a.i().local_get(slot);
+            }
+            Some(VItem::Const(c)) => {
+                self.a.i().i64_const(c);
+            }
+            None => {
+                self.a
+                    .i()
+                    .local_get(TSP)
+                    .i32_const(3)
+                    .i32_shl()
+                    .i64_load(mem(l::STACK, 3));
+                self.a
+                    .i()
+                    .local_get(TSP)
+                    .i32_const(1)
+                    .i32_add()
+                    .i32_const(1023)
+                    .i32_and()
+                    .local_set(TSP);
+            }
+        }
+    }
+
+    /// Pops into scratch local `dst`.
+    fn pop_to(&mut self, dst: u32) {
+        self.pop();
+        self.a.i().local_set(dst);
+    }
+
+    /// Copies TOS (not popped) onto the Wasm operand stack.
+    fn peek(&mut self) {
+        match self.vstack.last() {
+            Some(VItem::Local) => {
+                let slot = VBASE + self.vstack.len() as u32 - 1;
+                self.a.i().local_get(slot);
+            }
+            Some(VItem::Const(c)) => {
+                let c = *c;
+                self.a.i().i64_const(c);
+            }
+            None => {
+                self.a
+                    .i()
+                    .local_get(TSP)
+                    .i32_const(3)
+                    .i32_shl()
+                    .i64_load(mem(l::STACK, 3));
+            }
+        }
+    }
+
+    /// Writes the pending values to the memory stack.
+    fn flush(&mut self) {
+        let items = std::mem::take(&mut self.vstack);
+        for (i, it) in items.iter().enumerate() {
+            self.a
+                .i()
+                .local_get(TSP)
+                .i32_const(1)
+                .i32_sub()
+                .i32_const(1023)
+                .i32_and()
+                .local_tee(TSP);
+            self.a.i().i32_const(3).i32_shl();
+            match it {
+                VItem::Local => self.a.i().local_get(VBASE + i as u32),
+                VItem::Const(c) => self.a.i().i64_const(*c),
+            };
+            self.a.i().i64_store(mem(l::STACK, 3));
+        }
+    }
+
+    /// Flushes and publishes TSP and the jump counter to their globals.
+    fn sync_out(&mut self) {
+        self.flush();
+        self.a
+            .i()
+            .local_get(TSP)
+            .global_set(g::TSP)
+            .local_get(JC)
+            .global_set(g::JC);
+    }
+
+    fn sync_in(&mut self) {
+        self.a.i().global_get(g::TSP).local_set(TSP);
+    }
+
+    /// Calls a helper that uses the memory stack.
+    fn call_helper(&mut self, h: Helper) {
+        self.sync_out();
+        self.a.i().call(self.ctx.helper(h));
+        self.sync_in();
+    }
+
+    // ---- exceptions ------------------------------------------------------
+
+    /// After a helper returned its exception bits `e` (i32 on the stack):
+    /// raise when non-zero, continue when ignored.
+    fn check_e(&mut self) {
+        self.a
+            .i()
+            .call(self.ctx.helper(Helper::Check))
+            .local_tee(R)
+            .i32_const(raised::IGNORED)
+            .i32_ne();
+        let exc = self.exc;
+        self.a.br_if(exc);
+    }
+
+    /// Raises `code` with p1/p2 given by emitters. The stack must be flushed
+    /// and synchronised by the caller (`sync_out`).
+    fn raise_with(
+        &mut self,
+        code: Exception,
+        p1: impl FnOnce(&mut Asm),
+        p2: impl FnOnce(&mut Asm),
+    ) {
+        self.a.i().i64_const(code.bit() as i64);
+        p1(&mut self.a);
+        p2(&mut self.a);
+        self.a
+            .i()
+            .i32_const(0)
+            .call(self.ctx.helper(Helper::Raise))
+            .local_tee(R);
+        let exc = self.exc;
+        if code.bit() & hostabi::status::NON_MASKABLE_BITS != 0 {
+            self.a.i().drop();
+            self.a.br(exc);
+        } else {
+            self.a.i().i32_const(raised::IGNORED).i32_ne();
+            self.a.br_if(exc);
+        }
+    }
+
+    fn raise_const(&mut self, code: Exception, p1: u64, p2: u64) {
+        self.sync_out();
+        self.raise_with(
+            code,
+            |a| {
+                a.i().i64_const(p1 as i64);
+            },
+            |a| {
+                a.i().i64_const(p2 as i64);
+            },
+        );
+    }
+
+    /// Ends the run with `outcome`.
+    fn terminate(&mut self, outcome: Outcome) {
+        self.sync_out();
+        self.a
+            .i()
+            .i32_const(outcome as i32)
+            .global_set(g::OUTCOME)
+            .i32_const(status::TERMINATE)
+            .return_();
+    }
+
+    // ---- branches ----------------------------------------------------------
+
+    /// Counts a branch against jmpmax (raising MAX_JMPS instead of branching).
+    fn count_branch(&mut self) {
+        let jmpmax = self.ctx.jmpmax;
+        self.a.i().local_get(JC).i32_const(jmpmax as i32).i32_ge_u();
+        let over = self.a.if_();
+        self.raise_const(Exception::MaxJmps, jmpmax as u64, 0);
+        self.a.end(over);
+        self.a
+            .i()
+            .local_get(JC)
+            .i32_const(1)
+            .i32_add()
+            .local_set(JC);
+    }
+
+    /// Jumps to instruction `t` (a block leader); the stack is flushed.
+    fn goto(&mut self, t: InsnIdx) {
+        let b = self.block_of[t].expect("codegen invariant: branch targets start blocks");
+        if b > self.cur_block {
+            let lbl = self.block_labels[b];
+            self.a.br(lbl);
+        } else {
+            self.a.i().i32_const(b as i32).local_set(PC);
+            let d = self.dispatch;
+            self.a.br(d);
+        }
+    }
+
+    /// Conditional branch on TOS (not popped); `test` turns the i64 into an i32 condition.
+    fn cond_branch(&mut self, t: InsnIdx, test: impl FnOnce(&mut Asm)) {
+        self.flush();
+        self.peek();
+        test(&mut self.a);
+        let taken = self.a.if_();
+        self.count_branch();
+        self.goto(t);
+        self.a.end(taken);
+    }
+
+    // ---- variables ---------------------------------------------------------
+
+    fn local_addr_const(i: u16) -> u32 {
+        l::VARS + 8 * i as u32
+    }
+
+    /// Checks a stack-supplied index in local A against the limit, raising INVALID_OPERAND.
+    fn check_index(&mut self, space: VarSpace) {
+        let (kind, limit_global) = match space {
+            VarSpace::Local => (1, false),
+            VarSpace::Global => (2, true),
+        };
+        self.a.i().local_get(A);
+        if limit_global {
+            self.a.i().call(self.ctx.import(ImportId::gvar_count));
+        } else {
+            self.a.i().i64_const(self.ctx.vars as i64);
+        }
+        self.a.i().i64_ge_u();
+        let bad = self.a.if_();
+        self.sync_out();
+        self.raise_with(
+            Exception::InvalidOperand,
+            |a| {
+                a.i().i64_const(kind);
+            },
+            |a| {
+                a.i().local_get(A);
+            },
+        );
+        self.a.end(bad);
+    }
+
+    /// Loads variable (index in local A, or immediate) onto the operand stack.
+    fn load_var(&mut self, space: VarSpace, imm: Option<u16>) {
+        match (space, imm) {
+            (VarSpace::Local, Some(i)) => {
+                self.a
+                    .i()
+                    .i32_const(0)
+                    .i64_load(mem(Self::local_addr_const(i), 3));
+            }
+            (VarSpace::Local, None) => {
+                self.a
+                    .i()
+                    .local_get(A)
+                    .i32_wrap_i64()
+                    .i32_const(3)
+                    .i32_shl()
+                    .i64_load(mem(l::VARS, 3));
+            }
+            (VarSpace::Global, Some(i)) => {
+                self.a
+                    .i()
+                    .i64_const(i as i64)
+                    .call(self.ctx.import(ImportId::gvar_get));
+            }
+            (VarSpace::Global, None) => {
+                self.a
+                    .i()
+                    .local_get(A)
+                    .call(self.ctx.import(ImportId::gvar_get));
+            }
+        }
+    }
+
+    /// Stores the value in local B into the variable.
+    fn store_var(&mut self, space: VarSpace, imm: Option<u16>) {
+        match (space, imm) {
+            (VarSpace::Local, Some(i)) => {
+                self.a
+                    .i()
+                    .i32_const(0)
+                    .local_get(B)
+                    .i64_store(mem(Self::local_addr_const(i), 3));
+            }
+            (VarSpace::Local, None) => {
+                self.a
+                    .i()
+                    .local_get(A)
+                    .i32_wrap_i64()
+                    .i32_const(3)
+                    .i32_shl()
+                    .local_get(B)
+                    .i64_store(mem(l::VARS, 3));
+            }
+            (VarSpace::Global, Some(i)) => {
+                self.a
+                    .i()
+                    .i64_const(i as i64)
+                    .local_get(B)
+                    .call(self.ctx.import(ImportId::gvar_set));
+            }
+            (VarSpace::Global, None) => {
+                self.a
+                    .i()
+                    .local_get(A)
+                    .local_get(B)
+                    .call(self.ctx.import(ImportId::gvar_set));
+            }
+        }
+    }
+
+    fn var_op(&mut self, op: VarOp, space: VarSpace, imm: Option<u16>) {
+        if imm.is_none() {
+            // Stack-supplied index: may raise, so work on a materialised stack.
+            self.flush();
+            match op {
+                VarOp::Pop => {
+                    self.pop_to(B);
+                    self.pop_to(A);
+                }
+                _ => self.pop_to(A),
+            }
+            self.check_index(space);
+        }
+        match op {
+            VarOp::Push => {
+                self.load_var(space, imm);
+                self.push();
+            }
+            VarOp::Pop => {
+                if imm.is_some() {
+                    self.pop_to(B);
+                }
+                self.store_var(space, imm);
+            }
+            VarOp::Move => {
+                self.peek();
+                self.a.i().local_set(B);
+                self.store_var(space, imm);
+            }
+            VarOp::Inc | VarOp::Dec => {
+                self.load_var(space, imm);
+                self.a
+                    .i()
+                    .i64_const(if op == VarOp::Inc { 1 } else { -1 })
+                    .i64_add()
+                    .local_set(B);
+                self.store_var(space, imm);
+            }
+        }
+    }
+
+    // ---- slots (tsp / sbp) --------------------------------------------------
+
+    /// Address of slot `(base + k) & 1023` where base is TSP or SBP and k is in local C (i32).
+    fn slot_addr(&mut self, rel: StackRel) {
+        match rel {
+            StackRel::Tsp => self.a.i().local_get(TSP),
+            StackRel::Sbp => self.a.i().global_get(g::SBP),
+        };
+        self.a
+            .i()
+            .local_get(C)
+            .i32_wrap_i64()
+            .i32_add()
+            .i32_const(1023)
+            .i32_and()
+            .i32_const(3)
+            .i32_shl();
+    }
+
+    fn slot_op(&mut self, op: SlotOp, rel: StackRel, imm: Option<i16>) {
+        self.flush();
+        match imm {
+            Some(k) => {
+                self.a.i().i64_const(k as i64).local_set(C);
+            }
+            None => self.pop_to(C),
+        }
+        match op {
+            SlotOp::Push => {
+                self.slot_addr(rel);
+                self.a.i().i64_load(mem(l::STACK, 3));
+                self.push();
+            }
+            SlotOp::Pop => {
+                if imm.is_some() && rel == StackRel::Tsp {
+                    // `pop tsp, k`: S[k] computed before popping.
+                    self.slot_addr(rel);
+                    self.peek();
+                    self.a.i().i64_store(mem(l::STACK, 3));
+                    self.pop();
+                    self.a.i().drop();
+                } else if imm.is_none() {
+                    // `pop tsp|sbp`: pop v, pop k; S[k]/B[k] := v (after both pops).
+                    self.a.i().local_get(C).local_set(B);
+                    self.pop_to(C);
+                    self.slot_addr(rel);
+                    self.a.i().local_get(B).i64_store(mem(l::STACK, 3));
+                } else {
+                    // `pop sbp, k`: B[k] := pop.
+                    self.pop_to(B);
+                    self.slot_addr(rel);
+                    self.a.i().local_get(B).i64_store(mem(l::STACK, 3));
+                }
+            }
+            SlotOp::Copy => {
+                self.slot_addr(rel);
+                self.peek();
+                self.a.i().i64_store(mem(l::STACK, 3));
+            }
+        }
+    }
+
+    // ---- instructions --------------------------------------------------------
+
+    fn binop(&mut self, f: impl FnOnce(&mut Asm)) {
+        self.pop();
+        self.pop();
+        f(&mut self.a);
+        self.push();
+    }
+
+    fn trace_vars(&mut self, space: VarSpace) {
+        // ( i n -- ): n in B, i in A.
+        self.flush();
+        self.pop_to(B);
+        self.pop_to(A);
+        let (kind, start_f, count_f) = match space {
+            VarSpace::Local => (1, frame::LV_START, frame::LV_COUNT),
+            VarSpace::Global => (2, frame::GV_START, frame::GV_COUNT),
+        };
+        match space {
+            VarSpace::Local => {
+                self.a.i().i64_const(self.ctx.vars as i64).local_set(C);
+            }
+            VarSpace::Global => {
+                self.a
+                    .i()
+                    .call(self.ctx.import(ImportId::gvar_count))
+                    .local_set(C);
+            }
+        }
+        // n > 0 && (i > limit || n > limit - i)
+        self.a.i().local_get(B).i64_const(0).i64_ne();
+        self.a.i().local_get(A).local_get(C).i64_gt_u();
+        self.a
+            .i()
+            .local_get(B)
+            .local_get(C)
+            .local_get(A)
+            .i64_sub()
+            .i64_gt_u()
+            .i32_or()
+            .i32_and();
+        let bad = self.a.if_();
+        self.sync_out();
+        self.raise_with(
+            Exception::InvalidOperand,
+            |a| {
+                a.i().i64_const(kind);
+            },
+            |a| {
+                // first invalid index = max(i, limit)
+                a.i()
+                    .local_get(A)
+                    .local_get(C)
+                    .local_get(A)
+                    .local_get(C)
+                    .i64_gt_u()
+                    .select();
+            },
+        );
+        self.a.end(bad);
+        self.frame_store(start_f, |a| {
+            a.i().local_get(A);
+        });
+        self.frame_store(count_f, |a| {
+            a.i().local_get(B);
+        });
+    }
+
+    /// Stores an i64 into field `f` of the current frame.
+    fn frame_store(&mut self, f: u32, v: impl FnOnce(&mut Asm)) {
+        self.a
+            .i()
+            .global_get(g::DEPTH)
+            .i32_const(l::FRAME_BYTES as i32)
+            .i32_mul();
+        v(&mut self.a);
+        self.a.i().i64_store(mem(l::FRAMES + f, 3));
+    }
+
+    fn mem_read(&mut self, w: Width) {
+        self.flush();
+        self.pop_to(A);
+        self.a
+            .i()
+            .local_get(A)
+            .i32_const(l::SCRATCH as i32)
+            .i32_const(w.bytes() as i32)
+            .call(self.ctx.import(ImportId::read_mem));
+        self.a.i().i32_const(w.bytes() as i32).i32_ne();
+        let bad = self.a.if_();
+        self.sync_out();
+        self.raise_with(
+            Exception::InvalidAddr,
+            |a| {
+                a.i().local_get(A);
+            },
+            |a| {
+                a.i().i64_const(0);
+            },
+        );
+        self.a.end(bad);
+        let m = mem(l::SCRATCH, 0);
+        match w {
+            Width::U8 => self.a.i().i32_const(0).i64_load8_u(m),
+            Width::U16 => self.a.i().i32_const(0).i64_load16_u(m),
+            Width::U32 => self.a.i().i32_const(0).i64_load32_u(m),
+            Width::U64 => self.a.i().i32_const(0).i64_load(m),
+        };
+        self.push();
+    }
+
+    fn mem_write(&mut self, w: Width) {
+        self.flush();
+        self.pop_to(B);
+        self.pop_to(A);
+        self.a
+            .i()
+            .i32_const(0)
+            .local_get(B)
+            .i64_store(mem(l::SCRATCH, 0));
+        self.a
+            .i()
+            .local_get(A)
+            .i32_const(l::SCRATCH as i32)
+            .i32_const(w.bytes() as i32)
+            .call(self.ctx.import(ImportId::write_mem));
+        let bad = self.a.if_();
+        self.sync_out();
+        self.raise_with(
+            Exception::InvalidAddr,
+            |a| {
+                a.i().local_get(A);
+            },
+            |a| {
+                a.i().i64_const(0);
+            },
+        );
+        self.a.end(bad);
+    }
+
+    fn insn(&mut self, insn: &Insn) {
+        use Op::*;
+        match &insn.op {
+            Nop => {}
+            Jmp(t) => {
+                self.flush();
+                self.count_branch();
+                self.goto(*t);
+            }
+            Jz(t) => self.cond_branch(*t, |a| {
+                a.i().i64_eqz();
+            }),
+            Jnz(t) => self.cond_branch(*t, |a| {
+                a.i().i64_const(0).i64_ne();
+            }),
+            Jlt(t) => self.cond_branch(*t, |a| {
+                a.i().i64_const(0).i64_lt_s();
+            }),
+            Jle(t) => self.cond_branch(*t, |a| {
+                a.i().i64_const(0).i64_le_s();
+            }),
+            Jgt(t) => self.cond_branch(*t, |a| {
+                a.i().i64_const(0).i64_gt_s();
+            }),
+            Jge(t) => self.cond_branch(*t, |a| {
+                a.i().i64_const(0).i64_ge_s();
+            }),
+            Loop(t) => {
+                self.flush();
+                self.count_branch();
+                // TOS := TOS - 1 in place; jump while non-zero.
+                self.a.i().local_get(TSP).i32_const(3).i32_shl();
+                self.peek();
+                self.a
+                    .i()
+                    .i64_const(1)
+                    .i64_sub()
+                    .local_tee(A)
+                    .i64_store(mem(l::STACK, 3));
+                self.a.i().local_get(A).i64_const(0).i64_ne();
+                let taken = self.a.if_();
+                self.goto(*t);
+                self.a.end(taken);
+            }
+            Call(p) => self.call(*p, insn),
+            Ret => {
+                if self.is_proc {
+                    self.sync_out();
+                    self.a
+                        .i()
+                        .call(self.ctx.helper(Helper::Leave))
+                        .i32_const(status::RET)
+                        .return_();
+                } else {
+                    self.raise_const(Exception::CallStackOverflow, 0, 0);
+                }
+            }
+            Abort => self.terminate(Outcome::Abort),
+            Remove => self.terminate(Outcome::Remove),
+            Exit => self.terminate(Outcome::Exit),
+            ExitN(n) => match n {
+                1 => self.terminate(Outcome::DebuggerHandoff),
+                2 => self.terminate(Outcome::CrashDump),
+                3 => self.terminate(Outcome::CoreDump),
+                _ => self.raise_const(Exception::InvalidOperand, 4, *n as u64),
+            },
+            Suspend | Resume => self.raise_const(
+                Exception::InvalidOpcode,
+                insn.op.opcode() as u64,
+                insn.offset as u64,
+            ),
+            SetMinImm(n) => {
+                self.a.i().i32_const(*n as i32).global_set(g::MINOR);
+            }
+            SetMin => {
+                self.pop();
+                self.a
+                    .i()
+                    .i32_wrap_i64()
+                    .i32_const(0xFFFF)
+                    .i32_and()
+                    .global_set(g::MINOR);
+            }
+            SetMajImm(n) => {
+                self.a.i().i32_const(*n as i32).global_set(g::MAJOR);
+            }
+            SetMaj => {
+                self.pop();
+                self.a
+                    .i()
+                    .i32_wrap_i64()
+                    .i32_const(0xFFFF)
+                    .i32_and()
+                    .local_tee(R);
+                let set = self.a.if_();
+                self.a.i().local_get(R).global_set(g::MAJOR);
+                self.a.end(set);
+            }
+            LogStr => self.helper_e(Helper::LogStr, None),
+            LogMrf => self.helper_e(Helper::LogMrf, None),
+            LogB(n) => self.helper_e(Helper::LogB, Some(*n as i32)),
+            LogN(n) => self.helper_e(Helper::LogN, Some(*n as i32)),
+            Log => self.helper_e(Helper::LogCount, None),
+            LogVars(VarSpace::Local) => self.helper_e(Helper::LogLv, None),
+            LogVars(VarSpace::Global) => self.helper_e(Helper::LogGv, None),
+            LogSt => self.call_helper(Helper::LogSt),
+            VarImm(op, space, i) => self.var_op(*op, *space, Some(*i)),
+            Var(op, space) => self.var_op(*op, *space, None),
+            Add => self.binop(|a| {
+                a.i().i64_add();
+            }),
+            Sub => self.binop(|a| {
+                // [y, x] → y - x (TOS − NOS)
+                a.i().i64_sub();
+            }),
+            Mul => self.binop(|a| {
+                a.i().i64_mul();
+            }),
+            And => self.binop(|a| {
+                a.i().i64_and();
+            }),
+            Or => self.binop(|a| {
+                a.i().i64_or();
+            }),
+            Xor => self.binop(|a| {
+                a.i().i64_xor();
+            }),
+            Neg => {
+                self.pop();
+                self.a.i().i64_const(-1).i64_xor();
+                self.push();
+            }
+            Div | Idiv => self.divide(matches!(insn.op, Idiv)),
+            ShiftImm(s, n) => {
+                self.pop();
+                self.a.i().i64_const(*n as i64);
+                shift(&mut self.a, *s);
+                self.push();
+            }
+            Shift(s) => {
+                // ( c v -- r ): [v, c] → v op c
+                self.pop();
+                self.pop();
+                shift(&mut self.a, *s);
+                self.push();
+            }
+            PropImm(p, n) => {
+                self.pop();
+                prop_imm(&mut self.a, *p, *n as u32);
+                self.push();
+            }
+            Prop(p) => {
+                self.flush();
+                self.pop_to(B);
+                self.a
+                    .i()
+                    .local_get(B)
+                    .i64_eqz()
+                    .local_get(B)
+                    .i64_const(64)
+                    .i64_gt_u()
+                    .i32_or();
+                let bad = self.a.if_();
+                self.sync_out();
+                self.raise_with(
+                    Exception::InvalidOperand,
+                    |a| {
+                        a.i().i64_const(3);
+                    },
+                    |a| {
+                        a.i().local_get(B);
+                    },
+                );
+                self.a.end(bad);
+                self.pop();
+                self.a.i().local_get(B);
+                let h = match p {
+                    PropOp::Pbl => Helper::Pbl,
+                    PropOp::Pbr => Helper::Pbr,
+                    PropOp::Pzl => Helper::Pzl,
+                    PropOp::Pzr => Helper::Pzr,
+                };
+                self.a.i().call(self.ctx.helper(h));
+                self.push();
+            }
+            Xchg => {
+                self.pop_to(A);
+                self.pop_to(B);
+                self.a.i().local_get(A);
+                self.push();
+                self.a.i().local_get(B);
+                self.push();
+            }
+            DupImm(n) => {
+                if (*n as usize) + self.vstack.len() < VCAP {
+                    self.pop_to(A);
+                    for _ in 0..=*n {
+                        self.a.i().local_get(A);
+                        self.push();
+                    }
+                } else {
+                    self.pop_to(A);
+                    self.sync_out();
+                    self.a
+                        .i()
+                        .local_get(A)
+                        .i32_const(*n as i32 + 1)
+                        .call(self.ctx.helper(Helper::Dup));
+                    self.sync_in();
+                }
+            }
+            Dup => {
+                self.pop_to(A);
+                self.pop_to(B);
+                self.sync_out();
+                self.a
+                    .i()
+                    .local_get(A)
+                    .local_get(B)
+                    .i32_wrap_i64()
+                    .i32_const(0xFF)
+                    .i32_and()
+                    .i32_const(1)
+                    .i32_add();
+                self.a.i().call(self.ctx.helper(Helper::Dup));
+                self.sync_in();
+            }
+            Ros(n) => {
+                let mut n = *n as usize;
+                while n > 0 && !self.vstack.is_empty() {
+                    self.vstack.pop();
+                    n -= 1;
+                }
+                if n > 0 {
+                    self.a
+                        .i()
+                        .local_get(TSP)
+                        .i32_const(n as i32)
+                        .i32_add()
+                        .i32_const(1023)
+                        .i32_and()
+                        .local_set(TSP);
+                }
+            }
+            PushReg { reg, .. } if *reg == hostabi::regs::CPUID => {
+                self.pop();
+                self.a.i().i32_wrap_i64().local_set(R);
+                for idx in [3, 2, 1, 0] {
+                    self.a
+                        .i()
+                        .local_get(R)
+                        .i32_const(0)
+                        .i32_const(idx)
+                        .call(self.ctx.import(ImportId::cpuid));
+                    self.push();
+                }
+            }
+            PushReg { reg, .. } => {
+                let parts = hostabi::regs::by_id(*reg).map_or(1, |r| r.parts());
+                for part in (0..parts).rev() {
+                    self.a
+                        .i()
+                        .i32_const(*reg as i32)
+                        .i32_const(part as i32)
+                        .call(self.ctx.import(ImportId::read_reg));
+                    self.push();
+                }
+            }
+            PopReg { reg, .. } => {
+                self.a.i().i32_const(*reg as i32);
+                self.pop();
+                self.a.i().call(self.ctx.import(ImportId::write_reg)).drop();
+            }
+            PushImm(v) => self.push_const(*v),
+            PushByte(b) => self.push_const(*b as u64),
+            PushSym { value } => {
+                self.a
+                    .i()
+                    .call(self.ctx.import(ImportId::load_bias))
+                    .i64_const(*value as i64)
+                    .i64_add();
+                self.push();
+            }
+            PushMem(w) => self.mem_read(*w),
+            PopMem(w) => self.mem_write(*w),
+            PushTask => self.push_import(ImportId::thread_pointer),
+            PushPid => self.push_import(ImportId::current_tid),
+            PushProcid => self.push_import(ImportId::current_cpu),
+            Vfyr | Vfyrw => {
+                let access = if matches!(insn.op, Vfyr) { 1 } else { 3 };
+                self.pop();
+                self.a
+                    .i()
+                    .i32_const(access)
+                    .call(self.ctx.import(ImportId::check_access));
+                self.a.i().i32_const(0).i32_ne().i64_extend_i32_u();
+                self.push();
+            }
+            Sx(t) => {
+                let off = self.body.insns[*t].offset as i64;
+                let blk =
+                    self.block_of[*t].expect("codegen invariant: sx targets start blocks") as i64;
+                self.frame_store(frame::HANDLER_OFF, |a| {
+                    a.i().i64_const(off);
+                });
+                self.frame_store(frame::HANDLER_BLOCK, |a| {
+                    a.i().i64_const(blk);
+                });
+            }
+            Ux => {
+                self.frame_store(frame::HANDLER_OFF, |a| {
+                    a.i().i64_const(hostabi::record::HANDLER_NONE as i64);
+                });
+                self.frame_store(frame::HANDLER_BLOCK, |a| {
+                    a.i().i64_const(-1);
+                });
+            }
+            Rx => {
+                self.flush();
+                // code = S[0], p1 = S[1], p2 = S[2], not popped.
+                self.sync_out();
+                for k in 0..3 {
+                    self.a
+                        .i()
+                        .local_get(TSP)
+                        .i32_const(k)
+                        .i32_add()
+                        .i32_const(1023)
+                        .i32_and()
+                        .i32_const(3)
+                        .i32_shl()
+                        .i64_load(mem(l::STACK, 3));
+                }
+                self.a
+                    .i()
+                    .i32_const(1)
+                    .call(self.ctx.helper(Helper::Raise))
+                    .local_tee(R)
+                    .i32_const(raised::IGNORED)
+                    .i32_ne();
+                let exc = self.exc;
+                self.a.br_if(exc);
+            }
+            PushX => {
+                for gl in [g::EXC_P2, g::EXC_P1, g::EXC_CODE] {
+                    self.a.i().global_get(gl);
+                    self.push();
+                }
+            }
+            PushLp | PushPlp | PushStp => {
+                let gl = match insn.op {
+                    PushLp => g::LP,
+                    PushPlp => g::PLP,
+                    _ => g::STP,
+                };
+                self.a.i().global_get(gl).i64_extend_i32_u();
+                self.push();
+            }
+            PopLp => {
+                self.pop();
+                self.a.i().call(self.ctx.helper(Helper::PopLp));
+            }
+            PopStp => {
+                self.pop();
+                self.a.i().call(self.ctx.helper(Helper::PopStp));
+            }
+            PurgeSt => {
+                self.a.i().i32_const(0).global_set(g::STP);
+            }
+            TracePv => {
+                self.pop_to(B);
+                self.pop_to(A);
+                self.frame_store(frame::PV_START, |a| {
+                    a.i().local_get(A).i64_const(1023).i64_and();
+                });
+                self.frame_store(frame::PV_COUNT, |a| {
+                    a.i().local_get(B);
+                });
+            }
+            TraceVars(space) => self.trace_vars(*space),
+            SlotImm(op, rel, k) => self.slot_op(*op, *rel, Some(*k)),
+            Slot(op, rel) => self.slot_op(*op, *rel, None),
+            SaveTsp => {
+                self.flush();
+                self.a.i().local_get(TSP).i64_extend_i32_u();
+                self.push();
+            }
+            RestoreTsp => {
+                self.flush();
+                self.pop();
+                self.a
+                    .i()
+                    .i32_wrap_i64()
+                    .i32_const(1023)
+                    .i32_and()
+                    .local_set(TSP);
+            }
+            SaveSbp => {
+                self.a.i().global_get(g::SBP).i64_extend_i32_u();
+                self.push();
+            }
+            RestoreSbp => {
+                self.pop();
+                self.a
+                    .i()
+                    .i32_wrap_i64()
+                    .i32_const(1023)
+                    .i32_and()
+                    .global_set(g::SBP);
+            }
+            Callk => {
+                self.sync_out();
+                self.a.i().call(self.ctx.import(ImportId::callk));
+            }
+            Malloc => self.helper_e(Helper::Malloc, None),
+            Free => self.helper_e(Helper::Free, None),
+            PushWid => self.push_const((-64i64) as u64),
+            PushH(w, k) | PopH(w, k) => {
+                let h = if matches!(insn.op, PushH(..)) {
+                    Helper::PushH
+                } else {
+                    Helper::PopH
+                };
+                self.sync_out();
+                self.a
+                    .i()
+                    .i32_const(w.bytes() as i32)
+                    .i32_const(*k as i32)
+                    .call(self.ctx.helper(h));
+                self.sync_in();
+                self.check_e();
+            }
+            PushIo(w) => {
+                self.flush();
+                self.pop_to(A);
+                self.a
+                    .i()
+                    .local_get(A)
+                    .i32_const(w.bytes() as i32)
+                    .i32_const(l::SCRATCH as i32)
+                    .call(self.ctx.import(ImportId::io_in));
+                self.io_check();
+                self.a.i().i32_const(0).i64_load(mem(l::SCRATCH, 3));
+                self.push();
+            }
+            PopIo(w) => {
+                self.flush();
+                self.pop_to(B);
+                self.pop_to(A);
+                self.a
+                    .i()
+                    .local_get(A)
+                    .i32_const(w.bytes() as i32)
+                    .local_get(B)
+                    .call(self.ctx.import(ImportId::io_out));
+                self.io_check();
+            }
+        }
+    }
+
+    /// Status (i32) of an I/O import on the stack: raise INVALID_OPERAND(5, port in A) unless OK.
+    fn io_check(&mut self) {
+        let bad = self.a.if_();
+        self.sync_out();
+        self.raise_with(
+            Exception::InvalidOperand,
+            |a| {
+                a.i().i64_const(5);
+            },
+            |a| {
+                a.i().local_get(A);
+            },
+        );
+        self.a.end(bad);
+    }
+
+    fn push_import(&mut self, id: ImportId) {
+        self.a.i().call(self.ctx.import(id));
+        self.push();
+    }
+
+    /// Calls a stack-using helper returning exception bits, with an optional i32 argument.
+    fn helper_e(&mut self, h: Helper, arg: Option<i32>) {
+        self.sync_out();
+        if let Some(v) = arg {
+            self.a.i().i32_const(v);
+        }
+        self.a.i().call(self.ctx.helper(h));
+        self.sync_in();
+        self.check_e();
+    }
+
+    fn divide(&mut self, signed: bool) {
+        self.flush();
+        self.pop_to(A); // y (divisor, TOS)
+        self.pop_to(B); // x
+        self.a.i().local_get(A).i64_eqz();
+        let zero = self.a.if_();
+        self.raise_const(Exception::DivideByZero, 0, 0);
+        self.a.end(zero);
+        if signed {
+            // MIN / -1: quot = MIN, rem = 0.
+            self.a
+                .i()
+                .local_get(B)
+                .i64_const(i64::MIN)
+                .i64_eq()
+                .local_get(A)
+                .i64_const(-1)
+                .i64_eq()
+                .i32_and();
+            let ovf = self.a.if_();
+            self.a
+                .i()
+                .i64_const(0)
+                .local_set(C)
+                .i64_const(i64::MIN)
+                .local_set(D);
+            self.a.else_();
+            self.a
+                .i()
+                .local_get(B)
+                .local_get(A)
+                .i64_rem_s()
+                .local_set(C);
+            self.a
+                .i()
+                .local_get(B)
+                .local_get(A)
+                .i64_div_s()
+                .local_set(D);
+            self.a.end(ovf);
+        } else {
+            self.a
+                .i()
+                .local_get(B)
+                .local_get(A)
+                .i64_rem_u()
+                .local_set(C);
+            self.a
+                .i()
+                .local_get(B)
+                .local_get(A)
+                .i64_div_u()
+                .local_set(D);
+        }
+        self.a.i().local_get(C);
+        self.push();
+        self.a.i().local_get(D);
+        self.push();
+    }
+
+    fn call(&mut self, p: ProcId, insn: &Insn) {
+        let callee = &self.program.procs[p];
+        let called = self.program.bodies[callee.body].insns[0].offset as i64;
+        let ret = (insn.offset + insn.op.size()) as i64;
+        self.sync_out();
+        self.a
+            .i()
+            .i64_const(called)
+            .i64_const(ret)
+            .call(self.ctx.helper(Helper::Enter));
+        self.check_e();
+        self.a
+            .i()
+            .call(self.ctx.body_func(callee.body))
+            .local_set(R);
+        self.a
+            .i()
+            .global_get(g::TSP)
+            .local_set(TSP)
+            .global_get(g::JC)
+            .local_set(JC);
+        // status RET: continue; TERMINATE: return it; EXCEPTION: dispatch in this frame.
+        let cont = self.a.block();
+        self.a.i().local_get(R);
+        self.a.br_if_zero(cont);
+        self.a
+            .i()
+            .local_get(R)
+            .i32_const(status::TERMINATE)
+            .i32_eq();
+        let term = self.a.if_();
+        self.a.i().i32_const(status::TERMINATE).return_();
+        self.a.end(term);
+        self.a
+            .i()
+            .call(self.ctx.helper(Helper::Dispatch))
+            .local_set(R);
+        let exc = self.exc;
+        self.a.br(exc);
+        self.a.end(cont);
+    }
+}
+
+impl Asm {
+    /// `i32.eqz; br_if l`: branch when the i32 on the stack is zero.
+    fn br_if_zero(&mut self, l: Label) {
+        self.i().i32_eqz();
+        self.br_if(l);
+    }
+}
+
+fn shift(a: &mut Asm, s: ShiftOp) {
+    match s {
+        ShiftOp::Shl => a.i().i64_shl(),
+        ShiftOp::Shr => a.i().i64_shr_u(),
+        ShiftOp::Rol => a.i().i64_rotl(),
+        ShiftOp::Ror => a.i().i64_rotr(),
+    };
+}
+
+fn prop_imm(a: &mut Asm, p: PropOp, n: u32) {
+    let low_mask = |n: u32| -> i64 {
+        if n >= 64 {
+            -1
+        } else {
+            ((1u64 << n) - 1) as i64
+        }
+    };
+    match p {
+        PropOp::Pbl => {
+            let s = (64 - n) as i64;
+            a.i().i64_const(s).i64_shl().i64_const(s).i64_shr_s();
+        }
+        PropOp::Pbr => {
+            let m = low_mask(n);
+            a.i().local_tee(A).i64_const(m).i64_or();
+            a.i().local_get(A).i64_const(!m).i64_and();
+            a.i()
+                .local_get(A)
+                .i64_const((n - 1) as i64)
+                .i64_shr_u()
+                .i64_const(1)
+                .i64_and()
+                .i32_wrap_i64();
+            a.i().select();
+        }
+        PropOp::Pzl => {
+            a.i().i64_const(low_mask(n)).i64_and();
+        }
+        PropOp::Pzr => {
+            a.i().i64_const(!low_mask(n - 1)).i64_and();
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! ELF symbol tables of module files (executables and shared objects), read
+//! with goblin: `.symtab` and `.dynsym`, name → link-time value, size and
+//! first instruction byte; `ET_DYN` (PIE or shared object) detection; the
+//! first `PT_LOAD` segment for load-bias computation; the interpreter path.
+//! This is what symbol resolution and `wprobe list` need. Never panics on a
+//! malformed file: every failure is an [`ElfError`].
+
+use std::path::{Path, PathBuf};
+
+use goblin::elf::{Elf, header, program_header, sym};
+
+/// A failure to read or parse a module file.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a well-formed ELF file.
+    #[error("{path}: not a valid ELF file: {msg}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// goblin's message.
+        msg: String,
+    },
+    /// The file is ELF but not x86-64 little-endian 64-bit.
+    #[error("{path}: not an x86-64 ELF file (machine {machine})")]
+    WrongArch {
+        /// The file.
+        path: PathBuf,
+        /// `e_machine`.
+        machine: u16,
+    },
+}
+
+/// Kind of a symbol, from `st_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SymKind {
+    /// `STT_FUNC` (and `STT_GNU_IFUNC`).
+    Func,
+    /// `STT_OBJECT` and `STT_TLS`.
+    Object,
+    /// Anything else with a value (`STT_NOTYPE` labels, …).
+    Other,
+}
+
+/// One defined symbol of a module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    /// Name as in the string table (no version suffix).
+    pub name: String,
+    /// Link-time value (`st_value`).
+    pub value: u64,
+    /// Size in bytes (`st_size`).
+    pub size: u64,
+    /// Kind.
+    pub kind: SymKind,
+    /// Global or weak binding (not local).
+    pub global: bool,
+    /// Found in `.dynsym` (otherwise `.symtab`).
+    pub dynamic: bool,
+}
+
+/// What the tracer needs to know about one module file.
+#[derive(Debug)]
+pub struct ElfInfo {
+    /// The file.
+    pub path: PathBuf,
+    /// `ET_DYN`: a PIE executable or a shared object (needs a load bias).
+    pub is_dyn: bool,
+    /// `e_entry`.
+    pub entry: u64,
+    /// `(p_vaddr, p_offset)` of the first `PT_LOAD` segment.
+    pub first_load: Option<(u64, u64)>,
+    /// `PT_INTERP`, when present.
+    pub interp: Option<String>,
+    /// Defined symbols, sorted by name then value; deduplicated across tables.
+    pub symbols: Vec<Symbol>,
+    /// `PT_LOAD` segments: `(p_vaddr, p_memsz, p_offset, p_filesz, p_flags)`.
+    segments: Vec<(u64, u64, u64, u64, u32)>,
+    bytes: Vec<u8>,
+}
+
+/// The result of looking a name up.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// Exactly one symbol (exact match, or the unique case-insensitive one).
+    Found(&'a Symbol),
+    /// No such symbol.
+    NotFound,
+    /// Several case-insensitive matches and no exact one.
+    Ambiguous(Vec<&'a Symbol>),
+}
+
+impl ElfInfo {
+    /// Reads and parses a module file.
+    pub fn open(path: &Path) -> Result<ElfInfo, ElfError> {
+        let bytes = std::fs::read(path).map_err(|source| ElfError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_bytes(path, bytes)
+    }
+
+    /// Parses a module from its bytes; `path` is used in messages only.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<ElfInfo, ElfError> {
+        let perr = |e: goblin::error::Error| ElfError::Parse {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        };
+        let elf = Elf::parse(&bytes).map_err(perr)?;
+        if elf.header.e_machine != header::EM_X86_64 || !elf.is_64 || !elf.little_endian {
+            return Err(ElfError::WrongArch {
+                path: path.to_path_buf(),
+                machine: elf.header.e_machine,
+            });
+        }
+        let segments: Vec<_> = elf
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == program_header::PT_LOAD)
+            .map(|p| (p.p_vaddr, p.p_memsz, p.p_offset, p.p_filesz, p.p_flags))
+            .collect();
+        let mut symbols = Vec::new();
+        let mut collect = |syms: &goblin::elf::Symtab<'_>,
+                           strtab: &goblin::strtab::Strtab<'_>,
+                           dynamic: bool| {
+            for s in syms.iter() {
+                if s.st_shndx == 0 || s.st_type() == sym::STT_SECTION || s.st_type() == sym::STT_FILE {
+                    continue;
+                }
+                let Some(name) = strtab.get_at(s.st_name) else { continue };
+                if name.is_empty() {
+                    continue;
+                }
+                let kind = match s.st_type() {
+                    sym::STT_FUNC | sym::STT_GNU_IFUNC => SymKind::Func,
+                    sym::STT_OBJECT | sym::STT_TLS => SymKind::Object,
+                    _ => SymKind::Other,
+                };
+                symbols.push(Symbol {
+                    name: name.to_string(),
+                    value: s.st_value,
+                    size: s.st_size,
+                    kind,
+                    global: s.st_bind() != sym::STB_LOCAL,
+                    dynamic,
+                });
+            }
+        };
+        collect(&elf.syms, &elf.strtab, false);
+        collect(&elf.dynsyms, &elf.dynstrtab, true);
+        symbols.sort_by(|a, b| (&a.name, a.value, a.dynamic).cmp(&(&b.name, b.value, b.dynamic)));
+        symbols.dedup_by(|b, a| a.name == b.name && a.value == b.value);
+        let info = ElfInfo {
+            path: path.to_path_buf(),
+            is_dyn: elf.header.e_type == header::ET_DYN,
+            entry: elf.entry,
+            first_load: segments.first().map(|s| (s.0, s.2)),
+            interp: elf.interpreter.map(str::to_string),
+            symbols,
+            segments,
+            bytes: Vec::new(),
+        };
+        Ok(ElfInfo { bytes, ..info })
+    }
+
+    /// Looks a symbol up: an exact match first, then a unique case-insensitive
+    /// one (spec §16 [A 2]). Several symbols with the exact name and different
+    /// values (local statics in different files) are `Ambiguous`.
+    pub fn lookup(&self, name: &str) -> Lookup<'_> {
+        let i = self.symbols.partition_point(|s| s.name.as_str() < name);
+        let exact: Vec<&Symbol> = self.symbols[i..].iter().take_while(|s| s.name == name).collect();
+        match exact.len() {
+            1 => return Lookup::Found(exact[0]),
+            0 => {}
+            _ => {
+                // Prefer the global definition if exactly one is global.
+                let globals: Vec<_> = exact.iter().copied().filter(|s| s.global).collect();
+                if globals.len() == 1 {
+                    return Lookup::Found(globals[0]);
+                }
+                return Lookup::Ambiguous(exact);
+            }
+        }
+        let ci: Vec<&Symbol> = self
+            .symbols
+            .iter()
+            .filter(|s| s.name.eq_ignore_ascii_case(name))
+            .collect();
+        match ci.len() {
+            0 => Lookup::NotFound,
+            1 => Lookup::Found(ci[0]),
+            _ => Lookup::Ambiguous(ci),
+        }
+    }
+
+    /// The symbol whose range `[value, value+size)` contains `vaddr` (or equals it
+    /// for size 0), preferring functions. Linear scan: meant for listings and messages.
+    pub fn symbol_at(&self, vaddr: u64) -> Option<&Symbol> {
+        self.symbols
+            .iter()
+            .filter(|s| s.value == vaddr || (s.value < vaddr && vaddr < s.value.saturating_add(s.size)))
+            .min_by_key(|s| (s.kind != SymKind::Func, vaddr - s.value))
+    }
+
+    /// File offset of link-time address `vaddr`, if it lies in a file-backed
+    /// part of a `PT_LOAD` segment.
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.segments.iter().find_map(|&(va, _memsz, off, filesz, _)| {
+            (va <= vaddr && vaddr < va.saturating_add(filesz)).then(|| off + (vaddr - va))
+        })
+    }
+
+    /// Whether `vaddr` lies in an executable `PT_LOAD` segment.
+    pub fn is_exec_vaddr(&self, vaddr: u64) -> bool {
+        self.segments.iter().any(|&(va, memsz, _, _, flags)| {
+            flags & program_header::PF_X != 0 && va <= vaddr && vaddr < va.saturating_add(memsz)
+        })
+    }
+
+    /// Up to `n` bytes of the file at link-time address `vaddr` (fewer at the
+    /// end of the segment's file image).
+    pub fn bytes_at(&self, vaddr: u64, n: usize) -> Option<&[u8]> {
+        let off = usize::try_from(self.file_offset(vaddr)?).ok()?;
+        let seg_end = self.segments.iter().find_map(|&(va, _, o, fs, _)| {
+            (va <= vaddr && vaddr < va.saturating_add(fs)).then_some(o.saturating_add(fs))
+        })?;
+        let end = off
+            .saturating_add(n)
+            .min(usize::try_from(seg_end).ok()?)
+            .min(self.bytes.len());
+        self.bytes.get(off..end)
+    }
+
+    /// The first byte of the instruction at `vaddr` (the `opcode =` of a probe).
+    pub fn first_byte(&self, vaddr: u64) -> Option<u8> {
+        self.bytes_at(vaddr, 1).and_then(|b| b.first().copied())
+    }
+
+    /// The whole file.
+    pub fn file_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_test_binary_has_symbols() {
+        let exe = std::env::current_exe().unwrap();
+        let info = ElfInfo::open(&exe).unwrap();
+        assert!(info.first_load.is_some());
+        assert!(!info.symbols.is_empty());
+        assert!(matches!(info.lookup("main"), Lookup::Found(_)));
+        assert_eq!(info.lookup("no_such_symbol_xyz"), Lookup::NotFound);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for len in [0, 4, 16, 64] {
+            let mut b = vec![0u8; len];
+            if len >= 4 {
+                b[..4].copy_from_slice(b"\x7fELF");
+            }
+            assert!(ElfInfo::from_bytes(Path::new("x"), b).is_err());
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Running handlers: one store per run holding every program's instance
+//! (so global variables are shared and local variables persist), fuel set
+//! before each call, traps and fuel exhaustion turned into counted outcomes.
+//! A trapping or runaway handler never stops the run.
+
+use crate::engine;
+use crate::host::{HostState, add_to_linker};
+use crate::load::LoadedModule;
+use hostabi::Outcome;
+use hostabi::env::HitEnv;
+use hostabi::manifest::Manifest;
+use wasmtime::{Engine, Instance, Linker, Memory, Store, StoreLimitsBuilder, Trap, TypedFunc};
+
+/// How a handler run ended, from the runtime's point of view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The handler returned this outcome.
+    Returned(Outcome),
+    /// Fuel ran out; records of the interrupted run were flushed when the module could.
+    FuelExhausted,
+    /// The handler trapped (message says why); nothing of this run was emitted.
+    Trapped(String),
+}
+
+/// One loaded program: its instance and handler functions.
+pub struct Program {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// Whether it writes registers or memory.
+    pub writes: bool,
+    memory: Memory,
+    handlers: Vec<TypedFunc<(), i32>>,
+    flush: Option<TypedFunc<(), i32>>,
+    /// Fuel per hit.
+    pub fuel: u64,
+    /// The instance (for tests that inspect exports).
+    pub instance: Instance,
+}
+
+/// The handlers of a run.
+pub struct Runner<E: HitEnv + 'static> {
+    /// The store (its data holds the hit environment and the sink).
+    pub store: Store<HostState<E>>,
+    linker: Linker<HostState<E>>,
+    /// Loaded programs, in load order.
+    pub programs: Vec<Program>,
+}
+
+impl<E: HitEnv + 'static> Runner<E> {
+    /// An empty runner around `env`.
+    pub fn new(engine: &Engine, env: E) -> anyhow::Result<Self> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(engine::MAX_MEMORY_BYTES)
+            .trap_on_grow_failure(false)
+            .build();
+        let mut store = Store::new(engine, HostState::new(env, limits));
+        store.limiter(|s| &mut s.limits);
+        let mut linker = Linker::new(engine);
+        add_to_linker(&mut linker)?;
+        Ok(Runner {
+            store,
+            linker,
+            programs: Vec::new(),
+        })
+    }
+
+    /// Instantiates a loaded module; returns its program index.
+    pub fn add(&mut self, m: &LoadedModule, fuel_override: Option<u64>) -> anyhow::Result<usize> {
+        self.store.set_fuel(engine::FLUSH_FUEL)?;
+        let instance = self.linker.instantiate(&mut self.store, &m.module)?;
+        let memory = instance
+            .get_memory(&mut self.store, hostabi::MEMORY_EXPORT)
+            .ok_or_else(|| anyhow::anyhow!("module does not export its memory"))?;
+        let mut handlers = Vec::with_capacity(m.manifest.probes.len());
+        for p in &m.manifest.probes {
+            handlers.push(instance.get_typed_func::<(), i32>(&mut self.store, &p.export)?);
+        }
+        let flush = if m.has_flush {
+            Some(instance.get_typed_func::<(), i32>(&mut self.store, hostabi::FLUSH_EXPORT)?)
+        } else {
+            None
+        };
+        let fuel = engine::fuel_for(m.manifest.jmpmax, m.manifest.fuel, fuel_override);
+        self.programs.push(Program {
+            manifest: m.manifest.clone(),
+            writes: m.writes,
+            memory,
+            handlers,
+            flush,
+            fuel,
+            instance,
+        });
+        Ok(self.programs.len() - 1)
+    }
+
+    /// Runs handler `probe` of program `prog` against the store's current environment.
+    pub fn run(&mut self, prog: usize, probe: usize) -> RunOutcome {
+        let p = &self.programs[prog];
+        let (memory, handler, flush, fuel) = (p.memory, p.handlers[probe].clone(), p.flush.clone(), p.fuel);
+        self.store.data_mut().memory = Some(memory);
+        if self.store.set_fuel(fuel).is_err() {
+            return RunOutcome::Trapped("fuel is not enabled".into());
+        }
+        match handler.call(&mut self.store, ()) {
+            Ok(code) => match Outcome::from_code(code) {
+                Some(o) => RunOutcome::Returned(o),
+                None => RunOutcome::Trapped(format!("handler returned {code}, not an outcome code")),
+            },
+            Err(e) => {
+                if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
+                    if let Some(f) = flush {
+                        let _ = self.store.set_fuel(engine::FLUSH_FUEL);
+                        let _ = f.call(&mut self.store, ());
+                    }
+                    RunOutcome::FuelExhausted
+                } else {
+                    RunOutcome::Trapped(trap_message(&e))
+                }
+            }
+        }
+    }
+
+    /// Linear memory of a program (tests read local variables through it).
+    pub fn memory(&self, prog: usize) -> &[u8] {
+        self.programs[prog].memory.data(&self.store)
+    }
+}
+
+fn trap_message(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<Trap>() {
+        Some(t) => t.to_string(),
+        None => format!("{e:#}"),
+    }
+}

@@ -1,0 +1,3 @@
+//! Probe providers: the layers that arm probes in traced processes and deliver hits.
+
+pub mod ptrace;

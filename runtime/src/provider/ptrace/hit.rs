@@ -1,0 +1,332 @@
+//! The context of one hit: the stopped thread's register snapshot (read
+//! once per stop), lazily fetched FP/SSE and debug registers, memory access
+//! through the address space's [`ProcMem`] (original bytes under our
+//! `int3`s, writes only where the process could write), and identity. It
+//! implements [`HitEnv`] for handlers. Register writes go to the snapshot and
+//! are applied by the tracer when the hit is resumed. Never panics on any
+//! argument value.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::rc::Rc;
+
+use hostabi::Status;
+use hostabi::env::HitEnv;
+use hostabi::regs;
+
+use super::mem::ProcMem;
+use super::sys;
+use crate::arch::{self, FpRegs, Regs};
+
+/// What stopped the thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HitKind {
+    /// A breakpoint at this address.
+    Breakpoint(u64),
+    /// A hardware watchpoint on this address (debug register slot).
+    Watchpoint(u64, usize),
+}
+
+/// One hit of a stopped thread. Obtained from [`super::Event`]; valid until
+/// `on_event` returns.
+pub struct Hit {
+    tid: i32,
+    pid: i32,
+    kind: HitKind,
+    regs: Regs,
+    regs_dirty: bool,
+    fp: Option<FpRegs>,
+    dr: [u64; 8],
+    dr_valid: u8,
+    now: u64,
+    pub(super) mem: Option<Rc<RefCell<ProcMem>>>,
+    pub(super) stat: RefCell<Option<File>>,
+    /// Load bias of the handler's module in this process; set by the caller
+    /// before running the handler (what `load_bias()` returns).
+    pub module_bias: u64,
+}
+
+impl std::fmt::Debug for Hit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hit")
+            .field("tid", &self.tid)
+            .field("pid", &self.pid)
+            .field("kind", &self.kind)
+            .field("rip", &self.regs.rip)
+            .finish()
+    }
+}
+
+fn zero_regs() -> Regs {
+    // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+impl Hit {
+    pub(super) fn empty() -> Hit {
+        Hit {
+            tid: 0,
+            pid: 0,
+            kind: HitKind::Breakpoint(0),
+            regs: zero_regs(),
+            regs_dirty: false,
+            fp: None,
+            dr: [0; 8],
+            dr_valid: 0,
+            now: 0,
+            mem: None,
+            stat: RefCell::new(None),
+            module_bias: 0,
+        }
+    }
+
+    pub(super) fn reset(
+        &mut self,
+        tid: i32,
+        pid: i32,
+        kind: HitKind,
+        regs: Regs,
+        mem: Rc<RefCell<ProcMem>>,
+        stat: Option<File>,
+    ) {
+        self.tid = tid;
+        self.pid = pid;
+        self.kind = kind;
+        self.regs = regs;
+        self.regs_dirty = false;
+        self.fp = None;
+        self.dr_valid = 0;
+        self.now = sys::realtime_ns();
+        self.mem = Some(mem);
+        *self.stat.get_mut() = stat;
+        self.module_bias = 0;
+    }
+
+    /// What stopped the thread.
+    pub fn kind(&self) -> HitKind {
+        self.kind
+    }
+
+    /// The probe address (breakpoint) or watched address (watchpoint).
+    pub fn address(&self) -> u64 {
+        match self.kind {
+            HitKind::Breakpoint(a) | HitKind::Watchpoint(a, _) => a,
+        }
+    }
+
+    /// The register snapshot (RIP is the probe address for breakpoints).
+    pub fn regs(&self) -> &Regs {
+        &self.regs
+    }
+
+    /// Mutable snapshot: changes are applied to the thread when it resumes.
+    pub fn regs_mut(&mut self) -> &mut Regs {
+        self.regs_dirty = true;
+        &mut self.regs
+    }
+
+    pub(super) fn take_regs(&self) -> Regs {
+        self.regs
+    }
+
+    /// Sets the load bias returned by [`HitEnv::load_bias`].
+    pub fn set_module_bias(&mut self, bias: u64) {
+        self.module_bias = bias;
+    }
+
+    /// Runs `f` with an environment whose `gvars()` is `gvars`: the caller
+    /// lends the run's global variables for one handler run. Sound by
+    /// construction (plain borrows), and free (no allocation).
+    pub fn with_gvars<R>(&mut self, gvars: &mut [u64], f: impl FnOnce(&mut HitWithGvars<'_>) -> R) -> R {
+        let mut env = HitWithGvars { hit: self, gvars };
+        f(&mut env)
+    }
+
+    fn fpregs(&mut self) -> Option<&FpRegs> {
+        if self.fp.is_none() {
+            // SAFETY: user_fpregs_struct is plain integers; all-zero is valid.
+            let mut f: FpRegs = unsafe { std::mem::zeroed() };
+            sys::getfpregs(self.tid, &mut f).ok()?;
+            self.fp = Some(f);
+        }
+        self.fp.as_ref()
+    }
+
+    fn debugreg(&mut self, n: usize) -> Option<u64> {
+        if self.dr_valid & (1 << n) == 0 {
+            self.dr[n] = sys::peekuser(self.tid, arch::debugreg_offset(n)).ok()?;
+            self.dr_valid |= 1 << n;
+        }
+        Some(self.dr[n])
+    }
+
+    fn cpu_of_thread(&self) -> u64 {
+        let mut slot = self.stat.borrow_mut();
+        if slot.is_none() {
+            *slot = File::open(format!("/proc/{}/task/{}/stat", self.pid, self.tid)).ok();
+        }
+        let Some(f) = slot.as_ref() else { return 0 };
+        let mut buf = [0u8; 1024];
+        let n = sys::pread(f, &mut buf, 0).unwrap_or(0);
+        parse_stat_cpu(&buf[..n]).unwrap_or(0)
+    }
+}
+
+/// Field 39 (`processor`) of a `/proc/TID/stat` line.
+pub fn parse_stat_cpu(line: &[u8]) -> Option<u64> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&line[close + 1..]).ok()?;
+    // Fields after the command: the first is field 3 (state).
+    rest.split_ascii_whitespace().nth(39 - 3)?.parse().ok()
+}
+
+impl HitEnv for Hit {
+    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
+        if let Some(v) = arch::gpr(&self.regs, reg) {
+            return (part == 0).then_some(v);
+        }
+        if let Some(n) = arch::dr_index(reg) {
+            return if part == 0 { self.debugreg(n) } else { None };
+        }
+        if arch::is_fp_id(reg) {
+            return arch::fp(self.fpregs()?, reg, part);
+        }
+        None
+    }
+
+    fn write_reg(&mut self, reg: u16, value: u64) -> Status {
+        match regs::by_id(reg) {
+            None => Status::BadArgument,
+            Some(info) if !info.writable || info.is_alias() => Status::ReadOnly,
+            Some(_) => match arch::writable_gpr_mut(&mut self.regs, reg) {
+                Some(slot) => {
+                    *slot = value;
+                    self.regs_dirty = true;
+                    Status::Ok
+                }
+                None => Status::ReadOnly,
+            },
+        }
+    }
+
+    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        match &self.mem {
+            Some(m) => m.borrow_mut().read(addr, buf),
+            None => 0,
+        }
+    }
+
+    fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
+        let tid = self.tid;
+        match &self.mem {
+            Some(m) if m.borrow_mut().write_checked(tid, addr, data) => Status::Ok,
+            _ => Status::Fault,
+        }
+    }
+
+    fn check_access(&mut self, addr: u64, write: bool) -> bool {
+        match &self.mem {
+            Some(m) => m.borrow_mut().range_ok(addr, 1, write) == 1,
+            None => false,
+        }
+    }
+
+    fn tid(&self) -> u64 {
+        self.tid as u64
+    }
+
+    fn pid(&self) -> u64 {
+        self.pid as u64
+    }
+
+    fn cpu(&self) -> u64 {
+        self.cpu_of_thread()
+    }
+
+    fn thread_pointer(&self) -> u64 {
+        self.regs.fs_base
+    }
+
+    fn load_bias(&self) -> u64 {
+        self.module_bias
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.now
+    }
+
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
+        // CPUID is available on every x86-64 CPU and has no side effects.
+        let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+        [r.eax, r.ebx, r.ecx, r.edx]
+    }
+
+    fn gvars(&mut self) -> &mut [u64] {
+        &mut []
+    }
+}
+
+/// A [`Hit`] with the run's global variables lent for one handler run
+/// (see [`Hit::with_gvars`]).
+pub struct HitWithGvars<'a> {
+    /// The hit.
+    pub hit: &'a mut Hit,
+    gvars: &'a mut [u64],
+}
+
+impl HitEnv for HitWithGvars<'_> {
+    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
+        self.hit.read_reg(reg, part)
+    }
+    fn write_reg(&mut self, reg: u16, value: u64) -> Status {
+        self.hit.write_reg(reg, value)
+    }
+    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        self.hit.read_mem(addr, buf)
+    }
+    fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
+        self.hit.write_mem(addr, data)
+    }
+    fn check_access(&mut self, addr: u64, write: bool) -> bool {
+        self.hit.check_access(addr, write)
+    }
+    fn tid(&self) -> u64 {
+        self.hit.tid()
+    }
+    fn pid(&self) -> u64 {
+        self.hit.pid()
+    }
+    fn cpu(&self) -> u64 {
+        self.hit.cpu()
+    }
+    fn thread_pointer(&self) -> u64 {
+        self.hit.thread_pointer()
+    }
+    fn load_bias(&self) -> u64 {
+        self.hit.load_bias()
+    }
+    fn now_ns(&self) -> u64 {
+        self.hit.now_ns()
+    }
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
+        self.hit.cpuid(leaf, subleaf)
+    }
+    fn gvars(&mut self) -> &mut [u64] {
+        self.gvars
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_cpu_field() {
+        let mut line = String::from("123 (a) b) c) S");
+        for i in 4..=52 {
+            line.push_str(&format!(" {i}"));
+        }
+        assert_eq!(parse_stat_cpu(line.as_bytes()), Some(39));
+        assert_eq!(parse_stat_cpu(b"garbage"), None);
+    }
+}

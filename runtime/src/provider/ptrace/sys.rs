@@ -1,0 +1,255 @@
+//! Thin wrappers over the ptrace, wait and memory system calls used by the
+//! provider. Each returns `Err(Errno)` exactly as the kernel reported it;
+//! the callers decide what `ESRCH` means (thread gone, see RELIABILITY H8).
+//! Nothing here keeps state or retries anything but `EINTR`.
+
+use std::os::fd::{AsRawFd, RawFd};
+
+use nix::errno::Errno;
+
+use crate::arch::{FpRegs, Regs};
+
+/// `PTRACE_O_*` options every tracee gets (RELIABILITY H2).
+pub const OPTIONS_BASE: libc::c_int = libc::PTRACE_O_TRACESYSGOOD
+    | libc::PTRACE_O_TRACEFORK
+    | libc::PTRACE_O_TRACEVFORK
+    | libc::PTRACE_O_TRACECLONE
+    | libc::PTRACE_O_TRACEEXEC
+    | libc::PTRACE_O_TRACEEXIT
+    | libc::PTRACE_O_TRACEVFORKDONE;
+
+fn req(request: libc::c_uint, tid: i32, addr: usize, data: usize) -> Result<libc::c_long, Errno> {
+    Errno::clear();
+    // SAFETY: ptrace with an integer addr/data pair; requests that write
+    // through `data` are not issued via this helper (they use `req_ptr` with
+    // a pointer to a live, correctly sized buffer).
+    let r = unsafe { libc::ptrace(request, tid, addr as *mut libc::c_void, data as *mut libc::c_void) };
+    if r == -1 {
+        let e = Errno::last();
+        // PEEK* requests return data, so -1 is ambiguous: errno decides.
+        if e != Errno::UnknownErrno {
+            return Err(e);
+        }
+    }
+    Ok(r)
+}
+
+fn req_ptr<T>(request: libc::c_uint, tid: i32, addr: usize, data: *mut T) -> Result<(), Errno> {
+    // SAFETY: `data` points to a live buffer of the type the kernel writes or
+    // reads for this request (checked at each call site below).
+    let r = unsafe { libc::ptrace(request, tid, addr as *mut libc::c_void, data.cast::<libc::c_void>()) };
+    if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// PTRACE_SEIZE with `options`.
+pub fn seize(tid: i32, options: libc::c_int) -> Result<(), Errno> {
+    req(libc::PTRACE_SEIZE, tid, 0, options as usize).map(drop)
+}
+
+/// PTRACE_INTERRUPT.
+pub fn interrupt(tid: i32) -> Result<(), Errno> {
+    req(libc::PTRACE_INTERRUPT, tid, 0, 0).map(drop)
+}
+
+/// PTRACE_LISTEN (stay in group-stop, report SIGCONT and new signals).
+pub fn listen(tid: i32) -> Result<(), Errno> {
+    req(libc::PTRACE_LISTEN, tid, 0, 0).map(drop)
+}
+
+/// PTRACE_CONT delivering `sig` (0 for none).
+pub fn cont(tid: i32, sig: i32) -> Result<(), Errno> {
+    req(libc::PTRACE_CONT, tid, 0, sig as usize).map(drop)
+}
+
+/// PTRACE_SINGLESTEP delivering `sig`.
+pub fn singlestep(tid: i32, sig: i32) -> Result<(), Errno> {
+    req(libc::PTRACE_SINGLESTEP, tid, 0, sig as usize).map(drop)
+}
+
+/// PTRACE_DETACH delivering `sig`.
+pub fn detach(tid: i32, sig: i32) -> Result<(), Errno> {
+    req(libc::PTRACE_DETACH, tid, 0, sig as usize).map(drop)
+}
+
+/// PTRACE_GETREGS.
+pub fn getregs(tid: i32, out: &mut Regs) -> Result<(), Errno> {
+    // `out` is a user_regs_struct, what PTRACE_GETREGS writes.
+    req_ptr(libc::PTRACE_GETREGS, tid, 0, out as *mut Regs)
+}
+
+/// PTRACE_SETREGS.
+pub fn setregs(tid: i32, regs: &Regs) -> Result<(), Errno> {
+    // The kernel only reads the user_regs_struct.
+    req_ptr(libc::PTRACE_SETREGS, tid, 0, regs as *const Regs as *mut Regs)
+}
+
+/// PTRACE_GETFPREGS.
+pub fn getfpregs(tid: i32, out: &mut FpRegs) -> Result<(), Errno> {
+    // `out` is a user_fpregs_struct (512 bytes, FXSAVE layout).
+    req_ptr(libc::PTRACE_GETFPREGS, tid, 0, out as *mut FpRegs)
+}
+
+/// PTRACE_GETSIGINFO.
+pub fn getsiginfo(tid: i32) -> Result<libc::siginfo_t, Errno> {
+    // SAFETY: siginfo_t is plain data; all-zero is a valid value.
+    let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    req_ptr(libc::PTRACE_GETSIGINFO, tid, 0, &mut si as *mut libc::siginfo_t)?;
+    Ok(si)
+}
+
+/// PTRACE_GETEVENTMSG.
+pub fn geteventmsg(tid: i32) -> Result<u64, Errno> {
+    let mut v: libc::c_ulong = 0;
+    req_ptr(libc::PTRACE_GETEVENTMSG, tid, 0, &mut v as *mut libc::c_ulong)?;
+    Ok(v)
+}
+
+/// PTRACE_PEEKUSER at byte offset `off` of `struct user`.
+pub fn peekuser(tid: i32, off: usize) -> Result<u64, Errno> {
+    req(libc::PTRACE_PEEKUSER, tid, off, 0).map(|v| v as u64)
+}
+
+/// PTRACE_POKEUSER.
+pub fn pokeuser(tid: i32, off: usize, val: u64) -> Result<(), Errno> {
+    req(libc::PTRACE_POKEUSER, tid, off, val as usize).map(drop)
+}
+
+/// PTRACE_PEEKDATA (one word).
+pub fn peekdata(tid: i32, addr: u64) -> Result<u64, Errno> {
+    req(libc::PTRACE_PEEKDATA, tid, addr as usize, 0).map(|v| v as u64)
+}
+
+/// PTRACE_POKEDATA (one word).
+pub fn pokedata(tid: i32, addr: u64, val: u64) -> Result<(), Errno> {
+    req(libc::PTRACE_POKEDATA, tid, addr as usize, val as usize).map(drop)
+}
+
+/// waitpid with `__WALL | __WNOTHREAD | flags` (only this thread's tracees
+/// and children: other threads of the host process keep theirs);
+/// `Ok(None)` when WNOHANG found nothing.
+pub fn wait(pid: i32, flags: libc::c_int) -> Result<Option<(i32, i32)>, Errno> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a live c_int the kernel writes.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::__WNOTHREAD | flags) };
+        match r {
+            -1 if Errno::last() == Errno::EINTR => continue,
+            -1 => return Err(Errno::last()),
+            0 => return Ok(None),
+            tid => return Ok(Some((tid, status))),
+        }
+    }
+}
+
+/// process_vm_readv of `buf.len()` bytes at `addr`; returns bytes read (may be short).
+pub fn vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, which is live and writable for its
+    // length; `remote` is only interpreted in the other process.
+    let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if r < 0 { Err(Errno::last()) } else { Ok(r as usize) }
+}
+
+/// process_vm_writev of `data` at `addr` (honours the target's page
+/// protections); returns bytes written.
+pub fn vm_write(pid: i32, addr: u64, data: &[u8]) -> Result<usize, Errno> {
+    let local = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: `local` describes `data`, live for its length; the kernel only
+    // reads it. `remote` is only interpreted in the other process.
+    let r = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    if r < 0 { Err(Errno::last()) } else { Ok(r as usize) }
+}
+
+/// pread on a file descriptor (e.g. /proc/PID/mem); returns bytes read.
+pub fn pread(fd: &impl AsRawFd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
+    pread_raw(fd.as_raw_fd(), buf, off)
+}
+
+/// pread on a raw descriptor.
+pub fn pread_raw(fd: RawFd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
+    loop {
+        // SAFETY: `buf` is live and writable for its length.
+        let r = unsafe { libc::pread64(fd, buf.as_mut_ptr().cast(), buf.len(), off as i64) };
+        match r {
+            -1 if Errno::last() == Errno::EINTR => continue,
+            -1 => return Err(Errno::last()),
+            n => return Ok(n as usize),
+        }
+    }
+}
+
+/// pwrite on a file descriptor (e.g. /proc/PID/mem); returns bytes written.
+pub fn pwrite(fd: &impl AsRawFd, data: &[u8], off: u64) -> Result<usize, Errno> {
+    loop {
+        // SAFETY: `data` is live for its length; the kernel only reads it.
+        let r = unsafe { libc::pwrite64(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), off as i64) };
+        match r {
+            -1 if Errno::last() == Errno::EINTR => continue,
+            -1 => return Err(Errno::last()),
+            n => return Ok(n as usize),
+        }
+    }
+}
+
+/// tgkill(tgid, tid, sig).
+pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: plain syscall with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) };
+    if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// Decoded `waitpid` status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Exited with a code.
+    Exited(i32),
+    /// Killed by a signal.
+    Signaled(i32),
+    /// ptrace-stopped: `sig` = WSTOPSIG, `event` = status >> 16.
+    Stopped {
+        /// WSTOPSIG.
+        sig: i32,
+        /// PTRACE_EVENT_* or 0.
+        event: i32,
+    },
+    /// Anything else (continued).
+    Other,
+}
+
+/// Decodes a raw wait status.
+pub fn decode_status(st: i32) -> Status {
+    if libc::WIFEXITED(st) {
+        Status::Exited(libc::WEXITSTATUS(st))
+    } else if libc::WIFSIGNALED(st) {
+        Status::Signaled(libc::WTERMSIG(st))
+    } else if libc::WIFSTOPPED(st) {
+        Status::Stopped {
+            sig: libc::WSTOPSIG(st),
+            event: (st >> 16) & 0xff,
+        }
+    } else {
+        Status::Other
+    }
+}
+
+/// CLOCK_REALTIME in ns.
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live timespec the kernel writes.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}

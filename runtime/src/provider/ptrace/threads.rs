@@ -1,0 +1,117 @@
+//! Bookkeeping of traced threads and processes: which tids we trace, whether
+//! each is running or held in a ptrace-stop (and with which signal it must
+//! resume), and per process its address space, threads, debug-register
+//! slots and relation to its parent. Pure data; no system calls.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::rc::Rc;
+
+use super::mem::ProcMem;
+use super::rdebug::RDebug;
+use super::{WatchKind, WpId};
+
+/// Where a traced thread is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TState {
+    /// Resumed by us; a stop will be reported.
+    Running,
+    /// In a ptrace-stop we hold; resume with `Thread::sig`.
+    Held,
+    /// In group-stop, restarted with PTRACE_LISTEN (stopped for the program).
+    Listening,
+}
+
+/// A traced thread.
+#[derive(Debug)]
+pub struct Thread {
+    /// Its process (thread group id).
+    pub pid: i32,
+    /// Where it is.
+    pub state: TState,
+    /// Signal to deliver when it is resumed (0 for none).
+    pub sig: i32,
+    /// Auto-attached and its initial stop not seen yet.
+    pub new: bool,
+    /// `/proc/PID/task/TID/stat`, opened lazily by a hit's `cpu()`.
+    pub stat: Option<File>,
+}
+
+impl Thread {
+    /// A thread in state `state`.
+    pub fn new(pid: i32, state: TState, new: bool) -> Thread {
+        Thread { pid, state, sig: 0, new, stat: None }
+    }
+}
+
+/// How a traced process is treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcKind {
+    /// Probed; hits are reported.
+    Traced,
+    /// A vfork child we do not follow: it shares the parent's memory (with our
+    /// `int3`s), so we step it over hits silently until it execs or exits.
+    VforkShadow,
+    /// A fork child we do not follow: scrub its inherited `int3`s and detach
+    /// it at its first stop.
+    Scrub,
+}
+
+/// One debug-register slot in use.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchSlot {
+    /// Its id.
+    pub id: WpId,
+    /// Watched address.
+    pub addr: u64,
+    /// Length (1, 2, 4, 8).
+    pub len: u8,
+    /// Kind.
+    pub kind: WatchKind,
+}
+
+/// A traced process.
+#[derive(Debug)]
+pub struct Process {
+    /// Thread group id.
+    pub pid: i32,
+    /// Its address space.
+    pub mem: Rc<RefCell<ProcMem>>,
+    /// Its traced threads.
+    pub threads: Vec<i32>,
+    /// Debug-register slots DR0-DR3.
+    pub wps: [Option<WatchSlot>; 4],
+    /// Treatment.
+    pub kind: ProcKind,
+    /// Parent process (0 when launched or attached).
+    pub parent: i32,
+    /// The dynamic linker's hook, when armed.
+    pub rdebug: Option<RDebug>,
+    /// We launched it (let it run on at detach; no journal).
+    pub launched: bool,
+}
+
+impl Process {
+    /// A process with one address space and no threads yet.
+    pub fn new(pid: i32, mem: Rc<RefCell<ProcMem>>, kind: ProcKind, parent: i32, launched: bool) -> Process {
+        Process {
+            pid,
+            mem,
+            threads: Vec::new(),
+            wps: [None; 4],
+            kind,
+            parent,
+            rdebug: None,
+            launched,
+        }
+    }
+
+    /// DR7 value for the slots in use.
+    pub fn dr7(&self) -> u64 {
+        self.wps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.map(|w| crate::arch::dr7_bits(i, w.len, w.kind)))
+            .fold(0, |a, b| a | b)
+    }
+}

@@ -1,0 +1,3 @@
+//! The integration test binary: one file per behaviour.
+
+mod examples;

@@ -1,0 +1,195 @@
+//! Helpers shared by the integration tests and benchmarks: building RPN
+//! programs, validating every module, and running a handler both in the
+//! reference interpreter and compiled under wasmtime on the same synthetic
+//! hit, so the two can be compared.
+
+use hostabi::Outcome;
+use rpn2wasm::ast::Program;
+use rpn2wasm::interp::{self, Limits, ProgramState, Record, RecordKind};
+use rpn2wasm::model::ModelEnv;
+use runtime::handlers::{RunOutcome, Runner};
+use runtime::sink::RecordKind as SinkKind;
+use std::path::{Path, PathBuf};
+
+/// The repository's copy of the example programs.
+pub fn examples_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+/// Symbols of the reference build of `probe_target` (examples/README of the spec).
+pub fn reference_symbols() -> rpn2wasm::symbols::MapSymbols {
+    use rpn2wasm::model::probe_target as t;
+    rpn2wasm::symbols::MapSymbols::new([
+        ("target_fn", t::TARGET_FN),
+        ("bump", t::BUMP),
+        ("main", t::MAIN),
+        ("greeting", t::GREETING),
+        ("origin", t::ORIGIN),
+        ("counter", t::COUNTER),
+    ])
+}
+
+/// Options with the reference symbols and `-D` definitions.
+pub fn options(defines: &[(&str, &str)]) -> rpn2wasm::Options {
+    rpn2wasm::Options {
+        defines: defines.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        include_dirs: Vec::new(),
+        symbols: Some(Box::new(reference_symbols())),
+    }
+}
+
+/// Runs the front end on a file, panicking with the rendered diagnostics.
+pub fn build_file(path: &Path, defines: &[(&str, &str)]) -> Program {
+    match rpn2wasm::frontend(path, &options(defines)) {
+        Ok((p, _)) => p,
+        Err((d, map)) => panic!("{} does not build:\n{}", path.display(), d.render(&map)),
+    }
+}
+
+/// Runs the front end on text, panicking with the rendered diagnostics.
+pub fn build_text(text: &str) -> Program {
+    match rpn2wasm::frontend_str(Path::new("test.rpn"), text, &options(&[])) {
+        Ok((p, _)) => p,
+        Err((d, map)) => panic!("program does not build:\n{}\n{text}", d.render(&map)),
+    }
+}
+
+/// Validates a module with wasmparser (every module compiled by a test goes through here).
+pub fn validate(wasm: &[u8]) {
+    if let Err(e) = wasmparser::Validator::new().validate_all(wasm) {
+        panic!("invalid module: {} at offset 0x{:x}", e.message(), e.offset());
+    }
+}
+
+/// Compiles a program to a validated module.
+pub fn compile(program: &Program) -> Vec<u8> {
+    let c = rpn2wasm::compile_program(program.clone());
+    validate(&c.wasm);
+    c.wasm
+}
+
+/// A wasmtime engine shared by a test binary (compiling the engine once).
+pub fn engine() -> &'static wasmtime::Engine {
+    static E: std::sync::OnceLock<wasmtime::Engine> = std::sync::OnceLock::new();
+    E.get_or_init(|| runtime::engine::new_engine().expect("engine"))
+}
+
+/// The result of one hit, comparable across the two engines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HitResult {
+    /// How the run ended (`None`: the Wasm run trapped or ran out of fuel).
+    pub outcome: Option<Outcome>,
+    /// Records in emission order.
+    pub records: Vec<Record>,
+}
+
+/// A program loaded in both engines, with persistent variables.
+pub struct Pair {
+    /// The program.
+    pub program: Program,
+    state: ProgramState,
+    gvars: Vec<u64>,
+    runner: Runner<ModelEnv>,
+    /// Interpreter limits.
+    pub limits: Limits,
+}
+
+impl Pair {
+    /// Compiles and loads `program`; `fuel` overrides the fuel per hit.
+    pub fn new(program: Program, fuel: Option<u64>) -> Pair {
+        let wasm = compile(&program);
+        let loaded = runtime::load::load(engine(), &wasm, None).expect("load compiled module");
+        let mut runner = Runner::new(engine(), ModelEnv::new()).expect("runner");
+        runner.add(&loaded, fuel).expect("instantiate");
+        let gvars = vec![0; program.header.gvars as usize];
+        Pair {
+            state: ProgramState::new(&program),
+            program,
+            gvars,
+            runner,
+            limits: Limits::default(),
+        }
+    }
+
+    /// Runs probe `probe` on `env` in the interpreter; returns the result, the env afterwards
+    /// and whether the instruction budget ran out.
+    pub fn interp(&mut self, probe: usize, env: &ModelEnv) -> (HitResult, ModelEnv, bool) {
+        let mut env = env.clone();
+        env.gvars = self.gvars.clone();
+        let r = interp::run(&self.program, probe, &mut self.state, &mut env, &self.limits);
+        self.gvars = env.gvars.clone();
+        let budget = r.outcome == Outcome::BudgetExceeded;
+        (
+            HitResult {
+                outcome: Some(r.outcome),
+                records: r.records,
+            },
+            env,
+            budget,
+        )
+    }
+
+    /// Runs probe `probe` on `env` compiled; returns the result and the env afterwards.
+    pub fn wasm(&mut self, probe: usize, env: &ModelEnv, gvars: &[u64]) -> (HitResult, ModelEnv, RunOutcome) {
+        let mut env = env.clone();
+        env.gvars = gvars.to_vec();
+        self.runner.store.data_mut().env = env;
+        self.runner.store.data_mut().sink.clear();
+        let out = self.runner.run(0, probe);
+        let data = self.runner.store.data();
+        let records = data
+            .sink
+            .records
+            .iter()
+            .map(|r| Record {
+                kind: match r.kind {
+                    SinkKind::Log => RecordKind::Log {
+                        major: r.major,
+                        minor: r.minor,
+                    },
+                    SinkKind::StackTrace => RecordKind::StackTrace,
+                },
+                data: data.sink.data(r).to_vec(),
+                items: data.sink.item_words(r).to_vec(),
+            })
+            .collect();
+        let outcome = match &out {
+            RunOutcome::Returned(o) => Some(*o),
+            RunOutcome::FuelExhausted => Some(Outcome::BudgetExceeded),
+            RunOutcome::Trapped(_) => None,
+        };
+        (HitResult { outcome, records }, data.env.clone(), out)
+    }
+
+    /// Local variables of the compiled instance.
+    pub fn wasm_locals(&self) -> Vec<u64> {
+        let mem = self.runner.memory(0);
+        let base = rpn2wasm::codegen::layout::VARS as usize;
+        (0..self.program.header.vars as usize)
+            .map(|i| {
+                let b = &mem[base + 8 * i..base + 8 * i + 8];
+                u64::from_le_bytes(b.try_into().expect("8 bytes"))
+            })
+            .collect()
+    }
+
+    /// Local variables of the interpreter.
+    pub fn interp_locals(&self) -> &[u64] {
+        &self.state.locals
+    }
+
+    /// Runs one hit in both engines and asserts identical results, env and
+    /// variables; returns the interpreter's result (`None` when its budget ran out).
+    pub fn both(&mut self, probe: usize, env: &ModelEnv, what: &str) -> Option<HitResult> {
+        let gvars_before = self.gvars.clone();
+        let (ri, ei, budget) = self.interp(probe, env);
+        let (rw, ew, raw) = self.wasm(probe, env, &gvars_before);
+        if budget {
+            return None;
+        }
+        assert_eq!(rw, ri, "{what}: compiled vs interpreter records/outcome differ (wasm run: {raw:?})");
+        assert_eq!(ew, ei, "{what}: environment after the hit differs");
+        assert_eq!(self.wasm_locals(), self.interp_locals(), "{what}: local variables differ");
+        Some(ri)
+    }
+}
