@@ -1,15 +1,16 @@
 //! Diagnostics: stable codes, messages and spans, rendered as
 //! `path:line:col: error[CODE]: message` + the source line + a caret.
 //!
-//! Every build error of the front end (spec §7) has one stable code, listed in
-//! [`CODES`] with a one-line description. Codes are grouped by stage:
-//! `E000x` lexical, `E001x` preprocessor, `E002x` syntax, `E003x`/`E004x`
-//! header statements, `E005x` labels and procedures, `E006x` immediate
-//! operands, `E006x`/`E007x` registers and unsupported features, `E008x`
+//! Every build error of the front end (spec §7) has one stable code, listed
+//! in [`CODES`] with a one-line description (constants in [`codes`]). Codes
+//! are grouped by stage: `E000x` lexical, `E001x` preprocessor, `E002x`
+//! instruction syntax, `E003x`/`E004x` header statements and probe rules,
+//! `E005x` labels and procedures, `E0060`/`E0061` variable indices,
+//! `E0065`/`E0066` registers, `E007x` unsupported legacy features, `E008x`
 //! symbols, `E009x` limits. A code is never reused for another meaning.
 //!
-//! This module never panics on any span: out-of-range spans render as
-//! line 1, column 1 of an empty line.
+//! Rendering never panics, whatever the span: a span outside its file
+//! renders as line 1, column 1 of an empty line.
 
 use crate::source::{SourceMap, Span};
 

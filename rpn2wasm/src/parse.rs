@@ -3,7 +3,8 @@
 //! header, probes, procedures) and raw statements. Every line is parsed on
 //! its own, so an error skips only the rest of its line and every error of
 //! the file is found. Names, symbols and header-dependent limits are left to
-//! [`crate::check`], which produces the [`ast::Program`].
+//! [`crate::check`], which produces the [`ast::Program`]. The parser never
+//! reads files itself (the preprocessor does) and never panics on any bytes.
 
 mod cursor;
 mod header;

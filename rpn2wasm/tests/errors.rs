@@ -207,7 +207,8 @@ const CASES: &[(&str, &str)] = &[
         concat!(p!(), "  push sbp, 32768\n            ^ E0025\n"),
     ),
     ("pbl 0", concat!(p!(), "  pbl 0\n      ^ E0025\n")),
-    ("pbl 65", concat!(p!(), "  pzr 65\n      ^ E0025\n")),
+    ("pbl 65", concat!(p!(), "  pbl 65\n      ^ E0025\n")),
+    ("pzr 65", concat!(p!(), "  PZR 0x41\n      ^ E0025\n")),
     (
         "negative log count",
         concat!(p!(), "  log -1\n      ^ E0026\n"),

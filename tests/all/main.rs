@@ -1,3 +1,5 @@
 //! The integration test binary: one file per behaviour.
 
+mod differential;
+mod edge_operands;
 mod examples;

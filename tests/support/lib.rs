@@ -11,6 +11,8 @@ use runtime::handlers::{RunOutcome, Runner};
 use runtime::sink::RecordKind as SinkKind;
 use std::path::{Path, PathBuf};
 
+pub mod randprog;
+
 /// The repository's copy of the example programs.
 pub fn examples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples")
@@ -92,6 +94,8 @@ pub struct Pair {
     runner: Runner<ModelEnv>,
     /// Interpreter limits.
     pub limits: Limits,
+    /// The interpreter's last last-exception registers (code, handler, p1, p2), for statistics.
+    pub last_exception: (u64, u64, u64, u64),
 }
 
 impl Pair {
@@ -108,6 +112,7 @@ impl Pair {
             gvars,
             runner,
             limits: Limits::default(),
+            last_exception: (0, 0, 0, 0),
         }
     }
 
@@ -118,6 +123,7 @@ impl Pair {
         env.gvars = self.gvars.clone();
         let r = interp::run(&self.program, probe, &mut self.state, &mut env, &self.limits);
         self.gvars = env.gvars.clone();
+        self.last_exception = r.last_exception;
         let budget = r.outcome == Outcome::BudgetExceeded;
         (
             HitResult {
@@ -183,10 +189,13 @@ impl Pair {
     pub fn both(&mut self, probe: usize, env: &ModelEnv, what: &str) -> Option<HitResult> {
         let gvars_before = self.gvars.clone();
         let (ri, ei, budget) = self.interp(probe, env);
-        let (rw, ew, raw) = self.wasm(probe, env, &gvars_before);
         if budget {
+            // The interpreter's watchdog ended it; the Wasm side would run to its
+            // fuel limit instead. Such cases are discarded (and the pair with them,
+            // since its variables may now differ).
             return None;
         }
+        let (rw, ew, raw) = self.wasm(probe, env, &gvars_before);
         assert_eq!(rw, ri, "{what}: compiled vs interpreter records/outcome differ (wasm run: {raw:?})");
         assert_eq!(ew, ei, "{what}: environment after the hit differs");
         assert_eq!(self.wasm_locals(), self.interp_locals(), "{what}: local variables differ");

@@ -1,0 +1,114 @@
+//! Differential testing of the compiler (spec P2): random well-formed
+//! programs run in the reference interpreter and compiled under wasmtime on
+//! the same random hits must give identical records, item descriptors,
+//! outcomes, environment changes and variables. Cases the interpreter's
+//! watchdog ends are discarded (with their program). The seed is fixed and
+//! printed on failure; `WPROBE_DIFF_SEED` / `WPROBE_DIFF_PROGRAMS` override.
+
+use hostabi::Outcome;
+use rpn2wasm::interp::RecordKind;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use wprobe_tests::randprog::{self, Rng};
+use wprobe_tests::{Pair, build_text};
+
+const DEFAULT_SEED: u64 = 0x5EED_2026_1122;
+const DEFAULT_PROGRAMS: u64 = 2000;
+const INPUTS_PER_PROGRAM: usize = 8;
+/// Interpreter instruction budget for generated programs (watchdog).
+const INSN_BUDGET: u64 = 20_000;
+/// Wasm fuel: far above what INSN_BUDGET instructions can cost, so running
+/// out of fuel where the interpreter finished is a failure.
+const FUEL: u64 = 400_000_000;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Default, Debug)]
+struct Stats {
+    programs: u64,
+    runs: u64,
+    discarded_programs: u64,
+    raised: u64,
+    uncaught: u64,
+    log_full: u64,
+    jmpmax: u64,
+    stack_traces: u64,
+    nontrivial: u64,
+}
+
+#[test]
+fn compiled_code_matches_the_interpreter_on_random_programs() {
+    let seed = env_u64("WPROBE_DIFF_SEED", DEFAULT_SEED);
+    let n = env_u64("WPROBE_DIFF_PROGRAMS", DEFAULT_PROGRAMS);
+    let mut st = Stats::default();
+    for i in 0..n {
+        let pseed = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9));
+        let mut r = Rng::new(pseed);
+        let src = randprog::program(&mut r);
+        let outcome = catch_unwind(AssertUnwindSafe(|| run_program(&src, &mut r, &mut st)));
+        if let Err(e) = outcome {
+            eprintln!(
+                "differential failure: WPROBE_DIFF_SEED={seed} program #{i} (program seed {pseed:#x})\n--- program ---\n{src}---"
+            );
+            resume_unwind(e);
+        }
+        st.programs += 1;
+    }
+    println!("differential: {st:?}");
+    assert!(st.runs >= n * 4, "too many discarded cases: {st:?}");
+    assert!(
+        st.nontrivial * 100 >= st.runs * 80,
+        "fewer than 80% of runs were non-trivial: {st:?}"
+    );
+    assert!(st.raised > 0 && st.log_full > 0 && st.jmpmax > 0 && st.stack_traces > 0, "{st:?}");
+}
+
+fn run_program(src: &str, r: &mut Rng, st: &mut Stats) {
+    let program = build_text(src);
+    let probes = program.probes.len();
+    let logmax = program.header.logmax as usize;
+    let mut pair = Pair::new(program, Some(FUEL));
+    pair.limits.insn_budget = INSN_BUDGET;
+    for input in 0..INPUTS_PER_PROGRAM {
+        let env = randprog::hit(r);
+        for probe in 0..probes {
+            let Some(res) = pair.both(probe, &env, &format!("input {input}, probe {probe}")) else {
+                st.discarded_programs += 1;
+                return;
+            };
+            st.runs += 1;
+            let code = pair.last_exception.0;
+            if code != 0 {
+                st.raised += 1;
+            }
+            if code & 0x4 != 0 {
+                st.jmpmax += 1;
+            }
+            if res.outcome == Some(Outcome::Uncaught) {
+                st.uncaught += 1;
+            }
+            let mut nontrivial = code != 0;
+            for rec in &res.records {
+                match rec.kind {
+                    RecordKind::Log { .. } => {
+                        if logmax > 0 && rec.data.len() + 8 > logmax {
+                            st.log_full += 1;
+                        }
+                        nontrivial |= !rec.data.is_empty();
+                    }
+                    RecordKind::StackTrace => {
+                        st.stack_traces += 1;
+                        nontrivial = true;
+                    }
+                }
+            }
+            if nontrivial {
+                st.nontrivial += 1;
+            }
+        }
+    }
+}
