@@ -203,6 +203,11 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> (Vec<u8>, 
         entry_base + program.probes.len() as u32,
     );
 
+    // The RPN registers, for debuggers and for the differential tests that
+    // compare the final machine with the interpreter's.
+    exports.export("rpn_tsp", ExportKind::Global, g::TSP);
+    exports.export("rpn_sbp", ExportKind::Global, g::SBP);
+
     let mut type_sec = TypeSection::new();
     for (p, r) in &types.list {
         type_sec.ty().function(p.iter().copied(), r.iter().copied());

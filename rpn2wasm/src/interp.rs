@@ -42,12 +42,15 @@ pub struct Limits {
     /// At most this many instructions execute per hit; the run ends with
     /// [`Outcome::BudgetExceeded`] (records produced) before the next one.
     pub insn_budget: u64,
+    /// Report the final stack, TSP and SBP in [`RunResult::state`].
+    pub capture_state: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             insn_budget: DEFAULT_INSN_BUDGET,
+            capture_state: false,
         }
     }
 }
@@ -107,6 +110,19 @@ pub struct RunResult {
     /// The "last exception" registers at the end: code, handler (code offset
     /// or 0xFFFFFFFF for NONE), parameter 1, parameter 2.
     pub last_exception: (u64, u64, u64, u64),
+    /// The machine state at the end, when [`Limits::capture_state`] asked for it.
+    pub state: Option<FinalState>,
+}
+
+/// The RPN machine at the end of a run (for differential testing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinalState {
+    /// All 1024 stack slots.
+    pub stack: Vec<u64>,
+    /// TSP.
+    pub tsp: u32,
+    /// SBP.
+    pub sbp: u32,
 }
 
 /// Runs one hit of probe `probe` of `program` (§14 steps 4–5, records of
@@ -127,6 +143,7 @@ pub fn run(
             records: Vec::new(),
             insns: 0,
             last_exception: (0, HANDLER_NONE, 0, 0),
+            state: None,
         };
     };
     let h = &program.header;
@@ -188,11 +205,17 @@ pub fn run(
             });
         }
     }
+    let state = limits.capture_state.then(|| FinalState {
+        stack: m.stack.to_vec(),
+        tsp: m.tsp as u32,
+        sbp: m.sbp as u32,
+    });
     RunResult {
         outcome,
         records,
         insns,
         last_exception: m.last,
+        state,
     }
 }
 

@@ -296,7 +296,7 @@ mod tests {
         for imp in hostabi::HOST_IMPORTS {
             let ext = linker
                 .get(&mut store, IMPORT_MODULE, imp.name)
-                .unwrap_or_else(|| panic!("{} not defined", imp.name));
+                .unwrap_or_else(|e| panic!("{} not defined: {e}", imp.name));
             let ty = ext.into_func().unwrap().ty(&store);
             let conv = |t: hostabi::ValType| match t {
                 hostabi::ValType::I32 => wasmtime::ValType::I32,

@@ -96,6 +96,8 @@ pub struct Pair {
     pub limits: Limits,
     /// The interpreter's last last-exception registers (code, handler, p1, p2), for statistics.
     pub last_exception: (u64, u64, u64, u64),
+    /// The interpreter's final machine state of the last run.
+    pub last_state: Option<interp::FinalState>,
 }
 
 impl Pair {
@@ -111,8 +113,12 @@ impl Pair {
             program,
             gvars,
             runner,
-            limits: Limits::default(),
+            limits: Limits {
+                capture_state: true,
+                ..Limits::default()
+            },
             last_exception: (0, 0, 0, 0),
+            last_state: None,
         }
     }
 
@@ -124,6 +130,7 @@ impl Pair {
         let r = interp::run(&self.program, probe, &mut self.state, &mut env, &self.limits);
         self.gvars = env.gvars.clone();
         self.last_exception = r.last_exception;
+        self.last_state = r.state.clone();
         let budget = r.outcome == Outcome::BudgetExceeded;
         (
             HitResult {
@@ -179,6 +186,26 @@ impl Pair {
             .collect()
     }
 
+    /// The compiled instance's final stack, TSP and SBP.
+    pub fn wasm_state(&mut self) -> interp::FinalState {
+        let mem = self.runner.memory(0);
+        let base = rpn2wasm::codegen::layout::STACK as usize;
+        let stack = (0..1024)
+            .map(|i| u64::from_le_bytes(mem[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes")))
+            .collect();
+        let inst = self.runner.programs[0].instance;
+        let mut global = |name: &str| {
+            inst.get_global(&mut self.runner.store, name)
+                .and_then(|g| g.get(&mut self.runner.store).i32())
+                .expect("exported RPN register") as u32
+        };
+        interp::FinalState {
+            stack,
+            tsp: global("rpn_tsp"),
+            sbp: global("rpn_sbp"),
+        }
+    }
+
     /// Local variables of the interpreter.
     pub fn interp_locals(&self) -> &[u64] {
         &self.state.locals
@@ -199,6 +226,13 @@ impl Pair {
         assert_eq!(rw, ri, "{what}: compiled vs interpreter records/outcome differ (wasm run: {raw:?})");
         assert_eq!(ew, ei, "{what}: environment after the hit differs");
         assert_eq!(self.wasm_locals(), self.interp_locals(), "{what}: local variables differ");
+        if ri.outcome != Some(Outcome::Abort) || rw.outcome.is_some() {
+            let want = self.last_state.clone().expect("captured");
+            let got = self.wasm_state();
+            assert_eq!((got.tsp, got.sbp), (want.tsp, want.sbp), "{what}: TSP/SBP differ");
+            let diff: Vec<usize> = (0..1024).filter(|i| got.stack[*i] != want.stack[*i]).collect();
+            assert!(diff.is_empty(), "{what}: stack slots differ: {diff:?}");
+        }
         Some(ri)
     }
 }

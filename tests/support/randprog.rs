@@ -167,7 +167,11 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         ),
         39 => "log st".into(),
         40 => r.pick(&["push lp", "push plp", "push stp", "purge st"]).to_string(),
-        41 => format!("push {}\npop {}", r.below(60), r.pick(&["lp", "stp"])),
+        41 => match r.below(4) {
+            0 => "push plp\npop lp".to_string(),
+            1 => "push lp\npush 8\nxchg\nsub\npop lp".to_string(),
+            _ => format!("push {}\npop {}", r.below(60), r.pick(&["lp", "stp"])),
+        },
         42 => format!("push {}\npush {}\ntrace pv", r.below(1024), r.below(4)),
         43 => format!(
             "push {}\npush {}\ntrace {}",

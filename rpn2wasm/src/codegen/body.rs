@@ -6,12 +6,14 @@
 //! `br`s, backward ones go through a `br_table` on a block-index local), and
 //! exceptions leave through an outer `block` to a common dispatch tail.
 //!
-//! Stack caching: within a basic block, pushed values stay in Wasm locals
-//! (the *virtual stack*) and are written to the circular stack in memory
-//! only when something may observe it — a branch, a call, a helper, a
-//! possible exception — so arithmetic and register/variable traffic costs no
-//! memory round trip. TSP and the jump counter live in locals and are
-//! synchronised with their globals around calls and helpers.
+//! Stack caching: every push is written through to the circular stack in
+//! memory (so the memory stack always equals the reference interpreter's,
+//! dead slots included — they are observable through `push tsp, -k`,
+//! `trace pv` and wrap-around), and the values are also kept in Wasm locals
+//! so that the pops that follow within a basic block need no memory load.
+//! The cache is dropped wherever the memory stack may change behind it. TSP
+//! and the jump counter live in locals and are synchronised with their
+//! globals around calls and helpers.
 
 use super::Ctx;
 use super::asm::{Asm, Label, mem};
@@ -160,29 +162,37 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
 }
 
 impl BodyGen<'_> {
-    // ---- virtual stack -------------------------------------------------
+    // ---- stack cache ---------------------------------------------------------
 
-    /// Pushes the i64 on the Wasm operand stack.
+    /// Emits `tsp = (tsp - 1) & 1023` and leaves `tsp << 3` (the slot address) on the stack.
+    fn dec_tsp_addr(&mut self) {
+        self.a.i().local_get(TSP).i32_const(1).i32_sub().i32_const(1023).i32_and().local_tee(TSP);
+        self.a.i().i32_const(3).i32_shl();
+    }
+
+    /// Pushes the i64 on the Wasm operand stack: written through to the
+    /// memory stack at once, and kept in a local for the next pops.
     fn push(&mut self) {
         if self.vstack.len() == VCAP {
-            // Keep the value aside while the pending ones go to memory.
-            self.a.i().local_set(D);
-            self.flush();
-            self.a.i().local_get(D);
+            self.vstack.clear();
         }
         let slot = VBASE + self.vstack.len() as u32;
         self.a.i().local_set(slot);
+        self.dec_tsp_addr();
+        self.a.i().local_get(slot).i64_store(mem(l::STACK, 3));
         self.vstack.push(VItem::Local);
     }
 
     fn push_const(&mut self, v: u64) {
         if self.vstack.len() == VCAP {
-            self.flush();
+            self.vstack.clear();
         }
+        self.dec_tsp_addr();
+        self.a.i().i64_const(v as i64).i64_store(mem(l::STACK, 3));
         self.vstack.push(VItem::Const(v as i64));
     }
 
-    /// Pops onto the Wasm operand stack.
+    /// Pops onto the Wasm operand stack (from the cache when it holds the top).
     fn pop(&mut self) {
         match self.vstack.pop() {
             Some(VItem::Local) => {
@@ -193,22 +203,10 @@ impl BodyGen<'_> {
                 self.a.i().i64_const(c);
             }
             None => {
-                self.a
-                    .i()
-                    .local_get(TSP)
-                    .i32_const(3)
-                    .i32_shl()
-                    .i64_load(mem(l::STACK, 3));
-                self.a
-                    .i()
-                    .local_get(TSP)
-                    .i32_const(1)
-                    .i32_add()
-                    .i32_const(1023)
-                    .i32_and()
-                    .local_set(TSP);
+                self.a.i().local_get(TSP).i32_const(3).i32_shl().i64_load(mem(l::STACK, 3));
             }
         }
+        self.a.i().local_get(TSP).i32_const(1).i32_add().i32_const(1023).i32_and().local_set(TSP);
     }
 
     /// Pops into scratch local `dst`.
@@ -229,35 +227,15 @@ impl BodyGen<'_> {
                 self.a.i().i64_const(c);
             }
             None => {
-                self.a
-                    .i()
-                    .local_get(TSP)
-                    .i32_const(3)
-                    .i32_shl()
-                    .i64_load(mem(l::STACK, 3));
+                self.a.i().local_get(TSP).i32_const(3).i32_shl().i64_load(mem(l::STACK, 3));
             }
         }
     }
 
-    /// Writes the pending values to the memory stack.
+    /// Forgets the cached values (the memory stack always holds them too);
+    /// needed wherever the memory stack may change behind the cache.
     fn flush(&mut self) {
-        let items = std::mem::take(&mut self.vstack);
-        for (i, it) in items.iter().enumerate() {
-            self.a
-                .i()
-                .local_get(TSP)
-                .i32_const(1)
-                .i32_sub()
-                .i32_const(1023)
-                .i32_and()
-                .local_tee(TSP);
-            self.a.i().i32_const(3).i32_shl();
-            match it {
-                VItem::Local => self.a.i().local_get(VBASE + i as u32),
-                VItem::Const(c) => self.a.i().i64_const(*c),
-            };
-            self.a.i().i64_store(mem(l::STACK, 3));
-        }
+        self.vstack.clear();
     }
 
     /// Flushes and publishes TSP and the jump counter to their globals.
@@ -962,20 +940,11 @@ impl BodyGen<'_> {
                 self.sync_in();
             }
             Ros(n) => {
-                let mut n = *n as usize;
-                while n > 0 && !self.vstack.is_empty() {
-                    self.vstack.pop();
-                    n -= 1;
-                }
+                let n = *n as usize;
+                let drop = n.min(self.vstack.len());
+                self.vstack.truncate(self.vstack.len() - drop);
                 if n > 0 {
-                    self.a
-                        .i()
-                        .local_get(TSP)
-                        .i32_const(n as i32)
-                        .i32_add()
-                        .i32_const(1023)
-                        .i32_and()
-                        .local_set(TSP);
+                    self.a.i().local_get(TSP).i32_const(n as i32).i32_add().i32_const(1023).i32_and().local_set(TSP);
                 }
             }
             PushReg { reg, .. } if *reg == hostabi::regs::CPUID => {
