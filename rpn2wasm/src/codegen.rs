@@ -17,7 +17,7 @@ use hostabi::{HOST_IMPORTS, ImportId, ValType as HV};
 use layout::{self as l, g};
 use std::collections::BTreeSet;
 use wasm_encoder::{
-    CodeSection, ConstExpr, CustomSection, DataSection, EntityType, ExportKind, ExportSection,
+    CodeSection, ConstExpr, CustomSection, DataSection, NameMap, NameSection, EntityType, ExportKind, ExportSection,
     FunctionSection, GlobalSection, GlobalType, ImportSection, MemorySection, MemoryType, Module,
     TypeSection, ValType,
 };
@@ -118,12 +118,22 @@ impl Types {
 
 /// Generates the module of `program` carrying `manifest`.
 pub fn generate(program: &Program, manifest: &Manifest) -> Vec<u8> {
-    generate_with_marks(program, manifest).0
+    generate_with_marks(program, manifest).wasm
 }
 
-/// Generates the module and, per body, the byte offset (within the body
-/// function's code) where each instruction's code starts.
-pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> (Vec<u8>, Vec<SourceMarks>) {
+/// A generated module with the map from RPN instructions to Wasm code.
+pub struct Generated {
+    /// The module bytes.
+    pub wasm: Vec<u8>,
+    /// Per body (in `Program::bodies` order): for each instruction index, the
+    /// byte offset of its code within the body function (locals included).
+    pub marks: Vec<SourceMarks>,
+    /// Function index of body 0 (body `b` is `first_body_func + b`).
+    pub first_body_func: u32,
+}
+
+/// Generates the module and the instruction-to-code map (for `--emit wat`).
+pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated {
     // Imports actually used, in ABI order (deterministic).
     let mut used = BTreeSet::new();
     for h in HELPERS {
@@ -238,6 +248,26 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> (Vec<u8>, 
             &init,
         );
     }
+    let mut names = NameSection::new();
+    let mut fnames = NameMap::new();
+    for (i, n) in used.iter().enumerate() {
+        fnames.append(i as u32, HOST_IMPORTS[*n as usize].name);
+    }
+    for (i, h) in HELPERS.iter().enumerate() {
+        fnames.append(ctx.helper_base + i as u32, &format!("rt_{h:?}").to_lowercase());
+    }
+    for (b, body) in program.bodies.iter().enumerate() {
+        let n = match body.owner {
+            BodyOwner::Probe(p) => format!("probe{p}_body"),
+            BodyOwner::Proc(p) => format!("proc_{}", program.procs[p].name),
+        };
+        fnames.append(ctx.body_base + b as u32, &n);
+    }
+    for i in 0..program.probes.len() {
+        fnames.append(entry_base + i as u32, &manifest.probes[i].export);
+    }
+    fnames.append(entry_base + program.probes.len() as u32, hostabi::FLUSH_EXPORT);
+    names.functions(&fnames);
     let mut data = DataSection::new();
     if !name.is_empty() {
         data.active(
@@ -256,11 +286,16 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> (Vec<u8>, 
     module.section(&exports);
     module.section(&code);
     module.section(&data);
+    module.section(&names);
     module.section(&CustomSection {
         name: hostabi::MANIFEST_SECTION.into(),
         data: manifest_text.as_bytes().into(),
     });
-    (module.finish(), marks)
+    Generated {
+        wasm: module.finish(),
+        marks,
+        first_body_func: ctx.body_base,
+    }
 }
 
 /// The export of probe `i`: reset the per-hit state, run the body, emit records.

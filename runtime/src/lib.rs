@@ -7,11 +7,14 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod cli;
 pub mod elfsym;
 pub mod engine;
+pub mod format;
 pub mod handlers;
 pub mod host;
 pub mod load;
 pub mod procmaps;
 pub mod provider;
 pub mod sink;
+pub mod watdump;

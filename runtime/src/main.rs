@@ -1,1 +1,5 @@
-fn main() {}
+//! The `wprobe` binary.
+
+fn main() -> std::process::ExitCode {
+    runtime::cli::main()
+}

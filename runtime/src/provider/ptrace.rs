@@ -405,6 +405,8 @@ impl Tracer {
             // SAFETY: async-signal-safe calls only (see above); never returns.
             unsafe {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                libc::close(go[1]);
+                libc::close(err[0]);
                 if libc::getppid() != parent {
                     libc::_exit(127);
                 }

@@ -54,8 +54,11 @@ impl Tracer {
         let child = unsafe { libc::fork() };
         if child == 0 {
             let mut b = 0u8;
-            // SAFETY: reads into a live byte, then terminates the child.
+            // SAFETY: closes the inherited write end (so that the tracer's
+            // death gives EOF), reads into a live byte, then terminates.
             unsafe {
+                libc::close(fds[1]);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
                 libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
                 libc::_exit(0);
             }

@@ -1,0 +1,34 @@
+//! Per-hit cost of a handler (bench stage): for each of the four shapes of
+//! `wprobe_benches::SHAPES`, the same handler compiled under wasmtime
+//! (`Runner::run`: fuel set, call, sink cleared), run by the reference
+//! interpreter, and written as native Rust, all against the same synthetic
+//! hit, in one criterion group per shape.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::time::Duration;
+use wprobe_benches::{CompiledHandler, InterpretedHandler, NativeHandler, SHAPES, build};
+
+fn handlers(c: &mut Criterion) {
+    let engine = runtime::engine::new_engine().expect("engine");
+    for shape in &SHAPES {
+        let program = build(shape.source);
+        let mut group = c.benchmark_group(shape.name);
+        let mut compiled = CompiledHandler::new(&engine, &program);
+        group.bench_function("compiled", |b| b.iter(|| black_box(compiled.run())));
+        let mut interp = InterpretedHandler::new(&program);
+        group.bench_function("interpreter", |b| b.iter(|| black_box(interp.run())));
+        let mut native = NativeHandler::new(shape);
+        group.bench_function("native", |b| b.iter(|| black_box(native.run().len())));
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = handlers
+}
+criterion_main!(benches);

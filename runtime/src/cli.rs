@@ -1,0 +1,134 @@
+//! The `wprobe` command line: argument parsing and the subcommands.
+//! Exit status: 0 success, 1 user error (bad input or arguments), 2 internal
+//! error; `wprobe run` exits with the traced command's status.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux processes.
+#[derive(Parser, Debug)]
+#[command(name = "wprobe", version, about, long_about = None)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Compile an RPN probe program to a Wasm module (dprobes --build-ppdf).
+    Compile(CompileArgs),
+}
+
+/// `wprobe compile`.
+#[derive(clap::Args, Debug)]
+pub struct CompileArgs {
+    /// The .rpn program.
+    pub program: PathBuf,
+    /// Define a macro: -D NAME, -D NAME=VALUE (also -D NAME = VALUE).
+    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+    pub define: Vec<String>,
+    /// Add an include directory (searched after the including file's directory).
+    #[arg(short = 'I', value_name = "DIR")]
+    pub include: Vec<PathBuf>,
+    /// Output file (default: the program's name with .wasm, or .wat with --emit wat).
+    #[arg(short = 'o', value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// What to write: the module (wasm) or annotated text (wat).
+    #[arg(long, value_name = "FORMAT", default_value = "wasm", value_parser = ["wasm", "wat"])]
+    pub emit: String,
+    /// Look symbols up in this ELF file instead of the one `name =` designates.
+    #[arg(long, value_name = "ELF")]
+    pub symbols_from: Option<PathBuf>,
+}
+
+/// Joins `-D NAME = VALUE` (three arguments) into `-D NAME=VALUE`.
+pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == "-D" && i + 3 < args.len() && args[i + 2] == "=" {
+            let mut joined = args[i + 1].clone();
+            joined.push("=");
+            joined.push(&args[i + 3]);
+            out.push(args[i].clone());
+            out.push(joined);
+            i += 4;
+            continue;
+        }
+        out.push(args[i].clone());
+        i += 1;
+    }
+    out
+}
+
+/// Splits `NAME[=VALUE]` (`-D NAME` means 1).
+pub fn parse_define(d: &str) -> (String, String) {
+    match d.split_once('=') {
+        Some((n, v)) => (n.trim().to_string(), v.trim().to_string()),
+        None => (d.trim().to_string(), "1".to_string()),
+    }
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let args = normalize_args(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+        }
+    };
+    match cli.command {
+        Command::Compile(a) => compile(a),
+    }
+}
+
+fn compile(a: CompileArgs) -> ExitCode {
+    let mut opts = rpn2wasm::Options {
+        defines: a.define.iter().map(|d| parse_define(d)).collect(),
+        include_dirs: a.include.clone(),
+        symbols: None,
+    };
+    if let Some(elf) = &a.symbols_from {
+        let path = if elf.components().count() > 1 { elf.clone() } else { std::path::Path::new(".").join(elf) };
+        opts.symbols = Some(Box::new(rpn2wasm::symbols::ElfSymbols::new(&path.to_string_lossy())));
+    }
+    let (program, map) = match rpn2wasm::frontend(&a.program, &opts) {
+        Ok(x) => x,
+        Err((diags, map)) => {
+            eprint!("{}", diags.render(&map));
+            let n = diags.0.len();
+            eprintln!("error: could not compile `{}` ({n} error{})", a.program.display(), if n == 1 { "" } else { "s" });
+            return ExitCode::from(1);
+        }
+    };
+    let manifest = rpn2wasm::manifest::build(&program);
+    let generated = rpn2wasm::codegen::generate_with_marks(&program, &manifest);
+    let (bytes, ext) = if a.emit == "wat" {
+        match crate::watdump::annotated_wat(&program, &map, &generated) {
+            Ok(t) => (t.into_bytes(), "wat"),
+            Err(e) => {
+                eprintln!("error: printing the module: {e:#}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        (generated.wasm, "wasm")
+    };
+    let out = a.output.clone().unwrap_or_else(|| a.program.with_extension(ext));
+    let res = if out.as_os_str() == "-" {
+        use std::io::Write;
+        std::io::stdout().write_all(&bytes)
+    } else {
+        std::fs::write(&out, &bytes)
+    };
+    if let Err(e) = res {
+        eprintln!("error: writing {}: {e}", out.display());
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}

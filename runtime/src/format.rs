@@ -1,0 +1,401 @@
+//! Output of records: one line per record, as readable text (default) or
+//! JSON lines (`--format json`, schema in `docs/json-schema.md`). Control
+//! characters never reach the terminal raw: text output escapes them, JSON
+//! encodes them. Formatting appends to a reused `String`; it allocates only
+//! while that buffer grows.
+
+use hostabi::record::{self, Item, StackTrace, decode_log, decode_stacktrace, words};
+use std::fmt::Write as _;
+
+/// Output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Human-readable text.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// What the formatter needs to know about one record.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordView<'a> {
+    /// Sequence number in the run (0-based).
+    pub seq: u64,
+    /// Log or stack trace.
+    pub stacktrace: bool,
+    /// Probe label (e.g. `probe_target:target_fn`).
+    pub probe: &'a str,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU.
+    pub cpu: u32,
+    /// Major code.
+    pub major: u16,
+    /// Minor code.
+    pub minor: u16,
+    /// Time of the hit, ns since the epoch.
+    pub time_ns: u64,
+    /// The data area.
+    pub data: &'a [u8],
+    /// Item descriptors (log records).
+    pub items: &'a [u32],
+}
+
+/// Renders a word: small magnitudes in decimal, everything else in hex.
+pub fn word(out: &mut String, v: u64) {
+    let s = v as i64;
+    if v < 100_000 {
+        let _ = write!(out, "{v}");
+    } else if (-100_000..0).contains(&s) {
+        let _ = write!(out, "{s}");
+    } else {
+        let _ = write!(out, "{v:#x}");
+    }
+}
+
+fn hex(out: &mut String, bytes: &[u8]) {
+    for (i, b) in bytes.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let _ = write!(out, "{b:02x}");
+    }
+}
+
+/// Escapes bytes as a double-quoted string safe for terminals.
+pub fn text_string(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out.push('"');
+}
+
+/// Appends a JSON string literal (bytes decoded as UTF-8, invalid bytes as U+FFFD).
+pub fn json_string(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 || c == '\u{7f}' || c == '\u{2028}' || c == '\u{2029}' => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        if !chunk.invalid().is_empty() {
+            out.push('\u{FFFD}');
+        }
+    }
+    out.push('"');
+}
+
+fn text_words(out: &mut String, name: &str, payload: &[u8]) {
+    out.push_str(name);
+    out.push('(');
+    for (i, w) in words(payload).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        word(out, w);
+    }
+    out.push(')');
+}
+
+fn text_item(out: &mut String, item: &Item<'_>) {
+    match item {
+        Item::Words(p) => text_words(out, "", p),
+        Item::CountedWords(p) => text_words(out, "n", p),
+        Item::LocalVars(p) => text_words(out, "lv", p),
+        Item::GlobalVars(p) => text_words(out, "gv", p),
+        Item::Bytes(b) => {
+            out.push_str("b(");
+            hex(out, b);
+            out.push(')');
+        }
+        Item::Str(s) => text_string(out, s),
+        Item::Memory(m) => {
+            let _ = write!(out, "mem[{}](", m.len());
+            hex(out, m);
+            out.push(')');
+        }
+        Item::Fault(a) => {
+            let _ = write!(out, "fault({a:#x})");
+        }
+        Item::Raw(r) => {
+            out.push_str("raw(");
+            hex(out, r);
+            out.push(')');
+        }
+    }
+}
+
+fn json_words(out: &mut String, kind: &str, payload: &[u8]) {
+    let _ = write!(out, "{{\"type\":\"{kind}\",\"values\":[");
+    for (i, w) in words(payload).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{w}");
+    }
+    out.push_str("]}");
+}
+
+fn json_item(out: &mut String, item: &Item<'_>) {
+    match item {
+        Item::Words(p) => json_words(out, "words", p),
+        Item::CountedWords(p) => json_words(out, "counted_words", p),
+        Item::LocalVars(p) => json_words(out, "lv", p),
+        Item::GlobalVars(p) => json_words(out, "gv", p),
+        Item::Bytes(b) => {
+            out.push_str("{\"type\":\"bytes\",\"hex\":\"");
+            hex_compact(out, b);
+            out.push_str("\"}");
+        }
+        Item::Str(s) => {
+            out.push_str("{\"type\":\"str\",\"value\":");
+            json_string(out, s);
+            out.push_str(",\"hex\":\"");
+            hex_compact(out, s);
+            out.push_str("\"}");
+        }
+        Item::Memory(m) => {
+            out.push_str("{\"type\":\"mem\",\"hex\":\"");
+            hex_compact(out, m);
+            out.push_str("\"}");
+        }
+        Item::Fault(a) => {
+            let _ = write!(out, "{{\"type\":\"fault\",\"address\":{a}}}");
+        }
+        Item::Raw(r) => {
+            out.push_str("{\"type\":\"raw\",\"hex\":\"");
+            hex_compact(out, r);
+            out.push_str("\"}");
+        }
+    }
+}
+
+fn hex_compact(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+}
+
+fn text_trace(out: &mut String, st: &StackTrace<'_>) {
+    let _ = write!(out, " {{exc {:#x}", st.code);
+    for n in hostabi::Exception::names_in(st.code) {
+        let _ = write!(out, " {n}");
+    }
+    if st.handler == record::HANDLER_NONE {
+        out.push_str(" handler none");
+    } else {
+        let _ = write!(out, " handler {}", st.handler);
+    }
+    out.push_str(" p1 ");
+    word(out, st.p1);
+    out.push_str(" p2 ");
+    word(out, st.p2);
+    for f in st.frames() {
+        match f {
+            Ok(f) => {
+                let _ = write!(out, " | call {} ret {}", f.called, f.ret);
+                for (n, p) in [(" pv", f.slots), (" lv", f.lvars), (" gv", f.gvars)] {
+                    if !p.is_empty() {
+                        text_words(out, n, p);
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = write!(out, " | bad frame: {e}");
+            }
+        }
+    }
+    out.push('}');
+}
+
+/// Appends one record as a line (with the trailing newline).
+pub fn record(out: &mut String, fmt: Format, r: &RecordView<'_>) {
+    match fmt {
+        Format::Text => text_record(out, r),
+        Format::Json => json_record(out, r),
+    }
+    out.push('\n');
+}
+
+fn text_record(out: &mut String, r: &RecordView<'_>) {
+    let _ = write!(out, "{} pid {} tid {} cpu {} ", r.probe, r.pid, r.tid, r.cpu);
+    if r.stacktrace {
+        out.push_str("stacktrace");
+        let res = decode_stacktrace(r.data, |st| text_trace(out, st));
+        match res {
+            Ok(h) => {
+                out.push_str(" from ");
+                text_string(out, h.name);
+                let _ = write!(out, " at {:#x} id {} {}.{}", h.location, h.id, h.major, h.minor);
+            }
+            Err(e) => {
+                let _ = write!(out, " (malformed: {e})");
+            }
+        }
+        return;
+    }
+    let _ = write!(out, "{}.{}:", r.major, r.minor);
+    if r.data.is_empty() {
+        out.push_str(" (empty)");
+    }
+    for item in decode_log(r.data, r.items) {
+        out.push(' ');
+        match item {
+            Ok(i) => text_item(out, &i),
+            Err(e) => {
+                let _ = write!(out, "(bad items: {e})");
+            }
+        }
+    }
+}
+
+fn json_record(out: &mut String, r: &RecordView<'_>) {
+    let kind = if r.stacktrace { "stacktrace" } else { "log" };
+    let _ = write!(out, "{{\"kind\":\"{kind}\",\"seq\":{},\"probe\":", r.seq);
+    json_string(out, r.probe.as_bytes());
+    let _ = write!(
+        out,
+        ",\"pid\":{},\"tid\":{},\"cpu\":{},\"time_ns\":{},\"major\":{},\"minor\":{},\"items\":[",
+        r.pid, r.tid, r.cpu, r.time_ns, r.major, r.minor
+    );
+    if r.stacktrace {
+        let mut first = true;
+        let res = decode_stacktrace(r.data, |st| {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            let _ = write!(
+                out,
+                "{{\"type\":\"trace\",\"code\":{},\"handler\":{},\"p1\":{},\"p2\":{},\"frames\":[",
+                st.code, st.handler, st.p1, st.p2
+            );
+            for (i, f) in st.frames().flatten().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{{\"called\":{},\"ret\":{},", f.called, f.ret);
+                for (j, (n, p)) in [("pv", f.slots), ("lv", f.lvars), ("gv", f.gvars)].iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "\"{n}\":[");
+                    for (k, w) in words(p).enumerate() {
+                        if k > 0 {
+                            out.push(',');
+                        }
+                        let _ = write!(out, "{w}");
+                    }
+                    out.push(']');
+                }
+                out.push('}');
+            }
+            out.push_str("]}");
+        });
+        out.push(']');
+        if let Ok(h) = res {
+            out.push_str(",\"trace_name\":");
+            json_string(out, h.name);
+            let _ = write!(out, ",\"trace_location\":{},\"trace_id\":{}", h.location, h.id);
+        }
+    } else {
+        for (i, item) in decode_log(r.data, r.items).enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            match item {
+                Ok(it) => json_item(out, &it),
+                Err(_) => out.push_str("{\"type\":\"malformed\"}"),
+            }
+        }
+        out.push(']');
+    }
+    out.push_str(",\"data_hex\":\"");
+    hex_compact(out, r.data);
+    out.push_str("\"}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hostabi::record::{ItemKind, LogItem};
+
+    fn view<'a>(data: &'a [u8], items: &'a [u32]) -> RecordView<'a> {
+        RecordView {
+            seq: 7,
+            stacktrace: false,
+            probe: "probe_target:target_fn",
+            pid: 10,
+            tid: 11,
+            cpu: 2,
+            major: 1,
+            minor: 1,
+            time_ns: 5,
+            data,
+            items,
+        }
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        let mut d = vec![1u8, 10, 0];
+        d.extend(b"\x1b]0;pwn\x07\r\n");
+        let items = [LogItem { offset: 0, kind: ItemKind::Tokenized }.encode()];
+        let mut out = String::new();
+        record(&mut out, Format::Text, &view(&d, &items));
+        assert!(!out.trim_end().chars().any(|c| c.is_control()), "{out:?}");
+        assert!(out.contains(r#""\u{1b}]0;pwn\u{7}\r\n""#), "{out}");
+        let mut js = String::new();
+        record(&mut js, Format::Json, &view(&d, &items));
+        let v: serde_json::Value = serde_json::from_str(js.trim_end()).unwrap();
+        assert_eq!(v["items"][0]["value"], "\x1b]0;pwn\x07\r\n");
+        assert_eq!(v["kind"], "log");
+        assert_eq!(v["data_hex"], "010a001b5d303b70776e070d0a");
+    }
+
+    #[test]
+    fn text_line_shape() {
+        let mut d = Vec::new();
+        d.extend(0u64.to_le_bytes());
+        d.extend(7u64.to_le_bytes());
+        d.extend([7, 2, 0]);
+        d.extend(0x401146u64.to_le_bytes());
+        d.extend((-2i64).to_le_bytes());
+        let items = [
+            LogItem { offset: 0, kind: ItemKind::RawWords }.encode(),
+            LogItem { offset: 16, kind: ItemKind::Tokenized }.encode(),
+        ];
+        let mut out = String::new();
+        record(&mut out, Format::Text, &view(&d, &items));
+        assert_eq!(out, "probe_target:target_fn pid 10 tid 11 cpu 2 1.1: (0, 7) n(0x401146, -2)\n");
+    }
+}
