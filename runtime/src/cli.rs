@@ -20,6 +20,65 @@ pub struct Cli {
 pub enum Command {
     /// Compile an RPN probe program to a Wasm module (dprobes --build-ppdf).
     Compile(CompileArgs),
+    /// Run probe programs on a command (`-- CMD ARGS`) or a process (`-p PID`).
+    Run(RunArgs),
+    /// List the probe-able symbols of a binary or a process: address, size, first opcode byte.
+    List(ListArgs),
+}
+
+/// `wprobe run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat.
+    #[arg(required = true)]
+    pub programs: Vec<PathBuf>,
+    /// Attach to this running process instead of launching a command.
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<i32>,
+    /// Follow fork/vfork/exec children (without it children are detached, their inherited breakpoints removed).
+    #[arg(short = 'f', long = "follow")]
+    pub follow: bool,
+    /// Only probes of these groups (repeatable).
+    #[arg(long = "group", value_name = "G")]
+    pub groups: Vec<String>,
+    /// Only probes of these types (repeatable).
+    #[arg(long = "type", value_name = "T")]
+    pub types: Vec<String>,
+    /// Define a macro for .rpn programs.
+    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+    pub define: Vec<String>,
+    /// Include directory for .rpn programs.
+    #[arg(short = 'I', value_name = "DIR")]
+    pub include: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
+    /// Write records to FILE instead of standard output.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Fuel per handler run (default: derived from the program's jmpmax).
+    #[arg(long, value_name = "N")]
+    pub fuel: Option<u64>,
+    /// Arm breakpoints even where the byte differs from `opcode =`.
+    #[arg(long)]
+    pub no_verify_opcodes: bool,
+    /// The command to launch (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// `wprobe list`.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// `BINARY [GLOB]`, or `[GLOB]` with `-p PID`.
+    #[arg(value_name = "BINARY|GLOB", num_args = 0..=2)]
+    pub args: Vec<String>,
+    /// A process: its executable and every mapped library.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<i32>,
+    /// Include data objects, not only functions.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// `wprobe compile`.
@@ -33,7 +92,7 @@ pub struct CompileArgs {
     /// Add an include directory (searched after the including file's directory).
     #[arg(short = 'I', value_name = "DIR")]
     pub include: Vec<PathBuf>,
-    /// Output file (default: the program's name with .wasm, or .wat with --emit wat).
+    /// Output file (default: the program's name with .wasm, or .wat with --emit wat; `-` for stdout).
     #[arg(short = 'o', value_name = "OUT")]
     pub output: Option<PathBuf>,
     /// What to write: the module (wasm) or annotated text (wat).
@@ -84,6 +143,8 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Compile(a) => compile(a),
+        Command::Run(a) => crate::runcmd::run(a),
+        Command::List(a) => crate::listcmd::list(a),
     }
 }
 

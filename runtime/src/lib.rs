@@ -8,13 +8,18 @@
 
 pub mod arch;
 pub mod cli;
+pub mod coredump;
 pub mod elfsym;
 pub mod engine;
 pub mod format;
 pub mod handlers;
 pub mod host;
+pub mod listcmd;
 pub mod load;
 pub mod procmaps;
 pub mod provider;
+pub mod resolve;
+pub mod runcmd;
+pub mod session;
 pub mod sink;
 pub mod watdump;

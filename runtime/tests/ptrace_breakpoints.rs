@@ -85,7 +85,7 @@ fn builds_pie_nopie_o0_o2_cet() {
         if name.starts_with("calls-cet") {
             assert_eq!(opcode(&prog, "target"), 0xf3, "CET build starts with endbr64");
         }
-        assert_eq!(s.emulated, 5000, "{name}: first instruction emulated: {s:?}");
+        assert!(s.emulated >= 5000 && s.single_stepped == 0, "{name}: first instruction emulated: {s:?}");
     }
 }
 

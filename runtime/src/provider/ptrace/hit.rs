@@ -330,3 +330,11 @@ mod tests {
         assert_eq!(parse_stat_cpu(b"garbage"), None);
     }
 }
+
+impl Default for Hit {
+    /// An empty hit (no thread): the placeholder the session swaps with the
+    /// tracer's hit around each handler run.
+    fn default() -> Hit {
+        Hit::empty()
+    }
+}

@@ -1,0 +1,126 @@
+//! `wprobe list (BINARY | -p PID) [GLOB]`: the probe-able symbols with their
+//! address, size and first opcode byte — what `offset =` and `opcode =` need.
+
+use crate::cli::ListArgs;
+use crate::elfsym::{ElfInfo, SymKind};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Whether `name` matches the shell-style `glob` (`*`, `?`).
+pub fn glob_match(glob: &str, name: &str) -> bool {
+    let (g, n): (Vec<char>, Vec<char>) = (glob.chars().collect(), name.chars().collect());
+    let (mut gi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if gi < g.len() && (g[gi] == '?' || g[gi] == n[ni]) {
+            gi += 1;
+            ni += 1;
+        } else if gi < g.len() && g[gi] == '*' {
+            star = Some(gi);
+            mark = ni;
+            gi += 1;
+        } else if let Some(s) = star {
+            gi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    g[gi..].iter().all(|c| *c == '*')
+}
+
+/// Appends the listing of one module (run-time addresses = link-time + bias).
+pub fn list_module(out: &mut String, elf: &ElfInfo, bias: u64, glob: Option<&str>, all: bool) -> usize {
+    let mut rows: Vec<_> = elf
+        .symbols
+        .iter()
+        .filter(|s| all || s.kind == SymKind::Func)
+        .filter(|s| glob.is_none_or(|g| glob_match(g, &s.name)))
+        .collect();
+    rows.sort_by_key(|s| (s.value, s.name.clone()));
+    rows.dedup_by(|a, b| a.value == b.value && a.name == b.name);
+    for s in &rows {
+        let op = elf
+            .first_byte(s.value)
+            .map(|b| format!("0x{b:02x}"))
+            .unwrap_or_else(|| "  - ".into());
+        let _ = writeln!(out, "{:#018x} {:>8} {op}  {}", bias.wrapping_add(s.value), s.size, s.name);
+    }
+    rows.len()
+}
+
+/// Runs the command.
+pub fn list(a: ListArgs) -> ExitCode {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<18} {:>8} {}  {}", "address", "size", "op", "symbol");
+    let (binary, glob) = match a.pid {
+        Some(_) => (None, a.args.first().cloned()),
+        None => (a.args.first().cloned(), a.args.get(1).cloned()),
+    };
+    let mut total = 0;
+    if let Some(pid) = a.pid {
+        let maps = match crate::procmaps::read(pid) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let mut resolver = crate::resolve::Resolver::default();
+        let mut seen = Vec::new();
+        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
+            if seen.contains(&m.path) {
+                continue;
+            }
+            seen.push(m.path.clone());
+            match resolver.locate(&maps, &m.path, None) {
+                Ok(loc) => {
+                    let _ = writeln!(out, "# {} (bias {:#x})", m.path, loc.bias);
+                    total += list_module(&mut out, &loc.elf, loc.bias, glob.as_deref(), a.all);
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "# {}: {e}", m.path);
+                }
+            }
+        }
+    } else {
+        let Some(b) = binary else {
+            eprintln!("error: give a BINARY or -p PID");
+            return ExitCode::from(1);
+        };
+        match ElfInfo::open(Path::new(&b)) {
+            Ok(elf) => {
+                if elf.is_dyn {
+                    let _ = writeln!(out, "# {b}: position-independent; addresses are link-time (offset =)");
+                }
+                total += list_module(&mut out, &elf, 0, glob.as_deref(), a.all);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    print!("{out}");
+    if total == 0 {
+        eprintln!("wprobe: no matching symbols");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("mall*", "malloc"));
+        assert!(glob_match("*alloc", "calloc"));
+        assert!(glob_match("m?lloc", "malloc"));
+        assert!(!glob_match("m?lloc", "mallloc"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("free", "freeze"));
+    }
+}

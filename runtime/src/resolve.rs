@@ -1,0 +1,161 @@
+//! Probe resolution (spec §2.7, §6.2, §6.3, DESIGN "manifest probe points ─
+//! resolve"): which mapping of a traced process is a program's module, its
+//! load bias, and each probe's run-time address. ELF files are parsed once
+//! per run (cached by path); nothing here runs per hit.
+
+use crate::elfsym::{ElfInfo, Lookup};
+use crate::procmaps::{self, Mapping, ModuleKey};
+use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// Why a probe could not be placed in a process.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The module is not (yet) mapped in the process.
+    #[error("module `{0}` is not mapped in the process")]
+    NotMapped(String),
+    /// The probe's symbol is not in the module.
+    #[error("symbol `{symbol}` not found in {path}")]
+    UnknownSymbol {
+        /// The symbol.
+        symbol: String,
+        /// The module file.
+        path: String,
+    },
+    /// Several symbols match case-insensitively.
+    #[error("symbol `{symbol}` is ambiguous in {path}: {candidates}")]
+    AmbiguousSymbol {
+        /// The symbol.
+        symbol: String,
+        /// The module file.
+        path: String,
+        /// The candidates.
+        candidates: String,
+    },
+    /// The module file cannot be read or parsed.
+    #[error("{0}")]
+    Module(String),
+    /// A breakpoint outside executable memory, or an offset outside the module (§6.2).
+    #[error("invalid offset: 0x{addr:x} is not {what}")]
+    InvalidOffset {
+        /// Run-time address.
+        addr: u64,
+        /// "in an executable mapping" / "in a mapping of `m`".
+        what: String,
+    },
+}
+
+/// A resolved module in one process.
+#[derive(Clone)]
+pub struct Located {
+    /// Its ELF file.
+    pub elf: Rc<ElfInfo>,
+    /// Load bias in the process.
+    pub bias: u64,
+    /// The mapped path.
+    pub path: String,
+}
+
+/// ELF files read so far, by path.
+#[derive(Default)]
+pub struct Resolver {
+    elves: HashMap<PathBuf, Rc<ElfInfo>>,
+}
+
+fn base_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+impl Resolver {
+    /// The parsed ELF file at `path` (cached).
+    pub fn elf(&mut self, path: &Path) -> Result<Rc<ElfInfo>, ResolveError> {
+        if let Some(e) = self.elves.get(path) {
+            return Ok(e.clone());
+        }
+        let e = Rc::new(ElfInfo::open(path).map_err(|e| ResolveError::Module(e.to_string()))?);
+        self.elves.insert(path.to_path_buf(), e.clone());
+        Ok(e)
+    }
+
+    /// Finds module `module` (a path, or a base name) among `maps`; `exe` is
+    /// the process's executable path (preferred for base names).
+    pub fn locate(&mut self, maps: &[Mapping], module: &str, exe: Option<&str>) -> Result<Located, ResolveError> {
+        let mapped: Option<String> = if module.contains('/') {
+            let key = ModuleKey::Path(Path::new(module));
+            maps.iter().find(|m| procmaps::maps_module(m, &key)).map(|m| m.path.clone())
+        } else {
+            let mut names: Vec<&str> = maps
+                .iter()
+                .filter(|m| m.is_file() && base_name(&m.path) == module)
+                .map(|m| m.path.as_str())
+                .collect();
+            names.dedup();
+            match exe {
+                Some(e) if names.contains(&e) => Some(e.to_string()),
+                _ => names.first().map(|s| s.to_string()),
+            }
+        };
+        let path = mapped.ok_or_else(|| ResolveError::NotMapped(module.to_string()))?;
+        let elf = self.elf(Path::new(&path))?;
+        let first = elf.first_load.unwrap_or((0, 0));
+        let bias = if elf.is_dyn {
+            procmaps::load_bias(maps, &ModuleKey::Path(Path::new(&path)), first)
+                .ok_or_else(|| ResolveError::NotMapped(module.to_string()))?
+        } else {
+            0
+        };
+        Ok(Located { elf, bias, path })
+    }
+}
+
+/// Link-time value of a probe's location (its symbol resolved in `elf` when
+/// the manifest did not carry a build-time value).
+pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
+    if let Some(v) = p.value {
+        return Ok(v);
+    }
+    match &p.location.symbol {
+        None => Ok(p.location.addend),
+        Some(s) => match elf.lookup(s) {
+            Lookup::Found(sym) => Ok(sym.value.wrapping_add(p.location.addend)),
+            Lookup::NotFound => Err(ResolveError::UnknownSymbol {
+                symbol: s.clone(),
+                path: elf.path.display().to_string(),
+            }),
+            Lookup::Ambiguous(c) => Err(ResolveError::AmbiguousSymbol {
+                symbol: s.clone(),
+                path: elf.path.display().to_string(),
+                candidates: c.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
+            }),
+        },
+    }
+}
+
+/// Run-time address of a probe in a process where its module is `loc`
+/// (spec §6.3), checked against the mappings (§6.2).
+pub fn probe_address(p: &ProbeSpec, loc: &Located, maps: &[Mapping], module: &str) -> Result<u64, ResolveError> {
+    let value = link_value(p, &loc.elf)?;
+    let addr = match (p.location.kind, &p.location.symbol) {
+        (LocationKind::Offset, _) => loc.bias.wrapping_add(value),
+        (LocationKind::Address, Some(_)) => loc.bias.wrapping_add(value),
+        (LocationKind::Address, None) => value,
+    };
+    let m = procmaps::find(maps, addr);
+    if p.kind == ProbeKind::Breakpoint || p.kind == ProbeKind::WatchExec {
+        if !m.is_some_and(|m| m.exec) {
+            return Err(ResolveError::InvalidOffset {
+                addr,
+                what: "in an executable mapping".into(),
+            });
+        }
+    }
+    if p.location.kind == LocationKind::Offset && p.kind == ProbeKind::Breakpoint && !m.is_some_and(|m| m.path == loc.path) {
+        return Err(ResolveError::InvalidOffset {
+            addr,
+            what: format!("in a mapping of `{module}`"),
+        });
+    }
+    Ok(addr)
+}

@@ -1,0 +1,141 @@
+//! `wprobe run`: load the programs (compiling `.rpn` on the fly), start or
+//! attach to the target, arm, run the session, print the summary, and exit
+//! with the traced command's status (128 + signal when it was killed).
+
+use crate::cli::{RunArgs, parse_define};
+use crate::format::Format;
+use crate::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
+use crate::session::{ProgramInput, RunOptions, Session};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Loads one program file.
+pub fn load_program(engine: &wasmtime::Engine, path: &Path, a: &RunArgs) -> Result<ProgramInput, String> {
+    let label = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+    let bytes = if path.extension().is_some_and(|e| e == "rpn") {
+        let opts = rpn2wasm::Options {
+            defines: a.define.iter().map(|d| parse_define(d)).collect(),
+            include_dirs: a.include.clone(),
+            symbols: None,
+        };
+        match rpn2wasm::compile(path, &opts) {
+            Ok((c, _)) => c.wasm,
+            Err((d, map)) => return Err(format!("{}could not compile `{}`", d.render(&map), path.display())),
+        }
+    } else {
+        std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?
+    };
+    let module = crate::load::load(engine, &bytes, None).map_err(|e| format!("loading {}: {e}", path.display()))?;
+    Ok(ProgramInput { label, module })
+}
+
+fn exit_code(s: Option<ExitStatus>) -> ExitCode {
+    match s {
+        Some(ExitStatus::Code(c)) => ExitCode::from(c as u8),
+        Some(ExitStatus::Signal(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// Runs the command.
+pub fn run(a: RunArgs) -> ExitCode {
+    if a.pid.is_none() && a.command.is_empty() {
+        eprintln!("error: give the command to trace after `--`, or -p PID");
+        return ExitCode::from(1);
+    }
+    let engine = match crate::engine::new_engine() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut programs = Vec::new();
+    for p in &a.programs {
+        match load_program(&engine, p, &a) {
+            Ok(x) => programs.push(x),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let out: Box<dyn Write> = match &a.output {
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => Box::new(std::io::BufWriter::new(f)),
+            Err(e) => {
+                eprintln!("error: creating {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        },
+        None if std::io::stdout().is_terminal() => Box::new(std::io::stdout()),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    };
+    let opts = RunOptions {
+        follow_forks: a.follow,
+        verify_opcodes: !a.no_verify_opcodes,
+        groups: a.groups.clone(),
+        types: a.types.clone(),
+        fuel: a.fuel,
+        format: if a.format == "json" { Format::Json } else { Format::Text },
+    };
+    let topts = TraceOptions {
+        follow_forks: a.follow,
+        verify_opcodes: !a.no_verify_opcodes,
+    };
+    let mut session = match Session::new(&engine, programs, opts, out) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    if session.probe_count() == 0 {
+        eprintln!("error: no probe selected (check --group / --type)");
+        return ExitCode::from(1);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGPIPE] {
+        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+            eprintln!("error: installing a signal handler: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let mut tracer = match a.pid {
+        Some(pid) => {
+            eprintln!(
+                "wprobe: attaching to {pid}. Note: if wprobe is killed with SIGKILL, breakpoints stay in the process and its next hit kills it (use --transport perf where that matters)."
+            );
+            Tracer::attach(pid, topts)
+        }
+        None => Tracer::launch(&a.command, topts),
+    };
+    let mut tracer = match tracer.as_mut() {
+        Ok(_) => tracer.expect("checked"),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let main = tracer.main_pid();
+    let armed = session.arm(&mut tracer, main, true);
+    if armed == 0 && session.pending() == 0 {
+        eprintln!("error: no probe could be armed in process {main}");
+        let _ = tracer.detach_all();
+        return ExitCode::from(1);
+    }
+    let status = match session.run(&mut tracer, &stop) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let _ = tracer.detach_all();
+            session.summary();
+            return ExitCode::from(2);
+        }
+    };
+    session.summary();
+    exit_code(status)
+}
