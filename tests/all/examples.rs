@@ -6,49 +6,14 @@
 //! headers byte for byte; here a few headline figures are checked again.)
 
 use hostabi::Outcome;
-use rpn2wasm::ast::{Program, WatchKind};
+use rpn2wasm::ast::Program;
 use rpn2wasm::interp::{Record, RecordKind};
-use rpn2wasm::model::{ModelEnv, probe_target as t};
 use wprobe_tests::{Pair, build_file, examples_dir};
 
-/// The events of one run of `probe_target` (no arguments), in order.
-fn events() -> Vec<(u64, Option<WatchKind>, ModelEnv)> {
-    let mut ev = vec![(t::MAIN, None, ModelEnv::probe_target_main())];
-    for a in 0..3 {
-        ev.push((t::TARGET_FN, None, ModelEnv::probe_target_hit(a)));
-        let mut second = ModelEnv::probe_target_hit(a);
-        second.set_reg(hostabi::regs::RIP, t::TARGET_FN + 1);
-        second.set_reg(hostabi::regs::RSP, t::RSP_IN_CALLEE - 8);
-        ev.push((t::TARGET_FN + 1, None, second));
-        ev.push((t::COUNTER, Some(WatchKind::W), ModelEnv::probe_target_store(a)));
-    }
-    ev.push((t::BUMP, None, ModelEnv::probe_target_bump()));
-    ev
-}
-
-/// Runs the whole target scenario; returns every record in order and the outcomes.
+/// Runs the whole target scenario in both engines.
 fn scenario(program: Program) -> (Vec<Record>, Vec<Outcome>) {
     let mut pair = Pair::new(program.clone(), None);
-    let mut hits = vec![0u32; program.probes.len()];
-    let mut disabled = vec![false; program.probes.len()];
-    let (mut records, mut outcomes) = (Vec::new(), Vec::new());
-    for (addr, watch, env) in events() {
-        for (i, p) in program.probes.iter().enumerate() {
-            if p.value != addr || p.watch != watch || disabled[i] {
-                continue;
-            }
-            let r = pair
-                .both(i, &env, &format!("probe {i} at 0x{addr:x}"))
-                .expect("examples stay within the instruction budget");
-            hits[i] += 1;
-            if r.outcome == Some(Outcome::Remove) || hits[i] >= p.maxhits {
-                disabled[i] = true;
-            }
-            records.extend(r.records);
-            outcomes.push(r.outcome.expect("interpreter outcome"));
-        }
-    }
-    (records, outcomes)
+    wprobe_tests::scenario(&program, |i, env, what| pair.both(i, env, &what))
 }
 
 fn run(file: &str, defines: &[(&str, &str)]) -> (Vec<Record>, Vec<Outcome>) {

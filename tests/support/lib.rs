@@ -236,3 +236,125 @@ impl Pair {
         Some(ri)
     }
 }
+
+/// The events of one run of `probe_target` with no arguments, in order: the
+/// address (and watch kind) that fires and the modelled hit.
+pub fn target_events() -> Vec<(u64, Option<rpn2wasm::ast::WatchKind>, ModelEnv)> {
+    use rpn2wasm::ast::WatchKind;
+    use rpn2wasm::model::probe_target as t;
+    let mut ev = vec![(t::MAIN, None, ModelEnv::probe_target_main())];
+    for a in 0..3 {
+        ev.push((t::TARGET_FN, None, ModelEnv::probe_target_hit(a)));
+        let mut second = ModelEnv::probe_target_hit(a);
+        second.set_reg(hostabi::regs::RIP, t::TARGET_FN + 1);
+        second.set_reg(hostabi::regs::RSP, t::RSP_IN_CALLEE - 8);
+        ev.push((t::TARGET_FN + 1, None, second));
+        ev.push((t::COUNTER, Some(WatchKind::W), ModelEnv::probe_target_store(a)));
+    }
+    ev.push((t::BUMP, None, ModelEnv::probe_target_bump()));
+    ev
+}
+
+/// Runs the target scenario through `hit` (probe index, env) → result, applying
+/// `maxhits` and `remove` as the runtime does; returns all records and outcomes.
+pub fn scenario(
+    program: &Program,
+    mut hit: impl FnMut(usize, &ModelEnv, String) -> Option<HitResult>,
+) -> (Vec<Record>, Vec<Outcome>) {
+    let mut hits = vec![0u32; program.probes.len()];
+    let mut disabled = vec![false; program.probes.len()];
+    let (mut records, mut outcomes) = (Vec::new(), Vec::new());
+    for (addr, watch, env) in target_events() {
+        for (i, p) in program.probes.iter().enumerate() {
+            if p.value != addr || p.watch != watch || disabled[i] {
+                continue;
+            }
+            let r = hit(i, &env, format!("probe {i} at 0x{addr:x}")).expect("examples stay within the instruction budget");
+            hits[i] += 1;
+            if r.outcome == Some(Outcome::Remove) || hits[i] >= p.maxhits {
+                disabled[i] = true;
+            }
+            records.extend(r.records);
+            outcomes.push(r.outcome.expect("interpreter outcome"));
+        }
+    }
+    (records, outcomes)
+}
+
+/// The records the reference interpreter produces for `program` on the modelled target run.
+pub fn interpreter_scenario(program: &Program) -> Vec<Record> {
+    let mut state = ProgramState::new(program);
+    let mut gvars = vec![0; program.header.gvars as usize];
+    scenario(program, |probe, env, _| {
+        let mut env = env.clone();
+        env.gvars = gvars.clone();
+        let r = interp::run(program, probe, &mut state, &mut env, &Limits::default());
+        gvars = env.gvars.clone();
+        Some(HitResult {
+            outcome: Some(r.outcome),
+            records: r.records,
+        })
+    })
+    .0
+}
+
+/// A scratch directory for this test process.
+pub fn scratch_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wprobe-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Compiles a C file with gcc (cached per output name within the process).
+pub fn build_c(src: &Path, out_name: &str, flags: &[&str]) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch_dir().join(out_name);
+    if out.exists() {
+        return out;
+    }
+    let tmp = scratch_dir().join(format!("{out_name}.tmp{}", std::process::id()));
+    let st = std::process::Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(src)
+        .status()
+        .expect("gcc runs");
+    assert!(st.success(), "gcc failed for {}", src.display());
+    std::fs::rename(&tmp, &out).expect("rename");
+    out
+}
+
+/// `probe_target` built exactly as the examples require.
+pub fn probe_target() -> PathBuf {
+    build_c(
+        &examples_dir().join("probe_target.c"),
+        "probe_target",
+        &["-O0", "-g", "-fno-pie", "-no-pie", "-fcf-protection=none", "-fno-omit-frame-pointer"],
+    )
+}
+
+/// A `Write` that keeps what is written, shareable with the session.
+#[derive(Clone, Default)]
+pub struct SharedBuf(pub std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedBuf {
+    /// The JSON lines written so far.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&self.0.borrow())
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect()
+    }
+}
