@@ -13,6 +13,7 @@
 pub mod ast;
 pub mod check;
 pub mod codegen;
+pub mod fuzzing;
 pub mod diag;
 pub mod interp;
 pub mod lex;

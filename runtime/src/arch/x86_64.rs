@@ -595,7 +595,9 @@ pub struct Relocated {
 pub fn relocate(insn: &Insn, slot: u64) -> Option<Relocated> {
     let back = insn.instr.next_ip();
     let mut jmp = Instruction::with_branch(Code::Jmp_rel32_64, back).ok()?;
-    jmp.set_ip(back);
+    // The block encoder links branches to block instructions by IP: give the
+    // jump an IP no branch can target (its own target would make `jmp $`).
+    jmp.set_ip(u64::MAX - 0xff);
     let instrs = [insn.instr, jmp];
     let block = InstructionBlock::new(&instrs, slot);
     let res = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).ok()?;

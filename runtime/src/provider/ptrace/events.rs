@@ -130,7 +130,13 @@ impl Tracer {
             // before waiting again, and handle them in arrival order.
             while self.queue.len() < 256 {
                 match sys::wait(-1, libc::WNOHANG) {
-                    Ok(Some(e)) => self.queue.push_back(e),
+                    Ok(Some((t, raw))) => {
+                        // Taken from the kernel: the thread is stopped (or gone).
+                        if let Some(th) = self.threads.get_mut(&t) {
+                            th.state = TState::Held;
+                        }
+                        self.queue.push_back((t, raw));
+                    }
                     _ => break,
                 }
             }

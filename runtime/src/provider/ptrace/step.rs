@@ -287,7 +287,15 @@ impl Tracer {
                 Status::Stopped { sig: libc::SIGTRAP, event: 0 } => {
                     let si = sys::getsiginfo(tid);
                     match si.map(|s| s.si_code) {
-                        Ok(arch::TRAP_TRACE) => break,
+                        Ok(arch::TRAP_TRACE) => {
+                            // A rep-prefixed instruction traps after each
+                            // iteration with RIP unchanged: step until it moves.
+                            let mut now = zero_regs();
+                            if sys::getregs(tid, &mut now).is_ok() && now.rip == addr {
+                                continue;
+                            }
+                            break;
+                        }
                         Ok(arch::TRAP_HWBKPT) => {
                             // Stepped onto a watchpoint too: let the loop report it.
                             self.queue.push_back((tid, raw));

@@ -1,0 +1,392 @@
+//! ptrace provider: threads (T7), fork with and without following (T4),
+//! vfork (T5), exec (T6), signals (T12), job control (T13), detach under
+//! load (T8) and attach (T9).
+
+#[path = "progs/harness.rs"]
+mod harness;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use harness::*;
+use runtime::provider::ptrace::{Action, Event, ExitStatus, TraceOptions, Tracer};
+
+fn opts(follow: bool) -> TraceOptions {
+    TraceOptions { follow_forks: follow, verify_opcodes: true }
+}
+
+fn argv(prog: &Path, out: &Path, args: &[&str]) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![prog.into(), format!(">{}", out.display()).into()];
+    v.extend(args.iter().map(Into::into));
+    v
+}
+
+#[test]
+fn eight_threads_exact_count_t7() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t7", 300);
+    let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
+    let n = 20_000u64;
+    let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string(), "8"]);
+    let out = out_file();
+    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8"]), opts(false)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, Some(opcode(&prog, "target"))).unwrap();
+    let mut per_tid: HashMap<u64, u64> = HashMap::new();
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    let s = t
+        .run(&stop, &mut |_, ev| {
+            if let Event::Breakpoint { hit, .. } = ev {
+                use hostabi::env::HitEnv;
+                *per_tid.entry(hit.tid()).or_default() += 1;
+            }
+            Action::Continue
+        })
+        .unwrap();
+    let total: u64 = per_tid.values().sum();
+    eprintln!("T7: {total} hits in {:?}, {s:?}", start.elapsed());
+    assert_eq!(total, 8 * n);
+    assert_eq!(per_tid.len(), 8);
+    assert!(per_tid.values().all(|&c| c == n), "{per_tid:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), plain);
+}
+
+fn fork_test(follow: bool, vfork: bool) {
+    let prog = build("forker", "forker.c", &["-O2"]);
+    let (k, m) = (20, 200u64);
+    let out = out_file();
+    let mut args = vec![k.to_string(), m.to_string()];
+    if vfork {
+        args.push("v".into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut t = Tracer::launch(&argv(&prog, &out, &args), opts(follow)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let mut hits: HashMap<u64, u64> = HashMap::new();
+    let mut started = HashSet::new();
+    let mut exits = Vec::new();
+    let stop = AtomicBool::new(false);
+    t.run(&stop, &mut |_, ev| {
+        match ev {
+            Event::Breakpoint { hit, .. } => {
+                use hostabi::env::HitEnv;
+                *hits.entry(hit.pid()).or_default() += 1;
+            }
+            Event::ProcessStarted { pid: c, parent } => {
+                assert_eq!(parent, pid);
+                started.insert(c);
+            }
+            Event::ProcessExited { pid: p, status } => exits.push((p, status)),
+            _ => {}
+        }
+        Action::Continue
+    })
+    .unwrap();
+    let out = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(out, format!("ok={k} sum={}\n", m * (m + 1) / 2), "every child exited 0");
+    assert_eq!(started.len(), k);
+    assert_eq!(hits.get(&(pid as u64)).copied(), Some(m), "parent hits");
+    if follow && !vfork {
+        assert_eq!(hits.len(), k + 1);
+        assert!(hits.values().all(|&c| c == m));
+        assert_eq!(exits.len(), k + 1);
+        assert!(exits.iter().all(|(_, s)| *s == ExitStatus::Code(0)));
+    } else {
+        assert_eq!(hits.len(), 1, "no child hits: {hits:?}");
+    }
+}
+
+#[test]
+fn fork_followed_t4() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t4f", 300);
+    fork_test(true, false);
+}
+
+#[test]
+fn fork_not_followed_children_exit_0_t4() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t4n", 300);
+    fork_test(false, false);
+}
+
+#[test]
+fn vfork_exec_keeps_parent_probes_t5() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t5", 300);
+    fork_test(false, true);
+    fork_test(true, true);
+}
+
+fn exec_test(from_thread: bool) {
+    let prog = build("execer", "execer.c", &["-O2", "-fPIE", "-pie"]);
+    let out = out_file();
+    let args: &[&str] = if from_thread { &["0", "thread"] } else { &["0"] };
+    let mut t = Tracer::launch(&argv(&prog, &out, args), opts(false)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let mut hits = 0;
+    let mut execs = 0;
+    let stop = AtomicBool::new(false);
+    let prog2 = prog.clone();
+    t.run(&stop, &mut |t, ev| {
+        match ev {
+            Event::Breakpoint { .. } => hits += 1,
+            Event::Exec { pid: p } => {
+                assert_eq!(p, pid, "the tid is remapped to the process id");
+                execs += 1;
+                // The new image's text equals the file (no stale restore).
+                let info = runtime::elfsym::ElfInfo::open(&prog2).unwrap();
+                let (v, size) = sym(&prog2, "target");
+                let a2 = addr_of(t, p, &prog2, "target");
+                assert_eq!(read_mem(p, a2, size as usize), info.bytes_at(v, size as usize).unwrap());
+                t.insert_breakpoint(p, a2, None).unwrap();
+            }
+            _ => {}
+        }
+        Action::Continue
+    })
+    .unwrap();
+    assert_eq!(execs, 1);
+    assert_eq!(hits, 20);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "stage1 sum=55\n");
+}
+
+#[test]
+fn exec_rearms_on_new_image_t6() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t6", 60);
+    exec_test(false);
+}
+
+#[test]
+fn exec_from_non_leader_thread_t6() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t6t", 60);
+    exec_test(true);
+}
+
+#[test]
+fn signals_are_delivered_unchanged_t12() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t12", 300);
+    let prog = build("signals", "signals.c", &["-O2"]);
+    let out = out_file();
+    let n = 3000;
+    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string()]), opts(false)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let mut hits = 0u64;
+    let stop = AtomicBool::new(false);
+    t.run(&stop, &mut |_, ev| {
+        if let Event::Breakpoint { .. } = ev {
+            hits += 1;
+        }
+        Action::Continue
+    })
+    .unwrap();
+    let o = std::fs::read_to_string(&out).unwrap();
+    let calls: u64 = o.split("calls=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(o.starts_with(&format!("usr1={n} trap=200 ")), "{o}");
+    assert!(o.contains("alrm_pos=1") && o.contains("kid=0"), "{o}");
+    assert_eq!(hits, calls, "{o}");
+}
+
+fn proc_state(pid: i32) -> char {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    s[s.rfind(')').unwrap() + 2..].chars().next().unwrap()
+}
+
+#[test]
+fn job_control_stop_and_continue_t13() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t13", 120);
+    let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
+    let out = out_file();
+    let n = 3000u64;
+    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "1", "200"]), opts(false)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let h2 = hits.clone();
+    let checker = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(50));
+        let before = h2.load(Ordering::SeqCst);
+        let mut states = vec![];
+        for _ in 0..4 {
+            states.push(proc_state(pid));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let after = h2.load(Ordering::SeqCst);
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        (states, before, after)
+    });
+    let stop = AtomicBool::new(false);
+    t.run(&stop, &mut |_, ev| {
+        if let Event::Breakpoint { .. } = ev {
+            hits.fetch_add(1, Ordering::SeqCst);
+        }
+        Action::Continue
+    })
+    .unwrap();
+    let (states, before, after) = checker.join().unwrap();
+    assert!(states.iter().all(|c| *c == 'T' || *c == 't'), "{states:?}");
+    assert_eq!(before, after, "no hits while stopped");
+    assert_eq!(hits.load(Ordering::SeqCst), n);
+    assert!(std::fs::read_to_string(&out).unwrap().starts_with("sum="));
+}
+
+/// Text of `target` in memory equals the file.
+fn text_equals_file(pid: i32, prog: &Path, addr: u64) {
+    let info = runtime::elfsym::ElfInfo::open(prog).unwrap();
+    let (v, size) = sym(prog, "target");
+    assert_eq!(read_mem(pid, addr, size as usize), info.bytes_at(v, size as usize).unwrap());
+}
+
+#[test]
+fn detach_under_load_with_stop_flag_t8() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t8", 300);
+    let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
+    // usleep(1) per call keeps the tracee running for a while after the detach.
+    let n = 20_000u64;
+    let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string(), "8", "1"]);
+    let out = out_file();
+    for policy in [runtime::provider::ptrace::StepPolicy::Auto, runtime::provider::ptrace::StepPolicy::NoEmulation] {
+        let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8", "1"]), opts(false)).unwrap();
+        t.set_step_policy(policy);
+        let pid = t.main_pid();
+        let a = addr_of(&mut t, pid, &prog, "target");
+        t.insert_breakpoint(pid, a, None).unwrap();
+        let stop = AtomicBool::new(false);
+        let mut hits = 0;
+        let s = t
+            .run(&stop, &mut |_, ev| {
+                if let Event::Breakpoint { .. } = ev {
+                    hits += 1;
+                    if hits == 10_000 {
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                }
+                Action::Continue
+            })
+            .unwrap();
+        assert!(s.detached);
+        text_equals_file(pid, &prog, a);
+        drop(t);
+        // The tracee runs on untraced and finishes with the right output.
+        let mut st = 0;
+        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+        assert_eq!(r, pid);
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "status {st:#x}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), plain);
+    }
+}
+
+#[test]
+fn detach_from_an_idle_tracee_returns_promptly() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("idle", 60);
+    let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
+    let out = out_file();
+    // One call per second: the loop is blocked in waitpid most of the time.
+    let mut t = Tracer::launch(&argv(&prog, &out, &["3", "1", "1000000"]), opts(false)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        s2.store(true, Ordering::SeqCst);
+    });
+    let start = Instant::now();
+    let s = t.run(&stop, &mut |_, _| Action::Continue).unwrap();
+    assert!(s.detached);
+    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    text_equals_file(pid, &prog, a);
+    drop(t);
+    let mut st = 0;
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+    assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
+}
+
+#[test]
+fn attach_then_stop_restores_everything_t9() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t9", 120);
+    let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
+    let out = out_file();
+    // 4 threads calling target() forever, slowly.
+    let mut child = std::process::Command::new(&prog)
+        .arg(format!(">{}", out.display()))
+        .args(["0", "4", "100"])
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    std::thread::sleep(Duration::from_millis(200));
+    let mut t = Tracer::attach(pid, opts(false)).unwrap();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    let before = read_mem(pid, a & !0xfff, 4096);
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut tids = HashSet::new();
+    let mut hits = 0;
+    t.run(&stop, &mut |_, ev| {
+        if let Event::Breakpoint { hit, .. } = ev {
+            use hostabi::env::HitEnv;
+            tids.insert(hit.tid());
+            hits += 1;
+            if hits == 200 {
+                stop.store(true, Ordering::SeqCst);
+            }
+        }
+        Action::Continue
+    })
+    .unwrap();
+    drop(t);
+    assert_eq!(tids.len(), 4, "every thread saw the probe");
+    assert_eq!(read_mem(pid, a & !0xfff, 4096), before, "page identical to before the attach");
+    assert!(!runtime::provider::ptrace::journal::path(pid).exists(), "journal removed");
+    // The tracee keeps running unharmed.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    let st = proc_state(pid);
+    assert!(st == 'S' || st == 'R', "{st}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
