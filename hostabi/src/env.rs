@@ -86,7 +86,8 @@ pub trait HitEnv {
     /// Reads a NUL-terminated string, examining at most `buf.len()` bytes.
     /// `Ok(n)`: n bytes before a NUL (or `buf.len()`); `Err(i)`: byte i unreadable.
     fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
-        for i in 0..buf.len() {
+        let n = buf.len();
+        for (i, slot) in buf.iter_mut().enumerate() {
             let mut b = [0u8];
             if self.read_mem(addr.wrapping_add(i as u64), &mut b) != 1 {
                 return Err(i);
@@ -94,8 +95,8 @@ pub trait HitEnv {
             if b[0] == 0 {
                 return Ok(i);
             }
-            buf[i] = b[0];
+            *slot = b[0];
         }
-        Ok(buf.len())
+        Ok(n)
     }
 }

@@ -361,7 +361,7 @@ impl<'a> Iterator for LogItems<'a> {
 
 fn decode_item<'a>(kind: ItemKind, extent: &'a [u8]) -> Item<'a> {
     match kind {
-        ItemKind::RawWords if extent.len() % 8 == 0 => Item::Words(extent),
+        ItemKind::RawWords if extent.len().is_multiple_of(8) => Item::Words(extent),
         ItemKind::RawBytes => Item::Bytes(extent),
         ItemKind::Tokenized if extent.len() >= 3 => {
             let n = u16::from_le_bytes([extent[1], extent[2]]) as usize;

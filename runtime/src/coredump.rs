@@ -25,7 +25,7 @@ fn note(out: &mut Vec<u8>, ty: u32, desc: &[u8]) {
     out.extend(ty.to_le_bytes());
     out.extend(b"CORE\0\0\0\0");
     out.extend(desc);
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }

@@ -128,32 +128,36 @@ impl ElfInfo {
             .map(|p| (p.p_vaddr, p.p_memsz, p.p_offset, p.p_filesz, p.p_flags))
             .collect();
         let mut symbols = Vec::new();
-        let mut collect = |syms: &goblin::elf::Symtab<'_>,
-                           strtab: &goblin::strtab::Strtab<'_>,
-                           dynamic: bool| {
-            for s in syms.iter() {
-                if s.st_shndx == 0 || s.st_type() == sym::STT_SECTION || s.st_type() == sym::STT_FILE {
-                    continue;
+        let mut collect =
+            |syms: &goblin::elf::Symtab<'_>, strtab: &goblin::strtab::Strtab<'_>, dynamic: bool| {
+                for s in syms.iter() {
+                    if s.st_shndx == 0
+                        || s.st_type() == sym::STT_SECTION
+                        || s.st_type() == sym::STT_FILE
+                    {
+                        continue;
+                    }
+                    let Some(name) = strtab.get_at(s.st_name) else {
+                        continue;
+                    };
+                    if name.is_empty() {
+                        continue;
+                    }
+                    let kind = match s.st_type() {
+                        sym::STT_FUNC | sym::STT_GNU_IFUNC => SymKind::Func,
+                        sym::STT_OBJECT | sym::STT_TLS => SymKind::Object,
+                        _ => SymKind::Other,
+                    };
+                    symbols.push(Symbol {
+                        name: name.to_string(),
+                        value: s.st_value,
+                        size: s.st_size,
+                        kind,
+                        global: s.st_bind() != sym::STB_LOCAL,
+                        dynamic,
+                    });
                 }
-                let Some(name) = strtab.get_at(s.st_name) else { continue };
-                if name.is_empty() {
-                    continue;
-                }
-                let kind = match s.st_type() {
-                    sym::STT_FUNC | sym::STT_GNU_IFUNC => SymKind::Func,
-                    sym::STT_OBJECT | sym::STT_TLS => SymKind::Object,
-                    _ => SymKind::Other,
-                };
-                symbols.push(Symbol {
-                    name: name.to_string(),
-                    value: s.st_value,
-                    size: s.st_size,
-                    kind,
-                    global: s.st_bind() != sym::STB_LOCAL,
-                    dynamic,
-                });
-            }
-        };
+            };
         collect(&elf.syms, &elf.strtab, false);
         collect(&elf.dynsyms, &elf.dynstrtab, true);
         symbols.sort_by(|a, b| (&a.name, a.value, a.dynamic).cmp(&(&b.name, b.value, b.dynamic)));
@@ -176,7 +180,10 @@ impl ElfInfo {
     /// values (local statics in different files) are `Ambiguous`.
     pub fn lookup(&self, name: &str) -> Lookup<'_> {
         let i = self.symbols.partition_point(|s| s.name.as_str() < name);
-        let exact: Vec<&Symbol> = self.symbols[i..].iter().take_while(|s| s.name == name).collect();
+        let exact: Vec<&Symbol> = self.symbols[i..]
+            .iter()
+            .take_while(|s| s.name == name)
+            .collect();
         match exact.len() {
             1 => return Lookup::Found(exact[0]),
             0 => {}
@@ -206,16 +213,20 @@ impl ElfInfo {
     pub fn symbol_at(&self, vaddr: u64) -> Option<&Symbol> {
         self.symbols
             .iter()
-            .filter(|s| s.value == vaddr || (s.value < vaddr && vaddr < s.value.saturating_add(s.size)))
+            .filter(|s| {
+                s.value == vaddr || (s.value < vaddr && vaddr < s.value.saturating_add(s.size))
+            })
             .min_by_key(|s| (s.kind != SymKind::Func, vaddr - s.value))
     }
 
     /// File offset of link-time address `vaddr`, if it lies in a file-backed
     /// part of a `PT_LOAD` segment.
     pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
-        self.segments.iter().find_map(|&(va, _memsz, off, filesz, _)| {
-            (va <= vaddr && vaddr < va.saturating_add(filesz)).then(|| off + (vaddr - va))
-        })
+        self.segments
+            .iter()
+            .find_map(|&(va, _memsz, off, filesz, _)| {
+                (va <= vaddr && vaddr < va.saturating_add(filesz)).then(|| off + (vaddr - va))
+            })
     }
 
     /// Whether `vaddr` lies in an executable `PT_LOAD` segment.

@@ -53,7 +53,7 @@ pub fn list_module(out: &mut String, elf: &ElfInfo, bias: u64, glob: Option<&str
 /// Runs the command.
 pub fn list(a: ListArgs) -> ExitCode {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<18} {:>8} {}  {}", "address", "size", "op", "symbol");
+    let _ = writeln!(out, "{:<18} {:>8} op    symbol", "address", "size");
     let (binary, glob) = match a.pid {
         Some(_) => (None, a.args.first().cloned()),
         None => (a.args.first().cloned(), a.args.get(1).cloned()),

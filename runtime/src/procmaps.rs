@@ -153,9 +153,11 @@ pub enum ModuleKey<'a> {
 /// Whether mapping `m` maps the module `key`.
 pub fn maps_module(m: &Mapping, key: &ModuleKey<'_>) -> bool {
     match key {
-        ModuleKey::Inode { dev_major, dev_minor, inode } => {
-            m.inode == *inode && m.dev_major == *dev_major && m.dev_minor == *dev_minor
-        }
+        ModuleKey::Inode {
+            dev_major,
+            dev_minor,
+            inode,
+        } => m.inode == *inode && m.dev_major == *dev_major && m.dev_minor == *dev_minor,
         ModuleKey::Path(p) => {
             if !m.is_file() {
                 return false;
@@ -220,7 +222,10 @@ mod tests {
         assert_eq!(m[1].start, 0x55d0c0a01000);
         assert!(m[1].exec && !m[1].write && m[1].read && !m[1].shared);
         assert_eq!(m[1].offset, 0x1000);
-        assert_eq!((m[1].dev_major, m[1].dev_minor, m[1].inode), (0xfd, 1, 1234));
+        assert_eq!(
+            (m[1].dev_major, m[1].dev_minor, m[1].inode),
+            (0xfd, 1, 1234)
+        );
         assert_eq!(m[2].path, "/usr/bin/prog with space");
         assert_eq!(m[3].path, "[stack]");
         assert_eq!(m[4].path, "");
@@ -239,7 +244,14 @@ mod tests {
         let m = parse(SAMPLE).unwrap();
         let key = ModuleKey::Path(Path::new("/usr/bin/prog"));
         assert_eq!(load_bias(&m, &key, (0, 0)), Some(0x55d0c0a00000));
-        let key = ModuleKey::Inode { dev_major: 0xfd, dev_minor: 1, inode: 1234 };
-        assert_eq!(load_bias(&m, &key, (0x400000, 0)), Some(0x55d0c0a00000 - 0x400000));
+        let key = ModuleKey::Inode {
+            dev_major: 0xfd,
+            dev_minor: 1,
+            inode: 1234,
+        };
+        assert_eq!(
+            load_bias(&m, &key, (0x400000, 0)),
+            Some(0x55d0c0a00000 - 0x400000)
+        );
     }
 }

@@ -143,15 +143,13 @@ pub fn probe_address(p: &ProbeSpec, loc: &Located, maps: &[Mapping], module: &st
         (LocationKind::Address, None) => value,
     };
     let m = procmaps::find(maps, addr);
-    if p.kind == ProbeKind::Breakpoint || p.kind == ProbeKind::WatchExec {
-        if !m.is_some_and(|m| m.exec) {
-            return Err(ResolveError::InvalidOffset {
-                addr,
-                what: "in an executable mapping".into(),
-            });
-        }
+    if matches!(p.kind, ProbeKind::Breakpoint | ProbeKind::WatchExec) && !m.is_some_and(|m| m.exec) {
+        return Err(ResolveError::InvalidOffset {
+            addr,
+            what: "in an executable mapping".into(),
+        });
     }
-    if p.location.kind == LocationKind::Offset && p.kind == ProbeKind::Breakpoint && !m.is_some_and(|m| m.path == loc.path) {
+    if p.location.kind == LocationKind::Offset && p.kind == ProbeKind::Breakpoint && m.is_none_or(|m| m.path != loc.path) {
         return Err(ResolveError::InvalidOffset {
             addr,
             what: format!("in a mapping of `{module}`"),

@@ -57,11 +57,12 @@ pub fn annotated_wat(program: &Program, map: &SourceMap, generated: &Generated) 
 /// Splits a `(;@1f3;)` offset prefix from a printed line.
 fn split_offset(line: &str) -> (Option<usize>, &str) {
     let t = line.trim_start();
-    if let Some(rest) = t.strip_prefix("(;@") {
-        if let Some(end) = rest.find(";)") {
-            let off = usize::from_str_radix(rest[..end].trim(), 16).ok();
-            return (off, rest[end + 2..].trim_end_matches(' ').strip_prefix(' ').unwrap_or(&rest[end + 2..]));
-        }
+    if let Some(rest) = t.strip_prefix("(;@")
+        && let Some(end) = rest.find(";)")
+    {
+        let off = usize::from_str_radix(rest[..end].trim(), 16).ok();
+        let body = &rest[end + 2..];
+        return (off, body.strip_prefix(' ').unwrap_or(body));
     }
     (None, line)
 }

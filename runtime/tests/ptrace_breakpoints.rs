@@ -10,14 +10,24 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use harness::*;
-use runtime::provider::ptrace::{Action, ArmError, BpId, Event, ExitStatus, ProviderError, StepPolicy, TraceOptions, Tracer};
+use runtime::provider::ptrace::{
+    Action, ArmError, BpId, Event, ExitStatus, ProviderError, StepPolicy, TraceOptions, Tracer,
+};
 
 fn opts() -> TraceOptions {
-    TraceOptions { follow_forks: false, verify_opcodes: true }
+    TraceOptions {
+        follow_forks: false,
+        verify_opcodes: true,
+    }
 }
 
 /// Launches `prog` with args, arms `target`, runs; returns (hits, output, summary).
-fn count_hits(prog: &std::path::Path, sym_name: &str, args: &[&str], policy: StepPolicy) -> (u64, String, runtime::provider::ptrace::RunSummary) {
+fn count_hits(
+    prog: &std::path::Path,
+    sym_name: &str,
+    args: &[&str],
+    policy: StepPolicy,
+) -> (u64, String, runtime::provider::ptrace::RunSummary) {
     let out = out_file();
     let mut argv: Vec<std::ffi::OsString> = vec![prog.into(), format!(">{}", out.display()).into()];
     argv.extend(args.iter().map(Into::into));
@@ -25,7 +35,9 @@ fn count_hits(prog: &std::path::Path, sym_name: &str, args: &[&str], policy: Ste
     t.set_step_policy(policy);
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, prog, sym_name);
-    let bp = t.insert_breakpoint(pid, a, Some(opcode(prog, sym_name))).unwrap();
+    let bp = t
+        .insert_breakpoint(pid, a, Some(opcode(prog, sym_name)))
+        .unwrap();
     let mut hits = 0u64;
     let mut exited = None;
     let stop = AtomicBool::new(false);
@@ -61,7 +73,10 @@ fn exact_hit_count_and_untraced_output_t1() {
     let el = start.elapsed();
     assert_eq!(hits, n);
     assert_eq!(out, plain);
-    eprintln!("T1: {n} hits in {el:?} ({:.2} us/hit), summary {s:?}", el.as_secs_f64() * 1e6 / n as f64);
+    eprintln!(
+        "T1: {n} hits in {el:?} ({:.2} us/hit), summary {s:?}",
+        el.as_secs_f64() * 1e6 / n as f64
+    );
 }
 
 #[test]
@@ -83,9 +98,16 @@ fn builds_pie_nopie_o0_o2_cet() {
         assert_eq!(hits, 5000, "{name}");
         assert_eq!(out, plain, "{name}");
         if name.starts_with("calls-cet") {
-            assert_eq!(opcode(&prog, "target"), 0xf3, "CET build starts with endbr64");
+            assert_eq!(
+                opcode(&prog, "target"),
+                0xf3,
+                "CET build starts with endbr64"
+            );
         }
-        assert!(s.emulated >= 5000 && s.single_stepped == 0, "{name}: first instruction emulated: {s:?}");
+        assert!(
+            s.emulated >= 5000 && s.single_stepped == 0,
+            "{name}: first instruction emulated: {s:?}"
+        );
     }
 }
 
@@ -95,13 +117,30 @@ fn all_instructions(policy: StepPolicy) -> (u64, runtime::provider::ptrace::RunS
     let n = 2000u64;
     let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string()]);
     let out = out_file();
-    let argv: Vec<std::ffi::OsString> = vec![prog.clone().into(), format!(">{}", out.display()).into(), n.to_string().into()];
+    let argv: Vec<std::ffi::OsString> = vec![
+        prog.clone().into(),
+        format!(">{}", out.display()).into(),
+        n.to_string().into(),
+    ];
     let mut t = Tracer::launch(&argv, opts()).unwrap();
     t.set_step_policy(policy);
     let pid = t.main_pid();
     let info = runtime::elfsym::ElfInfo::open(&prog).unwrap();
     let mut expected: HashMap<BpId, (String, u64)> = HashMap::new();
-    for f in ["f_push", "f_sub", "f_lea", "f_endbr", "f_nop", "f_jmp", "f_call", "f_ool", "f_ool2", "f_movimm", "f_pushimm", "f_rep"] {
+    for f in [
+        "f_push",
+        "f_sub",
+        "f_lea",
+        "f_endbr",
+        "f_nop",
+        "f_jmp",
+        "f_call",
+        "f_ool",
+        "f_ool2",
+        "f_movimm",
+        "f_pushimm",
+        "f_rep",
+    ] {
         if let Ok(only) = std::env::var("WPROBE_TEST_FUNCS")
             && !only.split(',').any(|o| o == f)
         {
@@ -113,7 +152,9 @@ fn all_instructions(policy: StepPolicy) -> (u64, runtime::provider::ptrace::RunS
         let mut off = 0usize;
         while off < bytes.len() {
             let insn = runtime::arch::decode(base + off as u64, &bytes[off..]).unwrap();
-            let id = t.insert_breakpoint(pid, base + off as u64, Some(bytes[off])).unwrap();
+            let id = t
+                .insert_breakpoint(pid, base + off as u64, Some(bytes[off]))
+                .unwrap();
             // ud2 after the jmp and the f_ool2 fall-through are not executed every time.
             let count = match (f, off) {
                 ("f_jmp", 2) => 0,
@@ -142,7 +183,11 @@ fn all_instructions(policy: StepPolicy) -> (u64, runtime::provider::ptrace::RunS
         .unwrap();
     let el = start.elapsed().as_secs_f64();
     for (id, (name, want)) in &expected {
-        assert_eq!(counts.get(id).copied().unwrap_or(0), *want, "{name} under {policy:?}");
+        assert_eq!(
+            counts.get(id).copied().unwrap_or(0),
+            *want,
+            "{name} under {policy:?}"
+        );
     }
     assert_eq!(std::fs::read_to_string(&out).unwrap(), plain, "{policy:?}");
     let total: u64 = counts.values().sum();
@@ -174,12 +219,19 @@ fn per_path_cost() {
     let _t = timeout("cost", 300);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let n = 20_000u64;
-    for policy in [StepPolicy::Auto, StepPolicy::NoEmulation, StepPolicy::SingleStepOnly] {
+    for policy in [
+        StepPolicy::Auto,
+        StepPolicy::NoEmulation,
+        StepPolicy::SingleStepOnly,
+    ] {
         let start = Instant::now();
         let (hits, _, s) = count_hits(&prog, "target", &[&n.to_string()], policy);
         let el = start.elapsed();
         assert_eq!(hits, n);
-        eprintln!("COST {policy:?}: {:.2} us/hit ({s:?})", el.as_secs_f64() * 1e6 / n as f64);
+        eprintln!(
+            "COST {policy:?}: {:.2} us/hit ({s:?})",
+            el.as_secs_f64() * 1e6 / n as f64
+        );
     }
     let start = Instant::now();
     run_plain(&[prog.to_str().unwrap(), &n.to_string()]);
@@ -193,25 +245,51 @@ fn arm_errors_t15() {
     }
     let _t = timeout("t15", 60);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
-    let argv: Vec<std::ffi::OsString> = vec![prog.clone().into(), format!(">{}", out_file().display()).into(), "10".into()];
+    let argv: Vec<std::ffi::OsString> = vec![
+        prog.clone().into(),
+        format!(">{}", out_file().display()).into(),
+        "10".into(),
+    ];
     let mut t = Tracer::launch(&argv, opts()).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     let real = opcode(&prog, "target");
     let before = read_mem(pid, a, 16);
     match t.insert_breakpoint(pid, a, Some(real ^ 0xff)) {
-        Err(e @ ArmError::OpcodeMismatch { addr, expected, found }) => {
+        Err(
+            e @ ArmError::OpcodeMismatch {
+                addr,
+                expected,
+                found,
+            },
+        ) => {
             assert_eq!((addr, expected, found), (a, real ^ 0xff, real));
             let msg = e.to_string();
-            assert!(msg.contains(&format!("{a:#x}")) && msg.contains(&format!("{:#04x}", real ^ 0xff)) && msg.contains(&format!("{real:#04x}")), "{msg}");
+            assert!(
+                msg.contains(&format!("{a:#x}"))
+                    && msg.contains(&format!("{:#04x}", real ^ 0xff))
+                    && msg.contains(&format!("{real:#04x}")),
+                "{msg}"
+            );
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(read_mem(pid, a, 16), before, "nothing written on error");
     // Outside any executable mapping: the stack, and address 0.
-    let stack = t.maps(pid).iter().find(|m| m.path == "[stack]").unwrap().start;
-    assert!(matches!(t.insert_breakpoint(pid, stack, None), Err(ArmError::NotExecutable { .. })));
-    assert!(matches!(t.insert_breakpoint(pid, 0, None), Err(ArmError::NotExecutable { .. })));
+    let stack = t
+        .maps(pid)
+        .iter()
+        .find(|m| m.path == "[stack]")
+        .unwrap()
+        .start;
+    assert!(matches!(
+        t.insert_breakpoint(pid, stack, None),
+        Err(ArmError::NotExecutable { .. })
+    ));
+    assert!(matches!(
+        t.insert_breakpoint(pid, 0, None),
+        Err(ArmError::NotExecutable { .. })
+    ));
     // Our own int3 then a foreign one.
     let id = t.insert_breakpoint(pid, a, Some(real)).unwrap();
     let id2 = t.insert_breakpoint(pid, a, Some(real)).unwrap();
@@ -223,31 +301,54 @@ fn arm_errors_t15() {
     assert_eq!(read_mem(pid, a, 16), before);
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(format!("/proc/{pid}/mem")).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .unwrap();
         f.write_all_at(&[0xcc], a).unwrap();
     }
-    assert!(matches!(t.insert_breakpoint(pid, a, None), Err(ArmError::AlreadyTrapped { addr }) if addr == a));
+    assert!(
+        matches!(t.insert_breakpoint(pid, a, None), Err(ArmError::AlreadyTrapped { addr }) if addr == a)
+    );
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(format!("/proc/{pid}/mem")).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .unwrap();
         f.write_all_at(&before[..1], a).unwrap();
     }
     // Watchpoint errors.
     use runtime::provider::ptrace::WatchKind;
     let g = stack & !7;
-    assert!(matches!(t.insert_watchpoint(pid, g + 1, 4, WatchKind::Write), Err(ArmError::BadWatchpoint { .. })));
-    assert!(matches!(t.insert_watchpoint(pid, g, 3, WatchKind::Write), Err(ArmError::BadWatchpoint { .. })));
+    assert!(matches!(
+        t.insert_watchpoint(pid, g + 1, 4, WatchKind::Write),
+        Err(ArmError::BadWatchpoint { .. })
+    ));
+    assert!(matches!(
+        t.insert_watchpoint(pid, g, 3, WatchKind::Write),
+        Err(ArmError::BadWatchpoint { .. })
+    ));
     let mut ids = vec![];
     for k in 0..4 {
-        ids.push(t.insert_watchpoint(pid, g + 8 * k, 8, WatchKind::Write).unwrap());
+        ids.push(
+            t.insert_watchpoint(pid, g + 8 * k, 8, WatchKind::Write)
+                .unwrap(),
+        );
     }
-    assert!(matches!(t.insert_watchpoint(pid, g + 64, 8, WatchKind::Write), Err(ArmError::NoDebugRegister { limit: 4 })));
+    assert!(matches!(
+        t.insert_watchpoint(pid, g + 64, 8, WatchKind::Write),
+        Err(ArmError::NoDebugRegister { limit: 4 })
+    ));
     for id in ids {
         t.remove_watchpoint(id).unwrap();
     }
     drop(t);
     // No such pid.
-    assert!(matches!(Tracer::attach(i32::MAX - 7, opts()), Err(ProviderError::NoSuchProcess { .. })));
+    assert!(matches!(
+        Tracer::attach(i32::MAX - 7, opts()),
+        Err(ProviderError::NoSuchProcess { .. })
+    ));
     // Command not found is an error, not a hang.
     match Tracer::launch(&["/nonexistent/wprobe-no-such-cmd".into()], opts()) {
         Err(ProviderError::CommandNotFound { cmd }) => assert!(cmd.contains("no-such-cmd")),
@@ -262,7 +363,11 @@ fn sigkill_of_the_tracee_while_stopped_t2() {
     }
     let _t = timeout("t2", 60);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
-    let argv: Vec<std::ffi::OsString> = vec![prog.clone().into(), format!(">{}", out_file().display()).into(), "0".into()];
+    let argv: Vec<std::ffi::OsString> = vec![
+        prog.clone().into(),
+        format!(">{}", out_file().display()).into(),
+        "0".into(),
+    ];
     let mut t = Tracer::launch(&argv, opts()).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
@@ -301,7 +406,11 @@ fn handler_register_writes_are_applied() {
     use hostabi::env::HitEnv;
     let prog = build("calls-nopie-O0", "calls.c", &["-O0", "-fno-PIE", "-no-pie"]);
     let out = out_file();
-    let argv: Vec<std::ffi::OsString> = vec![prog.clone().into(), format!(">{}", out.display()).into(), "10".into()];
+    let argv: Vec<std::ffi::OsString> = vec![
+        prog.clone().into(),
+        format!(">{}", out.display()).into(),
+        "10".into(),
+    ];
     let mut t = Tracer::launch(&argv, opts()).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
@@ -321,7 +430,11 @@ fn handler_register_writes_are_applied() {
                 assert_eq!(env.read_mem(a, &mut b), 1);
                 assert_ne!(b[0], 0xcc, "our int3 is shadowed");
                 assert!(env.check_access(a, false) && !env.check_access(a, true));
-                assert_eq!(env.write_mem(a, &[0x90]), hostabi::Status::Fault, "text is not writable by the process");
+                assert_eq!(
+                    env.write_mem(a, &[0x90]),
+                    hostabi::Status::Fault,
+                    "text is not writable by the process"
+                );
                 let sp = env.read_reg(0x0E, 0).unwrap();
                 let mut w = [0u8; 8];
                 assert_eq!(env.read_mem(sp, &mut w), 8);

@@ -12,10 +12,13 @@ use std::sync::atomic::AtomicBool;
 
 use harness::*;
 use hostabi::env::HitEnv;
-use runtime::provider::ptrace::{Action, Event, TraceOptions, Tracer, WatchKind};
+use runtime::provider::ptrace::{Action, Event, TraceOptions, Tracer, WatchKind, WpId};
 
 fn opts() -> TraceOptions {
-    TraceOptions { follow_forks: false, verify_opcodes: true }
+    TraceOptions {
+        follow_forks: false,
+        verify_opcodes: true,
+    }
 }
 
 fn argv(prog: &Path, out: &Path, args: &[&str]) -> Vec<OsString> {
@@ -30,7 +33,13 @@ fn libs() -> (PathBuf, PathBuf, PathBuf) {
     let linked = build(
         "uselib-linked",
         "uselib.c",
-        &["-O2", &format!("-L{}", dir.display()), "-Wl,--no-as-needed", "-l:libprobe.so", &format!("-Wl,-rpath,{}", dir.display())],
+        &[
+            "-O2",
+            &format!("-L{}", dir.display()),
+            "-Wl,--no-as-needed",
+            "-l:libprobe.so",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
     );
     let dl = build("uselib-dl", "uselib.c", &["-O2", "-ldl"]);
     (lib, linked, dl)
@@ -52,7 +61,8 @@ fn lib_hits(prog: &Path, args: &[&str], lib: &Path) -> (u64, u64, String) {
                 let mapped = t.maps(p).iter().any(|m| m.path.ends_with("libprobe.so"));
                 if mapped && !armed {
                     let a = addr_of(t, p, &lib, "lib_target");
-                    t.insert_breakpoint(p, a, Some(opcode(&lib, "lib_target"))).unwrap();
+                    t.insert_breakpoint(p, a, Some(opcode(&lib, "lib_target")))
+                        .unwrap();
                     armed = true;
                 }
             }
@@ -62,7 +72,10 @@ fn lib_hits(prog: &Path, args: &[&str], lib: &Path) -> (u64, u64, String) {
         Action::Continue
     })
     .unwrap();
-    assert!(armed, "libprobe.so seen in a LibrariesChanged event of {pid}");
+    assert!(
+        armed,
+        "libprobe.so seen in a LibrariesChanged event of {pid}"
+    );
     (hits, lib_events, std::fs::read_to_string(&out).unwrap())
 }
 
@@ -95,10 +108,21 @@ fn dlopen_after_start_reports_libraries_changed() {
     assert_eq!(out, plain);
 }
 
-fn watch_run(n: u64, threads: u64, arm: &dyn Fn(&mut Tracer, i32, &Path) -> Vec<runtime::provider::ptrace::WpId>) -> (HashMap<runtime::provider::ptrace::WpId, Vec<(u64, u64, u64)>>, String) {
+/// Per watchpoint: (rip, value of g_write, tid) of each hit.
+type Seen = HashMap<WpId, Vec<(u64, u64, u64)>>;
+
+fn watch_run(
+    n: u64,
+    threads: u64,
+    arm: &dyn Fn(&mut Tracer, i32, &Path) -> Vec<WpId>,
+) -> (Seen, String) {
     let prog = build("watch", "watch.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
-    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), &threads.to_string()]), opts()).unwrap();
+    let mut t = Tracer::launch(
+        &argv(&prog, &out, &[&n.to_string(), &threads.to_string()]),
+        opts(),
+    )
+    .unwrap();
     let pid = t.main_pid();
     let ids = arm(&mut t, pid, &prog);
     let g_write = addr_of(&mut t, pid, &prog, "g_write");
@@ -109,7 +133,9 @@ fn watch_run(n: u64, threads: u64, arm: &dyn Fn(&mut Tracer, i32, &Path) -> Vec<
             assert!(ids.contains(&wp));
             let mut b = [0u8; 8];
             assert_eq!(hit.read_mem(g_write, &mut b), 8);
-            seen.entry(wp).or_default().push((hit.regs().rip, u64::from_le_bytes(b), hit.tid()));
+            seen.entry(wp)
+                .or_default()
+                .push((hit.regs().rip, u64::from_le_bytes(b), hit.tid()));
         }
         Action::Continue
     })
@@ -156,7 +182,8 @@ fn read_write_and_exec_watchpoints() {
         let f = addr_of(t, pid, prog, "watched_fn");
         fn_addr.set(f);
         vec![
-            t.insert_watchpoint(pid, r, 8, WatchKind::ReadWrite).unwrap(),
+            t.insert_watchpoint(pid, r, 8, WatchKind::ReadWrite)
+                .unwrap(),
             t.insert_watchpoint(pid, f, 1, WatchKind::Exec).unwrap(),
         ]
     });
@@ -164,7 +191,10 @@ fn read_write_and_exec_watchpoints() {
     let mut counts: Vec<usize> = seen.values().map(Vec::len).collect();
     counts.sort();
     assert_eq!(counts, vec![n as usize, n as usize], "{out}");
-    let exec_hits = seen.values().find(|v| v[0].0 == fn_addr.get()).expect("exec watchpoint: rip = function");
+    let exec_hits = seen
+        .values()
+        .find(|v| v[0].0 == fn_addr.get())
+        .expect("exec watchpoint: rip = function");
     assert!(exec_hits.iter().all(|h| h.0 == fn_addr.get()));
     let _ = prog;
 }

@@ -15,7 +15,10 @@ use harness::*;
 use runtime::provider::ptrace::{Action, Event, ExitStatus, TraceOptions, Tracer};
 
 fn opts(follow: bool) -> TraceOptions {
-    TraceOptions { follow_forks: follow, verify_opcodes: true }
+    TraceOptions {
+        follow_forks: follow,
+        verify_opcodes: true,
+    }
 }
 
 fn argv(prog: &Path, out: &Path, args: &[&str]) -> Vec<OsString> {
@@ -37,7 +40,8 @@ fn eight_threads_exact_count_t7() {
     let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8"]), opts(false)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
-    t.insert_breakpoint(pid, a, Some(opcode(&prog, "target"))).unwrap();
+    t.insert_breakpoint(pid, a, Some(opcode(&prog, "target")))
+        .unwrap();
     let mut per_tid: HashMap<u64, u64> = HashMap::new();
     let stop = AtomicBool::new(false);
     let start = Instant::now();
@@ -92,7 +96,11 @@ fn fork_test(follow: bool, vfork: bool) {
     })
     .unwrap();
     let out = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(out, format!("ok={k} sum={}\n", m * (m + 1) / 2), "every child exited 0");
+    assert_eq!(
+        out,
+        format!("ok={k} sum={}\n", m * (m + 1) / 2),
+        "every child exited 0"
+    );
     assert_eq!(started.len(), k);
     assert_eq!(hits.get(&(pid as u64)).copied(), Some(m), "parent hits");
     if follow && !vfork {
@@ -136,7 +144,11 @@ fn vfork_exec_keeps_parent_probes_t5() {
 fn exec_test(from_thread: bool) {
     let prog = build("execer", "execer.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
-    let args: &[&str] = if from_thread { &["0", "thread"] } else { &["0"] };
+    let args: &[&str] = if from_thread {
+        &["0", "thread"]
+    } else {
+        &["0"]
+    };
     let mut t = Tracer::launch(&argv(&prog, &out, args), opts(false)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
@@ -155,7 +167,10 @@ fn exec_test(from_thread: bool) {
                 let info = runtime::elfsym::ElfInfo::open(&prog2).unwrap();
                 let (v, size) = sym(&prog2, "target");
                 let a2 = addr_of(t, p, &prog2, "target");
-                assert_eq!(read_mem(p, a2, size as usize), info.bytes_at(v, size as usize).unwrap());
+                assert_eq!(
+                    read_mem(p, a2, size as usize),
+                    info.bytes_at(v, size as usize).unwrap()
+                );
                 t.insert_breakpoint(p, a2, None).unwrap();
             }
             _ => {}
@@ -209,7 +224,15 @@ fn signals_are_delivered_unchanged_t12() {
     })
     .unwrap();
     let o = std::fs::read_to_string(&out).unwrap();
-    let calls: u64 = o.split("calls=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let calls: u64 = o
+        .split("calls=")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(o.starts_with(&format!("usr1={n} trap=200 ")), "{o}");
     assert!(o.contains("alrm_pos=1") && o.contains("kid=0"), "{o}");
     assert_eq!(hits, calls, "{o}");
@@ -229,7 +252,11 @@ fn job_control_stop_and_continue_t13() {
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
     let n = 3000u64;
-    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "1", "200"]), opts(false)).unwrap();
+    let mut t = Tracer::launch(
+        &argv(&prog, &out, &[&n.to_string(), "1", "200"]),
+        opts(false),
+    )
+    .unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
@@ -268,7 +295,10 @@ fn job_control_stop_and_continue_t13() {
 fn text_equals_file(pid: i32, prog: &Path, addr: u64) {
     let info = runtime::elfsym::ElfInfo::open(prog).unwrap();
     let (v, size) = sym(prog, "target");
-    assert_eq!(read_mem(pid, addr, size as usize), info.bytes_at(v, size as usize).unwrap());
+    assert_eq!(
+        read_mem(pid, addr, size as usize),
+        info.bytes_at(v, size as usize).unwrap()
+    );
 }
 
 #[test]
@@ -282,8 +312,12 @@ fn detach_under_load_with_stop_flag_t8() {
     let n = 20_000u64;
     let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string(), "8", "1"]);
     let out = out_file();
-    for policy in [runtime::provider::ptrace::StepPolicy::Auto, runtime::provider::ptrace::StepPolicy::NoEmulation] {
-        let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8", "1"]), opts(false)).unwrap();
+    for policy in [
+        runtime::provider::ptrace::StepPolicy::Auto,
+        runtime::provider::ptrace::StepPolicy::NoEmulation,
+    ] {
+        let mut t =
+            Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8", "1"]), opts(false)).unwrap();
         t.set_step_policy(policy);
         let pid = t.main_pid();
         let a = addr_of(&mut t, pid, &prog, "target");
@@ -308,7 +342,10 @@ fn detach_under_load_with_stop_flag_t8() {
         let mut st = 0;
         let r = unsafe { libc::waitpid(pid, &mut st, 0) };
         assert_eq!(r, pid);
-        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "status {st:#x}");
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "status {st:#x}"
+        );
         assert_eq!(std::fs::read_to_string(&out).unwrap(), plain);
     }
 }
@@ -335,7 +372,11 @@ fn detach_from_an_idle_tracee_returns_promptly() {
     let start = Instant::now();
     let s = t.run(&stop, &mut |_, _| Action::Continue).unwrap();
     assert!(s.detached);
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
     text_equals_file(pid, &prog, a);
     drop(t);
     let mut st = 0;
@@ -380,8 +421,15 @@ fn attach_then_stop_restores_everything_t9() {
     .unwrap();
     drop(t);
     assert_eq!(tids.len(), 4, "every thread saw the probe");
-    assert_eq!(read_mem(pid, a & !0xfff, 4096), before, "page identical to before the attach");
-    assert!(!runtime::provider::ptrace::journal::path(pid).exists(), "journal removed");
+    assert_eq!(
+        read_mem(pid, a & !0xfff, 4096),
+        before,
+        "page identical to before the attach"
+    );
+    assert!(
+        !runtime::provider::ptrace::journal::path(pid).exists(),
+        "journal removed"
+    );
     // The tracee keeps running unharmed.
     std::thread::sleep(Duration::from_millis(300));
     assert!(child.try_wait().unwrap().is_none(), "still running");

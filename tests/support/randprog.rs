@@ -17,7 +17,7 @@ impl Rng {
     }
 
     /// Next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -27,7 +27,7 @@ impl Rng {
 
     /// Uniform in `0..n` (n > 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 
     /// True with probability `p_percent`%.
@@ -77,7 +77,7 @@ fn addr(r: &mut Rng) -> String {
         15 => 0,
         16 => 0x10,
         17 => RW_BASE - 1 - r.below(4),
-        _ => r.next(),
+        _ => r.next_u64(),
     };
     format!("0x{a:x}")
 }
@@ -87,7 +87,7 @@ fn value(r: &mut Rng) -> String {
         0 => format!("0x{:x}", r.pick(EDGE_VALUES)),
         1 => format!("{}", r.below(10)),
         2 => format!("-{}", r.below(5) + 1),
-        _ => format!("0x{:x}", r.next()),
+        _ => format!("0x{:x}", r.next_u64()),
     }
 }
 
@@ -200,7 +200,7 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         ),
         56 => "push x".into(),
         57 if r.chance(40) => r.pick(&["exit", "abort", "remove", "exit 1", "exit 3", "exit 0", "exit 9", "suspend", "resume", "ret"]).to_string(),
-        58 => format!("{}", r.pick(&["setmin 7", "setmaj 3", "push 0x10005\nsetmin", "push 0x20000\nsetmaj", "push 9\nsetmaj"])),
+        58 => r.pick(&["setmin 7", "setmaj 3", "push 0x10005\nsetmin", "push 0x20000\nsetmaj", "push 9\nsetmaj"]).to_string(),
         59 => format!("push {}\npush io, {}", r.pick(&[IO_PORT, 0x61]), r.pick(&["u8", "u16", "u32"])),
         60 => format!("push {}\npush {}\npop io, {}", r.pick(&[IO_PORT, 0x61]), value(r), r.pick(&["u8", "u16", "u32"])),
         61 => format!("push {}\nmalloc", r.pick(&[0, 8, 16, 40, 100])),
@@ -268,20 +268,20 @@ pub fn hit(r: &mut Rng) -> ModelEnv {
             continue;
         }
         for part in 0..reg.parts() {
-            let v = if r.chance(30) { *r.pick(EDGE_VALUES) } else { r.next() };
+            let v = if r.chance(30) { *r.pick(EDGE_VALUES) } else { r.next_u64() };
             env.set_reg_part(reg.id, part, v);
         }
     }
-    let rw: Vec<u8> = (0..REGION_BYTES).map(|_| r.next() as u8).collect();
+    let rw: Vec<u8> = (0..REGION_BYTES).map(|_| r.next_u64() as u8).collect();
     let ro: Vec<u8> = (0..REGION_BYTES)
         .map(|_| if r.chance(8) { 0 } else { b'a' + r.below(26) as u8 })
         .collect();
     env.map(RW_BASE, rw, true, true);
     env.map(RO_BASE, ro, true, false);
-    env.add_io_port(IO_PORT, r.next());
+    env.add_io_port(IO_PORT, r.next_u64());
     env.tid = 1000 + r.below(100);
     env.cpu = r.below(8);
-    env.thread_pointer = r.next();
+    env.thread_pointer = r.next_u64();
     env.load_bias = r.pick(&[0u64, 0x5555_5555_4000]).to_owned();
     env
 }

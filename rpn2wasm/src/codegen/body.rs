@@ -70,10 +70,8 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
     let mut leaders = vec![false; body.insns.len()];
     leaders[0] = true;
     for insn in &body.insns {
-        if let Some(t) = insn.op.target() {
-            if t < leaders.len() {
-                leaders[t] = true;
-            }
+        if let Some(t) = insn.op.target().filter(|t| *t < leaders.len()) {
+            leaders[t] = true;
         }
     }
     let mut block_of = vec![None; body.insns.len()];

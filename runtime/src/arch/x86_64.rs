@@ -357,9 +357,7 @@ pub fn classify(insn: &Insn) -> StepKind {
     match i.flow_control() {
         // Anything else that transfers control with a return address or
         // leaves user mode oddly is stepped in place.
-        FlowControl::Call | FlowControl::IndirectCall | FlowControl::Return => {
-            StepKind::SingleStep
-        }
+        FlowControl::Call | FlowControl::IndirectCall | FlowControl::Return => StepKind::SingleStep,
         FlowControl::Exception => StepKind::SingleStep,
         _ if i.code() == Code::Syscall => StepKind::OutOfLine,
         FlowControl::Interrupt | FlowControl::XbeginXabortXend => StepKind::SingleStep,
@@ -414,7 +412,12 @@ fn reg_value(r: &Regs, reg: Register, next_ip: u64) -> Option<u64> {
                 8 => full,
                 4 => full & 0xFFFF_FFFF,
                 2 => full & 0xFFFF,
-                1 if reg.is_gpr8() && matches!(reg, Register::AH | Register::BH | Register::CH | Register::DH) => {
+                1 if reg.is_gpr8()
+                    && matches!(
+                        reg,
+                        Register::AH | Register::BH | Register::CH | Register::DH
+                    ) =>
+                {
                     (full >> 8) & 0xFF
                 }
                 1 => full & 0xFF,
@@ -447,7 +450,11 @@ const SF: u64 = 1 << 7;
 const OF: u64 = 1 << 11;
 
 fn arith_flags(a: u64, b: u64, res: u64, bits: u32, sub: bool) -> u64 {
-    let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let mask = if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
     let sign = 1u64 << (bits - 1);
     let (a, b, res) = (a & mask, b & mask, res & mask);
     let mut f = 0;
@@ -455,7 +462,7 @@ fn arith_flags(a: u64, b: u64, res: u64, bits: u32, sub: bool) -> u64 {
     if carry {
         f |= CF;
     }
-    if (res as u8).count_ones() % 2 == 0 {
+    if (res as u8).count_ones().is_multiple_of(2) {
         f |= PF;
     }
     if (a ^ b ^ res) & 0x10 != 0 {
@@ -511,7 +518,11 @@ pub fn emulate(insn: &Insn, emul: Emul, regs: &mut Regs, mem: &mut dyn EmuMem) -
         Emul::AddSubImm { dst, imm, sub } => match reg_value(regs, dst, next) {
             Some(a) => {
                 let bits = dst.size() as u32 * 8;
-                let res = if sub { a.wrapping_sub(imm) } else { a.wrapping_add(imm) };
+                let res = if sub {
+                    a.wrapping_sub(imm)
+                } else {
+                    a.wrapping_add(imm)
+                };
                 r.eflags = (r.eflags & !ARITH_FLAGS) | arith_flags(a, imm, res, bits, sub);
                 set_reg(&mut r, dst, res)
             }
@@ -600,7 +611,12 @@ pub fn relocate(insn: &Insn, slot: u64) -> Option<Relocated> {
     jmp.set_ip(u64::MAX - 0xff);
     let instrs = [insn.instr, jmp];
     let block = InstructionBlock::new(&instrs, slot);
-    let res = BlockEncoder::encode(64, block, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).ok()?;
+    let res = BlockEncoder::encode(
+        64,
+        block,
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )
+    .ok()?;
     let jump_offset = u8::try_from(*res.new_instruction_offsets.get(1)?).ok()?;
     if res.code_buffer.len() > OOL_SLOT_BYTES {
         return None;
@@ -624,7 +640,11 @@ mod tests {
     struct Mem(Vec<(u64, u64)>);
     impl EmuMem for Mem {
         fn read_u64(&mut self, addr: u64) -> Option<u64> {
-            self.0.iter().rev().find(|(a, _)| *a == addr).map(|(_, v)| *v)
+            self.0
+                .iter()
+                .rev()
+                .find(|(a, _)| *a == addr)
+                .map(|(_, v)| *v)
         }
         fn write_u64(&mut self, addr: u64, value: u64) -> bool {
             self.0.push((addr, value));
@@ -654,7 +674,10 @@ mod tests {
     fn prologue_is_emulated() {
         let mut r = regs();
         let mut m = Mem(vec![]);
-        assert!(matches!(run(&[0xf3, 0x0f, 0x1e, 0xfa], &mut r, &mut m), StepKind::Emulate(Emul::Skip)));
+        assert!(matches!(
+            run(&[0xf3, 0x0f, 0x1e, 0xfa], &mut r, &mut m),
+            StepKind::Emulate(Emul::Skip)
+        ));
         assert_eq!(r.rip, 0x40_1004);
         run(&[0x55], &mut r, &mut m);
         assert_eq!((r.rsp, r.rip), (0x7000_0000 - 8, 0x40_1005));
@@ -698,7 +721,11 @@ mod tests {
         let back = decode(0x40_9000, &rel.code).unwrap();
         assert_eq!(back.instr.ip_rel_memory_address(), 0x40_1007 + 0x1000);
         assert_eq!(usize::from(rel.jump_offset), back.len as usize);
-        let j = decode(0x40_9000 + u64::from(rel.jump_offset), &rel.code[rel.jump_offset as usize..]).unwrap();
+        let j = decode(
+            0x40_9000 + u64::from(rel.jump_offset),
+            &rel.code[rel.jump_offset as usize..],
+        )
+        .unwrap();
         assert_eq!(j.instr.near_branch_target(), 0x40_1007);
         // jne short
         let insn = decode(0x40_1000, &[0x75, 0x10]).unwrap();
@@ -711,7 +738,10 @@ mod tests {
 
     #[test]
     fn dr7_encoding() {
-        assert_eq!(dr7_bits(0, 8, WatchKind::Write), 1 | (0b01 << 16) | (0b10 << 18));
+        assert_eq!(
+            dr7_bits(0, 8, WatchKind::Write),
+            1 | (0b01 << 16) | (0b10 << 18)
+        );
         assert_eq!(dr7_bits(3, 1, WatchKind::Exec), 1 << 6);
         assert_eq!(debugreg_offset(0), 848);
     }

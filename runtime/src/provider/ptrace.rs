@@ -32,9 +32,9 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 
 pub use self::hit::{Hit, HitKind, HitWithGvars};
-pub use crate::arch::WatchKind;
 use self::mem::{ProcMem, Site};
 use self::threads::{ProcKind, Process, TState, Thread, WatchSlot};
+pub use crate::arch::WatchKind;
 use crate::arch::{self, BREAKPOINT_INSN};
 use crate::procmaps::{self, Mapping};
 
@@ -382,13 +382,19 @@ impl Tracer {
             .iter()
             .map(|a| CString::new(a.as_bytes()))
             .collect::<Result<_, _>>()
-            .map_err(|_| ProviderError::Exec { cmd: cmd.clone(), errno: Errno::EINVAL })?;
+            .map_err(|_| ProviderError::Exec {
+                cmd: cmd.clone(),
+                errno: Errno::EINVAL,
+            })?;
         let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
         ptrs.push(std::ptr::null());
         let mut go = [0i32; 2];
         let mut err = [0i32; 2];
         // SAFETY: pipe2 writes two descriptors into the live arrays.
-        let ok = unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) == 0 && libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) == 0 };
+        let ok = unsafe {
+            libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) == 0
+                && libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) == 0
+        };
         if !ok {
             return Err(ProviderError::sys("pipe2", 0, Errno::last()));
         }
@@ -441,7 +447,10 @@ impl Tracer {
             }
             close_rest();
             return Err(if e == Errno::EPERM {
-                ProviderError::PermissionDenied { pid: child, hint: ptrace_hint() }
+                ProviderError::PermissionDenied {
+                    pid: child,
+                    hint: ptrace_hint(),
+                }
             } else {
                 ProviderError::sys("PTRACE_SEIZE", child, e)
             });
@@ -461,7 +470,8 @@ impl Tracer {
                 let mut p = Process::new(child, mem, ProcKind::Traced, 0, true);
                 p.threads.push(child);
                 t.procs.insert(child, p);
-                t.threads.insert(child, Thread::new(child, TState::Held, false));
+                t.threads
+                    .insert(child, Thread::new(child, TState::Held, false));
                 t.arm_rdebug(child);
                 Ok(t)
             }
@@ -469,8 +479,6 @@ impl Tracer {
                 let errno = Errno::from_raw(e);
                 Err(if errno == Errno::ENOENT {
                     ProviderError::CommandNotFound { cmd }
-                } else if errno == Errno::EACCES || errno == Errno::EPERM {
-                    ProviderError::Exec { cmd, errno }
                 } else {
                     ProviderError::Exec { cmd, errno }
                 })
@@ -482,17 +490,29 @@ impl Tracer {
     /// Waits for the launched child's exec stop (or its death).
     fn wait_exec(&mut self, child: i32) -> Result<(), ProviderError> {
         loop {
-            let Some((_, st)) = sys::wait(child, 0).map_err(|e| ProviderError::sys("waitpid", child, e))? else {
+            let Some((_, st)) =
+                sys::wait(child, 0).map_err(|e| ProviderError::sys("waitpid", child, e))?
+            else {
                 continue;
             };
             match sys::decode_status(st) {
                 sys::Status::Exited(_) | sys::Status::Signaled(_) => {
                     return Err(ProviderError::TraceeDied { pid: child });
                 }
-                sys::Status::Stopped { event, .. } if event == libc::PTRACE_EVENT_EXEC => return Ok(()),
+                sys::Status::Stopped { event, .. } if event == libc::PTRACE_EVENT_EXEC => {
+                    return Ok(());
+                }
                 sys::Status::Stopped { sig, event } => {
-                    let deliver = if event == 0 && sig != libc::SIGTRAP { sig } else { 0 };
-                    let deliver = if event == 0 && sig == libc::SIGTRAP { sig } else { deliver };
+                    let deliver = if event == 0 && sig != libc::SIGTRAP {
+                        sig
+                    } else {
+                        0
+                    };
+                    let deliver = if event == 0 && sig == libc::SIGTRAP {
+                        sig
+                    } else {
+                        deliver
+                    };
                     if sys::cont(child, deliver).is_err() {
                         return Err(ProviderError::TraceeDied { pid: child });
                     }
@@ -513,7 +533,8 @@ impl Tracer {
         let mut t = Tracer::empty(opts);
         t.main_pid = pid;
         let mem = Rc::new(RefCell::new(ProcMem::open(pid)));
-        t.procs.insert(pid, Process::new(pid, mem, ProcKind::Traced, 0, false));
+        t.procs
+            .insert(pid, Process::new(pid, mem, ProcKind::Traced, 0, false));
         let deadline = Instant::now() + ATTACH_DEADLINE;
         loop {
             let tids = list_tasks(pid);
@@ -532,7 +553,10 @@ impl Tracer {
                     }
                     Err(Errno::EPERM) if t.threads.is_empty() => {
                         t.procs.clear();
-                        return Err(ProviderError::PermissionDenied { pid, hint: ptrace_hint() });
+                        return Err(ProviderError::PermissionDenied {
+                            pid,
+                            hint: ptrace_hint(),
+                        });
                     }
                     Err(Errno::ESRCH) if tid == pid && t.threads.is_empty() => {
                         t.procs.clear();
@@ -542,7 +566,8 @@ impl Tracer {
                     Err(_) => continue,
                 }
                 added = true;
-                t.threads.insert(tid, Thread::new(pid, TState::Running, false));
+                t.threads
+                    .insert(tid, Thread::new(pid, TState::Running, false));
                 t.proc_mut(pid).threads.push(tid);
             }
             // Collect stops until every known thread is held.
@@ -551,7 +576,10 @@ impl Tracer {
                 break;
             }
             if Instant::now() > deadline {
-                return Err(ProviderError::Timeout { pid, what: "attaching to all threads" });
+                return Err(ProviderError::Timeout {
+                    pid,
+                    what: "attaching to all threads",
+                });
             }
         }
         t.journal = journal::Journal::create(pid).ok();
@@ -594,20 +622,33 @@ impl Tracer {
     }
 
     fn proc_mut(&mut self, pid: i32) -> &mut Process {
-        self.procs.get_mut(&pid).expect("invariant: thread's process is registered")
+        self.procs
+            .get_mut(&pid)
+            .expect("invariant: thread's process is registered")
     }
 
     /// A held thread of `pid` (for memory writes through ptrace).
     fn any_tid(&self, pid: i32) -> i32 {
         self.procs
             .get(&pid)
-            .and_then(|p| p.threads.iter().copied().find(|t| self.threads.get(t).is_some_and(|t| t.state != TState::Running)))
+            .and_then(|p| {
+                p.threads.iter().copied().find(|t| {
+                    self.threads
+                        .get(t)
+                        .is_some_and(|t| t.state != TState::Running)
+                })
+            })
             .unwrap_or(pid)
     }
 
     /// Arms an `int3` at `addr` in `pid` (shared by its threads). Several
     /// probes may share an address: one `int3`, one id per call.
-    pub fn insert_breakpoint(&mut self, pid: i32, addr: u64, expected: Option<u8>) -> Result<BpId, ArmError> {
+    pub fn insert_breakpoint(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        expected: Option<u8>,
+    ) -> Result<BpId, ArmError> {
         self.insert_site(pid, addr, expected, false)?;
         let id = BpId(self.next_bp);
         self.next_bp += 1;
@@ -623,7 +664,13 @@ impl Tracer {
         Ok(id)
     }
 
-    fn insert_site(&mut self, pid: i32, addr: u64, expected: Option<u8>, internal: bool) -> Result<(), ArmError> {
+    fn insert_site(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        expected: Option<u8>,
+        internal: bool,
+    ) -> Result<(), ArmError> {
         let tid = self.any_tid(pid);
         let p = self.procs.get(&pid).ok_or(ArmError::NotTraced { pid })?;
         let launched = p.launched;
@@ -633,7 +680,11 @@ impl Tracer {
                 && self.opts.verify_opcodes
                 && e != s.orig
             {
-                return Err(ArmError::OpcodeMismatch { addr, expected: e, found: s.orig });
+                return Err(ArmError::OpcodeMismatch {
+                    addr,
+                    expected: e,
+                    found: s.orig,
+                });
             }
             s.internal |= internal;
             return Ok(());
@@ -652,7 +703,11 @@ impl Tracer {
             && self.opts.verify_opcodes
             && e != b[0]
         {
-            return Err(ArmError::OpcodeMismatch { addr, expected: e, found: b[0] });
+            return Err(ArmError::OpcodeMismatch {
+                addr,
+                expected: e,
+                found: b[0],
+            });
         }
         let (insn, kind) = m.plan(addr);
         if insn.is_none() && !internal {
@@ -667,7 +722,14 @@ impl Tracer {
         m.ever_armed.insert(addr);
         m.sites.insert(
             addr,
-            Site { orig: b[0], ids: Vec::new(), internal, insn, kind, ool: None },
+            Site {
+                orig: b[0],
+                ids: Vec::new(),
+                internal,
+                insn,
+                kind,
+                ool: None,
+            },
         );
         Ok(())
     }
@@ -684,8 +746,12 @@ impl Tracer {
             let tid = self.any_tid(pid);
             let p = &self.procs[&pid];
             let mut m = p.mem.borrow_mut();
-            let Some(s) = m.sites.get_mut(&addr) else { continue };
-            let Some(i) = s.ids.iter().position(|x| *x == id) else { continue };
+            let Some(s) = m.sites.get_mut(&addr) else {
+                continue;
+            };
+            let Some(i) = s.ids.iter().position(|x| *x == id) else {
+                continue;
+            };
             s.ids.remove(i);
             if s.ids.is_empty() && !s.internal {
                 let orig = s.orig;
@@ -694,7 +760,11 @@ impl Tracer {
                     && e != Errno::ESRCH
                     && first_err.is_none()
                 {
-                    first_err = Some(ProviderError::Restore { pid, addr, errno: e });
+                    first_err = Some(ProviderError::Restore {
+                        pid,
+                        addr,
+                        errno: e,
+                    });
                 }
             }
         }
@@ -703,15 +773,33 @@ impl Tracer {
 
     /// Arms a hardware watchpoint on every thread of `pid` (and on threads
     /// created later).
-    pub fn insert_watchpoint(&mut self, pid: i32, addr: u64, len: u8, kind: WatchKind) -> Result<WpId, ArmError> {
+    pub fn insert_watchpoint(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        len: u8,
+        kind: WatchKind,
+    ) -> Result<WpId, ArmError> {
         if !matches!(len, 1 | 2 | 4 | 8) {
-            return Err(ArmError::BadWatchpoint { addr, len, reason: "length must be 1, 2, 4 or 8" });
+            return Err(ArmError::BadWatchpoint {
+                addr,
+                len,
+                reason: "length must be 1, 2, 4 or 8",
+            });
         }
-        if addr % u64::from(len) != 0 {
-            return Err(ArmError::BadWatchpoint { addr, len, reason: "address must be a multiple of the length" });
+        if !addr.is_multiple_of(u64::from(len)) {
+            return Err(ArmError::BadWatchpoint {
+                addr,
+                len,
+                reason: "address must be a multiple of the length",
+            });
         }
         if kind == WatchKind::Exec && len != 1 {
-            return Err(ArmError::BadWatchpoint { addr, len, reason: "execute watchpoints have length 1" });
+            return Err(ArmError::BadWatchpoint {
+                addr,
+                len,
+                reason: "execute watchpoints have length 1",
+            });
         }
         let p = self.procs.get(&pid).ok_or(ArmError::NotTraced { pid })?;
         let Some(slot) = p.wps.iter().position(Option::is_none) else {
@@ -719,7 +807,12 @@ impl Tracer {
         };
         let id = WpId(self.next_wp);
         self.next_wp += 1;
-        self.proc_mut(pid).wps[slot] = Some(WatchSlot { id, addr, len, kind });
+        self.proc_mut(pid).wps[slot] = Some(WatchSlot {
+            id,
+            addr,
+            len,
+            kind,
+        });
         if let Err(e) = self.apply_debugregs(pid) {
             self.proc_mut(pid).wps[slot] = None;
             let _ = self.apply_debugregs(pid);
@@ -757,7 +850,11 @@ impl Tracer {
             if let Err(e) = set_debugregs(tid, &wps, dr7)
                 && e != Errno::ESRCH
             {
-                res = Err(ProviderError::sys("PTRACE_POKEUSER (debug registers)", tid, e));
+                res = Err(ProviderError::sys(
+                    "PTRACE_POKEUSER (debug registers)",
+                    tid,
+                    e,
+                ));
             }
         }
         self.resume_all(&held);

@@ -23,7 +23,10 @@ use crate::arch::{self, BREAKPOINT_INSN, Regs};
 const STOP_POLL: Duration = Duration::from_millis(20);
 
 fn is_group_stop_sig(sig: i32) -> bool {
-    matches!(sig, libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
+    matches!(
+        sig,
+        libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+    )
 }
 
 pub(super) fn zero_regs() -> Regs {
@@ -98,7 +101,12 @@ impl Tracer {
         }
     }
 
-    fn event_loop(&mut self, stop: &AtomicBool, waker_pid: &AtomicI32, cb: Cb<'_>) -> Result<(), ProviderError> {
+    fn event_loop(
+        &mut self,
+        stop: &AtomicBool,
+        waker_pid: &AtomicI32,
+        cb: Cb<'_>,
+    ) -> Result<(), ProviderError> {
         loop {
             if stop.load(Ordering::SeqCst) {
                 self.detach_all()?;
@@ -184,7 +192,8 @@ impl Tracer {
                     let _ = sys::listen(tid);
                     return Ok(());
                 }
-                if std::mem::take(&mut self.threads.get_mut(&tid).expect("invariant: present").new) {
+                if std::mem::take(&mut self.threads.get_mut(&tid).expect("invariant: present").new)
+                {
                     return self.first_stop(tid, pid);
                 }
                 self.resume(tid);
@@ -231,21 +240,35 @@ impl Tracer {
     }
 
     /// Registers a task announced by a clone/fork/vfork event of `pid`.
-    pub(super) fn new_task(&mut self, pid: i32, child: i32, event: i32, cb: Option<Cb<'_>>) -> Result<(), ProviderError> {
+    pub(super) fn new_task(
+        &mut self,
+        pid: i32,
+        child: i32,
+        event: i32,
+        cb: Option<Cb<'_>>,
+    ) -> Result<(), ProviderError> {
         if self.threads.contains_key(&child) {
             return Ok(());
         }
-        let is_thread = event == libc::PTRACE_EVENT_CLONE && tgid_of(child).is_none_or(|g| g == pid);
+        let is_thread =
+            event == libc::PTRACE_EVENT_CLONE && tgid_of(child).is_none_or(|g| g == pid);
         if is_thread {
-            self.threads.insert(child, Thread::new(pid, TState::Running, true));
+            self.threads
+                .insert(child, Thread::new(pid, TState::Running, true));
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.threads.push(child);
             }
         } else {
-            let Some(parent) = self.procs.get(&pid) else { return Ok(()) };
+            let Some(parent) = self.procs.get(&pid) else {
+                return Ok(());
+            };
             let vfork = event == libc::PTRACE_EVENT_VFORK;
             let kind = if parent.kind == ProcKind::VforkShadow || !self.opts.follow_forks {
-                if vfork { ProcKind::VforkShadow } else { ProcKind::Scrub }
+                if vfork {
+                    ProcKind::VforkShadow
+                } else {
+                    ProcKind::Scrub
+                }
             } else {
                 ProcKind::Traced
             };
@@ -259,11 +282,18 @@ impl Tracer {
             p.threads.push(child);
             let parent_kind = parent.kind;
             self.procs.insert(child, p);
-            self.threads.insert(child, Thread::new(child, TState::Running, true));
+            self.threads
+                .insert(child, Thread::new(child, TState::Running, true));
             if parent_kind == ProcKind::Traced
                 && let Some(cb) = cb
             {
-                cb(self, Event::ProcessStarted { pid: child, parent: pid });
+                cb(
+                    self,
+                    Event::ProcessStarted {
+                        pid: child,
+                        parent: pid,
+                    },
+                );
                 if let Some(raw) = self.orphans.remove(&child) {
                     return self.handle(child, raw, cb);
                 }
@@ -285,7 +315,11 @@ impl Tracer {
         let _ = former;
         // Every other thread is gone (RELIABILITY H3); the execing thread now
         // has the leader's tid.
-        let others: Vec<i32> = self.procs.get(&pid).map(|p| p.threads.clone()).unwrap_or_default();
+        let others: Vec<i32> = self
+            .procs
+            .get(&pid)
+            .map(|p| p.threads.clone())
+            .unwrap_or_default();
         for t in others {
             if t != tid {
                 self.threads.remove(&t);
@@ -320,7 +354,9 @@ impl Tracer {
 
     /// Arms the internal breakpoint on the dynamic linker's `r_brk`.
     pub(super) fn arm_rdebug(&mut self, pid: i32) {
-        let Some(p) = self.procs.get(&pid) else { return };
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
         let maps = p.mem.borrow().maps.clone();
         if let Some(rd) = rdebug::find(&maps)
             && self.insert_site(pid, rd.brk, None, true).is_ok()
@@ -330,9 +366,16 @@ impl Tracer {
         }
     }
 
-    pub(super) fn on_gone(&mut self, tid: i32, status: ExitStatus, cb: Option<Cb<'_>>) -> Result<(), ProviderError> {
+    pub(super) fn on_gone(
+        &mut self,
+        tid: i32,
+        status: ExitStatus,
+        cb: Option<Cb<'_>>,
+    ) -> Result<(), ProviderError> {
         self.orphans.remove(&tid);
-        let Some(th) = self.threads.remove(&tid) else { return Ok(()) };
+        let Some(th) = self.threads.remove(&tid) else {
+            return Ok(());
+        };
         let pid = th.pid;
         if let Some(p) = self.procs.get_mut(&pid) {
             p.threads.retain(|t| *t != tid);
@@ -340,7 +383,9 @@ impl Tracer {
         if tid != pid {
             return Ok(());
         }
-        let Some(p) = self.procs.remove(&pid) else { return Ok(()) };
+        let Some(p) = self.procs.remove(&pid) else {
+            return Ok(());
+        };
         for t in &p.threads {
             self.threads.remove(t);
         }
@@ -412,7 +457,14 @@ impl Tracer {
         Ok(())
     }
 
-    fn breakpoint_hit(&mut self, tid: i32, pid: i32, addr: u64, mut regs: Regs, cb: Cb<'_>) -> Result<(), ProviderError> {
+    fn breakpoint_hit(
+        &mut self,
+        tid: i32,
+        pid: i32,
+        addr: u64,
+        mut regs: Regs,
+        cb: Cb<'_>,
+    ) -> Result<(), ProviderError> {
         regs.rip = addr;
         let p = &self.procs[&pid];
         let mem = p.mem.clone();
@@ -427,10 +479,16 @@ impl Tracer {
         if !self.ids.is_empty() && !quiet {
             self.summary.breakpoint_hits += 1;
             let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
-            let mut hit = std::mem::replace(&mut self.hit, super::Hit::empty());
+            let mut hit = std::mem::take(&mut self.hit);
             hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, stat);
             let ids = std::mem::take(&mut self.ids);
-            let action = cb(self, Event::Breakpoint { bp: &ids, hit: &mut hit });
+            let action = cb(
+                self,
+                Event::Breakpoint {
+                    bp: &ids,
+                    hit: &mut hit,
+                },
+            );
             regs = hit.take_regs();
             regs.rip = addr;
             let stat = hit.stat.get_mut().take();
@@ -459,14 +517,17 @@ impl Tracer {
     }
 
     fn library_event(&mut self, pid: i32, cb: Cb<'_>) {
-        let Some(p) = self.procs.get(&pid) else { return };
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
         let consistent = {
             let mut m = p.mem.borrow_mut();
             m.refresh_maps();
             match p.rdebug.and_then(|r| r.r_debug) {
                 Some(a) => {
                     let mut b = [0u8; 4];
-                    m.read(a + rdebug::R_STATE_OFFSET, &mut b) != 4 || u32::from_le_bytes(b) == rdebug::RT_CONSISTENT
+                    m.read(a + rdebug::R_STATE_OFFSET, &mut b) != 4
+                        || u32::from_le_bytes(b) == rdebug::RT_CONSISTENT
                 }
                 None => true,
             }
@@ -476,7 +537,14 @@ impl Tracer {
         }
     }
 
-    fn watchpoint_hit(&mut self, tid: i32, pid: i32, mut regs: Regs, bits: u8, cb: Cb<'_>) -> Result<(), ProviderError> {
+    fn watchpoint_hit(
+        &mut self,
+        tid: i32,
+        pid: i32,
+        mut regs: Regs,
+        bits: u8,
+        cb: Cb<'_>,
+    ) -> Result<(), ProviderError> {
         let orig = regs;
         for slot in 0..4 {
             if bits & (1 << slot) == 0 {
@@ -487,9 +555,15 @@ impl Tracer {
             let mem = p.mem.clone();
             self.summary.watchpoint_hits += 1;
             let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
-            let mut hit = std::mem::replace(&mut self.hit, super::Hit::empty());
+            let mut hit = std::mem::take(&mut self.hit);
             hit.reset(tid, pid, HitKind::Watchpoint(w.addr, slot), regs, mem, stat);
-            let action = cb(self, Event::Watchpoint { wp: w.id, hit: &mut hit });
+            let action = cb(
+                self,
+                Event::Watchpoint {
+                    wp: w.id,
+                    hit: &mut hit,
+                },
+            );
             regs = hit.take_regs();
             let stat = hit.stat.get_mut().take();
             hit.mem = None;
@@ -519,7 +593,9 @@ impl Tracer {
     /// equivalent original address (so a signal handler or a debugger sees
     /// the program's own address).
     pub(super) fn fix_ool_pc(&mut self, tid: i32, pid: i32) {
-        let Some(p) = self.procs.get(&pid) else { return };
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
         let m = p.mem.borrow();
         if m.scratch.is_empty() {
             return;
@@ -528,8 +604,11 @@ impl Tracer {
         if sys::getregs(tid, &mut regs).is_err() {
             return;
         }
-        let Some((slot, jump, orig, len)) = m.ool_at(regs.rip) else { return };
-        let restarting = regs.rip == jump && (regs.orig_rax as i64) >= 0 && arch::is_restart_code(regs.rax);
+        let Some((slot, jump, orig, len)) = m.ool_at(regs.rip) else {
+            return;
+        };
+        let restarting =
+            regs.rip == jump && (regs.orig_rax as i64) >= 0 && arch::is_restart_code(regs.rax);
         if restarting {
             // An interrupted syscall in the slot: the kernel rewinds RIP by 2
             // to the slot's syscall, which then jumps back normally.
@@ -555,7 +634,13 @@ impl Tracer {
                 .threads
                 .iter()
                 .copied()
-                .filter(|t| *t != except && self.threads.get(t).is_some_and(|th| th.state == TState::Running))
+                .filter(|t| {
+                    *t != except
+                        && self
+                            .threads
+                            .get(t)
+                            .is_some_and(|th| th.state == TState::Running)
+                })
                 .collect(),
             None => return Vec::new(),
         };
@@ -570,7 +655,11 @@ impl Tracer {
                 .threads
                 .iter()
                 .copied()
-                .filter(|t| self.threads.get(t).is_some_and(|th| th.state == TState::Running))
+                .filter(|t| {
+                    self.threads
+                        .get(t)
+                        .is_some_and(|th| th.state == TState::Running)
+                })
                 .collect(),
             None => return,
         };
@@ -588,7 +677,11 @@ impl Tracer {
                     let th = self.threads.get_mut(&t).expect("invariant: listed thread");
                     th.state = TState::Held;
                     match sys::decode_status(raw) {
-                        Status::Stopped { sig, event } if event == libc::PTRACE_EVENT_STOP && !is_group_stop_sig(sig) && !th.new => {
+                        Status::Stopped { sig, event }
+                            if event == libc::PTRACE_EVENT_STOP
+                                && !is_group_stop_sig(sig)
+                                && !th.new =>
+                        {
                             held.push(t)
                         }
                         _ => self.queue.push_back((t, raw)),
@@ -640,7 +733,11 @@ impl Tracer {
 
     /// Stops, restores and detaches one process. `handoff`: that thread is
     /// left stopped by SIGSTOP (debugger hand-off).
-    pub(super) fn detach_process(&mut self, pid: i32, handoff: Option<i32>) -> Result<(), ProviderError> {
+    pub(super) fn detach_process(
+        &mut self,
+        pid: i32,
+        handoff: Option<i32>,
+    ) -> Result<(), ProviderError> {
         // 1. Every thread held; pending stops folded in.
         for _ in 0..64 {
             let _ = self.stop_world(pid, 0);
@@ -656,15 +753,24 @@ impl Tracer {
                 }
             }
             let running = self.procs.get(&pid).is_some_and(|p| {
-                p.threads.iter().any(|t| self.threads.get(t).is_some_and(|th| th.state == TState::Running))
+                p.threads.iter().any(|t| {
+                    self.threads
+                        .get(t)
+                        .is_some_and(|th| th.state == TState::Running)
+                })
             });
             if !grew && !running {
                 break;
             }
         }
-        let Some(p) = self.procs.get(&pid) else { return Ok(()) };
+        let Some(p) = self.procs.get(&pid) else {
+            return Ok(());
+        };
         // 2. Restore the bytes unless another traced process shares the memory.
-        let shared = self.procs.values().any(|q| q.pid != pid && Rc::ptr_eq(&q.mem, &p.mem));
+        let shared = self
+            .procs
+            .values()
+            .any(|q| q.pid != pid && Rc::ptr_eq(&q.mem, &p.mem));
         let tid0 = p.threads.first().copied().unwrap_or(pid);
         let mut res = Ok(());
         if !shared

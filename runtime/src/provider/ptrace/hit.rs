@@ -137,7 +137,11 @@ impl Hit {
     /// Runs `f` with an environment whose `gvars()` is `gvars`: the caller
     /// lends the run's global variables for one handler run. Sound by
     /// construction (plain borrows), and free (no allocation).
-    pub fn with_gvars<R>(&mut self, gvars: &mut [u64], f: impl FnOnce(&mut HitWithGvars<'_>) -> R) -> R {
+    pub fn with_gvars<R>(
+        &mut self,
+        gvars: &mut [u64],
+        f: impl FnOnce(&mut HitWithGvars<'_>) -> R,
+    ) -> R {
         let mut env = HitWithGvars { hit: self, gvars };
         f(&mut env)
     }
@@ -316,6 +320,14 @@ impl HitEnv for HitWithGvars<'_> {
     }
 }
 
+impl Default for Hit {
+    /// An empty hit (no thread): the placeholder the session swaps with the
+    /// tracer's hit around each handler run.
+    fn default() -> Hit {
+        Hit::empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,13 +340,5 @@ mod tests {
         }
         assert_eq!(parse_stat_cpu(line.as_bytes()), Some(39));
         assert_eq!(parse_stat_cpu(b"garbage"), None);
-    }
-}
-
-impl Default for Hit {
-    /// An empty hit (no thread): the placeholder the session swaps with the
-    /// tracer's hit around each handler run.
-    fn default() -> Hit {
-        Hit::empty()
     }
 }

@@ -35,7 +35,11 @@ impl Journal {
     pub fn create(pid: i32) -> io::Result<Journal> {
         std::fs::create_dir_all(dir())?;
         let path = path(pid);
-        let file = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)?;
         Ok(Journal { file, path })
     }
 
@@ -58,8 +62,14 @@ pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
     for line in io::BufReader::new(f).lines() {
         let line = line?;
         let mut it = line.split_whitespace();
-        let (Some(a), Some(b), Some(i)) = (it.next(), it.next(), it.next()) else { continue };
-        if let (Ok(a), Ok(b), Ok(i)) = (u64::from_str_radix(a, 16), u8::from_str_radix(b, 16), i.parse()) {
+        let (Some(a), Some(b), Some(i)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if let (Ok(a), Ok(b), Ok(i)) = (
+            u64::from_str_radix(a, 16),
+            u8::from_str_radix(b, 16),
+            i.parse(),
+        ) {
             out.push((a, b, i));
         }
     }
@@ -74,10 +84,15 @@ pub fn repair(pid: i32) -> io::Result<usize> {
     use std::os::unix::fs::FileExt;
     let entries = read(pid)?;
     let maps = crate::procmaps::read(pid).map_err(io::Error::other)?;
-    let mem = OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"))?;
+    let mem = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))?;
     let mut n = 0;
     for (addr, orig, inode) in entries {
-        let Some(m) = crate::procmaps::find(&maps, addr) else { continue };
+        let Some(m) = crate::procmaps::find(&maps, addr) else {
+            continue;
+        };
         if m.inode != inode {
             continue;
         }

@@ -125,7 +125,9 @@ impl ProcMem {
             && let Some(fd) = &self.fd
         {
             while done < buf.len() {
-                let Some(at) = addr.checked_add(done as u64) else { break };
+                let Some(at) = addr.checked_add(done as u64) else {
+                    break;
+                };
                 match sys::pread(fd, &mut buf[done..], at) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => done += n,

@@ -26,16 +26,24 @@ pub const RT_CONSISTENT: u32 = 0;
 
 fn is_dynamic_linker(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
-    base.starts_with("ld-linux") || base.starts_with("ld-musl") || (base.starts_with("ld-") && base.contains(".so"))
+    base.starts_with("ld-linux")
+        || base.starts_with("ld-musl")
+        || (base.starts_with("ld-") && base.contains(".so"))
 }
 
 /// Finds the dynamic linker among `maps` and its `r_brk`. `None` for static
 /// executables or when the linker file cannot be read.
 pub fn find(maps: &[Mapping]) -> Option<RDebug> {
-    let m = maps.iter().find(|m| m.is_file() && m.offset == 0 && is_dynamic_linker(&m.path))?;
+    let m = maps
+        .iter()
+        .find(|m| m.is_file() && m.offset == 0 && is_dynamic_linker(&m.path))?;
     let path = Path::new(&m.path);
     let info = ElfInfo::open(path).ok()?;
-    let key = ModuleKey::Inode { dev_major: m.dev_major, dev_minor: m.dev_minor, inode: m.inode };
+    let key = ModuleKey::Inode {
+        dev_major: m.dev_major,
+        dev_minor: m.dev_minor,
+        inode: m.inode,
+    };
     let bias = procmaps::load_bias(maps, &key, info.first_load?)?;
     let brk = match info.lookup("_dl_debug_state") {
         Lookup::Found(s) => bias.wrapping_add(s.value),

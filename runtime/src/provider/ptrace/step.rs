@@ -57,8 +57,16 @@ impl Tracer {
     /// Executes the displaced instruction at `addr` for `tid` (whose
     /// snapshot, possibly modified by a handler, is `regs` with RIP = addr)
     /// and resumes it.
-    pub(super) fn step_over(&mut self, tid: i32, pid: i32, addr: u64, mut regs: Regs) -> Result<(), ProviderError> {
-        let Some(p) = self.procs.get(&pid) else { return Ok(()) };
+    pub(super) fn step_over(
+        &mut self,
+        tid: i32,
+        pid: i32,
+        addr: u64,
+        mut regs: Regs,
+    ) -> Result<(), ProviderError> {
+        let Some(p) = self.procs.get(&pid) else {
+            return Ok(());
+        };
         let mem = p.mem.clone();
         let mut m = mem.borrow_mut();
         if m.code_dirty {
@@ -122,12 +130,17 @@ impl Tracer {
                         continue;
                     }
                     let slot_addr = sc.base + (sc.used * OOL_SLOT_BYTES) as u64;
-                    let Some(rel) = arch::relocate(insn, slot_addr) else { continue };
+                    let Some(rel) = arch::relocate(insn, slot_addr) else {
+                        continue;
+                    };
                     if m.poke(tid, slot_addr, &rel.code).is_err() {
                         continue;
                     }
                     m.scratch[i].used += 1;
-                    let slot = OolSlot { addr: slot_addr, jump: slot_addr + u64::from(rel.jump_offset) };
+                    let slot = OolSlot {
+                        addr: slot_addr,
+                        jump: slot_addr + u64::from(rel.jump_offset),
+                    };
                     m.ool_index.push((slot.addr, slot.jump, addr, insn.len));
                     if let Some(s) = m.sites.get_mut(&addr) {
                         s.ool = Some(slot);
@@ -155,15 +168,26 @@ impl Tracer {
         let hint = find_gap(&mem.borrow().maps, near);
         let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-        let mut args = [hint.unwrap_or(0), PAGE, prot, flags | libc::MAP_FIXED_NOREPLACE as u64, u64::MAX, 0];
+        let mut args = [
+            hint.unwrap_or(0),
+            PAGE,
+            prot,
+            flags | libc::MAP_FIXED_NOREPLACE as u64,
+            u64::MAX,
+            0,
+        ];
         if hint.is_none() {
             args[3] = flags;
         }
         let is_err = |r: u64| r > (-4096i64) as u64;
-        let mut r = self.inject_syscall(tid, pid, libc::SYS_mmap as u64, args).ok()?;
+        let mut r = self
+            .inject_syscall(tid, pid, libc::SYS_mmap as u64, args)
+            .ok()?;
         if is_err(r) {
             args[3] = flags;
-            r = self.inject_syscall(tid, pid, libc::SYS_mmap as u64, args).ok()?;
+            r = self
+                .inject_syscall(tid, pid, libc::SYS_mmap as u64, args)
+                .ok()?;
         }
         if is_err(r) {
             return None;
@@ -204,7 +228,13 @@ impl Tracer {
     }
 
     /// Runs one system call in the stopped thread `tid` and restores its registers.
-    pub(super) fn inject_syscall(&mut self, tid: i32, pid: i32, nr: u64, a: [u64; 6]) -> Result<u64, ProviderError> {
+    pub(super) fn inject_syscall(
+        &mut self,
+        tid: i32,
+        pid: i32,
+        nr: u64,
+        a: [u64; 6],
+    ) -> Result<u64, ProviderError> {
         let sc = self.syscall_insn(pid).ok_or(ProviderError::Sys {
             op: "finding a syscall instruction",
             pid,
@@ -226,8 +256,12 @@ impl Tracer {
                 _ => return Err(ProviderError::TraceeDied { pid: tid }),
             };
             match sys::decode_status(raw) {
-                Status::Stopped { sig: libc::SIGTRAP, event: 0 } => {
-                    sys::getregs(tid, &mut r).map_err(|e| ProviderError::sys("PTRACE_GETREGS", tid, e))?;
+                Status::Stopped {
+                    sig: libc::SIGTRAP,
+                    event: 0,
+                } => {
+                    sys::getregs(tid, &mut r)
+                        .map_err(|e| ProviderError::sys("PTRACE_GETREGS", tid, e))?;
                     if r.rip == sc + 2 {
                         break r.rax;
                     }
@@ -262,9 +296,17 @@ impl Tracer {
 
     /// Last resort: original byte back, single-step, `int3` again, with every
     /// other thread of the process stopped meanwhile.
-    fn single_step_in_place(&mut self, tid: i32, pid: i32, addr: u64, mut regs: Regs) -> Result<(), ProviderError> {
+    fn single_step_in_place(
+        &mut self,
+        tid: i32,
+        pid: i32,
+        addr: u64,
+        mut regs: Regs,
+    ) -> Result<(), ProviderError> {
         let held = self.stop_world(pid, tid);
-        let Some(p) = self.procs.get(&pid) else { return Ok(()) };
+        let Some(p) = self.procs.get(&pid) else {
+            return Ok(());
+        };
         let mem = p.mem.clone();
         let orig = mem.borrow().sites.get(&addr).map(|s| s.orig);
         if let Some(o) = orig {
@@ -284,7 +326,10 @@ impl Tracer {
                 _ => break,
             };
             match sys::decode_status(raw) {
-                Status::Stopped { sig: libc::SIGTRAP, event: 0 } => {
+                Status::Stopped {
+                    sig: libc::SIGTRAP,
+                    event: 0,
+                } => {
                     let si = sys::getsiginfo(tid);
                     match si.map(|s| s.si_code) {
                         Ok(arch::TRAP_TRACE) => {
@@ -309,7 +354,10 @@ impl Tracer {
                     let mut now = zero_regs();
                     let _ = sys::getregs(tid, &mut now);
                     let code = sys::getsiginfo(tid).map(|s| s.si_code).unwrap_or(0);
-                    let fault = matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE);
+                    let fault = matches!(
+                        sig,
+                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
+                    );
                     if fault && code > 0 && now.rip == addr {
                         // The instruction itself faults: deliver as without the probe.
                         deliver = sig;
@@ -353,7 +401,8 @@ fn find_gap(maps: &[Mapping], near: u64) -> Option<u64> {
     const MAX: u64 = 0x7fff_ffff_0000;
     let mut best: Option<u64> = None;
     let mut consider = |cand: u64| {
-        if (MIN..MAX).contains(&cand) && best.is_none_or(|b| cand.abs_diff(near) < b.abs_diff(near)) {
+        if (MIN..MAX).contains(&cand) && best.is_none_or(|b| cand.abs_diff(near) < b.abs_diff(near))
+        {
             best = Some(cand);
         }
     };

@@ -23,7 +23,14 @@ fn req(request: libc::c_uint, tid: i32, addr: usize, data: usize) -> Result<libc
     // SAFETY: ptrace with an integer addr/data pair; requests that write
     // through `data` are not issued via this helper (they use `req_ptr` with
     // a pointer to a live, correctly sized buffer).
-    let r = unsafe { libc::ptrace(request, tid, addr as *mut libc::c_void, data as *mut libc::c_void) };
+    let r = unsafe {
+        libc::ptrace(
+            request,
+            tid,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    };
     if r == -1 {
         let e = Errno::last();
         // PEEK* requests return data, so -1 is ambiguous: errno decides.
@@ -37,7 +44,14 @@ fn req(request: libc::c_uint, tid: i32, addr: usize, data: usize) -> Result<libc
 fn req_ptr<T>(request: libc::c_uint, tid: i32, addr: usize, data: *mut T) -> Result<(), Errno> {
     // SAFETY: `data` points to a live buffer of the type the kernel writes or
     // reads for this request (checked at each call site below).
-    let r = unsafe { libc::ptrace(request, tid, addr as *mut libc::c_void, data.cast::<libc::c_void>()) };
+    let r = unsafe {
+        libc::ptrace(
+            request,
+            tid,
+            addr as *mut libc::c_void,
+            data.cast::<libc::c_void>(),
+        )
+    };
     if r == -1 { Err(Errno::last()) } else { Ok(()) }
 }
 
@@ -80,7 +94,12 @@ pub fn getregs(tid: i32, out: &mut Regs) -> Result<(), Errno> {
 /// PTRACE_SETREGS.
 pub fn setregs(tid: i32, regs: &Regs) -> Result<(), Errno> {
     // The kernel only reads the user_regs_struct.
-    req_ptr(libc::PTRACE_SETREGS, tid, 0, regs as *const Regs as *mut Regs)
+    req_ptr(
+        libc::PTRACE_SETREGS,
+        tid,
+        0,
+        regs as *const Regs as *mut Regs,
+    )
 }
 
 /// PTRACE_GETFPREGS.
@@ -93,14 +112,24 @@ pub fn getfpregs(tid: i32, out: &mut FpRegs) -> Result<(), Errno> {
 pub fn getsiginfo(tid: i32) -> Result<libc::siginfo_t, Errno> {
     // SAFETY: siginfo_t is plain data; all-zero is a valid value.
     let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    req_ptr(libc::PTRACE_GETSIGINFO, tid, 0, &mut si as *mut libc::siginfo_t)?;
+    req_ptr(
+        libc::PTRACE_GETSIGINFO,
+        tid,
+        0,
+        &mut si as *mut libc::siginfo_t,
+    )?;
     Ok(si)
 }
 
 /// PTRACE_GETEVENTMSG.
 pub fn geteventmsg(tid: i32) -> Result<u64, Errno> {
     let mut v: libc::c_ulong = 0;
-    req_ptr(libc::PTRACE_GETEVENTMSG, tid, 0, &mut v as *mut libc::c_ulong)?;
+    req_ptr(
+        libc::PTRACE_GETEVENTMSG,
+        tid,
+        0,
+        &mut v as *mut libc::c_ulong,
+    )?;
     Ok(v)
 }
 
@@ -131,7 +160,8 @@ pub fn wait(pid: i32, flags: libc::c_int) -> Result<Option<(i32, i32)>, Errno> {
     let mut status = 0;
     loop {
         // SAFETY: `status` is a live c_int the kernel writes.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::__WNOTHREAD | flags) };
+        let r =
+            unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::__WNOTHREAD | flags) };
         match r {
             -1 if Errno::last() == Errno::EINTR => continue,
             -1 => return Err(Errno::last()),
@@ -154,7 +184,11 @@ pub fn vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> Result<usize, Errno> {
     // SAFETY: `local` describes `buf`, which is live and writable for its
     // length; `remote` is only interpreted in the other process.
     let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if r < 0 { Err(Errno::last()) } else { Ok(r as usize) }
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(r as usize)
+    }
 }
 
 /// process_vm_writev of `data` at `addr` (honours the target's page
@@ -171,7 +205,11 @@ pub fn vm_write(pid: i32, addr: u64, data: &[u8]) -> Result<usize, Errno> {
     // SAFETY: `local` describes `data`, live for its length; the kernel only
     // reads it. `remote` is only interpreted in the other process.
     let r = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-    if r < 0 { Err(Errno::last()) } else { Ok(r as usize) }
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(r as usize)
+    }
 }
 
 /// pread on a file descriptor (e.g. /proc/PID/mem); returns bytes read.
@@ -196,7 +234,8 @@ pub fn pread_raw(fd: RawFd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
 pub fn pwrite(fd: &impl AsRawFd, data: &[u8], off: u64) -> Result<usize, Errno> {
     loop {
         // SAFETY: `data` is live for its length; the kernel only reads it.
-        let r = unsafe { libc::pwrite64(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), off as i64) };
+        let r =
+            unsafe { libc::pwrite64(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), off as i64) };
         match r {
             -1 if Errno::last() == Errno::EINTR => continue,
             -1 => return Err(Errno::last()),
@@ -248,8 +287,13 @@ pub fn decode_status(st: i32) -> Status {
 
 /// CLOCK_REALTIME in ns.
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a live timespec the kernel writes.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }

@@ -40,7 +40,13 @@ pub struct Thread {
 impl Thread {
     /// A thread in state `state`.
     pub fn new(pid: i32, state: TState, new: bool) -> Thread {
-        Thread { pid, state, sig: 0, new, stat: None }
+        Thread {
+            pid,
+            state,
+            sig: 0,
+            new,
+            stat: None,
+        }
     }
 }
 
@@ -93,7 +99,13 @@ pub struct Process {
 
 impl Process {
     /// A process with one address space and no threads yet.
-    pub fn new(pid: i32, mem: Rc<RefCell<ProcMem>>, kind: ProcKind, parent: i32, launched: bool) -> Process {
+    pub fn new(
+        pid: i32,
+        mem: Rc<RefCell<ProcMem>>,
+        kind: ProcKind,
+        parent: i32,
+        launched: bool,
+    ) -> Process {
         Process {
             pid,
             mem,
