@@ -1,0 +1,165 @@
+//! The `wprobe` binary as users run it: exit codes, error messages with
+//! positions, `compile --emit wat`, `list`, and `run` on real programs
+//! (errors for missing symbols, wrong opcodes, missing pids; the traced
+//! command's exit status; JSON output).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn wprobe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wprobe"))
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples")
+}
+
+fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wprobe-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let p = scratch().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `probe_target` built with the examples' flags, once per test process.
+fn target() -> PathBuf {
+    static T: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let out = scratch().join("probe_target");
+        let st = Command::new("gcc")
+            .args(["-O0", "-g", "-fno-pie", "-no-pie", "-fcf-protection=none", "-fno-omit-frame-pointer", "-o"])
+            .arg(&out)
+            .arg(examples().join("probe_target.c"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        out
+    })
+    .clone()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn compile_errors_name_file_line_column_and_exit_1() {
+    let p = write("bad.rpn", "name = t\n\noffset = 0x10\nopcode = 0x55\n  push r, rzx\n  jmp nowhere\n");
+    let o = wprobe().arg("compile").arg(&p).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    let path = p.display().to_string();
+    assert!(e.contains(&format!("{path}:5:11: error[E0065]: ")), "{e}");
+    assert!(e.contains(&format!("{path}:6:7: error[E0050]: ")), "{e}");
+    assert!(e.contains("  |   push r, rzx\n  |           ^^^"), "{e}");
+    assert!(e.contains("(2 errors)"), "{e}");
+}
+
+#[test]
+fn compile_writes_a_module_and_annotated_wat() {
+    let out = scratch().join("ex01.wasm");
+    let o = wprobe()
+        .args(["compile", "--symbols-from"])
+        .arg(target())
+        .arg(examples().join("01_log_args.rpn"))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let wasm = std::fs::read(&out).unwrap();
+    assert_eq!(&wasm[..4], b"\0asm");
+    let o = wprobe()
+        .args(["compile", "--emit", "wat", "-o", "-", "--symbols-from"])
+        .arg(target())
+        .arg(examples().join("13_preprocessor.rpn"))
+        .args(["-D", "SCALE", "=", "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let wat = String::from_utf8(o.stdout).unwrap();
+    assert!(wat.contains("(func $probe0_body"), "{wat}");
+    assert!(wat.contains("13_preprocessor.rpn:30: push SCALE   [code offset 3]"), "{wat}");
+    assert!(wat.contains("(@custom \"wprobe.manifest\"") || wat.contains("wprobe.manifest"));
+}
+
+#[test]
+fn list_shows_address_size_and_first_byte() {
+    let o = wprobe().arg("list").arg(target()).arg("target_*").output().unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    let line = text.lines().find(|l| l.ends_with(" target_fn")).expect(&text);
+    assert!(line.starts_with("0x0000000000401146"), "{line}");
+    assert!(line.contains(" 0x55 "), "{line}");
+    let o = wprobe().arg("list").arg(target()).arg("no_such_*").output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn run_json_output_and_exit_status_of_the_command() {
+    let o = wprobe()
+        .arg("run")
+        .arg(examples().join("01_log_args.rpn"))
+        .args(["--format", "json", "--"])
+        .arg(target())
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[2]["items"][0]["values"], serde_json::json!([2, 7]));
+    assert_eq!(lines[3]["kind"], "stats");
+    assert_eq!(lines[3]["hits"], 3);
+    // The command's own status comes back, and -f follows the fork and exec
+    // of the target by a shell: 3 hits in the child, then `exit 7`.
+    let o = wprobe()
+        .arg("run")
+        .arg(examples().join("01_log_args.rpn"))
+        .args(["-f", "--format", "json", "--", "/bin/sh", "-c", "./probe_target; exit 7"])
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(out.lines().filter(|l| l.contains("\"kind\":\"log\"")).count(), 3, "{out}");
+}
+
+#[test]
+fn run_errors_are_clear() {
+    // Unknown symbol in the module: a compile error with its position.
+    let p = write("nosym.rpn", &format!("name = {}\noffset = no_such_function\nopcode = 0x55\n", target().display()));
+    let o = wprobe().arg("run").arg(&p).arg("--").arg(target()).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains(":2:10: error[E0080]"), "{}", stderr(&o));
+    // Wrong opcode: not armed, both bytes and the address named.
+    let p = write("badop.rpn", &format!("name = {}\noffset = target_fn\nopcode = 0x90\n", target().display()));
+    let o = wprobe().arg("run").arg(&p).arg("--").arg(target()).output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("0x401146") && e.contains("0x90") && e.contains("0x55"), "{e}");
+    // No such process.
+    let o = wprobe()
+        .arg("run")
+        .arg(examples().join("01_log_args.rpn"))
+        .args(["-p", "999999999"])
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("999999999"), "{}", stderr(&o));
+    // Missing command.
+    let o = wprobe().arg("run").arg(examples().join("01_log_args.rpn")).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("after `--`"));
+}
