@@ -901,7 +901,7 @@ fn render_format_is_stable() {
 // Valid programs.
 
 fn examples_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/examples")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/examples")
 }
 
 fn build(file: &str, opts: &Options) -> Program {

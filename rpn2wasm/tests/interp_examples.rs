@@ -1,11 +1,11 @@
 //! Acceptance tests of the reference interpreter: every example program of
-//! `shared/examples` is built by the front end (with the symbols of the
+//! `tests/examples` is built by the front end (with the symbols of the
 //! reference build of the target) and run against `ModelEnv` hits in the
 //! order the target program makes them; the records must be exactly those
 //! stated in each example's header comment.
 //!
 //! The examples directory is `$WPROBE_EXAMPLES` if set, else
-//! `<crate>/../../shared/examples`.
+//! `<repository>/tests/examples`.
 
 use std::path::PathBuf;
 
