@@ -120,6 +120,16 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // A diagnostic knob for measurements: which step-over path to use.
+    if let Ok(p) = std::env::var("WPROBE_STEP_POLICY") {
+        use crate::provider::ptrace::StepPolicy;
+        match p.as_str() {
+            "auto" => tracer.set_step_policy(StepPolicy::Auto),
+            "no-emulation" => tracer.set_step_policy(StepPolicy::NoEmulation),
+            "single-step" => tracer.set_step_policy(StepPolicy::SingleStepOnly),
+            other => eprintln!("wprobe: warning: WPROBE_STEP_POLICY={other} is not auto, no-emulation or single-step"),
+        }
+    }
     let main = tracer.main_pid();
     let armed = session.arm(&mut tracer, main, true);
     if armed == 0 && session.pending() == 0 {

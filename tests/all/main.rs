@@ -4,3 +4,4 @@ mod differential;
 mod edge_operands;
 mod examples;
 mod real_examples;
+mod resolution;
