@@ -16,6 +16,7 @@ use runtime::handlers::{RunOutcome, Runner};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::Path;
+use wasmtime::TypedFunc;
 
 /// The file header shared by the shapes: one breakpoint probe on `target_fn`.
 macro_rules! probe_header {
@@ -231,6 +232,68 @@ impl CompiledHandler {
         self.runner.store.data_mut().sink.clear();
         self.runner.run(0, 0)
     }
+
+    /// The handler export as a typed function, for calling it without
+    /// [`Runner::run`] (to measure what `Runner::run` itself costs). Runs
+    /// one hit through [`CompiledHandler::run`] first, so the store knows
+    /// the program's memory.
+    pub fn handler(&mut self) -> TypedFunc<(), i32> {
+        let _ = self.run();
+        let instance = self.runner.programs[0].instance;
+        instance
+            .get_typed_func::<(), i32>(&mut self.runner.store, "probe0")
+            .expect("compiled modules export probe0")
+    }
+
+    /// One hit without [`Runner::run`]: sink cleared, fuel set, `handler` called.
+    #[inline]
+    pub fn run_direct(&mut self, handler: &TypedFunc<(), i32>) -> i32 {
+        self.runner.store.data_mut().sink.clear();
+        self.runner
+            .store
+            .set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT)
+            .expect("fuel enabled");
+        handler.call(&mut self.runner.store, ()).expect("handler returns")
+    }
+}
+
+/// The floor of a handler call under wasmtime with the runtime's engine
+/// settings: a store holding one module whose export `f` returns the
+/// constant 1 (no imports, no memory); each call sets the fuel first.
+pub struct EmptyCall {
+    store: wasmtime::Store<()>,
+    f: TypedFunc<(), i32>,
+}
+
+/// `(module (func (export "f") (result i32) i32.const 1))`.
+const EMPTY_MODULE: &[u8] = &[
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+    0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7f, // type: () -> i32
+    0x03, 0x02, 0x01, 0x00, // function 0: type 0
+    0x07, 0x05, 0x01, 0x01, b'f', 0x00, 0x00, // export "f" = func 0
+    0x0a, 0x06, 0x01, 0x04, 0x00, 0x41, 0x01, 0x0b, // code: i32.const 1
+];
+
+impl EmptyCall {
+    /// Instantiates the empty module on `engine`.
+    pub fn new(engine: &wasmtime::Engine) -> EmptyCall {
+        validate(EMPTY_MODULE);
+        let module = wasmtime::Module::new(engine, EMPTY_MODULE).expect("empty module compiles");
+        let mut store = wasmtime::Store::new(engine, ());
+        store.set_fuel(1000).expect("fuel enabled");
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instantiates");
+        let f = instance.get_typed_func(&mut store, "f").expect("export f");
+        EmptyCall { store, f }
+    }
+
+    /// One call: fuel set, `f` called.
+    #[inline]
+    pub fn run(&mut self) -> i32 {
+        self.store
+            .set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT)
+            .expect("fuel enabled");
+        self.f.call(&mut self.store, ()).expect("f returns")
+    }
 }
 
 /// A program run by the reference interpreter on its own copy of [`hit`].
@@ -361,6 +424,16 @@ mod tests {
                 assert_eq!(native.run(), w.data.as_slice(), "{}: native", shape.name);
             }
         }
+    }
+
+    #[test]
+    fn direct_call_and_empty_call_return_exit() {
+        let engine = runtime::engine::new_engine().expect("engine");
+        let mut h = CompiledHandler::new(&engine, &build(LOG_REGS));
+        let f = h.handler();
+        assert_eq!(h.run_direct(&f), Outcome::Exit as i32);
+        assert_eq!(h.runner.store.data().sink.records.len(), 1);
+        assert_eq!(EmptyCall::new(&engine).run(), 1);
     }
 
     #[test]

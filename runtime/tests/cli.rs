@@ -163,3 +163,47 @@ fn run_errors_are_clear() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("after `--`"));
 }
+
+#[test]
+fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
+    // Two programs in one run, both probing target_fn (several probes at one
+    // address), sharing global variable 0: each counts into it.
+    let a = write(
+        "a.rpn",
+        "name = probe_target\nmajor = 1\ngvars = 1\ngroupdef = g1 g2\ntypedef = t1\n\
+         offset = target_fn\nopcode = 0x55\ngroup = g1\ntype = t1\nignore = 1\n inc gv, 0\n push gv, 0\n log 1\n\
+         offset = bump\nopcode = 0x55\ngroup = g2\n push 0xb\n log 1\n",
+    );
+    let b = write(
+        "b.rpn",
+        "name = probe_target\nmajor = 2\ngvars = 1\noffset = target_fn\nopcode = 0x55\nmaxhits = 2\n inc gv, 0\n push gv, 0\n log 1\n",
+    );
+    let run = |extra: &[&str]| -> Vec<(u64, u64)> {
+        let o = wprobe()
+            .arg("run")
+            .args([&a, &b])
+            .args(extra)
+            .args(["--format", "json", "--"])
+            .arg(target())
+            .current_dir(scratch())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"log\""))
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["major"].as_u64().unwrap(), v["items"][0]["values"][0].as_u64().unwrap())
+            })
+            .collect()
+    };
+    // All probes: hit 1 of target_fn: a ignores, b counts 1; hit 2: a -> 2, b -> 3 (last for b);
+    // hit 3: a -> 4; then bump logs 0xb.
+    assert_eq!(run(&[]), [(2, 1), (1, 2), (2, 3), (1, 4), (1, 0xb)]);
+    // --group g2 selects only a's bump probe (b's probes have no group).
+    assert_eq!(run(&["--group", "g2"]), [(1, 0xb)]);
+    // --group g1 --type t1: a's target_fn probe only.
+    assert_eq!(run(&["--group", "g1", "--type", "t1"]), [(1, 1), (1, 2)]);
+}

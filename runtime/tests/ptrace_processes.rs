@@ -336,6 +336,11 @@ fn detach_under_load_with_stop_flag_t8() {
             })
             .unwrap();
         assert!(s.detached);
+        if std::fs::File::open(format!("/proc/{pid}/mem")).is_err() || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z")) {
+            let mut st = 0;
+            unsafe { libc::waitpid(pid, &mut st, 0) };
+            panic!("{policy:?}: tracee gone after detach: status {st:#x}");
+        }
         text_equals_file(pid, &prog, a);
         drop(t);
         // The tracee runs on untraced and finishes with the right output.
@@ -437,4 +442,95 @@ fn attach_then_stop_restores_everything_t9() {
     assert!(st == 'S' || st == 'R', "{st}");
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+#[test]
+fn attach_to_a_thread_spawning_process_t14() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("t14", 120);
+    let prog = build("spawner", "spawner.c", &["-O2"]);
+    let mut child = std::process::Command::new(&prog).arg("8").spawn().unwrap();
+    let pid = child.id() as i32;
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let mut t = Tracer::attach(pid, opts(false)).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "attach took {:?}",
+        start.elapsed()
+    );
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut tids = HashSet::new();
+    let mut main_hits = 0;
+    let mut hits = 0;
+    t.run(&stop, &mut |_, ev| {
+        if let Event::Breakpoint { hit, .. } = ev {
+            use hostabi::env::HitEnv;
+            tids.insert(hit.tid());
+            if hit.tid() == pid as u64 {
+                main_hits += 1;
+            }
+            hits += 1;
+            if hits >= 20_000 && main_hits >= 5 {
+                stop.store(true, Ordering::SeqCst);
+            }
+        }
+        Action::Continue
+    })
+    .unwrap();
+    drop(t);
+    assert!(main_hits >= 5, "the main thread makes progress");
+    assert!(tids.len() > 16, "new threads are traced: {}", tids.len());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still running after detach"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn handoff_to_debugger_leaves_the_process_stopped_and_clean() {
+    if !ptrace_available() {
+        return;
+    }
+    let _t = timeout("handoff", 60);
+    let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
+    let out = out_file();
+    let mut t = Tracer::launch(&argv(&prog, &out, &["1000"]), opts(false)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "target");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut hits = 0;
+    t.run(&stop, &mut |_, ev| {
+        if let Event::Breakpoint { .. } = ev {
+            hits += 1;
+            if hits == 10 {
+                return Action::HandoffToDebugger;
+            }
+        }
+        Action::Continue
+    })
+    .unwrap();
+    drop(t);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(proc_state(pid), 'T', "stopped for the debugger");
+    text_equals_file(pid, &prog, a);
+    // A debugger would now attach; we just let it go on.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let mut st = 0;
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+    assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "{st:#x}");
+    let sum: u64 = (0..1000u64).map(|i| i * 3 + 1).sum();
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        format!("sum={sum}\n"),
+        "resumed at the probe address"
+    );
 }
