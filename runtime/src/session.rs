@@ -240,7 +240,12 @@ impl Session {
             let spec = &m.probes[index];
             let loc = match self.resolver.locate(&maps, &m.module, exe.as_deref()) {
                 Ok(l) => l,
-                Err(crate::resolve::ResolveError::NotMapped(_)) => continue, // maybe later (dlopen)
+                Err(crate::resolve::ResolveError::NotMapped(_)) => {
+                    if std::env::var_os("WPROBE_DEBUG").is_some() {
+                        eprintln!("wprobe: debug: {} not mapped in {pid} ({} mappings)", m.module, maps.len());
+                    }
+                    continue; // maybe later (dlopen)
+                }
                 Err(e) => {
                     self.warn(report, format!("probe {} not applied in pid {pid}: {e}", self.probes[pi].label));
                     self.probes[pi].enabled = false;

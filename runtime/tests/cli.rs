@@ -207,3 +207,63 @@ fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
     // --group g1 --type t1: a's target_fn probe only.
     assert_eq!(run(&["--group", "g1", "--type", "t1"]), [(1, 1), (1, 2)]);
 }
+
+/// Bytes of `len` at `addr` in a live process.
+fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    f.seek(SeekFrom::Start(addr)).unwrap();
+    let mut b = vec![0; len];
+    f.read_exact(&mut b).unwrap();
+    b
+}
+
+#[test]
+fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
+    let exe = scratch().join("slow_target");
+    let st = Command::new("gcc")
+        .args(["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none", "-o"])
+        .arg(&exe)
+        .arg(examples().join("../progs/slow_target.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+    let work = match elf.lookup("work") {
+        runtime::elfsym::Lookup::Found(s) => s.value,
+        _ => panic!("no work"),
+    };
+    let original = elf.bytes_at(work, 16).unwrap().to_vec();
+    let target = Command::new(&exe)
+        .arg("500")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let prog = write("slow.rpn", &format!("name = {}\noffset = work\nopcode = 0x55\n push r, rdi\n log 1\n", exe.display()));
+    let w = wprobe()
+        .arg("run")
+        .arg(&prog)
+        .args(["-p", &pid.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while live_bytes(pid, work, 1) != [0xcc] {
+        assert!(std::time::Instant::now() < deadline, "not armed within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let st = Command::new("kill").args(["-INT", &w.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let out = w.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let records = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert!(records > 10, "records while attached: {records}");
+    // Detached: original bytes back, and the process runs to completion.
+    assert_eq!(live_bytes(pid, work, 16), original);
+    let res = target.wait_with_output().unwrap();
+    assert!(res.status.success());
+    assert_eq!(String::from_utf8_lossy(&res.stdout), format!("acc={}\n", (0..500).sum::<i64>()));
+}
