@@ -18,3 +18,19 @@ fn abi_snapshot_is_current() {
     let version_line = format!("abi_version {}\n", hostabi::ABI_VERSION);
     assert!(old.starts_with(&version_line));
 }
+
+#[test]
+fn hostabi_reference_doc_is_current() {
+    const BEGIN: &str = "<!-- BEGIN GENERATED: hostabi::snapshot::render_markdown -->\n";
+    const END: &str = "<!-- END GENERATED -->";
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/hostabi.md");
+    let doc = std::fs::read_to_string(path).expect("docs/hostabi.md");
+    let (head, rest) = doc.split_once(BEGIN).expect("begin marker");
+    let (_, tail) = rest.split_once(END).expect("end marker");
+    let now = format!("{head}{BEGIN}{}{END}{tail}", hostabi::snapshot::render_markdown());
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(path, &now).unwrap();
+        return;
+    }
+    assert!(doc == now, "docs/hostabi.md is stale: run `BLESS=1 cargo test -p hostabi`");
+}
