@@ -17,17 +17,28 @@ W=${WPROBE:-../../target/release/wprobe}
 ADDR=$(nm "$OUT/loop_target" | awk '$3 == "hit" { print "0x" $1 }')
 cd "$OUT"
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-t() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(( e - s )); }
-untraced=$(for i in $(seq "$R"); do t ./loop_target "$N"; done | median)
-baseline=$(for i in $(seq "$R"); do t ./baseline "$ADDR" ./loop_target "$N"; done | median)
-wprobe=$(for i in $(seq "$R"); do t "$W" run "$OLDPWD/trivial.rpn" -- ./loop_target "$N"; done | median)
-# The single-step path: every hit steps the original instruction with all other threads stopped.
-single=$(for i in $(seq "$R"); do WPROBE_STEP_POLICY=single-step t "$W" run "$OLDPWD/trivial.rpn" -- ./loop_target "$N"; done | median)
-per() { echo $(( ($1 - untraced) / N )); }
-b=$(per "$baseline"); w=$(per "$wprobe"); s=$(per "$single")
-echo "calls=$N repeats=$R kernel=$(uname -r) cpus=$(nproc)"
-echo "untraced total: $((untraced / 1000000)) ms"
-printf "%-28s %10s %8s\n" tracer ns/hit ratio
-printf "%-28s %10d %8s\n" "baseline (minimal ptrace)" "$b" "1.00"
-printf "%-28s %10d %8s\n" "wprobe run (ptrace)" "$w" "$(awk -v a="$w" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
-printf "%-28s %10d %8s\n" "wprobe single-step path" "$s" "$(awk -v a="$s" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
+# One measurement: "wall_ns cpu_ns" (cpu = user + system time of the tracer and its children).
+m() {
+  local f; f=$(mktemp)
+  /usr/bin/time -f "%e %U %S" -o "$f" "$@" >/dev/null 2>&1 || true
+  awk '{ printf "%d %d\n", $1 * 1e9, ($2 + $3) * 1e9 }' "$f"; rm -f "$f"
+}
+series() { for i in $(seq "$R"); do m "$@"; done; }
+col() { awk -v c="$1" '{ print $c }' | median; }
+U=$(series ./loop_target "$N"); B=$(series ./baseline "$ADDR" ./loop_target "$N")
+W1=$(series "$W" run "$OLDPWD/trivial.rpn" -- ./loop_target "$N")
+S1=$(WPROBE_STEP_POLICY=single-step series "$W" run "$OLDPWD/trivial.rpn" -- ./loop_target "$N")
+uw=$(echo "$U" | col 1); uc=$(echo "$U" | col 2)
+per() { echo $(( ($1 - $2) / N )); }
+row() {
+  local name=$1 data=$2 w c
+  w=$(per "$(echo "$data" | col 1)" "$uw"); c=$(per "$(echo "$data" | col 2)" "$uc")
+  printf "%-28s %12d %12d %10s %10s\n" "$name" "$w" "$c" \
+    "$(awk -v a="$w" -v b="$bw" 'BEGIN { printf "%.2f", a / b }')" "$(awk -v a="$c" -v b="$bc" 'BEGIN { printf "%.2f", a / b }')"
+}
+bw=$(per "$(echo "$B" | col 1)" "$uw"); bc=$(per "$(echo "$B" | col 2)" "$uc")
+echo "calls=$N repeats=$R (medians) kernel=$(uname -r) cpus=$(nproc) load=$(cut -d' ' -f1 /proc/loadavg)"
+printf "%-28s %12s %12s %10s %10s\n" tracer "wall ns/hit" "cpu ns/hit" "wall ×" "cpu ×"
+row "baseline (minimal ptrace)" "$B"
+row "wprobe run (ptrace)" "$W1"
+row "wprobe single-step path" "$S1"
