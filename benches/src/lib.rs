@@ -7,6 +7,8 @@
 //! The unit tests at the bottom check that the three engines produce the
 //! same bytes for every shape, so the benchmarks compare equal work.
 
+pub mod clock;
+
 use hostabi::env::HitEnv;
 use rpn2wasm::ast::Program;
 use rpn2wasm::interp::{self, Limits, ProgramState, RunResult};
@@ -182,6 +184,7 @@ pub fn symbols() -> MapSymbols {
 pub fn options() -> rpn2wasm::Options {
     rpn2wasm::Options {
         symbols: Some(Box::new(symbols())),
+        module_dirs: Vec::new(),
         ..rpn2wasm::Options::default()
     }
 }
@@ -190,7 +193,10 @@ pub fn options() -> rpn2wasm::Options {
 pub fn build(source: &str) -> Program {
     match rpn2wasm::frontend_str(Path::new("bench.rpn"), source, &options()) {
         Ok((p, _)) => p,
-        Err((d, map)) => panic!("bench program does not build:\n{}\n{source}", d.render(&map)),
+        Err((d, map)) => panic!(
+            "bench program does not build:\n{}\n{source}",
+            d.render(&map)
+        ),
     }
 }
 
@@ -203,7 +209,11 @@ pub fn hit() -> ModelEnv {
 /// Validates a module with wasmparser; panics with the offset on failure.
 pub fn validate(wasm: &[u8]) {
     if let Err(e) = wasmparser::Validator::new().validate_all(wasm) {
-        panic!("invalid module: {} (at offset 0x{:x})", e.message(), e.offset());
+        panic!(
+            "invalid module: {} (at offset 0x{:x})",
+            e.message(),
+            e.offset()
+        );
     }
 }
 
@@ -253,7 +263,9 @@ impl CompiledHandler {
             .store
             .set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT)
             .expect("fuel enabled");
-        handler.call(&mut self.runner.store, ()).expect("handler returns")
+        handler
+            .call(&mut self.runner.store, ())
+            .expect("handler returns")
     }
 }
 
@@ -322,7 +334,13 @@ impl InterpretedHandler {
     /// One hit.
     #[inline]
     pub fn run(&mut self) -> RunResult {
-        interp::run(&self.program, 0, &mut self.state, &mut self.env, &self.limits)
+        interp::run(
+            &self.program,
+            0,
+            &mut self.state,
+            &mut self.env,
+            &self.limits,
+        )
     }
 }
 
@@ -418,9 +436,19 @@ mod tests {
                 let RecordKind::Log { major, minor } = w.kind else {
                     panic!("{}: not a log record", shape.name)
                 };
-                assert_eq!((r.kind, r.major, r.minor), (SinkKind::Log, major, minor), "{}", shape.name);
+                assert_eq!(
+                    (r.kind, r.major, r.minor),
+                    (SinkKind::Log, major, minor),
+                    "{}",
+                    shape.name
+                );
                 assert_eq!(sink.data(r), w.data.as_slice(), "{}: data", shape.name);
-                assert_eq!(sink.item_words(r), w.items.as_slice(), "{}: items", shape.name);
+                assert_eq!(
+                    sink.item_words(r),
+                    w.items.as_slice(),
+                    "{}: items",
+                    shape.name
+                );
                 assert_eq!(native.run(), w.data.as_slice(), "{}: native", shape.name);
             }
         }
@@ -444,7 +472,10 @@ mod tests {
         let mut interp = InterpretedHandler::new(&build(MEM_READS_SRC));
         let r = interp.run();
         assert_eq!(r.records[0].data.len(), 8);
-        assert!(r.records[0].data != [0; 8], "reads must see the `.data` page");
+        assert!(
+            r.records[0].data != [0; 8],
+            "reads must see the `.data` page"
+        );
         let mut interp = InterpretedHandler::new(&build(LOG_REGS));
         let r = interp.run();
         let mut want = 2u64.to_le_bytes().to_vec();

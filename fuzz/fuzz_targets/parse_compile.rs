@@ -15,7 +15,11 @@ static INCLUDE_DIRS: LazyLock<Vec<PathBuf>> =
 fuzz_target!(|data: &[u8]| {
     for wasm in rpn2wasm::fuzzing::parse_and_compile_with(data, &INCLUDE_DIRS) {
         if let Err(e) = wasmparser::Validator::new().validate_all(&wasm) {
-            panic!("compiled module does not validate: {} (at offset 0x{:x})", e.message(), e.offset());
+            panic!(
+                "compiled module does not validate: {} (at offset 0x{:x})",
+                e.message(),
+                e.offset()
+            );
         }
     }
 });

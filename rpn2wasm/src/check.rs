@@ -44,6 +44,7 @@ pub(crate) struct Ctx<'a> {
     sink: &'a mut Sink,
     symbols: SymbolSource<'a>,
     module: String,
+    module_dirs: Vec<std::path::PathBuf>,
     module_error_reported: bool,
 }
 
@@ -63,6 +64,7 @@ pub(crate) fn check(
             None => SymbolSource::Elf(None),
         },
         module: String::new(),
+        module_dirs: opts.module_dirs.clone(),
         module_error_reported: false,
     };
     let header = cx.file_header(&raw.file_stmts);
@@ -132,7 +134,7 @@ impl Ctx<'_> {
                     // `name =` is missing (reported): nowhere to look.
                     return None;
                 }
-                elf.get_or_insert_with(|| ElfSymbols::new(&self.module))
+                elf.get_or_insert_with(|| ElfSymbols::with_dirs(&self.module, self.module_dirs.clone()))
                     .lookup(name)
             }
         };

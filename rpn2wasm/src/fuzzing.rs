@@ -54,6 +54,7 @@ pub fn options(include_dirs: &[PathBuf]) -> Options {
         defines: Vec::new(),
         include_dirs: include_dirs.to_vec(),
         symbols: Some(Box::new(symbols())),
+        module_dirs: Vec::new(),
     }
 }
 
@@ -89,17 +90,26 @@ fn compile_checked(r: Result<(Program, SourceMap), (Diagnostics, SourceMap)>) ->
     let program = match r {
         Ok((program, _)) => program,
         Err((diags, map)) => {
-            assert!(!diags.is_empty(), "the front end failed without a diagnostic");
+            assert!(
+                !diags.is_empty(),
+                "the front end failed without a diagnostic"
+            );
             let _ = diags.render(&map);
             return None;
         }
     };
     let first = crate::compile_program(program.clone());
     let second = crate::compile_program(program);
-    assert!(first.wasm == second.wasm, "compiling the same program twice gave different bytes (C8)");
+    assert!(
+        first.wasm == second.wasm,
+        "compiling the same program twice gave different bytes (C8)"
+    );
     let text = first.manifest.encode();
     match Manifest::decode(text.as_bytes()) {
-        Ok(m) => assert!(m == first.manifest, "manifest does not decode to itself:\n{text}"),
+        Ok(m) => assert!(
+            m == first.manifest,
+            "manifest does not decode to itself:\n{text}"
+        ),
         Err(e) => panic!("compiled manifest does not decode: {e}\n{text}"),
     }
     run_interpreter(&first.program);
@@ -118,7 +128,10 @@ fn run_interpreter(program: &Program) {
     env.with_gvars(usize::from(program.header.gvars));
     for probe in 0..program.probes.len().min(FUZZ_PROBES_RUN) {
         let r = interp::run(program, probe, &mut state, &mut env, &limits);
-        assert!(r.insns <= FUZZ_INSN_BUDGET, "interpreter overran its budget");
+        assert!(
+            r.insns <= FUZZ_INSN_BUDGET,
+            "interpreter overran its budget"
+        );
     }
 }
 
@@ -133,8 +146,16 @@ pub fn decode_records(bytes: &[u8]) {
         Ok((h, len)) => {
             assert!(len <= bytes.len(), "header length {len} beyond the input");
             let mut buf = vec![0u8; len];
-            assert_eq!(h.encode(&mut buf), Some(len), "decoded header does not re-encode");
-            assert_eq!(buf.as_slice(), &bytes[..len], "decoded header re-encodes differently");
+            assert_eq!(
+                h.encode(&mut buf),
+                Some(len),
+                "decoded header does not re-encode"
+            );
+            assert_eq!(
+                buf.as_slice(),
+                &bytes[..len],
+                "decoded header re-encodes differently"
+            );
         }
         Err(e) => check_offset(e, bytes.len(), "RecordHeader::decode"),
     }
@@ -171,7 +192,10 @@ pub fn decode_records(bytes: &[u8]) {
         }
     });
     match r {
-        Ok(h) => assert!(records == usize::from(h.count), "record count disagrees with the header"),
+        Ok(h) => assert!(
+            records == usize::from(h.count),
+            "record count disagrees with the header"
+        ),
         Err(e) => check_offset(e, bytes.len(), "decode_stacktrace"),
     }
 
@@ -180,7 +204,10 @@ pub fn decode_records(bytes: &[u8]) {
         Ok(m) => {
             let text = m.encode();
             match Manifest::decode(text.as_bytes()) {
-                Ok(again) => assert!(again == m, "manifest does not survive encode + decode:\n{text}"),
+                Ok(again) => assert!(
+                    again == m,
+                    "manifest does not survive encode + decode:\n{text}"
+                ),
                 Err(e) => panic!("re-encoded manifest does not decode: {e}\n{text}"),
             }
         }
@@ -207,7 +234,11 @@ fn decode_log_checked(data: &[u8], items: &[u32]) {
 }
 
 fn check_offset(e: record::DecodeError, len: usize, what: &str) {
-    assert!(e.offset <= len, "{what}: error offset {} beyond the input ({len} bytes): {e}", e.offset);
+    assert!(
+        e.offset <= len,
+        "{what}: error offset {} beyond the input ({len} bytes): {e}",
+        e.offset
+    );
     // Rendering must not panic either.
     let _ = e.to_string();
 }

@@ -37,8 +37,13 @@ pub struct Options {
     /// `-I DIR` include directories, in order.
     pub include_dirs: Vec<PathBuf>,
     /// Where symbols come from. `None`: the ELF file named by `name =`,
-    /// located as spec §5 says (path, else current directory, else `PATH`).
+    /// located as spec §5 says (path, else current directory, else `PATH`),
+    /// with [`Options::module_dirs`] searched after the current directory.
     pub symbols: Option<Box<dyn symbols::Symbols>>,
+    /// Extra directories where a bare `name =` module is looked for, after
+    /// the current directory and before `PATH` (`wprobe run` adds the traced
+    /// command's directory).
+    pub module_dirs: Vec<PathBuf>,
 }
 
 /// A compiled program: the checked AST, the manifest and the Wasm module.

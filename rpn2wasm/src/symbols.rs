@@ -75,6 +75,7 @@ impl Symbols for MapSymbols {
 #[derive(Debug)]
 pub struct ElfSymbols {
     module: String,
+    dirs: Vec<PathBuf>,
     table: OnceCell<Result<Vec<(String, u64)>, String>>,
 }
 
@@ -82,15 +83,22 @@ impl ElfSymbols {
     /// Symbols of the module named `module` (the value of `name =`),
     /// located when first needed as spec §5 says.
     pub fn new(module: &str) -> Self {
+        Self::with_dirs(module, Vec::new())
+    }
+
+    /// Like [`ElfSymbols::new`], also looking for a bare module name in
+    /// `dirs` (after the current directory, before `PATH`).
+    pub fn with_dirs(module: &str, dirs: Vec<PathBuf>) -> Self {
         ElfSymbols {
             module: module.to_string(),
+            dirs,
             table: OnceCell::new(),
         }
     }
 
     fn table(&self) -> &Result<Vec<(String, u64)>, String> {
         self.table.get_or_init(|| {
-            let path = locate_module(&self.module)?;
+            let path = locate_module_in(&self.module, &self.dirs)?;
             let bytes = std::fs::read(&path)
                 .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
             elf_symbols(&bytes).map_err(|e| format!("`{}`: {e}", path.display()))
@@ -111,6 +119,11 @@ impl Symbols for ElfSymbols {
 /// bare name is looked for in the current directory, then in each directory
 /// of `PATH`.
 pub fn locate_module(module: &str) -> Result<PathBuf, String> {
+    locate_module_in(module, &[])
+}
+
+/// [`locate_module`] with extra directories searched after the current one.
+pub fn locate_module_in(module: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
     if module.contains('/') {
         let p = PathBuf::from(module);
         return if p.is_file() {
@@ -123,6 +136,12 @@ pub fn locate_module(module: &str) -> Result<PathBuf, String> {
     if here.is_file() {
         return Ok(here);
     }
+    for d in dirs {
+        let p = d.join(module);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
             let p = dir.join(module);
@@ -132,7 +151,8 @@ pub fn locate_module(module: &str) -> Result<PathBuf, String> {
         }
     }
     Err(format!(
-        "module `{module}` not found in the current directory or in PATH"
+        "module `{module}` not found in the current directory{} or in PATH",
+        dirs.iter().map(|d| format!(", {}", d.display())).collect::<String>()
     ))
 }
 

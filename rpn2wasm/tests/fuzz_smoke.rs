@@ -44,7 +44,10 @@ impl Rng {
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn seed() -> u64 {
@@ -65,10 +68,19 @@ fn examples() -> Vec<(String, Vec<u8>)> {
         .expect("examples directory")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "rpn"))
-        .map(|p| (p.display().to_string(), std::fs::read(&p).expect("example readable")))
+        .map(|p| {
+            (
+                p.display().to_string(),
+                std::fs::read(&p).expect("example readable"),
+            )
+        })
         .collect();
     out.sort();
-    assert!(out.len() >= 10, "expected the example programs in {}", examples_dir().display());
+    assert!(
+        out.len() >= 10,
+        "expected the example programs in {}",
+        examples_dir().display()
+    );
     out
 }
 
@@ -105,22 +117,178 @@ fn each_input(what: &str, mut make: impl FnMut(&mut Rng) -> Vec<u8>, mut f: impl
 /// Words the front end knows: header keywords, mnemonics, operand keywords,
 /// registers, symbols, directives, punctuation and numbers.
 const VOCAB: &[&str] = &[
-    "name", "=", "probe_target", "major", "minor", "offset", "address", "opcode", "0x55", "vars",
-    "gvars", "logmax", "jmpmax", "excpt_log", "excpt_mask", "autostacktrace", "yes", "no",
-    "logonfault", "heap", "watchpoint", "w", "rw", "x", "groupdef", "group", "typedef", "type",
-    "maxhits", "ignore", "passcount", "modtype", "user", "id", "proc", "call", "ret", "nop",
-    "jmp", "jz", "jnz", "jlt", "jle", "jgt", "jge", "loop", "abort", "remove", "exit", "suspend",
-    "setmin", "setmaj", "log", "str", "arf", "mrf", "b", "push", "pop", "move", "inc", "dec",
-    "lv", "gv", "add", "sub", "mul", "neg", "and", "or", "xor", "rol", "ror", "shl", "shr",
-    "xchg", "dup", "ros", "r", "u", "mem", "u8", "u16", "u32", "u64", "task", "pid", "procid",
-    "vfyr", "vfyrw", "vfa", "div", "idiv", "pbl", "pbr", "pzl", "pzr", "sx", "ux", "rx", "lp",
-    "plp", "st", "purge", "trace", "pv", "sbp", "tsp", "stp", "save", "restore", "copy",
-    "callk", "malloc", "free", "wid", "pushh", "poph", "io", "seg2lin", "rax", "rdi", "rsi",
-    "rdx", "rip", "rsp", "eax", "esi", "cpuid", "xmm0", "st0", "target_fn", "greeting",
-    "counter", "origin", "bump", "main", "+", "-", ",", ":", "//", "\"", "#define", "#ifdef",
-    "#ifndef", "#else", "#endif", "#undef", "#include", "#elif", "L1", "L1:", "L2:", "top",
-    "p1", "0", "1", "7", "8", "63", "64", "255", "256", "65535", "65536", "-1",
-    "0xFFFFFFFFFFFFFFFF", "0x10000000000000000", "18446744073709551616", "-32768", "32767",
+    "name",
+    "=",
+    "probe_target",
+    "major",
+    "minor",
+    "offset",
+    "address",
+    "opcode",
+    "0x55",
+    "vars",
+    "gvars",
+    "logmax",
+    "jmpmax",
+    "excpt_log",
+    "excpt_mask",
+    "autostacktrace",
+    "yes",
+    "no",
+    "logonfault",
+    "heap",
+    "watchpoint",
+    "w",
+    "rw",
+    "x",
+    "groupdef",
+    "group",
+    "typedef",
+    "type",
+    "maxhits",
+    "ignore",
+    "passcount",
+    "modtype",
+    "user",
+    "id",
+    "proc",
+    "call",
+    "ret",
+    "nop",
+    "jmp",
+    "jz",
+    "jnz",
+    "jlt",
+    "jle",
+    "jgt",
+    "jge",
+    "loop",
+    "abort",
+    "remove",
+    "exit",
+    "suspend",
+    "setmin",
+    "setmaj",
+    "log",
+    "str",
+    "arf",
+    "mrf",
+    "b",
+    "push",
+    "pop",
+    "move",
+    "inc",
+    "dec",
+    "lv",
+    "gv",
+    "add",
+    "sub",
+    "mul",
+    "neg",
+    "and",
+    "or",
+    "xor",
+    "rol",
+    "ror",
+    "shl",
+    "shr",
+    "xchg",
+    "dup",
+    "ros",
+    "r",
+    "u",
+    "mem",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "task",
+    "pid",
+    "procid",
+    "vfyr",
+    "vfyrw",
+    "vfa",
+    "div",
+    "idiv",
+    "pbl",
+    "pbr",
+    "pzl",
+    "pzr",
+    "sx",
+    "ux",
+    "rx",
+    "lp",
+    "plp",
+    "st",
+    "purge",
+    "trace",
+    "pv",
+    "sbp",
+    "tsp",
+    "stp",
+    "save",
+    "restore",
+    "copy",
+    "callk",
+    "malloc",
+    "free",
+    "wid",
+    "pushh",
+    "poph",
+    "io",
+    "seg2lin",
+    "rax",
+    "rdi",
+    "rsi",
+    "rdx",
+    "rip",
+    "rsp",
+    "eax",
+    "esi",
+    "cpuid",
+    "xmm0",
+    "st0",
+    "target_fn",
+    "greeting",
+    "counter",
+    "origin",
+    "bump",
+    "main",
+    "+",
+    "-",
+    ",",
+    ":",
+    "//",
+    "\"",
+    "#define",
+    "#ifdef",
+    "#ifndef",
+    "#else",
+    "#endif",
+    "#undef",
+    "#include",
+    "#elif",
+    "L1",
+    "L1:",
+    "L2:",
+    "top",
+    "p1",
+    "0",
+    "1",
+    "7",
+    "8",
+    "63",
+    "64",
+    "255",
+    "256",
+    "65535",
+    "65536",
+    "-1",
+    "0xFFFFFFFFFFFFFFFF",
+    "0x10000000000000000",
+    "18446744073709551616",
+    "-32768",
+    "32767",
 ];
 
 const HEADER: &str = "name = probe_target\noffset = target_fn\nopcode = 0x55\n";
@@ -136,7 +304,7 @@ fn token_soup(r: &mut Rng) -> Vec<u8> {
             if w > 0 {
                 s.push_str(if r.chance(80) { " " } else { ", " });
             }
-            s.push_str(*r.pick(VOCAB));
+            s.push_str(r.pick::<&str>(VOCAB));
         }
         s.push('\n');
     }
@@ -149,7 +317,11 @@ fn random_bytes(r: &mut Rng) -> Vec<u8> {
     (0..n)
         .map(|_| {
             let b = r.next() as u8;
-            if ascii { b"\n\t ,:=+-#/\"0123456789abcdefghijklmnopqrstuvwxyz_"[b as usize % 48] } else { b }
+            if ascii {
+                b"\n\t ,:=+-#/\"0123456789abcdefghijklmnopqrstuvwxyz_"[b as usize % 48]
+            } else {
+                b
+            }
         })
         .collect()
 }
@@ -217,7 +389,10 @@ fn smoke_parse_and_compile_token_soups() {
         }
     });
     eprintln!("token soups: {compiled} modules compiled");
-    assert!(compiled > 0 || iters() < 100, "no token soup compiled: the generator is too weak");
+    assert!(
+        compiled > 0 || iters() < 100,
+        "no token soup compiled: the generator is too weak"
+    );
 }
 
 #[test]
@@ -239,7 +414,10 @@ fn smoke_parse_and_compile_mutated_examples() {
         },
     );
     eprintln!("mutated examples: {compiled} modules compiled");
-    assert!(compiled * 10 >= iters() as usize, "under 10% of mutated examples compiled");
+    assert!(
+        compiled * 10 >= iters() as usize,
+        "under 10% of mutated examples compiled"
+    );
 }
 
 /// Well-formed decoder inputs: encoded record headers, the manifests of the
@@ -265,7 +443,9 @@ fn decoder_seeds() -> Vec<Vec<u8>> {
     }
     let opts = rpn2wasm::fuzzing::options(&[examples_dir()]);
     for (path, text) in examples() {
-        let Ok((program, _)) = rpn2wasm::parse::parse_text(std::path::Path::new(&path), text, &opts) else {
+        let Ok((program, _)) =
+            rpn2wasm::parse::parse_text(std::path::Path::new(&path), text, &opts)
+        else {
             continue;
         };
         seeds.push(rpn2wasm::manifest::build(&program).encode().into_bytes());
@@ -299,7 +479,8 @@ fn smoke_decode_records() {
     if let Some(dir) = std::env::var_os("WPROBE_FUZZ_DUMP_SEEDS") {
         std::fs::create_dir_all(&dir).expect("seed directory");
         for (i, s) in seeds.iter().enumerate() {
-            std::fs::write(PathBuf::from(&dir).join(format!("seed-{i:03}")), s).expect("seed written");
+            std::fs::write(PathBuf::from(&dir).join(format!("seed-{i:03}")), s)
+                .expect("seed written");
         }
     }
     for s in &seeds {

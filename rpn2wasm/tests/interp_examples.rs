@@ -43,6 +43,7 @@ fn build_with(file: &str, defines: &[(&str, &str)]) -> Program {
             .collect(),
         include_dirs: Vec::new(),
         symbols: Some(Box::new(reference_symbols())),
+        module_dirs: Vec::new(),
     };
     match rpn2wasm::frontend(&path, &opts) {
         Ok((p, _)) => p,

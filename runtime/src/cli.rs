@@ -153,6 +153,7 @@ fn compile(a: CompileArgs) -> ExitCode {
         defines: a.define.iter().map(|d| parse_define(d)).collect(),
         include_dirs: a.include.clone(),
         symbols: None,
+        module_dirs: Vec::new(),
     };
     if let Some(elf) = &a.symbols_from {
         let path = if elf.components().count() > 1 { elf.clone() } else { std::path::Path::new(".").join(elf) };

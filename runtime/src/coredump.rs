@@ -2,11 +2,12 @@
 //! `gcore` writes one — a `PT_NOTE` segment (`NT_PRSTATUS` with the hit
 //! thread's registers, `NT_PRPSINFO`) and a `PT_LOAD` segment per mapping,
 //! with the contents of every readable one — loadable by `gdb EXE CORE`.
-//! The process keeps running afterwards. Reads memory only.
+//! Memory is read as handlers read it, so the core shows the original
+//! bytes under wprobe's breakpoints. The process keeps running afterwards.
 
 use crate::provider::ptrace::Hit;
 use hostabi::env::HitEnv;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 const PT_LOAD: u32 = 1;
@@ -62,7 +63,7 @@ fn prpsinfo(pid: i32) -> Vec<u8> {
 }
 
 /// Writes `core.wprobe.PID.N` for the process of `hit`; returns its path.
-pub fn write_core(pid: i32, hit: &Hit) -> anyhow::Result<PathBuf> {
+pub fn write_core(pid: i32, hit: &mut Hit) -> anyhow::Result<PathBuf> {
     let maps = crate::procmaps::read(pid)?;
     let mut notes = Vec::new();
     note(&mut notes, NT_PRSTATUS, &prstatus(hit));
@@ -117,15 +118,15 @@ pub fn write_core(pid: i32, hit: &Hit) -> anyhow::Result<PathBuf> {
     f.write_all(&hdr)?;
     f.write_all(&phdrs)?;
     f.write_all(&notes)?;
-    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
     let mut buf = vec![0u8; 1 << 16];
     for (start, filesz, file_off) in layout {
         f.seek(SeekFrom::Start(file_off))?;
         let mut done = 0;
         while done < filesz {
             let n = buf.len().min((filesz - done) as usize);
-            // Unreadable pages (guard pages, I/O) are written as zeros.
-            let got = mem.seek(SeekFrom::Start(start + done)).and_then(|_| mem.read(&mut buf[..n])).unwrap_or(0);
+            // Read as handlers do (our breakpoints show their original bytes);
+            // unreadable pages (guard pages, I/O) are written as zeros.
+            let got = hit.read_mem(start + done, &mut buf[..n]);
             buf[got..n].fill(0);
             f.write_all(&buf[..n])?;
             done += n as u64;

@@ -12,6 +12,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+/// Directory of the traced command's executable (found through `PATH` like exec does).
+fn command_dir(a: &RunArgs) -> Option<std::path::PathBuf> {
+    let cmd = Path::new(a.command.first()?);
+    let exe = if cmd.components().count() > 1 {
+        cmd.to_path_buf()
+    } else {
+        std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(cmd)).find(|p| p.is_file())?
+    };
+    exe.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".").to_path_buf() } else { p.to_path_buf() })
+}
+
 /// Loads one program file.
 pub fn load_program(engine: &wasmtime::Engine, path: &Path, a: &RunArgs) -> Result<ProgramInput, String> {
     let label = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
@@ -20,6 +31,8 @@ pub fn load_program(engine: &wasmtime::Engine, path: &Path, a: &RunArgs) -> Resu
             defines: a.define.iter().map(|d| parse_define(d)).collect(),
             include_dirs: a.include.clone(),
             symbols: None,
+            // A bare `name =` is also looked for next to the traced command.
+            module_dirs: command_dir(a).into_iter().collect(),
         };
         match rpn2wasm::compile(path, &opts) {
             Ok((c, _)) => c.wasm,

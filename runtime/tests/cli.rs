@@ -267,3 +267,37 @@ fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
     assert!(res.status.success());
     assert_eq!(String::from_utf8_lossy(&res.stdout), format!("acc={}\n", (0..500).sum::<i64>()));
 }
+
+#[test]
+fn exit_3_writes_a_core_file_gdb_can_read() {
+    let dir = scratch().join("cores");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = write("core.rpn", "name = probe_target\noffset = target_fn\nopcode = 0x55\nmaxhits = 1\n push r, rdi\n log 1\n exit 3\n");
+    let o = wprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--")
+        .arg(target())
+        .env("WPROBE_DUMP_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("counter=")).count(), 1, "the process ran on");
+    let cores: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(cores.len(), 1, "{cores:?}");
+    let core = std::fs::read(&cores[0]).unwrap();
+    assert_eq!(&core[..4], b"\x7fELF");
+    assert_eq!(u16::from_le_bytes([core[16], core[17]]), 4, "ET_CORE");
+    // gdb reads the registers and memory (when gdb is installed).
+    if let Ok(g) = Command::new("gdb")
+        .args(["-batch", "-ex", "info registers rip", "-ex", "x/s 0x404040", "-ex", "x/1xb 0x401146"])
+        .arg(target())
+        .arg(&cores[0])
+        .output()
+    {
+        let out = String::from_utf8_lossy(&g.stdout);
+        assert!(out.contains("0x401146") && out.contains("<target_fn>"), "{out}");
+        assert!(out.contains("\"hello, probes\""), "{out}");
+        assert!(out.contains("0x55"), "original byte, not int3: {out}");
+    }
+}

@@ -336,7 +336,9 @@ fn detach_under_load_with_stop_flag_t8() {
             })
             .unwrap();
         assert!(s.detached);
-        if std::fs::File::open(format!("/proc/{pid}/mem")).is_err() || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z")) {
+        if std::fs::File::open(format!("/proc/{pid}/mem")).is_err()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z"))
+        {
             let mut st = 0;
             unsafe { libc::waitpid(pid, &mut st, 0) };
             panic!("{policy:?}: tracee gone after detach: status {st:#x}");

@@ -37,6 +37,7 @@ pub fn options(defines: &[(&str, &str)]) -> rpn2wasm::Options {
         defines: defines.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
         include_dirs: Vec::new(),
         symbols: Some(Box::new(reference_symbols())),
+        module_dirs: Vec::new(),
     }
 }
 

@@ -763,6 +763,11 @@ impl Tracer {
                 break;
             }
         }
+        // 1b. An interrupt stop can be reported before a trap already raised
+        // (int3 executed, SIGTRAP still pending): let each such thread take
+        // its trap now, so that the PC is rewound and the signal discarded,
+        // instead of an untraced thread dying of it after the detach.
+        self.flush_pending_traps(pid);
         let Some(p) = self.procs.get(&pid) else {
             return Ok(());
         };
@@ -799,6 +804,43 @@ impl Tracer {
         self.bps.retain(|_, (bp_pid, _)| *bp_pid != pid);
         self.wps.retain(|_, (wp_pid, _)| *wp_pid != pid);
         res
+    }
+
+    fn flush_pending_traps(&mut self, pid: i32) {
+        for _ in 0..8 {
+            let tids: Vec<i32> = match self.procs.get(&pid) {
+                Some(p) => p
+                    .threads
+                    .iter()
+                    .copied()
+                    .filter(|t| {
+                        self.threads
+                            .get(t)
+                            .is_some_and(|th| th.state == TState::Held)
+                            && sigtrap_pending(*t)
+                    })
+                    .collect(),
+                None => return,
+            };
+            if tids.is_empty() {
+                return;
+            }
+            for t in tids {
+                let sig = self
+                    .threads
+                    .get_mut(&t)
+                    .map_or(0, |th| std::mem::take(&mut th.sig));
+                if sys::cont(t, sig).is_err() {
+                    continue;
+                }
+                if let Some(th) = self.threads.get_mut(&t) {
+                    th.state = TState::Running;
+                }
+                if let Ok(Some((_, raw))) = sys::wait(t, 0) {
+                    self.absorb_for_detach(pid, t, raw);
+                }
+            }
+        }
     }
 
     /// Folds a queued stop into the detach of `pid`. Returns whether new
@@ -879,4 +921,15 @@ fn waker(stop: &AtomicBool, done: &AtomicBool, wfd: i32) {
         }
         std::thread::sleep(STOP_POLL);
     }
+}
+
+/// Whether SIGTRAP is pending for thread `tid` (thread-private set).
+fn sigtrap_pending(tid: i32) -> bool {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("SigPnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (libc::SIGTRAP - 1)) != 0)
 }
