@@ -301,3 +301,49 @@ fn exit_3_writes_a_core_file_gdb_can_read() {
         assert!(out.contains("0x55"), "original byte, not int3: {out}");
     }
 }
+
+#[test]
+fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
+    let progs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs");
+    let exe = scratch().join("calls_threads");
+    let st = Command::new("gcc")
+        .args(["-O2", "-fPIE", "-pie", "-pthread", "-I"])
+        .arg(&progs)
+        .arg("-o")
+        .arg(&exe)
+        .arg(progs.join("calls.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let plain = Command::new(&exe).args(["100000", "8"]).output().unwrap();
+    assert!(plain.status.success());
+    let op = {
+        let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+        match elf.lookup("target") {
+            runtime::elfsym::Lookup::Found(s) => elf.first_byte(s.value).unwrap(),
+            _ => panic!("no target"),
+        }
+    };
+    // Every hit runs the handler: it counts in a global and emits no record.
+    let p = write(
+        "count.rpn",
+        &format!("name = {}\ngvars = 1\noffset = target\nopcode = 0x{op:02x}\n inc gv, 0\n abort\n", exe.display()),
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--format", "json", "--"])
+        .arg(&exe)
+        .args(["100000", "8"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let stats: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(stats["hits"], 800_000, "{out}");
+    assert_eq!(stats["runs"], 800_000);
+    assert_eq!(stats["traps"], 0);
+    // The program's own output (a checksum of every call) is unchanged.
+    let traced_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
+    assert_eq!(traced_lines.join("\n"), String::from_utf8_lossy(&plain.stdout).trim_end());
+}

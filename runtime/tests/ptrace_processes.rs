@@ -34,7 +34,7 @@ fn eight_threads_exact_count_t7() {
     }
     let _t = timeout("t7", 300);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
-    let n = 20_000u64;
+    let n = 100_000u64; // the issue: 8 threads × 100,000 calls, exactly 800,000 hits
     let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string(), "8"]);
     let out = out_file();
     let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8"]), opts(false)).unwrap();
