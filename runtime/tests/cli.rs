@@ -347,3 +347,49 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
     let traced_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
     assert_eq!(traced_lines.join("\n"), String::from_utf8_lossy(&plain.stdout).trim_end());
 }
+
+#[test]
+fn command_not_found_and_permission_denied_are_clear_errors() {
+    target(); // the program's module, in the scratch directory
+    let o = wprobe()
+        .arg("run")
+        .arg(examples().join("01_log_args.rpn"))
+        .args(["--", "./does_not_exist"])
+        .current_dir(scratch())
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("./does_not_exist: command not found"), "{}", stderr(&o));
+    // Attaching to a root process as an unprivileged user (when the tests run as root).
+    if unsafe_free_is_root() && Path::new("/usr/bin/setpriv").exists() {
+        let exe = scratch().join("wprobe-copy");
+        std::fs::copy(env!("CARGO_BIN_EXE_wprobe"), &exe).unwrap();
+        let prog = scratch().join("perm.rpn");
+        std::fs::write(&prog, "name = /bin/sleep\naddress = 0x1000\nopcode = 0x55\n").unwrap();
+        for p in [scratch(), exe.clone(), prog.clone()] {
+            let _ = Command::new("chmod").arg("a+rx").arg(&p).status();
+        }
+        let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&exe)
+            .arg("run")
+            .arg(&prog)
+            .args(["-p", &victim.id().to_string()])
+            .output()
+            .unwrap();
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(&format!("not permitted to trace process {}", victim.id())), "{e}");
+        assert!(e.contains("CAP_SYS_PTRACE"), "{e}");
+    }
+}
+
+fn unsafe_free_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
