@@ -333,12 +333,8 @@ fn entry(ctx: &Ctx, program: &Program, i: usize) -> wasm_encoder::Function {
         .i64_const(hostabi::record::HANDLER_NONE as i64)
         .global_set(g::EXC_HANDLER);
     a.i().i64_const(p.value as i64).global_set(g::LOCATION);
-    // Base frame: everything zero, no handler.
-    a.i()
-        .i32_const(l::FRAMES as i32)
-        .i32_const(0)
-        .i32_const(l::FRAME_BYTES as i32)
-        .memory_fill(0);
+    // Base frame: no handler (its other fields are never read: the base
+    // frame is not written into stack traces and never returned from).
     a.i()
         .i32_const(0)
         .i64_const(hostabi::record::HANDLER_NONE as i64)
@@ -347,12 +343,17 @@ fn entry(ctx: &Ctx, program: &Program, i: usize) -> wasm_encoder::Function {
         .i32_const(0)
         .i64_const(-1)
         .i64_store(asm::mem(l::FRAMES + l::frame::HANDLER_BLOCK, 3));
-    // The stack starts zero-filled (spec §8.1).
+    // The stack starts zero-filled (spec §8.1): refill only when an earlier
+    // run may have written it (bodies that can write it set the flag).
+    a.i().global_get(g::STACK_DIRTY);
+    let dirty = a.if_();
     a.i()
         .i32_const(l::STACK as i32)
         .i32_const(0)
         .i32_const(l::STACK_BYTES as i32)
         .memory_fill(0);
+    a.i().i32_const(0).global_set(g::STACK_DIRTY);
+    a.end(dirty);
     a.i().call(ctx.body_func(p.body)).drop();
     a.i()
         .global_get(g::OUTCOME)

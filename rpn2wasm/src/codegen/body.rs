@@ -90,6 +90,9 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
         .local_set(TSP)
         .global_get(g::JC)
         .local_set(JC);
+    if body.insns.iter().any(|i| may_write_stack(&i.op)) {
+        a.i().i32_const(1).global_set(g::STACK_DIRTY);
+    }
     let dispatch = a.loop_();
     let exc = a.block();
     let mut block_labels: Vec<Label> = Vec::with_capacity(n);
@@ -1302,6 +1305,26 @@ impl Asm {
         self.i().i32_eqz();
         self.br_if(l);
     }
+}
+
+/// Whether an instruction can write the RPN stack (a push, a slot write, or
+/// an exception, which pushes its three words). Conservative: anything not
+/// listed as harmless counts.
+fn may_write_stack(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Nop
+            | Op::Exit
+            | Op::Abort
+            | Op::Remove
+            | Op::ExitN(1..=3)
+            | Op::SetMinImm(_)
+            | Op::SetMajImm(_)
+            | Op::Sx(_)
+            | Op::Ux
+            | Op::PurgeSt
+            | Op::Callk
+    )
 }
 
 fn shift(a: &mut Asm, s: ShiftOp) {

@@ -115,8 +115,10 @@ pub mod g {
     pub const HEAP_LIVE: u32 = 22;
     /// Next heap handle (i64).
     pub const HEAP_NEXT: u32 = 23;
+    /// Whether a handler run since the last zero-fill may have written the stack (i32).
+    pub const STACK_DIRTY: u32 = 24;
     /// Number of globals.
-    pub const COUNT: u32 = 24;
+    pub const COUNT: u32 = 25;
     /// Whether global `i` is i64 (otherwise i32).
     pub const fn is_i64(i: u32) -> bool {
         matches!(
