@@ -95,20 +95,21 @@ impl<E: HitEnv + 'static> Runner<E> {
 
     /// Runs handler `probe` of program `prog` against the store's current environment.
     pub fn run(&mut self, prog: usize, probe: usize) -> RunOutcome {
+        // No clones on this path: a `TypedFunc` clone takes a reference on
+        // its registered type (measurable per hit).
         let p = &self.programs[prog];
-        let (memory, handler, flush, fuel) = (p.memory, p.handlers[probe].clone(), p.flush.clone(), p.fuel);
-        self.store.data_mut().memory = Some(memory);
-        if self.store.set_fuel(fuel).is_err() {
+        self.store.data_mut().memory = Some(p.memory);
+        if self.store.set_fuel(p.fuel).is_err() {
             return RunOutcome::Trapped("fuel is not enabled".into());
         }
-        match handler.call(&mut self.store, ()) {
+        match p.handlers[probe].call(&mut self.store, ()) {
             Ok(code) => match Outcome::from_code(code) {
                 Some(o) => RunOutcome::Returned(o),
                 None => RunOutcome::Trapped(format!("handler returned {code}, not an outcome code")),
             },
             Err(e) => {
                 if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
-                    if let Some(f) = flush {
+                    if let Some(f) = &p.flush {
                         let _ = self.store.set_fuel(engine::FLUSH_FUEL);
                         let _ = f.call(&mut self.store, ());
                     }
