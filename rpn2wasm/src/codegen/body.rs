@@ -58,6 +58,12 @@ struct BodyGen<'a> {
     block_of: Vec<Option<usize>>,
     /// Labels of the block constructs, by block index.
     block_labels: Vec<Label>,
+    /// Values cached in locals on entry of each block (all predecessors agree).
+    block_k: Vec<usize>,
+    /// Pushes minus pops not yet applied to the TSP local: the real TSP is
+    /// `(TSP + tdelta) & 1023`. Keeping it at compile time makes successive
+    /// stack accesses independent instead of a chain through one register.
+    tdelta: i32,
     exc: Label,
     dispatch: Label,
     /// Index of the block being emitted.
@@ -114,6 +120,8 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
         body,
         is_proc,
         vstack: Vec::new(),
+        block_k: block_cache_sizes(body, &block_of, n),
+        tdelta: 0,
         block_of,
         block_labels,
         exc,
@@ -123,11 +131,14 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
     };
     for (i, insn) in body.insns.iter().enumerate() {
         if let Some(b) = bg.block_of[i] {
-            // Fall into the next block with a materialised stack.
-            bg.flush();
+            // Fall into the next block with the cache it expects.
+            let k = bg.block_k[b];
+            bg.canonicalize(k);
             let lbl = bg.block_labels[b];
             bg.a.end(lbl);
             bg.cur_block = b;
+            bg.vstack = vec![VItem::Local; k];
+            bg.tdelta = 0;
         }
         bg.marks.push((i, bg.a.byte_len()));
         bg.insn(insn);
@@ -167,8 +178,27 @@ impl BodyGen<'_> {
 
     /// Emits `tsp = (tsp - 1) & 1023` and leaves `tsp << 3` (the slot address) on the stack.
     fn dec_tsp_addr(&mut self) {
-        self.a.i().local_get(TSP).i32_const(1).i32_sub().i32_const(1023).i32_and().local_tee(TSP);
+        self.tdelta -= 1;
+        self.tsp_plus(0);
         self.a.i().i32_const(3).i32_shl();
+    }
+
+    /// Emits the real `(TSP + k) & 1023` (k relative to the current top).
+    fn tsp_plus(&mut self, k: i32) {
+        let off = self.tdelta + k;
+        self.a.i().local_get(TSP);
+        if off != 0 {
+            self.a.i().i32_const(off).i32_add().i32_const(1023).i32_and();
+        }
+    }
+
+    /// Applies the pending TSP adjustment to the local.
+    fn commit(&mut self) {
+        if self.tdelta != 0 {
+            self.tsp_plus(0);
+            self.a.i().local_set(TSP);
+            self.tdelta = 0;
+        }
     }
 
     /// Pushes the i64 on the Wasm operand stack: written through to the
@@ -204,10 +234,11 @@ impl BodyGen<'_> {
                 self.a.i().i64_const(c);
             }
             None => {
-                self.a.i().local_get(TSP).i32_const(3).i32_shl().i64_load(mem(l::STACK, 3));
+                self.tsp_plus(0);
+                self.a.i().i32_const(3).i32_shl().i64_load(mem(l::STACK, 3));
             }
         }
-        self.a.i().local_get(TSP).i32_const(1).i32_add().i32_const(1023).i32_and().local_set(TSP);
+        self.tdelta += 1;
     }
 
     /// Pops into scratch local `dst`.
@@ -228,7 +259,8 @@ impl BodyGen<'_> {
                 self.a.i().i64_const(c);
             }
             None => {
-                self.a.i().local_get(TSP).i32_const(3).i32_shl().i64_load(mem(l::STACK, 3));
+                self.tsp_plus(0);
+                self.a.i().i32_const(3).i32_shl().i64_load(mem(l::STACK, 3));
             }
         }
     }
@@ -239,9 +271,68 @@ impl BodyGen<'_> {
         self.vstack.clear();
     }
 
-    /// Flushes and publishes TSP and the jump counter to their globals.
+    /// Publishes TSP and the jump counter to their globals (the memory stack
+    /// is always complete, so an exception raised now sees the right stack);
+    /// the cache stays valid.
+    fn publish(&mut self) {
+        self.tsp_plus(0);
+        self.a
+            .i()
+            .global_set(g::TSP)
+            .local_get(JC)
+            .global_set(g::JC);
+    }
+
+    /// Makes the cache hold exactly the top `k` values in locals
+    /// `VBASE..VBASE+k` (TOS last): what a block entered with `k` expects.
+    fn canonicalize(&mut self, k: usize) {
+        let l = self.vstack.len();
+        if l >= k {
+            // Keep the top k: item l-k+j goes to slot j (ascending: sources are above targets).
+            for j in 0..k {
+                let src = l - k + j;
+                match self.vstack[src] {
+                    VItem::Local if src == j => {}
+                    VItem::Local => {
+                        self.a.i().local_get(VBASE + src as u32).local_set(VBASE + j as u32);
+                    }
+                    VItem::Const(c) => {
+                        self.a.i().i64_const(c).local_set(VBASE + j as u32);
+                    }
+                }
+            }
+        } else {
+            // The cached top l values move up; the k-l deeper ones come from memory.
+            let shift = k - l;
+            for i in (0..l).rev() {
+                match self.vstack[i] {
+                    VItem::Local => {
+                        self.a.i().local_get(VBASE + i as u32).local_set(VBASE + (i + shift) as u32);
+                    }
+                    VItem::Const(c) => {
+                        self.a.i().i64_const(c).local_set(VBASE + (i + shift) as u32);
+                    }
+                }
+            }
+            for j in 0..shift {
+                let depth = (k - 1 - j) as i32; // S[depth]
+                self.tsp_plus(depth);
+                self.a
+                    .i()
+                    .i32_const(3)
+                    .i32_shl()
+                    .i64_load(mem(l::STACK, 3))
+                    .local_set(VBASE + j as u32);
+            }
+        }
+        self.vstack = vec![VItem::Local; k];
+        self.commit();
+    }
+
+    /// Clears the cache and publishes TSP and the jump counter to their globals.
     fn sync_out(&mut self) {
         self.flush();
+        self.commit();
         self.a
             .i()
             .local_get(TSP)
@@ -303,7 +394,7 @@ impl BodyGen<'_> {
     }
 
     fn raise_const(&mut self, code: Exception, p1: u64, p2: u64) {
-        self.sync_out();
+        self.publish();
         self.raise_with(
             code,
             |a| {
@@ -346,6 +437,10 @@ impl BodyGen<'_> {
     /// Jumps to instruction `t` (a block leader); the stack is flushed.
     fn goto(&mut self, t: InsnIdx) {
         let b = self.block_of[t].expect("codegen invariant: branch targets start blocks");
+        let saved = (self.vstack.clone(), self.tdelta);
+        let k = self.block_k[b];
+        self.canonicalize(k);
+        (self.vstack, self.tdelta) = saved;
         if b > self.cur_block {
             let lbl = self.block_labels[b];
             self.a.br(lbl);
@@ -358,7 +453,6 @@ impl BodyGen<'_> {
 
     /// Conditional branch on TOS (not popped); `test` turns the i64 into an i32 condition.
     fn cond_branch(&mut self, t: InsnIdx, test: impl FnOnce(&mut Asm)) {
-        self.flush();
         self.peek();
         test(&mut self.a);
         let taken = self.a.if_();
@@ -387,7 +481,7 @@ impl BodyGen<'_> {
         }
         self.a.i().i64_ge_u();
         let bad = self.a.if_();
-        self.sync_out();
+        self.publish();
         self.raise_with(
             Exception::InvalidOperand,
             |a| {
@@ -473,7 +567,6 @@ impl BodyGen<'_> {
     fn var_op(&mut self, op: VarOp, space: VarSpace, imm: Option<u16>) {
         if imm.is_none() {
             // Stack-supplied index: may raise, so work on a materialised stack.
-            self.flush();
             match op {
                 VarOp::Pop => {
                     self.pop_to(B);
@@ -516,8 +609,10 @@ impl BodyGen<'_> {
     /// Address of slot `(base + k) & 1023` where base is TSP or SBP and k is in local C (i32).
     fn slot_addr(&mut self, rel: StackRel) {
         match rel {
-            StackRel::Tsp => self.a.i().local_get(TSP),
-            StackRel::Sbp => self.a.i().global_get(g::SBP),
+            StackRel::Tsp => self.tsp_plus(0),
+            StackRel::Sbp => {
+                self.a.i().global_get(g::SBP);
+            }
         };
         self.a
             .i()
@@ -531,7 +626,38 @@ impl BodyGen<'_> {
     }
 
     fn slot_op(&mut self, op: SlotOp, rel: StackRel, imm: Option<i16>) {
-        self.flush();
+        // `S[k]` with an immediate k that falls in the cache: work on the
+        // cached local (and write through); anything else goes to memory,
+        // which always holds every value.
+        if let (Some(k), StackRel::Tsp) = (imm, rel) {
+            let slot = (k as i64).rem_euclid(1024) as usize;
+            let len = self.vstack.len();
+            if slot < len {
+                let idx = len - 1 - slot;
+                match op {
+                    SlotOp::Push => {
+                        match self.vstack[idx] {
+                            VItem::Local => self.a.i().local_get(VBASE + idx as u32),
+                            VItem::Const(c) => self.a.i().i64_const(c),
+                        };
+                        self.push();
+                    }
+                    SlotOp::Pop | SlotOp::Copy => {
+                        // S[k] := TOS (then pop for `pop tsp, k`).
+                        self.peek();
+                        self.a.i().local_set(VBASE + idx as u32);
+                        self.vstack[idx] = VItem::Local;
+                        self.tsp_plus(slot as i32);
+                        self.a.i().i32_const(3).i32_shl().local_get(VBASE + idx as u32).i64_store(mem(l::STACK, 3));
+                        if op == SlotOp::Pop {
+                            self.pop();
+                            self.a.i().drop();
+                        }
+                    }
+                }
+                return;
+            }
+        }
         match imm {
             Some(k) => {
                 self.a.i().i64_const(k as i64).local_set(C);
@@ -546,7 +672,7 @@ impl BodyGen<'_> {
             }
             SlotOp::Pop => {
                 if imm.is_some() && rel == StackRel::Tsp {
-                    // `pop tsp, k`: S[k] computed before popping.
+                    // `pop tsp, k` beyond the cache: S[k] computed before popping.
                     self.slot_addr(rel);
                     self.peek();
                     self.a.i().i64_store(mem(l::STACK, 3));
@@ -571,6 +697,11 @@ impl BodyGen<'_> {
                 self.a.i().i64_store(mem(l::STACK, 3));
             }
         }
+        // A write at a computed slot may hit a cached one (not for a Tsp
+        // immediate beyond the cache, whose slot is disjoint from it).
+        if op != SlotOp::Push && !(imm.is_some() && rel == StackRel::Tsp) {
+            self.flush();
+        }
     }
 
     // ---- instructions --------------------------------------------------------
@@ -584,7 +715,6 @@ impl BodyGen<'_> {
 
     fn trace_vars(&mut self, space: VarSpace) {
         // ( i n -- ): n in B, i in A.
-        self.flush();
         self.pop_to(B);
         self.pop_to(A);
         let (kind, start_f, count_f) = match space {
@@ -615,7 +745,7 @@ impl BodyGen<'_> {
             .i32_or()
             .i32_and();
         let bad = self.a.if_();
-        self.sync_out();
+        self.publish();
         self.raise_with(
             Exception::InvalidOperand,
             |a| {
@@ -653,7 +783,6 @@ impl BodyGen<'_> {
     }
 
     fn mem_read(&mut self, w: Width) {
-        self.flush();
         self.pop_to(A);
         self.a
             .i()
@@ -663,7 +792,7 @@ impl BodyGen<'_> {
             .call(self.ctx.import(ImportId::read_mem));
         self.a.i().i32_const(w.bytes() as i32).i32_ne();
         let bad = self.a.if_();
-        self.sync_out();
+        self.publish();
         self.raise_with(
             Exception::InvalidAddr,
             |a| {
@@ -685,7 +814,6 @@ impl BodyGen<'_> {
     }
 
     fn mem_write(&mut self, w: Width) {
-        self.flush();
         self.pop_to(B);
         self.pop_to(A);
         self.a
@@ -700,7 +828,7 @@ impl BodyGen<'_> {
             .i32_const(w.bytes() as i32)
             .call(self.ctx.import(ImportId::write_mem));
         let bad = self.a.if_();
-        self.sync_out();
+        self.publish();
         self.raise_with(
             Exception::InvalidAddr,
             |a| {
@@ -718,7 +846,6 @@ impl BodyGen<'_> {
         match &insn.op {
             Nop => {}
             Jmp(t) => {
-                self.flush();
                 self.count_branch();
                 self.goto(*t);
             }
@@ -741,18 +868,13 @@ impl BodyGen<'_> {
                 a.i().i64_const(0).i64_ge_s();
             }),
             Loop(t) => {
-                self.flush();
                 self.count_branch();
-                // TOS := TOS - 1 in place; jump while non-zero.
-                self.a.i().local_get(TSP).i32_const(3).i32_shl();
+                // TOS := TOS - 1 in place (pop + push writes it through), jump while non-zero.
+                self.pop();
+                self.a.i().i64_const(1).i64_sub();
+                self.push();
                 self.peek();
-                self.a
-                    .i()
-                    .i64_const(1)
-                    .i64_sub()
-                    .local_tee(A)
-                    .i64_store(mem(l::STACK, 3));
-                self.a.i().local_get(A).i64_const(0).i64_ne();
+                self.a.i().i64_const(0).i64_ne();
                 let taken = self.a.if_();
                 self.goto(*t);
                 self.a.end(taken);
@@ -865,7 +987,6 @@ impl BodyGen<'_> {
                 self.push();
             }
             Prop(p) => {
-                self.flush();
                 self.pop_to(B);
                 self.a
                     .i()
@@ -876,7 +997,7 @@ impl BodyGen<'_> {
                     .i64_gt_u()
                     .i32_or();
                 let bad = self.a.if_();
-                self.sync_out();
+                self.publish();
                 self.raise_with(
                     Exception::InvalidOperand,
                     |a| {
@@ -945,7 +1066,7 @@ impl BodyGen<'_> {
                 let drop = n.min(self.vstack.len());
                 self.vstack.truncate(self.vstack.len() - drop);
                 if n > 0 {
-                    self.a.i().local_get(TSP).i32_const(n as i32).i32_add().i32_const(1023).i32_and().local_set(TSP);
+                    self.tdelta += n as i32;
                 }
             }
             PushReg { reg, .. } if *reg == hostabi::regs::CPUID => {
@@ -1022,7 +1143,6 @@ impl BodyGen<'_> {
                 });
             }
             Rx => {
-                self.flush();
                 // code = S[0], p1 = S[1], p2 = S[2], not popped.
                 self.sync_out();
                 for k in 0..3 {
@@ -1087,8 +1207,8 @@ impl BodyGen<'_> {
             SlotImm(op, rel, k) => self.slot_op(*op, *rel, Some(*k)),
             Slot(op, rel) => self.slot_op(*op, *rel, None),
             SaveTsp => {
-                self.flush();
-                self.a.i().local_get(TSP).i64_extend_i32_u();
+                self.tsp_plus(0);
+                self.a.i().i64_extend_i32_u();
                 self.push();
             }
             RestoreTsp => {
@@ -1100,6 +1220,7 @@ impl BodyGen<'_> {
                     .i32_const(1023)
                     .i32_and()
                     .local_set(TSP);
+                self.tdelta = 0;
             }
             SaveSbp => {
                 self.a.i().global_get(g::SBP).i64_extend_i32_u();
@@ -1137,7 +1258,6 @@ impl BodyGen<'_> {
                 self.check_e();
             }
             PushIo(w) => {
-                self.flush();
                 self.pop_to(A);
                 self.a
                     .i()
@@ -1150,7 +1270,6 @@ impl BodyGen<'_> {
                 self.push();
             }
             PopIo(w) => {
-                self.flush();
                 self.pop_to(B);
                 self.pop_to(A);
                 self.a
@@ -1167,7 +1286,7 @@ impl BodyGen<'_> {
     /// Status (i32) of an I/O import on the stack: raise INVALID_OPERAND(5, port in A) unless OK.
     fn io_check(&mut self) {
         let bad = self.a.if_();
-        self.sync_out();
+        self.publish();
         self.raise_with(
             Exception::InvalidOperand,
             |a| {
@@ -1197,7 +1316,6 @@ impl BodyGen<'_> {
     }
 
     fn divide(&mut self, signed: bool) {
-        self.flush();
         self.pop_to(A); // y (divisor, TOS)
         self.pop_to(B); // x
         self.a.i().local_get(A).i64_eqz();
@@ -1305,6 +1423,110 @@ impl Asm {
         self.i().i32_eqz();
         self.br_if(l);
     }
+}
+
+/// Net stack effect of an instruction (pushes − pops), when it is static
+/// and the instruction falls through normally. `None`: dynamic (helpers that
+/// may stop early, calls, `restore tsp`, stack-supplied counts).
+fn stack_effect(op: &Op) -> Option<i64> {
+    use Op::*;
+    Some(match op {
+        Nop | Jmp(_) | Jlt(_) | Jle(_) | Jgt(_) | Jge(_) | Jz(_) | Jnz(_) | Loop(_) => 0,
+        SetMinImm(_) | SetMajImm(_) | Sx(_) | Ux | Rx | PurgeSt | Callk | LogSt => 0,
+        Neg | Div | Idiv | ShiftImm(..) | PropImm(..) | Xchg | PushMem(_) | Vfyr | Vfyrw | PushIo(_) => 0,
+        SetMin | SetMaj | Add | Sub | Mul | And | Or | Xor | Shift(_) | Prop(_) | PopReg { .. } => -1,
+        PopLp | PopStp | RestoreSbp | Free => -1,
+        PopMem(_) | TracePv | TraceVars(_) | PopIo(_) => -2,
+        PushImm(_) | PushSym { .. } | PushByte(_) | PushTask | PushPid | PushProcid => 1,
+        PushLp | PushPlp | PushStp | SaveTsp | SaveSbp | PushWid => 1,
+        PushX => 3,
+        PushReg { reg, .. } if *reg == hostabi::regs::CPUID => 3,
+        PushReg { reg, .. } => hostabi::regs::by_id(*reg).map_or(1, |r| r.parts() as i64),
+        DupImm(n) => *n as i64,
+        Ros(n) => -(*n as i64),
+        VarImm(VarOp::Push, ..) => 1,
+        VarImm(VarOp::Pop, ..) => -1,
+        VarImm(..) => 0,
+        Var(VarOp::Push, _) => 0,
+        Var(VarOp::Pop, _) => -2,
+        Var(..) => -1,
+        SlotImm(SlotOp::Push, ..) => 1,
+        SlotImm(SlotOp::Pop, ..) => -1,
+        SlotImm(SlotOp::Copy, ..) => 0,
+        Slot(SlotOp::Push, _) => 0,
+        Slot(SlotOp::Pop, _) => -2,
+        Slot(SlotOp::Copy, _) => -1,
+        Malloc => 0,
+        _ => return None,
+    })
+}
+
+/// For each block, how many values its predecessors can all hand over in
+/// locals: the statically known stack depth at its leader (relative to the
+/// body's entry; the same on every incoming edge), capped at the cache size.
+/// Handler entries (`sx` targets) and blocks of unknown depth get 0.
+fn block_cache_sizes(body: &Body, block_of: &[Option<usize>], n_blocks: usize) -> Vec<usize> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum D {
+        Unseen,
+        Known(i64),
+        Unknown,
+    }
+    let n = body.insns.len();
+    let mut depth = vec![D::Unseen; n];
+    let merge = |slot: &mut D, v: D| -> bool {
+        let new = match (*slot, v) {
+            (D::Unseen, v) => v,
+            (D::Known(a), D::Known(b)) if a == b => D::Known(a),
+            (D::Unknown, _) => D::Unknown,
+            _ => D::Unknown,
+        };
+        let changed = new != *slot;
+        *slot = new;
+        changed
+    };
+    for insn in &body.insns {
+        if let Op::Sx(t) = insn.op {
+            if t < n {
+                depth[t] = D::Unknown;
+            }
+        }
+    }
+    merge(&mut depth[0], D::Known(0));
+    let mut work: Vec<usize> = vec![0];
+    while let Some(i) = work.pop() {
+        let d = depth[i];
+        let op = &body.insns[i].op;
+        let after = match (d, stack_effect(op)) {
+            (D::Known(x), Some(e)) => D::Known(x + e),
+            _ => D::Unknown,
+        };
+        let falls = !matches!(
+            op,
+            Op::Jmp(_) | Op::Exit | Op::Abort | Op::Remove | Op::ExitN(_) | Op::Ret | Op::Suspend | Op::Resume
+        );
+        let mut succ = Vec::with_capacity(2);
+        if falls && i + 1 < n {
+            succ.push(i + 1);
+        }
+        if let Some(t) = op.target().filter(|_| !matches!(op, Op::Sx(_))) {
+            if t < n {
+                succ.push(t);
+            }
+        }
+        for s in succ {
+            if merge(&mut depth[s], after) {
+                work.push(s);
+            }
+        }
+    }
+    let mut k = vec![0; n_blocks];
+    for (i, b) in block_of.iter().enumerate() {
+        if let (Some(b), D::Known(d)) = (b, depth[i]) {
+            k[*b] = (d.max(0) as usize).min(VCAP);
+        }
+    }
+    k
 }
 
 /// Whether an instruction can write the RPN stack (a push, a slot write, or
