@@ -88,29 +88,82 @@ pub fn render() -> String {
 /// register and limit, as Markdown tables.
 pub fn render_markdown() -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "ABI version **{}**; import module `{}`; manifest section `{}` (format {}).\n", crate::ABI_VERSION, crate::IMPORT_MODULE, crate::MANIFEST_SECTION, crate::manifest::FORMAT_VERSION);
-    let _ = writeln!(s, "### Imports\n\n| import | signature | semantics |\n|---|---|---|");
+    let _ = writeln!(
+        s,
+        "ABI version **{}**; import module `{}`; manifest section `{}` (format {}).\n",
+        crate::ABI_VERSION,
+        crate::IMPORT_MODULE,
+        crate::MANIFEST_SECTION,
+        crate::manifest::FORMAT_VERSION
+    );
+    let _ = writeln!(
+        s,
+        "### Imports\n\n| import | signature | semantics |\n|---|---|---|"
+    );
     for i in HOST_IMPORTS {
-        let params: alloc::vec::Vec<String> = i.params.iter().map(|(n, t)| alloc::format!("{n}: {}", t.wat())).collect();
+        let params: alloc::vec::Vec<String> = i
+            .params
+            .iter()
+            .map(|(n, t)| alloc::format!("{n}: {}", t.wat()))
+            .collect();
         let res: alloc::vec::Vec<&str> = i.results.iter().map(|t| t.wat()).collect();
-        let _ = writeln!(s, "| `{}` | `({}) -> ({})` | {} |", i.name, params.join(", "), res.join(", "), i.doc.replace('|', "\\|"));
+        let _ = writeln!(
+            s,
+            "| `{}` | `({}) -> ({})` | {} |",
+            i.name,
+            params.join(", "),
+            res.join(", "),
+            i.doc.replace('|', "\\|")
+        );
     }
-    let _ = writeln!(s, "\n### Status codes (returned by imports)\n\n| name | value |\n|---|---|");
+    let _ = writeln!(
+        s,
+        "\n### Status codes (returned by imports)\n\n| name | value |\n|---|---|"
+    );
     for st in Status::ALL {
         let _ = writeln!(s, "| `{}` | {} |", st.name(), *st as i32);
     }
-    let _ = writeln!(s, "\n### Outcomes (returned by handler exports)\n\n| name | value |\n|---|---|");
+    let _ = writeln!(
+        s,
+        "\n### Outcomes (returned by handler exports)\n\n| name | value |\n|---|---|"
+    );
     for o in Outcome::ALL {
         let _ = writeln!(s, "| `{}` | {} |", o.name(), *o as i32);
     }
-    let _ = writeln!(s, "\n### Registers (`reg` ids of `read_reg` / `write_reg`)\n\n| name | id | width | writable |\n|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "\n### Registers (`reg` ids of `read_reg` / `write_reg`)\n\n| name | id | width | writable |\n|---|---|---|---|"
+    );
     for r in regs::REGS {
-        let _ = writeln!(s, "| `{}` | 0x{:03x} | {} | {} |", r.name, r.id, r.width, if r.writable { "yes" } else { "no" });
+        let _ = writeln!(
+            s,
+            "| `{}` | 0x{:03x} | {} | {} |",
+            r.name,
+            r.id,
+            r.width,
+            if r.writable { "yes" } else { "no" }
+        );
     }
     let _ = writeln!(s, "\n### Limits\n\n| limit | value |\n|---|---|");
-    let _ = writeln!(s, "| bytes per `read_mem` / `read_str` / `write_mem` | {} |", crate::imports::MAX_MEM_ACCESS_BYTES);
-    let _ = writeln!(s, "| log data bytes per record | {} |", record::MAX_LOG_DATA_BYTES);
-    let _ = writeln!(s, "| item descriptors per record | {} |", record::MAX_LOG_ITEMS);
-    let _ = writeln!(s, "| stack-trace area bytes | {} |", record::MAX_STACKTRACE_BYTES);
+    let _ = writeln!(
+        s,
+        "| bytes per `read_mem` / `read_str` / `write_mem` | {} |",
+        crate::imports::MAX_MEM_ACCESS_BYTES
+    );
+    let _ = writeln!(
+        s,
+        "| log data bytes per record | {} |",
+        record::MAX_LOG_DATA_BYTES
+    );
+    let _ = writeln!(
+        s,
+        "| item descriptors per record | {} |",
+        record::MAX_LOG_ITEMS
+    );
+    let _ = writeln!(
+        s,
+        "| stack-trace area bytes | {} |",
+        record::MAX_STACKTRACE_BYTES
+    );
     s
 }

@@ -27,10 +27,16 @@ fn hostabi_reference_doc_is_current() {
     let doc = std::fs::read_to_string(path).expect("docs/hostabi.md");
     let (head, rest) = doc.split_once(BEGIN).expect("begin marker");
     let (_, tail) = rest.split_once(END).expect("end marker");
-    let now = format!("{head}{BEGIN}{}{END}{tail}", hostabi::snapshot::render_markdown());
+    let now = format!(
+        "{head}{BEGIN}{}{END}{tail}",
+        hostabi::snapshot::render_markdown()
+    );
     if std::env::var_os("BLESS").is_some() {
         std::fs::write(path, &now).unwrap();
         return;
     }
-    assert!(doc == now, "docs/hostabi.md is stale: run `BLESS=1 cargo test -p hostabi`");
+    assert!(
+        doc == now,
+        "docs/hostabi.md is stale: run `BLESS=1 cargo test -p hostabi`"
+    );
 }

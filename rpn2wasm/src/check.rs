@@ -134,8 +134,10 @@ impl Ctx<'_> {
                     // `name =` is missing (reported): nowhere to look.
                     return None;
                 }
-                elf.get_or_insert_with(|| ElfSymbols::with_dirs(&self.module, self.module_dirs.clone()))
-                    .lookup(name)
+                elf.get_or_insert_with(|| {
+                    ElfSymbols::with_dirs(&self.module, self.module_dirs.clone())
+                })
+                .lookup(name)
             }
         };
         match r {

@@ -17,9 +17,9 @@ use hostabi::{HOST_IMPORTS, ImportId, ValType as HV};
 use layout::{self as l, g};
 use std::collections::BTreeSet;
 use wasm_encoder::{
-    CodeSection, ConstExpr, CustomSection, DataSection, NameMap, NameSection, EntityType, ExportKind, ExportSection,
+    CodeSection, ConstExpr, CustomSection, DataSection, EntityType, ExportKind, ExportSection,
     FunctionSection, GlobalSection, GlobalType, ImportSection, MemorySection, MemoryType, Module,
-    TypeSection, ValType,
+    NameMap, NameSection, TypeSection, ValType,
 };
 
 pub use body::SourceMarks;
@@ -254,7 +254,10 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated 
         fnames.append(i as u32, HOST_IMPORTS[*n as usize].name);
     }
     for (i, h) in HELPERS.iter().enumerate() {
-        fnames.append(ctx.helper_base + i as u32, &format!("rt_{h:?}").to_lowercase());
+        fnames.append(
+            ctx.helper_base + i as u32,
+            &format!("rt_{h:?}").to_lowercase(),
+        );
     }
     for (b, body) in program.bodies.iter().enumerate() {
         let n = match body.owner {
@@ -266,7 +269,10 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated 
     for i in 0..program.probes.len() {
         fnames.append(entry_base + i as u32, &manifest.probes[i].export);
     }
-    fnames.append(entry_base + program.probes.len() as u32, hostabi::FLUSH_EXPORT);
+    fnames.append(
+        entry_base + program.probes.len() as u32,
+        hostabi::FLUSH_EXPORT,
+    );
     names.functions(&fnames);
     let mut data = DataSection::new();
     if !name.is_empty() {

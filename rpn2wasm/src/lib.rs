@@ -13,8 +13,8 @@
 pub mod ast;
 pub mod check;
 pub mod codegen;
-pub mod fuzzing;
 pub mod diag;
+pub mod fuzzing;
 pub mod interp;
 pub mod lex;
 pub mod manifest;

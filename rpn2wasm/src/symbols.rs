@@ -152,7 +152,9 @@ pub fn locate_module_in(module: &str, dirs: &[PathBuf]) -> Result<PathBuf, Strin
     }
     Err(format!(
         "module `{module}` not found in the current directory{}, or in PATH",
-        dirs.iter().map(|d| format!(", in {}", d.display())).collect::<String>()
+        dirs.iter()
+            .map(|d| format!(", in {}", d.display()))
+            .collect::<String>()
     ))
 }
 

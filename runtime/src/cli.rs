@@ -33,7 +33,12 @@ pub struct RunArgs {
     #[arg(required = true)]
     pub programs: Vec<PathBuf>,
     /// Attach to this running process instead of launching a command.
-    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pid: Option<i32>,
     /// Follow fork/vfork/exec children (without it children are detached, their inherited breakpoints removed).
     #[arg(short = 'f', long = "follow")]
@@ -138,7 +143,11 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     match cli.command {
@@ -156,15 +165,25 @@ fn compile(a: CompileArgs) -> ExitCode {
         module_dirs: Vec::new(),
     };
     if let Some(elf) = &a.symbols_from {
-        let path = if elf.components().count() > 1 { elf.clone() } else { std::path::Path::new(".").join(elf) };
-        opts.symbols = Some(Box::new(rpn2wasm::symbols::ElfSymbols::new(&path.to_string_lossy())));
+        let path = if elf.components().count() > 1 {
+            elf.clone()
+        } else {
+            std::path::Path::new(".").join(elf)
+        };
+        opts.symbols = Some(Box::new(rpn2wasm::symbols::ElfSymbols::new(
+            &path.to_string_lossy(),
+        )));
     }
     let (program, map) = match rpn2wasm::frontend(&a.program, &opts) {
         Ok(x) => x,
         Err((diags, map)) => {
             eprint!("{}", diags.render(&map));
             let n = diags.0.len();
-            eprintln!("error: could not compile `{}` ({n} error{})", a.program.display(), if n == 1 { "" } else { "s" });
+            eprintln!(
+                "error: could not compile `{}` ({n} error{})",
+                a.program.display(),
+                if n == 1 { "" } else { "s" }
+            );
             return ExitCode::from(1);
         }
     };
@@ -181,7 +200,10 @@ fn compile(a: CompileArgs) -> ExitCode {
     } else {
         (generated.wasm, "wasm")
     };
-    let out = a.output.clone().unwrap_or_else(|| a.program.with_extension(ext));
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| a.program.with_extension(ext));
     let res = if out.as_os_str() == "-" {
         use std::io::Write;
         std::io::stdout().write_all(&bytes)

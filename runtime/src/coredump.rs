@@ -17,7 +17,9 @@ const NT_PRPSINFO: u32 = 3;
 
 /// Directory where core files go (`WPROBE_DUMP_DIR`, else the current directory).
 pub fn dump_dir() -> PathBuf {
-    std::env::var_os("WPROBE_DUMP_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."))
+    std::env::var_os("WPROBE_DUMP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 fn note(out: &mut Vec<u8>, ty: u32, desc: &[u8]) {
@@ -37,8 +39,9 @@ fn prstatus(hit: &Hit) -> Vec<u8> {
     d[32..36].copy_from_slice(&(hit.tid() as u32).to_le_bytes()); // pr_pid
     d[12..14].copy_from_slice(&5u16.to_le_bytes()); // pr_cursig = SIGTRAP
     for v in [
-        r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx, r.rdx, r.rsi, r.rdi,
-        r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base, r.gs_base, r.ds, r.es, r.fs, r.gs,
+        r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx, r.rdx,
+        r.rsi, r.rdi, r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base, r.gs_base, r.ds,
+        r.es, r.fs, r.gs,
     ] {
         d.extend(v.to_le_bytes());
     }
@@ -75,14 +78,30 @@ pub fn write_core(pid: i32, hit: &mut Hit) -> anyhow::Result<PathBuf> {
     off += notes.len() as u64;
     off = off.next_multiple_of(4096);
     let mut phdrs = Vec::new();
-    let ph = |out: &mut Vec<u8>, ty: u32, flags: u32, offset: u64, vaddr: u64, filesz: u64, memsz: u64, align: u64| {
+    let ph = |out: &mut Vec<u8>,
+              ty: u32,
+              flags: u32,
+              offset: u64,
+              vaddr: u64,
+              filesz: u64,
+              memsz: u64,
+              align: u64| {
         out.extend(ty.to_le_bytes());
         out.extend(flags.to_le_bytes());
         for v in [offset, vaddr, 0, filesz, memsz, align] {
             out.extend(v.to_le_bytes());
         }
     };
-    ph(&mut phdrs, PT_NOTE, 0, note_off, 0, notes.len() as u64, 0, 4);
+    ph(
+        &mut phdrs,
+        PT_NOTE,
+        0,
+        note_off,
+        0,
+        notes.len() as u64,
+        0,
+        4,
+    );
     let mut layout = Vec::new();
     for m in &segs {
         let size = m.end - m.start;

@@ -247,7 +247,11 @@ pub fn record(out: &mut String, fmt: Format, r: &RecordView<'_>) {
 }
 
 fn text_record(out: &mut String, r: &RecordView<'_>) {
-    let _ = write!(out, "{} pid {} tid {} cpu {} ", r.probe, r.pid, r.tid, r.cpu);
+    let _ = write!(
+        out,
+        "{} pid {} tid {} cpu {} ",
+        r.probe, r.pid, r.tid, r.cpu
+    );
     if r.stacktrace {
         out.push_str("stacktrace");
         let res = decode_stacktrace(r.data, |st| text_trace(out, st));
@@ -255,7 +259,11 @@ fn text_record(out: &mut String, r: &RecordView<'_>) {
             Ok(h) => {
                 out.push_str(" from ");
                 text_string(out, h.name);
-                let _ = write!(out, " at {:#x} id {} {}.{}", h.location, h.id, h.major, h.minor);
+                let _ = write!(
+                    out,
+                    " at {:#x} id {} {}.{}",
+                    h.location, h.id, h.major, h.minor
+                );
             }
             Err(e) => {
                 let _ = write!(out, " (malformed: {e})");
@@ -304,7 +312,10 @@ fn json_record(out: &mut String, r: &RecordView<'_>) {
                     out.push(',');
                 }
                 let _ = write!(out, "{{\"called\":{},\"ret\":{},", f.called, f.ret);
-                for (j, (n, p)) in [("pv", f.slots), ("lv", f.lvars), ("gv", f.gvars)].iter().enumerate() {
+                for (j, (n, p)) in [("pv", f.slots), ("lv", f.lvars), ("gv", f.gvars)]
+                    .iter()
+                    .enumerate()
+                {
                     if j > 0 {
                         out.push(',');
                     }
@@ -325,7 +336,11 @@ fn json_record(out: &mut String, r: &RecordView<'_>) {
         if let Ok(h) = res {
             out.push_str(",\"trace_name\":");
             json_string(out, h.name);
-            let _ = write!(out, ",\"trace_location\":{},\"trace_id\":{}", h.location, h.id);
+            let _ = write!(
+                out,
+                ",\"trace_location\":{},\"trace_id\":{}",
+                h.location, h.id
+            );
         }
     } else {
         for (i, item) in decode_log(r.data, r.items).enumerate() {
@@ -369,7 +384,11 @@ mod tests {
     fn control_characters_never_reach_the_terminal() {
         let mut d = vec![1u8, 10, 0];
         d.extend(b"\x1b]0;pwn\x07\r\n");
-        let items = [LogItem { offset: 0, kind: ItemKind::Tokenized }.encode()];
+        let items = [LogItem {
+            offset: 0,
+            kind: ItemKind::Tokenized,
+        }
+        .encode()];
         let mut out = String::new();
         record(&mut out, Format::Text, &view(&d, &items));
         assert!(!out.trim_end().chars().any(|c| c.is_control()), "{out:?}");
@@ -391,11 +410,22 @@ mod tests {
         d.extend(0x401146u64.to_le_bytes());
         d.extend((-2i64).to_le_bytes());
         let items = [
-            LogItem { offset: 0, kind: ItemKind::RawWords }.encode(),
-            LogItem { offset: 16, kind: ItemKind::Tokenized }.encode(),
+            LogItem {
+                offset: 0,
+                kind: ItemKind::RawWords,
+            }
+            .encode(),
+            LogItem {
+                offset: 16,
+                kind: ItemKind::Tokenized,
+            }
+            .encode(),
         ];
         let mut out = String::new();
         record(&mut out, Format::Text, &view(&d, &items));
-        assert_eq!(out, "probe_target:target_fn pid 10 tid 11 cpu 2 1.1: (0, 7) n(0x401146, -2)\n");
+        assert_eq!(
+            out,
+            "probe_target:target_fn pid 10 tid 11 cpu 2 1.1: (0, 7) n(0x401146, -2)\n"
+        );
     }
 }

@@ -105,7 +105,9 @@ impl<E: HitEnv + 'static> Runner<E> {
         match p.handlers[probe].call(&mut self.store, ()) {
             Ok(code) => match Outcome::from_code(code) {
                 Some(o) => RunOutcome::Returned(o),
-                None => RunOutcome::Trapped(format!("handler returned {code}, not an outcome code")),
+                None => {
+                    RunOutcome::Trapped(format!("handler returned {code}, not an outcome code"))
+                }
             },
             Err(e) => {
                 if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {

@@ -4,12 +4,12 @@
 //! Nothing here knows which transport produced the hit.
 
 use crate::sink::{RecordKind, Sink};
-use wasmtime::{bail, format_err};
 use hostabi::env::HitEnv;
 use hostabi::imports::MAX_MEM_ACCESS_BYTES;
 use hostabi::record::{MAX_LOG_DATA_BYTES, MAX_LOG_ITEMS, MAX_STACKTRACE_BYTES};
 use hostabi::{IMPORT_MODULE, ImportId, Status, regs};
 use wasmtime::{Caller, Linker, Memory, StoreLimits};
+use wasmtime::{bail, format_err};
 
 /// The data of the store in which handlers run.
 pub struct HostState<E> {
@@ -43,7 +43,10 @@ fn range(mem: &[u8], ptr: i32, len: i32, what: &str) -> wasmtime::Result<std::op
     let (p, n) = (ptr as u32 as usize, len as u32 as usize);
     match p.checked_add(n) {
         Some(end) if end <= mem.len() => Ok(p..end),
-        _ => bail!("{what}: guest range 0x{p:x}+{n} is outside the handler's memory ({} bytes)", mem.len()),
+        _ => bail!(
+            "{what}: guest range 0x{p:x}+{n} is outside the handler's memory ({} bytes)",
+            mem.len()
+        ),
     }
 }
 
@@ -56,7 +59,10 @@ fn memory<E>(caller: &Caller<'_, HostState<E>>) -> wasmtime::Result<Memory> {
 
 fn max_len(len: i32, what: &str) -> wasmtime::Result<()> {
     if len as u32 > MAX_MEM_ACCESS_BYTES {
-        bail!("{what}: length {} exceeds the limit of {MAX_MEM_ACCESS_BYTES} bytes", len as u32);
+        bail!(
+            "{what}: length {} exceeds the limit of {MAX_MEM_ACCESS_BYTES} bytes",
+            len as u32
+        );
     }
     Ok(())
 }
@@ -69,134 +75,218 @@ fn st(s: Status) -> i32 {
 pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> anyhow::Result<()> {
     let m = IMPORT_MODULE;
     let name = |id: ImportId| id.import().name;
-    linker.func_wrap(m, name(ImportId::read_reg), |mut c: Caller<'_, HostState<E>>, reg: i32, part: i32| -> wasmtime::Result<i64> {
-        let info = u16::try_from(reg).ok().and_then(regs::by_id);
-        match info {
-            Some(r) if r.id != regs::CPUID && (0..r.parts() as i32).contains(&part) => {
-                Ok(c.data_mut().env.read_reg_any(r.id, part as u8).unwrap_or(0) as i64)
+    linker.func_wrap(
+        m,
+        name(ImportId::read_reg),
+        |mut c: Caller<'_, HostState<E>>, reg: i32, part: i32| -> wasmtime::Result<i64> {
+            let info = u16::try_from(reg).ok().and_then(regs::by_id);
+            match info {
+                Some(r) if r.id != regs::CPUID && (0..r.parts() as i32).contains(&part) => {
+                    Ok(c.data_mut().env.read_reg_any(r.id, part as u8).unwrap_or(0) as i64)
+                }
+                _ => bail!("read_reg: no register id 0x{reg:x} part {part}"),
             }
-            _ => bail!("read_reg: no register id 0x{reg:x} part {part}"),
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::write_reg), |mut c: Caller<'_, HostState<E>>, reg: i32, value: i64| -> i32 {
-        if !c.data().writes_allowed {
-            return st(Status::NotPermitted);
-        }
-        match u16::try_from(reg) {
-            Ok(r) => st(c.data_mut().env.write_reg_any(r, value as u64)),
-            Err(_) => st(Status::BadArgument),
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::read_mem), |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, len: i32| -> wasmtime::Result<i32> {
-        max_len(len, "read_mem")?;
-        let mem = memory(&c)?;
-        let (data, state) = mem.data_and_store_mut(&mut c);
-        let r = range(data, dst, len, "read_mem")?;
-        Ok(state.env.read_mem(addr as u64, &mut data[r]) as i32)
-    })?;
-    linker.func_wrap(m, name(ImportId::read_str), |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, max: i32| -> wasmtime::Result<i32> {
-        max_len(max, "read_str")?;
-        let mem = memory(&c)?;
-        let (data, state) = mem.data_and_store_mut(&mut c);
-        let r = range(data, dst, max, "read_str")?;
-        Ok(match state.env.read_str(addr as u64, &mut data[r]) {
-            Ok(n) => n as i32,
-            Err(i) => -(i as i32) - 1,
-        })
-    })?;
-    linker.func_wrap(m, name(ImportId::write_mem), |mut c: Caller<'_, HostState<E>>, addr: i64, src: i32, len: i32| -> wasmtime::Result<i32> {
-        max_len(len, "write_mem")?;
-        if !c.data().writes_allowed {
-            return Ok(st(Status::NotPermitted));
-        }
-        let mem = memory(&c)?;
-        let (data, state) = mem.data_and_store_mut(&mut c);
-        let r = range(data, src, len, "write_mem")?;
-        Ok(st(state.env.write_mem(addr as u64, &data[r])))
-    })?;
-    linker.func_wrap(m, name(ImportId::check_access), |mut c: Caller<'_, HostState<E>>, addr: i64, access: i32| -> i32 {
-        let write = match access {
-            1 => false,
-            3 => true,
-            _ => return st(Status::BadArgument),
-        };
-        if c.data_mut().env.check_access(addr as u64, write) {
-            st(Status::Ok)
-        } else {
-            st(Status::Fault)
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::current_tid), |c: Caller<'_, HostState<E>>| c.data().env.tid() as i64)?;
-    linker.func_wrap(m, name(ImportId::current_pid), |c: Caller<'_, HostState<E>>| c.data().env.pid() as i64)?;
-    linker.func_wrap(m, name(ImportId::current_cpu), |c: Caller<'_, HostState<E>>| c.data().env.cpu() as i64)?;
-    linker.func_wrap(m, name(ImportId::thread_pointer), |c: Caller<'_, HostState<E>>| {
-        c.data().env.thread_pointer() as i64
-    })?;
-    linker.func_wrap(m, name(ImportId::load_bias), |c: Caller<'_, HostState<E>>| c.data().env.load_bias() as i64)?;
-    linker.func_wrap(m, name(ImportId::now_ns), |c: Caller<'_, HostState<E>>| c.data().env.now_ns() as i64)?;
-    linker.func_wrap(m, name(ImportId::cpuid), |mut c: Caller<'_, HostState<E>>, leaf: i32, sub: i32, index: i32| -> wasmtime::Result<i64> {
-        let v = c.data_mut().env.cpuid(leaf as u32, sub as u32);
-        match v.get(index as u32 as usize) {
-            Some(x) => Ok(*x as i64),
-            None => bail!("cpuid: index {index} is not 0..=3"),
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::gvar_count), |mut c: Caller<'_, HostState<E>>| {
-        c.data_mut().env.gvars().len() as i64
-    })?;
-    linker.func_wrap(m, name(ImportId::gvar_get), |mut c: Caller<'_, HostState<E>>, i: i64| -> wasmtime::Result<i64> {
-        let g = c.data_mut().env.gvars();
-        match g.get(i as u64 as usize) {
-            Some(v) if (i as u64) < g.len() as u64 => Ok(*v as i64),
-            _ => bail!("gvar_get: index {} >= gvar_count {}", i as u64, g.len()),
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::gvar_set), |mut c: Caller<'_, HostState<E>>, i: i64, v: i64| -> wasmtime::Result<()> {
-        let g = c.data_mut().env.gvars();
-        let n = g.len();
-        match g.get_mut(i as u64 as usize) {
-            Some(slot) if (i as u64) < n as u64 => {
-                *slot = v as u64;
-                Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::write_reg),
+        |mut c: Caller<'_, HostState<E>>, reg: i32, value: i64| -> i32 {
+            if !c.data().writes_allowed {
+                return st(Status::NotPermitted);
             }
-            _ => bail!("gvar_set: index {} >= gvar_count {n}", i as u64),
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::io_in), |mut c: Caller<'_, HostState<E>>, port: i64, width: i32, dst: i32| -> wasmtime::Result<i32> {
-        let mask = match width {
-            1 => 0xFF,
-            2 => 0xFFFF,
-            4 => 0xFFFF_FFFF,
-            _ => return Ok(st(Status::BadArgument)),
-        };
-        let mem = memory(&c)?;
-        let (data, state) = mem.data_and_store_mut(&mut c);
-        let r = range(data, dst, 8, "io_in")?;
-        match state.env.io_in(port as u64, width as u8) {
-            Some(v) => {
-                data[r].copy_from_slice(&(v & mask).to_le_bytes());
-                Ok(st(Status::Ok))
+            match u16::try_from(reg) {
+                Ok(r) => st(c.data_mut().env.write_reg_any(r, value as u64)),
+                Err(_) => st(Status::BadArgument),
             }
-            None => Ok(st(Status::NoDevice)),
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::io_out), |mut c: Caller<'_, HostState<E>>, port: i64, width: i32, v: i64| -> i32 {
-        let mask: u64 = match width {
-            1 => 0xFF,
-            2 => 0xFFFF,
-            4 => 0xFFFF_FFFF,
-            _ => return st(Status::BadArgument),
-        };
-        if c.data_mut().env.io_out(port as u64, width as u8, v as u64 & mask) {
-            st(Status::Ok)
-        } else {
-            st(Status::NoDevice)
-        }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::read_mem),
+        |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, len: i32| -> wasmtime::Result<i32> {
+            max_len(len, "read_mem")?;
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let r = range(data, dst, len, "read_mem")?;
+            Ok(state.env.read_mem(addr as u64, &mut data[r]) as i32)
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::read_str),
+        |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, max: i32| -> wasmtime::Result<i32> {
+            max_len(max, "read_str")?;
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let r = range(data, dst, max, "read_str")?;
+            Ok(match state.env.read_str(addr as u64, &mut data[r]) {
+                Ok(n) => n as i32,
+                Err(i) => -(i as i32) - 1,
+            })
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::write_mem),
+        |mut c: Caller<'_, HostState<E>>, addr: i64, src: i32, len: i32| -> wasmtime::Result<i32> {
+            max_len(len, "write_mem")?;
+            if !c.data().writes_allowed {
+                return Ok(st(Status::NotPermitted));
+            }
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let r = range(data, src, len, "write_mem")?;
+            Ok(st(state.env.write_mem(addr as u64, &data[r])))
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::check_access),
+        |mut c: Caller<'_, HostState<E>>, addr: i64, access: i32| -> i32 {
+            let write = match access {
+                1 => false,
+                3 => true,
+                _ => return st(Status::BadArgument),
+            };
+            if c.data_mut().env.check_access(addr as u64, write) {
+                st(Status::Ok)
+            } else {
+                st(Status::Fault)
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_tid),
+        |c: Caller<'_, HostState<E>>| c.data().env.tid() as i64,
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_pid),
+        |c: Caller<'_, HostState<E>>| c.data().env.pid() as i64,
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_cpu),
+        |c: Caller<'_, HostState<E>>| c.data().env.cpu() as i64,
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::thread_pointer),
+        |c: Caller<'_, HostState<E>>| c.data().env.thread_pointer() as i64,
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::load_bias),
+        |c: Caller<'_, HostState<E>>| c.data().env.load_bias() as i64,
+    )?;
+    linker.func_wrap(m, name(ImportId::now_ns), |c: Caller<'_, HostState<E>>| {
+        c.data().env.now_ns() as i64
     })?;
     linker.func_wrap(
         m,
+        name(ImportId::cpuid),
+        |mut c: Caller<'_, HostState<E>>,
+         leaf: i32,
+         sub: i32,
+         index: i32|
+         -> wasmtime::Result<i64> {
+            let v = c.data_mut().env.cpuid(leaf as u32, sub as u32);
+            match v.get(index as u32 as usize) {
+                Some(x) => Ok(*x as i64),
+                None => bail!("cpuid: index {index} is not 0..=3"),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::gvar_count),
+        |mut c: Caller<'_, HostState<E>>| c.data_mut().env.gvars().len() as i64,
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::gvar_get),
+        |mut c: Caller<'_, HostState<E>>, i: i64| -> wasmtime::Result<i64> {
+            let g = c.data_mut().env.gvars();
+            match g.get(i as u64 as usize) {
+                Some(v) if (i as u64) < g.len() as u64 => Ok(*v as i64),
+                _ => bail!("gvar_get: index {} >= gvar_count {}", i as u64, g.len()),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::gvar_set),
+        |mut c: Caller<'_, HostState<E>>, i: i64, v: i64| -> wasmtime::Result<()> {
+            let g = c.data_mut().env.gvars();
+            let n = g.len();
+            match g.get_mut(i as u64 as usize) {
+                Some(slot) if (i as u64) < n as u64 => {
+                    *slot = v as u64;
+                    Ok(())
+                }
+                _ => bail!("gvar_set: index {} >= gvar_count {n}", i as u64),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::io_in),
+        |mut c: Caller<'_, HostState<E>>,
+         port: i64,
+         width: i32,
+         dst: i32|
+         -> wasmtime::Result<i32> {
+            let mask = match width {
+                1 => 0xFF,
+                2 => 0xFFFF,
+                4 => 0xFFFF_FFFF,
+                _ => return Ok(st(Status::BadArgument)),
+            };
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let r = range(data, dst, 8, "io_in")?;
+            match state.env.io_in(port as u64, width as u8) {
+                Some(v) => {
+                    data[r].copy_from_slice(&(v & mask).to_le_bytes());
+                    Ok(st(Status::Ok))
+                }
+                None => Ok(st(Status::NoDevice)),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::io_out),
+        |mut c: Caller<'_, HostState<E>>, port: i64, width: i32, v: i64| -> i32 {
+            let mask: u64 = match width {
+                1 => 0xFF,
+                2 => 0xFFFF,
+                4 => 0xFFFF_FFFF,
+                _ => return st(Status::BadArgument),
+            };
+            if c.data_mut()
+                .env
+                .io_out(port as u64, width as u8, v as u64 & mask)
+            {
+                st(Status::Ok)
+            } else {
+                st(Status::NoDevice)
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
         name(ImportId::emit_log),
-        |mut c: Caller<'_, HostState<E>>, major: i32, minor: i32, data_ptr: i32, len: i32, items_ptr: i32, count: i32| -> wasmtime::Result<i32> {
+        |mut c: Caller<'_, HostState<E>>,
+         major: i32,
+         minor: i32,
+         data_ptr: i32,
+         len: i32,
+         items_ptr: i32,
+         count: i32|
+         -> wasmtime::Result<i32> {
             if len as u32 > MAX_LOG_DATA_BYTES || count as u32 > MAX_LOG_ITEMS {
                 return Ok(st(Status::TooLarge));
             }
@@ -210,7 +300,9 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
             sink.bytes.extend_from_slice(&data[d]);
             let i0 = sink.items.len();
             sink.items.extend(
-                data[i].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                data[i]
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
             );
             sink.records.push(crate::sink::SinkRecord {
                 kind: RecordKind::Log,
@@ -222,22 +314,30 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
             Ok(st(Status::Ok))
         },
     )?;
-    linker.func_wrap(m, name(ImportId::emit_stacktrace), |mut c: Caller<'_, HostState<E>>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
-        if len as u32 > MAX_STACKTRACE_BYTES {
-            return Ok(st(Status::TooLarge));
-        }
-        let mem = memory(&c)?;
-        let (data, state) = mem.data_and_store_mut(&mut c);
-        let r = range(data, ptr, len, "emit_stacktrace")?;
-        if hostabi::record::decode_stacktrace(&data[r.clone()], |_| {}).is_err() {
-            return Ok(st(Status::BadArgument));
-        }
-        state.sink.push(RecordKind::StackTrace, 0, 0, &data[r], &[]);
-        Ok(st(Status::Ok))
-    })?;
-    linker.func_wrap(m, name(ImportId::callk), |mut c: Caller<'_, HostState<E>>| {
-        c.data_mut().env.callk();
-    })?;
+    linker.func_wrap(
+        m,
+        name(ImportId::emit_stacktrace),
+        |mut c: Caller<'_, HostState<E>>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
+            if len as u32 > MAX_STACKTRACE_BYTES {
+                return Ok(st(Status::TooLarge));
+            }
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let r = range(data, ptr, len, "emit_stacktrace")?;
+            if hostabi::record::decode_stacktrace(&data[r.clone()], |_| {}).is_err() {
+                return Ok(st(Status::BadArgument));
+            }
+            state.sink.push(RecordKind::StackTrace, 0, 0, &data[r], &[]);
+            Ok(st(Status::Ok))
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::callk),
+        |mut c: Caller<'_, HostState<E>>| {
+            c.data_mut().env.callk();
+        },
+    )?;
     Ok(())
 }
 
@@ -292,7 +392,8 @@ mod tests {
         let engine = crate::engine::new_engine().unwrap();
         let mut linker: Linker<HostState<Nothing>> = Linker::new(&engine);
         add_to_linker(&mut linker).unwrap();
-        let mut store = wasmtime::Store::new(&engine, HostState::new(Nothing, StoreLimits::default()));
+        let mut store =
+            wasmtime::Store::new(&engine, HostState::new(Nothing, StoreLimits::default()));
         for imp in hostabi::HOST_IMPORTS {
             let ext = linker
                 .get(&mut store, IMPORT_MODULE, imp.name)
@@ -303,7 +404,11 @@ mod tests {
                 hostabi::ValType::I64 => wasmtime::ValType::I64,
             };
             let params: Vec<_> = ty.params().map(|p| p.to_string()).collect();
-            let want: Vec<_> = imp.params.iter().map(|(_, t)| conv(*t).to_string()).collect();
+            let want: Vec<_> = imp
+                .params
+                .iter()
+                .map(|(_, t)| conv(*t).to_string())
+                .collect();
             assert_eq!(params, want, "{}", imp.name);
             let results: Vec<_> = ty.results().map(|p| p.to_string()).collect();
             let want: Vec<_> = imp.results.iter().map(|t| conv(*t).to_string()).collect();

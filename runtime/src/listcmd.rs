@@ -31,7 +31,13 @@ pub fn glob_match(glob: &str, name: &str) -> bool {
 }
 
 /// Appends the listing of one module (run-time addresses = link-time + bias).
-pub fn list_module(out: &mut String, elf: &ElfInfo, bias: u64, glob: Option<&str>, all: bool) -> usize {
+pub fn list_module(
+    out: &mut String,
+    elf: &ElfInfo,
+    bias: u64,
+    glob: Option<&str>,
+    all: bool,
+) -> usize {
     let mut rows: Vec<_> = elf
         .symbols
         .iter()
@@ -45,7 +51,13 @@ pub fn list_module(out: &mut String, elf: &ElfInfo, bias: u64, glob: Option<&str
             .first_byte(s.value)
             .map(|b| format!("0x{b:02x}"))
             .unwrap_or_else(|| "  - ".into());
-        let _ = writeln!(out, "{:#018x} {:>8} {op}  {}", bias.wrapping_add(s.value), s.size, s.name);
+        let _ = writeln!(
+            out,
+            "{:#018x} {:>8} {op}  {}",
+            bias.wrapping_add(s.value),
+            s.size,
+            s.name
+        );
     }
     rows.len()
 }
@@ -92,7 +104,10 @@ pub fn list(a: ListArgs) -> ExitCode {
         match ElfInfo::open(Path::new(&b)) {
             Ok(elf) => {
                 if elf.is_dyn {
-                    let _ = writeln!(out, "# {b}: position-independent; addresses are link-time (offset =)");
+                    let _ = writeln!(
+                        out,
+                        "# {b}: position-independent; addresses are link-time (offset =)"
+                    );
                 }
                 total += list_module(&mut out, &elf, 0, glob.as_deref(), a.all);
             }

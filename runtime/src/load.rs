@@ -23,7 +23,9 @@ pub enum LoadError {
         offset: u64,
     },
     /// No `wprobe.manifest` section and no probe specs given on the command line.
-    #[error("module has no `{MANIFEST_SECTION}` custom section; give probes with --probe LOCATION=EXPORT")]
+    #[error(
+        "module has no `{MANIFEST_SECTION}` custom section; give probes with --probe LOCATION=EXPORT"
+    )]
     NoManifest,
     /// The manifest section appears twice.
     #[error("duplicate `{MANIFEST_SECTION}` section (at offset 0x{offset:x})")]
@@ -48,7 +50,9 @@ pub enum LoadError {
         expected: u32,
     },
     /// An import outside the host ABI.
-    #[error("unknown import `{module}::{name}`: wprobe provides only the `{IMPORT_MODULE}` functions of its host ABI (at offset 0x{offset:x})")]
+    #[error(
+        "unknown import `{module}::{name}`: wprobe provides only the `{IMPORT_MODULE}` functions of its host ABI (at offset 0x{offset:x})"
+    )]
     UnknownImport {
         /// Import module.
         module: String,
@@ -58,7 +62,9 @@ pub enum LoadError {
         offset: u64,
     },
     /// An ABI import with the wrong type.
-    #[error("import `{IMPORT_MODULE}::{name}` has type {found}, the host ABI defines {expected} (at offset 0x{offset:x})")]
+    #[error(
+        "import `{IMPORT_MODULE}::{name}` has type {found}, the host ABI defines {expected} (at offset 0x{offset:x})"
+    )]
     ImportType {
         /// Import field.
         name: String,
@@ -142,8 +148,7 @@ pub fn to_wasm(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, LoadError> {
     if bytes.starts_with(b"\0asm") {
         return Ok(bytes.into());
     }
-    wat::parse_bytes(bytes)
-        .map_err(|e| LoadError::NotWasm(e.to_string()))
+    wat::parse_bytes(bytes).map_err(|e| LoadError::NotWasm(e.to_string()))
 }
 
 /// Validates the binary and reads the facts the ABI gate needs.
@@ -159,7 +164,8 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
     let mut types: Vec<Option<FuncType>> = Vec::new();
     let mut func_types: Vec<u32> = Vec::new();
     let mut exports: Vec<(String, u32)> = Vec::new();
-    let abi: HashMap<&str, &hostabi::HostImport> = HOST_IMPORTS.iter().map(|i| (i.name, i)).collect();
+    let abi: HashMap<&str, &hostabi::HostImport> =
+        HOST_IMPORTS.iter().map(|i| (i.name, i)).collect();
     for payload in Parser::new(0).parse_all(wasm) {
         let payload = payload.map_err(|e| LoadError::Invalid {
             message: e.message().to_string(),
@@ -184,7 +190,9 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                 for imp in r.into_imports() {
                     let imp = imp.map_err(bad)?;
                     let offset = 0;
-                    let known = (imp.module == IMPORT_MODULE).then(|| abi.get(imp.name)).flatten();
+                    let known = (imp.module == IMPORT_MODULE)
+                        .then(|| abi.get(imp.name))
+                        .flatten();
                     let Some(def) = known else {
                         return Err(LoadError::UnknownImport {
                             module: imp.module.to_string(),
@@ -202,9 +210,9 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                     let want_p: Vec<ValType> = def.params.iter().map(|(_, t)| val(*t)).collect();
                     let want_r: Vec<ValType> = def.results.iter().map(|t| val(*t)).collect();
                     let found = types.get(ti as usize).cloned().flatten();
-                    let ok = found
-                        .as_ref()
-                        .is_some_and(|f| f.params() == want_p.as_slice() && f.results() == want_r.as_slice());
+                    let ok = found.as_ref().is_some_and(|f| {
+                        f.params() == want_p.as_slice() && f.results() == want_r.as_slice()
+                    });
                     if !ok {
                         return Err(LoadError::ImportType {
                             name: imp.name.to_string(),
@@ -241,17 +249,23 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                     let e = e.map_err(bad)?;
                     match e.kind {
                         ExternalKind::Func => exports.push((e.name.to_string(), e.index)),
-                        ExternalKind::Memory if e.name == MEMORY_EXPORT => facts.memory_export = true,
+                        ExternalKind::Memory if e.name == MEMORY_EXPORT => {
+                            facts.memory_export = true
+                        }
                         _ => {}
                     }
                 }
             }
             Payload::StartSection { range, .. } => {
-                return Err(LoadError::StartFunction { offset: range.start });
+                return Err(LoadError::StartFunction {
+                    offset: range.start,
+                });
             }
             Payload::CustomSection(c) if c.name() == MANIFEST_SECTION => {
                 if facts.manifest.is_some() {
-                    return Err(LoadError::DuplicateManifest { offset: c.range().start });
+                    return Err(LoadError::DuplicateManifest {
+                        offset: c.range().start,
+                    });
                 }
                 let m = Manifest::decode(c.data()).map_err(|source| LoadError::BadManifest {
                     source,
@@ -263,7 +277,12 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
         }
     }
     for (name, idx) in exports {
-        if let Some(ft) = func_types.get(idx as usize).and_then(|t| types.get(*t as usize)).cloned().flatten() {
+        if let Some(ft) = func_types
+            .get(idx as usize)
+            .and_then(|t| types.get(*t as usize))
+            .cloned()
+            .flatten()
+        {
             facts.func_exports.insert(name, ft);
         }
     }
@@ -303,18 +322,25 @@ pub fn load(
             Some(ft) if !(ft.params().is_empty() && ft.results() == [ValType::I32]) => {
                 return Err(LoadError::BadHandler {
                     name: p.export.clone(),
-                    problem: format!("has type {}, handlers must be () -> (i32)", sig_text(ft.params(), ft.results())),
+                    problem: format!(
+                        "has type {}, handlers must be () -> (i32)",
+                        sig_text(ft.params(), ft.results())
+                    ),
                 });
             }
             Some(_) => {}
         }
     }
-    let writes = facts.imports.iter().any(|n| n == "write_reg" || n == "write_mem");
+    let writes = facts
+        .imports
+        .iter()
+        .any(|n| n == "write_reg" || n == "write_mem");
     let has_flush = facts
         .func_exports
         .get(hostabi::FLUSH_EXPORT)
         .is_some_and(|ft| ft.params().is_empty() && ft.results() == [ValType::I32]);
-    let module = wasmtime::Module::new(engine, &*wasm).map_err(|e| LoadError::Compile(e.to_string()))?;
+    let module =
+        wasmtime::Module::new(engine, &*wasm).map_err(|e| LoadError::Compile(e.to_string()))?;
     Ok(LoadedModule {
         module,
         manifest,

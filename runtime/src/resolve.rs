@@ -81,10 +81,17 @@ impl Resolver {
 
     /// Finds module `module` (a path, or a base name) among `maps`; `exe` is
     /// the process's executable path (preferred for base names).
-    pub fn locate(&mut self, maps: &[Mapping], module: &str, exe: Option<&str>) -> Result<Located, ResolveError> {
+    pub fn locate(
+        &mut self,
+        maps: &[Mapping],
+        module: &str,
+        exe: Option<&str>,
+    ) -> Result<Located, ResolveError> {
         let mapped: Option<String> = if module.contains('/') {
             let key = ModuleKey::Path(Path::new(module));
-            maps.iter().find(|m| procmaps::maps_module(m, &key)).map(|m| m.path.clone())
+            maps.iter()
+                .find(|m| procmaps::maps_module(m, &key))
+                .map(|m| m.path.clone())
         } else {
             let mut names: Vec<&str> = maps
                 .iter()
@@ -127,7 +134,11 @@ pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
             Lookup::Ambiguous(c) => Err(ResolveError::AmbiguousSymbol {
                 symbol: s.clone(),
                 path: elf.path.display().to_string(),
-                candidates: c.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
+                candidates: c
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             }),
         },
     }
@@ -135,7 +146,12 @@ pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
 
 /// Run-time address of a probe in a process where its module is `loc`
 /// (spec §6.3), checked against the mappings (§6.2).
-pub fn probe_address(p: &ProbeSpec, loc: &Located, maps: &[Mapping], module: &str) -> Result<u64, ResolveError> {
+pub fn probe_address(
+    p: &ProbeSpec,
+    loc: &Located,
+    maps: &[Mapping],
+    module: &str,
+) -> Result<u64, ResolveError> {
     let value = link_value(p, &loc.elf)?;
     let addr = match (p.location.kind, &p.location.symbol) {
         (LocationKind::Offset, _) => loc.bias.wrapping_add(value),
@@ -143,13 +159,17 @@ pub fn probe_address(p: &ProbeSpec, loc: &Located, maps: &[Mapping], module: &st
         (LocationKind::Address, None) => value,
     };
     let m = procmaps::find(maps, addr);
-    if matches!(p.kind, ProbeKind::Breakpoint | ProbeKind::WatchExec) && !m.is_some_and(|m| m.exec) {
+    if matches!(p.kind, ProbeKind::Breakpoint | ProbeKind::WatchExec) && !m.is_some_and(|m| m.exec)
+    {
         return Err(ResolveError::InvalidOffset {
             addr,
             what: "in an executable mapping".into(),
         });
     }
-    if p.location.kind == LocationKind::Offset && p.kind == ProbeKind::Breakpoint && m.is_none_or(|m| m.path != loc.path) {
+    if p.location.kind == LocationKind::Offset
+        && p.kind == ProbeKind::Breakpoint
+        && m.is_none_or(|m| m.path != loc.path)
+    {
         return Err(ResolveError::InvalidOffset {
             addr,
             what: format!("in a mapping of `{module}`"),

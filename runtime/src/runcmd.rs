@@ -18,14 +18,29 @@ fn command_dir(a: &RunArgs) -> Option<std::path::PathBuf> {
     let exe = if cmd.components().count() > 1 {
         cmd.to_path_buf()
     } else {
-        std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(cmd)).find(|p| p.is_file())?
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|d| d.join(cmd))
+            .find(|p| p.is_file())?
     };
-    exe.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".").to_path_buf() } else { p.to_path_buf() })
+    exe.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".").to_path_buf()
+        } else {
+            p.to_path_buf()
+        }
+    })
 }
 
 /// Loads one program file.
-pub fn load_program(engine: &wasmtime::Engine, path: &Path, a: &RunArgs) -> Result<ProgramInput, String> {
-    let label = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+pub fn load_program(
+    engine: &wasmtime::Engine,
+    path: &Path,
+    a: &RunArgs,
+) -> Result<ProgramInput, String> {
+    let label = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into());
     let bytes = if path.extension().is_some_and(|e| e == "rpn") {
         let opts = rpn2wasm::Options {
             defines: a.define.iter().map(|d| parse_define(d)).collect(),
@@ -36,12 +51,19 @@ pub fn load_program(engine: &wasmtime::Engine, path: &Path, a: &RunArgs) -> Resu
         };
         match rpn2wasm::compile(path, &opts) {
             Ok((c, _)) => c.wasm,
-            Err((d, map)) => return Err(format!("{}could not compile `{}`", d.render(&map), path.display())),
+            Err((d, map)) => {
+                return Err(format!(
+                    "{}could not compile `{}`",
+                    d.render(&map),
+                    path.display()
+                ));
+            }
         }
     } else {
         std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?
     };
-    let module = crate::load::load(engine, &bytes, None).map_err(|e| format!("loading {}: {e}", path.display()))?;
+    let module = crate::load::load(engine, &bytes, None)
+        .map_err(|e| format!("loading {}: {e}", path.display()))?;
     Ok(ProgramInput { label, module })
 }
 
@@ -93,7 +115,11 @@ pub fn run(a: RunArgs) -> ExitCode {
         groups: a.groups.clone(),
         types: a.types.clone(),
         fuel: a.fuel,
-        format: if a.format == "json" { Format::Json } else { Format::Text },
+        format: if a.format == "json" {
+            Format::Json
+        } else {
+            Format::Text
+        },
     };
     let topts = TraceOptions {
         follow_forks: a.follow,
@@ -111,7 +137,12 @@ pub fn run(a: RunArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGPIPE] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGPIPE,
+    ] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
             eprintln!("error: installing a signal handler: {e}");
             return ExitCode::from(2);
@@ -140,7 +171,9 @@ pub fn run(a: RunArgs) -> ExitCode {
             "auto" => tracer.set_step_policy(StepPolicy::Auto),
             "no-emulation" => tracer.set_step_policy(StepPolicy::NoEmulation),
             "single-step" => tracer.set_step_policy(StepPolicy::SingleStepOnly),
-            other => eprintln!("wprobe: warning: WPROBE_STEP_POLICY={other} is not auto, no-emulation or single-step"),
+            other => eprintln!(
+                "wprobe: warning: WPROBE_STEP_POLICY={other} is not auto, no-emulation or single-step"
+            ),
         }
     }
     let main = tracer.main_pid();

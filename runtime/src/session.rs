@@ -153,15 +153,30 @@ pub struct Session {
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
     let p = &m.probes[i];
-    let g_ok = opts.groups.is_empty() || p.group.as_ref().is_some_and(|g| opts.groups.iter().any(|x| x.eq_ignore_ascii_case(g)));
-    let t_ok = opts.types.is_empty() || p.r#type.as_ref().is_some_and(|t| opts.types.iter().any(|x| x.eq_ignore_ascii_case(t)));
+    let g_ok = opts.groups.is_empty()
+        || p.group
+            .as_ref()
+            .is_some_and(|g| opts.groups.iter().any(|x| x.eq_ignore_ascii_case(g)));
+    let t_ok = opts.types.is_empty()
+        || p.r#type
+            .as_ref()
+            .is_some_and(|t| opts.types.iter().any(|x| x.eq_ignore_ascii_case(t)));
     g_ok && t_ok
 }
 
 impl Session {
     /// Loads the programs into a fresh store.
-    pub fn new(engine: &wasmtime::Engine, programs: Vec<ProgramInput>, opts: RunOptions, out: Box<dyn Write>) -> anyhow::Result<Session> {
-        let gvars = programs.iter().map(|p| p.module.manifest.gvars as usize).max().unwrap_or(0);
+    pub fn new(
+        engine: &wasmtime::Engine,
+        programs: Vec<ProgramInput>,
+        opts: RunOptions,
+        out: Box<dyn Write>,
+    ) -> anyhow::Result<Session> {
+        let gvars = programs
+            .iter()
+            .map(|p| p.module.manifest.gvars as usize)
+            .max()
+            .unwrap_or(0);
         let env = RunEnv {
             hit: Hit::default(),
             gvars: vec![0; gvars],
@@ -224,7 +239,9 @@ impl Session {
 
     /// Arms every enabled probe not yet armed in `pid`; returns how many are armed there.
     pub fn arm(&mut self, tracer: &mut Tracer, pid: i32, report: bool) -> usize {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().into_owned());
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
         let maps = tracer.maps(pid).to_vec();
         let mut armed = 0;
         for pi in 0..self.probes.len() {
@@ -242,12 +259,22 @@ impl Session {
                 Ok(l) => l,
                 Err(crate::resolve::ResolveError::NotMapped(_)) => {
                     if std::env::var_os("WPROBE_DEBUG").is_some() {
-                        eprintln!("wprobe: debug: {} not mapped in {pid} ({} mappings)", m.module, maps.len());
+                        eprintln!(
+                            "wprobe: debug: {} not mapped in {pid} ({} mappings)",
+                            m.module,
+                            maps.len()
+                        );
                     }
                     continue; // maybe later (dlopen)
                 }
                 Err(e) => {
-                    self.warn(report, format!("probe {} not applied in pid {pid}: {e}", self.probes[pi].label));
+                    self.warn(
+                        report,
+                        format!(
+                            "probe {} not applied in pid {pid}: {e}",
+                            self.probes[pi].label
+                        ),
+                    );
                     self.probes[pi].enabled = false;
                     continue;
                 }
@@ -256,14 +283,28 @@ impl Session {
             let addr = match crate::resolve::probe_address(spec, &loc, &maps, &m.module) {
                 Ok(a) => a,
                 Err(e) => {
-                    self.warn(report, format!("probe {} not applied in pid {pid}: {e}", self.probes[pi].label));
+                    self.warn(
+                        report,
+                        format!(
+                            "probe {} not applied in pid {pid}: {e}",
+                            self.probes[pi].label
+                        ),
+                    );
                     self.probes[pi].enabled = false;
                     continue;
                 }
             };
             let res = match spec.kind {
                 ProbeKind::Breakpoint => tracer
-                    .insert_breakpoint(pid, addr, if self.opts.verify_opcodes { spec.opcode } else { None })
+                    .insert_breakpoint(
+                        pid,
+                        addr,
+                        if self.opts.verify_opcodes {
+                            spec.opcode
+                        } else {
+                            None
+                        },
+                    )
                     .map(Armed::Bp),
                 k => {
                     let kind = match k {
@@ -271,7 +312,9 @@ impl Session {
                         ProbeKind::WatchWrite => crate::arch::WatchKind::Write,
                         _ => crate::arch::WatchKind::ReadWrite,
                     };
-                    tracer.insert_watchpoint(pid, addr, spec.length, kind).map(Armed::Wp)
+                    tracer
+                        .insert_watchpoint(pid, addr, spec.length, kind)
+                        .map(Armed::Wp)
                 }
             };
             match res {
@@ -284,7 +327,13 @@ impl Session {
                     armed += 1;
                 }
                 Err(e) => {
-                    self.warn(report, format!("probe {} not applied in pid {pid}: {e}", self.probes[pi].label));
+                    self.warn(
+                        report,
+                        format!(
+                            "probe {} not applied in pid {pid}: {e}",
+                            self.probes[pi].label
+                        ),
+                    );
                     self.probes[pi].enabled = false;
                 }
             }
@@ -301,7 +350,10 @@ impl Session {
 
     /// Probes that could not be armed anywhere yet (module not mapped).
     pub fn pending(&self) -> usize {
-        self.probes.iter().filter(|p| p.enabled && p.armed.is_empty()).count()
+        self.probes
+            .iter()
+            .filter(|p| p.enabled && p.armed.is_empty())
+            .count()
     }
 
     fn disable(&mut self, tracer: &mut Tracer, pi: usize) {
@@ -331,7 +383,11 @@ impl Session {
             st.ignored += 1;
             return Action::Continue;
         }
-        let bias = self.bias.get(&(prog, hit.pid() as i32)).copied().unwrap_or(0);
+        let bias = self
+            .bias
+            .get(&(prog, hit.pid() as i32))
+            .copied()
+            .unwrap_or(0);
         hit.set_module_bias(bias);
         std::mem::swap(&mut self.runner.store.data_mut().env.hit, hit);
         let out = self.runner.run(prog, index);
@@ -343,7 +399,10 @@ impl Session {
             RunOutcome::Trapped(msg) => {
                 st.traps += 1;
                 if st.traps == 1 {
-                    eprintln!("wprobe: handler of {} trapped: {msg} (counted; later traps are not printed)", self.probes[pi].label);
+                    eprintln!(
+                        "wprobe: handler of {} trapped: {msg} (counted; later traps are not printed)",
+                        self.probes[pi].label
+                    );
                 }
             }
             RunOutcome::Returned(Outcome::Uncaught) => st.uncaught += 1,
@@ -355,16 +414,25 @@ impl Session {
             RunOutcome::Returned(Outcome::Remove) => self.disable(tracer, pi),
             RunOutcome::Returned(Outcome::DebuggerHandoff) => {
                 let pid = hit.pid();
-                eprintln!("wprobe: process {pid} handed off to a debugger, stopped at {:#x}: run `gdb -p {pid}`", hit.address());
+                eprintln!(
+                    "wprobe: process {pid} handed off to a debugger, stopped at {:#x}: run `gdb -p {pid}`",
+                    hit.address()
+                );
                 action = Action::HandoffToDebugger;
             }
             RunOutcome::Returned(Outcome::CrashDump) => {
-                eprintln!("wprobe: probe {}: exit 2 (system crash dump) is unavailable in user space", self.probes[pi].label);
+                eprintln!(
+                    "wprobe: probe {}: exit 2 (system crash dump) is unavailable in user space",
+                    self.probes[pi].label
+                );
             }
             RunOutcome::Returned(Outcome::CoreDump) => {
                 let pid = hit.pid() as i32;
                 match crate::coredump::write_core(pid, hit) {
-                    Ok(path) => eprintln!("wprobe: core file of process {pid} written to {}", path.display()),
+                    Ok(path) => eprintln!(
+                        "wprobe: core file of process {pid} written to {}",
+                        path.display()
+                    ),
                     Err(e) => eprintln!("wprobe: core file of process {pid} not written: {e:#}"),
                 }
             }
@@ -407,7 +475,11 @@ impl Session {
     }
 
     /// Runs the event loop until the traced processes exit or `stop` is set.
-    pub fn run(&mut self, tracer: &mut Tracer, stop: &AtomicBool) -> anyhow::Result<Option<ExitStatus>> {
+    pub fn run(
+        &mut self,
+        tracer: &mut Tracer,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<Option<ExitStatus>> {
         let main = tracer.main_pid();
         let mut on_event = |t: &mut Tracer, ev: Event<'_>| -> Action {
             match ev {
@@ -460,19 +532,43 @@ impl Session {
 
     /// Per-probe statistics.
     pub fn stats(&self) -> Vec<(String, ProbeStats)> {
-        self.probes.iter().map(|p| (p.label.clone(), p.stats.clone())).collect()
+        self.probes
+            .iter()
+            .map(|p| (p.label.clone(), p.stats.clone()))
+            .collect()
     }
 
     /// Writes the exit summary (stderr) and, in JSON mode, a last `stats` object.
     pub fn summary(&mut self) {
         let mut total = ProbeStats::default();
         eprintln!("wprobe: summary ({} probes)", self.probes.len());
-        eprintln!("  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}", "probe", "hits", "ignored", "runs", "records", "bytes", "dropped", "fuel", "traps", "uncaught");
+        eprintln!(
+            "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
+            "probe",
+            "hits",
+            "ignored",
+            "runs",
+            "records",
+            "bytes",
+            "dropped",
+            "fuel",
+            "traps",
+            "uncaught"
+        );
         for p in &self.probes {
             let s = &p.stats;
             eprintln!(
                 "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
-                p.label, s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.fuel_exhausted, s.traps, s.uncaught
+                p.label,
+                s.hits,
+                s.ignored,
+                s.runs,
+                s.records,
+                s.bytes,
+                s.dropped,
+                s.fuel_exhausted,
+                s.traps,
+                s.uncaught
             );
             total.hits += s.hits;
             total.ignored += s.ignored;

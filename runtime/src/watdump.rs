@@ -9,7 +9,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Renders `generated` (the module of `program`) as annotated WAT.
-pub fn annotated_wat(program: &Program, map: &SourceMap, generated: &Generated) -> anyhow::Result<String> {
+pub fn annotated_wat(
+    program: &Program,
+    map: &SourceMap,
+    generated: &Generated,
+) -> anyhow::Result<String> {
     // Module offset of the start of each function body.
     let mut body_starts = Vec::new();
     for payload in wasmparser::Parser::new(0).parse_all(&generated.wasm) {
@@ -22,26 +26,50 @@ pub fn annotated_wat(program: &Program, map: &SourceMap, generated: &Generated) 
         let f = (generated.first_body_func as usize + b)
             .checked_sub(count_imports(&generated.wasm)?)
             .ok_or_else(|| anyhow::anyhow!("function index below the imports"))?;
-        let Some(start) = body_starts.get(f) else { continue };
+        let Some(start) = body_starts.get(f) else {
+            continue;
+        };
         let body = &program.bodies[b];
         for (insn, off) in marks {
             let span = body.insns[*insn].span;
             let (line, _) = map.line_col(span.file, span.lo);
-            let path = map.files.get(span.file as usize).map(|f| f.path.display().to_string()).unwrap_or_default();
+            let path = map
+                .files
+                .get(span.file as usize)
+                .map(|f| f.path.display().to_string())
+                .unwrap_or_default();
             let text = map.line_text(span.file, span.lo);
             let implicit = *insn + 1 == body.insns.len();
             let note = if implicit {
-                format!(";; (implicit {}) code offset {}", if matches!(body.insns[*insn].op, rpn2wasm::ast::Op::Ret) { "ret" } else { "exit" }, body.insns[*insn].offset)
+                format!(
+                    ";; (implicit {}) code offset {}",
+                    if matches!(body.insns[*insn].op, rpn2wasm::ast::Op::Ret) {
+                        "ret"
+                    } else {
+                        "exit"
+                    },
+                    body.insns[*insn].offset
+                )
             } else {
-                format!(";; {path}:{line}: {}   [code offset {}]", text.trim(), body.insns[*insn].offset)
+                format!(
+                    ";; {path}:{line}: {}   [code offset {}]",
+                    text.trim(),
+                    body.insns[*insn].offset
+                )
             };
-            notes.entry(*start as usize + off).or_default().push_str(&note);
+            notes
+                .entry(*start as usize + off)
+                .or_default()
+                .push_str(&note);
         }
     }
     let mut printed = String::new();
     let mut cfg = wasmprinter::Config::new();
     cfg.print_offsets(true);
-    cfg.print(&generated.wasm, &mut wasmprinter::PrintFmtWrite(&mut printed))?;
+    cfg.print(
+        &generated.wasm,
+        &mut wasmprinter::PrintFmtWrite(&mut printed),
+    )?;
     let mut out = String::with_capacity(printed.len() * 2);
     for line in printed.lines() {
         let (offset, rest) = split_offset(line);

@@ -32,7 +32,15 @@ fn target() -> PathBuf {
     T.get_or_init(|| {
         let out = scratch().join("probe_target");
         let st = Command::new("gcc")
-            .args(["-O0", "-g", "-fno-pie", "-no-pie", "-fcf-protection=none", "-fno-omit-frame-pointer", "-o"])
+            .args([
+                "-O0",
+                "-g",
+                "-fno-pie",
+                "-no-pie",
+                "-fcf-protection=none",
+                "-fno-omit-frame-pointer",
+                "-o",
+            ])
             .arg(&out)
             .arg(examples().join("probe_target.c"))
             .status()
@@ -49,7 +57,10 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn compile_errors_name_file_line_column_and_exit_1() {
-    let p = write("bad.rpn", "name = t\n\noffset = 0x10\nopcode = 0x55\n  push r, rzx\n  jmp nowhere\n");
+    let p = write(
+        "bad.rpn",
+        "name = t\n\noffset = 0x10\nopcode = 0x55\n  push r, rzx\n  jmp nowhere\n",
+    );
     let o = wprobe().arg("compile").arg(&p).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
@@ -84,19 +95,35 @@ fn compile_writes_a_module_and_annotated_wat() {
     assert!(o.status.success(), "{}", stderr(&o));
     let wat = String::from_utf8(o.stdout).unwrap();
     assert!(wat.contains("(func $probe0_body"), "{wat}");
-    assert!(wat.contains("13_preprocessor.rpn:30: push SCALE   [code offset 3]"), "{wat}");
+    assert!(
+        wat.contains("13_preprocessor.rpn:30: push SCALE   [code offset 3]"),
+        "{wat}"
+    );
     assert!(wat.contains("(@custom \"wprobe.manifest\"") || wat.contains("wprobe.manifest"));
 }
 
 #[test]
 fn list_shows_address_size_and_first_byte() {
-    let o = wprobe().arg("list").arg(target()).arg("target_*").output().unwrap();
+    let o = wprobe()
+        .arg("list")
+        .arg(target())
+        .arg("target_*")
+        .output()
+        .unwrap();
     assert!(o.status.success());
     let text = String::from_utf8(o.stdout).unwrap();
-    let line = text.lines().find(|l| l.ends_with(" target_fn")).expect(&text);
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(" target_fn"))
+        .expect(&text);
     assert!(line.starts_with("0x0000000000401146"), "{line}");
     assert!(line.contains(" 0x55 "), "{line}");
-    let o = wprobe().arg("list").arg(target()).arg("no_such_*").output().unwrap();
+    let o = wprobe()
+        .arg("list")
+        .arg(target())
+        .arg("no_such_*")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
 }
 
@@ -126,28 +153,69 @@ fn run_json_output_and_exit_status_of_the_command() {
     let o = wprobe()
         .arg("run")
         .arg(examples().join("01_log_args.rpn"))
-        .args(["-f", "--format", "json", "--", "/bin/sh", "-c", "./probe_target; exit 7"])
+        .args([
+            "-f",
+            "--format",
+            "json",
+            "--",
+            "/bin/sh",
+            "-c",
+            "./probe_target; exit 7",
+        ])
         .current_dir(scratch())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
     let out = String::from_utf8(o.stdout).unwrap();
-    assert_eq!(out.lines().filter(|l| l.contains("\"kind\":\"log\"")).count(), 3, "{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains("\"kind\":\"log\""))
+            .count(),
+        3,
+        "{out}"
+    );
 }
 
 #[test]
 fn run_errors_are_clear() {
     // Unknown symbol in the module: a compile error with its position.
-    let p = write("nosym.rpn", &format!("name = {}\noffset = no_such_function\nopcode = 0x55\n", target().display()));
-    let o = wprobe().arg("run").arg(&p).arg("--").arg(target()).output().unwrap();
+    let p = write(
+        "nosym.rpn",
+        &format!(
+            "name = {}\noffset = no_such_function\nopcode = 0x55\n",
+            target().display()
+        ),
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--")
+        .arg(target())
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains(":2:10: error[E0080]"), "{}", stderr(&o));
     // Wrong opcode: not armed, both bytes and the address named.
-    let p = write("badop.rpn", &format!("name = {}\noffset = target_fn\nopcode = 0x90\n", target().display()));
-    let o = wprobe().arg("run").arg(&p).arg("--").arg(target()).output().unwrap();
+    let p = write(
+        "badop.rpn",
+        &format!(
+            "name = {}\noffset = target_fn\nopcode = 0x90\n",
+            target().display()
+        ),
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--")
+        .arg(target())
+        .output()
+        .unwrap();
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(e.contains("0x401146") && e.contains("0x90") && e.contains("0x55"), "{e}");
+    assert!(
+        e.contains("0x401146") && e.contains("0x90") && e.contains("0x55"),
+        "{e}"
+    );
     // No such process.
     let o = wprobe()
         .arg("run")
@@ -159,7 +227,11 @@ fn run_errors_are_clear() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("999999999"), "{}", stderr(&o));
     // Missing command.
-    let o = wprobe().arg("run").arg(examples().join("01_log_args.rpn")).output().unwrap();
+    let o = wprobe()
+        .arg("run")
+        .arg(examples().join("01_log_args.rpn"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("after `--`"));
 }
@@ -195,7 +267,10 @@ fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
             .filter(|l| l.contains("\"kind\":\"log\""))
             .map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                (v["major"].as_u64().unwrap(), v["items"][0]["values"][0].as_u64().unwrap())
+                (
+                    v["major"].as_u64().unwrap(),
+                    v["items"][0]["values"][0].as_u64().unwrap(),
+                )
             })
             .collect()
     };
@@ -240,7 +315,13 @@ fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
         .spawn()
         .unwrap();
     let pid = target.id();
-    let prog = write("slow.rpn", &format!("name = {}\noffset = work\nopcode = 0x55\n push r, rdi\n log 1\n", exe.display()));
+    let prog = write(
+        "slow.rpn",
+        &format!(
+            "name = {}\noffset = work\nopcode = 0x55\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
     let w = wprobe()
         .arg("run")
         .arg(&prog)
@@ -251,28 +332,45 @@ fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while live_bytes(pid, work, 1) != [0xcc] {
-        assert!(std::time::Instant::now() < deadline, "not armed within 10 s");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not armed within 10 s"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let st = Command::new("kill").args(["-INT", &w.id().to_string()]).status().unwrap();
+    let st = Command::new("kill")
+        .args(["-INT", &w.id().to_string()])
+        .status()
+        .unwrap();
     assert!(st.success());
     let out = w.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let records = String::from_utf8_lossy(&out.stdout).lines().count();
     assert!(records > 10, "records while attached: {records}");
     // Detached: original bytes back, and the process runs to completion.
     assert_eq!(live_bytes(pid, work, 16), original);
     let res = target.wait_with_output().unwrap();
     assert!(res.status.success());
-    assert_eq!(String::from_utf8_lossy(&res.stdout), format!("acc={}\n", (0..500).sum::<i64>()));
+    assert_eq!(
+        String::from_utf8_lossy(&res.stdout),
+        format!("acc={}\n", (0..500).sum::<i64>())
+    );
 }
 
 #[test]
 fn exit_3_writes_a_core_file_gdb_can_read() {
     let dir = scratch().join("cores");
     std::fs::create_dir_all(&dir).unwrap();
-    let p = write("core.rpn", "name = probe_target\noffset = target_fn\nopcode = 0x55\nmaxhits = 1\n push r, rdi\n log 1\n exit 3\n");
+    let p = write(
+        "core.rpn",
+        "name = probe_target\noffset = target_fn\nopcode = 0x55\nmaxhits = 1\n push r, rdi\n log 1\n exit 3\n",
+    );
     let o = wprobe()
         .arg("run")
         .arg(&p)
@@ -282,21 +380,42 @@ fn exit_3_writes_a_core_file_gdb_can_read() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("counter=")).count(), 1, "the process ran on");
-    let cores: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("counter="))
+            .count(),
+        1,
+        "the process ran on"
+    );
+    let cores: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(cores.len(), 1, "{cores:?}");
     let core = std::fs::read(&cores[0]).unwrap();
     assert_eq!(&core[..4], b"\x7fELF");
     assert_eq!(u16::from_le_bytes([core[16], core[17]]), 4, "ET_CORE");
     // gdb reads the registers and memory (when gdb is installed).
     if let Ok(g) = Command::new("gdb")
-        .args(["-batch", "-ex", "info registers rip", "-ex", "x/s 0x404040", "-ex", "x/1xb 0x401146"])
+        .args([
+            "-batch",
+            "-ex",
+            "info registers rip",
+            "-ex",
+            "x/s 0x404040",
+            "-ex",
+            "x/1xb 0x401146",
+        ])
         .arg(target())
         .arg(&cores[0])
         .output()
     {
         let out = String::from_utf8_lossy(&g.stdout);
-        assert!(out.contains("0x401146") && out.contains("<target_fn>"), "{out}");
+        assert!(
+            out.contains("0x401146") && out.contains("<target_fn>"),
+            "{out}"
+        );
         assert!(out.contains("\"hello, probes\""), "{out}");
         assert!(out.contains("0x55"), "original byte, not int3: {out}");
     }
@@ -327,7 +446,10 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
     // Every hit runs the handler: it counts in a global and emits no record.
     let p = write(
         "count.rpn",
-        &format!("name = {}\ngvars = 1\noffset = target\nopcode = 0x{op:02x}\n inc gv, 0\n abort\n", exe.display()),
+        &format!(
+            "name = {}\ngvars = 1\noffset = target\nopcode = 0x{op:02x}\n inc gv, 0\n abort\n",
+            exe.display()
+        ),
     );
     let o = wprobe()
         .arg("run")
@@ -345,7 +467,10 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
     assert_eq!(stats["traps"], 0);
     // The program's own output (a checksum of every call) is unchanged.
     let traced_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
-    assert_eq!(traced_lines.join("\n"), String::from_utf8_lossy(&plain.stdout).trim_end());
+    assert_eq!(
+        traced_lines.join("\n"),
+        String::from_utf8_lossy(&plain.stdout).trim_end()
+    );
 }
 
 #[test]
@@ -360,13 +485,21 @@ fn command_not_found_and_permission_denied_are_clear_errors() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("./does_not_exist: command not found"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("./does_not_exist: command not found"),
+        "{}",
+        stderr(&o)
+    );
     // Attaching to a root process as an unprivileged user (when the tests run as root).
     if unsafe_free_is_root() && Path::new("/usr/bin/setpriv").exists() {
         let exe = scratch().join("wprobe-copy");
         std::fs::copy(env!("CARGO_BIN_EXE_wprobe"), &exe).unwrap();
         let prog = scratch().join("perm.rpn");
-        std::fs::write(&prog, "name = /bin/sleep\naddress = 0x1000\nopcode = 0x55\n").unwrap();
+        std::fs::write(
+            &prog,
+            "name = /bin/sleep\naddress = 0x1000\nopcode = 0x55\n",
+        )
+        .unwrap();
         for p in [scratch(), exe.clone(), prog.clone()] {
             let _ = Command::new("chmod").arg("a+rx").arg(&p).status();
         }
@@ -383,13 +516,19 @@ fn command_not_found_and_permission_denied_are_clear_errors() {
         victim.wait().unwrap();
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
         let e = stderr(&o);
-        assert!(e.contains(&format!("not permitted to trace process {}", victim.id())), "{e}");
+        assert!(
+            e.contains(&format!("not permitted to trace process {}", victim.id())),
+            "{e}"
+        );
         assert!(e.contains("CAP_SYS_PTRACE"), "{e}");
     }
 }
 
 fn unsafe_free_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false)
 }

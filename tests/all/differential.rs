@@ -64,7 +64,10 @@ fn compiled_code_matches_the_interpreter_on_random_programs() {
         st.nontrivial * 100 >= st.runs * 80,
         "fewer than 80% of runs were non-trivial: {st:?}"
     );
-    assert!(st.raised > 0 && st.log_full > 0 && st.jmpmax > 0 && st.stack_traces > 0, "{st:?}");
+    assert!(
+        st.raised > 0 && st.log_full > 0 && st.jmpmax > 0 && st.stack_traces > 0,
+        "{st:?}"
+    );
 }
 
 fn run_program(src: &str, r: &mut Rng, st: &mut Stats) {

@@ -12,7 +12,10 @@ use wprobe_tests::{HitResult, Pair, build_text};
 fn run_cases(cases: &[String]) -> Vec<HitResult> {
     let mut src = String::from("name = edge\nexcpt_mask = 0x0fff\n");
     for (i, body) in cases.iter().enumerate() {
-        src.push_str(&format!("address = 0x{:x}\nopcode = 0x55\nsx h\n{body}\nlog 3\nexit\nh: log 3\n", 0x1000 + i));
+        src.push_str(&format!(
+            "address = 0x{:x}\nopcode = 0x55\nsx h\n{body}\nlog 3\nexit\nh: log 3\n",
+            0x1000 + i
+        ));
     }
     let mut pair = Pair::new(build_text(&src), None);
     let env = ModelEnv::new();
@@ -35,7 +38,9 @@ fn v(x: u64) -> String {
 
 #[test]
 fn binary_operators_on_edge_values() {
-    for op in ["add", "sub", "mul", "and", "or", "xor", "div", "idiv", "shl", "shr", "rol", "ror", "xchg"] {
+    for op in [
+        "add", "sub", "mul", "and", "or", "xor", "div", "idiv", "shl", "shr", "rol", "ror", "xchg",
+    ] {
         let mut cases = Vec::new();
         for x in EDGE_VALUES {
             for y in EDGE_VALUES {
@@ -77,12 +82,12 @@ fn pinned_results() {
     let min = i64::MIN as u64;
     let cases = [
         format!("push {}\npush {}\nidiv", v(min), v(u64::MAX)), // MIN / -1
-        "push 5\npush 0\ndiv".to_string(),                     // divide by zero
+        "push 5\npush 0\ndiv".to_string(),                      // divide by zero
         "push -17\npush 5\nidiv".to_string(),                   // truncation toward zero
         "push 64\npush 0x81\nshl".to_string(),                  // count mod 64
-        "push 3\npush 5\nsub".to_string(),                       // TOS - NOS
+        "push 3\npush 5\nsub".to_string(),                      // TOS - NOS
         "push 0x80\npbl 8".to_string(),
-        "push 0x1234\npush 0\npzr".to_string(),                 // INVALID_OPERAND(3, 0), v not popped
+        "push 0x1234\npush 0\npzr".to_string(), // INVALID_OPERAND(3, 0), v not popped
     ];
     let r = run_cases(&cases);
     // log 3 after the operation logs the top three words (TOS first).
@@ -103,7 +108,9 @@ fn circular_stack_wraps_at_1024() {
             "name = wrap\njmpmax = 65535\naddress = 0x1000\nopcode = 0x55\npush {pushes}\nl: dup 1\nloop l\nros 1\nlog 8\npush 0\npush 3\ntrace pv\nsave tsp\nlog 1\n"
         );
         let mut pair = Pair::new(build_text(&src), None);
-        let r = pair.both(0, &ModelEnv::new(), &format!("{pushes} pushes")).unwrap();
+        let r = pair
+            .both(0, &ModelEnv::new(), &format!("{pushes} pushes"))
+            .unwrap();
         assert_eq!(r.outcome, Some(Outcome::Exit));
     }
 }

@@ -89,20 +89,29 @@ fn ex07_variables() {
 #[test]
 fn ex08_jmpmax() {
     let (r, o) = run("08_jmpmax.rpn", &[]);
-    assert_eq!(log_sizes(&r), [(8, 1, 32), (8, 1, 32), (8, 1, 32), (8, 2, 8)]);
+    assert_eq!(
+        log_sizes(&r),
+        [(8, 1, 32), (8, 1, 32), (8, 1, 32), (8, 2, 8)]
+    );
     assert_eq!(o.last(), Some(&Outcome::Uncaught));
 }
 
 #[test]
 fn ex09_log_overflow() {
     let (r, _) = run("09_log_overflow.rpn", &[]);
-    assert_eq!(log_sizes(&r), [(9, 1, 40), (9, 1, 40), (9, 1, 40), (9, 2, 40)]);
+    assert_eq!(
+        log_sizes(&r),
+        [(9, 1, 40), (9, 1, 40), (9, 1, 40), (9, 2, 40)]
+    );
 }
 
 #[test]
 fn ex10_stacktrace() {
     let (r, _) = run("10_stacktrace.rpn", &[]);
-    assert_eq!(log_sizes(&r), [(10, 0, 24), (10, 0, 24), (10, 0, 24), (10, 2, 8)]);
+    assert_eq!(
+        log_sizes(&r),
+        [(10, 0, 24), (10, 0, 24), (10, 0, 24), (10, 2, 8)]
+    );
     assert_eq!(traces(&r), [149, 149, 149, 67]);
 }
 
@@ -116,7 +125,10 @@ fn ex11_watchpoint() {
 #[test]
 fn ex12_user_exceptions() {
     let (r, _) = run("12_user_exceptions.rpn", &[]);
-    assert_eq!(log_sizes(&r), [(12, 1, 8), (12, 1, 8), (12, 1, 32), (12, 2, 24)]);
+    assert_eq!(
+        log_sizes(&r),
+        [(12, 1, 8), (12, 1, 8), (12, 1, 32), (12, 2, 24)]
+    );
 }
 
 #[test]
@@ -126,14 +138,20 @@ fn ex13_preprocessor_three_builds() {
     let (r, _) = run("13_preprocessor.rpn", &[("SCALE", "3"), ("TERSE", "1")]);
     assert_eq!(log_sizes(&r), [(13, 0, 8); 3]);
     assert_eq!(r[2].data, 6u64.to_le_bytes());
-    let (r, _) = run("13_preprocessor.rpn", &[("VERBOSE", "1"), ("MARKER", "0x99")]);
+    let (r, _) = run(
+        "13_preprocessor.rpn",
+        &[("VERBOSE", "1"), ("MARKER", "0x99")],
+    );
     assert_eq!(log_sizes(&r), [(13, 0, 24); 3]);
 }
 
 #[test]
 fn ex14_registers_memory() {
     let (r, _) = run("14_registers_memory.rpn", &[]);
-    assert_eq!(log_sizes(&r), [(14, 1, 48), (14, 1, 48), (14, 1, 48), (14, 2, 24)]);
+    assert_eq!(
+        log_sizes(&r),
+        [(14, 1, 48), (14, 1, 48), (14, 1, 48), (14, 2, 24)]
+    );
 }
 
 #[test]

@@ -10,14 +10,19 @@ use runtime::format::Format;
 use runtime::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
 use runtime::session::{ProgramInput, RunOptions, Session};
 use std::sync::atomic::AtomicBool;
-use wprobe_tests::{SharedBuf, build_file, engine, examples_dir, interpreter_scenario, probe_target, scratch_dir};
+use wprobe_tests::{
+    SharedBuf, build_file, engine, examples_dir, interpreter_scenario, probe_target, scratch_dir,
+};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Traces `probe_target` with one example; returns (JSON lines, target stdout, exit status).
-fn trace(file: &str, defines: &[(&str, &str)]) -> (Vec<serde_json::Value>, String, Option<ExitStatus>) {
+fn trace(
+    file: &str,
+    defines: &[(&str, &str)],
+) -> (Vec<serde_json::Value>, String, Option<ExitStatus>) {
     let target = probe_target();
     let program = build_file(&examples_dir().join(file), defines);
     let wasm = wprobe_tests::compile(&program);
@@ -35,14 +40,24 @@ fn trace(file: &str, defines: &[(&str, &str)]) -> (Vec<serde_json::Value>, Strin
         label: file.trim_end_matches(".rpn").to_string(),
         module,
     };
-    let mut session = Session::new(engine(), vec![input], opts, Box::new(buf.clone())).expect("session");
+    let mut session =
+        Session::new(engine(), vec![input], opts, Box::new(buf.clone())).expect("session");
     let out = scratch_dir().join(format!("{file}.{}.out", defines.len()));
     let cmd = format!("exec {} > {}", target.display(), out.display());
     let argv: Vec<std::ffi::OsString> = ["/bin/sh", "-c", &cmd].iter().map(Into::into).collect();
-    let mut tracer = Tracer::launch(&argv, TraceOptions { follow_forks: false, verify_opcodes: true }).expect("launch");
+    let mut tracer = Tracer::launch(
+        &argv,
+        TraceOptions {
+            follow_forks: false,
+            verify_opcodes: true,
+        },
+    )
+    .expect("launch");
     let main = tracer.main_pid();
     session.arm(&mut tracer, main, true);
-    let status = session.run(&mut tracer, &AtomicBool::new(false)).expect("run");
+    let status = session
+        .run(&mut tracer, &AtomicBool::new(false))
+        .expect("run");
     session.summary();
     let stdout = std::fs::read_to_string(&out).unwrap_or_default();
     (buf.json_lines(), stdout, status)
@@ -67,7 +82,9 @@ fn check(file: &str, defines: &[(&str, &str)], expect_stdout: &str) {
     let want: Vec<(String, u64, u64, String)> = want
         .iter()
         .map(|r| match r.kind {
-            RecordKind::Log { major, minor } => ("log".to_string(), major as u64, minor as u64, hex(&r.data)),
+            RecordKind::Log { major, minor } => {
+                ("log".to_string(), major as u64, minor as u64, hex(&r.data))
+            }
             RecordKind::StackTrace => ("stacktrace".to_string(), 0, 0, hex(&r.data)),
         })
         .collect();
@@ -102,7 +119,11 @@ fn ex01_to_ex15_on_the_real_target() {
     ] {
         check(f, &[], NORMAL);
     }
-    check("13_preprocessor.rpn", &[("SCALE", "3"), ("TERSE", "1")], NORMAL);
+    check(
+        "13_preprocessor.rpn",
+        &[("SCALE", "3"), ("TERSE", "1")],
+        NORMAL,
+    );
     check("14_registers_memory.rpn", &[], "counter=1001 last=213\n");
 }
 

@@ -26,9 +26,16 @@ fn first_byte(elf: &Path, sym: &str) -> u8 {
 }
 
 /// Compiles `src` (RPN text) against the symbols of `module_file` and traces `argv`.
-fn trace(src: &str, module_file: &Path, argv: &[&str], cwd: &Path) -> (Vec<serde_json::Value>, Option<ExitStatus>) {
+fn trace(
+    src: &str,
+    module_file: &Path,
+    argv: &[&str],
+    cwd: &Path,
+) -> (Vec<serde_json::Value>, Option<ExitStatus>) {
     let opts = rpn2wasm::Options {
-        symbols: Some(Box::new(rpn2wasm::symbols::ElfSymbols::new(&module_file.to_string_lossy()))),
+        symbols: Some(Box::new(rpn2wasm::symbols::ElfSymbols::new(
+            &module_file.to_string_lossy(),
+        ))),
         ..Default::default()
     };
     let (program, _) = match rpn2wasm::frontend_str(Path::new("t.rpn"), src, &opts) {
@@ -46,11 +53,25 @@ fn trace(src: &str, module_file: &Path, argv: &[&str], cwd: &Path) -> (Vec<serde
         fuel: None,
         format: Format::Json,
     };
-    let input = ProgramInput { label: "t".into(), module };
+    let input = ProgramInput {
+        label: "t".into(),
+        module,
+    };
     let mut session = Session::new(engine(), vec![input], ropts, Box::new(buf.clone())).unwrap();
-    let cmd = format!("cd {} && exec {} > /dev/null", cwd.display(), argv.join(" "));
+    let cmd = format!(
+        "cd {} && exec {} > /dev/null",
+        cwd.display(),
+        argv.join(" ")
+    );
     let argv: Vec<std::ffi::OsString> = ["/bin/sh", "-c", &cmd].iter().map(Into::into).collect();
-    let mut tracer = Tracer::launch(&argv, TraceOptions { follow_forks: false, verify_opcodes: true }).unwrap();
+    let mut tracer = Tracer::launch(
+        &argv,
+        TraceOptions {
+            follow_forks: false,
+            verify_opcodes: true,
+        },
+    )
+    .unwrap();
     let main = tracer.main_pid();
     session.arm(&mut tracer, main, true);
     let status = session.run(&mut tracer, &AtomicBool::new(false)).unwrap();
@@ -62,18 +83,40 @@ fn logged_words(lines: &[serde_json::Value]) -> Vec<Vec<u64>> {
     lines
         .iter()
         .filter(|v| v["kind"] == "log")
-        .map(|v| v["items"][0]["values"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect())
+        .map(|v| {
+            v["items"][0]["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect()
+        })
         .collect()
 }
 
 #[test]
 fn executables_built_every_way() {
     let variants: [(&str, &[&str]); 5] = [
-        ("args_nopie_O0", &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"]),
-        ("args_pie_O0", &["-O0", "-fpie", "-pie", "-fcf-protection=none"]),
-        ("args_pie_O2", &["-O2", "-fpie", "-pie", "-fcf-protection=none"]),
-        ("args_nopie_O2_cet", &["-O2", "-fno-pie", "-no-pie", "-fcf-protection=full"]),
-        ("args_pie_O0_cet", &["-O0", "-fpie", "-pie", "-fcf-protection=full"]),
+        (
+            "args_nopie_O0",
+            &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
+        ),
+        (
+            "args_pie_O0",
+            &["-O0", "-fpie", "-pie", "-fcf-protection=none"],
+        ),
+        (
+            "args_pie_O2",
+            &["-O2", "-fpie", "-pie", "-fcf-protection=none"],
+        ),
+        (
+            "args_nopie_O2_cet",
+            &["-O2", "-fno-pie", "-no-pie", "-fcf-protection=full"],
+        ),
+        (
+            "args_pie_O0_cet",
+            &["-O0", "-fpie", "-pie", "-fcf-protection=full"],
+        ),
     ];
     for (name, flags) in variants {
         let exe = build_c(&progs().join("args_target.c"), name, flags);
@@ -81,17 +124,27 @@ fn executables_built_every_way() {
         if flags.contains(&"-fcf-protection=full") {
             assert_eq!(op, 0xf3, "{name}: CET functions start with endbr64");
         }
-        let src = format!("name = {name}\noffset = work\nopcode = 0x{op:02x}\n push r, rsi\n push r, rdi\n log 2\n");
+        let src = format!(
+            "name = {name}\noffset = work\nopcode = 0x{op:02x}\n push r, rsi\n push r, rdi\n log 2\n"
+        );
         let (lines, status) = trace(&src, &exe, &[&format!("./{name}"), "4"], &scratch_dir());
         assert_eq!(status, Some(ExitStatus::Code(0)), "{name}");
-        assert_eq!(logged_words(&lines), [[0, 7], [1, 7], [2, 7], [3, 7]], "{name}");
+        assert_eq!(
+            logged_words(&lines),
+            [[0, 7], [1, 7], [2, 7], [3, 7]],
+            "{name}"
+        );
     }
 }
 
 #[test]
 fn probe_in_a_linked_shared_library() {
     let dir = scratch_dir();
-    let lib = build_c(&progs().join("libshared.c"), "libshared.so", &["-O0", "-shared", "-fpic"]);
+    let lib = build_c(
+        &progs().join("libshared.c"),
+        "libshared.so",
+        &["-O0", "-shared", "-fpic"],
+    );
     let exe = dir.join("lib_linked");
     if !exe.exists() {
         let st = std::process::Command::new("gcc")
@@ -105,7 +158,9 @@ fn probe_in_a_linked_shared_library() {
         assert!(st.success());
     }
     let op = first_byte(&lib, "lib_fn");
-    let src = format!("name = libshared.so\noffset = lib_fn\nopcode = 0x{op:02x}\n push r, rdi\n log 1\n");
+    let src = format!(
+        "name = libshared.so\noffset = lib_fn\nopcode = 0x{op:02x}\n push r, rdi\n log 1\n"
+    );
     let (lines, status) = trace(&src, &lib, &["./lib_linked", "5"], &dir);
     assert_eq!(status, Some(ExitStatus::Code(0)));
     assert_eq!(logged_words(&lines), [[0], [1], [2], [3], [4]]);
@@ -114,11 +169,23 @@ fn probe_in_a_linked_shared_library() {
 #[test]
 fn probe_in_a_library_loaded_with_dlopen_after_start() {
     let dir = scratch_dir();
-    let lib = build_c(&progs().join("libshared.c"), "libshared.so", &["-O0", "-shared", "-fpic"]);
+    let lib = build_c(
+        &progs().join("libshared.c"),
+        "libshared.so",
+        &["-O0", "-shared", "-fpic"],
+    );
     let exe = build_c(&progs().join("lib_user.c"), "lib_dlopen", &["-O0", "-ldl"]);
     let op = first_byte(&lib, "lib_fn");
-    let src = format!("name = {}\noffset = lib_fn\nopcode = 0x{op:02x}\n push r, rdi\n log 1\n", lib.display());
-    let (lines, status) = trace(&src, &lib, &[exe.to_str().unwrap(), "6", lib.to_str().unwrap()], &dir);
+    let src = format!(
+        "name = {}\noffset = lib_fn\nopcode = 0x{op:02x}\n push r, rdi\n log 1\n",
+        lib.display()
+    );
+    let (lines, status) = trace(
+        &src,
+        &lib,
+        &[exe.to_str().unwrap(), "6", lib.to_str().unwrap()],
+        &dir,
+    );
     assert_eq!(status, Some(ExitStatus::Code(0)));
     assert_eq!(logged_words(&lines), [[0], [1], [2], [3], [4], [5]]);
 }

@@ -34,7 +34,10 @@ pub fn reference_symbols() -> rpn2wasm::symbols::MapSymbols {
 /// Options with the reference symbols and `-D` definitions.
 pub fn options(defines: &[(&str, &str)]) -> rpn2wasm::Options {
     rpn2wasm::Options {
-        defines: defines.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        defines: defines
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
         include_dirs: Vec::new(),
         symbols: Some(Box::new(reference_symbols())),
         module_dirs: Vec::new(),
@@ -60,7 +63,11 @@ pub fn build_text(text: &str) -> Program {
 /// Validates a module with wasmparser (every module compiled by a test goes through here).
 pub fn validate(wasm: &[u8]) {
     if let Err(e) = wasmparser::Validator::new().validate_all(wasm) {
-        panic!("invalid module: {} at offset 0x{:x}", e.message(), e.offset());
+        panic!(
+            "invalid module: {} at offset 0x{:x}",
+            e.message(),
+            e.offset()
+        );
     }
 }
 
@@ -128,7 +135,13 @@ impl Pair {
     pub fn interp(&mut self, probe: usize, env: &ModelEnv) -> (HitResult, ModelEnv, bool) {
         let mut env = env.clone();
         env.gvars = self.gvars.clone();
-        let r = interp::run(&self.program, probe, &mut self.state, &mut env, &self.limits);
+        let r = interp::run(
+            &self.program,
+            probe,
+            &mut self.state,
+            &mut env,
+            &self.limits,
+        );
         self.gvars = env.gvars.clone();
         self.last_exception = r.last_exception;
         self.last_state = r.state.clone();
@@ -144,7 +157,12 @@ impl Pair {
     }
 
     /// Runs probe `probe` on `env` compiled; returns the result and the env afterwards.
-    pub fn wasm(&mut self, probe: usize, env: &ModelEnv, gvars: &[u64]) -> (HitResult, ModelEnv, RunOutcome) {
+    pub fn wasm(
+        &mut self,
+        probe: usize,
+        env: &ModelEnv,
+        gvars: &[u64],
+    ) -> (HitResult, ModelEnv, RunOutcome) {
         let mut env = env.clone();
         env.gvars = gvars.to_vec();
         self.runner.store.data_mut().env = env;
@@ -192,7 +210,13 @@ impl Pair {
         let mem = self.runner.memory(0);
         let base = rpn2wasm::codegen::layout::STACK as usize;
         let stack = (0..1024)
-            .map(|i| u64::from_le_bytes(mem[base + 8 * i..base + 8 * i + 8].try_into().expect("8 bytes")))
+            .map(|i| {
+                u64::from_le_bytes(
+                    mem[base + 8 * i..base + 8 * i + 8]
+                        .try_into()
+                        .expect("8 bytes"),
+                )
+            })
             .collect();
         let inst = self.runner.programs[0].instance;
         let mut global = |name: &str| {
@@ -224,14 +248,27 @@ impl Pair {
             return None;
         }
         let (rw, ew, raw) = self.wasm(probe, env, &gvars_before);
-        assert_eq!(rw, ri, "{what}: compiled vs interpreter records/outcome differ (wasm run: {raw:?})");
+        assert_eq!(
+            rw, ri,
+            "{what}: compiled vs interpreter records/outcome differ (wasm run: {raw:?})"
+        );
         assert_eq!(ew, ei, "{what}: environment after the hit differs");
-        assert_eq!(self.wasm_locals(), self.interp_locals(), "{what}: local variables differ");
+        assert_eq!(
+            self.wasm_locals(),
+            self.interp_locals(),
+            "{what}: local variables differ"
+        );
         if ri.outcome != Some(Outcome::Abort) || rw.outcome.is_some() {
             let want = self.last_state.clone().expect("captured");
             let got = self.wasm_state();
-            assert_eq!((got.tsp, got.sbp), (want.tsp, want.sbp), "{what}: TSP/SBP differ");
-            let diff: Vec<usize> = (0..1024).filter(|i| got.stack[*i] != want.stack[*i]).collect();
+            assert_eq!(
+                (got.tsp, got.sbp),
+                (want.tsp, want.sbp),
+                "{what}: TSP/SBP differ"
+            );
+            let diff: Vec<usize> = (0..1024)
+                .filter(|i| got.stack[*i] != want.stack[*i])
+                .collect();
             assert!(diff.is_empty(), "{what}: stack slots differ: {diff:?}");
         }
         Some(ri)
@@ -250,7 +287,11 @@ pub fn target_events() -> Vec<(u64, Option<rpn2wasm::ast::WatchKind>, ModelEnv)>
         second.set_reg(hostabi::regs::RIP, t::TARGET_FN + 1);
         second.set_reg(hostabi::regs::RSP, t::RSP_IN_CALLEE - 8);
         ev.push((t::TARGET_FN + 1, None, second));
-        ev.push((t::COUNTER, Some(WatchKind::W), ModelEnv::probe_target_store(a)));
+        ev.push((
+            t::COUNTER,
+            Some(WatchKind::W),
+            ModelEnv::probe_target_store(a),
+        ));
     }
     ev.push((t::BUMP, None, ModelEnv::probe_target_bump()));
     ev
@@ -270,7 +311,8 @@ pub fn scenario(
             if p.value != addr || p.watch != watch || disabled[i] {
                 continue;
             }
-            let r = hit(i, &env, format!("probe {i} at 0x{addr:x}")).expect("examples stay within the instruction budget");
+            let r = hit(i, &env, format!("probe {i} at 0x{addr:x}"))
+                .expect("examples stay within the instruction budget");
             hits[i] += 1;
             if r.outcome == Some(Outcome::Remove) || hits[i] >= p.maxhits {
                 disabled[i] = true;
@@ -332,7 +374,14 @@ pub fn probe_target() -> PathBuf {
     build_c(
         &examples_dir().join("probe_target.c"),
         "probe_target",
-        &["-O0", "-g", "-fno-pie", "-no-pie", "-fcf-protection=none", "-fno-omit-frame-pointer"],
+        &[
+            "-O0",
+            "-g",
+            "-fno-pie",
+            "-no-pie",
+            "-fcf-protection=none",
+            "-fno-omit-frame-pointer",
+        ],
     )
 }
 

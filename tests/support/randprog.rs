@@ -102,7 +102,9 @@ const READ_REGS: &[&str] = &[
     "rax", "rdi", "rsi", "rdx", "rip", "rsp", "rflags", "cs", "ss", "fs_base", "orig_rax", "esi",
     "eflags", "r15d", "xmm0", "xmm15", "fr3", "mxcsr", "fcw", "ftw", "dr7", "gs",
 ];
-const WRITE_REGS: &[&str] = &["rax", "rdi", "rsi", "rbx", "r8", "r15", "rbp", "eax", "r9d", "ebp"];
+const WRITE_REGS: &[&str] = &[
+    "rax", "rdi", "rsi", "rbx", "r8", "r15", "rbp", "eax", "r9d", "ebp",
+];
 
 fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
     let lbl = |r: &mut Rng| format!("l{}", r.below(labels as u64));
@@ -111,12 +113,26 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         0..=5 => format!("push {}", value(r)),
         6 => format!("push b, {}", r.below(256)),
         7 => format!("push greeting + {}", r.below(16)),
-        8 => r.pick(&["add", "sub", "mul", "neg", "and", "or", "xor"]).to_string(),
+        8 => r
+            .pick(&["add", "sub", "mul", "neg", "and", "or", "xor"])
+            .to_string(),
         9 => r.pick(&["div", "idiv"]).to_string(),
-        10 => format!("{} {}", r.pick(&["shl", "shr", "rol", "ror"]), r.pick(&[0, 1, 3, 63, 64, 65, 200])),
+        10 => format!(
+            "{} {}",
+            r.pick(&["shl", "shr", "rol", "ror"]),
+            r.pick(&[0, 1, 3, 63, 64, 65, 200])
+        ),
         11 => r.pick(&["shl", "shr", "rol", "ror"]).to_string(),
-        12 => format!("{} {}", r.pick(&["pbl", "pbr", "pzl", "pzr"]), 1 + r.below(64)),
-        13 => format!("push {}\n{}", r.pick(&[0, 1, 8, 33, 64, 65]), r.pick(&["pbl", "pbr", "pzl", "pzr"])),
+        12 => format!(
+            "{} {}",
+            r.pick(&["pbl", "pbr", "pzl", "pzr"]),
+            1 + r.below(64)
+        ),
+        13 => format!(
+            "push {}\n{}",
+            r.pick(&[0, 1, 8, 33, 64, 65]),
+            r.pick(&["pbl", "pbr", "pzl", "pzr"])
+        ),
         14 => "xchg".into(),
         15 => format!("dup {}", r.below(5)),
         16 => format!("push {}\npush {}\ndup", r.below(4), value(r)),
@@ -148,7 +164,16 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         25 => format!("pop {}, {}", r.pick(&["r", "u"]), r.pick(WRITE_REGS)),
         26..=27 => format!("push {}\npush mem, {w}", addr(r)),
         28 => format!("push {}\npush {}\npop mem, {w}", addr(r), value(r)),
-        29 => r.pick(&["push pid", "push procid", "push task", "push wid", "nop", "callk"]).to_string(),
+        29 => r
+            .pick(&[
+                "push pid",
+                "push procid",
+                "push task",
+                "push wid",
+                "nop",
+                "callk",
+            ])
+            .to_string(),
         30 => format!("push {}\n{}", addr(r), r.pick(&["vfyr", "vfyrw", "vfa"])),
         31..=33 => format!("log {}", r.below(5)),
         34 => format!("log b, {}", r.below(4)),
@@ -166,7 +191,9 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
             r.pick(&["lv", "gv"])
         ),
         39 => "log st".into(),
-        40 => r.pick(&["push lp", "push plp", "push stp", "purge st"]).to_string(),
+        40 => r
+            .pick(&["push lp", "push plp", "push stp", "purge st"])
+            .to_string(),
         41 => match r.below(4) {
             0 => "push plp\npop lp".to_string(),
             1 => "push lp\npush 8\nxchg\nsub\npop lp".to_string(),
@@ -185,10 +212,32 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
             r.pick(&["tsp", "sbp"]),
             r.below(7) as i64 - 3
         ),
-        45 => format!("push {}\n{} {}", r.below(7) as i64 - 3, r.pick(&["push", "copy"]), r.pick(&["tsp", "sbp"])),
-        46 => format!("push {}\npush {}\npop {}", r.below(5), value(r), r.pick(&["tsp", "sbp"])),
-        47 => r.pick(&["save tsp", "save sbp", "save tsp\nrestore sbp", "push 1020\nrestore tsp", "push 3\nrestore sbp"]).to_string(),
-        48..=50 => format!("{} {}", r.pick(&["jmp", "jz", "jnz", "jlt", "jle", "jgt", "jge", "loop"]), lbl(r)),
+        45 => format!(
+            "push {}\n{} {}",
+            r.below(7) as i64 - 3,
+            r.pick(&["push", "copy"]),
+            r.pick(&["tsp", "sbp"])
+        ),
+        46 => format!(
+            "push {}\npush {}\npop {}",
+            r.below(5),
+            value(r),
+            r.pick(&["tsp", "sbp"])
+        ),
+        47 => r
+            .pick(&[
+                "save tsp",
+                "save sbp",
+                "save tsp\nrestore sbp",
+                "push 1020\nrestore tsp",
+                "push 3\nrestore sbp",
+            ])
+            .to_string(),
+        48..=50 => format!(
+            "{} {}",
+            r.pick(&["jmp", "jz", "jnz", "jlt", "jle", "jgt", "jge", "loop"]),
+            lbl(r)
+        ),
         51..=52 if s.procs > 0 => format!("call p{}", r.below(s.procs as u64)),
         53 => format!("sx {}", lbl(r)),
         54 => "ux".into(),
@@ -199,13 +248,44 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
             r.pick(&[0x8000u64, 0x28000, 0x20, 0x1000, 0x4, 0x0, 0x10001])
         ),
         56 => "push x".into(),
-        57 if r.chance(40) => r.pick(&["exit", "abort", "remove", "exit 1", "exit 3", "exit 0", "exit 9", "suspend", "resume", "ret"]).to_string(),
-        58 => r.pick(&["setmin 7", "setmaj 3", "push 0x10005\nsetmin", "push 0x20000\nsetmaj", "push 9\nsetmaj"]).to_string(),
-        59 => format!("push {}\npush io, {}", r.pick(&[IO_PORT, 0x61]), r.pick(&["u8", "u16", "u32"])),
-        60 => format!("push {}\npush {}\npop io, {}", r.pick(&[IO_PORT, 0x61]), value(r), r.pick(&["u8", "u16", "u32"])),
+        57 if r.chance(40) => r
+            .pick(&[
+                "exit", "abort", "remove", "exit 1", "exit 3", "exit 0", "exit 9", "suspend",
+                "resume", "ret",
+            ])
+            .to_string(),
+        58 => r
+            .pick(&[
+                "setmin 7",
+                "setmaj 3",
+                "push 0x10005\nsetmin",
+                "push 0x20000\nsetmaj",
+                "push 9\nsetmaj",
+            ])
+            .to_string(),
+        59 => format!(
+            "push {}\npush io, {}",
+            r.pick(&[IO_PORT, 0x61]),
+            r.pick(&["u8", "u16", "u32"])
+        ),
+        60 => format!(
+            "push {}\npush {}\npop io, {}",
+            r.pick(&[IO_PORT, 0x61]),
+            value(r),
+            r.pick(&["u8", "u16", "u32"])
+        ),
         61 => format!("push {}\nmalloc", r.pick(&[0, 8, 16, 40, 100])),
-        62 => format!("push {}\n{}", r.below(4), r.pick(&["free", "push 0\npushh u64, 1", "push 4\npushh u16, 3"])),
-        _ => format!("push 7\npush {}\npush {}\npoph {}, 1", r.below(4), r.below(12), r.pick(&["u8", "u32", "u64"])),
+        62 => format!(
+            "push {}\n{}",
+            r.below(4),
+            r.pick(&["free", "push 0\npushh u64, 1", "push 4\npushh u16, 3"])
+        ),
+        _ => format!(
+            "push 7\npush {}\npush {}\npoph {}, 1",
+            r.below(4),
+            r.below(12),
+            r.pick(&["u8", "u32", "u64"])
+        ),
     };
     out.push_str(&line);
     out.push('\n');
@@ -215,7 +295,9 @@ fn body(r: &mut Rng, s: &Shape, out: &mut String) {
     let n = 2 + r.below(28) as usize;
     let labels = 1 + r.below(4) as usize;
     // Each label is placed before some instruction (several may share one).
-    let mut at: Vec<usize> = (0..labels).map(|_| r.below(n as u64 + 1) as usize).collect();
+    let mut at: Vec<usize> = (0..labels)
+        .map(|_| r.below(n as u64 + 1) as usize)
+        .collect();
     at.sort_unstable();
     let mut next_label = 0;
     for i in 0..=n {
@@ -250,7 +332,11 @@ pub fn program(r: &mut Rng) -> String {
     let _ = writeln!(out, "heap = {}", r.pick(&[0, 64, 200]));
     let probes = 1 + r.below(2);
     for p in 0..probes {
-        let _ = writeln!(out, "\naddress = 0x{:x}\nopcode = 0x55\nminor = {p}", 0x401000 + p);
+        let _ = writeln!(
+            out,
+            "\naddress = 0x{:x}\nopcode = 0x55\nminor = {p}",
+            0x401000 + p
+        );
         body(r, &s, &mut out);
     }
     for p in 0..s.procs {
@@ -268,13 +354,23 @@ pub fn hit(r: &mut Rng) -> ModelEnv {
             continue;
         }
         for part in 0..reg.parts() {
-            let v = if r.chance(30) { *r.pick(EDGE_VALUES) } else { r.next_u64() };
+            let v = if r.chance(30) {
+                *r.pick(EDGE_VALUES)
+            } else {
+                r.next_u64()
+            };
             env.set_reg_part(reg.id, part, v);
         }
     }
     let rw: Vec<u8> = (0..REGION_BYTES).map(|_| r.next_u64() as u8).collect();
     let ro: Vec<u8> = (0..REGION_BYTES)
-        .map(|_| if r.chance(8) { 0 } else { b'a' + r.below(26) as u8 })
+        .map(|_| {
+            if r.chance(8) {
+                0
+            } else {
+                b'a' + r.below(26) as u8
+            }
+        })
         .collect();
     env.map(RW_BASE, rw, true, true);
     env.map(RO_BASE, ro, true, false);

@@ -188,7 +188,12 @@ impl BodyGen<'_> {
         let off = self.tdelta + k;
         self.a.i().local_get(TSP);
         if off != 0 {
-            self.a.i().i32_const(off).i32_add().i32_const(1023).i32_and();
+            self.a
+                .i()
+                .i32_const(off)
+                .i32_add()
+                .i32_const(1023)
+                .i32_and();
         }
     }
 
@@ -294,7 +299,10 @@ impl BodyGen<'_> {
                 match self.vstack[src] {
                     VItem::Local if src == j => {}
                     VItem::Local => {
-                        self.a.i().local_get(VBASE + src as u32).local_set(VBASE + j as u32);
+                        self.a
+                            .i()
+                            .local_get(VBASE + src as u32)
+                            .local_set(VBASE + j as u32);
                     }
                     VItem::Const(c) => {
                         self.a.i().i64_const(c).local_set(VBASE + j as u32);
@@ -307,10 +315,16 @@ impl BodyGen<'_> {
             for i in (0..l).rev() {
                 match self.vstack[i] {
                     VItem::Local => {
-                        self.a.i().local_get(VBASE + i as u32).local_set(VBASE + (i + shift) as u32);
+                        self.a
+                            .i()
+                            .local_get(VBASE + i as u32)
+                            .local_set(VBASE + (i + shift) as u32);
                     }
                     VItem::Const(c) => {
-                        self.a.i().i64_const(c).local_set(VBASE + (i + shift) as u32);
+                        self.a
+                            .i()
+                            .i64_const(c)
+                            .local_set(VBASE + (i + shift) as u32);
                     }
                 }
             }
@@ -648,7 +662,12 @@ impl BodyGen<'_> {
                         self.a.i().local_set(VBASE + idx as u32);
                         self.vstack[idx] = VItem::Local;
                         self.tsp_plus(slot as i32);
-                        self.a.i().i32_const(3).i32_shl().local_get(VBASE + idx as u32).i64_store(mem(l::STACK, 3));
+                        self.a
+                            .i()
+                            .i32_const(3)
+                            .i32_shl()
+                            .local_get(VBASE + idx as u32)
+                            .i64_store(mem(l::STACK, 3));
                         if op == SlotOp::Pop {
                             self.pop();
                             self.a.i().drop();
@@ -1433,8 +1452,11 @@ fn stack_effect(op: &Op) -> Option<i64> {
     Some(match op {
         Nop | Jmp(_) | Jlt(_) | Jle(_) | Jgt(_) | Jge(_) | Jz(_) | Jnz(_) | Loop(_) => 0,
         SetMinImm(_) | SetMajImm(_) | Sx(_) | Ux | Rx | PurgeSt | Callk | LogSt => 0,
-        Neg | Div | Idiv | ShiftImm(..) | PropImm(..) | Xchg | PushMem(_) | Vfyr | Vfyrw | PushIo(_) => 0,
-        SetMin | SetMaj | Add | Sub | Mul | And | Or | Xor | Shift(_) | Prop(_) | PopReg { .. } => -1,
+        Neg | Div | Idiv | ShiftImm(..) | PropImm(..) | Xchg | PushMem(_) | Vfyr | Vfyrw
+        | PushIo(_) => 0,
+        SetMin | SetMaj | Add | Sub | Mul | And | Or | Xor | Shift(_) | Prop(_) | PopReg { .. } => {
+            -1
+        }
         PopLp | PopStp | RestoreSbp | Free => -1,
         PopMem(_) | TracePv | TraceVars(_) | PopIo(_) => -2,
         PushImm(_) | PushSym { .. } | PushByte(_) | PushTask | PushPid | PushProcid => 1,
@@ -1486,10 +1508,10 @@ fn block_cache_sizes(body: &Body, block_of: &[Option<usize>], n_blocks: usize) -
         changed
     };
     for insn in &body.insns {
-        if let Op::Sx(t) = insn.op {
-            if t < n {
-                depth[t] = D::Unknown;
-            }
+        if let Op::Sx(t) = insn.op
+            && t < n
+        {
+            depth[t] = D::Unknown;
         }
     }
     merge(&mut depth[0], D::Known(0));
@@ -1503,16 +1525,21 @@ fn block_cache_sizes(body: &Body, block_of: &[Option<usize>], n_blocks: usize) -
         };
         let falls = !matches!(
             op,
-            Op::Jmp(_) | Op::Exit | Op::Abort | Op::Remove | Op::ExitN(_) | Op::Ret | Op::Suspend | Op::Resume
+            Op::Jmp(_)
+                | Op::Exit
+                | Op::Abort
+                | Op::Remove
+                | Op::ExitN(_)
+                | Op::Ret
+                | Op::Suspend
+                | Op::Resume
         );
         let mut succ = Vec::with_capacity(2);
         if falls && i + 1 < n {
             succ.push(i + 1);
         }
-        if let Some(t) = op.target().filter(|_| !matches!(op, Op::Sx(_))) {
-            if t < n {
-                succ.push(t);
-            }
+        if let Some(t) = op.target().filter(|t| !matches!(op, Op::Sx(_)) && *t < n) {
+            succ.push(t);
         }
         for s in succ {
             if merge(&mut depth[s], after) {

@@ -930,7 +930,10 @@ fn reserved_instructions_raise_invalid_opcode_with_their_offset() {
 #[test]
 fn instruction_budget() {
     let p = Builder::new().probe(vec![PushImm(1), LogN(1)]).build();
-    let lim = |n| Limits { insn_budget: n, ..Limits::default() };
+    let lim = |n| Limits {
+        insn_budget: n,
+        ..Limits::default()
+    };
     let mut st = ProgramState::new(&p);
     let r = run(&p, 0, &mut st, &mut ModelEnv::new(), &lim(3));
     assert_eq!((r.outcome, r.insns), (Outcome::Exit, 3));
