@@ -272,9 +272,9 @@ pub enum VarOp {
 /// Which internal stack pointer a `push/pop/copy tsp|sbp` form is relative to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StackRel {
-    /// Relative to TSP (S[k]).
+    /// Relative to TSP (S\[k\]).
     Tsp,
-    /// Relative to SBP (B[k]).
+    /// Relative to SBP (B\[k\]).
     Sbp,
 }
 
