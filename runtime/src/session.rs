@@ -7,68 +7,19 @@
 use crate::format::{self, Format, RecordView};
 use crate::handlers::{RunOutcome, Runner};
 use crate::load::LoadedModule;
-use crate::provider::ptrace::{Action, BpId, Event, ExitStatus, Hit, Tracer, WpId};
+use crate::provider::ptrace::{Action, BpId, Event, ExitStatus, Hit, HitWithGvars, Tracer, WpId};
 use crate::resolve::Resolver;
 use crate::sink::RecordKind;
+use hostabi::Outcome;
 use hostabi::env::HitEnv;
 use hostabi::manifest::{Manifest, ProbeKind};
-use hostabi::{Outcome, Status};
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 
-/// The environment handlers see: the current ptrace hit and the run's global variables.
-pub struct RunEnv {
-    /// The hit being handled (swapped in from the tracer for each handler run).
-    pub hit: Hit,
-    /// Global variables shared by all programs (size: the largest `gvars`).
-    pub gvars: Vec<u64>,
-}
-
-impl HitEnv for RunEnv {
-    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
-        self.hit.read_reg(reg, part)
-    }
-    fn write_reg(&mut self, reg: u16, value: u64) -> Status {
-        self.hit.write_reg(reg, value)
-    }
-    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        self.hit.read_mem(addr, buf)
-    }
-    fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
-        self.hit.write_mem(addr, data)
-    }
-    fn check_access(&mut self, addr: u64, write: bool) -> bool {
-        self.hit.check_access(addr, write)
-    }
-    fn tid(&self) -> u64 {
-        self.hit.tid()
-    }
-    fn pid(&self) -> u64 {
-        self.hit.pid()
-    }
-    fn cpu(&self) -> u64 {
-        self.hit.cpu()
-    }
-    fn thread_pointer(&self) -> u64 {
-        self.hit.thread_pointer()
-    }
-    fn load_bias(&self) -> u64 {
-        self.hit.load_bias()
-    }
-    fn now_ns(&self) -> u64 {
-        self.hit.now_ns()
-    }
-    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
-        self.hit.cpuid(leaf, subleaf)
-    }
-    fn gvars(&mut self) -> &mut [u64] {
-        &mut self.gvars
-    }
-    fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
-        self.hit.read_str(addr, buf)
-    }
-}
+/// The environment handlers see: the current ptrace hit (swapped in from
+/// the tracer for each handler run) and the run's global variables.
+pub type RunEnv = HitWithGvars<Hit, Vec<u64>>;
 
 /// A program given on the command line, loaded.
 pub struct ProgramInput {

@@ -140,7 +140,7 @@ impl Hit {
     pub fn with_gvars<R>(
         &mut self,
         gvars: &mut [u64],
-        f: impl FnOnce(&mut HitWithGvars<'_>) -> R,
+        f: impl FnOnce(&mut HitWithGvars<&mut Hit, &mut [u64]>) -> R,
     ) -> R {
         let mut env = HitWithGvars { hit: self, gvars };
         f(&mut env)
@@ -270,53 +270,68 @@ impl HitEnv for Hit {
     }
 }
 
-/// A [`Hit`] with the run's global variables lent for one handler run
-/// (see [`Hit::with_gvars`]).
-pub struct HitWithGvars<'a> {
+/// A [`Hit`] together with the run's global variables: the environment a
+/// handler sees. Borrowed for one handler run (see [`Hit::with_gvars`]) or
+/// owned by the session's store (`HitWithGvars<Hit, Vec<u64>>`).
+pub struct HitWithGvars<H, G> {
     /// The hit.
-    pub hit: &'a mut Hit,
-    gvars: &'a mut [u64],
+    pub hit: H,
+    /// The run's global variables.
+    pub gvars: G,
 }
 
-impl HitEnv for HitWithGvars<'_> {
+impl<H: std::borrow::BorrowMut<Hit>, G> HitWithGvars<H, G> {
+    fn h(&self) -> &Hit {
+        std::borrow::Borrow::borrow(&self.hit)
+    }
+
+    fn hm(&mut self) -> &mut Hit {
+        std::borrow::BorrowMut::borrow_mut(&mut self.hit)
+    }
+}
+
+impl<H: std::borrow::BorrowMut<Hit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H, G> {
     fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
-        self.hit.read_reg(reg, part)
+        self.hm().read_reg(reg, part)
     }
     fn write_reg(&mut self, reg: u16, value: u64) -> Status {
-        self.hit.write_reg(reg, value)
+        self.hm().write_reg(reg, value)
     }
     fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        self.hit.read_mem(addr, buf)
+        self.hm().read_mem(addr, buf)
     }
     fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
-        self.hit.write_mem(addr, data)
+        self.hm().write_mem(addr, data)
     }
     fn check_access(&mut self, addr: u64, write: bool) -> bool {
-        self.hit.check_access(addr, write)
+        self.hm().check_access(addr, write)
     }
     fn tid(&self) -> u64 {
-        self.hit.tid()
+        self.h().tid()
     }
     fn pid(&self) -> u64 {
-        self.hit.pid()
+        self.h().pid()
     }
     fn cpu(&self) -> u64 {
-        self.hit.cpu()
+        self.h().cpu()
     }
     fn thread_pointer(&self) -> u64 {
-        self.hit.thread_pointer()
+        self.h().thread_pointer()
     }
     fn load_bias(&self) -> u64 {
-        self.hit.load_bias()
+        self.h().load_bias()
     }
     fn now_ns(&self) -> u64 {
-        self.hit.now_ns()
+        self.h().now_ns()
     }
     fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
-        self.hit.cpuid(leaf, subleaf)
+        self.hm().cpuid(leaf, subleaf)
     }
     fn gvars(&mut self) -> &mut [u64] {
-        self.gvars
+        self.gvars.as_mut()
+    }
+    fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
+        self.hm().read_str(addr, buf)
     }
 }
 
