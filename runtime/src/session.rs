@@ -87,7 +87,6 @@ enum Armed {
 pub struct Session {
     runner: Runner<RunEnv>,
     manifests: Vec<Manifest>,
-    labels: Vec<String>,
     probes: Vec<ProbeRt>,
     by_bp: HashMap<BpId, usize>,
     by_wp: HashMap<WpId, usize>,
@@ -135,7 +134,6 @@ impl Session {
         let mut runner = Runner::new(engine, env)?;
         let mut probes = Vec::new();
         let mut manifests = Vec::new();
-        let mut labels = Vec::new();
         for (pi, p) in programs.iter().enumerate() {
             runner.add(&p.module, opts.fuel)?;
             let m = &p.module.manifest;
@@ -154,7 +152,6 @@ impl Session {
                 });
             }
             manifests.push(m.clone());
-            labels.push(p.label.clone());
         }
         // Same location twice in one program: tell them apart.
         let mut seen: HashMap<String, usize> = HashMap::new();
@@ -168,7 +165,6 @@ impl Session {
         Ok(Session {
             runner,
             manifests,
-            labels,
             probes,
             by_bp: HashMap::new(),
             by_wp: HashMap::new(),
@@ -551,6 +547,5 @@ impl Session {
             let _ = self.out.write_all(line.as_bytes());
             let _ = self.out.flush();
         }
-        let _ = &self.labels;
     }
 }

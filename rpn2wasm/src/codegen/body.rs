@@ -407,6 +407,15 @@ impl BodyGen<'_> {
         }
     }
 
+    /// Raises `code` when the i32 on the operand stack is non-zero (a cold
+    /// path; the compile-time cache state of the hot path is untouched).
+    fn raise_if(&mut self, code: Exception, p1: impl FnOnce(&mut Asm), p2: impl FnOnce(&mut Asm)) {
+        let bad = self.a.if_();
+        self.publish();
+        self.raise_with(code, p1, p2);
+        self.a.end(bad);
+    }
+
     fn raise_const(&mut self, code: Exception, p1: u64, p2: u64) {
         self.publish();
         self.raise_with(
@@ -494,9 +503,7 @@ impl BodyGen<'_> {
             self.a.i().i64_const(self.ctx.vars as i64);
         }
         self.a.i().i64_ge_u();
-        let bad = self.a.if_();
-        self.publish();
-        self.raise_with(
+        self.raise_if(
             Exception::InvalidOperand,
             |a| {
                 a.i().i64_const(kind);
@@ -505,7 +512,6 @@ impl BodyGen<'_> {
                 a.i().local_get(A);
             },
         );
-        self.a.end(bad);
     }
 
     /// Loads variable (index in local A, or immediate) onto the operand stack.
@@ -763,9 +769,7 @@ impl BodyGen<'_> {
             .i64_gt_u()
             .i32_or()
             .i32_and();
-        let bad = self.a.if_();
-        self.publish();
-        self.raise_with(
+        self.raise_if(
             Exception::InvalidOperand,
             |a| {
                 a.i().i64_const(kind);
@@ -781,7 +785,6 @@ impl BodyGen<'_> {
                     .select();
             },
         );
-        self.a.end(bad);
         self.frame_store(start_f, |a| {
             a.i().local_get(A);
         });
@@ -810,9 +813,7 @@ impl BodyGen<'_> {
             .i32_const(w.bytes() as i32)
             .call(self.ctx.import(ImportId::read_mem));
         self.a.i().i32_const(w.bytes() as i32).i32_ne();
-        let bad = self.a.if_();
-        self.publish();
-        self.raise_with(
+        self.raise_if(
             Exception::InvalidAddr,
             |a| {
                 a.i().local_get(A);
@@ -821,7 +822,6 @@ impl BodyGen<'_> {
                 a.i().i64_const(0);
             },
         );
-        self.a.end(bad);
         let m = mem(l::SCRATCH, 0);
         match w {
             Width::U8 => self.a.i().i32_const(0).i64_load8_u(m),
@@ -846,9 +846,7 @@ impl BodyGen<'_> {
             .i32_const(l::SCRATCH as i32)
             .i32_const(w.bytes() as i32)
             .call(self.ctx.import(ImportId::write_mem));
-        let bad = self.a.if_();
-        self.publish();
-        self.raise_with(
+        self.raise_if(
             Exception::InvalidAddr,
             |a| {
                 a.i().local_get(A);
@@ -857,7 +855,6 @@ impl BodyGen<'_> {
                 a.i().i64_const(0);
             },
         );
-        self.a.end(bad);
     }
 
     fn insn(&mut self, insn: &Insn) {
@@ -1015,9 +1012,7 @@ impl BodyGen<'_> {
                     .i64_const(64)
                     .i64_gt_u()
                     .i32_or();
-                let bad = self.a.if_();
-                self.publish();
-                self.raise_with(
+                self.raise_if(
                     Exception::InvalidOperand,
                     |a| {
                         a.i().i64_const(3);
@@ -1026,7 +1021,6 @@ impl BodyGen<'_> {
                         a.i().local_get(B);
                     },
                 );
-                self.a.end(bad);
                 self.pop();
                 self.a.i().local_get(B);
                 let h = match p {
@@ -1304,9 +1298,7 @@ impl BodyGen<'_> {
 
     /// Status (i32) of an I/O import on the stack: raise INVALID_OPERAND(5, port in A) unless OK.
     fn io_check(&mut self) {
-        let bad = self.a.if_();
-        self.publish();
-        self.raise_with(
+        self.raise_if(
             Exception::InvalidOperand,
             |a| {
                 a.i().i64_const(5);
@@ -1315,7 +1307,6 @@ impl BodyGen<'_> {
                 a.i().local_get(A);
             },
         );
-        self.a.end(bad);
     }
 
     fn push_import(&mut self, id: ImportId) {

@@ -901,7 +901,6 @@ fn log_st(ctx: &Ctx) -> Function {
             .local_get(0)
             .i64_add()
             .local_set(0);
-        let _ = f;
     }
     a.i().local_get(1).i32_const(1).i32_sub().local_set(1);
     a.br(lp);
@@ -1414,7 +1413,7 @@ fn free(ctx: &Ctx) -> Function {
     a.end(bad);
     a.i().local_get(1);
     heap_entry(&mut a);
-    a.i().local_tee(2);
+    a.i().local_set(2);
     gg(&mut a, g::HEAP_USED);
     a.i()
         .local_get(2)
@@ -1422,7 +1421,6 @@ fn free(ctx: &Ctx) -> Function {
         .i32_sub();
     gs(&mut a, g::HEAP_USED);
     // Shift later entries down by one to keep allocation order.
-    a.i().drop();
     a.i().local_get(2).i32_const(l::HEAP_TABLE as i32).i32_add();
     a.i()
         .local_get(2)
