@@ -532,3 +532,34 @@ fn unsafe_free_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+#[test]
+fn records_go_to_the_file_given_with_o() {
+    let out = scratch().join("records.jsonl");
+    let o = wprobe()
+        .arg("run")
+        .arg(examples().join("01_log_args.rpn"))
+        .args(["--format", "json", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("\"kind\""),
+        "records must not go to stdout"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let kinds: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["log", "log", "log", "stats"]);
+}
