@@ -67,6 +67,16 @@ pub struct RunArgs {
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,
+    /// How probes fire: `ptrace` stops the thread for each hit (handlers may
+    /// write registers and memory); `perf` uses uprobes and perf breakpoint
+    /// events, the handler runs on a sample while the target keeps running.
+    #[arg(long, value_name = "TRANSPORT", default_value = "ptrace", value_parser = ["ptrace", "perf"])]
+    pub transport: String,
+    /// Bind a handler export to a location, for modules without a manifest:
+    /// `[MODULE:]SYMBOL[+N]=EXPORT`, `[MODULE:]0xOFFSET=EXPORT` (file
+    /// offset) or `@0xADDRESS=EXPORT` (virtual address); repeatable.
+    #[arg(long = "probe", value_name = "LOCATION=EXPORT")]
+    pub probes: Vec<String>,
     /// The command to launch (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

@@ -17,6 +17,7 @@ pub mod host;
 pub mod listcmd;
 pub mod load;
 pub mod procmaps;
+pub mod programs;
 pub mod provider;
 pub mod resolve;
 pub mod runcmd;

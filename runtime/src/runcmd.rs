@@ -2,70 +2,15 @@
 //! attach to the target, arm, run the session, print the summary, and exit
 //! with the traced command's status (128 + signal when it was killed).
 
-use crate::cli::{RunArgs, parse_define};
+use crate::cli::RunArgs;
 use crate::format::Format;
+use crate::programs::load_program;
 use crate::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
-use crate::session::{ProgramInput, RunOptions, Session};
+use crate::session::{RunOptions, Session};
 use std::io::{IsTerminal, Write};
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-
-/// Directory of the traced command's executable (found through `PATH` like exec does).
-fn command_dir(a: &RunArgs) -> Option<std::path::PathBuf> {
-    let cmd = Path::new(a.command.first()?);
-    let exe = if cmd.components().count() > 1 {
-        cmd.to_path_buf()
-    } else {
-        std::env::split_paths(&std::env::var_os("PATH")?)
-            .map(|d| d.join(cmd))
-            .find(|p| p.is_file())?
-    };
-    exe.parent().map(|p| {
-        if p.as_os_str().is_empty() {
-            Path::new(".").to_path_buf()
-        } else {
-            p.to_path_buf()
-        }
-    })
-}
-
-/// Loads one program file.
-pub fn load_program(
-    engine: &wasmtime::Engine,
-    path: &Path,
-    a: &RunArgs,
-) -> Result<ProgramInput, String> {
-    let label = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "program".into());
-    let bytes = if path.extension().is_some_and(|e| e == "rpn") {
-        let opts = rpn2wasm::Options {
-            defines: a.define.iter().map(|d| parse_define(d)).collect(),
-            include_dirs: a.include.clone(),
-            symbols: None,
-            // A bare `name =` is also looked for next to the traced command.
-            module_dirs: command_dir(a).into_iter().collect(),
-        };
-        match rpn2wasm::compile(path, &opts) {
-            Ok((c, _)) => c.wasm,
-            Err((d, map)) => {
-                return Err(format!(
-                    "{}could not compile `{}`",
-                    d.render(&map),
-                    path.display()
-                ));
-            }
-        }
-    } else {
-        std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?
-    };
-    let module = crate::load::load(engine, &bytes, None)
-        .map_err(|e| format!("loading {}: {e}", path.display()))?;
-    Ok(ProgramInput { label, module })
-}
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     match s {
