@@ -1,10 +1,13 @@
 //! `wprobe run`: load the programs (compiling `.rpn` on the fly), start or
 //! attach to the target, arm, run the session, print the summary, and exit
 //! with the traced command's status (128 + signal when it was killed).
+//! `--transport ptrace` (default) or `perf` chooses the provider; the
+//! session (handlers, statistics, output) is the same for both.
 
 use crate::cli::RunArgs;
 use crate::format::Format;
 use crate::programs::load_program;
+use crate::provider::perf::{PerfOptions, PerfTracer};
 use crate::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
 use crate::session::{RunOptions, Session};
 use std::io::{IsTerminal, Write};
@@ -81,6 +84,11 @@ pub fn run(a: RunArgs) -> ExitCode {
         eprintln!("error: no probe selected (check --group / --type)");
         return ExitCode::from(1);
     }
+    let perf = a.transport == "perf";
+    if let Err(e) = session.check(perf) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -92,6 +100,9 @@ pub fn run(a: RunArgs) -> ExitCode {
             eprintln!("error: installing a signal handler: {e}");
             return ExitCode::from(2);
         }
+    }
+    if perf {
+        return run_perf(&a, session, &stop);
     }
     let mut tracer = match a.pid {
         Some(pid) => {
@@ -133,6 +144,47 @@ pub fn run(a: RunArgs) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             let _ = tracer.detach_all();
+            session.summary();
+            return ExitCode::from(2);
+        }
+    };
+    session.summary();
+    exit_code(status)
+}
+
+/// `--transport perf`: open the events, let the target run, handle samples.
+fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
+    let opts = PerfOptions {
+        follow_forks: a.follow,
+    };
+    let tracer = match a.pid {
+        Some(pid) => PerfTracer::attach(pid, opts),
+        None => PerfTracer::launch(&a.command, opts),
+    };
+    let mut tracer = match tracer {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let main = tracer.main_pid();
+    let armed = session.arm_perf(&mut tracer, main, true);
+    if armed == 0 {
+        eprintln!("error: no probe could be armed in process {main}");
+        return ExitCode::from(1); // dropping the tracer kills a launched command that never ran
+    }
+    if session.pending() > 0 {
+        eprintln!(
+            "wprobe: warning: {} probe(s) not armed: their module is not mapped in process {main} \
+             at its entry point; --transport perf arms probes once, at start",
+            session.pending()
+        );
+    }
+    let status = match session.run_perf(&mut tracer, stop) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e:#}");
             session.summary();
             return ExitCode::from(2);
         }

@@ -1,13 +1,24 @@
 //! `wprobe run`: load programs, arm their probes in real processes, run
 //! the handler at every hit, print what it logged, and leave the traced
 //! program as it was. Per hit: no allocation once buffers are warm, no
-//! `/proc` reads but the lazy CPU number, no symbol lookups (addresses and
-//! biases are resolved when a process or library appears).
+//! `/proc` reads but the lazy CPU number (ptrace), no symbol lookups
+//! (addresses and biases are resolved when a process or library appears).
+//!
+//! The handler, statistics and output part is transport-agnostic: both
+//! transports swap their hit into the store's [`RunEnv`] and call the same
+//! per-hit core (`run_hit`), so ignore/maxhits/remove, group/type
+//! selection, record formatting, the summary and the JSON stats behave the
+//! same under `ptrace` and `perf`. What differs is arming and what a
+//! handler's outcome can do to the target (`exit 1`/`exit 3` need a stopped
+//! target: under perf they are counted and reported once).
 
 use crate::format::{self, Format, RecordView};
 use crate::handlers::{RunOutcome, Runner};
 use crate::load::LoadedModule;
-use crate::provider::ptrace::{Action, BpId, Event, ExitStatus, Hit, HitWithGvars, Tracer, WpId};
+use crate::procmaps::{self, Mapping};
+pub use crate::provider::RunEnv;
+use crate::provider::perf::{PerfEvent, PerfHit, PerfId, PerfProbe, PerfTracer};
+use crate::provider::ptrace::{Action, BpId, Event, ExitStatus, Hit, Tracer, WpId};
 use crate::resolve::Resolver;
 use crate::sink::RecordKind;
 use hostabi::Outcome;
@@ -16,10 +27,6 @@ use hostabi::manifest::{Manifest, ProbeKind};
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
-
-/// The environment handlers see: the current ptrace hit (swapped in from
-/// the tracer for each handler run) and the run's global variables.
-pub type RunEnv = HitWithGvars<Hit, Vec<u64>>;
 
 /// A program given on the command line, loaded.
 pub struct ProgramInput {
@@ -64,7 +71,9 @@ pub struct ProbeStats {
     pub traps: u64,
     /// Runs ended by an uncaught exception.
     pub uncaught: u64,
-    /// Records dropped (none under ptrace: the handler runs while the thread waits).
+    /// Hits whose sample the kernel dropped (perf ring buffer full;
+    /// `PERF_RECORD_LOST`). Always 0 under ptrace, where the thread waits
+    /// for the handler.
     pub dropped: u64,
 }
 
@@ -81,7 +90,11 @@ struct ProbeRt {
 enum Armed {
     Bp(BpId),
     Wp(WpId),
+    Perf(PerfId),
 }
+
+/// The x86-64 debug registers usable for watchpoints (DR0–DR3).
+pub const MAX_WATCHPOINTS: usize = 4;
 
 /// The running session.
 pub struct Session {
@@ -91,6 +104,15 @@ pub struct Session {
     by_bp: HashMap<BpId, usize>,
     by_wp: HashMap<WpId, usize>,
     bias: HashMap<(usize, i32), u64>,
+    /// First bias seen per program: used for processes the perf transport
+    /// sees only through samples (fork children share the parent's layout).
+    bias_default: HashMap<usize, u64>,
+    /// Programs importing a writing function: (label, import).
+    writers: Vec<(String, String)>,
+    /// Lost samples the kernel did not attribute to a known probe.
+    dropped_unattributed: u64,
+    /// `exit 1` / `exit 3` runs that the perf transport cannot honour.
+    unhonoured: [u64; 2],
     resolver: Resolver,
     opts: RunOptions,
     out: Box<dyn Write>,
@@ -99,6 +121,30 @@ pub struct Session {
     /// Warnings printed at arming time (also for tests).
     pub warnings: Vec<String>,
     main_status: Option<ExitStatus>,
+}
+
+fn watch_kind(k: ProbeKind) -> crate::arch::WatchKind {
+    match k {
+        ProbeKind::WatchExec => crate::arch::WatchKind::Exec,
+        ProbeKind::WatchWrite => crate::arch::WatchKind::Write,
+        _ => crate::arch::WatchKind::ReadWrite,
+    }
+}
+
+/// The x86-64 rules for a debug-register range (the same for both
+/// transports): length 1, 2, 4 or 8, start aligned to the length, `x` of
+/// length 1. The message names the address, the length and the rule.
+pub fn check_watchpoint(addr: u64, len: u8, kind: crate::arch::WatchKind) -> Result<(), String> {
+    let reason = if !matches!(len, 1 | 2 | 4 | 8) {
+        "length must be 1, 2, 4 or 8"
+    } else if !addr.is_multiple_of(u64::from(len)) {
+        "address must be a multiple of the length"
+    } else if kind == crate::arch::WatchKind::Exec && len != 1 {
+        "execute watchpoints have length 1"
+    } else {
+        return Ok(());
+    };
+    Err(crate::provider::ptrace::ArmError::BadWatchpoint { addr, len, reason }.to_string())
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -128,9 +174,21 @@ impl Session {
             .max()
             .unwrap_or(0);
         let env = RunEnv {
-            hit: Hit::default(),
+            hit: Default::default(),
             gvars: vec![0; gvars],
         };
+        let mut writers = Vec::new();
+        for p in &programs {
+            if p.module.writes {
+                for imp in p.module.module.imports() {
+                    if imp.module() == hostabi::IMPORT_MODULE
+                        && matches!(imp.name(), "write_reg" | "write_mem")
+                    {
+                        writers.push((p.label.clone(), imp.name().to_string()));
+                    }
+                }
+            }
+        }
         let mut runner = Runner::new(engine, env)?;
         let mut probes = Vec::new();
         let mut manifests = Vec::new();
@@ -169,6 +227,10 @@ impl Session {
             by_bp: HashMap::new(),
             by_wp: HashMap::new(),
             bias: HashMap::new(),
+            bias_default: HashMap::new(),
+            writers,
+            dropped_unattributed: 0,
+            unhonoured: [0; 2],
             resolver: Resolver::default(),
             opts,
             out,
@@ -184,12 +246,121 @@ impl Session {
         self.probes.len()
     }
 
+    /// Checks, before anything is launched, what no transport could arm:
+    /// more watchpoint probes than debug registers, and (under perf)
+    /// programs that write registers or memory.
+    pub fn check(&self, perf: bool) -> Result<(), String> {
+        let watch: Vec<&str> = self
+            .probes
+            .iter()
+            .filter(|p| self.manifests[p.prog].probes[p.index].kind != ProbeKind::Breakpoint)
+            .map(|p| p.label.as_str())
+            .collect();
+        if watch.len() > MAX_WATCHPOINTS {
+            return Err(format!(
+                "debug register unavailable: {} watchpoint probes selected ({}), but x86-64 has \
+                 {MAX_WATCHPOINTS} debug registers (DR0-DR3), so at most {MAX_WATCHPOINTS} \
+                 watchpoints per run; select fewer with --group/--type",
+                watch.len(),
+                watch.join(", ")
+            ));
+        }
+        if perf && let Some((label, import)) = self.writers.first() {
+            return Err(format!(
+                "program `{label}` imports `{import}`: handlers that write registers or memory \
+                 cannot run under --transport perf (the target does not stop for the handler); \
+                 use --transport ptrace"
+            ));
+        }
+        Ok(())
+    }
+
     /// Arms every enabled probe not yet armed in `pid`; returns how many are armed there.
     pub fn arm(&mut self, tracer: &mut Tracer, pid: i32, report: bool) -> usize {
+        let maps = tracer.maps(pid).to_vec();
+        let verify = self.opts.verify_opcodes;
+        self.arm_with(
+            pid,
+            &maps,
+            report,
+            &mut |_, spec, addr, _| match spec.kind {
+                ProbeKind::Breakpoint => tracer
+                    .insert_breakpoint(pid, addr, if verify { spec.opcode } else { None })
+                    .map(Armed::Bp)
+                    .map_err(|e| e.to_string()),
+                k => tracer
+                    .insert_watchpoint(pid, addr, spec.length, watch_kind(k))
+                    .map(Armed::Wp)
+                    .map_err(|e| e.to_string()),
+            },
+        )
+    }
+
+    /// Arms every enabled probe not yet armed in `pid` as perf events
+    /// (uprobes and hardware breakpoints); returns how many are armed.
+    pub fn arm_perf(&mut self, perf: &mut PerfTracer, pid: i32, report: bool) -> usize {
+        let maps = match procmaps::read(pid) {
+            Ok(m) => m,
+            Err(e) => {
+                self.warn(report, format!("process {pid}: {e}"));
+                return 0;
+            }
+        };
+        let verify = self.opts.verify_opcodes;
+        self.arm_with(pid, &maps, report, &mut |pi, spec, addr, maps| {
+            let probe = match spec.kind {
+                ProbeKind::Breakpoint => {
+                    let m = procmaps::find(maps, addr)
+                        .filter(|m| m.exec && m.is_file())
+                        .ok_or_else(|| {
+                            format!("address {addr:#x} is not in an executable file mapping of process {pid}")
+                        })?;
+                    if verify && let Some(op) = spec.opcode {
+                        let mut b = [0u8];
+                        if crate::provider::perf::read_live(pid, addr, &mut b) == 1 && b[0] != op {
+                            return Err(format!(
+                                "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
+                                b[0]
+                            ));
+                        }
+                    }
+                    PerfProbe::Uprobe {
+                        path: m.path.clone(),
+                        offset: addr - m.start + m.offset,
+                    }
+                }
+                k => {
+                    check_watchpoint(addr, spec.length, watch_kind(k))?;
+                    PerfProbe::Watch {
+                        addr,
+                        len: spec.length,
+                        kind: watch_kind(k),
+                    }
+                }
+            };
+            perf.insert(&probe, pi)
+                .map(Armed::Perf)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    /// Resolution and bookkeeping shared by both transports; `insert` arms
+    /// one probe `(index, spec, address, maps)`.
+    fn arm_with(
+        &mut self,
+        pid: i32,
+        maps: &[Mapping],
+        report: bool,
+        insert: &mut dyn FnMut(
+            usize,
+            &hostabi::manifest::ProbeSpec,
+            u64,
+            &[Mapping],
+        ) -> Result<Armed, String>,
+    ) -> usize {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .ok()
             .map(|p| p.to_string_lossy().into_owned());
-        let maps = tracer.maps(pid).to_vec();
         let mut armed = 0;
         for pi in 0..self.probes.len() {
             if !self.probes[pi].enabled {
@@ -202,7 +373,7 @@ impl Session {
             let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
             let m = &self.manifests[prog];
             let spec = &m.probes[index];
-            let loc = match self.resolver.locate(&maps, &m.module, exe.as_deref()) {
+            let loc = match self.resolver.locate(maps, &m.module, exe.as_deref()) {
                 Ok(l) => l,
                 Err(crate::resolve::ResolveError::NotMapped(_)) => {
                     if std::env::var_os("WPROBE_DEBUG").is_some() {
@@ -215,72 +386,40 @@ impl Session {
                     continue; // maybe later (dlopen)
                 }
                 Err(e) => {
-                    self.warn(
-                        report,
-                        format!(
-                            "probe {} not applied in pid {pid}: {e}",
-                            self.probes[pi].label
-                        ),
+                    let msg = format!(
+                        "probe {} not applied in pid {pid}: {e}",
+                        self.probes[pi].label
                     );
+                    self.warn(report, msg);
                     self.probes[pi].enabled = false;
                     continue;
                 }
             };
             self.bias.insert((prog, pid), loc.bias);
-            let addr = match crate::resolve::probe_address(spec, &loc, &maps, &m.module) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.warn(
-                        report,
-                        format!(
-                            "probe {} not applied in pid {pid}: {e}",
-                            self.probes[pi].label
-                        ),
-                    );
-                    self.probes[pi].enabled = false;
-                    continue;
-                }
-            };
-            let res = match spec.kind {
-                ProbeKind::Breakpoint => tracer
-                    .insert_breakpoint(
-                        pid,
-                        addr,
-                        if self.opts.verify_opcodes {
-                            spec.opcode
-                        } else {
-                            None
-                        },
-                    )
-                    .map(Armed::Bp),
-                k => {
-                    let kind = match k {
-                        ProbeKind::WatchExec => crate::arch::WatchKind::Exec,
-                        ProbeKind::WatchWrite => crate::arch::WatchKind::Write,
-                        _ => crate::arch::WatchKind::ReadWrite,
-                    };
-                    tracer
-                        .insert_watchpoint(pid, addr, spec.length, kind)
-                        .map(Armed::Wp)
-                }
-            };
+            self.bias_default.entry(prog).or_insert(loc.bias);
+            let res = crate::resolve::probe_address(spec, &loc, maps, &m.module)
+                .map_err(|e| e.to_string())
+                .and_then(|addr| insert(pi, spec, addr, maps));
             match res {
                 Ok(a) => {
                     match a {
-                        Armed::Bp(id) => self.by_bp.insert(id, pi),
-                        Armed::Wp(id) => self.by_wp.insert(id, pi),
-                    };
+                        Armed::Bp(id) => {
+                            self.by_bp.insert(id, pi);
+                        }
+                        Armed::Wp(id) => {
+                            self.by_wp.insert(id, pi);
+                        }
+                        Armed::Perf(_) => {}
+                    }
                     self.probes[pi].armed.push((pid, a));
                     armed += 1;
                 }
                 Err(e) => {
-                    self.warn(
-                        report,
-                        format!(
-                            "probe {} not applied in pid {pid}: {e}",
-                            self.probes[pi].label
-                        ),
+                    let msg = format!(
+                        "probe {} not applied in pid {pid}: {e}",
+                        self.probes[pi].label
                     );
+                    self.warn(report, msg);
                     self.probes[pi].enabled = false;
                 }
             }
@@ -303,42 +442,57 @@ impl Session {
             .count()
     }
 
-    fn disable(&mut self, tracer: &mut Tracer, pi: usize) {
+    /// Disables probe `pi` and removes it from the ptrace tracer or perf transport.
+    fn disable(
+        &mut self,
+        mut tracer: Option<&mut Tracer>,
+        mut perf: Option<&mut PerfTracer>,
+        pi: usize,
+    ) {
         self.probes[pi].enabled = false;
         for (_, a) in std::mem::take(&mut self.probes[pi].armed) {
             match a {
                 Armed::Bp(id) => {
-                    let _ = tracer.remove_breakpoint(id);
+                    if let Some(t) = tracer.as_deref_mut() {
+                        let _ = t.remove_breakpoint(id);
+                    }
                     self.by_bp.remove(&id);
                 }
                 Armed::Wp(id) => {
-                    let _ = tracer.remove_watchpoint(id);
+                    if let Some(t) = tracer.as_deref_mut() {
+                        let _ = t.remove_watchpoint(id);
+                    }
                     self.by_wp.remove(&id);
+                }
+                Armed::Perf(id) => {
+                    if let Some(p) = perf.as_deref_mut() {
+                        p.remove(id);
+                    }
                 }
             }
         }
     }
 
-    /// Handles one hit of probe `pi`; returns what the tracer should do with the thread.
-    fn hit(&mut self, tracer: &mut Tracer, pi: usize, hit: &mut Hit) -> Action {
+    /// The transport-agnostic part of a hit, with the hit already in the
+    /// store: counts it, applies `ignore`, runs the handler, writes its
+    /// records. `None` when the hit was ignored.
+    fn run_hit(&mut self, pi: usize) -> Option<RunOutcome> {
         let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
         let spec_ignore = self.manifests[prog].probes[index].ignore as u64;
-        let maxhits = self.manifests[prog].probes[index].maxhits as u64;
         let st = &mut self.probes[pi].stats;
         st.hits += 1;
         if st.ignored < spec_ignore {
             st.ignored += 1;
-            return Action::Continue;
+            return None;
         }
-        let bias = self
-            .bias
-            .get(&(prog, hit.pid() as i32))
-            .copied()
-            .unwrap_or(0);
-        hit.set_module_bias(bias);
-        std::mem::swap(&mut self.runner.store.data_mut().env.hit, hit);
+        let env = &mut self.runner.store.data_mut().env;
+        let pid = env.pid() as i32;
+        let bias = match self.bias.get(&(prog, pid)) {
+            Some(&b) => b,
+            None => self.bias_default.get(&prog).copied().unwrap_or(0),
+        };
+        env.hit.set_module_bias(bias);
         let out = self.runner.run(prog, index);
-        std::mem::swap(&mut self.runner.store.data_mut().env.hit, hit);
         let st = &mut self.probes[pi].stats;
         st.runs += 1;
         match &out {
@@ -355,10 +509,28 @@ impl Session {
             RunOutcome::Returned(Outcome::Uncaught) => st.uncaught += 1,
             RunOutcome::Returned(_) => {}
         }
-        self.write_records(pi, hit);
+        self.write_records(pi);
+        Some(out)
+    }
+
+    /// Whether probe `pi` has used up its `maxhits`.
+    fn exhausted(&self, pi: usize) -> bool {
+        let p = &self.probes[pi];
+        let maxhits = self.manifests[p.prog].probes[p.index].maxhits as u64;
+        p.enabled && p.stats.runs >= maxhits
+    }
+
+    /// Handles one ptrace hit of probe `pi`; returns what the tracer should do with the thread.
+    fn hit(&mut self, tracer: &mut Tracer, pi: usize, hit: &mut Hit) -> Action {
+        std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
+        let out = self.run_hit(pi);
+        std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
+        let Some(out) = out else {
+            return Action::Continue;
+        };
         let mut action = Action::Continue;
         match out {
-            RunOutcome::Returned(Outcome::Remove) => self.disable(tracer, pi),
+            RunOutcome::Returned(Outcome::Remove) => self.disable(Some(tracer), None, pi),
             RunOutcome::Returned(Outcome::DebuggerHandoff) => {
                 let pid = hit.pid();
                 eprintln!(
@@ -367,12 +539,7 @@ impl Session {
                 );
                 action = Action::HandoffToDebugger;
             }
-            RunOutcome::Returned(Outcome::CrashDump) => {
-                eprintln!(
-                    "wprobe: probe {}: exit 2 (system crash dump) is unavailable in user space",
-                    self.probes[pi].label
-                );
-            }
+            RunOutcome::Returned(Outcome::CrashDump) => self.crash_dump_unavailable(pi),
             RunOutcome::Returned(Outcome::CoreDump) => {
                 let pid = hit.pid() as i32;
                 match crate::coredump::write_core(pid, hit) {
@@ -385,17 +552,62 @@ impl Session {
             }
             _ => {}
         }
-        if self.probes[pi].enabled && self.probes[pi].stats.runs >= maxhits {
-            self.disable(tracer, pi);
+        if self.exhausted(pi) {
+            self.disable(Some(tracer), None, pi);
         }
         action
     }
 
-    fn write_records(&mut self, pi: usize, hit: &Hit) {
+    fn crash_dump_unavailable(&self, pi: usize) {
+        eprintln!(
+            "wprobe: probe {}: exit 2 (system crash dump) is unavailable in user space",
+            self.probes[pi].label
+        );
+    }
+
+    /// Handles one perf sample of probe `pi`. Samples that arrive after the
+    /// probe was disabled (maxhits, remove: the kernel wrote them before the
+    /// event was switched off) are not hits of an enabled probe: ignored, as
+    /// ptrace would never have seen them.
+    fn perf_hit(&mut self, perf: &mut PerfTracer, pi: usize, hit: &mut PerfHit) {
+        if !self.probes[pi].enabled {
+            return;
+        }
+        std::mem::swap(self.runner.store.data_mut().env.hit.perf_slot(), hit);
+        let out = self.run_hit(pi);
+        std::mem::swap(self.runner.store.data_mut().env.hit.perf_slot(), hit);
+        match out {
+            Some(RunOutcome::Returned(Outcome::Remove)) => self.disable(None, Some(perf), pi),
+            Some(RunOutcome::Returned(o @ (Outcome::DebuggerHandoff | Outcome::CoreDump))) => {
+                let (k, what) = if o == Outcome::DebuggerHandoff {
+                    (0, "exit 1 (debugger hand-off)")
+                } else {
+                    (1, "exit 3 (core dump)")
+                };
+                self.unhonoured[k] += 1;
+                if self.unhonoured[k] == 1 {
+                    eprintln!(
+                        "wprobe: warning: probe {}: {what} needs a stopped target and cannot be \
+                         honoured under --transport perf; counted, the process runs on (use \
+                         --transport ptrace)",
+                        self.probes[pi].label
+                    );
+                }
+            }
+            Some(RunOutcome::Returned(Outcome::CrashDump)) => self.crash_dump_unavailable(pi),
+            _ => {}
+        }
+        if self.exhausted(pi) {
+            self.disable(None, Some(perf), pi);
+        }
+    }
+
+    fn write_records(&mut self, pi: usize) {
         let data = self.runner.store.data();
         if data.sink.records.is_empty() {
             return;
         }
+        let hit = &data.env;
         let cpu = hit.cpu() as u32;
         self.line.clear();
         for r in &data.sink.records {
@@ -419,6 +631,26 @@ impl Session {
         }
         let _ = self.out.write_all(self.line.as_bytes());
         self.runner.store.data_mut().sink.clear();
+    }
+
+    /// Runs the perf transport's event loop until the main process exits or
+    /// `stop` is set; returns the command's exit status when it was launched.
+    pub fn run_perf(
+        &mut self,
+        perf: &mut PerfTracer,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<Option<ExitStatus>> {
+        let single = (self.probes.len() == 1).then_some(0);
+        let mut on_event = |p: &mut PerfTracer, ev: PerfEvent<'_>| match ev {
+            PerfEvent::Sample { tag, hit } => self.perf_hit(p, tag, hit),
+            PerfEvent::Lost { tag, count } => match tag.or(single) {
+                Some(pi) if pi < self.probes.len() => self.probes[pi].stats.dropped += count,
+                _ => self.dropped_unattributed += count,
+            },
+        };
+        let status = perf.run(stop, &mut on_event)?;
+        let _ = self.out.flush();
+        Ok(status)
     }
 
     /// Runs the event loop until the traced processes exit or `stop` is set.
@@ -477,6 +709,11 @@ impl Session {
         Ok(self.main_status)
     }
 
+    /// Lost perf samples not attributed to one probe.
+    pub fn dropped_unattributed(&self) -> u64 {
+        self.dropped_unattributed
+    }
+
     /// Per-probe statistics.
     pub fn stats(&self) -> Vec<(String, ProbeStats)> {
         self.probes
@@ -522,9 +759,26 @@ impl Session {
             total.runs += s.runs;
             total.records += s.records;
             total.bytes += s.bytes;
+            total.dropped += s.dropped;
             total.fuel_exhausted += s.fuel_exhausted;
             total.traps += s.traps;
             total.uncaught += s.uncaught;
+        }
+        total.dropped += self.dropped_unattributed;
+        if self.dropped_unattributed > 0 {
+            eprintln!(
+                "  {} samples lost by the kernel (ring buffer full) could not be attributed to a probe",
+                self.dropped_unattributed
+            );
+        }
+        for (n, what) in self
+            .unhonoured
+            .iter()
+            .zip(["exit 1 (debugger hand-off)", "exit 3 (core dump)"])
+        {
+            if *n > 0 {
+                eprintln!("  {what} not honoured under --transport perf: {n} run(s)");
+            }
         }
         if self.opts.format == Format::Json {
             let mut line = String::from("{\"kind\":\"stats\",\"probes\":[");
@@ -541,8 +795,8 @@ impl Session {
                 ));
             }
             line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":0,\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
-                total.hits, total.runs, total.records, total.bytes, total.fuel_exhausted, total.traps, total.uncaught
+                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
+                total.hits, total.runs, total.records, total.bytes, total.dropped, total.fuel_exhausted, total.traps, total.uncaught
             ));
             let _ = self.out.write_all(line.as_bytes());
             let _ = self.out.flush();

@@ -1,0 +1,652 @@
+//! The perf transport: breakpoint probes are uprobes opened with
+//! `perf_event_open` on the uprobe PMU (file + file offset, so the kernel
+//! owns the breakpoint and removes it when the last descriptor closes, even
+//! if wprobe is killed), watchpoints are `PERF_TYPE_BREAKPOINT` events. Every
+//! event samples registers, a user stack snapshot, pid/tid, time and CPU
+//! into one ring buffer per CPU (`inherit`, so threads created later — and
+//! with `-f`, forked children — are covered); the event loop polls the
+//! rings, merges them by time and hands each sample to the caller as a
+//! [`PerfHit`]. The target never stops for a hit; lost samples are counted
+//! (`PERF_RECORD_LOST`), never silent.
+//!
+//! Never writes the target's memory or registers (the launch helper's one
+//! temporary `int3` at the entry point aside, removed before the command
+//! runs any of its own code).
+
+mod hit;
+mod launch;
+mod sample;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use perf_event::events::{Breakpoint, Software};
+use perf_event::{Builder, Counter, Sampler};
+
+pub use self::hit::PerfHit;
+pub use crate::arch::WatchKind;
+use crate::provider::ptrace::ExitStatus;
+
+/// Ring buffer per CPU, in pages (a power of two): 16 MiB holds about 2,000
+/// samples with their 8 KiB stack snapshots before the kernel must drop.
+const RING_PAGES: usize = 4096;
+
+/// How long the event loop sleeps in `poll` when nothing arrives (it also
+/// bounds the delay before a record is printed).
+const POLL_MS: i32 = 20;
+
+/// `PERF_EVENT_IOC_SET_OUTPUT` (`_IO('$', 5)`).
+const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+
+/// A failure of the perf transport.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    /// perf_event_open refused for lack of privileges.
+    #[error("perf_event_open not permitted ({what}): {hint}")]
+    PermissionDenied {
+        /// What was being opened.
+        what: String,
+        /// What to change.
+        hint: String,
+    },
+    /// No uprobe PMU in this kernel.
+    #[error(
+        "the kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type is missing: {reason}); \
+         --transport perf needs CONFIG_UPROBE_EVENTS (use --transport ptrace)"
+    )]
+    NoUprobePmu {
+        /// Why the file could not be read.
+        reason: String,
+    },
+    /// A perf event could not be opened for another reason.
+    #[error("perf_event_open ({what}) failed: {source}")]
+    Open {
+        /// What was being opened.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The hardware has no free debug register for another watchpoint.
+    #[error("debug register unavailable (at most 4 watchpoints per process; the kernel said: {0})")]
+    NoDebugRegister(std::io::Error),
+    /// The process ended (or never started).
+    #[error("process {pid} died")]
+    TraceeDied {
+        /// The pid.
+        pid: i32,
+    },
+    /// No such process (`-p`).
+    #[error("no such process: {pid}")]
+    NoSuchProcess {
+        /// The pid.
+        pid: i32,
+    },
+    /// The command to launch was not found.
+    #[error("{cmd}: command not found")]
+    CommandNotFound {
+        /// The command.
+        cmd: String,
+    },
+    /// exec of the command failed.
+    #[error("cannot execute {cmd}: {}", std::io::Error::from_raw_os_error(*errno))]
+    Exec {
+        /// The command.
+        cmd: String,
+        /// errno of execvp.
+        errno: i32,
+    },
+    /// A system call failed.
+    #[error("{op} failed: {}", std::io::Error::from_raw_os_error(*errno))]
+    Sys {
+        /// The call.
+        op: &'static str,
+        /// errno.
+        errno: i32,
+    },
+}
+
+/// The hint for a refused `perf_event_open`: the sysctl value and the capabilities.
+pub fn permission_hint(paranoid: Option<&str>) -> String {
+    let v = paranoid.map_or("unreadable".to_string(), |s| s.trim().to_string());
+    format!(
+        "kernel.perf_event_paranoid = {v}; uprobes and breakpoints on another process need \
+         CAP_PERFMON (or CAP_SYS_ADMIN), or `sysctl kernel.perf_event_paranoid=1` (or lower) \
+         for processes of your own user"
+    )
+}
+
+fn open_error(what: String, e: std::io::Error) -> PerfError {
+    match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => PerfError::PermissionDenied {
+            what,
+            hint: permission_hint(
+                std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                    .ok()
+                    .as_deref(),
+            ),
+        },
+        Some(libc::ENOSPC) => PerfError::NoDebugRegister(e),
+        Some(libc::ESRCH) => PerfError::NoSuchProcess { pid: 0 },
+        _ => PerfError::Open { what, source: e },
+    }
+}
+
+/// Reads live memory of `pid` (`process_vm_readv`); returns the bytes read.
+pub fn read_live(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
+    hit::live_read(pid as u32, addr, buf)
+}
+
+/// Checks that the uprobe PMU exists (its type number is readable).
+pub fn uprobe_pmu_type() -> Result<u32, PerfError> {
+    let path = "/sys/bus/event_source/devices/uprobe/type";
+    let s = std::fs::read_to_string(path).map_err(|e| PerfError::NoUprobePmu {
+        reason: e.to_string(),
+    })?;
+    s.trim().parse().map_err(|_| PerfError::NoUprobePmu {
+        reason: format!("unexpected content {s:?}"),
+    })
+}
+
+/// A probe of the perf transport (one per `insert_*` call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PerfId(pub u32);
+
+/// What to probe.
+#[derive(Clone, Debug)]
+pub enum PerfProbe {
+    /// A uprobe at `offset` in file `path`.
+    Uprobe {
+        /// The ELF file.
+        path: String,
+        /// File offset of the instruction.
+        offset: u64,
+    },
+    /// A hardware watchpoint.
+    Watch {
+        /// Run-time address.
+        addr: u64,
+        /// 1, 2, 4 or 8.
+        len: u8,
+        /// Access kind.
+        kind: WatchKind,
+    },
+}
+
+struct ProbeEvents {
+    tag: usize,
+    counters: Vec<Counter>,
+}
+
+struct Ring {
+    sampler: Sampler,
+    pending: Vec<u8>,
+    ty: u32,
+    has: bool,
+    time: u64,
+}
+
+impl Ring {
+    /// Copies the next record (if any) into `pending`.
+    fn fill(&mut self) {
+        if self.has {
+            return;
+        }
+        let Some(rec) = self.sampler.next_record() else {
+            return;
+        };
+        self.pending.clear();
+        for part in rec.data() {
+            self.pending.extend_from_slice(part);
+        }
+        self.ty = rec.ty();
+        drop(rec);
+        self.has = true;
+        self.time = if self.ty == sample::RECORD_SAMPLE {
+            sample::id_and_time(&self.pending).map_or(0, |(_, t)| t)
+        } else {
+            0 // bookkeeping records first
+        };
+    }
+}
+
+/// What the event loop reports.
+#[derive(Debug)]
+pub enum PerfEvent<'a> {
+    /// A probe fired; `tag` is the caller's tag given at insertion.
+    Sample {
+        /// The caller's tag.
+        tag: usize,
+        /// The sample.
+        hit: &'a mut PerfHit,
+    },
+    /// The kernel dropped `count` samples (ring buffer full).
+    Lost {
+        /// The probe's tag, when the record names a known event.
+        tag: Option<usize>,
+        /// How many.
+        count: u64,
+    },
+}
+
+/// Options of the perf transport.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerfOptions {
+    /// `-f`: forked children inherit the probes (otherwise only threads do).
+    pub follow_forks: bool,
+}
+
+/// The perf transport: the target's events and their rings.
+pub struct PerfTracer {
+    opts: PerfOptions,
+    main_pid: i32,
+    launched: bool,
+    held: bool,
+    pidfd: Option<OwnedFd>,
+    tids: Vec<i32>,
+    rings: Vec<Ring>,
+    /// Per CPU: the ring's descriptor (every event of that CPU writes there).
+    ring_fds: Vec<RawFd>,
+    cpus: Vec<usize>,
+    probes: HashMap<PerfId, ProbeEvents>,
+    by_kernel_id: HashMap<u64, usize>,
+    next_id: u32,
+    hit: PerfHit,
+    time_offset: u64,
+    exited: Option<ExitStatus>,
+}
+
+impl std::fmt::Debug for PerfTracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerfTracer")
+            .field("main_pid", &self.main_pid)
+            .field("tids", &self.tids)
+            .finish()
+    }
+}
+
+fn online_cpus() -> Vec<usize> {
+    let parse = |s: &str| -> Option<Vec<usize>> {
+        let mut v = Vec::new();
+        for part in s.trim().split(',') {
+            match part.split_once('-') {
+                Some((a, b)) => v.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
+                None => v.push(part.parse().ok()?),
+            }
+        }
+        Some(v)
+    };
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| parse(&s))
+        .unwrap_or_else(|| {
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+        })
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into a live timespec.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn list_tasks(pid: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<i32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+impl PerfTracer {
+    fn empty(opts: PerfOptions, pid: i32) -> PerfTracer {
+        let mut hit = PerfHit::default();
+        hit.rec.reserve(1 << 16);
+        PerfTracer {
+            opts,
+            main_pid: pid,
+            launched: false,
+            held: false,
+            pidfd: None,
+            tids: Vec::new(),
+            rings: Vec::new(),
+            ring_fds: Vec::new(),
+            cpus: online_cpus(),
+            probes: HashMap::new(),
+            by_kernel_id: HashMap::new(),
+            next_id: 1,
+            hit,
+            // The perf clock is CLOCK_MONOTONIC; records carry wall-clock time.
+            time_offset: clock_ns(libc::CLOCK_REALTIME)
+                .wrapping_sub(clock_ns(libc::CLOCK_MONOTONIC)),
+            exited: None,
+        }
+    }
+
+    /// Launches `argv`, stopped at its entry point until [`PerfTracer::start`].
+    pub fn launch(argv: &[OsString], opts: PerfOptions) -> Result<PerfTracer, PerfError> {
+        uprobe_pmu_type()?;
+        let pid = launch::launch(argv)?;
+        let mut t = PerfTracer::empty(opts, pid);
+        t.launched = true;
+        t.held = true;
+        t.tids = vec![pid];
+        t.pidfd = pidfd_open(pid);
+        if let Err(e) = t.open_rings() {
+            t.kill_launched();
+            return Err(e);
+        }
+        Ok(t)
+    }
+
+    /// Observes a running process (all its threads); it never stops.
+    pub fn attach(pid: i32, opts: PerfOptions) -> Result<PerfTracer, PerfError> {
+        uprobe_pmu_type()?;
+        if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(PerfError::NoSuchProcess { pid });
+        }
+        let mut t = PerfTracer::empty(opts, pid);
+        t.tids = list_tasks(pid);
+        if t.tids.is_empty() {
+            return Err(PerfError::NoSuchProcess { pid });
+        }
+        t.pidfd = pidfd_open(pid);
+        t.open_rings()?;
+        Ok(t)
+    }
+
+    fn kill_launched(&mut self) {
+        if self.launched {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(self.main_pid, libc::SIGKILL);
+                libc::waitpid(self.main_pid, std::ptr::null_mut(), 0);
+            }
+            self.held = false;
+        }
+    }
+
+    /// One dummy event per CPU on the main process owns that CPU's ring.
+    fn open_rings(&mut self) -> Result<(), PerfError> {
+        for &cpu in &self.cpus.clone() {
+            let mut b = Builder::new(Software::DUMMY);
+            b.observe_pid(self.main_pid)
+                .one_cpu(cpu)
+                .inherit(true)
+                .enabled(true)
+                .wakeup_watermark(RING_PAGES * 4096 / 4);
+            if !self.opts.follow_forks {
+                b.inherit_thread(true);
+            }
+            let c = b
+                .build()
+                .map_err(|e| open_error(format!("ring buffer of CPU {cpu}"), e))?;
+            let s = c.sampled(RING_PAGES * 4096).map_err(|e| PerfError::Sys {
+                op: "mmap of a perf ring buffer",
+                errno: e.raw_os_error().unwrap_or(0),
+            })?;
+            self.ring_fds.push(s.as_counter().as_raw_fd());
+            let mut pending = Vec::new();
+            pending.reserve(1 << 16);
+            self.rings.push(Ring {
+                sampler: s,
+                pending,
+                ty: 0,
+                has: false,
+                time: 0,
+            });
+        }
+        Ok(())
+    }
+
+    /// The launched or observed process.
+    pub fn main_pid(&self) -> i32 {
+        self.main_pid
+    }
+
+    /// Lets a launched command run (detaches the launch-time ptrace).
+    pub fn start(&mut self) -> Result<(), PerfError> {
+        if self.held {
+            self.held = false;
+            launch::detach(self.main_pid)?;
+        }
+        Ok(())
+    }
+
+    /// Opens the events of one probe on every task and CPU; `tag` comes back with each sample.
+    pub fn insert(&mut self, probe: &PerfProbe, tag: usize) -> Result<PerfId, PerfError> {
+        let mut counters = Vec::with_capacity(self.tids.len() * self.cpus.len());
+        let what = match probe {
+            PerfProbe::Uprobe { path, offset } => format!("uprobe {path}:{offset:#x}"),
+            PerfProbe::Watch { addr, len, kind } => {
+                format!("{kind:?} watchpoint at {addr:#x} length {len}")
+            }
+        };
+        let (pmu, cpath) = match probe {
+            PerfProbe::Uprobe { path, .. } => (
+                uprobe_pmu_type()?,
+                std::ffi::CString::new(path.as_bytes()).map_err(|_| PerfError::Open {
+                    what: what.clone(),
+                    source: std::io::ErrorKind::InvalidInput.into(),
+                })?,
+            ),
+            PerfProbe::Watch { .. } => (0, std::ffi::CString::default()),
+        };
+        for &tid in &self.tids {
+            for (ci, &cpu) in self.cpus.iter().enumerate() {
+                let mut b = match probe {
+                    PerfProbe::Uprobe { offset, .. } => {
+                        // The uprobe PMU: config1 = path pointer, config2 = file
+                        // offset (`cpath` outlives `build` below).
+                        let mut b = Builder::new(Software::DUMMY);
+                        let a = b.attrs_mut();
+                        a.type_ = pmu;
+                        a.config = 0;
+                        a.config1 = cpath.as_ptr() as u64;
+                        a.config2 = *offset;
+                        b
+                    }
+                    PerfProbe::Watch { addr, len, kind } => Builder::new(match kind {
+                        WatchKind::Exec => Breakpoint::execute(*addr),
+                        WatchKind::Write => Breakpoint::write(*addr, u64::from(*len)),
+                        WatchKind::ReadWrite => Breakpoint::read_write(*addr, u64::from(*len)),
+                    }),
+                };
+                b.observe_pid(tid)
+                    .one_cpu(cpu)
+                    .inherit(true)
+                    .sample_period(1)
+                    .sample(sample::sample_flags())
+                    .sample_regs_user(sample::REGS_MASK)
+                    .sample_stack_user(sample::STACK_SNAPSHOT_BYTES)
+                    .enabled(false);
+                if !self.opts.follow_forks {
+                    b.inherit_thread(true);
+                }
+                if matches!(probe, PerfProbe::Watch { .. }) {
+                    // An address means nothing in another image.
+                    b.remove_on_exec(true);
+                }
+                let c = b.build().map_err(|e| match open_error(what.clone(), e) {
+                    PerfError::NoSuchProcess { .. } => PerfError::TraceeDied { pid: tid },
+                    other => other,
+                })?;
+                // SAFETY: both descriptors are live perf events on the same CPU.
+                let r = unsafe { libc::ioctl(c.as_raw_fd(), IOC_SET_OUTPUT, self.ring_fds[ci]) };
+                if r != 0 {
+                    return Err(PerfError::Sys {
+                        op: "PERF_EVENT_IOC_SET_OUTPUT",
+                        errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+                    });
+                }
+                self.by_kernel_id.insert(c.id(), tag);
+                counters.push(c);
+            }
+        }
+        for c in &mut counters {
+            c.enable().map_err(|e| PerfError::Open {
+                what: what.clone(),
+                source: e,
+            })?;
+        }
+        let id = PerfId(self.next_id);
+        self.next_id += 1;
+        self.probes.insert(id, ProbeEvents { tag, counters });
+        Ok(id)
+    }
+
+    /// Disables and closes the events of a probe (samples already in the
+    /// rings still arrive; the caller ignores them).
+    pub fn remove(&mut self, id: PerfId) {
+        if let Some(mut p) = self.probes.remove(&id) {
+            for c in &mut p.counters {
+                let _ = c.disable();
+                self.by_kernel_id.remove(&c.id());
+            }
+            let _ = p.tag;
+        }
+    }
+
+    /// The status of the main process once it has exited (launched commands only).
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        self.exited
+    }
+
+    fn main_exited(&mut self) -> bool {
+        let Some(fd) = &self.pidfd else {
+            return !std::path::Path::new(&format!("/proc/{}", self.main_pid)).exists();
+        };
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polls one live descriptor without blocking.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r <= 0 || p.revents == 0 {
+            return false;
+        }
+        if self.launched {
+            let mut st = 0;
+            // SAFETY: reaps our own child (it is a zombie: the pidfd is readable).
+            let r = unsafe { libc::waitpid(self.main_pid, &mut st, libc::WNOHANG) };
+            if r == self.main_pid {
+                self.exited = Some(if libc::WIFSIGNALED(st) {
+                    ExitStatus::Signal(libc::WTERMSIG(st))
+                } else {
+                    ExitStatus::Code(libc::WEXITSTATUS(st))
+                });
+            }
+        }
+        true
+    }
+
+    /// Delivers every record available now, in time order across CPUs.
+    fn drain(&mut self, on_event: &mut dyn FnMut(&mut PerfTracer, PerfEvent<'_>)) {
+        loop {
+            let mut best: Option<usize> = None;
+            for i in 0..self.rings.len() {
+                self.rings[i].fill();
+                if self.rings[i].has && best.is_none_or(|b| self.rings[i].time < self.rings[b].time)
+                {
+                    best = Some(i);
+                }
+            }
+            let Some(i) = best else { return };
+            self.rings[i].has = false;
+            match self.rings[i].ty {
+                sample::RECORD_SAMPLE => {
+                    let mut hit = std::mem::take(&mut self.hit);
+                    std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
+                    if let Some(kid) = sample::decode(&mut hit, self.time_offset)
+                        && let Some(&tag) = self.by_kernel_id.get(&kid)
+                    {
+                        on_event(self, PerfEvent::Sample { tag, hit: &mut hit });
+                    }
+                    std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
+                    self.hit = hit;
+                }
+                sample::RECORD_LOST => {
+                    if let Some((kid, count)) = sample::lost(&self.rings[i].pending) {
+                        let tag = self.by_kernel_id.get(&kid).copied();
+                        on_event(self, PerfEvent::Lost { tag, count });
+                    }
+                }
+                sample::RECORD_LOST_SAMPLES => {
+                    if let Some((count, _)) = sample::lost(&self.rings[i].pending) {
+                        on_event(self, PerfEvent::Lost { tag: None, count });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs until the main process exits or `stop` is set; returns its exit
+    /// status when it was launched by us.
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        on_event: &mut dyn FnMut(&mut PerfTracer, PerfEvent<'_>),
+    ) -> Result<Option<ExitStatus>, PerfError> {
+        self.start()?;
+        let mut fds: Vec<libc::pollfd> = self
+            .ring_fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        if let Some(p) = &self.pidfd {
+            fds.push(libc::pollfd {
+                fd: p.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        loop {
+            self.drain(on_event);
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if self.main_exited() {
+                self.drain(on_event);
+                break;
+            }
+            // SAFETY: polls live descriptors described by a live array.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+        }
+        Ok(self.exited)
+    }
+}
+
+impl Drop for PerfTracer {
+    fn drop(&mut self) {
+        if self.held {
+            // Never ran: the launch was abandoned before `start`.
+            self.kill_launched();
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The context of one perf sample, as a handler sees it: the registers the
+//! kernel sampled at the hit, a snapshot of the user stack taken at the same
+//! moment, and live memory of the process for everything outside that
+//! snapshot. The target did not stop: live reads may observe memory that is
+//! newer than the hit (documented; RELIABILITY H12). Handlers are
+//! observe-only here: every write is refused with `Status::ReadOnly` (and
+//! writing programs are refused at load time anyway). Never panics on any
+//! argument value; nothing here allocates per hit.
+
+use hostabi::Status;
+use hostabi::env::HitEnv;
+
+use crate::arch::{self, Regs};
+
+/// Register ids of the host ABI that a perf sample does not carry
+/// (`ds`, `es`, `fs`, `gs`, `orig_rax`, `fs_base`, `gs_base`).
+fn unsampled(reg: u16) -> bool {
+    matches!(reg, 0x01..=0x04 | 0x18..=0x1A)
+}
+
+/// One sample of a perf event: registers, stack snapshot, identity.
+pub struct PerfHit {
+    /// The raw sample body (reused across samples; swapped with the ring's buffer).
+    pub(super) rec: Vec<u8>,
+    /// Where the stack snapshot starts in `rec`.
+    pub(super) stack_off: usize,
+    /// How many snapshot bytes are valid (`dyn_size`).
+    pub(super) stack_len: usize,
+    pub(super) regs: Regs,
+    pub(super) pid: u32,
+    pub(super) tid: u32,
+    pub(super) cpu: u32,
+    pub(super) time_ns: u64,
+    /// Sample IP (the probe address for uprobes, the instruction after the
+    /// access for data watchpoints).
+    pub(super) ip: u64,
+    /// Load bias of the handler's module (set by the session before the run).
+    pub(super) module_bias: u64,
+    /// Whether the sample carried user registers.
+    pub(super) has_regs: bool,
+}
+
+impl Default for PerfHit {
+    fn default() -> PerfHit {
+        PerfHit {
+            rec: Vec::new(),
+            stack_off: 0,
+            stack_len: 0,
+            // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
+            regs: unsafe { std::mem::zeroed() },
+            pid: 0,
+            tid: 0,
+            cpu: 0,
+            time_ns: 0,
+            ip: 0,
+            module_bias: 0,
+            has_regs: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for PerfHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerfHit")
+            .field("pid", &self.pid)
+            .field("tid", &self.tid)
+            .field("ip", &self.ip)
+            .finish()
+    }
+}
+
+impl PerfHit {
+    /// The sampled instruction pointer.
+    pub fn ip(&self) -> u64 {
+        self.ip
+    }
+
+    /// The sampled registers.
+    pub fn regs(&self) -> &Regs {
+        &self.regs
+    }
+
+    /// Sets the load bias returned by [`HitEnv::load_bias`].
+    pub fn set_module_bias(&mut self, bias: u64) {
+        self.module_bias = bias;
+    }
+
+    /// The stack snapshot (starting at the sampled `rsp`).
+    pub fn stack(&self) -> &[u8] {
+        self.rec
+            .get(self.stack_off..self.stack_off + self.stack_len)
+            .unwrap_or(&[])
+    }
+
+    /// Copies from the snapshot the part of `[addr, addr+buf.len())` it
+    /// covers at the front; returns the number of bytes copied.
+    fn from_snapshot(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let base = self.regs.rsp;
+        let stack = self.stack();
+        let Some(off) = addr.checked_sub(base) else {
+            return 0;
+        };
+        let Ok(off) = usize::try_from(off) else {
+            return 0;
+        };
+        if off >= stack.len() {
+            return 0;
+        }
+        let n = buf.len().min(stack.len() - off);
+        buf[..n].copy_from_slice(&stack[off..off + n]);
+        n
+    }
+}
+
+/// Reads live memory of `pid` with `process_vm_readv`; returns the number of
+/// leading bytes read (a partial read stops at the first unreadable page).
+pub(super) fn live_read(pid: u32, addr: u64, buf: &mut [u8]) -> usize {
+    let mut done = 0;
+    while done < buf.len() {
+        let local = libc::iovec {
+            iov_base: buf[done..].as_mut_ptr().cast(),
+            iov_len: buf.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: addr.wrapping_add(done as u64) as *mut libc::c_void,
+            iov_len: buf.len() - done,
+        };
+        // SAFETY: `local` describes the live, writable tail of `buf`; the
+        // remote address is only interpreted by the kernel in the target.
+        let n = unsafe { libc::process_vm_readv(pid as i32, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    done
+}
+
+impl HitEnv for PerfHit {
+    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
+        if !self.has_regs || unsampled(reg) || part != 0 {
+            return None;
+        }
+        arch::gpr(&self.regs, reg)
+    }
+
+    fn write_reg(&mut self, _reg: u16, _value: u64) -> Status {
+        Status::ReadOnly
+    }
+
+    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < buf.len() {
+            let a = addr.wrapping_add(done as u64);
+            let n = self.from_snapshot(a, &mut buf[done..]);
+            if n > 0 {
+                done += n;
+                continue;
+            }
+            // Outside the snapshot: live memory up to the snapshot's start
+            // (if it lies ahead) or to the end.
+            let base = self.regs.rsp;
+            let end = if a < base && self.stack_len > 0 {
+                (base - a).min((buf.len() - done) as u64) as usize
+            } else {
+                buf.len() - done
+            };
+            let n = live_read(self.pid, a, &mut buf[done..done + end]);
+            done += n;
+            if n < end {
+                break;
+            }
+        }
+        done
+    }
+
+    fn write_mem(&mut self, _addr: u64, _data: &[u8]) -> Status {
+        Status::ReadOnly
+    }
+
+    fn check_access(&mut self, addr: u64, write: bool) -> bool {
+        if write {
+            // Observe-only transport: nothing is writable for a handler.
+            return false;
+        }
+        let mut b = [0u8];
+        self.read_mem(addr, &mut b) == 1
+    }
+
+    fn tid(&self) -> u64 {
+        u64::from(self.tid)
+    }
+
+    fn pid(&self) -> u64 {
+        u64::from(self.pid)
+    }
+
+    fn cpu(&self) -> u64 {
+        u64::from(self.cpu)
+    }
+
+    fn thread_pointer(&self) -> u64 {
+        // fs_base is not part of a perf register sample.
+        0
+    }
+
+    fn load_bias(&self) -> u64 {
+        self.module_bias
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.time_ns
+    }
+
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
+        // CPUID is available on every x86-64 CPU and has no side effects.
+        let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+        [r.eax, r.ebx, r.ecx, r.edx]
+    }
+
+    fn gvars(&mut self) -> &mut [u64] {
+        &mut []
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_inside_the_snapshot_come_from_it() {
+        let mut h = PerfHit::default();
+        h.rec = (0u8..64).collect();
+        h.stack_off = 16;
+        h.stack_len = 32;
+        h.regs.rsp = 0x1000;
+        h.has_regs = true;
+        let mut b = [0u8; 4];
+        assert_eq!(h.read_mem(0x1004, &mut b), 4);
+        assert_eq!(b, [20, 21, 22, 23]);
+        // Past the snapshot's end in a process that does not exist: nothing more.
+        h.pid = u32::MAX >> 1;
+        let mut b = [0u8; 8];
+        assert_eq!(h.read_mem(0x101c, &mut b), 4);
+        assert_eq!(&b[..4], &[44, 45, 46, 47]);
+        assert_eq!(h.read_reg(0x0E, 0), Some(0x1000));
+        assert_eq!(h.read_reg(0x19, 0), None, "fs_base is not sampled");
+        assert_eq!(h.write_reg(0x06, 1), Status::ReadOnly);
+        assert_eq!(h.write_mem(0x1000, &[1]), Status::ReadOnly);
+    }
+}

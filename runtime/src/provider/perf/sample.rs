@@ -1,0 +1,139 @@
+//! Layout of the records wprobe asks the kernel for, and their decoding
+//! into a [`PerfHit`] without allocation. The layout is fixed by
+//! [`SAMPLE_TYPE`]: identifier, ip, pid/tid, time, cpu, user registers
+//! ([`REGS_MASK`]) and a user stack snapshot. Never panics on any bytes: a
+//! short or inconsistent record is reported as `None`.
+
+use super::hit::PerfHit;
+use perf_event::SampleFlag;
+
+/// What every probe event samples.
+pub fn sample_flags() -> SampleFlag {
+    SampleFlag::IDENTIFIER
+        | SampleFlag::IP
+        | SampleFlag::TID
+        | SampleFlag::TIME
+        | SampleFlag::CPU
+        | SampleFlag::REGS_USER
+        | SampleFlag::STACK_USER
+}
+
+/// `sample_regs_user` for x86-64: ax bx cx dx si di bp sp ip flags cs ss and
+/// r8–r15 (ds, es, fs, gs are refused by the kernel on 64-bit).
+pub const REGS_MASK: u64 = 0xFF_0FFF;
+
+/// Bytes of user stack copied into each sample: enough for a few frames and
+/// the arguments passed on the stack; the kernel copies it on every hit, so
+/// the cost grows with it.
+pub const STACK_SNAPSHOT_BYTES: u32 = 8192;
+
+/// `PERF_RECORD_LOST`.
+pub const RECORD_LOST: u32 = 2;
+/// `PERF_RECORD_SAMPLE`.
+pub const RECORD_SAMPLE: u32 = 9;
+/// `PERF_RECORD_LOST_SAMPLES`.
+pub const RECORD_LOST_SAMPLES: u32 = 13;
+
+fn u64_at(b: &[u8], off: usize) -> Option<u64> {
+    let s = b.get(off..off.checked_add(8)?)?;
+    Some(u64::from_le_bytes(s.try_into().ok()?))
+}
+
+/// The sample's identifier (first word), its time (for ordering across CPUs).
+pub fn id_and_time(body: &[u8]) -> Option<(u64, u64)> {
+    Some((u64_at(body, 0)?, u64_at(body, 24)?))
+}
+
+/// Decodes the sample in `hit.rec` into the hit's fields; returns the
+/// event identifier. `time_offset` turns the perf clock into wall-clock ns.
+pub fn decode(hit: &mut PerfHit, time_offset: u64) -> Option<u64> {
+    let b = &hit.rec;
+    let id = u64_at(b, 0)?;
+    let ip = u64_at(b, 8)?;
+    let pidtid = u64_at(b, 16)?;
+    let time = u64_at(b, 24)?;
+    let cpu = u64_at(b, 32)?;
+    let abi = u64_at(b, 40)?;
+    let mut off = 48;
+    let mut regs = [0u64; 20];
+    let has_regs = abi != 0;
+    if has_regs {
+        for r in regs.iter_mut() {
+            *r = u64_at(b, off)?;
+            off += 8;
+        }
+    }
+    let size = usize::try_from(u64_at(b, off)?).ok()?;
+    off += 8;
+    let stack_off = off;
+    let dyn_size = if size > 0 {
+        let d = u64_at(b, off.checked_add(size)?)?;
+        usize::try_from(d).ok()?.min(size)
+    } else {
+        0
+    };
+    hit.ip = ip;
+    hit.pid = pidtid as u32;
+    hit.tid = (pidtid >> 32) as u32;
+    hit.time_ns = time.wrapping_add(time_offset);
+    hit.cpu = cpu as u32;
+    hit.has_regs = has_regs;
+    hit.stack_off = stack_off;
+    hit.stack_len = dyn_size;
+    let r = &mut hit.regs;
+    // SAFETY-free: plain field copies in the kernel's bit order (REGS_MASK).
+    [
+        r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.rip, r.eflags, r.cs, r.ss,
+    ] = regs[..12].try_into().ok()?;
+    [r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15] = regs[12..20].try_into().ok()?;
+    r.ds = 0;
+    r.es = 0;
+    r.fs = 0;
+    r.gs = 0;
+    r.orig_rax = u64::MAX;
+    r.fs_base = 0;
+    r.gs_base = 0;
+    Some(id)
+}
+
+/// The event id and lost count of a `PERF_RECORD_LOST` body.
+pub fn lost(body: &[u8]) -> Option<(u64, u64)> {
+    Some((u64_at(body, 0)?, u64_at(body, 8)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_a_sample_and_rejects_short_ones() {
+        let mut body = Vec::new();
+        for w in [7u64, 0x401000, (5u64 << 32) | 4, 1000, 1, 2] {
+            body.extend_from_slice(&w.to_le_bytes());
+        }
+        for i in 0..20u64 {
+            body.extend_from_slice(&(100 + i).to_le_bytes());
+        }
+        body.extend_from_slice(&16u64.to_le_bytes());
+        body.extend_from_slice(&[0xAB; 16]);
+        body.extend_from_slice(&8u64.to_le_bytes());
+        let mut h = PerfHit {
+            rec: body.clone(),
+            ..PerfHit::default()
+        };
+        assert_eq!(decode(&mut h, 5), Some(7));
+        assert_eq!((h.pid, h.tid, h.cpu, h.time_ns), (4, 5, 1, 1005));
+        assert_eq!(h.regs.rax, 100);
+        assert_eq!(h.regs.rsp, 107);
+        assert_eq!(h.regs.rip, 108);
+        assert_eq!(h.regs.r15, 119);
+        assert_eq!(h.stack(), &[0xAB; 8]);
+        for cut in [0, 8, 47, 100, body.len() - 1] {
+            let mut h = PerfHit {
+                rec: body[..cut].to_vec(),
+                ..PerfHit::default()
+            };
+            assert_eq!(decode(&mut h, 0), None, "cut at {cut}");
+        }
+    }
+}
