@@ -33,6 +33,10 @@ use crate::provider::ptrace::ExitStatus;
 /// samples with their 8 KiB stack snapshots before the kernel must drop.
 const RING_PAGES: usize = 4096;
 
+/// The smallest ring tried when locked memory is limited (256 KiB: about
+/// 30 samples; more are dropped — and counted — when the handler lags).
+const MIN_RING_PAGES: usize = 64;
+
 /// How long the event loop sleeps in `poll` when nothing arrives (it also
 /// bounds the delay before a record is printed).
 const POLL_MS: i32 = 20;
@@ -111,9 +115,9 @@ pub enum PerfError {
 pub fn permission_hint(paranoid: Option<&str>) -> String {
     let v = paranoid.map_or("unreadable".to_string(), |s| s.trim().to_string());
     format!(
-        "kernel.perf_event_paranoid = {v}; uprobes and breakpoints on another process need \
-         CAP_PERFMON (or CAP_SYS_ADMIN), or `sysctl kernel.perf_event_paranoid=1` (or lower) \
-         for processes of your own user"
+        "kernel.perf_event_paranoid = {v}; uprobes need CAP_PERFMON (or CAP_SYS_ADMIN, e.g. \
+         run wprobe as root) whatever that setting; watchpoints need \
+         kernel.perf_event_paranoid <= 2 for processes of your own user, CAP_PERFMON otherwise"
     )
 }
 
@@ -389,22 +393,8 @@ impl PerfTracer {
     /// One dummy event per CPU on the main process owns that CPU's ring.
     fn open_rings(&mut self) -> Result<(), PerfError> {
         for &cpu in &self.cpus.clone() {
-            let mut b = Builder::new(Software::DUMMY);
-            b.observe_pid(self.main_pid)
-                .one_cpu(cpu)
-                .inherit(true)
-                .enabled(true)
-                .wakeup_watermark(RING_PAGES * 4096 / 4);
-            if !self.opts.follow_forks {
-                b.inherit_thread(true);
-            }
-            let c = b
-                .build()
-                .map_err(|e| open_error(format!("ring buffer of CPU {cpu}"), e))?;
-            let s = c.sampled(RING_PAGES * 4096).map_err(|e| PerfError::Sys {
-                op: "mmap of a perf ring buffer",
-                errno: e.raw_os_error().unwrap_or(0),
-            })?;
+            let c = self.ring_counter(cpu)?;
+            let s = self.map_ring(c, cpu)?;
             self.ring_fds.push(s.as_counter().as_raw_fd());
             let mut pending = Vec::new();
             pending.reserve(1 << 16);
@@ -417,6 +407,53 @@ impl PerfTracer {
             });
         }
         Ok(())
+    }
+
+    /// Maps the ring of `c`: [`RING_PAGES`], or as much as the locked-memory
+    /// limit allows (`kernel.perf_event_mlock_kb` for users without
+    /// CAP_IPC_LOCK), down to [`MIN_RING_PAGES`].
+    fn map_ring(&mut self, mut c: Counter, cpu: usize) -> Result<Sampler, PerfError> {
+        let mut pages = RING_PAGES;
+        loop {
+            match c.sampled(pages * 4096) {
+                Ok(s) => return Ok(s),
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > MIN_RING_PAGES => {
+                    pages /= 2;
+                    // `sampled` consumed the counter: open it again.
+                    c = self.ring_counter(cpu)?;
+                }
+                Err(e) => {
+                    return Err(PerfError::PermissionDenied {
+                        what: format!("ring buffer of CPU {cpu} ({} KiB): {e}", pages * 4),
+                        hint: format!(
+                            "locked memory for perf buffers is limited by kernel.perf_event_mlock_kb = {} \
+                             (per user, without CAP_IPC_LOCK); {}",
+                            std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
+                                .map_or("unreadable".into(), |s| s.trim().to_string()),
+                            permission_hint(
+                                std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                                    .ok()
+                                    .as_deref()
+                            )
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    fn ring_counter(&self, cpu: usize) -> Result<Counter, PerfError> {
+        let mut b = Builder::new(Software::DUMMY);
+        b.observe_pid(self.main_pid)
+            .one_cpu(cpu)
+            .inherit(true)
+            .enabled(true)
+            .wakeup_watermark(MIN_RING_PAGES * 4096 / 4);
+        if !self.opts.follow_forks {
+            b.inherit_thread(true);
+        }
+        b.build()
+            .map_err(|e| open_error(format!("ring buffer of CPU {cpu}"), e))
     }
 
     /// The launched or observed process.

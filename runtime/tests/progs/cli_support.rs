@@ -1,0 +1,191 @@
+//! Helpers of the CLI-level transport tests (watchpoints.rs, perf_*.rs):
+//! build C targets with gcc, write .rpn programs, run `wprobe run` with a
+//! transport and a timeout, parse its JSON lines, skip when perf is not
+//! available here (with the reason).
+
+#![allow(dead_code, reason = "each test binary uses a subset")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wprobe-perf-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn progs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs")
+}
+
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples")
+}
+
+/// gcc `src` (a path) into the scratch directory as `name` (cached per process).
+pub fn gcc(name: &str, src: &Path, flags: &[&str]) -> PathBuf {
+    let out = scratch().join(name);
+    if out.exists() {
+        return out;
+    }
+    let tmp = scratch().join(format!("{name}.tmp{:?}", std::thread::current().id()));
+    let st = Command::new("gcc")
+        .arg(src)
+        .arg("-o")
+        .arg(&tmp)
+        .args(flags)
+        .args(["-pthread", "-I"])
+        .arg(progs())
+        .status()
+        .expect("gcc must be installed to build the test programs");
+    assert!(st.success(), "gcc {src:?} {flags:?}");
+    std::fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+/// The watchpoint target (`progs/wtarget.c`), PIE (addresses relocated by the load bias).
+pub fn wtarget() -> PathBuf {
+    gcc(
+        "wtarget",
+        &progs().join("wtarget.c"),
+        &["-O2", "-fPIE", "-pie"],
+    )
+}
+
+/// `probe_target` built with the examples' flags.
+pub fn probe_target() -> PathBuf {
+    gcc(
+        "probe_target",
+        &examples().join("probe_target.c"),
+        &[
+            "-O0",
+            "-g",
+            "-fno-pie",
+            "-no-pie",
+            "-fcf-protection=none",
+            "-fno-omit-frame-pointer",
+        ],
+    )
+}
+
+/// Writes `text` to a scratch file.
+pub fn write(name: &str, text: &str) -> PathBuf {
+    let p = scratch().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+pub fn wprobe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wprobe"))
+}
+
+/// Runs `cmd` with a deadline; kills it (and fails) when it is exceeded.
+pub fn output_within(mut cmd: Command, secs: u64) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, f) = (done.clone(), fired.clone());
+    let dog = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !d.load(std::sync::atomic::Ordering::SeqCst) {
+            if Instant::now() > deadline {
+                f.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let o = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    dog.join().unwrap();
+    assert!(
+        !fired.load(std::sync::atomic::Ordering::SeqCst),
+        "timed out after {secs} s: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// `wprobe run PROGRAM --transport T --format json -- ARGV`; returns (JSON lines, stderr, exit code).
+pub fn run(
+    transport: &str,
+    programs: &[&Path],
+    argv: &[&str],
+) -> (Vec<serde_json::Value>, String, Option<i32>) {
+    let mut c = wprobe();
+    c.arg("run")
+        .args(programs)
+        .args(["--transport", transport, "--format", "json", "--"])
+        .args(argv)
+        .current_dir(scratch());
+    let o = output_within(c, 60);
+    let lines = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        lines,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        o.status.code(),
+    )
+}
+
+/// The `stats` line.
+pub fn stats(lines: &[serde_json::Value]) -> &serde_json::Value {
+    let s = lines.last().expect("a stats line");
+    assert_eq!(s["kind"], "stats");
+    s
+}
+
+/// First word value of every log record.
+pub fn first_words(lines: &[serde_json::Value]) -> Vec<u64> {
+    lines
+        .iter()
+        .filter(|v| v["kind"] == "log")
+        .map(|v| v["items"][0]["values"][0].as_u64().unwrap())
+        .collect()
+}
+
+/// Whether `--transport perf` can work here (uprobe PMU present, perf
+/// permitted); prints the reason when it cannot.
+pub fn perf_available() -> bool {
+    if !Path::new("/sys/bus/event_source/devices/uprobe/type").exists() {
+        eprintln!("SKIP: no uprobe PMU in this kernel");
+        return false;
+    }
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("SKIP: the perf transport tests need root (uprobes need CAP_PERFMON)");
+    }
+    root
+}
+
+/// Link-time value of `sym` in `file`.
+pub fn sym(file: &Path, name: &str) -> u64 {
+    let info = runtime::elfsym::ElfInfo::open(file).unwrap();
+    match info.lookup(name) {
+        runtime::elfsym::Lookup::Found(s) => s.value,
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+/// The first byte of function `name` (its `opcode =`).
+pub fn opcode(file: &Path, name: &str) -> u8 {
+    let info = runtime::elfsym::ElfInfo::open(file).unwrap();
+    info.first_byte(sym(file, name)).unwrap()
+}

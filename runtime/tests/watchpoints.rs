@@ -1,0 +1,237 @@
+//! Hardware watchpoints (spec §6.4) through `wprobe run`, under both
+//! transports with the same programs: exact hit and record counts, the
+//! written values (from the register the store used: no live memory
+//! involved), threads, `x` on a function, mixing with breakpoints, and the
+//! errors for ranges the x86-64 debug registers cannot watch, more than 4
+//! watchpoints, and `io`.
+
+#[path = "progs/cli_support.rs"]
+mod cli_support;
+
+use cli_support::*;
+
+const TRANSPORTS: [&str; 2] = ["ptrace", "perf"];
+
+fn transports() -> Vec<&'static str> {
+    if perf_available() {
+        TRANSPORTS.to_vec()
+    } else {
+        vec!["ptrace"]
+    }
+}
+
+fn program(name: &str, body: &str) -> std::path::PathBuf {
+    write(
+        name,
+        &format!("name = {}\nmajor = 4\n{body}", wtarget().display()),
+    )
+}
+
+#[test]
+fn global_written_n_times_gives_n_records_carrying_the_written_values() {
+    let p = program(
+        "w_value.rpn",
+        "offset = g_value:g_value+7\nwatchpoint = w\n push r, rax\n log 1\n",
+    );
+    let n = 2000u64;
+    let t = wtarget();
+    for tr in transports() {
+        let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), &n.to_string()]);
+        assert_eq!(code, Some(0), "{tr}: {err}");
+        assert_eq!(first_words(&lines), (1..=n).collect::<Vec<_>>(), "{tr}");
+        let s = stats(&lines);
+        assert_eq!(
+            (s["hits"].as_u64(), s["dropped"].as_u64()),
+            (Some(n), Some(0)),
+            "{tr}"
+        );
+    }
+}
+
+#[test]
+fn four_threads_writing_give_the_exact_total() {
+    let p = program(
+        "w_shared.rpn",
+        "gvars = 1\noffset = g_shared:g_shared+7\nwatchpoint = w\n inc gv, 0\n abort\n",
+    );
+    let t = wtarget();
+    for tr in transports() {
+        let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), "1000", "4"]);
+        assert_eq!(code, Some(0), "{tr}: {err}");
+        let s = stats(&lines);
+        assert_eq!(s["hits"], 4000, "{tr}: {err}");
+        assert_eq!(s["runs"], 4000, "{tr}");
+        assert_eq!(s["dropped"], 0, "{tr}");
+    }
+}
+
+#[test]
+fn exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint() {
+    let t = wtarget();
+    // x watchpoint on watched_fn (rip = the function: before the
+    // instruction), a rw watchpoint and a breakpoint in the same program.
+    let p = program(
+        "w_x.rpn",
+        &format!(
+            "offset = watched_fn\nwatchpoint = x\n push r, rip\n push watched_fn\n sub\n log 1\n\
+             offset = g_value:g_value+7\nwatchpoint = rw\nminor = 1\n push r, rax\n log 1\n\
+             offset = watched_fn\nopcode = 0x{:02x}\nminor = 2\n push r, rdi\n log 1\n",
+            opcode(&t, "watched_fn")
+        ),
+    );
+    let n = 500u64;
+    for tr in transports() {
+        let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), &n.to_string()]);
+        assert_eq!(code, Some(0), "{tr}: {err}");
+        let by_minor = |m: u64| -> Vec<u64> {
+            lines
+                .iter()
+                .filter(|v| v["kind"] == "log" && v["minor"] == m)
+                .map(|v| v["items"][0]["values"][0].as_u64().unwrap())
+                .collect()
+        };
+        // `sub` is TOS - NOS (spec §17.20): watched_fn - rip = 0.
+        assert_eq!(by_minor(0), vec![0; n as usize], "{tr}: x at the function");
+        // rw: the n stores, then the final read by printf.
+        let rw = by_minor(1);
+        assert_eq!(rw.len() as u64, n + 1, "{tr}: rw");
+        assert_eq!(rw[..n as usize], (1..=n).collect::<Vec<_>>(), "{tr}: rw");
+        assert_eq!(by_minor(2), (1..=n).collect::<Vec<_>>(), "{tr}: breakpoint");
+        assert_eq!(stats(&lines)["hits"], 3 * n + 1, "{tr}");
+    }
+}
+
+#[test]
+fn example_11_counts_the_same_under_both_transports() {
+    let target = probe_target();
+    let ex = examples().join("11_watchpoint.rpn");
+    let mut hits = Vec::new();
+    for tr in transports() {
+        let (lines, err, code) = run(tr, &[&ex], &[target.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{tr}: {err}");
+        let s = stats(&lines);
+        hits.push((s["hits"].as_u64(), s["runs"].as_u64()));
+        // rip after the store is in the sample: the same under both.
+        let rips: Vec<u64> = lines
+            .iter()
+            .filter(|v| v["kind"] == "log")
+            .filter_map(|v| v["items"][0]["values"].get(1).and_then(|x| x.as_u64()))
+            .collect();
+        if tr == "ptrace" {
+            assert_eq!(rips.len(), 2, "{lines:?}");
+        }
+    }
+    assert!(hits.iter().all(|h| *h == (Some(2), Some(2))), "{hits:?}");
+}
+
+fn compile_error(name: &str, body: &str) -> String {
+    let p = program(name, body);
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.arg("compile")
+                .arg(&p)
+                .arg("-o")
+                .arg(scratch().join(format!("{name}.wasm")));
+            c
+        },
+        30,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn misaligned_and_oversized_ranges_are_clear_errors() {
+    let e = compile_error(
+        "w_len3.rpn",
+        "offset = g_value:g_value+2\nwatchpoint = w\n exit\n",
+    );
+    assert!(
+        e.contains("error[E0043]: watchpoint length 3 is not 1, 2, 4 or 8 bytes"),
+        "{e}"
+    );
+    let e = compile_error(
+        "w_len16.rpn",
+        "offset = g_value:g_value+15\nwatchpoint = rw\n exit\n",
+    );
+    assert!(
+        e.contains("watchpoint length 16 is not 1, 2, 4 or 8 bytes"),
+        "{e}"
+    );
+    let e = compile_error(
+        "w_align.rpn",
+        "offset = g_value+4:g_value+11\nwatchpoint = w\n exit\n",
+    );
+    let v = sym(&wtarget(), "g_value") + 4;
+    assert!(
+        e.contains(&format!(
+            "watchpoint start 0x{v:x} is not a multiple of its length 8"
+        )),
+        "{e}"
+    );
+    let e = compile_error(
+        "w_x2.rpn",
+        "offset = watched_fn:watched_fn+1\nwatchpoint = x\n exit\n",
+    );
+    assert!(
+        e.contains("`watchpoint = x` needs a length of 1 byte, not 2"),
+        "{e}"
+    );
+    // The same rules at arming time (run-time addresses; both transports).
+    use runtime::arch::WatchKind;
+    assert_eq!(
+        runtime::session::check_watchpoint(0x404044, 8, WatchKind::Write),
+        Err(
+            "invalid watchpoint at 0x404044 length 8: address must be a multiple of the length"
+                .into()
+        )
+    );
+    assert_eq!(
+        runtime::session::check_watchpoint(0x404040, 3, WatchKind::ReadWrite),
+        Err("invalid watchpoint at 0x404040 length 3: length must be 1, 2, 4 or 8".into())
+    );
+    assert_eq!(
+        runtime::session::check_watchpoint(0x401000, 2, WatchKind::Exec),
+        Err("invalid watchpoint at 0x401000 length 2: execute watchpoints have length 1".into())
+    );
+    assert_eq!(
+        runtime::session::check_watchpoint(0x404048, 8, WatchKind::Write),
+        Ok(())
+    );
+}
+
+#[test]
+fn more_watchpoints_than_debug_registers_is_an_error_naming_the_limit() {
+    let mut body = String::new();
+    for i in 0..5 {
+        body.push_str(&format!(
+            "offset = g_value:g_value+7\nwatchpoint = w\nminor = {i}\n exit\n"
+        ));
+    }
+    let p = program("w_five.rpn", &body);
+    let t = wtarget();
+    for tr in transports() {
+        let (_, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), "10"]);
+        assert_eq!(code, Some(1), "{tr}");
+        assert!(
+            err.contains(
+                "error: debug register unavailable: 5 watchpoint probes selected (w_five:g_value, \
+                 w_five:g_value#2, w_five:g_value#3, w_five:g_value#4, w_five:g_value#5), but x86-64 \
+                 has 4 debug registers (DR0-DR3), so at most 4 watchpoints per run; select fewer \
+                 with --group/--type"
+            ),
+            "{tr}: {err}"
+        );
+    }
+}
+
+#[test]
+fn io_watchpoints_are_refused_with_the_reason() {
+    let e = compile_error("w_io.rpn", "address = 0x80\nwatchpoint = io\n exit\n");
+    assert!(e.contains("`watchpoint = io` is not supported"), "{e}");
+    assert!(
+        e.contains("I/O-port watchpoints need kernel debug-register support that a user-space tracer cannot use"),
+        "{e}"
+    );
+}
