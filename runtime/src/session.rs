@@ -640,12 +640,11 @@ impl Session {
         perf: &mut PerfTracer,
         stop: &AtomicBool,
     ) -> anyhow::Result<Option<ExitStatus>> {
-        let single = (self.probes.len() == 1).then_some(0);
         let mut on_event = |p: &mut PerfTracer, ev: PerfEvent<'_>| match ev {
             PerfEvent::Sample { tag, hit } => self.perf_hit(p, tag, hit),
-            PerfEvent::Lost { tag, count } => match tag.or(single) {
-                Some(pi) if pi < self.probes.len() => self.probes[pi].stats.dropped += count,
-                _ => self.dropped_unattributed += count,
+            PerfEvent::Lost { tag, count } => match self.probes.get_mut(tag) {
+                Some(pr) => pr.stats.dropped += count,
+                None => self.dropped_unattributed += count,
             },
         };
         let status = perf.run(stop, &mut on_event)?;
@@ -664,8 +663,13 @@ impl Session {
             match ev {
                 Event::Breakpoint { bp, hit } => {
                     let mut action = Action::Continue;
-                    for id in bp {
+                    for (k, id) in bp.iter().enumerate() {
                         if let Some(&pi) = self.by_bp.get(id) {
+                            // A forked child carries its parent's breakpoint
+                            // ids and the ones armed for it: one run per probe.
+                            if bp[..k].iter().any(|j| self.by_bp.get(j) == Some(&pi)) {
+                                continue;
+                            }
                             let a = self.hit(t, pi, hit);
                             if a != Action::Continue {
                                 action = a;

@@ -16,6 +16,7 @@
 mod hit;
 mod launch;
 mod sample;
+mod tracefs;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -23,7 +24,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use perf_event::events::{Breakpoint, Software};
-use perf_event::{Builder, Counter, Sampler};
+use perf_event::{Builder, Counter, ReadFormat, Sampler};
 
 pub use self::hit::PerfHit;
 pub use crate::arch::WatchKind;
@@ -33,6 +34,16 @@ use crate::provider::ptrace::ExitStatus;
 /// samples with their 8 KiB stack snapshots before the kernel must drop.
 const RING_PAGES: usize = 4096;
 
+/// Ring pages per CPU: [`RING_PAGES`], or `WPROBE_PERF_RING_PAGES` (a
+/// power of two; a diagnostic knob for tests and measurements of loss).
+fn ring_pages() -> usize {
+    std::env::var("WPROBE_PERF_RING_PAGES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| n.is_power_of_two() && *n <= RING_PAGES * 16)
+        .unwrap_or(RING_PAGES)
+}
+
 /// The smallest ring tried when locked memory is limited (256 KiB: about
 /// 30 samples; more are dropped — and counted — when the handler lags).
 const MIN_RING_PAGES: usize = 64;
@@ -41,6 +52,9 @@ const MIN_RING_PAGES: usize = 64;
 /// bounds the delay before a record is printed).
 const POLL_MS: i32 = 20;
 
+/// `PERF_TYPE_TRACEPOINT`.
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+
 /// `PERF_EVENT_IOC_SET_OUTPUT` (`_IO('$', 5)`).
 const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
@@ -48,7 +62,7 @@ const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
     /// perf_event_open refused for lack of privileges.
-    #[error("perf_event_open not permitted ({what}): {hint}")]
+    #[error("{what}: not permitted: {hint}")]
     PermissionDenied {
         /// What was being opened.
         what: String,
@@ -115,16 +129,16 @@ pub enum PerfError {
 pub fn permission_hint(paranoid: Option<&str>) -> String {
     let v = paranoid.map_or("unreadable".to_string(), |s| s.trim().to_string());
     format!(
-        "kernel.perf_event_paranoid = {v}; uprobes need CAP_PERFMON (or CAP_SYS_ADMIN, e.g. \
-         run wprobe as root) whatever that setting; watchpoints need \
-         kernel.perf_event_paranoid <= 2 for processes of your own user, CAP_PERFMON otherwise"
+        "kernel.perf_event_paranoid = {v}; uprobes need root (they are defined in tracefs, and \
+         need CAP_PERFMON or CAP_SYS_ADMIN); watchpoints need kernel.perf_event_paranoid <= 2 \
+         for processes of your own user, CAP_PERFMON for others; or use --transport ptrace"
     )
 }
 
 fn open_error(what: String, e: std::io::Error) -> PerfError {
     match e.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => PerfError::PermissionDenied {
-            what,
+            what: format!("perf_event_open of {what}"),
             hint: permission_hint(
                 std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
                     .ok()
@@ -225,10 +239,11 @@ pub enum PerfEvent<'a> {
         /// The sample.
         hit: &'a mut PerfHit,
     },
-    /// The kernel dropped `count` samples (ring buffer full).
+    /// The kernel dropped `count` samples of a probe (ring buffer full);
+    /// reported once per probe, at the end of the run.
     Lost {
-        /// The probe's tag, when the record names a known event.
-        tag: Option<usize>,
+        /// The probe's tag.
+        tag: usize,
         /// How many.
         count: u64,
     },
@@ -259,6 +274,11 @@ pub struct PerfTracer {
     hit: PerfHit,
     time_offset: u64,
     exited: Option<ExitStatus>,
+    /// Lost-sample counts of removed probes: (tag, count).
+    lost_removed: Vec<(usize, u64)>,
+    ring_pages: usize,
+    /// Tracefs uprobe definitions (created on first use; dropped after the events).
+    uprobes: Option<tracefs::Uprobes>,
 }
 
 impl std::fmt::Debug for PerfTracer {
@@ -268,6 +288,11 @@ impl std::fmt::Debug for PerfTracer {
             .field("tids", &self.tids)
             .finish()
     }
+}
+
+/// Samples the kernel could not write for this event (`PERF_FORMAT_LOST`).
+fn lost_of(c: &mut Counter) -> u64 {
+    c.read_full().ok().and_then(|d| d.lost()).unwrap_or(0)
 }
 
 fn online_cpus() -> Vec<usize> {
@@ -344,6 +369,9 @@ impl PerfTracer {
             time_offset: clock_ns(libc::CLOCK_REALTIME)
                 .wrapping_sub(clock_ns(libc::CLOCK_MONOTONIC)),
             exited: None,
+            lost_removed: Vec::new(),
+            ring_pages: ring_pages(),
+            uprobes: None,
         }
     }
 
@@ -413,11 +441,14 @@ impl PerfTracer {
     /// limit allows (`kernel.perf_event_mlock_kb` for users without
     /// CAP_IPC_LOCK), down to [`MIN_RING_PAGES`].
     fn map_ring(&mut self, mut c: Counter, cpu: usize) -> Result<Sampler, PerfError> {
-        let mut pages = RING_PAGES;
+        let mut pages = self.ring_pages;
         loop {
             match c.sampled(pages * 4096) {
                 Ok(s) => return Ok(s),
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > MIN_RING_PAGES => {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EPERM)
+                        && pages > MIN_RING_PAGES.min(self.ring_pages) =>
+                {
                     pages /= 2;
                     // `sampled` consumed the counter: open it again.
                     c = self.ring_counter(cpu)?;
@@ -479,28 +510,20 @@ impl PerfTracer {
                 format!("{kind:?} watchpoint at {addr:#x} length {len}")
             }
         };
-        let (pmu, cpath) = match probe {
-            PerfProbe::Uprobe { path, .. } => (
-                uprobe_pmu_type()?,
-                std::ffi::CString::new(path.as_bytes()).map_err(|_| PerfError::Open {
-                    what: what.clone(),
-                    source: std::io::ErrorKind::InvalidInput.into(),
-                })?,
-            ),
-            PerfProbe::Watch { .. } => (0, std::ffi::CString::default()),
+        let tp_id = match probe {
+            PerfProbe::Uprobe { path, offset } => self.uprobes()?.define(path, *offset)?,
+            PerfProbe::Watch { .. } => 0,
         };
         for &tid in &self.tids {
             for (ci, &cpu) in self.cpus.iter().enumerate() {
                 let mut b = match probe {
-                    PerfProbe::Uprobe { offset, .. } => {
-                        // The uprobe PMU: config1 = path pointer, config2 = file
-                        // offset (`cpath` outlives `build` below).
+                    PerfProbe::Uprobe { .. } => {
+                        // The tracefs uprobe's tracepoint (see `tracefs` for
+                        // why not the uprobe PMU).
                         let mut b = Builder::new(Software::DUMMY);
                         let a = b.attrs_mut();
-                        a.type_ = pmu;
-                        a.config = 0;
-                        a.config1 = cpath.as_ptr() as u64;
-                        a.config2 = *offset;
+                        a.type_ = PERF_TYPE_TRACEPOINT;
+                        a.config = tp_id;
                         b
                     }
                     PerfProbe::Watch { addr, len, kind } => Builder::new(match kind {
@@ -516,6 +539,9 @@ impl PerfTracer {
                     .sample(sample::sample_flags())
                     .sample_regs_user(sample::REGS_MASK)
                     .sample_stack_user(sample::STACK_SNAPSHOT_BYTES)
+                    // Exact per-event count of samples the kernel could not
+                    // write (ring full), inherited events included.
+                    .read_format(ReadFormat::LOST)
                     .enabled(false);
                 if !self.opts.follow_forks {
                     b.inherit_thread(true);
@@ -552,15 +578,41 @@ impl PerfTracer {
         Ok(id)
     }
 
+    fn uprobes(&mut self) -> Result<&mut tracefs::Uprobes, PerfError> {
+        if self.uprobes.is_none() {
+            self.uprobes = Some(tracefs::Uprobes::new()?);
+        }
+        Ok(self.uprobes.as_mut().expect("invariant: set just above"))
+    }
+
     /// Disables and closes the events of a probe (samples already in the
-    /// rings still arrive; the caller ignores them).
+    /// rings still arrive; the caller ignores them). Its lost-sample count
+    /// is kept for [`PerfEvent::Lost`].
     pub fn remove(&mut self, id: PerfId) {
         if let Some(mut p) = self.probes.remove(&id) {
+            let mut lost = 0;
             for c in &mut p.counters {
                 let _ = c.disable();
+                lost += lost_of(c);
                 self.by_kernel_id.remove(&c.id());
             }
-            let _ = p.tag;
+            if lost > 0 {
+                self.lost_removed.push((p.tag, lost));
+            }
+        }
+    }
+
+    /// Reports every probe's lost samples (once, at the end of the run).
+    fn report_lost(&mut self, on_event: &mut dyn FnMut(&mut PerfTracer, PerfEvent<'_>)) {
+        let mut all = std::mem::take(&mut self.lost_removed);
+        for p in self.probes.values_mut() {
+            let lost: u64 = p.counters.iter_mut().map(lost_of).sum();
+            if lost > 0 {
+                all.push((p.tag, lost));
+            }
+        }
+        for (tag, count) in all {
+            on_event(self, PerfEvent::Lost { tag, count });
         }
     }
 
@@ -623,17 +675,8 @@ impl PerfTracer {
                     std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
                     self.hit = hit;
                 }
-                sample::RECORD_LOST => {
-                    if let Some((kid, count)) = sample::lost(&self.rings[i].pending) {
-                        let tag = self.by_kernel_id.get(&kid).copied();
-                        on_event(self, PerfEvent::Lost { tag, count });
-                    }
-                }
-                sample::RECORD_LOST_SAMPLES => {
-                    if let Some((count, _)) = sample::lost(&self.rings[i].pending) {
-                        on_event(self, PerfEvent::Lost { tag: None, count });
-                    }
-                }
+                // PERF_RECORD_LOST and the rest: losses are counted exactly
+                // per event with PERF_FORMAT_LOST (see `report_lost`).
                 _ => {}
             }
         }
@@ -675,6 +718,8 @@ impl PerfTracer {
             // SAFETY: polls live descriptors described by a live array.
             unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
         }
+        self.drain(on_event);
+        self.report_lost(on_event);
         Ok(self.exited)
     }
 }
@@ -685,5 +730,47 @@ impl Drop for PerfTracer {
             // Never ran: the launch was abandoned before `start`.
             self.kill_launched();
         }
+        // Close every event before removing the uprobe definitions they use.
+        self.probes.clear();
+        self.rings.clear();
+        if let Some(u) = self.uprobes.as_mut() {
+            u.remove_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_errors_name_the_sysctl_and_the_capabilities() {
+        let e = open_error(
+            "Write watchpoint at 0x4010 length 8".into(),
+            std::io::Error::from_raw_os_error(libc::EACCES),
+        );
+        let PerfError::PermissionDenied { what, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(
+            what,
+            "perf_event_open of Write watchpoint at 0x4010 length 8"
+        );
+        assert_eq!(
+            permission_hint(Some("3\n")),
+            "kernel.perf_event_paranoid = 3; uprobes need root (they are defined in tracefs, and \
+             need CAP_PERFMON or CAP_SYS_ADMIN); watchpoints need kernel.perf_event_paranoid <= 2 \
+             for processes of your own user, CAP_PERFMON for others; or use --transport ptrace"
+        );
+        assert!(permission_hint(None).starts_with("kernel.perf_event_paranoid = unreadable;"));
+        assert!(matches!(
+            open_error("x".into(), std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            PerfError::NoDebugRegister(_)
+        ));
+    }
+
+    #[test]
+    fn cpu_list_parsing() {
+        assert!(!online_cpus().is_empty());
     }
 }

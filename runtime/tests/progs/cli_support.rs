@@ -25,11 +25,16 @@ pub fn examples() -> PathBuf {
 
 /// gcc `src` (a path) into the scratch directory as `name` (cached per process).
 pub fn gcc(name: &str, src: &Path, flags: &[&str]) -> PathBuf {
+    // One build per name and process, under a lock: rebuilding a binary a
+    // parallel test is running would show it as "(deleted)" in its maps.
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let out = scratch().join(name);
-    if out.exists() {
+    if built.iter().any(|n| n == name) {
         return out;
     }
-    let tmp = scratch().join(format!("{name}.tmp{:?}", std::thread::current().id()));
+    built.push(name.to_string());
+    let tmp = scratch().join(format!("{name}.tmp"));
     let st = Command::new("gcc")
         .arg(src)
         .arg("-o")

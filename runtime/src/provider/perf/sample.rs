@@ -27,12 +27,8 @@ pub const REGS_MASK: u64 = 0xFF_0FFF;
 /// the cost grows with it.
 pub const STACK_SNAPSHOT_BYTES: u32 = 8192;
 
-/// `PERF_RECORD_LOST`.
-pub const RECORD_LOST: u32 = 2;
 /// `PERF_RECORD_SAMPLE`.
 pub const RECORD_SAMPLE: u32 = 9;
-/// `PERF_RECORD_LOST_SAMPLES`.
-pub const RECORD_LOST_SAMPLES: u32 = 13;
 
 fn u64_at(b: &[u8], off: usize) -> Option<u64> {
     let s = b.get(off..off.checked_add(8)?)?;
@@ -81,7 +77,7 @@ pub fn decode(hit: &mut PerfHit, time_offset: u64) -> Option<u64> {
     hit.stack_off = stack_off;
     hit.stack_len = dyn_size;
     let r = &mut hit.regs;
-    // SAFETY-free: plain field copies in the kernel's bit order (REGS_MASK).
+    // The kernel's order: ascending bits of REGS_MASK.
     [
         r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.rip, r.eflags, r.cs, r.ss,
     ] = regs[..12].try_into().ok()?;
@@ -94,11 +90,6 @@ pub fn decode(hit: &mut PerfHit, time_offset: u64) -> Option<u64> {
     r.fs_base = 0;
     r.gs_base = 0;
     Some(id)
-}
-
-/// The event id and lost count of a `PERF_RECORD_LOST` body.
-pub fn lost(body: &[u8]) -> Option<(u64, u64)> {
-    Some((u64_at(body, 0)?, u64_at(body, 8)?))
 }
 
 #[cfg(test)]
