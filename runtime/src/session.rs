@@ -123,6 +123,10 @@ pub struct Session {
     main_status: Option<ExitStatus>,
 }
 
+/// How a transport arms one probe: `(probe index, spec, run-time address, maps)`.
+type InsertFn<'a> =
+    dyn FnMut(usize, &hostabi::manifest::ProbeSpec, u64, &[Mapping]) -> Result<Armed, String> + 'a;
+
 fn watch_kind(k: ProbeKind) -> crate::arch::WatchKind {
     match k {
         ProbeKind::WatchExec => crate::arch::WatchKind::Exec,
@@ -351,12 +355,7 @@ impl Session {
         pid: i32,
         maps: &[Mapping],
         report: bool,
-        insert: &mut dyn FnMut(
-            usize,
-            &hostabi::manifest::ProbeSpec,
-            u64,
-            &[Mapping],
-        ) -> Result<Armed, String>,
+        insert: &mut InsertFn<'_>,
     ) -> usize {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .ok()

@@ -424,8 +424,7 @@ impl PerfTracer {
             let c = self.ring_counter(cpu)?;
             let s = self.map_ring(c, cpu)?;
             self.ring_fds.push(s.as_counter().as_raw_fd());
-            let mut pending = Vec::new();
-            pending.reserve(1 << 16);
+            let pending = Vec::with_capacity(1 << 16);
             self.rings.push(Ring {
                 sampler: s,
                 pending,
@@ -663,21 +662,18 @@ impl PerfTracer {
             }
             let Some(i) = best else { return };
             self.rings[i].has = false;
-            match self.rings[i].ty {
-                sample::RECORD_SAMPLE => {
-                    let mut hit = std::mem::take(&mut self.hit);
-                    std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
-                    if let Some(kid) = sample::decode(&mut hit, self.time_offset)
-                        && let Some(&tag) = self.by_kernel_id.get(&kid)
-                    {
-                        on_event(self, PerfEvent::Sample { tag, hit: &mut hit });
-                    }
-                    std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
-                    self.hit = hit;
+            // Other records (PERF_RECORD_LOST among them) are skipped: losses
+            // are counted exactly per event with PERF_FORMAT_LOST (`report_lost`).
+            if self.rings[i].ty == sample::RECORD_SAMPLE {
+                let mut hit = std::mem::take(&mut self.hit);
+                std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
+                if let Some(kid) = sample::decode(&mut hit, self.time_offset)
+                    && let Some(&tag) = self.by_kernel_id.get(&kid)
+                {
+                    on_event(self, PerfEvent::Sample { tag, hit: &mut hit });
                 }
-                // PERF_RECORD_LOST and the rest: losses are counted exactly
-                // per event with PERF_FORMAT_LOST (see `report_lost`).
-                _ => {}
+                std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
+                self.hit = hit;
             }
         }
     }

@@ -94,7 +94,7 @@ impl PerfHit {
 
     /// Copies from the snapshot the part of `[addr, addr+buf.len())` it
     /// covers at the front; returns the number of bytes copied.
-    fn from_snapshot(&self, addr: u64, buf: &mut [u8]) -> usize {
+    fn copy_from_snapshot(&self, addr: u64, buf: &mut [u8]) -> usize {
         let base = self.regs.rsp;
         let stack = self.stack();
         let Some(off) = addr.checked_sub(base) else {
@@ -152,7 +152,7 @@ impl HitEnv for PerfHit {
         let mut done = 0;
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
-            let n = self.from_snapshot(a, &mut buf[done..]);
+            let n = self.copy_from_snapshot(a, &mut buf[done..]);
             if n > 0 {
                 done += n;
                 continue;
@@ -229,12 +229,14 @@ mod tests {
 
     #[test]
     fn reads_inside_the_snapshot_come_from_it() {
-        let mut h = PerfHit::default();
-        h.rec = (0u8..64).collect();
-        h.stack_off = 16;
-        h.stack_len = 32;
+        let mut h = PerfHit {
+            rec: (0u8..64).collect(),
+            stack_off: 16,
+            stack_len: 32,
+            has_regs: true,
+            ..PerfHit::default()
+        };
         h.regs.rsp = 0x1000;
-        h.has_regs = true;
         let mut b = [0u8; 4];
         assert_eq!(h.read_mem(0x1004, &mut b), 4);
         assert_eq!(b, [20, 21, 22, 23]);
