@@ -41,14 +41,18 @@ fn hit_counts_equal_ptrace_with_four_threads() {
     }
     let exe = calls();
     let p = count_program(&exe, "count_calls.rpn", "target");
-    let argv = [exe.to_str().unwrap(), "3000", "4"];
+    let argv = [exe.to_str().unwrap(), "1500", "4"];
     let want = plain(&argv);
     for tr in ["ptrace", "perf"] {
         let mut c = wprobe();
         c.arg("run")
             .arg(&p)
             .args(["--transport", tr, "--format", "json", "--"])
-            .args(argv);
+            .args(argv)
+            // 64 MiB rings hold all 6,000 samples even if wprobe were not
+            // scheduled at all until the end (the machine is shared): the
+            // count is then exact, not merely accounted for.
+            .env("WPROBE_PERF_RING_PAGES", "16384");
         let o = output_within(c, 60);
         assert_eq!(
             o.status.code(),
@@ -58,12 +62,12 @@ fn hit_counts_equal_ptrace_with_four_threads() {
         );
         let out = String::from_utf8(o.stdout).unwrap();
         let s: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(s["dropped"], 0, "{tr}");
         assert_eq!(
             (s["hits"].as_u64(), s["runs"].as_u64()),
-            (Some(12_000), Some(12_000)),
+            (Some(6_000), Some(6_000)),
             "{tr}"
         );
-        assert_eq!(s["dropped"], 0, "{tr}");
         let own: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
         assert_eq!(
             own.join("\n"),

@@ -131,7 +131,11 @@ pub fn run(
         .args(programs)
         .args(["--transport", transport, "--format", "json", "--"])
         .args(argv)
-        .current_dir(scratch());
+        .current_dir(scratch())
+        // Rings large enough for every sample of these tests even if wprobe
+        // is not scheduled for a while (the machine is shared): counts are
+        // then exact, not only accounted for (losses: perf_transport.rs).
+        .env("WPROBE_PERF_RING_PAGES", "8192");
     let o = output_within(c, 60);
     let lines = String::from_utf8_lossy(&o.stdout)
         .lines()
