@@ -221,6 +221,27 @@ impl HitEnv for PerfHit {
     fn gvars(&mut self) -> &mut [u64] {
         &mut []
     }
+
+    /// Chunked (the default reads byte by byte: one system call per byte
+    /// outside the snapshot).
+    fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
+        let mut chunk = [0u8; 256];
+        let mut i = 0;
+        while i < buf.len() {
+            let want = chunk.len().min(buf.len() - i);
+            let got = self.read_mem(addr.wrapping_add(i as u64), &mut chunk[..want]);
+            if let Some(z) = chunk[..got].iter().position(|&b| b == 0) {
+                buf[i..i + z].copy_from_slice(&chunk[..z]);
+                return Ok(i + z);
+            }
+            buf[i..i + got].copy_from_slice(&chunk[..got]);
+            i += got;
+            if got < want {
+                return Err(i);
+            }
+        }
+        Ok(buf.len())
+    }
 }
 
 #[cfg(test)]
@@ -249,5 +270,13 @@ mod tests {
         assert_eq!(h.read_reg(0x19, 0), None, "fs_base is not sampled");
         assert_eq!(h.write_reg(0x06, 1), Status::ReadOnly);
         assert_eq!(h.write_mem(0x1000, &[1]), Status::ReadOnly);
+        // Strings: NUL inside the snapshot; unreadable past its end.
+        h.rec[20] = 0;
+        let mut s = [0u8; 16];
+        assert_eq!(h.read_str(0x1000, &mut s), Ok(4));
+        assert_eq!(&s[..4], &[16, 17, 18, 19]);
+        assert_eq!(h.read_str(0x1018, &mut s), Err(8));
+        let mut s = [0u8; 3];
+        assert_eq!(h.read_str(0x1000, &mut s), Ok(3));
     }
 }
