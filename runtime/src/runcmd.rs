@@ -169,7 +169,24 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
         }
     };
     let main = tracer.main_pid();
-    let armed = session.arm_perf(&mut tracer, main, true);
+    let mut armed = session.arm_perf(&mut tracer, main, true);
+    if session.pending() > 0 {
+        // Modules not mapped yet (a program a child execs, a library
+        // loaded later): arm on the file, found by path or next to the
+        // command, in the current directory or on PATH.
+        let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+        if let Some(c) = a.command.first().map(std::path::Path::new)
+            && let Some(d) = c.parent()
+            && !d.as_os_str().is_empty()
+        {
+            dirs.push(d.to_path_buf());
+        }
+        dirs.push(".".into());
+        if let Some(p) = std::env::var_os("PATH") {
+            dirs.extend(std::env::split_paths(&p));
+        }
+        armed += session.arm_perf_by_file(&mut tracer, main, &dirs, true);
+    }
     if armed == 0 {
         eprintln!("error: no probe could be armed in process {main}");
         return ExitCode::from(1); // dropping the tracer kills a launched command that never ran
@@ -177,7 +194,8 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
     if session.pending() > 0 {
         eprintln!(
             "wprobe: warning: {} probe(s) not armed: their module is not mapped in process {main} \
-             at its entry point; --transport perf arms probes once, at start",
+             at its entry point and its file was not found; --transport perf arms probes once, \
+             at start",
             session.pending()
         );
     }

@@ -84,6 +84,9 @@ struct ProbeRt {
     enabled: bool,
     armed: Vec<(i32, Armed)>,
     stats: ProbeStats,
+    /// Perf uprobes: the probe's link-time address; the sample's IP minus
+    /// it is the module's load bias in whichever process hit it.
+    link: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -211,6 +214,7 @@ impl Session {
                     enabled: true,
                     armed: Vec::new(),
                     stats: ProbeStats::default(),
+                    link: None,
                 });
             }
             manifests.push(m.clone());
@@ -348,6 +352,89 @@ impl Session {
         })
     }
 
+    /// Arms the breakpoint probes still pending (their module was not mapped
+    /// at start) as uprobes on the module's file, found by path, or by base
+    /// name in `dirs`: processes that inherit the events (threads; forked
+    /// children with `-f`) hit them once they map the file, even through an
+    /// exec. Returns how many were armed.
+    pub fn arm_perf_by_file(
+        &mut self,
+        perf: &mut PerfTracer,
+        pid: i32,
+        dirs: &[std::path::PathBuf],
+        report: bool,
+    ) -> usize {
+        let mut armed = 0;
+        for pi in 0..self.probes.len() {
+            let p = &self.probes[pi];
+            let (prog, index) = (p.prog, p.index);
+            let spec = &self.manifests[prog].probes[index];
+            if !p.enabled || !p.armed.is_empty() || spec.kind != ProbeKind::Breakpoint {
+                continue;
+            }
+            let module = &self.manifests[prog].module;
+            let file = if module.contains('/') {
+                Some(std::path::PathBuf::from(module))
+            } else {
+                dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
+            };
+            let Some(file) = file else { continue };
+            let file = procmaps::canonical(&file);
+            let res = self
+                .resolver
+                .elf(&file)
+                .map_err(|e| e.to_string())
+                .and_then(|elf| {
+                    let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
+                    let off = elf
+                        .file_offset(link)
+                        .filter(|_| elf.is_exec_vaddr(link))
+                        .ok_or_else(|| {
+                            format!(
+                                "invalid offset: 0x{link:x} is not in an executable segment of {}",
+                                file.display()
+                            )
+                        })?;
+                    if self.opts.verify_opcodes
+                        && let Some(op) = spec.opcode
+                        && let Some(found) = elf.first_byte(link)
+                        && found != op
+                    {
+                        return Err(format!(
+                            "opcode mismatch at {link:#x}: expected {op:#04x}, found {found:#04x}"
+                        ));
+                    }
+                    let probe = PerfProbe::Uprobe {
+                        path: file.to_string_lossy().into_owned(),
+                        offset: off,
+                    };
+                    let id = perf.insert(&probe, pi).map_err(|e| e.to_string())?;
+                    Ok((link, id))
+                });
+            match res {
+                Ok((link, id)) => {
+                    self.probes[pi].link = Some(link);
+                    self.probes[pi].armed.push((pid, Armed::Perf(id)));
+                    armed += 1;
+                    let msg = format!(
+                        "probe {}: module not mapped at start; armed on the file {}",
+                        self.probes[pi].label,
+                        file.display()
+                    );
+                    if report {
+                        eprintln!("wprobe: {msg}");
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("probe {} not applied: {e}", self.probes[pi].label);
+                    self.warn(report, msg);
+                    self.probes[pi].enabled = false;
+                }
+            }
+        }
+        armed
+    }
+
     /// Resolution and bookkeeping shared by both transports; `insert` arms
     /// one probe `(index, spec, address, maps)`.
     fn arm_with(
@@ -396,11 +483,15 @@ impl Session {
             };
             self.bias.insert((prog, pid), loc.bias);
             self.bias_default.entry(prog).or_insert(loc.bias);
+            let is_bp = spec.kind == ProbeKind::Breakpoint;
             let res = crate::resolve::probe_address(spec, &loc, maps, &m.module)
                 .map_err(|e| e.to_string())
-                .and_then(|addr| insert(pi, spec, addr, maps));
+                .and_then(|addr| Ok((addr, insert(pi, spec, addr, maps)?)));
             match res {
-                Ok(a) => {
+                Ok((addr, a)) => {
+                    if is_bp && matches!(a, Armed::Perf(_)) {
+                        self.probes[pi].link = Some(addr.wrapping_sub(loc.bias));
+                    }
                     match a {
                         Armed::Bp(id) => {
                             self.by_bp.insert(id, pi);
@@ -475,7 +566,7 @@ impl Session {
     /// The transport-agnostic part of a hit, with the hit already in the
     /// store: counts it, applies `ignore`, runs the handler, writes its
     /// records. `None` when the hit was ignored.
-    fn run_hit(&mut self, pi: usize) -> Option<RunOutcome> {
+    fn run_hit(&mut self, pi: usize, bias_override: Option<u64>) -> Option<RunOutcome> {
         let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
         let spec_ignore = self.manifests[prog].probes[index].ignore as u64;
         let st = &mut self.probes[pi].stats;
@@ -486,9 +577,9 @@ impl Session {
         }
         let env = &mut self.runner.store.data_mut().env;
         let pid = env.pid() as i32;
-        let bias = match self.bias.get(&(prog, pid)) {
-            Some(&b) => b,
-            None => self.bias_default.get(&prog).copied().unwrap_or(0),
+        let bias = match (bias_override, self.bias.get(&(prog, pid))) {
+            (Some(b), _) | (None, Some(&b)) => b,
+            (None, None) => self.bias_default.get(&prog).copied().unwrap_or(0),
         };
         env.hit.set_module_bias(bias);
         let out = self.runner.run(prog, index);
@@ -522,7 +613,7 @@ impl Session {
     /// Handles one ptrace hit of probe `pi`; returns what the tracer should do with the thread.
     fn hit(&mut self, tracer: &mut Tracer, pi: usize, hit: &mut Hit) -> Action {
         std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
-        let out = self.run_hit(pi);
+        let out = self.run_hit(pi, None);
         std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
         let Some(out) = out else {
             return Action::Continue;
@@ -572,8 +663,9 @@ impl Session {
         if !self.probes[pi].enabled {
             return;
         }
+        let bias = self.probes[pi].link.map(|l| hit.ip().wrapping_sub(l));
         std::mem::swap(self.runner.store.data_mut().env.hit.perf_slot(), hit);
-        let out = self.run_hit(pi);
+        let out = self.run_hit(pi, bias);
         std::mem::swap(self.runner.store.data_mut().env.hit.perf_slot(), hit);
         match out {
             Some(RunOutcome::Returned(Outcome::Remove)) => self.disable(None, Some(perf), pi),

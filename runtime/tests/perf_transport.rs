@@ -452,3 +452,50 @@ fn perf_not_permitted_names_the_sysctl_and_the_capability() {
         "{e}"
     );
 }
+
+#[test]
+fn with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias() {
+    if !perf_available() {
+        return;
+    }
+    // The probed module (a PIE) is not mapped in the shell at start: perf
+    // arms the uprobe on the file; each child maps it at its own address,
+    // and `push target` (relocated by the load bias the handler sees) must
+    // equal rip in every process. The command's status comes back.
+    let exe = calls();
+    let p = write(
+        "bias.rpn",
+        &format!(
+            "name = calls\noffset = target\nopcode = 0x{:02x}\n push r, rip\n push target\n sub\n log 1\n",
+            opcode(&exe, "target")
+        ),
+    );
+    for tr in ["ptrace", "perf"] {
+        let mut c = wprobe();
+        c.arg("run")
+            .arg(&p)
+            .args(["--transport", tr, "-f", "--format", "json", "--"])
+            .args(["/bin/sh", "-c", "./calls 2; ./calls 1; exit 7"])
+            .current_dir(scratch());
+        let o = output_within(c, 60);
+        assert_eq!(
+            o.status.code(),
+            Some(7),
+            "{tr}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(first_words(&lines), [0, 0, 0], "{tr}");
+        let pids: std::collections::BTreeSet<u64> = lines
+            .iter()
+            .filter(|v| v["kind"] == "log")
+            .map(|v| v["pid"].as_u64().unwrap())
+            .collect();
+        assert_eq!(pids.len(), 2, "{tr}: two children");
+    }
+}
