@@ -24,6 +24,34 @@ pub enum Command {
     Run(RunArgs),
     /// List the probe-able symbols of a binary or a process: address, size, first opcode byte.
     List(ListArgs),
+    /// Time every handler of a program on a synthetic hit, without stopping anything.
+    Bench(BenchArgs),
+}
+
+/// `wprobe bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat.
+    #[arg(required = true)]
+    pub programs: Vec<PathBuf>,
+    /// Runs of each handler (split into timed batches after a warm-up).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub iterations: u64,
+    /// Also run the reference interpreter on the same hit (.rpn programs).
+    #[arg(long)]
+    pub interp: bool,
+    /// Fuel per handler run (default: derived from the program's jmpmax).
+    #[arg(long, value_name = "N")]
+    pub fuel: Option<u64>,
+    /// Define a macro for .rpn programs.
+    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+    pub define: Vec<String>,
+    /// Include directory for .rpn programs.
+    #[arg(short = 'I', value_name = "DIR")]
+    pub include: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
 }
 
 /// `wprobe run`.
@@ -164,6 +192,7 @@ pub fn main() -> ExitCode {
         Command::Compile(a) => compile(a),
         Command::Run(a) => crate::runcmd::run(a),
         Command::List(a) => crate::listcmd::list(a),
+        Command::Bench(a) => crate::benchcmd::bench(a),
     }
 }
 

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod benchcmd;
 pub mod cli;
 pub mod coredump;
 pub mod elfsym;
