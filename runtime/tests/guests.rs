@@ -459,3 +459,109 @@ fn every_prefix_and_every_manifest_byte_flip_is_refused_without_panic() {
         let _ = runtime::load::load(&engine, &b, None);
     }
 }
+
+/// Runs `cmd`, failing with its output (and a hint) when it does not succeed.
+fn check(cmd: &mut Command, what: &str) {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}; run scripts/setup.sh"));
+    assert!(
+        o.status.success(),
+        "{what} failed ({cmd:?}):\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        stderr(&o)
+    );
+}
+
+/// The Rust SDK examples, built once per test process for wasm32 in a
+/// dedicated target directory (kept between runs, so rebuilds are quick).
+fn rust_examples() -> PathBuf {
+    static D: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guests-rust");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        check(
+            Command::new(cargo)
+                .args([
+                    "build",
+                    "--release",
+                    "--examples",
+                    "--target",
+                    "wasm32-unknown-unknown",
+                ])
+                .current_dir(repo().join("guests/rust"))
+                .env("CARGO_TARGET_DIR", &target_dir)
+                .env_remove("RUSTFLAGS")
+                .env_remove("CARGO_BUILD_TARGET"),
+            "building guests/rust for wasm32-unknown-unknown (needs `rustup target add wasm32-unknown-unknown`, see scripts/setup.sh)",
+        );
+        target_dir.join("wasm32-unknown-unknown/release/examples")
+    })
+    .clone()
+}
+
+/// Expected records of the log/count/histogram/watch examples, whichever
+/// language they are written in (`label` is the module's file stem).
+fn expect_log_args(label: &str) -> String {
+    LOG_ARGS_OUT.replace("log_args:", &format!("{label}:"))
+}
+
+fn expect_count(label: &str) -> String {
+    COUNT_OUT.replace("count:", &format!("{label}:"))
+}
+
+fn expect_histogram(label: &str) -> String {
+    format!("counter=37 last=69\n{label}:bump pid P tid T cpu C 5.0: (1, 1, 2, 4, 1, 0, 0, 0)\n")
+}
+
+fn expect_watch(label: &str) -> String {
+    format!(
+        "counter=4 last=27
+{label}:counter pid P tid T cpu C 11.0: (0, 0x401170)
+{label}:counter pid P tid T cpu C 11.0: (1, 0x401170)
+"
+    )
+}
+
+/// Runs the four examples found in `dir` as `NAME.wasm`.
+fn check_four_examples(dir: &Path) {
+    let p = |n: &str| dir.join(format!("{n}.wasm")).to_string_lossy().into_owned();
+    assert_eq!(run(&[&p("log_args")], &[]), expect_log_args("log_args"));
+    assert_eq!(
+        run(&[&p("count_calls"), "--probe", "target_fn=count"], &[]),
+        expect_count("count_calls")
+    );
+    assert_eq!(
+        run(&[&p("histogram")], &["9"]),
+        expect_histogram("histogram")
+    );
+    assert_eq!(
+        run(&[&p("watch_counter")], &[]),
+        expect_watch("watch_counter")
+    );
+}
+
+#[test]
+fn rust_sdk_examples_build_and_run() {
+    check_four_examples(&rust_examples());
+    // The manifest macro wrote exactly what hostabi parses.
+    let wasm = std::fs::read(rust_examples().join("histogram.wasm")).unwrap();
+    let facts = runtime::load::inspect(&wasm).unwrap();
+    let m = facts.manifest.unwrap();
+    assert_eq!(
+        (m.abi, m.module.as_str(), m.major, m.gvars),
+        (1, "probe_target", 5, 8)
+    );
+    let probes: Vec<_> = m
+        .probes
+        .iter()
+        .map(|p| (p.export.as_str(), p.location.render(), p.opcode))
+        .collect();
+    assert_eq!(
+        probes,
+        [
+            ("on_call", "target_fn".to_string(), Some(0x55)),
+            ("on_bump", "bump".to_string(), Some(0x55))
+        ]
+    );
+}
