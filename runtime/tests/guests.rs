@@ -565,3 +565,42 @@ fn rust_sdk_examples_build_and_run() {
         ]
     );
 }
+
+/// The C examples, each built with clang for wasm32 without libc, once.
+fn c_examples() -> PathBuf {
+    static D: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        let out = scratch().join("c");
+        std::fs::create_dir_all(&out).unwrap();
+        let c = repo().join("guests/c");
+        for name in ["log_args", "count_calls", "histogram", "watch_counter"] {
+            check(
+                Command::new("clang")
+                    .args([
+                        "--target=wasm32",
+                        "-O2",
+                        "-Wall",
+                        "-Wextra",
+                        "-Werror",
+                        "-nostdlib",
+                        "-mbulk-memory",
+                        "-fuse-ld=lld",
+                        "-Wl,--no-entry",
+                        "-I",
+                    ])
+                    .arg(&c)
+                    .arg("-o")
+                    .arg(out.join(format!("{name}.wasm")))
+                    .arg(c.join(format!("examples/{name}.c"))),
+                "building a C guest with clang and wasm-ld (install them with scripts/setup.sh)",
+            );
+        }
+        out
+    })
+    .clone()
+}
+
+#[test]
+fn c_examples_build_and_run() {
+    check_four_examples(&c_examples());
+}
