@@ -604,3 +604,36 @@ fn c_examples() -> PathBuf {
 fn c_examples_build_and_run() {
     check_four_examples(&c_examples());
 }
+
+/// Thousands separators, as the guide writes large numbers.
+fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[test]
+fn the_guide_states_the_runtime_budgets() {
+    use runtime::{engine, host};
+    let doc = std::fs::read_to_string(repo().join("docs/hostabi.md")).unwrap();
+    let facts = [
+        format!(
+            "{} records, {} MiB of record data",
+            host::MAX_RECORDS_PER_RUN,
+            host::MAX_RECORD_BYTES_PER_RUN >> 20
+        ),
+        format!("1 unit per {} bytes", host::BYTES_PER_FUEL),
+        format!("| linear memory | {} MiB", engine::MAX_MEMORY_BYTES >> 20),
+        format!("{} KiB of native stack", engine::MAX_WASM_STACK_BYTES >> 10),
+        format!("at most {} units", grouped(engine::DEFAULT_FUEL_PER_HIT)),
+    ];
+    for f in facts {
+        assert!(doc.contains(&f), "docs/hostabi.md must say `{f}`");
+    }
+}
