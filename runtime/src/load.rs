@@ -345,7 +345,7 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                 }
                 let m = Manifest::decode(c.data()).map_err(|e| LoadError::BadManifest {
                     message: manifest_problem(c.data(), &e),
-                    offset: c.data_offset() as u64 + e.offset.min(c.data().len()) as u64,
+                    offset: c.data_offset() + e.offset.min(c.data().len()) as u64,
                 })?;
                 facts.manifest = Some(m);
             }
