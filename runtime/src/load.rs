@@ -128,6 +128,8 @@ pub struct ModuleFacts {
     pub memory_export: bool,
     /// Imported ABI function names.
     pub imports: Vec<String>,
+    /// Exports that are not functions, with their kind ("a global", ...).
+    pub other_exports: HashMap<String, &'static str>,
 }
 
 fn val(v: hostabi::ValType) -> ValType {
@@ -328,7 +330,15 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                         ExternalKind::Memory if e.name == MEMORY_EXPORT => {
                             facts.memory_export = true
                         }
-                        _ => {}
+                        kind => {
+                            let what = match kind {
+                                ExternalKind::Memory => "a memory",
+                                ExternalKind::Table => "a table",
+                                ExternalKind::Global => "a global",
+                                _ => "not a function",
+                            };
+                            facts.other_exports.insert(e.name.to_string(), what);
+                        }
                     }
                 }
             }
@@ -402,7 +412,10 @@ pub fn load_named(
             None => {
                 return Err(LoadError::BadHandler {
                     name: p.export.clone(),
-                    problem: "is not exported by the module".into(),
+                    problem: match facts.other_exports.get(&p.export) {
+                        Some(what) => format!("is {what}, handlers must be functions () -> (i32)"),
+                        None => "is not exported by the module".into(),
+                    },
                 });
             }
             Some(ft) if !(ft.params().is_empty() && ft.results() == [ValType::I32]) => {

@@ -316,6 +316,13 @@ fn load_errors_are_exact() {
             "handler export `h` has type (i32) -> (i32), handlers must be () -> (i32)",
         ),
         (
+            module(IMPORTS, &MANIFEST.replace("probe h", "probe g")).replace(
+                "(memory (export \"memory\") 1)",
+                "(memory (export \"memory\") 1) (global (export \"g\") i32 (i32.const 0))",
+            ),
+            "handler export `g` is a global, handlers must be functions () -> (i32)",
+        ),
+        (
             module(IMPORTS, &MANIFEST.replace("abi 1\n", "abi 1\nmajor 0\n")),
             "malformed `wprobe.manifest` section: line 3: unknown key or bad value in `major 0` (at offset 0x75)",
         ),
