@@ -644,3 +644,53 @@ fn the_guide_states_the_runtime_budgets() {
         assert!(doc.contains(&f), "docs/hostabi.md must say `{f}`");
     }
 }
+
+#[test]
+fn probe_flag_with_pid_defaults_to_the_process_executable() {
+    let exe = scratch().join("slow_target");
+    check(
+        Command::new("gcc")
+            .args(["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none", "-o"])
+            .arg(&exe)
+            .arg(repo().join("tests/progs/slow_target.c")),
+        "gcc",
+    );
+    let target = Command::new(&exe)
+        .arg("500")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let count = wat_example("count.wat");
+    let w = wprobe()
+        .arg("run")
+        .arg(&count)
+        .args(["--probe", "work=count", "-p", &pid.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // wprobe exits when the process does (500 calls, 2 ms apart).
+    let out = w.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = target.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&res.stdout),
+        format!("acc={}\n", (0..500).sum::<i64>())
+    );
+    // Counts from 1 without a gap, up to the calls seen after attaching.
+    let counts: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            assert!(l.starts_with("count:work pid "), "{l}");
+            l.rsplit_once(": (")
+                .unwrap()
+                .1
+                .trim_end_matches(')')
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(!counts.is_empty() && counts.len() <= 500, "{counts:?}");
+    assert_eq!(counts, (1..=counts.len() as u64).collect::<Vec<_>>());
+}
