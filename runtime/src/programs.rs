@@ -33,11 +33,18 @@ pub fn load_program(
     path: &Path,
     a: &RunArgs,
 ) -> Result<ProgramInput, String> {
+    let is_rpn = |p: &Path| p.extension().is_some_and(|e| e == "rpn");
+    if !a.probes.is_empty() && a.programs.iter().all(|p| is_rpn(p)) {
+        return Err(
+            "--probe binds exports of .wasm or .wat programs, and this run has none (.rpn programs carry their own probes)"
+                .into(),
+        );
+    }
     let label = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "program".into());
-    let bytes = if path.extension().is_some_and(|e| e == "rpn") {
+    let bytes = if is_rpn(path) {
         let opts = rpn2wasm::Options {
             defines: a.define.iter().map(|d| parse_define(d)).collect(),
             include_dirs: a.include.clone(),

@@ -218,6 +218,17 @@ fn probe_flag_errors_are_exact() {
             count.display()
         )
     );
+    assert_eq!(
+        run_err(&[
+            repo()
+                .join("tests/examples/01_log_args.rpn")
+                .to_str()
+                .unwrap(),
+            "--probe",
+            "target_fn=count"
+        ]),
+        "error: --probe binds exports of .wasm or .wat programs, and this run has none (.rpn programs carry their own probes)\n"
+    );
     // A module without manifest and without --probe.
     assert_eq!(
         run_err(&[c]),
