@@ -330,3 +330,50 @@ fn bulk_host_calls_are_charged_fuel() {
     );
     assert_eq!(o.stats()["fuel_exhausted"], 3);
 }
+
+#[test]
+fn control_characters_from_a_guest_never_reach_the_terminal_raw() {
+    // A string item holding an OSC title escape, CR, LF and a DEL.
+    let wat = module(
+        r#"(data (i32.const 0) "\01\0b\00\1b]0;pwn\07\r\n\7f")
+           (func (export "h") (result i32)
+             (i32.store (i32.const 64) (i32.const 0x820000))
+             (drop (call $emit_log (i32.const 1) (i32.const 0) (i32.const 0) (i32.const 14)
+                                   (i32.const 64) (i32.const 1)))
+             (i32.const 0))"#,
+    );
+    let p = scratch().join("osc.wat");
+    std::fs::write(&p, &wat).unwrap();
+    for format in ["text", "json"] {
+        let o = wprobe()
+            .arg("run")
+            .arg(&p)
+            .args(["--probe", "target_fn=h", "--format", format, "--"])
+            .arg(target())
+            .arg("1")
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        let out = String::from_utf8(o.stdout).unwrap();
+        let record = out.lines().find(|l| l.contains("osc")).expect(&out);
+        assert!(
+            !record.bytes().any(|b| b < 0x20 || b == 0x7f),
+            "{format}: raw control bytes in {record:?}"
+        );
+        assert_eq!(
+            out.lines().count(),
+            2 + (format == "json") as usize,
+            "{out:?}"
+        );
+        if format == "json" {
+            let v: serde_json::Value = serde_json::from_str(record).unwrap();
+            assert_eq!(
+                v["items"][0]["value"]
+                    .as_str()
+                    .or(v["items"][0]["text"].as_str()),
+                Some("\u{1b}]0;pwn\u{7}\r\n\u{7f}"),
+                "{record}"
+            );
+        }
+    }
+}
