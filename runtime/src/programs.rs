@@ -44,34 +44,35 @@ pub fn load_program(
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "program".into());
-    let bytes = if is_rpn(path) {
-        let opts = rpn2wasm::Options {
-            defines: a.define.iter().map(|d| parse_define(d)).collect(),
-            include_dirs: a.include.clone(),
-            symbols: None,
-            // A bare `name =` is also looked for next to the traced command.
-            module_dirs: command_dir(a).into_iter().collect(),
-        };
-        match rpn2wasm::compile(path, &opts) {
-            Ok((c, _)) => c.wasm,
-            Err((d, map)) => {
-                return Err(format!(
-                    "{}could not compile `{}`",
-                    d.render(&map),
-                    path.display()
-                ));
-            }
-        }
+    let loaded = if is_rpn(path) {
+        let wasm = compile_rpn(path, a)?;
+        crate::load::load(engine, &wasm, None)
     } else {
         let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let cli = cli_manifest(&bytes, path, a)?;
-        let module = crate::load::load_named(engine, &bytes, Some(path), cli)
-            .map_err(|e| format!("loading {}: {e}", path.display()))?;
-        return Ok(ProgramInput { label, module });
+        crate::load::load_named(engine, &bytes, Some(path), cli)
     };
-    let module = crate::load::load(engine, &bytes, None)
-        .map_err(|e| format!("loading {}: {e}", path.display()))?;
+    let module = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
     Ok(ProgramInput { label, module })
+}
+
+/// Compiles an `.rpn` program with the run's `-D` / `-I` options.
+fn compile_rpn(path: &Path, a: &RunArgs) -> Result<Vec<u8>, String> {
+    let opts = rpn2wasm::Options {
+        defines: a.define.iter().map(|d| parse_define(d)).collect(),
+        include_dirs: a.include.clone(),
+        symbols: None,
+        // A bare `name =` is also looked for next to the traced command.
+        module_dirs: command_dir(a).into_iter().collect(),
+    };
+    match rpn2wasm::compile(path, &opts) {
+        Ok((c, _)) => Ok(c.wasm),
+        Err((d, map)) => Err(format!(
+            "{}could not compile `{}`",
+            d.render(&map),
+            path.display()
+        )),
+    }
 }
 
 /// The traced executable: the command (found through `PATH`), or `/proc/PID/exe`.
