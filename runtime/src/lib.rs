@@ -17,6 +17,7 @@ pub mod handlers;
 pub mod host;
 pub mod listcmd;
 pub mod load;
+pub mod probespec;
 pub mod procmaps;
 pub mod programs;
 pub mod provider;
