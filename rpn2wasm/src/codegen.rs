@@ -9,6 +9,7 @@ mod asm;
 mod body;
 mod helpers;
 pub mod layout;
+pub mod stackinfo;
 
 use crate::ast::{BodyOwner, Op, Program};
 use helpers::{HELPERS, Helper};
@@ -43,6 +44,8 @@ pub struct Ctx {
     pub autostacktrace: bool,
     /// Length of the program name.
     pub name_len: u32,
+    /// What the whole-program stack analysis proved.
+    pub stack: stackinfo::StackFacts,
 }
 
 impl Ctx {
@@ -168,6 +171,7 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated 
         id: program.header.id,
         autostacktrace: program.header.autostacktrace,
         name_len: name.len() as u32,
+        stack: stackinfo::analyze(program),
     };
     let mut funcs = FunctionSection::new();
     let mut code = CodeSection::new();
@@ -350,15 +354,26 @@ fn entry(ctx: &Ctx, program: &Program, i: usize) -> wasm_encoder::Function {
         .i64_store(asm::mem(l::FRAMES + l::frame::HANDLER_BLOCK, 3));
     // The stack starts zero-filled (spec §8.1): refill only when an earlier
     // run may have written it (bodies that can write it set the flag).
-    a.i().global_get(g::STACK_DIRTY);
-    let dirty = a.if_();
-    a.i()
-        .i32_const(l::STACK as i32)
-        .i32_const(0)
-        .i32_const(l::STACK_BYTES as i32)
-        .memory_fill(0);
-    a.i().i32_const(0).global_set(g::STACK_DIRTY);
-    a.end(dirty);
+    // Only the slots a run can write need it (`extent`, counted from slot
+    // 1023 down; all 1,024 when the analysis could not bound it). Programs
+    // compiled with store elision read no slot they did not write in the
+    // same run (no slot above TOS, nothing below the base), so they need none.
+    let extent = if ctx.stack.elide {
+        0
+    } else {
+        ctx.stack.extent.min(stackinfo::SLOTS)
+    };
+    if extent > 0 {
+        a.i().global_get(g::STACK_DIRTY);
+        let dirty = a.if_();
+        a.i()
+            .i32_const((l::STACK + 8 * (stackinfo::SLOTS - extent)) as i32)
+            .i32_const(0)
+            .i32_const((8 * extent) as i32)
+            .memory_fill(0);
+        a.i().i32_const(0).global_set(g::STACK_DIRTY);
+        a.end(dirty);
+    }
     a.i().call(ctx.body_func(p.body)).drop();
     a.i()
         .global_get(g::OUTCOME)

@@ -100,9 +100,12 @@ pub struct RunArgs {
     /// events, the handler runs on a sample while the target keeps running.
     #[arg(long, value_name = "TRANSPORT", default_value = "ptrace", value_parser = ["ptrace", "perf"])]
     pub transport: String,
-    /// Bind a handler export to a location, for modules without a manifest:
-    /// `[MODULE:]SYMBOL[+N]=EXPORT`, `[MODULE:]0xOFFSET=EXPORT` (file
-    /// offset) or `@0xADDRESS=EXPORT` (virtual address); repeatable.
+    /// Bind a handler export to a breakpoint, for modules without a manifest
+    /// (repeatable): `[MODULE:]SYMBOL[±N]=EXPORT` or `[MODULE:]NUMBER=EXPORT`
+    /// (a link-time address, as `objdump -d` shows it; like `offset =`), or
+    /// `@NUMBER=EXPORT` / `@SYMBOL[±N]=EXPORT` (a run-time address; like
+    /// `address =`). MODULE is a path or a base name; without it, the traced
+    /// executable.
     #[arg(long = "probe", value_name = "LOCATION=EXPORT")]
     pub probes: Vec<String>,
     /// The command to launch (after `--`).

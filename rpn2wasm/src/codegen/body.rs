@@ -6,11 +6,17 @@
 //! `br`s, backward ones go through a `br_table` on a block-index local), and
 //! exceptions leave through an outer `block` to a common dispatch tail.
 //!
-//! Stack caching: every push is written through to the circular stack in
-//! memory (so the memory stack always equals the reference interpreter's,
-//! dead slots included — they are observable through `push tsp, -k`,
-//! `trace pv` and wrap-around), and the values are also kept in Wasm locals
-//! so that the pops that follow within a basic block need no memory load.
+//! Stack caching: values are kept in Wasm locals so that the pops that
+//! follow need no memory load. By default every push is also written
+//! through to the circular stack in memory, so the memory stack always
+//! equals the reference interpreter's, dead slots included — they are
+//! observable through `push tsp, -k`, `trace pv` and wrap-around. When the
+//! whole-program analysis (`stackinfo`) proves no slot above TOS is ever
+//! read, pushes are not written through: cached values reach memory only
+//! when they leave the cache while still live (a spill) or when something
+//! reads the memory stack (helpers, calls, exceptions, the end of the run),
+//! and a value pushed and popped within the cache never touches memory. The
+//! invariant in both modes: every live value not in the cache is in memory.
 //! The cache is dropped wherever the memory stack may change behind it. TSP
 //! and the jump counter live in locals and are synchronised with their
 //! globals around calls and helpers.
@@ -96,7 +102,7 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
         .local_set(TSP)
         .global_get(g::JC)
         .local_set(JC);
-    if body.insns.iter().any(|i| may_write_stack(&i.op)) {
+    if !ctx.stack.elide && body.insns.iter().any(|i| may_write_stack(&i.op)) {
         a.i().i32_const(1).global_set(g::STACK_DIRTY);
     }
     let dispatch = a.loop_();
@@ -176,6 +182,36 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
 impl BodyGen<'_> {
     // ---- stack cache ---------------------------------------------------------
 
+    /// Whether pushes skip the write-through store (see the module documentation).
+    fn elide(&self) -> bool {
+        self.ctx.stack.elide
+    }
+
+    /// Writes the cached values that memory may lack (all of them, when
+    /// stores are elided) to their slots; the cache stays valid.
+    fn spill_all(&mut self) {
+        let n = self.vstack.len();
+        self.spill_below(n);
+    }
+
+    /// Writes cache items `0..n` (the deepest `n`) to their slots, when stores are elided.
+    fn spill_below(&mut self, n: usize) {
+        if !self.elide() {
+            return;
+        }
+        let len = self.vstack.len();
+        for idx in 0..n.min(len) {
+            // Item idx is S[len - 1 - idx].
+            self.tsp_plus((len - 1 - idx) as i32);
+            self.a.i().i32_const(3).i32_shl();
+            match self.vstack[idx] {
+                VItem::Local => self.a.i().local_get(VBASE + idx as u32),
+                VItem::Const(c) => self.a.i().i64_const(c),
+            };
+            self.a.i().i64_store(mem(l::STACK, 3));
+        }
+    }
+
     /// Emits `tsp = (tsp - 1) & 1023` and leaves `tsp << 3` (the slot address) on the stack.
     fn dec_tsp_addr(&mut self) {
         self.tdelta -= 1;
@@ -210,21 +246,30 @@ impl BodyGen<'_> {
     /// memory stack at once, and kept in a local for the next pops.
     fn push(&mut self) {
         if self.vstack.len() == VCAP {
-            self.vstack.clear();
+            // The spills are balanced: the value waits on the operand stack.
+            self.flush();
         }
         let slot = VBASE + self.vstack.len() as u32;
         self.a.i().local_set(slot);
-        self.dec_tsp_addr();
-        self.a.i().local_get(slot).i64_store(mem(l::STACK, 3));
+        if self.elide() {
+            self.tdelta -= 1;
+        } else {
+            self.dec_tsp_addr();
+            self.a.i().local_get(slot).i64_store(mem(l::STACK, 3));
+        }
         self.vstack.push(VItem::Local);
     }
 
     fn push_const(&mut self, v: u64) {
         if self.vstack.len() == VCAP {
-            self.vstack.clear();
+            self.flush();
         }
-        self.dec_tsp_addr();
-        self.a.i().i64_const(v as i64).i64_store(mem(l::STACK, 3));
+        if self.elide() {
+            self.tdelta -= 1;
+        } else {
+            self.dec_tsp_addr();
+            self.a.i().i64_const(v as i64).i64_store(mem(l::STACK, 3));
+        }
         self.vstack.push(VItem::Const(v as i64));
     }
 
@@ -270,16 +315,19 @@ impl BodyGen<'_> {
         }
     }
 
-    /// Forgets the cached values (the memory stack always holds them too);
-    /// needed wherever the memory stack may change behind the cache.
+    /// Forgets the cached values after making sure memory holds them;
+    /// needed wherever the memory stack may change behind the cache or is
+    /// read behind it.
     fn flush(&mut self) {
+        self.spill_all();
         self.vstack.clear();
     }
 
-    /// Publishes TSP and the jump counter to their globals (the memory stack
-    /// is always complete, so an exception raised now sees the right stack);
-    /// the cache stays valid.
+    /// Completes the memory stack and publishes TSP and the jump counter to
+    /// their globals, so an exception raised now sees the right stack; the
+    /// cache stays valid.
     fn publish(&mut self) {
+        self.spill_all();
         self.tsp_plus(0);
         self.a
             .i()
@@ -292,6 +340,8 @@ impl BodyGen<'_> {
     /// `VBASE..VBASE+k` (TOS last): what a block entered with `k` expects.
     fn canonicalize(&mut self, k: usize) {
         let l = self.vstack.len();
+        // Items that leave the cache must be in memory.
+        self.spill_below(l.saturating_sub(k));
         if l >= k {
             // Keep the top k: item l-k+j goes to slot j (ascending: sources are above targets).
             for j in 0..k {
@@ -667,13 +717,15 @@ impl BodyGen<'_> {
                         self.peek();
                         self.a.i().local_set(VBASE + idx as u32);
                         self.vstack[idx] = VItem::Local;
-                        self.tsp_plus(slot as i32);
-                        self.a
-                            .i()
-                            .i32_const(3)
-                            .i32_shl()
-                            .local_get(VBASE + idx as u32)
-                            .i64_store(mem(l::STACK, 3));
+                        if !self.elide() {
+                            self.tsp_plus(slot as i32);
+                            self.a
+                                .i()
+                                .i32_const(3)
+                                .i32_shl()
+                                .local_get(VBASE + idx as u32)
+                                .i64_store(mem(l::STACK, 3));
+                        }
                         if op == SlotOp::Pop {
                             self.pop();
                             self.a.i().drop();
@@ -682,6 +734,12 @@ impl BodyGen<'_> {
                 }
                 return;
             }
+        }
+        if self.elide() && op != SlotOp::Push && !(imm.is_some() && rel == StackRel::Tsp) {
+            // A write at a computed slot may hit a cached value: put the
+            // cache in memory first (the analysis keeps such programs out of
+            // this mode; this keeps the code correct regardless).
+            self.flush();
         }
         match imm {
             Some(k) => {
