@@ -52,6 +52,21 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// Instead of timing handlers alone, time the command (after `--`)
+    /// untraced and traced under each transport, and report the overhead
+    /// per hit.
+    #[arg(long, requires = "command")]
+    pub end_to_end: bool,
+    /// Runs of each configuration with `--end-to-end` (the median is reported).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub repeat: u32,
+    /// Transports measured by `--end-to-end` (repeatable).
+    #[arg(long = "transport", value_name = "TRANSPORT", default_values = ["ptrace", "perf"], value_parser = ["ptrace", "perf"])]
+    pub transports: Vec<String>,
+    /// A command: with `--end-to-end`, the workload; otherwise the handlers
+    /// run on the registers and memory of its first hit of each probe.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// `wprobe run`.

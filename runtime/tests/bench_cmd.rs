@@ -176,3 +176,74 @@ fn compile_errors_are_reported_like_run_does() {
     assert!(err.contains("bad.rpn:5:3: error[E"), "{err}");
     assert!(err.contains("could not compile"), "{err}");
 }
+
+/// `benches/ptrace/loop_target.c` built as `loop_target` (the name its
+/// handler's `name =` gives) in a directory of its own.
+fn loop_target() -> PathBuf {
+    let dir = scratch().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("loop_target");
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/ptrace/loop_target.c");
+    let st = Command::new("gcc")
+        .args([
+            "-O0",
+            "-fno-omit-frame-pointer",
+            "-fcf-protection=none",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    exe
+}
+
+#[test]
+fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
+    let exe = loop_target();
+    let prog =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/ptrace/trivial.rpn");
+    let out = wprobe()
+        .args([
+            "bench",
+            "--end-to-end",
+            "--repeat",
+            "1",
+            "--transport",
+            "ptrace",
+        ])
+        .arg(&prog)
+        .arg("--")
+        .arg(&exe)
+        .arg("300")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<&str>> = stdout.lines().map(columns).collect();
+    assert_eq!(
+        rows[0],
+        [
+            "MODE",
+            "HITS",
+            "WALL_MS",
+            "CPU_MS",
+            "WALL_NS/HIT",
+            "CPU_NS/HIT"
+        ]
+    );
+    assert_eq!(rows.len(), 3, "{stdout}");
+    assert_eq!((rows[1][0], rows[1][1], rows[1][4]), ("untraced", "0", "-"));
+    assert_eq!((rows[2][0], rows[2][1]), ("ptrace", "300"));
+    for r in &rows[1..] {
+        assert!(r[2].parse::<f64>().unwrap() > 0.0, "{r:?}");
+        assert!(r[3].parse::<f64>().is_ok(), "{r:?}");
+    }
+    assert!(rows[2][4].parse::<i64>().is_ok() && rows[2][5].parse::<i64>().is_ok());
+}

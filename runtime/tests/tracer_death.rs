@@ -17,9 +17,20 @@ fn scratch() -> PathBuf {
 fn build(src: &str) -> PathBuf {
     let out = scratch().join(src.trim_end_matches(".c"));
     let st = Command::new("gcc")
-        .args(["-O0", "-fno-omit-frame-pointer", "-fno-pie", "-no-pie", "-fcf-protection=none", "-o"])
+        .args([
+            "-O0",
+            "-fno-omit-frame-pointer",
+            "-fno-pie",
+            "-no-pie",
+            "-fcf-protection=none",
+            "-o",
+        ])
         .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs").join(src))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/progs")
+                .join(src),
+        )
         .status()
         .expect("gcc");
     assert!(st.success());
@@ -68,7 +79,11 @@ fn sigkill_of_wprobe_kills_the_launched_command_and_its_traced_children() {
     // Let every process hit its breakpoint a few times.
     std::thread::sleep(Duration::from_millis(300));
     for p in &pids {
-        assert!(matches!(state(*p), Some('R' | 'S' | 't')), "{p}: {:?}", state(*p));
+        assert!(
+            matches!(state(*p), Some('R' | 'S' | 't')),
+            "{p}: {:?}",
+            state(*p)
+        );
     }
     w.kill().unwrap(); // SIGKILL
     w.wait().unwrap();
