@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing wprobe needs, idempotently: the wasm32
 # Rust target (guest SDK and examples) and the C toolchain pieces the tests
-# use to build their targets and C guests (gcc, clang, lld).
+# use to build their targets and C guests (gcc, clang, lld with wasm-ld).
+# Running it again changes nothing.
 set -euo pipefail
 
 if command -v rustup >/dev/null 2>&1; then
@@ -9,7 +10,7 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 missing=()
-for tool in gcc clang ld.lld; do
+for tool in gcc clang ld.lld wasm-ld; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,11 +19,22 @@ if [ ${#missing[@]} -gt 0 ]; then
     case "$t" in
       gcc) pkgs+=(gcc libc6-dev) ;;
       clang) pkgs+=(clang) ;;
-      ld.lld) pkgs+=(lld) ;;
+      ld.lld | wasm-ld) pkgs+=(lld) ;;
     esac
   done
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
+  # One package may provide several tools (lld: ld.lld and wasm-ld).
+  mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
+# Debian names wasm-ld per LLVM version; clang finds it under that name too.
+if ! command -v wasm-ld >/dev/null 2>&1; then
+  for v in /usr/bin/wasm-ld-*; do
+    [ -x "$v" ] && ln -sf "$v" /usr/local/bin/wasm-ld 2>/dev/null && break
+  done
+fi
+for tool in gcc clang ld.lld wasm-ld; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "setup.sh: $tool is still missing" >&2; exit 1; }
+done

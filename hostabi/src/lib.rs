@@ -23,6 +23,7 @@
 
 extern crate alloc;
 
+pub mod cheader;
 pub mod env;
 pub mod imports;
 pub mod manifest;

@@ -71,6 +71,39 @@ fn st(s: Status) -> i32 {
     s as i32
 }
 
+/// Bytes a host import may move per unit of fuel it charges. Wasmtime fuel
+/// counts Wasm operators, not work done inside host calls: without a charge
+/// a loop of 1 MiB `read_mem` calls would do a megabyte of copying per few
+/// operators, and the fuel meant to bound a handler run would bound nothing.
+/// At 16 bytes per unit, moving the 8 to 1,000 bytes a typical handler moves
+/// costs at most tens of units; the default budget still allows gigabytes.
+pub const BYTES_PER_FUEL: u64 = 16;
+
+/// Records one handler run may emit; later `emit_log` / `emit_stacktrace`
+/// calls return `TOO_LARGE`. RPN handlers emit at most two per hit; this
+/// bounds the host memory a looping guest can make the runtime hold.
+pub const MAX_RECORDS_PER_RUN: usize = 4096;
+
+/// Record data bytes one handler run may emit (same reason, 4 MiB).
+pub const MAX_RECORD_BYTES_PER_RUN: usize = 4 << 20;
+
+/// Charges fuel for `bytes` moved by a host import; a run whose fuel drops
+/// to zero traps with `OutOfFuel` at its next operator.
+fn charge<E>(c: &mut Caller<'_, HostState<E>>, bytes: u64) {
+    let cost = bytes / BYTES_PER_FUEL;
+    if cost > 0
+        && let Ok(fuel) = c.get_fuel()
+    {
+        let _ = c.set_fuel(fuel.saturating_sub(cost));
+    }
+}
+
+/// Whether the run's record budget leaves room for `bytes` more.
+fn sink_has_room(sink: &Sink, bytes: usize) -> bool {
+    sink.records.len() < MAX_RECORDS_PER_RUN
+        && sink.bytes.len().saturating_add(bytes) <= MAX_RECORD_BYTES_PER_RUN
+}
+
 /// Defines every host import in `linker`.
 pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> anyhow::Result<()> {
     let m = IMPORT_MODULE;
@@ -106,6 +139,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         name(ImportId::read_mem),
         |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, len: i32| -> wasmtime::Result<i32> {
             max_len(len, "read_mem")?;
+            charge(&mut c, len as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let r = range(data, dst, len, "read_mem")?;
@@ -117,6 +151,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         name(ImportId::read_str),
         |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, max: i32| -> wasmtime::Result<i32> {
             max_len(max, "read_str")?;
+            charge(&mut c, max as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let r = range(data, dst, max, "read_str")?;
@@ -131,6 +166,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         name(ImportId::write_mem),
         |mut c: Caller<'_, HostState<E>>, addr: i64, src: i32, len: i32| -> wasmtime::Result<i32> {
             max_len(len, "write_mem")?;
+            charge(&mut c, len as u32 as u64);
             if !c.data().writes_allowed {
                 return Ok(st(Status::NotPermitted));
             }
@@ -290,6 +326,10 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
             if len as u32 > MAX_LOG_DATA_BYTES || count as u32 > MAX_LOG_ITEMS {
                 return Ok(st(Status::TooLarge));
             }
+            charge(&mut c, len as u32 as u64 + 4 * count as u32 as u64);
+            if !sink_has_room(&c.data().sink, len as u32 as usize) {
+                return Ok(st(Status::TooLarge));
+            }
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let d = range(data, data_ptr, len, "emit_log data")?;
@@ -319,6 +359,10 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         name(ImportId::emit_stacktrace),
         |mut c: Caller<'_, HostState<E>>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
             if len as u32 > MAX_STACKTRACE_BYTES {
+                return Ok(st(Status::TooLarge));
+            }
+            charge(&mut c, len as u32 as u64);
+            if !sink_has_room(&c.data().sink, len as u32 as usize) {
                 return Ok(st(Status::TooLarge));
             }
             let mem = memory(&c)?;

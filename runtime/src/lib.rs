@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod benchcmd;
 pub mod cli;
 pub mod coredump;
 pub mod elfsym;
@@ -16,6 +17,7 @@ pub mod handlers;
 pub mod host;
 pub mod listcmd;
 pub mod load;
+pub mod probespec;
 pub mod procmaps;
 pub mod programs;
 pub mod provider;

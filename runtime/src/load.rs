@@ -34,12 +34,12 @@ pub enum LoadError {
         offset: u64,
     },
     /// The manifest does not parse.
-    #[error("malformed manifest: {source}; manifest section data starts at offset 0x{section:x}")]
+    #[error("malformed `{MANIFEST_SECTION}` section: {message} (at offset 0x{offset:x})")]
     BadManifest {
-        /// The decoder's error (offset within the section data).
-        source: hostabi::record::DecodeError,
-        /// Offset of the section data in the module.
-        section: u64,
+        /// What is wrong, with the manifest line when there is one.
+        message: String,
+        /// Offset of the problem in the module file.
+        offset: u64,
     },
     /// The module was built for another ABI version.
     #[error("module built for host ABI version {found}, this wprobe implements version {expected}")]
@@ -128,12 +128,24 @@ pub struct ModuleFacts {
     pub memory_export: bool,
     /// Imported ABI function names.
     pub imports: Vec<String>,
+    /// Exports that are not functions, with their kind ("a global", ...).
+    pub other_exports: HashMap<String, &'static str>,
 }
 
 fn val(v: hostabi::ValType) -> ValType {
     match v {
         hostabi::ValType::I32 => ValType::I32,
         hostabi::ValType::I64 => ValType::I64,
+    }
+}
+
+fn extern_kind(t: &TypeRef) -> &'static str {
+    match t {
+        TypeRef::Func(_) | TypeRef::FuncExact(_) => "a function",
+        TypeRef::Table(_) => "a table",
+        TypeRef::Memory(_) => "a memory",
+        TypeRef::Global(_) => "a global",
+        TypeRef::Tag(_) => "a tag",
     }
 }
 
@@ -145,10 +157,73 @@ fn sig_text(params: &[ValType], results: &[ValType]) -> String {
 
 /// Turns file bytes into Wasm bytes: binary as is, otherwise WAT text.
 pub fn to_wasm(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, LoadError> {
+    to_wasm_named(bytes, None)
+}
+
+/// Like [`to_wasm`], naming `path` in WAT errors (`path:line:col`).
+pub fn to_wasm_named<'a>(
+    bytes: &'a [u8],
+    path: Option<&std::path::Path>,
+) -> Result<std::borrow::Cow<'a, [u8]>, LoadError> {
     if bytes.starts_with(b"\0asm") {
         return Ok(bytes.into());
     }
-    wat::parse_bytes(bytes).map_err(|e| LoadError::NotWasm(e.to_string()))
+    if bytes.is_empty() {
+        return Err(LoadError::NotWasm("the file is empty".into()));
+    }
+    if std::str::from_utf8(bytes).is_err() || bytes.contains(&0) {
+        let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        return Err(LoadError::NotWasm(format!(
+            "it starts with bytes {}, not the Wasm magic 00 61 73 6d, and is not WAT text",
+            head.join(" ")
+        )));
+    }
+    wat::parse_bytes(bytes).map_err(|mut e| {
+        if let Some(p) = path {
+            e.set_path(p);
+        }
+        LoadError::NotWasm(format!("WAT text does not parse: {e}"))
+    })
+}
+
+/// The message of a manifest decoding error: the line and what is wrong.
+fn manifest_problem(data: &[u8], e: &hostabi::record::DecodeError) -> String {
+    use hostabi::record::DecodeErrorKind;
+    let off = e.offset.min(data.len());
+    let line_no = data[..off].iter().filter(|b| **b == b'\n').count() + 1;
+    let start = data[..off]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |i| i + 1);
+    let end = data[start..]
+        .iter()
+        .position(|b| *b == b'\n')
+        .map_or(data.len(), |i| start + i);
+    let line = String::from_utf8_lossy(&data[start..end]);
+    let line = line.trim_end_matches('\r').escape_debug().to_string();
+    match e.kind {
+        DecodeErrorKind::Truncated if data.iter().all(|b| b.is_ascii_whitespace()) => {
+            "the section is empty".into()
+        }
+        DecodeErrorKind::Truncated => format!(
+            "incomplete: a manifest needs `{} {}`, `abi`, `module`, and a `location` in every probe",
+            hostabi::manifest::MAGIC,
+            hostabi::manifest::FORMAT_VERSION
+        ),
+        DecodeErrorKind::UnsupportedVersion(v) => format!(
+            "line {line_no}: format version {v}, this wprobe reads version {}",
+            hostabi::manifest::FORMAT_VERSION
+        ),
+        _ if std::str::from_utf8(data).is_err() => {
+            format!("line {line_no}: not UTF-8 text")
+        }
+        _ if line_no == 1 => format!(
+            "line 1: `{line}` is not `{} {}`",
+            hostabi::manifest::MAGIC,
+            hostabi::manifest::FORMAT_VERSION
+        ),
+        _ => format!("line {line_no}: unknown key or bad value in `{line}`"),
+    }
 }
 
 /// Validates the binary and reads the facts the ABI gate needs.
@@ -187,9 +262,8 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                 }
             }
             Payload::ImportSection(r) => {
-                for imp in r.into_imports() {
-                    let imp = imp.map_err(bad)?;
-                    let offset = 0;
+                for imp in r.into_imports_with_offsets() {
+                    let (offset, imp) = imp.map_err(bad)?;
                     let known = (imp.module == IMPORT_MODULE)
                         .then(|| abi.get(imp.name))
                         .flatten();
@@ -200,15 +274,19 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                             offset,
                         });
                     };
-                    let TypeRef::Func(ti) = imp.ty else {
-                        return Err(LoadError::UnknownImport {
-                            module: imp.module.to_string(),
-                            name: imp.name.to_string(),
-                            offset,
-                        });
-                    };
                     let want_p: Vec<ValType> = def.params.iter().map(|(_, t)| val(*t)).collect();
                     let want_r: Vec<ValType> = def.results.iter().map(|t| val(*t)).collect();
+                    let ti = match imp.ty {
+                        TypeRef::Func(ti) | TypeRef::FuncExact(ti) => ti,
+                        other => {
+                            return Err(LoadError::ImportType {
+                                name: imp.name.to_string(),
+                                found: format!("{} import", extern_kind(&other)),
+                                expected: format!("function {}", sig_text(&want_p, &want_r)),
+                                offset,
+                            });
+                        }
+                    };
                     let found = types.get(ti as usize).cloned().flatten();
                     let ok = found.as_ref().is_some_and(|f| {
                         f.params() == want_p.as_slice() && f.results() == want_r.as_slice()
@@ -252,7 +330,15 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                         ExternalKind::Memory if e.name == MEMORY_EXPORT => {
                             facts.memory_export = true
                         }
-                        _ => {}
+                        kind => {
+                            let what = match kind {
+                                ExternalKind::Memory => "a memory",
+                                ExternalKind::Table => "a table",
+                                ExternalKind::Global => "a global",
+                                _ => "not a function",
+                            };
+                            facts.other_exports.insert(e.name.to_string(), what);
+                        }
                     }
                 }
             }
@@ -267,9 +353,9 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                         offset: c.range().start,
                     });
                 }
-                let m = Manifest::decode(c.data()).map_err(|source| LoadError::BadManifest {
-                    source,
-                    section: c.data_offset(),
+                let m = Manifest::decode(c.data()).map_err(|e| LoadError::BadManifest {
+                    message: manifest_problem(c.data(), &e),
+                    offset: c.data_offset() + e.offset.min(c.data().len()) as u64,
                 })?;
                 facts.manifest = Some(m);
             }
@@ -295,7 +381,17 @@ pub fn load(
     bytes: &[u8],
     cli_manifest: Option<Manifest>,
 ) -> Result<LoadedModule, LoadError> {
-    let wasm = to_wasm(bytes)?;
+    load_named(engine, bytes, None, cli_manifest)
+}
+
+/// [`load`] of a file: WAT errors name `path` (`path:line:col`).
+pub fn load_named(
+    engine: &wasmtime::Engine,
+    bytes: &[u8],
+    path: Option<&std::path::Path>,
+    cli_manifest: Option<Manifest>,
+) -> Result<LoadedModule, LoadError> {
+    let wasm = to_wasm_named(bytes, path)?;
     let facts = inspect(&wasm)?;
     let manifest = match (facts.manifest.clone(), cli_manifest) {
         (_, Some(m)) => m,
@@ -316,7 +412,10 @@ pub fn load(
             None => {
                 return Err(LoadError::BadHandler {
                     name: p.export.clone(),
-                    problem: "is not exported by the module".into(),
+                    problem: match facts.other_exports.get(&p.export) {
+                        Some(what) => format!("is {what}, handlers must be functions () -> (i32)"),
+                        None => "is not exported by the module".into(),
+                    },
                 });
             }
             Some(ft) if !(ft.params().is_empty() && ft.results() == [ValType::I32]) => {

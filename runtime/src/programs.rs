@@ -1,6 +1,8 @@
 //! Loading the probe programs given to `wprobe run` and `wprobe bench`:
 //! `.rpn` compiled on the fly, `.wasm` and `.wat` checked against the ABI,
-//! with `--probe LOCATION=EXPORT` for modules without a manifest.
+//! with `--probe LOCATION=EXPORT` for modules without a manifest (or to
+//! re-target one that has a manifest: its settings stay, its probes are
+//! replaced by those given on the command line).
 
 use crate::cli::{RunArgs, parse_define};
 use crate::session::ProgramInput;
@@ -31,32 +33,123 @@ pub fn load_program(
     path: &Path,
     a: &RunArgs,
 ) -> Result<ProgramInput, String> {
+    let is_rpn = |p: &Path| p.extension().is_some_and(|e| e == "rpn");
+    if !a.probes.is_empty() && a.programs.iter().all(|p| is_rpn(p)) {
+        return Err(
+            "--probe binds exports of .wasm or .wat programs, and this run has none (.rpn programs carry their own probes)"
+                .into(),
+        );
+    }
     let label = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "program".into());
-    let bytes = if path.extension().is_some_and(|e| e == "rpn") {
-        let opts = rpn2wasm::Options {
-            defines: a.define.iter().map(|d| parse_define(d)).collect(),
-            include_dirs: a.include.clone(),
-            symbols: None,
-            // A bare `name =` is also looked for next to the traced command.
-            module_dirs: command_dir(a).into_iter().collect(),
-        };
-        match rpn2wasm::compile(path, &opts) {
-            Ok((c, _)) => c.wasm,
-            Err((d, map)) => {
+    let loaded = if is_rpn(path) {
+        let wasm = compile_rpn(path, a)?;
+        crate::load::load(engine, &wasm, None)
+    } else {
+        let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let cli = cli_manifest(&bytes, path, a)?;
+        crate::load::load_named(engine, &bytes, Some(path), cli)
+    };
+    let module = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
+    Ok(ProgramInput { label, module })
+}
+
+/// Compiles an `.rpn` program with the run's `-D` / `-I` options.
+fn compile_rpn(path: &Path, a: &RunArgs) -> Result<Vec<u8>, String> {
+    let opts = rpn2wasm::Options {
+        defines: a.define.iter().map(|d| parse_define(d)).collect(),
+        include_dirs: a.include.clone(),
+        symbols: None,
+        // A bare `name =` is also looked for next to the traced command.
+        module_dirs: command_dir(a).into_iter().collect(),
+    };
+    match rpn2wasm::compile(path, &opts) {
+        Ok((c, _)) => Ok(c.wasm),
+        Err((d, map)) => Err(format!(
+            "{}could not compile `{}`",
+            d.render(&map),
+            path.display()
+        )),
+    }
+}
+
+/// The traced executable: the command (found through `PATH`), or `/proc/PID/exe`.
+fn default_module(a: &RunArgs) -> Option<String> {
+    if let Some(pid) = a.pid {
+        return std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+    }
+    let cmd = Path::new(a.command.first()?);
+    let name = cmd.file_name()?;
+    Some(command_dir(a)?.join(name).to_string_lossy().into_owned())
+}
+
+/// Function exports of a `.wasm` / `.wat` file (`None` when it does not load).
+fn exports_of(path: &Path) -> Option<Vec<String>> {
+    let bytes = std::fs::read(path).ok()?;
+    let wasm = crate::load::to_wasm(&bytes).ok()?;
+    let facts = crate::load::inspect(&wasm).ok()?;
+    Some(facts.func_exports.into_keys().collect())
+}
+
+/// The manifest made of the `--probe` specs this module exports a handler
+/// for (`None`: no spec is for it, its own manifest applies). Every spec must
+/// name an export of some `.wasm` / `.wat` program of the run; that is
+/// checked when the last of them is loaded.
+fn cli_manifest(
+    bytes: &[u8],
+    path: &Path,
+    a: &RunArgs,
+) -> Result<Option<hostabi::manifest::Manifest>, String> {
+    if a.probes.is_empty() {
+        return Ok(None);
+    }
+    let specs = a
+        .probes
+        .iter()
+        .map(|s| crate::probespec::parse(s).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Errors of the module itself are reported by the load proper.
+    let Ok(wasm) = crate::load::to_wasm_named(bytes, Some(path)) else {
+        return Ok(None);
+    };
+    let Ok(facts) = crate::load::inspect(&wasm) else {
+        return Ok(None);
+    };
+    let is_module = |p: &&std::path::PathBuf| p.extension().is_none_or(|e| e != "rpn");
+    let others: Vec<&std::path::PathBuf> = a.programs.iter().filter(is_module).collect();
+    if others.last().is_some_and(|l| *l == path) {
+        let exports: Vec<Vec<String>> = others
+            .iter()
+            .filter(|p| **p != path)
+            .filter_map(|p| exports_of(p))
+            .collect();
+        for (spec, parsed) in a.probes.iter().zip(&specs) {
+            let known = facts.func_exports.contains_key(&parsed.export)
+                || exports.iter().any(|e| e.contains(&parsed.export));
+            if !known {
+                let whose = if others.len() == 1 {
+                    format!("{} does not export", path.display())
+                } else {
+                    "no .wasm/.wat program exports".to_string()
+                };
                 return Err(format!(
-                    "{}could not compile `{}`",
-                    d.render(&map),
-                    path.display()
+                    "--probe `{spec}`: {whose} a function `{}`",
+                    parsed.export
                 ));
             }
         }
-    } else {
-        std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?
-    };
-    let module = crate::load::load(engine, &bytes, None)
-        .map_err(|e| format!("loading {}: {e}", path.display()))?;
-    Ok(ProgramInput { label, module })
+    }
+    let mine: Vec<_> = specs
+        .into_iter()
+        .filter(|p| facts.func_exports.contains_key(&p.export))
+        .collect();
+    if mine.is_empty() {
+        return Ok(None);
+    }
+    crate::probespec::manifest(&mine, facts.manifest.as_ref(), default_module(a).as_deref())
+        .map(Some)
 }

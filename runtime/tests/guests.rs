@@ -1,0 +1,707 @@
+//! Handlers in any Wasm language, run by the `wprobe` binary against a real
+//! compiled target (`tests/examples/probe_target.c`) with exact expected
+//! records: the WAT examples of `guests/wat` (as text and as binary), the
+//! Rust SDK examples of `guests/rust` and the C examples of `guests/c`
+//! (both built by this test), `--probe LOCATION=EXPORT`, and every load-time
+//! rejection with its exact message.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn wprobe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wprobe"))
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wprobe-guests-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+    let p = scratch().join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// `probe_target` built with the examples' flags (target_fn at 0x401146), once.
+fn target() -> PathBuf {
+    static T: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let out = scratch().join("probe_target");
+        let st = Command::new("gcc")
+            .args([
+                "-O0",
+                "-g",
+                "-fno-pie",
+                "-no-pie",
+                "-fcf-protection=none",
+                "-fno-omit-frame-pointer",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(repo().join("tests/examples/probe_target.c"))
+            .status()
+            .expect("gcc (run scripts/setup.sh)");
+        assert!(st.success());
+        out
+    })
+    .clone()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `wprobe run ARGS -- probe_target [target_args]`; returns stdout with
+/// pid, tid and cpu numbers replaced by P, T and C, after checking the exit
+/// status and that the target printed its normal result.
+fn run(args: &[&str], target_args: &[&str]) -> String {
+    let o = wprobe()
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .arg(target())
+        .args(target_args)
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    normalize(&String::from_utf8_lossy(&o.stdout))
+}
+
+/// Replaces the numbers after `pid`, `tid` and `cpu` (text records).
+fn normalize(out: &str) -> String {
+    let mut s = String::new();
+    for line in out.lines() {
+        let mut prev = "";
+        let words: Vec<String> = line
+            .split(' ')
+            .map(|w| {
+                let r = match prev {
+                    "pid" => "P".to_string(),
+                    "tid" => "T".to_string(),
+                    "cpu" => "C".to_string(),
+                    _ => w.to_string(),
+                };
+                prev = w;
+                r
+            })
+            .collect();
+        s.push_str(&words.join(" "));
+        s.push('\n');
+    }
+    s
+}
+
+fn wat_example(name: &str) -> PathBuf {
+    repo().join("guests/wat").join(name)
+}
+
+/// The WAT file compiled to a `.wasm` file in the scratch directory.
+fn as_wasm(wat: &Path) -> PathBuf {
+    let bin = wat::parse_file(wat).unwrap();
+    write(
+        &format!("{}.wasm", wat.file_stem().unwrap().to_string_lossy()),
+        bin,
+    )
+}
+
+const LOG_ARGS_OUT: &str = "counter=4 last=27
+log_args:target_fn pid P tid T cpu C 1.1: (0, 7) \"hello, probes\"
+log_args:target_fn pid P tid T cpu C 1.1: (1, 7) \"hello, probes\"
+log_args:target_fn pid P tid T cpu C 1.1: (2, 7) \"hello, probes\"
+";
+
+#[test]
+fn wat_examples_run_as_text_and_as_binary() {
+    let wat = wat_example("log_args.wat");
+    assert_eq!(run(&[wat.to_str().unwrap()], &[]), LOG_ARGS_OUT);
+    let wasm = as_wasm(&wat);
+    assert_eq!(run(&[wasm.to_str().unwrap()], &[]), LOG_ARGS_OUT);
+    // A watchpoint handler: the manifest says `watch w`, `length 8`, `maxhits 2`.
+    let w = wat_example("watch_counter.wat");
+    assert_eq!(
+        run(&[w.to_str().unwrap()], &[]),
+        "counter=4 last=27
+watch_counter:counter pid P tid T cpu C 11.0: (0, 0x401170)
+watch_counter:counter pid P tid T cpu C 11.0: (1, 0x401170)
+"
+    );
+}
+
+const COUNT_OUT: &str = "counter=4 last=27
+count:target_fn pid P tid T cpu C 1.0: (1)
+count:target_fn pid P tid T cpu C 1.0: (2)
+count:target_fn pid P tid T cpu C 1.0: (3)
+";
+
+#[test]
+fn probe_flag_binds_exports_like_a_manifest_does() {
+    let count = wat_example("count.wat");
+    let c = count.to_str().unwrap();
+    // A symbol of the traced executable (the default module).
+    assert_eq!(run(&[c, "--probe", "target_fn=count"], &[]), COUNT_OUT);
+    // The same place as a link-time number, with an explicit module; the
+    // label shows the location as given.
+    let out = run(&[c, "--probe", "probe_target:0x401146=count"], &[]);
+    assert_eq!(out, COUNT_OUT.replace("count:target_fn", "count:0x401146"));
+    // An absolute address (ET_EXEC: equal to the link-time one).
+    let out = run(&[c, "--probe", "@0x401146=count"], &[]);
+    assert_eq!(out, COUNT_OUT.replace("count:target_fn", "count:0x401146"));
+    // symbol+N: bump+1 is `mov %rsp,%rbp`, hit once (after 3 target_fn calls).
+    let out = run(&[c, "--probe", "bump+1=count"], &[]);
+    assert_eq!(
+        out,
+        "counter=4 last=27\ncount:bump+0x1 pid P tid T cpu C 1.0: (1)\n"
+    );
+    // Two probes on one handler: its memory (the count) is shared.
+    let out = run(
+        &[c, "--probe", "target_fn=count", "--probe", "bump=count"],
+        &["2"],
+    );
+    assert_eq!(
+        out,
+        "counter=2 last=20
+count:target_fn pid P tid T cpu C 1.0: (1)
+count:target_fn pid P tid T cpu C 1.0: (2)
+count:bump pid P tid T cpu C 1.0: (3)
+"
+    );
+    // A module with a manifest is re-targeted: its probes are replaced.
+    let la = wat_example("log_args.wat");
+    let out = run(
+        &[la.to_str().unwrap(), "--probe", "target_fn=on_target_fn"],
+        &["1"],
+    );
+    assert_eq!(
+        out,
+        "counter=1 last=13\nlog_args:target_fn pid P tid T cpu C 1.1: (0, 7) \"hello, probes\"\n"
+    );
+}
+
+/// `wprobe run ARGS -- probe_target`, expected to fail with exit status 1;
+/// returns stderr.
+fn run_err(args: &[&str]) -> String {
+    let o = wprobe()
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .arg(target())
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    stderr(&o)
+}
+
+#[test]
+fn probe_flag_errors_are_exact() {
+    let count = wat_example("count.wat");
+    let c = count.to_str().unwrap();
+    assert_eq!(
+        run_err(&[c, "--probe", "target_fn"]),
+        "error: --probe `target_fn`: expected LOCATION=EXPORT\n"
+    );
+    assert_eq!(
+        run_err(&[c, "--probe", "target_fn+x=count"]),
+        "error: --probe `target_fn+x=count`: bad location `target_fn+x`: expected SYMBOL[+N|-N], a link-time NUMBER, or @ADDRESS\n"
+    );
+    assert_eq!(
+        run_err(&[c, "--probe", "target_fn=nope"]),
+        format!(
+            "error: --probe `target_fn=nope`: {} does not export a function `nope`\n",
+            count.display()
+        )
+    );
+    assert_eq!(
+        run_err(&[
+            repo()
+                .join("tests/examples/01_log_args.rpn")
+                .to_str()
+                .unwrap(),
+            "--probe",
+            "target_fn=count"
+        ]),
+        "error: --probe binds exports of .wasm or .wat programs, and this run has none (.rpn programs carry their own probes)\n"
+    );
+    // A module without manifest and without --probe.
+    assert_eq!(
+        run_err(&[c]),
+        format!(
+            "error: loading {}: module has no `wprobe.manifest` custom section; give probes with --probe LOCATION=EXPORT\n",
+            count.display()
+        )
+    );
+    // A symbol the target does not have: not armed, named.
+    let e = run_err(&[c, "--probe", "no_such_fn=count"]);
+    assert!(
+        e.contains("probe count:no_such_fn not applied")
+            && e.contains("symbol `no_such_fn` not found in"),
+        "{e}"
+    );
+}
+
+/// Loads `wat` text (or bytes) as `wprobe run` does; the error message.
+fn load_err(bytes: &[u8]) -> String {
+    let engine = runtime::engine::new_engine().unwrap();
+    match runtime::load::load_named(&engine, bytes, Some(Path::new("h.wat")), None) {
+        Ok(_) => panic!("loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const IMPORTS: &str = r#"
+  (import "wprobe" "read_reg" (func $read_reg (param i32 i32) (result i64)))"#;
+
+/// A module with `imports`, a memory, handler `h` and a manifest probe `probe`.
+fn module(imports: &str, manifest: &str) -> String {
+    format!(
+        r#"(module{imports}
+  (memory (export "memory") 1)
+  (func (export "h") (result i32) i32.const 0)
+  (@custom "wprobe.manifest" "{}"))"#,
+        manifest.replace('\n', "\\n")
+    )
+}
+
+const MANIFEST: &str =
+    "wprobe-manifest 1\nabi 1\nmodule probe_target\nprobe h\n location offset target_fn\n";
+
+#[test]
+fn load_errors_are_exact() {
+    let engine = runtime::engine::new_engine().unwrap();
+    // The reference module loads.
+    let ok = module(IMPORTS, MANIFEST);
+    runtime::load::load(&engine, ok.as_bytes(), None).unwrap();
+    let cases: Vec<(String, &str)> = vec![
+        (
+            module(IMPORTS, &MANIFEST.replace("abi 1", "abi 2")),
+            "module built for host ABI version 2, this wprobe implements version 1",
+        ),
+        (
+            module(
+                r#"
+  (import "wprobe" "read_regs" (func (param i32 i32) (result i64)))"#,
+                MANIFEST,
+            ),
+            "unknown import `wprobe::read_regs`: wprobe provides only the `wprobe` functions of its host ABI (at offset 0x18)",
+        ),
+        (
+            module(
+                r#"
+  (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#,
+                MANIFEST,
+            ),
+            "unknown import `wasi_snapshot_preview1::fd_write`: wprobe provides only the `wprobe` functions of its host ABI (at offset 0x1a)",
+        ),
+        (
+            module(
+                r#"
+  (import "wprobe" "read_reg" (func (param i32) (result i64)))"#,
+                MANIFEST,
+            ),
+            "import `wprobe::read_reg` has type (i32) -> (i64), the host ABI defines (i32, i32) -> (i64) (at offset 0x17)",
+        ),
+        (
+            module(
+                r#"
+  (import "wprobe" "now_ns" (global i64))"#,
+                MANIFEST,
+            ),
+            "import `wprobe::now_ns` has type a global import, the host ABI defines function () -> (i64) (at offset 0x12)",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace("probe h", "probe nope")),
+            "handler export `nope` is not exported by the module",
+        ),
+        (
+            module(IMPORTS, MANIFEST).replace(
+                "(func (export \"h\") (result i32) i32.const 0)",
+                "(func (export \"h\") (param i32) (result i32) i32.const 0)",
+            ),
+            "handler export `h` has type (i32) -> (i32), handlers must be () -> (i32)",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace("probe h", "probe g")).replace(
+                "(memory (export \"memory\") 1)",
+                "(memory (export \"memory\") 1) (global (export \"g\") i32 (i32.const 0))",
+            ),
+            "handler export `g` is a global, handlers must be functions () -> (i32)",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace("abi 1\n", "abi 1\nmajor 0\n")),
+            "malformed `wprobe.manifest` section: line 3: unknown key or bad value in `major 0` (at offset 0x75)",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace("location", "lokation")),
+            "malformed `wprobe.manifest` section: line 5: unknown key or bad value in ` lokation offset target_fn` (at offset 0x91)",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace("wprobe-manifest 1", "wprobe-manifest 9")),
+            "malformed `wprobe.manifest` section: line 1: format version 9, this wprobe reads version 1 (at offset 0x5d)",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace("wprobe-manifest 1", "wprobe-manifesto 1")),
+            "malformed `wprobe.manifest` section: line 1: `wprobe-manifesto 1` is not `wprobe-manifest 1` (at offset 0x5d)",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace(" location offset target_fn\n", "")),
+            "malformed `wprobe.manifest` section: incomplete: a manifest needs `wprobe-manifest 1`, `abi`, `module`, and a `location` in every probe (at offset 0x91)",
+        ),
+        (
+            module(IMPORTS, ""),
+            "malformed `wprobe.manifest` section: the section is empty (at offset 0x5d)",
+        ),
+        (
+            module(IMPORTS, MANIFEST).replace(
+                "(@custom",
+                "(@custom \"wprobe.manifest\" \"x\") (@custom",
+            ),
+            "malformed `wprobe.manifest` section: line 1: `x` is not `wprobe-manifest 1` (at offset 0x5d)",
+        ),
+        (
+            module(IMPORTS, MANIFEST).replace(
+                "(memory (export \"memory\") 1)",
+                "(memory (export \"memory\") 1) (@custom \"wprobe.manifest\" \"wprobe-manifest 1\\nabi 1\\nmodule m\\n\")",
+            ),
+            "duplicate `wprobe.manifest` section (at offset 0x80)",
+        ),
+        (
+            module(IMPORTS, MANIFEST).replace("(memory (export \"memory\") 1)", "(memory 1)"),
+            "module does not export its memory as `memory`",
+        ),
+        (
+            module(IMPORTS, MANIFEST).replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 1000)"),
+            "module memory minimum 65536000 bytes exceeds the limit of 16777216 bytes",
+        ),
+        (
+            module(IMPORTS, MANIFEST).replace(
+                "(func (export \"h\")",
+                "(func $s) (start $s) (func (export \"h\")",
+            ),
+            "module has a start function (at offset 0x49); handlers may only run at hits",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (text, want) in &cases {
+        let got = load_err(text.as_bytes());
+        if &got != want {
+            wrong.push(format!("module:\n{text}\n  got: {got}\n want: {want}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Not Wasm at all: an ELF file, an empty file, a bad Wasm version.
+    let elf = std::fs::read(target()).unwrap();
+    assert_eq!(
+        load_err(&elf),
+        "not a WebAssembly module: it starts with bytes 7f 45 4c 46, not the Wasm magic 00 61 73 6d, and is not WAT text"
+    );
+    assert_eq!(load_err(b""), "not a WebAssembly module: the file is empty");
+    assert_eq!(
+        load_err(b"\0asm\x02\0\0\0"),
+        "invalid WebAssembly: unknown binary version:        0x2 (at offset 0x4)"
+    );
+    assert_eq!(
+        load_err(b"\0asm\x01\0\0\0\x01\x05\x01"),
+        "invalid WebAssembly: unexpected end-of-file (at offset 0xa)"
+    );
+    // A WAT syntax error: file, line and column.
+    assert_eq!(
+        load_err(b"(module\n  (func (result i32)\n    i32.cnst 0))\n"),
+        "not a WebAssembly module: WAT text does not parse: unknown operator or unexpected token
+     --> h.wat:3:5
+      |
+    3 |     i32.cnst 0))
+      |     ^"
+    );
+}
+
+#[test]
+fn load_errors_reach_the_command_line_with_exit_status_1() {
+    let bad = write(
+        "bad_import.wat",
+        module(
+            r#"
+  (import "wprobe" "read_reg" (func (param i32) (result i64)))"#,
+            MANIFEST,
+        ),
+    );
+    assert_eq!(
+        run_err(&[bad.to_str().unwrap()]),
+        format!(
+            "error: loading {}: import `wprobe::read_reg` has type (i32) -> (i64), the host ABI defines (i32, i32) -> (i64) (at offset 0x17)\n",
+            bad.display()
+        )
+    );
+    let syntax = write(
+        "syntax.wat",
+        "(module\n  (func (result i32)\n    i32.cnst 0))\n",
+    );
+    let e = run_err(&[syntax.to_str().unwrap()]);
+    assert!(e.contains(&format!("--> {}:3:5", syntax.display())), "{e}");
+}
+
+#[test]
+fn every_prefix_and_every_manifest_byte_flip_is_refused_without_panic() {
+    let engine = runtime::engine::new_engine().unwrap();
+    let wasm = wat::parse_str(module(IMPORTS, MANIFEST)).unwrap();
+    let start = wasm
+        .windows(b"wprobe-manifest 1".len())
+        .position(|w| w == b"wprobe-manifest 1")
+        .unwrap();
+    // Up to the end of the manifest every prefix is refused (later ones only
+    // lose the `name` section).
+    for cut in 0..wasm.len() {
+        let res = runtime::load::load(&engine, &wasm[..cut], None);
+        if cut >= start + MANIFEST.len() {
+            continue;
+        }
+        let msg = res.err().map(|e| e.to_string());
+        let msg = msg.unwrap_or_else(|| panic!("prefix of {cut} bytes loaded"));
+        assert!(
+            msg.contains("offset 0x")
+                || msg.contains("no `wprobe.manifest`")
+                || msg == "not a WebAssembly module: the file is empty"
+                || msg.starts_with("not a WebAssembly module: it starts with bytes 00"),
+            "{cut}: {msg}"
+        );
+    }
+    for i in start..wasm.len() {
+        let mut b = wasm.clone();
+        b[i] ^= 0xA5;
+        let _ = runtime::load::load(&engine, &b, None);
+    }
+}
+
+/// Runs `cmd`, failing with its output (and a hint) when it does not succeed.
+fn check(cmd: &mut Command, what: &str) {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}; run scripts/setup.sh"));
+    assert!(
+        o.status.success(),
+        "{what} failed ({cmd:?}):\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        stderr(&o)
+    );
+}
+
+/// The Rust SDK examples, built once per test process for wasm32 in a
+/// dedicated target directory (kept between runs, so rebuilds are quick).
+fn rust_examples() -> PathBuf {
+    static D: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guests-rust");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        check(
+            Command::new(cargo)
+                .args([
+                    "build",
+                    "--release",
+                    "--examples",
+                    "--target",
+                    "wasm32-unknown-unknown",
+                ])
+                .current_dir(repo().join("guests/rust"))
+                .env("CARGO_TARGET_DIR", &target_dir)
+                .env_remove("RUSTFLAGS")
+                .env_remove("CARGO_BUILD_TARGET"),
+            "building guests/rust for wasm32-unknown-unknown (needs `rustup target add wasm32-unknown-unknown`, see scripts/setup.sh)",
+        );
+        target_dir.join("wasm32-unknown-unknown/release/examples")
+    })
+    .clone()
+}
+
+/// Expected records of the log/count/histogram/watch examples, whichever
+/// language they are written in (`label` is the module's file stem).
+fn expect_log_args(label: &str) -> String {
+    LOG_ARGS_OUT.replace("log_args:", &format!("{label}:"))
+}
+
+fn expect_count(label: &str) -> String {
+    COUNT_OUT.replace("count:", &format!("{label}:"))
+}
+
+fn expect_histogram(label: &str) -> String {
+    format!("counter=37 last=69\n{label}:bump pid P tid T cpu C 5.0: (1, 1, 2, 4, 1, 0, 0, 0)\n")
+}
+
+fn expect_watch(label: &str) -> String {
+    format!(
+        "counter=4 last=27
+{label}:counter pid P tid T cpu C 11.0: (0, 0x401170)
+{label}:counter pid P tid T cpu C 11.0: (1, 0x401170)
+"
+    )
+}
+
+/// Runs the four examples found in `dir` as `NAME.wasm`.
+fn check_four_examples(dir: &Path) {
+    let p = |n: &str| dir.join(format!("{n}.wasm")).to_string_lossy().into_owned();
+    assert_eq!(run(&[&p("log_args")], &[]), expect_log_args("log_args"));
+    assert_eq!(
+        run(&[&p("count_calls"), "--probe", "target_fn=count"], &[]),
+        expect_count("count_calls")
+    );
+    assert_eq!(
+        run(&[&p("histogram")], &["9"]),
+        expect_histogram("histogram")
+    );
+    assert_eq!(
+        run(&[&p("watch_counter")], &[]),
+        expect_watch("watch_counter")
+    );
+}
+
+#[test]
+fn rust_sdk_examples_build_and_run() {
+    check_four_examples(&rust_examples());
+    // The manifest macro wrote exactly what hostabi parses.
+    let wasm = std::fs::read(rust_examples().join("histogram.wasm")).unwrap();
+    let facts = runtime::load::inspect(&wasm).unwrap();
+    let m = facts.manifest.unwrap();
+    assert_eq!(
+        (m.abi, m.module.as_str(), m.major, m.gvars),
+        (1, "probe_target", 5, 8)
+    );
+    let probes: Vec<_> = m
+        .probes
+        .iter()
+        .map(|p| (p.export.as_str(), p.location.render(), p.opcode))
+        .collect();
+    assert_eq!(
+        probes,
+        [
+            ("on_call", "target_fn".to_string(), Some(0x55)),
+            ("on_bump", "bump".to_string(), Some(0x55))
+        ]
+    );
+}
+
+/// The C examples, each built with clang for wasm32 without libc, once.
+fn c_examples() -> PathBuf {
+    static D: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        let out = scratch().join("c");
+        std::fs::create_dir_all(&out).unwrap();
+        let c = repo().join("guests/c");
+        for name in ["log_args", "count_calls", "histogram", "watch_counter"] {
+            check(
+                Command::new("clang")
+                    .args([
+                        "--target=wasm32",
+                        "-O2",
+                        "-Wall",
+                        "-Wextra",
+                        "-Werror",
+                        "-nostdlib",
+                        "-mbulk-memory",
+                        "-fuse-ld=lld",
+                        "-Wl,--no-entry",
+                        "-I",
+                    ])
+                    .arg(&c)
+                    .arg("-o")
+                    .arg(out.join(format!("{name}.wasm")))
+                    .arg(c.join(format!("examples/{name}.c"))),
+                "building a C guest with clang and wasm-ld (install them with scripts/setup.sh)",
+            );
+        }
+        out
+    })
+    .clone()
+}
+
+#[test]
+fn c_examples_build_and_run() {
+    check_four_examples(&c_examples());
+}
+
+/// Thousands separators, as the guide writes large numbers.
+fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[test]
+fn the_guide_states_the_runtime_budgets() {
+    use runtime::{engine, host};
+    let doc = std::fs::read_to_string(repo().join("docs/hostabi.md")).unwrap();
+    let facts = [
+        format!(
+            "{} records, {} MiB of record data",
+            host::MAX_RECORDS_PER_RUN,
+            host::MAX_RECORD_BYTES_PER_RUN >> 20
+        ),
+        format!("1 unit per {} bytes", host::BYTES_PER_FUEL),
+        format!("| linear memory | {} MiB", engine::MAX_MEMORY_BYTES >> 20),
+        format!("{} KiB of native stack", engine::MAX_WASM_STACK_BYTES >> 10),
+        format!("at most {} units", grouped(engine::DEFAULT_FUEL_PER_HIT)),
+    ];
+    for f in facts {
+        assert!(doc.contains(&f), "docs/hostabi.md must say `{f}`");
+    }
+}
+
+#[test]
+fn probe_flag_with_pid_defaults_to_the_process_executable() {
+    let exe = scratch().join("slow_target");
+    check(
+        Command::new("gcc")
+            .args(["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none", "-o"])
+            .arg(&exe)
+            .arg(repo().join("tests/progs/slow_target.c")),
+        "gcc",
+    );
+    let target = Command::new(&exe)
+        .arg("500")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let count = wat_example("count.wat");
+    let w = wprobe()
+        .arg("run")
+        .arg(&count)
+        .args(["--probe", "work=count", "-p", &pid.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // wprobe exits when the process does (500 calls, 2 ms apart).
+    let out = w.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = target.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&res.stdout),
+        format!("acc={}\n", (0..500).sum::<i64>())
+    );
+    // Counts from 1 without a gap, up to the calls seen after attaching.
+    let counts: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            assert!(l.starts_with("count:work pid "), "{l}");
+            l.rsplit_once(": (")
+                .unwrap()
+                .1
+                .trim_end_matches(')')
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(!counts.is_empty() && counts.len() <= 500, "{counts:?}");
+    assert_eq!(counts, (1..=counts.len() as u64).collect::<Vec<_>>());
+}
