@@ -156,6 +156,11 @@ pub fn run(a: RunArgs) -> ExitCode {
 fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
     let opts = PerfOptions {
         follow_forks: a.follow,
+        stack_bytes: if session.reads_memory() {
+            crate::provider::perf::STACK_SNAPSHOT_BYTES
+        } else {
+            8
+        },
     };
     let tracer = match a.pid {
         Some(pid) => PerfTracer::attach(pid, opts),

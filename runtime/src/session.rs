@@ -112,6 +112,8 @@ pub struct Session {
     bias_default: HashMap<usize, u64>,
     /// Programs importing a writing function: (label, import).
     writers: Vec<(String, String)>,
+    /// Whether any program imports `read_mem` or `read_str`.
+    reads_memory: bool,
     /// Lost samples the kernel did not attribute to a known probe.
     dropped_unattributed: u64,
     /// `exit 1` / `exit 3` runs that the perf transport cannot honour.
@@ -185,6 +187,11 @@ impl Session {
             gvars: vec![0; gvars],
         };
         let mut writers = Vec::new();
+        let reads_memory = programs.iter().any(|p| {
+            p.module.module.imports().any(|i| {
+                i.module() == hostabi::IMPORT_MODULE && matches!(i.name(), "read_mem" | "read_str")
+            })
+        });
         for p in &programs {
             if p.module.writes {
                 for imp in p.module.module.imports() {
@@ -237,6 +244,7 @@ impl Session {
             bias: HashMap::new(),
             bias_default: HashMap::new(),
             writers,
+            reads_memory,
             dropped_unattributed: 0,
             unhonoured: [0; 2],
             resolver: Resolver::default(),
@@ -247,6 +255,12 @@ impl Session {
             warnings: Vec::new(),
             main_status: None,
         })
+    }
+
+    /// Whether any handler can read memory (`read_mem`, `read_str`): the
+    /// perf transport then takes a stack snapshot with every sample.
+    pub fn reads_memory(&self) -> bool {
+        self.reads_memory
     }
 
     /// Number of probes selected.

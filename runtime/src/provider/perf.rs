@@ -250,11 +250,27 @@ pub enum PerfEvent<'a> {
 }
 
 /// Options of the perf transport.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct PerfOptions {
     /// `-f`: forked children inherit the probes (otherwise only threads do).
     pub follow_forks: bool,
+    /// Bytes of user stack copied into each sample (a multiple of 8, at
+    /// least 8). [`STACK_SNAPSHOT_BYTES`] when handlers read memory; 8 when
+    /// none can (the kernel copies the snapshot at every hit).
+    pub stack_bytes: u32,
 }
+
+impl Default for PerfOptions {
+    fn default() -> PerfOptions {
+        PerfOptions {
+            follow_forks: false,
+            stack_bytes: STACK_SNAPSHOT_BYTES,
+        }
+    }
+}
+
+/// The default stack snapshot per sample.
+pub const STACK_SNAPSHOT_BYTES: u32 = sample::STACK_SNAPSHOT_BYTES;
 
 /// The perf transport: the target's events and their rings.
 pub struct PerfTracer {
@@ -537,7 +553,7 @@ impl PerfTracer {
                     .sample_period(1)
                     .sample(sample::sample_flags())
                     .sample_regs_user(sample::REGS_MASK)
-                    .sample_stack_user(sample::STACK_SNAPSHOT_BYTES)
+                    .sample_stack_user(self.opts.stack_bytes.clamp(8, 32768) & !7)
                     // Exact per-event count of samples the kernel could not
                     // write (ring full), inherited events included.
                     .read_format(ReadFormat::LOST)
