@@ -169,10 +169,24 @@ fn lost_samples_are_counted_exactly() {
     if !perf_available() {
         return;
     }
-    // A one-page ring cannot hold one sample (8 KiB stack snapshot): every
-    // hit is lost, and every loss is counted.
+    // A one-page ring cannot hold one sample with its 8 KiB stack snapshot
+    // (taken because the handler reads memory): every hit is lost, and
+    // every loss is counted.
     let exe = wtarget();
-    let p = count_program(&exe, "count_w.rpn", "watched_fn");
+    let p = write(
+        "count_w.rpn",
+        &format!(
+            "name = {}
+offset = watched_fn
+opcode = 0x{:02x}
+ push r, rsp
+ push mem, u64
+ abort
+",
+            exe.display(),
+            opcode(&exe, "watched_fn")
+        ),
+    );
     let mut c = wprobe();
     c.arg("run")
         .arg(&p)
