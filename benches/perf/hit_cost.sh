@@ -3,9 +3,10 @@
 # machine, in one run, on the same targets:
 #   breakpoints (benches/ptrace/loop_target.c, probe on hit()):
 #     - wprobe run --transport perf (trivial.rpn: count in a variable, no record)
-#     - wprobe run --transport ptrace (same program)
 #     - perf stat -e <the same uprobe> (count only; defined with perf probe)
+#     - perf record -e <the same uprobe> (a sample per hit, written to a file)
 #     - bpftrace 'uprobe:...:hit { @c = count(); }'
+#     (wprobe's ptrace transport on the same target: benches/ptrace/hit_cost.sh)
 #   watchpoints (wloop.c, write watchpoint on `watched`):
 #     - perf stat -e mem:ADDR:w (the raw perf breakpoint counter)
 #     - wprobe run --transport perf (watch.rpn)
@@ -16,13 +17,18 @@
 # (the target's slowdown) and CPU time (user + system of the tool and its
 # children, i.e. including wprobe's handler thread) are both reported;
 # medians of REPEATS runs.
-#   usage: benches/perf/hit_cost.sh [N1] [N2] [REPEATS]
+# Watchpoint traps cost ten times more than uprobes here, so they use
+# WN1/WN2 hits; uprobes use N1/N2 (large enough that the start-up jitter of
+# bpftrace, about 1 s, stays small against the difference).
+#   usage: benches/perf/hit_cost.sh [N1] [N2] [REPEATS] [WN1] [WN2]
 set -euo pipefail
 cd "$(dirname "$0")"
 HERE=$PWD
-N1=${1:-20000}
-N2=${2:-120000}
+N1=${1:-100000}
+N2=${2:-600000}
 R=${3:-5}
+WN1=${4:-20000}
+WN2=${5:-120000}
 OUT=${TMPDIR:-/tmp}/wprobe-perfcost
 mkdir -p "$OUT"
 gcc -O0 -g -fno-pie -no-pie -fcf-protection=none -fno-omit-frame-pointer -o "$OUT/loop_target" ../ptrace/loop_target.c
@@ -60,11 +66,12 @@ row() { # name "w c" ref_w ref_c
 echo "N1=$N1 N2=$N2 repeats=$R (medians) kernel=$(uname -r) cpus=$(nproc) load=$(cut -d' ' -f1 /proc/loadavg)"
 UN=$(slope ./loop_target)
 WP=$(slope "$W" run "$HERE/../ptrace/trivial.rpn" --transport perf -- ./loop_target)
-WT=$(slope "$W" run "$HERE/../ptrace/trivial.rpn" -- ./loop_target)
-PS="" BT=""
+PS="" PR="" BT=""
 if command -v perf >/dev/null && perf probe -q -x ./loop_target hit 2>/dev/null; then
   EV=$(perf probe -l 2>/dev/null | awk '/loop_target/ && /hit/ { print $1; exit }')
   PS=$(slope perf stat -e "$EV" -- ./loop_target)
+  PR=$(slope perf record -q -o "$OUT/perf.data" -e "$EV" -- ./loop_target)
+  rm -f "$OUT"/perf.data*
   perf probe -q -d "$EV" >/dev/null 2>&1 || true
 fi
 if command -v bpftrace >/dev/null; then
@@ -75,13 +82,14 @@ echo "breakpoints (probe on hit(); untraced loop: $(echo "$UN" | cut -d' ' -f1) 
 printf "%-34s %12s %12s %9s %9s\n" tracer "wall ns/hit" "cpu ns/hit" "wall ×bt" "cpu ×bt"
 [ -n "$BT" ] && row "bpftrace uprobe count()" "$BT" "$bw" "$bc"
 [ -n "$PS" ] && row "perf stat -e uprobe (count only)" "$PS" "$bw" "$bc"
+[ -n "$PR" ] && row "perf record -e uprobe (samples)" "$PR" "$bw" "$bc"
 row "wprobe --transport perf" "$WP" "$bw" "$bc"
-row "wprobe --transport ptrace" "$WT" "$bw" "$bc"
+N1=$WN1 N2=$WN2
 WR=$(slope perf stat -e "mem:$WADDR:w" -- ./wloop)
 WW=$(slope "$W" run "$HERE/watch.rpn" --transport perf -- ./wloop)
 WX=$(slope "$W" run "$HERE/watch.rpn" -- ./wloop)
 read -r rw rc <<<"$WR"
-echo "watchpoints (write watchpoint on \`watched\`)"
+echo "watchpoints (write watchpoint on \`watched\`; N1=$WN1 N2=$WN2)"
 printf "%-34s %12s %12s %9s %9s\n" tracer "wall ns/hit" "cpu ns/hit" "wall ×raw" "cpu ×raw"
 row "perf stat -e mem:ADDR:w (raw)" "$WR" "$rw" "$rc"
 row "wprobe --transport perf" "$WW" "$rw" "$rc"

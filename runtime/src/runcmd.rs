@@ -159,7 +159,7 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
         stack_bytes: if session.reads_memory() {
             crate::provider::perf::STACK_SNAPSHOT_BYTES
         } else {
-            8
+            0
         },
     };
     let tracer = match a.pid {

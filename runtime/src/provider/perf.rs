@@ -254,9 +254,10 @@ pub enum PerfEvent<'a> {
 pub struct PerfOptions {
     /// `-f`: forked children inherit the probes (otherwise only threads do).
     pub follow_forks: bool,
-    /// Bytes of user stack copied into each sample (a multiple of 8, at
-    /// least 8). [`STACK_SNAPSHOT_BYTES`] when handlers read memory; 8 when
-    /// none can (the kernel copies the snapshot at every hit).
+    /// Bytes of user stack copied into each sample (rounded down to a
+    /// multiple of 8, at most 32 KiB): [`STACK_SNAPSHOT_BYTES`] when
+    /// handlers read memory; 0 (no snapshot at all) when none can — the
+    /// kernel would copy it at every hit for nothing.
     pub stack_bytes: u32,
 }
 
@@ -551,13 +552,15 @@ impl PerfTracer {
                     .one_cpu(cpu)
                     .inherit(true)
                     .sample_period(1)
-                    .sample(sample::sample_flags())
+                    .sample(sample::sample_flags(self.stack()))
                     .sample_regs_user(sample::REGS_MASK)
-                    .sample_stack_user(self.opts.stack_bytes.clamp(8, 32768) & !7)
                     // Exact per-event count of samples the kernel could not
                     // write (ring full), inherited events included.
                     .read_format(ReadFormat::LOST)
                     .enabled(false);
+                if self.stack() {
+                    b.sample_stack_user(self.opts.stack_bytes.min(32768) & !7);
+                }
                 if !self.opts.follow_forks {
                     b.inherit_thread(true);
                 }
@@ -591,6 +594,11 @@ impl PerfTracer {
         self.next_id += 1;
         self.probes.insert(id, ProbeEvents { tag, counters });
         Ok(id)
+    }
+
+    /// Whether samples carry a stack snapshot.
+    fn stack(&self) -> bool {
+        self.opts.stack_bytes >= 8
     }
 
     fn uprobes(&mut self) -> Result<&mut tracefs::Uprobes, PerfError> {
@@ -683,7 +691,7 @@ impl PerfTracer {
             if self.rings[i].ty == sample::RECORD_SAMPLE {
                 let mut hit = std::mem::take(&mut self.hit);
                 std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
-                if let Some(kid) = sample::decode(&mut hit, self.time_offset)
+                if let Some(kid) = sample::decode(&mut hit, self.time_offset, self.stack())
                     && let Some(&tag) = self.by_kernel_id.get(&kid)
                 {
                     on_event(self, PerfEvent::Sample { tag, hit: &mut hit });

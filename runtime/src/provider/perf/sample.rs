@@ -7,15 +7,15 @@
 use super::hit::PerfHit;
 use perf_event::SampleFlag;
 
-/// What every probe event samples.
-pub fn sample_flags() -> SampleFlag {
-    SampleFlag::IDENTIFIER
+/// What every probe event samples (the stack snapshot when `stack`).
+pub fn sample_flags(stack: bool) -> SampleFlag {
+    let f = SampleFlag::IDENTIFIER
         | SampleFlag::IP
         | SampleFlag::TID
         | SampleFlag::TIME
         | SampleFlag::CPU
-        | SampleFlag::REGS_USER
-        | SampleFlag::STACK_USER
+        | SampleFlag::REGS_USER;
+    if stack { f | SampleFlag::STACK_USER } else { f }
 }
 
 /// `sample_regs_user` for x86-64: ax bx cx dx si di bp sp ip flags cs ss and
@@ -41,8 +41,9 @@ pub fn id_and_time(body: &[u8]) -> Option<(u64, u64)> {
 }
 
 /// Decodes the sample in `hit.rec` into the hit's fields; returns the
-/// event identifier. `time_offset` turns the perf clock into wall-clock ns.
-pub fn decode(hit: &mut PerfHit, time_offset: u64) -> Option<u64> {
+/// event identifier. `time_offset` turns the perf clock into wall-clock ns;
+/// `stack`: whether the events sample the user stack.
+pub fn decode(hit: &mut PerfHit, time_offset: u64, stack: bool) -> Option<u64> {
     let b = &hit.rec;
     let id = u64_at(b, 0)?;
     let ip = u64_at(b, 8)?;
@@ -59,8 +60,13 @@ pub fn decode(hit: &mut PerfHit, time_offset: u64) -> Option<u64> {
             off += 8;
         }
     }
-    let size = usize::try_from(u64_at(b, off)?).ok()?;
-    off += 8;
+    let size = if stack {
+        let n = usize::try_from(u64_at(b, off)?).ok()?;
+        off += 8;
+        n
+    } else {
+        0
+    };
     let stack_off = off;
     let dyn_size = if size > 0 {
         let d = u64_at(b, off.checked_add(size)?)?;
@@ -112,7 +118,7 @@ mod tests {
             rec: body.clone(),
             ..PerfHit::default()
         };
-        assert_eq!(decode(&mut h, 5), Some(7));
+        assert_eq!(decode(&mut h, 5, true), Some(7));
         assert_eq!((h.pid, h.tid, h.cpu, h.time_ns), (4, 5, 1, 1005));
         assert_eq!(h.regs.rax, 100);
         assert_eq!(h.regs.rsp, 107);
@@ -124,7 +130,7 @@ mod tests {
                 rec: body[..cut].to_vec(),
                 ..PerfHit::default()
             };
-            assert_eq!(decode(&mut h, 0), None, "cut at {cut}");
+            assert_eq!(decode(&mut h, 0, true), None, "cut at {cut}");
         }
     }
 }
