@@ -13,8 +13,10 @@
 //! temporary `int3` at the entry point aside, removed before the command
 //! runs any of its own code).
 
+mod error;
 mod hit;
 mod launch;
+mod ring;
 mod sample;
 mod tracefs;
 
@@ -24,29 +26,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use perf_event::events::{Breakpoint, Software};
-use perf_event::{Builder, Counter, ReadFormat, Sampler};
+use perf_event::{Builder, Counter, ReadFormat};
 
+use self::error::open_error;
+pub use self::error::{PerfError, permission_hint};
 pub use self::hit::PerfHit;
+use self::ring::Ring;
 pub use crate::arch::WatchKind;
 use crate::provider::ptrace::ExitStatus;
-
-/// Ring buffer per CPU, in pages (a power of two): 16 MiB holds about 2,000
-/// samples with their 8 KiB stack snapshots before the kernel must drop.
-const RING_PAGES: usize = 4096;
-
-/// Ring pages per CPU: [`RING_PAGES`], or `WPROBE_PERF_RING_PAGES` (a
-/// power of two; a diagnostic knob for tests and measurements of loss).
-fn ring_pages() -> usize {
-    std::env::var("WPROBE_PERF_RING_PAGES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| n.is_power_of_two() && *n <= RING_PAGES * 16)
-        .unwrap_or(RING_PAGES)
-}
-
-/// The smallest ring tried when locked memory is limited (256 KiB: about
-/// 30 samples; more are dropped — and counted — when the handler lags).
-const MIN_RING_PAGES: usize = 64;
 
 /// How long the event loop sleeps in `poll` when nothing arrives (it also
 /// bounds the delay before a record is printed).
@@ -57,99 +44,6 @@ const PERF_TYPE_TRACEPOINT: u32 = 2;
 
 /// `PERF_EVENT_IOC_SET_OUTPUT` (`_IO('$', 5)`).
 const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
-
-/// A failure of the perf transport.
-#[derive(Debug, thiserror::Error)]
-pub enum PerfError {
-    /// perf_event_open refused for lack of privileges.
-    #[error("{what}: not permitted: {hint}")]
-    PermissionDenied {
-        /// What was being opened.
-        what: String,
-        /// What to change.
-        hint: String,
-    },
-    /// No uprobe PMU in this kernel.
-    #[error(
-        "the kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type is missing: {reason}); \
-         --transport perf needs CONFIG_UPROBE_EVENTS (use --transport ptrace)"
-    )]
-    NoUprobePmu {
-        /// Why the file could not be read.
-        reason: String,
-    },
-    /// A perf event could not be opened for another reason.
-    #[error("perf_event_open ({what}) failed: {source}")]
-    Open {
-        /// What was being opened.
-        what: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The hardware has no free debug register for another watchpoint.
-    #[error("debug register unavailable (at most 4 watchpoints per process; the kernel said: {0})")]
-    NoDebugRegister(std::io::Error),
-    /// The process ended (or never started).
-    #[error("process {pid} died")]
-    TraceeDied {
-        /// The pid.
-        pid: i32,
-    },
-    /// No such process (`-p`).
-    #[error("no such process: {pid}")]
-    NoSuchProcess {
-        /// The pid.
-        pid: i32,
-    },
-    /// The command to launch was not found.
-    #[error("{cmd}: command not found")]
-    CommandNotFound {
-        /// The command.
-        cmd: String,
-    },
-    /// exec of the command failed.
-    #[error("cannot execute {cmd}: {}", std::io::Error::from_raw_os_error(*errno))]
-    Exec {
-        /// The command.
-        cmd: String,
-        /// errno of execvp.
-        errno: i32,
-    },
-    /// A system call failed.
-    #[error("{op} failed: {}", std::io::Error::from_raw_os_error(*errno))]
-    Sys {
-        /// The call.
-        op: &'static str,
-        /// errno.
-        errno: i32,
-    },
-}
-
-/// The hint for a refused `perf_event_open`: the sysctl value and the capabilities.
-pub fn permission_hint(paranoid: Option<&str>) -> String {
-    let v = paranoid.map_or("unreadable".to_string(), |s| s.trim().to_string());
-    format!(
-        "kernel.perf_event_paranoid = {v}; uprobes need root (they are defined in tracefs, and \
-         need CAP_PERFMON or CAP_SYS_ADMIN); watchpoints need kernel.perf_event_paranoid <= 2 \
-         for processes of your own user, CAP_PERFMON for others; or use --transport ptrace"
-    )
-}
-
-fn open_error(what: String, e: std::io::Error) -> PerfError {
-    match e.raw_os_error() {
-        Some(libc::EACCES | libc::EPERM) => PerfError::PermissionDenied {
-            what: format!("perf_event_open of {what}"),
-            hint: permission_hint(
-                std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-                    .ok()
-                    .as_deref(),
-            ),
-        },
-        Some(libc::ENOSPC) => PerfError::NoDebugRegister(e),
-        Some(libc::ESRCH) => PerfError::NoSuchProcess { pid: 0 },
-        _ => PerfError::Open { what, source: e },
-    }
-}
 
 /// Reads live memory of `pid` (`process_vm_readv`); returns the bytes read.
 pub fn read_live(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
@@ -195,38 +89,6 @@ pub enum PerfProbe {
 struct ProbeEvents {
     tag: usize,
     counters: Vec<Counter>,
-}
-
-struct Ring {
-    sampler: Sampler,
-    pending: Vec<u8>,
-    ty: u32,
-    has: bool,
-    time: u64,
-}
-
-impl Ring {
-    /// Copies the next record (if any) into `pending`.
-    fn fill(&mut self) {
-        if self.has {
-            return;
-        }
-        let Some(rec) = self.sampler.next_record() else {
-            return;
-        };
-        self.pending.clear();
-        for part in rec.data() {
-            self.pending.extend_from_slice(part);
-        }
-        self.ty = rec.ty();
-        drop(rec);
-        self.has = true;
-        self.time = if self.ty == sample::RECORD_SAMPLE {
-            sample::id_and_time(&self.pending).map_or(0, |(_, t)| t)
-        } else {
-            0 // bookkeeping records first
-        };
-    }
 }
 
 /// What the event loop reports.
@@ -312,25 +174,6 @@ fn lost_of(c: &mut Counter) -> u64 {
     c.read_full().ok().and_then(|d| d.lost()).unwrap_or(0)
 }
 
-fn online_cpus() -> Vec<usize> {
-    let parse = |s: &str| -> Option<Vec<usize>> {
-        let mut v = Vec::new();
-        for part in s.trim().split(',') {
-            match part.split_once('-') {
-                Some((a, b)) => v.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
-                None => v.push(part.parse().ok()?),
-            }
-        }
-        Some(v)
-    };
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| parse(&s))
-        .unwrap_or_else(|| {
-            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
-        })
-}
-
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -377,7 +220,7 @@ impl PerfTracer {
             tids: Vec::new(),
             rings: Vec::new(),
             ring_fds: Vec::new(),
-            cpus: online_cpus(),
+            cpus: ring::online_cpus(),
             probes: HashMap::new(),
             by_kernel_id: HashMap::new(),
             next_id: 1,
@@ -387,7 +230,7 @@ impl PerfTracer {
                 .wrapping_sub(clock_ns(libc::CLOCK_MONOTONIC)),
             exited: None,
             lost_removed: Vec::new(),
-            ring_pages: ring_pages(),
+            ring_pages: ring::ring_pages(),
             uprobes: None,
         }
     }
@@ -435,72 +278,14 @@ impl PerfTracer {
         }
     }
 
-    /// One dummy event per CPU on the main process owns that CPU's ring.
+    /// One ring per CPU, owned by a dummy event on the main process.
     fn open_rings(&mut self) -> Result<(), PerfError> {
-        for &cpu in &self.cpus.clone() {
-            let c = self.ring_counter(cpu)?;
-            let s = self.map_ring(c, cpu)?;
-            self.ring_fds.push(s.as_counter().as_raw_fd());
-            let pending = Vec::with_capacity(1 << 16);
-            self.rings.push(Ring {
-                sampler: s,
-                pending,
-                ty: 0,
-                has: false,
-                time: 0,
-            });
+        for &cpu in &self.cpus {
+            let r = ring::open(self.main_pid, cpu, self.opts.follow_forks, self.ring_pages)?;
+            self.ring_fds.push(r.sampler.as_counter().as_raw_fd());
+            self.rings.push(r);
         }
         Ok(())
-    }
-
-    /// Maps the ring of `c`: [`RING_PAGES`], or as much as the locked-memory
-    /// limit allows (`kernel.perf_event_mlock_kb` for users without
-    /// CAP_IPC_LOCK), down to [`MIN_RING_PAGES`].
-    fn map_ring(&mut self, mut c: Counter, cpu: usize) -> Result<Sampler, PerfError> {
-        let mut pages = self.ring_pages;
-        loop {
-            match c.sampled(pages * 4096) {
-                Ok(s) => return Ok(s),
-                Err(e)
-                    if e.raw_os_error() == Some(libc::EPERM)
-                        && pages > MIN_RING_PAGES.min(self.ring_pages) =>
-                {
-                    pages /= 2;
-                    // `sampled` consumed the counter: open it again.
-                    c = self.ring_counter(cpu)?;
-                }
-                Err(e) => {
-                    return Err(PerfError::PermissionDenied {
-                        what: format!("ring buffer of CPU {cpu} ({} KiB): {e}", pages * 4),
-                        hint: format!(
-                            "locked memory for perf buffers is limited by kernel.perf_event_mlock_kb = {} \
-                             (per user, without CAP_IPC_LOCK); {}",
-                            std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
-                                .map_or("unreadable".into(), |s| s.trim().to_string()),
-                            permission_hint(
-                                std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-                                    .ok()
-                                    .as_deref()
-                            )
-                        ),
-                    });
-                }
-            }
-        }
-    }
-
-    fn ring_counter(&self, cpu: usize) -> Result<Counter, PerfError> {
-        let mut b = Builder::new(Software::DUMMY);
-        b.observe_pid(self.main_pid)
-            .one_cpu(cpu)
-            .inherit(true)
-            .enabled(true)
-            .wakeup_watermark(MIN_RING_PAGES * 4096 / 4);
-        if !self.opts.follow_forks {
-            b.inherit_thread(true);
-        }
-        b.build()
-            .map_err(|e| open_error(format!("ring buffer of CPU {cpu}"), e))
     }
 
     /// The launched or observed process.
@@ -791,6 +576,6 @@ mod tests {
 
     #[test]
     fn cpu_list_parsing() {
-        assert!(!online_cpus().is_empty());
+        assert!(!ring::online_cpus().is_empty());
     }
 }
