@@ -337,9 +337,17 @@ impl Session {
                         .ok_or_else(|| {
                             format!("address {addr:#x} is not in an executable file mapping of process {pid}")
                         })?;
+                    let offset = addr - m.start + m.offset;
                     if verify && let Some(op) = spec.opcode {
+                        // The file's byte: a uprobe is a place in a file, and
+                        // live memory may already hold the kernel's int3 of
+                        // another probe at the same place.
                         let mut b = [0u8];
-                        if crate::provider::perf::read_live(pid, addr, &mut b) == 1 && b[0] != op {
+                        let read = std::fs::File::open(&m.path)
+                            .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, offset))
+                            .is_ok()
+                            || crate::provider::perf::read_live(pid, addr, &mut b) == 1;
+                        if read && b[0] != op {
                             return Err(format!(
                                 "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
                                 b[0]
@@ -348,7 +356,7 @@ impl Session {
                     }
                     PerfProbe::Uprobe {
                         path: m.path.clone(),
-                        offset: addr - m.start + m.offset,
+                        offset,
                     }
                 }
                 k => {

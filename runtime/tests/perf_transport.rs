@@ -513,3 +513,65 @@ fn with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias() {
         assert_eq!(pids.len(), 2, "{tr}: two children");
     }
 }
+
+#[test]
+fn selection_ignore_maxhits_and_probes_sharing_an_address_match_ptrace() {
+    if !perf_available() {
+        return;
+    }
+    // Two programs probing target_fn (two uprobes at one address: one hit
+    // each, run in probe order under both transports), sharing global
+    // variable 0, with ignore, maxhits and group/type filters.
+    let target = probe_target();
+    let a = write(
+        "sel_a.rpn",
+        "name = probe_target\nmajor = 1\ngvars = 1\ngroupdef = g1 g2\ntypedef = t1\n\
+         offset = target_fn\nopcode = 0x55\ngroup = g1\ntype = t1\nignore = 1\n inc gv, 0\n push gv, 0\n log 1\n\
+         offset = bump\nopcode = 0x55\ngroup = g2\n push 0xb\n log 1\n",
+    );
+    let b = write(
+        "sel_b.rpn",
+        "name = probe_target\nmajor = 2\ngvars = 1\noffset = target_fn\nopcode = 0x55\nmaxhits = 2\n inc gv, 0\n push gv, 0\n log 1\n",
+    );
+    let records = |tr: &str, extra: &[&str]| -> (Vec<(u64, u64)>, serde_json::Value) {
+        let mut c = wprobe();
+        c.arg("run")
+            .args([&a, &b])
+            .args(extra)
+            .args(["--transport", tr, "--format", "json", "--"])
+            .arg(&target)
+            .current_dir(scratch());
+        let o = output_within(c, 60);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let recs = lines
+            .iter()
+            .filter(|v| v["kind"] == "log")
+            .map(|v| {
+                (
+                    v["major"].as_u64().unwrap(),
+                    v["items"][0]["values"][0].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        (recs, lines.last().unwrap().clone())
+    };
+    for extra in [
+        &[][..],
+        &["--group", "g2"][..],
+        &["--group", "g1", "--type", "t1"][..],
+    ] {
+        let p = records("ptrace", extra);
+        let f = records("perf", extra);
+        assert_eq!(p, f, "{extra:?}");
+    }
+    assert_eq!(
+        records("perf", &[]).0,
+        [(2, 1), (1, 2), (2, 3), (1, 4), (1, 0xb)]
+    );
+}

@@ -158,6 +158,10 @@ pub struct PerfTracer {
     ring_pages: usize,
     /// Tracefs uprobe definitions (created on first use; dropped after the events).
     uprobes: Option<tracefs::Uprobes>,
+    /// The samples of one hit being delivered: (probe tag, record body).
+    group: Vec<(Option<usize>, Vec<u8>)>,
+    /// Record buffers not in use (kept to avoid allocating per hit).
+    spare: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for PerfTracer {
@@ -232,6 +236,8 @@ impl PerfTracer {
             lost_removed: Vec::new(),
             ring_pages: ring::ring_pages(),
             uprobes: None,
+            group: Vec::with_capacity(8),
+            spare: Vec::new(),
         }
     }
 
@@ -474,17 +480,76 @@ impl PerfTracer {
             // Other records (PERF_RECORD_LOST among them) are skipped: losses
             // are counted exactly per event with PERF_FORMAT_LOST (`report_lost`).
             if self.rings[i].ty == sample::RECORD_SAMPLE {
-                let mut hit = std::mem::take(&mut self.hit);
-                std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
-                if let Some(kid) = sample::decode(&mut hit, self.time_offset, self.stack())
-                    && let Some(&tag) = self.by_kernel_id.get(&kid)
-                {
-                    on_event(self, PerfEvent::Sample { tag, hit: &mut hit });
-                }
-                std::mem::swap(&mut hit.rec, &mut self.rings[i].pending);
-                self.hit = hit;
+                self.deliver_hit_group(i, on_event);
             }
         }
+    }
+
+    /// Delivers the sample at the head of ring `i` together with the samples
+    /// of the same hit that follow it (same thread and IP, other probes: the
+    /// kernel writes one sample per event of a uprobe, newest event first),
+    /// in probe order, which is the order the ptrace transport runs them in.
+    fn deliver_hit_group(
+        &mut self,
+        i: usize,
+        on_event: &mut dyn FnMut(&mut PerfTracer, PerfEvent<'_>),
+    ) {
+        let key = |b: &[u8]| sample::hit_key(b);
+        let mut group = std::mem::take(&mut self.group);
+        let head = std::mem::replace(
+            &mut self.rings[i].pending,
+            self.spare.pop().unwrap_or_default(),
+        );
+        let first = key(&head);
+        group.push((self.tag_of(&head), head));
+        loop {
+            let r = &mut self.rings[i];
+            r.fill();
+            if !r.has
+                || r.ty != sample::RECORD_SAMPLE
+                || key(&r.pending) != first
+                || first.is_none()
+            {
+                break;
+            }
+            let tag = self.tag_of(&self.rings[i].pending);
+            if tag.is_none() || group.iter().any(|(t, _)| *t == tag) {
+                break;
+            }
+            let spare = self.spare.pop().unwrap_or_default();
+            let r = &mut self.rings[i];
+            r.has = false;
+            group.push((tag, std::mem::replace(&mut r.pending, spare)));
+        }
+        // Insertion sort: a handful of probes at one address at most.
+        for k in 1..group.len() {
+            let mut j = k;
+            while j > 0 && group[j - 1].0 > group[j].0 {
+                group.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        let mut hit = std::mem::take(&mut self.hit);
+        let stack = self.stack();
+        for (tag, buf) in group.iter_mut() {
+            std::mem::swap(&mut hit.rec, buf);
+            if let Some(tag) = *tag
+                && sample::decode(&mut hit, self.time_offset, stack).is_some()
+            {
+                on_event(self, PerfEvent::Sample { tag, hit: &mut hit });
+            }
+            std::mem::swap(&mut hit.rec, buf);
+        }
+        self.hit = hit;
+        for (_, buf) in group.drain(..) {
+            self.spare.push(buf);
+        }
+        self.group = group;
+    }
+
+    /// The probe tag of a sample body (`None`: not one of ours any more).
+    fn tag_of(&self, body: &[u8]) -> Option<usize> {
+        sample::id_and_time(body).and_then(|(kid, _)| self.by_kernel_id.get(&kid).copied())
     }
 
     /// Runs until the main process exits or `stop` is set; returns its exit

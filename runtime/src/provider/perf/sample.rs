@@ -40,6 +40,12 @@ pub fn id_and_time(body: &[u8]) -> Option<(u64, u64)> {
     Some((u64_at(body, 0)?, u64_at(body, 24)?))
 }
 
+/// What identifies one hit among consecutive samples of a ring: (pid/tid
+/// word, ip).
+pub fn hit_key(body: &[u8]) -> Option<(u64, u64)> {
+    Some((u64_at(body, 16)?, u64_at(body, 8)?))
+}
+
 /// Decodes the sample in `hit.rec` into the hit's fields; returns the
 /// event identifier. `time_offset` turns the perf clock into wall-clock ns;
 /// `stack`: whether the events sample the user stack.
