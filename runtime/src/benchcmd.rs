@@ -75,7 +75,9 @@ pub struct Row {
     pub facts: RunFacts,
 }
 
-/// Loads `path` for benchmarking: `.rpn` compiled (AST kept), `.wasm`/`.wat` as is.
+/// Loads `path` for benchmarking: `.rpn` compiled (AST kept), `.wasm`/`.wat`
+/// as is; wasmtime's compilation comes from the cache the environment asks
+/// for (as for `wprobe run`).
 pub fn load_bench_program(
     engine: &wasmtime::Engine,
     path: &Path,
@@ -109,8 +111,10 @@ pub fn load_bench_program(
         let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         (b, None)
     };
-    let module = crate::load::load(engine, &bytes, None)
+    let cache = crate::cache::Cache::from_env();
+    let (module, outcome) = crate::load::load_cached(engine, &bytes, Some(path), None, &cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
+    crate::programs::debug_cache_outcome(path, &outcome);
     Ok(BenchProgram { label, module, ast })
 }
 

@@ -391,6 +391,55 @@ pub fn load_named(
     path: Option<&std::path::Path>,
     cli_manifest: Option<Manifest>,
 ) -> Result<LoadedModule, LoadError> {
+    let checked = check(bytes, path, cli_manifest)?;
+    let module = wasmtime::Module::new(engine, &*checked.wasm)
+        .map_err(|e| LoadError::Compile(e.to_string()))?;
+    Ok(checked.into_loaded(module))
+}
+
+/// [`load_named`] with the wasmtime compilation taken from `cache` when it
+/// has it (and stored there when not). The ABI gate runs as in
+/// [`load_named`]; the cache only replaces `Module::new`, and its problems
+/// are never errors: the outcome says what it did.
+pub fn load_cached(
+    engine: &wasmtime::Engine,
+    bytes: &[u8],
+    path: Option<&std::path::Path>,
+    cli_manifest: Option<Manifest>,
+    cache: &crate::cache::Cache,
+) -> Result<(LoadedModule, crate::cache::CacheOutcome), LoadError> {
+    let checked = check(bytes, path, cli_manifest)?;
+    let (module, outcome) = cache
+        .get_or_compile(engine, &checked.wasm)
+        .map_err(|e| LoadError::Compile(e.to_string()))?;
+    Ok((checked.into_loaded(module), outcome))
+}
+
+/// A module that passed the ABI gate, not yet compiled.
+struct Checked<'a> {
+    wasm: std::borrow::Cow<'a, [u8]>,
+    manifest: Manifest,
+    writes: bool,
+    has_flush: bool,
+}
+
+impl Checked<'_> {
+    fn into_loaded(self, module: wasmtime::Module) -> LoadedModule {
+        LoadedModule {
+            module,
+            manifest: self.manifest,
+            writes: self.writes,
+            has_flush: self.has_flush,
+        }
+    }
+}
+
+/// The ABI gate: inspect, check against the manifest (or `cli_manifest`).
+fn check<'a>(
+    bytes: &'a [u8],
+    path: Option<&std::path::Path>,
+    cli_manifest: Option<Manifest>,
+) -> Result<Checked<'a>, LoadError> {
     let wasm = to_wasm_named(bytes, path)?;
     let facts = inspect(&wasm)?;
     let manifest = match (facts.manifest.clone(), cli_manifest) {
@@ -438,10 +487,8 @@ pub fn load_named(
         .func_exports
         .get(hostabi::FLUSH_EXPORT)
         .is_some_and(|ft| ft.params().is_empty() && ft.results() == [ValType::I32]);
-    let module =
-        wasmtime::Module::new(engine, &*wasm).map_err(|e| LoadError::Compile(e.to_string()))?;
-    Ok(LoadedModule {
-        module,
+    Ok(Checked {
+        wasm,
         manifest,
         writes,
         has_flush,
