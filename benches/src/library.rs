@@ -62,10 +62,8 @@ pub struct TempCache {
 impl TempCache {
     /// An empty cache under the system's temporary directory.
     pub fn new(name: &str) -> TempCache {
-        let dir = std::env::temp_dir().join(format!(
-            "wprobe-bench-cache-{}-{name}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("wprobe-bench-cache-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         TempCache {
             cache: Cache::at(&dir),
@@ -189,7 +187,7 @@ pub fn decode(r: &TypicalRecord) -> u64 {
         let res = decode_stacktrace(&r.data, |st| {
             n = n.wrapping_add(st.code);
             for f in st.frames().flatten() {
-                n = n.wrapping_add(f.called as u64).wrapping_add(f.slots.len() as u64);
+                n = n.wrapping_add(f.called).wrapping_add(f.slots.len() as u64);
             }
         });
         if let Ok(h) = res {
@@ -257,7 +255,10 @@ mod tests {
     #[test]
     fn typical_records_decode_and_format_as_json() {
         let mut recs = typical_records();
-        assert!(recs.iter().any(|r| r.stacktrace), "a stack trace is in the mix");
+        assert!(
+            recs.iter().any(|r| r.stacktrace),
+            "a stack trace is in the mix"
+        );
         assert!(recs.len() >= 4, "{recs:?}");
         recs.push(two_words_record());
         for (i, r) in recs.iter().enumerate() {

@@ -470,14 +470,16 @@ mod tests {
 
     #[test]
     fn from_vars_precedence() {
-        let vars = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
+        fn vars<'a>(
+            pairs: &'a [(&'a str, &'a str)],
+        ) -> impl Fn(&str) -> Option<std::ffi::OsString> + 'a {
+            move |k| {
                 pairs
                     .iter()
                     .find(|(n, _)| *n == k)
                     .map(|(_, v)| std::ffi::OsString::from(v))
             }
-        };
+        }
         let all = [
             ("WPROBE_CACHE_DIR", "/c"),
             ("XDG_CACHE_HOME", "/x"),
