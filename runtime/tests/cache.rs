@@ -353,6 +353,35 @@ fn wrong_permission_entries_and_directories_are_not_used() {
 }
 
 #[test]
+fn an_entry_that_cannot_be_written_is_not_an_error() {
+    // A directory where the entry should be: it cannot be read as an entry
+    // nor replaced by one (the rename fails, as a full disk makes the write
+    // fail); the load still succeeds and leaves no temporary file.
+    let dir = temp_dir("unwritable");
+    let cache = Cache::at(&dir);
+    let engine = engine();
+    let path = entry(&engine, &cache);
+    std::fs::create_dir_all(&path).unwrap();
+    for _ in 0..2 {
+        let (m, o) = load(&engine, &cache);
+        match &o {
+            CacheOutcome::Miss {
+                why: CacheMiss::Refused { problem, .. },
+                stored: Err(e),
+            } => {
+                assert_eq!(problem, "not a regular file");
+                assert!(e.starts_with("writing "), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_works(&engine, &m);
+    }
+    let key = CacheKey::new(&engine, &wasm());
+    assert_eq!(files(&dir), [format!("{}.cwasm", key.hex())]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn no_cache_variable_bypasses_the_cache() {
     let dir = temp_dir("off");
     let vars = |k: &str| match k {
