@@ -77,11 +77,21 @@ pub struct Row {
 
 /// Loads `path` for benchmarking: `.rpn` compiled (AST kept), `.wasm`/`.wat`
 /// as is; wasmtime's compilation comes from the cache the environment asks
-/// for (as for `wprobe run`).
+/// for ([`crate::cache::Cache::from_env`]), as for `wprobe run`.
 pub fn load_bench_program(
     engine: &wasmtime::Engine,
     path: &Path,
     a: &BenchArgs,
+) -> Result<BenchProgram, String> {
+    load_bench_program_with_cache(engine, path, a, &crate::cache::Cache::from_env())
+}
+
+/// [`load_bench_program`] with wasmtime's compilation taken from `cache`.
+pub fn load_bench_program_with_cache(
+    engine: &wasmtime::Engine,
+    path: &Path,
+    a: &BenchArgs,
+    cache: &crate::cache::Cache,
 ) -> Result<BenchProgram, String> {
     let label = path
         .file_stem()
@@ -111,8 +121,7 @@ pub fn load_bench_program(
         let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         (b, None)
     };
-    let cache = crate::cache::Cache::from_env();
-    let (module, outcome) = crate::load::load_cached(engine, &bytes, Some(path), None, &cache)
+    let (module, outcome) = crate::load::load_cached(engine, &bytes, Some(path), None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
     crate::programs::debug_cache_outcome(path, &outcome);
     Ok(BenchProgram { label, module, ast })
