@@ -6,9 +6,12 @@
 //!   1,000-instruction program of the `compile` bench and for a program of
 //!   100 probes on one symbol. `cold` runs with the cache off; `cached`
 //!   with a warm cache in a temporary directory (every iteration is a hit).
-//!   Two functions break the cached figure down: `to_wasm` (front end and
-//!   code generation only) and `cache_hit_only` (`Cache::get_or_compile` on
-//!   the Wasm bytes: key, read, checksum, `Module::deserialize`).
+//!   Three functions break the cached figure down: `to_wasm` (front end
+//!   and code generation only), `abi_gate_only` (`load::inspect`:
+//!   validation and the facts the ABI gate checks, as on a miss; a hit
+//!   skips the validation, see `load::load_cached`) and `cache_hit_only`
+//!   (`Cache::get_or_compile` on the Wasm bytes: key, read, checksum,
+//!   `Module::deserialize`).
 //! * **decode**: `hostabi::record` decoding of typical records (every item
 //!   or frame read), in records per second.
 //! * **format**: `runtime::format::record` in text and JSON lines (which
@@ -65,6 +68,9 @@ fn load(c: &mut Criterion<BenchClock>) {
         };
         group.bench_function("to_wasm", |b| b.iter(|| black_box(to_wasm(black_box(src)))));
         let wasm = to_wasm(src);
+        group.bench_function("abi_gate_only", |b| {
+            b.iter(|| black_box(runtime::load::inspect(black_box(&wasm)).expect("valid")))
+        });
         group.bench_function("cache_hit_only", |b| {
             b.iter(|| {
                 let (m, o) = tmp

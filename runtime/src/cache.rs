@@ -245,17 +245,30 @@ impl Cache {
         engine: &wasmtime::Engine,
         wasm: &[u8],
     ) -> wasmtime::Result<(wasmtime::Module, CacheOutcome)> {
+        match self.lookup(engine, wasm) {
+            Lookup::Hit(m) => Ok((m, CacheOutcome::Hit)),
+            Lookup::Miss(pending) => {
+                let module = wasmtime::Module::new(engine, wasm)?;
+                let outcome = pending.store(&module);
+                Ok((module, outcome))
+            }
+        }
+    }
+
+    /// Looks `wasm` up: the deserialized module of a trusted entry, or why
+    /// there is none and where the compiled module should go.
+    pub fn lookup(&self, engine: &wasmtime::Engine, wasm: &[u8]) -> Lookup {
+        let miss = |why| Lookup::Miss(PendingStore { why, target: None });
         let dir = match &self.state {
-            State::Off => return compiled(engine, wasm, CacheMiss::Disabled),
-            State::NoDirectory => return compiled(engine, wasm, CacheMiss::NoDirectory),
+            State::Off => return miss(CacheMiss::Disabled),
+            State::NoDirectory => return miss(CacheMiss::NoDirectory),
             State::Dir(d) => d,
         };
         if let Err(problem) = trusted_dir(dir) {
-            let why = CacheMiss::Directory {
+            return miss(CacheMiss::Directory {
                 path: dir.clone(),
                 problem,
-            };
-            return compiled(engine, wasm, why);
+            });
         }
         let key = CacheKey::new(engine, wasm);
         let path = dir.join(format!("{}{ENTRY_SUFFIX}", key.hex()));
@@ -277,7 +290,7 @@ impl Cache {
                 // version or engine configuration are safe inputs: wasmtime
                 // rejects them with an error (its documented guarantee).
                 match unsafe { wasmtime::Module::deserialize(engine, payload) } {
-                    Ok(m) => return Ok((m, CacheOutcome::Hit)),
+                    Ok(m) => return Lookup::Hit(m),
                     Err(e) => CacheMiss::Refused {
                         path: path.clone(),
                         problem: format!("wasmtime refused it: {e}"),
@@ -286,21 +299,56 @@ impl Cache {
             }
             Err(why) => why,
         };
-        let module = wasmtime::Module::new(engine, wasm)?;
-        let stored = store(dir, &path, &key, &module);
-        Ok((module, CacheOutcome::Miss { why, stored }))
+        Lookup::Miss(PendingStore {
+            why,
+            target: Some(Target {
+                dir: dir.clone(),
+                path,
+                key,
+            }),
+        })
     }
 }
 
-/// Compiles without the cache.
-fn compiled(
-    engine: &wasmtime::Engine,
-    wasm: &[u8],
+/// The result of [`Cache::lookup`].
+pub enum Lookup {
+    /// A trusted entry, deserialized.
+    Hit(wasmtime::Module),
+    /// No usable entry: compile, then [`PendingStore::store`].
+    Miss(PendingStore),
+}
+
+/// A miss, with where the compiled module goes (if anywhere).
+pub struct PendingStore {
     why: CacheMiss,
-) -> wasmtime::Result<(wasmtime::Module, CacheOutcome)> {
-    let module = wasmtime::Module::new(engine, wasm)?;
-    let stored = Err("the cache is not in use".to_string());
-    Ok((module, CacheOutcome::Miss { why, stored }))
+    target: Option<Target>,
+}
+
+/// Where a compiled module is to be stored.
+struct Target {
+    dir: PathBuf,
+    path: PathBuf,
+    key: CacheKey,
+}
+
+impl PendingStore {
+    /// Why the cache could not supply the module.
+    pub fn why(&self) -> &CacheMiss {
+        &self.why
+    }
+
+    /// Writes `module` (the compilation of the looked-up Wasm) to the
+    /// cache when it is in use. Never fails: the outcome says what happened.
+    pub fn store(self, module: &wasmtime::Module) -> CacheOutcome {
+        let stored = match &self.target {
+            Some(t) => store(&t.dir, &t.path, &t.key, module),
+            None => Err("the cache is not in use".to_string()),
+        };
+        CacheOutcome::Miss {
+            why: self.why,
+            stored,
+        }
+    }
 }
 
 /// The effective user id.

@@ -235,6 +235,13 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
             message: e.message().to_string(),
             offset: e.offset(),
         })?;
+    read_facts(wasm)
+}
+
+/// The facts of [`inspect`] without validating first. Never panics; on
+/// invalid input it may return an error, or facts of whatever parses.
+/// Used only for bytes known to be valid (a hit in the module cache).
+fn read_facts(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
     let mut facts = ModuleFacts::default();
     let mut types: Vec<Option<FuncType>> = Vec::new();
     let mut func_types: Vec<u32> = Vec::new();
@@ -401,6 +408,13 @@ pub fn load_named(
 /// has it (and stored there when not). The ABI gate runs as in
 /// [`load_named`]; the cache only replaces `Module::new`, and its problems
 /// are never errors: the outcome says what it did.
+///
+/// On a hit the Wasm is not validated again: the cache key is the SHA-256
+/// of exactly these bytes (with the wprobe version and engine settings),
+/// and an entry exists only for bytes that wasmtime compiled, which
+/// validates them (in this function, after this validator accepted them).
+/// Validation is two thirds of the gate's cost (0.3 ms of a cached
+/// 100-probe program's 1.7 ms, `docs/BENCHMARKS.md`).
 pub fn load_cached(
     engine: &wasmtime::Engine,
     bytes: &[u8],
@@ -408,11 +422,23 @@ pub fn load_cached(
     cli_manifest: Option<Manifest>,
     cache: &crate::cache::Cache,
 ) -> Result<(LoadedModule, crate::cache::CacheOutcome), LoadError> {
-    let checked = check(bytes, path, cli_manifest)?;
-    let (module, outcome) = cache
-        .get_or_compile(engine, &checked.wasm)
-        .map_err(|e| LoadError::Compile(e.to_string()))?;
-    Ok((checked.into_loaded(module), outcome))
+    use crate::cache::{CacheOutcome, Lookup};
+    let wasm = to_wasm_named(bytes, path)?;
+    match cache.lookup(engine, &wasm) {
+        Lookup::Hit(module) => {
+            let facts = read_facts(&wasm)?;
+            let checked = gate(wasm, facts, cli_manifest)?;
+            Ok((checked.into_loaded(module), CacheOutcome::Hit))
+        }
+        Lookup::Miss(pending) => {
+            let facts = inspect(&wasm)?;
+            let checked = gate(wasm, facts, cli_manifest)?;
+            let module = wasmtime::Module::new(engine, &*checked.wasm)
+                .map_err(|e| LoadError::Compile(e.to_string()))?;
+            let outcome = pending.store(&module);
+            Ok((checked.into_loaded(module), outcome))
+        }
+    }
 }
 
 /// A module that passed the ABI gate, not yet compiled.
@@ -442,6 +468,16 @@ fn check<'a>(
 ) -> Result<Checked<'a>, LoadError> {
     let wasm = to_wasm_named(bytes, path)?;
     let facts = inspect(&wasm)?;
+    gate(wasm, facts, cli_manifest)
+}
+
+/// The ABI checks on the module's facts: manifest (or `cli_manifest`),
+/// ABI version, memory export, handler exports.
+fn gate<'a>(
+    wasm: std::borrow::Cow<'a, [u8]>,
+    facts: ModuleFacts,
+    cli_manifest: Option<Manifest>,
+) -> Result<Checked<'a>, LoadError> {
     let manifest = match (facts.manifest.clone(), cli_manifest) {
         (_, Some(m)) => m,
         (Some(m), None) => m,

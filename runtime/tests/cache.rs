@@ -144,6 +144,22 @@ fn abi_gate_still_runs_on_a_hit() {
 }
 
 #[test]
+fn invalid_modules_are_refused_as_without_a_cache_and_never_stored() {
+    let dir = temp_dir("invalid");
+    let cache = Cache::at(&dir);
+    let engine = engine();
+    let w = wasm();
+    for cut in [8, w.len() / 2, w.len() - 1] {
+        let with = load_cached(&engine, &w[..cut], None, None, &cache).err();
+        let without = runtime::load::load(&engine, &w[..cut], None).err();
+        let with = with.expect("a truncated module is refused").to_string();
+        assert_eq!(Some(with), without.map(|e| e.to_string()), "cut {cut}");
+    }
+    assert_eq!(files(&dir), Vec::<String>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn corrupt_entry_falls_back_to_compiling_and_is_rewritten() {
     let dir = temp_dir("corrupt");
     let cache = Cache::at(&dir);
