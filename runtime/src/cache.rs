@@ -11,7 +11,7 @@
 //! `~/.cache/wprobe`; `WPROBE_NO_CACHE=1` turns it off ([`Cache::from_env`]).
 //! Nothing is evicted automatically; deleting the directory is always safe.
 //!
-//! **Keys.** SHA-256 over a domain tag, the wprobe version, wasmtime's
+//! **Keys.** BLAKE3 over a domain tag, the wprobe version, wasmtime's
 //! `Engine::precompile_compatibility_hash` (target, Cranelift flags,
 //! tunables such as fuel, Wasm features, wasmtime version) and the Wasm
 //! bytes. A changed module, engine setting or wprobe version is a different
@@ -25,7 +25,7 @@
 //!   the effective user and not writable by group or others;
 //! * it starts with this module's envelope ([`ENVELOPE_MAGIC`],
 //!   [`ENVELOPE_VERSION`]), names the key it was looked up by, and its
-//!   payload has the length and the SHA-256 recorded in the envelope.
+//!   payload has the length and the BLAKE3 hash recorded in the envelope.
 //!
 //! So the bytes handed to wasmtime are, bit for bit, what this user's
 //! wprobe got from `Module::serialize` for this key; a torn write, a
@@ -40,7 +40,6 @@
 //! This is one of the two places in the crate with `unsafe` outside the
 //! providers: the deserialization, whose argument is the list above.
 
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -61,7 +60,7 @@ pub const ENVELOPE_MAGIC: [u8; 8] = *b"WPRBMOD\0";
 pub const ENVELOPE_VERSION: u32 = 1;
 
 /// Envelope size: magic, version (u32 LE), key, payload length (u64 LE),
-/// payload SHA-256.
+/// payload BLAKE3 hash.
 pub const ENVELOPE_BYTES: usize = 8 + 4 + 32 + 8 + 32;
 
 /// Largest entry read (256 MiB): far above any handler module's compiled
@@ -72,7 +71,7 @@ pub const MAX_ENTRY_BYTES: u64 = 256 << 20;
 /// File name suffix of entries.
 pub const ENTRY_SUFFIX: &str = ".cwasm";
 
-/// The key of an entry: SHA-256 of the inputs that determine the compiled code.
+/// The key of an entry: BLAKE3 of the inputs that determine the compiled code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CacheKey(pub [u8; 32]);
 
@@ -80,14 +79,14 @@ impl CacheKey {
     /// The key of `wasm` compiled by `engine` with this version of wprobe.
     pub fn new(engine: &wasmtime::Engine, wasm: &[u8]) -> CacheKey {
         use std::hash::Hash as _;
-        let mut h = ShaHasher(Sha256::new());
+        let mut h = KeyHasher(blake3::Hasher::new());
         h.0.update(b"wprobe module cache\0");
         h.0.update(env!("CARGO_PKG_VERSION").as_bytes());
         h.0.update(b"\0");
         engine.precompile_compatibility_hash().hash(&mut h);
-        h.0.update((wasm.len() as u64).to_le_bytes());
+        h.0.update(&(wasm.len() as u64).to_le_bytes());
         h.0.update(wasm);
-        CacheKey(h.0.finalize().into())
+        CacheKey(*h.0.finalize().as_bytes())
     }
 
     /// Lower-case hex, the entry's file name without the suffix.
@@ -102,16 +101,16 @@ impl CacheKey {
     }
 }
 
-/// Feeds `std::hash::Hash` values (wasmtime's compatibility hash) into SHA-256.
-struct ShaHasher(Sha256);
+/// Feeds `std::hash::Hash` values (wasmtime's compatibility hash) into BLAKE3.
+struct KeyHasher(blake3::Hasher);
 
-impl std::hash::Hasher for ShaHasher {
+impl std::hash::Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
         self.0.update(bytes);
     }
 
     fn finish(&self) -> u64 {
-        // Never used: the key is the SHA-256 state, finalized by its owner.
+        // Never used: the key is the BLAKE3 state, finalized by its owner.
         0
     }
 }
@@ -281,7 +280,7 @@ impl Cache {
                 // if the file is a regular file owned by the effective user,
                 // not writable by group or others, in a directory with the
                 // same properties (`trusted_dir`), and if the payload has
-                // exactly the length and the SHA-256 that `store` recorded
+                // exactly the length and the BLAKE3 hash that `store` recorded
                 // in the envelope next to this key when it wrote
                 // `Module::serialize` output there. So these bytes are what
                 // this user's wprobe serialized (only the user, or root,
@@ -453,7 +452,7 @@ fn open_envelope<'a>(bytes: &'a [u8], key: &CacheKey) -> Result<&'a [u8], &'stat
     if len != (payload.len() as u64).to_le_bytes() {
         return Err("truncated or extended: the payload length differs from the envelope's");
     }
-    if Sha256::digest(payload).as_slice() != sum {
+    if blake3::hash(payload).as_bytes() != sum {
         return Err("corrupt: the payload checksum differs from the envelope's");
     }
     Ok(payload)
@@ -466,7 +465,7 @@ fn envelope(key: &CacheKey, payload: &[u8]) -> [u8; ENVELOPE_BYTES] {
     e[8..12].copy_from_slice(&ENVELOPE_VERSION.to_le_bytes());
     e[12..44].copy_from_slice(&key.0);
     e[44..52].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    e[52..].copy_from_slice(&Sha256::digest(payload));
+    e[52..].copy_from_slice(blake3::hash(payload).as_bytes());
     e
 }
 

@@ -409,7 +409,7 @@ pub fn load_named(
 /// [`load_named`]; the cache only replaces `Module::new`, and its problems
 /// are never errors: the outcome says what it did.
 ///
-/// On a hit the Wasm is not validated again: the cache key is the SHA-256
+/// On a hit the Wasm is not validated again: the cache key is the BLAKE3 hash
 /// of exactly these bytes (with the wprobe version and engine settings),
 /// and an entry exists only for bytes that wasmtime compiled, which
 /// validates them (in this function, after this validator accepted them).

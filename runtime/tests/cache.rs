@@ -252,12 +252,11 @@ fn truncated_entry_falls_back_to_compiling() {
 
 /// An entry with a valid envelope around `payload` (as `cache.rs` writes it).
 fn entry_bytes(key: &CacheKey, version: u32, payload: &[u8]) -> Vec<u8> {
-    use sha2::Digest;
     let mut e = b"WPRBMOD\0".to_vec();
     e.extend(version.to_le_bytes());
     e.extend(key.0);
     e.extend((payload.len() as u64).to_le_bytes());
-    e.extend(sha2::Sha256::digest(payload));
+    e.extend(blake3::hash(payload).as_bytes());
     assert_eq!(e.len(), ENVELOPE_BYTES);
     e.extend(payload);
     e
