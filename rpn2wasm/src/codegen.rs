@@ -9,6 +9,7 @@ mod asm;
 mod body;
 mod helpers;
 pub mod layout;
+pub mod stackinfo;
 
 use crate::ast::{BodyOwner, Op, Program};
 use helpers::{HELPERS, Helper};
@@ -27,7 +28,10 @@ pub use body::SourceMarks;
 /// Function indices and program constants shared by the generators.
 pub struct Ctx {
     imports: Vec<Option<u32>>,
-    helper_base: u32,
+    /// Function index of each helper of [`HELPERS`] the module contains.
+    helpers: Vec<Option<u32>>,
+    /// Helpers referenced so far (the first pass collects them).
+    helpers_called: std::cell::RefCell<Vec<bool>>,
     body_base: u32,
     /// `logmax`.
     pub logmax: u16,
@@ -43,6 +47,8 @@ pub struct Ctx {
     pub autostacktrace: bool,
     /// Length of the program name.
     pub name_len: u32,
+    /// What the whole-program stack analysis proved.
+    pub stack: stackinfo::StackFacts,
 }
 
 impl Ctx {
@@ -51,9 +57,11 @@ impl Ctx {
         self.imports[id as usize].expect("codegen invariant: import collected before use")
     }
 
-    /// Function index of a helper.
+    /// Function index of a helper (recording that it is called).
     pub fn helper(&self, h: Helper) -> u32 {
-        self.helper_base + HELPERS.iter().position(|x| *x == h).expect("listed") as u32
+        let i = HELPERS.iter().position(|x| *x == h).expect("listed");
+        self.helpers_called.borrow_mut()[i] = true;
+        self.helpers[i].expect("codegen invariant: helper collected before use")
     }
 
     /// Function index of body `b`.
@@ -132,12 +140,94 @@ pub struct Generated {
     pub first_body_func: u32,
 }
 
+/// Which helpers the module needs: those the bodies and entry points call,
+/// and the helpers those call, found by generating the code once with every
+/// helper present and recording the calls. Only these are emitted: each
+/// helper costs wasmtime compile time at every load.
+fn helpers_needed(program: &Program, stack: stackinfo::StackFacts) -> Vec<bool> {
+    let all = vec![true; HELPERS.len()];
+    let ctx = make_ctx(program, &all_imports(), &all, stack);
+    for b in &program.bodies {
+        let _ = body::translate(&ctx, program, b);
+    }
+    for i in 0..program.probes.len() {
+        let _ = entry(&ctx, program, i);
+    }
+    let _ = ctx.helper(Helper::Emit); // the flush export
+    let mut needed = ctx.helpers_called.borrow().clone();
+    // Close over helper-to-helper calls.
+    loop {
+        let mut grew = false;
+        for (i, h) in HELPERS.iter().enumerate() {
+            if !needed[i] {
+                continue;
+            }
+            let ctx = make_ctx(program, &all_imports(), &all, stack);
+            let _ = helpers::build(*h, &ctx);
+            for (j, called) in ctx.helpers_called.borrow().iter().enumerate() {
+                if *called && !needed[j] {
+                    needed[j] = true;
+                    grew = true;
+                }
+            }
+        }
+        if !grew {
+            return needed;
+        }
+    }
+}
+
+fn all_imports() -> BTreeSet<u32> {
+    (0..HOST_IMPORTS.len() as u32).collect()
+}
+
+/// The context for a module with these imports and helpers (in ABI order).
+fn make_ctx(
+    program: &Program,
+    used: &BTreeSet<u32>,
+    helpers: &[bool],
+    stack: stackinfo::StackFacts,
+) -> Ctx {
+    let mut import_idx = vec![None; HOST_IMPORTS.len()];
+    for (n, i) in used.iter().enumerate() {
+        import_idx[*i as usize] = Some(n as u32);
+    }
+    let mut next = used.len() as u32;
+    let helper_idx = helpers
+        .iter()
+        .map(|on| {
+            on.then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect();
+    Ctx {
+        imports: import_idx,
+        helpers: helper_idx,
+        helpers_called: std::cell::RefCell::new(vec![false; HELPERS.len()]),
+        body_base: next,
+        logmax: program.header.logmax,
+        excpt_log: program.header.excpt_log,
+        jmpmax: program.header.jmpmax,
+        vars: program.header.vars,
+        id: program.header.id,
+        autostacktrace: program.header.autostacktrace,
+        name_len: program.header.name.len() as u32,
+        stack,
+    }
+}
+
 /// Generates the module and the instruction-to-code map (for `--emit wat`).
 pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated {
+    let stack = stackinfo::analyze(program);
+    let needed = helpers_needed(program, stack);
     // Imports actually used, in ABI order (deterministic).
     let mut used = BTreeSet::new();
-    for h in HELPERS {
-        used.extend(h.imports().iter().map(|i| *i as u32));
+    for (h, on) in HELPERS.iter().zip(&needed) {
+        if *on {
+            used.extend(h.imports().iter().map(|i| *i as u32));
+        }
     }
     for b in &program.bodies {
         for insn in &b.insns {
@@ -146,35 +236,23 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated 
     }
     let mut types = Types::default();
     let mut imports = ImportSection::new();
-    let mut import_idx = vec![None; HOST_IMPORTS.len()];
-    for (n, i) in used.iter().enumerate() {
+    for i in &used {
         let imp = &HOST_IMPORTS[*i as usize];
         let params: Vec<ValType> = imp.params.iter().map(|(_, t)| vt(*t)).collect();
         let results: Vec<ValType> = imp.results.iter().map(|t| vt(*t)).collect();
         let ty = types.get(&params, &results);
         imports.import(hostabi::IMPORT_MODULE, imp.name, EntityType::Function(ty));
-        import_idx[*i as usize] = Some(n as u32);
     }
-    let n_imports = used.len() as u32;
     let name = program.header.name.as_bytes();
-    let ctx = Ctx {
-        imports: import_idx,
-        helper_base: n_imports,
-        body_base: n_imports + HELPERS.len() as u32,
-        logmax: program.header.logmax,
-        excpt_log: program.header.excpt_log,
-        jmpmax: program.header.jmpmax,
-        vars: program.header.vars,
-        id: program.header.id,
-        autostacktrace: program.header.autostacktrace,
-        name_len: name.len() as u32,
-    };
+    let ctx = make_ctx(program, &used, &needed, stack);
     let mut funcs = FunctionSection::new();
     let mut code = CodeSection::new();
-    for h in HELPERS {
-        let (p, r) = h.sig();
-        funcs.function(types.get(p, r));
-        code.function(&helpers::build(*h, &ctx));
+    for (h, on) in HELPERS.iter().zip(&needed) {
+        if *on {
+            let (p, r) = h.sig();
+            funcs.function(types.get(p, r));
+            code.function(&helpers::build(*h, &ctx));
+        }
     }
     let body_ty = types.get(&[], &[ValType::I32]);
     let mut marks = Vec::with_capacity(program.bodies.len());
@@ -253,10 +331,9 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated 
         fnames.append(i as u32, HOST_IMPORTS[*n as usize].name);
     }
     for (i, h) in HELPERS.iter().enumerate() {
-        fnames.append(
-            ctx.helper_base + i as u32,
-            &format!("rt_{h:?}").to_lowercase(),
-        );
+        if let Some(f) = ctx.helpers[i] {
+            fnames.append(f, &format!("rt_{h:?}").to_lowercase());
+        }
     }
     for (b, body) in program.bodies.iter().enumerate() {
         let n = match body.owner {
@@ -350,15 +427,26 @@ fn entry(ctx: &Ctx, program: &Program, i: usize) -> wasm_encoder::Function {
         .i64_store(asm::mem(l::FRAMES + l::frame::HANDLER_BLOCK, 3));
     // The stack starts zero-filled (spec §8.1): refill only when an earlier
     // run may have written it (bodies that can write it set the flag).
-    a.i().global_get(g::STACK_DIRTY);
-    let dirty = a.if_();
-    a.i()
-        .i32_const(l::STACK as i32)
-        .i32_const(0)
-        .i32_const(l::STACK_BYTES as i32)
-        .memory_fill(0);
-    a.i().i32_const(0).global_set(g::STACK_DIRTY);
-    a.end(dirty);
+    // Only the slots a run can write need it (`extent`, counted from slot
+    // 1023 down; all 1,024 when the analysis could not bound it). Programs
+    // compiled with store elision read no slot they did not write in the
+    // same run (no slot above TOS, nothing below the base), so they need none.
+    let extent = if ctx.stack.elide {
+        0
+    } else {
+        ctx.stack.extent.min(stackinfo::SLOTS)
+    };
+    if extent > 0 {
+        a.i().global_get(g::STACK_DIRTY);
+        let dirty = a.if_();
+        a.i()
+            .i32_const((l::STACK + 8 * (stackinfo::SLOTS - extent)) as i32)
+            .i32_const(0)
+            .i32_const((8 * extent) as i32)
+            .memory_fill(0);
+        a.i().i32_const(0).global_set(g::STACK_DIRTY);
+        a.end(dirty);
+    }
     a.i().call(ctx.body_func(p.body)).drop();
     a.i()
         .global_get(g::OUTCOME)

@@ -52,6 +52,21 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// Instead of timing handlers alone, time the command (after `--`)
+    /// untraced and traced under each transport, and report the overhead
+    /// per hit.
+    #[arg(long, requires = "command")]
+    pub end_to_end: bool,
+    /// Runs of each configuration with `--end-to-end` (the median is reported).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub repeat: u32,
+    /// Transports measured by `--end-to-end` (repeatable).
+    #[arg(long = "transport", value_name = "TRANSPORT", default_values = ["ptrace", "perf"], value_parser = ["ptrace", "perf"])]
+    pub transports: Vec<String>,
+    /// A command: with `--end-to-end`, the workload; otherwise the handlers
+    /// run on the registers and memory of its first hit of each probe.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// `wprobe run`.
@@ -100,9 +115,12 @@ pub struct RunArgs {
     /// events, the handler runs on a sample while the target keeps running.
     #[arg(long, value_name = "TRANSPORT", default_value = "ptrace", value_parser = ["ptrace", "perf"])]
     pub transport: String,
-    /// Bind a handler export to a location, for modules without a manifest:
-    /// `[MODULE:]SYMBOL[+N]=EXPORT`, `[MODULE:]0xOFFSET=EXPORT` (file
-    /// offset) or `@0xADDRESS=EXPORT` (virtual address); repeatable.
+    /// Bind a handler export to a breakpoint, for modules without a manifest
+    /// (repeatable): `[MODULE:]SYMBOL[±N]=EXPORT` or `[MODULE:]NUMBER=EXPORT`
+    /// (a link-time address, as `objdump -d` shows it; like `offset =`), or
+    /// `@NUMBER=EXPORT` / `@SYMBOL[±N]=EXPORT` (a run-time address; like
+    /// `address =`). MODULE is a path or a base name; without it, the traced
+    /// executable.
     #[arg(long = "probe", value_name = "LOCATION=EXPORT")]
     pub probes: Vec<String>,
     /// The command to launch (after `--`).

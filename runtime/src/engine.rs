@@ -33,12 +33,18 @@ pub const MAX_MEMORY_BYTES: usize = 16 << 20;
 /// well below the host thread's stack (8 MiB main thread).
 pub const MAX_WASM_STACK_BYTES: usize = 512 << 10;
 
-/// Builds the engine shared by all modules of a run.
+/// Builds the engine shared by all modules of a run. `WPROBE_PERFMAP=1`
+/// writes a perf map of the compiled handlers, so `perf record`/`perf report`
+/// attribute time to handler functions by name.
 pub fn new_engine() -> anyhow::Result<Engine> {
     let mut c = Config::new();
     c.consume_fuel(true);
     c.max_wasm_stack(MAX_WASM_STACK_BYTES);
     c.cranelift_opt_level(OptLevel::Speed);
+    if std::env::var_os("WPROBE_PERFMAP").is_some() {
+        // `perf record` then names handler functions (/tmp/perf-PID.map).
+        c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     Ok(Engine::new(&c)?)
 }
 

@@ -18,7 +18,9 @@ pub enum RunOutcome {
     Returned(Outcome),
     /// Fuel ran out; records of the interrupted run were flushed when the module could.
     FuelExhausted,
-    /// The handler trapped (message says why); nothing of this run was emitted.
+    /// The handler trapped (the message says why, on one line). Records it
+    /// emitted through host calls before the trap are kept; compiled RPN
+    /// emits its records at the end of a run, so a trap loses them.
     Trapped(String),
 }
 
@@ -132,6 +134,7 @@ impl<E: HitEnv + 'static> Runner<E> {
 fn trap_message(e: &wasmtime::Error) -> String {
     match e.downcast_ref::<Trap>() {
         Some(t) => t.to_string(),
-        None => format!("{e:#}"),
+        // Host-raised errors carry a backtrace; the root cause is the message.
+        None => e.root_cause().to_string(),
     }
 }

@@ -381,3 +381,274 @@ pub fn hit(r: &mut Rng) -> ModelEnv {
     env.load_bias = r.pick(&[0u64, 0x5555_5555_4000]).to_owned();
     env
 }
+
+/// Generator state of a stack-disciplined body: the depth the generator
+/// assumes, and the depth below which it must not touch (a loop counter).
+struct Disciplined<'a> {
+    s: &'a Shape,
+    depth: i64,
+    floor: i64,
+    labels: usize,
+    out: String,
+    /// Nesting of loops and forward branches.
+    nest: u32,
+    procs: usize,
+    /// Also read and write slots just above TOS (`push tsp, -k`): the
+    /// program keeps a bounded stack but loses store elision.
+    dead_slots: bool,
+}
+
+impl Disciplined<'_> {
+    fn line(&mut self, l: &str) {
+        self.out.push_str(l);
+        self.out.push('\n');
+    }
+
+    /// Values available above the floor.
+    fn room(&self) -> i64 {
+        self.depth - self.floor
+    }
+
+    /// Pushes zeros or drops values until the depth is `d` (never below the floor).
+    fn restore(&mut self, d: i64) {
+        while self.depth > d {
+            let n = (self.depth - d).min(255);
+            self.line(&format!("ros {n}"));
+            self.depth -= n;
+        }
+        while self.depth < d {
+            self.line("push 0");
+            self.depth += 1;
+        }
+    }
+
+    fn one(&mut self, r: &mut Rng) {
+        let room = self.room();
+        let w = *r.pick(&["u8", "u16", "u32", "u64"]);
+        match r.below(40) {
+            0..=7 => {
+                let v = value(r);
+                self.line(&format!("push {v}"));
+                self.depth += 1;
+            }
+            8 => {
+                let reg = *r.pick(READ_REGS);
+                self.line(&format!("push r, {reg}"));
+                let parts = hostabi::regs::REGS
+                    .iter()
+                    .find(|x| x.name == reg)
+                    .map_or(1, |x| x.parts() as i64);
+                self.depth += parts;
+            }
+            9..=11 if room >= 2 => {
+                let op = *r.pick(&["add", "sub", "mul", "and", "or", "xor", "shl", "shr", "rol"]);
+                self.line(op);
+                self.depth -= 1;
+            }
+            12 if room >= 2 => {
+                let op = *r.pick(&["div", "idiv", "xchg"]);
+                self.line(op);
+            }
+            13 if room >= 1 => {
+                let op = *r.pick(&["neg", "shl 3", "ror 17", "pbl 9", "pzr 5"]);
+                self.line(op);
+            }
+            14 if room >= 1 => {
+                let n = 1 + r.below(3) as i64;
+                self.line(&format!("dup {n}"));
+                self.depth += n;
+            }
+            15 if room >= 1 => {
+                let n = 1 + r.below(room.min(3) as u64) as i64;
+                self.line(&format!("ros {n}"));
+                self.depth -= n;
+            }
+            16..=17 if self.depth >= 1 => {
+                let k = r.below(self.depth as u64);
+                self.line(&format!("push tsp, {k}"));
+                self.depth += 1;
+            }
+            18 if room >= 2 => {
+                // Writes only above the floor: S[k] with k < room - 1 after the pop.
+                let k = 1 + r.below((room - 1) as u64);
+                if r.chance(50) {
+                    self.line(&format!("pop tsp, {k}"));
+                    self.depth -= 1;
+                } else {
+                    self.line(&format!("copy tsp, {k}"));
+                }
+            }
+            19..=20 => {
+                let a = addr(r);
+                self.line(&format!("push {a}\npush mem, {w}"));
+                self.depth += 1;
+            }
+            21 if room >= 1 => {
+                let n = 1 + r.below(room.min(4) as u64) as i64;
+                self.line(&format!("log {n}"));
+                self.depth -= n;
+            }
+            22 if room >= 1 => {
+                self.line("log b, 1");
+                self.depth -= 1;
+            }
+            23 => {
+                let a = addr(r);
+                let len = *r.pick(&[0u64, 5, 13, 64]);
+                self.line(&format!(
+                    "push {len}\npush {a}\n{}",
+                    r.pick(&["log str", "log mrf"])
+                ));
+            }
+            24 if self.s.vars > 0 => {
+                let i = r.below(self.s.vars);
+                if room >= 1 && r.chance(50) {
+                    self.line(&format!("pop lv, {i}"));
+                    self.depth -= 1;
+                } else {
+                    self.line(&format!("push lv, {i}"));
+                    self.depth += 1;
+                }
+            }
+            25 if self.s.gvars > 0 => {
+                let i = r.below(self.s.gvars);
+                if r.chance(50) {
+                    self.line(&format!("inc gv, {i}"));
+                } else {
+                    self.line(&format!("push gv, {i}"));
+                    self.depth += 1;
+                }
+            }
+            26 => {
+                let (l, d) = *r.pick(&[
+                    ("push pid", 1),
+                    ("push lp", 1),
+                    ("save tsp", 1),
+                    ("push x", 3),
+                    ("nop", 0),
+                ]);
+                self.line(l);
+                self.depth += d;
+            }
+            27 if room >= 1 => {
+                self.line(&format!("setmin\npush {}", r.below(9)));
+            }
+            28..=29 if self.nest < 3 && self.depth < 40 => {
+                // A counted loop whose body never touches the counter.
+                let l = self.labels;
+                self.labels += 1;
+                let n = 1 + r.below(4);
+                self.line(&format!("push {n}\nlp{l}:"));
+                self.depth += 1;
+                let (floor, depth) = (self.floor, self.depth);
+                self.floor = depth;
+                self.nest += 1;
+                for _ in 0..1 + r.below(6) {
+                    self.one(r);
+                }
+                self.nest -= 1;
+                self.restore(depth);
+                self.floor = floor;
+                self.line(&format!("loop lp{l}\nros 1"));
+                self.depth -= 1;
+            }
+            30..=31 if self.nest < 3 && self.depth >= 1 => {
+                // A forward branch over a depth-neutral segment.
+                let l = self.labels;
+                self.labels += 1;
+                let j = *r.pick(&["jz", "jnz", "jlt", "jge", "jmp"]);
+                self.line(&format!("{j} fw{l}"));
+                let depth = self.depth;
+                self.nest += 1;
+                for _ in 0..1 + r.below(5) {
+                    self.one(r);
+                }
+                self.nest -= 1;
+                self.restore(depth);
+                self.line(&format!("fw{l}:"));
+            }
+            32 if self.procs > 0 => {
+                self.line(&format!("call p{}", r.below(self.procs as u64)));
+            }
+            34..=35 if self.dead_slots => {
+                let k = 1 + r.below(3) as i64;
+                if room >= 1 && r.chance(50) {
+                    let op = *r.pick(&["pop", "copy"]);
+                    self.line(&format!("{op} tsp, -{k}"));
+                    self.depth -= i64::from(op == "pop");
+                } else {
+                    self.line(&format!("push tsp, -{k}"));
+                    self.depth += 1;
+                }
+            }
+            33 if r.chance(15) => {
+                let op = *r.pick(&["exit", "abort", "remove", "exit 3"]);
+                self.line(op);
+            }
+            _ => {
+                let v = r.below(100);
+                self.line(&format!("push {v}"));
+                self.depth += 1;
+            }
+        }
+    }
+}
+
+/// A random program whose stack depth the compiler can bound: no handler
+/// entries, no slot reads above TOS, no stack-supplied counts, nothing popped
+/// below the base, depth-neutral procedures. These programs exercise the
+/// compiler's store elision and bounded zero-fill, which the general
+/// generator rarely reaches.
+pub fn disciplined_program(r: &mut Rng) -> String {
+    let s = Shape {
+        vars: r.below(4),
+        gvars: r.below(3),
+        procs: r.below(3) as usize,
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "name = disc\nmajor = {}", 1 + r.below(5));
+    let _ = writeln!(out, "vars = {}\ngvars = {}", s.vars, s.gvars);
+    let _ = writeln!(out, "logmax = {}", r.pick(&[24, 100, 1024, 1024, 1024]));
+    let _ = writeln!(out, "jmpmax = {}", r.pick(&[3, 20, 200, 1000]));
+    let _ = writeln!(out, "autostacktrace = {}", r.pick(&["yes", "no"]));
+    let mask = *r.pick(&[0x0fffu64, 0x1fff, 0x0fdf]);
+    let _ = writeln!(out, "excpt_mask = 0x{mask:x}");
+    let dead_slots = r.chance(30);
+    let gen_body = |r: &mut Rng, procs: usize, neutral: bool| -> String {
+        let mut d = Disciplined {
+            s: &s,
+            depth: 0,
+            floor: 0,
+            labels: 0,
+            out: String::new(),
+            nest: 0,
+            procs,
+            dead_slots,
+        };
+        for _ in 0..2 + r.below(20) {
+            d.one(r);
+        }
+        if neutral {
+            d.restore(0);
+        } else if d.depth > 0 && r.chance(70) {
+            let n = d.depth.min(4);
+            d.line(&format!("log {n}"));
+        }
+        d.out
+    };
+    let probes = 1 + r.below(2);
+    for p in 0..probes {
+        let _ = writeln!(
+            out,
+            "\naddress = 0x{:x}\nopcode = 0x55\nminor = {p}",
+            0x401000 + p
+        );
+        out.push_str(&gen_body(r, s.procs, false));
+    }
+    // Procedures call nothing: no recursion.
+    for p in 0..s.procs {
+        let _ = writeln!(out, "\nproc p{p}");
+        out.push_str(&gen_body(r, 0, true));
+    }
+    out
+}

@@ -2,15 +2,25 @@
 //! function `() -> i32` (a `layout::status` code).
 //!
 //! Control flow: basic blocks start at every branch or `sx` target; they are
-//! laid out as nested `block`s inside a `loop` (forward branches are direct
-//! `br`s, backward ones go through a `br_table` on a block-index local), and
-//! exceptions leave through an outer `block` to a common dispatch tail.
+//! laid out as nested `block`s inside a dispatch `loop`. Forward branches are
+//! direct `br`s. A backward branch to the head of a natural loop (entered
+//! only through its head, with no handler entry inside) becomes a `br` to a
+//! Wasm `loop` wrapped around the loop's blocks; any other backward branch,
+//! and the entry of exception handlers, go through a `br_table` on a
+//! block-index local. Exceptions leave through an outer `block` to a common
+//! dispatch tail.
 //!
-//! Stack caching: every push is written through to the circular stack in
-//! memory (so the memory stack always equals the reference interpreter's,
-//! dead slots included — they are observable through `push tsp, -k`,
-//! `trace pv` and wrap-around), and the values are also kept in Wasm locals
-//! so that the pops that follow within a basic block need no memory load.
+//! Stack caching: values are kept in Wasm locals so that the pops that
+//! follow need no memory load. By default every push is also written
+//! through to the circular stack in memory, so the memory stack always
+//! equals the reference interpreter's, dead slots included — they are
+//! observable through `push tsp, -k`, `trace pv` and wrap-around. When the
+//! whole-program analysis (`stackinfo`) proves no slot above TOS is ever
+//! read, pushes are not written through: cached values reach memory only
+//! when they leave the cache while still live (a spill) or when something
+//! reads the memory stack (helpers, calls, exceptions, the end of the run),
+//! and a value pushed and popped within the cache never touches memory. The
+//! invariant in both modes: every live value not in the cache is in memory.
 //! The cache is dropped wherever the memory stack may change behind it. TSP
 //! and the jump counter live in locals and are synchronised with their
 //! globals around calls and helpers.
@@ -58,6 +68,10 @@ struct BodyGen<'a> {
     block_of: Vec<Option<usize>>,
     /// Labels of the block constructs, by block index.
     block_labels: Vec<Label>,
+    /// For a block that heads a structured loop: its last block.
+    loop_end: Vec<Option<usize>>,
+    /// Labels of the structured loops, by head block.
+    loop_labels: Vec<Label>,
     /// Values cached in locals on entry of each block (all predecessors agree).
     block_k: Vec<usize>,
     /// Pushes minus pops not yet applied to the TSP local: the real TSP is
@@ -96,21 +110,27 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
         .local_set(TSP)
         .global_get(g::JC)
         .local_set(JC);
-    if body.insns.iter().any(|i| may_write_stack(&i.op)) {
+    if !ctx.stack.elide && body.insns.iter().any(|i| may_write_stack(&i.op)) {
         a.i().i32_const(1).global_set(g::STACK_DIRTY);
     }
+    let loop_end = structured_loops(body, &block_of, n);
+    let region = loop_regions(&loop_end);
     let dispatch = a.loop_();
     let exc = a.block();
-    let mut block_labels: Vec<Label> = Vec::with_capacity(n);
-    for _ in 0..n {
-        block_labels.push(Label(u32::MAX));
-    }
-    // Open blocks b_{n-1} (outermost) … b_0 (innermost).
+    let mut block_labels = vec![Label(u32::MAX); n];
+    // Open the top-level blocks, b_{n-1} (outermost) … b_0 (innermost); the
+    // blocks inside a structured loop are opened inside it.
     for i in (0..n).rev() {
-        block_labels[i] = a.block();
+        if region[i].is_none() {
+            block_labels[i] = a.block();
+        }
     }
     a.i().local_get(PC);
-    let targets: Vec<Label> = block_labels.clone();
+    // Only top-level blocks are ever dispatched to (the entry, handlers and
+    // heads of unstructured loops); the others' entries are never used.
+    let targets: Vec<Label> = (0..n)
+        .map(|i| block_labels[if region[i].is_none() { i } else { 0 }])
+        .collect();
     a.br_table(&targets, block_labels[0]);
     let is_proc = matches!(body.owner, BodyOwner::Proc(_));
     let mut bg = BodyGen {
@@ -124,6 +144,8 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
         tdelta: 0,
         block_of,
         block_labels,
+        loop_labels: vec![Label(u32::MAX); n],
+        loop_end,
         exc,
         dispatch,
         cur_block: 0,
@@ -136,12 +158,30 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
             bg.canonicalize(k);
             let lbl = bg.block_labels[b];
             bg.a.end(lbl);
+            if bg.loop_end[b].is_some() {
+                bg.loop_labels[b] = bg.a.loop_();
+                for j in (b + 1..n).rev() {
+                    if region[j] == Some(b) {
+                        bg.block_labels[j] = bg.a.block();
+                    }
+                }
+            }
             bg.cur_block = b;
             bg.vstack = vec![VItem::Local; k];
             bg.tdelta = 0;
         }
         bg.marks.push((i, bg.a.byte_len()));
         bg.insn(insn);
+        if i + 1 == body.insns.len() || bg.block_of[i + 1].is_some() {
+            // Close the loops that end with this block, innermost first.
+            let cur = bg.cur_block;
+            for h in (0..=cur).rev() {
+                if bg.loop_end[h] == Some(cur) {
+                    let l = bg.loop_labels[h];
+                    bg.a.end(l);
+                }
+            }
+        }
     }
     // The last instruction is always a terminator; nothing falls out of the last block.
     bg.a.i().unreachable();
@@ -175,6 +215,36 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
 
 impl BodyGen<'_> {
     // ---- stack cache ---------------------------------------------------------
+
+    /// Whether pushes skip the write-through store (see the module documentation).
+    fn elide(&self) -> bool {
+        self.ctx.stack.elide
+    }
+
+    /// Writes the cached values that memory may lack (all of them, when
+    /// stores are elided) to their slots; the cache stays valid.
+    fn spill_all(&mut self) {
+        let n = self.vstack.len();
+        self.spill_below(n);
+    }
+
+    /// Writes cache items `0..n` (the deepest `n`) to their slots, when stores are elided.
+    fn spill_below(&mut self, n: usize) {
+        if !self.elide() {
+            return;
+        }
+        let len = self.vstack.len();
+        for idx in 0..n.min(len) {
+            // Item idx is S[len - 1 - idx].
+            self.tsp_plus((len - 1 - idx) as i32);
+            self.a.i().i32_const(3).i32_shl();
+            match self.vstack[idx] {
+                VItem::Local => self.a.i().local_get(VBASE + idx as u32),
+                VItem::Const(c) => self.a.i().i64_const(c),
+            };
+            self.a.i().i64_store(mem(l::STACK, 3));
+        }
+    }
 
     /// Emits `tsp = (tsp - 1) & 1023` and leaves `tsp << 3` (the slot address) on the stack.
     fn dec_tsp_addr(&mut self) {
@@ -210,21 +280,30 @@ impl BodyGen<'_> {
     /// memory stack at once, and kept in a local for the next pops.
     fn push(&mut self) {
         if self.vstack.len() == VCAP {
-            self.vstack.clear();
+            // The spills are balanced: the value waits on the operand stack.
+            self.flush();
         }
         let slot = VBASE + self.vstack.len() as u32;
         self.a.i().local_set(slot);
-        self.dec_tsp_addr();
-        self.a.i().local_get(slot).i64_store(mem(l::STACK, 3));
+        if self.elide() {
+            self.tdelta -= 1;
+        } else {
+            self.dec_tsp_addr();
+            self.a.i().local_get(slot).i64_store(mem(l::STACK, 3));
+        }
         self.vstack.push(VItem::Local);
     }
 
     fn push_const(&mut self, v: u64) {
         if self.vstack.len() == VCAP {
-            self.vstack.clear();
+            self.flush();
         }
-        self.dec_tsp_addr();
-        self.a.i().i64_const(v as i64).i64_store(mem(l::STACK, 3));
+        if self.elide() {
+            self.tdelta -= 1;
+        } else {
+            self.dec_tsp_addr();
+            self.a.i().i64_const(v as i64).i64_store(mem(l::STACK, 3));
+        }
         self.vstack.push(VItem::Const(v as i64));
     }
 
@@ -270,16 +349,19 @@ impl BodyGen<'_> {
         }
     }
 
-    /// Forgets the cached values (the memory stack always holds them too);
-    /// needed wherever the memory stack may change behind the cache.
+    /// Forgets the cached values after making sure memory holds them;
+    /// needed wherever the memory stack may change behind the cache or is
+    /// read behind it.
     fn flush(&mut self) {
+        self.spill_all();
         self.vstack.clear();
     }
 
-    /// Publishes TSP and the jump counter to their globals (the memory stack
-    /// is always complete, so an exception raised now sees the right stack);
-    /// the cache stays valid.
+    /// Completes the memory stack and publishes TSP and the jump counter to
+    /// their globals, so an exception raised now sees the right stack; the
+    /// cache stays valid.
     fn publish(&mut self) {
+        self.spill_all();
         self.tsp_plus(0);
         self.a
             .i()
@@ -292,6 +374,8 @@ impl BodyGen<'_> {
     /// `VBASE..VBASE+k` (TOS last): what a block entered with `k` expects.
     fn canonicalize(&mut self, k: usize) {
         let l = self.vstack.len();
+        // Items that leave the cache must be in memory.
+        self.spill_below(l.saturating_sub(k));
         if l >= k {
             // Keep the top k: item l-k+j goes to slot j (ascending: sources are above targets).
             for j in 0..k {
@@ -467,6 +551,9 @@ impl BodyGen<'_> {
         if b > self.cur_block {
             let lbl = self.block_labels[b];
             self.a.br(lbl);
+        } else if self.loop_end[b].is_some_and(|c| self.cur_block <= c) {
+            let lbl = self.loop_labels[b];
+            self.a.br(lbl);
         } else {
             self.a.i().i32_const(b as i32).local_set(PC);
             let d = self.dispatch;
@@ -474,10 +561,54 @@ impl BodyGen<'_> {
         }
     }
 
+    /// The label a branch to instruction `t` can take directly, when the
+    /// cache already has the shape the target block expects (so the branch
+    /// needs no code of its own): a forward branch or a structured loop.
+    fn direct_label(&self, t: InsnIdx) -> Option<Label> {
+        let b = self.block_of[t]?;
+        let k = self.block_k[b];
+        let canonical = self.tdelta == 0
+            && self.vstack.len() == k
+            && self.vstack.iter().all(|v| matches!(v, VItem::Local));
+        if !canonical {
+            None
+        } else if b > self.cur_block {
+            Some(self.block_labels[b])
+        } else if self.loop_end[b].is_some_and(|c| self.cur_block <= c) {
+            Some(self.loop_labels[b])
+        } else {
+            None
+        }
+    }
+
     /// Conditional branch on TOS (not popped); `test` turns the i64 into an i32 condition.
     fn cond_branch(&mut self, t: InsnIdx, test: impl FnOnce(&mut Asm)) {
         self.peek();
         test(&mut self.a);
+        if let Some(lbl) = self.direct_label(t) {
+            // Branch-free counting (JC += taken, MAX_JMPS when taken at
+            // the limit) and a plain `br_if`: the taken path has no block.
+            let jmpmax = self.ctx.jmpmax;
+            self.a
+                .i()
+                .local_tee(R)
+                .local_get(JC)
+                .i32_const(jmpmax as i32)
+                .i32_ge_u()
+                .i32_and();
+            let over = self.a.if_();
+            self.raise_const(Exception::MaxJmps, jmpmax as u64, 0);
+            self.a.end(over);
+            self.a
+                .i()
+                .local_get(JC)
+                .local_get(R)
+                .i32_add()
+                .local_set(JC)
+                .local_get(R);
+            self.a.br_if(lbl);
+            return;
+        }
         let taken = self.a.if_();
         self.count_branch();
         self.goto(t);
@@ -667,13 +798,15 @@ impl BodyGen<'_> {
                         self.peek();
                         self.a.i().local_set(VBASE + idx as u32);
                         self.vstack[idx] = VItem::Local;
-                        self.tsp_plus(slot as i32);
-                        self.a
-                            .i()
-                            .i32_const(3)
-                            .i32_shl()
-                            .local_get(VBASE + idx as u32)
-                            .i64_store(mem(l::STACK, 3));
+                        if !self.elide() {
+                            self.tsp_plus(slot as i32);
+                            self.a
+                                .i()
+                                .i32_const(3)
+                                .i32_shl()
+                                .local_get(VBASE + idx as u32)
+                                .i64_store(mem(l::STACK, 3));
+                        }
                         if op == SlotOp::Pop {
                             self.pop();
                             self.a.i().drop();
@@ -682,6 +815,12 @@ impl BodyGen<'_> {
                 }
                 return;
             }
+        }
+        if self.elide() && op != SlotOp::Push && !(imm.is_some() && rel == StackRel::Tsp) {
+            // A write at a computed slot may hit a cached value: put the
+            // cache in memory first (the analysis keeps such programs out of
+            // this mode; this keeps the code correct regardless).
+            self.flush();
         }
         match imm {
             Some(k) => {
@@ -891,9 +1030,13 @@ impl BodyGen<'_> {
                 self.push();
                 self.peek();
                 self.a.i().i64_const(0).i64_ne();
-                let taken = self.a.if_();
-                self.goto(*t);
-                self.a.end(taken);
+                if let Some(lbl) = self.direct_label(*t) {
+                    self.a.br_if(lbl);
+                } else {
+                    let taken = self.a.if_();
+                    self.goto(*t);
+                    self.a.end(taken);
+                }
             }
             Call(p) => self.call(*p, insn),
             Ret => {
@@ -1433,6 +1576,83 @@ impl Asm {
         self.i().i32_eqz();
         self.br_if(l);
     }
+}
+
+/// The natural loops of a body that can be Wasm `loop`s: for each block
+/// that heads one, the last block of the loop. A loop `[b, c]` (c the last
+/// block with a backward branch to b) qualifies when no branch enters it
+/// other than at b, no block inside it is reached through the dispatch
+/// (handler entries, heads of loops that do not qualify), and it nests
+/// properly with the other loops.
+fn structured_loops(body: &Body, block_of: &[Option<usize>], n: usize) -> Vec<Option<usize>> {
+    let len = body.insns.len();
+    let mut blk = vec![0; len];
+    let mut cur = 0;
+    for i in 0..len {
+        if let Some(b) = block_of[i] {
+            cur = b;
+        }
+        blk[i] = cur;
+    }
+    let mut dispatched = vec![false; n];
+    if n > 0 {
+        dispatched[0] = true;
+    }
+    let mut edges = Vec::new();
+    for (i, insn) in body.insns.iter().enumerate() {
+        let Some(t) = insn.op.target().filter(|t| *t < len) else {
+            continue;
+        };
+        let Some(tb) = block_of[t] else { continue };
+        if matches!(insn.op, Op::Sx(_)) {
+            dispatched[tb] = true;
+        } else {
+            edges.push((blk[i], tb));
+        }
+    }
+    let mut end: Vec<Option<usize>> = vec![None; n];
+    for &(s, t) in &edges {
+        if t <= s {
+            end[t] = Some(end[t].map_or(s, |c: usize| c.max(s)));
+        }
+    }
+    loop {
+        let mut through_dispatch = dispatched.clone();
+        for &(s, t) in &edges {
+            if t <= s && end[t].is_none() {
+                through_dispatch[t] = true;
+            }
+        }
+        let heads: Vec<(usize, usize)> = (0..n).filter_map(|b| end[b].map(|c| (b, c))).collect();
+        let bad = heads.iter().copied().find(|&(b, c)| {
+            let improper = heads
+                .iter()
+                .any(|&(b2, c2)| (b < b2 && b2 <= c && c2 > c) || (b2 < b && b <= c2 && c > c2));
+            let entered = edges.iter().any(|&(s, t)| s < b && t > b && t <= c);
+            let dispatched_inside = (b + 1..=c).any(|j| through_dispatch[j]);
+            improper || entered || dispatched_inside
+        });
+        match bad {
+            Some((b, _)) => end[b] = None,
+            None => return end,
+        }
+    }
+}
+
+/// For each block, the head of the innermost structured loop whose interior
+/// (the blocks after its head) contains it; `None` at the top level.
+fn loop_regions(loop_end: &[Option<usize>]) -> Vec<Option<usize>> {
+    let n = loop_end.len();
+    let mut region = vec![None; n];
+    // Heads in increasing order: later (inner) loops overwrite outer ones.
+    for (b, c) in loop_end.iter().enumerate() {
+        if let Some(c) = c {
+            for r in region.iter_mut().take(c + 1).skip(b + 1) {
+                *r = Some(b);
+            }
+        }
+    }
+    region
 }
 
 /// Net stack effect of an instruction (pushes − pops), when it is static

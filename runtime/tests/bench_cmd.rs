@@ -1,0 +1,249 @@
+//! `wprobe bench` as users run it, with tiny iteration counts: the report
+//! lists every probe and engine, its numbers are present and well formed,
+//! and the per-run facts (records, bytes, work, outcome) are exact. The
+//! timings themselves are measured, never asserted.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn wprobe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wprobe"))
+}
+
+fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wprobe-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let p = scratch().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Two probes at fixed addresses (no symbols needed): a 100-iteration loop
+/// that logs its sum, and a handler that logs three registers.
+const PROGRAM: &str = "name = bench_target
+major = 9
+address = 0x401000
+opcode = 0x55
+        push 0
+        push 100
+top:    dup 1
+        push tsp, 2
+        add
+        pop tsp, 2
+        loop top
+        ros 1
+        log 1
+address = 0x401010
+opcode = 0x55
+        push r, rdi
+        push r, rsi
+        push r, rdx
+        log 3
+";
+
+fn columns(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+#[test]
+fn text_report_lists_every_probe_and_engine_with_exact_facts() {
+    let p = write("two.rpn", PROGRAM);
+    let out = wprobe()
+        .args(["bench", "--iterations", "200", "--interp"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        columns(lines[0]),
+        [
+            "PROGRAM",
+            "PROBE",
+            "LOCATION",
+            "ENGINE",
+            "MEDIAN_NS",
+            "P10_NS",
+            "P90_NS",
+            "WORK/RUN",
+            "RECORDS/RUN",
+            "BYTES/RUN",
+            "OUTCOME"
+        ]
+    );
+    assert_eq!(lines.len(), 5, "{stdout}");
+    let rows: Vec<Vec<&str>> = lines[1..].iter().map(|l| columns(l)).collect();
+    let expect = [
+        ("0", "@0x401000", "compiled", "8"),
+        ("0", "@0x401000", "interp", "8"),
+        ("1", "@0x401010", "compiled", "24"),
+        ("1", "@0x401010", "interp", "24"),
+    ];
+    for (row, (probe, loc, engine, bytes)) in rows.iter().zip(expect) {
+        assert_eq!(row.len(), 11, "{row:?}");
+        assert_eq!(
+            (row[0], row[1], row[2], row[3]),
+            ("two", probe, loc, engine)
+        );
+        let (median, p10, p90): (f64, f64, f64) = (
+            row[4].parse().unwrap(),
+            row[5].parse().unwrap(),
+            row[6].parse().unwrap(),
+        );
+        assert!(median > 0.0 && p10 <= median && median <= p90, "{row:?}");
+        assert!(row[7].parse::<u64>().unwrap() > 0, "{row:?}");
+        assert_eq!((row[8], row[9], row[10]), ("1", bytes, "exit"), "{row:?}");
+    }
+    // The interpreter's work is instructions: 2 + 5 × 100 + 2 + the implicit exit.
+    assert_eq!(rows[1][7], "505");
+    assert_eq!(rows[3][7], "5");
+}
+
+#[test]
+fn json_report_has_one_object_per_probe_and_engine() {
+    let p = write("two_json.rpn", PROGRAM);
+    let out = wprobe()
+        .args(["bench", "--iterations", "50", "--format", "json"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["program"], "two_json");
+        assert_eq!(r["probe"], i);
+        assert_eq!(r["engine"], "compiled");
+        assert_eq!(r["runs"], 50);
+        assert_eq!(r["records_per_run"], 1);
+        assert_eq!(r["bytes_per_run"], if i == 0 { 8 } else { 24 });
+        assert_eq!(r["outcome"], "exit");
+        assert!(r["median_ns"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn a_runaway_handler_is_reported_as_fuel_exhausted() {
+    let p = write(
+        "spin.wat",
+        r#"(module
+  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 1\nmodule bench_target\nmajor 1\nprobe spin\n  location address 0x401000\n")
+  (memory (export "memory") 1)
+  (func (export "spin") (result i32) (loop (br 0)) (i32.const 0)))"#,
+    );
+    let out = wprobe()
+        .args(["bench", "--iterations", "3", "--fuel", "5000"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = columns(stdout.lines().nth(1).unwrap());
+    assert_eq!(
+        (row[3], row[7], row[8]),
+        ("compiled", "5000", "0"),
+        "{stdout}"
+    );
+    assert_eq!(row[10..].join(" "), "fuel exhausted");
+}
+
+#[test]
+fn compile_errors_are_reported_like_run_does() {
+    let p = write(
+        "bad.rpn",
+        "name = x\nmajor = 1\naddress = 0x1\nopcode = 0x55\n  frobnicate\n",
+    );
+    let out = wprobe().args(["bench"]).arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.rpn:5:3: error[E"), "{err}");
+    assert!(err.contains("could not compile"), "{err}");
+}
+
+/// `benches/ptrace/loop_target.c` built as `loop_target` (the name its
+/// handler's `name =` gives) in a directory of its own.
+fn loop_target() -> PathBuf {
+    let dir = scratch().join("bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("loop_target");
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/ptrace/loop_target.c");
+    let st = Command::new("gcc")
+        .args([
+            "-O0",
+            "-fno-omit-frame-pointer",
+            "-fcf-protection=none",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    exe
+}
+
+#[test]
+fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
+    let exe = loop_target();
+    let prog =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/ptrace/trivial.rpn");
+    let out = wprobe()
+        .args([
+            "bench",
+            "--end-to-end",
+            "--repeat",
+            "1",
+            "--transport",
+            "ptrace",
+        ])
+        .arg(&prog)
+        .arg("--")
+        .arg(&exe)
+        .arg("300")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<&str>> = stdout.lines().map(columns).collect();
+    assert_eq!(
+        rows[0],
+        [
+            "MODE",
+            "HITS",
+            "WALL_MS",
+            "CPU_MS",
+            "WALL_NS/HIT",
+            "CPU_NS/HIT"
+        ]
+    );
+    assert_eq!(rows.len(), 3, "{stdout}");
+    assert_eq!((rows[1][0], rows[1][1], rows[1][4]), ("untraced", "0", "-"));
+    assert_eq!((rows[2][0], rows[2][1]), ("ptrace", "300"));
+    for r in &rows[1..] {
+        assert!(r[2].parse::<f64>().unwrap() > 0.0, "{r:?}");
+        assert!(r[3].parse::<f64>().is_ok(), "{r:?}");
+    }
+    assert!(rows[2][4].parse::<i64>().is_ok() && rows[2][5].parse::<i64>().is_ok());
+}
