@@ -1,6 +1,6 @@
 //! The compiled-module cache (load stage): keeps wasmtime's compilation of a
 //! handler module (`Module::serialize`) on disk so that a later run of the
-//! same program skips `Module::new` (11–50 ms per program, see
+//! same program skips `Module::new` (10–100 ms per program, see
 //! `docs/BENCHMARKS.md`). It only ever replaces `Module::new`: the ABI gate
 //! and the manifest checks of `load.rs` run on every load. A cache problem
 //! of any kind is never an error and never a panic: the module is compiled
@@ -37,8 +37,12 @@
 //! key each rename a complete file. No `fsync`: an entry lost or torn by a
 //! crash fails the checksum and is recompiled.
 //!
-//! This is one of the two places in the crate with `unsafe` outside the
-//! providers: the deserialization, whose argument is the list above.
+//! Besides the providers and the architecture code, this is the only place
+//! in the crate with `unsafe`: the deserialization, whose argument is the
+//! list above, and `geteuid`.
+//!
+//! Never here: anything the load must check (the ABI gate stays in
+//! `load.rs`), and errors: every failure is a [`CacheMiss`].
 
 use std::fs::File;
 use std::io::{Read, Write};
