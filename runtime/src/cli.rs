@@ -26,6 +26,16 @@ pub enum Command {
     List(ListArgs),
     /// Time every handler of a program on a synthetic hit, without stopping anything.
     Bench(BenchArgs),
+    /// Restore the original bytes of a process a killed `wprobe run -p` left breakpoints in.
+    Repair(RepairArgs),
+}
+
+/// `wprobe repair`.
+#[derive(clap::Args, Debug)]
+pub struct RepairArgs {
+    /// The process (its patch journal was written when wprobe attached).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: i32,
 }
 
 /// `wprobe bench`.
@@ -211,6 +221,39 @@ pub fn main() -> ExitCode {
         Command::Run(a) => crate::runcmd::run(a),
         Command::List(a) => crate::listcmd::list(a),
         Command::Bench(a) => crate::benchcmd::bench(a),
+        Command::Repair(a) => repair(a),
+    }
+}
+
+fn repair(a: RepairArgs) -> ExitCode {
+    use crate::provider::ptrace::journal;
+    let path = journal::path(a.pid);
+    if !path.exists() {
+        eprintln!(
+            "error: no patch journal for process {} ({}): nothing to repair (wprobe detached cleanly, or never attached)",
+            a.pid,
+            path.display()
+        );
+        return ExitCode::from(1);
+    }
+    match journal::repair(a.pid) {
+        Ok(n) => {
+            println!(
+                "wprobe: restored {n} byte{} in process {}",
+                if n == 1 { "" } else { "s" },
+                a.pid
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (writing /proc/PID/mem needs the permission attaching needs: same user and kernel.yama.ptrace_scope, or CAP_SYS_PTRACE)"
+            } else {
+                ""
+            };
+            eprintln!("error: repairing process {}: {e}{hint}", a.pid);
+            ExitCode::from(1)
+        }
     }
 }
 
