@@ -387,9 +387,14 @@ pub fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let cache = if a.no_cache {
+        crate::cache::Cache::disabled()
+    } else {
+        crate::cache::Cache::from_env()
+    };
     let mut programs = Vec::new();
     for p in &a.programs {
-        match load_bench_program(&engine, p, &a) {
+        match load_bench_program_with_cache(&engine, p, &a, &cache) {
             Ok(x) => programs.push(x),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -541,6 +546,9 @@ pub fn end_to_end(a: &BenchArgs) -> Vec<EndToEnd> {
             "-o".into(),
             records.clone().into(),
         ];
+        if a.no_cache {
+            argv.push("--no-cache".into());
+        }
         if let Some(f) = a.fuel {
             argv.push("--fuel".into());
             argv.push(f.to_string().into());
