@@ -4,4 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Tests that run `wprobe` use a compiled-module cache of their own, not the
+# user's ~/.cache/wprobe.
+WPROBE_CACHE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wprobe-test-cache.XXXXXX")"
+export WPROBE_CACHE_DIR
+trap 'rm -rf "$WPROBE_CACHE_DIR"' EXIT
 cargo test --workspace --locked --no-fail-fast

@@ -8,6 +8,7 @@
 //! same bytes for every shape, so the benchmarks compare equal work.
 
 pub mod clock;
+pub mod library;
 
 use hostabi::env::HitEnv;
 use rpn2wasm::ast::Program;

@@ -75,11 +75,23 @@ pub struct Row {
     pub facts: RunFacts,
 }
 
-/// Loads `path` for benchmarking: `.rpn` compiled (AST kept), `.wasm`/`.wat` as is.
+/// Loads `path` for benchmarking: `.rpn` compiled (AST kept), `.wasm`/`.wat`
+/// as is; wasmtime's compilation comes from the cache the environment asks
+/// for ([`crate::cache::Cache::from_env`]), as for `wprobe run`.
 pub fn load_bench_program(
     engine: &wasmtime::Engine,
     path: &Path,
     a: &BenchArgs,
+) -> Result<BenchProgram, String> {
+    load_bench_program_with_cache(engine, path, a, &crate::cache::Cache::from_env())
+}
+
+/// [`load_bench_program`] with wasmtime's compilation taken from `cache`.
+pub fn load_bench_program_with_cache(
+    engine: &wasmtime::Engine,
+    path: &Path,
+    a: &BenchArgs,
+    cache: &crate::cache::Cache,
 ) -> Result<BenchProgram, String> {
     let label = path
         .file_stem()
@@ -109,8 +121,9 @@ pub fn load_bench_program(
         let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         (b, None)
     };
-    let module = crate::load::load(engine, &bytes, None)
+    let (module, outcome) = crate::load::load_cached(engine, &bytes, Some(path), None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
+    crate::programs::debug_cache_outcome(path, &outcome);
     Ok(BenchProgram { label, module, ast })
 }
 
@@ -374,9 +387,14 @@ pub fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let cache = if a.no_cache {
+        crate::cache::Cache::disabled()
+    } else {
+        crate::cache::Cache::from_env()
+    };
     let mut programs = Vec::new();
     for p in &a.programs {
-        match load_bench_program(&engine, p, &a) {
+        match load_bench_program_with_cache(&engine, p, &a, &cache) {
             Ok(x) => programs.push(x),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -528,6 +546,9 @@ pub fn end_to_end(a: &BenchArgs) -> Vec<EndToEnd> {
             "-o".into(),
             records.clone().into(),
         ];
+        if a.no_cache {
+            argv.push("--no-cache".into());
+        }
         if let Some(f) = a.fuel {
             argv.push("--fuel".into());
             argv.push(f.to_string().into());

@@ -62,6 +62,10 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// Compile modules afresh instead of using the compiled-module cache
+    /// (also `WPROBE_NO_CACHE=1`).
+    #[arg(long)]
+    pub no_cache: bool,
     /// Instead of timing handlers alone, time the command (after `--`)
     /// untraced and traced under each transport, and report the overhead
     /// per hit.
@@ -117,6 +121,10 @@ pub struct RunArgs {
     /// Fuel per handler run (default: derived from the program's jmpmax).
     #[arg(long, value_name = "N")]
     pub fuel: Option<u64>,
+    /// Compile modules afresh instead of using the compiled-module cache
+    /// (also `WPROBE_NO_CACHE=1`).
+    #[arg(long)]
+    pub no_cache: bool,
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,

@@ -89,27 +89,72 @@ pub fn text_string(out: &mut String, bytes: &[u8]) {
 }
 
 /// Appends a JSON string literal (bytes decoded as UTF-8, invalid bytes as U+FFFD).
+///
+/// Escapes `"`, `\\`, the C0 controls, DEL, U+2028 and U+2029; copies
+/// everything else in runs (the hot path of `--format json`).
 pub fn json_string(out: &mut String, bytes: &[u8]) {
     out.push('"');
     for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                c if (c as u32) < 0x20 || c == '\u{7f}' || c == '\u{2028}' || c == '\u{2029}' => {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                }
-                c => out.push(c),
+        let s = chunk.valid();
+        let b = s.as_bytes();
+        let mut start = 0;
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            // U+2028 / U+2029 are E2 80 A8 / E2 80 A9 in UTF-8.
+            let line_sep = c == 0xE2
+                && b.get(i + 1) == Some(&0x80)
+                && matches!(b.get(i + 2), Some(0xA8 | 0xA9));
+            if !(c == b'"' || c == b'\\' || c < 0x20 || c == 0x7f || line_sep) {
+                i += 1;
+                continue;
             }
+            // `i` is at an ASCII byte or at the start of a 3-byte character,
+            // so both slices end on character boundaries.
+            out.push_str(&s[start..i]);
+            match c {
+                b'"' => out.push_str("\\\""),
+                b'\\' => out.push_str("\\\\"),
+                b'\n' => out.push_str("\\n"),
+                b'\r' => out.push_str("\\r"),
+                b'\t' => out.push_str("\\t"),
+                0xE2 => out.push_str(if b.get(i + 2) == Some(&0xA8) {
+                    "\\u2028"
+                } else {
+                    "\\u2029"
+                }),
+                c => {
+                    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+                    out.push_str("\\u00");
+                    out.push(DIGITS[(c >> 4) as usize] as char);
+                    out.push(DIGITS[(c & 15) as usize] as char);
+                }
+            }
+            i += if line_sep { 3 } else { 1 };
+            start = i;
         }
+        out.push_str(&s[start..]);
         if !chunk.invalid().is_empty() {
             out.push('\u{FFFD}');
         }
     }
     out.push('"');
+}
+
+/// Appends `v` in decimal (what `write!(out, "{v}")` writes, without the
+/// formatting machinery: the JSON writer's integers).
+fn decimal(out: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("decimal digits are ASCII"));
 }
 
 fn text_words(out: &mut String, name: &str, payload: &[u8]) {
@@ -153,12 +198,14 @@ fn text_item(out: &mut String, item: &Item<'_>) {
 }
 
 fn json_words(out: &mut String, kind: &str, payload: &[u8]) {
-    let _ = write!(out, "{{\"type\":\"{kind}\",\"values\":[");
+    out.push_str("{\"type\":\"");
+    out.push_str(kind);
+    out.push_str("\",\"values\":[");
     for (i, w) in words(payload).enumerate() {
         if i > 0 {
             out.push(',');
         }
-        let _ = write!(out, "{w}");
+        decimal(out, w);
     }
     out.push_str("]}");
 }
@@ -199,9 +246,15 @@ fn json_item(out: &mut String, item: &Item<'_>) {
 
 fn hex_compact(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
+    // Through a stack buffer: one `push_str` per 64 bytes, not two `push`es per byte.
+    let mut buf = [0u8; 128];
+    for chunk in bytes.chunks(64) {
+        for (i, b) in chunk.iter().enumerate() {
+            buf[2 * i] = DIGITS[(b >> 4) as usize];
+            buf[2 * i + 1] = DIGITS[(b & 15) as usize];
+        }
+        let hex = &buf[..2 * chunk.len()];
+        out.push_str(std::str::from_utf8(hex).expect("hex digits are ASCII"));
     }
 }
 
@@ -288,13 +341,24 @@ fn text_record(out: &mut String, r: &RecordView<'_>) {
 
 fn json_record(out: &mut String, r: &RecordView<'_>) {
     let kind = if r.stacktrace { "stacktrace" } else { "log" };
-    let _ = write!(out, "{{\"kind\":\"{kind}\",\"seq\":{},\"probe\":", r.seq);
+    out.push_str("{\"kind\":\"");
+    out.push_str(kind);
+    out.push_str("\",\"seq\":");
+    decimal(out, r.seq);
+    out.push_str(",\"probe\":");
     json_string(out, r.probe.as_bytes());
-    let _ = write!(
-        out,
-        ",\"pid\":{},\"tid\":{},\"cpu\":{},\"time_ns\":{},\"major\":{},\"minor\":{},\"items\":[",
-        r.pid, r.tid, r.cpu, r.time_ns, r.major, r.minor
-    );
+    for (name, v) in [
+        (",\"pid\":", r.pid as u64),
+        (",\"tid\":", r.tid as u64),
+        (",\"cpu\":", r.cpu as u64),
+        (",\"time_ns\":", r.time_ns),
+        (",\"major\":", r.major as u64),
+        (",\"minor\":", r.minor as u64),
+    ] {
+        out.push_str(name);
+        decimal(out, v);
+    }
+    out.push_str(",\"items\":[");
     if r.stacktrace {
         let mut first = true;
         let res = decode_stacktrace(r.data, |st| {
@@ -399,6 +463,111 @@ mod tests {
         assert_eq!(v["items"][0]["value"], "\x1b]0;pwn\x07\r\n");
         assert_eq!(v["kind"], "log");
         assert_eq!(v["data_hex"], "010a001b5d303b70776e070d0a");
+    }
+
+    /// The char-by-char `json_string` that the run-copying one replaced.
+    fn json_string_reference(out: &mut String, bytes: &[u8]) {
+        out.push('"');
+        for chunk in bytes.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    c if (c as u32) < 0x20
+                        || c == '\u{7f}'
+                        || c == '\u{2028}'
+                        || c == '\u{2029}' =>
+                    {
+                        let _ = write!(out, "\\u{:04x}", c as u32);
+                    }
+                    c => out.push(c),
+                }
+            }
+            if !chunk.invalid().is_empty() {
+                out.push('\u{FFFD}');
+            }
+        }
+        out.push('"');
+    }
+
+    #[test]
+    fn json_string_matches_the_reference_and_numbers_match_fmt() {
+        let mut cases: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"plain ascii".to_vec(),
+            "\u{2028}x\u{2029}\u{2027}\u{202a}\u{e280}é€😀"
+                .as_bytes()
+                .to_vec(),
+            b"\xe2\x80".to_vec(),
+            b"\xe2\x80\xa8\xe2".to_vec(),
+            b"a\xffb\xc3".to_vec(),
+        ];
+        cases.push((0u8..=255).collect());
+        cases.push((0u8..0x80).rev().collect());
+        // Pseudo-random byte strings biased towards the interesting bytes.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let pool = [
+            0u8, 0x1f, 0x20, b'"', b'\\', 0x7f, 0xe2, 0x80, 0xa8, 0xa9, b'a', 0xc3, 0xa9, 0xff,
+        ];
+        for _ in 0..5000 {
+            let len = (x % 12) as usize;
+            let mut v = Vec::new();
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                v.push(pool[(x % pool.len() as u64) as usize]);
+            }
+            cases.push(v);
+        }
+        for c in &cases {
+            let (mut got, mut want) = (String::new(), String::new());
+            json_string(&mut got, c);
+            json_string_reference(&mut want, c);
+            assert_eq!(got, want, "{c:x?}");
+        }
+        for v in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12345,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut s = String::new();
+            decimal(&mut s, v);
+            assert_eq!(s, v.to_string());
+        }
+    }
+
+    #[test]
+    fn json_line_shape() {
+        let mut d = Vec::new();
+        d.extend(0u64.to_le_bytes());
+        d.extend(u64::MAX.to_le_bytes());
+        let items = [LogItem {
+            offset: 0,
+            kind: ItemKind::RawWords,
+        }
+        .encode()];
+        let mut out = String::new();
+        record(&mut out, Format::Json, &view(&d, &items));
+        assert_eq!(
+            out,
+            concat!(
+                r#"{"kind":"log","seq":7,"probe":"probe_target:target_fn","pid":10,"tid":11,"cpu":2,"#,
+                r#""time_ns":5,"major":1,"minor":1,"items":[{"type":"words","values":[0,18446744073709551615]}],"#,
+                r#""data_hex":"0000000000000000ffffffffffffffff"}"#,
+                "\n"
+            )
+        );
     }
 
     #[test]

@@ -2,12 +2,14 @@
 //! wasm32 language), runs them under wasmtime with fuel and memory limits
 //! when probes fire in traced processes, and decodes and prints what they
 //! log. This is the only crate of the project with `unsafe` code, and it is
-//! confined to the providers (`provider/**`) and architecture code (`arch/**`).
+//! confined to the providers (`provider/**`), architecture code (`arch/**`)
+//! and the deserialization of trusted compiled modules (`cache.rs`).
 
 #![warn(missing_docs)]
 
 pub mod arch;
 pub mod benchcmd;
+pub mod cache;
 pub mod cli;
 pub mod coredump;
 pub mod elfsym;

@@ -235,6 +235,13 @@ pub fn inspect(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
             message: e.message().to_string(),
             offset: e.offset(),
         })?;
+    read_facts(wasm)
+}
+
+/// The facts of [`inspect`] without validating first. Never panics; on
+/// invalid input it may return an error, or facts of whatever parses.
+/// Used only for bytes known to be valid (a hit in the module cache).
+fn read_facts(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
     let mut facts = ModuleFacts::default();
     let mut types: Vec<Option<FuncType>> = Vec::new();
     let mut func_types: Vec<u32> = Vec::new();
@@ -391,8 +398,86 @@ pub fn load_named(
     path: Option<&std::path::Path>,
     cli_manifest: Option<Manifest>,
 ) -> Result<LoadedModule, LoadError> {
+    let checked = check(bytes, path, cli_manifest)?;
+    let module = wasmtime::Module::new(engine, &*checked.wasm)
+        .map_err(|e| LoadError::Compile(e.to_string()))?;
+    Ok(checked.into_loaded(module))
+}
+
+/// [`load_named`] with the wasmtime compilation taken from `cache` when it
+/// has it (and stored there when not). The ABI gate runs as in
+/// [`load_named`]; the cache only replaces `Module::new`, and its problems
+/// are never errors: the outcome says what it did.
+///
+/// On a hit the Wasm is not validated again: the cache key is the BLAKE3 hash
+/// of exactly these bytes (with the wprobe version and engine settings),
+/// and an entry exists only for bytes that wasmtime compiled, which
+/// validates them (in this function, after this validator accepted them).
+/// Validation is two thirds of the gate's cost (0.3 ms of a cached
+/// 100-probe program's 1.7 ms, `docs/BENCHMARKS.md`).
+pub fn load_cached(
+    engine: &wasmtime::Engine,
+    bytes: &[u8],
+    path: Option<&std::path::Path>,
+    cli_manifest: Option<Manifest>,
+    cache: &crate::cache::Cache,
+) -> Result<(LoadedModule, crate::cache::CacheOutcome), LoadError> {
+    use crate::cache::{CacheOutcome, Lookup};
+    let wasm = to_wasm_named(bytes, path)?;
+    match cache.lookup(engine, &wasm) {
+        Lookup::Hit(module) => {
+            let facts = read_facts(&wasm)?;
+            let checked = gate(wasm, facts, cli_manifest)?;
+            Ok((checked.into_loaded(module), CacheOutcome::Hit))
+        }
+        Lookup::Miss(pending) => {
+            let facts = inspect(&wasm)?;
+            let checked = gate(wasm, facts, cli_manifest)?;
+            let module = wasmtime::Module::new(engine, &*checked.wasm)
+                .map_err(|e| LoadError::Compile(e.to_string()))?;
+            let outcome = pending.store(&module);
+            Ok((checked.into_loaded(module), outcome))
+        }
+    }
+}
+
+/// A module that passed the ABI gate, not yet compiled.
+struct Checked<'a> {
+    wasm: std::borrow::Cow<'a, [u8]>,
+    manifest: Manifest,
+    writes: bool,
+    has_flush: bool,
+}
+
+impl Checked<'_> {
+    fn into_loaded(self, module: wasmtime::Module) -> LoadedModule {
+        LoadedModule {
+            module,
+            manifest: self.manifest,
+            writes: self.writes,
+            has_flush: self.has_flush,
+        }
+    }
+}
+
+/// The ABI gate: inspect, check against the manifest (or `cli_manifest`).
+fn check<'a>(
+    bytes: &'a [u8],
+    path: Option<&std::path::Path>,
+    cli_manifest: Option<Manifest>,
+) -> Result<Checked<'a>, LoadError> {
     let wasm = to_wasm_named(bytes, path)?;
     let facts = inspect(&wasm)?;
+    gate(wasm, facts, cli_manifest)
+}
+
+/// The ABI checks on the module's facts: manifest (or `cli_manifest`),
+/// ABI version, memory export, handler exports.
+fn gate<'a>(
+    wasm: std::borrow::Cow<'a, [u8]>,
+    facts: ModuleFacts,
+    cli_manifest: Option<Manifest>,
+) -> Result<Checked<'a>, LoadError> {
     let manifest = match (facts.manifest.clone(), cli_manifest) {
         (_, Some(m)) => m,
         (Some(m), None) => m,
@@ -438,10 +523,8 @@ pub fn load_named(
         .func_exports
         .get(hostabi::FLUSH_EXPORT)
         .is_some_and(|ft| ft.params().is_empty() && ft.results() == [ValType::I32]);
-    let module =
-        wasmtime::Module::new(engine, &*wasm).map_err(|e| LoadError::Compile(e.to_string()))?;
-    Ok(LoadedModule {
-        module,
+    Ok(Checked {
+        wasm,
         manifest,
         writes,
         has_flush,

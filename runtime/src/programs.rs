@@ -2,8 +2,10 @@
 //! `.rpn` compiled on the fly, `.wasm` and `.wat` checked against the ABI,
 //! with `--probe LOCATION=EXPORT` for modules without a manifest (or to
 //! re-target one that has a manifest: its settings stay, its probes are
-//! replaced by those given on the command line).
+//! replaced by those given on the command line). wasmtime's compilation
+//! comes from the compiled-module cache when it has it (`cache.rs`).
 
+use crate::cache::{Cache, CacheOutcome};
 use crate::cli::{RunArgs, parse_define};
 use crate::session::ProgramInput;
 use std::path::Path;
@@ -27,11 +29,24 @@ fn command_dir(a: &RunArgs) -> Option<std::path::PathBuf> {
     })
 }
 
-/// Loads one program file.
+/// Loads one program file, with the cache the environment asks for
+/// ([`Cache::from_env`]).
 pub fn load_program(
     engine: &wasmtime::Engine,
     path: &Path,
     a: &RunArgs,
+) -> Result<ProgramInput, String> {
+    load_program_with_cache(engine, path, a, &Cache::from_env())
+}
+
+/// Loads one program file, taking wasmtime's compilation from `cache`
+/// when it has it. With `WPROBE_DEBUG` set, says on stderr what the cache
+/// did (`wprobe: debug: module cache hit: PATH`, or `… miss: PATH (why)`).
+pub fn load_program_with_cache(
+    engine: &wasmtime::Engine,
+    path: &Path,
+    a: &RunArgs,
+    cache: &Cache,
 ) -> Result<ProgramInput, String> {
     let is_rpn = |p: &Path| p.extension().is_some_and(|e| e == "rpn");
     if !a.probes.is_empty() && a.programs.iter().all(|p| is_rpn(p)) {
@@ -46,14 +61,35 @@ pub fn load_program(
         .unwrap_or_else(|| "program".into());
     let loaded = if is_rpn(path) {
         let wasm = compile_rpn(path, a)?;
-        crate::load::load(engine, &wasm, None)
+        crate::load::load_cached(engine, &wasm, None, None, cache)
     } else {
         let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let cli = cli_manifest(&bytes, path, a)?;
-        crate::load::load_named(engine, &bytes, Some(path), cli)
+        crate::load::load_cached(engine, &bytes, Some(path), cli, cache)
     };
-    let module = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
+    let (module, outcome) = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
+    debug_cache_outcome(path, &outcome);
     Ok(ProgramInput { label, module })
+}
+
+/// With `WPROBE_DEBUG` set, one stderr line on what the cache did for `path`.
+pub fn debug_cache_outcome(path: &Path, outcome: &CacheOutcome) {
+    if std::env::var_os("WPROBE_DEBUG").is_none() {
+        return;
+    }
+    match outcome {
+        CacheOutcome::Hit => eprintln!("wprobe: debug: module cache hit: {}", path.display()),
+        CacheOutcome::Miss { why, stored } => {
+            let stored = match stored {
+                Ok(()) => "stored".to_string(),
+                Err(e) => format!("not stored: {e}"),
+            };
+            eprintln!(
+                "wprobe: debug: module cache miss: {} ({why}; {stored})",
+                path.display()
+            );
+        }
+    }
 }
 
 /// Compiles an `.rpn` program with the run's `-D` / `-I` options.
