@@ -6,7 +6,7 @@
 
 use crate::cli::RunArgs;
 use crate::format::Format;
-use crate::programs::load_program;
+use crate::programs::load_program_with_cache;
 use crate::provider::perf::{PerfOptions, PerfTracer};
 use crate::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
 use crate::session::{RunOptions, Session};
@@ -36,9 +36,14 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let cache = if a.no_cache {
+        crate::cache::Cache::disabled()
+    } else {
+        crate::cache::Cache::from_env()
+    };
     let mut programs = Vec::new();
     for p in &a.programs {
-        match load_program(&engine, p, &a) {
+        match load_program_with_cache(&engine, p, &a, &cache) {
             Ok(x) => programs.push(x),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -107,7 +112,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let mut tracer = match a.pid {
         Some(pid) => {
             eprintln!(
-                "wprobe: attaching to {pid}. Note: if wprobe is killed with SIGKILL, breakpoints stay in the process and its next hit kills it (use --transport perf where that matters)."
+                "wprobe: attaching to {pid}. Note: if wprobe is killed with SIGKILL, its breakpoints stay in the process and the next hit kills it; run `wprobe repair --pid {pid}` at once to restore the bytes (or use --transport perf, which patches nothing)."
             );
             Tracer::attach(pid, topts)
         }

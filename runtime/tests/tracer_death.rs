@@ -103,3 +103,113 @@ fn sigkill_of_wprobe_kills_the_launched_command_and_its_traced_children() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Bytes of `len` at `addr` in a live process.
+fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    f.seek(SeekFrom::Start(addr)).unwrap();
+    let mut b = vec![0; len];
+    f.read_exact(&mut b).unwrap();
+    b
+}
+
+/// T11, ptrace provider: after a SIGKILL of wprobe in attach mode, the
+/// breakpoint stays in the process (no user-space tracer can prevent it);
+/// wprobe warned about it when attaching, the journal exists, and `wprobe
+/// repair --pid` run before the next hit restores the bytes, after which the
+/// process runs 10,000 more calls unharmed.
+#[test]
+fn after_sigkill_in_attach_mode_repair_restores_the_process() {
+    use std::io::Write;
+    let exe = build("gated.c");
+    let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+    let work = match elf.lookup("work") {
+        runtime::elfsym::Lookup::Found(s) => s.value,
+        _ => panic!("no symbol work"),
+    };
+    let original = elf.bytes_at(work, 8).unwrap().to_vec();
+    let mut target = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut to_target = target.stdin.take().unwrap();
+    let mut from_target = BufReader::new(target.stdout.take().unwrap()).lines();
+    let prog = scratch().join("gated.rpn");
+    std::fs::write(
+        &prog,
+        format!(
+            "name = {}\noffset = work\nopcode = 0x55\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    )
+    .unwrap();
+    let mut w = Command::new(env!("CARGO_BIN_EXE_wprobe"))
+        .arg("run")
+        .arg(&prog)
+        .args(["-p", &pid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while live_bytes(pid, work, 1) != [0xcc] {
+        assert!(Instant::now() < deadline, "not armed within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Three probed calls go through the breakpoint (a call that hit an
+    // unhandled int3 would kill the process with SIGTRAP instead).
+    writeln!(to_target, "3").unwrap();
+    assert_eq!(from_target.next().unwrap().unwrap(), "sum 12");
+    w.kill().unwrap();
+    let st = w.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        stderr.contains(&format!("wprobe repair --pid {pid}")),
+        "the attach warning names the repair command: {stderr}"
+    );
+    // The breakpoint is still there; the journal says what was under it.
+    assert_eq!(live_bytes(pid, work, 1), [0xcc]);
+    // Two patches: the probe, and the dynamic linker's r_debug breakpoint
+    // (a `ret`) through which wprobe learns of dlopen.
+    let journal = runtime::provider::ptrace::journal::read(pid as i32).unwrap();
+    assert_eq!(journal.len(), 2, "{journal:?}");
+    assert!(
+        journal.iter().any(|e| (e.0, e.1) == (work, original[0])),
+        "{journal:?}"
+    );
+    assert!(
+        journal.iter().any(|e| e.0 != work && e.1 == 0xc3),
+        "{journal:?}"
+    );
+    let rep = Command::new(env!("CARGO_BIN_EXE_wprobe"))
+        .args(["repair", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&rep.stdout),
+        format!("wprobe: restored 2 bytes in process {pid}\n")
+    );
+    assert_eq!(live_bytes(pid, work, 8), original);
+    // A second repair finds nothing to do.
+    let again = Command::new(env!("CARGO_BIN_EXE_wprobe"))
+        .args(["repair", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no patch journal"));
+    // 10,000 more calls, unharmed.
+    writeln!(to_target, "10000").unwrap();
+    drop(to_target);
+    let sum: i64 = (0..10_003).map(|i: i64| i * 3 + 1).sum();
+    assert_eq!(from_target.next().unwrap().unwrap(), format!("sum {sum}"));
+    assert_eq!(from_target.next().unwrap().unwrap(), format!("done {sum}"));
+    assert!(target.wait().unwrap().success());
+}
