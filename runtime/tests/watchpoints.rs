@@ -231,7 +231,7 @@ fn io_watchpoints_are_refused_with_the_reason() {
     let e = compile_error("w_io.rpn", "address = 0x80\nwatchpoint = io\n exit\n");
     assert!(e.contains("`watchpoint = io` is not supported"), "{e}");
     assert!(
-        e.contains("I/O-port watchpoints need kernel debug-register support that a user-space tracer cannot use"),
+        e.contains("works only with CR4.DE set, a flag only the kernel controls; Linux refuses that encoding through both ptrace and perf"),
         "{e}"
     );
 }

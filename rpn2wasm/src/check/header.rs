@@ -259,7 +259,7 @@ impl Ctx<'_> {
                     s.span,
                     "`watchpoint = io` is not supported",
                 )
-                .with_note("I/O-port watchpoints need kernel debug-register support that a user-space tracer cannot use; use `x`, `w` or `rw`");
+                .with_note("an I/O-port watchpoint is a debug register with R/W = 10, which works only with CR4.DE set, a flag only the kernel controls; Linux refuses that encoding through both ptrace and perf, so no user-space tracer can offer it (the ports themselves would also need ioperm/iopl in the target); use `x`, `w` or `rw`");
                 self.sink.push(d);
                 None
             }
