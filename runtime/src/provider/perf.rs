@@ -594,18 +594,28 @@ impl PerfTracer {
     }
 }
 
+impl PerfTracer {
+    /// Disarms: closes every event, then removes the uprobe definitions
+    /// they use. Samples not yet read are lost; call after [`Self::run`].
+    /// Also done on drop.
+    pub fn close(&mut self) {
+        self.probes.clear();
+        self.by_kernel_id.clear();
+        self.rings.clear();
+        self.ring_fds.clear();
+        if let Some(u) = self.uprobes.as_mut() {
+            u.remove_all();
+        }
+    }
+}
+
 impl Drop for PerfTracer {
     fn drop(&mut self) {
         if self.held {
             // Never ran: the launch was abandoned before `start`.
             self.kill_launched();
         }
-        // Close every event before removing the uprobe definitions they use.
-        self.probes.clear();
-        self.rings.clear();
-        if let Some(u) = self.uprobes.as_mut() {
-            u.remove_all();
-        }
+        self.close();
     }
 }
 

@@ -153,6 +153,8 @@ pub struct RunSummary {
     pub signals_forwarded: u64,
     /// `run` ended by the stop flag (everything detached).
     pub detached: bool,
+    /// Time spent restoring and detaching when `run` ended by the stop flag.
+    pub detach_time: std::time::Duration,
 }
 
 /// A failure of the tracer or of a traced process.

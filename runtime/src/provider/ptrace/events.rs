@@ -109,7 +109,9 @@ impl Tracer {
     ) -> Result<(), ProviderError> {
         loop {
             if stop.load(Ordering::SeqCst) {
+                let t0 = std::time::Instant::now();
                 self.detach_all()?;
+                self.summary.detach_time = t0.elapsed();
                 self.summary.detached = true;
                 return Ok(());
             }
