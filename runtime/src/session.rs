@@ -917,16 +917,14 @@ impl Session {
             total.uncaught += s.uncaught;
         }
         total.dropped += self.dropped_unattributed;
-        let (arm_ns, disarm_ns) = (
-            self.arm_time.as_nanos() as u64,
-            self.disarm_time.as_nanos() as u64,
-        );
         if std::env::var_os("WPROBE_DEBUG").is_some() {
+            // Not in the JSON stats object, which stays deterministic
+            // (tests compare it across runs and transports).
             eprintln!(
                 "wprobe: debug: {} probes: armed in {:.3} ms, disarmed in {:.3} ms",
                 self.probes.len(),
-                arm_ns as f64 / 1e6,
-                disarm_ns as f64 / 1e6
+                self.arm_time.as_secs_f64() * 1e3,
+                self.disarm_time.as_secs_f64() * 1e3
             );
         }
         if self.dropped_unattributed > 0 {
@@ -959,7 +957,7 @@ impl Session {
                 ));
             }
             line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{},\"arm_ns\":{arm_ns},\"disarm_ns\":{disarm_ns}}}\n",
+                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
                 total.hits, total.runs, total.records, total.bytes, total.dropped, total.fuel_exhausted, total.traps, total.uncaught
             ));
             let _ = self.out.write_all(line.as_bytes());

@@ -8,8 +8,8 @@
 //! Checked: every probe armed and hit exactly once (the JSON `stats`
 //! object), one record per function with the probe label naming the same
 //! function the RIP points at, and the target's checksum equal to the
-//! untraced run's. The arm and disarm times wprobe measured (`arm_ns`,
-//! `disarm_ns` of the stats object) are printed, with the total time.
+//! untraced run's. The arm and disarm times wprobe measured (its
+//! `WPROBE_DEBUG` line) are printed, with the total time.
 //!
 //! ptrace arms all 10,000 sites (`int3`s). perf arms 100 of them by default
 //! (tracefs uprobes, one perf event per CPU each): the kernel's per-uprobe
@@ -124,7 +124,8 @@ fn check(transport: &str, n: usize) {
         ])
         .arg(&exe)
         .current_dir(scratch())
-        .env("WPROBE_PERF_RING_PAGES", "4096");
+        .env("WPROBE_PERF_RING_PAGES", "4096")
+        .env("WPROBE_DEBUG", "1");
     let o = output_within(c, 120);
     let total = t0.elapsed();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -185,16 +186,14 @@ fn check(transport: &str, n: usize) {
         "{transport}: not hit exactly once: {wrong:?}"
     );
 
-    let ms = |k: &str| s[k].as_u64().map(|ns| ns as f64 / 1e6);
+    let times = stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("wprobe: debug: {n} probes: armed in ")))
+        .unwrap_or_else(|| panic!("{transport}: no timing line: {}", tail(&stderr)));
     eprintln!(
-        "T16 {transport}: {n} probes: arm {:.1?} ms, disarm {:.1?} ms, wprobe run {:.2} s",
-        ms("arm_ns"),
-        ms("disarm_ns"),
+        "T16 {transport}: {}; wprobe run {:.2} s",
+        times.trim_start_matches("wprobe: debug: "),
         total.as_secs_f64()
-    );
-    assert!(
-        s["arm_ns"].is_u64() && s["disarm_ns"].is_u64(),
-        "{transport}: {s}"
     );
 }
 
