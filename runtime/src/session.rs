@@ -128,6 +128,10 @@ pub struct Session {
     main_status: Option<ExitStatus>,
     /// Hits recorded for `wprobe bench -- CMD` (ptrace only).
     capture: Option<Capture>,
+    /// Fault injection for the clean-failure tests (debug builds only):
+    /// panic at this ptrace hit (`WPROBE_PANIC_AT_HIT=N`).
+    panic_at_hit: Option<u64>,
+    ptrace_hits: u64,
 }
 
 /// The first hit of each probe, recorded as a synthetic environment.
@@ -347,6 +351,14 @@ impl Session {
             warnings: Vec::new(),
             main_status: None,
             capture: None,
+            panic_at_hit: if cfg!(debug_assertions) {
+                std::env::var("WPROBE_PANIC_AT_HIT")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+            } else {
+                None
+            },
+            ptrace_hits: 0,
         })
     }
 
@@ -746,6 +758,10 @@ impl Session {
 
     /// Handles one ptrace hit of probe `pi`; returns what the tracer should do with the thread.
     fn hit(&mut self, tracer: &mut Tracer, pi: usize, hit: &mut Hit) -> Action {
+        self.ptrace_hits += 1;
+        if self.panic_at_hit == Some(self.ptrace_hits) {
+            panic!("WPROBE_PANIC_AT_HIT={}: injected fault", self.ptrace_hits);
+        }
         if let Some(c) = &self.capture
             && c.hits.get(pi).is_some_and(|h| h.is_none())
         {
