@@ -132,6 +132,8 @@ pub struct Session {
     /// panic at this ptrace hit (`WPROBE_PANIC_AT_HIT=N`).
     panic_at_hit: Option<u64>,
     ptrace_hits: u64,
+    /// Processes handed off to a debugger (`exit 1`).
+    handed_off: Vec<i32>,
 }
 
 /// The first hit of each probe, recorded as a synthetic environment.
@@ -359,6 +361,7 @@ impl Session {
                 None
             },
             ptrace_hits: 0,
+            handed_off: Vec::new(),
         })
     }
 
@@ -737,6 +740,11 @@ impl Session {
         p.enabled && p.stats.runs >= maxhits
     }
 
+    /// Processes handed off to a debugger by `exit 1`, in order.
+    pub fn handed_off(&self) -> &[i32] {
+        &self.handed_off
+    }
+
     /// Records the first hit of each probe for `wprobe bench -- CMD`; sets
     /// `done` (which stops [`Session::run`]) once every probe has one.
     pub fn enable_capture(&mut self, done: std::sync::Arc<AtomicBool>) {
@@ -796,6 +804,7 @@ impl Session {
                     hit.address()
                 );
                 action = Action::HandoffToDebugger;
+                self.handed_off.push(pid as i32);
             }
             RunOutcome::Returned(Outcome::CrashDump) => self.crash_dump_unavailable(pi),
             RunOutcome::Returned(Outcome::CoreDump) => {
