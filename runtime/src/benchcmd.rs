@@ -202,12 +202,13 @@ pub fn time_batches(iterations: u64, mut f: impl FnMut()) -> Timing {
     summarize(per_run, batches * per_batch)
 }
 
-/// Benchmarks every probe of `programs` on copies of `hit`; the compiled
+/// Benchmarks every probe of `programs` on copies of its hit (`hit_of(program,
+/// probe)`, `None`: skipped with a note); the compiled
 /// engine always, the interpreter too when `interp` (for `.rpn` programs).
 pub fn bench_programs(
     engine: &wasmtime::Engine,
     programs: &[BenchProgram],
-    hit: &ModelEnv,
+    hit_of: &dyn Fn(usize, usize) -> Option<ModelEnv>,
     iterations: u64,
     fuel: Option<u64>,
     interp: bool,
@@ -218,10 +219,17 @@ pub fn bench_programs(
         .map(|p| p.module.manifest.gvars as usize)
         .max()
         .unwrap_or(0);
-    for p in programs {
+    for (pn, p) in programs.iter().enumerate() {
         let m = &p.module.manifest;
         for (i, spec) in m.probes.iter().enumerate() {
             let location = location_text(&m.module, spec);
+            let Some(hit) = hit_of(pn, i) else {
+                eprintln!(
+                    "wprobe bench: probe {} of {} ({location}) was not hit by the command: not measured",
+                    i, p.label
+                );
+                continue;
+            };
             // Compiled: a runner of its own (fresh variables), one untimed run for the facts.
             let mut env = hit.clone();
             env.with_gvars(gvars);
@@ -402,12 +410,35 @@ pub fn bench(a: BenchArgs) -> ExitCode {
             }
         }
     }
-    let hit = ModelEnv::new();
-    eprintln!(
-        "wprobe bench: {} iterations per probe on a synthetic hit (registers 0, no memory); WORK is fuel for compiled runs, instructions for interpreted ones",
-        a.iterations
-    );
-    let rows = match bench_programs(&engine, &programs, &hit, a.iterations, a.fuel, a.interp) {
+    let captured = if a.command.is_empty() {
+        eprintln!(
+            "wprobe bench: {} iterations per probe on a synthetic hit (registers 0, no memory); WORK is fuel for compiled runs, instructions for interpreted ones",
+            a.iterations
+        );
+        None
+    } else {
+        match capture(&engine, &a, &programs) {
+            Ok(c) => {
+                eprintln!(
+                    "wprobe bench: {} iterations per probe on the first hit of each probe in `{}` (its registers and a memory image); WORK is fuel for compiled runs, instructions for interpreted ones",
+                    a.iterations,
+                    a.command[0].to_string_lossy()
+                );
+                Some(c)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    };
+    let hit_of = |prog: usize, probe: usize| -> Option<ModelEnv> {
+        match &captured {
+            None => Some(ModelEnv::new()),
+            Some(c) => c.get(&(prog, probe)).cloned(),
+        }
+    };
+    let rows = match bench_programs(&engine, &programs, &hit_of, a.iterations, a.fuel, a.interp) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -443,6 +474,75 @@ mod tests {
         assert_eq!(t.runs, 1000);
         assert_eq!(n, 1000 + 40);
     }
+}
+
+/// Runs the command under ptrace until each probe has been hit once (or the
+/// command ends) and returns each probe's first hit as a synthetic
+/// environment, by (program, probe). The handlers run as in `wprobe run`
+/// (their records are discarded); the command's output is discarded; it is
+/// killed once every probe has been captured.
+pub fn capture(
+    engine: &wasmtime::Engine,
+    a: &BenchArgs,
+    programs: &[BenchProgram],
+) -> Result<std::collections::HashMap<(usize, usize), ModelEnv>, String> {
+    use crate::provider::ptrace::{TraceOptions, Tracer};
+    use crate::session::{ProgramInput, RunOptions, Session};
+    let inputs = programs
+        .iter()
+        .map(|p| ProgramInput {
+            label: p.label.clone(),
+            module: p.module.clone(),
+        })
+        .collect();
+    let opts = RunOptions {
+        follow_forks: false,
+        verify_opcodes: true,
+        groups: Vec::new(),
+        types: Vec::new(),
+        fuel: a.fuel,
+        format: crate::format::Format::Text,
+    };
+    let mut session = Session::new(engine, inputs, opts, Box::new(std::io::sink()))
+        .map_err(|e| format!("{e:#}"))?;
+    // The command's output would mix with the report: send it to /dev/null.
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let saved = nix::unistd::dup(std::io::stdout()).map_err(|e| format!("dup: {e}"))?;
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| format!("/dev/null: {e}"))?;
+    let _ = nix::unistd::dup2_stdout(&null);
+    let launched = Tracer::launch(
+        &a.command,
+        TraceOptions {
+            follow_forks: false,
+            verify_opcodes: true,
+        },
+    );
+    let _ = nix::unistd::dup2_stdout(&saved);
+    let mut tracer = launched.map_err(|e| e.to_string())?;
+    let main = tracer.main_pid();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    session.enable_capture(done.clone());
+    if session.arm(&mut tracer, main, true) == 0 && session.pending() == 0 {
+        let _ = tracer.detach_all();
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(main), nix::sys::signal::SIGKILL);
+        return Err(format!("no probe could be armed in process {main}"));
+    }
+    let status = session
+        .run(&mut tracer, &done)
+        .map_err(|e| format!("{e:#}"))?;
+    if status.is_none() {
+        // Stopped once every probe was captured: everything is detached.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(main), nix::sys::signal::SIGKILL);
+    }
+    Ok(session
+        .take_capture()
+        .into_iter()
+        .filter_map(|(k, env)| env.map(|e| (k, e)))
+        .collect())
 }
 
 /// One measured configuration of `--end-to-end`.
@@ -484,12 +584,11 @@ fn timed_run(argv: &[std::ffi::OsString]) -> std::io::Result<(String, f64, f64)>
 
 /// CPU time (user + system) of the waited-for descendants of this process, ns.
 fn children_cpu_ns() -> f64 {
-    // SAFETY: getrusage writes into the struct we own; RUSAGE_CHILDREN is valid.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e9 + t.tv_usec as f64 * 1e3;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::time::TimeValLike;
+    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(0.0, |u| {
+        (u.user_time().num_microseconds() + u.system_time().num_microseconds()) as f64 * 1e3
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -68,7 +68,8 @@ pub struct BenchArgs {
     pub no_cache: bool,
     /// Instead of timing handlers alone, time the command (after `--`)
     /// untraced and traced under each transport, and report the overhead
-    /// per hit.
+    /// per hit (which includes wprobe's start-up: use a workload with many
+    /// hits).
     #[arg(long, requires = "command")]
     pub end_to_end: bool,
     /// Runs of each configuration with `--end-to-end` (the median is reported).

@@ -106,6 +106,7 @@ pub enum LoadError {
 }
 
 /// A validated module and what it declares.
+#[derive(Clone)]
 pub struct LoadedModule {
     /// The compiled module.
     pub module: wasmtime::Module,

@@ -144,7 +144,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         let _ = tracer.detach_all();
         return ExitCode::from(1);
     }
-    let status = match session.run(&mut tracer, &stop) {
+    let mut status = match session.run(&mut tracer, &stop) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -154,6 +154,23 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     };
     session.summary();
+    // A launched command handed off to a debugger is still our child (and
+    // dies with us): wait for the debugging session to end.
+    if a.pid.is_none() && status.is_none() && session.handed_off().contains(&main) {
+        eprintln!("wprobe: waiting for process {main} (handed off to a debugger) to exit");
+        use nix::sys::wait::{WaitStatus, waitpid};
+        status = loop {
+            match waitpid(nix::unistd::Pid::from_raw(main), None) {
+                Ok(WaitStatus::Exited(_, c)) => break Some(ExitStatus::Code(c)),
+                Ok(WaitStatus::Signaled(_, sig, _)) => break Some(ExitStatus::Signal(sig as i32)),
+                Err(nix::errno::Errno::EINTR) if stop.load(std::sync::atomic::Ordering::SeqCst) => {
+                    break None;
+                }
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => break None,
+            }
+        };
+    }
     exit_code(status)
 }
 

@@ -126,6 +126,104 @@ pub struct Session {
     /// Warnings printed at arming time (also for tests).
     pub warnings: Vec<String>,
     main_status: Option<ExitStatus>,
+    /// Hits recorded for `wprobe bench -- CMD` (ptrace only).
+    capture: Option<Capture>,
+    /// Fault injection for the clean-failure tests (debug builds only):
+    /// panic at this ptrace hit (`WPROBE_PANIC_AT_HIT=N`).
+    panic_at_hit: Option<u64>,
+    ptrace_hits: u64,
+    /// Processes handed off to a debugger (`exit 1`).
+    handed_off: Vec<i32>,
+}
+
+/// The first hit of each probe, recorded as a synthetic environment.
+struct Capture {
+    hits: Vec<Option<rpn2wasm::model::ModelEnv>>,
+    done: std::sync::Arc<AtomicBool>,
+}
+
+/// Largest mapping copied whole into a captured hit.
+const CAPTURE_MAPPING_MAX: u64 = 256 << 10;
+/// Bytes of stack copied above the stack pointer (and the red zone below it).
+const CAPTURE_STACK_BYTES: u64 = 64 << 10;
+/// Bytes copied around each register value that points into readable memory.
+const CAPTURE_AROUND_POINTER: u64 = 8 << 10;
+/// Total budget of a captured memory image.
+const CAPTURE_TOTAL_MAX: u64 = 64 << 20;
+
+/// Copies what a handler can see at `hit` into a synthetic environment:
+/// every register, the thread's identity, and a memory image of the stack
+/// around the stack pointer, of memory around every register that points
+/// into a readable mapping, and of every readable mapping of at most
+/// 256 KiB (data segments, small heaps), within a 64 MiB budget.
+fn capture_hit(hit: &mut Hit, maps: &[Mapping], bias: u64) -> rpn2wasm::model::ModelEnv {
+    use hostabi::regs;
+    let mut env = rpn2wasm::model::ModelEnv::new();
+    let mut pointers = Vec::new();
+    for r in regs::REGS {
+        if r.is_alias() || r.id == regs::CPUID {
+            continue;
+        }
+        for part in 0..r.parts() {
+            if let Some(v) = hit.read_reg(r.id, part) {
+                env.set_reg_part(r.id, part, v);
+                pointers.push(v);
+            }
+        }
+    }
+    env.tid = hit.tid();
+    env.pid = hit.pid();
+    env.cpu = hit.cpu();
+    env.thread_pointer = hit.thread_pointer();
+    env.load_bias = bias;
+    env.now_ns = hit.now_ns();
+    let sp = hit.read_reg(regs::RSP, 0).unwrap_or(0);
+    let mut ranges: Vec<(u64, u64)> = vec![(
+        sp.saturating_sub(256),
+        sp.saturating_add(CAPTURE_STACK_BYTES),
+    )];
+    for p in pointers {
+        let page = p & !0xfff;
+        ranges.push((
+            page.saturating_sub(CAPTURE_AROUND_POINTER / 2),
+            page.saturating_add(CAPTURE_AROUND_POINTER),
+        ));
+    }
+    for m in maps {
+        if m.read && m.end - m.start <= CAPTURE_MAPPING_MAX {
+            ranges.push((m.start, m.end));
+        }
+    }
+    // Clip to readable mappings, merge, copy.
+    let mut clipped: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in ranges {
+        for m in maps.iter().filter(|m| m.read && m.start < b && a < m.end) {
+            clipped.push((a.max(m.start), b.min(m.end)));
+        }
+    }
+    clipped.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in clipped {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    let mut total = 0;
+    for (a, b) in merged {
+        if total + (b - a) > CAPTURE_TOTAL_MAX {
+            break;
+        }
+        let mut bytes = vec![0u8; (b - a) as usize];
+        let n = hit.read_mem(a, &mut bytes);
+        bytes.truncate(n);
+        if !bytes.is_empty() {
+            total += bytes.len() as u64;
+            let writable = maps.iter().any(|m| m.write && m.start <= a && a < m.end);
+            env.map(a, bytes, true, writable);
+        }
+    }
+    env
 }
 
 /// How a transport arms one probe: `(probe index, spec, run-time address, maps)`.
@@ -254,6 +352,16 @@ impl Session {
             seq: 0,
             warnings: Vec::new(),
             main_status: None,
+            capture: None,
+            panic_at_hit: if cfg!(debug_assertions) {
+                std::env::var("WPROBE_PANIC_AT_HIT")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+            } else {
+                None
+            },
+            ptrace_hits: 0,
+            handed_off: Vec::new(),
         })
     }
 
@@ -632,8 +740,54 @@ impl Session {
         p.enabled && p.stats.runs >= maxhits
     }
 
+    /// Processes handed off to a debugger by `exit 1`, in order.
+    pub fn handed_off(&self) -> &[i32] {
+        &self.handed_off
+    }
+
+    /// Records the first hit of each probe for `wprobe bench -- CMD`; sets
+    /// `done` (which stops [`Session::run`]) once every probe has one.
+    pub fn enable_capture(&mut self, done: std::sync::Arc<AtomicBool>) {
+        self.capture = Some(Capture {
+            hits: vec![None; self.probes.len()],
+            done,
+        });
+    }
+
+    /// The recorded hits, by selected probe, with the probe's program and index.
+    pub fn take_capture(&mut self) -> Vec<((usize, usize), Option<rpn2wasm::model::ModelEnv>)> {
+        let hits = self.capture.take().map(|c| c.hits).unwrap_or_default();
+        self.probes
+            .iter()
+            .map(|p| (p.prog, p.index))
+            .zip(hits)
+            .collect()
+    }
+
     /// Handles one ptrace hit of probe `pi`; returns what the tracer should do with the thread.
     fn hit(&mut self, tracer: &mut Tracer, pi: usize, hit: &mut Hit) -> Action {
+        self.ptrace_hits += 1;
+        if self.panic_at_hit == Some(self.ptrace_hits) {
+            panic!("WPROBE_PANIC_AT_HIT={}: injected fault", self.ptrace_hits);
+        }
+        if let Some(c) = &self.capture
+            && c.hits.get(pi).is_some_and(|h| h.is_none())
+        {
+            let pid = hit.pid() as i32;
+            let bias = self
+                .bias
+                .get(&(self.probes[pi].prog, pid))
+                .copied()
+                .unwrap_or(0);
+            let maps = tracer.maps(pid).to_vec();
+            let env = capture_hit(hit, &maps, bias);
+            if let Some(c) = &mut self.capture {
+                c.hits[pi] = Some(env);
+                if c.hits.iter().all(Option::is_some) {
+                    c.done.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }
         std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
         let out = self.run_hit(pi, None);
         std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
@@ -650,6 +804,7 @@ impl Session {
                     hit.address()
                 );
                 action = Action::HandoffToDebugger;
+                self.handed_off.push(pid as i32);
             }
             RunOutcome::Returned(Outcome::CrashDump) => self.crash_dump_unavailable(pi),
             RunOutcome::Returned(Outcome::CoreDump) => {

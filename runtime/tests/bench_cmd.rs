@@ -206,14 +206,7 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
     let prog =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/ptrace/trivial.rpn");
     let out = wprobe()
-        .args([
-            "bench",
-            "--end-to-end",
-            "--repeat",
-            "1",
-            "--transport",
-            "ptrace",
-        ])
+        .args(["bench", "--end-to-end", "--repeat", "1"])
         .arg(&prog)
         .arg("--")
         .arg(&exe)
@@ -238,14 +231,78 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
             "CPU_NS/HIT"
         ]
     );
-    assert_eq!(rows.len(), 3, "{stdout}");
+    // Both transports by default, each with the exact number of calls.
+    assert_eq!(rows.len(), 4, "{stdout}");
     assert_eq!((rows[1][0], rows[1][1], rows[1][4]), ("untraced", "0", "-"));
-    assert_eq!((rows[2][0], rows[2][1]), ("ptrace", "300"));
+    assert_eq!((rows[2][0], rows[2][1]), ("ptrace", "300"), "{stdout}");
+    assert_eq!((rows[3][0], rows[3][1]), ("perf", "300"), "{stdout}");
     for r in &rows[1..] {
         assert!(r[2].parse::<f64>().unwrap() > 0.0, "{r:?}");
         assert!(r[3].parse::<f64>().is_ok(), "{r:?}");
     }
-    assert!(rows[2][4].parse::<i64>().is_ok() && rows[2][5].parse::<i64>().is_ok());
+    for r in &rows[2..] {
+        assert!(
+            r[4].parse::<i64>().is_ok() && r[5].parse::<i64>().is_ok(),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn with_a_command_handlers_run_on_its_first_real_hit() {
+    let dir = scratch().join("capture");
+    std::fs::create_dir_all(&dir).unwrap();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples");
+    let st = Command::new("gcc")
+        .args([
+            "-O0",
+            "-g",
+            "-fno-pie",
+            "-no-pie",
+            "-fcf-protection=none",
+            "-fno-omit-frame-pointer",
+            "-o",
+        ])
+        .arg(dir.join("probe_target"))
+        .arg(examples.join("probe_target.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let run = |with_command: bool| {
+        let mut c = wprobe();
+        c.current_dir(&dir)
+            .args(["bench", "--iterations", "20", "--interp"])
+            .arg(examples.join("02_strings_memory.rpn"));
+        if with_command {
+            c.args(["--", "./probe_target"]);
+        }
+        let out = c.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    // On a real hit the example logs its 53 bytes (strings, a memory block,
+    // bytes and a word read from the target's globals), in both engines;
+    // the target's own output never reaches the report.
+    let real = run(true);
+    let rows: Vec<Vec<&str>> = real.lines().skip(1).map(columns).collect();
+    assert_eq!(rows.len(), 2, "{real}");
+    for (row, engine) in rows.iter().zip(["compiled", "interp"]) {
+        assert_eq!(
+            (row[3], row[8], row[9], row[10]),
+            (engine, "1", "53", "exit"),
+            "{real}"
+        );
+    }
+    // On the all-zero synthetic hit the first string read faults.
+    let synthetic = run(false);
+    let row = columns(synthetic.lines().nth(1).unwrap());
+    assert_eq!((row[8], row[9]), ("1", "11"), "{synthetic}");
+    assert_eq!(row[10..].join(" "), "uncaught exception");
 }
 
 /// `benches/compare` end to end with tiny counts and only the rows that need

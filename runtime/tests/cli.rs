@@ -563,3 +563,84 @@ fn records_go_to_the_file_given_with_o() {
         .collect();
     assert_eq!(kinds, ["log", "log", "log", "stats"]);
 }
+
+#[test]
+fn exit_1_hands_the_stopped_process_to_gdb() {
+    let p = write(
+        "handoff.rpn",
+        "name = probe_target\noffset = target_fn\nopcode = 0x55\n push 42\n pop r, rax\n exit 1\n",
+    );
+    let mut w = wprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--")
+        .arg(target())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // wprobe reports the hand-off and goes on waiting for the process, which
+    // is no longer its tracee: read the message, then find the pid in it.
+    use std::io::BufRead;
+    let mut err = std::io::BufReader::new(w.stderr.take().unwrap());
+    let mut line = String::new();
+    let pid: i32 = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no hand-off message");
+        if let Some(rest) = line.strip_prefix("wprobe: process ") {
+            assert!(
+                line.contains("handed off to a debugger, stopped at 0x401146: run `gdb -p "),
+                "{line}"
+            );
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    // Stopped (SIGSTOP), unpatched, at the probe address with the handler's register write.
+    // (The message comes just before the detach: wait for it.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let state = stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap();
+        let tracer = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim().to_string()))
+            .unwrap();
+        if state == 'T' && tracer == "0" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{state} tracer {tracer}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(live_bytes(pid as u32, 0x401146, 1), [0x55]);
+    if let Ok(g) = Command::new("gdb")
+        .args([
+            "-batch",
+            "-p",
+            &pid.to_string(),
+            "-ex",
+            "p/x $pc",
+            "-ex",
+            "p $rax",
+        ])
+        .output()
+    {
+        let out = String::from_utf8_lossy(&g.stdout);
+        assert!(out.contains("= 0x401146"), "{out}");
+        assert!(out.contains("= 42"), "{out}");
+    }
+    // wprobe waits for the debugging session to end, then exits with the
+    // command's status (here: killed, 128 + 9).
+    assert_eq!(
+        w.try_wait().unwrap(),
+        None,
+        "wprobe still waits for its command"
+    );
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    assert_eq!(w.wait().unwrap().code(), Some(137));
+}

@@ -338,6 +338,21 @@ fn attach_with_p_observes_all_threads_and_leaves_the_process_running() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Armed once its uprobe is defined (start-up takes longer on a loaded
+    // machine than any fixed delay), then half a second of hits.
+    let events = [
+        "/sys/kernel/tracing/uprobe_events",
+        "/sys/kernel/debug/tracing/uprobe_events",
+    ];
+    let tag = format!("wprobe_{}/", w.id());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !events
+        .iter()
+        .any(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains(&tag)))
+    {
+        assert!(Instant::now() < deadline, "no uprobe defined within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::thread::sleep(Duration::from_millis(500));
     let st = Command::new("kill")
         .args(["-INT", &w.id().to_string()])

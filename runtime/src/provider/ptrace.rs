@@ -323,6 +323,10 @@ pub struct Tracer {
     exited: Vec<(i32, ExitStatus)>,
     /// Keeps the mappings returned by [`Tracer::maps`] alive.
     maps_cache: Option<Rc<Vec<Mapping>>>,
+    /// The thread whose breakpoint hit is being handled, and the address:
+    /// its program counter is still past the `int3` in the kernel, so a
+    /// detach while the handler runs (a panic unwinding) must rewind it.
+    in_flight: Option<(i32, u64)>,
 }
 
 impl std::fmt::Debug for Tracer {
@@ -368,6 +372,7 @@ impl Tracer {
             journal: None,
             exited: Vec::new(),
             maps_cache: None,
+            in_flight: None,
         }
     }
 

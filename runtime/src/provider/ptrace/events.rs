@@ -73,7 +73,12 @@ impl Tracer {
         let wfd = fds[1];
         let res = std::thread::scope(|s| {
             s.spawn(|| waker(stop, &done, wfd));
-            let r = self.event_loop(stop, &waker_pid, on_event);
+            // A panic of the event handler must still end the waker thread,
+            // or the scope would wait for it forever instead of unwinding
+            // (and dropping the tracer, which detaches everything).
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.event_loop(stop, &waker_pid, on_event)
+            }));
             done.store(true, Ordering::SeqCst);
             r
         });
@@ -85,7 +90,10 @@ impl Tracer {
         if child > 0 {
             let _ = sys::wait(child, 0);
         }
-        res?;
+        match res {
+            Ok(r) => r?,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
         Ok(self.summary)
     }
 
@@ -482,6 +490,7 @@ impl Tracer {
             let mut hit = std::mem::take(&mut self.hit);
             hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, stat);
             let ids = std::mem::take(&mut self.ids);
+            self.in_flight = Some((tid, addr));
             let action = cb(
                 self,
                 Event::Breakpoint {
@@ -489,6 +498,7 @@ impl Tracer {
                     hit: &mut hit,
                 },
             );
+            self.in_flight = None;
             regs = hit.take_regs();
             regs.rip = addr;
             let stat = hit.stat.get_mut().take();
@@ -738,6 +748,18 @@ impl Tracer {
         pid: i32,
         handoff: Option<i32>,
     ) -> Result<(), ProviderError> {
+        // 0. A thread whose hit was being handled (we are unwinding from the
+        // handler) resumes at the probe address, not past the int3.
+        if let Some((t, addr)) = self.in_flight
+            && self.threads.get(&t).is_some_and(|th| th.pid == pid)
+        {
+            self.in_flight = None;
+            let mut regs = zero_regs();
+            if sys::getregs(t, &mut regs).is_ok() && regs.rip == addr + arch::pc_after_trap() {
+                regs.rip = addr;
+                let _ = sys::setregs(t, &regs);
+            }
+        }
         // 1. Every thread held; pending stops folded in.
         for _ in 0..64 {
             let _ = self.stop_world(pid, 0);
