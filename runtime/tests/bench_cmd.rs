@@ -332,9 +332,18 @@ fn compare_script_prints_its_table_and_cleans_up() {
         String::from_utf8_lossy(&out.stderr)
     );
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(lines[0].starts_with("machine: ") && lines[0].contains("kernel"), "{stdout}");
-    assert!(lines[1].starts_with("N1=200 N2=400 (ptrace rows: 20/40) REPEATS=1"), "{stdout}");
-    assert!(lines[2].starts_with("tracer") && lines[2].contains("wall ns/hit"), "{stdout}");
+    assert!(
+        lines[0].starts_with("machine: ") && lines[0].contains("kernel"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("N1=200 N2=400 (ptrace rows: 20/40) REPEATS=1"),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("tracer") && lines[2].contains("wall ns/hit"),
+        "{stdout}"
+    );
     for (line, name) in lines[3..].iter().zip([
         "untraced loop (ns per call)",
         "wprobe --transport ptrace",
@@ -343,10 +352,17 @@ fn compare_script_prints_its_table_and_cleans_up() {
         assert!(line.starts_with(name), "{stdout}");
         let cols = columns(&line[name.len()..]);
         assert_eq!(cols.len(), 4, "{line}");
-        assert!(cols[0].parse::<i64>().is_ok() && cols[1].parse::<i64>().is_ok(), "{line}");
+        assert!(
+            cols[0].parse::<i64>().is_ok() && cols[1].parse::<i64>().is_ok(),
+            "{line}"
+        );
         assert_eq!(&cols[2..], ["-", "-"], "{line}");
     }
     assert_eq!(lines.len(), 6, "{stdout}");
     assert!(!stdout.contains('!'), "{stdout}");
-    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "scratch left behind");
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "scratch left behind"
+    );
 }
