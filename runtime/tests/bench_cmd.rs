@@ -304,3 +304,65 @@ fn with_a_command_handlers_run_on_its_first_real_hit() {
     assert_eq!((row[8], row[9]), ("1", "11"), "{synthetic}");
     assert_eq!(row[10..].join(" "), "uncaught exception");
 }
+
+/// `benches/compare` end to end with tiny counts and only the rows that need
+/// neither bpftrace nor perf (the untraced loop, wprobe's ptrace transport,
+/// the minimal ptrace loop; a few seconds): the table is printed, every
+/// tool's hit count is confirmed (no `!`), and the scratch directory is
+/// gone afterwards. The figures themselves are not asserted.
+#[test]
+fn compare_script_prints_its_table_and_cleans_up() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let tmp = scratch().join("compare-tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = Command::new(root.join("benches/compare"))
+        .args(["200", "400", "1"])
+        .env("WPROBE", env!("CARGO_BIN_EXE_wprobe"))
+        .env("PTRACE_N1", "20")
+        .env("PTRACE_N2", "40")
+        .env("COMPARE_SKIP", "bpftrace perf wprobe-perf")
+        .env("COMPARE_NO_INSTALL", "1")
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("machine: ") && lines[0].contains("kernel"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("N1=200 N2=400 (ptrace rows: 20/40) REPEATS=1"),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("tracer") && lines[2].contains("wall ns/hit"),
+        "{stdout}"
+    );
+    for (line, name) in lines[3..].iter().zip([
+        "untraced loop (ns per call)",
+        "wprobe --transport ptrace",
+        "minimal ptrace loop (baseline.c)",
+    ]) {
+        assert!(line.starts_with(name), "{stdout}");
+        let cols = columns(&line[name.len()..]);
+        assert_eq!(cols.len(), 4, "{line}");
+        assert!(
+            cols[0].parse::<i64>().is_ok() && cols[1].parse::<i64>().is_ok(),
+            "{line}"
+        );
+        assert_eq!(&cols[2..], ["-", "-"], "{line}");
+    }
+    assert_eq!(lines.len(), 6, "{stdout}");
+    assert!(!stdout.contains('!'), "{stdout}");
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "scratch left behind"
+    );
+}
