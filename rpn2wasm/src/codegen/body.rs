@@ -1095,7 +1095,7 @@ impl BodyGen<'_> {
             LogStr => self.helper_e(Helper::LogStr, None),
             LogMrf => self.helper_e(Helper::LogMrf, None),
             LogB(n) => self.helper_e(Helper::LogB, Some(*n as i32)),
-            LogN(n) => self.helper_e(Helper::LogN, Some(*n as i32)),
+            LogN(n) => self.log_words(*n),
             Log => self.helper_e(Helper::LogCount, None),
             LogVars(VarSpace::Local) => self.helper_e(Helper::LogLv, None),
             LogVars(VarSpace::Global) => self.helper_e(Helper::LogGv, None),
@@ -1458,6 +1458,56 @@ impl BodyGen<'_> {
     }
 
     /// Calls a stack-using helper returning exception bits, with an optional i32 argument.
+    /// `log n`. When the n values are cached and the log area has room for
+    /// them (checked at run time), they are stored straight into it: no
+    /// spill, no helper call. Otherwise (and for overflow, with its partial
+    /// effects) the `rt_logn` helper does it. Both paths end with the cache
+    /// flushed and TSP published.
+    fn log_words(&mut self, n: u16) {
+        let bytes = 8 * u32::from(n);
+        if n == 0 || usize::from(n) > self.vstack.len() || bytes > u32::from(self.ctx.logmax) {
+            self.helper_e(Helper::LogN, Some(i32::from(n)));
+            return;
+        }
+        let limit = i32::from(self.ctx.logmax) - bytes as i32;
+        self.a.i().global_get(g::LP).i32_const(limit).i32_le_s();
+        let fast = self.a.if_();
+        let saved = (self.vstack.clone(), self.tdelta);
+        // The item descriptor (offset LP, raw words), as `rt_additem` writes it.
+        self.a
+            .i()
+            .global_get(g::ITEMS)
+            .i32_const(2)
+            .i32_shl()
+            .global_get(g::LP)
+            .i32_const((hostabi::record::ItemKind::RawWords as i32) << 16)
+            .i32_or()
+            .i32_store(mem(l::ITEMS, 2))
+            .global_get(g::ITEMS)
+            .i32_const(1)
+            .i32_add()
+            .global_set(g::ITEMS);
+        for j in 0..u32::from(n) {
+            self.a.i().global_get(g::LP);
+            self.pop(); // TOS first: pop order
+            self.a.i().i64_store(mem(l::LOG + 8 * j, 0));
+        }
+        // Complete: PLP := LP := LP + 8n.
+        self.a
+            .i()
+            .global_get(g::LP)
+            .i32_const(bytes as i32)
+            .i32_add()
+            .global_set(g::LP)
+            .global_get(g::LP)
+            .global_set(g::PLP);
+        self.sync_out();
+        self.a.else_();
+        (self.vstack, self.tdelta) = saved;
+        self.helper_e(Helper::LogN, Some(i32::from(n)));
+        self.a.end(fast);
+    }
+
     fn helper_e(&mut self, h: Helper, arg: Option<i32>) {
         self.sync_out();
         if let Some(v) = arg {
