@@ -6,7 +6,7 @@
 //! fuel used, and the records and bytes produced per run. `--interp` runs the
 //! reference interpreter on the same hits for `.rpn` programs.
 
-use crate::cli::{BenchArgs, parse_define};
+use crate::cli::BenchArgs;
 use crate::handlers::{RunOutcome, Runner};
 use crate::load::LoadedModule;
 use hostabi::Outcome;
@@ -93,30 +93,14 @@ pub fn load_bench_program_with_cache(
     a: &BenchArgs,
     cache: &crate::cache::Cache,
 ) -> Result<BenchProgram, String> {
-    let label = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "program".into());
+    let label = crate::programs::program_label(path);
     let (bytes, ast) = if path.extension().is_some_and(|e| e == "rpn") {
-        let opts = rpn2wasm::Options {
-            defines: a.define.iter().map(|d| parse_define(d)).collect(),
-            include_dirs: a.include.clone(),
-            symbols: None,
-            module_dirs: Vec::new(),
-        };
-        match rpn2wasm::frontend(path, &opts) {
-            Ok((program, _)) => {
-                let c = rpn2wasm::compile_program(program.clone());
-                (c.wasm, Some(program))
-            }
-            Err((d, map)) => {
-                return Err(format!(
-                    "{}could not compile `{}`",
-                    d.render(&map),
-                    path.display()
-                ));
-            }
-        }
+        // With `-- CMD`, a bare `name =` is also looked for next to the command.
+        let dirs = crate::programs::command_dir(&a.command)
+            .into_iter()
+            .collect();
+        let (wasm, program) = crate::programs::compile_rpn(path, &a.define, &a.include, dirs)?;
+        (wasm, Some(program))
     } else {
         let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         (b, None)
@@ -395,11 +379,7 @@ pub fn bench(a: BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cache = if a.no_cache {
-        crate::cache::Cache::disabled()
-    } else {
-        crate::cache::Cache::from_env()
-    };
+    let cache = crate::cache::Cache::for_cli(a.no_cache);
     let mut programs = Vec::new();
     for p in &a.programs {
         match load_bench_program_with_cache(&engine, p, &a, &cache) {

@@ -204,6 +204,15 @@ impl Cache {
         Cache::from_vars(|k| std::env::var_os(k))
     }
 
+    /// The cache of a command line: none with `--no-cache`, else [`Cache::from_env`].
+    pub fn for_cli(no_cache: bool) -> Cache {
+        if no_cache {
+            Cache::disabled()
+        } else {
+            Cache::from_env()
+        }
+    }
+
     /// [`Cache::from_env`] with the variables given by `var` (for tests).
     pub fn from_vars(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Cache {
         let set = |k: &str| var(k).filter(|v| !v.is_empty());

@@ -11,8 +11,8 @@ use crate::session::ProgramInput;
 use std::path::Path;
 
 /// Directory of the traced command's executable (found through `PATH` like exec does).
-fn command_dir(a: &RunArgs) -> Option<std::path::PathBuf> {
-    let cmd = Path::new(a.command.first()?);
+pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf> {
+    let cmd = Path::new(command.first()?);
     let exe = if cmd.components().count() > 1 {
         cmd.to_path_buf()
     } else {
@@ -55,12 +55,11 @@ pub fn load_program_with_cache(
                 .into(),
         );
     }
-    let label = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "program".into());
+    let label = program_label(path);
     let loaded = if is_rpn(path) {
-        let wasm = compile_rpn(path, a)?;
+        // A bare `name =` is also looked for next to the traced command.
+        let dirs = command_dir(&a.command).into_iter().collect();
+        let (wasm, _) = compile_rpn(path, &a.define, &a.include, dirs)?;
         crate::load::load_cached(engine, &wasm, None, None, cache)
     } else {
         let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
@@ -92,17 +91,31 @@ pub fn debug_cache_outcome(path: &Path, outcome: &CacheOutcome) {
     }
 }
 
-/// Compiles an `.rpn` program with the run's `-D` / `-I` options.
-fn compile_rpn(path: &Path, a: &RunArgs) -> Result<Vec<u8>, String> {
+/// The label of a program in output: its file stem.
+pub fn program_label(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into())
+}
+
+/// Compiles an `.rpn` program with `-D` / `-I` options, a bare `name =`
+/// also looked for in `module_dirs`; returns the module and the checked
+/// program (the reference interpreter runs it in `wprobe bench --interp`),
+/// or the rendered diagnostics.
+pub fn compile_rpn(
+    path: &Path,
+    defines: &[String],
+    include: &[std::path::PathBuf],
+    module_dirs: Vec<std::path::PathBuf>,
+) -> Result<(Vec<u8>, rpn2wasm::ast::Program), String> {
     let opts = rpn2wasm::Options {
-        defines: a.define.iter().map(|d| parse_define(d)).collect(),
-        include_dirs: a.include.clone(),
+        defines: defines.iter().map(|d| parse_define(d)).collect(),
+        include_dirs: include.to_vec(),
         symbols: None,
-        // A bare `name =` is also looked for next to the traced command.
-        module_dirs: command_dir(a).into_iter().collect(),
+        module_dirs,
     };
     match rpn2wasm::compile(path, &opts) {
-        Ok((c, _)) => Ok(c.wasm),
+        Ok((c, _)) => Ok((c.wasm, c.program)),
         Err((d, map)) => Err(format!(
             "{}could not compile `{}`",
             d.render(&map),
@@ -120,7 +133,12 @@ fn default_module(a: &RunArgs) -> Option<String> {
     }
     let cmd = Path::new(a.command.first()?);
     let name = cmd.file_name()?;
-    Some(command_dir(a)?.join(name).to_string_lossy().into_owned())
+    Some(
+        command_dir(&a.command)?
+            .join(name)
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// Function exports of a `.wasm` / `.wat` file (`None` when it does not load).

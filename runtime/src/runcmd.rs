@@ -36,11 +36,7 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cache = if a.no_cache {
-        crate::cache::Cache::disabled()
-    } else {
-        crate::cache::Cache::from_env()
-    };
+    let cache = crate::cache::Cache::for_cli(a.no_cache);
     let mut programs = Vec::new();
     for p in &a.programs {
         match load_program_with_cache(&engine, p, &a, &cache) {
