@@ -121,14 +121,20 @@ fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
     b
 }
 
-/// T11, ptrace provider: after a SIGKILL of wprobe in attach mode, the
-/// breakpoint stays in the process (no user-space tracer can prevent it);
-/// wprobe warned about it when attaching, the journal exists, and `wprobe
-/// repair --pid` run before the next hit restores the bytes, after which the
-/// process runs 10,000 more calls unharmed.
-#[test]
-fn after_sigkill_in_attach_mode_repair_restores_the_process() {
-    use std::io::Write;
+/// `gated` running with pipes, and wprobe attached to it (`env` added to
+/// wprobe's environment), armed: its `int3` is in place at `work`.
+struct Attached {
+    target: std::process::Child,
+    pid: u32,
+    to_target: std::process::ChildStdin,
+    from_target: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    wprobe: std::process::Child,
+    work: u64,
+    /// The file's first bytes at `work`.
+    original: Vec<u8>,
+}
+
+fn attach_to_gated(env: &[(&str, &str)]) -> Attached {
     let exe = build("gated.c");
     let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
     let work = match elf.lookup("work") {
@@ -142,8 +148,8 @@ fn after_sigkill_in_attach_mode_repair_restores_the_process() {
         .spawn()
         .unwrap();
     let pid = target.id();
-    let mut to_target = target.stdin.take().unwrap();
-    let mut from_target = BufReader::new(target.stdout.take().unwrap()).lines();
+    let to_target = target.stdin.take().unwrap();
+    let from_target = BufReader::new(target.stdout.take().unwrap()).lines();
     let prog = scratch().join("gated.rpn");
     std::fs::write(
         &prog,
@@ -153,11 +159,12 @@ fn after_sigkill_in_attach_mode_repair_restores_the_process() {
         ),
     )
     .unwrap();
-    let mut w = Command::new(env!("CARGO_BIN_EXE_wprobe"))
+    let wprobe = Command::new(env!("CARGO_BIN_EXE_wprobe"))
         .arg("run")
         .arg(&prog)
         .args(["-p", &pid.to_string()])
-        .stdout(Stdio::piped())
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -166,6 +173,34 @@ fn after_sigkill_in_attach_mode_repair_restores_the_process() {
         assert!(Instant::now() < deadline, "not armed within 10 s");
         std::thread::sleep(Duration::from_millis(20));
     }
+    Attached {
+        target,
+        pid,
+        to_target,
+        from_target,
+        wprobe,
+        work,
+        original,
+    }
+}
+
+/// T11, ptrace provider: after a SIGKILL of wprobe in attach mode, the
+/// breakpoint stays in the process (no user-space tracer can prevent it);
+/// wprobe warned about it when attaching, the journal exists, and `wprobe
+/// repair --pid` run before the next hit restores the bytes, after which the
+/// process runs 10,000 more calls unharmed.
+#[test]
+fn after_sigkill_in_attach_mode_repair_restores_the_process() {
+    use std::io::Write;
+    let Attached {
+        mut target,
+        pid,
+        mut to_target,
+        mut from_target,
+        wprobe: mut w,
+        work,
+        original,
+    } = attach_to_gated(&[]);
     // Three probed calls go through the breakpoint (a call that hit an
     // unhandled int3 would kill the process with SIGTRAP instead).
     writeln!(to_target, "3").unwrap();
@@ -232,44 +267,15 @@ fn a_panic_in_attach_mode_leaves_the_process_unpatched_and_running() {
         eprintln!("SKIP: the fault injection exists in debug builds only");
         return;
     }
-    let exe = build("gated.c");
-    let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
-    let work = match elf.lookup("work") {
-        runtime::elfsym::Lookup::Found(s) => s.value,
-        _ => panic!("no symbol work"),
-    };
-    let original = elf.bytes_at(work, 8).unwrap().to_vec();
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = target.id();
-    let mut to_target = target.stdin.take().unwrap();
-    let mut from_target = BufReader::new(target.stdout.take().unwrap()).lines();
-    let prog = scratch().join("gated_panic.rpn");
-    std::fs::write(
-        &prog,
-        format!(
-            "name = {}\noffset = work\nopcode = 0x55\n push r, rdi\n log 1\n",
-            exe.display()
-        ),
-    )
-    .unwrap();
-    let w = Command::new(env!("CARGO_BIN_EXE_wprobe"))
-        .arg("run")
-        .arg(&prog)
-        .args(["-p", &pid.to_string()])
-        .env("WPROBE_PANIC_AT_HIT", "500")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while live_bytes(pid, work, 1) != [0xcc] {
-        assert!(Instant::now() < deadline, "not armed within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let Attached {
+        mut target,
+        pid,
+        mut to_target,
+        mut from_target,
+        wprobe: w,
+        work,
+        original,
+    } = attach_to_gated(&[("WPROBE_PANIC_AT_HIT", "500")]);
     // 1,000 calls: wprobe panics at the 500th hit, mid-batch.
     writeln!(to_target, "1000").unwrap();
     let out = w.wait_with_output().unwrap();
