@@ -3,24 +3,12 @@
 //! and the per-run facts (records, bytes, work, outcome) are exact. The
 //! timings themselves are measured, never asserted.
 
+#[path = "progs/cli_support.rs"]
+mod cli_support;
+
+use cli_support::{examples, gcc, probe_target, scratch, wprobe, write};
 use std::path::PathBuf;
 use std::process::Command;
-
-fn wprobe() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_wprobe"))
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write(name: &str, text: &str) -> PathBuf {
-    let p = scratch().join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
 
 /// Two probes at fixed addresses (no symbols needed): a 100-iteration loop
 /// that logs its sum, and a handler that logs three registers.
@@ -178,26 +166,15 @@ fn compile_errors_are_reported_like_run_does() {
 }
 
 /// `benches/ptrace/loop_target.c` built as `loop_target` (the name its
-/// handler's `name =` gives) in a directory of its own.
+/// handler's `name =` gives) in the scratch directory.
 fn loop_target() -> PathBuf {
-    let dir = scratch().join("bin");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("loop_target");
     let src =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/ptrace/loop_target.c");
-    let st = Command::new("gcc")
-        .args([
-            "-O0",
-            "-fno-omit-frame-pointer",
-            "-fcf-protection=none",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(src)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    exe
+    gcc(
+        "loop_target",
+        &src,
+        &["-O0", "-fno-omit-frame-pointer", "-fcf-protection=none"],
+    )
 }
 
 #[test]
@@ -250,31 +227,17 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
 
 #[test]
 fn with_a_command_handlers_run_on_its_first_real_hit() {
-    let dir = scratch().join("capture");
-    std::fs::create_dir_all(&dir).unwrap();
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples");
-    let st = Command::new("gcc")
-        .args([
-            "-O0",
-            "-g",
-            "-fno-pie",
-            "-no-pie",
-            "-fcf-protection=none",
-            "-fno-omit-frame-pointer",
-            "-o",
-        ])
-        .arg(dir.join("probe_target"))
-        .arg(examples.join("probe_target.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let target = probe_target();
+    let examples = examples();
     let run = |with_command: bool| {
         let mut c = wprobe();
-        c.current_dir(&dir)
-            .args(["bench", "--iterations", "20", "--interp"])
+        c.args(["bench", "--iterations", "20", "--interp"])
             .arg(examples.join("02_strings_memory.rpn"));
         if with_command {
-            c.args(["--", "./probe_target"]);
+            // `name = probe_target` is found next to the command.
+            c.arg("--").arg(&target);
+        } else {
+            c.current_dir(target.parent().unwrap());
         }
         let out = c.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
