@@ -76,17 +76,7 @@ pub struct Row {
 }
 
 /// Loads `path` for benchmarking: `.rpn` compiled (AST kept), `.wasm`/`.wat`
-/// as is; wasmtime's compilation comes from the cache the environment asks
-/// for ([`crate::cache::Cache::from_env`]), as for `wprobe run`.
-pub fn load_bench_program(
-    engine: &wasmtime::Engine,
-    path: &Path,
-    a: &BenchArgs,
-) -> Result<BenchProgram, String> {
-    load_bench_program_with_cache(engine, path, a, &crate::cache::Cache::from_env())
-}
-
-/// [`load_bench_program`] with wasmtime's compilation taken from `cache`.
+/// as is; wasmtime's compilation taken from `cache`, as for `wprobe run`.
 pub fn load_bench_program_with_cache(
     engine: &wasmtime::Engine,
     path: &Path,

@@ -29,16 +29,6 @@ pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf>
     })
 }
 
-/// Loads one program file, with the cache the environment asks for
-/// ([`Cache::from_env`]).
-pub fn load_program(
-    engine: &wasmtime::Engine,
-    path: &Path,
-    a: &RunArgs,
-) -> Result<ProgramInput, String> {
-    load_program_with_cache(engine, path, a, &Cache::from_env())
-}
-
 /// Loads one program file, taking wasmtime's compilation from `cache`
 /// when it has it. With `WPROBE_DEBUG` set, says on stderr what the cache
 /// did (`wprobe: debug: module cache hit: PATH`, or `… miss: PATH (why)`).
