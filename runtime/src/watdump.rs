@@ -21,7 +21,7 @@ pub fn annotated_wat(
             body_starts.push(body.range().start);
         }
     }
-    let mut notes: BTreeMap<usize, String> = BTreeMap::new();
+    let mut notes: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for (b, marks) in generated.marks.iter().enumerate() {
         let f = (generated.first_body_func as usize + b)
             .checked_sub(count_imports(&generated.wasm)?)
@@ -57,10 +57,7 @@ pub fn annotated_wat(
                     body.insns[*insn].offset
                 )
             };
-            notes
-                .entry(*start as usize + off)
-                .or_default()
-                .push_str(&note);
+            notes.entry(*start as usize + off).or_default().push(note);
         }
     }
     let mut printed = String::new();
@@ -73,9 +70,11 @@ pub fn annotated_wat(
     let mut out = String::with_capacity(printed.len() * 2);
     for line in printed.lines() {
         let (offset, rest) = split_offset(line);
-        if let Some(note) = offset.and_then(|o| notes.get(&o)) {
+        if let Some(lines) = offset.and_then(|o| notes.get(&o)) {
             let indent: String = rest.chars().take_while(|c| c.is_whitespace()).collect();
-            let _ = writeln!(out, "{indent}{note}");
+            for note in lines {
+                let _ = writeln!(out, "{indent}{note}");
+            }
         }
         let _ = writeln!(out, "{rest}");
     }

@@ -155,3 +155,70 @@ fn compiled_code_matches_the_interpreter_on_stack_disciplined_programs() {
         "the analysis should bound at least 70% of these programs: {st:?}"
     );
 }
+
+/// Loop unrolling (the compiler emits a short single-block loop closed by
+/// `loop` as 4 or 2 copies of its body): every way out of every copy, by
+/// the counter reaching zero or by MAX_JMPS at any jump count, with and
+/// without a handler catching MAX_JMPS, agrees with the interpreter, and
+/// the bodies are really unrolled.
+#[test]
+fn unrolled_loops_agree_at_every_exit_and_every_jump_limit() {
+    // (body, copies the compiler makes of it, counter change per iteration)
+    let sum = "dup 1\npush tsp, 2\nadd\npop tsp, 2\n";
+    let bodies: [(String, usize); 4] = [
+        // The benchmark's loop: acc += n.
+        (sum.to_string(), 4),
+        // Three times that, with constants left in the cache: 12 instructions.
+        (format!("{sum}push 7\nxor\n{sum}push 7\nxor\n{sum}"), 2),
+        // Leaves a constant on top, then swaps it under the counter and drops it.
+        ("push 9\nxchg\npop tsp, 1\n".to_string(), 4),
+        // Moves the counter away from zero: only MAX_JMPS ends it.
+        ("push 2\nadd\n".to_string(), 4),
+    ];
+    let (mut exits, mut limits) = (0, 0);
+    for (body, copies) in &bodies {
+        for handler in [false, true] {
+            for jmpmax in (1..=10).chain([1000]) {
+                let (sx, tail) = if handler {
+                    ("        sx caught\n", "caught: log 3\n        exit\n")
+                } else {
+                    ("", "")
+                };
+                for n in 0..=9u64 {
+                    let src = format!(
+                        "name = unroll\nmajor = 1\njmpmax = {jmpmax}\naddress = 0x1000\nopcode = 0x55\n{sx}        push 0\n        push {n}\ntop:\n{body}        loop top\n        ros 1\n        log 1\n        exit\n{tail}"
+                    );
+                    let program = build_text(&src);
+                    let manifest = rpn2wasm::manifest::build(&program);
+                    let generated = rpn2wasm::codegen::generate_with_marks(&program, &manifest);
+                    let back_edge = program.bodies[0]
+                        .insns
+                        .iter()
+                        .position(|i| matches!(i.op, rpn2wasm::ast::Op::Loop(_)))
+                        .expect("a loop instruction");
+                    let emitted = generated.marks[0]
+                        .iter()
+                        .filter(|(i, _)| *i == back_edge)
+                        .count();
+                    assert_eq!(emitted, *copies, "copies of `loop` in\n{src}");
+                    let mut pair = Pair::new(program, Some(FUEL));
+                    let what = format!("jmpmax {jmpmax}, n {n}, handler {handler}:\n{src}");
+                    let env = randprog::hit(&mut Rng::new(n));
+                    let res = pair.both(0, &env, &what).expect("the interpreter finished");
+                    if pair.last_exception.0 & 0x4 != 0 {
+                        limits += 1;
+                    } else {
+                        exits += 1;
+                        assert_eq!(res.outcome, Some(Outcome::Exit), "{what}");
+                    }
+                    if body == sum && jmpmax == 1000 && n > 0 {
+                        let want = (1..=n).sum::<u64>().to_le_bytes();
+                        assert_eq!(res.records[0].data, want, "{what}");
+                    }
+                }
+            }
+        }
+    }
+    println!("unrolled loops: {exits} left through the counter, {limits} through MAX_JMPS");
+    assert!(exits >= 200 && limits >= 400, "{exits} {limits}");
+}

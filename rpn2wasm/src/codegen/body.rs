@@ -72,6 +72,10 @@ struct BodyGen<'a> {
     loop_end: Vec<Option<usize>>,
     /// Labels of the structured loops, by head block.
     loop_labels: Vec<Label>,
+    /// For a block that heads an unrolled loop: what to unroll.
+    unroll: Vec<Option<Unroll>>,
+    /// The exit of the unrolled loop being emitted (a `block` inside its `loop`).
+    unroll_exit: Option<Label>,
     /// Values cached in locals on entry of each block (all predecessors agree).
     block_k: Vec<usize>,
     /// Pushes minus pops not yet applied to the TSP local: the real TSP is
@@ -115,6 +119,7 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
     }
     let loop_end = structured_loops(body, &block_of, n);
     let region = loop_regions(&loop_end);
+    let unroll = unrollable_loops(body, &block_of, &loop_end);
     let dispatch = a.loop_();
     let exc = a.block();
     let mut block_labels = vec![Label(u32::MAX); n];
@@ -126,10 +131,15 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
         }
     }
     a.i().local_get(PC);
-    // Only top-level blocks are ever dispatched to (the entry, handlers and
-    // heads of unstructured loops); the others' entries are never used.
+    // Only the entry, handlers and heads of unstructured loops are ever
+    // dispatched to (all top-level blocks). The other entries of the table
+    // go to the entry block, which expects nothing in the cache: a dead
+    // table entry to a block that expects cached values would keep those
+    // locals live around the dispatch loop, and so across every call, which
+    // costs Cranelift registers inside loops.
+    let dispatched = dispatch_targets(body, &block_of, &loop_end);
     let targets: Vec<Label> = (0..n)
-        .map(|i| block_labels[if region[i].is_none() { i } else { 0 }])
+        .map(|i| block_labels[if dispatched[i] { i } else { 0 }])
         .collect();
     a.br_table(&targets, block_labels[0]);
     let is_proc = matches!(body.owner, BodyOwner::Proc(_));
@@ -146,6 +156,8 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
         block_labels,
         loop_labels: vec![Label(u32::MAX); n],
         loop_end,
+        unroll,
+        unroll_exit: None,
         exc,
         dispatch,
         cur_block: 0,
@@ -165,13 +177,19 @@ pub fn translate(ctx: &Ctx, program: &Program, body: &Body) -> (Function, Source
                         bg.block_labels[j] = bg.a.block();
                     }
                 }
+                if bg.unroll[b].is_some() {
+                    bg.unroll_exit = Some(bg.a.block());
+                }
             }
             bg.cur_block = b;
             bg.vstack = vec![VItem::Local; k];
             bg.tdelta = 0;
         }
         bg.marks.push((i, bg.a.byte_len()));
-        bg.insn(insn);
+        match bg.unroll[bg.cur_block] {
+            Some(u) if u.back_edge == i => bg.unrolled_loop(u),
+            _ => bg.insn(insn),
+        }
         if i + 1 == body.insns.len() || bg.block_of[i + 1].is_some() {
             // Close the loops that end with this block, innermost first.
             let cur = bg.cur_block;
@@ -579,6 +597,76 @@ impl BodyGen<'_> {
         } else {
             None
         }
+    }
+
+    /// The part of `loop` before its branch: count the jump, TOS := TOS − 1
+    /// in place (pop + push writes it through), and TOS on the operand stack.
+    fn loop_step(&mut self) {
+        self.count_branch();
+        self.pop();
+        self.a.i().i64_const(1).i64_sub();
+        self.push();
+        self.peek();
+    }
+
+    /// Emits the back edge of an unrolled loop (see [`unrollable_loops`]):
+    /// the body already emitted once is followed by `u.copies - 1` more
+    /// copies. Every copy but the last ends with `loop`'s step and a branch
+    /// out to the exit block when the counter reached zero, then falls into
+    /// the next copy with the cache in the shape the head expects; the last
+    /// copy ends with the ordinary `loop`. Each copy is the same code from
+    /// the same compile-time state, so all the exits leave the cache in the
+    /// same shape, the one the code after the loop is emitted for; the
+    /// semantics, jump counting included, are exactly those of the rolled
+    /// loop. What it saves per iteration is the loop's own overhead in the
+    /// machine code: wasmtime's fuel check at the loop header, the back
+    /// edge and its register moves.
+    fn unrolled_loop(&mut self, u: Unroll) {
+        let body = self.body;
+        let k = self.block_k[self.cur_block];
+        let exit = self
+            .unroll_exit
+            .take()
+            .expect("codegen invariant: the unrolled loop's exit block is open");
+        let mut exit_shape = None;
+        // The driver emitted the first copy's body.
+        for copy in 1..=u.copies {
+            if copy > 1 {
+                for i in u.head..u.back_edge {
+                    self.marks.push((i, self.a.byte_len()));
+                    self.insn(&body.insns[i]);
+                }
+                self.marks.push((u.back_edge, self.a.byte_len()));
+            }
+            if copy < u.copies {
+                self.loop_step();
+                self.a.i().i64_eqz();
+                self.a.br_if(exit);
+                exit_shape = Some(self.shape());
+                // The counter is not zero: on into the next copy.
+                self.canonicalize(k);
+            } else {
+                self.insn(&body.insns[u.back_edge]);
+                debug_assert!(
+                    exit_shape.as_ref().is_none_or(|s| *s == self.shape()),
+                    "codegen invariant: every exit of an unrolled loop has the same cache shape"
+                );
+            }
+        }
+        self.a.end(exit);
+    }
+
+    /// The compile-time cache state, for invariant checks.
+    fn shape(&self) -> (Vec<Option<i64>>, i32) {
+        let items = self
+            .vstack
+            .iter()
+            .map(|v| match v {
+                VItem::Local => None,
+                VItem::Const(c) => Some(*c),
+            })
+            .collect();
+        (items, self.tdelta)
     }
 
     /// Conditional branch on TOS (not popped); `test` turns the i64 into an i32 condition.
@@ -1023,12 +1111,7 @@ impl BodyGen<'_> {
                 a.i().i64_const(0).i64_ge_s();
             }),
             Loop(t) => {
-                self.count_branch();
-                // TOS := TOS - 1 in place (pop + push writes it through), jump while non-zero.
-                self.pop();
-                self.a.i().i64_const(1).i64_sub();
-                self.push();
-                self.peek();
+                self.loop_step();
                 self.a.i().i64_const(0).i64_ne();
                 if let Some(lbl) = self.direct_label(*t) {
                     self.a.br_if(lbl);
@@ -1687,6 +1770,123 @@ fn structured_loops(body: &Body, block_of: &[Option<usize>], n: usize) -> Vec<Op
             None => return end,
         }
     }
+}
+
+/// A single-block structured loop closed by `loop`, to be emitted as
+/// several copies of its body (see `BodyGen::unrolled_loop`).
+#[derive(Clone, Copy)]
+struct Unroll {
+    /// The loop's first instruction (the head block's leader).
+    head: usize,
+    /// The `loop` instruction that branches back to `head`.
+    back_edge: usize,
+    /// Copies of the body, the first included.
+    copies: usize,
+}
+
+/// Bodies of at most this many instructions are unrolled four times, of at
+/// most twice as many twice; longer ones are not unrolled.
+const UNROLL_SMALL_BODY: usize = 8;
+
+/// For each block, the unrolling of the loop it heads, if any: a structured
+/// loop of one block whose first branch is the `loop` back to its head,
+/// preceded only by straight-line instructions (no branch, `sx`, call or
+/// terminator). Straight-line code from the same compile-time state
+/// compiles to the same code, which is what makes the copies agree.
+fn unrollable_loops(
+    body: &Body,
+    block_of: &[Option<usize>],
+    loop_end: &[Option<usize>],
+) -> Vec<Option<Unroll>> {
+    let mut out = vec![None; loop_end.len()];
+    for (head, b) in block_of.iter().enumerate() {
+        let Some(b) = *b else { continue };
+        if loop_end[b] != Some(b) {
+            continue;
+        }
+        let mut back_edge = None;
+        for (i, insn) in body.insns.iter().enumerate().skip(head) {
+            if i > head && block_of[i].is_some() {
+                break;
+            }
+            if insn.op.target().is_some() {
+                if matches!(insn.op, Op::Loop(t) if t == head) {
+                    back_edge = Some(i);
+                }
+                break;
+            }
+            if !straight_line(&insn.op) {
+                break;
+            }
+        }
+        let Some(back_edge) = back_edge else { continue };
+        let len = back_edge - head;
+        let copies = if len <= UNROLL_SMALL_BODY {
+            4
+        } else if len <= 2 * UNROLL_SMALL_BODY {
+            2
+        } else {
+            continue;
+        };
+        out[b] = Some(Unroll {
+            head,
+            back_edge,
+            copies,
+        });
+    }
+    out
+}
+
+/// Whether an instruction always falls through to the next one (or raises):
+/// no branch, no call, no end of the run.
+fn straight_line(op: &Op) -> bool {
+    op.target().is_none()
+        && !matches!(
+            op,
+            Op::Call(_)
+                | Op::Ret
+                | Op::Exit
+                | Op::Abort
+                | Op::Remove
+                | Op::ExitN(_)
+                | Op::Suspend
+                | Op::Resume
+        )
+}
+
+/// For each block, whether the dispatch `br_table` can send control to it:
+/// the entry, `sx` targets (handler entries) and the targets of backward
+/// branches that are not structured loops (see `BodyGen::goto`).
+fn dispatch_targets(
+    body: &Body,
+    block_of: &[Option<usize>],
+    loop_end: &[Option<usize>],
+) -> Vec<bool> {
+    let n = loop_end.len();
+    let len = body.insns.len();
+    let mut dispatched = vec![false; n];
+    if n > 0 {
+        dispatched[0] = true;
+    }
+    let mut cur = 0;
+    for (i, insn) in body.insns.iter().enumerate() {
+        if let Some(b) = block_of[i] {
+            cur = b;
+        }
+        let Some(tb) = insn
+            .op
+            .target()
+            .filter(|t| *t < len)
+            .and_then(|t| block_of[t])
+        else {
+            continue;
+        };
+        let structured = loop_end[tb].is_some_and(|c| cur <= c);
+        if matches!(insn.op, Op::Sx(_)) || (tb <= cur && !structured) {
+            dispatched[tb] = true;
+        }
+    }
+    dispatched
 }
 
 /// For each block, the head of the innermost structured loop whose interior
