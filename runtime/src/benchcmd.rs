@@ -437,6 +437,65 @@ mod tests {
         );
     }
 
+    /// Every program option of `bench --end-to-end` reaches the traced
+    /// `wprobe run`, which parses it back to the same values.
+    #[test]
+    fn end_to_end_passes_the_program_options_on_to_run() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        use std::path::PathBuf;
+        let bench = Cli::try_parse_from([
+            "wprobe",
+            "bench",
+            "--end-to-end",
+            "--no-cache",
+            "--fuel",
+            "777",
+            "-D",
+            "A=1",
+            "-D",
+            "B",
+            "-I",
+            "inc",
+            "-I",
+            "/x/y",
+            "p1.rpn",
+            "p2.wasm",
+            "--",
+            "cmd",
+            "arg 1",
+            "-D",
+        ])
+        .unwrap();
+        let Command::Bench(b) = bench.command else {
+            panic!("not bench");
+        };
+        let argv = traced_argv(
+            &b,
+            std::path::Path::new("/bin/wprobe"),
+            "perf",
+            std::path::Path::new("/tmp/r.jsonl"),
+        );
+        let Command::Run(r) = Cli::try_parse_from(&argv).unwrap().command else {
+            panic!("not run: {argv:?}");
+        };
+        assert_eq!(argv[0], "/bin/wprobe");
+        assert_eq!(r.transport, "perf");
+        assert_eq!(
+            (r.format.as_str(), r.output),
+            ("json", Some("/tmp/r.jsonl".into()))
+        );
+        assert!(r.no_cache);
+        assert_eq!(r.fuel, Some(777));
+        assert_eq!(r.define, ["A=1", "B"]);
+        assert_eq!(r.include, [PathBuf::from("inc"), PathBuf::from("/x/y")]);
+        assert_eq!(
+            r.programs,
+            [PathBuf::from("p1.rpn"), PathBuf::from("p2.wasm")]
+        );
+        assert_eq!(r.command, ["cmd", "arg 1", "-D"]);
+    }
+
     #[test]
     fn time_batches_runs_exactly_the_timed_iterations_plus_warm_up() {
         let mut n = 0u64;
@@ -545,10 +604,10 @@ fn timed_run(argv: &[std::ffi::OsString]) -> std::io::Result<(String, f64, f64)>
     let wall = t0.elapsed().as_nanos() as f64;
     // The first error line says why a traced run failed.
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let why = stderr
-        .lines()
-        .find(|l| l.starts_with("error"))
-        .map_or_else(|| out.status.to_string(), str::to_string);
+    let why = stderr.lines().find(|l| l.starts_with("error")).map_or_else(
+        || out.status.to_string(),
+        |l| l.strip_prefix("error: ").unwrap_or(l).to_string(),
+    );
     Ok((why, wall, children_cpu_ns() - before))
 }
 
@@ -575,6 +634,46 @@ fn stats_hits(path: &Path) -> Option<u64> {
         .find(|l| l.contains("\"kind\":\"stats\""))?;
     let v: serde_json::Value = serde_json::from_str(last).ok()?;
     v["hits"].as_u64()
+}
+
+/// The `wprobe run` command line of the traced runs of `--end-to-end`: the
+/// program options of the bench (`--no-cache`, `--fuel`, `-D`, `-I`) are
+/// passed on, and the records go to `records` as JSON lines.
+fn traced_argv(
+    a: &BenchArgs,
+    me: &std::path::Path,
+    transport: &str,
+    records: &std::path::Path,
+) -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = vec![
+        me.into(),
+        "run".into(),
+        "--transport".into(),
+        transport.into(),
+        "--format".into(),
+        "json".into(),
+        "-o".into(),
+        records.into(),
+    ];
+    if a.no_cache {
+        argv.push("--no-cache".into());
+    }
+    if let Some(f) = a.fuel {
+        argv.push("--fuel".into());
+        argv.push(f.to_string().into());
+    }
+    for d in &a.define {
+        argv.push("-D".into());
+        argv.push(d.into());
+    }
+    for i in &a.include {
+        argv.push("-I".into());
+        argv.push(i.into());
+    }
+    argv.extend(a.programs.iter().map(|p| p.clone().into_os_string()));
+    argv.push("--".into());
+    argv.extend(a.command.iter().cloned());
+    argv
 }
 
 /// Measures the command untraced and traced under each transport.
@@ -605,34 +704,7 @@ pub fn end_to_end(a: &BenchArgs) -> Vec<EndToEnd> {
     let me = std::env::current_exe().unwrap_or_else(|_| "wprobe".into());
     let records = std::env::temp_dir().join(format!("wprobe-bench-{}.jsonl", std::process::id()));
     for transport in &a.transports {
-        let mut argv: Vec<std::ffi::OsString> = vec![
-            me.clone().into(),
-            "run".into(),
-            "--transport".into(),
-            transport.into(),
-            "--format".into(),
-            "json".into(),
-            "-o".into(),
-            records.clone().into(),
-        ];
-        if a.no_cache {
-            argv.push("--no-cache".into());
-        }
-        if let Some(f) = a.fuel {
-            argv.push("--fuel".into());
-            argv.push(f.to_string().into());
-        }
-        for d in &a.define {
-            argv.push("-D".into());
-            argv.push(d.into());
-        }
-        for i in &a.include {
-            argv.push("-I".into());
-            argv.push(i.into());
-        }
-        argv.extend(a.programs.iter().map(|p| p.clone().into_os_string()));
-        argv.push("--".into());
-        argv.extend(a.command.iter().cloned());
+        let argv = traced_argv(a, &me, transport, &records);
         let (mut walls, mut cpus, mut hits) = (Vec::new(), Vec::new(), Vec::new());
         let mut error = None;
         for _ in 0..repeat {

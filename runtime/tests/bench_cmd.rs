@@ -225,6 +225,85 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
     }
 }
 
+/// `-D` and `-I` reach the traced runs: the probed function comes from a
+/// macro of an included file, chosen by a definition (`main`, called once,
+/// instead of `hit`, called 300 times); without `-I` the program does not
+/// build and each transport says so.
+#[test]
+fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
+    let exe = loop_target();
+    let dir = scratch().join("e2e-defines");
+    std::fs::create_dir_all(dir.join("inc")).unwrap();
+    std::fs::write(
+        dir.join("inc/where.inc"),
+        "#ifdef ONCE\n#define PROBED main\n#else\n#define PROBED hit\n#endif\n",
+    )
+    .unwrap();
+    let prog = dir.join("where.rpn");
+    std::fs::write(
+        &prog,
+        "#include \"where.inc\"\nname = loop_target\noffset = PROBED\nopcode = 0x55\n        abort\n",
+    )
+    .unwrap();
+    // The output, after checking the exit status: 1 when no transport could run.
+    let run = |extra: &[&str], status: i32| {
+        let out = wprobe()
+            .args(["bench", "--end-to-end", "--repeat", "1"])
+            .args(extra)
+            .arg(&prog)
+            .arg("--")
+            .arg(&exe)
+            .arg("300")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(status),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let inc = dir.join("inc");
+    let inc = inc.to_str().unwrap();
+    let hits = |stdout: &str| -> Vec<(String, String)> {
+        stdout
+            .lines()
+            .skip(2)
+            .map(|l| {
+                let c = columns(l);
+                (c[0].to_string(), c[1..].join(" "))
+            })
+            .collect()
+    };
+    let once = run(&["-I", inc, "-D", "ONCE"], 0);
+    let rows = hits(&once);
+    assert_eq!(rows.len(), 2, "{once}");
+    for (row, mode) in rows.iter().zip(["ptrace", "perf"]) {
+        assert_eq!(row.0, mode, "{once}");
+        assert!(row.1.starts_with("1 "), "main is called once: {once}");
+    }
+    let every = run(&["-I", inc], 0);
+    for row in hits(&every) {
+        assert!(
+            row.1.starts_with("300 "),
+            "hit is called 300 times: {every}"
+        );
+    }
+    let missing = run(&[], 1);
+    let rows = hits(&missing);
+    assert_eq!(rows.len(), 2, "{missing}");
+    let path = prog.display();
+    for row in rows {
+        assert_eq!(
+            row.1,
+            format!("unavailable: {path}:1:11: error[E0015]: include file `where.inc` not found"),
+            "{missing}"
+        );
+    }
+}
+
 #[test]
 fn with_a_command_handlers_run_on_its_first_real_hit() {
     let target = probe_target();

@@ -524,6 +524,54 @@ fn command_not_found_and_permission_denied_are_clear_errors() {
     }
 }
 
+/// `wprobe repair` run by a user who may not trace the process: the error
+/// names the process and what failed, and says which permission it needs;
+/// the journal stays for a privileged retry.
+#[test]
+fn repair_without_permission_explains_it_and_keeps_the_journal() {
+    if !unsafe_free_is_root() || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run wprobe as another user");
+        return;
+    }
+    let dir = scratch().join("repair-perm");
+    std::fs::create_dir_all(dir.join("wprobe")).unwrap();
+    let exe = dir.join("wprobe-copy");
+    std::fs::copy(env!("CARGO_BIN_EXE_wprobe"), &exe).unwrap();
+    let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = victim.id();
+    let journal = dir.join("wprobe").join(format!("{pid}.journal"));
+    std::fs::write(&journal, "401000 55 1\n").unwrap();
+    for p in [
+        scratch(),
+        dir.clone(),
+        dir.join("wprobe"),
+        exe.clone(),
+        journal.clone(),
+    ] {
+        let _ = Command::new("chmod").arg("a+rwx").arg(&p).status();
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args(["repair", "--pid", &pid.to_string()])
+        .env("XDG_RUNTIME_DIR", &dir)
+        .output()
+        .unwrap();
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: repairing process {pid}: reading /proc/{pid}/maps: Permission denied (os error 13) \
+             (writing /proc/PID/mem needs the permission attaching needs: same user and \
+             kernel.yama.ptrace_scope, or CAP_SYS_PTRACE)\n"
+        )
+    );
+    assert!(journal.exists(), "the journal must survive a failed repair");
+    assert!(o.stdout.is_empty());
+}
+
 fn unsafe_free_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {

@@ -83,7 +83,14 @@ pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
 pub fn repair(pid: i32) -> io::Result<usize> {
     use std::os::unix::fs::FileExt;
     let entries = read(pid)?;
-    let maps = crate::procmaps::read(pid).map_err(io::Error::other)?;
+    // Keep the kind of an I/O error (PermissionDenied gets the CLI's hint).
+    let maps = crate::procmaps::read(pid).map_err(|e| {
+        let kind = match &e {
+            crate::procmaps::MapsError::Io { source, .. } => source.kind(),
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, e)
+    })?;
     let mem = OpenOptions::new()
         .read(true)
         .write(true)
