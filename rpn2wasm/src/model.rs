@@ -408,24 +408,25 @@ impl HitEnv for ModelEnv {
     }
 
     fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        for (i, slot) in buf.iter_mut().enumerate() {
-            let byte = addr
-                .checked_add(i as u64)
+        // A region at a time (regions do not overlap): one lookup per
+        // region crossed, not per byte.
+        let mut done = 0;
+        while done < buf.len() {
+            let Some((r, off)) = addr
+                .checked_add(done as u64)
                 .and_then(|a| self.region_of(a))
-                .and_then(|(r, off)| {
-                    let reg = self.regions.get(r)?;
-                    if reg.readable {
-                        reg.bytes.get(off).copied()
-                    } else {
-                        None
-                    }
-                });
-            match byte {
-                Some(b) => *slot = b,
-                None => return i,
+            else {
+                break;
+            };
+            let reg = &self.regions[r];
+            if !reg.readable {
+                break;
             }
+            let n = (buf.len() - done).min(reg.bytes.len() - off);
+            buf[done..done + n].copy_from_slice(&reg.bytes[off..off + n]);
+            done += n;
         }
-        buf.len()
+        done
     }
 
     fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {

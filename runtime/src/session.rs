@@ -160,7 +160,8 @@ const CAPTURE_TOTAL_MAX: u64 = 64 << 20;
 /// every register, the thread's identity, and a memory image of the stack
 /// around the stack pointer, of memory around every register that points
 /// into a readable mapping, and of every readable mapping of at most
-/// 256 KiB (data segments, small heaps), within a 64 MiB budget.
+/// 256 KiB (data segments, small heaps), within a 64 MiB budget that is
+/// spent in that order (a mapping that no longer fits is left out whole).
 fn capture_hit(hit: &mut Hit, maps: &[Mapping], bias: u64) -> rpn2wasm::model::ModelEnv {
     use hostabi::regs;
     let mut env = rpn2wasm::model::ModelEnv::new();
@@ -183,52 +184,95 @@ fn capture_hit(hit: &mut Hit, maps: &[Mapping], bias: u64) -> rpn2wasm::model::M
     env.load_bias = bias;
     env.now_ns = hit.now_ns();
     let sp = hit.read_reg(regs::RSP, 0).unwrap_or(0);
-    let mut ranges: Vec<(u64, u64)> = vec![(
+    // In order of importance, so that a process with more readable memory
+    // than the budget still gives the handler its stack and what its
+    // registers point to: the stack, then around each pointer, then whole
+    // small mappings.
+    let stack = vec![(
         sp.saturating_sub(256),
         sp.saturating_add(CAPTURE_STACK_BYTES),
     )];
-    for p in pointers {
-        let page = p & !0xfff;
-        ranges.push((
-            page.saturating_sub(CAPTURE_AROUND_POINTER / 2),
-            page.saturating_add(CAPTURE_AROUND_POINTER),
-        ));
-    }
-    for m in maps {
-        if m.read && m.end - m.start <= CAPTURE_MAPPING_MAX {
-            ranges.push((m.start, m.end));
+    let around = pointers
+        .iter()
+        .map(|p| {
+            let page = p & !0xfff;
+            (
+                page.saturating_sub(CAPTURE_AROUND_POINTER / 2),
+                page.saturating_add(CAPTURE_AROUND_POINTER),
+            )
+        })
+        .collect();
+    let small = maps
+        .iter()
+        .filter(|m| m.read && m.end - m.start <= CAPTURE_MAPPING_MAX)
+        .map(|m| (m.start, m.end))
+        .collect();
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    let mut total = 0;
+    for class in [stack, around, small] {
+        for (a, b) in readable_parts(class, maps) {
+            for (a, b) in uncovered(a, b, &taken) {
+                if total + (b - a) > CAPTURE_TOTAL_MAX {
+                    continue;
+                }
+                let mut bytes = vec![0u8; (b - a) as usize];
+                let n = hit.read_mem(a, &mut bytes);
+                bytes.truncate(n);
+                if !bytes.is_empty() {
+                    total += bytes.len() as u64;
+                    taken.push((a, a + bytes.len() as u64));
+                    let writable = maps.iter().any(|m| m.write && m.start <= a && a < m.end);
+                    env.map(a, bytes, true, writable);
+                }
+            }
         }
+        taken = merge(taken);
     }
-    // Clip to readable mappings, merge, copy.
-    let mut clipped: Vec<(u64, u64)> = Vec::new();
+    env
+}
+
+/// `ranges` clipped to the readable mappings, sorted and merged.
+fn readable_parts(ranges: Vec<(u64, u64)>, maps: &[Mapping]) -> Vec<(u64, u64)> {
+    let mut clipped = Vec::new();
     for (a, b) in ranges {
         for m in maps.iter().filter(|m| m.read && m.start < b && a < m.end) {
             clipped.push((a.max(m.start), b.min(m.end)));
         }
     }
-    clipped.sort_unstable();
+    merge(clipped)
+}
+
+/// Sorts ranges and merges those that overlap. Ranges that only touch stay
+/// apart, so that adjacent mappings are budgeted one by one.
+fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in clipped {
+    for (a, b) in ranges {
         match merged.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            Some(last) if a < last.1 => last.1 = last.1.max(b),
             _ => merged.push((a, b)),
         }
     }
-    let mut total = 0;
-    for (a, b) in merged {
-        if total + (b - a) > CAPTURE_TOTAL_MAX {
-            break;
+    merged
+}
+
+/// The parts of `[a, b)` outside the sorted, disjoint ranges of `taken`.
+fn uncovered(a: u64, b: u64, taken: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut from = a;
+    for &(x, y) in taken {
+        if y <= from || x >= b {
+            continue;
         }
-        let mut bytes = vec![0u8; (b - a) as usize];
-        let n = hit.read_mem(a, &mut bytes);
-        bytes.truncate(n);
-        if !bytes.is_empty() {
-            total += bytes.len() as u64;
-            let writable = maps.iter().any(|m| m.write && m.start <= a && a < m.end);
-            env.map(a, bytes, true, writable);
+        if x > from {
+            out.push((from, x));
         }
+        from = from.max(y);
     }
-    env
+    if from < b {
+        out.push((from, b));
+    }
+    out
 }
 
 /// How a transport arms one probe: `(probe index, spec, run-time address, maps)`.
@@ -805,6 +849,9 @@ impl Session {
                 .get(&(self.probes[pi].prog, pid))
                 .copied()
                 .unwrap_or(0);
+            // The mappings now, not as they were when the probes were armed:
+            // what the command mapped since is part of what its handler sees.
+            tracer.refresh_maps(pid);
             let maps = tracer.maps(pid).to_vec();
             let env = capture_hit(hit, &maps, bias);
             if let Some(c) = &mut self.capture {
@@ -1118,5 +1165,36 @@ impl Session {
             let _ = self.out.write_all(line.as_bytes());
             let _ = self.out.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{merge, uncovered};
+
+    #[test]
+    fn merge_joins_overlapping_ranges_only() {
+        assert_eq!(
+            merge(vec![
+                (30, 40),
+                (0, 10),
+                (10, 20),
+                (35, 50),
+                (60, 61),
+                (5, 8)
+            ]),
+            [(0, 10), (10, 20), (30, 50), (60, 61)]
+        );
+        assert_eq!(merge(vec![]), []);
+    }
+
+    #[test]
+    fn uncovered_leaves_out_what_is_taken() {
+        let taken = [(10, 20), (30, 40)];
+        assert_eq!(uncovered(0, 50, &taken), [(0, 10), (20, 30), (40, 50)]);
+        assert_eq!(uncovered(12, 18, &taken), []);
+        assert_eq!(uncovered(15, 35, &taken), [(20, 30)]);
+        assert_eq!(uncovered(40, 45, &taken), [(40, 45)]);
+        assert_eq!(uncovered(0, 5, &[]), [(0, 5)]);
     }
 }

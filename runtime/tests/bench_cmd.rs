@@ -304,6 +304,65 @@ fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
     }
 }
 
+/// A captured hit copies at most 64 MiB of the command's memory, the stack
+/// and what the registers point to first: on a target with 80 MiB of small
+/// readable mappings, the handler still reads its return address and the
+/// lowest mapping's marker, while the highest mapping, past the budget,
+/// faults (the marker lies beyond the part copied around the pointer).
+#[test]
+fn a_captured_hit_keeps_to_its_budget_and_keeps_the_stack() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/progs/many_maps.c");
+    let exe = gcc(
+        "many_maps",
+        &src,
+        &["-O0", "-fno-omit-frame-pointer", "-fcf-protection=none"],
+    );
+    let prog = write(
+        "many_maps.rpn",
+        r#"name = many_maps
+offset = probe_low
+opcode = 0x55
+        push r, rsp
+        push mem, u64           // the return address, on the stack
+        jz bad
+        push r, rdi
+        push 0x20000
+        add
+        push mem, u64           // the lowest mapping's marker
+        push 0x5EEDC0DE
+        xor
+        jnz bad
+        exit
+bad:    abort
+offset = probe_high
+opcode = 0x55
+        push r, rdi
+        push 0x20000
+        add
+        push mem, u64           // the highest mapping's marker
+        log 1
+"#,
+    );
+    let out = wprobe()
+        .args(["bench", "--iterations", "10", "--format", "json"])
+        .arg(&prog)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outcomes: Vec<String> = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["outcome"].to_string())
+        .collect();
+    assert_eq!(outcomes, ["\"exit\"", "\"uncaught exception\""], "{stdout}");
+}
+
 #[test]
 fn with_a_command_handlers_run_on_its_first_real_hit() {
     let target = probe_target();
