@@ -33,6 +33,20 @@ opcode = 0x55
         log 3
 ";
 
+/// Runs `c`, checks that it exits with `status` (showing both outputs when
+/// not), and returns its standard output.
+fn stdout_of(c: &mut Command, status: i32) -> String {
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(status),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 fn columns(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
@@ -40,16 +54,11 @@ fn columns(line: &str) -> Vec<&str> {
 #[test]
 fn text_report_lists_every_probe_and_engine_with_exact_facts() {
     let p = write("two.rpn", PROGRAM);
-    let out = wprobe()
-        .args(["bench", "--iterations", "200", "--interp"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        wprobe()
+            .args(["bench", "--iterations", "200", "--interp"])
+            .arg(&p),
+        0,
     );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
@@ -99,13 +108,12 @@ fn text_report_lists_every_probe_and_engine_with_exact_facts() {
 #[test]
 fn json_report_has_one_object_per_probe_and_engine() {
     let p = write("two_json.rpn", PROGRAM);
-    let out = wprobe()
-        .args(["bench", "--iterations", "50", "--format", "json"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = stdout_of(
+        wprobe()
+            .args(["bench", "--iterations", "50", "--format", "json"])
+            .arg(&p),
+        0,
+    );
     let rows: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -132,16 +140,11 @@ fn a_runaway_handler_is_reported_as_fuel_exhausted() {
   (memory (export "memory") 1)
   (func (export "spin") (result i32) (loop (br 0)) (i32.const 0)))"#,
     );
-    let out = wprobe()
-        .args(["bench", "--iterations", "3", "--fuel", "5000"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        wprobe()
+            .args(["bench", "--iterations", "3", "--fuel", "5000"])
+            .arg(&p),
+        0,
     );
     let row = columns(stdout.lines().nth(1).unwrap());
     assert_eq!(
@@ -182,19 +185,14 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
     let exe = loop_target();
     let prog =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/ptrace/trivial.rpn");
-    let out = wprobe()
-        .args(["bench", "--end-to-end", "--repeat", "1"])
-        .arg(&prog)
-        .arg("--")
-        .arg(&exe)
-        .arg("300")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        wprobe()
+            .args(["bench", "--end-to-end", "--repeat", "1"])
+            .arg(&prog)
+            .arg("--")
+            .arg(&exe)
+            .arg("300"),
+        0,
     );
     let rows: Vec<Vec<&str>> = stdout.lines().map(columns).collect();
     assert_eq!(
@@ -245,25 +243,18 @@ fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
         "#include \"where.inc\"\nname = loop_target\noffset = PROBED\nopcode = 0x55\n        abort\n",
     )
     .unwrap();
-    // The output, after checking the exit status: 1 when no transport could run.
+    // The exit status is 1 when no transport could run.
     let run = |extra: &[&str], status: i32| {
-        let out = wprobe()
-            .args(["bench", "--end-to-end", "--repeat", "1"])
-            .args(extra)
-            .arg(&prog)
-            .arg("--")
-            .arg(&exe)
-            .arg("300")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert_eq!(
-            out.status.code(),
-            Some(status),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
+        stdout_of(
+            wprobe()
+                .args(["bench", "--end-to-end", "--repeat", "1"])
+                .args(extra)
+                .arg(&prog)
+                .arg("--")
+                .arg(&exe)
+                .arg("300"),
+            status,
+        )
     };
     let inc = dir.join("inc");
     let inc = inc.to_str().unwrap();
@@ -343,18 +334,13 @@ opcode = 0x55
         log 1
 "#,
     );
-    let out = wprobe()
-        .args(["bench", "--iterations", "10", "--format", "json"])
-        .arg(&prog)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        wprobe()
+            .args(["bench", "--iterations", "10", "--format", "json"])
+            .arg(&prog)
+            .arg("--")
+            .arg(&exe),
+        0,
     );
     let outcomes: Vec<String> = stdout
         .lines()
@@ -377,14 +363,7 @@ fn with_a_command_handlers_run_on_its_first_real_hit() {
         } else {
             c.current_dir(target.parent().unwrap());
         }
-        let out = c.output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
+        stdout_of(&mut c, 0)
     };
     // On a real hit the example logs its 53 bytes (strings, a memory block,
     // bytes and a word read from the target's globals), in both engines;
@@ -416,21 +395,16 @@ fn compare_script_prints_its_table_and_cleans_up() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let tmp = scratch().join("compare-tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    let out = Command::new(root.join("benches/compare"))
-        .args(["200", "400", "1"])
-        .env("WPROBE", env!("CARGO_BIN_EXE_wprobe"))
-        .env("PTRACE_N1", "20")
-        .env("PTRACE_N2", "40")
-        .env("COMPARE_SKIP", "bpftrace perf wprobe-perf")
-        .env("COMPARE_NO_INSTALL", "1")
-        .env("TMPDIR", &tmp)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        Command::new(root.join("benches/compare"))
+            .args(["200", "400", "1"])
+            .env("WPROBE", env!("CARGO_BIN_EXE_wprobe"))
+            .env("PTRACE_N1", "20")
+            .env("PTRACE_N2", "40")
+            .env("COMPARE_SKIP", "bpftrace perf wprobe-perf")
+            .env("COMPARE_NO_INSTALL", "1")
+            .env("TMPDIR", &tmp),
+        0,
     );
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(

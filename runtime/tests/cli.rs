@@ -3,57 +3,12 @@
 //! (errors for missing symbols, wrong opcodes, missing pids; the traced
 //! command's exit status; JSON output).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+#[path = "progs/cli_support.rs"]
+mod cli_support;
 
-fn wprobe() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_wprobe"))
-}
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples")
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write(name: &str, text: &str) -> PathBuf {
-    let p = scratch().join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-/// `probe_target` built with the examples' flags, once per test process.
-fn target() -> PathBuf {
-    static T: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    T.get_or_init(|| {
-        let out = scratch().join("probe_target");
-        let st = Command::new("gcc")
-            .args([
-                "-O0",
-                "-g",
-                "-fno-pie",
-                "-no-pie",
-                "-fcf-protection=none",
-                "-fno-omit-frame-pointer",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(examples().join("probe_target.c"))
-            .status()
-            .unwrap();
-        assert!(st.success());
-        out
-    })
-    .clone()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use cli_support::{examples, probe_target, scratch, stderr, wprobe, write};
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn compile_errors_name_file_line_column_and_exit_1() {
@@ -76,7 +31,7 @@ fn compile_writes_a_module_and_annotated_wat() {
     let out = scratch().join("ex01.wasm");
     let o = wprobe()
         .args(["compile", "--symbols-from"])
-        .arg(target())
+        .arg(probe_target())
         .arg(examples().join("01_log_args.rpn"))
         .arg("-o")
         .arg(&out)
@@ -87,7 +42,7 @@ fn compile_writes_a_module_and_annotated_wat() {
     assert_eq!(&wasm[..4], b"\0asm");
     let o = wprobe()
         .args(["compile", "--emit", "wat", "-o", "-", "--symbols-from"])
-        .arg(target())
+        .arg(probe_target())
         .arg(examples().join("13_preprocessor.rpn"))
         .args(["-D", "SCALE", "=", "3"])
         .output()
@@ -106,7 +61,7 @@ fn compile_writes_a_module_and_annotated_wat() {
 fn list_shows_address_size_and_first_byte() {
     let o = wprobe()
         .arg("list")
-        .arg(target())
+        .arg(probe_target())
         .arg("target_*")
         .output()
         .unwrap();
@@ -120,7 +75,7 @@ fn list_shows_address_size_and_first_byte() {
     assert!(line.contains(" 0x55 "), "{line}");
     let o = wprobe()
         .arg("list")
-        .arg(target())
+        .arg(probe_target())
         .arg("no_such_*")
         .output()
         .unwrap();
@@ -133,7 +88,7 @@ fn run_json_output_and_exit_status_of_the_command() {
         .arg("run")
         .arg(examples().join("01_log_args.rpn"))
         .args(["--format", "json", "--"])
-        .arg(target())
+        .arg(probe_target())
         .current_dir(scratch())
         .output()
         .unwrap();
@@ -181,16 +136,16 @@ fn run_errors_are_clear() {
     // Unknown symbol in the module: a compile error with its position.
     let p = write(
         "nosym.rpn",
-        &format!(
+        format!(
             "name = {}\noffset = no_such_function\nopcode = 0x55\n",
-            target().display()
+            probe_target().display()
         ),
     );
     let o = wprobe()
         .arg("run")
         .arg(&p)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
@@ -198,16 +153,16 @@ fn run_errors_are_clear() {
     // Wrong opcode: not armed, both bytes and the address named.
     let p = write(
         "badop.rpn",
-        &format!(
+        format!(
             "name = {}\noffset = target_fn\nopcode = 0x90\n",
-            target().display()
+            probe_target().display()
         ),
     );
     let o = wprobe()
         .arg("run")
         .arg(&p)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .output()
         .unwrap();
     let e = stderr(&o);
@@ -256,7 +211,7 @@ fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
             .args([&a, &b])
             .args(extra)
             .args(["--format", "json", "--"])
-            .arg(target())
+            .arg(probe_target())
             .current_dir(scratch())
             .output()
             .unwrap();
@@ -317,7 +272,7 @@ fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
     let pid = target.id();
     let prog = write(
         "slow.rpn",
-        &format!(
+        format!(
             "name = {}\noffset = work\nopcode = 0x55\n push r, rdi\n log 1\n",
             exe.display()
         ),
@@ -375,7 +330,7 @@ fn exit_3_writes_a_core_file_gdb_can_read() {
         .arg("run")
         .arg(&p)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .env("WPROBE_DUMP_DIR", &dir)
         .output()
         .unwrap();
@@ -407,7 +362,7 @@ fn exit_3_writes_a_core_file_gdb_can_read() {
             "-ex",
             "x/1xb 0x401146",
         ])
-        .arg(target())
+        .arg(probe_target())
         .arg(&cores[0])
         .output()
     {
@@ -446,7 +401,7 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
     // Every hit runs the handler: it counts in a global and emits no record.
     let p = write(
         "count.rpn",
-        &format!(
+        format!(
             "name = {}\ngvars = 1\noffset = target\nopcode = 0x{op:02x}\n inc gv, 0\n abort\n",
             exe.display()
         ),
@@ -475,7 +430,7 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
 
 #[test]
 fn command_not_found_and_permission_denied_are_clear_errors() {
-    target(); // the program's module, in the scratch directory
+    probe_target(); // the program's module, in the scratch directory
     let o = wprobe()
         .arg("run")
         .arg(examples().join("01_log_args.rpn"))
@@ -590,7 +545,7 @@ fn records_go_to_the_file_given_with_o() {
         .args(["--format", "json", "-o"])
         .arg(&out)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .current_dir(scratch())
         .output()
         .unwrap();
@@ -622,7 +577,7 @@ fn exit_1_hands_the_stopped_process_to_gdb() {
         .arg("run")
         .arg(&p)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -5,57 +5,12 @@
 //! (both built by this test), `--probe LOCATION=EXPORT`, and every load-time
 //! rejection with its exact message.
 
+#[path = "progs/cli_support.rs"]
+mod cli_support;
+
+use cli_support::{probe_target, repo, scratch, stderr, wprobe, write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn wprobe() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_wprobe"))
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-guests-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write(name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
-    let p = scratch().join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
-}
-
-/// `probe_target` built with the examples' flags (target_fn at 0x401146), once.
-fn target() -> PathBuf {
-    static T: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    T.get_or_init(|| {
-        let out = scratch().join("probe_target");
-        let st = Command::new("gcc")
-            .args([
-                "-O0",
-                "-g",
-                "-fno-pie",
-                "-no-pie",
-                "-fcf-protection=none",
-                "-fno-omit-frame-pointer",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(repo().join("tests/examples/probe_target.c"))
-            .status()
-            .expect("gcc (run scripts/setup.sh)");
-        assert!(st.success());
-        out
-    })
-    .clone()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use std::process::Command;
 
 /// Runs `wprobe run ARGS -- probe_target [target_args]`; returns stdout with
 /// pid, tid and cpu numbers replaced by P, T and C, after checking the exit
@@ -65,7 +20,7 @@ fn run(args: &[&str], target_args: &[&str]) -> String {
         .arg("run")
         .args(args)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .args(target_args)
         .current_dir(scratch())
         .output()
@@ -191,7 +146,7 @@ fn run_err(args: &[&str]) -> String {
         .arg("run")
         .args(args)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .current_dir(scratch())
         .output()
         .unwrap();
@@ -396,7 +351,7 @@ fn load_errors_are_exact() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // Not Wasm at all: an ELF file, an empty file, a bad Wasm version.
-    let elf = std::fs::read(target()).unwrap();
+    let elf = std::fs::read(probe_target()).unwrap();
     assert_eq!(
         load_err(&elf),
         "not a WebAssembly module: it starts with bytes 7f 45 4c 46, not the Wasm magic 00 61 73 6d, and is not WAT text"

@@ -20,7 +20,7 @@ fn calls() -> PathBuf {
 fn count_program(exe: &Path, name: &str, func: &str) -> PathBuf {
     write(
         name,
-        &format!(
+        format!(
             "name = {}\ngvars = 1\noffset = {func}\nopcode = 0x{:02x}\n inc gv, 0\n abort\n",
             exe.display(),
             opcode(exe, func)
@@ -175,7 +175,7 @@ fn lost_samples_are_counted_exactly() {
     let exe = wtarget();
     let p = write(
         "count_w.rpn",
-        &format!(
+        format!(
             "name = {}
 offset = watched_fn
 opcode = 0x{:02x}
@@ -405,7 +405,7 @@ fn exit_1_and_exit_3_are_counted_and_reported_once_under_perf() {
     let exe = calls();
     let p = write(
         "exit13.rpn",
-        &format!(
+        format!(
             "name = {}\noffset = target\nopcode = 0x{:02x}\n push r, rdi\n log 1\n push r, rdi\n push 1\n and\n jz odd\n exit 1\nodd:\n exit 3\n",
             exe.display(),
             opcode(&exe, "target")
@@ -494,7 +494,7 @@ fn with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias() {
     let exe = calls();
     let p = write(
         "bias.rpn",
-        &format!(
+        format!(
             "name = calls\noffset = target\nopcode = 0x{:02x}\n push r, rip\n push target\n sub\n log 1\n",
             opcode(&exe, "target")
         ),

@@ -5,47 +5,13 @@
 //! output. Then random pointers, lengths and values passed to every host
 //! import, thousands of times, never panic the host.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "progs/cli_support.rs"]
+mod cli_support;
+
+use cli_support::{probe_target, scratch, wprobe};
 
 #[path = "support/host_calls.rs"]
 mod host_calls;
-
-fn wprobe() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_wprobe"))
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-sandbox-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// `probe_target` built with the examples' flags, once.
-fn target() -> PathBuf {
-    static T: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    T.get_or_init(|| {
-        let out = scratch().join("probe_target");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples/probe_target.c");
-        let st = Command::new("gcc")
-            .args([
-                "-O0",
-                "-g",
-                "-fno-pie",
-                "-no-pie",
-                "-fcf-protection=none",
-                "-fno-omit-frame-pointer",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(src)
-            .status()
-            .expect("gcc (run scripts/setup.sh)");
-        assert!(st.success());
-        out
-    })
-    .clone()
-}
 
 /// What probe_target prints for `n` calls of target_fn.
 fn target_output(n: u64) -> String {
@@ -83,7 +49,7 @@ fn run_handler(wat: &str, n: u64, extra: &[&str]) -> Outcome {
         .args(["--probe", "target_fn=h", "--format", "json"])
         .args(extra)
         .arg("--")
-        .arg(target())
+        .arg(probe_target())
         .arg(n.to_string())
         .output()
         .unwrap();
@@ -349,7 +315,7 @@ fn control_characters_from_a_guest_never_reach_the_terminal_raw() {
             .arg("run")
             .arg(&p)
             .args(["--probe", "target_fn=h", "--format", format, "--"])
-            .arg(target())
+            .arg(probe_target())
             .arg("1")
             .output()
             .unwrap();

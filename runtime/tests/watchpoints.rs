@@ -23,7 +23,7 @@ fn transports() -> Vec<&'static str> {
 fn program(name: &str, body: &str) -> std::path::PathBuf {
     write(
         name,
-        &format!("name = {}\nmajor = 4\n{body}", wtarget().display()),
+        format!("name = {}\nmajor = 4\n{body}", wtarget().display()),
     )
 }
 

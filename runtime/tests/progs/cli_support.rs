@@ -1,7 +1,8 @@
-//! Helpers of the CLI-level transport tests (watchpoints.rs, perf_*.rs):
-//! build C targets with gcc, write .rpn programs, run `wprobe run` with a
-//! transport and a timeout, parse its JSON lines, skip when perf is not
-//! available here (with the reason).
+//! Helpers of the tests that run the `wprobe` binary (cli.rs, guests.rs,
+//! sandbox.rs, bench_cmd.rs, the transport tests): build C targets with
+//! gcc, write programs, run `wprobe run` with a transport and a timeout,
+//! parse its JSON lines, skip when perf is not available here (with the
+//! reason).
 
 #![allow(dead_code, reason = "each test binary uses a subset")]
 
@@ -10,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-perf-tests-{}", std::process::id()));
+    let d = std::env::temp_dir().join(format!("wprobe-tests-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -74,11 +75,21 @@ pub fn probe_target() -> PathBuf {
     )
 }
 
-/// Writes `text` to a scratch file.
-pub fn write(name: &str, text: &str) -> PathBuf {
+/// Writes `bytes` (a program's text, a module) to a scratch file.
+pub fn write(name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
     let p = scratch().join(name);
-    std::fs::write(&p, text).unwrap();
+    std::fs::write(&p, bytes).unwrap();
     p
+}
+
+/// A command's standard error, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 pub fn wprobe() -> Command {
