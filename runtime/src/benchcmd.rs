@@ -85,11 +85,7 @@ pub fn load_bench_program_with_cache(
 ) -> Result<BenchProgram, String> {
     let label = crate::programs::program_label(path);
     let (bytes, ast) = if path.extension().is_some_and(|e| e == "rpn") {
-        // With `-- CMD`, a bare `name =` is also looked for next to the command.
-        let dirs = crate::programs::command_dir(&a.command)
-            .into_iter()
-            .collect();
-        let (wasm, program) = crate::programs::compile_rpn(path, &a.define, &a.include, dirs)?;
+        let (wasm, program) = crate::programs::compile_rpn_for(path, &a.opts, &a.command)?;
         (wasm, Some(program))
     } else {
         let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
@@ -362,24 +358,17 @@ pub fn bench(a: BenchArgs) -> ExitCode {
             ExitCode::from(1)
         };
     }
-    let engine = match crate::engine::new_engine() {
+    let engine = match crate::programs::cli_engine() {
         Ok(e) => e,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let cache = crate::cache::Cache::for_cli(a.no_cache);
-    let mut programs = Vec::new();
-    for p in &a.programs {
-        match load_bench_program_with_cache(&engine, p, &a, &cache) {
-            Ok(x) => programs.push(x),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    }
+    let cache = crate::cache::Cache::for_cli(a.opts.no_cache);
+    let programs = match crate::programs::load_each(&a.programs, |p| {
+        load_bench_program_with_cache(&engine, p, &a, &cache)
+    }) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
     let captured = if a.command.is_empty() {
         eprintln!(
             "wprobe bench: {} iterations per probe on a synthetic hit (registers 0, no memory); WORK is fuel for compiled runs, instructions for interpreted ones",
@@ -408,7 +397,14 @@ pub fn bench(a: BenchArgs) -> ExitCode {
             Some(c) => c.get(&(prog, probe)).cloned(),
         }
     };
-    let rows = match bench_programs(&engine, &programs, &hit_of, a.iterations, a.fuel, a.interp) {
+    let rows = match bench_programs(
+        &engine,
+        &programs,
+        &hit_of,
+        a.iterations,
+        a.opts.fuel,
+        a.interp,
+    ) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -485,10 +481,13 @@ mod tests {
             (r.format.as_str(), r.output),
             ("json", Some("/tmp/r.jsonl".into()))
         );
-        assert!(r.no_cache);
-        assert_eq!(r.fuel, Some(777));
-        assert_eq!(r.define, ["A=1", "B"]);
-        assert_eq!(r.include, [PathBuf::from("inc"), PathBuf::from("/x/y")]);
+        assert!(r.opts.no_cache);
+        assert_eq!(r.opts.fuel, Some(777));
+        assert_eq!(r.opts.define, ["A=1", "B"]);
+        assert_eq!(
+            r.opts.include,
+            [PathBuf::from("inc"), PathBuf::from("/x/y")]
+        );
         assert_eq!(
             r.programs,
             [PathBuf::from("p1.rpn"), PathBuf::from("p2.wasm")]
@@ -529,7 +528,7 @@ pub fn capture(
         verify_opcodes: true,
         groups: Vec::new(),
         types: Vec::new(),
-        fuel: a.fuel,
+        fuel: a.opts.fuel,
         format: crate::format::Format::Text,
     };
     let mut session = Session::new(engine, inputs, opts, Box::new(std::io::sink()))
@@ -655,18 +654,18 @@ fn traced_argv(
         "-o".into(),
         records.into(),
     ];
-    if a.no_cache {
+    if a.opts.no_cache {
         argv.push("--no-cache".into());
     }
-    if let Some(f) = a.fuel {
+    if let Some(f) = a.opts.fuel {
         argv.push("--fuel".into());
         argv.push(f.to_string().into());
     }
-    for d in &a.define {
+    for d in &a.opts.define {
         argv.push("-D".into());
         argv.push(d.into());
     }
-    for i in &a.include {
+    for i in &a.opts.include {
         argv.push("-I".into());
         argv.push(i.into());
     }

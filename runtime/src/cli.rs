@@ -38,6 +38,25 @@ pub struct RepairArgs {
     pub pid: i32,
 }
 
+/// The options of `run` and `bench` that say how their programs are built
+/// and run (`bench --end-to-end` passes them on to `run`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ProgramOpts {
+    /// Define a macro for .rpn programs.
+    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+    pub define: Vec<String>,
+    /// Include directory for .rpn programs.
+    #[arg(short = 'I', value_name = "DIR")]
+    pub include: Vec<PathBuf>,
+    /// Fuel per handler run (default: derived from the program's jmpmax).
+    #[arg(long, value_name = "N")]
+    pub fuel: Option<u64>,
+    /// Compile modules afresh instead of using the compiled-module cache
+    /// (also `WPROBE_NO_CACHE=1`).
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
 /// `wprobe bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -50,22 +69,12 @@ pub struct BenchArgs {
     /// Also run the reference interpreter on the same hit (.rpn programs).
     #[arg(long)]
     pub interp: bool,
-    /// Fuel per handler run (default: derived from the program's jmpmax).
-    #[arg(long, value_name = "N")]
-    pub fuel: Option<u64>,
-    /// Define a macro for .rpn programs.
-    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
-    pub define: Vec<String>,
-    /// Include directory for .rpn programs.
-    #[arg(short = 'I', value_name = "DIR")]
-    pub include: Vec<PathBuf>,
+    /// How the programs are built and run.
+    #[command(flatten)]
+    pub opts: ProgramOpts,
     /// Output format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
-    /// Compile modules afresh instead of using the compiled-module cache
-    /// (also `WPROBE_NO_CACHE=1`).
-    #[arg(long)]
-    pub no_cache: bool,
     /// Instead of timing handlers alone, time the command (after `--`)
     /// untraced and traced under each transport, and report the overhead
     /// per hit (which includes wprobe's start-up: use a workload with many
@@ -107,25 +116,15 @@ pub struct RunArgs {
     /// Only probes of these types (repeatable).
     #[arg(long = "type", value_name = "T")]
     pub types: Vec<String>,
-    /// Define a macro for .rpn programs.
-    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
-    pub define: Vec<String>,
-    /// Include directory for .rpn programs.
-    #[arg(short = 'I', value_name = "DIR")]
-    pub include: Vec<PathBuf>,
+    /// How the programs are built and run.
+    #[command(flatten)]
+    pub opts: ProgramOpts,
     /// Output format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
     /// Write records to FILE instead of standard output.
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Fuel per handler run (default: derived from the program's jmpmax).
-    #[arg(long, value_name = "N")]
-    pub fuel: Option<u64>,
-    /// Compile modules afresh instead of using the compiled-module cache
-    /// (also `WPROBE_NO_CACHE=1`).
-    #[arg(long)]
-    pub no_cache: bool,
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,

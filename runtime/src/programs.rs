@@ -6,7 +6,7 @@
 //! comes from the compiled-module cache when it has it (`cache.rs`).
 
 use crate::cache::{Cache, CacheOutcome};
-use crate::cli::{RunArgs, parse_define};
+use crate::cli::{ProgramOpts, RunArgs, parse_define};
 use crate::session::ProgramInput;
 use std::path::Path;
 
@@ -29,6 +29,41 @@ pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf>
     })
 }
 
+/// The engine of `run` and `bench`; its error is printed and gives exit status 2.
+pub fn cli_engine() -> Result<wasmtime::Engine, std::process::ExitCode> {
+    crate::engine::new_engine().map_err(|e| {
+        eprintln!("error: {e:#}");
+        std::process::ExitCode::from(2)
+    })
+}
+
+/// Loads every program with `load`, in order; the first error is printed
+/// (`error: …`) and gives exit status 1.
+pub fn load_each<T>(
+    paths: &[std::path::PathBuf],
+    mut load: impl FnMut(&Path) -> Result<T, String>,
+) -> Result<Vec<T>, std::process::ExitCode> {
+    paths
+        .iter()
+        .map(|p| load(p))
+        .collect::<Result<Vec<T>, String>>()
+        .map_err(|e| {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(1)
+        })
+}
+
+/// Compiles an `.rpn` program with the `-D`/`-I` options; a bare `name =`
+/// is also looked for next to the traced command.
+pub fn compile_rpn_for(
+    path: &Path,
+    opts: &ProgramOpts,
+    command: &[std::ffi::OsString],
+) -> Result<(Vec<u8>, rpn2wasm::ast::Program), String> {
+    let dirs = command_dir(command).into_iter().collect();
+    compile_rpn(path, &opts.define, &opts.include, dirs)
+}
+
 /// Loads one program file, taking wasmtime's compilation from `cache`
 /// when it has it. With `WPROBE_DEBUG` set, says on stderr what the cache
 /// did (`wprobe: debug: module cache hit: PATH`, or `… miss: PATH (why)`).
@@ -47,9 +82,7 @@ pub fn load_program_with_cache(
     }
     let label = program_label(path);
     let loaded = if is_rpn(path) {
-        // A bare `name =` is also looked for next to the traced command.
-        let dirs = command_dir(&a.command).into_iter().collect();
-        let (wasm, _) = compile_rpn(path, &a.define, &a.include, dirs)?;
+        let (wasm, _) = compile_rpn_for(path, &a.opts, &a.command)?;
         crate::load::load_cached(engine, &wasm, None, None, cache)
     } else {
         let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;

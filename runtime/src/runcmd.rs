@@ -29,24 +29,17 @@ pub fn run(a: RunArgs) -> ExitCode {
         eprintln!("error: give the command to trace after `--`, or -p PID");
         return ExitCode::from(1);
     }
-    let engine = match crate::engine::new_engine() {
+    let engine = match crate::programs::cli_engine() {
         Ok(e) => e,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let cache = crate::cache::Cache::for_cli(a.no_cache);
-    let mut programs = Vec::new();
-    for p in &a.programs {
-        match load_program_with_cache(&engine, p, &a, &cache) {
-            Ok(x) => programs.push(x),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    }
+    let cache = crate::cache::Cache::for_cli(a.opts.no_cache);
+    let programs = match crate::programs::load_each(&a.programs, |p| {
+        load_program_with_cache(&engine, p, &a, &cache)
+    }) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
     let out: Box<dyn Write> = match &a.output {
         Some(path) => match std::fs::File::create(path) {
             Ok(f) => Box::new(std::io::BufWriter::new(f)),
@@ -63,7 +56,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         verify_opcodes: !a.no_verify_opcodes,
         groups: a.groups.clone(),
         types: a.types.clone(),
-        fuel: a.fuel,
+        fuel: a.opts.fuel,
         format: if a.format == "json" {
             Format::Json
         } else {
