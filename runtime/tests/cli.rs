@@ -527,6 +527,62 @@ fn repair_without_permission_explains_it_and_keeps_the_journal() {
     assert!(o.stdout.is_empty());
 }
 
+/// Memory reads within a hit share one fetch of the bytes around them; a
+/// handler's write drops it, so a read after a write sees the new value at
+/// every width, and what the target reads afterwards is what was written.
+#[test]
+fn reads_after_a_handler_write_see_the_written_value() {
+    let prog = write(
+        "reread.rpn",
+        r#"name = probe_target
+offset = bump
+opcode = 0x55
+        push counter
+        push mem, u64
+        push greeting
+        push mem, u8
+        push counter
+        push 0x1122334455667788
+        pop mem, u64
+        push counter
+        push mem, u64
+        push counter + 1
+        push mem, u16
+        push counter
+        push 1000
+        pop mem, u64
+        push counter
+        push mem, u32
+        log 5
+"#,
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&prog)
+        .args(["--format", "json", "--"])
+        .arg(probe_target())
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let log: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["kind"] == "log")
+        .collect();
+    assert_eq!(log.len(), 1, "{stdout}");
+    // First popped first: the u32 after the second write, the u16 at
+    // counter + 1 after the first, the u64 after it, 'h', the old counter (3).
+    assert_eq!(
+        log[0]["items"][0]["values"],
+        serde_json::json!([1000, 0x6677, 0x1122_3344_5566_7788u64, u64::from(b'h'), 3]),
+        "{stdout}"
+    );
+    assert!(stdout.contains("counter=1001 last=27"), "{stdout}");
+}
+
 fn unsafe_free_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {

@@ -44,7 +44,25 @@ pub struct Hit {
     /// Load bias of the handler's module in this process; set by the caller
     /// before running the handler (what `load_bias()` returns).
     pub module_bias: u64,
+    /// Bytes read around the hit's last small memory read (see `read_mem`).
+    win: [u8; READ_WINDOW],
+    /// Address of `win[0]`.
+    win_base: u64,
+    /// Valid bytes in `win` (0: none).
+    win_len: usize,
 }
+
+/// A small memory read fetches this many bytes around it (within its page),
+/// and later reads of those bytes in the same hit are served from them: a
+/// handler reading the fields of a structure makes one system call, not
+/// one per field. The thread is stopped, so only its own process's other
+/// threads could change those bytes meanwhile, and a handler that races
+/// with them sees one consistent instant of the window. Handler writes
+/// drop the window.
+const READ_WINDOW: usize = 256;
+
+/// Reads of at most this many bytes go through the window.
+const WINDOWED_READ_MAX: u64 = 64;
 
 impl std::fmt::Debug for Hit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,6 +95,9 @@ impl Hit {
             mem: None,
             stat: RefCell::new(None),
             module_bias: 0,
+            win: [0; READ_WINDOW],
+            win_base: 0,
+            win_len: 0,
         }
     }
 
@@ -100,6 +121,7 @@ impl Hit {
         self.mem = Some(mem);
         *self.stat.get_mut() = stat;
         self.module_bias = 0;
+        self.win_len = 0;
     }
 
     /// What stopped the thread.
@@ -214,13 +236,45 @@ impl HitEnv for Hit {
     }
 
     fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        match &self.mem {
-            Some(m) => m.borrow_mut().read(addr, buf),
-            None => 0,
+        let Some(m) = &self.mem else {
+            return 0;
+        };
+        let len = buf.len() as u64;
+        if let Some(off) = addr.checked_sub(self.win_base)
+            && off
+                .checked_add(len)
+                .is_some_and(|e| e <= self.win_len as u64)
+        {
+            let off = off as usize;
+            buf.copy_from_slice(&self.win[off..off + buf.len()]);
+            return buf.len();
+        }
+        // The window: from the read's 64-byte line, never past its page (a
+        // page is readable as a whole, so the window reads nothing the read
+        // itself could not).
+        let base = addr & !63;
+        let end = (base + READ_WINDOW as u64).min((addr | 0xfff).saturating_add(1));
+        if len == 0 || len > WINDOWED_READ_MAX || addr.checked_add(len).is_none_or(|e| e > end) {
+            return m.borrow_mut().read(addr, buf);
+        }
+        let n = m
+            .borrow_mut()
+            .read(base, &mut self.win[..(end - base) as usize]);
+        self.win_base = base;
+        self.win_len = n;
+        let off = (addr - base) as usize;
+        if off + buf.len() <= n {
+            buf.copy_from_slice(&self.win[off..off + buf.len()]);
+            buf.len()
+        } else {
+            // Partly unreadable: the read on its own says how much it gets.
+            self.win_len = 0;
+            m.borrow_mut().read(addr, buf)
         }
     }
 
     fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
+        self.win_len = 0;
         let tid = self.tid;
         match &self.mem {
             Some(m) if m.borrow_mut().write_checked(tid, addr, data) => Status::Ok,
