@@ -23,6 +23,7 @@ pub mod probespec;
 pub mod procmaps;
 pub mod programs;
 pub mod provider;
+pub mod regscan;
 pub mod resolve;
 pub mod runcmd;
 pub mod session;

@@ -116,6 +116,16 @@ pub struct LoadedModule {
     pub writes: bool,
     /// Whether it exports `wprobe_flush`.
     pub has_flush: bool,
+    /// The Wasm bytes (for what is found in the code only when needed:
+    /// [`LoadedModule::registers_read`]).
+    pub wasm: std::sync::Arc<[u8]>,
+}
+
+impl LoadedModule {
+    /// The registers its handlers can read (scans the code; see `regscan`).
+    pub fn registers_read(&self) -> crate::regscan::RegsRead {
+        crate::regscan::registers_read(&self.wasm)
+    }
 }
 
 /// Facts read from the binary before compiling it.
@@ -457,6 +467,7 @@ impl Checked<'_> {
             manifest: self.manifest,
             writes: self.writes,
             has_flush: self.has_flush,
+            wasm: self.wasm.into(),
         }
     }
 }

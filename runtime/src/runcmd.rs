@@ -172,6 +172,10 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
         } else {
             0
         },
+        regs_mask: crate::provider::perf::regs_mask(
+            session.registers_read(),
+            session.reads_memory(),
+        ),
     };
     let tracer = match a.pid {
         Some(pid) => PerfTracer::attach(pid, opts),

@@ -126,6 +126,57 @@ fn same_handler_same_records_where_no_live_memory_is_read() {
     }
 }
 
+/// Perf samples only the registers the handlers can read (found in their
+/// code): a guest that names its registers by constants and the same guest
+/// computing one register id (so every register is sampled) log the same
+/// records under perf, and the same as under ptrace.
+#[test]
+fn sampled_registers_follow_what_handlers_read() {
+    if !perf_available() {
+        return;
+    }
+    let target = probe_target();
+    // Logs rdi, rsi and rsp - rbp of target_fn(a, b, s) as raw words.
+    let guest = |rdi: &str| {
+        format!(
+            r#"(module
+  (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
+  (import "wprobe" "emit_log" (func $e (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $rdi (mut i32) (i32.const 0x0a))
+  (func (export "h") (result i32)
+    (i64.store (i32.const 0) (call $r {rdi} (i32.const 0)))
+    (i64.store (i32.const 8) (call $r (i32.const 0x0b) (i32.const 0)))
+    (i64.store (i32.const 16) (i64.sub (call $r (i32.const 0x0e) (i32.const 0))
+                                       (call $r (i32.const 0x0f) (i32.const 0))))
+    (drop (call $e (i32.const 1) (i32.const 1) (i32.const 0) (i32.const 24) (i32.const 0) (i32.const 0)))
+    (i32.const 0))
+  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 1\nmodule probe_target\nmajor 1\nprobe h\n  location offset target_fn\n  opcode 0x55\n  minor 1\n"))"#
+        )
+    };
+    let constant = write("regs_constant.wat", guest("(i32.const 0x0a)"));
+    let computed = write("regs_computed.wat", guest("(global.get $rdi)"));
+    let records = |tr: &str, prog: &Path| -> Vec<String> {
+        let (lines, err, code) = run(tr, &[prog], &[target.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{tr} {}: {err}", prog.display());
+        lines
+            .iter()
+            .filter(|v| v["kind"] == "log")
+            .map(|v| v["data_hex"].to_string())
+            .collect()
+    };
+    let want = records("ptrace", &constant);
+    assert_eq!(want.len(), 3, "{want:?}");
+    // a = 1, b = 7, and rsp - rbp = -56 at the `push %rbp` of target_fn
+    // (rbp is still main's frame).
+    assert_eq!(
+        want[1], "\"01000000000000000700000000000000c8ffffffffffffff\"",
+        "{want:?}"
+    );
+    assert_eq!(records("perf", &constant), want);
+    assert_eq!(records("perf", &computed), want);
+}
+
 #[test]
 fn forked_children_inherit_probes_with_f_only() {
     if !perf_available() {

@@ -32,6 +32,7 @@ use self::error::open_error;
 pub use self::error::{PerfError, permission_hint};
 pub use self::hit::PerfHit;
 use self::ring::Ring;
+pub use self::sample::regs_mask;
 pub use crate::arch::WatchKind;
 use crate::provider::ptrace::ExitStatus;
 
@@ -121,6 +122,10 @@ pub struct PerfOptions {
     /// handlers read memory; 0 (no snapshot at all) when none can — the
     /// kernel would copy it at every hit for nothing.
     pub stack_bytes: u32,
+    /// User registers sampled (`sample_regs_user`, see
+    /// [`sample::regs_mask`]): those the handlers can read, the stack
+    /// pointer with a stack snapshot; 0 samples none.
+    pub regs_mask: u64,
 }
 
 impl Default for PerfOptions {
@@ -128,6 +133,7 @@ impl Default for PerfOptions {
         PerfOptions {
             follow_forks: false,
             stack_bytes: STACK_SNAPSHOT_BYTES,
+            regs_mask: sample::REGS_MASK,
         }
     }
 }
@@ -343,12 +349,14 @@ impl PerfTracer {
                     .one_cpu(cpu)
                     .inherit(true)
                     .sample_period(1)
-                    .sample(sample::sample_flags(self.stack()))
-                    .sample_regs_user(sample::REGS_MASK)
+                    .sample(sample::sample_flags(self.stack(), self.opts.regs_mask != 0))
                     // Exact per-event count of samples the kernel could not
                     // write (ring full), inherited events included.
                     .read_format(ReadFormat::LOST)
                     .enabled(false);
+                if self.opts.regs_mask != 0 {
+                    b.sample_regs_user(self.opts.regs_mask);
+                }
                 if self.stack() {
                     b.sample_stack_user(self.opts.stack_bytes.min(32768) & !7);
                 }
@@ -531,10 +539,11 @@ impl PerfTracer {
         }
         let mut hit = std::mem::take(&mut self.hit);
         let stack = self.stack();
+        let mask = self.opts.regs_mask;
         for (tag, buf) in group.iter_mut() {
             std::mem::swap(&mut hit.rec, buf);
             if let Some(tag) = *tag
-                && sample::decode(&mut hit, self.time_offset, stack).is_some()
+                && sample::decode(&mut hit, self.time_offset, stack, mask).is_some()
             {
                 on_event(self, PerfEvent::Sample { tag, hit: &mut hit });
             }

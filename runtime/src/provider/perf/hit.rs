@@ -12,12 +12,6 @@ use hostabi::env::HitEnv;
 
 use crate::arch::{self, Regs};
 
-/// Register ids of the host ABI that a perf sample does not carry
-/// (`ds`, `es`, `fs`, `gs`, `orig_rax`, `fs_base`, `gs_base`).
-fn unsampled(reg: u16) -> bool {
-    matches!(reg, 0x01..=0x04 | 0x18..=0x1A)
-}
-
 /// One sample of a perf event: registers, stack snapshot, identity.
 pub struct PerfHit {
     /// The raw sample body (reused across samples; swapped with the ring's buffer).
@@ -38,6 +32,8 @@ pub struct PerfHit {
     pub(super) module_bias: u64,
     /// Whether the sample carried user registers.
     pub(super) has_regs: bool,
+    /// The registers the sample carries (`sample::regs_mask`).
+    pub(super) regs_mask: u64,
 }
 
 impl Default for PerfHit {
@@ -55,6 +51,7 @@ impl Default for PerfHit {
             ip: 0,
             module_bias: 0,
             has_regs: false,
+            regs_mask: super::sample::REGS_MASK,
         }
     }
 }
@@ -138,7 +135,10 @@ pub(super) fn live_read(pid: u32, addr: u64, buf: &mut [u8]) -> usize {
 
 impl HitEnv for PerfHit {
     fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
-        if !self.has_regs || unsampled(reg) || part != 0 {
+        // The instruction pointer is the sample's IP; other registers only
+        // when sampled (the session samples those its handlers can read).
+        let bit = super::sample::perf_bit(reg)?;
+        if part != 0 || (bit != 8 && !(self.has_regs && self.regs_mask & (1 << bit) != 0)) {
             return None;
         }
         arch::gpr(&self.regs, reg)

@@ -1,26 +1,80 @@
 //! Layout of the records wprobe asks the kernel for, and their decoding
-//! into a [`PerfHit`] without allocation. The layout is fixed by
-//! [`SAMPLE_TYPE`]: identifier, ip, pid/tid, time, cpu, user registers
-//! ([`REGS_MASK`]) and a user stack snapshot. Never panics on any bytes: a
-//! short or inconsistent record is reported as `None`.
+//! into a [`PerfHit`] without allocation: identifier, ip, pid/tid, time,
+//! cpu, the user registers of the session's mask (none at all when no
+//! handler reads a register; see [`regs_mask`]) and, when handlers read
+//! memory, a user stack snapshot. Never panics on any bytes: a short or
+//! inconsistent record is reported as `None`.
 
 use super::hit::PerfHit;
+use crate::regscan::RegsRead;
 use perf_event::SampleFlag;
 
-/// What every probe event samples (the stack snapshot when `stack`).
-pub fn sample_flags(stack: bool) -> SampleFlag {
-    let f = SampleFlag::IDENTIFIER
+/// What every probe event samples: the user registers when `regs`, the
+/// stack snapshot when `stack`.
+pub fn sample_flags(stack: bool, regs: bool) -> SampleFlag {
+    let mut f = SampleFlag::IDENTIFIER
         | SampleFlag::IP
         | SampleFlag::TID
         | SampleFlag::TIME
-        | SampleFlag::CPU
-        | SampleFlag::REGS_USER;
-    if stack { f | SampleFlag::STACK_USER } else { f }
+        | SampleFlag::CPU;
+    if regs {
+        f |= SampleFlag::REGS_USER;
+    }
+    if stack {
+        f |= SampleFlag::STACK_USER;
+    }
+    f
 }
 
 /// `sample_regs_user` for x86-64: ax bx cx dx si di bp sp ip flags cs ss and
 /// r8–r15 (ds, es, fs, gs are refused by the kernel on 64-bit).
 pub const REGS_MASK: u64 = 0xFF_0FFF;
+
+/// Bit of the kernel's x86-64 register mask (`perf_event_x86_regs`) for a
+/// 64-bit register id of the host ABI; `None` for what a sample cannot carry
+/// (`ds`, `es`, `fs`, `gs`, `orig_rax`, `fs_base`, `gs_base`).
+pub fn perf_bit(base_id: u16) -> Option<u32> {
+    Some(match base_id {
+        0x06 => 0,  // rax
+        0x07 => 1,  // rbx
+        0x08 => 2,  // rcx
+        0x09 => 3,  // rdx
+        0x0B => 4,  // rsi
+        0x0A => 5,  // rdi
+        0x0F => 6,  // rbp
+        0x0E => 7,  // rsp
+        0x0D => 8,  // rip
+        0x0C => 9,  // eflags
+        0x00 => 10, // cs
+        0x05 => 11, // ss
+        0x10..=0x17 => 16 + u32::from(base_id - 0x10),
+        _ => return None,
+    })
+}
+
+/// Bit of the stack pointer: sampled whenever the stack is (the snapshot
+/// starts there).
+const SP_BIT: u64 = 1 << 7;
+/// Bit of the instruction pointer: never sampled as a register, the
+/// sample's IP is the same value.
+const IP_BIT: u64 = 1 << 8;
+
+/// The registers to sample when handlers can read `read` (and the stack
+/// when `stack`). Each register sampled costs the traced thread kernel
+/// time at every hit (about 30 ns here), so only those are asked for.
+pub fn regs_mask(read: RegsRead, stack: bool) -> u64 {
+    let mut m = match read {
+        RegsRead::All => REGS_MASK,
+        RegsRead::Only(set) => (0..64u16)
+            .filter(|id| set & (1 << id) != 0)
+            .filter_map(perf_bit)
+            .fold(0, |m, b| m | 1 << b),
+    };
+    if stack {
+        m |= SP_BIT;
+    }
+    m & !IP_BIT & REGS_MASK
+}
 
 /// Bytes of user stack copied into each sample: enough for a few frames and
 /// the arguments passed on the stack; the kernel copies it on every hit, so
@@ -48,22 +102,30 @@ pub fn hit_key(body: &[u8]) -> Option<(u64, u64)> {
 
 /// Decodes the sample in `hit.rec` into the hit's fields; returns the
 /// event identifier. `time_offset` turns the perf clock into wall-clock ns;
-/// `stack`: whether the events sample the user stack.
-pub fn decode(hit: &mut PerfHit, time_offset: u64, stack: bool) -> Option<u64> {
+/// `stack`: whether the events sample the user stack; `mask`: the registers
+/// they sample ([`regs_mask`]; 0: none, and no register field at all).
+pub fn decode(hit: &mut PerfHit, time_offset: u64, stack: bool, mask: u64) -> Option<u64> {
     let b = &hit.rec;
     let id = u64_at(b, 0)?;
     let ip = u64_at(b, 8)?;
     let pidtid = u64_at(b, 16)?;
     let time = u64_at(b, 24)?;
     let cpu = u64_at(b, 32)?;
-    let abi = u64_at(b, 40)?;
-    let mut off = 48;
-    let mut regs = [0u64; 20];
-    let has_regs = abi != 0;
-    if has_regs {
-        for r in regs.iter_mut() {
-            *r = u64_at(b, off)?;
-            off += 8;
+    let mut off = 40;
+    // By bit of the kernel's mask.
+    let mut regs = [0u64; 24];
+    let mut has_regs = false;
+    if mask != 0 {
+        let abi = u64_at(b, off)?;
+        off += 8;
+        has_regs = abi != 0;
+        if has_regs {
+            for (bit, r) in regs.iter_mut().enumerate() {
+                if mask & (1 << bit) != 0 {
+                    *r = u64_at(b, off)?;
+                    off += 8;
+                }
+            }
         }
     }
     let size = if stack {
@@ -86,14 +148,26 @@ pub fn decode(hit: &mut PerfHit, time_offset: u64, stack: bool) -> Option<u64> {
     hit.time_ns = time.wrapping_add(time_offset);
     hit.cpu = cpu as u32;
     hit.has_regs = has_regs;
+    hit.regs_mask = mask;
     hit.stack_off = stack_off;
     hit.stack_len = dyn_size;
     let r = &mut hit.regs;
-    // The kernel's order: ascending bits of REGS_MASK.
     [
-        r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.rip, r.eflags, r.cs, r.ss,
+        r.rax,
+        r.rbx,
+        r.rcx,
+        r.rdx,
+        r.rsi,
+        r.rdi,
+        r.rbp,
+        r.rsp,
+        _,
+        r.eflags,
+        r.cs,
+        r.ss,
     ] = regs[..12].try_into().ok()?;
-    [r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15] = regs[12..20].try_into().ok()?;
+    [r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15] = regs[16..24].try_into().ok()?;
+    r.rip = ip;
     r.ds = 0;
     r.es = 0;
     r.fs = 0;
@@ -124,11 +198,12 @@ mod tests {
             rec: body.clone(),
             ..PerfHit::default()
         };
-        assert_eq!(decode(&mut h, 5, true), Some(7));
+        assert_eq!(decode(&mut h, 5, true, REGS_MASK), Some(7));
         assert_eq!((h.pid, h.tid, h.cpu, h.time_ns), (4, 5, 1, 1005));
         assert_eq!(h.regs.rax, 100);
         assert_eq!(h.regs.rsp, 107);
-        assert_eq!(h.regs.rip, 108);
+        // The instruction pointer is the sample's IP.
+        assert_eq!(h.regs.rip, 0x401000);
         assert_eq!(h.regs.r15, 119);
         assert_eq!(h.stack(), &[0xAB; 8]);
         for cut in [0, 8, 47, 100, body.len() - 1] {
@@ -136,7 +211,46 @@ mod tests {
                 rec: body[..cut].to_vec(),
                 ..PerfHit::default()
             };
-            assert_eq!(decode(&mut h, 0, true), None, "cut at {cut}");
+            assert_eq!(decode(&mut h, 0, true, REGS_MASK), None, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_narrow_mask_carries_only_its_registers_in_bit_order() {
+        use hostabi::env::HitEnv;
+        const RDI: u16 = 0x0A;
+        const RSP: u16 = 0x0E;
+        const RIP: u16 = 0x0D;
+        let mask = regs_mask(RegsRead::Only(1 << RDI), true);
+        assert_eq!(mask, 1 << 5 | 1 << 7, "rdi, and rsp for the snapshot");
+        let mut body = Vec::new();
+        // id, ip, pid/tid, time, cpu, abi, rdi, rsp, stack size 8, 8 bytes, dyn size.
+        for w in [7u64, 0x401000, 1, 2, 0, 2, 0xD1, 0x7000, 8, 0x55, 8] {
+            body.extend_from_slice(&w.to_le_bytes());
+        }
+        let mut h = PerfHit {
+            rec: body,
+            ..PerfHit::default()
+        };
+        assert_eq!(decode(&mut h, 0, true, mask), Some(7));
+        assert_eq!(h.read_reg(RDI, 0), Some(0xD1));
+        assert_eq!(h.read_reg(RSP, 0), Some(0x7000));
+        assert_eq!(h.read_reg(RIP, 0), Some(0x401000));
+        assert_eq!(h.read_reg(0x06, 0), None, "rax was not sampled");
+        assert_eq!(h.stack(), &0x55u64.to_le_bytes());
+        // No register at all: no ABI word either.
+        let mut body = Vec::new();
+        for w in [7u64, 0x401000, 1, 2, 0] {
+            body.extend_from_slice(&w.to_le_bytes());
+        }
+        let mut h = PerfHit {
+            rec: body,
+            ..PerfHit::default()
+        };
+        assert_eq!(regs_mask(RegsRead::Only(0), false), 0);
+        assert_eq!(decode(&mut h, 0, false, 0), Some(7));
+        assert_eq!(h.read_reg(RIP, 0), Some(0x401000));
+        assert_eq!(h.read_reg(RDI, 0), None);
+        assert_eq!(regs_mask(RegsRead::All, false), REGS_MASK & !(1 << 8));
     }
 }

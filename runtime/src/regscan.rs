@@ -1,0 +1,197 @@
+//! Which registers a handler module can read, found in its code: every
+//! call of the `read_reg` import whose register operand is a constant
+//! (`i32.const REG; <part>; call read_reg`, the form `rpn2wasm` emits and
+//! optimised Rust or C guests produce) names its register; anything else
+//! (a computed register, `read_reg` reached through a table or a
+//! `ref.func`, code that does not parse) means any register. The perf
+//! transport samples only the registers its handlers can read: each
+//! sampled register costs the traced thread time in the kernel at every hit.
+
+use hostabi::regs;
+use wasmparser::{ElementItems, Operator, Parser, Payload, TypeRef};
+
+/// The registers a module can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegsRead {
+    /// Only these 64-bit registers: bit `i` set for base register id `i`
+    /// (aliases such as `eax` count as their 64-bit register).
+    Only(u64),
+    /// Any register.
+    All,
+}
+
+impl RegsRead {
+    /// Registers either can read.
+    pub fn union(self, other: RegsRead) -> RegsRead {
+        match (self, other) {
+            (RegsRead::Only(a), RegsRead::Only(b)) => RegsRead::Only(a | b),
+            _ => RegsRead::All,
+        }
+    }
+
+    /// Whether base register id `id` may be read.
+    pub fn contains(self, id: u16) -> bool {
+        match self {
+            RegsRead::All => true,
+            RegsRead::Only(m) => id < 64 && m & (1 << id) != 0,
+        }
+    }
+}
+
+/// The registers the module `wasm` can read (`All` when in doubt).
+pub fn registers_read(wasm: &[u8]) -> RegsRead {
+    scan(wasm).unwrap_or(RegsRead::All)
+}
+
+fn scan(wasm: &[u8]) -> Option<RegsRead> {
+    let read_reg = hostabi::ImportId::read_reg.import().name;
+    let mut func_imports = 0u32;
+    let mut target = None;
+    let mut set = 0u64;
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.ok()? {
+            Payload::ImportSection(r) => {
+                for imp in r.into_imports() {
+                    let imp = imp.ok()?;
+                    if let TypeRef::Func(_) | TypeRef::FuncExact(_) = imp.ty {
+                        if imp.module == hostabi::IMPORT_MODULE && imp.name == read_reg {
+                            target = Some(func_imports);
+                        }
+                        func_imports += 1;
+                    }
+                }
+            }
+            Payload::ElementSection(r) => {
+                let Some(t) = target else { continue };
+                for e in r {
+                    match e.ok()?.items {
+                        ElementItems::Functions(fs) => {
+                            for f in fs {
+                                if f.ok()? == t {
+                                    return Some(RegsRead::All);
+                                }
+                            }
+                        }
+                        // Expressions may be `ref.func read_reg`.
+                        ElementItems::Expressions(..) => return Some(RegsRead::All),
+                    }
+                }
+            }
+            Payload::CodeSectionEntry(body) => {
+                let Some(t) = target else { continue };
+                let mut ops = body.get_operators_reader().ok()?;
+                // The last two operators before the current one.
+                let (mut before, mut last): (Option<Operator>, Option<Operator>) = (None, None);
+                while !ops.eof() {
+                    let op = ops.read().ok()?;
+                    match &op {
+                        Operator::Call { function_index } if *function_index == t => {
+                            // `i32.const REG` then a part that consumes nothing.
+                            let simple_part = matches!(
+                                last,
+                                Some(
+                                    Operator::I32Const { .. }
+                                        | Operator::LocalGet { .. }
+                                        | Operator::GlobalGet { .. }
+                                )
+                            );
+                            match (&before, simple_part) {
+                                (Some(Operator::I32Const { value }), true) => {
+                                    let id = u16::try_from(*value)
+                                        .ok()
+                                        .and_then(regs::by_id)
+                                        .map(|r| r.base_id());
+                                    // An unknown register traps: nothing is read.
+                                    if let Some(id) = id.filter(|id| *id < 64) {
+                                        set |= 1 << id;
+                                    }
+                                }
+                                _ => return Some(RegsRead::All),
+                            }
+                        }
+                        Operator::RefFunc { function_index } if *function_index == t => {
+                            return Some(RegsRead::All);
+                        }
+                        _ => {}
+                    }
+                    before = last.take();
+                    last = Some(op);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(RegsRead::Only(set))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wat(text: &str) -> Vec<u8> {
+        wat::parse_str(text).unwrap()
+    }
+
+    const RDI: u16 = 0x0A;
+    const RSI: u16 = 0x0B;
+
+    #[test]
+    fn constant_registers_are_found_and_others_mean_all() {
+        let m = |body: &str| {
+            registers_read(&wat(&format!(
+                r#"(module
+                  (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
+                  (func (export "h") (param i32) (result i32) {body} i32.const 0))"#
+            )))
+        };
+        assert_eq!(m(""), RegsRead::Only(0));
+        assert_eq!(
+            m("i32.const 0x0A i32.const 0 call $r drop i32.const 0x0B i32.const 0 call $r drop"),
+            RegsRead::Only(1 << RDI | 1 << RSI)
+        );
+        // The part may be computed; the register may not.
+        assert_eq!(
+            m("i32.const 0x0A local.get 0 call $r drop"),
+            RegsRead::Only(1 << RDI)
+        );
+        assert_eq!(m("local.get 0 i32.const 0 call $r drop"), RegsRead::All);
+        // A computed part: the constant before the call is not the register.
+        assert_eq!(
+            m("i32.const 0x0A local.get 0 i32.const 1 i32.add call $r drop"),
+            RegsRead::All
+        );
+        assert_eq!(m("ref.func $r drop"), RegsRead::All);
+        // An alias counts as its 64-bit register.
+        let edi = regs::REGS.iter().find(|r| r.name == "edi").unwrap().id;
+        assert_eq!(
+            m(&format!("i32.const {edi} i32.const 0 call $r drop")),
+            RegsRead::Only(1 << RDI)
+        );
+    }
+
+    #[test]
+    fn without_read_reg_nothing_is_read_and_bad_bytes_mean_all() {
+        assert_eq!(
+            registers_read(&wat(
+                r#"(module (func (export "h") (result i32) i32.const 0))"#
+            )),
+            RegsRead::Only(0)
+        );
+        assert_eq!(registers_read(b"\0asm\x01\0\0\0\x0a\xff"), RegsRead::All);
+        let tabled = wat(r#"(module
+              (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
+              (table 1 funcref) (elem (i32.const 0) $r))"#);
+        assert_eq!(registers_read(&tabled), RegsRead::All);
+    }
+
+    #[test]
+    fn union_and_contains() {
+        let a = RegsRead::Only(1 << RDI);
+        assert_eq!(
+            a.union(RegsRead::Only(1 << RSI)),
+            RegsRead::Only(1 << RDI | 1 << RSI)
+        );
+        assert_eq!(a.union(RegsRead::All), RegsRead::All);
+        assert!(a.contains(RDI) && !a.contains(RSI) && RegsRead::All.contains(RSI));
+    }
+}
