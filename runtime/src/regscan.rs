@@ -46,46 +46,70 @@ pub fn registers_read(wasm: &[u8]) -> RegsRead {
 fn scan(wasm: &[u8]) -> Option<RegsRead> {
     let read_reg = hostabi::ImportId::read_reg.import().name;
     let mut func_imports = 0u32;
-    let mut target = None;
+    // Every function index that is the `read_reg` import (it may be imported twice).
+    let mut targets: Vec<u32> = Vec::new();
     let mut set = 0u64;
     for payload in Parser::new(0).parse_all(wasm) {
-        match payload.ok()? {
+        let payload = payload.ok()?;
+        if targets.is_empty() && !matches!(payload, Payload::ImportSection(_)) {
+            continue;
+        }
+        match payload {
             Payload::ImportSection(r) => {
                 for imp in r.into_imports() {
                     let imp = imp.ok()?;
                     if let TypeRef::Func(_) | TypeRef::FuncExact(_) = imp.ty {
                         if imp.module == hostabi::IMPORT_MODULE && imp.name == read_reg {
-                            target = Some(func_imports);
+                            targets.push(func_imports);
                         }
                         func_imports += 1;
                     }
                 }
             }
+            // `read_reg` as a value (a table entry, a funcref global, an
+            // export) can be called from anywhere with any register.
             Payload::ElementSection(r) => {
-                let Some(t) = target else { continue };
                 for e in r {
                     match e.ok()?.items {
                         ElementItems::Functions(fs) => {
                             for f in fs {
-                                if f.ok()? == t {
+                                if targets.contains(&f.ok()?) {
                                     return Some(RegsRead::All);
                                 }
                             }
                         }
-                        // Expressions may be `ref.func read_reg`.
                         ElementItems::Expressions(..) => return Some(RegsRead::All),
                     }
                 }
             }
+            Payload::GlobalSection(r) => {
+                for g in r {
+                    let mut ops = g.ok()?.init_expr.get_operators_reader();
+                    while !ops.eof() {
+                        if let Operator::RefFunc { function_index } = ops.read().ok()?
+                            && targets.contains(&function_index)
+                        {
+                            return Some(RegsRead::All);
+                        }
+                    }
+                }
+            }
+            Payload::ExportSection(r) => {
+                for e in r {
+                    let e = e.ok()?;
+                    if e.kind == wasmparser::ExternalKind::Func && targets.contains(&e.index) {
+                        return Some(RegsRead::All);
+                    }
+                }
+            }
             Payload::CodeSectionEntry(body) => {
-                let Some(t) = target else { continue };
                 let mut ops = body.get_operators_reader().ok()?;
                 // The last two operators before the current one.
                 let (mut before, mut last): (Option<Operator>, Option<Operator>) = (None, None);
                 while !ops.eof() {
                     let op = ops.read().ok()?;
                     match &op {
-                        Operator::Call { function_index } if *function_index == t => {
+                        Operator::Call { function_index } if targets.contains(function_index) => {
                             // `i32.const REG` then a part that consumes nothing.
                             let simple_part = matches!(
                                 last,
@@ -109,7 +133,10 @@ fn scan(wasm: &[u8]) -> Option<RegsRead> {
                                 _ => return Some(RegsRead::All),
                             }
                         }
-                        Operator::RefFunc { function_index } if *function_index == t => {
+                        Operator::RefFunc { function_index }
+                        | Operator::ReturnCall { function_index }
+                            if targets.contains(function_index) =>
+                        {
                             return Some(RegsRead::All);
                         }
                         _ => {}
@@ -182,6 +209,27 @@ mod tests {
               (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
               (table 1 funcref) (elem (i32.const 0) $r))"#);
         assert_eq!(registers_read(&tabled), RegsRead::All);
+        let twice = wat(r#"(module
+              (import "wprobe" "read_reg" (func $a (param i32 i32) (result i64)))
+              (import "wprobe" "read_reg" (func $b (param i32 i32) (result i64)))
+              (func (param i32) (result i64) local.get 0 i32.const 0 call $a))"#);
+        assert_eq!(
+            registers_read(&twice),
+            RegsRead::All,
+            "the first of two imports"
+        );
+        let tail = wat(r#"(module
+              (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
+              (func (param i32 i32) (result i64) local.get 0 local.get 1 return_call $r))"#);
+        assert_eq!(registers_read(&tail), RegsRead::All, "a tail call");
+        let exported = wat(r#"(module
+              (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
+              (export "r" (func $r)))"#);
+        assert_eq!(registers_read(&exported), RegsRead::All, "re-exported");
+        let global = wat(r#"(module
+              (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
+              (global funcref (ref.func $r)))"#);
+        assert_eq!(registers_read(&global), RegsRead::All, "in a global");
     }
 
     #[test]

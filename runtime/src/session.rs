@@ -163,7 +163,9 @@ const CAPTURE_TOTAL_MAX: u64 = 64 << 20;
 /// around the stack pointer, of memory around every register that points
 /// into a readable mapping, and of every readable mapping of at most
 /// 256 KiB (data segments, small heaps), within a 64 MiB budget that is
-/// spent in that order (a mapping that no longer fits is left out whole).
+/// spent in that order (a piece that no longer fits is left out whole; a
+/// small mapping partly copied as a pointer's surroundings may thus be
+/// partly present).
 fn capture_hit(hit: &mut Hit, maps: &[Mapping], bias: u64) -> rpn2wasm::model::ModelEnv {
     use hostabi::regs;
     let mut env = rpn2wasm::model::ModelEnv::new();

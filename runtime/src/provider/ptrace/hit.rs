@@ -253,7 +253,9 @@ impl HitEnv for Hit {
         // page is readable as a whole, so the window reads nothing the read
         // itself could not).
         let base = addr & !63;
-        let end = (base + READ_WINDOW as u64).min((addr | 0xfff).saturating_add(1));
+        let end = base
+            .saturating_add(READ_WINDOW as u64)
+            .min((addr | 0xfff).saturating_add(1));
         if len == 0 || len > WINDOWED_READ_MAX || addr.checked_add(len).is_none_or(|e| e > end) {
             return m.borrow_mut().read(addr, buf);
         }
@@ -400,6 +402,38 @@ impl Default for Hit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The read window on this very process: nearby reads are served, a
+    /// write through the hit drops it, and no address panics.
+    #[test]
+    fn the_read_window_serves_nearby_reads_and_never_panics() {
+        let pid = std::process::id() as i32;
+        let mem = Rc::new(RefCell::new(ProcMem::open(pid)));
+        let mut h = Hit::empty();
+        h.reset(pid, pid, HitKind::Breakpoint(0), zero_regs(), mem, None);
+        let data: Box<[u64; 8]> = Box::new([1, 2, 3, 4, 5, 6, 7, 8]);
+        let addr = data.as_ptr() as u64;
+        let mut b = [0u8; 8];
+        for (i, want) in (1..=8u64).enumerate() {
+            assert_eq!(h.read_mem(addr + 8 * i as u64, &mut b), 8);
+            assert_eq!(u64::from_le_bytes(b), want);
+        }
+        assert!(h.win_len > 0, "small reads go through the window");
+        assert_eq!(h.write_mem(addr, &9u64.to_le_bytes()), Status::Ok);
+        assert_eq!(h.win_len, 0, "a write drops the window");
+        assert_eq!(h.read_mem(addr, &mut b), 8);
+        assert_eq!(u64::from_le_bytes(b), 9);
+        for top in [
+            u64::MAX,
+            u64::MAX - 7,
+            0xFFFF_FFFF_FFFF_FF00,
+            0xFFFF_FFFF_FFFF_FFF0,
+        ] {
+            assert_eq!(h.read_mem(top, &mut [0u8; 1]), 0);
+            assert_eq!(h.read_mem(top, &mut b), 0);
+        }
+        assert_eq!(h.read_mem(0, &mut b), 0);
+    }
 
     #[test]
     fn stat_cpu_field() {
