@@ -642,6 +642,23 @@ impl Op {
         }
     }
 
+    /// Whether control never falls through to the next instruction: an
+    /// unconditional jump or an end of the run or procedure (`suspend` and
+    /// `resume` always raise).
+    pub fn ends_flow(&self) -> bool {
+        matches!(
+            self,
+            Op::Jmp(_)
+                | Op::Exit
+                | Op::Abort
+                | Op::Remove
+                | Op::ExitN(_)
+                | Op::Ret
+                | Op::Suspend
+                | Op::Resume
+        )
+    }
+
     /// The branch or `sx` target, if any.
     pub fn target(&self) -> Option<InsnIdx> {
         match *self {

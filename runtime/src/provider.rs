@@ -9,6 +9,18 @@ pub mod ptrace;
 use hostabi::Status;
 use hostabi::env::HitEnv;
 
+/// The tids of `/proc/PID/task`, sorted (empty when the process is gone).
+pub(crate) fn list_tasks(pid: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<i32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// The hit of the current handler run, from either transport. The session
 /// swaps the provider's hit in and out around each run (two moves, no
 /// allocation); the match per host call is one predictable branch.

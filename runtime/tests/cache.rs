@@ -6,6 +6,9 @@
 //! Every test uses its own directory through an explicit `Cache` value, so
 //! nothing depends on (or races on) the environment of the test process.
 
+#[path = "progs/cli_support.rs"]
+mod cli_support;
+
 use hostabi::Outcome;
 use rpn2wasm::model::{ModelEnv, probe_target as t};
 use rpn2wasm::symbols::MapSymbols;
@@ -14,7 +17,6 @@ use runtime::handlers::{RunOutcome, Runner};
 use runtime::load::{LoadedModule, load_cached};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// A fresh, empty directory for one test.
 fn temp_dir(name: &str) -> PathBuf {
@@ -467,37 +469,15 @@ fn concurrent_writers_of_one_key_never_expose_a_broken_entry() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `probe_target` built with the examples' flags, once per test process.
-fn target(scratch: &Path) -> PathBuf {
-    let out = scratch.join("probe_target");
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples");
-    let st = Command::new("gcc")
-        .args([
-            "-O0",
-            "-g",
-            "-fno-pie",
-            "-no-pie",
-            "-fcf-protection=none",
-            "-fno-omit-frame-pointer",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(examples.join("probe_target.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    out
-}
-
 #[test]
 fn wprobe_run_twice_hits_the_cache_the_second_time() {
     let scratch = temp_dir("cli");
     std::fs::create_dir_all(&scratch).unwrap();
     let cache_dir = scratch.join("cache");
-    let target = target(&scratch);
+    let target = cli_support::probe_target();
     let rpn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples/01_log_args.rpn");
     let run = |extra_env: &[(&str, &str)]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_wprobe"));
+        let mut c = cli_support::wprobe();
         c.arg("run")
             .arg(&rpn)
             .args(["--format", "json", "--"])

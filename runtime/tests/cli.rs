@@ -6,7 +6,7 @@
 #[path = "progs/cli_support.rs"]
 mod cli_support;
 
-use cli_support::{examples, probe_target, scratch, stderr, wprobe, write};
+use cli_support::{examples, probe_target, scratch, slow_target, stderr, wprobe, write};
 use std::path::Path;
 use std::process::Command;
 
@@ -55,6 +55,33 @@ fn compile_writes_a_module_and_annotated_wat() {
         "{wat}"
     );
     assert!(wat.contains("(@custom \"wprobe.manifest\"") || wat.contains("wprobe.manifest"));
+    // Instructions without code of their own share a code offset: each
+    // still gets its own comment line.
+    let p = write(
+        "notes.rpn",
+        "name = /bin/true\naddress = 0x1000\nopcode = 0x55\n        nop\n        nop\n        push 1\n        log 1\n",
+    );
+    let o = wprobe()
+        .args(["compile", "--emit", "wat", "-o", "-"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let wat = String::from_utf8(o.stdout).unwrap();
+    let notes: Vec<&str> = wat
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(";; ") && l.contains("notes.rpn:"))
+        .collect();
+    let lines: Vec<&str> = notes
+        .iter()
+        .map(|l| l.split(':').nth(1).unwrap_or(""))
+        .collect();
+    assert_eq!(lines, ["4", "5", "6", "7"], "{wat}");
+    assert!(
+        notes.iter().all(|l| l.matches("notes.rpn").count() == 1),
+        "{wat}"
+    );
 }
 
 #[test]
@@ -250,14 +277,7 @@ fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
-    let exe = scratch().join("slow_target");
-    let st = Command::new("gcc")
-        .args(["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none", "-o"])
-        .arg(&exe)
-        .arg(examples().join("../progs/slow_target.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let exe = slow_target();
     let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
     let work = match elf.lookup("work") {
         runtime::elfsym::Lookup::Found(s) => s.value,

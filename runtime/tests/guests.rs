@@ -8,7 +8,7 @@
 #[path = "progs/cli_support.rs"]
 mod cli_support;
 
-use cli_support::{probe_target, repo, scratch, stderr, wprobe, write};
+use cli_support::{probe_target, repo, scratch, slow_target, stderr, wprobe, write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -613,14 +613,7 @@ fn the_guide_states_the_runtime_budgets() {
 
 #[test]
 fn probe_flag_with_pid_defaults_to_the_process_executable() {
-    let exe = scratch().join("slow_target");
-    check(
-        Command::new("gcc")
-            .args(["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none", "-o"])
-            .arg(&exe)
-            .arg(repo().join("tests/progs/slow_target.c")),
-        "gcc",
-    );
+    let exe = slow_target();
     let target = Command::new(&exe)
         .arg("500")
         .stdout(std::process::Stdio::piped())

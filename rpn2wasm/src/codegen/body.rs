@@ -642,7 +642,7 @@ impl BodyGen<'_> {
                 self.loop_step();
                 self.a.i().i64_eqz();
                 self.a.br_if(exit);
-                exit_shape = Some(self.shape());
+                exit_shape = cfg!(debug_assertions).then(|| self.shape());
                 // The counter is not zero: on into the next copy.
                 self.canonicalize(k);
             } else {
@@ -1840,18 +1840,7 @@ fn unrollable_loops(
 /// Whether an instruction always falls through to the next one (or raises):
 /// no branch, no call, no end of the run.
 fn straight_line(op: &Op) -> bool {
-    op.target().is_none()
-        && !matches!(
-            op,
-            Op::Call(_)
-                | Op::Ret
-                | Op::Exit
-                | Op::Abort
-                | Op::Remove
-                | Op::ExitN(_)
-                | Op::Suspend
-                | Op::Resume
-        )
+    op.target().is_none() && !op.ends_flow() && !matches!(op, Op::Call(_))
 }
 
 /// For each block, whether the dispatch `br_table` can send control to it:
@@ -1984,17 +1973,7 @@ fn block_cache_sizes(body: &Body, block_of: &[Option<usize>], n_blocks: usize) -
             (D::Known(x), Some(e)) => D::Known(x + e),
             _ => D::Unknown,
         };
-        let falls = !matches!(
-            op,
-            Op::Jmp(_)
-                | Op::Exit
-                | Op::Abort
-                | Op::Remove
-                | Op::ExitN(_)
-                | Op::Ret
-                | Op::Suspend
-                | Op::Resume
-        );
+        let falls = !op.ends_flow();
         let mut succ = Vec::with_capacity(2);
         if falls && i + 1 < n {
             succ.push(i + 1);

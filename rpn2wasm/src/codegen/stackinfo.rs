@@ -132,21 +132,6 @@ fn reads_dead_slots(op: &Op) -> bool {
     }
 }
 
-/// Whether `op` ends the body's straight-line flow (no fall-through).
-fn ends_flow(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Jmp(_)
-            | Op::Exit
-            | Op::Abort
-            | Op::Remove
-            | Op::ExitN(_)
-            | Op::Ret
-            | Op::Suspend
-            | Op::Resume
-    )
-}
-
 /// What a body does to the stack, relative to the depth at its entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Summary {
@@ -209,7 +194,7 @@ fn summarize(
             return None;
         }
         let mut succ = [None, None];
-        if !ends_flow(op) && i + 1 < n {
+        if !op.ends_flow() && i + 1 < n {
             succ[0] = Some(i + 1);
         }
         if let Some(t) = op.target().filter(|t| *t < n && !matches!(op, Op::Sx(_))) {

@@ -206,17 +206,6 @@ fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn list_tasks(pid: i32) -> Vec<i32> {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut v: Vec<i32> = rd
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    v.sort_unstable();
-    v
-}
-
 impl PerfTracer {
     fn empty(opts: PerfOptions, pid: i32) -> PerfTracer {
         let mut hit = PerfHit::default();
@@ -270,7 +259,7 @@ impl PerfTracer {
             return Err(PerfError::NoSuchProcess { pid });
         }
         let mut t = PerfTracer::empty(opts, pid);
-        t.tids = list_tasks(pid);
+        t.tids = super::list_tasks(pid);
         if t.tids.is_empty() {
             return Err(PerfError::NoSuchProcess { pid });
         }

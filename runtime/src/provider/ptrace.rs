@@ -19,7 +19,7 @@ pub mod journal;
 mod mem;
 mod rdebug;
 mod step;
-mod sys;
+pub(crate) mod sys;
 mod threads;
 
 use std::cell::RefCell;
@@ -544,7 +544,7 @@ impl Tracer {
             .insert(pid, Process::new(pid, mem, ProcKind::Traced, 0, false));
         let deadline = Instant::now() + ATTACH_DEADLINE;
         loop {
-            let tids = list_tasks(pid);
+            let tids = super::list_tasks(pid);
             if tids.is_empty() && t.threads.is_empty() {
                 t.procs.clear();
                 return Err(ProviderError::NoSuchProcess { pid });
@@ -882,18 +882,6 @@ fn set_debugregs(tid: i32, wps: &[Option<WatchSlot>; 4], dr7: u64) -> Result<(),
         sys::pokeuser(tid, arch::debugreg_offset(7), dr7)?;
     }
     Ok(())
-}
-
-/// The tids of `/proc/PID/task`.
-fn list_tasks(pid: i32) -> Vec<i32> {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut v: Vec<i32> = rd
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 /// The thread group id of `tid` from `/proc/TID/status`.

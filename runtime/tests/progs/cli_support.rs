@@ -75,6 +75,15 @@ pub fn probe_target() -> PathBuf {
     )
 }
 
+/// `tests/progs/slow_target.c` (calls `work()` slowly, for attaching), non-PIE.
+pub fn slow_target() -> PathBuf {
+    gcc(
+        "slow_target",
+        &repo().join("tests/progs/slow_target.c"),
+        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
+    )
+}
+
 /// Writes `bytes` (a program's text, a module) to a scratch file.
 pub fn write(name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
     let p = scratch().join(name);

@@ -12,38 +12,18 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::PerfError;
 use crate::arch::Regs;
+use crate::provider::ptrace::sys;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-fn ptrace(req: libc::c_uint, pid: i32, addr: u64, data: u64) -> Result<i64, i32> {
-    // SAFETY: requests issued here take integer addr/data or (GETREGS,
-    // SETREGS) a pointer to a live `Regs` passed as `data` by the caller.
-    let r = unsafe {
-        *libc::__errno_location() = 0;
-        libc::ptrace(
-            req,
-            pid,
-            addr as *mut libc::c_void,
-            data as *mut libc::c_void,
-        )
-    };
-    let e = errno();
-    if r == -1 && e != 0 { Err(e) } else { Ok(r) }
-}
-
+/// Waits for the child `pid` (the ptrace layer's `waitpid`); its status.
 fn wait(pid: i32) -> Result<i32, i32> {
-    let mut st = 0;
-    loop {
-        // SAFETY: waits for our own child, writing the status into a live local.
-        let r = unsafe { libc::waitpid(pid, &mut st, libc::__WALL) };
-        if r == pid {
-            return Ok(st);
-        }
-        if r < 0 && errno() != libc::EINTR {
-            return Err(errno());
-        }
+    match sys::wait(pid, 0) {
+        Ok(Some((_, st))) => Ok(st),
+        Ok(None) => Err(libc::ECHILD),
+        Err(e) => Err(e as i32),
     }
 }
 
@@ -148,16 +128,19 @@ fn entry_point(pid: i32) -> Option<u64> {
 /// Runs the stopped child to its entry point (libraries mapped, no user
 /// code of the program run yet) with a temporary `int3`.
 fn run_to_entry(pid: i32) -> Result<(), PerfError> {
-    let sys = |op: &'static str| move |errno: i32| PerfError::Sys { op, errno };
+    let err = |op: &'static str, e: nix::errno::Errno| PerfError::Sys {
+        op,
+        errno: e as i32,
+    };
     let Some(entry) = entry_point(pid) else {
         return Ok(()); // no auxv: arm at the exec stop
     };
-    let word = ptrace(libc::PTRACE_PEEKTEXT, pid, entry, 0).map_err(sys("PTRACE_PEEKTEXT"))? as u64;
+    let word = sys::peekdata(pid, entry).map_err(|e| err("PTRACE_PEEKTEXT", e))?;
     let patched = (word & !0xFF) | 0xCC;
-    ptrace(libc::PTRACE_POKETEXT, pid, entry, patched).map_err(sys("PTRACE_POKETEXT"))?;
+    sys::pokedata(pid, entry, patched).map_err(|e| err("PTRACE_POKETEXT", e))?;
     let mut sig = 0;
     loop {
-        ptrace(libc::PTRACE_CONT, pid, 0, sig as u64).map_err(|_| died(pid))?;
+        sys::cont(pid, sig).map_err(|_| died(pid))?;
         let st = wait(pid).map_err(|_| died(pid))?;
         if !libc::WIFSTOPPED(st) {
             return Err(died(pid));
@@ -168,22 +151,18 @@ fn run_to_entry(pid: i32) -> Result<(), PerfError> {
         }
         // SAFETY: user_regs_struct is plain integers; all-zero is valid.
         let mut regs: Regs = unsafe { std::mem::zeroed() };
-        ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs as *mut Regs as u64)
-            .map_err(sys("PTRACE_GETREGS"))?;
+        sys::getregs(pid, &mut regs).map_err(|e| err("PTRACE_GETREGS", e))?;
         if regs.rip != entry + 1 {
             continue;
         }
-        ptrace(libc::PTRACE_POKETEXT, pid, entry, word).map_err(sys("PTRACE_POKETEXT"))?;
+        sys::pokedata(pid, entry, word).map_err(|e| err("PTRACE_POKETEXT", e))?;
         regs.rip = entry;
-        ptrace(libc::PTRACE_SETREGS, pid, 0, &regs as *const Regs as u64)
-            .map_err(sys("PTRACE_SETREGS"))?;
+        sys::setregs(pid, &regs).map_err(|e| err("PTRACE_SETREGS", e))?;
         return Ok(());
     }
 }
 
 /// Lets the launched child run on, no longer traced.
 pub fn detach(pid: i32) -> Result<(), PerfError> {
-    ptrace(libc::PTRACE_DETACH, pid, 0, 0)
-        .map(drop)
-        .map_err(|_| died(pid))
+    sys::detach(pid, 0).map_err(|_| died(pid))
 }
