@@ -9,6 +9,7 @@ use crate::format::Format;
 use crate::programs::load_program_with_cache;
 use crate::provider::perf::{PerfOptions, PerfTracer};
 use crate::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
+use crate::regscan::RegsRead;
 use crate::session::{RunOptions, Session};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -67,6 +68,16 @@ pub fn run(a: RunArgs) -> ExitCode {
         follow_forks: a.follow,
         verify_opcodes: !a.no_verify_opcodes,
     };
+    let perf = a.transport == "perf";
+    // The registers the perf transport samples (the scan runs for it only).
+    let regs_read = if perf {
+        programs
+            .iter()
+            .map(|p| p.module.registers_read())
+            .fold(RegsRead::Only(0), RegsRead::union)
+    } else {
+        RegsRead::All
+    };
     let mut session = match Session::new(&engine, programs, opts, out) {
         Ok(s) => s,
         Err(e) => {
@@ -78,7 +89,6 @@ pub fn run(a: RunArgs) -> ExitCode {
         eprintln!("error: no probe selected (check --group / --type)");
         return ExitCode::from(1);
     }
-    let perf = a.transport == "perf";
     if let Err(e) = session.check(perf) {
         eprintln!("error: {e}");
         return ExitCode::from(1);
@@ -96,7 +106,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     }
     if perf {
-        return run_perf(&a, session, &stop);
+        return run_perf(&a, session, &stop, regs_read);
     }
     let mut tracer = match a.pid {
         Some(pid) => {
@@ -164,7 +174,7 @@ pub fn run(a: RunArgs) -> ExitCode {
 }
 
 /// `--transport perf`: open the events, let the target run, handle samples.
-fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
+fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: RegsRead) -> ExitCode {
     let opts = PerfOptions {
         follow_forks: a.follow,
         stack_bytes: if session.reads_memory() {
@@ -172,10 +182,7 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool) -> ExitCode {
         } else {
             0
         },
-        regs_mask: crate::provider::perf::regs_mask(
-            session.registers_read(),
-            session.reads_memory(),
-        ),
+        regs_mask: crate::provider::perf::regs_mask(regs_read, session.reads_memory()),
     };
     let tracer = match a.pid {
         Some(pid) => PerfTracer::attach(pid, opts),

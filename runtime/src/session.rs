@@ -114,8 +114,6 @@ pub struct Session {
     writers: Vec<(String, String)>,
     /// Whether any program imports `read_mem` or `read_str`.
     reads_memory: bool,
-    /// What `registers_read` returns.
-    registers_read: crate::regscan::RegsRead,
     /// Lost samples the kernel did not attribute to a known probe.
     dropped_unattributed: u64,
     /// `exit 1` / `exit 3` runs that the perf transport cannot honour.
@@ -338,10 +336,6 @@ impl Session {
             gvars: vec![0; gvars],
         };
         let mut writers = Vec::new();
-        let registers_read = programs.iter().map(|p| p.module.registers_read()).fold(
-            crate::regscan::RegsRead::Only(0),
-            crate::regscan::RegsRead::union,
-        );
         let reads_memory = programs.iter().any(|p| {
             p.module.module.imports().any(|i| {
                 i.module() == hostabi::IMPORT_MODULE && matches!(i.name(), "read_mem" | "read_str")
@@ -400,7 +394,6 @@ impl Session {
             bias_default: HashMap::new(),
             writers,
             reads_memory,
-            registers_read,
             dropped_unattributed: 0,
             unhonoured: [0; 2],
             resolver: Resolver::default(),
@@ -429,12 +422,6 @@ impl Session {
     /// perf transport then takes a stack snapshot with every sample.
     pub fn reads_memory(&self) -> bool {
         self.reads_memory
-    }
-
-    /// The registers any handler can read: the perf transport samples
-    /// only those.
-    pub fn registers_read(&self) -> crate::regscan::RegsRead {
-        self.registers_read
     }
 
     /// Number of probes selected.
