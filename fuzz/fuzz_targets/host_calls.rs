@@ -2,7 +2,7 @@
 //! of the runtime is called through a real wasmtime store around a model
 //! hit. No input may panic the host or leave the store unusable
 //! (RELIABILITY.md S5/S6). The oracle lives in
-//! `runtime/tests/support/host_calls.rs`, where `cargo test` also runs it
+//! `runtime/tests/all/support/host_calls.rs`, where `cargo test` also runs it
 //! (sandbox.rs, a seeded run of 40,000 calls).
 
 #![no_main]
@@ -10,7 +10,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::cell::RefCell;
 
-#[path = "../../runtime/tests/support/host_calls.rs"]
+#[path = "../../runtime/tests/all/support/host_calls.rs"]
 mod host_calls;
 
 thread_local! {

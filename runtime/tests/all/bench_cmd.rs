@@ -3,10 +3,29 @@
 //! and the per-run facts (records, bytes, work, outcome) are exact. The
 //! timings themselves are measured, never asserted.
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::{Case, Need};
 
-use cli_support::{examples, gcc, probe_target, scratch, wprobe, write};
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(text_report_lists_every_probe_and_engine_with_exact_facts),
+    case!(json_report_has_one_object_per_probe_and_engine),
+    case!(a_runaway_handler_is_reported_as_fuel_exhausted),
+    case!(compile_errors_are_reported_like_run_does),
+    case!(
+        end_to_end_reports_exact_hits_and_per_hit_overhead,
+        Need::Perf
+    ),
+    case!(
+        end_to_end_passes_defines_and_include_dirs_to_the_traced_runs,
+        Need::Perf
+    ),
+    case!(a_captured_hit_keeps_to_its_budget_and_keeps_the_stack),
+    case!(with_a_command_handlers_run_on_its_first_real_hit),
+    case!(compare_script_prints_its_table_and_cleans_up),
+];
+
+use crate::support::cli::{examples, gcc, probe_target, scratch, wprobe, write};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -51,7 +70,6 @@ fn columns(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
-#[test]
 fn text_report_lists_every_probe_and_engine_with_exact_facts() {
     let p = write("two.rpn", PROGRAM);
     let stdout = stdout_of(
@@ -105,7 +123,6 @@ fn text_report_lists_every_probe_and_engine_with_exact_facts() {
     assert_eq!(rows[3][7], "5");
 }
 
-#[test]
 fn json_report_has_one_object_per_probe_and_engine() {
     let p = write("two_json.rpn", PROGRAM);
     let stdout = stdout_of(
@@ -131,7 +148,6 @@ fn json_report_has_one_object_per_probe_and_engine() {
     }
 }
 
-#[test]
 fn a_runaway_handler_is_reported_as_fuel_exhausted() {
     let p = write(
         "spin.wat",
@@ -155,7 +171,6 @@ fn a_runaway_handler_is_reported_as_fuel_exhausted() {
     assert_eq!(row[10..].join(" "), "fuel exhausted");
 }
 
-#[test]
 fn compile_errors_are_reported_like_run_does() {
     let p = write(
         "bad.rpn",
@@ -180,7 +195,6 @@ fn loop_target() -> PathBuf {
     )
 }
 
-#[test]
 fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
     let exe = loop_target();
     let prog =
@@ -227,7 +241,6 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
 /// macro of an included file, chosen by a definition (`main`, called once,
 /// instead of `hit`, called 300 times); without `-I` the program does not
 /// build and each transport says so.
-#[test]
 fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
     let exe = loop_target();
     let dir = scratch().join("e2e-defines");
@@ -300,9 +313,8 @@ fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
 /// readable mappings, the handler still reads its return address and the
 /// lowest mapping's marker, while the highest mapping, past the budget,
 /// faults (the marker lies beyond the part copied around the pointer).
-#[test]
 fn a_captured_hit_keeps_to_its_budget_and_keeps_the_stack() {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/progs/many_maps.c");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/progs/many_maps.c");
     let exe = gcc(
         "many_maps",
         &src,
@@ -349,7 +361,6 @@ opcode = 0x55
     assert_eq!(outcomes, ["\"exit\"", "\"uncaught exception\""], "{stdout}");
 }
 
-#[test]
 fn with_a_command_handlers_run_on_its_first_real_hit() {
     let target = probe_target();
     let examples = examples();
@@ -390,7 +401,6 @@ fn with_a_command_handlers_run_on_its_first_real_hit() {
 /// the minimal ptrace loop; a few seconds): the table is printed, every
 /// tool's hit count is confirmed (no `!`), and the scratch directory is
 /// gone afterwards. The figures themselves are not asserted.
-#[test]
 fn compare_script_prints_its_table_and_cleans_up() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let tmp = scratch().join("compare-tmp");

@@ -1,10 +1,7 @@
 //! Helpers of the tests that run the `wprobe` binary (cli.rs, guests.rs,
 //! sandbox.rs, bench_cmd.rs, the transport tests): build C targets with
 //! gcc, write programs, run `wprobe run` with a transport and a timeout,
-//! parse its JSON lines, skip when perf is not available here (with the
-//! reason).
-
-#![allow(dead_code, reason = "each test binary uses a subset")]
+//! parse its JSON lines.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -17,7 +14,7 @@ pub fn scratch() -> PathBuf {
 }
 
 pub fn progs() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/progs")
 }
 
 pub fn examples() -> PathBuf {
@@ -85,9 +82,17 @@ pub fn slow_target() -> PathBuf {
 }
 
 /// Writes `bytes` (a program's text, a module) to a scratch file.
+///
+/// Written to a temporary file and renamed into place: tests running in
+/// parallel (one per transport) may write the same file, and a reader
+/// must never see it half written.
 pub fn write(name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
     let p = scratch().join(name);
-    std::fs::write(&p, bytes).unwrap();
+    let tmp = scratch().join(format!(".{name}.{}.tmp", N.fetch_add(1, Ordering::SeqCst)));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, &p).unwrap();
     p
 }
 
@@ -183,25 +188,6 @@ pub fn first_words(lines: &[serde_json::Value]) -> Vec<u64> {
         .filter(|v| v["kind"] == "log")
         .map(|v| v["items"][0]["values"][0].as_u64().unwrap())
         .collect()
-}
-
-/// Whether `--transport perf` can work here (uprobe PMU present, perf
-/// permitted); prints the reason when it cannot.
-pub fn perf_available() -> bool {
-    if !Path::new("/sys/bus/event_source/devices/uprobe/type").exists() {
-        eprintln!("SKIP: no uprobe PMU in this kernel");
-        return false;
-    }
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        eprintln!("SKIP: the perf transport tests need root (uprobes need CAP_PERFMON)");
-    }
-    root
 }
 
 /// Link-time value of `sym` in `file`.

@@ -2,14 +2,25 @@
 //! CET builds, every step-over path (emulation, out of line, single-step),
 //! arm errors (T15) and tracee death (T2).
 
-#[path = "progs/harness.rs"]
-mod harness;
+use crate::case;
+use crate::support::case::{Case, Need};
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(exact_hit_count_and_untraced_output_t1, Need::Ptrace),
+    case!(builds_pie_nopie_o0_o2_cet, Need::Ptrace),
+    case!(every_step_over_path_is_exact_and_measured, Need::Ptrace),
+    case!(per_path_cost, Need::Ptrace),
+    case!(arm_errors_t15, Need::Ptrace),
+    case!(sigkill_of_the_tracee_while_stopped_t2, Need::Ptrace),
+    case!(handler_register_writes_are_applied, Need::Ptrace),
+];
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use harness::*;
+use crate::support::tracer::*;
 use runtime::provider::ptrace::{
     Action, ArmError, BpId, Event, ExitStatus, ProviderError, StepPolicy, TraceOptions, Tracer,
 };
@@ -59,11 +70,7 @@ fn count_hits(
     (hits, std::fs::read_to_string(&out).unwrap(), summary)
 }
 
-#[test]
 fn exact_hit_count_and_untraced_output_t1() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t1", 120);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let n = 100_000;
@@ -79,11 +86,7 @@ fn exact_hit_count_and_untraced_output_t1() {
     );
 }
 
-#[test]
 fn builds_pie_nopie_o0_o2_cet() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("builds", 120);
     for (name, flags) in [
         ("calls-nopie-O0", &["-O0", "-fno-PIE", "-no-pie"][..]),
@@ -194,11 +197,7 @@ fn all_instructions(policy: StepPolicy) -> (u64, runtime::provider::ptrace::RunS
     (total, s, el * 1e6 / total as f64)
 }
 
-#[test]
 fn every_step_over_path_is_exact_and_measured() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("paths", 300);
     let (hits, s, us) = all_instructions(StepPolicy::Auto);
     eprintln!("Auto: {hits} hits, {us:.2} us/hit, {s:?}");
@@ -211,11 +210,7 @@ fn every_step_over_path_is_exact_and_measured() {
     assert!(s.single_stepped >= hits, "{s:?}");
 }
 
-#[test]
 fn per_path_cost() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("cost", 300);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let n = 20_000u64;
@@ -238,11 +233,7 @@ fn per_path_cost() {
     eprintln!("COST untraced run: {:?}", start.elapsed());
 }
 
-#[test]
 fn arm_errors_t15() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t15", 60);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let argv: Vec<std::ffi::OsString> = vec![
@@ -356,11 +347,7 @@ fn arm_errors_t15() {
     }
 }
 
-#[test]
 fn sigkill_of_the_tracee_while_stopped_t2() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t2", 60);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let argv: Vec<std::ffi::OsString> = vec![
@@ -397,11 +384,7 @@ fn sigkill_of_the_tracee_while_stopped_t2() {
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
 
-#[test]
 fn handler_register_writes_are_applied() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("regwrite", 60);
     use hostabi::env::HitEnv;
     let prog = build("calls-nopie-O0", "calls.c", &["-O0", "-fno-PIE", "-no-pie"]);

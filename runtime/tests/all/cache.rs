@@ -6,8 +6,23 @@
 //! Every test uses its own directory through an explicit `Cache` value, so
 //! nothing depends on (or races on) the environment of the test process.
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::Case;
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(second_load_hits_the_cache),
+    case!(abi_gate_still_runs_on_a_hit),
+    case!(invalid_modules_are_refused_as_without_a_cache_and_never_stored),
+    case!(corrupt_entry_falls_back_to_compiling_and_is_rewritten),
+    case!(truncated_entry_falls_back_to_compiling),
+    case!(foreign_version_entries_fall_back_to_compiling),
+    case!(wrong_permission_entries_and_directories_are_not_used),
+    case!(an_entry_that_cannot_be_written_is_not_an_error),
+    case!(no_cache_variable_bypasses_the_cache),
+    case!(concurrent_writers_of_one_key_never_expose_a_broken_entry),
+    case!(wprobe_run_twice_hits_the_cache_the_second_time),
+];
 
 use hostabi::Outcome;
 use rpn2wasm::model::{ModelEnv, probe_target as t};
@@ -88,7 +103,6 @@ fn files(dir: &Path) -> Vec<String> {
     v
 }
 
-#[test]
 fn second_load_hits_the_cache() {
     let dir = temp_dir("hit");
     let cache = Cache::at(&dir);
@@ -123,7 +137,6 @@ fn second_load_hits_the_cache() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
 fn abi_gate_still_runs_on_a_hit() {
     let dir = temp_dir("gate");
     let cache = Cache::at(&dir);
@@ -145,7 +158,6 @@ fn abi_gate_still_runs_on_a_hit() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
 fn invalid_modules_are_refused_as_without_a_cache_and_never_stored() {
     let dir = temp_dir("invalid");
     let cache = Cache::at(&dir);
@@ -161,7 +173,6 @@ fn invalid_modules_are_refused_as_without_a_cache_and_never_stored() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
 fn corrupt_entry_falls_back_to_compiling_and_is_rewritten() {
     let dir = temp_dir("corrupt");
     let cache = Cache::at(&dir);
@@ -216,7 +227,6 @@ fn corrupt_entry_falls_back_to_compiling_and_is_rewritten() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
 fn truncated_entry_falls_back_to_compiling() {
     let dir = temp_dir("truncated");
     let cache = Cache::at(&dir);
@@ -264,7 +274,6 @@ fn entry_bytes(key: &CacheKey, version: u32, payload: &[u8]) -> Vec<u8> {
     e
 }
 
-#[test]
 fn foreign_version_entries_fall_back_to_compiling() {
     let dir = temp_dir("foreign");
     let cache = Cache::at(&dir);
@@ -300,7 +309,6 @@ fn foreign_version_entries_fall_back_to_compiling() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
 fn wrong_permission_entries_and_directories_are_not_used() {
     let dir = temp_dir("perm");
     let cache = Cache::at(&dir);
@@ -369,7 +377,6 @@ fn wrong_permission_entries_and_directories_are_not_used() {
     std::fs::remove_dir_all(&elsewhere).unwrap();
 }
 
-#[test]
 fn an_entry_that_cannot_be_written_is_not_an_error() {
     // A directory where the entry should be: it cannot be read as an entry
     // nor replaced by one (the rename fails, as a full disk makes the write
@@ -398,7 +405,6 @@ fn an_entry_that_cannot_be_written_is_not_an_error() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
 fn no_cache_variable_bypasses_the_cache() {
     let dir = temp_dir("off");
     let vars = |k: &str| match k {
@@ -426,7 +432,6 @@ fn no_cache_variable_bypasses_the_cache() {
     assert!(!dir.exists());
 }
 
-#[test]
 fn concurrent_writers_of_one_key_never_expose_a_broken_entry() {
     let dir = temp_dir("race");
     let cache = Cache::at(&dir);
@@ -469,15 +474,14 @@ fn concurrent_writers_of_one_key_never_expose_a_broken_entry() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
 fn wprobe_run_twice_hits_the_cache_the_second_time() {
     let scratch = temp_dir("cli");
     std::fs::create_dir_all(&scratch).unwrap();
     let cache_dir = scratch.join("cache");
-    let target = cli_support::probe_target();
+    let target = crate::support::cli::probe_target();
     let rpn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples/01_log_args.rpn");
     let run = |extra_env: &[(&str, &str)]| {
-        let mut c = cli_support::wprobe();
+        let mut c = crate::support::cli::wprobe();
         c.arg("run")
             .arg(&rpn)
             .args(["--format", "json", "--"])

@@ -5,10 +5,24 @@
 //! (both built by this test), `--probe LOCATION=EXPORT`, and every load-time
 //! rejection with its exact message.
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::Case;
 
-use cli_support::{probe_target, repo, scratch, slow_target, stderr, wprobe, write};
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(wat_examples_run_as_text_and_as_binary),
+    case!(probe_flag_binds_exports_like_a_manifest_does),
+    case!(probe_flag_errors_are_exact),
+    case!(load_errors_are_exact),
+    case!(load_errors_reach_the_command_line_with_exit_status_1),
+    case!(every_prefix_and_every_manifest_byte_flip_is_refused_without_panic),
+    case!(rust_sdk_examples_build_and_run),
+    case!(c_examples_build_and_run),
+    case!(the_guide_states_the_runtime_budgets),
+    case!(probe_flag_with_pid_defaults_to_the_process_executable),
+];
+
+use crate::support::cli::{probe_target, repo, scratch, slow_target, stderr, wprobe, write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -72,7 +86,6 @@ log_args:target_fn pid P tid T cpu C 1.1: (1, 7) \"hello, probes\"
 log_args:target_fn pid P tid T cpu C 1.1: (2, 7) \"hello, probes\"
 ";
 
-#[test]
 fn wat_examples_run_as_text_and_as_binary() {
     let wat = wat_example("log_args.wat");
     assert_eq!(run(&[wat.to_str().unwrap()], &[]), LOG_ARGS_OUT);
@@ -95,7 +108,6 @@ count:target_fn pid P tid T cpu C 1.0: (2)
 count:target_fn pid P tid T cpu C 1.0: (3)
 ";
 
-#[test]
 fn probe_flag_binds_exports_like_a_manifest_does() {
     let count = wat_example("count.wat");
     let c = count.to_str().unwrap();
@@ -154,7 +166,6 @@ fn run_err(args: &[&str]) -> String {
     stderr(&o)
 }
 
-#[test]
 fn probe_flag_errors_are_exact() {
     let count = wat_example("count.wat");
     let c = count.to_str().unwrap();
@@ -227,7 +238,6 @@ fn module(imports: &str, manifest: &str) -> String {
 const MANIFEST: &str =
     "wprobe-manifest 1\nabi 1\nmodule probe_target\nprobe h\n location offset target_fn\n";
 
-#[test]
 fn load_errors_are_exact() {
     let engine = runtime::engine::new_engine().unwrap();
     // The reference module loads.
@@ -376,7 +386,6 @@ fn load_errors_are_exact() {
     );
 }
 
-#[test]
 fn load_errors_reach_the_command_line_with_exit_status_1() {
     let bad = write(
         "bad_import.wat",
@@ -401,7 +410,6 @@ fn load_errors_reach_the_command_line_with_exit_status_1() {
     assert!(e.contains(&format!("--> {}:3:5", syntax.display())), "{e}");
 }
 
-#[test]
 fn every_prefix_and_every_manifest_byte_flip_is_refused_without_panic() {
     let engine = runtime::engine::new_engine().unwrap();
     let wasm = wat::parse_str(module(IMPORTS, MANIFEST)).unwrap();
@@ -514,7 +522,6 @@ fn check_four_examples(dir: &Path) {
     );
 }
 
-#[test]
 fn rust_sdk_examples_build_and_run() {
     check_four_examples(&rust_examples());
     // The manifest macro wrote exactly what hostabi parses.
@@ -573,7 +580,6 @@ fn c_examples() -> PathBuf {
     .clone()
 }
 
-#[test]
 fn c_examples_build_and_run() {
     check_four_examples(&c_examples());
 }
@@ -591,7 +597,6 @@ fn grouped(n: u64) -> String {
     out
 }
 
-#[test]
 fn the_guide_states_the_runtime_budgets() {
     use runtime::{engine, host};
     let doc = std::fs::read_to_string(repo().join("docs/hostabi.md")).unwrap();
@@ -611,7 +616,6 @@ fn the_guide_states_the_runtime_budgets() {
     }
 }
 
-#[test]
 fn probe_flag_with_pid_defaults_to_the_process_executable() {
     let exe = slow_target();
     let target = Command::new(&exe)

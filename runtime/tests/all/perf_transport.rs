@@ -5,10 +5,51 @@
 //! wprobe is SIGKILLed, `-p` attach, the outcomes perf cannot honour, and
 //! the errors (writing handlers, missing permissions).
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::{Case, Need};
 
-use cli_support::*;
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(hit_counts_equal_ptrace_with_four_threads, Need::Perf),
+    case!(
+        same_handler_same_records_where_no_live_memory_is_read,
+        Need::Perf
+    ),
+    case!(sampled_registers_follow_what_handlers_read, Need::Perf),
+    case!(forked_children_inherit_probes_with_f_only, Need::Perf),
+    case!(lost_samples_are_counted_exactly, Need::Perf),
+    case!(
+        sigkill_of_wprobe_leaves_the_target_running_unharmed,
+        Need::Perf
+    ),
+    case!(
+        attach_with_p_observes_all_threads_and_leaves_the_process_running,
+        Need::Perf
+    ),
+    case!(
+        handler_that_writes_is_refused_naming_program_and_import,
+        Need::Perf
+    ),
+    case!(
+        exit_1_and_exit_3_are_counted_and_reported_once_under_perf,
+        Need::Perf
+    ),
+    case!(
+        perf_not_permitted_names_the_sysctl_and_the_capability,
+        Need::Perf,
+        Need::Setpriv
+    ),
+    case!(
+        with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias,
+        Need::Perf
+    ),
+    case!(
+        selection_ignore_maxhits_and_probes_sharing_an_address_match_ptrace,
+        Need::Perf
+    ),
+];
+
+use crate::support::cli::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,11 +75,7 @@ fn plain(argv: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-#[test]
 fn hit_counts_equal_ptrace_with_four_threads() {
-    if !perf_available() {
-        return;
-    }
     let exe = calls();
     let p = count_program(&exe, "count_calls.rpn", "target");
     let argv = [exe.to_str().unwrap(), "1500", "4"];
@@ -77,11 +114,7 @@ fn hit_counts_equal_ptrace_with_four_threads() {
     }
 }
 
-#[test]
 fn same_handler_same_records_where_no_live_memory_is_read() {
-    if !perf_available() {
-        return;
-    }
     // The examples whose handlers read registers, the stack and constants
     // only (02, 09 and 11 read globals: live memory under perf, which may
     // be newer than the hit, or gone once the short target exited).
@@ -130,11 +163,7 @@ fn same_handler_same_records_where_no_live_memory_is_read() {
 /// code): a guest that names its registers by constants and the same guest
 /// computing one register id (so every register is sampled) log the same
 /// records under perf, and the same as under ptrace.
-#[test]
 fn sampled_registers_follow_what_handlers_read() {
-    if !perf_available() {
-        return;
-    }
     let target = probe_target();
     // Logs rdi, rsi and rsp - rbp of target_fn(a, b, s) as raw words.
     let guest = |rdi: &str| {
@@ -177,11 +206,7 @@ fn sampled_registers_follow_what_handlers_read() {
     assert_eq!(records("perf", &computed), want);
 }
 
-#[test]
 fn forked_children_inherit_probes_with_f_only() {
-    if !perf_available() {
-        return;
-    }
     let exe = gcc(
         "forker",
         &progs().join("forker.c"),
@@ -215,11 +240,7 @@ fn forked_children_inherit_probes_with_f_only() {
     }
 }
 
-#[test]
 fn lost_samples_are_counted_exactly() {
-    if !perf_available() {
-        return;
-    }
     // A one-page ring cannot hold one sample with its 8 KiB stack snapshot
     // (taken because the handler reads memory): every hit is lost, and
     // every loss is counted.
@@ -295,11 +316,7 @@ fn live_byte(pid: u32, addr: u64) -> Option<u8> {
     Some(b[0])
 }
 
-#[test]
 fn sigkill_of_wprobe_leaves_the_target_running_unharmed() {
-    if !perf_available() {
-        return;
-    }
     let exe = calls();
     let p = count_program(&exe, "count_kill.rpn", "target");
     // 300 calls, 2 ms apart: 0.6 s.
@@ -357,11 +374,7 @@ fn sigkill_of_wprobe_leaves_the_target_running_unharmed() {
     }
 }
 
-#[test]
 fn attach_with_p_observes_all_threads_and_leaves_the_process_running() {
-    if !perf_available() {
-        return;
-    }
     let exe = calls();
     let p = count_program(&exe, "count_attach.rpn", "target");
     // Forever, 2 threads, 1 ms between calls.
@@ -428,11 +441,7 @@ fn attach_with_p_observes_all_threads_and_leaves_the_process_running() {
     );
 }
 
-#[test]
 fn handler_that_writes_is_refused_naming_program_and_import() {
-    if !perf_available() {
-        return;
-    }
     let target = probe_target();
     let (_, err, code) = run(
         "perf",
@@ -448,11 +457,7 @@ fn handler_that_writes_is_refused_naming_program_and_import() {
     );
 }
 
-#[test]
 fn exit_1_and_exit_3_are_counted_and_reported_once_under_perf() {
-    if !perf_available() {
-        return;
-    }
     let exe = calls();
     let p = write(
         "exit13.rpn",
@@ -481,11 +486,7 @@ fn exit_1_and_exit_3_are_counted_and_reported_once_under_perf() {
     );
 }
 
-#[test]
 fn perf_not_permitted_names_the_sysctl_and_the_capability() {
-    if !perf_available() || !Path::new("/usr/bin/setpriv").exists() {
-        return;
-    }
     // Real, not simulated: wprobe runs as `nobody` (no capabilities), so
     // tracefs (where uprobes are defined) is closed to it. The watchpoint
     // side of the hint (kernel.perf_event_paranoid) is checked through
@@ -533,11 +534,7 @@ fn perf_not_permitted_names_the_sysctl_and_the_capability() {
     );
 }
 
-#[test]
 fn with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias() {
-    if !perf_available() {
-        return;
-    }
     // The probed module (a PIE) is not mapped in the shell at start: perf
     // arms the uprobe on the file; each child maps it at its own address,
     // and `push target` (relocated by the load bias the handler sees) must
@@ -580,11 +577,7 @@ fn with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias() {
     }
 }
 
-#[test]
 fn selection_ignore_maxhits_and_probes_sharing_an_address_match_ptrace() {
-    if !perf_available() {
-        return;
-    }
     // Two programs probing target_fn (two uprobes at one address: one hit
     // each, run in probe order under both transports), sharing global
     // variable 0, with ignore, maxhits and group/type filters.

@@ -3,14 +3,40 @@
 //! (errors for missing symbols, wrong opcodes, missing pids; the traced
 //! command's exit status; JSON output).
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::{Case, Need};
 
-use cli_support::{examples, probe_target, scratch, slow_target, stderr, wprobe, write};
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(compile_errors_name_file_line_column_and_exit_1),
+    case!(compile_writes_a_module_and_annotated_wat),
+    case!(list_shows_address_size_and_first_byte),
+    case!(run_json_output_and_exit_status_of_the_command),
+    case!(run_errors_are_clear),
+    case!(probe_selection_ignore_maxhits_and_programs_sharing_globals),
+    case!(attach_then_sigint_leaves_the_process_running_and_unpatched),
+    case!(exit_3_writes_a_core_file_gdb_can_read, Need::Gdb),
+    case!(eight_threads_times_100000_calls_give_exactly_800000_handler_runs),
+    case!(command_not_found_and_permission_denied_are_clear_errors),
+    case!(
+        attach_without_permission_names_the_process_and_the_capability,
+        Need::Root,
+        Need::Setpriv
+    ),
+    case!(
+        repair_without_permission_explains_it_and_keeps_the_journal,
+        Need::Root,
+        Need::Setpriv
+    ),
+    case!(reads_after_a_handler_write_see_the_written_value),
+    case!(records_go_to_the_file_given_with_o),
+    case!(exit_1_hands_the_stopped_process_to_gdb, Need::Gdb),
+];
+
+use crate::support::cli::{examples, probe_target, scratch, slow_target, stderr, wprobe, write};
 use std::path::Path;
 use std::process::Command;
 
-#[test]
 fn compile_errors_name_file_line_column_and_exit_1() {
     let p = write(
         "bad.rpn",
@@ -26,7 +52,6 @@ fn compile_errors_name_file_line_column_and_exit_1() {
     assert!(e.contains("(2 errors)"), "{e}");
 }
 
-#[test]
 fn compile_writes_a_module_and_annotated_wat() {
     let out = scratch().join("ex01.wasm");
     let o = wprobe()
@@ -84,7 +109,6 @@ fn compile_writes_a_module_and_annotated_wat() {
     );
 }
 
-#[test]
 fn list_shows_address_size_and_first_byte() {
     let o = wprobe()
         .arg("list")
@@ -109,7 +133,6 @@ fn list_shows_address_size_and_first_byte() {
     assert_eq!(o.status.code(), Some(1));
 }
 
-#[test]
 fn run_json_output_and_exit_status_of_the_command() {
     let o = wprobe()
         .arg("run")
@@ -158,7 +181,6 @@ fn run_json_output_and_exit_status_of_the_command() {
     );
 }
 
-#[test]
 fn run_errors_are_clear() {
     // Unknown symbol in the module: a compile error with its position.
     let p = write(
@@ -218,7 +240,6 @@ fn run_errors_are_clear() {
     assert!(stderr(&o).contains("after `--`"));
 }
 
-#[test]
 fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
     // Two programs in one run, both probing target_fn (several probes at one
     // address), sharing global variable 0: each counts into it.
@@ -275,7 +296,6 @@ fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
     b
 }
 
-#[test]
 fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
     let exe = slow_target();
     let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
@@ -338,7 +358,6 @@ fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
     );
 }
 
-#[test]
 fn exit_3_writes_a_core_file_gdb_can_read() {
     let dir = scratch().join("cores");
     std::fs::create_dir_all(&dir).unwrap();
@@ -371,8 +390,8 @@ fn exit_3_writes_a_core_file_gdb_can_read() {
     let core = std::fs::read(&cores[0]).unwrap();
     assert_eq!(&core[..4], b"\x7fELF");
     assert_eq!(u16::from_le_bytes([core[16], core[17]]), 4, "ET_CORE");
-    // gdb reads the registers and memory (when gdb is installed).
-    if let Ok(g) = Command::new("gdb")
+    // gdb reads the registers and memory.
+    let g = Command::new("gdb")
         .args([
             "-batch",
             "-ex",
@@ -385,20 +404,18 @@ fn exit_3_writes_a_core_file_gdb_can_read() {
         .arg(probe_target())
         .arg(&cores[0])
         .output()
-    {
-        let out = String::from_utf8_lossy(&g.stdout);
-        assert!(
-            out.contains("0x401146") && out.contains("<target_fn>"),
-            "{out}"
-        );
-        assert!(out.contains("\"hello, probes\""), "{out}");
-        assert!(out.contains("0x55"), "original byte, not int3: {out}");
-    }
+        .expect("running gdb");
+    let out = String::from_utf8_lossy(&g.stdout);
+    assert!(
+        out.contains("0x401146") && out.contains("<target_fn>"),
+        "{out}"
+    );
+    assert!(out.contains("\"hello, probes\""), "{out}");
+    assert!(out.contains("0x55"), "original byte, not int3: {out}");
 }
 
-#[test]
 fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
-    let progs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs");
+    let progs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/progs");
     let exe = scratch().join("calls_threads");
     let st = Command::new("gcc")
         .args(["-O2", "-fPIE", "-pie", "-pthread", "-I"])
@@ -448,7 +465,6 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
     );
 }
 
-#[test]
 fn command_not_found_and_permission_denied_are_clear_errors() {
     probe_target(); // the program's module, in the scratch directory
     let o = wprobe()
@@ -465,8 +481,12 @@ fn command_not_found_and_permission_denied_are_clear_errors() {
         "{}",
         stderr(&o)
     );
-    // Attaching to a root process as an unprivileged user (when the tests run as root).
-    if unsafe_free_is_root() && Path::new("/usr/bin/setpriv").exists() {
+}
+
+/// Attaching to a root process as an unprivileged user: the error names
+/// the process and the capability.
+fn attach_without_permission_names_the_process_and_the_capability() {
+    {
         let exe = scratch().join("wprobe-copy");
         std::fs::copy(env!("CARGO_BIN_EXE_wprobe"), &exe).unwrap();
         let prog = scratch().join("perm.rpn");
@@ -502,12 +522,7 @@ fn command_not_found_and_permission_denied_are_clear_errors() {
 /// `wprobe repair` run by a user who may not trace the process: the error
 /// names the process and what failed, and says which permission it needs;
 /// the journal stays for a privileged retry.
-#[test]
 fn repair_without_permission_explains_it_and_keeps_the_journal() {
-    if !unsafe_free_is_root() || !Path::new("/usr/bin/setpriv").exists() {
-        eprintln!("skipped: needs root and setpriv to run wprobe as another user");
-        return;
-    }
     let dir = scratch().join("repair-perm");
     std::fs::create_dir_all(dir.join("wprobe")).unwrap();
     let exe = dir.join("wprobe-copy");
@@ -550,7 +565,6 @@ fn repair_without_permission_explains_it_and_keeps_the_journal() {
 /// Memory reads within a hit share one fetch of the bytes around them; a
 /// handler's write drops it, so a read after a write sees the new value at
 /// every width, and what the target reads afterwards is what was written.
-#[test]
 fn reads_after_a_handler_write_see_the_written_value() {
     let prog = write(
         "reread.rpn",
@@ -603,16 +617,6 @@ opcode = 0x55
     assert!(stdout.contains("counter=1001 last=27"), "{stdout}");
 }
 
-fn unsafe_free_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-#[test]
 fn records_go_to_the_file_given_with_o() {
     let out = scratch().join("records.jsonl");
     let o = wprobe()
@@ -643,7 +647,6 @@ fn records_go_to_the_file_given_with_o() {
     assert_eq!(kinds, ["log", "log", "log", "stats"]);
 }
 
-#[test]
 fn exit_1_hands_the_stopped_process_to_gdb() {
     let p = write(
         "handoff.rpn",
@@ -695,7 +698,7 @@ fn exit_1_hands_the_stopped_process_to_gdb() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(live_bytes(pid as u32, 0x401146, 1), [0x55]);
-    if let Ok(g) = Command::new("gdb")
+    let g = Command::new("gdb")
         .args([
             "-batch",
             "-p",
@@ -706,11 +709,10 @@ fn exit_1_hands_the_stopped_process_to_gdb() {
             "p $rax",
         ])
         .output()
-    {
-        let out = String::from_utf8_lossy(&g.stdout);
-        assert!(out.contains("= 0x401146"), "{out}");
-        assert!(out.contains("= 42"), "{out}");
-    }
+        .expect("running gdb");
+    let out = String::from_utf8_lossy(&g.stdout);
+    assert!(out.contains("= 0x401146"), "{out}");
+    assert!(out.contains("= 42"), "{out}");
     // wprobe waits for the debugging session to end, then exits with the
     // command's status (here: killed, 128 + 9).
     assert_eq!(

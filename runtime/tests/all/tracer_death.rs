@@ -3,6 +3,19 @@
 //! killed with the tracer (PTRACE_O_EXITKILL), so nothing is left running
 //! with breakpoints in it, nor stopped in a tracing stop.
 
+use crate::case;
+use crate::support::case::{Case, Need};
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(sigkill_of_wprobe_kills_the_launched_command_and_its_traced_children),
+    case!(after_sigkill_in_attach_mode_repair_restores_the_process),
+    case!(
+        a_panic_in_attach_mode_leaves_the_process_unpatched_and_running,
+        Need::DebugBuild
+    ),
+];
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,7 +47,7 @@ fn build(src: &str) -> PathBuf {
         .arg(&out)
         .arg(
             Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/progs")
+                .join("../tests/progs")
                 .join(src),
         )
         .status()
@@ -51,7 +64,6 @@ fn state(pid: i32) -> Option<char> {
     after.chars().next()
 }
 
-#[test]
 fn sigkill_of_wprobe_kills_the_launched_command_and_its_traced_children() {
     let exe = build("forever.c");
     let prog = scratch().join("count.rpn");
@@ -189,7 +201,6 @@ fn attach_to_gated(env: &[(&str, &str)]) -> Attached {
 /// wprobe warned about it when attaching, the journal exists, and `wprobe
 /// repair --pid` run before the next hit restores the bytes, after which the
 /// process runs 10,000 more calls unharmed.
-#[test]
 fn after_sigkill_in_attach_mode_repair_restores_the_process() {
     use std::io::Write;
     let Attached {
@@ -260,13 +271,8 @@ fn after_sigkill_in_attach_mode_repair_restores_the_process() {
 /// 500th hit, debug builds) leaves the process as it was: the unwinding
 /// detaches everything, the text equals the file again, and the process
 /// runs 10,000 more probed calls unharmed.
-#[test]
 fn a_panic_in_attach_mode_leaves_the_process_unpatched_and_running() {
     use std::io::Write;
-    if !cfg!(debug_assertions) {
-        eprintln!("SKIP: the fault injection exists in debug builds only");
-        return;
-    }
     let Attached {
         mut target,
         pid,

@@ -5,20 +5,21 @@
 //! errors for ranges the x86-64 debug registers cannot watch, more than 4
 //! watchpoints, and `io`.
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::{Case, Need};
 
-use cli_support::*;
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(global_written_n_times_gives_n_records_carrying_the_written_values @ per_transport),
+    case!(four_threads_writing_give_the_exact_total @ per_transport),
+    case!(exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint @ per_transport),
+    case!(example_11_counts_the_same_under_both_transports, Need::Perf),
+    case!(misaligned_and_oversized_ranges_are_clear_errors),
+    case!(more_watchpoints_than_debug_registers_is_an_error_naming_the_limit @ per_transport),
+    case!(io_watchpoints_are_refused_with_the_reason),
+];
 
-const TRANSPORTS: [&str; 2] = ["ptrace", "perf"];
-
-fn transports() -> Vec<&'static str> {
-    if perf_available() {
-        TRANSPORTS.to_vec()
-    } else {
-        vec!["ptrace"]
-    }
-}
+use crate::support::cli::*;
 
 fn program(name: &str, body: &str) -> std::path::PathBuf {
     write(
@@ -27,46 +28,39 @@ fn program(name: &str, body: &str) -> std::path::PathBuf {
     )
 }
 
-#[test]
-fn global_written_n_times_gives_n_records_carrying_the_written_values() {
+fn global_written_n_times_gives_n_records_carrying_the_written_values(tr: &str) {
     let p = program(
         "w_value.rpn",
         "offset = g_value:g_value+7\nwatchpoint = w\n push r, rax\n log 1\n",
     );
     let n = 2000u64;
     let t = wtarget();
-    for tr in transports() {
-        let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), &n.to_string()]);
-        assert_eq!(code, Some(0), "{tr}: {err}");
-        assert_eq!(first_words(&lines), (1..=n).collect::<Vec<_>>(), "{tr}");
-        let s = stats(&lines);
-        assert_eq!(
-            (s["hits"].as_u64(), s["dropped"].as_u64()),
-            (Some(n), Some(0)),
-            "{tr}"
-        );
-    }
+    let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), &n.to_string()]);
+    assert_eq!(code, Some(0), "{tr}: {err}");
+    assert_eq!(first_words(&lines), (1..=n).collect::<Vec<_>>(), "{tr}");
+    let s = stats(&lines);
+    assert_eq!(
+        (s["hits"].as_u64(), s["dropped"].as_u64()),
+        (Some(n), Some(0)),
+        "{tr}"
+    );
 }
 
-#[test]
-fn four_threads_writing_give_the_exact_total() {
+fn four_threads_writing_give_the_exact_total(tr: &str) {
     let p = program(
         "w_shared.rpn",
         "gvars = 1\noffset = g_shared:g_shared+7\nwatchpoint = w\n inc gv, 0\n abort\n",
     );
     let t = wtarget();
-    for tr in transports() {
-        let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), "1000", "4"]);
-        assert_eq!(code, Some(0), "{tr}: {err}");
-        let s = stats(&lines);
-        assert_eq!(s["hits"], 4000, "{tr}: {err}");
-        assert_eq!(s["runs"], 4000, "{tr}");
-        assert_eq!(s["dropped"], 0, "{tr}");
-    }
+    let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), "1000", "4"]);
+    assert_eq!(code, Some(0), "{tr}: {err}");
+    let s = stats(&lines);
+    assert_eq!(s["hits"], 4000, "{tr}: {err}");
+    assert_eq!(s["runs"], 4000, "{tr}");
+    assert_eq!(s["dropped"], 0, "{tr}");
 }
 
-#[test]
-fn exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint() {
+fn exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint(tr: &str) {
     let t = wtarget();
     // x watchpoint on watched_fn (rip = the function: before the
     // instruction), a rw watchpoint and a breakpoint in the same program.
@@ -80,33 +74,30 @@ fn exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint() {
         ),
     );
     let n = 500u64;
-    for tr in transports() {
-        let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), &n.to_string()]);
-        assert_eq!(code, Some(0), "{tr}: {err}");
-        let by_minor = |m: u64| -> Vec<u64> {
-            lines
-                .iter()
-                .filter(|v| v["kind"] == "log" && v["minor"] == m)
-                .map(|v| v["items"][0]["values"][0].as_u64().unwrap())
-                .collect()
-        };
-        // `sub` is TOS - NOS (spec §17.20): watched_fn - rip = 0.
-        assert_eq!(by_minor(0), vec![0; n as usize], "{tr}: x at the function");
-        // rw: the n stores, then the final read by printf.
-        let rw = by_minor(1);
-        assert_eq!(rw.len() as u64, n + 1, "{tr}: rw");
-        assert_eq!(rw[..n as usize], (1..=n).collect::<Vec<_>>(), "{tr}: rw");
-        assert_eq!(by_minor(2), (1..=n).collect::<Vec<_>>(), "{tr}: breakpoint");
-        assert_eq!(stats(&lines)["hits"], 3 * n + 1, "{tr}");
-    }
+    let (lines, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), &n.to_string()]);
+    assert_eq!(code, Some(0), "{tr}: {err}");
+    let by_minor = |m: u64| -> Vec<u64> {
+        lines
+            .iter()
+            .filter(|v| v["kind"] == "log" && v["minor"] == m)
+            .map(|v| v["items"][0]["values"][0].as_u64().unwrap())
+            .collect()
+    };
+    // `sub` is TOS - NOS (spec §17.20): watched_fn - rip = 0.
+    assert_eq!(by_minor(0), vec![0; n as usize], "{tr}: x at the function");
+    // rw: the n stores, then the final read by printf.
+    let rw = by_minor(1);
+    assert_eq!(rw.len() as u64, n + 1, "{tr}: rw");
+    assert_eq!(rw[..n as usize], (1..=n).collect::<Vec<_>>(), "{tr}: rw");
+    assert_eq!(by_minor(2), (1..=n).collect::<Vec<_>>(), "{tr}: breakpoint");
+    assert_eq!(stats(&lines)["hits"], 3 * n + 1, "{tr}");
 }
 
-#[test]
 fn example_11_counts_the_same_under_both_transports() {
     let target = probe_target();
     let ex = examples().join("11_watchpoint.rpn");
     let mut hits = Vec::new();
-    for tr in transports() {
+    for tr in ["ptrace", "perf"] {
         let (lines, err, code) = run(tr, &[&ex], &[target.to_str().unwrap()]);
         assert_eq!(code, Some(0), "{tr}: {err}");
         let s = stats(&lines);
@@ -141,7 +132,6 @@ fn compile_error(name: &str, body: &str) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-#[test]
 fn misaligned_and_oversized_ranges_are_clear_errors() {
     let e = compile_error(
         "w_len3.rpn",
@@ -201,8 +191,7 @@ fn misaligned_and_oversized_ranges_are_clear_errors() {
     );
 }
 
-#[test]
-fn more_watchpoints_than_debug_registers_is_an_error_naming_the_limit() {
+fn more_watchpoints_than_debug_registers_is_an_error_naming_the_limit(tr: &str) {
     let mut body = String::new();
     for i in 0..5 {
         body.push_str(&format!(
@@ -211,22 +200,19 @@ fn more_watchpoints_than_debug_registers_is_an_error_naming_the_limit() {
     }
     let p = program("w_five.rpn", &body);
     let t = wtarget();
-    for tr in transports() {
-        let (_, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), "10"]);
-        assert_eq!(code, Some(1), "{tr}");
-        assert!(
-            err.contains(
-                "error: debug register unavailable: 5 watchpoint probes selected (w_five:g_value, \
-                 w_five:g_value#2, w_five:g_value#3, w_five:g_value#4, w_five:g_value#5), but x86-64 \
-                 has 4 debug registers (DR0-DR3), so at most 4 watchpoints per run; select fewer \
-                 with --group/--type"
-            ),
-            "{tr}: {err}"
-        );
-    }
+    let (_, err, code) = run(tr, &[&p], &[t.to_str().unwrap(), "10"]);
+    assert_eq!(code, Some(1), "{tr}");
+    assert!(
+        err.contains(
+            "error: debug register unavailable: 5 watchpoint probes selected (w_five:g_value, \
+             w_five:g_value#2, w_five:g_value#3, w_five:g_value#4, w_five:g_value#5), but x86-64 \
+             has 4 debug registers (DR0-DR3), so at most 4 watchpoints per run; select fewer \
+             with --group/--type"
+        ),
+        "{tr}: {err}"
+    );
 }
 
-#[test]
 fn io_watchpoints_are_refused_with_the_reason() {
     let e = compile_error("w_io.rpn", "address = 0x80\nwatchpoint = io\n exit\n");
     assert!(e.contains("`watchpoint = io` is not supported"), "{e}");

@@ -16,10 +16,16 @@
 //! teardown makes 10,000 take minutes (see `many_sites_perf`). Run with
 //! `--nocapture` to see the times.
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::{Case, Need};
 
-use cli_support::*;
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(ten_thousand_sites_ptrace),
+    case!(many_sites_perf, Need::Perf),
+];
+
+use crate::support::cli::*;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -201,7 +207,6 @@ fn tail(s: &str) -> &str {
     &s[s.len().saturating_sub(4000)..]
 }
 
-#[test]
 fn ten_thousand_sites_ptrace() {
     check("ptrace", N);
 }
@@ -212,11 +217,7 @@ fn ten_thousand_sites_ptrace() {
 /// `event_mutex` (`perf_trace_event_unreg` → `tracepoint_synchronize_unregister`):
 /// measured here at ≈ 10–30 ms per site when the machine is idle, so 10,000
 /// sites take minutes to disarm (docs/architecture.md, "Scale").
-#[test]
 fn many_sites_perf() {
-    if !perf_available() {
-        return;
-    }
     let n = std::env::var("WPROBE_T16_PERF_SITES")
         .ok()
         .and_then(|v| v.parse().ok())

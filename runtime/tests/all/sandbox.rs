@@ -5,13 +5,23 @@
 //! output. Then random pointers, lengths and values passed to every host
 //! import, thousands of times, never panic the host.
 
-#[path = "progs/cli_support.rs"]
-mod cli_support;
+use crate::case;
+use crate::support::case::Case;
 
-use cli_support::{probe_target, scratch, wprobe};
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(infinite_loop_is_stopped_by_fuel_at_every_hit_and_the_target_finishes),
+    case!(a_loop_of_host_calls_is_stopped_by_fuel),
+    case!(trapping_handlers_are_counted_and_the_target_continues),
+    case!(memory_growth_past_the_limit_is_refused),
+    case!(deep_recursion_is_stopped),
+    case!(random_arguments_to_every_host_import_never_panic_the_host),
+    case!(records_of_one_run_are_bounded),
+    case!(bulk_host_calls_are_charged_fuel),
+    case!(control_characters_from_a_guest_never_reach_the_terminal_raw),
+];
 
-#[path = "support/host_calls.rs"]
-mod host_calls;
+use crate::support::cli::{probe_target, scratch, wprobe};
 
 /// What probe_target prints for `n` calls of target_fn.
 fn target_output(n: u64) -> String {
@@ -87,7 +97,6 @@ fn module(body: &str) -> String {
     )
 }
 
-#[test]
 fn infinite_loop_is_stopped_by_fuel_at_every_hit_and_the_target_finishes() {
     let wat = module(r#"(func (export "h") (result i32) (loop $l (br $l)) (i32.const 0))"#);
     // 1,000 hits with a small budget.
@@ -111,7 +120,6 @@ fn infinite_loop_is_stopped_by_fuel_at_every_hit_and_the_target_finishes() {
     );
 }
 
-#[test]
 fn a_loop_of_host_calls_is_stopped_by_fuel() {
     let wat = module(
         r#"(func (export "h") (result i32)
@@ -130,7 +138,6 @@ fn a_loop_of_host_calls_is_stopped_by_fuel() {
     );
 }
 
-#[test]
 fn trapping_handlers_are_counted_and_the_target_continues() {
     let cases = [
         (
@@ -184,7 +191,6 @@ fn trapping_handlers_are_counted_and_the_target_continues() {
     }
 }
 
-#[test]
 fn memory_growth_past_the_limit_is_refused() {
     // Each hit grows memory by 100 pages (6.25 MiB) and logs memory.grow's
     // result: the old size in pages, then -1 once 16 MiB would be exceeded.
@@ -206,7 +212,6 @@ fn memory_growth_past_the_limit_is_refused() {
     assert_eq!(o.stats()["traps"], 0);
 }
 
-#[test]
 fn deep_recursion_is_stopped() {
     let wat = module(
         r#"(func $down (param i64) (result i64)
@@ -220,16 +225,14 @@ fn deep_recursion_is_stopped() {
     assert!(o.stderr.contains("call stack exhausted"), "{}", o.stderr);
 }
 
-#[test]
 fn random_arguments_to_every_host_import_never_panic_the_host() {
-    let n = host_calls::smoke(0x5EED_0001, 40_000);
+    let n = crate::support::host_calls::smoke(0x5EED_0001, 40_000);
     assert!(n.calls >= 40_000, "{n:?}");
     // Both outcomes happen: the generator reaches the interesting edges.
     assert!(n.ok > 1_000 && n.trapped > 1_000, "{n:?}");
     assert_eq!(n.imports_called, hostabi::HOST_IMPORTS.len(), "{n:?}");
 }
 
-#[test]
 fn records_of_one_run_are_bounded() {
     // Emit 8-byte records until the host says no: the record-count budget.
     let wat = module(
@@ -268,7 +271,6 @@ fn records_of_one_run_are_bounded() {
     );
 }
 
-#[test]
 fn bulk_host_calls_are_charged_fuel() {
     // Each hit reads 60 KiB per iteration until fuel runs out, counting the
     // iterations in memory; `bump` logs the total. 60 KiB cost 3,840 units,
@@ -297,7 +299,6 @@ fn bulk_host_calls_are_charged_fuel() {
     assert_eq!(o.stats()["fuel_exhausted"], 3);
 }
 
-#[test]
 fn control_characters_from_a_guest_never_reach_the_terminal_raw() {
     // A string item holding an OSC title escape, CR, LF and a DEL.
     let wat = module(

@@ -2,8 +2,28 @@
 //! vfork (T5), exec (T6), signals (T12), job control (T13), detach under
 //! load (T8) and attach (T9).
 
-#[path = "progs/harness.rs"]
-mod harness;
+use crate::case;
+use crate::support::case::{Case, Need};
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(eight_threads_exact_count_t7, Need::Ptrace),
+    case!(fork_followed_t4, Need::Ptrace),
+    case!(fork_not_followed_children_exit_0_t4, Need::Ptrace),
+    case!(vfork_exec_keeps_parent_probes_t5, Need::Ptrace),
+    case!(exec_rearms_on_new_image_t6, Need::Ptrace),
+    case!(exec_from_non_leader_thread_t6, Need::Ptrace),
+    case!(signals_are_delivered_unchanged_t12, Need::Ptrace),
+    case!(job_control_stop_and_continue_t13, Need::Ptrace),
+    case!(detach_under_load_with_stop_flag_t8, Need::Ptrace),
+    case!(detach_from_an_idle_tracee_returns_promptly, Need::Ptrace),
+    case!(attach_then_stop_restores_everything_t9, Need::Ptrace),
+    case!(attach_to_a_thread_spawning_process_t14, Need::Ptrace),
+    case!(
+        handoff_to_debugger_leaves_the_process_stopped_and_clean,
+        Need::Ptrace
+    ),
+];
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -11,7 +31,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use harness::*;
+use crate::support::tracer::*;
 use runtime::provider::ptrace::{Action, Event, ExitStatus, TraceOptions, Tracer};
 
 fn opts(follow: bool) -> TraceOptions {
@@ -27,11 +47,7 @@ fn argv(prog: &Path, out: &Path, args: &[&str]) -> Vec<OsString> {
     v
 }
 
-#[test]
 fn eight_threads_exact_count_t7() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t7", 300);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let n = 100_000u64; // the issue: 8 threads × 100,000 calls, exactly 800,000 hits
@@ -113,29 +129,17 @@ fn fork_test(follow: bool, vfork: bool) {
     }
 }
 
-#[test]
 fn fork_followed_t4() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t4f", 300);
     fork_test(true, false);
 }
 
-#[test]
 fn fork_not_followed_children_exit_0_t4() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t4n", 300);
     fork_test(false, false);
 }
 
-#[test]
 fn vfork_exec_keeps_parent_probes_t5() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t5", 300);
     fork_test(false, true);
     fork_test(true, true);
@@ -183,29 +187,17 @@ fn exec_test(from_thread: bool) {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "stage1 sum=55\n");
 }
 
-#[test]
 fn exec_rearms_on_new_image_t6() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t6", 60);
     exec_test(false);
 }
 
-#[test]
 fn exec_from_non_leader_thread_t6() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t6t", 60);
     exec_test(true);
 }
 
-#[test]
 fn signals_are_delivered_unchanged_t12() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t12", 300);
     let prog = build("signals", "signals.c", &["-O2"]);
     let out = out_file();
@@ -243,11 +235,7 @@ fn proc_state(pid: i32) -> char {
     s[s.rfind(')').unwrap() + 2..].chars().next().unwrap()
 }
 
-#[test]
 fn job_control_stop_and_continue_t13() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t13", 120);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
@@ -301,11 +289,7 @@ fn text_equals_file(pid: i32, prog: &Path, addr: u64) {
     );
 }
 
-#[test]
 fn detach_under_load_with_stop_flag_t8() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t8", 300);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     // usleep(1) per call keeps the tracee running for a while after the detach.
@@ -357,11 +341,7 @@ fn detach_under_load_with_stop_flag_t8() {
     }
 }
 
-#[test]
 fn detach_from_an_idle_tracee_returns_promptly() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("idle", 60);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
@@ -391,11 +371,7 @@ fn detach_from_an_idle_tracee_returns_promptly() {
     assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0);
 }
 
-#[test]
 fn attach_then_stop_restores_everything_t9() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t9", 120);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
@@ -446,11 +422,7 @@ fn attach_then_stop_restores_everything_t9() {
     child.wait().unwrap();
 }
 
-#[test]
 fn attach_to_a_thread_spawning_process_t14() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("t14", 120);
     let prog = build("spawner", "spawner.c", &["-O2"]);
     let mut child = std::process::Command::new(&prog).arg("8").spawn().unwrap();
@@ -496,11 +468,7 @@ fn attach_to_a_thread_spawning_process_t14() {
     child.wait().unwrap();
 }
 
-#[test]
 fn handoff_to_debugger_leaves_the_process_stopped_and_clean() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("handoff", 60);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();

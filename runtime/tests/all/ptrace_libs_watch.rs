@@ -2,15 +2,27 @@
 //! start: LibrariesChanged) and hardware watchpoints (write, read/write,
 //! execute, threads created later).
 
-#[path = "progs/harness.rs"]
-mod harness;
+use crate::case;
+use crate::support::case::{Case, Need};
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(probe_in_a_linked_shared_library, Need::Ptrace),
+    case!(dlopen_after_start_reports_libraries_changed, Need::Ptrace),
+    case!(
+        write_watchpoint_sees_each_write_after_it_happened,
+        Need::Ptrace
+    ),
+    case!(read_write_and_exec_watchpoints, Need::Ptrace),
+    case!(watchpoint_on_threads_created_later, Need::Ptrace),
+];
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use harness::*;
+use crate::support::tracer::*;
 use hostabi::env::HitEnv;
 use runtime::provider::ptrace::{Action, Event, TraceOptions, Tracer, WatchKind, WpId};
 
@@ -79,11 +91,7 @@ fn lib_hits(prog: &Path, args: &[&str], lib: &Path) -> (u64, u64, String) {
     (hits, lib_events, std::fs::read_to_string(&out).unwrap())
 }
 
-#[test]
 fn probe_in_a_linked_shared_library() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("lib", 120);
     let (lib, linked, _) = libs();
     let plain = run_plain(&[linked.to_str().unwrap(), "5000"]);
@@ -93,11 +101,7 @@ fn probe_in_a_linked_shared_library() {
     assert_eq!(out, plain);
 }
 
-#[test]
 fn dlopen_after_start_reports_libraries_changed() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("dlopen", 120);
     let (lib, _, dl) = libs();
     let l = lib.to_str().unwrap();
@@ -143,11 +147,7 @@ fn watch_run(
     (seen, std::fs::read_to_string(&out).unwrap())
 }
 
-#[test]
 fn write_watchpoint_sees_each_write_after_it_happened() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("ww", 120);
     let n = 500;
     let prog = build("watch", "watch.c", &["-O2", "-fPIE", "-pie"]);
@@ -168,11 +168,7 @@ fn write_watchpoint_sees_each_write_after_it_happened() {
     assert!(out.starts_with("s="));
 }
 
-#[test]
 fn read_write_and_exec_watchpoints() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("rwx", 120);
     let n = 300;
     let prog = build("watch", "watch.c", &["-O2", "-fPIE", "-pie"]);
@@ -199,11 +195,7 @@ fn read_write_and_exec_watchpoints() {
     let _ = prog;
 }
 
-#[test]
 fn watchpoint_on_threads_created_later() {
-    if !ptrace_available() {
-        return;
-    }
     let _t = timeout("wthreads", 120);
     let n = 2000;
     let (seen, out) = watch_run(n, 4, &|t, pid, prog| {

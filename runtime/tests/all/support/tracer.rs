@@ -1,8 +1,6 @@
 //! Shared helpers of the ptrace provider tests: build the C programs with
-//! gcc into a temporary directory, skip when ptrace is not permitted, give
+//! gcc into a temporary directory, tell whether ptrace is permitted, give
 //! each test a timeout, resolve symbols, run a tracee untraced.
-
-#![allow(dead_code, reason = "each test binary uses a subset")]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +15,7 @@ use runtime::provider::ptrace::{ProviderError, TraceOptions, Tracer};
 static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
 
 fn progs_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/progs")
 }
 
 /// A directory for this test process's binaries.
@@ -48,21 +46,17 @@ pub fn build(name: &str, src: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
-/// Whether ptrace works here; prints the reason when it does not.
-pub fn ptrace_available() -> bool {
+/// Whether ptrace works here (`Err`: why not).
+pub fn ptrace_status() -> Result<(), String> {
     match Tracer::launch(&["/bin/true".into()], TraceOptions::default()) {
         Ok(mut t) => {
             let _ = t.detach_all();
-            true
+            Ok(())
         }
         Err(ProviderError::PermissionDenied { hint, .. }) => {
-            eprintln!("SKIP: ptrace not permitted: {hint}");
-            false
+            Err(format!("ptrace not permitted: {hint}"))
         }
-        Err(e) => {
-            eprintln!("SKIP: cannot trace: {e}");
-            false
-        }
+        Err(e) => Err(format!("cannot trace: {e}")),
     }
 }
 

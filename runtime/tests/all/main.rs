@@ -1,0 +1,48 @@
+//! The runtime's real-process tests, one binary with a module per feature
+//! (wasmtime's `tests/all` shape): real targets built with gcc, real
+//! ptrace and perf, real wasmtime, the `wprobe` binary itself.
+//!
+//! The harness is libtest-mimic: a test that needs what the machine lacks
+//! (root, perf, gdb, …; see [`support::case::Need`]) is reported as
+//! `ignored`, with the reason printed first, and fails in CI (`CI=true`).
+//! Filter and list as with any test binary (`cargo test -p runtime --test
+//! all -- perf_transport`, `-- --list`).
+
+mod support;
+
+mod bench_cmd;
+mod cache;
+mod cli;
+mod guests;
+mod perf_transport;
+mod ptrace_breakpoints;
+mod ptrace_libs_watch;
+mod ptrace_processes;
+mod sandbox;
+mod scale;
+mod tracer_death;
+mod watchpoints;
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let modules: &[&[support::case::Case]] = &[
+        bench_cmd::CASES,
+        cache::CASES,
+        cli::CASES,
+        guests::CASES,
+        perf_transport::CASES,
+        ptrace_breakpoints::CASES,
+        ptrace_libs_watch::CASES,
+        ptrace_processes::CASES,
+        sandbox::CASES,
+        scale::CASES,
+        tracer_death::CASES,
+        watchpoints::CASES,
+    ];
+    let trials = modules
+        .iter()
+        .flat_map(|m| m.iter())
+        .flat_map(|c| c.trials())
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
+}
