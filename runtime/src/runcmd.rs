@@ -93,6 +93,13 @@ pub fn run(a: RunArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
+    if perf
+        && session.has_breakpoints()
+        && let Err(e) = crate::provider::perf::check_uprobes()
+    {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,

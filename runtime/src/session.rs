@@ -424,6 +424,13 @@ impl Session {
         self.reads_memory
     }
 
+    /// Whether any selected probe is a breakpoint (not a watchpoint).
+    pub fn has_breakpoints(&self) -> bool {
+        self.probes
+            .iter()
+            .any(|p| self.manifests[p.prog].probes[p.index].kind == ProbeKind::Breakpoint)
+    }
+
     /// Number of probes selected.
     pub fn probe_count(&self) -> usize {
         self.probes.len()

@@ -1,7 +1,8 @@
-//! The perf transport: breakpoint probes are uprobes opened with
-//! `perf_event_open` on the uprobe PMU (file + file offset, so the kernel
-//! owns the breakpoint and removes it when the last descriptor closes, even
-//! if wprobe is killed), watchpoints are `PERF_TYPE_BREAKPOINT` events. Every
+//! The perf transport: breakpoint probes are uprobes defined in tracefs
+//! (file + file offset) and opened as tracepoint events with
+//! `perf_event_open`, so the kernel owns the breakpoint and removes it when
+//! the last descriptor closes, even if wprobe is killed (see `tracefs` for
+//! why not the uprobe PMU); watchpoints are `PERF_TYPE_BREAKPOINT` events. Every
 //! event samples registers, a user stack snapshot, pid/tid, time and CPU
 //! into one ring buffer per CPU (`inherit`, so threads created later — and
 //! with `-f`, forked children — are covered); the event loop polls the
@@ -51,15 +52,12 @@ pub fn read_live(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
     hit::live_read(pid as u32, addr, buf)
 }
 
-/// Checks that the uprobe PMU exists (its type number is readable).
-pub fn uprobe_pmu_type() -> Result<u32, PerfError> {
-    let path = "/sys/bus/event_source/devices/uprobe/type";
-    let s = std::fs::read_to_string(path).map_err(|e| PerfError::NoUprobePmu {
-        reason: e.to_string(),
-    })?;
-    s.trim().parse().map_err(|_| PerfError::NoUprobePmu {
-        reason: format!("unexpected content {s:?}"),
-    })
+/// Checks, before anything is launched, that uprobes can be defined
+/// (tracefs is mounted, or is mounted now): a run with breakpoint probes
+/// fails here, with the cause and its fix, rather than after the command
+/// started.
+pub fn check_uprobes() -> Result<(), PerfError> {
+    tracefs::root().map(drop)
 }
 
 /// A probe of the perf transport (one per `insert_*` call).
@@ -238,7 +236,6 @@ impl PerfTracer {
 
     /// Launches `argv`, stopped at its entry point until [`PerfTracer::start`].
     pub fn launch(argv: &[OsString], opts: PerfOptions) -> Result<PerfTracer, PerfError> {
-        uprobe_pmu_type()?;
         let pid = launch::launch(argv)?;
         let mut t = PerfTracer::empty(opts, pid);
         t.launched = true;
@@ -254,7 +251,6 @@ impl PerfTracer {
 
     /// Observes a running process (all its threads); it never stops.
     pub fn attach(pid: i32, opts: PerfOptions) -> Result<PerfTracer, PerfError> {
-        uprobe_pmu_type()?;
         if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(PerfError::NoSuchProcess { pid });
         }

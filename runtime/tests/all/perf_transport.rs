@@ -39,6 +39,13 @@ pub(crate) const CASES: &[Case] = &[
         Need::Perf,
         Need::Setpriv
     ),
+    case!(tracefs_is_mounted_when_missing, Need::Perf, Need::Unshare),
+    case!(
+        missing_tracefs_without_privilege_names_the_mount_command,
+        Need::Perf,
+        Need::Unshare,
+        Need::Setpriv
+    ),
     case!(
         with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias,
         Need::Perf
@@ -51,7 +58,7 @@ pub(crate) const CASES: &[Case] = &[
 
 use crate::support::cli::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 fn calls() -> PathBuf {
@@ -528,10 +535,79 @@ fn perf_not_permitted_names_the_sysctl_and_the_capability() {
         )),
         "{e}"
     );
-    assert!(
-        e.contains("error: no probe could be armed in process"),
-        "{e}"
+    // Refused before the command is launched.
+    assert!(!e.contains("no probe could be armed"), "{e}");
+}
+
+/// Runs `script` with `sh -c` in a private mount namespace where tracefs
+/// is not mounted (as after a fresh boot); the machine's mounts are
+/// untouched. `$W`, `$P`, `$T` are wprobe, the program and the target.
+fn in_namespace_without_tracefs(script: &str, wprobe: &Path, prog: &Path, target: &Path) -> Output {
+    let full = format!(
+        "umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug/tracing 2>/dev/null; \
+         if [ -e /sys/kernel/tracing/uprobe_events ]; then echo 'tracefs still mounted' >&2; exit 99; fi; \
+         {script}"
     );
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c", &full])
+        .env("W", wprobe)
+        .env("P", prog)
+        .env("T", target);
+    output_within(c, 60)
+}
+
+/// After a fresh boot tracefs is not mounted: wprobe (as root) mounts it,
+/// as perf and bpftrace do, and counts every call.
+fn tracefs_is_mounted_when_missing() {
+    let exe = calls();
+    let p = count_program(&exe, "count_fresh.rpn", "target");
+    let o = in_namespace_without_tracefs(
+        "\"$W\" run \"$P\" --transport perf --format json -- \"$T\" 300 1; st=$?; \
+         [ -e /sys/kernel/tracing/uprobe_events ] && echo MOUNTED; exit $st",
+        Path::new(env!("CARGO_BIN_EXE_wprobe")),
+        &p,
+        &exe,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(out.contains("MOUNTED"), "{out}");
+    let stats = out
+        .lines()
+        .find(|l| l.starts_with("{\"kind\":\"stats\""))
+        .expect("stats line");
+    let v: serde_json::Value = serde_json::from_str(stats).unwrap();
+    assert_eq!(
+        (v["hits"].as_u64(), v["dropped"].as_u64()),
+        (Some(300), Some(0)),
+        "{out}"
+    );
+}
+
+/// Without the right to mount it, the error names the real cause and the
+/// one command that fixes it, before anything is launched.
+fn missing_tracefs_without_privilege_names_the_mount_command() {
+    let dir = scratch();
+    let exe = dir.join("wprobe-nobody-ns");
+    std::fs::copy(env!("CARGO_BIN_EXE_wprobe"), &exe).unwrap();
+    let t = calls();
+    let p = count_program(&t, "count_fresh_nobody.rpn", "target");
+    for f in [&dir, &exe, &p, &t] {
+        let _ = Command::new("chmod").arg("a+rx").arg(f).status();
+    }
+    let o = in_namespace_without_tracefs(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups \"$W\" run \"$P\" --transport perf -- \"$T\" 5",
+        &exe,
+        &p,
+        &t,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        "error: uprobes cannot be defined: tracefs is not mounted at /sys/kernel/tracing and \
+         wprobe may not mount it (that needs root or CAP_SYS_ADMIN); run `sudo mount -t tracefs \
+         nodev /sys/kernel/tracing`, or use --transport ptrace\n"
+    );
+    assert!(o.stdout.is_empty(), "the command never ran");
 }
 
 fn with_f_a_program_exec_d_by_a_child_is_probed_with_its_own_load_bias() {

@@ -12,14 +12,13 @@ pub enum PerfError {
         /// What to change.
         hint: String,
     },
-    /// No uprobe PMU in this kernel.
-    #[error(
-        "the kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type is missing: {reason}); \
-         --transport perf needs CONFIG_UPROBE_EVENTS (use --transport ptrace)"
-    )]
-    NoUprobePmu {
-        /// Why the file could not be read.
+    /// tracefs (where uprobes are defined) is missing and cannot be mounted.
+    #[error("uprobes cannot be defined: {reason}; {hint}")]
+    NoTracefs {
+        /// What is missing, and why it could not be fixed.
         reason: String,
+        /// The one thing to do about it.
+        hint: String,
     },
     /// A perf event could not be opened for another reason.
     #[error("perf_event_open ({what}) failed: {source}")]

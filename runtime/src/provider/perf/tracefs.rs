@@ -12,16 +12,70 @@
 //! `wprobe_<pid>/p<n>`, removed when the run ends, and definitions left by
 //! a wprobe that was killed (its pid no longer exists) are removed by the
 //! next run. A definition alone patches nothing: the kernel inserts the
-//! breakpoint only while a perf event uses it.
+//! breakpoint only while a perf event uses it. tracefs is mounted when it
+//! is not (see [`root`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::PerfError;
 
-/// The tracefs mount point: `Ok(None)` when there is none.
-pub fn root() -> Result<Option<PathBuf>, PerfError> {
-    for r in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+/// Where tracefs is mounted, or can be.
+const TRACEFS: &str = "/sys/kernel/tracing";
+/// The older place, under debugfs.
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+
+/// The tracefs directory with `uprobe_events`. When tracefs is not mounted
+/// (as after a fresh boot: `/sys/kernel/tracing` is an empty directory
+/// until something mounts it), it is mounted there, as `perf probe` and
+/// bpftrace do; this needs root or CAP_SYS_ADMIN, and without them the
+/// error names the command that fixes it.
+pub fn root() -> Result<PathBuf, PerfError> {
+    if let Some(r) = find()? {
+        return Ok(r);
+    }
+    let dir = Path::new(TRACEFS);
+    if !dir.is_dir() {
+        return Err(PerfError::NoTracefs {
+            reason: format!("{TRACEFS} does not exist: this kernel has no tracefs (CONFIG_FTRACE)"),
+            hint: "use --transport ptrace".into(),
+        });
+    }
+    match crate::provider::ptrace::sys::mount_tracefs(TRACEFS) {
+        Ok(()) => {}
+        Err(e) if e == nix::errno::Errno::EBUSY => {} // mounted meanwhile
+        Err(e) => {
+            let why = if matches!(e, nix::errno::Errno::EPERM | nix::errno::Errno::EACCES) {
+                "wprobe may not mount it (that needs root or CAP_SYS_ADMIN)".to_string()
+            } else {
+                format!(
+                    "mounting it failed: {}",
+                    std::io::Error::from_raw_os_error(e as i32)
+                )
+            };
+            return Err(PerfError::NoTracefs {
+                reason: format!("tracefs is not mounted at {TRACEFS} and {why}"),
+                hint: format!(
+                    "run `sudo mount -t tracefs nodev {TRACEFS}`, or use --transport ptrace"
+                ),
+            });
+        }
+    }
+    match find()? {
+        Some(r) => Ok(r),
+        None => Err(PerfError::NoTracefs {
+            reason: format!(
+                "tracefs is mounted at {TRACEFS} but has no uprobe_events: this kernel was built \
+                 without uprobe events (CONFIG_UPROBE_EVENTS)"
+            ),
+            hint: "use --transport ptrace".into(),
+        }),
+    }
+}
+
+/// A mounted tracefs with `uprobe_events`, if any.
+fn find() -> Result<Option<PathBuf>, PerfError> {
+    for r in [TRACEFS, DEBUGFS_TRACING] {
         let p = PathBuf::from(r);
         match std::fs::metadata(p.join("uprobe_events")) {
             Ok(_) => return Ok(Some(p)),
@@ -67,9 +121,7 @@ pub struct Uprobes {
 impl Uprobes {
     /// Finds tracefs and removes definitions left by dead wprobe processes.
     pub fn new() -> Result<Uprobes, PerfError> {
-        let root = root()?.ok_or_else(|| PerfError::NoUprobePmu {
-            reason: "tracefs with uprobe_events is not mounted at /sys/kernel/tracing".into(),
-        })?;
+        let root = root()?;
         let u = Uprobes {
             group: format!("wprobe_{}", std::process::id()),
             root,

@@ -251,6 +251,23 @@ pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> Result<(), Errno> {
     if r == -1 { Err(Errno::last()) } else { Ok(()) }
 }
 
+/// Mounts tracefs at `dir` (`mount -t tracefs nodev DIR`).
+pub fn mount_tracefs(dir: &str) -> Result<(), Errno> {
+    let target = std::ffi::CString::new(dir).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: every pointer is a live NUL-terminated string (or null for
+    // `data`, which tracefs does not need); mount reads them only.
+    let r = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
 /// Decoded `waitpid` status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
