@@ -43,7 +43,7 @@ pub fn root() -> Result<PathBuf, PerfError> {
     }
     match crate::provider::ptrace::sys::mount_tracefs(TRACEFS) {
         Ok(()) => {}
-        Err(e) if e == nix::errno::Errno::EBUSY => {} // mounted meanwhile
+        Err(nix::errno::Errno::EBUSY) => {} // mounted meanwhile
         Err(e) => {
             let why = if matches!(e, nix::errno::Errno::EPERM | nix::errno::Errno::EACCES) {
                 "wprobe may not mount it (that needs root or CAP_SYS_ADMIN)".to_string()
