@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # Installs what building and testing wprobe needs, idempotently: the wasm32
-# Rust target (guest SDK and examples) and the C toolchain pieces the tests
-# use to build their targets and C guests (gcc, clang, lld with wasm-ld).
-# Running it again changes nothing.
+# Rust target (guest SDK and examples), the C toolchain pieces the tests
+# use to build their targets and C guests (gcc, g++, clang, lld with
+# wasm-ld), gdb (the tests check what `exit 1` and `exit 3` leave for it),
+# and setpriv/unshare (util-linux: tests run wprobe as another user and in
+# a private mount namespace). Running it again changes nothing.
 set -euo pipefail
 
 if command -v rustup >/dev/null 2>&1; then
   rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add wasm32-unknown-unknown
 fi
 
+# Debian names wasm-ld per LLVM version; clang finds it under that name too.
+link_wasm_ld() {
+  if ! command -v wasm-ld >/dev/null 2>&1; then
+    for v in /usr/bin/wasm-ld-*; do
+      [ -x "$v" ] && ln -sf "$v" /usr/local/bin/wasm-ld 2>/dev/null && break
+    done
+  fi
+}
+link_wasm_ld
+
 missing=()
-for tool in gcc clang ld.lld wasm-ld; do
+TOOLS=(gcc g++ clang ld.lld wasm-ld gdb setpriv unshare)
+for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,7 +31,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   for t in "${missing[@]}"; do
     case "$t" in
       gcc) pkgs+=(gcc libc6-dev) ;;
+      g++) pkgs+=(g++) ;;
       clang) pkgs+=(clang) ;;
+      gdb) pkgs+=(gdb) ;;
+      setpriv | unshare) pkgs+=(util-linux) ;;
       ld.lld | wasm-ld) pkgs+=(lld) ;;
     esac
   done
@@ -29,12 +45,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
-# Debian names wasm-ld per LLVM version; clang finds it under that name too.
-if ! command -v wasm-ld >/dev/null 2>&1; then
-  for v in /usr/bin/wasm-ld-*; do
-    [ -x "$v" ] && ln -sf "$v" /usr/local/bin/wasm-ld 2>/dev/null && break
-  done
-fi
-for tool in gcc clang ld.lld wasm-ld; do
+link_wasm_ld
+for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup.sh: $tool is still missing" >&2; exit 1; }
 done
