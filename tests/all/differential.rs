@@ -30,8 +30,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
 #[derive(Default, Debug)]
 struct Stats {
     programs: u64,
+    /// Runs the programs would have made (inputs x probes).
+    planned: u64,
     runs: u64,
     discarded_programs: u64,
+    /// Planned runs not made because their program was discarded.
+    discarded_runs: u64,
     raised: u64,
     uncaught: u64,
     log_full: u64,
@@ -49,10 +53,14 @@ fn compiled_code_matches_the_interpreter_on_random_programs() {
     let seed = env_u64("WPROBE_DIFF_SEED", DEFAULT_SEED);
     let n = env_u64("WPROBE_DIFF_PROGRAMS", DEFAULT_PROGRAMS);
     let mut st = Stats::default();
+    let mut forms = [0u64; FORMS.len()];
     for i in 0..n {
         let pseed = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9));
         let mut r = Rng::new(pseed);
         let src = randprog::program(&mut r);
+        for (k, f) in FORMS.iter().enumerate() {
+            forms[k] += u64::from(src.contains(f));
+        }
         let outcome = catch_unwind(AssertUnwindSafe(|| run_program(&src, &mut r, &mut st)));
         if let Err(e) = outcome {
             eprintln!(
@@ -63,7 +71,11 @@ fn compiled_code_matches_the_interpreter_on_random_programs() {
         st.programs += 1;
     }
     println!("differential: {st:?}");
-    assert!(st.runs >= n * 4, "too many discarded cases: {st:?}");
+    assert_eq!(st.runs + st.discarded_runs, st.planned, "{st:?}");
+    assert!(
+        st.discarded_runs * 50 <= st.planned,
+        "more than 2% of the planned runs were discarded: {st:?}"
+    );
     assert!(
         st.nontrivial * 100 >= st.runs * 80,
         "fewer than 80% of runs were non-trivial: {st:?}"
@@ -72,7 +84,38 @@ fn compiled_code_matches_the_interpreter_on_random_programs() {
         st.raised > 0 && st.log_full > 0 && st.jmpmax > 0 && st.stack_traces > 0,
         "{st:?}"
     );
+    if n >= DEFAULT_PROGRAMS {
+        let missing: Vec<&str> = FORMS
+            .iter()
+            .zip(forms)
+            .filter(|(_, c)| *c == 0)
+            .map(|(f, _)| *f)
+            .collect();
+        assert!(missing.is_empty(), "forms never generated: {missing:?}");
+    }
 }
+
+/// Instruction forms the generator must produce (each in some program).
+const FORMS: &[&str] = &[
+    "\npop gv\n",
+    "\nmove gv\n",
+    "pop gv, ",
+    "move gv, ",
+    "pushh u8,",
+    "pushh u16,",
+    "pushh u32,",
+    "pushh u64,",
+    "poph u8,",
+    "poph u16,",
+    "poph u32,",
+    "poph u64,",
+    "exit 2\n",
+    "exit 1\n",
+    "exit 3\n",
+    "push procid",
+    "push task",
+    "push r, cpuid",
+];
 
 fn run_program(src: &str, r: &mut Rng, st: &mut Stats) {
     let program = build_text(src);
@@ -82,11 +125,14 @@ fn run_program(src: &str, r: &mut Rng, st: &mut Stats) {
     pair.limits.insn_budget = INSN_BUDGET;
     st.bounded_extent += u64::from(pair.facts.extent < 1024);
     st.elided += u64::from(pair.facts.elide);
+    st.planned += (INPUTS_PER_PROGRAM * probes) as u64;
     for input in 0..INPUTS_PER_PROGRAM {
         let env = randprog::hit(r);
         for probe in 0..probes {
             let Some(res) = pair.both(probe, &env, &format!("input {input}, probe {probe}")) else {
                 st.discarded_programs += 1;
+                st.discarded_runs +=
+                    (INPUTS_PER_PROGRAM * probes) as u64 - (input * probes + probe) as u64;
                 return;
             };
             st.runs += 1;
@@ -146,7 +192,11 @@ fn compiled_code_matches_the_interpreter_on_stack_disciplined_programs() {
         st.programs += 1;
     }
     println!("differential (disciplined): {st:?}");
-    assert!(st.runs >= n * 4, "too many discarded cases: {st:?}");
+    assert_eq!(st.runs + st.discarded_runs, st.planned, "{st:?}");
+    assert!(
+        st.discarded_runs * 50 <= st.planned,
+        "more than 2% of the planned runs were discarded: {st:?}"
+    );
     assert!(
         st.bounded_extent * 100 >= st.programs * 70 && st.elided * 100 >= st.programs * 45,
         // The rest log inside loops or procedures: a masked LOG_OVERFLOW

@@ -16,6 +16,12 @@ __attribute__((noinline)) long target(long i) {
     return i * 3 + 1;
 }
 
+// Called once, after every thread has finished: a probe point for
+// reading what handlers accumulated.
+__attribute__((noinline)) void report(unsigned long long total) {
+    asm volatile("" : : "r"(total));
+}
+
 static void *worker(void *arg) {
     unsigned long long sum = 0;
     for (long i = 0; n_calls == 0 || i < n_calls; i++) {
@@ -42,6 +48,7 @@ int main(int argc, char **argv) {
             total += (unsigned long)r;
         }
     }
+    report(total);
     printf("sum=%llu\n", total);
     return 0;
 }

@@ -157,7 +157,13 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         }
         22 => {
             let i = r.below(s.gvars + 2);
-            format!("push {i}\n{} gv", r.pick(&["push", "inc", "dec"]))
+            match r.below(5) {
+                0 => format!("push {i}\npush gv"),
+                1 => format!("push {i}\npush {}\npop gv", value(r)),
+                2 => format!("push {i}\nmove gv"),
+                3 => format!("push {i}\ninc gv"),
+                _ => format!("push {i}\ndec gv"),
+            }
         }
         23 => format!("push {}, {}", r.pick(&["r", "u"]), r.pick(READ_REGS)),
         24 => format!("push {}\npush r, cpuid", r.below(3)),
@@ -250,8 +256,8 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         56 => "push x".into(),
         57 if r.chance(40) => r
             .pick(&[
-                "exit", "abort", "remove", "exit 1", "exit 3", "exit 0", "exit 9", "suspend",
-                "resume", "ret",
+                "exit", "abort", "remove", "exit 1", "exit 2", "exit 3", "exit 0", "exit 9",
+                "suspend", "resume", "ret",
             ])
             .to_string(),
         58 => r
@@ -278,13 +284,19 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         62 => format!(
             "push {}\n{}",
             r.below(4),
-            r.pick(&["free", "push 0\npushh u64, 1", "push 4\npushh u16, 3"])
+            r.pick(&[
+                "free",
+                "push 0\npushh u64, 1",
+                "push 4\npushh u16, 3",
+                "push 2\npushh u8, 5",
+                "push 1\npushh u32, 2",
+            ])
         ),
         _ => format!(
             "push 7\npush {}\npush {}\npoph {}, 1",
             r.below(4),
             r.below(12),
-            r.pick(&["u8", "u32", "u64"])
+            r.pick(&["u8", "u16", "u32", "u64"])
         ),
     };
     out.push_str(&line);

@@ -31,6 +31,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(reads_after_a_handler_write_see_the_written_value),
     case!(records_go_to_the_file_given_with_o),
     case!(exit_1_hands_the_stopped_process_to_gdb, Need::Gdb),
+    case!(fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread),
 ];
 
 use crate::support::cli::{examples, probe_target, scratch, slow_target, stderr, wprobe, write};
@@ -435,12 +436,22 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
             _ => panic!("no target"),
         }
     };
-    // Every hit runs the handler: it counts in a global and emits no record.
+    // Every hit runs the handler: it counts in a global and emits no
+    // record; report(), called once after every thread has finished, logs
+    // the global.
     let p = write(
         "count.rpn",
         format!(
-            "name = {}\ngvars = 1\noffset = target\nopcode = 0x{op:02x}\n inc gv, 0\n abort\n",
-            exe.display()
+            "name = {}\ngvars = 1\noffset = target\nopcode = 0x{op:02x}\n inc gv, 0\n abort\n\
+             offset = report\nopcode = 0x{:02x}\n push gv, 0\n log 1\n",
+            exe.display(),
+            {
+                let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+                match elf.lookup("report") {
+                    runtime::elfsym::Lookup::Found(s) => elf.first_byte(s.value).unwrap(),
+                    _ => panic!("no report"),
+                }
+            }
         ),
     );
     let o = wprobe()
@@ -454,8 +465,21 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8(o.stdout).unwrap();
     let stats: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    assert_eq!(stats["hits"], 800_000, "{out}");
-    assert_eq!(stats["runs"], 800_000);
+    assert_eq!(stats["hits"], 800_001, "{out}");
+    assert_eq!(stats["runs"], 800_001);
+    assert_eq!(stats["probes"][0]["hits"], 800_000, "{out}");
+    let logged: Vec<serde_json::Value> = out
+        .lines()
+        .filter(|l| l.starts_with("{\"kind\":\"log\"") || l.contains("\"kind\":\"log\""))
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["items"][0]["values"].clone()
+        })
+        .collect();
+    assert_eq!(
+        logged,
+        [serde_json::json!([800_000])],
+        "the global the handler wrote"
+    );
     assert_eq!(stats["traps"], 0);
     // The program's own output (a checksum of every call) is unchanged.
     let traced_lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
@@ -724,4 +748,74 @@ fn exit_1_hands_the_stopped_process_to_gdb() {
         .args(["-KILL", &pid.to_string()])
         .status();
     assert_eq!(w.wait().unwrap().code(), Some(137));
+}
+
+/// What a handler sees of a real thread that is not the main thread, under
+/// ptrace: SSE and x87 registers the program loaded, default MXCSR and FCW,
+/// the CPU it is pinned to (`push procid`), its thread pointer (`push
+/// task`, equal to the `pthread_self()` it printed) and CPUID leaf 0.
+fn fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread() {
+    let exe = crate::support::cli::gcc(
+        "fpregs",
+        &crate::support::cli::progs().join("fpregs.c"),
+        &["-O2"],
+    );
+    let p = write(
+        "fpregs.rpn",
+        format!(
+            "name = {}\noffset = probed\nopcode = 0x{:02x}\n\
+             push r, xmm0\n log 2\n push r, fr0\n log 2\n push r, fr1\n log 2\n\
+             push r, mxcsr\n push r, fcw\n log 2\n push procid\n push task\n log 2\n\
+             push 0\n push r, cpuid\n log 4\n",
+            exe.display(),
+            crate::support::cli::opcode(&exe, "probed")
+        ),
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--format", "json", "--", "taskset", "-c", "0"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let self_ptr = out
+        .lines()
+        .find_map(|l| l.strip_prefix("self=0x"))
+        .map(|v| u64::from_str_radix(v, 16).unwrap())
+        .expect("the thread printed pthread_self()");
+    let log: serde_json::Value = out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["kind"] == "log")
+        .expect("one record");
+    let items: Vec<&serde_json::Value> = log["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["values"])
+        .collect();
+    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+    let id = unsafe { std::arch::x86_64::__cpuid(0) };
+    let want = [
+        // xmm0: low then high 64 bits.
+        serde_json::json!([0x1122_3344_5566_7788u64, 0x99aa_bbcc_ddee_ff00u64]),
+        // ST(0) = pi: significand, sign and exponent.
+        serde_json::json!([0xc90f_daa2_2168_c235u64, 0x4000]),
+        // ST(1) = 1.0.
+        serde_json::json!([0x8000_0000_0000_0000u64, 0x3fff]),
+        // FCW and MXCSR at their defaults.
+        serde_json::json!([0x37f, 0x1f80]),
+        // The thread pointer, and CPU 0 (taskset).
+        serde_json::json!([self_ptr, 0]),
+        // CPUID leaf 0: eax, ebx, ecx, edx.
+        serde_json::json!([id.eax, id.ebx, id.ecx, id.edx]),
+    ];
+    assert_eq!(items, want.iter().collect::<Vec<_>>(), "{out}");
+    assert_ne!(
+        log["tid"], log["pid"],
+        "a thread other than the main thread"
+    );
 }

@@ -383,7 +383,14 @@ fn sigkill_of_wprobe_leaves_the_target_running_unharmed() {
 
 fn attach_with_p_observes_all_threads_and_leaves_the_process_running() {
     let exe = calls();
-    let p = count_program(&exe, "count_attach.rpn", "target");
+    let p = write(
+        "log_attach.rpn",
+        format!(
+            "name = {}\noffset = target\nopcode = 0x{:02x}\n push r, rdi\n log 1\n",
+            exe.display(),
+            opcode(&exe, "target")
+        ),
+    );
     // Forever, 2 threads, 1 ms between calls.
     struct KillOnDrop(std::process::Child);
     impl Drop for KillOnDrop {
@@ -438,9 +445,37 @@ fn attach_with_p_observes_all_threads_and_leaves_the_process_running() {
         String::from_utf8_lossy(&o.stderr)
     );
     let out = String::from_utf8(o.stdout).unwrap();
-    let s: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let s = stats(&lines);
     let hits = s["hits"].as_u64().unwrap();
-    assert!(hits > 100, "both threads observed: {hits}");
+    // Both worker threads observed: records from exactly the two threads
+    // that call target() (not the main thread, which only joins them).
+    let pid = u64::from(target.0.id());
+    let workers: std::collections::BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .filter(|t| *t != pid)
+        .collect();
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    let tids: std::collections::BTreeSet<u64> = lines
+        .iter()
+        .filter(|v| v["kind"] == "log")
+        .map(|v| v["tid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        tids, workers,
+        "records of both worker threads ({hits} hits)"
+    );
+    assert!(
+        lines
+            .iter()
+            .filter(|v| v["kind"] == "log")
+            .all(|v| v["pid"] == pid)
+    );
+    assert_eq!(s["records"], s["hits"]);
     // Still running, and unpatched.
     assert!(
         target.0.try_wait().unwrap().is_none(),

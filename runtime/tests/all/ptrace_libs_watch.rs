@@ -119,7 +119,7 @@ fn watch_run(
     n: u64,
     threads: u64,
     arm: &dyn Fn(&mut Tracer, i32, &Path) -> Vec<WpId>,
-) -> (Seen, String) {
+) -> (Seen, String, u64) {
     let prog = build("watch", "watch.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
     let mut t = Tracer::launch(
@@ -130,6 +130,7 @@ fn watch_run(
     let pid = t.main_pid();
     let ids = arm(&mut t, pid, &prog);
     let g_write = addr_of(&mut t, pid, &prog, "g_write");
+    let bias = g_write - sym(&prog, "g_write").0;
     let mut seen: HashMap<_, Vec<(u64, u64, u64)>> = HashMap::new();
     let stop = AtomicBool::new(false);
     t.run(&stop, &mut |_, ev| {
@@ -144,14 +145,14 @@ fn watch_run(
         Action::Continue
     })
     .unwrap();
-    (seen, std::fs::read_to_string(&out).unwrap())
+    (seen, std::fs::read_to_string(&out).unwrap(), bias)
 }
 
 fn write_watchpoint_sees_each_write_after_it_happened() {
     let _t = timeout("ww", 120);
     let n = 500;
     let prog = build("watch", "watch.c", &["-O2", "-fPIE", "-pie"]);
-    let (seen, out) = watch_run(n, 0, &|t, pid, prog| {
+    let (seen, out, bias) = watch_run(n, 0, &|t, pid, prog| {
         let a = addr_of(t, pid, prog, "g_write");
         vec![t.insert_watchpoint(pid, a, 8, WatchKind::Write).unwrap()]
     });
@@ -160,11 +161,15 @@ fn write_watchpoint_sees_each_write_after_it_happened() {
     for (i, (_, val, _)) in v.iter().enumerate() {
         assert_eq!(*val, i as u64 + 1, "value visible after the write");
     }
-    let (main, size) = sym(&prog, "main");
-    let _ = (main, size);
-    // RIP is after the store: never the same as a store start for two hits in a row is
-    // not checkable in general; check it lies in main's code and is not a probe address.
-    assert!(v.iter().all(|(rip, _, _)| *rip != 0));
+    // RIP is the instruction after the store: main's one store to g_write.
+    let after = crate::support::disasm::after_stores(&prog, "main", "g_write");
+    assert_eq!(after.len(), 1, "{after:x?}");
+    assert!(
+        v.iter().all(|(rip, _, _)| rip - bias == after[0]),
+        "every hit right after main's store at {:#x}: {:x?}",
+        after[0],
+        &v[..3]
+    );
     assert!(out.starts_with("s="));
 }
 
@@ -173,7 +178,7 @@ fn read_write_and_exec_watchpoints() {
     let n = 300;
     let prog = build("watch", "watch.c", &["-O2", "-fPIE", "-pie"]);
     let fn_addr = std::cell::Cell::new(0);
-    let (seen, out) = watch_run(n, 0, &|t, pid, prog| {
+    let (seen, out, _) = watch_run(n, 0, &|t, pid, prog| {
         let r = addr_of(t, pid, prog, "g_read");
         let f = addr_of(t, pid, prog, "watched_fn");
         fn_addr.set(f);
@@ -198,7 +203,7 @@ fn read_write_and_exec_watchpoints() {
 fn watchpoint_on_threads_created_later() {
     let _t = timeout("wthreads", 120);
     let n = 2000;
-    let (seen, out) = watch_run(n, 4, &|t, pid, prog| {
+    let (seen, out, _) = watch_run(n, 4, &|t, pid, prog| {
         let a = addr_of(t, pid, prog, "g_shared");
         vec![t.insert_watchpoint(pid, a, 8, WatchKind::Write).unwrap()]
     });

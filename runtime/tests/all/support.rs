@@ -1,9 +1,11 @@
 //! Helpers shared by the runtime's real-process tests: the test registry
 //! ([`case`]), building and running targets and `wprobe` ([`cli`]), driving
-//! the ptrace provider directly ([`tracer`]), and the host-call oracle
+//! the ptrace provider directly ([`tracer`]), oracles decoded from the
+//! binaries ([`disasm`]), and the host-call oracle
 //! shared with the fuzz target ([`host_calls`]).
 
 pub mod case;
 pub mod cli;
+pub mod disasm;
 pub mod host_calls;
 pub mod tracer;
