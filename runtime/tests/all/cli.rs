@@ -797,8 +797,7 @@ fn fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread() {
         .iter()
         .map(|i| &i["values"])
         .collect();
-    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
-    let id = unsafe { std::arch::x86_64::__cpuid(0) };
+    let id = std::arch::x86_64::__cpuid(0);
     let want = [
         // xmm0: low then high 64 bits.
         serde_json::json!([0x1122_3344_5566_7788u64, 0x99aa_bbcc_ddee_ff00u64]),
