@@ -6,8 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --release --locked -p runtime --bin wprobe
-W=target/release/wprobe
-LIBC=$(ldd /bin/ls | awk '$1 == "libc.so.6" { print $3 }')
-OPCODE=$("$W" list "$LIBC" malloc | awk '$4 == "malloc" { print $3 }')
-echo "+ wprobe run guests/rpn/malloc_count.rpn -D LIBC=$LIBC -D MALLOC_OPCODE=$OPCODE -- ls -l /usr" >&2
-exec "$W" run guests/rpn/malloc_count.rpn -D "LIBC=$LIBC" -D "MALLOC_OPCODE=$OPCODE" -- ls -l /usr
+echo "+ wprobe run guests/rpn/malloc_count.rpn -- ls -l /usr" >&2
+exec target/release/wprobe run guests/rpn/malloc_count.rpn -- ls -l /usr

@@ -35,7 +35,7 @@ pub const MAX_PROBES: usize = 65535;
 /// Where symbols come from during one check.
 enum SymbolSource<'a> {
     Given(&'a dyn Symbols),
-    Elf(Option<ElfSymbols>),
+    Elf(Option<Box<ElfSymbols>>),
 }
 
 /// State shared by the checks of one file.
@@ -135,7 +135,10 @@ impl Ctx<'_> {
                     return None;
                 }
                 elf.get_or_insert_with(|| {
-                    ElfSymbols::with_dirs(&self.module, self.module_dirs.clone())
+                    Box::new(ElfSymbols::with_dirs(
+                        &self.module,
+                        self.module_dirs.clone(),
+                    ))
                 })
                 .lookup(name)
             }

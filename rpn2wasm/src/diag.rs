@@ -82,7 +82,8 @@ pub mod codes {
     pub const MAJOR_ZERO: &str = "E0037";
     /// `group =` / `type =` names a group or type not declared by `groupdef` / `typedef`.
     pub const UNDECLARED_GROUP: &str = "E0038";
-    /// Breakpoint probe without `opcode =`.
+    /// Retired: a breakpoint probe without `opcode =` was an error before
+    /// the runtime verified instruction boundaries itself (never reused).
     pub const MISSING_OPCODE: &str = "E0039";
     /// `opcode =` on a watchpoint probe.
     pub const OPCODE_ON_WATCHPOINT: &str = "E0040";
@@ -227,7 +228,10 @@ pub const CODES: &[(&str, &str)] = &[
         "major code 0 is reserved for stack-trace records",
     ),
     (codes::UNDECLARED_GROUP, "undeclared group or type"),
-    (codes::MISSING_OPCODE, "breakpoint probe without `opcode =`"),
+    (
+        codes::MISSING_OPCODE,
+        "(retired) breakpoint probe without `opcode =`",
+    ),
     (
         codes::OPCODE_ON_WATCHPOINT,
         "`opcode =` on a watchpoint probe",

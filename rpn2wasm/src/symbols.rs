@@ -1,12 +1,13 @@
 //! Symbol lookup for symbolic expressions (spec §2.7): exact match first,
 //! then a unique case-insensitive match. Two sources: [`ElfSymbols`] reads
-//! `.symtab` then `.dynsym` of the module file (lazily, on the first
-//! lookup, so a program without symbols never needs the file), and
-//! [`MapSymbols`] is an in-memory table for tests and tools. Nothing here
-//! touches a running process.
+//! the module file through `wprobe_elf` (lazily, on the first lookup, so a
+//! program without symbols never needs the file), with the very rule the
+//! runtime uses ([`wprobe_elf::ElfInfo::lookup`]: of several definitions
+//! of one name, the single global one); [`MapSymbols`] is an in-memory
+//! table for tests and tools. Nothing here touches a running process.
 
 use std::cell::OnceCell;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Why a symbol could not be resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,13 +71,12 @@ impl Symbols for MapSymbols {
     }
 }
 
-/// The symbols of an ELF file (`.symtab`, then `.dynsym`), read on the first
-/// lookup. Undefined symbols and section/file symbols are ignored.
+/// The symbols of a module file, read on the first lookup.
 #[derive(Debug)]
 pub struct ElfSymbols {
     module: String,
     dirs: Vec<PathBuf>,
-    table: OnceCell<Result<Vec<(String, u64)>, String>>,
+    info: OnceCell<Result<wprobe_elf::ElfInfo, String>>,
 }
 
 impl ElfSymbols {
@@ -92,24 +92,41 @@ impl ElfSymbols {
         ElfSymbols {
             module: module.to_string(),
             dirs,
-            table: OnceCell::new(),
+            info: OnceCell::new(),
         }
     }
 
-    fn table(&self) -> &Result<Vec<(String, u64)>, String> {
-        self.table.get_or_init(|| {
+    fn info(&self) -> &Result<wprobe_elf::ElfInfo, String> {
+        self.info.get_or_init(|| {
             let path = locate_module_in(&self.module, &self.dirs)?;
-            let bytes = std::fs::read(&path)
-                .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-            elf_symbols(&bytes).map_err(|e| format!("`{}`: {e}", path.display()))
+            wprobe_elf::ElfInfo::open(&path).map_err(|e| e.to_string())
         })
     }
 }
 
 impl Symbols for ElfSymbols {
     fn lookup(&self, name: &str) -> Result<(String, u64), SymbolError> {
-        match self.table() {
-            Ok(t) => resolve(t.iter().map(|(n, v)| (n.as_str(), *v)), name),
+        use wprobe_elf::Lookup;
+        match self.info() {
+            Ok(info) => match info.lookup(name) {
+                Lookup::Found(s) => Ok((s.name.clone(), s.value)),
+                Lookup::NotFound => Err(SymbolError::Unknown),
+                Lookup::Ambiguous(c) => {
+                    let mut names: Vec<String> = c
+                        .iter()
+                        .map(|s| {
+                            if c.iter().all(|o| o.name == s.name) {
+                                format!("{} at {:#x}", s.name, s.value)
+                            } else {
+                                s.name.clone()
+                            }
+                        })
+                        .collect();
+                    names.sort();
+                    names.dedup();
+                    Err(SymbolError::Ambiguous(names))
+                }
+            },
             Err(e) => Err(SymbolError::Module(e.clone())),
         }
     }
@@ -117,64 +134,15 @@ impl Symbols for ElfSymbols {
 
 /// Locates the module file (spec §5): a name containing `/` is a path; a
 /// bare name is looked for in the current directory, then in each directory
-/// of `PATH`.
+/// of `PATH`, then as the dynamic linker finds a library (soname, or a
+/// short name such as `libc`: see [`wprobe_elf::locate`]).
 pub fn locate_module(module: &str) -> Result<PathBuf, String> {
     locate_module_in(module, &[])
 }
 
 /// [`locate_module`] with extra directories searched after the current one.
 pub fn locate_module_in(module: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
-    if module.contains('/') {
-        let p = PathBuf::from(module);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("module file `{module}` not found"))
-        };
-    }
-    let here = Path::new(".").join(module);
-    if here.is_file() {
-        return Ok(here);
-    }
-    for d in dirs {
-        let p = d.join(module);
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join(module);
-            if p.is_file() {
-                return Ok(p);
-            }
-        }
-    }
-    Err(format!(
-        "module `{module}` not found in the current directory{}, or in PATH",
-        dirs.iter()
-            .map(|d| format!(", in {}", d.display()))
-            .collect::<String>()
-    ))
-}
-
-/// The defined symbols of an ELF image, `.symtab` first, then `.dynsym`.
-pub fn elf_symbols(bytes: &[u8]) -> Result<Vec<(String, u64)>, String> {
-    use goblin::elf::sym::{STT_FILE, STT_SECTION};
-    let elf = goblin::elf::Elf::parse(bytes).map_err(|e| format!("not a valid ELF file: {e}"))?;
-    let mut out = Vec::new();
-    for (syms, strs) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
-        for sym in syms.iter() {
-            if sym.st_shndx == 0 || matches!(sym.st_type(), STT_FILE | STT_SECTION) {
-                continue;
-            }
-            match strs.get_at(sym.st_name) {
-                Some(n) if !n.is_empty() => out.push((n.to_string(), sym.st_value)),
-                _ => {}
-            }
-        }
-    }
-    Ok(out)
+    wprobe_elf::locate::locate_file(module, dirs)
 }
 
 #[cfg(test)]
@@ -210,24 +178,5 @@ mod tests {
             Err(SymbolError::Module(m)) => assert!(m.contains("not found"), "{m}"),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn garbage_is_not_elf() {
-        assert!(elf_symbols(b"not an elf at all").is_err());
-        assert!(elf_symbols(&[]).is_err());
-    }
-
-    #[test]
-    fn reads_own_test_binary() {
-        // The test executable is an ELF file with a symbol table.
-        let exe = std::env::current_exe().unwrap();
-        let bytes = std::fs::read(&exe).unwrap();
-        let syms = elf_symbols(&bytes).unwrap();
-        assert!(
-            syms.iter().any(|(n, _)| n == "main"),
-            "no `main` in {}",
-            exe.display()
-        );
     }
 }

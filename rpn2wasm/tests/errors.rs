@@ -349,10 +349,6 @@ const CASES: &[(&str, &str)] = &[
         "name = t\n  push 1\n  ^ E0029\noffset = 0x1000\nopcode = 0x55\n",
     ),
     (
-        "missing opcode",
-        "name = t\noffset = main\n^ E0039\n  nop\n",
-    ),
-    (
         "forbidden opcode 0xCC",
         "name = t\noffset = main\nopcode = 0xcc\n         ^ E0041\n",
     ),
@@ -586,7 +582,8 @@ const CASES: &[(&str, &str)] = &[
             "  log 1 2\n",
             "        ^ E0023\n",
             "offset = bump\n",
-            "^ E0039\n",
+            "opcode = 0x9B\n",
+            "         ^ E0041\n",
             "  pbl 65\n",
             "      ^ E0025\n",
             "  call missing\n",

@@ -158,6 +158,14 @@ pub struct ListArgs {
     /// Include data objects, not only functions.
     #[arg(long)]
     pub all: bool,
+    /// Show symbol names as they are in the file (C++ and Rust names are
+    /// demangled by default; globs match either form).
+    #[arg(long)]
+    pub no_demangle: bool,
+    /// Demangle C++ and Rust names (the default; kept for tracef and
+    /// uftrace habits).
+    #[arg(short = 'C', long = "demangle", overrides_with = "no_demangle")]
+    pub demangle: bool,
 }
 
 /// `wprobe compile`.

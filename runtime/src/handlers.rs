@@ -30,13 +30,22 @@ pub struct Program {
     pub manifest: Manifest,
     /// Whether it writes registers or memory.
     pub writes: bool,
-    memory: Memory,
-    handlers: Vec<TypedFunc<(), i32>>,
+    /// `None` for a module that exports no memory (it imports no host
+    /// function taking pointers: the loader checks that).
+    memory: Option<Memory>,
+    handlers: Vec<Handler>,
     flush: Option<TypedFunc<(), i32>>,
     /// Fuel per hit.
     pub fuel: u64,
     /// The instance (for tests that inspect exports).
     pub instance: Instance,
+}
+
+/// A handler export: `() -> i32` returns an outcome code; `() -> ()`
+/// returns nothing, which means EXIT (docs/hostabi.md).
+enum Handler {
+    Outcome(TypedFunc<(), i32>),
+    Unit(TypedFunc<(), ()>),
 }
 
 /// The handlers of a run.
@@ -70,12 +79,17 @@ impl<E: HitEnv + 'static> Runner<E> {
     pub fn add(&mut self, m: &LoadedModule, fuel_override: Option<u64>) -> anyhow::Result<usize> {
         self.store.set_fuel(engine::FLUSH_FUEL)?;
         let instance = self.linker.instantiate(&mut self.store, &m.module)?;
-        let memory = instance
-            .get_memory(&mut self.store, hostabi::MEMORY_EXPORT)
-            .ok_or_else(|| anyhow::anyhow!("module does not export its memory"))?;
+        let memory = instance.get_memory(&mut self.store, hostabi::MEMORY_EXPORT);
         let mut handlers = Vec::with_capacity(m.manifest.probes.len());
         for p in &m.manifest.probes {
-            handlers.push(instance.get_typed_func::<(), i32>(&mut self.store, &p.export)?);
+            handlers.push(
+                match instance.get_typed_func::<(), i32>(&mut self.store, &p.export) {
+                    Ok(f) => Handler::Outcome(f),
+                    Err(_) => Handler::Unit(
+                        instance.get_typed_func::<(), ()>(&mut self.store, &p.export)?,
+                    ),
+                },
+            );
         }
         let flush = if m.has_flush {
             Some(instance.get_typed_func::<(), i32>(&mut self.store, hostabi::FLUSH_EXPORT)?)
@@ -100,11 +114,15 @@ impl<E: HitEnv + 'static> Runner<E> {
         // No clones on this path: a `TypedFunc` clone takes a reference on
         // its registered type (measurable per hit).
         let p = &self.programs[prog];
-        self.store.data_mut().memory = Some(p.memory);
+        self.store.data_mut().memory = p.memory;
         if self.store.set_fuel(p.fuel).is_err() {
             return RunOutcome::Trapped("fuel is not enabled".into());
         }
-        match p.handlers[probe].call(&mut self.store, ()) {
+        let res = match &p.handlers[probe] {
+            Handler::Outcome(f) => f.call(&mut self.store, ()),
+            Handler::Unit(f) => f.call(&mut self.store, ()).map(|()| Outcome::Exit as i32),
+        };
+        match res {
             Ok(code) => match Outcome::from_code(code) {
                 Some(o) => RunOutcome::Returned(o),
                 None => {
@@ -125,9 +143,13 @@ impl<E: HitEnv + 'static> Runner<E> {
         }
     }
 
-    /// Linear memory of a program (tests read local variables through it).
+    /// Linear memory of a program (tests read local variables through it);
+    /// empty when it exports none.
     pub fn memory(&self, prog: usize) -> &[u8] {
-        self.programs[prog].memory.data(&self.store)
+        match self.programs[prog].memory {
+            Some(m) => m.data(&self.store),
+            None => &[],
+        }
     }
 }
 

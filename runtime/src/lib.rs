@@ -12,7 +12,6 @@ pub mod benchcmd;
 pub mod cache;
 pub mod cli;
 pub mod coredump;
-pub mod elfsym;
 pub mod engine;
 pub mod format;
 pub mod handlers;

@@ -1,11 +1,14 @@
 //! `wprobe list (BINARY | -p PID) [GLOB]`: the probe-able symbols with their
-//! address, size and first opcode byte — what `offset =` and `opcode =` need.
+//! address, size and first opcode byte — what `offset =` and `opcode =` need
+//! — what decoding each function from its start verified (its instruction
+//! count: a probe without `opcode =` is armed only at one of those
+//! starts), its kind (an IFUNC symbol is a resolver, not the function), and
+//! its name demangled (C++, Rust) unless `--no-demangle`.
 
 use crate::cli::ListArgs;
-use crate::elfsym::{ElfInfo, SymKind};
 use std::fmt::Write as _;
-use std::path::Path;
 use std::process::ExitCode;
+use wprobe_elf::{ElfInfo, SymKind};
 
 /// Whether `name` matches the shell-style `glob` (`*`, `?`).
 pub fn glob_match(glob: &str, name: &str) -> bool {
@@ -30,6 +33,19 @@ pub fn glob_match(glob: &str, name: &str) -> bool {
     g[gi..].iter().all(|c| *c == '*')
 }
 
+/// What decoding a function from its start found, for the listing: the
+/// number of instructions when every byte decodes (any of their starts is
+/// a valid probe location without `opcode =`), else where decoding stops.
+fn code_column(elf: &ElfInfo, s: &wprobe_elf::Symbol) -> String {
+    if !s.is_code() || s.size == 0 {
+        return "-".into();
+    }
+    match wprobe_elf::disasm::decode_function(elf, s) {
+        (insns, None) => format!("{} insns", insns.len()),
+        (_, Some(bad)) => format!("bad@+{:#x}", bad - s.value),
+    }
+}
+
 /// Appends the listing of one module (run-time addresses = link-time + bias).
 pub fn list_module(
     out: &mut String,
@@ -37,12 +53,20 @@ pub fn list_module(
     bias: u64,
     glob: Option<&str>,
     all: bool,
+    demangle: bool,
 ) -> usize {
+    let shown = |s: &wprobe_elf::Symbol| -> String {
+        if demangle {
+            wprobe_elf::demangle(&s.name).into_owned()
+        } else {
+            s.name.clone()
+        }
+    };
     let mut rows: Vec<_> = elf
         .symbols
         .iter()
-        .filter(|s| all || s.kind == SymKind::Func)
-        .filter(|s| glob.is_none_or(|g| glob_match(g, &s.name)))
+        .filter(|s| all || s.is_code())
+        .filter(|s| glob.is_none_or(|g| glob_match(g, &s.name) || glob_match(g, &shown(s))))
         .collect();
     rows.sort_by_key(|s| (s.value, s.name.clone()));
     rows.dedup_by(|a, b| a.value == b.value && a.name == b.name);
@@ -51,12 +75,19 @@ pub fn list_module(
             .first_byte(s.value)
             .map(|b| format!("0x{b:02x}"))
             .unwrap_or_else(|| "  - ".into());
+        let kind = match s.kind {
+            SymKind::Func => "func",
+            SymKind::Ifunc => "ifunc",
+            SymKind::Object => "object",
+            SymKind::Other => "other",
+        };
         let _ = writeln!(
             out,
-            "{:#018x} {:>8} {op}  {}",
+            "{:#018x} {:>8} {op} {:>12} {kind:<6} {}",
             bias.wrapping_add(s.value),
             s.size,
-            s.name
+            code_column(elf, s),
+            shown(s)
         );
     }
     rows.len()
@@ -65,7 +96,11 @@ pub fn list_module(
 /// Runs the command.
 pub fn list(a: ListArgs) -> ExitCode {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<18} {:>8} op    symbol", "address", "size");
+    let _ = writeln!(
+        out,
+        "{:<18} {:>8} op   {:>12} kind   symbol",
+        "address", "size", "code"
+    );
     let (binary, glob) = match a.pid {
         Some(_) => (None, a.args.first().cloned()),
         None => (a.args.first().cloned(), a.args.get(1).cloned()),
@@ -89,7 +124,14 @@ pub fn list(a: ListArgs) -> ExitCode {
             match resolver.locate(&maps, &m.path, None) {
                 Ok(loc) => {
                     let _ = writeln!(out, "# {} (bias {:#x})", m.path, loc.bias);
-                    total += list_module(&mut out, &loc.elf, loc.bias, glob.as_deref(), a.all);
+                    total += list_module(
+                        &mut out,
+                        &loc.elf,
+                        loc.bias,
+                        glob.as_deref(),
+                        a.all,
+                        !a.no_demangle,
+                    );
                 }
                 Err(e) => {
                     let _ = writeln!(out, "# {}: {e}", m.path);
@@ -101,15 +143,23 @@ pub fn list(a: ListArgs) -> ExitCode {
             eprintln!("error: give a BINARY or -p PID");
             return ExitCode::from(1);
         };
-        match ElfInfo::open(Path::new(&b)) {
+        let path = match wprobe_elf::locate::locate_file(&b, &[]) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        match ElfInfo::open(&path) {
             Ok(elf) => {
                 if elf.is_dyn {
                     let _ = writeln!(
                         out,
-                        "# {b}: position-independent; addresses are link-time (offset =)"
+                        "# {}: position-independent; addresses are link-time (offset =)",
+                        path.display()
                     );
                 }
-                total += list_module(&mut out, &elf, 0, glob.as_deref(), a.all);
+                total += list_module(&mut out, &elf, 0, glob.as_deref(), a.all, !a.no_demangle);
             }
             Err(e) => {
                 eprintln!("error: {e}");

@@ -501,7 +501,14 @@ fn gate<'a>(
             expected: hostabi::ABI_VERSION,
         });
     }
-    if !facts.memory_export {
+    // Memory is how pointers reach the host: a module that imports no
+    // function taking one needs none.
+    let takes_pointers = facts.imports.iter().any(|n| {
+        HOST_IMPORTS
+            .iter()
+            .any(|i| i.name == n && i.params.iter().any(|(p, _)| p.ends_with("_ptr")))
+    });
+    if takes_pointers && !facts.memory_export {
         return Err(LoadError::NoMemory);
     }
     for p in &manifest.probes {
@@ -510,16 +517,21 @@ fn gate<'a>(
                 return Err(LoadError::BadHandler {
                     name: p.export.clone(),
                     problem: match facts.other_exports.get(&p.export) {
-                        Some(what) => format!("is {what}, handlers must be functions () -> (i32)"),
+                        Some(what) => {
+                            format!("is {what}, handlers must be functions () -> (i32) or () -> ()")
+                        }
                         None => "is not exported by the module".into(),
                     },
                 });
             }
-            Some(ft) if !(ft.params().is_empty() && ft.results() == [ValType::I32]) => {
+            Some(ft)
+                if !(ft.params().is_empty()
+                    && (ft.results() == [ValType::I32] || ft.results().is_empty())) =>
+            {
                 return Err(LoadError::BadHandler {
                     name: p.export.clone(),
                     problem: format!(
-                        "has type {}, handlers must be () -> (i32)",
+                        "has type {}, handlers must be () -> (i32), or () -> () (which means EXIT)",
                         sig_text(ft.params(), ft.results())
                     ),
                 });

@@ -182,7 +182,7 @@ pub fn module_mappings<'m>(maps: &'m [Mapping], key: &ModuleKey<'_>) -> Vec<&'m 
 /// Load bias of a module: run-time address minus link-time virtual address.
 ///
 /// `first_load` is the link-time `(p_vaddr, p_offset)` of the module's first
-/// `PT_LOAD` segment (see [`crate::elfsym::ElfInfo::first_load`]). The mapping
+/// `PT_LOAD` segment (see [`wprobe_elf::ElfInfo::first_load`]). The mapping
 /// of the module with the lowest file offset gives the run-time start of
 /// that segment: bias = (start − (map.offset − page(p_offset))) − page(p_vaddr).
 /// For an `ET_EXEC` file the bias is 0. `None` when the module is not mapped.

@@ -3,12 +3,12 @@
 //! load bias, and each probe's run-time address. ELF files are parsed once
 //! per run (cached by path); nothing here runs per hit.
 
-use crate::elfsym::{ElfInfo, Lookup};
 use crate::procmaps::{self, Mapping, ModuleKey};
 use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use wprobe_elf::{ElfInfo, Lookup};
 
 /// Why a probe could not be placed in a process.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +33,21 @@ pub enum ResolveError {
         path: String,
         /// The candidates.
         candidates: String,
+    },
+    /// The mapped module is not the file the program was built against.
+    #[error(
+        "`{symbol}` is at {mapped:#x} in {path}, but the program was built for it at {built:#x}: \
+         the process maps another build of the module; rebuild the program against it"
+    )]
+    ModuleChanged {
+        /// The location's symbol.
+        symbol: String,
+        /// The mapped file.
+        path: String,
+        /// The link-time value the program carries.
+        built: u64,
+        /// The value in the mapped file.
+        mapped: u64,
     },
     /// The module file cannot be read or parsed.
     #[error("{0}")]
@@ -64,10 +79,6 @@ pub struct Resolver {
     elves: HashMap<PathBuf, Rc<ElfInfo>>,
 }
 
-fn base_name(p: &str) -> &str {
-    p.rsplit('/').next().unwrap_or(p)
-}
-
 impl Resolver {
     /// The parsed ELF file at `path` (cached).
     pub fn elf(&mut self, path: &Path) -> Result<Rc<ElfInfo>, ResolveError> {
@@ -79,8 +90,9 @@ impl Resolver {
         Ok(e)
     }
 
-    /// Finds module `module` (a path, or a base name) among `maps`; `exe` is
-    /// the process's executable path (preferred for base names).
+    /// Finds module `module` among `maps`: a path, or a bare name (base
+    /// name, soname, or short library name such as `libc`); `exe` is the
+    /// process's executable path (preferred for bare names).
     pub fn locate(
         &mut self,
         maps: &[Mapping],
@@ -93,12 +105,22 @@ impl Resolver {
                 .find(|m| procmaps::maps_module(m, &key))
                 .map(|m| m.path.clone())
         } else {
-            let mut names: Vec<&str> = maps
-                .iter()
-                .filter(|m| m.is_file() && base_name(&m.path) == module)
-                .map(|m| m.path.as_str())
-                .collect();
-            names.dedup();
+            // Base name, soname or short library name (`libc`), as the
+            // user wrote it (see `wprobe_elf::locate`).
+            let mut names: Vec<&str> = Vec::new();
+            for m in maps.iter().filter(|m| m.is_file()) {
+                if names.contains(&m.path.as_str()) {
+                    continue;
+                }
+                let soname = || {
+                    self.elf(Path::new(&m.path))
+                        .ok()
+                        .and_then(|e| e.soname.clone())
+                };
+                if wprobe_elf::locate::matches_mapped(module, &m.path, soname) {
+                    names.push(m.path.as_str());
+                }
+            }
             match exe {
                 Some(e) if names.contains(&e) => Some(e.to_string()),
                 _ => names.first().map(|s| s.to_string()),
@@ -121,6 +143,20 @@ impl Resolver {
 /// the manifest did not carry a build-time value).
 pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
     if let Some(v) = p.value {
+        // The program was built against a file found by name; the process
+        // may map another build of the library (another version, another
+        // machine): the symbol must still be where the build saw it.
+        if let Some(s) = &p.location.symbol
+            && let Lookup::Found(sym) = elf.lookup(s)
+            && sym.value.wrapping_add(p.location.addend) != v
+        {
+            return Err(ResolveError::ModuleChanged {
+                symbol: s.clone(),
+                path: elf.path.display().to_string(),
+                built: v,
+                mapped: sym.value.wrapping_add(p.location.addend),
+            });
+        }
         return Ok(v);
     }
     match &p.location.symbol {

@@ -147,6 +147,11 @@ pub fn run(a: RunArgs) -> ExitCode {
     let armed = session.arm(&mut tracer, main, true);
     if armed == 0 && session.pending() == 0 {
         eprintln!("error: no probe could be armed in process {main}");
+        if a.pid.is_none() {
+            // The command never ran any of its own code: it does not run
+            // at all, as with bpftrace -c when attaching fails.
+            tracer.kill_launched();
+        }
         let _ = tracer.detach_all();
         return ExitCode::from(1);
     }

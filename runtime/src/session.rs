@@ -605,6 +605,10 @@ impl Session {
                             "opcode mismatch at {link:#x}: expected {op:#04x}, found {found:#04x}"
                         ));
                     }
+                    if self.opts.verify_opcodes && spec.opcode.is_none() {
+                        wprobe_elf::disasm::check_boundary(&elf, link)
+                            .map_err(|e| e.to_string())?;
+                    }
                     let probe = PerfProbe::Uprobe {
                         path: file.to_string_lossy().into_owned(),
                         offset: off,
@@ -693,9 +697,18 @@ impl Session {
             self.bias.insert((prog, pid), loc.bias);
             self.bias_default.entry(prog).or_insert(loc.bias);
             let is_bp = spec.kind == ProbeKind::Breakpoint;
+            let verify = self.opts.verify_opcodes;
             let res = crate::resolve::probe_address(spec, &loc, maps, &m.module)
                 .map_err(|e| e.to_string())
-                .and_then(|addr| Ok((addr, insert(pi, spec, addr, maps)?)));
+                .and_then(|addr| {
+                    if is_bp && verify && spec.opcode.is_none() {
+                        // No `opcode =` to check: the address must start an
+                        // instruction of its function, decoded from the file.
+                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.wrapping_sub(loc.bias))
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok((addr, insert(pi, spec, addr, maps)?))
+                });
             match res {
                 Ok((addr, a)) => {
                     if is_bp && matches!(a, Armed::Perf(_)) {

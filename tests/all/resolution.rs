@@ -17,9 +17,9 @@ fn progs() -> PathBuf {
 
 /// First byte of `sym` in `elf` (what `opcode =` must say).
 fn first_byte(elf: &Path, sym: &str) -> u8 {
-    let info = runtime::elfsym::ElfInfo::open(elf).unwrap();
+    let info = wprobe_elf::ElfInfo::open(elf).unwrap();
     let s = match info.lookup(sym) {
-        runtime::elfsym::Lookup::Found(s) => s.clone(),
+        wprobe_elf::Lookup::Found(s) => s.clone(),
         other => panic!("{sym}: {other:?}"),
     };
     info.first_byte(s.value).unwrap()

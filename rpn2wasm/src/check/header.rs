@@ -224,22 +224,14 @@ impl Ctx<'_> {
         // A watchpoint statement that failed to parse still makes this a
         // watchpoint for the opcode rule, to avoid a second error.
         let watch_given = seen.contains_key(&Key::Watchpoint);
-        match (watch_given, opcode_span) {
-            (false, None) => {
-                let d = Diagnostic::new(
-                    codes::MISSING_OPCODE,
-                    loc.key_span,
-                    "breakpoint probe without `opcode =`",
-                )
-                .with_note("give the first byte of the probed instruction, e.g. `opcode = 0x55`");
-                self.sink.push(d);
-            }
-            (true, Some(span)) => self.sink.error(
+        // A breakpoint probe without `opcode =` is verified at arming time
+        // by decoding its function (§6.2); a watchpoint has no opcode.
+        if let (true, Some(span)) = (watch_given, opcode_span) {
+            self.sink.error(
                 codes::OPCODE_ON_WATCHPOINT,
                 span,
                 "`opcode =` is not allowed on a watchpoint probe",
-            ),
-            _ => {}
+            );
         }
         self.location(loc, &mut p, watch_given)?;
         Some(p)

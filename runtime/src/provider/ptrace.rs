@@ -594,6 +594,32 @@ impl Tracer {
         Ok(t)
     }
 
+    /// Kills and reaps the launched command (and forgets it) when nothing
+    /// could be armed in it: it is still at its exec stop, so it has run
+    /// none of its own code. No effect on an attached process.
+    pub fn kill_launched(&mut self) {
+        let main = self.main_pid;
+        if !self.procs.get(&main).is_some_and(|p| p.launched) {
+            return;
+        }
+        let _ = sys::tgkill(main, main, libc::SIGKILL);
+        // Its exit-event stop (PTRACE_O_TRACEEXIT) must be let go before
+        // the exit status comes.
+        while let Ok(Some((_, raw))) = sys::wait(main, 0) {
+            match sys::decode_status(raw) {
+                sys::Status::Exited(_) | sys::Status::Signaled(_) => break,
+                _ => {
+                    let _ = sys::cont(main, 0);
+                }
+            }
+        }
+        if let Some(p) = self.procs.remove(&main) {
+            for t in p.threads {
+                self.threads.remove(&t);
+            }
+        }
+    }
+
     /// The launched or attached process.
     pub fn main_pid(&self) -> i32 {
         self.main_pid

@@ -299,9 +299,9 @@ fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
 
 fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
     let exe = slow_target();
-    let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
     let work = match elf.lookup("work") {
-        runtime::elfsym::Lookup::Found(s) => s.value,
+        wprobe_elf::Lookup::Found(s) => s.value,
         _ => panic!("no work"),
     };
     let original = elf.bytes_at(work, 16).unwrap().to_vec();
@@ -430,9 +430,9 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
     let plain = Command::new(&exe).args(["100000", "8"]).output().unwrap();
     assert!(plain.status.success());
     let op = {
-        let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+        let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
         match elf.lookup("target") {
-            runtime::elfsym::Lookup::Found(s) => elf.first_byte(s.value).unwrap(),
+            wprobe_elf::Lookup::Found(s) => elf.first_byte(s.value).unwrap(),
             _ => panic!("no target"),
         }
     };
@@ -446,9 +446,9 @@ fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
              offset = report\nopcode = 0x{:02x}\n push gv, 0\n log 1\n",
             exe.display(),
             {
-                let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+                let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
                 match elf.lookup("report") {
-                    runtime::elfsym::Lookup::Found(s) => elf.first_byte(s.value).unwrap(),
+                    wprobe_elf::Lookup::Found(s) => elf.first_byte(s.value).unwrap(),
                     _ => panic!("no report"),
                 }
             }

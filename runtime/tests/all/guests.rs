@@ -10,6 +10,7 @@ use crate::support::case::Case;
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
+    case!(a_handler_without_memory_or_result_runs_as_exit),
     case!(wat_examples_run_as_text_and_as_binary),
     case!(probe_flag_binds_exports_like_a_manifest_does),
     case!(probe_flag_errors_are_exact),
@@ -289,14 +290,14 @@ fn load_errors_are_exact() {
                 "(func (export \"h\") (result i32) i32.const 0)",
                 "(func (export \"h\") (param i32) (result i32) i32.const 0)",
             ),
-            "handler export `h` has type (i32) -> (i32), handlers must be () -> (i32)",
+            "handler export `h` has type (i32) -> (i32), handlers must be () -> (i32), or () -> () (which means EXIT)",
         ),
         (
             module(IMPORTS, &MANIFEST.replace("probe h", "probe g")).replace(
                 "(memory (export \"memory\") 1)",
                 "(memory (export \"memory\") 1) (global (export \"g\") i32 (i32.const 0))",
             ),
-            "handler export `g` is a global, handlers must be functions () -> (i32)",
+            "handler export `g` is a global, handlers must be functions () -> (i32) or () -> ()",
         ),
         (
             module(IMPORTS, &MANIFEST.replace("abi 1\n", "abi 1\nmajor 0\n")),
@@ -337,7 +338,12 @@ fn load_errors_are_exact() {
             "duplicate `wprobe.manifest` section (at offset 0x80)",
         ),
         (
-            module(IMPORTS, MANIFEST).replace("(memory (export \"memory\") 1)", "(memory 1)"),
+            module(
+                r#"
+  (import "wprobe" "read_mem" (func $read_mem (param i64 i32 i32) (result i32)))"#,
+                MANIFEST,
+            )
+            .replace("(memory (export \"memory\") 1)", "(memory 1)"),
             "module does not export its memory as `memory`",
         ),
         (
@@ -656,4 +662,42 @@ fn probe_flag_with_pid_defaults_to_the_process_executable() {
         .collect();
     assert!(!counts.is_empty() && counts.len() <= 500, "{counts:?}");
     assert_eq!(counts, (1..=counts.len() as u64).collect::<Vec<_>>());
+}
+
+/// A WAT handler that uses no memory needs no memory export, and a
+/// `() -> ()` handler is accepted as returning EXIT: it runs at every hit,
+/// counted as a normal end.
+fn a_handler_without_memory_or_result_runs_as_exit() {
+    let wat = write(
+        "unit.wat",
+        "(module (global $n (mut i64) (i64.const 0))\n\
+         (func (export \"h\") (global.set $n (i64.add (global.get $n) (i64.const 1)))))",
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&wat)
+        .args(["--probe", "target_fn=h", "--format", "json", "--"])
+        .arg(probe_target())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let stats: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (
+            &stats["hits"],
+            &stats["runs"],
+            &stats["traps"],
+            &stats["uncaught"],
+            &stats["records"]
+        ),
+        (
+            &serde_json::json!(3),
+            &serde_json::json!(3),
+            &serde_json::json!(0),
+            &serde_json::json!(0),
+            &serde_json::json!(0)
+        ),
+        "{out}"
+    );
 }

@@ -14,6 +14,7 @@ mod bench_cmd;
 mod cache;
 mod cli;
 mod guests;
+mod modules;
 mod perf_transport;
 mod ptrace_breakpoints;
 mod ptrace_libs_watch;
@@ -30,6 +31,7 @@ fn main() {
         cache::CASES,
         cli::CASES,
         guests::CASES,
+        modules::CASES,
         perf_transport::CASES,
         ptrace_breakpoints::CASES,
         ptrace_libs_watch::CASES,

@@ -357,7 +357,7 @@ fn sigkill_of_wprobe_leaves_the_target_running_unharmed() {
     let bias = {
         let maps = runtime::procmaps::read(target as i32).unwrap();
         let key = runtime::procmaps::canonical(&exe);
-        let info = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+        let info = wprobe_elf::ElfInfo::open(&exe).unwrap();
         runtime::procmaps::load_bias(
             &maps,
             &runtime::procmaps::ModuleKey::Path(&key),

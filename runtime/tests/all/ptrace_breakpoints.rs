@@ -128,7 +128,7 @@ fn all_instructions(policy: StepPolicy) -> (u64, runtime::provider::ptrace::RunS
     let mut t = Tracer::launch(&argv, opts()).unwrap();
     t.set_step_policy(policy);
     let pid = t.main_pid();
-    let info = runtime::elfsym::ElfInfo::open(&prog).unwrap();
+    let info = wprobe_elf::ElfInfo::open(&prog).unwrap();
     let mut expected: HashMap<BpId, (String, u64)> = HashMap::new();
     for f in [
         "f_push",

@@ -168,7 +168,7 @@ fn exec_test(from_thread: bool) {
                 assert_eq!(p, pid, "the tid is remapped to the process id");
                 execs += 1;
                 // The new image's text equals the file (no stale restore).
-                let info = runtime::elfsym::ElfInfo::open(&prog2).unwrap();
+                let info = wprobe_elf::ElfInfo::open(&prog2).unwrap();
                 let (v, size) = sym(&prog2, "target");
                 let a2 = addr_of(t, p, &prog2, "target");
                 assert_eq!(
@@ -281,7 +281,7 @@ fn job_control_stop_and_continue_t13() {
 
 /// Text of `target` in memory equals the file.
 fn text_equals_file(pid: i32, prog: &Path, addr: u64) {
-    let info = runtime::elfsym::ElfInfo::open(prog).unwrap();
+    let info = wprobe_elf::ElfInfo::open(prog).unwrap();
     let (v, size) = sym(prog, "target");
     assert_eq!(
         read_mem(pid, addr, size as usize),

@@ -103,10 +103,10 @@ fn check(transport: &str, n: usize) {
     assert!(plain.status.success());
     let want = String::from_utf8(plain.stdout).unwrap();
     // Link-time address → function index.
-    let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
     let index: HashMap<u64, usize> = (0..n)
         .map(|i| match elf.lookup(&format!("f{i}")) {
-            runtime::elfsym::Lookup::Found(s) => (s.value, i),
+            wprobe_elf::Lookup::Found(s) => (s.value, i),
             other => panic!("f{i}: {other:?}"),
         })
         .collect();

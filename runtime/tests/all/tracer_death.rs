@@ -148,9 +148,9 @@ struct Attached {
 
 fn attach_to_gated(env: &[(&str, &str)]) -> Attached {
     let exe = build("gated.c");
-    let elf = runtime::elfsym::ElfInfo::open(&exe).unwrap();
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
     let work = match elf.lookup("work") {
-        runtime::elfsym::Lookup::Found(s) => s.value,
+        wprobe_elf::Lookup::Found(s) => s.value,
         _ => panic!("no symbol work"),
     };
     let original = elf.bytes_at(work, 8).unwrap().to_vec();

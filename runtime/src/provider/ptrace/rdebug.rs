@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use crate::elfsym::{ElfInfo, Lookup};
 use crate::procmaps::{self, Mapping, ModuleKey};
+use wprobe_elf::{ElfInfo, Lookup};
 
 /// The dynamic linker's hooks in one process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -192,15 +192,15 @@ pub fn first_words(lines: &[serde_json::Value]) -> Vec<u64> {
 
 /// Link-time value of `sym` in `file`.
 pub fn sym(file: &Path, name: &str) -> u64 {
-    let info = runtime::elfsym::ElfInfo::open(file).unwrap();
+    let info = wprobe_elf::ElfInfo::open(file).unwrap();
     match info.lookup(name) {
-        runtime::elfsym::Lookup::Found(s) => s.value,
+        wprobe_elf::Lookup::Found(s) => s.value,
         other => panic!("{name}: {other:?}"),
     }
 }
 
 /// The first byte of function `name` (its `opcode =`).
 pub fn opcode(file: &Path, name: &str) -> u8 {
-    let info = runtime::elfsym::ElfInfo::open(file).unwrap();
+    let info = wprobe_elf::ElfInfo::open(file).unwrap();
     info.first_byte(sym(file, name)).unwrap()
 }

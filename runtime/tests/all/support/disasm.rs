@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use iced_x86::{Decoder, DecoderOptions, InstructionInfoFactory, OpAccess};
-use runtime::elfsym::{ElfInfo, Lookup};
+use wprobe_elf::{ElfInfo, Lookup};
 
 fn symbol(info: &ElfInfo, name: &str) -> (u64, u64) {
     match info.lookup(name) {

@@ -8,9 +8,9 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use runtime::elfsym::{ElfInfo, Lookup};
 use runtime::procmaps::{self, ModuleKey};
 use runtime::provider::ptrace::{ProviderError, TraceOptions, Tracer};
+use wprobe_elf::{ElfInfo, Lookup};
 
 static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
 

@@ -1,13 +1,22 @@
 //! ELF symbol tables of module files (executables and shared objects), read
 //! with goblin: `.symtab` and `.dynsym`, name → link-time value, size and
 //! first instruction byte; `ET_DYN` (PIE or shared object) detection; the
-//! first `PT_LOAD` segment for load-bias computation; the interpreter path.
-//! This is what symbol resolution and `wprobe list` need. Never panics on a
-//! malformed file: every failure is an [`ElfError`].
+//! first `PT_LOAD` segment for load-bias computation; the interpreter path
+//! and `DT_SONAME`. This is what symbol resolution, instruction-boundary
+//! checks and `wprobe list` need, for the compilers and the runtime alike
+//! (one reader, one matching rule: [`ElfInfo::lookup`]). Only regular files
+//! of at most [`MAX_MODULE_BYTES`] are read. Never panics on a malformed
+//! file: every failure is an [`ElfError`].
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use goblin::elf::{Elf, header, program_header, sym};
+
+/// Largest module file read (bytes). Real shared objects stay far below
+/// (a browser's largest library is about 200 MB); the bound keeps a path
+/// such as `/dev/zero` or a huge data file from exhausting memory.
+pub const MAX_MODULE_BYTES: u64 = 1 << 30;
 
 /// A failure to read or parse a module file.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +38,22 @@ pub enum ElfError {
         /// goblin's message.
         msg: String,
     },
+    /// Not a regular file (a device, a FIFO, a directory...).
+    #[error("{path}: not a regular file")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Larger than [`MAX_MODULE_BYTES`].
+    #[error(
+        "{path}: {size} bytes, more than the {MAX_MODULE_BYTES} bytes wprobe reads of a module"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
     /// The file is ELF but not x86-64 little-endian 64-bit.
     #[error("{path}: not an x86-64 ELF file (machine {machine})")]
     WrongArch {
@@ -42,8 +67,11 @@ pub enum ElfError {
 /// Kind of a symbol, from `st_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SymKind {
-    /// `STT_FUNC` (and `STT_GNU_IFUNC`).
+    /// `STT_FUNC`.
     Func,
+    /// `STT_GNU_IFUNC`: the symbol is the *resolver*, which the dynamic
+    /// linker calls once to choose the implementation (`strlen` in glibc).
+    Ifunc,
     /// `STT_OBJECT` and `STT_TLS`.
     Object,
     /// Anything else with a value (`STT_NOTYPE` labels, …).
@@ -67,6 +95,13 @@ pub struct Symbol {
     pub dynamic: bool,
 }
 
+impl Symbol {
+    /// Whether the symbol names code (a function or an IFUNC resolver).
+    pub fn is_code(&self) -> bool {
+        matches!(self.kind, SymKind::Func | SymKind::Ifunc)
+    }
+}
+
 /// What the tracer needs to know about one module file.
 #[derive(Debug)]
 pub struct ElfInfo {
@@ -80,6 +115,8 @@ pub struct ElfInfo {
     pub first_load: Option<(u64, u64)>,
     /// `PT_INTERP`, when present.
     pub interp: Option<String>,
+    /// `DT_SONAME`, when present (shared objects).
+    pub soname: Option<String>,
     /// Defined symbols, sorted by name then value; deduplicated across tables.
     pub symbols: Vec<Symbol>,
     /// `PT_LOAD` segments: `(p_vaddr, p_memsz, p_offset, p_filesz, p_flags)`.
@@ -99,12 +136,37 @@ pub enum Lookup<'a> {
 }
 
 impl ElfInfo {
-    /// Reads and parses a module file.
+    /// Reads and parses a module file: a regular file of at most
+    /// [`MAX_MODULE_BYTES`] (checked on the open file, and the read is
+    /// bounded too, in case it grows meanwhile).
     pub fn open(path: &Path) -> Result<ElfInfo, ElfError> {
-        let bytes = std::fs::read(path).map_err(|source| ElfError::Io {
+        let io = |source| ElfError::Io {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let f = std::fs::File::open(path).map_err(io)?;
+        let meta = f.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(ElfError::NotRegular {
+                path: path.to_path_buf(),
+            });
+        }
+        if meta.len() > MAX_MODULE_BYTES {
+            return Err(ElfError::TooLarge {
+                path: path.to_path_buf(),
+                size: meta.len(),
+            });
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        f.take(MAX_MODULE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.len() as u64 > MAX_MODULE_BYTES {
+            return Err(ElfError::TooLarge {
+                path: path.to_path_buf(),
+                size: bytes.len() as u64,
+            });
+        }
         Self::from_bytes(path, bytes)
     }
 
@@ -144,7 +206,8 @@ impl ElfInfo {
                         continue;
                     }
                     let kind = match s.st_type() {
-                        sym::STT_FUNC | sym::STT_GNU_IFUNC => SymKind::Func,
+                        sym::STT_FUNC => SymKind::Func,
+                        sym::STT_GNU_IFUNC => SymKind::Ifunc,
                         sym::STT_OBJECT | sym::STT_TLS => SymKind::Object,
                         _ => SymKind::Other,
                     };
@@ -168,6 +231,7 @@ impl ElfInfo {
             entry: elf.entry,
             first_load: segments.first().map(|s| (s.0, s.2)),
             interp: elf.interpreter.map(str::to_string),
+            soname: elf.soname.map(str::to_string),
             symbols,
             segments,
             bytes: Vec::new(),
@@ -216,7 +280,21 @@ impl ElfInfo {
             .filter(|s| {
                 s.value == vaddr || (s.value < vaddr && vaddr < s.value.saturating_add(s.size))
             })
-            .min_by_key(|s| (s.kind != SymKind::Func, vaddr - s.value))
+            .min_by_key(|s| (!s.is_code(), vaddr - s.value))
+    }
+
+    /// The function (with a size) whose code contains `vaddr`: the innermost
+    /// (latest start) when symbols overlap. Linear scan: arming-time only.
+    pub fn function_containing(&self, vaddr: u64) -> Option<&Symbol> {
+        self.symbols
+            .iter()
+            .filter(|s| {
+                s.is_code()
+                    && s.size > 0
+                    && s.value <= vaddr
+                    && vaddr < s.value.saturating_add(s.size)
+            })
+            .max_by_key(|s| (s.value, s.global))
     }
 
     /// File offset of link-time address `vaddr`, if it lies in a file-backed

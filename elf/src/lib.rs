@@ -1,0 +1,22 @@
+//! Module files as wprobe sees them, for the compilers (`rpn2wasm`, the
+//! one-liner front end) and the runtime alike, so that a name means the
+//! same thing everywhere:
+//!
+//! * [`info`]: ELF symbols and the one symbol-matching rule
+//!   ([`ElfInfo::lookup`]), segments, sonames; only regular files of
+//!   bounded size are read;
+//! * [`locate`]: which file a module name means (path, base name, soname,
+//!   short library name; `ld.so.cache` through [`ldcache`]);
+//! * [`disasm`]: instruction boundaries, decoded from a function's start;
+//! * [`demangle`]: C++ and Rust names as people read them.
+//!
+//! Nothing here touches a running process.
+
+pub mod demangle;
+pub mod disasm;
+pub mod info;
+pub mod ldcache;
+pub mod locate;
+
+pub use demangle::demangle;
+pub use info::{ElfError, ElfInfo, Lookup, MAX_MODULE_BYTES, SymKind, Symbol};
