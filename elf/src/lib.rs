@@ -8,7 +8,7 @@
 //! * [`locate`]: which file a module name means (path, base name, soname,
 //!   short library name; `ld.so.cache` through [`ldcache`]);
 //! * [`disasm`]: instruction boundaries, decoded from a function's start;
-//! * [`demangle`]: C++ and Rust names as people read them.
+//! * [`mod@demangle`]: C++ and Rust names as people read them.
 //!
 //! Nothing here touches a running process.
 
