@@ -7,6 +7,7 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
+    case!(signals_during_out_of_line_steps_never_repeat_a_hit, Need::Ptrace),
     case!(eight_threads_exact_count_t7, Need::Ptrace),
     case!(fork_followed_t4, Need::Ptrace),
     case!(fork_not_followed_children_exit_0_t4, Need::Ptrace),
@@ -32,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::support::tracer::*;
+use hostabi::env::HitEnv;
 use runtime::provider::ptrace::{Action, Event, ExitStatus, TraceOptions, Tracer};
 
 fn opts(follow: bool) -> TraceOptions {
@@ -502,5 +504,46 @@ fn handoff_to_debugger_leaves_the_process_stopped_and_clean() {
         std::fs::read_to_string(&out).unwrap(),
         format!("sum={sum}\n"),
         "resumed at the probe address"
+    );
+}
+
+/// Exactly one hit per call whatever signals arrive: a probe whose
+/// displaced instruction runs out of line (RIP-relative), 20,000 calls
+/// under a 200 µs SIGALRM timer, a handler that adds 1 to the argument.
+/// A signal that arrives between the handler and the displaced instruction
+/// must not run the handler (and its register write) a second time.
+fn signals_during_out_of_line_steps_never_repeat_a_hit() {
+    let _t = timeout("alarm_ool", 120);
+    let prog = build("alarm_ool", "alarm_ool.c", &["-O2"]);
+    let n: u64 = 20_000;
+    let out = out_file();
+    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string()]), opts(false)).unwrap();
+    let pid = t.main_pid();
+    let a = addr_of(&mut t, pid, &prog, "counted");
+    t.insert_breakpoint(pid, a, None).unwrap();
+    let mut hits = 0u64;
+    let stop = AtomicBool::new(false);
+    let mut gv = vec![0u64; 1];
+    let summary = t
+        .run(&stop, &mut |_, ev| {
+            if let Event::Breakpoint { hit, .. } = ev {
+                hits += 1;
+                hit.with_gvars(&mut gv, |env| {
+                    let rdi = env.read_reg(0x0A, 0).unwrap();
+                    assert_eq!(env.write_reg(0x0A, rdi + 1), hostabi::Status::Ok);
+                });
+            }
+            Action::Continue
+        })
+        .unwrap();
+    assert!(summary.out_of_line > 0, "{summary:?}");
+    assert!(summary.signals_forwarded > 0, "the timer fired: {summary:?}");
+    assert_eq!(hits, n, "{summary:?}");
+    // Each call returned i + 2 (the handler's +1 applied exactly once),
+    // and the function itself counted n calls.
+    let want_sum: u64 = (0..n).map(|i| i + 2).sum();
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        format!("calls={n} sum={want_sum} alarms>0=1\n")
     );
 }

@@ -476,6 +476,22 @@ impl Tracer {
         cb: Cb<'_>,
     ) -> Result<(), ProviderError> {
         regs.rip = addr;
+        // The second trap of a hit interrupted by a signal (see
+        // `Thread::rerun`): step over without running the handler again.
+        // Any other hit at or above that stack frame means the thread moved
+        // on (the signal handler left by longjmp, say): forget it. Hits
+        // below it are nested in the signal handler.
+        if let Some(th) = self.threads.get_mut(&tid)
+            && let Some((a, sp)) = th.rerun
+        {
+            if a == addr && sp == regs.rsp {
+                th.rerun = None;
+                return self.step_over(tid, pid, addr, regs);
+            }
+            if regs.rsp >= sp {
+                th.rerun = None;
+            }
+        }
         let p = &self.procs[&pid];
         let mem = p.mem.clone();
         let quiet = p.kind != ProcKind::Traced;
@@ -628,10 +644,13 @@ impl Tracer {
         }
         regs.rip = if regs.rip == jump {
             orig + u64::from(len)
-        } else if regs.rip == slot {
-            orig
         } else {
-            // Inside an expanded form of the instruction (not yet completed).
+            // At the slot, or inside an expanded form of the instruction
+            // (not yet completed): the instruction runs again from the
+            // probe, where the int3 traps a second time for this same hit.
+            if let Some(th) = self.threads.get_mut(&tid) {
+                th.rerun = Some((orig, regs.rsp));
+            }
             orig
         };
         let _ = sys::setregs(tid, &regs);

@@ -35,6 +35,13 @@ pub struct Thread {
     pub new: bool,
     /// `/proc/PID/task/TID/stat`, opened lazily by a hit's `cpu()`.
     pub stat: Option<File>,
+    /// A hit whose handler already ran but whose displaced instruction did
+    /// not execute (a signal arrived while the thread was about to run it
+    /// out of line; its PC was moved back to the probe so that the signal
+    /// handler sees the program's address): `(address, rsp)`. When the
+    /// thread traps there again with the same stack pointer, after the
+    /// signal handler returned, that is the same hit, not a new one.
+    pub rerun: Option<(u64, u64)>,
 }
 
 impl Thread {
@@ -46,6 +53,7 @@ impl Thread {
             sig: 0,
             new,
             stat: None,
+            rerun: None,
         }
     }
 }
