@@ -46,7 +46,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -363,49 +363,18 @@ impl PendingStore {
     }
 }
 
-/// The effective user id.
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Creates `dir` (mode 0700, parents too) if missing, then checks that it
-/// is a directory owned by the effective user and not writable by others.
+/// Creates `dir` if missing and checks that only the user can change it
+/// (see [`crate::privdir`]).
 fn trusted_dir(dir: &Path) -> Result<(), String> {
-    let meta = match std::fs::metadata(dir) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| format!("cannot create it: {e}"))?;
-            std::fs::metadata(dir).map_err(|e| e.to_string())?
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    if !meta.is_dir() {
-        return Err("not a directory".into());
-    }
-    trusted_owner_and_mode(&meta)
+    crate::privdir::ensure_dir(dir)
 }
 
-/// Owned by the effective user, not writable by group or others.
+/// Owned by the effective user, not writable by group or others:
+/// deserializing runs the entry's code.
 fn trusted_owner_and_mode(meta: &std::fs::Metadata) -> Result<(), String> {
-    if meta.uid() != euid() {
-        return Err(format!(
-            "owned by uid {}, not by the current user (uid {}); deserializing runs its code, so only the user's own files are used",
-            meta.uid(),
-            euid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "mode {:o} lets group or others write it; only files no one else can change are used",
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
+    crate::privdir::owner_and_mode(meta).map_err(|e| {
+        format!("{e}; deserializing runs its code, so only files no one else can change are used")
+    })
 }
 
 /// Reads the entry at `path` and returns it if it is trusted (see the

@@ -291,6 +291,13 @@ pub enum ArmError {
         /// Why.
         reason: &'static str,
     },
+    /// Attach mode: the patch could not be recorded in the journal that
+    /// `wprobe repair` needs if wprobe is killed, so it is not made.
+    #[error("not armed: {reason}")]
+    Journal {
+        /// What went wrong with the journal.
+        reason: String,
+    },
     /// Not traced.
     #[error("process {pid} is not traced")]
     NotTraced {
@@ -320,7 +327,9 @@ pub struct Tracer {
     hit: Hit,
     ids: Vec<BpId>,
     summary: RunSummary,
-    journal: Option<journal::Journal>,
+    /// Attach mode: the patch journal, or why it could not be created (then
+    /// no breakpoint is armed).
+    journal: Option<Result<journal::Journal, String>>,
     /// Exit statuses seen while the process could not be reported yet.
     exited: Vec<(i32, ExitStatus)>,
     /// Keeps the mappings returned by [`Tracer::maps`] alive.
@@ -589,7 +598,7 @@ impl Tracer {
                 });
             }
         }
-        t.journal = journal::Journal::create(pid).ok();
+        t.journal = Some(journal::Journal::create(pid).map_err(|e| e.to_string()));
         t.arm_rdebug(pid);
         Ok(t)
     }
@@ -746,9 +755,20 @@ impl Tracer {
         if insn.is_none() && !internal {
             return Err(ArmError::NotAnInstructionBoundary { addr });
         }
-        if !launched && let Some(j) = self.journal.as_mut() {
+        if !launched {
+            // Attach mode: never an int3 that `repair` could not undo.
             let inode = procmaps::find(&m.maps, addr).map_or(0, |mp| mp.inode);
-            let _ = j.record(addr, b[0], inode);
+            match self.journal.as_mut() {
+                Some(Ok(j)) => j.record(addr, b[0], inode).map_err(|e| ArmError::Journal {
+                    reason: format!("writing the patch journal: {e}"),
+                })?,
+                Some(Err(e)) => return Err(ArmError::Journal { reason: e.clone() }),
+                None => {
+                    return Err(ArmError::Journal {
+                        reason: "no patch journal".into(),
+                    });
+                }
+            }
         }
         m.poke(tid, addr, &[BREAKPOINT_INSN])
             .map_err(|e| ProviderError::sys("writing int3", pid, e))?;

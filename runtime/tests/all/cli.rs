@@ -8,6 +8,10 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
+    case!(
+        attach_journal_refuses_planted_directories_and_files,
+        Need::Root
+    ),
     case!(compile_errors_name_file_line_column_and_exit_1),
     case!(compile_writes_a_module_and_annotated_wat),
     case!(list_shows_address_size_and_first_byte),
@@ -555,14 +559,13 @@ fn repair_without_permission_explains_it_and_keeps_the_journal() {
     let pid = victim.id();
     let journal = dir.join("wprobe").join(format!("{pid}.journal"));
     std::fs::write(&journal, "401000 55 1\n").unwrap();
-    for p in [
-        scratch(),
-        dir.clone(),
-        dir.join("wprobe"),
-        exe.clone(),
-        journal.clone(),
-    ] {
-        let _ = Command::new("chmod").arg("a+rwx").arg(&p).status();
+    for p in [scratch(), dir.clone(), exe.clone()] {
+        let _ = Command::new("chmod").arg("a+rx").arg(&p).status();
+    }
+    // The journal is the user's own (as the one its wprobe wrote would be).
+    for (p, mode) in [(dir.join("wprobe"), "0700"), (journal.clone(), "0600")] {
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        let _ = Command::new("chmod").arg(mode).arg(&p).status();
     }
     let o = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -817,4 +820,97 @@ fn fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread() {
         log["tid"], log["pid"],
         "a thread other than the main thread"
     );
+}
+
+/// The attach journal is never written through what another user could
+/// have planted: a journal directory owned by someone else or a symlink is
+/// refused, an existing journal file (here a symlink to a file the attack
+/// wants overwritten) is neither followed nor truncated, and in every case
+/// no breakpoint is armed (nothing `wprobe repair` could not undo) and the
+/// process runs on untouched.
+fn attach_journal_refuses_planted_directories_and_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = slow_target();
+    let prog = write(
+        "journal_plant.rpn",
+        format!(
+            "name = {}\noffset = work\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    let victim = scratch().join("victim-file");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let mut target = Command::new(&exe)
+        .arg("100000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let base = scratch().join("journal-plants");
+    let _ = std::fs::remove_dir_all(&base);
+    let cases: [(&str, Box<dyn Fn(&Path)>, String); 3] = [
+        (
+            "other owner",
+            Box::new(|d: &Path| {
+                std::fs::create_dir_all(d).unwrap();
+                std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+            }),
+            "owned by uid 65534, not by the current user (uid 0)".to_string(),
+        ),
+        (
+            "symlinked directory",
+            Box::new(|d: &Path| {
+                let real = d.with_file_name("real-dir");
+                std::fs::create_dir_all(&real).unwrap();
+                std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+                std::os::unix::fs::symlink(&real, d).unwrap();
+            }),
+            "it is a symbolic link".to_string(),
+        ),
+        (
+            "planted journal",
+            Box::new(|d: &Path| {
+                std::fs::create_dir_all(d).unwrap();
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+                std::os::unix::fs::symlink(
+                    scratch().join("victim-file"),
+                    d.join(format!("{pid}.journal")),
+                )
+                .unwrap();
+            }),
+            format!(
+                "already exists: a wprobe attached to process {pid} was killed; run `wprobe repair --pid {pid}` first"
+            ),
+        ),
+    ];
+    for (i, (what, plant, want)) in cases.iter().enumerate() {
+        let xdg = base.join(format!("xdg{i}"));
+        std::fs::create_dir_all(&xdg).unwrap();
+        plant(&xdg.join("wprobe"));
+        let o = crate::support::cli::output_within(
+            {
+                let mut c = wprobe();
+                c.arg("run")
+                    .arg(&prog)
+                    .args(["-p", &pid.to_string()])
+                    .env("XDG_RUNTIME_DIR", &xdg);
+                c
+            },
+            30,
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains("not armed: "), "{what}: {err}");
+        assert!(err.contains(want.as_str()), "{what}: {err}");
+        assert!(
+            err.contains("error: no probe could be armed"),
+            "{what}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let work = crate::support::cli::sym(&exe, "work");
+    assert_ne!(live_bytes(pid, work, 1), [0xcc], "nothing armed");
+    assert!(target.try_wait().unwrap().is_none(), "the process runs on");
+    target.kill().unwrap();
+    target.wait().unwrap();
 }

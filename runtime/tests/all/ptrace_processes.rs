@@ -7,7 +7,10 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
-    case!(signals_during_out_of_line_steps_never_repeat_a_hit, Need::Ptrace),
+    case!(
+        signals_during_out_of_line_steps_never_repeat_a_hit,
+        Need::Ptrace
+    ),
     case!(eight_threads_exact_count_t7, Need::Ptrace),
     case!(fork_followed_t4, Need::Ptrace),
     case!(fork_not_followed_children_exit_0_t4, Need::Ptrace),
@@ -537,7 +540,10 @@ fn signals_during_out_of_line_steps_never_repeat_a_hit() {
         })
         .unwrap();
     assert!(summary.out_of_line > 0, "{summary:?}");
-    assert!(summary.signals_forwarded > 0, "the timer fired: {summary:?}");
+    assert!(
+        summary.signals_forwarded > 0,
+        "the timer fired: {summary:?}"
+    );
     assert_eq!(hits, n, "{summary:?}");
     // Each call returned i + 2 (the handler's +1 applied exactly once),
     // and the function itself counted n calls.

@@ -632,7 +632,7 @@ impl Tracer {
         if sys::getregs(tid, &mut regs).is_err() {
             return;
         }
-        let Some((slot, jump, orig, len)) = m.ool_at(regs.rip) else {
+        let Some((_slot, jump, orig, len)) = m.ool_at(regs.rip) else {
             return;
         };
         let restarting =
@@ -752,12 +752,9 @@ impl Tracer {
         for (t, _) in std::mem::take(&mut self.orphans) {
             let _ = sys::detach(t, 0);
         }
-        if let Some(j) = self.journal.take() {
-            if first_err.is_none() {
-                j.remove();
-            } else {
-                self.journal = Some(j);
-            }
+        match self.journal.take() {
+            Some(Ok(j)) if first_err.is_none() => j.remove(),
+            other => self.journal = other,
         }
         first_err.map_or(Ok(()), Err)
     }

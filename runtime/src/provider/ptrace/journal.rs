@@ -4,17 +4,24 @@
 //! `repair --pid N` can restore the bytes if the tracer was killed with
 //! SIGKILL. The file is removed after a clean detach. Launched commands need
 //! no journal (PTRACE_O_EXITKILL kills them with the tracer).
+//!
+//! The directory may be in `/tmp`, where any local user can plant a
+//! directory or a symlink before wprobe runs: it is used only when it is a
+//! directory of the user's own, writable by no one else
+//! ([`crate::privdir`]), and a journal is created only as a new file
+//! (`O_EXCL | O_NOFOLLOW`), never through a symlink and never over an
+//! existing file. A breakpoint that cannot be journaled is not armed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 /// Directory of journals: `$XDG_RUNTIME_DIR/wprobe`, or `/tmp/wprobe-UID`.
 pub fn dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("wprobe"),
-        // SAFETY: getuid has no preconditions and cannot fail.
-        _ => PathBuf::from(format!("/tmp/wprobe-{}", unsafe { libc::getuid() })),
+        _ => PathBuf::from(format!("/tmp/wprobe-{}", crate::privdir::euid())),
     }
 }
 
@@ -31,15 +38,39 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Creates (truncates) the journal of `pid`.
+    /// Creates the journal of `pid`: a new file (mode 0600) in a directory
+    /// only the user can change. An existing journal is an error: a wprobe
+    /// attached to the process was killed and its bytes may still be
+    /// patched (`wprobe repair`), or something else planted the file.
     pub fn create(pid: i32) -> io::Result<Journal> {
-        std::fs::create_dir_all(dir())?;
+        let d = dir();
+        crate::privdir::ensure_dir(&d).map_err(|problem| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("journal directory {}: {problem}", d.display()),
+            )
+        })?;
         let path = path(pid);
         let file = OpenOptions::new()
-            .create(true)
             .write(true)
-            .truncate(true)
-            .open(&path)?;
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists {
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "{} already exists: a wprobe attached to process {pid} was killed; \
+                             run `wprobe repair --pid {pid}` first",
+                            path.display()
+                        ),
+                    )
+                } else {
+                    io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+                }
+            })?;
         Ok(Journal { file, path })
     }
 
@@ -55,9 +86,23 @@ impl Journal {
     }
 }
 
-/// Entries of the journal of `pid`: (address, original byte, inode).
+/// Entries of the journal of `pid`: (address, original byte, inode). The
+/// file must be a regular file of the user's own, opened without following
+/// symlinks (the same rule as for creating it).
 pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
-    let f = File::open(path(pid))?;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path(pid))?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    crate::privdir::owner_and_mode(&meta)
+        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
     let mut out = Vec::new();
     for line in io::BufReader::new(f).lines() {
         let line = line?;
