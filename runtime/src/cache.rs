@@ -373,7 +373,11 @@ fn trusted_dir(dir: &Path) -> Result<(), String> {
 /// deserializing runs the entry's code.
 fn trusted_owner_and_mode(meta: &std::fs::Metadata) -> Result<(), String> {
     crate::privdir::owner_and_mode(meta).map_err(|e| {
-        format!("{e}; deserializing runs its code, so only files no one else can change are used")
+        if e.starts_with("owned by") {
+            format!("{e}; deserializing runs its code, so only the user's own files are used")
+        } else {
+            format!("{e}; only files no one else can change are used")
+        }
     })
 }
 

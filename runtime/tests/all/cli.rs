@@ -848,7 +848,8 @@ fn attach_journal_refuses_planted_directories_and_files() {
     let pid = target.id();
     let base = scratch().join("journal-plants");
     let _ = std::fs::remove_dir_all(&base);
-    let cases: [(&str, Box<dyn Fn(&Path)>, String); 3] = [
+    type Plant = Box<dyn Fn(&Path)>;
+    let cases: [(&str, Plant, String); 3] = [
         (
             "other owner",
             Box::new(|d: &Path| {
