@@ -848,8 +848,8 @@ fn attach_journal_refuses_planted_directories_and_files() {
     let pid = target.id();
     let base = scratch().join("journal-plants");
     let _ = std::fs::remove_dir_all(&base);
-    type Plant = Box<dyn Fn(&Path)>;
-    let cases: [(&str, Plant, String); 3] = [
+    type Plant<'a> = Box<dyn Fn(&Path) + 'a>;
+    let cases: [(&str, Plant<'_>, String); 3] = [
         (
             "other owner",
             Box::new(|d: &Path| {
