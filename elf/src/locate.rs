@@ -76,10 +76,10 @@ pub fn matches_mapped(name: &str, path: &str, soname: impl FnOnce() -> Option<St
 pub fn locate_file(module: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
     if module.contains('/') {
         let p = PathBuf::from(module);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("module file `{module}` not found"))
+        return match std::fs::metadata(&p) {
+            Ok(m) if m.is_file() => Ok(p),
+            Ok(_) => Err(format!("module file `{module}` is not a regular file")),
+            Err(_) => Err(format!("module file `{module}` not found")),
         };
     }
     let mut candidates: Vec<PathBuf> = vec![Path::new(".").join(module)];

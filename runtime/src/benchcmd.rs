@@ -88,8 +88,7 @@ pub fn load_bench_program_with_cache(
         let (wasm, program) = crate::programs::compile_rpn_for(path, &a.opts, &a.command)?;
         (wasm, Some(program))
     } else {
-        let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        (b, None)
+        (crate::programs::read_module_file(path)?, None)
     };
     let (module, outcome) = crate::load::load_cached(engine, &bytes, Some(path), None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;

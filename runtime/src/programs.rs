@@ -85,7 +85,7 @@ pub fn load_program_with_cache(
         let (wasm, _) = compile_rpn_for(path, &a.opts, &a.command)?;
         crate::load::load_cached(engine, &wasm, None, None, cache)
     } else {
-        let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let bytes = read_module_file(path)?;
         let cli = cli_manifest(&bytes, path, a)?;
         crate::load::load_cached(engine, &bytes, Some(path), cli, cache)
     };
@@ -166,7 +166,7 @@ fn default_module(a: &RunArgs) -> Option<String> {
 
 /// Function exports of a `.wasm` / `.wat` file (`None` when it does not load).
 fn exports_of(path: &Path) -> Option<Vec<String>> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = read_module_file(path).ok()?;
     let wasm = crate::load::to_wasm(&bytes).ok()?;
     let facts = crate::load::inspect(&wasm).ok()?;
     Some(facts.func_exports.into_keys().collect())
@@ -229,4 +229,33 @@ fn cli_manifest(
     }
     crate::probespec::manifest(&mine, facts.manifest.as_ref(), default_module(a).as_deref())
         .map(Some)
+}
+
+/// Largest `.wasm` or `.wat` file read (bytes): far above any handler
+/// module (the 1,000-instruction benchmark program is 40 KB), low enough
+/// that a wrong path cannot make wprobe read gigabytes.
+pub const MAX_MODULE_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads a handler module file: a regular file of at most
+/// [`MAX_MODULE_FILE_BYTES`] (`wprobe run /dev/zero` is an error, not an
+/// endless read).
+pub fn read_module_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let err = |e: std::io::Error| format!("reading {}: {e}", path.display());
+    let f = std::fs::File::open(path).map_err(err)?;
+    let meta = f.metadata().map_err(err)?;
+    if !meta.is_file() {
+        return Err(format!("reading {}: not a regular file", path.display()));
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_MODULE_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(err)?;
+    if bytes.len() as u64 > MAX_MODULE_FILE_BYTES {
+        return Err(format!(
+            "reading {}: larger than {MAX_MODULE_FILE_BYTES} bytes, not a handler module",
+            path.display()
+        ));
+    }
+    Ok(bytes)
 }

@@ -18,6 +18,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(compiler_and_runtime_choose_the_single_global_definition),
     case!(list_shows_what_it_verified_and_demangles),
     case!(a_program_built_for_another_build_of_the_module_is_refused),
+    case!(non_regular_files_are_refused_not_read),
 ];
 
 fn mallocs() -> PathBuf {
@@ -294,4 +295,62 @@ fn a_program_built_for_another_build_of_the_module_is_refused() {
         )),
         "{err}"
     );
+}
+
+/// Files that are not regular files are never read as modules: listing
+/// `/dev/zero`, running it as a program, or a `--probe` on a process that
+/// maps `/dev/zero` executable (which once read gigabytes until the OOM
+/// killer came) are immediate, clear errors.
+fn non_regular_files_are_refused_not_read() {
+    let o = wprobe().args(["list", "/dev/zero"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "error: module file `/dev/zero` is not a regular file\n"
+    );
+    let o = wprobe()
+        .args(["run", "/dev/zero", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "error: reading /dev/zero: not a regular file\n");
+    let exe = gcc("map_devzero", &progs().join("map_devzero.c"), &["-O1"]);
+    let mut target = std::process::Command::new(&exe)
+        .arg("30")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(target.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "mapped\n");
+    let wat = write(
+        "zero.wat",
+        "(module (func (export \"h\") (result i32) (i32.const 0)))",
+    );
+    let t0 = std::time::Instant::now();
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.arg("run")
+                .arg(&wat)
+                .args(["--probe", "zero:foo=h", "-p", &target.id().to_string()]);
+            c
+        },
+        30,
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("/dev/zero: not a regular file"), "{err}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(target.try_wait().unwrap().is_none(), "the process runs on");
+    target.kill().unwrap();
+    target.wait().unwrap();
 }
