@@ -131,6 +131,7 @@ fn outcome_text(o: &RunOutcome) -> String {
         .into(),
         RunOutcome::FuelExhausted => "fuel exhausted".into(),
         RunOutcome::Trapped(m) => format!("trap: {m}"),
+        RunOutcome::Interrupted => "interrupted".into(),
     }
 }
 

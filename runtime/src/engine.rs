@@ -39,6 +39,10 @@ pub const MAX_WASM_STACK_BYTES: usize = 512 << 10;
 pub fn new_engine() -> anyhow::Result<Engine> {
     let mut c = Config::new();
     c.consume_fuel(true);
+    // SIGINT/SIGTERM interrupt a running handler ([`interrupt_on`]): a
+    // handler given a huge `--fuel` never holds the target stopped or the
+    // user waiting.
+    c.epoch_interruption(true);
     c.max_wasm_stack(MAX_WASM_STACK_BYTES);
     c.cranelift_opt_level(OptLevel::Speed);
     if std::env::var_os("WPROBE_PERFMAP").is_some() {
@@ -58,3 +62,20 @@ pub fn fuel_for(jmpmax: u16, manifest_fuel: u64, override_fuel: Option<u64>) -> 
     }
     ((jmpmax as u64 + 1) * FUEL_PER_JUMP).clamp(MIN_DERIVED_FUEL, DEFAULT_FUEL_PER_HIT)
 }
+
+/// Interrupts any handler running in `engine` once `stop` becomes true
+/// (the flag SIGINT/SIGTERM set): a thread bumps the engine's epoch, and a
+/// handler run (whose deadline is the next epoch) traps at its next loop
+/// back-edge or call. Polls every [`INTERRUPT_POLL`].
+pub fn interrupt_on(engine: &Engine, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let engine = engine.clone();
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(INTERRUPT_POLL);
+        }
+        engine.increment_epoch();
+    });
+}
+
+/// How often the interrupt thread looks at the stop flag.
+pub const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(10);

@@ -22,6 +22,8 @@ pub enum RunOutcome {
     /// emitted through host calls before the trap are kept; compiled RPN
     /// emits its records at the end of a run, so a trap loses them.
     Trapped(String),
+    /// Interrupted because wprobe was asked to stop (SIGINT, SIGTERM).
+    Interrupted,
 }
 
 /// One loaded program: its instance and handler functions.
@@ -66,6 +68,9 @@ impl<E: HitEnv + 'static> Runner<E> {
             .build();
         let mut store = Store::new(engine, HostState::new(env, limits));
         store.limiter(|s| &mut s.limits);
+        // Calls outside `run` (instantiation, tests calling exports) also
+        // run until the engine's next epoch.
+        store.set_epoch_deadline(1);
         let mut linker = Linker::new(engine);
         add_to_linker(&mut linker)?;
         Ok(Runner {
@@ -118,6 +123,9 @@ impl<E: HitEnv + 'static> Runner<E> {
         if self.store.set_fuel(p.fuel).is_err() {
             return RunOutcome::Trapped("fuel is not enabled".into());
         }
+        // Runs until the engine's next epoch: `engine::interrupt_on` bumps
+        // it when wprobe is asked to stop.
+        self.store.set_epoch_deadline(1);
         let res = match &p.handlers[probe] {
             Handler::Outcome(f) => f.call(&mut self.store, ()),
             Handler::Unit(f) => f.call(&mut self.store, ()).map(|()| Outcome::Exit as i32),
@@ -130,7 +138,9 @@ impl<E: HitEnv + 'static> Runner<E> {
                 }
             },
             Err(e) => {
-                if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
+                if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                    RunOutcome::Interrupted
+                } else if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
                     if let Some(f) = &p.flush {
                         let _ = self.store.set_fuel(engine::FLUSH_FUEL);
                         let _ = f.call(&mut self.store, ());

@@ -79,6 +79,14 @@ fn st(s: Status) -> i32 {
 /// costs at most tens of units; the default budget still allows gigabytes.
 pub const BYTES_PER_FUEL: u64 = 16;
 
+/// Fuel charged for each call that reaches the traced process's memory
+/// (`read_mem`, `read_str`, `write_mem`, `check_access`), on top of the
+/// bytes moved: such a call may cost a system call, about a microsecond,
+/// the time of a thousand Wasm operators. A handler looping over
+/// unreadable addresses then exhausts its fuel after thousands of calls,
+/// not after millions (it once held a target 18 s per hit).
+pub const MEMORY_CALL_FUEL: u64 = 1_000;
+
 /// Records one handler run may emit; later `emit_log` / `emit_stacktrace`
 /// calls return `TOO_LARGE`. RPN handlers emit at most two per hit; this
 /// bounds the host memory a looping guest can make the runtime hold.
@@ -86,6 +94,12 @@ pub const MAX_RECORDS_PER_RUN: usize = 4096;
 
 /// Record data bytes one handler run may emit (same reason, 4 MiB).
 pub const MAX_RECORD_BYTES_PER_RUN: usize = 4 << 20;
+
+/// Charges fuel for a call reaching the traced process's memory that moves
+/// `bytes` ([`MEMORY_CALL_FUEL`] plus the bytes).
+fn charge_access<E>(c: &mut Caller<'_, HostState<E>>, bytes: u64) {
+    charge(c, bytes + MEMORY_CALL_FUEL * BYTES_PER_FUEL);
+}
 
 /// Charges fuel for `bytes` moved by a host import; a run whose fuel drops
 /// to zero traps with `OutOfFuel` at its next operator.
@@ -139,7 +153,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         name(ImportId::read_mem),
         |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, len: i32| -> wasmtime::Result<i32> {
             max_len(len, "read_mem")?;
-            charge(&mut c, len as u32 as u64);
+            charge_access(&mut c, len as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let r = range(data, dst, len, "read_mem")?;
@@ -151,7 +165,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         name(ImportId::read_str),
         |mut c: Caller<'_, HostState<E>>, addr: i64, dst: i32, max: i32| -> wasmtime::Result<i32> {
             max_len(max, "read_str")?;
-            charge(&mut c, max as u32 as u64);
+            charge_access(&mut c, max as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let r = range(data, dst, max, "read_str")?;
@@ -166,7 +180,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         name(ImportId::write_mem),
         |mut c: Caller<'_, HostState<E>>, addr: i64, src: i32, len: i32| -> wasmtime::Result<i32> {
             max_len(len, "write_mem")?;
-            charge(&mut c, len as u32 as u64);
+            charge_access(&mut c, len as u32 as u64);
             if !c.data().writes_allowed {
                 return Ok(st(Status::NotPermitted));
             }
@@ -185,6 +199,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
                 3 => true,
                 _ => return st(Status::BadArgument),
             };
+            charge_access(&mut c, 0);
             if c.data_mut().env.check_access(addr as u64, write) {
                 st(Status::Ok)
             } else {

@@ -112,6 +112,7 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    crate::engine::interrupt_on(&engine, stop.clone());
     if perf {
         return run_perf(&a, session, &stop, regs_read);
     }

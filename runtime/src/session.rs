@@ -818,6 +818,13 @@ impl Session {
                     );
                 }
             }
+            RunOutcome::Interrupted => {
+                st.traps += 1;
+                eprintln!(
+                    "wprobe: handler of {} interrupted: wprobe is stopping (counted as a trap)",
+                    self.probes[pi].label
+                );
+            }
             RunOutcome::Returned(Outcome::Uncaught) => st.uncaught += 1,
             RunOutcome::Returned(_) => {}
         }

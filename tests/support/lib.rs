@@ -193,7 +193,7 @@ impl Pair {
         let outcome = match &out {
             RunOutcome::Returned(o) => Some(*o),
             RunOutcome::FuelExhausted => Some(Outcome::BudgetExceeded),
-            RunOutcome::Trapped(_) => None,
+            RunOutcome::Trapped(_) | RunOutcome::Interrupted => None,
         };
         (HitResult { outcome, records }, data.env.clone(), out)
     }

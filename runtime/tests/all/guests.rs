@@ -613,6 +613,7 @@ fn the_guide_states_the_runtime_budgets() {
             host::MAX_RECORD_BYTES_PER_RUN >> 20
         ),
         format!("1 unit per {} bytes", host::BYTES_PER_FUEL),
+        format!("{} units per `read_mem`", grouped(host::MEMORY_CALL_FUEL)),
         format!("| linear memory | {} MiB", engine::MAX_MEMORY_BYTES >> 20),
         format!("{} KiB of native stack", engine::MAX_WASM_STACK_BYTES >> 10),
         format!("at most {} units", grouped(engine::DEFAULT_FUEL_PER_HIT)),

@@ -10,6 +10,8 @@ use crate::support::case::Case;
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
+    case!(a_handler_looping_over_unreadable_memory_is_bounded),
+    case!(sigint_interrupts_a_running_handler),
     case!(infinite_loop_is_stopped_by_fuel_at_every_hit_and_the_target_finishes),
     case!(a_loop_of_host_calls_is_stopped_by_fuel),
     case!(trapping_handlers_are_counted_and_the_target_continues),
@@ -273,8 +275,9 @@ fn records_of_one_run_are_bounded() {
 
 fn bulk_host_calls_are_charged_fuel() {
     // Each hit reads 60 KiB per iteration until fuel runs out, counting the
-    // iterations in memory; `bump` logs the total. 60 KiB cost 3,840 units,
-    // so 1,000,000 units allow 260 iterations (without the charge: ~90,000).
+    // iterations in memory; `bump` logs the total. 60 KiB cost 3,840 units
+    // and the call itself MEMORY_CALL_FUEL (1,000), so 1,000,000 units allow
+    // 207 iterations (without the charges: ~90,000).
     let wat = module(
         r#"(func (export "h") (result i32)
              (loop $l
@@ -292,7 +295,7 @@ fn bulk_host_calls_are_charged_fuel() {
     assert_eq!(o.target, [target_output(3)]);
     assert_eq!(
         o.records[0]["items"][0]["values"][0],
-        3 * 260,
+        3 * 207,
         "{:?}",
         o.records
     );
@@ -343,4 +346,109 @@ fn control_characters_from_a_guest_never_reach_the_terminal_raw() {
             );
         }
     }
+}
+
+/// A handler looping over an unreadable address (an `sx` handler that
+/// faults again) in a process with many mappings: each failed read costs a
+/// system call, charged as fuel, and the mappings are re-read at most once
+/// per hit. It once held the target 18 s per hit (every failed read
+/// re-read /proc/PID/maps); now every hit ends by fuel, quickly.
+fn a_handler_looping_over_unreadable_memory_is_bounded() {
+    let exe = crate::support::cli::gcc(
+        "many_maps",
+        &crate::support::cli::progs().join("many_maps.c"),
+        &["-O1"],
+    );
+    let p = crate::support::cli::write(
+        "unreadable_loop.rpn",
+        format!(
+            "name = {}\noffset = probe_low\nagain:\n sx again\n push 0x10\n push mem, u64\n exit\n\
+             offset = probe_high\nagain2:\n sx again2\n push 0x10\n push mem, u64\n exit\n",
+            exe.display()
+        ),
+    );
+    let t0 = std::time::Instant::now();
+    let (lines, err, code) = crate::support::cli::run("ptrace", &[&p], &[exe.to_str().unwrap()]);
+    let took = t0.elapsed();
+    assert_eq!(code, Some(0), "{err}");
+    let s = crate::support::cli::stats(&lines);
+    assert_eq!(
+        (&s["hits"], &s["fuel_exhausted"]),
+        (&2.into(), &2.into()),
+        "{err}"
+    );
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+}
+
+/// SIGINT stops wprobe while a handler runs with an enormous fuel budget:
+/// the handler is interrupted (counted), wprobe detaches and exits at once,
+/// and the attached process runs on, unpatched.
+fn sigint_interrupts_a_running_handler() {
+    let exe = crate::support::cli::slow_target();
+    let work = crate::support::cli::sym(&exe, "work");
+    let wat = crate::support::cli::write(
+        "spin.wat",
+        "(module (func (export \"h\") (result i32) (loop $l (br $l)) (i32.const 0)))",
+    );
+    let mut target = std::process::Command::new(&exe)
+        .arg("100000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let w = crate::support::cli::wprobe()
+        .arg("run")
+        .arg(&wat)
+        .args(["--probe", "work=h", "--fuel", "1000000000000000", "-p"])
+        .arg(pid.to_string())
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Armed, and a hit's handler spinning: the target's thread is stopped.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let state = st
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+        if state == "t" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no hit within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t0 = std::time::Instant::now();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &w.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = w.wait_with_output().unwrap();
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        t0.elapsed()
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("interrupted: wprobe is stopping"), "{err}");
+    let mut b = [0u8];
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        f.read_exact_at(&mut b, work).unwrap();
+    }
+    assert_ne!(b[0], 0xcc, "unpatched");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(target.try_wait().unwrap().is_none(), "the process runs on");
+    target.kill().unwrap();
+    target.wait().unwrap();
 }

@@ -118,6 +118,7 @@ impl Hit {
         self.fp = None;
         self.dr_valid = 0;
         self.now = sys::realtime_ns();
+        mem.borrow_mut().may_refresh = true;
         self.mem = Some(mem);
         *self.stat.get_mut() = stat;
         self.module_bias = 0;

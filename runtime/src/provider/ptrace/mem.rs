@@ -75,6 +75,10 @@ pub struct ProcMem {
     pub syscall_insn: Option<u64>,
     /// Slots by address: (slot, jump back, original address, original length).
     pub ool_index: Vec<(u64, u64, u64, u8)>,
+    /// Whether an access outside the cached mappings may re-read
+    /// `/proc/PID/maps` (once per stop: a handler looping over an unmapped
+    /// address must not re-read the maps of a large process each time).
+    pub may_refresh: bool,
 }
 
 impl ProcMem {
@@ -96,6 +100,7 @@ impl ProcMem {
             scratch_failed: false,
             syscall_insn: None,
             ool_index: Vec::new(),
+            may_refresh: true,
         }
     }
 
@@ -182,12 +187,14 @@ impl ProcMem {
         at - addr
     }
 
-    /// Like `range_ok_in` on the cached maps, refreshing them once on a miss.
+    /// Like `range_ok_in` on the cached maps, refreshing them on a miss at
+    /// most once per stop (see [`ProcMem::may_refresh`]).
     pub fn range_ok(&mut self, addr: u64, len: u64, write: bool) -> u64 {
         let n = Self::range_ok_in(&self.maps, addr, len, write);
-        if n == len {
+        if n == len || !self.may_refresh {
             return n;
         }
+        self.may_refresh = false;
         self.refresh_maps();
         Self::range_ok_in(&self.maps, addr, len, write)
     }
