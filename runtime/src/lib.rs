@@ -28,4 +28,5 @@ pub mod resolve;
 pub mod runcmd;
 pub mod session;
 pub mod sink;
+pub mod stopsig;
 pub mod watdump;

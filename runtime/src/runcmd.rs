@@ -13,7 +13,6 @@ use crate::regscan::RegsRead;
 use crate::session::{RunOptions, Session};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
@@ -100,21 +99,17 @@ pub fn run(a: RunArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGPIPE,
-    ] {
-        if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
+    let signals = match crate::stopsig::StopSignals::install() {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("error: installing a signal handler: {e}");
             return ExitCode::from(2);
         }
-    }
+    };
+    let stop = signals.stop.clone();
     crate::engine::interrupt_on(&engine, stop.clone());
     if perf {
-        return run_perf(&a, session, &stop, regs_read);
+        return run_perf(&a, session, &signals, regs_read);
     }
     let mut tracer = match a.pid {
         Some(pid) => {
@@ -166,28 +161,49 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     };
     session.summary();
-    // A launched command handed off to a debugger is still our child (and
-    // dies with us): wait for the debugging session to end.
-    if a.pid.is_none() && status.is_none() && session.handed_off().contains(&main) {
-        eprintln!("wprobe: waiting for process {main} (handed off to a debugger) to exit");
-        use nix::sys::wait::{WaitStatus, waitpid};
-        status = loop {
-            match waitpid(nix::unistd::Pid::from_raw(main), None) {
-                Ok(WaitStatus::Exited(_, c)) => break Some(ExitStatus::Code(c)),
-                Ok(WaitStatus::Signaled(_, sig, _)) => break Some(ExitStatus::Signal(sig as i32)),
-                Err(nix::errno::Errno::EINTR) if stop.load(std::sync::atomic::Ordering::SeqCst) => {
-                    break None;
-                }
-                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => break None,
-            }
-        };
+    // It may have ended while wprobe was detaching (of that very signal).
+    status = status.or(tracer.exit_status(main));
+    if a.pid.is_none() && status.is_none() {
+        // The command was detached (a stopping signal, or a debugger
+        // hand-off) but is still our child, and would die with us: give it
+        // the signal that stopped wprobe, as it would have had it untraced,
+        // and wait for it.
+        if session.handed_off().contains(&main) {
+            eprintln!("wprobe: waiting for process {main} (handed off to a debugger) to exit");
+        } else if let Some(sig) = signals.forward_after_detach(main, &tracer.detach_signals(main)) {
+            eprintln!(
+                "wprobe: detached; signal {sig} passed on to process {main}, waiting for it to exit"
+            );
+        } else {
+            eprintln!("wprobe: detached; waiting for process {main} to exit");
+        }
+        status = wait_child(main);
     }
     exit_code(status)
 }
 
+/// Waits for our child `pid` to exit (after it was detached); `None` if it
+/// cannot be waited for.
+fn wait_child(pid: i32) -> Option<ExitStatus> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    loop {
+        match waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, c)) => return Some(ExitStatus::Code(c)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(ExitStatus::Signal(sig as i32)),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
 /// `--transport perf`: open the events, let the target run, handle samples.
-fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: RegsRead) -> ExitCode {
+fn run_perf(
+    a: &RunArgs,
+    mut session: Session,
+    signals: &crate::stopsig::StopSignals,
+    regs_read: RegsRead,
+) -> ExitCode {
+    let stop: &AtomicBool = &signals.stop;
     let opts = PerfOptions {
         follow_forks: a.follow,
         stack_bytes: if session.reads_memory() {
@@ -239,7 +255,7 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: Reg
             session.pending()
         );
     }
-    let status = match session.run_perf(&mut tracer, stop) {
+    let mut status = match session.run_perf(&mut tracer, stop) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -248,5 +264,15 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: Reg
         }
     };
     session.summary();
+    if a.pid.is_none() && status.is_none() {
+        // Stopped by a signal: the command runs on untraced; it gets the
+        // signal as it would have untraced, and wprobe waits for it.
+        if let Some(sig) = signals.forward_after_detach(main, &[]) {
+            eprintln!("wprobe: signal {sig} passed on to process {main}, waiting for it to exit");
+        } else {
+            eprintln!("wprobe: waiting for process {main} to exit");
+        }
+        status = wait_child(main);
+    }
     exit_code(status)
 }

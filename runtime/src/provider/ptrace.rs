@@ -334,6 +334,8 @@ pub struct Tracer {
     exited: Vec<(i32, ExitStatus)>,
     /// Keeps the mappings returned by [`Tracer::maps`] alive.
     maps_cache: Option<Rc<Vec<Mapping>>>,
+    /// Signals delivered to threads as they were detached: `(pid, signal)`.
+    detach_signals: Vec<(i32, i32)>,
     /// The thread whose breakpoint hit is being handled, and the address:
     /// its program counter is still past the `int3` in the kernel, so a
     /// detach while the handler runs (a panic unwinding) must rewind it.
@@ -383,6 +385,7 @@ impl Tracer {
             journal: None,
             exited: Vec::new(),
             maps_cache: None,
+            detach_signals: Vec::new(),
             in_flight: None,
         }
     }
@@ -627,6 +630,22 @@ impl Tracer {
                 self.threads.remove(&t);
             }
         }
+    }
+
+    /// How `pid` ended, when it ended while it could not be reported as an
+    /// event (during a detach).
+    pub fn exit_status(&self, pid: i32) -> Option<ExitStatus> {
+        self.exited.iter().find(|(p, _)| *p == pid).map(|(_, s)| *s)
+    }
+
+    /// The signals the threads of `pid` were given when they were detached
+    /// (signals that had stopped them and were passed on).
+    pub fn detach_signals(&self, pid: i32) -> Vec<i32> {
+        self.detach_signals
+            .iter()
+            .filter(|(p, _)| *p == pid)
+            .map(|(_, s)| *s)
+            .collect()
     }
 
     /// The launched or attached process.

@@ -8,6 +8,8 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
+    case!(ctrl_c_in_a_terminal_reaches_the_command_once, Need::Script),
+    case!(a_stopping_signal_reaches_the_command_and_the_status_says_what_happened @ per_transport),
     case!(
         attach_journal_refuses_planted_directories_and_files,
         Need::Root
@@ -914,4 +916,99 @@ fn attach_journal_refuses_planted_directories_and_files() {
     assert!(target.try_wait().unwrap().is_none(), "the process runs on");
     target.kill().unwrap();
     target.wait().unwrap();
+}
+
+/// SIGTERM or SIGINT sent to `wprobe run -- CMD`: wprobe detaches cleanly,
+/// the command receives the signal as it would untraced (its handler runs,
+/// or the default action kills it), and wprobe exits with the command's
+/// status (128 + signal when it was killed), under every transport.
+fn a_stopping_signal_reaches_the_command_and_the_status_says_what_happened(tr: &'static str) {
+    let exe = crate::support::cli::gcc(
+        "term_handler",
+        &crate::support::cli::progs().join("term_handler.c"),
+        &["-O1"],
+    );
+    let p = write(
+        &format!("tick_{tr}.rpn"),
+        format!(
+            "name = {}\noffset = tick\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    for (sig, want_out, want_code) in [
+        ("TERM", "got TERM\n", 3),
+        // SIGINT's default action kills the command: 128 + 2.
+        ("INT", "", 130),
+    ] {
+        let mut w = wprobe()
+            .arg("run")
+            .arg(&p)
+            .args(["--transport", tr, "-o", "/dev/null", "--"])
+            .arg(&exe)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(w.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            Command::new("kill")
+                .args([&format!("-{sig}"), &w.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        let st = w.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(rest, want_out, "{tr} SIG{sig}: {err}");
+        assert_eq!(st.code(), Some(want_code), "{tr} SIG{sig}: {err}");
+        assert!(err.contains("passed on to process"), "{tr} SIG{sig}: {err}");
+    }
+}
+
+/// Ctrl-C in a terminal: the kernel sends SIGINT to the whole foreground
+/// process group, so the command has its own; wprobe detaches, does not
+/// send it a second one, and exits with the command's status (130).
+fn ctrl_c_in_a_terminal_reaches_the_command_once() {
+    let exe = crate::support::cli::gcc(
+        "term_handler",
+        &crate::support::cli::progs().join("term_handler.c"),
+        &["-O1"],
+    );
+    let p = write(
+        "tick_tty.rpn",
+        format!(
+            "name = {}\noffset = tick\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    // `script` runs the command line on a new terminal; a 0x03 written to
+    // its input is the terminal's Ctrl-C.
+    let line = format!(
+        "{} run {} -o /dev/null -- {}; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_wprobe"),
+        p.display(),
+        exe.display()
+    );
+    let mut s = Command::new("script")
+        .args(["-qfec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = s.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    std::io::Write::write_all(&mut input, b"\x03").unwrap();
+    let o = crate::support::cli::output_within_child(s, 30);
+    drop(input);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("EXIT=130"), "{out}");
+    assert!(!out.contains("passed on"), "{out}");
 }

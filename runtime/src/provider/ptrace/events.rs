@@ -837,6 +837,9 @@ impl Tracer {
                 (_, Some(th)) if th.state == TState::Held => th.sig,
                 _ => 0,
             };
+            if sig != 0 && handoff.is_none() {
+                self.detach_signals.push((pid, sig));
+            }
             let _ = sys::detach(t, sig);
             self.threads.remove(&t);
         }

@@ -24,6 +24,8 @@ pub enum Need {
     Setpriv,
     /// `unshare`, for tests in a private mount namespace.
     Unshare,
+    /// `script`, for tests that need a terminal.
+    Script,
     /// A debug build of wprobe (its fault-injection hooks).
     DebugBuild,
 }
@@ -40,6 +42,7 @@ impl Need {
                 Need::Gdb,
                 Need::Setpriv,
                 Need::Unshare,
+                Need::Script,
                 Need::DebugBuild,
             ]
             .into_iter()
@@ -77,6 +80,7 @@ impl Need {
             Need::Gdb => tool("gdb", &["--version"], "scripts/setup.sh installs it"),
             Need::Setpriv => tool("setpriv", &["--version"], "util-linux"),
             Need::Unshare => tool("unshare", &["--version"], "util-linux"),
+            Need::Script => tool("script", &["--version"], "util-linux (bsdutils)"),
             Need::DebugBuild => {
                 if cfg!(debug_assertions) {
                     Ok(())

@@ -117,6 +117,12 @@ pub fn output_within(mut cmd: Command, secs: u64) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    output_within_child(child, secs)
+}
+
+/// Collects the output of a spawned `child` (with piped stdout and
+/// stderr) with a deadline; kills it (and fails) when it is exceeded.
+pub fn output_within_child(child: std::process::Child, secs: u64) -> Output {
     let pid = child.id() as i32;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
