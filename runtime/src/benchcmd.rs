@@ -194,9 +194,10 @@ pub fn bench_programs(
         for (i, spec) in m.probes.iter().enumerate() {
             let location = location_text(&m.module, spec);
             let Some(hit) = hit_of(pn, i) else {
-                eprintln!(
+                crate::elog!(
                     "wprobe bench: probe {} of {} ({location}) was not hit by the command: not measured",
-                    i, p.label
+                    i,
+                    p.label
                 );
                 continue;
             };
@@ -343,12 +344,12 @@ pub fn render_json(rows: &[Row]) -> String {
 /// Runs `wprobe bench`.
 pub fn bench(a: BenchArgs) -> ExitCode {
     if a.end_to_end {
-        eprintln!(
+        crate::elog!(
             "wprobe bench: {} runs of each configuration (medians); per hit = (traced - untraced) / hits",
             a.repeat.max(1)
         );
         let rows = end_to_end(&a);
-        print!("{}", render_end_to_end(&rows));
+        let _ = crate::output::print_stdout(&render_end_to_end(&rows));
         return if rows
             .iter()
             .any(|r| r.mode != "untraced" && r.error.is_none())
@@ -370,7 +371,7 @@ pub fn bench(a: BenchArgs) -> ExitCode {
         Err(code) => return code,
     };
     let captured = if a.command.is_empty() {
-        eprintln!(
+        crate::elog!(
             "wprobe bench: {} iterations per probe on a synthetic hit (registers 0, no memory); WORK is fuel for compiled runs, instructions for interpreted ones",
             a.iterations
         );
@@ -378,7 +379,7 @@ pub fn bench(a: BenchArgs) -> ExitCode {
     } else {
         match capture(&engine, &a, &programs) {
             Ok(c) => {
-                eprintln!(
+                crate::elog!(
                     "wprobe bench: {} iterations per probe on the first hit of each probe in `{}` (its registers and a memory image); WORK is fuel for compiled runs, instructions for interpreted ones",
                     a.iterations,
                     a.command[0].to_string_lossy()
@@ -386,7 +387,7 @@ pub fn bench(a: BenchArgs) -> ExitCode {
                 Some(c)
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                crate::elog!("error: {e}");
                 return ExitCode::from(1);
             }
         }
@@ -407,7 +408,7 @@ pub fn bench(a: BenchArgs) -> ExitCode {
     ) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::elog!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
@@ -416,7 +417,7 @@ pub fn bench(a: BenchArgs) -> ExitCode {
     } else {
         render_text(&rows)
     };
-    print!("{text}");
+    let _ = crate::output::print_stdout(&text);
     ExitCode::SUCCESS
 }
 

@@ -245,7 +245,7 @@ fn repair(a: RepairArgs) -> ExitCode {
     use crate::provider::ptrace::journal;
     let path = journal::path(a.pid);
     if !path.exists() {
-        eprintln!(
+        crate::elog!(
             "error: no patch journal for process {} ({}): nothing to repair (wprobe detached cleanly, or never attached)",
             a.pid,
             path.display()
@@ -254,11 +254,11 @@ fn repair(a: RepairArgs) -> ExitCode {
     }
     match journal::repair(a.pid) {
         Ok(n) => {
-            println!(
-                "wprobe: restored {n} byte{} in process {}",
+            let _ = crate::output::print_stdout(&format!(
+                "wprobe: restored {n} byte{} in process {}\n",
                 if n == 1 { "" } else { "s" },
                 a.pid
-            );
+            ));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -267,7 +267,7 @@ fn repair(a: RepairArgs) -> ExitCode {
             } else {
                 ""
             };
-            eprintln!("error: repairing process {}: {e}{hint}", a.pid);
+            crate::elog!("error: repairing process {}: {e}{hint}", a.pid);
             ExitCode::from(1)
         }
     }
@@ -293,9 +293,9 @@ fn compile(a: CompileArgs) -> ExitCode {
     let (program, map) = match rpn2wasm::frontend(&a.program, &opts) {
         Ok(x) => x,
         Err((diags, map)) => {
-            eprint!("{}", diags.render(&map));
+            crate::elog!("{}", diags.render(&map).trim_end_matches('\n'));
             let n = diags.0.len();
-            eprintln!(
+            crate::elog!(
                 "error: could not compile `{}` ({n} error{})",
                 a.program.display(),
                 if n == 1 { "" } else { "s" }
@@ -309,7 +309,7 @@ fn compile(a: CompileArgs) -> ExitCode {
         match crate::watdump::annotated_wat(&program, &map, &generated) {
             Ok(t) => (t.into_bytes(), "wat"),
             Err(e) => {
-                eprintln!("error: printing the module: {e:#}");
+                crate::elog!("error: printing the module: {e:#}");
                 return ExitCode::from(2);
             }
         }
@@ -327,7 +327,7 @@ fn compile(a: CompileArgs) -> ExitCode {
         std::fs::write(&out, &bytes)
     };
     if let Err(e) = res {
-        eprintln!("error: writing {}: {e}", out.display());
+        crate::elog!("error: writing {}: {e}", out.display());
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS

@@ -18,6 +18,7 @@ pub mod handlers;
 pub mod host;
 pub mod listcmd;
 pub mod load;
+pub mod output;
 pub mod privdir;
 pub mod probespec;
 pub mod procmaps;

@@ -110,7 +110,7 @@ pub fn list(a: ListArgs) -> ExitCode {
         let maps = match crate::procmaps::read(pid) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!("error: {e}");
+                crate::elog!("error: {e}");
                 return ExitCode::from(1);
             }
         };
@@ -140,13 +140,13 @@ pub fn list(a: ListArgs) -> ExitCode {
         }
     } else {
         let Some(b) = binary else {
-            eprintln!("error: give a BINARY or -p PID");
+            crate::elog!("error: give a BINARY or -p PID");
             return ExitCode::from(1);
         };
         let path = match wprobe_elf::locate::locate_file(&b, &[]) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: {e}");
+                crate::elog!("error: {e}");
                 return ExitCode::from(1);
             }
         };
@@ -162,14 +162,17 @@ pub fn list(a: ListArgs) -> ExitCode {
                 total += list_module(&mut out, &elf, 0, glob.as_deref(), a.all, !a.no_demangle);
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                crate::elog!("error: {e}");
                 return ExitCode::from(1);
             }
         }
     }
-    print!("{out}");
+    if let Err(e) = crate::output::print_stdout(&out) {
+        crate::elog!("error: writing the listing: {e}");
+        return ExitCode::from(1);
+    }
     if total == 0 {
-        eprintln!("wprobe: no matching symbols");
+        crate::elog!("wprobe: no matching symbols");
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS

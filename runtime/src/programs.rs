@@ -32,7 +32,7 @@ pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf>
 /// The engine of `run` and `bench`; its error is printed and gives exit status 2.
 pub fn cli_engine() -> Result<wasmtime::Engine, std::process::ExitCode> {
     crate::engine::new_engine().map_err(|e| {
-        eprintln!("error: {e:#}");
+        crate::elog!("error: {e:#}");
         std::process::ExitCode::from(2)
     })
 }
@@ -48,7 +48,7 @@ pub fn load_each<T>(
         .map(|p| load(p))
         .collect::<Result<Vec<T>, String>>()
         .map_err(|e| {
-            eprintln!("error: {e}");
+            crate::elog!("error: {e}");
             std::process::ExitCode::from(1)
         })
 }
@@ -100,13 +100,13 @@ pub fn debug_cache_outcome(path: &Path, outcome: &CacheOutcome) {
         return;
     }
     match outcome {
-        CacheOutcome::Hit => eprintln!("wprobe: debug: module cache hit: {}", path.display()),
+        CacheOutcome::Hit => crate::elog!("wprobe: debug: module cache hit: {}", path.display()),
         CacheOutcome::Miss { why, stored } => {
             let stored = match stored {
                 Ok(()) => "stored".to_string(),
                 Err(e) => format!("not stored: {e}"),
             };
-            eprintln!(
+            crate::elog!(
                 "wprobe: debug: module cache miss: {} ({why}; {stored})",
                 path.display()
             );

@@ -26,7 +26,7 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
 /// Runs the command.
 pub fn run(a: RunArgs) -> ExitCode {
     if a.pid.is_none() && a.command.is_empty() {
-        eprintln!("error: give the command to trace after `--`, or -p PID");
+        crate::elog!("error: give the command to trace after `--`, or -p PID");
         return ExitCode::from(1);
     }
     let engine = match crate::programs::cli_engine() {
@@ -40,16 +40,16 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let out: Box<dyn Write> = match &a.output {
+    // Buffered and flushed by the session's output (see `output`).
+    let (out, terminal): (Box<dyn Write + Send>, bool) = match &a.output {
         Some(path) => match std::fs::File::create(path) {
-            Ok(f) => Box::new(std::io::BufWriter::new(f)),
+            Ok(f) => (Box::new(f), false),
             Err(e) => {
-                eprintln!("error: creating {}: {e}", path.display());
+                crate::elog!("error: creating {}: {e}", path.display());
                 return ExitCode::from(1);
             }
         },
-        None if std::io::stdout().is_terminal() => Box::new(std::io::stdout()),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+        None => (Box::new(std::io::stdout()), std::io::stdout().is_terminal()),
     };
     let opts = RunOptions {
         follow_forks: a.follow,
@@ -80,40 +80,41 @@ pub fn run(a: RunArgs) -> ExitCode {
     let mut session = match Session::new(&engine, programs, opts, out) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::elog!("error: {e:#}");
             return ExitCode::from(1);
         }
     };
     if session.probe_count() == 0 {
-        eprintln!("error: no probe selected (check --group / --type)");
+        crate::elog!("error: no probe selected (check --group / --type)");
         return ExitCode::from(1);
     }
     if let Err(e) = session.check(perf) {
-        eprintln!("error: {e}");
+        crate::elog!("error: {e}");
         return ExitCode::from(1);
     }
     if perf
         && session.has_breakpoints()
         && let Err(e) = crate::provider::perf::check_uprobes()
     {
-        eprintln!("error: {e}");
+        crate::elog!("error: {e}");
         return ExitCode::from(1);
     }
     let signals = match crate::stopsig::StopSignals::install() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: installing a signal handler: {e}");
+            crate::elog!("error: installing a signal handler: {e}");
             return ExitCode::from(2);
         }
     };
     let stop = signals.stop.clone();
+    session.set_output(terminal, stop.clone());
     crate::engine::interrupt_on(&engine, stop.clone());
     if perf {
         return run_perf(&a, session, &signals, regs_read);
     }
     let mut tracer = match a.pid {
         Some(pid) => {
-            eprintln!(
+            crate::elog!(
                 "wprobe: attaching to {pid}. Note: if wprobe is killed with SIGKILL, its breakpoints stay in the process and the next hit kills it; run `wprobe repair --pid {pid}` at once to restore the bytes (or use --transport perf, which patches nothing)."
             );
             Tracer::attach(pid, topts)
@@ -123,7 +124,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let mut tracer = match tracer.as_mut() {
         Ok(_) => tracer.expect("checked"),
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::elog!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -134,7 +135,7 @@ pub fn run(a: RunArgs) -> ExitCode {
             "auto" => tracer.set_step_policy(StepPolicy::Auto),
             "no-emulation" => tracer.set_step_policy(StepPolicy::NoEmulation),
             "single-step" => tracer.set_step_policy(StepPolicy::SingleStepOnly),
-            other => eprintln!(
+            other => crate::elog!(
                 "wprobe: warning: WPROBE_STEP_POLICY={other} is not auto, no-emulation or single-step"
             ),
         }
@@ -142,7 +143,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let main = tracer.main_pid();
     let armed = session.arm(&mut tracer, main, true);
     if armed == 0 && session.pending() == 0 {
-        eprintln!("error: no probe could be armed in process {main}");
+        crate::elog!("error: no probe could be armed in process {main}");
         if a.pid.is_none() {
             // The command never ran any of its own code: it does not run
             // at all, as with bpftrace -c when attaching fails.
@@ -154,7 +155,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let mut status = match session.run(&mut tracer, &stop) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::elog!("error: {e:#}");
             let _ = tracer.detach_all();
             session.summary();
             return ExitCode::from(2);
@@ -169,15 +170,37 @@ pub fn run(a: RunArgs) -> ExitCode {
         // the signal that stopped wprobe, as it would have had it untraced,
         // and wait for it.
         if session.handed_off().contains(&main) {
-            eprintln!("wprobe: waiting for process {main} (handed off to a debugger) to exit");
+            crate::elog!("wprobe: waiting for process {main} (handed off to a debugger) to exit");
         } else if let Some(sig) = signals.forward_after_detach(main, &tracer.detach_signals(main)) {
-            eprintln!(
+            crate::elog!(
                 "wprobe: detached; signal {sig} passed on to process {main}, waiting for it to exit"
             );
         } else {
-            eprintln!("wprobe: detached; waiting for process {main} to exit");
+            crate::elog!("wprobe: detached; waiting for process {main} to exit");
         }
         status = wait_child(main);
+    }
+    finish(&session, &a, status)
+}
+
+/// The exit status of `wprobe run`: the traced command's, unless records
+/// were lost (they could not be written: then 1, with the count).
+fn finish(session: &Session, a: &RunArgs, status: Option<ExitStatus>) -> ExitCode {
+    if let Some((n, e)) = session.records_lost() {
+        let dest = a
+            .output
+            .as_ref()
+            .map_or("standard output".to_string(), |p| p.display().to_string());
+        crate::elog!(
+            "error: {n} record{} lost: writing {dest} failed: {e}{}",
+            if n == 1 { "" } else { "s" },
+            match status {
+                Some(ExitStatus::Code(c)) => format!(" (the command exited with status {c})"),
+                Some(ExitStatus::Signal(s)) => format!(" (the command was killed by signal {s})"),
+                None => String::new(),
+            }
+        );
+        return ExitCode::from(1);
     }
     exit_code(status)
 }
@@ -220,7 +243,7 @@ fn run_perf(
     let mut tracer = match tracer {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::elog!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -244,11 +267,11 @@ fn run_perf(
         armed += session.arm_perf_by_file(&mut tracer, main, &dirs, true);
     }
     if armed == 0 {
-        eprintln!("error: no probe could be armed in process {main}");
+        crate::elog!("error: no probe could be armed in process {main}");
         return ExitCode::from(1); // dropping the tracer kills a launched command that never ran
     }
     if session.pending() > 0 {
-        eprintln!(
+        crate::elog!(
             "wprobe: warning: {} probe(s) not armed: their module is not mapped in process {main} \
              at its entry point and its file was not found; --transport perf arms probes once, \
              at start",
@@ -258,7 +281,7 @@ fn run_perf(
     let mut status = match session.run_perf(&mut tracer, stop) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::elog!("error: {e:#}");
             session.summary();
             return ExitCode::from(2);
         }
@@ -268,11 +291,13 @@ fn run_perf(
         // Stopped by a signal: the command runs on untraced; it gets the
         // signal as it would have untraced, and wprobe waits for it.
         if let Some(sig) = signals.forward_after_detach(main, &[]) {
-            eprintln!("wprobe: signal {sig} passed on to process {main}, waiting for it to exit");
+            crate::elog!(
+                "wprobe: signal {sig} passed on to process {main}, waiting for it to exit"
+            );
         } else {
-            eprintln!("wprobe: waiting for process {main} to exit");
+            crate::elog!("wprobe: waiting for process {main} to exit");
         }
         status = wait_child(main);
     }
-    exit_code(status)
+    finish(&session, a, status)
 }

@@ -120,7 +120,7 @@ pub struct Session {
     unhonoured: [u64; 2],
     resolver: Resolver,
     opts: RunOptions,
-    out: Box<dyn Write>,
+    out: crate::output::RecordOut,
     line: String,
     seq: u64,
     /// Warnings printed at arming time (also for tests).
@@ -324,7 +324,7 @@ impl Session {
         engine: &wasmtime::Engine,
         programs: Vec<ProgramInput>,
         opts: RunOptions,
-        out: Box<dyn Write>,
+        out: Box<dyn Write + Send>,
     ) -> anyhow::Result<Session> {
         let gvars = programs
             .iter()
@@ -398,7 +398,7 @@ impl Session {
             unhonoured: [0; 2],
             resolver: Resolver::default(),
             opts,
-            out,
+            out: crate::output::RecordOut::new(out),
             line: String::with_capacity(4096),
             seq: 0,
             warnings: Vec::new(),
@@ -429,6 +429,21 @@ impl Session {
         self.probes
             .iter()
             .any(|p| self.manifests[p.prog].probes[p.index].kind == ProbeKind::Breakpoint)
+    }
+
+    /// Writes each batch of records at once (a terminal), and/or sets
+    /// `stop` when records cannot be written (the run then detaches).
+    pub fn set_output(&mut self, immediate: bool, stop: std::sync::Arc<AtomicBool>) {
+        let out = std::mem::replace(
+            &mut self.out,
+            crate::output::RecordOut::new(Box::new(std::io::sink())),
+        );
+        self.out = out.immediate(immediate).stop_on_failure(stop);
+    }
+
+    /// Records that could not be written, and why (after the run).
+    pub fn records_lost(&self) -> Option<(u64, String)> {
+        self.out.lost()
     }
 
     /// Number of probes selected.
@@ -627,7 +642,7 @@ impl Session {
                         file.display()
                     );
                     if report {
-                        eprintln!("wprobe: {msg}");
+                        crate::elog!("wprobe: {msg}");
                     }
                 }
                 Err(e) => {
@@ -676,7 +691,7 @@ impl Session {
                 Ok(l) => l,
                 Err(ResolveError::NotMapped(_)) => {
                     if std::env::var_os("WPROBE_DEBUG").is_some() {
-                        eprintln!(
+                        crate::elog!(
                             "wprobe: debug: {} not mapped in {pid} ({} mappings)",
                             m.module,
                             maps.len()
@@ -741,7 +756,7 @@ impl Session {
 
     fn warn(&mut self, report: bool, msg: String) {
         if report {
-            eprintln!("wprobe: warning: {msg}");
+            crate::elog!("wprobe: warning: {msg}");
         }
         self.warnings.push(msg);
     }
@@ -812,7 +827,7 @@ impl Session {
             RunOutcome::Trapped(msg) => {
                 st.traps += 1;
                 if st.traps == 1 {
-                    eprintln!(
+                    crate::elog!(
                         "wprobe: handler of {} trapped: {msg} (counted; later traps are not printed)",
                         self.probes[pi].label
                     );
@@ -820,7 +835,7 @@ impl Session {
             }
             RunOutcome::Interrupted => {
                 st.traps += 1;
-                eprintln!(
+                crate::elog!(
                     "wprobe: handler of {} interrupted: wprobe is stopping (counted as a trap)",
                     self.probes[pi].label
                 );
@@ -901,7 +916,7 @@ impl Session {
             RunOutcome::Returned(Outcome::Remove) => self.disable(Some(tracer), None, pi),
             RunOutcome::Returned(Outcome::DebuggerHandoff) => {
                 let pid = hit.pid();
-                eprintln!(
+                crate::elog!(
                     "wprobe: process {pid} handed off to a debugger, stopped at {:#x}: run `gdb -p {pid}`",
                     hit.address()
                 );
@@ -912,11 +927,11 @@ impl Session {
             RunOutcome::Returned(Outcome::CoreDump) => {
                 let pid = hit.pid() as i32;
                 match crate::coredump::write_core(pid, hit) {
-                    Ok(path) => eprintln!(
+                    Ok(path) => crate::elog!(
                         "wprobe: core file of process {pid} written to {}",
                         path.display()
                     ),
-                    Err(e) => eprintln!("wprobe: core file of process {pid} not written: {e:#}"),
+                    Err(e) => crate::elog!("wprobe: core file of process {pid} not written: {e:#}"),
                 }
             }
             _ => {}
@@ -928,7 +943,7 @@ impl Session {
     }
 
     fn crash_dump_unavailable(&self, pi: usize) {
-        eprintln!(
+        crate::elog!(
             "wprobe: probe {}: exit 2 (system crash dump) is unavailable in user space",
             self.probes[pi].label
         );
@@ -956,7 +971,7 @@ impl Session {
                 };
                 self.unhonoured[k] += 1;
                 if self.unhonoured[k] == 1 {
-                    eprintln!(
+                    crate::elog!(
                         "wprobe: warning: probe {}: {what} needs a stopped target and cannot be \
                          honoured under --transport perf; counted, the process runs on (use \
                          --transport ptrace)",
@@ -999,7 +1014,8 @@ impl Session {
             self.probes[pi].stats.records += 1;
             self.probes[pi].stats.bytes += r.data.len() as u64;
         }
-        let _ = self.out.write_all(self.line.as_bytes());
+        let n = self.runner.store.data().sink.records.len() as u64;
+        self.out.write(self.line.as_bytes(), n);
         self.runner.store.data_mut().sink.clear();
     }
 
@@ -1021,7 +1037,7 @@ impl Session {
         let t0 = std::time::Instant::now();
         perf.close();
         self.disarm_time = t0.elapsed();
-        let _ = self.out.flush();
+        self.out.flush();
         Ok(status)
     }
 
@@ -1088,7 +1104,7 @@ impl Session {
         let res = tracer.detach_all();
         self.disarm_time = t0.elapsed() + tracer.summary().detach_time;
         res?;
-        let _ = self.out.flush();
+        self.out.flush();
         Ok(self.main_status)
     }
 
@@ -1107,9 +1123,14 @@ impl Session {
 
     /// Writes the exit summary (stderr) and, in JSON mode, a last `stats` object.
     pub fn summary(&mut self) {
+        use std::fmt::Write as _;
+        // One write for the whole summary (65,535 probes once took 127 s
+        // to print row by row).
+        let mut err = String::with_capacity(128 * (self.probes.len() + 4));
         let mut total = ProbeStats::default();
-        eprintln!("wprobe: summary ({} probes)", self.probes.len());
-        eprintln!(
+        let _ = writeln!(err, "wprobe: summary ({} probes)", self.probes.len());
+        let _ = writeln!(
+            err,
             "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
             "probe",
             "hits",
@@ -1124,7 +1145,8 @@ impl Session {
         );
         for p in &self.probes {
             let s = &p.stats;
-            eprintln!(
+            let _ = writeln!(
+                err,
                 "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
                 p.label,
                 s.hits,
@@ -1151,7 +1173,8 @@ impl Session {
         if std::env::var_os("WPROBE_DEBUG").is_some() {
             // Not in the JSON stats object, which stays deterministic
             // (tests compare it across runs and transports).
-            eprintln!(
+            let _ = writeln!(
+                err,
                 "wprobe: debug: {} probes: armed in {:.3} ms, disarmed in {:.3} ms",
                 self.probes.len(),
                 self.arm_time.as_secs_f64() * 1e3,
@@ -1159,7 +1182,8 @@ impl Session {
             );
         }
         if self.dropped_unattributed > 0 {
-            eprintln!(
+            let _ = writeln!(
+                err,
                 "  {} samples lost by the kernel (ring buffer full) could not be attributed to a probe",
                 self.dropped_unattributed
             );
@@ -1170,8 +1194,15 @@ impl Session {
             .zip(["exit 1 (debugger hand-off)", "exit 3 (core dump)"])
         {
             if *n > 0 {
-                eprintln!("  {what} not honoured under --transport perf: {n} run(s)");
+                let _ = writeln!(
+                    err,
+                    "  {what} not honoured under --transport perf: {n} run(s)"
+                );
             }
+        }
+        {
+            use std::io::Write as _;
+            let _ = std::io::stderr().lock().write_all(err.as_bytes());
         }
         if self.opts.format == Format::Json {
             let mut line = String::from("{\"kind\":\"stats\",\"probes\":[");
@@ -1191,8 +1222,8 @@ impl Session {
                 "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
                 total.hits, total.runs, total.records, total.bytes, total.dropped, total.fuel_exhausted, total.traps, total.uncaught
             ));
-            let _ = self.out.write_all(line.as_bytes());
-            let _ = self.out.flush();
+            self.out.write(line.as_bytes(), 0);
+            self.out.flush();
         }
     }
 }

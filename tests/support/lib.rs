@@ -401,11 +401,11 @@ pub fn probe_target() -> PathBuf {
 
 /// A `Write` that keeps what is written, shareable with the session.
 #[derive(Clone, Default)]
-pub struct SharedBuf(pub std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+pub struct SharedBuf(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for SharedBuf {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().extend_from_slice(b);
+        self.0.lock().unwrap().extend_from_slice(b);
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -416,7 +416,7 @@ impl std::io::Write for SharedBuf {
 impl SharedBuf {
     /// The JSON lines written so far.
     pub fn json_lines(&self) -> Vec<serde_json::Value> {
-        String::from_utf8_lossy(&self.0.borrow())
+        String::from_utf8_lossy(&self.0.lock().unwrap())
             .lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
             .collect()

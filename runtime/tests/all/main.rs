@@ -15,6 +15,7 @@ mod cache;
 mod cli;
 mod guests;
 mod modules;
+mod output;
 mod perf_transport;
 mod ptrace_breakpoints;
 mod ptrace_libs_watch;
@@ -32,6 +33,7 @@ fn main() {
         cli::CASES,
         guests::CASES,
         modules::CASES,
+        output::CASES,
         perf_transport::CASES,
         ptrace_breakpoints::CASES,
         ptrace_libs_watch::CASES,
