@@ -162,6 +162,12 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     };
     session.summary();
+    for (pid, addr, found) in tracer.code_left_alone() {
+        crate::elog!(
+            "wprobe: warning: process {pid} rewrote its code at {addr:#x} (now {found:#04x}) \
+             while it was probed there: left as the process wrote it"
+        );
+    }
     // It may have ended while wprobe was detaching (of that very signal).
     status = status.or(tracer.exit_status(main));
     if a.pid.is_none() && status.is_none() {

@@ -336,6 +336,9 @@ pub struct Tracer {
     maps_cache: Option<Rc<Vec<Mapping>>>,
     /// Signals delivered to threads as they were detached: `(pid, signal)`.
     detach_signals: Vec<(i32, i32)>,
+    /// Sites the process rewrote itself while probed, left as it wrote
+    /// them when detaching: `(pid, address, byte found)`.
+    code_left_alone: Vec<(i32, u64, u8)>,
     /// The thread whose breakpoint hit is being handled, and the address:
     /// its program counter is still past the `int3` in the kernel, so a
     /// detach while the handler runs (a panic unwinding) must rewind it.
@@ -386,6 +389,7 @@ impl Tracer {
             exited: Vec::new(),
             maps_cache: None,
             detach_signals: Vec::new(),
+            code_left_alone: Vec::new(),
             in_flight: None,
         }
     }
@@ -638,6 +642,13 @@ impl Tracer {
         self.exited.iter().find(|(p, _)| *p == pid).map(|(_, s)| *s)
     }
 
+    /// Probed sites a process rewrote itself (a JIT) while traced: on
+    /// detach their bytes were left as the process wrote them, not
+    /// restored: `(pid, address, byte found)`.
+    pub fn code_left_alone(&self) -> &[(i32, u64, u8)] {
+        &self.code_left_alone
+    }
+
     /// The signals the threads of `pid` were given when they were detached
     /// (signals that had stopped them and were passed on).
     pub fn detach_signals(&self, pid: i32) -> Vec<i32> {
@@ -828,6 +839,11 @@ impl Tracer {
             if s.ids.is_empty() && !s.internal {
                 let orig = s.orig;
                 m.sites.remove(&addr);
+                // Only over our own int3 (see `ProcMem::restore_all`).
+                let mut now = [0u8];
+                if m.read_raw(addr, &mut now) == 1 && now[0] != BREAKPOINT_INSN {
+                    continue;
+                }
                 if let Err(e) = m.poke(tid, addr, &[orig])
                     && e != Errno::ESRCH
                     && first_err.is_none()

@@ -7,6 +7,7 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
+    case!(detach_leaves_code_the_process_rewrote, Need::Ptrace),
     case!(
         signals_during_out_of_line_steps_never_repeat_a_hit,
         Need::Ptrace
@@ -552,4 +553,69 @@ fn signals_during_out_of_line_steps_never_repeat_a_hit() {
         std::fs::read_to_string(&out).unwrap(),
         format!("calls={n} sum={want_sum} alarms>0=1\n")
     );
+}
+
+/// A process that rewrites its own code where a probe is (a JIT) keeps
+/// what it wrote: detaching restores a saved byte only where wprobe's own
+/// int3 still is, and says which sites it left alone.
+fn detach_leaves_code_the_process_rewrote() {
+    use std::io::{BufRead, BufReader, Write};
+    let prog = build("jit", "jit.c", &["-O1"]);
+    let mut target = std::process::Command::new(&prog)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id() as i32;
+    let mut input = target.stdin.take().unwrap();
+    let mut out = BufReader::new(target.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut next = |out: &mut BufReader<std::process::ChildStdout>| {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    };
+    assert_eq!(next(&mut out), "ready");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (s, h) = (stop.clone(), hits.clone());
+    let (armed_tx, armed) = std::sync::mpsc::channel();
+    // A tracer is used from the thread that created it.
+    let tracing = std::thread::spawn(move || {
+        let mut t = Tracer::attach(pid, opts(false)).unwrap();
+        t.insert_breakpoint(pid, 0x7000_0000, Some(0xb8)).unwrap();
+        armed_tx.send(()).unwrap();
+        t.run(&s, &mut |_, ev| {
+            if let Event::Breakpoint { .. } = ev {
+                h.fetch_add(1, Ordering::SeqCst);
+            }
+            Action::Continue
+        })
+        .unwrap();
+        t.code_left_alone().to_vec()
+    });
+    armed.recv().unwrap();
+    input.write_all(b"c").unwrap();
+    input.flush().unwrap();
+    assert_eq!(next(&mut out), "1");
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "probed");
+    input.write_all(b"r").unwrap();
+    input.flush().unwrap();
+    assert_eq!(next(&mut out), "rewritten");
+    input.write_all(b"c").unwrap();
+    input.flush().unwrap();
+    assert_eq!(next(&mut out), "2", "the new code runs");
+    stop.store(true, Ordering::SeqCst);
+    let left = tracing.join().unwrap();
+    assert_eq!(left, [(pid, 0x7000_0000, 0x31)]);
+    input.write_all(b"c").unwrap();
+    input.flush().unwrap();
+    assert_eq!(
+        next(&mut out),
+        "2",
+        "still the process's own code after the detach"
+    );
+    input.write_all(b"q").unwrap();
+    input.flush().unwrap();
+    assert!(target.wait().unwrap().success());
 }

@@ -818,11 +818,14 @@ impl Tracer {
             .any(|q| q.pid != pid && Rc::ptr_eq(&q.mem, &p.mem));
         let tid0 = p.threads.first().copied().unwrap_or(pid);
         let mut res = Ok(());
-        if !shared
-            && let Err((addr, errno)) = p.mem.borrow_mut().restore_all(tid0)
-            && errno != Errno::ESRCH
-        {
-            res = Err(ProviderError::Restore { pid, addr, errno });
+        if !shared {
+            match p.mem.borrow_mut().restore_all(tid0) {
+                Ok(left) => self
+                    .code_left_alone
+                    .extend(left.into_iter().map(|(a, b)| (pid, a, b))),
+                Err((_, Errno::ESRCH)) => {}
+                Err((addr, errno)) => res = Err(ProviderError::Restore { pid, addr, errno }),
+            }
         }
         let had_wps = p.wps.iter().any(Option::is_some);
         let tids = p.threads.clone();

@@ -303,11 +303,21 @@ impl ProcMem {
             .find(|&(slot, _, _, _)| slot <= rip && rip < slot + arch::OOL_SLOT_BYTES as u64)
     }
 
-    /// Writes the original byte back at every site (detach, scrub). Errors
-    /// other than the address space being gone are returned.
-    pub fn restore_all(&mut self, tid: i32) -> Result<(), (u64, Errno)> {
+    /// Writes the original byte back at every site where our `int3` still
+    /// is (detach, scrub). Errors other than the address space being gone
+    /// are returned; so are the sites the process rewrote meanwhile (a JIT),
+    /// left as it wrote them: `(address, byte found)`.
+    pub fn restore_all(&mut self, tid: i32) -> Result<Vec<(u64, u8)>, (u64, Errno)> {
         let mut first_err = None;
+        let mut left_alone = Vec::new();
         for (&a, s) in &self.sites {
+            // Only over our own int3: a process that rewrote its code (a
+            // JIT) keeps what it wrote.
+            let mut now = [0u8];
+            if self.read_raw(a, &mut now) == 1 && now[0] != BREAKPOINT_INSN {
+                left_alone.push((a, now[0]));
+                continue;
+            }
             if let Err(e) = self.poke(tid, a, &[s.orig])
                 && first_err.is_none()
             {
@@ -317,7 +327,7 @@ impl ProcMem {
         self.sites.clear();
         match first_err {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(left_alone),
         }
     }
 
