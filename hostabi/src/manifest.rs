@@ -155,7 +155,8 @@ pub struct ProbeSpec {
     pub minor: u16,
     /// Number of initial hits skipped.
     pub ignore: u32,
-    /// Handler runs before the probe disables itself.
+    /// Handler runs before the probe disables itself; 0 means no limit (as
+    /// RPN's `maxhits = 0`).
     pub maxhits: u32,
     /// Emit records when the displaced instruction faults.
     pub logonfault: bool,

@@ -176,7 +176,7 @@ impl Ctx<'_> {
                         span,
                         format!("cannot look up symbol `{name}`: {msg}"),
                     )
-                    .with_note("symbols come from the file named by `name =` (a path, or a name found in the current directory or PATH)");
+                    .with_note("symbols come from the file named by `name =` (a path, or a name found in the current directory, in PATH, or as the dynamic linker finds a library)");
                     self.sink.push(d);
                 }
                 None

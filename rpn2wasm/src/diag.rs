@@ -343,23 +343,40 @@ impl Diagnostic {
             .map(|f| f.path.display().to_string())
             .unwrap_or_default();
         let text = map.line_text(self.span.file, self.span.lo);
+        // Control characters of the source (an ESC starting a terminal
+        // sequence, say) are shown escaped, never sent to the terminal.
         let mut s = format!(
-            "{path}:{line}:{col}: error[{}]: {}\n",
-            self.code, self.message
+            "{}:{line}:{col}: error[{}]: {}\n",
+            escape_controls(&path),
+            self.code,
+            escape_controls(&self.message)
         );
-        s.push_str(&format!("  | {text}\n"));
-        let pad: String = text
+        s.push_str(&format!("  | {}\n", escape_controls(&text)));
+        let prefix: String = text.chars().take(col.saturating_sub(1) as usize).collect();
+        let pad: String = escape_controls(&prefix)
             .chars()
-            .take(col.saturating_sub(1) as usize)
             .map(|c| if c == '\t' { '\t' } else { ' ' })
             .collect();
         let width = (self.span.hi.saturating_sub(self.span.lo)).max(1) as usize;
         s.push_str(&format!("  | {pad}{}\n", "^".repeat(width.min(80))));
         for n in &self.notes {
-            s.push_str(&format!("  = note: {n}\n"));
+            s.push_str(&format!("  = note: {}\n", escape_controls(n)));
         }
         s
     }
+}
+
+/// `text` with control characters other than tab written as `\u{..}`.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\t' {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Sort key of a diagnostic: position in the preprocessed stream (the
@@ -440,6 +457,27 @@ mod tests {
         assert_eq!(
             d.render(&map),
             "a.rpn:2:2: error[E0020]: unknown mnemonic `bogus`\n  | \tbogus 1\n  | \t^^^^^\n  = note: a note\n"
+        );
+    }
+
+    #[test]
+    fn render_escapes_control_characters_and_keeps_the_caret_aligned() {
+        let mut map = SourceMap::default();
+        let f = map.add("a.rpn".into(), b"  \x1b[31m bogus\n".to_vec());
+        let d = Diagnostic::new(
+            codes::UNKNOWN_MNEMONIC,
+            Span {
+                file: f,
+                lo: 8,
+                hi: 13,
+            },
+            "unknown mnemonic `\x1b`",
+        );
+        let r = d.render(&map);
+        assert!(!r.contains('\x1b'), "{r:?}");
+        assert_eq!(
+            r,
+            "a.rpn:1:9: error[E0020]: unknown mnemonic `\\u{1b}`\n  |   \\u{1b}[31m bogus\n  |              ^^^^^\n"
         );
     }
 

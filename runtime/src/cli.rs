@@ -252,6 +252,19 @@ fn repair(a: RepairArgs) -> ExitCode {
         );
         return ExitCode::from(1);
     }
+    // A live wprobe restores the process itself when it stops; writing
+    // under it would silently disarm its probes.
+    if let crate::procinfo::Untraceable::Traced { tracer, comm } =
+        crate::procinfo::untraceable(a.pid)
+    {
+        crate::elog!(
+            "error: process {} is traced by process {tracer} ({comm}), which restores it when it \
+             stops: stop that with SIGINT (`kill -INT {tracer}`); `wprobe repair` is for a wprobe \
+             that was killed",
+            a.pid
+        );
+        return ExitCode::from(1);
+    }
     match journal::repair(a.pid) {
         Ok(n) => {
             let _ = crate::output::print_stdout(&format!(

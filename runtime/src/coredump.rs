@@ -1,6 +1,8 @@
 //! `exit 3` (spec §9.1.4): an ELF core file of the traced process, as
-//! `gcore` writes one — a `PT_NOTE` segment (`NT_PRSTATUS` with the hit
-//! thread's registers, `NT_PRPSINFO`) and a `PT_LOAD` segment per mapping,
+//! `gcore` writes one — a `PT_NOTE` segment (`NT_PRSTATUS` and
+//! `NT_FPREGSET` of every thread, the hit thread first, `NT_PRPSINFO`,
+//! `NT_AUXV` and `NT_FILE`, which gdb needs to find a PIE's or a library's
+//! load address and so its symbols) and a `PT_LOAD` segment per mapping,
 //! with the contents of every readable one — loadable by `gdb EXE CORE`.
 //! Memory is read as handlers read it, so the core shows the original
 //! bytes under wprobe's breakpoints. The process keeps running afterwards.
@@ -13,7 +15,10 @@ use std::path::PathBuf;
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
 const NT_PRSTATUS: u32 = 1;
+const NT_FPREGSET: u32 = 2;
 const NT_PRPSINFO: u32 = 3;
+const NT_AUXV: u32 = 6;
+const NT_FILE: u32 = 0x4649_4c45;
 
 /// Directory where core files go (`WPROBE_DUMP_DIR`, else the current directory).
 pub fn dump_dir() -> PathBuf {
@@ -33,11 +38,10 @@ fn note(out: &mut Vec<u8>, ty: u32, desc: &[u8]) {
     }
 }
 
-fn prstatus(hit: &Hit) -> Vec<u8> {
-    let r = hit.regs();
+fn prstatus(tid: i32, r: &crate::arch::Regs, cursig: u16) -> Vec<u8> {
     let mut d = vec![0u8; 112];
-    d[32..36].copy_from_slice(&(hit.tid() as u32).to_le_bytes()); // pr_pid
-    d[12..14].copy_from_slice(&5u16.to_le_bytes()); // pr_cursig = SIGTRAP
+    d[32..36].copy_from_slice(&(tid as u32).to_le_bytes()); // pr_pid
+    d[12..14].copy_from_slice(&cursig.to_le_bytes()); // pr_cursig
     for v in [
         r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx, r.rdx,
         r.rsi, r.rdi, r.orig_rax, r.rip, r.cs, r.eflags, r.rsp, r.ss, r.fs_base, r.gs_base, r.ds,
@@ -46,6 +50,40 @@ fn prstatus(hit: &Hit) -> Vec<u8> {
         d.extend(v.to_le_bytes());
     }
     d.extend([0u8; 8]); // pr_fpvalid + padding
+    d
+}
+
+fn fpregset(f: &crate::arch::FpRegs) -> Vec<u8> {
+    // SAFETY: user_fpregs_struct is 512 bytes of plain integers (the
+    // FXSAVE image), readable as bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            (f as *const crate::arch::FpRegs).cast::<u8>(),
+            std::mem::size_of::<crate::arch::FpRegs>(),
+        )
+    };
+    bytes.to_vec()
+}
+
+/// `NT_FILE`: the file-backed mappings (start, end, offset in pages) and
+/// their paths, as the kernel writes it.
+fn nt_file(maps: &[crate::procmaps::Mapping]) -> Vec<u8> {
+    let files: Vec<_> = maps
+        .iter()
+        .filter(|m| m.is_file() && m.path.starts_with('/'))
+        .collect();
+    let mut d = Vec::new();
+    d.extend((files.len() as u64).to_le_bytes());
+    d.extend(4096u64.to_le_bytes());
+    for m in &files {
+        d.extend(m.start.to_le_bytes());
+        d.extend(m.end.to_le_bytes());
+        d.extend((m.offset / 4096).to_le_bytes());
+    }
+    for m in &files {
+        d.extend(m.path.as_bytes());
+        d.push(0);
+    }
     d
 }
 
@@ -66,11 +104,36 @@ fn prpsinfo(pid: i32) -> Vec<u8> {
 }
 
 /// Writes `core.wprobe.PID.N` for the process of `hit`; returns its path.
-pub fn write_core(pid: i32, hit: &mut Hit) -> anyhow::Result<PathBuf> {
+/// `others`: the other threads' registers (see
+/// `Tracer::other_threads_registers`).
+pub fn write_core(
+    pid: i32,
+    hit: &mut Hit,
+    others: &[(i32, crate::arch::Regs, Option<crate::arch::FpRegs>)],
+) -> anyhow::Result<PathBuf> {
     let maps = crate::procmaps::read(pid)?;
     let mut notes = Vec::new();
-    note(&mut notes, NT_PRSTATUS, &prstatus(hit));
+    // The hit thread first: gdb's current thread.
+    note(
+        &mut notes,
+        NT_PRSTATUS,
+        &prstatus(hit.tid() as i32, hit.regs(), 5),
+    );
+    if let Some(f) = hit.fpregs() {
+        let f = fpregset(f);
+        note(&mut notes, NT_FPREGSET, &f);
+    }
+    for (tid, r, f) in others {
+        note(&mut notes, NT_PRSTATUS, &prstatus(*tid, r, 0));
+        if let Some(f) = f {
+            note(&mut notes, NT_FPREGSET, &fpregset(f));
+        }
+    }
     note(&mut notes, NT_PRPSINFO, &prpsinfo(pid));
+    if let Ok(auxv) = std::fs::read(format!("/proc/{pid}/auxv")) {
+        note(&mut notes, NT_AUXV, &auxv);
+    }
+    note(&mut notes, NT_FILE, &nt_file(&maps));
     let segs: Vec<_> = maps.iter().filter(|m| m.path != "[vsyscall]").collect();
     let phnum = 1 + segs.len();
     let mut off = 64 + 56 * phnum as u64;

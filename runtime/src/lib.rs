@@ -21,6 +21,7 @@ pub mod load;
 pub mod output;
 pub mod privdir;
 pub mod probespec;
+pub mod procinfo;
 pub mod procmaps;
 pub mod programs;
 pub mod provider;

@@ -19,6 +19,9 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 /// Buffered bytes that trigger a write regardless of time.
 const BUFFER_BYTES: usize = 64 << 10;
 
+/// Writes of at most this many bytes to a pipe are atomic (POSIX PIPE_BUF).
+const PIPE_BUF: usize = 4096;
+
 struct Inner {
     dest: Box<dyn Write + Send>,
     buf: Vec<u8>,
@@ -34,10 +37,27 @@ impl Inner {
         if self.buf.is_empty() || self.error.is_some() {
             return;
         }
-        let res = self
-            .dest
-            .write_all(&self.buf)
-            .and_then(|()| self.dest.flush());
+        // Whole lines, at most PIPE_BUF bytes per write where lines allow:
+        // the traced command may write to the same pipe or file, and a
+        // write of up to PIPE_BUF bytes is never interleaved with another.
+        let mut res = Ok(());
+        let mut rest: &[u8] = &self.buf;
+        while !rest.is_empty() && res.is_ok() {
+            let cut = if rest.len() <= PIPE_BUF {
+                rest.len()
+            } else {
+                match rest[..PIPE_BUF].iter().rposition(|&b| b == b'\n') {
+                    Some(i) => i + 1,
+                    None => rest
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(rest.len(), |i| i + 1),
+                }
+            };
+            res = self.dest.write_all(&rest[..cut]);
+            rest = &rest[cut..];
+        }
+        let res = res.and_then(|()| self.dest.flush());
         self.buf.clear();
         match res {
             Ok(()) => self.pending = 0,
@@ -211,5 +231,39 @@ mod tests {
             std::io::Error::from_raw_os_error(libc::ENOSPC).to_string()
         );
         assert!(stop.load(Ordering::SeqCst));
+    }
+
+    struct Writes(Arc<Mutex<Vec<Vec<u8>>>>);
+    impl Write for Writes {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().push(b.to_vec());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn writes_are_whole_lines_of_at_most_pipe_buf_bytes() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut o = RecordOut::new(Box::new(Writes(seen.clone())));
+        let line = format!("{}\n", "x".repeat(99));
+        for _ in 0..300 {
+            o.write(line.as_bytes(), 1);
+        }
+        o.write(format!("{}\n", "y".repeat(5000)).as_bytes(), 1);
+        o.flush();
+        let writes = seen.lock().unwrap();
+        let total: usize = writes.iter().map(Vec::len).sum();
+        assert_eq!(total, 300 * 100 + 5001);
+        for w in writes.iter() {
+            assert!(w.ends_with(b"\n"));
+            assert!(
+                w.len() <= PIPE_BUF || !w[..w.len() - 1].contains(&b'\n'),
+                "{}",
+                w.len()
+            );
+        }
     }
 }

@@ -29,6 +29,22 @@ pub fn run(a: RunArgs) -> ExitCode {
         crate::elog!("error: give the command to trace after `--`, or -p PID");
         return ExitCode::from(1);
     }
+    // A process that cannot be traced at all is refused first, with the
+    // real cause (its executable, which `--probe` defaults to, may not
+    // even be readable).
+    if let Some(pid) = a.pid {
+        use crate::procinfo::Untraceable;
+        let why = crate::procinfo::untraceable(pid);
+        let fatal = match &why {
+            Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
+            Untraceable::Traced { .. } => a.transport != "perf",
+            Untraceable::Other { .. } => false,
+        };
+        if fatal && let Some(reason) = why.explain(pid) {
+            crate::elog!("error: {reason}");
+            return ExitCode::from(1);
+        }
+    }
     let engine = match crate::programs::cli_engine() {
         Ok(e) => e,
         Err(code) => return code,

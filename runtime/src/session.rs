@@ -83,6 +83,8 @@ struct ProbeRt {
     label: String,
     enabled: bool,
     armed: Vec<(i32, Armed)>,
+    /// Armed in some process at some time.
+    ever_armed: bool,
     stats: ProbeStats,
     /// Perf uprobes: the probe's link-time address; the sample's IP minus
     /// it is the module's load bias in whichever process hit it.
@@ -369,6 +371,7 @@ impl Session {
                     label: format!("{}:{}", p.label, loc),
                     enabled: true,
                     armed: Vec::new(),
+                    ever_armed: false,
                     stats: ProbeStats::default(),
                     link: None,
                 });
@@ -635,6 +638,7 @@ impl Session {
                 Ok((link, id)) => {
                     self.probes[pi].link = Some(link);
                     self.probes[pi].armed.push((pid, Armed::Perf(id)));
+                    self.probes[pi].ever_armed = true;
                     armed += 1;
                     let msg = format!(
                         "probe {}: module not mapped at start; armed on the file {}",
@@ -739,6 +743,7 @@ impl Session {
                         Armed::Perf(_) => {}
                     }
                     self.probes[pi].armed.push((pid, a));
+                    self.probes[pi].ever_armed = true;
                     armed += 1;
                 }
                 Err(e) => {
@@ -851,7 +856,8 @@ impl Session {
     fn exhausted(&self, pi: usize) -> bool {
         let p = &self.probes[pi];
         let maxhits = self.manifests[p.prog].probes[p.index].maxhits as u64;
-        p.enabled && p.stats.runs >= maxhits
+        // 0 means no limit, as `maxhits = 0` does in RPN (spec §6.1).
+        p.enabled && maxhits != 0 && p.stats.runs >= maxhits
     }
 
     /// Processes handed off to a debugger by `exit 1`, in order.
@@ -926,7 +932,8 @@ impl Session {
             RunOutcome::Returned(Outcome::CrashDump) => self.crash_dump_unavailable(pi),
             RunOutcome::Returned(Outcome::CoreDump) => {
                 let pid = hit.pid() as i32;
-                match crate::coredump::write_core(pid, hit) {
+                let others = tracer.other_threads_registers(pid, hit.tid() as i32);
+                match crate::coredump::write_core(pid, hit, &others) {
                     Ok(path) => crate::elog!(
                         "wprobe: core file of process {pid} written to {}",
                         path.display()
@@ -1179,6 +1186,15 @@ impl Session {
                 self.probes.len(),
                 self.arm_time.as_secs_f64() * 1e3,
                 self.disarm_time.as_secs_f64() * 1e3
+            );
+        }
+        // A probe whose module no traced process ever mapped had no chance
+        // to fire: 0 hits would otherwise look like "never called".
+        for p in self.probes.iter().filter(|p| p.enabled && !p.ever_armed) {
+            let _ = writeln!(
+                err,
+                "wprobe: warning: probe {} was never armed: no traced process mapped module `{}`",
+                p.label, self.manifests[p.prog].module
             );
         }
         if self.dropped_unattributed > 0 {

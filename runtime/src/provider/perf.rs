@@ -254,6 +254,18 @@ impl PerfTracer {
         if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(PerfError::NoSuchProcess { pid });
         }
+        // A zombie or a kernel thread has no user space to observe (being
+        // traced by someone else does not matter to perf).
+        match crate::procinfo::untraceable(pid) {
+            w @ (crate::procinfo::Untraceable::Zombie
+            | crate::procinfo::Untraceable::KernelThread) => {
+                return Err(PerfError::Untraceable {
+                    reason: w.explain(pid).unwrap_or_default(),
+                });
+            }
+            crate::procinfo::Untraceable::Gone => return Err(PerfError::NoSuchProcess { pid }),
+            _ => {}
+        }
         let mut t = PerfTracer::empty(opts, pid);
         t.tids = super::list_tasks(pid);
         if t.tids.is_empty() {

@@ -172,6 +172,15 @@ pub enum ProviderError {
         /// The pid.
         pid: i32,
     },
+    /// The process cannot be traced for a reason of its own (a zombie, a
+    /// kernel thread, already traced).
+    #[error("{reason}")]
+    Untraceable {
+        /// The pid.
+        pid: i32,
+        /// Why.
+        reason: String,
+    },
     /// Not allowed to trace.
     #[error("not permitted to trace process {pid}: {hint}")]
     PermissionDenied {
@@ -576,9 +585,13 @@ impl Tracer {
                     }
                     Err(Errno::EPERM) if t.threads.is_empty() => {
                         t.procs.clear();
-                        return Err(ProviderError::PermissionDenied {
-                            pid,
-                            hint: ptrace_hint(),
+                        let why = crate::procinfo::untraceable(pid);
+                        return Err(match why.explain(pid) {
+                            Some(reason) => ProviderError::Untraceable { pid, reason },
+                            None => ProviderError::PermissionDenied {
+                                pid,
+                                hint: ptrace_hint(),
+                            },
                         });
                     }
                     Err(Errno::ESRCH) if tid == pid && t.threads.is_empty() => {
@@ -640,6 +653,35 @@ impl Tracer {
     /// event (during a detach).
     pub fn exit_status(&self, pid: i32) -> Option<ExitStatus> {
         self.exited.iter().find(|(p, _)| *p == pid).map(|(_, s)| *s)
+    }
+
+    /// The registers of every other thread of `pid` than `except` (which is
+    /// stopped at a hit): each is stopped for the read, then resumed as it
+    /// was. For a core file of the whole process.
+    pub fn other_threads_registers(
+        &mut self,
+        pid: i32,
+        except: i32,
+    ) -> Vec<(i32, arch::Regs, Option<arch::FpRegs>)> {
+        let held = self.stop_world(pid, except);
+        let tids: Vec<i32> = self
+            .procs
+            .get(&pid)
+            .map(|p| p.threads.iter().copied().filter(|t| *t != except).collect())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for t in tids {
+            let mut r = events::zero_regs();
+            if sys::getregs(t, &mut r).is_err() {
+                continue;
+            }
+            // SAFETY: user_fpregs_struct is plain integers; all-zero is valid.
+            let mut f: arch::FpRegs = unsafe { std::mem::zeroed() };
+            let fp = sys::getfpregs(t, &mut f).ok().map(|()| f);
+            out.push((t, r, fp));
+        }
+        self.resume_all(&held);
+        out
     }
 
     /// Probed sites a process rewrote itself (a JIT) while traced: on

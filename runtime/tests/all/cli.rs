@@ -8,6 +8,11 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
+    case!(attach_refusals_name_the_real_cause, Need::Perf),
+    case!(
+        exit_3_core_of_a_threaded_pie_has_every_thread_and_its_symbols,
+        Need::Gdb
+    ),
     case!(ctrl_c_in_a_terminal_reaches_the_command_once, Need::Script),
     case!(a_stopping_signal_reaches_the_command_and_the_status_says_what_happened @ per_transport),
     case!(
@@ -1011,4 +1016,203 @@ fn ctrl_c_in_a_terminal_reaches_the_command_once() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("EXIT=130"), "{out}");
     assert!(!out.contains("passed on"), "{out}");
+}
+
+/// `exit 3` in a multi-threaded PIE: the core holds every thread (the hit
+/// thread first) and the notes gdb needs to place the PIE and its
+/// libraries (NT_AUXV, NT_FILE), so gdb names the function at the hit.
+fn exit_3_core_of_a_threaded_pie_has_every_thread_and_its_symbols() {
+    let dir = scratch().join("cores-pie");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = crate::support::cli::gcc(
+        "calls_pie",
+        &crate::support::cli::progs().join("calls.c"),
+        &["-O1", "-fPIE", "-pie", "-g"],
+    );
+    let p = write(
+        "core_pie.rpn",
+        format!(
+            "name = {}\noffset = target\nmaxhits = 1\n exit 3\n",
+            exe.display()
+        ),
+    );
+    // 4 threads, 1,000 calls each, 1 ms apart: every thread is alive at
+    // the first hit.
+    let o = wprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--")
+        .arg(&exe)
+        .args(["1000", "4", "1000"])
+        .env("WPROBE_DUMP_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cores: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(cores.len(), 1, "{cores:?}");
+    let g = Command::new("gdb")
+        .args(["-batch", "-ex", "info threads", "-ex", "info symbol $pc"])
+        .arg(&exe)
+        .arg(&cores[0])
+        .output()
+        .expect("running gdb");
+    let out = String::from_utf8_lossy(&g.stdout);
+    // The table of `info threads`: the hit thread (a worker, current) and
+    // at least the main thread, which waits in pthread_join (workers start
+    // one by one, so how many exist at the first hit varies).
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            l.trim_start()
+                .starts_with(|c: char| c == '*' || c.is_ascii_digit())
+                && l.contains("(LWP ")
+        })
+        .collect();
+    assert!(rows.len() >= 2, "more than the hit thread: {out}");
+    assert!(rows[0].starts_with("* 1 "), "the hit thread first: {out}");
+    assert!(
+        out.contains("target in section .text"),
+        "the PIE's symbol at the hit: {out}"
+    );
+}
+
+/// Refusals that name the real cause instead of blaming permissions: a
+/// zombie, a kernel thread, a process another tracer (here another
+/// wprobe) holds; and `repair` refuses to write under a live wprobe.
+fn attach_refusals_name_the_real_cause() {
+    let wat = write(
+        "refusal.wat",
+        "(module (func (export \"h\") (result i32) (i32.const 0)))",
+    );
+    let attach = |pid: u32, tr: &str| {
+        wprobe()
+            .arg("run")
+            .arg(&wat)
+            .args([
+                "--probe",
+                "main=h",
+                "--transport",
+                tr,
+                "-p",
+                &pid.to_string(),
+            ])
+            .output()
+            .unwrap()
+    };
+    // A zombie: the child of a process that never reaps it.
+    let mut parent = Command::new("sh")
+        .args(["-c", "sleep 0 & echo $!; exec sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(parent.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let zombie: u32 = line.trim().parse().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !std::fs::read_to_string(format!("/proc/{zombie}/stat"))
+        .unwrap()
+        .contains(") Z ")
+    {
+        assert!(std::time::Instant::now() < deadline, "no zombie");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for tr in ["ptrace", "perf"] {
+        let o = attach(zombie, tr);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            stderr(&o).ends_with(&format!(
+                "error: process {zombie} is a zombie: it has exited and waits for its parent to \
+                 reap it; there is nothing left to trace\n"
+            )),
+            "{tr}: {}",
+            stderr(&o)
+        );
+    }
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    // A kernel thread (kthreadd).
+    let o = attach(2, "ptrace");
+    assert!(
+        stderr(&o)
+            .ends_with("error: process 2 is a kernel thread: wprobe traces user-space processes\n"),
+        "{}",
+        stderr(&o)
+    );
+    // Already traced: by a first wprobe.
+    let exe = slow_target();
+    let mut target = Command::new(&exe)
+        .arg("100000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut first = wprobe()
+        .arg("run")
+        .arg(&wat)
+        .args([
+            "--probe",
+            "work=h",
+            "-o",
+            "/dev/null",
+            "-p",
+            &pid.to_string(),
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let work = crate::support::cli::sym(&exe, "work");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while live_bytes(pid, work, 1) != [0xcc] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not armed within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = attach(pid, "ptrace");
+    assert!(
+        stderr(&o).ends_with(&format!(
+            "error: process {pid} is already traced by process {} (wprobe): a process has one \
+             tracer at a time; end that one first (or use --transport perf, which does not \
+             trace)\n",
+            first.id()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // `repair` under the live wprobe: refused, nothing written.
+    let o = wprobe()
+        .args(["repair", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with(&format!(
+            "error: process {pid} is traced by process {} (wprobe), which restores it when it stops",
+            first.id()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        live_bytes(pid, work, 1),
+        [0xcc],
+        "still armed by the first wprobe"
+    );
+    Command::new("kill")
+        .args(["-INT", &first.id().to_string()])
+        .status()
+        .unwrap();
+    first.wait().unwrap();
+    assert_ne!(live_bytes(pid, work, 1), [0xcc]);
+    target.kill().unwrap();
+    target.wait().unwrap();
 }

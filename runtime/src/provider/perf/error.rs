@@ -37,6 +37,12 @@ pub enum PerfError {
         /// The pid.
         pid: i32,
     },
+    /// The process has nothing to observe (a zombie, a kernel thread).
+    #[error("{reason}")]
+    Untraceable {
+        /// Why.
+        reason: String,
+    },
     /// No such process (`-p`).
     #[error("no such process: {pid}")]
     NoSuchProcess {

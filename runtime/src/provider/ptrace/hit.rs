@@ -169,7 +169,8 @@ impl Hit {
         f(&mut env)
     }
 
-    fn fpregs(&mut self) -> Option<&FpRegs> {
+    /// The thread's x87/SSE registers (read once per hit).
+    pub fn fpregs(&mut self) -> Option<&FpRegs> {
         if self.fp.is_none() {
             // SAFETY: user_fpregs_struct is plain integers; all-zero is valid.
             let mut f: FpRegs = unsafe { std::mem::zeroed() };
