@@ -294,6 +294,8 @@ impl EmptyCall {
         let module = wasmtime::Module::new(engine, EMPTY_MODULE).expect("empty module compiles");
         let mut store = wasmtime::Store::new(engine, ());
         store.set_fuel(1000).expect("fuel enabled");
+        // The engine interrupts at its next epoch (wprobe's SIGINT path).
+        store.set_epoch_deadline(1);
         let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instantiates");
         let f = instance.get_typed_func(&mut store, "f").expect("export f");
         EmptyCall { store, f }
