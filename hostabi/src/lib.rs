@@ -29,6 +29,7 @@ pub mod imports;
 pub mod manifest;
 pub mod record;
 pub mod regs;
+pub mod rustsdk;
 pub mod snapshot;
 pub mod status;
 

@@ -9,7 +9,13 @@
 //!
 //! **Where.** `$WPROBE_CACHE_DIR`, else `$XDG_CACHE_HOME/wprobe`, else
 //! `~/.cache/wprobe`; `WPROBE_NO_CACHE=1` turns it off ([`Cache::from_env`]).
-//! Nothing is evicted automatically; deleting the directory is always safe.
+//! Deleting the directory, or any file in it, is always safe.
+//!
+//! **Bound.** After each store the least recently used entries are removed
+//! until the entries total at most [`Cache::max_bytes`] (default
+//! [`DEFAULT_MAX_BYTES`], `$WPROBE_CACHE_MAX_BYTES`) and number at most
+//! [`MAX_ENTRIES`]; a hit makes an entry recent by setting its modification
+//! time. Only the cache's own files are ever removed (see [`evict`]).
 //!
 //! **Keys.** BLAKE3 over a domain tag, the wprobe version, wasmtime's
 //! `Engine::precompile_compatibility_hash` (target, Cranelift flags,
@@ -44,11 +50,16 @@
 //! Never here: anything the load must check (the ABI gate stays in
 //! `load.rs`), and errors: every failure is a [`CacheMiss`].
 
-use std::fs::File;
+use std::fs::{File, FileTimes};
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+pub mod evict;
+
+pub use evict::{Eviction, MAX_ENTRIES, STALE_TEMP_SECS};
 
 /// Environment variable naming the cache directory (highest precedence).
 pub const ENV_CACHE_DIR: &str = "WPROBE_CACHE_DIR";
@@ -56,6 +67,21 @@ pub const ENV_CACHE_DIR: &str = "WPROBE_CACHE_DIR";
 /// Environment variable that turns the cache off when set to anything but
 /// empty or `0`.
 pub const ENV_NO_CACHE: &str = "WPROBE_NO_CACHE";
+
+/// Environment variable bounding the total size of the cache's entries: a
+/// number of bytes, optionally followed by `K`, `M` or `G` (powers of 1024,
+/// also written `KiB`, `MiB`, `GiB`; any case), such as `256M`. `0` keeps
+/// only the entry just written. Read only when the cache is on.
+pub const ENV_CACHE_MAX_BYTES: &str = "WPROBE_CACHE_MAX_BYTES";
+
+/// Default bound on the total size of the entries (256 MiB). Entries are
+/// 0.05–1 MB (a 1,000-instruction program serializes to well under 1 MiB; a
+/// cache of 1,200 programs measured 43 MB), so this keeps at least 256 of the
+/// largest programs and thousands of typical ones: far more than the
+/// programs anyone runs repeatedly, which are what the cache is for (a miss
+/// costs one 11–110 ms compilation). It is half of the default bound of
+/// wasmtime's own cache (`files-total-size-soft-limit`, 512 MiB).
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 
 /// First bytes of every entry.
 pub const ENVELOPE_MAGIC: [u8; 8] = *b"WPRBMOD\0";
@@ -150,6 +176,19 @@ pub enum CacheMiss {
     },
 }
 
+/// A cache setting of the environment that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CacheConfigError {
+    /// [`ENV_CACHE_MAX_BYTES`] is not a size.
+    #[error(
+        "{ENV_CACHE_MAX_BYTES}=`{value}`: expected a size in bytes, optionally with a K, M or G suffix (powers of 1024), such as 256M"
+    )]
+    BadMaxBytes {
+        /// The variable's value (lossily decoded).
+        value: String,
+    },
+}
+
 /// What the cache did for one load.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CacheOutcome {
@@ -161,6 +200,9 @@ pub enum CacheOutcome {
         why: CacheMiss,
         /// Whether the compiled module was written to the cache, or why not.
         stored: Result<(), String>,
+        /// What the eviction pass that follows a successful store removed
+        /// (empty when nothing was stored).
+        evicted: Eviction,
     },
 }
 
@@ -171,10 +213,11 @@ impl CacheOutcome {
     }
 }
 
-/// A compiled-module cache: a directory, or nothing.
+/// A compiled-module cache: a directory, or nothing, and a size bound.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cache {
     state: State,
+    max_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,54 +228,87 @@ enum State {
 }
 
 impl Cache {
-    /// A cache kept in `dir` (created `0700` at first use if missing).
+    /// A cache kept in `dir` (created `0700` at first use if missing),
+    /// bounded to [`DEFAULT_MAX_BYTES`].
     pub fn at(dir: impl Into<PathBuf>) -> Cache {
         Cache {
             state: State::Dir(dir.into()),
+            max_bytes: DEFAULT_MAX_BYTES,
         }
     }
 
     /// No cache: every load compiles.
     pub fn disabled() -> Cache {
-        Cache { state: State::Off }
+        Cache {
+            state: State::Off,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+
+    /// This cache with its entries bounded to `max_bytes` in total (the
+    /// entry just written is kept even when it alone is larger).
+    pub fn with_max_bytes(self, max_bytes: u64) -> Cache {
+        Cache { max_bytes, ..self }
+    }
+
+    /// The bound on the total size of the entries, in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
     }
 
     /// The cache the environment asks for: off with `WPROBE_NO_CACHE` set
     /// (to anything but empty or `0`), else in `$WPROBE_CACHE_DIR`, else
-    /// `$XDG_CACHE_HOME/wprobe` (if absolute), else `$HOME/.cache/wprobe`.
-    pub fn from_env() -> Cache {
+    /// `$XDG_CACHE_HOME/wprobe` (if absolute), else `$HOME/.cache/wprobe`;
+    /// bounded by `$WPROBE_CACHE_MAX_BYTES` ([`ENV_CACHE_MAX_BYTES`]), else
+    /// [`DEFAULT_MAX_BYTES`]. A bound that is not a size is an error (the
+    /// user asked for a bound; using another one silently would not be what
+    /// they asked), unless the cache is off.
+    pub fn from_env() -> Result<Cache, CacheConfigError> {
         Cache::from_vars(|k| std::env::var_os(k))
     }
 
     /// The cache of a command line: none with `--no-cache`, else [`Cache::from_env`].
-    pub fn for_cli(no_cache: bool) -> Cache {
+    pub fn for_cli(no_cache: bool) -> Result<Cache, CacheConfigError> {
         if no_cache {
-            Cache::disabled()
+            Ok(Cache::disabled())
         } else {
             Cache::from_env()
         }
     }
 
     /// [`Cache::from_env`] with the variables given by `var` (for tests).
-    pub fn from_vars(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Cache {
+    pub fn from_vars(
+        var: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<Cache, CacheConfigError> {
         let set = |k: &str| var(k).filter(|v| !v.is_empty());
         if set(ENV_NO_CACHE).is_some_and(|v| v != "0") {
-            return Cache::disabled();
+            return Ok(Cache::disabled());
         }
-        if let Some(d) = set(ENV_CACHE_DIR) {
-            return Cache::at(d);
-        }
-        if let Some(x) = set("XDG_CACHE_HOME").map(PathBuf::from)
+        let max_bytes =
+            match set(ENV_CACHE_MAX_BYTES) {
+                None => DEFAULT_MAX_BYTES,
+                Some(v) => v.to_str().and_then(parse_size).ok_or_else(|| {
+                    CacheConfigError::BadMaxBytes {
+                        value: v.to_string_lossy().into_owned(),
+                    }
+                })?,
+            };
+        let cache = if let Some(d) = set(ENV_CACHE_DIR) {
+            Cache::at(d)
+        } else if let Some(x) = set("XDG_CACHE_HOME").map(PathBuf::from)
             && x.is_absolute()
         {
-            return Cache::at(x.join("wprobe"));
-        }
-        match set("HOME").map(PathBuf::from) {
-            Some(h) if h.is_absolute() => Cache::at(h.join(".cache").join("wprobe")),
-            _ => Cache {
-                state: State::NoDirectory,
-            },
-        }
+            Cache::at(x.join("wprobe"))
+        } else {
+            match set("HOME").map(PathBuf::from) {
+                Some(h) if h.is_absolute() => Cache::at(h.join(".cache").join("wprobe")),
+                _ => Cache {
+                    state: State::NoDirectory,
+                    max_bytes: DEFAULT_MAX_BYTES,
+                },
+            }
+        };
+        Ok(cache.with_max_bytes(max_bytes))
     }
 
     /// The directory, when the cache is on.
@@ -245,8 +321,7 @@ impl Cache {
 
     /// Where the entry of `key` lives (when the cache is on).
     pub fn entry_path(&self, key: &CacheKey) -> Option<PathBuf> {
-        self.dir()
-            .map(|d| d.join(format!("{}{ENTRY_SUFFIX}", key.hex())))
+        self.dir().map(|d| d.join(entry_name(key)))
     }
 
     /// The module of `wasm`: from the cache when a trusted entry exists,
@@ -283,9 +358,9 @@ impl Cache {
             });
         }
         let key = CacheKey::new(engine, wasm);
-        let path = dir.join(format!("{}{ENTRY_SUFFIX}", key.hex()));
+        let path = dir.join(entry_name(&key));
         let why = match read_entry(&path, &key) {
-            Ok(entry) => {
+            Ok((file, entry)) => {
                 let payload = &entry[ENVELOPE_BYTES..];
                 // SAFETY: `Module::deserialize` requires bytes produced by
                 // `Module::serialize`/`Engine::precompile_module` of some
@@ -302,7 +377,10 @@ impl Cache {
                 // version or engine configuration are safe inputs: wasmtime
                 // rejects them with an error (its documented guarantee).
                 match unsafe { wasmtime::Module::deserialize(engine, payload) } {
-                    Ok(m) => return Lookup::Hit(m),
+                    Ok(m) => {
+                        touch(&file);
+                        return Lookup::Hit(m);
+                    }
                     Err(e) => CacheMiss::Refused {
                         path: path.clone(),
                         problem: format!("wasmtime refused it: {e}"),
@@ -317,6 +395,7 @@ impl Cache {
                 dir: dir.clone(),
                 path,
                 key,
+                max_bytes: self.max_bytes,
             }),
         })
     }
@@ -336,11 +415,12 @@ pub struct PendingStore {
     target: Option<Target>,
 }
 
-/// Where a compiled module is to be stored.
+/// Where a compiled module is to be stored, and the cache's bound.
 struct Target {
     dir: PathBuf,
     path: PathBuf,
     key: CacheKey,
+    max_bytes: u64,
 }
 
 impl PendingStore {
@@ -350,17 +430,65 @@ impl PendingStore {
     }
 
     /// Writes `module` (the compilation of the looked-up Wasm) to the
-    /// cache when it is in use. Never fails: the outcome says what happened.
+    /// cache when it is in use, then evicts least-recently-used entries
+    /// down to the cache's bound ([`evict`]). Never fails: the outcome says
+    /// what happened.
     pub fn store(self, module: &wasmtime::Module) -> CacheOutcome {
-        let stored = match &self.target {
-            Some(t) => store(&t.dir, &t.path, &t.key, module),
-            None => Err("the cache is not in use".to_string()),
+        let (stored, evicted) = match &self.target {
+            Some(t) => {
+                let stored = store(&t.dir, &t.path, &t.key, module);
+                let evicted = match &stored {
+                    Ok(()) => evict::evict(&t.dir, &entry_name(&t.key), t.max_bytes),
+                    Err(_) => Eviction::default(),
+                };
+                (stored, evicted)
+            }
+            None => (
+                Err("the cache is not in use".to_string()),
+                Eviction::default(),
+            ),
         };
         CacheOutcome::Miss {
             why: self.why,
             stored,
+            evicted,
         }
     }
+}
+
+/// The file name of the entry of `key`: `<hex>.cwasm`.
+fn entry_name(key: &CacheKey) -> String {
+    format!("{}{ENTRY_SUFFIX}", key.hex())
+}
+
+/// Parses a size as `WPROBE_CACHE_MAX_BYTES` writes it: decimal digits,
+/// then nothing (bytes) or `K`, `M`, `G` (powers of 1024), optionally
+/// followed by `iB`, in any case. `None` for anything else (signs, spaces,
+/// fractions, other units), or a size above `u64::MAX`.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// Makes a hit entry the most recently used: sets its modification time
+/// (the recency [`evict`] orders by) to now, through the open file, without
+/// rewriting it. A failure (a read-only file system) is ignored: the entry
+/// then only ages as if it had not been used.
+fn touch(file: &File) {
+    let _ = file.set_times(FileTimes::new().set_modified(SystemTime::now()));
 }
 
 /// Creates `dir` if missing and checks that only the user can change it
@@ -381,9 +509,10 @@ fn trusted_owner_and_mode(meta: &std::fs::Metadata) -> Result<(), String> {
     })
 }
 
-/// Reads the entry at `path` and returns it if it is trusted (see the
-/// module documentation) and whole; the payload starts at [`ENVELOPE_BYTES`].
-fn read_entry(path: &Path, key: &CacheKey) -> Result<Vec<u8>, CacheMiss> {
+/// Reads the entry at `path` and returns it (with the open file) if it is
+/// trusted (see the module documentation) and whole; the payload starts at
+/// [`ENVELOPE_BYTES`].
+fn read_entry(path: &Path, key: &CacheKey) -> Result<(File, Vec<u8>), CacheMiss> {
     let refused = |problem: String| CacheMiss::Refused {
         path: path.to_path_buf(),
         problem,
@@ -414,7 +543,7 @@ fn read_entry(path: &Path, key: &CacheKey) -> Result<Vec<u8>, CacheMiss> {
         .read_to_end(&mut bytes)
         .map_err(|e| refused(format!("reading it: {e}")))?;
     open_envelope(&bytes, key).map_err(|p| refused(p.to_string()))?;
-    Ok(bytes)
+    Ok((f, bytes))
 }
 
 /// Checks the envelope of `bytes` against `key` and returns the payload.
@@ -474,7 +603,11 @@ fn store(dir: &Path, path: &Path, key: &CacheKey, module: &wasmtime::Module) -> 
     ));
     let write = |f: &mut File| -> std::io::Result<()> {
         f.write_all(&envelope(key, &payload))?;
-        f.write_all(&payload)
+        f.write_all(&payload)?;
+        // The recency of a new entry, from the clock a hit uses too (the
+        // kernel's write time is coarser: a few milliseconds).
+        touch(f);
+        Ok(())
     };
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -518,26 +651,70 @@ mod tests {
             ("XDG_CACHE_HOME", "/x"),
             ("HOME", "/h"),
         ];
-        assert_eq!(Cache::from_vars(vars(&all[..])), Cache::at("/c"));
-        assert_eq!(Cache::from_vars(vars(&all[1..])), Cache::at("/x/wprobe"));
+        assert_eq!(Cache::from_vars(vars(&all[..])), Ok(Cache::at("/c")));
+        assert_eq!(
+            Cache::from_vars(vars(&all[1..])),
+            Ok(Cache::at("/x/wprobe"))
+        );
         assert_eq!(
             Cache::from_vars(vars(&all[2..])),
-            Cache::at("/h/.cache/wprobe")
+            Ok(Cache::at("/h/.cache/wprobe"))
         );
         // A relative XDG_CACHE_HOME is ignored, as the XDG spec says.
         assert_eq!(
             Cache::from_vars(vars(&[("XDG_CACHE_HOME", "rel"), ("HOME", "/h")])),
-            Cache::at("/h/.cache/wprobe")
+            Ok(Cache::at("/h/.cache/wprobe"))
         );
         assert_eq!(
             Cache::from_vars(vars(&[("WPROBE_NO_CACHE", "1"), ("HOME", "/h")])),
-            Cache::disabled()
+            Ok(Cache::disabled())
         );
         assert_eq!(
             Cache::from_vars(vars(&[("WPROBE_NO_CACHE", "0"), ("HOME", "/h")])),
-            Cache::at("/h/.cache/wprobe")
+            Ok(Cache::at("/h/.cache/wprobe"))
         );
-        assert_eq!(Cache::from_vars(vars(&[])).dir(), None);
+        assert_eq!(Cache::from_vars(vars(&[])).unwrap().dir(), None);
+    }
+
+    #[test]
+    fn sizes_parse_exactly() {
+        let ok = [
+            ("0", 0),
+            ("1000", 1000),
+            ("64K", 64 << 10),
+            ("64k", 64 << 10),
+            ("64KiB", 64 << 10),
+            ("256M", 256 << 20),
+            ("256mib", 256 << 20),
+            ("2G", 2 << 30),
+            ("2GiB", 2 << 30),
+            ("17179869183G", 17179869183 << 30),
+            ("18446744073709551615", u64::MAX),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_size(text), Some(want), "{text}");
+        }
+        for bad in [
+            "",
+            "K",
+            "12X",
+            "-1",
+            "+1",
+            "1.5M",
+            " 5",
+            "5 ",
+            "5 M",
+            "5MB",
+            "5B",
+            "5T",
+            "0x10",
+            "17179869183G1",
+            "17179869184G",
+            "18446744073709551616",
+            "1é",
+        ] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub struct ProgramOpts {
     #[arg(long, value_name = "N")]
     pub fuel: Option<u64>,
     /// Compile modules afresh instead of using the compiled-module cache
-    /// (also `WPROBE_NO_CACHE=1`).
+    /// (also `WPROBE_NO_CACHE=1`; the cache holds at most
+    /// `WPROBE_CACHE_MAX_BYTES`, default 256M, least recently used evicted).
     #[arg(long)]
     pub no_cache: bool,
 }

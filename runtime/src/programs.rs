@@ -66,7 +66,8 @@ pub fn compile_rpn_for(
 
 /// Loads one program file, taking wasmtime's compilation from `cache`
 /// when it has it. With `WPROBE_DEBUG` set, says on stderr what the cache
-/// did (`wprobe: debug: module cache hit: PATH`, or `… miss: PATH (why)`).
+/// did (`wprobe: debug: module cache hit: PATH`, or `… miss: PATH (why;
+/// stored[; evicted N entries (B bytes)])`).
 pub fn load_program_with_cache(
     engine: &wasmtime::Engine,
     path: &Path,
@@ -101,11 +102,18 @@ pub fn debug_cache_outcome(path: &Path, outcome: &CacheOutcome) {
     }
     match outcome {
         CacheOutcome::Hit => crate::elog!("wprobe: debug: module cache hit: {}", path.display()),
-        CacheOutcome::Miss { why, stored } => {
-            let stored = match stored {
+        CacheOutcome::Miss {
+            why,
+            stored,
+            evicted,
+        } => {
+            let mut stored = match stored {
                 Ok(()) => "stored".to_string(),
                 Err(e) => format!("not stored: {e}"),
             };
+            if !evicted.is_empty() {
+                stored = format!("{stored}; {evicted}");
+            }
             crate::elog!(
                 "wprobe: debug: module cache miss: {} ({why}; {stored})",
                 path.display()

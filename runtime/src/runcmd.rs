@@ -49,7 +49,13 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(e) => e,
         Err(code) => return code,
     };
-    let cache = crate::cache::Cache::for_cli(a.opts.no_cache);
+    let cache = match crate::cache::Cache::for_cli(a.opts.no_cache) {
+        Ok(c) => c,
+        Err(e) => {
+            crate::elog!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let programs = match crate::programs::load_each(&a.programs, |p| {
         load_program_with_cache(&engine, p, &a, &cache)
     }) {

@@ -3,6 +3,12 @@
 //! and give a working module; `WPROBE_NO_CACHE` bypasses it; concurrent
 //! writers of one key never expose a broken entry; and `wprobe run` twice
 //! on the same `.rpn` says (under `WPROBE_DEBUG`) that the second run hit.
+//! The size bound: least-recently-used eviction (a hit makes an entry
+//! recent), the bound held after every store, the entry just written kept
+//! even alone over the bound, the entry-count bound, only the cache's own
+//! files removed (stale temporary files too, fresh ones never), concurrent
+//! writers of different keys, `WPROBE_CACHE_MAX_BYTES` parsed, and all of
+//! it through `wprobe run`.
 //! Every test uses its own directory through an explicit `Cache` value, so
 //! nothing depends on (or races on) the environment of the test process.
 
@@ -22,12 +28,20 @@ pub(crate) const CASES: &[Case] = &[
     case!(no_cache_variable_bypasses_the_cache),
     case!(concurrent_writers_of_one_key_never_expose_a_broken_entry),
     case!(wprobe_run_twice_hits_the_cache_the_second_time),
+    case!(eviction_removes_the_least_recently_used_and_a_hit_makes_an_entry_recent),
+    case!(the_bound_holds_after_every_store),
+    case!(the_entry_just_written_is_kept_even_alone_over_the_bound),
+    case!(the_number_of_entries_is_bounded_too),
+    case!(eviction_removes_only_the_caches_own_files_and_stale_temporary_files),
+    case!(concurrent_writers_of_different_keys_keep_the_bound),
+    case!(max_bytes_variable_is_parsed_or_refused_with_a_clear_error),
+    case!(wprobe_run_evicts_down_to_the_bound_and_refuses_a_bad_one),
 ];
 
 use hostabi::Outcome;
 use rpn2wasm::model::{ModelEnv, probe_target as t};
 use rpn2wasm::symbols::MapSymbols;
-use runtime::cache::{Cache, CacheKey, CacheMiss, CacheOutcome, ENVELOPE_BYTES};
+use runtime::cache::{Cache, CacheKey, CacheMiss, CacheOutcome, ENVELOPE_BYTES, Eviction};
 use runtime::handlers::{RunOutcome, Runner};
 use runtime::load::{LoadedModule, load_cached};
 use std::os::unix::fs::PermissionsExt;
@@ -42,18 +56,29 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// The test program: logs rdi and rsi at `target_fn` of the examples' target.
 fn wasm() -> Vec<u8> {
-    static W: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    W.get_or_init(|| {
-        let src = "name = probe_target\nmajor = 4\noffset = target_fn\nopcode = 0x55\nminor = 2\n        push r, rsi\n        push r, rdi\n        log 2\n";
-        let opts = rpn2wasm::Options {
-            symbols: Some(Box::new(MapSymbols::new([("target_fn", t::TARGET_FN)]))),
-            ..rpn2wasm::Options::default()
-        };
-        let (p, _) = rpn2wasm::frontend_str(Path::new("t.rpn"), src, &opts)
-            .unwrap_or_else(|(d, m)| panic!("{}", d.render(&m)));
-        rpn2wasm::compile_program(p).wasm
-    })
-    .clone()
+    program(4)
+}
+
+/// The test program with its records' major code `major`: a module of its
+/// own (its own key) for each `major`, all of about the same size.
+fn program(major: u16) -> Vec<u8> {
+    static W: std::sync::Mutex<Vec<(u16, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = W.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, w)) = built.iter().find(|(m, _)| *m == major) {
+        return w.clone();
+    }
+    let src = format!(
+        "name = probe_target\nmajor = {major}\noffset = target_fn\nopcode = 0x55\nminor = 2\n        push r, rsi\n        push r, rdi\n        log 2\n"
+    );
+    let opts = rpn2wasm::Options {
+        symbols: Some(Box::new(MapSymbols::new([("target_fn", t::TARGET_FN)]))),
+        ..rpn2wasm::Options::default()
+    };
+    let (p, _) = rpn2wasm::frontend_str(Path::new("t.rpn"), &src, &opts)
+        .unwrap_or_else(|(d, m)| panic!("{}", d.render(&m)));
+    let w = rpn2wasm::compile_program(p).wasm;
+    built.push((major, w.clone()));
+    w
 }
 
 fn engine() -> wasmtime::Engine {
@@ -67,13 +92,18 @@ fn load(engine: &wasmtime::Engine, cache: &Cache) -> (LoadedModule, CacheOutcome
 /// Instantiates the module and runs its handler on `target_fn(2, 7, …)`:
 /// a module from the cache must behave exactly like a compiled one.
 fn assert_works(engine: &wasmtime::Engine, m: &LoadedModule) {
+    assert_works_major(engine, m, 4);
+}
+
+/// [`assert_works`] for `program(major)`.
+fn assert_works_major(engine: &wasmtime::Engine, m: &LoadedModule, major: u16) {
     let mut r = Runner::new(engine, ModelEnv::probe_target_hit(2)).unwrap();
     r.add(m, None).unwrap();
     assert_eq!(r.run(0, 0), RunOutcome::Returned(Outcome::Exit));
     let sink = &r.store.data().sink;
     assert_eq!(sink.records.len(), 1);
     let rec = &sink.records[0];
-    assert_eq!((rec.major, rec.minor), (4, 2));
+    assert_eq!((rec.major, rec.minor), (major, 2));
     let mut want = 2u64.to_le_bytes().to_vec();
     want.extend(7u64.to_le_bytes());
     assert_eq!(sink.data(rec), want.as_slice());
@@ -88,7 +118,8 @@ fn refused(o: &CacheOutcome) -> String {
         CacheOutcome::Miss {
             why: CacheMiss::Refused { problem, .. },
             stored: Ok(()),
-        } => problem.clone(),
+            evicted,
+        } if evicted.is_empty() => problem.clone(),
         other => panic!("expected a refused entry, rewritten; got {other:?}"),
     }
 }
@@ -112,7 +143,8 @@ fn second_load_hits_the_cache() {
         o,
         CacheOutcome::Miss {
             why: CacheMiss::Absent,
-            stored: Ok(())
+            stored: Ok(()),
+            evicted: Eviction::default(),
         }
     );
     assert_works(&engine, &m);
@@ -353,7 +385,8 @@ fn wrong_permission_entries_and_directories_are_not_used() {
         CacheOutcome::Miss {
             why: CacheMiss::Directory { problem, .. },
             stored: Err(_),
-        } => assert!(problem.starts_with("mode 777 lets"), "{problem}"),
+            evicted,
+        } if evicted.is_empty() => assert!(problem.starts_with("mode 777 lets"), "{problem}"),
         other => panic!("{other:?}"),
     }
     assert_works(&engine, &m);
@@ -392,7 +425,8 @@ fn an_entry_that_cannot_be_written_is_not_an_error() {
             CacheOutcome::Miss {
                 why: CacheMiss::Refused { problem, .. },
                 stored: Err(e),
-            } => {
+                evicted,
+            } if evicted.is_empty() => {
                 assert_eq!(problem, "not a regular file");
                 assert!(e.starts_with("writing "), "{e}");
             }
@@ -412,7 +446,7 @@ fn no_cache_variable_bypasses_the_cache() {
         "WPROBE_CACHE_DIR" => Some(dir.clone().into_os_string()),
         _ => None,
     };
-    let cache = Cache::from_vars(vars);
+    let cache = Cache::from_vars(vars).unwrap();
     assert_eq!(cache, Cache::disabled());
     let engine = engine();
     for _ in 0..2 {
@@ -422,7 +456,8 @@ fn no_cache_variable_bypasses_the_cache() {
                 o,
                 CacheOutcome::Miss {
                     why: CacheMiss::Disabled,
-                    stored: Err(_)
+                    stored: Err(_),
+                    ..
                 }
             ),
             "{o:?}"
@@ -460,7 +495,8 @@ fn concurrent_writers_of_one_key_never_expose_a_broken_entry() {
                     CacheOutcome::Hit
                         | CacheOutcome::Miss {
                             why: CacheMiss::Absent,
-                            stored: Ok(())
+                            stored: Ok(()),
+                            ..
                         }
                 ),
                 "round {round}: {o:?}"
@@ -537,5 +573,556 @@ fn wprobe_run_twice_hits_the_cache_the_second_time() {
         )],
         "{off}"
     );
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+/// Loads `program(major)` through `cache`, checks that the module works,
+/// returns what the cache did.
+fn load_major(engine: &wasmtime::Engine, cache: &Cache, major: u16) -> CacheOutcome {
+    let (m, o) = load_cached(engine, &program(major), None, None, cache).expect("the module loads");
+    assert_works_major(engine, &m, major);
+    o
+}
+
+/// The file name of the entry of `program(major)`.
+fn name_of(engine: &wasmtime::Engine, major: u16) -> String {
+    format!("{}.cwasm", CacheKey::new(engine, &program(major)).hex())
+}
+
+/// Sorted file names of the entries of `majors`.
+fn names_of(engine: &wasmtime::Engine, majors: &[u16]) -> Vec<String> {
+    let mut v: Vec<String> = majors.iter().map(|m| name_of(engine, *m)).collect();
+    v.sort();
+    v
+}
+
+/// Entry sizes of `majors`, measured in a scratch cache of their own.
+fn entry_sizes(engine: &wasmtime::Engine, majors: &[u16]) -> Vec<(u16, u64)> {
+    let dir = temp_dir(&format!("sizes-{}", majors[0]));
+    let cache = Cache::at(&dir);
+    let sizes = majors
+        .iter()
+        .map(|&m| {
+            load_major(engine, &cache, m);
+            (
+                m,
+                std::fs::metadata(dir.join(name_of(engine, m)))
+                    .unwrap()
+                    .len(),
+            )
+        })
+        .collect();
+    std::fs::remove_dir_all(&dir).unwrap();
+    sizes
+}
+
+fn size_of(sizes: &[(u16, u64)], major: u16) -> u64 {
+    sizes.iter().find(|(m, _)| *m == major).unwrap().1
+}
+
+/// A miss of an absent entry, stored, with this eviction.
+fn stored_evicting(evicted: Eviction) -> CacheOutcome {
+    CacheOutcome::Miss {
+        why: CacheMiss::Absent,
+        stored: Ok(()),
+        evicted,
+    }
+}
+
+/// An eviction of `entries` entries of `bytes` bytes in total.
+fn evicted(entries: usize, bytes: u64) -> Eviction {
+    Eviction {
+        entries,
+        bytes,
+        ..Eviction::default()
+    }
+}
+
+fn eviction_removes_the_least_recently_used_and_a_hit_makes_an_entry_recent() {
+    let engine = engine();
+    let sizes = entry_sizes(&engine, &[10, 11, 12, 13]);
+    let sz = |m| size_of(&sizes, m);
+    let dir = temp_dir("lru");
+    let unbounded = Cache::at(&dir);
+    for m in [10, 11, 12] {
+        assert_eq!(
+            load_major(&engine, &unbounded, m),
+            stored_evicting(Eviction::default())
+        );
+    }
+    // 10 is the oldest store, but a hit makes it the most recent.
+    assert_eq!(load_major(&engine, &unbounded, 10), CacheOutcome::Hit);
+    // Room for exactly 10, 12 and 13: storing 13 evicts 11, the least
+    // recently used, and only it.
+    let cache = Cache::at(&dir).with_max_bytes(sz(10) + sz(12) + sz(13));
+    assert_eq!(
+        load_major(&engine, &cache, 13),
+        stored_evicting(evicted(1, sz(11)))
+    );
+    assert_eq!(files(&dir), names_of(&engine, &[10, 12, 13]));
+    // Now 12 is: storing 11 again (a miss) evicts it.
+    let cache = Cache::at(&dir).with_max_bytes(sz(10) + sz(13) + sz(11));
+    assert_eq!(
+        load_major(&engine, &cache, 11),
+        stored_evicting(evicted(1, sz(12)))
+    );
+    assert_eq!(files(&dir), names_of(&engine, &[10, 11, 13]));
+    // Hits on 13 then 10 leave 11 the oldest; with room for two entries,
+    // storing 12 evicts 11 and then 13.
+    assert_eq!(load_major(&engine, &cache, 13), CacheOutcome::Hit);
+    assert_eq!(load_major(&engine, &cache, 10), CacheOutcome::Hit);
+    let cache = Cache::at(&dir).with_max_bytes(sz(10) + sz(12));
+    assert_eq!(
+        load_major(&engine, &cache, 12),
+        stored_evicting(evicted(2, sz(11) + sz(13)))
+    );
+    assert_eq!(files(&dir), names_of(&engine, &[10, 12]));
+    // Every entry left is whole: both hit.
+    assert_eq!(load_major(&engine, &cache, 10), CacheOutcome::Hit);
+    assert_eq!(load_major(&engine, &cache, 12), CacheOutcome::Hit);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Total size of the files `names` in `dir`.
+fn total_size(dir: &Path, names: &[String]) -> u64 {
+    names
+        .iter()
+        .map(|n| std::fs::metadata(dir.join(n)).unwrap().len())
+        .sum()
+}
+
+fn the_bound_holds_after_every_store() {
+    let engine = engine();
+    let majors = [20, 21, 22, 23, 24, 25];
+    let sizes = entry_sizes(&engine, &majors);
+    let bound = sizes[0].1 * 5 / 2;
+    let dir = temp_dir("bound");
+    let cache = Cache::at(&dir).with_max_bytes(bound);
+    for (i, &m) in majors.iter().enumerate() {
+        load_major(&engine, &cache, m);
+        // Without hits, recency is the order of the stores: what stays is
+        // the newest run of entries that fits.
+        let mut want = Vec::new();
+        let mut total = 0;
+        for &(older, size) in sizes[..=i].iter().rev() {
+            if total + size > bound {
+                break;
+            }
+            total += size;
+            want.push(older);
+        }
+        let want = names_of(&engine, &want);
+        assert_eq!(files(&dir), want, "after storing {m}");
+        assert!(total_size(&dir, &want) <= bound);
+        if i >= 2 {
+            assert_eq!(want.len(), 2, "two entries fit in 2.5 entries' size");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn the_entry_just_written_is_kept_even_alone_over_the_bound() {
+    let engine = engine();
+    for bound in [0, 1] {
+        let dir = temp_dir(&format!("over-{bound}"));
+        let cache = Cache::at(&dir).with_max_bytes(bound);
+        assert_eq!(
+            load_major(&engine, &cache, 30),
+            stored_evicting(Eviction::default())
+        );
+        assert_eq!(files(&dir), names_of(&engine, &[30]));
+        let size30 = std::fs::metadata(dir.join(name_of(&engine, 30)))
+            .unwrap()
+            .len();
+        assert!(size30 > bound);
+        // A hit keeps it (and evicts nothing: hits never do).
+        assert_eq!(load_major(&engine, &cache, 30), CacheOutcome::Hit);
+        // The next store replaces it.
+        assert_eq!(
+            load_major(&engine, &cache, 31),
+            stored_evicting(evicted(1, size30))
+        );
+        assert_eq!(files(&dir), names_of(&engine, &[31]));
+        assert_eq!(load_major(&engine, &cache, 31), CacheOutcome::Hit);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// Creates `dir` as the cache creates it (mode 0700).
+fn make_cache_dir(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// Writes `len` bytes at `dir/name` (mode 0600) last modified `secs_ago`
+/// seconds ago.
+fn plant(dir: &Path, name: &str, len: usize, secs_ago: u64) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, vec![0x5a; len]).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    set_age(&p, secs_ago);
+    p
+}
+
+fn set_age(p: &Path, secs_ago: u64) {
+    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs_ago);
+    std::fs::File::options()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+}
+
+/// An entry-shaped file name for `n`.
+fn fake_entry_name(n: u64) -> String {
+    format!("{n:064x}.cwasm")
+}
+
+fn the_number_of_entries_is_bounded_too() {
+    use runtime::cache::MAX_ENTRIES;
+    let engine = engine();
+    let dir = temp_dir("count");
+    make_cache_dir(&dir);
+    // MAX_ENTRIES + 4 one-byte entries, the first ones the oldest: with the
+    // new entry, 5 too many, far under the size bound.
+    let extra = 5;
+    let planted = (MAX_ENTRIES + extra - 1) as u64;
+    for n in 0..planted {
+        plant(&dir, &fake_entry_name(n), 1, 10_000 - n);
+    }
+    assert_eq!(
+        load_major(&engine, &Cache::at(&dir), 40),
+        stored_evicting(evicted(extra, extra as u64))
+    );
+    let mut want: Vec<String> = (extra as u64..planted).map(fake_entry_name).collect();
+    want.push(name_of(&engine, 40));
+    want.sort();
+    assert_eq!(files(&dir), want);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn eviction_removes_only_the_caches_own_files_and_stale_temporary_files() {
+    let engine = engine();
+    let dir = temp_dir("own");
+    make_cache_dir(&dir);
+    let elsewhere = temp_dir("own-elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let key = "0123456789abcdef".repeat(4);
+    const HOUR: u64 = 3600;
+    // Removed: an old entry of ours (its content is not read), a stale
+    // temporary file.
+    plant(&dir, &fake_entry_name(1), 1000, 3 * HOUR);
+    plant(&dir, &format!(".tmp-{key}-77-0-0"), 500, 2 * HOUR);
+    // Kept: files the cache did not create, or could not trust.
+    let mut kept = vec![
+        plant(&dir, "notes.txt", 1000, 3 * HOUR),
+        plant(
+            &dir,
+            &format!("{}.cwasm", key.to_uppercase()),
+            1000,
+            3 * HOUR,
+        ),
+        plant(&dir, &format!("{key}.cwasm.bak"), 1000, 3 * HOUR),
+        plant(&dir, &format!("{key}0.cwasm"), 1000, 3 * HOUR),
+        plant(&dir, ".tmp-notes", 1000, 3 * HOUR),
+        // Another process's entry being written: young.
+        plant(&dir, &format!(".tmp-{key}-78-0-0"), 500, 60),
+    ];
+    // Writable by others: not the cache's own (a lookup refuses it too).
+    let open = plant(&dir, &fake_entry_name(2), 1000, 3 * HOUR);
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
+    kept.push(open);
+    // A symlink and a directory with entry names.
+    let target = plant(&elsewhere, "t", 1000, 3 * HOUR);
+    std::os::unix::fs::symlink(&target, dir.join(fake_entry_name(3))).unwrap();
+    kept.push(dir.join(fake_entry_name(3)));
+    std::fs::create_dir(dir.join(fake_entry_name(4))).unwrap();
+    kept.push(dir.join(fake_entry_name(4)));
+    // Another user's entry and temporary file (only root can set this up).
+    let foreign = [
+        plant(&dir, &fake_entry_name(5), 1000, 3 * HOUR),
+        plant(&dir, &format!(".tmp-{key}-79-0-0"), 500, 2 * HOUR),
+    ];
+    let chowned = foreign
+        .iter()
+        .all(|p| std::os::unix::fs::chown(p, Some(65534), None).is_ok());
+    if chowned {
+        kept.extend(foreign);
+    } else {
+        eprintln!("skipping the other-owner case: chown needs root");
+        for p in foreign {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    // A bound of 0: everything of ours but the new entry goes.
+    let o = load_major(&engine, &Cache::at(&dir).with_max_bytes(0), 50);
+    assert_eq!(
+        o,
+        stored_evicting(Eviction {
+            entries: 1,
+            bytes: 1000,
+            stale_temp_files: 1,
+            problems: vec![],
+        })
+    );
+    let mut want: Vec<String> = kept
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    want.push(name_of(&engine, 50));
+    want.sort();
+    assert_eq!(files(&dir), want);
+    assert!(target.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&elsewhere).unwrap();
+}
+
+fn concurrent_writers_of_different_keys_keep_the_bound() {
+    let engine = engine();
+    let majors = [60, 61, 62, 63];
+    let sizes = entry_sizes(&engine, &majors);
+    let mut by_size: Vec<u64> = sizes.iter().map(|s| s.1).collect();
+    by_size.sort();
+    // Room for two entries, never three.
+    let bound = by_size[2] + by_size[3];
+    assert!(by_size[0] + by_size[1] + by_size[2] > bound);
+    let dir = temp_dir("race-bound");
+    for round in 0..3 {
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = Cache::at(&dir).with_max_bytes(bound);
+        // Four writers of different keys, and a reader of a fifth entry
+        // that the writers may evict under it.
+        assert_eq!(
+            load_major(&engine, &cache, 64),
+            stored_evicting(Eviction::default())
+        );
+        let barrier = std::sync::Barrier::new(5);
+        let outcomes: Vec<CacheOutcome> = std::thread::scope(|s| {
+            let writers: Vec<_> = majors
+                .iter()
+                .map(|&m| {
+                    let (engine, cache, barrier) = (&engine, &cache, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        load_major(engine, cache, m)
+                    })
+                })
+                .collect();
+            let reader = s.spawn(|| {
+                barrier.wait();
+                for _ in 0..5 {
+                    let o = load_major(&engine, &cache, 64);
+                    assert!(
+                        matches!(
+                            o,
+                            CacheOutcome::Hit
+                                | CacheOutcome::Miss {
+                                    why: CacheMiss::Absent,
+                                    stored: Ok(()),
+                                    ..
+                                }
+                        ),
+                        "round {round}: reader {o:?}"
+                    );
+                }
+            });
+            reader.join().unwrap();
+            writers.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for o in &outcomes {
+            assert!(
+                matches!(
+                    o,
+                    CacheOutcome::Miss {
+                        why: CacheMiss::Absent,
+                        stored: Ok(()),
+                        evicted,
+                    } if evicted.problems.is_empty()
+                ),
+                "round {round}: {o:?}"
+            );
+        }
+        // Whatever the interleaving: within the bound, at least the newest
+        // entry, no temporary file, and every entry left is whole.
+        let left = files(&dir);
+        assert!((1..=2).contains(&left.len()), "round {round}: {left:?}");
+        assert!(total_size(&dir, &left) <= bound, "round {round}");
+        for name in &left {
+            let major = [60, 61, 62, 63, 64]
+                .into_iter()
+                .find(|m| name_of(&engine, *m) == *name)
+                .unwrap_or_else(|| panic!("round {round}: unexpected file {name}"));
+            let unbounded = Cache::at(&dir);
+            assert_eq!(load_major(&engine, &unbounded, major), CacheOutcome::Hit);
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn max_bytes_variable_is_parsed_or_refused_with_a_clear_error() {
+    use runtime::cache::{CacheConfigError, DEFAULT_MAX_BYTES};
+    let with = |max: Option<&str>, no_cache: bool| {
+        let max = max.map(std::ffi::OsString::from);
+        Cache::from_vars(move |k| match k {
+            "WPROBE_CACHE_DIR" => Some("/c".into()),
+            "WPROBE_CACHE_MAX_BYTES" => max.clone(),
+            "WPROBE_NO_CACHE" if no_cache => Some("1".into()),
+            _ => None,
+        })
+    };
+    assert_eq!(DEFAULT_MAX_BYTES, 256 << 20);
+    assert_eq!(with(None, false), Ok(Cache::at("/c")));
+    assert_eq!(with(None, false).unwrap().max_bytes(), DEFAULT_MAX_BYTES);
+    // Empty is unset, as for the other variables.
+    assert_eq!(
+        with(Some(""), false).unwrap().max_bytes(),
+        DEFAULT_MAX_BYTES
+    );
+    for (text, want) in [
+        ("0", 0),
+        ("123456", 123_456),
+        ("64K", 64 << 10),
+        ("64k", 64 << 10),
+        ("100MiB", 100 << 20),
+        ("1G", 1 << 30),
+    ] {
+        assert_eq!(
+            with(Some(text), false),
+            Ok(Cache::at("/c").with_max_bytes(want)),
+            "{text}"
+        );
+    }
+    for bad in ["12X", "-1", "1.5G", "10 M", "99999999999999999999", "M"] {
+        let e = with(Some(bad), false).unwrap_err();
+        assert_eq!(
+            e,
+            CacheConfigError::BadMaxBytes {
+                value: bad.to_string()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "WPROBE_CACHE_MAX_BYTES=`{bad}`: expected a size in bytes, optionally with a K, M or G suffix (powers of 1024), such as 256M"
+            )
+        );
+    }
+    // Not read when the cache is off.
+    assert_eq!(with(Some("12X"), true), Ok(Cache::disabled()));
+    // Not UTF-8: refused, shown lossily.
+    let bytes = std::ffi::OsString::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"1\xffM"),
+    );
+    let e = Cache::from_vars(|k| match k {
+        "WPROBE_CACHE_MAX_BYTES" => Some(bytes.clone()),
+        "HOME" => Some("/h".into()),
+        _ => None,
+    })
+    .unwrap_err();
+    assert_eq!(
+        e,
+        CacheConfigError::BadMaxBytes {
+            value: "1\u{fffd}M".to_string()
+        }
+    );
+}
+
+fn wprobe_run_evicts_down_to_the_bound_and_refuses_a_bad_one() {
+    let scratch = temp_dir("cli-bound");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let target = crate::support::cli::probe_target();
+    let rpn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples/01_log_args.rpn");
+    let run = |cache_dir: &Path, env: &[(&str, &str)]| {
+        let mut c = crate::support::cli::wprobe();
+        c.arg("run")
+            .arg(&rpn)
+            .args(["--format", "json", "--"])
+            .arg(&target)
+            .current_dir(&scratch)
+            .env("WPROBE_DEBUG", "1")
+            .env("WPROBE_CACHE_DIR", cache_dir)
+            .env_remove("WPROBE_NO_CACHE")
+            .env_remove("WPROBE_CACHE_MAX_BYTES");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let cache_line = |o: &std::process::Output| -> String {
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("wprobe: debug: module cache"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        lines[0].to_string()
+    };
+    // The size of this program's entry.
+    let measure = scratch.join("measure");
+    cache_line(&run(&measure, &[]));
+    let entry = files(&measure);
+    assert_eq!(entry.len(), 1);
+    let size = std::fs::metadata(measure.join(&entry[0])).unwrap().len();
+
+    // Three old entries of 100,000 bytes, a stale temporary file, a file
+    // of the user's; room for the new entry and one old one.
+    let dir = scratch.join("cache");
+    make_cache_dir(&dir);
+    for (n, age) in [(1, 3 * 3600), (2, 2 * 3600), (3, 3600)] {
+        plant(&dir, &fake_entry_name(n), 100_000, age);
+    }
+    plant(
+        &dir,
+        &format!(".tmp-{}-1-0-0", "ab".repeat(32)),
+        10,
+        2 * 3600,
+    );
+    plant(&dir, "notes.txt", 10, 3 * 3600);
+    let bound = (size + 150_000).to_string();
+    let line = cache_line(&run(&dir, &[("WPROBE_CACHE_MAX_BYTES", &bound)]));
+    assert_eq!(
+        line,
+        format!(
+            "wprobe: debug: module cache miss: {} (no entry; stored; evicted 2 entries (200000 bytes); removed 1 stale temporary file)",
+            rpn.display()
+        )
+    );
+    let mut want = vec![
+        fake_entry_name(3),
+        entry[0].clone(),
+        "notes.txt".to_string(),
+    ];
+    want.sort();
+    assert_eq!(files(&dir), want);
+    // The next run hits and removes nothing.
+    let line = cache_line(&run(&dir, &[("WPROBE_CACHE_MAX_BYTES", &bound)]));
+    assert_eq!(
+        line,
+        format!("wprobe: debug: module cache hit: {}", rpn.display())
+    );
+    assert_eq!(files(&dir), want);
+
+    // A bound that is not a size: exit status 1 before anything runs.
+    let o = run(&dir, &[("WPROBE_CACHE_MAX_BYTES", "12X")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "error: WPROBE_CACHE_MAX_BYTES=`12X`: expected a size in bytes, optionally with a K, M or G suffix (powers of 1024), such as 256M\n"
+    );
+    assert!(o.stdout.is_empty());
+    // Unless the cache is off.
+    let o = run(
+        &dir,
+        &[("WPROBE_CACHE_MAX_BYTES", "12X"), ("WPROBE_NO_CACHE", "1")],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(files(&dir), want);
     std::fs::remove_dir_all(&scratch).unwrap();
 }

@@ -2,8 +2,9 @@
 //! compiled target (`tests/examples/probe_target.c`) with exact expected
 //! records: the WAT examples of `guests/wat` (as text and as binary), the
 //! Rust SDK examples of `guests/rust` and the C examples of `guests/c`
-//! (both built by this test), `--probe LOCATION=EXPORT`, and every load-time
-//! rejection with its exact message.
+//! (both built by this test), the Rust SDK copied out of the repository and
+//! used by path from another crate, `--probe LOCATION=EXPORT`, and every
+//! load-time rejection with its exact message.
 
 use crate::case;
 use crate::support::case::Case;
@@ -18,6 +19,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(load_errors_reach_the_command_line_with_exit_status_1),
     case!(every_prefix_and_every_manifest_byte_flip_is_refused_without_panic),
     case!(rust_sdk_examples_build_and_run),
+    case!(rust_sdk_copied_out_of_the_repository_builds_and_runs),
     case!(c_examples_build_and_run),
     case!(the_guide_states_the_runtime_budgets),
     case!(probe_flag_with_pid_defaults_to_the_process_executable),
@@ -550,6 +552,106 @@ fn rust_sdk_examples_build_and_run() {
             ("on_bump", "bump".to_string(), Some(0x55))
         ]
     );
+}
+
+/// Copies the directory tree `from` to `to`, except `target` directories.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let ty = e.file_type().unwrap();
+        let dest = to.join(e.file_name());
+        if ty.is_dir() {
+            if e.file_name() != "target" {
+                copy_tree(&e.path(), &dest);
+            }
+        } else {
+            assert!(ty.is_file(), "{}: not a file", e.path().display());
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// `cargo build --release --target wasm32-unknown-unknown ARGS` in `dir`,
+/// with its own target directory (`dir/target`).
+fn cargo_wasm32_build(dir: &Path, args: &[&str], what: &str) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    check(
+        Command::new(cargo)
+            .args(["build", "--release", "--target", "wasm32-unknown-unknown"])
+            .args(args)
+            .current_dir(dir)
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_BUILD_TARGET"),
+        what,
+    );
+}
+
+/// `guests/rust` needs nothing else of the repository: copied to a
+/// temporary directory, its `log_args` example builds there (with the
+/// checked-in `Cargo.lock`, `--locked`) and runs with exact records; and a
+/// crate of the user's own that depends on the copy by path, as the SDK's
+/// README shows, builds the same handler as its `cdylib` and gets the same
+/// records under its own label.
+fn rust_sdk_copied_out_of_the_repository_builds_and_runs() {
+    let base = std::env::temp_dir().join(format!("wprobe-sdk-outside-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let repo_root = repo().canonicalize().unwrap();
+    assert!(
+        !base.starts_with(&repo_root),
+        "{} is inside the repository",
+        base.display()
+    );
+    let sdk = base.join("wprobe-guest");
+    copy_tree(&repo().join("guests/rust"), &sdk);
+    cargo_wasm32_build(
+        &sdk,
+        &["--locked", "--example", "log_args"],
+        "building the log_args example of a copy of guests/rust",
+    );
+    let wasm = sdk.join("target/wasm32-unknown-unknown/release/examples/log_args.wasm");
+    assert_eq!(
+        run(&[wasm.to_str().unwrap()], &[]),
+        expect_log_args("log_args")
+    );
+
+    let user = base.join("my-handler");
+    std::fs::create_dir_all(user.join("src")).unwrap();
+    std::fs::write(
+        user.join("Cargo.toml"),
+        r#"[package]
+name = "my-handler"
+version = "0.1.0"
+edition = "2024"
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+wprobe-guest = { path = "../wprobe-guest" }
+
+[profile.release]
+panic = "abort"
+"#,
+    )
+    .unwrap();
+    std::fs::copy(
+        repo().join("guests/rust/examples/log_args.rs"),
+        user.join("src/lib.rs"),
+    )
+    .unwrap();
+    cargo_wasm32_build(
+        &user,
+        &[],
+        "building a crate that depends on the copied SDK by path",
+    );
+    let wasm = user.join("target/wasm32-unknown-unknown/release/my_handler.wasm");
+    assert_eq!(
+        run(&[wasm.to_str().unwrap()], &[]),
+        expect_log_args("my_handler")
+    );
+    std::fs::remove_dir_all(&base).unwrap();
 }
 
 /// The C examples, each built with clang for wasm32 without libc, once.
