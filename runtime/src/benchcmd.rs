@@ -521,8 +521,8 @@ pub fn capture(
     a: &BenchArgs,
     programs: &[BenchProgram],
 ) -> Result<std::collections::HashMap<(usize, usize), ModelEnv>, String> {
-    use crate::provider::ptrace::{TraceOptions, Tracer};
     use crate::session::{ProgramInput, RunOptions, Session};
+    use crate::transport::ptrace::{TraceOptions, Tracer};
     let inputs = programs
         .iter()
         .map(|p| ProgramInput {

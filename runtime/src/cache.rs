@@ -43,9 +43,9 @@
 //! key each rename a complete file. No `fsync`: an entry lost or torn by a
 //! crash fails the checksum and is recompiled.
 //!
-//! Besides the providers and the architecture code, this is the only place
-//! in the crate with `unsafe`: the deserialization, whose argument is the
-//! list above, and `geteuid`.
+//! Besides the system-call layer (`sys`), this is the only place in the
+//! crate with `unsafe`: the deserialization, whose argument is the list
+//! above.
 //!
 //! Never here: anything the load must check (the ABI gate stays in
 //! `load.rs`), and errors: every failure is a [`CacheMiss`].
@@ -376,7 +376,14 @@ impl Cache {
                 // run code as the user anyway). Artifacts of another wasmtime
                 // version or engine configuration are safe inputs: wasmtime
                 // rejects them with an error (its documented guarantee).
-                match unsafe { wasmtime::Module::deserialize(engine, payload) } {
+                #[expect(
+                    unsafe_code,
+                    reason = "deserializing runs the entry's code: sound for trusted bytes only (see above)"
+                )]
+                // SAFETY: see the comment above: the payload is, bit for
+                // bit, `Module::serialize` output of this user's wprobe.
+                let module = unsafe { wasmtime::Module::deserialize(engine, payload) };
+                match module {
                     Ok(m) => {
                         touch(&file);
                         return Lookup::Hit(m);

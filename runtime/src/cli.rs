@@ -243,7 +243,7 @@ pub fn main() -> ExitCode {
 }
 
 fn repair(a: RepairArgs) -> ExitCode {
-    use crate::provider::ptrace::journal;
+    use crate::transport::ptrace::journal;
     let path = journal::path(a.pid);
     if !path.exists() {
         crate::elog!(

@@ -7,7 +7,7 @@
 //! Memory is read as handlers read it, so the core shows the original
 //! bytes under wprobe's breakpoints. The process keeps running afterwards.
 
-use crate::provider::ptrace::Hit;
+use crate::transport::ptrace::Hit;
 use hostabi::env::HitEnv;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -54,15 +54,7 @@ fn prstatus(tid: i32, r: &crate::arch::Regs, cursig: u16) -> Vec<u8> {
 }
 
 fn fpregset(f: &crate::arch::FpRegs) -> Vec<u8> {
-    // SAFETY: user_fpregs_struct is 512 bytes of plain integers (the
-    // FXSAVE image), readable as bytes.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (f as *const crate::arch::FpRegs).cast::<u8>(),
-            std::mem::size_of::<crate::arch::FpRegs>(),
-        )
-    };
-    bytes.to_vec()
+    crate::sys::regs::fpregs_bytes(f).to_vec()
 }
 
 /// `NT_FILE`: the file-backed mappings (start, end, offset in pages) and

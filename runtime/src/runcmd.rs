@@ -7,10 +7,10 @@
 use crate::cli::RunArgs;
 use crate::format::Format;
 use crate::programs::load_program_with_cache;
-use crate::provider::perf::{PerfOptions, PerfTracer};
-use crate::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
 use crate::regscan::RegsRead;
 use crate::session::{RunOptions, Session};
+use crate::transport::perf::{PerfOptions, PerfTracer};
+use crate::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -116,7 +116,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     }
     if perf
         && session.has_breakpoints()
-        && let Err(e) = crate::provider::perf::check_uprobes()
+        && let Err(e) = crate::transport::perf::check_uprobes()
     {
         crate::elog!("error: {e}");
         return ExitCode::from(1);
@@ -152,7 +152,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     };
     // A diagnostic knob for measurements: which step-over path to use.
     if let Ok(p) = std::env::var("WPROBE_STEP_POLICY") {
-        use crate::provider::ptrace::StepPolicy;
+        use crate::transport::ptrace::StepPolicy;
         match p.as_str() {
             "auto" => tracer.set_step_policy(StepPolicy::Auto),
             "no-emulation" => tracer.set_step_policy(StepPolicy::NoEmulation),
@@ -258,11 +258,11 @@ fn run_perf(
     let opts = PerfOptions {
         follow_forks: a.follow,
         stack_bytes: if session.reads_memory() {
-            crate::provider::perf::STACK_SNAPSHOT_BYTES
+            crate::transport::perf::STACK_SNAPSHOT_BYTES
         } else {
             0
         },
-        regs_mask: crate::provider::perf::regs_mask(regs_read, session.reads_memory()),
+        regs_mask: crate::transport::perf::regs_mask(regs_read, session.reads_memory()),
     };
     let tracer = match a.pid {
         Some(pid) => PerfTracer::attach(pid, opts),

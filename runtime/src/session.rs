@@ -16,11 +16,11 @@ use crate::format::{self, Format, RecordView};
 use crate::handlers::{RunOutcome, Runner};
 use crate::load::LoadedModule;
 use crate::procmaps::{self, Mapping};
-pub use crate::provider::RunEnv;
-use crate::provider::perf::{PerfEvent, PerfHit, PerfId, PerfProbe, PerfTracer};
-use crate::provider::ptrace::{Action, BpId, Event, ExitStatus, Hit, Tracer, WpId};
 use crate::resolve::{Located, ResolveError, Resolver};
 use crate::sink::RecordKind;
+pub use crate::transport::RunEnv;
+use crate::transport::perf::{PerfEvent, PerfHit, PerfId, PerfProbe, PerfTracer};
+use crate::transport::ptrace::{Action, BpId, Event, ExitStatus, Hit, Tracer, WpId};
 use hostabi::Outcome;
 use hostabi::env::HitEnv;
 use hostabi::manifest::{Manifest, ProbeKind};
@@ -304,7 +304,7 @@ pub fn check_watchpoint(addr: u64, len: u8, kind: crate::arch::WatchKind) -> Res
     } else {
         return Ok(());
     };
-    Err(crate::provider::ptrace::ArmError::BadWatchpoint { addr, len, reason }.to_string())
+    Err(crate::transport::ptrace::ArmError::BadWatchpoint { addr, len, reason }.to_string())
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -542,7 +542,7 @@ impl Session {
                         let read = std::fs::File::open(&m.path)
                             .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, offset))
                             .is_ok()
-                            || crate::provider::perf::read_live(pid, addr, &mut b) == 1;
+                            || crate::transport::perf::read_live(pid, addr, &mut b) == 1;
                         if read && b[0] != op {
                             return Err(format!(
                                 "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",

@@ -7,8 +7,8 @@
 
 use rpn2wasm::interp::RecordKind;
 use runtime::format::Format;
-use runtime::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
 use runtime::session::{ProgramInput, RunOptions, Session};
+use runtime::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::{
     SharedBuf, build_file, engine, examples_dir, interpreter_scenario, probe_target, scratch_dir,

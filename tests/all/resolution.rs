@@ -5,8 +5,8 @@
 //! expected arguments at every call.
 
 use runtime::format::Format;
-use runtime::provider::ptrace::{ExitStatus, TraceOptions, Tracer};
 use runtime::session::{ProgramInput, RunOptions, Session};
+use runtime::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::{SharedBuf, build_c, engine, scratch_dir};

@@ -653,8 +653,7 @@ mod tests {
     }
 
     fn regs() -> Regs {
-        // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
-        let mut r: Regs = unsafe { core::mem::zeroed() };
+        let mut r = crate::sys::regs::zero_regs();
         r.rsp = 0x7000_0000;
         r.rbp = 0x1234;
         r.rip = 0x40_1000;

@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crate::support::tracer::*;
-use runtime::provider::ptrace::{
+use runtime::transport::ptrace::{
     Action, ArmError, BpId, Event, ExitStatus, ProviderError, StepPolicy, TraceOptions, Tracer,
 };
 
@@ -38,7 +38,7 @@ fn count_hits(
     sym_name: &str,
     args: &[&str],
     policy: StepPolicy,
-) -> (u64, String, runtime::provider::ptrace::RunSummary) {
+) -> (u64, String, runtime::transport::ptrace::RunSummary) {
     let out = out_file();
     let mut argv: Vec<std::ffi::OsString> = vec![prog.into(), format!(">{}", out.display()).into()];
     argv.extend(args.iter().map(Into::into));
@@ -115,7 +115,7 @@ fn builds_pie_nopie_o0_o2_cet() {
 }
 
 /// Every instruction of every asm function probed; each path counted and timed.
-fn all_instructions(policy: StepPolicy) -> (u64, runtime::provider::ptrace::RunSummary, f64) {
+fn all_instructions(policy: StepPolicy) -> (u64, runtime::transport::ptrace::RunSummary, f64) {
     let prog = build("asmfuncs", "asmfuncs.c", &["-O1", "-fPIE", "-pie"]);
     let n = 2000u64;
     let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string()]);
@@ -310,7 +310,7 @@ fn arm_errors_t15() {
         f.write_all_at(&before[..1], a).unwrap();
     }
     // Watchpoint errors.
-    use runtime::provider::ptrace::WatchKind;
+    use runtime::transport::ptrace::WatchKind;
     let g = stack & !7;
     assert!(matches!(
         t.insert_watchpoint(pid, g + 1, 4, WatchKind::Write),

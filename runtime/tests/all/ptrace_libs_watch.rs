@@ -24,7 +24,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::support::tracer::*;
 use hostabi::env::HitEnv;
-use runtime::provider::ptrace::{Action, Event, TraceOptions, Tracer, WatchKind, WpId};
+use runtime::transport::ptrace::{Action, Event, TraceOptions, Tracer, WatchKind, WpId};
 
 fn opts() -> TraceOptions {
     TraceOptions {

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::tracer::*;
 use hostabi::env::HitEnv;
-use runtime::provider::ptrace::{Action, Event, ExitStatus, TraceOptions, Tracer};
+use runtime::transport::ptrace::{Action, Event, ExitStatus, TraceOptions, Tracer};
 
 fn opts(follow: bool) -> TraceOptions {
     TraceOptions {
@@ -303,8 +303,8 @@ fn detach_under_load_with_stop_flag_t8() {
     let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string(), "8", "1"]);
     let out = out_file();
     for policy in [
-        runtime::provider::ptrace::StepPolicy::Auto,
-        runtime::provider::ptrace::StepPolicy::NoEmulation,
+        runtime::transport::ptrace::StepPolicy::Auto,
+        runtime::transport::ptrace::StepPolicy::NoEmulation,
     ] {
         let mut t =
             Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8", "1"]), opts(false)).unwrap();
@@ -416,7 +416,7 @@ fn attach_then_stop_restores_everything_t9() {
         "page identical to before the attach"
     );
     assert!(
-        !runtime::provider::ptrace::journal::path(pid).exists(),
+        !runtime::transport::ptrace::journal::path(pid).exists(),
         "journal removed"
     );
     // The tracee keeps running unharmed.

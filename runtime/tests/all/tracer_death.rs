@@ -227,7 +227,7 @@ fn after_sigkill_in_attach_mode_repair_restores_the_process() {
     assert_eq!(live_bytes(pid, work, 1), [0xcc]);
     // Two patches: the probe, and the dynamic linker's r_debug breakpoint
     // (a `ret`) through which wprobe learns of dlopen.
-    let journal = runtime::provider::ptrace::journal::read(pid as i32).unwrap();
+    let journal = runtime::transport::ptrace::journal::read(pid as i32).unwrap();
     assert_eq!(journal.len(), 2, "{journal:?}");
     assert!(
         journal.iter().any(|e| (e.0, e.1) == (work, original[0])),
@@ -302,7 +302,7 @@ fn a_panic_in_attach_mode_leaves_the_process_unpatched_and_running() {
         "the text equals the file"
     );
     assert!(
-        !runtime::provider::ptrace::journal::path(pid as i32).exists(),
+        !runtime::transport::ptrace::journal::path(pid as i32).exists(),
         "a clean detach removes the journal"
     );
     writeln!(to_target, "10000").unwrap();

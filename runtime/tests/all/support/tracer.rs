@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use runtime::procmaps::{self, ModuleKey};
-use runtime::provider::ptrace::{ProviderError, TraceOptions, Tracer};
+use runtime::transport::ptrace::{ProviderError, TraceOptions, Tracer};
 use wprobe_elf::{ElfInfo, Lookup};
 
 static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);

@@ -14,10 +14,10 @@ use nix::errno::Errno;
 
 use super::hit::HitKind;
 use super::mem::ProcMem;
-use super::sys::{self, Status};
 use super::threads::{ProcKind, Process, TState, Thread};
 use super::{Action, Event, ExitStatus, ProviderError, RunSummary, Tracer, rdebug, tgid_of};
 use crate::arch::{self, BREAKPOINT_INSN, Regs};
+use crate::sys::ptrace::{self as sys, Status};
 
 /// How often the waker thread looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(20);
@@ -29,10 +29,7 @@ fn is_group_stop_sig(sig: i32) -> bool {
     )
 }
 
-pub(super) fn zero_regs() -> Regs {
-    // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
-}
+pub(super) use crate::sys::regs::zero_regs;
 
 type Cb<'c> = &'c mut dyn FnMut(&mut Tracer, Event<'_>) -> Action;
 
@@ -48,29 +45,11 @@ impl Tracer {
         // The waker: a child of this thread blocked on a pipe; when `stop`
         // becomes true a helper thread writes the pipe, the child exits, and
         // our blocking waitpid returns to look at the flag.
-        let mut fds = [0i32; 2];
-        // SAFETY: pipe2 writes two descriptors into the live array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(ProviderError::sys("pipe2", 0, Errno::last()));
-        }
-        // SAFETY: the child only calls read and _exit (async-signal-safe).
-        let child = unsafe { libc::fork() };
-        if child == 0 {
-            let mut b = 0u8;
-            // SAFETY: closes the inherited write end (so that the tracer's
-            // death gives EOF), reads into a live byte, then terminates.
-            unsafe {
-                libc::close(fds[1]);
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
-                libc::_exit(0);
-            }
-        }
-        // SAFETY: closing our copy of the read end.
-        unsafe { libc::close(fds[0]) };
+        let (child, wpipe) = crate::sys::process::waker_child()
+            .map_err(|e| ProviderError::sys("fork (waker)", 0, e))?;
         let waker_pid = AtomicI32::new(child);
         let done = AtomicBool::new(false);
-        let wfd = fds[1];
+        let wfd = std::os::fd::AsRawFd::as_raw_fd(&wpipe);
         let res = std::thread::scope(|s| {
             s.spawn(|| waker(stop, &done, wfd));
             // A panic of the event handler must still end the waker thread,
@@ -82,11 +61,8 @@ impl Tracer {
             done.store(true, Ordering::SeqCst);
             r
         });
-        // SAFETY: writes one byte from a live local, closes our descriptor.
-        unsafe {
-            libc::write(wfd, b"x".as_ptr().cast(), 1);
-            libc::close(wfd);
-        }
+        crate::sys::process::poke_pipe(wfd);
+        drop(wpipe);
         if child > 0 {
             let _ = sys::wait(child, 0);
         }
@@ -960,9 +936,8 @@ impl Tracer {
 fn waker(stop: &AtomicBool, done: &AtomicBool, wfd: i32) {
     while !done.load(Ordering::SeqCst) {
         if stop.load(Ordering::SeqCst) {
-            // SAFETY: writes one byte from a static to our pipe descriptor,
-            // which stays open until this scoped thread has been joined.
-            unsafe { libc::write(wfd, b"x".as_ptr().cast(), 1) };
+            // The descriptor stays open until this scoped thread is joined.
+            crate::sys::process::poke_pipe(wfd);
             return;
         }
         std::thread::sleep(STOP_POLL);

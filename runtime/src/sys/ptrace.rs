@@ -1,9 +1,7 @@
-//! Thin wrappers over the ptrace, wait and memory system calls used by the
-//! provider. Each returns `Err(Errno)` exactly as the kernel reported it;
-//! the callers decide what `ESRCH` means (thread gone, see RELIABILITY H8).
-//! Nothing here keeps state or retries anything but `EINTR`.
-
-use std::os::fd::{AsRawFd, RawFd};
+//! Thin wrappers over the ptrace and wait system calls. Each returns
+//! `Err(Errno)` exactly as the kernel reported it; the callers decide what
+//! `ESRCH` means (thread gone, see RELIABILITY H8). Nothing here keeps
+//! state or retries anything but `EINTR`.
 
 use nix::errno::Errno;
 
@@ -171,103 +169,6 @@ pub fn wait(pid: i32, flags: libc::c_int) -> Result<Option<(i32, i32)>, Errno> {
     }
 }
 
-/// process_vm_readv of `buf.len()` bytes at `addr`; returns bytes read (may be short).
-pub fn vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> Result<usize, Errno> {
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` describes `buf`, which is live and writable for its
-    // length; `remote` is only interpreted in the other process.
-    let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as usize)
-    }
-}
-
-/// process_vm_writev of `data` at `addr` (honours the target's page
-/// protections); returns bytes written.
-pub fn vm_write(pid: i32, addr: u64, data: &[u8]) -> Result<usize, Errno> {
-    let local = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: `local` describes `data`, live for its length; the kernel only
-    // reads it. `remote` is only interpreted in the other process.
-    let r = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as usize)
-    }
-}
-
-/// pread on a file descriptor (e.g. /proc/PID/mem); returns bytes read.
-pub fn pread(fd: &impl AsRawFd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
-    pread_raw(fd.as_raw_fd(), buf, off)
-}
-
-/// pread on a raw descriptor.
-pub fn pread_raw(fd: RawFd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
-    loop {
-        // SAFETY: `buf` is live and writable for its length.
-        let r = unsafe { libc::pread64(fd, buf.as_mut_ptr().cast(), buf.len(), off as i64) };
-        match r {
-            -1 if Errno::last() == Errno::EINTR => continue,
-            -1 => return Err(Errno::last()),
-            n => return Ok(n as usize),
-        }
-    }
-}
-
-/// pwrite on a file descriptor (e.g. /proc/PID/mem); returns bytes written.
-pub fn pwrite(fd: &impl AsRawFd, data: &[u8], off: u64) -> Result<usize, Errno> {
-    loop {
-        // SAFETY: `data` is live for its length; the kernel only reads it.
-        let r =
-            unsafe { libc::pwrite64(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), off as i64) };
-        match r {
-            -1 if Errno::last() == Errno::EINTR => continue,
-            -1 => return Err(Errno::last()),
-            n => return Ok(n as usize),
-        }
-    }
-}
-
-/// tgkill(tgid, tid, sig).
-pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> Result<(), Errno> {
-    // SAFETY: plain syscall with integer arguments.
-    let r = unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) };
-    if r == -1 { Err(Errno::last()) } else { Ok(()) }
-}
-
-/// Mounts tracefs at `dir` (`mount -t tracefs nodev DIR`).
-pub fn mount_tracefs(dir: &str) -> Result<(), Errno> {
-    let target = std::ffi::CString::new(dir).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: every pointer is a live NUL-terminated string (or null for
-    // `data`, which tracefs does not need); mount reads them only.
-    let r = unsafe {
-        libc::mount(
-            c"nodev".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if r == -1 { Err(Errno::last()) } else { Ok(()) }
-}
-
 /// Decoded `waitpid` status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -300,17 +201,4 @@ pub fn decode_status(st: i32) -> Status {
     } else {
         Status::Other
     }
-}
-
-/// CLOCK_REALTIME in ns.
-pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live timespec the kernel writes.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
 }

@@ -23,7 +23,7 @@ mod tracefs;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use perf_event::events::{Breakpoint, Software};
@@ -35,7 +35,7 @@ pub use self::hit::PerfHit;
 use self::ring::Ring;
 pub use self::sample::regs_mask;
 pub use crate::arch::WatchKind;
-use crate::provider::ptrace::ExitStatus;
+use crate::transport::ptrace::ExitStatus;
 
 /// How long the event loop sleeps in `poll` when nothing arrives (it also
 /// bounds the delay before a record is printed).
@@ -43,9 +43,6 @@ const POLL_MS: i32 = 20;
 
 /// `PERF_TYPE_TRACEPOINT`.
 const PERF_TYPE_TRACEPOINT: u32 = 2;
-
-/// `PERF_EVENT_IOC_SET_OUTPUT` (`_IO('$', 5)`).
-const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
 /// Reads live memory of `pid` (`process_vm_readv`); returns the bytes read.
 pub fn read_live(pid: i32, addr: u64, buf: &mut [u8]) -> usize {
@@ -182,28 +179,6 @@ fn lost_of(c: &mut Counter) -> u64 {
     c.read_full().ok().and_then(|d| d.lost()).unwrap_or(0)
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a live timespec.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
-}
-
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
 impl PerfTracer {
     fn empty(opts: PerfOptions, pid: i32) -> PerfTracer {
         let mut hit = PerfHit::default();
@@ -223,8 +198,8 @@ impl PerfTracer {
             next_id: 1,
             hit,
             // The perf clock is CLOCK_MONOTONIC; records carry wall-clock time.
-            time_offset: clock_ns(libc::CLOCK_REALTIME)
-                .wrapping_sub(clock_ns(libc::CLOCK_MONOTONIC)),
+            time_offset: crate::sys::time::realtime_ns()
+                .wrapping_sub(crate::sys::time::monotonic_ns()),
             exited: None,
             lost_removed: Vec::new(),
             ring_pages: ring::ring_pages(),
@@ -241,7 +216,7 @@ impl PerfTracer {
         t.launched = true;
         t.held = true;
         t.tids = vec![pid];
-        t.pidfd = pidfd_open(pid);
+        t.pidfd = crate::sys::process::pidfd_open(pid);
         if let Err(e) = t.open_rings() {
             t.kill_launched();
             return Err(e);
@@ -271,18 +246,14 @@ impl PerfTracer {
         if t.tids.is_empty() {
             return Err(PerfError::NoSuchProcess { pid });
         }
-        t.pidfd = pidfd_open(pid);
+        t.pidfd = crate::sys::process::pidfd_open(pid);
         t.open_rings()?;
         Ok(t)
     }
 
     fn kill_launched(&mut self) {
         if self.launched {
-            // SAFETY: killing and reaping our own child.
-            unsafe {
-                libc::kill(self.main_pid, libc::SIGKILL);
-                libc::waitpid(self.main_pid, std::ptr::null_mut(), 0);
-            }
+            crate::sys::process::kill_and_reap(self.main_pid);
             self.held = false;
         }
     }
@@ -368,14 +339,12 @@ impl PerfTracer {
                     PerfError::NoSuchProcess { .. } => PerfError::TraceeDied { pid: tid },
                     other => other,
                 })?;
-                // SAFETY: both descriptors are live perf events on the same CPU.
-                let r = unsafe { libc::ioctl(c.as_raw_fd(), IOC_SET_OUTPUT, self.ring_fds[ci]) };
-                if r != 0 {
-                    return Err(PerfError::Sys {
+                crate::sys::process::perf_set_output(c.as_raw_fd(), self.ring_fds[ci]).map_err(
+                    |e| PerfError::Sys {
                         op: "PERF_EVENT_IOC_SET_OUTPUT",
-                        errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-                    });
-                }
+                        errno: e as i32,
+                    },
+                )?;
                 self.by_kernel_id.insert(c.id(), tag);
                 counters.push(c);
             }
@@ -444,21 +413,17 @@ impl PerfTracer {
         let Some(fd) = &self.pidfd else {
             return !std::path::Path::new(&format!("/proc/{}", self.main_pid)).exists();
         };
-        let mut p = libc::pollfd {
+        let mut p = [libc::pollfd {
             fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: polls one live descriptor without blocking.
-        let r = unsafe { libc::poll(&mut p, 1, 0) };
-        if r <= 0 || p.revents == 0 {
+        }];
+        if crate::sys::process::poll(&mut p, 0) == 0 || p[0].revents == 0 {
             return false;
         }
         if self.launched {
-            let mut st = 0;
-            // SAFETY: reaps our own child (it is a zombie: the pidfd is readable).
-            let r = unsafe { libc::waitpid(self.main_pid, &mut st, libc::WNOHANG) };
-            if r == self.main_pid {
+            // Our own child, a zombie now (its pidfd is readable).
+            if let Some(st) = crate::sys::process::reap_nohang(self.main_pid) {
                 self.exited = Some(if libc::WIFSIGNALED(st) {
                     ExitStatus::Signal(libc::WTERMSIG(st))
                 } else {
@@ -591,8 +556,7 @@ impl PerfTracer {
                 self.drain(on_event);
                 break;
             }
-            // SAFETY: polls live descriptors described by a live array.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+            crate::sys::process::poll(&mut fds, POLL_MS);
         }
         self.drain(on_event);
         self.report_lost(on_event);

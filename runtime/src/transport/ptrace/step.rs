@@ -10,11 +10,11 @@ use nix::errno::Errno;
 
 use super::events::zero_regs;
 use super::mem::{OolSlot, ProcMem, Scratch};
-use super::sys::{self, Status};
 use super::threads::TState;
 use super::{ProviderError, StepPolicy, Tracer};
 use crate::arch::{self, BREAKPOINT_INSN, EmuMem, Emul, Insn, OOL_SLOT_BYTES, Regs, StepKind};
 use crate::procmaps::Mapping;
+use crate::sys::ptrace::{self as sys, Status};
 
 const PAGE: u64 = 4096;
 const SLOTS_PER_PAGE: usize = PAGE as usize / OOL_SLOT_BYTES;
@@ -36,7 +36,7 @@ impl EmuMem for Emu<'_> {
         if self.m.sites.range(addr..addr + 8).next().is_some() {
             return false;
         }
-        sys::vm_write(self.m.pid, addr, &b) == Ok(8)
+        crate::sys::mem::vm_write(self.m.pid, addr, &b) == Ok(8)
     }
 }
 
@@ -289,7 +289,7 @@ impl Tracer {
             if th.sig == 0 {
                 th.sig = sig;
             } else {
-                let _ = sys::tgkill(th.pid, tid, sig);
+                let _ = crate::sys::process::tgkill(th.pid, tid, sig);
             }
         }
     }

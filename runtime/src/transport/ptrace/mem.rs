@@ -13,9 +13,9 @@ use std::rc::Rc;
 use nix::errno::Errno;
 
 use super::BpId;
-use super::sys;
 use crate::arch::{self, BREAKPOINT_INSN, Insn, MAX_INSN_BYTES, StepKind};
 use crate::procmaps::{self, Mapping};
+use crate::sys::ptrace as sys;
 
 /// An out-of-line slot holding a relocated copy of a displaced instruction.
 #[derive(Clone, Copy, Debug)]
@@ -125,7 +125,7 @@ impl ProcMem {
 
     /// Raw read (our `int3`s visible): process_vm_readv, then /proc/PID/mem for the rest.
     pub fn read_raw(&self, addr: u64, buf: &mut [u8]) -> usize {
-        let mut done = sys::vm_read(self.pid, addr, buf).unwrap_or(0);
+        let mut done = crate::sys::mem::vm_read(self.pid, addr, buf).unwrap_or(0);
         if done < buf.len()
             && let Some(fd) = &self.fd
         {
@@ -133,7 +133,7 @@ impl ProcMem {
                 let Some(at) = addr.checked_add(done as u64) else {
                     break;
                 };
-                match sys::pread(fd, &mut buf[done..], at) {
+                match crate::sys::mem::pread(fd, &mut buf[done..], at) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => done += n,
                 }
@@ -154,7 +154,7 @@ impl ProcMem {
     /// Returns how many leading bytes could be read; bytes of unreadable
     /// mappings are not returned.
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        let mut n = sys::vm_read(self.pid, addr, buf).unwrap_or(0);
+        let mut n = crate::sys::mem::vm_read(self.pid, addr, buf).unwrap_or(0);
         if n < buf.len() {
             // Partial read (page boundary, page-in failure): retry the rest
             // through /proc/PID/mem, but only where the process may read.
@@ -165,7 +165,7 @@ impl ProcMem {
                 && let Some(fd) = &self.fd
             {
                 let want = ok.min(rest as u64) as usize;
-                if let Ok(m) = sys::pread(fd, &mut buf[n..n + want], at) {
+                if let Ok(m) = crate::sys::mem::pread(fd, &mut buf[n..n + want], at) {
                     n += m;
                 }
             }
@@ -203,7 +203,7 @@ impl ProcMem {
     /// /proc/PID/mem, falling back to PTRACE_POKEDATA through `tid`.
     pub fn poke(&self, tid: i32, addr: u64, data: &[u8]) -> Result<(), Errno> {
         if let Some(fd) = &self.fd
-            && sys::pwrite(fd, data, addr) == Ok(data.len())
+            && crate::sys::mem::pwrite(fd, data, addr) == Ok(data.len())
         {
             return Ok(());
         }

@@ -41,7 +41,7 @@ pub fn root() -> Result<PathBuf, PerfError> {
             hint: "use --transport ptrace".into(),
         });
     }
-    match crate::provider::ptrace::sys::mount_tracefs(TRACEFS) {
+    match crate::sys::process::mount_tracefs(TRACEFS) {
         Ok(()) => {}
         Err(nix::errno::Errno::EBUSY) => {} // mounted meanwhile
         Err(e) => {

@@ -15,8 +15,8 @@ use hostabi::env::HitEnv;
 use hostabi::regs;
 
 use super::mem::ProcMem;
-use super::sys;
 use crate::arch::{self, FpRegs, Regs};
+use crate::sys::ptrace as sys;
 
 /// What stopped the thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,10 +75,7 @@ impl std::fmt::Debug for Hit {
     }
 }
 
-fn zero_regs() -> Regs {
-    // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
-}
+use crate::sys::regs::zero_regs;
 
 impl Hit {
     pub(super) fn empty() -> Hit {
@@ -117,7 +114,7 @@ impl Hit {
         self.regs_dirty = false;
         self.fp = None;
         self.dr_valid = 0;
-        self.now = sys::realtime_ns();
+        self.now = crate::sys::time::realtime_ns();
         mem.borrow_mut().may_refresh = true;
         self.mem = Some(mem);
         *self.stat.get_mut() = stat;
@@ -172,8 +169,7 @@ impl Hit {
     /// The thread's x87/SSE registers (read once per hit).
     pub fn fpregs(&mut self) -> Option<&FpRegs> {
         if self.fp.is_none() {
-            // SAFETY: user_fpregs_struct is plain integers; all-zero is valid.
-            let mut f: FpRegs = unsafe { std::mem::zeroed() };
+            let mut f = crate::sys::regs::zero_fpregs();
             sys::getfpregs(self.tid, &mut f).ok()?;
             self.fp = Some(f);
         }
@@ -195,7 +191,7 @@ impl Hit {
         }
         let Some(f) = slot.as_ref() else { return 0 };
         let mut buf = [0u8; 1024];
-        let n = sys::pread(f, &mut buf, 0).unwrap_or(0);
+        let n = crate::sys::mem::pread(f, &mut buf, 0).unwrap_or(0);
         parse_stat_cpu(&buf[..n]).unwrap_or(0)
     }
 }

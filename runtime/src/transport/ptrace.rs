@@ -19,13 +19,12 @@ pub mod journal;
 mod mem;
 mod rdebug;
 mod step;
-pub(crate) mod sys;
+
 mod threads;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +36,7 @@ use self::threads::{ProcKind, Process, TState, Thread, WatchSlot};
 pub use crate::arch::WatchKind;
 use crate::arch::{self, BREAKPOINT_INSN};
 use crate::procmaps::{self, Mapping};
+use crate::sys::ptrace as sys;
 
 /// How processes are traced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -410,74 +410,18 @@ impl Tracer {
             return Err(ProviderError::CommandNotFound { cmd: String::new() });
         };
         let cmd = first.to_string_lossy().into_owned();
-        let cargs: Vec<CString> = argv
-            .iter()
-            .map(|a| CString::new(a.as_bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| ProviderError::Exec {
-                cmd: cmd.clone(),
-                errno: Errno::EINVAL,
+        let mut spawned = crate::sys::process::spawn(argv, crate::sys::process::Start::Gated)
+            .map_err(|errno| match errno {
+                Errno::EINVAL => ProviderError::Exec {
+                    cmd: cmd.clone(),
+                    errno,
+                },
+                e => ProviderError::sys("fork", 0, e),
             })?;
-        let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
-        ptrs.push(std::ptr::null());
-        let mut go = [0i32; 2];
-        let mut err = [0i32; 2];
-        // SAFETY: pipe2 writes two descriptors into the live arrays.
-        let ok = unsafe {
-            libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) == 0
-                && libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) == 0
-        };
-        if !ok {
-            return Err(ProviderError::sys("pipe2", 0, Errno::last()));
-        }
-        // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: fork; the child only calls async-signal-safe functions
-        // (prctl, getppid, read, execvp, write, _exit) on data prepared before
-        // the fork, so a multi-threaded parent is fine.
-        let child = unsafe { libc::fork() };
-        if child < 0 {
-            return Err(ProviderError::sys("fork", 0, Errno::last()));
-        }
-        if child == 0 {
-            // SAFETY: async-signal-safe calls only (see above); never returns.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                libc::close(go[1]);
-                libc::close(err[0]);
-                if libc::getppid() != parent {
-                    libc::_exit(127);
-                }
-                let mut b = 0u8;
-                if libc::read(go[0], (&mut b as *mut u8).cast(), 1) != 1 {
-                    libc::_exit(127);
-                }
-                libc::execvp(ptrs[0], ptrs.as_ptr());
-                let e = *libc::__errno_location();
-                libc::write(err[1], (&e as *const i32).cast(), 4);
-                libc::_exit(127);
-            }
-        }
-        // SAFETY: closing descriptors we own and no longer need.
-        unsafe {
-            libc::close(go[0]);
-            libc::close(err[1]);
-        }
-        let close_rest = || {
-            // SAFETY: closing descriptors we own.
-            unsafe {
-                libc::close(go[1]);
-                libc::close(err[0]);
-            }
-        };
+        let child = spawned.pid;
         let opts_bits = sys::OPTIONS_BASE | libc::PTRACE_O_EXITKILL;
         if let Err(e) = sys::seize(child, opts_bits) {
-            // SAFETY: killing and reaping our own child.
-            unsafe {
-                libc::kill(child, libc::SIGKILL);
-                libc::waitpid(child, std::ptr::null_mut(), 0);
-            }
-            close_rest();
+            crate::sys::process::kill_and_reap(child);
             return Err(if e == Errno::EPERM {
                 ProviderError::PermissionDenied {
                     pid: child,
@@ -487,15 +431,11 @@ impl Tracer {
                 ProviderError::sys("PTRACE_SEIZE", child, e)
             });
         }
-        // SAFETY: writes one byte from a live local to our pipe.
-        unsafe { libc::write(go[1], b"g".as_ptr().cast(), 1) };
+        spawned.release();
         let mut t = Tracer::empty(opts);
         t.main_pid = child;
         let res = t.wait_exec(child);
-        let mut e = 0i32;
-        // SAFETY: reads at most 4 bytes into a live i32.
-        let n = unsafe { libc::read(err[0], (&mut e as *mut i32).cast(), 4) };
-        close_rest();
+        let exec_errno = spawned.exec_errno();
         match res {
             Ok(()) => {
                 let mem = Rc::new(RefCell::new(ProcMem::open(child)));
@@ -507,8 +447,8 @@ impl Tracer {
                 t.arm_rdebug(child);
                 Ok(t)
             }
-            Err(_) if n == 4 => {
-                let errno = Errno::from_raw(e);
+            Err(_) if exec_errno.is_some() => {
+                let errno = exec_errno.expect("invariant: checked by the guard");
                 Err(if errno == Errno::ENOENT {
                     ProviderError::CommandNotFound { cmd }
                 } else {
@@ -631,7 +571,7 @@ impl Tracer {
         if !self.procs.get(&main).is_some_and(|p| p.launched) {
             return;
         }
-        let _ = sys::tgkill(main, main, libc::SIGKILL);
+        let _ = crate::sys::process::tgkill(main, main, libc::SIGKILL);
         // Its exit-event stop (PTRACE_O_TRACEEXIT) must be let go before
         // the exit status comes.
         while let Ok(Some((_, raw))) = sys::wait(main, 0) {
@@ -675,8 +615,7 @@ impl Tracer {
             if sys::getregs(t, &mut r).is_err() {
                 continue;
             }
-            // SAFETY: user_fpregs_struct is plain integers; all-zero is valid.
-            let mut f: arch::FpRegs = unsafe { std::mem::zeroed() };
+            let mut f = crate::sys::regs::zero_fpregs();
             let fp = sys::getfpregs(t, &mut f).ok().map(|()| f);
             out.push((t, r, fp));
         }

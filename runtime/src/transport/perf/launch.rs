@@ -7,16 +7,10 @@
 //! is independent of wprobe and survives its SIGKILL. Between the `int3` and
 //! its removal (microseconds, before detaching) the command is stopped.
 
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 
 use super::PerfError;
-use crate::arch::Regs;
-use crate::provider::ptrace::sys;
-
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
+use crate::sys::ptrace as sys;
 
 /// Waits for the child `pid` (the ptrace layer's `waitpid`); its status.
 fn wait(pid: i32) -> Result<i32, i32> {
@@ -38,78 +32,42 @@ pub fn launch(argv: &[OsString]) -> Result<i32, PerfError> {
         return Err(PerfError::CommandNotFound { cmd: String::new() });
     };
     let cmd = first.to_string_lossy().into_owned();
-    let cargs: Vec<CString> = argv
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<_, _>>()
-        .map_err(|_| PerfError::Exec {
-            cmd: cmd.clone(),
-            errno: libc::EINVAL,
-        })?;
-    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
-    let mut err = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into the live array.
-    if unsafe { libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(PerfError::Sys {
-            op: "pipe2",
-            errno: errno(),
-        });
-    }
-    // SAFETY: fork; the child only calls async-signal-safe functions
-    // (ptrace, execvp, write, _exit) on data prepared before the fork.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(PerfError::Sys {
-            op: "fork",
-            errno: errno(),
-        });
-    }
-    if child == 0 {
-        // SAFETY: async-signal-safe calls only (see above); never returns.
-        unsafe {
-            libc::close(err[0]);
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) != 0 {
-                libc::_exit(126);
-            }
-            libc::execvp(ptrs[0], ptrs.as_ptr());
-            let e = *libc::__errno_location();
-            libc::write(err[1], (&e as *const i32).cast(), 4);
-            libc::_exit(127);
-        }
-    }
-    // SAFETY: closing the write end we do not use.
-    unsafe { libc::close(err[1]) };
+    let spawned = crate::sys::process::spawn(argv, crate::sys::process::Start::TraceMe).map_err(
+        |e| match e {
+            nix::errno::Errno::EINVAL => PerfError::Exec {
+                cmd: cmd.clone(),
+                errno: libc::EINVAL,
+            },
+            e => PerfError::Sys {
+                op: "fork",
+                errno: e as i32,
+            },
+        },
+    )?;
+    let child = spawned.pid;
     let st = wait(child).map_err(|e| PerfError::Sys {
         op: "waitpid",
         errno: e,
     });
-    let mut e = 0i32;
-    // SAFETY: reads at most 4 bytes into a live i32, then closes our descriptor.
-    let n = unsafe {
-        let n = libc::read(err[0], (&mut e as *mut i32).cast(), 4);
-        libc::close(err[0]);
-        n
-    };
+    let exec_errno = spawned.exec_errno();
     let st = st?;
-    if n == 4 {
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
-        return Err(if e == libc::ENOENT {
+    if let Some(e) = exec_errno {
+        crate::sys::process::kill_and_reap(child);
+        return Err(if e == nix::errno::Errno::ENOENT {
             PerfError::CommandNotFound { cmd }
         } else {
-            PerfError::Exec { cmd, errno: e }
+            PerfError::Exec {
+                cmd,
+                errno: e as i32,
+            }
         });
     }
     if !(libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP) {
         return Err(died(child));
     }
     if let Err(e) = run_to_entry(child) {
-        // SAFETY: killing and reaping our own child, which never ran user code.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-            libc::waitpid(child, std::ptr::null_mut(), 0);
-        }
+        // Our own child, which never ran user code.
+        crate::sys::process::kill_and_reap(child);
         return Err(e);
     }
     Ok(child)
@@ -149,8 +107,7 @@ fn run_to_entry(pid: i32) -> Result<(), PerfError> {
         if sig != libc::SIGTRAP {
             continue; // deliver it (a signal before main is the program's business)
         }
-        // SAFETY: user_regs_struct is plain integers; all-zero is valid.
-        let mut regs: Regs = unsafe { std::mem::zeroed() };
+        let mut regs = crate::sys::regs::zero_regs();
         sys::getregs(pid, &mut regs).map_err(|e| err("PTRACE_GETREGS", e))?;
         if regs.rip != entry + 1 {
             continue;

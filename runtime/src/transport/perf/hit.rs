@@ -42,8 +42,7 @@ impl Default for PerfHit {
             rec: Vec::new(),
             stack_off: 0,
             stack_len: 0,
-            // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
-            regs: unsafe { std::mem::zeroed() },
+            regs: crate::sys::regs::zero_regs(),
             pid: 0,
             tid: 0,
             cpu: 0,
@@ -114,21 +113,11 @@ impl PerfHit {
 pub(super) fn live_read(pid: u32, addr: u64, buf: &mut [u8]) -> usize {
     let mut done = 0;
     while done < buf.len() {
-        let local = libc::iovec {
-            iov_base: buf[done..].as_mut_ptr().cast(),
-            iov_len: buf.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: addr.wrapping_add(done as u64) as *mut libc::c_void,
-            iov_len: buf.len() - done,
-        };
-        // SAFETY: `local` describes the live, writable tail of `buf`; the
-        // remote address is only interpreted by the kernel in the target.
-        let n = unsafe { libc::process_vm_readv(pid as i32, &local, 1, &remote, 1, 0) };
-        if n <= 0 {
-            break;
+        match crate::sys::mem::vm_read(pid as i32, addr.wrapping_add(done as u64), &mut buf[done..])
+        {
+            Ok(n) if n > 0 => done += n,
+            _ => break,
         }
-        done += n as usize;
     }
     done
 }

@@ -1,0 +1,235 @@
+//! Processes and descriptors: starting the traced command (one spawner for
+//! every transport), signals, reaping, pidfds, `poll`, the waker child that
+//! interrupts a blocking `waitpid`, `mount` (tracefs) and the perf ioctl
+//! that redirects an event's samples.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+use nix::errno::Errno;
+
+/// How a spawned command starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// It waits on a pipe before exec until [`Spawned::release`]: the
+    /// parent seizes it first (ptrace transport). It dies with its parent
+    /// (`PR_SET_PDEATHSIG`), also before that.
+    Gated,
+    /// It calls `PTRACE_TRACEME` and execs at once: the kernel stops the new
+    /// image before its first instruction (perf transport's launch). It
+    /// outlives its parent.
+    TraceMe,
+}
+
+/// A command forked and (about to be) exec'd.
+#[derive(Debug)]
+pub struct Spawned {
+    /// Its pid.
+    pub pid: i32,
+    go: Option<OwnedFd>,
+    err: OwnedFd,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Forks and execs `argv` (searching `PATH`), as `start` says. An exec
+/// failure is reported through [`Spawned::exec_errno`]. `EINVAL` for an
+/// argument with a NUL byte or an empty `argv`.
+pub fn spawn(argv: &[OsString], start: Start) -> Result<Spawned, Errno> {
+    if argv.is_empty() {
+        return Err(Errno::EINVAL);
+    }
+    let cargs: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| Errno::EINVAL)?;
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let (go_r, go_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let parent = std::process::id() as i32;
+    let (go_r_fd, err_w_fd) = (go_r.as_raw_fd(), err_w.as_raw_fd());
+    // SAFETY: fork; the child only calls async-signal-safe functions
+    // (prctl, getppid, read, ptrace, execvp, write, _exit) on data prepared
+    // before the fork, so a multi-threaded parent is fine.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(Errno::last());
+    }
+    if child == 0 {
+        // SAFETY: async-signal-safe calls only (see above); never returns.
+        unsafe {
+            match start {
+                Start::Gated => {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                    if libc::getppid() != parent {
+                        libc::_exit(127);
+                    }
+                    let mut b = 0u8;
+                    if libc::read(go_r_fd, (&mut b as *mut u8).cast(), 1) != 1 {
+                        libc::_exit(127);
+                    }
+                }
+                Start::TraceMe => {
+                    if libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) != 0 {
+                        libc::_exit(126);
+                    }
+                }
+            }
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            let e = *libc::__errno_location();
+            libc::write(err_w_fd, (&e as *const i32).cast(), 4);
+            libc::_exit(127);
+        }
+    }
+    drop((go_r, err_w));
+    Ok(Spawned {
+        pid: child,
+        go: (start == Start::Gated).then_some(go_w),
+        err: err_r,
+    })
+}
+
+impl Spawned {
+    /// Lets a [`Start::Gated`] child go on to exec.
+    pub fn release(&mut self) {
+        if let Some(go) = self.go.take() {
+            // SAFETY: writes one byte from a static to our own pipe.
+            unsafe { libc::write(go.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+        }
+    }
+
+    /// After the child exec'd (or died): `Some(errno)` when its exec failed.
+    pub fn exec_errno(self) -> Option<Errno> {
+        drop(self.go);
+        let mut e = 0i32;
+        // SAFETY: reads at most 4 bytes into a live i32 from our own pipe,
+        // whose write end the child closed by exec'ing (O_CLOEXEC) or exiting.
+        let n = unsafe { libc::read(self.err.as_raw_fd(), (&mut e as *mut i32).cast(), 4) };
+        (n == 4).then(|| Errno::from_raw(e))
+    }
+}
+
+/// kill(pid, sig).
+pub fn kill(pid: i32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: plain syscall with integer arguments.
+    if unsafe { libc::kill(pid, sig) } == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// tgkill(tgid, tid, sig).
+pub fn tgkill(tgid: i32, tid: i32, sig: i32) -> Result<(), Errno> {
+    // SAFETY: plain syscall with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) };
+    if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// Kills our child `pid` and reaps it.
+pub fn kill_and_reap(pid: i32) {
+    let _ = kill(pid, libc::SIGKILL);
+    // SAFETY: reaps our own child; a null status pointer is allowed.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+}
+
+/// Reaps our child `pid` if it has exited: its raw wait status.
+pub fn reap_nohang(pid: i32) -> Option<i32> {
+    let mut st = 0;
+    // SAFETY: `st` is a live c_int the kernel writes.
+    let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+    (r == pid).then_some(st)
+}
+
+/// A pidfd of `pid` (readable once it exits).
+pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// poll(2) on `fds` for up to `timeout_ms`; the number ready (0 on
+/// timeout or `EINTR`).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> usize {
+    // SAFETY: polls live descriptors described by a live array of its length.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    r.max(0) as usize
+}
+
+/// The waker: a child blocked reading a pipe, which exits (making a
+/// blocking `waitpid(-1)` of its parent return) when the pipe is written
+/// or its parent dies. Returns its pid and the pipe's write end.
+pub fn waker_child() -> Result<(i32, OwnedFd), Errno> {
+    let (r, w) = pipe()?;
+    let (r_fd, w_fd) = (r.as_raw_fd(), w.as_raw_fd());
+    // SAFETY: the child only calls close, prctl, read and _exit
+    // (async-signal-safe) on descriptors it inherited.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(Errno::last());
+    }
+    if child == 0 {
+        let mut b = 0u8;
+        // SAFETY: closes the inherited write end (so that the parent's death
+        // gives EOF), reads into a live byte, then terminates.
+        unsafe {
+            libc::close(w_fd);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            libc::read(r_fd, (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop(r);
+    Ok((child, w))
+}
+
+/// Writes one byte to `fd` (wakes a [`waker_child`]).
+pub fn poke_pipe(fd: RawFd) {
+    // SAFETY: writes one byte from a static to a descriptor the caller owns.
+    unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) };
+}
+
+/// Mounts tracefs at `dir` (`mount -t tracefs nodev DIR`).
+pub fn mount_tracefs(dir: &str) -> Result<(), Errno> {
+    let target = CString::new(dir).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: every pointer is a live NUL-terminated string (or null for
+    // `data`, which tracefs does not need); mount reads them only.
+    let r = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// `PERF_EVENT_IOC_SET_OUTPUT` (`_IO('$', 5)`): the samples of event `fd`
+/// go to the ring of event `ring`.
+pub fn perf_set_output(fd: RawFd, ring: RawFd) -> Result<(), Errno> {
+    const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+    // SAFETY: both descriptors are live perf events; the ioctl takes an fd
+    // by value.
+    if unsafe { libc::ioctl(fd, IOC_SET_OUTPUT, ring) } != 0 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
