@@ -218,6 +218,38 @@ fn main() {
     }
     let _ = writeln!(s, "}}");
 
+    let _ = writeln!(
+        s,
+        "\n/// Ops of [`map_update`] (`map_op::COUNT`, ...).\npub mod map_op {{"
+    );
+    for o in hostabi::maps::Op::ALL {
+        let _ = writeln!(
+            s,
+            "    /// `{0}`.\n    pub const {0}: i32 = {1};",
+            o.name(),
+            *o as u8
+        );
+    }
+    let _ = writeln!(s, "}}");
+    let _ = writeln!(
+        s,
+        "\n/// Kinds of [`emit_event`] events.\npub mod event_kind {{"
+    );
+    for k in hostabi::event::EventKind::ALL {
+        let _ = writeln!(
+            s,
+            "    /// `{0}`.\n    pub const {0}: i32 = {1};",
+            k.name(),
+            *k as i32
+        );
+    }
+    let _ = writeln!(s, "}}");
+    let _ = writeln!(s, "\n/// Clock ids of [`clock_ns`].\npub mod clock {{");
+    for (name, c) in hostabi::imports::clock::ALL {
+        let _ = writeln!(s, "    /// `{name}`.\n    pub const {name}: i32 = {c};");
+    }
+    let _ = writeln!(s, "}}");
+
     let out = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("abi.rs");
     std::fs::write(&out, s).expect("writing abi.rs");
 

@@ -128,6 +128,7 @@ fn outcome_text(o: &RunOutcome) -> String {
             Outcome::CoreDump => "exit 3 (core dump)",
             Outcome::Uncaught => "uncaught exception",
             Outcome::BudgetExceeded => "instruction budget exceeded",
+            Outcome::Stop => "stop (exit())",
         }
         .into(),
         RunOutcome::FuelExhausted => "fuel exhausted".into(),

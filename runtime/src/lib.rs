@@ -26,6 +26,7 @@ pub mod provider;
 pub mod regscan;
 pub mod resolve;
 pub mod runcmd;
+pub mod services;
 pub mod session;
 pub mod sink;
 pub mod watdump;
