@@ -15,5 +15,7 @@
 
 pub mod ast;
 pub mod diag;
+pub mod dwarf;
+pub mod elf;
 pub mod lex;
 pub mod parse;
