@@ -14,8 +14,11 @@
 #![deny(missing_docs)]
 
 pub mod ast;
+pub mod check;
 pub mod diag;
 pub mod dwarf;
 pub mod elf;
+pub mod ir;
 pub mod lex;
 pub mod parse;
+pub mod probes;
