@@ -8,7 +8,8 @@
 //! kept. Errors carry bpftrace's wording where bpftrace has one.
 
 mod call;
-mod expr;
+pub(crate) mod expr;
+pub(crate) use expr::reg;
 pub mod format;
 
 use crate::ast::{self, Program, Stmt, StmtKind};
@@ -147,7 +148,16 @@ impl Cx<'_> {
 pub(crate) fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
     Some(match (a, b) {
         (Ty::None, t) | (t, Ty::None) => t.clone(),
-        (Ty::Int { signed: s1, bytes: b1 }, Ty::Int { signed: s2, bytes: b2 }) => {
+        (
+            Ty::Int {
+                signed: s1,
+                bytes: b1,
+            },
+            Ty::Int {
+                signed: s2,
+                bytes: b2,
+            },
+        ) => {
             if s1 == s2 && b1 == b2 {
                 a.clone()
             } else {
@@ -275,11 +285,13 @@ impl Fx<'_, '_> {
                     }
                 };
                 if n > MAX_UNROLL {
-                    self.cx.err(codes::LIMIT, count.span, "unroll maximum value is 100");
+                    self.cx
+                        .err(codes::LIMIT, count.span, "unroll maximum value is 100");
                     return;
                 }
                 if n < 1 {
-                    self.cx.err(codes::LIMIT, count.span, "unroll minimum value is 1");
+                    self.cx
+                        .err(codes::LIMIT, count.span, "unroll minimum value is 1");
                     return;
                 }
                 for _ in 0..n {
@@ -302,8 +314,11 @@ impl Fx<'_, '_> {
                     } else {
                         "continue"
                     };
-                    self.cx
-                        .err(codes::SYNTAX, s.span, format!("{w} statement is not allowed outside of a loop"));
+                    self.cx.err(
+                        codes::SYNTAX,
+                        s.span,
+                        format!("{w} statement is not allowed outside of a loop"),
+                    );
                     return;
                 }
                 out.push(if matches!(s.kind, StmtKind::Break) {
@@ -345,7 +360,11 @@ impl Fx<'_, '_> {
                         format!("Undefined or undeclared variable used: {name}"),
                     );
                 } else {
-                    self.cx.err(codes::TYPE, span, format!("{name}: compound assignment needs an integer"));
+                    self.cx.err(
+                        codes::TYPE,
+                        span,
+                        format!("{name}: compound assignment needs an integer"),
+                    );
                 }
                 return;
             };
@@ -563,7 +582,13 @@ fn finish(cx: Cx<'_>, handlers: Vec<Handler>, concrete: &[Vec<Concrete>]) -> ir:
         manifest.maps.push(MapDecl {
             name: m.name.clone(),
             kind,
-            key: m.key.clone().unwrap_or_default().iter().map(Ty::layout).collect(),
+            key: m
+                .key
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .map(Ty::layout)
+                .collect(),
             value: match kind {
                 MapKind::Count | MapKind::Hist | MapKind::Lhist => None,
                 _ => Some(m.value.layout()),

@@ -82,7 +82,7 @@ pub struct Env {
     pub command: Option<PathBuf>,
     /// Files the traced process maps (with `-p`), for library names.
     pub mapped: Vec<String>,
-    binaries: HashMap<PathBuf, Result<std::rc::Rc<Binary>, String>>,
+    pub(crate) binaries: HashMap<PathBuf, Result<std::rc::Rc<Binary>, String>>,
 }
 
 impl Env {
@@ -318,11 +318,7 @@ fn watchpoint(parts: &[&str], span: Span, env: &mut Env, diags: &mut Sink) -> Ve
         return Vec::new();
     }
     if mode == "x" && len != 1 {
-        diags.error(
-            codes::WATCHPOINT,
-            span,
-            "execute watchpoints have length 1",
-        );
+        diags.error(codes::WATCHPOINT, span, "execute watchpoints have length 1");
         return Vec::new();
     }
     let module = match (&env.command, env.pid) {

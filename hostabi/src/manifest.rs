@@ -80,7 +80,9 @@ pub struct MapDecl {
     pub kind: MapKind,
     /// The key's fields (empty: a map without keys).
     pub key: Vec<Layout>,
-    /// The value of an `assign` map.
+    /// The value of an `assign` map (required); for the other kinds, the
+    /// layout of the aggregated samples (`i64` or `u64`: how sums, minima
+    /// and maxima print).
     pub value: Option<Layout>,
     /// Most keys it may hold.
     pub max_keys: u32,
@@ -500,7 +502,7 @@ fn parse_map(val: &str) -> Option<MapDecl> {
         }
     }
     if (d.kind == MapKind::Lhist) != d.lhist.is_some()
-        || (d.kind == MapKind::Assign) != d.value.is_some()
+        || (d.kind == MapKind::Assign && d.value.is_none())
     {
         return None;
     }

@@ -12,7 +12,9 @@ use hostabi::event::{EventKind, PrintfEntry};
 use hostabi::maps::{MapKind, Op};
 use rpn2wasm::Span;
 
-const AGGREGATIONS: &[&str] = &["count", "sum", "avg", "min", "max", "stats", "hist", "lhist"];
+const AGGREGATIONS: &[&str] = &[
+    "count", "sum", "avg", "min", "max", "stats", "hist", "lhist",
+];
 
 /// Functions bpftrace has that wprobe refuses, with the reason.
 const REFUSED: &[(&str, &str)] = &[
@@ -146,7 +148,13 @@ impl Fx<'_, '_> {
     }
 
     /// A call used as a value.
-    pub(crate) fn call(&mut self, name: &str, name_span: Span, args: &[ast::Expr], span: Span) -> (E, Ty) {
+    pub(crate) fn call(
+        &mut self,
+        name: &str,
+        name_span: Span,
+        args: &[ast::Expr],
+        span: Span,
+    ) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         match name {
             "str" => {
@@ -168,7 +176,8 @@ impl Fx<'_, '_> {
                     Some(n) => match int_literal(n) {
                         Some(v) if v > 0 => (E::Int(v), (v as u32).min(strlen)),
                         Some(_) => {
-                            self.cx.err(codes::LITERAL, n.span, "str(): length must be positive");
+                            self.cx
+                                .err(codes::LITERAL, n.span, "str(): length must be positive");
                             return bad;
                         }
                         None => {
@@ -201,7 +210,8 @@ impl Fx<'_, '_> {
                     Some(n) => match int_literal(n) {
                         Some(v) if v > 0 => (E::Int(v), (v as u32).min(strlen)),
                         Some(_) => {
-                            self.cx.err(codes::LITERAL, n.span, "buf(): length must be positive");
+                            self.cx
+                                .err(codes::LITERAL, n.span, "buf(): length must be positive");
                             return bad;
                         }
                         None => {
@@ -227,7 +237,11 @@ impl Fx<'_, '_> {
                     return bad;
                 }
                 let ExprKind::Str(r) = &args[0].kind else {
-                    self.cx.err(codes::LITERAL, args[0].span, "reg() expects a string literal");
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[0].span,
+                        "reg() expects a string literal",
+                    );
                     return bad;
                 };
                 let r = String::from_utf8_lossy(r).to_string();
@@ -253,10 +267,16 @@ impl Fx<'_, '_> {
                     "flags" => "rflags",
                     other => other,
                 };
-                match hostabi::regs::by_name(alias).filter(|i| i.width == 64 && !i.name.starts_with("dr")) {
+                match hostabi::regs::by_name(alias)
+                    .filter(|i| i.width == 64 && !i.name.starts_with("dr"))
+                {
                     Some(i) => (E::Reg(i.id), Ty::U64),
                     None => {
-                        self.cx.err(codes::ARGUMENTS, args[0].span, format!("'{r}' is not a valid register"));
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("'{r}' is not a valid register"),
+                        );
                         bad
                     }
                 }
@@ -268,7 +288,13 @@ impl Fx<'_, '_> {
                 let (a, at) = self.expr(&args[0]);
                 self.want_int(&at, args[0].span, "usym() address");
                 let slot = self.slot(16);
-                (E::Usym { addr: Box::new(a), slot }, Ty::Usym)
+                (
+                    E::Usym {
+                        addr: Box::new(a),
+                        slot,
+                    },
+                    Ty::Usym,
+                )
             }
             "ustack" => {
                 // ustack([mode,] [limit])
@@ -306,7 +332,11 @@ impl Fx<'_, '_> {
                 let (a, at) = self.expr(&args[0]);
                 let (b, bt) = self.expr(&args[1]);
                 let Some(n) = int_literal(&args[2]).filter(|n| *n >= 0) else {
-                    self.cx.err(codes::LITERAL, args[2].span, "strncmp() expects an integer literal as third argument");
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[2].span,
+                        "strncmp() expects an integer literal as third argument",
+                    );
                     return bad;
                 };
                 match (at, bt) {
@@ -321,7 +351,8 @@ impl Fx<'_, '_> {
                     ),
                     (x, y) => {
                         if x != Ty::None && y != Ty::None {
-                            self.cx.err(codes::ARGUMENTS, span, "strncmp() expects two strings");
+                            self.cx
+                                .err(codes::ARGUMENTS, span, "strncmp() expects two strings");
                         }
                         bad
                     }
@@ -358,7 +389,11 @@ impl Fx<'_, '_> {
                         *why,
                     );
                 } else {
-                    self.cx.err(codes::UNKNOWN_FUNCTION, name_span, format!("Unknown function: {name}"));
+                    self.cx.err(
+                        codes::UNKNOWN_FUNCTION,
+                        name_span,
+                        format!("Unknown function: {name}"),
+                    );
                 }
                 bad
             }
@@ -411,14 +446,26 @@ impl Fx<'_, '_> {
             let names = ["min", "max", "step"];
             for (i, l) in lit.iter().enumerate() {
                 if l.is_none() {
-                    self.cx.err(codes::LITERAL, args[i + 1].span, format!("lhist: invalid {} value", names[i]));
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[i + 1].span,
+                        format!("lhist: invalid {} value", names[i]),
+                    );
                     return;
                 }
             }
-            let (min, max, step) = (lit[0].unwrap_or(0), lit[1].unwrap_or(0), lit[2].unwrap_or(0));
+            let (min, max, step) = (
+                lit[0].unwrap_or(0),
+                lit[1].unwrap_or(0),
+                lit[2].unwrap_or(0),
+            );
             let mut ok = true;
             if step <= 0 {
-                self.cx.err(codes::LITERAL, span, format!("lhist() step must be >= 1 ({step} provided)"));
+                self.cx.err(
+                    codes::LITERAL,
+                    span,
+                    format!("lhist() step must be >= 1 ({step} provided)"),
+                );
                 ok = false;
             } else {
                 let buckets = (max - min) / step;
@@ -432,7 +479,11 @@ impl Fx<'_, '_> {
                 }
             }
             if min < 0 {
-                self.cx.err(codes::LITERAL, span, format!("lhist() min must be non-negative (provided min {min})"));
+                self.cx.err(
+                    codes::LITERAL,
+                    span,
+                    format!("lhist() min must be non-negative (provided min {min})"),
+                );
                 ok = false;
             }
             if min > max {
@@ -463,7 +514,10 @@ impl Fx<'_, '_> {
         let Some((map, key)) = self.map_target(m, sample.clone(), true) else {
             return;
         };
-        if self.set_map_kind(m, kind, sample.clone(), lhist, span).is_none() {
+        if self
+            .set_map_kind(m, kind, sample.clone(), lhist, span)
+            .is_none()
+        {
             return;
         }
         out.push(S::MapUpdate {
@@ -476,11 +530,19 @@ impl Fx<'_, '_> {
 
     fn printf(&mut self, args: &[ast::Expr], span: Span) -> Option<S> {
         let Some(first) = args.first() else {
-            self.cx.err(codes::ARGUMENTS, span, "printf() requires at least 1 argument (0 provided)");
+            self.cx.err(
+                codes::ARGUMENTS,
+                span,
+                "printf() requires at least 1 argument (0 provided)",
+            );
             return None;
         };
         let ExprKind::Str(fmt) = &first.kind else {
-            self.cx.err(codes::LITERAL, first.span, "printf() expects a string literal as first argument");
+            self.cx.err(
+                codes::LITERAL,
+                first.span,
+                "printf() expects a string literal as first argument",
+            );
             return None;
         };
         let specs = format::specs(fmt);
@@ -568,7 +630,11 @@ impl Fx<'_, '_> {
                 match int_literal(a) {
                     Some(v) if v >= 0 => lits[i] = v,
                     _ => {
-                        self.cx.err(codes::LITERAL, a.span, "print(): top and div must be non-negative integer literals");
+                        self.cx.err(
+                            codes::LITERAL,
+                            a.span,
+                            "print(): top and div must be non-negative integer literals",
+                        );
                         return None;
                     }
                 }
@@ -595,7 +661,11 @@ impl Fx<'_, '_> {
             }));
         }
         if args.len() > 1 {
-            self.cx.err(codes::ARGUMENTS, span, "Non-map print() only takes 1 argument, 2 found");
+            self.cx.err(
+                codes::ARGUMENTS,
+                span,
+                "Non-map print() only takes 1 argument, 2 found",
+            );
             return None;
         }
         let (e, t) = self.expr(&args[0]);
@@ -624,7 +694,8 @@ impl Fx<'_, '_> {
             Some(a) => match &a.kind {
                 ExprKind::Str(s) => s.clone(),
                 _ => {
-                    self.cx.err(codes::LITERAL, a.span, "time() expects a string literal");
+                    self.cx
+                        .err(codes::LITERAL, a.span, "time() expects a string literal");
                     return None;
                 }
             },

@@ -137,7 +137,10 @@ impl Fx<'_, '_> {
                         self.cx.err(
                             codes::TYPE,
                             e.span,
-                            format!("Can not access index '{n}' on expression of type '{}'", bt.name()),
+                            format!(
+                                "Can not access index '{n}' on expression of type '{}'",
+                                bt.name()
+                            ),
                         );
                     }
                     return bad;
@@ -146,7 +149,10 @@ impl Fx<'_, '_> {
                     self.cx.err(
                         codes::TYPE,
                         e.span,
-                        format!("Invalid tuple index: {n}. Found {} elements in tuple.", fields.len()),
+                        format!(
+                            "Invalid tuple index: {n}. Found {} elements in tuple.",
+                            fields.len()
+                        ),
                     );
                     return bad;
                 };
@@ -181,7 +187,11 @@ impl Fx<'_, '_> {
                     }
                     tys.push(it_t.clone());
                     let sz = it_t.size();
-                    parts.push(Part { e: ie, ty: it_t, off });
+                    parts.push(Part {
+                        e: ie,
+                        ty: it_t,
+                        off,
+                    });
                     off += sz;
                 }
                 let slot = self.slot(off);
@@ -203,8 +213,11 @@ impl Fx<'_, '_> {
             "elapsed" => fact(Fact::Elapsed),
             "cpid" => {
                 if !self.cx.opts.has_child {
-                    self.cx
-                        .err(codes::BUILTIN_CONTEXT, span, "cpid cannot be used without child command");
+                    self.cx.err(
+                        codes::BUILTIN_CONTEXT,
+                        span,
+                        "cpid cannot be used without child command",
+                    );
                     return bad;
                 }
                 fact(Fact::Cpid)
@@ -242,8 +255,11 @@ impl Fx<'_, '_> {
                 bad
             }
             "gid" | "rand" | "username" => {
-                self.cx
-                    .err(codes::UNSUPPORTED, span, format!("the {name} builtin is not supported yet"));
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!("the {name} builtin is not supported yet"),
+                );
                 bad
             }
             "args" => {
@@ -260,7 +276,9 @@ impl Fx<'_, '_> {
                 {
                     return self.arg(n, span);
                 }
-                if let Some(n) = name.strip_prefix("sarg").and_then(|n| n.parse::<u32>().ok())
+                if let Some(n) = name
+                    .strip_prefix("sarg")
+                    .and_then(|n| n.parse::<u32>().ok())
                     && n <= 9
                 {
                     if self.ctx != Ctx::Uprobe {
@@ -273,8 +291,11 @@ impl Fx<'_, '_> {
                     }
                     return self.stack_word(8 * (n + 1));
                 }
-                self.cx
-                    .err(codes::UNDEFINED, span, format!("Unknown identifier: '{name}'"));
+                self.cx.err(
+                    codes::UNDEFINED,
+                    span,
+                    format!("Unknown identifier: '{name}'"),
+                );
                 bad
             }
         }
@@ -363,7 +384,11 @@ impl Fx<'_, '_> {
             {
                 let (addr, at) = self.expr(expr);
                 self.want_int(&at, expr.span, "a pointer");
-                let pointee = if *ptr > 1 { Some(Ty::U64) } else { int_type(ty) };
+                let pointee = if *ptr > 1 {
+                    Some(Ty::U64)
+                } else {
+                    int_type(ty)
+                };
                 let Some(Ty::Int { signed, bytes }) = pointee else {
                     self.cx.err(
                         codes::UNSUPPORTED,
@@ -400,11 +425,15 @@ impl Fx<'_, '_> {
                 self.cx.err(
                     codes::TYPE,
                     span,
-                    format!("The {} operator can not be used on expressions of type '{}'", match op {
-                        UnOp::Neg => "-",
-                        UnOp::Not => "!",
-                        _ => "~",
-                    }, t.name()),
+                    format!(
+                        "The {} operator can not be used on expressions of type '{}'",
+                        match op {
+                            UnOp::Neg => "-",
+                            UnOp::Not => "!",
+                            _ => "~",
+                        },
+                        t.name()
+                    ),
                 );
             }
             return (E::Int(0), Ty::None);
@@ -590,12 +619,20 @@ impl Fx<'_, '_> {
                 };
                 let set = S::SetLocal(
                     l,
-                    E::Bin(BinOp::Add, t.signed(), Box::new(E::Local(l)), Box::new(E::Int(delta))),
+                    E::Bin(
+                        BinOp::Add,
+                        t.signed(),
+                        Box::new(E::Local(l)),
+                        Box::new(E::Int(delta)),
+                    ),
                 );
                 if post {
                     let tmp = self.local();
                     (
-                        E::Seq(vec![S::SetLocal(tmp, E::Local(l)), set], Box::new(E::Local(tmp))),
+                        E::Seq(
+                            vec![S::SetLocal(tmp, E::Local(l)), set],
+                            Box::new(E::Local(tmp)),
+                        ),
                         t,
                     )
                 } else {
@@ -607,15 +644,10 @@ impl Fx<'_, '_> {
                 let Some((map, key)) = self.map_target(m, Ty::I64, true) else {
                     return (E::Int(0), Ty::None);
                 };
-                let info = self.cx.maps.get(&m.name).cloned();
-                if let Some(i) = &info
-                    && i.kind.is_some_and(|k| k != MapKind::Assign)
+                if self
+                    .set_map_kind(m, MapKind::Assign, Ty::I64, None, span)
+                    .is_none()
                 {
-                    self.cx.err(
-                        codes::MAP_USE,
-                        span,
-                        format!("{} is a {}() map; ++ and -- need an integer map", m.name, i.kind.map_or("", |k| k.name())),
-                    );
                     return (E::Int(0), Ty::None);
                 }
                 let upd = S::MapUpdate {
@@ -634,7 +666,10 @@ impl Fx<'_, '_> {
                 if post {
                     let tmp = self.local();
                     (
-                        E::Seq(vec![S::SetLocal(tmp, get(key)), upd], Box::new(E::Local(tmp))),
+                        E::Seq(
+                            vec![S::SetLocal(tmp, get(key)), upd],
+                            Box::new(E::Local(tmp)),
+                        ),
                         Ty::I64,
                     )
                 } else {
@@ -647,7 +682,12 @@ impl Fx<'_, '_> {
 
     /// Lowers the keys of `m` and records them as the map's key types.
     /// Returns the map index and the key, or `None` after an error.
-    pub(crate) fn map_target(&mut self, m: &ast::MapRef, value: Ty, assigning: bool) -> Option<(u32, crate::ir::Key)> {
+    pub(crate) fn map_target(
+        &mut self,
+        m: &ast::MapRef,
+        value: Ty,
+        assigning: bool,
+    ) -> Option<(u32, crate::ir::Key)> {
         let mut keys = Vec::new();
         for k in &m.keys {
             let (e, t) = self.expr(k);
@@ -713,7 +753,11 @@ impl Fx<'_, '_> {
         };
         let info = self.cx.maps.get(&m.name).cloned();
         let Some(info) = info.filter(|i| i.kind.is_some()) else {
-            self.cx.err(codes::UNDEFINED, m.span, format!("Undefined map: {}", m.name));
+            self.cx.err(
+                codes::UNDEFINED,
+                m.span,
+                format!("Undefined map: {}", m.name),
+            );
             return (E::Int(0), Ty::None);
         };
         let ty = match info.kind {
@@ -727,7 +771,10 @@ impl Fx<'_, '_> {
                 self.cx.err(
                     codes::MAP_USE,
                     m.span,
-                    format!("reading the value of a {}() map is not supported: print it", k.name()),
+                    format!(
+                        "reading the value of a {}() map is not supported: print it",
+                        k.name()
+                    ),
                 );
                 return (E::Int(0), Ty::None);
             }
@@ -737,7 +784,15 @@ impl Fx<'_, '_> {
             return (E::Int(0), Ty::None);
         }
         let slot = self.slot(ty.size());
-        (E::MapGet { map, key, slot, ty: ty.clone() }, ty)
+        (
+            E::MapGet {
+                map,
+                key,
+                slot,
+                ty: ty.clone(),
+            },
+            ty,
+        )
     }
 
     /// `@m[k] = v` and `@m[k] OP= v`.
@@ -780,7 +835,11 @@ impl Fx<'_, '_> {
         }
         if let Some(op) = op {
             if !t.is_int() {
-                self.cx.err(codes::TYPE, value.span, "compound assignment needs an integer");
+                self.cx.err(
+                    codes::TYPE,
+                    value.span,
+                    "compound assignment needs an integer",
+                );
                 return;
             }
             match op {
@@ -852,8 +911,16 @@ impl Fx<'_, '_> {
                 let msg = format!(
                     "Type mismatch for {}: trying to assign value of type '{}' when map already contains a value of type '{}'",
                     m.name,
-                    if kind == MapKind::Assign { value.name() } else { format!("{}()", kind.name()) },
-                    if k == MapKind::Assign { info.value.name() } else { format!("{}()", k.name()) },
+                    if kind == MapKind::Assign {
+                        value.name()
+                    } else {
+                        format!("{}()", kind.name())
+                    },
+                    if k == MapKind::Assign {
+                        info.value.name()
+                    } else {
+                        format!("{}()", k.name())
+                    },
                 );
                 self.cx.err(codes::TYPE, span, msg);
                 return None;
@@ -884,7 +951,9 @@ impl Fx<'_, '_> {
             return None;
         }
         let info = self.cx.map(&m.name);
-        let changed = info.kind != Some(kind) || info.value != merged || (lhist.is_some() && info.lhist != lhist);
+        let changed = info.kind != Some(kind)
+            || info.value != merged
+            || (lhist.is_some() && info.lhist != lhist);
         info.kind = Some(kind);
         info.value = merged.clone();
         if lhist.is_some() {
@@ -929,7 +998,11 @@ mod tests {
             ("r8", reg::R8),
             ("r9", reg::R9),
         ] {
-            assert_eq!(hostabi::regs::by_name(name).map(|r| r.id), Some(id), "{name}");
+            assert_eq!(
+                hostabi::regs::by_name(name).map(|r| r.id),
+                Some(id),
+                "{name}"
+            );
         }
     }
 }
