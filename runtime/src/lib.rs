@@ -9,6 +9,7 @@
 
 pub mod arch;
 pub mod benchcmd;
+pub mod btout;
 pub mod cache;
 pub mod cli;
 pub mod coredump;
@@ -28,5 +29,6 @@ pub mod resolve;
 pub mod runcmd;
 pub mod services;
 pub mod session;
+pub mod symbolize;
 pub mod sink;
 pub mod watdump;
