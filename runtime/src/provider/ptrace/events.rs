@@ -87,6 +87,7 @@ impl Tracer {
             libc::write(wfd, b"x".as_ptr().cast(), 1);
             libc::close(wfd);
         }
+        self.end_tick();
         if child > 0 {
             let _ = sys::wait(child, 0);
         }
@@ -128,7 +129,10 @@ impl Tracer {
             }
             let (tid, raw) = match self.queue.pop_front() {
                 Some(e) => e,
-                None => match sys::wait(-1, 0) {
+                None => match {
+                    self.arm_tick();
+                    sys::wait(-1, 0)
+                } {
                     Ok(Some(e)) => e,
                     Ok(None) => continue,
                     Err(Errno::ECHILD) => {
@@ -141,6 +145,10 @@ impl Tracer {
                 },
             };
             if tid == waker_pid.load(Ordering::SeqCst) {
+                continue;
+            }
+            if self.tick.is_some_and(|t| t.2 == tid) {
+                self.tick_fired(cb);
                 continue;
             }
             self.handle(tid, raw, cb)?;
@@ -935,6 +943,71 @@ impl Tracer {
 }
 
 /// The waker thread: when `stop` becomes true, writes the waker pipe.
+// --- Ticks (interval probes): a child that sleeps until the next due
+// time and exits wakes the blocking `waitpid` of the event loop. ---
+impl Tracer {
+    /// Delivers [`Event::Tick`] every `period` during [`Tracer::run`].
+    pub fn set_tick(&mut self, period: Duration) {
+        self.tick = Some((period, std::time::Instant::now() + period, 0));
+    }
+
+    /// Starts the sleeping child for the next tick, if none is running.
+    fn arm_tick(&mut self) {
+        let Some((_, due, child)) = self.tick else {
+            return;
+        };
+        if child != 0 {
+            return;
+        }
+        let wait = due.saturating_duration_since(std::time::Instant::now());
+        let ts = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: the child only calls nanosleep and _exit (async-signal-safe).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: sleeps on a live timespec, then terminates.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                libc::nanosleep(&ts, std::ptr::null_mut());
+                libc::_exit(0);
+            }
+        }
+        if pid > 0
+            && let Some(t) = self.tick.as_mut()
+        {
+            t.2 = pid;
+        }
+    }
+
+    /// The tick child exited: deliver the tick, schedule the next one.
+    fn tick_fired(&mut self, cb: Cb<'_>) {
+        if let Some(t) = self.tick.as_mut() {
+            t.2 = 0;
+            let now = std::time::Instant::now();
+            while t.1 <= now {
+                t.1 += t.0;
+            }
+        }
+        let _ = cb(self, Event::Tick);
+    }
+
+    /// Kills and reaps a tick child still sleeping.
+    fn end_tick(&mut self) {
+        if let Some(t) = self.tick.as_mut()
+            && t.2 > 0
+        {
+            // SAFETY: signals and reaps our own child.
+            unsafe {
+                libc::kill(t.2, libc::SIGKILL);
+            }
+            let _ = sys::wait(t.2, 0);
+            t.2 = 0;
+        }
+    }
+}
+
 fn waker(stop: &AtomicBool, done: &AtomicBool, wfd: i32) {
     while !done.load(Ordering::SeqCst) {
         if stop.load(Ordering::SeqCst) {
