@@ -570,6 +570,29 @@ fn lower_probe(cx: &mut Cx<'_>, index: usize, p: &ast::Probe, concrete: &[Concre
     }
 }
 
+/// The module of handlers built outside the checker (probe events).
+pub(crate) fn module_of(
+    handlers: Vec<Handler>,
+    concrete: &[Vec<Concrete>],
+    data: Vec<u8>,
+    events: Events,
+    opts: &Options,
+) -> ir::Module {
+    let cx = Cx {
+        opts,
+        maps: HashMap::new(),
+        map_order: Vec::new(),
+        vars: HashMap::new(),
+        events,
+        data,
+        strings: HashMap::new(),
+        diags: Sink::default(),
+        final_pass: true,
+        changed: false,
+    };
+    finish(cx, handlers, concrete)
+}
+
 /// Builds the manifest and the module from the last pass.
 fn finish(cx: Cx<'_>, handlers: Vec<Handler>, concrete: &[Vec<Concrete>]) -> ir::Module {
     let mut manifest = Manifest {

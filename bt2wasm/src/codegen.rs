@@ -62,6 +62,7 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
             ir::Fact::Uid => I::current_uid,
             ir::Fact::Cpid => I::child_pid,
             ir::Fact::Nsecs | ir::Fact::Elapsed => I::clock_ns,
+            ir::Fact::Bias => I::load_bias,
         }),
         E::Comm(_) => add(I::current_comm),
         E::Un(_, x) | E::Cast { e: x, .. } => uses_e(x, u, streq),

@@ -122,6 +122,28 @@ impl Binary {
         &[]
     }
 
+    /// The link-time address of file offset `off` (in a loaded segment).
+    pub fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(_, o, sz, _)| off >= o && off < o.saturating_add(sz))
+            .map(|&(va, o, _, _)| va + (off - o))
+    }
+
+    /// The link-time address of any defined symbol named `name` (data
+    /// included), from the symbol tables.
+    pub fn data_symbol(&self, name: &str) -> Option<u64> {
+        let elf = Elf::parse(&self.bytes).ok()?;
+        for (syms, strs) in [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)] {
+            for s in syms.iter() {
+                if s.st_shndx != 0 && strs.get_at(s.st_name) == Some(name) {
+                    return Some(s.st_value);
+                }
+            }
+        }
+        None
+    }
+
     /// Whether `vaddr` is in an executable segment.
     pub fn is_code(&self, vaddr: u64) -> bool {
         self.segments

@@ -117,6 +117,8 @@ pub enum Fact {
     Nsecs,
     /// `elapsed`.
     Elapsed,
+    /// The load bias of the probe's module (probe events' `@+OFF`, `@SYM`).
+    Bias,
 }
 
 /// A part of a composite value: expression, its type, offset in the slot.

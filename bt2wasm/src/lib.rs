@@ -19,6 +19,7 @@ pub mod codegen;
 pub mod diag;
 pub mod dwarf;
 pub mod elf;
+pub mod events;
 pub mod ir;
 pub mod lex;
 pub mod parse;
@@ -95,4 +96,41 @@ fn mapped_files(pid: i32) -> Vec<String> {
         .collect();
     v.dedup();
     v
+}
+
+/// Compiles probe events (`--event` specs, uprobe_events syntax) into one
+/// module: one probe and one printf event per spec. Each spec is its own
+/// source "file" (`--event #N`) in messages.
+pub fn compile_events(specs: &[String], opts: &Options) -> Result<Compiled, (Diagnostics, SourceMap)> {
+    let mut map = SourceMap::default();
+    let mut sink = diag::Sink::default();
+    let mut env = probes::Env {
+        pid: opts.pid,
+        command: opts.command.clone(),
+        mapped: opts.pid.map(mapped_files).unwrap_or_default(),
+        ..Default::default()
+    };
+    let mut cx = events::EventCx {
+        env: &mut env,
+        diags: &mut sink,
+        strings: Vec::new(),
+        events: hostabi::event::Events::default(),
+    };
+    let mut concrete = Vec::new();
+    let mut handlers = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        let file = map.add(PathBuf::from(format!("--event #{}", i + 1)), s.as_bytes().to_vec());
+        if let Some((c, h)) = events::compile_event(&mut cx, s, file) {
+            concrete.push(vec![c]);
+            handlers.push(h);
+        }
+    }
+    let events = std::mem::take(&mut cx.events);
+    let data = std::mem::take(&mut cx.strings);
+    if !sink.is_empty() {
+        return Err((sink.finish(), map));
+    }
+    let module = check::module_of(handlers, &concrete, data, events, &opts.check);
+    let wasm = codegen::generate(&module);
+    Ok(Compiled { wasm, module })
 }

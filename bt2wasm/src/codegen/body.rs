@@ -314,6 +314,7 @@ impl Gen<'_> {
                 Fact::Cpu => self.call(I::current_cpu),
                 Fact::Uid => self.call(I::current_uid),
                 Fact::Cpid => self.call(I::child_pid),
+                Fact::Bias => self.call(I::load_bias),
                 Fact::Nsecs => {
                     self.i().i32_const(hostabi::imports::clock::MONOTONIC);
                     self.call(I::clock_ns);
