@@ -13,7 +13,7 @@
 
 use crate::check::expr::{ARG_REGS, reg};
 use crate::diag::{Sink, codes};
-use crate::ir::{self, E, Emit, Fact, Handler, Part, S, Ty};
+use crate::ir::{E, Emit, Fact, Handler, Part, S, Ty};
 use crate::probes::{self, Concrete, Kind};
 use hostabi::event::{EventKind, PrintfEntry};
 use rpn2wasm::Span;

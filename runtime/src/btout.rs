@@ -240,17 +240,7 @@ pub fn time_text(fmt: &[u8]) -> Vec<u8> {
     let Ok(cfmt) = std::ffi::CString::new(cstr(fmt)) else {
         return Vec::new();
     };
-    let mut buf = vec![0u8; 512];
-    // SAFETY: `t` and `tm` are live locals the calls write; `buf` has
-    // `buf.len()` writable bytes and strftime writes at most that many.
-    let n = unsafe {
-        let t = libc::time(std::ptr::null_mut());
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::localtime_r(&t, &mut tm);
-        libc::strftime(buf.as_mut_ptr().cast(), buf.len(), cfmt.as_ptr(), &tm)
-    };
-    buf.truncate(n);
-    buf
+    crate::provider::os::strftime_now(&cfmt)
 }
 
 /// Appends the output of one event to `out`; `maps` prints `PRINT_MAP`.

@@ -96,9 +96,26 @@ pub struct BenchArgs {
 /// `wprobe run`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat.
-    #[arg(required = true)]
+    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat, or .bt
+    /// (bpftrace's language); with -l, the pattern to list.
     pub programs: Vec<PathBuf>,
+    /// A program in bpftrace's language (`-e 'uprobe:./prog:f { @[comm] = count(); }'`).
+    #[arg(short = 'e', value_name = "PROGRAM")]
+    pub program_text: Option<String>,
+    /// A probe event in uprobe_events syntax (repeatable):
+    /// `p[:NAME] MODULE:SYM[+OFF] [FIELD=FETCHARG[:TYPE] ...]`, `r[:NAME] ...`.
+    #[arg(long = "event", value_name = "EVENT")]
+    pub events: Vec<String>,
+    /// The command to trace, as one string split on spaces (bpftrace's -c;
+    /// the same as giving it after `--`).
+    #[arg(short = 'c', value_name = "CMD", conflicts_with_all = ["command", "pid"])]
+    pub cmd: Option<String>,
+    /// List the probe-able functions matching the pattern (`uprobe:BIN:GLOB`).
+    #[arg(short = 'l')]
+    pub list: bool,
+    /// With -l: each function's arguments from DWARF (`-lv`).
+    #[arg(short = 'v')]
+    pub verbose: bool,
     /// Attach to this running process instead of launching a command.
     #[arg(
         short = 'p',
@@ -187,6 +204,16 @@ pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> 
     let mut out = Vec::with_capacity(args.len());
     let mut i = 0;
     while i < args.len() {
+        // bpftrace's `-f json` / `-f text` is `--format` (wprobe's -f is --follow).
+        if args[i] == "-f"
+            && i + 1 < args.len()
+            && (args[i + 1] == "json" || args[i + 1] == "text")
+        {
+            out.push("--format".into());
+            out.push(args[i + 1].clone());
+            i += 2;
+            continue;
+        }
         if args[i] == "-D" && i + 3 < args.len() && args[i + 2] == "=" {
             let mut joined = args[i + 1].clone();
             joined.push("=");

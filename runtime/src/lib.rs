@@ -10,6 +10,7 @@
 pub mod arch;
 pub mod benchcmd;
 pub mod btout;
+pub mod btrun;
 pub mod cache;
 pub mod cli;
 pub mod coredump;

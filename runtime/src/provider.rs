@@ -3,6 +3,7 @@
 //! `perf` delivers samples while the target runs (handlers observe only).
 //! [`TransportHit`] is the hit of either, as the session's store holds it.
 
+pub mod os;
 pub mod perf;
 pub mod ptrace;
 

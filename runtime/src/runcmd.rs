@@ -26,7 +26,16 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
 
 /// Runs the command.
 pub fn run(a: RunArgs) -> ExitCode {
-    if a.pid.is_none() && a.command.is_empty() {
+    let a = crate::btrun::normalize(a);
+    if a.list {
+        return crate::btrun::list(&a);
+    }
+    let oneliner = crate::btrun::active(&a);
+    if a.programs.is_empty() && !oneliner {
+        eprintln!("error: give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT");
+        return ExitCode::from(1);
+    }
+    if a.pid.is_none() && a.command.is_empty() && !oneliner {
         eprintln!("error: give the command to trace after `--`, or -p PID");
         return ExitCode::from(1);
     }
@@ -35,12 +44,19 @@ pub fn run(a: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let cache = crate::cache::Cache::for_cli(a.opts.no_cache);
-    let programs = match crate::programs::load_each(&a.programs, |p| {
+    let mut programs = match crate::programs::load_each(&a.programs, |p| {
         load_program_with_cache(&engine, p, &a, &cache)
     }) {
         Ok(x) => x,
         Err(code) => return code,
     };
+    match crate::btrun::extra_programs(&engine, &a, &cache) {
+        Ok(more) => programs.extend(more),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let out: Box<dyn Write> = match &a.output {
         Some(path) => match std::fs::File::create(path) {
             Ok(f) => Box::new(std::io::BufWriter::new(f)),
@@ -85,7 +101,7 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if session.probe_count() == 0 {
+    if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
         eprintln!("error: no probe selected (check --group / --type)");
         return ExitCode::from(1);
     }
@@ -103,6 +119,18 @@ pub fn run(a: RunArgs) -> ExitCode {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
             eprintln!("error: installing a signal handler: {e}");
             return ExitCode::from(2);
+        }
+    }
+    if oneliner {
+        session.set_oneliner(a.format == "json", stop.clone(), 0);
+        if a.pid.is_none() && a.command.is_empty() {
+            if session.probe_count() > 0 {
+                eprintln!(
+                    "error: uprobes and watchpoints need a process: give -c CMD, a command after `--`, or -p PID (wprobe traces processes, not the whole system)"
+                );
+                return ExitCode::from(1);
+            }
+            return crate::btrun::run_without_target(session, &stop);
         }
     }
     if perf {
@@ -138,10 +166,21 @@ pub fn run(a: RunArgs) -> ExitCode {
     }
     let main = tracer.main_pid();
     let armed = session.arm(&mut tracer, main, true);
-    if armed == 0 && session.pending() == 0 {
+    if oneliner && armed == 0 && session.pending() == 0 && session.probe_count() == 0 {
+        // Only begin/end/interval probes: nothing to arm.
+    } else if armed == 0 && session.pending() == 0 {
         eprintln!("error: no probe could be armed in process {main}");
         let _ = tracer.detach_all();
         return ExitCode::from(1);
+    }
+    if oneliner {
+        if a.pid.is_none() {
+            session.set_child_pid(main as u64);
+        }
+        if let Some(p) = session.tick_period() {
+            tracer.set_tick(p);
+        }
+        session.begin();
     }
     let mut status = match session.run(&mut tracer, &stop) {
         Ok(s) => s,
@@ -152,6 +191,9 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if oneliner {
+        status = crate::btrun::finish(&mut session, a.pid.is_none().then_some(main), status);
+    }
     session.summary();
     // A launched command handed off to a debugger is still our child (and
     // dies with us): wait for the debugging session to end.
@@ -226,7 +268,17 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: Reg
             session.pending()
         );
     }
-    let status = match session.run_perf(&mut tracer, stop) {
+    let oneliner = crate::btrun::active(a);
+    if oneliner {
+        if a.pid.is_none() {
+            session.set_child_pid(main as u64);
+        }
+        if let Some(p) = session.tick_period() {
+            tracer.set_tick(p);
+        }
+        session.begin();
+    }
+    let mut status = match session.run_perf(&mut tracer, stop) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -234,6 +286,9 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: Reg
             return ExitCode::from(2);
         }
     };
+    if oneliner {
+        status = crate::btrun::finish(&mut session, a.pid.is_none().then_some(main), status);
+    }
     session.summary();
     exit_code(status)
 }

@@ -74,13 +74,7 @@ impl Default for Services {
 
 /// A clock's current value in nanoseconds.
 pub fn clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live timespec the kernel writes.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::provider::os::clock_ns(id)
 }
 
 /// The `mapstore` specs of a manifest's maps, or why they are invalid.

@@ -1289,6 +1289,11 @@ impl Session {
         self.runner.store.data_mut().services.child_pid = child_pid;
     }
 
+    /// The launched command's pid (`cpid`).
+    pub fn set_child_pid(&mut self, pid: u64) {
+        self.runner.store.data_mut().services.child_pid = pid;
+    }
+
     /// Whether `exit()` ended the run.
     pub fn exited(&self) -> bool {
         self.bt.exited
@@ -1392,6 +1397,11 @@ impl Session {
                 self.run_special(s.prog, s.index);
             }
         }
+    }
+
+    /// Runs the interval probes that are due (for runs without a transport).
+    pub fn tick(&mut self) {
+        self.run_intervals();
     }
 
     /// Runs the interval probes that are due.

@@ -1,0 +1,32 @@
+//! Small OS services of the one-liner runtime that need `libc` calls
+//! (kept here, where the runtime's `unsafe` lives): clocks and the local
+//! time for `time()`.
+
+/// A clock's current value in nanoseconds.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into a live timespec.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// `strftime(fmt)` of the local time now (at most 512 bytes).
+pub fn strftime_now(fmt: &std::ffi::CStr) -> Vec<u8> {
+    let mut buf = vec![0u8; 512];
+    // SAFETY: `t` and `tm` are live locals the calls write; `buf` has
+    // `buf.len()` writable bytes and strftime writes at most that many;
+    // `fmt` is a NUL-terminated string.
+    let n = unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        libc::strftime(buf.as_mut_ptr().cast(), buf.len(), fmt.as_ptr(), &tm)
+    };
+    buf.truncate(n);
+    buf
+}
