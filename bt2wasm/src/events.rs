@@ -94,7 +94,8 @@ fn parse_fetch(s: &str, depth: u32) -> Result<Fetch, String> {
             _ => {
                 if let Some(n) = rest.strip_prefix("stack").and_then(|n| n.parse().ok()) {
                     Ok(Fetch::Stack(n))
-                } else if let Some(n) = rest.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()) {
+                } else if let Some(n) = rest.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok())
+                {
                     if n == 0 {
                         Err("$arg numbers start at 1".into())
                     } else {
@@ -116,7 +117,10 @@ fn parse_fetch(s: &str, depth: u32) -> Result<Fetch, String> {
             return Ok(Fetch::Abs(v as u64));
         }
         let (sym, off) = match rest.find(['+', '-']) {
-            Some(i) => (&rest[..i], parse_num(&rest[i..]).ok_or_else(|| format!("bad offset in `@{rest}`"))?),
+            Some(i) => (
+                &rest[..i],
+                parse_num(&rest[i..]).ok_or_else(|| format!("bad offset in `@{rest}`"))?,
+            ),
             None => (rest, 0),
         };
         if !hostabi::manifest::is_symbol(sym) {
@@ -127,7 +131,9 @@ fn parse_fetch(s: &str, depth: u32) -> Result<Fetch, String> {
     // +|-OFF(FETCHARG)
     if let Some(open) = s.find('(')
         && s.ends_with(')')
-        && (s.starts_with('+') || s.starts_with('-') || s[..open].bytes().all(|b| b.is_ascii_digit()))
+        && (s.starts_with('+')
+            || s.starts_with('-')
+            || s[..open].bytes().all(|b| b.is_ascii_digit()))
     {
         let off = parse_num(&s[..open]).ok_or_else(|| format!("bad offset `{}`", &s[..open]))?;
         let inner = parse_fetch(&s[open + 1..s.len() - 1], depth + 1)?;
@@ -181,7 +187,8 @@ pub(crate) fn compile_event(
         .map(|w| (w.as_ptr() as usize - text.as_ptr() as usize, w))
         .collect();
     let Some(&(p0, head)) = words.first() else {
-        cx.diags.error(codes::EVENT, span(0, 0), "empty probe event");
+        cx.diags
+            .error(codes::EVENT, span(0, 0), "empty probe event");
         return None;
     };
     let (ret, name) = match head.split_once(':') {
@@ -199,11 +206,19 @@ pub(crate) fn compile_event(
         }
     };
     let Some(&(l0, loc)) = words.get(1) else {
-        cx.diags.error(codes::EVENT, span(p0, p0 + head.len()), "probe event without a location (MODULE:SYM[+OFF])");
+        cx.diags.error(
+            codes::EVENT,
+            span(p0, p0 + head.len()),
+            "probe event without a location (MODULE:SYM[+OFF])",
+        );
         return None;
     };
     let Some((module, place)) = loc.rsplit_once(':') else {
-        cx.diags.error(codes::EVENT, span(l0, l0 + loc.len()), format!("location `{loc}` is not MODULE:SYM[+OFF]"));
+        cx.diags.error(
+            codes::EVENT,
+            span(l0, l0 + loc.len()),
+            format!("location `{loc}` is not MODULE:SYM[+OFF]"),
+        );
         return None;
     };
     // A number is a file offset (uprobe_events); convert it to an address.
@@ -224,17 +239,29 @@ pub(crate) fn compile_event(
     } else {
         place.to_string()
     };
-    let ap = format!("{}:{module}:{place_ap}", if ret { "uretprobe" } else { "uprobe" });
+    let ap = format!(
+        "{}:{module}:{place_ap}",
+        if ret { "uretprobe" } else { "uprobe" }
+    );
     let mut list = probes::expand(&ap, span(l0, l0 + loc.len()), cx.env, cx.diags);
     if list.len() != 1 {
         if list.len() > 1 {
-            cx.diags.error(codes::EVENT, span(l0, l0 + loc.len()), "a probe event names one location (no wildcards)");
+            cx.diags.error(
+                codes::EVENT,
+                span(l0, l0 + loc.len()),
+                "a probe event names one location (no wildcards)",
+            );
         }
         return None;
     }
     let mut conc = list.remove(0);
     let (symbol, offset, bin_module) = match &conc.kind {
-        Kind::Uprobe { symbol, offset, module, .. } => (symbol.clone(), *offset, module.clone()),
+        Kind::Uprobe {
+            symbol,
+            offset,
+            module,
+            ..
+        } => (symbol.clone(), *offset, module.clone()),
         _ => return None,
     };
     let base = std::path::Path::new(module)
@@ -297,7 +324,11 @@ pub(crate) fn compile_event(
             Some((f, t)) if !f.ends_with('@') => match parse_type(t) {
                 Some(t) => (f, t),
                 None => {
-                    cx.diags.error(codes::EVENT, wspan, format!("unknown type `{t}` (u8..u64, s8..s64, x8..x64, string)"));
+                    cx.diags.error(
+                        codes::EVENT,
+                        wspan,
+                        format!("unknown type `{t}` (u8..u64, s8..s64, x8..x64, string)"),
+                    );
                     return None;
                 }
             },
@@ -311,7 +342,11 @@ pub(crate) fn compile_event(
             }
         };
         if fetch == Fetch::Retval && !ret {
-            cx.diags.error(codes::EVENT, wspan, "$retval is only available in return probes (r)");
+            cx.diags.error(
+                codes::EVENT,
+                wspan,
+                "$retval is only available in return probes (r)",
+            );
             return None;
         }
         if fetch == Fetch::Comm && ty != FType::Str && rest.contains(':') {
@@ -333,7 +368,11 @@ pub(crate) fn compile_event(
             v.unwrap_or(0)
         });
         if let Some(s) = sym_err {
-            cx.diags.error(codes::EVENT, wspan, format!("symbol `{s}` not found in {module}"));
+            cx.diags.error(
+                codes::EVENT,
+                wspan,
+                format!("symbol `{s}` not found in {module}"),
+            );
             return None;
         }
         fmt.extend_from_slice(format!(" {field}=").as_bytes());
@@ -398,7 +437,12 @@ fn trunc(e: E, signed: bool, bytes: u8) -> E {
 
 /// The IR of a fetch-arg's value (addresses for strings; memory reads of
 /// `ty`'s size at the outermost dereference).
-fn lower(f: &Fetch, ty: FType, slot: &mut dyn FnMut(u32) -> u32, sym: &mut dyn FnMut(&str) -> u64) -> E {
+fn lower(
+    f: &Fetch,
+    ty: FType,
+    slot: &mut dyn FnMut(u32) -> u32,
+    sym: &mut dyn FnMut(&str) -> u64,
+) -> E {
     let rsp_plus = |off: i64| {
         E::Bin(
             crate::ast::BinOp::Add,
@@ -464,7 +508,12 @@ fn lower(f: &Fetch, ty: FType, slot: &mut dyn FnMut(u32) -> u32, sym: &mut dyn F
             // The inner value is an address (8-byte reads for inner derefs).
             let base = lower(inner, FType::Hex(8), slot, sym);
             memory(
-                E::Bin(crate::ast::BinOp::Add, false, Box::new(base), Box::new(E::Int(*off))),
+                E::Bin(
+                    crate::ast::BinOp::Add,
+                    false,
+                    Box::new(base),
+                    Box::new(E::Int(*off)),
+                ),
                 slot,
             )
         }
@@ -483,10 +532,16 @@ mod tests {
         assert_eq!(parse_fetch("$arg2", 0), Ok(Fetch::Arg(2)));
         assert_eq!(parse_fetch("@0x1000", 0), Ok(Fetch::Abs(0x1000)));
         assert_eq!(parse_fetch("@+0x10", 0), Ok(Fetch::FileOff(0x10)));
-        assert_eq!(parse_fetch("@counter+8", 0), Ok(Fetch::Sym("counter".into(), 8)));
+        assert_eq!(
+            parse_fetch("@counter+8", 0),
+            Ok(Fetch::Sym("counter".into(), 8))
+        );
         assert_eq!(
             parse_fetch("+8(-4(%si))", 0),
-            Ok(Fetch::Deref(8, Box::new(Fetch::Deref(-4, Box::new(Fetch::Reg(reg::RSI))))))
+            Ok(Fetch::Deref(
+                8,
+                Box::new(Fetch::Deref(-4, Box::new(Fetch::Reg(reg::RSI))))
+            ))
         );
         assert!(parse_fetch("%zz", 0).is_err());
         assert!(parse_fetch("$arg0", 0).is_err());

@@ -101,7 +101,10 @@ fn mapped_files(pid: i32) -> Vec<String> {
 /// Compiles probe events (`--event` specs, uprobe_events syntax) into one
 /// module: one probe and one printf event per spec. Each spec is its own
 /// source "file" (`--event #N`) in messages.
-pub fn compile_events(specs: &[String], opts: &Options) -> Result<Compiled, (Diagnostics, SourceMap)> {
+pub fn compile_events(
+    specs: &[String],
+    opts: &Options,
+) -> Result<Compiled, (Diagnostics, SourceMap)> {
     let mut map = SourceMap::default();
     let mut sink = diag::Sink::default();
     let mut env = probes::Env {
@@ -119,7 +122,10 @@ pub fn compile_events(specs: &[String], opts: &Options) -> Result<Compiled, (Dia
     let mut concrete = Vec::new();
     let mut handlers = Vec::new();
     for (i, s) in specs.iter().enumerate() {
-        let file = map.add(PathBuf::from(format!("--event #{}", i + 1)), s.as_bytes().to_vec());
+        let file = map.add(
+            PathBuf::from(format!("--event #{}", i + 1)),
+            s.as_bytes().to_vec(),
+        );
         if let Some((c, h)) = events::compile_event(&mut cx, s, file) {
             concrete.push(vec![c]);
             handlers.push(h);

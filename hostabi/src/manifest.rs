@@ -576,17 +576,16 @@ fn decode_probe_key(
         "heap" => p.heap = parse_num(val, off).and_then(|v| at_most(v, 16384, off))?,
         "trigger" => {
             let (t, arg) = split_kv(val);
-            p.trigger =
-                match (t, arg) {
-                    ("begin", "") => Trigger::Begin,
-                    ("end", "") => Trigger::End,
-                    ("hit", "") => Trigger::Hit,
-                    ("interval", n) => Trigger::Interval {
-                        period_ns: parse_num(n, off)
-                            .and_then(|v: u64| if v == 0 { Err(bad) } else { Ok(v) })?,
-                    },
-                    _ => return Err(bad),
-                }
+            p.trigger = match (t, arg) {
+                ("begin", "") => Trigger::Begin,
+                ("end", "") => Trigger::End,
+                ("hit", "") => Trigger::Hit,
+                ("interval", n) => Trigger::Interval {
+                    period_ns: parse_num(n, off)
+                        .and_then(|v: u64| if v == 0 { Err(bad) } else { Ok(v) })?,
+                },
+                _ => return Err(bad),
+            }
         }
         "module" if !val.is_empty() => p.module = Some(val.to_string()),
         "return" => p.ret = parse_bool(val, off)?,

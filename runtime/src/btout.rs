@@ -274,7 +274,10 @@ pub fn event(
             }
         }
         Some(EventKind::Time) => {
-            let fmt = events.times.get(id as usize).map_or(&b"%H:%M:%S\n"[..], |f| f);
+            let fmt = events
+                .times
+                .get(id as usize)
+                .map_or(&b"%H:%M:%S\n"[..], |f| f);
             let text = time_text(fmt);
             match mode {
                 Mode::Text => out.extend_from_slice(&text),
@@ -291,8 +294,11 @@ pub fn event(
                     out.push(b'\n');
                 }
                 Mode::Json => out.extend_from_slice(
-                    format!("{{\"type\": \"value\", \"data\": {}}}\n", value_json(l, data, sym))
-                        .as_bytes(),
+                    format!(
+                        "{{\"type\": \"value\", \"data\": {}}}\n",
+                        value_json(l, data, sym)
+                    )
+                    .as_bytes(),
                 ),
             }
         }

@@ -22,10 +22,25 @@ pub fn active(a: &RunArgs) -> bool {
     a.program_text.is_some() || !a.events.is_empty() || a.programs.iter().any(|p| is_bt(p))
 }
 
+/// Whether a loaded module uses one-liner features (maps, output events,
+/// `begin`/`end`/`interval` probes).
+pub fn is_oneliner_module(m: &crate::load::LoadedModule) -> bool {
+    !m.manifest.maps.is_empty()
+        || !m.events.is_empty()
+        || m.manifest
+            .probes
+            .iter()
+            .any(|p| p.trigger != hostabi::manifest::Trigger::Hit)
+}
+
 /// Moves `-c CMD` (split on spaces, as bpftrace does) into the command.
 pub fn normalize(mut a: RunArgs) -> RunArgs {
     if let Some(c) = a.cmd.take() {
-        a.command = c.split(' ').filter(|w| !w.is_empty()).map(Into::into).collect();
+        a.command = c
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .map(Into::into)
+            .collect();
     }
     a
 }
@@ -94,7 +109,12 @@ pub fn extra_programs(
     if !a.events.is_empty() {
         let wasm = match bt2wasm::compile_events(&a.events, &opts) {
             Ok(c) => c.wasm,
-            Err((d, map)) => return Err(format!("{}could not compile the probe events", d.render(&map))),
+            Err((d, map)) => {
+                return Err(format!(
+                    "{}could not compile the probe events",
+                    d.render(&map)
+                ));
+            }
         };
         let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
             .map_err(|e| format!("loading the probe events: {e}"))?;
@@ -229,4 +249,70 @@ pub fn finish(
     }
     session.end();
     if exited { None } else { status }
+}
+
+/// `wprobe compile -e PROGRAM -o OUT` / `wprobe compile script.bt`.
+pub fn compile_cmd(a: &crate::cli::CompileArgs) -> ExitCode {
+    let (name, text, default_out) = match (&a.program_text, &a.program) {
+        (Some(t), _) => ("-e".to_string(), t.clone(), None),
+        (None, Some(p)) => match std::fs::read(p) {
+            Ok(b) => (
+                p.display().to_string(),
+                String::from_utf8_lossy(&b).into_owned(),
+                Some(p.with_extension(if a.emit == "wat" { "wat" } else { "wasm" })),
+            ),
+            Err(e) => {
+                eprintln!("error: reading {}: {e}", p.display());
+                return ExitCode::from(1);
+            }
+        },
+        (None, None) => {
+            eprintln!("error: give a program file or -e PROGRAM");
+            return ExitCode::from(1);
+        }
+    };
+    let opts = bt2wasm::Options::default();
+    let wasm = match compile_text(&name, &text, &opts) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let bytes = if a.emit == "wat" {
+        match wasmprinter::print_bytes(&wasm) {
+            Ok(t) => t.into_bytes(),
+            Err(e) => {
+                eprintln!("error: printing the module: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        wasm
+    };
+    let Some(out) = a.output.clone().or(default_out) else {
+        eprintln!("error: give -o OUT (or -o - for standard output) with -e");
+        return ExitCode::from(1);
+    };
+    let res = if out.as_os_str() == "-" {
+        use std::io::Write;
+        std::io::stdout().write_all(&bytes)
+    } else {
+        std::fs::write(&out, &bytes)
+    };
+    if let Err(e) = res {
+        eprintln!("error: writing {}: {e}", out.display());
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `wprobe bench -e PROGRAM`: the program text as a `.bt` file of the
+/// temporary directory (so that every bench mode, `--end-to-end` included,
+/// takes it as a program file).
+pub fn bench_program_file(text: &str) -> Result<std::path::PathBuf, String> {
+    let h = blake3::hash(text.as_bytes()).to_hex();
+    let p = std::env::temp_dir().join(format!("wprobe-e-{}.bt", &h[..16]));
+    std::fs::write(&p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    Ok(p)
 }

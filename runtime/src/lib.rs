@@ -30,6 +30,6 @@ pub mod resolve;
 pub mod runcmd;
 pub mod services;
 pub mod session;
-pub mod symbolize;
 pub mod sink;
+pub mod symbolize;
 pub mod watdump;

@@ -32,7 +32,9 @@ pub fn run(a: RunArgs) -> ExitCode {
     }
     let oneliner = crate::btrun::active(&a);
     if a.programs.is_empty() && !oneliner {
-        eprintln!("error: give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT");
+        eprintln!(
+            "error: give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT"
+        );
         return ExitCode::from(1);
     }
     if a.pid.is_none() && a.command.is_empty() && !oneliner {
@@ -57,6 +59,12 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    // Modules built by bt2wasm (or using maps, events or begin/end probes)
+    // run with one-liner behaviour whatever file they came from.
+    let oneliner = oneliner
+        || programs
+            .iter()
+            .any(|p| crate::btrun::is_oneliner_module(&p.module));
     let out: Box<dyn Write> = match &a.output {
         Some(path) => match std::fs::File::create(path) {
             Ok(f) => Box::new(std::io::BufWriter::new(f)),
@@ -134,7 +142,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     }
     if perf {
-        return run_perf(&a, session, &stop, regs_read);
+        return run_perf(&a, session, &stop, regs_read, oneliner);
     }
     let mut tracer = match a.pid {
         Some(pid) => {
@@ -216,7 +224,13 @@ pub fn run(a: RunArgs) -> ExitCode {
 }
 
 /// `--transport perf`: open the events, let the target run, handle samples.
-fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: RegsRead) -> ExitCode {
+fn run_perf(
+    a: &RunArgs,
+    mut session: Session,
+    stop: &AtomicBool,
+    regs_read: RegsRead,
+    oneliner: bool,
+) -> ExitCode {
     let opts = PerfOptions {
         follow_forks: a.follow,
         stack_bytes: if session.reads_memory() {
@@ -268,7 +282,6 @@ fn run_perf(a: &RunArgs, mut session: Session, stop: &AtomicBool, regs_read: Reg
             session.pending()
         );
     }
-    let oneliner = crate::btrun::active(a);
     if oneliner {
         if a.pid.is_none() {
             session.set_child_pid(main as u64);

@@ -450,6 +450,17 @@ impl Session {
     /// more watchpoint probes than debug registers, and (under perf)
     /// programs that write registers or memory.
     pub fn check(&self, perf: bool) -> Result<(), String> {
+        if let Some(label) = self
+            .probes
+            .iter()
+            .find(|p| self.manifests[p.prog].probes[p.index].ret)
+            .map(|p| p.label.clone())
+        {
+            return Err(format!(
+                "probe {label} is a return probe (`return yes`: uretprobe, r: event), and this \
+                 wprobe has no return-probe mechanism yet; probe the function's entry instead"
+            ));
+        }
         let watch: Vec<&str> = self
             .probes
             .iter()
@@ -1334,10 +1345,9 @@ impl Session {
     pub fn begin(&mut self) {
         let n = self.probe_total();
         let line = match self.bt.mode {
-            crate::btout::Mode::Text => format!(
-                "Attaching {n} probe{}...\n",
-                if n == 1 { "" } else { "s" }
-            ),
+            crate::btout::Mode::Text => {
+                format!("Attaching {n} probe{}...\n", if n == 1 { "" } else { "s" })
+            }
             crate::btout::Mode::Json => {
                 format!("{{\"type\": \"attached_probes\", \"data\": {{\"probes\": {n}}}}}\n")
             }

@@ -39,14 +39,21 @@ fn parse(spec: &[u8]) -> Option<Conv> {
         c.zero = true;
     }
     while let Some(d) = spec.get(i).filter(|d| d.is_ascii_digit()) {
-        c.width = c.width.saturating_mul(10).saturating_add((d - b'0') as usize).min(4096);
+        c.width = c
+            .width
+            .saturating_mul(10)
+            .saturating_add((d - b'0') as usize)
+            .min(4096);
         i += 1;
     }
     if spec.get(i) == Some(&b'.') {
         i += 1;
         let mut p = 0usize;
         while let Some(d) = spec.get(i).filter(|d| d.is_ascii_digit()) {
-            p = p.saturating_mul(10).saturating_add((d - b'0') as usize).min(4096);
+            p = p
+                .saturating_mul(10)
+                .saturating_add((d - b'0') as usize)
+                .min(4096);
             i += 1;
         }
         c.precision = Some(p);
@@ -73,7 +80,10 @@ fn pad(out: &mut Vec<u8>, body: &[u8], c: &Conv, zero_after: usize) {
     if c.left {
         out.extend_from_slice(body);
         out.extend(std::iter::repeat_n(b' ', fill));
-    } else if c.zero && c.precision.is_none() && matches!(c.conv, b'd' | b'i' | b'u' | b'o' | b'x' | b'X') {
+    } else if c.zero
+        && c.precision.is_none()
+        && matches!(c.conv, b'd' | b'i' | b'u' | b'o' | b'x' | b'X')
+    {
         // Zeros go after the sign or prefix.
         out.extend_from_slice(&body[..zero_after]);
         out.extend(std::iter::repeat_n(b'0', fill));
@@ -111,7 +121,11 @@ pub fn convert(out: &mut Vec<u8>, spec: &[u8], arg: Arg<'_>) {
             pad(out, body.as_bytes(), &c, 0);
         }
         (conv, Arg::Int(v)) => {
-            let mask = if c.bits == 64 { u64::MAX } else { (1u64 << c.bits) - 1 };
+            let mask = if c.bits == 64 {
+                u64::MAX
+            } else {
+                (1u64 << c.bits) - 1
+            };
             let u = v & mask;
             let (neg, mag) = if matches!(conv, b'd' | b'i') {
                 let shift = 64 - c.bits;

@@ -26,7 +26,10 @@ fn key_cmp(fields: &[Layout], a: &[u8], b: &[u8]) -> Ordering {
     let mut off = 0;
     for f in fields {
         let sz = f.size();
-        let (x, y) = (a.get(off..off + sz).unwrap_or(&[]), b.get(off..off + sz).unwrap_or(&[]));
+        let (x, y) = (
+            a.get(off..off + sz).unwrap_or(&[]),
+            b.get(off..off + sz).unwrap_or(&[]),
+        );
         let o = match f {
             Layout::Int { .. } => word(x, 0).cmp(&word(y, 0)),
             Layout::Str(_) => super::cstr(x).cmp(super::cstr(y)),
@@ -110,7 +113,10 @@ fn counts(v: &[u8]) -> Vec<u64> {
 /// Text of a `hist` value.
 fn hist_text(v: &[u8], div: u64) -> String {
     let c = counts(v);
-    let (Some(lo), Some(hi)) = (c.iter().position(|x| *x > 0), c.iter().rposition(|x| *x > 0)) else {
+    let (Some(lo), Some(hi)) = (
+        c.iter().position(|x| *x > 0),
+        c.iter().rposition(|x| *x > 0),
+    ) else {
         return String::new();
     };
     let max = c.iter().copied().max().unwrap_or(0);
@@ -120,7 +126,11 @@ fn hist_text(v: &[u8], div: u64) -> String {
             0 => "(..., 0)".to_string(),
             1 => "[0]".to_string(),
             2 => "[1]".to_string(),
-            _ => format!("[{}, {})", hist_label(i as i64 - 2), hist_label(i as i64 - 1)),
+            _ => format!(
+                "[{}, {})",
+                hist_label(i as i64 - 2),
+                hist_label(i as i64 - 1)
+            ),
         };
         bar_line(&mut s, &header, n / div.max(1), n, max);
     }
@@ -129,7 +139,10 @@ fn hist_text(v: &[u8], div: u64) -> String {
 
 fn hist_json(v: &[u8], div: u64) -> String {
     let c = counts(v);
-    let (Some(lo), Some(hi)) = (c.iter().position(|x| *x > 0), c.iter().rposition(|x| *x > 0)) else {
+    let (Some(lo), Some(hi)) = (
+        c.iter().position(|x| *x > 0),
+        c.iter().rposition(|x| *x > 0),
+    ) else {
         return "[]".into();
     };
     let mut parts = Vec::new();
@@ -152,7 +165,10 @@ fn hist_json(v: &[u8], div: u64) -> String {
 fn lhist_text(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
     let c = counts(v);
     let buckets = ((max - min) / step.max(1)) as usize;
-    let (Some(lo), Some(hi)) = (c.iter().position(|x| *x > 0), c.iter().rposition(|x| *x > 0)) else {
+    let (Some(lo), Some(hi)) = (
+        c.iter().position(|x| *x > 0),
+        c.iter().rposition(|x| *x > 0),
+    ) else {
         return String::new();
     };
     let mx = c.iter().copied().max().unwrap_or(0);
@@ -177,7 +193,10 @@ fn lhist_text(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
 fn lhist_json(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
     let c = counts(v);
     let buckets = ((max - min) / step.max(1)) as usize;
-    let (Some(lo), Some(hi)) = (c.iter().position(|x| *x > 0), c.iter().rposition(|x| *x > 0)) else {
+    let (Some(lo), Some(hi)) = (
+        c.iter().position(|x| *x > 0),
+        c.iter().rposition(|x| *x > 0),
+    ) else {
         return "[]".into();
     };
     let mut parts = Vec::new();
@@ -247,7 +266,9 @@ pub fn print_map(
     let value_of = |e: &(&[u8], &[u8]), json: bool, sym: &mut Symbolizer| -> String {
         let val = e.1;
         match d.kind {
-            MapKind::Count | MapKind::Sum | MapKind::Min | MapKind::Max => div_text(scalar(d, val), div),
+            MapKind::Count | MapKind::Sum | MapKind::Min | MapKind::Max => {
+                div_text(scalar(d, val), div)
+            }
             MapKind::Assign => match &vlayout {
                 Layout::Int { .. } => div_text(scalar(d, val), div),
                 l if json => value_json(l, val, sym),
@@ -257,7 +278,10 @@ pub fn print_map(
             MapKind::Stats => {
                 let (c, t) = (word(val, 0) as i64, word(val, 8) as i64);
                 if json {
-                    format!("{{\"count\": {c}, \"average\": {}, \"total\": {t}}}", avg(val))
+                    format!(
+                        "{{\"count\": {c}, \"average\": {}, \"total\": {t}}}",
+                        avg(val)
+                    )
                 } else {
                     format!("count {c}, average {}, total {t}", avg(val))
                 }
@@ -271,7 +295,8 @@ pub fn print_map(
     match mode {
         Mode::Text => {
             let hist = matches!(d.kind, MapKind::Hist | MapKind::Lhist);
-            let stack_value = matches!(vlayout, Layout::Ustack(_) | Layout::Usym) && d.kind == MapKind::Assign;
+            let stack_value =
+                matches!(vlayout, Layout::Ustack(_) | Layout::Usym) && d.kind == MapKind::Assign;
             let mut elems = Vec::new();
             for e in &v {
                 let mut s = d.name.clone();
