@@ -1,5 +1,5 @@
 //! Lexer of the one-liner language: tokens with byte spans, driven by the
-//! parser, which asks either for an ordinary token ([`Lexer::next`]) or for
+//! parser, which asks either for an ordinary token ([`Lexer::token`]) or for
 //! a whole attach point ([`Lexer::attach_point`]: `uprobe:/bin/bash:f*` is
 //! one word, as bpftrace's `PATH` tokens make it). Comments, `#!` lines and
 //! whitespace are skipped. Never panics on any input; errors are tokens of
@@ -139,13 +139,13 @@ impl<'a> Lexer<'a> {
         }
         let text = String::from_utf8_lossy(&self.src[start..self.pos]).into_owned();
         if text.is_empty() {
-            return self.next();
+            return self.token();
         }
         (Tok::Ident(text), self.span(start, self.pos))
     }
 
     /// The next ordinary token.
-    pub fn next(&mut self) -> (Tok, Span) {
+    pub fn token(&mut self) -> (Tok, Span) {
         if let Some(e) = self.skip() {
             return e;
         }
@@ -347,7 +347,7 @@ mod tests {
         let mut l = Lexer::new(s.as_bytes(), 0);
         let mut v = Vec::new();
         loop {
-            let (t, _) = l.next();
+            let (t, _) = l.token();
             if t == Tok::Eof {
                 return v;
             }
@@ -388,7 +388,7 @@ mod tests {
             l.attach_point().0,
             Tok::Ident("uprobe:/bin/bash:read*".into())
         );
-        assert_eq!(l.next().0, Tok::Punct("/"));
+        assert_eq!(l.token().0, Tok::Punct("/"));
         let mut l = Lexer::new(b"BEGIN/1/", 0);
         assert_eq!(l.attach_point().0, Tok::Ident("BEGIN".into()));
     }

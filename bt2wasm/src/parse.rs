@@ -85,7 +85,7 @@ impl<'a> Parser<'a> {
     /// Moves to the next ordinary token.
     fn bump(&mut self) {
         self.prev = self.span;
-        let (t, s) = self.lex.next();
+        let (t, s) = self.lex.token();
         self.tok = t;
         self.span = s;
         self.check_lex_error();

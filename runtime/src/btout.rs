@@ -243,17 +243,27 @@ pub fn time_text(fmt: &[u8]) -> Vec<u8> {
     crate::provider::os::strftime_now(&cfmt)
 }
 
+/// One event record as the sink holds it.
+#[derive(Clone, Copy, Debug)]
+pub struct EventRecord<'a> {
+    /// `EventKind` code.
+    pub kind: u16,
+    /// Entry id (format, value, map).
+    pub id: u16,
+    /// The argument bytes.
+    pub data: &'a [u8],
+}
+
 /// Appends the output of one event to `out`; `maps` prints `PRINT_MAP`.
 pub fn event(
     out: &mut Vec<u8>,
     mode: Mode,
-    kind: u16,
-    id: u16,
-    data: &[u8],
+    rec: EventRecord<'_>,
     events: &Events,
     maps: Option<&MapOutput<'_>>,
     sym: &mut Symbolizer,
 ) {
+    let EventRecord { kind, id, data } = rec;
     let kind = EventKind::from_code(kind as i32);
     let json_msg = |out: &mut Vec<u8>, ty: &str, text: &[u8]| {
         let mut s = format!("{{\"type\": \"{ty}\", \"data\": \"");

@@ -1001,9 +1001,11 @@ impl Session {
                 crate::btout::event(
                     &mut bytes,
                     self.bt.mode,
-                    r.major,
-                    r.minor,
-                    data.sink.data(r),
+                    crate::btout::EventRecord {
+                        kind: r.major,
+                        id: r.minor,
+                        data: data.sink.data(r),
+                    },
                     &ev,
                     mo.as_ref(),
                     &mut self.bt.sym,
@@ -1473,9 +1475,11 @@ impl Session {
                 crate::btout::event(
                     &mut bytes,
                     self.bt.mode,
-                    r.major,
-                    r.minor,
-                    data.sink.data(r),
+                    crate::btout::EventRecord {
+                        kind: r.major,
+                        id: r.minor,
+                        data: data.sink.data(r),
+                    },
                     &ev,
                     mo.as_ref(),
                     &mut self.bt.sym,

@@ -129,20 +129,20 @@ impl Tracer {
             }
             let (tid, raw) = match self.queue.pop_front() {
                 Some(e) => e,
-                None => match {
+                None => {
                     self.arm_tick();
-                    sys::wait(-1, 0)
-                } {
-                    Ok(Some(e)) => e,
-                    Ok(None) => continue,
-                    Err(Errno::ECHILD) => {
-                        // Nothing left to wait for: every tracee is gone.
-                        self.procs.clear();
-                        self.threads.clear();
-                        return Ok(());
+                    match sys::wait(-1, 0) {
+                        Ok(Some(e)) => e,
+                        Ok(None) => continue,
+                        Err(Errno::ECHILD) => {
+                            // Nothing left to wait for: every tracee is gone.
+                            self.procs.clear();
+                            self.threads.clear();
+                            return Ok(());
+                        }
+                        Err(e) => return Err(ProviderError::sys("waitpid", -1, e)),
                     }
-                    Err(e) => return Err(ProviderError::sys("waitpid", -1, e)),
-                },
+                }
             };
             if tid == waker_pid.load(Ordering::SeqCst) {
                 continue;
