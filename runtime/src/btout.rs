@@ -10,7 +10,7 @@
 pub mod cfmt;
 mod maps;
 
-pub use maps::{MapOutput, print_map};
+pub use maps::{MapOutput, print_entries, print_map, snapshot_entries};
 
 use crate::symbolize::Symbolizer;
 use cfmt::Arg;
@@ -313,8 +313,12 @@ pub fn event(
             }
         }
         Some(EventKind::PrintMap) => {
-            if let Some(m) = maps {
-                print_map(out, mode, m, id as u32, word(data, 0), word(data, 8), sym);
+            let Some(m) = maps else { return };
+            match (snapshot_entries(data), m.decls.get(id as usize)) {
+                (Some(entries), Some(d)) => {
+                    print_entries(out, mode, d, entries, word(data, 0), word(data, 8), sym)
+                }
+                _ => print_map(out, mode, m, id as u32, word(data, 0), word(data, 8), sym),
             }
         }
         None => {}

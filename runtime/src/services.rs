@@ -362,9 +362,15 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let d = range(data, dp, dl, "emit_event data")?;
+            let mut bytes = data[d].to_vec();
+            if kind == EventKind::PrintMap {
+                // The map as it is now: later operations of the same run
+                // (`clear`, `zero`) must not change what this print shows.
+                snapshot_map(&state.services, id as u32, &mut bytes, MAX_RECORD_BYTES_PER_RUN - state.sink.bytes.len());
+            }
             state
                 .sink
-                .push(RecordKind::Event, kind as u16, id as u16, &data[d], &[]);
+                .push(RecordKind::Event, kind as u16, id as u16, &bytes, &[]);
             Ok(st(Status::Ok))
         },
     )?;
@@ -424,6 +430,31 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         |c: Caller<'_, HostState<E>>| c.data().services.child_pid as i64,
     )?;
     Ok(())
+}
+
+/// Appends a snapshot of map `map` of the running program to a PRINT_MAP
+/// event's data (after its 16 bytes of top and div): u32 key length, u32
+/// value length, then `(key, value)` pairs. Left out when it would exceed
+/// `room` bytes (the printer then reads the map as it is when printing).
+fn snapshot_map(s: &Services, map: u32, out: &mut Vec<u8>, room: usize) {
+    let Some(Some(r)) = s.maps.get(s.prog) else {
+        return;
+    };
+    let view = r.view();
+    let (Ok((k, v)), Ok(entries)) = (view.sizes(map), view.entries(map)) else {
+        return;
+    };
+    let len = view.stats(map).map(|st| st.len as usize).unwrap_or(0);
+    if 24 + len * (k + v) as usize > room {
+        return;
+    }
+    out.resize(16, 0);
+    out.extend_from_slice(&k.to_le_bytes());
+    out.extend_from_slice(&v.to_le_bytes());
+    for (key, val) in entries {
+        out.extend_from_slice(key);
+        out.extend_from_slice(val);
+    }
 }
 
 /// Whether `kind` takes 8-byte integer updates (for the printers).

@@ -171,10 +171,15 @@ impl Fx<'_, '_> {
                     return bad;
                 }
                 let strlen = self.cx.opts.strlen;
+                // str(p, n) keeps n characters (bpftrace 0.17: a buffer of
+                // n + 1 bytes, at most BPFTRACE_STRLEN).
                 let (max, size) = match args.get(1) {
                     None => (E::Int(strlen as i64), strlen),
                     Some(n) => match int_literal(n) {
-                        Some(v) if v > 0 => (E::Int(v), (v as u32).min(strlen)),
+                        Some(v) if v > 0 => {
+                            let size = (v.saturating_add(1) as u64).min(strlen as u64) as u32;
+                            (E::Int(size as i64), size)
+                        }
                         Some(_) => {
                             self.cx
                                 .err(codes::LITERAL, n.span, "str(): length must be positive");
@@ -183,7 +188,13 @@ impl Fx<'_, '_> {
                         None => {
                             let (ne, nt) = self.expr(n);
                             self.want_int(&nt, n.span, "str() length");
-                            (ne, strlen)
+                            let plus1 = E::Bin(
+                                crate::ast::BinOp::Add,
+                                false,
+                                Box::new(ne),
+                                Box::new(E::Int(1)),
+                            );
+                            (plus1, strlen)
                         }
                     },
                 };

@@ -230,7 +230,36 @@ pub fn print_map(
     let Ok(entries) = m.view.entries(index) else {
         return;
     };
-    let mut v: Vec<(&[u8], &[u8])> = entries.collect();
+    print_entries(out, mode, d, entries.collect(), top, div, sym);
+}
+
+/// Entries of a PRINT_MAP event's snapshot (see `services::snapshot_map`),
+/// or `None` when the event carries none.
+pub fn snapshot_entries(data: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let head = data.get(16..24)?;
+    let k = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let v = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    let body = &data[24..];
+    if k + v == 0 {
+        return Some(Vec::new());
+    }
+    Some(
+        body.chunks_exact(k + v)
+            .map(|e| (&e[..k], &e[k..]))
+            .collect(),
+    )
+}
+
+/// Appends the map `d` with these entries.
+pub fn print_entries(
+    out: &mut Vec<u8>,
+    mode: Mode,
+    d: &MapDecl,
+    mut v: Vec<(&[u8], &[u8])>,
+    top: u64,
+    div: u64,
+    sym: &mut Symbolizer,
+) {
     let keyed = !d.key.is_empty();
     // Raw key bytes first (bpftrace's std::map for hist and stats maps; a
     // deterministic start for the stable sorts of the others).
