@@ -22,6 +22,8 @@ use wasm_encoder::{
 
 /// Scratch bytes of the frame-pointer walk (16 bytes).
 pub const SCRATCH_FP: u32 = 16;
+/// Scratch bytes of the function-entry check of `ustack` (8 bytes).
+pub const SCRATCH_ENTRY: u32 = 32;
 
 fn vt(v: HV) -> ValType {
     match v {

@@ -235,6 +235,11 @@ pub enum E {
         slot: u32,
         /// Most frames.
         frames: u32,
+        /// At a uprobe: when the probed instruction is a function's first
+        /// (`push %rbp` or `endbr64`), the caller's return address is at
+        /// the stack pointer and the walk from RBP would miss it; add it as
+        /// the kernel's perf callchain does.
+        entry_fixup: bool,
     },
     /// `usym(addr)` into a 16-byte slot (address, pid).
     Usym {

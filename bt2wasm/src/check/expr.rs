@@ -348,7 +348,15 @@ impl Fx<'_, '_> {
         }
         let t = Ty::Ustack(frames);
         let slot = self.slot(t.size());
-        (E::Ustack { slot, frames }, t)
+        let entry_fixup = self.ctx == Ctx::Uprobe;
+        (
+            E::Ustack {
+                slot,
+                frames,
+                entry_fixup,
+            },
+            t,
+        )
     }
 
     /// The `probe` or `func` table of this handler: strings of one stride.

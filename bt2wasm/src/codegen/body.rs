@@ -3,7 +3,7 @@
 //! Division and modulo are unsigned with bpftrace's zero rules (x / 0 = 0,
 //! x % 0 = x); comparisons are signed only when both operands are.
 
-use super::{Ctx, SCRATCH_FP};
+use super::{Ctx, SCRATCH_ENTRY, SCRATCH_FP};
 use crate::ast::{BinOp, UnOp};
 use crate::ir::{E, Emit, Fact, Handler, Key, Part, S, Ty};
 use hostabi::ImportId as I;
@@ -506,7 +506,11 @@ impl Gen<'_> {
                 self.labels.pop();
                 self.i().end();
             }
-            E::Ustack { slot, frames } => self.ustack(*slot, *frames),
+            E::Ustack {
+                slot,
+                frames,
+                entry_fixup,
+            } => self.ustack(*slot, *frames, *entry_fixup),
             E::Usym { addr, slot } => {
                 let a = self.addr(*slot);
                 self.i().i32_const(a);
@@ -627,7 +631,7 @@ impl Gen<'_> {
 
     /// The kernel's user frame-pointer walk: the IP, then the return
     /// address of each frame from RBP, until a frame cannot be read.
-    fn ustack(&mut self, slot: u32, frames: u32) {
+    fn ustack(&mut self, slot: u32, frames: u32, entry_fixup: bool) {
         use crate::check::reg::RBP;
         let a = self.addr(slot);
         let size = 16 + 8 * frames;
@@ -644,6 +648,46 @@ impl Gen<'_> {
         self.i().i64_store(mem(16, 3));
         let (cnt, fp) = (self.temp32(), self.temp64());
         self.i().i32_const(1).local_set(cnt);
+        if entry_fixup && frames > 1 {
+            // The probed instruction (original bytes: the runtime hides its
+            // own breakpoints): push %rbp (0x55) or endbr64 (f3 0f 1e fa)?
+            self.i().i32_const(hostabi::regs::RIP as i32).i32_const(0);
+            self.call(I::read_reg);
+            self.i().i32_const(SCRATCH_ENTRY as i32).i32_const(4);
+            self.call(I::read_mem);
+            self.i()
+                .i32_const(4)
+                .i32_eq()
+                .i32_const(SCRATCH_ENTRY as i32)
+                .i32_load8_u(mem(0, 0))
+                .i32_const(0x55)
+                .i32_eq()
+                .i32_const(SCRATCH_ENTRY as i32)
+                .i32_load(mem(0, 2))
+                .i32_const(0xfa1e0ff3u32 as i32)
+                .i32_eq()
+                .i32_or()
+                .i32_and()
+                .if_(BlockType::Empty);
+            self.labels.push(Lbl::Plain);
+            self.i().i32_const(hostabi::regs::RSP as i32).i32_const(0);
+            self.call(I::read_reg);
+            self.i().i32_const(SCRATCH_ENTRY as i32).i32_const(8);
+            self.call(I::read_mem);
+            self.i().i32_const(8).i32_eq().if_(BlockType::Empty);
+            self.labels.push(Lbl::Plain);
+            self.i()
+                .i32_const(a)
+                .i32_const(SCRATCH_ENTRY as i32)
+                .i64_load(mem(0, 3))
+                .i64_store(mem(24, 3))
+                .i32_const(2)
+                .local_set(cnt);
+            self.labels.pop();
+            self.i().end();
+            self.labels.pop();
+            self.i().end();
+        }
         self.i().i32_const(RBP as i32).i32_const(0);
         self.call(I::read_reg);
         self.i().local_set(fp);
