@@ -366,7 +366,12 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
             if kind == EventKind::PrintMap {
                 // The map as it is now: later operations of the same run
                 // (`clear`, `zero`) must not change what this print shows.
-                snapshot_map(&state.services, id as u32, &mut bytes, MAX_RECORD_BYTES_PER_RUN - state.sink.bytes.len());
+                snapshot_map(
+                    &state.services,
+                    id as u32,
+                    &mut bytes,
+                    MAX_RECORD_BYTES_PER_RUN - state.sink.bytes.len(),
+                );
             }
             state
                 .sink
