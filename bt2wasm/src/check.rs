@@ -66,6 +66,8 @@ pub(crate) struct MapInfo {
     pub lhist: Option<(i64, i64, i64)>,
     /// Span of the first assignment (for messages).
     pub first: Option<Span>,
+    /// Span of the first use of any kind.
+    pub used: Option<Span>,
 }
 
 /// Program-wide state of one pass.
@@ -135,6 +137,7 @@ impl Cx<'_> {
                     value: Ty::None,
                     lhist: None,
                     first: None,
+                    used: None,
                 },
             );
         }
@@ -374,15 +377,7 @@ impl Fx<'_, '_> {
             t = tt;
         }
         if t == Ty::None {
-            if self.cx.final_pass && !matches!(value.kind, ast::ExprKind::Call { .. }) {
-                // Errors in the value were reported already.
-            } else if let ast::ExprKind::Call { name: f, .. } = &value.kind {
-                self.cx.err(
-                    codes::TYPE,
-                    value.span,
-                    format!("{f}() does not return a value that can be assigned"),
-                );
-            }
+            // Errors in the value were reported already.
             return;
         }
         let key = (self.probe, name.to_string());
@@ -516,6 +511,19 @@ fn lower_all(cx: &mut Cx<'_>, prog: &Program, concrete: &[Vec<Concrete>]) -> Vec
     let mut handlers = Vec::new();
     for (i, p) in prog.probes.iter().enumerate() {
         handlers.push(lower_probe(cx, i, p, &concrete[i]));
+    }
+    // Maps used (read, printed, cleared, deleted from) but never assigned.
+    if cx.final_pass {
+        let undefined: Vec<(Span, String)> = cx
+            .map_order
+            .iter()
+            .filter_map(|n| cx.maps.get(n))
+            .filter(|m| m.kind.is_none())
+            .map(|m| (m.used.unwrap_or_default(), m.name.clone()))
+            .collect();
+        for (span, name) in undefined {
+            cx.err(codes::UNDEFINED, span, format!("Undefined map: {name}"));
+        }
     }
     handlers
 }

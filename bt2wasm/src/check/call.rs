@@ -111,7 +111,9 @@ impl Fx<'_, '_> {
                         );
                         return None;
                     }
-                    let index = self.cx.map(&m.name).index;
+                    let info = self.cx.map(&m.name);
+                    info.used.get_or_insert(m.span);
+                    let index = info.index;
                     return Some(S::MapReset {
                         map: index,
                         zero: name == "zero",
@@ -635,7 +637,9 @@ impl Fx<'_, '_> {
         if let ExprKind::Map(m) = &args[0].kind
             && m.keys.is_empty()
         {
-            let index = self.cx.map(&m.name).index;
+            let info = self.cx.map(&m.name);
+            info.used.get_or_insert(m.span);
+            let index = info.index;
             let mut lits = [0i64; 2];
             for (i, a) in args[1..].iter().enumerate() {
                 match int_literal(a) {

@@ -715,6 +715,9 @@ impl Fx<'_, '_> {
         if assigning && info.first.is_none() {
             info.first = Some(m.span);
         }
+        if info.used.is_none() {
+            info.used = Some(m.span);
+        }
         let merged = match &info.key {
             None => Some(key_tys.clone()),
             Some(old) if old.len() == key_tys.len() => old
@@ -761,11 +764,7 @@ impl Fx<'_, '_> {
         };
         let info = self.cx.maps.get(&m.name).cloned();
         let Some(info) = info.filter(|i| i.kind.is_some()) else {
-            self.cx.err(
-                codes::UNDEFINED,
-                m.span,
-                format!("Undefined map: {}", m.name),
-            );
+            // Reported once, at the end of the pass, if never assigned.
             return (E::Int(0), Ty::None);
         };
         let ty = match info.kind {
