@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! wprobe-manifest 1
-//! abi 1
+//! abi 2
 //! module probe_target
 //! major 1
 //! probe probe0
