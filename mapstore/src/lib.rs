@@ -23,8 +23,8 @@
 //!   ([`merge`] folds one region's aggregations into another).
 //!
 //! Operations: [`Store::update`] (aggregate one sample), [`Store::store`]
-//! (assign a value), [`Store::lookup`], [`Store::delete`], [`Store::clear`],
-//! [`Store::zero`], [`Store::entries`] (read-out at exit).
+//! (assign a value), [`StoreView::lookup`], [`Store::delete`], [`Store::clear`],
+//! [`Store::zero`], [`StoreView::entries`] (read-out at exit).
 
 #![no_std]
 #![forbid(unsafe_code)]
