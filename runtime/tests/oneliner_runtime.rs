@@ -313,3 +313,47 @@ fn uretprobe_retval_sums_the_returns() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.ends_with("@: 135\n\n@h: \n[0, 10)                4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n[10, 20)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@                |\n[20, 30)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@                |\n\n"), "{out}");
 }
+
+fn intervals_tick_while_tracing(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "interval:ms:100 {{ @ticks++; }} uprobe:{}:add {{ printf(\"add\\n\"); }} END {{ printf(\"ticks>=3: %d\\n\", @ticks >= 3); clear(@ticks); }}",
+        t.display()
+    );
+    let cmd = format!("{} sleep 500", t.display());
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out, "Attaching 3 probes...\nadd\nticks>=3: 1\n\n\n\n",
+        "{err}"
+    );
+}
+
+#[test]
+fn intervals_tick_while_tracing_under_ptrace() {
+    intervals_tick_while_tracing("ptrace");
+}
+
+#[test]
+fn intervals_tick_while_tracing_under_perf() {
+    if !perf_available() {
+        return;
+    }
+    intervals_tick_while_tracing("perf");
+}
+
+#[test]
+fn exit_from_an_interval_stops_a_long_command() {
+    let t = target();
+    let prog = "interval:ms:200 { printf(\"bye\\n\"); exit(); } END { printf(\"end\\n\"); }";
+    let cmd = format!("{} sleep 20000", t.display());
+    let start = std::time::Instant::now();
+    let (out, err, code) = run(&["-e", prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "Attaching 2 probes...\nbye\nend\n\n\n");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
