@@ -234,8 +234,7 @@ impl Fx<'_, '_> {
         let slot = self.slot(size.max(8));
         let mut parts = Vec::new();
         let mut off = 0;
-        for (t, (e, et)) in key_tys.iter().zip(exprs) {
-            let _ = et;
+        for (t, (e, _)) in key_tys.iter().zip(exprs) {
             parts.push(Part {
                 e,
                 ty: t.clone(),

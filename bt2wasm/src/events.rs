@@ -255,13 +255,8 @@ pub(crate) fn compile_event(
         return None;
     }
     let mut conc = list.remove(0);
-    let (symbol, offset, bin_module) = match &conc.kind {
-        Kind::Uprobe {
-            symbol,
-            offset,
-            module,
-            ..
-        } => (symbol.clone(), *offset, module.clone()),
+    let (symbol, offset) = match &conc.kind {
+        Kind::Uprobe { symbol, offset, .. } => (symbol.clone(), *offset),
         _ => return None,
     };
     let base = std::path::Path::new(module)
@@ -408,7 +403,6 @@ pub(crate) fn compile_event(
         args: layouts,
     });
     let s = slot(off.max(8));
-    let _ = bin_module;
     let handler = Handler {
         body: vec![S::Emit(Emit {
             kind: EventKind::Printf as i32,

@@ -710,7 +710,6 @@ impl Fx<'_, '_> {
             keys.push((e, t));
         }
         let key_tys: Vec<Ty> = keys.iter().map(|(_, t)| t.clone()).collect();
-        let final_pass = self.cx.final_pass;
         let info: &mut MapInfo = self.cx.map(&m.name);
         if assigning && info.first.is_none() {
             info.first = Some(m.span);
@@ -747,7 +746,7 @@ impl Fx<'_, '_> {
             info.key = Some(merged.clone());
             self.cx.changed = true;
         }
-        let _ = (value, final_pass);
+        let _ = value;
         let exprs: Vec<(E, Ty)> = keys;
         let mut parts_src = Vec::new();
         for ((e, t), kt) in exprs.into_iter().zip(&merged) {

@@ -229,3 +229,36 @@ fn corrupted_regions_never_panic() {
         let _ = crate::layout::check(&r);
     }
 }
+
+#[test]
+fn layout_bounds_are_enforced() {
+    use crate::layout::LayoutError;
+    // A map with more keys than fit in MAX_MAP_BYTES gets as many as fit.
+    let big = MapSpec {
+        max_keys: crate::MAX_KEYS_PER_MAP,
+        ..spec(MapKind::Hist, 4096, 1)
+    };
+    let cap = big.capacity().unwrap();
+    assert!(cap < crate::MAX_KEYS_PER_MAP);
+    assert!(cap as u64 * (big.entry_bytes().unwrap() as u64 + 8) <= crate::MAX_MAP_BYTES);
+    // Too many maps, zero keys, oversized keys and regions are refused.
+    assert_eq!(
+        region_size(&vec![spec(MapKind::Count, 8, 1); crate::MAX_MAPS + 1]),
+        Err(LayoutError::TooManyMaps(crate::MAX_MAPS + 1))
+    );
+    assert_eq!(
+        spec(MapKind::Count, 8, 0).capacity(),
+        Err(LayoutError::MaxKeys(0))
+    );
+    assert_eq!(
+        spec(MapKind::Count, crate::MAX_KEY_BYTES + 1, 1).entry_bytes(),
+        Err(LayoutError::KeySize(crate::MAX_KEY_BYTES + 1))
+    );
+    let many = vec![big; 8];
+    assert!(matches!(region_size(&many), Err(LayoutError::TooLarge(_))));
+    let mut small = vec![0u8; 16];
+    assert!(matches!(
+        init(&mut small, &[spec(MapKind::Count, 8, 4)]),
+        Err(LayoutError::RegionTooSmall { .. })
+    ));
+}

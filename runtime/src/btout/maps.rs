@@ -43,10 +43,6 @@ fn key_cmp(fields: &[Layout], a: &[u8], b: &[u8]) -> Ordering {
     Ordering::Equal
 }
 
-fn signed(d: &MapDecl) -> bool {
-    matches!(d.value, Some(Layout::Int { signed: true, .. }))
-}
-
 /// The scalar a count/sum/min/max/int-assign entry sorts and prints by.
 fn scalar(d: &MapDecl, v: &[u8]) -> i128 {
     let w = word(v, 0);
@@ -391,7 +387,6 @@ pub fn print_entries(
             out.extend_from_slice(s.as_bytes());
         }
     }
-    let _ = signed;
 }
 
 #[cfg(test)]
