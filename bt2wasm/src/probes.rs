@@ -414,7 +414,13 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
             .to_string_lossy()
             .into_owned()
     };
-    let shown = |f: &str| format!("{full}:{target}:{f}");
+    // bpftrace names a library found by its short name by the path found.
+    let shown_target = if target.starts_with("lib") && !target.contains('/') {
+        path.display().to_string()
+    } else {
+        target.to_string()
+    };
+    let shown = |f: &str| format!("{full}:{shown_target}:{f}");
     // FUNC+OFF
     let (func_pat, off) = match spec.split_once('+') {
         Some((f, o)) => {

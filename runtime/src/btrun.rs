@@ -196,12 +196,18 @@ pub fn list(a: &RunArgs) -> ExitCode {
     } else {
         None
     };
+    // A library found by its short name is shown by its path (as bpftrace does).
+    let shown = if target.starts_with("lib") && !target.contains('/') {
+        path.display().to_string()
+    } else {
+        target.clone()
+    };
     let mut out = String::new();
     for f in &bin.funcs {
         if !bt2wasm::elf::glob(glob, &f.name) {
             continue;
         }
-        out.push_str(&format!("{full}:{target}:{}\n", f.name));
+        out.push_str(&format!("{full}:{shown}:{}\n", f.name));
         if let Some(d) = &debug
             && let Some(params) = d.params(&f.name)
         {

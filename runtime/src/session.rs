@@ -594,7 +594,7 @@ impl Session {
             if !p.enabled || !p.armed.is_empty() || spec.kind != ProbeKind::Breakpoint {
                 continue;
             }
-            let module = &self.manifests[prog].module;
+            let module = spec.module.as_ref().unwrap_or(&self.manifests[prog].module);
             let file = if module.contains('/') {
                 Some(std::path::PathBuf::from(module))
             } else {
@@ -673,7 +673,8 @@ impl Session {
         let mut armed = 0;
         // The module of a program is located once per call, not once per
         // probe (10,000 probes of one program: one maps scan, one bias).
-        let mut located: HashMap<usize, Result<Located, ResolveError>> = HashMap::new();
+        // Keyed by (program, module): a probe may name its own `module`.
+        let mut located: HashMap<(usize, String), Result<Located, ResolveError>> = HashMap::new();
         for pi in 0..self.probes.len() {
             if !self.probes[pi].enabled {
                 continue;
@@ -685,9 +686,10 @@ impl Session {
             let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
             let m = &self.manifests[prog];
             let spec = &m.probes[index];
+            let module = spec.module.as_ref().unwrap_or(&m.module).clone();
             let loc = located
-                .entry(prog)
-                .or_insert_with(|| self.resolver.locate(maps, &m.module, exe.as_deref()))
+                .entry((prog, module.clone()))
+                .or_insert_with(|| self.resolver.locate(maps, &module, exe.as_deref()))
                 .clone();
             let loc = match loc {
                 Ok(l) => l,
@@ -695,7 +697,7 @@ impl Session {
                     if std::env::var_os("WPROBE_DEBUG").is_some() {
                         eprintln!(
                             "wprobe: debug: {} not mapped in {pid} ({} mappings)",
-                            m.module,
+                            module,
                             maps.len()
                         );
                     }
@@ -711,10 +713,13 @@ impl Session {
                     continue;
                 }
             };
-            self.bias.insert((prog, pid), loc.bias);
-            self.bias_default.entry(prog).or_insert(loc.bias);
+            if spec.module.is_none() {
+                self.bias.insert((prog, pid), loc.bias);
+                self.bias_default.entry(prog).or_insert(loc.bias);
+            }
+            self.bt.probe_bias.insert((pi, pid), loc.bias);
             let is_bp = spec.kind == ProbeKind::Breakpoint;
-            let res = crate::resolve::probe_address(spec, &loc, maps, &m.module)
+            let res = crate::resolve::probe_address(spec, &loc, maps, &module)
                 .map_err(|e| e.to_string())
                 .and_then(|addr| Ok((addr, insert(pi, spec, addr, maps)?)));
             match res {
@@ -807,7 +812,12 @@ impl Session {
         }
         let env = &mut self.runner.store.data_mut().env;
         let pid = env.pid() as i32;
-        let bias = match (bias_override, self.bias.get(&(prog, pid))) {
+        let known = self
+            .bt
+            .probe_bias
+            .get(&(pi, pid))
+            .or_else(|| self.bias.get(&(prog, pid)));
+        let bias = match (bias_override, known) {
             (Some(b), _) | (None, Some(&b)) => b,
             (None, None) => self.bias_default.get(&prog).copied().unwrap_or(0),
         };
@@ -1270,6 +1280,9 @@ struct BtState {
     stop: Option<std::sync::Arc<AtomicBool>>,
     /// `exit()` was called.
     exited: bool,
+    /// Load bias of each probe's own module, by (probe, pid): a program's
+    /// probes may be in several modules (`load_bias` is the probe's).
+    probe_bias: HashMap<(usize, i32), u64>,
 }
 
 impl Default for BtState {
@@ -1283,6 +1296,7 @@ impl Default for BtState {
             buf: Vec::new(),
             stop: None,
             exited: false,
+            probe_bias: HashMap::new(),
         }
     }
 }
