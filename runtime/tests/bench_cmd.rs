@@ -401,7 +401,7 @@ fn compare_script_prints_its_table_and_cleans_up() {
             .env("WPROBE", env!("CARGO_BIN_EXE_wprobe"))
             .env("PTRACE_N1", "20")
             .env("PTRACE_N2", "40")
-            .env("COMPARE_SKIP", "bpftrace perf wprobe-perf")
+            .env("COMPARE_SKIP", "bpftrace perf wprobe-perf oneliner")
             .env("COMPARE_NO_INSTALL", "1")
             .env("TMPDIR", &tmp),
         0,
