@@ -3,8 +3,9 @@
 # Rust target (guest SDK and examples), the C toolchain pieces the tests
 # use to build their targets and C guests (gcc, g++, clang, lld with
 # wasm-ld), gdb (the tests check what `exit 1` and `exit 3` leave for it),
-# and setpriv/unshare (util-linux: tests run wprobe as another user and in
-# a private mount namespace). Running it again changes nothing.
+# setpriv/unshare/script (util-linux: tests run wprobe as another user, in
+# a private mount namespace, on a terminal) and bpftrace (the one-liner
+# table is compared with its output). Running it again changes nothing.
 set -euo pipefail
 
 if command -v rustup >/dev/null 2>&1; then
@@ -22,7 +23,7 @@ link_wasm_ld() {
 link_wasm_ld
 
 missing=()
-TOOLS=(gcc g++ clang ld.lld wasm-ld gdb setpriv unshare)
+TOOLS=(gcc g++ clang ld.lld wasm-ld gdb setpriv unshare script bpftrace)
 for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
@@ -35,6 +36,8 @@ if [ ${#missing[@]} -gt 0 ]; then
       clang) pkgs+=(clang) ;;
       gdb) pkgs+=(gdb) ;;
       setpriv | unshare) pkgs+=(util-linux) ;;
+      script) pkgs+=(bsdutils) ;;
+      bpftrace) pkgs+=(bpftrace) ;;
       ld.lld | wasm-ld) pkgs+=(lld) ;;
     esac
   done

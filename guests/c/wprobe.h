@@ -14,7 +14,7 @@ typedef unsigned long long wprobe_u64;
 _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with --target=wasm32");
 
 /** Host ABI version of this header. */
-#define WPROBE_ABI_VERSION 1
+#define WPROBE_ABI_VERSION 2
 /** Wasm import module of every host import. */
 #define WPROBE_IMPORT_MODULE "wprobe"
 /** Custom section carrying the manifest. */
@@ -28,6 +28,8 @@ _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with -
 #define WPROBE_BAD_ARGUMENT (-4)
 #define WPROBE_TOO_LARGE (-5)
 #define WPROBE_NO_DEVICE (-6)
+#define WPROBE_NOT_FOUND (-7)
+#define WPROBE_FULL (-8)
 
 /* Outcomes: the value a handler returns. */
 #define WPROBE_EXIT 0
@@ -38,6 +40,7 @@ _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with -
 #define WPROBE_CORE_DUMP 5
 #define WPROBE_UNCAUGHT 6
 #define WPROBE_BUDGET_EXCEEDED 7
+#define WPROBE_STOP 8
 
 /* Register ids of wprobe_read_reg / wprobe_write_reg (x86-64). */
 #define WPROBE_REG_CS 0x000 /* 16 bits */
@@ -142,6 +145,36 @@ _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with -
 #define WPROBE_TOKEN_GLOBAL_VARS 0x06
 #define WPROBE_TOKEN_WORDS 0x07
 #define WPROBE_TOKEN_FAULT 0xff
+
+/* Map service: kinds of `map` manifest lines, ops of wprobe_map_update. */
+#define WPROBE_MAP_KIND_COUNT 1
+#define WPROBE_MAP_KIND_SUM 2
+#define WPROBE_MAP_KIND_MIN 3
+#define WPROBE_MAP_KIND_MAX 4
+#define WPROBE_MAP_KIND_AVG 5
+#define WPROBE_MAP_KIND_STATS 6
+#define WPROBE_MAP_KIND_HIST 7
+#define WPROBE_MAP_KIND_LHIST 8
+#define WPROBE_MAP_KIND_ASSIGN 9
+#define WPROBE_MAP_OP_COUNT 1
+#define WPROBE_MAP_OP_ADD 2
+#define WPROBE_MAP_OP_MIN 3
+#define WPROBE_MAP_OP_MAX 4
+#define WPROBE_MAP_OP_AVG 5
+#define WPROBE_MAP_OP_HIST 6
+#define WPROBE_MAP_OP_LHIST 7
+#define WPROBE_MAP_OP_SET 8
+#define WPROBE_MAP_DEFAULT_MAX_KEYS 4096
+/* Events of wprobe_emit_event (formats in the `wprobe.events` section). */
+#define WPROBE_EVENT_PRINTF 1
+#define WPROBE_EVENT_PRINT_MAP 2
+#define WPROBE_EVENT_PRINT_VALUE 3
+#define WPROBE_EVENT_TIME 4
+#define WPROBE_MAX_EVENT_BYTES 65535
+/* Clocks of wprobe_clock_ns. */
+#define WPROBE_CLOCK_MONOTONIC 0
+#define WPROBE_CLOCK_SINCE_START 1
+#define WPROBE_CLOCK_REALTIME 2
 
 /* Host imports. Pointers are addresses in this module's memory; the host
  * checks every (pointer, length) and traps the handler on a bad one. */
@@ -311,6 +344,96 @@ __attribute__((import_module("wprobe"), import_name("callk")))
 void wprobe_callk(void);
 
 /**
+ * Aggregate `value` into entry `key` of map `map` (an index of the manifest's
+ * `map` lines) with `op` (`mapstore::Op`: COUNT, ADD, MIN, MAX, AVG, HIST,
+ * LHIST, SET), creating the entry when absent. `key_len` must be the map's
+ * key size. Returns OK; FULL when the entry is new and the map already holds
+ * its maximum number of keys (the update is dropped and counted, and reported
+ * at exit); BAD_ARGUMENT for an unknown map, a wrong key size or an op the
+ * map's kind does not take.
+ */
+__attribute__((import_module("wprobe"), import_name("map_update")))
+wprobe_i32 wprobe_map_update(wprobe_i32 map, wprobe_i32 key_ptr, wprobe_i32 key_len, wprobe_i32 op, wprobe_i64 value);
+
+/**
+ * Set entry `key` of an `assign` map to the `val_len` bytes at `val_ptr` (the
+ * map's value size). Returns OK, FULL (counted, as for map_update) or
+ * BAD_ARGUMENT.
+ */
+__attribute__((import_module("wprobe"), import_name("map_store")))
+wprobe_i32 wprobe_map_store(wprobe_i32 map, wprobe_i32 key_ptr, wprobe_i32 key_len, wprobe_i32 val_ptr, wprobe_i32 val_len);
+
+/**
+ * Copy the value of entry `key` of map `map` to `dst_ptr` (at most `dst_len`
+ * bytes). Returns the value's size in bytes (integers are 8-byte
+ * little-endian; `avg`/`stats` values are count then total; histograms are
+ * their bucket counts), NOT_FOUND when the key is absent, BAD_ARGUMENT for an
+ * unknown map or a wrong key size.
+ */
+__attribute__((import_module("wprobe"), import_name("map_lookup")))
+wprobe_i32 wprobe_map_lookup(wprobe_i32 map, wprobe_i32 key_ptr, wprobe_i32 key_len, wprobe_i32 dst_ptr, wprobe_i32 dst_len);
+
+/**
+ * Remove entry `key` of map `map`. Returns OK, NOT_FOUND or BAD_ARGUMENT.
+ */
+__attribute__((import_module("wprobe"), import_name("map_delete")))
+wprobe_i32 wprobe_map_delete(wprobe_i32 map, wprobe_i32 key_ptr, wprobe_i32 key_len);
+
+/**
+ * Remove every entry of map `map` (bpftrace `clear`). Returns OK or
+ * BAD_ARGUMENT.
+ */
+__attribute__((import_module("wprobe"), import_name("map_clear")))
+wprobe_i32 wprobe_map_clear(wprobe_i32 map);
+
+/**
+ * Set every value of map `map` to zero, keeping its keys (bpftrace `zero`).
+ * Returns OK or BAD_ARGUMENT.
+ */
+__attribute__((import_module("wprobe"), import_name("map_zero")))
+wprobe_i32 wprobe_map_zero(wprobe_i32 map);
+
+/**
+ * Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry
+ * of the module's `wprobe.events` section and the data its arguments laid out
+ * as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div);
+ * PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a
+ * time entry. wprobe formats events when it writes them. Returns OK,
+ * TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent)
+ * or BAD_ARGUMENT (unknown kind).
+ */
+__attribute__((import_module("wprobe"), import_name("emit_event")))
+wprobe_i32 wprobe_emit_event(wprobe_i32 kind, wprobe_i32 id, wprobe_i32 data_ptr, wprobe_i32 data_len);
+
+/**
+ * A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
+ * `clock::SINCE_START` (time since the run started, bpftrace `elapsed`),
+ * `clock::REALTIME` (since the Unix epoch). Another id traps.
+ */
+__attribute__((import_module("wprobe"), import_name("clock_ns")))
+wprobe_i64 wprobe_clock_ns(wprobe_i32 clock);
+
+/**
+ * Real user id of the process that hit the probe (-1 if unknown).
+ */
+__attribute__((import_module("wprobe"), import_name("current_uid")))
+wprobe_i64 wprobe_current_uid(void);
+
+/**
+ * Copy the hit thread's name (`/proc/PID/task/TID/comm`, at most 15 bytes, no
+ * NUL) to `dst_ptr`, at most `len` bytes. Returns the number of bytes copied.
+ */
+__attribute__((import_module("wprobe"), import_name("current_comm")))
+wprobe_i32 wprobe_current_comm(wprobe_i32 dst_ptr, wprobe_i32 len);
+
+/**
+ * Process id of the command wprobe launched (bpftrace `cpid`), 0 when it
+ * attached to a process instead.
+ */
+__attribute__((import_module("wprobe"), import_name("child_pid")))
+wprobe_i64 wprobe_child_pid(void);
+
+/**
  * Declares the module's probe points: the lines of the `wprobe-manifest 1` manifest
  * after its `abi` line, each wrapped in WPROBE_LINE (no quotes or
  * backslashes inside), e.g.
@@ -327,7 +450,7 @@ void wprobe_callk(void);
 #define WPROBE_LINE(text) ".ascii \"" text "\"\n.byte 10\n"
 #define WPROBE_MANIFEST(lines) \
     __asm__(".section .custom_section.wprobe.manifest,\"\",@\n" \
-            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 1") lines ".text\n")
+            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 2") lines ".text\n")
 
 /** Defines handler export `name`: `WPROBE_HANDLER(on_call) { ... return WPROBE_EXIT; }`. */
 #define WPROBE_HANDLER(name) \

@@ -141,6 +141,44 @@ pub fn render() -> String {
 
     let _ = writeln!(
         s,
+        "\n/* Map service: kinds of `map` manifest lines, ops of wprobe_map_update. */"
+    );
+    for k in crate::maps::MapKind::ALL {
+        let _ = writeln!(
+            s,
+            "#define WPROBE_MAP_KIND_{} {}",
+            k.name().to_ascii_uppercase(),
+            *k as u8
+        );
+    }
+    for o in crate::maps::Op::ALL {
+        let _ = writeln!(s, "#define WPROBE_MAP_OP_{} {}", o.name(), *o as u8);
+    }
+    let _ = writeln!(
+        s,
+        "#define WPROBE_MAP_DEFAULT_MAX_KEYS {}",
+        crate::maps::DEFAULT_MAX_KEYS
+    );
+    let _ = writeln!(
+        s,
+        "/* Events of wprobe_emit_event (formats in the `{}` section). */",
+        crate::event::EVENTS_SECTION
+    );
+    for k in crate::event::EventKind::ALL {
+        let _ = writeln!(s, "#define WPROBE_EVENT_{} {}", k.name(), *k as i32);
+    }
+    let _ = writeln!(
+        s,
+        "#define WPROBE_MAX_EVENT_BYTES {}",
+        crate::event::MAX_EVENT_BYTES
+    );
+    let _ = writeln!(s, "/* Clocks of wprobe_clock_ns. */");
+    for (name, c) in crate::imports::clock::ALL {
+        let _ = writeln!(s, "#define WPROBE_CLOCK_{name} {c}");
+    }
+
+    let _ = writeln!(
+        s,
         "\n/* Host imports. Pointers are addresses in this module's memory; the host\n * checks every (pointer, length) and traps the handler on a bad one. */"
     );
     for i in HOST_IMPORTS {

@@ -56,6 +56,28 @@ macro_rules! foreach_host_import {
                 "Emit this hit's stack-trace record: header with major 0, minor 0, mask 0x0007, then the stack-trace area (`record::stacktrace`). Returns OK, TOO_LARGE, or BAD_ARGUMENT when the area does not parse.";
             callk() -> ()
                 "Call the host's callk hook (RPN `callk`). Does nothing when no hook is registered.";
+            map_update(map: i32, key_ptr: i32, key_len: i32, op: i32, value: i64) -> (i32)
+                "Aggregate `value` into entry `key` of map `map` (an index of the manifest's `map` lines) with `op` (`mapstore::Op`: COUNT, ADD, MIN, MAX, AVG, HIST, LHIST, SET), creating the entry when absent. `key_len` must be the map's key size. Returns OK; FULL when the entry is new and the map already holds its maximum number of keys (the update is dropped and counted, and reported at exit); BAD_ARGUMENT for an unknown map, a wrong key size or an op the map's kind does not take.";
+            map_store(map: i32, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32) -> (i32)
+                "Set entry `key` of an `assign` map to the `val_len` bytes at `val_ptr` (the map's value size). Returns OK, FULL (counted, as for map_update) or BAD_ARGUMENT.";
+            map_lookup(map: i32, key_ptr: i32, key_len: i32, dst_ptr: i32, dst_len: i32) -> (i32)
+                "Copy the value of entry `key` of map `map` to `dst_ptr` (at most `dst_len` bytes). Returns the value's size in bytes (integers are 8-byte little-endian; `avg`/`stats` values are count then total; histograms are their bucket counts), NOT_FOUND when the key is absent, BAD_ARGUMENT for an unknown map or a wrong key size.";
+            map_delete(map: i32, key_ptr: i32, key_len: i32) -> (i32)
+                "Remove entry `key` of map `map`. Returns OK, NOT_FOUND or BAD_ARGUMENT.";
+            map_clear(map: i32) -> (i32)
+                "Remove every entry of map `map` (bpftrace `clear`). Returns OK or BAD_ARGUMENT.";
+            map_zero(map: i32) -> (i32)
+                "Set every value of map `map` to zero, keeping its keys (bpftrace `zero`). Returns OK or BAD_ARGUMENT.";
+            emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> (i32)
+                "Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a time entry. wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).";
+            clock_ns(clock: i32) -> (i64)
+                "A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`), `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME` (since the Unix epoch). Another id traps.";
+            current_uid() -> (i64)
+                "Real user id of the process that hit the probe (-1 if unknown).";
+            current_comm(dst_ptr: i32, len: i32) -> (i32)
+                "Copy the hit thread's name (`/proc/PID/task/TID/comm`, at most 15 bytes, no NUL) to `dst_ptr`, at most `len` bytes. Returns the number of bytes copied.";
+            child_pid() -> (i64)
+                "Process id of the command wprobe launched (bpftrace `cpid`), 0 when it attached to a process instead.";
         }
     };
 }
@@ -150,6 +172,22 @@ macro_rules! __import_ids {
     };
 }
 foreach_host_import!(__import_ids);
+
+/// Clock ids of the `clock_ns` import.
+pub mod clock {
+    /// `CLOCK_MONOTONIC` at the hit (bpftrace `nsecs`).
+    pub const MONOTONIC: i32 = 0;
+    /// Nanoseconds since the run started (bpftrace `elapsed`).
+    pub const SINCE_START: i32 = 1;
+    /// `CLOCK_REALTIME` at the hit (nanoseconds since the Unix epoch).
+    pub const REALTIME: i32 = 2;
+    /// Every clock id with its name, for the ABI snapshot.
+    pub const ALL: &[(&str, i32)] = &[
+        ("MONOTONIC", MONOTONIC),
+        ("SINCE_START", SINCE_START),
+        ("REALTIME", REALTIME),
+    ];
+}
 
 /// Largest `len` accepted by `read_mem`, `write_mem` and `read_str` (bytes).
 /// Bounds the work one host call can do for a guest (1 MiB).

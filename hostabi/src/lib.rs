@@ -25,8 +25,11 @@ extern crate alloc;
 
 pub mod cheader;
 pub mod env;
+pub mod event;
 pub mod imports;
+pub mod layout;
 pub mod manifest;
+pub mod maps;
 pub mod record;
 pub mod regs;
 pub mod rustsdk;
@@ -38,7 +41,7 @@ pub use status::{Exception, Outcome, Status};
 
 /// Version of the host ABI. Any change to the rendered snapshot
 /// (`hostabi/abi.txt`) must bump it.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Wasm import module name of every host import.
 pub const IMPORT_MODULE: &str = "wprobe";

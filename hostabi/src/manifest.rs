@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! wprobe-manifest 1
-//! abi 1
+//! abi 2
 //! module probe_target
 //! major 1
 //! probe probe0
@@ -26,6 +26,8 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt::Write as _;
 
+use crate::layout::Layout;
+use crate::maps::MapKind;
 use crate::record::{DecodeError, DecodeErrorKind};
 
 /// First line of every manifest.
@@ -64,6 +66,51 @@ pub struct Manifest {
     pub types: Vec<String>,
     /// The probe points.
     pub probes: Vec<ProbeSpec>,
+    /// The maps of the map service (`map_*` imports), by index.
+    pub maps: Vec<MapDecl>,
+}
+
+/// One map of the map service, as a `map` line declares it:
+/// `map NAME KIND key=LAYOUTS [value=LAYOUT] [maxkeys=N] [lhist=MIN,MAX,STEP]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapDecl {
+    /// The name printed (`@name`, `@`).
+    pub name: String,
+    /// What it aggregates.
+    pub kind: MapKind,
+    /// The key's fields (empty: a map without keys).
+    pub key: Vec<Layout>,
+    /// The value of an `assign` map (required); for the other kinds, the
+    /// layout of the aggregated samples (`i64` or `u64`: how sums, minima
+    /// and maxima print).
+    pub value: Option<Layout>,
+    /// Most keys it may hold.
+    pub max_keys: u32,
+    /// `lhist` parameters (min, max, step).
+    pub lhist: Option<(i64, i64, i64)>,
+}
+
+impl MapDecl {
+    /// Key bytes.
+    pub fn key_size(&self) -> usize {
+        self.key.iter().map(Layout::size).sum()
+    }
+}
+
+/// What fires a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// A hit of its location (breakpoint or watchpoint).
+    Hit,
+    /// Once, when tracing starts (after arming, before the target runs on).
+    Begin,
+    /// Once, when tracing ends (after detaching, before the maps are printed).
+    End,
+    /// Every `period_ns` nanoseconds while tracing.
+    Interval {
+        /// The period.
+        period_ns: u64,
+    },
 }
 
 impl Default for Manifest {
@@ -83,6 +130,7 @@ impl Default for Manifest {
             groups: Vec::new(),
             types: Vec::new(),
             probes: Vec::new(),
+            maps: Vec::new(),
         }
     }
 }
@@ -164,6 +212,15 @@ pub struct ProbeSpec {
     pub excpt_mask: u16,
     /// Per-hit heap capacity (bytes).
     pub heap: u16,
+    /// What fires it.
+    pub trigger: Trigger,
+    /// Its module, when not the file's `module`.
+    pub module: Option<String>,
+    /// A return probe (`return yes`): fires when the function entered at
+    /// the location returns.
+    pub ret: bool,
+    /// Return probes: most pending returns tracked per thread (0: default).
+    pub maxactive: u32,
 }
 
 /// Default `maxhits` (spec §6.1).
@@ -187,7 +244,29 @@ impl ProbeSpec {
             logonfault: false,
             excpt_mask: crate::status::DEFAULT_EXCEPTION_MASK,
             heap: 0,
+            trigger: Trigger::Hit,
+            module: None,
+            ret: false,
+            maxactive: 0,
         }
+    }
+
+    /// A probe fired by `trigger` instead of a location (`Begin`, `End`,
+    /// `Interval`); its location is a placeholder.
+    pub fn special(export: &str, trigger: Trigger) -> ProbeSpec {
+        ProbeSpec {
+            trigger,
+            ..ProbeSpec::breakpoint(export, no_location())
+        }
+    }
+}
+
+/// The location of a probe that has none (begin, end, interval).
+pub fn no_location() -> Location {
+    Location {
+        kind: LocationKind::Offset,
+        symbol: None,
+        addend: 0,
     }
 }
 
@@ -239,8 +318,42 @@ impl Manifest {
         if !self.types.is_empty() {
             let _ = writeln!(s, "types {}", self.types.join(" "));
         }
+        for m in &self.maps {
+            let _ = write!(s, "map {} {} key=", m.name, m.kind.name());
+            crate::layout::render_list_into(&m.key, &mut s);
+            if let Some(v) = &m.value {
+                s.push_str(" value=");
+                v.render_into(&mut s);
+            }
+            let _ = write!(s, " maxkeys={}", m.max_keys);
+            if let Some((a, b, c)) = m.lhist {
+                let _ = write!(s, " lhist={a},{b},{c}");
+            }
+            s.push('\n');
+        }
         for p in &self.probes {
             let _ = writeln!(s, "probe {}", p.export);
+            match p.trigger {
+                Trigger::Hit => {}
+                Trigger::Begin => {
+                    let _ = writeln!(s, "  trigger begin");
+                }
+                Trigger::End => {
+                    let _ = writeln!(s, "  trigger end");
+                }
+                Trigger::Interval { period_ns } => {
+                    let _ = writeln!(s, "  trigger interval {period_ns}");
+                }
+            }
+            if let Some(m) = &p.module {
+                let _ = writeln!(s, "  module {m}");
+            }
+            if p.ret {
+                let _ = writeln!(s, "  return yes");
+            }
+            if p.maxactive != 0 {
+                let _ = writeln!(s, "  maxactive {}", p.maxactive);
+            }
             let kind = match p.location.kind {
                 LocationKind::Offset => "offset",
                 LocationKind::Address => "address",
@@ -324,20 +437,77 @@ impl Manifest {
                 "probe" if is_name(val) => {
                     m.probes.push(ProbeSpec::breakpoint(val, placeholder()));
                 }
+                "map" if m.probes.is_empty() => {
+                    let d = parse_map(val).ok_or(bad)?;
+                    if m.maps.len() >= crate::maps::MAX_MAPS {
+                        return Err(bad);
+                    }
+                    m.maps.push(d);
+                }
                 _ => return Err(bad),
             }
         }
         if !have_abi || !have_module {
             return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
         }
-        for p in &m.probes {
+        for p in &mut m.probes {
             // A probe whose `location` line is missing still holds the placeholder.
             if p.location.symbol.as_deref() == Some("") {
-                return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
+                if p.trigger == Trigger::Hit {
+                    return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
+                }
+                p.location = no_location();
             }
         }
         Ok(m)
     }
+}
+
+/// Parses the value of a `map` line.
+fn parse_map(val: &str) -> Option<MapDecl> {
+    let mut words = val.split_ascii_whitespace();
+    let name = words.next()?;
+    let ident = name.strip_prefix('@').unwrap_or(name);
+    if !(ident.is_empty() || is_name(ident)) || name.is_empty() {
+        return None;
+    }
+    let kind = MapKind::from_name(words.next()?)?;
+    let mut d = MapDecl {
+        name: name.to_string(),
+        kind,
+        key: Vec::new(),
+        value: None,
+        max_keys: crate::maps::DEFAULT_MAX_KEYS,
+        lhist: None,
+    };
+    for w in words {
+        let (k, v) = w.split_once('=')?;
+        match k {
+            "key" => d.key = crate::layout::parse_list(v)?,
+            "value" => d.value = Some(Layout::parse(v)?),
+            "maxkeys" => {
+                d.max_keys = parse_u64(v)?.try_into().ok()?;
+                if d.max_keys == 0 || d.max_keys > crate::maps::MAX_KEYS_PER_MAP {
+                    return None;
+                }
+            }
+            "lhist" => {
+                let mut it = v.split(',').map(|x| x.parse::<i64>().ok());
+                let (a, b, c) = (it.next()??, it.next()??, it.next()??);
+                if it.next().is_some() {
+                    return None;
+                }
+                d.lhist = Some((a, b, c));
+            }
+            _ => return None,
+        }
+    }
+    if (d.kind == MapKind::Lhist) != d.lhist.is_some()
+        || (d.kind == MapKind::Assign && d.value.is_none())
+    {
+        return None;
+    }
+    Some(d)
 }
 
 fn placeholder() -> Location {
@@ -364,6 +534,10 @@ fn is_probe_key(key: &str) -> bool {
             | "logonfault"
             | "excpt_mask"
             | "heap"
+            | "trigger"
+            | "module"
+            | "return"
+            | "maxactive"
     )
 }
 
@@ -401,6 +575,22 @@ fn decode_probe_key(
         "logonfault" => p.logonfault = parse_bool(val, off)?,
         "excpt_mask" => p.excpt_mask = parse_num(val, off)?,
         "heap" => p.heap = parse_num(val, off).and_then(|v| at_most(v, 16384, off))?,
+        "trigger" => {
+            let (t, arg) = split_kv(val);
+            p.trigger = match (t, arg) {
+                ("begin", "") => Trigger::Begin,
+                ("end", "") => Trigger::End,
+                ("hit", "") => Trigger::Hit,
+                ("interval", n) => Trigger::Interval {
+                    period_ns: parse_num(n, off)
+                        .and_then(|v: u64| if v == 0 { Err(bad) } else { Ok(v) })?,
+                },
+                _ => return Err(bad),
+            }
+        }
+        "module" if !val.is_empty() => p.module = Some(val.to_string()),
+        "return" => p.ret = parse_bool(val, off)?,
+        "maxactive" => p.maxactive = parse_num(val, off)?,
         _ => return Err(bad),
     }
     Ok(())
@@ -576,11 +766,47 @@ mod tests {
         w.kind = ProbeKind::WatchWrite;
         w.length = 8;
         w.maxhits = 2;
+        w.module = Some("/lib/libc.so.6".into());
+        w.ret = true;
+        w.maxactive = 16;
+        let b = ProbeSpec::special("begin0", Trigger::Begin);
+        let i = ProbeSpec::special(
+            "tick",
+            Trigger::Interval {
+                period_ns: 1_000_000,
+            },
+        );
         Manifest {
             module: "probe_target".into(),
             major: 13,
             groups: alloc::vec!["g1".into(), "g2".into()],
-            probes: alloc::vec![p, w],
+            probes: alloc::vec![p, w, b, i],
+            maps: alloc::vec![
+                MapDecl {
+                    name: "@".into(),
+                    kind: MapKind::Count,
+                    key: alloc::vec![Layout::U64, Layout::Str(16)],
+                    value: None,
+                    max_keys: 10,
+                    lhist: None,
+                },
+                MapDecl {
+                    name: "@lat".into(),
+                    kind: MapKind::Lhist,
+                    key: alloc::vec![],
+                    value: None,
+                    max_keys: 1,
+                    lhist: Some((0, 100, 10)),
+                },
+                MapDecl {
+                    name: "@s".into(),
+                    kind: MapKind::Assign,
+                    key: alloc::vec![Layout::I64],
+                    value: Some(Layout::Str(64)),
+                    max_keys: 4096,
+                    lhist: None,
+                },
+            ],
             ..Manifest::default()
         }
     }

@@ -248,6 +248,51 @@ fn ids(s: &mut String) {
     let _ = writeln!(s, "}}");
 }
 
+/// The codes of the map service: ops of `map_update`, kinds of
+/// `emit_event`, clock ids of `clock_ns`.
+fn service_codes(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "\n/// Ops of [`map_update`] (`map_op::COUNT`, ...).\npub mod map_op {{"
+    );
+    for (n, o) in crate::maps::Op::ALL.iter().enumerate() {
+        if n > 0 {
+            s.push('\n');
+        }
+        let _ = writeln!(
+            s,
+            "    /// `{0}`.\n    pub const {0}: i32 = {1};",
+            o.name(),
+            *o as u8
+        );
+    }
+    let _ = writeln!(s, "}}");
+    let _ = writeln!(
+        s,
+        "\n/// Kinds of [`emit_event`] events.\npub mod event_kind {{"
+    );
+    for (n, k) in crate::event::EventKind::ALL.iter().enumerate() {
+        if n > 0 {
+            s.push('\n');
+        }
+        let _ = writeln!(
+            s,
+            "    /// `{0}`.\n    pub const {0}: i32 = {1};",
+            k.name(),
+            *k as i32
+        );
+    }
+    let _ = writeln!(s, "}}");
+    let _ = writeln!(s, "\n/// Clock ids of [`clock_ns`].\npub mod clock {{");
+    for (n, (name, c)) in crate::imports::clock::ALL.iter().enumerate() {
+        if n > 0 {
+            s.push('\n');
+        }
+        let _ = writeln!(s, "    /// `{name}`.\n    pub const {name}: i32 = {c};");
+    }
+    let _ = writeln!(s, "}}");
+}
+
 /// The complete text of `guests/rust/src/abi.rs`.
 pub fn render() -> String {
     let mut s = String::new();
@@ -259,6 +304,7 @@ pub fn render() -> String {
     constants(&mut s);
     codes(&mut s);
     ids(&mut s);
+    service_codes(&mut s);
     s
 }
 
@@ -281,7 +327,10 @@ mod tests {
             assert!(r.contains(&line), "{line}");
         }
         assert!(r.contains("    pub const RDI: Reg = Reg(0x00a);"));
-        assert!(r.contains("\"wprobe-manifest 1\\nabi 1\\n\""));
+        assert!(r.contains(&alloc::format!(
+            "\"wprobe-manifest 1\\nabi {}\\n\"",
+            crate::ABI_VERSION
+        )));
     }
 
     #[test]

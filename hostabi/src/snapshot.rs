@@ -17,6 +17,8 @@ pub fn render() -> String {
     let _ = writeln!(s, "manifest_format {}", crate::manifest::FORMAT_VERSION);
     let _ = writeln!(s, "memory_export {}", crate::MEMORY_EXPORT);
     let _ = writeln!(s, "flush_export {}", crate::FLUSH_EXPORT);
+    let _ = writeln!(s, "events_section {}", crate::event::EVENTS_SECTION);
+    let _ = writeln!(s, "events_format {}", crate::event::FORMAT_VERSION);
     for i in HOST_IMPORTS {
         let _ = write!(s, "import {}(", i.name);
         for (n, (name, ty)) in i.params.iter().enumerate() {
@@ -73,6 +75,22 @@ pub fn render() -> String {
     ] {
         let _ = writeln!(s, "item_kind {name} 0x{:02x}", k as u8);
     }
+    for k in crate::maps::MapKind::ALL {
+        let _ = writeln!(s, "map_kind {} {}", k.name(), *k as u8);
+    }
+    for o in crate::maps::Op::ALL {
+        let _ = writeln!(s, "map_op {} {}", o.name(), *o as u8);
+    }
+    for k in crate::event::EventKind::ALL {
+        let _ = writeln!(s, "event_kind {} {}", k.name(), *k as i32);
+    }
+    for (name, c) in crate::imports::clock::ALL {
+        let _ = writeln!(s, "clock {name} {c}");
+    }
+    for (name, v) in map_limits() {
+        let _ = writeln!(s, "{name} {v}");
+    }
+    let _ = writeln!(s, "max_event_bytes {}", crate::event::MAX_EVENT_BYTES);
     let _ = writeln!(s, "max_log_data_bytes {}", record::MAX_LOG_DATA_BYTES);
     let _ = writeln!(s, "max_log_items {}", record::MAX_LOG_ITEMS);
     let _ = writeln!(s, "max_stacktrace_bytes {}", record::MAX_STACKTRACE_BYTES);
@@ -82,6 +100,22 @@ pub fn render() -> String {
         crate::imports::MAX_MEM_ACCESS_BYTES
     );
     s
+}
+
+/// The documented bounds of the map service, by snapshot name.
+fn map_limits() -> [(&'static str, u64); 9] {
+    use crate::maps::*;
+    [
+        ("max_maps", MAX_MAPS as u64),
+        ("default_max_keys", DEFAULT_MAX_KEYS as u64),
+        ("max_keys_per_map", MAX_KEYS_PER_MAP as u64),
+        ("max_key_bytes", MAX_KEY_BYTES as u64),
+        ("max_value_bytes", MAX_VALUE_BYTES as u64),
+        ("max_map_bytes", MAX_MAP_BYTES),
+        ("max_region_bytes", MAX_REGION_BYTES),
+        ("hist_buckets", HIST_BUCKETS as u64),
+        ("max_lhist_buckets", MAX_LHIST_BUCKETS as u64),
+    ]
 }
 
 /// The generated part of `docs/hostabi.md`: every import, status, outcome,
@@ -144,7 +178,43 @@ pub fn render_markdown() -> String {
             if r.writable { "yes" } else { "no" }
         );
     }
+    let _ = writeln!(
+        s,
+        "\n### Map kinds and update ops (`map_update`)\n\n| kind | value | op | value |\n|---|---|---|---|"
+    );
+    let kinds = crate::maps::MapKind::ALL;
+    let ops = crate::maps::Op::ALL;
+    for i in 0..kinds.len().max(ops.len()) {
+        let k = kinds
+            .get(i)
+            .map(|k| alloc::format!("`{}` | {}", k.name(), *k as u8))
+            .unwrap_or_else(|| " | ".into());
+        let o = ops
+            .get(i)
+            .map(|o| alloc::format!("`{}` | {}", o.name(), *o as u8))
+            .unwrap_or_else(|| " | ".into());
+        let _ = writeln!(s, "| {k} | {o} |");
+    }
+    let _ = writeln!(
+        s,
+        "\n### Event kinds (`emit_event`) and clocks (`clock_ns`)\n\n| event kind | value |\n|---|---|"
+    );
+    for k in crate::event::EventKind::ALL {
+        let _ = writeln!(s, "| `{}` | {} |", k.name(), *k as i32);
+    }
+    let _ = writeln!(s, "\n| clock | value |\n|---|---|");
+    for (name, c) in crate::imports::clock::ALL {
+        let _ = writeln!(s, "| `{name}` | {c} |");
+    }
     let _ = writeln!(s, "\n### Limits\n\n| limit | value |\n|---|---|");
+    for (name, v) in map_limits() {
+        let _ = writeln!(s, "| {} | {v} |", name.replace('_', " "));
+    }
+    let _ = writeln!(
+        s,
+        "| bytes per event (`emit_event`) | {} |",
+        crate::event::MAX_EVENT_BYTES
+    );
     let _ = writeln!(
         s,
         "| bytes per `read_mem` / `read_str` / `write_mem` | {} |",

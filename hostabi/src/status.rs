@@ -20,6 +20,10 @@ pub enum Status {
     TooLarge = -5,
     /// No virtual device handles this I/O port.
     NoDevice = -6,
+    /// The key is not in the map (`map_lookup`, `map_delete`).
+    NotFound = -7,
+    /// The map is full: the update needed a new key and was refused (and counted).
+    Full = -8,
 }
 
 impl Status {
@@ -32,6 +36,8 @@ impl Status {
         Status::BadArgument,
         Status::TooLarge,
         Status::NoDevice,
+        Status::NotFound,
+        Status::Full,
     ];
 
     /// The status with this code, if any.
@@ -49,6 +55,8 @@ impl Status {
             Status::BadArgument => "BAD_ARGUMENT",
             Status::TooLarge => "TOO_LARGE",
             Status::NoDevice => "NO_DEVICE",
+            Status::NotFound => "NOT_FOUND",
+            Status::Full => "FULL",
         }
     }
 }
@@ -73,6 +81,9 @@ pub enum Outcome {
     Uncaught = 6,
     /// Ended by the RPN instruction budget (§16 [A 13]); records were emitted.
     BudgetExceeded = 7,
+    /// Stop tracing (bpftrace `exit()`): the runtime detaches every probe,
+    /// runs the `end` probes, prints the maps and exits.
+    Stop = 8,
 }
 
 impl Outcome {
@@ -86,6 +97,7 @@ impl Outcome {
         Outcome::CoreDump,
         Outcome::Uncaught,
         Outcome::BudgetExceeded,
+        Outcome::Stop,
     ];
 
     /// The outcome with this code, if any.
@@ -104,6 +116,7 @@ impl Outcome {
             Outcome::CoreDump => "CORE_DUMP",
             Outcome::Uncaught => "UNCAUGHT",
             Outcome::BudgetExceeded => "BUDGET_EXCEEDED",
+            Outcome::Stop => "STOP",
         }
     }
 }

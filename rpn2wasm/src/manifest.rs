@@ -61,5 +61,6 @@ pub fn build(program: &Program) -> Manifest {
         groups: h.groups.clone(),
         types: h.types.clone(),
         probes,
+        maps: Vec::new(),
     }
 }

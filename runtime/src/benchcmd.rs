@@ -84,7 +84,15 @@ pub fn load_bench_program_with_cache(
     cache: &crate::cache::Cache,
 ) -> Result<BenchProgram, String> {
     let label = crate::programs::program_label(path);
-    let (bytes, ast) = if path.extension().is_some_and(|e| e == "rpn") {
+    let (bytes, ast) = if crate::btrun::is_bt(path) {
+        let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let wasm = crate::btrun::compile_text(
+            &path.display().to_string(),
+            &String::from_utf8_lossy(&text),
+            &bt2wasm::Options::default(),
+        )?;
+        (wasm, None)
+    } else if path.extension().is_some_and(|e| e == "rpn") {
         let (wasm, program) = crate::programs::compile_rpn_for(path, &a.opts, &a.command)?;
         (wasm, Some(program))
     } else {
@@ -127,6 +135,7 @@ fn outcome_text(o: &RunOutcome) -> String {
             Outcome::CoreDump => "exit 3 (core dump)",
             Outcome::Uncaught => "uncaught exception",
             Outcome::BudgetExceeded => "instruction budget exceeded",
+            Outcome::Stop => "stop (exit())",
         }
         .into(),
         RunOutcome::FuelExhausted => "fuel exhausted".into(),
@@ -342,7 +351,16 @@ pub fn render_json(rows: &[Row]) -> String {
 }
 
 /// Runs `wprobe bench`.
-pub fn bench(a: BenchArgs) -> ExitCode {
+pub fn bench(mut a: BenchArgs) -> ExitCode {
+    if let Some(text) = a.program_text.take() {
+        match crate::btrun::bench_program_file(&text) {
+            Ok(p) => a.programs.push(p),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     if a.end_to_end {
         crate::elog!(
             "wprobe bench: {} runs of each configuration (medians); per hit = (traced - untraced) / hits",

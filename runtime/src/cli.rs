@@ -61,9 +61,12 @@ pub struct ProgramOpts {
 /// `wprobe bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat.
-    #[arg(required = true)]
+    /// Probe programs: .rpn (compiled on the fly), .wasm, .wat or .bt.
+    #[arg(required_unless_present = "program_text")]
     pub programs: Vec<PathBuf>,
+    /// A program in bpftrace's language.
+    #[arg(short = 'e', value_name = "PROGRAM")]
+    pub program_text: Option<String>,
     /// Runs of each handler (split into timed batches after a warm-up).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub iterations: u64,
@@ -97,9 +100,26 @@ pub struct BenchArgs {
 /// `wprobe run`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat.
-    #[arg(required = true)]
+    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat, or .bt
+    /// (bpftrace's language); with -l, the pattern to list.
     pub programs: Vec<PathBuf>,
+    /// A program in bpftrace's language (`-e 'uprobe:./prog:f { @[comm] = count(); }'`).
+    #[arg(short = 'e', value_name = "PROGRAM")]
+    pub program_text: Option<String>,
+    /// A probe event in uprobe_events syntax (repeatable):
+    /// `p[:NAME] MODULE:SYM[+OFF] [FIELD=FETCHARG[:TYPE] ...]`, `r[:NAME] ...`.
+    #[arg(long = "event", value_name = "EVENT")]
+    pub events: Vec<String>,
+    /// The command to trace, as one string split on spaces (bpftrace's -c;
+    /// the same as giving it after `--`).
+    #[arg(short = 'c', value_name = "CMD", conflicts_with_all = ["command", "pid"])]
+    pub cmd: Option<String>,
+    /// List the probe-able functions matching the pattern (`uprobe:BIN:GLOB`).
+    #[arg(short = 'l')]
+    pub list: bool,
+    /// With -l: each function's arguments from DWARF (`-lv`).
+    #[arg(short = 'v')]
+    pub verbose: bool,
     /// Attach to this running process instead of launching a command.
     #[arg(
         short = 'p',
@@ -172,8 +192,12 @@ pub struct ListArgs {
 /// `wprobe compile`.
 #[derive(clap::Args, Debug)]
 pub struct CompileArgs {
-    /// The .rpn program.
-    pub program: PathBuf,
+    /// The .rpn or .bt program.
+    #[arg(required_unless_present = "program_text")]
+    pub program: Option<PathBuf>,
+    /// A program in bpftrace's language (needs -o).
+    #[arg(short = 'e', value_name = "PROGRAM", conflicts_with = "program")]
+    pub program_text: Option<String>,
     /// Define a macro: -D NAME, -D NAME=VALUE (also -D NAME = VALUE).
     #[arg(short = 'D', value_name = "NAME[=VALUE]")]
     pub define: Vec<String>,
@@ -196,6 +220,14 @@ pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> 
     let mut out = Vec::with_capacity(args.len());
     let mut i = 0;
     while i < args.len() {
+        // bpftrace's `-f json` / `-f text` is `--format` (wprobe's -f is --follow).
+        if args[i] == "-f" && i + 1 < args.len() && (args[i + 1] == "json" || args[i + 1] == "text")
+        {
+            out.push("--format".into());
+            out.push(args[i + 1].clone());
+            i += 2;
+            continue;
+        }
         if args[i] == "-D" && i + 3 < args.len() && args[i + 2] == "=" {
             let mut joined = args[i + 1].clone();
             joined.push("=");
@@ -288,6 +320,18 @@ fn repair(a: RepairArgs) -> ExitCode {
 }
 
 fn compile(a: CompileArgs) -> ExitCode {
+    if a.program_text.is_some() || a.program.as_deref().is_some_and(crate::btrun::is_bt) {
+        return crate::btrun::compile_cmd(&a);
+    }
+    let Some(program) = a.program.clone() else {
+        eprintln!("error: give a program file or -e PROGRAM");
+        return ExitCode::from(1);
+    };
+    let a = CompileArgs {
+        program: Some(program.clone()),
+        ..a
+    };
+    let program_path = program;
     let mut opts = rpn2wasm::Options {
         defines: a.define.iter().map(|d| parse_define(d)).collect(),
         include_dirs: a.include.clone(),
@@ -304,14 +348,14 @@ fn compile(a: CompileArgs) -> ExitCode {
             &path.to_string_lossy(),
         )));
     }
-    let (program, map) = match rpn2wasm::frontend(&a.program, &opts) {
+    let (program, map) = match rpn2wasm::frontend(&program_path, &opts) {
         Ok(x) => x,
         Err((diags, map)) => {
             crate::elog!("{}", diags.render(&map).trim_end_matches('\n'));
             let n = diags.0.len();
             crate::elog!(
                 "error: could not compile `{}` ({n} error{})",
-                a.program.display(),
+                program_path.display(),
                 if n == 1 { "" } else { "s" }
             );
             return ExitCode::from(1);
@@ -333,7 +377,7 @@ fn compile(a: CompileArgs) -> ExitCode {
     let out = a
         .output
         .clone()
-        .unwrap_or_else(|| a.program.with_extension(ext));
+        .unwrap_or_else(|| program_path.with_extension(ext));
     let res = if out.as_os_str() == "-" {
         use std::io::Write;
         std::io::stdout().write_all(&bytes)

@@ -83,6 +83,10 @@ impl<E: HitEnv + 'static> Runner<E> {
     /// Instantiates a loaded module; returns its program index.
     pub fn add(&mut self, m: &LoadedModule, fuel_override: Option<u64>) -> anyhow::Result<usize> {
         self.store.set_fuel(engine::FLUSH_FUEL)?;
+        self.store
+            .data_mut()
+            .services
+            .add_program(&m.manifest.maps)?;
         let instance = self.linker.instantiate(&mut self.store, &m.module)?;
         let memory = instance.get_memory(&mut self.store, hostabi::MEMORY_EXPORT);
         let mut handlers = Vec::with_capacity(m.manifest.probes.len());
@@ -120,6 +124,7 @@ impl<E: HitEnv + 'static> Runner<E> {
         // its registered type (measurable per hit).
         let p = &self.programs[prog];
         self.store.data_mut().memory = p.memory;
+        self.store.data_mut().services.prog = prog;
         if self.store.set_fuel(p.fuel).is_err() {
             return RunOutcome::Trapped("fuel is not enabled".into());
         }

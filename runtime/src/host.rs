@@ -23,6 +23,8 @@ pub struct HostState<E> {
     pub writes_allowed: bool,
     /// Memory limits of the store.
     pub limits: StoreLimits,
+    /// State of the service imports (maps, events, clocks): `services.rs`.
+    pub services: crate::services::Services,
 }
 
 impl<E> HostState<E> {
@@ -34,6 +36,7 @@ impl<E> HostState<E> {
             memory: None,
             writes_allowed: true,
             limits,
+            services: Default::default(),
         }
     }
 }
@@ -210,12 +213,18 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
     linker.func_wrap(
         m,
         name(ImportId::current_tid),
-        |c: Caller<'_, HostState<E>>| c.data().env.tid() as i64,
+        |c: Caller<'_, HostState<E>>| match c.data().services.special {
+            true => std::process::id() as i64,
+            false => c.data().env.tid() as i64,
+        },
     )?;
     linker.func_wrap(
         m,
         name(ImportId::current_pid),
-        |c: Caller<'_, HostState<E>>| c.data().env.pid() as i64,
+        |c: Caller<'_, HostState<E>>| match c.data().services.special {
+            true => std::process::id() as i64,
+            false => c.data().env.pid() as i64,
+        },
     )?;
     linker.func_wrap(
         m,
@@ -397,6 +406,7 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
             c.data_mut().env.callk();
         },
     )?;
+    crate::services::add_to_linker(linker)?;
     Ok(())
 }
 

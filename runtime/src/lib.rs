@@ -13,6 +13,8 @@
 
 pub mod arch;
 pub mod benchcmd;
+pub mod btout;
+pub mod btrun;
 pub mod cache;
 pub mod cli;
 pub mod coredump;
@@ -31,9 +33,11 @@ pub mod programs;
 pub mod regscan;
 pub mod resolve;
 pub mod runcmd;
+pub mod services;
 pub mod session;
 pub mod sink;
 pub mod stopsig;
+pub mod symbolize;
 #[expect(
     unsafe_code,
     reason = "the system-call layer: every unsafe block of the crate but one is here"

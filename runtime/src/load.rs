@@ -103,6 +103,18 @@ pub enum LoadError {
     /// wasmtime refused to compile it.
     #[error("compiling the module: {0}")]
     Compile(String),
+    /// The `wprobe.events` section does not parse.
+    #[error(
+        "malformed `{}` section (at offset 0x{offset:x})",
+        hostabi::event::EVENTS_SECTION
+    )]
+    BadEvents {
+        /// Offset of the problem in the module file.
+        offset: u64,
+    },
+    /// The manifest's maps cannot be laid out within the map service's bounds.
+    #[error("the manifest's maps exceed the map service's bounds: {0}")]
+    BadMaps(String),
 }
 
 /// A validated module and what it declares.
@@ -116,6 +128,8 @@ pub struct LoadedModule {
     pub writes: bool,
     /// Whether it exports `wprobe_flush`.
     pub has_flush: bool,
+    /// Its `wprobe.events` section (empty without one).
+    pub events: std::sync::Arc<hostabi::event::Events>,
     /// The Wasm bytes (for what is found in the code only when needed:
     /// [`LoadedModule::registers_read`]).
     pub wasm: std::sync::Arc<[u8]>,
@@ -141,6 +155,8 @@ pub struct ModuleFacts {
     pub imports: Vec<String>,
     /// Exports that are not functions, with their kind ("a global", ...).
     pub other_exports: HashMap<String, &'static str>,
+    /// The decoded `wprobe.events` section, if present.
+    pub events: Option<hostabi::event::Events>,
 }
 
 fn val(v: hostabi::ValType) -> ValType {
@@ -377,6 +393,13 @@ fn read_facts(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                 })?;
                 facts.manifest = Some(m);
             }
+            Payload::CustomSection(c) if c.name() == hostabi::event::EVENTS_SECTION => {
+                let ev =
+                    hostabi::event::Events::decode(c.data()).map_err(|e| LoadError::BadEvents {
+                        offset: c.data_offset() + e.offset.min(c.data().len()) as u64,
+                    })?;
+                facts.events = Some(ev);
+            }
             _ => {}
         }
     }
@@ -458,6 +481,7 @@ struct Checked<'a> {
     manifest: Manifest,
     writes: bool,
     has_flush: bool,
+    events: hostabi::event::Events,
 }
 
 impl Checked<'_> {
@@ -467,6 +491,7 @@ impl Checked<'_> {
             manifest: self.manifest,
             writes: self.writes,
             has_flush: self.has_flush,
+            events: std::sync::Arc::new(self.events),
             wasm: self.wasm.into(),
         }
     }
@@ -547,10 +572,14 @@ fn gate<'a>(
         .func_exports
         .get(hostabi::FLUSH_EXPORT)
         .is_some_and(|ft| ft.params().is_empty() && ft.results() == [ValType::I32]);
+    crate::services::map_specs(&manifest.maps)
+        .and_then(|specs| mapstore::region_size(&specs).map_err(|e| e.to_string()))
+        .map_err(LoadError::BadMaps)?;
     Ok(Checked {
         wasm,
         manifest,
         writes,
         has_flush,
+        events: facts.events.unwrap_or_default(),
     })
 }

@@ -81,6 +81,9 @@ pub fn load_program_with_cache(
                 .into(),
         );
     }
+    if crate::btrun::is_bt(path) {
+        return crate::btrun::load_file(engine, path, a, cache);
+    }
     let label = program_label(path);
     let loaded = if is_rpn(path) {
         let (wasm, _) = compile_rpn_for(path, &a.opts, &a.command)?;

@@ -25,7 +25,18 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
 
 /// Runs the command.
 pub fn run(a: RunArgs) -> ExitCode {
-    if a.pid.is_none() && a.command.is_empty() {
+    let a = crate::btrun::normalize(a);
+    if a.list {
+        return crate::btrun::list(&a);
+    }
+    let oneliner = crate::btrun::active(&a);
+    if a.programs.is_empty() && !oneliner {
+        crate::elog!(
+            "error: give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT"
+        );
+        return ExitCode::from(1);
+    }
+    if a.pid.is_none() && a.command.is_empty() && !oneliner {
         crate::elog!("error: give the command to trace after `--`, or -p PID");
         return ExitCode::from(1);
     }
@@ -56,12 +67,25 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let programs = match crate::programs::load_each(&a.programs, |p| {
+    let mut programs = match crate::programs::load_each(&a.programs, |p| {
         load_program_with_cache(&engine, p, &a, &cache)
     }) {
         Ok(x) => x,
         Err(code) => return code,
     };
+    match crate::btrun::extra_programs(&engine, &a, &cache) {
+        Ok(more) => programs.extend(more),
+        Err(e) => {
+            crate::elog!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    // Modules built by bt2wasm (or using maps, events or begin/end probes)
+    // run with one-liner behaviour whatever file they came from.
+    let oneliner = oneliner
+        || programs
+            .iter()
+            .any(|p| crate::btrun::is_oneliner_module(&p.module));
     // Buffered and flushed by the session's output (see `output`).
     let (out, terminal): (Box<dyn Write + Send>, bool) = match &a.output {
         Some(path) => match std::fs::File::create(path) {
@@ -106,7 +130,7 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if session.probe_count() == 0 {
+    if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
         crate::elog!("error: no probe selected (check --group / --type)");
         return ExitCode::from(1);
     }
@@ -131,8 +155,20 @@ pub fn run(a: RunArgs) -> ExitCode {
     let stop = signals.stop.clone();
     session.set_output(terminal, stop.clone());
     crate::engine::interrupt_on(&engine, stop.clone());
+    if oneliner {
+        session.set_oneliner(a.format == "json", stop.clone(), 0);
+        if a.pid.is_none() && a.command.is_empty() {
+            if session.probe_count() > 0 {
+                crate::elog!(
+                    "error: uprobes and watchpoints need a process: give -c CMD, a command after `--`, or -p PID (wprobe traces processes, not the whole system)"
+                );
+                return ExitCode::from(1);
+            }
+            return crate::btrun::run_without_target(session, &stop);
+        }
+    }
     if perf {
-        return run_perf(&a, session, &signals, regs_read);
+        return run_perf(&a, session, &signals, regs_read, oneliner);
     }
     let mut tracer = match a.pid {
         Some(pid) => {
@@ -164,7 +200,9 @@ pub fn run(a: RunArgs) -> ExitCode {
     }
     let main = tracer.main_pid();
     let armed = session.arm(&mut tracer, main, true);
-    if armed == 0 && session.pending() == 0 {
+    if oneliner && armed == 0 && session.pending() == 0 && session.probe_count() == 0 {
+        // Only begin/end/interval probes: nothing to arm.
+    } else if armed == 0 && session.pending() == 0 {
         crate::elog!("error: no probe could be armed in process {main}");
         if a.pid.is_none() {
             // The command never ran any of its own code: it does not run
@@ -173,6 +211,15 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
         let _ = tracer.detach_all();
         return ExitCode::from(1);
+    }
+    if oneliner {
+        if a.pid.is_none() {
+            session.set_child_pid(main as u64);
+        }
+        if let Some(p) = session.tick_period() {
+            tracer.set_tick(p);
+        }
+        session.begin();
     }
     let mut status = match session.run(&mut tracer, &stop) {
         Ok(s) => s,
@@ -183,7 +230,17 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A one-liner's exit() ends the command (SIGTERM) and wprobe exits 0,
+    // as `bpftrace -c` does.
+    let by_exit = oneliner && session.exited();
+    if oneliner {
+        status = crate::btrun::finish(&mut session, a.pid.is_none().then_some(main), status);
+    }
     session.summary();
+    if by_exit && a.pid.is_none() {
+        let _ = wait_child(main);
+        return finish(&session, &a, Some(ExitStatus::Code(0)));
+    }
     for (pid, addr, found) in tracer.code_left_alone() {
         crate::elog!(
             "wprobe: warning: process {pid} rewrote its code at {addr:#x} (now {found:#04x}) \
@@ -253,6 +310,7 @@ fn run_perf(
     mut session: Session,
     signals: &crate::stopsig::StopSignals,
     regs_read: RegsRead,
+    oneliner: bool,
 ) -> ExitCode {
     let stop: &AtomicBool = &signals.stop;
     let opts = PerfOptions {
@@ -306,6 +364,15 @@ fn run_perf(
             session.pending()
         );
     }
+    if oneliner {
+        if a.pid.is_none() {
+            session.set_child_pid(main as u64);
+        }
+        if let Some(p) = session.tick_period() {
+            tracer.set_tick(p);
+        }
+        session.begin();
+    }
     let mut status = match session.run_perf(&mut tracer, stop) {
         Ok(s) => s,
         Err(e) => {
@@ -314,7 +381,15 @@ fn run_perf(
             return ExitCode::from(2);
         }
     };
+    let by_exit = oneliner && session.exited();
+    if oneliner {
+        status = crate::btrun::finish(&mut session, a.pid.is_none().then_some(main), status);
+    }
     session.summary();
+    if by_exit && a.pid.is_none() {
+        let _ = wait_child(main);
+        return finish(&session, a, Some(ExitStatus::Code(0)));
+    }
     if a.pid.is_none() && status.is_none() {
         // Stopped by a signal: the command runs on untraced; it gets the
         // signal as it would have untraced, and wprobe waits for it.

@@ -23,7 +23,7 @@ use crate::transport::perf::{PerfEvent, PerfHit, PerfId, PerfProbe, PerfTracer};
 use crate::transport::ptrace::{Action, BpId, Event, ExitStatus, Hit, Tracer, WpId};
 use hostabi::Outcome;
 use hostabi::env::HitEnv;
-use hostabi::manifest::{Manifest, ProbeKind};
+use hostabi::manifest::{Manifest, ProbeKind, Trigger};
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
@@ -141,6 +141,9 @@ pub struct Session {
     ptrace_hits: u64,
     /// Processes handed off to a debugger (`exit 1`).
     handed_off: Vec<i32>,
+    /// One-liner support (`begin`/`end`/`interval` probes, output events,
+    /// maps printed at exit): see the block at the end of this file.
+    bt: BtState,
 }
 
 /// The first hit of each probe, recorded as a synthetic environment.
@@ -355,6 +358,10 @@ impl Session {
             }
         }
         let mut runner = Runner::new(engine, env)?;
+        let mut bt = BtState {
+            events: programs.iter().map(|p| p.module.events.clone()).collect(),
+            ..BtState::default()
+        };
         let mut probes = Vec::new();
         let mut manifests = Vec::new();
         for (pi, p) in programs.iter().enumerate() {
@@ -362,6 +369,15 @@ impl Session {
             let m = &p.module.manifest;
             for i in 0..m.probes.len() {
                 if !selected(m, i, &opts) {
+                    continue;
+                }
+                if m.probes[i].trigger != Trigger::Hit {
+                    bt.specials.push(Special {
+                        prog: pi,
+                        index: i,
+                        trigger: m.probes[i].trigger,
+                        next: None,
+                    });
                     continue;
                 }
                 let loc = m.probes[i].location.render();
@@ -418,6 +434,7 @@ impl Session {
             },
             ptrace_hits: 0,
             handed_off: Vec::new(),
+            bt,
         })
     }
 
@@ -458,6 +475,17 @@ impl Session {
     /// more watchpoint probes than debug registers, and (under perf)
     /// programs that write registers or memory.
     pub fn check(&self, perf: bool) -> Result<(), String> {
+        if let Some(label) = self
+            .probes
+            .iter()
+            .find(|p| self.manifests[p.prog].probes[p.index].ret)
+            .map(|p| p.label.clone())
+        {
+            return Err(format!(
+                "probe {label} is a return probe (`return yes`: uretprobe, r: event), and this \
+                 wprobe has no return-probe mechanism yet; probe the function's entry instead"
+            ));
+        }
         let watch: Vec<&str> = self
             .probes
             .iter()
@@ -591,7 +619,7 @@ impl Session {
             if !p.enabled || !p.armed.is_empty() || spec.kind != ProbeKind::Breakpoint {
                 continue;
             }
-            let module = &self.manifests[prog].module;
+            let module = spec.module.as_ref().unwrap_or(&self.manifests[prog].module);
             let file = if module.contains('/') {
                 Some(std::path::PathBuf::from(module))
             } else {
@@ -675,7 +703,8 @@ impl Session {
         let mut armed = 0;
         // The module of a program is located once per call, not once per
         // probe (10,000 probes of one program: one maps scan, one bias).
-        let mut located: HashMap<usize, Result<Located, ResolveError>> = HashMap::new();
+        // Keyed by (program, module): a probe may name its own `module`.
+        let mut located: HashMap<(usize, String), Result<Located, ResolveError>> = HashMap::new();
         for pi in 0..self.probes.len() {
             if !self.probes[pi].enabled {
                 continue;
@@ -687,9 +716,10 @@ impl Session {
             let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
             let m = &self.manifests[prog];
             let spec = &m.probes[index];
+            let module = spec.module.as_ref().unwrap_or(&m.module).clone();
             let loc = located
-                .entry(prog)
-                .or_insert_with(|| self.resolver.locate(maps, &m.module, exe.as_deref()))
+                .entry((prog, module.clone()))
+                .or_insert_with(|| self.resolver.locate(maps, &module, exe.as_deref()))
                 .clone();
             let loc = match loc {
                 Ok(l) => l,
@@ -697,7 +727,7 @@ impl Session {
                     if std::env::var_os("WPROBE_DEBUG").is_some() {
                         crate::elog!(
                             "wprobe: debug: {} not mapped in {pid} ({} mappings)",
-                            m.module,
+                            module,
                             maps.len()
                         );
                     }
@@ -713,11 +743,14 @@ impl Session {
                     continue;
                 }
             };
-            self.bias.insert((prog, pid), loc.bias);
-            self.bias_default.entry(prog).or_insert(loc.bias);
+            if spec.module.is_none() {
+                self.bias.insert((prog, pid), loc.bias);
+                self.bias_default.entry(prog).or_insert(loc.bias);
+            }
+            self.bt.probe_bias.insert((pi, pid), loc.bias);
             let is_bp = spec.kind == ProbeKind::Breakpoint;
             let verify = self.opts.verify_opcodes;
-            let res = crate::resolve::probe_address(spec, &loc, maps, &m.module)
+            let res = crate::resolve::probe_address(spec, &loc, maps, &module)
                 .map_err(|e| e.to_string())
                 .and_then(|addr| {
                     if is_bp && verify && spec.opcode.is_none() {
@@ -819,12 +852,23 @@ impl Session {
         }
         let env = &mut self.runner.store.data_mut().env;
         let pid = env.pid() as i32;
-        let bias = match (bias_override, self.bias.get(&(prog, pid))) {
+        let known = self
+            .bt
+            .probe_bias
+            .get(&(pi, pid))
+            .or_else(|| self.bias.get(&(prog, pid)));
+        let bias = match (bias_override, known) {
             (Some(b), _) | (None, Some(&b)) => b,
             (None, None) => self.bias_default.get(&prog).copied().unwrap_or(0),
         };
         env.hit.set_module_bias(bias);
+        if self.bt.active {
+            self.bt.sym.note(pid as u64);
+        }
         let out = self.runner.run(prog, index);
+        if out == RunOutcome::Returned(Outcome::Stop) {
+            self.request_stop();
+        }
         let st = &mut self.probes[pi].stats;
         st.runs += 1;
         match &out {
@@ -1002,7 +1046,41 @@ impl Session {
         let hit = &data.env;
         let cpu = hit.cpu() as u32;
         self.line.clear();
+        // Records formatted into `line` and not yet handed to the output.
+        let mut in_line = 0u64;
         for r in &data.sink.records {
+            if r.kind == RecordKind::Event {
+                // One-liner output, formatted as bpftrace does.
+                let prog = self.probes[pi].prog;
+                let maps = data.services.maps.get(prog).and_then(|m| m.as_ref());
+                let mo = maps.map(|m| crate::btout::MapOutput {
+                    decls: &m.decls,
+                    view: m.view(),
+                });
+                let ev = self.bt.events.get(prog).cloned().unwrap_or_default();
+                let mut bytes = std::mem::take(&mut self.bt.buf);
+                crate::btout::event(
+                    &mut bytes,
+                    self.bt.mode,
+                    crate::btout::EventRecord {
+                        kind: r.major,
+                        id: r.minor,
+                        data: data.sink.data(r),
+                    },
+                    &ev,
+                    mo.as_ref(),
+                    &mut self.bt.sym,
+                );
+                // Bytes, not text: printf output may be any bytes.
+                self.out.write(self.line.as_bytes(), in_line);
+                self.line.clear();
+                in_line = 0;
+                self.out.write(&bytes, 1);
+                bytes.clear();
+                self.bt.buf = bytes;
+                self.probes[pi].stats.records += 1;
+                continue;
+            }
             let view = RecordView {
                 seq: self.seq,
                 stacktrace: r.kind == RecordKind::StackTrace,
@@ -1017,12 +1095,12 @@ impl Session {
                 items: data.sink.item_words(r),
             };
             format::record(&mut self.line, self.opts.format, &view);
+            in_line += 1;
             self.seq += 1;
             self.probes[pi].stats.records += 1;
             self.probes[pi].stats.bytes += r.data.len() as u64;
         }
-        let n = self.runner.store.data().sink.records.len() as u64;
-        self.out.write(self.line.as_bytes(), n);
+        self.out.write(self.line.as_bytes(), in_line);
         self.runner.store.data_mut().sink.clear();
     }
 
@@ -1035,6 +1113,7 @@ impl Session {
     ) -> anyhow::Result<Option<ExitStatus>> {
         let mut on_event = |p: &mut PerfTracer, ev: PerfEvent<'_>| match ev {
             PerfEvent::Sample { tag, hit } => self.perf_hit(p, tag, hit),
+            PerfEvent::Tick => self.run_intervals(),
             PerfEvent::Lost { tag, count } => match self.probes.get_mut(tag) {
                 Some(pr) => pr.stats.dropped += count,
                 None => self.dropped_unattributed += count,
@@ -1093,6 +1172,10 @@ impl Session {
                     self.arm(t, pid, true);
                     Action::Continue
                 }
+                Event::Tick => {
+                    self.run_intervals();
+                    Action::Continue
+                }
                 Event::ProcessExited { pid, status } => {
                     for p in &mut self.probes {
                         p.armed.retain(|(q, _)| *q != pid);
@@ -1130,6 +1213,9 @@ impl Session {
 
     /// Writes the exit summary (stderr) and, in JSON mode, a last `stats` object.
     pub fn summary(&mut self) {
+        if self.bt.active && !self.abnormal() {
+            return;
+        }
         use std::fmt::Write as _;
         // One write for the whole summary (65,535 probes once took 127 s
         // to print row by row).
@@ -1242,6 +1328,276 @@ impl Session {
             self.out.flush();
         }
     }
+}
+
+// --- One-liner support (programs of bt2wasm and any module using the
+// service imports): `begin`/`end`/`interval` probes, output events
+// formatted as bpftrace formats them, `exit()` (Outcome::Stop), and the
+// maps printed at exit. Kept in one block, apart from the transport code. ---
+
+/// A probe fired by the run's life rather than a location.
+#[derive(Clone, Copy, Debug)]
+struct Special {
+    prog: usize,
+    index: usize,
+    trigger: Trigger,
+    /// Interval probes: when they fire next.
+    next: Option<std::time::Instant>,
+}
+
+/// The one-liner state of a session.
+struct BtState {
+    /// One-liner output and quiet summary (set by [`Session::set_oneliner`]).
+    active: bool,
+    mode: crate::btout::Mode,
+    specials: Vec<Special>,
+    events: Vec<std::sync::Arc<hostabi::event::Events>>,
+    sym: crate::symbolize::Symbolizer,
+    buf: Vec<u8>,
+    stop: Option<std::sync::Arc<AtomicBool>>,
+    /// `exit()` was called.
+    exited: bool,
+    /// Load bias of each probe's own module, by (probe, pid): a program's
+    /// probes may be in several modules (`load_bias` is the probe's).
+    probe_bias: HashMap<(usize, i32), u64>,
+}
+
+impl Default for BtState {
+    fn default() -> BtState {
+        BtState {
+            active: false,
+            mode: crate::btout::Mode::Text,
+            specials: Vec::new(),
+            events: Vec::new(),
+            sym: Default::default(),
+            buf: Vec::new(),
+            stop: None,
+            exited: false,
+            probe_bias: HashMap::new(),
+        }
+    }
+}
+
+impl Session {
+    /// Turns on one-liner behaviour: bpftrace's output (`json` for `-f
+    /// json`), no summary unless something went wrong, `exit()` setting
+    /// `stop`, `cpid` = `child_pid`.
+    pub fn set_oneliner(&mut self, json: bool, stop: std::sync::Arc<AtomicBool>, child_pid: u64) {
+        self.bt.active = true;
+        self.bt.mode = if json {
+            crate::btout::Mode::Json
+        } else {
+            crate::btout::Mode::Text
+        };
+        self.bt.stop = Some(stop);
+        self.runner.store.data_mut().services.child_pid = child_pid;
+    }
+
+    /// The launched command's pid (`cpid`).
+    pub fn set_child_pid(&mut self, pid: u64) {
+        self.runner.store.data_mut().services.child_pid = pid;
+    }
+
+    /// Whether `exit()` ended the run.
+    pub fn exited(&self) -> bool {
+        self.bt.exited
+    }
+
+    fn request_stop(&mut self) {
+        self.bt.exited = true;
+        if let Some(s) = &self.bt.stop {
+            s.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Probes of the run, special ones included (bpftrace's "Attaching N probes").
+    pub fn probe_total(&self) -> usize {
+        self.probes.len() + self.bt.specials.len()
+    }
+
+    /// The shortest interval period, if any (the transport's tick).
+    pub fn tick_period(&self) -> Option<std::time::Duration> {
+        self.bt
+            .specials
+            .iter()
+            .filter_map(|s| match s.trigger {
+                Trigger::Interval { period_ns } => Some(period_ns),
+                _ => None,
+            })
+            .reduce(gcd)
+            .map(|ns| std::time::Duration::from_nanos(ns.max(1_000_000)))
+    }
+
+    /// Writes `text` to the output (not records: maps, the attach line).
+    pub fn write_out(&mut self, text: &[u8]) {
+        self.out.write(text, 0);
+    }
+
+    /// Prints bpftrace's "Attaching N probes..." line, then runs the
+    /// `begin` probes and schedules the interval probes.
+    pub fn begin(&mut self) {
+        let n = self.probe_total();
+        let line = match self.bt.mode {
+            crate::btout::Mode::Text => {
+                format!("Attaching {n} probe{}...\n", if n == 1 { "" } else { "s" })
+            }
+            crate::btout::Mode::Json => {
+                format!("{{\"type\": \"attached_probes\", \"data\": {{\"probes\": {n}}}}}\n")
+            }
+        };
+        self.write_out(line.as_bytes());
+        let now = std::time::Instant::now();
+        for s in &mut self.bt.specials {
+            if let Trigger::Interval { period_ns } = s.trigger {
+                s.next = Some(now + std::time::Duration::from_nanos(period_ns));
+            }
+        }
+        self.run_specials(|t| t == Trigger::Begin);
+        self.out.flush();
+    }
+
+    /// Runs the `end` probes, then prints every map (bpftrace's exit output)
+    /// and reports maps that dropped updates.
+    pub fn end(&mut self) {
+        self.run_specials(|t| t == Trigger::End);
+        self.write_out(b"\n\n");
+        let mode = self.bt.mode;
+        let data = self.runner.store.data();
+        let mut out = Vec::new();
+        let mut warnings = Vec::new();
+        for region in data.services.maps.iter().flatten() {
+            let mo = crate::btout::MapOutput {
+                decls: &region.decls,
+                view: region.view(),
+            };
+            let mut order: Vec<usize> = (0..region.decls.len()).collect();
+            order.sort_by(|a, b| region.decls[*a].name.cmp(&region.decls[*b].name));
+            for i in order {
+                crate::btout::print_map(&mut out, mode, &mo, i as u32, 0, 0, &mut self.bt.sym);
+                if let Ok(st) = region.view().stats(i as u32)
+                    && st.dropped > 0
+                {
+                    warnings.push(format!(
+                        "wprobe: warning: map {}: {} update(s) dropped: the map is full ({} keys; \
+                         set BPFTRACE_MAP_KEYS_MAX to allow more)",
+                        region.decls[i].name, st.dropped, st.capacity
+                    ));
+                }
+            }
+        }
+        self.out.write(&out, 0);
+        self.out.flush();
+        for w in warnings {
+            crate::elog!("{w}");
+        }
+    }
+
+    /// Runs every special probe whose trigger `pick` selects.
+    fn run_specials(&mut self, pick: impl Fn(Trigger) -> bool) {
+        let list: Vec<Special> = self.bt.specials.clone();
+        for s in list {
+            if pick(s.trigger) && !(self.bt.exited && s.trigger != Trigger::End) {
+                self.run_special(s.prog, s.index);
+            }
+        }
+    }
+
+    /// Runs the interval probes that are due (for runs without a transport).
+    pub fn tick(&mut self) {
+        self.run_intervals();
+    }
+
+    /// Runs the interval probes that are due.
+    fn run_intervals(&mut self) {
+        let now = std::time::Instant::now();
+        let mut due = Vec::new();
+        for s in &mut self.bt.specials {
+            if let (Trigger::Interval { period_ns }, Some(next)) = (s.trigger, s.next)
+                && next <= now + std::time::Duration::from_micros(500)
+            {
+                let p = std::time::Duration::from_nanos(period_ns);
+                let mut n = next;
+                while n <= now {
+                    n += p;
+                }
+                s.next = Some(n);
+                due.push((s.prog, s.index));
+            }
+        }
+        for (prog, index) in due {
+            if !self.bt.exited {
+                self.run_special(prog, index);
+            }
+        }
+        self.out.flush();
+    }
+
+    /// Runs one special probe: no hit (identity builtins describe wprobe).
+    fn run_special(&mut self, prog: usize, index: usize) {
+        let data = self.runner.store.data_mut();
+        data.services.special = true;
+        let mut empty = Default::default();
+        std::mem::swap(&mut data.env.hit, &mut empty);
+        let out = self.runner.run(prog, index);
+        let data = self.runner.store.data_mut();
+        std::mem::swap(&mut data.env.hit, &mut empty);
+        data.services.special = false;
+        match &out {
+            RunOutcome::Returned(Outcome::Stop) => self.request_stop(),
+            RunOutcome::Trapped(m) => crate::elog!("wprobe: special probe trapped: {m}"),
+            RunOutcome::FuelExhausted => crate::elog!("wprobe: special probe ran out of fuel"),
+            _ => {}
+        }
+        self.write_special_records(prog);
+    }
+
+    /// Writes the records of a special probe's run (events only).
+    fn write_special_records(&mut self, prog: usize) {
+        let data = self.runner.store.data();
+        let maps = data.services.maps.get(prog).and_then(|m| m.as_ref());
+        let mo = maps.map(|m| crate::btout::MapOutput {
+            decls: &m.decls,
+            view: m.view(),
+        });
+        let ev = self.bt.events.get(prog).cloned().unwrap_or_default();
+        let mut bytes = std::mem::take(&mut self.bt.buf);
+        let mut events = 0u64;
+        for r in &data.sink.records {
+            if r.kind == RecordKind::Event {
+                events += 1;
+                crate::btout::event(
+                    &mut bytes,
+                    self.bt.mode,
+                    crate::btout::EventRecord {
+                        kind: r.major,
+                        id: r.minor,
+                        data: data.sink.data(r),
+                    },
+                    &ev,
+                    mo.as_ref(),
+                    &mut self.bt.sym,
+                );
+            }
+        }
+        self.out.write(&bytes, events);
+        bytes.clear();
+        self.bt.buf = bytes;
+        self.runner.store.data_mut().sink.clear();
+    }
+
+    /// Whether any probe trapped, ran out of fuel or lost samples (the
+    /// one-liner summary is printed only then).
+    fn abnormal(&self) -> bool {
+        self.dropped_unattributed > 0
+            || self.probes.iter().any(|p| {
+                let s = &p.stats;
+                s.traps + s.fuel_exhausted + s.uncaught + s.dropped > 0
+            })
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 #[cfg(test)]

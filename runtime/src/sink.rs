@@ -11,6 +11,9 @@ pub enum RecordKind {
     Log,
     /// A stack-trace record (spec §12).
     StackTrace,
+    /// An output event (`emit_event`): `major` holds the event kind,
+    /// `minor` the id, the data the arguments.
+    Event,
 }
 
 /// One record held by the sink (its bytes live in the sink's buffers).

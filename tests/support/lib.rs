@@ -180,7 +180,8 @@ impl Pair {
             .iter()
             .map(|r| Record {
                 kind: match r.kind {
-                    SinkKind::Log => RecordKind::Log {
+                    // RPN modules emit no events; keep them visible if one did.
+                    SinkKind::Log | SinkKind::Event => RecordKind::Log {
                         major: r.major,
                         minor: r.minor,
                     },

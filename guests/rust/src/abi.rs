@@ -109,11 +109,63 @@ pub mod raw {
 
         /// Call the host's callk hook (RPN `callk`). Does nothing when no hook is registered.
         pub fn callk();
+
+        /// Aggregate `value` into entry `key` of map `map` (an index of the manifest's `map` lines)
+        /// with `op` (`mapstore::Op`: COUNT, ADD, MIN, MAX, AVG, HIST, LHIST, SET), creating the
+        /// entry when absent. `key_len` must be the map's key size. Returns OK; FULL when the entry
+        /// is new and the map already holds its maximum number of keys (the update is dropped and
+        /// counted, and reported at exit); BAD_ARGUMENT for an unknown map, a wrong key size or an
+        /// op the map's kind does not take.
+        pub fn map_update(map: i32, key_ptr: i32, key_len: i32, op: i32, value: i64) -> i32;
+
+        /// Set entry `key` of an `assign` map to the `val_len` bytes at `val_ptr` (the map's value
+        /// size). Returns OK, FULL (counted, as for map_update) or BAD_ARGUMENT.
+        pub fn map_store(map: i32, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32) -> i32;
+
+        /// Copy the value of entry `key` of map `map` to `dst_ptr` (at most `dst_len` bytes).
+        /// Returns the value's size in bytes (integers are 8-byte little-endian; `avg`/`stats`
+        /// values are count then total; histograms are their bucket counts), NOT_FOUND when the key
+        /// is absent, BAD_ARGUMENT for an unknown map or a wrong key size.
+        pub fn map_lookup(map: i32, key_ptr: i32, key_len: i32, dst_ptr: i32, dst_len: i32) -> i32;
+
+        /// Remove entry `key` of map `map`. Returns OK, NOT_FOUND or BAD_ARGUMENT.
+        pub fn map_delete(map: i32, key_ptr: i32, key_len: i32) -> i32;
+
+        /// Remove every entry of map `map` (bpftrace `clear`). Returns OK or BAD_ARGUMENT.
+        pub fn map_clear(map: i32) -> i32;
+
+        /// Set every value of map `map` to zero, keeping its keys (bpftrace `zero`). Returns OK or
+        /// BAD_ARGUMENT.
+        pub fn map_zero(map: i32) -> i32;
+
+        /// Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the
+        /// module's `wprobe.events` section and the data its arguments laid out as the entry says;
+        /// PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value
+        /// entry and the value's bytes; TIME with `id` a time entry. wprobe formats events when it
+        /// writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record
+        /// budget is spent) or BAD_ARGUMENT (unknown kind).
+        pub fn emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> i32;
+
+        /// A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
+        /// `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME`
+        /// (since the Unix epoch). Another id traps.
+        pub fn clock_ns(clock: i32) -> i64;
+
+        /// Real user id of the process that hit the probe (-1 if unknown).
+        pub fn current_uid() -> i64;
+
+        /// Copy the hit thread's name (`/proc/PID/task/TID/comm`, at most 15 bytes, no NUL) to
+        /// `dst_ptr`, at most `len` bytes. Returns the number of bytes copied.
+        pub fn current_comm(dst_ptr: i32, len: i32) -> i32;
+
+        /// Process id of the command wprobe launched (bpftrace `cpid`), 0 when it attached to a
+        /// process instead.
+        pub fn child_pid() -> i64;
     }
 }
 
 /// Host ABI version these bindings were generated for.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Name of the custom section carrying the manifest.
 pub const MANIFEST_SECTION: &str = "wprobe.manifest";
@@ -136,7 +188,7 @@ pub const MAX_STACKTRACE_BYTES: usize = 65535;
 #[macro_export]
 macro_rules! __manifest_head {
     () => {
-        "wprobe-manifest 1\nabi 1\n"
+        "wprobe-manifest 1\nabi 2\n"
     };
 }
 
@@ -156,6 +208,10 @@ pub enum Status {
     TooLarge = -5,
     /// `NO_DEVICE`
     NoDevice = -6,
+    /// `NOT_FOUND`
+    NotFound = -7,
+    /// `FULL`
+    Full = -8,
 }
 
 impl Status {
@@ -169,6 +225,8 @@ impl Status {
             -4 => Err(Status::BadArgument),
             -5 => Err(Status::TooLarge),
             -6 => Err(Status::NoDevice),
+            -7 => Err(Status::NotFound),
+            -8 => Err(Status::Full),
             _ => Err(Status::BadArgument),
         }
     }
@@ -194,6 +252,8 @@ pub enum Outcome {
     Uncaught = 6,
     /// `BUDGET_EXCEEDED`
     BudgetExceeded = 7,
+    /// `STOP`
+    Stop = 8,
 }
 
 /// Register ids for [`read_reg`](crate::read_reg) and [`write_reg`](crate::write_reg) (x86-64).
@@ -481,4 +541,58 @@ pub mod item_kind {
 
     /// `TOKENIZED`.
     pub const TOKENIZED: u32 = 0x82;
+}
+
+/// Ops of [`map_update`] (`map_op::COUNT`, ...).
+pub mod map_op {
+    /// `COUNT`.
+    pub const COUNT: i32 = 1;
+
+    /// `ADD`.
+    pub const ADD: i32 = 2;
+
+    /// `MIN`.
+    pub const MIN: i32 = 3;
+
+    /// `MAX`.
+    pub const MAX: i32 = 4;
+
+    /// `AVG`.
+    pub const AVG: i32 = 5;
+
+    /// `HIST`.
+    pub const HIST: i32 = 6;
+
+    /// `LHIST`.
+    pub const LHIST: i32 = 7;
+
+    /// `SET`.
+    pub const SET: i32 = 8;
+}
+
+/// Kinds of [`emit_event`] events.
+pub mod event_kind {
+    /// `PRINTF`.
+    pub const PRINTF: i32 = 1;
+
+    /// `PRINT_MAP`.
+    pub const PRINT_MAP: i32 = 2;
+
+    /// `PRINT_VALUE`.
+    pub const PRINT_VALUE: i32 = 3;
+
+    /// `TIME`.
+    pub const TIME: i32 = 4;
+}
+
+/// Clock ids of [`clock_ns`].
+pub mod clock {
+    /// `MONOTONIC`.
+    pub const MONOTONIC: i32 = 0;
+
+    /// `SINCE_START`.
+    pub const SINCE_START: i32 = 1;
+
+    /// `REALTIME`.
+    pub const REALTIME: i32 = 2;
 }

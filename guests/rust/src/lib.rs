@@ -43,6 +43,12 @@
 mod abi;
 pub use abi::*;
 
+mod maps;
+pub use maps::{
+    child_pid, clock_ns, comm, emit_event, map_clear, map_delete, map_lookup, map_store,
+    map_update, map_zero, uid,
+};
+
 /// A register id of the host ABI (see [`reg`] for the named ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reg(pub u16);

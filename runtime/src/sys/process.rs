@@ -198,6 +198,30 @@ pub fn waker_child() -> Result<(i32, OwnedFd), Errno> {
     Ok((child, w))
 }
 
+/// A child that sleeps for `d` and exits (dies with its parent): its exit
+/// wakes a blocking `waitpid` of the parent at a given time.
+pub fn sleeper_child(d: std::time::Duration) -> Result<i32, Errno> {
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the child only calls prctl, nanosleep and _exit
+    // (async-signal-safe) on a timespec prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Errno::last());
+    }
+    if pid == 0 {
+        // SAFETY: sleeps on a live timespec, then terminates.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+    Ok(pid)
+}
+
 /// Writes one byte to `fd` (wakes a [`waker_child`]).
 pub fn poke_pipe(fd: RawFd) {
     // SAFETY: writes one byte from a static to a descriptor the caller owns.

@@ -1,4 +1,4 @@
-//! Clocks.
+//! Clocks, and the local time (`strftime`).
 
 /// The time of `clock` in ns.
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -21,4 +21,20 @@ pub fn realtime_ns() -> u64 {
 /// CLOCK_MONOTONIC in ns (the perf clock).
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `strftime(fmt)` of the local time now (at most 512 bytes).
+pub fn strftime_now(fmt: &std::ffi::CStr) -> Vec<u8> {
+    let mut buf = vec![0u8; 512];
+    // SAFETY: `t` and `tm` are live locals the calls write; `buf` has
+    // `buf.len()` writable bytes and strftime writes at most that many;
+    // `fmt` is a NUL-terminated string.
+    let n = unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        libc::strftime(buf.as_mut_ptr().cast(), buf.len(), fmt.as_ptr(), &tm)
+    };
+    buf.truncate(n);
+    buf
 }

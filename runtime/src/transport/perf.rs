@@ -97,6 +97,8 @@ pub enum PerfEvent<'a> {
         /// The sample.
         hit: &'a mut PerfHit,
     },
+    /// The tick period set with [`PerfTracer::set_tick`] elapsed.
+    Tick,
     /// The kernel dropped `count` samples of a probe (ring buffer full);
     /// reported once per probe, at the end of the run.
     Lost {
@@ -138,6 +140,8 @@ pub const STACK_SNAPSHOT_BYTES: u32 = sample::STACK_SNAPSHOT_BYTES;
 
 /// The perf transport: the target's events and their rings.
 pub struct PerfTracer {
+    /// Periodic ticks: the period and the next due time.
+    tick: Option<(std::time::Duration, std::time::Instant)>,
     opts: PerfOptions,
     main_pid: i32,
     launched: bool,
@@ -206,7 +210,13 @@ impl PerfTracer {
             uprobes: None,
             group: Vec::with_capacity(8),
             spare: Vec::new(),
+            tick: None,
         }
+    }
+
+    /// Delivers [`PerfEvent::Tick`] every `period` during [`PerfTracer::run`].
+    pub fn set_tick(&mut self, period: std::time::Duration) {
+        self.tick = Some((period, std::time::Instant::now() + period));
     }
 
     /// Launches `argv`, stopped at its entry point until [`PerfTracer::start`].
@@ -556,7 +566,19 @@ impl PerfTracer {
                 self.drain(on_event);
                 break;
             }
-            crate::sys::process::poll(&mut fds, POLL_MS);
+            let mut timeout = POLL_MS;
+            if let Some((period, due)) = self.tick.as_mut() {
+                let now = std::time::Instant::now();
+                if *due <= now {
+                    while *due <= now {
+                        *due += *period;
+                    }
+                    on_event(self, PerfEvent::Tick);
+                    continue;
+                }
+                timeout = timeout.min(due.duration_since(now).as_millis() as i32 + 1);
+            }
+            crate::sys::process::poll(&mut fds, timeout);
         }
         self.drain(on_event);
         self.report_lost(on_event);

@@ -113,6 +113,9 @@ pub enum Event<'a> {
         /// The process.
         pid: i32,
     },
+    /// The tick period set with [`Tracer::set_tick`] elapsed (no thread is
+    /// stopped for it).
+    Tick,
     /// A traced process ended.
     ProcessExited {
         /// The process.
@@ -352,6 +355,9 @@ pub struct Tracer {
     /// its program counter is still past the `int3` in the kernel, so a
     /// detach while the handler runs (a panic unwinding) must rewind it.
     in_flight: Option<(i32, u64)>,
+    /// Periodic [`Event::Tick`]s: the period, the next due time, and the
+    /// child process whose exit wakes the event loop then (0: none).
+    tick: Option<(Duration, std::time::Instant, i32)>,
 }
 
 impl std::fmt::Debug for Tracer {
@@ -400,6 +406,7 @@ impl Tracer {
             detach_signals: Vec::new(),
             code_left_alone: Vec::new(),
             in_flight: None,
+            tick: None,
         }
     }
 

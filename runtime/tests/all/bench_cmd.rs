@@ -152,7 +152,7 @@ fn a_runaway_handler_is_reported_as_fuel_exhausted() {
     let p = write(
         "spin.wat",
         r#"(module
-  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 1\nmodule bench_target\nmajor 1\nprobe spin\n  location address 0x401000\n")
+  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 2\nmodule bench_target\nmajor 1\nprobe spin\n  location address 0x401000\n")
   (memory (export "memory") 1)
   (func (export "spin") (result i32) (loop (br 0)) (i32.const 0)))"#,
     );
@@ -411,7 +411,7 @@ fn compare_script_prints_its_table_and_cleans_up() {
             .env("WPROBE", env!("CARGO_BIN_EXE_wprobe"))
             .env("PTRACE_N1", "20")
             .env("PTRACE_N2", "40")
-            .env("COMPARE_SKIP", "bpftrace perf wprobe-perf")
+            .env("COMPARE_SKIP", "bpftrace perf wprobe-perf oneliner")
             .env("COMPARE_NO_INSTALL", "1")
             .env("TMPDIR", &tmp),
         0,

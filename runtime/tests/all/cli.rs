@@ -1072,7 +1072,12 @@ fn exit_3_core_of_a_threaded_pie_has_every_thread_and_its_symbols() {
                 && l.contains("(LWP ")
         })
         .collect();
-    assert!(rows.len() >= 2, "more than the hit thread: {out}");
+    assert!(
+        rows.len() >= 2,
+        "more than the hit thread: {out}\n--- gdb stderr\n{}\n--- wprobe stderr\n{}",
+        String::from_utf8_lossy(&g.stderr),
+        stderr(&o)
+    );
     assert!(rows[0].starts_with("* 1 "), "the hit thread first: {out}");
     assert!(
         out.contains("target in section .text"),

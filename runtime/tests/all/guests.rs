@@ -239,7 +239,7 @@ fn module(imports: &str, manifest: &str) -> String {
 }
 
 const MANIFEST: &str =
-    "wprobe-manifest 1\nabi 1\nmodule probe_target\nprobe h\n location offset target_fn\n";
+    "wprobe-manifest 1\nabi 2\nmodule probe_target\nprobe h\n location offset target_fn\n";
 
 fn load_errors_are_exact() {
     let engine = runtime::engine::new_engine().unwrap();
@@ -248,8 +248,8 @@ fn load_errors_are_exact() {
     runtime::load::load(&engine, ok.as_bytes(), None).unwrap();
     let cases: Vec<(String, &str)> = vec![
         (
-            module(IMPORTS, &MANIFEST.replace("abi 1", "abi 2")),
-            "module built for host ABI version 2, this wprobe implements version 1",
+            module(IMPORTS, &MANIFEST.replace("abi 2", "abi 1")),
+            "module built for host ABI version 1, this wprobe implements version 2",
         ),
         (
             module(
@@ -302,7 +302,7 @@ fn load_errors_are_exact() {
             "handler export `g` is a global, handlers must be functions () -> (i32) or () -> ()",
         ),
         (
-            module(IMPORTS, &MANIFEST.replace("abi 1\n", "abi 1\nmajor 0\n")),
+            module(IMPORTS, &MANIFEST.replace("abi 2\n", "abi 2\nmajor 0\n")),
             "malformed `wprobe.manifest` section: line 3: unknown key or bad value in `major 0` (at offset 0x75)",
         ),
         (
@@ -335,7 +335,7 @@ fn load_errors_are_exact() {
         (
             module(IMPORTS, MANIFEST).replace(
                 "(memory (export \"memory\") 1)",
-                "(memory (export \"memory\") 1) (@custom \"wprobe.manifest\" \"wprobe-manifest 1\\nabi 1\\nmodule m\\n\")",
+                "(memory (export \"memory\") 1) (@custom \"wprobe.manifest\" \"wprobe-manifest 1\\nabi 2\\nmodule m\\n\")",
             ),
             "duplicate `wprobe.manifest` section (at offset 0x80)",
         ),
@@ -538,7 +538,7 @@ fn rust_sdk_examples_build_and_run() {
     let m = facts.manifest.unwrap();
     assert_eq!(
         (m.abi, m.module.as_str(), m.major, m.gvars),
-        (1, "probe_target", 5, 8)
+        (hostabi::ABI_VERSION, "probe_target", 5, 8)
     );
     let probes: Vec<_> = m
         .probes

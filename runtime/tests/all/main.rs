@@ -15,6 +15,8 @@ mod cache;
 mod cli;
 mod guests;
 mod modules;
+mod oneliner_runtime;
+mod oneliners;
 mod output;
 mod perf_transport;
 mod ptrace_breakpoints;
@@ -33,6 +35,8 @@ fn main() {
         cli::CASES,
         guests::CASES,
         modules::CASES,
+        oneliner_runtime::CASES,
+        oneliners::CASES,
         output::CASES,
         perf_transport::CASES,
         ptrace_breakpoints::CASES,

@@ -63,6 +63,7 @@ impl Tracer {
         });
         crate::sys::process::poke_pipe(wfd);
         drop(wpipe);
+        self.end_tick();
         if child > 0 {
             let _ = sys::wait(child, 0);
         }
@@ -104,19 +105,26 @@ impl Tracer {
             }
             let (tid, raw) = match self.queue.pop_front() {
                 Some(e) => e,
-                None => match sys::wait(-1, 0) {
-                    Ok(Some(e)) => e,
-                    Ok(None) => continue,
-                    Err(Errno::ECHILD) => {
-                        // Nothing left to wait for: every tracee is gone.
-                        self.procs.clear();
-                        self.threads.clear();
-                        return Ok(());
+                None => {
+                    self.arm_tick();
+                    match sys::wait(-1, 0) {
+                        Ok(Some(e)) => e,
+                        Ok(None) => continue,
+                        Err(Errno::ECHILD) => {
+                            // Nothing left to wait for: every tracee is gone.
+                            self.procs.clear();
+                            self.threads.clear();
+                            return Ok(());
+                        }
+                        Err(e) => return Err(ProviderError::sys("waitpid", -1, e)),
                     }
-                    Err(e) => return Err(ProviderError::sys("waitpid", -1, e)),
-                },
+                }
             };
             if tid == waker_pid.load(Ordering::SeqCst) {
+                continue;
+            }
+            if self.tick.is_some_and(|t| t.2 == tid) {
+                self.tick_fired(cb);
                 continue;
             }
             self.handle(tid, raw, cb)?;
@@ -929,6 +937,55 @@ impl Tracer {
             th.sig = deliver;
         }
         false
+    }
+}
+
+// Ticks (interval probes): a child that sleeps until the next due time
+// and exits wakes the blocking `waitpid` of the event loop.
+impl Tracer {
+    /// Delivers [`Event::Tick`] every `period` during [`Tracer::run`].
+    pub fn set_tick(&mut self, period: Duration) {
+        self.tick = Some((period, std::time::Instant::now() + period, 0));
+    }
+
+    /// Starts the sleeping child for the next tick, if none is running.
+    fn arm_tick(&mut self) {
+        let Some((_, due, child)) = self.tick else {
+            return;
+        };
+        if child != 0 {
+            return;
+        }
+        let wait = due.saturating_duration_since(std::time::Instant::now());
+        let pid = crate::sys::process::sleeper_child(wait).unwrap_or(0);
+        if pid > 0
+            && let Some(t) = self.tick.as_mut()
+        {
+            t.2 = pid;
+        }
+    }
+
+    /// The tick child exited: deliver the tick, schedule the next one.
+    fn tick_fired(&mut self, cb: Cb<'_>) {
+        if let Some(t) = self.tick.as_mut() {
+            t.2 = 0;
+            let now = std::time::Instant::now();
+            while t.1 <= now {
+                t.1 += t.0;
+            }
+        }
+        let _ = cb(self, Event::Tick);
+    }
+
+    /// Kills and reaps a tick child still sleeping.
+    fn end_tick(&mut self) {
+        if let Some(t) = self.tick.as_mut()
+            && t.2 > 0
+        {
+            let _ = crate::sys::process::kill(t.2, libc::SIGKILL);
+            let _ = sys::wait(t.2, 0);
+            t.2 = 0;
+        }
     }
 }
 

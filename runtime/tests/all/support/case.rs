@@ -26,6 +26,8 @@ pub enum Need {
     Unshare,
     /// `script`, for tests that need a terminal.
     Script,
+    /// bpftrace, to compare one-liners with it.
+    Bpftrace,
     /// A debug build of wprobe (its fault-injection hooks).
     DebugBuild,
 }
@@ -43,6 +45,7 @@ impl Need {
                 Need::Setpriv,
                 Need::Unshare,
                 Need::Script,
+                Need::Bpftrace,
                 Need::DebugBuild,
             ]
             .into_iter()
@@ -81,6 +84,7 @@ impl Need {
             Need::Setpriv => tool("setpriv", &["--version"], "util-linux"),
             Need::Unshare => tool("unshare", &["--version"], "util-linux"),
             Need::Script => tool("script", &["--version"], "util-linux (bsdutils)"),
+            Need::Bpftrace => tool("bpftrace", &["--version"], "scripts/setup.sh installs it"),
             Need::DebugBuild => {
                 if cfg!(debug_assertions) {
                     Ok(())

@@ -1,0 +1,729 @@
+//! Calls: output (`printf`, `print`, `time`), control (`exit`), map
+//! maintenance (`clear`, `zero`, `delete`), readers (`str`, `buf`, `reg`,
+//! `usym`, `ustack`), comparisons (`strncmp`) and the aggregations, which
+//! are only valid as the value of a map assignment.
+
+use super::Fx;
+use super::format::{self, Kind};
+use crate::ast::{self, ExprKind};
+use crate::diag::codes;
+use crate::ir::{E, Emit, Part, S, Ty};
+use hostabi::event::{EventKind, PrintfEntry};
+use hostabi::maps::{MapKind, Op};
+use rpn2wasm::Span;
+
+const AGGREGATIONS: &[&str] = &[
+    "count", "sum", "avg", "min", "max", "stats", "hist", "lhist",
+];
+
+/// Functions bpftrace has that wprobe refuses, with the reason.
+const REFUSED: &[(&str, &str)] = &[
+    ("system", "wprobe runs no commands from handlers"),
+    ("cat", "wprobe reads no files from handlers"),
+    ("signal", "handlers do not send signals"),
+    ("override", "it changes kernel function returns"),
+    ("kstack", "it describes the kernel"),
+    ("ksym", "it describes the kernel"),
+    ("kaddr", "it describes the kernel"),
+    ("kptr", "it describes the kernel"),
+    ("cgroupid", "it describes the kernel"),
+    ("cgroup_path", "it describes the kernel"),
+    ("ntop", "not supported yet"),
+    ("pton", "not supported yet"),
+    ("macaddr", "not supported yet"),
+    ("strftime", "not supported yet; use time()"),
+    ("join", "not supported yet"),
+    ("sizeof", "not supported yet"),
+    ("strcontains", "not supported yet"),
+    ("strerror", "not supported yet"),
+    ("path", "it describes the kernel"),
+    ("skboutput", "it describes the kernel"),
+    ("debugf", "use printf"),
+    ("bswap", "not supported yet"),
+    ("uaddr", "not supported yet"),
+    ("unwatch", "not supported yet"),
+];
+
+/// Whether `name` is an aggregation function.
+pub(crate) fn is_aggregation(name: &str) -> bool {
+    AGGREGATIONS.contains(&name)
+}
+
+fn int_literal(e: &ast::Expr) -> Option<i64> {
+    match &e.kind {
+        ExprKind::Int(v) => Some(*v as i64),
+        ExprKind::Unop(ast::UnOp::Neg, x) => match x.kind {
+            ExprKind::Int(v) => Some((v as i64).wrapping_neg()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl Fx<'_, '_> {
+    fn nargs(&mut self, name: &str, args: &[ast::Expr], lo: usize, hi: usize, span: Span) -> bool {
+        if args.len() < lo || args.len() > hi {
+            let want = if lo == hi {
+                format!("{lo} argument{}", if lo == 1 { "" } else { "s" })
+            } else {
+                format!("{lo} to {hi} arguments")
+            };
+            self.cx.err(
+                codes::ARGUMENTS,
+                span,
+                format!("{name}() requires {want} ({} provided)", args.len()),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// A call used as a statement.
+    pub(crate) fn expr_stmt(&mut self, e: &ast::Expr) -> Option<S> {
+        if let ExprKind::Call { name, args, .. } = &e.kind {
+            match name.as_str() {
+                "printf" => return self.printf(args, e.span),
+                "print" => return self.print(args, e.span),
+                "time" => return self.time(args, e.span),
+                "exit" => {
+                    if !self.nargs("exit", args, 0, 0, e.span) {
+                        return None;
+                    }
+                    return Some(S::Return(hostabi::Outcome::Stop as i32));
+                }
+                "clear" | "zero" => {
+                    if !self.nargs(name, args, 1, 1, e.span) {
+                        return None;
+                    }
+                    let ExprKind::Map(m) = &args[0].kind else {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("{name}() expects a map to be provided"),
+                        );
+                        return None;
+                    };
+                    if !m.keys.is_empty() {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("The map passed to {name}() should not be indexed by a key"),
+                        );
+                        return None;
+                    }
+                    let info = self.cx.map(&m.name);
+                    info.used.get_or_insert(m.span);
+                    let index = info.index;
+                    return Some(S::MapReset {
+                        map: index,
+                        zero: name == "zero",
+                    });
+                }
+                "delete" => {
+                    if !self.nargs("delete", args, 1, 1, e.span) {
+                        return None;
+                    }
+                    let ExprKind::Map(m) = &args[0].kind else {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            "delete() expects a map to be provided",
+                        );
+                        return None;
+                    };
+                    let (map, key) = self.map_target(m, Ty::None, false)?;
+                    return Some(S::MapDelete { map, key });
+                }
+                n if is_aggregation(n) => {
+                    self.cx.err(
+                        codes::MAP_USE,
+                        e.span,
+                        format!("{n}() should be directly assigned to a map"),
+                    );
+                    return None;
+                }
+                _ => {}
+            }
+        }
+        let (x, _) = self.expr(e);
+        Some(S::Eval(x))
+    }
+
+    /// A call used as a value.
+    pub(crate) fn call(
+        &mut self,
+        name: &str,
+        name_span: Span,
+        args: &[ast::Expr],
+        span: Span,
+    ) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        match name {
+            "str" => {
+                if !self.nargs("str", args, 1, 2, span) {
+                    return bad;
+                }
+                let (addr, at) = self.expr(&args[0]);
+                if at != Ty::None && !at.is_int() {
+                    self.cx.err(
+                        codes::ARGUMENTS,
+                        args[0].span,
+                        format!("str() expects an integer or a pointer type as first argument ({} provided)", at.name()),
+                    );
+                    return bad;
+                }
+                let strlen = self.cx.opts.strlen;
+                // str(p, n) keeps n characters (bpftrace 0.17: a buffer of
+                // n + 1 bytes, at most BPFTRACE_STRLEN).
+                let (max, size) = match args.get(1) {
+                    None => (E::Int(strlen as i64), strlen),
+                    Some(n) => match int_literal(n) {
+                        Some(v) if v > 0 => {
+                            let size = (v.saturating_add(1) as u64).min(strlen as u64) as u32;
+                            (E::Int(size as i64), size)
+                        }
+                        Some(_) => {
+                            self.cx
+                                .err(codes::LITERAL, n.span, "str(): length must be positive");
+                            return bad;
+                        }
+                        None => {
+                            let (ne, nt) = self.expr(n);
+                            self.want_int(&nt, n.span, "str() length");
+                            let plus1 = E::Bin(
+                                crate::ast::BinOp::Add,
+                                false,
+                                Box::new(ne),
+                                Box::new(E::Int(1)),
+                            );
+                            (plus1, strlen)
+                        }
+                    },
+                };
+                let slot = self.slot(size);
+                (
+                    E::ReadStr {
+                        addr: Box::new(addr),
+                        max: Box::new(max),
+                        slot,
+                        size,
+                    },
+                    Ty::Str(size),
+                )
+            }
+            "buf" => {
+                if !self.nargs("buf", args, 1, 2, span) {
+                    return bad;
+                }
+                let (addr, at) = self.expr(&args[0]);
+                self.want_int(&at, args[0].span, "buf() address");
+                let strlen = self.cx.opts.strlen;
+                let (len, cap) = match args.get(1) {
+                    None => (E::Int(strlen as i64), strlen),
+                    Some(n) => match int_literal(n) {
+                        Some(v) if v > 0 => (E::Int(v), (v as u32).min(strlen)),
+                        Some(_) => {
+                            self.cx
+                                .err(codes::LITERAL, n.span, "buf(): length must be positive");
+                            return bad;
+                        }
+                        None => {
+                            let (ne, nt) = self.expr(n);
+                            self.want_int(&nt, n.span, "buf() length");
+                            (ne, strlen)
+                        }
+                    },
+                };
+                let slot = self.slot(8 + cap);
+                (
+                    E::ReadBuf {
+                        addr: Box::new(addr),
+                        len: Box::new(len),
+                        slot,
+                        cap,
+                    },
+                    Ty::Buf(cap),
+                )
+            }
+            "reg" => {
+                if !self.nargs("reg", args, 1, 1, span) {
+                    return bad;
+                }
+                let ExprKind::Str(r) = &args[0].kind else {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[0].span,
+                        "reg() expects a string literal",
+                    );
+                    return bad;
+                };
+                let r = String::from_utf8_lossy(r).to_string();
+                if self.ctx == super::Ctx::Special {
+                    self.cx.err(
+                        codes::BUILTIN_CONTEXT,
+                        span,
+                        "reg can not be used with \"BEGIN\"/\"END\"/\"interval\" probes",
+                    );
+                    return bad;
+                }
+                // bpftrace's names are pt_regs fields: ip, sp, bp, ax...
+                let alias = match r.as_str() {
+                    "ip" => "rip",
+                    "sp" => "rsp",
+                    "bp" => "rbp",
+                    "ax" => "rax",
+                    "bx" => "rbx",
+                    "cx" => "rcx",
+                    "dx" => "rdx",
+                    "si" => "rsi",
+                    "di" => "rdi",
+                    "flags" => "rflags",
+                    other => other,
+                };
+                match hostabi::regs::by_name(alias)
+                    .filter(|i| i.width == 64 && !i.name.starts_with("dr"))
+                {
+                    Some(i) => (E::Reg(i.id), Ty::U64),
+                    None => {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("'{r}' is not a valid register"),
+                        );
+                        bad
+                    }
+                }
+            }
+            "usym" => {
+                if !self.nargs("usym", args, 1, 1, span) {
+                    return bad;
+                }
+                let (a, at) = self.expr(&args[0]);
+                self.want_int(&at, args[0].span, "usym() address");
+                let slot = self.slot(16);
+                (
+                    E::Usym {
+                        addr: Box::new(a),
+                        slot,
+                    },
+                    Ty::Usym,
+                )
+            }
+            "ustack" => {
+                // ustack([mode,] [limit])
+                let mut frames = self.cx.opts.ustack_frames;
+                for a in args {
+                    match &a.kind {
+                        ExprKind::Ident(m) if m == "bpftrace" => {}
+                        ExprKind::Ident(m) if m == "perf" => {
+                            self.cx.err(
+                                codes::UNSUPPORTED,
+                                a.span,
+                                "ustack(perf) is not supported yet; the default mode prints the same frames",
+                            );
+                            return bad;
+                        }
+                        _ => match int_literal(a) {
+                            Some(n) if (1..=1024).contains(&n) => frames = n as u32,
+                            _ => {
+                                self.cx.err(
+                                    codes::ARGUMENTS,
+                                    a.span,
+                                    "ustack() expects a stack mode (bpftrace) and/or a frame limit of 1 to 1024",
+                                );
+                                return bad;
+                            }
+                        },
+                    }
+                }
+                self.ustack(frames, span)
+            }
+            "strncmp" => {
+                if !self.nargs("strncmp", args, 3, 3, span) {
+                    return bad;
+                }
+                let (a, at) = self.expr(&args[0]);
+                let (b, bt) = self.expr(&args[1]);
+                let Some(n) = int_literal(&args[2]).filter(|n| *n >= 0) else {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[2].span,
+                        "strncmp() expects an integer literal as third argument",
+                    );
+                    return bad;
+                };
+                match (at, bt) {
+                    (Ty::Str(x), Ty::Str(y)) => (
+                        E::StrEq {
+                            ne: true,
+                            a: Box::new(a),
+                            b: Box::new(b),
+                            n: (n as u32).min(x).min(y),
+                        },
+                        Ty::U64,
+                    ),
+                    (x, y) => {
+                        if x != Ty::None && y != Ty::None {
+                            self.cx
+                                .err(codes::ARGUMENTS, span, "strncmp() expects two strings");
+                        }
+                        bad
+                    }
+                }
+            }
+            "uptr" => {
+                if !self.nargs("uptr", args, 1, 1, span) {
+                    return bad;
+                }
+                self.expr(&args[0])
+            }
+            "printf" | "print" | "time" | "exit" | "clear" | "zero" | "delete" => {
+                self.cx.err(
+                    codes::ARGUMENTS,
+                    span,
+                    format!("{name}() should not be used in an assignment or as a map key"),
+                );
+                bad
+            }
+            n if is_aggregation(n) => {
+                self.cx.err(
+                    codes::MAP_USE,
+                    span,
+                    format!("{n}() should be directly assigned to a map"),
+                );
+                bad
+            }
+            _ => {
+                if let Some((_, why)) = REFUSED.iter().find(|(f, _)| *f == name) {
+                    self.cx.err_note(
+                        codes::UNSUPPORTED,
+                        name_span,
+                        format!("{name}() is not supported"),
+                        *why,
+                    );
+                } else {
+                    self.cx.err(
+                        codes::UNKNOWN_FUNCTION,
+                        name_span,
+                        format!("Unknown function: {name}"),
+                    );
+                }
+                bad
+            }
+        }
+    }
+
+    /// `@m[k] = count()` and the other aggregations.
+    pub(crate) fn aggregate(
+        &mut self,
+        m: &ast::MapRef,
+        name: &str,
+        args: &[ast::Expr],
+        span: Span,
+        out: &mut Vec<S>,
+    ) {
+        let (kind, op, nargs) = match name {
+            "count" => (MapKind::Count, Op::Count, 0),
+            "sum" => (MapKind::Sum, Op::Add, 1),
+            "avg" => (MapKind::Avg, Op::Avg, 1),
+            "min" => (MapKind::Min, Op::Min, 1),
+            "max" => (MapKind::Max, Op::Max, 1),
+            "stats" => (MapKind::Stats, Op::Avg, 1),
+            "hist" => (MapKind::Hist, Op::Hist, 1),
+            _ => (MapKind::Lhist, Op::Lhist, 4),
+        };
+        if !self.nargs(name, args, nargs, nargs, span) {
+            return;
+        }
+        let (value, vt) = match args.first() {
+            Some(a) => {
+                let (e, t) = self.expr(a);
+                if t == Ty::None {
+                    return;
+                }
+                if !t.is_int() {
+                    self.cx.err(
+                        codes::ARGUMENTS,
+                        a.span,
+                        format!("{name}() expects a integer type ({} provided)", t.name()),
+                    );
+                    return;
+                }
+                (e, t)
+            }
+            None => (E::Int(0), Ty::U64),
+        };
+        let mut lhist = None;
+        if kind == MapKind::Lhist {
+            let lit: Vec<Option<i64>> = args[1..].iter().map(int_literal).collect();
+            let names = ["min", "max", "step"];
+            for (i, l) in lit.iter().enumerate() {
+                if l.is_none() {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[i + 1].span,
+                        format!("lhist: invalid {} value", names[i]),
+                    );
+                    return;
+                }
+            }
+            let (min, max, step) = (
+                lit[0].unwrap_or(0),
+                lit[1].unwrap_or(0),
+                lit[2].unwrap_or(0),
+            );
+            let mut ok = true;
+            if step <= 0 {
+                self.cx.err(
+                    codes::LITERAL,
+                    span,
+                    format!("lhist() step must be >= 1 ({step} provided)"),
+                );
+                ok = false;
+            } else {
+                let buckets = (max - min) / step;
+                if buckets > 1000 {
+                    self.cx.err(
+                        codes::LITERAL,
+                        span,
+                        format!("lhist() too many buckets, must be <= 1000 (would need {buckets})"),
+                    );
+                    ok = false;
+                }
+            }
+            if min < 0 {
+                self.cx.err(
+                    codes::LITERAL,
+                    span,
+                    format!("lhist() min must be non-negative (provided min {min})"),
+                );
+                ok = false;
+            }
+            if min > max {
+                self.cx.err(
+                    codes::LITERAL,
+                    span,
+                    format!("lhist() min must be less than max (provided min {min} and max {max})"),
+                );
+                ok = false;
+            }
+            if step > 0 && (max - min) < step {
+                self.cx.err(
+                    codes::LITERAL,
+                    span,
+                    format!("lhist() step is too large for the given range (provided step {step} for range {})", max - min),
+                );
+                ok = false;
+            }
+            if !ok {
+                return;
+            }
+            lhist = Some((min, max, step));
+        }
+        let sample = Ty::Int {
+            signed: vt.signed(),
+            bytes: 8,
+        };
+        let Some((map, key)) = self.map_target(m, sample.clone(), true) else {
+            return;
+        };
+        if self
+            .set_map_kind(m, kind, sample.clone(), lhist, span)
+            .is_none()
+        {
+            return;
+        }
+        out.push(S::MapUpdate {
+            map,
+            key,
+            op,
+            value: super::coerce_int(value, &vt, &sample),
+        });
+    }
+
+    fn printf(&mut self, args: &[ast::Expr], span: Span) -> Option<S> {
+        let Some(first) = args.first() else {
+            self.cx.err(
+                codes::ARGUMENTS,
+                span,
+                "printf() requires at least 1 argument (0 provided)",
+            );
+            return None;
+        };
+        let ExprKind::Str(fmt) = &first.kind else {
+            self.cx.err(
+                codes::LITERAL,
+                first.span,
+                "printf() expects a string literal as first argument",
+            );
+            return None;
+        };
+        let specs = format::specs(fmt);
+        let rest = &args[1..];
+        if rest.len() < specs.len() {
+            self.cx.err(
+                codes::FORMAT,
+                span,
+                format!(
+                    "printf: Not enough arguments for format string ({} supplied, {} expected)",
+                    rest.len(),
+                    specs.len()
+                ),
+            );
+            return None;
+        }
+        if rest.len() > specs.len() {
+            self.cx.err(
+                codes::FORMAT,
+                span,
+                format!(
+                    "printf: Too many arguments for format string ({} supplied, {} expected)",
+                    rest.len(),
+                    specs.len()
+                ),
+            );
+            return None;
+        }
+        let mut parts = Vec::new();
+        let mut layouts = Vec::new();
+        let mut off = 0;
+        for (a, s) in rest.iter().zip(&specs) {
+            let (e, t) = self.expr(a);
+            if t == Ty::None {
+                return None;
+            }
+            let given = match t {
+                Ty::Int { .. } => Kind::Int,
+                Ty::Buf(_) => Kind::Buf,
+                _ => Kind::Str,
+            };
+            if given != s.kind {
+                self.cx.err(
+                    codes::FORMAT,
+                    a.span,
+                    format!(
+                        "printf: %{} specifier expects a value of type {} ({} supplied)",
+                        s.conv,
+                        s.kind.name(),
+                        given.name()
+                    ),
+                );
+                return None;
+            }
+            let sz = t.size();
+            layouts.push(t.layout());
+            parts.push(Part { e, ty: t, off });
+            off += sz;
+        }
+        let id = self.cx.events.printf.len() as u32;
+        self.cx.events.printf.push(PrintfEntry {
+            format: fmt.clone(),
+            args: layouts,
+        });
+        let slot = self.slot(off.max(8));
+        Some(S::Emit(Emit {
+            kind: EventKind::Printf as i32,
+            id,
+            slot,
+            parts,
+            size: off,
+        }))
+    }
+
+    fn print(&mut self, args: &[ast::Expr], span: Span) -> Option<S> {
+        if !self.nargs("print", args, 1, 3, span) {
+            return None;
+        }
+        if let ExprKind::Map(m) = &args[0].kind
+            && m.keys.is_empty()
+        {
+            let info = self.cx.map(&m.name);
+            info.used.get_or_insert(m.span);
+            let index = info.index;
+            let mut lits = [0i64; 2];
+            for (i, a) in args[1..].iter().enumerate() {
+                match int_literal(a) {
+                    Some(v) if v >= 0 => lits[i] = v,
+                    _ => {
+                        self.cx.err(
+                            codes::LITERAL,
+                            a.span,
+                            "print(): top and div must be non-negative integer literals",
+                        );
+                        return None;
+                    }
+                }
+            }
+            let slot = self.slot(16);
+            let parts = vec![
+                Part {
+                    e: E::Int(lits[0]),
+                    ty: Ty::U64,
+                    off: 0,
+                },
+                Part {
+                    e: E::Int(lits[1]),
+                    ty: Ty::U64,
+                    off: 8,
+                },
+            ];
+            return Some(S::Emit(Emit {
+                kind: EventKind::PrintMap as i32,
+                id: index,
+                slot,
+                parts,
+                size: 16,
+            }));
+        }
+        if args.len() > 1 {
+            self.cx.err(
+                codes::ARGUMENTS,
+                span,
+                "Non-map print() only takes 1 argument, 2 found",
+            );
+            return None;
+        }
+        let (e, t) = self.expr(&args[0]);
+        if t == Ty::None {
+            return None;
+        }
+        let id = self.cx.events.values.len() as u32;
+        self.cx.events.values.push(t.layout());
+        let size = t.size();
+        let slot = self.slot(size);
+        Some(S::Emit(Emit {
+            kind: EventKind::PrintValue as i32,
+            id,
+            slot,
+            parts: vec![Part { e, ty: t, off: 0 }],
+            size,
+        }))
+    }
+
+    fn time(&mut self, args: &[ast::Expr], span: Span) -> Option<S> {
+        if !self.nargs("time", args, 0, 1, span) {
+            return None;
+        }
+        let fmt = match args.first() {
+            None => b"%H:%M:%S\n".to_vec(),
+            Some(a) => match &a.kind {
+                ExprKind::Str(s) => s.clone(),
+                _ => {
+                    self.cx
+                        .err(codes::LITERAL, a.span, "time() expects a string literal");
+                    return None;
+                }
+            },
+        };
+        let id = self.cx.events.times.len() as u32;
+        self.cx.events.times.push(fmt);
+        let slot = self.slot(8);
+        Some(S::Emit(Emit {
+            kind: EventKind::Time as i32,
+            id,
+            slot,
+            parts: Vec::new(),
+            size: 0,
+        }))
+    }
+}

@@ -1,0 +1,1014 @@
+//! Lowering of expressions and map assignments: builtins, operators with
+//! bpftrace's typing (64-bit results, signed only when both operands are),
+//! string comparisons, casts, tuples, map reads, `args` from DWARF.
+
+use super::{Ctx, Fx, MapInfo, VarLoc, coerce_int, unify};
+use crate::ast::{self, BinOp, ExprKind, UnOp};
+use crate::diag::codes;
+use crate::dwarf::ParamValue;
+use crate::ir::{E, Fact, Part, S, Ty};
+use hostabi::maps::{MapKind, Op};
+use hostabi::regs;
+use rpn2wasm::Span;
+
+/// `hostabi::regs` ids used by the lowering (checked by a test).
+pub(crate) mod reg {
+    pub const RAX: u16 = 0x06;
+    pub const RCX: u16 = 0x08;
+    pub const RDX: u16 = 0x09;
+    pub const RDI: u16 = 0x0a;
+    pub const RSI: u16 = 0x0b;
+    pub const RBP: u16 = 0x0f;
+    pub const R8: u16 = 0x10;
+    pub const R9: u16 = 0x11;
+}
+
+/// Registers of arguments 0-5 (System V x86-64).
+pub(crate) const ARG_REGS: [u16; 6] = [reg::RDI, reg::RSI, reg::RDX, reg::RCX, reg::R8, reg::R9];
+
+/// Integer binary operation with bpftrace's result type.
+pub(crate) fn int_binop(op: BinOp, (a, ta): (E, Ty), (b, tb): (E, Ty)) -> (E, Ty) {
+    let (sa, sb) = (ta.signed(), tb.signed());
+    let signed = match op {
+        BinOp::Shl | BinOp::Shr => sa,
+        _ => sa && sb,
+    };
+    let t = if op.is_comparison() {
+        Ty::I64
+    } else {
+        Ty::Int { signed, bytes: 8 }
+    };
+    (E::Bin(op, signed, Box::new(a), Box::new(b)), t)
+}
+
+fn is_literal_nonneg(e: &ast::Expr) -> bool {
+    matches!(e.kind, ExprKind::Int(_))
+}
+
+impl Fx<'_, '_> {
+    /// Lowers an expression; errors give `(Int(0), None)`.
+    pub fn expr(&mut self, e: &ast::Expr) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        match &e.kind {
+            ExprKind::Int(v) => (E::Int(*v as i64), Ty::I64),
+            ExprKind::Str(s) => {
+                let a = self.cx.string(s);
+                (E::Static(a), Ty::Str(s.len() as u32 + 1))
+            }
+            ExprKind::Ident(name) => self.builtin(name, e.span),
+            ExprKind::Var(name) => match self.vars.get(name) {
+                Some((t, VarLoc::Local(l))) => (E::Local(*l), t.clone()),
+                Some((t, VarLoc::Slot(s))) => (E::Slot(*s), t.clone()),
+                None => {
+                    self.cx.err(
+                        codes::UNDEFINED,
+                        e.span,
+                        format!("Undefined or undeclared variable used: {name}"),
+                    );
+                    bad
+                }
+            },
+            ExprKind::Param(_) | ExprKind::ParamCount => {
+                self.cx.err_note(
+                    codes::UNSUPPORTED,
+                    e.span,
+                    "positional parameters are not supported",
+                    "wprobe takes the command after `--`, not program arguments",
+                );
+                bad
+            }
+            ExprKind::Map(m) => self.map_get(m),
+            ExprKind::Call {
+                name,
+                name_span,
+                args,
+            } => self.call(name, *name_span, args, e.span),
+            ExprKind::Unop(op, x) => self.unop(*op, x, e.span),
+            ExprKind::Binop(op, a, b) => self.binop(*op, a, b, e.span),
+            ExprKind::Ternary(c, a, b) => {
+                let (ce, ct) = self.expr(c);
+                self.want_int(&ct, c.span, "ternary condition");
+                let (ae, at) = self.expr(a);
+                let (be, bt) = self.expr(b);
+                if at == Ty::None || bt == Ty::None {
+                    return bad;
+                }
+                match (at.is_int(), bt.is_int()) {
+                    (true, true) => {
+                        let signed = at.signed() && bt.signed();
+                        (
+                            E::Ternary(Box::new(ce), Box::new(ae), Box::new(be)),
+                            Ty::Int { signed, bytes: 8 },
+                        )
+                    }
+                    _ => match unify(&at, &bt) {
+                        Some(t) if t.is_agg() => {
+                            let size = t.size();
+                            let slot = self.slot(size);
+                            let set = |e, from: &Ty| S::SetSlot {
+                                slot,
+                                e,
+                                size,
+                                src_size: from.size().min(size),
+                            };
+                            let s = S::If(ce, vec![set(ae, &at)], vec![set(be, &bt)]);
+                            (E::Seq(vec![s], Box::new(E::Slot(slot))), t)
+                        }
+                        _ => {
+                            self.cx.err(
+                                codes::TYPE,
+                                e.span,
+                                format!(
+                                    "Ternary operator must return the same type: have '{}' and '{}'",
+                                    at.name(),
+                                    bt.name()
+                                ),
+                            );
+                            bad
+                        }
+                    },
+                }
+            }
+            ExprKind::Field { base, field, arrow } => self.field(base, field, *arrow, e.span),
+            ExprKind::TupleIndex(base, n) => {
+                let (be, bt) = self.expr(base);
+                let Ty::Tuple(fields) = &bt else {
+                    if bt != Ty::None {
+                        self.cx.err(
+                            codes::TYPE,
+                            e.span,
+                            format!(
+                                "Can not access index '{n}' on expression of type '{}'",
+                                bt.name()
+                            ),
+                        );
+                    }
+                    return bad;
+                };
+                let Some(t) = fields.get(*n as usize).cloned() else {
+                    self.cx.err(
+                        codes::TYPE,
+                        e.span,
+                        format!(
+                            "Invalid tuple index: {n}. Found {} elements in tuple.",
+                            fields.len()
+                        ),
+                    );
+                    return bad;
+                };
+                let off: u32 = fields[..*n as usize].iter().map(Ty::size).sum();
+                (
+                    E::Field {
+                        base: Box::new(be),
+                        off,
+                        ty: t.clone(),
+                    },
+                    t,
+                )
+            }
+            ExprKind::Index(..) => {
+                self.cx.err_note(
+                    codes::UNSUPPORTED,
+                    e.span,
+                    "array indexing is not supported",
+                    "read memory with a cast and a dereference: *(uint32*)(addr + 4 * i)",
+                );
+                bad
+            }
+            ExprKind::Cast { ty, ptr, expr } => self.cast(ty, *ptr, expr, e.span),
+            ExprKind::Tuple(items) => {
+                let mut parts = Vec::new();
+                let mut tys = Vec::new();
+                let mut off = 0;
+                for it in items {
+                    let (ie, it_t) = self.expr(it);
+                    if it_t == Ty::None {
+                        return bad;
+                    }
+                    tys.push(it_t.clone());
+                    let sz = it_t.size();
+                    parts.push(Part {
+                        e: ie,
+                        ty: it_t,
+                        off,
+                    });
+                    off += sz;
+                }
+                let slot = self.slot(off);
+                (E::Tuple { slot, parts }, Ty::Tuple(tys))
+            }
+            ExprKind::IncDec { target, inc, post } => self.incdec(target, *inc, *post, e.span),
+        }
+    }
+
+    fn builtin(&mut self, name: &str, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let fact = |f| (E::Fact(f), Ty::U64);
+        match name {
+            "pid" => fact(Fact::Pid),
+            "tid" => fact(Fact::Tid),
+            "cpu" => fact(Fact::Cpu),
+            "uid" => fact(Fact::Uid),
+            "nsecs" => fact(Fact::Nsecs),
+            "elapsed" => fact(Fact::Elapsed),
+            "cpid" => {
+                if !self.cx.opts.has_child {
+                    self.cx.err(
+                        codes::BUILTIN_CONTEXT,
+                        span,
+                        "cpid cannot be used without child command",
+                    );
+                    return bad;
+                }
+                fact(Fact::Cpid)
+            }
+            "comm" => {
+                let slot = self.slot(16);
+                (E::Comm(slot), Ty::Str(16))
+            }
+            "retval" => {
+                if self.ctx != Ctx::Uretprobe {
+                    self.cx.err(
+                        codes::BUILTIN_CONTEXT,
+                        span,
+                        "The retval builtin can only be used with 'kretprobe' and 'uretprobe' and 'kfunc' probes",
+                    );
+                    return bad;
+                }
+                (E::Reg(reg::RAX), Ty::U64)
+            }
+            "func" | "probe" => {
+                let (base, stride) = self.name_table(name == "func");
+                (E::Table { base, stride }, Ty::Str(stride))
+            }
+            "ustack" => {
+                let frames = self.cx.opts.ustack_frames;
+                self.ustack(frames, span)
+            }
+            "kstack" | "ctx" | "curtask" | "cgroup" | "numaid" => {
+                self.cx.err_note(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!("the {name} builtin is not supported"),
+                    "it describes the kernel; wprobe traces user space",
+                );
+                bad
+            }
+            "gid" | "rand" | "username" => {
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!("the {name} builtin is not supported yet"),
+                );
+                bad
+            }
+            "args" => {
+                self.cx.err(
+                    codes::DWARF,
+                    span,
+                    "args must be followed by a field: args.NAME or args->NAME",
+                );
+                bad
+            }
+            _ => {
+                if let Some(n) = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok())
+                    && n <= 9
+                {
+                    return self.arg(n, span);
+                }
+                if let Some(n) = name
+                    .strip_prefix("sarg")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    && n <= 9
+                {
+                    if self.ctx != Ctx::Uprobe {
+                        self.cx.err(
+                            codes::BUILTIN_CONTEXT,
+                            span,
+                            format!("The {name} builtin can only be used with 'kprobes' and 'uprobes' probes"),
+                        );
+                        return bad;
+                    }
+                    return self.stack_word(8 * (n + 1));
+                }
+                self.cx.err(
+                    codes::UNDEFINED,
+                    span,
+                    format!("Unknown identifier: '{name}'"),
+                );
+                bad
+            }
+        }
+    }
+
+    fn arg(&mut self, n: u32, span: Span) -> (E, Ty) {
+        if self.ctx != Ctx::Uprobe {
+            self.cx.err(
+                codes::BUILTIN_CONTEXT,
+                span,
+                format!("The arg{n} builtin can only be used with 'kprobes', 'uprobes' and 'usdt' probes"),
+            );
+            return (E::Int(0), Ty::None);
+        }
+        if n < 6 {
+            (E::Reg(ARG_REGS[n as usize]), Ty::U64)
+        } else {
+            // Stack arguments: above the return address at the entry.
+            self.stack_word(8 * (n - 5))
+        }
+    }
+
+    /// The u64 at `rsp + off` of the hit thread.
+    fn stack_word(&mut self, off: u32) -> (E, Ty) {
+        let slot = self.slot(8);
+        (
+            E::Load {
+                addr: Box::new(E::Bin(
+                    BinOp::Add,
+                    false,
+                    Box::new(E::Reg(regs::RSP)),
+                    Box::new(E::Int(off as i64)),
+                )),
+                bytes: 8,
+                signed: false,
+                slot,
+            },
+            Ty::U64,
+        )
+    }
+
+    pub(crate) fn ustack(&mut self, frames: u32, span: Span) -> (E, Ty) {
+        if self.ctx == Ctx::Special {
+            self.cx.err(
+                codes::BUILTIN_CONTEXT,
+                span,
+                "ustack can only be used in uprobes, uretprobes and watchpoints",
+            );
+            return (E::Int(0), Ty::None);
+        }
+        let t = Ty::Ustack(frames);
+        let slot = self.slot(t.size());
+        let entry_fixup = self.ctx == Ctx::Uprobe;
+        (
+            E::Ustack {
+                slot,
+                frames,
+                entry_fixup,
+            },
+            t,
+        )
+    }
+
+    /// The `probe` or `func` table of this handler: strings of one stride.
+    fn name_table(&mut self, func: bool) -> (u32, u32) {
+        if self.tables.is_none() {
+            let mk = |cx: &mut super::Cx<'_>, names: Vec<&str>| {
+                let stride = names.iter().map(|n| n.len() as u32 + 1).max().unwrap_or(1);
+                let stride8 = stride.div_ceil(8) * 8;
+                let mut bytes = Vec::new();
+                for n in &names {
+                    let mut b = n.as_bytes().to_vec();
+                    b.resize(stride8 as usize, 0);
+                    bytes.extend(b);
+                }
+                // Stored as one string whose bytes are the table.
+                let base = cx.string(&bytes);
+                (base, stride8)
+            };
+            let probes: Vec<&str> = self.concrete.iter().map(|c| c.name.as_str()).collect();
+            let funcs: Vec<&str> = self.concrete.iter().map(|c| c.func.as_str()).collect();
+            let p = mk(self.cx, probes);
+            let f = mk(self.cx, funcs);
+            self.tables = Some((p, f));
+        }
+        let (p, f) = self.tables.unwrap_or_default();
+        if func { f } else { p }
+    }
+
+    fn unop(&mut self, op: UnOp, x: &ast::Expr, span: Span) -> (E, Ty) {
+        if op == UnOp::Deref {
+            if let ExprKind::Cast { ty, ptr, expr } = &x.kind
+                && *ptr >= 1
+            {
+                let (addr, at) = self.expr(expr);
+                self.want_int(&at, expr.span, "a pointer");
+                let pointee = if *ptr > 1 {
+                    Some(Ty::U64)
+                } else {
+                    int_type(ty)
+                };
+                let Some(Ty::Int { signed, bytes }) = pointee else {
+                    self.cx.err(
+                        codes::UNSUPPORTED,
+                        span,
+                        format!("dereferencing `{ty}*` is not supported (integers only)"),
+                    );
+                    return (E::Int(0), Ty::None);
+                };
+                let slot = self.slot(8);
+                return (
+                    E::Load {
+                        addr: Box::new(addr),
+                        bytes,
+                        signed,
+                        slot,
+                    },
+                    Ty::Int { signed, bytes },
+                );
+            }
+            let (_, t) = self.expr(x);
+            if t != Ty::None {
+                self.cx.err_note(
+                    codes::TYPE,
+                    span,
+                    format!("Can not dereference type '{}'", t.name()),
+                    "cast to a pointer first: *(uint64*)addr",
+                );
+            }
+            return (E::Int(0), Ty::None);
+        }
+        let (e, t) = self.expr(x);
+        if !t.is_int() {
+            if t != Ty::None {
+                self.cx.err(
+                    codes::TYPE,
+                    span,
+                    format!(
+                        "The {} operator can not be used on expressions of type '{}'",
+                        match op {
+                            UnOp::Neg => "-",
+                            UnOp::Not => "!",
+                            _ => "~",
+                        },
+                        t.name()
+                    ),
+                );
+            }
+            return (E::Int(0), Ty::None);
+        }
+        let rt = match op {
+            UnOp::Neg => Ty::I64,
+            UnOp::Not => Ty::U64,
+            _ => Ty::Int {
+                signed: t.signed(),
+                bytes: 8,
+            },
+        };
+        (E::Un(op, Box::new(e)), rt)
+    }
+
+    fn binop(&mut self, op: BinOp, a: &ast::Expr, b: &ast::Expr, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let (ae, mut at) = self.expr(a);
+        let (be, mut bt) = self.expr(b);
+        if at == Ty::None || bt == Ty::None {
+            return bad;
+        }
+        match (&at, &bt) {
+            (Ty::Str(x), Ty::Str(y)) if matches!(op, BinOp::Eq | BinOp::Ne) => {
+                return (
+                    E::StrEq {
+                        ne: op == BinOp::Ne,
+                        a: Box::new(ae),
+                        b: Box::new(be),
+                        n: (*x).min(*y),
+                    },
+                    Ty::U64,
+                );
+            }
+            (Ty::Int { .. }, Ty::Int { .. }) => {}
+            _ => {
+                self.cx.err(
+                    codes::TYPE,
+                    span,
+                    format!(
+                        "Type mismatch for '{}': comparing '{}' with '{}'",
+                        op.text(),
+                        at.name(),
+                        bt.name()
+                    ),
+                );
+                return bad;
+            }
+        }
+        // A non-negative literal takes the other operand's signedness.
+        if is_literal_nonneg(a) && !bt.signed() {
+            at = Ty::U64;
+        }
+        if is_literal_nonneg(b) && !at.signed() {
+            bt = Ty::U64;
+        }
+        int_binop(op, (ae, at), (be, bt))
+    }
+
+    fn cast(&mut self, ty: &str, ptr: u8, x: &ast::Expr, span: Span) -> (E, Ty) {
+        let (e, t) = self.expr(x);
+        if t == Ty::None {
+            return (E::Int(0), Ty::None);
+        }
+        if !t.is_int() {
+            self.cx.err(
+                codes::TYPE,
+                span,
+                format!("Cannot cast from \"{}\" to \"{ty}\"", t.name()),
+            );
+            return (E::Int(0), Ty::None);
+        }
+        if ptr > 0 {
+            // A pointer is an address; only a dereference gives it meaning.
+            return (e, Ty::U64);
+        }
+        match int_type(ty) {
+            Some(Ty::Int { signed, bytes }) => (
+                E::Cast {
+                    e: Box::new(e),
+                    signed,
+                    bytes,
+                },
+                Ty::Int { signed, bytes },
+            ),
+            _ => {
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!("Cannot cast to \"{ty}\": only integer types are supported"),
+                );
+                (E::Int(0), Ty::None)
+            }
+        }
+    }
+
+    fn field(&mut self, base: &ast::Expr, field: &str, _arrow: bool, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        if !matches!(&base.kind, ExprKind::Ident(n) if n == "args") {
+            let _ = self.expr(base);
+            self.cx.err_note(
+                codes::UNSUPPORTED,
+                span,
+                format!("field access `{field}` is not supported"),
+                "structure layouts need C headers or BTF, which wprobe does not read; only args.NAME (from DWARF) is",
+            );
+            return bad;
+        }
+        if self.ctx != Ctx::Uprobe {
+            self.cx.err(
+                codes::BUILTIN_CONTEXT,
+                span,
+                "The args builtin can only be used with tracepoint/kfunc/uprobe probes (uprobes only, here: not uretprobes)",
+            );
+            return bad;
+        }
+        let mut found: Option<(usize, ParamValue)> = None;
+        for c in self.concrete {
+            let Some(params) = &c.params else {
+                self.cx.err_note(
+                    codes::DWARF,
+                    span,
+                    format!("No debuginfo found for {}", c.name),
+                    "args.NAME needs DWARF for the function (build the binary with -g)",
+                );
+                return bad;
+            };
+            let Some(i) = params.iter().position(|p| p.name == field) else {
+                self.cx.err(
+                    codes::DWARF,
+                    span,
+                    format!("Can't find function parameter {field}"),
+                );
+                return bad;
+            };
+            let v = params[i].value;
+            if found.is_some_and(|f| f != (i, v)) {
+                self.cx.err(
+                    codes::DWARF,
+                    span,
+                    format!("Probe has attach points with mixed arguments: {field}"),
+                );
+                return bad;
+            }
+            found = Some((i, v));
+        }
+        match found {
+            Some((i, ParamValue::Int { signed, bytes })) if i < 6 => {
+                let t = Ty::Int { signed, bytes };
+                (coerce_int(E::Reg(ARG_REGS[i]), &Ty::U64, &t), t)
+            }
+            Some((_, ParamValue::Int { .. })) => {
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!("parameter {field} is passed on the stack (7th or later), which is not supported"),
+                );
+                bad
+            }
+            Some(_) => {
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!("parameter {field} is not an integer or pointer (floating point or structure by value), which is not supported"),
+                );
+                bad
+            }
+            None => bad,
+        }
+    }
+
+    fn incdec(&mut self, target: &ast::Expr, inc: bool, post: bool, span: Span) -> (E, Ty) {
+        let delta: i64 = if inc { 1 } else { -1 };
+        match &target.kind {
+            ExprKind::Var(name) => {
+                let Some((t, VarLoc::Local(l))) = self.vars.get(name).cloned() else {
+                    self.cx.err(
+                        codes::UNDEFINED,
+                        span,
+                        format!("Undefined or undeclared variable used: {name}"),
+                    );
+                    return (E::Int(0), Ty::None);
+                };
+                let set = S::SetLocal(
+                    l,
+                    E::Bin(
+                        BinOp::Add,
+                        t.signed(),
+                        Box::new(E::Local(l)),
+                        Box::new(E::Int(delta)),
+                    ),
+                );
+                if post {
+                    let tmp = self.local();
+                    (
+                        E::Seq(
+                            vec![S::SetLocal(tmp, E::Local(l)), set],
+                            Box::new(E::Local(tmp)),
+                        ),
+                        t,
+                    )
+                } else {
+                    (E::Seq(vec![set], Box::new(E::Local(l))), t)
+                }
+            }
+            ExprKind::Map(m) => {
+                // `@x++`: an integer map (bpftrace types it int64).
+                let Some((map, key)) = self.map_target(m, Ty::I64, true) else {
+                    return (E::Int(0), Ty::None);
+                };
+                if self
+                    .set_map_kind(m, MapKind::Assign, Ty::I64, None, span)
+                    .is_none()
+                {
+                    return (E::Int(0), Ty::None);
+                }
+                let upd = S::MapUpdate {
+                    map,
+                    key: key.clone(),
+                    op: Op::Add,
+                    value: E::Int(delta),
+                };
+                let slot = self.slot(8);
+                let get = |k| E::MapGet {
+                    map,
+                    key: k,
+                    slot,
+                    ty: Ty::I64,
+                };
+                if post {
+                    let tmp = self.local();
+                    (
+                        E::Seq(
+                            vec![S::SetLocal(tmp, get(key)), upd],
+                            Box::new(E::Local(tmp)),
+                        ),
+                        Ty::I64,
+                    )
+                } else {
+                    (E::Seq(vec![upd], Box::new(get(key))), Ty::I64)
+                }
+            }
+            _ => (E::Int(0), Ty::None),
+        }
+    }
+
+    /// Lowers the keys of `m` and records them as the map's key types.
+    /// Returns the map index and the key, or `None` after an error.
+    pub(crate) fn map_target(
+        &mut self,
+        m: &ast::MapRef,
+        value: Ty,
+        assigning: bool,
+    ) -> Option<(u32, crate::ir::Key)> {
+        let mut keys = Vec::new();
+        for k in &m.keys {
+            let (e, t) = self.expr(k);
+            if t == Ty::None {
+                return None;
+            }
+            // Integer keys are 8 bytes (bpftrace widens int keys too).
+            let t = match t {
+                Ty::Int { signed, .. } => Ty::Int { signed, bytes: 8 },
+                other => other,
+            };
+            keys.push((e, t));
+        }
+        let key_tys: Vec<Ty> = keys.iter().map(|(_, t)| t.clone()).collect();
+        let info: &mut MapInfo = self.cx.map(&m.name);
+        if assigning && info.first.is_none() {
+            info.first = Some(m.span);
+        }
+        if info.used.is_none() {
+            info.used = Some(m.span);
+        }
+        let merged = match &info.key {
+            None => Some(key_tys.clone()),
+            Some(old) if old.len() == key_tys.len() => old
+                .iter()
+                .zip(&key_tys)
+                .map(|(a, b)| unify(a, b))
+                .collect::<Option<Vec<_>>>(),
+            Some(_) => None,
+        };
+        let index = info.index;
+        let Some(merged) = merged else {
+            let expects = info
+                .key
+                .as_ref()
+                .map(|k| k.iter().map(Ty::name).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            let got = key_tys.iter().map(Ty::name).collect::<Vec<_>>().join(", ");
+            let name = m.name.clone();
+            self.cx.err(
+                codes::TYPE,
+                m.span,
+                format!("Argument mismatch for {name}: trying to access with arguments: [{got}] when map expects arguments: [{expects}]"),
+            );
+            return None;
+        };
+        if info.key.as_ref() != Some(&merged) {
+            info.key = Some(merged.clone());
+            self.cx.changed = true;
+        }
+        let _ = value;
+        let exprs: Vec<(E, Ty)> = keys;
+        let mut parts_src = Vec::new();
+        for ((e, t), kt) in exprs.into_iter().zip(&merged) {
+            parts_src.push((coerce_int(e, &t, kt), t));
+        }
+        let key = self.key(&merged, parts_src);
+        Some((index, key))
+    }
+
+    /// A read of `@m[keys]`.
+    fn map_get(&mut self, m: &ast::MapRef) -> (E, Ty) {
+        let Some((map, key)) = self.map_target(m, Ty::None, false) else {
+            return (E::Int(0), Ty::None);
+        };
+        let info = self.cx.maps.get(&m.name).cloned();
+        let Some(info) = info.filter(|i| i.kind.is_some()) else {
+            // Reported once, at the end of the pass, if never assigned.
+            return (E::Int(0), Ty::None);
+        };
+        let ty = match info.kind {
+            Some(MapKind::Assign) => info.value.clone(),
+            Some(MapKind::Count) => Ty::U64,
+            Some(MapKind::Sum | MapKind::Min | MapKind::Max) => Ty::Int {
+                signed: info.value.signed(),
+                bytes: 8,
+            },
+            Some(k) => {
+                self.cx.err(
+                    codes::MAP_USE,
+                    m.span,
+                    format!(
+                        "reading the value of a {}() map is not supported: print it",
+                        k.name()
+                    ),
+                );
+                return (E::Int(0), Ty::None);
+            }
+            None => return (E::Int(0), Ty::None),
+        };
+        if ty == Ty::None {
+            return (E::Int(0), Ty::None);
+        }
+        let slot = self.slot(ty.size());
+        (
+            E::MapGet {
+                map,
+                key,
+                slot,
+                ty: ty.clone(),
+            },
+            ty,
+        )
+    }
+
+    /// `@m[k] = v` and `@m[k] OP= v`.
+    pub(crate) fn assign_map(
+        &mut self,
+        m: &ast::MapRef,
+        op: Option<BinOp>,
+        value: &ast::Expr,
+        out: &mut Vec<S>,
+    ) {
+        if op.is_none()
+            && let ExprKind::Call { name, args, .. } = &value.kind
+            && super::call::is_aggregation(name)
+        {
+            self.aggregate(m, name, args, value.span, out);
+            return;
+        }
+        let (mut e, mut t) = self.expr(value);
+        if t == Ty::None {
+            return;
+        }
+        let Some((map, key)) = self.map_target(m, t.clone(), true) else {
+            return;
+        };
+        let info = self.cx.maps.get(&m.name).cloned();
+        if let Some(k) = info.as_ref().and_then(|i| i.kind)
+            && k != MapKind::Assign
+        {
+            self.cx.err(
+                codes::TYPE,
+                value.span,
+                format!(
+                    "Type mismatch for {}: trying to assign value of type '{}' when map already contains a value of type '{}'",
+                    m.name,
+                    t.name(),
+                    k.name()
+                ),
+            );
+            return;
+        }
+        if let Some(op) = op {
+            if !t.is_int() {
+                self.cx.err(
+                    codes::TYPE,
+                    value.span,
+                    "compound assignment needs an integer",
+                );
+                return;
+            }
+            match op {
+                BinOp::Add | BinOp::Sub => {
+                    self.set_map_kind(m, MapKind::Assign, Ty::I64, None, value.span);
+                    let v = if op == BinOp::Sub {
+                        E::Un(UnOp::Neg, Box::new(e))
+                    } else {
+                        e
+                    };
+                    out.push(S::MapUpdate {
+                        map,
+                        key,
+                        op: Op::Add,
+                        value: v,
+                    });
+                    return;
+                }
+                _ => {
+                    let slot = self.slot(8);
+                    let cur = E::MapGet {
+                        map,
+                        key: key.clone(),
+                        slot,
+                        ty: Ty::I64,
+                    };
+                    let (ne, nt) = int_binop(op, (cur, Ty::I64), (e, t));
+                    e = ne;
+                    t = nt;
+                }
+            }
+        }
+        let Some(vt) = self.set_map_kind(m, MapKind::Assign, t.clone(), None, value.span) else {
+            return;
+        };
+        if vt.is_int() {
+            out.push(S::MapUpdate {
+                map,
+                key,
+                op: Op::Set,
+                value: coerce_int(e, &t, &vt),
+            });
+        } else {
+            let size = vt.size();
+            let slot = self.slot(size);
+            out.push(S::MapStore {
+                map,
+                key,
+                slot,
+                value: e,
+                size,
+                src_size: t.size().min(size),
+            });
+        }
+    }
+
+    /// Records (or checks) a map's kind and value type; returns the value type.
+    pub(crate) fn set_map_kind(
+        &mut self,
+        m: &ast::MapRef,
+        kind: MapKind,
+        value: Ty,
+        lhist: Option<(i64, i64, i64)>,
+        span: Span,
+    ) -> Option<Ty> {
+        let info = self.cx.map(&m.name);
+        match info.kind {
+            Some(k) if k != kind => {
+                let msg = format!(
+                    "Type mismatch for {}: trying to assign value of type '{}' when map already contains a value of type '{}'",
+                    m.name,
+                    if kind == MapKind::Assign {
+                        value.name()
+                    } else {
+                        format!("{}()", kind.name())
+                    },
+                    if k == MapKind::Assign {
+                        info.value.name()
+                    } else {
+                        format!("{}()", k.name())
+                    },
+                );
+                self.cx.err(codes::TYPE, span, msg);
+                return None;
+            }
+            _ => {}
+        }
+        let merged = match unify(&info.value, &value) {
+            Some(v) => v,
+            None => {
+                let msg = format!(
+                    "Type mismatch for {}: trying to assign value of type '{}' when map already contains a value of type '{}'",
+                    m.name,
+                    value.name(),
+                    info.value.name()
+                );
+                self.cx.err(codes::TYPE, span, msg);
+                return None;
+            }
+        };
+        if let (Some(old), Some(new)) = (info.lhist, lhist)
+            && old != new
+        {
+            self.cx.err(
+                codes::MAP_USE,
+                span,
+                format!("lhist() arguments of {} differ from an earlier use", m.name),
+            );
+            return None;
+        }
+        let info = self.cx.map(&m.name);
+        let changed = info.kind != Some(kind)
+            || info.value != merged
+            || (lhist.is_some() && info.lhist != lhist);
+        info.kind = Some(kind);
+        info.value = merged.clone();
+        if lhist.is_some() {
+            info.lhist = lhist;
+        }
+        if changed {
+            self.cx.changed = true;
+        }
+        Some(merged)
+    }
+}
+
+/// The integer type a cast name denotes.
+pub(crate) fn int_type(name: &str) -> Option<Ty> {
+    let (signed, bytes) = match name {
+        "int8" | "s8" | "char" | "signed" if name != "signed" => (true, 1),
+        "uint8" | "u8" | "bool" => (false, 1),
+        "int16" | "s16" | "short" => (true, 2),
+        "uint16" | "u16" => (false, 2),
+        "int32" | "s32" | "int" | "signed" => (true, 4),
+        "uint32" | "u32" | "unsigned" => (false, 4),
+        "int64" | "s64" | "long" => (true, 8),
+        "uint64" | "u64" | "size_t" => (false, 8),
+        _ => return None,
+    };
+    Some(Ty::Int { signed, bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reg;
+
+    #[test]
+    fn register_ids_match_hostabi() {
+        for (name, id) in [
+            ("rax", reg::RAX),
+            ("rcx", reg::RCX),
+            ("rdx", reg::RDX),
+            ("rdi", reg::RDI),
+            ("rsi", reg::RSI),
+            ("rbp", reg::RBP),
+            ("r8", reg::R8),
+            ("r9", reg::R9),
+        ] {
+            assert_eq!(
+                hostabi::regs::by_name(name).map(|r| r.id),
+                Some(id),
+                "{name}"
+            );
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Function parameters from DWARF (`.debug_info`), for `args.NAME` /
+//! `args->NAME` and `-lv`: each parameter's name, its C type spelled as
+//! bpftrace prints it (`const char*`), and how to read it. Parameters are
+//! taken in order from the argument registers (rdi, rsi, rdx, rcx, r8, r9),
+//! as bpftrace 0.17 does; a seventh parameter or one that is not an
+//! integer or pointer cannot be read. Never panics on malformed DWARF
+//! (errors give "no information").
+
+use gimli::{AttributeValue, EndianSlice, LittleEndian, constants as c};
+use goblin::elf::Elf;
+use std::borrow::Cow;
+
+/// How a parameter's value is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamValue {
+    /// An integer of `bytes` bytes (pointers, enums and integers).
+    Int {
+        /// Signed.
+        signed: bool,
+        /// Bytes (1, 2, 4, 8).
+        bytes: u8,
+    },
+    /// Not readable from a register (floating point, structures by value).
+    Unsupported,
+}
+
+/// One parameter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// Its name.
+    pub name: String,
+    /// Its type as bpftrace prints it.
+    pub type_name: String,
+    /// How it is read.
+    pub value: ParamValue,
+}
+
+type R<'a> = EndianSlice<'a, LittleEndian>;
+
+/// The DWARF sections of an ELF file.
+pub struct Debug<'a> {
+    dwarf: gimli::Dwarf<R<'a>>,
+}
+
+impl<'a> Debug<'a> {
+    /// Loads the DWARF sections of `bytes` (`None` without `.debug_info`).
+    pub fn load(bytes: &'a [u8]) -> Option<Debug<'a>> {
+        let elf = Elf::parse(bytes).ok()?;
+        let section = |name: &str| -> &'a [u8] {
+            elf.section_headers
+                .iter()
+                .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(name))
+                .filter(|s| s.sh_type != goblin::elf::section_header::SHT_NOBITS)
+                .and_then(|s| {
+                    let start = s.sh_offset as usize;
+                    bytes.get(start..start.checked_add(s.sh_size as usize)?)
+                })
+                .unwrap_or(&[])
+        };
+        if section(".debug_info").is_empty() {
+            return None;
+        }
+        let load = |id: gimli::SectionId| -> Result<R<'a>, ()> {
+            Ok(EndianSlice::new(section(id.name()), LittleEndian))
+        };
+        let dwarf = gimli::Dwarf::load(load).ok()?;
+        Some(Debug { dwarf })
+    }
+
+    /// The parameters of function `name` (its first definition), or `None`
+    /// when the DWARF does not describe it.
+    pub fn params(&self, name: &str) -> Option<Vec<Param>> {
+        let mut units = self.dwarf.units();
+        while let Ok(Some(h)) = units.next() {
+            let Ok(unit) = self.dwarf.unit(h) else {
+                continue;
+            };
+            let mut cur = unit.entries();
+            let mut found = None;
+            let mut guard = 0u32;
+            while let Ok(Some(e)) = cur.next_dfs() {
+                guard += 1;
+                if guard > 5_000_000 {
+                    break;
+                }
+                if e.tag() == c::DW_TAG_subprogram
+                    && e.attr_value(c::DW_AT_declaration).is_none()
+                    && self.name(&unit, e.attr_value(c::DW_AT_name)).as_deref() == Some(name)
+                {
+                    found = Some(e.offset());
+                    break;
+                }
+            }
+            let Some(off) = found else {
+                continue;
+            };
+            return self.params_of(&unit, off);
+        }
+        None
+    }
+
+    fn name(&self, unit: &gimli::Unit<R<'a>>, v: Option<AttributeValue<R<'a>>>) -> Option<String> {
+        let s = self.dwarf.attr_string(unit, v?).ok()?;
+        Some(String::from_utf8_lossy(s.slice()).into_owned())
+    }
+
+    fn params_of(&self, unit: &gimli::Unit<R<'a>>, off: gimli::UnitOffset) -> Option<Vec<Param>> {
+        let mut tree = unit.entries_tree(Some(off)).ok()?;
+        let root = tree.root().ok()?;
+        let mut children = root.children();
+        let mut out = Vec::new();
+        while let Ok(Some(child)) = children.next() {
+            let e = child.entry();
+            if e.tag() != c::DW_TAG_formal_parameter {
+                continue;
+            }
+            let name = self
+                .name(unit, e.attr_value(c::DW_AT_name))
+                .unwrap_or_default();
+            let (type_name, value) = match e.attr_value(c::DW_AT_type) {
+                Some(AttributeValue::UnitRef(t)) => self.type_of(unit, t, 0),
+                _ => ("void".into(), ParamValue::Unsupported),
+            };
+            out.push(Param {
+                name,
+                type_name,
+                value,
+            });
+        }
+        Some(out)
+    }
+
+    /// Spelling and reading of the type at `off`.
+    fn type_of(
+        &self,
+        unit: &gimli::Unit<R<'a>>,
+        off: gimli::UnitOffset,
+        depth: u32,
+    ) -> (String, ParamValue) {
+        let unknown = ("?".to_string(), ParamValue::Unsupported);
+        if depth > 16 {
+            return unknown;
+        }
+        let Ok(e) = unit.entry(off) else {
+            return unknown;
+        };
+        let name = self.name(unit, e.attr_value(c::DW_AT_name));
+        let size = e
+            .attr_value(c::DW_AT_byte_size)
+            .and_then(|v| v.udata_value())
+            .unwrap_or(0);
+        let inner = || match e.attr_value(c::DW_AT_type) {
+            Some(AttributeValue::UnitRef(t)) => self.type_of(unit, t, depth + 1),
+            _ => ("void".to_string(), ParamValue::Unsupported),
+        };
+        let int = |bytes: u64, signed: bool| match bytes {
+            1 | 2 | 4 | 8 => ParamValue::Int {
+                signed,
+                bytes: bytes as u8,
+            },
+            _ => ParamValue::Unsupported,
+        };
+        match e.tag() {
+            c::DW_TAG_base_type => {
+                let enc = match e.attr_value(c::DW_AT_encoding) {
+                    Some(AttributeValue::Encoding(x)) => x,
+                    _ => c::DW_ATE_signed,
+                };
+                let v = match enc {
+                    c::DW_ATE_signed | c::DW_ATE_signed_char => int(size, true),
+                    c::DW_ATE_unsigned | c::DW_ATE_unsigned_char | c::DW_ATE_boolean => {
+                        int(size, false)
+                    }
+                    _ => ParamValue::Unsupported,
+                };
+                (name.unwrap_or_else(|| "?".into()), v)
+            }
+            c::DW_TAG_pointer_type | c::DW_TAG_reference_type => {
+                let (t, _) = inner();
+                (format!("{t}*"), int(8, false))
+            }
+            c::DW_TAG_const_type | c::DW_TAG_volatile_type => {
+                let (t, v) = inner();
+                let q = if e.tag() == c::DW_TAG_const_type {
+                    "const"
+                } else {
+                    "volatile"
+                };
+                (format!("{q} {t}"), v)
+            }
+            c::DW_TAG_typedef => {
+                let (_, v) = inner();
+                (name.unwrap_or_else(|| "?".into()), v)
+            }
+            c::DW_TAG_enumeration_type => (
+                format!("enum {}", name.unwrap_or_default()),
+                int(if size == 0 { 4 } else { size }, false),
+            ),
+            c::DW_TAG_structure_type => (
+                format!("struct {}", name.unwrap_or_default()),
+                ParamValue::Unsupported,
+            ),
+            c::DW_TAG_union_type => (
+                format!("union {}", name.unwrap_or_default()),
+                ParamValue::Unsupported,
+            ),
+            c::DW_TAG_array_type => {
+                let (t, _) = inner();
+                (format!("{t}[]"), ParamValue::Unsupported)
+            }
+            _ => unknown,
+        }
+    }
+}
+
+/// The parameters of `func` in the ELF file `bytes` (`None`: no DWARF for it).
+pub fn function_params(bytes: &[u8], func: &str) -> Option<Vec<Param>> {
+    Debug::load(bytes)?.params(func)
+}
+
+/// Lossy text of a DWARF string (for callers outside this module).
+pub fn lossy(b: &[u8]) -> Cow<'_, str> {
+    String::from_utf8_lossy(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_of_a_gcc_function() {
+        let dir = std::env::temp_dir().join(format!("bt2wasm-dwarf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("d.c");
+        std::fs::write(
+            &src,
+            "struct s { int a; };\nenum e { A };\n__attribute__((noinline)) int leaf(int x, const char *s, unsigned long n, struct s *p, enum e k, char c) { return x + (int)n + s[0] + p->a + k + c; }\nint main() { struct s v = {1}; return leaf(1, \"a\", 2, &v, A, 'c'); }\n",
+        )
+        .unwrap();
+        let out = dir.join("d");
+        let ok = std::process::Command::new("gcc")
+            .args(["-g", "-O0", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let bytes = std::fs::read(&out).unwrap();
+        let p = function_params(&bytes, "leaf").unwrap();
+        let got: Vec<(String, String)> = p
+            .iter()
+            .map(|p| (p.type_name.clone(), p.name.clone()))
+            .collect();
+        let want = [
+            ("int", "x"),
+            ("const char*", "s"),
+            ("long unsigned int", "n"),
+            ("struct s*", "p"),
+            ("enum e", "k"),
+            ("char", "c"),
+        ];
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!((g.0.as_str(), g.1.as_str()), w);
+        }
+        assert_eq!(
+            p[0].value,
+            ParamValue::Int {
+                signed: true,
+                bytes: 4
+            }
+        );
+        assert_eq!(function_params(&bytes, "nope"), None);
+        assert_eq!(function_params(b"not elf", "leaf"), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,60 @@
+use super::*;
+
+fn ok(src: &str) -> Program {
+    let (p, d) = parse(src.as_bytes(), 0);
+    assert!(d.is_empty(), "{src}: {:?}", d.list);
+    p
+}
+
+fn err(src: &str) -> Vec<String> {
+    let (_, d) = parse(src.as_bytes(), 0);
+    assert!(!d.is_empty(), "{src} parsed");
+    d.list.into_iter().map(|d| d.message).collect()
+}
+
+#[test]
+fn one_liners_parse() {
+    for src in [
+        "BEGIN { printf(\"hello\\n\"); exit(); }",
+        "uprobe:/bin/bash:readline { @[comm] = count(); }",
+        "u:./t:f /arg0 > 3 && pid == 5/ { @h = hist(arg0) }",
+        "uprobe:./t:f, uprobe:./t:g { @x[tid] = nsecs; } uretprobe:./t:f /@x[tid]/ { @l = hist(nsecs - @x[tid]); delete(@x[tid]); }",
+        "interval:s:1 { print(@); clear(@); }",
+        "BEGIN { $a = 1; $a += 2; $a++; if ($a == 4) { printf(\"%d\\n\", $a) } else if ($a > 4) { exit() } else { return } }",
+        "BEGIN { unroll(3) { @i++ } while ($i < 10) { $i = $i + 1; if ($i == 5) { break } } }",
+        "BEGIN { $t = (1, \"two\"); printf(\"%d %s\\n\", $t.0, $t.1); @x = (int8)-1 ? 2 : 3 }",
+        "uprobe:./t:f { printf(\"%s\\n\", str(args->name)); @[ustack(perf, 3)] = count() }",
+        "#!/usr/bin/env bpftrace\n// comment\nBEGIN /* c */ { @ = 1 }",
+        "BEGIN { @ = 4 / 2 / 1; }",
+        "u:./t:f /arg0 / 2 == 1/ { @ = 1 }",
+    ] {
+        ok(src);
+    }
+}
+
+#[test]
+fn precedence() {
+    let p = ok("BEGIN { @ = 1 + 2 * 3 == 7 && !0 }");
+    let StmtKind::AssignMap { value, .. } = &p.probes[0].body[0].kind else {
+        panic!()
+    };
+    let ExprKind::Binop(BinOp::LAnd, l, _) = &value.kind else {
+        panic!("{value:?}")
+    };
+    assert!(matches!(l.kind, ExprKind::Binop(BinOp::Eq, _, _)));
+}
+
+#[test]
+fn errors_are_reported_and_recovered() {
+    let m = err("BEGIN { @x = ; printf(\"a\") @y = 1; }");
+    assert!(m[0].contains("unexpected `;`"), "{m:?}");
+    assert!(m.len() >= 2, "{m:?}");
+    assert!(err("BEGIN { 1 = 2 }")[0].contains("only maps and variables"));
+    assert!(err("BEGIN")[0].contains("expected {"));
+    assert!(err("")[0].contains("no probes"));
+    assert!(err("#include <linux/sched.h>\nBEGIN {}")[0].contains("preprocessor"));
+    assert!(err("struct x { int a; }")[0].contains("struct"));
+    assert!(err("BEGIN { for ($i : 0..3) {} }")[0].contains("for"));
+    let deep = format!("BEGIN {{ @ = {}1{} }}", "(".repeat(500), ")".repeat(500));
+    assert!(err(&deep)[0].contains("nesting"));
+}

@@ -1,0 +1,595 @@
+//! Attach points: parsing `provider:...` text as bpftrace does, refusing
+//! what user space cannot trace, and expanding each into concrete probes
+//! (wildcards against the binary's function symbols; offsets and
+//! addresses checked against instruction boundaries).
+
+use crate::diag::{Sink, codes};
+use crate::elf::{Binary, glob, resolve_binary};
+use rpn2wasm::Span;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// What a concrete probe is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `BEGIN`.
+    Begin,
+    /// `END`.
+    End,
+    /// `interval:UNIT:N`.
+    Interval {
+        /// Period.
+        period_ns: u64,
+    },
+    /// `uprobe` / `uretprobe` at a function (or address) of a binary.
+    Uprobe {
+        /// `uretprobe`.
+        ret: bool,
+        /// The module as the manifest names it (path, or a library's base name).
+        module: String,
+        /// The symbol, if located by symbol.
+        symbol: Option<String>,
+        /// Offset from the symbol, or the link-time address without one.
+        offset: u64,
+        /// Link-time address (when known at build time and stable).
+        value: Option<u64>,
+        /// First byte at the location (from the file).
+        opcode: Option<u8>,
+    },
+    /// `watchpoint:ADDR:LEN:MODE`.
+    Watchpoint {
+        /// Absolute address, or a symbol of the traced executable.
+        addr: WatchAddr,
+        /// Length: 1, 2, 4, 8.
+        len: u8,
+        /// `w`, `rw` or `x`.
+        mode: &'static str,
+        /// The traced executable (where a symbol is looked up).
+        module: String,
+    },
+}
+
+/// Where a watchpoint is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchAddr {
+    /// A run-time address.
+    Absolute(u64),
+    /// A data symbol of the traced executable (relocated at run time).
+    Symbol(String),
+}
+
+/// One concrete probe, after expansion.
+#[derive(Clone, Debug)]
+pub struct Concrete {
+    /// What it is.
+    pub kind: Kind,
+    /// The `probe` builtin's text (`uprobe:./t:f`).
+    pub name: String,
+    /// The `func` builtin's text (uprobes).
+    pub func: String,
+    /// The provider as written, for messages.
+    pub provider: &'static str,
+    /// DWARF parameters, when the function has them.
+    pub params: Option<Vec<crate::dwarf::Param>>,
+}
+
+/// What attach points are resolved against.
+#[derive(Default)]
+pub struct Env {
+    /// `-p PID`.
+    pub pid: Option<i32>,
+    /// The traced command's executable (`-c` / `--`), for watchpoints.
+    pub command: Option<PathBuf>,
+    /// Files the traced process maps (with `-p`), for library names.
+    pub mapped: Vec<String>,
+    pub(crate) binaries: HashMap<PathBuf, Result<std::rc::Rc<Binary>, String>>,
+}
+
+impl Env {
+    /// The binary at `path`, read once.
+    pub fn binary(&mut self, path: &std::path::Path) -> Result<std::rc::Rc<Binary>, String> {
+        self.binaries
+            .entry(path.to_path_buf())
+            .or_insert_with(|| Binary::open(path).map(std::rc::Rc::new))
+            .clone()
+    }
+}
+
+/// Providers bpftrace has that wprobe does not trace, with their aliases.
+const KERNEL: &[(&str, &str)] = &[
+    ("kprobe", "kprobe"),
+    ("k", "kprobe"),
+    ("kretprobe", "kretprobe"),
+    ("kr", "kretprobe"),
+    ("tracepoint", "tracepoint"),
+    ("t", "tracepoint"),
+    ("rawtracepoint", "rawtracepoint"),
+    ("rt", "rawtracepoint"),
+    ("software", "software"),
+    ("s", "software"),
+    ("hardware", "hardware"),
+    ("h", "hardware"),
+    ("kfunc", "kfunc"),
+    ("f", "kfunc"),
+    ("kretfunc", "kretfunc"),
+    ("fr", "kretfunc"),
+    ("iter", "iter"),
+    ("it", "iter"),
+    ("profile", "profile"),
+    ("p", "profile"),
+    ("usdt", "usdt"),
+    ("U", "usdt"),
+    ("asyncwatchpoint", "asyncwatchpoint"),
+    ("aw", "asyncwatchpoint"),
+];
+
+fn parse_u64(s: &str) -> Option<u64> {
+    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Expands one attach point; errors go to `diags` (and give no probes).
+pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Concrete> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let provider = parts[0];
+    match provider {
+        "BEGIN" | "END" if parts.len() == 1 => {
+            let (kind, p) = if provider == "BEGIN" {
+                (Kind::Begin, "BEGIN")
+            } else {
+                (Kind::End, "END")
+            };
+            return vec![Concrete {
+                kind,
+                name: p.into(),
+                func: String::new(),
+                provider: p,
+                params: None,
+            }];
+        }
+        "interval" | "i" => return interval(&parts, span, diags),
+        "uprobe" | "u" => return uprobe(&parts, false, span, env, diags),
+        "uretprobe" | "ur" => return uprobe(&parts, true, span, env, diags),
+        "watchpoint" | "w" => return watchpoint(&parts, span, env, diags),
+        _ => {}
+    }
+    if let Some((_, full)) = KERNEL.iter().find(|(a, _)| *a == provider) {
+        let why = match *full {
+            "profile" => "it samples every CPU; use `interval` for periodic actions",
+            "usdt" => "USDT probes are not supported yet; probe the function with `uprobe`",
+            "asyncwatchpoint" => "use `watchpoint`, which wprobe arms in every thread",
+            _ => "wprobe traces user space only",
+        };
+        diags.error_note(
+            codes::UNSUPPORTED_PROBE,
+            span,
+            format!("{full} probes are not supported"),
+            why,
+        );
+    } else if matches!(provider, "BEGIN" | "END") {
+        diags.error(
+            codes::ATTACH_POINT,
+            span,
+            format!("{provider} probe type requires 0 arguments"),
+        );
+    } else {
+        diags.error(
+            codes::ATTACH_POINT,
+            span,
+            format!("Invalid probe type: {provider}"),
+        );
+    }
+    Vec::new()
+}
+
+fn interval(parts: &[&str], span: Span, diags: &mut Sink) -> Vec<Concrete> {
+    if parts.len() != 3 {
+        diags.error(
+            codes::ATTACH_POINT,
+            span,
+            "interval probe type requires 2 arguments",
+        );
+        return Vec::new();
+    }
+    let unit_ns = match parts[1] {
+        "s" => 1_000_000_000,
+        "ms" => 1_000_000,
+        "us" => 1_000,
+        "hz" => 0,
+        u => {
+            diags.error(
+                codes::ATTACH_POINT,
+                span,
+                format!("interval: invalid unit `{u}` (s, ms, us or hz)"),
+            );
+            return Vec::new();
+        }
+    };
+    let Some(n) = parse_u64(parts[2]).filter(|n| *n > 0) else {
+        diags.error(
+            codes::ATTACH_POINT,
+            span,
+            format!("interval: invalid count `{}`", parts[2]),
+        );
+        return Vec::new();
+    };
+    let period_ns = if unit_ns == 0 {
+        1_000_000_000 / n.min(1_000_000_000)
+    } else {
+        n.saturating_mul(unit_ns)
+    };
+    if period_ns < 1_000_000 {
+        diags.error_note(
+            codes::ATTACH_POINT,
+            span,
+            "interval: periods under 1 ms are not supported",
+            "wprobe runs interval probes in its own event loop",
+        );
+        return Vec::new();
+    }
+    vec![Concrete {
+        kind: Kind::Interval { period_ns },
+        name: format!("interval:{}:{}", parts[1], parts[2]),
+        func: String::new(),
+        provider: "interval",
+        params: None,
+    }]
+}
+
+fn watchpoint(parts: &[&str], span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Concrete> {
+    if parts.len() != 4 {
+        diags.error(
+            codes::ATTACH_POINT,
+            span,
+            "watchpoint probe type requires 3 arguments",
+        );
+        return Vec::new();
+    }
+    let addr = match parse_u64(parts[1]) {
+        Some(a) => WatchAddr::Absolute(a),
+        None if parts[1].contains('+') => {
+            diags.error_note(
+                codes::UNSUPPORTED,
+                span,
+                "watchpoint on a function argument (`func+argN`) is not supported",
+                "give an address, or a data symbol of the traced executable",
+            );
+            return Vec::new();
+        }
+        None if rpn2wasm_symbol(parts[1]) => WatchAddr::Symbol(parts[1].to_string()),
+        None => {
+            diags.error(
+                codes::WATCHPOINT,
+                span,
+                format!("Invalid watchpoint address: {}", parts[1]),
+            );
+            return Vec::new();
+        }
+    };
+    let len = match parts[2] {
+        "1" => 1,
+        "2" => 2,
+        "4" => 4,
+        "8" => 8,
+        l => {
+            diags.error(
+                codes::WATCHPOINT,
+                span,
+                format!("Invalid watchpoint length: {l} (1, 2, 4 or 8)"),
+            );
+            return Vec::new();
+        }
+    };
+    let mode = match parts[3] {
+        "w" => "w",
+        "rw" | "wr" => "rw",
+        "x" => "x",
+        "r" => {
+            diags.error_note(
+                codes::WATCHPOINT,
+                span,
+                "read-only watchpoints are not supported on x86-64",
+                "the debug registers watch writes (w), reads and writes (rw) or execution (x)",
+            );
+            return Vec::new();
+        }
+        m => {
+            diags.error(
+                codes::WATCHPOINT,
+                span,
+                format!("Invalid watchpoint mode: {m} (w, rw or x)"),
+            );
+            return Vec::new();
+        }
+    };
+    if let WatchAddr::Absolute(a) = addr
+        && a % len as u64 != 0
+    {
+        diags.error(
+            codes::WATCHPOINT,
+            span,
+            format!("watchpoint address 0x{a:x} is not aligned to its length {len}"),
+        );
+        return Vec::new();
+    }
+    if mode == "x" && len != 1 {
+        diags.error(codes::WATCHPOINT, span, "execute watchpoints have length 1");
+        return Vec::new();
+    }
+    let module = match (&env.command, env.pid) {
+        (Some(c), _) => std::fs::canonicalize(c)
+            .unwrap_or(c.clone())
+            .to_string_lossy()
+            .into_owned(),
+        (None, Some(pid)) => std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        (None, None) => {
+            diags.error(
+                codes::WATCHPOINT,
+                span,
+                "Watchpoint probes require a -c or -p argument",
+            );
+            return Vec::new();
+        }
+    };
+    vec![Concrete {
+        kind: Kind::Watchpoint {
+            addr,
+            len,
+            mode,
+            module,
+        },
+        name: format!("watchpoint:{}:{}:{}", parts[1], parts[2], parts[3]),
+        func: String::new(),
+        provider: "watchpoint",
+        params: None,
+    }]
+}
+
+fn rpn2wasm_symbol(s: &str) -> bool {
+    hostabi::manifest::is_symbol(s)
+}
+
+fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Concrete> {
+    let full = if ret { "uretprobe" } else { "uprobe" };
+    let owned: Vec<String> = if parts.len() == 2 && env.pid.is_some() {
+        // With -p, the binary may be left out: the process's executable.
+        let exe = std::fs::read_link(format!("/proc/{}/exe", env.pid.unwrap_or(0)))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        vec![parts[0].to_string(), exe, parts[1].to_string()]
+    } else {
+        parts.iter().map(|s| s.to_string()).collect()
+    };
+    let parts: Vec<&str> = owned.iter().map(String::as_str).collect();
+    if parts.len() != 3 || parts[1].is_empty() || parts[2].is_empty() {
+        diags.error(
+            codes::ATTACH_POINT,
+            span,
+            format!("{full} probe type requires 2 arguments"),
+        );
+        return Vec::new();
+    }
+    let (target, spec) = (parts[1], parts[2]);
+    if target.contains('*') {
+        diags.error(
+            codes::UNSUPPORTED,
+            span,
+            "wildcards in the binary path are not supported",
+        );
+        return Vec::new();
+    }
+    let Some(path) = resolve_binary(target, &env.mapped) else {
+        diags.error_note(
+            codes::BINARY,
+            span,
+            format!("{full} target file '{target}' does not exist or is not executable"),
+            "give a path, a library name such as `libc`, or a program on PATH",
+        );
+        return Vec::new();
+    };
+    let bin = match env.binary(&path) {
+        Ok(b) => b,
+        Err(e) => {
+            diags.error(codes::BINARY, span, e);
+            return Vec::new();
+        }
+    };
+    // Libraries named without a path are bound at run time to the file the
+    // target maps (by base name) and located by symbol there.
+    let by_name = !target.contains('/') && bin.is_dyn && target.starts_with("lib");
+    let module = if by_name {
+        path.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        std::fs::canonicalize(&path)
+            .unwrap_or(path.clone())
+            .to_string_lossy()
+            .into_owned()
+    };
+    // bpftrace names a library found by its short name by the path found.
+    let shown_target = if target.starts_with("lib") && !target.contains('/') {
+        path.display().to_string()
+    } else {
+        target.to_string()
+    };
+    let shown = |f: &str| format!("{full}:{shown_target}:{f}");
+    // FUNC+OFF
+    let (func_pat, off) = match spec.split_once('+') {
+        Some((f, o)) => {
+            if ret {
+                diags.error(codes::ATTACH_POINT, span, "Offset not allowed");
+                return Vec::new();
+            }
+            match parse_u64(o) {
+                Some(o) => (f, Some(o)),
+                None => {
+                    diags.error(codes::ATTACH_POINT, span, "Invalid offset");
+                    return Vec::new();
+                }
+            }
+        }
+        None => (spec, None),
+    };
+    // BIN:ADDR
+    if off.is_none()
+        && let Some(addr) = parse_u64(spec)
+    {
+        if ret {
+            diags.error(
+                codes::ATTACH_POINT,
+                span,
+                "uretprobe on an address is not supported: give a function",
+            );
+            return Vec::new();
+        }
+        let Some(f) = bin.func_at(addr).cloned() else {
+            diags.error_note(
+                codes::NOT_BOUNDARY,
+                span,
+                format!("Could not determine the instruction boundary of {target}:0x{addr:x}: no function symbol contains it"),
+                "wprobe places probes only where it can check the instruction boundary",
+            );
+            return Vec::new();
+        };
+        if !check_boundary(&bin, &f, addr - f.value, target, span, diags) {
+            return Vec::new();
+        }
+        return vec![Concrete {
+            kind: Kind::Uprobe {
+                ret,
+                module,
+                symbol: None,
+                offset: addr,
+                value: Some(addr),
+                opcode: bin.bytes_at(addr, 1).first().copied(),
+            },
+            name: shown(spec),
+            func: f.name.clone(),
+            provider: full,
+            params: None,
+        }];
+    }
+    let matches: Vec<crate::elf::Func> = if func_pat.contains('*') || func_pat.contains('?') {
+        bin.funcs
+            .iter()
+            .filter(|f| f.size > 0 && bin.is_code(f.value) && glob(func_pat, &f.name))
+            .cloned()
+            .collect()
+    } else {
+        bin.func(func_pat).cloned().into_iter().collect()
+    };
+    if matches.is_empty() {
+        if func_pat.contains('*') {
+            diags.error(
+                codes::NO_MATCH,
+                span,
+                format!("No probes matched '{}'", shown(func_pat)),
+            );
+        } else {
+            diags.error(
+                codes::NO_MATCH,
+                span,
+                format!("Could not resolve symbol: {target}:{func_pat}"),
+            );
+        }
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for f in matches {
+        let o = off.unwrap_or(0);
+        if o > 0 {
+            if f.size > 0 && o >= f.size {
+                diags.error(
+                    codes::NOT_BOUNDARY,
+                    span,
+                    format!(
+                        "Offset outside the function bounds ('{}' size is {})",
+                        f.name, f.size
+                    ),
+                );
+                continue;
+            }
+            if !check_boundary(&bin, &f, o, target, span, diags) {
+                continue;
+            }
+        }
+        let addr = f.value.wrapping_add(o);
+        let params = if ret || o != 0 {
+            None
+        } else {
+            crate::dwarf::function_params(&bin.bytes, &f.name)
+        };
+        out.push(Concrete {
+            kind: Kind::Uprobe {
+                ret,
+                module: module.clone(),
+                symbol: Some(f.name.clone()),
+                offset: o,
+                value: (!by_name).then_some(addr),
+                opcode: if by_name {
+                    None
+                } else {
+                    bin.bytes_at(addr, 1).first().copied()
+                },
+            },
+            name: match off {
+                Some(_) => shown(&format!("{}+{o}", f.name)),
+                None => shown(&f.name),
+            },
+            func: f.name.clone(),
+            provider: full,
+            params,
+        });
+    }
+    out
+}
+
+/// Checks that `off` is an instruction start of `f`; reports the nearest ones.
+fn check_boundary(
+    bin: &Binary,
+    f: &crate::elf::Func,
+    off: u64,
+    target: &str,
+    span: Span,
+    diags: &mut Sink,
+) -> bool {
+    let Some(b) = bin.boundaries(f) else {
+        diags.error(
+            codes::NOT_BOUNDARY,
+            span,
+            format!(
+                "Could not read the code of {}:{} to check the instruction boundary",
+                target, f.name
+            ),
+        );
+        return false;
+    };
+    if b.contains(&off) {
+        return true;
+    }
+    let before = b.iter().rev().find(|x| **x < off).copied();
+    let after = b.iter().find(|x| **x > off).copied();
+    let near: Vec<String> = before
+        .into_iter()
+        .chain(after)
+        .map(|x| format!("{}+{x}", f.name))
+        .collect();
+    diags.error_note(
+        codes::NOT_BOUNDARY,
+        span,
+        format!(
+            "Could not add uprobe into middle of instruction: {target}:{}+{off}",
+            f.name
+        ),
+        format!("nearest instruction boundaries: {}", near.join(", ")),
+    );
+    false
+}

@@ -1,0 +1,93 @@
+//! Every build error of the one-liner front end, with its exact rendering
+//! (`-e:line:col: error[CODE]: message`, the line, the caret, notes):
+//! `errors.txt` holds one program per case and what the compiler prints.
+//! Uprobe cases trace `./t`, a small gcc-built target made in a scratch
+//! directory that becomes the current directory. `BLESS=1` rewrites the
+//! expected renderings.
+
+use std::path::Path;
+
+fn build_target(dir: &Path) {
+    std::fs::write(
+        dir.join("t.c"),
+        "__attribute__((noinline)) int add(int a, int b) { return a + b; }\n\
+         int main() { return add(1, 2); }\n",
+    )
+    .unwrap();
+    let ok = std::process::Command::new("gcc")
+        .args([
+            "-O0",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-no-pie",
+            "-fcf-protection=none",
+            "-o",
+        ])
+        .arg(dir.join("t"))
+        .arg(dir.join("t.c"))
+        .status()
+        .expect("gcc must be installed")
+        .success();
+    assert!(ok);
+}
+
+fn render(program: &str) -> String {
+    match bt2wasm::compile("-e", program, &bt2wasm::Options::default()) {
+        Ok(_) => "(compiles)\n".into(),
+        Err((d, map)) => d.render(&map),
+    }
+}
+
+#[test]
+fn every_front_end_error_has_its_message_position_and_caret() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/errors.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dir = std::env::temp_dir().join(format!("bt2wasm-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    build_target(&dir);
+    std::env::set_current_dir(&dir).unwrap();
+    let mut cases: Vec<(String, String)> = Vec::new();
+    for block in text.split("=== ").skip(1) {
+        let (prog, expect) = block.split_once('\n').unwrap_or((block, ""));
+        cases.push((prog.to_string(), expect.to_string()));
+    }
+    assert!(cases.len() >= 60, "{} cases", cases.len());
+    if std::env::var_os("BLESS").is_some() {
+        let mut out = String::from(
+            "Front-end errors of bt2wasm (tests/errors.rs; BLESS=1 rewrites the renderings).\n\n",
+        );
+        for (p, _) in &cases {
+            out += &format!("=== {p}\n{}\n", render(p));
+        }
+        std::fs::write(&path, out).unwrap();
+        return;
+    }
+    let mut bad = Vec::new();
+    let mut codes = std::collections::BTreeSet::new();
+    for (p, expect) in &cases {
+        let got = render(p);
+        for c in got
+            .match_indices("error[")
+            .map(|(i, _)| &got[i + 6..i + 11])
+        {
+            codes.insert(c.to_string());
+        }
+        if got.trim_end() != expect.trim_end() {
+            bad.push(format!("=== {p}\n--- expected\n{expect}--- got\n{got}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} differ:\n{}",
+        bad.len(),
+        cases.len(),
+        bad.join("\n")
+    );
+    // Every code of the front end (but the events', tested in runtime) occurs.
+    for (code, _) in bt2wasm::diag::CODES {
+        if *code != bt2wasm::diag::codes::EVENT {
+            assert!(codes.contains(*code), "no case produces {code}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

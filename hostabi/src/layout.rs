@@ -1,0 +1,285 @@
+//! Value layouts: how the bytes of a map key, a map value or an event
+//! argument are to be read. Compilers write them (manifest `map` lines,
+//! the `wprobe.events` section); the runtime reads them to print. Every
+//! field starts 8-byte aligned and occupies a multiple of 8 bytes:
+//!
+//! | spelling | bytes | content |
+//! |---|---|---|
+//! | `i8` `i16` `i32` `i64` `u8` `u16` `u32` `u64` | 8 | little-endian integer (sign- or zero-extended to 64 bits) |
+//! | `str:N` | N rounded up to 8 | NUL-terminated (or N bytes) string, NUL-padded |
+//! | `buf:N` | 8 + N rounded up | u64 length (≤ N), then the bytes |
+//! | `ustack:N` | 16 + 8N | u64 pid, u64 frame count (≤ N), N return addresses |
+//! | `usym` | 16 | u64 address, u64 pid (printed as the symbol) |
+//! | `(L,L,...)` | sum of fields | a tuple |
+//!
+//! Parsing never panics; nesting is limited to [`MAX_DEPTH`].
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write as _;
+
+/// Deepest tuple nesting accepted.
+pub const MAX_DEPTH: usize = 8;
+/// Largest `N` of `str:N` and `buf:N` (bytes).
+pub const MAX_STR_BYTES: u32 = 4096;
+/// Largest `N` of `ustack:N` (frames).
+pub const MAX_STACK_FRAMES: u32 = 1024;
+
+/// The layout of one value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// An integer of `bytes` (1, 2, 4, 8) significant bytes, stored in 8.
+    Int {
+        /// Signed (`iN`) or unsigned (`uN`).
+        signed: bool,
+        /// Significant bytes.
+        bytes: u8,
+    },
+    /// A NUL-padded string of at most N bytes.
+    Str(u32),
+    /// A length-prefixed byte buffer of at most N bytes.
+    Buf(u32),
+    /// A user stack of at most N frames.
+    Ustack(u32),
+    /// A code address printed as its symbol.
+    Usym,
+    /// A tuple.
+    Tuple(Box<[Layout]>),
+}
+
+fn pad8(n: u32) -> usize {
+    (n as usize).div_ceil(8) * 8
+}
+
+impl Layout {
+    /// A signed 64-bit integer.
+    pub const I64: Layout = Layout::Int {
+        signed: true,
+        bytes: 8,
+    };
+    /// An unsigned 64-bit integer.
+    pub const U64: Layout = Layout::Int {
+        signed: false,
+        bytes: 8,
+    };
+
+    /// Bytes the value occupies (a multiple of 8).
+    pub fn size(&self) -> usize {
+        match self {
+            Layout::Int { .. } => 8,
+            Layout::Str(n) => pad8(*n),
+            Layout::Buf(n) => 8 + pad8(*n),
+            Layout::Ustack(n) => 16 + 8 * *n as usize,
+            Layout::Usym => 16,
+            Layout::Tuple(f) => f.iter().map(Layout::size).sum(),
+        }
+    }
+
+    /// Appends the spelling of this layout.
+    pub fn render_into(&self, out: &mut String) {
+        match self {
+            Layout::Int { signed, bytes } => {
+                let _ = write!(
+                    out,
+                    "{}{}",
+                    if *signed { 'i' } else { 'u' },
+                    *bytes as u32 * 8
+                );
+            }
+            Layout::Str(n) => {
+                let _ = write!(out, "str:{n}");
+            }
+            Layout::Buf(n) => {
+                let _ = write!(out, "buf:{n}");
+            }
+            Layout::Ustack(n) => {
+                let _ = write!(out, "ustack:{n}");
+            }
+            Layout::Usym => out.push_str("usym"),
+            Layout::Tuple(f) => {
+                out.push('(');
+                render_list_into(f, out);
+                out.push(')');
+            }
+        }
+    }
+
+    /// The spelling of this layout.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        self.render_into(&mut s);
+        s
+    }
+
+    /// Parses one layout.
+    pub fn parse(s: &str) -> Option<Layout> {
+        let (l, rest) = parse_one(s.as_bytes(), 0)?;
+        rest.is_empty().then_some(l)
+    }
+}
+
+/// Appends `a,b,c`.
+pub fn render_list_into(list: &[Layout], out: &mut String) {
+    for (i, l) in list.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        l.render_into(out);
+    }
+}
+
+/// Parses a comma-separated list (empty text: an empty list).
+pub fn parse_list(s: &str) -> Option<Vec<Layout>> {
+    let mut v = Vec::new();
+    let mut b = s.as_bytes();
+    if b.is_empty() {
+        return Some(v);
+    }
+    loop {
+        let (l, rest) = parse_one(b, 0)?;
+        v.push(l);
+        match rest.split_first() {
+            None => return Some(v),
+            Some((b',', r)) => b = r,
+            Some(_) => return None,
+        }
+    }
+}
+
+fn number(b: &[u8]) -> Option<(u32, &[u8])> {
+    let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 || n > 9 {
+        return None;
+    }
+    let v = core::str::from_utf8(&b[..n]).ok()?.parse().ok()?;
+    Some((v, &b[n..]))
+}
+
+fn parse_one(b: &[u8], depth: usize) -> Option<(Layout, &[u8])> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    if let Some(mut rest) = b.strip_prefix(b"(") {
+        let mut fields = Vec::new();
+        loop {
+            let (l, r) = parse_one(rest, depth + 1)?;
+            fields.push(l);
+            match r.split_first()? {
+                (b',', r) => rest = r,
+                (b')', r) => return Some((Layout::Tuple(fields.into_boxed_slice()), r)),
+                _ => return None,
+            }
+        }
+    }
+    for (word, signed) in [(&b"i"[..], true), (b"u", false)] {
+        if let Some(r) = b.strip_prefix(word)
+            && let Some((bits, r)) = number(r)
+            && matches!(bits, 8 | 16 | 32 | 64)
+            && r.first().is_none_or(|c| *c != b':')
+        {
+            let bytes = (bits / 8) as u8;
+            return Some((Layout::Int { signed, bytes }, r));
+        }
+    }
+    if let Some(r) = b.strip_prefix(b"usym") {
+        return Some((Layout::Usym, r));
+    }
+    type Make = fn(u32) -> Layout;
+    let sized: [(&[u8], Make, u32); 3] = [
+        (b"str:", Layout::Str, MAX_STR_BYTES),
+        (b"buf:", Layout::Buf, MAX_STR_BYTES),
+        (b"ustack:", Layout::Ustack, MAX_STACK_FRAMES),
+    ];
+    for (word, make, max) in sized {
+        if let Some(r) = b.strip_prefix(word) {
+            let (n, r) = number(r)?;
+            if n == 0 || n > max {
+                return None;
+            }
+            return Some((make(n), r));
+        }
+    }
+    None
+}
+
+/// Reads the 8-byte little-endian word at `off` (0 beyond the end).
+pub fn word(bytes: &[u8], off: usize) -> u64 {
+    match bytes.get(off..off.saturating_add(8)) {
+        Some(b) => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            u64::from_le_bytes(a)
+        }
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn round_trip_and_sizes() {
+        for s in [
+            "u64",
+            "i32",
+            "str:16",
+            "buf:5",
+            "ustack:127",
+            "usym",
+            "(u64,str:3,(i8,usym))",
+        ] {
+            let l = Layout::parse(s).unwrap();
+            assert_eq!(l.render(), s);
+        }
+        assert_eq!(Layout::parse("str:13").unwrap().size(), 16);
+        assert_eq!(Layout::parse("buf:5").unwrap().size(), 16);
+        assert_eq!(Layout::parse("ustack:2").unwrap().size(), 32);
+        assert_eq!(Layout::parse("(u64,str:3)").unwrap().size(), 16);
+        assert_eq!(
+            parse_list("u64,(i8,u8),str:4").unwrap(),
+            vec![
+                Layout::U64,
+                Layout::Tuple(
+                    vec![
+                        Layout::Int {
+                            signed: true,
+                            bytes: 1
+                        },
+                        Layout::Int {
+                            signed: false,
+                            bytes: 1
+                        }
+                    ]
+                    .into_boxed_slice()
+                ),
+                Layout::Str(4)
+            ]
+        );
+        assert_eq!(parse_list("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        for s in [
+            "",
+            "u7",
+            "i64:",
+            "str:",
+            "str:0",
+            "str:99999",
+            "(u64",
+            "(u64,)",
+            "u64,",
+            "x",
+            "((((((((((u8))))))))))",
+        ] {
+            assert_eq!(Layout::parse(s), None, "{s}");
+        }
+        for s in ["u64,,u8", ",", "u64 u8"] {
+            assert_eq!(parse_list(s), None, "{s}");
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! Output of one-liner programs, formatted exactly as bpftrace 0.17 formats
+//! it (its `output.cpp`, `format_string.cpp` and `print_map*`): events
+//! (`printf`, `print`, `time`) as they arrive, maps at exit in name order,
+//! sorted as bpftrace sorts them, `hist`/`lhist` as its ASCII histograms,
+//! and `-f json` as its JSON lines. Differences, all deliberate: ties in a
+//! sort are broken by key (bpftrace leaves them in hash-table order), and
+//! invalid UTF-8 in JSON strings is escaped (bpftrace emits broken escapes).
+//! Never panics on any event bytes.
+
+pub mod cfmt;
+mod maps;
+
+pub use maps::{MapOutput, print_entries, print_map, snapshot_entries};
+
+use crate::symbolize::Symbolizer;
+use cfmt::Arg;
+use hostabi::event::{EventKind, Events};
+use hostabi::layout::{Layout, word};
+
+/// Text or JSON lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// bpftrace's text output.
+    Text,
+    /// bpftrace's `-f json` output.
+    Json,
+}
+
+/// bpftrace's `json_escape`: `"`, `\`, `\n`, `\r`, `\t`, other controls as
+/// `\u00XX`; valid UTF-8 is copied, invalid bytes become `\u00XX`.
+pub fn json_escape(out: &mut String, bytes: &[u8]) {
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\u{b:04x}"));
+        }
+    }
+}
+
+/// A C string: the bytes before the first NUL.
+pub fn cstr(b: &[u8]) -> &[u8] {
+    let n = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+    &b[..n]
+}
+
+/// bpftrace's `hex_format_buffer`.
+pub fn hex_buffer(b: &[u8], keep_ascii: bool, escape_hex: bool) -> String {
+    let mut s = String::new();
+    for (i, c) in b.iter().enumerate() {
+        if keep_ascii && (32..=126).contains(c) {
+            s.push(*c as char);
+        } else if escape_hex {
+            s.push_str(&format!("\\x{c:02x}"));
+        } else if i + 1 == b.len() {
+            s.push_str(&format!("{c:02x}"));
+        } else {
+            s.push_str(&format!("{c:02x} "));
+        }
+    }
+    s
+}
+
+/// The integer of layout `Int` at the start of `b`, extended to 64 bits.
+pub fn int_value(b: &[u8], signed: bool, bytes: u8) -> u64 {
+    let w = word(b, 0);
+    let bits = bytes as u32 * 8;
+    if bits >= 64 {
+        return w;
+    }
+    let shift = 64 - bits;
+    if signed {
+        (((w << shift) as i64) >> shift) as u64
+    } else {
+        w & ((1u64 << bits) - 1)
+    }
+}
+
+/// A user stack as bpftrace prints it: a newline, then one frame per line
+/// indented by `indent` spaces; frames stop at the first zero address.
+pub fn stack_text(b: &[u8], frames: u32, indent: usize, sym: &mut Symbolizer) -> String {
+    let pid = word(b, 0);
+    let n = (word(b, 8) as u32).min(frames);
+    let mut s = String::from("\n");
+    for i in 0..n {
+        let addr = word(b, 16 + 8 * i as usize);
+        if addr == 0 {
+            break;
+        }
+        s.push_str(&" ".repeat(indent));
+        s.push_str(&sym.resolve(pid, addr, true));
+        s.push('\n');
+    }
+    s
+}
+
+/// The text of a value (bpftrace's `value_to_str`); `key` selects the map
+/// key spelling (integers always signed, stacks indented by 4).
+pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> String {
+    match l {
+        Layout::Int { signed, bytes } => {
+            let v = int_value(b, *signed || key, *bytes);
+            if *signed || key {
+                (v as i64).to_string()
+            } else {
+                v.to_string()
+            }
+        }
+        Layout::Str(n) => {
+            String::from_utf8_lossy(cstr(&b[..(*n as usize).min(b.len())])).into_owned()
+        }
+        Layout::Buf(n) => {
+            let len = (word(b, 0) as usize).min(*n as usize);
+            let data = b.get(8..8 + len).unwrap_or(&[]);
+            if key {
+                let all = b.get(8..8 + *n as usize).unwrap_or(&[]);
+                hex_buffer(all, true, true)
+            } else {
+                hex_buffer(data, true, true)
+            }
+        }
+        Layout::Ustack(n) => stack_text(b, *n, if key { 4 } else { 8 }, sym),
+        Layout::Usym => sym.resolve(word(b, 8), word(b, 0), false),
+        Layout::Tuple(fields) => {
+            let mut parts = Vec::new();
+            let mut off = 0;
+            for f in fields.iter() {
+                let sz = f.size();
+                parts.push(value_text(f, b.get(off..).unwrap_or(&[]), false, sym));
+                off += sz;
+            }
+            format!("({})", parts.join(", "))
+        }
+    }
+}
+
+/// Whether bpftrace quotes this type's values in JSON.
+fn quoted(l: &Layout) -> bool {
+    !matches!(l, Layout::Int { .. } | Layout::Tuple(_))
+}
+
+/// The JSON of a value.
+pub fn value_json(l: &Layout, b: &[u8], sym: &mut Symbolizer) -> String {
+    match l {
+        Layout::Tuple(fields) => {
+            let mut parts = Vec::new();
+            let mut off = 0;
+            for f in fields.iter() {
+                let sz = f.size();
+                parts.push(value_json(f, b.get(off..).unwrap_or(&[]), sym));
+                off += sz;
+            }
+            format!("[{}]", parts.join(","))
+        }
+        l if quoted(l) => {
+            let t = value_text(l, b, false, sym);
+            let mut s = String::from("\"");
+            json_escape(&mut s, t.as_bytes());
+            s.push('"');
+            s
+        }
+        l => value_text(l, b, false, sym),
+    }
+}
+
+/// Formats a printf event (bpftrace's `FormatString::format`): each part up
+/// to and including a specifier goes through C `printf` with its argument;
+/// what follows the last specifier, and a format without arguments, is
+/// copied as is.
+pub fn printf_text(fmt: &[u8], args: &[Layout], data: &[u8], sym: &mut Symbolizer) -> Vec<u8> {
+    let specs = bt2wasm::check::format::specs(fmt);
+    if args.is_empty() {
+        return fmt.to_vec();
+    }
+    let mut out = Vec::new();
+    let mut prev = 0;
+    let mut off = 0;
+    for (i, a) in args.iter().enumerate() {
+        let Some(s) = specs.get(i) else { break };
+        // The literal text before the specifier, as snprintf sees it.
+        let lit = &fmt[prev..s.start];
+        let mut j = 0;
+        while j < lit.len() {
+            if lit[j] == b'%' && lit.get(j + 1) == Some(&b'%') {
+                out.push(b'%');
+                j += 2;
+            } else {
+                out.push(lit[j]);
+                j += 1;
+            }
+        }
+        let bytes = data.get(off..).unwrap_or(&[]);
+        let spec = &fmt[s.start + 1..s.end];
+        let arg_text;
+        let arg = match a {
+            Layout::Int { signed, bytes: n } => Arg::Int(int_value(bytes, *signed, *n)),
+            Layout::Str(n) => Arg::Str(cstr(&bytes[..(*n as usize).min(bytes.len())])),
+            Layout::Buf(n) => {
+                let len = (word(bytes, 0) as usize).min(*n as usize);
+                let content = bytes.get(8..8 + len).unwrap_or(&[]);
+                arg_text = match s.conv.as_str() {
+                    "rx" => hex_buffer(content, false, true),
+                    "rh" => hex_buffer(content, false, false),
+                    _ => hex_buffer(content, true, true),
+                };
+                Arg::Str(arg_text.as_bytes())
+            }
+            l => {
+                arg_text = value_text(l, bytes, false, sym);
+                Arg::Str(arg_text.as_bytes())
+            }
+        };
+        // %r* print as %s.
+        let spec: Vec<u8> = if s.kind == bt2wasm::check::format::Kind::Buf {
+            let mut v = spec[..spec.len() - s.conv.len()].to_vec();
+            v.push(b's');
+            v
+        } else {
+            spec.to_vec()
+        };
+        cfmt::convert(&mut out, &spec, arg);
+        off += a.size();
+        prev = s.end;
+    }
+    out.extend_from_slice(&fmt[prev.min(fmt.len())..]);
+    out
+}
+
+/// `strftime` of the local time now.
+pub fn time_text(fmt: &[u8]) -> Vec<u8> {
+    let Ok(cfmt) = std::ffi::CString::new(cstr(fmt)) else {
+        return Vec::new();
+    };
+    crate::sys::time::strftime_now(&cfmt)
+}
+
+/// One event record as the sink holds it.
+#[derive(Clone, Copy, Debug)]
+pub struct EventRecord<'a> {
+    /// `EventKind` code.
+    pub kind: u16,
+    /// Entry id (format, value, map).
+    pub id: u16,
+    /// The argument bytes.
+    pub data: &'a [u8],
+}
+
+/// Appends the output of one event to `out`; `maps` prints `PRINT_MAP`.
+pub fn event(
+    out: &mut Vec<u8>,
+    mode: Mode,
+    rec: EventRecord<'_>,
+    events: &Events,
+    maps: Option<&MapOutput<'_>>,
+    sym: &mut Symbolizer,
+) {
+    let EventRecord { kind, id, data } = rec;
+    let kind = EventKind::from_code(kind as i32);
+    let json_msg = |out: &mut Vec<u8>, ty: &str, text: &[u8]| {
+        let mut s = format!("{{\"type\": \"{ty}\", \"data\": \"");
+        json_escape(&mut s, text);
+        s.push_str("\"}\n");
+        out.extend_from_slice(s.as_bytes());
+    };
+    match kind {
+        Some(EventKind::Printf) => {
+            let Some(e) = events.printf.get(id as usize) else {
+                out.extend_from_slice(format!("<printf event {id}: no such format>\n").as_bytes());
+                return;
+            };
+            let text = printf_text(&e.format, &e.args, data, sym);
+            match mode {
+                Mode::Text => out.extend_from_slice(&text),
+                Mode::Json => json_msg(out, "printf", &text),
+            }
+        }
+        Some(EventKind::Time) => {
+            let fmt = events
+                .times
+                .get(id as usize)
+                .map_or(&b"%H:%M:%S\n"[..], |f| f);
+            let text = time_text(fmt);
+            match mode {
+                Mode::Text => out.extend_from_slice(&text),
+                Mode::Json => json_msg(out, "time", &text),
+            }
+        }
+        Some(EventKind::PrintValue) => {
+            let Some(l) = events.values.get(id as usize) else {
+                return;
+            };
+            match mode {
+                Mode::Text => {
+                    out.extend_from_slice(value_text(l, data, false, sym).as_bytes());
+                    out.push(b'\n');
+                }
+                Mode::Json => out.extend_from_slice(
+                    format!(
+                        "{{\"type\": \"value\", \"data\": {}}}\n",
+                        value_json(l, data, sym)
+                    )
+                    .as_bytes(),
+                ),
+            }
+        }
+        Some(EventKind::PrintMap) => {
+            let Some(m) = maps else { return };
+            match (snapshot_entries(data), m.decls.get(id as usize)) {
+                (Some(entries), Some(d)) => {
+                    print_entries(out, mode, d, entries, word(data, 0), word(data, 8), sym)
+                }
+                _ => print_map(out, mode, m, id as u32, word(data, 0), word(data, 8), sym),
+            }
+        }
+        None => {}
+    }
+}

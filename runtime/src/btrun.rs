@@ -1,0 +1,324 @@
+//! The one-liner side of `wprobe run`: `-e PROGRAM`, `script.bt` files,
+//! `--event SPEC` probe events, `-c CMD`, `-l` / `-lv` listings, and runs
+//! without a traced process (programs with only `BEGIN`, `END` and
+//! `interval` probes). Programs are compiled by `bt2wasm` and then loaded
+//! like any other module: the session, the transports and the output path
+//! are shared.
+
+use crate::cache::Cache;
+use crate::cli::RunArgs;
+use crate::session::{ProgramInput, Session};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether `path` is a one-liner program file.
+pub fn is_bt(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "bt")
+}
+
+/// Whether the run has one-liner inputs (`-e`, `.bt`, `--event`).
+pub fn active(a: &RunArgs) -> bool {
+    a.program_text.is_some() || !a.events.is_empty() || a.programs.iter().any(|p| is_bt(p))
+}
+
+/// Whether a loaded module uses one-liner features (maps, output events,
+/// `begin`/`end`/`interval` probes).
+pub fn is_oneliner_module(m: &crate::load::LoadedModule) -> bool {
+    !m.manifest.maps.is_empty()
+        || !m.events.is_empty()
+        || m.manifest
+            .probes
+            .iter()
+            .any(|p| p.trigger != hostabi::manifest::Trigger::Hit)
+}
+
+/// Moves `-c CMD` (split on spaces, as bpftrace does) into the command.
+pub fn normalize(mut a: RunArgs) -> RunArgs {
+    if let Some(c) = a.cmd.take() {
+        a.command = c
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .map(Into::into)
+            .collect();
+    }
+    a
+}
+
+/// The compile options of this run (environment variables as bpftrace reads them).
+pub fn options(a: &RunArgs) -> bt2wasm::Options {
+    let env_u32 = |name: &str, default: u32, max: u32| -> u32 {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|v| *v > 0)
+            .map_or(default, |v| v.min(max))
+    };
+    let command = crate::programs::command_dir(&a.command).and_then(|d| {
+        let name = Path::new(a.command.first()?).file_name()?;
+        Some(d.join(name))
+    });
+    bt2wasm::Options {
+        check: bt2wasm::check::Options {
+            strlen: env_u32("BPFTRACE_STRLEN", 64, 4096),
+            map_keys: env_u32(
+                "BPFTRACE_MAP_KEYS_MAX",
+                hostabi::maps::DEFAULT_MAX_KEYS,
+                hostabi::maps::MAX_KEYS_PER_MAP,
+            ),
+            ustack_frames: 127,
+            has_child: !a.command.is_empty(),
+        },
+        pid: a.pid,
+        command,
+    }
+}
+
+/// Compiles a `.bt` file or `-e` text; the error is the rendered diagnostics.
+pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<Vec<u8>, String> {
+    match bt2wasm::compile(name, text, opts) {
+        Ok(c) => Ok(c.wasm),
+        Err((d, map)) => {
+            let n = d.0.len();
+            Err(format!(
+                "{}could not compile `{name}` ({n} error{})",
+                d.render(&map),
+                if n == 1 { "" } else { "s" }
+            ))
+        }
+    }
+}
+
+/// Loads the `-e` program and the `--event` specs as programs of the run.
+pub fn extra_programs(
+    engine: &wasmtime::Engine,
+    a: &RunArgs,
+    cache: &Cache,
+) -> Result<Vec<ProgramInput>, String> {
+    let opts = options(a);
+    let mut out = Vec::new();
+    if let Some(text) = &a.program_text {
+        let wasm = compile_text("-e", text, &opts)?;
+        let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
+            .map_err(|e| format!("loading the -e program: {e}"))?;
+        out.push(ProgramInput {
+            label: "-e".into(),
+            module,
+        });
+    }
+    if !a.events.is_empty() {
+        let wasm = match bt2wasm::compile_events(&a.events, &opts) {
+            Ok(c) => c.wasm,
+            Err((d, map)) => {
+                return Err(format!(
+                    "{}could not compile the probe events",
+                    d.render(&map)
+                ));
+            }
+        };
+        let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
+            .map_err(|e| format!("loading the probe events: {e}"))?;
+        out.push(ProgramInput {
+            label: "event".into(),
+            module,
+        });
+    }
+    Ok(out)
+}
+
+/// A `.bt` file compiled and loaded.
+pub fn load_file(
+    engine: &wasmtime::Engine,
+    path: &Path,
+    a: &RunArgs,
+    cache: &Cache,
+) -> Result<ProgramInput, String> {
+    let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let text = String::from_utf8_lossy(&text);
+    let wasm = compile_text(&path.display().to_string(), &text, &options(a))?;
+    let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
+        .map_err(|e| format!("loading {}: {e}", path.display()))?;
+    Ok(ProgramInput {
+        label: crate::programs::program_label(path),
+        module,
+    })
+}
+
+/// `-l [PATTERN]` / `-lv`: the probe-able functions of a binary matching
+/// `uprobe:BIN:GLOB` (with `-v`, each function's DWARF parameters), as
+/// `bpftrace -l` lists them.
+pub fn list(a: &RunArgs) -> ExitCode {
+    let pattern = a
+        .programs
+        .first()
+        .map(|p| p.to_string_lossy().into_owned())
+        .or_else(|| a.program_text.clone());
+    let Some(pattern) = pattern else {
+        eprintln!("error: -l needs a pattern: wprobe run -l 'uprobe:BINARY:GLOB'");
+        return ExitCode::from(1);
+    };
+    let parts: Vec<&str> = pattern.split(':').collect();
+    let (provider, target, glob) = match parts.as_slice() {
+        [p, t, g] => (*p, t.to_string(), *g),
+        [p, g] if a.pid.is_some() => (
+            *p,
+            std::fs::read_link(format!("/proc/{}/exe", a.pid.unwrap_or(0)))
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            *g,
+        ),
+        _ => {
+            eprintln!("error: -l pattern `{pattern}` is not uprobe:BINARY:GLOB");
+            return ExitCode::from(1);
+        }
+    };
+    let full = match provider {
+        "uprobe" | "u" => "uprobe",
+        "uretprobe" | "ur" => "uretprobe",
+        other => {
+            eprintln!("error: -l lists uprobe and uretprobe functions, not `{other}` probes");
+            return ExitCode::from(1);
+        }
+    };
+    let Some(path) = bt2wasm::elf::resolve_binary(&target, &[]) else {
+        eprintln!("error: {full} target file '{target}' does not exist or is not executable");
+        return ExitCode::from(1);
+    };
+    let bin = match bt2wasm::elf::Binary::open(&path) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let debug = if a.verbose {
+        bt2wasm::dwarf::Debug::load(&bin.bytes)
+    } else {
+        None
+    };
+    // A library found by its short name is shown by its path (as bpftrace does).
+    let shown = if target.starts_with("lib") && !target.contains('/') {
+        path.display().to_string()
+    } else {
+        target.clone()
+    };
+    let mut out = String::new();
+    for f in &bin.funcs {
+        if !bt2wasm::elf::glob(glob, &f.name) {
+            continue;
+        }
+        out.push_str(&format!("{full}:{shown}:{}\n", f.name));
+        if let Some(d) = &debug
+            && let Some(params) = d.params(&f.name)
+        {
+            for p in params {
+                out.push_str(&format!("    {} {}\n", p.type_name, p.name));
+            }
+        }
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    ExitCode::SUCCESS
+}
+
+/// Runs a session that traces no process: `begin` probes, the interval
+/// probes until `exit()` or a signal, `end` probes, the maps.
+pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> ExitCode {
+    session.begin();
+    let tick = session.tick_period();
+    while !stop.load(Ordering::SeqCst) {
+        let nap = tick.unwrap_or(std::time::Duration::from_millis(20));
+        std::thread::sleep(nap.min(std::time::Duration::from_millis(20)));
+        if tick.is_some() {
+            session.tick();
+        }
+    }
+    session.end();
+    session.summary();
+    ExitCode::SUCCESS
+}
+
+/// After the transport stopped: a command still running after `exit()` is
+/// sent SIGTERM (as bpftrace does), the `end` probes run and the maps are
+/// printed. Returns the exit status to report (`None` after `exit()`).
+pub fn finish(
+    session: &mut Session,
+    launched: Option<i32>,
+    status: Option<crate::transport::ptrace::ExitStatus>,
+) -> Option<crate::transport::ptrace::ExitStatus> {
+    let exited = session.exited();
+    if exited && let Some(pid) = launched {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    session.end();
+    if exited { None } else { status }
+}
+
+/// `wprobe compile -e PROGRAM -o OUT` / `wprobe compile script.bt`.
+pub fn compile_cmd(a: &crate::cli::CompileArgs) -> ExitCode {
+    let (name, text, default_out) = match (&a.program_text, &a.program) {
+        (Some(t), _) => ("-e".to_string(), t.clone(), None),
+        (None, Some(p)) => match std::fs::read(p) {
+            Ok(b) => (
+                p.display().to_string(),
+                String::from_utf8_lossy(&b).into_owned(),
+                Some(p.with_extension(if a.emit == "wat" { "wat" } else { "wasm" })),
+            ),
+            Err(e) => {
+                eprintln!("error: reading {}: {e}", p.display());
+                return ExitCode::from(1);
+            }
+        },
+        (None, None) => {
+            eprintln!("error: give a program file or -e PROGRAM");
+            return ExitCode::from(1);
+        }
+    };
+    let opts = bt2wasm::Options::default();
+    let wasm = match compile_text(&name, &text, &opts) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let bytes = if a.emit == "wat" {
+        match wasmprinter::print_bytes(&wasm) {
+            Ok(t) => t.into_bytes(),
+            Err(e) => {
+                eprintln!("error: printing the module: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        wasm
+    };
+    let Some(out) = a.output.clone().or(default_out) else {
+        eprintln!("error: give -o OUT (or -o - for standard output) with -e");
+        return ExitCode::from(1);
+    };
+    let res = if out.as_os_str() == "-" {
+        use std::io::Write;
+        std::io::stdout().write_all(&bytes)
+    } else {
+        std::fs::write(&out, &bytes)
+    };
+    if let Err(e) = res {
+        eprintln!("error: writing {}: {e}", out.display());
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `wprobe bench -e PROGRAM`: the program text as a `.bt` file of the
+/// temporary directory (so that every bench mode, `--end-to-end` included,
+/// takes it as a program file).
+pub fn bench_program_file(text: &str) -> Result<std::path::PathBuf, String> {
+    let h = blake3::hash(text.as_bytes()).to_hex();
+    let p = std::env::temp_dir().join(format!("wprobe-e-{}.bt", &h[..16]));
+    std::fs::write(&p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    Ok(p)
+}

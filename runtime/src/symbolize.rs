@@ -1,0 +1,109 @@
+//! User-space symbolization for printing (`ustack`, `usym`, `func`): a
+//! process's mappings (read when the process is first seen, re-read when an
+//! address falls outside them) and each mapped ELF file's function symbols,
+//! sorted for binary search. Symbols print as bpftrace prints them: `name`
+//! or `name+offset` (decimal); an unknown address as `0x…`. Never panics;
+//! a process that has exited keeps the mappings read while it lived.
+
+use crate::procmaps::{self, Mapping, ModuleKey};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Function symbols of one file, sorted by address.
+struct Table {
+    /// `(value, size, name)`.
+    funcs: Vec<(u64, u64, String)>,
+    first_load: (u64, u64),
+    is_dyn: bool,
+}
+
+/// Symbol tables by file, mappings by process.
+#[derive(Default)]
+pub struct Symbolizer {
+    maps: HashMap<u64, Vec<Mapping>>,
+    tables: HashMap<PathBuf, Option<Table>>,
+}
+
+impl Table {
+    fn load(path: &Path) -> Option<Table> {
+        let elf = wprobe_elf::ElfInfo::open(path).ok()?;
+        let mut funcs: Vec<(u64, u64, String, bool)> = elf
+            .symbols
+            .iter()
+            .filter(|s| s.kind == wprobe_elf::SymKind::Func)
+            .map(|s| (s.value, s.size, s.name.clone(), s.global))
+            .collect();
+        // At one address, prefer a global name, then fewer leading underscores.
+        funcs.sort_by(|a, b| {
+            let us = |n: &str| n.len() - n.trim_start_matches('_').len();
+            a.0.cmp(&b.0)
+                .then(b.3.cmp(&a.3))
+                .then(us(&a.2).cmp(&us(&b.2)))
+                .then(a.2.cmp(&b.2))
+        });
+        funcs.dedup_by(|a, b| a.0 == b.0);
+        Some(Table {
+            funcs: funcs.into_iter().map(|(v, s, n, _)| (v, s, n)).collect(),
+            first_load: elf.first_load.unwrap_or((0, 0)),
+            is_dyn: elf.is_dyn,
+        })
+    }
+
+    /// The function containing link-time address `v`, with the offset.
+    fn find(&self, v: u64) -> Option<(&str, u64)> {
+        let i = self.funcs.partition_point(|f| f.0 <= v);
+        let (start, size, name) = self.funcs.get(i.checked_sub(1)?)?;
+        let off = v - start;
+        (off < (*size).max(1)).then_some((name.as_str(), off))
+    }
+}
+
+impl Symbolizer {
+    /// Reads the mappings of `pid` if not known yet (call while it lives).
+    pub fn note(&mut self, pid: u64) {
+        if !self.maps.contains_key(&pid)
+            && let Ok(m) = procmaps::read(pid as i32)
+        {
+            if self.maps.len() > 1024 {
+                self.maps.clear();
+            }
+            self.maps.insert(pid, m);
+        }
+    }
+
+    fn lookup(&mut self, pid: u64, addr: u64) -> Option<(String, u64)> {
+        self.note(pid);
+        let mut m = procmaps::find(self.maps.get(&pid)?, addr).cloned();
+        if m.is_none() {
+            // Mapped since we read the mappings (dlopen)?
+            if let Ok(fresh) = procmaps::read(pid as i32) {
+                m = procmaps::find(&fresh, addr).cloned();
+                self.maps.insert(pid, fresh);
+            }
+        }
+        let m = m.filter(|m| m.is_file())?;
+        let path = PathBuf::from(&m.path);
+        let table = self
+            .tables
+            .entry(path.clone())
+            .or_insert_with(|| Table::load(&path))
+            .as_ref()?;
+        let bias = if table.is_dyn {
+            let maps = self.maps.get(&pid)?;
+            procmaps::load_bias(maps, &ModuleKey::Path(&path), table.first_load)?
+        } else {
+            0
+        };
+        let (name, off) = table.find(addr.wrapping_sub(bias))?;
+        Some((name.to_string(), off))
+    }
+
+    /// `name+off` (or `name` without `offset`), else `0x…`.
+    pub fn resolve(&mut self, pid: u64, addr: u64, offset: bool) -> String {
+        match self.lookup(pid, addr) {
+            Some((n, o)) if offset => format!("{n}+{o}"),
+            Some((n, _)) => n,
+            None => format!("{addr:#x}"),
+        }
+    }
+}

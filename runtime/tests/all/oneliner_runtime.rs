@@ -1,0 +1,316 @@
+//! The one-liner runtime on real processes: exact map counts from 8 threads
+//! × 100,000 calls under both transports, the map bound reached and
+//! reported, every fetch-arg form of `--event` on a known call with its
+//! exact text, `-l`/`-lv`, `wprobe compile -e`, instruction-boundary
+//! refusals, and uretprobes (ignored until the return-probe mechanism lands).
+
+use crate::case;
+use crate::support::case::Case;
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(map_bound_is_reached_counted_and_reported),
+    case!(every_fetch_arg_form_prints_exact_text),
+    case!(event_errors_point_into_the_event),
+    case!(listing_functions_and_dwarf_arguments),
+    case!(compile_e_writes_a_module_that_runs),
+    case!(a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries),
+    case!(uretprobes_are_refused_until_the_mechanism_lands),
+    case!(exit_from_an_interval_stops_a_long_command),
+    case!(map_counts_from_8_threads_x_100000_calls_are_exact @ per_transport),
+    case!(intervals_tick_while_tracing @ per_transport),
+];
+
+use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};
+use std::path::PathBuf;
+
+fn target() -> PathBuf {
+    gcc(
+        "bt_target",
+        &progs().join("bt_target.c"),
+        &[
+            "-O0",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-no-pie",
+            "-fcf-protection=none",
+        ],
+    )
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String, Option<i32>) {
+    let mut c = wprobe();
+    c.arg("run").args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = output_within(c, 300);
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr(&o),
+        o.status.code(),
+    )
+}
+
+/// Map counts from 8 threads x 100,000 calls are exact.
+fn map_counts_from_8_threads_x_100000_calls_are_exact(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uprobe:{}:tick {{ @[arg0] = count(); @all = count(); @s = sum(arg0); }}",
+        t.display()
+    );
+    let cmd = format!("{} threads 100000", t.display());
+    let (out, err, code) = run(
+        &["--transport", transport, "-e", &prog, "-c", &cmd],
+        &[("WPROBE_PERF_RING_PAGES", "8192")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let mut want = String::from("Attaching 1 probe...\n\n\n");
+    for k in 0..8 {
+        want += &format!("@[{k}]: 100000\n");
+    }
+    want += "@all: 800000\n@s: 2800000\n";
+    assert_eq!(out, want, "{err}");
+}
+
+fn map_bound_is_reached_counted_and_reported() {
+    let t = target();
+    let prog = format!(
+        "uprobe:{}:key {{ @[arg0] = count(); @n = count(); }}",
+        t.display()
+    );
+    let cmd = format!("{} keys 25", t.display());
+    let (out, err, code) = run(
+        &["-e", &prog, "-c", &cmd],
+        &[("BPFTRACE_MAP_KEYS_MAX", "10")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let mut want = String::from("Attaching 1 probe...\n\n\n");
+    for k in 0..10 {
+        want += &format!("@[{k}]: 1\n");
+    }
+    want += "@n: 25\n";
+    assert_eq!(out, want);
+    assert!(
+        err.contains(
+            "wprobe: warning: map @: 15 update(s) dropped: the map is full (10 keys; set BPFTRACE_MAP_KEYS_MAX to allow more)"
+        ),
+        "{err}"
+    );
+}
+
+fn every_fetch_arg_form_prints_exact_text() {
+    let t = target();
+    let b = t.display().to_string();
+    let sink = sym(&t, "sink");
+    let events = [
+        // registers, types, strings, $comm, $argN
+        format!("p:greet_ev {b}:greet name=%di:string n=%si:u32 c=$comm a1=$arg2:s64 raw=%si"),
+        // $stackN and $stack: the return address is at $stack0 at the entry
+        format!("p {b}:add st0=$stack0 spset=$stack:u8"),
+        // signed and hex widths
+        format!("p:sv {b}:signed_vals v=%di:s32 w=%si:s64 x=%di:x16 u=%di:u8"),
+        // memory: absolute, by symbol, from the file start, and a dereference chain
+        format!("p:mem {b}:scale abs=@{sink:#x}:s64 bysym=@sink:s64 dref=+0(%sp):x64"),
+        // an offset into the function
+        format!("p {b}:leaf+4"),
+    ];
+    let mut args: Vec<&str> = Vec::new();
+    for e in &events {
+        args.push("--event");
+        args.push(e);
+    }
+    let cmd = format!("{b} calls");
+    args.extend(["-c", &cmd]);
+    let (out, err, code) = run(&args, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "Attaching 5 probes...");
+    let greet: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("greet_ev:"))
+        .collect();
+    assert_eq!(greet.len(), 6, "{out}");
+    assert_eq!(
+        *greet[0],
+        "greet_ev: (greet) name=\"alice\" n=0 c=\"bt_target\" a1=0 raw=0x0"
+    );
+    assert_eq!(
+        *greet[3],
+        "greet_ev: (greet) name=\"carol\" n=3 c=\"bt_target\" a1=3 raw=0x3"
+    );
+    let add: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("p_bt_target_add:"))
+        .collect();
+    assert_eq!(add.len(), 10);
+    // $stack0 is the return address into main: same for every call site
+    // of the loop; $stack is the stack pointer (low byte only).
+    let main = sym(&t, "main");
+    for l in &add {
+        let st0 = l.split("st0=0x").nth(1).unwrap().split(' ').next().unwrap();
+        let v = u64::from_str_radix(st0, 16).unwrap();
+        assert!(v > main && v < main + 0x1000, "{l}");
+        assert!(l.contains(" spset="), "{l}");
+    }
+    let sv: Vec<&&str> = lines.iter().filter(|l| l.starts_with("sv:")).collect();
+    assert_eq!(
+        sv.iter().map(|s| **s).collect::<Vec<_>>(),
+        [
+            "sv: (signed_vals) v=-5 w=-100 x=0xfffb u=251",
+            "sv: (signed_vals) v=7 w=9 x=0x7 u=7",
+            "sv: (signed_vals) v=-5 w=1 x=0xfffb u=251",
+        ]
+    );
+    let mem: Vec<&&str> = lines.iter().filter(|l| l.starts_with("mem:")).collect();
+    assert_eq!(mem.len(), 12);
+    // sink holds the running sum of the earlier calls' side effects:
+    // absolute and symbolic reads agree.
+    for l in &mem {
+        let abs = l.split("abs=").nth(1).unwrap().split(' ').next().unwrap();
+        let bysym = l.split("bysym=").nth(1).unwrap().split(' ').next().unwrap();
+        assert_eq!(abs, bysym, "{l}");
+        assert!(l.contains(" dref=0x"), "{l}");
+    }
+    let leaf: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("p_bt_target_leaf_4:"))
+        .collect();
+    assert_eq!(leaf.len(), 3);
+    assert_eq!(*leaf[0], "p_bt_target_leaf_4: (leaf+4)");
+}
+
+fn event_errors_point_into_the_event() {
+    let t = target();
+    let b = t.display().to_string();
+    for (ev, msg) in [
+        (
+            format!("x {b}:add"),
+            "probe event must start with `p` or `r`, not `x`",
+        ),
+        (format!("p {b}:add a=%zz"), "unknown register `%zz`"),
+        (format!("p {b}:add a=%di:u7"), "unknown type `u7`"),
+        (
+            format!("p {b}:add a=$retval"),
+            "$retval is only available in return probes (r)",
+        ),
+        (format!("p {b}:nope"), "Could not resolve symbol"),
+        (format!("p {b}:add a=@nosuch"), "symbol `nosuch` not found"),
+    ] {
+        let (_, err, code) = run(&["--event", &ev, "-c", &b], &[]);
+        assert_eq!(code, Some(1), "{ev}: {err}");
+        assert!(err.contains("--event #1:1:"), "{ev}: {err}");
+        assert!(err.contains(msg), "{ev}: {err}");
+        assert!(err.contains('^'), "{ev}: {err}");
+    }
+}
+
+fn listing_functions_and_dwarf_arguments() {
+    let t = target();
+    let pat = format!("uprobe:{}:s*", t.display());
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.args(["run", "-lv", &pat]);
+            c
+        },
+        60,
+    );
+    let out = String::from_utf8_lossy(&o.stdout).replace(&t.display().to_string(), "T");
+    assert_eq!(
+        out,
+        "uprobe:T:scale\n    long int v\n    long int by\nuprobe:T:signed_vals\n    int v\n    long int w\n"
+    );
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.args(["run", "-l", &format!("uprobe:{}:*a*", t.display())]);
+            c
+        },
+        60,
+    );
+    let out = String::from_utf8_lossy(&o.stdout).replace(&t.display().to_string(), "T");
+    assert!(
+        out.contains("uprobe:T:add\n") && out.contains("uprobe:T:main\n"),
+        "{out}"
+    );
+    assert!(!out.contains("    "), "no arguments without -v: {out}");
+}
+
+fn compile_e_writes_a_module_that_runs() {
+    let t = target();
+    let out = crate::support::cli::scratch().join("oneliner.wasm");
+    let prog = format!("uprobe:{}:add {{ @c = count(); }}", t.display());
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.args(["compile", "-e", &prog, "-o"]).arg(&out);
+            c
+        },
+        60,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.arg("run").arg(&out).arg("--").arg(&t).arg("calls");
+            c
+        },
+        60,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "Attaching 1 probe...\n\n\n@c: 10\n"
+    );
+}
+
+fn a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries() {
+    let t = target();
+    let prog = format!("uprobe:{}:add+2 {{ @ = count(); }}", t.display());
+    let (_, err, code) = run(&["-e", &prog, "-c", &t.display().to_string()], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("error[B0104]: Could not add uprobe into middle of instruction:")
+            && err.contains(":add+2")
+            && err.contains("= note: nearest instruction boundaries: add+1, add+4"),
+        "{err}"
+    );
+}
+
+fn uretprobes_are_refused_until_the_mechanism_lands() {
+    let t = target();
+    let prog = format!("uretprobe:{}:add {{ @ = sum(retval); }}", t.display());
+    let (_, err, code) = run(&["-e", &prog, "-c", &t.display().to_string()], &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is a return probe"), "{err}");
+}
+
+fn intervals_tick_while_tracing(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "interval:ms:100 {{ @ticks++; }} uprobe:{}:add {{ printf(\"add\\n\"); }} END {{ printf(\"ticks>=3: %d\\n\", @ticks >= 3); clear(@ticks); }}",
+        t.display()
+    );
+    let cmd = format!("{} sleep 500", t.display());
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out, "Attaching 3 probes...\nadd\nticks>=3: 1\n\n\n\n",
+        "{err}"
+    );
+}
+
+fn exit_from_an_interval_stops_a_long_command() {
+    let t = target();
+    let prog = "interval:ms:200 { printf(\"bye\\n\"); exit(); } END { printf(\"end\\n\"); }";
+    let cmd = format!("{} sleep 20000", t.display());
+    let start = std::time::Instant::now();
+    let (out, err, code) = run(&["-e", prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "Attaching 2 probes...\nbye\nend\n\n\n");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
