@@ -540,7 +540,7 @@ pub fn capture(
     programs: &[BenchProgram],
 ) -> Result<std::collections::HashMap<(usize, usize), ModelEnv>, String> {
     use crate::session::{ProgramInput, RunOptions, Session};
-    use crate::transport::ptrace::{TraceOptions, Tracer};
+    use crate::transport::{OpenOptions, Target, ptrace};
     let inputs = programs
         .iter()
         .map(|p| ProgramInput {
@@ -567,26 +567,29 @@ pub fn capture(
         .open("/dev/null")
         .map_err(|e| format!("/dev/null: {e}"))?;
     let _ = nix::unistd::dup2_stdout(&null);
-    let launched = Tracer::launch(
-        &a.command,
-        TraceOptions {
+    // Ptrace: the handler reads the stopped thread's whole memory, which
+    // is what the capture copies.
+    let launched = (ptrace::INFO.open)(
+        Target::Launch(&a.command),
+        &OpenOptions {
             follow_forks: false,
             verify_opcodes: true,
+            reads_memory: true,
+            registers: crate::regscan::RegsRead::All,
         },
     );
     let _ = nix::unistd::dup2_stdout(&saved);
-    let mut tracer = launched.map_err(|e| e.to_string())?;
-    let main = tracer.main_pid();
+    let mut tracer = launched?;
+    let t = tracer.as_mut();
+    let main = t.main_pid();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     session.enable_capture(done.clone());
-    if session.arm(&mut tracer, main, true) == 0 && session.pending() == 0 {
-        let _ = tracer.detach_all();
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(main), nix::sys::signal::SIGKILL);
+    if session.arm(t, main, true) == 0 && session.pending() == 0 {
+        t.kill_launched();
+        let _ = t.detach();
         return Err(format!("no probe could be armed in process {main}"));
     }
-    let status = session
-        .run(&mut tracer, &done)
-        .map_err(|e| format!("{e:#}"))?;
+    let status = session.run(t, &done).map_err(|e| format!("{e:#}"))?;
     if status.is_none() {
         // Stopped once every probe was captured: everything is detached.
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(main), nix::sys::signal::SIGKILL);
@@ -727,7 +730,16 @@ pub fn end_to_end(a: &BenchArgs) -> Vec<EndToEnd> {
     });
     let me = std::env::current_exe().unwrap_or_else(|_| "wprobe".into());
     let records = std::env::temp_dir().join(format!("wprobe-bench-{}.jsonl", std::process::id()));
-    for transport in &a.transports {
+    let all: Vec<String> = crate::transport::TRANSPORTS
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    let transports = if a.transports.is_empty() {
+        &all
+    } else {
+        &a.transports
+    };
+    for transport in transports {
         let argv = traced_argv(a, &me, transport, &records);
         let (mut walls, mut cpus, mut hits) = (Vec::new(), Vec::new(), Vec::new());
         let mut error = None;

@@ -2,6 +2,7 @@
 //! Exit status: 0 success, 1 user error (bad input or arguments), 2 internal
 //! error; `wprobe run` exits with the traced command's status.
 
+use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,8 +89,9 @@ pub struct BenchArgs {
     /// Runs of each configuration with `--end-to-end` (the median is reported).
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub repeat: u32,
-    /// Transports measured by `--end-to-end` (repeatable).
-    #[arg(long = "transport", value_name = "TRANSPORT", default_values = ["ptrace", "perf"], value_parser = ["ptrace", "perf"])]
+    /// Transports measured by `--end-to-end` (repeatable; default: every
+    /// transport).
+    #[arg(long = "transport", value_name = "TRANSPORT", value_parser = transport_names())]
     pub transports: Vec<String>,
     /// A command: with `--end-to-end`, the workload; otherwise the handlers
     /// run on the registers and memory of its first hit of each probe.
@@ -149,10 +151,9 @@ pub struct RunArgs {
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,
-    /// How probes fire: `ptrace` stops the thread for each hit (handlers may
-    /// write registers and memory); `perf` uses uprobes and perf breakpoint
-    /// events, the handler runs on a sample while the target keeps running.
-    #[arg(long, value_name = "TRANSPORT", default_value = "ptrace", value_parser = ["ptrace", "perf"])]
+    /// How probes reach the target and hits reach the handlers (see
+    /// `--help` for what each can do).
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = transport_names())]
     pub transport: String,
     /// Bind a handler export to a breakpoint, for modules without a manifest
     /// (repeatable): `[MODULE:]SYMBOL[±N]=EXPORT` or `[MODULE:]NUMBER=EXPORT`
@@ -389,4 +390,14 @@ fn compile(a: CompileArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// The `--transport` values: the transport registry, each with its
+/// one-line description.
+fn transport_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(
+        crate::transport::TRANSPORTS
+            .iter()
+            .map(|t| PossibleValue::new(t.name).help(t.about)),
+    )
 }

@@ -17,7 +17,6 @@ pub mod btout;
 pub mod btrun;
 pub mod cache;
 pub mod cli;
-pub mod coredump;
 pub mod engine;
 pub mod format;
 pub mod handlers;

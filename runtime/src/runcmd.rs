@@ -9,11 +9,9 @@ use crate::format::Format;
 use crate::programs::load_program_with_cache;
 use crate::regscan::RegsRead;
 use crate::session::{RunOptions, Session};
-use crate::transport::perf::{PerfOptions, PerfTracer};
-use crate::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
+use crate::transport::{ExitStatus, OpenOptions, Target};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     match s {
@@ -40,6 +38,18 @@ pub fn run(a: RunArgs) -> ExitCode {
         crate::elog!("error: give the command to trace after `--`, or -p PID");
         return ExitCode::from(1);
     }
+    let Some(info) = crate::transport::by_name(&a.transport) else {
+        crate::elog!(
+            "error: unknown transport `{}` (one of: {})",
+            a.transport,
+            crate::transport::TRANSPORTS
+                .iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return ExitCode::from(1);
+    };
     // A process that cannot be traced at all is refused first, with the
     // real cause (its executable, which `--probe` defaults to, may not
     // even be readable).
@@ -48,7 +58,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         let why = crate::procinfo::untraceable(pid);
         let fatal = match &why {
             Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
-            Untraceable::Traced { .. } => a.transport != "perf",
+            Untraceable::Traced { .. } => info.caps.uses_ptrace,
             Untraceable::Other { .. } => false,
         };
         if fatal && let Some(reason) = why.explain(pid) {
@@ -109,19 +119,15 @@ pub fn run(a: RunArgs) -> ExitCode {
             Format::Text
         },
     };
-    let topts = TraceOptions {
-        follow_forks: a.follow,
-        verify_opcodes: !a.no_verify_opcodes,
-    };
-    let perf = a.transport == "perf";
-    // The registers the perf transport samples (the scan runs for it only).
-    let regs_read = if perf {
+    // The registers handlers can read: a transport that samples them
+    // (rather than stopping the thread) samples only those.
+    let registers = if info.caps.synchronous {
+        RegsRead::All
+    } else {
         programs
             .iter()
             .map(|p| p.module.registers_read())
             .fold(RegsRead::Only(0), RegsRead::union)
-    } else {
-        RegsRead::All
     };
     let mut session = match Session::new(&engine, programs, opts, out) {
         Ok(s) => s,
@@ -134,14 +140,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         crate::elog!("error: no probe selected (check --group / --type)");
         return ExitCode::from(1);
     }
-    if let Err(e) = session.check(perf) {
-        crate::elog!("error: {e}");
-        return ExitCode::from(1);
-    }
-    if perf
-        && session.has_breakpoints()
-        && let Err(e) = crate::transport::perf::check_uprobes()
-    {
+    if let Err(e) = session.check(info) {
         crate::elog!("error: {e}");
         return ExitCode::from(1);
     }
@@ -167,69 +166,75 @@ pub fn run(a: RunArgs) -> ExitCode {
             return crate::btrun::run_without_target(session, &stop);
         }
     }
-    if perf {
-        return run_perf(&a, session, &signals, regs_read, oneliner);
-    }
-    let mut tracer = match a.pid {
-        Some(pid) => {
-            crate::elog!(
-                "wprobe: attaching to {pid}. Note: if wprobe is killed with SIGKILL, its breakpoints stay in the process and the next hit kills it; run `wprobe repair --pid {pid}` at once to restore the bytes (or use --transport perf, which patches nothing)."
-            );
-            Tracer::attach(pid, topts)
-        }
-        None => Tracer::launch(&a.command, topts),
+    let target = match a.pid {
+        Some(pid) => Target::Attach(pid),
+        None => Target::Launch(&a.command),
     };
-    let mut tracer = match tracer.as_mut() {
-        Ok(_) => tracer.expect("checked"),
+    let open = OpenOptions {
+        follow_forks: a.follow,
+        verify_opcodes: !a.no_verify_opcodes,
+        reads_memory: session.reads_memory(),
+        registers,
+    };
+    let mut transport = match (info.open)(target, &open) {
+        Ok(t) => t,
         Err(e) => {
             crate::elog!("error: {e}");
             return ExitCode::from(1);
         }
     };
-    // A diagnostic knob for measurements: which step-over path to use.
-    if let Ok(p) = std::env::var("WPROBE_STEP_POLICY") {
-        use crate::transport::ptrace::StepPolicy;
-        match p.as_str() {
-            "auto" => tracer.set_step_policy(StepPolicy::Auto),
-            "no-emulation" => tracer.set_step_policy(StepPolicy::NoEmulation),
-            "single-step" => tracer.set_step_policy(StepPolicy::SingleStepOnly),
-            other => crate::elog!(
-                "wprobe: warning: WPROBE_STEP_POLICY={other} is not auto, no-emulation or single-step"
-            ),
-        }
+    let t = transport.as_mut();
+    let main = t.main_pid();
+    let mut armed = session.arm(t, main, true);
+    if session.pending() > 0 && info.caps.arms_files {
+        // Modules not mapped yet (a program a child execs, a library
+        // loaded later): arm on the file, found by path or next to the
+        // command, in the current directory or on PATH.
+        armed += session.arm_on_files(t, main, &module_dirs(&a.command), true);
     }
-    let main = tracer.main_pid();
-    let armed = session.arm(&mut tracer, main, true);
     if oneliner && armed == 0 && session.pending() == 0 && session.probe_count() == 0 {
         // Only begin/end/interval probes: nothing to arm.
-    } else if armed == 0 && session.pending() == 0 {
+    } else if armed == 0 && (session.pending() == 0 || !info.caps.later_libraries) {
         crate::elog!("error: no probe could be armed in process {main}");
         if a.pid.is_none() {
             // The command never ran any of its own code: it does not run
             // at all, as with bpftrace -c when attaching fails.
-            tracer.kill_launched();
+            t.kill_launched();
         }
-        let _ = tracer.detach_all();
+        let _ = t.detach();
         return ExitCode::from(1);
+    }
+    if session.pending() > 0 && !info.caps.later_libraries {
+        crate::elog!(
+            "wprobe: warning: {} probe(s) not armed: their module is not mapped in process {main} \
+             at its entry point{}; --transport {} arms probes once, at start",
+            session.pending(),
+            if info.caps.arms_files {
+                " and its file was not found"
+            } else {
+                ""
+            },
+            info.name
+        );
     }
     if oneliner {
         if a.pid.is_none() {
             session.set_child_pid(main as u64);
         }
         if let Some(p) = session.tick_period() {
-            tracer.set_tick(p);
+            t.set_tick(p);
         }
         session.begin();
     }
-    let mut status = match session.run(&mut tracer, &stop) {
+    let mut status = match session.run(t, &stop) {
         Ok(s) => s,
         Err(e) => {
             crate::elog!("error: {e:#}");
-            let _ = tracer.detach_all();
             session.summary();
             return ExitCode::from(2);
         }
     };
+    let report = t.report();
     // A one-liner's exit() ends the command (SIGTERM) and wprobe exits 0,
     // as `bpftrace -c` does.
     let by_exit = oneliner && session.exited();
@@ -241,22 +246,22 @@ pub fn run(a: RunArgs) -> ExitCode {
         let _ = wait_child(main);
         return finish(&session, &a, Some(ExitStatus::Code(0)));
     }
-    for (pid, addr, found) in tracer.code_left_alone() {
+    for (pid, addr, found) in &report.code_left_alone {
         crate::elog!(
             "wprobe: warning: process {pid} rewrote its code at {addr:#x} (now {found:#04x}) \
              while it was probed there: left as the process wrote it"
         );
     }
     // It may have ended while wprobe was detaching (of that very signal).
-    status = status.or(tracer.exit_status(main));
+    status = status.or(report.exit_status);
     if a.pid.is_none() && status.is_none() {
         // The command was detached (a stopping signal, or a debugger
         // hand-off) but is still our child, and would die with us: give it
         // the signal that stopped wprobe, as it would have had it untraced,
         // and wait for it.
-        if session.handed_off().contains(&main) {
+        if report.handed_off.contains(&main) {
             crate::elog!("wprobe: waiting for process {main} (handed off to a debugger) to exit");
-        } else if let Some(sig) = signals.forward_after_detach(main, &tracer.detach_signals(main)) {
+        } else if let Some(sig) = signals.forward_after_detach(main, &report.detach_signals) {
             crate::elog!(
                 "wprobe: detached; signal {sig} passed on to process {main}, waiting for it to exit"
             );
@@ -266,6 +271,23 @@ pub fn run(a: RunArgs) -> ExitCode {
         status = wait_child(main);
     }
     finish(&session, &a, status)
+}
+
+/// Where modules not mapped at start are looked for by base name: the
+/// command's directory, the current directory, then `PATH`.
+fn module_dirs(command: &[std::ffi::OsString]) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(c) = command.first().map(std::path::Path::new)
+        && let Some(d) = c.parent()
+        && !d.as_os_str().is_empty()
+    {
+        dirs.push(d.to_path_buf());
+    }
+    dirs.push(".".into());
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    dirs
 }
 
 /// The exit status of `wprobe run`: the traced command's, unless records
@@ -302,105 +324,4 @@ fn wait_child(pid: i32) -> Option<ExitStatus> {
             Err(_) => return None,
         }
     }
-}
-
-/// `--transport perf`: open the events, let the target run, handle samples.
-fn run_perf(
-    a: &RunArgs,
-    mut session: Session,
-    signals: &crate::stopsig::StopSignals,
-    regs_read: RegsRead,
-    oneliner: bool,
-) -> ExitCode {
-    let stop: &AtomicBool = &signals.stop;
-    let opts = PerfOptions {
-        follow_forks: a.follow,
-        stack_bytes: if session.reads_memory() {
-            crate::transport::perf::STACK_SNAPSHOT_BYTES
-        } else {
-            0
-        },
-        regs_mask: crate::transport::perf::regs_mask(regs_read, session.reads_memory()),
-    };
-    let tracer = match a.pid {
-        Some(pid) => PerfTracer::attach(pid, opts),
-        None => PerfTracer::launch(&a.command, opts),
-    };
-    let mut tracer = match tracer {
-        Ok(t) => t,
-        Err(e) => {
-            crate::elog!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let main = tracer.main_pid();
-    let mut armed = session.arm_perf(&mut tracer, main, true);
-    if session.pending() > 0 {
-        // Modules not mapped yet (a program a child execs, a library
-        // loaded later): arm on the file, found by path or next to the
-        // command, in the current directory or on PATH.
-        let mut dirs: Vec<std::path::PathBuf> = Vec::new();
-        if let Some(c) = a.command.first().map(std::path::Path::new)
-            && let Some(d) = c.parent()
-            && !d.as_os_str().is_empty()
-        {
-            dirs.push(d.to_path_buf());
-        }
-        dirs.push(".".into());
-        if let Some(p) = std::env::var_os("PATH") {
-            dirs.extend(std::env::split_paths(&p));
-        }
-        armed += session.arm_perf_by_file(&mut tracer, main, &dirs, true);
-    }
-    if armed == 0 {
-        crate::elog!("error: no probe could be armed in process {main}");
-        return ExitCode::from(1); // dropping the tracer kills a launched command that never ran
-    }
-    if session.pending() > 0 {
-        crate::elog!(
-            "wprobe: warning: {} probe(s) not armed: their module is not mapped in process {main} \
-             at its entry point and its file was not found; --transport perf arms probes once, \
-             at start",
-            session.pending()
-        );
-    }
-    if oneliner {
-        if a.pid.is_none() {
-            session.set_child_pid(main as u64);
-        }
-        if let Some(p) = session.tick_period() {
-            tracer.set_tick(p);
-        }
-        session.begin();
-    }
-    let mut status = match session.run_perf(&mut tracer, stop) {
-        Ok(s) => s,
-        Err(e) => {
-            crate::elog!("error: {e:#}");
-            session.summary();
-            return ExitCode::from(2);
-        }
-    };
-    let by_exit = oneliner && session.exited();
-    if oneliner {
-        status = crate::btrun::finish(&mut session, a.pid.is_none().then_some(main), status);
-    }
-    session.summary();
-    if by_exit && a.pid.is_none() {
-        let _ = wait_child(main);
-        return finish(&session, a, Some(ExitStatus::Code(0)));
-    }
-    if a.pid.is_none() && status.is_none() {
-        // Stopped by a signal: the command runs on untraced; it gets the
-        // signal as it would have untraced, and wprobe waits for it.
-        if let Some(sig) = signals.forward_after_detach(main, &[]) {
-            crate::elog!(
-                "wprobe: signal {sig} passed on to process {main}, waiting for it to exit"
-            );
-        } else {
-            crate::elog!("wprobe: waiting for process {main} to exit");
-        }
-        status = wait_child(main);
-    }
-    finish(&session, a, status)
 }

@@ -1,32 +1,37 @@
-//! `wprobe run`: load programs, arm their probes in real processes, run
-//! the handler at every hit, print what it logged, and leave the traced
-//! program as it was. Per hit: no allocation once buffers are warm, no
-//! `/proc` reads but the lazy CPU number (ptrace), no symbol lookups
-//! (addresses and biases are resolved when a process or library appears).
-//!
-//! The handler, statistics and output part is transport-agnostic: both
-//! transports swap their hit into the store's [`RunEnv`] and call the same
-//! per-hit core (`run_hit`), so ignore/maxhits/remove, group/type
-//! selection, record formatting, the summary and the JSON stats behave the
-//! same under `ptrace` and `perf`. What differs is arming and what a
-//! handler's outcome can do to the target (`exit 1`/`exit 3` need a stopped
-//! target: under perf they are counted and reported once).
+//! A run's session: the probes of the loaded programs, armed through a
+//! transport ([`crate::transport`]) in the processes it traces, a handler
+//! run at every hit, and the records, statistics and summary. One run loop
+//! for every transport: a transport reports hits and process events; the
+//! session resolves and arms (`arm`), counts and applies
+//! `ignore`/`maxhits`/`remove`, runs the handler, writes its records
+//! (`records`), and asks the transport for what a handler's outcome needs
+//! (`exit 1`, `exit 3`) when the transport can do it, counting it once
+//! otherwise. Per hit: no allocation once buffers are warm, no `/proc`
+//! reads, no symbol lookups (addresses and biases are resolved when a
+//! process or library appears).
 
-use crate::format::{self, Format, RecordView};
-use crate::handlers::{RunOutcome, Runner};
-use crate::load::LoadedModule;
-use crate::procmaps::{self, Mapping};
-use crate::resolve::{Located, ResolveError, Resolver};
-use crate::sink::RecordKind;
-pub use crate::transport::RunEnv;
-use crate::transport::perf::{PerfEvent, PerfHit, PerfId, PerfProbe, PerfTracer};
-use crate::transport::ptrace::{Action, BpId, Event, ExitStatus, Hit, Tracer, WpId};
-use hostabi::Outcome;
-use hostabi::env::HitEnv;
-use hostabi::manifest::{Manifest, ProbeKind, Trigger};
+mod arm;
+mod capture;
+mod oneliner;
+mod records;
+mod stats;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
+
+use hostabi::Outcome;
+use hostabi::env::HitEnv;
+use hostabi::manifest::{Manifest, ProbeKind, Trigger};
+
+pub use self::stats::ProbeStats;
+use crate::format::Format;
+use crate::handlers::{RunOutcome, Runner};
+use crate::load::LoadedModule;
+use crate::resolve::Resolver;
+pub use crate::transport::RunEnv;
+use crate::transport::{Action, Armed, Event, ExitStatus, Transport, TransportHit, TransportInfo};
+use oneliner::{BtState, Special};
 
 /// A program given on the command line, loaded.
 pub struct ProgramInput {
@@ -52,74 +57,41 @@ pub struct RunOptions {
     pub format: Format,
 }
 
-/// Per-probe counters, reported at exit.
-#[derive(Clone, Debug, Default)]
-pub struct ProbeStats {
-    /// Hits seen (including ignored ones).
-    pub hits: u64,
-    /// Hits skipped by `ignore`.
-    pub ignored: u64,
-    /// Handler runs.
-    pub runs: u64,
-    /// Records emitted.
-    pub records: u64,
-    /// Record data bytes emitted.
-    pub bytes: u64,
-    /// Runs that exhausted their fuel.
-    pub fuel_exhausted: u64,
-    /// Runs that trapped.
-    pub traps: u64,
-    /// Runs ended by an uncaught exception.
-    pub uncaught: u64,
-    /// Hits whose sample the kernel dropped (perf ring buffer full;
-    /// `PERF_RECORD_LOST`). Always 0 under ptrace, where the thread waits
-    /// for the handler.
-    pub dropped: u64,
-}
-
 struct ProbeRt {
     prog: usize,
     index: usize,
     label: String,
     enabled: bool,
+    /// Where it is armed: (pid, the transport's handle).
     armed: Vec<(i32, Armed)>,
     /// Armed in some process at some time.
     ever_armed: bool,
     stats: ProbeStats,
-    /// Perf uprobes: the probe's link-time address; the sample's IP minus
+    /// Breakpoints: the probe's link-time address; a hit's address minus
     /// it is the module's load bias in whichever process hit it.
     link: Option<u64>,
 }
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Armed {
-    Bp(BpId),
-    Wp(WpId),
-    Perf(PerfId),
-}
-
-/// The x86-64 debug registers usable for watchpoints (DR0–DR3).
-pub const MAX_WATCHPOINTS: usize = 4;
 
 /// The running session.
 pub struct Session {
     runner: Runner<RunEnv>,
     manifests: Vec<Manifest>,
     probes: Vec<ProbeRt>,
-    by_bp: HashMap<BpId, usize>,
-    by_wp: HashMap<WpId, usize>,
+    /// Load bias of each program's module, by (program, pid).
     bias: HashMap<(usize, i32), u64>,
-    /// First bias seen per program: used for processes the perf transport
-    /// sees only through samples (fork children share the parent's layout).
+    /// First bias seen per program: used for processes a transport reports
+    /// hits of without arming there (fork children sharing the layout).
     bias_default: HashMap<usize, u64>,
     /// Programs importing a writing function: (label, import).
     writers: Vec<(String, String)>,
     /// Whether any program imports `read_mem` or `read_str`.
     reads_memory: bool,
-    /// Lost samples the kernel did not attribute to a known probe.
+    /// Lost hits the transport did not attribute to a known probe.
     dropped_unattributed: u64,
-    /// `exit 1` / `exit 3` runs that the perf transport cannot honour.
+    /// `exit 1` / `exit 3` runs that the transport cannot honour.
     unhonoured: [u64; 2],
+    /// The transport of the run (set by [`Session::run`]).
+    transport: Option<&'static TransportInfo>,
     resolver: Resolver,
     opts: RunOptions,
     out: crate::output::RecordOut,
@@ -127,187 +99,19 @@ pub struct Session {
     seq: u64,
     /// Warnings printed at arming time (also for tests).
     pub warnings: Vec<String>,
-    main_status: Option<ExitStatus>,
     /// Time spent arming (resolving and inserting probes), all calls.
     arm_time: std::time::Duration,
-    /// Time spent disarming at the end of the run (restoring bytes and
-    /// detaching; closing events and removing uprobe definitions).
+    /// Time spent disarming at the end of the run.
     disarm_time: std::time::Duration,
-    /// Hits recorded for `wprobe bench -- CMD` (ptrace only).
-    capture: Option<Capture>,
+    /// Hits recorded for `wprobe bench -- CMD`.
+    capture: Option<capture::Capture>,
     /// Fault injection for the clean-failure tests (debug builds only):
-    /// panic at this ptrace hit (`WPROBE_PANIC_AT_HIT=N`).
+    /// panic at this hit (`WPROBE_PANIC_AT_HIT=N`).
     panic_at_hit: Option<u64>,
-    ptrace_hits: u64,
-    /// Processes handed off to a debugger (`exit 1`).
-    handed_off: Vec<i32>,
+    hits_seen: u64,
     /// One-liner support (`begin`/`end`/`interval` probes, output events,
-    /// maps printed at exit): see the block at the end of this file.
+    /// maps printed at exit): see `oneliner`.
     bt: BtState,
-}
-
-/// The first hit of each probe, recorded as a synthetic environment.
-struct Capture {
-    hits: Vec<Option<rpn2wasm::model::ModelEnv>>,
-    done: std::sync::Arc<AtomicBool>,
-}
-
-/// Largest mapping copied whole into a captured hit.
-const CAPTURE_MAPPING_MAX: u64 = 256 << 10;
-/// Bytes of stack copied above the stack pointer (and the red zone below it).
-const CAPTURE_STACK_BYTES: u64 = 64 << 10;
-/// Bytes copied around each register value that points into readable memory.
-const CAPTURE_AROUND_POINTER: u64 = 8 << 10;
-/// Total budget of a captured memory image.
-const CAPTURE_TOTAL_MAX: u64 = 64 << 20;
-
-/// Copies what a handler can see at `hit` into a synthetic environment:
-/// every register, the thread's identity, and a memory image of the stack
-/// around the stack pointer, of memory around every register that points
-/// into a readable mapping, and of every readable mapping of at most
-/// 256 KiB (data segments, small heaps), within a 64 MiB budget that is
-/// spent in that order (a piece that no longer fits is left out whole; a
-/// small mapping partly copied as a pointer's surroundings may thus be
-/// partly present).
-fn capture_hit(hit: &mut Hit, maps: &[Mapping], bias: u64) -> rpn2wasm::model::ModelEnv {
-    use hostabi::regs;
-    let mut env = rpn2wasm::model::ModelEnv::new();
-    let mut pointers = Vec::new();
-    for r in regs::REGS {
-        if r.is_alias() || r.id == regs::CPUID {
-            continue;
-        }
-        for part in 0..r.parts() {
-            if let Some(v) = hit.read_reg(r.id, part) {
-                env.set_reg_part(r.id, part, v);
-                pointers.push(v);
-            }
-        }
-    }
-    env.tid = hit.tid();
-    env.pid = hit.pid();
-    env.cpu = hit.cpu();
-    env.thread_pointer = hit.thread_pointer();
-    env.load_bias = bias;
-    env.now_ns = hit.now_ns();
-    let sp = hit.read_reg(regs::RSP, 0).unwrap_or(0);
-    // In order of importance, so that a process with more readable memory
-    // than the budget still gives the handler its stack and what its
-    // registers point to: the stack, then around each pointer, then whole
-    // small mappings.
-    let stack = vec![(
-        sp.saturating_sub(256),
-        sp.saturating_add(CAPTURE_STACK_BYTES),
-    )];
-    let around = pointers
-        .iter()
-        .map(|p| {
-            let page = p & !0xfff;
-            (
-                page.saturating_sub(CAPTURE_AROUND_POINTER / 2),
-                page.saturating_add(CAPTURE_AROUND_POINTER),
-            )
-        })
-        .collect();
-    let small = maps
-        .iter()
-        .filter(|m| m.read && m.end - m.start <= CAPTURE_MAPPING_MAX)
-        .map(|m| (m.start, m.end))
-        .collect();
-    let mut taken: Vec<(u64, u64)> = Vec::new();
-    let mut total = 0;
-    for class in [stack, around, small] {
-        for (a, b) in readable_parts(class, maps) {
-            for (a, b) in uncovered(a, b, &taken) {
-                if total + (b - a) > CAPTURE_TOTAL_MAX {
-                    continue;
-                }
-                let mut bytes = vec![0u8; (b - a) as usize];
-                let n = hit.read_mem(a, &mut bytes);
-                bytes.truncate(n);
-                if !bytes.is_empty() {
-                    total += bytes.len() as u64;
-                    taken.push((a, a + bytes.len() as u64));
-                    let writable = maps.iter().any(|m| m.write && m.start <= a && a < m.end);
-                    env.map(a, bytes, true, writable);
-                }
-            }
-        }
-        taken = merge(taken);
-    }
-    env
-}
-
-/// `ranges` clipped to the readable mappings, sorted and merged.
-fn readable_parts(ranges: Vec<(u64, u64)>, maps: &[Mapping]) -> Vec<(u64, u64)> {
-    let mut clipped = Vec::new();
-    for (a, b) in ranges {
-        for m in maps.iter().filter(|m| m.read && m.start < b && a < m.end) {
-            clipped.push((a.max(m.start), b.min(m.end)));
-        }
-    }
-    merge(clipped)
-}
-
-/// Sorts ranges and merges those that overlap. Ranges that only touch stay
-/// apart, so that adjacent mappings are budgeted one by one.
-fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in ranges {
-        match merged.last_mut() {
-            Some(last) if a < last.1 => last.1 = last.1.max(b),
-            _ => merged.push((a, b)),
-        }
-    }
-    merged
-}
-
-/// The parts of `[a, b)` outside the sorted, disjoint ranges of `taken`.
-fn uncovered(a: u64, b: u64, taken: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut from = a;
-    for &(x, y) in taken {
-        if y <= from || x >= b {
-            continue;
-        }
-        if x > from {
-            out.push((from, x));
-        }
-        from = from.max(y);
-    }
-    if from < b {
-        out.push((from, b));
-    }
-    out
-}
-
-/// How a transport arms one probe: `(probe index, spec, run-time address, maps)`.
-type InsertFn<'a> =
-    dyn FnMut(usize, &hostabi::manifest::ProbeSpec, u64, &[Mapping]) -> Result<Armed, String> + 'a;
-
-fn watch_kind(k: ProbeKind) -> crate::arch::WatchKind {
-    match k {
-        ProbeKind::WatchExec => crate::arch::WatchKind::Exec,
-        ProbeKind::WatchWrite => crate::arch::WatchKind::Write,
-        _ => crate::arch::WatchKind::ReadWrite,
-    }
-}
-
-/// The x86-64 rules for a debug-register range (the same for both
-/// transports): length 1, 2, 4 or 8, start aligned to the length, `x` of
-/// length 1. The message names the address, the length and the rule.
-pub fn check_watchpoint(addr: u64, len: u8, kind: crate::arch::WatchKind) -> Result<(), String> {
-    let reason = if !matches!(len, 1 | 2 | 4 | 8) {
-        "length must be 1, 2, 4 or 8"
-    } else if !addr.is_multiple_of(u64::from(len)) {
-        "address must be a multiple of the length"
-    } else if kind == crate::arch::WatchKind::Exec && len != 1 {
-        "execute watchpoints have length 1"
-    } else {
-        return Ok(());
-    };
-    Err(crate::transport::ptrace::ArmError::BadWatchpoint { addr, len, reason }.to_string())
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -337,8 +141,8 @@ impl Session {
             .max()
             .unwrap_or(0);
         let env = RunEnv {
-            hit: Default::default(),
             gvars: vec![0; gvars],
+            ..RunEnv::default()
         };
         let mut writers = Vec::new();
         let reads_memory = programs.iter().any(|p| {
@@ -407,21 +211,19 @@ impl Session {
             runner,
             manifests,
             probes,
-            by_bp: HashMap::new(),
-            by_wp: HashMap::new(),
             bias: HashMap::new(),
             bias_default: HashMap::new(),
             writers,
             reads_memory,
             dropped_unattributed: 0,
             unhonoured: [0; 2],
+            transport: None,
             resolver: Resolver::default(),
             opts,
             out: crate::output::RecordOut::new(out),
             line: String::with_capacity(4096),
             seq: 0,
             warnings: Vec::new(),
-            main_status: None,
             arm_time: std::time::Duration::ZERO,
             disarm_time: std::time::Duration::ZERO,
             capture: None,
@@ -432,8 +234,7 @@ impl Session {
             } else {
                 None
             },
-            ptrace_hits: 0,
-            handed_off: Vec::new(),
+            hits_seen: 0,
             bt,
         })
     }
@@ -471,377 +272,10 @@ impl Session {
         self.probes.len()
     }
 
-    /// Checks, before anything is launched, what no transport could arm:
-    /// more watchpoint probes than debug registers, and (under perf)
-    /// programs that write registers or memory.
-    pub fn check(&self, perf: bool) -> Result<(), String> {
-        if let Some(label) = self
-            .probes
-            .iter()
-            .find(|p| self.manifests[p.prog].probes[p.index].ret)
-            .map(|p| p.label.clone())
-        {
-            return Err(format!(
-                "probe {label} is a return probe (`return yes`: uretprobe, r: event), and this \
-                 wprobe has no return-probe mechanism yet; probe the function's entry instead"
-            ));
-        }
-        let watch: Vec<&str> = self
-            .probes
-            .iter()
-            .filter(|p| self.manifests[p.prog].probes[p.index].kind != ProbeKind::Breakpoint)
-            .map(|p| p.label.as_str())
-            .collect();
-        if watch.len() > MAX_WATCHPOINTS {
-            return Err(format!(
-                "debug register unavailable: {} watchpoint probes selected ({}), but x86-64 has \
-                 {MAX_WATCHPOINTS} debug registers (DR0-DR3), so at most {MAX_WATCHPOINTS} \
-                 watchpoints per run; select fewer with --group/--type",
-                watch.len(),
-                watch.join(", ")
-            ));
-        }
-        if perf && let Some((label, import)) = self.writers.first() {
-            return Err(format!(
-                "program `{label}` imports `{import}`: handlers that write registers or memory \
-                 cannot run under --transport perf (the target does not stop for the handler); \
-                 use --transport ptrace"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Arms every enabled probe not yet armed in `pid`; returns how many are armed there.
-    pub fn arm(&mut self, tracer: &mut Tracer, pid: i32, report: bool) -> usize {
-        let t0 = std::time::Instant::now();
-        let maps = tracer.maps(pid).to_vec();
-        let verify = self.opts.verify_opcodes;
-        let n = self.arm_with(
-            pid,
-            &maps,
-            report,
-            &mut |_, spec, addr, _| match spec.kind {
-                ProbeKind::Breakpoint => tracer
-                    .insert_breakpoint(pid, addr, if verify { spec.opcode } else { None })
-                    .map(Armed::Bp)
-                    .map_err(|e| e.to_string()),
-                k => tracer
-                    .insert_watchpoint(pid, addr, spec.length, watch_kind(k))
-                    .map(Armed::Wp)
-                    .map_err(|e| e.to_string()),
-            },
-        );
-        self.arm_time += t0.elapsed();
-        n
-    }
-
-    /// Arms every enabled probe not yet armed in `pid` as perf events
-    /// (uprobes and hardware breakpoints); returns how many are armed.
-    pub fn arm_perf(&mut self, perf: &mut PerfTracer, pid: i32, report: bool) -> usize {
-        let t0 = std::time::Instant::now();
-        let n = self.arm_perf_in(perf, pid, report);
-        self.arm_time += t0.elapsed();
-        n
-    }
-
-    fn arm_perf_in(&mut self, perf: &mut PerfTracer, pid: i32, report: bool) -> usize {
-        let maps = match procmaps::read(pid) {
-            Ok(m) => m,
-            Err(e) => {
-                self.warn(report, format!("process {pid}: {e}"));
-                return 0;
-            }
-        };
-        let verify = self.opts.verify_opcodes;
-        self.arm_with(pid, &maps, report, &mut |pi, spec, addr, maps| {
-            let probe = match spec.kind {
-                ProbeKind::Breakpoint => {
-                    let m = procmaps::find(maps, addr)
-                        .filter(|m| m.exec && m.is_file())
-                        .ok_or_else(|| {
-                            format!("address {addr:#x} is not in an executable file mapping of process {pid}")
-                        })?;
-                    let offset = addr - m.start + m.offset;
-                    if verify && let Some(op) = spec.opcode {
-                        // The file's byte: a uprobe is a place in a file, and
-                        // live memory may already hold the kernel's int3 of
-                        // another probe at the same place.
-                        let mut b = [0u8];
-                        let read = std::fs::File::open(&m.path)
-                            .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, offset))
-                            .is_ok()
-                            || crate::transport::perf::read_live(pid, addr, &mut b) == 1;
-                        if read && b[0] != op {
-                            return Err(format!(
-                                "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
-                                b[0]
-                            ));
-                        }
-                    }
-                    PerfProbe::Uprobe {
-                        path: m.path.clone(),
-                        offset,
-                    }
-                }
-                k => {
-                    check_watchpoint(addr, spec.length, watch_kind(k))?;
-                    PerfProbe::Watch {
-                        addr,
-                        len: spec.length,
-                        kind: watch_kind(k),
-                    }
-                }
-            };
-            perf.insert(&probe, pi)
-                .map(Armed::Perf)
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    /// Arms the breakpoint probes still pending (their module was not mapped
-    /// at start) as uprobes on the module's file, found by path, or by base
-    /// name in `dirs`: processes that inherit the events (threads; forked
-    /// children with `-f`) hit them once they map the file, even through an
-    /// exec. Returns how many were armed.
-    pub fn arm_perf_by_file(
-        &mut self,
-        perf: &mut PerfTracer,
-        pid: i32,
-        dirs: &[std::path::PathBuf],
-        report: bool,
-    ) -> usize {
-        let t0 = std::time::Instant::now();
-        let mut armed = 0;
-        for pi in 0..self.probes.len() {
-            let p = &self.probes[pi];
-            let (prog, index) = (p.prog, p.index);
-            let spec = &self.manifests[prog].probes[index];
-            if !p.enabled || !p.armed.is_empty() || spec.kind != ProbeKind::Breakpoint {
-                continue;
-            }
-            let module = spec.module.as_ref().unwrap_or(&self.manifests[prog].module);
-            let file = if module.contains('/') {
-                Some(std::path::PathBuf::from(module))
-            } else {
-                dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
-            };
-            let Some(file) = file else { continue };
-            let file = procmaps::canonical(&file);
-            let res = self
-                .resolver
-                .elf(&file)
-                .map_err(|e| e.to_string())
-                .and_then(|elf| {
-                    let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
-                    let off = elf
-                        .file_offset(link)
-                        .filter(|_| elf.is_exec_vaddr(link))
-                        .ok_or_else(|| {
-                            format!(
-                                "invalid offset: 0x{link:x} is not in an executable segment of {}",
-                                file.display()
-                            )
-                        })?;
-                    if self.opts.verify_opcodes
-                        && let Some(op) = spec.opcode
-                        && let Some(found) = elf.first_byte(link)
-                        && found != op
-                    {
-                        return Err(format!(
-                            "opcode mismatch at {link:#x}: expected {op:#04x}, found {found:#04x}"
-                        ));
-                    }
-                    if self.opts.verify_opcodes && spec.opcode.is_none() {
-                        wprobe_elf::disasm::check_boundary(&elf, link)
-                            .map_err(|e| e.to_string())?;
-                    }
-                    let probe = PerfProbe::Uprobe {
-                        path: file.to_string_lossy().into_owned(),
-                        offset: off,
-                    };
-                    let id = perf.insert(&probe, pi).map_err(|e| e.to_string())?;
-                    Ok((link, id))
-                });
-            match res {
-                Ok((link, id)) => {
-                    self.probes[pi].link = Some(link);
-                    self.probes[pi].armed.push((pid, Armed::Perf(id)));
-                    self.probes[pi].ever_armed = true;
-                    armed += 1;
-                    let msg = format!(
-                        "probe {}: module not mapped at start; armed on the file {}",
-                        self.probes[pi].label,
-                        file.display()
-                    );
-                    if report {
-                        crate::elog!("wprobe: {msg}");
-                    }
-                }
-                Err(e) => {
-                    let msg = format!("probe {} not applied: {e}", self.probes[pi].label);
-                    self.warn(report, msg);
-                    self.probes[pi].enabled = false;
-                }
-            }
-        }
-        self.arm_time += t0.elapsed();
-        armed
-    }
-
-    /// Resolution and bookkeeping shared by both transports; `insert` arms
-    /// one probe `(index, spec, address, maps)`.
-    fn arm_with(
-        &mut self,
-        pid: i32,
-        maps: &[Mapping],
-        report: bool,
-        insert: &mut InsertFn<'_>,
-    ) -> usize {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned());
-        let mut armed = 0;
-        // The module of a program is located once per call, not once per
-        // probe (10,000 probes of one program: one maps scan, one bias).
-        // Keyed by (program, module): a probe may name its own `module`.
-        let mut located: HashMap<(usize, String), Result<Located, ResolveError>> = HashMap::new();
-        for pi in 0..self.probes.len() {
-            if !self.probes[pi].enabled {
-                continue;
-            }
-            if self.probes[pi].armed.iter().any(|(p, _)| *p == pid) {
-                armed += 1;
-                continue;
-            }
-            let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
-            let m = &self.manifests[prog];
-            let spec = &m.probes[index];
-            let module = spec.module.as_ref().unwrap_or(&m.module).clone();
-            let loc = located
-                .entry((prog, module.clone()))
-                .or_insert_with(|| self.resolver.locate(maps, &module, exe.as_deref()))
-                .clone();
-            let loc = match loc {
-                Ok(l) => l,
-                Err(ResolveError::NotMapped(_)) => {
-                    if std::env::var_os("WPROBE_DEBUG").is_some() {
-                        crate::elog!(
-                            "wprobe: debug: {} not mapped in {pid} ({} mappings)",
-                            module,
-                            maps.len()
-                        );
-                    }
-                    continue; // maybe later (dlopen)
-                }
-                Err(e) => {
-                    let msg = format!(
-                        "probe {} not applied in pid {pid}: {e}",
-                        self.probes[pi].label
-                    );
-                    self.warn(report, msg);
-                    self.probes[pi].enabled = false;
-                    continue;
-                }
-            };
-            if spec.module.is_none() {
-                self.bias.insert((prog, pid), loc.bias);
-                self.bias_default.entry(prog).or_insert(loc.bias);
-            }
-            self.bt.probe_bias.insert((pi, pid), loc.bias);
-            let is_bp = spec.kind == ProbeKind::Breakpoint;
-            let verify = self.opts.verify_opcodes;
-            let res = crate::resolve::probe_address(spec, &loc, maps, &module)
-                .map_err(|e| e.to_string())
-                .and_then(|addr| {
-                    if is_bp && verify && spec.opcode.is_none() {
-                        // No `opcode =` to check: the address must start an
-                        // instruction of its function, decoded from the file.
-                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.wrapping_sub(loc.bias))
-                            .map_err(|e| e.to_string())?;
-                    }
-                    Ok((addr, insert(pi, spec, addr, maps)?))
-                });
-            match res {
-                Ok((addr, a)) => {
-                    if is_bp && matches!(a, Armed::Perf(_)) {
-                        self.probes[pi].link = Some(addr.wrapping_sub(loc.bias));
-                    }
-                    match a {
-                        Armed::Bp(id) => {
-                            self.by_bp.insert(id, pi);
-                        }
-                        Armed::Wp(id) => {
-                            self.by_wp.insert(id, pi);
-                        }
-                        Armed::Perf(_) => {}
-                    }
-                    self.probes[pi].armed.push((pid, a));
-                    self.probes[pi].ever_armed = true;
-                    armed += 1;
-                }
-                Err(e) => {
-                    let msg = format!(
-                        "probe {} not applied in pid {pid}: {e}",
-                        self.probes[pi].label
-                    );
-                    self.warn(report, msg);
-                    self.probes[pi].enabled = false;
-                }
-            }
-        }
-        armed
-    }
-
-    fn warn(&mut self, report: bool, msg: String) {
-        if report {
-            crate::elog!("wprobe: warning: {msg}");
-        }
-        self.warnings.push(msg);
-    }
-
-    /// Probes that could not be armed anywhere yet (module not mapped).
-    pub fn pending(&self) -> usize {
-        self.probes
-            .iter()
-            .filter(|p| p.enabled && p.armed.is_empty())
-            .count()
-    }
-
-    /// Disables probe `pi` and removes it from the ptrace tracer or perf transport.
-    fn disable(
-        &mut self,
-        mut tracer: Option<&mut Tracer>,
-        mut perf: Option<&mut PerfTracer>,
-        pi: usize,
-    ) {
-        self.probes[pi].enabled = false;
-        for (_, a) in std::mem::take(&mut self.probes[pi].armed) {
-            match a {
-                Armed::Bp(id) => {
-                    if let Some(t) = tracer.as_deref_mut() {
-                        let _ = t.remove_breakpoint(id);
-                    }
-                    self.by_bp.remove(&id);
-                }
-                Armed::Wp(id) => {
-                    if let Some(t) = tracer.as_deref_mut() {
-                        let _ = t.remove_watchpoint(id);
-                    }
-                    self.by_wp.remove(&id);
-                }
-                Armed::Perf(id) => {
-                    if let Some(p) = perf.as_deref_mut() {
-                        p.remove(id);
-                    }
-                }
-            }
-        }
-    }
-
     /// The transport-agnostic part of a hit, with the hit already in the
     /// store: counts it, applies `ignore`, runs the handler, writes its
     /// records. `None` when the hit was ignored.
-    fn run_hit(&mut self, pi: usize, bias_override: Option<u64>) -> Option<RunOutcome> {
+    fn run_hit(&mut self, pi: usize, bias: u64) -> Option<RunOutcome> {
         let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
         let spec_ignore = self.manifests[prog].probes[index].ignore as u64;
         let st = &mut self.probes[pi].stats;
@@ -851,19 +285,10 @@ impl Session {
             return None;
         }
         let env = &mut self.runner.store.data_mut().env;
-        let pid = env.pid() as i32;
-        let known = self
-            .bt
-            .probe_bias
-            .get(&(pi, pid))
-            .or_else(|| self.bias.get(&(prog, pid)));
-        let bias = match (bias_override, known) {
-            (Some(b), _) | (None, Some(&b)) => b,
-            (None, None) => self.bias_default.get(&prog).copied().unwrap_or(0),
-        };
+        let pid = env.pid();
         env.hit.set_module_bias(bias);
         if self.bt.active {
-            self.bt.sym.note(pid as u64);
+            self.bt.sym.note(pid);
         }
         let out = self.runner.run(prog, index);
         if out == RunOutcome::Returned(Outcome::Stop) {
@@ -904,15 +329,10 @@ impl Session {
         p.enabled && maxhits != 0 && p.stats.runs >= maxhits
     }
 
-    /// Processes handed off to a debugger by `exit 1`, in order.
-    pub fn handed_off(&self) -> &[i32] {
-        &self.handed_off
-    }
-
     /// Records the first hit of each probe for `wprobe bench -- CMD`; sets
     /// `done` (which stops [`Session::run`]) once every probe has one.
     pub fn enable_capture(&mut self, done: std::sync::Arc<AtomicBool>) {
-        self.capture = Some(Capture {
+        self.capture = Some(capture::Capture {
             hits: vec![None; self.probes.len()],
             done,
         });
@@ -928,69 +348,109 @@ impl Session {
             .collect()
     }
 
-    /// Handles one ptrace hit of probe `pi`; returns what the tracer should do with the thread.
-    fn hit(&mut self, tracer: &mut Tracer, pi: usize, hit: &mut Hit) -> Action {
-        self.ptrace_hits += 1;
-        if self.panic_at_hit == Some(self.ptrace_hits) {
-            panic!("WPROBE_PANIC_AT_HIT={}: injected fault", self.ptrace_hits);
+    /// Handles one hit of probe `pi`; returns what the transport should do
+    /// with the thread.
+    fn hit(&mut self, t: &mut dyn Transport, pi: usize, hit: &mut dyn TransportHit) -> Action {
+        // A hit of a probe disabled meanwhile (maxhits, remove) that was in
+        // flight (perf writes samples before the event is switched off) is
+        // not a hit of an enabled probe.
+        if !self.probes[pi].enabled {
+            return Action::Continue;
         }
-        if let Some(c) = &self.capture
-            && c.hits.get(pi).is_some_and(|h| h.is_none())
-        {
-            let pid = hit.pid() as i32;
-            let bias = self
-                .bias
-                .get(&(self.probes[pi].prog, pid))
-                .copied()
-                .unwrap_or(0);
-            // The mappings now, not as they were when the probes were armed:
-            // what the command mapped since is part of what its handler sees.
-            tracer.refresh_maps(pid);
-            let maps = tracer.maps(pid).to_vec();
-            let env = capture_hit(hit, &maps, bias);
+        self.hits_seen += 1;
+        if self.panic_at_hit == Some(self.hits_seen) {
+            panic!("WPROBE_PANIC_AT_HIT={}: injected fault", self.hits_seen);
+        }
+        let bias = self.bias_of(pi, hit);
+        if self.capture.as_ref().is_some_and(|c| c.wants(pi)) {
+            // The mappings now, not as they were when the probes were
+            // armed: what the command mapped since is part of what its
+            // handler sees.
+            let maps = t.maps(hit.pid() as i32, true).unwrap_or_default();
+            let env = capture::capture_hit(hit, &maps, bias);
             if let Some(c) = &mut self.capture {
-                c.hits[pi] = Some(env);
-                if c.hits.iter().all(Option::is_some) {
-                    c.done.store(true, std::sync::atomic::Ordering::SeqCst);
-                }
+                c.keep(pi, env);
             }
         }
-        std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
-        let out = self.run_hit(pi, None);
-        std::mem::swap(self.runner.store.data_mut().env.hit.ptrace_slot(), hit);
+        let slot = &mut self.runner.store.data_mut().env.hit;
+        if !slot.swap_with(hit) {
+            // Not this transport's hit type yet (set once per run).
+            *slot = t.new_hit();
+            if !slot.swap_with(hit) {
+                return Action::Continue;
+            }
+        }
+        let out = self.run_hit(pi, bias);
+        self.runner.store.data_mut().env.hit.swap_with(hit);
         let Some(out) = out else {
             return Action::Continue;
         };
+        let caps = t.info().caps;
         let mut action = Action::Continue;
         match out {
-            RunOutcome::Returned(Outcome::Remove) => self.disable(Some(tracer), None, pi),
-            RunOutcome::Returned(Outcome::DebuggerHandoff) => {
-                let pid = hit.pid();
-                crate::elog!(
-                    "wprobe: process {pid} handed off to a debugger, stopped at {:#x}: run `gdb -p {pid}`",
-                    hit.address()
-                );
+            RunOutcome::Returned(Outcome::Remove) => self.disable(t, pi),
+            RunOutcome::Returned(Outcome::DebuggerHandoff) if caps.debugger_handoff => {
                 action = Action::HandoffToDebugger;
-                self.handed_off.push(pid as i32);
+            }
+            RunOutcome::Returned(Outcome::CoreDump) if caps.core_dump => {
+                action = Action::CoreDump;
+            }
+            RunOutcome::Returned(o @ (Outcome::DebuggerHandoff | Outcome::CoreDump)) => {
+                self.unhonoured(t.info(), pi, o);
             }
             RunOutcome::Returned(Outcome::CrashDump) => self.crash_dump_unavailable(pi),
-            RunOutcome::Returned(Outcome::CoreDump) => {
-                let pid = hit.pid() as i32;
-                let others = tracer.other_threads_registers(pid, hit.tid() as i32);
-                match crate::coredump::write_core(pid, hit, &others) {
-                    Ok(path) => crate::elog!(
-                        "wprobe: core file of process {pid} written to {}",
-                        path.display()
-                    ),
-                    Err(e) => crate::elog!("wprobe: core file of process {pid} not written: {e:#}"),
-                }
-            }
             _ => {}
         }
         if self.exhausted(pi) {
-            self.disable(Some(tracer), None, pi);
+            self.disable(t, pi);
         }
         action
+    }
+
+    /// The load bias of probe `pi`'s module in the process of `hit`.
+    fn bias_of(&self, pi: usize, hit: &dyn TransportHit) -> u64 {
+        let p = &self.probes[pi];
+        if let Some(link) = p.link {
+            return hit.ip().wrapping_sub(link);
+        }
+        let pid = hit.pid() as i32;
+        self.bt
+            .probe_bias
+            .get(&(pi, pid))
+            .or_else(|| self.bias.get(&(p.prog, pid)))
+            .or_else(|| self.bias_default.get(&p.prog))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Counts an `exit 1`/`exit 3` the transport cannot honour; says so once.
+    fn unhonoured(&mut self, info: &TransportInfo, pi: usize, o: Outcome) {
+        let (k, what, alt) = if o == Outcome::DebuggerHandoff {
+            (0, "exit 1 (debugger hand-off)", {
+                crate::transport::TRANSPORTS
+                    .iter()
+                    .find(|t| t.caps.debugger_handoff)
+            })
+        } else {
+            (
+                1,
+                "exit 3 (core dump)",
+                crate::transport::TRANSPORTS
+                    .iter()
+                    .find(|t| t.caps.core_dump),
+            )
+        };
+        self.unhonoured[k] += 1;
+        if self.unhonoured[k] == 1 {
+            crate::elog!(
+                "wprobe: warning: probe {}: {what} needs a stopped target and cannot be \
+                 honoured under --transport {}; counted, the process runs on (use \
+                 --transport {})",
+                self.probes[pi].label,
+                info.name,
+                alt.map_or("ptrace", |t| t.name)
+            );
+        }
     }
 
     fn crash_dump_unavailable(&self, pi: usize) {
@@ -1000,633 +460,60 @@ impl Session {
         );
     }
 
-    /// Handles one perf sample of probe `pi`. Samples that arrive after the
-    /// probe was disabled (maxhits, remove: the kernel wrote them before the
-    /// event was switched off) are not hits of an enabled probe: ignored, as
-    /// ptrace would never have seen them.
-    fn perf_hit(&mut self, perf: &mut PerfTracer, pi: usize, hit: &mut PerfHit) {
-        if !self.probes[pi].enabled {
-            return;
-        }
-        let bias = self.probes[pi].link.map(|l| hit.ip().wrapping_sub(l));
-        std::mem::swap(self.runner.store.data_mut().env.hit.perf_slot(), hit);
-        let out = self.run_hit(pi, bias);
-        std::mem::swap(self.runner.store.data_mut().env.hit.perf_slot(), hit);
-        match out {
-            Some(RunOutcome::Returned(Outcome::Remove)) => self.disable(None, Some(perf), pi),
-            Some(RunOutcome::Returned(o @ (Outcome::DebuggerHandoff | Outcome::CoreDump))) => {
-                let (k, what) = if o == Outcome::DebuggerHandoff {
-                    (0, "exit 1 (debugger hand-off)")
-                } else {
-                    (1, "exit 3 (core dump)")
-                };
-                self.unhonoured[k] += 1;
-                if self.unhonoured[k] == 1 {
-                    crate::elog!(
-                        "wprobe: warning: probe {}: {what} needs a stopped target and cannot be \
-                         honoured under --transport perf; counted, the process runs on (use \
-                         --transport ptrace)",
-                        self.probes[pi].label
-                    );
-                }
-            }
-            Some(RunOutcome::Returned(Outcome::CrashDump)) => self.crash_dump_unavailable(pi),
-            _ => {}
-        }
-        if self.exhausted(pi) {
-            self.disable(None, Some(perf), pi);
-        }
-    }
-
-    fn write_records(&mut self, pi: usize) {
-        let data = self.runner.store.data();
-        if data.sink.records.is_empty() {
-            return;
-        }
-        let hit = &data.env;
-        let cpu = hit.cpu() as u32;
-        self.line.clear();
-        // Records formatted into `line` and not yet handed to the output.
-        let mut in_line = 0u64;
-        for r in &data.sink.records {
-            if r.kind == RecordKind::Event {
-                // One-liner output, formatted as bpftrace does.
-                let prog = self.probes[pi].prog;
-                let maps = data.services.maps.get(prog).and_then(|m| m.as_ref());
-                let mo = maps.map(|m| crate::btout::MapOutput {
-                    decls: &m.decls,
-                    view: m.view(),
-                });
-                let ev = self.bt.events.get(prog).cloned().unwrap_or_default();
-                let mut bytes = std::mem::take(&mut self.bt.buf);
-                crate::btout::event(
-                    &mut bytes,
-                    self.bt.mode,
-                    crate::btout::EventRecord {
-                        kind: r.major,
-                        id: r.minor,
-                        data: data.sink.data(r),
-                    },
-                    &ev,
-                    mo.as_ref(),
-                    &mut self.bt.sym,
-                );
-                // Bytes, not text: printf output may be any bytes.
-                self.out.write(self.line.as_bytes(), in_line);
-                self.line.clear();
-                in_line = 0;
-                self.out.write(&bytes, 1);
-                bytes.clear();
-                self.bt.buf = bytes;
-                self.probes[pi].stats.records += 1;
-                continue;
-            }
-            let view = RecordView {
-                seq: self.seq,
-                stacktrace: r.kind == RecordKind::StackTrace,
-                probe: &self.probes[pi].label,
-                pid: hit.pid() as u32,
-                tid: hit.tid() as u32,
-                cpu,
-                major: r.major,
-                minor: r.minor,
-                time_ns: hit.now_ns(),
-                data: data.sink.data(r),
-                items: data.sink.item_words(r),
-            };
-            format::record(&mut self.line, self.opts.format, &view);
-            in_line += 1;
-            self.seq += 1;
-            self.probes[pi].stats.records += 1;
-            self.probes[pi].stats.bytes += r.data.len() as u64;
-        }
-        self.out.write(self.line.as_bytes(), in_line);
-        self.runner.store.data_mut().sink.clear();
-    }
-
-    /// Runs the perf transport's event loop until the main process exits or
-    /// `stop` is set; returns the command's exit status when it was launched.
-    pub fn run_perf(
+    /// Runs the transport's event loop until the traced processes end or
+    /// `stop` is set, then detaches (every probe removed, every process let
+    /// go as it was); returns how the launched command ended, if it did.
+    pub fn run(
         &mut self,
-        perf: &mut PerfTracer,
+        t: &mut dyn Transport,
         stop: &AtomicBool,
     ) -> anyhow::Result<Option<ExitStatus>> {
-        let mut on_event = |p: &mut PerfTracer, ev: PerfEvent<'_>| match ev {
-            PerfEvent::Sample { tag, hit } => self.perf_hit(p, tag, hit),
-            PerfEvent::Tick => self.run_intervals(),
-            PerfEvent::Lost { tag, count } => match self.probes.get_mut(tag) {
-                Some(pr) => pr.stats.dropped += count,
-                None => self.dropped_unattributed += count,
-            },
-        };
-        let status = perf.run(stop, &mut on_event)?;
+        self.transport = Some(t.info());
+        self.runner.store.data_mut().env.hit = t.new_hit();
+        let res = t.run(stop, &mut |t: &mut dyn Transport, ev: Event<'_>| {
+            self.on_event(t, ev)
+        });
         let t0 = std::time::Instant::now();
-        perf.close();
-        self.disarm_time = t0.elapsed();
+        let detached = t.detach();
+        self.disarm_time = t0.elapsed() + t.report().detach_time;
         self.out.flush();
+        let status = res?;
+        detached?;
         Ok(status)
     }
 
-    /// Runs the event loop until the traced processes exit or `stop` is set.
-    pub fn run(
-        &mut self,
-        tracer: &mut Tracer,
-        stop: &AtomicBool,
-    ) -> anyhow::Result<Option<ExitStatus>> {
-        let main = tracer.main_pid();
-        let mut on_event = |t: &mut Tracer, ev: Event<'_>| -> Action {
-            match ev {
-                Event::Breakpoint { bp, hit } => {
-                    let mut action = Action::Continue;
-                    for (k, id) in bp.iter().enumerate() {
-                        if let Some(&pi) = self.by_bp.get(id) {
-                            // A forked child carries its parent's breakpoint
-                            // ids and the ones armed for it: one run per probe.
-                            if bp[..k].iter().any(|j| self.by_bp.get(j) == Some(&pi)) {
-                                continue;
-                            }
-                            let a = self.hit(t, pi, hit);
-                            if a != Action::Continue {
-                                action = a;
-                            }
+    /// One event of the transport.
+    fn on_event(&mut self, t: &mut dyn Transport, ev: Event<'_>) -> Action {
+        match ev {
+            Event::Hit { tags, hit } => {
+                let mut action = Action::Continue;
+                for &pi in tags {
+                    if pi < self.probes.len() {
+                        let a = self.hit(t, pi, hit);
+                        if a != Action::Continue {
+                            action = a;
                         }
                     }
-                    action
                 }
-                Event::Watchpoint { wp, hit } => match self.by_wp.get(&wp) {
-                    Some(&pi) => self.hit(t, pi, hit),
-                    None => Action::Continue,
-                },
-                Event::ProcessStarted { pid, .. } => {
-                    self.arm(t, pid, false);
-                    Action::Continue
-                }
-                Event::Exec { pid } => {
-                    for p in &mut self.probes {
-                        p.armed.retain(|(q, _)| *q != pid);
-                    }
-                    self.arm(t, pid, true);
-                    Action::Continue
-                }
-                Event::LibrariesChanged { pid } => {
-                    self.arm(t, pid, true);
-                    Action::Continue
-                }
-                Event::Tick => {
-                    self.run_intervals();
-                    Action::Continue
-                }
-                Event::ProcessExited { pid, status } => {
-                    for p in &mut self.probes {
-                        p.armed.retain(|(q, _)| *q != pid);
-                    }
-                    if pid == main {
-                        self.main_status = Some(status);
-                    }
-                    Action::Continue
-                }
+                return action;
             }
-        };
-        tracer.run(stop, &mut on_event)?;
-        // What is still traced (attach mode stopped by a signal detaches in
-        // `run`; a command that exited leaves nothing to restore).
-        let t0 = std::time::Instant::now();
-        let res = tracer.detach_all();
-        self.disarm_time = t0.elapsed() + tracer.summary().detach_time;
-        res?;
-        self.out.flush();
-        Ok(self.main_status)
-    }
-
-    /// Lost perf samples not attributed to one probe.
-    pub fn dropped_unattributed(&self) -> u64 {
-        self.dropped_unattributed
-    }
-
-    /// Per-probe statistics.
-    pub fn stats(&self) -> Vec<(String, ProbeStats)> {
-        self.probes
-            .iter()
-            .map(|p| (p.label.clone(), p.stats.clone()))
-            .collect()
-    }
-
-    /// Writes the exit summary (stderr) and, in JSON mode, a last `stats` object.
-    pub fn summary(&mut self) {
-        if self.bt.active && !self.abnormal() {
-            return;
-        }
-        use std::fmt::Write as _;
-        // One write for the whole summary (65,535 probes once took 127 s
-        // to print row by row).
-        let mut err = String::with_capacity(128 * (self.probes.len() + 4));
-        let mut total = ProbeStats::default();
-        let _ = writeln!(err, "wprobe: summary ({} probes)", self.probes.len());
-        let _ = writeln!(
-            err,
-            "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
-            "probe",
-            "hits",
-            "ignored",
-            "runs",
-            "records",
-            "bytes",
-            "dropped",
-            "fuel",
-            "traps",
-            "uncaught"
-        );
-        for p in &self.probes {
-            let s = &p.stats;
-            let _ = writeln!(
-                err,
-                "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
-                p.label,
-                s.hits,
-                s.ignored,
-                s.runs,
-                s.records,
-                s.bytes,
-                s.dropped,
-                s.fuel_exhausted,
-                s.traps,
-                s.uncaught
-            );
-            total.hits += s.hits;
-            total.ignored += s.ignored;
-            total.runs += s.runs;
-            total.records += s.records;
-            total.bytes += s.bytes;
-            total.dropped += s.dropped;
-            total.fuel_exhausted += s.fuel_exhausted;
-            total.traps += s.traps;
-            total.uncaught += s.uncaught;
-        }
-        total.dropped += self.dropped_unattributed;
-        if std::env::var_os("WPROBE_DEBUG").is_some() {
-            // Not in the JSON stats object, which stays deterministic
-            // (tests compare it across runs and transports).
-            let _ = writeln!(
-                err,
-                "wprobe: debug: {} probes: armed in {:.3} ms, disarmed in {:.3} ms",
-                self.probes.len(),
-                self.arm_time.as_secs_f64() * 1e3,
-                self.disarm_time.as_secs_f64() * 1e3
-            );
-        }
-        // A probe whose module no traced process ever mapped had no chance
-        // to fire: 0 hits would otherwise look like "never called".
-        for p in self.probes.iter().filter(|p| p.enabled && !p.ever_armed) {
-            let _ = writeln!(
-                err,
-                "wprobe: warning: probe {} was never armed: no traced process mapped module `{}`",
-                p.label, self.manifests[p.prog].module
-            );
-        }
-        if self.dropped_unattributed > 0 {
-            let _ = writeln!(
-                err,
-                "  {} samples lost by the kernel (ring buffer full) could not be attributed to a probe",
-                self.dropped_unattributed
-            );
-        }
-        for (n, what) in self
-            .unhonoured
-            .iter()
-            .zip(["exit 1 (debugger hand-off)", "exit 3 (core dump)"])
-        {
-            if *n > 0 {
-                let _ = writeln!(
-                    err,
-                    "  {what} not honoured under --transport perf: {n} run(s)"
-                );
+            Event::ProcessStarted { pid, .. } => {
+                self.arm(t, pid, false);
             }
-        }
-        {
-            use std::io::Write as _;
-            let _ = std::io::stderr().lock().write_all(err.as_bytes());
-        }
-        if self.opts.format == Format::Json {
-            let mut line = String::from("{\"kind\":\"stats\",\"probes\":[");
-            for (i, p) in self.probes.iter().enumerate() {
-                if i > 0 {
-                    line.push(',');
-                }
-                line.push_str("{\"probe\":");
-                format::json_string(&mut line, p.label.as_bytes());
-                let s = &p.stats;
-                line.push_str(&format!(
-                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
-                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.fuel_exhausted, s.traps, s.uncaught
-                ));
+            Event::Exec { pid } => {
+                self.forget(pid);
+                self.arm(t, pid, true);
             }
-            line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
-                total.hits, total.runs, total.records, total.bytes, total.dropped, total.fuel_exhausted, total.traps, total.uncaught
-            ));
-            self.out.write(line.as_bytes(), 0);
-            self.out.flush();
-        }
-    }
-}
-
-// --- One-liner support (programs of bt2wasm and any module using the
-// service imports): `begin`/`end`/`interval` probes, output events
-// formatted as bpftrace formats them, `exit()` (Outcome::Stop), and the
-// maps printed at exit. Kept in one block, apart from the transport code. ---
-
-/// A probe fired by the run's life rather than a location.
-#[derive(Clone, Copy, Debug)]
-struct Special {
-    prog: usize,
-    index: usize,
-    trigger: Trigger,
-    /// Interval probes: when they fire next.
-    next: Option<std::time::Instant>,
-}
-
-/// The one-liner state of a session.
-struct BtState {
-    /// One-liner output and quiet summary (set by [`Session::set_oneliner`]).
-    active: bool,
-    mode: crate::btout::Mode,
-    specials: Vec<Special>,
-    events: Vec<std::sync::Arc<hostabi::event::Events>>,
-    sym: crate::symbolize::Symbolizer,
-    buf: Vec<u8>,
-    stop: Option<std::sync::Arc<AtomicBool>>,
-    /// `exit()` was called.
-    exited: bool,
-    /// Load bias of each probe's own module, by (probe, pid): a program's
-    /// probes may be in several modules (`load_bias` is the probe's).
-    probe_bias: HashMap<(usize, i32), u64>,
-}
-
-impl Default for BtState {
-    fn default() -> BtState {
-        BtState {
-            active: false,
-            mode: crate::btout::Mode::Text,
-            specials: Vec::new(),
-            events: Vec::new(),
-            sym: Default::default(),
-            buf: Vec::new(),
-            stop: None,
-            exited: false,
-            probe_bias: HashMap::new(),
-        }
-    }
-}
-
-impl Session {
-    /// Turns on one-liner behaviour: bpftrace's output (`json` for `-f
-    /// json`), no summary unless something went wrong, `exit()` setting
-    /// `stop`, `cpid` = `child_pid`.
-    pub fn set_oneliner(&mut self, json: bool, stop: std::sync::Arc<AtomicBool>, child_pid: u64) {
-        self.bt.active = true;
-        self.bt.mode = if json {
-            crate::btout::Mode::Json
-        } else {
-            crate::btout::Mode::Text
-        };
-        self.bt.stop = Some(stop);
-        self.runner.store.data_mut().services.child_pid = child_pid;
-    }
-
-    /// The launched command's pid (`cpid`).
-    pub fn set_child_pid(&mut self, pid: u64) {
-        self.runner.store.data_mut().services.child_pid = pid;
-    }
-
-    /// Whether `exit()` ended the run.
-    pub fn exited(&self) -> bool {
-        self.bt.exited
-    }
-
-    fn request_stop(&mut self) {
-        self.bt.exited = true;
-        if let Some(s) = &self.bt.stop {
-            s.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-
-    /// Probes of the run, special ones included (bpftrace's "Attaching N probes").
-    pub fn probe_total(&self) -> usize {
-        self.probes.len() + self.bt.specials.len()
-    }
-
-    /// The shortest interval period, if any (the transport's tick).
-    pub fn tick_period(&self) -> Option<std::time::Duration> {
-        self.bt
-            .specials
-            .iter()
-            .filter_map(|s| match s.trigger {
-                Trigger::Interval { period_ns } => Some(period_ns),
-                _ => None,
-            })
-            .reduce(gcd)
-            .map(|ns| std::time::Duration::from_nanos(ns.max(1_000_000)))
-    }
-
-    /// Writes `text` to the output (not records: maps, the attach line).
-    pub fn write_out(&mut self, text: &[u8]) {
-        self.out.write(text, 0);
-    }
-
-    /// Prints bpftrace's "Attaching N probes..." line, then runs the
-    /// `begin` probes and schedules the interval probes.
-    pub fn begin(&mut self) {
-        let n = self.probe_total();
-        let line = match self.bt.mode {
-            crate::btout::Mode::Text => {
-                format!("Attaching {n} probe{}...\n", if n == 1 { "" } else { "s" })
+            Event::LibrariesChanged { pid } => {
+                self.arm(t, pid, true);
             }
-            crate::btout::Mode::Json => {
-                format!("{{\"type\": \"attached_probes\", \"data\": {{\"probes\": {n}}}}}\n")
-            }
-        };
-        self.write_out(line.as_bytes());
-        let now = std::time::Instant::now();
-        for s in &mut self.bt.specials {
-            if let Trigger::Interval { period_ns } = s.trigger {
-                s.next = Some(now + std::time::Duration::from_nanos(period_ns));
-            }
+            Event::ProcessExited { pid, .. } => self.forget(pid),
+            Event::Lost { tag, count } => match self.probes.get_mut(tag) {
+                Some(p) => p.stats.dropped += count,
+                None => self.dropped_unattributed += count,
+            },
+            Event::Tick => self.run_intervals(),
         }
-        self.run_specials(|t| t == Trigger::Begin);
-        self.out.flush();
-    }
-
-    /// Runs the `end` probes, then prints every map (bpftrace's exit output)
-    /// and reports maps that dropped updates.
-    pub fn end(&mut self) {
-        self.run_specials(|t| t == Trigger::End);
-        self.write_out(b"\n\n");
-        let mode = self.bt.mode;
-        let data = self.runner.store.data();
-        let mut out = Vec::new();
-        let mut warnings = Vec::new();
-        for region in data.services.maps.iter().flatten() {
-            let mo = crate::btout::MapOutput {
-                decls: &region.decls,
-                view: region.view(),
-            };
-            let mut order: Vec<usize> = (0..region.decls.len()).collect();
-            order.sort_by(|a, b| region.decls[*a].name.cmp(&region.decls[*b].name));
-            for i in order {
-                crate::btout::print_map(&mut out, mode, &mo, i as u32, 0, 0, &mut self.bt.sym);
-                if let Ok(st) = region.view().stats(i as u32)
-                    && st.dropped > 0
-                {
-                    warnings.push(format!(
-                        "wprobe: warning: map {}: {} update(s) dropped: the map is full ({} keys; \
-                         set BPFTRACE_MAP_KEYS_MAX to allow more)",
-                        region.decls[i].name, st.dropped, st.capacity
-                    ));
-                }
-            }
-        }
-        self.out.write(&out, 0);
-        self.out.flush();
-        for w in warnings {
-            crate::elog!("{w}");
-        }
-    }
-
-    /// Runs every special probe whose trigger `pick` selects.
-    fn run_specials(&mut self, pick: impl Fn(Trigger) -> bool) {
-        let list: Vec<Special> = self.bt.specials.clone();
-        for s in list {
-            if pick(s.trigger) && !(self.bt.exited && s.trigger != Trigger::End) {
-                self.run_special(s.prog, s.index);
-            }
-        }
-    }
-
-    /// Runs the interval probes that are due (for runs without a transport).
-    pub fn tick(&mut self) {
-        self.run_intervals();
-    }
-
-    /// Runs the interval probes that are due.
-    fn run_intervals(&mut self) {
-        let now = std::time::Instant::now();
-        let mut due = Vec::new();
-        for s in &mut self.bt.specials {
-            if let (Trigger::Interval { period_ns }, Some(next)) = (s.trigger, s.next)
-                && next <= now + std::time::Duration::from_micros(500)
-            {
-                let p = std::time::Duration::from_nanos(period_ns);
-                let mut n = next;
-                while n <= now {
-                    n += p;
-                }
-                s.next = Some(n);
-                due.push((s.prog, s.index));
-            }
-        }
-        for (prog, index) in due {
-            if !self.bt.exited {
-                self.run_special(prog, index);
-            }
-        }
-        self.out.flush();
-    }
-
-    /// Runs one special probe: no hit (identity builtins describe wprobe).
-    fn run_special(&mut self, prog: usize, index: usize) {
-        let data = self.runner.store.data_mut();
-        data.services.special = true;
-        let mut empty = Default::default();
-        std::mem::swap(&mut data.env.hit, &mut empty);
-        let out = self.runner.run(prog, index);
-        let data = self.runner.store.data_mut();
-        std::mem::swap(&mut data.env.hit, &mut empty);
-        data.services.special = false;
-        match &out {
-            RunOutcome::Returned(Outcome::Stop) => self.request_stop(),
-            RunOutcome::Trapped(m) => crate::elog!("wprobe: special probe trapped: {m}"),
-            RunOutcome::FuelExhausted => crate::elog!("wprobe: special probe ran out of fuel"),
-            _ => {}
-        }
-        self.write_special_records(prog);
-    }
-
-    /// Writes the records of a special probe's run (events only).
-    fn write_special_records(&mut self, prog: usize) {
-        let data = self.runner.store.data();
-        let maps = data.services.maps.get(prog).and_then(|m| m.as_ref());
-        let mo = maps.map(|m| crate::btout::MapOutput {
-            decls: &m.decls,
-            view: m.view(),
-        });
-        let ev = self.bt.events.get(prog).cloned().unwrap_or_default();
-        let mut bytes = std::mem::take(&mut self.bt.buf);
-        let mut events = 0u64;
-        for r in &data.sink.records {
-            if r.kind == RecordKind::Event {
-                events += 1;
-                crate::btout::event(
-                    &mut bytes,
-                    self.bt.mode,
-                    crate::btout::EventRecord {
-                        kind: r.major,
-                        id: r.minor,
-                        data: data.sink.data(r),
-                    },
-                    &ev,
-                    mo.as_ref(),
-                    &mut self.bt.sym,
-                );
-            }
-        }
-        self.out.write(&bytes, events);
-        bytes.clear();
-        self.bt.buf = bytes;
-        self.runner.store.data_mut().sink.clear();
-    }
-
-    /// Whether any probe trapped, ran out of fuel or lost samples (the
-    /// one-liner summary is printed only then).
-    fn abnormal(&self) -> bool {
-        self.dropped_unattributed > 0
-            || self.probes.iter().any(|p| {
-                let s = &p.stats;
-                s.traps + s.fuel_exhausted + s.uncaught + s.dropped > 0
-            })
-    }
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{merge, uncovered};
-
-    #[test]
-    fn merge_joins_overlapping_ranges_only() {
-        assert_eq!(
-            merge(vec![
-                (30, 40),
-                (0, 10),
-                (10, 20),
-                (35, 50),
-                (60, 61),
-                (5, 8)
-            ]),
-            [(0, 10), (10, 20), (30, 50), (60, 61)]
-        );
-        assert_eq!(merge(vec![]), []);
-    }
-
-    #[test]
-    fn uncovered_leaves_out_what_is_taken() {
-        let taken = [(10, 20), (30, 40)];
-        assert_eq!(uncovered(0, 50, &taken), [(0, 10), (20, 30), (40, 50)]);
-        assert_eq!(uncovered(12, 18, &taken), []);
-        assert_eq!(uncovered(15, 35, &taken), [(20, 30)]);
-        assert_eq!(uncovered(40, 45, &taken), [(40, 45)]);
-        assert_eq!(uncovered(0, 5, &[]), [(0, 5)]);
+        Action::Continue
     }
 }

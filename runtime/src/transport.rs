@@ -1,13 +1,441 @@
-//! Probe providers: the layers that arm probes in traced processes and
-//! deliver hits. `ptrace` stops the thread for each hit (handlers may write);
-//! `perf` delivers samples while the target runs (handlers observe only).
-//! [`TransportHit`] is the hit of either, as the session's store holds it.
+//! The transport seam: how probes reach a traced process and how its hits
+//! reach the session. In the spirit of the DTrace provider interface
+//! (provide / enable / disable / suspend / resume / getargval / destroy):
+//! the session resolves probes and calls [`Transport::insert`] and
+//! [`Transport::remove`]; the transport runs its event loop and hands every
+//! hit to the session as an [`Event::Hit`] whose [`TransportHit`] is the
+//! hit's environment for handlers (registers, memory, identity); at the end
+//! the session calls [`Transport::detach`], which leaves the target as it
+//! was. Each transport declares its [`Capabilities`], and the session
+//! refuses a program that needs what the transport lacks, with one message
+//! format for all of them.
+//!
+//! **Adding a transport** is a folder (`transport/NAME.rs` and
+//! `transport/NAME/`), an `impl Transport`, a `TransportInfo`, and one line
+//! in [`TRANSPORTS`] (the command line's `--transport` values come from
+//! that list).
+//!
+//! Never here: resolution (the session's), handler runs (the runner's),
+//! output.
 
 pub mod perf;
 pub mod ptrace;
 
+use std::any::Any;
+use std::ffi::OsString;
+use std::sync::atomic::AtomicBool;
+
 use hostabi::Status;
 use hostabi::env::HitEnv;
+
+use crate::arch::WatchKind;
+use crate::procmaps::Mapping;
+use crate::regscan::RegsRead;
+
+pub use crate::transport::ptrace::ExitStatus;
+
+/// What a transport can do. The session checks programs against it before
+/// anything is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Handlers may write registers and memory (`write_reg`, `write_mem`).
+    pub writes: bool,
+    /// The hit thread waits for its handlers (live memory is the hit's).
+    pub synchronous: bool,
+    /// Hardware watchpoints.
+    pub watchpoints: bool,
+    /// `-f`: fork children are traced.
+    pub follows_forks: bool,
+    /// `exit 1`: the stopped process is handed to a debugger.
+    pub debugger_handoff: bool,
+    /// `exit 3`: a core file of the process at the hit.
+    pub core_dump: bool,
+    /// Probes in libraries mapped after the start (`dlopen`) are armed
+    /// when they appear.
+    pub later_libraries: bool,
+    /// A probe can be armed on a module file before any process maps it
+    /// ([`Transport::insert_on_file`]).
+    pub arms_files: bool,
+    /// Traces with ptrace: a process another tracer (gdb, strace) holds
+    /// cannot be traced.
+    pub uses_ptrace: bool,
+}
+
+/// Who is traced.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// A command launched for the run (`-- CMD ARGS`).
+    Launch(&'a [OsString]),
+    /// A running process (`-p PID`), all of its threads.
+    Attach(i32),
+}
+
+/// What opening a transport needs to know of the run.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenOptions {
+    /// `-f`.
+    pub follow_forks: bool,
+    /// Check `opcode =` (and instruction boundaries) before arming.
+    pub verify_opcodes: bool,
+    /// Some handler reads memory (`read_mem`, `read_str`).
+    pub reads_memory: bool,
+    /// The registers the handlers can read.
+    pub registers: RegsRead,
+}
+
+/// How a transport starts or attaches to its target.
+pub type OpenFn = fn(Target<'_>, &OpenOptions) -> Result<Box<dyn Transport>, String>;
+
+/// A transport of the registry.
+#[derive(Debug)]
+pub struct TransportInfo {
+    /// The `--transport` value.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub about: &'static str,
+    /// What it can do.
+    pub caps: Capabilities,
+    /// Checks, before anything is launched, what the machine must provide
+    /// (the argument: whether any breakpoint probe is selected); the error
+    /// says what is missing and how to fix it.
+    pub preflight: fn(bool) -> Result<(), String>,
+    /// Starts or attaches to the target.
+    pub open: OpenFn,
+}
+
+/// Every transport, in `--help` order; the first is the default.
+pub static TRANSPORTS: &[&TransportInfo] = &[&ptrace::INFO, &perf::INFO];
+
+/// The transport named `name`.
+pub fn by_name(name: &str) -> Option<&'static TransportInfo> {
+    TRANSPORTS.iter().copied().find(|t| t.name == name)
+}
+
+/// What to arm at a run-time address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Insert {
+    /// A breakpoint; with the byte `opcode =` says must be there.
+    Breakpoint {
+        /// The expected first byte, when the program gives one.
+        opcode: Option<u8>,
+    },
+    /// A hardware watchpoint.
+    Watchpoint {
+        /// 1, 2, 4 or 8 bytes.
+        len: u8,
+        /// Access kind.
+        kind: WatchKind,
+    },
+}
+
+/// An armed probe, as its transport identifies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Armed(pub u64);
+
+/// What a transport reports to the session.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// Probes fired: the session's tags of every probe at the place, in
+    /// the order their handlers run, and the hit.
+    Hit {
+        /// The probes (the tags given to [`Transport::insert`]).
+        tags: &'a [usize],
+        /// The hit's environment.
+        hit: &'a mut dyn TransportHit,
+    },
+    /// A new traced process (a fork child under `-f`).
+    ProcessStarted {
+        /// The child.
+        pid: i32,
+        /// Its parent.
+        parent: i32,
+    },
+    /// A traced process exec'd: its probes are gone; re-arm.
+    Exec {
+        /// The process.
+        pid: i32,
+    },
+    /// The dynamic linker changed the process's libraries.
+    LibrariesChanged {
+        /// The process.
+        pid: i32,
+    },
+    /// A traced process ended.
+    ProcessExited {
+        /// The process.
+        pid: i32,
+        /// How.
+        status: ExitStatus,
+    },
+    /// Hits of a probe the transport could not deliver (counted as
+    /// `dropped`: `hits + dropped` is every hit).
+    Lost {
+        /// The probe's tag.
+        tag: usize,
+        /// How many.
+        count: u64,
+    },
+    /// The interval of [`Transport::set_tick`] elapsed.
+    Tick,
+}
+
+/// What the session asks of the transport after a hit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Action {
+    /// Resume the thread.
+    #[default]
+    Continue,
+    /// Hand the stopped process to a debugger (`exit 1`).
+    HandoffToDebugger,
+    /// Write a core file of the process, then resume (`exit 3`).
+    CoreDump,
+}
+
+/// The transport's account of the run, after [`Transport::detach`].
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// How the launched command ended, when it ended while the transport
+    /// could not report it as an event (during a detach).
+    pub exit_status: Option<ExitStatus>,
+    /// Signals the launched command's threads were detached with (they
+    /// reach it: wprobe need not pass them on).
+    pub detach_signals: Vec<i32>,
+    /// Processes handed to a debugger (`exit 1`).
+    pub handed_off: Vec<i32>,
+    /// Probed sites a process rewrote itself: left as it wrote them
+    /// (`pid`, address, byte found).
+    pub code_left_alone: Vec<(i32, u64, u8)>,
+    /// Time spent detaching inside [`Transport::run`] (when `stop` was
+    /// set), not counting [`Transport::detach`].
+    pub detach_time: std::time::Duration,
+}
+
+/// A transport: arms probes in its target and delivers their hits.
+pub trait Transport {
+    /// Which transport this is.
+    fn info(&self) -> &'static TransportInfo;
+
+    /// The launched or attached process.
+    fn main_pid(&self) -> i32;
+
+    /// The mappings of `pid` (`fresh`: read now, not as cached).
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String>;
+
+    /// Arms probe `tag` at run-time address `addr` in `pid`.
+    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String>;
+
+    /// Arms breakpoint probe `tag` at `offset` in module file `file`, which
+    /// no process maps yet (only with [`Capabilities::arms_files`]); the
+    /// caller has checked the instruction there.
+    fn insert_on_file(
+        &mut self,
+        tag: usize,
+        file: &std::path::Path,
+        offset: u64,
+    ) -> Result<Armed, String> {
+        let _ = (tag, file, offset);
+        Err(format!(
+            "--transport {} arms probes in mapped modules only",
+            self.info().name
+        ))
+    }
+
+    /// Disarms a probe (its later hits, if any were in flight, are not
+    /// reported as hits of an enabled probe).
+    fn remove(&mut self, armed: Armed);
+
+    /// Delivers [`Event::Tick`] every `period` while running.
+    fn set_tick(&mut self, period: std::time::Duration);
+
+    /// Runs until every traced process has ended or `stop` is set; the
+    /// callback may arm and disarm through the transport it is given.
+    /// Returns how the launched command ended, if it did.
+    fn run(
+        &mut self,
+        stop: &AtomicBool,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> anyhow::Result<Option<ExitStatus>>;
+
+    /// Disarms everything and lets every process go, as it was.
+    fn detach(&mut self) -> anyhow::Result<()>;
+
+    /// Kills a launched command that never ran (nothing could be armed).
+    fn kill_launched(&mut self);
+
+    /// What happened, after [`Transport::detach`].
+    fn report(&self) -> Report;
+
+    /// A hit value of this transport (the session's store holds one, into
+    /// which each hit is swapped).
+    fn new_hit(&self) -> Box<dyn TransportHit>;
+}
+
+/// The hit of one transport, as handlers see it.
+pub trait TransportHit: HitEnv + Any + std::fmt::Debug {
+    /// The probe's address for a breakpoint hit (the load bias of its
+    /// module is this minus the probe's link-time address); the
+    /// instruction pointer for other hits.
+    fn ip(&self) -> u64;
+
+    /// Sets the load bias the handler sees.
+    fn set_module_bias(&mut self, bias: u64);
+
+    /// Swaps this hit's value with `other`'s when it is of the same type;
+    /// false otherwise.
+    fn swap_with(&mut self, other: &mut dyn TransportHit) -> bool;
+
+    /// As `Any`, to swap values of the same concrete type.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// Implements [`TransportHit::swap_with`] and [`TransportHit::as_any_mut`]
+/// for a hit type.
+#[macro_export]
+macro_rules! swap_hit_impl {
+    () => {
+        fn swap_with(&mut self, other: &mut dyn $crate::transport::TransportHit) -> bool {
+            match other.as_any_mut().downcast_mut::<Self>() {
+                Some(o) => {
+                    std::mem::swap(self, o);
+                    true
+                }
+                None => false,
+            }
+        }
+
+        fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+            self
+        }
+    };
+}
+
+/// The hit slot before any hit (and during runs of `BEGIN`/`END` probes):
+/// no thread, no registers, no memory.
+#[derive(Debug, Default)]
+pub struct NoHit;
+
+impl HitEnv for NoHit {
+    fn read_reg(&mut self, _reg: u16, _part: u8) -> Option<u64> {
+        None
+    }
+    fn write_reg(&mut self, _reg: u16, _value: u64) -> Status {
+        Status::NotPermitted
+    }
+    fn read_mem(&mut self, _addr: u64, _buf: &mut [u8]) -> usize {
+        0
+    }
+    fn write_mem(&mut self, _addr: u64, _data: &[u8]) -> Status {
+        Status::NotPermitted
+    }
+    fn check_access(&mut self, _addr: u64, _write: bool) -> bool {
+        false
+    }
+    fn tid(&self) -> u64 {
+        0
+    }
+    fn pid(&self) -> u64 {
+        0
+    }
+    fn cpu(&self) -> u64 {
+        0
+    }
+    fn thread_pointer(&self) -> u64 {
+        0
+    }
+    fn load_bias(&self) -> u64 {
+        0
+    }
+    fn now_ns(&self) -> u64 {
+        crate::sys::time::realtime_ns()
+    }
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
+        let r = std::arch::x86_64::__cpuid_count(leaf, subleaf);
+        [r.eax, r.ebx, r.ecx, r.edx]
+    }
+    fn gvars(&mut self) -> &mut [u64] {
+        &mut []
+    }
+}
+
+impl TransportHit for NoHit {
+    fn ip(&self) -> u64 {
+        0
+    }
+    fn set_module_bias(&mut self, _bias: u64) {}
+    swap_hit_impl!();
+}
+
+/// The environment handlers see: the current hit and the run's global
+/// variables. The hit is swapped in for each handler run (two moves of the
+/// hit's value, no allocation).
+pub struct RunEnv {
+    /// The hit.
+    pub hit: Box<dyn TransportHit>,
+    /// The run's shared global variables.
+    pub gvars: Vec<u64>,
+}
+
+impl std::fmt::Debug for RunEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunEnv")
+            .field("gvars", &self.gvars.len())
+            .finish()
+    }
+}
+
+impl Default for RunEnv {
+    fn default() -> RunEnv {
+        RunEnv {
+            hit: Box::new(NoHit),
+            gvars: Vec::new(),
+        }
+    }
+}
+
+impl HitEnv for RunEnv {
+    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
+        self.hit.read_reg(reg, part)
+    }
+    fn write_reg(&mut self, reg: u16, value: u64) -> Status {
+        self.hit.write_reg(reg, value)
+    }
+    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        self.hit.read_mem(addr, buf)
+    }
+    fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
+        self.hit.write_mem(addr, data)
+    }
+    fn check_access(&mut self, addr: u64, write: bool) -> bool {
+        self.hit.check_access(addr, write)
+    }
+    fn tid(&self) -> u64 {
+        self.hit.tid()
+    }
+    fn pid(&self) -> u64 {
+        self.hit.pid()
+    }
+    fn cpu(&self) -> u64 {
+        self.hit.cpu()
+    }
+    fn thread_pointer(&self) -> u64 {
+        self.hit.thread_pointer()
+    }
+    fn load_bias(&self) -> u64 {
+        self.hit.load_bias()
+    }
+    fn now_ns(&self) -> u64 {
+        self.hit.now_ns()
+    }
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
+        self.hit.cpuid(leaf, subleaf)
+    }
+    fn gvars(&mut self) -> &mut [u64] {
+        &mut self.gvars
+    }
+    fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
+        self.hit.read_str(addr, buf)
+    }
+}
 
 /// The tids of `/proc/PID/task`, sorted (empty when the process is gone).
 pub(crate) fn list_tasks(pid: i32) -> Vec<i32> {
@@ -19,125 +447,4 @@ pub(crate) fn list_tasks(pid: i32) -> Vec<i32> {
         .collect();
     v.sort_unstable();
     v
-}
-
-/// The hit of the current handler run, from either transport. The session
-/// swaps the provider's hit in and out around each run (two moves, no
-/// allocation); the match per host call is one predictable branch.
-#[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one value lives in the store for the whole run; only its payload is swapped per hit"
-)]
-pub enum TransportHit {
-    /// A stopped thread (ptrace).
-    Ptrace(ptrace::Hit),
-    /// A perf sample (registers and stack snapshot; live memory otherwise).
-    Perf(perf::PerfHit),
-}
-
-impl Default for TransportHit {
-    fn default() -> TransportHit {
-        TransportHit::Ptrace(ptrace::Hit::default())
-    }
-}
-
-impl TransportHit {
-    fn env(&self) -> &dyn HitEnv {
-        match self {
-            TransportHit::Ptrace(h) => h,
-            TransportHit::Perf(h) => h,
-        }
-    }
-
-    fn env_mut(&mut self) -> &mut dyn HitEnv {
-        match self {
-            TransportHit::Ptrace(h) => h,
-            TransportHit::Perf(h) => h,
-        }
-    }
-
-    /// Sets the load bias the handler sees.
-    pub fn set_module_bias(&mut self, bias: u64) {
-        match self {
-            TransportHit::Ptrace(h) => h.set_module_bias(bias),
-            TransportHit::Perf(h) => h.set_module_bias(bias),
-        }
-    }
-
-    /// The ptrace hit slot (the variant is switched on first use).
-    pub fn ptrace_slot(&mut self) -> &mut ptrace::Hit {
-        if !matches!(self, TransportHit::Ptrace(_)) {
-            *self = TransportHit::Ptrace(ptrace::Hit::default());
-        }
-        match self {
-            TransportHit::Ptrace(h) => h,
-            TransportHit::Perf(_) => unreachable!("invariant: variant set just above"),
-        }
-    }
-
-    /// The perf hit slot (the variant is switched on first use).
-    pub fn perf_slot(&mut self) -> &mut perf::PerfHit {
-        if !matches!(self, TransportHit::Perf(_)) {
-            *self = TransportHit::Perf(perf::PerfHit::default());
-        }
-        match self {
-            TransportHit::Perf(h) => h,
-            TransportHit::Ptrace(_) => unreachable!("invariant: variant set just above"),
-        }
-    }
-}
-
-/// The environment handlers see: the current hit and the run's global variables.
-#[derive(Debug, Default)]
-pub struct RunEnv {
-    /// The hit (swapped in for each handler run).
-    pub hit: TransportHit,
-    /// The run's shared global variables.
-    pub gvars: Vec<u64>,
-}
-
-impl HitEnv for RunEnv {
-    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
-        self.hit.env_mut().read_reg(reg, part)
-    }
-    fn write_reg(&mut self, reg: u16, value: u64) -> Status {
-        self.hit.env_mut().write_reg(reg, value)
-    }
-    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        self.hit.env_mut().read_mem(addr, buf)
-    }
-    fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
-        self.hit.env_mut().write_mem(addr, data)
-    }
-    fn check_access(&mut self, addr: u64, write: bool) -> bool {
-        self.hit.env_mut().check_access(addr, write)
-    }
-    fn tid(&self) -> u64 {
-        self.hit.env().tid()
-    }
-    fn pid(&self) -> u64 {
-        self.hit.env().pid()
-    }
-    fn cpu(&self) -> u64 {
-        self.hit.env().cpu()
-    }
-    fn thread_pointer(&self) -> u64 {
-        self.hit.env().thread_pointer()
-    }
-    fn load_bias(&self) -> u64 {
-        self.hit.env().load_bias()
-    }
-    fn now_ns(&self) -> u64 {
-        self.hit.env().now_ns()
-    }
-    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
-        self.hit.env_mut().cpuid(leaf, subleaf)
-    }
-    fn gvars(&mut self) -> &mut [u64] {
-        &mut self.gvars
-    }
-    fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
-        self.hit.env_mut().read_str(addr, buf)
-    }
 }

@@ -52,6 +52,25 @@ pub const fn debugreg_offset(n: usize) -> usize {
     core::mem::offset_of!(libc::user, u_debugreg) + 8 * n
 }
 
+/// The debug registers that hold watchpoint addresses (DR0–DR3): at most
+/// this many watchpoints per process, whatever the transport.
+pub const DEBUG_REGISTERS: usize = 4;
+
+/// The x86-64 rules for a debug-register range, the same for every
+/// transport: length 1, 2, 4 or 8, the address aligned to the length,
+/// execute watchpoints of length 1. `Err` is the rule broken.
+pub fn check_watchpoint(addr: u64, len: u8, kind: WatchKind) -> Result<(), &'static str> {
+    if !matches!(len, 1 | 2 | 4 | 8) {
+        Err("length must be 1, 2, 4 or 8")
+    } else if !addr.is_multiple_of(u64::from(len)) {
+        Err("address must be a multiple of the length")
+    } else if kind == WatchKind::Exec && len != 1 {
+        Err("execute watchpoints have length 1")
+    } else {
+        Ok(())
+    }
+}
+
 /// What a hardware watchpoint fires on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WatchKind {

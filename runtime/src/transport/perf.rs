@@ -19,6 +19,7 @@ mod hit;
 mod launch;
 mod ring;
 mod sample;
+mod seam;
 mod tracefs;
 
 use std::collections::HashMap;
@@ -34,6 +35,7 @@ pub use self::error::{PerfError, permission_hint};
 pub use self::hit::PerfHit;
 use self::ring::Ring;
 pub use self::sample::regs_mask;
+pub use self::seam::INFO;
 pub use crate::arch::WatchKind;
 use crate::transport::ptrace::ExitStatus;
 
@@ -167,6 +169,8 @@ pub struct PerfTracer {
     group: Vec<(Option<usize>, Vec<u8>)>,
     /// Record buffers not in use (kept to avoid allocating per hit).
     spare: Vec<Vec<u8>>,
+    /// The transport seam's state (mappings read for arming).
+    seam: seam::SeamState,
 }
 
 impl std::fmt::Debug for PerfTracer {
@@ -211,6 +215,7 @@ impl PerfTracer {
             group: Vec::with_capacity(8),
             spare: Vec::new(),
             tick: None,
+            seam: Default::default(),
         }
     }
 
@@ -252,7 +257,7 @@ impl PerfTracer {
             _ => {}
         }
         let mut t = PerfTracer::empty(opts, pid);
-        t.tids = super::list_tasks(pid);
+        t.tids = crate::transport::list_tasks(pid);
         if t.tids.is_empty() {
             return Err(PerfError::NoSuchProcess { pid });
         }

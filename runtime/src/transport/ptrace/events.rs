@@ -227,7 +227,7 @@ impl Tracer {
         }
         if p.wps.iter().any(Option::is_some) {
             let (wps, dr7) = (p.wps, p.dr7());
-            let _ = super::set_debugregs(tid, &wps, dr7);
+            let _ = super::sites::set_debugregs(tid, &wps, dr7);
         }
         self.resume(tid);
         Ok(())
@@ -816,7 +816,7 @@ impl Tracer {
         // 3. Debug registers, PCs in slots, detach.
         for t in tids {
             if had_wps {
-                let _ = super::set_debugregs(t, &[None; 4], 0);
+                let _ = super::sites::set_debugregs(t, &[None; 4], 0);
             }
             self.fix_ool_pc(t, pid);
             let sig = match (handoff, self.threads.get(&t)) {

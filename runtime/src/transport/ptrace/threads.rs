@@ -94,7 +94,7 @@ pub struct Process {
     /// Its traced threads.
     pub threads: Vec<i32>,
     /// Debug-register slots DR0-DR3.
-    pub wps: [Option<WatchSlot>; 4],
+    pub wps: [Option<WatchSlot>; crate::arch::DEBUG_REGISTERS],
     /// Treatment.
     pub kind: ProcKind,
     /// Parent process (0 when launched or attached).
@@ -118,7 +118,7 @@ impl Process {
             pid,
             mem,
             threads: Vec::new(),
-            wps: [None; 4],
+            wps: [None; crate::arch::DEBUG_REGISTERS],
             kind,
             parent,
             rdebug: None,

@@ -7,7 +7,7 @@
 //! Memory is read as handlers read it, so the core shows the original
 //! bytes under wprobe's breakpoints. The process keeps running afterwards.
 
-use crate::transport::ptrace::Hit;
+use super::Hit;
 use hostabi::env::HitEnv;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::PathBuf;

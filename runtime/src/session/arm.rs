@@ -1,0 +1,347 @@
+//! Arming: checking the programs against the transport's capabilities
+//! before anything is launched, resolving each probe in a process (its
+//! module located once per call, its address checked to start an
+//! instruction), inserting it through the transport, and disabling it.
+
+use std::collections::HashMap;
+
+use hostabi::manifest::{ProbeKind, ProbeSpec};
+
+use super::Session;
+use crate::arch::{DEBUG_REGISTERS, WatchKind};
+use crate::procmaps::{self, Mapping};
+use crate::resolve::{Located, ResolveError};
+use crate::transport::{Armed, Capabilities, Insert, TRANSPORTS, Transport, TransportInfo};
+
+/// How one probe is inserted: `(probe index, spec, run-time address)`.
+type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, u64) -> Result<Armed, String> + 'a;
+
+fn watch_kind(k: ProbeKind) -> WatchKind {
+    match k {
+        ProbeKind::WatchExec => WatchKind::Exec,
+        ProbeKind::WatchWrite => WatchKind::Write,
+        _ => WatchKind::ReadWrite,
+    }
+}
+
+/// The first transport of the registry that can do what `can` asks.
+fn one_that(can: fn(&Capabilities) -> bool) -> &'static str {
+    TRANSPORTS
+        .iter()
+        .find(|t| can(&t.caps))
+        .map_or("ptrace", |t| t.name)
+}
+
+impl Session {
+    /// Checks, before anything is launched, what `transport` could not
+    /// arm or honour: more watchpoint probes than debug registers, and what
+    /// the transport lacks (watchpoints, handlers that write, `-f`); then
+    /// the transport's own preflight (tracefs for uprobes). One message
+    /// format for every transport: what needs what, and which transport
+    /// has it.
+    pub fn check(&self, transport: &TransportInfo) -> Result<(), String> {
+        if let Some(label) = self
+            .probes
+            .iter()
+            .find(|p| self.manifests[p.prog].probes[p.index].ret)
+            .map(|p| p.label.clone())
+        {
+            return Err(format!(
+                "probe {label} is a return probe (`return yes`: uretprobe, r: event), and this \
+                 wprobe has no return-probe mechanism yet; probe the function's entry instead"
+            ));
+        }
+        let watch: Vec<&str> = self
+            .probes
+            .iter()
+            .filter(|p| self.manifests[p.prog].probes[p.index].kind != ProbeKind::Breakpoint)
+            .map(|p| p.label.as_str())
+            .collect();
+        if watch.len() > DEBUG_REGISTERS {
+            return Err(format!(
+                "debug register unavailable: {} watchpoint probes selected ({}), but x86-64 has \
+                 {DEBUG_REGISTERS} debug registers (DR0-DR3), so at most {DEBUG_REGISTERS} \
+                 watchpoints per run; select fewer with --group/--type",
+                watch.len(),
+                watch.join(", ")
+            ));
+        }
+        let (name, caps) = (transport.name, transport.caps);
+        if !caps.watchpoints
+            && let Some(label) = watch.first()
+        {
+            return Err(format!(
+                "probe {label} is a watchpoint, and --transport {name} has no watchpoints; use \
+                 --transport {}",
+                one_that(|c| c.watchpoints)
+            ));
+        }
+        if !caps.writes
+            && let Some((label, import)) = self.writers.first()
+        {
+            return Err(format!(
+                "program `{label}` imports `{import}`: handlers that write registers or memory \
+                 cannot run under --transport {name}{}; use --transport {}",
+                if caps.synchronous {
+                    ""
+                } else {
+                    " (the target does not stop for the handler)"
+                },
+                one_that(|c| c.writes)
+            ));
+        }
+        if self.opts.follow_forks && !caps.follows_forks {
+            return Err(format!(
+                "-f: --transport {name} does not follow forks; use --transport {}",
+                one_that(|c| c.follows_forks)
+            ));
+        }
+        (transport.preflight)(self.has_breakpoints())
+    }
+
+    /// Arms every enabled probe not yet armed in `pid`; returns how many
+    /// are armed there. Warnings (probes that cannot be armed) are printed
+    /// when `report`, and kept in [`Session::warnings`] in any case.
+    pub fn arm(&mut self, t: &mut dyn Transport, pid: i32, report: bool) -> usize {
+        let t0 = std::time::Instant::now();
+        let n = match t.maps(pid, false) {
+            Ok(maps) => {
+                let verify = self.opts.verify_opcodes;
+                self.arm_with(pid, &maps, report, &mut |pi, spec, addr| {
+                    let what = match spec.kind {
+                        ProbeKind::Breakpoint => Insert::Breakpoint {
+                            opcode: spec.opcode.filter(|_| verify),
+                        },
+                        k => Insert::Watchpoint {
+                            len: spec.length,
+                            kind: watch_kind(k),
+                        },
+                    };
+                    t.insert(pi, pid, addr, what)
+                })
+            }
+            Err(e) => {
+                self.warn(report, e);
+                0
+            }
+        };
+        self.arm_time += t0.elapsed();
+        n
+    }
+
+    /// Arms the breakpoint probes still pending (their module was not
+    /// mapped at start) on the module's file, found by path or by base name
+    /// in `dirs`, for transports that arm files
+    /// ([`Capabilities::arms_files`]): processes that inherit the probes
+    /// hit them once they map the file, even through an exec. Returns how
+    /// many were armed.
+    pub fn arm_on_files(
+        &mut self,
+        t: &mut dyn Transport,
+        pid: i32,
+        dirs: &[std::path::PathBuf],
+        report: bool,
+    ) -> usize {
+        let t0 = std::time::Instant::now();
+        let mut armed = 0;
+        for pi in 0..self.probes.len() {
+            let p = &self.probes[pi];
+            let (prog, index) = (p.prog, p.index);
+            let spec = &self.manifests[prog].probes[index];
+            if !p.enabled || !p.armed.is_empty() || spec.kind != ProbeKind::Breakpoint {
+                continue;
+            }
+            let module = spec.module.as_ref().unwrap_or(&self.manifests[prog].module);
+            let file = if module.contains('/') {
+                Some(std::path::PathBuf::from(module))
+            } else {
+                dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
+            };
+            let Some(file) = file else { continue };
+            let file = procmaps::canonical(&file);
+            let verify = self.opts.verify_opcodes;
+            let res = self
+                .resolver
+                .elf(&file)
+                .map_err(|e| e.to_string())
+                .and_then(|elf| {
+                    let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
+                    let off = elf
+                        .file_offset(link)
+                        .filter(|_| elf.is_exec_vaddr(link))
+                        .ok_or_else(|| {
+                            format!(
+                                "invalid offset: 0x{link:x} is not in an executable segment of {}",
+                                file.display()
+                            )
+                        })?;
+                    if verify
+                        && let Some(op) = spec.opcode
+                        && let Some(found) = elf.first_byte(link)
+                        && found != op
+                    {
+                        return Err(format!(
+                            "opcode mismatch at {link:#x}: expected {op:#04x}, found {found:#04x}"
+                        ));
+                    }
+                    if verify && spec.opcode.is_none() {
+                        wprobe_elf::disasm::check_boundary(&elf, link)
+                            .map_err(|e| e.to_string())?;
+                    }
+                    let id = t.insert_on_file(pi, &file, off)?;
+                    Ok((link, id))
+                });
+            match res {
+                Ok((link, id)) => {
+                    let p = &mut self.probes[pi];
+                    p.link = Some(link);
+                    p.armed.push((pid, id));
+                    p.ever_armed = true;
+                    armed += 1;
+                    if report {
+                        crate::elog!(
+                            "wprobe: probe {}: module not mapped at start; armed on the file {}",
+                            p.label,
+                            file.display()
+                        );
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("probe {} not applied: {e}", self.probes[pi].label);
+                    self.warn(report, msg);
+                    self.probes[pi].enabled = false;
+                }
+            }
+        }
+        self.arm_time += t0.elapsed();
+        armed
+    }
+
+    /// Resolution and bookkeeping of every transport; `insert` arms one
+    /// probe `(index, spec, address)`.
+    fn arm_with(
+        &mut self,
+        pid: i32,
+        maps: &[Mapping],
+        report: bool,
+        insert: &mut InsertFn<'_>,
+    ) -> usize {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+        let mut armed = 0;
+        // The module of a program is located once per call, not once per
+        // probe (10,000 probes of one program: one maps scan, one bias).
+        // Keyed by (program, module): a probe may name its own `module`.
+        let mut located: HashMap<(usize, String), Result<Located, ResolveError>> = HashMap::new();
+        for pi in 0..self.probes.len() {
+            if !self.probes[pi].enabled {
+                continue;
+            }
+            if self.probes[pi].armed.iter().any(|(p, _)| *p == pid) {
+                armed += 1;
+                continue;
+            }
+            let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
+            let m = &self.manifests[prog];
+            let spec = &m.probes[index];
+            let module = spec.module.as_ref().unwrap_or(&m.module).clone();
+            let loc = located
+                .entry((prog, module.clone()))
+                .or_insert_with(|| self.resolver.locate(maps, &module, exe.as_deref()))
+                .clone();
+            let loc = match loc {
+                Ok(l) => l,
+                Err(ResolveError::NotMapped(_)) => {
+                    if std::env::var_os("WPROBE_DEBUG").is_some() {
+                        crate::elog!(
+                            "wprobe: debug: {} not mapped in {pid} ({} mappings)",
+                            module,
+                            maps.len()
+                        );
+                    }
+                    continue; // maybe later (dlopen)
+                }
+                Err(e) => {
+                    let msg = format!(
+                        "probe {} not applied in pid {pid}: {e}",
+                        self.probes[pi].label
+                    );
+                    self.warn(report, msg);
+                    self.probes[pi].enabled = false;
+                    continue;
+                }
+            };
+            if spec.module.is_none() {
+                self.bias.insert((prog, pid), loc.bias);
+                self.bias_default.entry(prog).or_insert(loc.bias);
+            }
+            self.bt.probe_bias.insert((pi, pid), loc.bias);
+            let is_bp = spec.kind == ProbeKind::Breakpoint;
+            let verify = self.opts.verify_opcodes;
+            let res = crate::resolve::probe_address(spec, &loc, maps, &module)
+                .map_err(|e| e.to_string())
+                .and_then(|addr| {
+                    if is_bp && verify && spec.opcode.is_none() {
+                        // No `opcode =` to check: the address must start an
+                        // instruction of its function, decoded from the file.
+                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.wrapping_sub(loc.bias))
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok((addr, insert(pi, spec, addr)?))
+                });
+            match res {
+                Ok((addr, a)) => {
+                    let p = &mut self.probes[pi];
+                    if is_bp {
+                        // The hit's address minus this is the module's load
+                        // bias in whichever process hit it.
+                        p.link = Some(addr.wrapping_sub(loc.bias));
+                    }
+                    p.armed.push((pid, a));
+                    p.ever_armed = true;
+                    armed += 1;
+                }
+                Err(e) => {
+                    let msg = format!(
+                        "probe {} not applied in pid {pid}: {e}",
+                        self.probes[pi].label
+                    );
+                    self.warn(report, msg);
+                    self.probes[pi].enabled = false;
+                }
+            }
+        }
+        armed
+    }
+
+    pub(super) fn warn(&mut self, report: bool, msg: String) {
+        if report {
+            crate::elog!("wprobe: warning: {msg}");
+        }
+        self.warnings.push(msg);
+    }
+
+    /// Probes that could not be armed anywhere yet (module not mapped).
+    pub fn pending(&self) -> usize {
+        self.probes
+            .iter()
+            .filter(|p| p.enabled && p.armed.is_empty())
+            .count()
+    }
+
+    /// Disables probe `pi` and removes it from the transport.
+    pub(super) fn disable(&mut self, t: &mut dyn Transport, pi: usize) {
+        self.probes[pi].enabled = false;
+        for (_, a) in std::mem::take(&mut self.probes[pi].armed) {
+            t.remove(a);
+        }
+    }
+
+    /// Forgets the probes armed in `pid` (it exec'd or ended).
+    pub(super) fn forget(&mut self, pid: i32) {
+        for p in &mut self.probes {
+            p.armed.retain(|(q, _)| *q != pid);
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Per-probe counters, the exit summary on standard error, and the JSON
+//! `stats` object.
+
+use super::Session;
+use crate::format::{self, Format};
+
+/// Per-probe counters, reported at exit.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeStats {
+    /// Hits seen (including ignored ones).
+    pub hits: u64,
+    /// Hits skipped by `ignore`.
+    pub ignored: u64,
+    /// Handler runs.
+    pub runs: u64,
+    /// Records emitted.
+    pub records: u64,
+    /// Record data bytes emitted.
+    pub bytes: u64,
+    /// Runs that exhausted their fuel.
+    pub fuel_exhausted: u64,
+    /// Runs that trapped.
+    pub traps: u64,
+    /// Runs ended by an uncaught exception.
+    pub uncaught: u64,
+    /// Hits whose sample the kernel dropped (perf ring buffer full;
+    /// `PERF_RECORD_LOST`). Always 0 under ptrace, where the thread waits
+    /// for the handler.
+    pub dropped: u64,
+}
+
+impl Session {
+    /// Lost perf samples not attributed to one probe.
+    pub fn dropped_unattributed(&self) -> u64 {
+        self.dropped_unattributed
+    }
+
+    /// Per-probe statistics.
+    pub fn stats(&self) -> Vec<(String, ProbeStats)> {
+        self.probes
+            .iter()
+            .map(|p| (p.label.clone(), p.stats.clone()))
+            .collect()
+    }
+
+    /// Writes the exit summary (stderr) and, in JSON mode, a last `stats` object.
+    pub fn summary(&mut self) {
+        if self.bt.active && !self.abnormal() {
+            return;
+        }
+        use std::fmt::Write as _;
+        // One write for the whole summary (65,535 probes once took 127 s
+        // to print row by row).
+        let mut err = String::with_capacity(128 * (self.probes.len() + 4));
+        let mut total = ProbeStats::default();
+        let _ = writeln!(err, "wprobe: summary ({} probes)", self.probes.len());
+        let _ = writeln!(
+            err,
+            "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
+            "probe",
+            "hits",
+            "ignored",
+            "runs",
+            "records",
+            "bytes",
+            "dropped",
+            "fuel",
+            "traps",
+            "uncaught"
+        );
+        for p in &self.probes {
+            let s = &p.stats;
+            let _ = writeln!(
+                err,
+                "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
+                p.label,
+                s.hits,
+                s.ignored,
+                s.runs,
+                s.records,
+                s.bytes,
+                s.dropped,
+                s.fuel_exhausted,
+                s.traps,
+                s.uncaught
+            );
+            total.hits += s.hits;
+            total.ignored += s.ignored;
+            total.runs += s.runs;
+            total.records += s.records;
+            total.bytes += s.bytes;
+            total.dropped += s.dropped;
+            total.fuel_exhausted += s.fuel_exhausted;
+            total.traps += s.traps;
+            total.uncaught += s.uncaught;
+        }
+        total.dropped += self.dropped_unattributed;
+        if std::env::var_os("WPROBE_DEBUG").is_some() {
+            // Not in the JSON stats object, which stays deterministic
+            // (tests compare it across runs and transports).
+            let _ = writeln!(
+                err,
+                "wprobe: debug: {} probes: armed in {:.3} ms, disarmed in {:.3} ms",
+                self.probes.len(),
+                self.arm_time.as_secs_f64() * 1e3,
+                self.disarm_time.as_secs_f64() * 1e3
+            );
+        }
+        // A probe whose module no traced process ever mapped had no chance
+        // to fire: 0 hits would otherwise look like "never called".
+        for p in self.probes.iter().filter(|p| p.enabled && !p.ever_armed) {
+            let _ = writeln!(
+                err,
+                "wprobe: warning: probe {} was never armed: no traced process mapped module `{}`",
+                p.label, self.manifests[p.prog].module
+            );
+        }
+        if self.dropped_unattributed > 0 {
+            let _ = writeln!(
+                err,
+                "  {} samples lost by the kernel (ring buffer full) could not be attributed to a probe",
+                self.dropped_unattributed
+            );
+        }
+        for (n, what) in self
+            .unhonoured
+            .iter()
+            .zip(["exit 1 (debugger hand-off)", "exit 3 (core dump)"])
+        {
+            if *n > 0 {
+                let _ = writeln!(
+                    err,
+                    "  {what} not honoured under --transport {}: {n} run(s)",
+                    self.transport.map_or("?", |t| t.name)
+                );
+            }
+        }
+        {
+            use std::io::Write as _;
+            let _ = std::io::stderr().lock().write_all(err.as_bytes());
+        }
+        if self.opts.format == Format::Json {
+            let mut line = String::from("{\"kind\":\"stats\",\"probes\":[");
+            for (i, p) in self.probes.iter().enumerate() {
+                if i > 0 {
+                    line.push(',');
+                }
+                line.push_str("{\"probe\":");
+                format::json_string(&mut line, p.label.as_bytes());
+                let s = &p.stats;
+                line.push_str(&format!(
+                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
+                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.fuel_exhausted, s.traps, s.uncaught
+                ));
+            }
+            line.push_str(&format!(
+                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
+                total.hits, total.runs, total.records, total.bytes, total.dropped, total.fuel_exhausted, total.traps, total.uncaught
+            ));
+            self.out.write(line.as_bytes(), 0);
+            self.out.flush();
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Starting to trace: launching a command (seized before it execs, held at
+//! its exec stop) or attaching to every thread of a running process (and
+//! its patch journal); killing a launched command that never ran.
+
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+
+use super::error::ptrace_hint;
+use super::mem::ProcMem;
+use super::threads::{ProcKind, Process, TState, Thread};
+use super::{ProviderError, TraceOptions, Tracer, journal};
+use crate::sys::ptrace as sys;
+
+/// Deadline for attaching to every thread of a process.
+const ATTACH_DEADLINE: Duration = Duration::from_secs(2);
+
+impl Tracer {
+    /// Starts `argv` traced: returns once the new image is stopped at its
+    /// entry (exec stop), before any of its code ran.
+    pub fn launch(argv: &[OsString], opts: TraceOptions) -> Result<Tracer, ProviderError> {
+        let Some(first) = argv.first() else {
+            return Err(ProviderError::CommandNotFound { cmd: String::new() });
+        };
+        let cmd = first.to_string_lossy().into_owned();
+        let mut spawned = crate::sys::process::spawn(argv, crate::sys::process::Start::Gated)
+            .map_err(|errno| match errno {
+                Errno::EINVAL => ProviderError::Exec {
+                    cmd: cmd.clone(),
+                    errno,
+                },
+                e => ProviderError::sys("fork", 0, e),
+            })?;
+        let child = spawned.pid;
+        let opts_bits = sys::OPTIONS_BASE | libc::PTRACE_O_EXITKILL;
+        if let Err(e) = sys::seize(child, opts_bits) {
+            crate::sys::process::kill_and_reap(child);
+            return Err(if e == Errno::EPERM {
+                ProviderError::PermissionDenied {
+                    pid: child,
+                    hint: ptrace_hint(),
+                }
+            } else {
+                ProviderError::sys("PTRACE_SEIZE", child, e)
+            });
+        }
+        spawned.release();
+        let mut t = Tracer::empty(opts);
+        t.main_pid = child;
+        let res = t.wait_exec(child);
+        let exec_errno = spawned.exec_errno();
+        match res {
+            Ok(()) => {
+                let mem = Rc::new(RefCell::new(ProcMem::open(child)));
+                let mut p = Process::new(child, mem, ProcKind::Traced, 0, true);
+                p.threads.push(child);
+                t.procs.insert(child, p);
+                t.threads
+                    .insert(child, Thread::new(child, TState::Held, false));
+                t.arm_rdebug(child);
+                Ok(t)
+            }
+            Err(_) if exec_errno.is_some() => {
+                let errno = exec_errno.expect("invariant: checked by the guard");
+                Err(if errno == Errno::ENOENT {
+                    ProviderError::CommandNotFound { cmd }
+                } else {
+                    ProviderError::Exec { cmd, errno }
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits for the launched child's exec stop (or its death).
+    fn wait_exec(&mut self, child: i32) -> Result<(), ProviderError> {
+        loop {
+            let Some((_, st)) =
+                sys::wait(child, 0).map_err(|e| ProviderError::sys("waitpid", child, e))?
+            else {
+                continue;
+            };
+            match sys::decode_status(st) {
+                sys::Status::Exited(_) | sys::Status::Signaled(_) => {
+                    return Err(ProviderError::TraceeDied { pid: child });
+                }
+                sys::Status::Stopped { event, .. } if event == libc::PTRACE_EVENT_EXEC => {
+                    return Ok(());
+                }
+                sys::Status::Stopped { sig, event } => {
+                    let deliver = if event == 0 && sig != libc::SIGTRAP {
+                        sig
+                    } else {
+                        0
+                    };
+                    let deliver = if event == 0 && sig == libc::SIGTRAP {
+                        sig
+                    } else {
+                        deliver
+                    };
+                    if sys::cont(child, deliver).is_err() {
+                        return Err(ProviderError::TraceeDied { pid: child });
+                    }
+                }
+                sys::Status::Other => {}
+            }
+        }
+    }
+
+    /// Attaches to every thread of a running process and stops them all.
+    pub fn attach(pid: i32, opts: TraceOptions) -> Result<Tracer, ProviderError> {
+        if pid <= 0 {
+            return Err(ProviderError::NoSuchProcess { pid });
+        }
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(ProviderError::NoSuchProcess { pid });
+        }
+        let mut t = Tracer::empty(opts);
+        t.main_pid = pid;
+        let mem = Rc::new(RefCell::new(ProcMem::open(pid)));
+        t.procs
+            .insert(pid, Process::new(pid, mem, ProcKind::Traced, 0, false));
+        let deadline = Instant::now() + ATTACH_DEADLINE;
+        loop {
+            let tids = crate::transport::list_tasks(pid);
+            if tids.is_empty() && t.threads.is_empty() {
+                t.procs.clear();
+                return Err(ProviderError::NoSuchProcess { pid });
+            }
+            let mut added = false;
+            for tid in tids {
+                if t.threads.contains_key(&tid) {
+                    continue;
+                }
+                match sys::seize(tid, sys::OPTIONS_BASE) {
+                    Ok(()) => {
+                        let _ = sys::interrupt(tid);
+                    }
+                    Err(Errno::EPERM) if t.threads.is_empty() => {
+                        t.procs.clear();
+                        let why = crate::procinfo::untraceable(pid);
+                        return Err(match why.explain(pid) {
+                            Some(reason) => ProviderError::Untraceable { pid, reason },
+                            None => ProviderError::PermissionDenied {
+                                pid,
+                                hint: ptrace_hint(),
+                            },
+                        });
+                    }
+                    Err(Errno::ESRCH) if tid == pid && t.threads.is_empty() => {
+                        t.procs.clear();
+                        return Err(ProviderError::NoSuchProcess { pid });
+                    }
+                    // Already ours (auto-attached clone), or exited meanwhile.
+                    Err(_) => continue,
+                }
+                added = true;
+                t.threads
+                    .insert(tid, Thread::new(pid, TState::Running, false));
+                t.proc_mut(pid).threads.push(tid);
+            }
+            // Collect stops until every known thread is held.
+            t.settle(pid);
+            if !added {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(ProviderError::Timeout {
+                    pid,
+                    what: "attaching to all threads",
+                });
+            }
+        }
+        t.journal = Some(journal::Journal::create(pid).map_err(|e| e.to_string()));
+        t.arm_rdebug(pid);
+        Ok(t)
+    }
+
+    /// Kills and reaps the launched command (and forgets it) when nothing
+    /// could be armed in it: it is still at its exec stop, so it has run
+    /// none of its own code. No effect on an attached process.
+    pub fn kill_launched(&mut self) {
+        let main = self.main_pid;
+        if !self.procs.get(&main).is_some_and(|p| p.launched) {
+            return;
+        }
+        let _ = crate::sys::process::tgkill(main, main, libc::SIGKILL);
+        // Its exit-event stop (PTRACE_O_TRACEEXIT) must be let go before
+        // the exit status comes.
+        while let Ok(Some((_, raw))) = sys::wait(main, 0) {
+            match sys::decode_status(raw) {
+                sys::Status::Exited(_) | sys::Status::Signaled(_) => break,
+                _ => {
+                    let _ = sys::cont(main, 0);
+                }
+            }
+        }
+        if let Some(p) = self.procs.remove(&main) {
+            for t in p.threads {
+                self.threads.remove(&t);
+            }
+        }
+    }
+}
