@@ -33,7 +33,7 @@
 
   (@custom "wprobe.manifest"
     "wprobe-manifest 1\n"
-    "abi 1\n"
+    "abi 2\n"
     "module probe_target\n"
     "major 1\n"
     "probe on_target_fn\n"

@@ -36,7 +36,7 @@
 
   (@custom "wprobe.manifest"
     "wprobe-manifest 1\n"
-    "abi 1\n"
+    "abi 2\n"
     "module probe_target\n"
     "major 11\n"
     "probe on_write\n"

@@ -38,7 +38,7 @@ pub use status::{Exception, Outcome, Status};
 
 /// Version of the host ABI. Any change to the rendered snapshot
 /// (`hostabi/abi.txt`) must bump it.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Wasm import module name of every host import.
 pub const IMPORT_MODULE: &str = "wprobe";

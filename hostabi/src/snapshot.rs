@@ -48,6 +48,17 @@ pub fn render() -> String {
             if r.writable { "rw" } else { "r" }
         );
     }
+    let entry: alloc::vec::Vec<&str> = regs::ENTRY_REGS
+        .iter()
+        .filter_map(|id| regs::by_id(*id).map(|r| r.name))
+        .collect();
+    let _ = writeln!(s, "entry_regs {}", entry.join(" "));
+    let _ = writeln!(
+        s,
+        "maxactive default {} max {}",
+        crate::manifest::DEFAULT_MAXACTIVE,
+        crate::manifest::MAX_MAXACTIVE
+    );
     for (bit, size) in field::SIZES {
         let _ = writeln!(s, "header_field 0x{bit:04x} {size}");
     }
@@ -144,6 +155,15 @@ pub fn render_markdown() -> String {
             if r.writable { "yes" } else { "no" }
         );
     }
+    let entry: alloc::vec::Vec<alloc::string::String> = regs::ENTRY_REGS
+        .iter()
+        .filter_map(|id| regs::by_id(*id).map(|r| alloc::format!("`{}`", r.name)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\nEntry registers (`entry_reg`, return probes only): {}.",
+        entry.join(", ")
+    );
     let _ = writeln!(s, "\n### Limits\n\n| limit | value |\n|---|---|");
     let _ = writeln!(
         s,
@@ -164,6 +184,12 @@ pub fn render_markdown() -> String {
         s,
         "| stack-trace area bytes | {} |",
         record::MAX_STACKTRACE_BYTES
+    );
+    let _ = writeln!(
+        s,
+        "| live calls per return probe and process (`maxactive`) | default {}, at most {} |",
+        crate::manifest::DEFAULT_MAXACTIVE,
+        crate::manifest::MAX_MAXACTIVE
     );
     s
 }

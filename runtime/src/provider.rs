@@ -140,4 +140,10 @@ impl HitEnv for RunEnv {
     fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
         self.hit.env_mut().read_str(addr, buf)
     }
+    fn entry_reg(&mut self, reg: u16) -> Option<u64> {
+        self.hit.env_mut().entry_reg(reg)
+    }
+    fn elapsed_ns(&self) -> Option<u64> {
+        self.hit.env().elapsed_ns()
+    }
 }

@@ -152,7 +152,7 @@ fn a_runaway_handler_is_reported_as_fuel_exhausted() {
     let p = write(
         "spin.wat",
         r#"(module
-  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 1\nmodule bench_target\nmajor 1\nprobe spin\n  location address 0x401000\n")
+  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 2\nmodule bench_target\nmajor 1\nprobe spin\n  location address 0x401000\n")
   (memory (export "memory") 1)
   (func (export "spin") (result i32) (loop (br 0)) (i32.const 0)))"#,
     );

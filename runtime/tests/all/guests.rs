@@ -239,7 +239,7 @@ fn module(imports: &str, manifest: &str) -> String {
 }
 
 const MANIFEST: &str =
-    "wprobe-manifest 1\nabi 1\nmodule probe_target\nprobe h\n location offset target_fn\n";
+    "wprobe-manifest 1\nabi 2\nmodule probe_target\nprobe h\n location offset target_fn\n";
 
 fn load_errors_are_exact() {
     let engine = runtime::engine::new_engine().unwrap();
@@ -248,8 +248,8 @@ fn load_errors_are_exact() {
     runtime::load::load(&engine, ok.as_bytes(), None).unwrap();
     let cases: Vec<(String, &str)> = vec![
         (
-            module(IMPORTS, &MANIFEST.replace("abi 1", "abi 2")),
-            "module built for host ABI version 2, this wprobe implements version 1",
+            module(IMPORTS, &MANIFEST.replace("abi 2", "abi 3")),
+            "module built for host ABI version 3, this wprobe implements version 2",
         ),
         (
             module(
@@ -302,7 +302,7 @@ fn load_errors_are_exact() {
             "handler export `g` is a global, handlers must be functions () -> (i32) or () -> ()",
         ),
         (
-            module(IMPORTS, &MANIFEST.replace("abi 1\n", "abi 1\nmajor 0\n")),
+            module(IMPORTS, &MANIFEST.replace("abi 2\n", "abi 2\nmajor 0\n")),
             "malformed `wprobe.manifest` section: line 3: unknown key or bad value in `major 0` (at offset 0x75)",
         ),
         (
@@ -335,7 +335,7 @@ fn load_errors_are_exact() {
         (
             module(IMPORTS, MANIFEST).replace(
                 "(memory (export \"memory\") 1)",
-                "(memory (export \"memory\") 1) (@custom \"wprobe.manifest\" \"wprobe-manifest 1\\nabi 1\\nmodule m\\n\")",
+                "(memory (export \"memory\") 1) (@custom \"wprobe.manifest\" \"wprobe-manifest 1\\nabi 2\\nmodule m\\n\")",
             ),
             "duplicate `wprobe.manifest` section (at offset 0x80)",
         ),
@@ -538,8 +538,15 @@ fn rust_sdk_examples_build_and_run() {
     let m = facts.manifest.unwrap();
     assert_eq!(
         (m.abi, m.module.as_str(), m.major, m.gvars),
-        (1, "probe_target", 5, 8)
+        (hostabi::ABI_VERSION, "probe_target", 5, 8)
     );
+    // `return yes;` (a Rust keyword as the key) reaches the manifest; the
+    // return probe example is built here and loads (it runs once the
+    // transports catch returns).
+    let wasm = std::fs::read(rust_examples().join("time_calls.wasm")).unwrap();
+    let r = runtime::load::inspect(&wasm).unwrap().manifest.unwrap();
+    assert_eq!((r.probes[0].r#return, r.probes[0].maxactive), (true, 16));
+    runtime::load::load(&runtime::engine::new_engine().unwrap(), &wasm, None).unwrap();
     let probes: Vec<_> = m
         .probes
         .iter()

@@ -187,7 +187,7 @@ fn sampled_registers_follow_what_handlers_read() {
                                        (call $r (i32.const 0x0f) (i32.const 0))))
     (drop (call $e (i32.const 1) (i32.const 1) (i32.const 0) (i32.const 24) (i32.const 0) (i32.const 0)))
     (i32.const 0))
-  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 1\nmodule probe_target\nmajor 1\nprobe h\n  location offset target_fn\n  opcode 0x55\n  minor 1\n"))"#
+  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 2\nmodule probe_target\nmajor 1\nprobe h\n  location offset target_fn\n  opcode 0x55\n  minor 1\n"))"#
         )
     };
     let constant = write("regs_constant.wat", guest("(i32.const 0x0a)"));

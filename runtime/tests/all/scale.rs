@@ -66,7 +66,7 @@ fn target(n: usize) -> PathBuf {
 /// The handler module: one probe per function, all bound to `on_hit`.
 fn handler(exe: &Path, n: usize) -> PathBuf {
     let mut m = format!(
-        "wprobe-manifest 1\\nabi 1\\nmodule {}\\nmajor 1\\n",
+        "wprobe-manifest 1\\nabi 2\\nmodule {}\\nmajor 1\\n",
         exe.display()
     );
     for i in 0..n {
