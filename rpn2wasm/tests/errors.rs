@@ -1059,7 +1059,7 @@ fn all_examples_parse_and_check() {
             n += 1;
         }
     }
-    assert_eq!(n, 15);
+    assert_eq!(n, 16);
 }
 
 fn offsets_of(p: &Program, body: usize) -> Vec<u32> {
