@@ -695,7 +695,7 @@ fn spec_of(export: &str, c: &Concrete) -> ProbeSpec {
             );
             p.value = *value;
             p.opcode = *opcode;
-            p.ret = *ret;
+            p.r#return = *ret;
             p.module = Some(module.clone());
             p
         }

@@ -132,6 +132,8 @@ _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with -
 #define WPROBE_MAX_LOG_DATA_BYTES 65535
 #define WPROBE_MAX_LOG_ITEMS 65535
 #define WPROBE_MAX_STACKTRACE_BYTES 65535
+#define WPROBE_DEFAULT_MAXACTIVE 64
+#define WPROBE_MAX_MAXACTIVE 4096
 
 /* Log items: a descriptor is WPROBE_ITEM(offset in the data, kind). */
 #define WPROBE_ITEM_RAW_WORDS 0x80u
@@ -432,6 +434,63 @@ wprobe_i32 wprobe_current_comm(wprobe_i32 dst_ptr, wprobe_i32 len);
  */
 __attribute__((import_module("wprobe"), import_name("child_pid")))
 wprobe_i64 wprobe_child_pid(void);
+
+/**
+ * In the handler of a return probe (manifest `return yes`): the value
+ * register `reg` had at the entry of the call that is returning. `reg` is one
+ * of the six SysV argument registers rdi, rsi, rdx, rcx, r8, r9 or rsp, by
+ * `Reg` id (`regs::ENTRY_REGS`); any other id traps, and so does a call from
+ * the handler of a probe that is not a return probe (every i64 is a possible
+ * register value, so there is no room for a status).
+ */
+__attribute__((import_module("wprobe"), import_name("entry_reg")))
+wprobe_i64 wprobe_entry_reg(wprobe_i32 reg);
+
+/**
+ * In the handler of a return probe: nanoseconds between the entry of the
+ * returning call and its return, both taken by the runtime with a monotonic
+ * clock when it caught them (the tracer's own stops are included). Traps in
+ * the handler of a probe that is not a return probe.
+ */
+__attribute__((import_module("wprobe"), import_name("elapsed_ns")))
+wprobe_i64 wprobe_elapsed_ns(void);
+
+/* Return probes (manifest `return yes`): the entry state of the returning
+ * call. These work only in a return probe's handler; elsewhere the host
+ * traps the handler. */
+
+/**
+ * Argument n (0 = the first, in rdi, ... 5 = the sixth, in r9) of the
+ * returning call, as it was at the call's entry. Another n traps.
+ */
+static inline wprobe_u64 wprobe_entry_arg(unsigned n)
+{
+    switch (n) {
+    case 0: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_RDI);
+    case 1: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_RSI);
+    case 2: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_RDX);
+    case 3: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_RCX);
+    case 4: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_R8);
+    case 5: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_R9);
+    default: __builtin_trap();
+    }
+}
+
+/**
+ * rsp at the entry of the returning call: the address of its return address.
+ */
+static inline wprobe_u64 wprobe_entry_rsp(void)
+{
+    return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_RSP);
+}
+
+/**
+ * Nanoseconds between the entry of the returning call and its return.
+ */
+static inline wprobe_u64 wprobe_elapsed(void)
+{
+    return (wprobe_u64)wprobe_elapsed_ns();
+}
 
 /**
  * Declares the module's probe points: the lines of the `wprobe-manifest 1` manifest

@@ -111,6 +111,16 @@ pub fn render() -> String {
     );
     let _ = writeln!(
         s,
+        "#define WPROBE_DEFAULT_MAXACTIVE {}",
+        crate::manifest::DEFAULT_MAXACTIVE
+    );
+    let _ = writeln!(
+        s,
+        "#define WPROBE_MAX_MAXACTIVE {}",
+        crate::manifest::MAX_MAXACTIVE
+    );
+    let _ = writeln!(
+        s,
         "\n/* Log items: a descriptor is WPROBE_ITEM(offset in the data, kind). */"
     );
     for (name, k) in [
@@ -203,6 +213,7 @@ pub fn render() -> String {
         );
     }
 
+    entry_wrappers(&mut s);
     let _ = writeln!(
         s,
         "/**\n * Declares the module's probe points: the lines of the `{} {}` manifest\n * after its `abi` line, each wrapped in WPROBE_LINE (no quotes or\n * backslashes inside), e.g.\n *\n *   WPROBE_MANIFEST(\n *       WPROBE_LINE(\"module probe_target\")\n *       WPROBE_LINE(\"probe on_call\")\n *       WPROBE_LINE(\"  location offset target_fn\")\n *       WPROBE_LINE(\"  opcode 0x55\"));\n *\n * Emits the `{}` custom section through the assembler (a\n * `.custom_section.NAME` section), which clang and wasm-ld keep as is.\n */",
@@ -234,6 +245,54 @@ pub fn render() -> String {
     s
 }
 
+/// Safe wrappers of `entry_reg` and `elapsed_ns` for return probes: an
+/// argument by number (only valid register ids reach the host), `rsp`, the
+/// call's duration, all unsigned.
+fn entry_wrappers(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "/* Return probes (manifest `return yes`): the entry state of the returning\n * call. These work only in a return probe's handler; elsewhere the host\n * traps the handler. */\n"
+    );
+    comment(
+        s,
+        "",
+        "Argument n (0 = the first, in rdi, ... 5 = the sixth, in r9) of the returning call, as it was at the call's entry. Another n traps.",
+    );
+    let _ = writeln!(
+        s,
+        "static inline wprobe_u64 wprobe_entry_arg(unsigned n)\n{{\n    switch (n) {{"
+    );
+    for (n, id) in regs::ENTRY_REGS.iter().enumerate() {
+        let Some(r) = regs::by_id(*id).filter(|_| *id != regs::RSP) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "    case {n}: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_{});",
+            r.name.to_ascii_uppercase()
+        );
+    }
+    let _ = writeln!(s, "    default: __builtin_trap();\n    }}\n}}\n");
+    comment(
+        s,
+        "",
+        "rsp at the entry of the returning call: the address of its return address.",
+    );
+    let _ = writeln!(
+        s,
+        "static inline wprobe_u64 wprobe_entry_rsp(void)\n{{\n    return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_RSP);\n}}\n"
+    );
+    comment(
+        s,
+        "",
+        "Nanoseconds between the entry of the returning call and its return.",
+    );
+    let _ = writeln!(
+        s,
+        "static inline wprobe_u64 wprobe_elapsed(void)\n{{\n    return (wprobe_u64)wprobe_elapsed_ns();\n}}\n"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +311,8 @@ mod tests {
             assert!(h.contains(&alloc::format!("#define WPROBE_{} ", st.name())));
         }
         assert!(h.contains("#define WPROBE_REG_RDI 0x00a"));
+        assert!(h.contains("    case 5: return (wprobe_u64)wprobe_entry_reg(WPROBE_REG_R9);"));
+        assert!(!h.contains("case 6:"));
         assert!(!h.contains("*/ ") || h.matches("/*").count() == h.matches("*/").count());
     }
 }

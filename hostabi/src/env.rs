@@ -62,6 +62,21 @@ pub trait HitEnv {
     /// The `callk` hook.
     fn callk(&mut self) {}
 
+    /// In the hit of a return probe: the value register `reg` (one of
+    /// [`regs::ENTRY_REGS`]) had at the entry of the call that is returning.
+    /// `None` for any other hit, and for an id that is not an entry
+    /// register. The default (a transport without return probes) is `None`.
+    fn entry_reg(&mut self, _reg: u16) -> Option<u64> {
+        None
+    }
+
+    /// In the hit of a return probe: nanoseconds between the entry of the
+    /// returning call and the return (monotonic clock). `None` for any other
+    /// hit; the default is `None`.
+    fn elapsed_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Reads any register id of the table, aliases included (low 32 bits,
     /// zero-extended). `None` for an unknown id or part, and for `cpuid`.
     fn read_reg_any(&mut self, reg: u16, part: u8) -> Option<u64> {
@@ -98,5 +113,44 @@ pub trait HitEnv {
             *slot = b[0];
         }
         Ok(n)
+    }
+}
+
+/// What the hit of a return probe knows of the entry of its call: the
+/// values of [`regs::ENTRY_REGS`] at the entry (in that order) and the time
+/// the call took. A transport keeps the registers and the entry time per
+/// tracked call and builds this at the return; a model environment holds
+/// one directly. [`EntryState::reg`] answers [`HitEnv::entry_reg`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EntryState {
+    /// Values at the entry of rdi, rsi, rdx, rcx, r8, r9, rsp.
+    pub regs: [u64; 7],
+    /// Nanoseconds between the entry and the return.
+    pub elapsed_ns: u64,
+}
+
+impl EntryState {
+    /// The entry value of register `reg`; `None` when `reg` is not one of
+    /// [`regs::ENTRY_REGS`].
+    pub fn reg(&self, reg: u16) -> Option<u64> {
+        regs::entry_index(reg).map(|i| self.regs[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_state_answers_entry_registers_only() {
+        let e = EntryState {
+            regs: [1, 2, 3, 4, 5, 6, 7],
+            elapsed_ns: 9,
+        };
+        assert_eq!(e.reg(regs::RDI), Some(1));
+        assert_eq!(e.reg(regs::R9), Some(6));
+        assert_eq!(e.reg(regs::RSP), Some(7));
+        assert_eq!(e.reg(regs::RAX), None);
+        assert_eq!(e.reg(regs::RDI + regs::ALIAS_BASE), None);
     }
 }

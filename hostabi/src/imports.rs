@@ -78,6 +78,10 @@ macro_rules! foreach_host_import {
                 "Copy the hit thread's name (`/proc/PID/task/TID/comm`, at most 15 bytes, no NUL) to `dst_ptr`, at most `len` bytes. Returns the number of bytes copied.";
             child_pid() -> (i64)
                 "Process id of the command wprobe launched (bpftrace `cpid`), 0 when it attached to a process instead.";
+            entry_reg(reg: i32) -> (i64)
+                "In the handler of a return probe (manifest `return yes`): the value register `reg` had at the entry of the call that is returning. `reg` is one of the six SysV argument registers rdi, rsi, rdx, rcx, r8, r9 or rsp, by `Reg` id (`regs::ENTRY_REGS`); any other id traps, and so does a call from the handler of a probe that is not a return probe (every i64 is a possible register value, so there is no room for a status).";
+            elapsed_ns() -> (i64)
+                "In the handler of a return probe: nanoseconds between the entry of the returning call and its return, both taken by the runtime with a monotonic clock when it caught them (the tracer's own stops are included). Traps in the handler of a probe that is not a return probe.";
         }
     };
 }

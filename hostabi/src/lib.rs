@@ -43,6 +43,11 @@ pub use status::{Exception, Outcome, Status};
 /// (`hostabi/abi.txt`) must bump it.
 pub const ABI_VERSION: u32 = 2;
 
+/// The oldest version a host of this version still runs: version 2 only
+/// added imports (maps, events, clocks, return probes) and manifest keys,
+/// so a module built for version 1 loads unchanged.
+pub const MIN_ABI_VERSION: u32 = 1;
+
 /// Wasm import module name of every host import.
 pub const IMPORT_MODULE: &str = "wprobe";
 

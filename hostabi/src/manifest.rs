@@ -19,8 +19,9 @@
 //! `autostacktrace`, `fuel`, `groups`, `types`. A `probe EXPORT` line opens a
 //! probe; its keys (indented by convention) are `location` (required),
 //! `value`, `opcode`, `watch`, `length`, `group`, `type`, `minor`, `ignore`,
-//! `maxhits`, `logonfault`, `excpt_mask`, `heap`. Blank lines and lines
-//! starting with `#` are ignored.
+//! `maxhits`, `logonfault`, `excpt_mask`, `heap`, `return` and `maxactive`
+//! (return probes: `return yes` only on a breakpoint, `maxactive` only with
+//! `return yes`). Blank lines and lines starting with `#` are ignored.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -216,15 +217,31 @@ pub struct ProbeSpec {
     pub trigger: Trigger,
     /// Its module, when not the file's `module`.
     pub module: Option<String>,
-    /// A return probe (`return yes`): fires when the function entered at
-    /// the location returns.
-    pub ret: bool,
-    /// Return probes: most pending returns tracked per thread (0: default).
+    /// A return probe (`return yes`): the location is a function's entry,
+    /// and the handler runs when each call entering there returns, with
+    /// the registers of the return; `entry_reg` and `elapsed_ns` give the
+    /// entry's argument registers, `rsp` and the call's duration.
+    pub r#return: bool,
+    /// For a return probe: how many calls of it may be live (entered, not
+    /// yet returned) at once per process, nested or in concurrent threads;
+    /// a call beyond is not tracked and counts as missed. 0 means
+    /// [`DEFAULT_MAXACTIVE`] (see [`ProbeSpec::maxactive_or_default`]).
     pub maxactive: u32,
 }
 
 /// Default `maxhits` (spec §6.1).
 pub const DEFAULT_MAXHITS: u32 = 0x7FFF_FFFF;
+
+/// Live calls of one return probe tracked per process when `maxactive` is
+/// 0 or absent: the nesting depth Linux uretprobes allow per thread
+/// (`MAX_URETPROBE_DEPTH`), enough for recursion a few dozen deep or a few
+/// dozen threads inside the function at once, at a few dozen bytes each.
+pub const DEFAULT_MAXACTIVE: u32 = 64;
+
+/// Largest `maxactive`: the limit Linux puts on kretprobe events
+/// (`KRETPROBE_MAXACTIVE_MAX`). It bounds the state the runtime holds per
+/// return probe and process, whatever a runaway recursion does.
+pub const MAX_MAXACTIVE: u32 = 4096;
 
 impl ProbeSpec {
     /// A breakpoint probe with every optional field at its default.
@@ -246,8 +263,18 @@ impl ProbeSpec {
             heap: 0,
             trigger: Trigger::Hit,
             module: None,
-            ret: false,
+            r#return: false,
             maxactive: 0,
+        }
+    }
+
+    /// The number of live calls tracked per process: `maxactive`, or
+    /// [`DEFAULT_MAXACTIVE`] when it is 0.
+    pub fn maxactive_or_default(&self) -> u32 {
+        if self.maxactive == 0 {
+            DEFAULT_MAXACTIVE
+        } else {
+            self.maxactive
         }
     }
 
@@ -348,12 +375,6 @@ impl Manifest {
             if let Some(m) = &p.module {
                 let _ = writeln!(s, "  module {m}");
             }
-            if p.ret {
-                let _ = writeln!(s, "  return yes");
-            }
-            if p.maxactive != 0 {
-                let _ = writeln!(s, "  maxactive {}", p.maxactive);
-            }
             let kind = match p.location.kind {
                 LocationKind::Offset => "offset",
                 LocationKind::Address => "address",
@@ -379,6 +400,12 @@ impl Manifest {
             let _ = writeln!(s, "  logonfault {}", yes_no(p.logonfault));
             let _ = writeln!(s, "  excpt_mask 0x{:04x}", p.excpt_mask);
             let _ = writeln!(s, "  heap {}", p.heap);
+            if p.r#return {
+                let _ = writeln!(s, "  return yes");
+            }
+            if p.maxactive != 0 {
+                let _ = writeln!(s, "  maxactive {}", p.maxactive);
+            }
         }
         s
     }
@@ -407,11 +434,21 @@ impl Manifest {
             ..Manifest::default()
         };
         let (mut have_abi, mut have_module) = (false, false);
+        // Per probe: offsets of its `return` and `maxactive` lines, for the
+        // rules checked once the whole probe is read.
+        let mut return_lines: Vec<ReturnLines> = Vec::new();
         for (off, line) in lines {
             let (key, val) = split_kv(line);
             let bad = DecodeError::new(off, DecodeErrorKind::BadValue);
             if let Some(p) = m.probes.last_mut().filter(|_| is_probe_key(key)) {
                 decode_probe_key(p, key, val, off)?;
+                if let Some(r) = return_lines.last_mut() {
+                    match key {
+                        "return" => r.ret = off,
+                        "maxactive" => r.maxactive = off,
+                        _ => {}
+                    }
+                }
                 continue;
             }
             match key {
@@ -436,6 +473,7 @@ impl Manifest {
                 "types" => m.types = names(val, off)?,
                 "probe" if is_name(val) => {
                     m.probes.push(ProbeSpec::breakpoint(val, placeholder()));
+                    return_lines.push(ReturnLines::default());
                 }
                 "map" if m.probes.is_empty() => {
                     let d = parse_map(val).ok_or(bad)?;
@@ -457,6 +495,16 @@ impl Manifest {
                     return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
                 }
                 p.location = no_location();
+            }
+        }
+        for (p, at) in m.probes.iter().zip(&return_lines) {
+            // A return probe catches calls at a breakpoint; `maxactive`
+            // means nothing without `return yes`.
+            if p.r#return && p.kind != ProbeKind::Breakpoint {
+                return Err(DecodeError::new(at.ret, DecodeErrorKind::BadValue));
+            }
+            if p.maxactive != 0 && !p.r#return {
+                return Err(DecodeError::new(at.maxactive, DecodeErrorKind::BadValue));
             }
         }
         Ok(m)
@@ -508,6 +556,13 @@ fn parse_map(val: &str) -> Option<MapDecl> {
         return None;
     }
     Some(d)
+}
+
+/// Byte offsets of a probe's `return` and `maxactive` lines (0 if absent).
+#[derive(Default)]
+struct ReturnLines {
+    ret: usize,
+    maxactive: usize,
 }
 
 fn placeholder() -> Location {
@@ -589,8 +644,10 @@ fn decode_probe_key(
             }
         }
         "module" if !val.is_empty() => p.module = Some(val.to_string()),
-        "return" => p.ret = parse_bool(val, off)?,
-        "maxactive" => p.maxactive = parse_num(val, off)?,
+        "return" => p.r#return = parse_bool(val, off)?,
+        "maxactive" => {
+            p.maxactive = parse_num(val, off).and_then(|v| at_most(v, MAX_MAXACTIVE, off))?
+        }
         _ => return Err(bad),
     }
     Ok(())
@@ -767,8 +824,6 @@ mod tests {
         w.length = 8;
         w.maxhits = 2;
         w.module = Some("/lib/libc.so.6".into());
-        w.ret = true;
-        w.maxactive = 16;
         let b = ProbeSpec::special("begin0", Trigger::Begin);
         let i = ProbeSpec::special(
             "tick",
@@ -776,11 +831,21 @@ mod tests {
                 period_ns: 1_000_000,
             },
         );
+        let mut r = ProbeSpec::breakpoint(
+            "probe2",
+            Location {
+                kind: LocationKind::Offset,
+                symbol: Some("target_fn".into()),
+                addend: 0,
+            },
+        );
+        r.r#return = true;
+        r.maxactive = 8;
         Manifest {
             module: "probe_target".into(),
             major: 13,
             groups: alloc::vec!["g1".into(), "g2".into()],
-            probes: alloc::vec![p, w, b, i],
+            probes: alloc::vec![p, w, r, b, i],
             maps: alloc::vec![
                 MapDecl {
                     name: "@".into(),
@@ -816,6 +881,54 @@ mod tests {
         let m = sample();
         let text = m.encode();
         assert_eq!(Manifest::decode(text.as_bytes()), Ok(m));
+    }
+
+    #[test]
+    fn return_probe_keys() {
+        let text = sample().encode();
+        assert!(text.contains("probe probe2\n"), "{text}");
+        assert!(text.contains("  return yes\n  maxactive 8\n"), "{text}");
+        // Non-return probes write neither key.
+        assert_eq!(text.matches("return").count(), 1, "{text}");
+        let head = "wprobe-manifest 1\nabi 1\nmodule m\nprobe p\n  location offset f\n";
+        let m = Manifest::decode(alloc::format!("{head}  return yes\n").as_bytes()).unwrap();
+        assert!(m.probes[0].r#return);
+        assert_eq!(m.probes[0].maxactive, 0);
+        assert_eq!(m.probes[0].maxactive_or_default(), DEFAULT_MAXACTIVE);
+        let m = Manifest::decode(alloc::format!("{head}  return no\n").as_bytes()).unwrap();
+        assert!(!m.probes[0].r#return);
+        // `maxactive` before `return yes` is fine; the rules hold per probe.
+        let ok = alloc::format!("{head}  maxactive 4096\n  return yes\n");
+        assert_eq!(
+            Manifest::decode(ok.as_bytes()).unwrap().probes[0].maxactive,
+            4096
+        );
+        let bad = |tail: &str| {
+            let t = alloc::format!("{head}{tail}");
+            Manifest::decode(t.as_bytes()).map(|_| ())
+        };
+        let at = |tail: &str, line: &str| {
+            let t = alloc::format!("{head}{tail}");
+            Err(DecodeError::new(
+                t.find(line).unwrap(),
+                DecodeErrorKind::BadValue,
+            ))
+        };
+        assert_eq!(
+            bad("  return yes\n  maxactive 4097\n"),
+            at("  return yes\n  maxactive 4097\n", "  maxactive")
+        );
+        assert_eq!(bad("  maxactive 3\n"), at("  maxactive 3\n", "  maxactive"));
+        assert_eq!(
+            bad("  maxactive 3\n  return no\n"),
+            at("  maxactive 3\n  return no\n", "  maxactive")
+        );
+        assert_eq!(bad("  maxactive 0\n"), Ok(()));
+        assert_eq!(
+            bad("  return yes\n  watch w\n"),
+            at("  return yes\n  watch w\n", "  return")
+        );
+        assert_eq!(bad("  return maybe\n"), at("  return maybe\n", "  return"));
     }
 
     #[test]

@@ -41,10 +41,38 @@ pub const ALIAS_BASE: u16 = 0x100;
 
 /// Id of `cpuid`, the special register whose `push` executes CPUID (§13.3).
 pub const CPUID: u16 = 0x3C;
+/// Id of `rax` (the return value of a call).
+pub const RAX: u16 = 0x06;
+/// Id of `rcx` (fourth argument).
+pub const RCX: u16 = 0x08;
+/// Id of `rdx` (third argument; high half of a 128-bit return value).
+pub const RDX: u16 = 0x09;
+/// Id of `rdi` (first argument).
+pub const RDI: u16 = 0x0A;
+/// Id of `rsi` (second argument).
+pub const RSI: u16 = 0x0B;
 /// Id of `rip`.
 pub const RIP: u16 = 0x0D;
 /// Id of `rsp`.
 pub const RSP: u16 = 0x0E;
+/// Id of `r8` (fifth argument).
+pub const R8: u16 = 0x10;
+/// Id of `r9` (sixth argument).
+pub const R9: u16 = 0x11;
+
+/// The registers whose values at the entry of a call the handler of a
+/// return probe can read (`entry_reg`, RPN `push entry, R`): the six
+/// integer argument registers of the System V x86-64 calling convention,
+/// in argument order, then `rsp` (which at the entry points at the return
+/// address). Only these are kept per tracked call: the other registers
+/// hold nothing the callee is given, and keeping few bounds what the
+/// runtime stores per live call.
+pub const ENTRY_REGS: [u16; 7] = [RDI, RSI, RDX, RCX, R8, R9, RSP];
+
+/// Position of `id` in [`ENTRY_REGS`], if it is an entry register.
+pub fn entry_index(id: u16) -> Option<usize> {
+    ENTRY_REGS.iter().position(|r| *r == id)
+}
 
 macro_rules! regs {
     ($( $id:literal $name:literal $width:literal $w:ident ;)*) => {
@@ -118,6 +146,15 @@ mod tests {
         for w in REGS.windows(2) {
             assert!(w[0].id < w[1].id, "{} / {}", w[0].name, w[1].name);
         }
+    }
+
+    #[test]
+    fn entry_registers_are_the_argument_registers_and_rsp() {
+        let names: [&str; 7] = ENTRY_REGS.map(|id| by_id(id).unwrap().name);
+        assert_eq!(names, ["rdi", "rsi", "rdx", "rcx", "r8", "r9", "rsp"]);
+        assert_eq!(entry_index(RSP), Some(6));
+        assert_eq!(entry_index(RAX), None);
+        assert_eq!(by_id(RAX).unwrap().name, "rax");
     }
 
     #[test]

@@ -126,6 +126,16 @@ fn constants(s: &mut String) {
     }
     let _ = writeln!(
         s,
+        "/// Live calls of a return probe tracked per process when its manifest has no\n/// `maxactive` (or `maxactive 0`).\npub const DEFAULT_MAXACTIVE: u32 = {};\n",
+        crate::manifest::DEFAULT_MAXACTIVE
+    );
+    let _ = writeln!(
+        s,
+        "/// Largest `maxactive` of a return probe.\npub const MAX_MAXACTIVE: u32 = {};\n",
+        crate::manifest::MAX_MAXACTIVE
+    );
+    let _ = writeln!(
+        s,
         "/// The manifest header lines (`wprobe-manifest` format and ABI version), used by\n/// [`manifest!`](crate::manifest!).\n#[doc(hidden)]\n#[macro_export]\nmacro_rules! __manifest_head {{\n    () => {{\n        \"{} {}\\nabi {}\\n\"\n    }};\n}}\n",
         crate::manifest::MAGIC,
         crate::manifest::FORMAT_VERSION,
@@ -201,6 +211,16 @@ fn ids(s: &mut String) {
             r.id
         );
     }
+    let entry: Vec<String> = regs::ENTRY_REGS
+        .iter()
+        .filter_map(|id| regs::by_id(*id).map(|r| r.name.to_ascii_uppercase()))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\n    /// The registers whose entry values a return probe's handler reads\n    /// ([`entry_arg`](crate::entry_arg), [`entry_rsp`](crate::entry_rsp)): the\n    /// six argument registers in order, then `rsp`.\n    pub const ENTRY: [Reg; {}] = [{}];",
+        entry.len(),
+        entry.join(", ")
+    );
     let _ = writeln!(
         s,
         "}}\n\n/// Log data tokens of token-prefixed items.\npub mod token {{"
@@ -327,10 +347,9 @@ mod tests {
             assert!(r.contains(&line), "{line}");
         }
         assert!(r.contains("    pub const RDI: Reg = Reg(0x00a);"));
-        assert!(r.contains(&alloc::format!(
-            "\"wprobe-manifest 1\\nabi {}\\n\"",
-            crate::ABI_VERSION
-        )));
+        let head = alloc::format!("\"wprobe-manifest 1\\nabi {}\\n\"", crate::ABI_VERSION);
+        assert!(r.contains(&head), "{head}");
+        assert!(r.contains("pub const ENTRY: [Reg; 7] = [RDI, RSI, RDX, RCX, R8, R9, RSP];"));
     }
 
     #[test]

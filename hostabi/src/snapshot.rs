@@ -50,6 +50,17 @@ pub fn render() -> String {
             if r.writable { "rw" } else { "r" }
         );
     }
+    let entry: alloc::vec::Vec<&str> = regs::ENTRY_REGS
+        .iter()
+        .filter_map(|id| regs::by_id(*id).map(|r| r.name))
+        .collect();
+    let _ = writeln!(s, "entry_regs {}", entry.join(" "));
+    let _ = writeln!(
+        s,
+        "maxactive default {} max {}",
+        crate::manifest::DEFAULT_MAXACTIVE,
+        crate::manifest::MAX_MAXACTIVE
+    );
     for (bit, size) in field::SIZES {
         let _ = writeln!(s, "header_field 0x{bit:04x} {size}");
     }
@@ -206,6 +217,15 @@ pub fn render_markdown() -> String {
     for (name, c) in crate::imports::clock::ALL {
         let _ = writeln!(s, "| `{name}` | {c} |");
     }
+    let entry: alloc::vec::Vec<alloc::string::String> = regs::ENTRY_REGS
+        .iter()
+        .filter_map(|id| regs::by_id(*id).map(|r| alloc::format!("`{}`", r.name)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\nEntry registers (`entry_reg`, return probes only): {}.",
+        entry.join(", ")
+    );
     let _ = writeln!(s, "\n### Limits\n\n| limit | value |\n|---|---|");
     for (name, v) in map_limits() {
         let _ = writeln!(s, "| {} | {v} |", name.replace('_', " "));
@@ -234,6 +254,12 @@ pub fn render_markdown() -> String {
         s,
         "| stack-trace area bytes | {} |",
         record::MAX_STACKTRACE_BYTES
+    );
+    let _ = writeln!(
+        s,
+        "| live calls per return probe and process (`maxactive`) | default {}, at most {} |",
+        crate::manifest::DEFAULT_MAXACTIVE,
+        crate::manifest::MAX_MAXACTIVE
     );
     s
 }

@@ -139,6 +139,11 @@ pub struct Probe {
     pub excpt_mask: u16,
     /// `heap =` (file value if absent).
     pub heap: u16,
+    /// `return = yes`: a return probe (§6.5); the handler runs when each
+    /// call entering at the location returns.
+    pub r#return: bool,
+    /// `maxactive =` (0 when absent: the runtime's default, §6.5).
+    pub maxactive: u32,
     /// The handler body.
     pub body: BodyId,
     /// Span of the location statement.
@@ -478,6 +483,12 @@ pub enum Op {
     PushIo(Width),
     /// `pop io, uN` (N ≤ 32).
     PopIo(Width),
+    /// `push entry, R` (§9.16): register R (one of `hostabi::regs::ENTRY_REGS`)
+    /// as it was at the entry of the returning call; return probes only.
+    PushEntry(u16),
+    /// `push elapsed` (§9.16): nanoseconds between the entry of the returning
+    /// call and its return; return probes only.
+    PushElapsed,
 }
 
 impl Op {
@@ -607,6 +618,8 @@ impl Op {
             PopH(w, _) => 0x95 + w.index(),
             PushIo(w) => 0xB1 + w.index(),
             PopIo(w) => 0xB4 + w.index(),
+            PushEntry(_) => 0x4A,
+            PushElapsed => 0x4B,
         }
     }
 
@@ -634,6 +647,7 @@ impl Op {
             | VarImm(..)
             | PushReg { .. }
             | PopReg { .. }
+            | PushEntry(_)
             | SlotImm(..)
             | PushH(..)
             | PopH(..) => 3,
@@ -657,6 +671,13 @@ impl Op {
                 | Op::Suspend
                 | Op::Resume
         )
+    }
+
+    /// Whether the instruction reads the entry state of a return probe's
+    /// call (`push entry`, `push elapsed`): allowed only where every hit
+    /// that can run it is the return of a return probe (§6.5).
+    pub fn needs_return_probe(&self) -> bool {
+        matches!(self, Op::PushEntry(_) | Op::PushElapsed)
     }
 
     /// The branch or `sx` target, if any.
@@ -691,6 +712,8 @@ mod tests {
         assert_eq!(Op::PopH(Width::U64, 1).opcode(), 0x98);
         assert_eq!(Op::PopIo(Width::U32).opcode(), 0xB6);
         assert_eq!(Op::Suspend.opcode(), 0x0F);
+        assert_eq!(Op::PushEntry(0x0A).opcode(), 0x4A);
+        assert_eq!(Op::PushElapsed.opcode(), 0x4B);
     }
 
     #[test]
@@ -707,5 +730,7 @@ mod tests {
             .size(),
             3
         );
+        assert_eq!(Op::PushEntry(0x0A).size(), 3);
+        assert_eq!(Op::PushElapsed.size(), 1);
     }
 }

@@ -1,6 +1,7 @@
 //! Checker (spec §7, §15): the last stage of the front end. Turns the raw
 //! parse into an [`crate::ast::Program`]: header values and their ranges, probe
-//! rules, labels and procedures, variable indices, symbols, and the
+//! rules, labels and procedures, variable indices, symbols, where the entry
+//! values of return probes may be read (§6.5), and the
 //! canonical layout (every `Insn.offset`, `Program.code_size`). It reports
 //! every error it finds and produces a program only when there is none. It
 //! never reads anything but the module's symbol table, and that only when a
@@ -21,7 +22,7 @@ mod body;
 mod header;
 
 use crate::Options;
-use crate::ast::{Body, BodyOwner, Insn, Op, Program};
+use crate::ast::{Body, BodyOwner, Insn, Op, Probe, Proc, Program};
 use crate::diag::{Diagnostic, Sink, codes};
 use crate::parse::{Expr, Item, RawProgram};
 use crate::source::{SourceMap, Span};
@@ -110,6 +111,7 @@ pub(crate) fn check(
         .with_note("a probe starts with `offset = LOCATION` or `address = LOCATION`");
         cx.sink.push_keyed((u64::MAX, 0), d);
     }
+    cx.entry_values(&probes, &procs.list, &bodies);
     let code_size = cx.layout(&mut bodies);
     let procs = procs.list;
     if !cx.sink.is_empty() {
@@ -125,6 +127,75 @@ pub(crate) fn check(
 }
 
 impl Ctx<'_> {
+    /// §6.5: `push entry` and `push elapsed` only where every hit that can
+    /// run them is the return of a return probe. Each offending instruction
+    /// of the body of a probe without `return = yes`, or of a procedure such
+    /// a probe calls (directly or through other procedures), is reported
+    /// once, naming the first such probe. Probes whose header had errors
+    /// are not in `probes` and are skipped (already reported).
+    fn entry_values(&mut self, probes: &[Probe], procs: &[Proc], bodies: &[Body]) {
+        let mut reported = std::collections::HashSet::new();
+        for p in probes.iter().filter(|p| !p.r#return) {
+            let mut seen = vec![false; bodies.len()];
+            let mut todo = vec![p.body];
+            if let Some(s) = seen.get_mut(p.body) {
+                *s = true;
+            }
+            while let Some(b) = todo.pop() {
+                let Some(body) = bodies.get(b) else { continue };
+                for (i, insn) in body.insns.iter().enumerate() {
+                    if let Op::Call(id) = insn.op
+                        && let Some(callee) = procs.get(id)
+                        && let Some(s) = seen.get_mut(callee.body)
+                        && !*s
+                    {
+                        *s = true;
+                        todo.push(callee.body);
+                    }
+                    if insn.op.needs_return_probe() && reported.insert((b, i)) {
+                        let d = self.entry_outside_return_probe(p, body, insn, procs);
+                        self.sink.push(d);
+                    }
+                }
+            }
+        }
+    }
+
+    fn entry_outside_return_probe(
+        &self,
+        p: &Probe,
+        body: &Body,
+        insn: &Insn,
+        procs: &[Proc],
+    ) -> Diagnostic {
+        let what = match insn.op {
+            Op::PushElapsed => "push elapsed",
+            _ => "push entry",
+        };
+        let d = match body.owner {
+            BodyOwner::Proc(id) => {
+                let name = procs.get(id).map_or("", |pr| pr.name.as_str());
+                Diagnostic::new(
+                    codes::ENTRY_OUTSIDE_RETURN_PROBE,
+                    insn.span,
+                    format!(
+                        "`{what}` in procedure `{name}`, which a probe that is not a return probe calls"
+                    ),
+                )
+                .with_note(format!(
+                    "called, directly or through other procedures, by the probe at {}",
+                    self.at(p.span)
+                ))
+            }
+            BodyOwner::Probe(_) => Diagnostic::new(
+                codes::ENTRY_OUTSIDE_RETURN_PROBE,
+                insn.span,
+                format!("`{what}` in a probe that is not a return probe"),
+            ),
+        };
+        d.with_note("entry values exist only when the handler runs at the return of a call: add `return = yes` to the probe (at the function's entry)")
+    }
+
     /// Looks a symbol up, reporting failures.
     fn symbol(&mut self, name: &str, span: Span) -> Option<(String, u64)> {
         let r = match &mut self.symbols {

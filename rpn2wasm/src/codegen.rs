@@ -92,6 +92,8 @@ fn op_imports(op: &Op, out: &mut BTreeSet<u32>) {
         Op::PushIo(_) => &[I::io_in],
         Op::PopIo(_) => &[I::io_out],
         Op::Callk => &[I::callk],
+        Op::PushEntry(_) => &[I::entry_reg],
+        Op::PushElapsed => &[I::elapsed_ns],
         _ => &[],
     };
     out.extend(ids.iter().map(|i| *i as u32));

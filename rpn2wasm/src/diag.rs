@@ -6,8 +6,9 @@
 //! are grouped by stage: `E000x` lexical, `E001x` preprocessor, `E002x`
 //! instruction syntax, `E003x`/`E004x` header statements and probe rules,
 //! `E005x` labels and procedures, `E0060`/`E0061` variable indices,
-//! `E0065`/`E0066` registers, `E007x` unsupported legacy features, `E008x`
-//! symbols, `E009x` limits. A code is never reused for another meaning.
+//! `E0065`–`E0068` registers and the entry values of return probes,
+//! `E007x` unsupported legacy features, `E008x` symbols, `E009x` limits. A
+//! code is never reused for another meaning.
 //!
 //! Rendering never panics, whatever the span: a span outside its file
 //! renders as line 1, column 1 of an empty line.
@@ -101,6 +102,10 @@ pub mod codes {
     pub const NO_PROBES: &str = "E0046";
     /// More than 65535 probe points.
     pub const TOO_MANY_PROBES: &str = "E0047";
+    /// `return = yes` on a watchpoint probe (return probes are breakpoints at a function's entry).
+    pub const RETURN_ON_WATCHPOINT: &str = "E0048";
+    /// `maxactive =` on a probe without `return = yes`.
+    pub const MAXACTIVE_WITHOUT_RETURN: &str = "E0049";
     /// Jump or `sx` to a label that is not defined anywhere.
     pub const UNDEFINED_LABEL: &str = "E0050";
     /// Label defined twice in one body.
@@ -125,6 +130,12 @@ pub mod codes {
     pub const UNKNOWN_REGISTER: &str = "E0065";
     /// `pop r/u` to a register that may not be written.
     pub const REGISTER_NOT_WRITABLE: &str = "E0066";
+    /// `push entry` or `push elapsed` where the hit of a probe that is not a
+    /// return probe can run it (its body, or a procedure it calls).
+    pub const ENTRY_OUTSIDE_RETURN_PROBE: &str = "E0067";
+    /// `push entry` of a register whose entry value is not kept (not rdi,
+    /// rsi, rdx, rcx, r8, r9 or rsp).
+    pub const NOT_AN_ENTRY_REGISTER: &str = "E0068";
     /// Unsupported legacy instruction (spec §9.14).
     pub const LEGACY_INSN: &str = "E0070";
     /// Unsupported (privileged or IA-32 only) register.
@@ -252,6 +263,14 @@ pub const CODES: &[(&str, &str)] = &[
     ),
     (codes::NO_PROBES, "file without any probe point"),
     (codes::TOO_MANY_PROBES, "more than 65535 probe points"),
+    (
+        codes::RETURN_ON_WATCHPOINT,
+        "`return = yes` on a watchpoint probe",
+    ),
+    (
+        codes::MAXACTIVE_WITHOUT_RETURN,
+        "`maxactive =` without `return = yes`",
+    ),
     (codes::UNDEFINED_LABEL, "undefined label"),
     (codes::DUPLICATE_LABEL, "label defined twice in one body"),
     (
@@ -270,6 +289,14 @@ pub const CODES: &[(&str, &str)] = &[
     (codes::GV_INDEX, "global variable index not below `gvars`"),
     (codes::UNKNOWN_REGISTER, "unknown register"),
     (codes::REGISTER_NOT_WRITABLE, "register may not be written"),
+    (
+        codes::ENTRY_OUTSIDE_RETURN_PROBE,
+        "`push entry` or `push elapsed` reachable from a probe that is not a return probe",
+    ),
+    (
+        codes::NOT_AN_ENTRY_REGISTER,
+        "`push entry` of a register not kept at the entry (not rdi, rsi, rdx, rcx, r8, r9, rsp)",
+    ),
     (codes::LEGACY_INSN, "unsupported legacy instruction"),
     (
         codes::FORBIDDEN_REGISTER,

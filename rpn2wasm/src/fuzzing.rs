@@ -127,6 +127,12 @@ fn run_interpreter(program: &Program) {
     let mut env = ModelEnv::probe_target_hit(2);
     env.with_gvars(usize::from(program.header.gvars));
     for probe in 0..program.probes.len().min(FUZZ_PROBES_RUN) {
+        // A return probe's hit is a return, with the entry state.
+        if program.probes[probe].r#return {
+            let gvars = std::mem::take(&mut env.gvars);
+            env = ModelEnv::probe_target_return(2);
+            env.gvars = gvars;
+        }
         let r = interp::run(program, probe, &mut state, &mut env, &limits);
         assert!(
             r.insns <= FUZZ_INSN_BUDGET,

@@ -1136,6 +1136,21 @@ impl<'a> Machine<'a> {
                 self.push(v);
                 Flow::Next
             }
+            // §9.16. The checker lets these run only in return probes, whose
+            // hits always carry the entry state (a call the runtime could not
+            // track runs no handler at all, §6.5). An environment without one
+            // (a model hit that is not a return) reads 0 here, where the
+            // runtime's imports would trap.
+            PushEntry(reg) => {
+                let v = self.env.entry_reg(reg).unwrap_or(0);
+                self.push(v);
+                Flow::Next
+            }
+            PushElapsed => {
+                let v = self.env.elapsed_ns().unwrap_or(0);
+                self.push(v);
+                Flow::Next
+            }
             Vfyr | Vfyrw => {
                 let addr = self.pop();
                 let ok = self.env.check_access(addr, insn.op == Vfyrw);

@@ -42,6 +42,8 @@ pub fn build(program: &Program) -> Manifest {
                 logonfault: p.logonfault,
                 excpt_mask: p.excpt_mask,
                 heap: p.heap,
+                r#return: p.r#return,
+                maxactive: p.maxactive,
                 ..ProbeSpec::breakpoint(&export_name(i), location)
             }
         })

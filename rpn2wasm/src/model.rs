@@ -14,18 +14,22 @@
 //! * identity: tid, pid, CPU, thread pointer, load bias and time fields;
 //! * the run's global variables ([`ModelEnv::gvars`]);
 //! * optional virtual I/O ports ([`ModelEnv::io_ports`]; writes are recorded
-//!   in [`ModelEnv::io_writes`]) and a `callk` counter.
+//!   in [`ModelEnv::io_writes`]) and a `callk` counter;
+//! * for the hit of a return probe, the entry state of the returning call
+//!   ([`ModelEnv::entry`]: the entry registers and the elapsed time; `None`
+//!   for any other hit).
 //!
 //! `cpuid(leaf, subleaf)` is synthetic and deterministic: it returns
 //! EAX = leaf, EBX = subleaf, ECX = leaf XOR 0x1234, EDX = 0x4321.
 //!
 //! [`ModelEnv::probe_target_hit`] and friends model the hits of the examples'
-//! target program (`examples/target/probe_target.c`, reference build).
+//! target program (`examples/target/probe_target.c`, reference build),
+//! [`ModelEnv::probe_target_return`] the returns of its `target_fn` calls.
 
 use std::collections::BTreeMap;
 
 use hostabi::Status;
-use hostabi::env::HitEnv;
+use hostabi::env::{EntryState, HitEnv};
 use hostabi::regs;
 
 /// A mapped range of the modelled address space.
@@ -81,6 +85,9 @@ pub struct ModelEnv {
     pub io_writes: Vec<(u64, u8, u64)>,
     /// Number of `callk` calls.
     pub callk_count: u64,
+    /// The entry state of the returning call, when this is the hit of a
+    /// return probe (`entry_reg`, `elapsed_ns`); `None` otherwise.
+    pub entry: Option<EntryState>,
 }
 
 impl Default for ModelEnv {
@@ -127,6 +134,14 @@ pub mod probe_target {
     pub const RSP_IN_CALLEE: u64 = 0x7fff_ffff_e3c8;
     /// rsp at the entry of `main`.
     pub const RSP_IN_MAIN: u64 = 0x7fff_ffff_e418;
+    /// The return address of the `target_fn` calls: the instruction in
+    /// `main` after the call (rip of a return-probe hit on `target_fn`).
+    pub const TARGET_FN_RETURN: u64 = 0x4011e6;
+    /// Modelled duration of the call `target_fn(a, …)`: `ELAPSED_BASE_NS +
+    /// a * ELAPSED_STEP_NS` nanoseconds.
+    pub const ELAPSED_BASE_NS: u64 = 1500;
+    /// See [`ELAPSED_BASE_NS`].
+    pub const ELAPSED_STEP_NS: u64 = 250;
     /// Thread id and process id of the modelled process.
     pub const TID: u64 = 4242;
     /// CPU number of the modelled hits.
@@ -155,6 +170,7 @@ impl ModelEnv {
             io_ports: BTreeMap::new(),
             io_writes: Vec::new(),
             callk_count: 0,
+            entry: None,
         }
     }
 
@@ -293,7 +309,32 @@ impl ModelEnv {
             .set_reg(0x0E, t::RSP_IN_CALLEE)
             .set_reg(0x0F, t::RSP_IN_CALLEE + 0x38)
             .set_reg(0x06, a);
-        env.poke(t::RSP_IN_CALLEE, &0x4011e6u64.to_le_bytes());
+        env.poke(t::RSP_IN_CALLEE, &t::TARGET_FN_RETURN.to_le_bytes());
+        env
+    }
+
+    /// The return of `target_fn(a, 7, greeting)` as a return probe on
+    /// `target_fn` sees it (spec §6.5): the registers after its `ret` — rip =
+    /// the return address in `main` (0x4011e6), rsp = the entry's rsp + 8,
+    /// rbp = `main`'s frame again, rax = the return value 7a + 13; rdi
+    /// still points at the string (strlen's argument) and rsi, rdx, rcx
+    /// hold what strlen left (modelled as 0); `counter` updated (0 + 1 + … +
+    /// a); and the entry state: rdi = a, rsi = 7, rdx = &greeting, rcx = r8
+    /// = r9 = 0, rsp = the entry's rsp, and an elapsed time of 1500 + 250a ns.
+    pub fn probe_target_return(a: u64) -> ModelEnv {
+        use probe_target as t;
+        let mut env = ModelEnv::probe_target_store(a);
+        env.set_reg(regs::RIP, t::TARGET_FN_RETURN)
+            .set_reg(regs::RSP, t::RSP_IN_CALLEE + 8)
+            .set_reg(0x0F, t::RSP_IN_CALLEE + 0x38)
+            .set_reg(regs::RAX, a.wrapping_mul(7).wrapping_add(13))
+            .set_reg(regs::RDI, t::GREETING)
+            .set_reg(regs::RSI, 0)
+            .set_reg(regs::RDX, 0);
+        env.entry = Some(EntryState {
+            regs: [a, 7, t::GREETING, 0, 0, 0, t::RSP_IN_CALLEE],
+            elapsed_ns: t::ELAPSED_BASE_NS.wrapping_add(a.wrapping_mul(t::ELAPSED_STEP_NS)),
+        });
         env
     }
 
@@ -496,6 +537,14 @@ impl HitEnv for ModelEnv {
     fn callk(&mut self) {
         self.callk_count += 1;
     }
+
+    fn entry_reg(&mut self, reg: u16) -> Option<u64> {
+        self.entry.as_ref()?.reg(reg)
+    }
+
+    fn elapsed_ns(&self) -> Option<u64> {
+        self.entry.as_ref().map(|e| e.elapsed_ns)
+    }
 }
 
 #[cfg(test)]
@@ -553,6 +602,22 @@ mod tests {
             ModelEnv::probe_target_store(2).peek_u64(probe_target::COUNTER),
             Some(3)
         );
+    }
+
+    #[test]
+    fn return_hits_carry_their_entry_state() {
+        let mut e = ModelEnv::probe_target_return(2);
+        assert_eq!(e.reg(regs::RAX), 27);
+        assert_eq!(e.reg(regs::RIP), probe_target::TARGET_FN_RETURN);
+        assert_eq!(e.reg(regs::RSP), probe_target::RSP_IN_CALLEE + 8);
+        assert_eq!(e.entry_reg(regs::RDI), Some(2));
+        assert_eq!(e.entry_reg(regs::RSI), Some(7));
+        assert_eq!(e.entry_reg(regs::RSP), Some(probe_target::RSP_IN_CALLEE));
+        assert_eq!(e.entry_reg(regs::RAX), None);
+        assert_eq!(e.elapsed_ns(), Some(2000));
+        assert_eq!(e.peek_u64(probe_target::COUNTER), Some(3));
+        let mut hit = ModelEnv::probe_target_hit(2);
+        assert_eq!((hit.entry_reg(regs::RDI), hit.elapsed_ns()), (None, None));
     }
 
     #[test]

@@ -111,6 +111,13 @@ macro_rules! p {
     };
 }
 
+/// A file header and a return probe; the body follows (line 4 on).
+macro_rules! r {
+    () => {
+        "name = t\noffset = target_fn\nreturn = yes\n"
+    };
+}
+
 const CASES: &[(&str, &str)] = &[
     ("unknown mnemonic", concat!(p!(), "  bogus 1\n  ^ E0020\n")),
     (
@@ -561,6 +568,98 @@ const CASES: &[(&str, &str)] = &[
         concat!(p!(), "  push 1 // café is fine\n  log é\n      ^ E0002\n"),
     ),
     (
+        "return probe on a watchpoint",
+        "name = t\noffset = counter\nwatchpoint = w\nreturn = yes\n^ E0048\n",
+    ),
+    (
+        "return probe on a watchpoint, watchpoint given last",
+        "name = t\noffset = counter\nRETURN = yes\n^ E0048\nwatchpoint = rw\n",
+    ),
+    (
+        "maxactive without return",
+        concat!(p!(), "maxactive = 8\n^ E0049\n"),
+    ),
+    (
+        "maxactive with return = no",
+        "name = t\noffset = main\nreturn = no\nmaxactive = 0\n^ E0049\n",
+    ),
+    (
+        "maxactive above 4096",
+        concat!(r!(), "maxactive = 4097\n            ^ E0034\n"),
+    ),
+    (
+        "maxactive negative",
+        concat!(r!(), "maxactive = -1\n            ^ E0026\n"),
+    ),
+    (
+        "return neither yes nor no",
+        concat!(p!(), "return = 1\n         ^ E0035\n"),
+    ),
+    (
+        "return in the file header",
+        "name = t\nreturn = yes\n^ E0032\noffset = main\n",
+    ),
+    (
+        "return given twice",
+        concat!(r!(), "return = no\n^ E0033\n"),
+    ),
+    (
+        "push entry in a probe that is not a return probe",
+        concat!(p!(), "  push 1\n  push entry, rdi\n  ^ E0067\n"),
+    ),
+    (
+        "push elapsed in a probe that is not a return probe",
+        concat!(p!(), "top: push elapsed\n     ^ E0067\n"),
+    ),
+    (
+        "push elapsed in a procedure a non-return probe calls, through another procedure",
+        concat!(
+            r!(),
+            "  call outer\n",
+            "offset = bump\n",
+            "  call outer\n",
+            "proc outer\n",
+            "  call inner\n",
+            "proc inner\n",
+            "  push elapsed\n",
+            "  ^ E0067\n",
+            "  push entry, rsp\n",
+            "  ^ E0067\n",
+        ),
+    ),
+    (
+        "push entry of a register not kept at the entry",
+        concat!(r!(), "  push entry, rax\n              ^ E0068\n"),
+    ),
+    (
+        "push entry of a 32-bit alias",
+        concat!(r!(), "  push entry, EDI\n              ^ E0068\n"),
+    ),
+    (
+        "push entry of an unknown register",
+        concat!(r!(), "  push entry, rzx\n              ^ E0065\n"),
+    ),
+    (
+        "push entry of a privileged register",
+        concat!(r!(), "  push entry, cr3\n              ^ E0071\n"),
+    ),
+    (
+        "push entry without its register",
+        concat!(r!(), "  push entry\n            ^ E0022\n"),
+    ),
+    (
+        "push entry without its comma",
+        concat!(r!(), "  push entry rdi\n             ^ E0024\n"),
+    ),
+    (
+        "push entry with an extra operand",
+        concat!(r!(), "  push entry, rdi, rsi\n                 ^ E0023\n"),
+    ),
+    (
+        "push elapsed + 0 is a symbol",
+        concat!(r!(), "  push elapsed + 0\n       ^ E0080\n"),
+    ),
+    (
         "several errors, all reported in order",
         concat!(
             "name = t\n",
@@ -601,6 +700,45 @@ fn malformed_programs_report_exact_codes_and_positions() {
         .filter_map(|(name, src)| check_marked(name, src, &opts))
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Return probes that build (§6.5): the statements reach the probe, and the
+/// entry instructions are allowed in the return probe's body and in a
+/// procedure only return probes call, even when it is not called at all.
+#[test]
+fn return_probes_and_their_entry_instructions_build() {
+    let src = concat!(
+        "name = t\n",
+        "offset = target_fn\n",
+        "Return = YES\n",
+        "maxactive = 4096\n",
+        "  push entry, RDI\n",
+        "  push elapsed\n",
+        "  call both\n",
+        "address = bump\n",
+        "return = yes\n",
+        "  call both\n",
+        "offset = main\n",
+        "return = no\n",
+        "  push r, rax\n",
+        "proc both\n",
+        "  push entry, r9\n",
+        "  push entry, rsp\n",
+        "proc never_called\n",
+        "  push elapsed\n",
+    );
+    let (p, _) = parse_text(Path::new("t.rpn"), src.as_bytes().to_vec(), &opts())
+        .unwrap_or_else(|(d, map)| panic!("{}", d.render(&map)));
+    let flags: Vec<(bool, u32)> = p.probes.iter().map(|p| (p.r#return, p.maxactive)).collect();
+    assert_eq!(flags, [(true, 4096), (true, 0), (false, 0)]);
+    assert_eq!(p.bodies[0].insns[0].op, Op::PushEntry(0x0A));
+    assert_eq!(p.bodies[0].insns[1].op, Op::PushElapsed);
+    assert_eq!(p.bodies[3].insns[1].op, Op::PushEntry(0x0E));
+    let m = rpn2wasm::manifest::build(&p);
+    let keys: Vec<(bool, u32)> = m.probes.iter().map(|p| (p.r#return, p.maxactive)).collect();
+    assert_eq!(keys, [(true, 4096), (true, 0), (false, 0)]);
+    let text = m.encode();
+    assert!(text.contains("  return yes\n  maxactive 4096\n"), "{text}");
 }
 
 #[test]
@@ -921,7 +1059,7 @@ fn all_examples_parse_and_check() {
             n += 1;
         }
     }
-    assert_eq!(n, 15);
+    assert_eq!(n, 16);
 }
 
 fn offsets_of(p: &Program, body: usize) -> Vec<u32> {

@@ -440,3 +440,21 @@ fn ex15_stack_arith() {
     assert_records(&r, &[log(15, 0x99, words(&w))], "");
     assert_eq!(r.records[0].data.len(), 200);
 }
+
+#[test]
+fn ex16_return_probe() {
+    let p = build("16_return_probe.rpn");
+    assert!(p.probes[0].r#return);
+    let mut s = Session::new(p);
+    for a in 0..3u64 {
+        let r = s.hit(0, &mut ModelEnv::probe_target_return(a));
+        let mut d = words(&[t::ELAPSED_BASE_NS + t::ELAPSED_STEP_NS * a, 7 * a + 13, a]);
+        d.extend([1, 13, 0]);
+        d.extend(b"hello, probes");
+        d.extend(words(&[8, t::TARGET_FN_RETURN]));
+        assert_eq!(d.len(), 56);
+        assert_records(&r, &[log(16, 1, d)], &format!("a = {a}"));
+        assert_eq!(r.outcome, Outcome::Exit);
+        assert_eq!(r.records[0].items, [0x80_0000, 0x82_0018, 0x80_0028]);
+    }
+}

@@ -407,6 +407,34 @@ pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> 
         },
     )?;
     crate::services::add_to_linker(linker)?;
+    // Return probes: every i64 is a possible value, so a call the host
+    // cannot answer traps (spec §6.5; `docs/hostabi.md`).
+    linker.func_wrap(
+        m,
+        name(ImportId::entry_reg),
+        |mut c: Caller<'_, HostState<E>>, reg: i32| -> wasmtime::Result<i64> {
+            let Some(id) = u16::try_from(reg)
+                .ok()
+                .filter(|id| regs::entry_index(*id).is_some())
+            else {
+                bail!("entry_reg: register id 0x{reg:x} is not rdi, rsi, rdx, rcx, r8, r9 or rsp");
+            };
+            match c.data_mut().env.entry_reg(id) {
+                Some(v) => Ok(v as i64),
+                None => bail!("entry_reg: this hit is not the return of a return probe"),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::elapsed_ns),
+        |c: Caller<'_, HostState<E>>| -> wasmtime::Result<i64> {
+            match c.data().env.elapsed_ns() {
+                Some(v) => Ok(v as i64),
+                None => bail!("elapsed_ns: this hit is not the return of a return probe"),
+            }
+        },
+    )?;
     Ok(())
 }
 

@@ -42,10 +42,14 @@ pub enum LoadError {
         offset: u64,
     },
     /// The module was built for another ABI version.
-    #[error("module built for host ABI version {found}, this wprobe implements version {expected}")]
+    #[error(
+        "module built for host ABI version {found}, this wprobe runs versions {oldest} to {expected}"
+    )]
     AbiVersion {
         /// The manifest's version.
         found: u32,
+        /// [`hostabi::MIN_ABI_VERSION`].
+        oldest: u32,
         /// [`hostabi::ABI_VERSION`].
         expected: u32,
     },
@@ -520,9 +524,10 @@ fn gate<'a>(
         (Some(m), None) => m,
         (None, None) => return Err(LoadError::NoManifest),
     };
-    if manifest.abi != hostabi::ABI_VERSION {
+    if !(hostabi::MIN_ABI_VERSION..=hostabi::ABI_VERSION).contains(&manifest.abi) {
         return Err(LoadError::AbiVersion {
             found: manifest.abi,
+            oldest: hostabi::MIN_ABI_VERSION,
             expected: hostabi::ABI_VERSION,
         });
     }

@@ -435,6 +435,12 @@ impl HitEnv for RunEnv {
     fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
         self.hit.read_str(addr, buf)
     }
+    fn entry_reg(&mut self, reg: u16) -> Option<u64> {
+        self.hit.entry_reg(reg)
+    }
+    fn elapsed_ns(&self) -> Option<u64> {
+        self.hit.elapsed_ns()
+    }
 }
 
 /// The tids of `/proc/PID/task`, sorted (empty when the process is gone).

@@ -46,6 +46,10 @@ struct Stats {
     bounded_extent: u64,
     /// Programs compiled without write-through stores.
     elided: u64,
+    /// Runs of return probes (hits that are returns, with an entry state).
+    return_runs: u64,
+    /// Programs reading the entry state (`push entry`, `push elapsed`).
+    entry_programs: u64,
 }
 
 #[test]
@@ -61,6 +65,7 @@ fn compiled_code_matches_the_interpreter_on_random_programs() {
         for (k, f) in FORMS.iter().enumerate() {
             forms[k] += u64::from(src.contains(f));
         }
+        st.entry_programs += u64::from(src.contains("push entry") || src.contains("push elapsed"));
         let outcome = catch_unwind(AssertUnwindSafe(|| run_program(&src, &mut r, &mut st)));
         if let Err(e) = outcome {
             eprintln!(
@@ -83,6 +88,10 @@ fn compiled_code_matches_the_interpreter_on_random_programs() {
     assert!(
         st.raised > 0 && st.log_full > 0 && st.jmpmax > 0 && st.stack_traces > 0,
         "{st:?}"
+    );
+    assert!(
+        st.return_runs * 10 >= st.runs,
+        "fewer than 10% of runs were return probes: {st:?}"
     );
     if n >= DEFAULT_PROGRAMS {
         let missing: Vec<&str> = FORMS
@@ -115,6 +124,17 @@ const FORMS: &[&str] = &[
     "push procid",
     "push task",
     "push r, cpuid",
+    "return = yes\n",
+    "maxactive = 0\n",
+    "maxactive = 4096\n",
+    "push elapsed\n",
+    "push entry, rdi\n",
+    "push entry, rsi\n",
+    "push entry, rdx\n",
+    "push entry, rcx\n",
+    "push entry, r8\n",
+    "push entry, r9\n",
+    "push entry, rsp\n",
 ];
 
 fn run_program(src: &str, r: &mut Rng, st: &mut Stats) {
@@ -136,6 +156,7 @@ fn run_program(src: &str, r: &mut Rng, st: &mut Stats) {
                 return;
             };
             st.runs += 1;
+            st.return_runs += u64::from(pair.program.probes[probe].r#return);
             let code = pair.last_exception.0;
             if code != 0 {
                 st.raised += 1;

@@ -5,3 +5,4 @@ mod edge_operands;
 mod examples;
 mod real_examples;
 mod resolution;
+mod return_probes;

@@ -290,26 +290,45 @@ impl Pair {
     }
 }
 
-/// The events of one run of `probe_target` with no arguments, in order: the
-/// address (and watch kind) that fires and the modelled hit.
-pub fn target_events() -> Vec<(u64, Option<rpn2wasm::ast::WatchKind>, ModelEnv)> {
+/// One event of the modelled target run.
+pub struct TargetEvent {
+    /// The address that fires (the probe location's link-time value).
+    pub addr: u64,
+    /// The watch kind, for a watchpoint event.
+    pub watch: Option<rpn2wasm::ast::WatchKind>,
+    /// Whether it is the return of a call that entered at `addr` (a return
+    /// probe's hit, spec §6.5).
+    pub ret: bool,
+    /// The modelled hit.
+    pub env: ModelEnv,
+}
+
+/// The events of one run of `probe_target` with no arguments, in order:
+/// entries of `main`, `target_fn` and `target_fn + 1`, the writes of
+/// `counter`, the returns of `target_fn`, and `bump`.
+pub fn target_events() -> Vec<TargetEvent> {
     use rpn2wasm::ast::WatchKind;
     use rpn2wasm::model::probe_target as t;
-    let mut ev = vec![(t::MAIN, None, ModelEnv::probe_target_main())];
+    let ev = |addr, watch, ret, env| TargetEvent {
+        addr,
+        watch,
+        ret,
+        env,
+    };
+    let mut v = vec![ev(t::MAIN, None, false, ModelEnv::probe_target_main())];
     for a in 0..3 {
-        ev.push((t::TARGET_FN, None, ModelEnv::probe_target_hit(a)));
+        v.push(ev(t::TARGET_FN, None, false, ModelEnv::probe_target_hit(a)));
         let mut second = ModelEnv::probe_target_hit(a);
         second.set_reg(hostabi::regs::RIP, t::TARGET_FN + 1);
         second.set_reg(hostabi::regs::RSP, t::RSP_IN_CALLEE - 8);
-        ev.push((t::TARGET_FN + 1, None, second));
-        ev.push((
-            t::COUNTER,
-            Some(WatchKind::W),
-            ModelEnv::probe_target_store(a),
-        ));
+        v.push(ev(t::TARGET_FN + 1, None, false, second));
+        let store = ModelEnv::probe_target_store(a);
+        v.push(ev(t::COUNTER, Some(WatchKind::W), false, store));
+        let ret = ModelEnv::probe_target_return(a);
+        v.push(ev(t::TARGET_FN, None, true, ret));
     }
-    ev.push((t::BUMP, None, ModelEnv::probe_target_bump()));
-    ev
+    v.push(ev(t::BUMP, None, false, ModelEnv::probe_target_bump()));
+    v
 }
 
 /// Runs the target scenario through `hit` (probe index, env) → result, applying
@@ -321,9 +340,15 @@ pub fn scenario(
     let mut hits = vec![0u32; program.probes.len()];
     let mut disabled = vec![false; program.probes.len()];
     let (mut records, mut outcomes) = (Vec::new(), Vec::new());
-    for (addr, watch, env) in target_events() {
+    for TargetEvent {
+        addr,
+        watch,
+        ret,
+        env,
+    } in target_events()
+    {
         for (i, p) in program.probes.iter().enumerate() {
-            if p.value != addr || p.watch != watch || disabled[i] {
+            if p.value != addr || p.watch != watch || p.r#return != ret || disabled[i] {
                 continue;
             }
             let r = hit(i, &env, format!("probe {i} at 0x{addr:x}"))

@@ -92,10 +92,40 @@ fn value(r: &mut Rng) -> String {
 }
 
 /// Shape of a generated program.
+#[derive(Clone, Copy)]
 struct Shape {
     vars: u64,
     gvars: u64,
     procs: usize,
+    /// The body being generated may read the entry state (`push entry`,
+    /// `push elapsed`): a return probe, or a procedure when every probe of
+    /// the program is a return probe (spec §6.5).
+    entry: bool,
+}
+
+/// The registers `push entry` accepts.
+const ENTRY_REGS: &[&str] = &["rdi", "rsi", "rdx", "rcx", "r8", "r9", "rsp"];
+
+/// A `push entry, R` or `push elapsed` line (`entry` bodies only).
+fn entry_insn(r: &mut Rng) -> String {
+    if r.chance(25) {
+        "push elapsed".into()
+    } else {
+        format!("push entry, {}", r.pick(ENTRY_REGS))
+    }
+}
+
+/// Return-probe statements for a probe header: `return = yes` with
+/// probability 40%, then maybe `maxactive`; whether it is a return probe.
+fn return_statements(r: &mut Rng, out: &mut String) -> bool {
+    if !r.chance(40) {
+        return false;
+    }
+    out.push_str("return = yes\n");
+    if r.chance(50) {
+        let _ = writeln!(out, "maxactive = {}", r.pick(&[0, 1, 64, 4096]));
+    }
+    true
 }
 
 const READ_REGS: &[&str] = &[
@@ -170,6 +200,7 @@ fn insn(r: &mut Rng, s: &Shape, labels: usize, out: &mut String) {
         25 => format!("pop {}, {}", r.pick(&["r", "u"]), r.pick(WRITE_REGS)),
         26..=27 => format!("push {}\npush mem, {w}", addr(r)),
         28 => format!("push {}\npush {}\npop mem, {w}", addr(r), value(r)),
+        29 if s.entry && r.chance(50) => entry_insn(r),
         29 => r
             .pick(&[
                 "push pid",
@@ -330,6 +361,7 @@ pub fn program(r: &mut Rng) -> String {
         vars: r.below(5),
         gvars: r.below(4),
         procs: r.below(4) as usize,
+        entry: false,
     };
     let mut out = String::new();
     let _ = writeln!(out, "name = diff\nmajor = {}", 1 + r.below(5));
@@ -343,17 +375,26 @@ pub fn program(r: &mut Rng) -> String {
     let _ = writeln!(out, "excpt_mask = 0x{mask:x}");
     let _ = writeln!(out, "heap = {}", r.pick(&[0, 64, 200]));
     let probes = 1 + r.below(2);
+    let mut all_return = true;
     for p in 0..probes {
         let _ = writeln!(
             out,
             "\naddress = 0x{:x}\nopcode = 0x55\nminor = {p}",
             0x401000 + p
         );
-        body(r, &s, &mut out);
+        let ret = return_statements(r, &mut out);
+        all_return &= ret;
+        body(r, &Shape { entry: ret, ..s }, &mut out);
     }
+    // Procedures may read the entry state only when no probe that is not
+    // a return probe can call them: here, when every probe is one.
+    let proc_shape = Shape {
+        entry: all_return,
+        ..s
+    };
     for p in 0..s.procs {
         let _ = writeln!(out, "\nproc p{p}");
-        body(r, &s, &mut out);
+        body(r, &proc_shape, &mut out);
     }
     out
 }
@@ -391,6 +432,23 @@ pub fn hit(r: &mut Rng) -> ModelEnv {
     env.cpu = r.below(8);
     env.thread_pointer = r.next_u64();
     env.load_bias = r.pick(&[0u64, 0x5555_5555_4000]).to_owned();
+    // Every hit carries an entry state: only return probes can read it.
+    let mut entry = hostabi::env::EntryState {
+        regs: [0; 7],
+        elapsed_ns: if r.chance(20) {
+            *r.pick(EDGE_VALUES)
+        } else {
+            r.below(10_000_000)
+        },
+    };
+    for v in &mut entry.regs {
+        *v = if r.chance(30) {
+            *r.pick(EDGE_VALUES)
+        } else {
+            r.next_u64()
+        };
+    }
+    env.entry = Some(entry);
     env
 }
 
@@ -531,6 +589,10 @@ impl Disciplined<'_> {
                     self.depth += 1;
                 }
             }
+            26 if self.s.entry && r.chance(50) => {
+                self.line(&entry_insn(r));
+                self.depth += 1;
+            }
             26 => {
                 let (l, d) = *r.pick(&[
                     ("push pid", 1),
@@ -616,6 +678,7 @@ pub fn disciplined_program(r: &mut Rng) -> String {
         vars: r.below(4),
         gvars: r.below(3),
         procs: r.below(3) as usize,
+        entry: false,
     };
     let mut out = String::new();
     let _ = writeln!(out, "name = disc\nmajor = {}", 1 + r.below(5));
@@ -626,9 +689,9 @@ pub fn disciplined_program(r: &mut Rng) -> String {
     let mask = *r.pick(&[0x0fffu64, 0x1fff, 0x0fdf]);
     let _ = writeln!(out, "excpt_mask = 0x{mask:x}");
     let dead_slots = r.chance(30);
-    let gen_body = |r: &mut Rng, procs: usize, neutral: bool| -> String {
+    let gen_body = |r: &mut Rng, s: &Shape, procs: usize, neutral: bool| -> String {
         let mut d = Disciplined {
-            s: &s,
+            s,
             depth: 0,
             floor: 0,
             labels: 0,
@@ -649,18 +712,25 @@ pub fn disciplined_program(r: &mut Rng) -> String {
         d.out
     };
     let probes = 1 + r.below(2);
+    let mut all_return = true;
     for p in 0..probes {
         let _ = writeln!(
             out,
             "\naddress = 0x{:x}\nopcode = 0x55\nminor = {p}",
             0x401000 + p
         );
-        out.push_str(&gen_body(r, s.procs, false));
+        let ret = return_statements(r, &mut out);
+        all_return &= ret;
+        out.push_str(&gen_body(r, &Shape { entry: ret, ..s }, s.procs, false));
     }
     // Procedures call nothing: no recursion.
+    let proc_shape = Shape {
+        entry: all_return,
+        ..s
+    };
     for p in 0..s.procs {
         let _ = writeln!(out, "\nproc p{p}");
-        out.push_str(&gen_body(r, 0, true));
+        out.push_str(&gen_body(r, &proc_shape, 0, true));
     }
     out
 }

@@ -161,6 +161,19 @@ pub mod raw {
         /// Process id of the command wprobe launched (bpftrace `cpid`), 0 when it attached to a
         /// process instead.
         pub fn child_pid() -> i64;
+
+        /// In the handler of a return probe (manifest `return yes`): the value register `reg` had
+        /// at the entry of the call that is returning. `reg` is one of the six SysV argument
+        /// registers rdi, rsi, rdx, rcx, r8, r9 or rsp, by `Reg` id (`regs::ENTRY_REGS`); any other
+        /// id traps, and so does a call from the handler of a probe that is not a return probe
+        /// (every i64 is a possible register value, so there is no room for a status).
+        pub fn entry_reg(reg: i32) -> i64;
+
+        /// In the handler of a return probe: nanoseconds between the entry of the returning call
+        /// and its return, both taken by the runtime with a monotonic clock when it caught them
+        /// (the tracer's own stops are included). Traps in the handler of a probe that is not a
+        /// return probe.
+        pub fn elapsed_ns() -> i64;
     }
 }
 
@@ -181,6 +194,13 @@ pub const MAX_LOG_ITEMS: usize = 65535;
 
 /// Largest stack-trace area.
 pub const MAX_STACKTRACE_BYTES: usize = 65535;
+
+/// Live calls of a return probe tracked per process when its manifest has no
+/// `maxactive` (or `maxactive 0`).
+pub const DEFAULT_MAXACTIVE: u32 = 64;
+
+/// Largest `maxactive` of a return probe.
+pub const MAX_MAXACTIVE: u32 = 4096;
 
 /// The manifest header lines (`wprobe-manifest` format and ABI version), used by
 /// [`manifest!`](crate::manifest!).
@@ -508,6 +528,11 @@ pub mod reg {
 
     /// `r15d`: 32 bits, writable.
     pub const R15D: Reg = Reg(0x117);
+
+    /// The registers whose entry values a return probe's handler reads
+    /// ([`entry_arg`](crate::entry_arg), [`entry_rsp`](crate::entry_rsp)): the
+    /// six argument registers in order, then `rsp`.
+    pub const ENTRY: [Reg; 7] = [RDI, RSI, RDX, RCX, R8, R9, RSP];
 }
 
 /// Log data tokens of token-prefixed items.

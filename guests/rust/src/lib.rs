@@ -7,7 +7,9 @@
 //! of this crate: registers ([`read_reg`], [`write_reg`]), memory
 //! ([`read_mem`], [`read_u64`], [`read_str`], [`write_mem`]), identity
 //! ([`tid`], [`pid`], [`cpu`]), the run's global variables ([`gvar_get`],
-//! [`gvar_set`]), and records ([`Log`], [`emit_log`]).
+//! [`gvar_set`]), records ([`Log`], [`emit_log`]), and, in the handler of a
+//! return probe (`return yes;`), the entry of the returning call
+//! ([`entry_arg`], [`entry_rsp`], [`elapsed_ns`]).
 //!
 //! ```ignore
 //! #![no_std]
@@ -227,6 +229,33 @@ pub fn emit_stacktrace(area: &[u8]) -> Result<(), Status> {
 pub fn callk() {
     // SAFETY: no arguments.
     unsafe { raw::callk() }
+}
+
+/// In the handler of a return probe (manifest `return yes`): argument `n`
+/// (0 = the first, in rdi, … 5 = the sixth, in r9) of the call that is
+/// returning, as it was at the call's entry; `None` for `n` > 5. The
+/// handler of a probe that is not a return probe traps here.
+pub fn entry_arg(n: usize) -> Option<u64> {
+    let r = reg::ENTRY[..6].get(n)?;
+    // SAFETY: no pointers; `r` is an entry register, so the host does not
+    // trap for the id.
+    Some(unsafe { raw::entry_reg(r.0 as i32) as u64 })
+}
+
+/// In the handler of a return probe: `rsp` at the entry of the returning
+/// call (the address of its return address). The handler of a probe that
+/// is not a return probe traps here.
+pub fn entry_rsp() -> u64 {
+    // SAFETY: no pointers; `rsp` is an entry register.
+    unsafe { raw::entry_reg(reg::RSP.0 as i32) as u64 }
+}
+
+/// In the handler of a return probe: nanoseconds between the entry of the
+/// returning call and its return. The handler of a probe that is not a
+/// return probe traps here.
+pub fn elapsed_ns() -> u64 {
+    // SAFETY: no arguments.
+    unsafe { raw::elapsed_ns() as u64 }
 }
 
 /// An item descriptor: item of `kind` (an [`item_kind`] constant) starting at `offset`.

@@ -24,7 +24,8 @@ pub(super) struct Procs {
 pub(super) type Labels = HashMap<String, (usize, Span)>;
 
 impl Ctx<'_> {
-    fn at(&self, span: Span) -> String {
+    /// `path:line:col` of the start of `span`, for notes.
+    pub(super) fn at(&self, span: Span) -> String {
         let (line, col) = self.map.line_col(span.file, span.lo);
         let path = self
             .map

@@ -1,6 +1,7 @@
 //! Header checks (spec §5, §6): duplicates, value ranges, supported values,
-//! groups and types, and the per-probe rules on `opcode`, `watchpoint` and
-//! ranges. Fills the [`FileHeader`] and the header fields of each [`Probe`].
+//! groups and types, and the per-probe rules on `opcode`, `watchpoint`,
+//! ranges, `return` and `maxactive` (§6.5). Fills the [`FileHeader`] and the
+//! header fields of each [`Probe`].
 
 use std::collections::HashMap;
 
@@ -9,6 +10,7 @@ use crate::ast::{FileHeader, LocationKind, Probe, WatchKind};
 use crate::diag::{Diagnostic, codes};
 use crate::parse::{Key, Stmt, Value};
 use crate::source::Span;
+use hostabi::manifest::MAX_MAXACTIVE;
 
 /// Largest `ignore =` / `maxhits =` value (2^31 − 1).
 const MAX_HITS: u64 = 0x7FFF_FFFF;
@@ -182,10 +184,13 @@ impl Ctx<'_> {
             logonfault: h.logonfault,
             excpt_mask: h.excpt_mask,
             heap: h.heap,
+            r#return: false,
+            maxactive: 0,
             body: 0,
             span: loc.key_span,
         };
         let mut opcode_span = None;
+        let (mut return_span, mut maxactive_span) = (None, None);
         for s in &stmts[1..] {
             if self.duplicate(&mut seen, s) {
                 continue;
@@ -215,6 +220,16 @@ impl Ctx<'_> {
                     p.excpt_mask = self.num(s, 0xFFFF).map_or(p.excpt_mask, |v| v as u16)
                 }
                 Key::Heap => p.heap = self.num(s, 16384).map_or(p.heap, |v| v as u16),
+                Key::Return => {
+                    p.r#return = Self::boolean(s).unwrap_or(false);
+                    return_span = Some(s.key_span);
+                }
+                Key::Maxactive => {
+                    p.maxactive = self
+                        .num(s, u64::from(MAX_MAXACTIVE))
+                        .map_or(0, |v| v as u32);
+                    maxactive_span = Some(s.key_span);
+                }
                 _ => {}
             }
         }
@@ -233,8 +248,41 @@ impl Ctx<'_> {
                 "`opcode =` is not allowed on a watchpoint probe",
             );
         }
+        self.return_rules(&p, watch_given, return_span, maxactive_span);
         self.location(loc, &mut p, watch_given)?;
         Some(p)
+    }
+
+    /// §6.5: a return probe is a breakpoint; `maxactive` needs `return = yes`.
+    fn return_rules(
+        &mut self,
+        p: &Probe,
+        watch: bool,
+        return_span: Option<Span>,
+        maxactive_span: Option<Span>,
+    ) {
+        if let (true, true, Some(span)) = (p.r#return, watch, return_span) {
+            let d = Diagnostic::new(
+                codes::RETURN_ON_WATCHPOINT,
+                span,
+                "`return = yes` is not allowed on a watchpoint probe",
+            )
+            .with_note(
+                "a return probe is a breakpoint at the entry of a function: drop `watchpoint =`",
+            );
+            self.sink.push(d);
+        }
+        if let (false, Some(span)) = (p.r#return, maxactive_span) {
+            let d = Diagnostic::new(
+                codes::MAXACTIVE_WITHOUT_RETURN,
+                span,
+                "`maxactive =` is only allowed on a return probe",
+            )
+            .with_note(
+                "`maxactive` bounds the live calls a return probe tracks; add `return = yes`",
+            );
+            self.sink.push(d);
+        }
     }
 
     fn watch_kind(&mut self, s: &Stmt) -> Option<WatchKind> {

@@ -1352,6 +1352,14 @@ impl BodyGen<'_> {
             PushTask => self.push_import(ImportId::thread_pointer),
             PushPid => self.push_import(ImportId::current_tid),
             PushProcid => self.push_import(ImportId::current_cpu),
+            PushEntry(reg) => {
+                self.a
+                    .i()
+                    .i32_const(i32::from(*reg))
+                    .call(self.ctx.import(ImportId::entry_reg));
+                self.push();
+            }
+            PushElapsed => self.push_import(ImportId::elapsed_ns),
             Vfyr | Vfyrw => {
                 let access = if matches!(insn.op, Vfyr) { 1 } else { 3 };
                 self.pop();
@@ -1910,6 +1918,7 @@ fn stack_effect(op: &Op) -> Option<i64> {
         PopLp | PopStp | RestoreSbp | Free => -1,
         PopMem(_) | TracePv | TraceVars(_) | PopIo(_) => -2,
         PushImm(_) | PushSym { .. } | PushByte(_) | PushTask | PushPid | PushProcid => 1,
+        PushEntry(_) | PushElapsed => 1,
         PushLp | PushPlp | PushStp | SaveTsp | SaveSbp | PushWid => 1,
         PushX => 3,
         PushReg { reg, .. } if *reg == hostabi::regs::CPUID => 3,

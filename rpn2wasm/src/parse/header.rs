@@ -35,6 +35,8 @@ pub(crate) enum Key {
     Minor,
     Ignore,
     Maxhits,
+    Return,
+    Maxactive,
 }
 
 /// The syntax of a keyword's value.
@@ -77,6 +79,8 @@ impl Key {
             "minor" => Key::Minor,
             "ignore" | "passcount" => Key::Ignore,
             "maxhits" => Key::Maxhits,
+            "return" => Key::Return,
+            "maxactive" => Key::Maxactive,
             _ => return None,
         })
     }
@@ -108,6 +112,8 @@ impl Key {
             Key::Minor => "minor",
             Key::Ignore => "ignore",
             Key::Maxhits => "maxhits",
+            Key::Return => "return",
+            Key::Maxactive => "maxactive",
         }
     }
 
@@ -124,6 +130,8 @@ impl Key {
                 | Key::Minor
                 | Key::Ignore
                 | Key::Maxhits
+                | Key::Return
+                | Key::Maxactive
         )
     }
 
@@ -141,7 +149,7 @@ impl Key {
         match self {
             Key::Name => Kind::Text,
             Key::Modtype | Key::Watchpoint => Kind::Word,
-            Key::Autostacktrace | Key::Logonfault => Kind::YesNo,
+            Key::Autostacktrace | Key::Logonfault | Key::Return => Kind::YesNo,
             Key::Groupdef | Key::Typedef => Kind::Names,
             Key::Group | Key::Type => Kind::Name,
             Key::Offset | Key::Address => Kind::Location,

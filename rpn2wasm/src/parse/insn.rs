@@ -421,6 +421,22 @@ fn register(c: &mut Cur<'_>, pop: bool) -> Result<(u16, usize, usize), PErr> {
     Ok((r.id, t.lo, t.hi))
 }
 
+/// The register operand of `push entry`: one of [`regs::ENTRY_REGS`].
+fn entry_register(c: &mut Cur<'_>) -> Result<(u16, usize, usize), PErr> {
+    let (reg, lo, hi) = register(c, false)?;
+    if regs::entry_index(reg).is_some() {
+        return Ok((reg, lo, hi));
+    }
+    let name = String::from_utf8_lossy(&c.line.text[lo..hi]).into_owned();
+    Err(PErr::new(
+        codes::NOT_AN_ENTRY_REGISTER,
+        lo,
+        hi,
+        format!("register `{name}` is not kept at the entry of a call"),
+    )
+    .note("`push entry` reads the 64-bit argument registers rdi, rsi, rdx, rcx, r8, r9 and rsp as they were at the entry; at the return, read the return value with `push r, rax`"))
+}
+
 fn log(c: &mut Cur<'_>, m: Tok) -> Result<Parsed, PErr> {
     let Some(t) = c.peek() else {
         return ok(Op::Log, c);
@@ -500,6 +516,7 @@ fn push(c: &mut Cur<'_>, m: Tok) -> Result<Parsed, PErr> {
             "plp" => Some(Op::PushPlp),
             "stp" => Some(Op::PushStp),
             "wid" => Some(Op::PushWid),
+            "elapsed" => Some(Op::PushElapsed),
             _ => None,
         };
         if let Some(op) = plain {
@@ -514,6 +531,18 @@ fn push(c: &mut Cur<'_>, m: Tok) -> Result<Parsed, PErr> {
             "sbp" | "tsp" => {
                 c.i += 1;
                 return slot_form(c, SlotOp::Push, rel(&k));
+            }
+            "entry" => {
+                c.i += 1;
+                c.comma("entry").map_err(|e| {
+                    e.note("`push entry, R` reads register R as it was at the entry of the returning call; to push a symbol named `entry`, write `push entry + 0`")
+                })?;
+                let (reg, lo, hi) = entry_register(c)?;
+                c.expect_end()?;
+                return Ok(Parsed {
+                    op: RawOp::Op(Op::PushEntry(reg)),
+                    arg: (lo, hi),
+                });
             }
             "r" | "u" => {
                 c.i += 1;

@@ -43,7 +43,7 @@ impl Session {
         if let Some(label) = self
             .probes
             .iter()
-            .find(|p| self.manifests[p.prog].probes[p.index].ret)
+            .find(|p| self.manifests[p.prog].probes[p.index].r#return)
             .map(|p| p.label.clone())
         {
             return Err(format!(

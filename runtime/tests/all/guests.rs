@@ -246,10 +246,17 @@ fn load_errors_are_exact() {
     // The reference module loads.
     let ok = module(IMPORTS, MANIFEST);
     runtime::load::load(&engine, ok.as_bytes(), None).unwrap();
+    // Version 2 only added imports: a module built for version 1 loads.
+    let v1 = module(IMPORTS, &MANIFEST.replace("abi 2", "abi 1"));
+    runtime::load::load(&engine, v1.as_bytes(), None).unwrap();
     let cases: Vec<(String, &str)> = vec![
         (
-            module(IMPORTS, &MANIFEST.replace("abi 2", "abi 1")),
-            "module built for host ABI version 1, this wprobe implements version 2",
+            module(IMPORTS, &MANIFEST.replace("abi 2", "abi 3")),
+            "module built for host ABI version 3, this wprobe runs versions 1 to 2",
+        ),
+        (
+            module(IMPORTS, &MANIFEST.replace("abi 2", "abi 0")),
+            "module built for host ABI version 0, this wprobe runs versions 1 to 2",
         ),
         (
             module(
@@ -540,6 +547,13 @@ fn rust_sdk_examples_build_and_run() {
         (m.abi, m.module.as_str(), m.major, m.gvars),
         (hostabi::ABI_VERSION, "probe_target", 5, 8)
     );
+    // `return yes;` (a Rust keyword as the key) reaches the manifest; the
+    // return probe example is built here and loads (it runs once the
+    // transports catch returns).
+    let wasm = std::fs::read(rust_examples().join("time_calls.wasm")).unwrap();
+    let r = runtime::load::inspect(&wasm).unwrap().manifest.unwrap();
+    assert_eq!((r.probes[0].r#return, r.probes[0].maxactive), (true, 16));
+    runtime::load::load(&runtime::engine::new_engine().unwrap(), &wasm, None).unwrap();
     let probes: Vec<_> = m
         .probes
         .iter()

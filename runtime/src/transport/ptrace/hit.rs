@@ -387,6 +387,12 @@ impl<H: std::borrow::BorrowMut<Hit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H,
     fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
         self.hm().read_str(addr, buf)
     }
+    fn entry_reg(&mut self, reg: u16) -> Option<u64> {
+        self.hm().entry_reg(reg)
+    }
+    fn elapsed_ns(&self) -> Option<u64> {
+        self.h().elapsed_ns()
+    }
 }
 
 impl Default for Hit {
