@@ -15,7 +15,7 @@ use rpn2wasm::ast::Program;
 use rpn2wasm::interp::{self, Limits, ProgramState, RunResult};
 use rpn2wasm::model::{ModelEnv, probe_target as t};
 use rpn2wasm::symbols::MapSymbols;
-use runtime::handlers::{RunOutcome, Runner};
+use runtime::runner::{RunOutcome, Runner};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::Path;

@@ -231,14 +231,14 @@ mod tests {
         assert_eq!(warm.manifest.probes.len(), 100);
         assert_eq!(warm.manifest, cold.manifest);
         for m in [cold, warm] {
-            let mut r = runtime::handlers::Runner::new(&engine, hit()).expect("runner");
+            let mut r = runtime::runner::Runner::new(&engine, hit()).expect("runner");
             r.add(&m, None).expect("instantiates");
             for probe in [0, 57, 99] {
                 r.store.data_mut().sink.clear();
                 let out = r.run(0, probe);
                 assert_eq!(
                     out,
-                    runtime::handlers::RunOutcome::Returned(hostabi::Outcome::Exit)
+                    runtime::runner::RunOutcome::Returned(hostabi::Outcome::Exit)
                 );
                 let sink = &r.store.data().sink;
                 assert_eq!(sink.records[0].minor as usize, probe);

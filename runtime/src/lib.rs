@@ -12,16 +12,13 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod arch;
-pub mod benchcmd;
 pub mod btout;
-pub mod btrun;
 pub mod cache;
 pub mod cli;
+pub mod cmd;
 pub mod engine;
 pub mod format;
-pub mod handlers;
 pub mod host;
-pub mod listcmd;
 pub mod load;
 pub mod output;
 pub mod privdir;
@@ -31,7 +28,7 @@ pub mod procmaps;
 pub mod programs;
 pub mod regscan;
 pub mod resolve;
-pub mod runcmd;
+pub mod runner;
 pub mod services;
 pub mod session;
 pub mod sink;

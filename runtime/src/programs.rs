@@ -6,7 +6,8 @@
 //! comes from the compiled-module cache when it has it (`cache.rs`).
 
 use crate::cache::{Cache, CacheOutcome};
-use crate::cli::{ProgramOpts, RunArgs, parse_define};
+use crate::cli::{ProgramOpts, parse_define};
+use crate::cmd::run::RunArgs;
 use crate::session::ProgramInput;
 use std::path::Path;
 
@@ -81,8 +82,8 @@ pub fn load_program_with_cache(
                 .into(),
         );
     }
-    if crate::btrun::is_bt(path) {
-        return crate::btrun::load_file(engine, path, a, cache);
+    if crate::cmd::run::oneliner::is_bt(path) {
+        return crate::cmd::run::oneliner::load_file(engine, path, a, cache);
     }
     let label = program_label(path);
     let loaded = if is_rpn(path) {

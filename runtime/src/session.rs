@@ -26,9 +26,9 @@ use hostabi::manifest::{Manifest, ProbeKind, Trigger};
 
 pub use self::stats::ProbeStats;
 use crate::format::Format;
-use crate::handlers::{RunOutcome, Runner};
 use crate::load::LoadedModule;
 use crate::resolve::Resolver;
+use crate::runner::{RunOutcome, Runner};
 pub use crate::transport::RunEnv;
 use crate::transport::{Action, Armed, Event, ExitStatus, Transport, TransportHit, TransportInfo};
 use oneliner::{BtState, Special};
@@ -512,6 +512,11 @@ impl Session {
                 Some(p) => p.stats.dropped += count,
                 None => self.dropped_unattributed += count,
             },
+            Event::Missed { tag, count } => {
+                if let Some(p) = self.probes.get_mut(tag) {
+                    p.stats.missed += count;
+                }
+            }
             Event::Tick => self.run_intervals(),
         }
         Action::Continue

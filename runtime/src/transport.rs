@@ -59,6 +59,8 @@ pub struct Capabilities {
     /// Traces with ptrace: a process another tracer (gdb, strace) holds
     /// cannot be traced.
     pub uses_ptrace: bool,
+    /// Return probes ([`Insert::Return`]).
+    pub return_probes: bool,
 }
 
 /// Who is traced.
@@ -126,6 +128,19 @@ pub enum Insert {
         /// Access kind.
         kind: WatchKind,
     },
+    /// A return probe (`return yes`): the address is a function's entry;
+    /// a hit is delivered at each return of a call that entered there,
+    /// with the registers after the `ret` and the entry's state
+    /// (`HitEnv::entry_reg`, `HitEnv::elapsed_ns`). Calls beyond
+    /// `maxactive` live ones per process, and calls that leave without
+    /// returning (longjmp, unwinding, thread exit, exec, detach), run no
+    /// handler and are reported as [`Event::Missed`].
+    Return {
+        /// The expected first byte, when the program gives one.
+        opcode: Option<u8>,
+        /// Live calls tracked per process (already defaulted: never 0).
+        maxactive: u32,
+    },
 }
 
 /// An armed probe, as its transport identifies it.
@@ -177,6 +192,14 @@ pub enum Event<'a> {
     },
     /// The interval of [`Transport::set_tick`] elapsed.
     Tick,
+    /// Calls of a return probe that ran no handler: beyond `maxactive`,
+    /// or left without returning (counted as `missed`).
+    Missed {
+        /// The probe's tag.
+        tag: usize,
+        /// How many.
+        count: u64,
+    },
 }
 
 /// What the session asks of the transport after a hit.

@@ -9,7 +9,7 @@ use hostabi::env::EntryState;
 use hostabi::regs::{self, ENTRY_REGS};
 use rpn2wasm::interp::{Record, RecordKind};
 use rpn2wasm::model::{ModelEnv, probe_target as t};
-use runtime::handlers::{RunOutcome, Runner};
+use runtime::runner::{RunOutcome, Runner};
 use wprobe_tests::{Pair, build_file, build_text, engine, examples_dir};
 
 fn words(ws: &[u64]) -> Vec<u8> {

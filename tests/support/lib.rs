@@ -8,7 +8,7 @@ use rpn2wasm::ast::Program;
 use rpn2wasm::codegen::stackinfo::{self, StackFacts};
 use rpn2wasm::interp::{self, Limits, ProgramState, Record, RecordKind};
 use rpn2wasm::model::ModelEnv;
-use runtime::handlers::{RunOutcome, Runner};
+use runtime::runner::{RunOutcome, Runner};
 use runtime::sink::RecordKind as SinkKind;
 use std::path::{Path, PathBuf};
 

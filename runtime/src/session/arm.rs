@@ -40,17 +40,6 @@ impl Session {
     /// format for every transport: what needs what, and which transport
     /// has it.
     pub fn check(&self, transport: &TransportInfo) -> Result<(), String> {
-        if let Some(label) = self
-            .probes
-            .iter()
-            .find(|p| self.manifests[p.prog].probes[p.index].r#return)
-            .map(|p| p.label.clone())
-        {
-            return Err(format!(
-                "probe {label} is a return probe (`return yes`: uretprobe, r: event), and this \
-                 wprobe has no return-probe mechanism yet; probe the function's entry instead"
-            ));
-        }
         let watch: Vec<&str> = self
             .probes
             .iter()
@@ -67,6 +56,25 @@ impl Session {
             ));
         }
         let (name, caps) = (transport.name, transport.caps);
+        if !caps.return_probes
+            && let Some(p) = self
+                .probes
+                .iter()
+                .find(|p| self.manifests[p.prog].probes[p.index].r#return)
+        {
+            let alt = TRANSPORTS.iter().find(|t| t.caps.return_probes);
+            return Err(format!(
+                "probe {} is a return probe (`return yes`: uretprobe, r: event), and --transport \
+                 {name} cannot arm return probes; {}",
+                p.label,
+                match alt {
+                    Some(t) => format!("use --transport {}", t.name),
+                    None => "no transport of this wprobe can yet: probe the function's entry \
+                             instead"
+                        .to_string(),
+                }
+            ));
+        }
         if !caps.watchpoints
             && let Some(label) = watch.first()
         {
@@ -109,6 +117,10 @@ impl Session {
                 let verify = self.opts.verify_opcodes;
                 self.arm_with(pid, &maps, report, &mut |pi, spec, addr| {
                     let what = match spec.kind {
+                        ProbeKind::Breakpoint if spec.r#return => Insert::Return {
+                            opcode: spec.opcode.filter(|_| verify),
+                            maxactive: spec.maxactive_or_default(),
+                        },
                         ProbeKind::Breakpoint => Insert::Breakpoint {
                             opcode: spec.opcode.filter(|_| verify),
                         },

@@ -10,7 +10,7 @@ use hostabi::Outcome;
 use hostabi::manifest::Trigger;
 
 use super::Session;
-use crate::handlers::RunOutcome;
+use crate::runner::RunOutcome;
 use crate::sink::RecordKind;
 
 /// A probe fired by the run's life rather than a location.

@@ -27,6 +27,9 @@ pub struct ProbeStats {
     /// `PERF_RECORD_LOST`). Always 0 under ptrace, where the thread waits
     /// for the handler.
     pub dropped: u64,
+    /// Return probes: calls that ran no handler (beyond `maxactive`, or
+    /// left without returning: longjmp, unwinding, thread exit).
+    pub missed: u64,
 }
 
 impl Session {
@@ -56,7 +59,7 @@ impl Session {
         let _ = writeln!(err, "wprobe: summary ({} probes)", self.probes.len());
         let _ = writeln!(
             err,
-            "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
+            "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>6} {:>8}",
             "probe",
             "hits",
             "ignored",
@@ -64,6 +67,7 @@ impl Session {
             "records",
             "bytes",
             "dropped",
+            "missed",
             "fuel",
             "traps",
             "uncaught"
@@ -72,7 +76,7 @@ impl Session {
             let s = &p.stats;
             let _ = writeln!(
                 err,
-                "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}",
+                "  {:<40} {:>9} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>6} {:>8}",
                 p.label,
                 s.hits,
                 s.ignored,
@@ -80,6 +84,7 @@ impl Session {
                 s.records,
                 s.bytes,
                 s.dropped,
+                s.missed,
                 s.fuel_exhausted,
                 s.traps,
                 s.uncaught
@@ -90,6 +95,7 @@ impl Session {
             total.records += s.records;
             total.bytes += s.bytes;
             total.dropped += s.dropped;
+            total.missed += s.missed;
             total.fuel_exhausted += s.fuel_exhausted;
             total.traps += s.traps;
             total.uncaught += s.uncaught;
@@ -149,13 +155,13 @@ impl Session {
                 format::json_string(&mut line, p.label.as_bytes());
                 let s = &p.stats;
                 line.push_str(&format!(
-                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
-                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.fuel_exhausted, s.traps, s.uncaught
+                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
+                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.fuel_exhausted, s.traps, s.uncaught
                 ));
             }
             line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
-                total.hits, total.runs, total.records, total.bytes, total.dropped, total.fuel_exhausted, total.traps, total.uncaught
+                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
+                total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.fuel_exhausted, total.traps, total.uncaught
             ));
             self.out.write(line.as_bytes(), 0);
             self.out.flush();

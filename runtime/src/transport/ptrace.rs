@@ -14,9 +14,11 @@
 //! requests are per tracer thread).
 
 mod coredump;
+mod detach;
 mod error;
 mod events;
 mod hit;
+mod hits;
 pub mod journal;
 mod mem;
 mod rdebug;
@@ -25,6 +27,8 @@ mod sites;
 mod start;
 mod step;
 mod threads;
+mod tick;
+mod world;
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;

@@ -42,8 +42,8 @@ use hostabi::Outcome;
 use rpn2wasm::model::{ModelEnv, probe_target as t};
 use rpn2wasm::symbols::MapSymbols;
 use runtime::cache::{Cache, CacheKey, CacheMiss, CacheOutcome, ENVELOPE_BYTES, Eviction};
-use runtime::handlers::{RunOutcome, Runner};
 use runtime::load::{LoadedModule, load_cached};
+use runtime::runner::{RunOutcome, Runner};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 

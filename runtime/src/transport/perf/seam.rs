@@ -32,6 +32,7 @@ pub static INFO: TransportInfo = TransportInfo {
         later_libraries: false,
         arms_files: true,
         uses_ptrace: false,
+        return_probes: false,
     },
     preflight,
     open,
@@ -134,6 +135,9 @@ impl Transport for PerfTracer {
                         .to_string()
                 })?;
                 PerfProbe::Watch { addr, len, kind }
+            }
+            Insert::Return { .. } => {
+                return Err("return probes are not implemented by --transport perf".into());
             }
         };
         let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;

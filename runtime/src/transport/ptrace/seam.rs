@@ -31,6 +31,7 @@ pub static INFO: TransportInfo = TransportInfo {
         later_libraries: true,
         arms_files: false,
         uses_ptrace: true,
+        return_probes: false,
     },
     preflight: |_| Ok(()),
     open,
@@ -148,6 +149,9 @@ impl Transport for Tracer {
                     .map_err(|e| e.to_string())?;
                 self.seam.wp_tags.insert(id, tag);
                 Ok(Armed(WATCH_BIT | u64::from(id.0)))
+            }
+            Insert::Return { .. } => {
+                Err("return probes are not implemented by --transport ptrace".into())
             }
         }
     }

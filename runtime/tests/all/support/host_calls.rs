@@ -14,7 +14,7 @@
 
 use hostabi::ValType;
 use rpn2wasm::model::ModelEnv;
-use runtime::handlers::Runner;
+use runtime::runner::Runner;
 use wasmtime::{Func, Val};
 
 /// Counts of one run.

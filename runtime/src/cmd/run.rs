@@ -4,7 +4,12 @@
 //! `--transport ptrace` (default) or `perf` chooses the provider; the
 //! session (handlers, statistics, output) is the same for both.
 
-use crate::cli::RunArgs;
+pub mod oneliner;
+
+use std::path::PathBuf;
+
+use crate::cli::{ProgramOpts, transport_names};
+
 use crate::format::Format;
 use crate::programs::load_program_with_cache;
 use crate::regscan::RegsRead;
@@ -23,11 +28,11 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
 
 /// Runs the command.
 pub fn run(a: RunArgs) -> ExitCode {
-    let a = crate::btrun::normalize(a);
+    let a = crate::cmd::run::oneliner::normalize(a);
     if a.list {
-        return crate::btrun::list(&a);
+        return crate::cmd::run::oneliner::list(&a);
     }
-    let oneliner = crate::btrun::active(&a);
+    let oneliner = crate::cmd::run::oneliner::active(&a);
     if a.programs.is_empty() && !oneliner {
         crate::elog!(
             "error: give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT"
@@ -83,7 +88,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    match crate::btrun::extra_programs(&engine, &a, &cache) {
+    match crate::cmd::run::oneliner::extra_programs(&engine, &a, &cache) {
         Ok(more) => programs.extend(more),
         Err(e) => {
             crate::elog!("error: {e}");
@@ -95,7 +100,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let oneliner = oneliner
         || programs
             .iter()
-            .any(|p| crate::btrun::is_oneliner_module(&p.module));
+            .any(|p| crate::cmd::run::oneliner::is_oneliner_module(&p.module));
     // Buffered and flushed by the session's output (see `output`).
     let (out, terminal): (Box<dyn Write + Send>, bool) = match &a.output {
         Some(path) => match std::fs::File::create(path) {
@@ -163,7 +168,7 @@ pub fn run(a: RunArgs) -> ExitCode {
                 );
                 return ExitCode::from(1);
             }
-            return crate::btrun::run_without_target(session, &stop);
+            return crate::cmd::run::oneliner::run_without_target(session, &stop);
         }
     }
     let target = match a.pid {
@@ -239,7 +244,11 @@ pub fn run(a: RunArgs) -> ExitCode {
     // as `bpftrace -c` does.
     let by_exit = oneliner && session.exited();
     if oneliner {
-        status = crate::btrun::finish(&mut session, a.pid.is_none().then_some(main), status);
+        status = crate::cmd::run::oneliner::finish(
+            &mut session,
+            a.pid.is_none().then_some(main),
+            status,
+        );
     }
     session.summary();
     if by_exit && a.pid.is_none() {
@@ -324,4 +333,73 @@ fn wait_child(pid: i32) -> Option<ExitStatus> {
             Err(_) => return None,
         }
     }
+}
+
+/// `wprobe run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Probe programs: .rpn (compiled on the fly), .wasm or .wat, or .bt
+    /// (bpftrace's language); with -l, the pattern to list.
+    pub programs: Vec<PathBuf>,
+    /// A program in bpftrace's language (`-e 'uprobe:./prog:f { @[comm] = count(); }'`).
+    #[arg(short = 'e', value_name = "PROGRAM")]
+    pub program_text: Option<String>,
+    /// A probe event in uprobe_events syntax (repeatable):
+    /// `p[:NAME] MODULE:SYM[+OFF] [FIELD=FETCHARG[:TYPE] ...]`, `r[:NAME] ...`.
+    #[arg(long = "event", value_name = "EVENT")]
+    pub events: Vec<String>,
+    /// The command to trace, as one string split on spaces (bpftrace's -c;
+    /// the same as giving it after `--`).
+    #[arg(short = 'c', value_name = "CMD", conflicts_with_all = ["command", "pid"])]
+    pub cmd: Option<String>,
+    /// List the probe-able functions matching the pattern (`uprobe:BIN:GLOB`).
+    #[arg(short = 'l')]
+    pub list: bool,
+    /// With -l: each function's arguments from DWARF (`-lv`).
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Attach to this running process instead of launching a command.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
+    pub pid: Option<i32>,
+    /// Follow fork/vfork/exec children (without it children are detached, their inherited breakpoints removed).
+    #[arg(short = 'f', long = "follow")]
+    pub follow: bool,
+    /// Only probes of these groups (repeatable).
+    #[arg(long = "group", value_name = "G")]
+    pub groups: Vec<String>,
+    /// Only probes of these types (repeatable).
+    #[arg(long = "type", value_name = "T")]
+    pub types: Vec<String>,
+    /// How the programs are built and run.
+    #[command(flatten)]
+    pub opts: ProgramOpts,
+    /// Output format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
+    /// Write records to FILE instead of standard output.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Arm breakpoints even where the byte differs from `opcode =`.
+    #[arg(long)]
+    pub no_verify_opcodes: bool,
+    /// How probes reach the target and hits reach the handlers (see
+    /// `--help` for what each can do).
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = transport_names())]
+    pub transport: String,
+    /// Bind a handler export to a breakpoint, for modules without a manifest
+    /// (repeatable): `[MODULE:]SYMBOL[±N]=EXPORT` or `[MODULE:]NUMBER=EXPORT`
+    /// (a link-time address, as `objdump -d` shows it; like `offset =`), or
+    /// `@NUMBER=EXPORT` / `@SYMBOL[±N]=EXPORT` (a run-time address; like
+    /// `address =`). MODULE is a path or a base name; without it, the traced
+    /// executable.
+    #[arg(long = "probe", value_name = "LOCATION=EXPORT")]
+    pub probes: Vec<String>,
+    /// The command to launch (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }

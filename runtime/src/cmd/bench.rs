@@ -6,9 +6,18 @@
 //! fuel used, and the records and bytes produced per run. `--interp` runs the
 //! reference interpreter on the same hits for `.rpn` programs.
 
-use crate::cli::BenchArgs;
-use crate::handlers::{RunOutcome, Runner};
+mod capture;
+mod end_to_end;
+
+use std::path::PathBuf;
+
+pub use self::capture::capture;
+pub use self::end_to_end::{EndToEnd, end_to_end, render_end_to_end};
+
+use crate::cli::{ProgramOpts, transport_names};
+
 use crate::load::LoadedModule;
+use crate::runner::{RunOutcome, Runner};
 use hostabi::Outcome;
 use hostabi::manifest::{LocationKind, ProbeSpec};
 use rpn2wasm::ast::Program;
@@ -84,9 +93,9 @@ pub fn load_bench_program_with_cache(
     cache: &crate::cache::Cache,
 ) -> Result<BenchProgram, String> {
     let label = crate::programs::program_label(path);
-    let (bytes, ast) = if crate::btrun::is_bt(path) {
+    let (bytes, ast) = if crate::cmd::run::oneliner::is_bt(path) {
         let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let wasm = crate::btrun::compile_text(
+        let wasm = crate::cmd::run::oneliner::compile_text(
             &path.display().to_string(),
             &String::from_utf8_lossy(&text),
             &bt2wasm::Options::default(),
@@ -353,7 +362,7 @@ pub fn render_json(rows: &[Row]) -> String {
 /// Runs `wprobe bench`.
 pub fn bench(mut a: BenchArgs) -> ExitCode {
     if let Some(text) = a.program_text.take() {
-        match crate::btrun::bench_program_file(&text) {
+        match crate::cmd::run::oneliner::bench_program_file(&text) {
             Ok(p) => a.programs.push(p),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -491,7 +500,7 @@ mod tests {
         let Command::Bench(b) = bench.command else {
             panic!("not bench");
         };
-        let argv = traced_argv(
+        let argv = super::end_to_end::traced_argv(
             &b,
             std::path::Path::new("/bin/wprobe"),
             "perf",
@@ -529,285 +538,42 @@ mod tests {
     }
 }
 
-/// Runs the command under ptrace until each probe has been hit once (or the
-/// command ends) and returns each probe's first hit as a synthetic
-/// environment, by (program, probe). The handlers run as in `wprobe run`
-/// (their records are discarded); the command's output is discarded; it is
-/// killed once every probe has been captured.
-pub fn capture(
-    engine: &wasmtime::Engine,
-    a: &BenchArgs,
-    programs: &[BenchProgram],
-) -> Result<std::collections::HashMap<(usize, usize), ModelEnv>, String> {
-    use crate::session::{ProgramInput, RunOptions, Session};
-    use crate::transport::{OpenOptions, Target, ptrace};
-    let inputs = programs
-        .iter()
-        .map(|p| ProgramInput {
-            label: p.label.clone(),
-            module: p.module.clone(),
-        })
-        .collect();
-    let opts = RunOptions {
-        follow_forks: false,
-        verify_opcodes: true,
-        groups: Vec::new(),
-        types: Vec::new(),
-        fuel: a.opts.fuel,
-        format: crate::format::Format::Text,
-    };
-    let mut session = Session::new(engine, inputs, opts, Box::new(std::io::sink()))
-        .map_err(|e| format!("{e:#}"))?;
-    // The command's output would mix with the report: send it to /dev/null.
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    let saved = nix::unistd::dup(std::io::stdout()).map_err(|e| format!("dup: {e}"))?;
-    let null = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| format!("/dev/null: {e}"))?;
-    let _ = nix::unistd::dup2_stdout(&null);
-    // Ptrace: the handler reads the stopped thread's whole memory, which
-    // is what the capture copies.
-    let launched = (ptrace::INFO.open)(
-        Target::Launch(&a.command),
-        &OpenOptions {
-            follow_forks: false,
-            verify_opcodes: true,
-            reads_memory: true,
-            registers: crate::regscan::RegsRead::All,
-        },
-    );
-    let _ = nix::unistd::dup2_stdout(&saved);
-    let mut tracer = launched?;
-    let t = tracer.as_mut();
-    let main = t.main_pid();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    session.enable_capture(done.clone());
-    if session.arm(t, main, true) == 0 && session.pending() == 0 {
-        t.kill_launched();
-        let _ = t.detach();
-        return Err(format!("no probe could be armed in process {main}"));
-    }
-    let status = session.run(t, &done).map_err(|e| format!("{e:#}"))?;
-    if status.is_none() {
-        // Stopped once every probe was captured: everything is detached.
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(main), nix::sys::signal::SIGKILL);
-    }
-    Ok(session
-        .take_capture()
-        .into_iter()
-        .filter_map(|(k, env)| env.map(|e| (k, e)))
-        .collect())
-}
-
-/// One measured configuration of `--end-to-end`.
-#[derive(Clone, Debug)]
-pub struct EndToEnd {
-    /// `untraced`, or the transport.
-    pub mode: String,
-    /// Median wall time of the command, ns.
-    pub wall_ns: f64,
-    /// Median CPU time of the command and its tracer (user + system), ns.
-    pub cpu_ns: f64,
-    /// Probe hits reported by the run (0 untraced); `None` when the runs disagreed.
-    pub hits: Option<u64>,
-    /// Why the mode could not be measured.
-    pub error: Option<String>,
-}
-
-/// Runs `argv` once with stdout and stdin to /dev/null; returns its exit
-/// status, wall time and the CPU time it and its descendants used.
-fn timed_run(argv: &[std::ffi::OsString]) -> std::io::Result<(String, f64, f64)> {
-    use std::process::{Command, Stdio};
-    let before = children_cpu_ns();
-    let t0 = Instant::now();
-    let out = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()?;
-    let wall = t0.elapsed().as_nanos() as f64;
-    // The first error line says why a traced run failed.
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let why = stderr.lines().find(|l| l.starts_with("error")).map_or_else(
-        || out.status.to_string(),
-        |l| l.strip_prefix("error: ").unwrap_or(l).to_string(),
-    );
-    Ok((why, wall, children_cpu_ns() - before))
-}
-
-/// CPU time (user + system) of the waited-for descendants of this process, ns.
-fn children_cpu_ns() -> f64 {
-    use nix::sys::resource::{UsageWho, getrusage};
-    use nix::sys::time::TimeValLike;
-    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(0.0, |u| {
-        (u.user_time().num_microseconds() + u.system_time().num_microseconds()) as f64 * 1e3
-    })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
-}
-
-/// The `hits` of the final `stats` line of a JSON-lines output file.
-fn stats_hits(path: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let last = text
-        .lines()
-        .rev()
-        .find(|l| l.contains("\"kind\":\"stats\""))?;
-    let v: serde_json::Value = serde_json::from_str(last).ok()?;
-    v["hits"].as_u64()
-}
-
-/// The `wprobe run` command line of the traced runs of `--end-to-end`: the
-/// program options of the bench (`--no-cache`, `--fuel`, `-D`, `-I`) are
-/// passed on, and the records go to `records` as JSON lines.
-fn traced_argv(
-    a: &BenchArgs,
-    me: &std::path::Path,
-    transport: &str,
-    records: &std::path::Path,
-) -> Vec<std::ffi::OsString> {
-    let mut argv: Vec<std::ffi::OsString> = vec![
-        me.into(),
-        "run".into(),
-        "--transport".into(),
-        transport.into(),
-        "--format".into(),
-        "json".into(),
-        "-o".into(),
-        records.into(),
-    ];
-    if a.opts.no_cache {
-        argv.push("--no-cache".into());
-    }
-    if let Some(f) = a.opts.fuel {
-        argv.push("--fuel".into());
-        argv.push(f.to_string().into());
-    }
-    for d in &a.opts.define {
-        argv.push("-D".into());
-        argv.push(d.into());
-    }
-    for i in &a.opts.include {
-        argv.push("-I".into());
-        argv.push(i.into());
-    }
-    argv.extend(a.programs.iter().map(|p| p.clone().into_os_string()));
-    argv.push("--".into());
-    argv.extend(a.command.iter().cloned());
-    argv
-}
-
-/// Measures the command untraced and traced under each transport.
-pub fn end_to_end(a: &BenchArgs) -> Vec<EndToEnd> {
-    let mut out = Vec::new();
-    let repeat = a.repeat.max(1);
-    let (mut walls, mut cpus) = (Vec::new(), Vec::new());
-    let mut error = None;
-    for _ in 0..repeat {
-        match timed_run(&a.command) {
-            Ok((_, w, c)) => {
-                walls.push(w);
-                cpus.push(c);
-            }
-            Err(e) => {
-                error = Some(format!("running {}: {e}", a.command[0].to_string_lossy()));
-                break;
-            }
-        }
-    }
-    out.push(EndToEnd {
-        mode: "untraced".into(),
-        wall_ns: median(walls),
-        cpu_ns: median(cpus),
-        hits: Some(0),
-        error,
-    });
-    let me = std::env::current_exe().unwrap_or_else(|_| "wprobe".into());
-    let records = std::env::temp_dir().join(format!("wprobe-bench-{}.jsonl", std::process::id()));
-    let all: Vec<String> = crate::transport::TRANSPORTS
-        .iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    let transports = if a.transports.is_empty() {
-        &all
-    } else {
-        &a.transports
-    };
-    for transport in transports {
-        let argv = traced_argv(a, &me, transport, &records);
-        let (mut walls, mut cpus, mut hits) = (Vec::new(), Vec::new(), Vec::new());
-        let mut error = None;
-        for _ in 0..repeat {
-            let _ = std::fs::remove_file(&records);
-            match timed_run(&argv) {
-                Ok((why, w, c)) => match stats_hits(&records) {
-                    Some(h) => {
-                        walls.push(w);
-                        cpus.push(c);
-                        hits.push(h);
-                    }
-                    None => {
-                        error = Some(why);
-                        break;
-                    }
-                },
-                Err(e) => {
-                    error = Some(format!("running wprobe: {e}"));
-                    break;
-                }
-            }
-        }
-        let agreed = hits
-            .first()
-            .copied()
-            .filter(|h| hits.iter().all(|x| x == h));
-        out.push(EndToEnd {
-            mode: transport.clone(),
-            wall_ns: median(walls),
-            cpu_ns: median(cpus),
-            hits: if error.is_some() { None } else { agreed },
-            error,
-        });
-    }
-    let _ = std::fs::remove_file(&records);
-    out
-}
-
-/// Renders the end-to-end table: per-hit overhead against the untraced run.
-pub fn render_end_to_end(rows: &[EndToEnd]) -> String {
-    let base = rows.first().cloned();
-    let mut s = format!(
-        "{:<10}  {:>10}  {:>12}  {:>12}  {:>16}  {:>16}\n",
-        "MODE", "HITS", "WALL_MS", "CPU_MS", "WALL_NS/HIT", "CPU_NS/HIT"
-    );
-    for r in rows {
-        if let Some(e) = &r.error {
-            let _ = writeln!(s, "{:<10}  unavailable: {e}", r.mode);
-            continue;
-        }
-        let hits = r.hits.map_or("varied".to_string(), |h| h.to_string());
-        let per_hit = |traced: f64, untraced: f64| match (r.hits, r.mode == "untraced") {
-            (_, true) => "-".to_string(),
-            (Some(h), false) if h > 0 => format!("{:.0}", (traced - untraced) / h as f64),
-            _ => "n/a".to_string(),
-        };
-        let (bw, bc) = base.as_ref().map_or((0.0, 0.0), |b| (b.wall_ns, b.cpu_ns));
-        let _ = writeln!(
-            s,
-            "{:<10}  {:>10}  {:>12.2}  {:>12.2}  {:>16}  {:>16}",
-            r.mode,
-            hits,
-            r.wall_ns / 1e6,
-            r.cpu_ns / 1e6,
-            per_hit(r.wall_ns, bw),
-            per_hit(r.cpu_ns, bc)
-        );
-    }
-    s
+/// `wprobe bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Probe programs: .rpn (compiled on the fly), .wasm, .wat or .bt.
+    #[arg(required_unless_present = "program_text")]
+    pub programs: Vec<PathBuf>,
+    /// A program in bpftrace's language.
+    #[arg(short = 'e', value_name = "PROGRAM")]
+    pub program_text: Option<String>,
+    /// Runs of each handler (split into timed batches after a warm-up).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub iterations: u64,
+    /// Also run the reference interpreter on the same hit (.rpn programs).
+    #[arg(long)]
+    pub interp: bool,
+    /// How the programs are built and run.
+    #[command(flatten)]
+    pub opts: ProgramOpts,
+    /// Output format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
+    /// Instead of timing handlers alone, time the command (after `--`)
+    /// untraced and traced under each transport, and report the overhead
+    /// per hit (which includes wprobe's start-up: use a workload with many
+    /// hits).
+    #[arg(long, requires = "command")]
+    pub end_to_end: bool,
+    /// Runs of each configuration with `--end-to-end` (the median is reported).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub repeat: u32,
+    /// Transports measured by `--end-to-end` (repeatable; default: every
+    /// transport).
+    #[arg(long = "transport", value_name = "TRANSPORT", value_parser = transport_names())]
+    pub transports: Vec<String>,
+    /// A command: with `--end-to-end`, the workload; otherwise the handlers
+    /// run on the registers and memory of its first hit of each probe.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }

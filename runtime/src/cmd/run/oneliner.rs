@@ -6,7 +6,7 @@
 //! are shared.
 
 use crate::cache::Cache;
-use crate::cli::RunArgs;
+use crate::cmd::run::RunArgs;
 use crate::session::{ProgramInput, Session};
 use std::path::Path;
 use std::process::ExitCode;
@@ -258,7 +258,7 @@ pub fn finish(
 }
 
 /// `wprobe compile -e PROGRAM -o OUT` / `wprobe compile script.bt`.
-pub fn compile_cmd(a: &crate::cli::CompileArgs) -> ExitCode {
+pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> ExitCode {
     let (name, text, default_out) = match (&a.program_text, &a.program) {
         (Some(t), _) => ("-e".to_string(), t.clone(), None),
         (None, Some(p)) => match std::fs::read(p) {

@@ -5,7 +5,6 @@
 //! starts), its kind (an IFUNC symbol is a resolver, not the function), and
 //! its name demangled (C++, Rust) unless `--no-demangle`.
 
-use crate::cli::ListArgs;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use wprobe_elf::{ElfInfo, SymKind};
@@ -191,4 +190,26 @@ mod tests {
         assert!(glob_match("*", ""));
         assert!(!glob_match("free", "freeze"));
     }
+}
+
+/// `wprobe list`.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// `BINARY [GLOB]`, or `[GLOB]` with `-p PID`.
+    #[arg(value_name = "BINARY|GLOB", num_args = 0..=2)]
+    pub args: Vec<String>,
+    /// A process: its executable and every mapped library.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<i32>,
+    /// Include data objects, not only functions.
+    #[arg(long)]
+    pub all: bool,
+    /// Show symbol names as they are in the file (C++ and Rust names are
+    /// demangled by default; globs match either form).
+    #[arg(long)]
+    pub no_demangle: bool,
+    /// Demangle C++ and Rust names (the default; kept for tracef and
+    /// uftrace habits).
+    #[arg(short = 'C', long = "demangle", overrides_with = "no_demangle")]
+    pub demangle: bool,
 }

@@ -1,0 +1,58 @@
+//! `wprobe repair --pid PID`: restore the original bytes of a process a
+//! killed `wprobe run -p` left breakpoints in, from its patch journal.
+
+use std::process::ExitCode;
+
+/// `wprobe repair`.
+#[derive(clap::Args, Debug)]
+pub struct RepairArgs {
+    /// The process (its patch journal was written when wprobe attached).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: i32,
+}
+
+/// Runs `wprobe repair`.
+pub fn repair(a: RepairArgs) -> ExitCode {
+    use crate::transport::ptrace::journal;
+    let path = journal::path(a.pid);
+    if !path.exists() {
+        crate::elog!(
+            "error: no patch journal for process {} ({}): nothing to repair (wprobe detached cleanly, or never attached)",
+            a.pid,
+            path.display()
+        );
+        return ExitCode::from(1);
+    }
+    // A live wprobe restores the process itself when it stops; writing
+    // under it would silently disarm its probes.
+    if let crate::procinfo::Untraceable::Traced { tracer, comm } =
+        crate::procinfo::untraceable(a.pid)
+    {
+        crate::elog!(
+            "error: process {} is traced by process {tracer} ({comm}), which restores it when it \
+             stops: stop that with SIGINT (`kill -INT {tracer}`); `wprobe repair` is for a wprobe \
+             that was killed",
+            a.pid
+        );
+        return ExitCode::from(1);
+    }
+    match journal::repair(a.pid) {
+        Ok(n) => {
+            let _ = crate::output::print_stdout(&format!(
+                "wprobe: restored {n} byte{} in process {}\n",
+                if n == 1 { "" } else { "s" },
+                a.pid
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (writing /proc/PID/mem needs the permission attaching needs: same user and kernel.yama.ptrace_scope, or CAP_SYS_PTRACE)"
+            } else {
+                ""
+            };
+            crate::elog!("error: repairing process {}: {e}{hint}", a.pid);
+            ExitCode::from(1)
+        }
+    }
+}

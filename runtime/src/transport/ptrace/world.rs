@@ -1,0 +1,82 @@
+//! Stopping a whole process (every running thread but one) and letting it
+//! go again, for patching and for reading every thread's registers.
+
+use super::Tracer;
+use super::events::is_group_stop_sig;
+use super::threads::TState;
+use crate::sys::ptrace::{self as sys, Status};
+
+impl Tracer {
+    /// Stops every running thread of `pid` except `except`; returns those
+    /// stopped only by our interrupt (to resume later). Other stops that
+    /// arrive are queued for normal handling.
+    pub(super) fn stop_world(&mut self, pid: i32, except: i32) -> Vec<i32> {
+        let tids: Vec<i32> = match self.procs.get(&pid) {
+            Some(p) => p
+                .threads
+                .iter()
+                .copied()
+                .filter(|t| {
+                    *t != except
+                        && self
+                            .threads
+                            .get(t)
+                            .is_some_and(|th| th.state == TState::Running)
+                })
+                .collect(),
+            None => return Vec::new(),
+        };
+        self.collect_stops(&tids, true)
+    }
+
+    /// Waits for the attach stops of every running thread of `pid` (already
+    /// seized and interrupted).
+    pub(super) fn settle(&mut self, pid: i32) {
+        let tids: Vec<i32> = match self.procs.get(&pid) {
+            Some(p) => p
+                .threads
+                .iter()
+                .copied()
+                .filter(|t| {
+                    self.threads
+                        .get(t)
+                        .is_some_and(|th| th.state == TState::Running)
+                })
+                .collect(),
+            None => return,
+        };
+        self.collect_stops(&tids, false);
+    }
+
+    pub(super) fn collect_stops(&mut self, tids: &[i32], interrupt: bool) -> Vec<i32> {
+        let mut held = Vec::new();
+        for &t in tids {
+            if interrupt && sys::interrupt(t).is_err() {
+                continue;
+            }
+            match sys::wait(t, 0) {
+                Ok(Some((_, raw))) => {
+                    let th = self.threads.get_mut(&t).expect("invariant: listed thread");
+                    th.state = TState::Held;
+                    match sys::decode_status(raw) {
+                        Status::Stopped { sig, event }
+                            if event == libc::PTRACE_EVENT_STOP
+                                && !is_group_stop_sig(sig)
+                                && !th.new =>
+                        {
+                            held.push(t)
+                        }
+                        _ => self.queue.push_back((t, raw)),
+                    }
+                }
+                _ => {
+                    // Gone without a status for us.
+                    if let Some(th) = self.threads.get_mut(&t) {
+                        th.state = TState::Held;
+                    }
+                }
+            }
+        }
+        held
+    }
+}
