@@ -6,7 +6,8 @@
 //
 // usage: retprobe [>OUT] MODE...   MODE: calls sleep rec mutual tail
 //                                        longjmp signal threads fork all
-//                                        exec napsN (N naps of 100 ms)
+//                                        exec napsN[,MS] (N naps of MS ms,
+//                                        100 by default)
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -161,7 +162,8 @@ static void mode(const char *m) {
     } else if (!strcmp(m, "exec")) {
         printf("exec %ld\n", execer("/proc/self/exe"));
     } else if (!strncmp(m, "naps", 4)) {
-        naps(atol(m + 4), 100);
+        const char *ms = strchr(m, ',');
+        naps(atol(m + 4), ms ? atol(ms + 1) : 100);
     } else {
         printf("unknown mode %s\n", m);
         exit(2);

@@ -19,6 +19,7 @@ pub const CASES: &[Case] = &[
     case!(values_and_entry_arguments_are_exact @ per_transport),
     case!(elapsed_of_a_10_ms_sleep @ per_transport),
     case!(maxactive_2_on_a_recursion_of_depth_5 @ per_transport),
+    case!(ignore_and_maxhits_count_returns @ per_transport),
     case!(every_way_a_call_ends @ per_transport),
     case!(a_cpp_exception_through_three_traced_frames @ per_transport),
     case!(a_fork_child_not_followed_runs_untouched @ per_transport),
@@ -284,6 +285,29 @@ fn maxactive_2_on_a_recursion_of_depth_5(transport: &'static str) {
     );
 }
 
+fn ignore_and_maxhits_count_returns(transport: &'static str) {
+    let t = target();
+    let prog = program(
+        &format!("ret-maxhits-{transport}"),
+        "retprobe",
+        &[
+            ("add3", "ignore = 1\nmaxhits = 1\n"),
+            ("rec", "maxhits = 3\n"),
+        ],
+        &["entry, rdi", "r, rax"],
+    );
+    // add3: the first return ignored, the second runs, then the probe is
+    // gone (the third call is not tracked, and not missed). rec(5): the
+    // three innermost returns run; the two calls still live when the
+    // probe goes return without a handler and are not missed either.
+    let r = run(transport, &prog, &[], &t, &["calls", "rec"]);
+    same_as_untraced(&r, &t, &["calls", "rec"]);
+    assert_eq!(r.words(0), [[1, 111]]);
+    assert_eq!(r.words(1), [[1, 1], [2, 3], [3, 6]]);
+    assert_eq!(r.counts("add3"), (2, 0));
+    assert_eq!(r.counts("rec"), (3, 0));
+}
+
 /// Every probe of retprobe.c, each logging its entry arguments, its
 /// return value and its elapsed time.
 const ALL: &[&str] = &[
@@ -497,7 +521,7 @@ fn detaching_with_live_calls_restores_the_return_sites() {
     let out = scratch().join("ret-naps.out");
     let mut child = Command::new(&t)
         .arg(format!(">{}", out.display()))
-        .arg("naps20")
+        .args(["naps8", "naps1,4000"])
         .spawn()
         .unwrap();
     let prog = program(
@@ -515,17 +539,15 @@ fn detaching_with_live_calls_restores_the_return_sites() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut wp = w.spawn().unwrap();
-    // Two returns seen, then stop while the next call sleeps: its return
-    // site is armed in the process.
+    // A return seen (the probe is armed), then stop while the last call
+    // sleeps (the 8 naps of 100 ms are over by then, the one of 4 s is
+    // not): its return site is armed in the process.
     let mut reader = std::io::BufReader::new(wp.stdout.take().unwrap());
-    let mut rip = 0;
-    for _ in 0..2 {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        rip = v["items"][0]["values"][1].as_u64().unwrap();
-    }
-    std::thread::sleep(std::time::Duration::from_millis(30));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let rip = v["items"][0]["values"][1].as_u64().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(wp.id() as i32, libc::SIGINT) };
     let o = crate::support::cli::output_within_child(wp, 30);
@@ -539,8 +561,13 @@ fn detaching_with_live_calls_restores_the_return_sites() {
     let info = wprobe_elf::ElfInfo::open(&t).unwrap();
     assert_eq!(b[0], info.first_byte(rip).unwrap(), "at {rip:#x}");
     assert_eq!(child.wait().unwrap().code(), Some(3));
-    let want: String = (0..20).map(|i| format!("nap {i} 100\n")).collect();
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), want);
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        (0..8)
+            .map(|i| format!("nap {i} 100\n"))
+            .chain(["nap 0 4000\n".to_string()])
+            .collect::<String>()
+    );
     // The call live at the detach is counted as missed.
     let stats: serde_json::Value = rest
         .lines()

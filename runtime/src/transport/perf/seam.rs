@@ -372,10 +372,7 @@ impl PerfTracer {
             return;
         }
         let mut stepped = false;
-        for _ in 0..n {
-            let Some(c) = self.seam.calls.pop(tid) else {
-                break;
-            };
+        while let Some(c) = self.seam.calls.pop(tid, rsp_after) {
             if !stepped {
                 hit.step_past_ret(c.ret_addr);
                 stepped = true;

@@ -204,20 +204,18 @@ impl Tracer {
     fn on_return_site(&mut self, hit: &mut Hit, on_event: OnEvent<'_>) -> PAction {
         let (tid, pid) = (hit.tid() as i32, hit.pid() as i32);
         let at = hit.address();
+        let rsp = hit.regs().rsp;
         let n = self
             .seam
             .calls
-            .returning(tid, hit.regs().rsp, Some(at), &mut self.seam.gone);
+            .returning(tid, rsp, Some(at), &mut self.seam.gone);
         self.flush_gone(on_event);
         if n == 0 {
             self.drop_idle_return_site(pid, at);
             return PAction::Continue;
         }
         let now = crate::sys::time::monotonic_ns();
-        for _ in 0..n {
-            let Some(c) = self.seam.calls.pop(tid) else {
-                break;
-            };
+        while let Some(c) = self.seam.calls.pop(tid, rsp) {
             self.release_return_site(pid, at);
             let entry = EntryState {
                 regs: c.regs,
