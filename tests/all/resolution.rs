@@ -6,7 +6,7 @@
 
 use runtime::format::Format;
 use runtime::session::{ProgramInput, RunOptions, Session};
-use runtime::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
+use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::{SharedBuf, build_c, engine, scratch_dir};
@@ -64,7 +64,7 @@ fn trace(
         argv.join(" ")
     );
     let argv: Vec<std::ffi::OsString> = ["/bin/sh", "-c", &cmd].iter().map(Into::into).collect();
-    let mut tracer = Tracer::launch(
+    let mut tracer = PtraceTracer::launch(
         &argv,
         TraceOptions {
             follow_forks: false,

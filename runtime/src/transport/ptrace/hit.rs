@@ -29,7 +29,7 @@ pub enum HitKind {
 
 /// One hit of a stopped thread. Obtained from [`super::Event`]; valid until
 /// `on_event` returns.
-pub struct Hit {
+pub struct PtraceHit {
     tid: i32,
     pid: i32,
     kind: HitKind,
@@ -64,9 +64,9 @@ const READ_WINDOW: usize = 256;
 /// Reads of at most this many bytes go through the window.
 const WINDOWED_READ_MAX: u64 = 64;
 
-impl std::fmt::Debug for Hit {
+impl std::fmt::Debug for PtraceHit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hit")
+        f.debug_struct("PtraceHit")
             .field("tid", &self.tid)
             .field("pid", &self.pid)
             .field("kind", &self.kind)
@@ -77,9 +77,9 @@ impl std::fmt::Debug for Hit {
 
 use crate::sys::regs::zero_regs;
 
-impl Hit {
-    pub(super) fn empty() -> Hit {
-        Hit {
+impl PtraceHit {
+    pub(super) fn empty() -> PtraceHit {
+        PtraceHit {
             tid: 0,
             pid: 0,
             kind: HitKind::Breakpoint(0),
@@ -160,7 +160,7 @@ impl Hit {
     pub fn with_gvars<R>(
         &mut self,
         gvars: &mut [u64],
-        f: impl FnOnce(&mut HitWithGvars<&mut Hit, &mut [u64]>) -> R,
+        f: impl FnOnce(&mut HitWithGvars<&mut PtraceHit, &mut [u64]>) -> R,
     ) -> R {
         let mut env = HitWithGvars { hit: self, gvars };
         f(&mut env)
@@ -204,7 +204,7 @@ pub fn parse_stat_cpu(line: &[u8]) -> Option<u64> {
     rest.split_ascii_whitespace().nth(39 - 3)?.parse().ok()
 }
 
-impl HitEnv for Hit {
+impl HitEnv for PtraceHit {
     fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
         if let Some(v) = arch::gpr(&self.regs, reg) {
             return (part == 0).then_some(v);
@@ -324,9 +324,9 @@ impl HitEnv for Hit {
     }
 }
 
-/// A [`Hit`] together with the run's global variables: the environment a
-/// handler sees. Borrowed for one handler run (see [`Hit::with_gvars`]) or
-/// owned by the session's store (`HitWithGvars<Hit, Vec<u64>>`).
+/// A [`PtraceHit`] together with the run's global variables: the environment a
+/// handler sees. Borrowed for one handler run (see [`PtraceHit::with_gvars`]) or
+/// owned by the session's store (`HitWithGvars<PtraceHit, Vec<u64>>`).
 pub struct HitWithGvars<H, G> {
     /// The hit.
     pub hit: H,
@@ -334,17 +334,17 @@ pub struct HitWithGvars<H, G> {
     pub gvars: G,
 }
 
-impl<H: std::borrow::BorrowMut<Hit>, G> HitWithGvars<H, G> {
-    fn h(&self) -> &Hit {
+impl<H: std::borrow::BorrowMut<PtraceHit>, G> HitWithGvars<H, G> {
+    fn h(&self) -> &PtraceHit {
         std::borrow::Borrow::borrow(&self.hit)
     }
 
-    fn hm(&mut self) -> &mut Hit {
+    fn hm(&mut self) -> &mut PtraceHit {
         std::borrow::BorrowMut::borrow_mut(&mut self.hit)
     }
 }
 
-impl<H: std::borrow::BorrowMut<Hit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H, G> {
+impl<H: std::borrow::BorrowMut<PtraceHit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H, G> {
     fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
         self.hm().read_reg(reg, part)
     }
@@ -395,11 +395,11 @@ impl<H: std::borrow::BorrowMut<Hit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H,
     }
 }
 
-impl Default for Hit {
+impl Default for PtraceHit {
     /// An empty hit (no thread): the placeholder the session swaps with the
     /// tracer's hit around each handler run.
-    fn default() -> Hit {
-        Hit::empty()
+    fn default() -> PtraceHit {
+        PtraceHit::empty()
     }
 }
 
@@ -413,7 +413,7 @@ mod tests {
     fn the_read_window_serves_nearby_reads_and_never_panics() {
         let pid = std::process::id() as i32;
         let mem = Rc::new(RefCell::new(ProcMem::open(pid)));
-        let mut h = Hit::empty();
+        let mut h = PtraceHit::empty();
         h.reset(pid, pid, HitKind::Breakpoint(0), zero_regs(), mem, None);
         let data: Box<[u64; 8]> = Box::new([1, 2, 3, 4, 5, 6, 7, 8]);
         let addr = data.as_ptr() as u64;

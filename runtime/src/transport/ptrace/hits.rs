@@ -1,24 +1,19 @@
 //! Our traps: a breakpoint or watchpoint hit reported to the caller with a
-//! [`super::Hit`], the dynamic linker's breakpoint (library events), the
+//! [`super::PtraceHit`], the dynamic linker's breakpoint (library events), the
 //! hand-off of a process to a debugger, and a thread's PC put back when it
 //! stopped inside an out-of-line slot.
 
 use super::hit::HitKind;
 use super::threads::ProcKind;
-use super::{Action, Event, ProviderError, Tracer, rdebug};
+use super::{PtraceAction, PtraceError, PtraceEvent, PtraceTracer, rdebug};
 use crate::arch::{self, BREAKPOINT_INSN, Regs};
 use crate::sys::ptrace::{self as sys};
 use crate::sys::regs::zero_regs;
 
 use super::events::Cb;
 
-impl Tracer {
-    pub(super) fn on_sigtrap(
-        &mut self,
-        tid: i32,
-        pid: i32,
-        cb: Cb<'_>,
-    ) -> Result<(), ProviderError> {
+impl PtraceTracer {
+    pub(super) fn on_sigtrap(&mut self, tid: i32, pid: i32, cb: Cb<'_>) -> Result<(), PtraceError> {
         let si = match sys::getsiginfo(tid) {
             Ok(si) => si,
             Err(_) => return Ok(()),
@@ -79,7 +74,7 @@ impl Tracer {
         addr: u64,
         mut regs: Regs,
         cb: Cb<'_>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         regs.rip = addr;
         // The second trap of a hit interrupted by a signal (see
         // `Thread::rerun`): step over without running the handler again.
@@ -116,7 +111,7 @@ impl Tracer {
             self.in_flight = Some((tid, addr));
             let action = cb(
                 self,
-                Event::Breakpoint {
+                PtraceEvent::Breakpoint {
                     bp: &ids,
                     hit: &mut hit,
                 },
@@ -132,15 +127,15 @@ impl Tracer {
             }
             self.ids = ids;
             match action {
-                Action::Continue => {}
-                Action::DisableProbe => {
+                PtraceAction::Continue => {}
+                PtraceAction::DisableProbe => {
                     let ids = std::mem::take(&mut self.ids);
                     for id in &ids {
                         self.remove_breakpoint(*id)?;
                     }
                     self.ids = ids;
                 }
-                Action::HandoffToDebugger => return self.handoff(tid, pid, regs),
+                PtraceAction::HandoffToDebugger => return self.handoff(tid, pid, regs),
             }
         }
         if internal && !quiet {
@@ -166,7 +161,7 @@ impl Tracer {
             }
         };
         if consistent {
-            cb(self, Event::LibrariesChanged { pid });
+            cb(self, PtraceEvent::LibrariesChanged { pid });
         }
     }
 
@@ -177,7 +172,7 @@ impl Tracer {
         mut regs: Regs,
         bits: u8,
         cb: Cb<'_>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         let orig = regs;
         for slot in 0..4 {
             if bits & (1 << slot) == 0 {
@@ -192,7 +187,7 @@ impl Tracer {
             hit.reset(tid, pid, HitKind::Watchpoint(w.addr, slot), regs, mem, stat);
             let action = cb(
                 self,
-                Event::Watchpoint {
+                PtraceEvent::Watchpoint {
                     wp: w.id,
                     hit: &mut hit,
                 },
@@ -205,9 +200,9 @@ impl Tracer {
                 th.stat = stat;
             }
             match action {
-                Action::Continue => {}
-                Action::DisableProbe => self.remove_watchpoint(w.id)?,
-                Action::HandoffToDebugger => return self.handoff(tid, pid, regs),
+                PtraceAction::Continue => {}
+                PtraceAction::DisableProbe => self.remove_watchpoint(w.id)?,
+                PtraceAction::HandoffToDebugger => return self.handoff(tid, pid, regs),
             }
         }
         if regs != orig {
@@ -217,7 +212,7 @@ impl Tracer {
         Ok(())
     }
 
-    pub(super) fn handoff(&mut self, tid: i32, pid: i32, regs: Regs) -> Result<(), ProviderError> {
+    pub(super) fn handoff(&mut self, tid: i32, pid: i32, regs: Regs) -> Result<(), PtraceError> {
         let _ = sys::setregs(tid, &regs);
         self.detach_process(pid, Some(tid))
     }

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use hostabi::env::HitEnv;
 
-use super::{Action as PAction, BpId, Event as PEvent, ExitStatus, Hit, HitKind, Tracer, WpId};
+use super::{
+    BpId, ExitStatus, HitKind, PtraceAction as PAction, PtraceEvent as PEvent, PtraceHit,
+    PtraceTracer, WpId,
+};
 use crate::procmaps::Mapping;
 use crate::transport::{
     Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
@@ -64,9 +67,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
                  --pid {pid}` at once to restore the bytes (or use --transport perf, which \
                  patches nothing)."
             );
-            Tracer::attach(pid, opts)
+            PtraceTracer::attach(pid, opts)
         }
-        Target::Launch(argv) => Tracer::launch(argv, opts),
+        Target::Launch(argv) => PtraceTracer::launch(argv, opts),
     }
     .map_err(|e| e.to_string())?;
     // A diagnostic knob for measurements: which step-over path to use.
@@ -85,9 +88,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
     Ok(Box::new(t))
 }
 
-impl Tracer {
+impl PtraceTracer {
     /// Carries out what the session asked after a hit.
-    fn finish_hit(&mut self, action: Action, hit: &mut Hit) -> PAction {
+    fn finish_hit(&mut self, action: Action, hit: &mut PtraceHit) -> PAction {
         match action {
             Action::Continue => PAction::Continue,
             Action::HandoffToDebugger => {
@@ -115,13 +118,13 @@ impl Tracer {
     }
 }
 
-impl Transport for Tracer {
+impl Transport for PtraceTracer {
     fn info(&self) -> &'static TransportInfo {
         &INFO
     }
 
     fn main_pid(&self) -> i32 {
-        Tracer::main_pid(self)
+        PtraceTracer::main_pid(self)
     }
 
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
@@ -131,7 +134,7 @@ impl Transport for Tracer {
         if fresh {
             self.refresh_maps(pid);
         }
-        Ok(Tracer::maps(self, pid).to_vec())
+        Ok(PtraceTracer::maps(self, pid).to_vec())
     }
 
     fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
@@ -168,7 +171,7 @@ impl Transport for Tracer {
     }
 
     fn set_tick(&mut self, period: Duration) {
-        Tracer::set_tick(self, period);
+        PtraceTracer::set_tick(self, period);
     }
 
     fn run(
@@ -176,8 +179,8 @@ impl Transport for Tracer {
         stop: &AtomicBool,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
     ) -> anyhow::Result<Option<ExitStatus>> {
-        let main = Tracer::main_pid(self);
-        let mut cb = |t: &mut Tracer, ev: PEvent<'_>| -> PAction {
+        let main = PtraceTracer::main_pid(self);
+        let mut cb = |t: &mut PtraceTracer, ev: PEvent<'_>| -> PAction {
             match ev {
                 PEvent::Breakpoint { bp, hit } => {
                     let mut tags = std::mem::take(&mut t.seam.tags);
@@ -237,7 +240,7 @@ impl Transport for Tracer {
                 }
             }
         };
-        Tracer::run(self, stop, &mut cb)?;
+        PtraceTracer::run(self, stop, &mut cb)?;
         Ok(self.seam.main_status)
     }
 
@@ -246,11 +249,11 @@ impl Transport for Tracer {
     }
 
     fn kill_launched(&mut self) {
-        Tracer::kill_launched(self);
+        PtraceTracer::kill_launched(self);
     }
 
     fn report(&self) -> Report {
-        let main = Tracer::main_pid(self);
+        let main = PtraceTracer::main_pid(self);
         Report {
             exit_status: self.exit_status(main),
             detach_signals: self.detach_signals(main),
@@ -261,11 +264,11 @@ impl Transport for Tracer {
     }
 
     fn new_hit(&self) -> Box<dyn TransportHit> {
-        Box::new(Hit::default())
+        Box::new(PtraceHit::default())
     }
 }
 
-impl TransportHit for Hit {
+impl TransportHit for PtraceHit {
     fn ip(&self) -> u64 {
         match self.kind() {
             HitKind::Breakpoint(a) => a,
@@ -274,7 +277,7 @@ impl TransportHit for Hit {
     }
 
     fn set_module_bias(&mut self, bias: u64) {
-        Hit::set_module_bias(self, bias);
+        PtraceHit::set_module_bias(self, bias);
     }
 
     crate::swap_hit_impl!();

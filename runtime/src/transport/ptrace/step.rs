@@ -11,7 +11,7 @@ use nix::errno::Errno;
 use super::events::zero_regs;
 use super::mem::{OolSlot, ProcMem, Scratch};
 use super::threads::TState;
-use super::{ProviderError, StepPolicy, Tracer};
+use super::{PtraceError, PtraceTracer, StepPolicy};
 use crate::arch::{self, BREAKPOINT_INSN, EmuMem, Emul, Insn, OOL_SLOT_BYTES, Regs, StepKind};
 use crate::procmaps::Mapping;
 use crate::sys::ptrace::{self as sys, Status};
@@ -53,7 +53,7 @@ fn apply_policy(policy: StepPolicy, kind: StepKind) -> StepKind {
     }
 }
 
-impl Tracer {
+impl PtraceTracer {
     /// Executes the displaced instruction at `addr` for `tid` (whose
     /// snapshot, possibly modified by a handler, is `regs` with RIP = addr)
     /// and resumes it.
@@ -63,7 +63,7 @@ impl Tracer {
         pid: i32,
         addr: u64,
         mut regs: Regs,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         let Some(p) = self.procs.get(&pid) else {
             return Ok(());
         };
@@ -234,26 +234,26 @@ impl Tracer {
         pid: i32,
         nr: u64,
         a: [u64; 6],
-    ) -> Result<u64, ProviderError> {
-        let sc = self.syscall_insn(pid).ok_or(ProviderError::Sys {
+    ) -> Result<u64, PtraceError> {
+        let sc = self.syscall_insn(pid).ok_or(PtraceError::Sys {
             op: "finding a syscall instruction",
             pid,
             errno: Errno::ENOEXEC,
         })?;
         let mut saved = zero_regs();
-        sys::getregs(tid, &mut saved).map_err(|e| ProviderError::sys("PTRACE_GETREGS", tid, e))?;
+        sys::getregs(tid, &mut saved).map_err(|e| PtraceError::sys("PTRACE_GETREGS", tid, e))?;
         let mut r = saved;
         r.rax = nr;
         r.orig_rax = u64::MAX;
         (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
         r.rip = sc;
         r.eflags &= !arch::EFLAGS_TF;
-        sys::setregs(tid, &r).map_err(|e| ProviderError::sys("PTRACE_SETREGS", tid, e))?;
+        sys::setregs(tid, &r).map_err(|e| PtraceError::sys("PTRACE_SETREGS", tid, e))?;
         let result = loop {
-            sys::singlestep(tid, 0).map_err(|e| ProviderError::sys("PTRACE_SINGLESTEP", tid, e))?;
+            sys::singlestep(tid, 0).map_err(|e| PtraceError::sys("PTRACE_SINGLESTEP", tid, e))?;
             let raw = match sys::wait(tid, 0) {
                 Ok(Some((_, raw))) => raw,
-                _ => return Err(ProviderError::TraceeDied { pid: tid }),
+                _ => return Err(PtraceError::TraceeDied { pid: tid }),
             };
             match sys::decode_status(raw) {
                 Status::Stopped {
@@ -261,7 +261,7 @@ impl Tracer {
                     event: 0,
                 } => {
                     sys::getregs(tid, &mut r)
-                        .map_err(|e| ProviderError::sys("PTRACE_GETREGS", tid, e))?;
+                        .map_err(|e| PtraceError::sys("PTRACE_GETREGS", tid, e))?;
                     if r.rip == sc + 2 {
                         break r.rax;
                     }
@@ -269,16 +269,16 @@ impl Tracer {
                 Status::Stopped { sig, event: 0 } => self.stash_signal(tid, sig),
                 Status::Stopped { event, .. } if event == libc::PTRACE_EVENT_EXIT => {
                     self.queue.push_back((tid, raw));
-                    return Err(ProviderError::TraceeDied { pid: tid });
+                    return Err(PtraceError::TraceeDied { pid: tid });
                 }
                 Status::Stopped { .. } => {}
                 _ => {
                     self.queue.push_back((tid, raw));
-                    return Err(ProviderError::TraceeDied { pid: tid });
+                    return Err(PtraceError::TraceeDied { pid: tid });
                 }
             }
         };
-        sys::setregs(tid, &saved).map_err(|e| ProviderError::sys("PTRACE_SETREGS", tid, e))?;
+        sys::setregs(tid, &saved).map_err(|e| PtraceError::sys("PTRACE_SETREGS", tid, e))?;
         Ok(result)
     }
 
@@ -302,7 +302,7 @@ impl Tracer {
         pid: i32,
         addr: u64,
         mut regs: Regs,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         let held = self.stop_world(pid, tid);
         let Some(p) = self.procs.get(&pid) else {
             return Ok(());
