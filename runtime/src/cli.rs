@@ -108,13 +108,14 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    match cli.command {
+
+    report(match cli.command {
         Command::Compile(a) => cmd::compile::compile(a),
         Command::Run(a) => cmd::run::run(a),
         Command::List(a) => cmd::list::list(a),
         Command::Bench(a) => cmd::bench::bench(a),
         Command::Repair(a) => cmd::repair::repair(a),
-    }
+    })
 }
 
 /// The `--transport` values: the transport registry, each with its
@@ -125,4 +126,50 @@ pub(crate) fn transport_names() -> PossibleValuesParser {
             .iter()
             .map(|t| PossibleValue::new(t.name).help(t.about)),
     )
+}
+
+/// A command's failure: what `wprobe` prints (`error: MESSAGE`) and the
+/// exit status it gives (1: bad input or arguments, or a target that
+/// cannot be traced; 2: an internal error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    /// The exit status.
+    pub code: u8,
+    /// The message, without the `error: ` prefix.
+    pub message: String,
+}
+
+impl CliError {
+    /// A failure with exit status `code`.
+    pub fn new(code: u8, message: impl Into<String>) -> CliError {
+        CliError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Bad input, bad arguments, or a target that cannot be traced (1).
+    pub fn user(message: impl Into<String>) -> CliError {
+        CliError::new(1, message)
+    }
+
+    /// An internal error (2).
+    pub fn internal(message: impl Into<String>) -> CliError {
+        CliError::new(2, message)
+    }
+}
+
+/// What a command returns: its exit status, or the failure to report.
+pub type CmdResult = Result<ExitCode, CliError>;
+
+/// Reports a command's result: prints a failure as `error: MESSAGE` and
+/// turns it into its exit status.
+pub fn report(result: CmdResult) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            crate::elog!("error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
 }

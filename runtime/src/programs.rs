@@ -30,28 +30,23 @@ pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf>
     })
 }
 
-/// The engine of `run` and `bench`; its error is printed and gives exit status 2.
-pub fn cli_engine() -> Result<wasmtime::Engine, std::process::ExitCode> {
-    crate::engine::new_engine().map_err(|e| {
-        crate::elog!("error: {e:#}");
-        std::process::ExitCode::from(2)
-    })
+/// The engine of `run` and `bench` (an internal error, exit status 2,
+/// when wasmtime cannot be set up).
+pub fn cli_engine() -> Result<wasmtime::Engine, crate::cli::CliError> {
+    crate::engine::new_engine().map_err(|e| crate::cli::CliError::internal(format!("{e:#}")))
 }
 
-/// Loads every program with `load`, in order; the first error is printed
-/// (`error: …`) and gives exit status 1.
+/// Loads every program with `load`, in order; the first error is the
+/// command's (exit status 1).
 pub fn load_each<T>(
     paths: &[std::path::PathBuf],
     mut load: impl FnMut(&Path) -> Result<T, String>,
-) -> Result<Vec<T>, std::process::ExitCode> {
+) -> Result<Vec<T>, crate::cli::CliError> {
     paths
         .iter()
         .map(|p| load(p))
         .collect::<Result<Vec<T>, String>>()
-        .map_err(|e| {
-            crate::elog!("error: {e}");
-            std::process::ExitCode::from(1)
-        })
+        .map_err(crate::cli::CliError::user)
 }
 
 /// Compiles an `.rpn` program with the `-D`/`-I` options; a bare `name =`

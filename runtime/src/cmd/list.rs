@@ -7,6 +7,8 @@
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
+
+use crate::cli::{CliError, CmdResult};
 use wprobe_elf::{ElfInfo, SymKind};
 
 /// Whether `name` matches the shell-style `glob` (`*`, `?`).
@@ -93,7 +95,7 @@ pub fn list_module(
 }
 
 /// Runs the command.
-pub fn list(a: ListArgs) -> ExitCode {
+pub fn list(a: ListArgs) -> CmdResult {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -106,13 +108,7 @@ pub fn list(a: ListArgs) -> ExitCode {
     };
     let mut total = 0;
     if let Some(pid) = a.pid {
-        let maps = match crate::procmaps::read(pid) {
-            Ok(m) => m,
-            Err(e) => {
-                crate::elog!("error: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        let maps = crate::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
         let mut resolver = crate::resolve::Resolver::default();
         let mut seen = Vec::new();
         for m in maps.iter().filter(|m| m.exec && m.is_file()) {
@@ -139,16 +135,10 @@ pub fn list(a: ListArgs) -> ExitCode {
         }
     } else {
         let Some(b) = binary else {
-            crate::elog!("error: give a BINARY or -p PID");
-            return ExitCode::from(1);
+            return Err(CliError::user("give a BINARY or -p PID"));
         };
-        let path = match wprobe_elf::locate::locate_file(&b, &[]) {
-            Ok(p) => p,
-            Err(e) => {
-                crate::elog!("error: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        let path =
+            wprobe_elf::locate::locate_file(&b, &[]).map_err(|e| CliError::user(e.to_string()))?;
         match ElfInfo::open(&path) {
             Ok(elf) => {
                 if elf.is_dyn {
@@ -161,20 +151,18 @@ pub fn list(a: ListArgs) -> ExitCode {
                 total += list_module(&mut out, &elf, 0, glob.as_deref(), a.all, !a.no_demangle);
             }
             Err(e) => {
-                crate::elog!("error: {e}");
-                return ExitCode::from(1);
+                return Err(CliError::user(e.to_string()));
             }
         }
     }
     if let Err(e) = crate::output::print_stdout(&out) {
-        crate::elog!("error: writing the listing: {e}");
-        return ExitCode::from(1);
+        return Err(CliError::user(format!("writing the listing: {e}")));
     }
     if total == 0 {
         crate::elog!("wprobe: no matching symbols");
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
