@@ -11,29 +11,6 @@ use std::process::ExitCode;
 use crate::cli::{CliError, CmdResult};
 use wprobe_elf::{ElfInfo, SymKind};
 
-/// Whether `name` matches the shell-style `glob` (`*`, `?`).
-pub fn glob_match(glob: &str, name: &str) -> bool {
-    let (g, n): (Vec<char>, Vec<char>) = (glob.chars().collect(), name.chars().collect());
-    let (mut gi, mut ni, mut star, mut mark) = (0, 0, None, 0);
-    while ni < n.len() {
-        if gi < g.len() && (g[gi] == '?' || g[gi] == n[ni]) {
-            gi += 1;
-            ni += 1;
-        } else if gi < g.len() && g[gi] == '*' {
-            star = Some(gi);
-            mark = ni;
-            gi += 1;
-        } else if let Some(s) = star {
-            gi = s + 1;
-            mark += 1;
-            ni = mark;
-        } else {
-            return false;
-        }
-    }
-    g[gi..].iter().all(|c| *c == '*')
-}
-
 /// What decoding a function from its start found, for the listing: the
 /// number of instructions when every byte decodes (any of their starts is
 /// a valid probe location without `opcode =`), else where decoding stops.
@@ -67,7 +44,9 @@ pub fn list_module(
         .symbols
         .iter()
         .filter(|s| all || s.is_code())
-        .filter(|s| glob.is_none_or(|g| glob_match(g, &s.name) || glob_match(g, &shown(s))))
+        .filter(|s| {
+            glob.is_none_or(|g| wprobe_elf::glob(g, &s.name) || wprobe_elf::glob(g, &shown(s)))
+        })
         .collect();
     rows.sort_by_key(|s| (s.value, s.name.clone()));
     rows.dedup_by(|a, b| a.value == b.value && a.name == b.name);
@@ -163,21 +142,6 @@ pub fn list(a: ListArgs) -> CmdResult {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("mall*", "malloc"));
-        assert!(glob_match("*alloc", "calloc"));
-        assert!(glob_match("m?lloc", "malloc"));
-        assert!(!glob_match("m?lloc", "mallloc"));
-        assert!(glob_match("*", ""));
-        assert!(!glob_match("free", "freeze"));
-    }
 }
 
 /// `wprobe list`.

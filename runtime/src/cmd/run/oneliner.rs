@@ -192,7 +192,7 @@ pub fn list(a: &RunArgs) -> CmdResult {
     };
     let bin = bt2wasm::elf::Binary::open(&path).map_err(|e| CliError::user(e.to_string()))?;
     let debug = if a.verbose {
-        bt2wasm::dwarf::Debug::load(&bin.bytes)
+        bt2wasm::dwarf::Debug::load(bin.bytes())
     } else {
         None
     };
