@@ -1,8 +1,8 @@
 //! `wprobe run`: load the programs (compiling `.rpn` on the fly), start or
 //! attach to the target, arm, run the session, print the summary, and exit
 //! with the traced command's status (128 + signal when it was killed).
-//! `--transport ptrace` (default) or `perf` chooses the provider; the
-//! session (handlers, statistics, output) is the same for both.
+//! `--transport NAME` chooses the transport from the registry; the
+//! session (handlers, statistics, output) is the same for every one.
 
 pub mod oneliner;
 

@@ -1,4 +1,4 @@
-//! The ptrace provider: launches or attaches to Linux x86-64 processes,
+//! The ptrace transport: launches or attaches to Linux x86-64 processes,
 //! arms `int3` breakpoints and debug-register watchpoints, runs the event
 //! loop and hands each hit to the caller with a [`PtraceHit`] context, steps over
 //! displaced instructions without removing the `int3` (emulation, then

@@ -159,7 +159,7 @@ pub enum ArmError {
         /// The pid.
         pid: i32,
     },
-    /// A provider failure while arming.
+    /// A tracer failure while arming.
     #[error(transparent)]
     Provider(#[from] PtraceError),
 }
