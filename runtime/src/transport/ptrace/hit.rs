@@ -27,7 +27,7 @@ pub enum HitKind {
     Watchpoint(u64, usize),
 }
 
-/// One hit of a stopped thread. Obtained from [`super::Event`]; valid until
+/// One hit of a stopped thread. Obtained from [`super::PtraceEvent`]; valid until
 /// `on_event` returns.
 pub struct PtraceHit {
     tid: i32,
