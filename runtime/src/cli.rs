@@ -14,9 +14,31 @@ use crate::cmd::list::ListArgs;
 use crate::cmd::repair::RepairArgs;
 use crate::cmd::run::RunArgs;
 
+/// Examples shown under `wprobe --help`.
+const EXAMPLES: &str = "\
+Examples:
+  wprobe run -e 'uprobe:libc:malloc { @bytes = hist(arg0); }' -c 'ls -l /usr'
+  wprobe run guests/rpn/malloc_count.rpn -- ls -l /usr
+  wprobe run prog.rpn -p 1234                  attach to a running process
+  wprobe run --transport perf prog.rpn -- CMD  the target never stops
+  wprobe list ./prog 'target_*'                functions, sizes, first bytes
+  wprobe compile prog.rpn -o prog.wasm
+  wprobe bench prog.rpn --end-to-end -- CMD    per-hit cost of each transport
+  wprobe repair --pid 1234                     after a killed `wprobe run -p`
+
+Exit status: 0 success; 1 bad input, or a target that cannot be traced; 2 an
+internal error; `wprobe run` exits with the traced command's status.
+Documentation: README.md, docs/rpn-language.md, docs/oneliners.md, docs/hostabi.md.";
+
 /// Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux processes.
 #[derive(Parser, Debug)]
-#[command(name = "wprobe", version, about, long_about = None)]
+#[command(
+    name = "wprobe",
+    version,
+    about = "Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux x86-64 processes",
+    long_about = None,
+    after_help = EXAMPLES
+)]
 pub struct Cli {
     /// The subcommand.
     #[command(subcommand)]
@@ -162,13 +184,31 @@ impl CliError {
 /// What a command returns: its exit status, or the failure to report.
 pub type CmdResult = Result<ExitCode, CliError>;
 
-/// Reports a command's result: prints a failure as `error: MESSAGE` and
-/// turns it into its exit status.
+/// Separates compiler diagnostics from the summary in an error message
+/// (see [`diagnostics_failure`]).
+const DIAGNOSTICS_END: char = '\u{1}';
+
+/// An error message made of compiler diagnostics (already rendered, with
+/// `file:line:col` and carets) and a one-line summary: reported as the
+/// diagnostics as they are, then `error: SUMMARY`, whatever path the
+/// message takes to the command's result.
+pub fn diagnostics_failure(diagnostics: &str, summary: &str) -> String {
+    format!("{diagnostics}{DIAGNOSTICS_END}{summary}")
+}
+
+/// Reports a command's result: prints a failure as `error: MESSAGE` (after
+/// the compiler's diagnostics, when it carries them) and turns it into its
+/// exit status.
 pub fn report(result: CmdResult) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            crate::elog!("error: {}", e.message);
+            match e.message.split_once(DIAGNOSTICS_END) {
+                Some((diagnostics, summary)) => {
+                    crate::elog!("{diagnostics}error: {summary}")
+                }
+                None => crate::elog!("error: {}", e.message),
+            }
             ExitCode::from(e.code)
         }
     }

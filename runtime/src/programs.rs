@@ -146,11 +146,17 @@ pub fn compile_rpn(
     };
     match rpn2wasm::compile(path, &opts) {
         Ok((c, _)) => Ok((c.wasm, c.program)),
-        Err((d, map)) => Err(format!(
-            "{}could not compile `{}`",
-            d.render(&map),
-            path.display()
-        )),
+        Err((d, map)) => {
+            let n = d.0.len();
+            Err(crate::cli::diagnostics_failure(
+                &d.render(&map),
+                &format!(
+                    "could not compile `{}` ({n} error{})",
+                    path.display(),
+                    if n == 1 { "" } else { "s" }
+                ),
+            ))
+        }
     }
 }
 

@@ -298,8 +298,24 @@ fn wait_child(pid: i32) -> Option<ExitStatus> {
     }
 }
 
+/// Examples shown under `wprobe run --help`.
+const RUN_EXAMPLES: &str = "\
+Examples:
+  wprobe run prog.rpn -- ./app arg          launch ./app, trace it until it exits
+  wprobe run prog.rpn -p 1234               attach to every thread of process 1234
+  wprobe run -e 'uprobe:./app:f { printf(\"%d\\n\", arg0); }' -c ./app
+  wprobe run script.bt -c ./app             bpftrace's language, from a file
+  wprobe run --event 'p:open libc:open path=+0(%di):string' -c ./app
+  wprobe run handler.wat --probe 'target_fn=on_call' -- ./app
+  wprobe run prog.rpn --format json -o out.jsonl -- ./app
+  wprobe run -l 'uprobe:./app:*'            list what can be probed
+
+Records go to standard output (or -o FILE), the summary to standard error.
+SIGINT, SIGTERM or SIGHUP stop tracing and leave the process as it was.";
+
 /// `wprobe run`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = RUN_EXAMPLES)]
 pub struct RunArgs {
     /// Probe programs: .rpn (compiled on the fly), .wasm or .wat, or .bt
     /// (bpftrace's language); with -l, the pattern to list.
@@ -350,8 +366,7 @@ pub struct RunArgs {
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,
-    /// How probes reach the target and hits reach the handlers (see
-    /// `--help` for what each can do).
+    /// How probes reach the target and hits reach the handlers.
     #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = transport_names())]
     pub transport: String,
     /// Bind a handler export to a breakpoint, for modules without a manifest

@@ -13,6 +13,7 @@ mod support;
 mod bench_cmd;
 mod cache;
 mod cli;
+mod cli_goldens;
 mod guests;
 mod modules;
 mod oneliner_runtime;
@@ -51,6 +52,7 @@ fn main() {
         .iter()
         .flat_map(|m| m.iter())
         .flat_map(|c| c.trials())
+        .chain(cli_goldens::trials())
         .collect();
     libtest_mimic::run(&args, trials).exit();
 }

@@ -82,10 +82,12 @@ pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<V
         Ok(c) => Ok(c.wasm),
         Err((d, map)) => {
             let n = d.0.len();
-            Err(format!(
-                "{}could not compile `{name}` ({n} error{})",
-                d.render(&map),
-                if n == 1 { "" } else { "s" }
+            Err(crate::cli::diagnostics_failure(
+                &d.render(&map),
+                &format!(
+                    "could not compile `{name}` ({n} error{})",
+                    if n == 1 { "" } else { "s" }
+                ),
             ))
         }
     }
@@ -112,9 +114,9 @@ pub fn extra_programs(
         let wasm = match bt2wasm::compile_events(&a.events, &opts) {
             Ok(c) => c.wasm,
             Err((d, map)) => {
-                return Err(format!(
-                    "{}could not compile the probe events",
-                    d.render(&map)
+                return Err(crate::cli::diagnostics_failure(
+                    &d.render(&map),
+                    "could not compile the probe events",
                 ));
             }
         };
@@ -279,9 +281,7 @@ pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> CmdResult {
     let wasm = match compile_text(&name, &text, &opts) {
         Ok(w) => w,
         Err(e) => {
-            // Diagnostics, already formatted (position and caret).
-            eprintln!("{e}");
-            return Ok(ExitCode::from(1));
+            return Err(CliError::user(e));
         }
     };
     let bytes = if a.emit == "wat" {
