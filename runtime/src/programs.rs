@@ -8,7 +8,7 @@
 use crate::cache::{Cache, CacheOutcome};
 use crate::cli::{ProgramOpts, parse_define};
 use crate::cmd::run::RunArgs;
-use crate::session::ProgramInput;
+use crate::session::LoadedProgram;
 use std::path::Path;
 
 /// Directory of the traced command's executable (found through `PATH` like exec does).
@@ -69,7 +69,7 @@ pub fn load_program_with_cache(
     path: &Path,
     a: &RunArgs,
     cache: &Cache,
-) -> Result<ProgramInput, String> {
+) -> Result<LoadedProgram, String> {
     let is_rpn = |p: &Path| p.extension().is_some_and(|e| e == "rpn");
     if !a.probes.is_empty() && a.programs.iter().all(|p| is_rpn(p)) {
         return Err(
@@ -91,7 +91,7 @@ pub fn load_program_with_cache(
     };
     let (module, outcome) = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
     debug_cache_outcome(path, &outcome);
-    Ok(ProgramInput { label, module })
+    Ok(LoadedProgram { label, module })
 }
 
 /// With `WPROBE_DEBUG` set, one stderr line on what the cache did for `path`.

@@ -25,6 +25,7 @@ use hostabi::env::HitEnv;
 use hostabi::manifest::{Manifest, ProbeKind, Trigger};
 
 pub use self::stats::ProbeStats;
+use crate::addr::{LinkAddr, RunAddr};
 use crate::format::Format;
 use crate::load::LoadedModule;
 use crate::resolve::Resolver;
@@ -34,7 +35,7 @@ use crate::transport::{Action, Armed, Event, ExitStatus, Transport, TransportHit
 use oneliner::{BtState, Special};
 
 /// A program given on the command line, loaded.
-pub struct ProgramInput {
+pub struct LoadedProgram {
     /// Label for output (file stem).
     pub label: String,
     /// The loaded module.
@@ -57,7 +58,7 @@ pub struct RunOptions {
     pub format: Format,
 }
 
-struct ProbeRt {
+struct ProbeState {
     prog: usize,
     index: usize,
     label: String,
@@ -69,14 +70,14 @@ struct ProbeRt {
     stats: ProbeStats,
     /// Breakpoints: the probe's link-time address; a hit's address minus
     /// it is the module's load bias in whichever process hit it.
-    link: Option<u64>,
+    link: Option<LinkAddr>,
 }
 
 /// The running session.
 pub struct Session {
     runner: Runner<RunEnv>,
     manifests: Vec<Manifest>,
-    probes: Vec<ProbeRt>,
+    probes: Vec<ProbeState>,
     /// Load bias of each program's module, by (program, pid).
     bias: HashMap<(usize, i32), u64>,
     /// First bias seen per program: used for processes a transport reports
@@ -131,7 +132,7 @@ impl Session {
     /// Loads the programs into a fresh store.
     pub fn new(
         engine: &wasmtime::Engine,
-        programs: Vec<ProgramInput>,
+        programs: Vec<LoadedProgram>,
         opts: RunOptions,
         out: Box<dyn Write + Send>,
     ) -> anyhow::Result<Session> {
@@ -185,7 +186,7 @@ impl Session {
                     continue;
                 }
                 let loc = m.probes[i].location.render();
-                probes.push(ProbeRt {
+                probes.push(ProbeState {
                     prog: pi,
                     index: i,
                     label: format!("{}:{}", p.label, loc),
@@ -411,7 +412,7 @@ impl Session {
     fn bias_of(&self, pi: usize, hit: &dyn TransportHit) -> u64 {
         let p = &self.probes[pi];
         if let Some(link) = p.link {
-            return hit.ip().wrapping_sub(link);
+            return RunAddr(hit.ip()).bias_from(link);
         }
         let pid = hit.pid() as i32;
         self.bt

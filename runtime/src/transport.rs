@@ -28,6 +28,7 @@ use std::sync::atomic::AtomicBool;
 use hostabi::Status;
 use hostabi::env::HitEnv;
 
+use crate::addr::RunAddr;
 use crate::arch::WatchKind;
 use crate::procmaps::Mapping;
 use crate::regscan::RegsRead;
@@ -245,7 +246,13 @@ pub trait Transport {
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String>;
 
     /// Arms probe `tag` at run-time address `addr` in `pid`.
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String>;
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String>;
 
     /// Arms breakpoint probe `tag` at `offset` in module file `file`, which
     /// no process maps yet (only with [`Capabilities::arms_files`]); the

@@ -7,7 +7,7 @@
 
 use rpn2wasm::interp::RecordKind;
 use runtime::format::Format;
-use runtime::session::{ProgramInput, RunOptions, Session};
+use runtime::session::{LoadedProgram, RunOptions, Session};
 use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::{
@@ -36,7 +36,7 @@ fn trace(
         fuel: None,
         format: Format::Json,
     };
-    let input = ProgramInput {
+    let input = LoadedProgram {
         label: file.trim_end_matches(".rpn").to_string(),
         module,
     };

@@ -5,7 +5,7 @@
 //! expected arguments at every call.
 
 use runtime::format::Format;
-use runtime::session::{ProgramInput, RunOptions, Session};
+use runtime::session::{LoadedProgram, RunOptions, Session};
 use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -53,7 +53,7 @@ fn trace(
         fuel: None,
         format: Format::Json,
     };
-    let input = ProgramInput {
+    let input = LoadedProgram {
         label: "t".into(),
         module,
     };

@@ -8,13 +8,14 @@ use std::collections::HashMap;
 use hostabi::manifest::{ProbeKind, ProbeSpec};
 
 use super::Session;
+use crate::addr::RunAddr;
 use crate::arch::{DEBUG_REGISTERS, WatchKind};
 use crate::procmaps::{self, Mapping};
 use crate::resolve::{Located, ResolveError};
 use crate::transport::{Armed, Capabilities, Insert, TRANSPORTS, Transport, TransportInfo};
 
 /// How one probe is inserted: `(probe index, spec, run-time address)`.
-type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, u64) -> Result<Armed, String> + 'a;
+type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, RunAddr) -> Result<Armed, String> + 'a;
 
 fn watch_kind(k: ProbeKind) -> WatchKind {
     match k {
@@ -179,8 +180,8 @@ impl Session {
                 .and_then(|elf| {
                     let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
                     let off = elf
-                        .file_offset(link)
-                        .filter(|_| elf.is_exec_vaddr(link))
+                        .file_offset(link.0)
+                        .filter(|_| elf.is_exec_vaddr(link.0))
                         .ok_or_else(|| {
                             format!(
                                 "invalid offset: 0x{link:x} is not in an executable segment of {}",
@@ -189,7 +190,7 @@ impl Session {
                         })?;
                     if verify
                         && let Some(op) = spec.opcode
-                        && let Some(found) = elf.first_byte(link)
+                        && let Some(found) = elf.first_byte(link.0)
                         && found != op
                     {
                         return Err(format!(
@@ -197,7 +198,7 @@ impl Session {
                         ));
                     }
                     if verify && spec.opcode.is_none() {
-                        wprobe_elf::disasm::check_boundary(&elf, link)
+                        wprobe_elf::disasm::check_boundary(&elf, link.0)
                             .map_err(|e| e.to_string())?;
                     }
                     let id = t.insert_on_file(pi, &file, off)?;
@@ -297,7 +298,7 @@ impl Session {
                     if is_bp && verify && spec.opcode.is_none() {
                         // No `opcode =` to check: the address must start an
                         // instruction of its function, decoded from the file.
-                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.wrapping_sub(loc.bias))
+                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
                             .map_err(|e| e.to_string())?;
                     }
                     Ok((addr, insert(pi, spec, addr)?))
@@ -308,7 +309,7 @@ impl Session {
                     if is_bp {
                         // The hit's address minus this is the module's load
                         // bias in whichever process hit it.
-                        p.link = Some(addr.wrapping_sub(loc.bias));
+                        p.link = Some(addr.unrelocate(loc.bias));
                     }
                     p.armed.push((pid, a));
                     p.ever_armed = true;

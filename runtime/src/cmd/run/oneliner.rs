@@ -7,7 +7,7 @@
 
 use crate::cache::Cache;
 use crate::cmd::run::RunArgs;
-use crate::session::{ProgramInput, Session};
+use crate::session::{LoadedProgram, Session};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -98,14 +98,14 @@ pub fn extra_programs(
     engine: &wasmtime::Engine,
     a: &RunArgs,
     cache: &Cache,
-) -> Result<Vec<ProgramInput>, String> {
+) -> Result<Vec<LoadedProgram>, String> {
     let opts = options(a);
     let mut out = Vec::new();
     if let Some(text) = &a.program_text {
         let wasm = compile_text("-e", text, &opts)?;
         let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
             .map_err(|e| format!("loading the -e program: {e}"))?;
-        out.push(ProgramInput {
+        out.push(LoadedProgram {
             label: "-e".into(),
             module,
         });
@@ -122,7 +122,7 @@ pub fn extra_programs(
         };
         let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
             .map_err(|e| format!("loading the probe events: {e}"))?;
-        out.push(ProgramInput {
+        out.push(LoadedProgram {
             label: "event".into(),
             module,
         });
@@ -136,13 +136,13 @@ pub fn load_file(
     path: &Path,
     a: &RunArgs,
     cache: &Cache,
-) -> Result<ProgramInput, String> {
+) -> Result<LoadedProgram, String> {
     let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let text = String::from_utf8_lossy(&text);
     let wasm = compile_text(&path.display().to_string(), &text, &options(a))?;
     let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
-    Ok(ProgramInput {
+    Ok(LoadedProgram {
         label: crate::programs::program_label(path),
         module,
     })

@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::{PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer};
+use crate::addr::RunAddr;
 use crate::procmaps::{self, Mapping};
 use crate::transport::ptrace::ExitStatus;
 use crate::transport::{
@@ -126,7 +127,14 @@ impl Transport for PerfTracer {
         Ok(self.seam.maps[&pid].clone())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         let probe = match what {
             Insert::Breakpoint { opcode } => self.uprobe_at(pid, addr, opcode)?,
             Insert::Watchpoint { len, kind } => {

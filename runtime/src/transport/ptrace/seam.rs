@@ -13,6 +13,7 @@ use super::{
     BpId, ExitStatus, HitKind, PtraceAction as PAction, PtraceEvent as PEvent, PtraceHit,
     PtraceTracer, WpId,
 };
+use crate::addr::RunAddr;
 use crate::procmaps::Mapping;
 use crate::transport::{
     Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
@@ -137,7 +138,14 @@ impl Transport for PtraceTracer {
         Ok(PtraceTracer::maps(self, pid).to_vec())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         match what {
             Insert::Breakpoint { opcode } => {
                 let id = self
