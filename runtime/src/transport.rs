@@ -274,6 +274,27 @@ pub trait Transport {
     /// reported as hits of an enabled probe).
     fn remove(&mut self, armed: Armed);
 
+    /// Makes every probe dormant without forgetting it: no hit after this
+    /// returns (a hit already caught by the kernel may still be
+    /// delivered), and a transport that patches the target restores its
+    /// bytes. For a pause, or a quiescent teardown. The session's
+    /// [`Armed`] handles stay valid. Transports that cannot say so.
+    fn suspend(&mut self) -> Result<(), String> {
+        Err(format!(
+            "--transport {} cannot suspend its probes",
+            self.info().name
+        ))
+    }
+
+    /// Arms again every probe [`Transport::suspend`] made dormant (in the
+    /// processes still traced).
+    fn resume(&mut self) -> Result<(), String> {
+        Err(format!(
+            "--transport {} cannot resume its probes",
+            self.info().name
+        ))
+    }
+
     /// Delivers [`Event::Tick`] every `period` while running.
     fn set_tick(&mut self, period: std::time::Duration);
 

@@ -26,6 +26,7 @@ mod ptrace_processes;
 mod sandbox;
 mod scale;
 mod tracer_death;
+mod transport_seam;
 mod watchpoints;
 
 fn main() {
@@ -46,6 +47,7 @@ fn main() {
         sandbox::CASES,
         scale::CASES,
         tracer_death::CASES,
+        transport_seam::CASES,
         watchpoints::CASES,
     ];
     let trials = modules

@@ -170,6 +170,26 @@ impl Transport for PerfTracer {
         PerfTracer::remove(self, PerfId(armed.0 as u32));
     }
 
+    fn suspend(&mut self) -> Result<(), String> {
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.disable()
+                    .map_err(|e| format!("disabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.enable()
+                    .map_err(|e| format!("enabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
     fn set_tick(&mut self, period: Duration) {
         PerfTracer::set_tick(self, period);
     }

@@ -53,6 +53,23 @@ pub(super) struct SeamState {
     tags: Vec<usize>,
     main_status: Option<ExitStatus>,
     handed_off: Vec<i32>,
+    /// Probes made dormant by `suspend`, to arm again on `resume`.
+    dormant: Vec<Dormant>,
+    /// The session's handle of a probe re-armed by `resume` → its current
+    /// handle (absent: the same).
+    alias: HashMap<u64, u64>,
+}
+
+/// A probe `suspend` removed: what `resume` needs to arm it again.
+#[derive(Debug)]
+struct Dormant {
+    /// The session's handle.
+    handle: u64,
+    tag: usize,
+    pid: i32,
+    addr: u64,
+    /// `None` for a breakpoint.
+    watch: Option<(u8, crate::arch::WatchKind)>,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -168,14 +185,84 @@ impl Transport for PtraceTracer {
     }
 
     fn remove(&mut self, armed: Armed) {
-        let id = armed.0 as u32;
-        if armed.0 & WATCH_BIT != 0 {
+        if let Some(i) = self.seam.dormant.iter().position(|d| d.handle == armed.0) {
+            self.seam.dormant.swap_remove(i);
+            return;
+        }
+        let current = self.seam.alias.remove(&armed.0).unwrap_or(armed.0);
+        let id = current as u32;
+        if current & WATCH_BIT != 0 {
             let _ = self.remove_watchpoint(WpId(id));
             self.seam.wp_tags.remove(&WpId(id));
         } else {
             let _ = self.remove_breakpoint(BpId(id));
             self.seam.bp_tags.remove(&BpId(id));
         }
+    }
+
+    fn suspend(&mut self) -> Result<(), String> {
+        // The session's handle of each current id.
+        let handle_of: HashMap<u64, u64> = self.seam.alias.iter().map(|(h, c)| (*c, *h)).collect();
+        let handle = |current: u64| handle_of.get(&current).copied().unwrap_or(current);
+        let bps: Vec<(BpId, i32, u64)> =
+            self.bps.iter().map(|(id, (p, a))| (*id, *p, *a)).collect();
+        for (id, pid, addr) in bps {
+            let Some(tag) = self.seam.bp_tags.remove(&id) else {
+                continue;
+            };
+            self.remove_breakpoint(id).map_err(|e| e.to_string())?;
+            self.seam.dormant.push(Dormant {
+                handle: handle(u64::from(id.0)),
+                tag,
+                pid,
+                addr,
+                watch: None,
+            });
+        }
+        let wps: Vec<(WpId, i32, usize)> =
+            self.wps.iter().map(|(id, (p, s))| (*id, *p, *s)).collect();
+        for (id, pid, slot) in wps {
+            let Some(w) = self.procs.get(&pid).and_then(|p| p.wps[slot]) else {
+                continue;
+            };
+            let Some(tag) = self.seam.wp_tags.remove(&id) else {
+                continue;
+            };
+            self.remove_watchpoint(id).map_err(|e| e.to_string())?;
+            self.seam.dormant.push(Dormant {
+                handle: handle(WATCH_BIT | u64::from(id.0)),
+                tag,
+                pid,
+                addr: w.addr,
+                watch: Some((w.len, w.kind)),
+            });
+        }
+        self.seam.alias.clear();
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        let mut first_err = None;
+        for d in std::mem::take(&mut self.seam.dormant) {
+            if !self.procs.contains_key(&d.pid) {
+                continue; // gone meanwhile
+            }
+            let what = match d.watch {
+                None => Insert::Breakpoint { opcode: None },
+                Some((len, kind)) => Insert::Watchpoint { len, kind },
+            };
+            match Transport::insert(self, d.tag, d.pid, RunAddr(d.addr), what) {
+                Ok(a) => {
+                    if a.0 != d.handle {
+                        self.seam.alias.insert(d.handle, a.0);
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(format!("process {}: {e}", d.pid));
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     fn set_tick(&mut self, period: Duration) {
