@@ -113,6 +113,8 @@ pub struct Session {
     /// One-liner support (`begin`/`end`/`interval` probes, output events,
     /// maps printed at exit): see `oneliner`.
     bt: BtState,
+    /// Records of the current breakpoint hit, until its step (`logonfault`).
+    held: records::Held,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -237,6 +239,7 @@ impl Session {
             },
             hits_seen: 0,
             bt,
+            held: Default::default(),
         })
     }
 
@@ -474,6 +477,7 @@ impl Session {
         let res = t.run(stop, &mut |t: &mut dyn Transport, ev: Event<'_>| {
             self.on_event(t, ev)
         });
+        self.settle_held(None);
         let t0 = std::time::Instant::now();
         let detached = t.detach();
         self.disarm_time = t0.elapsed() + t.report().detach_time;
@@ -487,6 +491,20 @@ impl Session {
     fn on_event(&mut self, t: &mut dyn Transport, ev: Event<'_>) -> Action {
         match ev {
             Event::Hit { tags, hit } => {
+                // A hit nobody settled (a transport path without a step):
+                // its records go out as they are.
+                self.settle_held(None);
+                if t.info().caps.step_faults
+                    && tags.iter().any(|&pi| {
+                        self.probes.get(pi).is_some_and(|p| {
+                            self.manifests[p.prog].probes[p.index].kind == ProbeKind::Breakpoint
+                        })
+                    })
+                {
+                    self.held.active = true;
+                    self.held.tags.clear();
+                    self.held.tags.extend_from_slice(tags);
+                }
                 let mut action = Action::Continue;
                 for &pi in tags {
                     if pi < self.probes.len() {
@@ -496,8 +514,14 @@ impl Session {
                         }
                     }
                 }
+                if action == Action::HandoffToDebugger {
+                    // No step: the process goes to the debugger as it is,
+                    // its records first (spec §14).
+                    self.settle_held(None);
+                }
                 return action;
             }
+            Event::Stepped { fault, .. } => self.settle_held(fault),
             Event::ProcessStarted { pid, .. } => {
                 self.arm(t, pid, false);
             }

@@ -62,6 +62,10 @@ pub struct Capabilities {
     pub uses_ptrace: bool,
     /// Return probes ([`Insert::Return`]).
     pub return_probes: bool,
+    /// The transport executes a breakpoint's displaced instruction itself
+    /// and reports whether it faulted ([`Event::Stepped`] after each
+    /// breakpoint hit), so that `logonfault` applies.
+    pub step_faults: bool,
 }
 
 /// Who is traced.
@@ -193,6 +197,17 @@ pub enum Event<'a> {
     },
     /// The interval of [`Transport::set_tick`] elapsed.
     Tick,
+    /// The displaced instruction of the breakpoint hit just reported was
+    /// executed (transports with [`Capabilities::step_faults`]): `fault` is
+    /// the signal it raised, delivered to the thread as without the probe.
+    /// The records of that hit's probes without `logonfault = yes` are
+    /// then discarded (spec §14 step 8), and counted.
+    Stepped {
+        /// The thread.
+        tid: i32,
+        /// SIGSEGV, SIGBUS, SIGFPE or SIGILL.
+        fault: Option<i32>,
+    },
     /// Calls of a return probe that ran no handler: beyond `maxactive`,
     /// or left without returning (counted as `missed`).
     Missed {

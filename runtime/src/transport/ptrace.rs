@@ -111,6 +111,17 @@ pub enum PtraceEvent<'a> {
         /// The process.
         pid: i32,
     },
+    /// The displaced instruction of the breakpoint hit just reported was
+    /// executed (reported right after [`PtraceEvent::Breakpoint`] when a
+    /// probe was there, unless the process was handed off): `fault` is the
+    /// signal it raised, which the thread receives as it would untraced
+    /// (spec §14 step 8: records are kept only with `logonfault = yes`).
+    Stepped {
+        /// The thread.
+        tid: i32,
+        /// SIGSEGV, SIGBUS, SIGFPE or SIGILL, when the instruction faults.
+        fault: Option<i32>,
+    },
     /// The dynamic linker changed the link map: mappings were refreshed.
     LibrariesChanged {
         /// The process.
@@ -202,6 +213,8 @@ pub struct PtraceTracer {
     tick: Option<(Duration, std::time::Instant, i32)>,
     /// The transport seam's state (probe tags).
     seam: seam::SeamState,
+    /// Reused by fault prediction of out-of-line steps (no allocation per hit).
+    insn_info: iced_x86::InstructionInfoFactory,
 }
 
 impl std::fmt::Debug for PtraceTracer {
@@ -239,6 +252,7 @@ impl PtraceTracer {
             in_flight: None,
             tick: None,
             seam: Default::default(),
+            insn_info: iced_x86::InstructionInfoFactory::new(),
         }
     }
 

@@ -15,6 +15,7 @@ mod cache;
 mod cli;
 mod cli_goldens;
 mod guests;
+mod logonfault;
 mod modules;
 mod oneliner_runtime;
 mod oneliners;
@@ -36,6 +37,7 @@ fn main() {
         cache::CASES,
         cli::CASES,
         guests::CASES,
+        logonfault::CASES,
         modules::CASES,
         oneliner_runtime::CASES,
         oneliners::CASES,

@@ -34,6 +34,7 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: true,
         uses_ptrace: false,
         return_probes: false,
+        step_faults: false,
     },
     preflight,
     open,

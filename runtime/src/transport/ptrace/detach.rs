@@ -121,7 +121,7 @@ impl PtraceTracer {
             if had_wps {
                 let _ = super::sites::set_debugregs(t, &[None; 4], 0);
             }
-            self.fix_ool_pc(t, pid);
+            self.fix_ool_pc(t, pid, false);
             let sig = match (handoff, self.threads.get(&t)) {
                 (Some(h), _) if h == t => libc::SIGSTOP,
                 (_, Some(th)) if th.state == TState::Held => th.sig,

@@ -202,7 +202,15 @@ impl PtraceTracer {
             0 if sig == libc::SIGTRAP => return self.on_sigtrap(tid, pid, cb),
             0 if sig == (libc::SIGTRAP | 0x80) => self.resume(tid),
             0 => {
-                self.fix_ool_pc(tid, pid);
+                // The displaced instruction's own fault, raised in its
+                // slot: re-executed after the program's signal handler (or
+                // never, after a longjmp) as a new execution of the probed
+                // instruction, not as the rest of this hit.
+                let own_fault = matches!(
+                    sig,
+                    libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+                ) && sys::getsiginfo(tid).is_ok_and(|si| si.si_code > 0);
+                self.fix_ool_pc(tid, pid, own_fault);
                 if let Some(th) = self.threads.get_mut(&tid) {
                     th.sig = sig;
                 }

@@ -86,7 +86,7 @@ impl PtraceTracer {
         {
             if a == addr && sp == regs.rsp {
                 th.rerun = None;
-                return self.step_over(tid, pid, addr, regs);
+                return self.step_over(tid, pid, addr, regs).map(drop);
             }
             if regs.rsp >= sp {
                 th.rerun = None;
@@ -141,7 +141,12 @@ impl PtraceTracer {
         if internal && !quiet {
             self.library_event(pid, cb);
         }
-        self.step_over(tid, pid, addr, regs)
+        let reported = !self.ids.is_empty() && !quiet;
+        let fault = self.step_over(tid, pid, addr, regs)?;
+        if reported {
+            cb(self, PtraceEvent::Stepped { tid, fault });
+        }
+        Ok(())
     }
 
     pub(super) fn library_event(&mut self, pid: i32, cb: Cb<'_>) {
@@ -220,7 +225,7 @@ impl PtraceTracer {
     /// If `tid` stopped inside an out-of-line slot, moves its PC back to the
     /// equivalent original address (so a signal handler or a debugger sees
     /// the program's own address).
-    pub(super) fn fix_ool_pc(&mut self, tid: i32, pid: i32) {
+    pub(super) fn fix_ool_pc(&mut self, tid: i32, pid: i32, own_fault: bool) {
         let Some(p) = self.procs.get(&pid) else {
             return;
         };
@@ -247,8 +252,12 @@ impl PtraceTracer {
         } else {
             // At the slot, or inside an expanded form of the instruction
             // (not yet completed): the instruction runs again from the
-            // probe, where the int3 traps a second time for this same hit.
-            if let Some(th) = self.threads.get_mut(&tid) {
+            // probe, where the int3 traps a second time for this same hit
+            // (an asynchronous signal interrupted the step). When the
+            // instruction itself faulted, its next execution is a new one
+            // (the program's handler fixed the cause, or longjmp'd and
+            // called again): a new hit.
+            if !own_fault && let Some(th) = self.threads.get_mut(&tid) {
                 th.rerun = Some((orig, regs.rsp));
             }
             orig

@@ -36,6 +36,7 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: false,
         uses_ptrace: true,
         return_probes: false,
+        step_faults: true,
     },
     preflight: |_| Ok(()),
     open,
@@ -320,6 +321,10 @@ impl Transport for PtraceTracer {
                 }
                 PEvent::LibrariesChanged { pid } => {
                     on_event(t, Event::LibrariesChanged { pid });
+                    PAction::Continue
+                }
+                PEvent::Stepped { tid, fault } => {
+                    on_event(t, Event::Stepped { tid, fault });
                     PAction::Continue
                 }
                 PEvent::Tick => {

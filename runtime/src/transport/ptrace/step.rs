@@ -26,6 +26,15 @@ struct Emu<'a> {
     m: &'a mut ProcMem,
 }
 
+impl crate::arch::FaultMem for Emu<'_> {
+    fn accessible(&mut self, addr: u64, len: u64, write: bool) -> bool {
+        self.m.range_ok(addr, len, write) == len
+    }
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        self.m.read(addr, buf) == buf.len()
+    }
+}
+
 impl EmuMem for Emu<'_> {
     fn read_u64(&mut self, addr: u64) -> Option<u64> {
         let mut b = [0u8; 8];
@@ -56,16 +65,20 @@ fn apply_policy(policy: StepPolicy, kind: StepKind) -> StepKind {
 impl PtraceTracer {
     /// Executes the displaced instruction at `addr` for `tid` (whose
     /// snapshot, possibly modified by a handler, is `regs` with RIP = addr)
-    /// and resumes it.
+    /// and resumes it. Returns the signal the instruction raised (SIGSEGV,
+    /// SIGBUS, SIGFPE, SIGILL: delivered to the thread as without the
+    /// probe), as seen when single-stepping or as predicted from its
+    /// operands when it is executed out of line (its fault would reach the
+    /// tracer only at the thread's next stop), for `logonfault`.
     pub(super) fn step_over(
         &mut self,
         tid: i32,
         pid: i32,
         addr: u64,
         mut regs: Regs,
-    ) -> Result<(), PtraceError> {
+    ) -> Result<Option<i32>, PtraceError> {
         let Some(p) = self.procs.get(&pid) else {
-            return Ok(());
+            return Ok(None);
         };
         let mem = p.mem.clone();
         let mut m = mem.borrow_mut();
@@ -78,7 +91,7 @@ impl PtraceTracer {
             regs.rip = addr;
             let _ = sys::setregs(tid, &regs);
             self.resume(tid);
-            return Ok(());
+            return Ok(None);
         };
         let (insn, kind, ool) = (site.insn, apply_policy(self.policy, site.kind), site.ool);
         let mut kind = kind;
@@ -88,7 +101,7 @@ impl PtraceTracer {
                 self.summary.emulated += 1;
                 let _ = sys::setregs(tid, &regs);
                 self.resume(tid);
-                return Ok(());
+                return Ok(None);
             }
             // A memory access failed: let the CPU execute it and fault for real.
             kind = match e {
@@ -97,6 +110,12 @@ impl PtraceTracer {
             };
         }
         if let (StepKind::OutOfLine, Some(insn)) = (kind, insn) {
+            let fault = crate::arch::predict_fault(
+                &insn,
+                &regs,
+                &mut self.insn_info,
+                &mut Emu { m: &mut m },
+            );
             drop(m);
             let slot = match ool {
                 Some(s) => Some(s),
@@ -107,7 +126,7 @@ impl PtraceTracer {
                 regs.rip = s.addr;
                 let _ = sys::setregs(tid, &regs);
                 self.resume(tid);
-                return Ok(());
+                return Ok(fault);
             }
         } else {
             drop(m);
@@ -302,10 +321,10 @@ impl PtraceTracer {
         pid: i32,
         addr: u64,
         mut regs: Regs,
-    ) -> Result<(), PtraceError> {
+    ) -> Result<Option<i32>, PtraceError> {
         let held = self.stop_world(pid, tid);
         let Some(p) = self.procs.get(&pid) else {
-            return Ok(());
+            return Ok(None);
         };
         let mem = p.mem.clone();
         let orig = mem.borrow().sites.get(&addr).map(|s| s.orig);
@@ -390,7 +409,7 @@ impl PtraceTracer {
             }
             self.resume(tid);
         }
-        Ok(())
+        Ok((deliver != 0).then_some(deliver))
     }
 }
 
