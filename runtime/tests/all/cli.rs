@@ -765,6 +765,15 @@ fn exit_1_hands_the_stopped_process_to_gdb() {
 /// the CPU it is pinned to (`push procid`), its thread pointer (`push
 /// task`, equal to the `pthread_self()` it printed) and CPUID leaf 0.
 fn fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread() {
+    // CPU 0, and CPU 1 where there is one: a CPU number read wrong would
+    // be 0, so 0 alone proves little.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for cpu in 0..cpus.min(2) {
+        fp_registers_on_cpu(cpu);
+    }
+}
+
+fn fp_registers_on_cpu(cpu: usize) {
     let exe = crate::support::cli::gcc(
         "fpregs",
         &crate::support::cli::progs().join("fpregs.c"),
@@ -784,7 +793,7 @@ fn fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread() {
     let o = wprobe()
         .arg("run")
         .arg(&p)
-        .args(["--format", "json", "--", "taskset", "-c", "0"])
+        .args(["--format", "json", "--", "taskset", "-c", &cpu.to_string()])
         .arg(&exe)
         .output()
         .unwrap();
@@ -817,8 +826,8 @@ fn fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread() {
         serde_json::json!([0x8000_0000_0000_0000u64, 0x3fff]),
         // FCW and MXCSR at their defaults.
         serde_json::json!([0x37f, 0x1f80]),
-        // The thread pointer, and CPU 0 (taskset).
-        serde_json::json!([self_ptr, 0]),
+        // The thread pointer, and the CPU taskset pinned it to.
+        serde_json::json!([self_ptr, cpu]),
         // CPUID leaf 0: eax, ebx, ecx, edx.
         serde_json::json!([id.eax, id.ebx, id.ecx, id.edx]),
     ];
@@ -827,6 +836,7 @@ fn fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread() {
         log["tid"], log["pid"],
         "a thread other than the main thread"
     );
+    assert_eq!(log["cpu"], cpu, "the record's CPU");
 }
 
 /// The attach journal is never written through what another user could

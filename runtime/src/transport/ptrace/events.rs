@@ -127,8 +127,10 @@ impl PtraceTracer {
             }
             self.handle(tid, raw, cb)?;
             // Fairness (RELIABILITY H7): take every stop already pending
-            // before waiting again, and handle them in arrival order.
-            while self.queue.len() < 256 {
+            // before waiting again, and handle them in arrival order. With
+            // one traced thread there can be none (one system call less
+            // per hit): its next stop is what the blocking wait returns.
+            while self.threads.len() > 1 && self.queue.len() < 256 {
                 match sys::wait(-1, libc::WNOHANG) {
                     Ok(Some((t, raw))) => {
                         // Taken from the kernel: the thread is stopped (or gone).

@@ -27,6 +27,24 @@ pub enum HitKind {
     Watchpoint(u64, usize),
 }
 
+/// Where a thread's CPU number is read, found at the first hit that needs
+/// it and kept with the thread: the `cpu_id` of its rseq area (glibc
+/// registers one per thread; the kernel updates it when the thread returns
+/// to user space, so it is the CPU the stopped thread last ran on), read
+/// with `process_vm_readv`; else `/proc/PID/task/TID/stat`.
+#[derive(Debug, Default)]
+pub enum CpuSource {
+    /// Not looked for yet.
+    #[default]
+    Unknown,
+    /// The address of the thread's `struct rseq`.
+    Rseq(u64),
+    /// The thread's stat file.
+    Stat(File),
+    /// Neither (a thread gone).
+    Unavailable,
+}
+
 /// One hit of a stopped thread. Obtained from [`super::PtraceEvent`]; valid until
 /// `on_event` returns.
 pub struct PtraceHit {
@@ -40,7 +58,7 @@ pub struct PtraceHit {
     dr_valid: u8,
     now: u64,
     pub(super) mem: Option<Rc<RefCell<ProcMem>>>,
-    pub(super) stat: RefCell<Option<File>>,
+    pub(super) cpu_src: RefCell<CpuSource>,
     /// Load bias of the handler's module in this process; set by the caller
     /// before running the handler (what `load_bias()` returns).
     pub module_bias: u64,
@@ -90,7 +108,7 @@ impl PtraceHit {
             dr_valid: 0,
             now: 0,
             mem: None,
-            stat: RefCell::new(None),
+            cpu_src: RefCell::new(CpuSource::Unknown),
             module_bias: 0,
             win: [0; READ_WINDOW],
             win_base: 0,
@@ -105,7 +123,7 @@ impl PtraceHit {
         kind: HitKind,
         regs: Regs,
         mem: Rc<RefCell<ProcMem>>,
-        stat: Option<File>,
+        cpu_src: CpuSource,
     ) {
         self.tid = tid;
         self.pid = pid;
@@ -117,7 +135,7 @@ impl PtraceHit {
         self.now = crate::sys::time::realtime_ns();
         mem.borrow_mut().may_refresh = true;
         self.mem = Some(mem);
-        *self.stat.get_mut() = stat;
+        *self.cpu_src.get_mut() = cpu_src;
         self.module_bias = 0;
         self.win_len = 0;
     }
@@ -185,14 +203,34 @@ impl PtraceHit {
     }
 
     fn cpu_of_thread(&self) -> u64 {
-        let mut slot = self.stat.borrow_mut();
-        if slot.is_none() {
-            *slot = File::open(format!("/proc/{}/task/{}/stat", self.pid, self.tid)).ok();
+        let mut src = self.cpu_src.borrow_mut();
+        if matches!(*src, CpuSource::Unknown) {
+            *src = match sys::rseq_area(self.tid) {
+                Ok(a) if a != 0 => CpuSource::Rseq(a),
+                _ => self.stat_source(),
+            };
         }
-        let Some(f) = slot.as_ref() else { return 0 };
+        if let CpuSource::Rseq(a) = *src {
+            // `cpu_id` (offset 4); RSEQ_CPU_ID_UNINITIALIZED (-1) or an
+            // unreadable area: the stat file from now on.
+            let mut b = [0u8; 4];
+            if crate::sys::mem::vm_read(self.pid, a + 4, &mut b) == Ok(4) {
+                let cpu = u32::from_le_bytes(b);
+                if (cpu as i32) >= 0 {
+                    return u64::from(cpu);
+                }
+            }
+            *src = self.stat_source();
+        }
+        let CpuSource::Stat(f) = &*src else { return 0 };
         let mut buf = [0u8; 1024];
         let n = crate::sys::mem::pread(f, &mut buf, 0).unwrap_or(0);
         parse_stat_cpu(&buf[..n]).unwrap_or(0)
+    }
+
+    fn stat_source(&self) -> CpuSource {
+        File::open(format!("/proc/{}/task/{}/stat", self.pid, self.tid))
+            .map_or(CpuSource::Unavailable, CpuSource::Stat)
     }
 }
 
@@ -414,7 +452,14 @@ mod tests {
         let pid = std::process::id() as i32;
         let mem = Rc::new(RefCell::new(ProcMem::open(pid)));
         let mut h = PtraceHit::empty();
-        h.reset(pid, pid, HitKind::Breakpoint(0), zero_regs(), mem, None);
+        h.reset(
+            pid,
+            pid,
+            HitKind::Breakpoint(0),
+            zero_regs(),
+            mem,
+            CpuSource::Unknown,
+        );
         let data: Box<[u64; 8]> = Box::new([1, 2, 3, 4, 5, 6, 7, 8]);
         let addr = data.as_ptr() as u64;
         let mut b = [0u8; 8];

@@ -14,10 +14,6 @@ use super::events::Cb;
 
 impl PtraceTracer {
     pub(super) fn on_sigtrap(&mut self, tid: i32, pid: i32, cb: Cb<'_>) -> Result<(), PtraceError> {
-        let si = match sys::getsiginfo(tid) {
-            Ok(si) => si,
-            Err(_) => return Ok(()),
-        };
         let mut regs = zero_regs();
         if sys::getregs(tid, &mut regs).is_err() {
             return Ok(());
@@ -26,8 +22,19 @@ impl PtraceTracer {
             self.resume(tid);
             return Ok(());
         };
+        // The common case without asking the kernel why (one system call
+        // less per hit): the PC is just past one of our int3s and no
+        // watchpoint could have trapped. Our own single-steps are waited
+        // for where they are made, never here.
+        let addr = regs.rip.wrapping_sub(arch::pc_after_trap());
+        if p.wps.iter().all(Option::is_none) && p.mem.borrow().sites.contains_key(&addr) {
+            return self.breakpoint_hit(tid, pid, addr, regs, cb);
+        }
+        let si = match sys::getsiginfo(tid) {
+            Ok(si) => si,
+            Err(_) => return Ok(()),
+        };
         if si.si_code == arch::SI_KERNEL {
-            let addr = regs.rip.wrapping_sub(arch::pc_after_trap());
             let (site, stale) = {
                 let m = p.mem.borrow();
                 (m.sites.contains_key(&addr), m.ever_armed.contains(&addr))
@@ -104,9 +111,13 @@ impl PtraceTracer {
         };
         if !self.ids.is_empty() && !quiet {
             self.summary.breakpoint_hits += 1;
-            let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
+            let cpu_src = self
+                .threads
+                .get_mut(&tid)
+                .map(|t| std::mem::take(&mut t.cpu_src))
+                .unwrap_or_default();
             let mut hit = std::mem::take(&mut self.hit);
-            hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, stat);
+            hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, cpu_src);
             let ids = std::mem::take(&mut self.ids);
             self.in_flight = Some((tid, addr));
             let action = cb(
@@ -119,11 +130,11 @@ impl PtraceTracer {
             self.in_flight = None;
             regs = hit.take_regs();
             regs.rip = addr;
-            let stat = hit.stat.get_mut().take();
+            let cpu_src = std::mem::take(hit.cpu_src.get_mut());
             hit.mem = None;
             self.hit = hit;
             if let Some(th) = self.threads.get_mut(&tid) {
-                th.stat = stat;
+                th.cpu_src = cpu_src;
             }
             self.ids = ids;
             match action {
@@ -187,9 +198,20 @@ impl PtraceTracer {
             let Some(w) = p.wps[slot] else { continue };
             let mem = p.mem.clone();
             self.summary.watchpoint_hits += 1;
-            let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
+            let cpu_src = self
+                .threads
+                .get_mut(&tid)
+                .map(|t| std::mem::take(&mut t.cpu_src))
+                .unwrap_or_default();
             let mut hit = std::mem::take(&mut self.hit);
-            hit.reset(tid, pid, HitKind::Watchpoint(w.addr, slot), regs, mem, stat);
+            hit.reset(
+                tid,
+                pid,
+                HitKind::Watchpoint(w.addr, slot),
+                regs,
+                mem,
+                cpu_src,
+            );
             let action = cb(
                 self,
                 PtraceEvent::Watchpoint {
@@ -198,11 +220,11 @@ impl PtraceTracer {
                 },
             );
             regs = hit.take_regs();
-            let stat = hit.stat.get_mut().take();
+            let cpu_src = std::mem::take(hit.cpu_src.get_mut());
             hit.mem = None;
             self.hit = hit;
             if let Some(th) = self.threads.get_mut(&tid) {
-                th.stat = stat;
+                th.cpu_src = cpu_src;
             }
             match action {
                 PtraceAction::Continue => {}
