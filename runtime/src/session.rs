@@ -85,6 +85,10 @@ pub struct Session {
     bias_default: HashMap<usize, u64>,
     /// Programs importing a writing function: (label, import).
     writers: Vec<(String, String)>,
+    /// Each program's label, Wasm bytes and whether it imports
+    /// `thread_pointer`: scanned by `check` for what a transport that
+    /// samples registers cannot give (`regscan`).
+    program_code: Vec<(String, std::sync::Arc<[u8]>, bool)>,
     /// Whether any program imports `read_mem` or `read_str`.
     reads_memory: bool,
     /// Lost hits the transport did not attribute to a known probe.
@@ -164,6 +168,16 @@ impl Session {
                 }
             }
         }
+        let program_code = programs
+            .iter()
+            .map(|p| {
+                let tp =
+                    p.module.module.imports().any(|i| {
+                        i.module() == hostabi::IMPORT_MODULE && i.name() == "thread_pointer"
+                    });
+                (p.label.clone(), p.module.wasm.clone(), tp)
+            })
+            .collect();
         let mut runner = Runner::new(engine, env)?;
         let mut bt = BtState {
             events: programs.iter().map(|p| p.module.events.clone()).collect(),
@@ -217,6 +231,7 @@ impl Session {
             bias: HashMap::new(),
             bias_default: HashMap::new(),
             writers,
+            program_code,
             reads_memory,
             dropped_unattributed: 0,
             unhonoured: [0; 2],

@@ -66,6 +66,9 @@ pub struct Capabilities {
     /// and reports whether it faulted ([`Event::Stepped`] after each
     /// breakpoint hit), so that `logonfault` applies.
     pub step_faults: bool,
+    /// `check_access` can tell whether the process may write (RPN
+    /// `vfyrw`).
+    pub write_checks: bool,
 }
 
 /// Who is traced.
@@ -102,6 +105,9 @@ pub struct TransportInfo {
     pub about: &'static str,
     /// What it can do.
     pub caps: Capabilities,
+    /// The registers its hits carry (by base register id), when not every
+    /// register: programs that read another one are refused.
+    pub registers: Option<fn(u16) -> bool>,
     /// Checks, before anything is launched, what the machine must provide
     /// (the argument: whether any breakpoint probe is selected); the error
     /// says what is missing and how to fix it.

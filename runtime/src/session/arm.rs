@@ -11,6 +11,7 @@ use super::Session;
 use crate::addr::RunAddr;
 use crate::arch::{DEBUG_REGISTERS, WatchKind};
 use crate::procmaps::{self, Mapping};
+use crate::regscan::RegsRead;
 use crate::resolve::{Located, ResolveError};
 use crate::transport::{Armed, Capabilities, Insert, TRANSPORTS, Transport, TransportInfo};
 
@@ -98,6 +99,54 @@ impl Session {
                 },
                 one_that(|c| c.writes)
             ));
+        }
+        if let Some(has) = transport.registers {
+            for (label, wasm, thread_pointer) in &self.program_code {
+                let why = match crate::regscan::registers_read(wasm) {
+                    RegsRead::Only(set) => (0..128u16)
+                        .filter(|id| set & (1 << id) != 0 && !has(*id))
+                        .filter_map(hostabi::regs::by_id)
+                        .map(|r| format!("reads register `{}`", r.name))
+                        .next(),
+                    RegsRead::All => {
+                        let w = format!(
+                            "program `{label}` reads registers chosen at run time: --transport \
+                             {name} provides the general registers only, others read 0"
+                        );
+                        crate::elog!("wprobe: warning: {w}");
+                        None
+                    }
+                };
+                let why = why.or_else(|| {
+                    (*thread_pointer && !has(hostabi::regs::by_name("fs_base").map_or(0, |r| r.id)))
+                        .then(|| {
+                            "reads the thread pointer (`thread_pointer`, RPN `push task`)"
+                                .to_string()
+                        })
+                });
+                if let Some(why) = why {
+                    return Err(format!(
+                        "program `{label}` {why}, which --transport {name} does not provide (it \
+                         samples the general registers only); use --transport {}",
+                        TRANSPORTS
+                            .iter()
+                            .find(|t| t.registers.is_none())
+                            .map_or("ptrace", |t| t.name)
+                    ));
+                }
+            }
+        }
+        if !caps.write_checks {
+            for (label, wasm, _) in &self.program_code {
+                if crate::regscan::checks_writable(wasm) {
+                    return Err(format!(
+                        "program `{label}` asks whether memory is writable (`check_access` for \
+                         writing, RPN `vfyrw`), which --transport {name} cannot answer; use \
+                         --transport {}",
+                        one_that(|c| c.write_checks)
+                    ));
+                }
+            }
         }
         if self.opts.follow_forks && !caps.follows_forks {
             return Err(format!(

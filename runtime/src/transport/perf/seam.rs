@@ -35,7 +35,11 @@ pub static INFO: TransportInfo = TransportInfo {
         uses_ptrace: false,
         return_probes: false,
         step_faults: false,
+        write_checks: false,
     },
+    // The general registers, rflags, cs, ss and the instruction pointer
+    // (the sample's IP).
+    registers: Some(|id| super::sample::perf_bit(id).is_some()),
     preflight,
     open,
 };

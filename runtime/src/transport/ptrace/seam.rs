@@ -37,7 +37,9 @@ pub static INFO: TransportInfo = TransportInfo {
         uses_ptrace: true,
         return_probes: false,
         step_faults: true,
+        write_checks: true,
     },
+    registers: None,
     preflight: |_| Ok(()),
     open,
 };
