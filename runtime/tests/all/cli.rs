@@ -1019,11 +1019,33 @@ fn ctrl_c_in_a_terminal_reaches_the_command_once() {
         .spawn()
         .unwrap();
     let mut input = s.stdin.take().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Ctrl-C once the command printed "ready" (it is running, traced), not
+    // after a guessed delay: on a loaded machine start-up can take seconds.
+    let mut stdout = s.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        let mut told = false;
+        loop {
+            match std::io::Read::read(&mut stdout, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+            if !told && String::from_utf8_lossy(&all).contains("ready") {
+                told = true;
+                let _ = tx.send(());
+            }
+        }
+        all
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the traced command printed \"ready\" within 60 s");
     std::io::Write::write_all(&mut input, b"\x03").unwrap();
     let o = crate::support::cli::output_within_child(s, 30);
     drop(input);
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+    assert!(o.stdout.is_empty());
     assert!(out.contains("EXIT=130"), "{out}");
     assert!(!out.contains("passed on"), "{out}");
 }
