@@ -67,6 +67,8 @@ pub enum Left {
     Exec,
     /// wprobe stopped tracing the process (end of the run, `exit 1`).
     Detach,
+    /// wprobe made every probe dormant (`Transport::suspend`).
+    Suspend,
     /// Its probe was disabled (`maxhits`, `remove`): dropped silently.
     Disabled,
 }
@@ -80,6 +82,7 @@ impl Left {
             Left::ProcessExit => "process exit",
             Left::Exec => "exec",
             Left::Detach => "detach",
+            Left::Suspend => "suspend",
             Left::Disabled => "disabled",
         }
     }

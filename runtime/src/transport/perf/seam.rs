@@ -13,6 +13,7 @@ use std::rc::Rc;
 use hostabi::env::{EntryState, HitEnv};
 
 use super::{EvKey, PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer, SampleCfg};
+use crate::addr::RunAddr;
 use crate::procmaps::{self, Mapping};
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::ptrace::ExitStatus;
@@ -38,7 +39,12 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: true,
         uses_ptrace: false,
         return_probes: true,
+        step_faults: false,
+        write_checks: false,
     },
+    // The general registers, rflags, cs, ss and the instruction pointer
+    // (the sample's IP).
+    registers: Some(|id| super::sample::perf_bit(id).is_some()),
     preflight,
     open,
 };
@@ -411,7 +417,14 @@ impl Transport for PerfTracer {
         Ok(self.seam.maps[&pid].clone())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         let probe = match what {
             Insert::Breakpoint { opcode } => self.uprobe_at(pid, addr, opcode)?,
             Insert::Watchpoint { len, kind } => {
@@ -464,6 +477,29 @@ impl Transport for PerfTracer {
         }
     }
 
+    fn suspend(&mut self) -> Result<(), String> {
+        // Live calls of return probes end here (reported at the next
+        // event): their returns are not sampled while dormant.
+        self.seam.calls.drain(Left::Suspend, &mut self.seam.gone);
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.disable()
+                    .map_err(|e| format!("disabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.enable()
+                    .map_err(|e| format!("enabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
     fn set_tick(&mut self, period: Duration) {
         PerfTracer::set_tick(self, period);
     }
@@ -474,6 +510,8 @@ impl Transport for PerfTracer {
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
     ) -> anyhow::Result<Option<ExitStatus>> {
         let mut cb = |t: &mut PerfTracer, ev: PerfEvent<'_>| {
+            // Calls `suspend` ended, before anything later.
+            t.flush_gone(on_event);
             // The target does not wait for the handler: what it asks of
             // the thread cannot be done (the session counts it).
             match ev {
