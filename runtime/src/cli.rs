@@ -58,6 +58,15 @@ pub enum Command {
     Bench(BenchArgs),
     /// Restore the original bytes of a process a killed `wprobe run -p` left breakpoints in.
     Repair(RepairArgs),
+    /// The attach-mode watchdog (started by `run -p`, not by users).
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog {
+        /// The attached process.
+        pid: i32,
+        /// The real watchdog (the first process only starts it).
+        #[arg(long)]
+        detached: bool,
+    },
 }
 
 /// The options of `run` and `bench` that say how their programs are built
@@ -137,6 +146,9 @@ pub fn main() -> ExitCode {
         Command::List(a) => cmd::list::list(a),
         Command::Bench(a) => cmd::bench::bench(a),
         Command::Repair(a) => cmd::repair::repair(a),
+        Command::Watchdog { pid, detached } => {
+            return crate::transport::ptrace::watchdog::run(pid, detached);
+        }
     })
 }
 

@@ -15,8 +15,9 @@ use crate::regscan::RegsRead;
 use crate::resolve::{Located, ResolveError};
 use crate::transport::{Armed, Capabilities, Insert, TRANSPORTS, Transport, TransportInfo};
 
-/// How one probe is inserted: `(probe index, spec, run-time address)`.
-type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, RunAddr) -> Result<Armed, String> + 'a;
+/// How one probe is inserted: `(probe index, spec, run-time address,
+/// whether the program's `opcode =` applies there)`.
+type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, RunAddr, bool) -> Result<Armed, String> + 'a;
 
 fn watch_kind(k: ProbeKind) -> WatchKind {
     match k {
@@ -200,15 +201,14 @@ impl Session {
         let n = match t.maps(pid, false) {
             Ok(maps) => {
                 let verify = self.opts.verify_opcodes;
-                self.arm_with(pid, &maps, report, &mut |pi, spec, addr| {
+                self.arm_with(pid, &maps, report, &mut |pi, spec, addr, opcode_applies| {
+                    let opcode = spec.opcode.filter(|_| verify && opcode_applies);
                     let what = match spec.kind {
                         ProbeKind::Breakpoint if spec.r#return => Insert::Return {
-                            opcode: spec.opcode.filter(|_| verify),
+                            opcode,
                             maxactive: spec.maxactive_or_default(),
                         },
-                        ProbeKind::Breakpoint => Insert::Breakpoint {
-                            opcode: spec.opcode.filter(|_| verify),
-                        },
+                        ProbeKind::Breakpoint => Insert::Breakpoint { opcode },
                         k => Insert::Watchpoint {
                             len: spec.length,
                             kind: watch_kind(k),
@@ -262,6 +262,14 @@ impl Session {
                 .elf(&file)
                 .map_err(|e| e.to_string())
                 .and_then(|elf| {
+                    if let Some(sym) = crate::resolve::ifunc_symbol(spec, &elf) {
+                        return Err(format!(
+                            "`{}` is an IFUNC: its implementation is chosen when a process \
+                             loads {}, which no process has mapped yet",
+                            sym.name,
+                            file.display()
+                        ));
+                    }
                     let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
                     let off = elf
                         .file_offset(link.0)
@@ -366,6 +374,7 @@ impl Session {
                     }
                     continue; // maybe later (dlopen)
                 }
+
                 Err(e) => {
                     let msg = format!(
                         "probe {} not applied in pid {pid}: {e}",
@@ -383,20 +392,40 @@ impl Session {
             self.bt.probe_bias.insert((pi, pid), loc.bias);
             let is_bp = spec.kind == ProbeKind::Breakpoint;
             let verify = self.opts.verify_opcodes;
-            let res = crate::resolve::probe_address(spec, &loc, maps, &module)
-                .map_err(|e| e.to_string())
-                .and_then(|addr| {
-                    if is_bp && verify && spec.opcode.is_none() {
-                        // No `opcode =` to check: the address must start an
-                        // instruction of its function, decoded from the file.
-                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
-                            .map_err(|e| e.to_string())?;
-                    }
-                    if is_bp && spec.r#return {
-                        check_function_entry(&loc.elf, addr.unrelocate(loc.bias))?;
-                    }
-                    Ok((addr, insert(pi, spec, addr)?))
-                });
+            let ifunc = is_bp && crate::resolve::ifunc_symbol(spec, &loc.elf).is_some();
+            let res = match crate::resolve::probe_address(spec, &loc, maps, &module, pid) {
+                // Resolved when the dynamic linker has run (the next
+                // library event, or the program's entry point).
+                Err(ResolveError::IfuncPending { .. }) => continue,
+                r => r,
+            };
+            let res = res.map_err(|e| e.to_string()).and_then(|addr| {
+                // An IFUNC's implementation starts at the address the
+                // dynamic linker jumps to: a boundary by construction,
+                // often in no symbol of a stripped library.
+                if is_bp && verify && spec.opcode.is_none() && !ifunc {
+                    // No `opcode =` to check: the address must start an
+                    // instruction of its function, decoded from the file.
+                    wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
+                        .map_err(|e| e.to_string())?;
+                }
+                // An IFUNC's implementation is where the dynamic linker
+                // jumps: a function's entry by construction.
+                if is_bp && spec.r#return && !ifunc {
+                    check_function_entry(&loc.elf, addr.unrelocate(loc.bias))?;
+                }
+                if ifunc && report {
+                    crate::elog!(
+                        "wprobe: probe {}: `{}` is an IFUNC; probing the implementation \
+                             process {pid} selected, at {addr:#x}",
+                        self.probes[pi].label,
+                        spec.location.symbol.as_deref().unwrap_or("")
+                    );
+                }
+                // `opcode =` was taken from the symbol: the resolver's
+                // first byte, not the implementation's.
+                Ok((addr, insert(pi, spec, addr, !ifunc)?))
+            });
             match res {
                 Ok((addr, a)) => {
                     let p = &mut self.probes[pi];

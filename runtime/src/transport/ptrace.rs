@@ -28,6 +28,7 @@ mod start;
 mod step;
 mod threads;
 mod tick;
+pub mod watchdog;
 mod world;
 
 use std::collections::{HashMap, VecDeque};
@@ -209,6 +210,9 @@ pub struct PtraceTracer {
     /// Attach mode: the patch journal, or why it could not be created (then
     /// no breakpoint is armed).
     journal: Option<Result<journal::Journal, String>>,
+    /// Attach mode: the watchdog that restores the journaled bytes if we
+    /// die without detaching, or why there is none.
+    watchdog: Option<Result<watchdog::Watchdog, String>>,
     /// Exit statuses seen while the process could not be reported yet.
     exited: Vec<(i32, ExitStatus)>,
     /// Keeps the mappings returned by [`PtraceTracer::maps`] alive.
@@ -259,6 +263,7 @@ impl PtraceTracer {
             ids: Vec::with_capacity(16),
             summary: RunSummary::default(),
             journal: None,
+            watchdog: None,
             exited: Vec::new(),
             maps_cache: None,
             detach_signals: Vec::new(),

@@ -8,6 +8,7 @@ use crate::support::case::{Case, Need};
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
     case!(detach_leaves_code_the_process_rewrote, Need::Ptrace),
+    case!(a_timer_faster_than_a_hit_never_stops_progress, Need::Ptrace),
     case!(
         signals_during_out_of_line_steps_never_repeat_a_hit,
         Need::Ptrace
@@ -523,10 +524,26 @@ fn handoff_to_debugger_leaves_the_process_stopped_and_clean() {
 /// must not run the handler (and its register write) a second time.
 fn signals_during_out_of_line_steps_never_repeat_a_hit() {
     let _t = timeout("alarm_ool", 120);
+    alarm_ool_under_timer(20_000, 200);
+}
+
+/// Progress under a timer faster than any hit (20 µs, where a ptrace stop
+/// costs more): the displaced instruction completes before the signal is
+/// delivered, so a signal can never send the thread back to the probe
+/// forever (it did: the test of 200 µs hung on a loaded machine).
+fn a_timer_faster_than_a_hit_never_stops_progress() {
+    let _t = timeout("alarm_ool_20us", 120);
+    alarm_ool_under_timer(2_000, 20);
+}
+
+fn alarm_ool_under_timer(n: u64, period_us: u32) {
     let prog = build("alarm_ool", "alarm_ool.c", &["-O2"]);
-    let n: u64 = 20_000;
     let out = out_file();
-    let mut t = PtraceTracer::launch(&argv(&prog, &out, &[&n.to_string()]), opts(false)).unwrap();
+    let mut t = PtraceTracer::launch(
+        &argv(&prog, &out, &[&n.to_string(), &period_us.to_string()]),
+        opts(false),
+    )
+    .unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "counted");
     t.insert_breakpoint(pid, a, None).unwrap();

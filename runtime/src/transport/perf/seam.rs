@@ -146,20 +146,47 @@ impl PerfTracer {
                 format!("address {addr:#x} is not in an executable file mapping of process {pid}")
             })?;
         let offset = addr - m.start + m.offset;
+        // The file's byte: a uprobe is a place in a file, and live memory
+        // may already hold the kernel's int3 of another probe there.
+        let mut file = [0u8];
+        let from_file = std::fs::File::open(&m.path)
+            .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut file, offset))
+            .is_ok();
+        let mut live = [0u8];
+        let live_read = super::read_live(pid, addr, &mut live) == 1;
         if let Some(op) = opcode {
-            // The file's byte: a uprobe is a place in a file, and live memory
-            // may already hold the kernel's int3 of another probe there.
-            let mut b = [0u8];
-            let read = std::fs::File::open(&m.path)
-                .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, offset))
-                .is_ok()
-                || super::read_live(pid, addr, &mut b) == 1;
-            if read && b[0] != op {
+            let found = if from_file {
+                Some(file[0])
+            } else {
+                live_read.then_some(live[0])
+            };
+            if let Some(b) = found
+                && b != op
+            {
                 return Err(format!(
-                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
-                    b[0]
+                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {b:#04x}"
                 ));
             }
+        }
+        // An int3 in the process that the file does not have, in a
+        // process another tracer holds: that tracer's breakpoint (another
+        // uprobe would leave the process untraced). A uprobe on it would
+        // take the breakpoint's hits, and vanish when that tracer restores
+        // its byte: both tracers blind, without a word.
+        if from_file
+            && live_read
+            && live[0] == crate::arch::BREAKPOINT_INSN
+            && file[0] != crate::arch::BREAKPOINT_INSN
+            && let crate::procinfo::Untraceable::Traced { tracer, comm } =
+                crate::procinfo::untraceable(pid)
+            && tracer != std::process::id() as i32
+        {
+            return Err(format!(
+                "process {pid} is traced by process {tracer} ({comm}), whose breakpoint is at \
+                 {addr:#x}: a uprobe there would take that breakpoint's hits and vanish when it \
+                 is removed. Stop that tracer first (a wprobe stops with SIGINT: `kill -INT \
+                 {tracer}`), or add this probe to its run"
+            ));
         }
         Ok(PerfProbe::Uprobe {
             path: m.path.clone(),

@@ -111,7 +111,11 @@ pub enum ArmError {
         found: u8,
     },
     /// An `int3` is already there (not ours).
-    #[error("address {addr:#x} already holds an int3")]
+    #[error(
+        "address {addr:#x} already holds an int3: the program's own, or the breakpoint of \
+         another tool (a uprobe of perf, bpftrace or wprobe --transport perf; a debugger). Two \
+         tracers on one instruction take each other's hits: stop the other one first"
+    )]
     AlreadyTrapped {
         /// Run-time address.
         addr: u64,

@@ -213,9 +213,7 @@ impl PtraceTracer {
                     libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
                 ) && sys::getsiginfo(tid).is_ok_and(|si| si.si_code > 0);
                 self.fix_ool_pc(tid, pid, own_fault);
-                if let Some(th) = self.threads.get_mut(&tid) {
-                    th.sig = sig;
-                }
+                self.stash_signal(tid, sig);
                 self.summary.signals_forwarded += 1;
                 self.resume(tid);
             }
@@ -355,8 +353,20 @@ impl PtraceTracer {
             cb(self, PtraceEvent::Exec { pid });
         }
         self.arm_rdebug(pid);
+        self.arm_entry(pid);
         self.resume(tid);
         Ok(())
+    }
+
+    /// Arms the internal breakpoint on the program's entry point, for a
+    /// process stopped at its exec: by then the dynamic linker has loaded
+    /// and relocated everything, IFUNC choices included, which its `r_brk`
+    /// events (before relocation) come too early to show. The hit reports
+    /// `LibrariesChanged`.
+    pub(super) fn arm_entry(&mut self, pid: i32) {
+        if let Some(entry) = crate::procmaps::entry_point(pid) {
+            let _ = self.insert_site(pid, entry, None, true);
+        }
     }
 
     /// Arms the internal breakpoint on the dynamic linker's `r_brk`.

@@ -293,7 +293,7 @@ impl PtraceTracer {
         if sys::getregs(tid, &mut regs).is_err() {
             return;
         }
-        let Some((_slot, jump, orig, len)) = m.ool_at(regs.rip) else {
+        let Some((slot, jump, orig, len)) = m.ool_at(regs.rip) else {
             return;
         };
         let restarting =
@@ -301,6 +301,33 @@ impl PtraceTracer {
         if restarting {
             // An interrupted syscall in the slot: the kernel rewinds RIP by 2
             // to the slot's syscall, which then jumps back normally.
+            return;
+        }
+        if !own_fault && regs.rip != jump {
+            drop(m);
+            // An asynchronous signal before the displaced instruction ran:
+            // finish it first, with the signal held, so that the signal is
+            // delivered after it at the program's own address. Rewinding to
+            // the probe instead would let a signal that fires faster than a
+            // hit is handled (a 200 µs timer on a loaded machine) interrupt
+            // every attempt: no progress, ever.
+            let rerun = match self.finish_ool(tid, slot, jump, orig + u64::from(len)) {
+                OolEnd::Done => return,
+                OolEnd::OwnFault => false,
+                OolEnd::Unfinished => true,
+            };
+            let in_slot = sys::getregs(tid, &mut regs).is_ok()
+                && self
+                    .procs
+                    .get(&pid)
+                    .is_some_and(|p| p.mem.borrow().ool_at(regs.rip).is_some());
+            if in_slot {
+                regs.rip = orig;
+                if rerun && let Some(th) = self.threads.get_mut(&tid) {
+                    th.rerun = Some((orig, regs.rsp));
+                }
+                let _ = sys::setregs(tid, &regs);
+            }
             return;
         }
         regs.rip = if regs.rip == jump {
@@ -320,6 +347,97 @@ impl PtraceTracer {
         };
         let _ = sys::setregs(tid, &regs);
     }
+}
+
+impl PtraceTracer {
+    /// Single-steps thread `tid` through its out-of-line slot (`slot` up to
+    /// the jump back at `jump`, which goes to `back`) with every signal
+    /// held (stashed for its next resume). When the displaced instruction
+    /// completed, the thread is at `back`, or where the instruction
+    /// branched to. (A watchpoint's trap during these steps is not told
+    /// apart from the step's own.)
+    fn finish_ool(&mut self, tid: i32, slot: u64, jump: u64, back: u64) -> OolEnd {
+        let mut held: Vec<i32> = Vec::new();
+        let end = self.step_through_ool(tid, slot, jump, back, &mut held);
+        for sig in held {
+            self.stash_signal(tid, sig);
+        }
+        end
+    }
+
+    fn step_through_ool(
+        &mut self,
+        tid: i32,
+        slot: u64,
+        jump: u64,
+        back: u64,
+        held: &mut Vec<i32>,
+    ) -> OolEnd {
+        let mut regs = zero_regs();
+        // A `rep` instruction traps after each iteration: bounded.
+        for _ in 0..64 {
+            if sys::singlestep(tid, 0).is_err() {
+                return OolEnd::Unfinished;
+            }
+            let raw = match sys::wait(tid, 0) {
+                Ok(Some((_, raw))) => raw,
+                _ => return OolEnd::Unfinished,
+            };
+            match sys::decode_status(raw) {
+                sys::Status::Stopped {
+                    sig: libc::SIGTRAP,
+                    event: 0,
+                } => {}
+                sys::Status::Stopped { sig, event: 0 } => {
+                    let own = matches!(
+                        sig,
+                        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+                    ) && sys::getsiginfo(tid).is_ok_and(|si| si.si_code > 0);
+                    // Held until the step is done; a standard signal is
+                    // pending at most once, as without us.
+                    if sig >= libc::SIGRTMIN() || !held.contains(&sig) {
+                        held.push(sig);
+                    }
+                    if own {
+                        // The instruction's own fault: the caller delivers
+                        // it with the PC moved back to the probe.
+                        return OolEnd::OwnFault;
+                    }
+                    continue;
+                }
+                _ => {
+                    self.queue.push_back((tid, raw));
+                    return OolEnd::Unfinished;
+                }
+            }
+            if sys::getregs(tid, &mut regs).is_err() {
+                return OolEnd::Unfinished;
+            }
+            if regs.rip == jump {
+                regs.rip = back;
+                return if sys::setregs(tid, &regs).is_ok() {
+                    OolEnd::Done
+                } else {
+                    OolEnd::Unfinished
+                };
+            }
+            if !(slot..jump).contains(&regs.rip) {
+                return OolEnd::Done; // the instruction branched
+            }
+        }
+        OolEnd::Unfinished
+    }
+}
+
+/// How [`PtraceTracer::finish_ool`] ended.
+enum OolEnd {
+    /// The displaced instruction completed.
+    Done,
+    /// It faulted (the signal is stashed): its next execution is a new hit.
+    OwnFault,
+    /// Not finished here (a long `rep`, an event, an error): the thread is
+    /// where that left it.
+    Unfinished,
 }
 
 /// Whether SIGTRAP is pending for thread `tid` (thread-private set).

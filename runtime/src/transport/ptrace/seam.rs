@@ -96,15 +96,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         verify_opcodes: o.verify_opcodes,
     };
     let mut t = match target {
-        Target::Attach(pid) => {
-            crate::elog!(
-                "wprobe: attaching to {pid}. Note: if wprobe is killed with SIGKILL, its \
-                 breakpoints stay in the process and the next hit kills it; run `wprobe repair \
-                 --pid {pid}` at once to restore the bytes (or use --transport perf, which \
-                 patches nothing)."
-            );
-            PtraceTracer::attach(pid, opts)
-        }
+        Target::Attach(pid) => PtraceTracer::attach(pid, opts).inspect(|t| {
+            crate::elog!("wprobe: attached to {pid}. {}", t.kill_note(pid));
+        }),
         Target::Launch(argv) => PtraceTracer::launch(argv, opts),
     }
     .map_err(|e| e.to_string())?;

@@ -61,6 +61,7 @@ impl PtraceTracer {
                 t.threads
                     .insert(child, Thread::new(child, TState::Held, false));
                 t.arm_rdebug(child);
+                t.arm_entry(child);
                 Ok(t)
             }
             Err(_) if exec_errno.is_some() => {
@@ -107,6 +108,25 @@ impl PtraceTracer {
                 }
                 sys::Status::Other => {}
             }
+        }
+    }
+
+    /// What happens to attached process `pid` if wprobe is killed with
+    /// SIGKILL, for the message printed when attaching.
+    pub(super) fn kill_note(&self, pid: i32) -> String {
+        let alt = "--transport perf patches nothing";
+        match &self.watchdog {
+            Some(Ok(_)) => format!(
+                "If wprobe is killed with SIGKILL, a watchdog restores the original bytes at \
+                 once; a thread stopped at a probe at that moment still dies of its SIGTRAP, \
+                 which a busy probe makes likely ({alt})."
+            ),
+            Some(Err(why)) => format!(
+                "No watchdog ({why}): if wprobe is killed with SIGKILL, its breakpoints stay \
+                 in the process and the next hit kills it; run `wprobe repair --pid {pid}` at \
+                 once to restore the bytes ({alt})."
+            ),
+            None => String::new(),
         }
     }
 
@@ -175,6 +195,9 @@ impl PtraceTracer {
             }
         }
         t.journal = Some(journal::Journal::create(pid).map_err(|e| e.to_string()));
+        if matches!(t.journal, Some(Ok(_))) {
+            t.watchdog = Some(super::watchdog::spawn(pid));
+        }
         t.arm_rdebug(pid);
         Ok(t)
     }

@@ -326,10 +326,12 @@ impl PtraceTracer {
 
     /// Keeps a signal that arrived while we were using the thread, to be
     /// delivered at its next resume (or re-sent if one is already pending).
-    fn stash_signal(&mut self, tid: i32, sig: i32) {
+    pub(super) fn stash_signal(&mut self, tid: i32, sig: i32) {
         if let Some(th) = self.threads.get_mut(&tid) {
             if th.sig == 0 {
                 th.sig = sig;
+            } else if th.sig == sig && sig < libc::SIGRTMIN() {
+                // A standard signal is pending at most once.
             } else {
                 let _ = crate::sys::process::tgkill(th.pid, tid, sig);
             }
