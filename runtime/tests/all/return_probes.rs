@@ -6,7 +6,7 @@
 //! target's output and exit status identical to an untraced run; the
 //! refusal of a location that is not a function entry; a handler writing
 //! `rax` (ptrace); detaching while calls are live (ptrace); the seam's
-//! suspend and resume with calls live.
+//! suspend and resume with calls live; a return probe on an IFUNC.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +32,7 @@ pub const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(suspend_ends_live_calls_and_resume_tracks_new_ones @ per_transport),
+    case!(a_return_probe_on_an_ifunc_returns_from_the_implementation @ per_transport),
 ];
 
 /// `tests/progs/retprobe.c`, not PIE (link-time addresses are run-time
@@ -718,5 +719,71 @@ fn suspend_ends_live_calls_and_resume_tracks_new_ones(transport: &'static str) {
         );
     } else {
         assert!(dormant.is_empty() || dormant == "u", "{seen}");
+    }
+}
+
+/// `f` of `tests/progs/ifunc.c` is an IFUNC whose resolver picks `impl_b`
+/// (x + 2): a return probe on `f` tracks the calls of the implementation
+/// the process chose (PIE and not), with their own arguments, return
+/// values and one return address in `main`.
+fn a_return_probe_on_an_ifunc_returns_from_the_implementation(transport: &'static str) {
+    for (name, flags) in [
+        (
+            "ifunc_nopie",
+            &["-O1", "-no-pie", "-fcf-protection=none"][..],
+        ),
+        ("ifunc_pie", &["-O1", "-fPIE", "-pie"][..]),
+    ] {
+        let exe = gcc(name, &progs().join("ifunc.c"), flags);
+        let prog = program(
+            &format!("ret-{name}-{transport}"),
+            &exe.display().to_string(),
+            &[("f", "")],
+            &["entry, rdi", "r, rax", "r, rip"],
+        );
+        let mut c = wprobe();
+        c.arg("run")
+            .arg(&prog)
+            .args(["--transport", transport, "--format", "json", "--"])
+            .arg(&exe)
+            .arg("10")
+            .current_dir(scratch());
+        let o = output_within(c, 120);
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert_eq!(o.status.code(), Some(0), "{name}: {err}");
+        // sum of i + 2 for i < 10, as untraced.
+        assert!(out.lines().any(|l| l.starts_with("sum=65 ")), "{out}");
+        let words: Vec<Vec<u64>> = out
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["kind"] == "log")
+            .map(|v| {
+                v["items"][0]["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(words.len(), 10, "{transport} {name}: {err}");
+        for (i, w) in words.iter().enumerate() {
+            assert_eq!(&w[..2], &[i as u64, i as u64 + 2], "{transport} {name}");
+            assert_eq!(w[2], words[0][2], "one return address");
+        }
+        if name == "ifunc_nopie" {
+            let main = sym(&exe, "main");
+            let info = wprobe_elf::ElfInfo::open(&exe).unwrap();
+            let f = info.function_containing(words[0][2]).unwrap();
+            assert_eq!(f.value, main, "returns into main");
+        }
+        assert!(
+            err.contains("`f` is an IFUNC; probing the implementation process"),
+            "{err}"
+        );
     }
 }
