@@ -511,8 +511,11 @@ impl Session {
                 self.settle_held(None);
                 if t.info().caps.step_faults
                     && tags.iter().any(|&pi| {
+                        // A return probe's hit is at the return, not at an
+                        // instruction of its own that is stepped.
                         self.probes.get(pi).is_some_and(|p| {
-                            self.manifests[p.prog].probes[p.index].kind == ProbeKind::Breakpoint
+                            let spec = &self.manifests[p.prog].probes[p.index];
+                            spec.kind == ProbeKind::Breakpoint && !spec.r#return
                         })
                     })
                 {
@@ -555,6 +558,11 @@ impl Session {
             Event::Missed { tag, count } => {
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += count;
+                }
+            }
+            Event::Unwound { tag, .. } => {
+                if let Some(p) = self.probes.get_mut(tag) {
+                    p.stats.missed += 1;
                 }
             }
             Event::Tick => self.run_intervals(),

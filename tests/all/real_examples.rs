@@ -127,6 +127,44 @@ fn ex01_to_ex15_on_the_real_target() {
     check("14_registers_memory.rpn", &[], "counter=1001 last=213\n");
 }
 
+/// Example 16 (a return probe) on the real target: the records of the
+/// interpreter on the modelled returns, word for word but the first of
+/// each, the call's elapsed time, which only a real run knows (checked to
+/// be positive and under a second).
+#[test]
+fn ex16_return_probe_on_the_real_target() {
+    let file = "16_return_probe.rpn";
+    let program = build_file(&examples_dir().join(file), &[]);
+    let want = interpreter_scenario(&program);
+    let (lines, stdout, status) = trace(file, &[]);
+    assert_eq!(stdout, NORMAL, "the target's output");
+    assert_eq!(status, Some(ExitStatus::Code(0)));
+    let logs: Vec<&serde_json::Value> = lines.iter().filter(|v| v["kind"] == "log").collect();
+    assert_eq!(logs.len(), 3, "one record per return");
+    assert_eq!(want.len(), 3);
+    for (got, want) in logs.iter().zip(&want) {
+        assert_eq!(
+            (got["major"].as_u64(), got["minor"].as_u64()),
+            (Some(16), Some(1))
+        );
+        let data = got["data_hex"].as_str().unwrap();
+        let want_hex = hex(&want.data);
+        assert_eq!(&data[16..], &want_hex[16..], "all but the elapsed time");
+        let mut b = [0u8; 8];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = u8::from_str_radix(&data[2 * i..2 * i + 2], 16).unwrap();
+        }
+        let elapsed = u64::from_le_bytes(b);
+        assert!(
+            (1..1_000_000_000).contains(&elapsed),
+            "elapsed {elapsed} ns"
+        );
+    }
+    let stats = lines.last().expect("stats line");
+    assert_eq!(stats["missed"], 0);
+    assert_eq!(stats["traps"], 0);
+}
+
 #[test]
 fn decoded_items_match_the_example_header() {
     let (lines, _, _) = trace("02_strings_memory.rpn", &[]);

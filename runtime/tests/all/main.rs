@@ -24,6 +24,7 @@ mod perf_transport;
 mod ptrace_breakpoints;
 mod ptrace_libs_watch;
 mod ptrace_processes;
+mod return_probes;
 mod sandbox;
 mod scale;
 mod tracer_death;
@@ -46,6 +47,7 @@ fn main() {
         ptrace_breakpoints::CASES,
         ptrace_libs_watch::CASES,
         ptrace_processes::CASES,
+        return_probes::CASES,
         sandbox::CASES,
         scale::CASES,
         tracer_death::CASES,

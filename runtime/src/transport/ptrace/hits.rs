@@ -102,40 +102,35 @@ impl PtraceTracer {
         let p = &self.procs[&pid];
         let mem = p.mem.clone();
         let quiet = p.kind != ProcKind::Traced;
+        let ret_site = mem.borrow().sites[&addr].ret;
+        if ret_site && !quiet {
+            // A return address of tracked calls: the seam pairs the return
+            // (and may drop the site when nothing returns there).
+            let (action, r) = self.deliver((tid, pid, addr), regs, &mem, cb, |t, hit, cb| {
+                cb(t, PtraceEvent::ReturnSite { hit })
+            });
+            regs = r;
+            if action == PtraceAction::HandoffToDebugger {
+                return self.handoff(tid, pid, regs);
+            }
+        }
         let internal = {
             let m = mem.borrow();
-            let s = &m.sites[&addr];
+            let Some(s) = m.sites.get(&addr) else {
+                drop(m);
+                return self.step_over(tid, pid, addr, regs).map(drop);
+            };
             self.ids.clear();
             self.ids.extend_from_slice(&s.ids);
             s.internal
         };
         if !self.ids.is_empty() && !quiet {
             self.summary.breakpoint_hits += 1;
-            let cpu_src = self
-                .threads
-                .get_mut(&tid)
-                .map(|t| std::mem::take(&mut t.cpu_src))
-                .unwrap_or_default();
-            let mut hit = std::mem::take(&mut self.hit);
-            hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, cpu_src);
             let ids = std::mem::take(&mut self.ids);
-            self.in_flight = Some((tid, addr));
-            let action = cb(
-                self,
-                PtraceEvent::Breakpoint {
-                    bp: &ids,
-                    hit: &mut hit,
-                },
-            );
-            self.in_flight = None;
-            regs = hit.take_regs();
-            regs.rip = addr;
-            let cpu_src = std::mem::take(hit.cpu_src.get_mut());
-            hit.mem = None;
-            self.hit = hit;
-            if let Some(th) = self.threads.get_mut(&tid) {
-                th.cpu_src = cpu_src;
-            }
+            let (action, r) = self.deliver((tid, pid, addr), regs, &mem, cb, |t, hit, cb| {
+                cb(t, PtraceEvent::Breakpoint { bp: &ids, hit })
+            });
+            regs = r;
             self.ids = ids;
             match action {
                 PtraceAction::Continue => {}
@@ -158,6 +153,45 @@ impl PtraceTracer {
             cb(self, PtraceEvent::Stepped { tid, fault });
         }
         Ok(())
+    }
+
+    /// Runs `f` with the tracer's hit set up for a breakpoint trap of
+    /// `tid` at `addr` with registers `regs`; returns what the callback
+    /// asked and the registers as the handlers left them (RIP at `addr`).
+    fn deliver(
+        &mut self,
+        (tid, pid, addr): (i32, i32, u64),
+        regs: Regs,
+        mem: &std::rc::Rc<std::cell::RefCell<super::mem::ProcMem>>,
+        cb: Cb<'_>,
+        f: impl FnOnce(&mut PtraceTracer, &mut super::PtraceHit, Cb<'_>) -> PtraceAction,
+    ) -> (PtraceAction, Regs) {
+        let cpu_src = self
+            .threads
+            .get_mut(&tid)
+            .map(|t| std::mem::take(&mut t.cpu_src))
+            .unwrap_or_default();
+        let mut hit = std::mem::take(&mut self.hit);
+        hit.reset(
+            tid,
+            pid,
+            HitKind::Breakpoint(addr),
+            regs,
+            mem.clone(),
+            cpu_src,
+        );
+        self.in_flight = Some((tid, addr));
+        let action = f(self, &mut hit, cb);
+        self.in_flight = None;
+        let mut regs = hit.take_regs();
+        regs.rip = addr;
+        let cpu_src = std::mem::take(hit.cpu_src.get_mut());
+        hit.mem = None;
+        self.hit = hit;
+        if let Some(th) = self.threads.get_mut(&tid) {
+            th.cpu_src = cpu_src;
+        }
+        (action, regs)
     }
 
     pub(super) fn library_event(&mut self, pid: i32, cb: Cb<'_>) {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use hostabi::env::HitEnv;
+use hostabi::env::{EntryState, HitEnv};
 
 use super::{
     BpId, ExitStatus, HitKind, PtraceAction as PAction, PtraceEvent as PEvent, PtraceHit,
@@ -15,6 +15,7 @@ use super::{
 };
 use crate::addr::RunAddr;
 use crate::procmaps::Mapping;
+use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::{
     Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
     TransportHit, TransportInfo,
@@ -35,7 +36,7 @@ pub static INFO: TransportInfo = TransportInfo {
         later_libraries: true,
         arms_files: false,
         uses_ptrace: true,
-        return_probes: false,
+        return_probes: true,
         step_faults: true,
         write_checks: true,
     },
@@ -56,6 +57,18 @@ pub(super) struct SeamState {
     tags: Vec<usize>,
     main_status: Option<ExitStatus>,
     handed_off: Vec<i32>,
+    /// Return probes: the entry breakpoint's id → (tag, maxactive).
+    ret_probes: HashMap<BpId, (usize, u32)>,
+    /// The return probes at the current entry: (entry id, tag, maxactive)
+    /// (reused).
+    ret_tags: Vec<(BpId, usize, u32)>,
+    /// The tracked calls of every thread.
+    calls: CallStacks,
+    /// Calls that ended without a return, to report (reused).
+    gone: Vec<Gone>,
+    /// Calls ended by `suspend` (their return sites already let go), to
+    /// report at the next event.
+    suspended: Vec<Gone>,
     /// Probes made dormant by `suspend`, to arm again on `resume`.
     dormant: Vec<Dormant>,
     /// The session's handle of a probe re-armed by `resume` → its current
@@ -73,6 +86,8 @@ struct Dormant {
     addr: u64,
     /// `None` for a breakpoint.
     watch: Option<(u8, crate::arch::WatchKind)>,
+    /// `Some(maxactive)` for a return probe's entry.
+    ret: Option<u32>,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -103,7 +118,191 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
     Ok(Box::new(t))
 }
 
+/// How the seam reports to the session.
+type OnEvent<'a> = &'a mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action;
+
 impl PtraceTracer {
+    /// Reports the calls collected in `seam.gone` as [`Event::Unwound`]
+    /// (but those of disabled probes) and lets go of their return sites.
+    fn flush_gone(&mut self, on_event: OnEvent<'_>) {
+        if self.seam.gone.is_empty() {
+            return;
+        }
+        let mut gone = std::mem::take(&mut self.seam.gone);
+        for g in &gone {
+            let c = &g.call;
+            self.release_return_site(c.pid, c.ret_addr);
+            if g.cause != Left::Disabled {
+                on_event(
+                    self,
+                    Event::Unwound {
+                        tag: c.tag,
+                        pid: c.pid,
+                        tid: g.tid,
+                        entry_rsp: c.entry_rsp,
+                        entry_ns: c.entry_ns,
+                        cause: g.cause,
+                    },
+                );
+            }
+        }
+        gone.clear();
+        self.seam.gone = gone;
+    }
+
+    /// A breakpoint hit: the entry of return probes' functions (their calls
+    /// tracked, abandoned ones reported first) and the hit of plain probes.
+    fn on_breakpoint(
+        &mut self,
+        bp: &[BpId],
+        hit: &mut PtraceHit,
+        on_event: OnEvent<'_>,
+    ) -> PAction {
+        let mut tags = std::mem::take(&mut self.seam.tags);
+        let mut rets = std::mem::take(&mut self.seam.ret_tags);
+        tags.clear();
+        rets.clear();
+        // A forked child carries its parent's breakpoint ids and the ones
+        // armed for it: one run per probe.
+        for id in bp {
+            if let Some(&(tag, max)) = self.seam.ret_probes.get(id) {
+                if !rets.iter().any(|(_, t, _)| *t == tag) {
+                    rets.push((*id, tag, max));
+                }
+            } else if let Some(&tag) = self.seam.bp_tags.get(id)
+                && !tags.contains(&tag)
+            {
+                tags.push(tag);
+            }
+        }
+        let (tid, pid) = (hit.tid() as i32, hit.pid() as i32);
+        let func = hit.address();
+        let mut ret_addr = None;
+        if !rets.is_empty() {
+            let rsp = hit.regs().rsp;
+            let mut b = [0u8; 8];
+            if hit.read_mem(rsp, &mut b) == 8 {
+                let ra = u64::from_le_bytes(b);
+                ret_addr = Some(ra);
+                self.seam
+                    .calls
+                    .prune_at_entry(tid, rsp, ra, func, &mut self.seam.gone);
+                self.flush_gone(on_event);
+            }
+        }
+        let mut action = Action::Continue;
+        if !tags.is_empty() {
+            action = on_event(self, Event::Hit { tags: &tags, hit });
+        }
+        let paction = self.finish_hit(action, hit);
+        if paction == PAction::HandoffToDebugger {
+            self.let_go_calls(pid, on_event);
+        } else if !rets.is_empty() {
+            // After the plain probes' handlers: the entry state is what the
+            // function receives.
+            let now = crate::sys::time::monotonic_ns();
+            let r = *hit.regs();
+            for &(id, tag, max) in &rets {
+                // A handler of a plain probe here may have disabled it
+                // (`remove`, `maxhits`) or made every probe dormant: the
+                // call is not tracked, as a disabled probe's calls are not.
+                if !self.seam.ret_probes.contains_key(&id) {
+                    continue;
+                }
+                let tracked = ret_addr.is_some_and(|ra| {
+                    let call = Call {
+                        tag,
+                        pid,
+                        func,
+                        entry_rsp: r.rsp,
+                        ret_addr: ra,
+                        regs: [r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9, r.rsp],
+                        entry_ns: now,
+                    };
+                    self.seam.calls.live(pid, tag) < max
+                        && self.retain_return_site(pid, ra).is_ok()
+                        && self.seam.calls.push(tid, call, max)
+                });
+                if !tracked {
+                    on_event(self, Event::Missed { tag, count: 1 });
+                }
+            }
+        }
+        self.seam.tags = tags;
+        self.seam.ret_tags = rets;
+        paction
+    }
+
+    /// A thread at a return site: the tracked calls that return there run
+    /// their handlers (innermost first, after the calls found abandoned are
+    /// reported); a site nothing returns to any more is removed.
+    fn on_return_site(&mut self, hit: &mut PtraceHit, on_event: OnEvent<'_>) -> PAction {
+        let (tid, pid) = (hit.tid() as i32, hit.pid() as i32);
+        let at = hit.address();
+        let rsp = hit.regs().rsp;
+        let n = self
+            .seam
+            .calls
+            .returning(tid, rsp, Some(at), &mut self.seam.gone);
+        self.flush_gone(on_event);
+        if n == 0 {
+            self.drop_idle_return_site(pid, at);
+            return PAction::Continue;
+        }
+        let now = crate::sys::time::monotonic_ns();
+        while let Some(c) = self.seam.calls.pop(tid, rsp) {
+            self.release_return_site(pid, at);
+            let entry = EntryState {
+                regs: c.regs,
+                elapsed_ns: now.saturating_sub(c.entry_ns),
+            };
+            hit.set_return(Some((c.func, entry)));
+            let action = on_event(
+                self,
+                Event::Hit {
+                    tags: std::slice::from_ref(&c.tag),
+                    hit,
+                },
+            );
+            hit.set_return(None);
+            if self.finish_hit(action, hit) == PAction::HandoffToDebugger {
+                self.let_go_calls(pid, on_event);
+                return PAction::HandoffToDebugger;
+            }
+        }
+        PAction::Continue
+    }
+
+    /// Reports the calls `suspend` ended (their return sites already let
+    /// go).
+    fn flush_suspended(&mut self, on_event: OnEvent<'_>) {
+        let mut gone = std::mem::take(&mut self.seam.suspended);
+        for g in &gone {
+            let c = &g.call;
+            on_event(
+                self,
+                Event::Unwound {
+                    tag: c.tag,
+                    pid: c.pid,
+                    tid: g.tid,
+                    entry_rsp: c.entry_rsp,
+                    entry_ns: c.entry_ns,
+                    cause: g.cause,
+                },
+            );
+        }
+        gone.clear();
+        self.seam.suspended = gone;
+    }
+
+    /// The calls of `pid`, let go (the process is handed off): reported.
+    fn let_go_calls(&mut self, pid: i32, on_event: OnEvent<'_>) {
+        self.seam
+            .calls
+            .end_process(pid, Left::Detach, &mut self.seam.gone);
+        self.flush_gone(on_event);
+    }
+
     /// Carries out what the session asked after a hit.
     fn finish_hit(&mut self, action: Action, hit: &mut PtraceHit) -> PAction {
         match action {
@@ -175,8 +374,12 @@ impl Transport for PtraceTracer {
                 self.seam.wp_tags.insert(id, tag);
                 Ok(Armed(WATCH_BIT | u64::from(id.0)))
             }
-            Insert::Return { .. } => {
-                Err("return probes are not implemented by --transport ptrace".into())
+            Insert::Return { opcode, maxactive } => {
+                let id = self
+                    .insert_breakpoint(pid, addr, opcode)
+                    .map_err(|e| e.to_string())?;
+                self.seam.ret_probes.insert(id, (tag, maxactive));
+                Ok(Armed(u64::from(id.0)))
             }
         }
     }
@@ -194,6 +397,17 @@ impl Transport for PtraceTracer {
         } else {
             let _ = self.remove_breakpoint(BpId(id));
             self.seam.bp_tags.remove(&BpId(id));
+            if let Some((tag, _)) = self.seam.ret_probes.remove(&BpId(id)) {
+                // Calls still live return without a handler run, and are
+                // not missed: the probe is gone (spec §6.5).
+                self.seam.calls.drop_probe(tag, &mut self.seam.gone);
+                let gone = std::mem::take(&mut self.seam.gone);
+                for g in &gone {
+                    self.release_return_site(g.call.pid, g.call.ret_addr);
+                }
+                self.seam.gone = gone;
+                self.seam.gone.clear();
+            }
         }
     }
 
@@ -201,11 +415,23 @@ impl Transport for PtraceTracer {
         // The session's handle of each current id.
         let handle_of: HashMap<u64, u64> = self.seam.alias.iter().map(|(h, c)| (*c, *h)).collect();
         let handle = |current: u64| handle_of.get(&current).copied().unwrap_or(current);
+        // Live calls of return probes end here (reported at the next
+        // event): their return sites go with the probes.
+        let mut gone = std::mem::take(&mut self.seam.suspended);
+        self.seam.calls.drain(Left::Suspend, &mut gone);
+        for g in &gone {
+            self.release_return_site(g.call.pid, g.call.ret_addr);
+        }
+        self.seam.suspended = gone;
         let bps: Vec<(BpId, i32, u64)> =
             self.bps.iter().map(|(id, (p, a))| (*id, *p, *a)).collect();
         for (id, pid, addr) in bps {
-            let Some(tag) = self.seam.bp_tags.remove(&id) else {
-                continue;
+            let (tag, ret) = match self.seam.bp_tags.remove(&id) {
+                Some(tag) => (tag, None),
+                None => match self.seam.ret_probes.remove(&id) {
+                    Some((tag, max)) => (tag, Some(max)),
+                    None => continue,
+                },
             };
             self.remove_breakpoint(id).map_err(|e| e.to_string())?;
             self.seam.dormant.push(Dormant {
@@ -214,7 +440,24 @@ impl Transport for PtraceTracer {
                 pid,
                 addr,
                 watch: None,
+                ret,
             });
+        }
+        // Return sites nothing returns to any more (kept while idle).
+        let idle: Vec<(i32, u64)> = self
+            .procs
+            .iter()
+            .flat_map(|(pid, p)| {
+                let m = p.mem.borrow();
+                m.sites
+                    .iter()
+                    .filter(|(_, s)| s.ret && s.unused())
+                    .map(|(a, _)| (*pid, *a))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for (pid, addr) in idle {
+            self.drop_idle_return_site(pid, addr);
         }
         let wps: Vec<(WpId, i32, usize)> =
             self.wps.iter().map(|(id, (p, s))| (*id, *p, *s)).collect();
@@ -232,6 +475,7 @@ impl Transport for PtraceTracer {
                 pid,
                 addr: w.addr,
                 watch: Some((w.len, w.kind)),
+                ret: None,
             });
         }
         self.seam.alias.clear();
@@ -244,9 +488,13 @@ impl Transport for PtraceTracer {
             if !self.procs.contains_key(&d.pid) {
                 continue; // gone meanwhile
             }
-            let what = match d.watch {
-                None => Insert::Breakpoint { opcode: None },
-                Some((len, kind)) => Insert::Watchpoint { len, kind },
+            let what = match (d.watch, d.ret) {
+                (Some((len, kind)), _) => Insert::Watchpoint { len, kind },
+                (None, Some(maxactive)) => Insert::Return {
+                    opcode: None,
+                    maxactive,
+                },
+                (None, None) => Insert::Breakpoint { opcode: None },
             };
             match Transport::insert(self, d.tag, d.pid, RunAddr(d.addr), what) {
                 Ok(a) => {
@@ -273,26 +521,18 @@ impl Transport for PtraceTracer {
     ) -> anyhow::Result<Option<ExitStatus>> {
         let main = PtraceTracer::main_pid(self);
         let mut cb = |t: &mut PtraceTracer, ev: PEvent<'_>| -> PAction {
+            if !t.seam.suspended.is_empty() {
+                t.flush_suspended(on_event);
+            }
             match ev {
-                PEvent::Breakpoint { bp, hit } => {
-                    let mut tags = std::mem::take(&mut t.seam.tags);
-                    tags.clear();
-                    // A forked child carries its parent's breakpoint ids
-                    // and the ones armed for it: one run per probe.
-                    for id in bp {
-                        if let Some(&tag) = t.seam.bp_tags.get(id)
-                            && !tags.contains(&tag)
-                        {
-                            tags.push(tag);
-                        }
-                    }
-                    let action = if tags.is_empty() {
-                        Action::Continue
-                    } else {
-                        on_event(t, Event::Hit { tags: &tags, hit })
-                    };
-                    t.seam.tags = tags;
-                    t.finish_hit(action, hit)
+                PEvent::Breakpoint { bp, hit } => t.on_breakpoint(bp, hit, on_event),
+                PEvent::ReturnSite { hit } => t.on_return_site(hit, on_event),
+                PEvent::ThreadExited { pid: _, tid } => {
+                    t.seam
+                        .calls
+                        .end_thread(tid, Left::ThreadExit, &mut t.seam.gone);
+                    t.flush_gone(on_event);
+                    PAction::Continue
                 }
                 PEvent::Watchpoint { wp, hit } => match t.seam.wp_tags.get(&wp).copied() {
                     Some(tag) => {
@@ -312,6 +552,8 @@ impl Transport for PtraceTracer {
                     PAction::Continue
                 }
                 PEvent::Exec { pid } => {
+                    t.seam.calls.end_process(pid, Left::Exec, &mut t.seam.gone);
+                    t.flush_gone(on_event);
                     on_event(t, Event::Exec { pid });
                     PAction::Continue
                 }
@@ -331,12 +573,21 @@ impl Transport for PtraceTracer {
                     if pid == main {
                         t.seam.main_status = Some(status);
                     }
+                    t.seam
+                        .calls
+                        .end_process(pid, Left::ProcessExit, &mut t.seam.gone);
+                    t.flush_gone(on_event);
                     on_event(t, Event::ProcessExited { pid, status });
                     PAction::Continue
                 }
             }
         };
-        PtraceTracer::run(self, stop, &mut cb)?;
+        let res = PtraceTracer::run(self, stop, &mut cb);
+        // Calls still live when the run ends (wprobe stops, or detached).
+        self.flush_suspended(on_event);
+        self.seam.calls.drain(Left::Detach, &mut self.seam.gone);
+        self.flush_gone(on_event);
+        res?;
         Ok(self.seam.main_status)
     }
 
@@ -366,6 +617,10 @@ impl Transport for PtraceTracer {
 
 impl TransportHit for PtraceHit {
     fn ip(&self) -> u64 {
+        if let Some(func) = self.return_of() {
+            // The return of a tracked call: the probe is at the function.
+            return func;
+        }
         match self.kind() {
             HitKind::Breakpoint(a) => a,
             HitKind::Watchpoint(..) => self.regs().rip,

@@ -49,7 +49,30 @@ impl EmuMem for Emu<'_> {
     }
 }
 
+/// Whether this machine gives user space CET shadow stacks (the kernel
+/// lists `user_shstk` among the CPU flags when it supports them and the
+/// CPU has them). Read once.
+pub(super) fn user_shadow_stacks() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+            c.lines()
+                .find(|l| l.starts_with("flags"))
+                .is_some_and(|l| l.split_whitespace().any(|f| f == "user_shstk"))
+        })
+    })
+}
+
 fn apply_policy(policy: StepPolicy, kind: StepKind) -> StepKind {
+    // An emulated `call` pushes the return address on the stack only: a
+    // process with a CET shadow stack would fault at the matching `ret`.
+    // Where shadow stacks exist, calls run for real (return sites of
+    // return probes often sit on one: `call f; call g`).
+    if let StepKind::Emulate(Emul::Call(_) | Emul::CallInd) = kind
+        && user_shadow_stacks()
+    {
+        return StepKind::SingleStep;
+    }
     match (policy, kind) {
         (StepPolicy::Auto, k) => k,
         (StepPolicy::SingleStepOnly, _) => StepKind::SingleStep,
