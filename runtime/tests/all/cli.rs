@@ -300,12 +300,21 @@ fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
 
 /// Bytes of `len` at `addr` in a live process.
 fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
-    f.seek(SeekFrom::Start(addr)).unwrap();
+    use std::os::unix::fs::FileExt;
     let mut b = vec![0; len];
-    f.read_exact(&mut b).unwrap();
-    b
+    // A read that races with a tracer replacing the page can fail with
+    // EIO once (seen on a loaded machine): retried, a real error is not.
+    let mut last = None;
+    for _ in 0..20 {
+        match std::fs::File::open(format!("/proc/{pid}/mem"))
+            .and_then(|f| f.read_exact_at(&mut b, addr))
+        {
+            Ok(()) => return b,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("reading {len} bytes at {addr:#x} in process {pid}: {last:?}")
 }
 
 fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
