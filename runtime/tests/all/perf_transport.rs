@@ -17,6 +17,10 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(sampled_registers_follow_what_handlers_read, Need::Perf),
     case!(forked_children_inherit_probes_with_f_only, Need::Perf),
+    case!(
+        children_and_grandchildren_running_at_once_lose_no_call_uncounted,
+        Need::Perf
+    ),
     case!(lost_samples_are_counted_exactly, Need::Perf),
     case!(
         sigkill_of_wprobe_leaves_the_target_running_unharmed,
@@ -248,6 +252,47 @@ fn forked_children_inherit_probes_with_f_only() {
             assert_eq!(s["hits"], hits, "{tr} -f={follow}");
             assert!(out.starts_with(&want), "{tr} -f={follow}: {out}");
         }
+    }
+}
+
+fn forkall() -> PathBuf {
+    gcc(
+        "forkall",
+        &progs().join("forkall.c"),
+        &["-O2", "-fPIE", "-pie"],
+    )
+}
+
+/// The `stats` line of a `wprobe run --format json` that exited 0.
+fn run_stats(c: Command, what: &str) -> serde_json::Value {
+    let o = output_within(c, 120);
+    assert_eq!(o.status.code(), Some(0), "{what}: {}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    serde_json::from_str(out.lines().last().unwrap()).unwrap()
+}
+
+/// Processes forked from one another run at once (8 children, each with 2
+/// children of its own, all calling the probed function 3,000 times):
+/// every call is a hit or a counted drop. (The kernel swaps the perf
+/// contexts of such processes at context switches; once the process a
+/// swapped context names exits, the uprobes were removed from the one
+/// still running with it, and its calls went unseen, uncounted.)
+fn children_and_grandchildren_running_at_once_lose_no_call_uncounted() {
+    let exe = forkall();
+    let p = count_program(&exe, "count_forkall.rpn", "target");
+    for round in 0..2 {
+        let mut c = wprobe();
+        c.arg("run")
+            .arg(&p)
+            .args(["--transport", "perf", "-f", "--format", "json", "--"])
+            .args([exe.to_str().unwrap(), "8", "3000", "2"]);
+        let s = run_stats(c, "perf -f");
+        let (hits, dropped) = (s["hits"].as_u64(), s["dropped"].as_u64());
+        assert_eq!(
+            hits.zip(dropped).map(|(h, d)| h + d),
+            Some(8 * 3000 * 3),
+            "round {round}: {s}"
+        );
     }
 }
 
