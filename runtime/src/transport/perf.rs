@@ -21,6 +21,7 @@ mod retsites;
 mod ring;
 mod sample;
 mod seam;
+mod tasks;
 mod tracefs;
 
 use std::collections::HashMap;
@@ -201,6 +202,10 @@ pub struct PerfTracer {
     spare: Vec<Vec<u8>>,
     /// The transport seam's state (mappings read for arming).
     seam: seam::SeamState,
+    /// With `-f`: the live tasks of the traced tree.
+    tasks: tasks::Tasks,
+    /// The main process has exited.
+    main_gone: bool,
 }
 
 impl std::fmt::Debug for PerfTracer {
@@ -246,6 +251,8 @@ impl PerfTracer {
             spare: Vec::new(),
             tick: None,
             seam: Default::default(),
+            tasks: Default::default(),
+            main_gone: false,
         }
     }
 
@@ -305,6 +312,7 @@ impl PerfTracer {
 
     /// One ring per CPU, owned by a dummy event on the main process.
     fn open_rings(&mut self) -> Result<(), PerfError> {
+        self.tasks = tasks::Tasks::new(&self.tids);
         for &cpu in &self.cpus {
             let r = ring::open(self.main_pid, cpu, self.opts.follow_forks, self.ring_pages)?;
             self.ring_fds.push(r.sampler.as_counter().as_raw_fd());
@@ -505,8 +513,12 @@ impl PerfTracer {
             self.rings[i].has = false;
             // Other records (PERF_RECORD_LOST among them) are skipped: losses
             // are counted exactly per event with PERF_FORMAT_LOST (`report_lost`).
-            if self.rings[i].ty == sample::RECORD_SAMPLE {
-                self.deliver_hit_group(i, on_event);
+            match self.rings[i].ty {
+                sample::RECORD_SAMPLE => self.deliver_hit_group(i, on_event),
+                ty @ (tasks::RECORD_FORK | tasks::RECORD_EXIT) => {
+                    self.tasks.record(ty, &self.rings[i].pending);
+                }
+                _ => {}
             }
         }
     }
@@ -584,8 +596,9 @@ impl PerfTracer {
         sample::id_and_time(body).and_then(|(kid, _)| self.by_kernel_id.get(&kid).copied())
     }
 
-    /// Runs until the main process exits or `stop` is set; returns its exit
-    /// status when it was launched by us.
+    /// Runs until the main process exits (with `-f`: until every process
+    /// of its tree has exited) or `stop` is set; returns its exit status
+    /// when it was launched by us.
     pub fn run(
         &mut self,
         stop: &AtomicBool,
@@ -613,9 +626,23 @@ impl PerfTracer {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            if self.main_exited() {
+            if !self.main_gone && self.main_exited() {
+                self.main_gone = true;
+                // Its pidfd stays readable: poll the rings only.
+                if let Some(p) = fds.last_mut().filter(|_| self.pidfd.is_some()) {
+                    p.fd = -1;
+                }
+            }
+            if self.main_gone {
+                // With -f, processes it forked may still run (a daemon):
+                // the run goes on until the last one exits.
                 self.drain(on_event);
-                break;
+                if self.opts.follow_forks {
+                    self.tasks.prune();
+                }
+                if !self.opts.follow_forks || self.tasks.is_empty() {
+                    break;
+                }
             }
             let mut timeout = POLL_MS;
             if let Some((period, due)) = self.tick.as_mut() {
@@ -633,6 +660,17 @@ impl PerfTracer {
         }
         self.drain(on_event);
         self.report_lost(on_event);
+        if self.opts.follow_forks && !self.tasks.is_empty() {
+            self.tasks.prune();
+            let n = self.tasks.processes();
+            if n > 0 {
+                crate::elog!(
+                    "wprobe: warning: {n} process{} of the traced tree still running, no longer \
+                     traced",
+                    if n == 1 { "" } else { "es" }
+                );
+            }
+        }
         Ok(self.exited)
     }
 }

@@ -21,6 +21,10 @@ pub(crate) const CASES: &[Case] = &[
         children_and_grandchildren_running_at_once_lose_no_call_uncounted,
         Need::Perf
     ),
+    case!(
+        with_f_a_daemon_is_traced_after_the_command_exits_until_it_exits,
+        Need::Perf
+    ),
     case!(lost_samples_are_counted_exactly, Need::Perf),
     case!(
         sigkill_of_wprobe_leaves_the_target_running_unharmed,
@@ -292,6 +296,28 @@ fn children_and_grandchildren_running_at_once_lose_no_call_uncounted() {
             hits.zip(dropped).map(|(h, d)| h + d),
             Some(8 * 3000 * 3),
             "round {round}: {s}"
+        );
+    }
+}
+
+/// A daemonizing command (double fork, in a new session; the command and
+/// its child exit at once): with -f its grandchild's 2,000 calls, all made
+/// after the command exited, are traced - the run ends when the daemon
+/// exits - as under ptrace.
+fn with_f_a_daemon_is_traced_after_the_command_exits_until_it_exits() {
+    let exe = forkall();
+    let p = count_program(&exe, "count_daemon.rpn", "target");
+    for tr in ["perf", "ptrace"] {
+        let mut c = wprobe();
+        c.arg("run")
+            .arg(&p)
+            .args(["--transport", tr, "-f", "--format", "json", "--"])
+            .args([exe.to_str().unwrap(), "daemon", "2000"]);
+        let s = run_stats(c, tr);
+        assert_eq!(
+            (s["hits"].as_u64(), s["dropped"].as_u64()),
+            (Some(2000), Some(0)),
+            "{tr}: {s}"
         );
     }
 }

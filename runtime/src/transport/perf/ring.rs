@@ -156,7 +156,10 @@ fn counter(pid: i32, cpu: usize, follow: bool) -> Result<Counter, PerfError> {
         // uncounted.
         .sample(perf_event::SampleFlag::READ | perf_event::SampleFlag::TID)
         .wakeup_watermark(MIN_RING_PAGES * 4096 / 4);
-    if !follow {
+    if follow {
+        // Forks and exits of the tree (`tasks`).
+        b.task(true);
+    } else {
         b.inherit_thread(true);
     }
     match b.build() {
