@@ -206,6 +206,9 @@ pub struct PerfTracer {
     tasks: tasks::Tasks,
     /// The main process has exited.
     main_gone: bool,
+    /// The launched command is stopped at its exec (not yet run to its
+    /// entry point).
+    at_exec: bool,
 }
 
 impl std::fmt::Debug for PerfTracer {
@@ -253,6 +256,7 @@ impl PerfTracer {
             seam: Default::default(),
             tasks: Default::default(),
             main_gone: false,
+            at_exec: false,
         }
     }
 
@@ -261,12 +265,14 @@ impl PerfTracer {
         self.tick = Some((period, std::time::Instant::now() + period));
     }
 
-    /// Launches `argv`, stopped at its entry point until [`PerfTracer::start`].
+    /// Launches `argv`, stopped at its exec ([`PerfTracer::run_to_entry`]
+    /// runs it to its entry point) until [`PerfTracer::start`].
     pub fn launch(argv: &[OsString], opts: PerfOptions) -> Result<PerfTracer, PerfError> {
         let pid = launch::launch(argv)?;
         let mut t = PerfTracer::empty(opts, pid);
         t.launched = true;
         t.held = true;
+        t.at_exec = true;
         t.tids = vec![pid];
         t.pidfd = crate::sys::process::pidfd_open(pid);
         if let Err(e) = t.open_rings() {
@@ -317,6 +323,19 @@ impl PerfTracer {
             let r = ring::open(self.main_pid, cpu, self.opts.follow_forks, self.ring_pages)?;
             self.ring_fds.push(r.sampler.as_counter().as_raw_fd());
             self.rings.push(r);
+        }
+        Ok(())
+    }
+
+    /// Runs a launched command stopped at its exec to its entry point
+    /// (its startup libraries mapped, their constructors run: the probes
+    /// armed so far saw them), where it stays until [`PerfTracer::start`].
+    /// Nothing to do otherwise.
+    pub fn run_to_entry(&mut self) -> Result<(), PerfError> {
+        if self.at_exec && self.held {
+            self.at_exec = false;
+            self.seam.forget_maps(self.main_pid);
+            launch::run_to_entry(self.main_pid)?;
         }
         Ok(())
     }
