@@ -154,24 +154,14 @@ pub fn run(a: RunArgs) -> CmdResult {
     let mut transport = (info.open)(target, &open).map_err(|e| CliError::user(e.to_string()))?;
     let t = transport.as_mut();
     let main = t.main_pid();
-    let mut armed = session.arm(t, main, true);
-    if a.pid.is_none() && t.at_exec() {
-        // Stopped at its exec: the startup libraries' constructors run
-        // before the entry point; arm them on their files, then what only
-        // the dynamic linker could settle (IFUNCs) at the entry point.
-        if session.pending() > 0 {
-            let exe = std::fs::read_link(format!("/proc/{main}/exe")).unwrap_or_default();
-            let env = wprobe_elf::startup::LoaderEnv::from_env();
-            let libs = wprobe_elf::startup::startup_libraries(&exe, &env);
-            session.arm_on_startup_libraries(t, main, &libs, true);
-        }
-        if let Err(e) = t.run_to_entry() {
+    let mut armed = match session.arm_at_start(t, main, true) {
+        Ok(n) => n,
+        Err(e) => {
             t.kill_launched();
             let _ = t.detach();
             return Err(CliError::user(e));
         }
-        armed = session.arm(t, main, true);
-    }
+    };
     if session.pending() > 0 && info.caps.arms_files {
         // Modules not mapped yet (a program a child execs, a library
         // loaded later): arm on the file, found by path or next to the

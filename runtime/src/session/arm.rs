@@ -226,6 +226,35 @@ impl Session {
         n
     }
 
+    /// Arms every probe in the process `pid` at the start of a run (what
+    /// [`Session::arm`] does), and for a launched command stopped at its
+    /// exec ([`Transport::at_exec`]) first the breakpoints of what is
+    /// mapped and of the startup libraries on their files (their
+    /// constructors run before the entry point), then runs it to its
+    /// entry point ([`Transport::run_to_entry`]) and arms the rest there
+    /// (watchpoints, IFUNC probes). Returns how many are armed in `pid`;
+    /// an error when the command could not be run to its entry point.
+    pub fn arm_at_start(
+        &mut self,
+        t: &mut dyn Transport,
+        pid: i32,
+        report: bool,
+    ) -> Result<usize, String> {
+        if t.at_exec() {
+            self.breakpoints_only = true;
+            self.arm(t, pid, report);
+            self.breakpoints_only = false;
+            if self.pending() > 0 {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+                let env = wprobe_elf::startup::LoaderEnv::from_env();
+                let libs = wprobe_elf::startup::startup_libraries(&exe, &env);
+                self.arm_on_startup_libraries(t, pid, &libs, report);
+            }
+            t.run_to_entry()?;
+        }
+        Ok(self.arm(t, pid, report))
+    }
+
     /// Arms the breakpoint probes still pending (their module was not
     /// mapped at start) on the module's file, found by path or by base name
     /// in `dirs`, for transports that arm files
@@ -257,7 +286,7 @@ impl Session {
     /// path or bare name as in a running process. Probes on IFUNCs stay
     /// pending, for the entry point; no note per probe (the expected
     /// case). Returns how many were armed.
-    pub fn arm_on_startup_libraries(
+    fn arm_on_startup_libraries(
         &mut self,
         t: &mut dyn Transport,
         pid: i32,
@@ -410,6 +439,9 @@ impl Session {
             let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
             let m = &self.manifests[prog];
             let spec = &m.probes[index];
+            if self.breakpoints_only && spec.kind != ProbeKind::Breakpoint {
+                continue;
+            }
             let module = spec.module.as_ref().unwrap_or(&m.module).clone();
             let loc = located
                 .entry((prog, module.clone()))
