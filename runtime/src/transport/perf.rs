@@ -640,6 +640,7 @@ impl PerfTracer {
                 revents: 0,
             });
         }
+        let mut pruned = std::time::Instant::now();
         loop {
             self.drain(on_event);
             if stop.load(Ordering::Relaxed) {
@@ -656,8 +657,10 @@ impl PerfTracer {
                 // With -f, processes it forked may still run (a daemon):
                 // the run goes on until the last one exits.
                 self.drain(on_event);
-                if self.opts.follow_forks {
+                if self.opts.follow_forks && pruned.elapsed().as_millis() >= POLL_MS as u128 {
+                    // Reads /proc per live task: not at every wake-up.
                     self.tasks.prune();
+                    pruned = std::time::Instant::now();
                 }
                 if !self.opts.follow_forks || self.tasks.is_empty() {
                     break;
