@@ -219,22 +219,25 @@ extern "C" fn init_inner(_a: *mut u8) -> i64 {
 
 /// CPU features wasmtime asks about when it checks a precompiled module's
 /// ISA flags against this host (there is no `std` detection here).
+///
+/// VEX/EVEX-encoded extensions are reported absent whatever the CPU has:
+/// wasmtime then refuses any module compiled to use them, which is how the
+/// agent enforces the stubs' contract (they save XMM0–15 and MXCSR only; a
+/// VEX.128 instruction would zero the upper halves of the probed code's YMM
+/// registers).
 fn detect(feature: &str) -> Option<bool> {
-    use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
+    if matches!(
+        feature,
+        "avx" | "avx2" | "fma" | "avxvnni" | "avx512f" | "avx512dq" | "avx512vl" | "avx512bitalg"
+            | "avx512vbmi" | "avx512vnni"
+    ) {
+        return Some(false);
+    }
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
     let l1 = __cpuid(1);
     let l7 = __cpuid_count(7, 0);
-    let l7s1 = __cpuid_count(7, 1);
     let ext = __cpuid(0x8000_0001);
     let bit = |r: u32, b: u32| r & (1 << b) != 0;
-    // AVX state enabled by the OS (OSXSAVE and XCR0 bits 1, 2; 5-7 for AVX-512).
-    let xcr0 = if bit(l1.ecx, 27) {
-        // SAFETY: OSXSAVE says XGETBV is enabled.
-        unsafe { _xgetbv(0) }
-    } else {
-        0
-    };
-    let os_avx = xcr0 & 0x6 == 0x6;
-    let os_avx512 = os_avx && xcr0 & 0xE0 == 0xE0;
     Some(match feature {
         "sse3" => bit(l1.ecx, 0),
         "ssse3" => bit(l1.ecx, 9),
@@ -242,19 +245,9 @@ fn detect(feature: &str) -> Option<bool> {
         "sse4.2" => bit(l1.ecx, 20),
         "popcnt" => bit(l1.ecx, 23),
         "cmpxchg16b" => bit(l1.ecx, 13),
-        "fma" => os_avx && bit(l1.ecx, 12),
-        "avx" => os_avx && bit(l1.ecx, 28),
-        "avx2" => os_avx && bit(l7.ebx, 5),
         "bmi1" => bit(l7.ebx, 3),
         "bmi2" => bit(l7.ebx, 8),
         "lzcnt" => bit(ext.ecx, 5),
-        "avxvnni" => os_avx && bit(l7s1.eax, 4),
-        "avx512f" => os_avx512 && bit(l7.ebx, 16),
-        "avx512dq" => os_avx512 && bit(l7.ebx, 17),
-        "avx512vl" => os_avx512 && bit(l7.ebx, 31),
-        "avx512bitalg" => os_avx512 && bit(l7.ecx, 12),
-        "avx512vbmi" => os_avx512 && bit(l7.ecx, 1),
-        "avx512vnni" => os_avx512 && bit(l7.ecx, 11),
         _ => return None,
     })
 }
@@ -561,7 +554,12 @@ fn run_site(c: &ControlHeader, h: &HitArgs) -> i64 {
                 Skip::FuelExhausted as i64
             } else {
                 c.stats.trapped.fetch_add(1, Ordering::Relaxed);
-                err_silent(format_args!("site {}: {e}", h.site));
+                // As the runtime's `trap_message`: the trap, or the root cause
+                // of a host-raised error (without the backtrace context).
+                match e.downcast_ref::<Trap>() {
+                    Some(t) => err_silent(format_args!("site {}: {t}", h.site)),
+                    None => err_silent(format_args!("site {}: {}", h.site, e.root_cause())),
+                }
                 Skip::Trapped as i64
             }
         }
