@@ -1,1 +1,259 @@
-fn main() {}
+//! Cost of one `wprobe_agent_dispatch` called from native code in the same
+//! process, broken down, next to today's `Runner::run`, all in one run.
+//!
+//! Method: for each row, time N and 2N back-to-back calls (wall clock,
+//! `Instant`) and take (t2 − t1) / N, which cancels the fixed costs of a
+//! measurement; rows are measured in interleaved rounds (every row once per
+//! round) so drift of the shared VM hits all rows alike; the table gives the
+//! median and the minimum over the rounds, and each ratio is the median of
+//! the per-round ratios.
+//!
+//! `cargo bench -p agent-loader --bench dispatch` (ROUNDS, TARGET_MS env vars).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use agent_abi::{SavedRegs, bench};
+use agent_loader::{LoadedAgent, ModuleSpec, RegionLayout, SelfTarget, agent_image, load_agent};
+use std::hint::black_box;
+use std::time::Instant;
+
+type Dispatch = unsafe extern "C" fn(u32, *mut SavedRegs) -> i64;
+type Bench = unsafe extern "C" fn(u32, u32, u64, *mut SavedRegs) -> u64;
+
+const SITE_COUNT: u32 = 1;
+const SITE_EMPTY: u32 = 2;
+const SITE_RPN: u32 = 3;
+const SITE_NONE: u32 = 9;
+
+struct Row {
+    name: &'static str,
+    run: Box<dyn FnMut(u64) -> f64>, // n iterations -> elapsed ns
+    samples: Vec<f64>,
+}
+
+fn timed(mut f: impl FnMut(u64)) -> impl FnMut(u64) -> f64 {
+    move |n| {
+        let t = Instant::now();
+        f(n);
+        t.elapsed().as_nanos() as f64
+    }
+}
+
+fn main() {
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    let target_ms: f64 = std::env::var("TARGET_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20.0);
+
+    // The agent, in this process, with three handlers.
+    let img = agent_image().expect("agent");
+    let mut t = SelfTarget::new().unwrap();
+    let mut a: LoadedAgent = load_agent(&mut t, &img, RegionLayout::default()).unwrap();
+    let engine = agent_loader::compile::agent_engine().unwrap();
+    common::load(
+        &mut t,
+        &mut a,
+        &engine,
+        common::COUNT_WAT,
+        &[(SITE_COUNT, "count"), (SITE_EMPTY, "empty")],
+        1,
+        runtime::engine::DEFAULT_FUEL_PER_HIT,
+    )
+    .unwrap();
+
+    // Today's path: the benches' RPN "trivial" handler under `Runner::run`.
+    let rt_engine = runtime::engine::new_engine().unwrap();
+    let shape = &wprobe_benches::SHAPES[0];
+    assert_eq!(shape.name, "trivial");
+    let program = wprobe_benches::build(shape.source);
+    let mut compiled = wprobe_benches::CompiledHandler::new(&rt_engine, &program);
+    // The same RPN module, precompiled for the agent.
+    let rpn_wasm = rpn2wasm::compile_program(program.clone()).wasm;
+    let rpn_cwasm = agent_loader::compile::precompile(&engine, &rpn_wasm).unwrap();
+    let p0 = &compiled.runner.programs[0];
+    a.load_module(
+        &mut t,
+        &ModuleSpec {
+            cwasm: &rpn_cwasm,
+            sites: &[(SITE_RPN, p0.manifest.probes[0].export.as_str())],
+            gvars: u32::from(p0.manifest.gvars),
+            fuel: p0.fuel,
+            load_bias: 0,
+            writes_allowed: true,
+        },
+    )
+    .unwrap();
+
+    // SAFETY: the agent's entry points, mapped by the loader.
+    let dispatch: Dispatch = unsafe { std::mem::transmute::<u64, Dispatch>(a.dispatch) };
+    // SAFETY: as above.
+    let benchf: Bench = unsafe { std::mem::transmute::<u64, Bench>(a.bench) };
+    let frame = Box::leak(Box::new(SavedRegs {
+        rdi: 2,
+        rsi: 7,
+        ..Default::default()
+    })) as *mut SavedRegs;
+    // Sanity: every path returns what it should.
+    // SAFETY: valid frame.
+    unsafe {
+        assert_eq!(dispatch(SITE_COUNT, frame), 0);
+        assert_eq!(dispatch(SITE_EMPTY, frame), 0);
+        assert_eq!(dispatch(SITE_RPN, frame), 0);
+        assert_eq!(dispatch(SITE_NONE, frame), agent_abi::Skip::NoHandler as i64);
+    }
+    assert_eq!(
+        compiled.run(),
+        runtime::handlers::RunOutcome::Returned(hostabi::Outcome::Exit)
+    );
+
+    let d = |site: u32| {
+        timed(move |n| {
+            for _ in 0..n {
+                // SAFETY: valid frame.
+                black_box(unsafe { dispatch(site, frame) });
+            }
+        })
+    };
+    let inside = |what: u32, site: u32| {
+        // SAFETY: valid frame; the agent times the loop itself.
+        move |n: u64| unsafe { benchf(what, site, n, frame) as f64 }
+    };
+    let mut rows: Vec<Row> = vec![
+        Row {
+            name: "dispatch: trivial counting handler (gvar_get+gvar_set), fuel",
+            run: Box::new(d(SITE_COUNT)),
+            samples: vec![],
+        },
+        Row {
+            name: "dispatch: RPN `trivial` (same module as Runner::run)",
+            run: Box::new(d(SITE_RPN)),
+            samples: vec![],
+        },
+        Row {
+            name: "dispatch: empty Wasm handler, fuel",
+            run: Box::new(d(SITE_EMPTY)),
+            samples: vec![],
+        },
+        Row {
+            name: "dispatch: site without handler (empty dispatch)",
+            run: Box::new(d(SITE_NONE)),
+            samples: vec![],
+        },
+        Row {
+            name: "  in agent: thread slot lookup",
+            run: Box::new(inside(bench::SLOT, 0)),
+            samples: vec![],
+        },
+        Row {
+            name: "  in agent: slot + stack switch",
+            run: Box::new(inside(bench::STACK_SWITCH, 0)),
+            samples: vec![],
+        },
+        Row {
+            name: "  in agent: Store::set_fuel",
+            run: Box::new(inside(bench::SET_FUEL, SITE_COUNT)),
+            samples: vec![],
+        },
+        Row {
+            name: "  in agent: set_fuel + call, empty handler",
+            run: Box::new(inside(bench::CALL, SITE_EMPTY)),
+            samples: vec![],
+        },
+        Row {
+            name: "  in agent: set_fuel + call, counting handler",
+            run: Box::new(inside(bench::CALL, SITE_COUNT)),
+            samples: vec![],
+        },
+        Row {
+            name: "  in agent: dispatch(count) looped inside",
+            run: Box::new(inside(bench::DISPATCH, SITE_COUNT)),
+            samples: vec![],
+        },
+        Row {
+            name: "Runner::run, RPN `trivial` (today, std wasmtime)",
+            run: Box::new(timed(move |n| {
+                for _ in 0..n {
+                    black_box(compiled.run());
+                }
+            })),
+            samples: vec![],
+        },
+    ];
+
+    // Calibrate N per row: ~target_ms for 2N.
+    let mut ns: Vec<u64> = Vec::new();
+    for r in &mut rows {
+        let mut n = 1000u64;
+        loop {
+            let el = (r.run)(n);
+            if el > target_ms * 1e6 / 3.0 || n > 1 << 30 {
+                break;
+            }
+            n *= 2;
+        }
+        ns.push(n);
+    }
+    for _ in 0..rounds {
+        for (r, &n) in rows.iter_mut().zip(&ns) {
+            let t1 = (r.run)(n);
+            let t2 = (r.run)(2 * n);
+            r.samples.push((t2 - t1) / n as f64);
+        }
+    }
+    let med = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
+    println!(
+        "\n{rounds} rounds; per row N ≈ {:?} (2N ≈ {target_ms} ms)",
+        ns
+    );
+    println!("{:<62} {:>9} {:>9}", "ns per call", "median", "min");
+    for r in &rows {
+        println!(
+            "{:<62} {:>9.1} {:>9.1}",
+            r.name,
+            med(&r.samples),
+            min(&r.samples)
+        );
+    }
+    let ratio = |i: usize, j: usize| {
+        let v: Vec<f64> = rows[i]
+            .samples
+            .iter()
+            .zip(&rows[j].samples)
+            .map(|(a, b)| a / b)
+            .collect();
+        med(&v)
+    };
+    let runner = rows.len() - 1;
+    println!("\nratios (median of per-round ratios):");
+    println!(
+        "  dispatch(count)     / Runner::run(trivial) = {:.2}",
+        ratio(0, runner)
+    );
+    println!(
+        "  dispatch(RPN trivial) / Runner::run(trivial) = {:.2}",
+        ratio(1, runner)
+    );
+    println!(
+        "  dispatch(empty)     / Runner::run(trivial) = {:.2}",
+        ratio(2, runner)
+    );
+    println!(
+        "  empty dispatch      / dispatch(count)      = {:.2}",
+        ratio(3, 0)
+    );
+    let s = a.region.stats();
+    println!(
+        "\nagent counters: handled {} contended {} trapped {} fuel {}",
+        s.handled, s.contended, s.trapped, s.fuel_exhausted
+    );
+}
