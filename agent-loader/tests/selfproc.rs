@@ -189,9 +189,9 @@ fn fuel_traps_and_bad_outcomes_are_counted_and_survived() {
         &mut a,
         &e,
         BAD_WAT,
-        &[(1, "spin"), (2, "trap"), (3, "div"), (4, "weird")],
+        &[(1, "spin"), (2, "trap"), (3, "div"), (4, "weird"), (6, "deep"), (7, "grow")],
         0,
-        100_000,
+        10_000_000,
     )
     .unwrap();
     load(&mut t, &mut a, &e, COUNT_WAT, &[(5, "count")], 1, 1_000_000).unwrap();
@@ -203,8 +203,11 @@ fn fuel_traps_and_bad_outcomes_are_counted_and_survived() {
     assert!(a.region.error().1.contains("divide by zero"), "{:?}", a.region.error());
     assert_eq!(dispatch(&a, 4, &mut f), Skip::BadOutcome as i64);
     assert_eq!(dispatch(&a, 5, &mut f), 0);
+    assert_eq!(dispatch(&a, 6, &mut f), Skip::Trapped as i64);
+    assert!(a.region.error().1.contains("call stack exhausted"), "{:?}", a.region.error());
+    assert_eq!(dispatch(&a, 7, &mut f), 1, "memory grows to the limit and no further");
     let s = a.region.stats();
-    assert_eq!((s.fuel_exhausted, s.trapped, s.handled), (1, 3, 1));
+    assert_eq!((s.fuel_exhausted, s.trapped, s.handled), (1, 4, 2));
     assert_eq!(a.region.gvars(), vec![1]);
 }
 
@@ -361,3 +364,4 @@ fn concurrent_hits_are_all_accounted_for() {
     eprintln!("4 threads x {N}: handled {ok}, contended {}", s.contended);
     let _ = a.region.header().stats.threads.load(Ordering::Relaxed);
 }
+

@@ -79,7 +79,26 @@ pub const BAD_WAT: &str = r#"
   (func (export "spin") (result i32) (loop $l (br $l)) (i32.const 0))
   (func (export "trap") (result i32) unreachable)
   (func (export "div") (result i32) (i32.div_s (i32.const 1) (i32.const 0)))
-  (func (export "weird") (result i32) (i32.const 99)))
+  (func (export "weird") (result i32) (i32.const 99))
+  (func $rec (export "deep") (result i32) (call $rec))
+  ;; grows memory to the 16 MiB limit (255 more pages), then one page too many:
+  ;; returns 1 if the first grow gave 1 and the second -1.
+  (func (export "grow") (result i32)
+    (i32.and (i32.eq (memory.grow (i32.const 255)) (i32.const 1))
+             (i32.eq (memory.grow (i32.const 1)) (i32.const -1)))))
+"#;
+
+/// Spins for a while (fuel-bounded), for signals to arrive meanwhile.
+pub const SPIN_WAT: &str = r#"
+(module
+  (import "wprobe" "gvar_set" (func $gs (param i64 i64)))
+  (memory (export "memory") 1)
+  (func (export "spin") (result i32) (local $i i32)
+    (local.set $i (i32.const 20000000))
+    (loop $l (local.set $i (i32.sub (local.get $i) (i32.const 1)))
+             (br_if $l (local.get $i)))
+    (call $gs (i64.const 0) (i64.const 1))
+    (i32.const 0)))
 "#;
 
 /// Compiles WAT for the agent.
