@@ -393,6 +393,9 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
 }
 
 #[cfg(test)]
+mod runtime_glue;
+
+#[cfg(test)]
 mod tests {
     extern crate std;
     use super::*;
