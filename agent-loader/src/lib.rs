@@ -10,6 +10,7 @@ pub mod elf;
 pub mod loader;
 pub mod ptrace;
 pub mod region;
+pub mod stub;
 pub mod target;
 
 pub use elf::AgentImage;

@@ -253,3 +253,61 @@ pub fn check(r: u64, what: &str) -> Result<u64> {
     }
     Ok(r)
 }
+
+/// Maps `len` bytes with `prot` at a free address within ±2 GiB (minus
+/// 1 MiB of slack) of `near`, for code that `near` must reach with a rel32.
+pub fn map_near<T: Target + ?Sized>(t: &mut T, near: u64, len: u64, prot: i32) -> Result<u64> {
+    const REACH: u64 = (1 << 31) - (1 << 20);
+    const MAP_FIXED_NOREPLACE: i32 = 0x10_0000;
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid()))?;
+    let mut ranges: Vec<(u64, u64)> = maps
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+        })
+        .collect();
+    ranges.sort();
+    // Candidates: just below and just above every mapping, nearest first.
+    let mut cands: Vec<u64> = Vec::new();
+    let mut prev_end = 0x10_0000u64;
+    for &(lo, hi) in &ranges {
+        if lo >= prev_end + len {
+            cands.push(prev_end);
+            cands.push(lo - len);
+        }
+        prev_end = prev_end.max(hi);
+    }
+    cands.push(prev_end);
+    cands.retain(|c| c.abs_diff(near) < REACH && *c % PAGE == 0 && *c < 0x7fff_ffff_0000);
+    cands.sort_by_key(|c| c.abs_diff(near));
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+    for c in cands {
+        if let Ok(a) = mmap(t, c, len, prot, flags) {
+            if a == c {
+                return Ok(a);
+            }
+            // An old kernel ignoring MAP_FIXED_NOREPLACE placed it elsewhere.
+            syscall_ok(t, libc::SYS_munmap, [a, len, 0, 0, 0, 0])?;
+        }
+    }
+    bail!("no free range within rel32 reach of 0x{near:x}")
+}
+
+/// Writes a stub for `site` (calling `callee(site_id, frame)`) into `stub_addr`
+/// (mapped executable, e.g. by [`map_near`]), then the site's jump to it.
+/// The caller guarantees no thread executes inside the site's window while
+/// the jump is written (stop the world; here: a single-threaded caller).
+pub fn install_stub<T: Target + ?Sized>(
+    t: &mut T,
+    site: &crate::stub::Site,
+    site_id: u32,
+    callee: u64,
+    stub_addr: u64,
+) -> Result<usize> {
+    let code = crate::stub::generate(site, site_id, callee, stub_addr)?;
+    let patch = crate::stub::site_patch(site, stub_addr)?;
+    t.write_mem(stub_addr, &code)?;
+    t.write_mem(site.addr, &patch)?;
+    Ok(code.len())
+}
