@@ -111,6 +111,70 @@ fn main() {
         runtime::handlers::RunOutcome::Returned(hostabi::Outcome::Exit)
     );
 
+    // Stubs on real functions (agent-loader/testdata/patchme.c).
+    let lib = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libpatchme_bench.so");
+    let st = std::process::Command::new("gcc")
+        .args(["-O1", "-fno-ipa-icf", "-fPIC", "-shared", "-o"])
+        .arg(&lib)
+        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/patchme.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let cl = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: our test library.
+    let h = unsafe { libc::dlopen(cl.as_ptr(), libc::RTLD_NOW) };
+    assert!(!h.is_null());
+    let fsym = |n: &str| -> u64 {
+        let c = std::ffi::CString::new(n).unwrap();
+        // SAFETY: valid handle and name.
+        let p = unsafe { libc::dlsym(h, c.as_ptr()) };
+        assert!(!p.is_null());
+        p as u64
+    };
+    type Add3 = extern "C" fn(i64, i64, i64) -> i64;
+    // SAFETY: C functions of this signature.
+    let f = |n: &str| unsafe { std::mem::transmute::<u64, Add3>(fsym(n)) };
+    let (plain, nop, nohandler, counted) = (
+        f("add3_plain"),
+        f("add3_nop"),
+        f("add3_nohandler"),
+        f("add3"),
+    );
+    extern "C" fn native_nop(_site: u32, _frame: *mut SavedRegs) -> i64 {
+        0
+    }
+    let stubs = agent_loader::loader::map_near(
+        &mut t,
+        fsym("add3"),
+        4096,
+        libc::PROT_READ | libc::PROT_EXEC,
+    )
+    .unwrap();
+    let mut at = stubs;
+    for (name, id, callee) in [
+        ("add3_nop", 0, native_nop as *const () as u64),
+        ("add3_nohandler", SITE_NONE, a.dispatch),
+        ("add3", SITE_COUNT, a.dispatch),
+    ] {
+        let addr = fsym(name);
+        let mut code = [0u8; 32];
+        agent_loader::Target::read_mem(&mut t, addr, &mut code).unwrap();
+        let site = agent_loader::stub::decode_site(&code, addr).unwrap();
+        let n = agent_loader::loader::install_stub(&mut t, &site, id, callee, at).unwrap();
+        at += (n as u64).next_multiple_of(64);
+    }
+    assert_eq!(plain(1, 2, 3), 14);
+    assert_eq!(nop(1, 2, 3), 14);
+    assert_eq!(nohandler(1, 2, 3), 14);
+    assert_eq!(counted(1, 2, 3), 14);
+    let call = |g: Add3| {
+        timed(move |n| {
+            for i in 0..n {
+                black_box(g(black_box(i as i64), 1, 1));
+            }
+        })
+    };
+
     let d = |site: u32| {
         timed(move |n| {
             for _ in 0..n {
@@ -124,6 +188,26 @@ fn main() {
         move |n: u64| unsafe { benchf(what, site, n, frame) as f64 }
     };
     let mut rows: Vec<Row> = vec![
+        Row {
+            name: "patched C function, stub + dispatch(count)",
+            run: Box::new(call(counted)),
+            samples: vec![],
+        },
+        Row {
+            name: "patched C function, stub + dispatch(no handler)",
+            run: Box::new(call(nohandler)),
+            samples: vec![],
+        },
+        Row {
+            name: "patched C function, stub + native no-op callee",
+            run: Box::new(call(nop)),
+            samples: vec![],
+        },
+        Row {
+            name: "unpatched C function (baseline)",
+            run: Box::new(call(plain)),
+            samples: vec![],
+        },
         Row {
             name: "dispatch: trivial counting handler (gvar_get+gvar_set), fuel",
             run: Box::new(d(SITE_COUNT)),
@@ -234,22 +318,44 @@ fn main() {
         med(&v)
     };
     let runner = rows.len() - 1;
+    let diff = |i: usize, j: usize| {
+        let v: Vec<f64> = rows[i]
+            .samples
+            .iter()
+            .zip(&rows[j].samples)
+            .map(|(a, b)| a - b)
+            .collect();
+        med(&v)
+    };
+    println!("\nper-hit overhead over the unpatched call (median of per-round differences):");
+    println!("  stub alone (native no-op callee)      {:>7.1} ns", diff(2, 3));
+    println!("  stub + empty dispatch                 {:>7.1} ns", diff(1, 3));
+    println!("  stub + dispatch(trivial counting)     {:>7.1} ns", diff(0, 3));
     println!("\nratios (median of per-round ratios):");
     println!(
+        "  (stub + dispatch(count) - baseline) / Runner::run(trivial) = {:.2}",
+        {
+            let v: Vec<f64> = (0..rows[0].samples.len())
+                .map(|k| (rows[0].samples[k] - rows[3].samples[k]) / rows[runner].samples[k])
+                .collect();
+            med(&v)
+        }
+    );
+    println!(
         "  dispatch(count)     / Runner::run(trivial) = {:.2}",
-        ratio(0, runner)
+        ratio(4, runner)
     );
     println!(
         "  dispatch(RPN trivial) / Runner::run(trivial) = {:.2}",
-        ratio(1, runner)
+        ratio(5, runner)
     );
     println!(
         "  dispatch(empty)     / Runner::run(trivial) = {:.2}",
-        ratio(2, runner)
+        ratio(6, runner)
     );
     println!(
         "  empty dispatch      / dispatch(count)      = {:.2}",
-        ratio(3, 0)
+        ratio(7, 4)
     );
     let s = a.region.stats();
     println!(
