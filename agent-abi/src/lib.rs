@@ -228,8 +228,11 @@ pub struct Stats {
     pub threads: AtomicU64,
     /// Hits skipped for want of a thread slot or stack.
     pub no_slot: AtomicU64,
+    /// Heap allocations made by the agent so far (none per hit on the
+    /// success path; tests check it).
+    pub allocations: AtomicU64,
     /// Reserved.
-    pub _reserved: [AtomicU64; 5],
+    pub _reserved: [AtomicU64; 4],
 }
 
 /// Header of the record ring (single producer: the thread holding the

@@ -82,6 +82,7 @@ pub struct StatsSnapshot {
     pub records_dropped: u64,
     pub threads: u64,
     pub no_slot: u64,
+    pub allocations: u64,
 }
 
 /// The tracer's mapping of a shared region.
@@ -204,6 +205,7 @@ impl Region {
             records_dropped: l(&s.records_dropped),
             threads: l(&s.threads),
             no_slot: l(&s.no_slot),
+            allocations: l(&s.allocations),
         }
     }
 

@@ -79,7 +79,27 @@ fn runs_handlers_inside_a_traced_c_process() {
     let sig_before = sig_lines(pid);
     let alt_before = altstack(&mut t);
 
+    let rss = |pid: i32| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .unwrap()
+    };
+    let rss0 = rss(pid);
+    let t0 = std::time::Instant::now();
     let mut a = load_agent(&mut t, &img, RegionLayout::default()).unwrap();
+    let t_init = t0.elapsed();
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        let h = a.region.header();
+        eprintln!(
+            "init: {t_init:?} (debug-build tracer); thread key mode {}, TCB tid offset 0x{:x}",
+            h.thread_key.load(Relaxed),
+            h.tcb_tid_off.load(Relaxed)
+        );
+    }
     eprintln!(
         "agent at 0x{:x} in pid {pid}, region at 0x{:x}, guard 0x{:x}",
         a.base, a.region_addr, a.guard
@@ -102,7 +122,9 @@ fn runs_handlers_inside_a_traced_c_process() {
     assert!(agent_maps.iter().any(|p| p == "r-xp"), "{agent_maps:?}");
     assert!(agent_maps.iter().any(|p| p == "r--p"), "{agent_maps:?}");
 
+    let t0 = std::time::Instant::now();
     load(&mut t, &mut a, &engine, COUNT_WAT, &[(1, "count")], 1, 1_000_000).unwrap();
+    eprintln!("load of a module: {:?} (precompilation included)", t0.elapsed());
     load(&mut t, &mut a, &engine, LOGREGS_WAT, &[(2, "logregs")], 0, 1_000_000).unwrap();
 
     // A frame in the target's scratch page, as a stub would have saved it.
@@ -139,6 +161,10 @@ fn runs_handlers_inside_a_traced_c_process() {
     let s = a.region.stats();
     assert_eq!((s.handled, s.threads, s.trapped), (6, 1, 0));
 
+    eprintln!(
+        "target RSS: {rss0} kB before the agent, {} kB after init, two loads and 6 hits",
+        rss(pid)
+    );
     // Signal state, from the outside.
     assert_eq!(altstack(&mut t), alt_before, "sigaltstack of the target thread");
     assert_eq!(sig_lines(pid), sig_before);

@@ -71,8 +71,15 @@ fn counts_in_a_global_variable() {
     }
     assert_eq!(dispatch(&a, 8, &mut f), 0);
     assert_eq!(a.region.gvars(), vec![1000]);
+    // No allocation per hit (a thread's first hit may allocate).
+    let allocs = a.region.stats().allocations;
+    for _ in 0..1000 {
+        assert_eq!(dispatch(&a, 7, &mut f), 0);
+    }
+    assert_eq!(a.region.stats().allocations, allocs, "a hit allocates nothing");
+    assert_eq!(a.region.gvars(), vec![2000]);
     let s = a.region.stats();
-    assert_eq!(s.handled, 1001);
+    assert_eq!(s.handled, 2001);
     assert_eq!(s.threads, 1);
     assert_eq!(dispatch(&a, 9, &mut f), Skip::NoHandler as i64);
     assert_eq!(a.region.stats().no_handler, 1);
@@ -81,7 +88,7 @@ fn counts_in_a_global_variable() {
     assert_eq!(dispatch(&a, 7, &mut f), Skip::Dormant as i64);
     a.region.set_enabled(true);
     assert_eq!(dispatch(&a, 7, &mut f), 0);
-    assert_eq!(a.region.gvars(), vec![1001]);
+    assert_eq!(a.region.gvars(), vec![2001]);
 }
 
 #[test]

@@ -56,6 +56,12 @@ unsafe impl dlmalloc::Allocator for Pages {
 
 struct Heap(SpinLock<Dlmalloc<Pages>>);
 
+/// Counts an allocation in the shared statistics (once there is a region).
+#[inline]
+fn count() {
+    crate::ctrl::stats(|s| s.allocations.fetch_add(1, core::sync::atomic::Ordering::Relaxed));
+}
+
 #[global_allocator]
 static HEAP: Heap = Heap(SpinLock::new(Dlmalloc::new_with_allocator(Pages)));
 
@@ -63,14 +69,17 @@ static HEAP: Heap = Heap(SpinLock::new(Dlmalloc::new_with_allocator(Pages)));
 // GlobalAlloc contract for the layouts it is given.
 unsafe impl GlobalAlloc for Heap {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        count();
         // SAFETY: forwarded contract.
         unsafe { self.0.lock().malloc(l.size(), l.align()) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        count();
         // SAFETY: forwarded contract.
         unsafe { self.0.lock().calloc(l.size(), l.align()) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        count();
         // SAFETY: forwarded contract.
         unsafe { self.0.lock().realloc(p, l.size(), l.align(), new) }
     }
