@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(offset_of!(ControlHeader, ring) % 64, 0);
         assert_eq!(size_of::<LoadRequest>(), 56);
         assert_eq!(size_of::<SiteEntry>(), 16);
-        assert!(CONTROL_HEADER_SIZE < 4096);
+        const { assert!(CONTROL_HEADER_SIZE < 4096) };
     }
 
     #[test]

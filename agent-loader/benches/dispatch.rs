@@ -104,7 +104,10 @@ fn main() {
         assert_eq!(dispatch(SITE_COUNT, frame), 0);
         assert_eq!(dispatch(SITE_EMPTY, frame), 0);
         assert_eq!(dispatch(SITE_RPN, frame), 0);
-        assert_eq!(dispatch(SITE_NONE, frame), agent_abi::Skip::NoHandler as i64);
+        assert_eq!(
+            dispatch(SITE_NONE, frame),
+            agent_abi::Skip::NoHandler as i64
+        );
     }
     assert_eq!(
         compiled.run(),
@@ -328,9 +331,18 @@ fn main() {
         med(&v)
     };
     println!("\nper-hit overhead over the unpatched call (median of per-round differences):");
-    println!("  stub alone (native no-op callee)      {:>7.1} ns", diff(2, 3));
-    println!("  stub + empty dispatch                 {:>7.1} ns", diff(1, 3));
-    println!("  stub + dispatch(trivial counting)     {:>7.1} ns", diff(0, 3));
+    println!(
+        "  stub alone (native no-op callee)      {:>7.1} ns",
+        diff(2, 3)
+    );
+    println!(
+        "  stub + empty dispatch                 {:>7.1} ns",
+        diff(1, 3)
+    );
+    println!(
+        "  stub + dispatch(trivial counting)     {:>7.1} ns",
+        diff(0, 3)
+    );
     println!("\nratios (median of per-round ratios):");
     println!(
         "  (stub + dispatch(count) - baseline) / Runner::run(trivial) = {:.2}",

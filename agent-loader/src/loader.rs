@@ -83,7 +83,13 @@ pub fn load_agent<T: Target + ?Sized>(
 ) -> Result<LoadedAgent> {
     let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     let scratch = mmap(t, 0, PAGE, libc::PROT_READ | libc::PROT_WRITE, anon)?;
-    let base = mmap(t, 0, image.span, libc::PROT_NONE, anon | libc::MAP_NORESERVE)?;
+    let base = mmap(
+        t,
+        0,
+        image.span,
+        libc::PROT_NONE,
+        anon | libc::MAP_NORESERVE,
+    )?;
     // Segments, with their final protections (RELRO read-only).
     for s in &image.segments {
         let lo = s.vaddr & !(PAGE - 1);
@@ -96,7 +102,11 @@ pub fn load_agent<T: Target + ?Sized>(
         {
             let rlo = rlo.max(lo) & !(PAGE - 1);
             let rhi = rhi.min(hi).next_multiple_of(PAGE);
-            cuts = vec![(lo, rlo, s.prot), (rlo, rhi, libc::PROT_READ), (rhi, hi, s.prot)];
+            cuts = vec![
+                (lo, rlo, s.prot),
+                (rlo, rhi, libc::PROT_READ),
+                (rhi, hi, s.prot),
+            ];
         }
         for (a, b, prot) in cuts {
             if b > a {
@@ -110,14 +120,22 @@ pub fn load_agent<T: Target + ?Sized>(
     }
     // Fork guard.
     let guard = mmap(t, 0, PAGE, libc::PROT_READ | libc::PROT_WRITE, anon)?;
-    let guard = match syscall_ok(t, libc::SYS_madvise, [guard, PAGE, MADV_WIPEONFORK, 0, 0, 0]) {
+    let guard = match syscall_ok(
+        t,
+        libc::SYS_madvise,
+        [guard, PAGE, MADV_WIPEONFORK, 0, 0, 0],
+    ) {
         Ok(_) => guard,
         Err(_) => 0,
     };
     // Control region.
     let size = layout.size();
     t.write_mem(scratch, b"wprobe-agent\0")?;
-    let fd = syscall_ok(t, libc::SYS_memfd_create, [scratch, MFD_CLOEXEC, 0, 0, 0, 0])?;
+    let fd = syscall_ok(
+        t,
+        libc::SYS_memfd_create,
+        [scratch, MFD_CLOEXEC, 0, 0, 0, 0],
+    )?;
     let mapped = (|| -> Result<(u64, Region)> {
         syscall_ok(t, libc::SYS_ftruncate, [fd, size, 0, 0, 0, 0])?;
         let file = File::options()
@@ -193,7 +211,11 @@ impl LoadedAgent {
     }
 
     /// Loads a module; returns its program index.
-    pub fn load_module<T: Target + ?Sized>(&mut self, t: &mut T, m: &ModuleSpec<'_>) -> Result<u32> {
+    pub fn load_module<T: Target + ?Sized>(
+        &mut self,
+        t: &mut T,
+        m: &ModuleSpec<'_>,
+    ) -> Result<u32> {
         self.region.reset_scratch();
         let module_off = self.region.put(m.cwasm)?;
         let mut entries = Vec::new();
@@ -226,7 +248,10 @@ impl LoadedAgent {
         };
         // SAFETY: LoadRequest is plain data.
         let rb = unsafe {
-            std::slice::from_raw_parts(&req as *const LoadRequest as *const u8, size_of::<LoadRequest>())
+            std::slice::from_raw_parts(
+                &req as *const LoadRequest as *const u8,
+                size_of::<LoadRequest>(),
+            )
         };
         let req_off = self.region.put(rb)?;
         let r = t.call(self.load, [req_off, 0, 0, 0, 0, 0], self.trap)? as i32;
@@ -238,7 +263,11 @@ impl LoadedAgent {
 
     /// Makes the target call `dispatch(site, frame)`; returns its result.
     pub fn dispatch<T: Target + ?Sized>(&self, t: &mut T, site: u32, frame: u64) -> Result<i64> {
-        Ok(t.call(self.dispatch, [u64::from(site), frame, 0, 0, 0, 0], self.trap)? as i64)
+        Ok(t.call(
+            self.dispatch,
+            [u64::from(site), frame, 0, 0, 0, 0],
+            self.trap,
+        )? as i64)
     }
 }
 
@@ -264,7 +293,10 @@ pub fn map_near<T: Target + ?Sized>(t: &mut T, near: u64, len: u64, prot: i32) -
         .lines()
         .filter_map(|l| {
             let (a, b) = l.split_whitespace().next()?.split_once('-')?;
-            Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
         })
         .collect();
     ranges.sort();

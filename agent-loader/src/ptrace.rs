@@ -28,14 +28,22 @@ fn regs(tid: i32) -> Result<libc::user_regs_struct> {
     let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out pointer for PTRACE_GETREGS.
     let rc = unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0, &mut r as *mut _) };
-    ensure!(rc == 0, "PTRACE_GETREGS: {}", std::io::Error::last_os_error());
+    ensure!(
+        rc == 0,
+        "PTRACE_GETREGS: {}",
+        std::io::Error::last_os_error()
+    );
     Ok(r)
 }
 
 fn set_regs(tid: i32, r: &libc::user_regs_struct) -> Result<()> {
     // SAFETY: a valid in pointer for PTRACE_SETREGS.
     let rc = unsafe { libc::ptrace(libc::PTRACE_SETREGS, tid, 0, r as *const _) };
-    ensure!(rc == 0, "PTRACE_SETREGS: {}", std::io::Error::last_os_error());
+    ensure!(
+        rc == 0,
+        "PTRACE_SETREGS: {}",
+        std::io::Error::last_os_error()
+    );
     Ok(())
 }
 
@@ -109,7 +117,11 @@ impl PtraceTarget {
                 self.held_signal as libc::c_long,
             )
         };
-        ensure!(rc == 0, "PTRACE_DETACH: {}", std::io::Error::last_os_error());
+        ensure!(
+            rc == 0,
+            "PTRACE_DETACH: {}",
+            std::io::Error::last_os_error()
+        );
         Ok(())
     }
 
@@ -160,7 +172,10 @@ impl PtraceTarget {
             if sig == libc::SIGTRAP {
                 return Ok(());
             }
-            if matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) {
+            if matches!(
+                sig,
+                libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
+            ) {
                 let r = regs(self.tid)?;
                 bail!(
                     "thread {} got signal {sig} at rip 0x{:x} during an injected call",

@@ -104,7 +104,10 @@ impl Region {
     /// the agent's `init` expects.
     pub fn map(file: File, layout: RegionLayout) -> Result<Region> {
         let size = layout.size() as usize;
-        ensure!(file.metadata()?.len() >= size as u64, "region file too small");
+        ensure!(
+            file.metadata()?.len() >= size as u64,
+            "region file too small"
+        );
         // SAFETY: a shared mapping of our own file; unmapped on drop.
         let ptr = unsafe {
             libc::mmap(
@@ -280,7 +283,9 @@ impl Region {
 
     /// Sets the tracer's enable switch.
     pub fn set_enabled(&self, on: bool) {
-        self.header().enabled.store(u32::from(on), Ordering::Release);
+        self.header()
+            .enabled
+            .store(u32::from(on), Ordering::Release);
     }
 }
 

@@ -136,43 +136,113 @@ pub fn generate(site: &Site, site_id: u32, callee: u64, stub_addr: u64) -> Resul
     const _: () = assert!(SAVED_REGS_SIZE as i64 == LOW_BLOCK + GPR_BLOCK);
     let e = |r: Result<Instruction, iced_x86::IcedError>| r.context("building the stub");
     let mut v: Vec<Instruction> = Vec::new();
-    v.push(e(Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(-RED_ZONE)))?);
+    v.push(e(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        rsp(-RED_ZONE),
+    ))?);
     v.push(Instruction::with(Code::Pushfq));
     for r in PUSHES {
         v.push(e(Instruction::with1(Code::Push_r64, r))?);
     }
-    v.push(e(Instruction::with2(Code::Sub_rm64_imm32, Register::RSP, LOW_BLOCK as i32))?);
+    v.push(e(Instruction::with2(
+        Code::Sub_rm64_imm32,
+        Register::RSP,
+        LOW_BLOCK as i32,
+    ))?);
     for (i, x) in XMMS.iter().enumerate() {
-        v.push(e(Instruction::with2(Code::Movups_xmmm128_xmm, rsp(16 * i as i64), *x))?);
+        v.push(e(Instruction::with2(
+            Code::Movups_xmmm128_xmm,
+            rsp(16 * i as i64),
+            *x,
+        ))?);
     }
-    v.push(e(Instruction::with1(Code::Stmxcsr_m32, rsp(frame_off::MXCSR as i64)))?);
-    v.push(e(Instruction::with2(Code::Mov_rm32_imm32, rsp(frame_off::MXCSR as i64 + 4), 0u32))?);
-    v.push(e(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, site.addr))?);
-    v.push(e(Instruction::with2(Code::Mov_rm64_r64, rsp(frame_off::RIP as i64), Register::RAX))?);
+    v.push(e(Instruction::with1(
+        Code::Stmxcsr_m32,
+        rsp(frame_off::MXCSR as i64),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_rm32_imm32,
+        rsp(frame_off::MXCSR as i64 + 4),
+        0u32,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_imm64,
+        Register::RAX,
+        site.addr,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_rm64_r64,
+        rsp(frame_off::RIP as i64),
+        Register::RAX,
+    ))?);
     v.push(e(Instruction::with2(
         Code::Lea_r64_m,
         Register::RAX,
         rsp(LOW_BLOCK + GPR_BLOCK + RED_ZONE),
     ))?);
-    v.push(e(Instruction::with2(Code::Mov_rm64_r64, rsp(frame_off::RSP as i64), Register::RAX))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_rm64_r64,
+        rsp(frame_off::RSP as i64),
+        Register::RAX,
+    ))?);
     v.push(Instruction::with(Code::Cld));
-    v.push(e(Instruction::with2(Code::Mov_r64_rm64, Register::RBX, Register::RSP))?);
-    v.push(e(Instruction::with2(Code::And_rm64_imm8, Register::RSP, -16i32))?);
-    v.push(e(Instruction::with2(Code::Mov_r32_imm32, Register::EDI, site_id))?);
-    v.push(e(Instruction::with2(Code::Mov_r64_rm64, Register::RSI, Register::RBX))?);
-    v.push(e(Instruction::with2(Code::Mov_r64_imm64, Register::RAX, callee))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RBX,
+        Register::RSP,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::And_rm64_imm8,
+        Register::RSP,
+        -16i32,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r32_imm32,
+        Register::EDI,
+        site_id,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSI,
+        Register::RBX,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_imm64,
+        Register::RAX,
+        callee,
+    ))?);
     v.push(e(Instruction::with1(Code::Call_rm64, Register::RAX))?);
-    v.push(e(Instruction::with2(Code::Mov_r64_rm64, Register::RSP, Register::RBX))?);
-    v.push(e(Instruction::with1(Code::Ldmxcsr_m32, rsp(frame_off::MXCSR as i64)))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSP,
+        Register::RBX,
+    ))?);
+    v.push(e(Instruction::with1(
+        Code::Ldmxcsr_m32,
+        rsp(frame_off::MXCSR as i64),
+    ))?);
     for (i, x) in XMMS.iter().enumerate() {
-        v.push(e(Instruction::with2(Code::Movups_xmm_xmmm128, *x, rsp(16 * i as i64)))?);
+        v.push(e(Instruction::with2(
+            Code::Movups_xmm_xmmm128,
+            *x,
+            rsp(16 * i as i64),
+        ))?);
     }
-    v.push(e(Instruction::with2(Code::Add_rm64_imm32, Register::RSP, LOW_BLOCK as i32))?);
+    v.push(e(Instruction::with2(
+        Code::Add_rm64_imm32,
+        Register::RSP,
+        LOW_BLOCK as i32,
+    ))?);
     for r in PUSHES.iter().rev() {
         v.push(e(Instruction::with1(Code::Pop_r64, *r))?);
     }
     v.push(Instruction::with(Code::Popfq));
-    v.push(e(Instruction::with2(Code::Lea_r64_m, Register::RSP, rsp(RED_ZONE)))?);
+    v.push(e(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        rsp(RED_ZONE),
+    ))?);
     // Synthetic instructions get IPs no branch targets, so the block
     // encoder links nothing to them.
     for (k, i) in v.iter_mut().enumerate() {

@@ -74,7 +74,9 @@ impl Target for SelfTarget {
         // owns (fresh mappings), or calls without memory effects.
         let r = unsafe { libc::syscall(nr as libc::c_long, a[0], a[1], a[2], a[3], a[4], a[5]) };
         Ok(if r == -1 {
-            (-(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as i64)) as u64
+            (-(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO) as i64)) as u64
         } else {
             r as u64
         })

@@ -123,9 +123,30 @@ fn runs_handlers_inside_a_traced_c_process() {
     assert!(agent_maps.iter().any(|p| p == "r--p"), "{agent_maps:?}");
 
     let t0 = std::time::Instant::now();
-    load(&mut t, &mut a, &engine, COUNT_WAT, &[(1, "count")], 1, 1_000_000).unwrap();
-    eprintln!("load of a module: {:?} (precompilation included)", t0.elapsed());
-    load(&mut t, &mut a, &engine, LOGREGS_WAT, &[(2, "logregs")], 0, 1_000_000).unwrap();
+    load(
+        &mut t,
+        &mut a,
+        &engine,
+        COUNT_WAT,
+        &[(1, "count")],
+        1,
+        1_000_000,
+    )
+    .unwrap();
+    eprintln!(
+        "load of a module: {:?} (precompilation included)",
+        t0.elapsed()
+    );
+    load(
+        &mut t,
+        &mut a,
+        &engine,
+        LOGREGS_WAT,
+        &[(2, "logregs")],
+        0,
+        1_000_000,
+    )
+    .unwrap();
 
     // A frame in the target's scratch page, as a stub would have saved it.
     let frame = SavedRegs {
@@ -142,7 +163,11 @@ fn runs_handlers_inside_a_traced_c_process() {
         assert_eq!(a.dispatch(&mut t, 1, faddr).unwrap(), 0);
     }
     assert_eq!(a.dispatch(&mut t, 2, faddr).unwrap(), 0);
-    assert_eq!(a.region.gvars(), vec![5], "the handler counted in the target");
+    assert_eq!(
+        a.region.gvars(),
+        vec![5],
+        "the handler counted in the target"
+    );
     let mut back = vec![0u8; SAVED_REGS_SIZE];
     t.read_mem(faddr, &mut back).unwrap();
     // SAFETY: SAVED_REGS_SIZE bytes of plain integers.
@@ -166,13 +191,27 @@ fn runs_handlers_inside_a_traced_c_process() {
         rss(pid)
     );
     // Signal state, from the outside.
-    assert_eq!(altstack(&mut t), alt_before, "sigaltstack of the target thread");
+    assert_eq!(
+        altstack(&mut t),
+        alt_before,
+        "sigaltstack of the target thread"
+    );
     assert_eq!(sig_lines(pid), sig_before);
     // The thread's registers are exactly as they were.
     let regs_after = t.regs().unwrap();
     assert_eq!(
-        (regs_after.rip, regs_after.rsp, regs_after.rax, regs_after.orig_rax),
-        (regs_before.rip, regs_before.rsp, regs_before.rax, regs_before.orig_rax)
+        (
+            regs_after.rip,
+            regs_after.rsp,
+            regs_after.rax,
+            regs_after.orig_rax
+        ),
+        (
+            regs_before.rip,
+            regs_before.rsp,
+            regs_before.rax,
+            regs_before.orig_rax
+        )
     );
     t.detach().unwrap();
 

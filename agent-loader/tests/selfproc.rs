@@ -63,7 +63,16 @@ fn image_is_self_contained() {
 #[test]
 fn counts_in_a_global_variable() {
     let (mut t, mut a, e) = setup();
-    let p = load(&mut t, &mut a, &e, COUNT_WAT, &[(7, "count"), (8, "empty")], 1, 1_000_000).unwrap();
+    let p = load(
+        &mut t,
+        &mut a,
+        &e,
+        COUNT_WAT,
+        &[(7, "count"), (8, "empty")],
+        1,
+        1_000_000,
+    )
+    .unwrap();
     assert_eq!(p, 0);
     let mut f = SavedRegs::default();
     for i in 0..1000u64 {
@@ -76,7 +85,11 @@ fn counts_in_a_global_variable() {
     for _ in 0..1000 {
         assert_eq!(dispatch(&a, 7, &mut f), 0);
     }
-    assert_eq!(a.region.stats().allocations, allocs, "a hit allocates nothing");
+    assert_eq!(
+        a.region.stats().allocations,
+        allocs,
+        "a hit allocates nothing"
+    );
     assert_eq!(a.region.gvars(), vec![2000]);
     let s = a.region.stats();
     assert_eq!(s.handled, 2001);
@@ -94,7 +107,16 @@ fn counts_in_a_global_variable() {
 #[test]
 fn logs_and_writes_registers() {
     let (mut t, mut a, e) = setup();
-    load(&mut t, &mut a, &e, LOGREGS_WAT, &[(3, "logregs")], 0, 1_000_000).unwrap();
+    load(
+        &mut t,
+        &mut a,
+        &e,
+        LOGREGS_WAT,
+        &[(3, "logregs")],
+        0,
+        1_000_000,
+    )
+    .unwrap();
     let mut f = SavedRegs {
         rdi: 40,
         rsi: 2,
@@ -138,7 +160,7 @@ fn logs_and_writes_registers() {
             fs,
             gettid(),
             std::process::id() as u64,
-            0,                                      // OK
+            0,                                       // OK
             hostabi::Status::ReadOnly as i32 as u64, // rip
         ]
     );
@@ -148,7 +170,16 @@ fn logs_and_writes_registers() {
 #[test]
 fn reads_memory_without_faulting() {
     let (mut t, mut a, e) = setup();
-    load(&mut t, &mut a, &e, READMEM_WAT, &[(1, "readmem")], 6, 1_000_000).unwrap();
+    load(
+        &mut t,
+        &mut a,
+        &e,
+        READMEM_WAT,
+        &[(1, "readmem")],
+        6,
+        1_000_000,
+    )
+    .unwrap();
     let word: Box<u64> = Box::new(0x0123_4567_89ab_cdef);
     // An unmapped page: map one and unmap it again.
     // SAFETY: a fresh mapping we own.
@@ -178,7 +209,11 @@ fn reads_memory_without_faulting() {
     assert_eq!(g[0], 8, "all 8 bytes read");
     assert_eq!(g[1], 0x0123_4567_89ab_cdef);
     assert_eq!(g[2], 0, "nothing readable in the hole");
-    assert_eq!(g[3] as i64, hostabi::Status::Fault as i64, "check_access(hole)");
+    assert_eq!(
+        g[3] as i64,
+        hostabi::Status::Fault as i64,
+        "check_access(hole)"
+    );
     assert_eq!(g[4] as i64, hostabi::Status::Ok as i64, "heap is writable");
     assert!(g[5] >= before && g[5] < before + 10_000_000_000, "now_ns");
     // A read running into the hole from the page below it stops there.
@@ -196,7 +231,14 @@ fn fuel_traps_and_bad_outcomes_are_counted_and_survived() {
         &mut a,
         &e,
         BAD_WAT,
-        &[(1, "spin"), (2, "trap"), (3, "div"), (4, "weird"), (6, "deep"), (7, "grow")],
+        &[
+            (1, "spin"),
+            (2, "trap"),
+            (3, "div"),
+            (4, "weird"),
+            (6, "deep"),
+            (7, "grow"),
+        ],
         0,
         10_000_000,
     )
@@ -205,14 +247,30 @@ fn fuel_traps_and_bad_outcomes_are_counted_and_survived() {
     let mut f = SavedRegs::default();
     assert_eq!(dispatch(&a, 1, &mut f), Skip::FuelExhausted as i64);
     assert_eq!(dispatch(&a, 2, &mut f), Skip::Trapped as i64);
-    assert!(a.region.error().1.contains("unreachable"), "{:?}", a.region.error());
+    assert!(
+        a.region.error().1.contains("unreachable"),
+        "{:?}",
+        a.region.error()
+    );
     assert_eq!(dispatch(&a, 3, &mut f), Skip::Trapped as i64);
-    assert!(a.region.error().1.contains("divide by zero"), "{:?}", a.region.error());
+    assert!(
+        a.region.error().1.contains("divide by zero"),
+        "{:?}",
+        a.region.error()
+    );
     assert_eq!(dispatch(&a, 4, &mut f), Skip::BadOutcome as i64);
     assert_eq!(dispatch(&a, 5, &mut f), 0);
     assert_eq!(dispatch(&a, 6, &mut f), Skip::Trapped as i64);
-    assert!(a.region.error().1.contains("call stack exhausted"), "{:?}", a.region.error());
-    assert_eq!(dispatch(&a, 7, &mut f), 1, "memory grows to the limit and no further");
+    assert!(
+        a.region.error().1.contains("call stack exhausted"),
+        "{:?}",
+        a.region.error()
+    );
+    assert_eq!(
+        dispatch(&a, 7, &mut f),
+        1,
+        "memory grows to the limit and no further"
+    );
     let s = a.region.stats();
     assert_eq!((s.fuel_exhausted, s.trapped, s.handled), (1, 4, 2));
     assert_eq!(a.region.gvars(), vec![1]);
@@ -371,4 +429,3 @@ fn concurrent_hits_are_all_accounted_for() {
     eprintln!("4 threads x {N}: handled {ok}, contended {}", s.contended);
     let _ = a.region.header().stats.threads.load(Ordering::Relaxed);
 }
-

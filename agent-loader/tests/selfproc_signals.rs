@@ -47,7 +47,16 @@ extern "C" fn on_sigusr2(_: libc::c_int) {
 #[test]
 fn a_probe_hit_from_a_signal_handler_inside_a_handler_is_skipped() {
     let (mut t, mut a, e) = setup();
-    load(&mut t, &mut a, &e, SPIN_WAT, &[(1, "spin")], 1, 1_000_000_000).unwrap();
+    load(
+        &mut t,
+        &mut a,
+        &e,
+        SPIN_WAT,
+        &[(1, "spin")],
+        1,
+        1_000_000_000,
+    )
+    .unwrap();
     SIGNAL_DISPATCH.store(a.dispatch, Ordering::SeqCst);
     // SAFETY: installing a handler for SIGUSR2, which nothing else in this
     // test binary uses.
@@ -104,7 +113,10 @@ fn a_forked_child_is_dormant() {
     let mut st = 0;
     // SAFETY: our child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
-    assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "child status {st:#x}");
+    assert!(
+        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+        "child status {st:#x}"
+    );
     assert_eq!(a.region.stats(), before, "the child counted nothing");
     assert_eq!(a.region.gvars(), vec![1]);
     assert_eq!(dispatch(&a, 1, &mut f), 0, "the parent's agent still runs");

@@ -137,7 +137,11 @@ fn patched_functions_run_handlers_and_still_compute() {
     assert_eq!(f64::from_bits(w[0]), 1.5);
     assert_eq!(f64::from_bits(w[1]), 2.0);
     assert_eq!(w[2], fm_a, "rip is the probed instruction");
-    assert_eq!(w[3] % 16, 8, "rsp at a function entry (return address on top)");
+    assert_eq!(
+        w[3] % 16,
+        8,
+        "rsp at a function entry (return address on top)"
+    );
     assert_eq!(f64::from_bits(w[4]), (1.5f64 * 3.0).sqrt());
 
     // accumulate: its displaced window holds a RIP-relative access.

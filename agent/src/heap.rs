@@ -59,7 +59,10 @@ struct Heap(SpinLock<Dlmalloc<Pages>>);
 /// Counts an allocation in the shared statistics (once there is a region).
 #[inline]
 fn count() {
-    crate::ctrl::stats(|s| s.allocations.fetch_add(1, core::sync::atomic::Ordering::Relaxed));
+    crate::ctrl::stats(|s| {
+        s.allocations
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+    });
 }
 
 #[global_allocator]

@@ -43,7 +43,7 @@ impl FrameEnv {
         }
     }
 
-    fn f(&self) -> Option<&mut SavedRegs> {
+    fn f(&mut self) -> Option<&mut SavedRegs> {
         // SAFETY: see `Send`; null outside a hit.
         unsafe { self.frame.as_mut() }
     }
@@ -94,7 +94,11 @@ impl HitEnv for FrameEnv {
             // Debug registers are not readable from user space: read as 0.
             0x2C..=0x2F | 0x32 | 0x33 => None,
             0x4D..=0x54 | 0x58..=0x5F if part <= 1 => {
-                let n = if reg >= 0x58 { reg - 0x58 + 8 } else { reg - 0x4D };
+                let n = if reg >= 0x58 {
+                    reg - 0x58 + 8
+                } else {
+                    reg - 0x4D
+                };
                 Some(f.xmm[n as usize][part as usize])
             }
             0x55 => one(u64::from(f.mxcsr)),

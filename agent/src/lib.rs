@@ -12,7 +12,10 @@
 //! point, leaving the target running with every later hit skipped.
 
 #![no_std]
-#![allow(clippy::missing_safety_doc, reason = "C entry points, documented in agent_abi")]
+#![allow(
+    clippy::missing_safety_doc,
+    reason = "C entry points, documented in agent_abi"
+)]
 
 extern crate alloc;
 
@@ -33,7 +36,9 @@ use alloc::vec::Vec;
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use host::{AgentHost, FrameEnv, RingSink};
-use wasmtime::{Config, Engine, Linker, Memory, Module, Store, StoreLimitsBuilder, Trap, TypedFunc};
+use wasmtime::{
+    Config, Engine, Linker, Memory, Module, Store, StoreLimitsBuilder, Trap, TypedFunc,
+};
 
 /// Fuel given to `wprobe_flush` after a fuel exhaustion, and to start functions.
 const FLUSH_FUEL: u64 = 1_000_000;
@@ -127,14 +132,19 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
     ctrl::CTRL.store(c, Ordering::Release);
     // SAFETY: the region was validated.
     let cref = unsafe { &*c };
-    cref.agent_base.store(wprobe_agent_init as *const () as usize as u64, Ordering::Relaxed);
+    cref.agent_base.store(
+        wprobe_agent_init as *const () as usize as u64,
+        Ordering::Relaxed,
+    );
     let Some(top) = thread::map_stack(core::ptr::null_mut()) else {
         return err(AgentError::NoMemory, format_args!("no control stack")) as i32;
     };
     CONTROL_STACK.store(top as u64, Ordering::Relaxed);
     let mut a = InitArgs { ctrl: c, len };
     // SAFETY: a fresh agent stack; `init_inner` takes `InitArgs`.
-    let r = unsafe { thread::wprobe_call_on_stack(&mut a as *mut InitArgs as *mut u8, init_inner, top) };
+    let r = unsafe {
+        thread::wprobe_call_on_stack(&mut a as *mut InitArgs as *mut u8, init_inner, top)
+    };
     if r == 0 {
         if !guard.is_null() {
             // SAFETY: the tracer's fork-guard page, writable.
@@ -148,7 +158,7 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
 }
 
 fn check_region(c: *mut ControlHeader, len: usize) -> Result<(), AgentError> {
-    if c.is_null() || (c as usize) % 4096 != 0 || len < CONTROL_HEADER_SIZE {
+    if c.is_null() || !(c as usize).is_multiple_of(4096) || len < CONTROL_HEADER_SIZE {
         return Err(AgentError::BadControl);
     }
     // SAFETY: non-null, aligned, at least a header long (the caller's word).
@@ -158,15 +168,21 @@ fn check_region(c: *mut ControlHeader, len: usize) -> Result<(), AgentError> {
         && h.abi_version == AGENT_ABI_VERSION
         && h.header_size as usize == CONTROL_HEADER_SIZE
         && h.region_size == len as u64
-        && h.gvars_off % 8 == 0
+        && h.gvars_off.is_multiple_of(8)
         && h.gvars_off >= CONTROL_HEADER_SIZE as u64
-        && h.gvars_cap.checked_mul(8).is_some_and(|n| in_region(h.gvars_off, n))
+        && h.gvars_cap
+            .checked_mul(8)
+            .is_some_and(|n| in_region(h.gvars_off, n))
         && h.ring_size.is_power_of_two()
         && h.ring_size >= 64
-        && h.ring_off % 8 == 0
+        && h.ring_off.is_multiple_of(8)
         && h.ring_off >= CONTROL_HEADER_SIZE as u64
         && in_region(h.ring_off, h.ring_size);
-    if ok { Ok(()) } else { Err(AgentError::BadControl) }
+    if ok {
+        Ok(())
+    } else {
+        Err(AgentError::BadControl)
+    }
 }
 
 extern "C" fn init_inner(_a: *mut u8) -> i64 {
@@ -228,8 +244,16 @@ extern "C" fn init_inner(_a: *mut u8) -> i64 {
 fn detect(feature: &str) -> Option<bool> {
     if matches!(
         feature,
-        "avx" | "avx2" | "fma" | "avxvnni" | "avx512f" | "avx512dq" | "avx512vl" | "avx512bitalg"
-            | "avx512vbmi" | "avx512vnni"
+        "avx"
+            | "avx2"
+            | "fma"
+            | "avxvnni"
+            | "avx512f"
+            | "avx512dq"
+            | "avx512vl"
+            | "avx512bitalg"
+            | "avx512vbmi"
+            | "avx512vnni"
     ) {
         return Some(false);
     }
@@ -300,7 +324,10 @@ fn region_bytes(c: &ControlHeader, off: u64, len: u64) -> Option<&'static [u8]> 
     }
     // SAFETY: inside the validated region.
     Some(unsafe {
-        core::slice::from_raw_parts((c as *const ControlHeader as *const u8).add(off as usize), len as usize)
+        core::slice::from_raw_parts(
+            (c as *const ControlHeader as *const u8).add(off as usize),
+            len as usize,
+        )
     })
 }
 
@@ -311,30 +338,42 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         return AgentError::NotInitialized as i64;
     };
     let Some(req) = region_bytes(c, req_off, core::mem::size_of::<LoadRequest>() as u64) else {
-        return err(AgentError::BadRequest, format_args!("request outside the region"));
+        return err(
+            AgentError::BadRequest,
+            format_args!("request outside the region"),
+        );
     };
-    if req_off % 8 != 0 {
+    if !req_off.is_multiple_of(8) {
         return err(AgentError::BadRequest, format_args!("misaligned request"));
     }
     // SAFETY: in the region, aligned, plain data.
     let req: LoadRequest = unsafe { (req.as_ptr() as *const LoadRequest).read() };
     let Some(bytes) = region_bytes(c, req.module_off, req.module_len) else {
-        return err(AgentError::BadRequest, format_args!("module outside the region"));
+        return err(
+            AgentError::BadRequest,
+            format_args!("module outside the region"),
+        );
     };
     let n_sites = req.n_sites as u64;
     let Some(site_bytes) = n_sites
         .checked_mul(core::mem::size_of::<SiteEntry>() as u64)
         .and_then(|n| region_bytes(c, req.sites_off, n))
     else {
-        return err(AgentError::BadRequest, format_args!("sites outside the region"));
+        return err(
+            AgentError::BadRequest,
+            format_args!("sites outside the region"),
+        );
     };
-    if req.sites_off % 8 != 0 {
+    if !req.sites_off.is_multiple_of(8) {
         return err(AgentError::BadRequest, format_args!("misaligned sites"));
     }
     if u64::from(req.gvars) > c.gvars_cap {
         return err(
             AgentError::BadRequest,
-            format_args!("{} gvars, the region has room for {}", req.gvars, c.gvars_cap),
+            format_args!(
+                "{} gvars, the region has room for {}",
+                req.gvars, c.gvars_cap
+            ),
         );
     }
     if Engine::detect_precompiled(bytes) != Some(wasmtime::Precompiled::Module) {
@@ -356,7 +395,10 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         Err(e) => return err(AgentError::Instantiate, format_args!("{e:#}")),
     };
     let Some(memory) = instance.get_memory(&mut a.store, hostabi::MEMORY_EXPORT) else {
-        return err(AgentError::Instantiate, format_args!("module does not export its memory"));
+        return err(
+            AgentError::Instantiate,
+            format_args!("module does not export its memory"),
+        );
     };
     let program = a.programs.len();
     if program > u16::MAX as usize {
@@ -377,7 +419,10 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         match instance.get_typed_func::<(), i32>(&mut a.store, name) {
             Ok(f) => new_sites.push((s.site, f)),
             Err(e) => {
-                return err(AgentError::MissingExport, format_args!("export {name:?}: {e:#}"));
+                return err(
+                    AgentError::MissingExport,
+                    format_args!("export {name:?}: {e:#}"),
+                );
             }
         }
     }
@@ -401,7 +446,10 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
             func,
         });
     }
-    let g = c.gvars_len.load(Ordering::Relaxed).max(u64::from(req.gvars));
+    let g = c
+        .gvars_len
+        .load(Ordering::Relaxed)
+        .max(u64::from(req.gvars));
     c.gvars_len.store(g, Ordering::Release);
     program as i64
 }
@@ -594,7 +642,12 @@ extern "C" fn noop(_: *mut u8) -> i64 {
 /// elapsed CLOCK_MONOTONIC nanoseconds (0 if `what` is unknown or the agent
 /// is not ready).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wprobe_agent_bench(what: u32, site: u32, n: u64, frame: *mut SavedRegs) -> u64 {
+pub unsafe extern "C" fn wprobe_agent_bench(
+    what: u32,
+    site: u32,
+    n: u64,
+    frame: *mut SavedRegs,
+) -> u64 {
     use agent_abi::bench::*;
     let t0 = sys::clock_ns(sys::CLOCK_MONOTONIC);
     match what {
@@ -626,11 +679,20 @@ pub unsafe extern "C" fn wprobe_agent_bench(what: u32, site: u32, n: u64, frame:
         }
         SET_FUEL | CALL => {
             let Some(s) = thread::current() else { return 0 };
-            let mut args = BenchArgs { what, site, n, frame };
+            let mut args = BenchArgs {
+                what,
+                site,
+                n,
+                frame,
+            };
             let top = s.stack.load(Ordering::Relaxed);
             // SAFETY: the thread's own stack, not in use.
             let r = unsafe {
-                thread::wprobe_call_on_stack(&mut args as *mut BenchArgs as *mut u8, bench_inner, top)
+                thread::wprobe_call_on_stack(
+                    &mut args as *mut BenchArgs as *mut u8,
+                    bench_inner,
+                    top,
+                )
             };
             if r != 0 {
                 return 0;
@@ -688,8 +750,6 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
         unsafe { thread::wprobe_abandon_stack(h, AgentError::Dead as i64) }
     }
     // Not on an agent stack: nowhere safe to return to.
-    loop {
-        // SAFETY: raises SIGILL, the only way out left.
-        unsafe { core::arch::asm!("ud2", options(noreturn)) }
-    }
+    // SAFETY: raises SIGILL, the only way out left.
+    unsafe { core::arch::asm!("ud2", options(noreturn)) }
 }

@@ -89,10 +89,8 @@ pub unsafe extern "C" fn strlen(s: *const u8) -> usize {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn _Unwind_Resume(_exception: *mut u8) -> ! {
-    loop {
-        // SAFETY: unreachable; SIGILL if it ever is reached.
-        unsafe { asm!("ud2", options(noreturn)) }
-    }
+    // SAFETY: unreachable; SIGILL if it ever is reached.
+    unsafe { asm!("ud2", options(noreturn)) }
 }
 
 #[unsafe(no_mangle)]

@@ -87,8 +87,7 @@ pub fn try_lock_bounded(w: &AtomicU32, max_spins: u32) -> bool {
     let mut n = 0;
     loop {
         if w.load(Ordering::Relaxed) == 0
-            && w
-                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            && w.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
             return true;
@@ -142,8 +141,7 @@ pub extern "C" fn wasmtime_sync_rwlock_read(lock: *mut usize) {
     loop {
         let v = w.load(Ordering::Relaxed);
         if v & WRITER == 0
-            && w
-                .compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
+            && w.compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
             return;

@@ -157,7 +157,9 @@ pub fn clock_ns(clock: usize) -> u64 {
     let mut ts = [0i64; 2];
     // SAFETY: `ts` is a writable timespec.
     unsafe { syscall2(SYS_CLOCK_GETTIME, clock, ts.as_mut_ptr() as usize) };
-    (ts[0] as u64).wrapping_mul(1_000_000_000).wrapping_add(ts[1] as u64)
+    (ts[0] as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts[1] as u64)
 }
 
 /// `arch_prctl(ARCH_GET_FS/GS)`.

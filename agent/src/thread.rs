@@ -178,8 +178,7 @@ pub fn current() -> Option<&'static Slot> {
             return Some(s);
         }
         if k == 0
-            && s
-                .key
+            && s.key
                 .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
@@ -251,7 +250,9 @@ pub fn map_stack(slot: *mut Slot) -> Option<usize> {
 fn computed_header() -> *mut StackHeader {
     let sp: usize;
     // SAFETY: reads RSP.
-    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
     ((sp & !(STACK_SIZE - 1)) + STACK_SIZE - HEADER_SIZE) as *mut StackHeader
 }
 
@@ -282,8 +283,7 @@ unsafe extern "C" {
     /// Runs `f(arg)` on the stack whose header (initial RSP, 16-aligned) is
     /// `top`; returns its result. Saves the callee-saved registers on the
     /// caller's stack so that [`wprobe_abandon_stack`] can return from here.
-    pub fn wprobe_call_on_stack(arg: *mut u8, f: extern "C" fn(*mut u8) -> i64, top: usize)
-    -> i64;
+    pub fn wprobe_call_on_stack(arg: *mut u8, f: extern "C" fn(*mut u8) -> i64, top: usize) -> i64;
     /// Returns `value` from the `wprobe_call_on_stack` that entered the stack
     /// whose header is `header`, abandoning everything above it.
     pub fn wprobe_abandon_stack(header: *mut StackHeader, value: i64) -> !;

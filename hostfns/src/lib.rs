@@ -510,9 +510,6 @@ mod tests {
             assert_eq!(results, want, "{}", imp.name);
         }
         // And no extra ones.
-        assert_eq!(
-            linker.iter(&mut store).count(),
-            hostabi::HOST_IMPORTS.len()
-        );
+        assert_eq!(linker.iter(&mut store).count(), hostabi::HOST_IMPORTS.len());
     }
 }

@@ -57,15 +57,18 @@ impl<E: HitEnv + 'static> HostData for HostState<E> {
     }
 }
 
+/// A record as compared: (is a log, major, minor, data, items).
+type Rec = (bool, u16, u16, Vec<u8>, Vec<u32>);
+
 /// One run's observable result: outcome text, records, environment.
 #[derive(Debug, PartialEq)]
 struct Observed {
     outcome: String,
-    records: Vec<(bool, u16, u16, Vec<u8>, Vec<u32>)>,
+    records: Vec<Rec>,
     env: rpn2wasm::model::ModelEnv,
 }
 
-fn records(s: &Sink) -> Vec<(bool, u16, u16, Vec<u8>, Vec<u32>)> {
+fn records(s: &Sink) -> Vec<Rec> {
     s.records
         .iter()
         .map(|r| {
@@ -144,7 +147,9 @@ fn every_example_behaves_the_same_under_both_host_implementations() {
                 let want_outcome = runner.run(0, k);
                 let want = Observed {
                     outcome: match want_outcome {
-                        runtime::handlers::RunOutcome::Returned(o) => format!("returned {}", o as i32),
+                        runtime::handlers::RunOutcome::Returned(o) => {
+                            format!("returned {}", o as i32)
+                        }
                         runtime::handlers::RunOutcome::FuelExhausted => "fuel".to_string(),
                         runtime::handlers::RunOutcome::Trapped(m) => m,
                     },
@@ -160,10 +165,13 @@ fn every_example_behaves_the_same_under_both_host_implementations() {
                 store.data_mut().memory = Some(mem);
                 store.set_fuel(fuel).unwrap();
                 let r = f.call(&mut store, ());
-                let fuel_out = matches!(&r, Err(e) if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel));
+                let fuel_out =
+                    matches!(&r, Err(e) if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel));
                 let mut got_outcome = outcome_text(r);
                 if fuel_out {
-                    if let Ok(fl) = inst.get_typed_func::<(), i32>(&mut store, hostabi::FLUSH_EXPORT) {
+                    if let Ok(fl) =
+                        inst.get_typed_func::<(), i32>(&mut store, hostabi::FLUSH_EXPORT)
+                    {
                         store.set_fuel(runtime::engine::FLUSH_FUEL).unwrap();
                         let _ = fl.call(&mut store, ());
                     }
