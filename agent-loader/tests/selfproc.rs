@@ -429,3 +429,45 @@ fn concurrent_hits_are_all_accounted_for() {
     eprintln!("4 threads x {N}: handled {ok}, contended {}", s.contended);
     let _ = a.region.header().stats.threads.load(Ordering::Relaxed);
 }
+
+/// glibc gives a new thread the TCB (and thread pointer) of a joined one:
+/// the slot is reused and the new thread is still identified correctly.
+#[test]
+fn threads_on_a_reused_tcb_are_told_apart() {
+    let (mut t, mut a, e) = setup();
+    load(&mut t, &mut a, &e, LOGREGS_WAT, &[(3, "logregs")], 0, 1_000_000).unwrap();
+    let d = a.dispatch;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (tid, fs) = std::thread::spawn(move || {
+            type D = unsafe extern "C" fn(u32, *mut SavedRegs) -> i64;
+            // SAFETY: as in `dispatch`.
+            let dfn: D = unsafe { std::mem::transmute::<u64, D>(d) };
+            let mut f = SavedRegs::default();
+            // SAFETY: a valid frame.
+            assert_eq!(unsafe { dfn(3, &mut f) }, 0);
+            let mut fs = 0u64;
+            // SAFETY: reading this thread's fs_base.
+            unsafe { libc::syscall(libc::SYS_arch_prctl, 0x1003, &mut fs) };
+            (gettid(), fs)
+        })
+        .join()
+        .unwrap();
+        seen.push((tid, fs));
+    }
+    let recs = a.region.drain();
+    assert_eq!(recs.len(), 4);
+    for (r, (tid, fs)) in recs.iter().zip(&seen) {
+        let w: Vec<u64> = hostabi::record::words(&r.data).collect();
+        assert_eq!((w[8], w[7]), (*tid, *fs), "current_tid and fs_base");
+        assert_eq!(u64::from(r.header.tid), *tid);
+    }
+    let distinct_fs = {
+        let mut v: Vec<u64> = seen.iter().map(|s| s.1).collect();
+        v.sort();
+        v.dedup();
+        v.len() as u64
+    };
+    assert_eq!(a.region.stats().threads, distinct_fs);
+    eprintln!("4 threads, {distinct_fs} distinct thread pointers");
+}
