@@ -435,7 +435,16 @@ fn concurrent_hits_are_all_accounted_for() {
 #[test]
 fn threads_on_a_reused_tcb_are_told_apart() {
     let (mut t, mut a, e) = setup();
-    load(&mut t, &mut a, &e, LOGREGS_WAT, &[(3, "logregs")], 0, 1_000_000).unwrap();
+    load(
+        &mut t,
+        &mut a,
+        &e,
+        LOGREGS_WAT,
+        &[(3, "logregs")],
+        0,
+        1_000_000,
+    )
+    .unwrap();
     let d = a.dispatch;
     let mut seen = Vec::new();
     for _ in 0..4 {

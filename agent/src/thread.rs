@@ -187,14 +187,14 @@ pub fn current() -> Option<&'static Slot> {
             return Some(s);
         }
         if k == 0
-            && s
-                .key
+            && s.key
                 .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
             let tid = sys::gettid();
             s.tid.store(tid, Ordering::Relaxed);
-            s.tcb_ok.store(u32::from(tcb_holds(fs, tid)), Ordering::Relaxed);
+            s.tcb_ok
+                .store(u32::from(tcb_holds(fs, tid)), Ordering::Relaxed);
             crate::ctrl::stats(|st| st.threads.fetch_add(1, Ordering::Relaxed));
             return new_stack(s);
         }
