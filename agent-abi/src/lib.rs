@@ -40,7 +40,7 @@ pub mod sym {
     pub const TRAP: &str = "wprobe_agent_trap";
     /// `fn(what: u32, site: u32, n: u64, frame: *mut SavedRegs) -> u64`: a
     /// measurement loop run inside the agent (see [`crate::bench`]); returns
-    /// the elapsed TSC ticks.
+    /// the calling thread's CPU time it took, in ns.
     pub const BENCH: &str = "wprobe_agent_bench";
 }
 

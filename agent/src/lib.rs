@@ -639,8 +639,8 @@ extern "C" fn noop(_: *mut u8) -> i64 {
 }
 
 /// Measures one layer of a dispatch `n` times inside the agent; returns the
-/// elapsed CLOCK_MONOTONIC nanoseconds (0 if `what` is unknown or the agent
-/// is not ready).
+/// CPU time of the calling thread it took, in ns (CLOCK_THREAD_CPUTIME_ID,
+/// like wprobe's benches; 0 if `what` is unknown or the agent is not ready).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wprobe_agent_bench(
     what: u32,
@@ -649,7 +649,7 @@ pub unsafe extern "C" fn wprobe_agent_bench(
     frame: *mut SavedRegs,
 ) -> u64 {
     use agent_abi::bench::*;
-    let t0 = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    let t0 = sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID);
     match what {
         EMPTY => {
             for _ in 0..n {
@@ -700,7 +700,7 @@ pub unsafe extern "C" fn wprobe_agent_bench(
         }
         _ => return 0,
     }
-    sys::clock_ns(sys::CLOCK_MONOTONIC) - t0
+    sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID) - t0
 }
 
 extern "C" fn bench_inner(arg: *mut u8) -> i64 {

@@ -31,7 +31,7 @@ pub const AT_FDCWD: isize = -100;
 pub const O_RDONLY: usize = 0;
 pub const O_CLOEXEC: usize = 0o2000000;
 pub const CLOCK_REALTIME: usize = 0;
-pub const CLOCK_MONOTONIC: usize = 1;
+pub const CLOCK_THREAD_CPUTIME_ID: usize = 3;
 pub const ENOSYS: i32 = 38;
 
 #[inline(always)]
