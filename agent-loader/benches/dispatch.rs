@@ -190,6 +190,72 @@ fn main() {
         })
     };
 
+    // The counting handler under std wasmtime, in this process, with the
+    // same host functions (hostfns): once with the agent's Config, once
+    // with the runtime's (signals-based traps, 4 GiB reservations).
+    struct Data {
+        env: rpn2wasm::model::ModelEnv,
+        sink: NoSink,
+        memory: Option<wasmtime::Memory>,
+    }
+    struct NoSink;
+    impl hostfns::RecordSink for NoSink {
+        fn has_room(&self, _: usize) -> bool {
+            true
+        }
+        fn push_log(&mut self, _: u16, _: u16, _: &[u8], _: &[u8]) {}
+        fn push_stacktrace(&mut self, _: &[u8]) {}
+    }
+    impl hostfns::HostData for Data {
+        type Env = rpn2wasm::model::ModelEnv;
+        type Sink = NoSink;
+        fn env(&self) -> &Self::Env {
+            &self.env
+        }
+        fn env_mut(&mut self) -> &mut Self::Env {
+            &mut self.env
+        }
+        fn sink(&self) -> &NoSink {
+            &self.sink
+        }
+        fn sink_mut(&mut self) -> &mut NoSink {
+            &mut self.sink
+        }
+        fn memory(&self) -> Option<wasmtime::Memory> {
+            self.memory
+        }
+        fn writes_allowed(&self) -> bool {
+            true
+        }
+    }
+    let std_call = |engine: &wasmtime::Engine| {
+        let module = wasmtime::Module::new(engine, wat::parse_str(common::COUNT_WAT).unwrap()).unwrap();
+        let mut env = rpn2wasm::model::ModelEnv::probe_target_hit(2);
+        env.gvars = vec![0];
+        let mut store = wasmtime::Store::new(
+            engine,
+            Data {
+                env,
+                sink: NoSink,
+                memory: None,
+            },
+        );
+        let mut linker = wasmtime::Linker::new(engine);
+        hostfns::add_to_linker(&mut linker).unwrap();
+        store.set_fuel(1_000_000).unwrap();
+        let inst = linker.instantiate(&mut store, &module).unwrap();
+        store.data_mut().memory = inst.get_memory(&mut store, "memory");
+        let f = inst.get_typed_func::<(), i32>(&mut store, "count").unwrap();
+        timed(move |n| {
+            for _ in 0..n {
+                store.set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT).unwrap();
+                black_box(f.call(&mut store, ()).unwrap());
+            }
+        })
+    };
+    let std_agent_cfg = std_call(&engine);
+    let std_runtime_cfg = std_call(&rt_engine);
+
     let d = |site: u32| {
         timed(move |n| {
             for _ in 0..n {
@@ -271,6 +337,16 @@ fn main() {
         Row {
             name: "  in agent: dispatch(count) looped inside",
             run: Box::new(inside(bench::DISPATCH, SITE_COUNT)),
+            samples: vec![],
+        },
+        Row {
+            name: "std wasmtime, agent Config: set_fuel + call, counting",
+            run: Box::new(std_agent_cfg),
+            samples: vec![],
+        },
+        Row {
+            name: "std wasmtime, runtime Config: set_fuel + call, counting",
+            run: Box::new(std_runtime_cfg),
             samples: vec![],
         },
         Row {
