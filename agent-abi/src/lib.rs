@@ -410,6 +410,9 @@ pub mod bench {
     pub const CALL: u32 = 4;
     /// `rdtsc` only (the measurement's floor).
     pub const EMPTY: u32 = 5;
+    /// Not a measurement: panics inside the agent (on the thread's agent
+    /// stack), to test that a bug kills the agent and not the process.
+    pub const PANIC: u32 = 99;
 }
 
 /// Settings of the agent's engine that precompiled modules must match,

@@ -229,7 +229,8 @@ fn main() {
         }
     }
     let std_call = |engine: &wasmtime::Engine| {
-        let module = wasmtime::Module::new(engine, wat::parse_str(common::COUNT_WAT).unwrap()).unwrap();
+        let module =
+            wasmtime::Module::new(engine, wat::parse_str(common::COUNT_WAT).unwrap()).unwrap();
         let mut env = rpn2wasm::model::ModelEnv::probe_target_hit(2);
         env.gvars = vec![0];
         let mut store = wasmtime::Store::new(
@@ -248,7 +249,9 @@ fn main() {
         let f = inst.get_typed_func::<(), i32>(&mut store, "count").unwrap();
         timed(move |n| {
             for _ in 0..n {
-                store.set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT).unwrap();
+                store
+                    .set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT)
+                    .unwrap();
                 black_box(f.call(&mut store, ()).unwrap());
             }
         })

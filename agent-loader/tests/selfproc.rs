@@ -480,3 +480,37 @@ fn threads_on_a_reused_tcb_are_told_apart() {
     assert_eq!(a.region.stats().threads, distinct_fs);
     eprintln!("4 threads, {distinct_fs} distinct thread pointers");
 }
+
+/// A bug in the agent (a panic) kills the agent, not the process: the
+/// entry point returns `Dead`, the message is in the region, later hits are
+/// skipped as dormant, later loads refused.
+#[test]
+fn a_panic_in_the_agent_leaves_the_process_running() {
+    let (mut t, mut a, e) = setup();
+    load(&mut t, &mut a, &e, COUNT_WAT, &[(1, "count")], 1, 1_000_000).unwrap();
+    let mut f = SavedRegs::default();
+    assert_eq!(dispatch(&a, 1, &mut f), 0);
+    type B = unsafe extern "C" fn(u32, u32, u64, *mut SavedRegs) -> u64;
+    // SAFETY: the agent's bench entry point.
+    let b: B = unsafe { std::mem::transmute::<u64, B>(a.bench) };
+    // SAFETY: a valid frame.
+    let r = unsafe { b(agent_abi::bench::PANIC, 0, 0, &mut f) } as i64;
+    assert_eq!(r, AgentError::Dead as i64);
+    let (code, msg) = a.region.error();
+    assert_eq!(code, AgentError::Dead as i32);
+    assert!(
+        msg.contains("agent panic") && msg.contains("index out of bounds"),
+        "{msg}"
+    );
+    assert_eq!(
+        a.region.header().state.load(Ordering::Relaxed),
+        agent_abi::state::DEAD
+    );
+    assert_eq!(dispatch(&a, 1, &mut f), Skip::Dormant as i64);
+    let err = load(&mut t, &mut a, &e, COUNT_WAT, &[(2, "count")], 1, 1000)
+        .unwrap_err()
+        .downcast::<AgentFailure>()
+        .unwrap();
+    assert_eq!(err.code, AgentError::Dead);
+    assert_eq!(a.region.gvars(), vec![1]);
+}

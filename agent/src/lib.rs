@@ -677,6 +677,13 @@ pub unsafe extern "C" fn wprobe_agent_bench(
                 });
             }
         }
+        PANIC => {
+            let Some(s) = thread::current() else { return 0 };
+            let top = s.stack.load(Ordering::Relaxed);
+            // SAFETY: the thread's own stack, not in use.
+            let r = unsafe { thread::wprobe_call_on_stack(core::ptr::null_mut(), panics, top) };
+            return r as u64;
+        }
         SET_FUEL | CALL => {
             let Some(s) = thread::current() else { return 0 };
             let mut args = BenchArgs {
@@ -701,6 +708,14 @@ pub unsafe extern "C" fn wprobe_agent_bench(
         _ => return 0,
     }
     sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID) - t0
+}
+
+extern "C" fn panics(_: *mut u8) -> i64 {
+    // Hold the store like a handler run would, then fail.
+    while !sync::try_lock_bounded(&STORE_LOCK, u32::MAX) {}
+    let v: alloc::vec::Vec<u8> = alloc::vec::Vec::new();
+    // An index out of bounds: a bug, as far as the agent knows.
+    i64::from(v[core::hint::black_box(3)])
 }
 
 extern "C" fn bench_inner(arg: *mut u8) -> i64 {
