@@ -334,6 +334,7 @@ fn refuses_artifacts_of_another_configuration() {
     let f = try_load(&mut t, &mut a, &nofuel.precompile_module(&wasm).unwrap());
     assert_eq!(f.code, AgentError::Incompatible);
     assert!(f.message.contains("fuel"), "{}", f.message);
+    eprintln!("fuel off: {}", f.message);
     // Not an artifact at all.
     let f = try_load(&mut t, &mut a, &wasm);
     assert_eq!(f.code, AgentError::NotPrecompiled);
