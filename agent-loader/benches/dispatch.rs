@@ -123,7 +123,7 @@ fn main() {
     }
     assert_eq!(
         compiled.run(),
-        runtime::handlers::RunOutcome::Returned(hostabi::Outcome::Exit)
+        runtime::runner::RunOutcome::Returned(hostabi::Outcome::Exit)
     );
 
     // Stubs on real functions (agent-loader/testdata/patchme.c).

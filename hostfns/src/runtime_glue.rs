@@ -117,7 +117,7 @@ fn every_example_behaves_the_same_under_both_host_implementations() {
             e
         };
         // Both sides: the runtime's linker (`Runner`) and this crate's.
-        let mut runner = runtime::handlers::Runner::new(&engine, mk_env(1)).unwrap();
+        let mut runner = runtime::runner::Runner::new(&engine, mk_env(1)).unwrap();
         runner.add(&loaded, None).unwrap();
         let limits = || {
             StoreLimitsBuilder::new()
@@ -147,11 +147,12 @@ fn every_example_behaves_the_same_under_both_host_implementations() {
                 let want_outcome = runner.run(0, k);
                 let want = Observed {
                     outcome: match want_outcome {
-                        runtime::handlers::RunOutcome::Returned(o) => {
+                        runtime::runner::RunOutcome::Returned(o) => {
                             format!("returned {}", o as i32)
                         }
-                        runtime::handlers::RunOutcome::FuelExhausted => "fuel".to_string(),
-                        runtime::handlers::RunOutcome::Trapped(m) => m,
+                        runtime::runner::RunOutcome::FuelExhausted => "fuel".to_string(),
+                        runtime::runner::RunOutcome::Trapped(m) => m,
+                        runtime::runner::RunOutcome::Interrupted => "interrupted".to_string(),
                     },
                     records: records(&runner.store.data().sink),
                     env: runner.store.data().env.clone(),
