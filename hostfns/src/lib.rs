@@ -1,23 +1,30 @@
-//! The host side of every `hostabi` import, generic over the store data
-//! ([`HostData`]): the hit environment ([`HitEnv`]), where records go
-//! ([`RecordSink`]), the running program's memory and whether writes are
+//! The host side of every `hostabi` import, generic over the data of the
+//! store ([`HostData`]): the hit environment ([`HitEnv`]), where records go
+//! ([`RecordSink`]), the service state behind maps, clocks and identity
+//! ([`Services`]), the running program's memory and whether writes are
 //! allowed. Every guest pointer and length is checked against the guest
 //! memory; a bad one traps the handler, never the host.
 //!
-//! This is `runtime/src/host.rs` made `no_std` and independent of the
-//! runtime's `Sink`, so that the in-process agent (`agent/`) runs handlers
-//! with exactly the semantics of the ptrace and perf transports. The
-//! runtime's `host.rs` becomes `impl HostData for HostState<E>` (its `Sink`
-//! implementing [`RecordSink`]) plus `pub use hostfns::add_to_linker`.
+//! One implementation for every place handlers run: the runtime's store
+//! (`runtime/src/host.rs` implements [`HostData`] for its `HostState`, for
+//! the ptrace and perf transports) and the in-process agent (`agent/`,
+//! `no_std`, inside the traced process). So the imports behave the same
+//! under every transport by construction, not by keeping two copies alike.
+//!
+//! Nothing here allocates: records are appended to the sink, map snapshots
+//! are streamed into it, map keys are read in place.
 
 #![no_std]
 #![deny(missing_docs)]
 
 use core::ops::Range;
 use hostabi::env::HitEnv;
+use hostabi::event::{EventKind, MAX_EVENT_BYTES};
 use hostabi::imports::MAX_MEM_ACCESS_BYTES;
+use hostabi::maps::Op;
 use hostabi::record::{MAX_LOG_DATA_BYTES, MAX_LOG_ITEMS, MAX_STACKTRACE_BYTES};
 use hostabi::{IMPORT_MODULE, ImportId, Status, regs};
+use mapstore::{MapError, Store, StoreView};
 use wasmtime::{Caller, Linker, Memory};
 use wasmtime::{bail, format_err};
 
@@ -29,26 +36,76 @@ use wasmtime::{bail, format_err};
 /// costs at most tens of units; the default budget still allows gigabytes.
 pub const BYTES_PER_FUEL: u64 = 16;
 
+/// Fuel charged for each call that reaches the traced process's memory
+/// (`read_mem`, `read_str`, `write_mem`, `check_access`), on top of the
+/// bytes moved: such a call may cost a system call, about a microsecond,
+/// the time of a thousand Wasm operators. A handler looping over
+/// unreadable addresses then exhausts its fuel after thousands of calls,
+/// not after millions (it once held a target 18 s per hit).
+pub const MEMORY_CALL_FUEL: u64 = 1_000;
+
 /// Records one handler run may emit; later `emit_log` / `emit_stacktrace`
-/// calls return `TOO_LARGE`. RPN handlers emit at most two per hit; this
-/// bounds the host memory a looping guest can make the runtime hold.
+/// / `emit_event` calls return `TOO_LARGE`. RPN handlers emit at most two
+/// per hit; this bounds the memory a looping guest can make the host hold.
 pub const MAX_RECORDS_PER_RUN: usize = 4096;
 
 /// Record data bytes one handler run may emit (same reason, 4 MiB).
 pub const MAX_RECORD_BYTES_PER_RUN: usize = 4 << 20;
 
-/// Where the records of a handler run go.
+/// Where the records of a handler run go. Implementations keep the
+/// records of the current run (the host drains them after each run) and
+/// account for them against the per-run budget.
 pub trait RecordSink {
-    /// Whether this run may still emit a record with `data_bytes` of data
-    /// (the per-run budget of [`MAX_RECORDS_PER_RUN`] and
-    /// [`MAX_RECORD_BYTES_PER_RUN`]; a sink may be stricter). `false` makes
-    /// the import return `TOO_LARGE`.
-    fn has_room(&self, data_bytes: usize) -> bool;
+    /// Records held for the current run.
+    fn records(&self) -> usize;
+    /// Data bytes held for the current run.
+    fn bytes(&self) -> usize;
     /// Appends a log record; `items` holds the item descriptors as
     /// little-endian u32 words (its length is a multiple of 4).
     fn push_log(&mut self, major: u16, minor: u16, data: &[u8], items: &[u8]);
     /// Appends a stack-trace record (the area was checked to parse).
     fn push_stacktrace(&mut self, data: &[u8]);
+    /// Appends an output event (`emit_event`): `kind` is the event kind,
+    /// `id` its id, `data` the start of its data.
+    fn push_event(&mut self, kind: u16, id: u16, data: &[u8]);
+    /// Appends bytes to the data of the record pushed last.
+    fn extend_last(&mut self, bytes: &[u8]);
+}
+
+/// Whether a run that emitted what `sink` holds may emit a record with
+/// `bytes` more data bytes.
+fn has_room<S: RecordSink + ?Sized>(sink: &S, bytes: usize) -> bool {
+    sink.records() < MAX_RECORDS_PER_RUN
+        && sink.bytes().saturating_add(bytes) <= MAX_RECORD_BYTES_PER_RUN
+}
+
+/// The state behind the service imports (maps, clocks, identity) that
+/// does not belong to the hit.
+pub trait Services {
+    /// The map region of the program whose handler runs (`mapstore`
+    /// layout); `None` when it declares no map.
+    fn map_region(&mut self) -> Option<&mut [u8]>;
+    /// The same, read-only.
+    fn map_view(&self) -> Option<&[u8]>;
+    /// A `begin`/`end`/`interval` probe is running: there is no hit, and
+    /// the identity builtins describe the tracer itself (as bpftrace's do).
+    fn special(&self) -> bool;
+    /// The tracer's own process id (identity in special probes).
+    fn own_pid(&self) -> u64;
+    /// `CLOCK_REALTIME` now (the time of a special probe, which has no hit).
+    fn realtime_now(&self) -> u64;
+    /// `CLOCK_MONOTONIC` when the run started (bpftrace `elapsed` counts from it).
+    fn start_mono_ns(&self) -> u64;
+    /// `CLOCK_REALTIME - CLOCK_MONOTONIC`, to place a hit's wall-clock time
+    /// on the monotonic clock.
+    fn mono_offset_ns(&self) -> u64;
+    /// The real user id of process `pid`.
+    fn uid(&mut self, pid: u64) -> i64;
+    /// The name of thread `tid` of process `pid` (at most 15 bytes, in the
+    /// first `.1` bytes of `.0`).
+    fn comm(&mut self, pid: u64, tid: u64) -> ([u8; 16], usize);
+    /// Pid of the launched command (0 when attached).
+    fn child_pid(&self) -> u64;
 }
 
 /// What the host imports need from the data of the store.
@@ -57,14 +114,20 @@ pub trait HostData: 'static {
     type Env: HitEnv;
     /// The record sink.
     type Sink: RecordSink;
+    /// The service state.
+    type Services: Services;
     /// The environment of the current hit.
     fn env(&self) -> &Self::Env;
     /// The environment of the current hit, mutably.
     fn env_mut(&mut self) -> &mut Self::Env;
     /// The records of the current run.
     fn sink(&self) -> &Self::Sink;
-    /// The records of the current run, mutably.
-    fn sink_mut(&mut self) -> &mut Self::Sink;
+    /// The service state.
+    fn services(&self) -> &Self::Services;
+    /// The service state, mutably.
+    fn services_mut(&mut self) -> &mut Self::Services;
+    /// The records of the current run and the service state, both mutably.
+    fn sink_and_services(&mut self) -> (&mut Self::Sink, &mut Self::Services);
     /// Linear memory of the program whose handler is running.
     fn memory(&self) -> Option<Memory>;
     /// Whether handlers may write registers and memory (not under perf).
@@ -115,6 +178,12 @@ fn charge<T: HostData>(c: &mut Caller<'_, T>, bytes: u64) {
     }
 }
 
+/// Charges fuel for a call reaching the traced process's memory that moves
+/// `bytes` ([`MEMORY_CALL_FUEL`] plus the bytes).
+fn charge_access<T: HostData>(c: &mut Caller<'_, T>, bytes: u64) {
+    charge(c, bytes + MEMORY_CALL_FUEL * BYTES_PER_FUEL);
+}
+
 /// Highest register id + 1 of [`regs::REGS`].
 const REG_ID_LIMIT: usize = 0x118;
 
@@ -140,8 +209,34 @@ pub fn reg_by_id(id: u16) -> Option<&'static regs::RegInfo> {
     }
 }
 
+fn map_status(e: MapError) -> i32 {
+    match e {
+        MapError::Full => st(Status::Full),
+        _ => st(Status::BadArgument),
+    }
+}
+
+/// The pid and tid the identity builtins report: the hit's, or the
+/// tracer's own in a special probe.
+fn identity<T: HostData>(d: &T) -> (u64, u64) {
+    let s = d.services();
+    if s.special() {
+        let p = s.own_pid();
+        (p, p)
+    } else {
+        (d.env().pid(), d.env().tid())
+    }
+}
+
 /// Defines every host import in `linker`.
 pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    add_hit_imports(linker)?;
+    add_service_imports(linker)?;
+    add_return_imports(linker)
+}
+
+/// The imports about the hit: registers, memory, identity, variables, logs.
+fn add_hit_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     let m = IMPORT_MODULE;
     let name = |id: ImportId| id.import().name;
     linker.func_wrap(
@@ -183,7 +278,7 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
         name(ImportId::read_mem),
         |mut c: Caller<'_, T>, addr: i64, dst: i32, len: i32| -> wasmtime::Result<i32> {
             max_len(len, "read_mem")?;
-            charge(&mut c, len as u32 as u64);
+            charge_access(&mut c, len as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let r = range(data, dst, len, "read_mem")?;
@@ -195,7 +290,7 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
         name(ImportId::read_str),
         |mut c: Caller<'_, T>, addr: i64, dst: i32, max: i32| -> wasmtime::Result<i32> {
             max_len(max, "read_str")?;
-            charge(&mut c, max as u32 as u64);
+            charge_access(&mut c, max as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let r = range(data, dst, max, "read_str")?;
@@ -210,7 +305,7 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
         name(ImportId::write_mem),
         |mut c: Caller<'_, T>, addr: i64, src: i32, len: i32| -> wasmtime::Result<i32> {
             max_len(len, "write_mem")?;
-            charge(&mut c, len as u32 as u64);
+            charge_access(&mut c, len as u32 as u64);
             if !c.data().writes_allowed() {
                 return Ok(st(Status::NotPermitted));
             }
@@ -229,6 +324,7 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
                 3 => true,
                 _ => return st(Status::BadArgument),
             };
+            charge_access(&mut c, 0);
             if c.data_mut().env_mut().check_access(addr as u64, write) {
                 st(Status::Ok)
             } else {
@@ -237,10 +333,10 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
         },
     )?;
     linker.func_wrap(m, name(ImportId::current_tid), |c: Caller<'_, T>| {
-        c.data().env().tid() as i64
+        identity(c.data()).1 as i64
     })?;
     linker.func_wrap(m, name(ImportId::current_pid), |c: Caller<'_, T>| {
-        c.data().env().pid() as i64
+        identity(c.data()).0 as i64
     })?;
     linker.func_wrap(m, name(ImportId::current_cpu), |c: Caller<'_, T>| {
         c.data().env().cpu() as i64
@@ -351,7 +447,7 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
                 return Ok(st(Status::TooLarge));
             }
             charge(&mut c, len as u32 as u64 + 4 * count as u32 as u64);
-            if !c.data().sink().has_room(len as u32 as usize) {
+            if !has_room(c.data().sink(), len as u32 as usize) {
                 return Ok(st(Status::TooLarge));
             }
             let mem = memory(&c)?;
@@ -360,7 +456,8 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
             let n_items = (count as u32 as usize) * 4;
             let i = range(data, items_ptr, n_items as i32, "emit_log items")?;
             state
-                .sink_mut()
+                .sink_and_services()
+                .0
                 .push_log(major as u16, minor as u16, &data[d], &data[i]);
             Ok(st(Status::Ok))
         },
@@ -373,7 +470,7 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
                 return Ok(st(Status::TooLarge));
             }
             charge(&mut c, len as u32 as u64);
-            if !c.data().sink().has_room(len as u32 as usize) {
+            if !has_room(c.data().sink(), len as u32 as usize) {
                 return Ok(st(Status::TooLarge));
             }
             let mem = memory(&c)?;
@@ -382,7 +479,7 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
             if hostabi::record::decode_stacktrace(&data[r.clone()], |_| {}).is_err() {
                 return Ok(st(Status::BadArgument));
             }
-            state.sink_mut().push_stacktrace(&data[r]);
+            state.sink_and_services().0.push_stacktrace(&data[r]);
             Ok(st(Status::Ok))
         },
     )?;
@@ -392,8 +489,254 @@ pub fn add_to_linker<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()
     Ok(())
 }
 
-#[cfg(test)]
-mod runtime_glue;
+/// The service imports: maps, output events, clocks, identity.
+fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    let m = IMPORT_MODULE;
+    let name = |id: ImportId| id.import().name;
+    linker.func_wrap(
+        m,
+        name(ImportId::map_update),
+        |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32, op: i32, v: i64| -> wasmtime::Result<i32> {
+            charge(&mut c, kl as u32 as u64);
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let k = range(data, kp, kl, "map_update key")?;
+            let Some(op) = u8::try_from(op).ok().and_then(Op::from_u8) else {
+                return Ok(st(Status::BadArgument));
+            };
+            let Some(r) = state.services_mut().map_region() else {
+                return Ok(st(Status::BadArgument));
+            };
+            Ok(match Store::new(r).update(map as u32, &data[k], op, v) {
+                Ok(()) => st(Status::Ok),
+                Err(e) => map_status(e),
+            })
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::map_store),
+        |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32, vp: i32, vl: i32| -> wasmtime::Result<i32> {
+            charge(&mut c, kl as u32 as u64 + vl as u32 as u64);
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let k = range(data, kp, kl, "map_store key")?;
+            let v = range(data, vp, vl, "map_store value")?;
+            let Some(r) = state.services_mut().map_region() else {
+                return Ok(st(Status::BadArgument));
+            };
+            Ok(match Store::new(r).store(map as u32, &data[k], &data[v]) {
+                Ok(()) => st(Status::Ok),
+                Err(e) => map_status(e),
+            })
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::map_lookup),
+        |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32, dp: i32, dl: i32| -> wasmtime::Result<i32> {
+            charge(&mut c, kl as u32 as u64 + dl as u32 as u64);
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let k = range(data, kp, kl, "map_lookup key")?;
+            let d = range(data, dp, dl, "map_lookup destination")?;
+            let Some(r) = state.services().map_view() else {
+                return Ok(st(Status::BadArgument));
+            };
+            // The value is in the region, the key and destination in guest
+            // memory: look up first (the key borrowed), then copy.
+            match StoreView::new(r).lookup(map as u32, &data[k]) {
+                Ok(Some(v)) => {
+                    let n = v.len().min(d.len());
+                    data[d.start..d.start + n].copy_from_slice(&v[..n]);
+                    Ok(v.len() as i32)
+                }
+                Ok(None) => Ok(st(Status::NotFound)),
+                Err(e) => Ok(map_status(e)),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::map_delete),
+        |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32| -> wasmtime::Result<i32> {
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let k = range(data, kp, kl, "map_delete key")?;
+            let Some(r) = state.services_mut().map_region() else {
+                return Ok(st(Status::BadArgument));
+            };
+            Ok(match Store::new(r).delete(map as u32, &data[k]) {
+                Ok(true) => st(Status::Ok),
+                Ok(false) => st(Status::NotFound),
+                Err(e) => map_status(e),
+            })
+        },
+    )?;
+    linker.func_wrap(m, name(ImportId::map_clear), |mut c: Caller<'_, T>, map: i32| -> i32 {
+        let Some(r) = c.data_mut().services_mut().map_region() else {
+            return st(Status::BadArgument);
+        };
+        match Store::new(r).clear(map as u32) {
+            Ok(()) => st(Status::Ok),
+            Err(e) => map_status(e),
+        }
+    })?;
+    linker.func_wrap(m, name(ImportId::map_zero), |mut c: Caller<'_, T>, map: i32| -> i32 {
+        let Some(r) = c.data_mut().services_mut().map_region() else {
+            return st(Status::BadArgument);
+        };
+        match Store::new(r).zero(map as u32) {
+            Ok(()) => st(Status::Ok),
+            Err(e) => map_status(e),
+        }
+    })?;
+    linker.func_wrap(
+        m,
+        name(ImportId::emit_event),
+        |mut c: Caller<'_, T>, kind: i32, id: i32, dp: i32, dl: i32| -> wasmtime::Result<i32> {
+            let Some(kind) = EventKind::from_code(kind) else {
+                return Ok(st(Status::BadArgument));
+            };
+            if dl as u32 > MAX_EVENT_BYTES || !(0..=0xFFFF).contains(&id) {
+                return Ok(st(Status::TooLarge));
+            }
+            charge(&mut c, dl as u32 as u64);
+            if !has_room(c.data().sink(), dl as u32 as usize) {
+                return Ok(st(Status::TooLarge));
+            }
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let d = range(data, dp, dl, "emit_event data")?;
+            let (sink, services) = state.sink_and_services();
+            let room = MAX_RECORD_BYTES_PER_RUN.saturating_sub(sink.bytes());
+            let bytes = &data[d];
+            match services.map_view().and_then(|r| {
+                (kind == EventKind::PrintMap)
+                    .then(|| snapshot_len(r, id as u32, room))
+                    .flatten()
+                    .map(|n| (r, n))
+            }) {
+                // The map as it is now: later operations of the same run
+                // (`clear`, `zero`) must not change what this print shows.
+                Some((r, _)) => {
+                    let mut head = [0u8; 16];
+                    let n = bytes.len().min(16);
+                    head[..n].copy_from_slice(&bytes[..n]);
+                    sink.push_event(kind as u16, id as u16, &head);
+                    snapshot_map(r, id as u32, |b| sink.extend_last(b));
+                }
+                None => sink.push_event(kind as u16, id as u16, bytes),
+            }
+            Ok(st(Status::Ok))
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::clock_ns),
+        |c: Caller<'_, T>, id: i32| -> wasmtime::Result<i64> {
+            let s = c.data().services();
+            let real = if s.special() {
+                s.realtime_now()
+            } else {
+                c.data().env().now_ns()
+            };
+            let mono = real.wrapping_sub(s.mono_offset_ns());
+            Ok(match id {
+                hostabi::imports::clock::MONOTONIC => mono as i64,
+                hostabi::imports::clock::SINCE_START => {
+                    mono.saturating_sub(s.start_mono_ns()) as i64
+                }
+                hostabi::imports::clock::REALTIME => real as i64,
+                _ => bail!("clock_ns: no clock {id}"),
+            })
+        },
+    )?;
+    linker.func_wrap(m, name(ImportId::current_uid), |mut c: Caller<'_, T>| -> i64 {
+        let pid = identity(c.data()).0;
+        c.data_mut().services_mut().uid(pid)
+    })?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_comm),
+        |mut c: Caller<'_, T>, dp: i32, dl: i32| -> wasmtime::Result<i32> {
+            let (pid, tid) = identity(c.data());
+            let (b, n) = c.data_mut().services_mut().comm(pid, tid);
+            let mem = memory(&c)?;
+            let data = mem.data_mut(&mut c);
+            let d = range(data, dp, dl, "current_comm")?;
+            let n = n.min(d.len()).min(b.len());
+            data[d.start..d.start + n].copy_from_slice(&b[..n]);
+            Ok(n as i32)
+        },
+    )?;
+    linker.func_wrap(m, name(ImportId::child_pid), |c: Caller<'_, T>| {
+        c.data().services().child_pid() as i64
+    })?;
+    Ok(())
+}
+
+/// The return-probe imports: every i64 is a possible value, so a call the
+/// host cannot answer traps (spec §6.5; `docs/hostabi.md`).
+fn add_return_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    let m = IMPORT_MODULE;
+    let name = |id: ImportId| id.import().name;
+    linker.func_wrap(
+        m,
+        name(ImportId::entry_reg),
+        |mut c: Caller<'_, T>, reg: i32| -> wasmtime::Result<i64> {
+            let Some(id) = u16::try_from(reg)
+                .ok()
+                .filter(|id| regs::entry_index(*id).is_some())
+            else {
+                bail!("entry_reg: register id 0x{reg:x} is not rdi, rsi, rdx, rcx, r8, r9 or rsp");
+            };
+            match c.data_mut().env_mut().entry_reg(id) {
+                Some(v) => Ok(v as i64),
+                None => bail!("entry_reg: this hit is not the return of a return probe"),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::elapsed_ns),
+        |c: Caller<'_, T>| -> wasmtime::Result<i64> {
+            match c.data().env().elapsed_ns() {
+                Some(v) => Ok(v as i64),
+                None => bail!("elapsed_ns: this hit is not the return of a return probe"),
+            }
+        },
+    )?;
+    Ok(())
+}
+
+/// Bytes a snapshot of map `map` adds to a PRINT_MAP event (its 16 bytes
+/// of top and div included), when it fits in `room`; `None` otherwise (the
+/// printer then reads the map as it is when printing).
+fn snapshot_len(region: &[u8], map: u32, room: usize) -> Option<usize> {
+    let view = StoreView::new(region);
+    let (k, v) = view.sizes(map).ok()?;
+    view.entries(map).ok()?;
+    let len = view.stats(map).map(|st| st.len as usize).unwrap_or(0);
+    let n = 24 + len * (k + v) as usize;
+    (n <= room).then_some(n)
+}
+
+/// Streams the snapshot of map `map` that follows a PRINT_MAP event's 16
+/// bytes of top and div: u32 key length, u32 value length, then `(key,
+/// value)` pairs.
+fn snapshot_map(region: &[u8], map: u32, mut out: impl FnMut(&[u8])) {
+    let view = StoreView::new(region);
+    let (Ok((k, v)), Ok(entries)) = (view.sizes(map), view.entries(map)) else {
+        return;
+    };
+    out(&k.to_le_bytes());
+    out(&v.to_le_bytes());
+    for (key, val) in entries {
+        out(key);
+        out(val);
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -453,16 +796,55 @@ mod tests {
     }
     struct NoSink;
     impl RecordSink for NoSink {
-        fn has_room(&self, _: usize) -> bool {
-            false
+        fn records(&self) -> usize {
+            MAX_RECORDS_PER_RUN
+        }
+        fn bytes(&self) -> usize {
+            0
         }
         fn push_log(&mut self, _: u16, _: u16, _: &[u8], _: &[u8]) {}
         fn push_stacktrace(&mut self, _: &[u8]) {}
+        fn push_event(&mut self, _: u16, _: u16, _: &[u8]) {}
+        fn extend_last(&mut self, _: &[u8]) {}
     }
-    struct Data(Nothing, NoSink);
+    struct NoServices;
+    impl Services for NoServices {
+        fn map_region(&mut self) -> Option<&mut [u8]> {
+            None
+        }
+        fn map_view(&self) -> Option<&[u8]> {
+            None
+        }
+        fn special(&self) -> bool {
+            false
+        }
+        fn own_pid(&self) -> u64 {
+            0
+        }
+        fn realtime_now(&self) -> u64 {
+            0
+        }
+        fn start_mono_ns(&self) -> u64 {
+            0
+        }
+        fn mono_offset_ns(&self) -> u64 {
+            0
+        }
+        fn uid(&mut self, _: u64) -> i64 {
+            0
+        }
+        fn comm(&mut self, _: u64, _: u64) -> ([u8; 16], usize) {
+            ([0; 16], 0)
+        }
+        fn child_pid(&self) -> u64 {
+            0
+        }
+    }
+    struct Data(Nothing, NoSink, NoServices);
     impl HostData for Data {
         type Env = Nothing;
         type Sink = NoSink;
+        type Services = NoServices;
         fn env(&self) -> &Nothing {
             &self.0
         }
@@ -472,8 +854,14 @@ mod tests {
         fn sink(&self) -> &NoSink {
             &self.1
         }
-        fn sink_mut(&mut self) -> &mut NoSink {
-            &mut self.1
+        fn services(&self) -> &NoServices {
+            &self.2
+        }
+        fn services_mut(&mut self) -> &mut NoServices {
+            &mut self.2
+        }
+        fn sink_and_services(&mut self) -> (&mut NoSink, &mut NoServices) {
+            (&mut self.1, &mut self.2)
         }
         fn memory(&self) -> Option<Memory> {
             None
@@ -488,7 +876,7 @@ mod tests {
         let engine = wasmtime::Engine::default();
         let mut linker: Linker<Data> = Linker::new(&engine);
         add_to_linker(&mut linker).unwrap();
-        let mut store = wasmtime::Store::new(&engine, Data(Nothing, NoSink));
+        let mut store = wasmtime::Store::new(&engine, Data(Nothing, NoSink, NoServices));
         for imp in hostabi::HOST_IMPORTS {
             let ext = linker
                 .get(&mut store, IMPORT_MODULE, imp.name)
