@@ -1,14 +1,17 @@
 //! The contract between wprobe (the tracer) and its in-process agent (the
 //! `no_std` object mapped into a traced process, `agent/`): entry points and
 //! their error codes, the register frame a probe stub saves, the layout of
-//! the shared control region (statistics, global variables, a record ring,
-//! load requests), and the wasmtime engine settings both sides must share
-//! for a precompiled handler module to be accepted by the agent.
+//! the shared control region (probe table with counters, global variables,
+//! map regions, a ring of handler-run records, the store lock, the
+//! heartbeat), load requests, and the wasmtime engine settings both sides
+//! must share for a precompiled handler module to be accepted by the agent.
 //!
 //! Everything shared across the process boundary is `#[repr(C)]` with fixed
 //! offsets (checked by the tests below); atomics have the size and layout of
 //! the integer they wrap, so the tracer and the agent can both operate on
-//! the same mapped bytes.
+//! the same mapped bytes. The agent validates every offset the tracer gives
+//! before it uses it; the tracer bounds-checks everything it reads back
+//! (the target may have scribbled over the shared pages).
 
 #![no_std]
 #![deny(missing_docs)]
@@ -16,10 +19,10 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 1;
+pub const AGENT_ABI_VERSION: u32 = 2;
 
-/// First 8 bytes of the control region ("WPRBAGT1", little-endian).
-pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT1");
+/// First 8 bytes of the control region ("WPRBAGT2", little-endian).
+pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT2");
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.
 pub mod sym {
@@ -27,13 +30,17 @@ pub mod sym {
     /// allocator and the engine, remember the control region. Returns 0 or an
     /// [`crate::AgentError`] code.
     pub const INIT: &str = "wprobe_agent_init";
-    /// `fn(req_off: usize) -> i32`: load the module described by the
+    /// `fn(req_off: usize) -> i32`: load the program described by the
     /// [`crate::LoadRequest`] at `req_off` in the control region. Returns the
     /// program index (>= 0) or an [`crate::AgentError`] code.
     pub const LOAD: &str = "wprobe_agent_load";
-    /// `fn(site: u32, frame: *mut SavedRegs) -> i64`: run the handler of
-    /// `site` on the thread's saved registers. Returns the handler's outcome
-    /// code (>= 0) or a [`crate::Skip`] code (< 0).
+    /// `fn(req_off: usize) -> i32`: set the probe sites from the
+    /// [`crate::SitesRequest`] at `req_off` (replacing earlier ones). Returns
+    /// 0 or an [`crate::AgentError`] code.
+    pub const SITES: &str = "wprobe_agent_sites";
+    /// `fn(site: u32, frame: *mut SavedRegs) -> i64`: run the handlers of
+    /// `site` on the thread's saved registers. Returns the number of
+    /// handlers run (>= 0) or a [`crate::Skip`] code (< 0).
     pub const DISPATCH: &str = "wprobe_agent_dispatch";
     /// A single `int3` instruction: the return address the tracer gives a
     /// function it makes a stopped thread call (`Target::call`).
@@ -44,7 +51,7 @@ pub mod sym {
     pub const BENCH: &str = "wprobe_agent_bench";
 }
 
-/// Error codes of `init` and `load` (negative `i32`).
+/// Error codes of `init`, `load` and `sites` (negative `i32`).
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AgentError {
@@ -63,15 +70,16 @@ pub enum AgentError {
     Incompatible = -6,
     /// Instantiation failed (imports, memory limits, start function).
     Instantiate = -7,
-    /// A site's export is missing or is not `() -> i32`.
+    /// A probe's export is missing or is not `() -> i32` / `() -> ()`.
     MissingExport = -8,
-    /// The load request is malformed (offsets outside the region, ...).
+    /// The request is malformed (offsets outside the region, ...).
     BadRequest = -9,
     /// The agent ran out of memory.
     NoMemory = -10,
     /// The agent is dead (a bug panicked inside it; message in the region).
     Dead = -11,
-    /// A site id is at or above [`MAX_SITES`].
+    /// A site id is at or above [`MAX_SITES`], or a probe id at or above the
+    /// region's probe capacity.
     TooManySites = -12,
 }
 
@@ -98,30 +106,38 @@ impl AgentError {
     }
 }
 
-/// Why `dispatch` did not run a handler to completion (negative `i64`).
+/// Why `dispatch` ran no handler (negative `i64`).
 #[repr(i64)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Skip {
-    /// Agent not initialised, dead, disabled by the tracer, or in a forked child.
+    /// Agent not initialised, dead, disabled by the tracer, the tracer's
+    /// heartbeat is stale, or the process is a forked child.
     Dormant = -1,
-    /// No handler is loaded for this site.
+    /// No probe is enabled at this site.
     NoHandler = -2,
-    /// The thread is already inside the agent (a signal handler hit a probe).
+    /// The thread is already inside the agent (a signal handler hit a
+    /// probe): counted as `missed`.
     Reentered = -3,
-    /// Another thread held the store for longer than the bounded wait.
+    /// The store could not be had within [`LOCK_WAIT_MAX_NS`] (another
+    /// thread holds it and does not run): counted as `missed`.
     Contended = -4,
-    /// The handler ran out of fuel.
-    FuelExhausted = -5,
-    /// The handler trapped.
-    Trapped = -6,
-    /// The handler returned a value that is not an outcome code.
-    BadOutcome = -7,
-    /// No per-thread slot or agent stack could be had (table full, mmap failed).
+    /// No per-thread slot or agent stack could be had (table full, mmap
+    /// failed): counted as `missed`.
     NoThreadSlot = -8,
 }
 
 /// Largest site id + 1.
-pub const MAX_SITES: u32 = 1 << 16;
+pub const MAX_SITES: u32 = 1 << 20;
+
+/// How long a hit waits for the store (held by a handler of another thread,
+/// or by the tracer reading the maps) before it gives up and counts the
+/// hit as missed: a holder that does not run (stopped by a debugger) must
+/// not stop every other thread for good.
+pub const LOCK_WAIT_MAX_NS: u64 = 5_000_000_000;
+
+/// How long a handler run waits for room in the ring (the tracer drains it
+/// every few milliseconds) before its records are dropped and counted.
+pub const RING_WAIT_MAX_NS: u64 = 1_000_000_000;
 
 /// The registers a probe stub saves, lowest address first. The stub builds
 /// it on the thread's stack below the red zone; the agent reads registers
@@ -135,7 +151,7 @@ pub struct SavedRegs {
     pub mxcsr: u32,
     /// Padding (zero).
     pub _pad: u32,
-    /// Address of the probed instruction.
+    /// Address of the probe (filled in by the agent from the site table).
     pub rip: u64,
     /// RSP at the probed instruction.
     pub rsp: u64,
@@ -202,100 +218,185 @@ pub mod state {
     pub const DEAD: u32 = 2;
 }
 
-/// Counters kept by the agent, readable by the tracer at any time.
+/// Process-wide counters kept by the agent, readable by the tracer at any time.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Calls of `dispatch`.
-    pub hits: AtomicU64,
-    /// Handlers that returned an outcome.
-    pub handled: AtomicU64,
-    /// Hits skipped because the agent was dormant.
+    pub dispatches: AtomicU64,
+    /// Hits skipped because the agent was dormant (disabled, stale
+    /// heartbeat); not counted in a forked child.
     pub dormant: AtomicU64,
-    /// Hits on a site without a handler.
-    pub no_handler: AtomicU64,
     /// Hits skipped because the thread was already inside the agent.
     pub reentered: AtomicU64,
-    /// Hits skipped because another thread held the store.
+    /// Hits skipped because the store could not be had in time.
     pub contended: AtomicU64,
-    /// Handler runs that ran out of fuel.
-    pub fuel_exhausted: AtomicU64,
-    /// Handler runs that trapped.
-    pub trapped: AtomicU64,
-    /// Records dropped because the ring was full.
-    pub records_dropped: AtomicU64,
-    /// Threads that got a slot and an agent stack.
-    pub threads: AtomicU64,
     /// Hits skipped for want of a thread slot or stack.
     pub no_slot: AtomicU64,
+    /// Threads that got a slot and an agent stack.
+    pub threads: AtomicU64,
+    /// Times a hit had to wait (futex) for the store.
+    pub lock_waits: AtomicU64,
+    /// Times a handler run had to wait for room in the ring.
+    pub ring_waits: AtomicU64,
     /// Heap allocations made by the agent so far (none per hit on the
-    /// success path; tests check it).
+    /// success path once warm; tests check it).
     pub allocations: AtomicU64,
     /// Reserved.
-    pub _reserved: [AtomicU64; 4],
+    pub _reserved: [AtomicU64; 7],
 }
 
-/// Header of the record ring (single producer: the thread holding the
-/// store; single consumer: the tracer). `head` and `tail` count bytes since
-/// the start and only grow; the data area is `ring_size` bytes (a power of
-/// two) at `ring_off` in the region. Each on its own cache line.
+/// One probe of the run (index = the probe id the tracer chose). The
+/// tracer sets `ignore` and `maxhits` before loading, and `enabled`; the
+/// agent counts. `hits + missed` is every hit of the probe while it was
+/// enabled; `ignored` and `runs` are parts of `hits`.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct ProbeSlot {
+    /// 1: the probe's handler runs at its hits. Cleared by the agent on
+    /// `remove`, at `maxhits`, and by the tracer.
+    pub enabled: AtomicU32,
+    /// [`probe_flag`] bits (agent).
+    pub flags: AtomicU32,
+    /// Hits skipped before the first handler run (`ignore`).
+    pub ignore: u64,
+    /// Handler runs after which the probe disables itself (0: no limit).
+    pub maxhits: u64,
+    /// Hits (ignored ones included).
+    pub hits: AtomicU64,
+    /// Hits skipped by `ignore`.
+    pub ignored: AtomicU64,
+    /// Handler runs.
+    pub runs: AtomicU64,
+    /// Runs that exhausted their fuel.
+    pub fuel_exhausted: AtomicU64,
+    /// Runs that trapped (or returned a code that is no outcome).
+    pub traps: AtomicU64,
+    /// Runs ended by an uncaught exception.
+    pub uncaught: AtomicU64,
+    /// Runs whose records could not be written (ring full).
+    pub dropped: AtomicU64,
+    /// Hits that ran no handler: the thread was inside the agent already
+    /// (a signal handler hit the probe), the store could not be had in
+    /// time, no thread slot, or the tracer's heartbeat was stale.
+    pub missed: AtomicU64,
+    /// Reserved.
+    pub _reserved: [u64; 5],
+}
+
+/// Bits of [`ProbeSlot::flags`].
+pub mod probe_flag {
+    /// The message of the probe's first trap was sent to the tracer.
+    pub const TRAP_REPORTED: u32 = 1;
+}
+
+/// Size of [`ProbeSlot`].
+pub const PROBE_SLOT_SIZE: usize = core::mem::size_of::<ProbeSlot>();
+
+/// Header of the record ring (producers: the thread holding the store;
+/// consumer: the tracer). `head` and `tail` count bytes since the start and
+/// only grow; the data area is `ring_size` bytes (a power of two) at
+/// `ring_off` in the region. Each on its own cache line.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct RingHeader {
-    /// Bytes written by the producer (release-stored after the record).
+    /// Bytes written by the producer (release-stored after the batch).
     pub head: AtomicU64,
     /// Padding to the next cache line.
     pub _pad0: [u64; 7],
-    /// Bytes consumed by the consumer.
+    /// Bytes consumed by the consumer (release-stored; a futex word in its
+    /// low half for producers waiting for room).
     pub tail: AtomicU64,
     /// Padding.
     pub _pad1: [u64; 7],
+    /// 1 while a producer waits for room (the consumer then wakes `tail`).
+    pub producer_waiting: AtomicU32,
+    /// Padding.
+    pub _pad2: [u32; 15],
 }
 
-/// Record kinds in the ring.
-pub mod rec {
+/// Kinds of ring entries ([`RunHeader::kind`]).
+pub mod entry {
     /// Skip to the start of the ring (the rest of the data area is unused).
     pub const PAD: u16 = 0;
+    /// One handler run: a [`crate::RunHeader`] and its records.
+    pub const RUN: u16 = 1;
+}
+
+/// Kinds of records inside a run ([`RecordHeader::kind`]).
+pub mod rec {
     /// An `emit_log` record.
     pub const LOG: u16 = 1;
     /// An `emit_stacktrace` record.
     pub const STACKTRACE: u16 = 2;
+    /// An `emit_event` record (`major` = kind, `minor` = id).
+    pub const EVENT: u16 = 3;
+    /// The message of the probe's first trap (UTF-8 data).
+    pub const TRAP: u16 = 4;
 }
 
-/// Header of one ring record; `data_len` bytes of data follow, then
+/// Outcome codes of [`RunHeader::outcome`] that are not handler outcomes
+/// (handler outcomes are `hostabi::Outcome` codes, >= 0).
+pub mod run_outcome {
+    /// The handler ran out of fuel.
+    pub const FUEL: i32 = -1;
+    /// The handler trapped (or returned a code that is no outcome).
+    pub const TRAPPED: i32 = -2;
+}
+
+/// Header of one ring entry: a handler run. `n_records` [`RecordHeader`]s
+/// with their payloads follow. The agent writes an entry for a run that
+/// emitted records, ended with an outcome the tracer must act on
+/// (`remove`, `exit()`, `exit 1/2/3`), or trapped for the first time;
+/// every other run is only counted in the probe's [`ProbeSlot`]. `size`
+/// is the total, a multiple of 8.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunHeader {
+    /// Total size of the entry in bytes (a multiple of 8).
+    pub size: u32,
+    /// [`entry`] kind.
+    pub kind: u16,
+    /// Records that follow.
+    pub n_records: u16,
+    /// The probe id.
+    pub probe: u32,
+    /// Thread id of the hit thread.
+    pub tid: u32,
+    /// CPU of the hit.
+    pub cpu: u32,
+    /// Handler outcome code, or a [`run_outcome`] code.
+    pub outcome: i32,
+    /// Wall-clock time of the hit, ns since the epoch.
+    pub time_ns: u64,
+}
+
+/// Size of [`RunHeader`].
+pub const RUN_HEADER_SIZE: usize = core::mem::size_of::<RunHeader>();
+
+/// Header of one record inside a run; `data_len` bytes of data follow, then
 /// `n_items` little-endian u32 item descriptors, then padding to 8 bytes.
-/// `size` is the total, header and padding included.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecordHeader {
-    /// Total size of the record in bytes (a multiple of 8).
-    pub size: u32,
     /// [`rec`] kind.
     pub kind: u16,
-    /// Log major code (0 for stack traces).
+    /// Log major code (event kind for events).
     pub major: u16,
-    /// Log minor code.
+    /// Log minor code (event id for events).
     pub minor: u16,
-    /// Program index (load order).
-    pub program: u16,
-    /// Site id.
-    pub site: u32,
-    /// Thread id of the hit thread.
-    pub tid: u32,
+    /// Zero.
+    pub _pad: u16,
     /// Bytes of data.
     pub data_len: u32,
     /// Item descriptors.
     pub n_items: u32,
-    /// Reserved (zero).
-    pub _pad: u32,
-    /// TSC at the emission (`rdtsc`).
-    pub tsc: u64,
 }
 
 /// Size of [`RecordHeader`].
 pub const RECORD_HEADER_SIZE: usize = core::mem::size_of::<RecordHeader>();
 
-/// Total size of a record with this payload.
+/// Bytes a record with this payload takes inside a run.
 pub const fn record_size(data_len: usize, n_items: usize) -> usize {
     (RECORD_HEADER_SIZE + data_len + 4 * n_items + 7) & !7
 }
@@ -304,7 +405,7 @@ pub const fn record_size(data_len: usize, n_items: usize) -> usize {
 pub const ERR_MSG_BYTES: usize = 1024;
 
 /// The control header at offset 0 of the shared region. The tracer fills
-/// `magic` … `ring_size` before `init`; the agent owns the rest.
+/// `magic` … `child_pid` before `init`; the agent owns what it says it owns.
 #[repr(C)]
 pub struct ControlHeader {
     /// [`CTRL_MAGIC`].
@@ -315,18 +416,47 @@ pub struct ControlHeader {
     pub header_size: u32,
     /// Size of the whole region.
     pub region_size: u64,
+    /// Offset of the probe table ([`ProbeSlot`] each).
+    pub probes_off: u64,
+    /// Capacity of the probe table.
+    pub probes_cap: u64,
     /// Offset of the global-variable array (u64 each).
     pub gvars_off: u64,
     /// Capacity of the global-variable array.
     pub gvars_cap: u64,
+    /// Offset of the map regions (programs' `mapstore` regions).
+    pub maps_off: u64,
+    /// Bytes of the map regions.
+    pub maps_size: u64,
     /// Offset of the ring data area.
     pub ring_off: u64,
     /// Size of the ring data area (power of two).
     pub ring_size: u64,
+    /// Offset of the scratch area (requests, modules, names).
+    pub scratch_off: u64,
+    /// Bytes of the scratch area.
+    pub scratch_size: u64,
+    /// `CLOCK_MONOTONIC` when the run started (the `clock_ns` import).
+    pub start_mono_ns: u64,
+    /// `CLOCK_REALTIME - CLOCK_MONOTONIC` of the tracer (the `clock_ns` import).
+    pub mono_offset_ns: u64,
+    /// The launched command's pid (the `child_pid` import; 0 when attached).
+    pub child_pid: u64,
     /// Tracer → agent: 1 = handlers run, 0 = every hit is skipped as dormant.
     pub enabled: AtomicU32,
     /// Agent: [`state`] word.
     pub state: AtomicU32,
+    /// The store lock (a futex word shared by the agent's threads and the
+    /// tracer: 0 free, 1 held, 2 held with waiters). Whoever holds it may
+    /// run handlers or touch the map regions and global variables.
+    pub store_lock: AtomicU32,
+    /// Agent: the agent's own `rdtscp` support (1) for `current_cpu`.
+    pub has_rdtscp: AtomicU32,
+    /// Tracer: its TSC (`rdtsc`) when it last showed it is alive.
+    pub heartbeat_tsc: AtomicU64,
+    /// Tracer: TSC ticks after which a heartbeat is stale (0: never; the
+    /// agent then never goes dormant by itself).
+    pub stale_ticks: AtomicU64,
     /// Agent: number of global variables in use (largest `gvars` loaded).
     pub gvars_len: AtomicU64,
     /// Agent: code of the last error (0 none).
@@ -358,9 +488,9 @@ pub mod thread_key {
 /// Size of [`ControlHeader`].
 pub const CONTROL_HEADER_SIZE: usize = core::mem::size_of::<ControlHeader>();
 
-/// A load request, written by the tracer into the control region; its
-/// offset is the argument of `wprobe_agent_load`. Offsets are relative to
-/// the region base.
+/// A program load request, written by the tracer into the scratch area;
+/// its offset is the argument of `wprobe_agent_load`. Offsets are relative
+/// to the region base.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadRequest {
@@ -368,32 +498,63 @@ pub struct LoadRequest {
     pub module_off: u64,
     /// Its length.
     pub module_len: u64,
-    /// Offset of `n_sites` [`SiteEntry`] records.
-    pub sites_off: u64,
-    /// Number of sites.
-    pub n_sites: u32,
+    /// Offset of `n_probes` [`ProbeEntry`] records.
+    pub probes_off: u64,
+    /// Number of probes.
+    pub n_probes: u32,
     /// Global variables this program declares (`gvars`).
     pub gvars: u32,
     /// Fuel given to each handler run.
     pub fuel: u64,
-    /// Load bias of the program's module in the target (`load_bias` import).
-    pub load_bias: u64,
+    /// Offset of the program's map region in the region (0: no maps).
+    pub map_off: u64,
+    /// Its length.
+    pub map_len: u64,
     /// 1 if handlers may write registers and memory.
     pub writes_allowed: u32,
     /// Reserved (zero).
     pub _pad: u32,
 }
 
-/// One probe site of a load request.
+/// One probe of a load request: its id (its [`ProbeSlot`]), its handler.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeEntry {
+    /// Probe id, below the region's `probes_cap`.
+    pub probe: u32,
+    /// Length of the handler's export name.
+    pub name_len: u32,
+    /// Offset of the export name (UTF-8) in the region.
+    pub name_off: u64,
+    /// Load bias of the probe's module (the `load_bias` import).
+    pub load_bias: u64,
+}
+
+/// A sites request: `n_sites` [`SiteEntry`] records at `sites_off`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SitesRequest {
+    /// Offset of the site entries.
+    pub sites_off: u64,
+    /// Number of sites.
+    pub n_sites: u32,
+    /// Reserved (zero).
+    pub _pad: u32,
+}
+
+/// One patched site: the address handlers see as `rip`, and the probes
+/// whose handlers run there, in order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiteEntry {
     /// Site id (the stub's argument to dispatch), < [`MAX_SITES`].
     pub site: u32,
-    /// Length of the export name.
-    pub name_len: u32,
-    /// Offset of the export name (UTF-8) in the region.
-    pub name_off: u64,
+    /// Number of probes.
+    pub n_probes: u32,
+    /// Offset of `n_probes` u32 probe ids.
+    pub probes_off: u64,
+    /// The probe address.
+    pub addr: u64,
 }
 
 /// `what` argument of [`sym::BENCH`]: the layers of a dispatch measured alone.
@@ -406,10 +567,14 @@ pub mod bench {
     pub const STACK_SWITCH: u32 = 2;
     /// `Store::set_fuel` only.
     pub const SET_FUEL: u32 = 3;
-    /// `set_fuel` + the typed call of the site's function, no dispatch around it.
+    /// `set_fuel` + the typed call of the site's first handler, no dispatch around it.
     pub const CALL: u32 = 4;
     /// `rdtsc` only (the measurement's floor).
     pub const EMPTY: u32 = 5;
+    /// The store lock taken and released (uncontended).
+    pub const LOCK: u32 = 6;
+    /// The wall-clock time read the way `now_ns` reads it.
+    pub const CLOCK: u32 = 7;
     /// Not a measurement: panics inside the agent (on the thread's agent
     /// stack), to test that a bug kills the agent and not the process.
     pub const PANIC: u32 = 99;
@@ -479,15 +644,19 @@ mod tests {
 
     #[test]
     fn shared_layouts() {
-        assert_eq!(size_of::<RecordHeader>(), 40);
-        assert_eq!(record_size(0, 0), 40);
-        assert_eq!(record_size(1, 0), 48);
-        assert_eq!(record_size(8, 2), 56);
-        assert_eq!(size_of::<RingHeader>(), 128);
+        assert_eq!(size_of::<RunHeader>(), 32);
+        assert_eq!(size_of::<RecordHeader>(), 16);
+        assert_eq!(record_size(0, 0), 16);
+        assert_eq!(record_size(1, 0), 24);
+        assert_eq!(record_size(8, 2), 32);
+        assert_eq!(size_of::<RingHeader>(), 192);
+        assert_eq!(size_of::<ProbeSlot>(), 128);
         assert_eq!(offset_of!(ControlHeader, ring) % 64, 0);
-        assert_eq!(size_of::<LoadRequest>(), 56);
-        assert_eq!(size_of::<SiteEntry>(), 16);
-        const { assert!(CONTROL_HEADER_SIZE < 4096) };
+        assert_eq!(size_of::<LoadRequest>(), 64);
+        assert_eq!(size_of::<ProbeEntry>(), 24);
+        assert_eq!(size_of::<SiteEntry>(), 24);
+        assert_eq!(size_of::<SitesRequest>(), 16);
+        const { assert!(CONTROL_HEADER_SIZE <= 4096) };
     }
 
     #[test]

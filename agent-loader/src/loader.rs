@@ -14,9 +14,9 @@
 //! 5. `wprobe_agent_init(region, len, guard)`.
 
 use crate::elf::AgentImage;
-use crate::region::{Region, RegionLayout};
+use crate::region::{Region, RegionLayout, RunFacts};
 use crate::target::{Target, syscall_ok};
-use agent_abi::{AgentError, LoadRequest, SiteEntry, sym};
+use agent_abi::{AgentError, LoadRequest, ProbeEntry, SiteEntry, SitesRequest, sym};
 use anyhow::{Context, Result, bail};
 use std::fs::File;
 
@@ -41,6 +41,8 @@ pub struct LoadedAgent {
     pub init: u64,
     /// `wprobe_agent_load`.
     pub load: u64,
+    /// `wprobe_agent_sites`.
+    pub sites: u64,
     /// `wprobe_agent_dispatch`.
     pub dispatch: u64,
     /// `wprobe_agent_trap` (an `int3`).
@@ -80,6 +82,7 @@ pub fn load_agent<T: Target + ?Sized>(
     t: &mut T,
     image: &AgentImage,
     layout: RegionLayout,
+    facts: RunFacts,
 ) -> Result<LoadedAgent> {
     let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     let scratch = mmap(t, 0, PAGE, libc::PROT_READ | libc::PROT_WRITE, anon)?;
@@ -143,7 +146,7 @@ pub fn load_agent<T: Target + ?Sized>(
             .write(true)
             .open(format!("/proc/{}/fd/{fd}", t.pid()))
             .context("opening the target's memfd")?;
-        let region = Region::map(file, layout)?;
+        let region = Region::map(file, layout, facts)?;
         let addr = syscall_ok(
             t,
             libc::SYS_mmap,
@@ -169,6 +172,7 @@ pub fn load_agent<T: Target + ?Sized>(
         scratch,
         init: sym(sym::INIT)?,
         load: sym(sym::LOAD)?,
+        sites: sym(sym::SITES)?,
         dispatch: sym(sym::DISPATCH)?,
         trap: sym(sym::TRAP)?,
         bench: sym(sym::BENCH)?,
@@ -180,21 +184,51 @@ pub fn load_agent<T: Target + ?Sized>(
     Ok(a)
 }
 
-/// What a module is loaded for.
+/// One probe of a program.
+#[derive(Clone, Debug)]
+pub struct ProbeSpec<'a> {
+    /// Its id (its slot in the region's probe table).
+    pub probe: u32,
+    /// Its handler export.
+    pub export: &'a str,
+    /// Load bias of its module (the `load_bias` import).
+    pub load_bias: u64,
+}
+
+/// What a program is loaded for.
 #[derive(Clone, Debug)]
 pub struct ModuleSpec<'a> {
     /// `Engine::precompile_module` output for the agent's configuration.
     pub cwasm: &'a [u8],
-    /// (site id, handler export) pairs.
-    pub sites: &'a [(u32, &'a str)],
+    /// Its probes.
+    pub probes: &'a [ProbeSpec<'a>],
     /// Global variables the program declares.
     pub gvars: u32,
     /// Fuel per handler run.
     pub fuel: u64,
-    /// `load_bias` of the program's module.
-    pub load_bias: u64,
+    /// Its map region in the region's map area: (offset, length); (0, 0)
+    /// when it declares no map.
+    pub map: (u64, u64),
     /// Whether handlers may write registers and memory.
     pub writes_allowed: bool,
+}
+
+/// One patched site for [`LoadedAgent::set_sites`].
+#[derive(Clone, Debug)]
+pub struct SiteSpec {
+    /// The id its stub passes to `dispatch`.
+    pub site: u32,
+    /// The probe address (what handlers see as `rip`).
+    pub addr: u64,
+    /// Its probes, in the order their handlers run.
+    pub probes: Vec<u32>,
+}
+
+/// Views plain `#[repr(C)]` data as bytes.
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: `T` is plain data (repr(C) structs of integers, no padding
+    // that matters: the agent reads them back as the same type).
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
 impl LoadedAgent {
@@ -210,7 +244,7 @@ impl LoadedAgent {
         }
     }
 
-    /// Loads a module; returns its program index.
+    /// Loads a program; returns its index.
     pub fn load_module<T: Target + ?Sized>(
         &mut self,
         t: &mut T,
@@ -219,46 +253,61 @@ impl LoadedAgent {
         self.region.reset_scratch();
         let module_off = self.region.put(m.cwasm)?;
         let mut entries = Vec::new();
-        for &(site, name) in m.sites {
-            let name_off = self.region.put(name.as_bytes())?;
-            entries.push(SiteEntry {
-                site,
-                name_len: name.len() as u32,
+        for p in m.probes {
+            let name_off = self.region.put(p.export.as_bytes())?;
+            entries.push(ProbeEntry {
+                probe: p.probe,
+                name_len: p.export.len() as u32,
                 name_off,
+                load_bias: p.load_bias,
             });
         }
-        // SAFETY: SiteEntry is plain data.
-        let eb = unsafe {
-            std::slice::from_raw_parts(
-                entries.as_ptr() as *const u8,
-                entries.len() * size_of::<SiteEntry>(),
-            )
-        };
-        let sites_off = self.region.put(eb)?;
+        let probes_off = self.region.put(as_bytes(&entries))?;
         let req = LoadRequest {
             module_off,
             module_len: m.cwasm.len() as u64,
-            sites_off,
-            n_sites: entries.len() as u32,
+            probes_off,
+            n_probes: entries.len() as u32,
             gvars: m.gvars,
             fuel: m.fuel,
-            load_bias: m.load_bias,
+            map_off: m.map.0,
+            map_len: m.map.1,
             writes_allowed: u32::from(m.writes_allowed),
             _pad: 0,
         };
-        // SAFETY: LoadRequest is plain data.
-        let rb = unsafe {
-            std::slice::from_raw_parts(
-                &req as *const LoadRequest as *const u8,
-                size_of::<LoadRequest>(),
-            )
-        };
-        let req_off = self.region.put(rb)?;
+        let req_off = self.region.put(as_bytes(std::slice::from_ref(&req)))?;
         let r = t.call(self.load, [req_off, 0, 0, 0, 0, 0], self.trap)? as i32;
         if r < 0 {
             return Err(self.failure(r).into());
         }
         Ok(r as u32)
+    }
+
+    /// Gives the agent its site table (once, before any stub is reachable).
+    pub fn set_sites<T: Target + ?Sized>(&mut self, t: &mut T, sites: &[SiteSpec]) -> Result<()> {
+        self.region.reset_scratch();
+        let mut entries = Vec::with_capacity(sites.len());
+        for s in sites {
+            let probes_off = self.region.put(as_bytes(&s.probes))?;
+            entries.push(SiteEntry {
+                site: s.site,
+                n_probes: s.probes.len() as u32,
+                probes_off,
+                addr: s.addr,
+            });
+        }
+        let sites_off = self.region.put(as_bytes(&entries))?;
+        let req = SitesRequest {
+            sites_off,
+            n_sites: entries.len() as u32,
+            _pad: 0,
+        };
+        let req_off = self.region.put(as_bytes(std::slice::from_ref(&req)))?;
+        let r = t.call(self.sites, [req_off, 0, 0, 0, 0, 0], self.trap)? as i32;
+        if r < 0 {
+            return Err(self.failure(r).into());
+        }
+        Ok(())
     }
 
     /// Makes the target call `dispatch(site, frame)`; returns its result.
@@ -324,22 +373,4 @@ pub fn map_near<T: Target + ?Sized>(t: &mut T, near: u64, len: u64, prot: i32) -
         }
     }
     bail!("no free range within rel32 reach of 0x{near:x}")
-}
-
-/// Writes a stub for `site` (calling `callee(site_id, frame)`) into `stub_addr`
-/// (mapped executable, e.g. by [`map_near`]), then the site's jump to it.
-/// The caller guarantees no thread executes inside the site's window while
-/// the jump is written (stop the world; here: a single-threaded caller).
-pub fn install_stub<T: Target + ?Sized>(
-    t: &mut T,
-    site: &crate::stub::Site,
-    site_id: u32,
-    callee: u64,
-    stub_addr: u64,
-) -> Result<usize> {
-    let code = crate::stub::generate(site, site_id, callee, stub_addr)?;
-    let patch = crate::stub::site_patch(site, stub_addr)?;
-    t.write_mem(stub_addr, &code)?;
-    t.write_mem(site.addr, &patch)?;
-    Ok(code.len())
 }

@@ -1,86 +1,69 @@
-//! Prototype x86-64 probe stubs: a site's first whole instructions (≥ 5
-//! bytes) are replaced by `jmp stub` (+ `int3` padding); the per-site stub
+//! x86-64 probe stubs. A site's first whole instructions (its *window*, at
+//! least 5 bytes, chosen by [`crate::window`]) are replaced by `jmp stub`
+//! (and `int3` padding to the window's end). Each site's stub is short and
+//! shares one register-saving trampoline with the other sites of its stub
+//! area:
 //!
 //! ```text
-//! lea  rsp, [rsp-128]            ; step over the red zone
-//! pushfq ; push rax … r15        ; flags + 15 GPRs (the SavedRegs GPR block)
-//! sub  rsp, 280                  ; xmm0-15, mxcsr, rip, rsp
-//! movups [rsp+16*i], xmm_i       ; legacy SSE only (handlers have no AVX)
-//! stmxcsr [rsp+256]
-//! mov  [rsp+264], site_address ; lea rax,[rsp+536] ; mov [rsp+272], rax
-//! cld                            ; SysV: DF clear at calls
-//! mov  rbx, rsp ; and rsp, -16   ; rbx (callee-saved) keeps the frame
-//! mov  edi, site_id ; mov rsi, rbx ; mov rax, callee ; call rax
-//! mov  rsp, rbx
-//! ldmxcsr ; movups xmm_i ; add rsp, 280 ; pop r15 … rax ; popfq
-//! lea  rsp, [rsp+128]
-//! <displaced instructions, relocated by iced's BlockEncoder>
-//! jmp  site + len
+//! stub_k:   lea  rsp, [rsp-128]        ; step over the probed code's red zone
+//!           push k                     ; the site id
+//!           call trampoline            ; returns to the next instruction
+//!           lea  rsp, [rsp+128]
+//!           <displaced instructions, relocated by iced's BlockEncoder>
+//!           jmp  window_end
+//!
+//! trampoline:
+//!           pushfq ; push rax … r15    ; flags + 15 GPRs (the SavedRegs GPR block)
+//!           sub  rsp, 280              ; xmm0-15, mxcsr, rip, rsp
+//!           movups [rsp+16*i], xmm_i   ; legacy SSE only (handlers have no AVX)
+//!           stmxcsr [rsp+256]
+//!           lea rax, [rsp+408+16+128] ; mov [rsp+272], rax   (the probed rsp)
+//!           cld                        ; SysV: DF clear at calls
+//!           mov rbx, rsp ; and rsp, -16 ; rbx (callee-saved) keeps the frame
+//!           mov edi, [rbx+416]         ; the site id
+//!           mov rsi, rbx ; mov rax, [dispatch_slot] ; call rax
+//!           mov rsp, rbx
+//!           ldmxcsr ; movups xmm_i ; add rsp, 280 ; pop r15 … rax ; popfq
+//!           ret 8                      ; back to stub_k, dropping the site id
 //! ```
 //!
-//! The frame is exactly `agent_abi::SavedRegs`; register writes of the
-//! handler land in it and are restored. The callee is
-//! `wprobe_agent_dispatch`, which switches to the thread's agent stack
-//! itself, so the stub's footprint on the probed thread's stack is the red
-//! zone, the 408-byte frame and dispatch's few words before its switch.
-//!
-//! Eligibility here is the minimum (whole instructions, no control flow
-//! before the last displaced instruction, relocatable RIP-relative
-//! operands, a leading `endbr64` skipped); branch targets inside the window
-//! and threads stopped inside it are the patcher's business.
+//! The frame is exactly `agent_abi::SavedRegs` (the agent fills in `rip`
+//! from its site table); register writes of the handler land in it and are
+//! restored. `call`/`ret` pair up, so a CET shadow stack stays balanced.
+//! The stub's footprint on the probed thread's stack is the red zone, 16
+//! bytes (site id, return address), the 408-byte frame, alignment (≤ 8
+//! bytes) and the return address of the call into `dispatch`, which
+//! switches to the thread's agent stack before anything else of its own:
+//! see [`STACK_FOOTPRINT`].
 
 use agent_abi::{SAVED_REGS_SIZE, frame_off};
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
-    InstructionBlock, MemoryOperand, Register,
+    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, MemoryOperand, Register,
 };
 
 /// Bytes of the `jmp rel32` written at a site.
 pub const JMP_LEN: usize = 5;
 
-/// A probe site: the instructions the jump displaces.
+/// Bytes below the probed code's stack pointer a hit may write before the
+/// agent switches to its own stack: red zone (128), site id and return
+/// address (16), frame (408), alignment (8), the return address of the
+/// call into the agent (8), and what `wprobe_agent_dispatch` pushes before
+/// it switches stacks (measured by the agent's tests, bounded here).
+pub const STACK_FOOTPRINT: usize = 128 + 16 + SAVED_REGS_SIZE + 8 + 8 + 512;
+
+/// A probe site: the window the jump replaces.
 #[derive(Clone, Debug)]
 pub struct Site {
-    /// Address of the first displaced instruction (after an `endbr64`).
+    /// The probe's address (what handlers see as `rip`).
+    pub probe: u64,
+    /// Address of the first displaced instruction (after an `endbr64` the
+    /// site keeps).
     pub addr: u64,
     /// The displaced instructions, decoded at their run-time addresses.
-    pub displaced: Vec<Instruction>,
+    pub displaced: Vec<iced_x86::Instruction>,
     /// Their total length (≥ 5).
     pub len: usize,
-}
-
-/// Decodes the site at `addr` from `code` (the bytes at `addr`, at least
-/// 20 of them).
-pub fn decode_site(code: &[u8], addr: u64) -> Result<Site> {
-    let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
-    let mut displaced = Vec::new();
-    let mut len = 0usize;
-    let mut start = addr;
-    while len < JMP_LEN {
-        ensure!(d.can_decode(), "site 0x{addr:x}: too few bytes to decode");
-        let i = d.decode();
-        ensure!(!i.is_invalid(), "site 0x{:x}: invalid instruction", i.ip());
-        if displaced.is_empty() && len == 0 && i.code() == Code::Endbr64 {
-            start = i.next_ip();
-            continue;
-        }
-        if let Some(prev) = displaced.last() {
-            let prev: &Instruction = prev;
-            ensure!(
-                prev.flow_control() == FlowControl::Next,
-                "site 0x{start:x}: control flow at 0x{:x} before the window's end",
-                prev.ip()
-            );
-        }
-        len += i.len();
-        displaced.push(i);
-    }
-    Ok(Site {
-        addr: start,
-        displaced,
-        len,
-    })
 }
 
 /// Offset of the frame's end above the frame start (GPRs + flags).
@@ -131,17 +114,30 @@ fn rsp(d: i64) -> MemoryOperand {
     MemoryOperand::with_base_displ(Register::RSP, d)
 }
 
-/// The stub's code for `site` at `stub_addr`, calling `callee(site_id, frame)`.
-pub fn generate(site: &Site, site_id: u32, callee: u64, stub_addr: u64) -> Result<Vec<u8>> {
+fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruction> {
+    r.context("building a stub")
+}
+
+/// Encodes `v` at `ip`. Instructions of our own get IPs no branch targets,
+/// so the block encoder links nothing to them.
+fn encode(mut v: Vec<Instruction>, ip: u64) -> Result<Vec<u8>> {
+    for (k, i) in v.iter_mut().enumerate() {
+        if i.ip() == 0 {
+            i.set_ip(u64::MAX - 0x1_0000 + k as u64);
+        }
+    }
+    let block = InstructionBlock::new(&v, ip);
+    let r = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(r.code_buffer)
+}
+
+/// The shared trampoline at `addr`, calling `dispatch(site_id, frame)`
+/// through the 8-byte slot at `slot` (written once the agent is loaded, so
+/// that stubs can be placed and checked before).
+pub fn trampoline(slot: u64, addr: u64) -> Result<Vec<u8>> {
     const _: () = assert!(SAVED_REGS_SIZE as i64 == LOW_BLOCK + GPR_BLOCK);
-    let e = |r: Result<Instruction, iced_x86::IcedError>| r.context("building the stub");
-    let mut v: Vec<Instruction> = Vec::new();
-    v.push(e(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RSP,
-        rsp(-RED_ZONE),
-    ))?);
-    v.push(Instruction::with(Code::Pushfq));
+    let mut v: Vec<Instruction> = vec![Instruction::with(Code::Pushfq)];
     for r in PUSHES {
         v.push(e(Instruction::with1(Code::Push_r64, r))?);
     }
@@ -167,19 +163,16 @@ pub fn generate(site: &Site, site_id: u32, callee: u64, stub_addr: u64) -> Resul
         0u32,
     ))?);
     v.push(e(Instruction::with2(
-        Code::Mov_r64_imm64,
-        Register::RAX,
-        site.addr,
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_rm64_r64,
+        Code::Mov_rm64_imm32,
         rsp(frame_off::RIP as i64),
-        Register::RAX,
+        0i32,
     ))?);
+    // The probed rsp: above the frame, the return address, the site id and
+    // the red zone.
     v.push(e(Instruction::with2(
         Code::Lea_r64_m,
         Register::RAX,
-        rsp(LOW_BLOCK + GPR_BLOCK + RED_ZONE),
+        rsp(SAVED_REGS_SIZE as i64 + 16 + RED_ZONE),
     ))?);
     v.push(e(Instruction::with2(
         Code::Mov_rm64_r64,
@@ -198,9 +191,9 @@ pub fn generate(site: &Site, site_id: u32, callee: u64, stub_addr: u64) -> Resul
         -16i32,
     ))?);
     v.push(e(Instruction::with2(
-        Code::Mov_r32_imm32,
+        Code::Mov_r32_rm32,
         Register::EDI,
-        site_id,
+        MemoryOperand::with_base_displ(Register::RBX, SAVED_REGS_SIZE as i64 + 8),
     ))?);
     v.push(e(Instruction::with2(
         Code::Mov_r64_rm64,
@@ -208,9 +201,9 @@ pub fn generate(site: &Site, site_id: u32, callee: u64, stub_addr: u64) -> Resul
         Register::RBX,
     ))?);
     v.push(e(Instruction::with2(
-        Code::Mov_r64_imm64,
+        Code::Mov_r64_rm64,
         Register::RAX,
-        callee,
+        MemoryOperand::with_base_displ(Register::RIP, slot as i64),
     ))?);
     v.push(e(Instruction::with1(Code::Call_rm64, Register::RAX))?);
     v.push(e(Instruction::with2(
@@ -238,16 +231,28 @@ pub fn generate(site: &Site, site_id: u32, callee: u64, stub_addr: u64) -> Resul
         v.push(e(Instruction::with1(Code::Pop_r64, *r))?);
     }
     v.push(Instruction::with(Code::Popfq));
-    v.push(e(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RSP,
-        rsp(RED_ZONE),
-    ))?);
-    // Synthetic instructions get IPs no branch targets, so the block
-    // encoder links nothing to them.
-    for (k, i) in v.iter_mut().enumerate() {
-        i.set_ip(u64::MAX - 0x1_0000 + k as u64);
-    }
+    v.push(e(Instruction::with1(Code::Retnq_imm16, 8u32))?);
+    encode(v, addr)
+}
+
+/// The stub of `site` at `stub_addr`, with id `site_id`, calling the
+/// trampoline at `trampoline`. Fails when a displaced instruction cannot
+/// be relocated there (a RIP-relative operand out of rel32 reach).
+pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> Result<Vec<u8>> {
+    let mut v: Vec<Instruction> = vec![
+        e(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp(-RED_ZONE),
+        ))?,
+        e(Instruction::with1(Code::Pushq_imm32, site_id as i32))?,
+        e(Instruction::with_branch(Code::Call_rel32_64, trampoline))?,
+        e(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp(RED_ZONE),
+        ))?,
+    ];
     v.extend(site.displaced.iter().copied());
     let mut back = e(Instruction::with_branch(
         Code::Jmp_rel32_64,
@@ -255,10 +260,12 @@ pub fn generate(site: &Site, site_id: u32, callee: u64, stub_addr: u64) -> Resul
     ))?;
     back.set_ip(u64::MAX - 0x100);
     v.push(back);
-    let block = InstructionBlock::new(&v, stub_addr);
-    let r = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE)
-        .map_err(|e| anyhow::anyhow!("relocating site 0x{:x}: {e}", site.addr))?;
-    Ok(r.code_buffer)
+    encode(v, stub_addr).map_err(|e| {
+        anyhow::anyhow!(
+            "relocating the displaced instructions of 0x{:x} to 0x{stub_addr:x}: {e}",
+            site.addr
+        )
+    })
 }
 
 /// The bytes to write at the site: `jmp stub`, then `int3` to the window's end.

@@ -1,7 +1,9 @@
 //! The shared control region (mapped `MAP_SHARED` by the tracer too): its
-//! header, the error message area, the global variables and the record ring.
+//! header, the probe table, the global variables, the programs' map
+//! regions, the error message area. Every offset was validated by `init`
+//! (the header's) or `load` (a program's map region) before it is used.
 
-use agent_abi::{ControlHeader, ERR_MSG_BYTES, RecordHeader, Stats, rec, record_size};
+use agent_abi::{ControlHeader, ERR_MSG_BYTES, PROBE_SLOT_SIZE, ProbeSlot, Stats};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 /// The region, once `init` validated it.
@@ -19,6 +21,25 @@ pub fn get() -> Option<&'static ControlHeader> {
 #[inline(always)]
 pub fn stats<R>(f: impl FnOnce(&Stats) -> R) -> Option<R> {
     get().map(|c| f(&c.stats))
+}
+
+/// The base address of the region.
+#[inline(always)]
+pub fn base(c: &ControlHeader) -> *mut u8 {
+    c as *const ControlHeader as *mut u8
+}
+
+/// Probe slot `p`, if it is inside the table.
+#[inline(always)]
+pub fn probe(c: &ControlHeader, p: u32) -> Option<&'static ProbeSlot> {
+    if u64::from(p) >= c.probes_cap {
+        return None;
+    }
+    // SAFETY: `init` checked that probes_off + probes_cap * PROBE_SLOT_SIZE
+    // lies inside the region and is 64-aligned; `p` is below the capacity.
+    Some(unsafe {
+        &*(base(c).add(c.probes_off as usize + p as usize * PROBE_SLOT_SIZE) as *const ProbeSlot)
+    })
 }
 
 /// Writes `code` and `msg` (truncated) into the region's error area.
@@ -64,66 +85,20 @@ impl<const N: usize> core::fmt::Write for FixedBuf<N> {
 
 /// The global-variable array of the region (`gvars_len` entries in use).
 pub fn gvars(c: &ControlHeader) -> &'static mut [u64] {
-    let len = c.gvars_len.load(Ordering::Relaxed) as usize;
+    let len = (c.gvars_len.load(Ordering::Relaxed) as usize).min(c.gvars_cap as usize);
     // SAFETY: `init` checked that gvars_off + 8 * gvars_cap is inside the
-    // region and 8-aligned, and `load` keeps gvars_len <= gvars_cap. Only the
-    // thread holding the store lock writes them.
-    unsafe {
-        core::slice::from_raw_parts_mut(
-            (c as *const ControlHeader as *mut u8).add(c.gvars_off as usize) as *mut u64,
-            len,
-        )
-    }
+    // region and 8-aligned; `len` is at most the capacity. Only the holder
+    // of the store lock touches them.
+    unsafe { core::slice::from_raw_parts_mut(base(c).add(c.gvars_off as usize) as *mut u64, len) }
 }
 
-/// Appends one record to the ring; `false` (and a drop counted) when the
-/// consumer has not made room. Only the thread holding the store lock calls
-/// this: the ring has a single producer at any time.
-pub fn ring_push(c: &ControlHeader, mut h: RecordHeader, data: &[u8], items: &[u8]) -> bool {
-    let cap = c.ring_size;
-    let size = record_size(data.len(), items.len() / 4) as u64;
-    h.size = size as u32;
-    h.data_len = data.len() as u32;
-    h.n_items = (items.len() / 4) as u32;
-    let head = c.ring.head.load(Ordering::Relaxed);
-    let tail = c.ring.tail.load(Ordering::Acquire);
-    let off = head & (cap - 1);
-    let pad = if off + size > cap { cap - off } else { 0 };
-    if size > cap || head + pad + size - tail > cap {
-        c.stats.records_dropped.fetch_add(1, Ordering::Relaxed);
-        return false;
+/// The bytes `[off, off + len)` of the region, if they are inside it.
+pub fn bytes(c: &ControlHeader, off: u64, len: u64) -> Option<&'static mut [u8]> {
+    let end = off.checked_add(len)?;
+    if end > c.region_size {
+        return None;
     }
-    // SAFETY: `init` checked ring_off + ring_size is inside the region; the
-    // bytes written lie in [head, head + pad + size), which the consumer has
-    // released (tail); records and the data area are 8-aligned.
-    unsafe {
-        let base = (c as *const ControlHeader as *mut u8).add(c.ring_off as usize);
-        let mut at = off;
-        if pad != 0 {
-            let p = RecordHeader {
-                size: pad as u32,
-                kind: rec::PAD,
-                ..Default::default()
-            };
-            // A pad needs only `size` and `kind` (8 bytes); the tail end of
-            // the ring is a multiple of 8.
-            core::ptr::copy_nonoverlapping(
-                &p as *const RecordHeader as *const u8,
-                base.add(at as usize),
-                8,
-            );
-            at = 0;
-        }
-        let dst = base.add(at as usize);
-        core::ptr::copy_nonoverlapping(
-            &h as *const RecordHeader as *const u8,
-            dst,
-            agent_abi::RECORD_HEADER_SIZE,
-        );
-        let d = dst.add(agent_abi::RECORD_HEADER_SIZE);
-        core::ptr::copy_nonoverlapping(data.as_ptr(), d, data.len());
-        core::ptr::copy_nonoverlapping(items.as_ptr(), d.add(data.len()), items.len());
-    }
-    c.ring.head.store(head + pad + size, Ordering::Release);
-    true
+    // SAFETY: inside the validated region; callers hold the store lock (map
+    // regions) or run the tracer-serialised control path (requests).
+    Some(unsafe { core::slice::from_raw_parts_mut(base(c).add(off as usize), len as usize) })
 }

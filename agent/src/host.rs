@@ -1,15 +1,21 @@
-//! The hit environment inside the target: registers from the frame the
-//! stub saved (writes go back into it), memory of the very process through
-//! `process_vm_readv/writev` (a bad address is a status, never a fault),
-//! identity from the thread slot, records into the shared ring.
+//! The data of the agent's store: the hit environment inside the target
+//! (registers from the frame the stub saved, writes going back into it;
+//! memory of the very process through `process_vm_readv/writev`, so a bad
+//! address is a status, never a fault; identity from the thread slot), the
+//! records of the current run (written to the shared ring after it), and
+//! the service state (the program's map region in the shared region, the
+//! tracer's clocks). The imports themselves are `hostfns`'s, the very code
+//! the runtime runs under ptrace and perf.
 
-use crate::{ctrl, sys};
-use agent_abi::{RecordHeader, SavedRegs, rec};
+use crate::ring::Rec;
+use crate::{ctrl, sys, vdso};
+use agent_abi::{SavedRegs, rec};
+use alloc::vec::Vec;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, Ordering};
 use hostabi::Status;
 use hostabi::env::HitEnv;
-use hostfns::{HostData, MAX_RECORD_BYTES_PER_RUN, MAX_RECORDS_PER_RUN, RecordSink};
+use hostfns::{HostData, RecordSink, Services};
 use wasmtime::{Memory, StoreLimits};
 
 /// Whether RDTSCP exists (for `current_cpu`).
@@ -197,7 +203,7 @@ impl HitEnv for FrameEnv {
 
     fn now_ns(&self) -> u64 {
         if self.now.get() == 0 {
-            self.now.set(sys::clock_ns(sys::CLOCK_REALTIME));
+            self.now.set(vdso::clock_ns(sys::CLOCK_REALTIME));
         }
         self.now.get()
     }
@@ -306,50 +312,50 @@ fn parse_maps_line(l: &[u8]) -> Option<(u64, u64, bool, bool)> {
     Some((lo, hi, perms[0] == b'r', perms[1] == b'w'))
 }
 
-/// Records of one handler run go to the ring, under the same per-run
-/// budget as the runtime's sink.
-pub struct RingSink {
-    pub site: u32,
-    pub program: u16,
-    pub tid: u32,
-    pub records: usize,
-    pub bytes: usize,
+/// The records of one handler run, held in buffers that keep their
+/// capacity (no allocation once they have grown to a run's size).
+pub struct RunSink {
+    pub bytes: Vec<u8>,
+    pub items: Vec<u8>,
+    pub recs: Vec<Rec>,
 }
 
-impl RingSink {
-    pub const fn empty() -> Self {
-        RingSink {
-            site: 0,
-            program: 0,
-            tid: 0,
-            records: 0,
-            bytes: 0,
+impl RunSink {
+    pub const fn new() -> Self {
+        RunSink {
+            bytes: Vec::new(),
+            items: Vec::new(),
+            recs: Vec::new(),
         }
     }
 
-    fn push(&mut self, kind: u16, major: u16, minor: u16, data: &[u8], items: &[u8]) {
-        self.records += 1;
-        self.bytes += data.len();
-        if let Some(c) = ctrl::get() {
-            let h = RecordHeader {
-                kind,
-                major,
-                minor,
-                program: self.program,
-                site: self.site,
-                tid: self.tid,
-                tsc: sys::rdtsc(),
-                ..Default::default()
-            };
-            ctrl::ring_push(c, h, data, items);
-        }
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.items.clear();
+        self.recs.clear();
+    }
+
+    pub fn push(&mut self, kind: u16, major: u16, minor: u16, data: &[u8], items: &[u8]) {
+        let d0 = self.bytes.len();
+        self.bytes.extend_from_slice(data);
+        let i0 = self.items.len();
+        self.items.extend_from_slice(items);
+        self.recs.push(Rec {
+            kind,
+            major,
+            minor,
+            data: (d0, self.bytes.len()),
+            items: (i0, self.items.len()),
+        });
     }
 }
 
-impl RecordSink for RingSink {
-    fn has_room(&self, data_bytes: usize) -> bool {
-        self.records < MAX_RECORDS_PER_RUN
-            && self.bytes.saturating_add(data_bytes) <= MAX_RECORD_BYTES_PER_RUN
+impl RecordSink for RunSink {
+    fn records(&self) -> usize {
+        self.recs.len()
+    }
+    fn bytes(&self) -> usize {
+        self.bytes.len()
     }
     fn push_log(&mut self, major: u16, minor: u16, data: &[u8], items: &[u8]) {
         self.push(rec::LOG, major, minor, data, items);
@@ -357,12 +363,71 @@ impl RecordSink for RingSink {
     fn push_stacktrace(&mut self, data: &[u8]) {
         self.push(rec::STACKTRACE, 0, 0, data, &[]);
     }
+    fn push_event(&mut self, kind: u16, id: u16, data: &[u8]) {
+        self.push(rec::EVENT, kind, id, data, &[]);
+    }
+    fn extend_last(&mut self, bytes: &[u8]) {
+        if let Some(r) = self.recs.last_mut() {
+            self.bytes.extend_from_slice(bytes);
+            r.data.1 = self.bytes.len();
+        }
+    }
+}
+
+/// The service state inside the target: the running program's map region
+/// (in the shared region, where the tracer reads it), the tracer's clocks
+/// and the launched command's pid (from the control header), and identity
+/// from the kernel (the hit thread is the calling thread).
+pub struct AgentServices {
+    /// The running program's map region: (offset, length) in the shared
+    /// region; length 0 for none.
+    pub map: (u64, u64),
+}
+
+impl Services for AgentServices {
+    fn map_region(&mut self) -> Option<&mut [u8]> {
+        let c = ctrl::get()?;
+        (self.map.1 != 0)
+            .then(|| ctrl::bytes(c, self.map.0, self.map.1))
+            .flatten()
+    }
+    fn map_view(&self) -> Option<&[u8]> {
+        let c = ctrl::get()?;
+        (self.map.1 != 0)
+            .then(|| ctrl::bytes(c, self.map.0, self.map.1).map(|b| &*b))
+            .flatten()
+    }
+    fn special(&self) -> bool {
+        false
+    }
+    fn own_pid(&self) -> u64 {
+        u64::from(sys::getpid())
+    }
+    fn realtime_now(&self) -> u64 {
+        vdso::clock_ns(sys::CLOCK_REALTIME)
+    }
+    fn start_mono_ns(&self) -> u64 {
+        ctrl::get().map_or(0, |c| c.start_mono_ns)
+    }
+    fn mono_offset_ns(&self) -> u64 {
+        ctrl::get().map_or(0, |c| c.mono_offset_ns)
+    }
+    fn uid(&mut self, _pid: u64) -> i64 {
+        i64::from(sys::getuid())
+    }
+    fn comm(&mut self, _pid: u64, _tid: u64) -> ([u8; 16], usize) {
+        sys::thread_name()
+    }
+    fn child_pid(&self) -> u64 {
+        ctrl::get().map_or(0, |c| c.child_pid)
+    }
 }
 
 /// The data of the agent's store.
 pub struct AgentHost {
     pub env: FrameEnv,
-    pub sink: RingSink,
+    pub sink: RunSink,
+    pub services: AgentServices,
     pub memory: Option<Memory>,
     pub writes_allowed: bool,
     pub limits: StoreLimits,
@@ -370,18 +435,25 @@ pub struct AgentHost {
 
 impl HostData for AgentHost {
     type Env = FrameEnv;
-    type Sink = RingSink;
+    type Sink = RunSink;
+    type Services = AgentServices;
     fn env(&self) -> &FrameEnv {
         &self.env
     }
     fn env_mut(&mut self) -> &mut FrameEnv {
         &mut self.env
     }
-    fn sink(&self) -> &RingSink {
+    fn sink(&self) -> &RunSink {
         &self.sink
     }
-    fn sink_mut(&mut self) -> &mut RingSink {
-        &mut self.sink
+    fn services(&self) -> &AgentServices {
+        &self.services
+    }
+    fn services_mut(&mut self) -> &mut AgentServices {
+        &mut self.services
+    }
+    fn sink_and_services(&mut self) -> (&mut RunSink, &mut AgentServices) {
+        (&mut self.sink, &mut self.services)
     }
     fn memory(&self) -> Option<Memory> {
         self.memory

@@ -6,6 +6,13 @@
 //! from the agent stack), no libc, no output; its memory comes from its own
 //! anonymous mappings.
 //!
+//! One store holds every program (global variables shared, local variables
+//! persisting: the ptrace transport's semantics); hits of all threads take
+//! turns on it through the store lock in the shared region. Per probe, the
+//! agent applies `ignore`, `maxhits` and `remove` and keeps the counters the
+//! tracer reports; handler runs with records (or with an outcome the tracer
+//! must act on) go to the shared ring.
+//!
 //! Every entry point switches to an agent stack before running Rust code
 //! that may allocate or enter wasmtime; a panic (a bug) records its message
 //! in the control region, marks the agent dead and returns from the entry
@@ -22,28 +29,32 @@ extern crate alloc;
 mod ctrl;
 mod heap;
 mod host;
+mod lock;
 mod mem;
 mod platform;
+mod ring;
 mod sync;
 mod sys;
 mod thread;
+mod vdso;
 
 use agent_abi::{
-    AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader, LoadRequest,
-    MAX_SITES, SavedRegs, SiteEntry, Skip, state,
+    AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader,
+    LOCK_WAIT_MAX_NS, LoadRequest, MAX_SITES, PROBE_SLOT_SIZE, ProbeEntry, ProbeSlot, RunHeader,
+    SavedRegs, SiteEntry, SitesRequest, Skip, probe_flag, rec, run_outcome, state,
 };
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use host::{AgentHost, FrameEnv, RingSink};
+use host::{AgentHost, AgentServices, FrameEnv, RunSink};
+use hostabi::Outcome;
 use wasmtime::{
     Config, Engine, Linker, Memory, Module, Store, StoreLimitsBuilder, Trap, TypedFunc,
 };
 
 /// Fuel given to `wprobe_flush` after a fuel exhaustion, and to start functions.
 const FLUSH_FUEL: u64 = 1_000_000;
-/// Spins a hit waits for the store before giving up as `Contended`.
-const STORE_SPINS: u32 = 2_000;
 /// Written into the fork-guard page at init; a forked child sees a wiped
 /// page (`MADV_WIPEONFORK`) and stays dormant.
 const FORK_MAGIC: u64 = u64::from_le_bytes(*b"WPRBFORK");
@@ -52,37 +63,55 @@ const MXCSR_DEFAULT: u32 = 0x1F80;
 
 /// A loaded program.
 struct Program {
-    memory: Memory,
+    memory: Option<Memory>,
     flush: Option<TypedFunc<(), i32>>,
     fuel: u64,
-    load_bias: u64,
+    /// Its map region in the shared region (offset, length; length 0: none).
+    map: (u64, u64),
     writes_allowed: bool,
 }
 
-/// The handler of a site.
-struct SiteFn {
+/// A handler export: `() -> i32` returns an outcome code; `() -> ()`
+/// returns nothing, which means EXIT (docs/hostabi.md).
+enum Handler {
+    Outcome(TypedFunc<(), i32>),
+    Unit(TypedFunc<(), ()>),
+}
+
+/// The handler of a probe.
+struct ProbeFn {
     program: u16,
-    func: TypedFunc<(), i32>,
+    handler: Handler,
+    load_bias: u64,
 }
 
 /// Everything wasmtime: one engine, one store for every program (global
 /// variables shared, local variables persisting: the ptrace semantics),
-/// guarded by `STORE_LOCK`.
+/// guarded by the store lock of the control region.
 struct Agent {
     engine: Engine,
     linker: Linker<AgentHost>,
     store: Store<AgentHost>,
     programs: Vec<Program>,
-    sites: Vec<Option<SiteFn>>,
+    probes: Vec<Option<ProbeFn>>,
+}
+
+/// A patched site: the address handlers see as `rip`, and its probes.
+struct Site {
+    addr: u64,
+    probes: Box<[u32]>,
 }
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
-static STORE_LOCK: AtomicU32 = AtomicU32::new(0);
+/// The site table, set once by `wprobe_agent_sites` (before any stub can
+/// reach `dispatch`) and never changed afterwards: `dispatch` reads it
+/// without a lock.
+static SITES: AtomicPtr<Vec<Option<Site>>> = AtomicPtr::new(core::ptr::null_mut());
 static FORK_GUARD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
 static PID: AtomicU32 = AtomicU32::new(0);
-/// Header (initial RSP) of the stack `init` and `load` run on.
+/// Header (initial RSP) of the stack `init`, `load` and `sites` run on.
 static CONTROL_STACK: AtomicU64 = AtomicU64::new(0);
-/// 1 while `init` or `load` runs (they are serialised by the tracer; this
+/// 1 while a control call runs (they are serialised by the tracer; this
 /// makes a violation an error instead of a race).
 static CONTROL_BUSY: AtomicU32 = AtomicU32::new(0);
 
@@ -151,7 +180,6 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
             unsafe { guard.write_volatile(FORK_MAGIC) };
             FORK_GUARD.store(guard, Ordering::Release);
         }
-        cref.enabled.store(1, Ordering::Relaxed);
         cref.state.store(state::READY, Ordering::Release);
     }
     r as i32
@@ -168,16 +196,24 @@ fn check_region(c: *mut ControlHeader, len: usize) -> Result<(), AgentError> {
         && h.abi_version == AGENT_ABI_VERSION
         && h.header_size as usize == CONTROL_HEADER_SIZE
         && h.region_size == len as u64
+        && h.probes_off.is_multiple_of(64)
+        && h.probes_off >= CONTROL_HEADER_SIZE as u64
+        && h.probes_cap
+            .checked_mul(PROBE_SLOT_SIZE as u64)
+            .is_some_and(|n| in_region(h.probes_off, n))
         && h.gvars_off.is_multiple_of(8)
         && h.gvars_off >= CONTROL_HEADER_SIZE as u64
         && h.gvars_cap
             .checked_mul(8)
             .is_some_and(|n| in_region(h.gvars_off, n))
+        && h.maps_off.is_multiple_of(8)
+        && in_region(h.maps_off, h.maps_size)
         && h.ring_size.is_power_of_two()
-        && h.ring_size >= 64
+        && h.ring_size >= 4096
         && h.ring_off.is_multiple_of(8)
         && h.ring_off >= CONTROL_HEADER_SIZE as u64
-        && in_region(h.ring_off, h.ring_size);
+        && in_region(h.ring_off, h.ring_size)
+        && in_region(h.scratch_off, h.scratch_size);
     if ok {
         Ok(())
     } else {
@@ -187,14 +223,21 @@ fn check_region(c: *mut ControlHeader, len: usize) -> Result<(), AgentError> {
 
 extern "C" fn init_inner(_a: *mut u8) -> i64 {
     PID.store(sys::getpid(), Ordering::Relaxed);
-    let (mode, off) = thread::init_keys();
+    let mut auxv = [0u8; 1024];
+    let n = sys::read_file(c"/proc/self/auxv", &mut auxv).unwrap_or(0);
+    vdso::init(&auxv[..n]);
+    let (mode, off) = thread::init_keys(&auxv[..n]);
     if let Some(c) = ctrl::get() {
         c.thread_key.store(mode, Ordering::Relaxed);
         c.tcb_tid_off.store(off, Ordering::Relaxed);
         c.gvars_len.store(0, Ordering::Relaxed);
     }
     let ext = core::arch::x86_64::__cpuid(0x8000_0001);
-    host::HAS_RDTSCP.store(ext.edx & (1 << 27) != 0, Ordering::Relaxed);
+    let rdtscp = ext.edx & (1 << 27) != 0;
+    host::HAS_RDTSCP.store(rdtscp, Ordering::Relaxed);
+    if let Some(c) = ctrl::get() {
+        c.has_rdtscp.store(u32::from(rdtscp), Ordering::Relaxed);
+    }
     let mut cfg = Config::new();
     agent_abi::engine::configure(&mut cfg);
     // SAFETY: `detect` answers from CPUID, which is exact on this CPU.
@@ -215,21 +258,22 @@ extern "C" fn init_inner(_a: *mut u8) -> i64 {
         &engine,
         AgentHost {
             env: FrameEnv::empty(),
-            sink: RingSink::empty(),
+            sink: RunSink::new(),
+            services: AgentServices { map: (0, 0) },
             memory: None,
             writes_allowed: false,
             limits,
         },
     );
     store.limiter(|s| &mut s.limits);
-    let agent = alloc::boxed::Box::new(Agent {
+    let agent = Box::new(Agent {
         engine,
         linker,
         store,
         programs: Vec::new(),
-        sites: Vec::new(),
+        probes: Vec::new(),
     });
-    AGENT.store(alloc::boxed::Box::into_raw(agent), Ordering::Release);
+    AGENT.store(Box::into_raw(agent), Ordering::Release);
     0
 }
 
@@ -276,7 +320,7 @@ fn detect(feature: &str) -> Option<bool> {
     })
 }
 
-/// The agent, for code running under `STORE_LOCK` or `CONTROL_BUSY`.
+/// The agent, for code running under the store lock or `CONTROL_BUSY`.
 fn agent<'a>() -> Option<&'a mut Agent> {
     // SAFETY: set once by init; callers hold the store lock (or run the
     // tracer-serialised control path with the store lock held).
@@ -292,81 +336,74 @@ fn on_control_stack(f: extern "C" fn(*mut u8) -> i64, arg: *mut u8) -> i64 {
     unsafe { thread::wprobe_call_on_stack(arg, f, top) }
 }
 
-// ---------------------------------------------------------------------------
-// load
-
-/// Loads the module described by the [`LoadRequest`] at offset `req_off` of
-/// the control region. Returns the program index or an [`AgentError`] code.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn wprobe_agent_load(req_off: usize) -> i32 {
+/// Runs a control call (`load`, `sites`) on the control stack with the
+/// store lock held.
+fn control_call(f: extern "C" fn(*mut u8) -> i64, req_off: usize) -> i32 {
     if dead() {
         return AgentError::Dead as i32;
     }
+    let Some(c) = ctrl::get() else {
+        return AgentError::NotInitialized as i32;
+    };
     if AGENT.load(Ordering::Acquire).is_null() {
         return AgentError::NotInitialized as i32;
     }
     if CONTROL_BUSY.swap(1, Ordering::Acquire) != 0 {
         return AgentError::BadRequest as i32;
     }
-    // Hits wait (and are counted as contended) while the store changes.
-    while !sync::try_lock_bounded(&STORE_LOCK, u32::MAX) {}
+    // Hits wait while the store changes.
+    while !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {}
     let mut off = req_off;
-    let r = on_control_stack(load_inner, &mut off as *mut usize as *mut u8);
-    STORE_LOCK.store(0, Ordering::Release);
+    let r = on_control_stack(f, &mut off as *mut usize as *mut u8);
+    lock::unlock(&c.store_lock);
     CONTROL_BUSY.store(0, Ordering::Release);
     r as i32
 }
 
-fn region_bytes(c: &ControlHeader, off: u64, len: u64) -> Option<&'static [u8]> {
-    let end = off.checked_add(len)?;
-    if end > c.region_size {
-        return None;
+/// Reads a `T` at offset `off` of the region (8-aligned, inside it).
+fn read_req<T: Copy>(c: &ControlHeader, off: u64, what: &str) -> Result<T, i64> {
+    if !off.is_multiple_of(8) {
+        return Err(err(
+            AgentError::BadRequest,
+            format_args!("misaligned {what}"),
+        ));
     }
-    // SAFETY: inside the validated region.
-    Some(unsafe {
-        core::slice::from_raw_parts(
-            (c as *const ControlHeader as *const u8).add(off as usize),
-            len as usize,
-        )
-    })
+    let Some(b) = ctrl::bytes(c, off, core::mem::size_of::<T>() as u64) else {
+        return Err(err(
+            AgentError::BadRequest,
+            format_args!("{what} outside the region"),
+        ));
+    };
+    // SAFETY: inside the region, aligned, plain data.
+    Ok(unsafe { (b.as_ptr() as *const T).read() })
+}
+
+// ---------------------------------------------------------------------------
+// load
+
+/// Loads the program described by the [`LoadRequest`] at offset `req_off`
+/// of the control region. Returns the program index or an [`AgentError`] code.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_load(req_off: usize) -> i32 {
+    control_call(load_inner, req_off)
 }
 
 extern "C" fn load_inner(arg: *mut u8) -> i64 {
-    // SAFETY: `wprobe_agent_load` passes a pointer to the offset.
+    // SAFETY: `control_call` passes a pointer to the offset.
     let req_off = unsafe { *(arg as *const usize) } as u64;
     let (Some(c), Some(a)) = (ctrl::get(), agent()) else {
         return AgentError::NotInitialized as i64;
     };
-    let Some(req) = region_bytes(c, req_off, core::mem::size_of::<LoadRequest>() as u64) else {
-        return err(
-            AgentError::BadRequest,
-            format_args!("request outside the region"),
-        );
+    let req: LoadRequest = match read_req(c, req_off, "request") {
+        Ok(r) => r,
+        Err(e) => return e,
     };
-    if !req_off.is_multiple_of(8) {
-        return err(AgentError::BadRequest, format_args!("misaligned request"));
-    }
-    // SAFETY: in the region, aligned, plain data.
-    let req: LoadRequest = unsafe { (req.as_ptr() as *const LoadRequest).read() };
-    let Some(bytes) = region_bytes(c, req.module_off, req.module_len) else {
+    let Some(bytes) = ctrl::bytes(c, req.module_off, req.module_len) else {
         return err(
             AgentError::BadRequest,
             format_args!("module outside the region"),
         );
     };
-    let n_sites = req.n_sites as u64;
-    let Some(site_bytes) = n_sites
-        .checked_mul(core::mem::size_of::<SiteEntry>() as u64)
-        .and_then(|n| region_bytes(c, req.sites_off, n))
-    else {
-        return err(
-            AgentError::BadRequest,
-            format_args!("sites outside the region"),
-        );
-    };
-    if !req.sites_off.is_multiple_of(8) {
-        return err(AgentError::BadRequest, format_args!("misaligned sites"));
-    }
     if u64::from(req.gvars) > c.gvars_cap {
         return err(
             AgentError::BadRequest,
@@ -374,6 +411,18 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
                 "{} gvars, the region has room for {}",
                 req.gvars, c.gvars_cap
             ),
+        );
+    }
+    if req.map_len != 0
+        && (req.map_off < c.maps_off
+            || req
+                .map_off
+                .checked_add(req.map_len)
+                .is_none_or(|e| e > c.maps_off + c.maps_size))
+    {
+        return err(
+            AgentError::BadRequest,
+            format_args!("map region outside the region's map area"),
         );
     }
     if Engine::detect_precompiled(bytes) != Some(wasmtime::Precompiled::Module) {
@@ -384,7 +433,7 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
     }
     // SAFETY: the bytes come from the tracer's `Engine::precompile_module`
     // (trusted input); wasmtime copies them into its own code memory.
-    let module = match unsafe { Module::deserialize(&a.engine, bytes) } {
+    let module = match unsafe { Module::deserialize(&a.engine, &*bytes) } {
         Ok(m) => m,
         Err(e) => return err(AgentError::Incompatible, format_args!("{e:#}")),
     };
@@ -394,37 +443,48 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         Ok(i) => i,
         Err(e) => return err(AgentError::Instantiate, format_args!("{e:#}")),
     };
-    let Some(memory) = instance.get_memory(&mut a.store, hostabi::MEMORY_EXPORT) else {
-        return err(
-            AgentError::Instantiate,
-            format_args!("module does not export its memory"),
-        );
-    };
+    let memory = instance.get_memory(&mut a.store, hostabi::MEMORY_EXPORT);
     let program = a.programs.len();
     if program > u16::MAX as usize {
         return err(AgentError::BadRequest, format_args!("too many programs"));
     }
-    let mut new_sites = Vec::new();
-    for i in 0..req.n_sites as usize {
-        // SAFETY: `site_bytes` holds n_sites entries, 8-aligned.
-        let s: SiteEntry = unsafe { (site_bytes.as_ptr() as *const SiteEntry).add(i).read() };
-        if s.site >= MAX_SITES {
-            return err(AgentError::TooManySites, format_args!("site {}", s.site));
+    let mut new_probes = Vec::new();
+    for i in 0..u64::from(req.n_probes) {
+        let e: ProbeEntry = match read_req(
+            c,
+            req.probes_off + i * core::mem::size_of::<ProbeEntry>() as u64,
+            "probe entry",
+        ) {
+            Ok(e) => e,
+            Err(e) => return e,
+        };
+        if u64::from(e.probe) >= c.probes_cap {
+            return err(
+                AgentError::TooManySites,
+                format_args!("probe {} >= {}", e.probe, c.probes_cap),
+            );
         }
-        let Some(name) = region_bytes(c, s.name_off, u64::from(s.name_len))
+        let Some(name) = ctrl::bytes(c, e.name_off, u64::from(e.name_len))
             .and_then(|b| core::str::from_utf8(b).ok())
         else {
-            return err(AgentError::BadRequest, format_args!("site {} name", s.site));
+            return err(
+                AgentError::BadRequest,
+                format_args!("probe {} export name", e.probe),
+            );
         };
-        match instance.get_typed_func::<(), i32>(&mut a.store, name) {
-            Ok(f) => new_sites.push((s.site, f)),
-            Err(e) => {
-                return err(
-                    AgentError::MissingExport,
-                    format_args!("export {name:?}: {e:#}"),
-                );
-            }
-        }
+        let handler = match instance.get_typed_func::<(), i32>(&mut a.store, name) {
+            Ok(f) => Handler::Outcome(f),
+            Err(_) => match instance.get_typed_func::<(), ()>(&mut a.store, name) {
+                Ok(f) => Handler::Unit(f),
+                Err(e) => {
+                    return err(
+                        AgentError::MissingExport,
+                        format_args!("export {name:?}: {e:#}"),
+                    );
+                }
+            },
+        };
+        new_probes.push((e.probe, e.load_bias, handler));
     }
     let flush = instance
         .get_typed_func::<(), i32>(&mut a.store, hostabi::FLUSH_EXPORT)
@@ -433,17 +493,18 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         memory,
         flush,
         fuel: req.fuel,
-        load_bias: req.load_bias,
+        map: (req.map_off, req.map_len),
         writes_allowed: req.writes_allowed != 0,
     });
-    for (site, func) in new_sites {
-        let i = site as usize;
-        if a.sites.len() <= i {
-            a.sites.resize_with(i + 1, || None);
+    for (probe, load_bias, handler) in new_probes {
+        let i = probe as usize;
+        if a.probes.len() <= i {
+            a.probes.resize_with(i + 1, || None);
         }
-        a.sites[i] = Some(SiteFn {
+        a.probes[i] = Some(ProbeFn {
             program: program as u16,
-            func,
+            handler,
+            load_bias,
         });
     }
     let g = c
@@ -455,62 +516,158 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
 }
 
 // ---------------------------------------------------------------------------
+// sites
+
+/// Sets the site table from the [`SitesRequest`] at `req_off`: once, before
+/// any stub that calls `dispatch` is reachable. Returns 0 or an
+/// [`AgentError`] code.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_sites(req_off: usize) -> i32 {
+    control_call(sites_inner, req_off)
+}
+
+extern "C" fn sites_inner(arg: *mut u8) -> i64 {
+    // SAFETY: `control_call` passes a pointer to the offset.
+    let req_off = unsafe { *(arg as *const usize) } as u64;
+    let Some(c) = ctrl::get() else {
+        return AgentError::NotInitialized as i64;
+    };
+    if !SITES.load(Ordering::Acquire).is_null() {
+        return err(AgentError::BadRequest, format_args!("sites already set"));
+    }
+    let req: SitesRequest = match read_req(c, req_off, "sites request") {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let mut table: Vec<Option<Site>> = Vec::new();
+    for i in 0..u64::from(req.n_sites) {
+        let e: SiteEntry = match read_req(
+            c,
+            req.sites_off + i * core::mem::size_of::<SiteEntry>() as u64,
+            "site entry",
+        ) {
+            Ok(e) => e,
+            Err(e) => return e,
+        };
+        if e.site >= MAX_SITES {
+            return err(AgentError::TooManySites, format_args!("site {}", e.site));
+        }
+        let mut probes = Vec::with_capacity(e.n_probes as usize);
+        for k in 0..u64::from(e.n_probes) {
+            let p: u32 = match ctrl::bytes(c, e.probes_off + 4 * k, 4) {
+                Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                None => {
+                    return err(
+                        AgentError::BadRequest,
+                        format_args!("site {} probes", e.site),
+                    );
+                }
+            };
+            if u64::from(p) >= c.probes_cap {
+                return err(AgentError::TooManySites, format_args!("probe {p}"));
+            }
+            probes.push(p);
+        }
+        let i = e.site as usize;
+        if table.len() <= i {
+            table.resize_with(i + 1, || None);
+        }
+        table[i] = Some(Site {
+            addr: e.addr,
+            probes: probes.into_boxed_slice(),
+        });
+    }
+    SITES.store(Box::into_raw(Box::new(table)), Ordering::Release);
+    0
+}
+
+// ---------------------------------------------------------------------------
 // dispatch
 
 fn dead() -> bool {
     ctrl::get().is_some_and(|c| c.state.load(Ordering::Relaxed) == state::DEAD)
 }
 
-#[inline(always)]
-fn dormant() -> bool {
+fn in_forked_child() -> bool {
     let g = FORK_GUARD.load(Ordering::Relaxed);
     // SAFETY: the fork-guard page is mapped for the life of the process.
-    if !g.is_null() && unsafe { g.read_volatile() } != FORK_MAGIC {
-        return true;
-    }
-    match ctrl::get() {
-        Some(c) => {
-            c.state.load(Ordering::Relaxed) != state::READY
-                || c.enabled.load(Ordering::Relaxed) == 0
+    !g.is_null() && unsafe { g.read_volatile() } != FORK_MAGIC
+}
+
+#[inline(always)]
+fn site(id: u32) -> Option<&'static Site> {
+    // SAFETY: set once, never freed.
+    let t = unsafe { SITES.load(Ordering::Acquire).as_ref()? };
+    t.get(id as usize)?.as_ref()
+}
+
+/// Counts a hit of every enabled probe of `s` as missed.
+#[cold]
+fn missed(c: &ControlHeader, s: &Site) {
+    for &p in &s.probes {
+        if let Some(slot) = ctrl::probe(c, p)
+            && slot.enabled.load(Ordering::Relaxed) != 0
+        {
+            slot.missed.fetch_add(1, Ordering::Relaxed);
         }
-        None => true,
     }
 }
 
 #[repr(C)]
 struct HitArgs {
-    site: u32,
+    site: &'static Site,
     tid: u32,
     fs_base: u64,
     frame: *mut SavedRegs,
 }
 
-/// Runs the handler of `site` on the registers saved in `frame`; register
-/// writes land in `frame`. Returns the handler's outcome code (>= 0) or a
+/// Runs the handlers of `site` on the registers saved in `frame`; register
+/// writes land in `frame`. Returns the number of handlers run (>= 0) or a
 /// [`Skip`] code.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wprobe_agent_dispatch(site: u32, frame: *mut SavedRegs) -> i64 {
-    if dormant() {
-        // In a forked child the region is the parent's: count nothing there.
-        if !in_forked_child() {
-            ctrl::stats(|s| s.dormant.fetch_add(1, Ordering::Relaxed));
-        }
+pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRegs) -> i64 {
+    let Some(c) = ctrl::get() else {
+        return Skip::Dormant as i64;
+    };
+    // In a forked child the region is the parent's: count nothing there.
+    if in_forked_child() {
         return Skip::Dormant as i64;
     }
-    let Some(slot) = thread::current() else {
-        ctrl::stats(|s| s.no_slot.fetch_add(1, Ordering::Relaxed));
+    if c.state.load(Ordering::Relaxed) != state::READY || c.enabled.load(Ordering::Relaxed) == 0 {
+        c.stats.dormant.fetch_add(1, Ordering::Relaxed);
+        return Skip::Dormant as i64;
+    }
+    let Some(s) = site(site_id) else {
+        return Skip::NoHandler as i64;
+    };
+    if !s
+        .probes
+        .iter()
+        .any(|&p| ctrl::probe(c, p).is_some_and(|slot| slot.enabled.load(Ordering::Relaxed) != 0))
+    {
+        return Skip::NoHandler as i64;
+    }
+    if ring::heartbeat_stale(c) {
+        c.stats.dormant.fetch_add(1, Ordering::Relaxed);
+        missed(c, s);
+        return Skip::Dormant as i64;
+    }
+    let Some((slot, fs)) = thread::current() else {
+        c.stats.no_slot.fetch_add(1, Ordering::Relaxed);
+        missed(c, s);
         return Skip::NoThreadSlot as i64;
     };
     if slot.busy.load(Ordering::Relaxed) != 0 {
-        ctrl::stats(|s| s.reentered.fetch_add(1, Ordering::Relaxed));
+        c.stats.reentered.fetch_add(1, Ordering::Relaxed);
+        missed(c, s);
         return Skip::Reentered as i64;
     }
     slot.busy.store(1, Ordering::Relaxed);
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
     let mut args = HitArgs {
-        site,
+        site: s,
         tid: slot.tid.load(Ordering::Relaxed),
-        fs_base: slot.key.load(Ordering::Relaxed),
+        fs_base: fs,
         frame,
     };
     let top = slot.stack.load(Ordering::Relaxed);
@@ -523,104 +680,174 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site: u32, frame: *mut SavedRegs)
     r
 }
 
-fn in_forked_child() -> bool {
-    let g = FORK_GUARD.load(Ordering::Relaxed);
-    // SAFETY: as in `dormant`.
-    !g.is_null() && unsafe { g.read_volatile() } != FORK_MAGIC
-}
-
 extern "C" fn dispatch_inner(arg: *mut u8) -> i64 {
     // SAFETY: `wprobe_agent_dispatch` passes its `HitArgs`.
     let h = unsafe { &*(arg as *const HitArgs) };
     let Some(c) = ctrl::get() else {
         return Skip::Dormant as i64;
     };
-    if !sync::try_lock_bounded(&STORE_LOCK, STORE_SPINS) {
+    if !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
         c.stats.contended.fetch_add(1, Ordering::Relaxed);
+        missed(c, h.site);
         return Skip::Contended as i64;
     }
     let mxcsr = sys::stmxcsr();
     if mxcsr != MXCSR_DEFAULT {
         sys::ldmxcsr(MXCSR_DEFAULT);
     }
-    let r = run_site(c, h);
+    // SAFETY: the stub's frame, live for this hit.
+    unsafe { (*h.frame).rip = h.site.addr };
+    let mut ran = 0;
+    for &p in &h.site.probes {
+        // The tracer may have disabled the agent meanwhile (`exit()` of a
+        // handler of another probe of this site included).
+        if c.enabled.load(Ordering::Relaxed) == 0 {
+            break;
+        }
+        if let Some(slot) = ctrl::probe(c, p)
+            && slot.enabled.load(Ordering::Relaxed) != 0
+            && run_probe(c, slot, p, h)
+        {
+            ran += 1;
+        }
+    }
     if mxcsr != MXCSR_DEFAULT {
         sys::ldmxcsr(mxcsr);
     }
-    STORE_LOCK.store(0, Ordering::Release);
-    r
+    lock::unlock(&c.store_lock);
+    ran
 }
 
-/// Runs a site's handler; the caller holds the store lock.
+/// Adds one to a counter only the holder of the store lock writes (no
+/// locked read-modify-write).
 #[inline(always)]
-fn run_site(c: &ControlHeader, h: &HitArgs) -> i64 {
+fn bump(n: &AtomicU64) {
+    n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// One hit of probe `p`: `ignore`, the handler run, its counters, outcome
+/// and records. Returns whether the handler ran. The caller holds the
+/// store lock.
+#[inline(always)]
+fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
     let Some(a) = agent() else {
-        return Skip::Dormant as i64;
+        return false;
     };
-    let Some(Some(sf)) = a.sites.get(h.site as usize) else {
-        c.stats.no_handler.fetch_add(1, Ordering::Relaxed);
-        return Skip::NoHandler as i64;
+    bump(&slot.hits);
+    let ignored = slot.ignored.load(Ordering::Relaxed);
+    if ignored < slot.ignore {
+        slot.ignored.store(ignored + 1, Ordering::Relaxed);
+        return false;
+    }
+    let Some(Some(pf)) = a.probes.get(p as usize) else {
+        return false;
     };
-    let p = &a.programs[sf.program as usize];
+    let prog = &a.programs[pf.program as usize];
     {
         let d = a.store.data_mut();
         d.env.frame = h.frame;
         d.env.tid = h.tid;
         d.env.pid = PID.load(Ordering::Relaxed);
         d.env.fs_base = h.fs_base;
-        d.env.load_bias = p.load_bias;
+        d.env.load_bias = pf.load_bias;
         d.env.now.set(0);
-        d.sink.site = h.site;
-        d.sink.program = sf.program;
-        d.sink.tid = h.tid;
-        d.sink.records = 0;
-        d.sink.bytes = 0;
-        d.memory = Some(p.memory);
-        d.writes_allowed = p.writes_allowed;
+        d.sink.clear();
+        d.services.map = prog.map;
+        d.memory = prog.memory;
+        d.writes_allowed = prog.writes_allowed;
     }
-    let _ = a.store.set_fuel(p.fuel);
-    let r = match sf.func.call(&mut a.store, ()) {
-        Ok(code) => {
-            if hostabi::Outcome::from_code(code).is_some() {
-                // Single writer (under the store lock): no locked RMW.
-                let n = &c.stats.handled;
-                n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                i64::from(code)
-            } else {
-                c.stats.trapped.fetch_add(1, Ordering::Relaxed);
-                err_silent(format_args!("site {}: handler returned {code}", h.site));
-                Skip::BadOutcome as i64
+    let _ = a.store.set_fuel(prog.fuel);
+    let res = match &pf.handler {
+        Handler::Outcome(f) => f.call(&mut a.store, ()),
+        Handler::Unit(f) => f.call(&mut a.store, ()).map(|()| Outcome::Exit as i32),
+    };
+    let mut trap = ctrl::FixedBuf::<512>::new();
+    let outcome = match res {
+        Ok(code) => match Outcome::from_code(code) {
+            Some(o) => {
+                if o == Outcome::Uncaught {
+                    bump(&slot.uncaught);
+                }
+                code
             }
-        }
+            None => {
+                bump(&slot.traps);
+                let _ = write!(trap, "handler returned {code}, not an outcome code");
+                run_outcome::TRAPPED
+            }
+        },
         Err(e) => {
             if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
-                c.stats.fuel_exhausted.fetch_add(1, Ordering::Relaxed);
-                if let Some(f) = &p.flush {
+                bump(&slot.fuel_exhausted);
+                if let Some(f) = &prog.flush {
                     let _ = a.store.set_fuel(FLUSH_FUEL);
                     let _ = f.call(&mut a.store, ());
                 }
-                Skip::FuelExhausted as i64
+                run_outcome::FUEL
             } else {
-                c.stats.trapped.fetch_add(1, Ordering::Relaxed);
-                // As the runtime's `trap_message`: the trap, or the root cause
-                // of a host-raised error (without the backtrace context).
+                bump(&slot.traps);
+                // As the runtime's `trap_message`: the trap, or the root
+                // cause of a host-raised error (without its context).
                 match e.downcast_ref::<Trap>() {
-                    Some(t) => err_silent(format_args!("site {}: {t}", h.site)),
-                    None => err_silent(format_args!("site {}: {}", h.site, e.root_cause())),
+                    Some(t) => {
+                        let _ = write!(trap, "{t}");
+                    }
+                    None => {
+                        let _ = write!(trap, "{}", e.root_cause());
+                    }
                 }
-                Skip::Trapped as i64
+                run_outcome::TRAPPED
             }
         }
     };
-    a.store.data_mut().env.frame = core::ptr::null_mut();
-    r
-}
-
-/// Records the last trap message (code 0: not an error of the agent).
-fn err_silent(msg: core::fmt::Arguments<'_>) {
-    let mut b = ctrl::FixedBuf::<{ agent_abi::ERR_MSG_BYTES }>::new();
-    let _ = b.write_fmt(msg);
-    ctrl::set_error(0, b.bytes());
+    let runs = slot.runs.load(Ordering::Relaxed) + 1;
+    slot.runs.store(runs, Ordering::Relaxed);
+    let first_trap = outcome == run_outcome::TRAPPED
+        && slot.flags.load(Ordering::Relaxed) & probe_flag::TRAP_REPORTED == 0;
+    if first_trap {
+        slot.flags
+            .fetch_or(probe_flag::TRAP_REPORTED, Ordering::Relaxed);
+        a.store
+            .data_mut()
+            .sink
+            .push(rec::TRAP, 0, 0, trap.bytes(), &[]);
+    }
+    let tells = matches!(
+        Outcome::from_code(outcome),
+        Some(
+            Outcome::Remove
+                | Outcome::Stop
+                | Outcome::DebuggerHandoff
+                | Outcome::CoreDump
+                | Outcome::CrashDump
+        )
+    );
+    let d = a.store.data_mut();
+    if !d.sink.recs.is_empty() || tells {
+        let head = RunHeader {
+            probe: p,
+            tid: h.tid,
+            cpu: hostabi::env::HitEnv::cpu(&d.env) as u32,
+            outcome,
+            time_ns: hostabi::env::HitEnv::now_ns(&d.env),
+            ..Default::default()
+        };
+        if !ring::push(c, head, &d.sink.recs, &d.sink.bytes, &d.sink.items) {
+            bump(&slot.dropped);
+        }
+    }
+    d.env.frame = core::ptr::null_mut();
+    match Outcome::from_code(outcome) {
+        Some(Outcome::Remove) => slot.enabled.store(0, Ordering::Relaxed),
+        // `exit()`: nothing more runs in this process until the tracer
+        // has detached.
+        Some(Outcome::Stop) => c.enabled.store(0, Ordering::Relaxed),
+        _ => {}
+    }
+    if slot.maxhits != 0 && runs >= slot.maxhits {
+        slot.enabled.store(0, Ordering::Relaxed);
+    }
+    true
 }
 
 // ---------------------------------------------------------------------------
@@ -656,6 +883,19 @@ pub unsafe extern "C" fn wprobe_agent_bench(
                 core::hint::black_box(sys::rdtsc());
             }
         }
+        CLOCK => {
+            for _ in 0..n {
+                core::hint::black_box(vdso::clock_ns(sys::CLOCK_REALTIME));
+            }
+        }
+        LOCK => {
+            let Some(c) = ctrl::get() else { return 0 };
+            for _ in 0..n {
+                if lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
+                    lock::unlock(&c.store_lock);
+                }
+            }
+        }
         DISPATCH => {
             for _ in 0..n {
                 // SAFETY: the caller's frame.
@@ -669,7 +909,9 @@ pub unsafe extern "C" fn wprobe_agent_bench(
         }
         STACK_SWITCH => {
             for _ in 0..n {
-                let Some(s) = thread::current() else { return 0 };
+                let Some((s, _)) = thread::current() else {
+                    return 0;
+                };
                 let top = s.stack.load(Ordering::Relaxed);
                 // SAFETY: the thread's own stack, not in use.
                 core::hint::black_box(unsafe {
@@ -678,14 +920,18 @@ pub unsafe extern "C" fn wprobe_agent_bench(
             }
         }
         PANIC => {
-            let Some(s) = thread::current() else { return 0 };
+            let Some((s, _)) = thread::current() else {
+                return 0;
+            };
             let top = s.stack.load(Ordering::Relaxed);
             // SAFETY: the thread's own stack, not in use.
             let r = unsafe { thread::wprobe_call_on_stack(core::ptr::null_mut(), panics, top) };
             return r as u64;
         }
         SET_FUEL | CALL => {
-            let Some(s) = thread::current() else { return 0 };
+            let Some((s, _)) = thread::current() else {
+                return 0;
+            };
             let mut args = BenchArgs {
                 what,
                 site,
@@ -712,8 +958,10 @@ pub unsafe extern "C" fn wprobe_agent_bench(
 
 extern "C" fn panics(_: *mut u8) -> i64 {
     // Hold the store like a handler run would, then fail.
-    while !sync::try_lock_bounded(&STORE_LOCK, u32::MAX) {}
-    let v: alloc::vec::Vec<u8> = alloc::vec::Vec::new();
+    if let Some(c) = ctrl::get() {
+        while !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {}
+    }
+    let v: Vec<u8> = Vec::new();
     // An index out of bounds: a bug, as far as the agent knows.
     i64::from(v[core::hint::black_box(3)])
 }
@@ -721,26 +969,37 @@ extern "C" fn panics(_: *mut u8) -> i64 {
 extern "C" fn bench_inner(arg: *mut u8) -> i64 {
     // SAFETY: `wprobe_agent_bench` passes its `BenchArgs`.
     let b = unsafe { &*(arg as *const BenchArgs) };
-    if !sync::try_lock_bounded(&STORE_LOCK, u32::MAX) {
+    let Some(c) = ctrl::get() else { return 1 };
+    if !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
         return 1;
     }
     let r = (|| {
         let a = agent()?;
-        let sf = a.sites.get(b.site as usize)?.as_ref()?;
-        let fuel = a.programs[sf.program as usize].fuel;
+        let p = *site(b.site)?.probes.first()?;
+        let pf = a.probes.get(p as usize)?.as_ref()?;
+        let prog = &a.programs[pf.program as usize];
         let d = a.store.data_mut();
         d.env.frame = b.frame;
-        d.memory = Some(a.programs[sf.program as usize].memory);
+        d.memory = prog.memory;
+        d.services.map = prog.map;
         for _ in 0..b.n {
-            let _ = a.store.set_fuel(fuel);
+            let _ = a.store.set_fuel(prog.fuel);
             if b.what == agent_abi::bench::CALL {
-                let _ = core::hint::black_box(sf.func.call(&mut a.store, ()));
+                match &pf.handler {
+                    Handler::Outcome(f) => {
+                        let _ = core::hint::black_box(f.call(&mut a.store, ()));
+                    }
+                    Handler::Unit(f) => {
+                        let _ = core::hint::black_box(f.call(&mut a.store, ()));
+                    }
+                }
+                a.store.data_mut().sink.clear();
             }
         }
         a.store.data_mut().env.frame = core::ptr::null_mut();
         Some(())
     })();
-    STORE_LOCK.store(0, Ordering::Release);
+    lock::unlock(&c.store_lock);
     if r.is_some() { 0 } else { 1 }
 }
 
@@ -758,7 +1017,9 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     // Return from the entry point that switched to this stack: the target
     // goes on, every later hit is skipped (the store may be inconsistent).
     if let Some(h) = thread::header_checked() {
-        STORE_LOCK.store(0, Ordering::Release);
+        if let Some(c) = ctrl::get() {
+            lock::unlock(&c.store_lock);
+        }
         // SAFETY: `h` is the header of the agent stack we run on; its
         // `saved_sp` is the frame of the `wprobe_call_on_stack` that
         // entered it, still live below us on the thread's own stack.

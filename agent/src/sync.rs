@@ -80,26 +80,6 @@ fn spin_or_yield(spins: &mut u32) {
     }
 }
 
-/// Tries to take `w` for at most `max_spins` spins (no yield: a hit must not
-/// wait on a thread that may be stopped or descheduled).
-#[inline]
-pub fn try_lock_bounded(w: &AtomicU32, max_spins: u32) -> bool {
-    let mut n = 0;
-    loop {
-        if w.load(Ordering::Relaxed) == 0
-            && w.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            return true;
-        }
-        n += 1;
-        if n >= max_spins {
-            return false;
-        }
-        core::hint::spin_loop();
-    }
-}
-
 // wasmtime's custom synchronisation hooks. A lock is one `usize` word,
 // zero when free (the "lazy initialisation" is therefore a no-op).
 

@@ -10,6 +10,9 @@ pub const SYS_MPROTECT: usize = 10;
 pub const SYS_MUNMAP: usize = 11;
 pub const SYS_SCHED_YIELD: usize = 24;
 pub const SYS_GETPID: usize = 39;
+pub const SYS_GETUID: usize = 102;
+pub const SYS_PRCTL: usize = 157;
+pub const SYS_FUTEX: usize = 202;
 pub const SYS_ARCH_PRCTL: usize = 158;
 pub const SYS_GETTID: usize = 186;
 pub const SYS_CLOCK_GETTIME: usize = 228;
@@ -31,6 +34,10 @@ pub const AT_FDCWD: isize = -100;
 pub const O_RDONLY: usize = 0;
 pub const O_CLOEXEC: usize = 0o2000000;
 pub const CLOCK_REALTIME: usize = 0;
+pub const CLOCK_MONOTONIC: usize = 1;
+pub const PR_GET_NAME: usize = 16;
+pub const FUTEX_WAIT: usize = 0;
+pub const FUTEX_WAKE: usize = 1;
 pub const CLOCK_THREAD_CPUTIME_ID: usize = 3;
 pub const ENOSYS: i32 = 38;
 
@@ -152,7 +159,52 @@ pub fn sched_yield() {
     }
 }
 
-/// `clock_gettime(clock)` in ns.
+/// The real user id of the process.
+pub fn getuid() -> u32 {
+    // SAFETY: no arguments, no memory.
+    unsafe { syscall0(SYS_GETUID) as u32 }
+}
+
+/// The calling thread's name (`PR_GET_NAME`: at most 15 bytes and a NUL).
+pub fn thread_name() -> ([u8; 16], usize) {
+    let mut b = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into `b`.
+    let r = unsafe { syscall2(SYS_PRCTL, PR_GET_NAME, b.as_mut_ptr() as usize) };
+    if r < 0 {
+        return (b, 0);
+    }
+    let n = b.iter().position(|&c| c == 0).unwrap_or(16).min(15);
+    (b, n)
+}
+
+/// `FUTEX_WAIT` (shared: the word may be in memory another process maps)
+/// while `*w == val`, for at most `timeout_ns`.
+pub fn futex_wait(w: &core::sync::atomic::AtomicU32, val: u32, timeout_ns: u64) {
+    let ts = [
+        (timeout_ns / 1_000_000_000) as i64,
+        (timeout_ns % 1_000_000_000) as i64,
+    ];
+    // SAFETY: `w` is a live u32; `ts` a timespec; the kernel only reads them.
+    unsafe {
+        syscall4(
+            SYS_FUTEX,
+            w.as_ptr() as usize,
+            FUTEX_WAIT,
+            val as usize,
+            ts.as_ptr() as usize,
+        );
+    }
+}
+
+/// `FUTEX_WAKE` (shared) of up to `n` waiters of `w`.
+pub fn futex_wake(w: &core::sync::atomic::AtomicU32, n: u32) {
+    // SAFETY: `w` is a live u32; nothing is written.
+    unsafe {
+        syscall3(SYS_FUTEX, w.as_ptr() as usize, FUTEX_WAKE, n as usize);
+    }
+}
+
+/// `clock_gettime(clock)` in ns, by system call (see `vdso` for the fast one).
 pub fn clock_ns(clock: usize) -> u64 {
     let mut ts = [0i64; 2];
     // SAFETY: `ts` is a writable timespec.

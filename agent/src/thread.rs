@@ -43,7 +43,7 @@ pub struct StackHeader {
 const _: () = assert!(core::mem::size_of::<StackHeader>() == HEADER_SIZE);
 
 /// Number of thread slots (power of two).
-pub const SLOTS: usize = 1024;
+pub const SLOTS: usize = 4096;
 
 /// A thread's slot. Claimed once by CAS on `key`; afterwards only its own
 /// thread touches it (a reused TCB re-initialises it).
@@ -98,13 +98,11 @@ pub fn gs_base() -> u64 {
     }
 }
 
-/// Chooses the thread key mode from `AT_HWCAP2` and finds the TCB's tid
-/// offset on the calling thread.
-pub fn init_keys() -> (u32, u32) {
-    let mut auxv = [0u8; 1024];
-    let n = sys::read_file(c"/proc/self/auxv", &mut auxv).unwrap_or(0);
+/// Chooses the thread key mode from `AT_HWCAP2` (in `auxv`, the raw
+/// auxiliary vector) and finds the TCB's tid offset on the calling thread.
+pub fn init_keys(auxv: &[u8]) -> (u32, u32) {
     let mut hwcap2 = 0u64;
-    for e in auxv[..n].chunks_exact(16) {
+    for e in auxv.chunks_exact(16) {
         let k = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
         let v = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
         if k == 26 {
@@ -118,22 +116,32 @@ pub fn init_keys() -> (u32, u32) {
         thread_key::ARCH_PRCTL
     };
     KEY_MODE.store(mode, Ordering::Relaxed);
-    let fs = fs_base();
+    discover_tcb_tid(fs_base());
+    (mode, TCB_TID_OFF.load(Ordering::Relaxed))
+}
+
+/// Set once the TCB's tid offset was looked for on a thread with a thread
+/// pointer (at `init`, or at the first hit of a static executable, whose
+/// libc sets its thread pointer up after the entry point where the agent
+/// was loaded).
+static TCB_PROBED: AtomicU32 = AtomicU32::new(0);
+
+/// Finds the offset of the cached tid in the TCB at `fs` (the calling
+/// thread's), read through the kernel (no fault possible), once.
+fn discover_tcb_tid(fs: u64) {
+    if fs == 0 || TCB_PROBED.swap(1, Ordering::AcqRel) != 0 {
+        return;
+    }
     let tid = sys::gettid();
-    let mut off = u32::MAX;
-    if fs != 0 {
-        let mut tcb = [0u8; 4096];
-        let got = sys::vm_read(fs, tcb.as_mut_ptr(), tcb.len());
-        // Skip the first words (self pointers, dtv): the tid is a later field.
-        for o in (16..got.saturating_sub(3)).step_by(4) {
-            if u32::from_le_bytes(tcb[o..o + 4].try_into().unwrap_or_default()) == tid {
-                off = o as u32;
-                break;
-            }
+    let mut tcb = [0u8; 4096];
+    let got = sys::vm_read(fs, tcb.as_mut_ptr(), tcb.len());
+    // Skip the first words (self pointers, dtv): the tid is a later field.
+    for o in (16..got.saturating_sub(3)).step_by(4) {
+        if u32::from_le_bytes(tcb[o..o + 4].try_into().unwrap_or_default()) == tid {
+            TCB_TID_OFF.store(o as u32, Ordering::Release);
+            return;
         }
     }
-    TCB_TID_OFF.store(off, Ordering::Relaxed);
-    (mode, off)
 }
 
 /// Whether the TCB at `fs` holds `tid` at the offset found at init, read
@@ -153,10 +161,11 @@ fn hash(key: u64) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
 }
 
-/// The current thread's slot, with an agent stack, creating both if needed.
-/// `None` when the table is full or no stack can be mapped.
+/// The current thread's slot, with an agent stack, creating both if needed,
+/// and its thread pointer. `None` when the table is full or no stack can be
+/// mapped.
 #[inline]
-pub fn current() -> Option<&'static Slot> {
+pub fn current() -> Option<(&'static Slot, u64)> {
     let fs = fs_base();
     let key = if fs != 0 {
         fs
@@ -182,9 +191,9 @@ pub fn current() -> Option<&'static Slot> {
                 s.tid.store(tid, Ordering::Relaxed);
             }
             if s.stack.load(Ordering::Relaxed) == 0 {
-                return new_stack(s);
+                return new_stack(s).map(|s| (s, fs));
             }
-            return Some(s);
+            return Some((s, fs));
         }
         if k == 0
             && s.key
@@ -193,10 +202,11 @@ pub fn current() -> Option<&'static Slot> {
         {
             let tid = sys::gettid();
             s.tid.store(tid, Ordering::Relaxed);
+            discover_tcb_tid(fs);
             s.tcb_ok
                 .store(u32::from(tcb_holds(fs, tid)), Ordering::Relaxed);
             crate::ctrl::stats(|st| st.threads.fetch_add(1, Ordering::Relaxed));
-            return new_stack(s);
+            return new_stack(s).map(|s| (s, fs));
         }
         i = (i + 1) & (SLOTS - 1);
     }

@@ -496,7 +496,13 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
     linker.func_wrap(
         m,
         name(ImportId::map_update),
-        |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32, op: i32, v: i64| -> wasmtime::Result<i32> {
+        |mut c: Caller<'_, T>,
+         map: i32,
+         kp: i32,
+         kl: i32,
+         op: i32,
+         v: i64|
+         -> wasmtime::Result<i32> {
             charge(&mut c, kl as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
@@ -516,7 +522,13 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
     linker.func_wrap(
         m,
         name(ImportId::map_store),
-        |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32, vp: i32, vl: i32| -> wasmtime::Result<i32> {
+        |mut c: Caller<'_, T>,
+         map: i32,
+         kp: i32,
+         kl: i32,
+         vp: i32,
+         vl: i32|
+         -> wasmtime::Result<i32> {
             charge(&mut c, kl as u32 as u64 + vl as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
@@ -534,7 +546,13 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
     linker.func_wrap(
         m,
         name(ImportId::map_lookup),
-        |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32, dp: i32, dl: i32| -> wasmtime::Result<i32> {
+        |mut c: Caller<'_, T>,
+         map: i32,
+         kp: i32,
+         kl: i32,
+         dp: i32,
+         dl: i32|
+         -> wasmtime::Result<i32> {
             charge(&mut c, kl as u32 as u64 + dl as u32 as u64);
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
@@ -573,24 +591,32 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
             })
         },
     )?;
-    linker.func_wrap(m, name(ImportId::map_clear), |mut c: Caller<'_, T>, map: i32| -> i32 {
-        let Some(r) = c.data_mut().services_mut().map_region() else {
-            return st(Status::BadArgument);
-        };
-        match Store::new(r).clear(map as u32) {
-            Ok(()) => st(Status::Ok),
-            Err(e) => map_status(e),
-        }
-    })?;
-    linker.func_wrap(m, name(ImportId::map_zero), |mut c: Caller<'_, T>, map: i32| -> i32 {
-        let Some(r) = c.data_mut().services_mut().map_region() else {
-            return st(Status::BadArgument);
-        };
-        match Store::new(r).zero(map as u32) {
-            Ok(()) => st(Status::Ok),
-            Err(e) => map_status(e),
-        }
-    })?;
+    linker.func_wrap(
+        m,
+        name(ImportId::map_clear),
+        |mut c: Caller<'_, T>, map: i32| -> i32 {
+            let Some(r) = c.data_mut().services_mut().map_region() else {
+                return st(Status::BadArgument);
+            };
+            match Store::new(r).clear(map as u32) {
+                Ok(()) => st(Status::Ok),
+                Err(e) => map_status(e),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::map_zero),
+        |mut c: Caller<'_, T>, map: i32| -> i32 {
+            let Some(r) = c.data_mut().services_mut().map_region() else {
+                return st(Status::BadArgument);
+            };
+            match Store::new(r).zero(map as u32) {
+                Ok(()) => st(Status::Ok),
+                Err(e) => map_status(e),
+            }
+        },
+    )?;
     linker.func_wrap(
         m,
         name(ImportId::emit_event),
@@ -652,10 +678,14 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
             })
         },
     )?;
-    linker.func_wrap(m, name(ImportId::current_uid), |mut c: Caller<'_, T>| -> i64 {
-        let pid = identity(c.data()).0;
-        c.data_mut().services_mut().uid(pid)
-    })?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_uid),
+        |mut c: Caller<'_, T>| -> i64 {
+            let pid = identity(c.data()).0;
+            c.data_mut().services_mut().uid(pid)
+        },
+    )?;
     linker.func_wrap(
         m,
         name(ImportId::current_comm),

@@ -39,7 +39,9 @@ impl<E> HostState<E> {
     }
 }
 
-pub use hostfns::{BYTES_PER_FUEL, MAX_RECORD_BYTES_PER_RUN, MAX_RECORDS_PER_RUN, MEMORY_CALL_FUEL};
+pub use hostfns::{
+    BYTES_PER_FUEL, MAX_RECORD_BYTES_PER_RUN, MAX_RECORDS_PER_RUN, MEMORY_CALL_FUEL,
+};
 
 impl hostfns::RecordSink for Sink {
     fn records(&self) -> usize {

@@ -164,7 +164,10 @@ impl hostfns::Services for Services {
         self.region().map(|r| r.bytes.as_mut_slice())
     }
     fn map_view(&self) -> Option<&[u8]> {
-        self.maps.get(self.prog)?.as_ref().map(|r| r.bytes.as_slice())
+        self.maps
+            .get(self.prog)?
+            .as_ref()
+            .map(|r| r.bytes.as_slice())
     }
     fn special(&self) -> bool {
         self.special

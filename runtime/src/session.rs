@@ -12,6 +12,7 @@
 
 mod arm;
 mod capture;
+mod in_target;
 mod oneliner;
 mod records;
 mod stats;
@@ -112,6 +113,9 @@ pub struct Session {
     /// One-liner support (`begin`/`end`/`interval` probes, output events,
     /// maps printed at exit): see `oneliner`.
     bt: BtState,
+    /// Each program's label and Wasm bytes, for a transport that runs the
+    /// handlers itself (see `in_target`).
+    program_wasm: Vec<(String, std::sync::Arc<[u8]>)>,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -207,7 +211,12 @@ impl Session {
                 p.label = format!("{}#{}", p.label, n);
             }
         }
+        let program_wasm = programs
+            .iter()
+            .map(|p| (p.label.clone(), p.module.wasm.clone()))
+            .collect();
         Ok(Session {
+            program_wasm,
             runner,
             manifests,
             probes,
@@ -470,12 +479,24 @@ impl Session {
     ) -> anyhow::Result<Option<ExitStatus>> {
         self.transport = Some(t.info());
         self.runner.store.data_mut().env.hit = t.new_hit();
-        let res = t.run(stop, &mut |t: &mut dyn Transport, ev: Event<'_>| {
-            self.on_event(t, ev)
-        });
+        let loaded = if t.runs_handlers() {
+            let set = self.handler_set(t.main_pid());
+            t.load_handlers(&set).map_err(anyhow::Error::msg)
+        } else {
+            Ok(())
+        };
+        let res = match loaded {
+            Ok(()) => t.run(stop, &mut |t: &mut dyn Transport, ev: Event<'_>| {
+                self.on_event(t, ev)
+            }),
+            Err(e) => Err(e),
+        };
         let t0 = std::time::Instant::now();
         let detached = t.detach();
         self.disarm_time = t0.elapsed() + t.report().detach_time;
+        if t.runs_handlers() {
+            self.pull_target_maps(t);
+        }
         self.out.flush();
         let status = res?;
         detached?;
@@ -517,7 +538,18 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
+            Event::Tick if t.runs_handlers() => self.run_intervals_in_target(t),
             Event::Tick => self.run_intervals(),
+            Event::Ran { tag, run } => {
+                if tag < self.probes.len() {
+                    self.target_ran(t, tag, run);
+                }
+            }
+            Event::Counted { tag, counts } => {
+                if tag < self.probes.len() {
+                    self.target_counted(tag, counts);
+                }
+            }
         }
         Action::Continue
     }
