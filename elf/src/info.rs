@@ -307,6 +307,16 @@ impl ElfInfo {
             })
     }
 
+    /// The link-time address of file offset `off`, if it lies in the file
+    /// image of a `PT_LOAD` segment.
+    pub fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find_map(|&(va, _memsz, o, filesz, _)| {
+                (o <= off && off < o.saturating_add(filesz)).then(|| va + (off - o))
+            })
+    }
+
     /// Whether `vaddr` lies in an executable `PT_LOAD` segment.
     pub fn is_exec_vaddr(&self, vaddr: u64) -> bool {
         self.segments.iter().any(|&(va, memsz, _, _, flags)| {

@@ -1,7 +1,7 @@
 //! `/proc/PID/maps` parsing: the address ranges of a traced process, their
 //! permissions, file offsets, devices, inodes and paths, and the load bias of
 //! a module in that process. Used by symbol resolution (offset → run-time
-//! address) and by the ptrace provider (is this address executable, may the
+//! address) and by the ptrace transport (is this address executable, may the
 //! process write here). Never touches the process beyond reading that file.
 
 use std::io;

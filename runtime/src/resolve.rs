@@ -3,6 +3,7 @@
 //! load bias, and each probe's run-time address. ELF files are parsed once
 //! per run (cached by path); nothing here runs per hit.
 
+use crate::addr::{LinkAddr, RunAddr};
 use crate::procmaps::{self, Mapping, ModuleKey};
 use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 use std::collections::HashMap;
@@ -141,7 +142,7 @@ impl Resolver {
 
 /// Link-time value of a probe's location (its symbol resolved in `elf` when
 /// the manifest did not carry a build-time value).
-pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
+pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<LinkAddr, ResolveError> {
     if let Some(v) = p.value {
         // The program was built against a file found by name; the process
         // may map another build of the library (another version, another
@@ -157,12 +158,12 @@ pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
                 mapped: sym.value.wrapping_add(p.location.addend),
             });
         }
-        return Ok(v);
+        return Ok(LinkAddr(v));
     }
     match &p.location.symbol {
-        None => Ok(p.location.addend),
+        None => Ok(LinkAddr(p.location.addend)),
         Some(s) => match elf.lookup(s) {
-            Lookup::Found(sym) => Ok(sym.value.wrapping_add(p.location.addend)),
+            Lookup::Found(sym) => Ok(LinkAddr(sym.value.wrapping_add(p.location.addend))),
             Lookup::NotFound => Err(ResolveError::UnknownSymbol {
                 symbol: s.clone(),
                 path: elf.path.display().to_string(),
@@ -187,13 +188,15 @@ pub fn probe_address(
     loc: &Located,
     maps: &[Mapping],
     module: &str,
-) -> Result<u64, ResolveError> {
+) -> Result<RunAddr, ResolveError> {
     let value = link_value(p, &loc.elf)?;
     let addr = match (p.location.kind, &p.location.symbol) {
-        (LocationKind::Offset, _) => loc.bias.wrapping_add(value),
-        (LocationKind::Address, Some(_)) => loc.bias.wrapping_add(value),
-        (LocationKind::Address, None) => value,
+        (LocationKind::Offset, _) | (LocationKind::Address, Some(_)) => value.relocate(loc.bias),
+        // `address = NUMBER`: already a run-time address.
+        (LocationKind::Address, None) => RunAddr(value.0),
     };
+    let run = addr;
+    let addr = addr.0;
     let m = procmaps::find(maps, addr);
     if matches!(p.kind, ProbeKind::Breakpoint | ProbeKind::WatchExec) && !m.is_some_and(|m| m.exec)
     {
@@ -211,5 +214,5 @@ pub fn probe_address(
             what: format!("in a mapping of `{module}`"),
         });
     }
-    Ok(addr)
+    Ok(run)
 }

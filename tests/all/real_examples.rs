@@ -7,8 +7,8 @@
 
 use rpn2wasm::interp::RecordKind;
 use runtime::format::Format;
-use runtime::session::{ProgramInput, RunOptions, Session};
-use runtime::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
+use runtime::session::{LoadedProgram, RunOptions, Session};
+use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::{
     SharedBuf, build_file, engine, examples_dir, interpreter_scenario, probe_target, scratch_dir,
@@ -36,7 +36,7 @@ fn trace(
         fuel: None,
         format: Format::Json,
     };
-    let input = ProgramInput {
+    let input = LoadedProgram {
         label: file.trim_end_matches(".rpn").to_string(),
         module,
     };
@@ -45,7 +45,7 @@ fn trace(
     let out = scratch_dir().join(format!("{file}.{}.out", defines.len()));
     let cmd = format!("exec {} > {}", target.display(), out.display());
     let argv: Vec<std::ffi::OsString> = ["/bin/sh", "-c", &cmd].iter().map(Into::into).collect();
-    let mut tracer = Tracer::launch(
+    let mut tracer = PtraceTracer::launch(
         &argv,
         TraceOptions {
             follow_forks: false,

@@ -8,13 +8,15 @@ use std::collections::HashMap;
 use hostabi::manifest::{ProbeKind, ProbeSpec};
 
 use super::Session;
+use crate::addr::RunAddr;
 use crate::arch::{DEBUG_REGISTERS, WatchKind};
 use crate::procmaps::{self, Mapping};
+use crate::regscan::RegsRead;
 use crate::resolve::{Located, ResolveError};
 use crate::transport::{Armed, Capabilities, Insert, TRANSPORTS, Transport, TransportInfo};
 
 /// How one probe is inserted: `(probe index, spec, run-time address)`.
-type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, u64) -> Result<Armed, String> + 'a;
+type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, RunAddr) -> Result<Armed, String> + 'a;
 
 fn watch_kind(k: ProbeKind) -> WatchKind {
     match k {
@@ -98,6 +100,54 @@ impl Session {
                 one_that(|c| c.writes)
             ));
         }
+        if let Some(has) = transport.registers {
+            for (label, wasm, thread_pointer) in &self.program_code {
+                let why = match crate::regscan::registers_read(wasm) {
+                    RegsRead::Only(set) => (0..128u16)
+                        .filter(|id| set & (1 << id) != 0 && !has(*id))
+                        .filter_map(hostabi::regs::by_id)
+                        .map(|r| format!("reads register `{}`", r.name))
+                        .next(),
+                    RegsRead::All => {
+                        let w = format!(
+                            "program `{label}` reads registers chosen at run time: --transport \
+                             {name} provides the general registers only, others read 0"
+                        );
+                        crate::elog!("wprobe: warning: {w}");
+                        None
+                    }
+                };
+                let why = why.or_else(|| {
+                    (*thread_pointer && !has(hostabi::regs::by_name("fs_base").map_or(0, |r| r.id)))
+                        .then(|| {
+                            "reads the thread pointer (`thread_pointer`, RPN `push task`)"
+                                .to_string()
+                        })
+                });
+                if let Some(why) = why {
+                    return Err(format!(
+                        "program `{label}` {why}, which --transport {name} does not provide (it \
+                         samples the general registers only); use --transport {}",
+                        TRANSPORTS
+                            .iter()
+                            .find(|t| t.registers.is_none())
+                            .map_or("ptrace", |t| t.name)
+                    ));
+                }
+            }
+        }
+        if !caps.write_checks {
+            for (label, wasm, _) in &self.program_code {
+                if crate::regscan::checks_writable(wasm) {
+                    return Err(format!(
+                        "program `{label}` asks whether memory is writable (`check_access` for \
+                         writing, RPN `vfyrw`), which --transport {name} cannot answer; use \
+                         --transport {}",
+                        one_that(|c| c.write_checks)
+                    ));
+                }
+            }
+        }
         if self.opts.follow_forks && !caps.follows_forks {
             return Err(format!(
                 "-f: --transport {name} does not follow forks; use --transport {}",
@@ -179,8 +229,8 @@ impl Session {
                 .and_then(|elf| {
                     let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
                     let off = elf
-                        .file_offset(link)
-                        .filter(|_| elf.is_exec_vaddr(link))
+                        .file_offset(link.0)
+                        .filter(|_| elf.is_exec_vaddr(link.0))
                         .ok_or_else(|| {
                             format!(
                                 "invalid offset: 0x{link:x} is not in an executable segment of {}",
@@ -189,7 +239,7 @@ impl Session {
                         })?;
                     if verify
                         && let Some(op) = spec.opcode
-                        && let Some(found) = elf.first_byte(link)
+                        && let Some(found) = elf.first_byte(link.0)
                         && found != op
                     {
                         return Err(format!(
@@ -197,7 +247,7 @@ impl Session {
                         ));
                     }
                     if verify && spec.opcode.is_none() {
-                        wprobe_elf::disasm::check_boundary(&elf, link)
+                        wprobe_elf::disasm::check_boundary(&elf, link.0)
                             .map_err(|e| e.to_string())?;
                     }
                     let id = t.insert_on_file(pi, &file, off)?;
@@ -297,7 +347,7 @@ impl Session {
                     if is_bp && verify && spec.opcode.is_none() {
                         // No `opcode =` to check: the address must start an
                         // instruction of its function, decoded from the file.
-                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.wrapping_sub(loc.bias))
+                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
                             .map_err(|e| e.to_string())?;
                     }
                     Ok((addr, insert(pi, spec, addr)?))
@@ -308,7 +358,7 @@ impl Session {
                     if is_bp {
                         // The hit's address minus this is the module's load
                         // bias in whichever process hit it.
-                        p.link = Some(addr.wrapping_sub(loc.bias));
+                        p.link = Some(addr.unrelocate(loc.bias));
                     }
                     p.armed.push((pid, a));
                     p.ever_armed = true;

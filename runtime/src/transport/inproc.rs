@@ -39,6 +39,7 @@ use hostabi::Outcome;
 
 use self::patch::Patcher;
 use self::world::World;
+use crate::addr::RunAddr;
 use crate::procmaps::Mapping;
 use crate::sink::{RecordKind, Sink};
 use crate::transport::{
@@ -62,7 +63,11 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: false,
         uses_ptrace: true,
         return_probes: false,
+        step_faults: false,
+        write_checks: true,
     },
+    // Every register but the debug registers, which user space cannot read.
+    registers: Some(|id| !matches!(id, 0x2C..=0x2F | 0x32 | 0x33)),
     preflight: |_| Ok(()),
     open,
 };
@@ -431,7 +436,14 @@ impl Transport for InProc {
         Ok(self.maps.clone())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         if pid != self.pid {
             return Err(format!("process {pid} is not traced"));
         }

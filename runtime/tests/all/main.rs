@@ -13,7 +13,9 @@ mod support;
 mod bench_cmd;
 mod cache;
 mod cli;
+mod cli_goldens;
 mod guests;
+mod logonfault;
 mod modules;
 mod oneliner_runtime;
 mod oneliners;
@@ -25,6 +27,7 @@ mod ptrace_processes;
 mod sandbox;
 mod scale;
 mod tracer_death;
+mod transport_seam;
 mod watchpoints;
 
 fn main() {
@@ -34,6 +37,7 @@ fn main() {
         cache::CASES,
         cli::CASES,
         guests::CASES,
+        logonfault::CASES,
         modules::CASES,
         oneliner_runtime::CASES,
         oneliners::CASES,
@@ -45,12 +49,14 @@ fn main() {
         sandbox::CASES,
         scale::CASES,
         tracer_death::CASES,
+        transport_seam::CASES,
         watchpoints::CASES,
     ];
     let trials = modules
         .iter()
         .flat_map(|m| m.iter())
         .flat_map(|c| c.trials())
+        .chain(cli_goldens::trials())
         .collect();
     libtest_mimic::run(&args, trials).exit();
 }

@@ -65,6 +65,36 @@ fn map_counts_from_8_threads_x_100000_calls_are_exact(transport: &str) {
         &[("WPROBE_PERF_RING_PAGES", "8192")],
     );
     assert_eq!(code, Some(0), "{err}");
+    // Under perf the target does not wait for wprobe: on a loaded machine
+    // the kernel may drop samples (ring full). They are then counted in
+    // the summary (`dropped`), and every hit that was delivered is in the
+    // maps: hits + dropped is every call.
+    let dropped = err
+        .lines()
+        .find(|l| l.trim_start().starts_with("-e:tick"))
+        .and_then(|l| l.split_whitespace().nth(6))
+        .and_then(|d| d.parse::<u64>().ok())
+        .unwrap_or(0);
+    if transport == "perf" && dropped > 0 {
+        let value = |key: &str| -> u64 {
+            out.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {out}"))
+        };
+        let per_thread: u64 = (0..8).map(|k| value(&format!("@[{k}]:"))).sum();
+        let all = value("@all:");
+        assert_eq!(per_thread, all, "{out}");
+        assert_eq!(
+            all + dropped,
+            800_000,
+            "hits + dropped is every call: {out}{err}"
+        );
+        eprintln!(
+            "note: {dropped} samples dropped by the kernel (a loaded machine); accounted exactly"
+        );
+        return;
+    }
     let mut want = String::from("Attaching 1 probe...\n\n\n");
     for k in 0..8 {
         want += &format!("@[{k}]: 100000\n");

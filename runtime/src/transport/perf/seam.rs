@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::{PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer};
+use crate::addr::RunAddr;
 use crate::procmaps::{self, Mapping};
 use crate::transport::ptrace::ExitStatus;
 use crate::transport::{
@@ -33,7 +34,12 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: true,
         uses_ptrace: false,
         return_probes: false,
+        step_faults: false,
+        write_checks: false,
     },
+    // The general registers, rflags, cs, ss and the instruction pointer
+    // (the sample's IP).
+    registers: Some(|id| super::sample::perf_bit(id).is_some()),
     preflight,
     open,
 };
@@ -126,7 +132,14 @@ impl Transport for PerfTracer {
         Ok(self.seam.maps[&pid].clone())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         let probe = match what {
             Insert::Breakpoint { opcode } => self.uprobe_at(pid, addr, opcode)?,
             Insert::Watchpoint { len, kind } => {
@@ -160,6 +173,26 @@ impl Transport for PerfTracer {
 
     fn remove(&mut self, armed: Armed) {
         PerfTracer::remove(self, PerfId(armed.0 as u32));
+    }
+
+    fn suspend(&mut self) -> Result<(), String> {
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.disable()
+                    .map_err(|e| format!("disabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.enable()
+                    .map_err(|e| format!("enabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
     }
 
     fn set_tick(&mut self, period: Duration) {

@@ -1,28 +1,19 @@
 //! Our traps: a breakpoint or watchpoint hit reported to the caller with a
-//! [`super::Hit`], the dynamic linker's breakpoint (library events), the
+//! [`super::PtraceHit`], the dynamic linker's breakpoint (library events), the
 //! hand-off of a process to a debugger, and a thread's PC put back when it
 //! stopped inside an out-of-line slot.
 
 use super::hit::HitKind;
 use super::threads::ProcKind;
-use super::{Action, Event, ProviderError, Tracer, rdebug};
+use super::{PtraceAction, PtraceError, PtraceEvent, PtraceTracer, rdebug};
 use crate::arch::{self, BREAKPOINT_INSN, Regs};
 use crate::sys::ptrace::{self as sys};
 use crate::sys::regs::zero_regs;
 
 use super::events::Cb;
 
-impl Tracer {
-    pub(super) fn on_sigtrap(
-        &mut self,
-        tid: i32,
-        pid: i32,
-        cb: Cb<'_>,
-    ) -> Result<(), ProviderError> {
-        let si = match sys::getsiginfo(tid) {
-            Ok(si) => si,
-            Err(_) => return Ok(()),
-        };
+impl PtraceTracer {
+    pub(super) fn on_sigtrap(&mut self, tid: i32, pid: i32, cb: Cb<'_>) -> Result<(), PtraceError> {
         let mut regs = zero_regs();
         if sys::getregs(tid, &mut regs).is_err() {
             return Ok(());
@@ -31,8 +22,19 @@ impl Tracer {
             self.resume(tid);
             return Ok(());
         };
+        // The common case without asking the kernel why (one system call
+        // less per hit): the PC is just past one of our int3s and no
+        // watchpoint could have trapped. Our own single-steps are waited
+        // for where they are made, never here.
+        let addr = regs.rip.wrapping_sub(arch::pc_after_trap());
+        if p.wps.iter().all(Option::is_none) && p.mem.borrow().sites.contains_key(&addr) {
+            return self.breakpoint_hit(tid, pid, addr, regs, cb);
+        }
+        let si = match sys::getsiginfo(tid) {
+            Ok(si) => si,
+            Err(_) => return Ok(()),
+        };
         if si.si_code == arch::SI_KERNEL {
-            let addr = regs.rip.wrapping_sub(arch::pc_after_trap());
             let (site, stale) = {
                 let m = p.mem.borrow();
                 (m.sites.contains_key(&addr), m.ever_armed.contains(&addr))
@@ -79,7 +81,7 @@ impl Tracer {
         addr: u64,
         mut regs: Regs,
         cb: Cb<'_>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         regs.rip = addr;
         // The second trap of a hit interrupted by a signal (see
         // `Thread::rerun`): step over without running the handler again.
@@ -91,7 +93,7 @@ impl Tracer {
         {
             if a == addr && sp == regs.rsp {
                 th.rerun = None;
-                return self.step_over(tid, pid, addr, regs);
+                return self.step_over(tid, pid, addr, regs).map(drop);
             }
             if regs.rsp >= sp {
                 th.rerun = None;
@@ -109,14 +111,18 @@ impl Tracer {
         };
         if !self.ids.is_empty() && !quiet {
             self.summary.breakpoint_hits += 1;
-            let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
+            let cpu_src = self
+                .threads
+                .get_mut(&tid)
+                .map(|t| std::mem::take(&mut t.cpu_src))
+                .unwrap_or_default();
             let mut hit = std::mem::take(&mut self.hit);
-            hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, stat);
+            hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, cpu_src);
             let ids = std::mem::take(&mut self.ids);
             self.in_flight = Some((tid, addr));
             let action = cb(
                 self,
-                Event::Breakpoint {
+                PtraceEvent::Breakpoint {
                     bp: &ids,
                     hit: &mut hit,
                 },
@@ -124,29 +130,34 @@ impl Tracer {
             self.in_flight = None;
             regs = hit.take_regs();
             regs.rip = addr;
-            let stat = hit.stat.get_mut().take();
+            let cpu_src = std::mem::take(hit.cpu_src.get_mut());
             hit.mem = None;
             self.hit = hit;
             if let Some(th) = self.threads.get_mut(&tid) {
-                th.stat = stat;
+                th.cpu_src = cpu_src;
             }
             self.ids = ids;
             match action {
-                Action::Continue => {}
-                Action::DisableProbe => {
+                PtraceAction::Continue => {}
+                PtraceAction::DisableProbe => {
                     let ids = std::mem::take(&mut self.ids);
                     for id in &ids {
                         self.remove_breakpoint(*id)?;
                     }
                     self.ids = ids;
                 }
-                Action::HandoffToDebugger => return self.handoff(tid, pid, regs),
+                PtraceAction::HandoffToDebugger => return self.handoff(tid, pid, regs),
             }
         }
         if internal && !quiet {
             self.library_event(pid, cb);
         }
-        self.step_over(tid, pid, addr, regs)
+        let reported = !self.ids.is_empty() && !quiet;
+        let fault = self.step_over(tid, pid, addr, regs)?;
+        if reported {
+            cb(self, PtraceEvent::Stepped { tid, fault });
+        }
+        Ok(())
     }
 
     pub(super) fn library_event(&mut self, pid: i32, cb: Cb<'_>) {
@@ -166,7 +177,7 @@ impl Tracer {
             }
         };
         if consistent {
-            cb(self, Event::LibrariesChanged { pid });
+            cb(self, PtraceEvent::LibrariesChanged { pid });
         }
     }
 
@@ -177,7 +188,7 @@ impl Tracer {
         mut regs: Regs,
         bits: u8,
         cb: Cb<'_>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         let orig = regs;
         for slot in 0..4 {
             if bits & (1 << slot) == 0 {
@@ -187,27 +198,38 @@ impl Tracer {
             let Some(w) = p.wps[slot] else { continue };
             let mem = p.mem.clone();
             self.summary.watchpoint_hits += 1;
-            let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
+            let cpu_src = self
+                .threads
+                .get_mut(&tid)
+                .map(|t| std::mem::take(&mut t.cpu_src))
+                .unwrap_or_default();
             let mut hit = std::mem::take(&mut self.hit);
-            hit.reset(tid, pid, HitKind::Watchpoint(w.addr, slot), regs, mem, stat);
+            hit.reset(
+                tid,
+                pid,
+                HitKind::Watchpoint(w.addr, slot),
+                regs,
+                mem,
+                cpu_src,
+            );
             let action = cb(
                 self,
-                Event::Watchpoint {
+                PtraceEvent::Watchpoint {
                     wp: w.id,
                     hit: &mut hit,
                 },
             );
             regs = hit.take_regs();
-            let stat = hit.stat.get_mut().take();
+            let cpu_src = std::mem::take(hit.cpu_src.get_mut());
             hit.mem = None;
             self.hit = hit;
             if let Some(th) = self.threads.get_mut(&tid) {
-                th.stat = stat;
+                th.cpu_src = cpu_src;
             }
             match action {
-                Action::Continue => {}
-                Action::DisableProbe => self.remove_watchpoint(w.id)?,
-                Action::HandoffToDebugger => return self.handoff(tid, pid, regs),
+                PtraceAction::Continue => {}
+                PtraceAction::DisableProbe => self.remove_watchpoint(w.id)?,
+                PtraceAction::HandoffToDebugger => return self.handoff(tid, pid, regs),
             }
         }
         if regs != orig {
@@ -217,7 +239,7 @@ impl Tracer {
         Ok(())
     }
 
-    pub(super) fn handoff(&mut self, tid: i32, pid: i32, regs: Regs) -> Result<(), ProviderError> {
+    pub(super) fn handoff(&mut self, tid: i32, pid: i32, regs: Regs) -> Result<(), PtraceError> {
         let _ = sys::setregs(tid, &regs);
         self.detach_process(pid, Some(tid))
     }
@@ -225,7 +247,7 @@ impl Tracer {
     /// If `tid` stopped inside an out-of-line slot, moves its PC back to the
     /// equivalent original address (so a signal handler or a debugger sees
     /// the program's own address).
-    pub(super) fn fix_ool_pc(&mut self, tid: i32, pid: i32) {
+    pub(super) fn fix_ool_pc(&mut self, tid: i32, pid: i32, own_fault: bool) {
         let Some(p) = self.procs.get(&pid) else {
             return;
         };
@@ -252,8 +274,12 @@ impl Tracer {
         } else {
             // At the slot, or inside an expanded form of the instruction
             // (not yet completed): the instruction runs again from the
-            // probe, where the int3 traps a second time for this same hit.
-            if let Some(th) = self.threads.get_mut(&tid) {
+            // probe, where the int3 traps a second time for this same hit
+            // (an asynchronous signal interrupted the step). When the
+            // instruction itself faulted, its next execution is a new one
+            // (the program's handler fixed the cause, or longjmp'd and
+            // called again): a new hit.
+            if !own_fault && let Some(th) = self.threads.get_mut(&tid) {
                 th.rerun = Some((orig, regs.rsp));
             }
             orig

@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use hostabi::env::HitEnv;
 
-use super::{Action as PAction, BpId, Event as PEvent, ExitStatus, Hit, HitKind, Tracer, WpId};
+use super::{
+    BpId, ExitStatus, HitKind, PtraceAction as PAction, PtraceEvent as PEvent, PtraceHit,
+    PtraceTracer, WpId,
+};
+use crate::addr::RunAddr;
 use crate::procmaps::Mapping;
 use crate::transport::{
     Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
@@ -32,7 +36,10 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: false,
         uses_ptrace: true,
         return_probes: false,
+        step_faults: true,
+        write_checks: true,
     },
+    registers: None,
     preflight: |_| Ok(()),
     open,
 };
@@ -49,6 +56,23 @@ pub(super) struct SeamState {
     tags: Vec<usize>,
     main_status: Option<ExitStatus>,
     handed_off: Vec<i32>,
+    /// Probes made dormant by `suspend`, to arm again on `resume`.
+    dormant: Vec<Dormant>,
+    /// The session's handle of a probe re-armed by `resume` → its current
+    /// handle (absent: the same).
+    alias: HashMap<u64, u64>,
+}
+
+/// A probe `suspend` removed: what `resume` needs to arm it again.
+#[derive(Debug)]
+struct Dormant {
+    /// The session's handle.
+    handle: u64,
+    tag: usize,
+    pid: i32,
+    addr: u64,
+    /// `None` for a breakpoint.
+    watch: Option<(u8, crate::arch::WatchKind)>,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -64,9 +88,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
                  --pid {pid}` at once to restore the bytes (or use --transport perf, which \
                  patches nothing)."
             );
-            Tracer::attach(pid, opts)
+            PtraceTracer::attach(pid, opts)
         }
-        Target::Launch(argv) => Tracer::launch(argv, opts),
+        Target::Launch(argv) => PtraceTracer::launch(argv, opts),
     }
     .map_err(|e| e.to_string())?;
     // A diagnostic knob for measurements: which step-over path to use.
@@ -85,9 +109,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
     Ok(Box::new(t))
 }
 
-impl Tracer {
+impl PtraceTracer {
     /// Carries out what the session asked after a hit.
-    fn finish_hit(&mut self, action: Action, hit: &mut Hit) -> PAction {
+    fn finish_hit(&mut self, action: Action, hit: &mut PtraceHit) -> PAction {
         match action {
             Action::Continue => PAction::Continue,
             Action::HandoffToDebugger => {
@@ -115,13 +139,13 @@ impl Tracer {
     }
 }
 
-impl Transport for Tracer {
+impl Transport for PtraceTracer {
     fn info(&self) -> &'static TransportInfo {
         &INFO
     }
 
     fn main_pid(&self) -> i32 {
-        Tracer::main_pid(self)
+        PtraceTracer::main_pid(self)
     }
 
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
@@ -131,10 +155,17 @@ impl Transport for Tracer {
         if fresh {
             self.refresh_maps(pid);
         }
-        Ok(Tracer::maps(self, pid).to_vec())
+        Ok(PtraceTracer::maps(self, pid).to_vec())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         match what {
             Insert::Breakpoint { opcode } => {
                 let id = self
@@ -157,8 +188,13 @@ impl Transport for Tracer {
     }
 
     fn remove(&mut self, armed: Armed) {
-        let id = armed.0 as u32;
-        if armed.0 & WATCH_BIT != 0 {
+        if let Some(i) = self.seam.dormant.iter().position(|d| d.handle == armed.0) {
+            self.seam.dormant.swap_remove(i);
+            return;
+        }
+        let current = self.seam.alias.remove(&armed.0).unwrap_or(armed.0);
+        let id = current as u32;
+        if current & WATCH_BIT != 0 {
             let _ = self.remove_watchpoint(WpId(id));
             self.seam.wp_tags.remove(&WpId(id));
         } else {
@@ -167,8 +203,73 @@ impl Transport for Tracer {
         }
     }
 
+    fn suspend(&mut self) -> Result<(), String> {
+        // The session's handle of each current id.
+        let handle_of: HashMap<u64, u64> = self.seam.alias.iter().map(|(h, c)| (*c, *h)).collect();
+        let handle = |current: u64| handle_of.get(&current).copied().unwrap_or(current);
+        let bps: Vec<(BpId, i32, u64)> =
+            self.bps.iter().map(|(id, (p, a))| (*id, *p, *a)).collect();
+        for (id, pid, addr) in bps {
+            let Some(tag) = self.seam.bp_tags.remove(&id) else {
+                continue;
+            };
+            self.remove_breakpoint(id).map_err(|e| e.to_string())?;
+            self.seam.dormant.push(Dormant {
+                handle: handle(u64::from(id.0)),
+                tag,
+                pid,
+                addr,
+                watch: None,
+            });
+        }
+        let wps: Vec<(WpId, i32, usize)> =
+            self.wps.iter().map(|(id, (p, s))| (*id, *p, *s)).collect();
+        for (id, pid, slot) in wps {
+            let Some(w) = self.procs.get(&pid).and_then(|p| p.wps[slot]) else {
+                continue;
+            };
+            let Some(tag) = self.seam.wp_tags.remove(&id) else {
+                continue;
+            };
+            self.remove_watchpoint(id).map_err(|e| e.to_string())?;
+            self.seam.dormant.push(Dormant {
+                handle: handle(WATCH_BIT | u64::from(id.0)),
+                tag,
+                pid,
+                addr: w.addr,
+                watch: Some((w.len, w.kind)),
+            });
+        }
+        self.seam.alias.clear();
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        let mut first_err = None;
+        for d in std::mem::take(&mut self.seam.dormant) {
+            if !self.procs.contains_key(&d.pid) {
+                continue; // gone meanwhile
+            }
+            let what = match d.watch {
+                None => Insert::Breakpoint { opcode: None },
+                Some((len, kind)) => Insert::Watchpoint { len, kind },
+            };
+            match Transport::insert(self, d.tag, d.pid, RunAddr(d.addr), what) {
+                Ok(a) => {
+                    if a.0 != d.handle {
+                        self.seam.alias.insert(d.handle, a.0);
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(format!("process {}: {e}", d.pid));
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     fn set_tick(&mut self, period: Duration) {
-        Tracer::set_tick(self, period);
+        PtraceTracer::set_tick(self, period);
     }
 
     fn run(
@@ -176,8 +277,8 @@ impl Transport for Tracer {
         stop: &AtomicBool,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
     ) -> anyhow::Result<Option<ExitStatus>> {
-        let main = Tracer::main_pid(self);
-        let mut cb = |t: &mut Tracer, ev: PEvent<'_>| -> PAction {
+        let main = PtraceTracer::main_pid(self);
+        let mut cb = |t: &mut PtraceTracer, ev: PEvent<'_>| -> PAction {
             match ev {
                 PEvent::Breakpoint { bp, hit } => {
                     let mut tags = std::mem::take(&mut t.seam.tags);
@@ -224,6 +325,10 @@ impl Transport for Tracer {
                     on_event(t, Event::LibrariesChanged { pid });
                     PAction::Continue
                 }
+                PEvent::Stepped { tid, fault } => {
+                    on_event(t, Event::Stepped { tid, fault });
+                    PAction::Continue
+                }
                 PEvent::Tick => {
                     on_event(t, Event::Tick);
                     PAction::Continue
@@ -237,7 +342,7 @@ impl Transport for Tracer {
                 }
             }
         };
-        Tracer::run(self, stop, &mut cb)?;
+        PtraceTracer::run(self, stop, &mut cb)?;
         Ok(self.seam.main_status)
     }
 
@@ -246,11 +351,11 @@ impl Transport for Tracer {
     }
 
     fn kill_launched(&mut self) {
-        Tracer::kill_launched(self);
+        PtraceTracer::kill_launched(self);
     }
 
     fn report(&self) -> Report {
-        let main = Tracer::main_pid(self);
+        let main = PtraceTracer::main_pid(self);
         Report {
             exit_status: self.exit_status(main),
             detach_signals: self.detach_signals(main),
@@ -261,11 +366,11 @@ impl Transport for Tracer {
     }
 
     fn new_hit(&self) -> Box<dyn TransportHit> {
-        Box::new(Hit::default())
+        Box::new(PtraceHit::default())
     }
 }
 
-impl TransportHit for Hit {
+impl TransportHit for PtraceHit {
     fn ip(&self) -> u64 {
         match self.kind() {
             HitKind::Breakpoint(a) => a,
@@ -274,7 +379,7 @@ impl TransportHit for Hit {
     }
 
     fn set_module_bias(&mut self, bias: u64) {
-        Hit::set_module_bias(self, bias);
+        PtraceHit::set_module_bias(self, bias);
     }
 
     crate::swap_hit_impl!();

@@ -7,12 +7,12 @@ use nix::errno::Errno;
 
 use super::mem::Site;
 use super::threads::WatchSlot;
-use super::{ArmError, BpId, ProviderError, Tracer, WatchKind, WpId};
+use super::{ArmError, BpId, PtraceError, PtraceTracer, WatchKind, WpId};
 use crate::arch::{self, BREAKPOINT_INSN};
 use crate::procmaps;
 use crate::sys::ptrace as sys;
 
-impl Tracer {
+impl PtraceTracer {
     /// Arms an `int3` at `addr` in `pid` (shared by its threads). Several
     /// probes may share an address: one `int3`, one id per call.
     pub fn insert_breakpoint(
@@ -101,7 +101,7 @@ impl Tracer {
             }
         }
         m.poke(tid, addr, &[BREAKPOINT_INSN])
-            .map_err(|e| ProviderError::sys("writing int3", pid, e))?;
+            .map_err(|e| PtraceError::sys("writing int3", pid, e))?;
         m.ever_armed.insert(addr);
         m.sites.insert(
             addr,
@@ -119,7 +119,7 @@ impl Tracer {
 
     /// Removes one logical probe; the `int3` goes when its last probe does.
     /// Removing an id whose process exited or exec'd is not an error.
-    pub fn remove_breakpoint(&mut self, id: BpId) -> Result<(), ProviderError> {
+    pub fn remove_breakpoint(&mut self, id: BpId) -> Result<(), PtraceError> {
         let Some((_, addr)) = self.bps.remove(&id) else {
             return Ok(());
         };
@@ -148,7 +148,7 @@ impl Tracer {
                     && e != Errno::ESRCH
                     && first_err.is_none()
                 {
-                    first_err = Some(ProviderError::Restore {
+                    first_err = Some(PtraceError::Restore {
                         pid,
                         addr,
                         errno: e,
@@ -197,7 +197,7 @@ impl Tracer {
     }
 
     /// Removes a watchpoint.
-    pub fn remove_watchpoint(&mut self, id: WpId) -> Result<(), ProviderError> {
+    pub fn remove_watchpoint(&mut self, id: WpId) -> Result<(), PtraceError> {
         let Some((pid, slot)) = self.wps.remove(&id) else {
             return Ok(());
         };
@@ -210,7 +210,7 @@ impl Tracer {
 
     /// Writes DR0-3 and DR7 of every thread of `pid`, stopping running ones
     /// for the duration.
-    fn apply_debugregs(&mut self, pid: i32) -> Result<(), ProviderError> {
+    fn apply_debugregs(&mut self, pid: i32) -> Result<(), PtraceError> {
         let held = self.stop_world(pid, 0);
         let p = &self.procs[&pid];
         let dr7 = p.dr7();
@@ -224,7 +224,7 @@ impl Tracer {
             if let Err(e) = set_debugregs(tid, &wps, dr7)
                 && e != Errno::ESRCH
             {
-                res = Err(ProviderError::sys(
+                res = Err(PtraceError::sys(
                     "PTRACE_POKEUSER (debug registers)",
                     tid,
                     e,
