@@ -111,6 +111,8 @@ pub struct InProc {
     tsc0: (u64, u64),
     handlers_paused: bool,
     finished: bool,
+    /// The process executed a new program (see `check_exec`).
+    execed: bool,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -155,6 +157,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         tsc0,
         handlers_paused: false,
         finished: false,
+        execed: false,
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -163,6 +166,22 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         .collect();
     t.world = Some(world);
     Ok(Box::new(t))
+}
+
+/// Why the eligibility rules refuse a jump at link-time address `link` of
+/// the module file `path` (`None`: a jump can go there). The rules that do
+/// not depend on the process (function bounds, branch targets into the
+/// window, instructions that cannot be relocated); a run may refuse more
+/// (code changed in memory, a thread inside the window, no stub area in
+/// reach). For `wprobe list`-like reports and tests.
+pub fn refusal(path: &std::path::Path, link: u64) -> Result<Option<String>, String> {
+    let module = code::ModuleCode::read(path)?;
+    let Some(func) = module.function(link, 0) else {
+        return Ok(Some(agent_loader::window::Refusal::NoFunction.to_string()));
+    };
+    Ok(agent_loader::window::plan(link, func, &module.targets)
+        .err()
+        .map(|r| r.to_string()))
 }
 
 /// The ring size asked for by `WPROBE_INPROC_RING_BYTES` (a power of two
@@ -320,6 +339,19 @@ impl InProc {
         Ok(())
     }
 
+    /// Whether the process exited (its pidfd is readable), without reaping.
+    fn exited(&self) -> bool {
+        let Some(fd) = self.pidfd.as_ref() else {
+            return false;
+        };
+        let mut p = [libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        crate::sys::process::poll(&mut p, 0) != 0
+    }
+
     /// Whether the process ended: its exit status when we launched it.
     fn ended(&mut self) -> Option<Option<ExitStatus>> {
         let fd = self.pidfd.as_ref()?;
@@ -340,6 +372,31 @@ impl InProc {
         } else {
             ExitStatus::Code(libc::WEXITSTATUS(st))
         }))
+    }
+
+    /// Notices that the process executed a new program (the agent's region
+    /// is no longer mapped in it): says so once, and forgets the sites
+    /// (they went with the old image; nothing to restore).
+    fn check_exec(&mut self) {
+        let Some(a) = &self.agent else { return };
+        if self.execed {
+            return;
+        }
+        let mut b = [0u8; 8];
+        match crate::sys::mem::vm_read(self.pid, a.region_addr, &mut b) {
+            Ok(8) => {}
+            Err(nix::errno::Errno::ESRCH) => {}
+            // Exited (a zombie has no memory either).
+            _ if self.exited() => {}
+            _ => {
+                self.execed = true;
+                self.patcher.forget();
+                crate::elog!(
+                    "wprobe: process {} executed a new program: its probes went with the old one (--transport ptrace arms them in the new program)",
+                    self.pid
+                );
+            }
+        }
     }
 
     /// Stops handlers from starting (dormant) and waits for those running.
@@ -495,6 +552,7 @@ impl Transport for InProc {
             if drained > 0 || last_counts.elapsed() >= COUNTS_EVERY {
                 self.report_counts(&mut deltas, on_event);
                 last_counts = Instant::now();
+                self.check_exec();
             }
             if stop.load(Ordering::SeqCst) {
                 break;

@@ -17,8 +17,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries),
     case!(uretprobes_are_refused_until_the_mechanism_lands),
     case!(exit_from_an_interval_stops_a_long_command),
-    case!(map_counts_from_8_threads_x_100000_calls_are_exact @ per_transport),
-    case!(intervals_tick_while_tracing @ per_transport),
+    case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
+    case!(intervals_tick_while_tracing @ every_transport),
 ];
 
 use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};

@@ -310,6 +310,17 @@ impl Patcher {
         Ok(left)
     }
 
+    /// The process executed a new program: the patched image, the stubs
+    /// and the agent are gone with the old one; nothing is left to restore.
+    pub(super) fn forget(&mut self) {
+        for s in &mut self.sites {
+            s.patched = false;
+        }
+        if let Some(j) = self.journal.take() {
+            j.remove();
+        }
+    }
+
     /// Whether a jump is in place somewhere.
     pub(super) fn any_patched(&self) -> bool {
         self.sites.iter().any(|s| s.patched)
