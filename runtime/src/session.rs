@@ -499,8 +499,12 @@ impl Session {
         self.transport = Some(t.info());
         self.runner.store.data_mut().env.hit = t.new_hit();
         let loaded = if t.runs_handlers() {
+            // Part of arming: the agent, the modules, the stubs, the jumps.
+            let t0 = std::time::Instant::now();
             let set = self.handler_set(t.main_pid());
-            t.load_handlers(&set).map_err(anyhow::Error::msg)
+            let r = t.load_handlers(&set).map_err(anyhow::Error::msg);
+            self.arm_time += t0.elapsed();
+            r
         } else {
             Ok(())
         };
