@@ -64,26 +64,44 @@ impl Journal {
             )
         })?;
         let path = path(pid);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    io::Error::new(
-                        e.kind(),
-                        format!(
-                            "{} already exists: a wprobe that patched process {pid} was killed; \
-                             run `wprobe repair --pid {pid}` first",
-                            path.display()
-                        ),
-                    )
-                } else {
-                    io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
-                }
-            })?;
+        let open = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let now = start_time(pid);
+        let mut opened = open();
+        // A journal of an earlier process that had this pid (it ended, the
+        // pid was reused): nothing of it can be restored any more.
+        if opened
+            .as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::AlreadyExists)
+            && now.is_some()
+            && journal_start(pid).is_some_and(|then| Some(then) != now)
+        {
+            let _ = std::fs::remove_file(&path);
+            opened = open();
+        }
+        let mut file = opened.map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} already exists: a wprobe that patched process {pid} was killed; \
+                         run `wprobe repair --pid {pid}` first",
+                        path.display()
+                    ),
+                )
+            } else {
+                io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+            }
+        })?;
+        if let Some(t) = now {
+            file.write_all(format!("start {t}\n").as_bytes())?;
+        }
         Ok(Journal { file, path })
     }
 
@@ -107,6 +125,27 @@ impl Journal {
     pub fn remove(self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The start time of process `pid` (clock ticks since boot, field 22 of
+/// `/proc/PID/stat`): with the pid, it names one process.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// The start time of the process the journal of `pid` was written for
+/// (its `start` line), when it has one.
+pub fn journal_start(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(path(pid)).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("start "))
+        .and_then(|t| t.trim().parse().ok())
 }
 
 /// The entries of the journal of `pid` (a regular file of the user's own,
@@ -146,4 +185,28 @@ pub fn read(pid: i32) -> io::Result<Vec<Entry>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A journal left by an earlier process with this pid is replaced; one
+    /// of this very process is an error naming `wprobe repair`.
+    #[test]
+    fn a_journal_of_an_earlier_process_with_the_pid_is_stale() {
+        let pid = std::process::id() as i32;
+        let _ = std::fs::remove_file(path(pid));
+        let j = Journal::create(pid).unwrap();
+        assert_eq!(journal_start(pid), start_time(pid));
+        let e = Journal::create(pid).unwrap_err();
+        assert!(e.to_string().contains("wprobe repair --pid"), "{e}");
+        j.remove();
+        std::fs::write(path(pid), "start 1\n1000 55 e9 7\n").unwrap();
+        let j = Journal::create(pid).unwrap();
+        assert_eq!(journal_start(pid), start_time(pid));
+        assert!(read(pid).unwrap().is_empty());
+        j.remove();
+        assert!(!path(pid).exists());
+    }
 }

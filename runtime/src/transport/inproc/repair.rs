@@ -14,6 +14,11 @@ use super::world::World;
 /// many sites were restored.
 pub fn repair(pid: i32) -> std::io::Result<usize> {
     let entries = journal::read(pid)?;
+    // Written for an earlier process with this pid: nothing to restore.
+    if journal::journal_start(pid).is_some_and(|t| Some(t) != journal::start_time(pid)) {
+        let _ = std::fs::remove_file(journal::path(pid));
+        return Ok(0);
+    }
     let maps = crate::procmaps::read(pid).map_err(|e| {
         let kind = match &e {
             crate::procmaps::MapsError::Io { source, .. } => source.kind(),
