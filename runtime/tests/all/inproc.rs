@@ -41,6 +41,11 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(exec_leaves_the_new_image_unprobed_and_says_so, Need::Ptrace),
+    case!(
+        global_variables_from_8_threads_x_100000_calls_equal_ptrace_s,
+        Need::Ptrace
+    ),
+    case!(a_full_ring_counts_every_dropped_run, Need::Ptrace),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -697,4 +702,133 @@ fn exec_leaves_the_new_image_unprobed_and_says_so() {
         )),
         "{err}"
     );
+}
+
+/// 8 threads × 100,000 calls with a program of global variables (a count
+/// and a read-modify-write sum of the argument, which a concurrent run
+/// would lose updates of): the values logged once every thread was joined
+/// are exact and the ptrace transport's.
+fn global_variables_from_8_threads_x_100000_calls_equal_ptrace_s() {
+    let exe = inproc_target(false);
+    let p = write(
+        "inproc_globals.rpn",
+        format!(
+            "name = {}\ngvars = 2\noffset = target\n inc gv, 0\n push gv, 1\n push r, rdi\n add\n \
+             pop gv, 1\n abort\noffset = done\n push 0\n push 2\n log gv\n",
+            exe.display()
+        ),
+    );
+    let args = [
+        p.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "threads",
+        "8",
+        "100000",
+    ];
+    let (want, want_out, _) = run_json("ptrace", &args);
+    let (got, got_out, err) = run_json("inproc", &args);
+    assert_eq!(got_out, ["threads 8 sum 40000400000"], "{err}");
+    assert_eq!(got_out, want_out);
+    let log = &got[0];
+    let calls = 800_000u64;
+    let sum: u64 = 8 * (0..100_000u64).sum::<u64>();
+    assert_eq!(
+        log["items"][0]["values"],
+        serde_json::json!([calls, sum]),
+        "{got:?}"
+    );
+    assert_eq!(got, want, "{err}");
+    let s = got.last().unwrap();
+    assert_eq!(
+        (&s["hits"], &s["missed"]),
+        (&(calls + 1).into(), &0.into()),
+        "{err}"
+    );
+}
+
+/// A ring of one page while wprobe is stopped (SIGSTOP): the producer
+/// waits for room a bounded time (1 s), then drops the run and counts it;
+/// once the heartbeat is stale the probes are dormant and further calls are
+/// counted as missed; after SIGCONT the probes work again. Every call is
+/// accounted for: hits + missed is every call, records + dropped is every
+/// hit, and the target finished its calls in bounded time.
+fn a_full_ring_counts_every_dropped_run() {
+    let (exe, work, _) = gated();
+    let mut target = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut to = target.stdin.take().unwrap();
+    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
+    let w = wprobe()
+        .arg("run")
+        .arg(gated_prog(&exe))
+        .args([
+            "--transport",
+            "inproc",
+            "--format",
+            "json",
+            "-p",
+            &pid.to_string(),
+        ])
+        .env("WPROBE_INPROC_RING_BYTES", "4096")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_armed(pid, work);
+    let signal = |sig: &str| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &w.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let t0 = Instant::now();
+    writeln!(to, "300").unwrap();
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("sum {}", gated_sum(300))
+    );
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(10), "the target waited {took:?}");
+    signal("-CONT");
+    // The heartbeat is fresh again within a beat or two.
+    std::thread::sleep(Duration::from_millis(500));
+    writeln!(to, "10").unwrap();
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("sum {}", gated_sum(310))
+    );
+    signal("-INT");
+    let o = output_within_child(w, 30);
+    let err = stderr(&o);
+    let out = String::from_utf8(o.stdout).unwrap();
+    let logs = out
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"log\""))
+        .count() as u64;
+    let stats: serde_json::Value =
+        serde_json::from_str(out.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap();
+    let n = |k: &str| stats[k].as_u64().unwrap();
+    assert_eq!(n("hits") + n("missed"), 310, "{stats}\n{err}");
+    assert_eq!(logs, n("records"), "every record counted was written");
+    assert_eq!(n("records") + n("dropped"), n("hits"), "{stats}");
+    assert!(n("dropped") > 0 && n("missed") > 0, "{stats}");
+    assert!(
+        n("records") >= 10,
+        "the probes work again after SIGCONT: {stats}"
+    );
+    drop(to);
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("done {}", gated_sum(310))
+    );
+    assert!(target.wait().unwrap().success());
 }
