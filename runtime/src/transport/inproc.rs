@@ -113,6 +113,8 @@ pub struct InProc {
     finished: bool,
     /// The process executed a new program (see `check_exec`).
     execed: bool,
+    /// `suspend` restored the bytes; `resume` writes the jumps again.
+    suspended: bool,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -158,6 +160,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         handlers_paused: false,
         finished: false,
         execed: false,
+        suspended: false,
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -530,6 +533,62 @@ impl Transport for InProc {
         if let Some(a) = &self.agent {
             a.region.set_probe_enabled(tag as u32, false);
         }
+    }
+
+    fn suspend(&mut self) -> Result<(), String> {
+        let Some(a) = &self.agent else {
+            return Err("--transport inproc: nothing is armed yet".into());
+        };
+        if self.suspended || self.execed {
+            return Ok(());
+        }
+        // Dormant first: a thread already in a stub runs the displaced
+        // instructions and goes on; none starts a handler.
+        a.region.set_enabled(false);
+        let mut w = World::stop(self.pid).map_err(|e| format!("{e:#}"))?;
+        let restored = self.patcher.restore(&w);
+        w.release();
+        let left = restored?;
+        self.code_left_alone
+            .extend(left.into_iter().map(|(a, b)| (self.pid, a, b)));
+        self.suspended = true;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
+            return Err("--transport inproc: nothing is armed yet".into());
+        };
+        if !self.suspended || self.execed {
+            return Ok(());
+        }
+        // No thread may stand inside a window the jump would replace: stop
+        // the process until none does (a thread is there only for the few
+        // instructions of a window).
+        for _ in 0..100 {
+            let mut w = World::stop(self.pid).map_err(|e| format!("{e:#}"))?;
+            let inside = w.tids().into_iter().any(|tid| {
+                w.regs(tid)
+                    .is_some_and(|r| self.patcher.inside_a_window(r.rip))
+            });
+            if inside {
+                w.release();
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let installed = self.patcher.install(&w, dispatch);
+            w.release();
+            installed?;
+            if let Some(a) = &self.agent {
+                a.region.set_enabled(true);
+            }
+            self.suspended = false;
+            return Ok(());
+        }
+        Err(format!(
+            "process {}: a thread stayed inside a probed window; the probes stay dormant",
+            self.pid
+        ))
     }
 
     fn set_tick(&mut self, period: Duration) {

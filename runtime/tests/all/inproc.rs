@@ -46,6 +46,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(a_full_ring_counts_every_dropped_run, Need::Ptrace),
+    case!(
+        suspend_restores_the_bytes_and_resume_patches_again,
+        Need::Ptrace
+    ),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -831,4 +835,118 @@ fn a_full_ring_counts_every_dropped_run() {
         format!("done {}", gated_sum(310))
     );
     assert!(target.wait().unwrap().success());
+}
+
+/// The seam's suspend and resume, driven directly: after 10 runs `suspend`
+/// puts the file's bytes back (no run while suspended: the probes are
+/// dormant and unpatched), `resume` writes the jump again and runs come
+/// back; the command runs to its end.
+fn suspend_restores_the_bytes_and_resume_patches_again() {
+    use runtime::transport::{
+        Action, Event, HandlerProbe, HandlerProgram, HandlerSet, Insert, OpenOptions, Target,
+    };
+    use std::cell::Cell;
+    let exe = gcc(
+        "slow_target_nopie_inproc",
+        &progs().join("slow_target.c"),
+        &["-O0", "-fno-pie", "-no-pie"],
+    );
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
+    let wprobe_elf::Lookup::Found(work) = elf.lookup("work") else {
+        panic!("no work");
+    };
+    let work = work.value;
+    let orig = elf.bytes_at(work, 8).unwrap().to_vec();
+    let wasm =
+        wat::parse_str(r#"(module (func (export "h") (result i32) (i32.const 0)))"#).unwrap();
+    let argv = [exe.clone().into_os_string(), "300".into()];
+    let info = runtime::transport::by_name("inproc").unwrap();
+    let mut t = (info.open)(
+        Target::Launch(&argv),
+        &OpenOptions {
+            follow_forks: false,
+            verify_opcodes: true,
+            reads_memory: false,
+            registers: runtime::regscan::RegsRead::All,
+        },
+    )
+    .unwrap();
+    let pid = t.main_pid();
+    t.insert(
+        7,
+        pid,
+        runtime::addr::RunAddr(work),
+        Insert::Breakpoint { opcode: None },
+    )
+    .unwrap();
+    t.load_handlers(&HandlerSet {
+        programs: vec![HandlerProgram {
+            label: "h",
+            wasm: &wasm,
+            gvars: 0,
+            fuel: 1_000_000,
+            writes: false,
+            maps: None,
+        }],
+        probes: vec![HandlerProbe {
+            tag: 7,
+            program: 0,
+            export: "h",
+            ignore: 0,
+            maxhits: 0,
+            load_bias: 0,
+        }],
+        start_mono_ns: 0,
+        mono_offset_ns: 0,
+        child_pid: pid as u64,
+    })
+    .unwrap();
+    assert_eq!(live(pid as u32, work, 1), [0xe9]);
+    t.set_tick(Duration::from_millis(100));
+    let runs = Cell::new(0u64);
+    let (at_suspend, at_resume) = (Cell::new(None::<u64>), Cell::new(None::<u64>));
+    let ticks = Cell::new(0);
+    let at_tick1 = Cell::new(0u64);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let status = t
+        .run(&stop, &mut |t, ev| {
+            match ev {
+                // Runs without records are reported as counts.
+                Event::Counted { tag, counts } => {
+                    assert_eq!(tag, 7);
+                    runs.set(runs.get() + counts.runs);
+                    if runs.get() >= 10 && at_suspend.get().is_none() {
+                        t.suspend().unwrap();
+                        assert_eq!(live(pid as u32, work, 8), orig, "the file's bytes");
+                        at_suspend.set(Some(runs.get()));
+                    }
+                }
+                Event::Tick if at_suspend.get().is_some() && at_resume.get().is_none() => {
+                    ticks.set(ticks.get() + 1);
+                    if ticks.get() == 1 {
+                        at_tick1.set(runs.get());
+                    }
+                    if ticks.get() == 3 {
+                        at_resume.set(Some(runs.get()));
+                        t.resume().unwrap();
+                        assert_eq!(live(pid as u32, work, 1), [0xe9], "patched again");
+                    }
+                }
+                _ => {}
+            }
+            Action::Continue
+        })
+        .unwrap();
+    t.detach().unwrap();
+    assert_eq!(status, Some(runtime::transport::ExitStatus::Code(0)));
+    // Counts reported after `suspend` are of runs made before it (the
+    // counters are read every 100 ms: at most ~50 calls of 2 ms).
+    let (s, r) = (at_suspend.get().unwrap(), at_resume.get().expect("resumed"));
+    assert!(r - s <= 60, "{s} then {r}");
+    assert_eq!(at_tick1.get(), r, "no run for 200 ms while suspended");
+    let total = runs.get();
+    assert!(
+        total > r && total < 300,
+        "runs came back, the dormant calls were not runs: {total}"
+    );
 }

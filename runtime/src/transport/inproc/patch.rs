@@ -321,6 +321,14 @@ impl Patcher {
         }
     }
 
+    /// Whether `pc` is inside a window (past its first byte), where a jump
+    /// must not be written under a thread.
+    pub(super) fn inside_a_window(&self, pc: u64) -> bool {
+        self.sites
+            .iter()
+            .any(|s| pc > s.site.addr && pc < s.site.addr + s.site.len as u64)
+    }
+
     /// Whether a jump is in place somewhere.
     pub(super) fn any_patched(&self) -> bool {
         self.sites.iter().any(|s| s.patched)
