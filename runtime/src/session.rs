@@ -123,6 +123,9 @@ pub struct Session {
     program_wasm: Vec<(String, std::sync::Arc<[u8]>)>,
     /// Records of the current breakpoint hit, until its step (`logonfault`).
     held: records::Held,
+    /// A transport that compiles the programs again (for the target) may
+    /// use the compiled-module cache.
+    use_cache: bool,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -264,7 +267,15 @@ impl Session {
             hits_seen: 0,
             bt,
             held: Default::default(),
+            use_cache: true,
         })
+    }
+
+    /// Whether a transport that compiles the programs again for the target
+    /// (the in-process transport) may use the compiled-module cache
+    /// (`--no-cache` says no; on by default).
+    pub fn set_use_cache(&mut self, on: bool) {
+        self.use_cache = on;
     }
 
     /// Whether any handler can read memory (`read_mem`, `read_str`): the

@@ -346,6 +346,9 @@ pub struct HandlerSet<'a> {
     pub mono_offset_ns: u64,
     /// The launched command's pid (the `child_pid` import; 0 when attached).
     pub child_pid: u64,
+    /// Whether compiled artifacts may come from and go to the compiled-module
+    /// cache (`--no-cache` says no).
+    pub use_cache: bool,
 }
 
 /// What the session asks of the transport after a hit.

@@ -68,6 +68,7 @@ impl Session {
             start_mono_ns: data.services.start_mono_ns,
             mono_offset_ns: data.services.mono_offset_ns,
             child_pid: data.services.child_pid,
+            use_cache: self.use_cache,
         }
     }
 

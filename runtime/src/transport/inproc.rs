@@ -115,6 +115,8 @@ pub struct InProc {
     execed: bool,
     /// `suspend` restored the bytes; `resume` writes the jumps again.
     suspended: bool,
+    /// The process ended (exited or was killed).
+    ended: bool,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -161,6 +163,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         finished: false,
         execed: false,
         suspended: false,
+        ended: false,
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -169,6 +172,55 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         .collect();
     t.world = Some(world);
     Ok(Box::new(t))
+}
+
+/// The artifact of `wasm` for the agent's engine: from the compiled-module
+/// cache (keyed by the engine's configuration, so never an artifact of the
+/// runtime's own engine), or compiled and stored there.
+fn compile_for_agent(
+    cache: &crate::cache::Cache,
+    engine: &wasmtime::Engine,
+    wasm: &[u8],
+) -> anyhow::Result<Vec<u8>> {
+    let (module, _) = cache.get_or_compile(engine, wasm)?;
+    Ok(module.serialize()?)
+}
+
+/// The phases of loading the handlers into the target, timed for
+/// `WPROBE_DEBUG` (where arming time goes).
+struct Phases {
+    on: bool,
+    last: Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            on: std::env::var_os("WPROBE_DEBUG").is_some(),
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        if self.on {
+            let now = Instant::now();
+            self.done.push((what, now - self.last));
+            self.last = now;
+        }
+    }
+
+    fn report(&self, pid: i32) {
+        if self.on {
+            let parts: Vec<String> = self
+                .done
+                .iter()
+                .map(|(w, d)| format!("{w} {:.3} ms", d.as_secs_f64() * 1e3))
+                .collect();
+            crate::elog!("wprobe: debug: process {pid}: {}", parts.join(", "));
+        }
+    }
 }
 
 /// Why the eligibility rules refuse a jump at link-time address `link` of
@@ -205,11 +257,17 @@ impl InProc {
             return Err("the target is not stopped".into());
         };
         // Programs precompiled for the agent's engine.
+        let mut phases = Phases::start();
         let engine = agent_loader::compile::agent_engine().map_err(|e| format!("{e:#}"))?;
+        let cache = if set.use_cache {
+            crate::cache::Cache::from_env().unwrap_or_else(|_| crate::cache::Cache::disabled())
+        } else {
+            crate::cache::Cache::disabled()
+        };
         let mut cwasm = Vec::with_capacity(set.programs.len());
         for p in &set.programs {
             cwasm.push(
-                agent_loader::compile::precompile(&engine, p.wasm)
+                compile_for_agent(&cache, &engine, p.wasm)
                     .map_err(|e| format!("compiling `{}` for the target: {e:#}", p.label))?,
             );
         }
@@ -251,6 +309,7 @@ impl InProc {
             mono_offset_ns: set.mono_offset_ns,
             child_pid: set.child_pid,
         };
+        phases.mark("compiled for the agent");
         let image = agent_loader::agent_image().map_err(|e| format!("the agent: {e:#}"))?;
         let runner = world.runner().map_err(|e| format!("{e:#}"))?;
         let mut agent = {
@@ -299,6 +358,7 @@ impl InProc {
                 .load_module(&mut t, &spec)
                 .map_err(|e| format!("loading `{}` into process {}: {e:#}", p.label, self.pid))?;
         }
+        phases.mark("agent and modules loaded");
         let sites: Vec<SiteSpec> = self
             .patcher
             .sites
@@ -333,7 +393,10 @@ impl InProc {
         self.reported = vec![ProbeCounts::default(); probes_cap as usize];
         let dispatch = agent.dispatch;
         self.agent = Some(agent);
+        phases.mark("sites registered");
         self.patcher.install(world, dispatch)?;
+        phases.mark("stubs and jumps written");
+        phases.report(self.pid);
         // Let the target go.
         if let Some(mut w) = self.world.take() {
             w.release();
@@ -618,6 +681,7 @@ impl Transport for InProc {
             }
             if let Some(status) = self.ended() {
                 self.exit = status;
+                self.ended = true;
                 break;
             }
             let mut timeout = if drained > 0 || busy {
@@ -667,12 +731,19 @@ impl Transport for InProc {
         if let Some(a) = &self.agent {
             a.region.set_enabled(false);
         }
-        if self.patcher.any_patched() && self.exit.is_none() {
+        if self.patcher.any_patched() && (self.ended || self.exit.is_some()) {
+            // The process is gone, and its patched image with it: nothing
+            // to restore, and the journal must not outlive it.
+            self.patcher.forget();
+        }
+        if self.patcher.any_patched() {
             if self.world.is_none() {
                 match World::stop(self.pid) {
                     Ok(w) => self.world = Some(w),
                     // Gone: nothing left to restore.
-                    Err(_) if !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() => {}
+                    Err(_) if !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() => {
+                        self.patcher.forget();
+                    }
                     Err(e) => anyhow::bail!("stopping process {} to restore it: {e:#}", self.pid),
                 }
             }

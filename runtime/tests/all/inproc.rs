@@ -700,6 +700,10 @@ fn exec_leaves_the_new_image_unprobed_and_says_so() {
         .map(|(p, _)| p.to_string())
         .unwrap_or_else(|| panic!("no exec message: {err}"));
     assert!(
+        !runtime::transport::inproc::journal::path(pid.parse().unwrap()).exists(),
+        "no journal outlives the process"
+    );
+    assert!(
         err.contains(&format!(
             "wprobe: process {pid} executed a new program: its probes went with the old one \
              (--transport ptrace arms them in the new program)\n"
@@ -899,6 +903,7 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
         start_mono_ns: 0,
         mono_offset_ns: 0,
         child_pid: pid as u64,
+        use_cache: false,
     })
     .unwrap();
     assert_eq!(live(pid as u32, work, 1), [0xe9]);
