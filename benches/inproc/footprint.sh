@@ -12,10 +12,10 @@
 # is read again and wprobe stopped with SIGINT. The handler (an RPN program
 # of K probes, each `abort`) does nothing. "arm ms" is wprobe's own
 # measure (WPROBE_DEBUG: from the first probe planned to the target let go:
-# agent loaded, modules compiled for it and loaded, stubs and jumps written,
-# with every thread stopped); "stopped ms" is how long the target's threads
-# were stopped (the same, minus planning before the stop); the medians are
-# reported. "ptrace arm ms" is the ptrace transport arming the same sites
+# the agent loaded, the modules loaded (compiled for it beforehand: the
+# cache is warmed first), the stubs and jumps written, every thread
+# stopped meanwhile); the medians are reported. "ptrace arm ms" is the
+# ptrace transport arming the same sites (int3s), for comparison, with
 # (int3s), for comparison.
 #
 # usage: benches/inproc/footprint.sh [REPEATS]
@@ -88,8 +88,13 @@ one() {
 }
 
 printf "%-8s %8s %14s %14s %14s %14s\n" sites "" "inproc arm ms" "ptrace arm ms" "RSS before KiB" "RSS after KiB"
-# Compiled once (the module cache), so no run below measures compilation.
-one inproc 1 f_1234
+# Compiled once (the module cache holds the runtime's and the agent's
+# artifacts), so no run below measures compilation.
+for spec in "1 f_1234" "100 f_199" "10000 f_9999"; do
+  read -r k last <<<"$spec"
+  one inproc "$k" "$last"
+  one ptrace "$k" "$last"
+done
 for spec in "1 f_1234" "100 f_199" "10000 f_9999"; do
   read -r k last <<<"$spec"
   ia="" pa="" rb="" ra=""
