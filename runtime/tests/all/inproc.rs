@@ -50,6 +50,10 @@ pub(crate) const CASES: &[Case] = &[
         suspend_restores_the_bytes_and_resume_patches_again,
         Need::Ptrace
     ),
+    case!(
+        sigterm_of_wprobe_launched_restores_and_passes_the_signal_on,
+        Need::Ptrace
+    ),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -954,4 +958,59 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
         total > r && total < 300,
         "runs came back, the dormant calls were not runs: {total}"
     );
+}
+
+/// SIGTERM to wprobe running a launched command: the probes are made
+/// dormant and the bytes restored, the signal is passed on to the command as
+/// under the other transports, wprobe exits 128+15 once the command ended,
+/// and no journal is left.
+fn sigterm_of_wprobe_launched_restores_and_passes_the_signal_on() {
+    let (exe, work, _) = gated();
+    let mut w = wprobe()
+        .arg("run")
+        .arg(gated_prog(&exe))
+        .args(["--transport", "inproc", "-o", "/dev/null", "--"])
+        .arg(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to = w.stdin.take().unwrap();
+    let mut from = BufReader::new(w.stdout.take().unwrap()).lines();
+    let wpid = w.id();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid: u32 = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{wpid}/task/{wpid}/children"))
+            .unwrap_or_default();
+        if let Some(p) = kids.split_whitespace().next() {
+            break p.parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no child");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    wait_armed(pid, work);
+    writeln!(to, "5").unwrap();
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("sum {}", gated_sum(5))
+    );
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &wpid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = output_within_child(w, 30);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(143), "{err}");
+    assert!(
+        err.contains(&format!(
+            "wprobe: detached; signal 15 passed on to process {pid}, waiting for it to exit"
+        )),
+        "{err}"
+    );
+    assert!(!runtime::transport::inproc::journal::path(pid as i32).exists());
+    drop(to);
 }
