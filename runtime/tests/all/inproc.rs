@@ -54,6 +54,7 @@ pub(crate) const CASES: &[Case] = &[
         sigterm_of_wprobe_launched_restores_and_passes_the_signal_on,
         Need::Ptrace
     ),
+    case!(exit_1_and_3_are_counted_and_name_ptrace, Need::Ptrace),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -1013,4 +1014,29 @@ fn sigterm_of_wprobe_launched_restores_and_passes_the_signal_on() {
     );
     assert!(!runtime::transport::inproc::journal::path(pid as i32).exists());
     drop(to);
+}
+
+/// `exit 1` (debugger hand-off) and `exit 3` (core dump) need a stopped
+/// target: under inproc, as under perf, they are counted and said once,
+/// naming the transport that honours them, and the process runs on.
+fn exit_1_and_3_are_counted_and_name_ptrace() {
+    let t = probe_target();
+    for (code, what) in [(1, "exit 1 (debugger hand-off)"), (3, "exit 3 (core dump)")] {
+        let p = write(
+            &format!("inproc_exit{code}.rpn"),
+            format!(
+                "name = {}\noffset = target_fn\nopcode = 0x55\n push r, rdi\n log 1\n exit {code}\n",
+                t.display()
+            ),
+        );
+        let (got, out, err) = run_json("inproc", &[p.to_str().unwrap(), "--", t.to_str().unwrap()]);
+        assert_eq!(out, ["counter=4 last=27"], "{err}");
+        assert_eq!(got.iter().filter(|v| v["kind"] == "log").count(), 3);
+        let warning = format!(
+            "wprobe: warning: probe inproc_exit{code}:target_fn: {what} needs a stopped target \
+             and cannot be honoured under --transport inproc; counted, the process runs on (use \
+             --transport ptrace)\n"
+        );
+        assert_eq!(err.matches(&warning).count(), 1, "{err}");
+    }
 }
