@@ -117,6 +117,9 @@ pub struct InProc {
     suspended: bool,
     /// The process ended (exited or was killed).
     ended: bool,
+    /// The agent's heap allocations once armed (`WPROBE_DEBUG` reports the
+    /// ones made while running: none per hit).
+    allocations_armed: u64,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -164,6 +167,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         execed: false,
         suspended: false,
         ended: false,
+        allocations_armed: 0,
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -397,6 +401,9 @@ impl InProc {
         self.patcher.install(world, dispatch)?;
         phases.mark("stubs and jumps written");
         phases.report(self.pid);
+        if let Some(a) = &self.agent {
+            self.allocations_armed = a.region.stats().allocations;
+        }
         // Let the target go.
         if let Some(mut w) = self.world.take() {
             w.release();
@@ -718,6 +725,25 @@ impl Transport for InProc {
         self.quiesce();
         self.drain_runs(on_event);
         self.report_counts(&mut deltas, on_event);
+        if std::env::var_os("WPROBE_DEBUG").is_some()
+            && let Some(a) = &self.agent
+        {
+            let st = a.region.stats();
+            crate::elog!(
+                "wprobe: debug: agent in process {}: {} threads, {} heap allocations while \
+                 running ({} when armed), {} dormant, {} reentered, {} contended, {} lock \
+                 waits, {} ring waits",
+                self.pid,
+                st.threads,
+                st.allocations - self.allocations_armed,
+                self.allocations_armed,
+                st.dormant,
+                st.reentered,
+                st.contended,
+                st.lock_waits,
+                st.ring_waits
+            );
+        }
         if let Some(status) = self.exit {
             let pid = self.pid;
             on_event(self, Event::ProcessExited { pid, status });

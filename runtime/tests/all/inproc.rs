@@ -55,6 +55,7 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(exit_1_and_3_are_counted_and_name_ptrace, Need::Ptrace),
+    case!(no_heap_allocation_per_hit_in_the_agent, Need::Ptrace),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -1038,5 +1039,48 @@ fn exit_1_and_3_are_counted_and_name_ptrace() {
              --transport ptrace)\n"
         );
         assert_eq!(err.matches(&warning).count(), 1, "{err}");
+    }
+}
+
+/// The agent allocates nothing per hit: the heap allocations it makes
+/// while running (the first hit of each thread sets up buffers that are
+/// reused) are the same for 100 and for 10,000 calls per thread, with a
+/// handler that writes a record at every hit, in one thread and in eight.
+fn no_heap_allocation_per_hit_in_the_agent() {
+    let exe = inproc_target(false);
+    let p = write(
+        "inproc_allocs.rpn",
+        format!(
+            "name = {}\noffset = target\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    let allocations = |threads: u32, calls: u32| -> u64 {
+        let mut c = wprobe();
+        c.arg("run")
+            .args(["--transport", "inproc", "-o", "/dev/null"])
+            .arg(&p)
+            .arg("--")
+            .arg(&exe)
+            .args(["threads", &threads.to_string(), &calls.to_string()])
+            .env("WPROBE_DEBUG", "1");
+        let o = output_within(c, 120);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        err.lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix("wprobe: debug: agent in process ")?;
+                rest.split(", ")
+                    .nth(1)?
+                    .strip_suffix(" heap allocations while running")
+                    .or_else(|| rest.split(", ").nth(1)?.split(" heap").next())
+            })
+            .and_then(|n| n.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no agent line: {err}"))
+    };
+    for threads in [1, 8] {
+        let few = allocations(threads, 100);
+        let many = allocations(threads, 10_000);
+        assert_eq!(few, many, "{threads} threads: 100 vs 10,000 calls each");
     }
 }
