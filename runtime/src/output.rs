@@ -108,7 +108,9 @@ impl RecordOut {
             .name("wprobe-flush".into())
             .spawn(move || {
                 while !d.load(Ordering::SeqCst) {
-                    std::thread::sleep(FLUSH_INTERVAL);
+                    // Woken at once when the output is dropped (no exit
+                    // waits up to an interval for the flusher).
+                    std::thread::park_timeout(FLUSH_INTERVAL);
                     if let Ok(mut g) = i.lock() {
                         g.flush();
                     }
@@ -172,6 +174,7 @@ impl Drop for RecordOut {
         self.done.store(true, Ordering::SeqCst);
         self.flush();
         if let Some(t) = self.flusher.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }

@@ -12,6 +12,7 @@
 
 mod arm;
 mod capture;
+mod in_target;
 mod oneliner;
 mod records;
 mod stats;
@@ -122,8 +123,14 @@ pub struct Session {
     /// One-liner support (`begin`/`end`/`interval` probes, output events,
     /// maps printed at exit): see `oneliner`.
     bt: BtState,
+    /// Each program's label and Wasm bytes, for a transport that runs the
+    /// handlers itself (see `in_target`).
+    program_wasm: Vec<(String, std::sync::Arc<[u8]>)>,
     /// Records of the current breakpoint hit, until its step (`logonfault`).
     held: records::Held,
+    /// A transport that compiles the programs again (for the target) may
+    /// use the compiled-module cache.
+    use_cache: bool,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -229,7 +236,12 @@ impl Session {
                 p.label = format!("{}#{}", p.label, n);
             }
         }
+        let program_wasm = programs
+            .iter()
+            .map(|p| (p.label.clone(), p.module.wasm.clone()))
+            .collect();
         Ok(Session {
+            program_wasm,
             runner,
             manifests,
             probes,
@@ -261,7 +273,15 @@ impl Session {
             hits_seen: 0,
             bt,
             held: Default::default(),
+            use_cache: true,
         })
+    }
+
+    /// Whether a transport that compiles the programs again for the target
+    /// (the in-process transport) may use the compiled-module cache
+    /// (`--no-cache` says no; on by default).
+    pub fn set_use_cache(&mut self, on: bool) {
+        self.use_cache = on;
     }
 
     /// Whether any handler can read memory (`read_mem`, `read_str`): the
@@ -495,13 +515,29 @@ impl Session {
     ) -> anyhow::Result<Option<ExitStatus>> {
         self.transport = Some(t.info());
         self.runner.store.data_mut().env.hit = t.new_hit();
-        let res = t.run(stop, &mut |t: &mut dyn Transport, ev: Event<'_>| {
-            self.on_event(t, ev)
-        });
+        let loaded = if t.runs_handlers() {
+            // Part of arming: the agent, the modules, the stubs, the jumps.
+            let t0 = std::time::Instant::now();
+            let set = self.handler_set(t.main_pid());
+            let r = t.load_handlers(&set).map_err(anyhow::Error::msg);
+            self.arm_time += t0.elapsed();
+            r
+        } else {
+            Ok(())
+        };
+        let res = match loaded {
+            Ok(()) => t.run(stop, &mut |t: &mut dyn Transport, ev: Event<'_>| {
+                self.on_event(t, ev)
+            }),
+            Err(e) => Err(e),
+        };
         self.settle_held(None);
         let t0 = std::time::Instant::now();
         let detached = t.detach();
         self.disarm_time = t0.elapsed() + t.report().detach_time;
+        if t.runs_handlers() {
+            self.pull_target_maps(t);
+        }
         self.out.flush();
         let status = res?;
         detached?;
@@ -571,7 +607,18 @@ impl Session {
                     p.stats.missed += 1;
                 }
             }
+            Event::Tick if t.runs_handlers() => self.run_intervals_in_target(t),
             Event::Tick => self.run_intervals(),
+            Event::Ran { tag, run } => {
+                if tag < self.probes.len() {
+                    self.target_ran(t, tag, run);
+                }
+            }
+            Event::Counted { tag, counts } => {
+                if tag < self.probes.len() {
+                    self.target_counted(tag, counts);
+                }
+            }
         }
         Action::Continue
     }

@@ -19,6 +19,7 @@
 //! output.
 
 pub mod calls;
+pub mod inproc;
 pub mod perf;
 pub mod ptrace;
 
@@ -118,7 +119,7 @@ pub struct TransportInfo {
 }
 
 /// Every transport, in `--help` order; the first is the default.
-pub static TRANSPORTS: &[&TransportInfo] = &[&ptrace::INFO, &perf::INFO];
+pub static TRANSPORTS: &[&TransportInfo] = &[&ptrace::INFO, &perf::INFO, &inproc::INFO];
 
 /// The transport named `name`.
 pub fn by_name(name: &str) -> Option<&'static TransportInfo> {
@@ -246,6 +247,132 @@ pub enum Event<'a> {
         /// Why the call ended without a return.
         cause: calls::Left,
     },
+    /// A transport that runs the handlers itself
+    /// ([`Transport::runs_handlers`]): one handler run in the target whose
+    /// records (or outcome) the session must see; runs without either are
+    /// only counted ([`Event::Counted`]).
+    Ran {
+        /// The probe's tag.
+        tag: usize,
+        /// The run.
+        run: &'a TargetRun<'a>,
+    },
+    /// A transport that runs the handlers itself: what happened to a
+    /// probe's hits since the last report (added to its statistics).
+    Counted {
+        /// The probe's tag.
+        tag: usize,
+        /// The increments.
+        counts: RunCounts,
+    },
+}
+
+/// A handler run in the target, as a transport that runs handlers reports
+/// it ([`Event::Ran`]): the hit's identity and the records, which the
+/// session formats as it formats the records of its own runs.
+#[derive(Debug)]
+pub struct TargetRun<'a> {
+    /// Process of the hit.
+    pub pid: i32,
+    /// Thread of the hit.
+    pub tid: i32,
+    /// CPU of the hit.
+    pub cpu: u32,
+    /// Wall-clock time of the hit, ns since the epoch.
+    pub time_ns: u64,
+    /// How the handler ended.
+    pub outcome: TargetOutcome,
+    /// The message of the probe's first trap (sent once per probe).
+    pub trap: Option<&'a str>,
+    /// The records of the run, in emission order.
+    pub records: &'a crate::sink::Sink,
+}
+
+/// How a handler run in the target ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetOutcome {
+    /// The handler returned this outcome.
+    Returned(hostabi::Outcome),
+    /// Fuel ran out.
+    FuelExhausted,
+    /// The handler trapped.
+    Trapped,
+}
+
+/// Increments of a probe's statistics reported by a transport that runs
+/// the handlers itself ([`Event::Counted`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Hits (ignored ones included).
+    pub hits: u64,
+    /// Hits skipped by `ignore`.
+    pub ignored: u64,
+    /// Handler runs.
+    pub runs: u64,
+    /// Runs that exhausted their fuel.
+    pub fuel_exhausted: u64,
+    /// Runs that trapped.
+    pub traps: u64,
+    /// Runs ended by an uncaught exception.
+    pub uncaught: u64,
+    /// Runs whose records could not be delivered.
+    pub dropped: u64,
+    /// Hits that ran no handler (a hit inside a handler of the same
+    /// thread, and the like).
+    pub missed: u64,
+}
+
+/// A program, for a transport that runs the handlers itself
+/// ([`Transport::load_handlers`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HandlerProgram<'a> {
+    /// The label (file stem) for messages.
+    pub label: &'a str,
+    /// The Wasm module.
+    pub wasm: &'a [u8],
+    /// Global variables it declares.
+    pub gvars: u32,
+    /// Fuel per handler run.
+    pub fuel: u64,
+    /// Whether it imports `write_reg` or `write_mem`.
+    pub writes: bool,
+    /// Its map region as it is now (`mapstore` layout), if it declares maps.
+    pub maps: Option<&'a [u8]>,
+}
+
+/// A probe of such a program.
+#[derive(Clone, Copy, Debug)]
+pub struct HandlerProbe<'a> {
+    /// The tag the probe is inserted with.
+    pub tag: usize,
+    /// Its program (index into [`HandlerSet::programs`]).
+    pub program: usize,
+    /// Its handler export.
+    pub export: &'a str,
+    /// `ignore`.
+    pub ignore: u64,
+    /// `maxhits` (0: no limit).
+    pub maxhits: u64,
+    /// Load bias of its module in the main process (the `load_bias` import).
+    pub load_bias: u64,
+}
+
+/// Everything a transport that runs the handlers itself needs of them.
+#[derive(Clone, Debug)]
+pub struct HandlerSet<'a> {
+    /// The programs, in load order.
+    pub programs: Vec<HandlerProgram<'a>>,
+    /// The probes.
+    pub probes: Vec<HandlerProbe<'a>>,
+    /// `CLOCK_MONOTONIC` when the run started (the `clock_ns` import).
+    pub start_mono_ns: u64,
+    /// `CLOCK_REALTIME - CLOCK_MONOTONIC` (the `clock_ns` import).
+    pub mono_offset_ns: u64,
+    /// The launched command's pid (the `child_pid` import; 0 when attached).
+    pub child_pid: u64,
+    /// Whether compiled artifacts may come from and go to the compiled-module
+    /// cache (`--no-cache` says no).
+    pub use_cache: bool,
 }
 
 /// What the session asks of the transport after a hit.
@@ -399,6 +526,43 @@ pub trait Transport {
     /// A hit value of this transport (the session's store holds one, into
     /// which each hit is swapped).
     fn new_hit(&self) -> Box<dyn TransportHit>;
+
+    /// Whether this transport runs the handlers itself (in the target):
+    /// the session then gives it the programs ([`Transport::load_handlers`])
+    /// and receives their runs ([`Event::Ran`]) and counts
+    /// ([`Event::Counted`]) instead of hits.
+    fn runs_handlers(&self) -> bool {
+        false
+    }
+
+    /// For a transport that runs the handlers itself: the programs and
+    /// probes, after the probes were inserted and before [`Transport::run`].
+    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        let _ = set;
+        Err(format!(
+            "--transport {} does not run handlers itself",
+            self.info().name
+        ))
+    }
+
+    /// For a transport that runs the handlers itself: holds every handler
+    /// until [`Transport::resume_handlers`], so that the map regions can be
+    /// read and written ([`Transport::handler_maps`]); `false` when they
+    /// could not be held.
+    fn pause_handlers(&mut self) -> bool {
+        true
+    }
+
+    /// Lets the handlers run again after [`Transport::pause_handlers`].
+    fn resume_handlers(&mut self) {}
+
+    /// For a transport that runs the handlers itself: copies program
+    /// `program`'s map region into `bytes` (`write`: from `bytes` into the
+    /// region). `false` when it has none of that size.
+    fn handler_maps(&mut self, program: usize, bytes: &mut [u8], write: bool) -> bool {
+        let _ = (program, bytes, write);
+        false
+    }
 }
 
 /// The hit of one transport, as handlers see it.

@@ -3,6 +3,7 @@
 mod differential;
 mod edge_operands;
 mod examples;
+mod inproc_differential;
 mod real_examples;
 mod resolution;
 mod return_probes;

@@ -229,7 +229,7 @@ pub fn print_map(
     print_entries(out, mode, d, entries.collect(), top, div, sym);
 }
 
-/// Entries of a PRINT_MAP event's snapshot (see `services::snapshot_map`),
+/// Entries of a PRINT_MAP event's snapshot (see `hostfns`'s `emit_event`),
 /// or `None` when the event carries none.
 pub fn snapshot_entries(data: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
     let head = data.get(16..24)?;

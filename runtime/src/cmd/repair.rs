@@ -17,7 +17,8 @@ pub struct RepairArgs {
 pub fn repair(a: RepairArgs) -> CmdResult {
     use crate::transport::ptrace::journal;
     let path = journal::path(a.pid);
-    if !path.exists() {
+    let inproc = crate::transport::inproc::journal::path(a.pid);
+    if !path.exists() && !inproc.exists() {
         return Err(CliError::user(format!(
             "no patch journal for process {} ({}): nothing to repair (wprobe detached cleanly, or never attached)",
             a.pid,
@@ -36,10 +37,16 @@ pub fn repair(a: RepairArgs) -> CmdResult {
             a.pid
         )));
     }
-    match journal::repair(a.pid) {
-        Ok(n) => {
+    // The in-process transport's journal: sites (jumps), not bytes.
+    let restored = if inproc.exists() {
+        crate::transport::inproc::repair::repair(a.pid).map(|n| (n, "site"))
+    } else {
+        journal::repair(a.pid).map(|n| (n, "byte"))
+    };
+    match restored {
+        Ok((n, what)) => {
             let _ = crate::output::print_stdout(&format!(
-                "wprobe: restored {n} byte{} in process {}\n",
+                "wprobe: restored {n} {what}{} in process {}\n",
                 if n == 1 { "" } else { "s" },
                 a.pid
             ));

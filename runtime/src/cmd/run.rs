@@ -123,6 +123,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     };
     let mut session =
         Session::new(&engine, programs, opts, out).map_err(|e| CliError::user(format!("{e:#}")))?;
+    session.set_use_cache(!a.opts.no_cache);
     if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
         return Err(CliError::user("no probe selected (check --group / --type)"));
     }

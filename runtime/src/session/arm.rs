@@ -137,6 +137,19 @@ impl Session {
             ));
         }
         if let Some(has) = transport.registers {
+            // What the transport's hits carry, in words (perf: a sample of
+            // the general registers; inproc: the stub's frame and the live
+            // FPU state, all but the debug registers).
+            let (verb, provides, rest) = if has(hostabi::regs::by_name("xmm0").map_or(0, |r| r.id))
+            {
+                (
+                    "provides",
+                    "every register but the debug registers",
+                    "which read 0",
+                )
+            } else {
+                ("samples", "the general registers only", "others read 0")
+            };
             for (label, wasm, thread_pointer) in &self.program_code {
                 let why = match crate::regscan::registers_read(wasm) {
                     RegsRead::Only(set) => (0..128u16)
@@ -147,7 +160,7 @@ impl Session {
                     RegsRead::All => {
                         let w = format!(
                             "program `{label}` reads registers chosen at run time: --transport \
-                             {name} provides the general registers only, others read 0"
+                             {name} provides {provides}, {rest}"
                         );
                         crate::elog!("wprobe: warning: {w}");
                         None
@@ -163,7 +176,7 @@ impl Session {
                 if let Some(why) = why {
                     return Err(format!(
                         "program `{label}` {why}, which --transport {name} does not provide (it \
-                         samples the general registers only); use --transport {}",
+                         {verb} {provides}); use --transport {}",
                         TRANSPORTS
                             .iter()
                             .find(|t| t.registers.is_none())

@@ -6,7 +6,16 @@ use hostabi::env::HitEnv;
 use super::Session;
 use crate::format::{self, RecordView};
 use crate::output::RecordOut;
-use crate::sink::RecordKind;
+use crate::sink::{RecordKind, Sink};
+
+/// Who emitted a batch of records: the hit's process, thread, CPU and time.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Origin {
+    pub(super) pid: u32,
+    pub(super) tid: u32,
+    pub(super) cpu: u32,
+    pub(super) time_ns: u64,
+}
 
 /// The records of a breakpoint hit, held until the transport says whether
 /// the displaced instruction faulted (spec §14 step 8, `logonfault`):
@@ -36,19 +45,40 @@ impl Session {
     /// Formats the records of probe `pi`'s handler run and hands them to
     /// the output, one write per run.
     pub(super) fn write_records(&mut self, pi: usize) {
-        let data = self.runner.store.data();
-        if data.sink.records.is_empty() {
+        if self.runner.store.data().sink.records.is_empty() {
             return;
         }
-        let hit = &data.env;
-        let cpu = hit.cpu() as u32;
+        let hit = &self.runner.store.data().env;
+        let origin = Origin {
+            pid: hit.pid() as u32,
+            tid: hit.tid() as u32,
+            cpu: hit.cpu() as u32,
+            time_ns: hit.now_ns(),
+        };
+        // Out of the store for the time it is formatted (two moves).
+        let sink = std::mem::take(&mut self.runner.store.data_mut().sink);
+        self.write_sink(pi, &sink, origin);
+        let data = self.runner.store.data_mut();
+        data.sink = sink;
+        data.sink.clear();
+    }
+
+    /// Formats the records of `sink`, emitted by a handler run of probe
+    /// `pi` at the hit `origin` describes, and hands them to the output in
+    /// one write: the records of the session's own runs and those of runs
+    /// in the target (`Event::Ran`) alike.
+    pub(super) fn write_sink(&mut self, pi: usize, sink: &Sink, origin: Origin) {
+        if sink.records.is_empty() {
+            return;
+        }
         self.line.clear();
         // Records formatted into `line` and not yet handed to the output.
         let (mut in_line, mut in_line_bytes) = (0u64, 0u64);
-        for r in &data.sink.records {
+        for r in &sink.records {
             if r.kind == RecordKind::Event {
                 // One-liner output, formatted as bpftrace does.
                 let prog = self.probes[pi].prog;
+                let data = self.runner.store.data();
                 let maps = data.services.maps.get(prog).and_then(|m| m.as_ref());
                 let mo = maps.map(|m| crate::btout::MapOutput {
                     decls: &m.decls,
@@ -62,7 +92,7 @@ impl Session {
                     crate::btout::EventRecord {
                         kind: r.major,
                         id: r.minor,
-                        data: data.sink.data(r),
+                        data: sink.data(r),
                     },
                     &ev,
                     mo.as_ref(),
@@ -83,14 +113,14 @@ impl Session {
                 seq: self.seq,
                 stacktrace: r.kind == RecordKind::StackTrace,
                 probe: &self.probes[pi].label,
-                pid: hit.pid() as u32,
-                tid: hit.tid() as u32,
-                cpu,
+                pid: origin.pid,
+                tid: origin.tid,
+                cpu: origin.cpu,
                 major: r.major,
                 minor: r.minor,
-                time_ns: hit.now_ns(),
-                data: data.sink.data(r),
-                items: data.sink.item_words(r),
+                time_ns: origin.time_ns,
+                data: sink.data(r),
+                items: sink.item_words(r),
             };
             format::record_styled(&mut self.line, self.opts.format, self.opts.text, &view);
             in_line += 1;
@@ -101,7 +131,6 @@ impl Session {
         }
         let (out, held) = (&mut self.out, &mut self.held);
         emit(out, held, pi, self.line.as_bytes(), in_line, in_line_bytes);
-        self.runner.store.data_mut().sink.clear();
     }
 
     /// The displaced instruction of the held hit ran: writes its records,

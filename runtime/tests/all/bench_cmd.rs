@@ -220,11 +220,12 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
             "CPU_NS/HIT"
         ]
     );
-    // Both transports by default, each with the exact number of calls.
-    assert_eq!(rows.len(), 4, "{stdout}");
+    // Every transport by default, each with the exact number of calls.
+    assert_eq!(rows.len(), 5, "{stdout}");
     assert_eq!((rows[1][0], rows[1][1], rows[1][4]), ("untraced", "0", "-"));
     assert_eq!((rows[2][0], rows[2][1]), ("ptrace", "300"), "{stdout}");
     assert_eq!((rows[3][0], rows[3][1]), ("perf", "300"), "{stdout}");
+    assert_eq!((rows[4][0], rows[4][1]), ("inproc", "300"), "{stdout}");
     for r in &rows[1..] {
         assert!(r[2].parse::<f64>().unwrap() > 0.0, "{r:?}");
         assert!(r[3].parse::<f64>().is_ok(), "{r:?}");
@@ -283,8 +284,8 @@ fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
     };
     let once = run(&["-I", inc, "-D", "ONCE"], 0);
     let rows = hits(&once);
-    assert_eq!(rows.len(), 2, "{once}");
-    for (row, mode) in rows.iter().zip(["ptrace", "perf"]) {
+    assert_eq!(rows.len(), 3, "{once}");
+    for (row, mode) in rows.iter().zip(["ptrace", "perf", "inproc"]) {
         assert_eq!(row.0, mode, "{once}");
         assert!(row.1.starts_with("1 "), "main is called once: {once}");
     }
@@ -297,7 +298,7 @@ fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
     }
     let missing = run(&[], 1);
     let rows = hits(&missing);
-    assert_eq!(rows.len(), 2, "{missing}");
+    assert_eq!(rows.len(), 3, "{missing}");
     let path = prog.display();
     for row in rows {
         assert_eq!(
@@ -411,7 +412,10 @@ fn compare_script_prints_its_table_and_cleans_up() {
             .env("WPROBE", env!("CARGO_BIN_EXE_wprobe"))
             .env("PTRACE_N1", "20")
             .env("PTRACE_N2", "40")
-            .env("COMPARE_SKIP", "bpftrace perf wprobe-perf oneliner")
+            .env(
+                "COMPARE_SKIP",
+                "bpftrace perf wprobe-perf oneliner inproc uftrace",
+            )
             .env("COMPARE_NO_INSTALL", "1")
             .env("TMPDIR", &tmp),
         0,

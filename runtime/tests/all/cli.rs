@@ -14,7 +14,7 @@ pub(crate) const CASES: &[Case] = &[
         Need::Gdb
     ),
     case!(ctrl_c_in_a_terminal_reaches_the_command_once, Need::Script),
-    case!(a_stopping_signal_reaches_the_command_and_the_status_says_what_happened @ per_transport),
+    case!(a_stopping_signal_reaches_the_command_and_the_status_says_what_happened @ every_transport),
     case!(
         attach_journal_refuses_planted_directories_and_files,
         Need::Root

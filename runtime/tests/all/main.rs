@@ -15,6 +15,7 @@ mod cache;
 mod cli;
 mod cli_goldens;
 mod guests;
+mod inproc;
 mod logonfault;
 mod modules;
 mod oneliner_runtime;
@@ -38,6 +39,7 @@ fn main() {
         cache::CASES,
         cli::CASES,
         guests::CASES,
+        inproc::CASES,
         logonfault::CASES,
         modules::CASES,
         oneliner_runtime::CASES,

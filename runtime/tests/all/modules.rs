@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
-    case!(libc_by_short_name_and_soname_counts_every_malloc @ per_transport),
-    case!(probe_flag_takes_a_library_name @ per_transport),
-    case!(a_location_inside_an_instruction_is_refused_with_the_nearest_boundaries @ per_transport),
+    case!(libc_by_short_name_and_soname_counts_every_malloc @ every_transport),
+    case!(probe_flag_takes_a_library_name @ every_transport),
+    case!(a_location_inside_an_instruction_is_refused_with_the_nearest_boundaries @ every_transport),
     case!(an_ifunc_is_probed_in_the_implementation_the_process_chose @ per_transport),
     case!(probe_flag_inside_an_instruction_is_refused),
     case!(compiler_and_runtime_choose_the_single_global_definition),

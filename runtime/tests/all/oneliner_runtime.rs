@@ -20,8 +20,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(uretprobes_of_8_threads_pair_every_call @ per_transport),
     case!(return_events_print_the_caller_and_the_return_value @ per_transport),
     case!(exit_from_an_interval_stops_a_long_command),
-    case!(map_counts_from_8_threads_x_100000_calls_are_exact @ per_transport),
-    case!(intervals_tick_while_tracing @ per_transport),
+    case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
+    case!(intervals_tick_while_tracing @ every_transport),
 ];
 
 use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};

@@ -122,6 +122,14 @@ pub fn in_ci() -> bool {
 /// its own (`module::test::TRANSPORT`), with what each needs.
 pub const TRANSPORTS: &[(&str, Need)] = &[("ptrace", Need::Ptrace), ("perf", Need::Perf)];
 
+/// The transports a [`Body::EveryTransport`] test runs under: those of
+/// [`TRANSPORTS`] and the in-process one (breakpoint-only features).
+pub const EVERY_TRANSPORT: &[(&str, Need)] = &[
+    ("ptrace", Need::Ptrace),
+    ("perf", Need::Perf),
+    ("inproc", Need::Ptrace),
+];
+
 /// What a test runs.
 #[derive(Clone, Copy)]
 pub enum Body {
@@ -129,6 +137,8 @@ pub enum Body {
     Plain(fn()),
     /// One test per transport of [`TRANSPORTS`], given its name.
     PerTransport(fn(&'static str)),
+    /// One test per transport of [`EVERY_TRANSPORT`], given its name.
+    EveryTransport(fn(&'static str)),
 }
 
 /// One test: a name, what it needs, and its body (which panics on failure).
@@ -143,9 +153,17 @@ pub struct Case {
 }
 
 /// A [`Case`] for function `$f` of the current module, with its needs;
-/// `case!(f @ per_transport, …)` runs `f(transport)` once per transport.
+/// `case!(f @ per_transport, …)` runs `f(transport)` once per transport,
+/// `case!(f @ every_transport, …)` under the in-process transport too.
 #[macro_export]
 macro_rules! case {
+    ($f:ident @ every_transport $(, $need:expr)* $(,)?) => {
+        $crate::support::case::Case {
+            name: concat!(module_path!(), "::", stringify!($f)),
+            needs: &[$($need),*],
+            body: $crate::support::case::Body::EveryTransport($f),
+        }
+    };
     ($f:ident @ per_transport $(, $need:expr)* $(,)?) => {
         $crate::support::case::Case {
             name: concat!(module_path!(), "::", stringify!($f)),
@@ -168,14 +186,17 @@ impl Case {
         let name = self.name.strip_prefix("all::").unwrap_or(self.name);
         match self.body {
             Body::Plain(f) => vec![trial(name.to_string(), self.needs.to_vec(), Box::new(f))],
-            Body::PerTransport(f) => TRANSPORTS
-                .iter()
-                .map(|&(tr, need)| {
-                    let mut needs = self.needs.to_vec();
-                    needs.push(need);
-                    trial(format!("{name}::{tr}"), needs, Box::new(move || f(tr)))
-                })
-                .collect(),
+            Body::PerTransport(f) | Body::EveryTransport(f) => match self.body {
+                Body::PerTransport(_) => TRANSPORTS,
+                _ => EVERY_TRANSPORT,
+            }
+            .iter()
+            .map(|&(tr, need)| {
+                let mut needs = self.needs.to_vec();
+                needs.push(need);
+                trial(format!("{name}::{tr}"), needs, Box::new(move || f(tr)))
+            })
+            .collect(),
         }
     }
 }

@@ -1,0 +1,38 @@
+//! The tracer's side of wprobe's in-process agent: the agent object itself
+//! (built by this crate's build script and embedded: [`AGENT_OBJECT`]),
+//! parsed and checked ([`elf`]); mapping it into a target and talking to it
+//! ([`loader`]) through a minimal [`Target`] trait (implemented for the
+//! calling process, [`SelfTarget`], and by the runtime for a
+//! ptrace-stopped thread); the shared control region ([`region`]);
+//! precompiling handler modules for its engine ([`compile`]); choosing the
+//! instructions a probe's jump replaces ([`window`]) and generating the
+//! stubs ([`stub`]).
+//!
+//! This crate holds the `unsafe` of the tracer's side (the shared mapping,
+//! futexes on it): wprobe's runtime crate denies `unsafe` outside its
+//! system-call layer.
+
+pub mod compile;
+pub mod elf;
+pub mod loader;
+pub mod region;
+pub mod stub;
+pub mod target;
+pub mod window;
+
+pub use elf::AgentImage;
+pub use loader::{LoadedAgent, ModuleSpec, ProbeSpec, SiteSpec, load_agent};
+pub use region::{Region, RegionLayout, RunFacts};
+pub use target::{SelfTarget, Target};
+
+use anyhow::Result;
+
+/// The agent object (`agent/`, built by this crate's build script).
+pub static AGENT_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wprobe-agent.so"));
+
+/// Parses and checks the embedded agent object.
+pub fn agent_image() -> Result<AgentImage> {
+    let img = AgentImage::parse(AGENT_OBJECT)?;
+    anyhow::ensure!(img.span > 0, "empty agent");
+    Ok(img)
+}

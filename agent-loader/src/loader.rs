@@ -1,0 +1,376 @@
+//! Mapping the agent into a target and talking to it.
+//!
+//! 1. A scratch page (RW) for the strings and frames the tracer passes.
+//! 2. An inaccessible reservation of the object's span, then each segment
+//!    mapped over it (`MAP_FIXED`, anonymous) **with its final protection**
+//!    (text `r-x`, RELRO `r--`, data `rw-`): no page of the target is ever
+//!    writable and executable. The relocated contents are written through
+//!    the target's forced-write path (`/proc/PID/mem`).
+//! 3. A fork-guard page (`MADV_WIPEONFORK`): a forked child sees it zeroed
+//!    and its inherited agent stays dormant.
+//! 4. The control region: a memfd created *in the target*, opened by the
+//!    tracer through `/proc/PID/fd/N`, mapped `MAP_SHARED` on both sides,
+//!    closed in the target.
+//! 5. `wprobe_agent_init(region, len, guard)`.
+
+use crate::elf::AgentImage;
+use crate::region::{Region, RegionLayout, RunFacts};
+use crate::target::{Target, syscall_ok};
+use agent_abi::{AgentError, LoadRequest, ProbeEntry, SiteEntry, SitesRequest, sym};
+use anyhow::{Context, Result, bail};
+use std::fs::File;
+
+const PAGE: u64 = 4096;
+const MADV_WIPEONFORK: u64 = 18;
+const MFD_CLOEXEC: u64 = 1;
+
+/// The agent, mapped and initialised in a target.
+pub struct LoadedAgent {
+    /// Load base of the object in the target.
+    pub base: u64,
+    /// Address of the control region in the target.
+    pub region_addr: u64,
+    /// The tracer's mapping of the control region.
+    pub region: Region,
+    /// The fork-guard page in the target (0 when the kernel lacks
+    /// `MADV_WIPEONFORK`).
+    pub guard: u64,
+    /// A scratch page (RW) in the target, for frames and strings.
+    pub scratch: u64,
+    /// `wprobe_agent_init`.
+    pub init: u64,
+    /// `wprobe_agent_load`.
+    pub load: u64,
+    /// `wprobe_agent_sites`.
+    pub sites: u64,
+    /// `wprobe_agent_dispatch`.
+    pub dispatch: u64,
+    /// `wprobe_agent_trap` (an `int3`).
+    pub trap: u64,
+    /// `wprobe_agent_bench`.
+    pub bench: u64,
+}
+
+/// A failure reported by the agent.
+#[derive(Debug)]
+pub struct AgentFailure {
+    /// The code.
+    pub code: AgentError,
+    /// The agent's message.
+    pub message: String,
+}
+
+impl std::fmt::Display for AgentFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "agent: {:?}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for AgentFailure {}
+
+fn mmap<T: Target + ?Sized>(t: &mut T, addr: u64, len: u64, prot: i32, flags: i32) -> Result<u64> {
+    syscall_ok(
+        t,
+        libc::SYS_mmap,
+        [addr, len, prot as u64, flags as u64, u64::MAX, 0],
+    )
+    .context("mmap in the target")
+}
+
+/// Maps `image` into `t` and initialises it with a fresh control region.
+pub fn load_agent<T: Target + ?Sized>(
+    t: &mut T,
+    image: &AgentImage,
+    layout: RegionLayout,
+    facts: RunFacts,
+) -> Result<LoadedAgent> {
+    let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let scratch = mmap(t, 0, PAGE, libc::PROT_READ | libc::PROT_WRITE, anon)?;
+    let base = mmap(
+        t,
+        0,
+        image.span,
+        libc::PROT_NONE,
+        anon | libc::MAP_NORESERVE,
+    )?;
+    // Segments, with their final protections (RELRO read-only).
+    for s in &image.segments {
+        let lo = s.vaddr & !(PAGE - 1);
+        let hi = (s.vaddr + s.memsz).next_multiple_of(PAGE);
+        let mut cuts = vec![(lo, hi, s.prot)];
+        if let Some((rlo, rhi)) = image.relro
+            && s.prot & libc::PROT_WRITE != 0
+            && rlo < hi
+            && rhi > lo
+        {
+            let rlo = rlo.max(lo) & !(PAGE - 1);
+            let rhi = rhi.min(hi).next_multiple_of(PAGE);
+            cuts = vec![
+                (lo, rlo, s.prot),
+                (rlo, rhi, libc::PROT_READ),
+                (rhi, hi, s.prot),
+            ];
+        }
+        for (a, b, prot) in cuts {
+            if b > a {
+                mmap(t, base + a, b - a, prot, anon | libc::MAP_FIXED)?;
+            }
+        }
+    }
+    for (va, bytes) in image.relocated(base) {
+        t.write_mem(base + va, &bytes)
+            .context("writing the agent's segments")?;
+    }
+    // Fork guard.
+    let guard = mmap(t, 0, PAGE, libc::PROT_READ | libc::PROT_WRITE, anon)?;
+    let guard = match syscall_ok(
+        t,
+        libc::SYS_madvise,
+        [guard, PAGE, MADV_WIPEONFORK, 0, 0, 0],
+    ) {
+        Ok(_) => guard,
+        Err(_) => 0,
+    };
+    // Control region.
+    let size = layout.size();
+    t.write_mem(scratch, b"wprobe-agent\0")?;
+    let fd = syscall_ok(
+        t,
+        libc::SYS_memfd_create,
+        [scratch, MFD_CLOEXEC, 0, 0, 0, 0],
+    )?;
+    let mapped = (|| -> Result<(u64, Region)> {
+        syscall_ok(t, libc::SYS_ftruncate, [fd, size, 0, 0, 0, 0])?;
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{}/fd/{fd}", t.pid()))
+            .context("opening the target's memfd")?;
+        let region = Region::map(file, layout, facts)?;
+        let addr = syscall_ok(
+            t,
+            libc::SYS_mmap,
+            [
+                0,
+                size,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                libc::MAP_SHARED as u64,
+                fd,
+                0,
+            ],
+        )?;
+        Ok((addr, region))
+    })();
+    syscall_ok(t, libc::SYS_close, [fd, 0, 0, 0, 0, 0])?;
+    let (region_addr, region) = mapped?;
+    let sym = |n: &str| image.symbol(n).map(|v| base + v);
+    let a = LoadedAgent {
+        base,
+        region_addr,
+        region,
+        guard,
+        scratch,
+        init: sym(sym::INIT)?,
+        load: sym(sym::LOAD)?,
+        sites: sym(sym::SITES)?,
+        dispatch: sym(sym::DISPATCH)?,
+        trap: sym(sym::TRAP)?,
+        bench: sym(sym::BENCH)?,
+    };
+    let r = t.call(a.init, [region_addr, size, guard, 0, 0, 0], a.trap)? as i32;
+    if r != 0 {
+        return Err(a.failure(r).into());
+    }
+    Ok(a)
+}
+
+/// One probe of a program.
+#[derive(Clone, Debug)]
+pub struct ProbeSpec<'a> {
+    /// Its id (its slot in the region's probe table).
+    pub probe: u32,
+    /// Its handler export.
+    pub export: &'a str,
+    /// Load bias of its module (the `load_bias` import).
+    pub load_bias: u64,
+}
+
+/// What a program is loaded for.
+#[derive(Clone, Debug)]
+pub struct ModuleSpec<'a> {
+    /// `Engine::precompile_module` output for the agent's configuration.
+    pub cwasm: &'a [u8],
+    /// Its probes.
+    pub probes: &'a [ProbeSpec<'a>],
+    /// Global variables the program declares.
+    pub gvars: u32,
+    /// Fuel per handler run.
+    pub fuel: u64,
+    /// Its map region in the region's map area: (offset, length); (0, 0)
+    /// when it declares no map.
+    pub map: (u64, u64),
+    /// Whether handlers may write registers and memory.
+    pub writes_allowed: bool,
+}
+
+/// One patched site for [`LoadedAgent::set_sites`].
+#[derive(Clone, Debug)]
+pub struct SiteSpec {
+    /// The id its stub passes to `dispatch`.
+    pub site: u32,
+    /// The probe address (what handlers see as `rip`).
+    pub addr: u64,
+    /// Its probes, in the order their handlers run.
+    pub probes: Vec<u32>,
+}
+
+/// Views plain `#[repr(C)]` data as bytes.
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: `T` is plain data (repr(C) structs of integers, no padding
+    // that matters: the agent reads them back as the same type).
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+impl LoadedAgent {
+    fn failure(&self, code: i32) -> AgentFailure {
+        let (_, message) = self.region.error();
+        AgentFailure {
+            code: AgentError::from_code(code).unwrap_or(AgentError::BadRequest),
+            message: if AgentError::from_code(code).is_some() {
+                message
+            } else {
+                format!("unknown code {code}: {message}")
+            },
+        }
+    }
+
+    /// Loads a program; returns its index.
+    pub fn load_module<T: Target + ?Sized>(
+        &mut self,
+        t: &mut T,
+        m: &ModuleSpec<'_>,
+    ) -> Result<u32> {
+        self.region.reset_scratch();
+        let module_off = self.region.put(m.cwasm)?;
+        let mut entries = Vec::new();
+        for p in m.probes {
+            let name_off = self.region.put(p.export.as_bytes())?;
+            entries.push(ProbeEntry {
+                probe: p.probe,
+                name_len: p.export.len() as u32,
+                name_off,
+                load_bias: p.load_bias,
+            });
+        }
+        let probes_off = self.region.put(as_bytes(&entries))?;
+        let req = LoadRequest {
+            module_off,
+            module_len: m.cwasm.len() as u64,
+            probes_off,
+            n_probes: entries.len() as u32,
+            gvars: m.gvars,
+            fuel: m.fuel,
+            map_off: m.map.0,
+            map_len: m.map.1,
+            writes_allowed: u32::from(m.writes_allowed),
+            _pad: 0,
+        };
+        let req_off = self.region.put(as_bytes(std::slice::from_ref(&req)))?;
+        let r = t.call(self.load, [req_off, 0, 0, 0, 0, 0], self.trap)? as i32;
+        if r < 0 {
+            return Err(self.failure(r).into());
+        }
+        Ok(r as u32)
+    }
+
+    /// Gives the agent its site table (once, before any stub is reachable).
+    pub fn set_sites<T: Target + ?Sized>(&mut self, t: &mut T, sites: &[SiteSpec]) -> Result<()> {
+        self.region.reset_scratch();
+        let mut entries = Vec::with_capacity(sites.len());
+        for s in sites {
+            let probes_off = self.region.put(as_bytes(&s.probes))?;
+            entries.push(SiteEntry {
+                site: s.site,
+                n_probes: s.probes.len() as u32,
+                probes_off,
+                addr: s.addr,
+            });
+        }
+        let sites_off = self.region.put(as_bytes(&entries))?;
+        let req = SitesRequest {
+            sites_off,
+            n_sites: entries.len() as u32,
+            _pad: 0,
+        };
+        let req_off = self.region.put(as_bytes(std::slice::from_ref(&req)))?;
+        let r = t.call(self.sites, [req_off, 0, 0, 0, 0, 0], self.trap)? as i32;
+        if r < 0 {
+            return Err(self.failure(r).into());
+        }
+        Ok(())
+    }
+
+    /// Makes the target call `dispatch(site, frame)`; returns its result.
+    pub fn dispatch<T: Target + ?Sized>(&self, t: &mut T, site: u32, frame: u64) -> Result<i64> {
+        Ok(t.call(
+            self.dispatch,
+            [u64::from(site), frame, 0, 0, 0, 0],
+            self.trap,
+        )? as i64)
+    }
+}
+
+/// Checks a kernel result the way the loader's callers need (a helper for
+/// targets returning raw results).
+pub fn check(r: u64, what: &str) -> Result<u64> {
+    if r > (-4096i64) as u64 {
+        bail!(
+            "{what}: {}",
+            std::io::Error::from_raw_os_error(-(r as i64) as i32)
+        );
+    }
+    Ok(r)
+}
+
+/// Maps `len` bytes with `prot` at a free address within ±2 GiB (minus
+/// 1 MiB of slack) of `near`, for code that `near` must reach with a rel32.
+pub fn map_near<T: Target + ?Sized>(t: &mut T, near: u64, len: u64, prot: i32) -> Result<u64> {
+    const REACH: u64 = (1 << 31) - (1 << 20);
+    const MAP_FIXED_NOREPLACE: i32 = 0x10_0000;
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid()))?;
+    let mut ranges: Vec<(u64, u64)> = maps
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect();
+    ranges.sort();
+    // Candidates: just below and just above every mapping, nearest first.
+    let mut cands: Vec<u64> = Vec::new();
+    let mut prev_end = 0x10_0000u64;
+    for &(lo, hi) in &ranges {
+        if lo >= prev_end + len {
+            cands.push(prev_end);
+            cands.push(lo - len);
+        }
+        prev_end = prev_end.max(hi);
+    }
+    cands.push(prev_end);
+    cands.retain(|c| c.abs_diff(near) < REACH && *c % PAGE == 0 && *c < 0x7fff_ffff_0000);
+    cands.sort_by_key(|c| c.abs_diff(near));
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+    for c in cands {
+        if let Ok(a) = mmap(t, c, len, prot, flags) {
+            if a == c {
+                return Ok(a);
+            }
+            // An old kernel ignoring MAP_FIXED_NOREPLACE placed it elsewhere.
+            syscall_ok(t, libc::SYS_munmap, [a, len, 0, 0, 0, 0])?;
+        }
+    }
+    bail!("no free range within rel32 reach of 0x{near:x}")
+}

@@ -1,0 +1,284 @@
+//! x86-64 probe stubs. A site's first whole instructions (its *window*, at
+//! least 5 bytes, chosen by [`crate::window`]) are replaced by `jmp stub`
+//! (and `int3` padding to the window's end). Each site's stub is short and
+//! shares one register-saving trampoline with the other sites of its stub
+//! area:
+//!
+//! ```text
+//! stub_k:   lea  rsp, [rsp-128]        ; step over the probed code's red zone
+//!           push k                     ; the site id
+//!           call trampoline            ; returns to the next instruction
+//!           lea  rsp, [rsp+128]
+//!           <displaced instructions, relocated by iced's BlockEncoder>
+//!           jmp  window_end
+//!
+//! trampoline:
+//!           pushfq ; push rax … r15    ; flags + 15 GPRs (the SavedRegs GPR block)
+//!           sub  rsp, 280              ; xmm0-15, mxcsr, rip, rsp
+//!           movups [rsp+16*i], xmm_i   ; legacy SSE only (handlers have no AVX)
+//!           stmxcsr [rsp+256]
+//!           lea rax, [rsp+408+16+128] ; mov [rsp+272], rax   (the probed rsp)
+//!           cld                        ; SysV: DF clear at calls
+//!           mov rbx, rsp ; and rsp, -16 ; rbx (callee-saved) keeps the frame
+//!           mov edi, [rbx+416]         ; the site id
+//!           mov rsi, rbx ; mov rax, [dispatch_slot] ; call rax
+//!           mov rsp, rbx
+//!           ldmxcsr ; movups xmm_i ; add rsp, 280 ; pop r15 … rax ; popfq
+//!           ret 8                      ; back to stub_k, dropping the site id
+//! ```
+//!
+//! The frame is exactly `agent_abi::SavedRegs` (the agent fills in `rip`
+//! from its site table); register writes of the handler land in it and are
+//! restored. `call`/`ret` pair up, so a CET shadow stack stays balanced.
+//! The stub's footprint on the probed thread's stack is the red zone, 16
+//! bytes (site id, return address), the 408-byte frame, alignment (≤ 8
+//! bytes) and the return address of the call into `dispatch`, which
+//! switches to the thread's agent stack before anything else of its own:
+//! see [`STACK_FOOTPRINT`].
+
+use agent_abi::{SAVED_REGS_SIZE, frame_off};
+use anyhow::{Context, Result, bail};
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, MemoryOperand, Register,
+};
+
+/// Bytes of the `jmp rel32` written at a site.
+pub const JMP_LEN: usize = 5;
+
+/// Bytes below the probed code's stack pointer a hit may write before the
+/// agent switches to its own stack: red zone (128), site id and return
+/// address (16), frame (408), alignment (8), the return address of the
+/// call into the agent (8), and what `wprobe_agent_dispatch` pushes before
+/// it switches stacks (measured by the agent's tests, bounded here).
+pub const STACK_FOOTPRINT: usize = 128 + 16 + SAVED_REGS_SIZE + 8 + 8 + 512;
+
+/// A probe site: the window the jump replaces.
+#[derive(Clone, Debug)]
+pub struct Site {
+    /// The probe's address (what handlers see as `rip`).
+    pub probe: u64,
+    /// Address of the first displaced instruction (after an `endbr64` the
+    /// site keeps).
+    pub addr: u64,
+    /// The displaced instructions, decoded at their run-time addresses.
+    pub displaced: Vec<iced_x86::Instruction>,
+    /// Their total length (≥ 5).
+    pub len: usize,
+}
+
+/// Offset of the frame's end above the frame start (GPRs + flags).
+const GPR_BLOCK: i64 = 16 * 8;
+/// Bytes `sub rsp` reserves below the GPR block (xmm, mxcsr, pad, rip, rsp).
+const LOW_BLOCK: i64 = frame_off::GPRS as i64;
+const RED_ZONE: i64 = 128;
+
+/// Push order (reverse of the frame's GPR order).
+const PUSHES: [Register; 15] = [
+    Register::RAX,
+    Register::RCX,
+    Register::RDX,
+    Register::RBX,
+    Register::RBP,
+    Register::RSI,
+    Register::RDI,
+    Register::R8,
+    Register::R9,
+    Register::R10,
+    Register::R11,
+    Register::R12,
+    Register::R13,
+    Register::R14,
+    Register::R15,
+];
+
+const XMMS: [Register; 16] = [
+    Register::XMM0,
+    Register::XMM1,
+    Register::XMM2,
+    Register::XMM3,
+    Register::XMM4,
+    Register::XMM5,
+    Register::XMM6,
+    Register::XMM7,
+    Register::XMM8,
+    Register::XMM9,
+    Register::XMM10,
+    Register::XMM11,
+    Register::XMM12,
+    Register::XMM13,
+    Register::XMM14,
+    Register::XMM15,
+];
+
+fn rsp(d: i64) -> MemoryOperand {
+    MemoryOperand::with_base_displ(Register::RSP, d)
+}
+
+fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruction> {
+    r.context("building a stub")
+}
+
+/// Encodes `v` at `ip`. Instructions of our own get IPs no branch targets,
+/// so the block encoder links nothing to them.
+fn encode(mut v: Vec<Instruction>, ip: u64) -> Result<Vec<u8>> {
+    for (k, i) in v.iter_mut().enumerate() {
+        if i.ip() == 0 {
+            i.set_ip(u64::MAX - 0x1_0000 + k as u64);
+        }
+    }
+    let block = InstructionBlock::new(&v, ip);
+    let r = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(r.code_buffer)
+}
+
+/// The shared trampoline at `addr`, calling `dispatch(site_id, frame)`
+/// through the 8-byte slot at `slot` (written once the agent is loaded, so
+/// that stubs can be placed and checked before).
+pub fn trampoline(slot: u64, addr: u64) -> Result<Vec<u8>> {
+    const _: () = assert!(SAVED_REGS_SIZE as i64 == LOW_BLOCK + GPR_BLOCK);
+    let mut v: Vec<Instruction> = vec![Instruction::with(Code::Pushfq)];
+    for r in PUSHES {
+        v.push(e(Instruction::with1(Code::Push_r64, r))?);
+    }
+    v.push(e(Instruction::with2(
+        Code::Sub_rm64_imm32,
+        Register::RSP,
+        LOW_BLOCK as i32,
+    ))?);
+    for (i, x) in XMMS.iter().enumerate() {
+        v.push(e(Instruction::with2(
+            Code::Movups_xmmm128_xmm,
+            rsp(16 * i as i64),
+            *x,
+        ))?);
+    }
+    v.push(e(Instruction::with1(
+        Code::Stmxcsr_m32,
+        rsp(frame_off::MXCSR as i64),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_rm32_imm32,
+        rsp(frame_off::MXCSR as i64 + 4),
+        0u32,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_rm64_imm32,
+        rsp(frame_off::RIP as i64),
+        0i32,
+    ))?);
+    // The probed rsp: above the frame, the return address, the site id and
+    // the red zone.
+    v.push(e(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RAX,
+        rsp(SAVED_REGS_SIZE as i64 + 16 + RED_ZONE),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_rm64_r64,
+        rsp(frame_off::RSP as i64),
+        Register::RAX,
+    ))?);
+    v.push(Instruction::with(Code::Cld));
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RBX,
+        Register::RSP,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::And_rm64_imm8,
+        Register::RSP,
+        -16i32,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r32_rm32,
+        Register::EDI,
+        MemoryOperand::with_base_displ(Register::RBX, SAVED_REGS_SIZE as i64 + 8),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSI,
+        Register::RBX,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RAX,
+        MemoryOperand::with_base_displ(Register::RIP, slot as i64),
+    ))?);
+    v.push(e(Instruction::with1(Code::Call_rm64, Register::RAX))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSP,
+        Register::RBX,
+    ))?);
+    v.push(e(Instruction::with1(
+        Code::Ldmxcsr_m32,
+        rsp(frame_off::MXCSR as i64),
+    ))?);
+    for (i, x) in XMMS.iter().enumerate() {
+        v.push(e(Instruction::with2(
+            Code::Movups_xmm_xmmm128,
+            *x,
+            rsp(16 * i as i64),
+        ))?);
+    }
+    v.push(e(Instruction::with2(
+        Code::Add_rm64_imm32,
+        Register::RSP,
+        LOW_BLOCK as i32,
+    ))?);
+    for r in PUSHES.iter().rev() {
+        v.push(e(Instruction::with1(Code::Pop_r64, *r))?);
+    }
+    v.push(Instruction::with(Code::Popfq));
+    v.push(e(Instruction::with1(Code::Retnq_imm16, 8u32))?);
+    encode(v, addr)
+}
+
+/// The stub of `site` at `stub_addr`, with id `site_id`, calling the
+/// trampoline at `trampoline`. Fails when a displaced instruction cannot
+/// be relocated there (a RIP-relative operand out of rel32 reach).
+pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> Result<Vec<u8>> {
+    let mut v: Vec<Instruction> = vec![
+        e(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp(-RED_ZONE),
+        ))?,
+        e(Instruction::with1(Code::Pushq_imm32, site_id as i32))?,
+        e(Instruction::with_branch(Code::Call_rel32_64, trampoline))?,
+        e(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp(RED_ZONE),
+        ))?,
+    ];
+    v.extend(site.displaced.iter().copied());
+    let mut back = e(Instruction::with_branch(
+        Code::Jmp_rel32_64,
+        site.addr + site.len as u64,
+    ))?;
+    back.set_ip(u64::MAX - 0x100);
+    v.push(back);
+    encode(v, stub_addr).map_err(|e| {
+        anyhow::anyhow!(
+            "relocating the displaced instructions of 0x{:x} to 0x{stub_addr:x}: {e}",
+            site.addr
+        )
+    })
+}
+
+/// The bytes to write at the site: `jmp stub`, then `int3` to the window's end.
+pub fn site_patch(site: &Site, stub_addr: u64) -> Result<Vec<u8>> {
+    let rel = stub_addr as i64 - (site.addr as i64 + JMP_LEN as i64);
+    let Ok(rel) = i32::try_from(rel) else {
+        bail!(
+            "stub 0x{stub_addr:x} is out of rel32 reach of site 0x{:x}",
+            site.addr
+        );
+    };
+    let mut b = vec![0xE9];
+    b.extend_from_slice(&rel.to_le_bytes());
+    b.resize(site.len, 0xCC);
+    Ok(b)
+}

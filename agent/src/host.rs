@@ -1,0 +1,464 @@
+//! The data of the agent's store: the hit environment inside the target
+//! (registers from the frame the stub saved, writes going back into it;
+//! memory of the very process through `process_vm_readv/writev`, so a bad
+//! address is a status, never a fault; identity from the thread slot), the
+//! records of the current run (written to the shared ring after it), and
+//! the service state (the program's map region in the shared region, the
+//! tracer's clocks). The imports themselves are `hostfns`'s, the very code
+//! the runtime runs under ptrace and perf.
+
+use crate::ring::Rec;
+use crate::{ctrl, sys, vdso};
+use agent_abi::{SavedRegs, rec};
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::sync::atomic::{AtomicBool, Ordering};
+use hostabi::Status;
+use hostabi::env::HitEnv;
+use hostfns::{HostData, RecordSink, Services};
+use wasmtime::{Memory, StoreLimits};
+
+/// Whether RDTSCP exists (for `current_cpu`).
+pub static HAS_RDTSCP: AtomicBool = AtomicBool::new(false);
+
+/// The environment of one hit.
+pub struct FrameEnv {
+    /// The stub's frame (valid for the duration of the hit).
+    pub frame: *mut SavedRegs,
+    pub tid: u32,
+    pub pid: u32,
+    pub fs_base: u64,
+    pub load_bias: u64,
+    /// Wall-clock time of the hit, taken at the first `now_ns` (0 = not yet).
+    pub now: Cell<u64>,
+}
+
+// SAFETY: the frame pointer is only dereferenced by the thread that holds
+// the store lock, during the hit it belongs to.
+unsafe impl Send for FrameEnv {}
+
+impl FrameEnv {
+    pub const fn empty() -> Self {
+        FrameEnv {
+            frame: core::ptr::null_mut(),
+            tid: 0,
+            pid: 0,
+            fs_base: 0,
+            load_bias: 0,
+            now: Cell::new(0),
+        }
+    }
+
+    fn f(&mut self) -> Option<&mut SavedRegs> {
+        // SAFETY: see `Send`; null outside a hit.
+        unsafe { self.frame.as_mut() }
+    }
+}
+
+/// The writable GPR of a frame by register id.
+fn gpr_mut(f: &mut SavedRegs, id: u16) -> Option<&mut u64> {
+    Some(match id {
+        0x06 => &mut f.rax,
+        0x07 => &mut f.rbx,
+        0x08 => &mut f.rcx,
+        0x09 => &mut f.rdx,
+        0x0A => &mut f.rdi,
+        0x0B => &mut f.rsi,
+        0x0F => &mut f.rbp,
+        0x10 => &mut f.r8,
+        0x11 => &mut f.r9,
+        0x12 => &mut f.r10,
+        0x13 => &mut f.r11,
+        0x14 => &mut f.r12,
+        0x15 => &mut f.r13,
+        0x16 => &mut f.r14,
+        0x17 => &mut f.r15,
+        _ => return None,
+    })
+}
+
+fn le64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+    u64::from_le_bytes(a)
+}
+
+impl HitEnv for FrameEnv {
+    fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
+        let fs = self.fs_base;
+        let f = self.f()?;
+        let one = |v: u64| (part == 0).then_some(v);
+        match reg {
+            0x00..=0x05 => one(sys::segment(reg)),
+            0x0C => one(f.rflags),
+            0x0D => one(f.rip),
+            0x0E => one(f.rsp),
+            // A probe hit is not a system call (ptrace shows -1 at a breakpoint).
+            0x18 => one(u64::MAX),
+            0x19 => one(fs),
+            0x1A => one(crate::thread::gs_base()),
+            // Debug registers are not readable from user space: read as 0.
+            0x2C..=0x2F | 0x32 | 0x33 => None,
+            0x4D..=0x54 | 0x58..=0x5F if part <= 1 => {
+                let n = if reg >= 0x58 {
+                    reg - 0x58 + 8
+                } else {
+                    reg - 0x4D
+                };
+                Some(f.xmm[n as usize][part as usize])
+            }
+            0x55 => one(u64::from(f.mxcsr)),
+            // x87 state: neither the stub nor the agent executes x87 code,
+            // so the live FXSAVE image is the probed code's (same layout as
+            // ptrace's user_fpregs_struct).
+            0x3E..=0x45 => {
+                let a = sys::fxsave();
+                let i = 32 + 16 * usize::from(reg - 0x3E);
+                match part {
+                    0 => Some(le64(&a.0[i..i + 8])),
+                    1 => Some(le64(&a.0[i + 8..i + 10])),
+                    _ => None,
+                }
+            }
+            0x46..=0x49 | 0x4B | 0x56 => {
+                let a = sys::fxsave();
+                one(match reg {
+                    0x46 => le64(&a.0[0..2]),
+                    0x47 => le64(&a.0[2..4]),
+                    0x48 => le64(&a.0[4..5]),
+                    0x49 => le64(&a.0[8..16]),
+                    0x4B => le64(&a.0[16..24]),
+                    _ => le64(&a.0[6..8]),
+                })
+            }
+            _ => gpr_mut(f, reg).map(|v| *v).and_then(one),
+        }
+    }
+
+    fn write_reg(&mut self, reg: u16, value: u64) -> Status {
+        match hostfns::reg_by_id(reg) {
+            None => Status::BadArgument,
+            Some(info) if !info.writable || info.is_alias() => Status::ReadOnly,
+            Some(_) => match self.f().and_then(|f| gpr_mut(f, reg)) {
+                Some(slot) => {
+                    *slot = value;
+                    Status::Ok
+                }
+                None => Status::ReadOnly,
+            },
+        }
+    }
+
+    fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        sys::vm_read(addr, buf.as_mut_ptr(), buf.len())
+    }
+
+    fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
+        // All or nothing: process_vm_writev stops at the first page it may
+        // not write, so check the whole range first.
+        if data.is_empty() {
+            return Status::Ok;
+        }
+        let end = addr.saturating_add(data.len() as u64 - 1);
+        if !maps_allow(addr, end, true) {
+            return Status::Fault;
+        }
+        if sys::vm_write(addr, data.as_ptr(), data.len()) == data.len() {
+            Status::Ok
+        } else {
+            Status::Fault
+        }
+    }
+
+    fn check_access(&mut self, addr: u64, write: bool) -> bool {
+        maps_allow(addr, addr, write)
+    }
+
+    fn tid(&self) -> u64 {
+        u64::from(self.tid)
+    }
+
+    fn pid(&self) -> u64 {
+        u64::from(self.pid)
+    }
+
+    fn cpu(&self) -> u64 {
+        if HAS_RDTSCP.load(Ordering::Relaxed) {
+            u64::from(sys::rdtscp().1 & 0xFFF)
+        } else {
+            let mut cpu = 0u32;
+            // SAFETY: getcpu writes one u32; the other pointers may be null.
+            unsafe { sys::syscall3(sys::SYS_GETCPU, &mut cpu as *mut u32 as usize, 0, 0) };
+            u64::from(cpu)
+        }
+    }
+
+    fn thread_pointer(&self) -> u64 {
+        self.fs_base
+    }
+
+    fn load_bias(&self) -> u64 {
+        self.load_bias
+    }
+
+    fn now_ns(&self) -> u64 {
+        if self.now.get() == 0 {
+            self.now.set(vdso::clock_ns(sys::CLOCK_REALTIME));
+        }
+        self.now.get()
+    }
+
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
+        let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+        [r.eax, r.ebx, r.ecx, r.edx]
+    }
+
+    fn gvars(&mut self) -> &mut [u64] {
+        match ctrl::get() {
+            Some(c) => ctrl::gvars(c),
+            None => &mut [],
+        }
+    }
+}
+
+/// Whether every byte of `[start, last]` lies in mappings of this process
+/// that are readable (and writable, when `write`), per `/proc/self/maps`.
+fn maps_allow(start: u64, last: u64, write: bool) -> bool {
+    let mut need = start;
+    let mut ok = false;
+    for_each_mapping(|lo, hi, r, w| {
+        if hi <= need {
+            return true; // before the range: keep going
+        }
+        if lo > need || !r || (write && !w) {
+            return false; // a hole or a forbidden page at `need`
+        }
+        if hi > last {
+            ok = true;
+            return false;
+        }
+        need = hi;
+        true
+    });
+    ok
+}
+
+/// Streams `/proc/self/maps` lines as (start, end, readable, writable);
+/// `f` returns `false` to stop.
+fn for_each_mapping(mut f: impl FnMut(u64, u64, bool, bool) -> bool) {
+    let mut buf = [0u8; 4096];
+    // SAFETY: a NUL-terminated path; our buffer.
+    let fd = unsafe {
+        sys::syscall4(
+            sys::SYS_OPENAT,
+            sys::AT_FDCWD as usize,
+            c"/proc/self/maps".as_ptr() as usize,
+            sys::O_RDONLY | sys::O_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return;
+    }
+    let mut have = 0usize;
+    'read: loop {
+        // SAFETY: reading into the free tail of `buf`.
+        let r = unsafe {
+            sys::syscall3(
+                sys::SYS_READ,
+                fd as usize,
+                buf.as_mut_ptr().add(have) as usize,
+                buf.len() - have,
+            )
+        };
+        if r <= 0 {
+            break;
+        }
+        have += r as usize;
+        let mut start = 0;
+        while let Some(nl) = buf[start..have].iter().position(|&b| b == b'\n') {
+            let line = &buf[start..start + nl];
+            start += nl + 1;
+            if let Some((lo, hi, rd, wr)) = parse_maps_line(line)
+                && !f(lo, hi, rd, wr)
+            {
+                break 'read;
+            }
+        }
+        buf.copy_within(start..have, 0);
+        have -= start;
+        if have == buf.len() {
+            break; // a line longer than the buffer: give up (never in practice)
+        }
+    }
+    // SAFETY: our fd.
+    unsafe { sys::syscall1(sys::SYS_CLOSE, fd as usize) };
+}
+
+fn parse_maps_line(l: &[u8]) -> Option<(u64, u64, bool, bool)> {
+    let hex = |s: &[u8]| -> Option<u64> {
+        let mut v = 0u64;
+        for &c in s {
+            let d = (c as char).to_digit(16)?;
+            v = v.checked_mul(16)?.checked_add(u64::from(d))?;
+        }
+        Some(v)
+    };
+    let dash = l.iter().position(|&b| b == b'-')?;
+    let sp = l.iter().position(|&b| b == b' ')?;
+    let lo = hex(&l[..dash])?;
+    let hi = hex(&l[dash + 1..sp])?;
+    let perms = l.get(sp + 1..sp + 3)?;
+    Some((lo, hi, perms[0] == b'r', perms[1] == b'w'))
+}
+
+/// The records of one handler run, held in buffers that keep their
+/// capacity (no allocation once they have grown to a run's size).
+pub struct RunSink {
+    pub bytes: Vec<u8>,
+    pub items: Vec<u8>,
+    pub recs: Vec<Rec>,
+}
+
+impl RunSink {
+    pub const fn new() -> Self {
+        RunSink {
+            bytes: Vec::new(),
+            items: Vec::new(),
+            recs: Vec::new(),
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.items.clear();
+        self.recs.clear();
+    }
+
+    pub fn push(&mut self, kind: u16, major: u16, minor: u16, data: &[u8], items: &[u8]) {
+        let d0 = self.bytes.len();
+        self.bytes.extend_from_slice(data);
+        let i0 = self.items.len();
+        self.items.extend_from_slice(items);
+        self.recs.push(Rec {
+            kind,
+            major,
+            minor,
+            data: (d0, self.bytes.len()),
+            items: (i0, self.items.len()),
+        });
+    }
+}
+
+impl RecordSink for RunSink {
+    fn records(&self) -> usize {
+        self.recs.len()
+    }
+    fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+    fn push_log(&mut self, major: u16, minor: u16, data: &[u8], items: &[u8]) {
+        self.push(rec::LOG, major, minor, data, items);
+    }
+    fn push_stacktrace(&mut self, data: &[u8]) {
+        self.push(rec::STACKTRACE, 0, 0, data, &[]);
+    }
+    fn push_event(&mut self, kind: u16, id: u16, data: &[u8]) {
+        self.push(rec::EVENT, kind, id, data, &[]);
+    }
+    fn extend_last(&mut self, bytes: &[u8]) {
+        if let Some(r) = self.recs.last_mut() {
+            self.bytes.extend_from_slice(bytes);
+            r.data.1 = self.bytes.len();
+        }
+    }
+}
+
+/// The service state inside the target: the running program's map region
+/// (in the shared region, where the tracer reads it), the tracer's clocks
+/// and the launched command's pid (from the control header), and identity
+/// from the kernel (the hit thread is the calling thread).
+pub struct AgentServices {
+    /// The running program's map region: (offset, length) in the shared
+    /// region; length 0 for none.
+    pub map: (u64, u64),
+}
+
+impl Services for AgentServices {
+    fn map_region(&mut self) -> Option<&mut [u8]> {
+        let c = ctrl::get()?;
+        (self.map.1 != 0)
+            .then(|| ctrl::bytes(c, self.map.0, self.map.1))
+            .flatten()
+    }
+    fn map_view(&self) -> Option<&[u8]> {
+        let c = ctrl::get()?;
+        (self.map.1 != 0)
+            .then(|| ctrl::bytes(c, self.map.0, self.map.1).map(|b| &*b))
+            .flatten()
+    }
+    fn special(&self) -> bool {
+        false
+    }
+    fn own_pid(&self) -> u64 {
+        u64::from(sys::getpid())
+    }
+    fn realtime_now(&self) -> u64 {
+        vdso::clock_ns(sys::CLOCK_REALTIME)
+    }
+    fn start_mono_ns(&self) -> u64 {
+        ctrl::get().map_or(0, |c| c.start_mono_ns)
+    }
+    fn mono_offset_ns(&self) -> u64 {
+        ctrl::get().map_or(0, |c| c.mono_offset_ns)
+    }
+    fn uid(&mut self, _pid: u64) -> i64 {
+        i64::from(sys::getuid())
+    }
+    fn comm(&mut self, _pid: u64, _tid: u64) -> ([u8; 16], usize) {
+        sys::thread_name()
+    }
+    fn child_pid(&self) -> u64 {
+        ctrl::get().map_or(0, |c| c.child_pid)
+    }
+}
+
+/// The data of the agent's store.
+pub struct AgentHost {
+    pub env: FrameEnv,
+    pub sink: RunSink,
+    pub services: AgentServices,
+    pub memory: Option<Memory>,
+    pub writes_allowed: bool,
+    pub limits: StoreLimits,
+}
+
+impl HostData for AgentHost {
+    type Env = FrameEnv;
+    type Sink = RunSink;
+    type Services = AgentServices;
+    fn env(&self) -> &FrameEnv {
+        &self.env
+    }
+    fn env_mut(&mut self) -> &mut FrameEnv {
+        &mut self.env
+    }
+    fn sink(&self) -> &RunSink {
+        &self.sink
+    }
+    fn services(&self) -> &AgentServices {
+        &self.services
+    }
+    fn services_mut(&mut self) -> &mut AgentServices {
+        &mut self.services
+    }
+    fn sink_and_services(&mut self) -> (&mut RunSink, &mut AgentServices) {
+        (&mut self.sink, &mut self.services)
+    }
+    fn memory(&self) -> Option<Memory> {
+        self.memory
+    }
+    fn writes_allowed(&self) -> bool {
+        self.writes_allowed
+    }
+}

@@ -1,0 +1,1031 @@
+//! wprobe's in-process agent: a `no_std`, libc-free object that the tracer
+//! maps into a traced process and calls through a few C entry points (see
+//! `agent_abi::sym`). It runs precompiled Wasm handler modules with wasmtime
+//! 48 built for a custom platform: no signal handlers, no `sigaltstack`, no
+//! TLS of its own (per-thread state is keyed by the thread pointer and found
+//! from the agent stack), no libc, no output; its memory comes from its own
+//! anonymous mappings.
+//!
+//! One store holds every program (global variables shared, local variables
+//! persisting: the ptrace transport's semantics); hits of all threads take
+//! turns on it through the store lock in the shared region. Per probe, the
+//! agent applies `ignore`, `maxhits` and `remove` and keeps the counters the
+//! tracer reports; handler runs with records (or with an outcome the tracer
+//! must act on) go to the shared ring.
+//!
+//! Every entry point switches to an agent stack before running Rust code
+//! that may allocate or enter wasmtime; a panic (a bug) records its message
+//! in the control region, marks the agent dead and returns from the entry
+//! point, leaving the target running with every later hit skipped.
+
+#![no_std]
+#![allow(
+    clippy::missing_safety_doc,
+    reason = "C entry points, documented in agent_abi"
+)]
+
+extern crate alloc;
+
+mod ctrl;
+mod heap;
+mod host;
+mod lock;
+mod mem;
+mod platform;
+mod ring;
+mod sync;
+mod sys;
+mod thread;
+mod vdso;
+
+use agent_abi::{
+    AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader,
+    LOCK_WAIT_MAX_NS, LoadRequest, MAX_SITES, PROBE_SLOT_SIZE, ProbeEntry, ProbeSlot, RunHeader,
+    SavedRegs, SiteEntry, SitesRequest, Skip, probe_flag, rec, run_outcome, state,
+};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt::Write as _;
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use host::{AgentHost, AgentServices, FrameEnv, RunSink};
+use hostabi::Outcome;
+use wasmtime::{
+    Config, Engine, Linker, Memory, Module, Store, StoreLimitsBuilder, Trap, TypedFunc,
+};
+
+/// Fuel given to `wprobe_flush` after a fuel exhaustion, and to start functions.
+const FLUSH_FUEL: u64 = 1_000_000;
+/// Written into the fork-guard page at init; a forked child sees a wiped
+/// page (`MADV_WIPEONFORK`) and stays dormant.
+const FORK_MAGIC: u64 = u64::from_le_bytes(*b"WPRBFORK");
+/// The MXCSR Wasm code needs: round to nearest, no FTZ/DAZ, all masked.
+const MXCSR_DEFAULT: u32 = 0x1F80;
+
+/// A loaded program.
+struct Program {
+    memory: Option<Memory>,
+    flush: Option<TypedFunc<(), i32>>,
+    fuel: u64,
+    /// Its map region in the shared region (offset, length; length 0: none).
+    map: (u64, u64),
+    writes_allowed: bool,
+}
+
+/// A handler export: `() -> i32` returns an outcome code; `() -> ()`
+/// returns nothing, which means EXIT (docs/hostabi.md).
+enum Handler {
+    Outcome(TypedFunc<(), i32>),
+    Unit(TypedFunc<(), ()>),
+}
+
+/// The handler of a probe.
+struct ProbeFn {
+    program: u16,
+    handler: Handler,
+    load_bias: u64,
+}
+
+/// Everything wasmtime: one engine, one store for every program (global
+/// variables shared, local variables persisting: the ptrace semantics),
+/// guarded by the store lock of the control region.
+struct Agent {
+    engine: Engine,
+    linker: Linker<AgentHost>,
+    store: Store<AgentHost>,
+    programs: Vec<Program>,
+    probes: Vec<Option<ProbeFn>>,
+}
+
+/// A patched site: the address handlers see as `rip`, and its probes.
+struct Site {
+    addr: u64,
+    probes: Box<[u32]>,
+}
+
+static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
+/// The site table, set once by `wprobe_agent_sites` (before any stub can
+/// reach `dispatch`) and never changed afterwards: `dispatch` reads it
+/// without a lock.
+static SITES: AtomicPtr<Vec<Option<Site>>> = AtomicPtr::new(core::ptr::null_mut());
+static FORK_GUARD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+static PID: AtomicU32 = AtomicU32::new(0);
+/// Header (initial RSP) of the stack `init`, `load` and `sites` run on.
+static CONTROL_STACK: AtomicU64 = AtomicU64::new(0);
+/// 1 while a control call runs (they are serialised by the tracer; this
+/// makes a violation an error instead of a race).
+static CONTROL_BUSY: AtomicU32 = AtomicU32::new(0);
+
+/// A single `int3`: where a function called by the tracer returns to.
+#[unsafe(no_mangle)]
+#[unsafe(naked)]
+pub extern "C" fn wprobe_agent_trap() {
+    core::arch::naked_asm!("int3", "ud2");
+}
+
+fn err(e: AgentError, msg: core::fmt::Arguments<'_>) -> i64 {
+    let mut b = ctrl::FixedBuf::<{ agent_abi::ERR_MSG_BYTES }>::new();
+    let _ = b.write_fmt(msg);
+    ctrl::set_error(e as i32, b.bytes());
+    e as i64
+}
+
+// ---------------------------------------------------------------------------
+// init
+
+#[repr(C)]
+struct InitArgs {
+    ctrl: *mut ControlHeader,
+    len: usize,
+}
+
+/// Sets up the agent around the control region `ctrl..ctrl+len` (filled in
+/// by the tracer) and the fork-guard page (may be null). Returns 0 or an
+/// [`AgentError`] code; the message is in the region.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_init(ctrl: *mut u8, len: usize, fork_guard: *mut u8) -> i32 {
+    if CONTROL_BUSY.swap(1, Ordering::Acquire) != 0 {
+        return AgentError::AlreadyInitialized as i32;
+    }
+    let r = init_outer(ctrl as *mut ControlHeader, len, fork_guard as *mut u64);
+    CONTROL_BUSY.store(0, Ordering::Release);
+    r
+}
+
+fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
+    if !AGENT.load(Ordering::Acquire).is_null() {
+        return AgentError::AlreadyInitialized as i32;
+    }
+    if let Err(e) = check_region(c, len) {
+        return e as i32;
+    }
+    ctrl::CTRL.store(c, Ordering::Release);
+    // SAFETY: the region was validated.
+    let cref = unsafe { &*c };
+    cref.agent_base.store(
+        wprobe_agent_init as *const () as usize as u64,
+        Ordering::Relaxed,
+    );
+    let Some(top) = thread::map_stack(core::ptr::null_mut()) else {
+        return err(AgentError::NoMemory, format_args!("no control stack")) as i32;
+    };
+    CONTROL_STACK.store(top as u64, Ordering::Relaxed);
+    let mut a = InitArgs { ctrl: c, len };
+    // SAFETY: a fresh agent stack; `init_inner` takes `InitArgs`.
+    let r = unsafe {
+        thread::wprobe_call_on_stack(&mut a as *mut InitArgs as *mut u8, init_inner, top)
+    };
+    if r == 0 {
+        if !guard.is_null() {
+            // SAFETY: the tracer's fork-guard page, writable.
+            unsafe { guard.write_volatile(FORK_MAGIC) };
+            FORK_GUARD.store(guard, Ordering::Release);
+        }
+        cref.state.store(state::READY, Ordering::Release);
+    }
+    r as i32
+}
+
+fn check_region(c: *mut ControlHeader, len: usize) -> Result<(), AgentError> {
+    if c.is_null() || !(c as usize).is_multiple_of(4096) || len < CONTROL_HEADER_SIZE {
+        return Err(AgentError::BadControl);
+    }
+    // SAFETY: non-null, aligned, at least a header long (the caller's word).
+    let h = unsafe { &*c };
+    let in_region = |off: u64, n: u64| off.checked_add(n).is_some_and(|e| e <= len as u64);
+    let ok = h.magic == CTRL_MAGIC
+        && h.abi_version == AGENT_ABI_VERSION
+        && h.header_size as usize == CONTROL_HEADER_SIZE
+        && h.region_size == len as u64
+        && h.probes_off.is_multiple_of(64)
+        && h.probes_off >= CONTROL_HEADER_SIZE as u64
+        && h.probes_cap
+            .checked_mul(PROBE_SLOT_SIZE as u64)
+            .is_some_and(|n| in_region(h.probes_off, n))
+        && h.gvars_off.is_multiple_of(8)
+        && h.gvars_off >= CONTROL_HEADER_SIZE as u64
+        && h.gvars_cap
+            .checked_mul(8)
+            .is_some_and(|n| in_region(h.gvars_off, n))
+        && h.maps_off.is_multiple_of(8)
+        && in_region(h.maps_off, h.maps_size)
+        && h.ring_size.is_power_of_two()
+        && h.ring_size >= 4096
+        && h.ring_off.is_multiple_of(8)
+        && h.ring_off >= CONTROL_HEADER_SIZE as u64
+        && in_region(h.ring_off, h.ring_size)
+        && in_region(h.scratch_off, h.scratch_size);
+    if ok {
+        Ok(())
+    } else {
+        Err(AgentError::BadControl)
+    }
+}
+
+extern "C" fn init_inner(_a: *mut u8) -> i64 {
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    let mut auxv = [0u8; 1024];
+    let n = sys::read_file(c"/proc/self/auxv", &mut auxv).unwrap_or(0);
+    vdso::init(&auxv[..n]);
+    let (mode, off) = thread::init_keys(&auxv[..n]);
+    if let Some(c) = ctrl::get() {
+        c.thread_key.store(mode, Ordering::Relaxed);
+        c.tcb_tid_off.store(off, Ordering::Relaxed);
+        c.gvars_len.store(0, Ordering::Relaxed);
+    }
+    let ext = core::arch::x86_64::__cpuid(0x8000_0001);
+    let rdtscp = ext.edx & (1 << 27) != 0;
+    host::HAS_RDTSCP.store(rdtscp, Ordering::Relaxed);
+    if let Some(c) = ctrl::get() {
+        c.has_rdtscp.store(u32::from(rdtscp), Ordering::Relaxed);
+    }
+    let mut cfg = Config::new();
+    agent_abi::engine::configure(&mut cfg);
+    // SAFETY: `detect` answers from CPUID, which is exact on this CPU.
+    unsafe { cfg.detect_host_feature(detect) };
+    let engine = match Engine::new(&cfg) {
+        Ok(e) => e,
+        Err(e) => return err(AgentError::Engine, format_args!("engine: {e}")),
+    };
+    let mut linker = Linker::new(&engine);
+    if let Err(e) = hostfns::add_to_linker(&mut linker) {
+        return err(AgentError::Engine, format_args!("linker: {e}"));
+    }
+    let limits = StoreLimitsBuilder::new()
+        .memory_size(agent_abi::engine::MEMORY_RESERVATION as usize)
+        .trap_on_grow_failure(false)
+        .build();
+    let mut store = Store::new(
+        &engine,
+        AgentHost {
+            env: FrameEnv::empty(),
+            sink: RunSink::new(),
+            services: AgentServices { map: (0, 0) },
+            memory: None,
+            writes_allowed: false,
+            limits,
+        },
+    );
+    store.limiter(|s| &mut s.limits);
+    let agent = Box::new(Agent {
+        engine,
+        linker,
+        store,
+        programs: Vec::new(),
+        probes: Vec::new(),
+    });
+    AGENT.store(Box::into_raw(agent), Ordering::Release);
+    0
+}
+
+/// CPU features wasmtime asks about when it checks a precompiled module's
+/// ISA flags against this host (there is no `std` detection here).
+///
+/// VEX/EVEX-encoded extensions are reported absent whatever the CPU has:
+/// wasmtime then refuses any module compiled to use them, which is how the
+/// agent enforces the stubs' contract (they save XMM0–15 and MXCSR only; a
+/// VEX.128 instruction would zero the upper halves of the probed code's YMM
+/// registers).
+fn detect(feature: &str) -> Option<bool> {
+    if matches!(
+        feature,
+        "avx"
+            | "avx2"
+            | "fma"
+            | "avxvnni"
+            | "avx512f"
+            | "avx512dq"
+            | "avx512vl"
+            | "avx512bitalg"
+            | "avx512vbmi"
+            | "avx512vnni"
+    ) {
+        return Some(false);
+    }
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    let l1 = __cpuid(1);
+    let l7 = __cpuid_count(7, 0);
+    let ext = __cpuid(0x8000_0001);
+    let bit = |r: u32, b: u32| r & (1 << b) != 0;
+    Some(match feature {
+        "sse3" => bit(l1.ecx, 0),
+        "ssse3" => bit(l1.ecx, 9),
+        "sse4.1" => bit(l1.ecx, 19),
+        "sse4.2" => bit(l1.ecx, 20),
+        "popcnt" => bit(l1.ecx, 23),
+        "cmpxchg16b" => bit(l1.ecx, 13),
+        "bmi1" => bit(l7.ebx, 3),
+        "bmi2" => bit(l7.ebx, 8),
+        "lzcnt" => bit(ext.ecx, 5),
+        _ => return None,
+    })
+}
+
+/// The agent, for code running under the store lock or `CONTROL_BUSY`.
+fn agent<'a>() -> Option<&'a mut Agent> {
+    // SAFETY: set once by init; callers hold the store lock (or run the
+    // tracer-serialised control path with the store lock held).
+    unsafe { AGENT.load(Ordering::Acquire).as_mut() }
+}
+
+fn on_control_stack(f: extern "C" fn(*mut u8) -> i64, arg: *mut u8) -> i64 {
+    let top = CONTROL_STACK.load(Ordering::Relaxed) as usize;
+    if top == 0 {
+        return AgentError::NotInitialized as i64;
+    }
+    // SAFETY: the control stack, used by one control call at a time.
+    unsafe { thread::wprobe_call_on_stack(arg, f, top) }
+}
+
+/// Runs a control call (`load`, `sites`) on the control stack with the
+/// store lock held.
+fn control_call(f: extern "C" fn(*mut u8) -> i64, req_off: usize) -> i32 {
+    if dead() {
+        return AgentError::Dead as i32;
+    }
+    let Some(c) = ctrl::get() else {
+        return AgentError::NotInitialized as i32;
+    };
+    if AGENT.load(Ordering::Acquire).is_null() {
+        return AgentError::NotInitialized as i32;
+    }
+    if CONTROL_BUSY.swap(1, Ordering::Acquire) != 0 {
+        return AgentError::BadRequest as i32;
+    }
+    // Hits wait while the store changes.
+    while !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {}
+    let mut off = req_off;
+    let r = on_control_stack(f, &mut off as *mut usize as *mut u8);
+    lock::unlock(&c.store_lock);
+    CONTROL_BUSY.store(0, Ordering::Release);
+    r as i32
+}
+
+/// Reads a `T` at offset `off` of the region (8-aligned, inside it).
+fn read_req<T: Copy>(c: &ControlHeader, off: u64, what: &str) -> Result<T, i64> {
+    if !off.is_multiple_of(8) {
+        return Err(err(
+            AgentError::BadRequest,
+            format_args!("misaligned {what}"),
+        ));
+    }
+    let Some(b) = ctrl::bytes(c, off, core::mem::size_of::<T>() as u64) else {
+        return Err(err(
+            AgentError::BadRequest,
+            format_args!("{what} outside the region"),
+        ));
+    };
+    // SAFETY: inside the region, aligned, plain data.
+    Ok(unsafe { (b.as_ptr() as *const T).read() })
+}
+
+// ---------------------------------------------------------------------------
+// load
+
+/// Loads the program described by the [`LoadRequest`] at offset `req_off`
+/// of the control region. Returns the program index or an [`AgentError`] code.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_load(req_off: usize) -> i32 {
+    control_call(load_inner, req_off)
+}
+
+extern "C" fn load_inner(arg: *mut u8) -> i64 {
+    // SAFETY: `control_call` passes a pointer to the offset.
+    let req_off = unsafe { *(arg as *const usize) } as u64;
+    let (Some(c), Some(a)) = (ctrl::get(), agent()) else {
+        return AgentError::NotInitialized as i64;
+    };
+    let req: LoadRequest = match read_req(c, req_off, "request") {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let Some(bytes) = ctrl::bytes(c, req.module_off, req.module_len) else {
+        return err(
+            AgentError::BadRequest,
+            format_args!("module outside the region"),
+        );
+    };
+    if u64::from(req.gvars) > c.gvars_cap {
+        return err(
+            AgentError::BadRequest,
+            format_args!(
+                "{} gvars, the region has room for {}",
+                req.gvars, c.gvars_cap
+            ),
+        );
+    }
+    if req.map_len != 0
+        && (req.map_off < c.maps_off
+            || req
+                .map_off
+                .checked_add(req.map_len)
+                .is_none_or(|e| e > c.maps_off + c.maps_size))
+    {
+        return err(
+            AgentError::BadRequest,
+            format_args!("map region outside the region's map area"),
+        );
+    }
+    if Engine::detect_precompiled(bytes) != Some(wasmtime::Precompiled::Module) {
+        return err(
+            AgentError::NotPrecompiled,
+            format_args!("not a precompiled wasmtime module"),
+        );
+    }
+    // SAFETY: the bytes come from the tracer's `Engine::precompile_module`
+    // (trusted input); wasmtime copies them into its own code memory.
+    let module = match unsafe { Module::deserialize(&a.engine, &*bytes) } {
+        Ok(m) => m,
+        Err(e) => return err(AgentError::Incompatible, format_args!("{e:#}")),
+    };
+    // Start functions run under fuel too.
+    let _ = a.store.set_fuel(FLUSH_FUEL);
+    let instance = match a.linker.instantiate(&mut a.store, &module) {
+        Ok(i) => i,
+        Err(e) => return err(AgentError::Instantiate, format_args!("{e:#}")),
+    };
+    let memory = instance.get_memory(&mut a.store, hostabi::MEMORY_EXPORT);
+    let program = a.programs.len();
+    if program > u16::MAX as usize {
+        return err(AgentError::BadRequest, format_args!("too many programs"));
+    }
+    let mut new_probes = Vec::new();
+    for i in 0..u64::from(req.n_probes) {
+        let e: ProbeEntry = match read_req(
+            c,
+            req.probes_off + i * core::mem::size_of::<ProbeEntry>() as u64,
+            "probe entry",
+        ) {
+            Ok(e) => e,
+            Err(e) => return e,
+        };
+        if u64::from(e.probe) >= c.probes_cap {
+            return err(
+                AgentError::TooManySites,
+                format_args!("probe {} >= {}", e.probe, c.probes_cap),
+            );
+        }
+        let Some(name) = ctrl::bytes(c, e.name_off, u64::from(e.name_len))
+            .and_then(|b| core::str::from_utf8(b).ok())
+        else {
+            return err(
+                AgentError::BadRequest,
+                format_args!("probe {} export name", e.probe),
+            );
+        };
+        let handler = match instance.get_typed_func::<(), i32>(&mut a.store, name) {
+            Ok(f) => Handler::Outcome(f),
+            Err(_) => match instance.get_typed_func::<(), ()>(&mut a.store, name) {
+                Ok(f) => Handler::Unit(f),
+                Err(e) => {
+                    return err(
+                        AgentError::MissingExport,
+                        format_args!("export {name:?}: {e:#}"),
+                    );
+                }
+            },
+        };
+        new_probes.push((e.probe, e.load_bias, handler));
+    }
+    let flush = instance
+        .get_typed_func::<(), i32>(&mut a.store, hostabi::FLUSH_EXPORT)
+        .ok();
+    a.programs.push(Program {
+        memory,
+        flush,
+        fuel: req.fuel,
+        map: (req.map_off, req.map_len),
+        writes_allowed: req.writes_allowed != 0,
+    });
+    for (probe, load_bias, handler) in new_probes {
+        let i = probe as usize;
+        if a.probes.len() <= i {
+            a.probes.resize_with(i + 1, || None);
+        }
+        a.probes[i] = Some(ProbeFn {
+            program: program as u16,
+            handler,
+            load_bias,
+        });
+    }
+    let g = c
+        .gvars_len
+        .load(Ordering::Relaxed)
+        .max(u64::from(req.gvars));
+    c.gvars_len.store(g, Ordering::Release);
+    program as i64
+}
+
+// ---------------------------------------------------------------------------
+// sites
+
+/// Sets the site table from the [`SitesRequest`] at `req_off`: once, before
+/// any stub that calls `dispatch` is reachable. Returns 0 or an
+/// [`AgentError`] code.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_sites(req_off: usize) -> i32 {
+    control_call(sites_inner, req_off)
+}
+
+extern "C" fn sites_inner(arg: *mut u8) -> i64 {
+    // SAFETY: `control_call` passes a pointer to the offset.
+    let req_off = unsafe { *(arg as *const usize) } as u64;
+    let Some(c) = ctrl::get() else {
+        return AgentError::NotInitialized as i64;
+    };
+    if !SITES.load(Ordering::Acquire).is_null() {
+        return err(AgentError::BadRequest, format_args!("sites already set"));
+    }
+    let req: SitesRequest = match read_req(c, req_off, "sites request") {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let mut table: Vec<Option<Site>> = Vec::new();
+    for i in 0..u64::from(req.n_sites) {
+        let e: SiteEntry = match read_req(
+            c,
+            req.sites_off + i * core::mem::size_of::<SiteEntry>() as u64,
+            "site entry",
+        ) {
+            Ok(e) => e,
+            Err(e) => return e,
+        };
+        if e.site >= MAX_SITES {
+            return err(AgentError::TooManySites, format_args!("site {}", e.site));
+        }
+        let mut probes = Vec::with_capacity(e.n_probes as usize);
+        for k in 0..u64::from(e.n_probes) {
+            let p: u32 = match ctrl::bytes(c, e.probes_off + 4 * k, 4) {
+                Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                None => {
+                    return err(
+                        AgentError::BadRequest,
+                        format_args!("site {} probes", e.site),
+                    );
+                }
+            };
+            if u64::from(p) >= c.probes_cap {
+                return err(AgentError::TooManySites, format_args!("probe {p}"));
+            }
+            probes.push(p);
+        }
+        let i = e.site as usize;
+        if table.len() <= i {
+            table.resize_with(i + 1, || None);
+        }
+        table[i] = Some(Site {
+            addr: e.addr,
+            probes: probes.into_boxed_slice(),
+        });
+    }
+    SITES.store(Box::into_raw(Box::new(table)), Ordering::Release);
+    0
+}
+
+// ---------------------------------------------------------------------------
+// dispatch
+
+fn dead() -> bool {
+    ctrl::get().is_some_and(|c| c.state.load(Ordering::Relaxed) == state::DEAD)
+}
+
+fn in_forked_child() -> bool {
+    let g = FORK_GUARD.load(Ordering::Relaxed);
+    // SAFETY: the fork-guard page is mapped for the life of the process.
+    !g.is_null() && unsafe { g.read_volatile() } != FORK_MAGIC
+}
+
+#[inline(always)]
+fn site(id: u32) -> Option<&'static Site> {
+    // SAFETY: set once, never freed.
+    let t = unsafe { SITES.load(Ordering::Acquire).as_ref()? };
+    t.get(id as usize)?.as_ref()
+}
+
+/// Counts a hit of every enabled probe of `s` as missed.
+#[cold]
+fn missed(c: &ControlHeader, s: &Site) {
+    for &p in &s.probes {
+        if let Some(slot) = ctrl::probe(c, p)
+            && slot.enabled.load(Ordering::Relaxed) != 0
+        {
+            slot.missed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[repr(C)]
+struct HitArgs {
+    site: &'static Site,
+    tid: u32,
+    fs_base: u64,
+    frame: *mut SavedRegs,
+}
+
+/// Runs the handlers of `site` on the registers saved in `frame`; register
+/// writes land in `frame`. Returns the number of handlers run (>= 0) or a
+/// [`Skip`] code.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRegs) -> i64 {
+    let Some(c) = ctrl::get() else {
+        return Skip::Dormant as i64;
+    };
+    // In a forked child the region is the parent's: count nothing there.
+    if in_forked_child() {
+        return Skip::Dormant as i64;
+    }
+    if c.state.load(Ordering::Relaxed) != state::READY || c.enabled.load(Ordering::Relaxed) == 0 {
+        c.stats.dormant.fetch_add(1, Ordering::Relaxed);
+        return Skip::Dormant as i64;
+    }
+    let Some(s) = site(site_id) else {
+        return Skip::NoHandler as i64;
+    };
+    if !s
+        .probes
+        .iter()
+        .any(|&p| ctrl::probe(c, p).is_some_and(|slot| slot.enabled.load(Ordering::Relaxed) != 0))
+    {
+        return Skip::NoHandler as i64;
+    }
+    if ring::heartbeat_stale(c) {
+        c.stats.dormant.fetch_add(1, Ordering::Relaxed);
+        missed(c, s);
+        return Skip::Dormant as i64;
+    }
+    let Some((slot, fs)) = thread::current() else {
+        c.stats.no_slot.fetch_add(1, Ordering::Relaxed);
+        missed(c, s);
+        return Skip::NoThreadSlot as i64;
+    };
+    if slot.busy.load(Ordering::Relaxed) != 0 {
+        c.stats.reentered.fetch_add(1, Ordering::Relaxed);
+        missed(c, s);
+        return Skip::Reentered as i64;
+    }
+    slot.busy.store(1, Ordering::Relaxed);
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    let mut args = HitArgs {
+        site: s,
+        tid: slot.tid.load(Ordering::Relaxed),
+        fs_base: fs,
+        frame,
+    };
+    let top = slot.stack.load(Ordering::Relaxed);
+    // SAFETY: the thread's own agent stack, not in use (busy was 0).
+    let r = unsafe {
+        thread::wprobe_call_on_stack(&mut args as *mut HitArgs as *mut u8, dispatch_inner, top)
+    };
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    slot.busy.store(0, Ordering::Relaxed);
+    r
+}
+
+extern "C" fn dispatch_inner(arg: *mut u8) -> i64 {
+    // SAFETY: `wprobe_agent_dispatch` passes its `HitArgs`.
+    let h = unsafe { &*(arg as *const HitArgs) };
+    let Some(c) = ctrl::get() else {
+        return Skip::Dormant as i64;
+    };
+    if !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
+        c.stats.contended.fetch_add(1, Ordering::Relaxed);
+        missed(c, h.site);
+        return Skip::Contended as i64;
+    }
+    let mxcsr = sys::stmxcsr();
+    if mxcsr != MXCSR_DEFAULT {
+        sys::ldmxcsr(MXCSR_DEFAULT);
+    }
+    // SAFETY: the stub's frame, live for this hit.
+    unsafe { (*h.frame).rip = h.site.addr };
+    let mut ran = 0;
+    for &p in &h.site.probes {
+        // The tracer may have disabled the agent meanwhile (`exit()` of a
+        // handler of another probe of this site included).
+        if c.enabled.load(Ordering::Relaxed) == 0 {
+            break;
+        }
+        if let Some(slot) = ctrl::probe(c, p)
+            && slot.enabled.load(Ordering::Relaxed) != 0
+            && run_probe(c, slot, p, h)
+        {
+            ran += 1;
+        }
+    }
+    if mxcsr != MXCSR_DEFAULT {
+        sys::ldmxcsr(mxcsr);
+    }
+    lock::unlock(&c.store_lock);
+    ran
+}
+
+/// Adds one to a counter only the holder of the store lock writes (no
+/// locked read-modify-write).
+#[inline(always)]
+fn bump(n: &AtomicU64) {
+    n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// One hit of probe `p`: `ignore`, the handler run, its counters, outcome
+/// and records. Returns whether the handler ran. The caller holds the
+/// store lock.
+#[inline(always)]
+fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
+    let Some(a) = agent() else {
+        return false;
+    };
+    bump(&slot.hits);
+    let ignored = slot.ignored.load(Ordering::Relaxed);
+    if ignored < slot.ignore {
+        slot.ignored.store(ignored + 1, Ordering::Relaxed);
+        return false;
+    }
+    let Some(Some(pf)) = a.probes.get(p as usize) else {
+        return false;
+    };
+    let prog = &a.programs[pf.program as usize];
+    {
+        let d = a.store.data_mut();
+        d.env.frame = h.frame;
+        d.env.tid = h.tid;
+        d.env.pid = PID.load(Ordering::Relaxed);
+        d.env.fs_base = h.fs_base;
+        d.env.load_bias = pf.load_bias;
+        d.env.now.set(0);
+        d.sink.clear();
+        d.services.map = prog.map;
+        d.memory = prog.memory;
+        d.writes_allowed = prog.writes_allowed;
+    }
+    let _ = a.store.set_fuel(prog.fuel);
+    let res = match &pf.handler {
+        Handler::Outcome(f) => f.call(&mut a.store, ()),
+        Handler::Unit(f) => f.call(&mut a.store, ()).map(|()| Outcome::Exit as i32),
+    };
+    let mut trap = ctrl::FixedBuf::<512>::new();
+    let outcome = match res {
+        Ok(code) => match Outcome::from_code(code) {
+            Some(o) => {
+                if o == Outcome::Uncaught {
+                    bump(&slot.uncaught);
+                }
+                code
+            }
+            None => {
+                bump(&slot.traps);
+                let _ = write!(trap, "handler returned {code}, not an outcome code");
+                run_outcome::TRAPPED
+            }
+        },
+        Err(e) => {
+            if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
+                bump(&slot.fuel_exhausted);
+                if let Some(f) = &prog.flush {
+                    let _ = a.store.set_fuel(FLUSH_FUEL);
+                    let _ = f.call(&mut a.store, ());
+                }
+                run_outcome::FUEL
+            } else {
+                bump(&slot.traps);
+                // As the runtime's `trap_message`: the trap, or the root
+                // cause of a host-raised error (without its context).
+                match e.downcast_ref::<Trap>() {
+                    Some(t) => {
+                        let _ = write!(trap, "{t}");
+                    }
+                    None => {
+                        let _ = write!(trap, "{}", e.root_cause());
+                    }
+                }
+                run_outcome::TRAPPED
+            }
+        }
+    };
+    let runs = slot.runs.load(Ordering::Relaxed) + 1;
+    slot.runs.store(runs, Ordering::Relaxed);
+    let first_trap = outcome == run_outcome::TRAPPED
+        && slot.flags.load(Ordering::Relaxed) & probe_flag::TRAP_REPORTED == 0;
+    if first_trap {
+        slot.flags
+            .fetch_or(probe_flag::TRAP_REPORTED, Ordering::Relaxed);
+        a.store
+            .data_mut()
+            .sink
+            .push(rec::TRAP, 0, 0, trap.bytes(), &[]);
+    }
+    let tells = matches!(
+        Outcome::from_code(outcome),
+        Some(
+            Outcome::Remove
+                | Outcome::Stop
+                | Outcome::DebuggerHandoff
+                | Outcome::CoreDump
+                | Outcome::CrashDump
+        )
+    );
+    let d = a.store.data_mut();
+    if !d.sink.recs.is_empty() || tells {
+        let head = RunHeader {
+            probe: p,
+            tid: h.tid,
+            cpu: hostabi::env::HitEnv::cpu(&d.env) as u32,
+            outcome,
+            time_ns: hostabi::env::HitEnv::now_ns(&d.env),
+            ..Default::default()
+        };
+        if !ring::push(c, head, &d.sink.recs, &d.sink.bytes, &d.sink.items) {
+            bump(&slot.dropped);
+        }
+    }
+    d.env.frame = core::ptr::null_mut();
+    match Outcome::from_code(outcome) {
+        Some(Outcome::Remove) => slot.enabled.store(0, Ordering::Relaxed),
+        // `exit()`: nothing more runs in this process until the tracer
+        // has detached.
+        Some(Outcome::Stop) => c.enabled.store(0, Ordering::Relaxed),
+        _ => {}
+    }
+    if slot.maxhits != 0 && runs >= slot.maxhits {
+        slot.enabled.store(0, Ordering::Relaxed);
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------
+// bench
+
+#[repr(C)]
+struct BenchArgs {
+    what: u32,
+    site: u32,
+    n: u64,
+    frame: *mut SavedRegs,
+}
+
+extern "C" fn noop(_: *mut u8) -> i64 {
+    0
+}
+
+/// Measures one layer of a dispatch `n` times inside the agent; returns the
+/// CPU time of the calling thread it took, in ns (CLOCK_THREAD_CPUTIME_ID,
+/// like wprobe's benches; 0 if `what` is unknown or the agent is not ready).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_bench(
+    what: u32,
+    site: u32,
+    n: u64,
+    frame: *mut SavedRegs,
+) -> u64 {
+    use agent_abi::bench::*;
+    let t0 = sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID);
+    match what {
+        EMPTY => {
+            for _ in 0..n {
+                core::hint::black_box(sys::rdtsc());
+            }
+        }
+        CLOCK => {
+            for _ in 0..n {
+                core::hint::black_box(vdso::clock_ns(sys::CLOCK_REALTIME));
+            }
+        }
+        LOCK => {
+            let Some(c) = ctrl::get() else { return 0 };
+            for _ in 0..n {
+                if lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
+                    lock::unlock(&c.store_lock);
+                }
+            }
+        }
+        DISPATCH => {
+            for _ in 0..n {
+                // SAFETY: the caller's frame.
+                core::hint::black_box(unsafe { wprobe_agent_dispatch(site, frame) });
+            }
+        }
+        SLOT => {
+            for _ in 0..n {
+                core::hint::black_box(thread::current());
+            }
+        }
+        STACK_SWITCH => {
+            for _ in 0..n {
+                let Some((s, _)) = thread::current() else {
+                    return 0;
+                };
+                let top = s.stack.load(Ordering::Relaxed);
+                // SAFETY: the thread's own stack, not in use.
+                core::hint::black_box(unsafe {
+                    thread::wprobe_call_on_stack(core::ptr::null_mut(), noop, top)
+                });
+            }
+        }
+        PANIC => {
+            let Some((s, _)) = thread::current() else {
+                return 0;
+            };
+            let top = s.stack.load(Ordering::Relaxed);
+            // SAFETY: the thread's own stack, not in use.
+            let r = unsafe { thread::wprobe_call_on_stack(core::ptr::null_mut(), panics, top) };
+            return r as u64;
+        }
+        SET_FUEL | CALL => {
+            let Some((s, _)) = thread::current() else {
+                return 0;
+            };
+            let mut args = BenchArgs {
+                what,
+                site,
+                n,
+                frame,
+            };
+            let top = s.stack.load(Ordering::Relaxed);
+            // SAFETY: the thread's own stack, not in use.
+            let r = unsafe {
+                thread::wprobe_call_on_stack(
+                    &mut args as *mut BenchArgs as *mut u8,
+                    bench_inner,
+                    top,
+                )
+            };
+            if r != 0 {
+                return 0;
+            }
+        }
+        _ => return 0,
+    }
+    sys::clock_ns(sys::CLOCK_THREAD_CPUTIME_ID) - t0
+}
+
+extern "C" fn panics(_: *mut u8) -> i64 {
+    // Hold the store like a handler run would, then fail.
+    if let Some(c) = ctrl::get() {
+        while !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {}
+    }
+    let v: Vec<u8> = Vec::new();
+    // An index out of bounds: a bug, as far as the agent knows.
+    i64::from(v[core::hint::black_box(3)])
+}
+
+extern "C" fn bench_inner(arg: *mut u8) -> i64 {
+    // SAFETY: `wprobe_agent_bench` passes its `BenchArgs`.
+    let b = unsafe { &*(arg as *const BenchArgs) };
+    let Some(c) = ctrl::get() else { return 1 };
+    if !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
+        return 1;
+    }
+    let r = (|| {
+        let a = agent()?;
+        let p = *site(b.site)?.probes.first()?;
+        let pf = a.probes.get(p as usize)?.as_ref()?;
+        let prog = &a.programs[pf.program as usize];
+        let d = a.store.data_mut();
+        d.env.frame = b.frame;
+        d.memory = prog.memory;
+        d.services.map = prog.map;
+        for _ in 0..b.n {
+            let _ = a.store.set_fuel(prog.fuel);
+            if b.what == agent_abi::bench::CALL {
+                match &pf.handler {
+                    Handler::Outcome(f) => {
+                        let _ = core::hint::black_box(f.call(&mut a.store, ()));
+                    }
+                    Handler::Unit(f) => {
+                        let _ = core::hint::black_box(f.call(&mut a.store, ()));
+                    }
+                }
+                a.store.data_mut().sink.clear();
+            }
+        }
+        a.store.data_mut().env.frame = core::ptr::null_mut();
+        Some(())
+    })();
+    lock::unlock(&c.store_lock);
+    if r.is_some() { 0 } else { 1 }
+}
+
+// ---------------------------------------------------------------------------
+// panics
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    let mut b = ctrl::FixedBuf::<{ agent_abi::ERR_MSG_BYTES }>::new();
+    let _ = write!(b, "agent panic: {info}");
+    ctrl::set_error(AgentError::Dead as i32, b.bytes());
+    if let Some(c) = ctrl::get() {
+        c.state.store(state::DEAD, Ordering::Release);
+    }
+    // Return from the entry point that switched to this stack: the target
+    // goes on, every later hit is skipped (the store may be inconsistent).
+    if let Some(h) = thread::header_checked() {
+        if let Some(c) = ctrl::get() {
+            lock::unlock(&c.store_lock);
+        }
+        // SAFETY: `h` is the header of the agent stack we run on; its
+        // `saved_sp` is the frame of the `wprobe_call_on_stack` that
+        // entered it, still live below us on the thread's own stack.
+        unsafe { thread::wprobe_abandon_stack(h, AgentError::Dead as i64) }
+    }
+    // Not on an agent stack: nowhere safe to return to.
+    // SAFETY: raises SIGILL, the only way out left.
+    unsafe { core::arch::asm!("ud2", options(noreturn)) }
+}

@@ -1,0 +1,145 @@
+//! Writing handler runs into the shared ring. One producer at a time (the
+//! holder of the store lock), one consumer (the tracer). An entry is a
+//! [`RunHeader`] and its records, contiguous: one that would cross the
+//! ring's end is preceded by a pad entry to the end. When the ring has no
+//! room the producer waits for the tracer to drain it (a futex on
+//! `producer_waiting`, which the tracer wakes), at most
+//! [`RING_WAIT_MAX_NS`] and never once the tracer's heartbeat is stale;
+//! then the run's records are dropped and counted, never lost silently.
+
+use crate::{sys, vdso};
+use agent_abi::{
+    ControlHeader, RECORD_HEADER_SIZE, RING_WAIT_MAX_NS, RUN_HEADER_SIZE, RecordHeader, RunHeader,
+    entry,
+};
+use core::sync::atomic::Ordering;
+
+/// Longest single futex sleep while waiting for room.
+const SLEEP_NS: u64 = 10_000_000;
+
+/// One record of a run, as the sink holds it.
+#[derive(Clone, Copy, Debug)]
+pub struct Rec {
+    pub kind: u16,
+    pub major: u16,
+    pub minor: u16,
+    /// Data bytes, in the sink's byte buffer.
+    pub data: (usize, usize),
+    /// Item descriptor bytes (little-endian u32s), in the sink's item buffer.
+    pub items: (usize, usize),
+}
+
+/// Bytes of an entry with these records.
+pub fn entry_size(recs: &[Rec]) -> usize {
+    RUN_HEADER_SIZE
+        + recs
+            .iter()
+            .map(|r| agent_abi::record_size(r.data.1 - r.data.0, (r.items.1 - r.items.0) / 4))
+            .sum::<usize>()
+}
+
+/// Whether the tracer's heartbeat is stale (it stopped or died).
+#[inline]
+pub fn heartbeat_stale(c: &ControlHeader) -> bool {
+    let stale = c.stale_ticks.load(Ordering::Relaxed);
+    if stale == 0 {
+        return false;
+    }
+    let beat = c.heartbeat_tsc.load(Ordering::Relaxed);
+    // Signed: the tracer's TSC may be read on a CPU slightly ahead of ours.
+    (sys::rdtsc().wrapping_sub(beat) as i64) > stale as i64
+}
+
+/// Writes one run's entry; `false` when there was no room in time (the
+/// caller counts the drop).
+pub fn push(c: &ControlHeader, head: RunHeader, recs: &[Rec], bytes: &[u8], items: &[u8]) -> bool {
+    let cap = c.ring_size;
+    let size = entry_size(recs) as u64;
+    if size > cap / 2 || recs.len() > u16::MAX as usize {
+        return false;
+    }
+    let h = c.ring.head.load(Ordering::Relaxed);
+    let off = h & (cap - 1);
+    let pad = if off + size > cap { cap - off } else { 0 };
+    if !wait_for_room(c, h, pad + size) {
+        return false;
+    }
+    // SAFETY: `init` checked ring_off + ring_size is inside the region; the
+    // bytes written lie in [h, h + pad + size), which the consumer has
+    // released (tail); entries and the ring's end are 8-aligned.
+    unsafe {
+        let base = crate::ctrl::base(c).add(c.ring_off as usize);
+        let mut at = off as usize;
+        if pad != 0 {
+            let p = RunHeader {
+                size: pad as u32,
+                kind: entry::PAD,
+                ..Default::default()
+            };
+            // A pad needs only `size` and `kind` (its first 8 bytes).
+            core::ptr::copy_nonoverlapping(&p as *const RunHeader as *const u8, base.add(at), 8);
+            at = 0;
+        }
+        let mut w = base.add(at);
+        let head = RunHeader {
+            size: size as u32,
+            kind: entry::RUN,
+            n_records: recs.len() as u16,
+            ..head
+        };
+        core::ptr::copy_nonoverlapping(&head as *const RunHeader as *const u8, w, RUN_HEADER_SIZE);
+        w = w.add(RUN_HEADER_SIZE);
+        for r in recs {
+            let (d, i) = (&bytes[r.data.0..r.data.1], &items[r.items.0..r.items.1]);
+            let rh = RecordHeader {
+                kind: r.kind,
+                major: r.major,
+                minor: r.minor,
+                _pad: 0,
+                data_len: d.len() as u32,
+                n_items: (i.len() / 4) as u32,
+            };
+            core::ptr::copy_nonoverlapping(
+                &rh as *const RecordHeader as *const u8,
+                w,
+                RECORD_HEADER_SIZE,
+            );
+            core::ptr::copy_nonoverlapping(d.as_ptr(), w.add(RECORD_HEADER_SIZE), d.len());
+            core::ptr::copy_nonoverlapping(
+                i.as_ptr(),
+                w.add(RECORD_HEADER_SIZE + d.len()),
+                i.len(),
+            );
+            w = w.add(agent_abi::record_size(d.len(), i.len() / 4));
+        }
+    }
+    c.ring.head.store(h + pad + size, Ordering::Release);
+    true
+}
+
+/// Waits until `need` bytes from `head` are free.
+fn wait_for_room(c: &ControlHeader, head: u64, need: u64) -> bool {
+    let room = |c: &ControlHeader| head + need - c.ring.tail.load(Ordering::Acquire) <= c.ring_size;
+    if room(c) {
+        return true;
+    }
+    c.stats.ring_waits.fetch_add(1, Ordering::Relaxed);
+    let deadline = vdso::clock_ns(sys::CLOCK_MONOTONIC).saturating_add(RING_WAIT_MAX_NS);
+    loop {
+        if heartbeat_stale(c) {
+            return false;
+        }
+        c.ring.producer_waiting.store(1, Ordering::SeqCst);
+        if room(c) {
+            return true;
+        }
+        let now = vdso::clock_ns(sys::CLOCK_MONOTONIC);
+        if now >= deadline {
+            return false;
+        }
+        sys::futex_wait(&c.ring.producer_waiting, 1, (deadline - now).min(SLEEP_NS));
+        if room(c) {
+            return true;
+        }
+    }
+}

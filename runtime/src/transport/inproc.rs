@@ -1,0 +1,914 @@
+//! The in-process transport (`--transport inproc`): the handlers run inside
+//! the target. Each probe's first instructions are replaced by a 5-byte
+//! jump to a stub that saves the registers and calls an agent mapped into
+//! the process (`agent/`: wasmtime built without std, no signal handlers,
+//! no TLS, no libc), which runs the same Wasm handlers with the same host
+//! imports (`hostfns`) as the session does for ptrace and perf; the stub
+//! then restores the registers (with the handler's writes) and runs the
+//! displaced instructions, relocated, before jumping back. No trap, no
+//! system call per hit.
+//!
+//! The target is ptrace-stopped only while the transport changes it: at
+//! the start (a launched command at its entry point, `-p PID` with every
+//! thread seized) the agent is loaded, the programs are loaded into it
+//! (precompiled here for its engine), the stubs and jumps are written; at
+//! the end every thread is stopped again and the original bytes are put
+//! back. Meanwhile the target runs untraced, and the transport reads the
+//! agent's ring of handler runs and its counters in shared memory, and
+//! keeps a heartbeat: if wprobe dies, the probes go dormant by themselves
+//! and `wprobe repair --pid` restores the bytes from the journal.
+//!
+//! See `docs/architecture.md`, "The in-process transport".
+
+mod code;
+pub mod journal;
+mod launch;
+mod patch;
+pub mod repair;
+mod world;
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use agent_abi::{rec, run_outcome};
+use agent_loader::region::{ProbeCounts, RunView};
+use agent_loader::{LoadedAgent, ModuleSpec, ProbeSpec, RegionLayout, RunFacts, SiteSpec};
+use hostabi::Outcome;
+
+use self::patch::Patcher;
+use self::world::World;
+use crate::addr::RunAddr;
+use crate::procmaps::Mapping;
+use crate::sink::{RecordKind, Sink};
+use crate::transport::{
+    Action, Armed, Capabilities, Event, ExitStatus, HandlerSet, Insert, NoHit, OpenOptions, Report,
+    RunCounts, Target, TargetOutcome, TargetRun, Transport, TransportHit, TransportInfo,
+};
+
+/// The in-process transport in the registry.
+pub static INFO: TransportInfo = TransportInfo {
+    name: "inproc",
+    about: "runs the handlers inside the target, where a jump replaces each probe's first \
+            instructions (no trap per hit); handlers may write registers and memory",
+    caps: Capabilities {
+        writes: true,
+        synchronous: true,
+        watchpoints: false,
+        follows_forks: false,
+        debugger_handoff: false,
+        core_dump: false,
+        later_libraries: false,
+        arms_files: false,
+        uses_ptrace: true,
+        return_probes: false,
+        step_faults: false,
+        write_checks: true,
+    },
+    // Every register but the debug registers, which user space cannot read.
+    registers: Some(|id| !matches!(id, 0x2C..=0x2F | 0x32 | 0x33)),
+    preflight: |_| Ok(()),
+    open,
+};
+
+/// Bytes of the record ring (`WPROBE_INPROC_RING_BYTES` overrides it: tests
+/// and measurements of drops).
+const RING_BYTES: u64 = 4 << 20;
+/// After this long without a beat, the agent's probes go dormant.
+const STALE_AFTER: Duration = Duration::from_secs(2);
+/// How often the heartbeat thread beats.
+const BEAT_EVERY: Duration = Duration::from_millis(100);
+/// How often the counters are reported while running.
+const COUNTS_EVERY: Duration = Duration::from_millis(100);
+/// Longest sleep of the event loop when nothing happens.
+const IDLE_SLEEP_MS: i32 = 10;
+
+/// The in-process transport's state.
+pub struct InProc {
+    pid: i32,
+    launched: bool,
+    /// The stopped threads, while arming and detaching.
+    world: Option<World>,
+    maps: Vec<Mapping>,
+    patcher: Patcher,
+    /// Site of each probe armed (by tag).
+    armed: HashMap<usize, usize>,
+    agent: Option<LoadedAgent>,
+    /// Map region of each program: (offset, length) in the shared region.
+    program_maps: Vec<(u64, u64)>,
+    /// The counters last reported, by tag.
+    reported: Vec<ProbeCounts>,
+    sink: Sink,
+    items: Vec<u32>,
+    tick: Option<(Duration, Instant)>,
+    exit: Option<ExitStatus>,
+    pidfd: Option<OwnedFd>,
+    heartbeat: Option<agent_loader::region::Heartbeat>,
+    code_left_alone: Vec<(i32, u64, u8)>,
+    detach_time: Duration,
+    /// `(TSC, ns)` at open, to measure the TSC's rate for the heartbeat.
+    tsc0: (u64, u64),
+    handlers_paused: bool,
+    finished: bool,
+    /// The process executed a new program (see `check_exec`).
+    execed: bool,
+    /// `suspend` restored the bytes; `resume` writes the jumps again.
+    suspended: bool,
+    /// The process ended (exited or was killed).
+    ended: bool,
+    /// The agent's heap allocations once armed (`WPROBE_DEBUG` reports the
+    /// ones made while running: none per hit).
+    allocations_armed: u64,
+}
+
+fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
+    let _ = o;
+    let tsc0 = agent_loader::region::tsc_now();
+    let (pid, launched, world) = match target {
+        Target::Launch(argv) => {
+            let pid = launch::launch(argv).map_err(|e| format!("{e:#}"))?;
+            match World::launched(pid) {
+                Ok(w) => (pid, true, w),
+                Err(e) => {
+                    crate::sys::process::kill_and_reap(pid);
+                    return Err(format!("{e:#}"));
+                }
+            }
+        }
+        Target::Attach(pid) => {
+            if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(format!("no such process: {pid}"));
+            }
+            (pid, false, World::stop(pid).map_err(|e| format!("{e:#}"))?)
+        }
+    };
+    let mut t = InProc {
+        pid,
+        launched,
+        world: None,
+        maps: crate::procmaps::read(pid).unwrap_or_default(),
+        patcher: Patcher::default(),
+        armed: HashMap::new(),
+        agent: None,
+        program_maps: Vec::new(),
+        reported: Vec::new(),
+        sink: Sink::default(),
+        items: Vec::new(),
+        tick: None,
+        exit: None,
+        pidfd: None,
+        heartbeat: None,
+        code_left_alone: Vec::new(),
+        detach_time: Duration::ZERO,
+        tsc0,
+        handlers_paused: false,
+        finished: false,
+        execed: false,
+        suspended: false,
+        ended: false,
+        allocations_armed: 0,
+    };
+    t.patcher.thread_pcs = world
+        .tids()
+        .into_iter()
+        .filter_map(|tid| world.regs(tid).map(|r| (tid, r.rip)))
+        .collect();
+    t.world = Some(world);
+    Ok(Box::new(t))
+}
+
+/// The artifact of `wasm` for the agent's engine: from the compiled-module
+/// cache (keyed by the engine's configuration, so never an artifact of the
+/// runtime's own engine), or compiled and stored there.
+fn compile_for_agent(
+    cache: &crate::cache::Cache,
+    engine: &wasmtime::Engine,
+    wasm: &[u8],
+) -> anyhow::Result<Vec<u8>> {
+    let (module, _) = cache.get_or_compile(engine, wasm)?;
+    Ok(module.serialize()?)
+}
+
+/// The phases of loading the handlers into the target, timed for
+/// `WPROBE_DEBUG` (where arming time goes).
+struct Phases {
+    on: bool,
+    last: Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            on: std::env::var_os("WPROBE_DEBUG").is_some(),
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        if self.on {
+            let now = Instant::now();
+            self.done.push((what, now - self.last));
+            self.last = now;
+        }
+    }
+
+    fn report(&self, pid: i32) {
+        if self.on {
+            let parts: Vec<String> = self
+                .done
+                .iter()
+                .map(|(w, d)| format!("{w} {:.3} ms", d.as_secs_f64() * 1e3))
+                .collect();
+            crate::elog!("wprobe: debug: process {pid}: {}", parts.join(", "));
+        }
+    }
+}
+
+/// Why the eligibility rules refuse a jump at link-time address `link` of
+/// the module file `path` (`None`: a jump can go there). The rules that do
+/// not depend on the process (function bounds, branch targets into the
+/// window, instructions that cannot be relocated); a run may refuse more
+/// (code changed in memory, a thread inside the window, no stub area in
+/// reach). For `wprobe list`-like reports and tests.
+pub fn refusal(path: &std::path::Path, link: u64) -> Result<Option<String>, String> {
+    let module = code::ModuleCode::read(path)?;
+    let Some(func) = module.function(link, 0) else {
+        return Ok(Some(agent_loader::window::Refusal::NoFunction.to_string()));
+    };
+    Ok(agent_loader::window::plan(link, func, &module.targets)
+        .err()
+        .map(|r| r.to_string()))
+}
+
+/// The ring size asked for by `WPROBE_INPROC_RING_BYTES` (a power of two
+/// of at least a page), or the default.
+fn ring_bytes() -> u64 {
+    std::env::var("WPROBE_INPROC_RING_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| n.is_power_of_two() && *n >= 4096)
+        .unwrap_or(RING_BYTES)
+}
+
+impl InProc {
+    /// Loads the agent and the programs, writes the stubs and the jumps,
+    /// and lets the target go (the commit of everything inserted).
+    fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        let Some(world) = self.world.as_mut() else {
+            return Err("the target is not stopped".into());
+        };
+        // Programs precompiled for the agent's engine.
+        let mut phases = Phases::start();
+        let engine = agent_loader::compile::agent_engine().map_err(|e| format!("{e:#}"))?;
+        let cache = if set.use_cache {
+            crate::cache::Cache::from_env().unwrap_or_else(|_| crate::cache::Cache::disabled())
+        } else {
+            crate::cache::Cache::disabled()
+        };
+        let mut cwasm = Vec::with_capacity(set.programs.len());
+        for p in &set.programs {
+            cwasm.push(
+                compile_for_agent(&cache, &engine, p.wasm)
+                    .map_err(|e| format!("compiling `{}` for the target: {e:#}", p.label))?,
+            );
+        }
+        // The region: probes, variables, maps, ring, scratch.
+        let mut maps_size = 0u64;
+        self.program_maps = set
+            .programs
+            .iter()
+            .map(|p| match p.maps {
+                Some(m) => {
+                    let at = maps_size;
+                    maps_size += (m.len() as u64).next_multiple_of(64);
+                    (at, m.len() as u64)
+                }
+                None => (0, 0),
+            })
+            .collect();
+        let probes_cap = set.probes.iter().map(|p| p.tag + 1).max().unwrap_or(1) as u64;
+        let names: u64 = set.probes.iter().map(|p| p.export.len() as u64 + 32).sum();
+        let layout = RegionLayout {
+            probes_cap,
+            gvars_cap: set
+                .programs
+                .iter()
+                .map(|p| u64::from(p.gvars))
+                .max()
+                .unwrap_or(0)
+                .max(1),
+            maps_size,
+            ring_size: ring_bytes(),
+            scratch_size: cwasm.iter().map(|c| c.len() as u64).max().unwrap_or(0)
+                + names
+                + 32 * self.patcher.sites.len() as u64
+                + 24 * set.probes.len() as u64
+                + (64 << 10),
+        };
+        let facts = RunFacts {
+            start_mono_ns: set.start_mono_ns,
+            mono_offset_ns: set.mono_offset_ns,
+            child_pid: set.child_pid,
+        };
+        phases.mark("compiled for the agent");
+        let image = agent_loader::agent_image().map_err(|e| format!("the agent: {e:#}"))?;
+        let runner = world.runner().map_err(|e| format!("{e:#}"))?;
+        let mut agent = {
+            let mut t = world.target(runner);
+            agent_loader::load_agent(&mut t, &image, layout, facts)
+                .map_err(|e| format!("loading the agent into process {}: {e:#}", self.pid))?
+        };
+        let maps_off = agent.region.layout().maps_off();
+        for (i, p) in set.programs.iter().enumerate() {
+            if let Some(m) = p.maps {
+                let at = maps_off + self.program_maps[i].0;
+                self.program_maps[i].0 = at;
+                agent.region.write_maps(at, m);
+            }
+        }
+        for p in &set.probes {
+            agent
+                .region
+                .set_probe_limits(p.tag as u32, p.ignore, p.maxhits);
+        }
+        for (i, p) in set.programs.iter().enumerate() {
+            let probes: Vec<ProbeSpec<'_>> = set
+                .probes
+                .iter()
+                .filter(|q| q.program == i && self.armed.contains_key(&q.tag))
+                .map(|q| ProbeSpec {
+                    probe: q.tag as u32,
+                    export: q.export,
+                    load_bias: q.load_bias,
+                })
+                .collect();
+            let spec = ModuleSpec {
+                cwasm: &cwasm[i],
+                probes: &probes,
+                gvars: p.gvars,
+                fuel: p.fuel,
+                map: if p.maps.is_some() {
+                    self.program_maps[i]
+                } else {
+                    (0, 0)
+                },
+                writes_allowed: p.writes,
+            };
+            let mut t = world.target(runner);
+            agent
+                .load_module(&mut t, &spec)
+                .map_err(|e| format!("loading `{}` into process {}: {e:#}", p.label, self.pid))?;
+        }
+        phases.mark("agent and modules loaded");
+        let sites: Vec<SiteSpec> = self
+            .patcher
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SiteSpec {
+                site: i as u32,
+                addr: s.site.probe,
+                probes: s.tags.iter().map(|&t| t as u32).collect(),
+            })
+            .collect();
+        {
+            let mut t = world.target(runner);
+            agent
+                .set_sites(&mut t, &sites)
+                .map_err(|e| format!("{e:#}"))?;
+        }
+        for &tag in self.armed.keys() {
+            agent.region.set_probe_enabled(tag as u32, true);
+        }
+        agent.region.free_scratch();
+        let tsc1 = agent_loader::region::tsc_now();
+        let hz = agent_loader::region::tsc_hz(self.tsc0, tsc1).unwrap_or(0.0);
+        if hz > 0.0 {
+            agent
+                .region
+                .set_stale_ticks((hz * STALE_AFTER.as_secs_f64()) as u64);
+        }
+        agent.region.beat();
+        self.heartbeat = agent.region.start_heartbeat(BEAT_EVERY).ok();
+        agent.region.set_enabled(true);
+        self.reported = vec![ProbeCounts::default(); probes_cap as usize];
+        let dispatch = agent.dispatch;
+        self.agent = Some(agent);
+        phases.mark("sites registered");
+        self.patcher.install(world, dispatch)?;
+        phases.mark("stubs and jumps written");
+        phases.report(self.pid);
+        if let Some(a) = &self.agent {
+            self.allocations_armed = a.region.stats().allocations;
+        }
+        // Let the target go.
+        if let Some(mut w) = self.world.take() {
+            w.release();
+        }
+        self.pidfd = crate::sys::process::pidfd_open(self.pid);
+        Ok(())
+    }
+
+    /// Whether the process exited (its pidfd is readable), without reaping.
+    fn exited(&self) -> bool {
+        let Some(fd) = self.pidfd.as_ref() else {
+            return false;
+        };
+        let mut p = [libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        crate::sys::process::poll(&mut p, 0) != 0
+    }
+
+    /// Whether the process ended: its exit status when we launched it.
+    fn ended(&mut self) -> Option<Option<ExitStatus>> {
+        let fd = self.pidfd.as_ref()?;
+        let mut p = [libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if crate::sys::process::poll(&mut p, 0) == 0 {
+            return None;
+        }
+        if !self.launched {
+            return Some(None);
+        }
+        let st = crate::sys::process::reap_nohang(self.pid)?;
+        Some(Some(if libc::WIFSIGNALED(st) {
+            ExitStatus::Signal(libc::WTERMSIG(st))
+        } else {
+            ExitStatus::Code(libc::WEXITSTATUS(st))
+        }))
+    }
+
+    /// Notices that the process executed a new program (the agent's region
+    /// is no longer mapped in it): says so once, and forgets the sites
+    /// (they went with the old image; nothing to restore).
+    fn check_exec(&mut self) {
+        let Some(a) = &self.agent else { return };
+        if self.execed {
+            return;
+        }
+        let mut b = [0u8; 8];
+        match crate::sys::mem::vm_read(self.pid, a.region_addr, &mut b) {
+            Ok(8) => {}
+            Err(nix::errno::Errno::ESRCH) => {}
+            // Exited (a zombie has no memory either).
+            _ if self.exited() => {}
+            _ => {
+                self.execed = true;
+                self.patcher.forget();
+                crate::elog!(
+                    "wprobe: process {} executed a new program: its probes went with the old one (--transport ptrace arms them in the new program)",
+                    self.pid
+                );
+            }
+        }
+    }
+
+    /// Stops handlers from starting (dormant) and waits for those running.
+    fn quiesce(&mut self) {
+        if let Some(a) = &self.agent {
+            a.region.set_enabled(false);
+            if a.region.lock_store(Duration::from_secs(1)) {
+                a.region.unlock_store();
+            }
+        }
+    }
+
+    /// The counters' increments since the last report, by tag.
+    fn count_deltas(&mut self, out: &mut Vec<(usize, RunCounts)>) {
+        out.clear();
+        let Some(a) = &self.agent else { return };
+        for (&tag, _) in self.armed.iter() {
+            let now = a.region.probe_counts(tag as u32);
+            let Some(last) = self.reported.get_mut(tag) else {
+                continue;
+            };
+            if now != *last {
+                out.push((
+                    tag,
+                    RunCounts {
+                        hits: now.hits.saturating_sub(last.hits),
+                        ignored: now.ignored.saturating_sub(last.ignored),
+                        runs: now.runs.saturating_sub(last.runs),
+                        fuel_exhausted: now.fuel_exhausted.saturating_sub(last.fuel_exhausted),
+                        traps: now.traps.saturating_sub(last.traps),
+                        uncaught: now.uncaught.saturating_sub(last.uncaught),
+                        dropped: now.dropped.saturating_sub(last.dropped),
+                        missed: now.missed.saturating_sub(last.missed),
+                    },
+                ));
+                *last = now;
+            }
+        }
+        out.sort_by_key(|(t, _)| *t);
+    }
+}
+
+/// Fills `sink` with the records of `run` (item descriptors through
+/// `items`); returns the trap message, if the run carries one.
+fn fill_sink<'a>(sink: &mut Sink, items: &mut Vec<u32>, run: &'a RunView<'a>) -> Option<&'a [u8]> {
+    sink.clear();
+    let mut trap = None;
+    for r in &run.records {
+        let kind = match r.kind {
+            rec::LOG => RecordKind::Log,
+            rec::STACKTRACE => RecordKind::StackTrace,
+            rec::EVENT => RecordKind::Event,
+            rec::TRAP => {
+                trap = Some(r.data);
+                continue;
+            }
+            _ => continue,
+        };
+        items.clear();
+        items.extend(
+            r.items
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        sink.push(kind, r.major, r.minor, r.data, items);
+    }
+    trap
+}
+
+fn outcome(code: i32) -> TargetOutcome {
+    match code {
+        run_outcome::FUEL => TargetOutcome::FuelExhausted,
+        run_outcome::TRAPPED => TargetOutcome::Trapped,
+        c => Outcome::from_code(c).map_or(TargetOutcome::Trapped, TargetOutcome::Returned),
+    }
+}
+
+impl Transport for InProc {
+    fn info(&self) -> &'static TransportInfo {
+        &INFO
+    }
+
+    fn main_pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
+        if pid != self.pid {
+            return Err(format!("process {pid} is not traced"));
+        }
+        if fresh || self.maps.is_empty() {
+            self.maps = crate::procmaps::read(pid).map_err(|e| e.to_string())?;
+        }
+        Ok(self.maps.clone())
+    }
+
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
+        if pid != self.pid {
+            return Err(format!("process {pid} is not traced"));
+        }
+        let Some(world) = self.world.as_mut() else {
+            return Err("--transport inproc arms probes once, at start".into());
+        };
+        match what {
+            Insert::Breakpoint { opcode } => {
+                let site = self
+                    .patcher
+                    .plan(world, &self.maps, tag, addr, opcode)
+                    .map_err(|e| format!("cannot patch {addr:#x}: {e}"))?;
+                self.armed.insert(tag, site);
+                Ok(Armed(tag as u64))
+            }
+            Insert::Watchpoint { .. } => {
+                Err("--transport inproc has no watchpoints; use --transport ptrace".into())
+            }
+            Insert::Return { .. } => {
+                Err("return probes are not implemented by --transport inproc".into())
+            }
+        }
+    }
+
+    fn remove(&mut self, armed: Armed) {
+        let tag = armed.0 as usize;
+        if let Some(a) = &self.agent {
+            a.region.set_probe_enabled(tag as u32, false);
+        }
+    }
+
+    fn suspend(&mut self) -> Result<(), String> {
+        let Some(a) = &self.agent else {
+            return Err("--transport inproc: nothing is armed yet".into());
+        };
+        if self.suspended || self.execed {
+            return Ok(());
+        }
+        // Dormant first: a thread already in a stub runs the displaced
+        // instructions and goes on; none starts a handler.
+        a.region.set_enabled(false);
+        let mut w = World::stop(self.pid).map_err(|e| format!("{e:#}"))?;
+        let restored = self.patcher.restore(&w);
+        w.release();
+        let left = restored?;
+        self.code_left_alone
+            .extend(left.into_iter().map(|(a, b)| (self.pid, a, b)));
+        self.suspended = true;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
+            return Err("--transport inproc: nothing is armed yet".into());
+        };
+        if !self.suspended || self.execed {
+            return Ok(());
+        }
+        // No thread may stand inside a window the jump would replace: stop
+        // the process until none does (a thread is there only for the few
+        // instructions of a window).
+        for _ in 0..100 {
+            let mut w = World::stop(self.pid).map_err(|e| format!("{e:#}"))?;
+            let inside = w.tids().into_iter().any(|tid| {
+                w.regs(tid)
+                    .is_some_and(|r| self.patcher.inside_a_window(r.rip))
+            });
+            if inside {
+                w.release();
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let installed = self.patcher.install(&w, dispatch);
+            w.release();
+            installed?;
+            if let Some(a) = &self.agent {
+                a.region.set_enabled(true);
+            }
+            self.suspended = false;
+            return Ok(());
+        }
+        Err(format!(
+            "process {}: a thread stayed inside a probed window; the probes stay dormant",
+            self.pid
+        ))
+    }
+
+    fn set_tick(&mut self, period: Duration) {
+        self.tick = Some((period, Instant::now() + period));
+    }
+
+    fn run(
+        &mut self,
+        stop: &AtomicBool,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> anyhow::Result<Option<ExitStatus>> {
+        if self.agent.is_none() {
+            anyhow::bail!("--transport inproc: no handlers were loaded");
+        }
+        let mut deltas = Vec::new();
+        let mut last_counts = Instant::now();
+        let mut busy = false;
+        loop {
+            let drained = self.drain_runs(on_event);
+            if drained > 0 || last_counts.elapsed() >= COUNTS_EVERY {
+                self.report_counts(&mut deltas, on_event);
+                last_counts = Instant::now();
+                self.check_exec();
+            }
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            if let Some(status) = self.ended() {
+                self.exit = status;
+                self.ended = true;
+                break;
+            }
+            let mut timeout = if drained > 0 || busy {
+                1
+            } else {
+                IDLE_SLEEP_MS
+            };
+            busy = drained > 0;
+            if let Some((period, due)) = self.tick {
+                let now = Instant::now();
+                if due <= now {
+                    let mut next = due;
+                    while next <= now {
+                        next += period;
+                    }
+                    self.tick = Some((period, next));
+                    on_event(self, Event::Tick);
+                    continue;
+                }
+                timeout = timeout.min(due.duration_since(now).as_millis() as i32 + 1);
+            }
+            match &self.pidfd {
+                Some(fd) => {
+                    let mut p = [libc::pollfd {
+                        fd: fd.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }];
+                    crate::sys::process::poll(&mut p, timeout);
+                }
+                None => std::thread::sleep(Duration::from_millis(timeout as u64)),
+            }
+        }
+        self.quiesce();
+        self.drain_runs(on_event);
+        self.report_counts(&mut deltas, on_event);
+        if std::env::var_os("WPROBE_DEBUG").is_some()
+            && let Some(a) = &self.agent
+        {
+            let st = a.region.stats();
+            crate::elog!(
+                "wprobe: debug: agent in process {}: {} threads, {} heap allocations while \
+                 running ({} when armed), {} dormant, {} reentered, {} contended, {} lock \
+                 waits, {} ring waits",
+                self.pid,
+                st.threads,
+                st.allocations - self.allocations_armed,
+                self.allocations_armed,
+                st.dormant,
+                st.reentered,
+                st.contended,
+                st.lock_waits,
+                st.ring_waits
+            );
+        }
+        if let Some(status) = self.exit {
+            let pid = self.pid;
+            on_event(self, Event::ProcessExited { pid, status });
+        }
+        self.finished = true;
+        Ok(self.exit)
+    }
+
+    fn detach(&mut self) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        if let Some(a) = &self.agent {
+            a.region.set_enabled(false);
+        }
+        if self.patcher.any_patched() && (self.ended || self.exit.is_some()) {
+            // The process is gone, and its patched image with it: nothing
+            // to restore, and the journal must not outlive it.
+            self.patcher.forget();
+        }
+        if self.patcher.any_patched() {
+            if self.world.is_none() {
+                match World::stop(self.pid) {
+                    Ok(w) => self.world = Some(w),
+                    // Gone: nothing left to restore.
+                    Err(_) if !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() => {
+                        self.patcher.forget();
+                    }
+                    Err(e) => anyhow::bail!("stopping process {} to restore it: {e:#}", self.pid),
+                }
+            }
+            if let Some(w) = &self.world {
+                let left = self.patcher.restore(w).map_err(anyhow::Error::msg)?;
+                self.code_left_alone
+                    .extend(left.into_iter().map(|(a, b)| (self.pid, a, b)));
+            }
+        }
+        if let Some(mut w) = self.world.take() {
+            w.release();
+        }
+        self.heartbeat = None;
+        self.detach_time = t0.elapsed();
+        Ok(())
+    }
+
+    fn kill_launched(&mut self) {
+        if self.launched && self.world.is_some() {
+            self.world = None;
+            crate::sys::process::kill_and_reap(self.pid);
+        }
+    }
+
+    fn report(&self) -> Report {
+        Report {
+            exit_status: self.exit,
+            detach_signals: Vec::new(),
+            handed_off: Vec::new(),
+            code_left_alone: self.code_left_alone.clone(),
+            detach_time: Duration::ZERO,
+        }
+    }
+
+    fn new_hit(&self) -> Box<dyn TransportHit> {
+        Box::new(NoHit)
+    }
+
+    fn runs_handlers(&self) -> bool {
+        true
+    }
+
+    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        self.commit(set)
+    }
+
+    fn pause_handlers(&mut self) -> bool {
+        match &self.agent {
+            Some(a) if !self.handlers_paused => {
+                self.handlers_paused = a.region.lock_store(Duration::from_secs(1));
+                self.handlers_paused
+            }
+            _ => false,
+        }
+    }
+
+    fn resume_handlers(&mut self) {
+        if self.handlers_paused
+            && let Some(a) = &self.agent
+        {
+            a.region.unlock_store();
+            self.handlers_paused = false;
+        }
+    }
+
+    fn handler_maps(&mut self, program: usize, bytes: &mut [u8], write: bool) -> bool {
+        let (Some(a), Some(&(off, len))) = (&self.agent, self.program_maps.get(program)) else {
+            return false;
+        };
+        if len != bytes.len() as u64 || len == 0 {
+            return false;
+        }
+        if write {
+            a.region.write_maps(off, bytes)
+        } else {
+            a.region.read_maps(off, bytes)
+        }
+    }
+}
+
+impl InProc {
+    /// Hands every handler run waiting in the ring to the session.
+    fn drain_runs(
+        &mut self,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> u64 {
+        let Some(mut agent) = self.agent.take() else {
+            return 0;
+        };
+        let mut sink = std::mem::take(&mut self.sink);
+        let mut items = std::mem::take(&mut self.items);
+        let pid = self.pid;
+        let d = agent.region.drain(|run| {
+            let trap = fill_sink(&mut sink, &mut items, run);
+            let trap = trap.map(String::from_utf8_lossy);
+            let h = run.header;
+            let r = TargetRun {
+                pid,
+                tid: h.tid as i32,
+                cpu: h.cpu,
+                time_ns: h.time_ns,
+                outcome: outcome(h.outcome),
+                trap: trap.as_deref(),
+                records: &sink,
+            };
+            on_event(
+                self,
+                Event::Ran {
+                    tag: h.probe as usize,
+                    run: &r,
+                },
+            );
+        });
+        self.agent = Some(agent);
+        self.sink = sink;
+        self.items = items;
+        d.runs
+    }
+
+    /// Reports the counters that changed since the last report.
+    fn report_counts(
+        &mut self,
+        deltas: &mut Vec<(usize, RunCounts)>,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) {
+        self.count_deltas(deltas);
+        for &(tag, counts) in deltas.iter() {
+            on_event(self, Event::Counted { tag, counts });
+        }
+    }
+}
+
+impl Drop for InProc {
+    fn drop(&mut self) {
+        if !self.finished && self.launched && self.agent.is_none() && self.world.is_some() {
+            // Never ran: the launch was abandoned before the commit.
+            self.kill_launched();
+            return;
+        }
+        let _ = self.detach();
+    }
+}

@@ -1,0 +1,96 @@
+//! What the patcher needs to know of a module file, read once per module:
+//! its functions (by address, from the symbol tables), its code, and the
+//! targets of every direct branch in its executable sections (a linear
+//! sweep with iced-x86), so that a jump is never written over an
+//! instruction some branch lands on.
+
+use std::path::Path;
+
+use agent_loader::window::{BranchTargets, Function};
+use goblin::elf::{Elf, section_header};
+
+/// A module's code, in link-time addresses.
+pub(super) struct ModuleCode {
+    /// Functions with a size: (start, end), sorted, innermost last.
+    funcs: Vec<(u64, u64)>,
+    /// Direct branch targets of every executable section.
+    pub(super) targets: BranchTargets,
+    /// The module's file (ELF info: bytes and segments).
+    elf: wprobe_elf::info::ElfInfo,
+    /// `PT_LOAD` segments: (file offset, file size, link-time address).
+    loads: Vec<(u64, u64, u64)>,
+}
+
+impl ModuleCode {
+    /// Reads `path` and sweeps its code.
+    pub(super) fn read(path: &Path) -> Result<ModuleCode, String> {
+        let elf = wprobe_elf::info::ElfInfo::open(path).map_err(|e| e.to_string())?;
+        let mut funcs: Vec<(u64, u64)> = elf
+            .symbols
+            .iter()
+            .filter(|s| s.is_code() && s.size > 0)
+            .map(|s| (s.value, s.value.saturating_add(s.size)))
+            .collect();
+        funcs.sort_unstable();
+        funcs.dedup();
+        let mut targets = BranchTargets::default();
+        let parsed =
+            Elf::parse(elf.file_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+        let loads = parsed
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == goblin::elf::program_header::PT_LOAD)
+            .map(|p| (p.p_offset, p.p_filesz, p.p_vaddr))
+            .collect();
+        for sh in &parsed.section_headers {
+            if sh.sh_type != section_header::SHT_PROGBITS
+                || sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) == 0
+            {
+                continue;
+            }
+            let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
+            if let Some(code) = elf.file_bytes().get(off..off.saturating_add(len)) {
+                targets.sweep(code, sh.sh_addr);
+            }
+        }
+        Ok(ModuleCode {
+            funcs,
+            targets,
+            elf,
+            loads,
+        })
+    }
+
+    /// The function containing link-time address `link` (the innermost,
+    /// when symbols overlap), with its code; `bias` is the module's load bias.
+    pub(super) fn function(&self, link: u64, bias: u64) -> Option<Function<'_>> {
+        let i = self.funcs.partition_point(|&(s, _)| s <= link);
+        let inside = |&&(s, e): &&(u64, u64)| s <= link && link < e;
+        // The nearest starts first (the innermost function); a scan of all
+        // earlier ones only when symbols nest deeply.
+        let &(start, end) = match self.funcs[..i].iter().rev().take(64).find(inside) {
+            Some(f) => f,
+            None => self.funcs[..i].iter().rev().find(inside)?,
+        };
+        let code = self.elf.bytes_at(start, (end - start) as usize)?;
+        Some(Function {
+            start: start.wrapping_add(bias),
+            code,
+            bias,
+        })
+    }
+
+    /// The file's bytes at link-time address `link`.
+    pub(super) fn bytes_at(&self, link: u64, n: usize) -> Option<&[u8]> {
+        self.elf.bytes_at(link, n)
+    }
+
+    /// The link-time address of file offset `off`, if a `PT_LOAD` segment
+    /// maps it.
+    pub(super) fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
+        self.loads
+            .iter()
+            .find(|&&(o, n, _)| o <= off && off < o + n)
+            .map(|&(o, _, va)| va + (off - o))
+    }
+}

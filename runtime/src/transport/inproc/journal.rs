@@ -1,0 +1,212 @@
+//! The patch journal of the in-process transport: before the jumps are
+//! written into a process, one line per site records its address, the
+//! original bytes, the bytes written and the inode of the mapping, so that
+//! `wprobe repair --pid N` can restore the bytes after wprobe was killed
+//! (the probes are dormant by then; the bytes are still patched). Kept next
+//! to the ptrace transport's journals, with the same safety rules (a
+//! directory of the user's own, a new file, no symlinks), and removed after
+//! a clean detach. A site that cannot be journaled is not patched.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+/// Path of the journal of `pid`.
+pub fn path(pid: i32) -> PathBuf {
+    crate::transport::ptrace::journal::dir().join(format!("{pid}.inproc"))
+}
+
+/// One journaled site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// First byte of the window.
+    pub addr: u64,
+    /// The bytes the window held.
+    pub orig: Vec<u8>,
+    /// The bytes written (the jump and its padding).
+    pub patch: Vec<u8>,
+    /// Inode of the mapping.
+    pub inode: u64,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// An open journal.
+#[derive(Debug)]
+pub struct Journal {
+    file: File,
+    path: PathBuf,
+}
+
+impl Journal {
+    /// Creates the journal of `pid` (a new file, mode 0600, in a directory
+    /// only the user can change); an existing one is an error that says to
+    /// run `wprobe repair` first.
+    pub fn create(pid: i32) -> io::Result<Journal> {
+        let d = crate::transport::ptrace::journal::dir();
+        crate::privdir::ensure_dir(&d).map_err(|problem| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("journal directory {}: {problem}", d.display()),
+            )
+        })?;
+        let path = path(pid);
+        let open = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let now = start_time(pid);
+        let mut opened = open();
+        // A journal of an earlier process that had this pid (it ended, the
+        // pid was reused): nothing of it can be restored any more.
+        if opened
+            .as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::AlreadyExists)
+            && now.is_some()
+            && journal_start(pid).is_some_and(|then| Some(then) != now)
+        {
+            let _ = std::fs::remove_file(&path);
+            opened = open();
+        }
+        let mut file = opened.map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} already exists: a wprobe that patched process {pid} was killed; \
+                         run `wprobe repair --pid {pid}` first",
+                        path.display()
+                    ),
+                )
+            } else {
+                io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+            }
+        })?;
+        if let Some(t) = now {
+            file.write_all(format!("start {t}\n").as_bytes())?;
+        }
+        Ok(Journal { file, path })
+    }
+
+    /// Records the sites about to be patched, durably.
+    pub fn record(&mut self, entries: &[Entry]) -> io::Result<()> {
+        let mut text = String::new();
+        for e in entries {
+            text.push_str(&format!(
+                "{:x} {} {} {}\n",
+                e.addr,
+                hex(&e.orig),
+                hex(&e.patch),
+                e.inode
+            ));
+        }
+        self.file.write_all(text.as_bytes())?;
+        self.file.sync_data()
+    }
+
+    /// Removes the journal (every byte restored).
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The start time of process `pid` (clock ticks since boot, field 22 of
+/// `/proc/PID/stat`): with the pid, it names one process.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// The start time of the process the journal of `pid` was written for
+/// (its `start` line), when it has one.
+pub fn journal_start(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(path(pid)).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("start "))
+        .and_then(|t| t.trim().parse().ok())
+}
+
+/// The entries of the journal of `pid` (a regular file of the user's own,
+/// opened without following symlinks).
+pub fn read(pid: i32) -> io::Result<Vec<Entry>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path(pid))?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    crate::privdir::owner_and_mode(&meta)
+        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+    let mut out = Vec::new();
+    for line in io::BufReader::new(f).lines() {
+        let line = line?;
+        let mut it = line.split_whitespace();
+        let (Some(a), Some(o), Some(p), Some(i)) = (it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        if let (Ok(addr), Some(orig), Some(patch), Ok(inode)) =
+            (u64::from_str_radix(a, 16), unhex(o), unhex(p), i.parse())
+            && orig.len() == patch.len()
+        {
+            out.push(Entry {
+                addr,
+                orig,
+                patch,
+                inode,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A journal left by an earlier process with this pid is replaced; one
+    /// of this very process is an error naming `wprobe repair`.
+    #[test]
+    fn a_journal_of_an_earlier_process_with_the_pid_is_stale() {
+        let pid = std::process::id() as i32;
+        let _ = std::fs::remove_file(path(pid));
+        let j = Journal::create(pid).unwrap();
+        assert_eq!(journal_start(pid), start_time(pid));
+        let e = Journal::create(pid).unwrap_err();
+        assert!(e.to_string().contains("wprobe repair --pid"), "{e}");
+        j.remove();
+        std::fs::write(path(pid), "start 1\n1000 55 e9 7\n").unwrap();
+        let j = Journal::create(pid).unwrap();
+        assert_eq!(journal_start(pid), start_time(pid));
+        assert!(read(pid).unwrap().is_empty());
+        j.remove();
+        assert!(!path(pid).exists());
+    }
+}

@@ -1,0 +1,336 @@
+//! The patcher: which probes get a jump, where their stubs go, and the
+//! writing and restoring of the jumps, always with every thread of the
+//! target stopped.
+//!
+//! At insertion (the target stopped since it was launched or attached), a
+//! probe's site is planned: its module's file is read once (functions,
+//! branch targets), the window is chosen by the eligibility rules
+//! (`agent_loader::window`), the bytes in memory are checked to be the
+//! file's, no stopped thread may stand inside the window, and the site's
+//! stub is generated in a stub area within rel32 reach (an `r-x` mapping
+//! made in the target next to the module, holding the shared trampoline,
+//! the slot the agent's `dispatch` address is written to, and the stubs).
+//! A site that fails any of this is refused with the reason. Nothing of
+//! the program's code changes until [`Patcher::install`]: the stub areas
+//! are written, the journal is written and synced, then the jumps.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use agent_loader::stub::{self, Site};
+use agent_loader::window::{self, Refusal};
+
+use super::code::ModuleCode;
+use super::journal::{Entry, Journal};
+use super::world::World;
+use crate::procmaps::Mapping;
+
+/// Bytes of one stub area (the trampoline and about 3,000 stubs).
+const AREA_BYTES: u64 = 256 << 10;
+/// Offset of the dispatch slot in an area (after the trampoline).
+const SLOT_OFF: u64 = 512;
+/// Offset of the first stub.
+const STUBS_OFF: u64 = 576;
+
+/// An `r-x` mapping in the target holding stubs.
+#[derive(Debug)]
+pub(super) struct Area {
+    /// Its address.
+    pub(super) base: u64,
+    /// Its contents as they will be written.
+    code: Vec<u8>,
+    /// Next free byte.
+    next: u64,
+}
+
+/// A patched (or to-be-patched) site.
+#[derive(Debug)]
+pub(super) struct Planned {
+    /// The window.
+    pub(super) site: Site,
+    /// The probes at the site, in insertion order.
+    pub(super) tags: Vec<usize>,
+    /// The window's bytes in the file (= in memory when planned).
+    orig: Vec<u8>,
+    /// The jump and its padding.
+    patch: Vec<u8>,
+    /// Inode of the module's mapping.
+    inode: u64,
+    /// The jump is in place.
+    pub(super) patched: bool,
+}
+
+/// The sites of one process and their stubs.
+#[derive(Default)]
+pub(super) struct Patcher {
+    modules: HashMap<PathBuf, Result<ModuleCode, String>>,
+    pub(super) areas: Vec<Area>,
+    /// Sites by window address.
+    pub(super) sites: Vec<Planned>,
+    by_probe_addr: HashMap<u64, usize>,
+    /// Program counters of the stopped threads (nothing may be patched
+    /// under them).
+    pub(super) thread_pcs: Vec<(i32, u64)>,
+    journal: Option<Journal>,
+}
+
+/// Mappings of `pid` (for planning).
+fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    crate::procmaps::find(maps, addr)
+}
+
+impl Patcher {
+    /// Plans the site of the probe `tag` at `addr`; returns the site index.
+    pub(super) fn plan(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        tag: usize,
+        addr: u64,
+        opcode: Option<u8>,
+    ) -> Result<usize, String> {
+        if let Some(&i) = self.by_probe_addr.get(&addr) {
+            let s = &mut self.sites[i];
+            if !s.tags.contains(&tag) {
+                s.tags.push(tag);
+            }
+            return Ok(i);
+        }
+        let m = mapping_of(maps, addr)
+            .filter(|m| m.exec)
+            .ok_or_else(|| format!("invalid address: {addr:#x} is not in an executable mapping"))?;
+        if !m.is_file() {
+            return Err(format!(
+                "{addr:#x} is in an anonymous mapping ({}): only code of module files can be patched",
+                if m.path.is_empty() {
+                    "no file"
+                } else {
+                    &m.path
+                }
+            ));
+        }
+        let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
+        let module = self
+            .modules
+            .entry(path.clone())
+            .or_insert_with(|| ModuleCode::read(&path))
+            .as_ref()
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let file_off = addr - m.start + m.offset;
+        let link = module
+            .vaddr_of_offset(file_off)
+            .ok_or_else(|| format!("{addr:#x} is not in a loaded segment of {}", path.display()))?;
+        let bias = addr.wrapping_sub(link);
+        if let Some(op) = opcode {
+            let mut b = [0u8];
+            if world.peek(addr, &mut b) != 1 {
+                return Err(format!("cannot read {addr:#x}"));
+            }
+            if b[0] != op {
+                return Err(format!(
+                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
+                    b[0]
+                ));
+            }
+        }
+        let func = module
+            .function(link, bias)
+            .ok_or_else(|| Refusal::NoFunction.to_string())?;
+        let site = window::plan(addr, func, &module.targets).map_err(|r| r.to_string())?;
+        let wlink = site.addr.wrapping_sub(bias);
+        let orig = module
+            .bytes_at(wlink, site.len)
+            .filter(|b| b.len() == site.len)
+            .ok_or_else(|| format!("{:#x}: window outside the file's code", site.addr))?
+            .to_vec();
+        let mut now = vec![0u8; site.len];
+        if world.peek(site.addr, &mut now) != site.len || now != orig {
+            return Err(format!(
+                "the code at {:#x} in memory differs from {} (changed by the process or another \
+                 tool)",
+                site.addr,
+                path.display()
+            ));
+        }
+        if let Some((tid, pc)) = self
+            .thread_pcs
+            .iter()
+            .find(|(_, pc)| *pc > site.addr && *pc < site.addr + site.len as u64)
+        {
+            return Err(format!(
+                "thread {tid} is stopped at {pc:#x}, inside the {} bytes the jump replaces",
+                site.len
+            ));
+        }
+        let id = self.sites.len() as u32;
+        let (area, stub_addr, code) = self.stub_for(world, &site, id)?;
+        let patch = stub::site_patch(&site, stub_addr).map_err(|e| e.to_string())?;
+        let a = &mut self.areas[area];
+        let off = (stub_addr - a.base) as usize;
+        a.code[off..off + code.len()].copy_from_slice(&code);
+        a.next = stub_addr - a.base + code.len() as u64;
+        self.sites.push(Planned {
+            site,
+            tags: vec![tag],
+            orig,
+            patch,
+            inode: m.inode,
+            patched: false,
+        });
+        self.by_probe_addr.insert(addr, id as usize);
+        Ok(id as usize)
+    }
+
+    /// Generates the stub of `site` in an area within reach (making one if
+    /// none is): (area, stub address, code).
+    fn stub_for(
+        &mut self,
+        world: &mut World,
+        site: &Site,
+        id: u32,
+    ) -> Result<(usize, u64, Vec<u8>), String> {
+        let mut last = String::new();
+        for (i, a) in self.areas.iter().enumerate() {
+            let at = a.base + a.next.next_multiple_of(16);
+            match stub::generate(site, id, a.base, at) {
+                Ok(code) if at - a.base + code.len() as u64 <= AREA_BYTES => {
+                    if stub::site_patch(site, at).is_ok() {
+                        return Ok((i, at, code));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => last = e.to_string(),
+            }
+        }
+        let base = {
+            let mut t = world.target(world.runner().map_err(|e| e.to_string())?);
+            agent_loader::loader::map_near(
+                &mut t,
+                site.addr,
+                AREA_BYTES,
+                libc::PROT_READ | libc::PROT_EXEC,
+            )
+            .map_err(|e| format!("mapping a stub area near {:#x}: {e:#}", site.addr))?
+        };
+        let mut code = vec![0xCCu8; AREA_BYTES as usize];
+        let tr = stub::trampoline(base + SLOT_OFF, base).map_err(|e| e.to_string())?;
+        code[..tr.len()].copy_from_slice(&tr);
+        code[SLOT_OFF as usize..SLOT_OFF as usize + 8].fill(0);
+        self.areas.push(Area {
+            base,
+            code,
+            next: STUBS_OFF,
+        });
+        let i = self.areas.len() - 1;
+        let at = base + STUBS_OFF;
+        let code = stub::generate(site, id, base, at).map_err(|e| {
+            if last.is_empty() {
+                e.to_string()
+            } else {
+                format!("{e} ({last})")
+            }
+        })?;
+        stub::site_patch(site, at).map_err(|e| e.to_string())?;
+        Ok((i, at, code))
+    }
+
+    /// Writes the stub areas (with `dispatch` in their slots), journals the
+    /// sites, then writes every jump. The target must be stopped.
+    pub(super) fn install(&mut self, world: &World, dispatch: u64) -> Result<(), String> {
+        for a in &mut self.areas {
+            a.code[SLOT_OFF as usize..SLOT_OFF as usize + 8]
+                .copy_from_slice(&dispatch.to_le_bytes());
+            let n = a.next.next_multiple_of(16) as usize;
+            world
+                .poke(a.base, &a.code[..n])
+                .map_err(|e| format!("writing stubs: {e:#}"))?;
+        }
+        if self.sites.is_empty() {
+            return Ok(());
+        }
+        let mut j = Journal::create(world.pid()).map_err(|e| e.to_string())?;
+        let entries: Vec<Entry> = self
+            .sites
+            .iter()
+            .map(|s| Entry {
+                addr: s.site.addr,
+                orig: s.orig.clone(),
+                patch: s.patch.clone(),
+                inode: s.inode,
+            })
+            .collect();
+        j.record(&entries)
+            .map_err(|e| format!("writing the patch journal: {e}"))?;
+        self.journal = Some(j);
+        for s in &mut self.sites {
+            world
+                .poke(s.site.addr, &s.patch)
+                .map_err(|e| format!("patching {:#x}: {e:#}", s.site.addr))?;
+            s.patched = true;
+        }
+        Ok(())
+    }
+
+    /// Puts the original bytes back wherever our jump still is (the target
+    /// stopped); returns the sites the process rewrote meanwhile, left as
+    /// they are: (address, first byte found). Removes the journal when
+    /// every site is done.
+    pub(super) fn restore(&mut self, world: &World) -> Result<Vec<(u64, u8)>, String> {
+        let mut left = Vec::new();
+        let mut first_err = None;
+        for s in &mut self.sites {
+            if !s.patched {
+                continue;
+            }
+            let mut now = vec![0u8; s.patch.len()];
+            let n = world.peek(s.site.addr, &mut now);
+            if n != now.len() {
+                // The mapping is gone (unmapped, or the process exec'd).
+                s.patched = false;
+                continue;
+            }
+            if now != s.patch {
+                left.push((s.site.addr, now[0]));
+                s.patched = false;
+                continue;
+            }
+            match world.poke(s.site.addr, &s.orig) {
+                Ok(()) => s.patched = false,
+                Err(e) => {
+                    first_err.get_or_insert_with(|| format!("{e:#}"));
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if let Some(j) = self.journal.take() {
+            j.remove();
+        }
+        Ok(left)
+    }
+
+    /// The process executed a new program: the patched image, the stubs
+    /// and the agent are gone with the old one; nothing is left to restore.
+    pub(super) fn forget(&mut self) {
+        for s in &mut self.sites {
+            s.patched = false;
+        }
+        if let Some(j) = self.journal.take() {
+            j.remove();
+        }
+    }
+
+    /// Whether `pc` is inside a window (past its first byte), where a jump
+    /// must not be written under a thread.
+    pub(super) fn inside_a_window(&self, pc: u64) -> bool {
+        self.sites
+            .iter()
+            .any(|s| pc > s.site.addr && pc < s.site.addr + s.site.len as u64)
+    }
+
+    /// Whether a jump is in place somewhere.
+    pub(super) fn any_patched(&self) -> bool {
+        self.sites.iter().any(|s| s.patched)
+    }
+}

@@ -1,0 +1,56 @@
+//! `wprobe repair --pid N` for the in-process transport: a wprobe that was
+//! killed left its jumps in the process (the probes went dormant: each hit
+//! runs the displaced instructions in the stub and goes on). The journal
+//! says where; every thread is stopped, each site that still holds the
+//! bytes wprobe wrote, in a mapping of the same inode, gets its original
+//! bytes back, and the process is let go. The agent, its stubs and the
+//! shared region stay mapped (dormant): a thread may still be returning
+//! through a stub.
+
+use super::journal;
+use super::world::World;
+
+/// Restores the journaled sites of `pid`; removes the journal. Returns how
+/// many sites were restored.
+pub fn repair(pid: i32) -> std::io::Result<usize> {
+    let entries = journal::read(pid)?;
+    // Written for an earlier process with this pid: nothing to restore.
+    if journal::journal_start(pid).is_some_and(|t| Some(t) != journal::start_time(pid)) {
+        let _ = std::fs::remove_file(journal::path(pid));
+        return Ok(0);
+    }
+    let maps = crate::procmaps::read(pid).map_err(|e| {
+        let kind = match &e {
+            crate::procmaps::MapsError::Io { source, .. } => source.kind(),
+            _ => std::io::ErrorKind::InvalidData,
+        };
+        std::io::Error::new(kind, e)
+    })?;
+    let world = World::stop(pid).map_err(|e| {
+        let kind = if e.to_string().contains("not permitted") {
+            std::io::ErrorKind::PermissionDenied
+        } else {
+            std::io::ErrorKind::Other
+        };
+        std::io::Error::new(kind, format!("{e:#}"))
+    })?;
+    let mut n = 0;
+    for e in entries {
+        let Some(m) = crate::procmaps::find(&maps, e.addr) else {
+            continue;
+        };
+        if m.inode != e.inode {
+            continue;
+        }
+        let mut now = vec![0u8; e.patch.len()];
+        if world.peek(e.addr, &mut now) == now.len() && now == e.patch {
+            world
+                .poke(e.addr, &e.orig)
+                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+            n += 1;
+        }
+    }
+    drop(world);
+    let _ = std::fs::remove_file(journal::path(pid));
+    Ok(n)
+}

@@ -1,0 +1,151 @@
+//! The random-program differential on a real process: random programs
+//! (`randprog`, the generator of the compiler's differential), placed on
+//! `probe_target`'s `target_fn` and `bump`, traced under the ptrace and the
+//! in-process transports with address-space randomization off, give the
+//! same records (every field but pid, tid, CPU and time), the same
+//! statistics, the same program output and exit status. Programs with
+//! return probes (which the in-process transport refuses), that read a
+//! debug register (user space cannot) or that may `exit 1`/`exit 3` (a
+//! stopped target: a debugger, a core file) are skipped and counted.
+//! `WPROBE_INPROC_DIFF_PROGRAMS` (default 200) and `WPROBE_DIFF_SEED` override.
+
+use runtime::format::Format;
+use runtime::regscan::RegsRead;
+use runtime::session::{LoadedProgram, RunOptions, Session};
+use runtime::transport::{OpenOptions, Target};
+use std::sync::atomic::AtomicBool;
+use wprobe_tests::randprog::{self, Rng};
+use wprobe_tests::{SharedBuf, build_text, engine, probe_target, scratch_dir};
+
+/// Traces `probe_target` under `transport` with the program `src`; returns
+/// (JSON lines without pid/tid/cpu/time, the program's output, its status).
+fn trace(transport: &str, src: &str, n: usize) -> (Vec<serde_json::Value>, String, String) {
+    let program = build_text(src);
+    let wasm = wprobe_tests::compile(&program);
+    let module = runtime::load::load(engine(), &wasm, None).expect("load");
+    let buf = SharedBuf::default();
+    let opts = RunOptions {
+        follow_forks: false,
+        verify_opcodes: true,
+        groups: vec![],
+        types: vec![],
+        fuel: None,
+        format: Format::Json,
+        text: Default::default(),
+    };
+    let input = LoadedProgram {
+        label: "diff".into(),
+        module,
+    };
+    let mut session =
+        Session::new(engine(), vec![input], opts, Box::new(buf.clone())).expect("session");
+    let out = scratch_dir().join(format!("inproc-diff-{n}.{transport}.out"));
+    let target = probe_target();
+    // The program's output through a shell-free redirection: the target
+    // itself is the launched command (its entry point is where inproc
+    // stops it), stdout to a file by the launcher's inherited descriptor.
+    let file = std::fs::File::create(&out).unwrap();
+    let argv: Vec<std::ffi::OsString> = vec![target.into_os_string()];
+    let info = runtime::transport::by_name(transport).unwrap();
+    let saved = redirect_stdout(&file);
+    let opened = (info.open)(
+        Target::Launch(&argv),
+        &OpenOptions {
+            follow_forks: false,
+            verify_opcodes: true,
+            reads_memory: session.reads_memory(),
+            registers: RegsRead::All,
+        },
+    );
+    restore_stdout(saved);
+    let mut t = opened.expect("open");
+    let main = t.main_pid();
+    session.arm(t.as_mut(), main, true);
+    let status = session.run(t.as_mut(), &AtomicBool::new(false));
+    let status = format!("{status:?}");
+    session.summary();
+    drop(t);
+    let lines = buf
+        .json_lines()
+        .into_iter()
+        .map(|mut v| {
+            if let Some(m) = v.as_object_mut() {
+                for k in ["pid", "tid", "cpu", "time_ns"] {
+                    m.remove(k);
+                }
+            }
+            v
+        })
+        .collect();
+    // The test harness may print a result line while this process's
+    // stdout points at the file (other tests run in parallel): not the
+    // target's.
+    let output = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .filter(|l| !(l.starts_with("test ") && l.contains(" ... ")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (lines, output, status)
+}
+
+/// Points this process's stdout at `file` (the launched target inherits
+/// it); returns the saved descriptor.
+fn redirect_stdout(file: &std::fs::File) -> std::os::fd::OwnedFd {
+    use std::os::fd::AsFd;
+    let saved = std::io::stdout().as_fd().try_clone_to_owned().unwrap();
+    nix::unistd::dup2_stdout(file).unwrap();
+    saved
+}
+
+fn restore_stdout(saved: std::os::fd::OwnedFd) {
+    nix::unistd::dup2_stdout(saved).unwrap();
+}
+
+#[test]
+fn random_programs_give_the_ptrace_records_under_inproc() {
+    // Inherited by the launched targets (personality is per thread):
+    // stacks and heaps at the same addresses in both runs.
+    nix::sys::personality::set(nix::sys::personality::Persona::ADDR_NO_RANDOMIZE).unwrap();
+    let seed = std::env::var("WPROBE_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5EED_2026_1125u64);
+    let n: usize = std::env::var("WPROBE_INPROC_DIFF_PROGRAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let mut r = Rng::new(seed);
+    let (mut compared, mut skipped, mut records) = (0, 0, 0);
+    for i in 0..n {
+        let src = randprog::program(&mut r);
+        // exit 1 and exit 3 need a stopped target: ptrace hands the process
+        // to a debugger or writes a core file, inproc counts them (tested
+        // in runtime/tests/all/inproc.rs).
+        let stops = src.lines().any(|l| matches!(l.trim(), "exit 1" | "exit 3"));
+        if stops
+            || src.contains("return = yes")
+            || ["dr0", "dr1", "dr2", "dr3", "dr6", "dr7"]
+                .iter()
+                .any(|d| src.split(|c: char| !c.is_alphanumeric()).any(|w| w == *d))
+        {
+            skipped += 1;
+            continue;
+        }
+        let src = src
+            .replace(
+                "name = diff",
+                &format!("name = {}", probe_target().display()),
+            )
+            .replace("address = 0x401000", "offset = target_fn")
+            .replace("address = 0x401001", "offset = bump");
+        let want = trace("ptrace", &src, i);
+        let got = trace("inproc", &src, i);
+        assert_eq!(got, want, "seed {seed:#x}, program {i}:\n{src}");
+        records += want.0.len();
+        compared += 1;
+    }
+    eprintln!("{compared} programs compared ({records} JSON lines), {skipped} skipped");
+    // About half have a return probe or read a debug register.
+    assert!(compared >= n / 3, "{compared} of {n}");
+}
