@@ -13,6 +13,7 @@ use crate::cmd::compile::CompileArgs;
 use crate::cmd::list::ListArgs;
 use crate::cmd::repair::RepairArgs;
 use crate::cmd::run::RunArgs;
+use crate::cmd::trace::TraceArgs;
 
 /// Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux processes.
 #[derive(Parser, Debug)]
@@ -36,6 +37,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Restore the original bytes of a process a killed `wprobe run -p` left breakpoints in.
     Repair(RepairArgs),
+    /// Trace every function call of a command or a process: call trees, durations, reports.
+    Trace(TraceArgs),
 }
 
 /// The options of `run` and `bench` that say how their programs are built
@@ -114,6 +117,7 @@ pub fn main() -> ExitCode {
         Command::List(a) => cmd::list::list(a),
         Command::Bench(a) => cmd::bench::bench(a),
         Command::Repair(a) => cmd::repair::repair(a),
+        Command::Trace(a) => cmd::trace::trace(a),
     }
 }
 

@@ -219,6 +219,7 @@ impl Session {
                     }
                 }
                 Err(e) => {
+                    self.failures.push((prog, index, e.clone()));
                     let msg = format!("probe {} not applied: {e}", self.probes[pi].label);
                     self.warn(report, msg);
                     self.probes[pi].enabled = false;
@@ -275,6 +276,7 @@ impl Session {
                     continue; // maybe later (dlopen)
                 }
                 Err(e) => {
+                    self.failures.push((prog, index, e.to_string()));
                     let msg = format!(
                         "probe {} not applied in pid {pid}: {e}",
                         self.probes[pi].label
@@ -315,6 +317,7 @@ impl Session {
                     armed += 1;
                 }
                 Err(e) => {
+                    self.failures.push((prog, index, e.clone()));
                     let msg = format!(
                         "probe {} not applied in pid {pid}: {e}",
                         self.probes[pi].label
