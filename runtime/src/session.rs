@@ -541,6 +541,11 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
+            Event::Unwound { tag, .. } => {
+                if let Some(p) = self.probes.get_mut(tag) {
+                    p.stats.missed += 1;
+                }
+            }
             Event::Tick => self.run_intervals(),
         }
         Action::Continue

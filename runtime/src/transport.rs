@@ -18,6 +18,7 @@
 //! Never here: resolution (the session's), handler runs (the runner's),
 //! output.
 
+pub mod calls;
 pub mod perf;
 pub mod ptrace;
 
@@ -200,6 +201,29 @@ pub enum Event<'a> {
         /// How many.
         count: u64,
     },
+    /// A tracked call of a return probe ended without returning: its frame
+    /// was abandoned (`longjmp`, an exception unwinding through it), or
+    /// its thread or process ended, exec'd, or is let go. One event per
+    /// call, delivered when the transport notices (at the thread's next
+    /// entry or return of a traced call, or when the thread, process or
+    /// run ends), innermost call first, and always before any later
+    /// [`Event::Hit`] of the same thread. No handler runs; `wprobe run`
+    /// counts it as `missed`. Calls of a probe that was disabled end
+    /// without this event.
+    Unwound {
+        /// The probe's tag.
+        tag: usize,
+        /// The process.
+        pid: i32,
+        /// The thread that made the call.
+        tid: i32,
+        /// `rsp` at the call's entry (identifies its frame).
+        entry_rsp: u64,
+        /// Monotonic time of the entry, in ns.
+        entry_ns: u64,
+        /// Why the call ended without a return.
+        cause: calls::Left,
+    },
 }
 
 /// What the session asks of the transport after a hit.
@@ -259,6 +283,24 @@ pub trait Transport {
         let _ = (tag, file, offset);
         Err(format!(
             "--transport {} arms probes in mapped modules only",
+            self.info().name
+        ))
+    }
+
+    /// Arms return probe `tag` on the function whose entry is at `offset`
+    /// in module file `file` (as [`Transport::insert_on_file`] does for a
+    /// breakpoint; only with [`Capabilities::arms_files`] and
+    /// [`Capabilities::return_probes`]).
+    fn insert_return_on_file(
+        &mut self,
+        tag: usize,
+        file: &std::path::Path,
+        offset: u64,
+        maxactive: u32,
+    ) -> Result<Armed, String> {
+        let _ = (tag, file, offset, maxactive);
+        Err(format!(
+            "--transport {} arms return probes in mapped modules only",
             self.info().name
         ))
     }

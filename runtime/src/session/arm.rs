@@ -24,6 +24,37 @@ fn watch_kind(k: ProbeKind) -> WatchKind {
     }
 }
 
+/// `endbr64`: a function compiled for CET indirect-branch tracking starts
+/// with it.
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// Checks that link-time address `link` is a function's entry, as a return
+/// probe needs (spec §6.2): where the symbol table has a function with a
+/// size containing it, its first byte or the instruction after the
+/// `endbr64` that starts it. A location in no sized function is taken on
+/// trust.
+pub(crate) fn check_function_entry(elf: &wprobe_elf::ElfInfo, link: u64) -> Result<(), String> {
+    let Some(f) = elf.function_containing(link) else {
+        return Ok(());
+    };
+    let endbr = elf.bytes_at(f.value, 4) == Some(&ENDBR64[..]);
+    if link == f.value || (endbr && link == f.value + 4) {
+        return Ok(());
+    }
+    Err(format!(
+        "not a function entry: {link:#x} is {}+{:#x}; a return probe must be at the first byte \
+         of its function ({:#x}){}",
+        wprobe_elf::demangle::demangle(&f.name),
+        link - f.value,
+        f.value,
+        if endbr {
+            format!(" or after the endbr64 that starts it ({:#x})", f.value + 4)
+        } else {
+            String::new()
+        }
+    ))
+}
+
 /// The first transport of the registry that can do what `can` asks.
 fn one_that(can: fn(&Capabilities) -> bool) -> &'static str {
     TRANSPORTS
@@ -200,7 +231,14 @@ impl Session {
                         wprobe_elf::disasm::check_boundary(&elf, link)
                             .map_err(|e| e.to_string())?;
                     }
-                    let id = t.insert_on_file(pi, &file, off)?;
+                    if spec.r#return {
+                        check_function_entry(&elf, link)?;
+                    }
+                    let id = if spec.r#return {
+                        t.insert_return_on_file(pi, &file, off, spec.maxactive_or_default())?
+                    } else {
+                        t.insert_on_file(pi, &file, off)?
+                    };
                     Ok((link, id))
                 });
             match res {
@@ -301,6 +339,9 @@ impl Session {
                         // instruction of its function, decoded from the file.
                         wprobe_elf::disasm::check_boundary(&loc.elf, addr.wrapping_sub(loc.bias))
                             .map_err(|e| e.to_string())?;
+                    }
+                    if is_bp && spec.r#return {
+                        check_function_entry(&loc.elf, addr.wrapping_sub(loc.bias))?;
                     }
                     Ok((addr, insert(pi, spec, addr)?))
                 });

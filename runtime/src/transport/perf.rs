@@ -17,6 +17,7 @@
 mod error;
 mod hit;
 mod launch;
+mod retsites;
 mod ring;
 mod sample;
 mod seam;
@@ -85,17 +86,45 @@ pub enum PerfProbe {
 }
 
 struct ProbeEvents {
-    tag: usize,
+    key: EvKey,
     counters: Vec<Counter>,
+}
+
+/// A kernel event's key and what its samples carry.
+type EventOf = (EvKey, SampleCfg);
+
+/// What an event is for: a probe of the caller (its tag), or one of the
+/// events of return probes (the entry of a probed function, a `ret` where
+/// its calls return; indexes of the seam's tables). Samples of one hit are
+/// delivered in this order: entries, then plain probes, then returns (a
+/// function whose first instruction is its `ret` enters, then returns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EvKey {
+    /// The entry of return-probed function `n`.
+    Entry(usize),
+    /// A probe of the caller.
+    Plain(usize),
+    /// Return site `n`.
+    Ret(usize),
+}
+
+/// What the events of one probe sample, when not the tracer's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleCfg {
+    /// Bytes of user stack (0: none).
+    pub stack_bytes: u32,
+    /// User registers (`sample_regs_user`; 0: none).
+    pub regs_mask: u64,
 }
 
 /// What the event loop reports.
 #[derive(Debug)]
 pub enum PerfEvent<'a> {
-    /// A probe fired; `tag` is the caller's tag given at insertion.
+    /// A probe fired; `key` is the one given at insertion.
     Sample {
-        /// The caller's tag.
-        tag: usize,
+        /// The event's key ([`EvKey::Plain`] with the caller's tag for
+        /// [`PerfTracer::insert`]).
+        key: EvKey,
         /// The sample.
         hit: &'a mut PerfHit,
     },
@@ -104,8 +133,8 @@ pub enum PerfEvent<'a> {
     /// The kernel dropped `count` samples of a probe (ring buffer full);
     /// reported once per probe, at the end of the run.
     Lost {
-        /// The probe's tag.
-        tag: usize,
+        /// The probe's key.
+        key: EvKey,
         /// How many.
         count: u64,
     },
@@ -155,18 +184,19 @@ pub struct PerfTracer {
     ring_fds: Vec<RawFd>,
     cpus: Vec<usize>,
     probes: HashMap<PerfId, ProbeEvents>,
-    by_kernel_id: HashMap<u64, usize>,
+    /// Per kernel event id: its key and what its samples carry.
+    by_kernel_id: HashMap<u64, EventOf>,
     next_id: u32,
     hit: PerfHit,
     time_offset: u64,
     exited: Option<ExitStatus>,
-    /// Lost-sample counts of removed probes: (tag, count).
-    lost_removed: Vec<(usize, u64)>,
+    /// Lost-sample counts of removed probes: (key, count).
+    lost_removed: Vec<(EvKey, u64)>,
     ring_pages: usize,
     /// Tracefs uprobe definitions (created on first use; dropped after the events).
     uprobes: Option<tracefs::Uprobes>,
-    /// The samples of one hit being delivered: (probe tag, record body).
-    group: Vec<(Option<usize>, Vec<u8>)>,
+    /// The samples of one hit being delivered: (event, record body).
+    group: Vec<(Option<EventOf>, Vec<u8>)>,
     /// Record buffers not in use (kept to avoid allocating per hit).
     spare: Vec<Vec<u8>>,
     /// The transport seam's state (mappings read for arming).
@@ -299,6 +329,21 @@ impl PerfTracer {
 
     /// Opens the events of one probe on every task and CPU; `tag` comes back with each sample.
     pub fn insert(&mut self, probe: &PerfProbe, tag: usize) -> Result<PerfId, PerfError> {
+        let cfg = SampleCfg {
+            stack_bytes: self.opts.stack_bytes,
+            regs_mask: self.opts.regs_mask,
+        };
+        self.insert_keyed(probe, EvKey::Plain(tag), cfg)
+    }
+
+    /// [`PerfTracer::insert`] with a key and sampling of the caller's choice.
+    pub fn insert_keyed(
+        &mut self,
+        probe: &PerfProbe,
+        key: EvKey,
+        cfg: SampleCfg,
+    ) -> Result<PerfId, PerfError> {
+        let stack_bytes = cfg.stack_bytes.min(32768) & !7;
         let mut counters = Vec::with_capacity(self.tids.len() * self.cpus.len());
         let what = match probe {
             PerfProbe::Uprobe { path, offset } => format!("uprobe {path}:{offset:#x}"),
@@ -332,16 +377,16 @@ impl PerfTracer {
                     .one_cpu(cpu)
                     .inherit(true)
                     .sample_period(1)
-                    .sample(sample::sample_flags(self.stack(), self.opts.regs_mask != 0))
+                    .sample(sample::sample_flags(stack_bytes > 0, cfg.regs_mask != 0))
                     // Exact per-event count of samples the kernel could not
                     // write (ring full), inherited events included.
                     .read_format(ReadFormat::LOST)
                     .enabled(false);
-                if self.opts.regs_mask != 0 {
-                    b.sample_regs_user(self.opts.regs_mask);
+                if cfg.regs_mask != 0 {
+                    b.sample_regs_user(cfg.regs_mask);
                 }
-                if self.stack() {
-                    b.sample_stack_user(self.opts.stack_bytes.min(32768) & !7);
+                if stack_bytes > 0 {
+                    b.sample_stack_user(stack_bytes);
                 }
                 if !self.opts.follow_forks {
                     b.inherit_thread(true);
@@ -360,7 +405,7 @@ impl PerfTracer {
                         errno: e as i32,
                     },
                 )?;
-                self.by_kernel_id.insert(c.id(), tag);
+                self.by_kernel_id.insert(c.id(), (key, cfg));
                 counters.push(c);
             }
         }
@@ -372,13 +417,8 @@ impl PerfTracer {
         }
         let id = PerfId(self.next_id);
         self.next_id += 1;
-        self.probes.insert(id, ProbeEvents { tag, counters });
+        self.probes.insert(id, ProbeEvents { key, counters });
         Ok(id)
-    }
-
-    /// Whether samples carry a stack snapshot.
-    fn stack(&self) -> bool {
-        self.opts.stack_bytes >= 8
     }
 
     fn uprobes(&mut self) -> Result<&mut tracefs::Uprobes, PerfError> {
@@ -400,7 +440,7 @@ impl PerfTracer {
                 self.by_kernel_id.remove(&c.id());
             }
             if lost > 0 {
-                self.lost_removed.push((p.tag, lost));
+                self.lost_removed.push((p.key, lost));
             }
         }
     }
@@ -411,11 +451,12 @@ impl PerfTracer {
         for p in self.probes.values_mut() {
             let lost: u64 = p.counters.iter_mut().map(lost_of).sum();
             if lost > 0 {
-                all.push((p.tag, lost));
+                all.push((p.key, lost));
             }
         }
-        for (tag, count) in all {
-            on_event(self, PerfEvent::Lost { tag, count });
+        all.sort_unstable();
+        for (key, count) in all {
+            on_event(self, PerfEvent::Lost { key, count });
         }
     }
 
@@ -509,20 +550,25 @@ impl PerfTracer {
         // Insertion sort: a handful of probes at one address at most.
         for k in 1..group.len() {
             let mut j = k;
-            while j > 0 && group[j - 1].0 > group[j].0 {
+            while j > 0 && group[j - 1].0.map(|e| e.0) > group[j].0.map(|e| e.0) {
                 group.swap(j - 1, j);
                 j -= 1;
             }
         }
         let mut hit = std::mem::take(&mut self.hit);
-        let stack = self.stack();
-        let mask = self.opts.regs_mask;
-        for (tag, buf) in group.iter_mut() {
+        for (ev, buf) in group.iter_mut() {
             std::mem::swap(&mut hit.rec, buf);
-            if let Some(tag) = *tag
-                && sample::decode(&mut hit, self.time_offset, stack, mask).is_some()
+            if let Some((key, cfg)) = *ev
+                && sample::decode(
+                    &mut hit,
+                    self.time_offset,
+                    cfg.stack_bytes >= 8,
+                    cfg.regs_mask,
+                )
+                .is_some()
             {
-                on_event(self, PerfEvent::Sample { tag, hit: &mut hit });
+                hit.set_return(None);
+                on_event(self, PerfEvent::Sample { key, hit: &mut hit });
             }
             std::mem::swap(&mut hit.rec, buf);
         }
@@ -533,8 +579,8 @@ impl PerfTracer {
         self.group = group;
     }
 
-    /// The probe tag of a sample body (`None`: not one of ours any more).
-    fn tag_of(&self, body: &[u8]) -> Option<usize> {
+    /// The event of a sample body (`None`: not one of ours any more).
+    fn tag_of(&self, body: &[u8]) -> Option<EventOf> {
         sample::id_and_time(body).and_then(|(kid, _)| self.by_kernel_id.get(&kid).copied())
     }
 

@@ -126,6 +126,20 @@ pub enum Event<'a> {
         /// How.
         status: ExitStatus,
     },
+    /// A thread reached a return site ([`Tracer::retain_return_site`]):
+    /// the address a tracked call returns to. Delivered before
+    /// [`Event::Breakpoint`] when probes share the address.
+    ReturnSite {
+        /// The stopped thread (RIP is the site).
+        hit: &'a mut Hit,
+    },
+    /// A thread other than its process's main thread ended.
+    ThreadExited {
+        /// The process.
+        pid: i32,
+        /// The thread.
+        tid: i32,
+    },
 }
 
 /// What to do after an event (only meaningful for hits).

@@ -8,7 +8,7 @@
 //! argument value; nothing here allocates per hit.
 
 use hostabi::Status;
-use hostabi::env::HitEnv;
+use hostabi::env::{EntryState, HitEnv};
 
 use crate::arch::{self, Regs};
 
@@ -34,6 +34,9 @@ pub struct PerfHit {
     pub(super) has_regs: bool,
     /// The registers the sample carries (`sample::regs_mask`).
     pub(super) regs_mask: u64,
+    /// The return of a tracked call of a return probe: the function's
+    /// entry address and what the entry knew.
+    pub(super) ret: Option<(u64, EntryState)>,
 }
 
 impl Default for PerfHit {
@@ -51,6 +54,7 @@ impl Default for PerfHit {
             module_bias: 0,
             has_regs: false,
             regs_mask: super::sample::REGS_MASK,
+            ret: None,
         }
     }
 }
@@ -79,6 +83,29 @@ impl PerfHit {
     /// Sets the load bias returned by [`HitEnv::load_bias`].
     pub fn set_module_bias(&mut self, bias: u64) {
         self.module_bias = bias;
+    }
+
+    /// Makes this hit the return of a tracked call of the function at
+    /// `func` with entry state `entry` (or a plain hit again: `None`).
+    pub fn set_return(&mut self, ret: Option<(u64, EntryState)>) {
+        self.ret = ret;
+    }
+
+    /// The entry address of the function whose call returns here, for the
+    /// return of a tracked call.
+    pub fn return_of(&self) -> Option<u64> {
+        self.ret.map(|(f, _)| f)
+    }
+
+    /// Turns a sample taken at a `ret` instruction into the state after
+    /// it: RIP the return address `to`, RSP 8 higher, the stack snapshot
+    /// starting there.
+    pub(super) fn step_past_ret(&mut self, to: u64) {
+        self.regs.rip = to;
+        self.regs.rsp = self.regs.rsp.wrapping_add(8);
+        let skip = self.stack_len.min(8);
+        self.stack_off += skip;
+        self.stack_len -= skip;
     }
 
     /// The stack snapshot (starting at the sampled `rsp`).
@@ -209,6 +236,14 @@ impl HitEnv for PerfHit {
 
     fn gvars(&mut self) -> &mut [u64] {
         &mut []
+    }
+
+    fn entry_reg(&mut self, reg: u16) -> Option<u64> {
+        self.ret.and_then(|(_, e)| e.reg(reg))
+    }
+
+    fn elapsed_ns(&self) -> Option<u64> {
+        self.ret.map(|(_, e)| e.elapsed_ns)
     }
 
     /// Chunked (the default reads byte by byte: one system call per byte

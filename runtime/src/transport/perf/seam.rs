@@ -8,8 +8,13 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use super::{PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer};
+use std::rc::Rc;
+
+use hostabi::env::{EntryState, HitEnv};
+
+use super::{EvKey, PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer, SampleCfg};
 use crate::procmaps::{self, Mapping};
+use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::ptrace::ExitStatus;
 use crate::transport::{
     Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
@@ -32,7 +37,7 @@ pub static INFO: TransportInfo = TransportInfo {
         later_libraries: false,
         arms_files: true,
         uses_ptrace: false,
-        return_probes: false,
+        return_probes: true,
     },
     preflight,
     open,
@@ -68,7 +73,55 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
 pub(super) struct SeamState {
     /// The mappings read per process (arming reads them once per call).
     maps: HashMap<i32, Vec<Mapping>>,
+    /// Module files read for return probes, by path.
+    elves: HashMap<String, Rc<wprobe_elf::ElfInfo>>,
+    /// Functions with return probes (index: [`EvKey::Entry`]).
+    funcs: Vec<RetFunc>,
+    /// Return sites (index: [`EvKey::Ret`]).
+    sites: Vec<RetSite>,
+    /// Armed return probes: the [`Armed`] value → (function, tag).
+    armed_ret: HashMap<u64, (usize, usize)>,
+    next_ret: u64,
+    /// The tracked calls of every thread.
+    calls: CallStacks,
+    /// Calls that ended without a return, to report (reused).
+    gone: Vec<Gone>,
 }
+
+/// A function with return probes: one entry event for all of them.
+#[derive(Debug)]
+struct RetFunc {
+    /// Module file and file offset of the entry.
+    key: (String, u64),
+    /// The entry's uprobe (none once every probe is removed).
+    entry: Option<PerfId>,
+    /// The return probes: (tag, maxactive).
+    probes: Vec<(usize, u32)>,
+    /// Its return sites (indexes of `SeamState::sites`).
+    sites: Vec<usize>,
+}
+
+/// A `ret` where calls of return-probed functions return.
+#[derive(Debug)]
+struct RetSite {
+    key: (String, u64),
+    id: Option<PerfId>,
+    /// Functions using it.
+    users: u32,
+}
+
+/// [`Armed`] values of return probes have this bit set.
+const RET_BIT: u64 = 1 << 40;
+
+/// The registers an entry keeps (perf's bits of rdi, rsi, rdx, rcx, r8,
+/// r9, rsp), and the stack word holding the return address.
+const ENTRY_SAMPLE: SampleCfg = SampleCfg {
+    stack_bytes: 8,
+    regs_mask: 1 << 5 | 1 << 4 | 1 << 3 | 1 << 2 | 1 << 16 | 1 << 17 | 1 << 7,
+};
+
+/// How the seam reports to the session.
+type OnEvent<'a> = &'a mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action;
 
 impl PerfTracer {
     /// The uprobe of a breakpoint at `addr` in `pid`: its file and offset,
@@ -109,6 +162,241 @@ impl PerfTracer {
     }
 }
 
+impl PerfTracer {
+    /// Arms return probe `tag` on the function entered at `offset` in
+    /// `path`: one entry uprobe per function, one uprobe per `ret` its
+    /// calls return through (shared between functions).
+    fn arm_return(
+        &mut self,
+        tag: usize,
+        path: &str,
+        offset: u64,
+        maxactive: u32,
+    ) -> Result<Armed, String> {
+        let key = (path.to_string(), offset);
+        let f = match self
+            .seam
+            .funcs
+            .iter()
+            .position(|f| f.key == key && f.entry.is_some())
+        {
+            Some(f) => f,
+            None => self.arm_function(key)?,
+        };
+        self.seam.funcs[f].probes.push((tag, maxactive));
+        self.seam.next_ret += 1;
+        let armed = RET_BIT | self.seam.next_ret;
+        self.seam.armed_ret.insert(armed, (f, tag));
+        Ok(Armed(armed))
+    }
+
+    /// The entry event and return sites of a newly return-probed function.
+    fn arm_function(&mut self, key: (String, u64)) -> Result<usize, String> {
+        let (path, offset) = (&key.0, key.1);
+        let elf = match self.seam.elves.get(path) {
+            Some(e) => e.clone(),
+            None => {
+                let e = Rc::new(
+                    wprobe_elf::ElfInfo::open(std::path::Path::new(path))
+                        .map_err(|e| e.to_string())?,
+                );
+                self.seam.elves.insert(path.clone(), e.clone());
+                e
+            }
+        };
+        let found = super::retsites::return_sites(&elf, offset)?;
+        let f = self.seam.funcs.len();
+        let entry = PerfTracer::insert_keyed(
+            self,
+            &PerfProbe::Uprobe {
+                path: path.clone(),
+                offset,
+            },
+            EvKey::Entry(f),
+            ENTRY_SAMPLE,
+        )
+        .map_err(|e| e.to_string())?;
+        let ret_cfg = SampleCfg {
+            stack_bytes: self.opts.stack_bytes,
+            // The stack pointer pairs a return with its entry.
+            regs_mask: self.opts.regs_mask | 1 << 7,
+        };
+        let mut sites = Vec::new();
+        for off in found.rets {
+            let skey = (path.clone(), off);
+            let si = match self
+                .seam
+                .sites
+                .iter()
+                .position(|s| s.key == skey && s.id.is_some())
+            {
+                Some(si) => si,
+                None => {
+                    let si = self.seam.sites.len();
+                    let probe = PerfProbe::Uprobe {
+                        path: path.clone(),
+                        offset: off,
+                    };
+                    match PerfTracer::insert_keyed(self, &probe, EvKey::Ret(si), ret_cfg) {
+                        Ok(id) => self.seam.sites.push(RetSite {
+                            key: skey,
+                            id: Some(id),
+                            users: 0,
+                        }),
+                        Err(e) => {
+                            PerfTracer::remove(self, entry);
+                            for &s in &sites {
+                                self.release_site(s);
+                            }
+                            return Err(e.to_string());
+                        }
+                    }
+                    si
+                }
+            };
+            self.seam.sites[si].users += 1;
+            sites.push(si);
+        }
+        self.seam.funcs.push(RetFunc {
+            key,
+            entry: Some(entry),
+            probes: Vec::new(),
+            sites,
+        });
+        Ok(f)
+    }
+
+    fn release_site(&mut self, si: usize) {
+        let s = &mut self.seam.sites[si];
+        s.users = s.users.saturating_sub(1);
+        if s.users == 0
+            && let Some(id) = s.id.take()
+        {
+            PerfTracer::remove(self, id);
+        }
+    }
+
+    /// Disarms return probe `armed`: its live calls are dropped (no
+    /// handler, not missed); the function's events go with its last probe.
+    fn disarm_return(&mut self, armed: u64) {
+        let Some((f, tag)) = self.seam.armed_ret.remove(&armed) else {
+            return;
+        };
+        self.seam.funcs[f].probes.retain(|(t, _)| *t != tag);
+        self.seam.calls.drop_probe(tag, &mut self.seam.gone);
+        self.seam.gone.clear();
+        if self.seam.funcs[f].probes.is_empty() {
+            if let Some(id) = self.seam.funcs[f].entry.take() {
+                PerfTracer::remove(self, id);
+            }
+            for si in std::mem::take(&mut self.seam.funcs[f].sites) {
+                self.release_site(si);
+            }
+        }
+    }
+
+    /// Reports the calls collected in `seam.gone` as [`Event::Unwound`].
+    fn flush_gone(&mut self, on_event: OnEvent<'_>) {
+        if self.seam.gone.is_empty() {
+            return;
+        }
+        let mut gone = std::mem::take(&mut self.seam.gone);
+        for g in &gone {
+            if g.cause != Left::Disabled {
+                let c = &g.call;
+                on_event(
+                    self,
+                    Event::Unwound {
+                        tag: c.tag,
+                        pid: c.pid,
+                        tid: g.tid,
+                        entry_rsp: c.entry_rsp,
+                        entry_ns: c.entry_ns,
+                        cause: g.cause,
+                    },
+                );
+            }
+        }
+        gone.clear();
+        self.seam.gone = gone;
+    }
+
+    /// The entry of return-probed function `f`: calls found abandoned are
+    /// reported, then a call is tracked for each of its probes.
+    fn on_entry(&mut self, f: usize, hit: &mut super::PerfHit, on_event: OnEvent<'_>) {
+        let (tid, pid) = (hit.tid() as i32, hit.pid() as i32);
+        let r = *hit.regs();
+        let ret = hit
+            .stack()
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("invariant: 8 bytes")));
+        if let Some(ra) = ret {
+            self.seam
+                .calls
+                .prune_at_entry(tid, r.rsp, ra, hit.ip(), &mut self.seam.gone);
+            self.flush_gone(on_event);
+        }
+        let mut i = 0;
+        while let Some(&(tag, max)) = self.seam.funcs[f].probes.get(i) {
+            i += 1;
+            let tracked = ret.is_some_and(|ra| {
+                let call = Call {
+                    tag,
+                    pid,
+                    func: hit.ip(),
+                    entry_rsp: r.rsp,
+                    ret_addr: ra,
+                    regs: [r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9, r.rsp],
+                    entry_ns: hit.now_ns(),
+                };
+                self.seam.calls.push(tid, call, max)
+            });
+            if !tracked {
+                on_event(self, Event::Missed { tag, count: 1 });
+            }
+        }
+    }
+
+    /// A `ret` of a return site: the tracked calls that return through it
+    /// run their handlers, innermost first, with the registers after the
+    /// `ret` (RIP the return address, RSP 8 higher).
+    fn on_ret(&mut self, hit: &mut super::PerfHit, on_event: OnEvent<'_>) {
+        let tid = hit.tid() as i32;
+        let rsp_after = hit.regs().rsp.wrapping_add(8);
+        let n = self
+            .seam
+            .calls
+            .returning(tid, rsp_after, None, &mut self.seam.gone);
+        self.flush_gone(on_event);
+        if n == 0 {
+            return;
+        }
+        let mut stepped = false;
+        for _ in 0..n {
+            let Some(c) = self.seam.calls.pop(tid) else {
+                break;
+            };
+            if !stepped {
+                hit.step_past_ret(c.ret_addr);
+                stepped = true;
+            }
+            let entry = EntryState {
+                regs: c.regs,
+                elapsed_ns: hit.now_ns().saturating_sub(c.entry_ns),
+            };
+            hit.set_return(Some((c.func, entry)));
+            let _ = on_event(
+                self,
+                Event::Hit {
+                    tags: std::slice::from_ref(&c.tag),
+                    hit,
+                },
+            );
+        }
+        hit.set_return(None);
+    }
+}
+
 impl Transport for PerfTracer {
     fn info(&self) -> &'static TransportInfo {
         &INFO
@@ -136,8 +424,11 @@ impl Transport for PerfTracer {
                 })?;
                 PerfProbe::Watch { addr, len, kind }
             }
-            Insert::Return { .. } => {
-                return Err("return probes are not implemented by --transport perf".into());
+            Insert::Return { opcode, maxactive } => {
+                let PerfProbe::Uprobe { path, offset } = self.uprobe_at(pid, addr, opcode)? else {
+                    unreachable!("uprobe_at gives a uprobe")
+                };
+                return self.arm_return(tag, &path, offset, maxactive);
             }
         };
         let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
@@ -158,8 +449,22 @@ impl Transport for PerfTracer {
         Ok(Armed(u64::from(id.0)))
     }
 
+    fn insert_return_on_file(
+        &mut self,
+        tag: usize,
+        file: &std::path::Path,
+        offset: u64,
+        maxactive: u32,
+    ) -> Result<Armed, String> {
+        self.arm_return(tag, &file.to_string_lossy(), offset, maxactive)
+    }
+
     fn remove(&mut self, armed: Armed) {
-        PerfTracer::remove(self, PerfId(armed.0 as u32));
+        if armed.0 & RET_BIT != 0 {
+            self.disarm_return(armed.0);
+        } else {
+            PerfTracer::remove(self, PerfId(armed.0 as u32));
+        }
     }
 
     fn set_tick(&mut self, period: Duration) {
@@ -174,19 +479,57 @@ impl Transport for PerfTracer {
         let mut cb = |t: &mut PerfTracer, ev: PerfEvent<'_>| {
             // The target does not wait for the handler: what it asks of
             // the thread cannot be done (the session counts it).
-            let _ = match ev {
-                PerfEvent::Sample { tag, hit } => on_event(
-                    t,
-                    Event::Hit {
-                        tags: std::slice::from_ref(&tag),
-                        hit,
-                    },
-                ),
-                PerfEvent::Tick => on_event(t, Event::Tick),
-                PerfEvent::Lost { tag, count } => on_event(t, Event::Lost { tag, count }),
-            };
+            match ev {
+                PerfEvent::Sample {
+                    key: EvKey::Plain(tag),
+                    hit,
+                } => {
+                    let _ = on_event(
+                        t,
+                        Event::Hit {
+                            tags: std::slice::from_ref(&tag),
+                            hit,
+                        },
+                    );
+                }
+                PerfEvent::Sample {
+                    key: EvKey::Entry(f),
+                    hit,
+                } => t.on_entry(f, hit, on_event),
+                PerfEvent::Sample {
+                    key: EvKey::Ret(_),
+                    hit,
+                } => t.on_ret(hit, on_event),
+                PerfEvent::Tick => {
+                    on_event(t, Event::Tick);
+                }
+                PerfEvent::Lost {
+                    key: EvKey::Plain(tag),
+                    count,
+                } => {
+                    on_event(t, Event::Lost { tag, count });
+                }
+                PerfEvent::Lost {
+                    key: EvKey::Entry(f),
+                    count,
+                } => {
+                    // Entries not seen: calls not tracked.
+                    let tags: Vec<usize> = t.seam.funcs[f].probes.iter().map(|p| p.0).collect();
+                    for tag in tags {
+                        on_event(t, Event::Lost { tag, count });
+                    }
+                }
+                // A return not seen: its call is reported as gone later.
+                PerfEvent::Lost {
+                    key: EvKey::Ret(_), ..
+                } => {}
+            }
         };
-        Ok(PerfTracer::run(self, stop, &mut cb)?)
+        let res = PerfTracer::run(self, stop, &mut cb);
+        // Calls still live when the run ends.
+        self.seam.calls.drain(Left::Detach, &mut self.seam.gone);
+        self.flush_gone(on_event);
+        Ok(res?)
     }
 
     fn detach(&mut self) -> anyhow::Result<()> {
@@ -212,7 +555,8 @@ impl Transport for PerfTracer {
 
 impl TransportHit for super::PerfHit {
     fn ip(&self) -> u64 {
-        super::PerfHit::ip(self)
+        // The return of a tracked call: the probe is at the function.
+        self.return_of().unwrap_or_else(|| super::PerfHit::ip(self))
     }
 
     fn set_module_bias(&mut self, bias: u64) {

@@ -376,6 +376,14 @@ impl Tracer {
             p.threads.retain(|t| *t != tid);
         }
         if tid != pid {
+            if let Some(cb) = cb
+                && self
+                    .procs
+                    .get(&pid)
+                    .is_some_and(|p| p.kind == ProcKind::Traced)
+            {
+                cb(self, Event::ThreadExited { pid, tid });
+            }
             return Ok(());
         }
         let Some(p) = self.procs.remove(&pid) else {

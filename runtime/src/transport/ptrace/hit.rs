@@ -11,7 +11,7 @@ use std::fs::File;
 use std::rc::Rc;
 
 use hostabi::Status;
-use hostabi::env::HitEnv;
+use hostabi::env::{EntryState, HitEnv};
 use hostabi::regs;
 
 use super::mem::ProcMem;
@@ -50,6 +50,9 @@ pub struct Hit {
     win_base: u64,
     /// Valid bytes in `win` (0: none).
     win_len: usize,
+    /// The return of a tracked call of a return probe: the function's
+    /// entry address and what the entry knew.
+    ret: Option<(u64, EntryState)>,
 }
 
 /// A small memory read fetches this many bytes around it (within its page),
@@ -95,6 +98,7 @@ impl Hit {
             win: [0; READ_WINDOW],
             win_base: 0,
             win_len: 0,
+            ret: None,
         }
     }
 
@@ -120,6 +124,20 @@ impl Hit {
         *self.stat.get_mut() = stat;
         self.module_bias = 0;
         self.win_len = 0;
+        self.ret = None;
+    }
+
+    /// Makes this hit the return of a tracked call of the function at
+    /// `func` (run-time address) with entry state `entry`, or a plain hit
+    /// again (`None`).
+    pub fn set_return(&mut self, ret: Option<(u64, EntryState)>) {
+        self.ret = ret;
+    }
+
+    /// The entry address of the function whose call returns here, for the
+    /// return of a tracked call.
+    pub fn return_of(&self) -> Option<u64> {
+        self.ret.map(|(f, _)| f)
     }
 
     /// What stopped the thread.
@@ -321,6 +339,14 @@ impl HitEnv for Hit {
 
     fn gvars(&mut self) -> &mut [u64] {
         &mut []
+    }
+
+    fn entry_reg(&mut self, reg: u16) -> Option<u64> {
+        self.ret.and_then(|(_, e)| e.reg(reg))
+    }
+
+    fn elapsed_ns(&self) -> Option<u64> {
+        self.ret.map(|(_, e)| e.elapsed_ns)
     }
 }
 

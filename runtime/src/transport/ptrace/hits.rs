@@ -100,36 +100,35 @@ impl Tracer {
         let p = &self.procs[&pid];
         let mem = p.mem.clone();
         let quiet = p.kind != ProcKind::Traced;
+        let ret_site = mem.borrow().sites[&addr].ret;
+        if ret_site && !quiet {
+            // A return address of tracked calls: the seam pairs the return
+            // (and may drop the site when nothing returns there).
+            let (action, r) = self.deliver((tid, pid, addr), regs, &mem, cb, |t, hit, cb| {
+                cb(t, Event::ReturnSite { hit })
+            });
+            regs = r;
+            if action == Action::HandoffToDebugger {
+                return self.handoff(tid, pid, regs);
+            }
+        }
         let internal = {
             let m = mem.borrow();
-            let s = &m.sites[&addr];
+            let Some(s) = m.sites.get(&addr) else {
+                drop(m);
+                return self.step_over(tid, pid, addr, regs);
+            };
             self.ids.clear();
             self.ids.extend_from_slice(&s.ids);
             s.internal
         };
         if !self.ids.is_empty() && !quiet {
             self.summary.breakpoint_hits += 1;
-            let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
-            let mut hit = std::mem::take(&mut self.hit);
-            hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem, stat);
             let ids = std::mem::take(&mut self.ids);
-            self.in_flight = Some((tid, addr));
-            let action = cb(
-                self,
-                Event::Breakpoint {
-                    bp: &ids,
-                    hit: &mut hit,
-                },
-            );
-            self.in_flight = None;
-            regs = hit.take_regs();
-            regs.rip = addr;
-            let stat = hit.stat.get_mut().take();
-            hit.mem = None;
-            self.hit = hit;
-            if let Some(th) = self.threads.get_mut(&tid) {
-                th.stat = stat;
-            }
+            let (action, r) = self.deliver((tid, pid, addr), regs, &mem, cb, |t, hit, cb| {
+                cb(t, Event::Breakpoint { bp: &ids, hit })
+            });
+            regs = r;
             self.ids = ids;
             match action {
                 Action::Continue => {}
@@ -147,6 +146,34 @@ impl Tracer {
             self.library_event(pid, cb);
         }
         self.step_over(tid, pid, addr, regs)
+    }
+
+    /// Runs `f` with the tracer's hit set up for a breakpoint trap of
+    /// `tid` at `addr` with registers `regs`; returns what the callback
+    /// asked and the registers as the handlers left them (RIP at `addr`).
+    fn deliver(
+        &mut self,
+        (tid, pid, addr): (i32, i32, u64),
+        regs: Regs,
+        mem: &std::rc::Rc<std::cell::RefCell<super::mem::ProcMem>>,
+        cb: Cb<'_>,
+        f: impl FnOnce(&mut Tracer, &mut super::Hit, Cb<'_>) -> Action,
+    ) -> (Action, Regs) {
+        let stat = self.threads.get_mut(&tid).and_then(|t| t.stat.take());
+        let mut hit = std::mem::take(&mut self.hit);
+        hit.reset(tid, pid, HitKind::Breakpoint(addr), regs, mem.clone(), stat);
+        self.in_flight = Some((tid, addr));
+        let action = f(self, &mut hit, cb);
+        self.in_flight = None;
+        let mut regs = hit.take_regs();
+        regs.rip = addr;
+        let stat = hit.stat.get_mut().take();
+        hit.mem = None;
+        self.hit = hit;
+        if let Some(th) = self.threads.get_mut(&tid) {
+            th.stat = stat;
+        }
+        (action, regs)
     }
 
     pub(super) fn library_event(&mut self, pid: i32, cb: Cb<'_>) {

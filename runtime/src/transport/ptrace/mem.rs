@@ -41,6 +41,19 @@ pub struct Site {
     pub kind: StepKind,
     /// Its out-of-line slot, once allocated.
     pub ool: Option<OolSlot>,
+    /// Armed as a return site: a return address of tracked calls of return
+    /// probes (see `super::seam`); kept while idle until a hit finds no
+    /// call returning there.
+    pub ret: bool,
+    /// Tracked calls that return here (in this address space).
+    pub ret_refs: u32,
+}
+
+impl Site {
+    /// Nothing needs this site any more: no probe, no return, not internal.
+    pub fn unused(&self) -> bool {
+        self.ids.is_empty() && !self.internal && self.ret_refs == 0
+    }
 }
 
 /// A scratch page mapped in the tracee for out-of-line execution.
@@ -108,6 +121,11 @@ impl ProcMem {
     pub fn fork_copy(&self, child: i32) -> ProcMem {
         let mut m = ProcMem::open(child);
         m.sites = self.sites.clone();
+        // The child's copies of live calls are not tracked (spec §6.5): its
+        // return sites stay armed until a hit finds no call returning there.
+        for s in m.sites.values_mut() {
+            s.ret_refs = 0;
+        }
         m.ever_armed = self.ever_armed.clone();
         m.scratch = self.scratch.clone();
         m.scratch_failed = self.scratch_failed;

@@ -43,6 +43,21 @@ impl Tracer {
         expected: Option<u8>,
         internal: bool,
     ) -> Result<(), ArmError> {
+        self.insert_site_for(pid, addr, expected, internal, false)
+    }
+
+    /// Arms the site at `addr` for a probe, for wprobe itself (`internal`:
+    /// the dynamic linker's hook) or as a return site (`ret`); the last
+    /// two accept an instruction that does not decode (it is then
+    /// single-stepped).
+    fn insert_site_for(
+        &mut self,
+        pid: i32,
+        addr: u64,
+        expected: Option<u8>,
+        internal: bool,
+        ret: bool,
+    ) -> Result<(), ArmError> {
         let tid = self.any_tid(pid);
         let p = self.procs.get(&pid).ok_or(ArmError::NotTraced { pid })?;
         let launched = p.launched;
@@ -59,6 +74,7 @@ impl Tracer {
                 });
             }
             s.internal |= internal;
+            s.ret |= ret;
             return Ok(());
         }
         if !m.is_exec(addr) {
@@ -82,7 +98,7 @@ impl Tracer {
             });
         }
         let (insn, kind) = m.plan(addr);
-        if insn.is_none() && !internal {
+        if insn.is_none() && !internal && !ret {
             return Err(ArmError::NotAnInstructionBoundary { addr });
         }
         if !launched {
@@ -112,9 +128,62 @@ impl Tracer {
                 insn,
                 kind,
                 ool: None,
+                ret,
+                ret_refs: 0,
             },
         );
         Ok(())
+    }
+
+    /// Arms (or keeps) the `int3` at return address `addr` in `pid` for one
+    /// more tracked call that returns there. The address is where a `ret`
+    /// will jump, so it starts an instruction; it must lie in an
+    /// executable mapping.
+    pub fn retain_return_site(&mut self, pid: i32, addr: u64) -> Result<(), ArmError> {
+        self.insert_site_for(pid, addr, None, false, true)?;
+        let p = self.procs.get(&pid).ok_or(ArmError::NotTraced { pid })?;
+        let mut m = p.mem.borrow_mut();
+        let s = m
+            .sites
+            .get_mut(&addr)
+            .expect("invariant: site just inserted");
+        s.ret_refs += 1;
+        Ok(())
+    }
+
+    /// One tracked call that returned to `addr` in `pid` is done with it
+    /// (returned or gone); the site stays armed while idle (see
+    /// [`Tracer::drop_idle_return_site`]).
+    pub fn release_return_site(&mut self, pid: i32, addr: u64) {
+        if let Some(p) = self.procs.get(&pid)
+            && let Some(s) = p.mem.borrow_mut().sites.get_mut(&addr)
+            && s.ret
+        {
+            s.ret_refs = s.ret_refs.saturating_sub(1);
+        }
+    }
+
+    /// Removes the return site at `addr` in `pid` when nothing needs it
+    /// (a hit found no tracked call returning there): the original byte
+    /// goes back.
+    pub fn drop_idle_return_site(&mut self, pid: i32, addr: u64) {
+        let tid = self.any_tid(pid);
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let mut m = p.mem.borrow_mut();
+        let Some(s) = m.sites.get(&addr) else {
+            return;
+        };
+        if !s.ret || !s.unused() {
+            return;
+        }
+        let orig = s.orig;
+        m.sites.remove(&addr);
+        let mut now = [0u8];
+        if m.read_raw(addr, &mut now) == 1 && now[0] == BREAKPOINT_INSN {
+            let _ = m.poke(tid, addr, &[orig]);
+        }
     }
 
     /// Removes one logical probe; the `int3` goes when its last probe does.
@@ -136,7 +205,7 @@ impl Tracer {
                 continue;
             };
             s.ids.remove(i);
-            if s.ids.is_empty() && !s.internal {
+            if s.unused() {
                 let orig = s.orig;
                 m.sites.remove(&addr);
                 // Only over our own int3 (see `ProcMem::restore_all`).

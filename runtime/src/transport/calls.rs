@@ -1,0 +1,511 @@
+//! Call/return pairing for return probes, independent of how a transport
+//! catches entries and returns: per thread, a stack of the tracked calls
+//! (probe, entry registers, entry `rsp`, return address, entry time),
+//! keyed by the stack pointer, and per process and probe the number of
+//! live calls (`maxactive`).
+//!
+//! No return address is rewritten anywhere: a transport reports an
+//! *entry* (the thread is at a probed function's first instruction, `rsp`
+//! points at the return address) and a *possible return* (the thread's
+//! `rsp` just after a `ret`, and where it landed when that is known). A
+//! return pairs with the topmost call of its thread whose entry `rsp` is
+//! the return's `rsp` − 8 (and whose return address is where it landed):
+//! nested and recursive calls have distinct entry `rsp`s, so each return
+//! finds its own call. Calls that share one entry `rsp` form a tail-call
+//! chain (`f` ends with `jmp g`: `g` enters with `f`'s `rsp` and return
+//! address) and return together, innermost first.
+//!
+//! A call whose frame was left without a return (`longjmp`, a C++
+//! exception unwinding through it, `pthread_exit`, a coroutine switch) is
+//! noticed as soon as the stack pointer proves it gone, as the kernel's
+//! uretprobes do (`cleanup_return_instances`): at an entry with a higher
+//! `rsp` than the call's (its return-address slot is free stack now), at
+//! the return of a call below it in the thread's stack, and at the end of
+//! its thread, process or image. Such calls are handed back as [`Gone`],
+//! innermost first, so that a consumer can close them ("unwound") in order
+//! with the thread's other events. Known limit (shared with uretprobes): a
+//! signal handler running on an alternate stack (`sigaltstack`) placed
+//! *above* the interrupted stack makes traced calls inside it look like
+//! they abandoned the interrupted calls.
+//!
+//! Per hit: no allocation once a thread's stack has grown to its depth,
+//! no system call.
+
+use std::collections::HashMap;
+
+/// One tracked call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The probe (the session's tag).
+    pub tag: usize,
+    /// The process.
+    pub pid: i32,
+    /// Run-time address of the probed function's entry.
+    pub func: u64,
+    /// `rsp` at the entry (it points at the return address).
+    pub entry_rsp: u64,
+    /// The return address (`[rsp]` at the entry).
+    pub ret_addr: u64,
+    /// `rdi`, `rsi`, `rdx`, `rcx`, `r8`, `r9`, `rsp` at the entry
+    /// (`hostabi::regs::ENTRY_REGS` order).
+    pub regs: [u64; 7],
+    /// Monotonic time of the entry, in ns.
+    pub entry_ns: u64,
+}
+
+/// Why a tracked call ended without a return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Left {
+    /// Its frame was abandoned (`longjmp`, exception unwinding, a context
+    /// switch): a later entry or return of its thread proved it gone.
+    Unwound,
+    /// Its thread ended.
+    ThreadExit,
+    /// Its process ended.
+    ProcessExit,
+    /// Its process called exec.
+    Exec,
+    /// wprobe stopped tracing the process (end of the run, `exit 1`).
+    Detach,
+    /// Its probe was disabled (`maxhits`, `remove`): dropped silently.
+    Disabled,
+}
+
+impl Left {
+    /// A short word for output (`unwound`, `thread exit`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Left::Unwound => "unwound",
+            Left::ThreadExit => "thread exit",
+            Left::ProcessExit => "process exit",
+            Left::Exec => "exec",
+            Left::Detach => "detach",
+            Left::Disabled => "disabled",
+        }
+    }
+}
+
+/// A tracked call that ended without a return, with its thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gone {
+    /// The call.
+    pub call: Call,
+    /// Its thread.
+    pub tid: i32,
+    /// Why.
+    pub cause: Left,
+}
+
+#[derive(Debug, Default)]
+struct ThreadCalls {
+    pid: i32,
+    calls: Vec<Call>,
+}
+
+/// The tracked calls of every traced thread.
+#[derive(Debug, Default)]
+pub struct CallStacks {
+    threads: HashMap<i32, ThreadCalls>,
+    /// Live calls per (process, probe).
+    live: HashMap<(i32, usize), u32>,
+}
+
+impl CallStacks {
+    /// No call tracked.
+    pub fn new() -> CallStacks {
+        CallStacks::default()
+    }
+
+    /// Whether no call is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.threads.values().all(|t| t.calls.is_empty())
+    }
+
+    /// Live calls of probe `tag` in process `pid`.
+    pub fn live(&self, pid: i32, tag: usize) -> u32 {
+        self.live.get(&(pid, tag)).copied().unwrap_or(0)
+    }
+
+    /// Tracked calls of thread `tid`, innermost last.
+    pub fn calls(&self, tid: i32) -> &[Call] {
+        self.threads.get(&tid).map_or(&[], |t| t.calls.as_slice())
+    }
+
+    fn forget(&mut self, c: &Call) {
+        if let Some(n) = self.live.get_mut(&(c.pid, c.tag)) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Thread `tid` is at the entry of function `func` with `rsp` (which
+    /// points at return address `ret`): pops into `out` the calls this
+    /// proves abandoned, innermost first. Call once per entry, before
+    /// [`CallStacks::push`] (several probes may share the entry).
+    ///
+    /// A call whose entry `rsp` is below `rsp` is gone (its return-address
+    /// slot is below the live stack). One with the same entry `rsp` is gone
+    /// when the slot now holds another return address (a new call wrote
+    /// it) or when it is a call of the same function (the same call site
+    /// called it again after its frame was abandoned); otherwise its
+    /// function ended with a tail call into this one, and both stay.
+    pub fn prune_at_entry(&mut self, tid: i32, rsp: u64, ret: u64, func: u64, out: &mut Vec<Gone>) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let mut cut = t.calls.len();
+        // Same-slot calls of another function are a tail-call chain only if
+        // no call of `func` sits in that chain.
+        let chain_has_func = t
+            .calls
+            .iter()
+            .rev()
+            .skip_while(|c| c.entry_rsp < rsp)
+            .take_while(|c| c.entry_rsp == rsp)
+            .any(|c| c.func == func || c.ret_addr != ret);
+        while cut > 0 {
+            let c = &t.calls[cut - 1];
+            let dead = c.entry_rsp < rsp || (c.entry_rsp == rsp && chain_has_func);
+            if !dead {
+                break;
+            }
+            cut -= 1;
+        }
+        self.cut(tid, cut, Left::Unwound, out);
+    }
+
+    /// Pops the calls of `tid` from index `cut` up into `out`.
+    fn cut(&mut self, tid: i32, cut: usize, cause: Left, out: &mut Vec<Gone>) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let first = out.len();
+        while t.calls.len() > cut {
+            let c = t.calls.pop().expect("invariant: len > cut");
+            out.push(Gone {
+                call: c,
+                tid,
+                cause,
+            });
+        }
+        for g in &out[first..] {
+            if let Some(n) = self.live.get_mut(&(g.call.pid, g.call.tag)) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Tracks `call` in thread `tid`, unless `maxactive` calls of its probe
+    /// are live in its process; false: not tracked (a missed call).
+    pub fn push(&mut self, tid: i32, call: Call, maxactive: u32) -> bool {
+        let n = self.live.entry((call.pid, call.tag)).or_insert(0);
+        if *n >= maxactive {
+            return false;
+        }
+        *n += 1;
+        let t = self.threads.entry(tid).or_default();
+        t.pid = call.pid;
+        t.calls.push(call);
+        true
+    }
+
+    /// Thread `tid` may have just returned from a call: its `rsp` after the
+    /// `ret` is `rsp_after`, and it landed at `at` when that is known. When
+    /// a tracked call returns here, the calls above it are popped into
+    /// `out` (abandoned), and the number of calls that return is given
+    /// (the call and the tail-calling ones sharing its frame): pop them
+    /// with [`CallStacks::pop`], innermost first. 0: no tracked call
+    /// returns here (another path reached the address).
+    pub fn returning(
+        &mut self,
+        tid: i32,
+        rsp_after: u64,
+        at: Option<u64>,
+        out: &mut Vec<Gone>,
+    ) -> usize {
+        let Some(t) = self.threads.get(&tid) else {
+            return 0;
+        };
+        let slot = rsp_after.wrapping_sub(8);
+        let Some(i) = t
+            .calls
+            .iter()
+            .rposition(|c| c.entry_rsp == slot && at.is_none_or(|a| a == c.ret_addr))
+        else {
+            return 0;
+        };
+        let n = t.calls[..=i]
+            .iter()
+            .rev()
+            .take_while(|c| c.entry_rsp == slot)
+            .count();
+        self.cut(tid, i + 1, Left::Unwound, out);
+        n
+    }
+
+    /// Pops the innermost call of `tid` (after [`CallStacks::returning`]).
+    pub fn pop(&mut self, tid: i32) -> Option<Call> {
+        let c = self.threads.get_mut(&tid)?.calls.pop()?;
+        self.forget(&c);
+        Some(c)
+    }
+
+    /// Thread `tid` ended (or its calls end for `cause`): all its calls into `out`.
+    pub fn end_thread(&mut self, tid: i32, cause: Left, out: &mut Vec<Gone>) {
+        self.cut(tid, 0, cause, out);
+        self.threads.remove(&tid);
+    }
+
+    /// Every call of process `pid` into `out` (it ended, exec'd, or is let go).
+    pub fn end_process(&mut self, pid: i32, cause: Left, out: &mut Vec<Gone>) {
+        let mut tids: Vec<i32> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.pid == pid)
+            .map(|(tid, _)| *tid)
+            .collect();
+        tids.sort_unstable();
+        for tid in tids {
+            self.end_thread(tid, cause, out);
+        }
+        self.live.retain(|(p, _), _| *p != pid);
+    }
+
+    /// Every call of probe `tag` into `out` (cause [`Left::Disabled`]).
+    pub fn drop_probe(&mut self, tag: usize, out: &mut Vec<Gone>) {
+        let mut tids: Vec<i32> = self.threads.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let t = self.threads.get_mut(&tid).expect("invariant: listed");
+            let mut i = t.calls.len();
+            while i > 0 {
+                i -= 1;
+                if t.calls[i].tag == tag {
+                    let c = t.calls.remove(i);
+                    out.push(Gone {
+                        call: c,
+                        tid,
+                        cause: Left::Disabled,
+                    });
+                }
+            }
+        }
+        self.live.retain(|(_, t), _| *t != tag);
+    }
+
+    /// Every call of every thread into `out`.
+    pub fn drain(&mut self, cause: Left, out: &mut Vec<Gone>) {
+        let mut tids: Vec<i32> = self.threads.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            self.end_thread(tid, cause, out);
+        }
+        self.live.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: u64 = 0x1000;
+    const G: u64 = 0x2000;
+    const H: u64 = 0x3000;
+
+    fn call(tag: usize, func: u64, rsp: u64, ret: u64) -> Call {
+        Call {
+            tag,
+            pid: 1,
+            func,
+            entry_rsp: rsp,
+            ret_addr: ret,
+            regs: [rsp; 7],
+            entry_ns: rsp,
+        }
+    }
+
+    /// Enters as a transport does: prune, then push.
+    fn enter(s: &mut CallStacks, tid: i32, c: Call, max: u32, out: &mut Vec<Gone>) -> bool {
+        s.prune_at_entry(tid, c.entry_rsp, c.ret_addr, c.func, out);
+        s.push(tid, c, max)
+    }
+
+    /// Returns as a transport does: the calls that return, innermost first.
+    fn ret(
+        s: &mut CallStacks,
+        tid: i32,
+        rsp_after: u64,
+        at: u64,
+        out: &mut Vec<Gone>,
+    ) -> Vec<Call> {
+        let n = s.returning(tid, rsp_after, Some(at), out);
+        (0..n).map(|_| s.pop(tid).unwrap()).collect()
+    }
+
+    #[test]
+    fn recursion_pairs_each_return_with_its_own_entry() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        // f(0x7f00) -> f(0x7e00) -> f(0x7d00), all returning into f but the first.
+        assert!(enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 64, &mut out));
+        assert!(enter(&mut s, 9, call(0, F, 0x7e00, F + 9), 64, &mut out));
+        assert!(enter(&mut s, 9, call(0, F, 0x7d00, F + 9), 64, &mut out));
+        assert_eq!(s.live(1, 0), 3);
+        for rsp in [0x7d00, 0x7e00] {
+            let r = ret(&mut s, 9, rsp + 8, F + 9, &mut out);
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].entry_rsp, rsp);
+        }
+        // A return elsewhere (another path to the address) pairs with nothing.
+        assert!(ret(&mut s, 9, 0x7f10, 0x500, &mut out).is_empty());
+        let r = ret(&mut s, 9, 0x7f08, 0x500, &mut out);
+        assert_eq!(r[0].entry_rsp, 0x7f00);
+        assert!(out.is_empty(), "nothing was abandoned");
+        assert!(s.is_empty());
+        assert_eq!(s.live(1, 0), 0);
+    }
+
+    #[test]
+    fn a_tail_call_chain_returns_together_innermost_first() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        assert!(enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 64, &mut out));
+        // f ends with `jmp g`, g with `jmp h`: same slot, same return address.
+        assert!(enter(&mut s, 9, call(1, G, 0x7f00, 0x500), 64, &mut out));
+        assert!(enter(&mut s, 9, call(2, H, 0x7f00, 0x500), 64, &mut out));
+        assert!(out.is_empty());
+        let r = ret(&mut s, 9, 0x7f08, 0x500, &mut out);
+        assert_eq!(r.iter().map(|c| c.tag).collect::<Vec<_>>(), [2, 1, 0]);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn longjmp_out_of_calls_is_noticed_at_the_next_entry_or_return() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        // main-level f at 0x7f00 calls g (0x7e00) calls h (0x7d00); h longjmps
+        // back into f, which calls g again from the same call site.
+        enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x7e00, F + 5), 64, &mut out);
+        enter(&mut s, 9, call(2, H, 0x7d00, G + 5), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x7e00, F + 5), 64, &mut out);
+        assert_eq!(
+            out.iter()
+                .map(|g| (g.call.tag, g.cause))
+                .collect::<Vec<_>>(),
+            [(2, Left::Unwound), (1, Left::Unwound)],
+            "h then the first g, innermost first"
+        );
+        assert_eq!(s.live(1, 1), 1);
+        out.clear();
+        // The second g longjmps too; f returns: g is gone, f returns.
+        enter(&mut s, 9, call(2, H, 0x7d00, G + 5), 64, &mut out);
+        let r = ret(&mut s, 9, 0x7f08, 0x500, &mut out);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].tag, 0);
+        assert_eq!(out.iter().map(|g| g.call.tag).collect::<Vec<_>>(), [2, 1]);
+        assert!(s.is_empty());
+        assert_eq!((s.live(1, 0), s.live(1, 1), s.live(1, 2)), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_loop_of_longjmps_from_one_call_site_keeps_one_call() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            assert!(enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 2, &mut out));
+        }
+        assert_eq!(s.calls(9).len(), 1);
+        assert_eq!(out.len(), 99);
+        assert_eq!(s.live(1, 0), 1);
+    }
+
+    #[test]
+    fn a_new_call_in_the_slot_of_a_call_to_another_function_ends_it() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 64, &mut out);
+        // Same slot, another return address: a new call from another site.
+        enter(&mut s, 9, call(1, G, 0x7f00, 0x600), 64, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].call.tag, 0);
+    }
+
+    #[test]
+    fn maxactive_counts_per_process_across_threads() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        // Recursion of depth 5 with maxactive 2: 3 calls not tracked.
+        let mut tracked = 0;
+        for d in 0..5u64 {
+            tracked += enter(
+                &mut s,
+                9,
+                call(0, F, 0x7f00 - 0x100 * d, if d == 0 { 0x500 } else { F + 9 }),
+                2,
+                &mut out,
+            ) as u32;
+        }
+        assert_eq!(tracked, 2);
+        // Another thread of the same process: the limit is shared.
+        assert!(!enter(&mut s, 10, call(0, F, 0x5f00, 0x500), 2, &mut out));
+        // Another process has its own.
+        let mut c = call(0, F, 0x5f00, 0x500);
+        c.pid = 2;
+        assert!(enter(&mut s, 11, c, 2, &mut out));
+        // The untracked inner returns pair with nothing; the outer two do.
+        let mut returned = 0;
+        for d in (1..5u64).rev() {
+            returned += ret(&mut s, 9, 0x7f08 - 0x100 * d, F + 9, &mut out).len();
+        }
+        assert_eq!(
+            returned, 1,
+            "of the inner calls, only the second was tracked"
+        );
+        assert_eq!(ret(&mut s, 9, 0x7f08, 0x500, &mut out).len(), 1);
+        assert!(out.is_empty());
+        assert_eq!(s.live(1, 0), 0);
+    }
+
+    #[test]
+    fn threads_processes_probes_and_the_end_hand_back_their_calls() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x7e00, F + 5), 64, &mut out);
+        enter(&mut s, 10, call(0, F, 0x5f00, 0x500), 64, &mut out);
+        let mut c = call(0, F, 0x7f00, 0x500);
+        c.pid = 2;
+        enter(&mut s, 20, c, 64, &mut out);
+        s.end_thread(10, Left::ThreadExit, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].tid, out[0].cause), (10, Left::ThreadExit));
+        assert_eq!(s.live(1, 0), 1);
+        out.clear();
+        s.drop_probe(1, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].cause, Left::Disabled);
+        out.clear();
+        s.end_process(1, Left::Exec, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].tid, out[0].call.tag), (9, 0));
+        assert_eq!(s.live(1, 0), 0);
+        out.clear();
+        s.drain(Left::Detach, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].tid, 20);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_signal_handler_on_the_same_stack_nests() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        // f is interrupted; the handler h (traced) runs below f's frame and
+        // returns to the kernel's restorer; then f returns.
+        enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 64, &mut out);
+        enter(&mut s, 9, call(1, H, 0x7a00, 0x9999), 64, &mut out);
+        assert_eq!(ret(&mut s, 9, 0x7a08, 0x9999, &mut out).len(), 1);
+        assert_eq!(ret(&mut s, 9, 0x7f08, 0x500, &mut out).len(), 1);
+        assert!(out.is_empty());
+    }
+}

@@ -1,0 +1,120 @@
+//! Where the calls of a function return, decoded from its module file at
+//! arming time: the `ret` instructions of the function, and of the
+//! functions it continues in through direct jumps (a tail call `jmp g`, a
+//! conditional tail call, or the `f.cold` part GCC splits off), so that a
+//! uprobe on each sees every return that passes through them. The perf
+//! transport puts a uprobe there instead of rewriting return addresses as
+//! the kernel's uretprobes do (their trampoline address on the stack makes
+//! the C++ unwinder give up: an exception thrown through a traced frame
+//! then terminates the program).
+//!
+//! Not seen: a tail call that leaves the module (through the PLT) or goes
+//! through an indirect jump; such a call's return is never observed and
+//! the call is reported as gone when its thread moves on.
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
+use wprobe_elf::{ElfInfo, Symbol};
+
+/// At most this many functions are followed through tail jumps from one
+/// probed function.
+const MAX_FUNCTIONS: usize = 64;
+
+/// The returns of the function entered at `entry` (a file offset of the
+/// module `elf`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReturnSites {
+    /// The function's name.
+    pub function: String,
+    /// File offsets of every `ret` through which its calls return, sorted.
+    pub rets: Vec<u64>,
+    /// The functions followed (the probed one first).
+    pub followed: Vec<String>,
+}
+
+/// The function (a code symbol with a size) whose file bytes contain file
+/// offset `off`: the innermost one.
+fn function_at_offset(elf: &ElfInfo, off: u64) -> Option<&Symbol> {
+    elf.symbols
+        .iter()
+        .filter(|s| s.is_code() && s.size > 0)
+        .filter(|s| {
+            elf.file_offset(s.value)
+                .is_some_and(|fo| fo <= off && off < fo.saturating_add(s.size))
+        })
+        .max_by_key(|s| (s.value, s.global))
+}
+
+/// The code symbol with a size that starts at link-time address `vaddr`.
+fn function_starting_at(elf: &ElfInfo, vaddr: u64) -> Option<&Symbol> {
+    elf.symbols
+        .iter()
+        .filter(|s| s.is_code() && s.size > 0 && s.value == vaddr)
+        .max_by_key(|s| s.global)
+}
+
+/// Decodes the function entered at file offset `entry` and the functions
+/// it jumps into, and lists their `ret` instructions.
+pub fn return_sites(elf: &ElfInfo, entry: u64) -> Result<ReturnSites, String> {
+    let path = elf.path.display();
+    let f = function_at_offset(elf, entry).ok_or_else(|| {
+        format!(
+            "offset {entry:#x} of {path} is in no function of its symbol table: --transport perf \
+             finds the returns of a return probe by decoding its function; use --transport ptrace"
+        )
+    })?;
+    let mut todo: Vec<&Symbol> = vec![f];
+    let mut seen: Vec<u64> = vec![f.value];
+    let mut followed = Vec::new();
+    let mut rets = Vec::new();
+    let mut insn = Instruction::default();
+    while let Some(s) = todo.pop() {
+        followed.push(s.name.clone());
+        let end = s.value.saturating_add(s.size);
+        let Some(bytes) = elf.bytes_at(s.value, s.size as usize) else {
+            continue;
+        };
+        let mut d = Decoder::with_ip(64, bytes, s.value, DecoderOptions::NONE);
+        while d.can_decode() {
+            d.decode_out(&mut insn);
+            if insn.is_invalid() {
+                // Data or padding past the code: nothing more to find.
+                break;
+            }
+            match insn.flow_control() {
+                FlowControl::Return => {
+                    if let Some(off) = elf.file_offset(insn.ip()) {
+                        rets.push(off);
+                    }
+                }
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                    let t = insn.near_branch_target();
+                    if (s.value..end).contains(&t) || seen.contains(&t) {
+                        continue;
+                    }
+                    if let Some(g) = function_starting_at(elf, t)
+                        && seen.len() < MAX_FUNCTIONS
+                    {
+                        seen.push(t);
+                        todo.push(g);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    rets.sort_unstable();
+    rets.dedup();
+    if rets.is_empty() {
+        return Err(format!(
+            "{} in {path} has no `ret` instruction (it ends in calls that do not return, or in \
+             tail calls out of the module): --transport perf cannot observe its returns; use \
+             --transport ptrace",
+            f.name
+        ));
+    }
+    Ok(ReturnSites {
+        function: f.name.clone(),
+        rets,
+        followed,
+    })
+}
