@@ -541,7 +541,24 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
-            Event::Unwound { tag, .. } => {
+            Event::Unwound {
+                tag,
+                pid,
+                tid,
+                entry_rsp,
+                cause,
+                ..
+            } => {
+                if let Some((prog, index)) = self.origin(tag) {
+                    self.hook_event(HookEvent::Unwound {
+                        prog,
+                        index,
+                        pid,
+                        tid,
+                        entry_rsp,
+                        cause,
+                    });
+                }
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += 1;
                 }

@@ -581,6 +581,15 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
     if session.pending() > 0 && info.caps.arms_files {
         armed += session.arm_on_files(t, main, &[], false);
     }
+    // A function is traced by its two probes or not at all.
+    let failed: Vec<(usize, usize)> = session
+        .arm_failures()
+        .iter()
+        .map(|(p, i, _)| (*p, *i))
+        .collect();
+    for (prog, index) in failed {
+        session.disable_probe(t, prog, index ^ 1);
+    }
     report_arm_failures(&session, &table, &modules);
     if armed == 0 {
         if a.pid.is_none() {

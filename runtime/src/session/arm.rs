@@ -257,7 +257,7 @@ impl Session {
                     }
                 }
                 Err(e) => {
-                    self.failures.push((prog, index, e.clone()));
+                    self.arm_failed(prog, index, e.clone());
                     let msg = format!("probe {} not applied: {e}", self.probes[pi].label);
                     self.warn(report, msg);
                     self.probes[pi].enabled = false;
@@ -314,7 +314,7 @@ impl Session {
                     continue; // maybe later (dlopen)
                 }
                 Err(e) => {
-                    self.failures.push((prog, index, e.to_string()));
+                    self.arm_failed(prog, index, e.to_string());
                     let msg = format!(
                         "probe {} not applied in pid {pid}: {e}",
                         self.probes[pi].label
@@ -358,7 +358,7 @@ impl Session {
                     armed += 1;
                 }
                 Err(e) => {
-                    self.failures.push((prog, index, e.clone()));
+                    self.arm_failed(prog, index, e.clone());
                     let msg = format!(
                         "probe {} not applied in pid {pid}: {e}",
                         self.probes[pi].label

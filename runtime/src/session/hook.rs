@@ -55,6 +55,14 @@ pub enum HookEvent {
         /// How.
         status: ExitStatus,
     },
+    /// A probe could not be armed (it is disabled; the reason is in
+    /// [`Session::arm_failures`]).
+    NotArmed {
+        /// The probe's program.
+        prog: usize,
+        /// Its index in the program's manifest.
+        index: usize,
+    },
     /// Hits of a probe its transport could not deliver.
     Lost {
         /// The probe's program, when the transport named the probe.
@@ -63,6 +71,22 @@ pub enum HookEvent {
         index: usize,
         /// How many.
         count: u64,
+    },
+    /// A call of a return probe ended without returning (the transport's
+    /// `Event::Unwound`), delivered before any later record of its thread.
+    Unwound {
+        /// The probe's program.
+        prog: usize,
+        /// Its index in the program's manifest.
+        index: usize,
+        /// The process.
+        pid: i32,
+        /// The thread that made the call.
+        tid: i32,
+        /// `rsp` at the call's entry.
+        entry_rsp: u64,
+        /// Why.
+        cause: crate::transport::calls::Left,
     },
     /// Calls of a return probe that ran no handler.
     Missed {
@@ -104,6 +128,30 @@ impl Session {
     /// index, and the reason), in the order the failures happened.
     pub fn arm_failures(&self) -> &[(usize, usize, String)] {
         &self.failures
+    }
+
+    /// Disables the probe at `index` of program `prog` and removes it
+    /// from the transport (a command whose probes work in pairs drops the
+    /// other probe of a pair that could not be armed).
+    pub fn disable_probe(
+        &mut self,
+        t: &mut dyn crate::transport::Transport,
+        prog: usize,
+        index: usize,
+    ) {
+        if let Some(pi) = self
+            .probes
+            .iter()
+            .position(|p| p.prog == prog && p.index == index)
+        {
+            self.disable(t, pi);
+        }
+    }
+
+    /// Records that probe `index` of program `prog` could not be armed.
+    pub(super) fn arm_failed(&mut self, prog: usize, index: usize, why: String) {
+        self.failures.push((prog, index, why));
+        self.hook_event(HookEvent::NotArmed { prog, index });
     }
 
     /// Gives probe `pi`'s records to the hook; false when there is none.

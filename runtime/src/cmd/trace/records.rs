@@ -18,6 +18,7 @@ use crate::format::{Format, RecordView};
 use crate::session::hook::{HookEvent, HookHit, RecordHook};
 use crate::sink::{RecordKind, Sink};
 use crate::transport::ExitStatus;
+use crate::transport::calls::Left;
 
 use super::tree::{Cause, FuncId, How, Thread, Tree};
 use super::views::Views;
@@ -182,6 +183,32 @@ impl RecordHook for Hook {
                     ExitStatus::Signal(s) => format!("killed by signal {s}"),
                 };
                 st.tree.sink.process(pid, &format!("process {pid} {how}"));
+            }
+            HookEvent::Unwound {
+                prog,
+                index,
+                pid,
+                tid,
+                entry_rsp,
+                cause,
+            } => {
+                let Some(&(func, true)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index))
+                else {
+                    return;
+                };
+                let how = match cause {
+                    Left::Unwound => How::Unwound(Cause::Reported),
+                    Left::ThreadExit => How::Unwound(Cause::ThreadExit),
+                    Left::ProcessExit => How::Unwound(Cause::ProcessEnded),
+                    Left::Exec => How::Unwound(Cause::Exec),
+                    Left::Detach | Left::Disabled => How::Running,
+                };
+                st.tree.unwound(Thread { pid, tid }, func, entry_rsp, how);
+            }
+            HookEvent::NotArmed { prog, index } => {
+                if let Some(&(func, _)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index)) {
+                    st.tree.drop_function(func);
+                }
             }
             HookEvent::Lost { count, .. } => st.problems.lost += count,
             HookEvent::Missed { count, .. } => st.problems.missed += count,

@@ -61,10 +61,15 @@ pub enum Cause {
     /// A call it was nested in returned first (`longjmp` or an exception
     /// took the thread past it, unreported).
     OuterReturned,
+    /// Its thread ended (`pthread_exit` inside it).
+    ThreadExit,
     /// Its process exec'd.
     Exec,
     /// Its process ended (`exit()` from inside it, a fatal signal).
     ProcessEnded,
+    /// A call a fork child inherited from its parent's thread, still open
+    /// when the child ended: its return (if any) was not reported.
+    Inherited,
 }
 
 impl Cause {
@@ -74,7 +79,9 @@ impl Cause {
             Cause::Reported => "unwound",
             Cause::OuterReturned => "unwound: an outer call returned",
             Cause::Exec => "unwound: exec",
+            Cause::ThreadExit => "unwound: thread exit",
             Cause::ProcessEnded => "unwound: process ended",
+            Cause::Inherited => "return not seen: a call inherited at fork",
         }
     }
 }
@@ -153,6 +160,8 @@ struct Frame {
     in_filter: bool,
     visible: bool,
     depth: u32,
+    /// Copied from the parent at a fork.
+    inherited: bool,
 }
 
 #[derive(Debug, Default)]
@@ -189,6 +198,9 @@ pub struct Tree<S: Sink> {
     forked: HashMap<i32, Vec<Vec<Frame>>>,
     filters: Filters,
     has_filter: bool,
+    /// Functions no longer traced (a probe of theirs could not be armed):
+    /// their entries and returns are ignored.
+    dropped: Vec<bool>,
     /// The counters.
     pub counters: Counters,
     /// Where steps go.
@@ -203,9 +215,24 @@ impl<S: Sink> Tree<S> {
             forked: HashMap::new(),
             has_filter: filters.filter_hit.iter().any(|b| *b),
             filters,
+            dropped: Vec::new(),
             counters: Counters::default(),
             sink,
         }
+    }
+
+    /// `func` is no longer traced: one of its two probes could not be
+    /// armed, so its entries cannot be paired with returns.
+    pub fn drop_function(&mut self, func: FuncId) {
+        let i = func as usize;
+        if self.dropped.len() <= i {
+            self.dropped.resize(i + 1, false);
+        }
+        self.dropped[i] = true;
+    }
+
+    fn is_dropped(&self, func: FuncId) -> bool {
+        self.dropped.get(func as usize).copied().unwrap_or(false)
     }
 
     fn thread(&mut self, th: Thread, rsp: u64, func: Option<FuncId>) -> &mut ThreadState {
@@ -254,6 +281,7 @@ impl<S: Sink> Tree<S> {
             in_filter,
             visible,
             depth,
+            inherited: false,
         });
         if visible {
             st.shown += 1;
@@ -287,6 +315,9 @@ impl<S: Sink> Tree<S> {
         elapsed_ns: u64,
         extras: &[u64],
     ) {
+        if self.is_dropped(func) {
+            return;
+        }
         let st = self.thread(th, entry_rsp, Some(func));
         st.last_ns = st.last_ns.max(time_ns);
         let Some(k) = st
@@ -308,12 +339,15 @@ impl<S: Sink> Tree<S> {
     }
 
     /// The transport reports that the call of `func` entered with
-    /// `entry_rsp` in `th` was left without returning, at `time_ns`.
-    pub fn unwound(&mut self, th: Thread, func: FuncId, entry_rsp: u64, time_ns: u64) {
+    /// `entry_rsp` in `th` was left without returning (`how`). It is
+    /// closed at the last event seen in its thread: the transport notices
+    /// such calls later (at the thread's next traced entry or return, or
+    /// its end), and the frame was left after that event.
+    pub fn unwound(&mut self, th: Thread, func: FuncId, entry_rsp: u64, how: How) {
         let Some(st) = self.threads.get_mut(&th) else {
             return;
         };
-        st.last_ns = st.last_ns.max(time_ns);
+        let time_ns = st.last_ns;
         let Some(k) = st
             .stack
             .iter()
@@ -325,7 +359,7 @@ impl<S: Sink> Tree<S> {
         while self.threads[&th].stack.len() > k + 1 {
             self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
         }
-        self.close(th, end, How::Unwound(Cause::Reported), None, &[]);
+        self.close(th, end, how, None, &[]);
     }
 
     /// A record a custom handler logged in a call of `func` in `th`.
@@ -410,7 +444,14 @@ impl<S: Sink> Tree<S> {
             .get_mut(&th)
             .expect("invariant: the caller found the thread");
         let Some(f) = st.stack.pop() else { return };
+        let how = match how {
+            How::Unwound(Cause::ProcessEnded | Cause::Exec) | How::Running if f.inherited => {
+                How::Unwound(Cause::Inherited)
+            }
+            h => h,
+        };
         match how {
+            _ if f.inherited => {}
             How::Returned => self.counters.returned += 1,
             How::Unwound(_) => self.counters.unwound += 1,
             How::Running => self.counters.running += 1,
@@ -500,21 +541,25 @@ impl<S: Sink> Tree<S> {
 /// with, or else the one whose innermost call is just above `rsp` (the
 /// child's first entry happens below it).
 fn adopt(stacks: Vec<Vec<Frame>>, rsp: u64, func: Option<FuncId>) -> Vec<Frame> {
-    if stacks.len() == 1 {
-        return stacks.into_iter().next().unwrap_or_default();
-    }
-    if let Some(func) = func
+    let mut chosen = if stacks.len() == 1 {
+        stacks.into_iter().next().unwrap_or_default()
+    } else if let Some(func) = func
         && let Some(s) = stacks
             .iter()
             .find(|s| s.iter().any(|f| f.func == func && f.rsp == rsp))
     {
-        return s.clone();
+        s.clone()
+    } else {
+        stacks
+            .into_iter()
+            .filter(|s| s.last().is_some_and(|f| f.rsp > rsp))
+            .min_by_key(|s| s.last().map_or(u64::MAX, |f| f.rsp - rsp))
+            .unwrap_or_default()
+    };
+    for f in &mut chosen {
+        f.inherited = true;
     }
-    stacks
-        .into_iter()
-        .filter(|s| s.last().is_some_and(|f| f.rsp > rsp))
-        .min_by_key(|s| s.last().map_or(u64::MAX, |f| f.rsp - rsp))
-        .unwrap_or_default()
+    chosen
 }
 
 #[cfg(test)]
@@ -603,12 +648,21 @@ mod tests {
         let mut t = tree(Filters::default());
         t.enter(T, 0, 0, 0x1000, 0, &[]);
         t.enter(T, 1, 10, 0x0f00, 0, &[]);
-        t.unwound(T, 1, 0x0f00, 50);
+        t.enter(T, 2, 50, 0x0e00, 0, &[]);
+        t.unwound(T, 2, 0x0e00, How::Unwound(Cause::Reported));
+        t.unwound(T, 1, 0x0f00, How::Unwound(Cause::Reported));
         t.exit(T, 3, 60, 0, 0x0a00, 5, &[]);
         t.exit(T, 0, 100, 0, 0x1000, 100, &[]);
         assert_eq!(
             brief(&t.sink.0),
-            ["0>0", "1>1", "1<1 40/40 Unwound(Reported)", "0<0 100/60"]
+            [
+                "0>0",
+                "1>1",
+                "2>2",
+                "2<2 0/0 Unwound(Reported)",
+                "1<1 40/40 Unwound(Reported)",
+                "0<0 100/60"
+            ]
         );
         assert_eq!(t.counters.orphan_returns, 1);
     }

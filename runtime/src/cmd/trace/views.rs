@@ -160,8 +160,13 @@ fn parse_zone(z: &str) -> Option<i64> {
     Some(sign * (h * 3600 + m * 60))
 }
 
-/// Appends `(a, b, …)`: words as `wprobe run` prints them.
+/// Appends `(a, b, …)`: words as `wprobe run` prints them; nothing when
+/// there are none and the name (demangled C++) already ends with its
+/// parameter list.
 pub fn push_args(out: &mut String, args: &[u64]) {
+    if args.is_empty() && out.ends_with(')') {
+        return;
+    }
     out.push('(');
     for (i, a) in args.iter().enumerate() {
         if i > 0 {

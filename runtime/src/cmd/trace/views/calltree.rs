@@ -93,7 +93,8 @@ impl View for CallTreeView {
             } => {
                 self.buf.push_str("<== ");
                 self.buf.push_str(name);
-                self.buf.push_str("() [");
+                push_args(&mut self.buf, &[]);
+                self.buf.push_str(" [");
                 match (how, rax) {
                     (How::Returned, Some(v)) => {
                         let _ = write!(self.buf, "rax = {v:#x}");
