@@ -24,6 +24,7 @@ mod ptrace_libs_watch;
 mod ptrace_processes;
 mod sandbox;
 mod scale;
+mod trace;
 mod tracer_death;
 mod watchpoints;
 
@@ -44,6 +45,7 @@ fn main() {
         ptrace_processes::CASES,
         sandbox::CASES,
         scale::CASES,
+        trace::CASES,
         tracer_death::CASES,
         watchpoints::CASES,
     ];
