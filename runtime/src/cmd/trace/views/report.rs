@@ -85,13 +85,12 @@ impl View for ReportView {
         if self.json {
             text.push_str("[\n");
             for (i, (name, calls, total, own)) in rows.iter().enumerate() {
-                let v = serde_json::json!({
-                    "function": name,
-                    "calls": calls,
-                    "total_ns": total,
-                    "self_ns": own,
-                });
-                text.push_str(&v.to_string());
+                text.push_str("{\"function\":");
+                crate::format::json_string(&mut text, name.as_bytes());
+                let _ = write!(
+                    text,
+                    ",\"calls\":{calls},\"total_ns\":{total},\"self_ns\":{own}}}"
+                );
                 text.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
             }
             text.push_str("]\n");
