@@ -607,6 +607,17 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
             None
         }
     };
+    // A transport that ends with the launched process (perf) reports its
+    // exit status, not an exit event: the trees end with it all the same.
+    if let Some(s) = status.or(report.exit_status)
+        && !state.borrow().exited.contains(&main)
+    {
+        use crate::session::hook::RecordHook;
+        Hook(state.clone()).event(&crate::session::hook::HookEvent::ProcessExited {
+            pid: main,
+            status: s,
+        });
+    }
     let errors = {
         let mut st = state.borrow_mut();
         st.tree.finish();
@@ -686,7 +697,8 @@ fn summary(session: &Session, st: &TraceState) {
     warn(
         p.missed,
         "calls not tracked to their return (more than 4096 live calls of one function in a \
-         process): their returns are not in the trace",
+         process, or a return address that cannot take a breakpoint, as after a call that never \
+         returns): their returns are not in the trace",
     );
     warn(
         dropped.max(p.lost),

@@ -58,6 +58,8 @@ pub struct TraceState {
     pub tree: Tree<Views>,
     /// The counts.
     pub problems: Problems,
+    /// The processes whose exit was reported.
+    pub exited: Vec<i32>,
     words: Vec<u64>,
     note: String,
 }
@@ -69,6 +71,7 @@ impl TraceState {
             probes,
             tree,
             problems: Problems::default(),
+            exited: Vec::new(),
             words: Vec::with_capacity(16),
             note: String::new(),
         }
@@ -177,6 +180,7 @@ impl RecordHook for Hook {
                 st.tree.sink.process(pid, &format!("process {pid} exec'd"));
             }
             HookEvent::ProcessExited { pid, status } => {
+                st.exited.push(pid);
                 st.tree.end_process(pid, How::Unwound(Cause::ProcessEnded));
                 let how = match status {
                     ExitStatus::Code(c) => format!("exited with status {c}"),
