@@ -33,6 +33,10 @@ pub(crate) const CASES: &[Case] = &[
     case!(fork_children_have_their_own_trees @ per_transport),
     case!(per_thread_files_hold_each_threads_tree @ per_transport),
     case!(attaching_with_p_traces_new_calls_and_leaves_the_process_running @ per_transport),
+    case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
+    case!(excluded_functions_are_not_traced @ per_transport),
+    case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ per_transport),
+    case!(rust_names_are_demangled_with_c @ per_transport),
     case!(
         functions_not_traced_are_listed_once_with_the_reason,
         Need::Ptrace
@@ -66,14 +70,78 @@ fn trace_fork() -> PathBuf {
     gcc("trace_fork", &progs().join("trace_fork.c"), &["-O1", "-g"])
 }
 
+/// `tests/progs/libshared.c` as a shared library, and `lib_user.c` linked
+/// with it (found through its `DT_RUNPATH`) and loading it with `dlopen`.
+fn libshared() -> (PathBuf, PathBuf, PathBuf) {
+    let lib = gcc(
+        "libtrace_shared.so",
+        &progs().join("libshared.c"),
+        &["-O1", "-shared", "-fPIC"],
+    );
+    let dir = scratch();
+    let linked = gcc(
+        "trace_lib_linked",
+        &progs().join("lib_user.c"),
+        &[
+            "-O1",
+            "-DLINKED",
+            &format!("-L{}", dir.display()),
+            "-Wl,--no-as-needed",
+            "-l:libtrace_shared.so",
+            "-Wl,--enable-new-dtags",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
+    );
+    let dl = gcc(
+        "trace_lib_dl",
+        &progs().join("lib_user.c"),
+        &["-O1", "-ldl"],
+    );
+    (lib, linked, dl)
+}
+
+/// `tests/progs/trace_rust.rs`, built by rustc with std as a shared
+/// library (the executable holds only its own functions).
+fn trace_rust() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+            let sysroot = Command::new(&rustc)
+                .args(["--print", "sysroot"])
+                .output()
+                .expect("rustc");
+            let lib = Path::new(String::from_utf8_lossy(&sysroot.stdout).trim())
+                .join("lib/rustlib/x86_64-unknown-linux-gnu/lib");
+            let out = scratch().join("trace_rust");
+            let st = Command::new(&rustc)
+                .args(["-O", "-g", "-C", "prefer-dynamic", "-C"])
+                .arg(format!("link-args=-Wl,-rpath,{}", lib.display()))
+                .arg("-o")
+                .arg(&out)
+                .arg(progs().join("trace_rust.rs"))
+                .status()
+                .expect("rustc");
+            assert!(st.success(), "rustc trace_rust.rs");
+            out
+        })
+        .clone()
+}
+
 /// `wprobe trace --transport TR ARGS -- PROG`, within 120 s.
 fn trace(tr: &str, args: &[&str], prog: &Path) -> Output {
+    trace_argv(tr, args, prog, &[])
+}
+
+/// `wprobe trace --transport TR ARGS -- PROG PROG_ARGS`, within 120 s.
+fn trace_argv(tr: &str, args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
     let mut c = wprobe();
     c.arg("trace")
         .args(["--transport", tr])
         .args(args)
         .arg("--")
         .arg(prog)
+        .args(prog_args)
         .current_dir(scratch())
         .env("WPROBE_PERF_RING_PAGES", "8192");
     output_within(c, 120)
@@ -348,7 +416,21 @@ fn chrome_events_match_every_call_of_the_report(tr: &str) {
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&read(&chrome)).unwrap();
+    assert_eq!(v["displayTimeUnit"], "ns");
     let events = v["traceEvents"].as_array().unwrap();
+    for e in events {
+        let mut keys: Vec<&str> = e.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys.retain(|k| *k != "args");
+        assert_eq!(keys, ["cat", "name", "ph", "pid", "tid", "ts"], "{e}");
+        assert_eq!(e["cat"], "function", "{e}");
+        if let Some(args) = e.get("args") {
+            assert_eq!(args, &serde_json::json!({"exit": "unwound"}), "{e}");
+        }
+    }
+    // The three frames longjmp left.
+    let unwound = events.iter().filter(|e| e.get("args").is_some()).count();
+    assert_eq!(unwound, 3);
     let mut stacks: HashMap<(u64, u64), Vec<(String, f64)>> = HashMap::new();
     let mut begins: BTreeMap<String, u64> = BTreeMap::new();
     for e in events {
@@ -748,6 +830,261 @@ fn attaching_with_p_traces_new_calls_and_leaves_the_process_running(tr: &str) {
     assert_eq!(s, format!("acc={}\n", (n - 1) * n / 2));
 }
 
+/// The lines of a `-T` output other than the `+++ process … +++` ones.
+fn calls_only(text: &[u8]) -> String {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter(|l| !l.starts_with("+++"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn lib_traces_the_functions_of_linked_and_dlopened_libraries(tr: &str) {
+    let (lib, linked, dl) = libshared();
+    // A library the executable links, named by its short name: lib_fn(x)
+    // returns 3x + 1.
+    let out = file("lib-linked.txt", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "--lib",
+            "libtrace_shared",
+            "-F",
+            "main",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &linked,
+        &["3"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum=12\n");
+    assert_eq!(
+        calls_only(read(&out).as_bytes()),
+        "\
+==> main()
+   ==> lib_fn()
+   <== lib_fn() [rax = 0x1]
+   ==> lib_fn()
+   <== lib_fn() [rax = 0x4]
+   ==> lib_fn()
+   <== lib_fn() [rax = 0x7]
+<== main() [rax = 0x0]",
+        "{}",
+        stderr(&o)
+    );
+    // By a wildcard, with the report.
+    let out = file("lib-glob.json", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "--lib",
+            "libtrace_sh*",
+            "-F",
+            "lib_fn",
+            "--report",
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &linked,
+        &["4"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let calls: Vec<(String, u64)> = report_of(&out).into_iter().map(|(n, v)| (n, v.0)).collect();
+    assert_eq!(calls, [("lib_fn".to_string(), 4)]);
+    // A library loaded with dlopen after start, named by its path.
+    let out = file("lib-dl.json", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "--lib",
+            lib.to_str().unwrap(),
+            "-F",
+            "lib_fn",
+            "--report",
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &dl,
+        &["5", lib.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum=35\n");
+    let calls: Vec<(String, u64)> = report_of(&out).into_iter().map(|(n, v)| (n, v.0)).collect();
+    assert_eq!(calls, [("lib_fn".to_string(), 5)], "{}", stderr(&o));
+    // Without --lib, the library's functions are not traced.
+    let out = file("lib-none.txt", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "-T",
+            "--no-pid",
+            "-i",
+            "-F",
+            "main",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &linked,
+        &["2"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(read(&out).as_bytes()),
+        "==> main()\n<== main() [rax = 0x0]"
+    );
+}
+
+fn excluded_functions_are_not_traced(tr: &str) {
+    let o = trace(
+        tr,
+        &[
+            "-F", "main", "-X", "leaf", "-X", "mid*", "-T", "--no-pid", "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
+    );
+    // Excluded functions are not traced, not listed as untraceable.
+    let err = stderr(&o);
+    assert!(!err.contains("leaf") && !err.contains("middle"), "{err}");
+    assert!(
+        err.contains("wprobe: trace: 2 calls (2 returned, 0 unwound)")
+            || err.contains(&format!(
+                "wprobe: trace: {} calls ({0} returned, 0 unwound)",
+                2 + CRT.len()
+            )),
+        "{err}"
+    );
+}
+
+/// The local time of day, `HH:MM:SS`.
+fn time_of_day() -> String {
+    let o = Command::new("date").arg("+%H:%M:%S").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn the_duration_view_with_time_of_day_and_source_lines_is_exact(tr: &str) {
+    let before = time_of_day();
+    let o = trace(tr, &["-F", "main", "-t", "-l"], &trace_det());
+    let after = time_of_day();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // Each line after the header: `HH:MM:SS ` (between the clock before
+    // and after the run, unless midnight passed), then the view.
+    let mut rest = vec![text.lines().next().unwrap().to_string()];
+    for l in text.lines().skip(1) {
+        let (clock, view) = l.split_at(9);
+        let b = clock.as_bytes();
+        assert!(b[2] == b':' && b[5] == b':' && b[8] == b' ', "{l}");
+        let clock = clock.trim_end();
+        assert!(
+            (before.as_str()..=after.as_str()).contains(&clock) || before > after,
+            "{clock} not in [{before}, {after}]"
+        );
+        rest.push(view.to_string());
+    }
+    // Source lines: `/* …/trace_det.c:N */` after entries.
+    let src = |l: &str| -> String {
+        match l.split_once("/* ") {
+            Some((head, path)) if path.contains("trace_det.c:") => {
+                let (_, line) = path.rsplit_once("trace_det.c:").unwrap();
+                format!("{head}/* trace_det.c:{line}")
+            }
+            _ => l.to_string(),
+        }
+    };
+    let got: Vec<String> = normalize_durations(&rest.join("\n"))
+        .lines()
+        .map(src)
+        .collect();
+    let (m, t, mi, le) = (
+        line_of("int main("),
+        line_of("NI int top("),
+        line_of("NI int middle("),
+        line_of("NI int leaf("),
+    );
+    let want = format!(
+        "\
+# DURATION     TID     FUNCTION
+            [   TID] | main() {{ /* trace_det.c:{m} */
+            [   TID] |   top() {{ /* trace_det.c:{t} */
+            [   TID] |     middle() {{ /* trace_det.c:{mi} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |     }} /* middle */
+            [   TID] |     middle() {{ /* trace_det.c:{mi} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |     }} /* middle */
+       TIME [   TID] |   }} /* top */
+       TIME [   TID] | }} /* main */"
+    );
+    assert_eq!(got.join("\n"), want);
+}
+
+fn rust_names_are_demangled_with_c(tr: &str) {
+    let prog = trace_rust();
+    let out = file("rust.txt", tr);
+    let o = trace(
+        tr,
+        &[
+            "-C",
+            "-F",
+            "*::shapes::total",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "total 13\n");
+    assert_eq!(
+        calls_only(read(&out).as_bytes()),
+        "\
+==> trace_rust::shapes::total()
+   ==> trace_rust::shapes::Square::area()
+   <== trace_rust::shapes::Square::area() [rax = 0x4]
+   ==> trace_rust::shapes::Square::area()
+   <== trace_rust::shapes::Square::area() [rax = 0x9]
+<== trace_rust::shapes::total() [rax = 0xd]"
+    );
+    // Without -C: the symbols (legacy mangling, with their hash).
+    let o = trace(
+        tr,
+        &[
+            "-F",
+            "*shapes*total*",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = read(&out);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("==> _ZN10trace_rust6shapes5total17h") && first.ends_with("E()"),
+        "{text}"
+    );
+}
+
 fn functions_not_traced_are_listed_once_with_the_reason() {
     let o = trace("ptrace", &["--plt", "--report"], &trace_calls());
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -830,6 +1167,22 @@ fn bad_arguments_are_refused_with_exact_messages() {
     let (code, err) = run(&["--ff", "--", d]);
     assert_eq!(code, Some(1));
     assert!(err.contains("--output <FILE>"), "{err}");
+    let (code, err) = run(&["--lib", "libnosuchlib", "--", d]);
+    assert_eq!(
+        (code, err.trim()),
+        (Some(1), "error: --lib libnosuchlib: no such library")
+    );
+    let (code, err) = run(&["-X", "*", "--", d]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.ends_with(&format!(
+            "error: no function to trace in {d} (no function symbols: is it stripped? or all \
+             excluded by -X)\n"
+        )),
+        "{err}"
+    );
+    let (code, err) = run(&["-t", "-u", "--", d]);
+    assert_eq!((code, err.trim()), (Some(1), "error: -t and -u: give one"));
     let (code, err) = run(&[]);
     assert_eq!(
         (code, err.trim()),
