@@ -396,6 +396,35 @@ fn a_cxx_exception_through_traced_frames_is_caught_and_reported_unwound(tr: &str
     ]);
     assert_eq!(bodies, want, "{text}");
     assert!(stderr(&o).contains("9 unwound"), "{}", stderr(&o));
+    // The duration view says which calls were unwound (a leaf left at
+    // once has no time of its own).
+    let out = file("throw-duration.txt", tr);
+    let o = trace(
+        tr,
+        &["-C", "-F", "level1*", "-o", out.to_str().unwrap()],
+        &prog,
+    );
+    assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
+    let unwound = [
+        "            [   TID] | level1(int) {",
+        "            [   TID] |   level2(int) {",
+        "            [   TID] |     level3(int); /* unwound */",
+        "       TIME [   TID] |   } /* level2(int): unwound */",
+        "       TIME [   TID] | } /* level1(int): unwound */",
+    ];
+    let mut want = vec!["# DURATION     TID     FUNCTION"];
+    for _ in 0..3 {
+        want.extend(unwound);
+    }
+    want.extend([
+        "            [   TID] | level1(int) {",
+        "            [   TID] |   level2(int) {",
+        "       TIME [   TID] |     level3(int);",
+        "       TIME [   TID] |   } /* level2(int) */",
+        "       TIME [   TID] | } /* level1(int) */",
+    ]);
+    let want = want.join("\n");
+    assert_eq!(normalize_durations(&read(&out)), want);
 }
 
 fn chrome_events_match_every_call_of_the_report(tr: &str) {
@@ -691,6 +720,57 @@ fn a_custom_handler_logs_an_argument_of_one_function(tr: &str) {
         ]
     );
     assert!(text.contains("|     middle() {"), "{text}");
+    // `--handler FILE`: for every function, in tracef's view.
+    let o = trace(
+        tr,
+        &[
+            "-F",
+            "main",
+            "--handler",
+            args.to_str().unwrap(),
+            "-T",
+            "--no-pid",
+            "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "\
+==> main(1)
+   ==> top(2)
+      ==> middle(0)
+         ==> leaf(0)
+         <== leaf() [rax = 0x1] = 1
+         ==> leaf(1)
+         <== leaf() [rax = 0x2] = 2
+      <== middle() [rax = 0x3] = 3
+      ==> middle(1)
+         ==> leaf(1)
+         <== leaf() [rax = 0x2] = 2
+         ==> leaf(2)
+         <== leaf() [rax = 0x3] = 3
+      <== middle() [rax = 0x5] = 5
+   <== top() [rax = 0x8] = 8
+<== main() [rax = 0x0] = 0"
+    );
+    // Errors: a pattern matching nothing, the default module twice.
+    let o = trace(tr, &["--handler", "nomatch=x.wat"], &trace_det());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).ends_with("error: --handler nomatch=…: no traced function matches `nomatch`\n"),
+        "{}",
+        stderr(&o)
+    );
+    let a = args.to_str().unwrap();
+    let o = trace(tr, &["--handler", a, "--handler", a], &trace_det());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).ends_with("error: --handler FILE (for every function) given twice\n"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 fn fork_children_have_their_own_trees(tr: &str) {
