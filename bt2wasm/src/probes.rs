@@ -525,7 +525,7 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         let params = if ret || o != 0 {
             None
         } else {
-            crate::dwarf::function_params(&bin.bytes, &f.name)
+            crate::dwarf::function_params(bin.bytes(), &f.name)
         };
         out.push(Concrete {
             kind: Kind::Uprobe {

@@ -119,6 +119,11 @@ pub struct ElfInfo {
     pub soname: Option<String>,
     /// Defined symbols, sorted by name then value; deduplicated across tables.
     pub symbols: Vec<Symbol>,
+    /// `R_X86_64_IRELATIVE` relocations: `(GOT slot, resolver)`, both
+    /// link-time, sorted by resolver. At load the dynamic linker calls the
+    /// resolver (an IFUNC's code) and writes the implementation it returns
+    /// into the slot.
+    pub irelative: Vec<(u64, u64)>,
     /// `PT_LOAD` segments: `(p_vaddr, p_memsz, p_offset, p_filesz, p_flags)`.
     segments: Vec<(u64, u64, u64, u64, u32)>,
     bytes: Vec<u8>,
@@ -223,6 +228,16 @@ impl ElfInfo {
             };
         collect(&elf.syms, &elf.strtab, false);
         collect(&elf.dynsyms, &elf.dynstrtab, true);
+        // R_X86_64_IRELATIVE.
+        const IRELATIVE: u32 = 37;
+        let mut irelative: Vec<(u64, u64)> = elf
+            .dynrelas
+            .iter()
+            .chain(elf.pltrelocs.iter())
+            .filter(|r| r.r_type == IRELATIVE)
+            .filter_map(|r| Some((r.r_offset, u64::try_from(r.r_addend?).ok()?)))
+            .collect();
+        irelative.sort_by_key(|&(slot, resolver)| (resolver, slot));
         symbols.sort_by(|a, b| (&a.name, a.value, a.dynamic).cmp(&(&b.name, b.value, b.dynamic)));
         symbols.dedup_by(|b, a| a.name == b.name && a.value == b.value);
         let info = ElfInfo {
@@ -233,6 +248,7 @@ impl ElfInfo {
             interp: elf.interpreter.map(str::to_string),
             soname: elf.soname.map(str::to_string),
             symbols,
+            irelative,
             segments,
             bytes: Vec::new(),
         };
@@ -307,6 +323,16 @@ impl ElfInfo {
             })
     }
 
+    /// The link-time address of file offset `off`, if it lies in the file
+    /// image of a `PT_LOAD` segment.
+    pub fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find_map(|&(va, _memsz, o, filesz, _)| {
+                (o <= off && off < o.saturating_add(filesz)).then(|| va + (off - o))
+            })
+    }
+
     /// Whether `vaddr` lies in an executable `PT_LOAD` segment.
     pub fn is_exec_vaddr(&self, vaddr: u64) -> bool {
         self.segments.iter().any(|&(va, memsz, _, _, flags)| {
@@ -331,6 +357,18 @@ impl ElfInfo {
     /// The first byte of the instruction at `vaddr` (the `opcode =` of a probe).
     pub fn first_byte(&self, vaddr: u64) -> Option<u8> {
         self.bytes_at(vaddr, 1).and_then(|b| b.first().copied())
+    }
+
+    /// The GOT slot (link-time) where the dynamic linker stores the
+    /// implementation IFUNC resolver `resolver` selected, if the module has
+    /// an `R_X86_64_IRELATIVE` relocation for it (glibc has one for each
+    /// IFUNC it calls itself).
+    pub fn irelative_slot(&self, resolver: u64) -> Option<u64> {
+        let i = self.irelative.partition_point(|&(_, r)| r < resolver);
+        self.irelative
+            .get(i)
+            .filter(|&&(_, r)| r == resolver)
+            .map(|&(slot, _)| slot)
     }
 
     /// The whole file.

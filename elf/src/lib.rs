@@ -8,15 +8,18 @@
 //! * [`locate`]: which file a module name means (path, base name, soname,
 //!   short library name; `ld.so.cache` through [`ldcache`]);
 //! * [`disasm`]: instruction boundaries, decoded from a function's start;
-//! * [`mod@demangle`]: C++ and Rust names as people read them.
+//! * [`mod@demangle`]: C++ and Rust names as people read them;
+//! * [`mod@glob`]: shell-style name patterns.
 //!
 //! Nothing here touches a running process.
 
 pub mod demangle;
 pub mod disasm;
+pub mod glob;
 pub mod info;
 pub mod ldcache;
 pub mod locate;
 
 pub use demangle::demangle;
+pub use glob::glob;
 pub use info::{ElfError, ElfInfo, Lookup, MAX_MODULE_BYTES, SymKind, Symbol};

@@ -661,40 +661,45 @@ fn parse_location(val: &str) -> Option<Location> {
         "address" => LocationKind::Address,
         _ => return None,
     };
-    let rest = rest.trim();
-    if let Some(n) = parse_u64(rest) {
-        return Some(Location {
-            kind,
-            symbol: None,
-            addend: n,
-        });
-    }
-    let split = rest
-        .char_indices()
-        .skip(1)
-        .find(|(_, c)| *c == '+' || *c == '-')
-        .map(|(i, _)| i)
-        .unwrap_or(rest.len());
-    let (sym, tail) = rest.split_at(split);
-    let sym = sym.trim();
-    if !is_symbol(sym) {
-        return None;
-    }
-    let addend = if tail.is_empty() {
-        0
-    } else {
-        let n = parse_u64(tail[1..].trim())?;
-        if tail.starts_with('-') {
-            n.wrapping_neg()
-        } else {
-            n
+    Location::parse_expr(kind, rest)
+}
+
+impl Location {
+    /// Parses `SYMBOL[(+|-)N]` or `N` (decimal or `0x` hexadecimal; blanks
+    /// around the sign allowed): the one location-expression syntax of
+    /// manifests and of the command line's `--probe`. A negative addend
+    /// wraps (it is added modulo 2^64).
+    pub fn parse_expr(kind: LocationKind, s: &str) -> Option<Location> {
+        let s = s.trim();
+        if let Some(n) = parse_u64(s) {
+            return Some(Location {
+                kind,
+                symbol: None,
+                addend: n,
+            });
         }
-    };
-    Some(Location {
-        kind,
-        symbol: Some(sym.to_string()),
-        addend,
-    })
+        let split = s
+            .char_indices()
+            .skip(1)
+            .find(|(_, c)| *c == '+' || *c == '-')
+            .map(|(i, _)| i)
+            .unwrap_or(s.len());
+        let (sym, tail) = s.split_at(split);
+        let sym = sym.trim();
+        if !is_symbol(sym) {
+            return None;
+        }
+        let addend = match tail.as_bytes().first() {
+            None => 0,
+            Some(b'+') => parse_u64(tail[1..].trim())?,
+            Some(_) => parse_u64(tail[1..].trim())?.wrapping_neg(),
+        };
+        Some(Location {
+            kind,
+            symbol: Some(sym.to_string()),
+            addend,
+        })
+    }
 }
 
 /// ELF symbol characters accepted by the RPN language (spec §2.4).

@@ -136,7 +136,7 @@ pub mod probe_target {
     pub const RSP_IN_MAIN: u64 = 0x7fff_ffff_e418;
     /// The return address of the `target_fn` calls: the instruction in
     /// `main` after the call (rip of a return-probe hit on `target_fn`).
-    pub const TARGET_FN_RETURN: u64 = 0x4011e6;
+    pub const TARGET_FN_RETURN: u64 = 0x401205;
     /// Modelled duration of the call `target_fn(a, …)`: `ELAPSED_BASE_NS +
     /// a * ELAPSED_STEP_NS` nanoseconds.
     pub const ELAPSED_BASE_NS: u64 = 1500;
@@ -315,7 +315,7 @@ impl ModelEnv {
 
     /// The return of `target_fn(a, 7, greeting)` as a return probe on
     /// `target_fn` sees it (spec §6.5): the registers after its `ret` — rip =
-    /// the return address in `main` (0x4011e6), rsp = the entry's rsp + 8,
+    /// the return address in `main` (0x401205), rsp = the entry's rsp + 8,
     /// rbp = `main`'s frame again, rax = the return value 7a + 13; rdi
     /// still points at the string (strlen's argument) and rsi, rdx, rcx
     /// hold what strlen left (modelled as 0); `counter` updated (0 + 1 + … +

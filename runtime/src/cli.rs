@@ -15,9 +15,34 @@ use crate::cmd::repair::RepairArgs;
 use crate::cmd::run::RunArgs;
 use crate::cmd::trace::TraceArgs;
 
+/// Examples shown under `wprobe --help`.
+const EXAMPLES: &str = "\
+Examples:
+  wprobe run -e 'uprobe:libc:malloc { @bytes = hist(arg0); }' -c 'ls -l /usr'
+  wprobe run guests/rpn/malloc_count.rpn -- ls -l /usr
+  wprobe run prog.rpn -p 1234                  attach to a running process
+  wprobe run --transport perf prog.rpn -- CMD  the target never stops
+  wprobe list ./prog 'target_*'                functions, sizes, first bytes
+  wprobe compile prog.rpn -o prog.wasm
+  wprobe bench prog.rpn --end-to-end -- CMD    per-hit cost of each transport
+  wprobe repair --pid 1234                     after a killed `wprobe run -p`
+  wprobe trace -T -C -- CMD                    every function call, as a tree
+
+Exit status: 0 success; 1 bad input, or a target that cannot be traced; 2 an
+internal error; `wprobe run` and `wprobe trace` exit with the traced
+command's status.
+Documentation: README.md, docs/rpn-language.md, docs/oneliners.md, docs/hostabi.md,
+docs/trace.md.";
+
 /// Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux processes.
 #[derive(Parser, Debug)]
-#[command(name = "wprobe", version, about, long_about = None)]
+#[command(
+    name = "wprobe",
+    version,
+    about = "Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux x86-64 processes",
+    long_about = None,
+    after_help = EXAMPLES
+)]
 pub struct Cli {
     /// The subcommand.
     #[command(subcommand)]
@@ -39,6 +64,15 @@ pub enum Command {
     Repair(RepairArgs),
     /// Trace every function call of a command or a process: call trees, durations, reports.
     Trace(TraceArgs),
+    /// The attach-mode watchdog (started by `run -p`, not by users).
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog {
+        /// The attached process.
+        pid: i32,
+        /// The real watchdog (the first process only starts it).
+        #[arg(long)]
+        detached: bool,
+    },
 }
 
 /// The options of `run` and `bench` that say how their programs are built
@@ -111,14 +145,18 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    match cli.command {
+
+    report(match cli.command {
         Command::Compile(a) => cmd::compile::compile(a),
         Command::Run(a) => cmd::run::run(a),
         Command::List(a) => cmd::list::list(a),
         Command::Bench(a) => cmd::bench::bench(a),
         Command::Repair(a) => cmd::repair::repair(a),
         Command::Trace(a) => cmd::trace::trace(a),
-    }
+        Command::Watchdog { pid, detached } => {
+            return crate::transport::ptrace::watchdog::run(pid, detached);
+        }
+    })
 }
 
 /// The `--transport` values: the transport registry, each with its
@@ -129,4 +167,68 @@ pub(crate) fn transport_names() -> PossibleValuesParser {
             .iter()
             .map(|t| PossibleValue::new(t.name).help(t.about)),
     )
+}
+
+/// A command's failure: what `wprobe` prints (`error: MESSAGE`) and the
+/// exit status it gives (1: bad input or arguments, or a target that
+/// cannot be traced; 2: an internal error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    /// The exit status.
+    pub code: u8,
+    /// The message, without the `error: ` prefix.
+    pub message: String,
+}
+
+impl CliError {
+    /// A failure with exit status `code`.
+    pub fn new(code: u8, message: impl Into<String>) -> CliError {
+        CliError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Bad input, bad arguments, or a target that cannot be traced (1).
+    pub fn user(message: impl Into<String>) -> CliError {
+        CliError::new(1, message)
+    }
+
+    /// An internal error (2).
+    pub fn internal(message: impl Into<String>) -> CliError {
+        CliError::new(2, message)
+    }
+}
+
+/// What a command returns: its exit status, or the failure to report.
+pub type CmdResult = Result<ExitCode, CliError>;
+
+/// Separates compiler diagnostics from the summary in an error message
+/// (see [`diagnostics_failure`]).
+const DIAGNOSTICS_END: char = '\u{1}';
+
+/// An error message made of compiler diagnostics (already rendered, with
+/// `file:line:col` and carets) and a one-line summary: reported as the
+/// diagnostics as they are, then `error: SUMMARY`, whatever path the
+/// message takes to the command's result.
+pub fn diagnostics_failure(diagnostics: &str, summary: &str) -> String {
+    format!("{diagnostics}{DIAGNOSTICS_END}{summary}")
+}
+
+/// Reports a command's result: prints a failure as `error: MESSAGE` (after
+/// the compiler's diagnostics, when it carries them) and turns it into its
+/// exit status.
+pub fn report(result: CmdResult) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            match e.message.split_once(DIAGNOSTICS_END) {
+                Some((diagnostics, summary)) => {
+                    crate::elog!("{diagnostics}error: {summary}")
+                }
+                None => crate::elog!("error: {}", e.message),
+            }
+            ExitCode::from(e.code)
+        }
+    }
 }

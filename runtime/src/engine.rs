@@ -63,19 +63,25 @@ pub fn fuel_for(jmpmax: u16, manifest_fuel: u64, override_fuel: Option<u64>) -> 
     ((jmpmax as u64 + 1) * FUEL_PER_JUMP).clamp(MIN_DERIVED_FUEL, DEFAULT_FUEL_PER_HIT)
 }
 
-/// Interrupts any handler running in `engine` once `stop` becomes true
-/// (the flag SIGINT/SIGTERM set): a thread bumps the engine's epoch, and a
-/// handler run (whose deadline is the next epoch) traps at its next loop
-/// back-edge or call. Polls every [`INTERRUPT_POLL`].
+/// Interrupts a handler still running in `engine` [`INTERRUPT_GRACE`]
+/// after `stop` became true (the flag SIGINT/SIGTERM set): a thread bumps
+/// the engine's epoch, and a handler run (whose deadline is the next epoch)
+/// traps at its next loop back-edge or call. The grace lets a handler that
+/// was merely running at that moment (microseconds) finish and write its
+/// records; a long one is cut short. Polls every [`INTERRUPT_POLL`].
 pub fn interrupt_on(engine: &Engine, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
     let engine = engine.clone();
     std::thread::spawn(move || {
         while !stop.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(INTERRUPT_POLL);
         }
+        std::thread::sleep(INTERRUPT_GRACE);
         engine.increment_epoch();
     });
 }
+
+/// How long a handler running when wprobe is asked to stop may go on.
+pub const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How often the interrupt thread looks at the stop flag.
 pub const INTERRUPT_POLL: std::time::Duration = std::time::Duration::from_millis(10);

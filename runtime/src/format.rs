@@ -7,10 +7,11 @@
 use hostabi::record::{self, Item, StackTrace, decode_log, decode_stacktrace, words};
 use std::fmt::Write as _;
 
-/// Output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Output format (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Format {
     /// Human-readable text.
+    #[default]
     Text,
     /// One JSON object per line.
     Json,

@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod addr;
 pub mod arch;
 pub mod btout;
 pub mod cache;

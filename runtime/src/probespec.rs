@@ -14,7 +14,7 @@
 //! Without `MODULE:` the probe is in the traced program's executable.
 //! Parsing never panics; every rejection names the offending spec.
 
-use hostabi::manifest::{Location, LocationKind, Manifest, ProbeSpec, is_symbol};
+use hostabi::manifest::{Location, LocationKind, Manifest, ProbeSpec};
 
 /// One parsed `--probe` argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,45 +37,9 @@ pub struct ProbeSpecError {
     pub problem: String,
 }
 
-fn number(s: &str) -> Option<u64> {
-    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16).ok()
-    } else if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        s.parse().ok()
-    } else {
-        None
-    }
-}
-
-/// Parses `SYMBOL[+N|-N]` or `NUMBER`.
+/// Parses `SYMBOL[+N|-N]` or `NUMBER` (the manifest's syntax).
 fn location_expr(kind: LocationKind, s: &str) -> Option<Location> {
-    if let Some(n) = number(s) {
-        return Some(Location {
-            kind,
-            symbol: None,
-            addend: n,
-        });
-    }
-    let split = s
-        .char_indices()
-        .skip(1)
-        .find(|(_, c)| *c == '+' || *c == '-')
-        .map(|(i, _)| i)
-        .unwrap_or(s.len());
-    let (sym, tail) = s.split_at(split);
-    if !is_symbol(sym) {
-        return None;
-    }
-    let addend = match tail.as_bytes().first() {
-        None => 0,
-        Some(b'+') => number(&tail[1..])?,
-        Some(_) => number(&tail[1..])?.wrapping_neg(),
-    };
-    Some(Location {
-        kind,
-        symbol: Some(sym.to_string()),
-        addend,
-    })
+    Location::parse_expr(kind, s)
 }
 
 /// Parses one `--probe` argument.

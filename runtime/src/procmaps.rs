@@ -1,8 +1,9 @@
 //! `/proc/PID/maps` parsing: the address ranges of a traced process, their
 //! permissions, file offsets, devices, inodes and paths, and the load bias of
 //! a module in that process. Used by symbol resolution (offset → run-time
-//! address) and by the ptrace provider (is this address executable, may the
-//! process write here). Never touches the process beyond reading that file.
+//! address) and by the ptrace transport (is this address executable, may the
+//! process write here), and the program's entry point from `/proc/PID/auxv`.
+//! Never touches the process beyond reading those files.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -196,6 +197,18 @@ pub fn load_bias(maps: &[Mapping], key: &ModuleKey<'_>, first_load: (u64, u64)) 
     // Run-time address of file offset page(p_offset).
     let runtime_seg = m.start.wrapping_sub(m.offset.wrapping_sub(offset & !page));
     Some(runtime_seg.wrapping_sub(vaddr & !page))
+}
+
+/// `AT_ENTRY` of process `pid` (from `/proc/PID/auxv`): where the kernel
+/// (static executable) or the dynamic linker, once every library is loaded
+/// and relocated, starts the program.
+pub fn entry_point(pid: i32) -> Option<u64> {
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    auxv.chunks_exact(16).find_map(|c| {
+        let k = u64::from_le_bytes(c[..8].try_into().ok()?);
+        let v = u64::from_le_bytes(c[8..].try_into().ok()?);
+        (k == libc::AT_ENTRY).then_some(v)
+    })
 }
 
 /// Canonical form of a path for comparisons (falls back to the path itself).

@@ -8,7 +8,7 @@
 use crate::cache::{Cache, CacheOutcome};
 use crate::cli::{ProgramOpts, parse_define};
 use crate::cmd::run::RunArgs;
-use crate::session::ProgramInput;
+use crate::session::LoadedProgram;
 use std::path::Path;
 
 /// Directory of the traced command's executable (found through `PATH` like exec does).
@@ -30,28 +30,23 @@ pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf>
     })
 }
 
-/// The engine of `run` and `bench`; its error is printed and gives exit status 2.
-pub fn cli_engine() -> Result<wasmtime::Engine, std::process::ExitCode> {
-    crate::engine::new_engine().map_err(|e| {
-        crate::elog!("error: {e:#}");
-        std::process::ExitCode::from(2)
-    })
+/// The engine of `run` and `bench` (an internal error, exit status 2,
+/// when wasmtime cannot be set up).
+pub fn cli_engine() -> Result<wasmtime::Engine, crate::cli::CliError> {
+    crate::engine::new_engine().map_err(|e| crate::cli::CliError::internal(format!("{e:#}")))
 }
 
-/// Loads every program with `load`, in order; the first error is printed
-/// (`error: …`) and gives exit status 1.
+/// Loads every program with `load`, in order; the first error is the
+/// command's (exit status 1).
 pub fn load_each<T>(
     paths: &[std::path::PathBuf],
     mut load: impl FnMut(&Path) -> Result<T, String>,
-) -> Result<Vec<T>, std::process::ExitCode> {
+) -> Result<Vec<T>, crate::cli::CliError> {
     paths
         .iter()
         .map(|p| load(p))
         .collect::<Result<Vec<T>, String>>()
-        .map_err(|e| {
-            crate::elog!("error: {e}");
-            std::process::ExitCode::from(1)
-        })
+        .map_err(crate::cli::CliError::user)
 }
 
 /// Compiles an `.rpn` program with the `-D`/`-I` options; a bare `name =`
@@ -74,7 +69,7 @@ pub fn load_program_with_cache(
     path: &Path,
     a: &RunArgs,
     cache: &Cache,
-) -> Result<ProgramInput, String> {
+) -> Result<LoadedProgram, String> {
     let is_rpn = |p: &Path| p.extension().is_some_and(|e| e == "rpn");
     if !a.probes.is_empty() && a.programs.iter().all(|p| is_rpn(p)) {
         return Err(
@@ -96,7 +91,7 @@ pub fn load_program_with_cache(
     };
     let (module, outcome) = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
     debug_cache_outcome(path, &outcome);
-    Ok(ProgramInput { label, module })
+    Ok(LoadedProgram { label, module })
 }
 
 /// With `WPROBE_DEBUG` set, one stderr line on what the cache did for `path`.
@@ -151,11 +146,17 @@ pub fn compile_rpn(
     };
     match rpn2wasm::compile(path, &opts) {
         Ok((c, _)) => Ok((c.wasm, c.program)),
-        Err((d, map)) => Err(format!(
-            "{}could not compile `{}`",
-            d.render(&map),
-            path.display()
-        )),
+        Err((d, map)) => {
+            let n = d.0.len();
+            Err(crate::cli::diagnostics_failure(
+                &d.render(&map),
+                &format!(
+                    "could not compile `{}` ({n} error{})",
+                    path.display(),
+                    if n == 1 { "" } else { "s" }
+                ),
+            ))
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use wasmparser::{ElementItems, Operator, Parser, Payload, TypeRef};
 pub enum RegsRead {
     /// Only these 64-bit registers: bit `i` set for base register id `i`
     /// (aliases such as `eax` count as their 64-bit register).
-    Only(u64),
+    Only(u128),
     /// Any register.
     All,
 }
@@ -33,22 +33,74 @@ impl RegsRead {
     pub fn contains(self, id: u16) -> bool {
         match self {
             RegsRead::All => true,
-            RegsRead::Only(m) => id < 64 && m & (1 << id) != 0,
+            RegsRead::Only(m) => id < 128 && m & (1 << id) != 0,
         }
     }
 }
 
 /// The registers the module `wasm` can read (`All` when in doubt).
 pub fn registers_read(wasm: &[u8]) -> RegsRead {
-    scan(wasm).unwrap_or(RegsRead::All)
+    let mut set = 0u128;
+    let known = calls_to(
+        wasm,
+        hostabi::ImportId::read_reg.import().name,
+        |before, last| {
+            // `i32.const REG` then a part that consumes nothing.
+            let simple_part = matches!(
+                last,
+                Some(
+                    Operator::I32Const { .. }
+                        | Operator::LocalGet { .. }
+                        | Operator::GlobalGet { .. }
+                )
+            );
+            match (before, simple_part) {
+                (Some(Operator::I32Const { value }), true) => {
+                    let id = u16::try_from(*value)
+                        .ok()
+                        .and_then(regs::by_id)
+                        .map(|r| r.base_id());
+                    // An unknown register traps: nothing is read.
+                    if let Some(id) = id.filter(|id| *id < 128) {
+                        set |= 1 << id;
+                    }
+                    true
+                }
+                _ => false,
+            }
+        },
+    );
+    match known {
+        Some(true) => RegsRead::Only(set),
+        _ => RegsRead::All,
+    }
 }
 
-fn scan(wasm: &[u8]) -> Option<RegsRead> {
-    let read_reg = hostabi::ImportId::read_reg.import().name;
+/// Whether the module `wasm` may ask `check_access` whether memory is
+/// writable (RPN `vfyrw`): a call whose `access` is not the constant 1
+/// (true when in doubt).
+pub fn checks_writable(wasm: &[u8]) -> bool {
+    let known = calls_to(
+        wasm,
+        hostabi::ImportId::check_access.import().name,
+        |_, last| matches!(last, Some(Operator::I32Const { value: 1 })),
+    );
+    known != Some(true)
+}
+
+/// Walks every call to import `name` of module `wasm`, giving `on_call`
+/// the two operators before it. `Some(true)` when `on_call` accepted every
+/// call and the import is used in no other way (a table, a global, an
+/// export, a tail call: it could then be called with anything);
+/// `Some(false)` otherwise; `None` when the module does not parse.
+fn calls_to(
+    wasm: &[u8],
+    name: &str,
+    mut on_call: impl FnMut(&Option<Operator<'_>>, &Option<Operator<'_>>) -> bool,
+) -> Option<bool> {
     let mut func_imports = 0u32;
-    // Every function index that is the `read_reg` import (it may be imported twice).
+    // Every function index that is the import (it may be imported twice).
     let mut targets: Vec<u32> = Vec::new();
-    let mut set = 0u64;
     for payload in Parser::new(0).parse_all(wasm) {
         let payload = payload.ok()?;
         if targets.is_empty() && !matches!(payload, Payload::ImportSection(_)) {
@@ -59,26 +111,26 @@ fn scan(wasm: &[u8]) -> Option<RegsRead> {
                 for imp in r.into_imports() {
                     let imp = imp.ok()?;
                     if let TypeRef::Func(_) | TypeRef::FuncExact(_) = imp.ty {
-                        if imp.module == hostabi::IMPORT_MODULE && imp.name == read_reg {
+                        if imp.module == hostabi::IMPORT_MODULE && imp.name == name {
                             targets.push(func_imports);
                         }
                         func_imports += 1;
                     }
                 }
             }
-            // `read_reg` as a value (a table entry, a funcref global, an
-            // export) can be called from anywhere with any register.
+            // The import as a value (a table entry, a funcref global, an
+            // export) can be called from anywhere with any argument.
             Payload::ElementSection(r) => {
                 for e in r {
                     match e.ok()?.items {
                         ElementItems::Functions(fs) => {
                             for f in fs {
                                 if targets.contains(&f.ok()?) {
-                                    return Some(RegsRead::All);
+                                    return Some(false);
                                 }
                             }
                         }
-                        ElementItems::Expressions(..) => return Some(RegsRead::All),
+                        ElementItems::Expressions(..) => return Some(false),
                     }
                 }
             }
@@ -89,7 +141,7 @@ fn scan(wasm: &[u8]) -> Option<RegsRead> {
                         if let Operator::RefFunc { function_index } = ops.read().ok()?
                             && targets.contains(&function_index)
                         {
-                            return Some(RegsRead::All);
+                            return Some(false);
                         }
                     }
                 }
@@ -98,7 +150,7 @@ fn scan(wasm: &[u8]) -> Option<RegsRead> {
                 for e in r {
                     let e = e.ok()?;
                     if e.kind == wasmparser::ExternalKind::Func && targets.contains(&e.index) {
-                        return Some(RegsRead::All);
+                        return Some(false);
                     }
                 }
             }
@@ -109,35 +161,16 @@ fn scan(wasm: &[u8]) -> Option<RegsRead> {
                 while !ops.eof() {
                     let op = ops.read().ok()?;
                     match &op {
-                        Operator::Call { function_index } if targets.contains(function_index) => {
-                            // `i32.const REG` then a part that consumes nothing.
-                            let simple_part = matches!(
-                                last,
-                                Some(
-                                    Operator::I32Const { .. }
-                                        | Operator::LocalGet { .. }
-                                        | Operator::GlobalGet { .. }
-                                )
-                            );
-                            match (&before, simple_part) {
-                                (Some(Operator::I32Const { value }), true) => {
-                                    let id = u16::try_from(*value)
-                                        .ok()
-                                        .and_then(regs::by_id)
-                                        .map(|r| r.base_id());
-                                    // An unknown register traps: nothing is read.
-                                    if let Some(id) = id.filter(|id| *id < 64) {
-                                        set |= 1 << id;
-                                    }
-                                }
-                                _ => return Some(RegsRead::All),
-                            }
+                        Operator::Call { function_index }
+                            if targets.contains(function_index) && !on_call(&before, &last) =>
+                        {
+                            return Some(false);
                         }
                         Operator::RefFunc { function_index }
                         | Operator::ReturnCall { function_index }
                             if targets.contains(function_index) =>
                         {
-                            return Some(RegsRead::All);
+                            return Some(false);
                         }
                         _ => {}
                     }
@@ -148,7 +181,7 @@ fn scan(wasm: &[u8]) -> Option<RegsRead> {
             _ => {}
         }
     }
-    Some(RegsRead::Only(set))
+    Some(true)
 }
 
 #[cfg(test)]
@@ -230,6 +263,22 @@ mod tests {
               (import "wprobe" "read_reg" (func $r (param i32 i32) (result i64)))
               (global funcref (ref.func $r)))"#);
         assert_eq!(registers_read(&global), RegsRead::All, "in a global");
+    }
+
+    #[test]
+    fn write_checks_are_found() {
+        let m = |body: &str| {
+            checks_writable(&wat(&format!(
+                r#"(module
+                  (import "wprobe" "check_access" (func $c (param i64 i32) (result i32)))
+                  (func (export "h") (param i32) (result i32) {body} i32.const 0))"#
+            )))
+        };
+        assert!(!m(""));
+        assert!(!m("i64.const 0 i32.const 1 call $c drop"));
+        assert!(m("i64.const 0 i32.const 3 call $c drop"));
+        assert!(m("i64.const 0 local.get 0 call $c drop"), "computed: maybe");
+        assert!(!checks_writable(&wat(r#"(module (func (export "h")))"#)));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! load bias, and each probe's run-time address. ELF files are parsed once
 //! per run (cached by path); nothing here runs per hit.
 
+use crate::addr::{LinkAddr, RunAddr};
 use crate::procmaps::{self, Mapping, ModuleKey};
 use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 use std::collections::HashMap;
@@ -52,6 +53,28 @@ pub enum ResolveError {
     /// The module file cannot be read or parsed.
     #[error("{0}")]
     Module(String),
+    /// An IFUNC whose implementation cannot be found in the process.
+    #[error(
+        "`{symbol}` in {path} is an IFUNC (its code is chosen when the module is loaded) and \
+         {why}; probe the implementation by its own name or address"
+    )]
+    Ifunc {
+        /// The symbol.
+        symbol: String,
+        /// The module file.
+        path: String,
+        /// Why its implementation is not known.
+        why: String,
+    },
+    /// An IFUNC whose implementation the process has not chosen yet (its
+    /// slot is not relocated: the dynamic linker has not run the resolver).
+    #[error("`{symbol}` is an IFUNC whose implementation process {pid} has not chosen yet")]
+    IfuncPending {
+        /// The symbol.
+        symbol: String,
+        /// The process.
+        pid: i32,
+    },
     /// A breakpoint outside executable memory, or an offset outside the module (§6.2).
     #[error("invalid offset: 0x{addr:x} is not {what}")]
     InvalidOffset {
@@ -141,7 +164,7 @@ impl Resolver {
 
 /// Link-time value of a probe's location (its symbol resolved in `elf` when
 /// the manifest did not carry a build-time value).
-pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
+pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<LinkAddr, ResolveError> {
     if let Some(v) = p.value {
         // The program was built against a file found by name; the process
         // may map another build of the library (another version, another
@@ -157,12 +180,12 @@ pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
                 mapped: sym.value.wrapping_add(p.location.addend),
             });
         }
-        return Ok(v);
+        return Ok(LinkAddr(v));
     }
     match &p.location.symbol {
-        None => Ok(p.location.addend),
+        None => Ok(LinkAddr(p.location.addend)),
         Some(s) => match elf.lookup(s) {
-            Lookup::Found(sym) => Ok(sym.value.wrapping_add(p.location.addend)),
+            Lookup::Found(sym) => Ok(LinkAddr(sym.value.wrapping_add(p.location.addend))),
             Lookup::NotFound => Err(ResolveError::UnknownSymbol {
                 symbol: s.clone(),
                 path: elf.path.display().to_string(),
@@ -180,20 +203,103 @@ pub fn link_value(p: &ProbeSpec, elf: &ElfInfo) -> Result<u64, ResolveError> {
     }
 }
 
-/// Run-time address of a probe in a process where its module is `loc`
-/// (spec §6.3), checked against the mappings (§6.2).
+/// The probe's symbol when it is an IFUNC (`STT_GNU_IFUNC`: the symbol's
+/// code is a resolver that picks an implementation at load time).
+pub fn ifunc_symbol<'a>(p: &ProbeSpec, elf: &'a ElfInfo) -> Option<&'a wprobe_elf::Symbol> {
+    let s = p.location.symbol.as_deref()?;
+    match elf.lookup(s) {
+        Lookup::Found(sym) if sym.kind == wprobe_elf::SymKind::Ifunc => Some(sym),
+        _ => None,
+    }
+}
+
+/// Where the implementation an IFUNC resolved to lives in process `pid`:
+/// the value the dynamic linker stored in the module's `R_X86_64_IRELATIVE`
+/// slot for that resolver (how the module's own calls reach it).
+fn ifunc_target(
+    sym: &wprobe_elf::Symbol,
+    p: &ProbeSpec,
+    loc: &Located,
+    maps: &[Mapping],
+    pid: i32,
+) -> Result<RunAddr, ResolveError> {
+    let err = |why: String| ResolveError::Ifunc {
+        symbol: sym.name.clone(),
+        path: loc.elf.path.display().to_string(),
+        why,
+    };
+    if p.location.addend != 0 {
+        return Err(err(format!(
+            "an offset into it (+{:#x}) means nothing in the implementation",
+            p.location.addend
+        )));
+    }
+    let slot = loc.elf.irelative_slot(sym.value).ok_or_else(|| {
+        err(if loc.elf.interp.is_none() && loc.elf.soname.is_none() {
+            "a static executable chooses the implementation in its own start-up code, \
+             which records the choice nowhere wprobe reads"
+                .into()
+        } else {
+            "the module records no choice for it (no IRELATIVE relocation)".into()
+        })
+    })?;
+    let at = LinkAddr(slot).relocate(loc.bias);
+    let mut b = [0u8; 8];
+    if crate::sys::mem::vm_read(pid, at.0, &mut b) != Ok(8) {
+        return Err(err(format!("its slot at {at:#x} cannot be read")));
+    }
+    let target = u64::from_le_bytes(b);
+    // Before the dynamic linker ran the resolver the slot holds what the
+    // file holds (a PLT stub's address, relocated or not) or the resolver.
+    let file = loc
+        .elf
+        .bytes_at(slot, 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    if [
+        0,
+        file,
+        file.wrapping_add(loc.bias),
+        sym.value.wrapping_add(loc.bias),
+    ]
+    .contains(&target)
+    {
+        return Err(ResolveError::IfuncPending {
+            symbol: sym.name.clone(),
+            pid,
+        });
+    }
+    if !procmaps::find(maps, target).is_some_and(|m| m.exec) {
+        return Err(err(format!(
+            "its slot at {at:#x} holds {target:#x}, which is not executable code"
+        )));
+    }
+    Ok(RunAddr(target))
+}
+
+/// Run-time address of a probe in process `pid`, where its module is
+/// `loc` (spec §6.3), checked against the mappings (§6.2). A breakpoint on
+/// an IFUNC is placed on the implementation the process selected.
 pub fn probe_address(
     p: &ProbeSpec,
     loc: &Located,
     maps: &[Mapping],
     module: &str,
-) -> Result<u64, ResolveError> {
+    pid: i32,
+) -> Result<RunAddr, ResolveError> {
+    if p.kind == ProbeKind::Breakpoint
+        && let Some(sym) = ifunc_symbol(p, &loc.elf)
+    {
+        return ifunc_target(sym, p, loc, maps, pid);
+    }
     let value = link_value(p, &loc.elf)?;
     let addr = match (p.location.kind, &p.location.symbol) {
-        (LocationKind::Offset, _) => loc.bias.wrapping_add(value),
-        (LocationKind::Address, Some(_)) => loc.bias.wrapping_add(value),
-        (LocationKind::Address, None) => value,
+        (LocationKind::Offset, _) | (LocationKind::Address, Some(_)) => value.relocate(loc.bias),
+        // `address = NUMBER`: already a run-time address.
+        (LocationKind::Address, None) => RunAddr(value.0),
     };
+    let run = addr;
+    let addr = addr.0;
     let m = procmaps::find(maps, addr);
     if matches!(p.kind, ProbeKind::Breakpoint | ProbeKind::WatchExec) && !m.is_some_and(|m| m.exec)
     {
@@ -211,5 +317,5 @@ pub fn probe_address(
             what: format!("in a mapping of `{module}`"),
         });
     }
-    Ok(addr)
+    Ok(run)
 }

@@ -26,6 +26,7 @@ use hostabi::env::HitEnv;
 use hostabi::manifest::{Manifest, ProbeKind, Trigger};
 
 pub use self::stats::ProbeStats;
+use crate::addr::{LinkAddr, RunAddr};
 use crate::format::Format;
 use crate::load::LoadedModule;
 use crate::resolve::Resolver;
@@ -36,7 +37,7 @@ use hook::HookEvent;
 use oneliner::{BtState, Special};
 
 /// A program given on the command line, loaded.
-pub struct ProgramInput {
+pub struct LoadedProgram {
     /// Label for output (file stem).
     pub label: String,
     /// The loaded module.
@@ -59,7 +60,7 @@ pub struct RunOptions {
     pub format: Format,
 }
 
-struct ProbeRt {
+struct ProbeState {
     prog: usize,
     index: usize,
     label: String,
@@ -71,14 +72,14 @@ struct ProbeRt {
     stats: ProbeStats,
     /// Breakpoints: the probe's link-time address; a hit's address minus
     /// it is the module's load bias in whichever process hit it.
-    link: Option<u64>,
+    link: Option<LinkAddr>,
 }
 
 /// The running session.
 pub struct Session {
     runner: Runner<RunEnv>,
     manifests: Vec<Manifest>,
-    probes: Vec<ProbeRt>,
+    probes: Vec<ProbeState>,
     /// Load bias of each program's module, by (program, pid).
     bias: HashMap<(usize, i32), u64>,
     /// First bias seen per program: used for processes a transport reports
@@ -86,6 +87,10 @@ pub struct Session {
     bias_default: HashMap<usize, u64>,
     /// Programs importing a writing function: (label, import).
     writers: Vec<(String, String)>,
+    /// Each program's label, Wasm bytes and whether it imports
+    /// `thread_pointer`: scanned by `check` for what a transport that
+    /// samples registers cannot give (`regscan`).
+    program_code: Vec<(String, std::sync::Arc<[u8]>, bool)>,
     /// Whether any program imports `read_mem` or `read_str`.
     reads_memory: bool,
     /// Lost hits the transport did not attribute to a known probe.
@@ -118,6 +123,8 @@ pub struct Session {
     hook: Option<Box<dyn hook::RecordHook>>,
     /// Probes that could not be armed: (program, manifest index, why).
     failures: Vec<(usize, usize, String)>,
+    /// Records of the current breakpoint hit, until its step (`logonfault`).
+    held: records::Held,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -137,7 +144,7 @@ impl Session {
     /// Loads the programs into a fresh store.
     pub fn new(
         engine: &wasmtime::Engine,
-        programs: Vec<ProgramInput>,
+        programs: Vec<LoadedProgram>,
         opts: RunOptions,
         out: Box<dyn Write + Send>,
     ) -> anyhow::Result<Session> {
@@ -167,6 +174,16 @@ impl Session {
                 }
             }
         }
+        let program_code = programs
+            .iter()
+            .map(|p| {
+                let tp =
+                    p.module.module.imports().any(|i| {
+                        i.module() == hostabi::IMPORT_MODULE && i.name() == "thread_pointer"
+                    });
+                (p.label.clone(), p.module.wasm.clone(), tp)
+            })
+            .collect();
         let mut runner = Runner::new(engine, env)?;
         let mut bt = BtState {
             events: programs.iter().map(|p| p.module.events.clone()).collect(),
@@ -191,7 +208,7 @@ impl Session {
                     continue;
                 }
                 let loc = m.probes[i].location.render();
-                probes.push(ProbeRt {
+                probes.push(ProbeState {
                     prog: pi,
                     index: i,
                     label: format!("{}:{}", p.label, loc),
@@ -220,6 +237,7 @@ impl Session {
             bias: HashMap::new(),
             bias_default: HashMap::new(),
             writers,
+            program_code,
             reads_memory,
             dropped_unattributed: 0,
             unhonoured: [0; 2],
@@ -244,6 +262,7 @@ impl Session {
             bt,
             hook: None,
             failures: Vec::new(),
+            held: Default::default(),
         })
     }
 
@@ -419,7 +438,7 @@ impl Session {
     fn bias_of(&self, pi: usize, hit: &dyn TransportHit) -> u64 {
         let p = &self.probes[pi];
         if let Some(link) = p.link {
-            return hit.ip().wrapping_sub(link);
+            return RunAddr(hit.ip()).bias_from(link);
         }
         let pid = hit.pid() as i32;
         self.bt
@@ -481,6 +500,7 @@ impl Session {
         let res = t.run(stop, &mut |t: &mut dyn Transport, ev: Event<'_>| {
             self.on_event(t, ev)
         });
+        self.settle_held(None);
         let t0 = std::time::Instant::now();
         let detached = t.detach();
         self.disarm_time = t0.elapsed() + t.report().detach_time;
@@ -494,6 +514,23 @@ impl Session {
     fn on_event(&mut self, t: &mut dyn Transport, ev: Event<'_>) -> Action {
         match ev {
             Event::Hit { tags, hit } => {
+                // A hit nobody settled (a transport path without a step):
+                // its records go out as they are.
+                self.settle_held(None);
+                if t.info().caps.step_faults
+                    && tags.iter().any(|&pi| {
+                        // A return probe's hit is at the return, not at an
+                        // instruction of its own that is stepped.
+                        self.probes.get(pi).is_some_and(|p| {
+                            let spec = &self.manifests[p.prog].probes[p.index];
+                            spec.kind == ProbeKind::Breakpoint && !spec.r#return
+                        })
+                    })
+                {
+                    self.held.active = true;
+                    self.held.tags.clear();
+                    self.held.tags.extend_from_slice(tags);
+                }
                 let mut action = Action::Continue;
                 for &pi in tags {
                     if pi < self.probes.len() {
@@ -503,8 +540,14 @@ impl Session {
                         }
                     }
                 }
+                if action == Action::HandoffToDebugger {
+                    // No step: the process goes to the debugger as it is,
+                    // its records first (spec §14).
+                    self.settle_held(None);
+                }
                 return action;
             }
+            Event::Stepped { fault, .. } => self.settle_held(fault),
             Event::ProcessStarted { pid, parent } => {
                 self.hook_event(HookEvent::ProcessStarted { pid, parent });
                 self.arm(t, pid, false);

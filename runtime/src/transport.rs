@@ -29,6 +29,7 @@ use std::sync::atomic::AtomicBool;
 use hostabi::Status;
 use hostabi::env::HitEnv;
 
+use crate::addr::RunAddr;
 use crate::arch::WatchKind;
 use crate::procmaps::Mapping;
 use crate::regscan::RegsRead;
@@ -62,6 +63,13 @@ pub struct Capabilities {
     pub uses_ptrace: bool,
     /// Return probes ([`Insert::Return`]).
     pub return_probes: bool,
+    /// The transport executes a breakpoint's displaced instruction itself
+    /// and reports whether it faulted ([`Event::Stepped`] after each
+    /// breakpoint hit), so that `logonfault` applies.
+    pub step_faults: bool,
+    /// `check_access` can tell whether the process may write (RPN
+    /// `vfyrw`).
+    pub write_checks: bool,
 }
 
 /// Who is traced.
@@ -98,6 +106,9 @@ pub struct TransportInfo {
     pub about: &'static str,
     /// What it can do.
     pub caps: Capabilities,
+    /// The registers its hits carry (by base register id), when not every
+    /// register: programs that read another one are refused.
+    pub registers: Option<fn(u16) -> bool>,
     /// Checks, before anything is launched, what the machine must provide
     /// (the argument: whether any breakpoint probe is selected); the error
     /// says what is missing and how to fix it.
@@ -193,6 +204,17 @@ pub enum Event<'a> {
     },
     /// The interval of [`Transport::set_tick`] elapsed.
     Tick,
+    /// The displaced instruction of the breakpoint hit just reported was
+    /// executed (transports with [`Capabilities::step_faults`]): `fault` is
+    /// the signal it raised, delivered to the thread as without the probe.
+    /// The records of that hit's probes without `logonfault = yes` are
+    /// then discarded (spec §14 step 8), and counted.
+    Stepped {
+        /// The thread.
+        tid: i32,
+        /// SIGSEGV, SIGBUS, SIGFPE or SIGILL.
+        fault: Option<i32>,
+    },
     /// Calls of a return probe that ran no handler: beyond `maxactive`,
     /// or left without returning (counted as `missed`).
     Missed {
@@ -269,7 +291,13 @@ pub trait Transport {
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String>;
 
     /// Arms probe `tag` at run-time address `addr` in `pid`.
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String>;
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String>;
 
     /// Arms breakpoint probe `tag` at `offset` in module file `file`, which
     /// no process maps yet (only with [`Capabilities::arms_files`]); the
@@ -308,6 +336,27 @@ pub trait Transport {
     /// Disarms a probe (its later hits, if any were in flight, are not
     /// reported as hits of an enabled probe).
     fn remove(&mut self, armed: Armed);
+
+    /// Makes every probe dormant without forgetting it: no hit after this
+    /// returns (a hit already caught by the kernel may still be
+    /// delivered), and a transport that patches the target restores its
+    /// bytes. For a pause, or a quiescent teardown. The session's
+    /// [`Armed`] handles stay valid. Transports that cannot say so.
+    fn suspend(&mut self) -> Result<(), String> {
+        Err(format!(
+            "--transport {} cannot suspend its probes",
+            self.info().name
+        ))
+    }
+
+    /// Arms again every probe [`Transport::suspend`] made dormant (in the
+    /// processes still traced).
+    fn resume(&mut self) -> Result<(), String> {
+        Err(format!(
+            "--transport {} cannot resume its probes",
+            self.info().name
+        ))
+    }
 
     /// Delivers [`Event::Tick`] every `period` while running.
     fn set_tick(&mut self, period: std::time::Duration);

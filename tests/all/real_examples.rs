@@ -7,8 +7,8 @@
 
 use rpn2wasm::interp::RecordKind;
 use runtime::format::Format;
-use runtime::session::{ProgramInput, RunOptions, Session};
-use runtime::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
+use runtime::session::{LoadedProgram, RunOptions, Session};
+use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::{
     SharedBuf, build_file, engine, examples_dir, interpreter_scenario, probe_target, scratch_dir,
@@ -36,7 +36,7 @@ fn trace(
         fuel: None,
         format: Format::Json,
     };
-    let input = ProgramInput {
+    let input = LoadedProgram {
         label: file.trim_end_matches(".rpn").to_string(),
         module,
     };
@@ -45,7 +45,7 @@ fn trace(
     let out = scratch_dir().join(format!("{file}.{}.out", defines.len()));
     let cmd = format!("exec {} > {}", target.display(), out.display());
     let argv: Vec<std::ffi::OsString> = ["/bin/sh", "-c", &cmd].iter().map(Into::into).collect();
-    let mut tracer = Tracer::launch(
+    let mut tracer = PtraceTracer::launch(
         &argv,
         TraceOptions {
             follow_forks: false,
@@ -125,6 +125,44 @@ fn ex01_to_ex15_on_the_real_target() {
         NORMAL,
     );
     check("14_registers_memory.rpn", &[], "counter=1001 last=213\n");
+}
+
+/// Example 16 (a return probe) on the real target: the records of the
+/// interpreter on the modelled returns, word for word but the first of
+/// each, the call's elapsed time, which only a real run knows (checked to
+/// be positive and under a second).
+#[test]
+fn ex16_return_probe_on_the_real_target() {
+    let file = "16_return_probe.rpn";
+    let program = build_file(&examples_dir().join(file), &[]);
+    let want = interpreter_scenario(&program);
+    let (lines, stdout, status) = trace(file, &[]);
+    assert_eq!(stdout, NORMAL, "the target's output");
+    assert_eq!(status, Some(ExitStatus::Code(0)));
+    let logs: Vec<&serde_json::Value> = lines.iter().filter(|v| v["kind"] == "log").collect();
+    assert_eq!(logs.len(), 3, "one record per return");
+    assert_eq!(want.len(), 3);
+    for (got, want) in logs.iter().zip(&want) {
+        assert_eq!(
+            (got["major"].as_u64(), got["minor"].as_u64()),
+            (Some(16), Some(1))
+        );
+        let data = got["data_hex"].as_str().unwrap();
+        let want_hex = hex(&want.data);
+        assert_eq!(&data[16..], &want_hex[16..], "all but the elapsed time");
+        let mut b = [0u8; 8];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = u8::from_str_radix(&data[2 * i..2 * i + 2], 16).unwrap();
+        }
+        let elapsed = u64::from_le_bytes(b);
+        assert!(
+            (1..1_000_000_000).contains(&elapsed),
+            "elapsed {elapsed} ns"
+        );
+    }
+    let stats = lines.last().expect("stats line");
+    assert_eq!(stats["missed"], 0);
+    assert_eq!(stats["traps"], 0);
 }
 
 #[test]

@@ -5,8 +5,8 @@
 //! expected arguments at every call.
 
 use runtime::format::Format;
-use runtime::session::{ProgramInput, RunOptions, Session};
-use runtime::transport::ptrace::{ExitStatus, TraceOptions, Tracer};
+use runtime::session::{LoadedProgram, RunOptions, Session};
+use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::{SharedBuf, build_c, engine, scratch_dir};
@@ -53,7 +53,7 @@ fn trace(
         fuel: None,
         format: Format::Json,
     };
-    let input = ProgramInput {
+    let input = LoadedProgram {
         label: "t".into(),
         module,
     };
@@ -64,7 +64,7 @@ fn trace(
         argv.join(" ")
     );
     let argv: Vec<std::ffi::OsString> = ["/bin/sh", "-c", &cmd].iter().map(Into::into).collect();
-    let mut tracer = Tracer::launch(
+    let mut tracer = PtraceTracer::launch(
         &argv,
         TraceOptions {
             follow_forks: false,

@@ -6,6 +6,8 @@
 //
 // usage: retprobe [>OUT] MODE...   MODE: calls sleep rec mutual tail
 //                                        longjmp signal threads fork all
+//                                        exec napsN[,MS] (N naps of MS ms,
+//                                        100 by default)
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -42,11 +44,11 @@ NOINLINE long rec(long n) {
 NOINLINE long is_odd(long n);
 NOINLINE long is_even(long n) {
     if (n == 0) return 1;
-    return 1 - is_odd(n - 1) + 0 * n;
+    return is_odd(n - 1);
 }
 NOINLINE long is_odd(long n) {
     if (n == 0) return 0;
-    return 1 - is_even(n - 1) + 0 * n;
+    return is_even(n - 1);
 }
 
 // A tail call: tailer(a, b, c) adds 100 to a and jumps to add3, which
@@ -79,6 +81,21 @@ NOINLINE void on_signal(int s) { handled += in_handler(s); }
 NOINLINE long with_signal(long x) {
     raise(SIGUSR1);
     return x + handled;
+}
+
+// exec while a traced call is live: execer(path) runs `path calls`.
+NOINLINE long execer(const char *path) {
+    fflush(stdout);
+    execl(path, path, "calls", (char *)NULL);
+    return -1;
+}
+
+// A slow loop for attaching: n calls of sleeper(ms), one line each.
+static void naps(long n, long ms) {
+    for (long i = 0; i < n; i++) {
+        printf("nap %ld %ld\n", i, sleeper(ms));
+        fflush(stdout);
+    }
 }
 
 static void *worker(void *arg) {
@@ -142,6 +159,11 @@ static void mode(const char *m) {
         int st = 0;
         waitpid(c, &st, 0);
         printf("parent %ld %d\n", before + add3(4, 5, 6), WEXITSTATUS(st));
+    } else if (!strcmp(m, "exec")) {
+        printf("exec %ld\n", execer("/proc/self/exe"));
+    } else if (!strncmp(m, "naps", 4)) {
+        const char *ms = strchr(m, ',');
+        naps(atol(m + 4), ms ? atol(ms + 1) : 100);
     } else {
         printf("unknown mode %s\n", m);
         exit(2);

@@ -8,7 +8,7 @@
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
-    InstructionBlock, Mnemonic, OpKind, Register,
+    InstructionBlock, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
 
 /// The general-purpose register set as ptrace returns it.
@@ -275,6 +275,107 @@ pub trait EmuMem {
     fn read_u64(&mut self, addr: u64) -> Option<u64>;
     /// Writes 8 bytes; `false` when the process could not write them.
     fn write_u64(&mut self, addr: u64, value: u64) -> bool;
+}
+
+/// What [`predict_fault`] needs of the tracee's memory.
+pub trait FaultMem {
+    /// Whether the process may access `[addr, addr + len)` (for writing
+    /// when `write`).
+    fn accessible(&mut self, addr: u64, len: u64, write: bool) -> bool;
+    /// Reads `buf.len()` bytes at `addr`; `false` when it cannot.
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool;
+}
+
+/// The signal the CPU will raise when the thread executes `insn` with the
+/// registers `regs`: SIGSEGV for an unconditional memory access the
+/// process may not make (unmapped, protected, non-canonical), SIGFPE for a
+/// `div`/`idiv` by zero or whose quotient does not fit. `None` when the
+/// instruction will not fault for those reasons (conditional accesses —
+/// `cmov`, masked vector moves — are assumed not to). Used to honour
+/// `logonfault` for instructions executed out of line, whose fault the
+/// tracer would otherwise only see later. `info` is reused across calls
+/// (no allocation once warm).
+pub fn predict_fault(
+    insn: &Insn,
+    regs: &Regs,
+    info: &mut InstructionInfoFactory,
+    mem: &mut dyn FaultMem,
+) -> Option<i32> {
+    let i = &insn.instr;
+    let next_ip = i.next_ip();
+    for m in info.info(i).used_memory() {
+        let (read, write) = match m.access() {
+            OpAccess::Read => (true, false),
+            OpAccess::Write => (false, true),
+            OpAccess::ReadWrite => (true, true),
+            _ => continue,
+        };
+        let size = m.memory_size().size() as u64;
+        if size == 0 || !(read || write) {
+            continue;
+        }
+        let Some(addr) = m.virtual_address(0, |reg, _, _| reg_value(regs, reg, next_ip)) else {
+            continue;
+        };
+        if !mem.accessible(addr, size, write) {
+            return Some(libc::SIGSEGV);
+        }
+    }
+    if matches!(i.mnemonic(), Mnemonic::Div | Mnemonic::Idiv) {
+        return division_fault(i, regs, next_ip, mem);
+    }
+    None
+}
+
+/// `div`/`idiv`: SIGFPE for a zero divisor or a quotient too large.
+fn division_fault(
+    i: &Instruction,
+    regs: &Regs,
+    next_ip: u64,
+    mem: &mut dyn FaultMem,
+) -> Option<i32> {
+    let (divisor, size) = match i.op0_kind() {
+        OpKind::Register => {
+            let r = i.op0_register();
+            (reg_value(regs, r, next_ip)?, r.size())
+        }
+        OpKind::Memory => {
+            let size = i.memory_size().size();
+            let addr = i.virtual_address(0, 0, |reg, _, _| reg_value(regs, reg, next_ip))?;
+            let mut b = [0u8; 8];
+            if !mem.read(addr, &mut b[..size.min(8)]) {
+                return Some(libc::SIGSEGV);
+            }
+            (u64::from_le_bytes(b), size)
+        }
+        _ => return None,
+    };
+    let bits = (size * 8) as u32;
+    let mask = if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let divisor = divisor & mask;
+    if divisor == 0 {
+        return Some(libc::SIGFPE);
+    }
+    // The dividend: AX for a byte divisor, else DX:AX, EDX:EAX, RDX:RAX.
+    let (high, low) = if size == 1 {
+        ((regs.rax >> 8) & 0xFF, regs.rax & 0xFF)
+    } else {
+        (regs.rdx & mask, regs.rax & mask)
+    };
+    let fits = if i.mnemonic() == Mnemonic::Div {
+        high < divisor
+    } else {
+        let sext = |v: u64| -> i128 { i128::from((v << (64 - bits)) as i64 >> (64 - bits)) };
+        let dividend = (sext(high) << bits) | i128::from(low);
+        let q = dividend.checked_div(sext(divisor));
+        let (min, max) = (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1);
+        q.is_some_and(|q| (min..=max).contains(&q))
+    };
+    (!fits).then_some(libc::SIGFPE)
 }
 
 /// Decodes the instruction at run-time address `addr` from its original
@@ -655,6 +756,91 @@ pub fn is_restart_code(rax: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Memory where only `[ok, ok + 4096)` is accessible, reading 0x11s.
+    struct OnePage {
+        ok: u64,
+    }
+
+    impl FaultMem for OnePage {
+        fn accessible(&mut self, addr: u64, len: u64, _write: bool) -> bool {
+            addr >= self.ok && addr.saturating_add(len) <= self.ok + 4096
+        }
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+            let ok = self.accessible(addr, buf.len() as u64, false);
+            buf.fill(0x11);
+            ok
+        }
+    }
+
+    fn predict(bytes: &[u8], set: impl FnOnce(&mut Regs)) -> Option<i32> {
+        let insn = decode(0x401000, bytes).unwrap();
+        let mut r = crate::sys::regs::zero_regs();
+        r.rsp = 0x7000_0800;
+        set(&mut r);
+        let mut info = InstructionInfoFactory::new();
+        predict_fault(&insn, &r, &mut info, &mut OnePage { ok: 0x7000_0000 })
+    }
+
+    #[test]
+    fn faults_are_predicted_from_operands_and_registers() {
+        // mov (%rax),%rdx
+        assert_eq!(
+            predict(&[0x48, 0x8b, 0x10], |r| r.rax = 0),
+            Some(libc::SIGSEGV)
+        );
+        assert_eq!(predict(&[0x48, 0x8b, 0x10], |r| r.rax = 0x7000_0010), None);
+        // The last 4 bytes of the page are readable, not 8.
+        assert_eq!(
+            predict(&[0x48, 0x8b, 0x10], |r| r.rax = 0x7000_0ffc),
+            Some(libc::SIGSEGV)
+        );
+        // lea (%rax),%rdx reads nothing.
+        assert_eq!(predict(&[0x48, 0x8d, 0x10], |r| r.rax = 0), None);
+        // push %rbp writes below rsp.
+        assert_eq!(predict(&[0x55], |_| {}), None);
+        assert_eq!(
+            predict(&[0x55], |r| r.rsp = 0x7000_0000),
+            Some(libc::SIGSEGV)
+        );
+        // div %rcx: by zero, quotient too large, fine.
+        assert_eq!(
+            predict(&[0x48, 0xf7, 0xf1], |r| r.rcx = 0),
+            Some(libc::SIGFPE)
+        );
+        assert_eq!(
+            predict(&[0x48, 0xf7, 0xf1], |r| (r.rcx, r.rdx) = (1, 1)),
+            Some(libc::SIGFPE)
+        );
+        assert_eq!(
+            predict(&[0x48, 0xf7, 0xf1], |r| (r.rcx, r.rdx, r.rax) = (2, 1, 0)),
+            None
+        );
+        // idiv %cl: -128 / -1 does not fit a byte; -128 / 2 does.
+        assert_eq!(
+            predict(&[0xf6, 0xf9], |r| (r.rax, r.rcx) = (0xff80, 0xff)),
+            Some(libc::SIGFPE)
+        );
+        assert_eq!(
+            predict(&[0xf6, 0xf9], |r| (r.rax, r.rcx) = (0xff80, 2)),
+            None
+        );
+        // idiv %rcx: i64::MIN / -1 overflows.
+        assert_eq!(
+            predict(&[0x48, 0xf7, 0xf9], |r| {
+                r.rax = 1 << 63;
+                r.rdx = u64::MAX;
+                r.rcx = u64::MAX;
+            }),
+            Some(libc::SIGFPE)
+        );
+        // div (%rax) with a divisor in memory (0x1111…): fine; unreadable: SIGSEGV.
+        assert_eq!(predict(&[0x48, 0xf7, 0x30], |r| r.rax = 0x7000_0100), None);
+        assert_eq!(
+            predict(&[0x48, 0xf7, 0x30], |r| r.rax = 8),
+            Some(libc::SIGSEGV)
+        );
+    }
 
     struct Mem(Vec<(u64, u64)>);
     impl EmuMem for Mem {

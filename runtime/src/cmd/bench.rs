@@ -26,6 +26,8 @@ use rpn2wasm::model::ModelEnv;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+
+use crate::cli::{CliError, CmdResult};
 use std::time::Instant;
 
 /// Number of timed batches the iterations are split into.
@@ -360,13 +362,12 @@ pub fn render_json(rows: &[Row]) -> String {
 }
 
 /// Runs `wprobe bench`.
-pub fn bench(mut a: BenchArgs) -> ExitCode {
+pub fn bench(mut a: BenchArgs) -> CmdResult {
     if let Some(text) = a.program_text.take() {
         match crate::cmd::run::oneliner::bench_program_file(&text) {
             Ok(p) => a.programs.push(p),
             Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(1);
+                return Err(CliError::user(e.to_string()));
             }
         }
     }
@@ -381,28 +382,17 @@ pub fn bench(mut a: BenchArgs) -> ExitCode {
             .iter()
             .any(|r| r.mode != "untraced" && r.error.is_none())
         {
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         } else {
-            ExitCode::from(1)
+            Ok(ExitCode::from(1))
         };
     }
-    let engine = match crate::programs::cli_engine() {
-        Ok(e) => e,
-        Err(code) => return code,
-    };
-    let cache = match crate::cache::Cache::for_cli(a.opts.no_cache) {
-        Ok(c) => c,
-        Err(e) => {
-            crate::elog!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let programs = match crate::programs::load_each(&a.programs, |p| {
+    let engine = crate::programs::cli_engine()?;
+    let cache =
+        crate::cache::Cache::for_cli(a.opts.no_cache).map_err(|e| CliError::user(e.to_string()))?;
+    let programs = crate::programs::load_each(&a.programs, |p| {
         load_bench_program_with_cache(&engine, p, &a, &cache)
-    }) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+    })?;
     let captured = if a.command.is_empty() {
         crate::elog!(
             "wprobe bench: {} iterations per probe on a synthetic hit (registers 0, no memory); WORK is fuel for compiled runs, instructions for interpreted ones",
@@ -420,8 +410,7 @@ pub fn bench(mut a: BenchArgs) -> ExitCode {
                 Some(c)
             }
             Err(e) => {
-                crate::elog!("error: {e}");
-                return ExitCode::from(1);
+                return Err(CliError::user(e.to_string()));
             }
         }
     };
@@ -431,27 +420,22 @@ pub fn bench(mut a: BenchArgs) -> ExitCode {
             Some(c) => c.get(&(prog, probe)).cloned(),
         }
     };
-    let rows = match bench_programs(
+    let rows = bench_programs(
         &engine,
         &programs,
         &hit_of,
         a.iterations,
         a.opts.fuel,
         a.interp,
-    ) {
-        Ok(r) => r,
-        Err(e) => {
-            crate::elog!("error: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    let text = if a.format == "json" {
+    )
+    .map_err(|e| CliError::internal(format!("{e:#}")))?;
+    let text = if a.format == crate::format::Format::Json {
         render_json(&rows)
     } else {
         render_text(&rows)
     };
     let _ = crate::output::print_stdout(&text);
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
@@ -512,8 +496,8 @@ mod tests {
         assert_eq!(argv[0], "/bin/wprobe");
         assert_eq!(r.transport, "perf");
         assert_eq!(
-            (r.format.as_str(), r.output),
-            ("json", Some("/tmp/r.jsonl".into()))
+            (r.format, r.output),
+            (crate::format::Format::Json, Some("/tmp/r.jsonl".into()))
         );
         assert!(r.opts.no_cache);
         assert_eq!(r.opts.fuel, Some(777));
@@ -557,8 +541,8 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub opts: ProgramOpts,
     /// Output format.
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub format: String,
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t)]
+    pub format: crate::format::Format,
     /// Instead of timing handlers alone, time the command (after `--`)
     /// untraced and traced under each transport, and report the overhead
     /// per hit (which includes wprobe's start-up: use a workload with many

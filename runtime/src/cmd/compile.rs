@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::cli::parse_define;
+use crate::cli::{CliError, CmdResult, parse_define};
 
 /// `wprobe compile`.
 #[derive(clap::Args, Debug)]
@@ -33,7 +33,7 @@ pub struct CompileArgs {
 }
 
 /// Runs `wprobe compile`.
-pub fn compile(a: CompileArgs) -> ExitCode {
+pub fn compile(a: CompileArgs) -> CmdResult {
     if a.program_text.is_some()
         || a.program
             .as_deref()
@@ -42,8 +42,7 @@ pub fn compile(a: CompileArgs) -> ExitCode {
         return crate::cmd::run::oneliner::compile_cmd(&a);
     }
     let Some(program) = a.program.clone() else {
-        eprintln!("error: give a program file or -e PROGRAM");
-        return ExitCode::from(1);
+        return Err(CliError::user("give a program file or -e PROGRAM"));
     };
     let a = CompileArgs {
         program: Some(program.clone()),
@@ -71,12 +70,11 @@ pub fn compile(a: CompileArgs) -> ExitCode {
         Err((diags, map)) => {
             crate::elog!("{}", diags.render(&map).trim_end_matches('\n'));
             let n = diags.0.len();
-            crate::elog!(
-                "error: could not compile `{}` ({n} error{})",
+            return Err(CliError::user(format!(
+                "could not compile `{}` ({n} error{})",
                 program_path.display(),
                 if n == 1 { "" } else { "s" }
-            );
-            return ExitCode::from(1);
+            )));
         }
     };
     let manifest = rpn2wasm::manifest::build(&program);
@@ -85,8 +83,7 @@ pub fn compile(a: CompileArgs) -> ExitCode {
         match crate::watdump::annotated_wat(&program, &map, &generated) {
             Ok(t) => (t.into_bytes(), "wat"),
             Err(e) => {
-                crate::elog!("error: printing the module: {e:#}");
-                return ExitCode::from(2);
+                return Err(CliError::internal(format!("printing the module: {e:#}")));
             }
         }
     } else {
@@ -103,8 +100,7 @@ pub fn compile(a: CompileArgs) -> ExitCode {
         std::fs::write(&out, &bytes)
     };
     if let Err(e) = res {
-        crate::elog!("error: writing {}: {e}", out.display());
-        return ExitCode::from(1);
+        return Err(CliError::user(format!("writing {}: {e}", out.display())));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }

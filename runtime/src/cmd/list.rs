@@ -7,30 +7,9 @@
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use wprobe_elf::{ElfInfo, SymKind};
 
-/// Whether `name` matches the shell-style `glob` (`*`, `?`).
-pub fn glob_match(glob: &str, name: &str) -> bool {
-    let (g, n): (Vec<char>, Vec<char>) = (glob.chars().collect(), name.chars().collect());
-    let (mut gi, mut ni, mut star, mut mark) = (0, 0, None, 0);
-    while ni < n.len() {
-        if gi < g.len() && (g[gi] == '?' || g[gi] == n[ni]) {
-            gi += 1;
-            ni += 1;
-        } else if gi < g.len() && g[gi] == '*' {
-            star = Some(gi);
-            mark = ni;
-            gi += 1;
-        } else if let Some(s) = star {
-            gi = s + 1;
-            mark += 1;
-            ni = mark;
-        } else {
-            return false;
-        }
-    }
-    g[gi..].iter().all(|c| *c == '*')
-}
+use crate::cli::{CliError, CmdResult};
+use wprobe_elf::{ElfInfo, SymKind};
 
 /// What decoding a function from its start found, for the listing: the
 /// number of instructions when every byte decodes (any of their starts is
@@ -65,7 +44,9 @@ pub fn list_module(
         .symbols
         .iter()
         .filter(|s| all || s.is_code())
-        .filter(|s| glob.is_none_or(|g| glob_match(g, &s.name) || glob_match(g, &shown(s))))
+        .filter(|s| {
+            glob.is_none_or(|g| wprobe_elf::glob(g, &s.name) || wprobe_elf::glob(g, &shown(s)))
+        })
         .collect();
     rows.sort_by_key(|s| (s.value, s.name.clone()));
     rows.dedup_by(|a, b| a.value == b.value && a.name == b.name);
@@ -93,7 +74,7 @@ pub fn list_module(
 }
 
 /// Runs the command.
-pub fn list(a: ListArgs) -> ExitCode {
+pub fn list(a: ListArgs) -> CmdResult {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -106,13 +87,7 @@ pub fn list(a: ListArgs) -> ExitCode {
     };
     let mut total = 0;
     if let Some(pid) = a.pid {
-        let maps = match crate::procmaps::read(pid) {
-            Ok(m) => m,
-            Err(e) => {
-                crate::elog!("error: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        let maps = crate::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
         let mut resolver = crate::resolve::Resolver::default();
         let mut seen = Vec::new();
         for m in maps.iter().filter(|m| m.exec && m.is_file()) {
@@ -139,16 +114,10 @@ pub fn list(a: ListArgs) -> ExitCode {
         }
     } else {
         let Some(b) = binary else {
-            crate::elog!("error: give a BINARY or -p PID");
-            return ExitCode::from(1);
+            return Err(CliError::user("give a BINARY or -p PID"));
         };
-        let path = match wprobe_elf::locate::locate_file(&b, &[]) {
-            Ok(p) => p,
-            Err(e) => {
-                crate::elog!("error: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        let path =
+            wprobe_elf::locate::locate_file(&b, &[]).map_err(|e| CliError::user(e.to_string()))?;
         match ElfInfo::open(&path) {
             Ok(elf) => {
                 if elf.is_dyn {
@@ -161,35 +130,18 @@ pub fn list(a: ListArgs) -> ExitCode {
                 total += list_module(&mut out, &elf, 0, glob.as_deref(), a.all, !a.no_demangle);
             }
             Err(e) => {
-                crate::elog!("error: {e}");
-                return ExitCode::from(1);
+                return Err(CliError::user(e.to_string()));
             }
         }
     }
     if let Err(e) = crate::output::print_stdout(&out) {
-        crate::elog!("error: writing the listing: {e}");
-        return ExitCode::from(1);
+        return Err(CliError::user(format!("writing the listing: {e}")));
     }
     if total == 0 {
         crate::elog!("wprobe: no matching symbols");
-        return ExitCode::from(1);
+        return Ok(ExitCode::from(1));
     }
-    ExitCode::SUCCESS
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("mall*", "malloc"));
-        assert!(glob_match("*alloc", "calloc"));
-        assert!(glob_match("m?lloc", "malloc"));
-        assert!(!glob_match("m?lloc", "mallloc"));
-        assert!(glob_match("*", ""));
-        assert!(!glob_match("free", "freeze"));
-    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `wprobe list`.

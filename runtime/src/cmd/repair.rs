@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+use crate::cli::{CliError, CmdResult};
+
 /// `wprobe repair`.
 #[derive(clap::Args, Debug)]
 pub struct RepairArgs {
@@ -12,29 +14,27 @@ pub struct RepairArgs {
 }
 
 /// Runs `wprobe repair`.
-pub fn repair(a: RepairArgs) -> ExitCode {
+pub fn repair(a: RepairArgs) -> CmdResult {
     use crate::transport::ptrace::journal;
     let path = journal::path(a.pid);
     if !path.exists() {
-        crate::elog!(
-            "error: no patch journal for process {} ({}): nothing to repair (wprobe detached cleanly, or never attached)",
+        return Err(CliError::user(format!(
+            "no patch journal for process {} ({}): nothing to repair (wprobe detached cleanly, or never attached)",
             a.pid,
             path.display()
-        );
-        return ExitCode::from(1);
+        )));
     }
     // A live wprobe restores the process itself when it stops; writing
     // under it would silently disarm its probes.
     if let crate::procinfo::Untraceable::Traced { tracer, comm } =
         crate::procinfo::untraceable(a.pid)
     {
-        crate::elog!(
-            "error: process {} is traced by process {tracer} ({comm}), which restores it when it \
+        return Err(CliError::user(format!(
+            "process {} is traced by process {tracer} ({comm}), which restores it when it \
              stops: stop that with SIGINT (`kill -INT {tracer}`); `wprobe repair` is for a wprobe \
              that was killed",
             a.pid
-        );
-        return ExitCode::from(1);
+        )));
     }
     match journal::repair(a.pid) {
         Ok(n) => {
@@ -43,7 +43,7 @@ pub fn repair(a: RepairArgs) -> ExitCode {
                 if n == 1 { "" } else { "s" },
                 a.pid
             ));
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
             let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
@@ -51,8 +51,10 @@ pub fn repair(a: RepairArgs) -> ExitCode {
             } else {
                 ""
             };
-            crate::elog!("error: repairing process {}: {e}{hint}", a.pid);
-            ExitCode::from(1)
+            Err(CliError::user(format!(
+                "repairing process {}: {e}{hint}",
+                a.pid
+            )))
         }
     }
 }

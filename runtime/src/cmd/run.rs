@@ -1,8 +1,8 @@
 //! `wprobe run`: load the programs (compiling `.rpn` on the fly), start or
 //! attach to the target, arm, run the session, print the summary, and exit
 //! with the traced command's status (128 + signal when it was killed).
-//! `--transport ptrace` (default) or `perf` chooses the provider; the
-//! session (handlers, statistics, output) is the same for both.
+//! `--transport NAME` chooses the transport from the registry; the
+//! session (handlers, statistics, output) is the same for every one.
 
 pub mod oneliner;
 
@@ -18,6 +18,8 @@ use crate::transport::{ExitStatus, OpenOptions, Target};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
+use crate::cli::{CliError, CmdResult};
+
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     match s {
         Some(ExitStatus::Code(c)) => ExitCode::from(c as u8),
@@ -27,33 +29,32 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
 }
 
 /// Runs the command.
-pub fn run(a: RunArgs) -> ExitCode {
+pub fn run(a: RunArgs) -> CmdResult {
     let a = crate::cmd::run::oneliner::normalize(a);
     if a.list {
         return crate::cmd::run::oneliner::list(&a);
     }
     let oneliner = crate::cmd::run::oneliner::active(&a);
     if a.programs.is_empty() && !oneliner {
-        crate::elog!(
-            "error: give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT"
-        );
-        return ExitCode::from(1);
+        return Err(CliError::user(
+            "give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT",
+        ));
     }
     if a.pid.is_none() && a.command.is_empty() && !oneliner {
-        crate::elog!("error: give the command to trace after `--`, or -p PID");
-        return ExitCode::from(1);
+        return Err(CliError::user(
+            "give the command to trace after `--`, or -p PID",
+        ));
     }
     let Some(info) = crate::transport::by_name(&a.transport) else {
-        crate::elog!(
-            "error: unknown transport `{}` (one of: {})",
+        return Err(CliError::user(format!(
+            "unknown transport `{}` (one of: {})",
             a.transport,
             crate::transport::TRANSPORTS
                 .iter()
                 .map(|t| t.name)
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
-        return ExitCode::from(1);
+        )));
     };
     // A process that cannot be traced at all is refused first, with the
     // real cause (its executable, which `--probe` defaults to, may not
@@ -67,32 +68,19 @@ pub fn run(a: RunArgs) -> ExitCode {
             Untraceable::Other { .. } => false,
         };
         if fatal && let Some(reason) = why.explain(pid) {
-            crate::elog!("error: {reason}");
-            return ExitCode::from(1);
+            return Err(CliError::user(reason));
         }
     }
-    let engine = match crate::programs::cli_engine() {
-        Ok(e) => e,
-        Err(code) => return code,
-    };
-    let cache = match crate::cache::Cache::for_cli(a.opts.no_cache) {
-        Ok(c) => c,
-        Err(e) => {
-            crate::elog!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let mut programs = match crate::programs::load_each(&a.programs, |p| {
+    let engine = crate::programs::cli_engine()?;
+    let cache =
+        crate::cache::Cache::for_cli(a.opts.no_cache).map_err(|e| CliError::user(e.to_string()))?;
+    let mut programs = crate::programs::load_each(&a.programs, |p| {
         load_program_with_cache(&engine, p, &a, &cache)
-    }) {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+    })?;
     match crate::cmd::run::oneliner::extra_programs(&engine, &a, &cache) {
         Ok(more) => programs.extend(more),
         Err(e) => {
-            crate::elog!("error: {e}");
-            return ExitCode::from(1);
+            return Err(CliError::user(e.to_string()));
         }
     }
     // Modules built by bt2wasm (or using maps, events or begin/end probes)
@@ -106,8 +94,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         Some(path) => match std::fs::File::create(path) {
             Ok(f) => (Box::new(f), false),
             Err(e) => {
-                crate::elog!("error: creating {}: {e}", path.display());
-                return ExitCode::from(1);
+                return Err(CliError::user(format!("creating {}: {e}", path.display())));
             }
         },
         None => (Box::new(std::io::stdout()), std::io::stdout().is_terminal()),
@@ -118,11 +105,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         groups: a.groups.clone(),
         types: a.types.clone(),
         fuel: a.opts.fuel,
-        format: if a.format == "json" {
-            Format::Json
-        } else {
-            Format::Text
-        },
+        format: a.format,
     };
     // The registers handlers can read: a transport that samples them
     // (rather than stopping the thread) samples only those.
@@ -134,39 +117,26 @@ pub fn run(a: RunArgs) -> ExitCode {
             .map(|p| p.module.registers_read())
             .fold(RegsRead::Only(0), RegsRead::union)
     };
-    let mut session = match Session::new(&engine, programs, opts, out) {
-        Ok(s) => s,
-        Err(e) => {
-            crate::elog!("error: {e:#}");
-            return ExitCode::from(1);
-        }
-    };
+    let mut session =
+        Session::new(&engine, programs, opts, out).map_err(|e| CliError::user(format!("{e:#}")))?;
     if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
-        crate::elog!("error: no probe selected (check --group / --type)");
-        return ExitCode::from(1);
+        return Err(CliError::user("no probe selected (check --group / --type)"));
     }
     if let Err(e) = session.check(info) {
-        crate::elog!("error: {e}");
-        return ExitCode::from(1);
+        return Err(CliError::user(e.to_string()));
     }
-    let signals = match crate::stopsig::StopSignals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            crate::elog!("error: installing a signal handler: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let signals = crate::stopsig::StopSignals::install()
+        .map_err(|e| CliError::internal(format!("installing a signal handler: {e}")))?;
     let stop = signals.stop.clone();
     session.set_output(terminal, stop.clone());
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
-        session.set_oneliner(a.format == "json", stop.clone(), 0);
+        session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
         if a.pid.is_none() && a.command.is_empty() {
             if session.probe_count() > 0 {
-                crate::elog!(
-                    "error: uprobes and watchpoints need a process: give -c CMD, a command after `--`, or -p PID (wprobe traces processes, not the whole system)"
-                );
-                return ExitCode::from(1);
+                return Err(CliError::user(
+                    "uprobes and watchpoints need a process: give -c CMD, a command after `--`, or -p PID (wprobe traces processes, not the whole system)",
+                ));
             }
             return crate::cmd::run::oneliner::run_without_target(session, &stop);
         }
@@ -181,13 +151,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         reads_memory: session.reads_memory(),
         registers,
     };
-    let mut transport = match (info.open)(target, &open) {
-        Ok(t) => t,
-        Err(e) => {
-            crate::elog!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
+    let mut transport = (info.open)(target, &open).map_err(|e| CliError::user(e.to_string()))?;
     let t = transport.as_mut();
     let main = t.main_pid();
     let mut armed = session.arm(t, main, true);
@@ -200,14 +164,15 @@ pub fn run(a: RunArgs) -> ExitCode {
     if oneliner && armed == 0 && session.pending() == 0 && session.probe_count() == 0 {
         // Only begin/end/interval probes: nothing to arm.
     } else if armed == 0 && (session.pending() == 0 || !info.caps.later_libraries) {
-        crate::elog!("error: no probe could be armed in process {main}");
         if a.pid.is_none() {
             // The command never ran any of its own code: it does not run
             // at all, as with bpftrace -c when attaching fails.
             t.kill_launched();
         }
         let _ = t.detach();
-        return ExitCode::from(1);
+        return Err(CliError::user(format!(
+            "no probe could be armed in process {main}"
+        )));
     }
     if session.pending() > 0 && !info.caps.later_libraries {
         crate::elog!(
@@ -234,9 +199,8 @@ pub fn run(a: RunArgs) -> ExitCode {
     let mut status = match session.run(t, &stop) {
         Ok(s) => s,
         Err(e) => {
-            crate::elog!("error: {e:#}");
             session.summary();
-            return ExitCode::from(2);
+            return Err(CliError::internal(format!("{e:#}")));
         }
     };
     let report = t.report();
@@ -301,24 +265,23 @@ fn module_dirs(command: &[std::ffi::OsString]) -> Vec<std::path::PathBuf> {
 
 /// The exit status of `wprobe run`: the traced command's, unless records
 /// were lost (they could not be written: then 1, with the count).
-fn finish(session: &Session, a: &RunArgs, status: Option<ExitStatus>) -> ExitCode {
+fn finish(session: &Session, a: &RunArgs, status: Option<ExitStatus>) -> CmdResult {
     if let Some((n, e)) = session.records_lost() {
         let dest = a
             .output
             .as_ref()
             .map_or("standard output".to_string(), |p| p.display().to_string());
-        crate::elog!(
-            "error: {n} record{} lost: writing {dest} failed: {e}{}",
+        return Err(CliError::user(format!(
+            "{n} record{} lost: writing {dest} failed: {e}{}",
             if n == 1 { "" } else { "s" },
             match status {
                 Some(ExitStatus::Code(c)) => format!(" (the command exited with status {c})"),
                 Some(ExitStatus::Signal(s)) => format!(" (the command was killed by signal {s})"),
                 None => String::new(),
             }
-        );
-        return ExitCode::from(1);
+        )));
     }
-    exit_code(status)
+    Ok(exit_code(status))
 }
 
 /// Waits for our child `pid` to exit (after it was detached); `None` if it
@@ -335,8 +298,24 @@ fn wait_child(pid: i32) -> Option<ExitStatus> {
     }
 }
 
+/// Examples shown under `wprobe run --help`.
+const RUN_EXAMPLES: &str = "\
+Examples:
+  wprobe run prog.rpn -- ./app arg          launch ./app, trace it until it exits
+  wprobe run prog.rpn -p 1234               attach to every thread of process 1234
+  wprobe run -e 'uprobe:./app:f { printf(\"%d\\n\", arg0); }' -c ./app
+  wprobe run script.bt -c ./app             bpftrace's language, from a file
+  wprobe run --event 'p:open libc:open path=+0(%di):string' -c ./app
+  wprobe run handler.wat --probe 'target_fn=on_call' -- ./app
+  wprobe run prog.rpn --format json -o out.jsonl -- ./app
+  wprobe run -l 'uprobe:./app:*'            list what can be probed
+
+Records go to standard output (or -o FILE), the summary to standard error.
+SIGINT, SIGTERM or SIGHUP stop tracing and leave the process as it was.";
+
 /// `wprobe run`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = RUN_EXAMPLES)]
 pub struct RunArgs {
     /// Probe programs: .rpn (compiled on the fly), .wasm or .wat, or .bt
     /// (bpftrace's language); with -l, the pattern to list.
@@ -379,16 +358,15 @@ pub struct RunArgs {
     #[command(flatten)]
     pub opts: ProgramOpts,
     /// Output format.
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub format: String,
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t)]
+    pub format: crate::format::Format,
     /// Write records to FILE instead of standard output.
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,
-    /// How probes reach the target and hits reach the handlers (see
-    /// `--help` for what each can do).
+    /// How probes reach the target and hits reach the handlers.
     #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = transport_names())]
     pub transport: String,
     /// Bind a handler export to a breakpoint, for modules without a manifest

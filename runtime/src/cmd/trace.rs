@@ -29,10 +29,10 @@ use std::rc::Rc;
 
 use hostabi::manifest::{Location, LocationKind, MAX_MAXACTIVE, Manifest, ProbeSpec};
 
-use crate::cli::transport_names;
+use crate::cli::{CliError, CmdResult, transport_names};
 use crate::format::Format;
 use crate::regscan::RegsRead;
-use crate::session::{ProgramInput, RunOptions, Session};
+use crate::session::{LoadedProgram, RunOptions, Session};
 use crate::transport::{ExitStatus, OpenOptions, Target};
 
 use funcs::{Func, NotTraced, Selection};
@@ -223,18 +223,15 @@ fn handler_modules(a: &TraceArgs, funcs: &[Func]) -> Result<Vec<HandlerModule>, 
     for (i, f) in funcs.iter().enumerate() {
         let scoped_hit = scoped
             .iter()
-            .find(|(g, _)| {
-                crate::cmd::list::glob_match(g, &f.name)
-                    || crate::cmd::list::glob_match(g, &f.shown)
-            })
+            .find(|(g, _)| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
             .map(|(_, p)| p);
         let m = module_for(&mut modules, &mut by_path, scoped_hit.or(default.as_ref()))?;
         modules[m].funcs.push(i);
     }
     for (g, _) in &scoped {
-        let used = funcs.iter().any(|f| {
-            crate::cmd::list::glob_match(g, &f.name) || crate::cmd::list::glob_match(g, &f.shown)
-        });
+        let used = funcs
+            .iter()
+            .any(|f| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown));
         if !used {
             return Err(format!("--handler {g}=…: no traced function matches `{g}`"));
         }
@@ -324,15 +321,10 @@ fn list_not_traced(skipped: &[NotTraced]) {
     }
 }
 
-/// Runs the command.
-pub fn trace(a: TraceArgs) -> ExitCode {
-    match run(a) {
-        Ok(code) => code,
-        Err(e) => {
-            crate::elog!("error: {e}");
-            ExitCode::from(1)
-        }
-    }
+/// Runs the command: the traced command's exit status, or the failure to
+/// report (exit status 1).
+pub fn trace(a: TraceArgs) -> CmdResult {
+    run(a).map_err(CliError::user)
 }
 
 fn run(a: TraceArgs) -> Result<ExitCode, String> {
@@ -411,10 +403,9 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
         let hits: Vec<bool> = funcs
             .iter()
             .map(|f| {
-                a.filter.iter().any(|g| {
-                    crate::cmd::list::glob_match(g, &f.name)
-                        || crate::cmd::list::glob_match(g, &f.shown)
-                })
+                a.filter
+                    .iter()
+                    .any(|g| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
             })
             .collect();
         if !hits.iter().any(|h| *h) {
@@ -443,7 +434,7 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
         if let Some(p) = path {
             crate::programs::debug_cache_outcome(p, &outcome);
         }
-        programs.push(ProgramInput {
+        programs.push(LoadedProgram {
             label: hm.label.clone(),
             module,
         });

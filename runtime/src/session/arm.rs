@@ -8,13 +8,16 @@ use std::collections::HashMap;
 use hostabi::manifest::{ProbeKind, ProbeSpec};
 
 use super::Session;
+use crate::addr::RunAddr;
 use crate::arch::{DEBUG_REGISTERS, WatchKind};
 use crate::procmaps::{self, Mapping};
+use crate::regscan::RegsRead;
 use crate::resolve::{Located, ResolveError};
 use crate::transport::{Armed, Capabilities, Insert, TRANSPORTS, Transport, TransportInfo};
 
-/// How one probe is inserted: `(probe index, spec, run-time address)`.
-type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, u64) -> Result<Armed, String> + 'a;
+/// How one probe is inserted: `(probe index, spec, run-time address,
+/// whether the program's `opcode =` applies there)`.
+type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, RunAddr, bool) -> Result<Armed, String> + 'a;
 
 fn watch_kind(k: ProbeKind) -> WatchKind {
     match k {
@@ -33,7 +36,11 @@ const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 /// size containing it, its first byte or the instruction after the
 /// `endbr64` that starts it. A location in no sized function is taken on
 /// trust.
-pub(crate) fn check_function_entry(elf: &wprobe_elf::ElfInfo, link: u64) -> Result<(), String> {
+pub(crate) fn check_function_entry(
+    elf: &wprobe_elf::ElfInfo,
+    link: crate::addr::LinkAddr,
+) -> Result<(), String> {
+    let link = link.0;
     let Some(f) = elf.function_containing(link) else {
         return Ok(());
     };
@@ -129,6 +136,54 @@ impl Session {
                 one_that(|c| c.writes)
             ));
         }
+        if let Some(has) = transport.registers {
+            for (label, wasm, thread_pointer) in &self.program_code {
+                let why = match crate::regscan::registers_read(wasm) {
+                    RegsRead::Only(set) => (0..128u16)
+                        .filter(|id| set & (1 << id) != 0 && !has(*id))
+                        .filter_map(hostabi::regs::by_id)
+                        .map(|r| format!("reads register `{}`", r.name))
+                        .next(),
+                    RegsRead::All => {
+                        let w = format!(
+                            "program `{label}` reads registers chosen at run time: --transport \
+                             {name} provides the general registers only, others read 0"
+                        );
+                        crate::elog!("wprobe: warning: {w}");
+                        None
+                    }
+                };
+                let why = why.or_else(|| {
+                    (*thread_pointer && !has(hostabi::regs::by_name("fs_base").map_or(0, |r| r.id)))
+                        .then(|| {
+                            "reads the thread pointer (`thread_pointer`, RPN `push task`)"
+                                .to_string()
+                        })
+                });
+                if let Some(why) = why {
+                    return Err(format!(
+                        "program `{label}` {why}, which --transport {name} does not provide (it \
+                         samples the general registers only); use --transport {}",
+                        TRANSPORTS
+                            .iter()
+                            .find(|t| t.registers.is_none())
+                            .map_or("ptrace", |t| t.name)
+                    ));
+                }
+            }
+        }
+        if !caps.write_checks {
+            for (label, wasm, _) in &self.program_code {
+                if crate::regscan::checks_writable(wasm) {
+                    return Err(format!(
+                        "program `{label}` asks whether memory is writable (`check_access` for \
+                         writing, RPN `vfyrw`), which --transport {name} cannot answer; use \
+                         --transport {}",
+                        one_that(|c| c.write_checks)
+                    ));
+                }
+            }
+        }
         if self.opts.follow_forks && !caps.follows_forks {
             return Err(format!(
                 "-f: --transport {name} does not follow forks; use --transport {}",
@@ -146,15 +201,14 @@ impl Session {
         let n = match t.maps(pid, false) {
             Ok(maps) => {
                 let verify = self.opts.verify_opcodes;
-                self.arm_with(pid, &maps, report, &mut |pi, spec, addr| {
+                self.arm_with(pid, &maps, report, &mut |pi, spec, addr, opcode_applies| {
+                    let opcode = spec.opcode.filter(|_| verify && opcode_applies);
                     let what = match spec.kind {
                         ProbeKind::Breakpoint if spec.r#return => Insert::Return {
-                            opcode: spec.opcode.filter(|_| verify),
+                            opcode,
                             maxactive: spec.maxactive_or_default(),
                         },
-                        ProbeKind::Breakpoint => Insert::Breakpoint {
-                            opcode: spec.opcode.filter(|_| verify),
-                        },
+                        ProbeKind::Breakpoint => Insert::Breakpoint { opcode },
                         k => Insert::Watchpoint {
                             len: spec.length,
                             kind: watch_kind(k),
@@ -208,10 +262,18 @@ impl Session {
                 .elf(&file)
                 .map_err(|e| e.to_string())
                 .and_then(|elf| {
+                    if let Some(sym) = crate::resolve::ifunc_symbol(spec, &elf) {
+                        return Err(format!(
+                            "`{}` is an IFUNC: its implementation is chosen when a process \
+                             loads {}, which no process has mapped yet",
+                            sym.name,
+                            file.display()
+                        ));
+                    }
                     let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
                     let off = elf
-                        .file_offset(link)
-                        .filter(|_| elf.is_exec_vaddr(link))
+                        .file_offset(link.0)
+                        .filter(|_| elf.is_exec_vaddr(link.0))
                         .ok_or_else(|| {
                             format!(
                                 "invalid offset: 0x{link:x} is not in an executable segment of {}",
@@ -220,7 +282,7 @@ impl Session {
                         })?;
                     if verify
                         && let Some(op) = spec.opcode
-                        && let Some(found) = elf.first_byte(link)
+                        && let Some(found) = elf.first_byte(link.0)
                         && found != op
                     {
                         return Err(format!(
@@ -228,7 +290,7 @@ impl Session {
                         ));
                     }
                     if verify && spec.opcode.is_none() {
-                        wprobe_elf::disasm::check_boundary(&elf, link)
+                        wprobe_elf::disasm::check_boundary(&elf, link.0)
                             .map_err(|e| e.to_string())?;
                     }
                     if spec.r#return {
@@ -313,6 +375,7 @@ impl Session {
                     }
                     continue; // maybe later (dlopen)
                 }
+
                 Err(e) => {
                     self.arm_failed(prog, index, e.to_string());
                     let msg = format!(
@@ -331,27 +394,47 @@ impl Session {
             self.bt.probe_bias.insert((pi, pid), loc.bias);
             let is_bp = spec.kind == ProbeKind::Breakpoint;
             let verify = self.opts.verify_opcodes;
-            let res = crate::resolve::probe_address(spec, &loc, maps, &module)
-                .map_err(|e| e.to_string())
-                .and_then(|addr| {
-                    if is_bp && verify && spec.opcode.is_none() {
-                        // No `opcode =` to check: the address must start an
-                        // instruction of its function, decoded from the file.
-                        wprobe_elf::disasm::check_boundary(&loc.elf, addr.wrapping_sub(loc.bias))
-                            .map_err(|e| e.to_string())?;
-                    }
-                    if is_bp && spec.r#return {
-                        check_function_entry(&loc.elf, addr.wrapping_sub(loc.bias))?;
-                    }
-                    Ok((addr, insert(pi, spec, addr)?))
-                });
+            let ifunc = is_bp && crate::resolve::ifunc_symbol(spec, &loc.elf).is_some();
+            let res = match crate::resolve::probe_address(spec, &loc, maps, &module, pid) {
+                // Resolved when the dynamic linker has run (the next
+                // library event, or the program's entry point).
+                Err(ResolveError::IfuncPending { .. }) => continue,
+                r => r,
+            };
+            let res = res.map_err(|e| e.to_string()).and_then(|addr| {
+                // An IFUNC's implementation starts at the address the
+                // dynamic linker jumps to: a boundary by construction,
+                // often in no symbol of a stripped library.
+                if is_bp && verify && spec.opcode.is_none() && !ifunc {
+                    // No `opcode =` to check: the address must start an
+                    // instruction of its function, decoded from the file.
+                    wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
+                        .map_err(|e| e.to_string())?;
+                }
+                // An IFUNC's implementation is where the dynamic linker
+                // jumps: a function's entry by construction.
+                if is_bp && spec.r#return && !ifunc {
+                    check_function_entry(&loc.elf, addr.unrelocate(loc.bias))?;
+                }
+                if ifunc && report {
+                    crate::elog!(
+                        "wprobe: probe {}: `{}` is an IFUNC; probing the implementation \
+                             process {pid} selected, at {addr:#x}",
+                        self.probes[pi].label,
+                        spec.location.symbol.as_deref().unwrap_or("")
+                    );
+                }
+                // `opcode =` was taken from the symbol: the resolver's
+                // first byte, not the implementation's.
+                Ok((addr, insert(pi, spec, addr, !ifunc)?))
+            });
             match res {
                 Ok((addr, a)) => {
                     let p = &mut self.probes[pi];
                     if is_bp {
                         // The hit's address minus this is the module's load
                         // bias in whichever process hit it.
-                        p.link = Some(addr.wrapping_sub(loc.bias));
+                        p.link = Some(addr.unrelocate(loc.bias));
                     }
                     p.armed.push((pid, a));
                     p.ever_armed = true;

@@ -5,7 +5,32 @@ use hostabi::env::HitEnv;
 
 use super::Session;
 use crate::format::{self, RecordView};
+use crate::output::RecordOut;
 use crate::sink::RecordKind;
+
+/// The records of a breakpoint hit, held until the transport says whether
+/// the displaced instruction faulted (spec §14 step 8, `logonfault`):
+/// buffers reused from hit to hit.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// Records are being held (between a breakpoint hit and its step).
+    pub(super) active: bool,
+    /// The probes of the hit.
+    pub(super) tags: Vec<usize>,
+    buf: Vec<u8>,
+    /// `(probe, end of its bytes in buf, records, data bytes)`.
+    parts: Vec<(usize, usize, u64, u64)>,
+}
+
+/// Hands formatted records to the output, or holds them.
+fn emit(out: &mut RecordOut, held: &mut Held, pi: usize, bytes: &[u8], n: u64, data: u64) {
+    if held.active {
+        held.buf.extend_from_slice(bytes);
+        held.parts.push((pi, held.buf.len(), n, data));
+    } else {
+        out.write(bytes, n);
+    }
+}
 
 impl Session {
     /// Formats the records of probe `pi`'s handler run and hands them to
@@ -22,7 +47,7 @@ impl Session {
         let cpu = hit.cpu() as u32;
         self.line.clear();
         // Records formatted into `line` and not yet handed to the output.
-        let mut in_line = 0u64;
+        let (mut in_line, mut in_line_bytes) = (0u64, 0u64);
         for r in &data.sink.records {
             if r.kind == RecordKind::Event {
                 // One-liner output, formatted as bpftrace does.
@@ -47,10 +72,11 @@ impl Session {
                     &mut self.bt.sym,
                 );
                 // Bytes, not text: printf output may be any bytes.
-                self.out.write(self.line.as_bytes(), in_line);
+                let (out, held) = (&mut self.out, &mut self.held);
+                emit(out, held, pi, self.line.as_bytes(), in_line, in_line_bytes);
                 self.line.clear();
-                in_line = 0;
-                self.out.write(&bytes, 1);
+                (in_line, in_line_bytes) = (0, 0);
+                emit(out, held, pi, &bytes, 1, 0);
                 bytes.clear();
                 self.bt.buf = bytes;
                 self.probes[pi].stats.records += 1;
@@ -71,11 +97,45 @@ impl Session {
             };
             format::record(&mut self.line, self.opts.format, &view);
             in_line += 1;
+            in_line_bytes += r.data.len() as u64;
             self.seq += 1;
             self.probes[pi].stats.records += 1;
             self.probes[pi].stats.bytes += r.data.len() as u64;
         }
-        self.out.write(self.line.as_bytes(), in_line);
+        let (out, held) = (&mut self.out, &mut self.held);
+        emit(out, held, pi, self.line.as_bytes(), in_line, in_line_bytes);
         self.runner.store.data_mut().sink.clear();
+    }
+
+    /// The displaced instruction of the held hit ran: writes its records,
+    /// or, when it faulted, only those of probes with `logonfault = yes`
+    /// (the others are counted as discarded).
+    pub(super) fn settle_held(&mut self, fault: Option<i32>) {
+        if !self.held.active {
+            return;
+        }
+        self.held.active = false;
+        if fault.is_some() {
+            for &pi in &self.held.tags {
+                if let Some(p) = self.probes.get_mut(pi) {
+                    p.stats.faulted += 1;
+                }
+            }
+        }
+        let mut start = 0;
+        for &(pi, end, n, data) in &self.held.parts {
+            let p = &mut self.probes[pi];
+            let keep = fault.is_none() || self.manifests[p.prog].probes[p.index].logonfault;
+            if keep {
+                self.out.write(&self.held.buf[start..end], n);
+            } else {
+                p.stats.records -= n;
+                p.stats.bytes -= data;
+                p.stats.discarded += n;
+            }
+            start = end;
+        }
+        self.held.buf.clear();
+        self.held.parts.clear();
     }
 }

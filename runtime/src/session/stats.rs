@@ -30,6 +30,11 @@ pub struct ProbeStats {
     /// Return probes: calls that ran no handler (beyond `maxactive`, or
     /// left without returning: longjmp, unwinding, thread exit).
     pub missed: u64,
+    /// Breakpoint hits whose displaced instruction faulted (the thread got
+    /// the signal as without the probe).
+    pub faulted: u64,
+    /// Records of those hits discarded (`logonfault = no`, spec §14).
+    pub discarded: u64,
 }
 
 impl Session {
@@ -96,6 +101,8 @@ impl Session {
             total.bytes += s.bytes;
             total.dropped += s.dropped;
             total.missed += s.missed;
+            total.faulted += s.faulted;
+            total.discarded += s.discarded;
             total.fuel_exhausted += s.fuel_exhausted;
             total.traps += s.traps;
             total.uncaught += s.uncaught;
@@ -119,6 +126,24 @@ impl Session {
                 err,
                 "wprobe: warning: probe {} was never armed: no traced process mapped module `{}`",
                 p.label, self.manifests[p.prog].module
+            );
+        }
+        for p in self.probes.iter().filter(|p| p.stats.faulted > 0) {
+            let s = &p.stats;
+            let _ = writeln!(
+                err,
+                "wprobe: warning: probe {}: {} hit(s) whose displaced instruction faulted (the \
+                 program got the signal as it would have untraced); {}",
+                p.label,
+                s.faulted,
+                if s.discarded > 0 {
+                    format!(
+                        "{} record(s) discarded (logonfault = no, spec §14)",
+                        s.discarded
+                    )
+                } else {
+                    "their records were kept".to_string()
+                }
             );
         }
         if self.dropped_unattributed > 0 {
@@ -155,13 +180,13 @@ impl Session {
                 format::json_string(&mut line, p.label.as_bytes());
                 let s = &p.stats;
                 line.push_str(&format!(
-                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
-                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.fuel_exhausted, s.traps, s.uncaught
+                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
+                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.faulted, s.discarded, s.fuel_exhausted, s.traps, s.uncaught
                 ));
             }
             line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
-                total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.fuel_exhausted, total.traps, total.uncaught
+                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
+                total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.faulted, total.discarded, total.fuel_exhausted, total.traps, total.uncaught
             ));
             self.out.write(line.as_bytes(), 0);
             self.out.flush();

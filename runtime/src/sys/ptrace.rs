@@ -119,6 +119,37 @@ pub fn getsiginfo(tid: i32) -> Result<libc::siginfo_t, Errno> {
     Ok(si)
 }
 
+/// `PTRACE_GET_RSEQ_CONFIGURATION` (Linux 5.13): the address of the
+/// thread's registered `struct rseq` (0 when it registered none).
+pub fn rseq_area(tid: i32) -> Result<u64, Errno> {
+    /// `struct ptrace_rseq_configuration`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct RseqConfig {
+        rseq_abi_pointer: u64,
+        rseq_abi_size: u32,
+        signature: u32,
+        flags: u32,
+        pad: u32,
+    }
+    const PTRACE_GET_RSEQ_CONFIGURATION: libc::c_uint = 0x420f;
+    let mut c = RseqConfig::default();
+    // SAFETY: the kernel writes at most `addr` bytes (the struct's size)
+    // into `c`, which lives for the call.
+    let r = unsafe {
+        libc::ptrace(
+            PTRACE_GET_RSEQ_CONFIGURATION,
+            tid,
+            std::mem::size_of::<RseqConfig>(),
+            &mut c as *mut RseqConfig,
+        )
+    };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(c.rseq_abi_pointer)
+}
+
 /// PTRACE_GETEVENTMSG.
 pub fn geteventmsg(tid: i32) -> Result<u64, Errno> {
     let mut v: libc::c_ulong = 0;

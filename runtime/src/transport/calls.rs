@@ -67,6 +67,8 @@ pub enum Left {
     Exec,
     /// wprobe stopped tracing the process (end of the run, `exit 1`).
     Detach,
+    /// wprobe made every probe dormant (`Transport::suspend`).
+    Suspend,
     /// Its probe was disabled (`maxhits`, `remove`): dropped silently.
     Disabled,
 }
@@ -80,6 +82,7 @@ impl Left {
             Left::ProcessExit => "process exit",
             Left::Exec => "exec",
             Left::Detach => "detach",
+            Left::Suspend => "suspend",
             Left::Disabled => "disabled",
         }
     }
@@ -242,9 +245,16 @@ impl CallStacks {
         n
     }
 
-    /// Pops the innermost call of `tid` (after [`CallStacks::returning`]).
-    pub fn pop(&mut self, tid: i32) -> Option<Call> {
-        let c = self.threads.get_mut(&tid)?.calls.pop()?;
+    /// Pops the innermost call of `tid` if it returns with `rsp_after`
+    /// (after [`CallStacks::returning`]: call until `None`). A handler run
+    /// between two pops may have disabled a probe, whose calls are gone
+    /// then: this never pops a call that does not return here.
+    pub fn pop(&mut self, tid: i32, rsp_after: u64) -> Option<Call> {
+        let t = self.threads.get_mut(&tid)?;
+        if t.calls.last()?.entry_rsp != rsp_after.wrapping_sub(8) {
+            return None;
+        }
+        let c = t.calls.pop()?;
         self.forget(&c);
         Some(c)
     }
@@ -338,7 +348,9 @@ mod tests {
         out: &mut Vec<Gone>,
     ) -> Vec<Call> {
         let n = s.returning(tid, rsp_after, Some(at), out);
-        (0..n).map(|_| s.pop(tid).unwrap()).collect()
+        let v: Vec<Call> = std::iter::from_fn(|| s.pop(tid, rsp_after)).collect();
+        assert_eq!(v.len(), n);
+        v
     }
 
     #[test]

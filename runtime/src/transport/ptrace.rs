@@ -1,6 +1,6 @@
-//! The ptrace provider: launches or attaches to Linux x86-64 processes,
+//! The ptrace transport: launches or attaches to Linux x86-64 processes,
 //! arms `int3` breakpoints and debug-register watchpoints, runs the event
-//! loop and hands each hit to the caller with a [`Hit`] context, steps over
+//! loop and hands each hit to the caller with a [`PtraceHit`] context, steps over
 //! displaced instructions without removing the `int3` (emulation, then
 //! out-of-line execution, single-step with all threads stopped as the last
 //! resort), follows or scrubs forks, handles exec, threads, signals and job
@@ -10,7 +10,7 @@
 //! re-injected unchanged, `ESRCH` means "thread gone" (never fatal), and
 //! every exit path restores the original bytes (`Drop` included).
 //!
-//! Not thread-safe: use a `Tracer` from the thread that created it (ptrace
+//! Not thread-safe: use a `PtraceTracer` from the thread that created it (ptrace
 //! requests are per tracer thread).
 
 mod coredump;
@@ -28,14 +28,15 @@ mod start;
 mod step;
 mod threads;
 mod tick;
+pub mod watchdog;
 mod world;
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
-pub use self::error::{ArmError, ProviderError};
-pub use self::hit::{Hit, HitKind, HitWithGvars};
+pub use self::error::{ArmError, PtraceError};
+pub use self::hit::{HitKind, HitWithGvars, PtraceHit};
 pub use self::seam::INFO;
 use self::threads::{Process, TState, Thread};
 pub use crate::arch::WatchKind;
@@ -81,20 +82,20 @@ pub enum ExitStatus {
 
 /// What the event loop reports.
 #[derive(Debug)]
-pub enum Event<'a> {
+pub enum PtraceEvent<'a> {
     /// A breakpoint hit; `bp` lists every logical probe at that address.
     Breakpoint {
         /// The probes at the address.
         bp: &'a [BpId],
         /// The stopped thread.
-        hit: &'a mut Hit,
+        hit: &'a mut PtraceHit,
     },
     /// A watchpoint fired.
     Watchpoint {
         /// The watchpoint.
         wp: WpId,
         /// The stopped thread.
-        hit: &'a mut Hit,
+        hit: &'a mut PtraceHit,
     },
     /// A new process appeared (fork, vfork, clone of a process). Traced (with
     /// our breakpoints, per process) under `follow_forks`; otherwise only
@@ -111,12 +112,23 @@ pub enum Event<'a> {
         /// The process.
         pid: i32,
     },
+    /// The displaced instruction of the breakpoint hit just reported was
+    /// executed (reported right after [`PtraceEvent::Breakpoint`] when a
+    /// probe was there, unless the process was handed off): `fault` is the
+    /// signal it raised, which the thread receives as it would untraced
+    /// (spec §14 step 8: records are kept only with `logonfault = yes`).
+    Stepped {
+        /// The thread.
+        tid: i32,
+        /// SIGSEGV, SIGBUS, SIGFPE or SIGILL, when the instruction faults.
+        fault: Option<i32>,
+    },
     /// The dynamic linker changed the link map: mappings were refreshed.
     LibrariesChanged {
         /// The process.
         pid: i32,
     },
-    /// The tick period set with [`Tracer::set_tick`] elapsed (no thread is
+    /// The tick period set with [`PtraceTracer::set_tick`] elapsed (no thread is
     /// stopped for it).
     Tick,
     /// A traced process ended.
@@ -126,12 +138,12 @@ pub enum Event<'a> {
         /// How.
         status: ExitStatus,
     },
-    /// A thread reached a return site ([`Tracer::retain_return_site`]):
+    /// A thread reached a return site ([`PtraceTracer::retain_return_site`]):
     /// the address a tracked call returns to. Delivered before
-    /// [`Event::Breakpoint`] when probes share the address.
+    /// [`PtraceEvent::Breakpoint`] when probes share the address.
     ReturnSite {
         /// The stopped thread (RIP is the site).
-        hit: &'a mut Hit,
+        hit: &'a mut PtraceHit,
     },
     /// A thread other than its process's main thread ended.
     ThreadExited {
@@ -144,7 +156,7 @@ pub enum Event<'a> {
 
 /// What to do after an event (only meaningful for hits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Action {
+pub enum PtraceAction {
     /// Resume the thread.
     #[default]
     Continue,
@@ -178,7 +190,7 @@ pub struct RunSummary {
 }
 
 /// The ptrace tracer: the set of traced processes and their probes.
-pub struct Tracer {
+pub struct PtraceTracer {
     opts: TraceOptions,
     policy: StepPolicy,
     main_pid: i32,
@@ -192,15 +204,18 @@ pub struct Tracer {
     next_bp: u32,
     wps: HashMap<WpId, (i32, usize)>,
     next_wp: u32,
-    hit: Hit,
+    hit: PtraceHit,
     ids: Vec<BpId>,
     summary: RunSummary,
     /// Attach mode: the patch journal, or why it could not be created (then
     /// no breakpoint is armed).
     journal: Option<Result<journal::Journal, String>>,
+    /// Attach mode: the watchdog that restores the journaled bytes if we
+    /// die without detaching, or why there is none.
+    watchdog: Option<Result<watchdog::Watchdog, String>>,
     /// Exit statuses seen while the process could not be reported yet.
     exited: Vec<(i32, ExitStatus)>,
-    /// Keeps the mappings returned by [`Tracer::maps`] alive.
+    /// Keeps the mappings returned by [`PtraceTracer::maps`] alive.
     maps_cache: Option<Rc<Vec<Mapping>>>,
     /// Signals delivered to threads as they were detached: `(pid, signal)`.
     detach_signals: Vec<(i32, i32)>,
@@ -211,16 +226,18 @@ pub struct Tracer {
     /// its program counter is still past the `int3` in the kernel, so a
     /// detach while the handler runs (a panic unwinding) must rewind it.
     in_flight: Option<(i32, u64)>,
-    /// Periodic [`Event::Tick`]s: the period, the next due time, and the
+    /// Periodic [`PtraceEvent::Tick`]s: the period, the next due time, and the
     /// child process whose exit wakes the event loop then (0: none).
     tick: Option<(Duration, std::time::Instant, i32)>,
     /// The transport seam's state (probe tags).
     seam: seam::SeamState,
+    /// Reused by fault prediction of out-of-line steps (no allocation per hit).
+    insn_info: iced_x86::InstructionInfoFactory,
 }
 
-impl std::fmt::Debug for Tracer {
+impl std::fmt::Debug for PtraceTracer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracer")
+        f.debug_struct("PtraceTracer")
             .field("main_pid", &self.main_pid)
             .field("processes", &self.procs.keys().collect::<Vec<_>>())
             .field("threads", &self.threads.len())
@@ -228,9 +245,9 @@ impl std::fmt::Debug for Tracer {
     }
 }
 
-impl Tracer {
-    pub(super) fn empty(opts: TraceOptions) -> Tracer {
-        Tracer {
+impl PtraceTracer {
+    pub(super) fn empty(opts: TraceOptions) -> PtraceTracer {
+        PtraceTracer {
             opts,
             policy: StepPolicy::Auto,
             main_pid: 0,
@@ -242,10 +259,11 @@ impl Tracer {
             next_bp: 1,
             wps: HashMap::new(),
             next_wp: 1,
-            hit: Hit::empty(),
+            hit: PtraceHit::empty(),
             ids: Vec::with_capacity(16),
             summary: RunSummary::default(),
             journal: None,
+            watchdog: None,
             exited: Vec::new(),
             maps_cache: None,
             detach_signals: Vec::new(),
@@ -253,6 +271,7 @@ impl Tracer {
             in_flight: None,
             tick: None,
             seam: Default::default(),
+            insn_info: iced_x86::InstructionInfoFactory::new(),
         }
     }
 
@@ -342,7 +361,7 @@ fn tgid_of(tid: i32) -> Option<i32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-impl Drop for Tracer {
+impl Drop for PtraceTracer {
     fn drop(&mut self) {
         let _ = self.detach_all();
     }

@@ -547,13 +547,12 @@ fn rust_sdk_examples_build_and_run() {
         (m.abi, m.module.as_str(), m.major, m.gvars),
         (hostabi::ABI_VERSION, "probe_target", 5, 8)
     );
-    // `return yes;` (a Rust keyword as the key) reaches the manifest; the
-    // return probe example is built here and loads (it runs once the
-    // transports catch returns).
+    // `return yes;` (a Rust keyword as the key) reaches the manifest, and
+    // the return probe example runs on the real target.
     let wasm = std::fs::read(rust_examples().join("time_calls.wasm")).unwrap();
     let r = runtime::load::inspect(&wasm).unwrap().manifest.unwrap();
     assert_eq!((r.probes[0].r#return, r.probes[0].maxactive), (true, 16));
-    runtime::load::load(&runtime::engine::new_engine().unwrap(), &wasm, None).unwrap();
+    check_time_calls(&rust_examples().join("time_calls.wasm"));
     let probes: Vec<_> = m
         .probes
         .iter()
@@ -668,6 +667,35 @@ panic = "abort"
     std::fs::remove_dir_all(&base).unwrap();
 }
 
+/// Runs the `time_calls` example (a return probe on `target_fn`): one
+/// record per call, at its return, with a plausible elapsed time, the
+/// return value 7a + 13 and the entry's first argument a.
+fn check_time_calls(wasm: &Path) {
+    let out = run(&[wasm.to_str().unwrap()], &[]);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("counter=4 last=27"));
+    for a in 0..3u64 {
+        let l = lines.next().unwrap_or_else(|| panic!("{out}"));
+        let (head, words) = l.split_once(": (").unwrap();
+        assert_eq!(head, "time_calls:target_fn pid P tid T cpu C 1.2");
+        let w: Vec<u64> = words
+            .trim_end_matches(')')
+            .split(", ")
+            .map(|x| match x.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).unwrap(),
+                None => x.parse().unwrap(),
+            })
+            .collect();
+        assert_eq!(&w[1..], &[7 * a + 13, a], "{out}");
+        assert!(
+            (1..1_000_000_000).contains(&w[0]),
+            "elapsed {} ns: {out}",
+            w[0]
+        );
+    }
+    assert_eq!(lines.next(), None, "{out}");
+}
+
 /// The C examples, each built with clang for wasm32 without libc, once.
 fn c_examples() -> PathBuf {
     static D: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -675,7 +703,13 @@ fn c_examples() -> PathBuf {
         let out = scratch().join("c");
         std::fs::create_dir_all(&out).unwrap();
         let c = repo().join("guests/c");
-        for name in ["log_args", "count_calls", "histogram", "watch_counter"] {
+        for name in [
+            "log_args",
+            "count_calls",
+            "histogram",
+            "watch_counter",
+            "time_calls",
+        ] {
             check(
                 Command::new("clang")
                     .args([
@@ -704,6 +738,7 @@ fn c_examples() -> PathBuf {
 
 fn c_examples_build_and_run() {
     check_four_examples(&c_examples());
+    check_time_calls(&c_examples().join("time_calls.wasm"));
 }
 
 /// Thousands separators, as the guide writes large numbers.

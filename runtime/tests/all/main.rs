@@ -13,7 +13,9 @@ mod support;
 mod bench_cmd;
 mod cache;
 mod cli;
+mod cli_goldens;
 mod guests;
+mod logonfault;
 mod modules;
 mod oneliner_runtime;
 mod oneliners;
@@ -22,10 +24,12 @@ mod perf_transport;
 mod ptrace_breakpoints;
 mod ptrace_libs_watch;
 mod ptrace_processes;
+mod return_probes;
 mod sandbox;
 mod scale;
 mod trace;
 mod tracer_death;
+mod transport_seam;
 mod watchpoints;
 
 fn main() {
@@ -35,6 +39,7 @@ fn main() {
         cache::CASES,
         cli::CASES,
         guests::CASES,
+        logonfault::CASES,
         modules::CASES,
         oneliner_runtime::CASES,
         oneliners::CASES,
@@ -43,16 +48,19 @@ fn main() {
         ptrace_breakpoints::CASES,
         ptrace_libs_watch::CASES,
         ptrace_processes::CASES,
+        return_probes::CASES,
         sandbox::CASES,
         scale::CASES,
         trace::CASES,
         tracer_death::CASES,
+        transport_seam::CASES,
         watchpoints::CASES,
     ];
     let trials = modules
         .iter()
         .flat_map(|m| m.iter())
         .flat_map(|c| c.trials())
+        .chain(cli_goldens::trials())
         .collect();
     libtest_mimic::run(&args, trials).exit();
 }

@@ -14,6 +14,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(libc_by_short_name_and_soname_counts_every_malloc @ per_transport),
     case!(probe_flag_takes_a_library_name @ per_transport),
     case!(a_location_inside_an_instruction_is_refused_with_the_nearest_boundaries @ per_transport),
+    case!(an_ifunc_is_probed_in_the_implementation_the_process_chose @ per_transport),
     case!(probe_flag_inside_an_instruction_is_refused),
     case!(compiler_and_runtime_choose_the_single_global_definition),
     case!(list_shows_what_it_verified_and_demangles),
@@ -47,6 +48,46 @@ fn libc_by_short_name_and_soname_counts_every_malloc(tr: &str) {
             own_sizes(&lines),
             (0x10000..0x10000 + 50).collect::<Vec<u64>>(),
             "{tr} {name}: {err}"
+        );
+        assert!(!err.contains("warning"), "{err}");
+    }
+}
+
+/// `f` is an IFUNC whose resolver picks `impl_b` (tests/progs/ifunc.c): a
+/// probe on `f` fires in `impl_b` at every call, in a non-PIE executable
+/// (whose IRELATIVE slot the dynamic linker fills after the library events
+/// a tracer sees) and in a PIE.
+fn an_ifunc_is_probed_in_the_implementation_the_process_chose(tr: &str) {
+    for (name, flags) in [
+        (
+            "ifunc_nopie",
+            &["-O1", "-no-pie", "-fcf-protection=none"][..],
+        ),
+        ("ifunc_pie", &["-O1", "-fPIE", "-pie"][..]),
+    ] {
+        let exe = gcc(name, &progs().join("ifunc.c"), flags);
+        let impl_b = sym(&exe, "impl_b");
+        let p = write(
+            &format!("{name}_{tr}.rpn"),
+            format!(
+                "name = {}\noffset = f\n push r, rip\n log 1\n",
+                exe.display()
+            ),
+        );
+        let (lines, err, code) = run(tr, &[&p], &[exe.to_str().unwrap(), "25"]);
+        assert_eq!(code, Some(0), "{name}: {err}");
+        let rips = first_words(&lines);
+        assert_eq!(rips.len(), 25, "{tr} {name}: {err}");
+        assert!(rips.iter().all(|&r| r == rips[0]), "{rips:x?}");
+        if name == "ifunc_nopie" {
+            assert_eq!(rips[0], impl_b, "{tr} {name}: {err}");
+        } else {
+            // A load bias is a multiple of the page size.
+            assert_eq!(rips[0] & 0xfff, impl_b & 0xfff, "{tr} {name}: {err}");
+        }
+        assert!(
+            err.contains("`f` is an IFUNC; probing the implementation process"),
+            "{err}"
         );
         assert!(!err.contains("warning"), "{err}");
     }

@@ -2,7 +2,8 @@
 //! × 100,000 calls under both transports, the map bound reached and
 //! reported, every fetch-arg form of `--event` on a known call with its
 //! exact text, `-l`/`-lv`, `wprobe compile -e`, instruction-boundary
-//! refusals, and uretprobes (ignored until the return-probe mechanism lands).
+//! refusals, and uretprobes (`retval` summed and bucketed, and one return
+//! per call of 8 threads under both transports).
 
 use crate::case;
 use crate::support::case::Case;
@@ -15,7 +16,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(listing_functions_and_dwarf_arguments),
     case!(compile_e_writes_a_module_that_runs),
     case!(a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries),
-    case!(uretprobes_are_refused_until_the_mechanism_lands),
+    case!(uretprobe_retval_sums_the_returns @ per_transport),
+    case!(uretprobes_of_8_threads_pair_every_call @ per_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ per_transport),
     case!(intervals_tick_while_tracing @ per_transport),
@@ -65,6 +67,36 @@ fn map_counts_from_8_threads_x_100000_calls_are_exact(transport: &str) {
         &[("WPROBE_PERF_RING_PAGES", "8192")],
     );
     assert_eq!(code, Some(0), "{err}");
+    // Under perf the target does not wait for wprobe: on a loaded machine
+    // the kernel may drop samples (ring full). They are then counted in
+    // the summary (`dropped`), and every hit that was delivered is in the
+    // maps: hits + dropped is every call.
+    let dropped = err
+        .lines()
+        .find(|l| l.trim_start().starts_with("-e:tick"))
+        .and_then(|l| l.split_whitespace().nth(6))
+        .and_then(|d| d.parse::<u64>().ok())
+        .unwrap_or(0);
+    if transport == "perf" && dropped > 0 {
+        let value = |key: &str| -> u64 {
+            out.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {out}"))
+        };
+        let per_thread: u64 = (0..8).map(|k| value(&format!("@[{k}]:"))).sum();
+        let all = value("@all:");
+        assert_eq!(per_thread, all, "{out}");
+        assert_eq!(
+            all + dropped,
+            800_000,
+            "hits + dropped is every call: {out}{err}"
+        );
+        eprintln!(
+            "note: {dropped} samples dropped by the kernel (a loaded machine); accounted exactly"
+        );
+        return;
+    }
     let mut want = String::from("Attaching 1 probe...\n\n\n");
     for k in 0..8 {
         want += &format!("@[{k}]: 100000\n");
@@ -277,12 +309,50 @@ fn a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries() {
     );
 }
 
-fn uretprobes_are_refused_until_the_mechanism_lands() {
+/// `retval` is `rax` at the return of each call of `add(i, 2i)`.
+fn uretprobe_retval_sums_the_returns(transport: &str) {
     let t = target();
-    let prog = format!("uretprobe:{}:add {{ @ = sum(retval); }}", t.display());
-    let (_, err, code) = run(&["-e", &prog, "-c", &t.display().to_string()], &[]);
-    assert_eq!(code, Some(1));
-    assert!(err.contains("is a return probe"), "{err}");
+    let prog = format!(
+        "uretprobe:{}:add {{ @ = sum(retval); @h = lhist(retval, 0, 30, 10); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        "Attaching 1 probe...\n\n\n@: 135\n@h: \n\
+         [0, 10)                4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
+         [10, 20)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\
+         [20, 30)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\n",
+        "{err}"
+    );
+}
+
+/// 8 threads × 2,000 calls of `tick(t)`: every call returns once, in its
+/// own thread (entry and return probes count the same per thread).
+fn uretprobes_of_8_threads_pair_every_call(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uprobe:{0}:tick {{ @in[arg0] = count(); }} uretprobe:{0}:tick {{ @out[tid] = count(); @all = count(); }}",
+        t.display()
+    );
+    let cmd = format!("{} threads 2000", t.display());
+    let (out, err, code) = run(
+        &["--transport", transport, "-e", &prog, "-c", &cmd],
+        &[("WPROBE_PERF_RING_PAGES", "8192")],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let count = |prefix: &str| -> Vec<u64> {
+        out.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(count("@in["), [2000; 8], "{out}");
+    assert_eq!(count("@out["), [2000; 8], "{out}");
+    assert_eq!(count("@all:"), [16000], "{out}");
+    assert!(!err.contains("missed"), "{err}");
 }
 
 fn intervals_tick_while_tracing(transport: &str) {

@@ -54,6 +54,10 @@ pub(crate) const CASES: &[Case] = &[
         selection_ignore_maxhits_and_probes_sharing_an_address_match_ptrace,
         Need::Perf
     ),
+    case!(
+        a_process_probed_by_a_ptrace_instance_is_refused_and_left_traced,
+        Need::Perf
+    ),
 ];
 
 use crate::support::cli::*;
@@ -745,4 +749,99 @@ fn selection_ignore_maxhits_and_probes_sharing_an_address_match_ptrace() {
         records("perf", &[]).0,
         [(2, 1), (1, 2), (2, 3), (1, 4), (1, 0xb)]
     );
+}
+
+/// Bug 11 of the first-contact review: a perf instance on a process whose
+/// probed instruction holds the int3 of a ptrace instance would take that
+/// breakpoint's hits (and vanish when it is removed), blinding both. The
+/// perf instance refuses, naming the other tracer; the ptrace instance
+/// goes on counting every call, and stops cleanly.
+fn a_process_probed_by_a_ptrace_instance_is_refused_and_left_traced() {
+    // Not PIE: the symbol's value is the run-time address.
+    let exe = gcc("calls_nopie", &progs().join("calls.c"), &["-O2", "-no-pie"]);
+    let p = write(
+        "log_both.rpn",
+        format!(
+            "name = {}\noffset = target\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    // Forever, 1 thread, 1 ms between calls.
+    let target = KillOnDrop(
+        Command::new(&exe)
+            .args(["0", "1", "1000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = target.0.id();
+    let first = KillOnDrop(
+        wprobe()
+            .arg("run")
+            .arg(&p)
+            .args(["--transport", "ptrace", "--format", "json", "-p"])
+            .arg(pid.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let at = sym(&exe, "target");
+    let live = |pid: u32| {
+        let mut b = [0u8];
+        let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, at).map(|()| b[0])
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while live(pid).ok() != Some(0xcc) {
+        assert!(Instant::now() < deadline, "not armed within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = wprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--transport", "perf", "-p"])
+        .arg(pid.to_string())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "process {pid} is traced by process {} (wprobe), whose breakpoint is at {at:#x}",
+            first.0.id()
+        )),
+        "{err}"
+    );
+    // The first instance still sees calls, and detaches on SIGINT.
+    let mut first = first;
+    std::thread::sleep(Duration::from_millis(200));
+    let st = Command::new("kill")
+        .args(["-INT", &first.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = std::mem::replace(&mut first.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(stats(&lines)["hits"].as_u64().unwrap() > 50, "{lines:?}");
+    assert_ne!(live(pid).unwrap(), 0xcc);
 }

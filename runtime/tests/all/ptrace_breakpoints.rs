@@ -22,7 +22,8 @@ use std::time::Instant;
 
 use crate::support::tracer::*;
 use runtime::transport::ptrace::{
-    Action, ArmError, BpId, Event, ExitStatus, ProviderError, StepPolicy, TraceOptions, Tracer,
+    ArmError, BpId, ExitStatus, PtraceAction, PtraceError, PtraceEvent, PtraceTracer, StepPolicy,
+    TraceOptions,
 };
 
 fn opts() -> TraceOptions {
@@ -42,7 +43,7 @@ fn count_hits(
     let out = out_file();
     let mut argv: Vec<std::ffi::OsString> = vec![prog.into(), format!(">{}", out.display()).into()];
     argv.extend(args.iter().map(Into::into));
-    let mut t = Tracer::launch(&argv, opts()).unwrap();
+    let mut t = PtraceTracer::launch(&argv, opts()).unwrap();
     t.set_step_policy(policy);
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, prog, sym_name);
@@ -55,15 +56,15 @@ fn count_hits(
     let summary = t
         .run(&stop, &mut |_, ev| {
             match ev {
-                Event::Breakpoint { bp: ids, hit } => {
+                PtraceEvent::Breakpoint { bp: ids, hit } => {
                     assert_eq!(ids, &[bp]);
                     assert_eq!(hit.regs().rip, a, "rip must be the probe address");
                     hits += 1;
                 }
-                Event::ProcessExited { pid: p, status } if p == pid => exited = Some(status),
+                PtraceEvent::ProcessExited { pid: p, status } if p == pid => exited = Some(status),
                 _ => {}
             }
-            Action::Continue
+            PtraceAction::Continue
         })
         .unwrap();
     assert_eq!(exited, Some(ExitStatus::Code(0)));
@@ -125,7 +126,7 @@ fn all_instructions(policy: StepPolicy) -> (u64, runtime::transport::ptrace::Run
         format!(">{}", out.display()).into(),
         n.to_string().into(),
     ];
-    let mut t = Tracer::launch(&argv, opts()).unwrap();
+    let mut t = PtraceTracer::launch(&argv, opts()).unwrap();
     t.set_step_policy(policy);
     let pid = t.main_pid();
     let info = wprobe_elf::ElfInfo::open(&prog).unwrap();
@@ -176,12 +177,12 @@ fn all_instructions(policy: StepPolicy) -> (u64, runtime::transport::ptrace::Run
     let start = Instant::now();
     let s = t
         .run(&stop, &mut |_, ev| {
-            if let Event::Breakpoint { bp, .. } = ev {
+            if let PtraceEvent::Breakpoint { bp, .. } = ev {
                 for id in bp {
                     *counts.entry(*id).or_default() += 1;
                 }
             }
-            Action::Continue
+            PtraceAction::Continue
         })
         .unwrap();
     let el = start.elapsed().as_secs_f64();
@@ -241,7 +242,7 @@ fn arm_errors_t15() {
         format!(">{}", out_file().display()).into(),
         "10".into(),
     ];
-    let mut t = Tracer::launch(&argv, opts()).unwrap();
+    let mut t = PtraceTracer::launch(&argv, opts()).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     let real = opcode(&prog, "target");
@@ -337,12 +338,12 @@ fn arm_errors_t15() {
     drop(t);
     // No such pid.
     assert!(matches!(
-        Tracer::attach(i32::MAX - 7, opts()),
-        Err(ProviderError::NoSuchProcess { .. })
+        PtraceTracer::attach(i32::MAX - 7, opts()),
+        Err(PtraceError::NoSuchProcess { .. })
     ));
     // Command not found is an error, not a hang.
-    match Tracer::launch(&["/nonexistent/wprobe-no-such-cmd".into()], opts()) {
-        Err(ProviderError::CommandNotFound { cmd }) => assert!(cmd.contains("no-such-cmd")),
+    match PtraceTracer::launch(&["/nonexistent/wprobe-no-such-cmd".into()], opts()) {
+        Err(PtraceError::CommandNotFound { cmd }) => assert!(cmd.contains("no-such-cmd")),
         other => panic!("{other:?}"),
     }
 }
@@ -355,7 +356,7 @@ fn sigkill_of_the_tracee_while_stopped_t2() {
         format!(">{}", out_file().display()).into(),
         "0".into(),
     ];
-    let mut t = Tracer::launch(&argv, opts()).unwrap();
+    let mut t = PtraceTracer::launch(&argv, opts()).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
@@ -365,17 +366,17 @@ fn sigkill_of_the_tracee_while_stopped_t2() {
     let start = Instant::now();
     t.run(&stop, &mut |_, ev| {
         match ev {
-            Event::Breakpoint { .. } => {
+            PtraceEvent::Breakpoint { .. } => {
                 hits += 1;
                 if hits == 100 {
                     // Killed while stopped at the breakpoint, inside the handler.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
             }
-            Event::ProcessExited { status: s, .. } => status = Some(s),
+            PtraceEvent::ProcessExited { status: s, .. } => status = Some(s),
             _ => {}
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     assert_eq!(status, Some(ExitStatus::Signal(libc::SIGKILL)));
@@ -394,14 +395,14 @@ fn handler_register_writes_are_applied() {
         format!(">{}", out.display()).into(),
         "10".into(),
     ];
-    let mut t = Tracer::launch(&argv, opts()).unwrap();
+    let mut t = PtraceTracer::launch(&argv, opts()).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
     let stop = AtomicBool::new(false);
     let mut gv = vec![0u64; 4];
     t.run(&stop, &mut |_, ev| {
-        if let Event::Breakpoint { hit, .. } = ev {
+        if let PtraceEvent::Breakpoint { hit, .. } = ev {
             hit.with_gvars(&mut gv, |env| {
                 // rdi = i; make every call target(0).
                 assert!(env.read_reg(0x0A, 0).unwrap() < 10);
@@ -429,7 +430,7 @@ fn handler_register_writes_are_applied() {
                 env.gvars()[0] += 1;
             });
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     assert_eq!(gv[0], 10);

@@ -24,7 +24,9 @@ use std::sync::atomic::AtomicBool;
 
 use crate::support::tracer::*;
 use hostabi::env::HitEnv;
-use runtime::transport::ptrace::{Action, Event, TraceOptions, Tracer, WatchKind, WpId};
+use runtime::transport::ptrace::{
+    PtraceAction, PtraceEvent, PtraceTracer, TraceOptions, WatchKind, WpId,
+};
 
 fn opts() -> TraceOptions {
     TraceOptions {
@@ -59,7 +61,7 @@ fn libs() -> (PathBuf, PathBuf, PathBuf) {
 
 fn lib_hits(prog: &Path, args: &[&str], lib: &Path) -> (u64, u64, String) {
     let out = out_file();
-    let mut t = Tracer::launch(&argv(prog, &out, args), opts()).unwrap();
+    let mut t = PtraceTracer::launch(&argv(prog, &out, args), opts()).unwrap();
     let pid = t.main_pid();
     let lib = lib.to_path_buf();
     let mut armed = false;
@@ -68,7 +70,7 @@ fn lib_hits(prog: &Path, args: &[&str], lib: &Path) -> (u64, u64, String) {
     let stop = AtomicBool::new(false);
     t.run(&stop, &mut |t, ev| {
         match ev {
-            Event::LibrariesChanged { pid: p } => {
+            PtraceEvent::LibrariesChanged { pid: p } => {
                 lib_events += 1;
                 let mapped = t.maps(p).iter().any(|m| m.path.ends_with("libprobe.so"));
                 if mapped && !armed {
@@ -78,10 +80,10 @@ fn lib_hits(prog: &Path, args: &[&str], lib: &Path) -> (u64, u64, String) {
                     armed = true;
                 }
             }
-            Event::Breakpoint { .. } => hits += 1,
+            PtraceEvent::Breakpoint { .. } => hits += 1,
             _ => {}
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     assert!(
@@ -118,11 +120,11 @@ type Seen = HashMap<WpId, Vec<(u64, u64, u64)>>;
 fn watch_run(
     n: u64,
     threads: u64,
-    arm: &dyn Fn(&mut Tracer, i32, &Path) -> Vec<WpId>,
+    arm: &dyn Fn(&mut PtraceTracer, i32, &Path) -> Vec<WpId>,
 ) -> (Seen, String, u64) {
     let prog = build("watch", "watch.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
-    let mut t = Tracer::launch(
+    let mut t = PtraceTracer::launch(
         &argv(&prog, &out, &[&n.to_string(), &threads.to_string()]),
         opts(),
     )
@@ -134,7 +136,7 @@ fn watch_run(
     let mut seen: HashMap<_, Vec<(u64, u64, u64)>> = HashMap::new();
     let stop = AtomicBool::new(false);
     t.run(&stop, &mut |_, ev| {
-        if let Event::Watchpoint { wp, hit } = ev {
+        if let PtraceEvent::Watchpoint { wp, hit } = ev {
             assert!(ids.contains(&wp));
             let mut b = [0u8; 8];
             assert_eq!(hit.read_mem(g_write, &mut b), 8);
@@ -142,7 +144,7 @@ fn watch_run(
                 .or_default()
                 .push((hit.regs().rip, u64::from_le_bytes(b), hit.tid()));
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     (seen, std::fs::read_to_string(&out).unwrap(), bias)

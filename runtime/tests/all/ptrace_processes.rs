@@ -8,6 +8,7 @@ use crate::support::case::{Case, Need};
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
     case!(detach_leaves_code_the_process_rewrote, Need::Ptrace),
+    case!(a_timer_faster_than_a_hit_never_stops_progress, Need::Ptrace),
     case!(
         signals_during_out_of_line_steps_never_repeat_a_hit,
         Need::Ptrace
@@ -38,7 +39,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::tracer::*;
 use hostabi::env::HitEnv;
-use runtime::transport::ptrace::{Action, Event, ExitStatus, TraceOptions, Tracer};
+use runtime::transport::ptrace::{
+    ExitStatus, PtraceAction, PtraceEvent, PtraceTracer, TraceOptions,
+};
 
 fn opts(follow: bool) -> TraceOptions {
     TraceOptions {
@@ -59,7 +62,8 @@ fn eight_threads_exact_count_t7() {
     let n = 100_000u64; // the issue: 8 threads × 100,000 calls, exactly 800,000 hits
     let plain = run_plain(&[prog.to_str().unwrap(), &n.to_string(), "8"]);
     let out = out_file();
-    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8"]), opts(false)).unwrap();
+    let mut t =
+        PtraceTracer::launch(&argv(&prog, &out, &[&n.to_string(), "8"]), opts(false)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, Some(opcode(&prog, "target")))
@@ -69,11 +73,11 @@ fn eight_threads_exact_count_t7() {
     let start = Instant::now();
     let s = t
         .run(&stop, &mut |_, ev| {
-            if let Event::Breakpoint { hit, .. } = ev {
+            if let PtraceEvent::Breakpoint { hit, .. } = ev {
                 use hostabi::env::HitEnv;
                 *per_tid.entry(hit.tid()).or_default() += 1;
             }
-            Action::Continue
+            PtraceAction::Continue
         })
         .unwrap();
     let total: u64 = per_tid.values().sum();
@@ -93,7 +97,7 @@ fn fork_test(follow: bool, vfork: bool) {
         args.push("v".into());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut t = Tracer::launch(&argv(&prog, &out, &args), opts(follow)).unwrap();
+    let mut t = PtraceTracer::launch(&argv(&prog, &out, &args), opts(follow)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
@@ -103,18 +107,18 @@ fn fork_test(follow: bool, vfork: bool) {
     let stop = AtomicBool::new(false);
     t.run(&stop, &mut |_, ev| {
         match ev {
-            Event::Breakpoint { hit, .. } => {
+            PtraceEvent::Breakpoint { hit, .. } => {
                 use hostabi::env::HitEnv;
                 *hits.entry(hit.pid()).or_default() += 1;
             }
-            Event::ProcessStarted { pid: c, parent } => {
+            PtraceEvent::ProcessStarted { pid: c, parent } => {
                 assert_eq!(parent, pid);
                 started.insert(c);
             }
-            Event::ProcessExited { pid: p, status } => exits.push((p, status)),
+            PtraceEvent::ProcessExited { pid: p, status } => exits.push((p, status)),
             _ => {}
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     let out = std::fs::read_to_string(&out).unwrap();
@@ -159,7 +163,7 @@ fn exec_test(from_thread: bool) {
     } else {
         &["0"]
     };
-    let mut t = Tracer::launch(&argv(&prog, &out, args), opts(false)).unwrap();
+    let mut t = PtraceTracer::launch(&argv(&prog, &out, args), opts(false)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
@@ -169,8 +173,8 @@ fn exec_test(from_thread: bool) {
     let prog2 = prog.clone();
     t.run(&stop, &mut |t, ev| {
         match ev {
-            Event::Breakpoint { .. } => hits += 1,
-            Event::Exec { pid: p } => {
+            PtraceEvent::Breakpoint { .. } => hits += 1,
+            PtraceEvent::Exec { pid: p } => {
                 assert_eq!(p, pid, "the tid is remapped to the process id");
                 execs += 1;
                 // The new image's text equals the file (no stale restore).
@@ -185,7 +189,7 @@ fn exec_test(from_thread: bool) {
             }
             _ => {}
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     assert_eq!(execs, 1);
@@ -208,17 +212,17 @@ fn signals_are_delivered_unchanged_t12() {
     let prog = build("signals", "signals.c", &["-O2"]);
     let out = out_file();
     let n = 3000;
-    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string()]), opts(false)).unwrap();
+    let mut t = PtraceTracer::launch(&argv(&prog, &out, &[&n.to_string()]), opts(false)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
     let mut hits = 0u64;
     let stop = AtomicBool::new(false);
     t.run(&stop, &mut |_, ev| {
-        if let Event::Breakpoint { .. } = ev {
+        if let PtraceEvent::Breakpoint { .. } = ev {
             hits += 1;
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     let o = std::fs::read_to_string(&out).unwrap();
@@ -246,7 +250,7 @@ fn job_control_stop_and_continue_t13() {
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
     let n = 3000u64;
-    let mut t = Tracer::launch(
+    let mut t = PtraceTracer::launch(
         &argv(&prog, &out, &[&n.to_string(), "1", "200"]),
         opts(false),
     )
@@ -272,10 +276,10 @@ fn job_control_stop_and_continue_t13() {
     });
     let stop = AtomicBool::new(false);
     t.run(&stop, &mut |_, ev| {
-        if let Event::Breakpoint { .. } = ev {
+        if let PtraceEvent::Breakpoint { .. } = ev {
             hits.fetch_add(1, Ordering::SeqCst);
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     let (states, before, after) = checker.join().unwrap();
@@ -307,7 +311,8 @@ fn detach_under_load_with_stop_flag_t8() {
         runtime::transport::ptrace::StepPolicy::NoEmulation,
     ] {
         let mut t =
-            Tracer::launch(&argv(&prog, &out, &[&n.to_string(), "8", "1"]), opts(false)).unwrap();
+            PtraceTracer::launch(&argv(&prog, &out, &[&n.to_string(), "8", "1"]), opts(false))
+                .unwrap();
         t.set_step_policy(policy);
         let pid = t.main_pid();
         let a = addr_of(&mut t, pid, &prog, "target");
@@ -316,13 +321,13 @@ fn detach_under_load_with_stop_flag_t8() {
         let mut hits = 0;
         let s = t
             .run(&stop, &mut |_, ev| {
-                if let Event::Breakpoint { .. } = ev {
+                if let PtraceEvent::Breakpoint { .. } = ev {
                     hits += 1;
                     if hits == 10_000 {
                         stop.store(true, Ordering::SeqCst);
                     }
                 }
-                Action::Continue
+                PtraceAction::Continue
             })
             .unwrap();
         assert!(s.detached);
@@ -352,7 +357,8 @@ fn detach_from_an_idle_tracee_returns_promptly() {
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
     // One call per second: the loop is blocked in waitpid most of the time.
-    let mut t = Tracer::launch(&argv(&prog, &out, &["3", "1", "1000000"]), opts(false)).unwrap();
+    let mut t =
+        PtraceTracer::launch(&argv(&prog, &out, &["3", "1", "1000000"]), opts(false)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
@@ -363,7 +369,7 @@ fn detach_from_an_idle_tracee_returns_promptly() {
         s2.store(true, Ordering::SeqCst);
     });
     let start = Instant::now();
-    let s = t.run(&stop, &mut |_, _| Action::Continue).unwrap();
+    let s = t.run(&stop, &mut |_, _| PtraceAction::Continue).unwrap();
     assert!(s.detached);
     assert!(
         start.elapsed() < Duration::from_secs(2),
@@ -389,7 +395,7 @@ fn attach_then_stop_restores_everything_t9() {
         .unwrap();
     let pid = child.id() as i32;
     std::thread::sleep(Duration::from_millis(200));
-    let mut t = Tracer::attach(pid, opts(false)).unwrap();
+    let mut t = PtraceTracer::attach(pid, opts(false)).unwrap();
     let a = addr_of(&mut t, pid, &prog, "target");
     let before = read_mem(pid, a & !0xfff, 4096);
     t.insert_breakpoint(pid, a, None).unwrap();
@@ -397,7 +403,7 @@ fn attach_then_stop_restores_everything_t9() {
     let mut tids = HashSet::new();
     let mut hits = 0;
     t.run(&stop, &mut |_, ev| {
-        if let Event::Breakpoint { hit, .. } = ev {
+        if let PtraceEvent::Breakpoint { hit, .. } = ev {
             use hostabi::env::HitEnv;
             tids.insert(hit.tid());
             hits += 1;
@@ -405,7 +411,7 @@ fn attach_then_stop_restores_everything_t9() {
                 stop.store(true, Ordering::SeqCst);
             }
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     drop(t);
@@ -435,7 +441,7 @@ fn attach_to_a_thread_spawning_process_t14() {
     let pid = child.id() as i32;
     std::thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
-    let mut t = Tracer::attach(pid, opts(false)).unwrap();
+    let mut t = PtraceTracer::attach(pid, opts(false)).unwrap();
     assert!(
         start.elapsed() < Duration::from_secs(2),
         "attach took {:?}",
@@ -448,7 +454,7 @@ fn attach_to_a_thread_spawning_process_t14() {
     let mut main_hits = 0;
     let mut hits = 0;
     t.run(&stop, &mut |_, ev| {
-        if let Event::Breakpoint { hit, .. } = ev {
+        if let PtraceEvent::Breakpoint { hit, .. } = ev {
             use hostabi::env::HitEnv;
             tids.insert(hit.tid());
             if hit.tid() == pid as u64 {
@@ -459,7 +465,7 @@ fn attach_to_a_thread_spawning_process_t14() {
                 stop.store(true, Ordering::SeqCst);
             }
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     drop(t);
@@ -478,20 +484,20 @@ fn handoff_to_debugger_leaves_the_process_stopped_and_clean() {
     let _t = timeout("handoff", 60);
     let prog = build("calls-pie-O2", "calls.c", &["-O2", "-fPIE", "-pie"]);
     let out = out_file();
-    let mut t = Tracer::launch(&argv(&prog, &out, &["1000"]), opts(false)).unwrap();
+    let mut t = PtraceTracer::launch(&argv(&prog, &out, &["1000"]), opts(false)).unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "target");
     t.insert_breakpoint(pid, a, None).unwrap();
     let stop = AtomicBool::new(false);
     let mut hits = 0;
     t.run(&stop, &mut |_, ev| {
-        if let Event::Breakpoint { .. } = ev {
+        if let PtraceEvent::Breakpoint { .. } = ev {
             hits += 1;
             if hits == 10 {
-                return Action::HandoffToDebugger;
+                return PtraceAction::HandoffToDebugger;
             }
         }
-        Action::Continue
+        PtraceAction::Continue
     })
     .unwrap();
     drop(t);
@@ -518,10 +524,26 @@ fn handoff_to_debugger_leaves_the_process_stopped_and_clean() {
 /// must not run the handler (and its register write) a second time.
 fn signals_during_out_of_line_steps_never_repeat_a_hit() {
     let _t = timeout("alarm_ool", 120);
+    alarm_ool_under_timer(20_000, 200);
+}
+
+/// Progress under a timer faster than any hit (20 µs, where a ptrace stop
+/// costs more): the displaced instruction completes before the signal is
+/// delivered, so a signal can never send the thread back to the probe
+/// forever (it did: the test of 200 µs hung on a loaded machine).
+fn a_timer_faster_than_a_hit_never_stops_progress() {
+    let _t = timeout("alarm_ool_20us", 120);
+    alarm_ool_under_timer(2_000, 20);
+}
+
+fn alarm_ool_under_timer(n: u64, period_us: u32) {
     let prog = build("alarm_ool", "alarm_ool.c", &["-O2"]);
-    let n: u64 = 20_000;
     let out = out_file();
-    let mut t = Tracer::launch(&argv(&prog, &out, &[&n.to_string()]), opts(false)).unwrap();
+    let mut t = PtraceTracer::launch(
+        &argv(&prog, &out, &[&n.to_string(), &period_us.to_string()]),
+        opts(false),
+    )
+    .unwrap();
     let pid = t.main_pid();
     let a = addr_of(&mut t, pid, &prog, "counted");
     t.insert_breakpoint(pid, a, None).unwrap();
@@ -530,14 +552,14 @@ fn signals_during_out_of_line_steps_never_repeat_a_hit() {
     let mut gv = vec![0u64; 1];
     let summary = t
         .run(&stop, &mut |_, ev| {
-            if let Event::Breakpoint { hit, .. } = ev {
+            if let PtraceEvent::Breakpoint { hit, .. } = ev {
                 hits += 1;
                 hit.with_gvars(&mut gv, |env| {
                     let rdi = env.read_reg(0x0A, 0).unwrap();
                     assert_eq!(env.write_reg(0x0A, rdi + 1), hostabi::Status::Ok);
                 });
             }
-            Action::Continue
+            PtraceAction::Continue
         })
         .unwrap();
     assert!(summary.out_of_line > 0, "{summary:?}");
@@ -582,14 +604,14 @@ fn detach_leaves_code_the_process_rewrote() {
     let (armed_tx, armed) = std::sync::mpsc::channel();
     // A tracer is used from the thread that created it.
     let tracing = std::thread::spawn(move || {
-        let mut t = Tracer::attach(pid, opts(false)).unwrap();
+        let mut t = PtraceTracer::attach(pid, opts(false)).unwrap();
         t.insert_breakpoint(pid, 0x7000_0000, Some(0xb8)).unwrap();
         armed_tx.send(()).unwrap();
         t.run(&s, &mut |_, ev| {
-            if let Event::Breakpoint { .. } = ev {
+            if let PtraceEvent::Breakpoint { .. } = ev {
                 h.fetch_add(1, Ordering::SeqCst);
             }
-            Action::Continue
+            PtraceAction::Continue
         })
         .unwrap();
         t.code_left_alone().to_vec()

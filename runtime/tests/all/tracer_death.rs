@@ -9,7 +9,8 @@ use crate::support::case::{Case, Need};
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
     case!(sigkill_of_wprobe_kills_the_launched_command_and_its_traced_children),
-    case!(after_sigkill_in_attach_mode_repair_restores_the_process),
+    case!(after_sigkill_in_attach_mode_the_watchdog_restores_the_process),
+    case!(after_sigkill_of_wprobe_and_its_watchdog_repair_restores_the_process),
     case!(
         a_panic_in_attach_mode_leaves_the_process_unpatched_and_running,
         Need::DebugBuild
@@ -196,12 +197,72 @@ fn attach_to_gated(env: &[(&str, &str)]) -> Attached {
     }
 }
 
-/// T11, ptrace provider: after a SIGKILL of wprobe in attach mode, the
-/// breakpoint stays in the process (no user-space tracer can prevent it);
-/// wprobe warned about it when attaching, the journal exists, and `wprobe
-/// repair --pid` run before the next hit restores the bytes, after which the
-/// process runs 10,000 more calls unharmed.
-fn after_sigkill_in_attach_mode_repair_restores_the_process() {
+/// The watchdog processes of attached process `pid` (`wprobe __watchdog
+/// PID --detached`), found by their command lines.
+fn watchdogs_of(pid: u32) -> Vec<i32> {
+    let want = format!("__watchdog\0{pid}\0--detached\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).ends_with(&want))
+        })
+        .collect()
+}
+
+/// Bug 3 of the first-contact review: after a SIGKILL of wprobe in attach
+/// mode, its watchdog restores the journaled bytes at once (no `wprobe
+/// repair` needed), removes the journal and says so; the process, whose
+/// next probed call would have died of SIGTRAP, runs 10,000 more calls
+/// unharmed.
+fn after_sigkill_in_attach_mode_the_watchdog_restores_the_process() {
+    use std::io::Write;
+    let Attached {
+        mut target,
+        pid,
+        mut to_target,
+        mut from_target,
+        wprobe: mut w,
+        work,
+        original,
+    } = attach_to_gated(&[]);
+    assert_eq!(watchdogs_of(pid).len(), 1);
+    writeln!(to_target, "3").unwrap();
+    assert_eq!(from_target.next().unwrap().unwrap(), "sum 12");
+    w.kill().unwrap();
+    // The watchdog shares wprobe's standard error: this returns once it
+    // has done its work and exited.
+    let st = w.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        stderr.contains("If wprobe is killed with SIGKILL, a watchdog restores the original bytes"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "wprobe: watchdog: wprobe ended without detaching from process {pid}; restored 2 \
+             bytes of its breakpoints"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(live_bytes(pid, work, 8), original);
+    assert!(!runtime::transport::ptrace::journal::path(pid as i32).exists());
+    assert!(watchdogs_of(pid).is_empty());
+    writeln!(to_target, "10000").unwrap();
+    drop(to_target);
+    let sum: i64 = (0..10_003).map(|i: i64| i * 3 + 1).sum();
+    assert_eq!(from_target.next().unwrap().unwrap(), format!("sum {sum}"));
+    assert_eq!(from_target.next().unwrap().unwrap(), format!("done {sum}"));
+    assert!(target.wait().unwrap().success());
+}
+
+/// T11, ptrace provider: after a SIGKILL of wprobe and of its watchdog in
+/// attach mode, the breakpoint stays in the process (no user-space tracer
+/// can prevent it); the journal exists, and `wprobe repair --pid` run
+/// before the next hit restores the bytes, after which the process runs
+/// 10,000 more calls unharmed.
+fn after_sigkill_of_wprobe_and_its_watchdog_repair_restores_the_process() {
     use std::io::Write;
     let Attached {
         mut target,
@@ -216,13 +277,17 @@ fn after_sigkill_in_attach_mode_repair_restores_the_process() {
     // unhandled int3 would kill the process with SIGTRAP instead).
     writeln!(to_target, "3").unwrap();
     assert_eq!(from_target.next().unwrap().unwrap(), "sum 12");
-    w.kill().unwrap();
-    let st = w.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&st.stderr);
+    let dogs = watchdogs_of(pid);
+    assert_eq!(dogs.len(), 1);
     assert!(
-        stderr.contains(&format!("wprobe repair --pid {pid}")),
-        "the attach warning names the repair command: {stderr}"
+        Command::new("kill")
+            .args(["-KILL", &dogs[0].to_string()])
+            .status()
+            .unwrap()
+            .success()
     );
+    w.kill().unwrap();
+    let _ = w.wait_with_output().unwrap();
     // The breakpoint is still there; the journal says what was under it.
     assert_eq!(live_bytes(pid, work, 1), [0xcc]);
     // Two patches: the probe, and the dynamic linker's r_debug breakpoint

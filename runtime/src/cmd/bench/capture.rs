@@ -14,11 +14,11 @@ pub fn capture(
     a: &BenchArgs,
     programs: &[BenchProgram],
 ) -> Result<std::collections::HashMap<(usize, usize), ModelEnv>, String> {
-    use crate::session::{ProgramInput, RunOptions, Session};
+    use crate::session::{LoadedProgram, RunOptions, Session};
     use crate::transport::{OpenOptions, Target, ptrace};
     let inputs = programs
         .iter()
-        .map(|p| ProgramInput {
+        .map(|p| LoadedProgram {
             label: p.label.clone(),
             module: p.module.clone(),
         })

@@ -35,12 +35,17 @@ fn timed_run(argv: &[std::ffi::OsString]) -> std::io::Result<(String, f64, f64)>
         .stderr(Stdio::piped())
         .output()?;
     let wall = t0.elapsed().as_nanos() as f64;
-    // The first error line says why a traced run failed.
+    // Why a traced run failed: the first compiler diagnostic (`file:line:
+    // col: error[CODE]: …`) when there is one, else the first error line.
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let why = stderr.lines().find(|l| l.starts_with("error")).map_or_else(
-        || out.status.to_string(),
-        |l| l.strip_prefix("error: ").unwrap_or(l).to_string(),
-    );
+    let why = stderr
+        .lines()
+        .find(|l| l.contains(": error["))
+        .or_else(|| stderr.lines().find(|l| l.starts_with("error")))
+        .map_or_else(
+            || out.status.to_string(),
+            |l| l.strip_prefix("error: ").unwrap_or(l).to_string(),
+        );
     Ok((why, wall, children_cpu_ns() - before))
 }
 

@@ -7,9 +7,11 @@
 
 use crate::cache::Cache;
 use crate::cmd::run::RunArgs;
-use crate::session::{ProgramInput, Session};
+use crate::session::{LoadedProgram, Session};
 use std::path::Path;
 use std::process::ExitCode;
+
+use crate::cli::{CliError, CmdResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether `path` is a one-liner program file.
@@ -80,10 +82,12 @@ pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<V
         Ok(c) => Ok(c.wasm),
         Err((d, map)) => {
             let n = d.0.len();
-            Err(format!(
-                "{}could not compile `{name}` ({n} error{})",
-                d.render(&map),
-                if n == 1 { "" } else { "s" }
+            Err(crate::cli::diagnostics_failure(
+                &d.render(&map),
+                &format!(
+                    "could not compile `{name}` ({n} error{})",
+                    if n == 1 { "" } else { "s" }
+                ),
             ))
         }
     }
@@ -94,14 +98,14 @@ pub fn extra_programs(
     engine: &wasmtime::Engine,
     a: &RunArgs,
     cache: &Cache,
-) -> Result<Vec<ProgramInput>, String> {
+) -> Result<Vec<LoadedProgram>, String> {
     let opts = options(a);
     let mut out = Vec::new();
     if let Some(text) = &a.program_text {
         let wasm = compile_text("-e", text, &opts)?;
         let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
             .map_err(|e| format!("loading the -e program: {e}"))?;
-        out.push(ProgramInput {
+        out.push(LoadedProgram {
             label: "-e".into(),
             module,
         });
@@ -110,15 +114,15 @@ pub fn extra_programs(
         let wasm = match bt2wasm::compile_events(&a.events, &opts) {
             Ok(c) => c.wasm,
             Err((d, map)) => {
-                return Err(format!(
-                    "{}could not compile the probe events",
-                    d.render(&map)
+                return Err(crate::cli::diagnostics_failure(
+                    &d.render(&map),
+                    "could not compile the probe events",
                 ));
             }
         };
         let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
             .map_err(|e| format!("loading the probe events: {e}"))?;
-        out.push(ProgramInput {
+        out.push(LoadedProgram {
             label: "event".into(),
             module,
         });
@@ -132,13 +136,13 @@ pub fn load_file(
     path: &Path,
     a: &RunArgs,
     cache: &Cache,
-) -> Result<ProgramInput, String> {
+) -> Result<LoadedProgram, String> {
     let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let text = String::from_utf8_lossy(&text);
     let wasm = compile_text(&path.display().to_string(), &text, &options(a))?;
     let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
-    Ok(ProgramInput {
+    Ok(LoadedProgram {
         label: crate::programs::program_label(path),
         module,
     })
@@ -147,15 +151,16 @@ pub fn load_file(
 /// `-l [PATTERN]` / `-lv`: the probe-able functions of a binary matching
 /// `uprobe:BIN:GLOB` (with `-v`, each function's DWARF parameters), as
 /// `bpftrace -l` lists them.
-pub fn list(a: &RunArgs) -> ExitCode {
+pub fn list(a: &RunArgs) -> CmdResult {
     let pattern = a
         .programs
         .first()
         .map(|p| p.to_string_lossy().into_owned())
         .or_else(|| a.program_text.clone());
     let Some(pattern) = pattern else {
-        eprintln!("error: -l needs a pattern: wprobe run -l 'uprobe:BINARY:GLOB'");
-        return ExitCode::from(1);
+        return Err(CliError::user(
+            "-l needs a pattern: wprobe run -l 'uprobe:BINARY:GLOB'",
+        ));
     };
     let parts: Vec<&str> = pattern.split(':').collect();
     let (provider, target, glob) = match parts.as_slice() {
@@ -168,31 +173,28 @@ pub fn list(a: &RunArgs) -> ExitCode {
             *g,
         ),
         _ => {
-            eprintln!("error: -l pattern `{pattern}` is not uprobe:BINARY:GLOB");
-            return ExitCode::from(1);
+            return Err(CliError::user(format!(
+                "-l pattern `{pattern}` is not uprobe:BINARY:GLOB"
+            )));
         }
     };
     let full = match provider {
         "uprobe" | "u" => "uprobe",
         "uretprobe" | "ur" => "uretprobe",
         other => {
-            eprintln!("error: -l lists uprobe and uretprobe functions, not `{other}` probes");
-            return ExitCode::from(1);
+            return Err(CliError::user(format!(
+                "-l lists uprobe and uretprobe functions, not `{other}` probes"
+            )));
         }
     };
     let Some(path) = bt2wasm::elf::resolve_binary(&target, &[]) else {
-        eprintln!("error: {full} target file '{target}' does not exist or is not executable");
-        return ExitCode::from(1);
+        return Err(CliError::user(format!(
+            "{full} target file '{target}' does not exist or is not executable"
+        )));
     };
-    let bin = match bt2wasm::elf::Binary::open(&path) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
+    let bin = bt2wasm::elf::Binary::open(&path).map_err(|e| CliError::user(e.to_string()))?;
     let debug = if a.verbose {
-        bt2wasm::dwarf::Debug::load(&bin.bytes)
+        bt2wasm::dwarf::Debug::load(bin.bytes())
     } else {
         None
     };
@@ -218,12 +220,12 @@ pub fn list(a: &RunArgs) -> ExitCode {
     }
     use std::io::Write;
     let _ = std::io::stdout().write_all(out.as_bytes());
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs a session that traces no process: `begin` probes, the interval
 /// probes until `exit()` or a signal, `end` probes, the maps.
-pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> ExitCode {
+pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> CmdResult {
     session.begin();
     let tick = session.tick_period();
     while !stop.load(Ordering::SeqCst) {
@@ -235,7 +237,7 @@ pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> ExitCode {
     }
     session.end();
     session.summary();
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// After the transport stopped: a command still running after `exit()` is
@@ -258,7 +260,7 @@ pub fn finish(
 }
 
 /// `wprobe compile -e PROGRAM -o OUT` / `wprobe compile script.bt`.
-pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> ExitCode {
+pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> CmdResult {
     let (name, text, default_out) = match (&a.program_text, &a.program) {
         (Some(t), _) => ("-e".to_string(), t.clone(), None),
         (None, Some(p)) => match std::fs::read(p) {
@@ -268,37 +270,34 @@ pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> ExitCode {
                 Some(p.with_extension(if a.emit == "wat" { "wat" } else { "wasm" })),
             ),
             Err(e) => {
-                eprintln!("error: reading {}: {e}", p.display());
-                return ExitCode::from(1);
+                return Err(CliError::user(format!("reading {}: {e}", p.display())));
             }
         },
         (None, None) => {
-            eprintln!("error: give a program file or -e PROGRAM");
-            return ExitCode::from(1);
+            return Err(CliError::user("give a program file or -e PROGRAM"));
         }
     };
     let opts = bt2wasm::Options::default();
     let wasm = match compile_text(&name, &text, &opts) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
+            return Err(CliError::user(e));
         }
     };
     let bytes = if a.emit == "wat" {
         match wasmprinter::print_bytes(&wasm) {
             Ok(t) => t.into_bytes(),
             Err(e) => {
-                eprintln!("error: printing the module: {e}");
-                return ExitCode::from(2);
+                return Err(CliError::internal(format!("printing the module: {e}")));
             }
         }
     } else {
         wasm
     };
     let Some(out) = a.output.clone().or(default_out) else {
-        eprintln!("error: give -o OUT (or -o - for standard output) with -e");
-        return ExitCode::from(1);
+        return Err(CliError::user(
+            "give -o OUT (or -o - for standard output) with -e",
+        ));
     };
     let res = if out.as_os_str() == "-" {
         use std::io::Write;
@@ -307,10 +306,9 @@ pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> ExitCode {
         std::fs::write(&out, &bytes)
     };
     if let Err(e) = res {
-        eprintln!("error: writing {}: {e}", out.display());
-        return ExitCode::from(1);
+        return Err(CliError::user(format!("writing {}: {e}", out.display())));
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `wprobe bench -e PROGRAM`: the program text as a `.bt` file of the

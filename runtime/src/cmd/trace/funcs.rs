@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use goblin::elf::Elf;
 use wprobe_elf::{ElfInfo, SymKind};
 
-use crate::cmd::list::glob_match;
+use wprobe_elf::glob as glob_match;
 
 /// Where a traced function comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -205,7 +205,7 @@ impl RecordHook for Hook {
                     Left::ThreadExit => How::Unwound(Cause::ThreadExit),
                     Left::ProcessExit => How::Unwound(Cause::ProcessEnded),
                     Left::Exec => How::Unwound(Cause::Exec),
-                    Left::Detach | Left::Disabled => How::Running,
+                    Left::Detach | Left::Suspend | Left::Disabled => How::Running,
                 };
                 st.tree.unwound(Thread { pid, tid }, func, entry_rsp, how);
             }

@@ -73,16 +73,6 @@ pub fn launch(argv: &[OsString]) -> Result<i32, PerfError> {
     Ok(child)
 }
 
-/// `AT_ENTRY` of the process (from `/proc/PID/auxv`).
-fn entry_point(pid: i32) -> Option<u64> {
-    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
-    auxv.chunks_exact(16).find_map(|c| {
-        let k = u64::from_le_bytes(c[..8].try_into().ok()?);
-        let v = u64::from_le_bytes(c[8..].try_into().ok()?);
-        (k == libc::AT_ENTRY).then_some(v)
-    })
-}
-
 /// Runs the stopped child to its entry point (libraries mapped, no user
 /// code of the program run yet) with a temporary `int3`.
 fn run_to_entry(pid: i32) -> Result<(), PerfError> {
@@ -90,7 +80,7 @@ fn run_to_entry(pid: i32) -> Result<(), PerfError> {
         op,
         errno: e as i32,
     };
-    let Some(entry) = entry_point(pid) else {
+    let Some(entry) = crate::procmaps::entry_point(pid) else {
         return Ok(()); // no auxv: arm at the exec stop
     };
     let word = sys::peekdata(pid, entry).map_err(|e| err("PTRACE_PEEKTEXT", e))?;

@@ -65,7 +65,7 @@ const IP_BIT: u64 = 1 << 8;
 pub fn regs_mask(read: RegsRead, stack: bool) -> u64 {
     let mut m = match read {
         RegsRead::All => REGS_MASK,
-        RegsRead::Only(set) => (0..64u16)
+        RegsRead::Only(set) => (0..128u16)
             .filter(|id| set & (1 << id) != 0)
             .filter_map(perf_bit)
             .fold(0, |m, b| m | 1 << b),

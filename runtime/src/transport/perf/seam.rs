@@ -13,6 +13,7 @@ use std::rc::Rc;
 use hostabi::env::{EntryState, HitEnv};
 
 use super::{EvKey, PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer, SampleCfg};
+use crate::addr::RunAddr;
 use crate::procmaps::{self, Mapping};
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::ptrace::ExitStatus;
@@ -38,7 +39,12 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: true,
         uses_ptrace: false,
         return_probes: true,
+        step_faults: false,
+        write_checks: false,
     },
+    // The general registers, rflags, cs, ss and the instruction pointer
+    // (the sample's IP).
+    registers: Some(|id| super::sample::perf_bit(id).is_some()),
     preflight,
     open,
 };
@@ -140,20 +146,47 @@ impl PerfTracer {
                 format!("address {addr:#x} is not in an executable file mapping of process {pid}")
             })?;
         let offset = addr - m.start + m.offset;
+        // The file's byte: a uprobe is a place in a file, and live memory
+        // may already hold the kernel's int3 of another probe there.
+        let mut file = [0u8];
+        let from_file = std::fs::File::open(&m.path)
+            .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut file, offset))
+            .is_ok();
+        let mut live = [0u8];
+        let live_read = super::read_live(pid, addr, &mut live) == 1;
         if let Some(op) = opcode {
-            // The file's byte: a uprobe is a place in a file, and live memory
-            // may already hold the kernel's int3 of another probe there.
-            let mut b = [0u8];
-            let read = std::fs::File::open(&m.path)
-                .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, offset))
-                .is_ok()
-                || super::read_live(pid, addr, &mut b) == 1;
-            if read && b[0] != op {
+            let found = if from_file {
+                Some(file[0])
+            } else {
+                live_read.then_some(live[0])
+            };
+            if let Some(b) = found
+                && b != op
+            {
                 return Err(format!(
-                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
-                    b[0]
+                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {b:#04x}"
                 ));
             }
+        }
+        // An int3 in the process that the file does not have, in a
+        // process another tracer holds: that tracer's breakpoint (another
+        // uprobe would leave the process untraced). A uprobe on it would
+        // take the breakpoint's hits, and vanish when that tracer restores
+        // its byte: both tracers blind, without a word.
+        if from_file
+            && live_read
+            && live[0] == crate::arch::BREAKPOINT_INSN
+            && file[0] != crate::arch::BREAKPOINT_INSN
+            && let crate::procinfo::Untraceable::Traced { tracer, comm } =
+                crate::procinfo::untraceable(pid)
+            && tracer != std::process::id() as i32
+        {
+            return Err(format!(
+                "process {pid} is traced by process {tracer} ({comm}), whose breakpoint is at \
+                 {addr:#x}: a uprobe there would take that breakpoint's hits and vanish when it \
+                 is removed. Stop that tracer first (a wprobe stops with SIGINT: `kill -INT \
+                 {tracer}`), or add this probe to its run"
+            ));
         }
         Ok(PerfProbe::Uprobe {
             path: m.path.clone(),
@@ -372,10 +405,7 @@ impl PerfTracer {
             return;
         }
         let mut stepped = false;
-        for _ in 0..n {
-            let Some(c) = self.seam.calls.pop(tid) else {
-                break;
-            };
+        while let Some(c) = self.seam.calls.pop(tid, rsp_after) {
             if !stepped {
                 hit.step_past_ret(c.ret_addr);
                 stepped = true;
@@ -414,7 +444,14 @@ impl Transport for PerfTracer {
         Ok(self.seam.maps[&pid].clone())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         let probe = match what {
             Insert::Breakpoint { opcode } => self.uprobe_at(pid, addr, opcode)?,
             Insert::Watchpoint { len, kind } => {
@@ -467,6 +504,29 @@ impl Transport for PerfTracer {
         }
     }
 
+    fn suspend(&mut self) -> Result<(), String> {
+        // Live calls of return probes end here (reported at the next
+        // event): their returns are not sampled while dormant.
+        self.seam.calls.drain(Left::Suspend, &mut self.seam.gone);
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.disable()
+                    .map_err(|e| format!("disabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        for p in self.probes.values_mut() {
+            for c in &mut p.counters {
+                c.enable()
+                    .map_err(|e| format!("enabling a perf event: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
     fn set_tick(&mut self, period: Duration) {
         PerfTracer::set_tick(self, period);
     }
@@ -477,6 +537,8 @@ impl Transport for PerfTracer {
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
     ) -> anyhow::Result<Option<ExitStatus>> {
         let mut cb = |t: &mut PerfTracer, ev: PerfEvent<'_>| {
+            // Calls `suspend` ended, before anything later.
+            t.flush_gone(on_event);
             // The target does not wait for the handler: what it asks of
             // the thread cannot be done (the session counts it).
             match ev {

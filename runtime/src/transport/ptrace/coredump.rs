@@ -7,7 +7,7 @@
 //! Memory is read as handlers read it, so the core shows the original
 //! bytes under wprobe's breakpoints. The process keeps running afterwards.
 
-use super::Hit;
+use super::PtraceHit;
 use hostabi::env::HitEnv;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -97,10 +97,10 @@ fn prpsinfo(pid: i32) -> Vec<u8> {
 
 /// Writes `core.wprobe.PID.N` for the process of `hit`; returns its path.
 /// `others`: the other threads' registers (see
-/// `Tracer::other_threads_registers`).
+/// `PtraceTracer::other_threads_registers`).
 pub fn write_core(
     pid: i32,
-    hit: &mut Hit,
+    hit: &mut PtraceHit,
     others: &[(i32, crate::arch::Regs, Option<crate::arch::FpRegs>)],
 ) -> anyhow::Result<PathBuf> {
     let maps = crate::procmaps::read(pid)?;

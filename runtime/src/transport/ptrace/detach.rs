@@ -10,14 +10,14 @@ use nix::errno::Errno;
 use super::hits::sigtrap_pending;
 use super::mem::ProcMem;
 use super::threads::TState;
-use super::{ExitStatus, ProviderError, Tracer};
+use super::{ExitStatus, PtraceError, PtraceTracer};
 use crate::arch::{self};
 use crate::sys::ptrace::{self as sys, Status};
 use crate::sys::regs::zero_regs;
 
-impl Tracer {
+impl PtraceTracer {
     /// Restores and detaches every traced process.
-    pub fn detach_all(&mut self) -> Result<(), ProviderError> {
+    pub fn detach_all(&mut self) -> Result<(), PtraceError> {
         let mut first_err = None;
         // Detaching can discover children (pending fork events): repeat.
         for _ in 0..64 {
@@ -52,7 +52,7 @@ impl Tracer {
         &mut self,
         pid: i32,
         handoff: Option<i32>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         // 0. A thread whose hit was being handled (we are unwinding from the
         // handler) resumes at the probe address, not past the int3.
         if let Some((t, addr)) = self.in_flight
@@ -111,7 +111,7 @@ impl Tracer {
                     .code_left_alone
                     .extend(left.into_iter().map(|(a, b)| (pid, a, b))),
                 Err((_, Errno::ESRCH)) => {}
-                Err((addr, errno)) => res = Err(ProviderError::Restore { pid, addr, errno }),
+                Err((addr, errno)) => res = Err(PtraceError::Restore { pid, addr, errno }),
             }
         }
         let had_wps = p.wps.iter().any(Option::is_some);
@@ -121,7 +121,7 @@ impl Tracer {
             if had_wps {
                 let _ = super::sites::set_debugregs(t, &[None; 4], 0);
             }
-            self.fix_ool_pc(t, pid);
+            self.fix_ool_pc(t, pid, false);
             let sig = match (handoff, self.threads.get(&t)) {
                 (Some(h), _) if h == t => libc::SIGSTOP,
                 (_, Some(th)) if th.state == TState::Held => th.sig,

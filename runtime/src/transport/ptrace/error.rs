@@ -5,7 +5,7 @@ use nix::errno::Errno;
 
 /// A failure of the tracer or of a traced process.
 #[derive(Debug, thiserror::Error)]
-pub enum ProviderError {
+pub enum PtraceError {
     /// The thread or process no longer exists (ESRCH).
     #[error("tracee {pid} died")]
     TraceeDied {
@@ -87,12 +87,12 @@ pub enum ProviderError {
     },
 }
 
-impl ProviderError {
-    pub(super) fn sys(op: &'static str, pid: i32, errno: Errno) -> ProviderError {
+impl PtraceError {
+    pub(super) fn sys(op: &'static str, pid: i32, errno: Errno) -> PtraceError {
         if errno == Errno::ESRCH {
-            ProviderError::TraceeDied { pid }
+            PtraceError::TraceeDied { pid }
         } else {
-            ProviderError::Sys { op, pid, errno }
+            PtraceError::Sys { op, pid, errno }
         }
     }
 }
@@ -111,7 +111,11 @@ pub enum ArmError {
         found: u8,
     },
     /// An `int3` is already there (not ours).
-    #[error("address {addr:#x} already holds an int3")]
+    #[error(
+        "address {addr:#x} already holds an int3: the program's own, or the breakpoint of \
+         another tool (a uprobe of perf, bpftrace or wprobe --transport perf; a debugger). Two \
+         tracers on one instruction take each other's hits: stop the other one first"
+    )]
     AlreadyTrapped {
         /// Run-time address.
         addr: u64,
@@ -159,9 +163,9 @@ pub enum ArmError {
         /// The pid.
         pid: i32,
     },
-    /// A provider failure while arming.
+    /// A tracer failure while arming.
     #[error(transparent)]
-    Provider(#[from] ProviderError),
+    Provider(#[from] PtraceError),
 }
 
 pub(super) fn ptrace_hint() -> String {

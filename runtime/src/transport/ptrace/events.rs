@@ -14,7 +14,9 @@ use nix::errno::Errno;
 
 use super::mem::ProcMem;
 use super::threads::{ProcKind, Process, TState, Thread};
-use super::{Action, Event, ExitStatus, ProviderError, RunSummary, Tracer, rdebug, tgid_of};
+use super::{
+    ExitStatus, PtraceAction, PtraceError, PtraceEvent, PtraceTracer, RunSummary, rdebug, tgid_of,
+};
 use crate::sys::ptrace::{self as sys, Status};
 
 pub(super) fn is_group_stop_sig(sig: i32) -> bool {
@@ -27,22 +29,22 @@ pub(super) fn is_group_stop_sig(sig: i32) -> bool {
 use super::tick::waker;
 pub(super) use crate::sys::regs::zero_regs;
 
-pub(super) type Cb<'c> = &'c mut dyn FnMut(&mut Tracer, Event<'_>) -> Action;
+pub(super) type Cb<'c> = &'c mut dyn FnMut(&mut PtraceTracer, PtraceEvent<'_>) -> PtraceAction;
 
-impl Tracer {
+impl PtraceTracer {
     /// Runs until every traced process has exited, or `stop` becomes true
     /// (then everything is restored and detached; launched commands run on).
     pub fn run(
         &mut self,
         stop: &AtomicBool,
-        on_event: &mut dyn FnMut(&mut Tracer, Event<'_>) -> Action,
-    ) -> Result<RunSummary, ProviderError> {
+        on_event: &mut dyn FnMut(&mut PtraceTracer, PtraceEvent<'_>) -> PtraceAction,
+    ) -> Result<RunSummary, PtraceError> {
         self.resume_held_unqueued();
         // The waker: a child of this thread blocked on a pipe; when `stop`
         // becomes true a helper thread writes the pipe, the child exits, and
         // our blocking waitpid returns to look at the flag.
         let (child, wpipe) = crate::sys::process::waker_child()
-            .map_err(|e| ProviderError::sys("fork (waker)", 0, e))?;
+            .map_err(|e| PtraceError::sys("fork (waker)", 0, e))?;
         let waker_pid = AtomicI32::new(child);
         let done = AtomicBool::new(false);
         let wfd = std::os::fd::AsRawFd::as_raw_fd(&wpipe);
@@ -87,7 +89,7 @@ impl Tracer {
         stop: &AtomicBool,
         waker_pid: &AtomicI32,
         cb: Cb<'_>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         loop {
             if stop.load(Ordering::SeqCst) {
                 let t0 = std::time::Instant::now();
@@ -112,7 +114,7 @@ impl Tracer {
                             self.threads.clear();
                             return Ok(());
                         }
-                        Err(e) => return Err(ProviderError::sys("waitpid", -1, e)),
+                        Err(e) => return Err(PtraceError::sys("waitpid", -1, e)),
                     }
                 }
             };
@@ -125,8 +127,10 @@ impl Tracer {
             }
             self.handle(tid, raw, cb)?;
             // Fairness (RELIABILITY H7): take every stop already pending
-            // before waiting again, and handle them in arrival order.
-            while self.queue.len() < 256 {
+            // before waiting again, and handle them in arrival order. With
+            // one traced thread there can be none (one system call less
+            // per hit): its next stop is what the blocking wait returns.
+            while self.threads.len() > 1 && self.queue.len() < 256 {
                 match sys::wait(-1, libc::WNOHANG) {
                     Ok(Some((t, raw))) => {
                         // Taken from the kernel: the thread is stopped (or gone).
@@ -159,7 +163,7 @@ impl Tracer {
         }
     }
 
-    pub(super) fn handle(&mut self, tid: i32, raw: i32, cb: Cb<'_>) -> Result<(), ProviderError> {
+    pub(super) fn handle(&mut self, tid: i32, raw: i32, cb: Cb<'_>) -> Result<(), PtraceError> {
         let (sig, event) = match sys::decode_status(raw) {
             Status::Exited(c) => return self.on_gone(tid, ExitStatus::Code(c), Some(cb)),
             Status::Signaled(s) => return self.on_gone(tid, ExitStatus::Signal(s), Some(cb)),
@@ -200,10 +204,16 @@ impl Tracer {
             0 if sig == libc::SIGTRAP => return self.on_sigtrap(tid, pid, cb),
             0 if sig == (libc::SIGTRAP | 0x80) => self.resume(tid),
             0 => {
-                self.fix_ool_pc(tid, pid);
-                if let Some(th) = self.threads.get_mut(&tid) {
-                    th.sig = sig;
-                }
+                // The displaced instruction's own fault, raised in its
+                // slot: re-executed after the program's signal handler (or
+                // never, after a longjmp) as a new execution of the probed
+                // instruction, not as the rest of this hit.
+                let own_fault = matches!(
+                    sig,
+                    libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+                ) && sys::getsiginfo(tid).is_ok_and(|si| si.si_code > 0);
+                self.fix_ool_pc(tid, pid, own_fault);
+                self.stash_signal(tid, sig);
                 self.summary.signals_forwarded += 1;
                 self.resume(tid);
             }
@@ -213,7 +223,7 @@ impl Tracer {
     }
 
     /// The first stop of an auto-attached thread or child.
-    pub(super) fn first_stop(&mut self, tid: i32, pid: i32) -> Result<(), ProviderError> {
+    pub(super) fn first_stop(&mut self, tid: i32, pid: i32) -> Result<(), PtraceError> {
         let Some(p) = self.procs.get(&pid) else {
             self.resume(tid);
             return Ok(());
@@ -236,7 +246,7 @@ impl Tracer {
         child: i32,
         event: i32,
         cb: Option<Cb<'_>>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         if self.threads.contains_key(&child) {
             return Ok(());
         }
@@ -279,7 +289,7 @@ impl Tracer {
             {
                 cb(
                     self,
-                    Event::ProcessStarted {
+                    PtraceEvent::ProcessStarted {
                         pid: child,
                         parent: pid,
                     },
@@ -305,7 +315,7 @@ impl Tracer {
         tid: i32,
         pid: i32,
         cb: Option<Cb<'_>>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         let former = sys::geteventmsg(tid).map(|v| v as i32).unwrap_or(tid);
         let _ = former;
         // Every other thread is gone (RELIABILITY H3); the execing thread now
@@ -340,11 +350,23 @@ impl Tracer {
             return Ok(());
         }
         if let Some(cb) = cb {
-            cb(self, Event::Exec { pid });
+            cb(self, PtraceEvent::Exec { pid });
         }
         self.arm_rdebug(pid);
+        self.arm_entry(pid);
         self.resume(tid);
         Ok(())
+    }
+
+    /// Arms the internal breakpoint on the program's entry point, for a
+    /// process stopped at its exec: by then the dynamic linker has loaded
+    /// and relocated everything, IFUNC choices included, which its `r_brk`
+    /// events (before relocation) come too early to show. The hit reports
+    /// `LibrariesChanged`.
+    pub(super) fn arm_entry(&mut self, pid: i32) {
+        if let Some(entry) = crate::procmaps::entry_point(pid) {
+            let _ = self.insert_site(pid, entry, None, true);
+        }
     }
 
     /// Arms the internal breakpoint on the dynamic linker's `r_brk`.
@@ -366,7 +388,7 @@ impl Tracer {
         tid: i32,
         status: ExitStatus,
         cb: Option<Cb<'_>>,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<(), PtraceError> {
         self.orphans.remove(&tid);
         let Some(th) = self.threads.remove(&tid) else {
             return Ok(());
@@ -382,7 +404,7 @@ impl Tracer {
                     .get(&pid)
                     .is_some_and(|p| p.kind == ProcKind::Traced)
             {
-                cb(self, Event::ThreadExited { pid, tid });
+                cb(self, PtraceEvent::ThreadExited { pid, tid });
             }
             return Ok(());
         }
@@ -398,7 +420,7 @@ impl Tracer {
         self.wps.retain(|_, (wp_pid, _)| *wp_pid != pid);
         if p.kind == ProcKind::Traced {
             if let Some(cb) = cb {
-                cb(self, Event::ProcessExited { pid, status });
+                cb(self, PtraceEvent::ProcessExited { pid, status });
             } else {
                 self.exited.push((pid, status));
             }

@@ -27,9 +27,27 @@ pub enum HitKind {
     Watchpoint(u64, usize),
 }
 
-/// One hit of a stopped thread. Obtained from [`super::Event`]; valid until
+/// Where a thread's CPU number is read, found at the first hit that needs
+/// it and kept with the thread: the `cpu_id` of its rseq area (glibc
+/// registers one per thread; the kernel updates it when the thread returns
+/// to user space, so it is the CPU the stopped thread last ran on), read
+/// with `process_vm_readv`; else `/proc/PID/task/TID/stat`.
+#[derive(Debug, Default)]
+pub enum CpuSource {
+    /// Not looked for yet.
+    #[default]
+    Unknown,
+    /// The address of the thread's `struct rseq`.
+    Rseq(u64),
+    /// The thread's stat file.
+    Stat(File),
+    /// Neither (a thread gone).
+    Unavailable,
+}
+
+/// One hit of a stopped thread. Obtained from [`super::PtraceEvent`]; valid until
 /// `on_event` returns.
-pub struct Hit {
+pub struct PtraceHit {
     tid: i32,
     pid: i32,
     kind: HitKind,
@@ -40,7 +58,7 @@ pub struct Hit {
     dr_valid: u8,
     now: u64,
     pub(super) mem: Option<Rc<RefCell<ProcMem>>>,
-    pub(super) stat: RefCell<Option<File>>,
+    pub(super) cpu_src: RefCell<CpuSource>,
     /// Load bias of the handler's module in this process; set by the caller
     /// before running the handler (what `load_bias()` returns).
     pub module_bias: u64,
@@ -67,9 +85,9 @@ const READ_WINDOW: usize = 256;
 /// Reads of at most this many bytes go through the window.
 const WINDOWED_READ_MAX: u64 = 64;
 
-impl std::fmt::Debug for Hit {
+impl std::fmt::Debug for PtraceHit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hit")
+        f.debug_struct("PtraceHit")
             .field("tid", &self.tid)
             .field("pid", &self.pid)
             .field("kind", &self.kind)
@@ -80,9 +98,9 @@ impl std::fmt::Debug for Hit {
 
 use crate::sys::regs::zero_regs;
 
-impl Hit {
-    pub(super) fn empty() -> Hit {
-        Hit {
+impl PtraceHit {
+    pub(super) fn empty() -> PtraceHit {
+        PtraceHit {
             tid: 0,
             pid: 0,
             kind: HitKind::Breakpoint(0),
@@ -93,7 +111,7 @@ impl Hit {
             dr_valid: 0,
             now: 0,
             mem: None,
-            stat: RefCell::new(None),
+            cpu_src: RefCell::new(CpuSource::Unknown),
             module_bias: 0,
             win: [0; READ_WINDOW],
             win_base: 0,
@@ -109,7 +127,7 @@ impl Hit {
         kind: HitKind,
         regs: Regs,
         mem: Rc<RefCell<ProcMem>>,
-        stat: Option<File>,
+        cpu_src: CpuSource,
     ) {
         self.tid = tid;
         self.pid = pid;
@@ -121,7 +139,7 @@ impl Hit {
         self.now = crate::sys::time::realtime_ns();
         mem.borrow_mut().may_refresh = true;
         self.mem = Some(mem);
-        *self.stat.get_mut() = stat;
+        *self.cpu_src.get_mut() = cpu_src;
         self.module_bias = 0;
         self.win_len = 0;
         self.ret = None;
@@ -178,7 +196,7 @@ impl Hit {
     pub fn with_gvars<R>(
         &mut self,
         gvars: &mut [u64],
-        f: impl FnOnce(&mut HitWithGvars<&mut Hit, &mut [u64]>) -> R,
+        f: impl FnOnce(&mut HitWithGvars<&mut PtraceHit, &mut [u64]>) -> R,
     ) -> R {
         let mut env = HitWithGvars { hit: self, gvars };
         f(&mut env)
@@ -203,14 +221,34 @@ impl Hit {
     }
 
     fn cpu_of_thread(&self) -> u64 {
-        let mut slot = self.stat.borrow_mut();
-        if slot.is_none() {
-            *slot = File::open(format!("/proc/{}/task/{}/stat", self.pid, self.tid)).ok();
+        let mut src = self.cpu_src.borrow_mut();
+        if matches!(*src, CpuSource::Unknown) {
+            *src = match sys::rseq_area(self.tid) {
+                Ok(a) if a != 0 => CpuSource::Rseq(a),
+                _ => self.stat_source(),
+            };
         }
-        let Some(f) = slot.as_ref() else { return 0 };
+        if let CpuSource::Rseq(a) = *src {
+            // `cpu_id` (offset 4); RSEQ_CPU_ID_UNINITIALIZED (-1) or an
+            // unreadable area: the stat file from now on.
+            let mut b = [0u8; 4];
+            if crate::sys::mem::vm_read(self.pid, a + 4, &mut b) == Ok(4) {
+                let cpu = u32::from_le_bytes(b);
+                if (cpu as i32) >= 0 {
+                    return u64::from(cpu);
+                }
+            }
+            *src = self.stat_source();
+        }
+        let CpuSource::Stat(f) = &*src else { return 0 };
         let mut buf = [0u8; 1024];
         let n = crate::sys::mem::pread(f, &mut buf, 0).unwrap_or(0);
         parse_stat_cpu(&buf[..n]).unwrap_or(0)
+    }
+
+    fn stat_source(&self) -> CpuSource {
+        File::open(format!("/proc/{}/task/{}/stat", self.pid, self.tid))
+            .map_or(CpuSource::Unavailable, CpuSource::Stat)
     }
 }
 
@@ -222,7 +260,7 @@ pub fn parse_stat_cpu(line: &[u8]) -> Option<u64> {
     rest.split_ascii_whitespace().nth(39 - 3)?.parse().ok()
 }
 
-impl HitEnv for Hit {
+impl HitEnv for PtraceHit {
     fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
         if let Some(v) = arch::gpr(&self.regs, reg) {
             return (part == 0).then_some(v);
@@ -350,9 +388,9 @@ impl HitEnv for Hit {
     }
 }
 
-/// A [`Hit`] together with the run's global variables: the environment a
-/// handler sees. Borrowed for one handler run (see [`Hit::with_gvars`]) or
-/// owned by the session's store (`HitWithGvars<Hit, Vec<u64>>`).
+/// A [`PtraceHit`] together with the run's global variables: the environment a
+/// handler sees. Borrowed for one handler run (see [`PtraceHit::with_gvars`]) or
+/// owned by the session's store (`HitWithGvars<PtraceHit, Vec<u64>>`).
 pub struct HitWithGvars<H, G> {
     /// The hit.
     pub hit: H,
@@ -360,17 +398,17 @@ pub struct HitWithGvars<H, G> {
     pub gvars: G,
 }
 
-impl<H: std::borrow::BorrowMut<Hit>, G> HitWithGvars<H, G> {
-    fn h(&self) -> &Hit {
+impl<H: std::borrow::BorrowMut<PtraceHit>, G> HitWithGvars<H, G> {
+    fn h(&self) -> &PtraceHit {
         std::borrow::Borrow::borrow(&self.hit)
     }
 
-    fn hm(&mut self) -> &mut Hit {
+    fn hm(&mut self) -> &mut PtraceHit {
         std::borrow::BorrowMut::borrow_mut(&mut self.hit)
     }
 }
 
-impl<H: std::borrow::BorrowMut<Hit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H, G> {
+impl<H: std::borrow::BorrowMut<PtraceHit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H, G> {
     fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
         self.hm().read_reg(reg, part)
     }
@@ -421,11 +459,11 @@ impl<H: std::borrow::BorrowMut<Hit>, G: AsMut<[u64]>> HitEnv for HitWithGvars<H,
     }
 }
 
-impl Default for Hit {
+impl Default for PtraceHit {
     /// An empty hit (no thread): the placeholder the session swaps with the
     /// tracer's hit around each handler run.
-    fn default() -> Hit {
-        Hit::empty()
+    fn default() -> PtraceHit {
+        PtraceHit::empty()
     }
 }
 
@@ -439,8 +477,15 @@ mod tests {
     fn the_read_window_serves_nearby_reads_and_never_panics() {
         let pid = std::process::id() as i32;
         let mem = Rc::new(RefCell::new(ProcMem::open(pid)));
-        let mut h = Hit::empty();
-        h.reset(pid, pid, HitKind::Breakpoint(0), zero_regs(), mem, None);
+        let mut h = PtraceHit::empty();
+        h.reset(
+            pid,
+            pid,
+            HitKind::Breakpoint(0),
+            zero_regs(),
+            mem,
+            CpuSource::Unknown,
+        );
         let data: Box<[u64; 8]> = Box::new([1, 2, 3, 4, 5, 6, 7, 8]);
         let addr = data.as_ptr() as u64;
         let mut b = [0u8; 8];

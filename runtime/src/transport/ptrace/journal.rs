@@ -126,23 +126,45 @@ pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
 /// many bytes were restored. Writes through /proc/PID/mem (needs the same
 /// permission as attaching).
 pub fn repair(pid: i32) -> io::Result<usize> {
-    use std::os::unix::fs::FileExt;
     let entries = read(pid)?;
-    // Keep the kind of an I/O error (PermissionDenied gets the CLI's hint).
-    let maps = crate::procmaps::read(pid).map_err(|e| {
+    let maps = maps_of(pid)?;
+    let mem = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))?;
+    restore(pid, entries, &maps, &mem)
+}
+
+/// [`repair`] through `mem`, the process's `/proc/PID/mem` opened for
+/// writing (the watchdog opens it while wprobe is alive).
+pub fn repair_with(pid: i32, mem: &File) -> io::Result<usize> {
+    let entries = read(pid)?;
+    let maps = maps_of(pid)?;
+    restore(pid, entries, &maps, mem)
+}
+
+/// The mappings of `pid`, keeping the kind of an I/O error
+/// (PermissionDenied gets the CLI's hint).
+fn maps_of(pid: i32) -> io::Result<Vec<crate::procmaps::Mapping>> {
+    crate::procmaps::read(pid).map_err(|e| {
         let kind = match &e {
             crate::procmaps::MapsError::Io { source, .. } => source.kind(),
             _ => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
-    })?;
-    let mem = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/{pid}/mem"))?;
+    })
+}
+
+fn restore(
+    pid: i32,
+    entries: Vec<(u64, u8, u64)>,
+    maps: &[crate::procmaps::Mapping],
+    mem: &File,
+) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
     let mut n = 0;
     for (addr, orig, inode) in entries {
-        let Some(m) = crate::procmaps::find(&maps, addr) else {
+        let Some(m) = crate::procmaps::find(maps, addr) else {
             continue;
         };
         if m.inode != inode {

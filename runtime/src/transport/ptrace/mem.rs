@@ -4,7 +4,7 @@
 //! return the original bytes where our `int3`s are; checked writes honour the
 //! process's own page permissions and never remove an `int3` (they update
 //! the saved original byte instead). Shared (`Rc`) between processes that
-//! share one address space (vfork) and with the [`super::Hit`] of a stop.
+//! share one address space (vfork) and with the [`super::PtraceHit`] of a stop.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;

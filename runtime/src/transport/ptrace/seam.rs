@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use hostabi::env::{EntryState, HitEnv};
 
-use super::{Action as PAction, BpId, Event as PEvent, ExitStatus, Hit, HitKind, Tracer, WpId};
+use super::{
+    BpId, ExitStatus, HitKind, PtraceAction as PAction, PtraceEvent as PEvent, PtraceHit,
+    PtraceTracer, WpId,
+};
+use crate::addr::RunAddr;
 use crate::procmaps::Mapping;
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::{
@@ -33,7 +37,10 @@ pub static INFO: TransportInfo = TransportInfo {
         arms_files: false,
         uses_ptrace: true,
         return_probes: true,
+        step_faults: true,
+        write_checks: true,
     },
+    registers: None,
     preflight: |_| Ok(()),
     open,
 };
@@ -52,12 +59,35 @@ pub(super) struct SeamState {
     handed_off: Vec<i32>,
     /// Return probes: the entry breakpoint's id → (tag, maxactive).
     ret_probes: HashMap<BpId, (usize, u32)>,
-    /// The return probes at the current entry (reused).
-    ret_tags: Vec<(usize, u32)>,
+    /// The return probes at the current entry: (entry id, tag, maxactive)
+    /// (reused).
+    ret_tags: Vec<(BpId, usize, u32)>,
     /// The tracked calls of every thread.
     calls: CallStacks,
     /// Calls that ended without a return, to report (reused).
     gone: Vec<Gone>,
+    /// Calls ended by `suspend` (their return sites already let go), to
+    /// report at the next event.
+    suspended: Vec<Gone>,
+    /// Probes made dormant by `suspend`, to arm again on `resume`.
+    dormant: Vec<Dormant>,
+    /// The session's handle of a probe re-armed by `resume` → its current
+    /// handle (absent: the same).
+    alias: HashMap<u64, u64>,
+}
+
+/// A probe `suspend` removed: what `resume` needs to arm it again.
+#[derive(Debug)]
+struct Dormant {
+    /// The session's handle.
+    handle: u64,
+    tag: usize,
+    pid: i32,
+    addr: u64,
+    /// `None` for a breakpoint.
+    watch: Option<(u8, crate::arch::WatchKind)>,
+    /// `Some(maxactive)` for a return probe's entry.
+    ret: Option<u32>,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -66,16 +96,10 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         verify_opcodes: o.verify_opcodes,
     };
     let mut t = match target {
-        Target::Attach(pid) => {
-            crate::elog!(
-                "wprobe: attaching to {pid}. Note: if wprobe is killed with SIGKILL, its \
-                 breakpoints stay in the process and the next hit kills it; run `wprobe repair \
-                 --pid {pid}` at once to restore the bytes (or use --transport perf, which \
-                 patches nothing)."
-            );
-            Tracer::attach(pid, opts)
-        }
-        Target::Launch(argv) => Tracer::launch(argv, opts),
+        Target::Attach(pid) => PtraceTracer::attach(pid, opts).inspect(|t| {
+            crate::elog!("wprobe: attached to {pid}. {}", t.kill_note(pid));
+        }),
+        Target::Launch(argv) => PtraceTracer::launch(argv, opts),
     }
     .map_err(|e| e.to_string())?;
     // A diagnostic knob for measurements: which step-over path to use.
@@ -97,7 +121,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
 /// How the seam reports to the session.
 type OnEvent<'a> = &'a mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action;
 
-impl Tracer {
+impl PtraceTracer {
     /// Reports the calls collected in `seam.gone` as [`Event::Unwound`]
     /// (but those of disabled probes) and lets go of their return sites.
     fn flush_gone(&mut self, on_event: OnEvent<'_>) {
@@ -128,7 +152,12 @@ impl Tracer {
 
     /// A breakpoint hit: the entry of return probes' functions (their calls
     /// tracked, abandoned ones reported first) and the hit of plain probes.
-    fn on_breakpoint(&mut self, bp: &[BpId], hit: &mut Hit, on_event: OnEvent<'_>) -> PAction {
+    fn on_breakpoint(
+        &mut self,
+        bp: &[BpId],
+        hit: &mut PtraceHit,
+        on_event: OnEvent<'_>,
+    ) -> PAction {
         let mut tags = std::mem::take(&mut self.seam.tags);
         let mut rets = std::mem::take(&mut self.seam.ret_tags);
         tags.clear();
@@ -137,8 +166,8 @@ impl Tracer {
         // armed for it: one run per probe.
         for id in bp {
             if let Some(&(tag, max)) = self.seam.ret_probes.get(id) {
-                if !rets.iter().any(|(t, _)| *t == tag) {
-                    rets.push((tag, max));
+                if !rets.iter().any(|(_, t, _)| *t == tag) {
+                    rets.push((*id, tag, max));
                 }
             } else if let Some(&tag) = self.seam.bp_tags.get(id)
                 && !tags.contains(&tag)
@@ -173,7 +202,13 @@ impl Tracer {
             // function receives.
             let now = crate::sys::time::monotonic_ns();
             let r = *hit.regs();
-            for &(tag, max) in &rets {
+            for &(id, tag, max) in &rets {
+                // A handler of a plain probe here may have disabled it
+                // (`remove`, `maxhits`) or made every probe dormant: the
+                // call is not tracked, as a disabled probe's calls are not.
+                if !self.seam.ret_probes.contains_key(&id) {
+                    continue;
+                }
                 let tracked = ret_addr.is_some_and(|ra| {
                     let call = Call {
                         tag,
@@ -201,23 +236,21 @@ impl Tracer {
     /// A thread at a return site: the tracked calls that return there run
     /// their handlers (innermost first, after the calls found abandoned are
     /// reported); a site nothing returns to any more is removed.
-    fn on_return_site(&mut self, hit: &mut Hit, on_event: OnEvent<'_>) -> PAction {
+    fn on_return_site(&mut self, hit: &mut PtraceHit, on_event: OnEvent<'_>) -> PAction {
         let (tid, pid) = (hit.tid() as i32, hit.pid() as i32);
         let at = hit.address();
+        let rsp = hit.regs().rsp;
         let n = self
             .seam
             .calls
-            .returning(tid, hit.regs().rsp, Some(at), &mut self.seam.gone);
+            .returning(tid, rsp, Some(at), &mut self.seam.gone);
         self.flush_gone(on_event);
         if n == 0 {
             self.drop_idle_return_site(pid, at);
             return PAction::Continue;
         }
         let now = crate::sys::time::monotonic_ns();
-        for _ in 0..n {
-            let Some(c) = self.seam.calls.pop(tid) else {
-                break;
-            };
+        while let Some(c) = self.seam.calls.pop(tid, rsp) {
             self.release_return_site(pid, at);
             let entry = EntryState {
                 regs: c.regs,
@@ -240,6 +273,28 @@ impl Tracer {
         PAction::Continue
     }
 
+    /// Reports the calls `suspend` ended (their return sites already let
+    /// go).
+    fn flush_suspended(&mut self, on_event: OnEvent<'_>) {
+        let mut gone = std::mem::take(&mut self.seam.suspended);
+        for g in &gone {
+            let c = &g.call;
+            on_event(
+                self,
+                Event::Unwound {
+                    tag: c.tag,
+                    pid: c.pid,
+                    tid: g.tid,
+                    entry_rsp: c.entry_rsp,
+                    entry_ns: c.entry_ns,
+                    cause: g.cause,
+                },
+            );
+        }
+        gone.clear();
+        self.seam.suspended = gone;
+    }
+
     /// The calls of `pid`, let go (the process is handed off): reported.
     fn let_go_calls(&mut self, pid: i32, on_event: OnEvent<'_>) {
         self.seam
@@ -249,7 +304,7 @@ impl Tracer {
     }
 
     /// Carries out what the session asked after a hit.
-    fn finish_hit(&mut self, action: Action, hit: &mut Hit) -> PAction {
+    fn finish_hit(&mut self, action: Action, hit: &mut PtraceHit) -> PAction {
         match action {
             Action::Continue => PAction::Continue,
             Action::HandoffToDebugger => {
@@ -277,13 +332,13 @@ impl Tracer {
     }
 }
 
-impl Transport for Tracer {
+impl Transport for PtraceTracer {
     fn info(&self) -> &'static TransportInfo {
         &INFO
     }
 
     fn main_pid(&self) -> i32 {
-        Tracer::main_pid(self)
+        PtraceTracer::main_pid(self)
     }
 
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
@@ -293,10 +348,17 @@ impl Transport for Tracer {
         if fresh {
             self.refresh_maps(pid);
         }
-        Ok(Tracer::maps(self, pid).to_vec())
+        Ok(PtraceTracer::maps(self, pid).to_vec())
     }
 
-    fn insert(&mut self, tag: usize, pid: i32, addr: u64, what: Insert) -> Result<Armed, String> {
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
         match what {
             Insert::Breakpoint { opcode } => {
                 let id = self
@@ -323,8 +385,13 @@ impl Transport for Tracer {
     }
 
     fn remove(&mut self, armed: Armed) {
-        let id = armed.0 as u32;
-        if armed.0 & WATCH_BIT != 0 {
+        if let Some(i) = self.seam.dormant.iter().position(|d| d.handle == armed.0) {
+            self.seam.dormant.swap_remove(i);
+            return;
+        }
+        let current = self.seam.alias.remove(&armed.0).unwrap_or(armed.0);
+        let id = current as u32;
+        if current & WATCH_BIT != 0 {
             let _ = self.remove_watchpoint(WpId(id));
             self.seam.wp_tags.remove(&WpId(id));
         } else {
@@ -344,8 +411,107 @@ impl Transport for Tracer {
         }
     }
 
+    fn suspend(&mut self) -> Result<(), String> {
+        // The session's handle of each current id.
+        let handle_of: HashMap<u64, u64> = self.seam.alias.iter().map(|(h, c)| (*c, *h)).collect();
+        let handle = |current: u64| handle_of.get(&current).copied().unwrap_or(current);
+        // Live calls of return probes end here (reported at the next
+        // event): their return sites go with the probes.
+        let mut gone = std::mem::take(&mut self.seam.suspended);
+        self.seam.calls.drain(Left::Suspend, &mut gone);
+        for g in &gone {
+            self.release_return_site(g.call.pid, g.call.ret_addr);
+        }
+        self.seam.suspended = gone;
+        let bps: Vec<(BpId, i32, u64)> =
+            self.bps.iter().map(|(id, (p, a))| (*id, *p, *a)).collect();
+        for (id, pid, addr) in bps {
+            let (tag, ret) = match self.seam.bp_tags.remove(&id) {
+                Some(tag) => (tag, None),
+                None => match self.seam.ret_probes.remove(&id) {
+                    Some((tag, max)) => (tag, Some(max)),
+                    None => continue,
+                },
+            };
+            self.remove_breakpoint(id).map_err(|e| e.to_string())?;
+            self.seam.dormant.push(Dormant {
+                handle: handle(u64::from(id.0)),
+                tag,
+                pid,
+                addr,
+                watch: None,
+                ret,
+            });
+        }
+        // Return sites nothing returns to any more (kept while idle).
+        let idle: Vec<(i32, u64)> = self
+            .procs
+            .iter()
+            .flat_map(|(pid, p)| {
+                let m = p.mem.borrow();
+                m.sites
+                    .iter()
+                    .filter(|(_, s)| s.ret && s.unused())
+                    .map(|(a, _)| (*pid, *a))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for (pid, addr) in idle {
+            self.drop_idle_return_site(pid, addr);
+        }
+        let wps: Vec<(WpId, i32, usize)> =
+            self.wps.iter().map(|(id, (p, s))| (*id, *p, *s)).collect();
+        for (id, pid, slot) in wps {
+            let Some(w) = self.procs.get(&pid).and_then(|p| p.wps[slot]) else {
+                continue;
+            };
+            let Some(tag) = self.seam.wp_tags.remove(&id) else {
+                continue;
+            };
+            self.remove_watchpoint(id).map_err(|e| e.to_string())?;
+            self.seam.dormant.push(Dormant {
+                handle: handle(WATCH_BIT | u64::from(id.0)),
+                tag,
+                pid,
+                addr: w.addr,
+                watch: Some((w.len, w.kind)),
+                ret: None,
+            });
+        }
+        self.seam.alias.clear();
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        let mut first_err = None;
+        for d in std::mem::take(&mut self.seam.dormant) {
+            if !self.procs.contains_key(&d.pid) {
+                continue; // gone meanwhile
+            }
+            let what = match (d.watch, d.ret) {
+                (Some((len, kind)), _) => Insert::Watchpoint { len, kind },
+                (None, Some(maxactive)) => Insert::Return {
+                    opcode: None,
+                    maxactive,
+                },
+                (None, None) => Insert::Breakpoint { opcode: None },
+            };
+            match Transport::insert(self, d.tag, d.pid, RunAddr(d.addr), what) {
+                Ok(a) => {
+                    if a.0 != d.handle {
+                        self.seam.alias.insert(d.handle, a.0);
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(format!("process {}: {e}", d.pid));
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     fn set_tick(&mut self, period: Duration) {
-        Tracer::set_tick(self, period);
+        PtraceTracer::set_tick(self, period);
     }
 
     fn run(
@@ -353,8 +519,11 @@ impl Transport for Tracer {
         stop: &AtomicBool,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
     ) -> anyhow::Result<Option<ExitStatus>> {
-        let main = Tracer::main_pid(self);
-        let mut cb = |t: &mut Tracer, ev: PEvent<'_>| -> PAction {
+        let main = PtraceTracer::main_pid(self);
+        let mut cb = |t: &mut PtraceTracer, ev: PEvent<'_>| -> PAction {
+            if !t.seam.suspended.is_empty() {
+                t.flush_suspended(on_event);
+            }
             match ev {
                 PEvent::Breakpoint { bp, hit } => t.on_breakpoint(bp, hit, on_event),
                 PEvent::ReturnSite { hit } => t.on_return_site(hit, on_event),
@@ -392,6 +561,10 @@ impl Transport for Tracer {
                     on_event(t, Event::LibrariesChanged { pid });
                     PAction::Continue
                 }
+                PEvent::Stepped { tid, fault } => {
+                    on_event(t, Event::Stepped { tid, fault });
+                    PAction::Continue
+                }
                 PEvent::Tick => {
                     on_event(t, Event::Tick);
                     PAction::Continue
@@ -409,8 +582,9 @@ impl Transport for Tracer {
                 }
             }
         };
-        let res = Tracer::run(self, stop, &mut cb);
+        let res = PtraceTracer::run(self, stop, &mut cb);
         // Calls still live when the run ends (wprobe stops, or detached).
+        self.flush_suspended(on_event);
         self.seam.calls.drain(Left::Detach, &mut self.seam.gone);
         self.flush_gone(on_event);
         res?;
@@ -422,11 +596,11 @@ impl Transport for Tracer {
     }
 
     fn kill_launched(&mut self) {
-        Tracer::kill_launched(self);
+        PtraceTracer::kill_launched(self);
     }
 
     fn report(&self) -> Report {
-        let main = Tracer::main_pid(self);
+        let main = PtraceTracer::main_pid(self);
         Report {
             exit_status: self.exit_status(main),
             detach_signals: self.detach_signals(main),
@@ -437,11 +611,11 @@ impl Transport for Tracer {
     }
 
     fn new_hit(&self) -> Box<dyn TransportHit> {
-        Box::new(Hit::default())
+        Box::new(PtraceHit::default())
     }
 }
 
-impl TransportHit for Hit {
+impl TransportHit for PtraceHit {
     fn ip(&self) -> u64 {
         if let Some(func) = self.return_of() {
             // The return of a tracked call: the probe is at the function.
@@ -454,7 +628,7 @@ impl TransportHit for Hit {
     }
 
     fn set_module_bias(&mut self, bias: u64) {
-        Hit::set_module_bias(self, bias);
+        PtraceHit::set_module_bias(self, bias);
     }
 
     crate::swap_hit_impl!();

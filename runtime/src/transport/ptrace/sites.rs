@@ -7,12 +7,12 @@ use nix::errno::Errno;
 
 use super::mem::Site;
 use super::threads::WatchSlot;
-use super::{ArmError, BpId, ProviderError, Tracer, WatchKind, WpId};
+use super::{ArmError, BpId, PtraceError, PtraceTracer, WatchKind, WpId};
 use crate::arch::{self, BREAKPOINT_INSN};
 use crate::procmaps;
 use crate::sys::ptrace as sys;
 
-impl Tracer {
+impl PtraceTracer {
     /// Arms an `int3` at `addr` in `pid` (shared by its threads). Several
     /// probes may share an address: one `int3`, one id per call.
     pub fn insert_breakpoint(
@@ -117,7 +117,7 @@ impl Tracer {
             }
         }
         m.poke(tid, addr, &[BREAKPOINT_INSN])
-            .map_err(|e| ProviderError::sys("writing int3", pid, e))?;
+            .map_err(|e| PtraceError::sys("writing int3", pid, e))?;
         m.ever_armed.insert(addr);
         m.sites.insert(
             addr,
@@ -153,7 +153,7 @@ impl Tracer {
 
     /// One tracked call that returned to `addr` in `pid` is done with it
     /// (returned or gone); the site stays armed while idle (see
-    /// [`Tracer::drop_idle_return_site`]).
+    /// [`PtraceTracer::drop_idle_return_site`]).
     pub fn release_return_site(&mut self, pid: i32, addr: u64) {
         if let Some(p) = self.procs.get(&pid)
             && let Some(s) = p.mem.borrow_mut().sites.get_mut(&addr)
@@ -188,7 +188,7 @@ impl Tracer {
 
     /// Removes one logical probe; the `int3` goes when its last probe does.
     /// Removing an id whose process exited or exec'd is not an error.
-    pub fn remove_breakpoint(&mut self, id: BpId) -> Result<(), ProviderError> {
+    pub fn remove_breakpoint(&mut self, id: BpId) -> Result<(), PtraceError> {
         let Some((_, addr)) = self.bps.remove(&id) else {
             return Ok(());
         };
@@ -217,7 +217,7 @@ impl Tracer {
                     && e != Errno::ESRCH
                     && first_err.is_none()
                 {
-                    first_err = Some(ProviderError::Restore {
+                    first_err = Some(PtraceError::Restore {
                         pid,
                         addr,
                         errno: e,
@@ -266,7 +266,7 @@ impl Tracer {
     }
 
     /// Removes a watchpoint.
-    pub fn remove_watchpoint(&mut self, id: WpId) -> Result<(), ProviderError> {
+    pub fn remove_watchpoint(&mut self, id: WpId) -> Result<(), PtraceError> {
         let Some((pid, slot)) = self.wps.remove(&id) else {
             return Ok(());
         };
@@ -279,7 +279,7 @@ impl Tracer {
 
     /// Writes DR0-3 and DR7 of every thread of `pid`, stopping running ones
     /// for the duration.
-    fn apply_debugregs(&mut self, pid: i32) -> Result<(), ProviderError> {
+    fn apply_debugregs(&mut self, pid: i32) -> Result<(), PtraceError> {
         let held = self.stop_world(pid, 0);
         let p = &self.procs[&pid];
         let dr7 = p.dr7();
@@ -293,7 +293,7 @@ impl Tracer {
             if let Err(e) = set_debugregs(tid, &wps, dr7)
                 && e != Errno::ESRCH
             {
-                res = Err(ProviderError::sys(
+                res = Err(PtraceError::sys(
                     "PTRACE_POKEUSER (debug registers)",
                     tid,
                     e,

@@ -12,43 +12,43 @@ use nix::errno::Errno;
 use super::error::ptrace_hint;
 use super::mem::ProcMem;
 use super::threads::{ProcKind, Process, TState, Thread};
-use super::{ProviderError, TraceOptions, Tracer, journal};
+use super::{PtraceError, PtraceTracer, TraceOptions, journal};
 use crate::sys::ptrace as sys;
 
 /// Deadline for attaching to every thread of a process.
 const ATTACH_DEADLINE: Duration = Duration::from_secs(2);
 
-impl Tracer {
+impl PtraceTracer {
     /// Starts `argv` traced: returns once the new image is stopped at its
     /// entry (exec stop), before any of its code ran.
-    pub fn launch(argv: &[OsString], opts: TraceOptions) -> Result<Tracer, ProviderError> {
+    pub fn launch(argv: &[OsString], opts: TraceOptions) -> Result<PtraceTracer, PtraceError> {
         let Some(first) = argv.first() else {
-            return Err(ProviderError::CommandNotFound { cmd: String::new() });
+            return Err(PtraceError::CommandNotFound { cmd: String::new() });
         };
         let cmd = first.to_string_lossy().into_owned();
         let mut spawned = crate::sys::process::spawn(argv, crate::sys::process::Start::Gated)
             .map_err(|errno| match errno {
-                Errno::EINVAL => ProviderError::Exec {
+                Errno::EINVAL => PtraceError::Exec {
                     cmd: cmd.clone(),
                     errno,
                 },
-                e => ProviderError::sys("fork", 0, e),
+                e => PtraceError::sys("fork", 0, e),
             })?;
         let child = spawned.pid;
         let opts_bits = sys::OPTIONS_BASE | libc::PTRACE_O_EXITKILL;
         if let Err(e) = sys::seize(child, opts_bits) {
             crate::sys::process::kill_and_reap(child);
             return Err(if e == Errno::EPERM {
-                ProviderError::PermissionDenied {
+                PtraceError::PermissionDenied {
                     pid: child,
                     hint: ptrace_hint(),
                 }
             } else {
-                ProviderError::sys("PTRACE_SEIZE", child, e)
+                PtraceError::sys("PTRACE_SEIZE", child, e)
             });
         }
         spawned.release();
-        let mut t = Tracer::empty(opts);
+        let mut t = PtraceTracer::empty(opts);
         t.main_pid = child;
         let res = t.wait_exec(child);
         let exec_errno = spawned.exec_errno();
@@ -61,14 +61,15 @@ impl Tracer {
                 t.threads
                     .insert(child, Thread::new(child, TState::Held, false));
                 t.arm_rdebug(child);
+                t.arm_entry(child);
                 Ok(t)
             }
             Err(_) if exec_errno.is_some() => {
                 let errno = exec_errno.expect("invariant: checked by the guard");
                 Err(if errno == Errno::ENOENT {
-                    ProviderError::CommandNotFound { cmd }
+                    PtraceError::CommandNotFound { cmd }
                 } else {
-                    ProviderError::Exec { cmd, errno }
+                    PtraceError::Exec { cmd, errno }
                 })
             }
             Err(e) => Err(e),
@@ -76,16 +77,16 @@ impl Tracer {
     }
 
     /// Waits for the launched child's exec stop (or its death).
-    fn wait_exec(&mut self, child: i32) -> Result<(), ProviderError> {
+    fn wait_exec(&mut self, child: i32) -> Result<(), PtraceError> {
         loop {
             let Some((_, st)) =
-                sys::wait(child, 0).map_err(|e| ProviderError::sys("waitpid", child, e))?
+                sys::wait(child, 0).map_err(|e| PtraceError::sys("waitpid", child, e))?
             else {
                 continue;
             };
             match sys::decode_status(st) {
                 sys::Status::Exited(_) | sys::Status::Signaled(_) => {
-                    return Err(ProviderError::TraceeDied { pid: child });
+                    return Err(PtraceError::TraceeDied { pid: child });
                 }
                 sys::Status::Stopped { event, .. } if event == libc::PTRACE_EVENT_EXEC => {
                     return Ok(());
@@ -102,7 +103,7 @@ impl Tracer {
                         deliver
                     };
                     if sys::cont(child, deliver).is_err() {
-                        return Err(ProviderError::TraceeDied { pid: child });
+                        return Err(PtraceError::TraceeDied { pid: child });
                     }
                 }
                 sys::Status::Other => {}
@@ -110,15 +111,34 @@ impl Tracer {
         }
     }
 
+    /// What happens to attached process `pid` if wprobe is killed with
+    /// SIGKILL, for the message printed when attaching.
+    pub(super) fn kill_note(&self, pid: i32) -> String {
+        let alt = "--transport perf patches nothing";
+        match &self.watchdog {
+            Some(Ok(_)) => format!(
+                "If wprobe is killed with SIGKILL, a watchdog restores the original bytes at \
+                 once; a thread stopped at a probe at that moment still dies of its SIGTRAP, \
+                 which a busy probe makes likely ({alt})."
+            ),
+            Some(Err(why)) => format!(
+                "No watchdog ({why}): if wprobe is killed with SIGKILL, its breakpoints stay \
+                 in the process and the next hit kills it; run `wprobe repair --pid {pid}` at \
+                 once to restore the bytes ({alt})."
+            ),
+            None => String::new(),
+        }
+    }
+
     /// Attaches to every thread of a running process and stops them all.
-    pub fn attach(pid: i32, opts: TraceOptions) -> Result<Tracer, ProviderError> {
+    pub fn attach(pid: i32, opts: TraceOptions) -> Result<PtraceTracer, PtraceError> {
         if pid <= 0 {
-            return Err(ProviderError::NoSuchProcess { pid });
+            return Err(PtraceError::NoSuchProcess { pid });
         }
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return Err(ProviderError::NoSuchProcess { pid });
+            return Err(PtraceError::NoSuchProcess { pid });
         }
-        let mut t = Tracer::empty(opts);
+        let mut t = PtraceTracer::empty(opts);
         t.main_pid = pid;
         let mem = Rc::new(RefCell::new(ProcMem::open(pid)));
         t.procs
@@ -128,7 +148,7 @@ impl Tracer {
             let tids = crate::transport::list_tasks(pid);
             if tids.is_empty() && t.threads.is_empty() {
                 t.procs.clear();
-                return Err(ProviderError::NoSuchProcess { pid });
+                return Err(PtraceError::NoSuchProcess { pid });
             }
             let mut added = false;
             for tid in tids {
@@ -143,8 +163,8 @@ impl Tracer {
                         t.procs.clear();
                         let why = crate::procinfo::untraceable(pid);
                         return Err(match why.explain(pid) {
-                            Some(reason) => ProviderError::Untraceable { pid, reason },
-                            None => ProviderError::PermissionDenied {
+                            Some(reason) => PtraceError::Untraceable { pid, reason },
+                            None => PtraceError::PermissionDenied {
                                 pid,
                                 hint: ptrace_hint(),
                             },
@@ -152,7 +172,7 @@ impl Tracer {
                     }
                     Err(Errno::ESRCH) if tid == pid && t.threads.is_empty() => {
                         t.procs.clear();
-                        return Err(ProviderError::NoSuchProcess { pid });
+                        return Err(PtraceError::NoSuchProcess { pid });
                     }
                     // Already ours (auto-attached clone), or exited meanwhile.
                     Err(_) => continue,
@@ -168,13 +188,16 @@ impl Tracer {
                 break;
             }
             if Instant::now() > deadline {
-                return Err(ProviderError::Timeout {
+                return Err(PtraceError::Timeout {
                     pid,
                     what: "attaching to all threads",
                 });
             }
         }
         t.journal = Some(journal::Journal::create(pid).map_err(|e| e.to_string()));
+        if matches!(t.journal, Some(Ok(_))) {
+            t.watchdog = Some(super::watchdog::spawn(pid));
+        }
         t.arm_rdebug(pid);
         Ok(t)
     }

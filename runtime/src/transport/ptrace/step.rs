@@ -11,7 +11,7 @@ use nix::errno::Errno;
 use super::events::zero_regs;
 use super::mem::{OolSlot, ProcMem, Scratch};
 use super::threads::TState;
-use super::{ProviderError, StepPolicy, Tracer};
+use super::{PtraceError, PtraceTracer, StepPolicy};
 use crate::arch::{self, BREAKPOINT_INSN, EmuMem, Emul, Insn, OOL_SLOT_BYTES, Regs, StepKind};
 use crate::procmaps::Mapping;
 use crate::sys::ptrace::{self as sys, Status};
@@ -24,6 +24,15 @@ const SLOTS_PER_PAGE: usize = PAGE as usize / OOL_SLOT_BYTES;
 /// the instruction is then executed for real, faulting as it should).
 struct Emu<'a> {
     m: &'a mut ProcMem,
+}
+
+impl crate::arch::FaultMem for Emu<'_> {
+    fn accessible(&mut self, addr: u64, len: u64, write: bool) -> bool {
+        self.m.range_ok(addr, len, write) == len
+    }
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> bool {
+        self.m.read(addr, buf) == buf.len()
+    }
 }
 
 impl EmuMem for Emu<'_> {
@@ -40,7 +49,30 @@ impl EmuMem for Emu<'_> {
     }
 }
 
+/// Whether this machine gives user space CET shadow stacks (the kernel
+/// lists `user_shstk` among the CPU flags when it supports them and the
+/// CPU has them). Read once.
+pub(super) fn user_shadow_stacks() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+            c.lines()
+                .find(|l| l.starts_with("flags"))
+                .is_some_and(|l| l.split_whitespace().any(|f| f == "user_shstk"))
+        })
+    })
+}
+
 fn apply_policy(policy: StepPolicy, kind: StepKind) -> StepKind {
+    // An emulated `call` pushes the return address on the stack only: a
+    // process with a CET shadow stack would fault at the matching `ret`.
+    // Where shadow stacks exist, calls run for real (return sites of
+    // return probes often sit on one: `call f; call g`).
+    if let StepKind::Emulate(Emul::Call(_) | Emul::CallInd) = kind
+        && user_shadow_stacks()
+    {
+        return StepKind::SingleStep;
+    }
     match (policy, kind) {
         (StepPolicy::Auto, k) => k,
         (StepPolicy::SingleStepOnly, _) => StepKind::SingleStep,
@@ -53,19 +85,23 @@ fn apply_policy(policy: StepPolicy, kind: StepKind) -> StepKind {
     }
 }
 
-impl Tracer {
+impl PtraceTracer {
     /// Executes the displaced instruction at `addr` for `tid` (whose
     /// snapshot, possibly modified by a handler, is `regs` with RIP = addr)
-    /// and resumes it.
+    /// and resumes it. Returns the signal the instruction raised (SIGSEGV,
+    /// SIGBUS, SIGFPE, SIGILL: delivered to the thread as without the
+    /// probe), as seen when single-stepping or as predicted from its
+    /// operands when it is executed out of line (its fault would reach the
+    /// tracer only at the thread's next stop), for `logonfault`.
     pub(super) fn step_over(
         &mut self,
         tid: i32,
         pid: i32,
         addr: u64,
         mut regs: Regs,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<Option<i32>, PtraceError> {
         let Some(p) = self.procs.get(&pid) else {
-            return Ok(());
+            return Ok(None);
         };
         let mem = p.mem.clone();
         let mut m = mem.borrow_mut();
@@ -78,7 +114,7 @@ impl Tracer {
             regs.rip = addr;
             let _ = sys::setregs(tid, &regs);
             self.resume(tid);
-            return Ok(());
+            return Ok(None);
         };
         let (insn, kind, ool) = (site.insn, apply_policy(self.policy, site.kind), site.ool);
         let mut kind = kind;
@@ -88,7 +124,7 @@ impl Tracer {
                 self.summary.emulated += 1;
                 let _ = sys::setregs(tid, &regs);
                 self.resume(tid);
-                return Ok(());
+                return Ok(None);
             }
             // A memory access failed: let the CPU execute it and fault for real.
             kind = match e {
@@ -97,6 +133,12 @@ impl Tracer {
             };
         }
         if let (StepKind::OutOfLine, Some(insn)) = (kind, insn) {
+            let fault = crate::arch::predict_fault(
+                &insn,
+                &regs,
+                &mut self.insn_info,
+                &mut Emu { m: &mut m },
+            );
             drop(m);
             let slot = match ool {
                 Some(s) => Some(s),
@@ -107,7 +149,7 @@ impl Tracer {
                 regs.rip = s.addr;
                 let _ = sys::setregs(tid, &regs);
                 self.resume(tid);
-                return Ok(());
+                return Ok(fault);
             }
         } else {
             drop(m);
@@ -234,26 +276,26 @@ impl Tracer {
         pid: i32,
         nr: u64,
         a: [u64; 6],
-    ) -> Result<u64, ProviderError> {
-        let sc = self.syscall_insn(pid).ok_or(ProviderError::Sys {
+    ) -> Result<u64, PtraceError> {
+        let sc = self.syscall_insn(pid).ok_or(PtraceError::Sys {
             op: "finding a syscall instruction",
             pid,
             errno: Errno::ENOEXEC,
         })?;
         let mut saved = zero_regs();
-        sys::getregs(tid, &mut saved).map_err(|e| ProviderError::sys("PTRACE_GETREGS", tid, e))?;
+        sys::getregs(tid, &mut saved).map_err(|e| PtraceError::sys("PTRACE_GETREGS", tid, e))?;
         let mut r = saved;
         r.rax = nr;
         r.orig_rax = u64::MAX;
         (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
         r.rip = sc;
         r.eflags &= !arch::EFLAGS_TF;
-        sys::setregs(tid, &r).map_err(|e| ProviderError::sys("PTRACE_SETREGS", tid, e))?;
+        sys::setregs(tid, &r).map_err(|e| PtraceError::sys("PTRACE_SETREGS", tid, e))?;
         let result = loop {
-            sys::singlestep(tid, 0).map_err(|e| ProviderError::sys("PTRACE_SINGLESTEP", tid, e))?;
+            sys::singlestep(tid, 0).map_err(|e| PtraceError::sys("PTRACE_SINGLESTEP", tid, e))?;
             let raw = match sys::wait(tid, 0) {
                 Ok(Some((_, raw))) => raw,
-                _ => return Err(ProviderError::TraceeDied { pid: tid }),
+                _ => return Err(PtraceError::TraceeDied { pid: tid }),
             };
             match sys::decode_status(raw) {
                 Status::Stopped {
@@ -261,7 +303,7 @@ impl Tracer {
                     event: 0,
                 } => {
                     sys::getregs(tid, &mut r)
-                        .map_err(|e| ProviderError::sys("PTRACE_GETREGS", tid, e))?;
+                        .map_err(|e| PtraceError::sys("PTRACE_GETREGS", tid, e))?;
                     if r.rip == sc + 2 {
                         break r.rax;
                     }
@@ -269,25 +311,27 @@ impl Tracer {
                 Status::Stopped { sig, event: 0 } => self.stash_signal(tid, sig),
                 Status::Stopped { event, .. } if event == libc::PTRACE_EVENT_EXIT => {
                     self.queue.push_back((tid, raw));
-                    return Err(ProviderError::TraceeDied { pid: tid });
+                    return Err(PtraceError::TraceeDied { pid: tid });
                 }
                 Status::Stopped { .. } => {}
                 _ => {
                     self.queue.push_back((tid, raw));
-                    return Err(ProviderError::TraceeDied { pid: tid });
+                    return Err(PtraceError::TraceeDied { pid: tid });
                 }
             }
         };
-        sys::setregs(tid, &saved).map_err(|e| ProviderError::sys("PTRACE_SETREGS", tid, e))?;
+        sys::setregs(tid, &saved).map_err(|e| PtraceError::sys("PTRACE_SETREGS", tid, e))?;
         Ok(result)
     }
 
     /// Keeps a signal that arrived while we were using the thread, to be
     /// delivered at its next resume (or re-sent if one is already pending).
-    fn stash_signal(&mut self, tid: i32, sig: i32) {
+    pub(super) fn stash_signal(&mut self, tid: i32, sig: i32) {
         if let Some(th) = self.threads.get_mut(&tid) {
             if th.sig == 0 {
                 th.sig = sig;
+            } else if th.sig == sig && sig < libc::SIGRTMIN() {
+                // A standard signal is pending at most once.
             } else {
                 let _ = crate::sys::process::tgkill(th.pid, tid, sig);
             }
@@ -302,10 +346,10 @@ impl Tracer {
         pid: i32,
         addr: u64,
         mut regs: Regs,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<Option<i32>, PtraceError> {
         let held = self.stop_world(pid, tid);
         let Some(p) = self.procs.get(&pid) else {
-            return Ok(());
+            return Ok(None);
         };
         let mem = p.mem.clone();
         let orig = mem.borrow().sites.get(&addr).map(|s| s.orig);
@@ -390,7 +434,7 @@ impl Tracer {
             }
             self.resume(tid);
         }
-        Ok(())
+        Ok((deliver != 0).then_some(deliver))
     }
 }
 

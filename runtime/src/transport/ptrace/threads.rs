@@ -4,7 +4,6 @@
 //! slots and relation to its parent. Pure data; no system calls.
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::rc::Rc;
 
 use super::mem::ProcMem;
@@ -33,8 +32,8 @@ pub struct Thread {
     pub sig: i32,
     /// Auto-attached and its initial stop not seen yet.
     pub new: bool,
-    /// `/proc/PID/task/TID/stat`, opened lazily by a hit's `cpu()`.
-    pub stat: Option<File>,
+    /// Where its CPU number is read (found at its first hit that needs it).
+    pub cpu_src: super::hit::CpuSource,
     /// A hit whose handler already ran but whose displaced instruction did
     /// not execute (a signal arrived while the thread was about to run it
     /// out of line; its PC was moved back to the probe so that the signal
@@ -52,7 +51,7 @@ impl Thread {
             state,
             sig: 0,
             new,
-            stat: None,
+            cpu_src: Default::default(),
             rerun: None,
         }
     }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{Event, Tracer};
+use super::{PtraceEvent, PtraceTracer};
 use crate::sys::ptrace::{self as sys};
 
 use super::events::Cb;
@@ -14,8 +14,8 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 
 // Ticks (interval probes): a child that sleeps until the next due time
 // and exits wakes the blocking `waitpid` of the event loop.
-impl Tracer {
-    /// Delivers [`Event::Tick`] every `period` during [`Tracer::run`].
+impl PtraceTracer {
+    /// Delivers [`PtraceEvent::Tick`] every `period` during [`PtraceTracer::run`].
     pub fn set_tick(&mut self, period: Duration) {
         self.tick = Some((period, std::time::Instant::now() + period, 0));
     }
@@ -46,7 +46,7 @@ impl Tracer {
                 t.1 += t.0;
             }
         }
-        let _ = cb(self, Event::Tick);
+        let _ = cb(self, PtraceEvent::Tick);
     }
 
     /// Kills and reaps a tick child still sleeping.

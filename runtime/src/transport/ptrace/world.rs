@@ -1,12 +1,12 @@
 //! Stopping a whole process (every running thread but one) and letting it
 //! go again, for patching and for reading every thread's registers.
 
-use super::Tracer;
+use super::PtraceTracer;
 use super::events::is_group_stop_sig;
 use super::threads::TState;
 use crate::sys::ptrace::{self as sys, Status};
 
-impl Tracer {
+impl PtraceTracer {
     /// Stops every running thread of `pid` except `except`; returns those
     /// stopped only by our interrupt (to resume later). Other stops that
     /// arrive are queued for normal handling.

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use runtime::procmaps::{self, ModuleKey};
-use runtime::transport::ptrace::{ProviderError, TraceOptions, Tracer};
+use runtime::transport::ptrace::{PtraceError, PtraceTracer, TraceOptions};
 use wprobe_elf::{ElfInfo, Lookup};
 
 static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
@@ -48,12 +48,12 @@ pub fn build(name: &str, src: &str, flags: &[&str]) -> PathBuf {
 
 /// Whether ptrace works here (`Err`: why not).
 pub fn ptrace_status() -> Result<(), String> {
-    match Tracer::launch(&["/bin/true".into()], TraceOptions::default()) {
+    match PtraceTracer::launch(&["/bin/true".into()], TraceOptions::default()) {
         Ok(mut t) => {
             let _ = t.detach_all();
             Ok(())
         }
-        Err(ProviderError::PermissionDenied { hint, .. }) => {
+        Err(PtraceError::PermissionDenied { hint, .. }) => {
             Err(format!("ptrace not permitted: {hint}"))
         }
         Err(e) => Err(format!("cannot trace: {e}")),
@@ -93,7 +93,7 @@ pub fn sym(file: &Path, sym: &str) -> (u64, u64) {
 }
 
 /// Run-time address of `sym` of module `file` in traced process `pid`.
-pub fn addr_of(t: &mut Tracer, pid: i32, file: &Path, name: &str) -> u64 {
+pub fn addr_of(t: &mut PtraceTracer, pid: i32, file: &Path, name: &str) -> u64 {
     let info = ElfInfo::open(file).unwrap();
     let value = match info.lookup(name) {
         Lookup::Found(s) => s.value,

@@ -1,0 +1,2 @@
+// RUN: list list_not_elf.cmd
+// RUN: list /nonexistent/binary

@@ -1,0 +1,1 @@
+// RUN: run --transport bogus syntax_error.rpn -- /bin/true
