@@ -17,6 +17,30 @@ pub enum Format {
     Json,
 }
 
+/// How numbers are written in text records (`--radix`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Radix {
+    /// Magnitudes below 100,000 in decimal (signed when negative), others
+    /// in hex (addresses read as addresses, counts as counts).
+    #[default]
+    Auto,
+    /// Every number in hex.
+    Hex,
+    /// Every number in decimal, unsigned.
+    Dec,
+}
+
+/// How text records are written (`wprobe run -t`, `--radix`); JSON
+/// records always carry `time_ns` and decimal numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TextStyle {
+    /// Start each record with the seconds since this time (ns since the
+    /// epoch), with microseconds: `1.234567 `.
+    pub since_ns: Option<u64>,
+    /// How numbers are written.
+    pub radix: Radix,
+}
+
 /// What the formatter needs to know about one record.
 #[derive(Clone, Copy, Debug)]
 pub struct RecordView<'a> {
@@ -46,8 +70,16 @@ pub struct RecordView<'a> {
 
 /// Renders a word: small magnitudes in decimal, everything else in hex.
 pub fn word(out: &mut String, v: u64) {
+    word_in(out, v, Radix::Auto);
+}
+
+fn word_in(out: &mut String, v: u64, radix: Radix) {
     let s = v as i64;
-    if v < 100_000 {
+    if radix == Radix::Hex {
+        let _ = write!(out, "{v:#x}");
+    } else if radix == Radix::Dec {
+        decimal(out, v);
+    } else if v < 100_000 {
         let _ = write!(out, "{v}");
     } else if (-100_000..0).contains(&s) {
         let _ = write!(out, "{s}");
@@ -158,24 +190,24 @@ fn decimal(out: &mut String, mut v: u64) {
     out.push_str(std::str::from_utf8(&buf[i..]).expect("decimal digits are ASCII"));
 }
 
-fn text_words(out: &mut String, name: &str, payload: &[u8]) {
+fn text_words(out: &mut String, name: &str, payload: &[u8], radix: Radix) {
     out.push_str(name);
     out.push('(');
     for (i, w) in words(payload).enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        word(out, w);
+        word_in(out, w, radix);
     }
     out.push(')');
 }
 
-fn text_item(out: &mut String, item: &Item<'_>) {
+fn text_item(out: &mut String, item: &Item<'_>, radix: Radix) {
     match item {
-        Item::Words(p) => text_words(out, "", p),
-        Item::CountedWords(p) => text_words(out, "n", p),
-        Item::LocalVars(p) => text_words(out, "lv", p),
-        Item::GlobalVars(p) => text_words(out, "gv", p),
+        Item::Words(p) => text_words(out, "", p, radix),
+        Item::CountedWords(p) => text_words(out, "n", p, radix),
+        Item::LocalVars(p) => text_words(out, "lv", p, radix),
+        Item::GlobalVars(p) => text_words(out, "gv", p, radix),
         Item::Bytes(b) => {
             out.push_str("b(");
             hex(out, b);
@@ -259,7 +291,7 @@ fn hex_compact(out: &mut String, bytes: &[u8]) {
     }
 }
 
-fn text_trace(out: &mut String, st: &StackTrace<'_>) {
+fn text_trace(out: &mut String, st: &StackTrace<'_>, radix: Radix) {
     let _ = write!(out, " {{exc {:#x}", st.code);
     for n in hostabi::Exception::names_in(st.code) {
         let _ = write!(out, " {n}");
@@ -270,16 +302,16 @@ fn text_trace(out: &mut String, st: &StackTrace<'_>) {
         let _ = write!(out, " handler {}", st.handler);
     }
     out.push_str(" p1 ");
-    word(out, st.p1);
+    word_in(out, st.p1, radix);
     out.push_str(" p2 ");
-    word(out, st.p2);
+    word_in(out, st.p2, radix);
     for f in st.frames() {
         match f {
             Ok(f) => {
                 let _ = write!(out, " | call {} ret {}", f.called, f.ret);
                 for (n, p) in [(" pv", f.slots), (" lv", f.lvars), (" gv", f.gvars)] {
                     if !p.is_empty() {
-                        text_words(out, n, p);
+                        text_words(out, n, p, radix);
                     }
                 }
             }
@@ -293,14 +325,24 @@ fn text_trace(out: &mut String, st: &StackTrace<'_>) {
 
 /// Appends one record as a line (with the trailing newline).
 pub fn record(out: &mut String, fmt: Format, r: &RecordView<'_>) {
+    record_styled(out, fmt, TextStyle::default(), r);
+}
+
+/// [`record`], text records written in `style`.
+pub fn record_styled(out: &mut String, fmt: Format, style: TextStyle, r: &RecordView<'_>) {
     match fmt {
-        Format::Text => text_record(out, r),
+        Format::Text => text_record(out, style, r),
         Format::Json => json_record(out, r),
     }
     out.push('\n');
 }
 
-fn text_record(out: &mut String, r: &RecordView<'_>) {
+fn text_record(out: &mut String, style: TextStyle, r: &RecordView<'_>) {
+    if let Some(t0) = style.since_ns {
+        let d = r.time_ns.saturating_sub(t0);
+        decimal(out, d / 1_000_000_000);
+        let _ = write!(out, ".{:06} ", d % 1_000_000_000 / 1_000);
+    }
     let _ = write!(
         out,
         "{} pid {} tid {} cpu {} ",
@@ -308,7 +350,7 @@ fn text_record(out: &mut String, r: &RecordView<'_>) {
     );
     if r.stacktrace {
         out.push_str("stacktrace");
-        let res = decode_stacktrace(r.data, |st| text_trace(out, st));
+        let res = decode_stacktrace(r.data, |st| text_trace(out, st, style.radix));
         match res {
             Ok(h) => {
                 out.push_str(" from ");
@@ -332,7 +374,7 @@ fn text_record(out: &mut String, r: &RecordView<'_>) {
     for item in decode_log(r.data, r.items) {
         out.push(' ');
         match item {
-            Ok(i) => text_item(out, &i),
+            Ok(i) => text_item(out, &i, style.radix),
             Err(e) => {
                 let _ = write!(out, "(bad items: {e})");
             }

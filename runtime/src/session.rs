@@ -58,6 +58,8 @@ pub struct RunOptions {
     pub fuel: Option<u64>,
     /// Output format.
     pub format: Format,
+    /// How text records are written (`-t`, `--radix`).
+    pub text: crate::format::TextStyle,
 }
 
 struct ProbeState {

@@ -106,6 +106,10 @@ pub fn run(a: RunArgs) -> CmdResult {
         types: a.types.clone(),
         fuel: a.opts.fuel,
         format: a.format,
+        text: crate::format::TextStyle {
+            since_ns: a.timestamps.then(crate::sys::time::realtime_ns),
+            radix: a.radix,
+        },
     };
     // The registers handlers can read: a transport that samples them
     // (rather than stopping the thread) samples only those.
@@ -360,9 +364,18 @@ pub struct RunArgs {
     /// Output format.
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t)]
     pub format: crate::format::Format,
-    /// Write records to FILE instead of standard output.
+    /// Write records to FILE instead of standard output (where, without
+    /// it, they share the terminal with the command's own output).
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Start each text record with the seconds since tracing began
+    /// (`1.234567`); JSON records always carry `time_ns`.
+    #[arg(short = 't', long = "timestamps")]
+    pub timestamps: bool,
+    /// How text records write numbers: `auto` (below 100,000 in decimal,
+    /// others in hex), `hex` or `dec`.
+    #[arg(long, value_name = "RADIX", value_enum, default_value_t)]
+    pub radix: crate::format::Radix,
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,

@@ -455,6 +455,7 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
         types: Vec::new(),
         fuel: None,
         format: Format::Text,
+        text: crate::format::TextStyle::default(),
     };
     let mut session = Session::new(&engine, programs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;

@@ -198,6 +198,12 @@ impl Session {
     /// when `report`, and kept in [`Session::warnings`] in any case.
     pub fn arm(&mut self, t: &mut dyn Transport, pid: i32, report: bool) -> usize {
         let t0 = std::time::Instant::now();
+        if self.bt.active {
+            // The mappings for symbolizing addresses, read while the
+            // process surely lives: a transport that hands hits over after
+            // the fact (perf) may see its last ones after it exited.
+            self.bt.sym.note(pid as u64);
+        }
         let n = match t.maps(pid, false) {
             Ok(maps) => {
                 let verify = self.opts.verify_opcodes;

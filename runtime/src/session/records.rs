@@ -95,7 +95,7 @@ impl Session {
                 data: data.sink.data(r),
                 items: data.sink.item_words(r),
             };
-            format::record(&mut self.line, self.opts.format, &view);
+            format::record_styled(&mut self.line, self.opts.format, self.opts.text, &view);
             in_line += 1;
             in_line_bytes += r.data.len() as u64;
             self.seq += 1;

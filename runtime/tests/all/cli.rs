@@ -41,6 +41,7 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(reads_after_a_handler_write_see_the_written_value),
     case!(records_go_to_the_file_given_with_o),
+    case!(text_records_with_timestamps_and_one_radix),
     case!(exit_1_hands_the_stopped_process_to_gdb, Need::Gdb),
     case!(fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread),
 ];
@@ -688,6 +689,68 @@ fn records_go_to_the_file_given_with_o() {
         })
         .collect();
     assert_eq!(kinds, ["log", "log", "log", "stats"]);
+}
+
+/// `-t` starts each text record with the seconds since tracing began
+/// (non-decreasing, with microseconds); `--radix hex|dec` writes every
+/// number one way (`auto` mixes small decimal and large hex).
+fn text_records_with_timestamps_and_one_radix() {
+    let exe = slow_target();
+    let p = crate::support::cli::write(
+        "radix.rpn",
+        format!(
+            "name = {}\noffset = work\n push r, rdi\n push 0x123456\n log 2\n",
+            exe.display()
+        ),
+    );
+    let lines = |extra: &[&str]| -> Vec<String> {
+        let o = wprobe()
+            .arg("run")
+            .arg(&p)
+            .args(extra)
+            .arg("--")
+            .arg(&exe)
+            .arg("3")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("radix:work"))
+            .map(str::to_string)
+            .collect()
+    };
+    let tail = |l: &str| l.split_once(" 1.0: ").unwrap().1.to_string();
+    let auto = lines(&[]);
+    assert_eq!(
+        auto.iter().map(|l| tail(l)).collect::<Vec<_>>(),
+        ["(0x123456, 0)", "(0x123456, 1)", "(0x123456, 2)"]
+    );
+    assert!(auto[0].starts_with("radix:work pid "), "{auto:?}");
+    let hex = lines(&["--radix", "hex"]);
+    assert_eq!(
+        hex.iter().map(|l| tail(l)).collect::<Vec<_>>(),
+        ["(0x123456, 0x0)", "(0x123456, 0x1)", "(0x123456, 0x2)"]
+    );
+    let dec = lines(&["--radix", "dec", "-t"]);
+    assert_eq!(
+        dec.iter().map(|l| tail(l)).collect::<Vec<_>>(),
+        ["(1193046, 0)", "(1193046, 1)", "(1193046, 2)"]
+    );
+    let times: Vec<f64> = dec
+        .iter()
+        .map(|l| {
+            let (t, rest) = l.split_once(' ').unwrap();
+            assert!(rest.starts_with("radix:work pid "), "{l}");
+            let (s, us) = t.split_once('.').unwrap();
+            assert_eq!(us.len(), 6, "{l}");
+            assert!(s.chars().all(|c| c.is_ascii_digit()), "{l}");
+            t.parse().unwrap()
+        })
+        .collect();
+    // Calls 2 ms apart, the first within seconds of the start.
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert!(times[0] < 30.0 && times[2] - times[0] >= 0.004, "{times:?}");
 }
 
 fn exit_1_hands_the_stopped_process_to_gdb() {

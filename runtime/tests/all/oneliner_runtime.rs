@@ -18,6 +18,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries),
     case!(uretprobe_retval_sums_the_returns @ per_transport),
     case!(uretprobes_of_8_threads_pair_every_call @ per_transport),
+    case!(return_events_print_the_caller_and_the_return_value @ per_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ per_transport),
     case!(intervals_tick_while_tracing @ per_transport),
@@ -306,6 +307,49 @@ fn a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries() {
             && err.contains(":add+2")
             && err.contains("= note: nearest instruction boundaries: add+1, add+4"),
         "{err}"
+    );
+}
+
+/// `r:NAME MODULE:SYM FIELD=$retval`: one line per return, after the
+/// entry's line, naming the caller and the function as the kernel's
+/// kretprobe events do, with the value `add(i, 2i)` returned.
+fn return_events_print_the_caller_and_the_return_value(transport: &str) {
+    let t = target();
+    let b = t.display();
+    let (out, err, code) = run(
+        &[
+            "--transport",
+            transport,
+            "--event",
+            &format!("p:in {b}:add a=%di"),
+            "--event",
+            &format!("r:out {b}:add ret=$retval"),
+            "--",
+            t.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("in:") || l.starts_with("out:"))
+        .collect();
+    assert_eq!(
+        lines[..6],
+        [
+            "in: (add) a=0x0",
+            "out: (main <- add) ret=0x0",
+            "in: (add) a=0x1",
+            "out: (main <- add) ret=0x3",
+            "in: (add) a=0x2",
+            "out: (main <- add) ret=0x6",
+        ],
+        "{out}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("in:")).count(),
+        lines.iter().filter(|l| l.starts_with("out:")).count(),
+        "{out}"
     );
 }
 

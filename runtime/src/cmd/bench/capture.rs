@@ -30,6 +30,7 @@ pub fn capture(
         types: Vec::new(),
         fuel: a.opts.fuel,
         format: crate::format::Format::Text,
+        text: crate::format::TextStyle::default(),
     };
     let mut session = Session::new(engine, inputs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;
