@@ -35,6 +35,7 @@ fn trace(
         types: vec![],
         fuel: None,
         format: Format::Json,
+        text: Default::default(),
     };
     let input = LoadedProgram {
         label: file.trim_end_matches(".rpn").to_string(),

@@ -52,6 +52,7 @@ fn trace(
         types: vec![],
         fuel: None,
         format: Format::Json,
+        text: Default::default(),
     };
     let input = LoadedProgram {
         label: "t".into(),
