@@ -7,6 +7,8 @@
 //!   bounded size are read;
 //! * [`locate`]: which file a module name means (path, base name, soname,
 //!   short library name; `ld.so.cache` through [`ldcache`]);
+//! * [`startup`]: the libraries a program loads at startup, found as the
+//!   dynamic linker will find them;
 //! * [`disasm`]: instruction boundaries, decoded from a function's start;
 //! * [`mod@demangle`]: C++ and Rust names as people read them;
 //! * [`mod@glob`]: shell-style name patterns.
@@ -19,6 +21,7 @@ pub mod glob;
 pub mod info;
 pub mod ldcache;
 pub mod locate;
+pub mod startup;
 
 pub use demangle::demangle;
 pub use glob::glob;

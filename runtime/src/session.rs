@@ -110,6 +110,9 @@ pub struct Session {
     pub warnings: Vec<String>,
     /// Time spent arming (resolving and inserting probes), all calls.
     arm_time: std::time::Duration,
+    /// Watchpoints wait (arming at a launched command's exec, where the
+    /// dynamic linker has yet to relocate and initialise).
+    breakpoints_only: bool,
     /// Time spent disarming at the end of the run.
     disarm_time: std::time::Duration,
     /// Hits recorded for `wprobe bench -- CMD`.
@@ -251,6 +254,7 @@ impl Session {
             seq: 0,
             warnings: Vec::new(),
             arm_time: std::time::Duration::ZERO,
+            breakpoints_only: false,
             disarm_time: std::time::Duration::ZERO,
             capture: None,
             panic_at_hit: if cfg!(debug_assertions) {

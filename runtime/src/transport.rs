@@ -333,6 +333,23 @@ pub trait Transport {
         ))
     }
 
+    /// Whether the launched command is stopped at its exec: the executable
+    /// and the dynamic linker mapped, nothing run. The caller arms what is
+    /// mapped, and the startup libraries on their files
+    /// ([`Transport::insert_on_file`]) so that their constructors are
+    /// seen, then calls [`Transport::run_to_entry`].
+    fn at_exec(&self) -> bool {
+        false
+    }
+
+    /// Runs a launched command stopped at its exec to its entry point (its
+    /// startup libraries mapped, relocated and initialised), where what
+    /// needed the dynamic linker (IFUNCs) can be armed. Nothing to do for
+    /// a transport that starts at the entry point.
+    fn run_to_entry(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Disarms a probe (its later hits, if any were in flight, are not
     /// reported as hits of an enabled probe).
     fn remove(&mut self, armed: Armed);

@@ -158,7 +158,14 @@ pub fn run(a: RunArgs) -> CmdResult {
     let mut transport = (info.open)(target, &open).map_err(|e| CliError::user(e.to_string()))?;
     let t = transport.as_mut();
     let main = t.main_pid();
-    let mut armed = session.arm(t, main, true);
+    let mut armed = match session.arm_at_start(t, main, true) {
+        Ok(n) => n,
+        Err(e) => {
+            t.kill_launched();
+            let _ = t.detach();
+            return Err(CliError::user(e));
+        }
+    };
     if session.pending() > 0 && info.caps.arms_files {
         // Modules not mapped yet (a program a child execs, a library
         // loaded later): arm on the file, found by path or next to the

@@ -569,7 +569,17 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
     let mut transport = (info.open)(target, &open)?;
     let t = transport.as_mut();
     let main = t.main_pid();
-    let mut armed = session.arm(t, main, false);
+    // A launched command stopped at its exec (perf): the probes of what is
+    // mapped and of its startup libraries first, so that calls made before
+    // its entry point (constructors) are traced.
+    let mut armed = match session.arm_at_start(t, main, false) {
+        Ok(n) => n,
+        Err(e) => {
+            t.kill_launched();
+            let _ = t.detach();
+            return Err(e);
+        }
+    };
     if session.pending() > 0 && info.caps.arms_files {
         armed += session.arm_on_files(t, main, &[], false);
     }

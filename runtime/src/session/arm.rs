@@ -232,6 +232,35 @@ impl Session {
         n
     }
 
+    /// Arms every probe in the process `pid` at the start of a run (what
+    /// [`Session::arm`] does), and for a launched command stopped at its
+    /// exec ([`Transport::at_exec`]) first the breakpoints of what is
+    /// mapped and of the startup libraries on their files (their
+    /// constructors run before the entry point), then runs it to its
+    /// entry point ([`Transport::run_to_entry`]) and arms the rest there
+    /// (watchpoints, IFUNC probes). Returns how many are armed in `pid`;
+    /// an error when the command could not be run to its entry point.
+    pub fn arm_at_start(
+        &mut self,
+        t: &mut dyn Transport,
+        pid: i32,
+        report: bool,
+    ) -> Result<usize, String> {
+        if t.at_exec() {
+            self.breakpoints_only = true;
+            self.arm(t, pid, report);
+            self.breakpoints_only = false;
+            if self.pending() > 0 {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+                let env = wprobe_elf::startup::LoaderEnv::from_env();
+                let libs = wprobe_elf::startup::startup_libraries(&exe, &env);
+                self.arm_on_startup_libraries(t, pid, &libs, report);
+            }
+            t.run_to_entry()?;
+        }
+        Ok(self.arm(t, pid, report))
+    }
+
     /// Arms the breakpoint probes still pending (their module was not
     /// mapped at start) on the module's file, found by path or by base name
     /// in `dirs`, for transports that arm files
@@ -245,6 +274,57 @@ impl Session {
         dirs: &[std::path::PathBuf],
         report: bool,
     ) -> usize {
+        let mut find = |module: &str| {
+            if module.contains('/') {
+                Some(std::path::PathBuf::from(module))
+            } else {
+                dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
+            }
+        };
+        self.arm_on_files_found(t, pid, &mut find, false, report)
+    }
+
+    /// Arms the breakpoint probes still pending in the libraries `libs`
+    /// that the launched command `pid`, stopped at its exec, will load at
+    /// startup ([`Transport::at_exec`]; found with
+    /// `wprobe_elf::startup::startup_libraries`), on their files: their
+    /// constructors run before the entry point. A module is matched by
+    /// path or bare name as in a running process. Probes on IFUNCs stay
+    /// pending, for the entry point; no note per probe (the expected
+    /// case). Returns how many were armed.
+    fn arm_on_startup_libraries(
+        &mut self,
+        t: &mut dyn Transport,
+        pid: i32,
+        libs: &[std::path::PathBuf],
+        report: bool,
+    ) -> usize {
+        let mut find = |module: &str| {
+            if module.contains('/') {
+                let want = procmaps::canonical(std::path::Path::new(module));
+                return libs.iter().find(|l| **l == want).cloned();
+            }
+            libs.iter()
+                .find(|l| {
+                    wprobe_elf::locate::matches_mapped(module, &l.to_string_lossy(), || {
+                        wprobe_elf::ElfInfo::open(l).ok().and_then(|e| e.soname)
+                    })
+                })
+                .cloned()
+        };
+        self.arm_on_files_found(t, pid, &mut find, true, report)
+    }
+
+    /// [`Session::arm_on_files`] with the module files `find` gives; at
+    /// `startup`, IFUNC probes stay pending and no note is printed.
+    fn arm_on_files_found(
+        &mut self,
+        t: &mut dyn Transport,
+        pid: i32,
+        find: &mut dyn FnMut(&str) -> Option<std::path::PathBuf>,
+        startup: bool,
+        report: bool,
+    ) -> usize {
         let t0 = std::time::Instant::now();
         let mut armed = 0;
         for pi in 0..self.probes.len() {
@@ -255,13 +335,15 @@ impl Session {
                 continue;
             }
             let module = spec.module.as_ref().unwrap_or(&self.manifests[prog].module);
-            let file = if module.contains('/') {
-                Some(std::path::PathBuf::from(module))
-            } else {
-                dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
-            };
-            let Some(file) = file else { continue };
+            let Some(file) = find(module) else { continue };
             let file = procmaps::canonical(&file);
+            if startup
+                && let Ok(elf) = self.resolver.elf(&file)
+                && crate::resolve::ifunc_symbol(spec, &elf).is_some()
+            {
+                // Armed at the entry point, where its implementation is known.
+                continue;
+            }
             let verify = self.opts.verify_opcodes;
             let res = self
                 .resolver
@@ -316,7 +398,7 @@ impl Session {
                     p.armed.push((pid, id));
                     p.ever_armed = true;
                     armed += 1;
-                    if report {
+                    if report && !startup {
                         crate::elog!(
                             "wprobe: probe {}: module not mapped at start; armed on the file {}",
                             p.label,
@@ -364,6 +446,9 @@ impl Session {
             let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
             let m = &self.manifests[prog];
             let spec = &m.probes[index];
+            if self.breakpoints_only && spec.kind != ProbeKind::Breakpoint {
+                continue;
+            }
             let module = spec.module.as_ref().unwrap_or(&m.module).clone();
             let loc = located
                 .entry((prog, module.clone()))

@@ -21,6 +21,7 @@ mod retsites;
 mod ring;
 mod sample;
 mod seam;
+mod tasks;
 mod tracefs;
 
 use std::collections::HashMap;
@@ -201,6 +202,13 @@ pub struct PerfTracer {
     spare: Vec<Vec<u8>>,
     /// The transport seam's state (mappings read for arming).
     seam: seam::SeamState,
+    /// With `-f`: the live tasks of the traced tree.
+    tasks: tasks::Tasks,
+    /// The main process has exited.
+    main_gone: bool,
+    /// The launched command is stopped at its exec (not yet run to its
+    /// entry point).
+    at_exec: bool,
 }
 
 impl std::fmt::Debug for PerfTracer {
@@ -246,6 +254,9 @@ impl PerfTracer {
             spare: Vec::new(),
             tick: None,
             seam: Default::default(),
+            tasks: Default::default(),
+            main_gone: false,
+            at_exec: false,
         }
     }
 
@@ -254,12 +265,14 @@ impl PerfTracer {
         self.tick = Some((period, std::time::Instant::now() + period));
     }
 
-    /// Launches `argv`, stopped at its entry point until [`PerfTracer::start`].
+    /// Launches `argv`, stopped at its exec ([`PerfTracer::run_to_entry`]
+    /// runs it to its entry point) until [`PerfTracer::start`].
     pub fn launch(argv: &[OsString], opts: PerfOptions) -> Result<PerfTracer, PerfError> {
         let pid = launch::launch(argv)?;
         let mut t = PerfTracer::empty(opts, pid);
         t.launched = true;
         t.held = true;
+        t.at_exec = true;
         t.tids = vec![pid];
         t.pidfd = crate::sys::process::pidfd_open(pid);
         if let Err(e) = t.open_rings() {
@@ -305,10 +318,24 @@ impl PerfTracer {
 
     /// One ring per CPU, owned by a dummy event on the main process.
     fn open_rings(&mut self) -> Result<(), PerfError> {
+        self.tasks = tasks::Tasks::new(&self.tids);
         for &cpu in &self.cpus {
             let r = ring::open(self.main_pid, cpu, self.opts.follow_forks, self.ring_pages)?;
             self.ring_fds.push(r.sampler.as_counter().as_raw_fd());
             self.rings.push(r);
+        }
+        Ok(())
+    }
+
+    /// Runs a launched command stopped at its exec to its entry point
+    /// (its startup libraries mapped, their constructors run: the probes
+    /// armed so far saw them), where it stays until [`PerfTracer::start`].
+    /// Nothing to do otherwise.
+    pub fn run_to_entry(&mut self) -> Result<(), PerfError> {
+        if self.at_exec && self.held {
+            self.at_exec = false;
+            self.seam.forget_maps(self.main_pid);
+            launch::run_to_entry(self.main_pid)?;
         }
         Ok(())
     }
@@ -505,8 +532,12 @@ impl PerfTracer {
             self.rings[i].has = false;
             // Other records (PERF_RECORD_LOST among them) are skipped: losses
             // are counted exactly per event with PERF_FORMAT_LOST (`report_lost`).
-            if self.rings[i].ty == sample::RECORD_SAMPLE {
-                self.deliver_hit_group(i, on_event);
+            match self.rings[i].ty {
+                sample::RECORD_SAMPLE => self.deliver_hit_group(i, on_event),
+                ty @ (tasks::RECORD_FORK | tasks::RECORD_EXIT) => {
+                    self.tasks.record(ty, &self.rings[i].pending);
+                }
+                _ => {}
             }
         }
     }
@@ -584,8 +615,9 @@ impl PerfTracer {
         sample::id_and_time(body).and_then(|(kid, _)| self.by_kernel_id.get(&kid).copied())
     }
 
-    /// Runs until the main process exits or `stop` is set; returns its exit
-    /// status when it was launched by us.
+    /// Runs until the main process exits (with `-f`: until every process
+    /// of its tree has exited) or `stop` is set; returns its exit status
+    /// when it was launched by us.
     pub fn run(
         &mut self,
         stop: &AtomicBool,
@@ -608,14 +640,31 @@ impl PerfTracer {
                 revents: 0,
             });
         }
+        let mut pruned = std::time::Instant::now();
         loop {
             self.drain(on_event);
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            if self.main_exited() {
+            if !self.main_gone && self.main_exited() {
+                self.main_gone = true;
+                // Its pidfd stays readable: poll the rings only.
+                if let Some(p) = fds.last_mut().filter(|_| self.pidfd.is_some()) {
+                    p.fd = -1;
+                }
+            }
+            if self.main_gone {
+                // With -f, processes it forked may still run (a daemon):
+                // the run goes on until the last one exits.
                 self.drain(on_event);
-                break;
+                if self.opts.follow_forks && pruned.elapsed().as_millis() >= POLL_MS as u128 {
+                    // Reads /proc per live task: not at every wake-up.
+                    self.tasks.prune();
+                    pruned = std::time::Instant::now();
+                }
+                if !self.opts.follow_forks || self.tasks.is_empty() {
+                    break;
+                }
             }
             let mut timeout = POLL_MS;
             if let Some((period, due)) = self.tick.as_mut() {
@@ -633,6 +682,17 @@ impl PerfTracer {
         }
         self.drain(on_event);
         self.report_lost(on_event);
+        if self.opts.follow_forks && !self.tasks.is_empty() {
+            self.tasks.prune();
+            let n = self.tasks.processes();
+            if n > 0 {
+                crate::elog!(
+                    "wprobe: warning: {n} process{} of the traced tree still running, no longer \
+                     traced",
+                    if n == 1 { "" } else { "es" }
+                );
+            }
+        }
         Ok(self.exited)
     }
 }

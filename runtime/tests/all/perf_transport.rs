@@ -17,6 +17,22 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(sampled_registers_follow_what_handlers_read, Need::Perf),
     case!(forked_children_inherit_probes_with_f_only, Need::Perf),
+    case!(
+        children_and_grandchildren_running_at_once_lose_no_call_uncounted,
+        Need::Perf
+    ),
+    case!(
+        with_f_a_daemon_is_traced_after_the_command_exits_until_it_exits,
+        Need::Perf
+    ),
+    case!(
+        calls_from_a_library_constructor_before_the_entry_point_count_as_under_ptrace,
+        Need::Perf
+    ),
+    case!(
+        mallocs_of_ls_from_its_exec_on_count_as_under_ptrace,
+        Need::Perf
+    ),
     case!(lost_samples_are_counted_exactly, Need::Perf),
     case!(
         sigkill_of_wprobe_leaves_the_target_running_unharmed,
@@ -249,6 +265,149 @@ fn forked_children_inherit_probes_with_f_only() {
             assert!(out.starts_with(&want), "{tr} -f={follow}: {out}");
         }
     }
+}
+
+fn forkall() -> PathBuf {
+    gcc(
+        "forkall",
+        &progs().join("forkall.c"),
+        &["-O2", "-fPIE", "-pie"],
+    )
+}
+
+/// The `stats` line of a `wprobe run --format json` that exited 0.
+fn run_stats(c: Command, what: &str) -> serde_json::Value {
+    let o = output_within(c, 120);
+    assert_eq!(o.status.code(), Some(0), "{what}: {}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    serde_json::from_str(out.lines().last().unwrap()).unwrap()
+}
+
+/// Processes forked from one another run at once (8 children, each with 2
+/// children of its own, all calling the probed function 3,000 times):
+/// every call is a hit or a counted drop. (The kernel swaps the perf
+/// contexts of such processes at context switches; once the process a
+/// swapped context names exits, the uprobes were removed from the one
+/// still running with it, and its calls went unseen, uncounted.)
+fn children_and_grandchildren_running_at_once_lose_no_call_uncounted() {
+    let exe = forkall();
+    let p = count_program(&exe, "count_forkall.rpn", "target");
+    for round in 0..2 {
+        let mut c = wprobe();
+        c.arg("run")
+            .arg(&p)
+            .args(["--transport", "perf", "-f", "--format", "json", "--"])
+            .args([exe.to_str().unwrap(), "8", "3000", "2"]);
+        let s = run_stats(c, "perf -f");
+        let (hits, dropped) = (s["hits"].as_u64(), s["dropped"].as_u64());
+        assert_eq!(
+            hits.zip(dropped).map(|(h, d)| h + d),
+            Some(8 * 3000 * 3),
+            "round {round}: {s}"
+        );
+    }
+}
+
+/// A daemonizing command (double fork, in a new session; the command and
+/// its child exit at once): with -f its grandchild's 2,000 calls, all made
+/// after the command exited, are traced - the run ends when the daemon
+/// exits - as under ptrace.
+fn with_f_a_daemon_is_traced_after_the_command_exits_until_it_exits() {
+    let exe = forkall();
+    let p = count_program(&exe, "count_daemon.rpn", "target");
+    for tr in ["perf", "ptrace"] {
+        let mut c = wprobe();
+        c.arg("run")
+            .arg(&p)
+            .args(["--transport", tr, "-f", "--format", "json", "--"])
+            .args([exe.to_str().unwrap(), "daemon", "2000"]);
+        let s = run_stats(c, tr);
+        assert_eq!(
+            (s["hits"].as_u64(), s["dropped"].as_u64()),
+            (Some(2000), Some(0)),
+            "{tr}: {s}"
+        );
+    }
+}
+
+/// A library the program links (found through its `DT_RUNPATH`
+/// `$ORIGIN`, named by its base name) calls the probed function 40 times
+/// from its constructor, before the program's entry point, and the program
+/// 25 times: 65 hits under perf, as under ptrace (the perf transport arms
+/// the startup libraries on their files at the exec).
+fn calls_from_a_library_constructor_before_the_entry_point_count_as_under_ptrace() {
+    let lib = gcc(
+        "libctorlib.so",
+        &progs().join("ctorlib.c"),
+        &["-O2", "-shared", "-fPIC"],
+    );
+    let dir = lib.parent().unwrap().to_path_buf();
+    let exe = gcc(
+        "ctor_user",
+        &progs().join("ctor_user.c"),
+        &[
+            "-O2",
+            "-fPIE",
+            "-pie",
+            &format!("-L{}", dir.display()),
+            "-lctorlib",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN",
+        ],
+    );
+    let p = write(
+        "count_ctor.rpn",
+        format!(
+            "name = libctorlib.so\ngvars = 1\noffset = ctor_target\nopcode = 0x{:02x}\n inc gv, 0\n abort\n",
+            opcode(&lib, "ctor_target")
+        ),
+    );
+    for tr in ["ptrace", "perf"] {
+        let mut c = wprobe();
+        c.current_dir(&dir)
+            .env("CTOR_CALLS", "40")
+            .arg("run")
+            .arg(&p)
+            .args(["--transport", tr, "--format", "json", "--"])
+            .args([exe.to_str().unwrap(), "25"]);
+        let o = output_within(c, 60);
+        assert_eq!(o.status.code(), Some(0), "{tr}: {}", stderr(&o));
+        let err = stderr(&o);
+        let out = String::from_utf8(o.stdout).unwrap();
+        assert!(out.starts_with("ctor_sum=820 sum=325\n"), "{tr}: {out}");
+        let s: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(s["hits"], 65, "{tr}: {s}");
+        // The expected case: no note about the library's file.
+        assert!(!err.contains("armed on the file"), "{tr}: {err}");
+    }
+}
+
+/// `ls -l` of a directory: its mallocs from the exec on (the dynamic
+/// linker's and libc's own initialisation among them) count the same
+/// under perf as under ptrace.
+fn mallocs_of_ls_from_its_exec_on_count_as_under_ptrace() {
+    let dir = scratch().join("ls_dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["a", "b", "c"] {
+        std::fs::write(dir.join(f), f).unwrap();
+    }
+    let p = write(
+        "count_malloc.rpn",
+        "name = libc\ngvars = 1\noffset = malloc\n inc gv, 0\n abort\n",
+    );
+    let mut hits = Vec::new();
+    for tr in ["ptrace", "perf"] {
+        let mut c = wprobe();
+        c.env("LC_ALL", "C")
+            .arg("run")
+            .arg(&p)
+            .args(["--transport", tr, "--format", "json", "--", "ls", "-l"])
+            .arg(&dir);
+        let s = run_stats(c, tr);
+        assert_eq!(s["dropped"], 0, "{tr}: {s}");
+        hits.push(s["hits"].as_u64().unwrap());
+    }
+    assert!(hits[0] > 10, "{hits:?}");
+    assert_eq!(hits[0], hits[1], "ptrace, perf");
 }
 
 fn lost_samples_are_counted_exactly() {

@@ -1,8 +1,11 @@
 //! Starting a command for the perf transport without keeping it traced:
 //! fork, `PTRACE_TRACEME`, exec (the kernel stops the new image before its
-//! first instruction), run it to its ELF entry point with one temporary
-//! `int3` so that the dynamic linker has mapped every startup library, let
-//! the caller resolve and open the perf events, then detach. No
+//! first instruction: the executable and the dynamic linker mapped, nothing
+//! run), where the caller arms what is mapped and the startup libraries on
+//! their files; then [`run_to_entry`], to the ELF entry point with one
+//! temporary `int3` (the libraries mapped and their constructors run),
+//! where the caller arms what needed the dynamic linker (IFUNCs); then
+//! detach. No
 //! `PR_SET_PDEATHSIG` and no `PTRACE_O_EXITKILL`: once detached, the command
 //! is independent of wprobe and survives its SIGKILL. Between the `int3` and
 //! its removal (microseconds, before detaching) the command is stopped.
@@ -25,8 +28,8 @@ fn died(pid: i32) -> PerfError {
     PerfError::TraceeDied { pid }
 }
 
-/// Forks and execs `argv`; returns the child's pid, stopped at its entry
-/// point and still ptrace-attached (call [`detach`] after arming).
+/// Forks and execs `argv`; returns the child's pid, stopped at its exec
+/// and still ptrace-attached (call [`run_to_entry`], then [`detach`]).
 pub fn launch(argv: &[OsString]) -> Result<i32, PerfError> {
     let Some(first) = argv.first() else {
         return Err(PerfError::CommandNotFound { cmd: String::new() });
@@ -65,17 +68,14 @@ pub fn launch(argv: &[OsString]) -> Result<i32, PerfError> {
     if !(libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP) {
         return Err(died(child));
     }
-    if let Err(e) = run_to_entry(child) {
-        // Our own child, which never ran user code.
-        crate::sys::process::kill_and_reap(child);
-        return Err(e);
-    }
     Ok(child)
 }
 
-/// Runs the stopped child to its entry point (libraries mapped, no user
-/// code of the program run yet) with a temporary `int3`.
-fn run_to_entry(pid: i32) -> Result<(), PerfError> {
+/// Runs the child stopped at its exec to its entry point (the dynamic
+/// linker has mapped the startup libraries, relocated them and run their
+/// constructors; no code of the program itself has run) with a temporary
+/// `int3`.
+pub(super) fn run_to_entry(pid: i32) -> Result<(), PerfError> {
     let err = |op: &'static str, e: nix::errno::Errno| PerfError::Sys {
         op,
         errno: e as i32,

@@ -2,7 +2,9 @@
 //! owned by a dummy software event on the main process (every probe event
 //! of that CPU is redirected into it), sized to the locked-memory limit,
 //! and read one record at a time into a reusable buffer (no allocation per
-//! record).
+//! record). The dummy events are inherited by every thread and (`-f`)
+//! child process, and keep the kernel from swapping their contexts (see
+//! [`counter`]).
 
 use perf_event::events::Software;
 use perf_event::{Builder, Counter, Sampler};
@@ -144,10 +146,30 @@ fn counter(pid: i32, cpu: usize, follow: bool) -> Result<Counter, PerfError> {
         .one_cpu(cpu)
         .inherit(true)
         .enabled(true)
+        // Never sampled (a dummy), but an inherited event that samples
+        // READ keeps the kernel from swapping the contexts of processes
+        // forked from one another at a context switch (`nr_no_switch_fast`,
+        // Linux 6.12): a swap leaves each probe event's target task behind,
+        // and when the task it names exits, the kernel's uprobe filter no
+        // longer matches the process still running with it, and removes
+        // the uprobes from that process - its later calls go unseen and
+        // uncounted.
+        .sample(perf_event::SampleFlag::READ | perf_event::SampleFlag::TID)
         .wakeup_watermark(MIN_RING_PAGES * 4096 / 4);
-    if !follow {
+    if follow {
+        // Forks and exits of the tree (`tasks`).
+        b.task(true);
+    } else {
         b.inherit_thread(true);
     }
-    b.build()
-        .map_err(|e| open_error(format!("ring buffer of CPU {cpu}"), e))
+    match b.build() {
+        // Before Linux 6.12 an inherited event cannot sample READ (nor
+        // stop context swaps).
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            b.sample(perf_event::SampleFlag::TID);
+            b.build()
+        }
+        r => r,
+    }
+    .map_err(|e| open_error(format!("ring buffer of CPU {cpu}"), e))
 }

@@ -94,6 +94,13 @@ pub(super) struct SeamState {
     gone: Vec<Gone>,
 }
 
+impl SeamState {
+    /// Forgets the mappings read of `pid` (the dynamic linker changed them).
+    pub(super) fn forget_maps(&mut self, pid: i32) {
+        self.maps.remove(&pid);
+    }
+}
+
 /// A function with return probes: one entry event for all of them.
 #[derive(Debug)]
 struct RetFunc {
@@ -494,6 +501,14 @@ impl Transport for PerfTracer {
         maxactive: u32,
     ) -> Result<Armed, String> {
         self.arm_return(tag, &file.to_string_lossy(), offset, maxactive)
+    }
+
+    fn at_exec(&self) -> bool {
+        self.at_exec && self.held
+    }
+
+    fn run_to_entry(&mut self) -> Result<(), String> {
+        PerfTracer::run_to_entry(self).map_err(|e| e.to_string())
     }
 
     fn remove(&mut self, armed: Armed) {
