@@ -4,8 +4,10 @@
 # use to build their targets and C guests (gcc, g++, clang, lld with
 # wasm-ld), gdb (the tests check what `exit 1` and `exit 3` leave for it),
 # setpriv/unshare/script (util-linux: tests run wprobe as another user, in
-# a private mount namespace, on a terminal) and bpftrace (the one-liner
-# table is compared with its output). Running it again changes nothing.
+# a private mount namespace, on a terminal), bpftrace (the one-liner
+# table is compared with its output), uftrace (`wprobe trace`'s call counts
+# are compared with its own) and ltrace (the trace benchmark's other
+# baseline). Running it again changes nothing.
 set -euo pipefail
 
 if command -v rustup >/dev/null 2>&1; then
@@ -23,7 +25,7 @@ link_wasm_ld() {
 link_wasm_ld
 
 missing=()
-TOOLS=(gcc g++ clang ld.lld wasm-ld gdb setpriv unshare script bpftrace)
+TOOLS=(gcc g++ clang ld.lld wasm-ld gdb setpriv unshare script bpftrace uftrace ltrace)
 for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
@@ -38,6 +40,8 @@ if [ ${#missing[@]} -gt 0 ]; then
       setpriv | unshare) pkgs+=(util-linux) ;;
       script) pkgs+=(bsdutils) ;;
       bpftrace) pkgs+=(bpftrace) ;;
+      uftrace) pkgs+=(uftrace) ;;
+      ltrace) pkgs+=(ltrace) ;;
       ld.lld | wasm-ld) pkgs+=(lld) ;;
     esac
   done

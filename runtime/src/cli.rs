@@ -13,6 +13,7 @@ use crate::cmd::compile::CompileArgs;
 use crate::cmd::list::ListArgs;
 use crate::cmd::repair::RepairArgs;
 use crate::cmd::run::RunArgs;
+use crate::cmd::trace::TraceArgs;
 
 /// Examples shown under `wprobe --help`.
 const EXAMPLES: &str = "\
@@ -25,10 +26,13 @@ Examples:
   wprobe compile prog.rpn -o prog.wasm
   wprobe bench prog.rpn --end-to-end -- CMD    per-hit cost of each transport
   wprobe repair --pid 1234                     after a killed `wprobe run -p`
+  wprobe trace -T -C -- CMD                    every function call, as a tree
 
 Exit status: 0 success; 1 bad input, or a target that cannot be traced; 2 an
-internal error; `wprobe run` exits with the traced command's status.
-Documentation: README.md, docs/rpn-language.md, docs/oneliners.md, docs/hostabi.md.";
+internal error; `wprobe run` and `wprobe trace` exit with the traced
+command's status.
+Documentation: README.md, docs/rpn-language.md, docs/oneliners.md, docs/hostabi.md,
+docs/trace.md.";
 
 /// Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux processes.
 #[derive(Parser, Debug)]
@@ -58,6 +62,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Restore the original bytes of a process a killed `wprobe run -p` left breakpoints in.
     Repair(RepairArgs),
+    /// Trace every function call of a command or a process: call trees, durations, reports.
+    Trace(TraceArgs),
     /// The attach-mode watchdog (started by `run -p`, not by users).
     #[command(name = "__watchdog", hide = true)]
     Watchdog {
@@ -146,6 +152,7 @@ pub fn main() -> ExitCode {
         Command::List(a) => cmd::list::list(a),
         Command::Bench(a) => cmd::bench::bench(a),
         Command::Repair(a) => cmd::repair::repair(a),
+        Command::Trace(a) => cmd::trace::trace(a),
         Command::Watchdog { pid, detached } => {
             return crate::transport::ptrace::watchdog::run(pid, detached);
         }

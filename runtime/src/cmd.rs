@@ -6,3 +6,4 @@ pub mod compile;
 pub mod list;
 pub mod repair;
 pub mod run;
+pub mod trace;

@@ -328,7 +328,7 @@ pub fn record(out: &mut String, fmt: Format, r: &RecordView<'_>) {
     record_styled(out, fmt, TextStyle::default(), r);
 }
 
-/// [`record`], text records written in `style`.
+/// [`record()`], text records written in `style`.
 pub fn record_styled(out: &mut String, fmt: Format, style: TextStyle, r: &RecordView<'_>) {
     match fmt {
         Format::Text => text_record(out, style, r),

@@ -12,6 +12,7 @@
 
 mod arm;
 mod capture;
+pub mod hook;
 mod in_target;
 mod oneliner;
 mod records;
@@ -33,6 +34,7 @@ use crate::resolve::Resolver;
 use crate::runner::{RunOutcome, Runner};
 pub use crate::transport::RunEnv;
 use crate::transport::{Action, Armed, Event, ExitStatus, Transport, TransportHit, TransportInfo};
+use hook::HookEvent;
 use oneliner::{BtState, Special};
 
 /// A program given on the command line, loaded.
@@ -126,6 +128,10 @@ pub struct Session {
     /// Each program's label and Wasm bytes, for a transport that runs the
     /// handlers itself (see `in_target`).
     program_wasm: Vec<(String, std::sync::Arc<[u8]>)>,
+    /// Where records go instead of being formatted (see `hook`).
+    hook: Option<Box<dyn hook::RecordHook>>,
+    /// Probes that could not be armed: (program, manifest index, why).
+    failures: Vec<(usize, usize, String)>,
     /// Records of the current breakpoint hit, until its step (`logonfault`).
     held: records::Held,
     /// A transport that compiles the programs again (for the target) may
@@ -272,6 +278,8 @@ impl Session {
             },
             hits_seen: 0,
             bt,
+            hook: None,
+            failures: Vec::new(),
             held: Default::default(),
             use_cache: true,
         })
@@ -582,27 +590,60 @@ impl Session {
                 return action;
             }
             Event::Stepped { fault, .. } => self.settle_held(fault),
-            Event::ProcessStarted { pid, .. } => {
+            Event::ProcessStarted { pid, parent } => {
+                self.hook_event(HookEvent::ProcessStarted { pid, parent });
                 self.arm(t, pid, false);
             }
             Event::Exec { pid } => {
+                self.hook_event(HookEvent::Exec { pid });
                 self.forget(pid);
                 self.arm(t, pid, true);
             }
             Event::LibrariesChanged { pid } => {
                 self.arm(t, pid, true);
             }
-            Event::ProcessExited { pid, .. } => self.forget(pid),
-            Event::Lost { tag, count } => match self.probes.get_mut(tag) {
-                Some(p) => p.stats.dropped += count,
-                None => self.dropped_unattributed += count,
-            },
+            Event::ProcessExited { pid, status } => {
+                self.hook_event(HookEvent::ProcessExited { pid, status });
+                self.forget(pid);
+            }
+            Event::Lost { tag, count } => {
+                let origin = self.origin(tag);
+                self.hook_event(HookEvent::Lost {
+                    prog: origin.map(|o| o.0),
+                    index: origin.map_or(0, |o| o.1),
+                    count,
+                });
+                match self.probes.get_mut(tag) {
+                    Some(p) => p.stats.dropped += count,
+                    None => self.dropped_unattributed += count,
+                }
+            }
             Event::Missed { tag, count } => {
+                if let Some((prog, index)) = self.origin(tag) {
+                    self.hook_event(HookEvent::Missed { prog, index, count });
+                }
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += count;
                 }
             }
-            Event::Unwound { tag, .. } => {
+            Event::Unwound {
+                tag,
+                pid,
+                tid,
+                entry_rsp,
+                cause,
+                ..
+            } => {
+                if let Some((prog, index)) = self.origin(tag) {
+                    self.hook_event(HookEvent::Unwound {
+                        prog,
+                        index,
+                        pid,
+                        tid,
+                        entry_rsp,
+                        cause,
+                    });
+                }
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += 1;
                 }

@@ -420,6 +420,7 @@ impl Session {
                     }
                 }
                 Err(e) => {
+                    self.arm_failed(prog, index, e.clone());
                     let msg = format!("probe {} not applied: {e}", self.probes[pi].label);
                     self.warn(report, msg);
                     self.probes[pi].enabled = false;
@@ -480,6 +481,7 @@ impl Session {
                 }
 
                 Err(e) => {
+                    self.arm_failed(prog, index, e.to_string());
                     let msg = format!(
                         "probe {} not applied in pid {pid}: {e}",
                         self.probes[pi].label
@@ -543,6 +545,7 @@ impl Session {
                     armed += 1;
                 }
                 Err(e) => {
+                    self.arm_failed(prog, index, e.clone());
                     let msg = format!(
                         "probe {} not applied in pid {pid}: {e}",
                         self.probes[pi].label

@@ -45,6 +45,9 @@ impl Session {
     /// Formats the records of probe `pi`'s handler run and hands them to
     /// the output, one write per run.
     pub(super) fn write_records(&mut self, pi: usize) {
+        if self.hook_records(pi) {
+            return;
+        }
         if self.runner.store.data().sink.records.is_empty() {
             return;
         }

@@ -28,6 +28,7 @@ mod ptrace_processes;
 mod return_probes;
 mod sandbox;
 mod scale;
+mod trace;
 mod tracer_death;
 mod transport_seam;
 mod watchpoints;
@@ -52,6 +53,7 @@ fn main() {
         return_probes::CASES,
         sandbox::CASES,
         scale::CASES,
+        trace::CASES,
         tracer_death::CASES,
         transport_seam::CASES,
         watchpoints::CASES,

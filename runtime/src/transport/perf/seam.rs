@@ -603,8 +603,14 @@ impl Transport for PerfTracer {
             }
         };
         let res = PerfTracer::run(self, stop, &mut cb);
-        // Calls still live when the run ends.
-        self.seam.calls.drain(Left::Detach, &mut self.seam.gone);
+        // Calls still live when the run ends: ended with the launched
+        // process, or left running (detach).
+        let cause = if self.exit_status().is_some() {
+            Left::ProcessExit
+        } else {
+            Left::Detach
+        };
+        self.seam.calls.drain(cause, &mut self.seam.gone);
         self.flush_gone(on_event);
         Ok(res?)
     }

@@ -30,6 +30,8 @@ pub enum Need {
     Bpftrace,
     /// A debug build of wprobe (its fault-injection hooks).
     DebugBuild,
+    /// uftrace, to compare `wprobe trace` with it.
+    Uftrace,
 }
 
 impl Need {
@@ -47,6 +49,7 @@ impl Need {
                 Need::Script,
                 Need::Bpftrace,
                 Need::DebugBuild,
+                Need::Uftrace,
             ]
             .into_iter()
             .map(|n| (n, n.probe()))
@@ -85,6 +88,7 @@ impl Need {
             Need::Unshare => tool("unshare", &["--version"], "util-linux"),
             Need::Script => tool("script", &["--version"], "util-linux (bsdutils)"),
             Need::Bpftrace => tool("bpftrace", &["--version"], "scripts/setup.sh installs it"),
+            Need::Uftrace => tool("uftrace", &["--version"], "scripts/setup.sh installs it"),
             Need::DebugBuild => {
                 if cfg!(debug_assertions) {
                     Ok(())

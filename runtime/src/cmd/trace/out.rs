@@ -1,0 +1,133 @@
+//! Where the text views write: standard output or `-o FILE` (buffered and
+//! flushed as `wprobe run`'s records are: [`crate::output::RecordOut`]),
+//! or with `--ff` one file per thread, `FILE.TID`. A write that fails is
+//! counted (lines lost) and reported at the end, never silent; the run is
+//! asked to stop, as there is no point tracing into a destination that
+//! refuses data.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::output::RecordOut;
+
+/// The text destination of a run.
+pub struct TextOut {
+    main: Option<RecordOut>,
+    per_thread: Option<PerThread>,
+    stop: Arc<AtomicBool>,
+    /// A header written at the top of each per-thread file.
+    header: String,
+}
+
+struct PerThread {
+    base: PathBuf,
+    files: HashMap<i32, std::io::BufWriter<std::fs::File>>,
+    lost: u64,
+    error: Option<String>,
+}
+
+impl TextOut {
+    /// Lines to `dest` (`immediate`: written at once, for a terminal).
+    pub fn single(dest: Box<dyn Write + Send>, immediate: bool, stop: Arc<AtomicBool>) -> TextOut {
+        TextOut {
+            main: Some(
+                RecordOut::new(dest)
+                    .immediate(immediate)
+                    .stop_on_failure(stop.clone()),
+            ),
+            per_thread: None,
+            stop,
+            header: String::new(),
+        }
+    }
+
+    /// Lines of thread TID to `base.TID` (`--ff`).
+    pub fn per_thread(base: PathBuf, stop: Arc<AtomicBool>) -> TextOut {
+        TextOut {
+            main: None,
+            per_thread: Some(PerThread {
+                base,
+                files: HashMap::new(),
+                lost: 0,
+                error: None,
+            }),
+            stop,
+            header: String::new(),
+        }
+    }
+
+    /// Whether each thread has its own file.
+    pub fn is_per_thread(&self) -> bool {
+        self.per_thread.is_some()
+    }
+
+    /// Writes `header` first: at once to a single destination, at the top
+    /// of each file with `--ff`.
+    pub fn set_header(&mut self, header: &str) {
+        if let Some(m) = &mut self.main {
+            m.write(header.as_bytes(), 0);
+        } else {
+            self.header = header.to_string();
+        }
+    }
+
+    /// Writes whole lines of thread `tid`.
+    pub fn lines(&mut self, tid: i32, text: &str, lines: u64) {
+        if let Some(m) = &mut self.main {
+            m.write(text.as_bytes(), lines);
+            return;
+        }
+        let Some(pt) = &mut self.per_thread else {
+            return;
+        };
+        if pt.error.is_some() {
+            pt.lost += lines;
+            return;
+        }
+        let res = match pt.files.entry(tid) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                e.into_mut().write_all(text.as_bytes())
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mut name = pt.base.clone().into_os_string();
+                name.push(format!(".{tid}"));
+                match std::fs::File::create(&name) {
+                    Ok(f) => {
+                        let w = v.insert(std::io::BufWriter::new(f));
+                        w.write_all(self.header.as_bytes())
+                            .and_then(|()| w.write_all(text.as_bytes()))
+                    }
+                    Err(e) => Err(std::io::Error::new(
+                        e.kind(),
+                        format!("creating {}: {e}", PathBuf::from(name).display()),
+                    )),
+                }
+            }
+        };
+        if let Err(e) = res {
+            pt.lost += lines;
+            pt.error = Some(e.to_string());
+            self.stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Writes everything out; lines that could not be written, and why.
+    pub fn finish(&mut self) -> Option<(u64, String)> {
+        if let Some(m) = &mut self.main {
+            m.flush();
+            return m.lost();
+        }
+        let pt = self.per_thread.as_mut()?;
+        for w in pt.files.values_mut() {
+            if let Err(e) = w.flush()
+                && pt.error.is_none()
+            {
+                pt.error = Some(e.to_string());
+            }
+        }
+        pt.error.clone().map(|e| (pt.lost, e))
+    }
+}

@@ -1,0 +1,752 @@
+//! Per-thread call trees: the entries and returns of traced functions, in
+//! the order the transport delivered them, become well-nested [`Step`]s per
+//! thread (every entry shown is followed, in its thread, by one exit at the
+//! same depth) for the views.
+//!
+//! * **Pairing.** A call is identified in its thread by its function and
+//!   its `rsp` at the entry (the address of its return address); a return
+//!   carries the entry's `rsp` (`entry_reg`), so it closes exactly its own
+//!   call even when frames above it never returned. Those frames (left by
+//!   `longjmp` or an exception unwinding past them, where the transport did
+//!   not say so first) are closed at that moment as unwound: a frame nested
+//!   in a returning call cannot outlive it.
+//! * **Threads** are keyed by (pid, tid) and created at their first event;
+//!   a thread's tree is empty again when its last call returns, and a tid
+//!   reused by a later thread starts a fresh tree.
+//! * **Processes.** A fork child's first thread starts with a copy of the
+//!   forking thread's open calls (the child returns from them); an exec or
+//!   the end of a process closes every call still open in it (`exit()`
+//!   leaves `main` without returning), as unwound.
+//! * **Filters.** `-F`: a call is shown when its function matches or it is
+//!   inside a call that matches (uftrace's meaning), at a depth counted from
+//!   the outermost shown call; `--depth N` hides calls N or more levels
+//!   deep; `--min-duration D` hides calls shorter than D (and so their
+//!   callees), which needs the steps of a call held back until its length
+//!   is known.
+//!
+//! Per event: a map lookup and a push or a pop; no allocation once a
+//! thread's stack has grown (the held-back steps of `--min-duration` aside).
+
+use std::collections::HashMap;
+
+/// Index of a traced function in the run's function table.
+pub type FuncId = u32;
+
+/// A traced thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Thread {
+    /// Process id.
+    pub pid: i32,
+    /// Thread id.
+    pub tid: i32,
+}
+
+/// How a call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    /// It returned.
+    Returned,
+    /// It was left without returning.
+    Unwound(Cause),
+    /// It was still running when the trace ended (detach).
+    Running,
+}
+
+/// Why a call was left without returning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The transport reported it (`longjmp`, an exception unwinding past
+    /// it, the thread's end).
+    Reported,
+    /// A call it was nested in returned first (`longjmp` or an exception
+    /// took the thread past it, unreported).
+    OuterReturned,
+    /// Its thread ended (`pthread_exit` inside it).
+    ThreadExit,
+    /// Its process exec'd.
+    Exec,
+    /// Its process ended (`exit()` from inside it, a fatal signal).
+    ProcessEnded,
+    /// A call a fork child inherited from its parent's thread, still open
+    /// when the child ended: its return (if any) was not reported.
+    Inherited,
+}
+
+impl Cause {
+    /// For output.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::Reported => "unwound",
+            Cause::OuterReturned => "unwound: an outer call returned",
+            Cause::Exec => "unwound: exec",
+            Cause::ThreadExit => "unwound: thread exit",
+            Cause::ProcessEnded => "unwound: process ended",
+            Cause::Inherited => "return not seen: a call inherited at fork",
+        }
+    }
+}
+
+/// What a view is given, per thread in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The thread.
+    pub th: Thread,
+    /// Depth in the shown tree (0: outermost).
+    pub depth: u32,
+    /// The function.
+    pub func: FuncId,
+    /// When (ns since the epoch): the entry, the exit, the note.
+    pub time_ns: u64,
+    /// What.
+    pub kind: StepKind,
+}
+
+/// The kinds of [`Step`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// A call entered.
+    Enter {
+        /// Its run-time address.
+        ip: u64,
+        /// Words the entry handler logged after the standard ones.
+        args: Vec<u64>,
+    },
+    /// A call ended.
+    Exit {
+        /// When it entered.
+        entry_ns: u64,
+        /// How long it took.
+        dur_ns: u64,
+        /// Minus its shown callees.
+        self_ns: u64,
+        /// `rax` at the return (returned calls).
+        rax: Option<u64>,
+        /// Words the exit handler logged after the standard ones.
+        extras: Vec<u64>,
+        /// How it ended.
+        how: How,
+    },
+    /// A record a custom handler logged, shown under the call (`func` is
+    /// the call's function, `depth` one deeper).
+    Note {
+        /// The record as text.
+        text: String,
+    },
+}
+
+/// Where steps go.
+pub trait Sink {
+    /// One step.
+    fn step(&mut self, s: &Step);
+}
+
+/// Filter settings.
+#[derive(Clone, Debug, Default)]
+pub struct Filters {
+    /// Per function: named by `-F` (empty: no `-F`, everything shown).
+    pub filter_hit: Vec<bool>,
+    /// `--depth`.
+    pub max_depth: Option<u32>,
+    /// `--min-duration` in ns (0: none).
+    pub min_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    func: FuncId,
+    rsp: u64,
+    entry_ns: u64,
+    child_ns: u64,
+    in_filter: bool,
+    visible: bool,
+    depth: u32,
+    /// Copied from the parent at a fork.
+    inherited: bool,
+}
+
+#[derive(Debug, Default)]
+struct ThreadState {
+    stack: Vec<Frame>,
+    shown: u32,
+    last_ns: u64,
+    /// Held-back steps (`--min-duration`), and where the entry of each
+    /// open call is among them (`None`: already handed on).
+    held: Vec<Step>,
+    open: Vec<Option<usize>>,
+}
+
+/// Anomalies the summary reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Calls entered.
+    pub calls: u64,
+    /// Calls that returned.
+    pub returned: u64,
+    /// Calls left without returning (all causes).
+    pub unwound: u64,
+    /// Calls still running at the end.
+    pub running: u64,
+    /// Returns whose call was not seen (not paired): not shown.
+    pub orphan_returns: u64,
+}
+
+/// The call trees of every traced thread.
+pub struct Tree<S: Sink> {
+    threads: HashMap<Thread, ThreadState>,
+    /// Open calls of each process's threads when a child forked from it,
+    /// for the child's first thread (pid → stacks).
+    forked: HashMap<i32, Vec<Vec<Frame>>>,
+    filters: Filters,
+    has_filter: bool,
+    /// Functions no longer traced (a probe of theirs could not be armed):
+    /// their entries and returns are ignored.
+    dropped: Vec<bool>,
+    /// The counters.
+    pub counters: Counters,
+    /// Where steps go.
+    pub sink: S,
+}
+
+impl<S: Sink> Tree<S> {
+    /// An empty tree.
+    pub fn new(filters: Filters, sink: S) -> Tree<S> {
+        Tree {
+            threads: HashMap::new(),
+            forked: HashMap::new(),
+            has_filter: filters.filter_hit.iter().any(|b| *b),
+            filters,
+            dropped: Vec::new(),
+            counters: Counters::default(),
+            sink,
+        }
+    }
+
+    /// `func` is no longer traced: one of its two probes could not be
+    /// armed, so its entries cannot be paired with returns.
+    pub fn drop_function(&mut self, func: FuncId) {
+        let i = func as usize;
+        if self.dropped.len() <= i {
+            self.dropped.resize(i + 1, false);
+        }
+        self.dropped[i] = true;
+    }
+
+    fn is_dropped(&self, func: FuncId) -> bool {
+        self.dropped.get(func as usize).copied().unwrap_or(false)
+    }
+
+    fn thread(&mut self, th: Thread, rsp: u64, func: Option<FuncId>) -> &mut ThreadState {
+        if !self.threads.contains_key(&th) {
+            let mut st = ThreadState::default();
+            if let Some(stacks) = self.forked.remove(&th.pid) {
+                st.stack = adopt(stacks, rsp, func);
+                st.shown = st.stack.iter().filter(|f| f.visible).count() as u32;
+            }
+            self.threads.insert(th, st);
+        }
+        self.threads
+            .get_mut(&th)
+            .expect("invariant: inserted above")
+    }
+
+    /// A call of `func` entered in `th` at `time_ns` with `rsp`.
+    pub fn enter(
+        &mut self,
+        th: Thread,
+        func: FuncId,
+        time_ns: u64,
+        rsp: u64,
+        ip: u64,
+        args: &[u64],
+    ) {
+        let has_filter = self.has_filter;
+        let hit = self
+            .filters
+            .filter_hit
+            .get(func as usize)
+            .copied()
+            .unwrap_or(false);
+        let max_depth = self.filters.max_depth;
+        self.counters.calls += 1;
+        let st = self.thread(th, rsp, None);
+        st.last_ns = st.last_ns.max(time_ns);
+        let in_filter = !has_filter || hit || st.stack.last().is_some_and(|f| f.in_filter);
+        let depth = st.shown;
+        let visible = in_filter && max_depth.is_none_or(|m| depth < m);
+        st.stack.push(Frame {
+            func,
+            rsp,
+            entry_ns: time_ns,
+            child_ns: 0,
+            in_filter,
+            visible,
+            depth,
+            inherited: false,
+        });
+        if visible {
+            st.shown += 1;
+            let step = Step {
+                th,
+                depth,
+                func,
+                time_ns,
+                kind: StepKind::Enter {
+                    ip,
+                    args: args.to_vec(),
+                },
+            };
+            self.emit(th, step);
+        }
+    }
+
+    /// A call of `func` entered with `entry_rsp` returned in `th` after
+    /// `elapsed_ns`, with `rax`; the hit's time is `time_ns`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one return's facts, from one record"
+    )]
+    pub fn exit(
+        &mut self,
+        th: Thread,
+        func: FuncId,
+        time_ns: u64,
+        rax: u64,
+        entry_rsp: u64,
+        elapsed_ns: u64,
+        extras: &[u64],
+    ) {
+        if self.is_dropped(func) {
+            return;
+        }
+        let st = self.thread(th, entry_rsp, Some(func));
+        st.last_ns = st.last_ns.max(time_ns);
+        let Some(k) = st
+            .stack
+            .iter()
+            .rposition(|f| f.func == func && f.rsp == entry_rsp)
+        else {
+            self.counters.orphan_returns += 1;
+            return;
+        };
+        let end = st.stack[k]
+            .entry_ns
+            .saturating_add(elapsed_ns)
+            .max(st.stack[k].entry_ns);
+        while self.threads[&th].stack.len() > k + 1 {
+            self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
+        }
+        self.close(th, end, How::Returned, Some(rax), extras);
+    }
+
+    /// The transport reports that the call of `func` entered with
+    /// `entry_rsp` in `th` was left without returning (`how`). It is
+    /// closed at the last event seen in its thread: the transport notices
+    /// such calls later (at the thread's next traced entry or return, or
+    /// its end), and the frame was left after that event.
+    pub fn unwound(&mut self, th: Thread, func: FuncId, entry_rsp: u64, how: How) {
+        let Some(st) = self.threads.get_mut(&th) else {
+            return;
+        };
+        let time_ns = st.last_ns;
+        let Some(k) = st
+            .stack
+            .iter()
+            .rposition(|f| f.func == func && f.rsp == entry_rsp)
+        else {
+            return;
+        };
+        let end = time_ns.max(st.stack[k].entry_ns);
+        while self.threads[&th].stack.len() > k + 1 {
+            self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
+        }
+        self.close(th, end, how, None, &[]);
+    }
+
+    /// A record a custom handler logged in a call of `func` in `th`.
+    pub fn note(&mut self, th: Thread, func: FuncId, time_ns: u64, text: String) {
+        let Some(st) = self.threads.get_mut(&th) else {
+            return;
+        };
+        if st.stack.last().is_some_and(|f| !f.visible) {
+            return;
+        }
+        let depth = st.shown;
+        self.emit(
+            th,
+            Step {
+                th,
+                depth,
+                func,
+                time_ns,
+                kind: StepKind::Note { text },
+            },
+        );
+    }
+
+    /// Process `child` forked from `parent`: its first thread continues
+    /// the forking thread's open calls.
+    pub fn forked(&mut self, child: i32, parent: i32) {
+        let stacks: Vec<Vec<Frame>> = self
+            .threads
+            .iter()
+            .filter(|(t, s)| t.pid == parent && !s.stack.is_empty())
+            .map(|(_, s)| s.stack.clone())
+            .collect();
+        if !stacks.is_empty() {
+            self.forked.insert(child, stacks);
+        }
+    }
+
+    /// Every call still open in process `pid` ended, by `how` (its
+    /// process exec'd or ended, or the trace ends).
+    pub fn end_process(&mut self, pid: i32, how: How) {
+        let mut threads: Vec<Thread> = self
+            .threads
+            .keys()
+            .filter(|t| t.pid == pid)
+            .copied()
+            .collect();
+        threads.sort();
+        for th in threads {
+            self.end_thread(th, how);
+            if let Some(st) = self.threads.remove(&th) {
+                self.flush_held(th, st);
+            }
+        }
+        self.forked.remove(&pid);
+    }
+
+    /// Closes every open call of every thread (the trace ends).
+    pub fn finish(&mut self) {
+        let mut pids: Vec<i32> = self.threads.keys().map(|t| t.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
+            self.end_process(pid, How::Running);
+        }
+    }
+
+    fn end_thread(&mut self, th: Thread, how: How) {
+        let Some(st) = self.threads.get(&th) else {
+            return;
+        };
+        let end = st.last_ns;
+        while !self.threads[&th].stack.is_empty() {
+            self.close(th, end, how, None, &[]);
+        }
+    }
+
+    /// Pops the top frame of `th`, ended at `end_ns`.
+    fn close(&mut self, th: Thread, end_ns: u64, how: How, rax: Option<u64>, extras: &[u64]) {
+        let min_ns = self.filters.min_ns;
+        let st = self
+            .threads
+            .get_mut(&th)
+            .expect("invariant: the caller found the thread");
+        let Some(f) = st.stack.pop() else { return };
+        let how = match how {
+            How::Unwound(Cause::ProcessEnded | Cause::Exec) | How::Running if f.inherited => {
+                How::Unwound(Cause::Inherited)
+            }
+            h => h,
+        };
+        match how {
+            _ if f.inherited => {}
+            How::Returned => self.counters.returned += 1,
+            How::Unwound(_) => self.counters.unwound += 1,
+            How::Running => self.counters.running += 1,
+        }
+        let dur = end_ns.saturating_sub(f.entry_ns);
+        if !f.visible {
+            return;
+        }
+        st.shown -= 1;
+        if dur >= min_ns
+            && let Some(parent) = st.stack.last_mut()
+        {
+            parent.child_ns = parent.child_ns.saturating_add(dur);
+        }
+        let step = Step {
+            th,
+            depth: f.depth,
+            func: f.func,
+            time_ns: end_ns,
+            kind: StepKind::Exit {
+                entry_ns: f.entry_ns,
+                dur_ns: dur,
+                self_ns: dur.saturating_sub(f.child_ns),
+                rax,
+                extras: extras.to_vec(),
+                how,
+            },
+        };
+        self.emit(th, step);
+    }
+
+    /// Hands a step to the sink, or holds it back until the length of every
+    /// open call it is inside is known (`--min-duration`).
+    fn emit(&mut self, th: Thread, step: Step) {
+        let min_ns = self.filters.min_ns;
+        if min_ns == 0 {
+            self.sink.step(&step);
+            return;
+        }
+        let st = self
+            .threads
+            .get_mut(&th)
+            .expect("invariant: the thread exists");
+        let now = step.time_ns;
+        match &step.kind {
+            StepKind::Enter { .. } => {
+                st.open.push(Some(st.held.len()));
+                st.held.push(step);
+            }
+            StepKind::Exit { dur_ns, .. } => match st.open.pop().flatten() {
+                Some(at) if *dur_ns < min_ns => st.held.truncate(at),
+                _ => st.held.push(step),
+            },
+            StepKind::Note { .. } => st.held.push(step),
+        }
+        // Everything before the first open call that may still turn out
+        // shorter than the minimum can go.
+        let undecided = st
+            .open
+            .iter()
+            .find_map(|&i| i.filter(|&i| now.saturating_sub(st.held[i].time_ns) < min_ns));
+        let n = undecided.unwrap_or(st.held.len());
+        if n > 0 {
+            for s in st.held.drain(..n) {
+                self.sink.step(&s);
+            }
+            for i in &mut st.open {
+                *i = i.and_then(|i| i.checked_sub(n));
+            }
+        }
+    }
+
+    fn flush_held(&mut self, _th: Thread, st: ThreadState) {
+        for s in st.held {
+            self.sink.step(&s);
+        }
+    }
+
+    /// Depth of `th`'s tree now (open calls), for tests.
+    pub fn depth(&self, th: Thread) -> usize {
+        self.threads.get(&th).map_or(0, |s| s.stack.len())
+    }
+}
+
+/// The open calls a fork child's first thread inherits: the stack of the
+/// forking thread, which is the one holding the call a first return pairs
+/// with, or else the one whose innermost call is just above `rsp` (the
+/// child's first entry happens below it).
+fn adopt(stacks: Vec<Vec<Frame>>, rsp: u64, func: Option<FuncId>) -> Vec<Frame> {
+    let mut chosen = if stacks.len() == 1 {
+        stacks.into_iter().next().unwrap_or_default()
+    } else if let Some(func) = func
+        && let Some(s) = stacks
+            .iter()
+            .find(|s| s.iter().any(|f| f.func == func && f.rsp == rsp))
+    {
+        s.clone()
+    } else {
+        stacks
+            .into_iter()
+            .filter(|s| s.last().is_some_and(|f| f.rsp > rsp))
+            .min_by_key(|s| s.last().map_or(u64::MAX, |f| f.rsp - rsp))
+            .unwrap_or_default()
+    };
+    for f in &mut chosen {
+        f.inherited = true;
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect(Vec<Step>);
+    impl Sink for Collect {
+        fn step(&mut self, s: &Step) {
+            self.0.push(s.clone());
+        }
+    }
+
+    const T: Thread = Thread { pid: 1, tid: 1 };
+
+    fn brief(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match &s.kind {
+                StepKind::Enter { .. } => format!("{}>{}", s.depth, s.func),
+                StepKind::Exit {
+                    how,
+                    dur_ns,
+                    self_ns,
+                    ..
+                } => format!(
+                    "{}<{} {dur_ns}/{self_ns}{}",
+                    s.depth,
+                    s.func,
+                    match how {
+                        How::Returned => String::new(),
+                        How::Unwound(c) => format!(" Unwound({c:?})"),
+                        How::Running => " running".into(),
+                    }
+                ),
+                StepKind::Note { text } => format!("{}#{text}", s.depth),
+            })
+            .collect()
+    }
+
+    fn tree(filters: Filters) -> Tree<Collect> {
+        Tree::new(filters, Collect::default())
+    }
+
+    #[test]
+    fn nested_calls_pair_by_function_and_rsp_with_self_time() {
+        let mut t = tree(Filters::default());
+        t.enter(T, 0, 100, 0x1000, 0, &[]);
+        t.enter(T, 1, 110, 0x0ff0, 0, &[]);
+        t.exit(T, 1, 130, 7, 0x0ff0, 20, &[]);
+        t.enter(T, 1, 140, 0x0ff0, 0, &[]);
+        t.exit(T, 1, 145, 7, 0x0ff0, 5, &[]);
+        t.exit(T, 0, 200, 0, 0x1000, 100, &[]);
+        assert_eq!(
+            brief(&t.sink.0),
+            ["0>0", "1>1", "1<1 20/20", "1>1", "1<1 5/5", "0<0 100/75"]
+        );
+        assert_eq!(t.depth(T), 0);
+    }
+
+    #[test]
+    fn a_return_past_open_calls_closes_them_as_unwound() {
+        // longjmp from 2 to 0's caller... 0 returns while 1 and 2 are open.
+        let mut t = tree(Filters::default());
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 10, 0x0f00, 0, &[]);
+        t.enter(T, 2, 20, 0x0e00, 0, &[]);
+        t.exit(T, 0, 100, 0, 0x1000, 100, &[]);
+        assert_eq!(
+            brief(&t.sink.0),
+            [
+                "0>0",
+                "1>1",
+                "2>2",
+                "2<2 80/80 Unwound(OuterReturned)",
+                "1<1 90/10 Unwound(OuterReturned)",
+                "0<0 100/10"
+            ]
+        );
+        assert_eq!(t.counters.unwound, 2);
+    }
+
+    #[test]
+    fn reported_unwinds_and_orphan_returns() {
+        let mut t = tree(Filters::default());
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 10, 0x0f00, 0, &[]);
+        t.enter(T, 2, 50, 0x0e00, 0, &[]);
+        t.unwound(T, 2, 0x0e00, How::Unwound(Cause::Reported));
+        t.unwound(T, 1, 0x0f00, How::Unwound(Cause::Reported));
+        t.exit(T, 3, 60, 0, 0x0a00, 5, &[]);
+        t.exit(T, 0, 100, 0, 0x1000, 100, &[]);
+        assert_eq!(
+            brief(&t.sink.0),
+            [
+                "0>0",
+                "1>1",
+                "2>2",
+                "2<2 0/0 Unwound(Reported)",
+                "1<1 40/40 Unwound(Reported)",
+                "0<0 100/60"
+            ]
+        );
+        assert_eq!(t.counters.orphan_returns, 1);
+    }
+
+    #[test]
+    fn recursion_and_the_end_of_a_process() {
+        let mut t = tree(Filters::default());
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 0, 10, 0x0f00, 0, &[]);
+        t.exit(T, 0, 20, 0, 0x0f00, 10, &[]);
+        t.enter(T, 1, 30, 0x0f00, 0, &[]);
+        t.end_process(1, How::Unwound(Cause::ProcessEnded));
+        assert_eq!(
+            brief(&t.sink.0),
+            [
+                "0>0",
+                "1>0",
+                "1<0 10/10",
+                "1>1",
+                "1<1 0/0 Unwound(ProcessEnded)",
+                "0<0 30/20 Unwound(ProcessEnded)"
+            ]
+        );
+        assert_eq!(t.depth(T), 0);
+    }
+
+    #[test]
+    fn filters_show_matching_subtrees_to_a_depth() {
+        let mut t = tree(Filters {
+            filter_hit: vec![false, true, false, false],
+            max_depth: Some(2),
+            min_ns: 0,
+        });
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 1, 0x0f00, 0, &[]);
+        t.enter(T, 2, 2, 0x0e00, 0, &[]);
+        t.enter(T, 3, 3, 0x0d00, 0, &[]);
+        t.exit(T, 3, 4, 0, 0x0d00, 1, &[]);
+        t.exit(T, 2, 5, 0, 0x0e00, 3, &[]);
+        t.exit(T, 1, 6, 0, 0x0f00, 5, &[]);
+        t.exit(T, 0, 7, 0, 0x1000, 7, &[]);
+        assert_eq!(brief(&t.sink.0), ["0>1", "1>2", "1<2 3/3", "0<1 5/2"]);
+    }
+
+    #[test]
+    fn min_duration_holds_back_and_drops_short_calls() {
+        let mut t = tree(Filters {
+            min_ns: 10,
+            ..Filters::default()
+        });
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 1, 0x0f00, 0, &[]);
+        t.enter(T, 2, 2, 0x0e00, 0, &[]);
+        t.exit(T, 2, 3, 0, 0x0e00, 1, &[]);
+        t.exit(T, 1, 4, 0, 0x0f00, 3, &[]);
+        assert!(t.sink.0.is_empty());
+        t.enter(T, 1, 5, 0x0f00, 0, &[]);
+        t.enter(T, 2, 6, 0x0e00, 0, &[]);
+        t.exit(T, 2, 20, 0, 0x0e00, 14, &[]);
+        // 0 has run 20 ns: decided, shown with what is known of it.
+        assert_eq!(brief(&t.sink.0), ["0>0", "1>1", "2>2", "2<2 14/14"]);
+        t.exit(T, 1, 21, 0, 0x0f00, 16, &[]);
+        t.exit(T, 0, 30, 0, 0x1000, 30, &[]);
+        assert_eq!(
+            brief(&t.sink.0),
+            ["0>0", "1>1", "2>2", "2<2 14/14", "1<1 16/2", "0<0 30/14"]
+        );
+    }
+
+    #[test]
+    fn a_fork_child_continues_the_forking_threads_calls() {
+        let mut t = tree(Filters::default());
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 1, 0x0f00, 0, &[]);
+        t.forked(2, 1);
+        let c = Thread { pid: 2, tid: 2 };
+        t.exit(c, 1, 5, 0, 0x0f00, 4, &[]);
+        t.exit(c, 0, 6, 0, 0x1000, 6, &[]);
+        t.exit(T, 1, 7, 1, 0x0f00, 6, &[]);
+        t.exit(T, 0, 8, 0, 0x1000, 8, &[]);
+        let child: Vec<Step> = t.sink.0.iter().filter(|s| s.th == c).cloned().collect();
+        assert_eq!(brief(&child), ["1<1 4/4", "0<0 6/2"]);
+        assert_eq!(t.depth(c), 0);
+        assert_eq!(t.depth(T), 0);
+        assert_eq!(t.counters.orphan_returns, 0);
+    }
+}

@@ -1,0 +1,195 @@
+//! Records for a command that consumes them itself (`wprobe trace` builds
+//! call trees from them) instead of having the session format and print
+//! them: a [`RecordHook`] receives each handler run's records as they are
+//! in the sink (bytes and item descriptors, no formatting, no allocation),
+//! with the identity of the probe that produced them (its program and its
+//! index in that program's manifest: the session knows which probe ran, so
+//! the consumer needs no symbol lookup per hit), and the process events and
+//! per-probe losses that the consumer must see in order with them.
+
+use hostabi::env::HitEnv;
+
+use super::Session;
+use crate::sink::Sink;
+use crate::transport::ExitStatus;
+
+/// Who produced a handler run's records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HookHit {
+    /// The program (in the order given to [`Session::new`]).
+    pub prog: usize,
+    /// The probe's index in that program's manifest.
+    pub index: usize,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU.
+    pub cpu: u32,
+    /// Time of the hit, ns since the epoch (the transport's).
+    pub time_ns: u64,
+    /// The probe's run-time address for a breakpoint (or return probe's
+    /// entry) hit; the instruction pointer for other hits.
+    pub ip: u64,
+}
+
+/// What happened to the traced processes, in order with the records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookEvent {
+    /// A new traced process (a fork child under `-f`).
+    ProcessStarted {
+        /// The child.
+        pid: i32,
+        /// Its parent.
+        parent: i32,
+    },
+    /// A traced process exec'd.
+    Exec {
+        /// The process.
+        pid: i32,
+    },
+    /// A traced process ended.
+    ProcessExited {
+        /// The process.
+        pid: i32,
+        /// How.
+        status: ExitStatus,
+    },
+    /// A probe could not be armed (it is disabled; the reason is in
+    /// [`Session::arm_failures`]).
+    NotArmed {
+        /// The probe's program.
+        prog: usize,
+        /// Its index in the program's manifest.
+        index: usize,
+    },
+    /// Hits of a probe its transport could not deliver.
+    Lost {
+        /// The probe's program, when the transport named the probe.
+        prog: Option<usize>,
+        /// Its index in the program's manifest.
+        index: usize,
+        /// How many.
+        count: u64,
+    },
+    /// A call of a return probe ended without returning (the transport's
+    /// `Event::Unwound`), delivered before any later record of its thread.
+    Unwound {
+        /// The probe's program.
+        prog: usize,
+        /// Its index in the program's manifest.
+        index: usize,
+        /// The process.
+        pid: i32,
+        /// The thread that made the call.
+        tid: i32,
+        /// `rsp` at the call's entry.
+        entry_rsp: u64,
+        /// Why.
+        cause: crate::transport::calls::Left,
+    },
+    /// Calls of a return probe that ran no handler.
+    Missed {
+        /// The probe's program.
+        prog: usize,
+        /// Its index in the program's manifest.
+        index: usize,
+        /// How many.
+        count: u64,
+    },
+}
+
+/// A consumer of records and process events.
+pub trait RecordHook {
+    /// One handler run ended: its records are those held by `sink` (none
+    /// when it logged nothing). Called for every handler run, in the order
+    /// of the hits.
+    fn run(&mut self, hit: &HookHit, sink: &Sink);
+
+    /// A process event or a loss.
+    fn event(&mut self, ev: &HookEvent);
+}
+
+impl Session {
+    /// Hands every handler run's records, and the process events, to
+    /// `hook` instead of formatting them (they are still counted in the
+    /// statistics).
+    pub fn set_record_hook(&mut self, hook: Box<dyn RecordHook>) {
+        self.hook = Some(hook);
+    }
+
+    /// The program and manifest index of every selected probe, in the
+    /// order of [`Session::stats`].
+    pub fn probe_origins(&self) -> Vec<(usize, usize)> {
+        self.probes.iter().map(|p| (p.prog, p.index)).collect()
+    }
+
+    /// Probes that could not be armed, with why (their program, manifest
+    /// index, and the reason), in the order the failures happened.
+    pub fn arm_failures(&self) -> &[(usize, usize, String)] {
+        &self.failures
+    }
+
+    /// Disables the probe at `index` of program `prog` and removes it
+    /// from the transport (a command whose probes work in pairs drops the
+    /// other probe of a pair that could not be armed).
+    pub fn disable_probe(
+        &mut self,
+        t: &mut dyn crate::transport::Transport,
+        prog: usize,
+        index: usize,
+    ) {
+        if let Some(pi) = self
+            .probes
+            .iter()
+            .position(|p| p.prog == prog && p.index == index)
+        {
+            self.disable(t, pi);
+        }
+    }
+
+    /// Records that probe `index` of program `prog` could not be armed.
+    pub(super) fn arm_failed(&mut self, prog: usize, index: usize, why: String) {
+        self.failures.push((prog, index, why));
+        self.hook_event(HookEvent::NotArmed { prog, index });
+    }
+
+    /// Gives probe `pi`'s records to the hook; false when there is none.
+    pub(super) fn hook_records(&mut self, pi: usize) -> bool {
+        let Some(hook) = self.hook.as_mut() else {
+            return false;
+        };
+        let data = self.runner.store.data();
+        let env = &data.env;
+        let p = &self.probes[pi];
+        let hit = HookHit {
+            prog: p.prog,
+            index: p.index,
+            pid: env.pid() as u32,
+            tid: env.tid() as u32,
+            cpu: env.cpu() as u32,
+            time_ns: env.now_ns(),
+            ip: env.hit.ip(),
+        };
+        hook.run(&hit, &data.sink);
+        let st = &mut self.probes[pi].stats;
+        for r in &data.sink.records {
+            st.records += 1;
+            st.bytes += r.data.len() as u64;
+        }
+        self.runner.store.data_mut().sink.clear();
+        true
+    }
+
+    /// Gives a process event or a loss to the hook, if there is one.
+    pub(super) fn hook_event(&mut self, ev: HookEvent) {
+        if let Some(hook) = self.hook.as_mut() {
+            hook.event(&ev);
+        }
+    }
+
+    /// `(program, manifest index)` of probe tag `pi`, if it is one.
+    pub(super) fn origin(&self, pi: usize) -> Option<(usize, usize)> {
+        self.probes.get(pi).map(|p| (p.prog, p.index))
+    }
+}

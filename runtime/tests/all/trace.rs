@@ -1,0 +1,1274 @@
+//! `wprobe trace` on real programs (`tests/progs/trace_*.c`, `.cpp`) under
+//! every transport with return probes: exact call counts per function
+//! (hand-computed, and uftrace's where it is installed) through recursion,
+//! mutual recursion, a tail call, `longjmp`, a signal handler and threads;
+//! well-nested trees whose depth returns to 0 when a thread ends; a C++
+//! exception through traced frames (the program's output and status
+//! unchanged, the frames reported unwound); Chrome trace events and flame
+//! graphs checked against the same run's report; the text views asserted
+//! exactly on a fixed tree (times and ids normalized); a custom handler;
+//! fork children; `-p`; and the errors.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::case;
+use crate::support::case::{Case, Need};
+use crate::support::cli::{gcc, output_within, progs, repo, scratch, stderr, wprobe};
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(report_gives_the_hand_computed_call_counts @ per_transport),
+    case!(counts_equal_uftraces @ per_transport, Need::Uftrace),
+    case!(every_thread_tree_is_well_nested_and_ends_at_depth_0 @ per_transport),
+    case!(a_cxx_exception_through_traced_frames_is_caught_and_reported_unwound @ per_transport),
+    case!(chrome_events_match_every_call_of_the_report @ per_transport),
+    case!(the_flame_graph_names_every_traced_function @ per_transport),
+    case!(the_duration_view_is_exact @ per_transport),
+    case!(the_call_tree_view_is_exact @ per_transport),
+    case!(the_report_is_exact @ per_transport),
+    case!(depth_and_min_duration_filters @ per_transport),
+    case!(a_custom_handler_logs_an_argument_of_one_function @ per_transport),
+    case!(fork_children_have_their_own_trees @ per_transport),
+    case!(per_thread_files_hold_each_threads_tree @ per_transport),
+    case!(attaching_with_p_traces_new_calls_and_leaves_the_process_running @ per_transport),
+    case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
+    case!(excluded_functions_are_not_traced @ per_transport),
+    case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ per_transport),
+    case!(rust_names_are_demangled_with_c @ per_transport),
+    case!(
+        functions_not_traced_are_listed_once_with_the_reason,
+        Need::Ptrace
+    ),
+    case!(bad_arguments_are_refused_with_exact_messages),
+];
+
+fn trace_calls() -> PathBuf {
+    gcc(
+        "trace_calls",
+        &progs().join("trace_calls.c"),
+        &["-O1", "-g", "-fpatchable-function-entry=5"],
+    )
+}
+
+/// Built without optimisation: each function's first instruction is on
+/// the line that opens it (the line `-l` shows).
+fn trace_det() -> PathBuf {
+    gcc("trace_det", &progs().join("trace_det.c"), &["-O0", "-g"])
+}
+
+fn trace_throw() -> PathBuf {
+    gcc(
+        "trace_throw",
+        &progs().join("trace_throw.cpp"),
+        &["-O1", "-g", "-lstdc++"],
+    )
+}
+
+fn trace_fork() -> PathBuf {
+    gcc("trace_fork", &progs().join("trace_fork.c"), &["-O1", "-g"])
+}
+
+/// `tests/progs/libshared.c` as a shared library, and `lib_user.c` linked
+/// with it (found through its `DT_RUNPATH`) and loading it with `dlopen`.
+fn libshared() -> (PathBuf, PathBuf, PathBuf) {
+    let lib = gcc(
+        "libtrace_shared.so",
+        &progs().join("libshared.c"),
+        &["-O1", "-shared", "-fPIC"],
+    );
+    let dir = scratch();
+    let linked = gcc(
+        "trace_lib_linked",
+        &progs().join("lib_user.c"),
+        &[
+            "-O1",
+            "-DLINKED",
+            &format!("-L{}", dir.display()),
+            "-Wl,--no-as-needed",
+            "-l:libtrace_shared.so",
+            "-Wl,--enable-new-dtags",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
+    );
+    let dl = gcc(
+        "trace_lib_dl",
+        &progs().join("lib_user.c"),
+        &["-O1", "-ldl"],
+    );
+    (lib, linked, dl)
+}
+
+/// `tests/progs/trace_rust.rs`, built by rustc with std as a shared
+/// library (the executable holds only its own functions).
+fn trace_rust() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+            let sysroot = Command::new(&rustc)
+                .args(["--print", "sysroot"])
+                .output()
+                .expect("rustc");
+            let lib = Path::new(String::from_utf8_lossy(&sysroot.stdout).trim())
+                .join("lib/rustlib/x86_64-unknown-linux-gnu/lib");
+            let out = scratch().join("trace_rust");
+            let st = Command::new(&rustc)
+                .args(["-O", "-g", "-C", "prefer-dynamic", "-C"])
+                .arg(format!("link-args=-Wl,-rpath,{}", lib.display()))
+                .arg("-o")
+                .arg(&out)
+                .arg(progs().join("trace_rust.rs"))
+                .status()
+                .expect("rustc");
+            assert!(st.success(), "rustc trace_rust.rs");
+            out
+        })
+        .clone()
+}
+
+/// `wprobe trace --transport TR ARGS -- PROG`, within 120 s.
+fn trace(tr: &str, args: &[&str], prog: &Path) -> Output {
+    trace_argv(tr, args, prog, &[])
+}
+
+/// `wprobe trace --transport TR ARGS -- PROG PROG_ARGS`, within 120 s.
+fn trace_argv(tr: &str, args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
+    let mut c = wprobe();
+    c.arg("trace")
+        .args(["--transport", tr])
+        .args(args)
+        .arg("--")
+        .arg(prog)
+        .args(prog_args)
+        .current_dir(scratch())
+        .env("WPROBE_PERF_RING_PAGES", "8192");
+    output_within(c, 120)
+}
+
+/// A scratch file name unique to this test and transport.
+fn file(name: &str, tr: &str) -> PathBuf {
+    scratch().join(format!("trace-{name}.{tr}"))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `--report --format json` written to `out`: function → (calls, total, self).
+fn report_of(out: &Path) -> BTreeMap<String, (u64, u64, u64)> {
+    let v: serde_json::Value = serde_json::from_str(&read(out)).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
+            assert_eq!(keys.len(), 4, "{r}");
+            (
+                r["function"].as_str().unwrap().to_string(),
+                (
+                    r["calls"].as_u64().unwrap(),
+                    r["total_ns"].as_u64().unwrap(),
+                    r["self_ns"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The calls of trace_calls.c, counted by hand (its header comment).
+const HAND_COUNTS: &[(&str, u64)] = &[
+    ("main", 1),
+    ("fact", 5),
+    ("is_even", 4),
+    ("is_odd", 3),
+    ("tail_caller", 1),
+    ("tail_target", 1),
+    ("try_jump", 1),
+    ("jumper", 3),
+    ("sig_during", 1),
+    ("on_signal", 1),
+    ("worker", 4),
+    ("leaf", 41),
+];
+
+/// Functions the C run-time links into every executable: traced under
+/// ptrace, refused by perf (they have no size, so their returns cannot be
+/// found by decoding them).
+const CRT: &[(&str, u64)] = &[
+    ("_init", 1),
+    ("_fini", 1),
+    ("frame_dummy", 1),
+    ("register_tm_clones", 1),
+    ("deregister_tm_clones", 1),
+    ("__do_global_dtors_aux", 1),
+];
+
+fn report_gives_the_hand_computed_call_counts(tr: &str) {
+    let out = file("counts.json", tr);
+    let o = trace(
+        tr,
+        &["--report", "--format", "json", "-o", out.to_str().unwrap()],
+        &trace_calls(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum 349\n");
+    let got = report_of(&out);
+    let mut want: BTreeMap<String, u64> = HAND_COUNTS
+        .iter()
+        .map(|(n, c)| (n.to_string(), *c))
+        .collect();
+    if tr == "ptrace" {
+        want.extend(CRT.iter().map(|(n, c)| (n.to_string(), *c)));
+    }
+    let calls: BTreeMap<String, u64> = got.iter().map(|(n, v)| (n.clone(), v.0)).collect();
+    assert_eq!(calls, want, "{}", stderr(&o));
+    // Recursion counts the outermost calls' time once; self times are
+    // disjoint parts of it.
+    for (n, (_, total, own)) in &got {
+        assert!(own <= total, "{n}: self {own} > total {total}");
+    }
+    let err = stderr(&o);
+    assert!(
+        err.contains("wprobe: trace: 72 calls")
+            || err.contains(&format!("wprobe: trace: {} calls", 72 - CRT.len())),
+        "{err}"
+    );
+    assert!(err.contains(" 3 unwound)"), "{err}");
+}
+
+/// uftrace's own report of trace_calls (`uftrace record -P .`): function →
+/// calls. uftrace counts a call when it returns, so `jumper` (left by
+/// `longjmp`) is not in it.
+fn uftrace_counts(prog: &Path) -> BTreeMap<String, u64> {
+    let dir = scratch().join("uftrace.data");
+    let _ = std::fs::remove_dir_all(&dir);
+    let rec = Command::new("uftrace")
+        .args(["record", "-P", ".", "-d"])
+        .arg(&dir)
+        .arg(prog)
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let rep = Command::new("uftrace")
+        .args(["report", "-f", "call", "-d"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(rep.status.success(), "{}", stderr(&rep));
+    String::from_utf8_lossy(&rep.stdout)
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let n: u64 = w.next()?.parse().ok()?;
+            Some((w.collect::<Vec<_>>().join(" "), n))
+        })
+        .collect()
+}
+
+fn counts_equal_uftraces(tr: &str) {
+    let prog = trace_calls();
+    let theirs = uftrace_counts(&prog);
+    let out = file("uftrace.json", tr);
+    let o = trace(
+        tr,
+        &["--report", "--format", "json", "-o", out.to_str().unwrap()],
+        &prog,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let ours = report_of(&out);
+    for (name, _) in HAND_COUNTS {
+        let o = ours.get(*name).map(|v| v.0);
+        let t = theirs.get(*name).copied();
+        if *name == "jumper" {
+            assert_eq!((o, t), (Some(3), None), "uftrace counts returns only");
+        } else {
+            assert_eq!(o, t, "{name}: wprobe {o:?}, uftrace {t:?}");
+        }
+    }
+}
+
+/// Lines of `-T --no-pid`-less output by thread: (tid, depth, line).
+fn tree_lines(text: &str, offset: usize) -> Vec<(i32, usize, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("[pid ")?;
+            let (tid, body) = rest.split_once("] ")?;
+            let depth = body.len() - body.trim_start().len();
+            Some((
+                tid.parse().ok()?,
+                depth / offset,
+                body.trim_start().to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Checks that every thread's `==>`/`<==` lines nest and end at depth 0;
+/// returns the number of calls per thread.
+fn check_nesting(text: &str) -> HashMap<i32, usize> {
+    let mut stacks: HashMap<i32, Vec<String>> = HashMap::new();
+    let mut calls: HashMap<i32, usize> = HashMap::new();
+    for (tid, depth, body) in tree_lines(text, 3) {
+        let st = stacks.entry(tid).or_default();
+        if let Some(f) = body.strip_prefix("==> ") {
+            assert_eq!(depth, st.len(), "{tid}: {body}\n{text}");
+            st.push(f.split(['(', ' ']).next().unwrap().to_string());
+            *calls.entry(tid).or_default() += 1;
+        } else if let Some(f) = body.strip_prefix("<== ") {
+            let name = f.split(['(', ' ']).next().unwrap();
+            assert_eq!(st.pop().as_deref(), Some(name), "{tid}: {body}\n{text}");
+            assert_eq!(depth, st.len(), "{tid}: {body}\n{text}");
+        }
+    }
+    for (tid, st) in &stacks {
+        assert!(st.is_empty(), "thread {tid} ends inside {st:?}\n{text}");
+    }
+    calls
+}
+
+fn every_thread_tree_is_well_nested_and_ends_at_depth_0(tr: &str) {
+    let out = file("nest.txt", tr);
+    let o = trace(tr, &["-T", "-o", out.to_str().unwrap()], &trace_calls());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = read(&out);
+    let calls = check_nesting(&text);
+    // The main thread and the four workers, each worker 1 + 10 calls.
+    assert_eq!(calls.len(), 5, "{text}");
+    let mut workers: Vec<usize> = calls.values().copied().filter(|&n| n == 11).collect();
+    workers.sort();
+    assert_eq!(workers, [11, 11, 11, 11], "{calls:?}");
+    // The three frames longjmp left, and the tail call returning through
+    // its target.
+    let unwound = text
+        .lines()
+        .filter(|l| l.contains("<== jumper() [unwound"))
+        .count();
+    assert_eq!(unwound, 3, "{text}");
+    let tail: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("tail_"))
+        .map(|l| l.split_once("] ").unwrap().1)
+        .collect();
+    assert_eq!(tail.len(), 4, "{text}");
+    assert!(tail[0].trim_start().starts_with("==> tail_caller() at 0x"));
+    assert!(tail[1].trim_start().starts_with("==> tail_target() at 0x"));
+    assert_eq!(tail[2].trim_start(), "<== tail_target() [rax = 0x6]");
+    assert_eq!(tail[3].trim_start(), "<== tail_caller() [rax = 0x6]");
+}
+
+fn a_cxx_exception_through_traced_frames_is_caught_and_reported_unwound(tr: &str) {
+    let prog = trace_throw();
+    let plain = Command::new(&prog).output().unwrap();
+    assert_eq!(plain.status.code(), Some(3));
+    let out = file("throw.txt", tr);
+    let o = trace(tr, &["-T", "-C", "-i", "-o", out.to_str().unwrap()], &prog);
+    assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
+    assert_eq!(o.stdout, plain.stdout);
+    let text = read(&out);
+    check_nesting(&text);
+    let bodies: Vec<String> = tree_lines(&text, 3)
+        .into_iter()
+        .filter(|(_, _, b)| b.contains("level"))
+        .map(|(_, d, b)| format!("{d} {b}"))
+        .collect();
+    let mut want = Vec::new();
+    for _ in 0..3 {
+        want.extend([
+            "1 ==> level1(int)",
+            "2 ==> level2(int)",
+            "3 ==> level3(int)",
+            "3 <== level3(int) [unwound]",
+            "2 <== level2(int) [unwound]",
+            "1 <== level1(int) [unwound]",
+        ]);
+    }
+    want.extend([
+        "1 ==> level1(int)",
+        "2 ==> level2(int)",
+        "3 ==> level3(int)",
+        "3 <== level3(int) [rax = 0x0]",
+        "2 <== level2(int) [rax = 0x1]",
+        "1 <== level1(int) [rax = 0x2]",
+    ]);
+    assert_eq!(bodies, want, "{text}");
+    assert!(stderr(&o).contains("9 unwound"), "{}", stderr(&o));
+    // The duration view says which calls were unwound (a leaf left at
+    // once has no time of its own).
+    let out = file("throw-duration.txt", tr);
+    let o = trace(
+        tr,
+        &["-C", "-F", "level1*", "-o", out.to_str().unwrap()],
+        &prog,
+    );
+    assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
+    let unwound = [
+        "            [   TID] | level1(int) {",
+        "            [   TID] |   level2(int) {",
+        "            [   TID] |     level3(int); /* unwound */",
+        "       TIME [   TID] |   } /* level2(int): unwound */",
+        "       TIME [   TID] | } /* level1(int): unwound */",
+    ];
+    let mut want = vec!["# DURATION     TID     FUNCTION"];
+    for _ in 0..3 {
+        want.extend(unwound);
+    }
+    want.extend([
+        "            [   TID] | level1(int) {",
+        "            [   TID] |   level2(int) {",
+        "       TIME [   TID] |     level3(int);",
+        "       TIME [   TID] |   } /* level2(int) */",
+        "       TIME [   TID] | } /* level1(int) */",
+    ]);
+    let want = want.join("\n");
+    assert_eq!(normalize_durations(&read(&out)), want);
+}
+
+fn chrome_events_match_every_call_of_the_report(tr: &str) {
+    let chrome = file("chrome.json", tr);
+    let rep = file("chrome-report.json", tr);
+    let o = trace(
+        tr,
+        &[
+            "--report",
+            "--format",
+            "json",
+            "-o",
+            rep.to_str().unwrap(),
+            "--chrome",
+            chrome.to_str().unwrap(),
+        ],
+        &trace_calls(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&read(&chrome)).unwrap();
+    assert_eq!(v["displayTimeUnit"], "ns");
+    let events = v["traceEvents"].as_array().unwrap();
+    for e in events {
+        let mut keys: Vec<&str> = e.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys.retain(|k| *k != "args");
+        assert_eq!(keys, ["cat", "name", "ph", "pid", "tid", "ts"], "{e}");
+        assert_eq!(e["cat"], "function", "{e}");
+        if let Some(args) = e.get("args") {
+            assert_eq!(args, &serde_json::json!({"exit": "unwound"}), "{e}");
+        }
+    }
+    // The three frames longjmp left.
+    let unwound = events.iter().filter(|e| e.get("args").is_some()).count();
+    assert_eq!(unwound, 3);
+    let mut stacks: HashMap<(u64, u64), Vec<(String, f64)>> = HashMap::new();
+    let mut begins: BTreeMap<String, u64> = BTreeMap::new();
+    for e in events {
+        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+        let name = e["name"].as_str().unwrap().to_string();
+        let ts = e["ts"].as_f64().unwrap();
+        let st = stacks.entry(key).or_default();
+        match e["ph"].as_str().unwrap() {
+            "B" => {
+                *begins.entry(name.clone()).or_default() += 1;
+                st.push((name, ts));
+            }
+            "E" => {
+                let (n, t0) = st.pop().expect("an E without its B");
+                assert_eq!(n, name);
+                assert!(ts >= t0, "{name}: ends at {ts} before its start {t0}");
+            }
+            ph => panic!("unexpected phase {ph}"),
+        }
+    }
+    assert!(stacks.values().all(Vec::is_empty), "{stacks:?}");
+    let calls: BTreeMap<String, u64> = report_of(&rep).into_iter().map(|(n, v)| (n, v.0)).collect();
+    assert_eq!(begins, calls);
+}
+
+fn the_flame_graph_names_every_traced_function(tr: &str) {
+    let svg = file("flame.svg", tr);
+    let rep = file("flame-report.json", tr);
+    let o = trace(
+        tr,
+        &[
+            "--report",
+            "--format",
+            "json",
+            "-o",
+            rep.to_str().unwrap(),
+            "--flame",
+            svg.to_str().unwrap(),
+        ],
+        &trace_calls(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = read(&svg);
+    assert!(text.starts_with("<?xml") && text.contains("<svg"), "{text}");
+    let report = report_of(&rep);
+    assert!(report.len() >= HAND_COUNTS.len());
+    for name in report.keys() {
+        assert!(
+            text.contains(&format!("<title>{name} (")),
+            "{name} not in the SVG"
+        );
+    }
+}
+
+/// Replaces the duration column (non-blank) by `TIME` and thread ids by
+/// `TID` in the duration view.
+fn normalize_durations(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.starts_with('#') || l.len() < 21 {
+                return l.to_string();
+            }
+            let (dur, rest) = l.split_at(11);
+            let dur = if dur.trim().is_empty() {
+                dur.to_string()
+            } else {
+                "       TIME".to_string()
+            };
+            let (_, after) = rest.split_once(']').unwrap();
+            format!("{dur} [   TID]{after}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn the_duration_view_is_exact(tr: &str) {
+    let o = trace(tr, &["-F", "main"], &trace_det());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        normalize_durations(&String::from_utf8_lossy(&o.stdout)),
+        "\
+# DURATION     TID     FUNCTION
+            [   TID] | main() {
+            [   TID] |   top() {
+            [   TID] |     middle() {
+       TIME [   TID] |       leaf();
+       TIME [   TID] |       leaf();
+       TIME [   TID] |     } /* middle */
+            [   TID] |     middle() {
+       TIME [   TID] |       leaf();
+       TIME [   TID] |       leaf();
+       TIME [   TID] |     } /* middle */
+       TIME [   TID] |   } /* top */
+       TIME [   TID] | } /* main */"
+    );
+}
+
+/// The line of `needle` in trace_det.c (1-based).
+fn line_of(needle: &str) -> usize {
+    read(&progs().join("trace_det.c"))
+        .lines()
+        .position(|l| l.starts_with(needle))
+        .unwrap()
+        + 1
+}
+
+fn the_call_tree_view_is_exact(tr: &str) {
+    let o = trace(tr, &["-F", "main", "-T", "--no-pid", "-i"], &trace_det());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(
+        lines.join("\n"),
+        "\
+==> main()
+   ==> top()
+      ==> middle()
+         ==> leaf()
+         <== leaf() [rax = 0x1]
+         ==> leaf()
+         <== leaf() [rax = 0x2]
+      <== middle() [rax = 0x3]
+      ==> middle()
+         ==> leaf()
+         <== leaf() [rax = 0x2]
+         ==> leaf()
+         <== leaf() [rax = 0x3]
+      <== middle() [rax = 0x5]
+   <== top() [rax = 0x8]
+<== main() [rax = 0x0]"
+    );
+    // Addresses, source lines, the thread and the time of day.
+    let o = trace(
+        tr,
+        &["-F", "main", "-T", "-l", "-u", "--offset", "1"],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let leaf = text.lines().find(|l| l.contains("==> leaf()")).unwrap();
+    // [pid TID] HH:MM:SS.uuuuuu    ==> leaf() at 0xADDR [/…/trace_det.c:N]
+    let (pid, rest) = leaf.split_once("] ").unwrap();
+    assert!(pid.starts_with("[pid "), "{leaf}");
+    let (clock, rest) = rest.split_at(16);
+    assert!(
+        clock.len() == 16 && clock.as_bytes()[2] == b':' && clock.as_bytes()[8] == b'.',
+        "{leaf}"
+    );
+    assert!(rest.starts_with("   ==> leaf() at 0x"), "{leaf}");
+    assert!(
+        rest.ends_with(&format!("trace_det.c:{}]", line_of("NI int leaf("))),
+        "{leaf}"
+    );
+}
+
+fn the_report_is_exact(tr: &str) {
+    let o = trace(tr, &["-F", "main", "--report"], &trace_det());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..2],
+        [
+            "  Total time   Self time       Calls  Function",
+            "  ==========  ==========  ==========  ===================="
+        ]
+    );
+    // Each row: two times (10 columns each, uftrace's units), the calls
+    // (10 columns), the name.
+    let rows: Vec<String> = lines[2..]
+        .iter()
+        .map(|l| {
+            let (times, rest) = l.split_at(24);
+            for t in [&times[2..12], &times[14..24]] {
+                assert!(
+                    t.ends_with(" us") || t.ends_with(" ms") || t.trim().is_empty(),
+                    "{l}"
+                );
+            }
+            rest.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    assert_eq!(rows, ["1 main", "1 top", "2 middle", "4 leaf"]);
+}
+
+fn depth_and_min_duration_filters(tr: &str) {
+    let o = trace(
+        tr,
+        &["-F", "main", "-T", "--no-pid", "-i", "--depth", "2"],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(
+        lines.join("\n"),
+        "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
+    );
+    // -F middle: its calls and theirs.
+    let o = trace(
+        tr,
+        &["-F", "middle", "--report", "--format", "json"],
+        &trace_det(),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{v}");
+    assert!(names.contains(&"middle") && names.contains(&"leaf"), "{v}");
+    // Calls shorter than an hour: none shown.
+    let o = trace(
+        tr,
+        &["-F", "main", "-T", "--min-duration", "3600s"],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("==>"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // A minimum of 1 ns hides nothing.
+    let o = trace(
+        tr,
+        &["-F", "main", "-T", "--min-duration", "1ns"],
+        &trace_det(),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        text.lines().filter(|l| l.contains("==>")).count(),
+        8,
+        "{text}"
+    );
+}
+
+fn a_custom_handler_logs_an_argument_of_one_function(tr: &str) {
+    let args = repo().join("guests/trace/args.wat");
+    let spec = format!("leaf={}", args.display());
+    let o = trace(tr, &["-F", "main", "--handler", &spec], &trace_det());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = normalize_durations(&String::from_utf8_lossy(&o.stdout));
+    let leaves: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("leaf"))
+        .map(|l| l.split_once("| ").unwrap().1.trim())
+        .collect();
+    assert_eq!(
+        leaves,
+        [
+            "leaf(0) = 1;",
+            "leaf(1) = 2;",
+            "leaf(1) = 2;",
+            "leaf(2) = 3;"
+        ]
+    );
+    assert!(text.contains("|     middle() {"), "{text}");
+    // `--handler FILE`: for every function, in tracef's view.
+    let o = trace(
+        tr,
+        &[
+            "-F",
+            "main",
+            "--handler",
+            args.to_str().unwrap(),
+            "-T",
+            "--no-pid",
+            "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "\
+==> main(1)
+   ==> top(2)
+      ==> middle(0)
+         ==> leaf(0)
+         <== leaf() [rax = 0x1] = 1
+         ==> leaf(1)
+         <== leaf() [rax = 0x2] = 2
+      <== middle() [rax = 0x3] = 3
+      ==> middle(1)
+         ==> leaf(1)
+         <== leaf() [rax = 0x2] = 2
+         ==> leaf(2)
+         <== leaf() [rax = 0x3] = 3
+      <== middle() [rax = 0x5] = 5
+   <== top() [rax = 0x8] = 8
+<== main() [rax = 0x0] = 0"
+    );
+    // Errors: a pattern matching nothing, the default module twice.
+    let o = trace(tr, &["--handler", "nomatch=x.wat"], &trace_det());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).ends_with("error: --handler nomatch=…: no traced function matches `nomatch`\n"),
+        "{}",
+        stderr(&o)
+    );
+    let a = args.to_str().unwrap();
+    let o = trace(tr, &["--handler", a, "--handler", a], &trace_det());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).ends_with("error: --handler FILE (for every function) given twice\n"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+fn fork_children_have_their_own_trees(tr: &str) {
+    let out = file("fork.txt", tr);
+    let o = trace(
+        tr,
+        &["-f", "-T", "-o", out.to_str().unwrap()],
+        &trace_fork(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = read(&out);
+    let lines = tree_lines(&text, 3);
+    let pid_of = |f: &str| -> Vec<i32> {
+        lines
+            .iter()
+            .filter(|(_, _, b)| b.starts_with(&format!("==> {f}(")))
+            .map(|l| l.0)
+            .collect()
+    };
+    let parent = pid_of("parent_work");
+    let child = pid_of("child_work");
+    assert_eq!(parent.len(), 1, "{text}");
+    assert_eq!(child.len(), 1, "{text}");
+    assert_ne!(parent, child);
+    // Each process its tree: the child's work returns in the child.
+    assert!(
+        lines
+            .iter()
+            .any(|(t, _, b)| *t == child[0] && b == "<== child_work() [rax = 0x2]"),
+        "{text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|(t, _, b)| *t == parent[0] && b == "<== main() [rax = 0x0]"),
+        "{text}"
+    );
+}
+
+fn per_thread_files_hold_each_threads_tree(tr: &str) {
+    let base = file("ff", tr);
+    let dir = base.parent().unwrap().to_path_buf();
+    let stem = base.file_name().unwrap().to_string_lossy().into_owned();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{stem}."))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let o = trace(
+        tr,
+        &["-T", "--ff", "-o", base.to_str().unwrap()],
+        &trace_calls(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{stem}."))
+        })
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 5, "{files:?}");
+    let mut workers = 0;
+    for f in &files {
+        let text = read(f);
+        let tid = f.extension().unwrap().to_string_lossy().into_owned();
+        for (t, _, _) in tree_lines(&text, 3) {
+            assert_eq!(t.to_string(), tid, "{}", f.display());
+        }
+        let calls = check_nesting(&text);
+        if calls.values().sum::<usize>() == 11 {
+            workers += 1;
+        }
+    }
+    assert_eq!(workers, 4);
+}
+
+fn attaching_with_p_traces_new_calls_and_leaves_the_process_running(tr: &str) {
+    let prog = crate::support::cli::slow_target();
+    let n = 3000;
+    let mut child = Command::new(&prog)
+        .arg(n.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let pid = child.id().to_string();
+    let out = file("attach.txt", tr);
+    let _ = std::fs::remove_file(&out);
+    let w = wprobe()
+        .args([
+            "trace",
+            "--transport",
+            tr,
+            "-T",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+            "-p",
+            &pid,
+        ])
+        .env("WPROBE_PERF_RING_PAGES", "8192")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until ten calls are in the file (arming takes a while under perf).
+    let calls = |p: &Path| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("==> work()"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while calls(&out) < 10 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &w.id().to_string()])
+        .status();
+    let o = crate::support::cli::output_within_child(w, 60);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = read(&out);
+    check_nesting(&text);
+    assert!(calls(&out) >= 10, "{text}\n{}", stderr(&o));
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let mut s = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut s).unwrap();
+    assert_eq!(s, format!("acc={}\n", (n - 1) * n / 2));
+}
+
+/// The lines of a `-T` output other than the `+++ process … +++` ones.
+fn calls_only(text: &[u8]) -> String {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter(|l| !l.starts_with("+++"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn lib_traces_the_functions_of_linked_and_dlopened_libraries(tr: &str) {
+    let (lib, linked, dl) = libshared();
+    // A library the executable links, named by its short name: lib_fn(x)
+    // returns 3x + 1.
+    let out = file("lib-linked.txt", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "--lib",
+            "libtrace_shared",
+            "-F",
+            "main",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &linked,
+        &["3"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum=12\n");
+    assert_eq!(
+        calls_only(read(&out).as_bytes()),
+        "\
+==> main()
+   ==> lib_fn()
+   <== lib_fn() [rax = 0x1]
+   ==> lib_fn()
+   <== lib_fn() [rax = 0x4]
+   ==> lib_fn()
+   <== lib_fn() [rax = 0x7]
+<== main() [rax = 0x0]",
+        "{}",
+        stderr(&o)
+    );
+    // By a wildcard, with the report.
+    let out = file("lib-glob.json", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "--lib",
+            "libtrace_sh*",
+            "-F",
+            "lib_fn",
+            "--report",
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &linked,
+        &["4"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let calls: Vec<(String, u64)> = report_of(&out).into_iter().map(|(n, v)| (n, v.0)).collect();
+    assert_eq!(calls, [("lib_fn".to_string(), 4)]);
+    // A library loaded with dlopen after start, named by its path.
+    let out = file("lib-dl.json", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "--lib",
+            lib.to_str().unwrap(),
+            "-F",
+            "lib_fn",
+            "--report",
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &dl,
+        &["5", lib.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "sum=35\n");
+    let calls: Vec<(String, u64)> = report_of(&out).into_iter().map(|(n, v)| (n, v.0)).collect();
+    assert_eq!(calls, [("lib_fn".to_string(), 5)], "{}", stderr(&o));
+    // Without --lib, the library's functions are not traced.
+    let out = file("lib-none.txt", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "-T",
+            "--no-pid",
+            "-i",
+            "-F",
+            "main",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &linked,
+        &["2"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(read(&out).as_bytes()),
+        "==> main()\n<== main() [rax = 0x0]"
+    );
+}
+
+fn excluded_functions_are_not_traced(tr: &str) {
+    let o = trace(
+        tr,
+        &[
+            "-F", "main", "-X", "leaf", "-X", "mid*", "-T", "--no-pid", "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
+    );
+    // Excluded functions are not traced, not listed as untraceable.
+    let err = stderr(&o);
+    assert!(!err.contains("leaf") && !err.contains("middle"), "{err}");
+    assert!(
+        err.contains("wprobe: trace: 2 calls (2 returned, 0 unwound)")
+            || err.contains(&format!(
+                "wprobe: trace: {} calls ({0} returned, 0 unwound)",
+                2 + CRT.len()
+            )),
+        "{err}"
+    );
+}
+
+/// The local time of day, `HH:MM:SS`.
+fn time_of_day() -> String {
+    let o = Command::new("date").arg("+%H:%M:%S").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn the_duration_view_with_time_of_day_and_source_lines_is_exact(tr: &str) {
+    let before = time_of_day();
+    let o = trace(tr, &["-F", "main", "-t", "-l"], &trace_det());
+    let after = time_of_day();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // Each line after the header: `HH:MM:SS ` (between the clock before
+    // and after the run, unless midnight passed), then the view.
+    let mut rest = vec![text.lines().next().unwrap().to_string()];
+    for l in text.lines().skip(1) {
+        let (clock, view) = l.split_at(9);
+        let b = clock.as_bytes();
+        assert!(b[2] == b':' && b[5] == b':' && b[8] == b' ', "{l}");
+        let clock = clock.trim_end();
+        assert!(
+            (before.as_str()..=after.as_str()).contains(&clock) || before > after,
+            "{clock} not in [{before}, {after}]"
+        );
+        rest.push(view.to_string());
+    }
+    // Source lines: `/* …/trace_det.c:N */` after entries.
+    let src = |l: &str| -> String {
+        match l.split_once("/* ") {
+            Some((head, path)) if path.contains("trace_det.c:") => {
+                let (_, line) = path.rsplit_once("trace_det.c:").unwrap();
+                format!("{head}/* trace_det.c:{line}")
+            }
+            _ => l.to_string(),
+        }
+    };
+    let got: Vec<String> = normalize_durations(&rest.join("\n"))
+        .lines()
+        .map(src)
+        .collect();
+    let (m, t, mi, le) = (
+        line_of("int main("),
+        line_of("NI int top("),
+        line_of("NI int middle("),
+        line_of("NI int leaf("),
+    );
+    let want = format!(
+        "\
+# DURATION     TID     FUNCTION
+            [   TID] | main() {{ /* trace_det.c:{m} */
+            [   TID] |   top() {{ /* trace_det.c:{t} */
+            [   TID] |     middle() {{ /* trace_det.c:{mi} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |     }} /* middle */
+            [   TID] |     middle() {{ /* trace_det.c:{mi} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |       leaf(); /* trace_det.c:{le} */
+       TIME [   TID] |     }} /* middle */
+       TIME [   TID] |   }} /* top */
+       TIME [   TID] | }} /* main */"
+    );
+    assert_eq!(got.join("\n"), want);
+}
+
+fn rust_names_are_demangled_with_c(tr: &str) {
+    let prog = trace_rust();
+    let out = file("rust.txt", tr);
+    let o = trace(
+        tr,
+        &[
+            "-C",
+            "-F",
+            "*::shapes::total",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "total 13\n");
+    assert_eq!(
+        calls_only(read(&out).as_bytes()),
+        "\
+==> trace_rust::shapes::total()
+   ==> trace_rust::shapes::Square::area()
+   <== trace_rust::shapes::Square::area() [rax = 0x4]
+   ==> trace_rust::shapes::Square::area()
+   <== trace_rust::shapes::Square::area() [rax = 0x9]
+<== trace_rust::shapes::total() [rax = 0xd]"
+    );
+    // Without -C: the symbols (legacy mangling, with their hash).
+    let o = trace(
+        tr,
+        &[
+            "-F",
+            "*shapes*total*",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = read(&out);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("==> _ZN10trace_rust6shapes5total17h") && first.ends_with("E()"),
+        "{text}"
+    );
+}
+
+fn functions_not_traced_are_listed_once_with_the_reason() {
+    let o = trace("ptrace", &["--plt", "--report"], &trace_calls());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    let listed: Vec<&str> = err.lines().filter(|l| l.contains("not traced")).collect();
+    assert_eq!(
+        listed,
+        [
+            "wprobe: not traced (C start-up code (name it with -F to trace it)): _start",
+            "wprobe: not traced (returns twice: its returns cannot be paired with its calls): _setjmp@plt",
+        ],
+        "{err}"
+    );
+    // --plt: the library calls are in the report.
+    let text = String::from_utf8_lossy(&o.stdout);
+    for f in ["pthread_create@plt", "pthread_join@plt", "raise@plt"] {
+        let row = text
+            .lines()
+            .find(|l| l.ends_with(&format!("  {f}")))
+            .unwrap_or_else(|| panic!("{f}\n{text}"));
+        assert!(
+            row.contains(if f == "raise@plt" { "  1  " } else { "  4  " }),
+            "{row}"
+        );
+    }
+}
+
+fn bad_arguments_are_refused_with_exact_messages() {
+    let det = trace_det();
+    let run = |args: &[&str]| -> (Option<i32>, String) {
+        let o = wprobe()
+            .arg("trace")
+            .args(args)
+            .current_dir(scratch())
+            .output()
+            .unwrap();
+        (o.status.code(), stderr(&o))
+    };
+    let d = det.to_str().unwrap();
+    let (code, err) = run(&["--", "/nonexistent/prog"]);
+    assert_eq!(
+        (code, err.trim()),
+        (Some(1), "error: /nonexistent/prog: command not found")
+    );
+    let (code, err) = run(&["-F", "nomatch*", "--", d]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.ends_with("error: -F nomatch*: no traced function matches\n"),
+        "{err}"
+    );
+    let (code, err) = run(&["--format", "json", "--", d]);
+    assert_eq!(
+        (code, err.trim()),
+        (Some(1), "error: --format json is the form of --report")
+    );
+    let (code, err) = run(&["--min-duration", "3h", "--", d]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            Some(1),
+            "error: --min-duration 3h: unknown unit (ns, us, ms or s)"
+        )
+    );
+    let (code, err) = run(&["--handler", "x.rpn", "--", d]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("error: --handler x.rpn: give a .wasm or .wat module exporting `trace_entry` and `trace_exit`"),
+        "{err}"
+    );
+    let bad = crate::support::cli::write(
+        "trace-bad-handler.wat",
+        "(module (func (export \"trace_entry\") (result i32) (i32.const 0)))",
+    );
+    let (code, err) = run(&["--handler", bad.to_str().unwrap(), "--", d]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("handler export `trace_exit` is not exported by the module"),
+        "{err}"
+    );
+    let (code, err) = run(&["--ff", "--", d]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--output <FILE>"), "{err}");
+    let (code, err) = run(&["--lib", "libnosuchlib", "--", d]);
+    assert_eq!(
+        (code, err.trim()),
+        (Some(1), "error: --lib libnosuchlib: no such library")
+    );
+    let (code, err) = run(&["-X", "*", "--", d]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.ends_with(&format!(
+            "error: no function to trace in {d} (no function symbols: is it stripped? or all \
+             excluded by -X)\n"
+        )),
+        "{err}"
+    );
+    let (code, err) = run(&["-t", "-u", "--", d]);
+    assert_eq!((code, err.trim()), (Some(1), "error: -t and -u: give one"));
+    let (code, err) = run(&[]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            Some(1),
+            "error: give the command to trace after `--`, or -p PID"
+        )
+    );
+}
