@@ -169,6 +169,17 @@ pub(crate) fn transport_names() -> PossibleValuesParser {
     )
 }
 
+/// The `--transport` values of `wprobe trace`: the transports that arm
+/// return probes.
+pub(crate) fn return_probe_transport_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(
+        crate::transport::TRANSPORTS
+            .iter()
+            .filter(|t| t.caps.return_probes)
+            .map(|t| PossibleValue::new(t.name).help(t.about)),
+    )
+}
+
 /// A command's failure: what `wprobe` prints (`error: MESSAGE`) and the
 /// exit status it gives (1: bad input or arguments, or a target that
 /// cannot be traced; 2: an internal error).

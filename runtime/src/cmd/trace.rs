@@ -29,7 +29,7 @@ use std::rc::Rc;
 
 use hostabi::manifest::{Location, LocationKind, MAX_MAXACTIVE, Manifest, ProbeSpec};
 
-use crate::cli::{CliError, CmdResult, transport_names};
+use crate::cli::{CliError, CmdResult, return_probe_transport_names};
 use crate::format::Format;
 use crate::regscan::RegsRead;
 use crate::session::{LoadedProgram, RunOptions, Session};
@@ -134,7 +134,7 @@ pub struct TraceArgs {
     )]
     pub pid: Option<i32>,
     /// How probes reach the target.
-    #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = transport_names())]
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = return_probe_transport_names())]
     pub transport: String,
     /// Compile the handler modules afresh instead of using the module cache.
     #[arg(long)]
