@@ -11,6 +11,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(sigkill_of_wprobe_kills_the_launched_command_and_its_traced_children),
     case!(after_sigkill_in_attach_mode_the_watchdog_restores_the_process),
     case!(after_sigkill_of_wprobe_and_its_watchdog_repair_restores_the_process),
+    case!(a_journal_of_an_earlier_process_with_the_pid_is_not_applied),
     case!(
         a_panic_in_attach_mode_leaves_the_process_unpatched_and_running,
         Need::DebugBuild
@@ -381,4 +382,46 @@ fn a_panic_in_attach_mode_leaves_the_process_unpatched_and_running() {
         format!("done {}", sum(11_000))
     );
     assert!(target.wait().unwrap().success());
+}
+
+/// A ptrace journal left by a killed wprobe for an earlier process whose
+/// pid was reused (its `start` line names another start time): `repair`
+/// removes it without writing anything, and attaching to the new process
+/// replaces it instead of refusing.
+fn a_journal_of_an_earlier_process_with_the_pid_is_not_applied() {
+    use runtime::transport::ptrace::journal;
+    let mut target = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = target.id() as i32;
+    let stale = |pid: i32| {
+        let dir = journal::dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(journal::path(pid), "start 1\n401000 55 12345\n").unwrap();
+        let mut perm = std::fs::metadata(journal::path(pid)).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+        std::fs::set_permissions(journal::path(pid), perm).unwrap();
+    };
+    stale(pid);
+    let rep = Command::new(env!("CARGO_BIN_EXE_wprobe"))
+        .args(["repair", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(rep.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&rep.stderr).contains(&format!(
+            "the patch journal was written for an earlier process with pid {pid} (it has ended); \
+             removed, nothing restored"
+        )),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    assert!(!journal::path(pid).exists());
+    stale(pid);
+    let j = journal::Journal::create(pid).expect("a stale journal is replaced");
+    assert_eq!(
+        journal::journal_start(pid),
+        runtime::procinfo::start_time(pid)
+    );
+    j.remove();
+    target.kill().unwrap();
+    target.wait().unwrap();
 }

@@ -127,16 +127,9 @@ impl Journal {
     }
 }
 
-/// The start time of process `pid` (clock ticks since boot, field 22 of
-/// `/proc/PID/stat`): with the pid, it names one process.
+/// The start time of process `pid` ([`crate::procinfo::start_time`]).
 pub fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
+    crate::procinfo::start_time(pid)
 }
 
 /// The start time of the process the journal of `pid` was written for

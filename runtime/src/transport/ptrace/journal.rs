@@ -51,26 +51,45 @@ impl Journal {
             )
         })?;
         let path = path(pid);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    io::Error::new(
-                        e.kind(),
-                        format!(
-                            "{} already exists: a wprobe attached to process {pid} was killed; \
-                             run `wprobe repair --pid {pid}` first",
-                            path.display()
-                        ),
-                    )
-                } else {
-                    io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
-                }
-            })?;
+        let open = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let now = crate::procinfo::start_time(pid);
+        let mut opened = open();
+        // The journal of an earlier process that had this pid (killed with
+        // its wprobe, the pid reused since): nothing of it applies here.
+        if opened
+            .as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::AlreadyExists)
+            && now.is_some()
+            && journal_start(pid).is_some_and(|then| Some(then) != now)
+        {
+            let _ = std::fs::remove_file(&path);
+            opened = open();
+        }
+        let mut file = opened.map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{} already exists: a wprobe attached to process {pid} was killed; \
+                         run `wprobe repair --pid {pid}` first",
+                        path.display()
+                    ),
+                )
+            } else {
+                io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+            }
+        })?;
+        if let Some(t) = now {
+            file.write_all(format!("start {t}\n").as_bytes())?;
+            file.sync_data()?;
+        }
         Ok(Journal { file, path })
     }
 
@@ -84,6 +103,15 @@ impl Journal {
     pub fn remove(self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The start time of the process the journal of `pid` was written for
+/// (its `start` line), when it has one.
+pub fn journal_start(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(path(pid)).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("start "))
+        .and_then(|t| t.trim().parse().ok())
 }
 
 /// Entries of the journal of `pid`: (address, original byte, inode). The
@@ -126,6 +154,7 @@ pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
 /// many bytes were restored. Writes through /proc/PID/mem (needs the same
 /// permission as attaching).
 pub fn repair(pid: i32) -> io::Result<usize> {
+    stale_check(pid)?;
     let entries = read(pid)?;
     let maps = maps_of(pid)?;
     let mem = OpenOptions::new()
@@ -138,9 +167,28 @@ pub fn repair(pid: i32) -> io::Result<usize> {
 /// [`repair`] through `mem`, the process's `/proc/PID/mem` opened for
 /// writing (the watchdog opens it while wprobe is alive).
 pub fn repair_with(pid: i32, mem: &File) -> io::Result<usize> {
+    stale_check(pid)?;
     let entries = read(pid)?;
     let maps = maps_of(pid)?;
     restore(pid, entries, &maps, mem)
+}
+
+/// A journal written for an earlier process with this pid is removed,
+/// not applied: its addresses mean nothing in this one.
+fn stale_check(pid: i32) -> io::Result<()> {
+    if let Some(then) = journal_start(pid)
+        && crate::procinfo::start_time(pid).is_some_and(|now| now != then)
+    {
+        let _ = std::fs::remove_file(path(pid));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the patch journal was written for an earlier process with pid {pid} (it has \
+                 ended); removed, nothing restored"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The mappings of `pid`, keeping the kind of an I/O error
