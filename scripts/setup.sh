@@ -18,9 +18,14 @@ fi
 link_wasm_ld() {
   if ! command -v wasm-ld >/dev/null 2>&1; then
     for v in /usr/bin/wasm-ld-*; do
-      [ -x "$v" ] && ln -sf "$v" /usr/local/bin/wasm-ld 2>/dev/null && break
+      if [ -x "$v" ] && ln -sf "$v" /usr/local/bin/wasm-ld 2>/dev/null; then
+        break
+      fi
     done
   fi
+  # No wasm-ld yet (lld not installed) is not an error here: it is
+  # installed below and linked again.
+  return 0
 }
 link_wasm_ld
 
