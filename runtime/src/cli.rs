@@ -39,7 +39,9 @@ docs/trace.md.";
 #[command(
     name = "wprobe",
     version,
-    about = "Run WebAssembly probe handlers when breakpoints and watchpoints fire in Linux x86-64 processes",
+    about = "Trace Linux x86-64 programs without changing them: run your own probe handlers \
+             (dprobes .rpn, bpftrace one-liners, WAT, Rust, C), sandboxed, when a function is \
+             called or returns or memory is touched",
     long_about = None,
     after_help = EXAMPLES
 )]
@@ -52,7 +54,7 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Compile an RPN probe program to a Wasm module (dprobes --build-ppdf).
+    /// Compile a probe program (.rpn, or a one-liner with -e) to a Wasm module, to check it or run it later.
     Compile(CompileArgs),
     /// Run probe programs on a command (`-- CMD ARGS`) or a process (`-p PID`).
     Run(RunArgs),

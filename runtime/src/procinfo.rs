@@ -92,6 +92,19 @@ impl Untraceable {
     }
 }
 
+/// The start time of process `pid` (clock ticks since boot, field 22 of
+/// `/proc/PID/stat`): with the pid, it names one process (a pid is
+/// reused, a start time with it is not).
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,17 +120,4 @@ mod tests {
         assert_eq!(untraceable(2), Untraceable::KernelThread);
         assert_eq!(untraceable(i32::MAX), Untraceable::Gone);
     }
-}
-
-/// The start time of process `pid` (clock ticks since boot, field 22 of
-/// `/proc/PID/stat`): with the pid, it names one process (a pid is
-/// reused, a start time with it is not).
-pub fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
 }

@@ -35,7 +35,14 @@ use crate::arch::WatchKind;
 use crate::procmaps::Mapping;
 use crate::regscan::RegsRead;
 
-pub use crate::transport::ptrace::ExitStatus;
+/// How a process ended (every transport reports it the same way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// `exit(code)`.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
 
 /// What a transport can do. The session checks programs against it before
 /// anything is launched.

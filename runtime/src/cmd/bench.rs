@@ -522,8 +522,17 @@ mod tests {
     }
 }
 
+/// Examples shown under `--help`.
+const EXAMPLES: &str = "\
+Examples:
+  wprobe bench prog.rpn                          ns per handler run on a synthetic hit
+  wprobe bench prog.rpn --interp                 the reference interpreter, for comparison
+  wprobe bench prog.rpn -- ./prog                on a hit captured from a real run of ./prog
+  wprobe bench prog.rpn --end-to-end -- ./prog   per-hit cost of each transport on ./prog";
+
 /// `wprobe bench`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
 pub struct BenchArgs {
     /// Probe programs: .rpn (compiled on the fly), .wasm, .wat or .bt.
     #[arg(required_unless_present = "program_text")]

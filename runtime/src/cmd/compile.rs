@@ -6,8 +6,16 @@ use std::process::ExitCode;
 
 use crate::cli::{CliError, CmdResult, parse_define};
 
+/// Examples shown under `--help`.
+const EXAMPLES: &str = "\
+Examples:
+  wprobe compile prog.rpn -o prog.wasm
+  wprobe compile prog.rpn -D LIMIT=10 -I include/ --emit wat
+  wprobe compile -e 'uprobe:libc:malloc { @n = count(); }' -o count.wasm";
+
 /// `wprobe compile`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
 pub struct CompileArgs {
     /// The .rpn or .bt program.
     #[arg(required_unless_present = "program_text")]

@@ -144,8 +144,16 @@ pub fn list(a: ListArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Examples shown under `--help`.
+const EXAMPLES: &str = "\
+Examples:
+  wprobe list ./prog 'target_*'     functions of a binary matching a glob
+  wprobe list libc 'str*'           a library by short name or soname
+  wprobe list -p 1234 'mall*'       a process: its executable and libraries";
+
 /// `wprobe list`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
 pub struct ListArgs {
     /// `BINARY [GLOB]`, or `[GLOB]` with `-p PID`.
     #[arg(value_name = "BINARY|GLOB", num_args = 0..=2)]

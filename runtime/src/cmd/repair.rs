@@ -5,8 +5,14 @@ use std::process::ExitCode;
 
 use crate::cli::{CliError, CmdResult};
 
+/// Examples shown under `--help`.
+const EXAMPLES: &str = "\
+Examples:
+  wprobe repair --pid 1234    restore what a killed `wprobe run -p 1234` left patched";
+
 /// `wprobe repair`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = EXAMPLES)]
 pub struct RepairArgs {
     /// The process (its patch journal was written when wprobe attached).
     #[arg(short = 'p', long = "pid", value_name = "PID")]

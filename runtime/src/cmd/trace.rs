@@ -51,7 +51,13 @@ pub const EXIT_EXPORT: &str = "trace_exit";
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "Output: uftrace's duration view by default; -T for tracef's call tree; \
-                  --report for calls and times per function. See docs/trace.md."
+                  --report for calls and times per function. See docs/trace.md.\n\n\
+                  Examples:\n  \
+                  wprobe trace -- ./prog                       durations, uftrace's view\n  \
+                  wprobe trace -T -C -l -- ./prog              tracef's tree, demangled, file:line\n  \
+                  wprobe trace --report -F 'parse*' -- ./prog  calls, total and self time\n  \
+                  wprobe trace --plt --lib 'libz*' -p 1234     a process, its PLT calls and libz\n  \
+                  wprobe trace --chrome t.json --flame f.svg -- ./prog"
 )]
 pub struct TraceArgs {
     /// Only calls of functions matching GLOB, and the calls made inside

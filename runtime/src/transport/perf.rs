@@ -39,7 +39,7 @@ use self::ring::Ring;
 pub use self::sample::regs_mask;
 pub use self::seam::INFO;
 pub use crate::arch::WatchKind;
-use crate::transport::ptrace::ExitStatus;
+use crate::transport::ExitStatus;
 
 /// How long the event loop sleeps in `poll` when nothing arrives (it also
 /// bounds the delay before a record is printed).

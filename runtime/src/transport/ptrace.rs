@@ -71,14 +71,7 @@ pub struct BpId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WpId(pub u32);
 
-/// How a process ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExitStatus {
-    /// `exit(code)`.
-    Code(i32),
-    /// Killed by this signal.
-    Signal(i32),
-}
+pub use crate::transport::ExitStatus;
 
 /// What the event loop reports.
 #[derive(Debug)]

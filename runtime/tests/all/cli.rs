@@ -24,6 +24,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(list_shows_address_size_and_first_byte),
     case!(run_json_output_and_exit_status_of_the_command),
     case!(run_errors_are_clear),
+    case!(a_probe_on_a_library_the_command_never_maps_is_reported),
     case!(probe_selection_ignore_maxhits_and_programs_sharing_globals),
     case!(attach_then_sigint_leaves_the_process_running_and_unpatched),
     case!(exit_3_writes_a_core_file_gdb_can_read, Need::Gdb),
@@ -1325,4 +1326,33 @@ fn attach_refusals_name_the_real_cause() {
     assert_ne!(live_bytes(pid, work, 1), [0xcc]);
     target.kill().unwrap();
     target.wait().unwrap();
+}
+
+/// A probe on a library the command never maps cannot fire: its 0 hits
+/// are not left to look like "never called". The run succeeds and says
+/// which probe and which module.
+fn a_probe_on_a_library_the_command_never_maps_is_reported() {
+    // probe_target links libc only; libm is on every machine with gcc.
+    let p = write(
+        "never_mapped.rpn",
+        "name = libm.so.6\nmajor = 1\noffset = cos\n push 1\n log 1\n",
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--")
+        .arg(probe_target())
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(
+        e.contains(
+            "wprobe: warning: probe never_mapped:cos was never armed: no traced process mapped \
+             module `libm.so.6`"
+        ),
+        "{e}"
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "counter=4 last=27\n");
 }

@@ -12,6 +12,7 @@ use crate::support::case::Case;
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
     case!(a_handler_without_memory_or_result_runs_as_exit),
+    case!(manifest_maxhits_0_is_unlimited_as_in_rpn),
     case!(wat_examples_run_as_text_and_as_binary),
     case!(probe_flag_binds_exports_like_a_manifest_does),
     case!(probe_flag_errors_are_exact),
@@ -851,5 +852,37 @@ fn a_handler_without_memory_or_result_runs_as_exit() {
             &serde_json::json!(0)
         ),
         "{out}"
+    );
+}
+
+/// A manifest's `maxhits 0` means no limit, as RPN's `maxhits = 0` does
+/// (it used to disarm the probe after its first hit); `maxhits 2` stops
+/// after two.
+fn manifest_maxhits_0_is_unlimited_as_in_rpn() {
+    let count = std::fs::read_to_string(wat_example("count.wat")).unwrap();
+    let with_manifest = |maxhits: u32| {
+        let body = count.trim_end().strip_suffix(')').unwrap().to_string();
+        write(
+            &format!("max{maxhits}.wat"),
+            format!(
+                "{body}\n  (@custom \"wprobe.manifest\"\n    \"wprobe-manifest 1\\n\"\n    \
+                 \"abi 2\\n\"\n    \"module probe_target\\n\"\n    \"major 1\\n\"\n    \
+                 \"probe count\\n\"\n    \"  location offset target_fn\\n\"\n    \
+                 \"  maxhits {maxhits}\\n\"))\n"
+            ),
+        )
+    };
+    let unlimited = with_manifest(0);
+    assert_eq!(
+        run(&[unlimited.to_str().unwrap()], &[]),
+        COUNT_OUT.replace("count:target_fn", "max0:target_fn")
+    );
+    let two = with_manifest(2);
+    assert_eq!(
+        run(&[two.to_str().unwrap()], &[]),
+        "counter=4 last=27
+max2:target_fn pid P tid T cpu C 1.0: (1)
+max2:target_fn pid P tid T cpu C 1.0: (2)
+"
     );
 }

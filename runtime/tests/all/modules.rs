@@ -18,6 +18,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(probe_flag_inside_an_instruction_is_refused),
     case!(compiler_and_runtime_choose_the_single_global_definition),
     case!(list_shows_what_it_verified_and_demangles),
+    case!(list_demangles_by_default_and_covers_a_process_s_libraries),
     case!(a_program_built_for_another_build_of_the_module_is_refused),
     case!(non_regular_files_are_refused_not_read),
 ];
@@ -394,4 +395,68 @@ fn non_regular_files_are_refused_not_read() {
     assert!(target.try_wait().unwrap().is_none(), "the process runs on");
     target.kill().unwrap();
     target.wait().unwrap();
+}
+
+/// `wprobe list` shows C++ names demangled by default (globs match either
+/// form), as written with `--no-demangle`; `list -p PID` covers the
+/// process's executable and the libraries it maps.
+fn list_demangles_by_default_and_covers_a_process_s_libraries() {
+    let exe = gcc(
+        "throw3_list",
+        &progs().join("throw3.cc"),
+        &["-O1", "-fno-inline", "-lstdc++"],
+    );
+    let list = |args: &[&str]| {
+        let o = wprobe().arg("list").args(args).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // The symbol is the last column; rows are in address order.
+    let names = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("0x"))
+            .filter_map(|l| l.rsplit_once("  ").map(|(_, n)| n.trim().to_string()))
+            .collect()
+    };
+    let e = exe.to_str().unwrap();
+    let shown = list(&[e, "t?(*"]);
+    assert_eq!(names(&shown), ["t3(int)", "t2(int)", "t1(int)"], "{shown}");
+    // A glob on the mangled form finds the same functions, shown demangled.
+    assert_eq!(names(&list(&[e, "_Z2t*"])), names(&shown));
+    let raw = list(&["--no-demangle", e, "_Z2t*"]);
+    assert_eq!(names(&raw), ["_Z2t3i", "_Z2t2i", "_Z2t1i"], "{raw}");
+    // A running process: `malloc` is in libc, not in the executable.
+    let mut child = std::process::Command::new(slow_target())
+        .arg("5000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = list(&["-p", &pid, "malloc"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    // Listed under the libc the process maps, at a run-time address
+    // (its load bias plus the symbol's offset).
+    let lines: Vec<&str> = out.lines().collect();
+    let libc = lines
+        .iter()
+        .position(|l| l.starts_with("# ") && l.contains("/libc.so.6 (bias 0x"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let bias = u64::from_str_radix(
+        lines[libc]
+            .rsplit_once("(bias 0x")
+            .unwrap()
+            .1
+            .trim_end_matches(')'),
+        16,
+    )
+    .unwrap();
+    let row = lines[libc + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with('#'))
+        .find(|l| l.ends_with(" malloc"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let addr = u64::from_str_radix(&row[2..18], 16).unwrap();
+    assert!(bias > 0 && addr > bias, "{out}");
 }

@@ -246,8 +246,8 @@ pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> CmdResult 
 pub fn finish(
     session: &mut Session,
     launched: Option<i32>,
-    status: Option<crate::transport::ptrace::ExitStatus>,
-) -> Option<crate::transport::ptrace::ExitStatus> {
+    status: Option<crate::transport::ExitStatus>,
+) -> Option<crate::transport::ExitStatus> {
     let exited = session.exited();
     if exited && let Some(pid) = launched {
         let _ = nix::sys::signal::kill(

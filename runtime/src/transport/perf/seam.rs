@@ -15,8 +15,8 @@ use hostabi::env::{EntryState, HitEnv};
 use super::{EvKey, PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer, SampleCfg};
 use crate::addr::RunAddr;
 use crate::procmaps::{self, Mapping};
+use crate::transport::ExitStatus;
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
-use crate::transport::ptrace::ExitStatus;
 use crate::transport::{
     Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
     TransportHit, TransportInfo,

@@ -119,7 +119,7 @@ impl PtraceTracer {
         // 3. Debug registers, PCs in slots, detach.
         for t in tids {
             if had_wps {
-                let _ = super::sites::set_debugregs(t, &[None; 4], 0);
+                let _ = super::sites::set_debugregs(t, &[None; crate::arch::DEBUG_REGISTERS], 0);
             }
             self.fix_ool_pc(t, pid, false);
             let sig = match (handoff, self.threads.get(&t)) {
@@ -226,7 +226,7 @@ impl PtraceTracer {
                 if let Some(p) = self.procs.get_mut(&pid) {
                     // New image: nothing of ours in it.
                     p.mem = Rc::new(RefCell::new(ProcMem::open(pid)));
-                    p.wps = [None; 4];
+                    p.wps = [None; crate::arch::DEBUG_REGISTERS];
                 }
             }
             libc::PTRACE_EVENT_STOP => {

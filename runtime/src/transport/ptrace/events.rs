@@ -337,7 +337,7 @@ impl PtraceTracer {
         p.threads = vec![tid];
         // The old image's sites are dropped without writing anything.
         p.mem = Rc::new(RefCell::new(ProcMem::open(pid)));
-        p.wps = [None; 4];
+        p.wps = [None; crate::arch::DEBUG_REGISTERS];
         p.rdebug = None;
         let kind = p.kind;
         self.bps.retain(|_, (bp_pid, _)| *bp_pid != pid);

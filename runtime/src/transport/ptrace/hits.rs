@@ -224,7 +224,7 @@ impl PtraceTracer {
         cb: Cb<'_>,
     ) -> Result<(), PtraceError> {
         let orig = regs;
-        for slot in 0..4 {
+        for slot in 0..crate::arch::DEBUG_REGISTERS {
             if bits & (1 << slot) == 0 {
                 continue;
             }
