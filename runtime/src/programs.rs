@@ -6,8 +6,8 @@
 //! comes from the compiled-module cache when it has it (`cache.rs`).
 
 use crate::cache::{Cache, CacheOutcome};
-use crate::cli::{ProgramOpts, parse_define};
 use crate::cmd::run::RunArgs;
+use crate::cmd::{ProgramOpts, parse_define};
 use crate::session::LoadedProgram;
 use std::path::Path;
 
@@ -32,8 +32,8 @@ pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf>
 
 /// The engine of `run` and `bench` (an internal error, exit status 2,
 /// when wasmtime cannot be set up).
-pub fn cli_engine() -> Result<wasmtime::Engine, crate::cli::CliError> {
-    crate::engine::new_engine().map_err(|e| crate::cli::CliError::internal(format!("{e:#}")))
+pub fn cli_engine() -> Result<wasmtime::Engine, crate::cmd::CliError> {
+    crate::engine::new_engine().map_err(|e| crate::cmd::CliError::internal(format!("{e:#}")))
 }
 
 /// Loads every program with `load`, in order; the first error is the
@@ -41,12 +41,12 @@ pub fn cli_engine() -> Result<wasmtime::Engine, crate::cli::CliError> {
 pub fn load_each<T>(
     paths: &[std::path::PathBuf],
     mut load: impl FnMut(&Path) -> Result<T, String>,
-) -> Result<Vec<T>, crate::cli::CliError> {
+) -> Result<Vec<T>, crate::cmd::CliError> {
     paths
         .iter()
         .map(|p| load(p))
         .collect::<Result<Vec<T>, String>>()
-        .map_err(crate::cli::CliError::user)
+        .map_err(crate::cmd::CliError::user)
 }
 
 /// Compiles an `.rpn` program with the `-D`/`-I` options; a bare `name =`
@@ -148,7 +148,7 @@ pub fn compile_rpn(
         Ok((c, _)) => Ok((c.wasm, c.program)),
         Err((d, map)) => {
             let n = d.0.len();
-            Err(crate::cli::diagnostics_failure(
+            Err(crate::cmd::diagnostics_failure(
                 &d.render(&map),
                 &format!(
                     "could not compile `{}` ({n} error{})",

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 pub use self::capture::capture;
 pub use self::end_to_end::{EndToEnd, end_to_end, render_end_to_end};
 
-use crate::cli::{ProgramOpts, transport_names};
+use crate::cmd::{ProgramOpts, transport_names};
 
 use crate::load::LoadedModule;
 use crate::runner::{RunOutcome, Runner};
@@ -27,7 +27,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::cli::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult};
 use std::time::Instant;
 
 /// Number of timed batches the iterations are split into.

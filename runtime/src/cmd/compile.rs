@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::cli::{CliError, CmdResult, parse_define};
+use crate::cmd::{CliError, CmdResult, parse_define};
 
 /// Examples shown under `--help`.
 const EXAMPLES: &str = "\

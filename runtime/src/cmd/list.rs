@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use crate::cli::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult};
 use wprobe_elf::{ElfInfo, SymKind};
 
 /// What decoding a function from its start found, for the listing: the

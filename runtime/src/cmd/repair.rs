@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use crate::cli::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult};
 
 /// Examples shown under `--help`.
 const EXAMPLES: &str = "\

@@ -8,7 +8,7 @@ pub mod oneliner;
 
 use std::path::PathBuf;
 
-use crate::cli::{ProgramOpts, transport_names};
+use crate::cmd::{ProgramOpts, transport_names};
 
 use crate::format::Format;
 use crate::programs::load_program_with_cache;
@@ -18,7 +18,7 @@ use crate::transport::{ExitStatus, OpenOptions, Target};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use crate::cli::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult};
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     match s {

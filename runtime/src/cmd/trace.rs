@@ -29,7 +29,7 @@ use std::rc::Rc;
 
 use hostabi::manifest::{Location, LocationKind, MAX_MAXACTIVE, Manifest, ProbeSpec};
 
-use crate::cli::{CliError, CmdResult, return_probe_transport_names};
+use crate::cmd::{CliError, CmdResult, return_probe_transport_names};
 use crate::format::Format;
 use crate::regscan::RegsRead;
 use crate::session::{LoadedProgram, RunOptions, Session};

@@ -11,7 +11,7 @@ use crate::session::{LoadedProgram, Session};
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::cli::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether `path` is a one-liner program file.
@@ -82,7 +82,7 @@ pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<V
         Ok(c) => Ok(c.wasm),
         Err((d, map)) => {
             let n = d.0.len();
-            Err(crate::cli::diagnostics_failure(
+            Err(crate::cmd::diagnostics_failure(
                 &d.render(&map),
                 &format!(
                     "could not compile `{name}` ({n} error{})",
@@ -114,7 +114,7 @@ pub fn extra_programs(
         let wasm = match bt2wasm::compile_events(&a.events, &opts) {
             Ok(c) => c.wasm,
             Err((d, map)) => {
-                return Err(crate::cli::diagnostics_failure(
+                return Err(crate::cmd::diagnostics_failure(
                     &d.render(&map),
                     "could not compile the probe events",
                 ));
