@@ -3,7 +3,8 @@
 # ptrace loop (baseline.c), on the same loop target, in one run.
 #   usage: benches/ptrace/hit_cost.sh [CALLS] [REPEATS]
 # Prints ns per hit for each tracer (traced time minus untraced time,
-# divided by the calls; median of REPEATS runs) and the ratio.
+# divided by the calls; median of REPEATS runs) and the ratio, for a
+# handler that only counts (trivial.rpn) and one that logs (logs.rpn).
 set -euo pipefail
 cd "$(dirname "$0")"
 N=${1:-100000}
@@ -27,6 +28,7 @@ series() { for i in $(seq "$R"); do m "$@"; done; }
 col() { awk -v c="$1" '{ print $c }' | median; }
 U=$(series ./loop_target "$N"); B=$(series ./baseline "$ADDR" ./loop_target "$N")
 W1=$(series "$W" run "$OLDPWD/trivial.rpn" -- ./loop_target "$N")
+L1=$(series "$W" run "$OLDPWD/logs.rpn" -o /dev/null -- ./loop_target "$N")
 S1=$(WPROBE_STEP_POLICY=single-step series "$W" run "$OLDPWD/trivial.rpn" -- ./loop_target "$N")
 uw=$(echo "$U" | col 1); uc=$(echo "$U" | col 2)
 per() { echo $(( ($1 - $2) / N )); }
@@ -41,4 +43,5 @@ echo "calls=$N repeats=$R (medians) kernel=$(uname -r) cpus=$(nproc) load=$(cut 
 printf "%-28s %12s %12s %10s %10s\n" tracer "wall ns/hit" "cpu ns/hit" "wall ×" "cpu ×"
 row "baseline (minimal ptrace)" "$B"
 row "wprobe run (ptrace)" "$W1"
+row "wprobe run, logging handler" "$L1"
 row "wprobe single-step path" "$S1"

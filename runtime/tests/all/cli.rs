@@ -438,17 +438,11 @@ fn exit_3_writes_a_core_file_gdb_can_read() {
 }
 
 fn eight_threads_times_100000_calls_give_exactly_800000_handler_runs() {
-    let progs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/progs");
-    let exe = scratch().join("calls_threads");
-    let st = Command::new("gcc")
-        .args(["-O2", "-fPIE", "-pie", "-pthread", "-I"])
-        .arg(&progs)
-        .arg("-o")
-        .arg(&exe)
-        .arg(progs.join("calls.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let exe = crate::support::cli::gcc(
+        "calls_threads",
+        &crate::support::cli::progs().join("calls.c"),
+        &["-O2", "-fPIE", "-pie"],
+    );
     let plain = Command::new(&exe).args(["100000", "8"]).output().unwrap();
     assert!(plain.status.success());
     let op = {
@@ -1214,9 +1208,10 @@ fn attach_refusals_name_the_real_cause() {
             .output()
             .unwrap()
     };
-    // A zombie: the child of a process that never reaps it.
+    // A zombie: the child of a process that never reaps it (it exits once
+    // the shell has become `sleep 30`: a shell still running might reap it).
     let mut parent = Command::new("sh")
-        .args(["-c", "sleep 0 & echo $!; exec sleep 30"])
+        .args(["-c", "sleep 0.3 & echo $!; exec sleep 30"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -89,7 +89,7 @@ fn eight_threads_exact_count_t7() {
 }
 
 fn fork_test(follow: bool, vfork: bool) {
-    let prog = build("forker", "forker.c", &["-O2"]);
+    let prog = build("forker-O2", "forker.c", &["-O2"]);
     let (k, m) = (20, 200u64);
     let out = out_file();
     let mut args = vec![k.to_string(), m.to_string()];

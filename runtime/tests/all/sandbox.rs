@@ -355,7 +355,7 @@ fn control_characters_from_a_guest_never_reach_the_terminal_raw() {
 /// re-read /proc/PID/maps); now every hit ends by fuel, quickly.
 fn a_handler_looping_over_unreadable_memory_is_bounded() {
     let exe = crate::support::cli::gcc(
-        "many_maps",
+        "many_maps_O1",
         &crate::support::cli::progs().join("many_maps.c"),
         &["-O1"],
     );

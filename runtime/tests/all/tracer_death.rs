@@ -19,7 +19,7 @@ pub(crate) const CASES: &[Case] = &[
 ];
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,34 +29,20 @@ fn scratch() -> PathBuf {
     d
 }
 
-/// Builds `src` once per test process (tests run in parallel and share binaries).
+/// Builds `src` (a file of tests/progs) once per test process, through
+/// the tests' one gcc helper.
 fn build(src: &str) -> PathBuf {
-    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = built.iter().find(|(s, _)| s == src) {
-        return p.clone();
-    }
-    let out = scratch().join(src.trim_end_matches(".c"));
-    let st = Command::new("gcc")
-        .args([
+    crate::support::cli::gcc(
+        src.trim_end_matches(".c"),
+        &crate::support::cli::progs().join(src),
+        &[
             "-O0",
             "-fno-omit-frame-pointer",
             "-fno-pie",
             "-no-pie",
             "-fcf-protection=none",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../tests/progs")
-                .join(src),
-        )
-        .status()
-        .expect("gcc");
-    assert!(st.success());
-    built.push((src.to_string(), out.clone()));
-    out
+        ],
+    )
 }
 
 /// The state letter of `/proc/PID/stat`, `None` when the process is gone.

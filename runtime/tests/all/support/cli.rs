@@ -25,13 +25,21 @@ pub fn examples() -> PathBuf {
 pub fn gcc(name: &str, src: &Path, flags: &[&str]) -> PathBuf {
     // One build per name and process, under a lock: rebuilding a binary a
     // parallel test is running would show it as "(deleted)" in its maps.
-    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    // A name names one build: asking for it with another source or other
+    // flags is a mistake of the test, not a cache hit.
+    type Built = Vec<(String, PathBuf, Vec<String>)>;
+    static BUILT: std::sync::Mutex<Built> = std::sync::Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let out = scratch().join(name);
-    if built.iter().any(|n| n == name) {
+    let wanted: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    if let Some((_, s, f)) = built.iter().find(|(n, _, _)| n == name) {
+        assert!(
+            s == src && *f == wanted,
+            "test program {name} built twice differently: {s:?} {f:?} and {src:?} {wanted:?}"
+        );
         return out;
     }
-    built.push(name.to_string());
+    built.push((name.to_string(), src.to_path_buf(), wanted));
     let tmp = scratch().join(format!("{name}.tmp"));
     let st = Command::new("gcc")
         .arg(src)

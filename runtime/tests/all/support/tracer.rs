@@ -1,49 +1,24 @@
-//! Shared helpers of the ptrace provider tests: build the C programs with
-//! gcc into a temporary directory, tell whether ptrace is permitted, give
+//! Shared helpers of the ptrace provider tests: build the C programs (with
+//! the tests' one gcc helper), tell whether ptrace is permitted, give
 //! each test a timeout, resolve symbols, run a tracee untraced.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use runtime::procmaps::{self, ModuleKey};
 use runtime::transport::ptrace::{PtraceError, PtraceTracer, TraceOptions};
 use wprobe_elf::{ElfInfo, Lookup};
 
-static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
-
-fn progs_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/progs")
-}
-
-/// A directory for this test process's binaries.
+/// The scratch directory of this test process (see [`super::cli::scratch`]).
 pub fn out_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-ptrace-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    super::cli::scratch()
 }
 
-/// Compiles `src` (a file of tests/progs) into `name` with `flags`; cached.
+/// Compiles `src` (a file of tests/progs) into `name` with `flags`, through
+/// the one C-build helper of the tests ([`super::cli::gcc`]); cached.
 pub fn build(name: &str, src: &str, flags: &[&str]) -> PathBuf {
-    let mut g = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let map = g.get_or_insert_with(HashMap::new);
-    if let Some(p) = map.get(name) {
-        return p.clone();
-    }
-    let out = out_dir().join(name);
-    let st = Command::new("gcc")
-        .arg(progs_dir().join(src))
-        .arg("-o")
-        .arg(&out)
-        .args(flags)
-        .arg("-pthread")
-        .status()
-        .expect("gcc must be installed to build the test programs");
-    assert!(st.success(), "gcc failed for {src} {flags:?}");
-    map.insert(name.to_string(), out.clone());
-    out
+    super::cli::gcc(name, &super::cli::progs().join(src), flags)
 }
 
 /// Whether ptrace works here (`Err`: why not).
