@@ -330,10 +330,13 @@ fn list_not_traced(skipped: &[NotTraced]) {
 /// Runs the command: the traced command's exit status, or the failure to
 /// report (exit status 1).
 pub fn trace(a: TraceArgs) -> CmdResult {
-    run(a).map_err(CliError::user)
+    run(a).unwrap_or_else(|e| Err(CliError::user(e)))
 }
 
-fn run(a: TraceArgs) -> Result<ExitCode, String> {
+/// `Err`: the trace could not start (exit status 1); `Ok(Err)`: it ran,
+/// and the trees were finished and printed, but the run or the output
+/// failed.
+fn run(a: TraceArgs) -> Result<CmdResult, String> {
     if a.pid.is_none() && a.command.is_empty() {
         return Err("give the command to trace after `--`, or -p PID".into());
     }
@@ -608,10 +611,13 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
     }
     let result = session.run(t, &stop);
     let report = t.report();
+    // A failed run still finishes and prints the trees it has; the error
+    // is reported last, with its exit status (2: wprobe's own failure).
+    let mut failure = None;
     let mut status = match result {
         Ok(s) => s,
         Err(e) => {
-            crate::elog!("error: {e:#}");
+            failure = Some(CliError::internal(format!("{e:#}")));
             None
         }
     };
@@ -631,8 +637,12 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
         st.tree.finish();
         st.tree.sink.finish()
     };
-    for e in &errors {
-        crate::elog!("error: {e}");
+    if !errors.is_empty() {
+        let lines = errors.join("\nerror: ");
+        match &mut failure {
+            Some(f) => f.message = format!("{}\nerror: {lines}", f.message),
+            None => failure = Some(CliError::user(lines)),
+        }
     }
     summary(&session, &state.borrow());
     for (pid, addr, found) in &report.code_left_alone {
@@ -652,10 +662,10 @@ fn run(a: TraceArgs) -> Result<ExitCode, String> {
         }
         status = wait_child(main);
     }
-    if !errors.is_empty() {
-        return Ok(ExitCode::from(1));
+    if let Some(f) = failure {
+        return Ok(Err(f));
     }
-    Ok(exit_code(status))
+    Ok(Ok(exit_code(status)))
 }
 
 /// Says, once, which functions could not be traced and why (the
