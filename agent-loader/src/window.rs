@@ -1,6 +1,6 @@
 //! Which instructions a probe's jump may replace, and why a site cannot be
-//! patched. The rules (each refusal names its rule, and the site then
-//! falls back to a trap):
+//! patched. The rules (each refusal names its rule; the site is then not
+//! armed, and wprobe says which and why):
 //!
 //! 1. The window is whole instructions from the probe address (after an
 //!    `endbr64` there, which stays in place: indirect branches land on it)
