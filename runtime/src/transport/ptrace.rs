@@ -21,6 +21,7 @@ mod hit;
 mod hits;
 pub mod journal;
 mod mem;
+mod quiet;
 mod rdebug;
 mod seam;
 mod sites;
@@ -226,6 +227,12 @@ pub struct PtraceTracer {
     seam: seam::SeamState,
     /// Reused by fault prediction of out-of-line steps (no allocation per hit).
     insn_info: iced_x86::InstructionInfoFactory,
+    /// Detaching leaves threads asleep in a system call seized, for the
+    /// kernel to release when this process exits (see `quiet`); set by
+    /// [`PtraceTracer::leave_sleepers_at_detach`].
+    leave_sleepers: bool,
+    /// Threads left that way by the last detach.
+    left_asleep: usize,
 }
 
 impl std::fmt::Debug for PtraceTracer {
@@ -265,6 +272,8 @@ impl PtraceTracer {
             tick: None,
             seam: Default::default(),
             insn_info: iced_x86::InstructionInfoFactory::new(),
+            leave_sleepers: false,
+            left_asleep: 0,
         }
     }
 
@@ -339,7 +348,7 @@ impl PtraceTracer {
                 p.threads.iter().copied().find(|t| {
                     self.threads
                         .get(t)
-                        .is_some_and(|t| t.state != TState::Running)
+                        .is_some_and(|t| matches!(t.state, TState::Held | TState::Listening))
                 })
             })
             .unwrap_or(pid)

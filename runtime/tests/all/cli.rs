@@ -27,6 +27,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_probe_on_a_library_the_command_never_maps_is_reported),
     case!(probe_selection_ignore_maxhits_and_programs_sharing_globals),
     case!(attach_then_sigint_leaves_the_process_running_and_unpatched),
+    case!(attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed),
     case!(exit_3_writes_a_core_file_gdb_can_read, Need::Gdb),
     case!(eight_threads_times_100000_calls_give_exactly_800000_handler_runs),
     case!(command_not_found_and_permission_denied_are_clear_errors),
@@ -1350,4 +1351,80 @@ fn a_probe_on_a_library_the_command_never_maps_is_reported() {
         "{e}"
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout), "counter=4 last=27\n");
+}
+
+/// Attaching with `-p` and detaching (SIGINT) stop no thread asleep in a
+/// system call: a thread in `epoll_wait` sees no EINTR (stopping it would
+/// make the call fail so, as strace -f and gdb do), while the probe on
+/// the main thread's `tick` is hit, and the process is left untraced.
+fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed() {
+    let exe = crate::support::cli::gcc(
+        "epoll_waiter",
+        &crate::support::cli::progs().join("epoll_waiter.c"),
+        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
+    );
+    let tick = match wprobe_elf::ElfInfo::open(&exe).unwrap().lookup("tick") {
+        wprobe_elf::Lookup::Found(s) => s.value,
+        _ => panic!("no tick"),
+    };
+    let mut target = Command::new(&exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut out = std::io::BufReader::new(target.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // The waiter is asleep in epoll_wait before wprobe comes.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let prog = write(
+        "epoll_tick.rpn",
+        format!(
+            "name = {}\noffset = tick\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    let w = wprobe()
+        .arg("run")
+        .arg(&prog)
+        .args(["-p", &pid.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while live_bytes(pid, tick, 1) != [0xcc] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not armed within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &w.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = w.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let records = String::from_utf8_lossy(&o.stdout).lines().count();
+    assert!(records > 10, "records while attached: {records}");
+    // wprobe has exited: nothing traces the process any more.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("TracerPid:\t0\n"), "{status}");
+    assert!(
+        Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(target.wait().unwrap().success());
+    assert_eq!(rest, "woken\ndone\n", "the waiter saw EINTR");
 }

@@ -65,9 +65,13 @@ impl PtraceTracer {
                 let _ = sys::setregs(t, &regs);
             }
         }
-        // 1. Every thread held; pending stops folded in.
+        // 1. Every thread held (but those asleep in a system call, when
+        // the kernel is to release them: see `quiet`); pending stops
+        // folded in.
+        let asleep = self.sleepers(pid, handoff);
+        let left: Vec<i32> = asleep.iter().map(|(t, _)| *t).collect();
         for _ in 0..64 {
-            let _ = self.stop_world(pid, 0);
+            let _ = self.stop_world_except(pid, &left);
             let mut grew = false;
             let mut i = 0;
             while i < self.queue.len() {
@@ -81,9 +85,11 @@ impl PtraceTracer {
             }
             let running = self.procs.get(&pid).is_some_and(|p| {
                 p.threads.iter().any(|t| {
-                    self.threads
-                        .get(t)
-                        .is_some_and(|th| th.state == TState::Running)
+                    !left.contains(t)
+                        && self
+                            .threads
+                            .get(t)
+                            .is_some_and(|th| th.state == TState::Running)
                 })
             });
             if !grew && !running {
@@ -115,9 +121,41 @@ impl PtraceTracer {
             }
         }
         let had_wps = p.wps.iter().any(Option::is_some);
+        // 2b. A sleeper that ran meanwhile (it may have hit a breakpoint
+        // before the bytes were restored) is stopped and detached as any
+        // other thread; those that did not are left to the kernel.
+        let mut left = left;
+        let woke: Vec<i32> = asleep
+            .iter()
+            .filter(|(t, a)| super::quiet::asleep(pid, *t) != Some(*a))
+            .map(|(t, _)| *t)
+            .collect();
+        if !woke.is_empty() {
+            left.retain(|t| !woke.contains(t));
+            self.collect_stops(&woke, true);
+            let mut i = 0;
+            while i < self.queue.len() {
+                let (t, raw) = self.queue[i];
+                if woke.contains(&t) {
+                    self.queue.remove(i);
+                    self.absorb_for_detach(pid, t, raw);
+                } else {
+                    i += 1;
+                }
+            }
+            self.flush_pending_traps(pid);
+        }
+        let Some(p) = self.procs.get(&pid) else {
+            return res;
+        };
         let tids = p.threads.clone();
         // 3. Debug registers, PCs in slots, detach.
         for t in tids {
+            if left.contains(&t) {
+                self.threads.remove(&t);
+                self.left_asleep += 1;
+                continue;
+            }
             if had_wps {
                 let _ = super::sites::set_debugregs(t, &[None; crate::arch::DEBUG_REGISTERS], 0);
             }
@@ -137,6 +175,35 @@ impl PtraceTracer {
         self.bps.retain(|_, (bp_pid, _)| *bp_pid != pid);
         self.wps.retain(|_, (wp_pid, _)| *wp_pid != pid);
         res
+    }
+
+    /// The threads of `pid` that detaching may leave seized, asleep in a
+    /// system call, for the kernel to release when wprobe exits: only when
+    /// that was asked for, not for a debugger hand-off, not with debug
+    /// registers to clear, and not in an out-of-line step (`quiet`).
+    fn sleepers(&self, pid: i32, handoff: Option<i32>) -> Vec<(i32, super::quiet::Asleep)> {
+        let Some(p) = self.procs.get(&pid) else {
+            return Vec::new();
+        };
+        if !self.leave_sleepers || handoff.is_some() || p.wps.iter().any(Option::is_some) {
+            return Vec::new();
+        }
+        let in_flight = self.in_flight.map(|(t, _)| t);
+        p.threads
+            .iter()
+            .copied()
+            .filter(|t| {
+                Some(*t) != in_flight
+                    && self
+                        .threads
+                        .get(t)
+                        .is_some_and(|th| matches!(th.state, TState::Running | TState::Free))
+            })
+            .filter_map(|t| {
+                let a = super::quiet::asleep(pid, t)?;
+                p.mem.borrow().ool_at(a.pc).is_none().then_some((t, a))
+            })
+            .collect()
     }
 
     pub(super) fn flush_pending_traps(&mut self, pid: i32) {

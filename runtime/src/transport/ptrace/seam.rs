@@ -96,7 +96,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         verify_opcodes: o.verify_opcodes,
     };
     let mut t = match target {
-        Target::Attach(pid) => PtraceTracer::attach(pid, opts).inspect(|t| {
+        // wprobe exits once detached: threads asleep in a system call are
+        // neither stopped to attach nor to detach (no EINTR for them).
+        Target::Attach(pid) => PtraceTracer::attach_quietly(pid, opts).inspect(|t| {
             crate::elog!("wprobe: attached to {pid}. {}", t.kill_note(pid));
         }),
         Target::Launch(argv) => PtraceTracer::launch(argv, opts),

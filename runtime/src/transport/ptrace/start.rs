@@ -134,6 +134,26 @@ impl PtraceTracer {
 
     /// Attaches to every thread of a running process and stops them all.
     pub fn attach(pid: i32, opts: TraceOptions) -> Result<PtraceTracer, PtraceError> {
+        PtraceTracer::attach_with(pid, opts, false)
+    }
+
+    /// Attaches to every thread of a running process, stopping those that
+    /// run and leaving those asleep in a system call undisturbed (seized
+    /// only: stopping one would make a call such as `epoll_wait` fail with
+    /// `EINTR`; see `quiet`). Detaching then leaves them to the kernel
+    /// ([`PtraceTracer::leave_sleepers_at_detach`]): for a tracer that
+    /// exits once detached, as `wprobe run -p` does.
+    pub fn attach_quietly(pid: i32, opts: TraceOptions) -> Result<PtraceTracer, PtraceError> {
+        let mut t = PtraceTracer::attach_with(pid, opts, true)?;
+        t.leave_sleepers = true;
+        Ok(t)
+    }
+
+    fn attach_with(
+        pid: i32,
+        opts: TraceOptions,
+        quietly: bool,
+    ) -> Result<PtraceTracer, PtraceError> {
         if pid <= 0 {
             return Err(PtraceError::NoSuchProcess { pid });
         }
@@ -157,9 +177,14 @@ impl PtraceTracer {
                 if t.threads.contains_key(&tid) {
                     continue;
                 }
+                let mut state = TState::Running;
                 match sys::seize(tid, sys::OPTIONS_BASE) {
                     Ok(()) => {
-                        let _ = sys::interrupt(tid);
+                        if quietly && super::quiet::asleep(pid, tid).is_some() {
+                            state = TState::Free;
+                        } else {
+                            let _ = sys::interrupt(tid);
+                        }
                     }
                     Err(Errno::EPERM) if t.threads.is_empty() => {
                         t.procs.clear();
@@ -180,8 +205,7 @@ impl PtraceTracer {
                     Err(_) => continue,
                 }
                 added = true;
-                t.threads
-                    .insert(tid, Thread::new(pid, TState::Running, false));
+                t.threads.insert(tid, Thread::new(pid, state, false));
                 t.proc_mut(pid).threads.push(tid);
             }
             // Collect stops until every known thread is held.

@@ -19,6 +19,10 @@ pub enum TState {
     Held,
     /// In group-stop, restarted with PTRACE_LISTEN (stopped for the program).
     Listening,
+    /// Seized while asleep in a system call and never stopped by us (see
+    /// `quiet`): running as far as we know; a stop it reaches is reported
+    /// as for `Running`, and stopping it (`stop_world`) interrupts its call.
+    Free,
 }
 
 /// A traced thread.

@@ -11,19 +11,24 @@ impl PtraceTracer {
     /// stopped only by our interrupt (to resume later). Other stops that
     /// arrive are queued for normal handling.
     pub(super) fn stop_world(&mut self, pid: i32, except: i32) -> Vec<i32> {
+        self.stop_world_except(pid, &[except])
+    }
+
+    /// [`PtraceTracer::stop_world`] leaving every thread of `except` alone.
+    pub(super) fn stop_world_except(&mut self, pid: i32, except: &[i32]) -> Vec<i32> {
         let tids: Vec<i32> = match self.procs.get(&pid) {
-            Some(p) => p
-                .threads
-                .iter()
-                .copied()
-                .filter(|t| {
-                    *t != except
-                        && self
-                            .threads
-                            .get(t)
-                            .is_some_and(|th| th.state == TState::Running)
-                })
-                .collect(),
+            Some(p) => {
+                p.threads
+                    .iter()
+                    .copied()
+                    .filter(|t| {
+                        !except.contains(t)
+                            && self.threads.get(t).is_some_and(|th| {
+                                matches!(th.state, TState::Running | TState::Free)
+                            })
+                    })
+                    .collect()
+            }
             None => return Vec::new(),
         };
         self.collect_stops(&tids, true)
