@@ -137,6 +137,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
         session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
+        session.set_oneliner_output_file(a.output.is_some());
         if a.pid.is_none() && a.command.is_empty() {
             if session.probe_count() > 0 {
                 return Err(CliError::user(

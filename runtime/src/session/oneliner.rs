@@ -35,6 +35,9 @@ pub(super) struct BtState {
     pub(super) stop: Option<std::sync::Arc<AtomicBool>>,
     /// `exit()` was called.
     pub(super) exited: bool,
+    /// The output is a file (`-o`): the blank lines before the maps go to
+    /// standard output, as bpftrace writes them.
+    pub(super) gap_to_stdout: bool,
     /// Load bias of each probe's own module, by (probe, pid): a program's
     /// probes may be in several modules (`load_bias` is the probe's).
     pub(super) probe_bias: HashMap<(usize, i32), u64>,
@@ -51,6 +54,7 @@ impl Default for BtState {
             buf: Vec::new(),
             stop: None,
             exited: false,
+            gap_to_stdout: false,
             probe_bias: HashMap::new(),
         }
     }
@@ -69,6 +73,12 @@ impl Session {
         };
         self.bt.stop = Some(stop);
         self.runner.store.data_mut().services.child_pid = child_pid;
+    }
+
+    /// The one-liner output goes to a file (`-o`): like bpftrace, the two
+    /// blank lines that open the exit output still go to standard output.
+    pub fn set_oneliner_output_file(&mut self, yes: bool) {
+        self.bt.gap_to_stdout = yes;
     }
 
     /// The launched command's pid (`cpid`).
@@ -138,7 +148,12 @@ impl Session {
     /// and reports maps that dropped updates.
     pub fn end(&mut self) {
         self.run_specials(|t| t == Trigger::End);
-        self.write_out(b"\n\n");
+        if self.bt.gap_to_stdout {
+            self.out.flush();
+            let _ = crate::output::print_stdout("\n\n");
+        } else {
+            self.write_out(b"\n\n");
+        }
         let mode = self.bt.mode;
         let data = self.runner.store.data();
         let mut out = Vec::new();

@@ -13,6 +13,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(map_bound_is_reached_counted_and_reported),
     case!(every_fetch_arg_form_prints_exact_text),
     case!(fetch_arg_widths_offsets_and_nesting_are_exact @ every_transport),
+    case!(script_files_output_files_attach_mixing_and_bench),
     case!(event_errors_point_into_the_event),
     case!(listing_functions_and_dwarf_arguments),
     case!(compile_e_writes_a_module_that_runs),
@@ -528,4 +529,115 @@ fn fetch_arg_widths_offsets_and_nesting_are_exact(transport: &str) {
         let before = u64::from_le_bytes(bytes[off - 8..off].try_into().unwrap());
         assert_eq!(field(l, "neg"), before, "{l}");
     }
+}
+
+/// The command-line paths of one-liners beyond `-e … -c`: a `.bt` script
+/// with `-o FILE` (the file holds what bpftrace's does, and the two blank
+/// lines before the maps go to standard output, as bpftrace writes them,
+/// in text and JSON); `-p PID` with `exit()`; `--event`, `-e` and an `.rpn`
+/// program in one run; `bench -e`.
+fn script_files_output_files_attach_mixing_and_bench() {
+    let t = target();
+    let b = t.display().to_string();
+    let dir = crate::support::cli::scratch();
+    let script = crate::support::cli::write(
+        "count_add.bt",
+        format!("uprobe:{b}:add {{ @n = count(); }}\nEND {{ printf(\"end\\n\"); }}\n"),
+    );
+    for (json, file, want) in [
+        (false, "bt_out.txt", "Attaching 2 probes...\nend\n@n: 10\n"),
+        (
+            true,
+            "bt_out.json",
+            "{\"type\": \"attached_probes\", \"data\": {\"probes\": 2}}\n\
+             {\"type\": \"printf\", \"data\": \"end\\n\"}\n\
+             {\"type\": \"map\", \"data\": {\"@n\": 10}}\n",
+        ),
+    ] {
+        let out = dir.join(file);
+        let _ = std::fs::remove_file(&out);
+        let cmd = format!("{b} calls");
+        let mut args = vec![script.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        if json {
+            args.extend(["-f", "json"]);
+        }
+        args.extend(["-c", &cmd]);
+        let (stdout, err, code) = run(&args, &[]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(stdout, "\n\n");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), want);
+    }
+    // -p: the process sleeps 1.5 s, then calls add(1, 2) once.
+    let mut child = std::process::Command::new(&t)
+        .args(["sleep", "1500"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pid = child.id().to_string();
+    let (stdout, err, code) = run(
+        &[
+            "-e",
+            &format!("uprobe:{b}:add {{ printf(\"%d %d %d\\n\", arg0, arg1, pid); exit(); }}"),
+            "-p",
+            &pid,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(stdout, format!("Attaching 1 probe...\n1 2 {pid}\n\n\n"));
+    assert!(child.wait().unwrap().success());
+    // Probe events, a one-liner and an RPN program in one run.
+    let rpn = crate::support::cli::write(
+        "leaf_mixed.rpn",
+        format!("name = {b}\nmajor = 7\noffset = leaf\n push r, rdi\n log 1\n"),
+    );
+    let (stdout, err, code) = run(
+        &[
+            rpn.to_str().unwrap(),
+            "--event",
+            &format!("p:ev {b}:mid x=%di:u32"),
+            "-e",
+            &format!("uprobe:{b}:leaf {{ @l = sum(arg0); }}"),
+            "-c",
+            &format!("{b} calls"),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let ev: Vec<&str> = stdout.lines().filter(|l| l.starts_with("ev: ")).collect();
+    assert_eq!(
+        ev,
+        ["ev: (mid) x=0", "ev: (mid) x=1", "ev: (mid) x=2"],
+        "{stdout}"
+    );
+    let logged: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(" 7.0: ("))
+        .map(|l| l.rsplit_once(' ').unwrap().1)
+        .collect();
+    assert_eq!(logged, ["(0)", "(2)", "(4)"], "{stdout}");
+    assert!(stdout.ends_with("\n\n@l: 6\n"), "{stdout}");
+    // bench -e: the one-liner's handler timed on a synthetic hit.
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.args([
+                "bench",
+                "-e",
+                &format!("uprobe:{b}:add {{ @c = count(); }}"),
+            ]);
+            c
+        },
+        120,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.contains(&format!("{b}:add")))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[3], "compiled", "{row}");
+    assert_eq!(cols[cols.len() - 1], "exit", "{row}");
+    assert!(cols[4].parse::<f64>().unwrap() > 0.0, "{row}");
 }
