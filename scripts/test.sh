@@ -16,3 +16,13 @@ trap 'rm -rf "$WPROBE_CACHE_DIR"' EXIT
 cargo test --workspace --locked --no-fail-fast
 cargo clippy --workspace --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+# The installable binary stays small (the release profile leaves debug
+# information and symbols out; `--profile profiling` keeps them).
+cargo build --release --locked -p runtime --bin wprobe
+size=$(stat -c %s target/release/wprobe)
+max=$((30 * 1024 * 1024))
+if [ "$size" -gt "$max" ]; then
+  echo "target/release/wprobe is $size bytes, over the 30 MiB ($max bytes) an installable binary may take" >&2
+  exit 1
+fi
+echo "target/release/wprobe: $size bytes (at most $max)"

@@ -74,6 +74,10 @@ pub(crate) const CASES: &[Case] = &[
         a_process_probed_by_a_ptrace_instance_is_refused_and_left_traced,
         Need::Perf
     ),
+    case!(
+        a_ptrace_instance_on_a_perf_probed_instruction_is_refused,
+        Need::Perf
+    ),
 ];
 
 use crate::support::cli::*;
@@ -981,6 +985,102 @@ fn a_process_probed_by_a_ptrace_instance_is_refused_and_left_traced() {
     );
     // The first instance still sees calls, and detaches on SIGINT.
     let mut first = first;
+    std::thread::sleep(Duration::from_millis(200));
+    let st = Command::new("kill")
+        .args(["-INT", &first.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = std::mem::replace(&mut first.0, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(stats(&lines)["hits"].as_u64().unwrap() > 50, "{lines:?}");
+    assert_ne!(live(pid).unwrap(), 0xcc);
+}
+
+/// The other order: a perf instance's uprobe is an `int3` in the process's
+/// page; a ptrace instance arming the same instruction is refused with
+/// the reason (it would take the uprobe's traps, and the uprobe its), and
+/// the perf instance goes on seeing every call.
+fn a_ptrace_instance_on_a_perf_probed_instruction_is_refused() {
+    let exe = gcc("calls_nopie", &progs().join("calls.c"), &["-O2", "-no-pie"]);
+    let p = write(
+        "log_both.rpn",
+        format!(
+            "name = {}\noffset = target\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let target = KillOnDrop(
+        Command::new(&exe)
+            .args(["0", "1", "1000"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = target.0.id();
+    let mut first = KillOnDrop(
+        wprobe()
+            .arg("run")
+            .arg(&p)
+            .args(["--transport", "perf", "--format", "json", "-p"])
+            .arg(pid.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let at = sym(&exe, "target");
+    let live = |pid: u32| {
+        let mut b = [0u8];
+        let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, at).map(|()| b[0])
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while live(pid).ok() != Some(0xcc) {
+        assert!(
+            Instant::now() < deadline,
+            "uprobe not installed within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = wprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--transport", "ptrace", "-p"])
+        .arg(pid.to_string())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "address {at:#x} already holds an int3: the program's own, or the breakpoint of \
+             another tool (a uprobe of perf, bpftrace or wprobe --transport perf; a debugger)"
+        )),
+        "{err}"
+    );
+    assert_eq!(live(pid).unwrap(), 0xcc, "the uprobe is left in place");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("TracerPid:\t0\n"), "{status}");
     std::thread::sleep(Duration::from_millis(200));
     let st = Command::new("kill")
         .args(["-INT", &first.0.id().to_string()])

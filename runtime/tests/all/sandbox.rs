@@ -11,7 +11,7 @@ use crate::support::case::Case;
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
     case!(a_handler_looping_over_unreadable_memory_is_bounded),
-    case!(sigint_interrupts_a_running_handler),
+    case!(sigint_and_sigterm_interrupt_a_running_handler),
     case!(infinite_loop_is_stopped_by_fuel_at_every_hit_and_the_target_finishes),
     case!(a_loop_of_host_calls_is_stopped_by_fuel),
     case!(trapping_handlers_are_counted_and_the_target_continues),
@@ -383,7 +383,13 @@ fn a_handler_looping_over_unreadable_memory_is_bounded() {
 /// SIGINT stops wprobe while a handler runs with an enormous fuel budget:
 /// the handler is interrupted (counted), wprobe detaches and exits at once,
 /// and the attached process runs on, unpatched.
-fn sigint_interrupts_a_running_handler() {
+fn sigint_and_sigterm_interrupt_a_running_handler() {
+    for sig in ["INT", "TERM"] {
+        a_signal_interrupts_a_running_handler(sig);
+    }
+}
+
+fn a_signal_interrupts_a_running_handler(sig: &str) {
     let exe = crate::support::cli::slow_target();
     let work = crate::support::cli::sym(&exe, "work");
     let wat = crate::support::cli::write(
@@ -427,7 +433,7 @@ fn sigint_interrupts_a_running_handler() {
     let t0 = std::time::Instant::now();
     assert!(
         std::process::Command::new("kill")
-            .args(["-INT", &w.id().to_string()])
+            .args([&format!("-{sig}"), &w.id().to_string()])
             .status()
             .unwrap()
             .success()
@@ -435,11 +441,14 @@ fn sigint_interrupts_a_running_handler() {
     let o = w.wait_with_output().unwrap();
     assert!(
         t0.elapsed() < std::time::Duration::from_secs(3),
-        "{:?}",
+        "SIG{sig}: {:?}",
         t0.elapsed()
     );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("interrupted: wprobe is stopping"), "{err}");
+    assert!(
+        err.contains("interrupted: wprobe is stopping"),
+        "SIG{sig}: {err}"
+    );
     let mut b = [0u8];
     {
         use std::os::unix::fs::FileExt;
