@@ -45,7 +45,7 @@ median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 m() {
   local f; f=$(mktemp)
   /usr/bin/time -f "%e %U %S" -o "$f" "$@" >/dev/null 2>&1 || true
-  awk '{ printf "%d %d\n", $1 * 1e9, ($2 + $3) * 1e9 }' "$f"; rm -f "$f"
+  awk '{ printf "%.0f %.0f\n", $1 * 1e9, ($2 + $3) * 1e9 }' "$f"; rm -f "$f"
 }
 # slope TOOL...: "wall_ns/hit cpu_ns/hit"; the tool's arguments end with the
 # target; N is appended.

@@ -22,7 +22,7 @@ median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 m() {
   local f; f=$(mktemp)
   /usr/bin/time -f "%e %U %S" -o "$f" "$@" >/dev/null 2>&1 || true
-  awk '{ printf "%d %d\n", $1 * 1e9, ($2 + $3) * 1e9 }' "$f"; rm -f "$f"
+  awk '{ printf "%.0f %.0f\n", $1 * 1e9, ($2 + $3) * 1e9 }' "$f"; rm -f "$f"
 }
 series() { for i in $(seq "$R"); do m "$@"; done; }
 col() { awk -v c="$1" '{ print $c }' | median; }
