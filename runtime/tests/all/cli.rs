@@ -25,7 +25,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(run_json_output_and_exit_status_of_the_command),
     case!(run_errors_are_clear),
     case!(a_probe_on_a_library_the_command_never_maps_is_reported),
-    case!(probe_selection_ignore_maxhits_and_programs_sharing_globals),
+    case!(probe_selection_ignore_maxhits_and_programs_sharing_globals @ every_transport),
     case!(attach_then_sigint_leaves_the_process_running_and_unpatched),
     case!(attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed),
     case!(exit_3_writes_a_core_file_gdb_can_read, Need::Gdb),
@@ -255,7 +255,7 @@ fn run_errors_are_clear() {
     assert!(stderr(&o).contains("after `--`"));
 }
 
-fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
+fn probe_selection_ignore_maxhits_and_programs_sharing_globals(transport: &str) {
     // Two programs in one run, both probing target_fn (several probes at one
     // address), sharing global variable 0: each counts into it.
     let a = write(
@@ -273,7 +273,7 @@ fn probe_selection_ignore_maxhits_and_programs_sharing_globals() {
             .arg("run")
             .args([&a, &b])
             .args(extra)
-            .args(["--format", "json", "--"])
+            .args(["--transport", transport, "--format", "json", "--"])
             .arg(probe_target())
             .current_dir(scratch())
             .output()

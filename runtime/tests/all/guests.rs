@@ -536,6 +536,30 @@ fn check_four_examples(dir: &Path) {
         run(&[&p("watch_counter")], &[]),
         expect_watch("watch_counter")
     );
+    // The same modules run inside the target give the same records (the
+    // watchpoint example needs a debug register: not under inproc).
+    let inproc = ["--transport", "inproc"];
+    assert_eq!(
+        run(&[&p("log_args"), inproc[0], inproc[1]], &[]),
+        expect_log_args("log_args")
+    );
+    assert_eq!(
+        run(
+            &[
+                &p("count_calls"),
+                "--probe",
+                "target_fn=count",
+                inproc[0],
+                inproc[1]
+            ],
+            &[]
+        ),
+        expect_count("count_calls")
+    );
+    assert_eq!(
+        run(&[&p("histogram"), inproc[0], inproc[1]], &["9"]),
+        expect_histogram("histogram")
+    );
 }
 
 fn rust_sdk_examples_build_and_run() {
