@@ -734,6 +734,7 @@ fn c_examples() -> PathBuf {
             "histogram",
             "watch_counter",
             "time_calls",
+            "map_args",
         ] {
             check(
                 Command::new("clang")
@@ -764,7 +765,34 @@ fn c_examples() -> PathBuf {
 fn c_examples_build_and_run() {
     check_four_examples(&c_examples());
     check_time_calls(&c_examples().join("time_calls.wasm"));
+    // A C guest aggregating in the map service prints, under every
+    // transport, what bpftrace prints for `@calls[arg0 % 2] = count();
+    // @sizes = hist(arg0);` on the same calls (compared once with
+    // bpftrace 0.17 byte for byte).
+    let maps = c_examples().join("map_args.wasm");
+    for tr in ["ptrace", "perf", "inproc"] {
+        assert_eq!(
+            run(&[maps.to_str().unwrap(), "--transport", tr], &["9"]),
+            MAP_ARGS_OUT,
+            "{tr}"
+        );
+    }
 }
+
+const MAP_ARGS_OUT: &str = "Attaching 1 probe...
+counter=37 last=69
+
+
+@calls[1]: 4
+@calls[0]: 5
+@sizes: 
+[0]                    1 |@@@@@@@@@@@@@                                       |
+[1]                    1 |@@@@@@@@@@@@@                                       |
+[2, 4)                 2 |@@@@@@@@@@@@@@@@@@@@@@@@@@                          |
+[4, 8)                 4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|
+[8, 16)                1 |@@@@@@@@@@@@@                                       |
+
+";
 
 /// Thousands separators, as the guide writes large numbers.
 fn grouped(n: u64) -> String {
