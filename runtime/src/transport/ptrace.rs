@@ -229,7 +229,7 @@ pub struct PtraceTracer {
     insn_info: iced_x86::InstructionInfoFactory,
     /// Detaching leaves threads asleep in a system call seized, for the
     /// kernel to release when this process exits (see `quiet`); set by
-    /// [`PtraceTracer::leave_sleepers_at_detach`].
+    /// [`PtraceTracer::attach_quietly`].
     leave_sleepers: bool,
     /// Threads left that way by the last detach.
     left_asleep: usize,

@@ -56,6 +56,7 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(exit_1_and_3_are_counted_and_name_ptrace, Need::Ptrace),
     case!(no_heap_allocation_per_hit_in_the_agent, Need::Ptrace),
+    case!(attaching_to_threads_that_exist_counts_every_call @ every_transport),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -1080,5 +1081,102 @@ fn no_heap_allocation_per_hit_in_the_agent() {
         let few = allocations(threads, 100);
         let many = allocations(threads, 10_000);
         assert_eq!(few, many, "{threads} threads: 100 vs 10,000 calls each");
+    }
+}
+
+/// `-p` on a multi-threaded process whose four workers exist (asleep)
+/// before wprobe comes, dynamic and static: a round of 4 × 1,000 calls
+/// after arming gives exactly 4,000 hits with the right arguments; after
+/// SIGINT the original bytes are back and the process computes on, with
+/// no hit. Under every transport.
+fn attaching_to_threads_that_exist_counts_every_call(transport: &str) {
+    for (name, flags) in [
+        (
+            "gated_threads",
+            &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"][..],
+        ),
+        (
+            "gated_threads_static",
+            &[
+                "-O0",
+                "-fno-pie",
+                "-no-pie",
+                "-fcf-protection=none",
+                "-static",
+            ][..],
+        ),
+    ] {
+        let exe = gcc(name, &progs().join("gated_threads.c"), flags);
+        let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
+        let wprobe_elf::Lookup::Found(work) = elf.lookup("work") else {
+            panic!("no work in {}", exe.display());
+        };
+        let orig = elf.bytes_at(work.value, 16).unwrap().to_vec();
+        let mut target = Command::new(&exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = target.id();
+        let mut to = target.stdin.take().unwrap();
+        let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
+        assert_eq!(from.next().unwrap().unwrap(), "ready");
+        let prog = write(
+            &format!("{name}.rpn"),
+            format!(
+                "name = {}\noffset = work\n push r, rdi\n log 1\n",
+                exe.display()
+            ),
+        );
+        // Records to a file: 4,000 of them would fill a pipe nobody reads
+        // until wprobe exits.
+        let records = scratch().join(format!("{name}-{transport}.json"));
+        let w = wprobe()
+            .arg("run")
+            .arg(&prog)
+            .args(["--transport", transport, "--format", "json", "-o"])
+            .arg(&records)
+            .arg("-p")
+            .arg(pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while live(pid, work.value, 1) == orig[..1] {
+            assert!(Instant::now() < deadline, "{name}: not armed within 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        writeln!(to, "1000").unwrap();
+        assert_eq!(from.next().unwrap().unwrap(), "sum 2002000", "{name}");
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &w.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let o = w.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&records)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let st = crate::support::cli::stats(&lines);
+        let dropped = st["dropped"].as_u64().unwrap_or(0);
+        assert_eq!(st["hits"].as_u64().unwrap() + dropped, 4000, "{name}: {st}");
+        let mut args = crate::support::cli::first_words(&lines);
+        assert_eq!(args.len() as u64 + dropped, 4000, "{name}");
+        if dropped == 0 {
+            args.sort_unstable();
+            let want: Vec<u64> = (0..1000).flat_map(|i| [i; 4]).collect();
+            assert_eq!(args, want, "{name}: each worker's arguments 0..1000");
+        }
+        assert_eq!(live(pid, work.value, 16), orig, "{name}: the file's bytes");
+        writeln!(to, "10").unwrap();
+        assert_eq!(from.next().unwrap().unwrap(), "sum 220", "{name}");
+        drop(to);
+        assert!(target.wait().unwrap().success(), "{name}");
     }
 }

@@ -141,7 +141,7 @@ impl PtraceTracer {
     /// run and leaving those asleep in a system call undisturbed (seized
     /// only: stopping one would make a call such as `epoll_wait` fail with
     /// `EINTR`; see `quiet`). Detaching then leaves them to the kernel
-    /// ([`PtraceTracer::leave_sleepers_at_detach`]): for a tracer that
+    /// (see `quiet`): for a tracer that
     /// exits once detached, as `wprobe run -p` does.
     pub fn attach_quietly(pid: i32, opts: TraceOptions) -> Result<PtraceTracer, PtraceError> {
         let mut t = PtraceTracer::attach_with(pid, opts, true)?;
