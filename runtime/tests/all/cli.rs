@@ -1079,7 +1079,11 @@ fn ctrl_c_in_a_terminal_reaches_the_command_once() {
         p.display(),
         exe.display()
     );
+    // `script -c` runs the line with $SHELL: bash, whatever the caller's
+    // is (CI runs without SHELL, and dash, as sh, dies of the terminal's
+    // SIGINT itself instead of running the `echo`).
     let mut s = Command::new("script")
+        .env("SHELL", "/bin/bash")
         .args(["-qfec", &line, "/dev/null"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
