@@ -13,7 +13,7 @@
 //! nothing depends on (or races on) the environment of the test process.
 
 use crate::case;
-use crate::support::case::Case;
+use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
@@ -23,7 +23,11 @@ pub(crate) const CASES: &[Case] = &[
     case!(corrupt_entry_falls_back_to_compiling_and_is_rewritten),
     case!(truncated_entry_falls_back_to_compiling),
     case!(foreign_version_entries_fall_back_to_compiling),
-    case!(wrong_permission_entries_and_directories_are_not_used),
+    // Root: their other-owner cases chown a file to another user.
+    case!(
+        wrong_permission_entries_and_directories_are_not_used,
+        Need::Root
+    ),
     case!(an_entry_that_cannot_be_written_is_not_an_error),
     case!(no_cache_variable_bypasses_the_cache),
     case!(concurrent_writers_of_one_key_never_expose_a_broken_entry),
@@ -32,7 +36,10 @@ pub(crate) const CASES: &[Case] = &[
     case!(the_bound_holds_after_every_store),
     case!(the_entry_just_written_is_kept_even_alone_over_the_bound),
     case!(the_number_of_entries_is_bounded_too),
-    case!(eviction_removes_only_the_caches_own_files_and_stale_temporary_files),
+    case!(
+        eviction_removes_only_the_caches_own_files_and_stale_temporary_files,
+        Need::Root
+    ),
     case!(concurrent_writers_of_different_keys_keep_the_bound),
     case!(max_bytes_variable_is_parsed_or_refused_with_a_clear_error),
     case!(wprobe_run_evicts_down_to_the_bound_and_refuses_a_bad_one),
@@ -369,14 +376,10 @@ fn wrong_permission_entries_and_directories_are_not_used() {
     assert_works(&engine, &m);
     assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
     // Owned by another user (only root can set this up).
-    match std::os::unix::fs::chown(&path, Some(65534), None) {
-        Ok(()) => {
-            let (m, o) = load(&engine, &cache);
-            assert!(refused(&o).starts_with("owned by uid 65534"), "{o:?}");
-            assert_works(&engine, &m);
-        }
-        Err(e) => eprintln!("skipping the other-owner case: chown: {e}"),
-    }
+    std::os::unix::fs::chown(&path, Some(65534), None).expect("chown (the case needs root)");
+    let (m, o) = load(&engine, &cache);
+    assert!(refused(&o).starts_with("owned by uid 65534"), "{o:?}");
+    assert_works(&engine, &m);
     // A directory writable by others: not used at all, nothing written.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -844,17 +847,10 @@ fn eviction_removes_only_the_caches_own_files_and_stale_temporary_files() {
         plant(&dir, &fake_entry_name(5), 1000, 3 * HOUR),
         plant(&dir, &format!(".tmp-{key}-79-0-0"), 500, 2 * HOUR),
     ];
-    let chowned = foreign
-        .iter()
-        .all(|p| std::os::unix::fs::chown(p, Some(65534), None).is_ok());
-    if chowned {
-        kept.extend(foreign);
-    } else {
-        eprintln!("skipping the other-owner case: chown needs root");
-        for p in foreign {
-            std::fs::remove_file(p).unwrap();
-        }
+    for p in &foreign {
+        std::os::unix::fs::chown(p, Some(65534), None).expect("chown (the case needs root)");
     }
+    kept.extend(foreign);
     // A bound of 0: everything of ours but the new entry goes.
     let o = load_major(&engine, &Cache::at(&dir).with_max_bytes(0), 50);
     assert_eq!(
