@@ -57,6 +57,10 @@ pub(crate) const CASES: &[Case] = &[
     case!(exit_1_and_3_are_counted_and_name_ptrace, Need::Ptrace),
     case!(no_heap_allocation_per_hit_in_the_agent, Need::Ptrace),
     case!(attaching_to_threads_that_exist_counts_every_call @ every_transport),
+    case!(
+        a_hit_from_a_signal_handler_during_a_hit_is_missed_and_counted,
+        Need::Ptrace
+    ),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -1179,4 +1183,52 @@ fn attaching_to_threads_that_exist_counts_every_call(transport: &str) {
         drop(to);
         assert!(target.wait().unwrap().success(), "{name}");
     }
+}
+
+/// A hit that arrives while its thread is already inside a handler — here
+/// from the program's SIGALRM handler, which calls the probed function,
+/// with a timer faster than the handler — is skipped and counted as
+/// missed: the handler does not run inside itself, the program's output is
+/// unchanged, and every call is either a hit or a missed one.
+fn a_hit_from_a_signal_handler_during_a_hit_is_missed_and_counted() {
+    let exe = gcc(
+        "reenter",
+        &progs().join("reenter.c"),
+        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
+    );
+    // About 10 us of handler per hit against a 100 us timer.
+    let wat = write(
+        "spin_20k.wat",
+        "(module (func (export \"h\") (result i32) (local i32)\n\
+         (local.set 0 (i32.const 20000))\n\
+         (loop $l (local.set 0 (i32.sub (local.get 0) (i32.const 1))) (br_if $l (local.get 0)))\n\
+         (i32.const 0)))",
+    );
+    let (records, out, err) = run_json(
+        "inproc",
+        &[
+            wat.to_str().unwrap(),
+            "--probe",
+            "f=h",
+            "--",
+            exe.to_str().unwrap(),
+            "20000",
+        ],
+    );
+    assert_eq!(out.len(), 2, "{out:?}\n{err}");
+    assert_eq!(out[0], "main 20000", "{err}");
+    let from_signals: u64 = out[1].strip_prefix("signal ").unwrap().parse().unwrap();
+    let st = records.last().unwrap();
+    assert_eq!(st["kind"], "stats");
+    let (hits, missed) = (st["hits"].as_u64().unwrap(), st["missed"].as_u64().unwrap());
+    assert_eq!(hits + missed, 20000 + from_signals, "{st}");
+    assert!(
+        missed > 0 && from_signals > 0,
+        "no signal landed in a handler: {st}"
+    );
+    assert_eq!(st["runs"].as_u64().unwrap(), hits, "{st}");
+    assert!(
+        err.contains("missed"),
+        "the summary shows the missed hits: {err}"
+    );
 }
