@@ -61,6 +61,7 @@ pub(crate) const CASES: &[Case] = &[
         a_hit_from_a_signal_handler_during_a_hit_is_missed_and_counted,
         Need::Ptrace
     ),
+    case!(a_reused_thread_control_block_is_a_new_thread @ every_transport),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -1231,4 +1232,68 @@ fn a_hit_from_a_signal_handler_during_a_hit_is_missed_and_counted() {
         err.contains("missed"),
         "the summary shows the missed hits: {err}"
     );
+}
+
+/// Threads created and joined one after another get the previous one's
+/// TCB (the same thread pointer) with a new tid: every hit's record names
+/// the thread that made it, not the TCB's earlier owner, and carries its
+/// argument.
+fn a_reused_thread_control_block_is_a_new_thread(transport: &str) {
+    let exe = gcc(
+        "tcb_reuse",
+        &progs().join("tcb_reuse.c"),
+        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
+    );
+    let prog = write(
+        "tcb_reuse.rpn",
+        format!(
+            "name = {}\noffset = f\n push r, rdi\n log 1\n",
+            exe.display()
+        ),
+    );
+    let mut c = wprobe();
+    c.arg("run")
+        .args(["--transport", transport, "--format", "json"])
+        .arg(&prog)
+        .arg("--")
+        .arg(&exe)
+        .arg("20")
+        .current_dir(scratch());
+    let o = output_within(c, 120);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (json, text): (Vec<&str>, Vec<&str>) = out.lines().partition(|l| l.starts_with('{'));
+    let threads: Vec<(u64, u64, String)> = text
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(threads.len(), 20, "{out}");
+    // The premise: the TCB was reused.
+    assert!(
+        threads.iter().filter(|t| t.2 == threads[0].2).count() >= 10,
+        "glibc did not reuse the thread's TCB: {threads:?}"
+    );
+    let got: Vec<(u64, u64)> = json
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == "log")
+        .map(|v| {
+            (
+                v["tid"].as_u64().unwrap(),
+                v["items"][0]["values"][0].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64)> = threads
+        .iter()
+        .flat_map(|&(r, tid, _)| [(tid, r); 3])
+        .collect();
+    assert_eq!(got, want, "{transport}");
 }
