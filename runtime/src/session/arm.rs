@@ -512,6 +512,16 @@ impl Session {
                 if is_bp && verify && spec.opcode.is_none() && !ifunc {
                     // No `opcode =` to check: the address must start an
                     // instruction of its function, decoded from the file.
+                    let link = addr.0.checked_sub(loc.bias);
+                    if link.is_none_or(|l| loc.elf.file_offset(l).is_none()) {
+                        // An absolute address outside the module's file
+                        // (code the process made, another mapping).
+                        return Err(format!(
+                            "{addr:#x} is not in the file of module `{module}`, so its \
+                             instruction boundaries cannot be verified; give the first \
+                             byte with `opcode =`"
+                        ));
+                    }
                     wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
                         .map_err(|e| e.to_string())?;
                 }

@@ -28,6 +28,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(probe_selection_ignore_maxhits_and_programs_sharing_globals @ every_transport),
     case!(attach_then_sigint_leaves_the_process_running_and_unpatched),
     case!(attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed),
+    case!(code_the_process_rewrote_while_probed_is_left_alone_and_reported),
+    case!(a_module_file_over_64_mib_is_refused),
     case!(exit_3_writes_a_core_file_gdb_can_read, Need::Gdb),
     case!(eight_threads_times_100000_calls_give_exactly_800000_handler_runs),
     case!(command_not_found_and_permission_denied_are_clear_errors),
@@ -1431,4 +1433,125 @@ fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed() {
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     assert!(target.wait().unwrap().success());
     assert_eq!(rest, "woken\ndone\n", "the waiter saw EINTR");
+}
+
+/// A JIT rewrites the code wprobe probes (`tests/progs/jit.c`): detaching
+/// leaves the process's new code in place and says so on the command line,
+/// and the process runs the new code. An absolute address outside every
+/// file without `opcode =` is refused, naming the address as given.
+fn code_the_process_rewrote_while_probed_is_left_alone_and_reported() {
+    let exe = crate::support::cli::gcc(
+        "jit_cli",
+        &crate::support::cli::progs().join("jit.c"),
+        &["-O0"],
+    );
+    let mut target = Command::new(&exe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut to = target.stdin.take().unwrap();
+    let mut from = std::io::BufRead::lines(std::io::BufReader::new(target.stdout.take().unwrap()));
+    assert_eq!(from.next().unwrap().unwrap(), "ready");
+    // No opcode: refused, with the address as given.
+    let plain = write(
+        "jit_plain.wat",
+        "(module (func (export \"h\") (result i32) (i32.const 0)))",
+    );
+    let o = wprobe()
+        .arg("run")
+        .arg(&plain)
+        .args(["--probe", "@0x70000000=h", "-p", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(&format!(
+            "0x70000000 is not in the file of module `{}`, so its instruction boundaries \
+             cannot be verified; give the first byte with `opcode =`",
+            exe.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    // With the first byte (mov $1, %eax): armed.
+    let wat = write(
+        "jit_probe.wat",
+        "(module (func (export \"h\") (result i32) (i32.const 0))\n\
+         (@custom \"wprobe.manifest\" \"wprobe-manifest 1\\n\" \"abi 2\\n\" \
+         \"module jit_cli\\n\" \"probe h\\n\" \"  location address 0x70000000\\n\" \
+         \"  opcode 0xb8\\n\"))",
+    );
+    let w = wprobe()
+        .arg("run")
+        .arg(&wat)
+        .args(["-p", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while live_bytes(pid, 0x7000_0000, 1) != [0xcc] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not armed within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::io::Write::write_all(&mut to, b"c").unwrap();
+    std::io::Write::flush(&mut to).unwrap();
+    assert_eq!(from.next().unwrap().unwrap(), "1");
+    std::io::Write::write_all(&mut to, b"r").unwrap();
+    std::io::Write::flush(&mut to).unwrap();
+    assert_eq!(from.next().unwrap().unwrap(), "rewritten");
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &w.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = w.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "wprobe: warning: process {pid} rewrote its code at 0x70000000 (now 0x31) while it \
+             was probed there: left as the process wrote it"
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        live_bytes(pid, 0x7000_0000, 1),
+        [0x31],
+        "the process's own code"
+    );
+    std::io::Write::write_all(&mut to, b"cq").unwrap();
+    drop(to);
+    assert_eq!(from.next().unwrap().unwrap(), "2");
+    assert!(target.wait().unwrap().success());
+}
+
+/// A handler file larger than any module (64 MiB) is refused with its
+/// path and the bound, before the command runs.
+fn a_module_file_over_64_mib_is_refused() {
+    let big = scratch().join("big.wasm");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len((64 << 20) + 1).unwrap();
+    let o = wprobe()
+        .arg("run")
+        .arg(&big)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "error: reading {}: larger than 67108864 bytes, not a handler module\n",
+            big.display()
+        )
+    );
+    std::fs::remove_file(&big).unwrap();
 }
