@@ -920,6 +920,36 @@ fn selection_ignore_maxhits_and_probes_sharing_an_address_match_ptrace() {
 /// perf instance refuses, naming the other tracer; the ptrace instance
 /// goes on counting every call, and stops cleanly.
 fn a_process_probed_by_a_ptrace_instance_is_refused_and_left_traced() {
+    two_instances_on_one_instruction("ptrace", "perf", |pid, first, at| {
+        format!(
+            "process {pid} is traced by process {first} (wprobe), whose breakpoint is at {at:#x}"
+        )
+    });
+}
+
+/// The other order: a perf instance's uprobe is an `int3` in the process's
+/// page; a ptrace instance arming the same instruction is refused with
+/// the reason (it would take the uprobe's traps, and the uprobe its), and
+/// the perf instance goes on seeing every call.
+fn a_ptrace_instance_on_a_perf_probed_instruction_is_refused() {
+    two_instances_on_one_instruction("perf", "ptrace", |_, _, at| {
+        format!(
+            "address {at:#x} already holds an int3: the program's own, or the breakpoint of \
+             another tool (a uprobe of perf, bpftrace or wprobe --transport perf; a debugger)"
+        )
+    });
+}
+
+/// A `first` instance (`--transport first`) probes
+/// `target` of a running process; a `second` instance on the same
+/// instruction exits 1 with `refusal(pid, first's pid, address)` in its
+/// message, leaving the process untouched by it; the first instance goes
+/// on seeing calls and detaches cleanly on SIGINT.
+fn two_instances_on_one_instruction(
+    first: &str,
+    second: &str,
+    refusal: impl Fn(u32, u32, u64) -> String,
+) {
     // Not PIE: the symbol's value is the run-time address.
     let exe = gcc("calls_nopie", &progs().join("calls.c"), &["-O2", "-no-pie"]);
     let p = write(
@@ -945,11 +975,11 @@ fn a_process_probed_by_a_ptrace_instance_is_refused_and_left_traced() {
             .unwrap(),
     );
     let pid = target.0.id();
-    let first = KillOnDrop(
+    let mut first_w = KillOnDrop(
         wprobe()
             .arg("run")
             .arg(&p)
-            .args(["--transport", "ptrace", "--format", "json", "-p"])
+            .args(["--transport", first, "--format", "json", "-p"])
             .arg(pid.to_string())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -964,130 +994,36 @@ fn a_process_probed_by_a_ptrace_instance_is_refused_and_left_traced() {
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while live(pid).ok() != Some(0xcc) {
-        assert!(Instant::now() < deadline, "not armed within 20 s");
+        assert!(Instant::now() < deadline, "{first}: not armed within 20 s");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let second = wprobe()
+    let second_o = wprobe()
         .arg("run")
         .arg(&p)
-        .args(["--transport", "perf", "-p"])
+        .args(["--transport", second, "-p"])
         .arg(pid.to_string())
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!(
-            "process {pid} is traced by process {} (wprobe), whose breakpoint is at {at:#x}",
-            first.0.id()
-        )),
-        "{err}"
-    );
-    // The first instance still sees calls, and detaches on SIGINT.
-    let mut first = first;
-    std::thread::sleep(Duration::from_millis(200));
-    let st = Command::new("kill")
-        .args(["-INT", &first.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let o = std::mem::replace(&mut first.0, Command::new("true").spawn().unwrap())
-        .wait_with_output()
-        .unwrap();
+    let err = String::from_utf8_lossy(&second_o.stderr);
+    assert_eq!(second_o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&refusal(pid, first_w.0.id(), at)), "{err}");
     assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+        live(pid).unwrap(),
+        0xcc,
+        "the first instance's int3 is left"
     );
-    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert!(stats(&lines)["hits"].as_u64().unwrap() > 50, "{lines:?}");
-    assert_ne!(live(pid).unwrap(), 0xcc);
-}
-
-/// The other order: a perf instance's uprobe is an `int3` in the process's
-/// page; a ptrace instance arming the same instruction is refused with
-/// the reason (it would take the uprobe's traps, and the uprobe its), and
-/// the perf instance goes on seeing every call.
-fn a_ptrace_instance_on_a_perf_probed_instruction_is_refused() {
-    let exe = gcc("calls_nopie", &progs().join("calls.c"), &["-O2", "-no-pie"]);
-    let p = write(
-        "log_both.rpn",
-        format!(
-            "name = {}\noffset = target\n push r, rdi\n log 1\n",
-            exe.display()
-        ),
-    );
-    struct KillOnDrop(std::process::Child);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+    if first == "perf" {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(status.contains("TracerPid:\t0\n"), "{status}");
     }
-    let target = KillOnDrop(
-        Command::new(&exe)
-            .args(["0", "1", "1000"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let pid = target.0.id();
-    let mut first = KillOnDrop(
-        wprobe()
-            .arg("run")
-            .arg(&p)
-            .args(["--transport", "perf", "--format", "json", "-p"])
-            .arg(pid.to_string())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let at = sym(&exe, "target");
-    let live = |pid: u32| {
-        let mut b = [0u8];
-        let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, at).map(|()| b[0])
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while live(pid).ok() != Some(0xcc) {
-        assert!(
-            Instant::now() < deadline,
-            "uprobe not installed within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let second = wprobe()
-        .arg("run")
-        .arg(&p)
-        .args(["--transport", "ptrace", "-p"])
-        .arg(pid.to_string())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&second.stderr);
-    assert_eq!(second.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!(
-            "address {at:#x} already holds an int3: the program's own, or the breakpoint of \
-             another tool (a uprobe of perf, bpftrace or wprobe --transport perf; a debugger)"
-        )),
-        "{err}"
-    );
-    assert_eq!(live(pid).unwrap(), 0xcc, "the uprobe is left in place");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    assert!(status.contains("TracerPid:\t0\n"), "{status}");
+    // The first instance still sees calls, and detaches on SIGINT.
     std::thread::sleep(Duration::from_millis(200));
     let st = Command::new("kill")
-        .args(["-INT", &first.0.id().to_string()])
+        .args(["-INT", &first_w.0.id().to_string()])
         .status()
         .unwrap();
     assert!(st.success());
-    let o = std::mem::replace(&mut first.0, Command::new("true").spawn().unwrap())
+    let o = std::mem::replace(&mut first_w.0, Command::new("true").spawn().unwrap())
         .wait_with_output()
         .unwrap();
     assert_eq!(

@@ -56,52 +56,8 @@ impl Journal {
     /// only the user can change); an existing one is an error that says to
     /// run `wprobe repair` first.
     pub fn create(pid: i32) -> io::Result<Journal> {
-        let d = crate::transport::ptrace::journal::dir();
-        crate::privdir::ensure_dir(&d).map_err(|problem| {
-            io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("journal directory {}: {problem}", d.display()),
-            )
-        })?;
         let path = path(pid);
-        let open = || {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)
-        };
-        let now = start_time(pid);
-        let mut opened = open();
-        // A journal of an earlier process that had this pid (it ended, the
-        // pid was reused): nothing of it can be restored any more.
-        if opened
-            .as_ref()
-            .is_err_and(|e| e.kind() == io::ErrorKind::AlreadyExists)
-            && now.is_some()
-            && journal_start(pid).is_some_and(|then| Some(then) != now)
-        {
-            let _ = std::fs::remove_file(&path);
-            opened = open();
-        }
-        let mut file = opened.map_err(|e| {
-            if e.kind() == io::ErrorKind::AlreadyExists {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "{} already exists: a wprobe that patched process {pid} was killed; \
-                         run `wprobe repair --pid {pid}` first",
-                        path.display()
-                    ),
-                )
-            } else {
-                io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
-            }
-        })?;
-        if let Some(t) = now {
-            file.write_all(format!("start {t}\n").as_bytes())?;
-        }
+        let file = crate::transport::ptrace::journal::create_file(pid, &path, "that patched")?;
         Ok(Journal { file, path })
     }
 
@@ -127,18 +83,10 @@ impl Journal {
     }
 }
 
-/// The start time of process `pid` ([`crate::procinfo::start_time`]).
-pub fn start_time(pid: i32) -> Option<u64> {
-    crate::procinfo::start_time(pid)
-}
-
 /// The start time of the process the journal of `pid` was written for
 /// (its `start` line), when it has one.
 pub fn journal_start(pid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(path(pid)).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("start "))
-        .and_then(|t| t.trim().parse().ok())
+    crate::transport::ptrace::journal::start_in(&path(pid))
 }
 
 /// The entries of the journal of `pid` (a regular file of the user's own,
@@ -191,13 +139,13 @@ mod tests {
         let pid = std::process::id() as i32;
         let _ = std::fs::remove_file(path(pid));
         let j = Journal::create(pid).unwrap();
-        assert_eq!(journal_start(pid), start_time(pid));
+        assert_eq!(journal_start(pid), crate::procinfo::start_time(pid));
         let e = Journal::create(pid).unwrap_err();
         assert!(e.to_string().contains("wprobe repair --pid"), "{e}");
         j.remove();
         std::fs::write(path(pid), "start 1\n1000 55 e9 7\n").unwrap();
         let j = Journal::create(pid).unwrap();
-        assert_eq!(journal_start(pid), start_time(pid));
+        assert_eq!(journal_start(pid), crate::procinfo::start_time(pid));
         assert!(read(pid).unwrap().is_empty());
         j.remove();
         assert!(!path(pid).exists());

@@ -15,7 +15,7 @@ use super::world::World;
 pub fn repair(pid: i32) -> std::io::Result<usize> {
     let entries = journal::read(pid)?;
     // Written for an earlier process with this pid: nothing to restore.
-    if journal::journal_start(pid).is_some_and(|t| Some(t) != journal::start_time(pid)) {
+    if journal::journal_start(pid).is_some_and(|t| Some(t) != crate::procinfo::start_time(pid)) {
         let _ = std::fs::remove_file(journal::path(pid));
         return Ok(0);
     }

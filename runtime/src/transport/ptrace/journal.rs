@@ -15,7 +15,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Directory of journals: `$XDG_RUNTIME_DIR/wprobe`, or `/tmp/wprobe-UID`.
 pub fn dir() -> PathBuf {
@@ -28,6 +28,71 @@ pub fn dir() -> PathBuf {
 /// Path of the journal of `pid`.
 pub fn path(pid: i32) -> PathBuf {
     dir().join(format!("{pid}.journal"))
+}
+
+/// Creates the journal file `path` of process `pid` (for both transports'
+/// journals): the journal directory checked ([`crate::privdir`]), a new
+/// file of mode 0600 never opened through a symlink, and a first line
+/// `start T` with the process's start time. A journal left for an earlier
+/// process with this pid (killed with its wprobe, the pid reused since) is
+/// replaced: nothing of it applies here. Any other existing journal is an
+/// error saying to run `wprobe repair` (`who`: how that wprobe touched the
+/// process, as the message says it).
+pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
+    let d = dir();
+    crate::privdir::ensure_dir(&d).map_err(|problem| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("journal directory {}: {problem}", d.display()),
+        )
+    })?;
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    };
+    let now = crate::procinfo::start_time(pid);
+    let mut opened = open();
+    if opened
+        .as_ref()
+        .is_err_and(|e| e.kind() == io::ErrorKind::AlreadyExists)
+        && now.is_some()
+        && start_in(path).is_some_and(|then| Some(then) != now)
+    {
+        let _ = std::fs::remove_file(path);
+        opened = open();
+    }
+    let mut file = opened.map_err(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{} already exists: a wprobe {who} process {pid} was killed; run `wprobe \
+                     repair --pid {pid}` first",
+                    path.display()
+                ),
+            )
+        } else {
+            io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+        }
+    })?;
+    if let Some(t) = now {
+        file.write_all(format!("start {t}\n").as_bytes())?;
+        file.sync_data()?;
+    }
+    Ok(file)
+}
+
+/// The start time recorded in the journal file `path` (its `start` line),
+/// when it has one.
+pub fn start_in(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("start "))
+        .and_then(|t| t.trim().parse().ok())
 }
 
 /// An open journal.
@@ -43,53 +108,8 @@ impl Journal {
     /// attached to the process was killed and its bytes may still be
     /// patched (`wprobe repair`), or something else planted the file.
     pub fn create(pid: i32) -> io::Result<Journal> {
-        let d = dir();
-        crate::privdir::ensure_dir(&d).map_err(|problem| {
-            io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("journal directory {}: {problem}", d.display()),
-            )
-        })?;
         let path = path(pid);
-        let open = || {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)
-        };
-        let now = crate::procinfo::start_time(pid);
-        let mut opened = open();
-        // The journal of an earlier process that had this pid (killed with
-        // its wprobe, the pid reused since): nothing of it applies here.
-        if opened
-            .as_ref()
-            .is_err_and(|e| e.kind() == io::ErrorKind::AlreadyExists)
-            && now.is_some()
-            && journal_start(pid).is_some_and(|then| Some(then) != now)
-        {
-            let _ = std::fs::remove_file(&path);
-            opened = open();
-        }
-        let mut file = opened.map_err(|e| {
-            if e.kind() == io::ErrorKind::AlreadyExists {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "{} already exists: a wprobe attached to process {pid} was killed; \
-                         run `wprobe repair --pid {pid}` first",
-                        path.display()
-                    ),
-                )
-            } else {
-                io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
-            }
-        })?;
-        if let Some(t) = now {
-            file.write_all(format!("start {t}\n").as_bytes())?;
-            file.sync_data()?;
-        }
+        let file = create_file(pid, &path, "attached to")?;
         Ok(Journal { file, path })
     }
 
@@ -108,10 +128,7 @@ impl Journal {
 /// The start time of the process the journal of `pid` was written for
 /// (its `start` line), when it has one.
 pub fn journal_start(pid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(path(pid)).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("start "))
-        .and_then(|t| t.trim().parse().ok())
+    start_in(&path(pid))
 }
 
 /// Entries of the journal of `pid`: (address, original byte, inode). The
