@@ -50,7 +50,10 @@ pub(crate) const CASES: &[Case] = &[
     case!(fp_registers_thread_pointer_cpu_and_cpuid_on_a_real_thread),
 ];
 
-use crate::support::cli::{examples, probe_target, scratch, slow_target, stderr, wprobe, write};
+use crate::support::cli::{
+    examples, live_bytes, probe_target, scratch, signal, slow_target, stderr, wait_patched, wprobe,
+    write,
+};
 use std::path::Path;
 use std::process::Command;
 
@@ -301,25 +304,6 @@ fn probe_selection_ignore_maxhits_and_programs_sharing_globals(transport: &str) 
     assert_eq!(run(&["--group", "g2"]), [(1, 0xb)]);
     // --group g1 --type t1: a's target_fn probe only.
     assert_eq!(run(&["--group", "g1", "--type", "t1"]), [(1, 1), (1, 2)]);
-}
-
-/// Bytes of `len` at `addr` in a live process.
-fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let mut b = vec![0; len];
-    // A read that races with a tracer replacing the page can fail with
-    // EIO once (seen on a loaded machine): retried, a real error is not.
-    let mut last = None;
-    for _ in 0..20 {
-        match std::fs::File::open(format!("/proc/{pid}/mem"))
-            .and_then(|f| f.read_exact_at(&mut b, addr))
-        {
-            Ok(()) => return b,
-            Err(e) => last = Some(e),
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("reading {len} bytes at {addr:#x} in process {pid}: {last:?}")
 }
 
 fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
@@ -1399,22 +1383,9 @@ fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while live_bytes(pid, tick, 1) != [0xcc] {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not armed within 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_patched(pid, tick, 0x55); // push %rbp (-O0)
     std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &w.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(w.id(), "INT");
     let o = w.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let records = String::from_utf8_lossy(&o.stdout).lines().count();
@@ -1422,13 +1393,7 @@ fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed() {
     // wprobe has exited: nothing traces the process any more.
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(status.contains("TracerPid:\t0\n"), "{status}");
-    assert!(
-        Command::new("kill")
-            .args(["-USR1", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(pid, "USR1");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     assert!(target.wait().unwrap().success());
@@ -1491,27 +1456,14 @@ fn code_the_process_rewrote_while_probed_is_left_alone_and_reported() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while live_bytes(pid, 0x7000_0000, 1) != [0xcc] {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not armed within 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_patched(pid, 0x7000_0000, 0xb8);
     std::io::Write::write_all(&mut to, b"c").unwrap();
     std::io::Write::flush(&mut to).unwrap();
     assert_eq!(from.next().unwrap().unwrap(), "1");
     std::io::Write::write_all(&mut to, b"r").unwrap();
     std::io::Write::flush(&mut to).unwrap();
     assert_eq!(from.next().unwrap().unwrap(), "rewritten");
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &w.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(w.id(), "INT");
     let o = w.wait_with_output().unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");

@@ -427,10 +427,7 @@ fn gated() -> (PathBuf, u64, Vec<u8>) {
 
 /// Bytes of a live process.
 fn live(pid: u32, addr: u64, len: usize) -> Vec<u8> {
-    let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
-    let mut b = vec![0; len];
-    std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, addr).unwrap();
-    b
+    crate::support::cli::live_bytes(pid, addr, len)
 }
 
 /// Waits until `work`'s first byte is a jump (armed).
@@ -1147,20 +1144,10 @@ fn attaching_to_threads_that_exist_counts_every_call(transport: &str) {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while live(pid, work.value, 1) == orig[..1] {
-            assert!(Instant::now() < deadline, "{name}: not armed within 20 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::support::cli::wait_patched(pid, work.value, orig[0]);
         writeln!(to, "1000").unwrap();
         assert_eq!(from.next().unwrap().unwrap(), "sum 2002000", "{name}");
-        assert!(
-            Command::new("kill")
-                .args(["-INT", &w.id().to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
+        crate::support::cli::signal(w.id(), "INT");
         let o = w.wait_with_output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
         let lines: Vec<serde_json::Value> = std::fs::read_to_string(&records)

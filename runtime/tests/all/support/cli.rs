@@ -218,3 +218,44 @@ pub fn opcode(file: &Path, name: &str) -> u8 {
     let info = wprobe_elf::ElfInfo::open(file).unwrap();
     info.first_byte(sym(file, name)).unwrap()
 }
+
+/// Bytes of `len` at `addr` in a live process.
+pub fn live_bytes(pid: u32, addr: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0; len];
+    // A read that races with a tracer replacing the page can fail with
+    // EIO once (seen on a loaded machine): retried, a real error is not.
+    let mut last = None;
+    for _ in 0..20 {
+        match std::fs::File::open(format!("/proc/{pid}/mem"))
+            .and_then(|f| f.read_exact_at(&mut b, addr))
+        {
+            Ok(()) => return b,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("reading {len} bytes at {addr:#x} in process {pid}: {last:?}")
+}
+
+/// Waits until the byte at `addr` of process `pid` is no longer
+/// `unpatched` (a probe armed there: int3, jump or uprobe), at most 20 s.
+pub fn wait_patched(pid: u32, addr: u64, unpatched: u8) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while live_bytes(pid, addr, 1) == [unpatched] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no probe armed at {addr:#x} in process {pid} within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends signal `sig` (a name: `INT`, `TERM`, `USR1`…) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig} {pid}");
+}
