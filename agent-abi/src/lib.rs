@@ -19,10 +19,10 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 2;
+pub const AGENT_ABI_VERSION: u32 = 3;
 
 /// First 8 bytes of the control region ("WPRBAGT2", little-endian).
-pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT2");
+pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.
 pub mod sym {
@@ -280,8 +280,13 @@ pub struct ProbeSlot {
     /// (a signal handler hit the probe), the store could not be had in
     /// time, no thread slot, or the tracer's heartbeat was stale.
     pub missed: AtomicU64,
+    /// A return probe: calls tracked at once per process (kretprobe's
+    /// `maxactive`; 0 for other probes). Set by the tracer before `enabled`.
+    pub maxactive: u64,
+    /// A return probe: calls tracked now (agent).
+    pub live: AtomicU64,
     /// Reserved.
-    pub _reserved: [u64; 5],
+    pub _reserved: [u64; 3],
 }
 
 /// Bits of [`ProbeSlot::flags`].
@@ -333,6 +338,20 @@ pub mod rec {
     pub const EVENT: u16 = 3;
     /// The message of the probe's first trap (UTF-8 data).
     pub const TRAP: u16 = 4;
+    /// A tracked call of a return probe that ended without returning (the
+    /// only record of a run with outcome [`crate::run_outcome::UNWOUND`]):
+    /// data = entry `rsp`, entry time (ns), [`crate::left`] code, as
+    /// little-endian u64s.
+    pub const UNWOUND: u16 = 5;
+}
+
+/// Why a tracked call ended without returning ([`rec::UNWOUND`]).
+pub mod left {
+    /// Its frame was abandoned (`longjmp`, an exception): a later entry or
+    /// return of its thread proved it gone.
+    pub const UNWOUND: u64 = 0;
+    /// Its thread ended (a new thread took over its thread slot).
+    pub const THREAD_EXIT: u64 = 1;
 }
 
 /// Outcome codes of [`RunHeader::outcome`] that are not handler outcomes
@@ -342,6 +361,9 @@ pub mod run_outcome {
     pub const FUEL: i32 = -1;
     /// The handler trapped (or returned a code that is no outcome).
     pub const TRAPPED: i32 = -2;
+    /// No handler ran: a tracked call ended without returning (one
+    /// [`crate::rec::UNWOUND`] record).
+    pub const UNWOUND: i32 = -3;
 }
 
 /// Header of one ring entry: a handler run. `n_records` [`RecordHeader`]s
@@ -553,8 +575,90 @@ pub struct SiteEntry {
     pub n_probes: u32,
     /// Offset of `n_probes` u32 probe ids.
     pub probes_off: u64,
-    /// The probe address.
+    /// The probe address (a [`site_kind::RET`] site: its `ret`).
     pub addr: u64,
+    /// [`site_kind`].
+    pub kind: u32,
+    /// Number of return probes whose function enters here.
+    pub n_ret: u32,
+    /// Offset of `n_ret` u32 probe ids (return probes).
+    pub ret_off: u64,
+}
+
+/// Kinds of sites ([`SiteEntry::kind`]).
+pub mod site_kind {
+    /// A probe's address: its probes run there; at a function entry, calls
+    /// of its return probes are tracked there too.
+    pub const PROBE: u32 = 0;
+    /// A `ret` through which calls of return-probed functions return: the
+    /// stub calls `dispatch` just before the `ret`, with the return
+    /// address at `[rsp]`.
+    pub const RET: u32 = 1;
+}
+
+/// Call/return pairing of return probes, shared by the tracer's transports
+/// and the agent: no return address is rewritten; calls are paired per
+/// thread by the stack pointer (see `runtime/src/transport/calls.rs`).
+pub mod pairing {
+    /// A tracked call, as pairing sees it.
+    pub trait CallFrame {
+        /// `rsp` at the entry (it points at the return address).
+        fn entry_rsp(&self) -> u64;
+        /// The return address (`[rsp]` at the entry).
+        fn ret_addr(&self) -> u64;
+        /// Run-time address of the probed function's entry.
+        fn func(&self) -> u64;
+    }
+
+    /// A thread enters `func` with `rsp` (pointing at return address
+    /// `ret`): how many of its tracked calls (innermost last) stay; the
+    /// others are proven abandoned. A call whose entry `rsp` is below
+    /// `rsp` is gone (its return-address slot is below the live stack).
+    /// One with the same entry `rsp` is gone when the slot now holds
+    /// another return address or when it is a call of the same function
+    /// (the same call site called it again after its frame was abandoned);
+    /// otherwise its function ended with a tail call into this one, and
+    /// both stay.
+    pub fn kept_at_entry<C: CallFrame>(calls: &[C], rsp: u64, ret: u64, func: u64) -> usize {
+        let chain_has_func = calls
+            .iter()
+            .rev()
+            .skip_while(|c| c.entry_rsp() < rsp)
+            .take_while(|c| c.entry_rsp() == rsp)
+            .any(|c| c.func() == func || c.ret_addr() != ret);
+        let mut cut = calls.len();
+        while cut > 0 {
+            let c = &calls[cut - 1];
+            let dead = c.entry_rsp() < rsp || (c.entry_rsp() == rsp && chain_has_func);
+            if !dead {
+                break;
+            }
+            cut -= 1;
+        }
+        cut
+    }
+
+    /// A thread may have just returned: its `rsp` after the `ret` is
+    /// `rsp_after`, and it landed at `at` when that is known. `Some((i,
+    /// n))`: call `i` returns here (the calls above it were abandoned),
+    /// with the `n` calls ending at `i` that share its frame (a tail-call
+    /// chain), innermost first. `None`: no tracked call returns here.
+    pub fn returning<C: CallFrame>(
+        calls: &[C],
+        rsp_after: u64,
+        at: Option<u64>,
+    ) -> Option<(usize, usize)> {
+        let slot = rsp_after.wrapping_sub(8);
+        let i = calls
+            .iter()
+            .rposition(|c| c.entry_rsp() == slot && at.is_none_or(|a| a == c.ret_addr()))?;
+        let n = calls[..=i]
+            .iter()
+            .rev()
+            .take_while(|c| c.entry_rsp() == slot)
+            .count();
+        Some((i, n))
+    }
 }
 
 /// `what` argument of [`sym::BENCH`]: the layers of a dispatch measured alone.

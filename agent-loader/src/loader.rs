@@ -222,6 +222,10 @@ pub struct SiteSpec {
     pub addr: u64,
     /// Its probes, in the order their handlers run.
     pub probes: Vec<u32>,
+    /// [`agent_abi::site_kind`].
+    pub kind: u32,
+    /// Return probes whose function enters here (their calls are tracked).
+    pub ret_probes: Vec<u32>,
 }
 
 /// Views plain `#[repr(C)]` data as bytes.
@@ -289,11 +293,15 @@ impl LoadedAgent {
         let mut entries = Vec::with_capacity(sites.len());
         for s in sites {
             let probes_off = self.region.put(as_bytes(&s.probes))?;
+            let ret_off = self.region.put(as_bytes(&s.ret_probes))?;
             entries.push(SiteEntry {
                 site: s.site,
                 n_probes: s.probes.len() as u32,
                 probes_off,
                 addr: s.addr,
+                kind: s.kind,
+                n_ret: s.ret_probes.len() as u32,
+                ret_off,
             });
         }
         let sites_off = self.region.put(as_bytes(&entries))?;

@@ -340,6 +340,18 @@ impl Region {
         }
     }
 
+    /// Makes probe `p` a return probe tracking at most `maxactive` calls.
+    pub fn set_probe_maxactive(&self, p: u32, maxactive: u64) {
+        if u64::from(p) < self.layout.probes_cap {
+            let at = self.layout.probes_off() as usize + p as usize * PROBE_SLOT_SIZE;
+            // SAFETY: as in `set_probe_limits`.
+            unsafe {
+                let s = self.ptr.add(at) as *mut ProbeSlot;
+                (&raw mut (*s).maxactive).write(maxactive);
+            }
+        }
+    }
+
     /// Enables or disables probe `p`.
     pub fn set_probe_enabled(&self, p: u32, on: bool) {
         if let Some(s) = self.probe(p) {
@@ -363,6 +375,18 @@ impl Region {
             dropped: l(&s.dropped),
             missed: l(&s.missed),
         }
+    }
+
+    /// Whether probe `p` is enabled.
+    pub fn probe_enabled(&self, p: u32) -> bool {
+        self.probe(p)
+            .is_some_and(|s| s.enabled.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Calls of return probe `p` tracked now (entered, not yet returned).
+    pub fn probe_live(&self, p: u32) -> u64 {
+        self.probe(p)
+            .map_or(0, |s| s.live.load(Ordering::Relaxed))
     }
 
     /// Global variables in use.

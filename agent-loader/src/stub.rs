@@ -12,6 +12,12 @@
 //!           <displaced instructions, relocated by iced's BlockEncoder>
 //!           jmp  window_end
 //!
+//! stub_k:   <displaced instructions, relocated>   ; a return site: the
+//!           lea  rsp, [rsp-128]                   ; epilogue before a
+//!           push k ; call trampoline              ; `ret`, dispatch with
+//!           lea  rsp, [rsp+128]                   ; the return address
+//!           ret                                   ; at [rsp], the `ret`
+//!
 //! trampoline:
 //!           pushfq ; push rax … r15    ; flags + 15 GPRs (the SavedRegs GPR block)
 //!           sub  rsp, 280              ; xmm0-15, mxcsr, rip, rsp
@@ -62,8 +68,12 @@ pub struct Site {
     pub addr: u64,
     /// The displaced instructions, decoded at their run-time addresses.
     pub displaced: Vec<iced_x86::Instruction>,
-    /// Their total length (≥ 5).
+    /// Their total length (≥ 5; a return site's padding after its `ret`
+    /// included).
     pub len: usize,
+    /// A return site: its `ret` (after `displaced`), before which the stub
+    /// calls `dispatch`.
+    pub ret: Option<iced_x86::Instruction>,
 }
 
 /// Offset of the frame's end above the frame start (GPRs + flags).
@@ -239,27 +249,74 @@ pub fn trampoline(slot: u64, addr: u64) -> Result<Vec<u8>> {
 /// trampoline at `trampoline`. Fails when a displaced instruction cannot
 /// be relocated there (a RIP-relative operand out of rel32 reach).
 pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> Result<Vec<u8>> {
-    let mut v: Vec<Instruction> = vec![
-        e(Instruction::with2(
-            Code::Lea_r64_m,
-            Register::RSP,
-            rsp(-RED_ZONE),
-        ))?,
-        e(Instruction::with1(Code::Pushq_imm32, site_id as i32))?,
-        e(Instruction::with_branch(Code::Call_rel32_64, trampoline))?,
-        e(Instruction::with2(
-            Code::Lea_r64_m,
-            Register::RSP,
-            rsp(RED_ZONE),
-        ))?,
-    ];
-    v.extend(site.displaced.iter().copied());
-    let mut back = e(Instruction::with_branch(
-        Code::Jmp_rel32_64,
-        site.addr + site.len as u64,
-    ))?;
-    back.set_ip(u64::MAX - 0x100);
-    v.push(back);
+    let call = |id: u32| -> Result<[Instruction; 4]> {
+        Ok([
+            e(Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSP,
+                rsp(-RED_ZONE),
+            ))?,
+            e(Instruction::with1(Code::Pushq_imm32, id as i32))?,
+            e(Instruction::with_branch(Code::Call_rel32_64, trampoline))?,
+            e(Instruction::with2(
+                Code::Lea_r64_m,
+                Register::RSP,
+                rsp(RED_ZONE),
+            ))?,
+        ])
+    };
+    let mut v: Vec<Instruction> = Vec::with_capacity(site.displaced.len() + 10);
+    match site.ret {
+        // A return site: the epilogue, then dispatch with the return
+        // address at [rsp], then the `ret` itself. A whole function's
+        // window (`window::plan_whole`): dispatch at the entry first, and
+        // the return site's id is the next one.
+        Some(ret) => {
+            let whole = ret.ip() != site.probe;
+            if whole {
+                v.extend(call(site_id)?);
+            }
+            v.extend(site.displaced.iter().copied());
+            v.extend(call(site_id + u32::from(whole))?);
+            v.push(ret);
+        }
+        None => {
+            v.extend(call(site_id)?);
+            v.extend(site.displaced.iter().copied());
+            if let Some(last) = v.pop_if(|i| i.code() == Code::Call_rel32_64) {
+                // `call f` ending the window: push the original return
+                // address (flags untouched), then `jmp f`.
+                let back = site.addr + site.len as u64;
+                v.push(e(Instruction::with2(
+                    Code::Lea_r64_m,
+                    Register::RSP,
+                    rsp(-8),
+                ))?);
+                v.push(e(Instruction::with2(
+                    Code::Mov_rm32_imm32,
+                    rsp(0),
+                    back as u32,
+                ))?);
+                v.push(e(Instruction::with2(
+                    Code::Mov_rm32_imm32,
+                    rsp(4),
+                    (back >> 32) as u32,
+                ))?);
+                let mut j = e(Instruction::with_branch(
+                    Code::Jmp_rel32_64,
+                    last.near_branch_target(),
+                ))?;
+                j.set_ip(u64::MAX - 0x200);
+                v.push(j);
+            }
+            let mut back = e(Instruction::with_branch(
+                Code::Jmp_rel32_64,
+                site.addr + site.len as u64,
+            ))?;
+            back.set_ip(u64::MAX - 0x100);
+            v.push(back);
+        }
+    }
     encode(v, stub_addr).map_err(|e| {
         anyhow::anyhow!(
             "relocating the displaced instructions of 0x{:x} to 0x{stub_addr:x}: {e}",

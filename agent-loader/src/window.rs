@@ -6,13 +6,16 @@
 //!    `endbr64` there, which stays in place: indirect branches land on it)
 //!    until at least 5 bytes, and ends inside the function (its symbol's
 //!    size) — else *too short*.
-//! 2. No instruction but the last may transfer control (a branch inside
-//!    the window would leave the relocated copy half-run), and none may be
-//!    a `call` (its return address would point into the stub: unwinders,
-//!    stack walkers and a thread returning after the patch is removed
-//!    would see it), a `syscall`/`int`/`sysenter` (a signal or a restarted
-//!    system call would resume inside the window), `xbegin`, or `loop`/
-//!    `jrcxz` (rel8 only).
+//! 2. No instruction but the last may jump or return (the rest of the
+//!    window would be left half-run); conditional branches may be
+//!    anywhere (relocated, they fall through to the next displaced
+//!    instruction). None may be a `call` (its return address would point
+//!    into the stub: unwinders, stack walkers and a thread returning after
+//!    the patch is removed would see it), except a direct `call` ending a
+//!    probe's window, which the stub runs as a push of the original return
+//!    address and a jump; none a `syscall`/`int`/`sysenter` (a signal or a
+//!    restarted system call would resume inside the window), `xbegin`, or
+//!    `loop`/`jrcxz` (rel8 only).
 //! 3. No instruction after the first is a branch target: direct branches
 //!    anywhere in the module (the caller's set, from a sweep of its
 //!    executable sections), and, for a window that does not start at its
@@ -62,6 +65,13 @@ pub enum Refusal {
     },
     /// No function symbol with a size covers the site.
     NoFunction,
+    /// A return site without a window.
+    ShortReturn {
+        /// The `ret`.
+        at: u64,
+        /// Why the window cannot grow to 5 bytes.
+        why: String,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -70,6 +80,10 @@ impl std::fmt::Display for Refusal {
             Refusal::TooShort { room } => write!(
                 f,
                 "function too short: {room} bytes from the probe to its end, a jump needs 5"
+            ),
+            Refusal::ShortReturn { at, why } => write!(
+                f,
+                "the `ret` at {at:#x} has no 5-byte window: {why}"
             ),
             Refusal::Undecodable { at } => write!(f, "invalid instruction at {at:#x}"),
             Refusal::Instruction { at, what, why } => {
@@ -171,7 +185,7 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
             continue;
         }
         if let Some(prev) = displaced.last()
-            && prev.flow_control() != FlowControl::Next
+            && !falls_through(prev)
         {
             return Err(Refusal::Instruction {
                 at: prev.ip(),
@@ -179,7 +193,12 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
                 why: "control leaves the window before its end",
             });
         }
-        refuse_instruction(&i)?;
+        // A direct `call` ending the window is run as a push of its
+        // return address (the window's end, in the original code) and a
+        // jump: the callee returns to the program, never into the stub.
+        if !(i.code() == Code::Call_rel32_64 && len + i.len() >= JMP_LEN) {
+            refuse_instruction(&i)?;
+        }
         len += i.len();
         displaced.push(i);
     }
@@ -203,7 +222,212 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
         addr: start,
         displaced,
         len,
+        ret: None,
     })
+}
+
+/// The window of a function whose entry and first `ret` are too close for
+/// two windows: the straight-line code from the entry (after an
+/// `endbr64`) through that `ret`, completed if needed by the padding after
+/// it. Its stub calls `dispatch` at the entry, runs the displaced
+/// instructions, calls `dispatch` again before the `ret` (the entry site's
+/// id + 1), then runs the `ret`. Refused when control flow, a refused
+/// instruction or a branch target (past the first) comes before the `ret`.
+pub fn plan_whole(
+    entry: u64,
+    func: Function<'_>,
+    after: &[u8],
+    targets: &BranchTargets,
+) -> Result<Site, Refusal> {
+    let end = func.start + func.code.len() as u64;
+    if entry < func.start || entry >= end {
+        return Err(Refusal::NoFunction);
+    }
+    let code = &func.code[(entry - func.start) as usize..];
+    let mut d = Decoder::with_ip(64, code, entry, DecoderOptions::NONE);
+    let mut start = entry;
+    let mut displaced: Vec<Instruction> = Vec::new();
+    let ret = loop {
+        if !d.can_decode() {
+            return Err(Refusal::TooShort { room: end - start });
+        }
+        let i = d.decode();
+        if i.is_invalid() {
+            return Err(Refusal::Undecodable { at: i.ip() });
+        }
+        if displaced.is_empty() && i.ip() == start && i.code() == Code::Endbr64 {
+            start = i.next_ip();
+            continue;
+        }
+        if i.ip() != start && targets.0.contains(&i.ip().wrapping_sub(func.bias)) {
+            return Err(Refusal::BranchTarget { at: i.ip() });
+        }
+        if i.flow_control() == FlowControl::Return {
+            break i;
+        }
+        if !falls_through(&i) {
+            return Err(Refusal::Instruction {
+                at: i.ip(),
+                what: mnemonic(&i),
+                why: "control leaves the window before its end",
+            });
+        }
+        refuse_instruction(&i)?;
+        displaced.push(i);
+    };
+    let base = (ret.next_ip() - start) as usize;
+    let len = if base >= JMP_LEN {
+        base
+    } else {
+        base + padding(func, after, ret.next_ip(), JMP_LEN - base, targets)
+            .ok_or(Refusal::TooShort { room: base as u64 })?
+    };
+    Ok(Site {
+        probe: entry,
+        addr: start,
+        displaced,
+        len,
+        ret: Some(ret),
+    })
+}
+
+/// Bytes of alignment padding from `from` (just after a `ret`) on: whole
+/// `nop`/`int3` instructions no direct branch targets, in the function's
+/// code and then in `after` (the bytes from its end to the next function),
+/// until `need` bytes; `None` when there are fewer.
+fn padding(
+    func: Function<'_>,
+    after: &[u8],
+    from: u64,
+    need: usize,
+    targets: &BranchTargets,
+) -> Option<usize> {
+    let mut bytes = func.code[(from - func.start) as usize..].to_vec();
+    bytes.extend_from_slice(after);
+    let mut d = Decoder::with_ip(64, &bytes, from, DecoderOptions::NONE);
+    let mut n = 0;
+    while n < need && d.can_decode() {
+        let i = d.decode();
+        if i.is_invalid()
+            || targets.0.contains(&i.ip().wrapping_sub(func.bias))
+            || !matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3)
+        {
+            return None;
+        }
+        n += i.len();
+    }
+    (n >= need).then_some(n)
+}
+
+/// Most instructions before a `ret` a return site's window takes.
+const MAX_EPILOGUE: usize = 4;
+
+/// Chooses the window of a return site: the `ret` at `ret` (run-time
+/// address) of `func`, where calls return. The window is the `ret` with
+/// the fewest whole instructions before it that make 5 bytes (none a
+/// branch target but the first, none transferring control; none at all in
+/// a function with an indirect jump, whose jump table may land anywhere),
+/// completed if needed by the alignment padding after the `ret` (`nop`s or
+/// `int3`s no direct branch targets, never executed): `after` holds the
+/// bytes between the function's end and the next function. The stub runs
+/// the displaced instructions, calls `dispatch` with the return address at
+/// `[rsp]`, then runs the `ret`.
+pub fn plan_ret(
+    ret: u64,
+    func: Function<'_>,
+    after: &[u8],
+    targets: &BranchTargets,
+) -> Result<Site, Refusal> {
+    let end = func.start + func.code.len() as u64;
+    if ret < func.start || ret >= end {
+        return Err(Refusal::NoFunction);
+    }
+    let mut insns: Vec<Instruction> = Vec::new();
+    let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
+    let mut indirect = None;
+    let mut r = None;
+    while d.can_decode() {
+        let i = d.decode();
+        if i.flow_control() == FlowControl::IndirectBranch {
+            indirect.get_or_insert(i.ip());
+        }
+        if i.ip() == ret {
+            r = Some(insns.len());
+        }
+        insns.push(i);
+    }
+    let r = r
+        .filter(|&r| insns[r].flow_control() == FlowControl::Return)
+        .ok_or(Refusal::Undecodable { at: ret })?;
+    let target = |i: &Instruction| targets.0.contains(&i.ip().wrapping_sub(func.bias));
+    let pad_len = |need: usize| padding(func, after, insns[r].next_ip(), need, targets);
+    let mut refusal = None;
+    for k in 0..=MAX_EPILOGUE.min(r) {
+        let pre = &insns[r - k..r];
+        if k > 0 {
+            if let Some(at) = indirect {
+                refusal.get_or_insert(Refusal::IndirectJump { at });
+                break;
+            }
+            let i = &insns[r - k];
+            if i.is_invalid() {
+                break;
+            }
+            if !falls_through(i) {
+                refusal.get_or_insert(Refusal::Instruction {
+                    at: i.ip(),
+                    what: mnemonic(i),
+                    why: "control leaves the window before its end",
+                });
+                break;
+            }
+            if let Err(e) = refuse_instruction(i) {
+                refusal.get_or_insert(e);
+                break;
+            }
+            // The instruction after this one (an earlier window's first)
+            // is inside this window now.
+            if target(&insns[r - k + 1]) {
+                refusal.get_or_insert(Refusal::BranchTarget {
+                    at: insns[r - k + 1].ip(),
+                });
+                break;
+            }
+        }
+        let base: usize = pre.iter().map(|i| i.len()).sum::<usize>() + insns[r].len();
+        let len = if base >= JMP_LEN {
+            Some(base)
+        } else {
+            pad_len(JMP_LEN - base).map(|p| base + p)
+        };
+        if let Some(len) = len {
+            return Ok(Site {
+                probe: ret,
+                addr: insns[r - k].ip(),
+                displaced: pre.to_vec(),
+                len,
+                ret: Some(insns[r]),
+            });
+        }
+    }
+    Err(Refusal::ShortReturn {
+        at: ret,
+        why: match refusal {
+            Some(r) => r.to_string(),
+            None => "too few instructions before it and too little padding after it".into(),
+        },
+    })
+}
+
+/// Whether execution may go on with the next instruction: a plain one, or
+/// a conditional branch (relocated, its fall-through is the next displaced
+/// instruction, never a branch target).
+fn falls_through(i: &Instruction) -> bool {
+    match i.flow_control() {
+        FlowControl::Next => true,
+        FlowControl::ConditionalBranch => i.is_jcc_short_or_near(),
+        _ => false,
+    }
 }
 
 /// The instruction's mnemonic, lower case (`call`, `syscall`).
@@ -269,12 +493,20 @@ mod tests {
             plan(0x1000, f(&[0x31, 0xc0, 0xc3]), &t).unwrap_err(),
             Refusal::TooShort { room: 3 }
         );
-        // a call in the window
+        // a direct call ending the window is taken (the stub pushes the
+        // original return address); an indirect one is not
         let code = [0x55, 0xe8, 0, 0, 0, 0, 0x5d, 0xc3];
+        let s = plan(0x1000, f(&code), &t).unwrap();
+        assert_eq!((s.len, s.displaced.len()), (6, 2));
+        let code = [0x55, 0xff, 0xd0, 0x5d, 0x90, 0x90, 0xc3];
         assert!(matches!(
             plan(0x1000, f(&code), &t),
             Err(Refusal::Instruction { at: 0x1001, .. })
         ));
+        // a conditional branch inside the window falls through
+        let code = [0x85, 0xff, 0x74, 0x03, 0x48, 0x89, 0xf8, 0xc3];
+        let s = plan(0x1000, f(&code), &t).unwrap();
+        assert_eq!((s.len, s.displaced.len()), (7, 3));
         // a branch target inside the window
         let mut t2 = BranchTargets::default();
         t2.0.insert(0x1001);
@@ -299,6 +531,39 @@ mod tests {
         assert_eq!(
             plan(0x1001, f(&code), &t).unwrap_err(),
             Refusal::IndirectJump { at: 0x1006 }
+        );
+    }
+
+    #[test]
+    fn return_windows() {
+        let t = BranchTargets::default();
+        // push rbp; mov rbp,rsp; pop rbp; ret | nop dword [rax+rax]
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
+        let pad = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+        let s = plan_ret(0x1005, f(&code), &pad, &t).unwrap();
+        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1005, 6, 0));
+        assert_eq!(s.ret.map(|r| r.ip()), Some(0x1005));
+        // no padding: the epilogue back to 5 bytes
+        let s = plan_ret(0x1005, f(&code), &[], &t).unwrap();
+        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1001, 5, 2));
+        // `pop rbp` is a branch target: no window
+        let mut t2 = BranchTargets::default();
+        t2.0.insert(0x1004);
+        let e = plan_ret(0x1005, f(&code), &[], &t2).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("0x1004, inside the 5 bytes the jump replaces, is a branch target"),
+            "{e}"
+        );
+        // padding that is a branch target is code
+        let mut t3 = BranchTargets::default();
+        t3.0.insert(0x1006);
+        let s = plan_ret(0x1005, f(&code), &pad, &t3).unwrap();
+        assert_eq!(s.addr, 0x1001);
+        // not a ret
+        assert_eq!(
+            plan_ret(0x1004, f(&code), &pad, &t).unwrap_err(),
+            Refusal::Undecodable { at: 0x1004 }
         );
     }
 }

@@ -31,6 +31,8 @@ pub struct FrameEnv {
     pub load_bias: u64,
     /// Wall-clock time of the hit, taken at the first `now_ns` (0 = not yet).
     pub now: Cell<u64>,
+    /// The hit of a return probe: the state of the returning call's entry.
+    pub entry: Option<hostabi::env::EntryState>,
 }
 
 // SAFETY: the frame pointer is only dereferenced by the thread that holds
@@ -46,6 +48,7 @@ impl FrameEnv {
             fs_base: 0,
             load_bias: 0,
             now: Cell::new(0),
+            entry: None,
         }
     }
 
@@ -211,6 +214,14 @@ impl HitEnv for FrameEnv {
     fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
         let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
         [r.eax, r.ebx, r.ecx, r.edx]
+    }
+
+    fn entry_reg(&mut self, reg: u16) -> Option<u64> {
+        self.entry?.reg(reg)
+    }
+
+    fn elapsed_ns(&self) -> Option<u64> {
+        self.entry.map(|e| e.elapsed_ns)
     }
 
     fn gvars(&mut self) -> &mut [u64] {

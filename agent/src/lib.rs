@@ -26,6 +26,7 @@
 
 extern crate alloc;
 
+mod calls;
 mod ctrl;
 mod heap;
 mod host;
@@ -39,6 +40,7 @@ mod thread;
 mod vdso;
 
 use agent_abi::{
+    site_kind,
     AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader,
     LOCK_WAIT_MAX_NS, LoadRequest, MAX_SITES, PROBE_SLOT_SIZE, ProbeEntry, ProbeSlot, RunHeader,
     SavedRegs, SiteEntry, SitesRequest, Skip, probe_flag, rec, run_outcome, state,
@@ -100,6 +102,10 @@ struct Agent {
 struct Site {
     addr: u64,
     probes: Box<[u32]>,
+    /// [`agent_abi::site_kind`].
+    kind: u32,
+    /// Return probes whose function enters here.
+    ret_probes: Box<[u32]>,
 }
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
@@ -552,33 +558,48 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         if e.site >= MAX_SITES {
             return err(AgentError::TooManySites, format_args!("site {}", e.site));
         }
-        let mut probes = Vec::with_capacity(e.n_probes as usize);
-        for k in 0..u64::from(e.n_probes) {
-            let p: u32 = match ctrl::bytes(c, e.probes_off + 4 * k, 4) {
-                Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                None => {
-                    return err(
-                        AgentError::BadRequest,
-                        format_args!("site {} probes", e.site),
-                    );
-                }
-            };
-            if u64::from(p) >= c.probes_cap {
-                return err(AgentError::TooManySites, format_args!("probe {p}"));
-            }
-            probes.push(p);
-        }
+        let probes = match probe_list(c, e.probes_off, e.n_probes, e.site) {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
+        let ret_probes = match probe_list(c, e.ret_off, e.n_ret, e.site) {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
         let i = e.site as usize;
         if table.len() <= i {
             table.resize_with(i + 1, || None);
         }
         table[i] = Some(Site {
             addr: e.addr,
-            probes: probes.into_boxed_slice(),
+            probes,
+            kind: e.kind,
+            ret_probes,
         });
     }
     SITES.store(Box::into_raw(Box::new(table)), Ordering::Release);
     0
+}
+
+/// The `n` probe ids at `off` of the control region (site `site`'s).
+fn probe_list(c: &ControlHeader, off: u64, n: u32, site: u32) -> Result<Box<[u32]>, i64> {
+    let mut probes = Vec::with_capacity(n as usize);
+    for k in 0..u64::from(n) {
+        let p: u32 = match ctrl::bytes(c, off + 4 * k, 4) {
+            Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            None => {
+                return Err(err(
+                    AgentError::BadRequest,
+                    format_args!("site {site} probes"),
+                ));
+            }
+        };
+        if u64::from(p) >= c.probes_cap {
+            return Err(err(AgentError::TooManySites, format_args!("probe {p}")));
+        }
+        probes.push(p);
+    }
+    Ok(probes.into_boxed_slice())
 }
 
 // ---------------------------------------------------------------------------
@@ -601,10 +622,11 @@ fn site(id: u32) -> Option<&'static Site> {
     t.get(id as usize)?.as_ref()
 }
 
-/// Counts a hit of every enabled probe of `s` as missed.
+/// Counts a hit of every enabled probe of `s` (its return probes' calls
+/// included) as missed.
 #[cold]
 fn missed(c: &ControlHeader, s: &Site) {
-    for &p in &s.probes {
+    for &p in s.probes.iter().chain(s.ret_probes.iter()) {
         if let Some(slot) = ctrl::probe(c, p)
             && slot.enabled.load(Ordering::Relaxed) != 0
         {
@@ -613,12 +635,50 @@ fn missed(c: &ControlHeader, s: &Site) {
     }
 }
 
+fn any_enabled(c: &ControlHeader, probes: &[u32]) -> bool {
+    probes
+        .iter()
+        .any(|&p| ctrl::probe(c, p).is_some_and(|slot| slot.enabled.load(Ordering::Relaxed) != 0))
+}
+
 #[repr(C)]
 struct HitArgs {
     site: &'static Site,
+    slot: &'static thread::Slot,
     tid: u32,
     fs_base: u64,
     frame: *mut SavedRegs,
+    /// Wall-clock time of the hit, when taken before the handlers (0: the
+    /// first `now_ns` of a handler takes it).
+    now: core::cell::Cell<u64>,
+}
+
+/// The store lock, taken when first needed and released on drop.
+struct StoreLock<'a> {
+    c: &'a ControlHeader,
+    held: bool,
+}
+
+impl StoreLock<'_> {
+    /// Takes the lock unless held; false when it could not be had in time
+    /// (counted as contended).
+    fn take(&mut self) -> bool {
+        if !self.held {
+            self.held = lock::lock(&self.c.store_lock, LOCK_WAIT_MAX_NS);
+            if !self.held {
+                self.c.stats.contended.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.held
+    }
+}
+
+impl Drop for StoreLock<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            lock::unlock(&self.c.store_lock);
+        }
+    }
 }
 
 /// Runs the handlers of `site` on the registers saved in `frame`; register
@@ -640,11 +700,8 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     let Some(s) = site(site_id) else {
         return Skip::NoHandler as i64;
     };
-    if !s
-        .probes
-        .iter()
-        .any(|&p| ctrl::probe(c, p).is_some_and(|slot| slot.enabled.load(Ordering::Relaxed) != 0))
-    {
+    let at_ret = s.kind == site_kind::RET;
+    if !at_ret && !any_enabled(c, &s.probes) && !any_enabled(c, &s.ret_probes) {
         return Skip::NoHandler as i64;
     }
     if ring::heartbeat_stale(c) {
@@ -657,6 +714,10 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         missed(c, s);
         return Skip::NoThreadSlot as i64;
     };
+    // A `ret` where this thread has no tracked call: nothing to do.
+    if at_ret && !calls::tracking(slot) {
+        return Skip::NoHandler as i64;
+    }
     if slot.busy.load(Ordering::Relaxed) != 0 {
         c.stats.reentered.fetch_add(1, Ordering::Relaxed);
         missed(c, s);
@@ -666,9 +727,11 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
     let mut args = HitArgs {
         site: s,
+        slot,
         tid: slot.tid.load(Ordering::Relaxed),
         fs_base: fs,
         frame,
+        now: core::cell::Cell::new(0),
     };
     let top = slot.stack.load(Ordering::Relaxed);
     // SAFETY: the thread's own agent stack, not in use (busy was 0).
@@ -686,35 +749,57 @@ extern "C" fn dispatch_inner(arg: *mut u8) -> i64 {
     let Some(c) = ctrl::get() else {
         return Skip::Dormant as i64;
     };
-    if !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
-        c.stats.contended.fetch_add(1, Ordering::Relaxed);
-        missed(c, h.site);
-        return Skip::Contended as i64;
-    }
     let mxcsr = sys::stmxcsr();
     if mxcsr != MXCSR_DEFAULT {
         sys::ldmxcsr(MXCSR_DEFAULT);
     }
-    // SAFETY: the stub's frame, live for this hit.
-    unsafe { (*h.frame).rip = h.site.addr };
-    let mut ran = 0;
-    for &p in &h.site.probes {
-        // The tracer may have disabled the agent meanwhile (`exit()` of a
-        // handler of another probe of this site included).
-        if c.enabled.load(Ordering::Relaxed) == 0 {
-            break;
-        }
-        if let Some(slot) = ctrl::probe(c, p)
-            && slot.enabled.load(Ordering::Relaxed) != 0
-            && run_probe(c, slot, p, h)
-        {
-            ran += 1;
-        }
-    }
+    let mut lock = StoreLock { c, held: false };
+    let r = if h.site.kind == site_kind::RET {
+        calls::at_ret(c, h, &mut lock)
+    } else {
+        at_probe(c, h, &mut lock)
+    };
+    drop(lock);
     if mxcsr != MXCSR_DEFAULT {
         sys::ldmxcsr(mxcsr);
     }
-    lock::unlock(&c.store_lock);
+    r
+}
+
+/// A hit of a probe site: its probes' handlers run; at a function entry,
+/// the calls of its return probes are tracked (after the calls this entry
+/// proves abandoned are reported).
+fn at_probe(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
+    let entry = if h.site.ret_probes.is_empty() {
+        None
+    } else {
+        calls::at_entry(c, h, lock)
+    };
+    let mut ran = 0;
+    if any_enabled(c, &h.site.probes) {
+        if !lock.take() {
+            missed(c, h.site);
+            return Skip::Contended as i64;
+        }
+        // SAFETY: the stub's frame, live for this hit.
+        unsafe { (*h.frame).rip = h.site.addr };
+        for &p in &h.site.probes {
+            // The tracer may have disabled the agent meanwhile (`exit()` of a
+            // handler of another probe of this site included).
+            if c.enabled.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            if let Some(slot) = ctrl::probe(c, p)
+                && slot.enabled.load(Ordering::Relaxed) != 0
+                && run_probe(c, slot, p, h)
+            {
+                ran += 1;
+            }
+        }
+    }
+    if let Some(e) = entry {
+        calls::track(c, h, e);
+    }
     ran
 }
 
@@ -750,7 +835,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         d.env.pid = PID.load(Ordering::Relaxed);
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
-        d.env.now.set(0);
+        d.env.now.set(h.now.get());
         d.sink.clear();
         d.services.map = prog.map;
         d.memory = prog.memory;

@@ -61,6 +61,9 @@ pub struct Slot {
     pub tcb_ok: AtomicU32,
     /// Header address (= initial RSP) of its agent stack; 0 until allocated.
     pub stack: AtomicUsize,
+    /// Its stack of tracked calls (`crate::calls::Shadow`); 0 until the
+    /// thread first enters a return-probed function.
+    pub shadow: AtomicUsize,
 }
 
 #[allow(clippy::declare_interior_mutable_const, reason = "array initialiser")]
@@ -70,6 +73,7 @@ const FREE: Slot = Slot {
     busy: AtomicU32::new(0),
     tcb_ok: AtomicU32::new(0),
     stack: AtomicUsize::new(0),
+    shadow: AtomicUsize::new(0),
 };
 
 static TABLE: [Slot; SLOTS] = [FREE; SLOTS];

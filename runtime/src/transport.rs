@@ -22,6 +22,7 @@ pub mod calls;
 pub mod inproc;
 pub mod perf;
 pub mod ptrace;
+pub mod retsites;
 
 use std::any::Any;
 use std::ffi::OsString;

@@ -33,6 +33,8 @@
 
 use std::collections::HashMap;
 
+use agent_abi::pairing::{self, CallFrame};
+
 /// One tracked call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Call {
@@ -51,6 +53,18 @@ pub struct Call {
     pub regs: [u64; 7],
     /// Monotonic time of the entry, in ns.
     pub entry_ns: u64,
+}
+
+impl CallFrame for Call {
+    fn entry_rsp(&self) -> u64 {
+        self.entry_rsp
+    }
+    fn ret_addr(&self) -> u64 {
+        self.ret_addr
+    }
+    fn func(&self) -> u64 {
+        self.func
+    }
 }
 
 /// Why a tracked call ended without a return.
@@ -152,27 +166,10 @@ impl CallStacks {
     /// called it again after its frame was abandoned); otherwise its
     /// function ended with a tail call into this one, and both stay.
     pub fn prune_at_entry(&mut self, tid: i32, rsp: u64, ret: u64, func: u64, out: &mut Vec<Gone>) {
-        let Some(t) = self.threads.get_mut(&tid) else {
+        let Some(t) = self.threads.get(&tid) else {
             return;
         };
-        let mut cut = t.calls.len();
-        // Same-slot calls of another function are a tail-call chain only if
-        // no call of `func` sits in that chain.
-        let chain_has_func = t
-            .calls
-            .iter()
-            .rev()
-            .skip_while(|c| c.entry_rsp < rsp)
-            .take_while(|c| c.entry_rsp == rsp)
-            .any(|c| c.func == func || c.ret_addr != ret);
-        while cut > 0 {
-            let c = &t.calls[cut - 1];
-            let dead = c.entry_rsp < rsp || (c.entry_rsp == rsp && chain_has_func);
-            if !dead {
-                break;
-            }
-            cut -= 1;
-        }
+        let cut = pairing::kept_at_entry(&t.calls, rsp, ret, func);
         self.cut(tid, cut, Left::Unwound, out);
     }
 
@@ -228,19 +225,9 @@ impl CallStacks {
         let Some(t) = self.threads.get(&tid) else {
             return 0;
         };
-        let slot = rsp_after.wrapping_sub(8);
-        let Some(i) = t
-            .calls
-            .iter()
-            .rposition(|c| c.entry_rsp == slot && at.is_none_or(|a| a == c.ret_addr))
-        else {
+        let Some((i, n)) = pairing::returning(&t.calls, rsp_after, at) else {
             return 0;
         };
-        let n = t.calls[..=i]
-            .iter()
-            .rev()
-            .take_while(|c| c.entry_rsp == slot)
-            .count();
         self.cut(tid, i + 1, Left::Unwound, out);
         n
     }

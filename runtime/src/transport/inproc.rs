@@ -62,7 +62,7 @@ pub static INFO: TransportInfo = TransportInfo {
         later_libraries: false,
         arms_files: false,
         uses_ptrace: true,
-        return_probes: false,
+        return_probes: true,
         step_faults: false,
         write_checks: true,
     },
@@ -92,8 +92,10 @@ pub struct InProc {
     world: Option<World>,
     maps: Vec<Mapping>,
     patcher: Patcher,
-    /// Site of each probe armed (by tag).
+    /// Site of each probe armed (by tag; a return probe's entry site).
     armed: HashMap<usize, usize>,
+    /// `maxactive` of each return probe (by tag).
+    maxactive: HashMap<usize, u32>,
     agent: Option<LoadedAgent>,
     /// Map region of each program: (offset, length) in the shared region.
     program_maps: Vec<(u64, u64)>,
@@ -150,6 +152,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         maps: crate::procmaps::read(pid).unwrap_or_default(),
         patcher: Patcher::default(),
         armed: HashMap::new(),
+        maxactive: HashMap::new(),
         agent: None,
         program_maps: Vec::new(),
         reported: Vec::new(),
@@ -304,8 +307,8 @@ impl InProc {
             ring_size: ring_bytes(),
             scratch_size: cwasm.iter().map(|c| c.len() as u64).max().unwrap_or(0)
                 + names
-                + 32 * self.patcher.sites.len() as u64
-                + 24 * set.probes.len() as u64
+                + 64 * self.patcher.sites.len() as u64
+                + 32 * set.probes.len() as u64
                 + (64 << 10),
         };
         let facts = RunFacts {
@@ -333,6 +336,9 @@ impl InProc {
             agent
                 .region
                 .set_probe_limits(p.tag as u32, p.ignore, p.maxhits);
+        }
+        for (&tag, &max) in &self.maxactive {
+            agent.region.set_probe_maxactive(tag as u32, u64::from(max));
         }
         for (i, p) in set.programs.iter().enumerate() {
             let probes: Vec<ProbeSpec<'_>> = set
@@ -372,6 +378,8 @@ impl InProc {
                 site: i as u32,
                 addr: s.site.probe,
                 probes: s.tags.iter().map(|&t| t as u32).collect(),
+                kind: s.kind,
+                ret_probes: s.ret_tags.iter().map(|&t| t as u32).collect(),
             })
             .collect();
         {
@@ -539,6 +547,27 @@ fn fill_sink<'a>(sink: &mut Sink, items: &mut Vec<u32>, run: &'a RunView<'a>) ->
     trap
 }
 
+/// The [`Event::Unwound`] of an unwound record of the agent.
+fn unwound<'a>(pid: i32, run: &RunView<'_>) -> Option<Event<'a>> {
+    let r = run.records.iter().find(|r| r.kind == rec::UNWOUND)?;
+    let word = |i: usize| {
+        r.data
+            .get(8 * i..8 * i + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("invariant: 8 bytes")))
+    };
+    Some(Event::Unwound {
+        tag: run.header.probe as usize,
+        pid,
+        tid: run.header.tid as i32,
+        entry_rsp: word(0)?,
+        entry_ns: word(1)?,
+        cause: match word(2)? {
+            agent_abi::left::THREAD_EXIT => crate::transport::calls::Left::ThreadExit,
+            _ => crate::transport::calls::Left::Unwound,
+        },
+    })
+}
+
 fn outcome(code: i32) -> TargetOutcome {
     match code {
         run_outcome::FUEL => TargetOutcome::FuelExhausted,
@@ -592,8 +621,14 @@ impl Transport for InProc {
             Insert::Watchpoint { .. } => {
                 Err("--transport inproc has no watchpoints; use --transport ptrace".into())
             }
-            Insert::Return { .. } => {
-                Err("return probes are not implemented by --transport inproc".into())
+            Insert::Return { opcode, maxactive } => {
+                let site = self
+                    .patcher
+                    .plan_return(world, &self.maps, tag, addr, opcode)
+                    .map_err(|e| format!("cannot patch the function at {addr:#x}: {e}"))?;
+                self.armed.insert(tag, site);
+                self.maxactive.insert(tag, maxactive);
+                Ok(Armed(tag as u64))
             }
         }
     }
@@ -744,6 +779,7 @@ impl Transport for InProc {
                 st.ring_waits
             );
         }
+        self.report_live_calls(on_event);
         if let Some(status) = self.exit {
             let pid = self.pid;
             on_event(self, Event::ProcessExited { pid, status });
@@ -863,6 +899,13 @@ impl InProc {
         let mut items = std::mem::take(&mut self.items);
         let pid = self.pid;
         let d = agent.region.drain(|run| {
+            let h = run.header;
+            if h.outcome == run_outcome::UNWOUND {
+                if let Some(ev) = unwound(pid, run) {
+                    on_event(self, ev);
+                }
+                return;
+            }
             let trap = fill_sink(&mut sink, &mut items, run);
             let trap = trap.map(String::from_utf8_lossy);
             let h = run.header;
@@ -887,6 +930,27 @@ impl InProc {
         self.sink = sink;
         self.items = items;
         d.runs
+    }
+
+    /// At the end of the run: the calls of return probes still tracked
+    /// (their process ended, exec'd, or is let go before they returned)
+    /// ran no handler, and are counted as missed.
+    fn report_live_calls(
+        &mut self,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) {
+        let Some(a) = &self.agent else { return };
+        let mut live: Vec<(usize, u64)> = self
+            .maxactive
+            .keys()
+            .filter(|&&tag| a.region.probe_enabled(tag as u32))
+            .map(|&tag| (tag, a.region.probe_live(tag as u32)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        live.sort_unstable();
+        for (tag, count) in live {
+            on_event(self, Event::Missed { tag, count });
+        }
     }
 
     /// Reports the counters that changed since the last report.

@@ -17,7 +17,6 @@
 mod error;
 mod hit;
 mod launch;
-mod retsites;
 mod ring;
 mod sample;
 mod seam;

@@ -17,32 +17,41 @@ use crate::support::case::{Case, Need};
 use crate::support::cli::{gcc, output_within, progs, scratch, stats, sym, wprobe, write};
 
 pub const CASES: &[Case] = &[
-    case!(values_and_entry_arguments_are_exact @ per_transport),
-    case!(elapsed_of_a_10_ms_sleep @ per_transport),
+    case!(values_and_entry_arguments_are_exact @ every_transport),
+    case!(elapsed_of_a_10_ms_sleep @ every_transport),
     case!(maxactive_2_on_a_recursion_of_depth_5 @ per_transport),
     case!(ignore_and_maxhits_count_returns @ per_transport),
     case!(every_way_a_call_ends @ per_transport),
-    case!(a_cpp_exception_through_three_traced_frames @ per_transport),
-    case!(a_fork_child_not_followed_runs_untouched @ per_transport),
+    case!(a_cpp_exception_through_three_traced_frames @ every_transport),
+    case!(a_fork_child_not_followed_runs_untouched @ every_transport),
     case!(exec_during_a_call @ per_transport),
     case!(not_a_function_entry_is_refused @ per_transport),
     case!(a_return_handler_writes_rax, Need::Ptrace),
+    case!(inproc_refuses_returns_without_a_window),
     case!(
         detaching_with_live_calls_restores_the_return_sites,
         Need::Ptrace
     ),
     case!(suspend_ends_live_calls_and_resume_tracks_new_ones @ per_transport),
-    case!(a_return_probe_on_an_ifunc_returns_from_the_implementation @ per_transport),
+    case!(a_return_probe_on_an_ifunc_returns_from_the_implementation @ every_transport),
 ];
 
 /// `tests/progs/retprobe.c`, not PIE (link-time addresses are run-time
-/// ones), every C call a real call.
-fn target() -> PathBuf {
+/// ones), every C call a real call. For the in-process transport, built
+/// at `-O0`: at `-O1` some of its functions have a `ret` no 5-byte window
+/// can cover (`rec` ends in `ret; ret`, the second a branch target), which
+/// that transport refuses (`inproc_refuses_returns_without_a_window`).
+fn target_for(transport: &str) -> PathBuf {
+    let (name, opt) = if transport == "inproc" {
+        ("retprobe-O0", "-O0")
+    } else {
+        ("retprobe", "-O1")
+    };
     gcc(
-        "retprobe",
+        name,
         &progs().join("retprobe.c"),
         &[
-            "-O1",
+            opt,
             "-fno-optimize-sibling-calls",
             "-fno-inline",
             "-fno-pie",
@@ -50,6 +59,16 @@ fn target() -> PathBuf {
             "-fcf-protection=none",
         ],
     )
+}
+
+/// The module name of file `t`.
+fn module_of(t: &Path) -> &str {
+    t.file_name().and_then(|n| n.to_str()).unwrap()
+}
+
+/// The `-O1` build.
+fn target() -> PathBuf {
+    target_for("ptrace")
 }
 
 /// `tests/progs/throw3.cc`.
@@ -196,7 +215,7 @@ fn call_target_before(file: &Path, ret: u64) -> u64 {
 }
 
 fn values_and_entry_arguments_are_exact(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let words = [
         "entry, rdi",
         "entry, rsi",
@@ -208,7 +227,7 @@ fn values_and_entry_arguments_are_exact(transport: &'static str) {
     ];
     let prog = program(
         &format!("ret-values-{transport}"),
-        "retprobe",
+        module_of(&t),
         &[("add3", ""), ("tailer", "")],
         &words,
     );
@@ -249,10 +268,10 @@ fn values_and_entry_arguments_are_exact(transport: &'static str) {
 }
 
 fn elapsed_of_a_10_ms_sleep(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let prog = program(
         &format!("ret-sleep-{transport}"),
-        "retprobe",
+        module_of(&t),
         &[("sleeper", "")],
         &["entry, rdi", "r, rax", "elapsed"],
     );
@@ -269,10 +288,10 @@ fn elapsed_of_a_10_ms_sleep(transport: &'static str) {
 }
 
 fn maxactive_2_on_a_recursion_of_depth_5(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let prog = program(
         &format!("ret-maxactive-{transport}"),
-        "retprobe",
+        module_of(&t),
         &[("rec", "maxactive = 2\n")],
         &["entry, rdi", "r, rax"],
     );
@@ -289,10 +308,10 @@ fn maxactive_2_on_a_recursion_of_depth_5(transport: &'static str) {
 }
 
 fn ignore_and_maxhits_count_returns(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let prog = program(
         &format!("ret-maxhits-{transport}"),
-        "retprobe",
+        module_of(&t),
         &[
             ("add3", "ignore = 1\nmaxhits = 1\n"),
             ("rec", "maxhits = 3\n"),
@@ -327,11 +346,11 @@ const ALL: &[&str] = &[
 ];
 
 fn every_way_a_call_ends(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let probes: Vec<(&str, &str)> = ALL.iter().map(|f| (*f, "maxactive = 4096\n")).collect();
     let prog = program(
         &format!("ret-all-{transport}"),
-        "retprobe",
+        module_of(&t),
         &probes,
         &[
             "entry, rdi",
@@ -411,10 +430,10 @@ fn a_cpp_exception_through_three_traced_frames(transport: &'static str) {
 }
 
 fn a_fork_child_not_followed_runs_untouched(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let prog = program(
         &format!("ret-fork-{transport}"),
-        "retprobe",
+        module_of(&t),
         &[("add3", ""), ("rec", "")],
         &["entry, rdi", "r, rax"],
     );
@@ -428,10 +447,10 @@ fn a_fork_child_not_followed_runs_untouched(transport: &'static str) {
 }
 
 fn exec_during_a_call(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let prog = program(
         &format!("ret-exec-{transport}"),
-        "retprobe",
+        module_of(&t),
         &[("execer", ""), ("add3", "")],
         &["entry, rdi", "r, rax"],
     );
@@ -445,12 +464,12 @@ fn exec_during_a_call(transport: &'static str) {
 }
 
 fn not_a_function_entry_is_refused(transport: &'static str) {
-    let t = target();
+    let t = target_for(transport);
     let add3 = sym(&t, "add3");
     // add3+3 starts an instruction (`lea`) but is not the entry.
     let prog = program(
         &format!("ret-notentry-{transport}"),
-        "retprobe",
+        module_of(&t),
         &[("add3+3", ""), ("rec", "")],
         &["r, rax"],
     );
@@ -594,7 +613,7 @@ fn suspend_ends_live_calls_and_resume_tracks_new_ones(transport: &'static str) {
     use std::cell::{Cell, RefCell};
     use std::sync::atomic::AtomicBool;
 
-    let t = target();
+    let t = target_for(transport);
     let elf = wprobe_elf::ElfInfo::open(&t).unwrap();
     let (sleeper, naps) = (sym(&t, "sleeper"), sym(&t, "naps"));
     let code = |a: u64| {
@@ -786,4 +805,46 @@ fn a_return_probe_on_an_ifunc_returns_from_the_implementation(transport: &'stati
             "{err}"
         );
     }
+}
+
+/// The in-process transport needs a 5-byte window at every `ret` of a
+/// return-probed function: `rec` at `-O1` ends in `ret; ret`, the second
+/// a branch target with no padding after it, so its return probe is
+/// refused with the reason (and the run goes on with the others); `add3`
+/// (3 instructions) takes one window for its entry and its `ret`.
+fn inproc_refuses_returns_without_a_window() {
+    let t = target();
+    let prog = program(
+        "ret-refused-inproc",
+        "retprobe",
+        &[("add3", ""), ("rec", "")],
+        &["r, rax", "entry, rdi"],
+    );
+    let r = run("inproc", &prog, &[], &t, &["calls", "rec"]);
+    same_as_untraced(&r, &t, &["calls", "rec"]);
+    let info = wprobe_elf::ElfInfo::open(&t).unwrap();
+    let rec = sym(&t, "rec");
+    let f = info.function_containing(rec).unwrap();
+    let code = info.bytes_at(f.value, f.size as usize).unwrap();
+    assert_eq!(&code[code.len() - 2..], [0xc3, 0xc3], "rec ends in ret; ret");
+    let end = f.value + f.size;
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("ret-refused-inproc:rec"))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        line.ends_with(&format!(
+            "cannot patch the function at {rec:#x}: the `ret` at {:#x} has no 5-byte window: \
+             `ret` at {:#x} in the 5 bytes the jump replaces: control leaves the window before \
+             its end",
+            end - 1,
+            end - 2
+        )),
+        "{line}"
+    );
+    let add3 = r.words(0);
+    assert_eq!(add3.len(), 3, "{}", r.stderr);
+    assert_eq!(add3[0], [100, 0]);
+    assert_eq!(r.counts("add3"), (3, 0));
 }

@@ -80,6 +80,21 @@ impl ModuleCode {
         })
     }
 
+    /// The module file.
+    pub(super) fn elf(&self) -> &wprobe_elf::info::ElfInfo {
+        &self.elf
+    }
+
+    /// The bytes from link-time address `end` (a function's end) to the
+    /// next function's start, at most 16: the alignment padding a return
+    /// site's window may take.
+    pub(super) fn padding_after(&self, end: u64) -> &[u8] {
+        let i = self.funcs.partition_point(|&(s, _)| s < end);
+        let next = self.funcs.get(i).map_or(end + 16, |&(s, _)| s);
+        let n = next.saturating_sub(end).min(16) as usize;
+        self.elf.bytes_at(end, n).unwrap_or(&[])
+    }
+
     /// The file's bytes at link-time address `link`.
     pub(super) fn bytes_at(&self, link: u64, n: usize) -> Option<&[u8]> {
         self.elf.bytes_at(link, n)

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use agent_abi::site_kind;
 use agent_loader::stub::{self, Site};
 use agent_loader::window::{self, Refusal};
 
@@ -50,6 +51,10 @@ pub(super) struct Planned {
     pub(super) site: Site,
     /// The probes at the site, in insertion order.
     pub(super) tags: Vec<usize>,
+    /// Return probes whose function enters here.
+    pub(super) ret_tags: Vec<usize>,
+    /// `agent_abi::site_kind`.
+    pub(super) kind: u32,
     /// The window's bytes in the file (= in memory when planned).
     orig: Vec<u8>,
     /// The jump and its padding.
@@ -79,6 +84,24 @@ fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     crate::procmaps::find(maps, addr)
 }
 
+/// What a window is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// A probe's address (`window::plan`).
+    Probe,
+    /// A `ret` (`window::plan_ret`).
+    Ret,
+    /// A whole short function, entry through first `ret` (`window::plan_whole`).
+    Whole,
+}
+
+/// A window checked against the process, not yet given a stub.
+struct Checked {
+    site: Site,
+    orig: Vec<u8>,
+    inode: u64,
+}
+
 impl Patcher {
     /// Plans the site of the probe `tag` at `addr`; returns the site index.
     pub(super) fn plan(
@@ -89,13 +112,145 @@ impl Patcher {
         addr: u64,
         opcode: Option<u8>,
     ) -> Result<usize, String> {
+        let i = self.probe_site(world, maps, addr, opcode)?;
+        let s = &mut self.sites[i];
+        if !s.tags.contains(&tag) {
+            s.tags.push(tag);
+        }
+        Ok(i)
+    }
+
+    /// Plans the return probe `tag` on the function entered at `addr`: its
+    /// entry site, and a return site at each `ret` through which its calls
+    /// return (`crate::transport::retsites`). Every window is checked
+    /// before any is added: a function with one `ret` that cannot be
+    /// patched is refused whole. Returns the entry's site index.
+    pub(super) fn plan_return(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        tag: usize,
+        addr: u64,
+        opcode: Option<u8>,
+    ) -> Result<usize, String> {
+        let entry = match self.by_probe_addr.get(&addr) {
+            Some(_) => None,
+            None => Some(self.check(world, maps, addr, opcode, Shape::Probe)?),
+        };
+        let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
+        let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
+        let module = self
+            .modules
+            .get(&path)
+            .and_then(|r| r.as_ref().ok())
+            .ok_or_else(|| format!("reading {}", path.display()))?;
+        let file_off = addr - m.start + m.offset;
+        let found = crate::transport::retsites::return_sites(module.elf(), file_off, "inproc")?;
+        let mut rets = Vec::with_capacity(found.rets.len());
+        for off in found.rets {
+            if off < m.offset || off - m.offset >= m.end - m.start {
+                return Err(format!(
+                    "a `ret` of {} (file offset {off:#x}) is outside the mapping of its entry",
+                    found.function
+                ));
+            }
+            let at = m.start + (off - m.offset);
+            match self.by_probe_addr.get(&at) {
+                Some(&i) if self.sites[i].kind == site_kind::RET => {}
+                Some(_) => {
+                    return Err(format!(
+                        "the `ret` at {at:#x} of {} has a probe of its own, where its return \
+                         site would go",
+                        found.function
+                    ));
+                }
+                None => rets.push(self.check(world, maps, at, None, Shape::Ret)?),
+            }
+        }
+        let overlap = |a: &Site, b: &Site| {
+            a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64
+        };
+        // An entry too close to a `ret` for two windows: one window for
+        // both, if the code between is straight.
+        let mut entry = entry.map(|e| (e, false));
+        if let Some((e, whole)) = &mut entry
+            && rets.iter().any(|r| overlap(&r.site, &e.site))
+        {
+            let w = self
+                .check(world, maps, addr, opcode, Shape::Whole)
+                .map_err(|why| {
+                    format!(
+                        "{} is too short for a jump at its entry and one at its `ret`, and \
+                         cannot take one window for both: {why}",
+                        found.function
+                    )
+                })?;
+            rets.retain(|r| r.site.probe != w.site.ret.map_or(0, |i| i.ip()));
+            *e = w;
+            *whole = true;
+        }
+        let windows: Vec<&Site> = entry
+            .iter()
+            .map(|(c, _)| &c.site)
+            .chain(rets.iter().map(|c| &c.site))
+            .collect();
+        for (k, a) in windows.iter().enumerate() {
+            if let Some(b) = windows[k + 1..].iter().find(|b| overlap(a, b)) {
+                return Err(format!(
+                    "the windows at {:#x} and {:#x} of {} overlap",
+                    a.addr, b.addr, found.function
+                ));
+            }
+        }
+        for r in rets {
+            self.add(world, r, site_kind::RET)?;
+        }
+        let i = match entry {
+            Some((e, false)) => self.add(world, e, site_kind::PROBE)?,
+            Some((e, true)) => self.add_whole(world, e)?,
+            None => self.by_probe_addr[&addr],
+        };
+        let s = &mut self.sites[i];
+        if s.kind != site_kind::PROBE {
+            return Err(format!("{addr:#x} is a return site of another function"));
+        }
+        if !s.ret_tags.contains(&tag) {
+            s.ret_tags.push(tag);
+        }
+        Ok(i)
+    }
+
+    /// The probe site at `addr`, planned if new.
+    fn probe_site(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        addr: u64,
+        opcode: Option<u8>,
+    ) -> Result<usize, String> {
         if let Some(&i) = self.by_probe_addr.get(&addr) {
-            let s = &mut self.sites[i];
-            if !s.tags.contains(&tag) {
-                s.tags.push(tag);
+            if self.sites[i].kind != site_kind::PROBE {
+                return Err(format!(
+                    "{addr:#x} is a `ret` where a return probe's calls return: a probe cannot \
+                     share it"
+                ));
             }
             return Ok(i);
         }
+        let c = self.check(world, maps, addr, opcode, Shape::Probe)?;
+        self.add(world, c, site_kind::PROBE)
+    }
+
+    /// Checks a window at `addr` (a `ret` when `ret`) against the rules,
+    /// the file and the process, without changing anything.
+    fn check(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        addr: u64,
+        opcode: Option<u8>,
+        shape: Shape,
+    ) -> Result<Checked, String> {
         let m = mapping_of(maps, addr)
             .filter(|m| m.exec)
             .ok_or_else(|| format!("invalid address: {addr:#x} is not in an executable mapping"))?;
@@ -136,7 +291,13 @@ impl Patcher {
         let func = module
             .function(link, bias)
             .ok_or_else(|| Refusal::NoFunction.to_string())?;
-        let site = window::plan(addr, func, &module.targets).map_err(|r| r.to_string())?;
+        let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
+        let site = match shape {
+            Shape::Probe => window::plan(addr, func, &module.targets),
+            Shape::Ret => window::plan_ret(addr, func, after, &module.targets),
+            Shape::Whole => window::plan_whole(addr, func, after, &module.targets),
+        }
+        .map_err(|r| r.to_string())?;
         let wlink = site.addr.wrapping_sub(bias);
         let orig = module
             .bytes_at(wlink, site.len)
@@ -162,22 +323,70 @@ impl Patcher {
                 site.len
             ));
         }
+        let (lo, hi) = (site.addr, site.addr + site.len as u64);
+        if let Some(o) = self
+            .sites
+            .iter()
+            .find(|o| o.site.addr < hi && lo < o.site.addr + o.site.len as u64)
+        {
+            return Err(format!(
+                "the {} bytes the jump replaces at {lo:#x} overlap those of the probe at {:#x}",
+                site.len, o.site.probe
+            ));
+        }
+        Ok(Checked {
+            site,
+            orig,
+            inode: m.inode,
+        })
+    }
+
+    /// Gives a whole function's window its stub: the entry's site, and
+    /// after it the return site of its `ret` (same stub, no window of its
+    /// own). Returns the entry's site index.
+    fn add_whole(&mut self, world: &mut World, c: Checked) -> Result<usize, String> {
+        let ret = c.site.ret.map_or(0, |r| r.ip());
+        let i = self.add(world, c, site_kind::PROBE)?;
+        self.by_probe_addr.insert(ret, i + 1);
+        self.sites.push(Planned {
+            site: Site {
+                probe: ret,
+                addr: ret,
+                displaced: Vec::new(),
+                len: 0,
+                ret: None,
+            },
+            tags: Vec::new(),
+            ret_tags: Vec::new(),
+            kind: site_kind::RET,
+            orig: Vec::new(),
+            patch: Vec::new(),
+            inode: 0,
+            patched: false,
+        });
+        Ok(i)
+    }
+
+    /// Gives a checked window its stub; returns the site index.
+    fn add(&mut self, world: &mut World, c: Checked, kind: u32) -> Result<usize, String> {
         let id = self.sites.len() as u32;
-        let (area, stub_addr, code) = self.stub_for(world, &site, id)?;
-        let patch = stub::site_patch(&site, stub_addr).map_err(|e| e.to_string())?;
+        let (area, stub_addr, code) = self.stub_for(world, &c.site, id)?;
+        let patch = stub::site_patch(&c.site, stub_addr).map_err(|e| e.to_string())?;
         let a = &mut self.areas[area];
         let off = (stub_addr - a.base) as usize;
         a.code[off..off + code.len()].copy_from_slice(&code);
         a.next = stub_addr - a.base + code.len() as u64;
+        self.by_probe_addr.insert(c.site.probe, id as usize);
         self.sites.push(Planned {
-            site,
-            tags: vec![tag],
-            orig,
+            site: c.site,
+            tags: Vec::new(),
+            ret_tags: Vec::new(),
+            kind,
+            orig: c.orig,
             patch,
-            inode: m.inode,
+            inode: c.inode,
             patched: false,
         });
-        self.by_probe_addr.insert(addr, id as usize);
         Ok(id as usize)
     }
 
@@ -252,6 +461,7 @@ impl Patcher {
         let entries: Vec<Entry> = self
             .sites
             .iter()
+            .filter(|s| !s.patch.is_empty())
             .map(|s| Entry {
                 addr: s.site.addr,
                 orig: s.orig.clone(),
@@ -262,7 +472,7 @@ impl Patcher {
         j.record(&entries)
             .map_err(|e| format!("writing the patch journal: {e}"))?;
         self.journal = Some(j);
-        for s in &mut self.sites {
+        for s in self.sites.iter_mut().filter(|s| !s.patch.is_empty()) {
             world
                 .poke(s.site.addr, &s.patch)
                 .map_err(|e| format!("patching {:#x}: {e:#}", s.site.addr))?;

@@ -244,7 +244,7 @@ impl PerfTracer {
                 e
             }
         };
-        let found = super::retsites::return_sites(&elf, offset)?;
+        let found = crate::transport::retsites::return_sites(&elf, offset, "perf")?;
         let f = self.seam.funcs.len();
         let entry = PerfTracer::insert_keyed(
             self,

@@ -2,11 +2,12 @@
 //! arming time: the `ret` instructions of the function, and of the
 //! functions it continues in through direct jumps (a tail call `jmp g`, a
 //! conditional tail call, or the `f.cold` part GCC splits off), so that a
-//! uprobe on each sees every return that passes through them. The perf
-//! transport puts a uprobe there instead of rewriting return addresses as
-//! the kernel's uretprobes do (their trampoline address on the stack makes
-//! the C++ unwinder give up: an exception thrown through a traced frame
-//! then terminates the program).
+//! probe on each sees every return that passes through them. The perf
+//! transport puts a uprobe there, the in-process transport a return site,
+//! instead of rewriting return addresses as the kernel's uretprobes do
+//! (their trampoline address on the stack makes the C++ unwinder give up:
+//! an exception thrown through a traced frame then terminates the
+//! program).
 //!
 //! Not seen: a tail call that leaves the module (through the PLT) or goes
 //! through an indirect jump; such a call's return is never observed and
@@ -53,13 +54,15 @@ fn function_starting_at(elf: &ElfInfo, vaddr: u64) -> Option<&Symbol> {
 }
 
 /// Decodes the function entered at file offset `entry` and the functions
-/// it jumps into, and lists their `ret` instructions.
-pub fn return_sites(elf: &ElfInfo, entry: u64) -> Result<ReturnSites, String> {
+/// it jumps into, and lists their `ret` instructions (for return probes of
+/// `--transport TRANSPORT`).
+pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<ReturnSites, String> {
     let path = elf.path.display();
     let f = function_at_offset(elf, entry).ok_or_else(|| {
         format!(
-            "offset {entry:#x} of {path} is in no function of its symbol table: --transport perf \
-             finds the returns of a return probe by decoding its function; use --transport ptrace"
+            "offset {entry:#x} of {path} is in no function of its symbol table: --transport \
+             {transport} finds the returns of a return probe by decoding its function; use \
+             --transport ptrace"
         )
     })?;
     let mut todo: Vec<&Symbol> = vec![f];
@@ -107,8 +110,8 @@ pub fn return_sites(elf: &ElfInfo, entry: u64) -> Result<ReturnSites, String> {
     if rets.is_empty() {
         return Err(format!(
             "{} in {path} has no `ret` instruction (it ends in calls that do not return, or in \
-             tail calls out of the module): --transport perf cannot observe its returns; use \
-             --transport ptrace",
+             tail calls out of the module): --transport {transport} cannot observe its returns; \
+             use --transport ptrace",
             f.name
         ));
     }

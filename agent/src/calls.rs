@@ -1,0 +1,277 @@
+//! Return probes in the target. No return address is rewritten: a return
+//! probe's function entry is a probe site that tracks the call, and each
+//! `ret` through which its calls return is a return site whose stub calls
+//! `dispatch` just before the `ret` (the return address at `[rsp]`). Calls
+//! are paired per thread by the stack pointer, as the tracer's transports
+//! pair them (`agent_abi::pairing`): each thread has a fixed stack of
+//! tracked calls (entry registers, `rsp`, return address, entry time),
+//! mapped at its first tracked call, touched only by its own thread, so
+//! tracking takes no lock. A call found abandoned (`longjmp`, an exception
+//! unwinding through it; or its thread gone, when a new thread takes over
+//! the thread slot) is reported to the tracer as an unwound record
+//! ([`agent_abi::rec::UNWOUND`]), innermost first, before the thread's
+//! next handler run. Calls beyond a probe's `maxactive`, or beyond
+//! [`DEPTH`] tracked calls in one thread, are counted as missed.
+
+use crate::ring::Rec;
+use crate::thread::Slot;
+use crate::{HitArgs, StoreLock, agent, ring, run_probe, sys, vdso};
+use agent_abi::pairing::{self, CallFrame};
+use agent_abi::{ControlHeader, RunHeader, left, rec, run_outcome};
+use core::sync::atomic::Ordering;
+use hostabi::env::EntryState;
+
+/// Tracked calls per thread (deeper calls of return-probed functions are
+/// missed).
+pub const DEPTH: usize = 1024;
+
+/// A tracked call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tracked {
+    probe: u32,
+    func: u64,
+    entry_rsp: u64,
+    ret_addr: u64,
+    /// rdi, rsi, rdx, rcx, r8, r9, rsp at the entry.
+    regs: [u64; 7],
+    /// Wall-clock time of the entry (ns).
+    entry_ns: u64,
+}
+
+impl CallFrame for Tracked {
+    fn entry_rsp(&self) -> u64 {
+        self.entry_rsp
+    }
+    fn ret_addr(&self) -> u64 {
+        self.ret_addr
+    }
+    fn func(&self) -> u64 {
+        self.func
+    }
+}
+
+/// A thread's tracked calls, innermost last.
+#[repr(C)]
+pub struct Shadow {
+    /// The thread they belong to.
+    tid: u32,
+    len: u32,
+    calls: [Tracked; DEPTH],
+}
+
+/// The entry state of a hit at a return-probed function's entry, taken
+/// before its handlers run (they may write registers).
+pub struct Entry {
+    shadow: &'static mut Shadow,
+    regs: [u64; 7],
+    ret_addr: u64,
+}
+
+/// The call stack of the thread of `slot`, mapped at its first use
+/// (zero-filled: empty). `None` when it cannot be mapped.
+fn shadow(slot: &Slot) -> Option<&'static mut Shadow> {
+    let mut p = slot.shadow.load(Ordering::Relaxed);
+    if p == 0 {
+        let size = core::mem::size_of::<Shadow>().next_multiple_of(4096);
+        p = sys::mmap(
+            0,
+            size,
+            sys::PROT_READ | sys::PROT_WRITE,
+            sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE,
+        )
+        .ok()? as usize;
+        slot.shadow.store(p, Ordering::Relaxed);
+    }
+    // SAFETY: mapped for the life of the process, used only by the thread
+    // owning the slot (inside the agent, `busy` set).
+    Some(unsafe { &mut *(p as *mut Shadow) })
+}
+
+/// Whether the thread of `slot` has tracked calls (a `ret` site then has
+/// work: otherwise it returns at once).
+#[inline(always)]
+pub fn tracking(slot: &Slot) -> bool {
+    let p = slot.shadow.load(Ordering::Relaxed);
+    // SAFETY: see `shadow`.
+    p != 0 && unsafe { (*(p as *const Shadow)).len } != 0
+}
+
+/// One unwound record of `call` of thread `tid` into the ring.
+fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut StoreLock<'_>) {
+    let Some(slot) = crate::ctrl::probe(c, call.probe) else {
+        return;
+    };
+    slot.live.fetch_sub(1, Ordering::Relaxed);
+    if slot.enabled.load(Ordering::Relaxed) == 0 {
+        // Calls of a disabled probe end without a word.
+        return;
+    }
+    if !lock.take() {
+        slot.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let mut data = [0u8; 24];
+    data[..8].copy_from_slice(&call.entry_rsp.to_le_bytes());
+    data[8..16].copy_from_slice(&call.entry_ns.to_le_bytes());
+    data[16..].copy_from_slice(&cause.to_le_bytes());
+    let r = Rec {
+        kind: rec::UNWOUND,
+        major: 0,
+        minor: 0,
+        data: (0, data.len()),
+        items: (0, 0),
+    };
+    let head = RunHeader {
+        probe: call.probe,
+        tid,
+        outcome: run_outcome::UNWOUND,
+        time_ns: call.entry_ns,
+        ..Default::default()
+    };
+    if !ring::push(c, head, &[r], &data, &[]) {
+        slot.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Reports the calls of `sh` from index `from` up, innermost first, and
+/// forgets them.
+fn cut(c: &ControlHeader, sh: &mut Shadow, from: usize, cause: u64, lock: &mut StoreLock<'_>) {
+    let tid = sh.tid;
+    while sh.len as usize > from {
+        sh.len -= 1;
+        let call = sh.calls[sh.len as usize];
+        report(c, &call, tid, cause, lock);
+    }
+}
+
+/// The shadow stack of the hit's thread, its calls of an earlier thread of
+/// the same slot reported as ended with it.
+fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'static mut Shadow> {
+    let sh = shadow(h.slot)?;
+    if sh.tid != h.tid {
+        cut(c, sh, 0, left::THREAD_EXIT, lock);
+        sh.tid = h.tid;
+    }
+    Some(sh)
+}
+
+/// The hit's time, taken once (records of the hit carry the same).
+fn now(h: &HitArgs) -> u64 {
+    if h.now.get() == 0 {
+        h.now.set(vdso::clock_ns(sys::CLOCK_REALTIME));
+    }
+    h.now.get()
+}
+
+/// At the entry of a return-probed function, before its probes run: the
+/// calls this entry proves abandoned are reported, and the entry state is
+/// kept for [`track`]. `None` when the thread's call stack cannot be mapped
+/// (its calls are counted as missed).
+pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<Entry> {
+    // SAFETY: the stub's frame, live for this hit.
+    let f = unsafe { &*h.frame };
+    let Some(sh) = own(c, h, lock) else {
+        crate::missed(c, h.site);
+        return None;
+    };
+    // SAFETY: at a function's entry `rsp` points at the return address, in
+    // the thread's own stack.
+    let ret_addr = unsafe { (f.rsp as *const u64).read() };
+    let kept = pairing::kept_at_entry(&sh.calls[..sh.len as usize], f.rsp, ret_addr, h.site.addr);
+    cut(c, sh, kept, left::UNWOUND, lock);
+    Some(Entry {
+        shadow: sh,
+        regs: [f.rdi, f.rsi, f.rdx, f.rcx, f.r8, f.r9, f.rsp],
+        ret_addr,
+    })
+}
+
+/// After the entry's probes ran: a call is tracked for each enabled return
+/// probe of the function (or counted as missed).
+pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry) {
+    let t = now(h);
+    let sh = e.shadow;
+    for &p in &h.site.ret_probes {
+        let Some(slot) = crate::ctrl::probe(c, p) else {
+            continue;
+        };
+        if slot.enabled.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        if sh.len as usize >= DEPTH {
+            slot.missed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if slot.live.fetch_add(1, Ordering::Relaxed) >= slot.maxactive {
+            slot.live.fetch_sub(1, Ordering::Relaxed);
+            slot.missed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        sh.calls[sh.len as usize] = Tracked {
+            probe: p,
+            func: h.site.addr,
+            entry_rsp: e.regs[6],
+            ret_addr: e.ret_addr,
+            regs: e.regs,
+            entry_ns: t,
+        };
+        sh.len += 1;
+    }
+}
+
+/// A `ret` of a return site: the tracked calls returning through it run
+/// their handlers, innermost first, with the registers after the `ret`
+/// (`rip` the return address, `rsp` 8 higher) and their entry state.
+/// Returns the number of handlers run.
+pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
+    let Some(sh) = own(c, h, lock) else {
+        return 0;
+    };
+    // SAFETY: the stub's frame, live for this hit.
+    let rsp = unsafe { (*h.frame).rsp };
+    // SAFETY: just before a `ret`, `rsp` points at the return address.
+    let at = unsafe { (rsp as *const u64).read() };
+    let Some((i, n)) = pairing::returning(&sh.calls[..sh.len as usize], rsp + 8, Some(at)) else {
+        return 0;
+    };
+    cut(c, sh, i + 1, left::UNWOUND, lock);
+    let t = now(h);
+    let mut ran = 0;
+    for _ in 0..n {
+        sh.len -= 1;
+        let call = sh.calls[sh.len as usize];
+        let Some(slot) = crate::ctrl::probe(c, call.probe) else {
+            continue;
+        };
+        slot.live.fetch_sub(1, Ordering::Relaxed);
+        if slot.enabled.load(Ordering::Relaxed) == 0 || c.enabled.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        if !lock.take() {
+            slot.missed.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        // SAFETY: the stub's frame; the store lock is held.
+        unsafe {
+            (*h.frame).rip = call.ret_addr;
+            (*h.frame).rsp = rsp + 8;
+        }
+        if let Some(a) = agent() {
+            a.store.data_mut().env.entry = Some(EntryState {
+                regs: call.regs,
+                elapsed_ns: t.saturating_sub(call.entry_ns),
+            });
+        }
+        if run_probe(c, slot, call.probe, h) {
+            ran += 1;
+        }
+        if let Some(a) = agent() {
+            a.store.data_mut().env.entry = None;
+        }
+    }
+    // SAFETY: as above (the trampoline does not restore `rsp` from the
+    // frame; this keeps the frame true).
+    unsafe { (*h.frame).rsp = rsp };
+    ran
+}
