@@ -391,6 +391,8 @@ pub struct RunHeader {
     pub outcome: i32,
     /// Wall-clock time of the hit, ns since the epoch.
     pub time_ns: u64,
+    /// The probe's address (a return probe's: its function's entry).
+    pub ip: u64,
 }
 
 /// Size of [`RunHeader`].

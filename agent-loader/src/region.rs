@@ -385,8 +385,7 @@ impl Region {
 
     /// Calls of return probe `p` tracked now (entered, not yet returned).
     pub fn probe_live(&self, p: u32) -> u64 {
-        self.probe(p)
-            .map_or(0, |s| s.live.load(Ordering::Relaxed))
+        self.probe(p).map_or(0, |s| s.live.load(Ordering::Relaxed))
     }
 
     /// Global variables in use.

@@ -81,10 +81,9 @@ impl std::fmt::Display for Refusal {
                 f,
                 "function too short: {room} bytes from the probe to its end, a jump needs 5"
             ),
-            Refusal::ShortReturn { at, why } => write!(
-                f,
-                "the `ret` at {at:#x} has no 5-byte window: {why}"
-            ),
+            Refusal::ShortReturn { at, why } => {
+                write!(f, "the `ret` at {at:#x} has no 5-byte window: {why}")
+            }
             Refusal::Undecodable { at } => write!(f, "invalid instruction at {at:#x}"),
             Refusal::Instruction { at, what, why } => {
                 write!(

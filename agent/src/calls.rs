@@ -263,6 +263,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
                 elapsed_ns: t.saturating_sub(call.entry_ns),
             });
         }
+        h.ip.set(call.func);
         if run_probe(c, slot, call.probe, h) {
             ran += 1;
         }

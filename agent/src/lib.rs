@@ -651,6 +651,9 @@ struct HitArgs {
     /// Wall-clock time of the hit, when taken before the handlers (0: the
     /// first `now_ns` of a handler takes it).
     now: core::cell::Cell<u64>,
+    /// The probe's address for the run header (a return probe's: its
+    /// function's entry).
+    ip: core::cell::Cell<u64>,
 }
 
 /// The store lock, taken when first needed and released on drop.
@@ -732,6 +735,7 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         fs_base: fs,
         frame,
         now: core::cell::Cell::new(0),
+        ip: core::cell::Cell::new(s.addr),
     };
     let top = slot.stack.load(Ordering::Relaxed);
     // SAFETY: the thread's own agent stack, not in use (busy was 0).
@@ -915,6 +919,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
             cpu: hostabi::env::HitEnv::cpu(&d.env) as u32,
             outcome,
             time_ns: hostabi::env::HitEnv::now_ns(&d.env),
+            ip: h.ip.get(),
             ..Default::default()
         };
         if !ring::push(c, head, &d.sink.recs, &d.sink.bytes, &d.sink.items) {

@@ -288,6 +288,8 @@ pub struct TargetRun<'a> {
     pub cpu: u32,
     /// Wall-clock time of the hit, ns since the epoch.
     pub time_ns: u64,
+    /// The probe's run-time address (a return probe's: its function's entry).
+    pub ip: u64,
     /// How the handler ended.
     pub outcome: TargetOutcome,
     /// The message of the probe's first trap (sent once per probe).

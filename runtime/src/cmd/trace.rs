@@ -308,10 +308,13 @@ fn manifest(exe: &Path, funcs: &[Func], which: &[usize]) -> (Manifest, Vec<(u32,
         exit.export = EXIT_EXPORT.into();
         exit.r#return = true;
         exit.maxactive = MAX_MAXACTIVE;
-        m.probes.push(entry);
+        // The return probe first: a transport that patches code plans the
+        // function's windows for both ends at once (a short function takes
+        // one window for its entry and its `ret`).
         m.probes.push(exit);
-        map.push((i as u32, false));
+        m.probes.push(entry);
         map.push((i as u32, true));
+        map.push((i as u32, false));
     }
     (m, map)
 }

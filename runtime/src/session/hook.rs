@@ -181,6 +181,35 @@ impl Session {
         true
     }
 
+    /// Gives the records of a handler run in the target to the hook;
+    /// false when there is none.
+    pub(super) fn hook_target_run(
+        &mut self,
+        pi: usize,
+        run: &crate::transport::TargetRun<'_>,
+    ) -> bool {
+        let Some(hook) = self.hook.as_mut() else {
+            return false;
+        };
+        let p = &self.probes[pi];
+        let hit = HookHit {
+            prog: p.prog,
+            index: p.index,
+            pid: run.pid as u32,
+            tid: run.tid as u32,
+            cpu: run.cpu,
+            time_ns: run.time_ns,
+            ip: run.ip,
+        };
+        hook.run(&hit, run.records);
+        let st = &mut self.probes[pi].stats;
+        for r in &run.records.records {
+            st.records += 1;
+            st.bytes += r.data.len() as u64;
+        }
+        true
+    }
+
     /// Gives a process event or a loss to the hook, if there is one.
     pub(super) fn hook_event(&mut self, ev: HookEvent) {
         if let Some(hook) = self.hook.as_mut() {

@@ -84,16 +84,20 @@ impl Session {
         if self.bt.active {
             self.bt.sym.note(run.pid as u64);
         }
-        self.write_sink(
-            pi,
-            run.records,
-            Origin {
-                pid: run.pid as u32,
-                tid: run.tid as u32,
-                cpu: run.cpu,
-                time_ns: run.time_ns,
-            },
-        );
+        if self.hook_target_run(pi, run) {
+            // Consumed by the hook.
+        } else {
+            self.write_sink(
+                pi,
+                run.records,
+                Origin {
+                    pid: run.pid as u32,
+                    tid: run.tid as u32,
+                    cpu: run.cpu,
+                    time_ns: run.time_ns,
+                },
+            );
+        }
         match run.outcome {
             TargetOutcome::Returned(Outcome::Remove) => self.disable(t, pi),
             TargetOutcome::Returned(Outcome::Stop) => self.request_stop(),

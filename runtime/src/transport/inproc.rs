@@ -914,6 +914,7 @@ impl InProc {
                 tid: h.tid as i32,
                 cpu: h.cpu,
                 time_ns: h.time_ns,
+                ip: h.ip,
                 outcome: outcome(h.outcome),
                 trap: trap.as_deref(),
                 records: &sink,

@@ -826,7 +826,11 @@ fn inproc_refuses_returns_without_a_window() {
     let rec = sym(&t, "rec");
     let f = info.function_containing(rec).unwrap();
     let code = info.bytes_at(f.value, f.size as usize).unwrap();
-    assert_eq!(&code[code.len() - 2..], [0xc3, 0xc3], "rec ends in ret; ret");
+    assert_eq!(
+        &code[code.len() - 2..],
+        [0xc3, 0xc3],
+        "rec ends in ret; ret"
+    );
     let end = f.value + f.size;
     let line = r
         .stderr

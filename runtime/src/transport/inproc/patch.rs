@@ -167,9 +167,8 @@ impl Patcher {
                 None => rets.push(self.check(world, maps, at, None, Shape::Ret)?),
             }
         }
-        let overlap = |a: &Site, b: &Site| {
-            a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64
-        };
+        let overlap =
+            |a: &Site, b: &Site| a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64;
         // An entry too close to a `ret` for two windows: one window for
         // both, if the code between is straight.
         let mut entry = entry.map(|e| (e, false));
