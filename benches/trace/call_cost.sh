@@ -12,6 +12,9 @@
 #                                  and at its return address, a line per call
 #   wprobe trace --transport perf -o FILE     every function, a line per call
 #   wprobe trace --transport ptrace -o FILE   the same under ptrace
+#   wprobe trace --transport inproc -o FILE   the same, the handlers in the
+#                                  target (a window at f's entry and one at
+#                                  its ret, no trap)
 #   wprobe trace ... --report      the same, calls aggregated (no line per call)
 #   wprobe run entry.rpn / return.rpn   under each transport: one ordinary
 #                                  probe at f's entry, and one return probe
@@ -34,9 +37,10 @@
 #
 # usage: benches/trace/call_cost.sh [REPEATS]
 # env:   REPEATS (5); FAST_N1/FAST_N2 (uftrace, untraced: 1000000/6000000);
-#        PERF_N1/PERF_N2 (20000/120000); PTRACE_N1/PTRACE_N2 (2000/12000)
+#        PERF_N1/PERF_N2 (20000/120000); PTRACE_N1/PTRACE_N2 (2000/12000);
+#        INPROC_N1/INPROC_N2 (200000/1200000)
 #        WPROBE  wprobe binary (default target/release/wprobe, built when missing)
-#        SKIP    rows to leave out, space separated: uftrace ltrace perf ptrace
+#        SKIP    rows to leave out, space separated: uftrace ltrace inproc perf ptrace
 # Needs root for --transport perf (uprobes), gcc, uftrace and ltrace
 # (scripts/setup.sh installs them).
 set -euo pipefail
@@ -51,6 +55,7 @@ REPEATS=${1:-${REPEATS:-5}}
 FN1=${FAST_N1:-1000000} FN2=${FAST_N2:-6000000}
 PN1=${PERF_N1:-20000} PN2=${PERF_N2:-120000}
 TN1=${PTRACE_N1:-2000} TN2=${PTRACE_N2:-12000}
+IN1=${INPROC_N1:-200000} IN2=${INPROC_N2:-1200000}
 SKIP=" ${SKIP:-} "
 skipped() { [[ $SKIP == *" $1 "* ]]; }
 export LC_ALL=C
@@ -127,6 +132,12 @@ if ! skipped perf; then
   add "  wprobe run return.rpn (perf)" "$(net "$(slope "$PN1" "$PN2" hits_ok "$W" run --transport perf "$ROOT/benches/trace/return.rpn" -- "$T")")"
   add "  wprobe run at_ret (perf)" "$(net "$(slope "$PN1" "$PN2" hits_ok "$W" run --transport perf "$WORK/at_ret.rpn" -- "$T")")"
 fi
+if ! skipped inproc; then
+  add "wprobe trace --transport inproc" "$(net "$(slope "$IN1" "$IN2" tree_ok "$W" trace --transport inproc -o "$WORK/trace.out" -- "$T")")"
+  add "  ... --report" "$(net "$(slope "$IN1" "$IN2" report_ok "$W" trace --transport inproc --report -o "$WORK/trace.out" -- "$T")")"
+  add "  wprobe run entry.rpn (inproc)" "$(net "$(slope "$IN1" "$IN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/entry.rpn" -- "$T")")"
+  add "  wprobe run return.rpn (inproc)" "$(net "$(slope "$IN1" "$IN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/return.rpn" -- "$T")")"
+fi
 if ! skipped ptrace; then
   add "wprobe trace --transport ptrace" "$(net "$(slope "$TN1" "$TN2" tree_ok "$W" trace --transport ptrace -o "$WORK/trace.out" -- "$T")")"
   add "  ... --report" "$(net "$(slope "$TN1" "$TN2" report_ok "$W" trace --transport ptrace --report -o "$WORK/trace.out" -- "$T")")"
@@ -140,7 +151,7 @@ for i in "${!NAMES[@]}"; do
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", a / b; else print "-" }'; }
 echo "machine: $CPU, $(nproc) cores; kernel $(uname -r); load $LOAD0 (start) $(cut -d' ' -f1-3 /proc/loadavg) (end)"
-echo "calls: untraced and uftrace $FN1/$FN2, perf $PN1/$PN2, ptrace and ltrace $TN1/$TN2; REPEATS=$REPEATS, medians; wprobe $COMMIT; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "calls: untraced and uftrace $FN1/$FN2, inproc $IN1/$IN2, perf $PN1/$PN2, ptrace and ltrace $TN1/$TN2; REPEATS=$REPEATS, medians; wprobe $COMMIT; $(date -u +%Y-%m-%dT%H:%MZ)"
 printf "%-34s %12s %12s %10s %10s\n" tracer "wall ns/call" "cpu ns/call" "wall ×uf" "cpu ×uf"
 printf "%-34s %12s %12s %10s %10s\n" "untraced loop (ns per call)" "$uw" "$uc" - -
 warn=0

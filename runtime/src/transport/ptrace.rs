@@ -26,7 +26,7 @@ mod rdebug;
 mod seam;
 mod sites;
 mod start;
-mod step;
+pub(crate) mod step;
 mod threads;
 mod tick;
 pub mod watchdog;

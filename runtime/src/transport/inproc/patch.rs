@@ -297,6 +297,18 @@ impl Patcher {
             Shape::Whole => window::plan_whole(addr, func, after, &module.targets),
         }
         .map_err(|r| r.to_string())?;
+        if let Some(call) = site
+            .displaced
+            .last()
+            .filter(|i| i.code() == iced_x86::Code::Call_rel32_64)
+            && crate::transport::ptrace::step::user_shadow_stacks()
+        {
+            return Err(format!(
+                "the `call` at {:#x} ends the 5 bytes the jump replaces; its stub would push the \
+                 return address without the CET shadow stack this machine gives processes",
+                call.ip()
+            ));
+        }
         let wlink = site.addr.wrapping_sub(bias);
         let orig = module
             .bytes_at(wlink, site.len)

@@ -52,7 +52,7 @@ impl EmuMem for Emu<'_> {
 /// Whether this machine gives user space CET shadow stacks (the kernel
 /// lists `user_shstk` among the CPU flags when it supports them and the
 /// CPU has them). Read once.
-pub(super) fn user_shadow_stacks() -> bool {
+pub(crate) fn user_shadow_stacks() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
         std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
