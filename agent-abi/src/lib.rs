@@ -750,7 +750,7 @@ mod tests {
 
     #[test]
     fn shared_layouts() {
-        assert_eq!(size_of::<RunHeader>(), 32);
+        assert_eq!(size_of::<RunHeader>(), 40);
         assert_eq!(size_of::<RecordHeader>(), 16);
         assert_eq!(record_size(0, 0), 16);
         assert_eq!(record_size(1, 0), 24);
@@ -760,7 +760,7 @@ mod tests {
         assert_eq!(offset_of!(ControlHeader, ring) % 64, 0);
         assert_eq!(size_of::<LoadRequest>(), 64);
         assert_eq!(size_of::<ProbeEntry>(), 24);
-        assert_eq!(size_of::<SiteEntry>(), 24);
+        assert_eq!(size_of::<SiteEntry>(), 40);
         assert_eq!(size_of::<SitesRequest>(), 16);
         const { assert!(CONTROL_HEADER_SIZE <= 4096) };
     }
