@@ -318,6 +318,58 @@ fn padding(
     (n >= need).then_some(n)
 }
 
+/// The one-instruction window of a site that traps instead of jumping (a
+/// fallback where no 5-byte window can go: the tracer writes an `int3` at
+/// `addr` and, at each trap, moves the thread to the stub). `code` holds
+/// the bytes from `addr` on. The stub is that of a jump's window of one
+/// instruction: `dispatch`, the instruction relocated, a jump back (a
+/// `ret`: `dispatch`, then the `ret`). Refused: an undecodable
+/// instruction, an indirect `call` (its return address would point into
+/// the stub), `loop`/`jrcxz`, `xbegin`.
+pub fn plan_trap(addr: u64, code: &[u8], ret_site: bool) -> Result<Site, Refusal> {
+    let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let i = d.decode();
+    if i.is_invalid() {
+        return Err(Refusal::Undecodable { at: addr });
+    }
+    let why = match i.flow_control() {
+        FlowControl::IndirectCall => Some("a call's return address would point into the stub"),
+        FlowControl::XbeginXabortXend => Some("transactional memory is not relocated"),
+        _ => None,
+    }
+    .or(match i.mnemonic() {
+        Mnemonic::Loop | Mnemonic::Loope | Mnemonic::Loopne | Mnemonic::Jrcxz | Mnemonic::Jecxz => {
+            Some("rel8-only branches are not relocated")
+        }
+        _ => None,
+    });
+    if let Some(why) = why {
+        return Err(Refusal::Instruction {
+            at: addr,
+            what: mnemonic(&i),
+            why,
+        });
+    }
+    if i.flow_control() == FlowControl::Call && i.code() != Code::Call_rel32_64 {
+        return Err(Refusal::Instruction {
+            at: addr,
+            what: mnemonic(&i),
+            why: "only a direct call is relocated",
+        });
+    }
+    let is_ret = i.flow_control() == FlowControl::Return;
+    if ret_site && !is_ret {
+        return Err(Refusal::Undecodable { at: addr });
+    }
+    Ok(Site {
+        probe: addr,
+        addr,
+        displaced: if ret_site { Vec::new() } else { vec![i] },
+        len: i.len(),
+        ret: ret_site.then_some(i),
+    })
+}
+
 /// Most instructions before a `ret` a return site's window takes.
 const MAX_EPILOGUE: usize = 4;
 

@@ -58,6 +58,11 @@ pub fn seize(tid: i32, options: libc::c_int) -> Result<(), Errno> {
     req(libc::PTRACE_SEIZE, tid, 0, options as usize).map(drop)
 }
 
+/// PTRACE_SETOPTIONS.
+pub fn setoptions(tid: i32, options: libc::c_int) -> Result<(), Errno> {
+    req(libc::PTRACE_SETOPTIONS, tid, 0, options as usize).map(drop)
+}
+
 /// PTRACE_INTERRUPT.
 pub fn interrupt(tid: i32) -> Result<(), Errno> {
     req(libc::PTRACE_INTERRUPT, tid, 0, 0).map(drop)

@@ -25,6 +25,7 @@ pub mod journal;
 mod launch;
 mod patch;
 pub mod repair;
+mod traps;
 mod world;
 
 use std::collections::HashMap;
@@ -122,6 +123,10 @@ pub struct InProc {
     /// The agent's heap allocations once armed (`WPROBE_DEBUG` reports the
     /// ones made while running: none per hit).
     allocations_armed: u64,
+    /// The seized threads while some site traps instead of jumping.
+    traps: Option<traps::Traps>,
+    /// Restores the traps' bytes if wprobe dies.
+    watchdog: Option<crate::transport::ptrace::watchdog::Watchdog>,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -171,6 +176,8 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         suspended: false,
         ended: false,
         allocations_armed: 0,
+        traps: None,
+        watchdog: None,
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -412,12 +419,54 @@ impl InProc {
         if let Some(a) = &self.agent {
             self.allocations_armed = a.region.stats().allocations;
         }
-        // Let the target go.
-        if let Some(mut w) = self.world.take() {
-            w.release();
+        // Let the target go (seized, when some site traps).
+        if let Some(w) = self.world.take() {
+            self.go(w)?;
         }
         self.pidfd = crate::sys::process::pidfd_open(self.pid);
         Ok(())
+    }
+
+    /// Lets the stopped target go; with trap sites, its threads stay
+    /// seized (`traps`): the watchdog is started and the `int3`s written
+    /// first.
+    fn go(&mut self, mut w: World) -> Result<(), String> {
+        if !self.patcher.has_traps() {
+            w.release();
+            return Ok(());
+        }
+        match crate::transport::ptrace::watchdog::spawn(self.pid) {
+            Ok(d) => self.watchdog = Some(d),
+            Err(e) => {
+                w.release();
+                return Err(format!(
+                    "the watchdog that restores the traps if wprobe dies did not start: {e}"
+                ));
+            }
+        }
+        let (redirect, orig) = self.patcher.trap_maps();
+        let mut t =
+            traps::Traps::take(w, self.launched, redirect, orig).map_err(|e| format!("{e:#}"))?;
+        let armed = self.patcher.arm_traps(self.pid);
+        t.go();
+        self.traps = Some(t);
+        armed
+    }
+
+    /// Prints where planning fell back to a trap, and why.
+    fn say_fallbacks(&mut self) {
+        for n in self.patcher.notes.drain(..) {
+            crate::elog!("wprobe: process {}: {n}", self.pid);
+        }
+    }
+
+    /// Stops every thread of the target: through the seized threads when
+    /// some site traps, else by seizing them.
+    fn stop_world(&mut self) -> anyhow::Result<World> {
+        match self.traps.take() {
+            Some(t) if t.active() => t.stop_all(),
+            _ => World::stop(self.pid),
+        }
     }
 
     /// Whether the process exited (its pidfd is readable), without reaping.
@@ -616,6 +665,7 @@ impl Transport for InProc {
                     .plan(world, &self.maps, tag, addr, opcode)
                     .map_err(|e| format!("cannot patch {addr:#x}: {e}"))?;
                 self.armed.insert(tag, site);
+                self.say_fallbacks();
                 Ok(Armed(tag as u64))
             }
             Insert::Watchpoint { .. } => {
@@ -628,6 +678,7 @@ impl Transport for InProc {
                     .map_err(|e| format!("cannot patch the function at {addr:#x}: {e}"))?;
                 self.armed.insert(tag, site);
                 self.maxactive.insert(tag, maxactive);
+                self.say_fallbacks();
                 Ok(Armed(tag as u64))
             }
         }
@@ -650,7 +701,7 @@ impl Transport for InProc {
         // Dormant first: a thread already in a stub runs the displaced
         // instructions and goes on; none starts a handler.
         a.region.set_enabled(false);
-        let mut w = World::stop(self.pid).map_err(|e| format!("{e:#}"))?;
+        let mut w = self.stop_world().map_err(|e| format!("{e:#}"))?;
         let restored = self.patcher.restore(&w);
         w.release();
         let left = restored?;
@@ -682,8 +733,11 @@ impl Transport for InProc {
                 continue;
             }
             let installed = self.patcher.install(&w, dispatch);
-            w.release();
-            installed?;
+            if let Err(e) = installed {
+                w.release();
+                return Err(e);
+            }
+            self.go(w)?;
             if let Some(a) = &self.agent {
                 a.region.set_enabled(true);
             }
@@ -712,13 +766,25 @@ impl Transport for InProc {
         let mut last_counts = Instant::now();
         let mut busy = false;
         loop {
+            let trapped = self.traps.as_mut().map_or(0, |t| t.poll());
+            if let Some(t) = &self.traps {
+                if t.exit.is_some() {
+                    self.exit = t.exit;
+                    self.ended = true;
+                }
+                if t.execed && !self.execed {
+                    self.execed = true;
+                    self.patcher.forget();
+                    self.traps = None;
+                }
+            }
             let drained = self.drain_runs(on_event);
             if drained > 0 || last_counts.elapsed() >= COUNTS_EVERY {
                 self.report_counts(&mut deltas, on_event);
                 last_counts = Instant::now();
                 self.check_exec();
             }
-            if stop.load(Ordering::SeqCst) {
+            if stop.load(Ordering::SeqCst) || self.ended {
                 break;
             }
             if let Some(status) = self.ended() {
@@ -726,7 +792,10 @@ impl Transport for InProc {
                 self.ended = true;
                 break;
             }
-            let mut timeout = if drained > 0 || busy {
+            let mut timeout = if self.traps.is_some() {
+                // Traps wait for us: look again soon.
+                i32::from(trapped == 0)
+            } else if drained > 0 || busy {
                 1
             } else {
                 IDLE_SLEEP_MS
@@ -800,7 +869,7 @@ impl Transport for InProc {
         }
         if self.patcher.any_patched() {
             if self.world.is_none() {
-                match World::stop(self.pid) {
+                match self.stop_world() {
                     Ok(w) => self.world = Some(w),
                     // Gone: nothing left to restore.
                     Err(_) if !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() => {
@@ -818,6 +887,8 @@ impl Transport for InProc {
         if let Some(mut w) = self.world.take() {
             w.release();
         }
+        self.traps = None;
+        self.watchdog = None;
         self.heartbeat = None;
         self.detach_time = t0.elapsed();
         Ok(())

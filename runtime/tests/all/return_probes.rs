@@ -19,15 +19,15 @@ use crate::support::cli::{gcc, output_within, progs, scratch, stats, sym, wprobe
 pub const CASES: &[Case] = &[
     case!(values_and_entry_arguments_are_exact @ every_transport),
     case!(elapsed_of_a_10_ms_sleep @ every_transport),
-    case!(maxactive_2_on_a_recursion_of_depth_5 @ per_transport),
-    case!(ignore_and_maxhits_count_returns @ per_transport),
+    case!(maxactive_2_on_a_recursion_of_depth_5 @ every_transport),
+    case!(ignore_and_maxhits_count_returns @ every_transport),
     case!(every_way_a_call_ends @ per_transport),
     case!(a_cpp_exception_through_three_traced_frames @ every_transport),
     case!(a_fork_child_not_followed_runs_untouched @ every_transport),
     case!(exec_during_a_call @ per_transport),
-    case!(not_a_function_entry_is_refused @ per_transport),
+    case!(not_a_function_entry_is_refused @ every_transport),
     case!(a_return_handler_writes_rax, Need::Ptrace),
-    case!(inproc_refuses_returns_without_a_window),
+    case!(inproc_traps_where_no_window_fits),
     case!(
         detaching_with_live_calls_restores_the_return_sites,
         Need::Ptrace
@@ -37,21 +37,13 @@ pub const CASES: &[Case] = &[
 ];
 
 /// `tests/progs/retprobe.c`, not PIE (link-time addresses are run-time
-/// ones), every C call a real call. For the in-process transport, built
-/// at `-O0`: at `-O1` some of its functions have a `ret` no 5-byte window
-/// can cover (`rec` ends in `ret; ret`, the second a branch target), which
-/// that transport refuses (`inproc_refuses_returns_without_a_window`).
-fn target_for(transport: &str) -> PathBuf {
-    let (name, opt) = if transport == "inproc" {
-        ("retprobe-O0", "-O0")
-    } else {
-        ("retprobe", "-O1")
-    };
+/// ones), every C call a real call.
+fn target() -> PathBuf {
     gcc(
-        name,
+        "retprobe",
         &progs().join("retprobe.c"),
         &[
-            opt,
+            "-O1",
             "-fno-optimize-sibling-calls",
             "-fno-inline",
             "-fno-pie",
@@ -64,11 +56,6 @@ fn target_for(transport: &str) -> PathBuf {
 /// The module name of file `t`.
 fn module_of(t: &Path) -> &str {
     t.file_name().and_then(|n| n.to_str()).unwrap()
-}
-
-/// The `-O1` build.
-fn target() -> PathBuf {
-    target_for("ptrace")
 }
 
 /// `tests/progs/throw3.cc`.
@@ -215,7 +202,7 @@ fn call_target_before(file: &Path, ret: u64) -> u64 {
 }
 
 fn values_and_entry_arguments_are_exact(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let words = [
         "entry, rdi",
         "entry, rsi",
@@ -268,7 +255,7 @@ fn values_and_entry_arguments_are_exact(transport: &'static str) {
 }
 
 fn elapsed_of_a_10_ms_sleep(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let prog = program(
         &format!("ret-sleep-{transport}"),
         module_of(&t),
@@ -288,7 +275,7 @@ fn elapsed_of_a_10_ms_sleep(transport: &'static str) {
 }
 
 fn maxactive_2_on_a_recursion_of_depth_5(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let prog = program(
         &format!("ret-maxactive-{transport}"),
         module_of(&t),
@@ -308,7 +295,7 @@ fn maxactive_2_on_a_recursion_of_depth_5(transport: &'static str) {
 }
 
 fn ignore_and_maxhits_count_returns(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let prog = program(
         &format!("ret-maxhits-{transport}"),
         module_of(&t),
@@ -346,7 +333,7 @@ const ALL: &[&str] = &[
 ];
 
 fn every_way_a_call_ends(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let probes: Vec<(&str, &str)> = ALL.iter().map(|f| (*f, "maxactive = 4096\n")).collect();
     let prog = program(
         &format!("ret-all-{transport}"),
@@ -430,7 +417,7 @@ fn a_cpp_exception_through_three_traced_frames(transport: &'static str) {
 }
 
 fn a_fork_child_not_followed_runs_untouched(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let prog = program(
         &format!("ret-fork-{transport}"),
         module_of(&t),
@@ -447,7 +434,7 @@ fn a_fork_child_not_followed_runs_untouched(transport: &'static str) {
 }
 
 fn exec_during_a_call(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let prog = program(
         &format!("ret-exec-{transport}"),
         module_of(&t),
@@ -464,7 +451,7 @@ fn exec_during_a_call(transport: &'static str) {
 }
 
 fn not_a_function_entry_is_refused(transport: &'static str) {
-    let t = target_for(transport);
+    let t = target();
     let add3 = sym(&t, "add3");
     // add3+3 starts an instruction (`lea`) but is not the entry.
     let prog = program(
@@ -613,7 +600,7 @@ fn suspend_ends_live_calls_and_resume_tracks_new_ones(transport: &'static str) {
     use std::cell::{Cell, RefCell};
     use std::sync::atomic::AtomicBool;
 
-    let t = target_for(transport);
+    let t = target();
     let elf = wprobe_elf::ElfInfo::open(&t).unwrap();
     let (sleeper, naps) = (sym(&t, "sleeper"), sym(&t, "naps"));
     let code = |a: u64| {
@@ -807,12 +794,13 @@ fn a_return_probe_on_an_ifunc_returns_from_the_implementation(transport: &'stati
     }
 }
 
-/// The in-process transport needs a 5-byte window at every `ret` of a
-/// return-probed function: `rec` at `-O1` ends in `ret; ret`, the second
-/// a branch target with no padding after it, so its return probe is
-/// refused with the reason (and the run goes on with the others); `add3`
-/// (3 instructions) takes one window for its entry and its `ret`.
-fn inproc_refuses_returns_without_a_window() {
+/// The in-process transport puts a jump where a 5-byte window fits and
+/// an `int3` where none does (a ptrace stop per hit, the thread moved to
+/// the same stub): `rec` ends in `ret; ret`, the second a branch target
+/// with no padding after it, so that `ret` traps, and says why; `add3` (3
+/// instructions) takes one window for its entry and its `ret`. Both give
+/// exact records.
+fn inproc_traps_where_no_window_fits() {
     let t = target();
     let prog = program(
         "ret-refused-inproc",
@@ -832,23 +820,35 @@ fn inproc_refuses_returns_without_a_window() {
         "rec ends in ret; ret"
     );
     let end = f.value + f.size;
-    let line = r
+    let notes: Vec<&str> = r
         .stderr
         .lines()
-        .find(|l| l.contains("ret-refused-inproc:rec"))
-        .unwrap_or_else(|| panic!("{}", r.stderr));
+        .filter(|l| l.contains("no jump can go there"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{}", r.stderr);
     assert!(
-        line.ends_with(&format!(
-            "cannot patch the function at {rec:#x}: the `ret` at {:#x} has no 5-byte window: \
-             `ret` at {:#x} in the 5 bytes the jump replaces: control leaves the window before \
-             its end",
+        notes[0].ends_with(&format!(
+            ": {:#x} in rec: no jump can go there (the `ret` at {:#x} has no 5-byte window: `ret` at \
+             {:#x} in the 5 bytes the jump replaces: control leaves the window before its end): \
+             an int3 instead, a ptrace stop per hit",
+            end - 1,
             end - 1,
             end - 2
         )),
-        "{line}"
+        "{}",
+        notes[0]
     );
     let add3 = r.words(0);
     assert_eq!(add3.len(), 3, "{}", r.stderr);
     assert_eq!(add3[0], [100, 0]);
+    // rec(5) twice: rec(1) .. rec(5) return n(n+1)/2, innermost first.
+    let rec_words = r.words(1);
+    let want: Vec<Vec<u64>> = [1..=5u64, 1..=5]
+        .into_iter()
+        .flatten()
+        .map(|n| vec![n * (n + 1) / 2, n])
+        .collect();
+    assert_eq!(rec_words, want);
     assert_eq!(r.counts("add3"), (3, 0));
+    assert_eq!(r.counts("rec"), (10, 0));
 }

@@ -19,11 +19,11 @@ use crate::support::cli::{gcc, output_within, progs, repo, scratch, stderr, wpro
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
-    case!(report_gives_the_hand_computed_call_counts @ per_transport),
+    case!(report_gives_the_hand_computed_call_counts @ every_transport),
     case!(counts_equal_uftraces @ every_transport, Need::Uftrace),
     case!(every_thread_tree_is_well_nested_and_ends_at_depth_0 @ every_transport),
     case!(a_cxx_exception_through_traced_frames_is_caught_and_reported_unwound @ every_transport),
-    case!(chrome_events_match_every_call_of_the_report @ per_transport),
+    case!(chrome_events_match_every_call_of_the_report @ every_transport),
     case!(the_flame_graph_names_every_traced_function @ every_transport),
     case!(the_duration_view_is_exact @ every_transport),
     case!(the_call_tree_view_is_exact @ every_transport),

@@ -61,8 +61,13 @@ pub(super) struct Planned {
     patch: Vec<u8>,
     /// Inode of the module's mapping.
     inode: u64,
-    /// The jump is in place.
+    /// The jump (or `int3`) is in place.
     pub(super) patched: bool,
+    /// No window can go here: an `int3` at the site, the thread moved to
+    /// the stub at each trap (`traps`); why no jump.
+    pub(super) trap: Option<String>,
+    /// The stub's address.
+    pub(super) stub: u64,
 }
 
 /// The sites of one process and their stubs.
@@ -77,6 +82,10 @@ pub(super) struct Patcher {
     /// under them).
     pub(super) thread_pcs: Vec<(i32, u64)>,
     journal: Option<Journal>,
+    /// What planning fell back to, for the user (drained by the transport).
+    pub(super) notes: Vec<String>,
+    /// The journal of the trap sites (the ptrace transport's format).
+    trap_journal: Option<crate::transport::ptrace::journal::Journal>,
 }
 
 /// Mappings of `pid` (for planning).
@@ -100,6 +109,8 @@ struct Checked {
     site: Site,
     orig: Vec<u8>,
     inode: u64,
+    /// A trap site: why no jump.
+    trap: Option<String>,
 }
 
 impl Patcher {
@@ -291,24 +302,47 @@ impl Patcher {
             .function(link, bias)
             .ok_or_else(|| Refusal::NoFunction.to_string())?;
         let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
-        let site = match shape {
+        let planned = match shape {
             Shape::Probe => window::plan(addr, func, &module.targets),
             Shape::Ret => window::plan_ret(addr, func, after, &module.targets),
             Shape::Whole => window::plan_whole(addr, func, after, &module.targets),
         }
-        .map_err(|r| r.to_string())?;
-        if let Some(call) = site
-            .displaced
-            .last()
-            .filter(|i| i.code() == iced_x86::Code::Call_rel32_64)
-            && crate::transport::ptrace::step::user_shadow_stacks()
-        {
-            return Err(format!(
-                "the `call` at {:#x} ends the 5 bytes the jump replaces; its stub would push the \
-                 return address without the CET shadow stack this machine gives processes",
-                call.ip()
-            ));
-        }
+        .map_err(|r| r.to_string())
+        .and_then(|site| {
+            // No jump under a stopped thread.
+            match self
+                .thread_pcs
+                .iter()
+                .find(|(_, pc)| *pc > site.addr && *pc < site.addr + site.len as u64)
+            {
+                Some((tid, pc)) => Err(format!(
+                    "thread {tid} is stopped at {pc:#x}, inside the {} bytes the jump replaces",
+                    site.len
+                )),
+                None => Ok(site),
+            }
+        });
+        let (site, trap) = match planned {
+            Ok(site) => (site, None),
+            Err(why) if shape != Shape::Whole => {
+                let code = module.bytes_at(link, 16).unwrap_or(&[]);
+                let site = window::plan_trap(addr, code, shape == Shape::Ret)
+                    .map_err(|r| format!("{why}; and no trap either: {r}"))?;
+                let fstart = func.start.wrapping_sub(bias);
+                let name = module
+                    .elf()
+                    .symbols
+                    .iter()
+                    .filter(|s| s.is_code() && s.value == fstart)
+                    .max_by_key(|s| s.global)
+                    .map_or_else(|| format!("{fstart:#x}"), |s| s.name.clone());
+                (
+                    site,
+                    Some(format!("in {name}: no jump can go there ({why})")),
+                )
+            }
+            Err(why) => return Err(why),
+        };
         let wlink = site.addr.wrapping_sub(bias);
         let orig = module
             .bytes_at(wlink, site.len)
@@ -324,16 +358,6 @@ impl Patcher {
                 path.display()
             ));
         }
-        if let Some((tid, pc)) = self
-            .thread_pcs
-            .iter()
-            .find(|(_, pc)| *pc > site.addr && *pc < site.addr + site.len as u64)
-        {
-            return Err(format!(
-                "thread {tid} is stopped at {pc:#x}, inside the {} bytes the jump replaces",
-                site.len
-            ));
-        }
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
         if let Some(o) = self
             .sites
@@ -345,10 +369,16 @@ impl Patcher {
                 site.len, o.site.probe
             ));
         }
+        let orig = if trap.is_some() {
+            orig[..1].to_vec()
+        } else {
+            orig
+        };
         Ok(Checked {
             site,
             orig,
             inode: m.inode,
+            trap,
         })
     }
 
@@ -374,6 +404,8 @@ impl Patcher {
             patch: Vec::new(),
             inode: 0,
             patched: false,
+            trap: None,
+            stub: 0,
         });
         Ok(i)
     }
@@ -382,7 +414,15 @@ impl Patcher {
     fn add(&mut self, world: &mut World, c: Checked, kind: u32) -> Result<usize, String> {
         let id = self.sites.len() as u32;
         let (area, stub_addr, code) = self.stub_for(world, &c.site, id)?;
-        let patch = stub::site_patch(&c.site, stub_addr).map_err(|e| e.to_string())?;
+        let patch = if let Some(why) = &c.trap {
+            self.notes.push(format!(
+                "{:#x} {why}: an int3 instead, a ptrace stop per hit",
+                c.site.addr
+            ));
+            vec![crate::arch::BREAKPOINT_INSN]
+        } else {
+            stub::site_patch(&c.site, stub_addr).map_err(|e| e.to_string())?
+        };
         let a = &mut self.areas[area];
         let off = (stub_addr - a.base) as usize;
         a.code[off..off + code.len()].copy_from_slice(&code);
@@ -397,6 +437,8 @@ impl Patcher {
             patch,
             inode: c.inode,
             patched: false,
+            trap: c.trap,
+            stub: stub_addr,
         });
         Ok(id as usize)
     }
@@ -483,11 +525,60 @@ impl Patcher {
         j.record(&entries)
             .map_err(|e| format!("writing the patch journal: {e}"))?;
         self.journal = Some(j);
-        for s in self.sites.iter_mut().filter(|s| !s.patch.is_empty()) {
+        for s in self
+            .sites
+            .iter_mut()
+            .filter(|s| !s.patch.is_empty() && s.trap.is_none())
+        {
             world
                 .poke(s.site.addr, &s.patch)
                 .map_err(|e| format!("patching {:#x}: {e:#}", s.site.addr))?;
             s.patched = true;
+        }
+        Ok(())
+    }
+
+    /// Whether some site traps instead of jumping.
+    pub(super) fn has_traps(&self) -> bool {
+        self.sites.iter().any(|s| s.trap.is_some())
+    }
+
+    /// Trap address → stub address, and trap address → original byte.
+    pub(super) fn trap_maps(&self) -> (HashMap<u64, u64>, HashMap<u64, u8>) {
+        let traps = self.sites.iter().filter(|s| s.trap.is_some());
+        (
+            traps.clone().map(|s| (s.site.addr, s.stub)).collect(),
+            traps.map(|s| (s.site.addr, s.orig[0])).collect(),
+        )
+    }
+
+    /// Writes the `int3` of every trap site (the process's threads seized
+    /// by `traps::Traps`, so that a trap is never delivered as a signal),
+    /// journaled first in the ptrace transport's journal, which its
+    /// watchdog restores if wprobe dies.
+    pub(super) fn arm_traps(&mut self, pid: i32) -> Result<(), String> {
+        let mem = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| format!("opening /proc/{pid}/mem: {e}"))?;
+        let mut j = crate::transport::ptrace::journal::Journal::create(pid)
+            .map_err(|e| format!("writing the trap journal: {e}"))?;
+        for s in self.sites.iter().filter(|s| s.trap.is_some()) {
+            j.record(s.site.addr, s.orig[0], s.inode)
+                .map_err(|e| format!("writing the trap journal: {e}"))?;
+        }
+        self.trap_journal = Some(j);
+        for s in self.sites.iter_mut().filter(|s| s.trap.is_some()) {
+            match crate::sys::mem::pwrite(&mem, &s.patch, s.site.addr) {
+                Ok(1) => s.patched = true,
+                r => {
+                    return Err(format!(
+                        "writing an int3 at {:#x} in process {pid}: {r:?}",
+                        s.site.addr
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -528,6 +619,9 @@ impl Patcher {
         if let Some(j) = self.journal.take() {
             j.remove();
         }
+        if let Some(j) = self.trap_journal.take() {
+            j.remove();
+        }
         Ok(left)
     }
 
@@ -538,6 +632,9 @@ impl Patcher {
             s.patched = false;
         }
         if let Some(j) = self.journal.take() {
+            j.remove();
+        }
+        if let Some(j) = self.trap_journal.take() {
             j.remove();
         }
     }

@@ -75,6 +75,28 @@ impl World {
         })
     }
 
+    /// Threads already seized and stopped by us (`traps::Traps::stop_all`),
+    /// with the signal each holds for its release.
+    pub(super) fn adopt(pid: i32, stopped: BTreeMap<i32, i32>) -> anyhow::Result<World> {
+        Ok(World {
+            pid,
+            threads: stopped
+                .into_iter()
+                .map(|(tid, sig)| {
+                    (
+                        tid,
+                        Held {
+                            sig,
+                            group_stop: false,
+                        },
+                    )
+                })
+                .collect(),
+            mem: open_mem(pid)?,
+            syscall_insn: None,
+        })
+    }
+
     /// Seizes and stops every thread of `pid` (threads created meanwhile
     /// included: the list is read again until it is stable).
     pub(super) fn stop(pid: i32) -> anyhow::Result<World> {
@@ -218,6 +240,15 @@ impl World {
     /// Reads memory; the number of leading bytes read.
     pub(super) fn peek(&self, addr: u64, buf: &mut [u8]) -> usize {
         crate::sys::mem::pread(&self.mem, buf, addr).unwrap_or(0)
+    }
+
+    /// Hands the stopped threads over, still stopped and traced, with the
+    /// signal each holds (`traps::Traps` resumes them).
+    pub(super) fn into_stopped(mut self) -> BTreeMap<i32, i32> {
+        std::mem::take(&mut self.threads)
+            .into_iter()
+            .map(|(tid, h)| (tid, h.sig))
+            .collect()
     }
 
     /// Lets every thread go, delivering the signals held meanwhile.

@@ -1,0 +1,335 @@
+//! The per-site fallback of the in-process transport: where no 5-byte
+//! window can go (a function too short, a branch into the window, a `ret`
+//! reached by a jump with no room around it), the site gets an `int3`, and
+//! every thread of the process stays seized (`PTRACE_SEIZE`, never
+//! interrupted while it runs) for the rest of the run. At each trap the
+//! thread, stopped one byte past the site, is moved to the site's stub
+//! (the same stub a jump would reach: `dispatch`, then the instruction
+//! relocated, then a jump back) and resumed: the handlers run in the
+//! agent, with the same state and records as at a jump; the trap costs a
+//! ptrace stop. Signals pass through; new threads are seized by the
+//! kernel (`PTRACE_O_TRACECLONE`); a fork child is seized, its `int3`s
+//! are put back to the original bytes and it is let go (a `vfork` child,
+//! which shares the memory, is kept until it execs or exits, its traps
+//! moved to the stubs like the parent's, where the agent is dormant); an
+//! exec ends the tracing (the image with the traps is gone).
+//!
+//! If wprobe dies, the kernel detaches every thread with the `int3`s in
+//! place: the ptrace transport's watchdog (started with the traps, fed the
+//! same journal format) restores them within microseconds, and `wprobe
+//! repair --pid` later.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use anyhow::bail;
+
+use super::world::World;
+use crate::sys::ptrace::{self as sys, Status};
+use crate::transport::ExitStatus;
+
+/// Options of every seized thread.
+const OPTIONS: libc::c_int = libc::PTRACE_O_TRACECLONE
+    | libc::PTRACE_O_TRACEFORK
+    | libc::PTRACE_O_TRACEVFORK
+    | libc::PTRACE_O_TRACEEXEC;
+
+/// The seized threads of a process with trap sites.
+pub(super) struct Traps {
+    pid: i32,
+    /// Seized threads of the process.
+    threads: BTreeSet<i32>,
+    /// vfork children kept until they exec or exit.
+    vforked: BTreeSet<i32>,
+    /// Fork children not yet stopped (their traps are removed at their
+    /// first stop).
+    forked: BTreeSet<i32>,
+    /// Trap address → stub address.
+    redirect: HashMap<u64, u64>,
+    /// Trap address → original byte.
+    orig: HashMap<u64, u8>,
+    /// Signals held for threads stopped by [`Traps::stop_all`].
+    held: BTreeMap<i32, i32>,
+    /// The process's exit, when the wait reaped it.
+    pub(super) exit: Option<ExitStatus>,
+    /// The process exec'd: nothing is traced any more.
+    pub(super) execed: bool,
+    /// Traps taken.
+    pub(super) trapped: u64,
+    /// The launched command was seized in a group-stop (see [`Traps::take`]).
+    launched_stop: bool,
+}
+
+impl Traps {
+    /// Takes over the threads of `world`, stopped: a process we attached
+    /// to keeps its seized threads; a launched command (a `PTRACE_TRACEME`
+    /// tracee, which cannot be interrupted later) is let go with a SIGSTOP
+    /// and seized in its stop. Nothing runs until [`Traps::go`].
+    pub(super) fn take(
+        world: World,
+        launched: bool,
+        redirect: HashMap<u64, u64>,
+        orig: HashMap<u64, u8>,
+    ) -> anyhow::Result<Traps> {
+        let pid = world.pid();
+        let mut t = Traps {
+            pid,
+            threads: BTreeSet::new(),
+            vforked: BTreeSet::new(),
+            forked: BTreeSet::new(),
+            redirect,
+            orig,
+            held: BTreeMap::new(),
+            exit: None,
+            execed: false,
+            trapped: 0,
+            launched_stop: false,
+        };
+        if launched {
+            drop(world.into_stopped());
+            sys::detach(pid, libc::SIGSTOP)
+                .map_err(|e| anyhow::anyhow!("letting process {pid} go: {e}"))?;
+            sys::seize(pid, OPTIONS).map_err(|e| anyhow::anyhow!("seizing process {pid}: {e}"))?;
+            t.threads.insert(pid);
+            // Its stop: the group-stop (or the SIGSTOP's delivery, which
+            // is then not delivered).
+            loop {
+                let raw = match sys::wait(pid, 0) {
+                    Ok(Some((_, raw))) => raw,
+                    _ => bail!("process {pid} vanished while it was seized"),
+                };
+                match sys::decode_status(raw) {
+                    Status::Stopped {
+                        sig: libc::SIGSTOP,
+                        event,
+                    } => {
+                        t.launched_stop = event == libc::PTRACE_EVENT_STOP;
+                        t.held.insert(pid, 0);
+                        break;
+                    }
+                    Status::Stopped { sig, event: 0 } => {
+                        t.held.insert(pid, sig);
+                        let _ = sys::cont(pid, 0);
+                    }
+                    Status::Stopped { .. } | Status::Other => {
+                        let _ = sys::cont(pid, 0);
+                    }
+                    _ => bail!("process {pid} ended while it was seized"),
+                }
+            }
+        } else {
+            for (tid, sig) in world.into_stopped() {
+                if sys::setoptions(tid, OPTIONS).is_ok() {
+                    t.threads.insert(tid);
+                    t.held.insert(tid, sig);
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// Resumes the threads [`Traps::take`] holds, with their signals.
+    pub(super) fn go(&mut self) {
+        if self.launched_stop {
+            // End the group-stop the SIGSTOP made (a SIGCONT at the entry
+            // point, before the program could have a handler for it).
+            let _ = crate::sys::process::kill(self.pid, libc::SIGCONT);
+        }
+        for (tid, sig) in std::mem::take(&mut self.held) {
+            let _ = sys::cont(tid, sig);
+        }
+    }
+
+    /// Whether any thread is still seized.
+    pub(super) fn active(&self) -> bool {
+        !self.threads.is_empty() || !self.vforked.is_empty()
+    }
+
+    /// Handles every stop waiting (without blocking); returns how many.
+    pub(super) fn poll(&mut self) -> usize {
+        let mut n = 0;
+        while let Ok(Some((tid, raw))) = sys::wait(-1, libc::WNOHANG) {
+            n += 1;
+            self.on_stop(tid, sys::decode_status(raw), None);
+        }
+        n
+    }
+
+    /// One wait status of `tid`. With `hold`, a signal is held (for
+    /// [`Traps::stop_all`]) instead of delivered, and the thread is left
+    /// stopped at an interrupt's stop (returns true then).
+    fn on_stop(&mut self, tid: i32, st: Status, hold: Option<()>) -> bool {
+        match st {
+            Status::Exited(c) | Status::Signaled(c) => {
+                self.threads.remove(&tid);
+                self.vforked.remove(&tid);
+                self.forked.remove(&tid);
+                if tid == self.pid {
+                    self.exit = Some(match st {
+                        Status::Exited(_) => ExitStatus::Code(c),
+                        _ => ExitStatus::Signal(c),
+                    });
+                }
+                false
+            }
+            Status::Stopped { sig, event: 0 } => {
+                if self.forked.remove(&tid) {
+                    // A fork child's first stop before its event was seen.
+                    self.let_child_go(tid);
+                    return false;
+                }
+                if sig == libc::SIGTRAP && self.to_stub(tid) {
+                    let _ = sys::cont(tid, 0);
+                    return false;
+                }
+                if hold.is_some() {
+                    self.held.insert(tid, sig);
+                    let _ = sys::cont(tid, 0);
+                    return false;
+                }
+                let _ = sys::cont(tid, sig);
+                false
+            }
+            Status::Stopped { event, sig } => match event {
+                libc::PTRACE_EVENT_CLONE => {
+                    if let Ok(new) = sys::geteventmsg(tid) {
+                        self.threads.insert(new as i32);
+                    }
+                    let _ = sys::cont(tid, 0);
+                    false
+                }
+                libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
+                    if let Ok(child) = sys::geteventmsg(tid) {
+                        let child = child as i32;
+                        if event == libc::PTRACE_EVENT_VFORK {
+                            self.vforked.insert(child);
+                        } else {
+                            self.forked.insert(child);
+                        }
+                    }
+                    let _ = sys::cont(tid, 0);
+                    false
+                }
+                libc::PTRACE_EVENT_EXEC => {
+                    if self.vforked.remove(&tid) {
+                        let _ = sys::detach(tid, 0);
+                        return false;
+                    }
+                    // The image with the traps is gone: let every thread go.
+                    self.execed = true;
+                    let _ = sys::detach(tid, 0);
+                    self.threads.remove(&tid);
+                    self.release();
+                    false
+                }
+                libc::PTRACE_EVENT_STOP => {
+                    if self.forked.remove(&tid) {
+                        self.let_child_go(tid);
+                        return false;
+                    }
+                    if hold.is_some() {
+                        // The interrupt's stop (or a group-stop): stopped.
+                        return true;
+                    }
+                    if matches!(
+                        sig,
+                        libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                    ) {
+                        // Job control: stay stopped until SIGCONT.
+                        let _ = sys::listen(tid);
+                    } else {
+                        let _ = sys::cont(tid, 0);
+                    }
+                    false
+                }
+                _ => {
+                    let _ = sys::cont(tid, 0);
+                    false
+                }
+            },
+            Status::Other => false,
+        }
+    }
+
+    /// A fork child: its traps back to the original bytes, then let go.
+    fn let_child_go(&mut self, child: i32) {
+        if let Ok(mem) = std::fs::File::options()
+            .write(true)
+            .open(format!("/proc/{child}/mem"))
+        {
+            for (&addr, &b) in &self.orig {
+                let _ = crate::sys::mem::pwrite(&mem, &[b], addr);
+            }
+        }
+        let _ = sys::detach(child, 0);
+    }
+
+    /// Moves `tid`, stopped by a SIGTRAP, to the stub of the trap it hit;
+    /// false when the trap is not ours.
+    fn to_stub(&mut self, tid: i32) -> bool {
+        let mut r = crate::sys::regs::zero_regs();
+        if sys::getregs(tid, &mut r).is_err() {
+            return false;
+        }
+        let Some(&stub) = self.redirect.get(&r.rip.wrapping_sub(1)) else {
+            return false;
+        };
+        r.rip = stub;
+        if sys::setregs(tid, &r).is_err() {
+            return false;
+        }
+        self.trapped += 1;
+        true
+    }
+
+    /// Stops every seized thread (interrupted; a thread at a trap is moved
+    /// to its stub first; signals that arrive meanwhile are held) and hands
+    /// them over as a [`World`], to restore the bytes and let go.
+    pub(super) fn stop_all(mut self) -> anyhow::Result<World> {
+        // Events already waiting first (fork children cleaned, new threads
+        // known).
+        self.poll();
+        let mut stopped: BTreeMap<i32, i32> = BTreeMap::new();
+        // New threads may appear while others are being stopped.
+        while let Some(tid) = self
+            .threads
+            .iter()
+            .copied()
+            .find(|t| !stopped.contains_key(t))
+        {
+            if sys::interrupt(tid).is_err() {
+                self.threads.remove(&tid);
+                continue;
+            }
+            loop {
+                let raw = match sys::wait(tid, 0) {
+                    Ok(Some((_, raw))) => raw,
+                    _ => {
+                        self.threads.remove(&tid);
+                        break;
+                    }
+                };
+                let st = sys::decode_status(raw);
+                if matches!(st, Status::Exited(_) | Status::Signaled(_)) {
+                    self.on_stop(tid, st, Some(()));
+                    break;
+                }
+                // Else resumed (a trap moved to its stub, a signal held): on
+                // to the interrupt's stop, which follows.
+                if self.on_stop(tid, st, Some(())) {
+                    stopped.insert(tid, self.held.remove(&tid).unwrap_or(0));
+                    break;
+                }
+            }
+        }
+        let pid = self.pid;
+        self.threads.clear();
+        World::adopt(pid, stopped)
+    }
+
+    /// Lets every thread go (the process exec'd, or seizing failed).
+    fn release(&mut self) {
+        for tid in std::mem::take(&mut self.threads) {
+            let _ = sys::detach(tid, 0);
+        }
+    }
+}
