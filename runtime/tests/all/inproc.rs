@@ -33,6 +33,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(
+        sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running,
+        Need::Ptrace
+    ),
+    case!(
         sigint_restores_the_bytes_and_the_target_runs_on,
         Need::Ptrace
     ),
@@ -510,6 +514,86 @@ fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
     drop(to);
     let sum = gated_sum(10_203);
     assert_eq!(from.next().unwrap().unwrap(), format!("sum {sum}"));
+    assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
+    assert!(target.wait().unwrap().success());
+}
+
+/// A site where no window fits traps instead (a probe on the `ret` that
+/// ends `work`): every thread stays seized. When wprobe (attached) is
+/// killed, the kernel lets the threads go with the `int3` in place; the
+/// watchdog puts the byte back at once, and the program's later calls run
+/// unharmed.
+fn sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running() {
+    let (exe, work, _) = gated();
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
+    let wprobe_elf::Lookup::Found(f) = elf.lookup("work") else {
+        panic!("no work");
+    };
+    let ret = work + f.size - 1;
+    assert_eq!(elf.bytes_at(ret, 1).unwrap(), [0xc3], "work ends in ret");
+    let prog = write(
+        "inproc_trap.rpn",
+        format!(
+            "name = {}\noffset = work + {}\nopcode = 0xc3\n push r, rdi\n log 1\n",
+            exe.display(),
+            f.size - 1
+        ),
+    );
+    let mut target = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut to = target.stdin.take().unwrap();
+    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
+    let mut w = wprobe()
+        .arg("run")
+        .arg(&prog)
+        .args([
+            "--transport",
+            "inproc",
+            "-o",
+            "/dev/null",
+            "-p",
+            &pid.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while live(pid, ret, 1) != [0xcc] {
+        assert!(Instant::now() < deadline, "no trap within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    writeln!(to, "3").unwrap();
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("sum {}", gated_sum(3))
+    );
+    w.kill().unwrap();
+    w.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains(&format!(
+            "wprobe: process {pid}: {ret:#x} in work: no jump can go there ("
+        )),
+        "{err}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while live(pid, ret, 1) != [0xc3] {
+        assert!(Instant::now() < deadline, "the int3 is still there: {err}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writeln!(to, "1000").unwrap();
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("sum {}", gated_sum(1003))
+    );
+    drop(to);
+    let sum = gated_sum(1003);
     assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
     assert!(target.wait().unwrap().success());
 }

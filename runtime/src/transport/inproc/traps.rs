@@ -177,7 +177,7 @@ impl Traps {
                     self.let_child_go(tid);
                     return false;
                 }
-                if sig == libc::SIGTRAP && self.to_stub(tid) {
+                if sig == libc::SIGTRAP && self.move_to_stub(tid) {
                     let _ = sys::cont(tid, 0);
                     return false;
                 }
@@ -265,7 +265,7 @@ impl Traps {
 
     /// Moves `tid`, stopped by a SIGTRAP, to the stub of the trap it hit;
     /// false when the trap is not ours.
-    fn to_stub(&mut self, tid: i32) -> bool {
+    fn move_to_stub(&mut self, tid: i32) -> bool {
         let mut r = crate::sys::regs::zero_regs();
         if sys::getregs(tid, &mut r).is_err() {
             return false;
