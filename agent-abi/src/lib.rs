@@ -596,7 +596,16 @@ pub mod site_kind {
     /// stub calls `dispatch` just before the `ret`, with the return
     /// address at `[rsp]`.
     pub const RET: u32 = 1;
+    /// A watchpoint's: the tracer moved the thread that triggered it to
+    /// the site's stub, the instruction after the access saved at
+    /// [`WATCH_RIP_BELOW`] bytes below the thread's `rsp` (the red zone
+    /// kept).
+    pub const WATCH: u32 = 2;
 }
+
+/// Where the tracer saves the `rip` of a thread it moves to a watchpoint's
+/// stub: this many bytes below its `rsp` (under the 128-byte red zone).
+pub const WATCH_RIP_BELOW: u64 = 136;
 
 /// Call/return pairing of return probes, shared by the tracer's transports
 /// and the agent: no return address is rewritten; calls are paired per

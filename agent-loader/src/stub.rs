@@ -146,6 +146,12 @@ fn encode(mut v: Vec<Instruction>, ip: u64) -> Result<Vec<u8>> {
 /// through the 8-byte slot at `slot` (written once the agent is loaded, so
 /// that stubs can be placed and checked before).
 pub fn trampoline(slot: u64, addr: u64) -> Result<Vec<u8>> {
+    trampoline_above(slot, addr, RED_ZONE)
+}
+
+/// The trampoline, for stubs that left `above` bytes between the probed
+/// `rsp` and the site id they push.
+fn trampoline_above(slot: u64, addr: u64, above: i64) -> Result<Vec<u8>> {
     const _: () = assert!(SAVED_REGS_SIZE as i64 == LOW_BLOCK + GPR_BLOCK);
     let mut v: Vec<Instruction> = vec![Instruction::with(Code::Pushfq)];
     for r in PUSHES {
@@ -182,7 +188,7 @@ pub fn trampoline(slot: u64, addr: u64) -> Result<Vec<u8>> {
     v.push(e(Instruction::with2(
         Code::Lea_r64_m,
         Register::RAX,
-        rsp(SAVED_REGS_SIZE as i64 + 16 + RED_ZONE),
+        rsp(SAVED_REGS_SIZE as i64 + 16 + above),
     ))?);
     v.push(e(Instruction::with2(
         Code::Mov_rm64_r64,
@@ -323,6 +329,33 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
             site.addr
         )
     })
+}
+
+/// The stub of a watchpoint at `stub_addr`, with id `site_id`: the tracer
+/// moves a thread that triggered the watchpoint here, its `rsp` lowered
+/// by `agent_abi::WATCH_RIP_BELOW` (136) bytes and the `rip` to go back to
+/// stored there (the red zone above it untouched):
+///
+/// ```text
+/// stub:  push id ; call T ; ret 128    ; back to the saved rip, rsp as it was
+/// T:     the trampoline, for a probed rsp 136 bytes above the site id
+/// ```
+pub fn watch_stub(site_id: u32, slot: u64, stub_addr: u64) -> Result<Vec<u8>> {
+    const HEAD: u64 = 16;
+    let v = vec![
+        e(Instruction::with1(Code::Pushq_imm32, site_id as i32))?,
+        e(Instruction::with_branch(
+            Code::Call_rel32_64,
+            stub_addr + HEAD,
+        ))?,
+        e(Instruction::with1(Code::Retnq_imm16, 128u32))?,
+    ];
+    let mut head = encode(v, stub_addr)?;
+    anyhow::ensure!(head.len() as u64 <= HEAD, "watch stub head too long");
+    head.resize(HEAD as usize, 0xCC);
+    let above = agent_abi::WATCH_RIP_BELOW as i64;
+    head.extend(trampoline_above(slot, stub_addr + HEAD, above)?);
+    Ok(head)
 }
 
 /// The bytes to write at the site: `jmp stub`, then `int3` to the window's end.

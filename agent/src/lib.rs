@@ -785,8 +785,17 @@ fn at_probe(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
             missed(c, h.site);
             return Skip::Contended as i64;
         }
-        // SAFETY: the stub's frame, live for this hit.
-        unsafe { (*h.frame).rip = h.site.addr };
+        // SAFETY: the stub's frame, live for this hit; at a watchpoint's
+        // stub the tracer saved the thread's `rip` below its red zone.
+        unsafe {
+            (*h.frame).rip = if h.site.kind == site_kind::WATCH {
+                (((*h.frame).rsp - agent_abi::WATCH_RIP_BELOW) as *const u64).read()
+            } else {
+                h.site.addr
+            };
+        }
+        // SAFETY: as above.
+        h.ip.set(unsafe { (*h.frame).rip });
         for &p in &h.site.probes {
             // The tracer may have disabled the agent meanwhile (`exit()` of a
             // handler of another probe of this site included).

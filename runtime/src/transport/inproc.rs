@@ -56,7 +56,7 @@ pub static INFO: TransportInfo = TransportInfo {
     caps: Capabilities {
         writes: true,
         synchronous: true,
-        watchpoints: false,
+        watchpoints: true,
         follows_forks: false,
         debugger_handoff: false,
         core_dump: false,
@@ -125,6 +125,8 @@ pub struct InProc {
     allocations_armed: u64,
     /// The seized threads while some site traps instead of jumping.
     traps: Option<traps::Traps>,
+    /// The watchpoints (in the debug registers while the threads are seized).
+    watches: traps::Watches,
     /// Restores the traps' bytes if wprobe dies.
     watchdog: Option<crate::transport::ptrace::watchdog::Watchdog>,
 }
@@ -177,6 +179,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         ended: false,
         allocations_armed: 0,
         traps: None,
+        watches: traps::Watches::default(),
         watchdog: None,
     };
     t.patcher.thread_pcs = world
@@ -431,7 +434,7 @@ impl InProc {
     /// seized (`traps`): the watchdog is started and the `int3`s written
     /// first.
     fn go(&mut self, mut w: World) -> Result<(), String> {
-        if !self.patcher.has_traps() {
+        if !self.patcher.has_traps() && self.watches.dr7 == 0 {
             w.release();
             return Ok(());
         }
@@ -445,8 +448,8 @@ impl InProc {
             }
         }
         let (redirect, orig) = self.patcher.trap_maps();
-        let mut t =
-            traps::Traps::take(w, self.launched, redirect, orig).map_err(|e| format!("{e:#}"))?;
+        let mut t = traps::Traps::take(w, self.launched, redirect, orig, self.watches)
+            .map_err(|e| format!("{e:#}"))?;
         let armed = self.patcher.arm_traps(self.pid);
         t.go();
         self.traps = Some(t);
@@ -668,8 +671,31 @@ impl Transport for InProc {
                 self.say_fallbacks();
                 Ok(Armed(tag as u64))
             }
-            Insert::Watchpoint { .. } => {
-                Err("--transport inproc has no watchpoints; use --transport ptrace".into())
+            Insert::Watchpoint { len, kind } => {
+                if kind == crate::arch::WatchKind::Exec {
+                    return Err(format!(
+                        "an execute watchpoint at {addr:#x}: --transport inproc moves the \
+                         thread out and back to the instruction, which would trigger it again; \
+                         put a probe at that address instead (the same hit, without a trap)"
+                    ));
+                }
+                crate::arch::check_watchpoint(addr, len, kind).map_err(|reason| {
+                    crate::transport::ptrace::ArmError::BadWatchpoint { addr, len, reason }
+                        .to_string()
+                })?;
+                let Some(slot) = self.watches.stub.iter().position(Option::is_none) else {
+                    return Err(format!(
+                        "all {} debug registers are in use",
+                        crate::arch::DEBUG_REGISTERS
+                    ));
+                };
+                let site = self.patcher.plan_watch(world, addr)?;
+                self.patcher.sites[site].tags.push(tag);
+                self.watches.addr[slot] = addr;
+                self.watches.dr7 |= crate::arch::dr7_bits(slot, len, kind);
+                self.watches.stub[slot] = Some(self.patcher.sites[site].stub);
+                self.armed.insert(tag, site);
+                Ok(Armed(tag as u64))
             }
             Insert::Return { opcode, maxactive } => {
                 let site = self

@@ -464,26 +464,9 @@ impl Patcher {
                 Err(e) => last = e.to_string(),
             }
         }
-        let base = {
-            let mut t = world.target(world.runner().map_err(|e| e.to_string())?);
-            agent_loader::loader::map_near(
-                &mut t,
-                site.addr,
-                AREA_BYTES,
-                libc::PROT_READ | libc::PROT_EXEC,
-            )
-            .map_err(|e| format!("mapping a stub area near {:#x}: {e:#}", site.addr))?
-        };
-        let mut code = vec![0xCCu8; AREA_BYTES as usize];
-        let tr = stub::trampoline(base + SLOT_OFF, base).map_err(|e| e.to_string())?;
-        code[..tr.len()].copy_from_slice(&tr);
-        code[SLOT_OFF as usize..SLOT_OFF as usize + 8].fill(0);
-        self.areas.push(Area {
-            base,
-            code,
-            next: STUBS_OFF,
-        });
+        self.new_area(world, site.addr)?;
         let i = self.areas.len() - 1;
+        let base = self.areas[i].base;
         let at = base + STUBS_OFF;
         let code = stub::generate(site, id, base, at).map_err(|e| {
             if last.is_empty() {
@@ -494,6 +477,75 @@ impl Patcher {
         })?;
         stub::site_patch(site, at).map_err(|e| e.to_string())?;
         Ok((i, at, code))
+    }
+
+    /// Maps a new stub area within rel32 reach of `near` (its trampoline
+    /// written, its dispatch slot empty until `install`).
+    fn new_area(&mut self, world: &mut World, near: u64) -> Result<(), String> {
+        let base = {
+            let mut t = world.target(world.runner().map_err(|e| e.to_string())?);
+            agent_loader::loader::map_near(
+                &mut t,
+                near,
+                AREA_BYTES,
+                libc::PROT_READ | libc::PROT_EXEC,
+            )
+            .map_err(|e| format!("mapping a stub area near {near:#x}: {e:#}"))?
+        };
+        let mut code = vec![0xCCu8; AREA_BYTES as usize];
+        let tr = stub::trampoline(base + SLOT_OFF, base).map_err(|e| e.to_string())?;
+        code[..tr.len()].copy_from_slice(&tr);
+        code[SLOT_OFF as usize..SLOT_OFF as usize + 8].fill(0);
+        self.areas.push(Area {
+            base,
+            code,
+            next: STUBS_OFF,
+        });
+        Ok(())
+    }
+
+    /// The stub of a watchpoint (no window: the tracer moves a thread that
+    /// triggers it there), in any area with room, or a new one near
+    /// `near`. Returns the site index.
+    pub(super) fn plan_watch(&mut self, world: &mut World, near: u64) -> Result<usize, String> {
+        let id = self.sites.len() as u32;
+        let fits = |a: &Area| -> Option<(u64, Vec<u8>)> {
+            let at = a.base + a.next.next_multiple_of(16);
+            let code = stub::watch_stub(id, a.base + SLOT_OFF, at).ok()?;
+            (at - a.base + code.len() as u64 <= AREA_BYTES).then_some((at, code))
+        };
+        let found = self.areas.iter().position(|a| fits(a).is_some());
+        let area = match found {
+            Some(i) => i,
+            None => {
+                self.new_area(world, near)?;
+                self.areas.len() - 1
+            }
+        };
+        let (at, code) = fits(&self.areas[area]).ok_or("no room for a watchpoint's stub")?;
+        let a = &mut self.areas[area];
+        let off = (at - a.base) as usize;
+        a.code[off..off + code.len()].copy_from_slice(&code);
+        a.next = at - a.base + code.len() as u64;
+        self.sites.push(Planned {
+            site: Site {
+                probe: 0,
+                addr: 0,
+                displaced: Vec::new(),
+                len: 0,
+                ret: None,
+            },
+            tags: Vec::new(),
+            ret_tags: Vec::new(),
+            kind: site_kind::WATCH,
+            orig: Vec::new(),
+            patch: Vec::new(),
+            inode: 0,
+            patched: false,
+            trap: None,
+            stub: at,
+        });
+        Ok(id as usize)
     }
 
     /// Writes the stub areas (with `dispatch` in their slots), journals the

@@ -57,6 +57,22 @@ pub(super) struct Traps {
     pub(super) trapped: u64,
     /// The launched command was seized in a group-stop (see [`Traps::take`]).
     launched_stop: bool,
+    /// The watchpoints, in the debug registers of every thread.
+    watch: Watches,
+    /// The process's memory (to save a thread's `rip` on its stack).
+    mem: Option<std::fs::File>,
+}
+
+/// The watchpoints of a run: debug registers 0–3 and DR7, and the stub
+/// each moves a triggering thread to.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Watches {
+    /// DR0–DR3.
+    pub(super) addr: [u64; crate::arch::DEBUG_REGISTERS],
+    /// DR7 (0: no watchpoint).
+    pub(super) dr7: u64,
+    /// The stub of each debug register's watchpoint.
+    pub(super) stub: [Option<u64>; crate::arch::DEBUG_REGISTERS],
 }
 
 impl Traps {
@@ -69,6 +85,7 @@ impl Traps {
         launched: bool,
         redirect: HashMap<u64, u64>,
         orig: HashMap<u64, u8>,
+        watch: Watches,
     ) -> anyhow::Result<Traps> {
         let pid = world.pid();
         let mut t = Traps {
@@ -83,9 +100,16 @@ impl Traps {
             execed: false,
             trapped: 0,
             launched_stop: false,
+            watch,
+            mem: std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open(format!("/proc/{pid}/mem"))
+                .ok(),
         };
         if launched {
             drop(world.into_stopped());
+            // (Its debug registers are written once it is seized again.)
             sys::detach(pid, libc::SIGSTOP)
                 .map_err(|e| anyhow::anyhow!("letting process {pid} go: {e}"))?;
             sys::seize(pid, OPTIONS).map_err(|e| anyhow::anyhow!("seizing process {pid}: {e}"))?;
@@ -124,7 +148,59 @@ impl Traps {
                 }
             }
         }
+        for &tid in &t.threads {
+            t.arm_debugregs(tid)
+                .map_err(|e| anyhow::anyhow!("setting the debug registers of thread {tid}: {e}"))?;
+        }
         Ok(t)
+    }
+
+    /// Writes the watchpoints into the debug registers of stopped `tid`.
+    fn arm_debugregs(&self, tid: i32) -> Result<(), nix::errno::Errno> {
+        if self.watch.dr7 == 0 {
+            return Ok(());
+        }
+        sys::pokeuser(tid, crate::arch::debugreg_offset(7), 0)?;
+        for (i, a) in self.watch.addr.iter().enumerate() {
+            if self.watch.stub[i].is_some() {
+                sys::pokeuser(tid, crate::arch::debugreg_offset(i), *a)?;
+            }
+        }
+        sys::pokeuser(tid, crate::arch::debugreg_offset(7), self.watch.dr7)
+    }
+
+    /// Moves `tid`, stopped by a SIGTRAP, to the stub of the watchpoint
+    /// that fired (its `rip` saved below its red zone); false when none of
+    /// ours did.
+    fn move_to_watch_stub(&mut self, tid: i32) -> bool {
+        if self.watch.dr7 == 0 {
+            return false;
+        }
+        let dr6 = sys::peekuser(tid, crate::arch::debugreg_offset(6)).unwrap_or(0);
+        let Some(slot) = (0..crate::arch::DEBUG_REGISTERS)
+            .find(|&i| dr6 & (1 << i) != 0 && self.watch.stub[i].is_some())
+        else {
+            return false;
+        };
+        let _ = sys::pokeuser(tid, crate::arch::debugreg_offset(6), 0);
+        let (Some(stub), Some(mem)) = (self.watch.stub[slot], self.mem.as_ref()) else {
+            return false;
+        };
+        let mut r = crate::sys::regs::zero_regs();
+        if sys::getregs(tid, &mut r).is_err() {
+            return false;
+        }
+        let below = r.rsp.wrapping_sub(agent_abi::WATCH_RIP_BELOW);
+        if crate::sys::mem::pwrite(mem, &r.rip.to_le_bytes(), below).ok() != Some(8) {
+            return false;
+        }
+        r.rsp = below;
+        r.rip = stub;
+        if sys::setregs(tid, &r).is_err() {
+            return false;
+        }
+        self.trapped += 1;
+        true
     }
 
     /// Resumes the threads [`Traps::take`] holds, with their signals.
@@ -177,7 +253,8 @@ impl Traps {
                     self.let_child_go(tid);
                     return false;
                 }
-                if sig == libc::SIGTRAP && self.move_to_stub(tid) {
+                if sig == libc::SIGTRAP && (self.move_to_stub(tid) || self.move_to_watch_stub(tid))
+                {
                     let _ = sys::cont(tid, 0);
                     return false;
                 }
@@ -237,6 +314,8 @@ impl Traps {
                         // Job control: stay stopped until SIGCONT.
                         let _ = sys::listen(tid);
                     } else {
+                        // A new thread's first stop: the watchpoints too.
+                        let _ = self.arm_debugregs(tid);
                         let _ = sys::cont(tid, 0);
                     }
                     false
@@ -319,6 +398,11 @@ impl Traps {
                     stopped.insert(tid, self.held.remove(&tid).unwrap_or(0));
                     break;
                 }
+            }
+        }
+        if self.watch.dr7 != 0 {
+            for &tid in stopped.keys() {
+                let _ = sys::pokeuser(tid, crate::arch::debugreg_offset(7), 0);
             }
         }
         let pid = self.pid;
