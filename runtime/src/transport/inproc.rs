@@ -281,6 +281,12 @@ impl InProc {
         } else {
             crate::cache::Cache::disabled()
         };
+        // `WPROBE_INPROC_FOREIGN_ARTIFACT` (tests): hand the agent what
+        // wprobe's own engine compiles, which the agent must refuse.
+        let engine = match std::env::var_os("WPROBE_INPROC_FOREIGN_ARTIFACT") {
+            Some(_) => crate::engine::new_engine().map_err(|e| format!("{e:#}"))?,
+            None => engine,
+        };
         let mut cwasm = Vec::with_capacity(set.programs.len());
         for p in &set.programs {
             cwasm.push(

@@ -59,6 +59,7 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(exit_1_and_3_are_counted_and_name_ptrace, Need::Ptrace),
+    case!(an_artifact_of_another_engine_is_refused_by_the_agent, Need::Ptrace),
     case!(no_heap_allocation_per_hit_in_the_agent, Need::Ptrace),
     case!(attaching_to_threads_that_exist_counts_every_call @ every_transport),
     case!(
@@ -141,6 +142,38 @@ fn examples_give_the_ptrace_records_byte_for_byte() {
         compared += 1;
     }
     assert_eq!(compared, 15);
+}
+
+/// The agent checks what it is handed: a module precompiled by wprobe's
+/// own engine (another configuration: AVX allowed, signals-based traps)
+/// instead of the agent's is refused by the agent's wasmtime, the error
+/// names the setting, wprobe exits 2, and the target is left unpatched and
+/// runs as untraced.
+fn an_artifact_of_another_engine_is_refused_by_the_agent() {
+    let t = probe_target();
+    let prog = write(
+        "inproc_foreign.rpn",
+        "name = probe_target\nvars = 1\noffset = target_fn\n inc lv, 0\n abort\n",
+    );
+    let mut c = wprobe();
+    c.args(["run", "--no-cache", "--transport", "inproc"])
+        .arg(&prog)
+        .arg("--")
+        .arg(&t)
+        .env("WPROBE_INPROC_FOREIGN_ARTIFACT", "1");
+    let o = output_within(c, 60);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: loading `inproc_foreign` into process "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains(": agent: Incompatible: compilation settings of module incompatible with \
+                       native host: compilation setting "),
+        "{line}"
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "counter=4 last=27\n");
 }
 
 /// A handler reads (read_mem, read_str), checks and writes unmapped,
