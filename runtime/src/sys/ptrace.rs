@@ -124,6 +124,28 @@ pub fn getsiginfo(tid: i32) -> Result<libc::siginfo_t, Errno> {
     Ok(si)
 }
 
+/// `si_code` of a SIGTRAP sent by a perf event with `sigtrap` set.
+pub const TRAP_PERF: i32 = 6;
+
+/// The `sig_data` of the perf event that sent `si` (a SIGTRAP with
+/// `si_code` [`TRAP_PERF`]: `si_perf_data`, after `si_addr`), else `None`.
+pub fn perf_trap_data(si: &libc::siginfo_t) -> Option<u64> {
+    if si.si_signo != libc::SIGTRAP || si.si_code != TRAP_PERF {
+        return None;
+    }
+    const _: () = assert!(std::mem::size_of::<libc::siginfo_t>() >= 32);
+    // SAFETY: siginfo_t is 128 bytes of plain data; for TRAP_PERF the
+    // kernel's `_sigfault._perf._data` (an unsigned long) is at byte 24,
+    // after si_signo, si_errno, si_code, padding and si_addr.
+    let data = unsafe {
+        (si as *const libc::siginfo_t as *const u8)
+            .add(24)
+            .cast::<u64>()
+            .read_unaligned()
+    };
+    Some(data)
+}
+
 /// `PTRACE_GET_RSEQ_CONFIGURATION` (Linux 5.13): the address of the
 /// thread's registered `struct rseq` (0 when it registered none).
 pub fn rseq_area(tid: i32) -> Result<u64, Errno> {

@@ -440,7 +440,7 @@ impl InProc {
     /// seized (`traps`): the watchdog is started and the `int3`s written
     /// first.
     fn go(&mut self, mut w: World) -> Result<(), String> {
-        if !self.patcher.has_traps() && self.watches.dr7 == 0 {
+        if !self.patcher.has_traps() && !self.watches.any() {
             w.release();
             return Ok(());
         }
@@ -689,7 +689,7 @@ impl Transport for InProc {
                     crate::transport::ptrace::ArmError::BadWatchpoint { addr, len, reason }
                         .to_string()
                 })?;
-                let Some(slot) = self.watches.stub.iter().position(Option::is_none) else {
+                let Some(slot) = self.watches.slots.iter().position(Option::is_none) else {
                     return Err(format!(
                         "all {} debug registers are in use",
                         crate::arch::DEBUG_REGISTERS
@@ -697,9 +697,12 @@ impl Transport for InProc {
                 };
                 let site = self.patcher.plan_watch(world, addr)?;
                 self.patcher.sites[site].tags.push(tag);
-                self.watches.addr[slot] = addr;
-                self.watches.dr7 |= crate::arch::dr7_bits(slot, len, kind);
-                self.watches.stub[slot] = Some(self.patcher.sites[site].stub);
+                self.watches.slots[slot] = Some(traps::Watch {
+                    addr,
+                    len,
+                    kind,
+                    stub: self.patcher.sites[site].stub,
+                });
                 self.armed.insert(tag, site);
                 Ok(Armed(tag as u64))
             }

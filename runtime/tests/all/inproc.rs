@@ -37,6 +37,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(
+        sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running,
+        Need::Ptrace
+    ),
+    case!(
         sigint_restores_the_bytes_and_the_target_runs_on,
         Need::Ptrace
     ),
@@ -59,7 +63,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(exit_1_and_3_are_counted_and_name_ptrace, Need::Ptrace),
-    case!(an_artifact_of_another_engine_is_refused_by_the_agent, Need::Ptrace),
+    case!(
+        an_artifact_of_another_engine_is_refused_by_the_agent,
+        Need::Ptrace
+    ),
     case!(no_heap_allocation_per_hit_in_the_agent, Need::Ptrace),
     case!(attaching_to_threads_that_exist_counts_every_call @ every_transport),
     case!(
@@ -169,8 +176,10 @@ fn an_artifact_of_another_engine_is_refused_by_the_agent() {
         .find(|l| l.starts_with("error: loading `inproc_foreign` into process "))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(
-        line.contains(": agent: Incompatible: compilation settings of module incompatible with \
-                       native host: compilation setting "),
+        line.contains(
+            ": agent: Incompatible: compilation settings of module incompatible with \
+                       native host: compilation setting "
+        ),
         "{line}"
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout), "counter=4 last=27\n");
@@ -611,6 +620,76 @@ fn sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running() {
     drop(to);
     let sum = gated_sum(1003);
     assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
+    assert!(target.wait().unwrap().success());
+}
+
+/// A watchpoint in an inproc run, then a SIGKILL of wprobe (attached):
+/// the watchpoint is a perf breakpoint event of wprobe's, which the kernel
+/// removes with wprobe's descriptors, so the program's later writes do
+/// not trap and it runs to its end; before the kill every write ran the
+/// handler in the target (`rip` after the store).
+fn sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running() {
+    let exe = gcc(
+        "inproc_watched",
+        &progs().join("watched.c"),
+        &["-O1", "-fno-pie", "-no-pie"],
+    );
+    let prog = write(
+        "inproc_watched.rpn",
+        format!(
+            "name = {}\noffset = g:g+7\nwatchpoint = w\n push r, rip\n log 1\n",
+            exe.display()
+        ),
+    );
+    let recs = scratch().join("inproc_watched.out");
+    let mut target = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut to = target.stdin.take().unwrap();
+    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
+    let mut w = wprobe()
+        .arg("run")
+        .arg(&prog)
+        .args(["--transport", "inproc", "--format", "json", "-o"])
+        .arg(&recs)
+        .args(["-p", &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Armed once the process is traced by wprobe.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0"))
+    {
+        assert!(Instant::now() < deadline, "not traced within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    writeln!(to, "3").unwrap();
+    assert_eq!(from.next().unwrap().unwrap(), "g 3");
+    // The three records are written.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&recs)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"log\""))
+        .count()
+        < 3
+    {
+        assert!(Instant::now() < deadline, "no records");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.kill().unwrap();
+    w.wait().unwrap();
+    writeln!(to, "5").unwrap();
+    assert_eq!(from.next().unwrap().unwrap(), "g 8");
+    drop(to);
+    assert_eq!(from.next().unwrap().unwrap(), "done");
     assert!(target.wait().unwrap().success());
 }
 

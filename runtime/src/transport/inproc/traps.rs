@@ -57,22 +57,42 @@ pub(super) struct Traps {
     pub(super) trapped: u64,
     /// The launched command was seized in a group-stop (see [`Traps::take`]).
     launched_stop: bool,
-    /// The watchpoints, in the debug registers of every thread.
+    /// The watchpoints.
     watch: Watches,
+    /// Their perf breakpoint events, one per watchpoint and thread seized
+    /// at the start (threads created later inherit them): the kernel
+    /// removes them when wprobe's descriptors close, so that no trigger
+    /// outlives wprobe.
+    events: Vec<perf_event::Counter>,
     /// The process's memory (to save a thread's `rip` on its stack).
     mem: Option<std::fs::File>,
 }
 
-/// The watchpoints of a run: debug registers 0–3 and DR7, and the stub
-/// each moves a triggering thread to.
+/// A watchpoint of a run.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Watch {
+    /// The range watched.
+    pub(super) addr: u64,
+    /// 1, 2, 4 or 8.
+    pub(super) len: u8,
+    /// Write or read/write.
+    pub(super) kind: crate::arch::WatchKind,
+    /// The stub a triggering thread is moved to.
+    pub(super) stub: u64,
+}
+
+/// The watchpoints of a run (at most one per debug register).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Watches {
-    /// DR0–DR3.
-    pub(super) addr: [u64; crate::arch::DEBUG_REGISTERS],
-    /// DR7 (0: no watchpoint).
-    pub(super) dr7: u64,
-    /// The stub of each debug register's watchpoint.
-    pub(super) stub: [Option<u64>; crate::arch::DEBUG_REGISTERS],
+    /// By slot (the perf event's `sig_data`).
+    pub(super) slots: [Option<Watch>; crate::arch::DEBUG_REGISTERS],
+}
+
+impl Watches {
+    /// Whether there is one.
+    pub(super) fn any(&self) -> bool {
+        self.slots.iter().any(Option::is_some)
+    }
 }
 
 impl Traps {
@@ -101,6 +121,7 @@ impl Traps {
             trapped: 0,
             launched_stop: false,
             watch,
+            events: Vec::new(),
             mem: std::fs::File::options()
                 .read(true)
                 .write(true)
@@ -109,7 +130,6 @@ impl Traps {
         };
         if launched {
             drop(world.into_stopped());
-            // (Its debug registers are written once it is seized again.)
             sys::detach(pid, libc::SIGSTOP)
                 .map_err(|e| anyhow::anyhow!("letting process {pid} go: {e}"))?;
             sys::seize(pid, OPTIONS).map_err(|e| anyhow::anyhow!("seizing process {pid}: {e}"))?;
@@ -148,42 +168,65 @@ impl Traps {
                 }
             }
         }
-        for &tid in &t.threads {
-            t.arm_debugregs(tid)
-                .map_err(|e| anyhow::anyhow!("setting the debug registers of thread {tid}: {e}"))?;
+        let tids: Vec<i32> = t.threads.iter().copied().collect();
+        for tid in tids {
+            t.open_watch_events(tid)?;
         }
         Ok(t)
     }
 
-    /// Writes the watchpoints into the debug registers of stopped `tid`.
-    fn arm_debugregs(&self, tid: i32) -> Result<(), nix::errno::Errno> {
-        if self.watch.dr7 == 0 {
-            return Ok(());
+    /// The perf breakpoint events of the watchpoints on thread `tid`: a
+    /// SIGTRAP to the thread (`sigtrap`, `sig_data` = the slot) after each
+    /// access, inherited by the threads it creates (not by fork children),
+    /// gone at exec.
+    fn open_watch_events(&mut self, tid: i32) -> anyhow::Result<()> {
+        use crate::arch::WatchKind;
+        use perf_event::events::Breakpoint;
+        for (slot, w) in self.watch.slots.iter().enumerate() {
+            let Some(w) = w else { continue };
+            let bp = match w.kind {
+                WatchKind::Write => Breakpoint::write(w.addr, u64::from(w.len)),
+                _ => Breakpoint::read_write(w.addr, u64::from(w.len)),
+            };
+            let mut b = perf_event::Builder::new(bp);
+            b.observe_pid(tid)
+                .any_cpu()
+                .inherit(true)
+                .inherit_thread(true)
+                .remove_on_exec(true)
+                .sigtrap(true)
+                .sig_data(slot as u64)
+                .sample_period(1)
+                .enabled(true);
+            let c = b.build().map_err(|e| {
+                anyhow::anyhow!(
+                    "the watchpoint at {:#x} ({} bytes) on thread {tid}: perf_event_open: {e}",
+                    w.addr,
+                    w.len
+                )
+            })?;
+            self.events.push(c);
         }
-        sys::pokeuser(tid, crate::arch::debugreg_offset(7), 0)?;
-        for (i, a) in self.watch.addr.iter().enumerate() {
-            if self.watch.stub[i].is_some() {
-                sys::pokeuser(tid, crate::arch::debugreg_offset(i), *a)?;
-            }
-        }
-        sys::pokeuser(tid, crate::arch::debugreg_offset(7), self.watch.dr7)
+        Ok(())
     }
 
     /// Moves `tid`, stopped by a SIGTRAP, to the stub of the watchpoint
     /// that fired (its `rip` saved below its red zone); false when none of
     /// ours did.
     fn move_to_watch_stub(&mut self, tid: i32) -> bool {
-        if self.watch.dr7 == 0 {
+        if !self.watch.any() {
             return false;
         }
-        let dr6 = sys::peekuser(tid, crate::arch::debugreg_offset(6)).unwrap_or(0);
-        let Some(slot) = (0..crate::arch::DEBUG_REGISTERS)
-            .find(|&i| dr6 & (1 << i) != 0 && self.watch.stub[i].is_some())
+        let Some(slot) = sys::getsiginfo(tid)
+            .ok()
+            .and_then(|si| sys::perf_trap_data(&si))
         else {
             return false;
         };
-        let _ = sys::pokeuser(tid, crate::arch::debugreg_offset(6), 0);
-        let (Some(stub), Some(mem)) = (self.watch.stub[slot], self.mem.as_ref()) else {
+        let Some(Some(w)) = self.watch.slots.get(slot as usize) else {
+            return false;
+        };
+        let (stub, Some(mem)) = (w.stub, self.mem.as_ref()) else {
             return false;
         };
         let mut r = crate::sys::regs::zero_regs();
@@ -314,8 +357,6 @@ impl Traps {
                         // Job control: stay stopped until SIGCONT.
                         let _ = sys::listen(tid);
                     } else {
-                        // A new thread's first stop: the watchpoints too.
-                        let _ = self.arm_debugregs(tid);
                         let _ = sys::cont(tid, 0);
                     }
                     false
@@ -364,8 +405,9 @@ impl Traps {
     /// to its stub first; signals that arrive meanwhile are held) and hands
     /// them over as a [`World`], to restore the bytes and let go.
     pub(super) fn stop_all(mut self) -> anyhow::Result<World> {
-        // Events already waiting first (fork children cleaned, new threads
-        // known).
+        // No watchpoint triggers from now on; events already waiting first
+        // (fork children cleaned, new threads known, triggers handled).
+        self.events.clear();
         self.poll();
         let mut stopped: BTreeMap<i32, i32> = BTreeMap::new();
         // New threads may appear while others are being stopped.
@@ -398,11 +440,6 @@ impl Traps {
                     stopped.insert(tid, self.held.remove(&tid).unwrap_or(0));
                     break;
                 }
-            }
-        }
-        if self.watch.dr7 != 0 {
-            for &tid in stopped.keys() {
-                let _ = sys::pokeuser(tid, crate::arch::debugreg_offset(7), 0);
             }
         }
         let pid = self.pid;
