@@ -598,7 +598,7 @@ pub mod site_kind {
     pub const RET: u32 = 1;
     /// A watchpoint's: the tracer moved the thread that triggered it to
     /// the site's stub, the instruction after the access saved at
-    /// [`WATCH_RIP_BELOW`] bytes below the thread's `rsp` (the red zone
+    /// [`crate::WATCH_RIP_BELOW`] bytes below the thread's `rsp` (the red zone
     /// kept).
     pub const WATCH: u32 = 2;
 }
