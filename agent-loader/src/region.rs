@@ -143,8 +143,48 @@ pub struct RecordView<'a> {
 pub struct RunView<'a> {
     /// Its header (probe, thread, CPU, outcome, time).
     pub header: RunHeader,
-    /// Its records, in emission order.
-    pub records: Vec<RecordView<'a>>,
+    /// Its records (checked by the parse), in emission order: see
+    /// [`RunView::records`].
+    body: &'a [u8],
+}
+
+impl<'a> RunView<'a> {
+    /// Its records, in emission order (no allocation: they are read from
+    /// the entry, which the drain checked whole).
+    pub fn records(&self) -> impl Iterator<Item = RecordView<'a>> + 'a {
+        let body = self.body;
+        let mut at = 0usize;
+        (0..self.header.n_records).map_while(move |_| {
+            let r = record_at(body, at)?;
+            at = r.1;
+            Some(r.0)
+        })
+    }
+}
+
+/// The record at byte `at` of a run's body, and where the next starts;
+/// `None` when it does not fit.
+fn record_at(body: &[u8], at: usize) -> Option<(RecordView<'_>, usize)> {
+    let hb = body.get(at..at.checked_add(RECORD_HEADER_SIZE)?)?;
+    // SAFETY: RECORD_HEADER_SIZE bytes of plain data.
+    let rh: RecordHeader = unsafe { std::ptr::read_unaligned(hb.as_ptr() as *const _) };
+    let d0 = at + RECORD_HEADER_SIZE;
+    let d1 = d0.checked_add(rh.data_len as usize)?;
+    let i1 = d1.checked_add((rh.n_items as usize).checked_mul(4)?)?;
+    if i1 > body.len() {
+        return None;
+    }
+    let next = agent_abi::record_size(rh.data_len as usize, rh.n_items as usize).checked_add(at)?;
+    Some((
+        RecordView {
+            kind: rh.kind,
+            major: rh.major,
+            minor: rh.minor,
+            data: &body[d0..d1],
+            items: &body[d1..i1],
+        },
+        next,
+    ))
 }
 
 /// What a drain found.
@@ -640,28 +680,12 @@ fn parse_run(e: &[u8]) -> Option<RunView<'_>> {
     }
     // SAFETY: at least RUN_HEADER_SIZE bytes; plain data.
     let header: RunHeader = unsafe { std::ptr::read_unaligned(e.as_ptr() as *const _) };
-    let mut at = RUN_HEADER_SIZE;
-    let mut records = Vec::with_capacity(header.n_records as usize);
+    let body = &e[RUN_HEADER_SIZE..];
+    let mut at = 0usize;
     for _ in 0..header.n_records {
-        let hb = e.get(at..at + RECORD_HEADER_SIZE)?;
-        // SAFETY: RECORD_HEADER_SIZE bytes of plain data.
-        let rh: RecordHeader = unsafe { std::ptr::read_unaligned(hb.as_ptr() as *const _) };
-        let d0 = at + RECORD_HEADER_SIZE;
-        let d1 = d0.checked_add(rh.data_len as usize)?;
-        let i1 = d1.checked_add((rh.n_items as usize).checked_mul(4)?)?;
-        if i1 > e.len() {
-            return None;
-        }
-        records.push(RecordView {
-            kind: rh.kind,
-            major: rh.major,
-            minor: rh.minor,
-            data: &e[d0..d1],
-            items: &e[d1..i1],
-        });
-        at = agent_abi::record_size(rh.data_len as usize, rh.n_items as usize).checked_add(at)?;
+        at = record_at(body, at)?.1;
     }
-    Some(RunView { header, records })
+    Some(RunView { header, body })
 }
 
 fn rdtsc() -> u64 {

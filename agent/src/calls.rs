@@ -157,7 +157,7 @@ fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'sta
 }
 
 /// The hit's time, taken once (records of the hit carry the same).
-fn now(h: &HitArgs) -> u64 {
+pub fn now(h: &HitArgs) -> u64 {
     if h.now.get() == 0 {
         h.now.set(vdso::clock_ns(sys::CLOCK_REALTIME));
     }

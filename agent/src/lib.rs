@@ -777,6 +777,8 @@ fn at_probe(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
     let entry = if h.site.ret_probes.is_empty() {
         None
     } else {
+        // One clock read for the call's entry and the records of the hit.
+        calls::now(h);
         calls::at_entry(c, h, lock)
     };
     let mut ran = 0;
@@ -859,7 +861,10 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         Handler::Outcome(f) => f.call(&mut a.store, ()),
         Handler::Unit(f) => f.call(&mut a.store, ()).map(|()| Outcome::Exit as i32),
     };
-    let mut trap = ctrl::FixedBuf::<512>::new();
+    // What a trap message is made of; formatted only for the probe's first
+    // trap (not per run: the 512-byte buffer is not even zeroed otherwise).
+    let mut bad_code = None;
+    let mut error = None;
     let outcome = match res {
         Ok(code) => match Outcome::from_code(code) {
             Some(o) => {
@@ -870,7 +875,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
             }
             None => {
                 bump(&slot.traps);
-                let _ = write!(trap, "handler returned {code}, not an outcome code");
+                bad_code = Some(code);
                 run_outcome::TRAPPED
             }
         },
@@ -884,16 +889,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
                 run_outcome::FUEL
             } else {
                 bump(&slot.traps);
-                // As the runtime's `trap_message`: the trap, or the root
-                // cause of a host-raised error (without its context).
-                match e.downcast_ref::<Trap>() {
-                    Some(t) => {
-                        let _ = write!(trap, "{t}");
-                    }
-                    None => {
-                        let _ = write!(trap, "{}", e.root_cause());
-                    }
-                }
+                error = Some(e);
                 run_outcome::TRAPPED
             }
         }
@@ -905,6 +901,21 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
     if first_trap {
         slot.flags
             .fetch_or(probe_flag::TRAP_REPORTED, Ordering::Relaxed);
+        let mut trap = ctrl::FixedBuf::<512>::new();
+        if let Some(code) = bad_code {
+            let _ = write!(trap, "handler returned {code}, not an outcome code");
+        } else if let Some(e) = &error {
+            // As the runtime's `trap_message`: the trap, or the root cause
+            // of a host-raised error (without its context).
+            match e.downcast_ref::<Trap>() {
+                Some(t) => {
+                    let _ = write!(trap, "{t}");
+                }
+                None => {
+                    let _ = write!(trap, "{}", e.root_cause());
+                }
+            }
+        }
         a.store
             .data_mut()
             .sink

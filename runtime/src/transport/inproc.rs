@@ -583,7 +583,7 @@ impl InProc {
 fn fill_sink<'a>(sink: &mut Sink, items: &mut Vec<u32>, run: &'a RunView<'a>) -> Option<&'a [u8]> {
     sink.clear();
     let mut trap = None;
-    for r in &run.records {
+    for r in run.records() {
         let kind = match r.kind {
             rec::LOG => RecordKind::Log,
             rec::STACKTRACE => RecordKind::StackTrace,
@@ -607,7 +607,7 @@ fn fill_sink<'a>(sink: &mut Sink, items: &mut Vec<u32>, run: &'a RunView<'a>) ->
 
 /// The [`Event::Unwound`] of an unwound record of the agent.
 fn unwound<'a>(pid: i32, run: &RunView<'_>) -> Option<Event<'a>> {
-    let r = run.records.iter().find(|r| r.kind == rec::UNWOUND)?;
+    let r = run.records().find(|r| r.kind == rec::UNWOUND)?;
     let word = |i: usize| {
         r.data
             .get(8 * i..8 * i + 8)

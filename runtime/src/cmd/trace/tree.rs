@@ -27,7 +27,7 @@
 //! Per event: a map lookup and a push or a pop; no allocation once a
 //! thread's stack has grown (the held-back steps of `--min-duration` aside).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Index of a traced function in the run's function table.
 pub type FuncId = u32;
@@ -211,8 +211,8 @@ impl<S: Sink> Tree<S> {
     /// An empty tree.
     pub fn new(filters: Filters, sink: S) -> Tree<S> {
         Tree {
-            threads: HashMap::new(),
-            forked: HashMap::new(),
+            threads: HashMap::default(),
+            forked: HashMap::default(),
             has_filter: filters.filter_hit.iter().any(|b| *b),
             filters,
             dropped: Vec::new(),
@@ -236,17 +236,15 @@ impl<S: Sink> Tree<S> {
     }
 
     fn thread(&mut self, th: Thread, rsp: u64, func: Option<FuncId>) -> &mut ThreadState {
-        if !self.threads.contains_key(&th) {
+        let forked = &mut self.forked;
+        self.threads.entry(th).or_insert_with(|| {
             let mut st = ThreadState::default();
-            if let Some(stacks) = self.forked.remove(&th.pid) {
+            if let Some(stacks) = forked.remove(&th.pid) {
                 st.stack = adopt(stacks, rsp, func);
                 st.shown = st.stack.iter().filter(|f| f.visible).count() as u32;
             }
-            self.threads.insert(th, st);
-        }
-        self.threads
-            .get_mut(&th)
-            .expect("invariant: inserted above")
+            st
+        })
     }
 
     /// A call of `func` entered in `th` at `time_ns` with `rsp`.

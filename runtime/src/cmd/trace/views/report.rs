@@ -6,7 +6,7 @@
 //! call's time minus its shown callees'. Calls left without returning count
 //! with the time until they were left.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::fmt::Write as _;
 
 use super::super::out::TextOut;
@@ -39,7 +39,7 @@ impl ReportView {
             out,
             json,
             totals: vec![Totals::default(); n],
-            stacks: HashMap::new(),
+            stacks: HashMap::default(),
         }
     }
 
