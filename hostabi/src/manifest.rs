@@ -69,6 +69,11 @@ pub struct Manifest {
     pub probes: Vec<ProbeSpec>,
     /// The maps of the map service (`map_*` imports), by index.
     pub maps: Vec<MapDecl>,
+    /// The `exit N` a handler of the program may end with that need the
+    /// target stopped at the hit (1: debugger hand-off, 3: core dump), as
+    /// the compiler found them; empty when none or unknown (a module not
+    /// compiled from RPN). A transport without them refuses the program.
+    pub stops: Vec<u8>,
 }
 
 /// One map of the map service, as a `map` line declares it:
@@ -132,6 +137,7 @@ impl Default for Manifest {
             types: Vec::new(),
             probes: Vec::new(),
             maps: Vec::new(),
+            stops: Vec::new(),
         }
     }
 }
@@ -345,6 +351,10 @@ impl Manifest {
         if !self.types.is_empty() {
             let _ = writeln!(s, "types {}", self.types.join(" "));
         }
+        if !self.stops.is_empty() {
+            let v: Vec<String> = self.stops.iter().map(u8::to_string).collect();
+            let _ = writeln!(s, "stops {}", v.join(" "));
+        }
         for m in &self.maps {
             let _ = write!(s, "map {} {} key=", m.name, m.kind.name());
             crate::layout::render_list_into(&m.key, &mut s);
@@ -468,6 +478,15 @@ impl Manifest {
                 "jmpmax" => m.jmpmax = parse_num(val, off)?,
                 "excpt_log" => m.excpt_log = parse_num(val, off)?,
                 "autostacktrace" => m.autostacktrace = parse_bool(val, off)?,
+                "stops" => {
+                    for w in val.split_whitespace() {
+                        match w {
+                            "1" => m.stops.push(1),
+                            "3" => m.stops.push(3),
+                            _ => return Err(bad),
+                        }
+                    }
+                }
                 "fuel" => m.fuel = parse_num(val, off)?,
                 "groups" => m.groups = names(val, off)?,
                 "types" => m.types = names(val, off)?,

@@ -64,5 +64,24 @@ pub fn build(program: &Program) -> Manifest {
         types: h.types.clone(),
         probes,
         maps: Vec::new(),
+        stops: stops(program),
     }
+}
+
+/// The `exit 1` (debugger hand-off) and `exit 3` (core dump) anywhere in
+/// `program`, sorted: a transport that cannot stop the target at a hit
+/// refuses such a program at load instead of failing at the hit.
+fn stops(program: &Program) -> Vec<u8> {
+    let mut v: Vec<u8> = program
+        .bodies
+        .iter()
+        .flat_map(|b| &b.insns)
+        .filter_map(|i| match i.op {
+            crate::ast::Op::ExitN(n @ (1 | 3)) => Some(n),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }

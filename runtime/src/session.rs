@@ -94,6 +94,9 @@ pub struct Session {
     /// `thread_pointer`: scanned by `check` for what a transport that
     /// samples registers cannot give (`regscan`).
     program_code: Vec<(String, std::sync::Arc<[u8]>, bool)>,
+    /// Each program's label and the `exit 1`/`exit 3` it uses (`stops`
+    /// of its manifest): refused by a transport that cannot honour them.
+    program_stops: Vec<(String, Vec<u8>)>,
     /// Whether any program imports `read_mem` or `read_str`.
     reads_memory: bool,
     /// Lost hits the transport did not attribute to a known probe.
@@ -196,6 +199,11 @@ impl Session {
                 (p.label.clone(), p.module.wasm.clone(), tp)
             })
             .collect();
+        let program_stops = programs
+            .iter()
+            .filter(|p| !p.module.manifest.stops.is_empty())
+            .map(|p| (p.label.clone(), p.module.manifest.stops.clone()))
+            .collect();
         let mut runner = Runner::new(engine, env)?;
         let mut bt = BtState {
             events: programs.iter().map(|p| p.module.events.clone()).collect(),
@@ -255,6 +263,7 @@ impl Session {
             bias_default: HashMap::new(),
             writers,
             program_code,
+            program_stops,
             reads_memory,
             dropped_unattributed: 0,
             unhonoured: [0; 2],

@@ -197,6 +197,26 @@ impl Session {
                 }
             }
         }
+        for (label, stops) in &self.program_stops {
+            for &n in stops {
+                let (can, what) = match n {
+                    1 => (caps.debugger_handoff, "a debugger hand-off"),
+                    _ => (caps.core_dump, "a core dump"),
+                };
+                if !can {
+                    return Err(format!(
+                        "program `{label}` uses `exit {n}` ({what}), which needs the target \
+                         stopped at the hit: --transport {name} cannot honour it; use \
+                         --transport {}",
+                        if n == 1 {
+                            one_that(|c| c.debugger_handoff)
+                        } else {
+                            one_that(|c| c.core_dump)
+                        }
+                    ));
+                }
+            }
+        }
         if self.opts.follow_forks && !caps.follows_forks {
             return Err(format!(
                 "-f: --transport {name} does not follow forks; use --transport {}",

@@ -1190,12 +1190,15 @@ fn sigterm_of_wprobe_launched_restores_and_passes_the_signal_on() {
     drop(to);
 }
 
-/// `exit 1` (debugger hand-off) and `exit 3` (core dump) need a stopped
-/// target: under inproc, as under perf, they are counted and said once,
-/// naming the transport that honours them, and the process runs on.
+/// `exit 1` (debugger hand-off) and `exit 3` (core dump) need the target
+/// stopped at the hit: under inproc, as under perf, an RPN program that
+/// uses them is refused at load naming ptrace; a handler whose outcome is
+/// known only when it runs (WAT) has each such run counted and said once,
+/// and the process runs on.
 fn exit_1_and_3_are_counted_and_name_ptrace() {
     let t = probe_target();
-    for (code, what) in [(1, "exit 1 (debugger hand-off)"), (3, "exit 3 (core dump)")] {
+    // An RPN program that uses them: refused at load, the command not run.
+    for (code, what) in [(1, "a debugger hand-off"), (3, "a core dump")] {
         let p = write(
             &format!("inproc_exit{code}.rpn"),
             format!(
@@ -1203,13 +1206,47 @@ fn exit_1_and_3_are_counted_and_name_ptrace() {
                 t.display()
             ),
         );
-        let (got, out, err) = run_json("inproc", &[p.to_str().unwrap(), "--", t.to_str().unwrap()]);
-        assert_eq!(out, ["counter=4 last=27"], "{err}");
-        assert_eq!(got.iter().filter(|v| v["kind"] == "log").count(), 3);
+        let mut c = wprobe();
+        c.args(["run", "--transport", "inproc"])
+            .arg(&p)
+            .arg("--")
+            .arg(&t);
+        let o = output_within(c, 60);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(o.stdout.is_empty(), "the command did not run");
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "error: program `inproc_exit{code}` uses `exit {code}` ({what}), which needs the \
+                 target stopped at the hit: --transport inproc cannot honour it; use --transport \
+                 ptrace\n"
+            )
+        );
+    }
+    // A WAT handler whose outcome no compiler sees: counted, said once each.
+    let mut c = wprobe();
+    c.arg("run")
+        .arg(crate::support::cli::handoff_wat())
+        .args([
+            "--probe",
+            "target_fn=h",
+            "--transport",
+            "inproc",
+            "--format",
+            "json",
+            "--",
+        ])
+        .arg(&t);
+    let o = output_within(c, 60);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("counter=4 last=27"), "{out}");
+    assert_eq!(out.matches("\"kind\":\"log\"").count(), 3, "{out}");
+    for what in ["exit 1 (debugger hand-off)", "exit 3 (core dump)"] {
         let warning = format!(
-            "wprobe: warning: probe inproc_exit{code}:target_fn: {what} needs a stopped target \
-             and cannot be honoured under --transport inproc; counted, the process runs on (use \
-             --transport ptrace)\n"
+            "{what} needs a stopped target and cannot be honoured under --transport inproc; \
+             counted, the process runs on (use --transport ptrace)\n"
         );
         assert_eq!(err.matches(&warning).count(), 1, "{err}");
     }

@@ -667,6 +667,10 @@ fn handler_that_writes_is_refused_naming_program_and_import() {
     );
 }
 
+/// `exit 1`/`exit 3` need the target stopped at the hit: an RPN program
+/// that uses them is refused at load, naming ptrace; a handler whose
+/// outcome no compiler can see (WAT) is run, and each such run counted and
+/// reported once.
 fn exit_1_and_exit_3_are_counted_and_reported_once_under_perf() {
     let exe = calls();
     let p = write(
@@ -678,7 +682,35 @@ fn exit_1_and_exit_3_are_counted_and_reported_once_under_perf() {
         ),
     );
     let (lines, err, code) = run("perf", &[&p], &[exe.to_str().unwrap(), "10"]);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(lines.is_empty(), "the command did not run");
+    assert_eq!(
+        err,
+        "error: program `exit13` uses `exit 1` (a debugger hand-off), which needs the target \
+         stopped at the hit: --transport perf cannot honour it; use --transport ptrace\n"
+    );
+    let mut c = wprobe();
+    c.arg("run")
+        .arg(handoff_wat())
+        .args([
+            "--probe",
+            "target=h",
+            "--transport",
+            "perf",
+            "--format",
+            "json",
+            "--",
+        ])
+        .arg(&exe)
+        .arg("10");
+    let o = output_within(c, 60);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(first_words(&lines), (0..10).collect::<Vec<_>>());
     assert_eq!(
         err.matches("cannot be honoured under --transport perf")

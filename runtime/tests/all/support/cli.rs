@@ -188,6 +188,25 @@ pub fn run(
     )
 }
 
+/// A WAT handler `h` that logs `rdi` (a raw word, major 1) and ends with
+/// outcome 3 (`exit 1`, debugger hand-off) when `rdi` is even, 5 (`exit 3`,
+/// core dump) when it is odd: outcomes no compiler can see before the run.
+pub fn handoff_wat() -> PathBuf {
+    write(
+        "handoff.wat",
+        r#"(module
+  (import "wprobe" "read_reg" (func $read_reg (param i32 i32) (result i64)))
+  (import "wprobe" "emit_log" (func $emit_log (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "h") (result i32)
+    (i64.store (i32.const 0) (call $read_reg (i32.const 0x0a) (i32.const 0)))
+    (i32.store (i32.const 64) (i32.const 0x800000))
+    (drop (call $emit_log (i32.const 1) (i32.const 0) (i32.const 0) (i32.const 8) (i32.const 64) (i32.const 1)))
+    (select (i32.const 3) (i32.const 5)
+      (i64.eqz (i64.and (i64.load (i32.const 0)) (i64.const 1))))))"#,
+    )
+}
+
 /// The `stats` line.
 pub fn stats(lines: &[serde_json::Value]) -> &serde_json::Value {
     let s = lines.last().expect("a stats line");
