@@ -481,6 +481,17 @@ pub struct ControlHeader {
     /// Tracer: TSC ticks after which a heartbeat is stale (0: never; the
     /// agent then never goes dormant by itself).
     pub stale_ticks: AtomicU64,
+    /// Tracer: the wall clock in TSC ticks, published with each heartbeat
+    /// when the TSC is invariant: `clock_ns + (tsc - clock_tsc) *
+    /// clock_mult >> 32` (`clock_mult` 0: read the vDSO clock). A seqlock:
+    /// `clock_seq` is odd while the tracer writes.
+    pub clock_seq: AtomicU64,
+    /// Tracer: the TSC of the anchor.
+    pub clock_tsc: AtomicU64,
+    /// Tracer: CLOCK_REALTIME at the anchor, ns.
+    pub clock_ns: AtomicU64,
+    /// Tracer: ns per TSC tick, 32.32 fixed point (0: none).
+    pub clock_mult: AtomicU64,
     /// Agent: number of global variables in use (largest `gvars` loaded).
     pub gvars_len: AtomicU64,
     /// Agent: code of the last error (0 none).

@@ -613,14 +613,19 @@ impl Region {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let map = self.map.clone();
         let flag = stop.clone();
+        let invariant = invariant_tsc();
         let thread = std::thread::Builder::new()
             .name("wprobe-heartbeat".into())
             .spawn(move || {
                 // SAFETY: the header at offset 0 of the mapping, kept alive
-                // by `map`; the field is an atomic.
+                // by `map`; the fields are atomics.
                 let h = unsafe { &*(map.ptr as *const ControlHeader) };
+                let first = invariant.then(tsc_realtime);
                 while !flag.load(Ordering::SeqCst) {
                     h.heartbeat_tsc.store(rdtsc(), Ordering::Release);
+                    if let Some((tsc0, ns0)) = first {
+                        publish_clock(h, tsc0, ns0);
+                    }
                     std::thread::park_timeout(period);
                 }
             })?;
@@ -694,6 +699,54 @@ fn rdtsc() -> u64 {
     unsafe {
         core::arch::x86_64::_rdtsc()
     }
+}
+
+/// Whether the TSC ticks at a constant rate through every power state
+/// (`constant_tsc` and `nonstop_tsc` among the CPU flags): only then may
+/// the agent tell the time from it.
+fn invariant_tsc() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+        c.lines().find(|l| l.starts_with("flags")).is_some_and(|l| {
+            let flags: Vec<&str> = l.split_whitespace().collect();
+            flags.contains(&"constant_tsc") && flags.contains(&"nonstop_tsc")
+        })
+    })
+}
+
+/// A `(TSC, CLOCK_REALTIME ns)` pair, the TSC read on both sides of the
+/// clock (their midpoint).
+fn tsc_realtime() -> (u64, u64) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let a = rdtsc();
+    // SAFETY: a writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let b = rdtsc();
+    (
+        a + (b.wrapping_sub(a)) / 2,
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+    )
+}
+
+/// Publishes the wall clock in TSC ticks for the agent (`ControlHeader::
+/// clock_*`): anchored now, its rate measured since `(tsc0, ns0)` (at
+/// least 50 ms before, else not yet).
+fn publish_clock(h: &ControlHeader, tsc0: u64, ns0: u64) {
+    let (tsc, ns) = tsc_realtime();
+    let (dt, dn) = (tsc.wrapping_sub(tsc0), ns.wrapping_sub(ns0));
+    if dn < 50_000_000 || dt == 0 {
+        return;
+    }
+    let mult = ((u128::from(dn) << 32) / u128::from(dt)) as u64;
+    let seq = h.clock_seq.load(Ordering::Relaxed);
+    h.clock_seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Release);
+    h.clock_tsc.store(tsc, Ordering::Relaxed);
+    h.clock_ns.store(ns, Ordering::Relaxed);
+    h.clock_mult.store(mult, Ordering::Relaxed);
+    h.clock_seq.store(seq.wrapping_add(2), Ordering::Release);
 }
 
 /// `FUTEX_WAKE` (shared) of one waiter of `w`.

@@ -159,7 +159,7 @@ fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'sta
 /// The hit's time, taken once (records of the hit carry the same).
 pub fn now(h: &HitArgs) -> u64 {
     if h.now.get() == 0 {
-        h.now.set(vdso::clock_ns(sys::CLOCK_REALTIME));
+        h.now.set(vdso::wall_ns());
     }
     h.now.get()
 }

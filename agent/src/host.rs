@@ -206,7 +206,7 @@ impl HitEnv for FrameEnv {
 
     fn now_ns(&self) -> u64 {
         if self.now.get() == 0 {
-            self.now.set(vdso::clock_ns(sys::CLOCK_REALTIME));
+            self.now.set(vdso::wall_ns());
         }
         self.now.get()
     }

@@ -14,7 +14,11 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
-    case!(examples_give_the_ptrace_records_byte_for_byte, Need::Ptrace),
+    case!(
+        examples_give_the_ptrace_records_byte_for_byte,
+        Need::Ptrace,
+        Need::DebugRegisters
+    ),
     case!(faulting_reads_are_statuses_as_under_ptrace, Need::Ptrace),
     case!(
         an_infinite_loop_is_stopped_by_fuel_at_every_hit,
@@ -38,7 +42,8 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(
         sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running,
-        Need::Ptrace
+        Need::Ptrace,
+        Need::DebugRegisters
     ),
     case!(
         sigint_restores_the_bytes_and_the_target_runs_on,

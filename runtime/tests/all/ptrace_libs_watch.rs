@@ -11,10 +11,19 @@ pub(crate) const CASES: &[Case] = &[
     case!(dlopen_after_start_reports_libraries_changed, Need::Ptrace),
     case!(
         write_watchpoint_sees_each_write_after_it_happened,
-        Need::Ptrace
+        Need::Ptrace,
+        Need::DebugRegisters
     ),
-    case!(read_write_and_exec_watchpoints, Need::Ptrace),
-    case!(watchpoint_on_threads_created_later, Need::Ptrace),
+    case!(
+        read_write_and_exec_watchpoints,
+        Need::Ptrace,
+        Need::DebugRegisters
+    ),
+    case!(
+        watchpoint_on_threads_created_later,
+        Need::Ptrace,
+        Need::DebugRegisters
+    ),
 ];
 
 use std::collections::HashMap;

@@ -10,12 +10,16 @@ use crate::support::case::{Case, Need};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
-    case!(global_written_n_times_gives_n_records_carrying_the_written_values @ every_transport),
-    case!(four_threads_writing_give_the_exact_total @ every_transport),
-    case!(exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint @ per_transport),
-    case!(example_11_counts_the_same_under_both_transports, Need::Perf),
+    case!(global_written_n_times_gives_n_records_carrying_the_written_values @ every_transport, Need::DebugRegisters),
+    case!(four_threads_writing_give_the_exact_total @ every_transport, Need::DebugRegisters),
+    case!(exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint @ per_transport, Need::DebugRegisters),
+    case!(
+        example_11_counts_the_same_under_both_transports,
+        Need::Perf,
+        Need::DebugRegisters
+    ),
     case!(misaligned_and_oversized_ranges_are_clear_errors),
-    case!(more_watchpoints_than_debug_registers_is_an_error_naming_the_limit @ every_transport),
+    case!(more_watchpoints_than_debug_registers_is_an_error_naming_the_limit @ every_transport, Need::DebugRegisters),
     case!(io_watchpoints_are_refused_with_the_reason),
 ];
 

@@ -32,6 +32,13 @@ pub enum Need {
     DebugBuild,
     /// uftrace, to compare `wprobe trace` with it.
     Uftrace,
+    /// Hardware watchpoints: such tests run one at a time. A CPU has 4
+    /// debug registers; watchpoints of tests running side by side on one
+    /// CPU oversubscribe them, perf then multiplexes the breakpoints
+    /// (missing accesses), and the kernel may deliver a stray SIGTRAP when
+    /// one is uninstalled as it fires (seen once: a perf-transport target
+    /// killed by SIGTRAP while another test's watchpoints came and went).
+    DebugRegisters,
 }
 
 impl Need {
@@ -50,6 +57,7 @@ impl Need {
                 Need::Bpftrace,
                 Need::DebugBuild,
                 Need::Uftrace,
+                Need::DebugRegisters,
             ]
             .into_iter()
             .map(|n| (n, n.probe()))
@@ -63,6 +71,7 @@ impl Need {
 
     fn probe(self) -> Result<(), String> {
         match self {
+            Need::DebugRegisters => Ok(()),
             Need::Ptrace => super::tracer::ptrace_status(),
             Need::Root => {
                 if is_root() {
@@ -214,7 +223,14 @@ fn trial(
     {
         let missing: Vec<String> = needs.iter().filter_map(|n| n.check().err()).collect();
         if missing.is_empty() {
+            let serial = needs.contains(&Need::DebugRegisters);
             return libtest_mimic::Trial::test(name, move || {
+                static DEBUG_REGISTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+                let _one_at_a_time = serial.then(|| {
+                    DEBUG_REGISTERS
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                });
                 std::panic::catch_unwind(run).map_err(|e| panic_message(&e).into())
             });
         }
