@@ -43,9 +43,16 @@ pub fn repair(a: RepairArgs) -> CmdResult {
             a.pid
         )));
     }
-    // The in-process transport's journal: sites (jumps), not bytes.
+    // The in-process transport's journal: sites (jumps and the traps of
+    // its fallback, which its run also journals in the ptrace format for
+    // the watchdog: that one goes too).
     let restored = if inproc.exists() {
-        crate::transport::inproc::repair::repair(a.pid).map(|n| (n, "site"))
+        crate::transport::inproc::repair::repair(a.pid).and_then(|n| {
+            if path.exists() {
+                journal::repair(a.pid)?;
+            }
+            Ok((n, "site"))
+        })
     } else {
         journal::repair(a.pid).map(|n| (n, "byte"))
     };
