@@ -444,13 +444,18 @@ impl InProc {
             w.release();
             return Ok(());
         }
-        match crate::transport::ptrace::watchdog::spawn(self.pid) {
-            Ok(d) => self.watchdog = Some(d),
-            Err(e) => {
-                w.release();
-                return Err(format!(
-                    "the watchdog that restores the traps if wprobe dies did not start: {e}"
-                ));
+        // Traps need the watchdog (their `int3`s would kill the process
+        // after wprobe's death); watchpoints alone do not (their perf
+        // events die with wprobe).
+        if self.patcher.has_traps() {
+            match crate::transport::ptrace::watchdog::spawn(self.pid) {
+                Ok(d) => self.watchdog = Some(d),
+                Err(e) => {
+                    w.release();
+                    return Err(format!(
+                        "the watchdog that restores the traps if wprobe dies did not start: {e}"
+                    ));
+                }
             }
         }
         let (redirect, orig) = self.patcher.trap_maps();
@@ -897,7 +902,7 @@ impl Transport for InProc {
         if let Some(a) = &self.agent {
             a.region.set_enabled(false);
         }
-        if self.patcher.any_patched() && (self.ended || self.exit.is_some()) {
+        if self.ended || self.exit.is_some() {
             // The process is gone, and its patched image with it: nothing
             // to restore, and the journal must not outlive it.
             self.patcher.forget();

@@ -14,7 +14,7 @@
 //! temporary `int3` at the entry point aside, removed before the command
 //! runs any of its own code).
 
-mod error;
+pub(crate) mod error;
 mod hit;
 mod launch;
 mod ring;

@@ -609,6 +609,9 @@ impl Patcher {
     /// journaled first in the ptrace transport's journal, which its
     /// watchdog restores if wprobe dies.
     pub(super) fn arm_traps(&mut self, pid: i32) -> Result<(), String> {
+        if !self.has_traps() {
+            return Ok(());
+        }
         let mem = std::fs::File::options()
             .read(true)
             .write(true)

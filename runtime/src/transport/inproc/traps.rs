@@ -199,10 +199,10 @@ impl Traps {
                 .sample_period(1)
                 .enabled(true);
             let c = b.build().map_err(|e| {
+                let what = format!("the watchpoint at {:#x} ({} bytes)", w.addr, w.len);
                 anyhow::anyhow!(
-                    "the watchpoint at {:#x} ({} bytes) on thread {tid}: perf_event_open: {e}",
-                    w.addr,
-                    w.len
+                    "thread {tid}: {}",
+                    crate::transport::perf::error::open_error(what, e)
                 )
             })?;
             self.events.push(c);

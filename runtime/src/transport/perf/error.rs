@@ -83,7 +83,7 @@ pub fn permission_hint(paranoid: Option<&str>) -> String {
     )
 }
 
-pub(super) fn open_error(what: String, e: std::io::Error) -> PerfError {
+pub(crate) fn open_error(what: String, e: std::io::Error) -> PerfError {
     match e.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => PerfError::PermissionDenied {
             what: format!("perf_event_open of {what}"),
