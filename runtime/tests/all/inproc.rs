@@ -450,6 +450,25 @@ fn gated() -> (PathBuf, u64, Vec<u8>) {
     (exe, work.value, orig)
 }
 
+/// Starts `exe` with its standard input and output piped: the child, its
+/// input, and its output's lines.
+fn spawn_piped(
+    exe: &Path,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
+    let mut c = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let to = c.stdin.take().unwrap();
+    let from = BufReader::new(c.stdout.take().unwrap()).lines();
+    (c, to, from)
+}
+
 /// Bytes of a live process.
 fn live(pid: u32, addr: u64, len: usize) -> Vec<u8> {
     crate::support::cli::live_bytes(pid, addr, len)
@@ -493,14 +512,8 @@ fn gated_sum(n: i64) -> i64 {
 /// run unharmed.
 fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
     let (exe, work, orig) = gated();
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let mut w = wprobe()
         .arg("run")
         .arg(gated_prog(&exe))
@@ -569,14 +582,8 @@ fn sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running() {
             f.size - 1
         ),
     );
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let mut w = wprobe()
         .arg("run")
         .arg(&prog)
@@ -647,14 +654,8 @@ fn sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running() {
         ),
     );
     let recs = scratch().join("inproc_watched.out");
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let mut w = wprobe()
         .arg("run")
         .arg(&prog)
@@ -754,14 +755,8 @@ fn sigkill_of_wprobe_launched_then_repair_restores_the_file_bytes() {
 /// journal and exits 0; the program runs on.
 fn sigint_restores_the_bytes_and_the_target_runs_on() {
     let (exe, work, orig) = gated();
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let w = wprobe()
         .arg("run")
         .arg(gated_prog(&exe))
@@ -951,14 +946,8 @@ fn global_variables_from_8_threads_x_100000_calls_equal_ptrace_s() {
 /// hit, and the target finished its calls in bounded time.
 fn a_full_ring_counts_every_dropped_run() {
     let (exe, work, _) = gated();
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let w = wprobe()
         .arg("run")
         .arg(gated_prog(&exe))
