@@ -157,14 +157,8 @@ impl CallStacks {
     /// Thread `tid` is at the entry of function `func` with `rsp` (which
     /// points at return address `ret`): pops into `out` the calls this
     /// proves abandoned, innermost first. Call once per entry, before
-    /// [`CallStacks::push`] (several probes may share the entry).
-    ///
-    /// A call whose entry `rsp` is below `rsp` is gone (its return-address
-    /// slot is below the live stack). One with the same entry `rsp` is gone
-    /// when the slot now holds another return address (a new call wrote
-    /// it) or when it is a call of the same function (the same call site
-    /// called it again after its frame was abandoned); otherwise its
-    /// function ended with a tail call into this one, and both stay.
+    /// [`CallStacks::push`] (several probes may share the entry). The rules
+    /// are [`agent_abi::pairing::kept_at_entry`]'s (the agent's too).
     pub fn prune_at_entry(&mut self, tid: i32, rsp: u64, ret: u64, func: u64, out: &mut Vec<Gone>) {
         let Some(t) = self.threads.get(&tid) else {
             return;

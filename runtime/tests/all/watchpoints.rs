@@ -18,6 +18,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Perf,
         Need::DebugRegisters
     ),
+    case!(
+        execute_watchpoints_are_refused_under_inproc_naming_a_probe,
+        Need::Ptrace
+    ),
     case!(misaligned_and_oversized_ranges_are_clear_errors),
     case!(more_watchpoints_than_debug_registers_is_an_error_naming_the_limit @ every_transport, Need::DebugRegisters),
     case!(io_watchpoints_are_refused_with_the_reason),
@@ -74,6 +78,40 @@ fn four_threads_writing_give_the_exact_total(tr: &str) {
     assert_eq!(s["hits"], 4000, "{tr}: {err}");
     assert_eq!(s["runs"], 4000, "{tr}");
     assert_eq!(s["dropped"], 0, "{tr}");
+}
+
+/// Under inproc a thread moved to a watchpoint's stub comes back to the
+/// instruction that triggered it: an execute watchpoint would trigger
+/// again, so it is refused, naming the probe that gives the same hit.
+fn execute_watchpoints_are_refused_under_inproc_naming_a_probe() {
+    let t = wtarget();
+    let p = program(
+        "w_x_inproc.rpn",
+        "offset = watched_fn\nwatchpoint = x\n push r, rip\n log 1\n",
+    );
+    let (lines, err, code) = run("inproc", &[&p], &[t.to_str().unwrap(), "5"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(lines.is_empty(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("wprobe: warning: probe w_x_inproc:watched_fn not applied in pid "))
+        .unwrap_or_else(|| panic!("{err}"));
+    // (The target is a PIE: the address is the run-time one.)
+    let (_, rest) = line
+        .split_once(": an execute watchpoint at 0x")
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        rest.ends_with(
+            ": --transport inproc moves the thread out and back to the instruction, which \
+             would trigger it again; put a probe at that address instead (the same hit, \
+             without a trap)"
+        ),
+        "{line}"
+    );
+    assert!(
+        err.contains("error: no probe could be armed in process "),
+        "{err}"
+    );
 }
 
 fn exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint(tr: &str) {

@@ -11,8 +11,12 @@
 //! kernel (`PTRACE_O_TRACECLONE`); a fork child is seized, its `int3`s
 //! are put back to the original bytes and it is let go (a `vfork` child,
 //! which shares the memory, is kept until it execs or exits, its traps
-//! moved to the stubs like the parent's, where the agent is dormant); an
-//! exec ends the tracing (the image with the traps is gone).
+//! moved to the stubs like the parent's: the agent, shared too, runs the
+//! handlers there as for the parent — a known limit); an exec ends the
+//! tracing (the image with the traps is gone).
+//!
+//! Watchpoints use the same seized threads: see
+//! [`Traps::open_watch_events`].
 //!
 //! If wprobe dies, the kernel detaches every thread with the `int3`s in
 //! place: the ptrace transport's watchdog (started with the traps, fed the
@@ -53,8 +57,6 @@ pub(super) struct Traps {
     pub(super) exit: Option<ExitStatus>,
     /// The process exec'd: nothing is traced any more.
     pub(super) execed: bool,
-    /// Traps taken.
-    pub(super) trapped: u64,
     /// The launched command was seized in a group-stop (see [`Traps::take`]).
     launched_stop: bool,
     /// The watchpoints.
@@ -118,7 +120,6 @@ impl Traps {
             held: BTreeMap::new(),
             exit: None,
             execed: false,
-            trapped: 0,
             launched_stop: false,
             watch,
             events: Vec::new(),
@@ -242,7 +243,6 @@ impl Traps {
         if sys::setregs(tid, &r).is_err() {
             return false;
         }
-        self.trapped += 1;
         true
     }
 
@@ -397,7 +397,6 @@ impl Traps {
         if sys::setregs(tid, &r).is_err() {
             return false;
         }
-        self.trapped += 1;
         true
     }
 
