@@ -242,8 +242,12 @@ pub struct Stats {
     /// Heap allocations made by the agent so far (none per hit on the
     /// success path once warm; tests check it).
     pub allocations: AtomicU64,
+    /// Times another thread of the target revoked a thread's bias on the
+    /// store ([`bias`]; at most once per process; the tracer's revocations
+    /// are not counted).
+    pub bias_revoked: AtomicU64,
     /// Reserved.
-    pub _reserved: [AtomicU64; 7],
+    pub _reserved: [AtomicU64; 6],
 }
 
 /// One probe of the run (index = the probe id the tracer chose). The
@@ -283,10 +287,60 @@ pub struct ProbeSlot {
     /// A return probe: calls tracked at once per process (kretprobe's
     /// `maxactive`; 0 for other probes). Set by the tracer before `enabled`.
     pub maxactive: u64,
-    /// A return probe: calls tracked now (agent).
+    /// A return probe: calls tracked (agent). Written only by the holder of
+    /// the store lock (no locked read-modify-write per call); calls tracked
+    /// now are `live - live_lost`.
     pub live: AtomicU64,
+    /// A return probe: tracked calls that ended while their thread could
+    /// not have the store lock (agent, atomic).
+    pub live_lost: AtomicU64,
     /// Reserved.
-    pub _reserved: [u64; 3],
+    pub _reserved: [u64; 2],
+}
+
+/// The biased store lock. A process whose handlers all run on one thread
+/// (most traced programs) would pay the lock's two atomic operations at
+/// every hit for nothing. The first thread to take the lock (the futex,
+/// [`ControlHeader::store_lock`]) while `bias.owner` is [`FREE`] becomes
+/// its owner: from then on it takes the store with a plain store of
+/// `bias.inside = 1` and a re-check of `bias.owner`, and leaves it with
+/// `bias.inside = 0` — no locked instruction, no fence.
+///
+/// Anyone else who takes the futex (another thread of the target, the
+/// agent's control calls, the tracer) while a thread owns the bias revokes
+/// it for good: `bias.owner = OFF`, then `membarrier(GLOBAL_EXPEDITED)`,
+/// which runs a full barrier on every CPU running the target, so the owner
+/// either sees `OFF` at its re-check or its `bias.inside = 1` is visible; then
+/// it waits for `bias.inside == 0`. Every later taker of the futex checks
+/// `bias.inside == 0` too. The agent enables the bias (`OFF` → `FREE`) only
+/// once it registered the process for global expedited membarriers.
+pub mod bias {
+    /// Nobody holds the bias and nobody may take it (the region's zero).
+    pub const OFF: u32 = 0;
+    /// The next thread to take the futex for a hit claims the bias.
+    pub const FREE: u32 = u32::MAX;
+    /// `membarrier(2)`'s command: a barrier on every CPU running a
+    /// process registered with [`MEMBARRIER_REGISTER_GLOBAL_EXPEDITED`].
+    pub const MEMBARRIER_GLOBAL_EXPEDITED: usize = 1 << 1;
+    /// `membarrier(2)`'s registration for [`MEMBARRIER_GLOBAL_EXPEDITED`].
+    pub const MEMBARRIER_REGISTER_GLOBAL_EXPEDITED: usize = 1 << 2;
+    /// `membarrier(2)`'s system call number on x86-64.
+    pub const SYS_MEMBARRIER: usize = 324;
+}
+
+/// The words of the store's bias ([`bias`]), alone on their cache line:
+/// the owner writes `inside` twice per hit, and a line the tracer reads
+/// would bounce between the CPUs.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct BiasLine {
+    /// The thread id that may take the store without the lock's atomic
+    /// operations, [`bias::FREE`] before a thread has claimed it,
+    /// [`bias::OFF`] (the region's zero) when nobody may.
+    pub owner: AtomicU32,
+    /// 1 while the owner holds the store without the lock (written by
+    /// that thread alone).
+    pub inside: AtomicU32,
 }
 
 /// Bits of [`ProbeSlot::flags`].
@@ -476,6 +530,8 @@ pub struct ControlHeader {
     pub store_lock: AtomicU32,
     /// Agent: the agent's own `rdtscp` support (1) for `current_cpu`.
     pub has_rdtscp: AtomicU32,
+    /// The store's bias ([`bias`]), on a cache line of its own.
+    pub bias: BiasLine,
     /// Tracer: its TSC (`rdtsc`) when it last showed it is alive.
     pub heartbeat_tsc: AtomicU64,
     /// Tracer: TSC ticks after which a heartbeat is stale (0: never; the

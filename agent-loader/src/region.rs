@@ -121,6 +121,7 @@ pub struct StatsSnapshot {
     pub lock_waits: u64,
     pub ring_waits: u64,
     pub allocations: u64,
+    pub bias_revoked: u64,
 }
 
 /// One record of a handler run read from the ring.
@@ -425,7 +426,11 @@ impl Region {
 
     /// Calls of return probe `p` tracked now (entered, not yet returned).
     pub fn probe_live(&self, p: u32) -> u64 {
-        self.probe(p).map_or(0, |s| s.live.load(Ordering::Relaxed))
+        self.probe(p).map_or(0, |s| {
+            s.live
+                .load(Ordering::Relaxed)
+                .wrapping_sub(s.live_lost.load(Ordering::Relaxed))
+        })
     }
 
     /// Global variables in use.
@@ -458,6 +463,7 @@ impl Region {
             lock_waits: l(&s.lock_waits),
             ring_waits: l(&s.ring_waits),
             allocations: l(&s.allocations),
+            bias_revoked: l(&s.bias_revoked),
         }
     }
 
@@ -643,9 +649,53 @@ impl Region {
     /// Takes the store lock (no handler of the target runs until
     /// [`Region::unlock_store`]), waiting at most `max`; `false` if it
     /// could not.
+    ///
+    /// A thread of the target that owns the store's bias
+    /// ([`agent_abi::bias`]) loses it for good: this revokes it and waits
+    /// for the owner to leave the store.
     pub fn lock_store(&self, max: std::time::Duration) -> bool {
-        let w = &self.header().store_lock;
         let deadline = std::time::Instant::now() + max;
+        if !self.lock_futex(deadline) {
+            return false;
+        }
+        let h = self.header();
+        let owner = h.bias.owner.load(Ordering::Acquire);
+        if owner == agent_abi::bias::FREE {
+            // No thread can claim it while the futex is held.
+            return true;
+        }
+        if owner != agent_abi::bias::OFF {
+            h.bias.owner.store(agent_abi::bias::OFF, Ordering::SeqCst);
+            // SAFETY: membarrier takes no pointers. The agent enabled the
+            // bias only after registering the target for this command.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    agent_abi::bias::MEMBARRIER_GLOBAL_EXPEDITED as libc::c_long,
+                    0 as libc::c_long,
+                    0 as libc::c_long,
+                )
+            };
+            if r != 0 {
+                // Cannot happen once the target registered; let the
+                // owner's store drain.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        // A former owner may still be inside.
+        while h.bias.inside.load(Ordering::Acquire) != 0 {
+            if std::time::Instant::now() >= deadline {
+                self.unlock_store();
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// The futex of [`Region::lock_store`].
+    fn lock_futex(&self, deadline: std::time::Instant) -> bool {
+        let w = &self.header().store_lock;
         if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {

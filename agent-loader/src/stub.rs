@@ -29,7 +29,9 @@
 //!           mov edi, [rbx+416]         ; the site id
 //!           mov rsi, rbx ; mov rax, [dispatch_slot] ; call rax
 //!           mov rsp, rbx
-//!           ldmxcsr ; movups xmm_i ; add rsp, 280 ; pop r15 … rax ; popfq
+//!           movups xmm_i ; add rsp, 280 ; pop r15 … rcx
+//!           <flags from [rsp+8] with sahf, OF and DF apart> ; pop rax
+//!           lea rsp, [rsp+8]           ; drop the flags' slot
 //!           ret 8                      ; back to stub_k, dropping the site id
 //! ```
 //!
@@ -128,12 +130,16 @@ fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruc
     r.context("building a stub")
 }
 
+/// The IP [`encode`] gives the first of a stub's own instructions (the
+/// k-th gets `OWN_IP + k`): branches between them target these.
+const OWN_IP: u64 = u64::MAX - 0x1_0000;
+
 /// Encodes `v` at `ip`. Instructions of our own get IPs no branch targets,
 /// so the block encoder links nothing to them.
 fn encode(mut v: Vec<Instruction>, ip: u64) -> Result<Vec<u8>> {
     for (k, i) in v.iter_mut().enumerate() {
         if i.ip() == 0 {
-            i.set_ip(u64::MAX - 0x1_0000 + k as u64);
+            i.set_ip(OWN_IP + k as u64);
         }
     }
     let block = InstructionBlock::new(&v, ip);
@@ -227,10 +233,8 @@ fn trampoline_above(slot: u64, addr: u64, above: i64) -> Result<Vec<u8>> {
         Register::RSP,
         Register::RBX,
     ))?);
-    v.push(e(Instruction::with1(
-        Code::Ldmxcsr_m32,
-        rsp(frame_off::MXCSR as i64),
-    ))?);
+    // No `ldmxcsr`: the agent puts back the MXCSR it found before it
+    // returns (and handlers cannot write it).
     for (i, x) in XMMS.iter().enumerate() {
         v.push(e(Instruction::with2(
             Code::Movups_xmm_xmmm128,
@@ -243,12 +247,71 @@ fn trampoline_above(slot: u64, addr: u64, above: i64) -> Result<Vec<u8>> {
         Register::RSP,
         LOW_BLOCK as i32,
     ))?);
-    for r in PUSHES.iter().rev() {
+    for r in PUSHES.iter().rev().take(PUSHES.len() - 1) {
         v.push(e(Instruction::with1(Code::Pop_r64, *r))?);
     }
-    v.push(Instruction::with(Code::Popfq));
+    restore_flags(&mut v)?;
     v.push(e(Instruction::with1(Code::Retnq_imm16, 8u32))?);
     encode(v, addr)
+}
+
+/// The end of the trampoline's restore, with `[rsp]` the saved `rax` and
+/// `[rsp+8]` the saved flags: the flags the agent may have changed come
+/// back, then `rax`, and the flags' slot is dropped. `popfq` would do it
+/// in one instruction at several times the cost; what the agent can change
+/// is the arithmetic flags and DF (its `cld`), so: DF set again with `std`
+/// if it was set, OF from `add al, 0x7f` with `al` its old value (0x80
+/// overflows, 0x7f does not), SF ZF AF PF CF from `sahf`. Other flags (TF,
+/// AC, ID) are never changed by the agent.
+/// On a CPU without LAHF/SAHF in 64-bit mode (the first x86-64 CPUs),
+/// `pop rax ; popfq`.
+fn restore_flags(v: &mut Vec<Instruction>) -> Result<()> {
+    let lahf_lm = core::arch::x86_64::__cpuid(0x8000_0001).ecx & 1 != 0;
+    if !lahf_lm {
+        v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
+        v.push(Instruction::with(Code::Popfq));
+        return Ok(());
+    }
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RAX,
+        rsp(8),
+    ))?);
+    // ah = flags[7:0], OF (bit 11) at bit 19, DF (bit 10) at bit 18.
+    v.push(e(Instruction::with2(
+        Code::Shl_rm32_imm8,
+        Register::EAX,
+        8u32,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Bt_rm32_imm8,
+        Register::EAX,
+        18u32,
+    ))?);
+    // Over the `std` when DF was clear: `encode` gives the k-th instruction
+    // the IP `OWN_IP + k`, so the target is the one after the `std`.
+    let after_std = OWN_IP + v.len() as u64 + 2;
+    v.push(e(Instruction::with_branch(Code::Jae_rel8_64, after_std))?);
+    v.push(Instruction::with(Code::Std));
+    v.push(e(Instruction::with2(
+        Code::Bt_rm32_imm8,
+        Register::EAX,
+        19u32,
+    ))?);
+    v.push(e(Instruction::with1(Code::Setb_rm8, Register::AL))?);
+    v.push(e(Instruction::with2(
+        Code::Add_rm8_imm8,
+        Register::AL,
+        0x7fu32,
+    ))?);
+    v.push(Instruction::with(Code::Sahf));
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
+    v.push(e(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        rsp(8),
+    ))?);
+    Ok(())
 }
 
 /// The stub of `site` at `stub_addr`, with id `site_id`, calling the

@@ -17,7 +17,7 @@ use crate::ring::Rec;
 use crate::thread::Slot;
 use crate::{HitArgs, StoreLock, agent, ring, run_probe, sys, vdso};
 use agent_abi::pairing::{self, CallFrame};
-use agent_abi::{ControlHeader, RunHeader, left, rec, run_outcome};
+use agent_abi::{ControlHeader, ProbeSlot, RunHeader, left, rec, run_outcome};
 use core::sync::atomic::Ordering;
 use hostabi::env::EntryState;
 
@@ -97,17 +97,40 @@ pub fn tracking(slot: &Slot) -> bool {
     p != 0 && unsafe { (*(p as *const Shadow)).len } != 0
 }
 
+/// Calls of the return probe of `slot` tracked now, process-wide. The
+/// caller holds the store lock.
+#[inline(always)]
+fn live(slot: &ProbeSlot) -> u64 {
+    slot.live
+        .load(Ordering::Relaxed)
+        .wrapping_sub(slot.live_lost.load(Ordering::Relaxed))
+}
+
+/// A tracked call of the return probe of `slot` ended: one less live,
+/// under the store lock (`locked`) with a plain store, else counted apart
+/// with an atomic add.
+#[inline(always)]
+fn end_live(slot: &ProbeSlot, locked: bool) {
+    if locked {
+        slot.live
+            .store(slot.live.load(Ordering::Relaxed).wrapping_sub(1), Ordering::Relaxed);
+    } else {
+        slot.live_lost.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// One unwound record of `call` of thread `tid` into the ring.
 fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut StoreLock<'_>) {
     let Some(slot) = crate::ctrl::probe(c, call.probe) else {
         return;
     };
-    slot.live.fetch_sub(1, Ordering::Relaxed);
+    let locked = lock.take();
+    end_live(slot, locked);
     if slot.enabled.load(Ordering::Relaxed) == 0 {
         // Calls of a disabled probe end without a word.
         return;
     }
-    if !lock.take() {
+    if !locked {
         slot.dropped.fetch_add(1, Ordering::Relaxed);
         return;
     }
@@ -159,7 +182,7 @@ fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'sta
 /// The hit's time, taken once (records of the hit carry the same).
 pub fn now(h: &HitArgs) -> u64 {
     if h.now.get() == 0 {
-        h.now.set(vdso::wall_ns());
+        h.now.set(vdso::wall_ns_at(h.tsc));
     }
     h.now.get()
 }
@@ -188,8 +211,10 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
 }
 
 /// After the entry's probes ran: a call is tracked for each enabled return
-/// probe of the function (or counted as missed).
-pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry) {
+/// probe of the function (or counted as missed: beyond `maxactive` or
+/// [`DEPTH`], or when the store lock, which guards the live counts, could
+/// not be had).
+pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>) {
     let t = now(h);
     let sh = e.shadow;
     for &p in &h.site.ret_probes {
@@ -199,15 +224,12 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry) {
         if slot.enabled.load(Ordering::Relaxed) == 0 {
             continue;
         }
-        if sh.len as usize >= DEPTH {
+        if sh.len as usize >= DEPTH || !lock.take() || live(slot) >= slot.maxactive {
             slot.missed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        if slot.live.fetch_add(1, Ordering::Relaxed) >= slot.maxactive {
-            slot.live.fetch_sub(1, Ordering::Relaxed);
-            slot.missed.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
+        slot.live
+            .store(slot.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         sh.calls[sh.len as usize] = Tracked {
             probe: p,
             func: h.site.addr,
@@ -244,11 +266,12 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
         let Some(slot) = crate::ctrl::probe(c, call.probe) else {
             continue;
         };
-        slot.live.fetch_sub(1, Ordering::Relaxed);
+        let locked = lock.take();
+        end_live(slot, locked);
         if slot.enabled.load(Ordering::Relaxed) == 0 || c.enabled.load(Ordering::Relaxed) == 0 {
             continue;
         }
-        if !lock.take() {
+        if !locked {
             slot.missed.fetch_add(1, Ordering::Relaxed);
             continue;
         }

@@ -20,6 +20,8 @@ use wasmtime::{Memory, StoreLimits};
 
 /// Whether RDTSCP exists (for `current_cpu`).
 pub static HAS_RDTSCP: AtomicBool = AtomicBool::new(false);
+/// Whether RDPID exists (for `current_cpu`; preferred to RDTSCP).
+pub static HAS_RDPID: AtomicBool = AtomicBool::new(false);
 
 /// The environment of one hit.
 pub struct FrameEnv {
@@ -29,8 +31,11 @@ pub struct FrameEnv {
     pub pid: u32,
     pub fs_base: u64,
     pub load_bias: u64,
-    /// Wall-clock time of the hit, taken at the first `now_ns` (0 = not yet).
+    /// Wall-clock time of the hit, computed at the first `now_ns` from
+    /// `tsc` (0 = not yet).
     pub now: Cell<u64>,
+    /// The TSC read once when the hit entered the agent.
+    pub tsc: u64,
     /// The hit of a return probe: the state of the returning call's entry.
     pub entry: Option<hostabi::env::EntryState>,
 }
@@ -48,6 +53,7 @@ impl FrameEnv {
             fs_base: 0,
             load_bias: 0,
             now: Cell::new(0),
+            tsc: 0,
             entry: None,
         }
     }
@@ -186,7 +192,9 @@ impl HitEnv for FrameEnv {
     }
 
     fn cpu(&self) -> u64 {
-        if HAS_RDTSCP.load(Ordering::Relaxed) {
+        if HAS_RDPID.load(Ordering::Relaxed) {
+            sys::rdpid() & 0xFFF
+        } else if HAS_RDTSCP.load(Ordering::Relaxed) {
             u64::from(sys::rdtscp().1 & 0xFFF)
         } else {
             let mut cpu = 0u32;
@@ -206,7 +214,7 @@ impl HitEnv for FrameEnv {
 
     fn now_ns(&self) -> u64 {
         if self.now.get() == 0 {
-            self.now.set(vdso::wall_ns());
+            self.now.set(vdso::wall_ns_at(self.tsc));
         }
         self.now.get()
     }

@@ -241,8 +241,13 @@ extern "C" fn init_inner(_a: *mut u8) -> i64 {
     let ext = core::arch::x86_64::__cpuid(0x8000_0001);
     let rdtscp = ext.edx & (1 << 27) != 0;
     host::HAS_RDTSCP.store(rdtscp, Ordering::Relaxed);
+    // CPUID leaf 7 exists on every CPU with RDTSCP worth asking; RDPID is
+    // its ECX bit 22.
+    let leaf7 = core::arch::x86_64::__cpuid_count(7, 0);
+    host::HAS_RDPID.store(leaf7.ecx & (1 << 22) != 0, Ordering::Relaxed);
     if let Some(c) = ctrl::get() {
         c.has_rdtscp.store(u32::from(rdtscp), Ordering::Relaxed);
+        lock::enable_bias(c);
     }
     let mut cfg = Config::new();
     agent_abi::engine::configure(&mut cfg);
@@ -358,10 +363,15 @@ fn control_call(f: extern "C" fn(*mut u8) -> i64, req_off: usize) -> i32 {
         return AgentError::BadRequest as i32;
     }
     // Hits wait while the store changes.
-    while !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {}
+    let held = loop {
+        match lock::store(c, 0, LOCK_WAIT_MAX_NS) {
+            lock::Held::No => {}
+            h => break h,
+        }
+    };
     let mut off = req_off;
     let r = on_control_stack(f, &mut off as *mut usize as *mut u8);
-    lock::unlock(&c.store_lock);
+    lock::release(c, held);
     CONTROL_BUSY.store(0, Ordering::Release);
     r as i32
 }
@@ -651,6 +661,9 @@ struct HitArgs {
     /// Wall-clock time of the hit, when taken before the handlers (0: the
     /// first `now_ns` of a handler takes it).
     now: core::cell::Cell<u64>,
+    /// The TSC when the hit entered the agent (the hit's time is computed
+    /// from it: one TSC read per hit).
+    tsc: u64,
     /// The probe's address for the run header (a return probe's: its
     /// function's entry).
     ip: core::cell::Cell<u64>,
@@ -659,28 +672,28 @@ struct HitArgs {
 /// The store lock, taken when first needed and released on drop.
 struct StoreLock<'a> {
     c: &'a ControlHeader,
-    held: bool,
+    /// The hit's thread (the bias owner takes the store without the lock).
+    me: u32,
+    held: lock::Held,
 }
 
 impl StoreLock<'_> {
     /// Takes the lock unless held; false when it could not be had in time
     /// (counted as contended).
     fn take(&mut self) -> bool {
-        if !self.held {
-            self.held = lock::lock(&self.c.store_lock, LOCK_WAIT_MAX_NS);
-            if !self.held {
+        if self.held == lock::Held::No {
+            self.held = lock::store(self.c, self.me, LOCK_WAIT_MAX_NS);
+            if self.held == lock::Held::No {
                 self.c.stats.contended.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.held
+        self.held != lock::Held::No
     }
 }
 
 impl Drop for StoreLock<'_> {
     fn drop(&mut self) {
-        if self.held {
-            lock::unlock(&self.c.store_lock);
-        }
+        lock::release(self.c, self.held);
     }
 }
 
@@ -707,7 +720,10 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     if !at_ret && !any_enabled(c, &s.probes) && !any_enabled(c, &s.ret_probes) {
         return Skip::NoHandler as i64;
     }
-    if ring::heartbeat_stale(c) {
+    // The one TSC read of the hit: the heartbeat's age, and the hit's
+    // wall-clock time when a handler or a tracked call asks for it.
+    let tsc = sys::rdtsc();
+    if ring::heartbeat_stale(c, tsc) {
         c.stats.dormant.fetch_add(1, Ordering::Relaxed);
         missed(c, s);
         return Skip::Dormant as i64;
@@ -735,6 +751,7 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         fs_base: fs,
         frame,
         now: core::cell::Cell::new(0),
+        tsc,
         ip: core::cell::Cell::new(s.addr),
     };
     let top = slot.stack.load(Ordering::Relaxed);
@@ -757,7 +774,11 @@ extern "C" fn dispatch_inner(arg: *mut u8) -> i64 {
     if mxcsr != MXCSR_DEFAULT {
         sys::ldmxcsr(MXCSR_DEFAULT);
     }
-    let mut lock = StoreLock { c, held: false };
+    let mut lock = StoreLock {
+        c,
+        me: h.tid,
+        held: lock::Held::No,
+    };
     let r = if h.site.kind == site_kind::RET {
         calls::at_ret(c, h, &mut lock)
     } else {
@@ -813,7 +834,7 @@ fn at_probe(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
         }
     }
     if let Some(e) = entry {
-        calls::track(c, h, e);
+        calls::track(c, h, e, lock);
     }
     ran
 }
@@ -851,6 +872,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
         d.env.now.set(h.now.get());
+        d.env.tsc = h.tsc;
         d.sink.clear();
         d.services.map = prog.map;
         d.memory = prog.memory;
@@ -1000,10 +1022,11 @@ pub unsafe extern "C" fn wprobe_agent_bench(
         }
         LOCK => {
             let Some(c) = ctrl::get() else { return 0 };
+            // As a hit of this thread takes it (the bias included).
+            let me = thread::current().map_or(0, |(s, _)| s.tid.load(Ordering::Relaxed));
             for _ in 0..n {
-                if lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
-                    lock::unlock(&c.store_lock);
-                }
+                let held = lock::store(c, me, LOCK_WAIT_MAX_NS);
+                lock::release(c, held);
             }
         }
         DISPATCH => {
@@ -1069,7 +1092,7 @@ pub unsafe extern "C" fn wprobe_agent_bench(
 extern "C" fn panics(_: *mut u8) -> i64 {
     // Hold the store like a handler run would, then fail.
     if let Some(c) = ctrl::get() {
-        while !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {}
+        while lock::store(c, 0, LOCK_WAIT_MAX_NS) == lock::Held::No {}
     }
     let v: Vec<u8> = Vec::new();
     // An index out of bounds: a bug, as far as the agent knows.
@@ -1080,7 +1103,8 @@ extern "C" fn bench_inner(arg: *mut u8) -> i64 {
     // SAFETY: `wprobe_agent_bench` passes its `BenchArgs`.
     let b = unsafe { &*(arg as *const BenchArgs) };
     let Some(c) = ctrl::get() else { return 1 };
-    if !lock::lock(&c.store_lock, LOCK_WAIT_MAX_NS) {
+    let held = lock::store(c, 0, LOCK_WAIT_MAX_NS);
+    if held == lock::Held::No {
         return 1;
     }
     let r = (|| {
@@ -1109,7 +1133,7 @@ extern "C" fn bench_inner(arg: *mut u8) -> i64 {
         a.store.data_mut().env.frame = core::ptr::null_mut();
         Some(())
     })();
-    lock::unlock(&c.store_lock);
+    lock::release(c, held);
     if r.is_some() { 0 } else { 1 }
 }
 
@@ -1128,6 +1152,11 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     // goes on, every later hit is skipped (the store may be inconsistent).
     if let Some(h) = thread::header_checked() {
         if let Some(c) = ctrl::get() {
+            if c.bias.owner.load(Ordering::Relaxed) == sys::gettid() {
+                // The bias owner: its `bias.inside` may be 1, and no other
+                // thread can be inside.
+                c.bias.inside.store(0, Ordering::Release);
+            }
             lock::unlock(&c.store_lock);
         }
         // SAFETY: `h` is the header of the agent stack we run on; its

@@ -5,9 +5,118 @@
 //! `_PRIVATE`) ones: the word is in memory two processes map. A waiter
 //! gives up after a deadline, so a holder that does not run (a thread
 //! stopped by a debugger) cannot stop every other thread for good.
+//!
+//! Hits take it through [`store`], which adds the bias of
+//! [`agent_abi::bias`]: the one thread of a process whose handlers run on
+//! one thread takes the store with plain stores.
 
 use crate::{sys, vdso};
+use agent_abi::{ControlHeader, bias};
 use core::sync::atomic::{AtomicU32, Ordering};
+
+/// How a thread holds the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// It does not.
+    No,
+    /// As the bias owner, without the lock (`bias.inside` is 1).
+    Bias,
+    /// With the futex.
+    Lock,
+}
+
+/// Registers the process for the membarriers that revoke the bias and
+/// enables the bias; without them (an old kernel, a seccomp filter) the
+/// bias stays off and every hit takes the futex.
+pub fn enable_bias(c: &ControlHeader) {
+    // SAFETY: membarrier takes no pointers.
+    let r = unsafe {
+        sys::syscall3(
+            bias::SYS_MEMBARRIER,
+            bias::MEMBARRIER_REGISTER_GLOBAL_EXPEDITED,
+            0,
+            0,
+        )
+    };
+    if r == 0 {
+        c.bias.owner.store(bias::FREE, Ordering::Release);
+    }
+}
+
+/// Takes the store for a hit of thread `me` (0: a taker that is no hit,
+/// which never claims the bias), waiting at most `max_ns`.
+#[inline(always)]
+pub fn store(c: &ControlHeader, me: u32, max_ns: u64) -> Held {
+    if me != 0 && c.bias.owner.load(Ordering::Relaxed) == me {
+        c.bias.inside.store(1, Ordering::Relaxed);
+        // No fence: a revoker's membarrier is the other half (see
+        // `agent_abi::bias`); the compiler must keep the store first.
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        if c.bias.owner.load(Ordering::Relaxed) == me {
+            return Held::Bias;
+        }
+        c.bias.inside.store(0, Ordering::Release);
+    }
+    store_locked(c, me, max_ns)
+}
+
+/// The futex path of [`store`]: a claim of a free bias, the revocation of
+/// another thread's, or the wait for a former owner to leave.
+#[cold]
+fn store_locked(c: &ControlHeader, me: u32, max_ns: u64) -> Held {
+    if !lock(&c.store_lock, max_ns) {
+        return Held::No;
+    }
+    let owner = c.bias.owner.load(Ordering::Acquire);
+    if owner == bias::FREE {
+        if me != 0 {
+            // Nobody can hold the bias while the futex is held: claim it.
+            c.bias.owner.store(me, Ordering::Relaxed);
+        }
+        return Held::Lock;
+    }
+    if owner != bias::OFF {
+        // Another thread owns it (the owner itself takes the fast path).
+        c.bias.owner.store(bias::OFF, Ordering::SeqCst);
+        c.stats.bias_revoked.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: membarrier takes no pointers.
+        let r = unsafe {
+            sys::syscall3(
+                bias::SYS_MEMBARRIER,
+                bias::MEMBARRIER_GLOBAL_EXPEDITED,
+                0,
+                0,
+            )
+        };
+        if r != 0 {
+            // Cannot happen once registered; let the owner's store drain.
+            sys::futex_wait(&AtomicU32::new(0), 0, 1_000_000);
+        }
+    }
+    // A former owner may still be inside.
+    if c.bias.inside.load(Ordering::Acquire) != 0 {
+        let deadline = vdso::clock_ns(sys::CLOCK_MONOTONIC).saturating_add(max_ns);
+        while c.bias.inside.load(Ordering::Acquire) != 0 {
+            if vdso::clock_ns(sys::CLOCK_MONOTONIC) >= deadline {
+                unlock(&c.store_lock);
+                return Held::No;
+            }
+            // SAFETY: no arguments.
+            unsafe { sys::syscall0(sys::SYS_SCHED_YIELD) };
+        }
+    }
+    Held::Lock
+}
+
+/// Leaves the store as [`store`] took it.
+#[inline(always)]
+pub fn release(c: &ControlHeader, held: Held) {
+    match held {
+        Held::Bias => c.bias.inside.store(0, Ordering::Release),
+        Held::Lock => unlock(&c.store_lock),
+        Held::No => {}
+    }
+}
 
 /// Spins before sleeping (a handler run takes tens of nanoseconds).
 const SPINS: u32 = 200;

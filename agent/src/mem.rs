@@ -9,9 +9,43 @@ use core::arch::asm;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
-    // SAFETY: the caller passes valid, non-overlapping ranges; DF is clear
-    // (SysV ABI at every call; the stubs clear it before calling the agent).
+    // SAFETY: the caller passes valid, non-overlapping ranges of `n` bytes;
+    // each case below reads and writes inside them (overlapping moves of
+    // the first and last words). DF is clear (SysV ABI at every call; the
+    // stubs clear it before calling the agent).
     unsafe {
+        // Records are a few words: `rep movsb` costs tens of cycles to
+        // start, general-purpose moves a few.
+        if n <= 32 {
+            if n >= 16 {
+                asm!("mov {a}, [{s}]", "mov {b}, [{s} + 8]",
+                     "mov {c}, [{s} + {n} - 16]", "mov {d}, [{s} + {n} - 8]",
+                     "mov [{t}], {a}", "mov [{t} + 8], {b}",
+                     "mov [{t} + {n} - 16], {c}", "mov [{t} + {n} - 8], {d}",
+                     s = in(reg) src, t = in(reg) dst, n = in(reg) n,
+                     a = out(reg) _, b = out(reg) _, c = out(reg) _, d = out(reg) _,
+                     options(nostack, preserves_flags));
+            } else if n >= 8 {
+                asm!("mov {a}, [{s}]", "mov {b}, [{s} + {n} - 8]",
+                     "mov [{t}], {a}", "mov [{t} + {n} - 8], {b}",
+                     s = in(reg) src, t = in(reg) dst, n = in(reg) n,
+                     a = out(reg) _, b = out(reg) _,
+                     options(nostack, preserves_flags));
+            } else if n >= 4 {
+                asm!("mov {a:e}, [{s}]", "mov {b:e}, [{s} + {n} - 4]",
+                     "mov [{t}], {a:e}", "mov [{t} + {n} - 4], {b:e}",
+                     s = in(reg) src, t = in(reg) dst, n = in(reg) n,
+                     a = out(reg) _, b = out(reg) _,
+                     options(nostack, preserves_flags));
+            } else if n != 0 {
+                asm!("mov {a:l}, [{s}]", "mov {b:l}, [{s} + {h}]", "mov {c:l}, [{s} + {n} - 1]",
+                     "mov [{t}], {a:l}", "mov [{t} + {h}], {b:l}", "mov [{t} + {n} - 1], {c:l}",
+                     s = in(reg) src, t = in(reg) dst, n = in(reg) n, h = in(reg) n / 2,
+                     a = out(reg_abcd) _, b = out(reg_abcd) _, c = out(reg_abcd) _,
+                     options(nostack, preserves_flags));
+            }
+            return dst;
+        }
         asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _,
              options(nostack, preserves_flags));
     }

@@ -40,14 +40,14 @@ pub fn entry_size(recs: &[Rec]) -> usize {
 
 /// Whether the tracer's heartbeat is stale (it stopped or died).
 #[inline]
-pub fn heartbeat_stale(c: &ControlHeader) -> bool {
+pub fn heartbeat_stale(c: &ControlHeader, tsc: u64) -> bool {
     let stale = c.stale_ticks.load(Ordering::Relaxed);
     if stale == 0 {
         return false;
     }
     let beat = c.heartbeat_tsc.load(Ordering::Relaxed);
     // Signed: the tracer's TSC may be read on a CPU slightly ahead of ours.
-    (sys::rdtsc().wrapping_sub(beat) as i64) > stale as i64
+    (tsc.wrapping_sub(beat) as i64) > stale as i64
 }
 
 /// Writes one run's entry; `false` when there was no room in time (the
@@ -126,7 +126,7 @@ fn wait_for_room(c: &ControlHeader, head: u64, need: u64) -> bool {
     c.stats.ring_waits.fetch_add(1, Ordering::Relaxed);
     let deadline = vdso::clock_ns(sys::CLOCK_MONOTONIC).saturating_add(RING_WAIT_MAX_NS);
     loop {
-        if heartbeat_stale(c) {
+        if heartbeat_stale(c, sys::rdtsc()) {
             return false;
         }
         c.ring.producer_waiting.store(1, Ordering::SeqCst);

@@ -141,12 +141,14 @@ unsafe fn lookup(base: usize, name: &[u8]) -> Option<usize> {
     }
 }
 
-/// CLOCK_REALTIME in ns: from the TSC when the tracer publishes its rate
-/// (an invariant TSC; `ControlHeader::clock_*`, re-anchored with each
-/// heartbeat), else from the vDSO. One `rdtsc` and a few loads instead of
-/// the vDSO's clock read (in a VM, a third of a stub's cost).
+/// CLOCK_REALTIME in ns at the TSC value `tsc`, read by the caller (a hit
+/// reads the TSC once, for its heartbeat check and its time): from the TSC
+/// when the tracer publishes its rate (an invariant TSC;
+/// `ControlHeader::clock_*`, re-anchored with each heartbeat), else from
+/// the vDSO (now). A few loads instead of the vDSO's clock read (in a VM,
+/// a third of a stub's cost).
 #[inline]
-pub fn wall_ns() -> u64 {
+pub fn wall_ns_at(tsc: u64) -> u64 {
     if let Some(c) = crate::ctrl::get() {
         use core::sync::atomic::Ordering;
         for _ in 0..4 {
@@ -159,7 +161,7 @@ pub fn wall_ns() -> u64 {
             let ns0 = c.clock_ns.load(Ordering::Relaxed);
             core::sync::atomic::fence(Ordering::Acquire);
             if s1 & 1 == 0 && c.clock_seq.load(Ordering::Relaxed) == s1 {
-                let dt = crate::sys::rdtsc().wrapping_sub(tsc0) as i64;
+                let dt = tsc.wrapping_sub(tsc0) as i64;
                 let d = ((i128::from(dt) * i128::from(mult)) >> 32) as i64;
                 return ns0.wrapping_add(d as u64);
             }

@@ -3,6 +3,9 @@
 //   inproc_target fork M        M calls, fork: the child M calls, then the parent M
 //   inproc_target exec M [linger]  M calls, then exec of `inproc_target threads 1 M`
 //                               (lingering 0.5 s before exiting with `linger`)
+//   inproc_target handover M    M calls on the main thread alone, then M more on it
+//                               while a second thread makes M calls (the hits'
+//                               store changes hands while the first thread is busy)
 //   inproc_target signals M     own SIGSEGV and SIGTRAP handlers: a raised SIGTRAP,
 //                               an int3, a SIGSEGV recovered by siglongjmp, M calls;
 //                               prints whether its handlers are still its own
@@ -58,6 +61,14 @@ int main(int argc, char **argv) {
         for (int k = 0; k < n; k++) { pthread_join(t[k], 0); total += sums[k]; }
         printf("threads %d sum %ld\n", n, done(total));
         if (argc > 4) usleep(500000);
+    } else if (!strcmp(argv[1], "handover")) {
+        m = atol(argv[2]);
+        long total = calls(m), second = 0;
+        pthread_t t;
+        pthread_create(&t, 0, worker, &second);
+        total += calls(m);
+        pthread_join(t, 0);
+        printf("handover sum %ld\n", done(total + second));
     } else if (!strcmp(argv[1], "fork")) {
         long n = atol(argv[2]);
         long s = calls(n);

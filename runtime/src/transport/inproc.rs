@@ -82,6 +82,9 @@ const STALE_AFTER: Duration = Duration::from_secs(2);
 const BEAT_EVERY: Duration = Duration::from_millis(100);
 /// How often the counters are reported while running.
 const COUNTS_EVERY: Duration = Duration::from_millis(100);
+/// How soon after runs the counters are reported (while runs keep coming,
+/// the ring is drained without sleeping).
+const COUNTS_AFTER_RUNS: Duration = Duration::from_millis(1);
 /// Longest sleep of the event loop when nothing happens.
 const IDLE_SLEEP_MS: i32 = 10;
 
@@ -819,7 +822,10 @@ impl Transport for InProc {
                 }
             }
             let drained = self.drain_runs(on_event);
-            if drained > 0 || last_counts.elapsed() >= COUNTS_EVERY {
+            // Counts follow the runs within a millisecond, not at every
+            // drain: a busy ring is drained in small batches.
+            let since = last_counts.elapsed();
+            if (drained > 0 && since >= COUNTS_AFTER_RUNS) || since >= COUNTS_EVERY {
                 self.report_counts(&mut deltas, on_event);
                 last_counts = Instant::now();
                 self.check_exec();
@@ -834,8 +840,13 @@ impl Transport for InProc {
             }
             let mut timeout = if self.traps.is_some() {
                 // Traps wait for us: look again soon.
-                i32::from(trapped == 0)
-            } else if drained > 0 || busy {
+                i32::from(trapped == 0 && drained == 0)
+            } else if drained > 0 {
+                // Runs are coming: drain again at once. A sleep here, even
+                // of a millisecond, lets a fast target fill the ring and
+                // wait for room.
+                0
+            } else if busy {
                 1
             } else {
                 IDLE_SLEEP_MS
@@ -876,7 +887,7 @@ impl Transport for InProc {
             crate::elog!(
                 "wprobe: debug: agent in process {}: {} threads, {} heap allocations while \
                  running ({} when armed), {} dormant, {} reentered, {} contended, {} lock \
-                 waits, {} ring waits",
+                 waits, {} ring waits, {} bias revoked",
                 self.pid,
                 st.threads,
                 st.allocations - self.allocations_armed,
@@ -885,7 +896,8 @@ impl Transport for InProc {
                 st.reentered,
                 st.contended,
                 st.lock_waits,
-                st.ring_waits
+                st.ring_waits,
+                st.bias_revoked
             );
         }
         self.report_live_calls(on_event);

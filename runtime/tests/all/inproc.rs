@@ -79,6 +79,8 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(a_reused_thread_control_block_is_a_new_thread @ every_transport),
+    case!(the_probed_codes_flags_survive_a_hit @ every_transport),
+    case!(a_second_thread_takes_the_store_from_the_first_exactly),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -93,7 +95,17 @@ use crate::support::cli::{
 /// `wprobe run ARGS` (JSON records); returns (records without the varying
 /// pid/tid/cpu/time, the target's own output lines, stderr).
 fn run_json(transport: &str, args: &[&str]) -> (Vec<serde_json::Value>, Vec<String>, String) {
+    run_json_env(transport, args, &[])
+}
+
+/// [`run_json`] with environment variables for wprobe.
+fn run_json_env(
+    transport: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Vec<serde_json::Value>, Vec<String>, String) {
     let mut c = wprobe();
+    c.envs(env.iter().copied());
     c.arg("run")
         .args(["--transport", transport, "--format", "json"])
         .args(args)
@@ -1485,4 +1497,82 @@ fn a_reused_thread_control_block_is_a_new_thread(transport: &str) {
         .flat_map(|&(r, tid, _)| [(tid, r); 3])
         .collect();
     assert_eq!(got, want, "{transport}");
+}
+
+/// A probe between a `popfq` and a `pushfq` (tests/progs/flags.c): each
+/// arithmetic flag and DF, alone and together, comes back as it was set,
+/// and the handler reads the flags the probed code had (= `rdi`, what the
+/// `popfq` loaded). The in-process stubs restore the flags with `sahf`
+/// and friends instead of `popfq`: every bit of that is checked here.
+fn the_probed_codes_flags_survive_a_hit(transport: &str) {
+    let exe = gcc("flags", &progs().join("flags.c"), &["-O1"]);
+    let prog = write(
+        "flags.rpn",
+        format!(
+            "name = {}\noffset = flags_probe + 2\n push r, rflags\n push r, rdi\n log 2\n",
+            exe.display()
+        ),
+    );
+    let (records, text, _) = run_json(
+        transport,
+        &[prog.to_str().unwrap(), "--", exe.to_str().unwrap()],
+    );
+    let bits = [0x1u64, 0x4, 0x10, 0x40, 0x80, 0x400, 0x800, 0x8d5, 0xcd5, 0];
+    let want_text: Vec<String> = bits.iter().map(|b| format!("{b:#x} {b:#x}")).collect();
+    assert_eq!(text, want_text, "{transport}");
+    let got: Vec<serde_json::Value> = records
+        .iter()
+        .filter(|v| v["kind"] == "log")
+        .map(|v| v["items"][0]["values"].clone())
+        .collect();
+    let want: Vec<serde_json::Value> = bits
+        .iter()
+        .map(|b| serde_json::json!([0x202 | b, 0x202 | b]))
+        .collect();
+    assert_eq!(got, want, "{transport}");
+}
+
+/// The store's bias (`agent_abi::bias`): the main thread runs the handlers
+/// alone (it owns the bias, no atomic operation per hit), then a second
+/// thread hits the same probe while the first goes on, and revokes the
+/// bias in the middle of the first one's hits. A run that overlapped
+/// another would lose an update of the read-modify-write sum: the counts
+/// and sums are exact, run after run.
+fn a_second_thread_takes_the_store_from_the_first_exactly() {
+    let exe = inproc_target(false);
+    let p = write(
+        "inproc_handover.rpn",
+        format!(
+            "name = {}\ngvars = 2\noffset = target\n inc gv, 0\n push gv, 1\n push r, rdi\n add\n \
+             pop gv, 1\n abort\noffset = done\n push 0\n push 2\n log gv\n",
+            exe.display()
+        ),
+    );
+    let m = 200_000u64;
+    // Each call of target(i) returns i + 1; three series of m calls.
+    let sum = 3 * (1..=m).sum::<u64>();
+    let args_sum = 3 * (0..m).sum::<u64>();
+    for round in 0..5 {
+        let (got, out, err) = run_json_env(
+            "inproc",
+            &[
+                p.to_str().unwrap(),
+                "--",
+                exe.to_str().unwrap(),
+                "handover",
+                &m.to_string(),
+            ],
+            &[("WPROBE_DEBUG", "1")],
+        );
+        assert_eq!(out, [format!("handover sum {sum}")], "round {round}: {err}");
+        // The premise: the second thread took the bias from the first.
+        assert!(err.contains(" 1 bias revoked"), "round {round}: {err}");
+        let logged: Vec<&serde_json::Value> = got.iter().filter(|v| v["kind"] == "log").collect();
+        assert_eq!(logged.len(), 1, "round {round}: {got:?}");
+        assert_eq!(
+            logged[0]["items"][0]["values"],
+            serde_json::json!([3 * m, args_sum]),
+            "round {round}: {err}"
+        );
+    }
 }
