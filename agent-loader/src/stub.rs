@@ -57,7 +57,9 @@ pub const JMP_LEN: usize = 5;
 /// agent switches to its own stack: red zone (128), site id and return
 /// address (16), frame (408), alignment (8), the return address of the
 /// call into the agent (8), and what `wprobe_agent_dispatch` pushes before
-/// it switches stacks (measured by the agent's tests, bounded here).
+/// it switches stacks (at most 512: its frame and `thread::current`'s,
+/// first hit of a thread included; measured on a real process by the test
+/// `inproc::a_hit_writes_no_deeper_than_the_stack_footprint_below_rsp`).
 pub const STACK_FOOTPRINT: usize = 128 + 16 + SAVED_REGS_SIZE + 8 + 8 + 512;
 
 /// A probe site: the window the jump replaces.

@@ -137,12 +137,20 @@ fn discover_tcb_tid(fs: u64) {
         return;
     }
     let tid = sys::gettid();
-    let mut tcb = [0u8; 4096];
-    let got = sys::vm_read(fs, tcb.as_mut_ptr(), tcb.len());
-    // Skip the first words (self pointers, dtv): the tid is a later field.
-    for o in (16..got.saturating_sub(3)).step_by(4) {
-        if u32::from_le_bytes(tcb[o..o + 4].try_into().unwrap_or_default()) == tid {
-            TCB_TID_OFF.store(o as u32, Ordering::Release);
+    // The first 4 KiB of the TCB, a chunk at a time: this runs on the
+    // probed thread's stack (see `current`).
+    let mut chunk = [0u8; 128];
+    for base in (0..4096).step_by(chunk.len()) {
+        let got = sys::vm_read(fs + base as u64, chunk.as_mut_ptr(), chunk.len());
+        // Skip the first words (self pointers, dtv): the tid is a later field.
+        let from = if base == 0 { 16 } else { 0 };
+        for o in (from..got.saturating_sub(3)).step_by(4) {
+            if u32::from_le_bytes(chunk[o..o + 4].try_into().unwrap_or_default()) == tid {
+                TCB_TID_OFF.store((base + o) as u32, Ordering::Release);
+                return;
+            }
+        }
+        if got < chunk.len() {
             return;
         }
     }
@@ -168,9 +176,41 @@ fn hash(key: u64) -> usize {
 /// The current thread's slot, with an agent stack, creating both if needed,
 /// and its thread pointer. `None` when the table is full or no stack can be
 /// mapped.
-#[inline]
+///
+/// Runs on the probed thread's own stack (before the switch to the agent
+/// stack), like the rest of `wprobe_agent_dispatch`'s prologue: its frame
+/// counts in `agent_loader::stub::STACK_FOOTPRINT`, so nothing here (or in
+/// the slow path) keeps a large buffer on the stack.
+#[inline(always)]
 pub fn current() -> Option<(&'static Slot, u64)> {
     let fs = fs_base();
+    if fs != 0 {
+        // The common case: a libc thread found at its hash, its TCB known.
+        let s = &TABLE[hash(fs)];
+        if s.key.load(Ordering::Acquire) == fs
+            && s.tcb_ok.load(Ordering::Relaxed) != 0
+            && s.stack.load(Ordering::Relaxed) != 0
+        {
+            let off = TCB_TID_OFF.load(Ordering::Relaxed);
+            // SAFETY: this thread's TCB (its thread pointer is `fs`),
+            // checked readable at this offset when the slot was made; a TCB
+            // at a given address has the same layout.
+            let tid = unsafe { ((fs + u64::from(off)) as *const u32).read_volatile() };
+            if s.tid.load(Ordering::Relaxed) != tid {
+                // A new thread on a reused TCB: same slot, same stack.
+                s.tid.store(tid, Ordering::Relaxed);
+            }
+            return Some((s, fs));
+        }
+    }
+    current_slow(fs)
+}
+
+/// [`current`] for a thread without a libc TCB, a slot found after a
+/// collision, or a thread's first hit (its slot and stack are made).
+#[cold]
+#[inline(never)]
+fn current_slow(fs: u64) -> Option<(&'static Slot, u64)> {
     let key = if fs != 0 {
         fs
     } else {
@@ -183,9 +223,7 @@ pub fn current() -> Option<(&'static Slot, u64)> {
         if k == key {
             let tid = if s.tcb_ok.load(Ordering::Relaxed) != 0 {
                 let off = TCB_TID_OFF.load(Ordering::Relaxed);
-                // SAFETY: this thread's TCB (its thread pointer is `fs`),
-                // checked readable at this offset when the slot was made;
-                // a TCB at a given address has the same layout.
+                // SAFETY: as in `current`.
                 unsafe { ((fs + u64::from(off)) as *const u32).read_volatile() }
             } else {
                 sys::gettid()

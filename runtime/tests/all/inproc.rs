@@ -81,6 +81,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_reused_thread_control_block_is_a_new_thread @ every_transport),
     case!(the_probed_codes_flags_survive_a_hit @ every_transport),
     case!(a_second_thread_takes_the_store_from_the_first_exactly),
+    case!(a_hit_writes_no_deeper_than_the_stack_footprint_below_rsp),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -1575,4 +1576,44 @@ fn a_second_thread_takes_the_store_from_the_first_exactly() {
             "round {round}: {err}"
         );
     }
+}
+
+/// How deep below the probed code's stack pointer a hit writes before the
+/// agent is on its own stack (tests/progs/footprint.c paints 16 KiB below
+/// its `rsp`, calls the probed function, and finds the lowest byte that
+/// changed): at most `agent_loader::stub::STACK_FOOTPRINT` beyond the
+/// call's return address, at the thread's first hit (which makes its slot
+/// and agent stack) and at later ones. A thread on a small stack (a signal
+/// handler on a `sigaltstack`, a coroutine) must not be written past its
+/// end. The untraced run shows what the painting cannot see.
+fn a_hit_writes_no_deeper_than_the_stack_footprint_below_rsp() {
+    let exe = gcc("footprint", &progs().join("footprint.c"), &["-O1"]);
+    let prog = write(
+        "footprint.rpn",
+        format!(
+            "name = {}\nvars = 1\noffset = target\n inc lv, 0\n abort\n",
+            exe.display()
+        ),
+    );
+    let depths = |out: &str| -> (usize, usize) {
+        let f: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!((f.len(), f[0], f[2]), (4, "first", "later"), "{out}");
+        (f[1].parse().unwrap(), f[3].parse().unwrap())
+    };
+    let o = Command::new(&exe).output().unwrap();
+    let (base, base_later) = depths(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!((base, base_later), (256, 256), "the painting's blind spot");
+    let (_, text, err) = run_json(
+        "inproc",
+        &[prog.to_str().unwrap(), "--", exe.to_str().unwrap()],
+    );
+    let (first, later) = depths(&text.join("\n"));
+    // From the caller's rsp: its call's return address, then the stub.
+    let most = 8 + agent_loader::stub::STACK_FOOTPRINT;
+    assert!(
+        first <= most && later <= most,
+        "first {first} later {later} > {most}: {err}"
+    );
+    // The premise: the hit did write below the return address.
+    assert!(later > base + 128, "first {first} later {later}: {err}");
 }
