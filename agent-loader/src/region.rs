@@ -152,6 +152,7 @@ pub struct RunView<'a> {
 impl<'a> RunView<'a> {
     /// Its records, in emission order (no allocation: they are read from
     /// the entry, which the drain checked whole).
+    #[inline]
     pub fn records(&self) -> impl Iterator<Item = RecordView<'a>> + 'a {
         let body = self.body;
         let mut at = 0usize;
@@ -165,6 +166,7 @@ impl<'a> RunView<'a> {
 
 /// The record at byte `at` of a run's body, and where the next starts;
 /// `None` when it does not fit.
+#[inline]
 fn record_at(body: &[u8], at: usize) -> Option<(RecordView<'_>, usize)> {
     let hb = body.get(at..at.checked_add(RECORD_HEADER_SIZE)?)?;
     // SAFETY: RECORD_HEADER_SIZE bytes of plain data.
@@ -727,6 +729,7 @@ impl Region {
 }
 
 /// Parses one run entry (bounds-checked).
+#[inline]
 fn parse_run(e: &[u8]) -> Option<RunView<'_>> {
     // SAFETY: RunHeader is plain data; `e` holds at least its size (the
     // caller checked `size >= 8`; a shorter run entry fails below).

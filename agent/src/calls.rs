@@ -182,7 +182,7 @@ fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'sta
 /// The hit's time, taken once (records of the hit carry the same).
 pub fn now(h: &HitArgs) -> u64 {
     if h.now.get() == 0 {
-        h.now.set(vdso::wall_ns_at(h.tsc));
+        h.now.set(vdso::wall_ns_at(h.tsc()));
     }
     h.now.get()
 }

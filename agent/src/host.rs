@@ -34,7 +34,8 @@ pub struct FrameEnv {
     /// Wall-clock time of the hit, computed at the first `now_ns` from
     /// `tsc` (0 = not yet).
     pub now: Cell<u64>,
-    /// The TSC read once when the hit entered the agent.
+    /// The TSC of the hit when it was read before the run (0: `now_ns`
+    /// reads it).
     pub tsc: u64,
     /// The hit of a return probe: the state of the returning call's entry.
     pub entry: Option<hostabi::env::EntryState>,
@@ -214,7 +215,12 @@ impl HitEnv for FrameEnv {
 
     fn now_ns(&self) -> u64 {
         if self.now.get() == 0 {
-            self.now.set(vdso::wall_ns_at(self.tsc));
+            let tsc = if self.tsc != 0 {
+                self.tsc
+            } else {
+                sys::rdtsc()
+            };
+            self.now.set(vdso::wall_ns_at(tsc));
         }
         self.now.get()
     }

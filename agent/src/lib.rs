@@ -632,6 +632,12 @@ fn site(id: u32) -> Option<&'static Site> {
     t.get(id as usize)?.as_ref()
 }
 
+/// A thread checks the tracer's heartbeat at one hit in this many (and at
+/// every hit once it found it stale): a handler may run this many hits of
+/// a thread after the heartbeat went stale, against a staleness bound of
+/// seconds.
+const BEAT_SAMPLE: u32 = 16;
+
 /// Counts a hit of every enabled probe of `s` (its return probes' calls
 /// included) as missed.
 #[cold]
@@ -661,12 +667,21 @@ struct HitArgs {
     /// Wall-clock time of the hit, when taken before the handlers (0: the
     /// first `now_ns` of a handler takes it).
     now: core::cell::Cell<u64>,
-    /// The TSC when the hit entered the agent (the hit's time is computed
-    /// from it: one TSC read per hit).
-    tsc: u64,
+    /// The TSC of the hit, read once (0: not yet; see [`HitArgs::tsc`]).
+    tsc: core::cell::Cell<u64>,
     /// The probe's address for the run header (a return probe's: its
     /// function's entry).
     ip: core::cell::Cell<u64>,
+}
+
+impl HitArgs {
+    /// The TSC of the hit: read at its heartbeat check, or now, once.
+    fn tsc(&self) -> u64 {
+        if self.tsc.get() == 0 {
+            self.tsc.set(sys::rdtsc());
+        }
+        self.tsc.get()
+    }
 }
 
 /// The store lock, taken when first needed and released on drop.
@@ -720,14 +735,6 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     if !at_ret && !any_enabled(c, &s.probes) && !any_enabled(c, &s.ret_probes) {
         return Skip::NoHandler as i64;
     }
-    // The one TSC read of the hit: the heartbeat's age, and the hit's
-    // wall-clock time when a handler or a tracked call asks for it.
-    let tsc = sys::rdtsc();
-    if ring::heartbeat_stale(c, tsc) {
-        c.stats.dormant.fetch_add(1, Ordering::Relaxed);
-        missed(c, s);
-        return Skip::Dormant as i64;
-    }
     let Some((slot, fs)) = thread::current() else {
         c.stats.no_slot.fetch_add(1, Ordering::Relaxed);
         missed(c, s);
@@ -737,6 +744,24 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     if at_ret && !calls::tracking(slot) {
         return Skip::NoHandler as i64;
     }
+    // The tracer's heartbeat, at one hit in BEAT_SAMPLE of each thread (a
+    // TSC read costs a tenth of a hit); once stale, at every hit. The TSC
+    // read there is the hit's time too; other hits read it when a handler
+    // or a tracked call asks for the time.
+    let skip = slot.beat_skip.load(Ordering::Relaxed);
+    let tsc = if skip == 0 {
+        let t = sys::rdtsc();
+        if ring::heartbeat_stale(c, t) {
+            c.stats.dormant.fetch_add(1, Ordering::Relaxed);
+            missed(c, s);
+            return Skip::Dormant as i64;
+        }
+        slot.beat_skip.store(BEAT_SAMPLE - 1, Ordering::Relaxed);
+        t
+    } else {
+        slot.beat_skip.store(skip - 1, Ordering::Relaxed);
+        0
+    };
     if slot.busy.load(Ordering::Relaxed) != 0 {
         c.stats.reentered.fetch_add(1, Ordering::Relaxed);
         missed(c, s);
@@ -751,7 +776,7 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         fs_base: fs,
         frame,
         now: core::cell::Cell::new(0),
-        tsc,
+        tsc: core::cell::Cell::new(tsc),
         ip: core::cell::Cell::new(s.addr),
     };
     let top = slot.stack.load(Ordering::Relaxed);
@@ -872,7 +897,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
         d.env.now.set(h.now.get());
-        d.env.tsc = h.tsc;
+        d.env.tsc = h.tsc.get();
         d.sink.clear();
         d.services.map = prog.map;
         d.memory = prog.memory;

@@ -64,6 +64,9 @@ pub struct Slot {
     /// Its stack of tracked calls (`crate::calls::Shadow`); 0 until the
     /// thread first enters a return-probed function.
     pub shadow: AtomicUsize,
+    /// Hits of this thread before its next heartbeat check (the
+    /// dispatcher's; touched by this thread alone).
+    pub beat_skip: AtomicU32,
 }
 
 #[allow(clippy::declare_interior_mutable_const, reason = "array initialiser")]
@@ -74,6 +77,7 @@ const FREE: Slot = Slot {
     tcb_ok: AtomicU32::new(0),
     stack: AtomicUsize::new(0),
     shadow: AtomicUsize::new(0),
+    beat_skip: AtomicU32::new(0),
 };
 
 static TABLE: [Slot; SLOTS] = [FREE; SLOTS];
