@@ -82,6 +82,11 @@ const STALE_AFTER: Duration = Duration::from_secs(2);
 const BEAT_EVERY: Duration = Duration::from_millis(100);
 /// How often the counters are reported while running.
 const COUNTS_EVERY: Duration = Duration::from_millis(100);
+/// Pending bytes below which a busy event loop naps for [`RING_NAP`]
+/// before the next drain (the ring holds `RING_BYTES`: far from full).
+const RING_NAP_BELOW: u64 = 256 << 10;
+/// The nap of a busy event loop with little pending.
+const RING_NAP: Duration = Duration::from_micros(100);
 /// How soon after runs the counters are reported (while runs keep coming,
 /// the ring is drained without sleeping).
 const COUNTS_AFTER_RUNS: Duration = Duration::from_millis(1);
@@ -842,9 +847,15 @@ impl Transport for InProc {
                 // Traps wait for us: look again soon.
                 i32::from(trapped == 0 && drained == 0)
             } else if drained > 0 {
-                // Runs are coming: drain again at once. A sleep here, even
-                // of a millisecond, lets a fast target fill the ring and
-                // wait for room.
+                // Runs are coming: drain again soon. A sleep here of a
+                // millisecond lets a fast target fill the ring and wait for
+                // room; draining at once, entry by entry, makes both sides
+                // fight over the ring's lines (the one the target writes
+                // next holds the end of the entry just read). A short nap
+                // while little is pending lets whole lines accumulate.
+                if self.ring_pending() < RING_NAP_BELOW {
+                    std::thread::sleep(RING_NAP);
+                }
                 0
             } else if busy {
                 1
@@ -1054,6 +1065,11 @@ impl InProc {
         self.sink = sink;
         self.items = items;
         d.runs
+    }
+
+    /// Bytes waiting in the ring (0 without an agent).
+    fn ring_pending(&self) -> u64 {
+        self.agent.as_ref().map_or(0, |a| a.region.pending())
     }
 
     /// At the end of the run: the calls of return probes still tracked
