@@ -7,9 +7,8 @@
 //! tracer's clocks). The imports themselves are `hostfns`'s, the very code
 //! the runtime runs under ptrace and perf.
 
-use crate::ring::Rec;
 use crate::{ctrl, sys, vdso};
-use agent_abi::{SavedRegs, rec};
+use agent_abi::{RECORD_HEADER_SIZE, RUN_HEADER_SIZE, RecordHeader, RunHeader, SavedRegs, rec, record_size};
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -337,50 +336,110 @@ fn parse_maps_line(l: &[u8]) -> Option<(u64, u64, bool, bool)> {
     Some((lo, hi, perms[0] == b'r', perms[1] == b'w'))
 }
 
-/// The records of one handler run, held in buffers that keep their
-/// capacity (no allocation once they have grown to a run's size).
+/// The records of one handler run, laid out as their ring entry will be
+/// (room for the [`RunHeader`], then each record's header, data, item
+/// descriptors and padding to 8 bytes), in a buffer that keeps its
+/// capacity (no allocation once it has grown to a run's size): the ring
+/// gets the whole entry in one copy ([`crate::ring::push_entry`]).
 pub struct RunSink {
-    pub bytes: Vec<u8>,
-    pub items: Vec<u8>,
-    pub recs: Vec<Rec>,
+    image: Vec<u8>,
+    records: usize,
+    data_bytes: usize,
+    /// Offset in `image` of the last record's header.
+    last: usize,
 }
 
 impl RunSink {
     pub const fn new() -> Self {
         RunSink {
-            bytes: Vec::new(),
-            items: Vec::new(),
-            recs: Vec::new(),
+            image: Vec::new(),
+            records: 0,
+            data_bytes: 0,
+            last: 0,
         }
     }
 
     pub fn clear(&mut self) {
-        self.bytes.clear();
-        self.items.clear();
-        self.recs.clear();
+        self.image.clear();
+        self.records = 0;
+        self.data_bytes = 0;
+    }
+
+    /// Whether the run emitted no record.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
     }
 
     pub fn push(&mut self, kind: u16, major: u16, minor: u16, data: &[u8], items: &[u8]) {
-        let d0 = self.bytes.len();
-        self.bytes.extend_from_slice(data);
-        let i0 = self.items.len();
-        self.items.extend_from_slice(items);
-        self.recs.push(Rec {
+        if self.image.is_empty() {
+            self.image.resize(RUN_HEADER_SIZE, 0);
+        }
+        let at = self.image.len();
+        let size = record_size(data.len(), items.len() / 4);
+        self.image.reserve(size);
+        let rh = RecordHeader {
             kind,
             major,
             minor,
-            data: (d0, self.bytes.len()),
-            items: (i0, self.items.len()),
-        });
+            _pad: 0,
+            data_len: data.len() as u32,
+            n_items: (items.len() / 4) as u32,
+        };
+        // SAFETY: `size` bytes are reserved after `at`; every one of them
+        // is written (zeros in the last word, where the padding is, then
+        // header, data, items) before `set_len`; `size` is a multiple of 8
+        // and at least the header's 16.
+        unsafe {
+            let p = self.image.as_mut_ptr().add(at);
+            (p.add(size - 8) as *mut u64).write_unaligned(0);
+            core::ptr::copy_nonoverlapping(
+                &rh as *const RecordHeader as *const u8,
+                p,
+                RECORD_HEADER_SIZE,
+            );
+            core::ptr::copy_nonoverlapping(data.as_ptr(), p.add(RECORD_HEADER_SIZE), data.len());
+            core::ptr::copy_nonoverlapping(
+                items.as_ptr(),
+                p.add(RECORD_HEADER_SIZE + data.len()),
+                items.len(),
+            );
+            self.image.set_len(at + size);
+        }
+        self.records += 1;
+        self.data_bytes += data.len();
+        self.last = at;
+    }
+
+    /// The run's entry, its header (`head` with the entry's size, kind and
+    /// record count) written in front of the records.
+    pub fn entry(&mut self, head: RunHeader) -> &[u8] {
+        if self.image.is_empty() {
+            self.image.resize(RUN_HEADER_SIZE, 0);
+        }
+        let h = RunHeader {
+            size: self.image.len() as u32,
+            kind: agent_abi::entry::RUN,
+            n_records: self.records.min(u16::MAX as usize) as u16,
+            ..head
+        };
+        // SAFETY: the image starts with RUN_HEADER_SIZE bytes of room.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                &h as *const RunHeader as *const u8,
+                self.image.as_mut_ptr(),
+                RUN_HEADER_SIZE,
+            );
+        }
+        &self.image
     }
 }
 
 impl RecordSink for RunSink {
     fn records(&self) -> usize {
-        self.recs.len()
+        self.records
     }
     fn bytes(&self) -> usize {
-        self.bytes.len()
+        self.data_bytes
     }
     fn push_log(&mut self, major: u16, minor: u16, data: &[u8], items: &[u8]) {
         self.push(rec::LOG, major, minor, data, items);
@@ -392,10 +451,26 @@ impl RecordSink for RunSink {
         self.push(rec::EVENT, kind, id, data, &[]);
     }
     fn extend_last(&mut self, bytes: &[u8]) {
-        if let Some(r) = self.recs.last_mut() {
-            self.bytes.extend_from_slice(bytes);
-            r.data.1 = self.bytes.len();
+        if self.records == 0 {
+            return;
         }
+        let at = self.last;
+        let word = |i: &[u8], o: usize| u32::from_le_bytes([i[o], i[o + 1], i[o + 2], i[o + 3]]);
+        let dlen = word(&self.image, at + 8) as usize;
+        let n_items = word(&self.image, at + 12) as usize;
+        let items_at = at + RECORD_HEADER_SIZE + dlen;
+        let new_dlen = dlen + bytes.len();
+        let new_size = record_size(new_dlen, n_items);
+        let used = RECORD_HEADER_SIZE + new_dlen + 4 * n_items;
+        // The record is the last one: it grows in place, its items moved
+        // after the new data, its padding zeroed again.
+        self.image.resize(at + new_size, 0);
+        self.image
+            .copy_within(items_at..items_at + 4 * n_items, items_at + bytes.len());
+        self.image[items_at..items_at + bytes.len()].copy_from_slice(bytes);
+        self.image[at + used..at + new_size].fill(0);
+        self.image[at + 8..at + 12].copy_from_slice(&(new_dlen as u32).to_le_bytes());
+        self.data_bytes += bytes.len();
     }
 }
 

@@ -979,7 +979,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         )
     );
     let d = a.store.data_mut();
-    if !d.sink.recs.is_empty() || tells {
+    if !d.sink.is_empty() || tells {
         let head = RunHeader {
             probe: p,
             tid: h.tid,
@@ -989,7 +989,7 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
             ip: h.ip.get(),
             ..Default::default()
         };
-        if !ring::push(c, head, &d.sink.recs, &d.sink.bytes, &d.sink.items) {
+        if !ring::push_entry(c, d.sink.entry(head)) {
             bump(&slot.dropped);
         }
     }

@@ -46,6 +46,17 @@ pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut 
             }
             return dst;
         }
+        if n <= 256 {
+            // A run's ring entry: words, then the last word (overlapping).
+            asm!("2:",
+                 "mov {w}, [{s} + {i}]", "mov [{t} + {i}], {w}",
+                 "add {i}, 8", "cmp {i}, {e}", "jb 2b",
+                 "mov {w}, [{s} + {e}]", "mov [{t} + {e}], {w}",
+                 s = in(reg) src, t = in(reg) dst, e = in(reg) n - 8,
+                 i = inout(reg) 0usize => _, w = out(reg) _,
+                 options(nostack));
+            return dst;
+        }
         asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _,
              options(nostack, preserves_flags));
     }

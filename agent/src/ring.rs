@@ -54,19 +54,36 @@ pub fn heartbeat_stale(c: &ControlHeader, tsc: u64) -> bool {
     (tsc.wrapping_sub(beat) as i64) > stale as i64
 }
 
-/// Writes one run's entry; `false` when there was no room in time (the
-/// caller counts the drop).
-pub fn push(c: &ControlHeader, head: RunHeader, recs: &[Rec], bytes: &[u8], items: &[u8]) -> bool {
+/// Writes one run's entry, built whole by the run's sink
+/// ([`crate::host::RunSink::entry`]); `false` when there was no room in
+/// time (the caller counts the drop).
+pub fn push_entry(c: &ControlHeader, e: &[u8]) -> bool {
     let cap = c.ring_size;
-    let size = entry_size(recs) as u64;
-    if size > cap / 2 || recs.len() > u16::MAX as usize {
+    let size = e.len() as u64;
+    if size > cap / 2 {
         return false;
     }
+    let Some(at) = reserve(c, size) else {
+        return false;
+    };
+    // SAFETY: `reserve` gave `size` bytes at `at`, released by the consumer.
+    unsafe { core::ptr::copy_nonoverlapping(e.as_ptr(), at.0, e.len()) };
+    c.ring.head.store(at.1, Ordering::Release);
+    true
+}
+
+/// Room for an entry of `size` bytes (8-aligned) at the ring's head, a pad
+/// entry written before it when it would cross the ring's end: where to
+/// write it, and the head to publish once it is written. `None` when the
+/// ring stayed full.
+#[inline(always)]
+fn reserve(c: &ControlHeader, size: u64) -> Option<(*mut u8, u64)> {
+    let cap = c.ring_size;
     let h = c.ring.head.load(Ordering::Relaxed);
     let off = h & (cap - 1);
     let pad = if off + size > cap { cap - off } else { 0 };
     if !wait_for_room(c, h, pad + size) {
-        return false;
+        return None;
     }
     // SAFETY: `init` checked ring_off + ring_size is inside the region; the
     // bytes written lie in [h, h + pad + size), which the consumer has
@@ -90,7 +107,25 @@ pub fn push(c: &ControlHeader, head: RunHeader, recs: &[Rec], bytes: &[u8], item
             core::ptr::copy_nonoverlapping(&p as *const RunHeader as *const u8, base.add(at), 8);
             at = 0;
         }
-        let mut w = base.add(at);
+        Some((base.add(at), h + pad + size))
+    }
+}
+
+/// Writes one run's entry from records kept apart (the agent's own
+/// unwound records); `false` when there was no room in time (the caller
+/// counts the drop).
+pub fn push(c: &ControlHeader, head: RunHeader, recs: &[Rec], bytes: &[u8], items: &[u8]) -> bool {
+    let cap = c.ring_size;
+    let size = entry_size(recs) as u64;
+    if size > cap / 2 || recs.len() > u16::MAX as usize {
+        return false;
+    }
+    let Some((mut w, next)) = reserve(c, size) else {
+        return false;
+    };
+    // SAFETY: `reserve` gave `size` bytes at `w`, released by the consumer;
+    // the records fill exactly `entry_size` bytes.
+    unsafe {
         let head = RunHeader {
             size: size as u32,
             kind: entry::RUN,
@@ -123,7 +158,7 @@ pub fn push(c: &ControlHeader, head: RunHeader, recs: &[Rec], bytes: &[u8], item
             w = w.add(agent_abi::record_size(d.len(), i.len() / 4));
         }
     }
-    c.ring.head.store(h + pad + size, Ordering::Release);
+    c.ring.head.store(next, Ordering::Release);
     true
 }
 
