@@ -301,7 +301,7 @@ pub struct ProbeSlot {
 /// The biased store lock. A process whose handlers all run on one thread
 /// (most traced programs) would pay the lock's two atomic operations at
 /// every hit for nothing. The first thread to take the lock (the futex,
-/// [`ControlHeader::store_lock`]) while `bias.owner` is [`FREE`] becomes
+/// [`ControlHeader::store_lock`]) while `bias.owner` is [`bias::FREE`] becomes
 /// its owner: from then on it takes the store with a plain store of
 /// `bias.inside = 1` and a re-check of `bias.owner`, and leaves it with
 /// `bias.inside = 0` — no locked instruction, no fence.
