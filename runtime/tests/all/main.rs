@@ -34,6 +34,17 @@ mod transport_seam;
 mod watchpoints;
 
 fn main() {
+    // The ptrace transport's attach mode starts its watchdog by running
+    // the current executable as `__watchdog PID [--detached]` (wprobe's
+    // hidden subcommand). Tests that attach through the library run in
+    // this binary: here it is the watchdog, as wprobe would be.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("__watchdog") {
+        let pid = argv.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let detached = argv.get(3).map(String::as_str) == Some("--detached");
+        let code = runtime::transport::ptrace::watchdog::run(pid, detached);
+        std::process::exit(i32::from(code != std::process::ExitCode::SUCCESS));
+    }
     let args = libtest_mimic::Arguments::from_args();
     let modules: &[&[support::case::Case]] = &[
         bench_cmd::CASES,
