@@ -82,6 +82,10 @@ pub(crate) const CASES: &[Case] = &[
     case!(the_probed_codes_flags_survive_a_hit @ every_transport),
     case!(a_second_thread_takes_the_store_from_the_first_exactly),
     case!(a_hit_writes_no_deeper_than_the_stack_footprint_below_rsp),
+    case!(
+        sigint_with_a_trap_site_restores_it_and_lets_the_threads_go,
+        Need::Ptrace
+    ),
 ];
 
 use std::io::{BufRead, BufReader, Write};
@@ -799,6 +803,79 @@ fn sigint_restores_the_bytes_and_the_target_runs_on() {
     assert!(!runtime::transport::inproc::journal::path(pid as i32).exists());
     let records = String::from_utf8(o.stdout).unwrap();
     assert_eq!(records.lines().filter(|l| l.contains("\"log\"")).count(), 7);
+    writeln!(to, "10000").unwrap();
+    drop(to);
+    let sum = gated_sum(10_007);
+    assert_eq!(from.next().unwrap().unwrap(), format!("sum {sum}"));
+    assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
+    assert!(target.wait().unwrap().success());
+}
+
+/// SIGINT while attached with a site that got an `int3` (the `ret` of
+/// `work`, reached by no jump: no room for a 5-byte jump): wprobe puts the
+/// byte back itself (its trap journal and its patch journal are gone, so
+/// no watchdog did it), lets the threads it kept seized go (no tracer
+/// left) and exits 0; every hit before the signal has its record, and the
+/// program runs on.
+fn sigint_with_a_trap_site_restores_it_and_lets_the_threads_go() {
+    let (exe, work, _) = gated();
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
+    let wprobe_elf::Lookup::Found(f) = elf.lookup("work") else {
+        panic!("no work");
+    };
+    let ret = work + f.size - 1;
+    assert_eq!(elf.bytes_at(ret, 1).unwrap(), [0xc3], "work ends in ret");
+    let prog = write(
+        "inproc_trap_int.rpn",
+        format!(
+            "name = {}\noffset = work + {}\nopcode = 0xc3\n push r, rdi\n log 1\n",
+            exe.display(),
+            f.size - 1
+        ),
+    );
+    let (mut target, mut to, mut from) = spawn_piped(&exe);
+    let pid = target.id();
+    let w = wprobe()
+        .arg("run")
+        .arg(&prog)
+        .args([
+            "--transport",
+            "inproc",
+            "--format",
+            "json",
+            "-p",
+            &pid.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::support::cli::wait_patched(pid, ret, 0xc3);
+    assert_eq!(live(pid, ret, 1), [0xcc], "a trap, not a jump");
+    writeln!(to, "7").unwrap();
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("sum {}", gated_sum(7))
+    );
+    let st = Command::new("kill")
+        .args(["-INT", &w.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = output_within_child(w, 30);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(live(pid, ret, 1), [0xc3], "the ret is back: {err}");
+    assert!(!runtime::transport::inproc::journal::path(pid as i32).exists());
+    assert!(!runtime::transport::ptrace::journal::path(pid as i32).exists());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("\nTracerPid:\t0\n"), "{status}");
+    let records = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(
+        records.lines().filter(|l| l.contains("\"log\"")).count(),
+        7,
+        "{records}"
+    );
     writeln!(to, "10000").unwrap();
     drop(to);
     let sum = gated_sum(10_007);
