@@ -578,6 +578,26 @@ fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
     assert!(target.wait().unwrap().success());
 }
 
+/// The `ret` that ends `work` in `gated` (no window fits there: its site
+/// traps), and a program `name` with a probe on it that logs `rdi`.
+fn trap_at_ret_of_work(exe: &Path, work: u64, name: &str) -> (u64, PathBuf) {
+    let elf = wprobe_elf::ElfInfo::open(exe).unwrap();
+    let wprobe_elf::Lookup::Found(f) = elf.lookup("work") else {
+        panic!("no work");
+    };
+    let ret = work + f.size - 1;
+    assert_eq!(elf.bytes_at(ret, 1).unwrap(), [0xc3], "work ends in ret");
+    let prog = write(
+        name,
+        format!(
+            "name = {}\noffset = work + {}\nopcode = 0xc3\n push r, rdi\n log 1\n",
+            exe.display(),
+            f.size - 1
+        ),
+    );
+    (ret, prog)
+}
+
 /// A site where no window fits traps instead (a probe on the `ret` that
 /// ends `work`): every thread stays seized. When wprobe (attached) is
 /// killed, the kernel lets the threads go with the `int3` in place; the
@@ -585,20 +605,7 @@ fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
 /// unharmed.
 fn sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running() {
     let (exe, work, _) = gated();
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let wprobe_elf::Lookup::Found(f) = elf.lookup("work") else {
-        panic!("no work");
-    };
-    let ret = work + f.size - 1;
-    assert_eq!(elf.bytes_at(ret, 1).unwrap(), [0xc3], "work ends in ret");
-    let prog = write(
-        "inproc_trap.rpn",
-        format!(
-            "name = {}\noffset = work + {}\nopcode = 0xc3\n push r, rdi\n log 1\n",
-            exe.display(),
-            f.size - 1
-        ),
-    );
+    let (ret, prog) = trap_at_ret_of_work(&exe, work, "inproc_trap.rpn");
     let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
     let mut w = wprobe()
@@ -819,20 +826,7 @@ fn sigint_restores_the_bytes_and_the_target_runs_on() {
 /// program runs on.
 fn sigint_with_a_trap_site_restores_it_and_lets_the_threads_go() {
     let (exe, work, _) = gated();
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let wprobe_elf::Lookup::Found(f) = elf.lookup("work") else {
-        panic!("no work");
-    };
-    let ret = work + f.size - 1;
-    assert_eq!(elf.bytes_at(ret, 1).unwrap(), [0xc3], "work ends in ret");
-    let prog = write(
-        "inproc_trap_int.rpn",
-        format!(
-            "name = {}\noffset = work + {}\nopcode = 0xc3\n push r, rdi\n log 1\n",
-            exe.display(),
-            f.size - 1
-        ),
-    );
+    let (ret, prog) = trap_at_ret_of_work(&exe, work, "inproc_trap_int.rpn");
     let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
     let w = wprobe()
