@@ -52,12 +52,12 @@ pub struct Services {
 
 impl Default for Services {
     fn default() -> Services {
-        let (real, mono) = (clock(libc::CLOCK_REALTIME), clock(libc::CLOCK_MONOTONIC));
+        let mono = clock(libc::CLOCK_MONOTONIC);
         Services {
             prog: 0,
             maps: Vec::new(),
             start_mono_ns: mono,
-            mono_offset_ns: real.wrapping_sub(mono),
+            mono_offset_ns: crate::sys::time::realtime_minus_monotonic(),
             child_pid: 0,
             special: false,
             comm: HashMap::new(),

@@ -23,6 +23,26 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// `CLOCK_REALTIME - CLOCK_MONOTONIC` now, in ns: what turns a monotonic
+/// time (the perf clock, a hit's monotonic time) into wall-clock time.
+/// The realtime read is bracketed by two monotonic reads, five times, and
+/// the tightest bracket wins: a thread preempted between two plain reads
+/// would be off by the whole preemption (milliseconds on a loaded
+/// machine); this is off by at most half the tightest bracket.
+pub fn realtime_minus_monotonic() -> u64 {
+    let mut best = (u64::MAX, 0u64);
+    for _ in 0..5 {
+        let m1 = monotonic_ns();
+        let r = realtime_ns();
+        let m2 = monotonic_ns();
+        let width = m2.wrapping_sub(m1);
+        if width < best.0 {
+            best = (width, r.wrapping_sub(m1 + width / 2));
+        }
+    }
+    best.1
+}
+
 /// `strftime(fmt)` of the local time now (at most 512 bytes).
 pub fn strftime_now(fmt: &std::ffi::CStr) -> Vec<u8> {
     let mut buf = vec![0u8; 512];

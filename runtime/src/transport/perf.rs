@@ -243,8 +243,7 @@ impl PerfTracer {
             next_id: 1,
             hit,
             // The perf clock is CLOCK_MONOTONIC; records carry wall-clock time.
-            time_offset: crate::sys::time::realtime_ns()
-                .wrapping_sub(crate::sys::time::monotonic_ns()),
+            time_offset: crate::sys::time::realtime_minus_monotonic(),
             exited: None,
             lost_removed: Vec::new(),
             ring_pages: ring::ring_pages(),
@@ -402,6 +401,10 @@ impl PerfTracer {
                 b.observe_pid(tid)
                     .one_cpu(cpu)
                     .inherit(true)
+                    // Sample times on CLOCK_MONOTONIC, which `time_offset`
+                    // turns into wall-clock time (the default perf clock is
+                    // the scheduler's, milliseconds apart after hours).
+                    .clockid(perf_event::Clock::MONOTONIC)
                     .sample_period(1)
                     .sample(sample::sample_flags(stack_bytes > 0, cfg.regs_mask != 0))
                     // Exact per-event count of samples the kernel could not

@@ -146,6 +146,9 @@ fn counter(pid: i32, cpu: usize, follow: bool) -> Result<Counter, PerfError> {
         .one_cpu(cpu)
         .inherit(true)
         .enabled(true)
+        // The clock of the sampled events writing into this ring (the
+        // kernel refuses a ring shared by events on different clocks).
+        .clockid(perf_event::Clock::MONOTONIC)
         // Never sampled (a dummy), but an inherited event that samples
         // READ keeps the kernel from swapping the contexts of processes
         // forked from one another at a context switch (`nr_no_switch_fast`,
