@@ -16,7 +16,7 @@
 #![no_std]
 #![deny(missing_docs)]
 
-use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
 pub const AGENT_ABI_VERSION: u32 = 3;
@@ -341,6 +341,39 @@ pub struct BiasLine {
     /// 1 while the owner holds the store without the lock (written by
     /// that thread alone).
     pub inside: AtomicU32,
+}
+
+impl BiasLine {
+    /// For a holder of the store's futex: revokes the bias a thread owns,
+    /// for good (`owner` = OFF, then `membarrier`, the system call with
+    /// [`bias::MEMBARRIER_GLOBAL_EXPEDITED`], true when it succeeded;
+    /// `settle` lets the owner's store drain when it did not, which cannot
+    /// happen once the target registered). Whether a thread owned it; the
+    /// caller then waits with [`BiasLine::wait_out`].
+    pub fn revoke(&self, membarrier: impl FnOnce() -> bool, settle: impl FnOnce()) -> bool {
+        let owner = self.owner.load(Ordering::Acquire);
+        if owner == bias::OFF || owner == bias::FREE {
+            return false;
+        }
+        self.owner.store(bias::OFF, Ordering::SeqCst);
+        if !membarrier() {
+            settle();
+        }
+        true
+    }
+
+    /// For a holder of the store's futex: waits until a former owner of
+    /// the bias has left the store, calling `pause` between looks; false
+    /// once `expired` says so first.
+    pub fn wait_out(&self, mut expired: impl FnMut() -> bool, mut pause: impl FnMut()) -> bool {
+        while self.inside.load(Ordering::Acquire) != 0 {
+            if expired() {
+                return false;
+            }
+            pause();
+        }
+        true
+    }
 }
 
 /// Bits of [`ProbeSlot::flags`].

@@ -666,31 +666,26 @@ impl Region {
             // No thread can claim it while the futex is held.
             return true;
         }
-        if owner != agent_abi::bias::OFF {
-            h.bias.owner.store(agent_abi::bias::OFF, Ordering::SeqCst);
+        h.bias.revoke(
             // SAFETY: membarrier takes no pointers. The agent enabled the
             // bias only after registering the target for this command.
-            let r = unsafe {
+            || unsafe {
                 libc::syscall(
                     libc::SYS_membarrier,
                     agent_abi::bias::MEMBARRIER_GLOBAL_EXPEDITED as libc::c_long,
                     0 as libc::c_long,
                     0 as libc::c_long,
                 )
-            };
-            if r != 0 {
-                // Cannot happen once the target registered; let the
-                // owner's store drain.
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
+            } == 0,
+            || std::thread::sleep(std::time::Duration::from_millis(1)),
+        );
         // A former owner may still be inside.
-        while h.bias.inside.load(Ordering::Acquire) != 0 {
-            if std::time::Instant::now() >= deadline {
-                self.unlock_store();
-                return false;
-            }
-            std::thread::yield_now();
+        if !h.bias.wait_out(
+            || std::time::Instant::now() >= deadline,
+            std::thread::yield_now,
+        ) {
+            self.unlock_store();
+            return false;
         }
         true
     }

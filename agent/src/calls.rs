@@ -13,7 +13,6 @@
 //! next handler run. Calls beyond a probe's `maxactive`, or beyond
 //! [`DEPTH`] tracked calls in one thread, are counted as missed.
 
-use crate::ring::Rec;
 use crate::thread::Slot;
 use crate::{HitArgs, StoreLock, agent, ring, run_probe, sys, vdso};
 use agent_abi::pairing::{self, CallFrame};
@@ -112,8 +111,10 @@ fn live(slot: &ProbeSlot) -> u64 {
 #[inline(always)]
 fn end_live(slot: &ProbeSlot, locked: bool) {
     if locked {
-        slot.live
-            .store(slot.live.load(Ordering::Relaxed).wrapping_sub(1), Ordering::Relaxed);
+        slot.live.store(
+            slot.live.load(Ordering::Relaxed).wrapping_sub(1),
+            Ordering::Relaxed,
+        );
     } else {
         slot.live_lost.fetch_add(1, Ordering::Relaxed);
     }
@@ -138,13 +139,6 @@ fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut St
     data[..8].copy_from_slice(&call.entry_rsp.to_le_bytes());
     data[8..16].copy_from_slice(&call.entry_ns.to_le_bytes());
     data[16..].copy_from_slice(&cause.to_le_bytes());
-    let r = Rec {
-        kind: rec::UNWOUND,
-        major: 0,
-        minor: 0,
-        data: (0, data.len()),
-        items: (0, 0),
-    };
     let head = RunHeader {
         probe: call.probe,
         tid,
@@ -152,7 +146,15 @@ fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut St
         time_ns: call.entry_ns,
         ..Default::default()
     };
-    if !ring::push(c, head, &[r], &data, &[]) {
+    // The store's run sink is free between handler runs (each run's entry
+    // is in the ring when the run ends); the store lock is held.
+    let Some(a) = agent() else {
+        return;
+    };
+    let sink = &mut a.store.data_mut().sink;
+    sink.clear();
+    sink.push(rec::UNWOUND, 0, 0, &data, &[]);
+    if !ring::push_entry(c, sink.entry(head)) {
         slot.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }

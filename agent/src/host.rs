@@ -8,7 +8,9 @@
 //! the runtime runs under ptrace and perf.
 
 use crate::{ctrl, sys, vdso};
-use agent_abi::{RECORD_HEADER_SIZE, RUN_HEADER_SIZE, RecordHeader, RunHeader, SavedRegs, rec, record_size};
+use agent_abi::{
+    RECORD_HEADER_SIZE, RUN_HEADER_SIZE, RecordHeader, RunHeader, SavedRegs, rec, record_size,
+};
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, Ordering};

@@ -40,10 +40,9 @@ mod thread;
 mod vdso;
 
 use agent_abi::{
-    site_kind,
     AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader,
     LOCK_WAIT_MAX_NS, LoadRequest, MAX_SITES, PROBE_SLOT_SIZE, ProbeEntry, ProbeSlot, RunHeader,
-    SavedRegs, SiteEntry, SitesRequest, Skip, probe_flag, rec, run_outcome, state,
+    SavedRegs, SiteEntry, SitesRequest, Skip, probe_flag, rec, run_outcome, site_kind, state,
 };
 use alloc::boxed::Box;
 use alloc::vec::Vec;

@@ -75,35 +75,32 @@ fn store_locked(c: &ControlHeader, me: u32, max_ns: u64) -> Held {
         }
         return Held::Lock;
     }
-    if owner != bias::OFF {
-        // Another thread owns it (the owner itself takes the fast path).
-        c.bias.owner.store(bias::OFF, Ordering::SeqCst);
-        c.stats.bias_revoked.fetch_add(1, Ordering::Relaxed);
+    let revoked = c.bias.revoke(
         // SAFETY: membarrier takes no pointers.
-        let r = unsafe {
-            sys::syscall3(
-                bias::SYS_MEMBARRIER,
-                bias::MEMBARRIER_GLOBAL_EXPEDITED,
-                0,
-                0,
-            )
-        };
-        if r != 0 {
-            // Cannot happen once registered; let the owner's store drain.
-            sys::futex_wait(&AtomicU32::new(0), 0, 1_000_000);
-        }
+        || unsafe { sys::syscall3(bias::SYS_MEMBARRIER, bias::MEMBARRIER_GLOBAL_EXPEDITED, 0, 0) } == 0,
+        || sys::futex_wait(&AtomicU32::new(0), 0, 1_000_000),
+    );
+    if revoked {
+        c.stats.bias_revoked.fetch_add(1, Ordering::Relaxed);
     }
-    // A former owner may still be inside.
-    if c.bias.inside.load(Ordering::Acquire) != 0 {
-        let deadline = vdso::clock_ns(sys::CLOCK_MONOTONIC).saturating_add(max_ns);
-        while c.bias.inside.load(Ordering::Acquire) != 0 {
-            if vdso::clock_ns(sys::CLOCK_MONOTONIC) >= deadline {
-                unlock(&c.store_lock);
-                return Held::No;
+    // A former owner may still be inside (the deadline read only then).
+    let mut deadline = 0;
+    let out = c.bias.wait_out(
+        || {
+            let now = vdso::clock_ns(sys::CLOCK_MONOTONIC);
+            if deadline == 0 {
+                deadline = now.saturating_add(max_ns);
             }
-            // SAFETY: no arguments.
-            unsafe { sys::syscall0(sys::SYS_SCHED_YIELD) };
-        }
+            now >= deadline
+        },
+        // SAFETY: no arguments.
+        || unsafe {
+            sys::syscall0(sys::SYS_SCHED_YIELD);
+        },
+    );
+    if !out {
+        unlock(&c.store_lock);
+        return Held::No;
     }
     Held::Lock
 }

@@ -8,10 +8,7 @@
 //! then the run's records are dropped and counted, never lost silently.
 
 use crate::{sys, vdso};
-use agent_abi::{
-    ControlHeader, RECORD_HEADER_SIZE, RING_WAIT_MAX_NS, RUN_HEADER_SIZE, RecordHeader, RunHeader,
-    entry,
-};
+use agent_abi::{ControlHeader, RING_WAIT_MAX_NS, RunHeader, entry};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// How far past the end of a run's entry the next runs' line is
@@ -20,27 +17,6 @@ const PREFETCH_AHEAD: u64 = 256;
 
 /// Longest single futex sleep while waiting for room.
 const SLEEP_NS: u64 = 10_000_000;
-
-/// One record of a run, as the sink holds it.
-#[derive(Clone, Copy, Debug)]
-pub struct Rec {
-    pub kind: u16,
-    pub major: u16,
-    pub minor: u16,
-    /// Data bytes, in the sink's byte buffer.
-    pub data: (usize, usize),
-    /// Item descriptor bytes (little-endian u32s), in the sink's item buffer.
-    pub items: (usize, usize),
-}
-
-/// Bytes of an entry with these records.
-pub fn entry_size(recs: &[Rec]) -> usize {
-    RUN_HEADER_SIZE
-        + recs
-            .iter()
-            .map(|r| agent_abi::record_size(r.data.1 - r.data.0, (r.items.1 - r.items.0) / 4))
-            .sum::<usize>()
-}
 
 /// Whether the tracer's heartbeat is stale (it stopped or died).
 #[inline]
@@ -111,57 +87,6 @@ fn reserve(c: &ControlHeader, size: u64) -> Option<(*mut u8, u64)> {
     }
 }
 
-/// Writes one run's entry from records kept apart (the agent's own
-/// unwound records); `false` when there was no room in time (the caller
-/// counts the drop).
-pub fn push(c: &ControlHeader, head: RunHeader, recs: &[Rec], bytes: &[u8], items: &[u8]) -> bool {
-    let cap = c.ring_size;
-    let size = entry_size(recs) as u64;
-    if size > cap / 2 || recs.len() > u16::MAX as usize {
-        return false;
-    }
-    let Some((mut w, next)) = reserve(c, size) else {
-        return false;
-    };
-    // SAFETY: `reserve` gave `size` bytes at `w`, released by the consumer;
-    // the records fill exactly `entry_size` bytes.
-    unsafe {
-        let head = RunHeader {
-            size: size as u32,
-            kind: entry::RUN,
-            n_records: recs.len() as u16,
-            ..head
-        };
-        core::ptr::copy_nonoverlapping(&head as *const RunHeader as *const u8, w, RUN_HEADER_SIZE);
-        w = w.add(RUN_HEADER_SIZE);
-        for r in recs {
-            let (d, i) = (&bytes[r.data.0..r.data.1], &items[r.items.0..r.items.1]);
-            let rh = RecordHeader {
-                kind: r.kind,
-                major: r.major,
-                minor: r.minor,
-                _pad: 0,
-                data_len: d.len() as u32,
-                n_items: (i.len() / 4) as u32,
-            };
-            core::ptr::copy_nonoverlapping(
-                &rh as *const RecordHeader as *const u8,
-                w,
-                RECORD_HEADER_SIZE,
-            );
-            core::ptr::copy_nonoverlapping(d.as_ptr(), w.add(RECORD_HEADER_SIZE), d.len());
-            core::ptr::copy_nonoverlapping(
-                i.as_ptr(),
-                w.add(RECORD_HEADER_SIZE + d.len()),
-                i.len(),
-            );
-            w = w.add(agent_abi::record_size(d.len(), i.len() / 4));
-        }
-    }
-    c.ring.head.store(next, Ordering::Release);
-    true
-}
-
 /// The consumer's `tail` as the producer last read it: `tail` only grows,
 /// so while this one leaves room the shared word (which the tracer writes
 /// at every drain: a cache miss here each time) need not be read. Written
@@ -171,7 +96,8 @@ static TAIL_SEEN: AtomicU64 = AtomicU64::new(0);
 /// Waits until `need` bytes from `head` are free.
 #[inline(always)]
 fn wait_for_room(c: &ControlHeader, head: u64, need: u64) -> bool {
-    head + need - TAIL_SEEN.load(Ordering::Relaxed) <= c.ring_size || wait_for_room_slow(c, head, need)
+    head + need - TAIL_SEEN.load(Ordering::Relaxed) <= c.ring_size
+        || wait_for_room_slow(c, head, need)
 }
 
 #[cold]

@@ -486,6 +486,23 @@ fn spawn_piped(
     (c, to, from)
 }
 
+/// The end of a `gated` run: `more` calls after `before` ones, then its
+/// input closed; its two sums, and its exit status 0.
+fn finish_gated(
+    mut target: std::process::Child,
+    mut to: std::process::ChildStdin,
+    mut from: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    before: i64,
+    more: i64,
+) {
+    writeln!(to, "{more}").unwrap();
+    drop(to);
+    let sum = gated_sum(before + more);
+    assert_eq!(from.next().unwrap().unwrap(), format!("sum {sum}"));
+    assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
+    assert!(target.wait().unwrap().success());
+}
+
 /// Bytes of a live process.
 fn live(pid: u32, addr: u64, len: usize) -> Vec<u8> {
     crate::support::cli::live_bytes(pid, addr, len)
@@ -529,7 +546,7 @@ fn gated_sum(n: i64) -> i64 {
 /// run unharmed.
 fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
     let (exe, work, orig) = gated();
-    let (mut target, mut to, mut from) = spawn_piped(&exe);
+    let (target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
     let mut w = wprobe()
         .arg("run")
@@ -570,18 +587,25 @@ fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
     assert!(r.status.success());
     assert_eq!(live(pid, work, 16), orig, "the file's bytes");
     assert_eq!(repair(pid).status.code(), Some(1), "nothing left to repair");
-    writeln!(to, "10000").unwrap();
-    drop(to);
-    let sum = gated_sum(10_203);
-    assert_eq!(from.next().unwrap().unwrap(), format!("sum {sum}"));
-    assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
-    assert!(target.wait().unwrap().success());
+    finish_gated(target, to, from, 203, 10_000);
 }
 
-/// The `ret` that ends `work` in `gated` (no window fits there: its site
-/// traps), and a program `name` with a probe on it that logs `rdi`.
-fn trap_at_ret_of_work(exe: &Path, work: u64, name: &str) -> (u64, PathBuf) {
-    let elf = wprobe_elf::ElfInfo::open(exe).unwrap();
+/// `gated` with wprobe attached (`run PROG --transport inproc OUT -p
+/// PID`, standard output piped), PROG one probe logging `rdi` on the `ret`
+/// that ends `work` — no window fits there: its site traps — once the
+/// `int3` is in place and the target made `calls` calls through it.
+struct TrapSiteRun {
+    target: std::process::Child,
+    to: std::process::ChildStdin,
+    from: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    wprobe: std::process::Child,
+    pid: u32,
+    ret: u64,
+}
+
+fn attach_at_ret_of_work(name: &str, out: &[&str], calls: i64) -> TrapSiteRun {
+    let (exe, work, _) = gated();
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
     let wprobe_elf::Lookup::Found(f) = elf.lookup("work") else {
         panic!("no work");
     };
@@ -595,7 +619,33 @@ fn trap_at_ret_of_work(exe: &Path, work: u64, name: &str) -> (u64, PathBuf) {
             f.size - 1
         ),
     );
-    (ret, prog)
+    let (target, mut to, mut from) = spawn_piped(&exe);
+    let pid = target.id();
+    let wprobe = wprobe()
+        .arg("run")
+        .arg(&prog)
+        .args(["--transport", "inproc"])
+        .args(out)
+        .args(["-p", &pid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::support::cli::wait_patched(pid, ret, 0xc3);
+    assert_eq!(live(pid, ret, 1), [0xcc], "a trap, not a jump");
+    writeln!(to, "{calls}").unwrap();
+    assert_eq!(
+        from.next().unwrap().unwrap(),
+        format!("sum {}", gated_sum(calls))
+    );
+    TrapSiteRun {
+        target,
+        to,
+        from,
+        wprobe,
+        pid,
+        ret,
+    }
 }
 
 /// A site where no window fits traps instead (a probe on the `ret` that
@@ -604,32 +654,14 @@ fn trap_at_ret_of_work(exe: &Path, work: u64, name: &str) -> (u64, PathBuf) {
 /// watchdog puts the byte back at once, and the program's later calls run
 /// unharmed.
 fn sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running() {
-    let (exe, work, _) = gated();
-    let (ret, prog) = trap_at_ret_of_work(&exe, work, "inproc_trap.rpn");
-    let (mut target, mut to, mut from) = spawn_piped(&exe);
-    let pid = target.id();
-    let mut w = wprobe()
-        .arg("run")
-        .arg(&prog)
-        .args([
-            "--transport",
-            "inproc",
-            "-o",
-            "/dev/null",
-            "-p",
-            &pid.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    crate::support::cli::wait_patched(pid, ret, 0xc3);
-    assert_eq!(live(pid, ret, 1), [0xcc], "a trap, not a jump");
-    writeln!(to, "3").unwrap();
-    assert_eq!(
-        from.next().unwrap().unwrap(),
-        format!("sum {}", gated_sum(3))
-    );
+    let TrapSiteRun {
+        target,
+        to,
+        from,
+        wprobe: mut w,
+        pid,
+        ret,
+    } = attach_at_ret_of_work("inproc_trap.rpn", &["-o", "/dev/null"], 3);
     w.kill().unwrap();
     w.wait().unwrap();
     let mut err = String::new();
@@ -645,15 +677,7 @@ fn sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running() {
         assert!(Instant::now() < deadline, "the int3 is still there: {err}");
         std::thread::sleep(Duration::from_millis(10));
     }
-    writeln!(to, "1000").unwrap();
-    assert_eq!(
-        from.next().unwrap().unwrap(),
-        format!("sum {}", gated_sum(1003))
-    );
-    drop(to);
-    let sum = gated_sum(1003);
-    assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
-    assert!(target.wait().unwrap().success());
+    finish_gated(target, to, from, 3, 1000);
 }
 
 /// A watchpoint in an inproc run, then a SIGKILL of wprobe (attached):
@@ -776,7 +800,7 @@ fn sigkill_of_wprobe_launched_then_repair_restores_the_file_bytes() {
 /// journal and exits 0; the program runs on.
 fn sigint_restores_the_bytes_and_the_target_runs_on() {
     let (exe, work, orig) = gated();
-    let (mut target, mut to, mut from) = spawn_piped(&exe);
+    let (target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
     let w = wprobe()
         .arg("run")
@@ -799,23 +823,14 @@ fn sigint_restores_the_bytes_and_the_target_runs_on() {
         from.next().unwrap().unwrap(),
         format!("sum {}", gated_sum(7))
     );
-    let st = Command::new("kill")
-        .args(["-INT", &w.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    crate::support::cli::signal(w.id(), "INT");
     let o = output_within_child(w, 30);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(live(pid, work, 16), orig, "the file's bytes");
     assert!(!runtime::transport::inproc::journal::path(pid as i32).exists());
     let records = String::from_utf8(o.stdout).unwrap();
     assert_eq!(records.lines().filter(|l| l.contains("\"log\"")).count(), 7);
-    writeln!(to, "10000").unwrap();
-    drop(to);
-    let sum = gated_sum(10_007);
-    assert_eq!(from.next().unwrap().unwrap(), format!("sum {sum}"));
-    assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
-    assert!(target.wait().unwrap().success());
+    finish_gated(target, to, from, 7, 10_000);
 }
 
 /// SIGINT while attached with a site that got an `int3` (the `ret` of
@@ -825,37 +840,15 @@ fn sigint_restores_the_bytes_and_the_target_runs_on() {
 /// left) and exits 0; every hit before the signal has its record, and the
 /// program runs on.
 fn sigint_with_a_trap_site_restores_it_and_lets_the_threads_go() {
-    let (exe, work, _) = gated();
-    let (ret, prog) = trap_at_ret_of_work(&exe, work, "inproc_trap_int.rpn");
-    let (mut target, mut to, mut from) = spawn_piped(&exe);
-    let pid = target.id();
-    let w = wprobe()
-        .arg("run")
-        .arg(&prog)
-        .args([
-            "--transport",
-            "inproc",
-            "--format",
-            "json",
-            "-p",
-            &pid.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    crate::support::cli::wait_patched(pid, ret, 0xc3);
-    assert_eq!(live(pid, ret, 1), [0xcc], "a trap, not a jump");
-    writeln!(to, "7").unwrap();
-    assert_eq!(
-        from.next().unwrap().unwrap(),
-        format!("sum {}", gated_sum(7))
-    );
-    let st = Command::new("kill")
-        .args(["-INT", &w.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let TrapSiteRun {
+        target,
+        to,
+        from,
+        wprobe: w,
+        pid,
+        ret,
+    } = attach_at_ret_of_work("inproc_trap_int.rpn", &["--format", "json"], 7);
+    crate::support::cli::signal(w.id(), "INT");
     let o = output_within_child(w, 30);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
@@ -870,12 +863,7 @@ fn sigint_with_a_trap_site_restores_it_and_lets_the_threads_go() {
         7,
         "{records}"
     );
-    writeln!(to, "10000").unwrap();
-    drop(to);
-    let sum = gated_sum(10_007);
-    assert_eq!(from.next().unwrap().unwrap(), format!("sum {sum}"));
-    assert_eq!(from.next().unwrap().unwrap(), format!("done {sum}"));
-    assert!(target.wait().unwrap().success());
+    finish_gated(target, to, from, 7, 10_000);
 }
 
 use crate::support::cli::output_within_child;
@@ -976,20 +964,28 @@ fn exec_leaves_the_new_image_unprobed_and_says_so() {
     );
 }
 
-/// 8 threads × 100,000 calls with a program of global variables (a count
-/// and a read-modify-write sum of the argument, which a concurrent run
-/// would lose updates of): the values logged once every thread was joined
-/// are exact and the ptrace transport's.
-fn global_variables_from_8_threads_x_100000_calls_equal_ptrace_s() {
+/// `inproc_target` and a program `name` of global variables on it: a
+/// count of `target`'s calls and a read-modify-write sum of their argument
+/// (which a concurrent run would lose updates of), both logged at `done`.
+fn globals_program(name: &str) -> (PathBuf, PathBuf) {
     let exe = inproc_target(false);
     let p = write(
-        "inproc_globals.rpn",
+        name,
         format!(
             "name = {}\ngvars = 2\noffset = target\n inc gv, 0\n push gv, 1\n push r, rdi\n add\n \
              pop gv, 1\n abort\noffset = done\n push 0\n push 2\n log gv\n",
             exe.display()
         ),
     );
+    (exe, p)
+}
+
+/// 8 threads × 100,000 calls with a program of global variables (a count
+/// and a read-modify-write sum of the argument, which a concurrent run
+/// would lose updates of): the values logged once every thread was joined
+/// are exact and the ptrace transport's.
+fn global_variables_from_8_threads_x_100000_calls_equal_ptrace_s() {
+    let (exe, p) = globals_program("inproc_globals.rpn");
     let args = [
         p.to_str().unwrap(),
         "--",
@@ -1620,15 +1616,7 @@ fn the_probed_codes_flags_survive_a_hit(transport: &str) {
 /// another would lose an update of the read-modify-write sum: the counts
 /// and sums are exact, run after run.
 fn a_second_thread_takes_the_store_from_the_first_exactly() {
-    let exe = inproc_target(false);
-    let p = write(
-        "inproc_handover.rpn",
-        format!(
-            "name = {}\ngvars = 2\noffset = target\n inc gv, 0\n push gv, 1\n push r, rdi\n add\n \
-             pop gv, 1\n abort\noffset = done\n push 0\n push 2\n log gv\n",
-            exe.display()
-        ),
-    );
+    let (exe, p) = globals_program("inproc_handover.rpn");
     let m = 200_000u64;
     // Each call of target(i) returns i + 1; three series of m calls.
     let sum = 3 * (1..=m).sum::<u64>();
