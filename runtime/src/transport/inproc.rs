@@ -92,6 +92,13 @@ const RING_NAP: Duration = Duration::from_micros(100);
 const COUNTS_AFTER_RUNS: Duration = Duration::from_millis(1);
 /// Longest sleep of the event loop when nothing happens.
 const IDLE_SLEEP_MS: i32 = 10;
+/// For this long after a thread stopped at a trap site, the event loop
+/// looks for the next stop every [`TRAP_NAP`]: a thread at a trap waits
+/// for wprobe, and the millisecond of an idle poll would be most of what a
+/// hit costs (a stop itself is some 40 µs).
+const TRAP_BUSY: Duration = Duration::from_millis(100);
+/// The nap between looks while traps are busy.
+const TRAP_NAP: Duration = Duration::from_micros(10);
 
 /// The in-process transport's state.
 pub struct InProc {
@@ -813,8 +820,12 @@ impl Transport for InProc {
         let mut deltas = Vec::new();
         let mut last_counts = Instant::now();
         let mut busy = false;
+        let mut last_trap: Option<Instant> = None;
         loop {
             let trapped = self.traps.as_mut().map_or(0, |t| t.poll());
+            if trapped > 0 {
+                last_trap = Some(Instant::now());
+            }
             if let Some(t) = &self.traps {
                 if t.exit.is_some() {
                     self.exit = t.exit;
@@ -844,8 +855,17 @@ impl Transport for InProc {
                 break;
             }
             let mut timeout = if self.traps.is_some() {
-                // Traps wait for us: look again soon.
-                i32::from(trapped == 0 && drained == 0)
+                // Traps wait for us: look again at once while they come,
+                // after a short nap for a while after the last one, then
+                // every millisecond.
+                if trapped > 0 || drained > 0 {
+                    0
+                } else if last_trap.is_some_and(|t| t.elapsed() < TRAP_BUSY) {
+                    std::thread::sleep(TRAP_NAP);
+                    0
+                } else {
+                    1
+                }
             } else if drained > 0 {
                 // Runs are coming: drain again soon. A sleep here of a
                 // millisecond lets a fast target fill the ring and wait for
