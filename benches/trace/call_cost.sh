@@ -22,6 +22,9 @@
 #                                  parts a traced call is made of
 #   wprobe run at_ret (perf)       an ordinary probe on f's `ret` instruction:
 #                                  the uprobe perf's return probes put there
+#   ... f too short (int3s)        inproc, f built 4 bytes long (calls.c
+#                                  -DSHORT_F): no room for a jump, an int3 at
+#                                  its entry and its ret, a ptrace stop each
 #
 # Per call = (T(N2) - T(N1)) / (N2 - N1) - the untraced loop's cost per call:
 # the slope between two call counts, so the fixed costs (start-up, symbol
@@ -72,6 +75,7 @@ if [ ! -x "$W" ]; then
 fi
 W=$(cd "$(dirname "$W")" && pwd)/$(basename "$W")
 gcc -O1 -fpatchable-function-entry=5 -o "$WORK/calls" "$ROOT/benches/trace/calls.c"
+gcc -O1 -DSHORT_F -o "$WORK/calls_short" "$ROOT/benches/trace/calls.c"
 gcc -O2 -o "$WORK/rusage" "$ROOT/benches/rusage.c"
 T=$WORK/calls
 cd "$WORK"
@@ -137,6 +141,7 @@ if ! skipped inproc; then
   add "  ... --report" "$(net "$(slope "$IN1" "$IN2" report_ok "$W" trace --transport inproc --report -o "$WORK/trace.out" -- "$T")")"
   add "  wprobe run entry.rpn (inproc)" "$(net "$(slope "$IN1" "$IN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/entry.rpn" -- "$T")")"
   add "  wprobe run return.rpn (inproc)" "$(net "$(slope "$IN1" "$IN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/return.rpn" -- "$T")")"
+  add "  ... --report, f too short (int3s)" "$(net "$(slope "$TN1" "$TN2" report_ok "$W" trace --transport inproc --report -o "$WORK/trace.out" -- "$WORK/calls_short")")"
 fi
 if ! skipped ptrace; then
   add "wprobe trace --transport ptrace" "$(net "$(slope "$TN1" "$TN2" tree_ok "$W" trace --transport ptrace -o "$WORK/trace.out" -- "$T")")"

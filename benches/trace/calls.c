@@ -5,7 +5,8 @@
  * return. With a second argument `time`, it prints on stderr what its loop
  * took per call (wall, from the monotonic clock around the loop) and the
  * process's CPU per call so far (getrusage): the traced program's own view,
- * used for quick comparisons (docs/BENCHMARKS.md, "wprobe trace"). */
+ * used for quick comparisons (docs/BENCHMARKS.md, "wprobe trace"). With
+ * -DSHORT_F, f is too short for a jump (below). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,22 @@
 
 volatile long sink;
 
+#ifdef SHORT_F
+/* Built with -DSHORT_F: f is 4 bytes (lea, ret), too short for the jump
+ * of --transport inproc, which puts an int3 at its entry and at its ret
+ * instead (a ptrace stop each). noipa: the calls stay, though f has no
+ * side effect. */
+__attribute__((noinline, noipa)) int f(int i)
+{
+    return i + 1;
+}
+#else
 __attribute__((noinline)) long f(long i)
 {
     sink += i;
     return i;
 }
+#endif
 
 static double now_ns(void)
 {

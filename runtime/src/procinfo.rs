@@ -36,6 +36,23 @@ fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
 /// `PF_KTHREAD` in `/proc/PID/stat`'s flags field.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
+/// Whether process `pid` has ended: gone, dying (its address space
+/// already released: `/proc/PID/mem` cannot be opened, ESRCH), or a zombie
+/// waiting to be reaped (a thread-group leader that exited while other
+/// threads run is not: its process lives on).
+pub fn ended(pid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    if let Err(e) = std::fs::File::open(format!("/proc/{pid}/mem"))
+        && e.raw_os_error() == Some(libc::ESRCH)
+    {
+        return true;
+    }
+    status_field(&status, "State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X'))
+        && status_field(&status, "Threads:").and_then(|n| n.parse::<u32>().ok()) <= Some(1)
+}
+
 /// Looks at process `pid`.
 pub fn untraceable(pid: i32) -> Untraceable {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {

@@ -635,6 +635,13 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
+            Event::LeftRunning { tag, count } => {
+                // Not a hook event: a call tree closes its open calls
+                // itself when the run ends.
+                if let Some(p) = self.probes.get_mut(tag) {
+                    p.stats.missed += count;
+                }
+            }
             Event::Unwound {
                 tag,
                 pid,

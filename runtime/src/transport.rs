@@ -232,6 +232,17 @@ pub enum Event<'a> {
         /// How many.
         count: u64,
     },
+    /// Calls of a return probe still live when the run ended (their
+    /// process ended or is let go before they returned), which the
+    /// transport cannot name one by one (inproc: they are in the target's
+    /// own call stacks). They ran no handler: counted as `missed`, as the
+    /// [`Event::Unwound`] of a call left running is by other transports.
+    LeftRunning {
+        /// The probe's tag.
+        tag: usize,
+        /// How many.
+        count: u64,
+    },
     /// A tracked call of a return probe ended without returning: its frame
     /// was abandoned (`longjmp`, an exception unwinding through it), or
     /// its thread or process ended, exec'd, or is let go. One event per

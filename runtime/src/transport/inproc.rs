@@ -954,8 +954,10 @@ impl Transport for InProc {
             if self.world.is_none() {
                 match self.stop_world() {
                     Ok(w) => self.world = Some(w),
-                    // Gone: nothing left to restore.
-                    Err(_) if !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() => {
+                    // Gone (or dead, not yet reaped: a terminal's Ctrl-C
+                    // reaches the launched command too): nothing left to
+                    // restore.
+                    Err(_) if crate::procinfo::ended(self.pid) => {
                         self.patcher.forget();
                     }
                     Err(e) => anyhow::bail!("stopping process {} to restore it: {e:#}", self.pid),
@@ -1094,7 +1096,7 @@ impl InProc {
 
     /// At the end of the run: the calls of return probes still tracked
     /// (their process ended, exec'd, or is let go before they returned)
-    /// ran no handler, and are counted as missed.
+    /// ran no handler ([`Event::LeftRunning`]).
     fn report_live_calls(
         &mut self,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
@@ -1109,7 +1111,7 @@ impl InProc {
             .collect();
         live.sort_unstable();
         for (tag, count) in live {
-            on_event(self, Event::Missed { tag, count });
+            on_event(self, Event::LeftRunning { tag, count });
         }
     }
 

@@ -33,6 +33,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(fork_children_have_their_own_trees @ per_transport),
     case!(per_thread_files_hold_each_threads_tree @ every_transport),
     case!(attaching_with_p_traces_new_calls_and_leaves_the_process_running @ every_transport),
+    case!(a_terminals_ctrl_c_ends_the_trace_cleanly @ every_transport),
     case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
@@ -908,6 +909,56 @@ fn attaching_with_p_traces_new_calls_and_leaves_the_process_running(tr: &str) {
     let mut s = String::new();
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut s).unwrap();
     assert_eq!(s, format!("acc={}\n", (n - 1) * n / 2));
+}
+
+/// A terminal's Ctrl-C: SIGINT to the foreground process group, wprobe
+/// and the command it launched alike. The trace ends as an interrupted
+/// one (status 130, the summary, the tree written, well nested), with no
+/// error (the command dying at the same time leaves nothing to restore)
+/// and no warning about calls not tracked (calls still open are the
+/// tree's, not missed ones).
+fn a_terminals_ctrl_c_ends_the_trace_cleanly(tr: &str) {
+    use std::os::unix::process::CommandExt;
+    let prog = crate::support::cli::slow_target();
+    let out = file("ctrl-c.txt", tr);
+    let _ = std::fs::remove_file(&out);
+    let w = wprobe()
+        .args(["trace", "--transport", tr, "-T", "-i", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&prog)
+        .arg("100000")
+        .env("WPROBE_PERF_RING_PAGES", "8192")
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let calls = |p: &Path| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("==> work()"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while calls(&out) < 10 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let st = Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", w.id())])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = crate::support::cli::output_within_child(w, 60);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(!err.contains("error"), "{err}");
+    assert!(!err.contains("not tracked to their return"), "{err}");
+    assert!(err.contains("wprobe: trace: "), "{err}");
+    let text = read(&out);
+    check_nesting(&text);
+    assert!(calls(&out) >= 10, "{text}\n{err}");
 }
 
 /// The lines of a `-T` output other than the `+++ process … +++` ones.
