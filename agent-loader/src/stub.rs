@@ -316,6 +316,29 @@ fn restore_flags(v: &mut Vec<Instruction>) -> Result<()> {
     Ok(())
 }
 
+/// `i` as it runs in the stub: the same instruction, but for a `lea` of an
+/// address inside the window (a function taking its own address), which
+/// becomes a `mov` of that address: the block encoder links an operand
+/// that names a displaced instruction's address to the stub's copy, right
+/// for a branch, wrong for an address the program compares or calls.
+fn displaced(i: &Instruction, window: std::ops::Range<u64>) -> Result<Instruction> {
+    if i.mnemonic() != iced_x86::Mnemonic::Lea
+        || !i.is_ip_rel_memory_operand()
+        || !window.contains(&i.ip_rel_memory_address())
+    {
+        return Ok(*i);
+    }
+    let to = i.ip_rel_memory_address();
+    let r = i.op0_register();
+    let mut m = match r.size() {
+        8 => e(Instruction::with2(Code::Mov_r64_imm64, r, to))?,
+        4 => e(Instruction::with2(Code::Mov_r32_imm32, r, to as u32))?,
+        _ => e(Instruction::with2(Code::Mov_r16_imm16, r, to as u16 as u32))?,
+    };
+    m.set_ip(i.ip());
+    Ok(m)
+}
+
 /// The stub of `site` at `stub_addr`, with id `site_id`, calling the
 /// trampoline at `trampoline`. Fails when a displaced instruction cannot
 /// be relocated there (a RIP-relative operand out of rel32 reach).
@@ -337,6 +360,12 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
         ])
     };
     let mut v: Vec<Instruction> = Vec::with_capacity(site.displaced.len() + 10);
+    let window = site.addr..site.addr + site.len as u64;
+    let moved = site
+        .displaced
+        .iter()
+        .map(|i| displaced(i, window.clone()))
+        .collect::<Result<Vec<_>>>()?;
     match site.ret {
         // A return site: the epilogue, then dispatch with the return
         // address at [rsp], then the `ret` itself. A whole function's
@@ -347,13 +376,13 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
             if whole {
                 v.extend(call(site_id)?);
             }
-            v.extend(site.displaced.iter().copied());
+            v.extend(moved.iter().copied());
             v.extend(call(site_id + u32::from(whole))?);
             v.push(ret);
         }
         None => {
             v.extend(call(site_id)?);
-            v.extend(site.displaced.iter().copied());
+            v.extend(moved.iter().copied());
             if let Some(last) = v.pop_if(|i| i.code() == Code::Call_rel32_64) {
                 // `call f` ending the window: push the original return
                 // address (flags untouched), then `jmp f`.

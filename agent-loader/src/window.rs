@@ -22,7 +22,11 @@
 //!    function's entry, no indirect `jmp` in the function (a jump table
 //!    could land anywhere in it).
 //! 4. RIP-relative operands are re-displaced by the block encoder; one out
-//!    of rel32 reach of the stub fails when the stub is generated.
+//!    of rel32 reach of the stub fails when the stub is generated. A `lea`
+//!    of an address inside the window (a function taking its own address)
+//!    is run as a `mov` of that address (the block encoder would point it
+//!    at the stub's copy); any other access to the window's bytes (code
+//!    reading itself) is refused: they are the jump now.
 //! 5. At attach, no thread may stand inside the window (checked by the
 //!    caller with every thread stopped).
 
@@ -216,7 +220,7 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
             }
         }
     }
-    Ok(Site {
+    checked(Site {
         probe,
         addr: start,
         displaced,
@@ -281,7 +285,7 @@ pub fn plan_whole(
         base + padding(func, after, ret.next_ip(), JMP_LEN - base, targets)
             .ok_or(Refusal::TooShort { room: base as u64 })?
     };
-    Ok(Site {
+    checked(Site {
         probe: entry,
         addr: start,
         displaced,
@@ -361,7 +365,7 @@ pub fn plan_trap(addr: u64, code: &[u8], ret_site: bool) -> Result<Site, Refusal
     if ret_site && !is_ret {
         return Err(Refusal::Undecodable { at: addr });
     }
-    Ok(Site {
+    checked(Site {
         probe: addr,
         addr,
         displaced: if ret_site { Vec::new() } else { vec![i] },
@@ -452,7 +456,7 @@ pub fn plan_ret(
             pad_len(JMP_LEN - base).map(|p| base + p)
         };
         if let Some(len) = len {
-            return Ok(Site {
+            return checked(Site {
                 probe: ret,
                 addr: insns[r - k].ip(),
                 displaced: pre.to_vec(),
@@ -484,6 +488,26 @@ fn falls_through(i: &Instruction) -> bool {
 /// The instruction's mnemonic, lower case (`call`, `syscall`).
 fn mnemonic(i: &Instruction) -> String {
     format!("{:?}", i.mnemonic()).to_ascii_lowercase()
+}
+
+/// A displaced instruction's RIP-relative data access inside the window
+/// (the bytes the jump or trap replaces) is refused, but for a `lea`
+/// (`stub::generate` runs it as a `mov` of the address).
+fn checked(site: Site) -> Result<Site, Refusal> {
+    let window = site.addr..site.addr + site.len as u64;
+    for i in &site.displaced {
+        if i.is_ip_rel_memory_operand()
+            && i.mnemonic() != Mnemonic::Lea
+            && window.contains(&i.ip_rel_memory_address())
+        {
+            return Err(Refusal::Instruction {
+                at: i.ip(),
+                what: mnemonic(i),
+                why: "it reads or writes the bytes the jump replaces",
+            });
+        }
+    }
+    Ok(site)
 }
 
 fn refuse_instruction(i: &Instruction) -> Result<(), Refusal> {
@@ -583,6 +607,57 @@ mod tests {
             plan(0x1001, f(&code), &t).unwrap_err(),
             Refusal::IndirectJump { at: 0x1006 }
         );
+    }
+
+    #[test]
+    fn a_window_taking_its_own_address_keeps_it() {
+        let t = BranchTargets::default();
+        // lea rax,[rip-7] (the function's own address); cmp rax,rdi; sete al; ret
+        let code = [
+            0x48, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff, 0x48, 0x39, 0xf8, 0x0f, 0x94, 0xc0, 0xc3,
+        ];
+        let s = plan(0x1000, f(&code), &t).unwrap();
+        assert_eq!((s.addr, s.len), (0x1000, 7));
+        // In the stub, the address is moved in whole: the block encoder
+        // would have pointed a RIP-relative `lea` at the stub's own copy.
+        let stub_at = 0x7000_0000;
+        let bytes = crate::stub::generate(&s, 3, stub_at + 0x1000, stub_at).unwrap();
+        let mut d = Decoder::with_ip(64, &bytes, stub_at, DecoderOptions::NONE);
+        let insns: Vec<Instruction> = d.iter().collect();
+        assert!(
+            insns.iter().any(|i| i.code() == Code::Mov_r64_imm64
+                && i.op0_register() == iced_x86::Register::RAX
+                && i.immediate64() == 0x1000),
+            "{insns:?}"
+        );
+        assert!(
+            !insns
+                .iter()
+                .any(|i| i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand())
+        );
+        // 32-bit: lea eax,[rip-6]; ret | padding
+        let code = [0x8d, 0x05, 0xfa, 0xff, 0xff, 0xff, 0xc3];
+        let s = plan(0x1000, f(&code), &t).unwrap();
+        let bytes = crate::stub::generate(&s, 3, stub_at + 0x1000, stub_at).unwrap();
+        let mut d = Decoder::with_ip(64, &bytes, stub_at, DecoderOptions::NONE);
+        assert!(
+            d.iter()
+                .any(|i| i.code() == Code::Mov_r32_imm32 && i.immediate32() == 0x1000)
+        );
+        // Reading the window's own bytes is refused: they are the jump now.
+        // mov eax,[rip-6]; ret
+        let code = [0x8b, 0x05, 0xfa, 0xff, 0xff, 0xff, 0xc3];
+        assert_eq!(
+            plan(0x1000, f(&code), &t).unwrap_err(),
+            Refusal::Instruction {
+                at: 0x1000,
+                what: "mov".into(),
+                why: "it reads or writes the bytes the jump replaces",
+            }
+        );
+        // ... but not other RIP-relative data: mov eax,[rip+0x100]; ret
+        let code = [0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, 0xc3];
+        assert!(plan(0x1000, f(&code), &t).is_ok());
     }
 
     #[test]

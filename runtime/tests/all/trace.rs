@@ -36,6 +36,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_terminals_ctrl_c_ends_the_trace_cleanly @ every_transport),
     case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
     case!(excluded_functions_are_not_traced @ every_transport),
+    case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
     case!(
@@ -909,6 +910,28 @@ fn attaching_with_p_traces_new_calls_and_leaves_the_process_running(tr: &str) {
     let mut s = String::new();
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut s).unwrap();
     assert_eq!(s, format!("acc={}\n", (n - 1) * n / 2));
+}
+
+/// `tests/progs/selfref.c`: two functions whose first instruction is a
+/// `lea` of their own address (one of them `lea; ret`, a single window
+/// for its entry and return under inproc). Traced, the program computes
+/// what it does untraced (under inproc the `lea` once pointed at the
+/// stub's copy: the comparisons failed, and CPython looped for ever), and
+/// every call is counted.
+fn functions_taking_their_own_address_still_get_it(tr: &str) {
+    let prog = gcc("selfref", &progs().join("selfref.c"), &["-O1", "-g"]);
+    let out = file("selfref.json", tr);
+    let o = trace_argv(
+        tr,
+        &["--report", "--format", "json", "-o", out.to_str().unwrap()],
+        &prog,
+        &["5"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "10\n", "{}", stderr(&o));
+    let r = report_of(&out);
+    assert_eq!(r.get("is_self").map(|c| c.0), Some(5), "{r:?}");
+    assert_eq!(r.get("self_addr").map(|c| c.0), Some(5), "{r:?}");
 }
 
 /// A terminal's Ctrl-C: SIGINT to the foreground process group, wprobe
