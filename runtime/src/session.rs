@@ -82,6 +82,7 @@ struct ProbeState {
 pub struct Session {
     runner: Runner<RunEnv>,
     manifests: Vec<Manifest>,
+    /// In (program, manifest index) order, as built.
     probes: Vec<ProbeState>,
     /// Load bias of each program's module, by (program, pid).
     bias: HashMap<(usize, i32), u64>,

@@ -139,10 +139,10 @@ impl Session {
         prog: usize,
         index: usize,
     ) {
-        if let Some(pi) = self
+        // `probes` is built in (program, index) order (`Session::new`).
+        if let Ok(pi) = self
             .probes
-            .iter()
-            .position(|p| p.prog == prog && p.index == index)
+            .binary_search_by_key(&(prog, index), |p| (p.prog, p.index))
         {
             self.disable(t, pi);
         }

@@ -35,22 +35,7 @@ pub struct ReturnSites {
 /// The function (a code symbol with a size) whose file bytes contain file
 /// offset `off`: the innermost one.
 fn function_at_offset(elf: &ElfInfo, off: u64) -> Option<&Symbol> {
-    elf.symbols
-        .iter()
-        .filter(|s| s.is_code() && s.size > 0)
-        .filter(|s| {
-            elf.file_offset(s.value)
-                .is_some_and(|fo| fo <= off && off < fo.saturating_add(s.size))
-        })
-        .max_by_key(|s| (s.value, s.global))
-}
-
-/// The code symbol with a size that starts at link-time address `vaddr`.
-fn function_starting_at(elf: &ElfInfo, vaddr: u64) -> Option<&Symbol> {
-    elf.symbols
-        .iter()
-        .filter(|s| s.is_code() && s.size > 0 && s.value == vaddr)
-        .max_by_key(|s| s.global)
+    elf.function_containing(elf.vaddr_of_offset(off)?)
 }
 
 /// Decodes the function entered at file offset `entry` and the functions
@@ -94,7 +79,7 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
                     if (s.value..end).contains(&t) || seen.contains(&t) {
                         continue;
                     }
-                    if let Some(g) = function_starting_at(elf, t)
+                    if let Some(g) = elf.function_starting_at(t)
                         && seen.len() < MAX_FUNCTIONS
                     {
                         seen.push(t);
