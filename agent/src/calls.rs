@@ -56,8 +56,18 @@ pub struct Shadow {
     /// The thread they belong to.
     tid: u32,
     len: u32,
+    /// The thread's stack (`[lo, hi)`, the mapping `rsp` was in when first
+    /// needed; `(0, 0)`: not looked up yet), where return-address slots of
+    /// tracked calls may be read (`returned_unseen`), and how many more
+    /// times it may be looked up again (the main stack grows down).
+    stack: (u64, u64),
+    lookups: u32,
     calls: [Tracked; DEPTH],
 }
+
+/// Times a thread's stack mapping is read from `/proc/self/maps` at most
+/// (once, and again when a growing main stack leaves the range seen).
+const STACK_LOOKUPS: u32 = 4;
 
 /// The entry state of a hit at a return-probed function's entry, taken
 /// before its handlers run (they may write registers).
@@ -177,8 +187,73 @@ fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'sta
     if sh.tid != h.tid {
         cut(c, sh, 0, left::THREAD_EXIT, lock);
         sh.tid = h.tid;
+        sh.stack = (0, 0);
+        sh.lookups = 0;
     }
     Some(sh)
+}
+
+/// The thread's stack mapping containing `rsp` (`[lo, hi)`), looked up in
+/// `/proc/self/maps` the first time (and again, a few times at most, when
+/// `rsp` left it: a main stack that grew); `None` when `rsp` is elsewhere
+/// (another stack: a coroutine's, an alternate signal stack).
+fn stack_of(sh: &mut Shadow, rsp: u64) -> Option<(u64, u64)> {
+    let (lo, hi) = sh.stack;
+    if lo <= rsp && rsp < hi {
+        return Some((lo, hi));
+    }
+    if sh.lookups >= STACK_LOOKUPS {
+        return None;
+    }
+    sh.lookups += 1;
+    let mut found = (0, 0);
+    crate::host::for_each_mapping(|a, b, r, w| {
+        if a <= rsp && rsp < b {
+            if r && w {
+                found = (a, b);
+            }
+            return false;
+        }
+        true
+    });
+    if found.1 != 0 {
+        sh.stack = found;
+        return Some(found);
+    }
+    None
+}
+
+/// Calls, among the `kept` innermost tracked ones, that returned unseen (a
+/// tail call out of traced code, `jmp free@plt`: no traced `ret` ran):
+/// a call above the new entry's `rsp` whose return-address slot holds
+/// another address now has returned, its slot reused by a later call of
+/// its caller. Slots are read only on the thread's own stack, between
+/// `rsp` and the stack's top (mapped while the thread runs on it),
+/// innermost first, up to the first call whose slot is intact. Returns how
+/// many stay.
+fn returned_unseen(sh: &mut Shadow, kept: usize, rsp: u64) -> usize {
+    if kept == 0 || sh.calls[kept - 1].entry_rsp <= rsp {
+        return kept;
+    }
+    let Some((_, hi)) = stack_of(sh, rsp) else {
+        return kept;
+    };
+    let mut k = kept;
+    while k > 0 {
+        let c = &sh.calls[k - 1];
+        if c.entry_rsp <= rsp || c.entry_rsp.saturating_add(8) > hi {
+            break;
+        }
+        // SAFETY: `rsp <= entry_rsp < hi - 8`: inside the mapping of this
+        // thread's stack that holds `rsp`, which stays mapped while the
+        // thread runs on it; an aligned word (a return-address slot).
+        let now = unsafe { (c.entry_rsp as *const u64).read_volatile() };
+        if now == c.ret_addr {
+            break;
+        }
+        k -= 1;
+    }
+    k
 }
 
 /// The hit's time, taken once (records of the hit carry the same).
@@ -204,6 +279,7 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
     // the thread's own stack.
     let ret_addr = unsafe { (f.rsp as *const u64).read() };
     let kept = pairing::kept_at_entry(&sh.calls[..sh.len as usize], f.rsp, ret_addr, h.site.addr);
+    let kept = returned_unseen(sh, kept, f.rsp);
     cut(c, sh, kept, left::UNWOUND, lock);
     Some(Entry {
         shadow: sh,

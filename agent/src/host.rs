@@ -271,7 +271,7 @@ fn maps_allow(start: u64, last: u64, write: bool) -> bool {
 
 /// Streams `/proc/self/maps` lines as (start, end, readable, writable);
 /// `f` returns `false` to stop.
-fn for_each_mapping(mut f: impl FnMut(u64, u64, bool, bool) -> bool) {
+pub(crate) fn for_each_mapping(mut f: impl FnMut(u64, u64, bool, bool) -> bool) {
     let mut buf = [0u8; 4096];
     // SAFETY: a NUL-terminated path; our buffer.
     let fd = unsafe {

@@ -741,8 +741,14 @@ impl Transport for InProc {
 
     fn remove(&mut self, armed: Armed) {
         let tag = armed.0 as usize;
-        if let Some(a) = &self.agent {
-            a.region.set_probe_enabled(tag as u32, false);
+        match &self.agent {
+            Some(a) => a.region.set_probe_enabled(tag as u32, false),
+            // Not loaded yet: the probe is not enabled when it is (`wprobe
+            // trace` removes the entry probe of a function whose return
+            // probe could not be armed: both or neither).
+            None => {
+                self.armed.remove(&tag);
+            }
         }
     }
 

@@ -37,6 +37,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
+    case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
     case!(
@@ -932,6 +933,68 @@ fn functions_taking_their_own_address_still_get_it(tr: &str) {
     let r = report_of(&out);
     assert_eq!(r.get("is_self").map(|c| c.0), Some(5), "{r:?}");
     assert_eq!(r.get("self_addr").map(|c| c.0), Some(5), "{r:?}");
+}
+
+/// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that
+/// leave by a tail call into code not traced. `f` (no `ret` at all) is
+/// traced by ptrace (a breakpoint at the return address sees every
+/// return) and by neither perf nor inproc, which say so and show none of
+/// its calls (under inproc its entry probe once stayed on: every call
+/// left a frame open, and later calls nested ever deeper). `g`'s odd
+/// calls are not seen returning under perf and inproc (unwound); under
+/// inproc the next call of `main`, through `k`, finds `g`'s
+/// return-address slot reused and `h` is `main`'s child, as under
+/// ptrace; under perf `h` nests in the unwound `g` (docs/trace.md,
+/// Limits).
+fn calls_leaving_by_a_tail_call_out_of_traced_code(tr: &str) {
+    let prog = gcc("trace_tailout", &progs().join("trace_tailout.c"), &["-O2"]);
+    let out = file("tailout.txt", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "-X",
+            "leaf",
+            "-X",
+            "k",
+            "-T",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+        &["4"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "72\n", "{err}");
+    let text = read(&out);
+    check_nesting(&text);
+    let depths = |f: &str| -> Vec<usize> {
+        tree_lines(&text, 3)
+            .into_iter()
+            .filter(|(_, _, b)| b.starts_with(&format!("==> {f}()")))
+            .map(|(_, d, _)| d)
+            .collect()
+    };
+    let f_refused = err
+        .lines()
+        .any(|l| l.starts_with("wprobe: not traced") && l.ends_with(": f"));
+    if tr == "ptrace" {
+        assert_eq!(depths("f"), [1, 1, 1, 1], "{text}");
+        assert!(!f_refused, "{err}");
+        assert!(!text.contains("[unwound"), "{text}");
+    } else {
+        assert_eq!(depths("f"), [0usize; 0], "{text}");
+        assert!(f_refused, "{err}");
+        assert_eq!(text.matches("<== g() [unwound]").count(), 2, "{text}");
+    }
+    assert_eq!(depths("g"), [1, 1, 1, 1], "{text}");
+    let h = if tr == "perf" {
+        [1, 2, 1, 2]
+    } else {
+        [1, 1, 1, 1]
+    };
+    assert_eq!(depths("h"), h, "{text}");
 }
 
 /// A terminal's Ctrl-C: SIGINT to the foreground process group, wprobe
