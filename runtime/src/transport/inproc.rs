@@ -112,6 +112,10 @@ pub struct InProc {
     armed: HashMap<usize, usize>,
     /// `maxactive` of each return probe (by tag).
     maxactive: HashMap<usize, u32>,
+    /// While runs are handed on (`drain_runs`, the agent taken out), and
+    /// the probes removed meanwhile.
+    draining: bool,
+    removed: Vec<usize>,
     agent: Option<LoadedAgent>,
     /// Map region of each program: (offset, length) in the shared region.
     program_maps: Vec<(u64, u64)>,
@@ -174,6 +178,8 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         maps: crate::procmaps::read(pid).unwrap_or_default(),
         patcher: Patcher::default(),
         armed: HashMap::new(),
+        draining: false,
+        removed: Vec::new(),
         maxactive: HashMap::new(),
         agent: None,
         program_maps: Vec::new(),
@@ -743,6 +749,9 @@ impl Transport for InProc {
         let tag = armed.0 as usize;
         match &self.agent {
             Some(a) => a.region.set_probe_enabled(tag as u32, false),
+            // Taken out while its runs are handed on (`drain_runs`): done
+            // once it is back.
+            None if self.draining => self.removed.push(tag),
             // Not loaded yet: the probe is not enabled when it is (`wprobe
             // trace` removes the entry probe of a function whose return
             // probe could not be armed: both or neither).
@@ -1057,6 +1066,7 @@ impl InProc {
         let Some(mut agent) = self.agent.take() else {
             return 0;
         };
+        self.draining = true;
         let mut sink = std::mem::take(&mut self.sink);
         let mut items = std::mem::take(&mut self.items);
         let pid = self.pid;
@@ -1089,6 +1099,10 @@ impl InProc {
                 },
             );
         });
+        self.draining = false;
+        for tag in self.removed.drain(..) {
+            agent.region.set_probe_enabled(tag as u32, false);
+        }
         self.agent = Some(agent);
         self.sink = sink;
         self.items = items;
