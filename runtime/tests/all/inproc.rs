@@ -868,6 +868,32 @@ fn sigint_with_a_trap_site_restores_it_and_lets_the_threads_go() {
 
 use crate::support::cli::output_within_child;
 
+/// Waits until process `pid` has had the same number of perf events open
+/// (at least one) for 300 ms, at most 30 s.
+fn wait_perf_events_settled(pid: u32) {
+    let count = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut since) = (count(), Instant::now());
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        let n = count();
+        if n != last || n == 0 {
+            (last, since) = (n, Instant::now());
+        } else if since.elapsed() >= Duration::from_millis(300) {
+            return;
+        }
+    }
+    panic!("the perf events of process {pid} did not settle within 30 s ({last} open)");
+}
+
 /// `progs/inproc_target.c`, dynamic or static.
 fn inproc_target(static_: bool) -> PathBuf {
     let src = progs().join("inproc_target.c");
@@ -1432,9 +1458,12 @@ fn attaching_to_threads_that_exist_counts_every_call(transport: &str) {
             // opened; the events are enabled once all are open. A call in
             // between is made before the tracing began (not a hit, not a
             // loss), so this test, which counts every call, lets the
-            // arming finish (it took 1–10 ms; 4 % of the runs of this test
-            // sent its calls within that window).
-            std::thread::sleep(Duration::from_millis(300));
+            // arming finish: until wprobe's perf events stop growing in
+            // number (opening one took 1–10 ms here, and seconds while the
+            // kernel was busy unregistering thousands of uprobes), then a
+            // little longer for their enabling.
+            wait_perf_events_settled(w.id());
+            std::thread::sleep(Duration::from_millis(50));
         }
         writeln!(to, "1000").unwrap();
         assert_eq!(from.next().unwrap().unwrap(), "sum 2002000", "{name}");
