@@ -36,6 +36,10 @@ use crate::session::{LoadedProgram, RunOptions, Session};
 use crate::transport::{ExitStatus, OpenOptions, Target};
 
 use funcs::{Func, NotTraced, Selection};
+
+/// Functions above which `--transport perf` is said to take minutes to arm
+/// and to end (docs/trace.md, Limits).
+const PERF_MANY_FUNCTIONS: usize = 1000;
 use records::{Hook, ProbeMap, TraceState};
 use tree::{Filters, Tree};
 use views::{Clock, TimeFmt, Views};
@@ -409,6 +413,16 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         lines::fill(&mut funcs);
     }
     list_not_traced(&skipped);
+    if info.name == "perf" && funcs.len() > PERF_MANY_FUNCTIONS {
+        crate::elog!(
+            "wprobe: note: --transport perf registers a uprobe at the entry and at each return \
+             site of the {} functions to trace, and the kernel waits for an RCU grace period to \
+             register each and again to remove it: this takes minutes (30,000 functions: 20,000 \
+             uprobes in the first 25 minutes here). -X what you do not need, or use \
+             --transport inproc",
+            funcs.len()
+        );
+    }
     let filter_hit: Vec<bool> = if a.filter.is_empty() {
         Vec::new()
     } else {
