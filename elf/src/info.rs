@@ -135,7 +135,7 @@ pub struct ElfInfo {
 /// [`ElfInfo::symbols`]' order), with the highest end among each prefix:
 /// the function containing an address is found by a binary search and a
 /// short walk back, not a scan of every symbol (arming a program of
-/// 20,000 functions looked each up by a scan: seconds).
+/// 30,000 functions looked each up by a scan: seconds).
 #[derive(Debug, Default)]
 struct CodeIndex {
     /// Indices into `symbols`.
