@@ -886,18 +886,7 @@ fn attaching_with_p_traces_new_calls_and_leaves_the_process_running(tr: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Until ten calls are in the file (arming takes a while under perf).
-    let calls = |p: &Path| {
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("==> work()"))
-            .count()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while calls(&out) < 10 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_work_calls(&out, 10, 5);
     let _ = Command::new("kill")
         .args(["-INT", &w.id().to_string()])
         .status();
@@ -905,7 +894,7 @@ fn attaching_with_p_traces_new_calls_and_leaves_the_process_running(tr: &str) {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = read(&out);
     check_nesting(&text);
-    assert!(calls(&out) >= 10, "{text}\n{}", stderr(&o));
+    assert!(work_calls(&out) >= 10, "{text}\n{}", stderr(&o));
     let status = child.wait().unwrap();
     assert!(status.success());
     let mut s = String::new();
@@ -1020,17 +1009,7 @@ fn a_terminals_ctrl_c_ends_the_trace_cleanly(tr: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let calls = |p: &Path| {
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("==> work()"))
-            .count()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while calls(&out) < 10 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_work_calls(&out, 10, 20);
     let st = Command::new("kill")
         .args(["-INT", "--", &format!("-{}", w.id())])
         .status()
@@ -1044,7 +1023,25 @@ fn a_terminals_ctrl_c_ends_the_trace_cleanly(tr: &str) {
     assert!(err.contains("wprobe: trace: "), "{err}");
     let text = read(&out);
     check_nesting(&text);
-    assert!(calls(&out) >= 10, "{text}\n{err}");
+    assert!(work_calls(&out) >= 10, "{text}\n{err}");
+}
+
+/// Calls of `work` (`==> work()` lines) in the `-T` output at `p` so far.
+fn work_calls(p: &Path) -> usize {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("==> work()"))
+        .count()
+}
+
+/// Waits until the `-T` output at `p` holds `n` calls of `work`, at most
+/// `secs` seconds (arming takes a while under perf).
+fn wait_for_work_calls(p: &Path, n: usize, secs: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while work_calls(p) < n && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The lines of a `-T` output other than the `+++ process … +++` ones.
