@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 3;
+pub const AGENT_ABI_VERSION: u32 = 4;
 
 /// First 8 bytes of the control region ("WPRBAGT2", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
@@ -652,6 +652,28 @@ pub struct ProbeEntry {
     pub name_off: u64,
     /// Load bias of the probe's module (the `load_bias` import).
     pub load_bias: u64,
+    /// Parameters the handler takes (at most [`arg::MAX`]).
+    pub n_args: u32,
+    /// Zero.
+    pub _pad: u32,
+    /// What each parameter is, an [`arg`] code each.
+    pub args: [u32; arg::MAX],
+}
+
+/// The codes of [`ProbeEntry::args`]: what the agent passes a handler as
+/// each parameter (the manifest's `args`, `hostabi::manifest::ArgSource`).
+pub mod arg {
+    /// Most parameters (`hostabi::manifest::MAX_HANDLER_ARGS`).
+    pub const MAX: usize = 6;
+    /// `REG | id`: register `id` of the hit, as `read_reg(id, 0)` reads it.
+    pub const REG: u32 = 0x1_0000;
+    /// `ENTRY | id`: entry register `id` of the returning call, as
+    /// `entry_reg(id)` reads it.
+    pub const ENTRY: u32 = 0x2_0000;
+    /// The returning call's duration, as `elapsed_ns()` reads it.
+    pub const ELAPSED: u32 = 0x3_0000;
+    /// The kind bits of a code.
+    pub const KIND: u32 = 0xF_0000;
 }
 
 /// A sites request: `n_sites` [`SiteEntry`] records at `sites_off`.

@@ -193,6 +193,8 @@ pub struct ProbeSpec<'a> {
     pub export: &'a str,
     /// Load bias of its module (the `load_bias` import).
     pub load_bias: u64,
+    /// Its handler's parameters (the manifest's `args`).
+    pub args: &'a [hostabi::manifest::ArgSource],
 }
 
 /// What a program is loaded for.
@@ -259,11 +261,26 @@ impl LoadedAgent {
         let mut entries = Vec::new();
         for p in m.probes {
             let name_off = self.region.put(p.export.as_bytes())?;
+            if p.args.len() > agent_abi::arg::MAX {
+                anyhow::bail!("probe {}: {} handler parameters", p.probe, p.args.len());
+            }
+            let mut args = [0u32; agent_abi::arg::MAX];
+            for (code, a) in args.iter_mut().zip(p.args) {
+                use hostabi::manifest::ArgSource;
+                *code = match *a {
+                    ArgSource::Reg(id) => agent_abi::arg::REG | u32::from(id),
+                    ArgSource::Entry(id) => agent_abi::arg::ENTRY | u32::from(id),
+                    ArgSource::Elapsed => agent_abi::arg::ELAPSED,
+                };
+            }
             entries.push(ProbeEntry {
                 probe: p.probe,
                 name_len: p.export.len() as u32,
                 name_off,
                 load_bias: p.load_bias,
+                n_args: p.args.len() as u32,
+                _pad: 0,
+                args,
             });
         }
         let probes_off = self.region.put(as_bytes(&entries))?;

@@ -50,6 +50,8 @@ use core::fmt::Write as _;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use host::{AgentHost, AgentServices, FrameEnv, RunSink};
 use hostabi::Outcome;
+use hostabi::manifest::{ArgSource, MAX_HANDLER_ARGS};
+use hostfns::Handler;
 use wasmtime::{
     Config, Engine, Linker, Memory, Module, Store, StoreLimitsBuilder, Trap, TypedFunc,
 };
@@ -72,18 +74,104 @@ struct Program {
     writes_allowed: bool,
 }
 
-/// A handler export: `() -> i32` returns an outcome code; `() -> ()`
-/// returns nothing, which means EXIT (docs/hostabi.md).
-enum Handler {
-    Outcome(TypedFunc<(), i32>),
-    Unit(TypedFunc<(), ()>),
-}
-
-/// The handler of a probe.
+/// The handler of a probe: `(i64 × args) -> i32` returns an outcome code;
+/// `(i64 × args) -> ()` returns nothing, which means EXIT
+/// (docs/hostabi.md).
 struct ProbeFn {
     program: u16,
     handler: Handler,
+    /// What it takes as parameters (the manifest's `args`).
+    args: Box<[Param]>,
     load_bias: u64,
+}
+
+/// A handler parameter, resolved at load to where the hit keeps it (the
+/// same values `read_reg`, `entry_reg` and `elapsed_ns` return).
+#[derive(Clone, Copy)]
+enum Param {
+    /// The frame's word at this index (a GPR, `rip`, `rsp` or the flags),
+    /// and'ed with the mask (a 32-bit alias reads the low half).
+    Frame(usize, u64),
+    /// The returning call's entry register at this index of
+    /// `EntryState::regs`.
+    Entry(usize),
+    /// The returning call's duration.
+    Elapsed,
+    /// Any other register (x87, SSE, segments…): read as `read_reg` does.
+    Other(ArgSource),
+}
+
+impl Param {
+    fn new(a: ArgSource) -> Param {
+        use core::mem::offset_of;
+        let word = |off: usize| off / 8;
+        match a {
+            ArgSource::Reg(id) => {
+                let Some(r) = hostfns::reg_by_id(id) else {
+                    return Param::Other(a);
+                };
+                let mask = if r.is_alias() { 0xFFFF_FFFF } else { u64::MAX };
+                let off = match r.base_id() {
+                    0x06 => offset_of!(SavedRegs, rax),
+                    0x07 => offset_of!(SavedRegs, rbx),
+                    0x08 => offset_of!(SavedRegs, rcx),
+                    0x09 => offset_of!(SavedRegs, rdx),
+                    0x0A => offset_of!(SavedRegs, rdi),
+                    0x0B => offset_of!(SavedRegs, rsi),
+                    0x0C => offset_of!(SavedRegs, rflags),
+                    0x0D => offset_of!(SavedRegs, rip),
+                    0x0E => offset_of!(SavedRegs, rsp),
+                    0x0F => offset_of!(SavedRegs, rbp),
+                    0x10 => offset_of!(SavedRegs, r8),
+                    0x11 => offset_of!(SavedRegs, r9),
+                    0x12 => offset_of!(SavedRegs, r10),
+                    0x13 => offset_of!(SavedRegs, r11),
+                    0x14 => offset_of!(SavedRegs, r12),
+                    0x15 => offset_of!(SavedRegs, r13),
+                    0x16 => offset_of!(SavedRegs, r14),
+                    0x17 => offset_of!(SavedRegs, r15),
+                    _ => return Param::Other(a),
+                };
+                Param::Frame(word(off), mask)
+            }
+            ArgSource::Entry(id) => match hostabi::regs::entry_index(id) {
+                Some(i) => Param::Entry(i),
+                None => Param::Other(a),
+            },
+            ArgSource::Elapsed => Param::Elapsed,
+        }
+    }
+}
+
+/// The parameters of a handler run on the frame and entry state of `env`.
+#[inline(always)]
+fn param_values(env: &mut FrameEnv, params: &[Param]) -> [u64; MAX_HANDLER_ARGS] {
+    let mut v = [0u64; MAX_HANDLER_ARGS];
+    let frame = env.frame as *const u64;
+    for (slot, p) in v.iter_mut().zip(params) {
+        *slot = match *p {
+            // SAFETY: the hit's frame (live while the handler runs), a word
+            // index inside `SavedRegs`.
+            Param::Frame(i, mask) => (unsafe { frame.add(i).read() }) & mask,
+            Param::Entry(i) => env.entry.as_ref().map_or(0, |e| e.regs[i]),
+            Param::Elapsed => env.entry.as_ref().map_or(0, |e| e.elapsed_ns),
+            Param::Other(a) => hostfns::arg_values(env, &[a])[0],
+        };
+    }
+    v
+}
+
+/// The parameter an [`agent_abi::arg`] code names.
+fn arg_source(code: u32) -> Option<ArgSource> {
+    let id = (code & 0xFFFF) as u16;
+    match code & !0xFFFF {
+        agent_abi::arg::REG => hostfns::reg_by_id(id)
+            .filter(|r| r.id != hostabi::regs::CPUID)
+            .map(|_| ArgSource::Reg(id)),
+        agent_abi::arg::ENTRY => hostabi::regs::entry_index(id).map(|_| ArgSource::Entry(id)),
+        agent_abi::arg::ELAPSED if id == 0 => Some(ArgSource::Elapsed),
+        _ => None,
+    }
 }
 
 /// Everything wasmtime: one engine, one store for every program (global
@@ -487,19 +575,32 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
                 format_args!("probe {} export name", e.probe),
             );
         };
-        let handler = match instance.get_typed_func::<(), i32>(&mut a.store, name) {
-            Ok(f) => Handler::Outcome(f),
-            Err(_) => match instance.get_typed_func::<(), ()>(&mut a.store, name) {
-                Ok(f) => Handler::Unit(f),
-                Err(e) => {
+        let n = e.n_args as usize;
+        let mut args = Vec::new();
+        for &code in e.args.get(..n).unwrap_or(&[]) {
+            match arg_source(code) {
+                Some(s) => args.push(Param::new(s)),
+                None => {
                     return err(
-                        AgentError::MissingExport,
-                        format_args!("export {name:?}: {e:#}"),
+                        AgentError::BadRequest,
+                        format_args!("probe {} parameter code 0x{code:x}", e.probe),
                     );
                 }
-            },
+            }
+        }
+        if args.len() != n {
+            return err(
+                AgentError::BadRequest,
+                format_args!("probe {}: {n} parameters", e.probe),
+            );
+        }
+        let Some(handler) = Handler::new(&instance, &mut a.store, name, n) else {
+            return err(
+                AgentError::MissingExport,
+                format_args!("export {name:?}: not a handler taking {n} i64 parameters"),
+            );
         };
-        new_probes.push((e.probe, e.load_bias, handler));
+        new_probes.push((e.probe, e.load_bias, handler, args.into_boxed_slice()));
     }
     let flush = instance
         .get_typed_func::<(), i32>(&mut a.store, hostabi::FLUSH_EXPORT)
@@ -511,7 +612,7 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         map: (req.map_off, req.map_len),
         writes_allowed: req.writes_allowed != 0,
     });
-    for (probe, load_bias, handler) in new_probes {
+    for (probe, load_bias, handler, args) in new_probes {
         let i = probe as usize;
         if a.probes.len() <= i {
             a.probes.resize_with(i + 1, || None);
@@ -519,6 +620,7 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         a.probes[i] = Some(ProbeFn {
             program: program as u16,
             handler,
+            args,
             load_bias,
         });
     }
@@ -903,10 +1005,12 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         d.writes_allowed = prog.writes_allowed;
     }
     let _ = a.store.set_fuel(prog.fuel);
-    let res = match &pf.handler {
-        Handler::Outcome(f) => f.call(&mut a.store, ()),
-        Handler::Unit(f) => f.call(&mut a.store, ()).map(|()| Outcome::Exit as i32),
+    let args = if pf.args.is_empty() {
+        [0; MAX_HANDLER_ARGS]
+    } else {
+        param_values(&mut a.store.data_mut().env, &pf.args)
     };
+    let res = pf.handler.call(&mut a.store, &args);
     // What a trap message is made of; formatted only for the probe's first
     // trap (not per run: the 512-byte buffer is not even zeroed otherwise).
     let mut bad_code = None;
@@ -1143,14 +1247,8 @@ extern "C" fn bench_inner(arg: *mut u8) -> i64 {
         for _ in 0..b.n {
             let _ = a.store.set_fuel(prog.fuel);
             if b.what == agent_abi::bench::CALL {
-                match &pf.handler {
-                    Handler::Outcome(f) => {
-                        let _ = core::hint::black_box(f.call(&mut a.store, ()));
-                    }
-                    Handler::Unit(f) => {
-                        let _ = core::hint::black_box(f.call(&mut a.store, ()));
-                    }
-                }
+                let args = [0; MAX_HANDLER_ARGS];
+                let _ = core::hint::black_box(pf.handler.call(&mut a.store, &args));
                 a.store.data_mut().sink.clear();
             }
         }

@@ -8,30 +8,34 @@
 ;;   entry, minor 1:  [rsp]                      rsp at the entry: the call's identity in its thread
 ;;   exit,  minor 2:  [rax, entry rsp, elapsed]  return value, the entry's rsp, ns the call took
 ;;
+;; The values come in as parameters (manifest `args rsp` and `args rax
+;; entry.rsp elapsed`, which wprobe trace writes for handlers that take
+;; them): no host call per value. A handler may take fewer of them, or
+;; none, and read the rest with `read_reg`, `entry_reg` and `elapsed_ns`
+;; (args.wat does).
+;;
 ;; Words after these are shown as the call's arguments (entry) or extra
 ;; return values (exit); other records are shown under the call as they
 ;; are. `wprobe trace --handler FILE` runs another module with the same two
 ;; exports instead (args.wat logs the first argument too). wprobe embeds
 ;; this file when it is built.
 (module
-  (import "wprobe" "read_reg" (func $read_reg (param i32 i32) (result i64)))
-  (import "wprobe" "entry_reg" (func $entry_reg (param i32) (result i64)))
-  (import "wprobe" "elapsed_ns" (func $elapsed_ns (result i64)))
   (import "wprobe" "emit_log" (func $emit_log (param i32 i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
 
   ;; Log data at offset 0 (up to 3 words); one descriptor at 64: raw words at 0.
-  (func (export "trace_entry") (result i32)
-    (i64.store (i32.const 0) (call $read_reg (i32.const 0x0e) (i32.const 0))) ;; rsp
+  (func (export "trace_entry") (param $rsp i64) (result i32)
+    (i64.store (i32.const 0) (local.get $rsp))
     (i32.store (i32.const 64) (i32.const 0x800000))
     (drop (call $emit_log (i32.const 0x7472) (i32.const 1)
                 (i32.const 0) (i32.const 8) (i32.const 64) (i32.const 1)))
     (i32.const 0)) ;; EXIT
 
-  (func (export "trace_exit") (result i32)
-    (i64.store (i32.const 0) (call $read_reg (i32.const 0x06) (i32.const 0))) ;; rax
-    (i64.store (i32.const 8) (call $entry_reg (i32.const 0x0e)))              ;; rsp at the entry
-    (i64.store (i32.const 16) (call $elapsed_ns))
+  (func (export "trace_exit") (param $rax i64) (param $entry_rsp i64) (param $elapsed i64)
+        (result i32)
+    (i64.store (i32.const 0) (local.get $rax))
+    (i64.store (i32.const 8) (local.get $entry_rsp))
+    (i64.store (i32.const 16) (local.get $elapsed))
     (i32.store (i32.const 64) (i32.const 0x800000))
     (drop (call $emit_log (i32.const 0x7472) (i32.const 2)
                 (i32.const 0) (i32.const 24) (i32.const 64) (i32.const 1)))

@@ -19,9 +19,10 @@
 //! `autostacktrace`, `fuel`, `groups`, `types`. A `probe EXPORT` line opens a
 //! probe; its keys (indented by convention) are `location` (required),
 //! `value`, `opcode`, `watch`, `length`, `group`, `type`, `minor`, `ignore`,
-//! `maxhits`, `logonfault`, `excpt_mask`, `heap`, `return` and `maxactive`
+//! `maxhits`, `logonfault`, `excpt_mask`, `heap`, `return`, `maxactive`
 //! (return probes: `return yes` only on a breakpoint, `maxactive` only with
-//! `return yes`). Blank lines and lines starting with `#` are ignored.
+//! `return yes`) and `args` (the handler's parameters, see [`ArgSource`]).
+//! Blank lines and lines starting with `#` are ignored.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -233,6 +234,59 @@ pub struct ProbeSpec {
     /// a call beyond is not tracked and counts as missed. 0 means
     /// [`DEFAULT_MAXACTIVE`] (see [`ProbeSpec::maxactive_or_default`]).
     pub maxactive: u32,
+    /// What the handler receives as parameters (`args`), one i64 each, in
+    /// order; empty for a handler that takes none.
+    pub args: Vec<ArgSource>,
+}
+
+/// Most parameters a handler may take (`args`).
+pub const MAX_HANDLER_ARGS: usize = 6;
+
+/// One parameter of a handler (a word of the manifest's `args` line): the
+/// value the runtime passes, taken at the hit as the host imports would
+/// read it, without the handler calling them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgSource {
+    /// `NAME`: register `NAME` of the hit thread, its low 64 bits (a 32-bit
+    /// alias zero-extended), as `read_reg(id, 0)` reads it.
+    Reg(u16),
+    /// `entry.NAME` (return probes): an argument register or `rsp` at the
+    /// entry of the returning call, as `entry_reg(id)` reads it.
+    Entry(u16),
+    /// `elapsed` (return probes): the call's duration in ns, as
+    /// `elapsed_ns()` reads it.
+    Elapsed,
+}
+
+impl ArgSource {
+    /// Parses one word of an `args` line.
+    pub fn parse(word: &str) -> Option<ArgSource> {
+        if word == "elapsed" {
+            return Some(ArgSource::Elapsed);
+        }
+        if let Some(name) = word.strip_prefix("entry.") {
+            let r = crate::regs::by_name(name)?;
+            return crate::regs::entry_index(r.id).map(|_| ArgSource::Entry(r.id));
+        }
+        crate::regs::by_name(word)
+            .filter(|r| r.id != crate::regs::CPUID)
+            .map(|r| ArgSource::Reg(r.id))
+    }
+
+    /// Whether only a return probe's handler can take it.
+    pub fn needs_return(self) -> bool {
+        !matches!(self, ArgSource::Reg(_))
+    }
+
+    /// The word of an `args` line.
+    pub fn render(self) -> String {
+        let name = |id| crate::regs::by_id(id).map_or("?", |r| r.name);
+        match self {
+            ArgSource::Reg(id) => name(id).to_string(),
+            ArgSource::Entry(id) => alloc::format!("entry.{}", name(id)),
+            ArgSource::Elapsed => "elapsed".to_string(),
+        }
+    }
 }
 
 /// Default `maxhits` (spec §6.1).
@@ -271,6 +325,7 @@ impl ProbeSpec {
             module: None,
             r#return: false,
             maxactive: 0,
+            args: Vec::new(),
         }
     }
 
@@ -416,6 +471,10 @@ impl Manifest {
             if p.maxactive != 0 {
                 let _ = writeln!(s, "  maxactive {}", p.maxactive);
             }
+            if !p.args.is_empty() {
+                let words: Vec<String> = p.args.iter().map(|a| a.render()).collect();
+                let _ = writeln!(s, "  args {}", words.join(" "));
+            }
         }
         s
     }
@@ -456,6 +515,7 @@ impl Manifest {
                     match key {
                         "return" => r.ret = off,
                         "maxactive" => r.maxactive = off,
+                        "args" => r.args = off,
                         _ => {}
                     }
                 }
@@ -525,6 +585,11 @@ impl Manifest {
             if p.maxactive != 0 && !p.r#return {
                 return Err(DecodeError::new(at.maxactive, DecodeErrorKind::BadValue));
             }
+            // The entry state and the duration exist only where a call
+            // returns.
+            if !p.r#return && p.args.iter().any(|a| a.needs_return()) {
+                return Err(DecodeError::new(at.args, DecodeErrorKind::BadValue));
+            }
         }
         Ok(m)
     }
@@ -577,11 +642,13 @@ fn parse_map(val: &str) -> Option<MapDecl> {
     Some(d)
 }
 
-/// Byte offsets of a probe's `return` and `maxactive` lines (0 if absent).
+/// Byte offsets of a probe's `return`, `maxactive` and `args` lines (0 if
+/// absent).
 #[derive(Default)]
 struct ReturnLines {
     ret: usize,
     maxactive: usize,
+    args: usize,
 }
 
 fn placeholder() -> Location {
@@ -612,6 +679,7 @@ fn is_probe_key(key: &str) -> bool {
             | "module"
             | "return"
             | "maxactive"
+            | "args"
     )
 }
 
@@ -666,6 +734,16 @@ fn decode_probe_key(
         "return" => p.r#return = parse_bool(val, off)?,
         "maxactive" => {
             p.maxactive = parse_num(val, off).and_then(|v| at_most(v, MAX_MAXACTIVE, off))?
+        }
+        "args" => {
+            let mut args = Vec::new();
+            for w in val.split_ascii_whitespace() {
+                args.push(ArgSource::parse(w).ok_or(bad)?);
+            }
+            if args.len() > MAX_HANDLER_ARGS {
+                return Err(bad);
+            }
+            p.args = args;
         }
         _ => return Err(bad),
     }
@@ -865,6 +943,11 @@ mod tests {
         );
         r.r#return = true;
         r.maxactive = 8;
+        r.args = alloc::vec![
+            ArgSource::Reg(crate::regs::RAX),
+            ArgSource::Entry(crate::regs::RSP),
+            ArgSource::Elapsed,
+        ];
         Manifest {
             module: "probe_target".into(),
             major: 13,
@@ -953,6 +1036,64 @@ mod tests {
             at("  return yes\n  watch w\n", "  return")
         );
         assert_eq!(bad("  return maybe\n"), at("  return maybe\n", "  return"));
+    }
+
+    #[test]
+    fn handler_args() {
+        let text = sample().encode();
+        assert!(
+            text.contains("  maxactive 8\n  args rax entry.rsp elapsed\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("  args").count(), 1, "{text}");
+        let head = "wprobe-manifest 1\nabi 1\nmodule m\nprobe p\n  location offset f\n";
+        let args = |tail: &str| {
+            let t = alloc::format!("{head}{tail}");
+            Manifest::decode(t.as_bytes()).map(|m| m.probes[0].args.clone())
+        };
+        use crate::regs::{RDI, RSI, RSP};
+        const EAX: u16 = 0x106;
+        assert_eq!(
+            args("  args rdi RSI eax rsp\n"),
+            Ok(alloc::vec![
+                ArgSource::Reg(RDI),
+                ArgSource::Reg(RSI),
+                ArgSource::Reg(EAX),
+                ArgSource::Reg(RSP)
+            ])
+        );
+        assert_eq!(args("  args\n"), Ok(alloc::vec![]));
+        assert_eq!(
+            args("  return yes\n  args entry.rdi elapsed rax\n"),
+            Ok(alloc::vec![
+                ArgSource::Entry(RDI),
+                ArgSource::Elapsed,
+                ArgSource::Reg(crate::regs::RAX)
+            ])
+        );
+        // `args` before `return yes` is fine too.
+        assert!(args("  args entry.rsp\n  return yes\n").is_ok());
+        let at = |tail: &str, line: &str| {
+            let t = alloc::format!("{head}{tail}");
+            Err(DecodeError::new(
+                t.find(line).unwrap(),
+                DecodeErrorKind::BadValue,
+            ))
+        };
+        for tail in [
+            // Entry state and duration only in a return probe.
+            "  args rdi elapsed\n",
+            "  args entry.rdi\n  return no\n",
+            // Not an argument register at the entry, not a register.
+            "  return yes\n  args entry.rax\n",
+            "  args rdi cr0\n",
+            "  args cpuid\n",
+            "  args rdi,rsi\n",
+            // Seven.
+            "  args rdi rsi rdx rcx r8 r9 rax\n",
+        ] {
+            assert_eq!(args(tail), at(tail, "  args"), "{tail}");
+        }
     }
 
     #[test]

@@ -28,6 +28,9 @@ use mapstore::{MapError, Store, StoreView};
 use wasmtime::{Caller, Linker, Memory};
 use wasmtime::{bail, format_err};
 
+mod handler;
+pub use handler::{Handler, arg_values};
+
 /// Bytes a host import may move per unit of fuel it charges. Wasmtime fuel
 /// counts Wasm operators, not work done inside host calls: without a charge
 /// a loop of 1 MiB `read_mem` calls would do a megabyte of copying per few

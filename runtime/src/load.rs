@@ -140,9 +140,21 @@ pub struct LoadedModule {
 }
 
 impl LoadedModule {
-    /// The registers its handlers can read (scans the code; see `regscan`).
+    /// The registers its handlers can read (scans the code; see `regscan`)
+    /// or receive as parameters (`args`).
     pub fn registers_read(&self) -> crate::regscan::RegsRead {
-        crate::regscan::registers_read(&self.wasm)
+        let mut passed = 0u128;
+        for p in &self.manifest.probes {
+            for a in &p.args {
+                if let hostabi::manifest::ArgSource::Reg(id) = a {
+                    match hostfns::reg_by_id(*id).map(|r| r.base_id()) {
+                        Some(b) if b < 128 => passed |= 1 << b,
+                        _ => return crate::regscan::RegsRead::All,
+                    }
+                }
+            }
+        }
+        crate::regscan::registers_read(&self.wasm).union(crate::regscan::RegsRead::Only(passed))
     }
 }
 
@@ -555,13 +567,23 @@ fn gate<'a>(
                 });
             }
             Some(ft)
-                if !(ft.params().is_empty()
+                if !(ft.params().len() == p.args.len()
+                    && ft.params().iter().all(|t| *t == ValType::I64)
                     && (ft.results() == [ValType::I32] || ft.results().is_empty())) =>
             {
+                let params = vec![ValType::I64; p.args.len()];
+                let want = sig_text(&params, &[ValType::I32]);
+                let unit = sig_text(&params, &[]);
+                let args = if p.args.is_empty() {
+                    String::new()
+                } else {
+                    let words: Vec<String> = p.args.iter().map(|a| a.render()).collect();
+                    format!(" (its manifest's `args {}`)", words.join(" "))
+                };
                 return Err(LoadError::BadHandler {
                     name: p.export.clone(),
                     problem: format!(
-                        "has type {}, handlers must be () -> (i32), or () -> () (which means EXIT)",
+                        "has type {}, handlers{args} must be {want}, or {unit} (which means EXIT)",
                         sig_text(ft.params(), ft.results())
                     ),
                 });

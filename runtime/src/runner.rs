@@ -9,6 +9,7 @@ use crate::load::LoadedModule;
 use hostabi::Outcome;
 use hostabi::env::HitEnv;
 use hostabi::manifest::Manifest;
+use hostfns::Handler;
 use wasmtime::{Engine, Instance, Linker, Memory, Store, StoreLimitsBuilder, Trap, TypedFunc};
 
 /// How a handler run ended, from the runtime's point of view.
@@ -41,13 +42,6 @@ pub struct Program {
     pub fuel: u64,
     /// The instance (for tests that inspect exports).
     pub instance: Instance,
-}
-
-/// A handler export: `() -> i32` returns an outcome code; `() -> ()`
-/// returns nothing, which means EXIT (docs/hostabi.md).
-enum Handler {
-    Outcome(TypedFunc<(), i32>),
-    Unit(TypedFunc<(), ()>),
 }
 
 /// The handlers of a run.
@@ -91,13 +85,13 @@ impl<E: HitEnv + 'static> Runner<E> {
         let memory = instance.get_memory(&mut self.store, hostabi::MEMORY_EXPORT);
         let mut handlers = Vec::with_capacity(m.manifest.probes.len());
         for p in &m.manifest.probes {
+            // A handler export: `(i64 × args) -> i32` returns an outcome
+            // code; `(i64 × args) -> ()` returns nothing, which means EXIT
+            // (docs/hostabi.md). The load checked the type.
             handlers.push(
-                match instance.get_typed_func::<(), i32>(&mut self.store, &p.export) {
-                    Ok(f) => Handler::Outcome(f),
-                    Err(_) => Handler::Unit(
-                        instance.get_typed_func::<(), ()>(&mut self.store, &p.export)?,
-                    ),
-                },
+                Handler::new(&instance, &mut self.store, &p.export, p.args.len()).ok_or_else(
+                    || anyhow::anyhow!("handler export `{}` has another type", p.export),
+                )?,
             );
         }
         let flush = if m.has_flush {
@@ -131,10 +125,13 @@ impl<E: HitEnv + 'static> Runner<E> {
         // Runs until the engine's next epoch: `engine::interrupt_on` bumps
         // it when wprobe is asked to stop.
         self.store.set_epoch_deadline(1);
-        let res = match &p.handlers[probe] {
-            Handler::Outcome(f) => f.call(&mut self.store, ()),
-            Handler::Unit(f) => f.call(&mut self.store, ()).map(|()| Outcome::Exit as i32),
+        let sources = &p.manifest.probes[probe].args;
+        let args = if sources.is_empty() {
+            [0; hostabi::manifest::MAX_HANDLER_ARGS]
+        } else {
+            hostfns::arg_values(&mut self.store.data_mut().env, sources)
         };
+        let res = p.handlers[probe].call(&mut self.store, &args);
         match res {
             Ok(code) => match Outcome::from_code(code) {
                 Some(o) => RunOutcome::Returned(o),

@@ -376,6 +376,8 @@ pub struct HandlerProbe<'a> {
     pub maxhits: u64,
     /// Load bias of its module in the main process (the `load_bias` import).
     pub load_bias: u64,
+    /// Its handler's parameters (the manifest's `args`).
+    pub args: &'a [hostabi::manifest::ArgSource],
 }
 
 /// Everything a transport that runs the handlers itself needs of them.

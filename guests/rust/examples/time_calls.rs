@@ -1,7 +1,8 @@
 //! A return probe on `target_fn(a, b, s)` in probe_target: when each call
 //! returns, log how long it took, its return value (`rax` at the return)
 //! and its first argument as it was at the entry (`rdi` has been reused by
-//! then).
+//! then). The three come in as the handler's parameters (`args`), no host
+//! call each: `read_reg`, `entry_arg` and `elapsed_ns` would read the same.
 //!
 //! ```text
 //! wprobe run time_calls.wasm -- ./probe_target
@@ -10,7 +11,7 @@
 
 #![no_std]
 
-use wprobe_guest::{Log, Outcome, elapsed_ns, entry_arg, handler, manifest, read_reg, reg};
+use wprobe_guest::{Log, Outcome, handler, manifest};
 
 manifest! {
     module "probe_target";
@@ -20,13 +21,13 @@ manifest! {
         return yes;
         maxactive 16;
         minor 2;
+        args "elapsed rax entry.rdi";
 }
 
 handler!(
-    fn on_return() -> Outcome {
+    fn on_return(took: u64, rax: u64, a: u64) -> Outcome {
         let mut log = Log::<24, 1>::new();
-        let a = entry_arg(0).unwrap_or(0);
-        log.words(&[elapsed_ns(), read_reg(reg::RAX), a]);
+        log.words(&[took, rax, a]);
         let _ = log.emit(1, 2);
         Outcome::Exit
     }

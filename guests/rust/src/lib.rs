@@ -422,14 +422,22 @@ pub const fn __bytes<const L: usize>(s: &str) -> [u8; L] {
 
 /// Defines a handler export: `handler!(fn name() -> Outcome { body })`
 /// becomes `#[no_mangle] extern "C" fn name() -> i32` returning the outcome code.
+///
+/// A handler may take up to six `u64` parameters, the values its probe's
+/// manifest line `args` names, in order (registers, and in a return probe
+/// `entry.REG` and `elapsed`): `handler!(fn on_ret(rax: u64, took: u64) ->
+/// Outcome { … })` with `args rax elapsed;` in [`manifest!`]. They are the
+/// values [`read_reg`], [`entry_arg`]/[`entry_rsp`] and [`elapsed_ns`] would
+/// return, passed in without a host call each.
 #[macro_export]
 macro_rules! handler {
-    ($(#[$m:meta])* fn $name:ident() -> Outcome $body:block) => {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident : u64),* $(,)?) -> Outcome $body:block) => {
         $(#[$m])*
         #[unsafe(no_mangle)]
-        pub extern "C" fn $name() -> i32 {
-            fn inner() -> $crate::Outcome $body
-            inner() as i32
+        pub extern "C" fn $name($($arg: u64),*) -> i32 {
+            #[allow(unused_variables)]
+            fn inner($($arg: u64),*) -> $crate::Outcome $body
+            inner($($arg),*) as i32
         }
     };
 }

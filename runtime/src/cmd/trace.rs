@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::rc::Rc;
 
-use hostabi::manifest::{Location, LocationKind, MAX_MAXACTIVE, Manifest, ProbeSpec};
+use hostabi::manifest::{ArgSource, Location, LocationKind, MAX_MAXACTIVE, Manifest, ProbeSpec};
+use hostabi::regs;
 
 use crate::cmd::{CliError, CmdResult, return_probe_transport_names};
 use crate::format::Format;
@@ -286,9 +287,54 @@ fn module_for(
     Ok(modules.len() - 1)
 }
 
+/// What `trace_entry` may take as parameters, in order (`args`): `rsp` at
+/// the entry, the call's identity in its thread.
+fn entry_args() -> [ArgSource; 1] {
+    [ArgSource::Reg(regs::RSP)]
+}
+
+/// What `trace_exit` may take as parameters, in order (`args`): the return
+/// value, the entry's `rsp`, the call's duration in ns.
+fn exit_args() -> [ArgSource; 3] {
+    [
+        ArgSource::Reg(regs::RAX),
+        ArgSource::Entry(regs::RSP),
+        ArgSource::Elapsed,
+    ]
+}
+
+/// How many of [`entry_args`] and [`exit_args`] the module's handlers take
+/// (a prefix of each): the parameter counts of its `trace_entry` and
+/// `trace_exit` exports; 0 for a module that does not parse (its load says
+/// why) or an export missing.
+fn taken_args(bytes: &[u8]) -> (usize, usize) {
+    let Ok(wasm) = crate::load::to_wasm(bytes) else {
+        return (0, 0);
+    };
+    let Ok(facts) = crate::load::inspect(&wasm) else {
+        return (0, 0);
+    };
+    let n = |name: &str, most: usize| {
+        facts
+            .func_exports
+            .get(name)
+            .map_or(0, |t| t.params().len().min(most))
+    };
+    (
+        n(ENTRY_EXPORT, entry_args().len()),
+        n(EXIT_EXPORT, exit_args().len()),
+    )
+}
+
 /// The manifest of one handler module: an entry probe and a return probe
-/// on each of its functions.
-fn manifest(exe: &Path, funcs: &[Func], which: &[usize]) -> (Manifest, Vec<(u32, bool)>) {
+/// on each of its functions, their handlers taking the first `taken` of
+/// [`entry_args`] and [`exit_args`].
+fn manifest(
+    exe: &Path,
+    funcs: &[Func],
+    which: &[usize],
+    taken: (usize, usize),
+) -> (Manifest, Vec<(u32, bool)>) {
     let mut m = Manifest {
         module: exe.display().to_string(),
         ..Manifest::default()
@@ -309,9 +355,11 @@ fn manifest(exe: &Path, funcs: &[Func], which: &[usize]) -> (Manifest, Vec<(u32,
             entry.module = Some(f.module.display().to_string());
         }
         let mut exit = entry.clone();
+        entry.args = entry_args()[..taken.0].to_vec();
         exit.export = EXIT_EXPORT.into();
         exit.r#return = true;
         exit.maxactive = MAX_MAXACTIVE;
+        exit.args = exit_args()[..taken.1].to_vec();
         // The return probe first: a transport that patches code plans the
         // function's windows for both ends at once (a short function takes
         // one window for its entry and its `ret`).
@@ -450,7 +498,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     let mut programs = Vec::new();
     let mut probes = ProbeMap::default();
     for hm in &modules {
-        let (m, map) = manifest(&exe, &funcs, &hm.funcs);
+        let (m, map) = manifest(&exe, &funcs, &hm.funcs, taken_args(&hm.bytes));
         let path = hm.path.as_deref();
         let (module, outcome) = crate::load::load_cached(&engine, &hm.bytes, path, Some(m), &cache)
             .map_err(|e| match path {

@@ -468,7 +468,19 @@ impl Session {
         // probe (10,000 probes of one program: one maps scan, one bias).
         // Keyed by (program, module): a probe may name its own `module`.
         let mut located: HashMap<(usize, String), Result<Located, ResolveError>> = HashMap::new();
-        for pi in 0..self.probes.len() {
+        // Return probes first: a transport that patches code plans the
+        // windows of a function's entry and of its `ret`s at once (a short
+        // function takes one window for both ends), which an entry probe
+        // armed before on the same function would prevent.
+        let is_return = |pi: usize| {
+            let p = &self.probes[pi];
+            self.manifests[p.prog].probes[p.index].r#return
+        };
+        let order: Vec<usize> = (0..self.probes.len())
+            .filter(|&pi| is_return(pi))
+            .chain((0..self.probes.len()).filter(|&pi| !is_return(pi)))
+            .collect();
+        for pi in order {
             if !self.probes[pi].enabled {
                 continue;
             }

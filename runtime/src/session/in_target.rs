@@ -59,6 +59,7 @@ impl Session {
                         .or_else(|| self.bias_default.get(&p.prog))
                         .copied()
                         .unwrap_or(0),
+                    args: &spec.args,
                 }
             })
             .collect();

@@ -386,6 +386,7 @@ impl InProc {
                     probe: q.tag as u32,
                     export: q.export,
                     load_bias: q.load_bias,
+                    args: q.args,
                 })
                 .collect();
             let spec = ModuleSpec {

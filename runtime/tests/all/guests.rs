@@ -303,6 +303,23 @@ fn load_errors_are_exact() {
             "handler export `h` has type (i32) -> (i32), handlers must be () -> (i32), or () -> () (which means EXIT)",
         ),
         (
+            // Parameters: as many i64 as the manifest's `args` names.
+            module(IMPORTS, &format!("{MANIFEST}  args rdi rsi\n")),
+            "handler export `h` has type () -> (i32), handlers (its manifest's `args rdi rsi`) must be (i64, i64) -> (i32), or (i64, i64) -> () (which means EXIT)",
+        ),
+        (
+            module(IMPORTS, &format!("{MANIFEST}  args rdi\n")).replace(
+                "(func (export \"h\") (result i32) i32.const 0)",
+                "(func (export \"h\") (param i32) (result i32) i32.const 0)",
+            ),
+            "handler export `h` has type (i32) -> (i32), handlers (its manifest's `args rdi`) must be (i64) -> (i32), or (i64) -> () (which means EXIT)",
+        ),
+        (
+            // The entry state exists only at a return.
+            module(IMPORTS, &format!("{MANIFEST}  args entry.rdi\n")),
+            "malformed `wprobe.manifest` section: line 6: unknown key or bad value in `  args entry.rdi` (at offset 0xac)",
+        ),
+        (
             module(IMPORTS, &MANIFEST.replace("probe h", "probe g")).replace(
                 "(memory (export \"memory\") 1)",
                 "(memory (export \"memory\") 1) (global (export \"g\") i32 (i32.const 0))",

@@ -1179,6 +1179,7 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
             ignore: 0,
             maxhits: 0,
             load_bias: 0,
+            args: &[],
         }],
         start_mono_ns: 0,
         mono_offset_ns: 0,

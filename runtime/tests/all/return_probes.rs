@@ -18,6 +18,7 @@ use crate::support::cli::{gcc, output_within, progs, scratch, stats, sym, wprobe
 
 pub const CASES: &[Case] = &[
     case!(values_and_entry_arguments_are_exact @ every_transport),
+    case!(handler_parameters_are_what_the_imports_read @ every_transport),
     case!(elapsed_of_a_10_ms_sleep @ every_transport),
     case!(maxactive_2_on_a_recursion_of_depth_5 @ every_transport),
     case!(ignore_and_maxhits_count_returns @ every_transport),
@@ -252,6 +253,79 @@ fn values_and_entry_arguments_are_exact(transport: &'static str) {
     assert_eq!(order, [0, 0, 0, 0, 1], "the tail-called add3 returns first");
     assert_eq!(r.counts("add3"), (4, 0));
     assert_eq!(r.counts("tailer"), (1, 0));
+}
+
+/// A handler taking its values as parameters (manifest `args`) gets what
+/// the imports read: at add3's entry its arguments, `rsp` and `edi`; at its
+/// return the entry's arguments, `rax`, the duration and the entry's `rsp`.
+fn handler_parameters_are_what_the_imports_read(transport: &'static str) {
+    let t = target();
+    let module = module_of(&t);
+    let prog = write(
+        &format!("ret-params-{transport}.wat"),
+        format!(
+            r#"(module
+  (import "wprobe" "read_reg" (func $read_reg (param i32 i32) (result i64)))
+  (import "wprobe" "entry_reg" (func $entry_reg (param i32) (result i64)))
+  (import "wprobe" "elapsed_ns" (func $elapsed_ns (result i64)))
+  (import "wprobe" "emit_log" (func $emit_log (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func $log (param $minor i32) (param $n i32)
+    (i32.store (i32.const 1024) (i32.const 0x800000))
+    (drop (call $emit_log (i32.const 1) (local.get $minor)
+                (i32.const 0) (i32.shl (local.get $n) (i32.const 3)) (i32.const 1024) (i32.const 1))))
+  ;; At add3's entry: its arguments, rsp and edi as parameters, then as read_reg reads them.
+  (func (export "at_entry") (param i64 i64 i64 i64 i64) (result i32)
+    (i64.store (i32.const 0) (local.get 0))
+    (i64.store (i32.const 8) (local.get 1))
+    (i64.store (i32.const 16) (local.get 2))
+    (i64.store (i32.const 24) (local.get 3))
+    (i64.store (i32.const 32) (local.get 4))
+    (i64.store (i32.const 40) (call $read_reg (i32.const 0x0a) (i32.const 0)))
+    (i64.store (i32.const 48) (call $read_reg (i32.const 0x0b) (i32.const 0)))
+    (i64.store (i32.const 56) (call $read_reg (i32.const 0x09) (i32.const 0)))
+    (i64.store (i32.const 64) (call $read_reg (i32.const 0x0e) (i32.const 0)))
+    (i64.store (i32.const 72) (call $read_reg (i32.const 0x10a) (i32.const 0)))
+    (call $log (i32.const 0) (i32.const 10))
+    (i32.const 0))
+  ;; At add3's return: entry arguments, rax, the duration, the entry's rsp, then as the imports read them.
+  (func (export "at_return") (param i64 i64 i64 i64 i64 i64)
+    (i64.store (i32.const 0) (local.get 0))
+    (i64.store (i32.const 8) (local.get 1))
+    (i64.store (i32.const 16) (local.get 2))
+    (i64.store (i32.const 24) (local.get 3))
+    (i64.store (i32.const 32) (local.get 4))
+    (i64.store (i32.const 40) (local.get 5))
+    (i64.store (i32.const 48) (call $entry_reg (i32.const 0x0a)))
+    (i64.store (i32.const 56) (call $entry_reg (i32.const 0x0b)))
+    (i64.store (i32.const 64) (call $entry_reg (i32.const 0x09)))
+    (i64.store (i32.const 72) (call $read_reg (i32.const 0x06) (i32.const 0)))
+    (i64.store (i32.const 80) (call $elapsed_ns))
+    (i64.store (i32.const 88) (call $entry_reg (i32.const 0x0e)))
+    (call $log (i32.const 1) (i32.const 12)))
+  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 2\nmodule {module}\nmajor 1\nprobe at_entry\n  location offset add3\n  maxhits 0\n  args rdi rsi rdx rsp edi\nprobe at_return\n  location offset add3\n  return yes\n  minor 1\n  maxhits 0\n  args entry.rdi entry.rsi entry.rdx rax elapsed entry.rsp\n"))
+"#
+        ),
+    );
+    let r = run(transport, &prog, &[], &t, &["calls"]);
+    same_as_untraced(&r, &t, &["calls"]);
+    // add3(i, 10i, 100) for i = 0, 1, 2.
+    let entries = r.words(0);
+    assert_eq!(entries.len(), 3, "{}", r.stderr);
+    for (i, w) in entries.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(w[..3], [i, 10 * i, 100], "arguments as parameters");
+        assert_eq!(w[4], i, "edi as a parameter");
+        assert_eq!(w[..5], w[5..], "the parameters are what read_reg reads");
+    }
+    let returns = r.words(1);
+    assert_eq!(returns.len(), 3, "{}", r.stderr);
+    for (i, w) in returns.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(w[..4], [i, 10 * i, 100, 11 * i + 100]);
+        assert_eq!(w[5], entries[i as usize][3], "the entry's rsp");
+        assert_eq!(w[..6], w[6..], "the parameters are what the imports read");
+    }
 }
 
 fn elapsed_of_a_10_ms_sleep(transport: &'static str) {
