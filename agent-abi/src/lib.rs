@@ -890,7 +890,7 @@ mod tests {
         assert_eq!(size_of::<ProbeSlot>(), 128);
         assert_eq!(offset_of!(ControlHeader, ring) % 64, 0);
         assert_eq!(size_of::<LoadRequest>(), 64);
-        assert_eq!(size_of::<ProbeEntry>(), 24);
+        assert_eq!(size_of::<ProbeEntry>(), 56);
         assert_eq!(size_of::<SiteEntry>(), 40);
         assert_eq!(size_of::<SitesRequest>(), 16);
         const { assert!(CONTROL_HEADER_SIZE <= 4096) };
