@@ -76,6 +76,9 @@ pub static INFO: TransportInfo = TransportInfo {
 /// Bytes of the record ring (`WPROBE_INPROC_RING_BYTES` overrides it: tests
 /// and measurements of drops).
 const RING_BYTES: u64 = 4 << 20;
+
+/// Trap-site fallbacks said a line each up to this many; beyond, one line.
+const FALLBACKS_LISTED: usize = 8;
 /// After this long without a beat, the agent's probes go dormant.
 const STALE_AFTER: Duration = Duration::from_secs(2);
 /// How often the heartbeat thread beats.
@@ -291,6 +294,9 @@ impl InProc {
     /// Loads the agent and the programs, writes the stubs and the jumps,
     /// and lets the target go (the commit of everything inserted).
     fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        // Where arming fell back to traps, said once for every probe armed
+        // at start (later insertions say theirs as they come).
+        self.say_fallbacks();
         let Some(world) = self.world.as_mut() else {
             return Err("the target is not stopped".into());
         };
@@ -489,11 +495,32 @@ impl InProc {
         armed
     }
 
-    /// Prints where planning fell back to a trap, and why.
+    /// Prints where planning fell back to a trap, and why: a line per
+    /// site, or beyond [`FALLBACKS_LISTED`] sites one line naming their
+    /// functions (`WPROBE_DEBUG` lists every site).
     fn say_fallbacks(&mut self) {
-        for n in self.patcher.notes.drain(..) {
-            crate::elog!("wprobe: process {}: {n}", self.pid);
+        let notes = std::mem::take(&mut self.patcher.notes);
+        if notes.len() <= FALLBACKS_LISTED || std::env::var_os("WPROBE_DEBUG").is_some() {
+            for (_, n) in notes {
+                crate::elog!("wprobe: process {}: {n}", self.pid);
+            }
+            return;
         }
+        let mut funcs: Vec<&str> = Vec::new();
+        for (f, _) in &notes {
+            if !funcs.contains(&f.as_str()) {
+                funcs.push(f);
+            }
+        }
+        crate::elog!(
+            "wprobe: process {}: no jump can go at {} sites (a function too short for one, or \
+             code branching into the bytes it would replace): an int3 at each instead, a \
+             ptrace stop per hit; in {} functions: {} (WPROBE_DEBUG=1 lists each site and why)",
+            self.pid,
+            notes.len(),
+            funcs.len(),
+            funcs.join(", ")
+        );
     }
 
     /// Stops every thread of the target: through the seized threads when
@@ -701,7 +728,9 @@ impl Transport for InProc {
                     .plan(world, &self.maps, tag, addr, opcode)
                     .map_err(|e| format!("cannot patch {addr:#x}: {e}"))?;
                 self.armed.insert(tag, site);
-                self.say_fallbacks();
+                if self.agent.is_some() {
+                    self.say_fallbacks();
+                }
                 Ok(Armed(tag as u64))
             }
             Insert::Watchpoint { len, kind } => {
@@ -740,7 +769,9 @@ impl Transport for InProc {
                     .map_err(|e| format!("cannot patch the function at {addr:#x}: {e}"))?;
                 self.armed.insert(tag, site);
                 self.maxactive.insert(tag, maxactive);
-                self.say_fallbacks();
+                if self.agent.is_some() {
+                    self.say_fallbacks();
+                }
                 Ok(Armed(tag as u64))
             }
         }

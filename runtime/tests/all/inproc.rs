@@ -326,7 +326,8 @@ fn every_function_probed_leaves_the_output_unchanged() {
                 let untraced = String::from_utf8(plain.stdout).unwrap();
                 let prog = format!("uprobe:{e}:s_* {{ @[probe] = count(); }}");
                 let (ptrace_out, _) = oneliner("ptrace", &prog, e);
-                let (out, err) = oneliner("inproc", &prog, e);
+                // A line per trap site (beyond 8 they are said in one).
+                let (out, err) = oneliner_env("inproc", &prog, e, &[("WPROBE_DEBUG", "1")]);
                 let (maps, text) = split_maps(&out);
                 assert_eq!(text, untraced, "{name}: the program's output");
                 let (pmaps, _) = split_maps(&ptrace_out);
@@ -360,8 +361,14 @@ fn every_function_probed_leaves_the_output_unchanged() {
 
 /// `wprobe run --transport T -e PROG -c CMD`: (stdout, stderr).
 fn oneliner(transport: &str, prog: &str, cmd: &str) -> (String, String) {
+    oneliner_env(transport, prog, cmd, &[])
+}
+
+/// [`oneliner`] with environment variables set for wprobe.
+fn oneliner_env(transport: &str, prog: &str, cmd: &str, env: &[(&str, &str)]) -> (String, String) {
     let mut c = wprobe();
     c.args(["run", "-v", "--transport", transport, "-e", prog, "-c", cmd]);
+    c.envs(env.iter().copied());
     let o = output_within(c, 120);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{transport}: {err}");

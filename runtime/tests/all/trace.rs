@@ -37,6 +37,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
+    case!(many_trap_sites_are_said_in_one_line),
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
@@ -922,6 +923,72 @@ fn functions_taking_their_own_address_still_get_it(tr: &str) {
     let r = report_of(&out);
     assert_eq!(r.get("is_self").map(|c| c.0), Some(5), "{r:?}");
     assert_eq!(r.get("self_addr").map(|c| c.0), Some(5), "{r:?}");
+}
+
+/// `tests/progs/short_funcs.c` under inproc: ten functions too short for
+/// a jump, an `int3` at each of their 20 sites. wprobe says so in one line
+/// naming the ten (libc traced with `--lib` has 90 such sites: one line
+/// each was a screenful), and with `WPROBE_DEBUG` a line per site; every
+/// call is traced either way.
+fn many_trap_sites_are_said_in_one_line() {
+    let prog = gcc("short_funcs", &progs().join("short_funcs.c"), &["-O1"]);
+    for debug in [false, true] {
+        let out = file(&format!("short{debug}.json"), "inproc");
+        let mut c = wprobe();
+        c.args([
+            "trace",
+            "--transport",
+            "inproc",
+            "--report",
+            "--format",
+            "json",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["-X", "_*", "-X", "*tm_clones", "-X", "frame_dummy", "--"])
+        .arg(&prog)
+        .arg("4")
+        .current_dir(scratch());
+        if debug {
+            c.env("WPROBE_DEBUG", "1");
+        }
+        let o = output_within(c, 120);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "240\n", "{err}");
+        let names: Vec<String> = (0..10).map(|k| format!("s{k}")).collect();
+        let per_site: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains(": no jump can go there ("))
+            .collect();
+        let grouped: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains(": no jump can go at "))
+            .collect();
+        if debug {
+            assert_eq!(per_site.len(), 20, "{err}");
+            assert!(grouped.is_empty(), "{err}");
+        } else {
+            assert!(per_site.is_empty(), "{err}");
+            assert_eq!(grouped.len(), 1, "{err}");
+            let line = grouped[0];
+            assert!(
+                line.ends_with(&format!(
+                    ": no jump can go at 20 sites (a function too short for one, or code \
+                     branching into the bytes it would replace): an int3 at each instead, a \
+                     ptrace stop per hit; in 10 functions: {} (WPROBE_DEBUG=1 lists each site \
+                     and why)",
+                    names.join(", ")
+                )),
+                "{line}"
+            );
+            assert!(line.starts_with("wprobe: process "), "{line}");
+        }
+        let r = report_of(&out);
+        for n in &names {
+            assert_eq!(r.get(n.as_str()).map(|c| c.0), Some(4), "{n}: {r:?}");
+        }
+    }
 }
 
 /// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that

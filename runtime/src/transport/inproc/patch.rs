@@ -87,8 +87,9 @@ pub(super) struct Patcher {
     /// under them).
     pub(super) thread_pcs: Vec<(i32, u64)>,
     journal: Option<Journal>,
-    /// What planning fell back to, for the user (drained by the transport).
-    pub(super) notes: Vec<String>,
+    /// What planning fell back to, for the user (drained by the
+    /// transport): (the function, the site and why).
+    pub(super) notes: Vec<(String, String)>,
     /// The journal of the trap sites (the ptrace transport's format).
     trap_journal: Option<crate::transport::ptrace::journal::Journal>,
 }
@@ -114,8 +115,8 @@ struct Checked {
     site: Site,
     orig: Vec<u8>,
     inode: u64,
-    /// A trap site: why no jump.
-    trap: Option<String>,
+    /// A trap site: its function, and why no jump.
+    trap: Option<(String, String)>,
 }
 
 impl Patcher {
@@ -345,10 +346,8 @@ impl Patcher {
                     .elf()
                     .function_starting_at(fstart)
                     .map_or_else(|| format!("{fstart:#x}"), |s| s.name.clone());
-                (
-                    site,
-                    Some(format!("in {name}: no jump can go there ({why})")),
-                )
+                let why = format!("in {name}: no jump can go there ({why})");
+                (site, Some((name, why)))
             }
             Err(why) => return Err(why),
         };
@@ -424,10 +423,13 @@ impl Patcher {
     fn add(&mut self, world: &mut World, c: Checked, kind: u32) -> Result<usize, String> {
         let id = self.sites.len() as u32;
         let (area, stub_addr, code) = self.stub_for(world, &c.site, id)?;
-        let patch = if let Some(why) = &c.trap {
-            self.notes.push(format!(
-                "{:#x} {why}: an int3 instead, a ptrace stop per hit",
-                c.site.addr
+        let patch = if let Some((func, why)) = &c.trap {
+            self.notes.push((
+                func.clone(),
+                format!(
+                    "{:#x} {why}: an int3 instead, a ptrace stop per hit",
+                    c.site.addr
+                ),
             ));
             vec![crate::arch::BREAKPOINT_INSN]
         } else {
@@ -447,7 +449,7 @@ impl Patcher {
             patch,
             inode: c.inode,
             patched: false,
-            trap: c.trap,
+            trap: c.trap.map(|(_, why)| why),
             stub: stub_addr,
         });
         Ok(id as usize)
