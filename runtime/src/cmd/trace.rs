@@ -371,6 +371,33 @@ fn manifest(
     (m, map)
 }
 
+/// A transport's refusal to arm a function's probes, without what is
+/// particular to that function (its address, its name and file), so that
+/// the functions refused for one reason are listed together: a program of
+/// thousands of functions had a line each.
+fn common_reason(why: &str) -> String {
+    let mut r = why;
+    for prefix in ["cannot patch the function at 0x", "cannot patch 0x"] {
+        if let Some((_, rest)) = r.strip_prefix(prefix).and_then(|t| t.split_once(": ")) {
+            r = rest;
+        }
+    }
+    // `NAME in PATH has no `ret` instruction …`.
+    if let Some(i) = r.find(" has no `ret` instruction") {
+        return format!("it{}", &r[i..]);
+    }
+    // `0x… is a `ret` where a return probe's calls return …`: its entry is
+    // a `ret` another traced function's calls return through (a tail call
+    // into a function that is a lone `ret`).
+    if let Some(rest) = r
+        .strip_prefix("0x")
+        .and_then(|t| t.split_once(' ').map(|p| p.1))
+    {
+        return format!("its entry {rest}");
+    }
+    r.to_string()
+}
+
 /// Prints the functions not traced, once, grouped by reason.
 fn list_not_traced(skipped: &[NotTraced]) {
     let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -745,7 +772,7 @@ fn report_arm_failures(session: &Session, table: &views::Table, modules: &[Handl
         if seen.insert(fi) {
             skipped.push(NotTraced {
                 name: table[fi].shown.clone(),
-                reason: why.clone(),
+                reason: common_reason(why),
             });
         }
     }
@@ -818,6 +845,36 @@ fn wait_child(pid: i32) -> Option<ExitStatus> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn refusals_lose_what_is_particular_to_the_function() {
+        use super::common_reason;
+        assert_eq!(
+            common_reason(
+                "cannot patch the function at 0x55996f37d510: _RNvYNtf in /tmp/p has no `ret` \
+                 instruction (it ends in calls that do not return, or in tail calls out of the \
+                 module): --transport inproc cannot observe its returns; use --transport ptrace"
+            ),
+            "it has no `ret` instruction (it ends in calls that do not return, or in tail calls \
+             out of the module): --transport inproc cannot observe its returns; use --transport \
+             ptrace"
+        );
+        assert_eq!(
+            common_reason(
+                "cannot patch 0x55996e4adae0: 0x55996e4adae0 is a `ret` where a return probe's \
+                 calls return: a probe cannot share it"
+            ),
+            "its entry is a `ret` where a return probe's calls return: a probe cannot share it"
+        );
+        assert_eq!(
+            common_reason(
+                "cannot patch the function at 0x55996f37e454: no function symbol covers it \
+                 (branch targets in the window cannot be ruled out)"
+            ),
+            "no function symbol covers it (branch targets in the window cannot be ruled out)"
+        );
+        assert_eq!(common_reason("anything else"), "anything else");
+    }
+
     use super::*;
 
     #[test]
