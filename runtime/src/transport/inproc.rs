@@ -79,6 +79,9 @@ const RING_BYTES: u64 = 4 << 20;
 
 /// Trap-site fallbacks said a line each up to this many; beyond, one line.
 const FALLBACKS_LISTED: usize = 8;
+
+/// Functions that line names at most (a Rust program had 6,000).
+const FALLBACKS_NAMED: usize = 30;
 /// After this long without a beat, the agent's probes go dormant.
 const STALE_AFTER: Duration = Duration::from_secs(2);
 /// How often the heartbeat thread beats.
@@ -512,14 +515,20 @@ impl InProc {
                 funcs.push(f);
             }
         }
+        let named = funcs.len().min(FALLBACKS_NAMED);
+        let more = match funcs.len() - named {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
         crate::elog!(
             "wprobe: process {}: no jump can go at {} sites (a function too short for one, or \
              code branching into the bytes it would replace): an int3 at each instead, a \
-             ptrace stop per hit; in {} functions: {} (WPROBE_DEBUG=1 lists each site and why)",
+             ptrace stop per hit; in {} functions: {}{more} (WPROBE_DEBUG=1 lists each site and \
+             why)",
             self.pid,
             notes.len(),
             funcs.len(),
-            funcs.join(", ")
+            funcs[..named].join(", ")
         );
     }
 
