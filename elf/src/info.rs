@@ -124,6 +124,12 @@ pub struct ElfInfo {
     /// resolver (an IFUNC's code) and writes the implementation it returns
     /// into the slot.
     pub irelative: Vec<(u64, u64)>,
+    /// Functions the module calls through the dynamic linker (in other
+    /// modules, or its own exported ones): `(address, name)` of each PLT
+    /// entry (`.plt.sec`, else `.plt`) and of each GOT slot a `JUMP_SLOT`
+    /// or `GLOB_DAT` relocation fills with a function symbol, link-time,
+    /// sorted by address.
+    pub imports: Vec<(u64, String)>,
     /// `PT_LOAD` segments: `(p_vaddr, p_memsz, p_offset, p_filesz, p_flags)`.
     segments: Vec<(u64, u64, u64, u64, u32)>,
     /// The code symbols with a size, by address (see [`CodeIndex`]).
@@ -303,6 +309,7 @@ impl ElfInfo {
         irelative.sort_by_key(|&(slot, resolver)| (resolver, slot));
         symbols.sort_by(|a, b| (&a.name, a.value, a.dynamic).cmp(&(&b.name, b.value, b.dynamic)));
         symbols.dedup_by(|b, a| a.name == b.name && a.value == b.value);
+        let imports = imports(&elf);
         let info = ElfInfo {
             path: path.to_path_buf(),
             is_dyn: elf.header.e_type == header::ET_DYN,
@@ -312,6 +319,7 @@ impl ElfInfo {
             soname: elf.soname.map(str::to_string),
             symbols,
             irelative,
+            imports,
             segments,
             code: CodeIndex::default(),
             bytes: Vec::new(),
@@ -322,6 +330,13 @@ impl ElfInfo {
             code,
             ..info
         })
+    }
+
+    /// The function of another module that the PLT entry or GOT slot at
+    /// link-time address `addr` leads to (see [`ElfInfo::imports`]).
+    pub fn import_at(&self, addr: u64) -> Option<&str> {
+        let i = self.imports.binary_search_by_key(&addr, |e| e.0).ok()?;
+        Some(&self.imports[i].1)
     }
 
     /// Looks a symbol up: an exact match first, then a unique case-insensitive
@@ -445,8 +460,81 @@ impl ElfInfo {
     }
 }
 
+/// Size of one PLT entry on x86-64 (`.plt` and `.plt.sec`).
+const PLT_ENTRY: u64 = 16;
+
+/// The PLT entries and GOT slots of `elf` that lead to functions of other
+/// modules (or to the module's own exported functions, through its PLT),
+/// by link-time address: entry `i` of `.plt.sec` (IBT binaries),
+/// else entry `i + 1` of `.plt`, belongs to relocation `i` of `.rela.plt`;
+/// a GOT slot to the `JUMP_SLOT` or `GLOB_DAT` relocation that fills it
+/// (`call *f@GOTPCREL(%rip)` with `-fno-plt`).
+fn imports(elf: &Elf<'_>) -> Vec<(u64, String)> {
+    const GLOB_DAT: u32 = 6;
+    const JUMP_SLOT: u32 = 7;
+    let name = |r: &goblin::elf::Reloc| {
+        let s = elf.dynsyms.get(r.r_sym)?;
+        // Undefined, or the module's own exported function called through
+        // its PLT (interposable: libstdc++'s `operator delete`).
+        let is_func = matches!(
+            s.st_type(),
+            sym::STT_FUNC | sym::STT_NOTYPE | sym::STT_GNU_IFUNC
+        );
+        is_func
+            .then(|| elf.dynstrtab.get_at(s.st_name))
+            .flatten()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+    };
+    let section = |want: &str| {
+        elf.section_headers
+            .iter()
+            .find(|h| elf.shdr_strtab.get_at(h.sh_name) == Some(want))
+            .map(|h| h.sh_addr)
+    };
+    let plt = match (section(".plt.sec"), section(".plt")) {
+        (Some(sec), _) => Some((sec, 0)),
+        (None, Some(plt)) => Some((plt, 1)),
+        (None, None) => None,
+    };
+    let mut out = Vec::new();
+    for (i, r) in elf.pltrelocs.iter().enumerate() {
+        let Some(n) = name(&r) else { continue };
+        if let Some((base, first)) = plt {
+            out.push((base + PLT_ENTRY * (i as u64 + first), n.clone()));
+        }
+        if r.r_type == JUMP_SLOT {
+            out.push((r.r_offset, n));
+        }
+    }
+    for r in elf.dynrelas.iter().filter(|r| r.r_type == GLOB_DAT) {
+        if let Some(n) = name(&r) {
+            out.push((r.r_offset, n));
+        }
+    }
+    out.sort();
+    out.dedup_by_key(|e| e.0);
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn imports_name_the_functions_of_other_modules() {
+        // This test binary calls libc through its PLT or its GOT.
+        let exe = std::env::current_exe().unwrap();
+        let info = ElfInfo::open(&exe).unwrap();
+        assert!(info.imports.windows(2).all(|w| w[0].0 < w[1].0));
+        let names: Vec<&str> = info.imports.iter().map(|e| e.1.as_str()).collect();
+        for f in ["malloc", "free", "write"] {
+            assert!(names.contains(&f), "{f}: {names:?}");
+        }
+        for (addr, name) in &info.imports {
+            assert_eq!(info.import_at(*addr), Some(name.as_str()));
+            assert_eq!(info.import_at(addr + 1), None);
+        }
+    }
+
     use super::*;
 
     #[test]

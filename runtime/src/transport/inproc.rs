@@ -1010,8 +1010,23 @@ impl Transport for InProc {
             if self.world.is_none() {
                 match self.stop_world() {
                     Ok(w) => self.world = Some(w),
-                    // Gone (or dead, not yet reaped: a terminal's Ctrl-C
-                    // reaches the launched command too): nothing left to
+                    // Died while being stopped (a terminal's Ctrl-C reaches
+                    // the launched command too), and reaped then: its
+                    // status is the run's, nothing left to restore.
+                    Err(e) if e.downcast_ref::<world::Reaped>().is_some() => {
+                        if let Some(world::Reaped(raw)) = e.downcast_ref::<world::Reaped>()
+                            && self.launched
+                        {
+                            self.exit = Some(if libc::WIFSIGNALED(*raw) {
+                                ExitStatus::Signal(libc::WTERMSIG(*raw))
+                            } else {
+                                ExitStatus::Code(libc::WEXITSTATUS(*raw))
+                            });
+                        }
+                        self.ended = true;
+                        self.patcher.forget();
+                    }
+                    // Gone (or dead, not yet reaped): nothing left to
                     // restore.
                     Err(_) if crate::procinfo::ended(self.pid) => {
                         self.patcher.forget();

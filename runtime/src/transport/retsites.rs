@@ -9,9 +9,13 @@
 //! an exception thrown through a traced frame then terminates the
 //! program).
 //!
-//! Not seen: a tail call that leaves the module (through the PLT) or goes
-//! through an indirect jump; such a call's return is never observed and
-//! the call is reported as gone when its thread moves on.
+//! A tail call that leaves the module (`jmp f@plt`, or `jmp *f@GOTPCREL`)
+//! is listed by the name of the function it goes to ([`ReturnSites::
+//! outside`]): a transport that finds that function in the process may
+//! take its `ret`s as return sites too (the in-process transport does).
+//! Not seen: a tail call through any other indirect jump; such a call's
+//! return is never observed and the call is reported as gone when its
+//! thread moves on.
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 use wprobe_elf::{ElfInfo, Symbol};
@@ -30,6 +34,21 @@ pub struct ReturnSites {
     pub rets: Vec<u64>,
     /// The functions followed (the probed one first).
     pub followed: Vec<String>,
+    /// Functions of other modules it tail-calls (through the PLT or the
+    /// GOT), by name, sorted: its calls that go there return through their
+    /// `ret`s.
+    pub outside: Vec<String>,
+}
+
+/// Why a function whose calls return through no `ret` of its module
+/// cannot be given return sites by `--transport TRANSPORT`.
+pub fn no_ret(function: &str, path: &std::path::Path, transport: &str) -> String {
+    format!(
+        "{function} in {} has no `ret` instruction (it ends in calls that do not return, or in \
+         tail calls out of the module): --transport {transport} cannot observe its returns; use \
+         --transport ptrace",
+        path.display()
+    )
 }
 
 /// The function (a code symbol with a size) whose file bytes contain file
@@ -54,6 +73,7 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     let mut seen: Vec<u64> = vec![f.value];
     let mut followed = Vec::new();
     let mut rets = Vec::new();
+    let mut outside: Vec<String> = Vec::new();
     let mut insn = Instruction::default();
     while let Some(s) = todo.pop() {
         followed.push(s.name.clone());
@@ -84,6 +104,14 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
                     {
                         seen.push(t);
                         todo.push(g);
+                    } else if let Some(name) = elf.import_at(t) {
+                        outside.push(name.to_string());
+                    }
+                }
+                // `jmp *f@GOTPCREL(%rip)`: a tail call through the GOT.
+                FlowControl::IndirectBranch if insn.is_ip_rel_memory_operand() => {
+                    if let Some(name) = elf.import_at(insn.ip_rel_memory_address()) {
+                        outside.push(name.to_string());
                     }
                 }
                 _ => {}
@@ -92,17 +120,15 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     }
     rets.sort_unstable();
     rets.dedup();
-    if rets.is_empty() {
-        return Err(format!(
-            "{} in {path} has no `ret` instruction (it ends in calls that do not return, or in \
-             tail calls out of the module): --transport {transport} cannot observe its returns; \
-             use --transport ptrace",
-            f.name
-        ));
+    outside.sort_unstable();
+    outside.dedup();
+    if rets.is_empty() && outside.is_empty() {
+        return Err(no_ret(&f.name, &elf.path, transport));
     }
     Ok(ReturnSites {
         function: f.name.clone(),
         rets,
         followed,
+        outside,
     })
 }

@@ -38,6 +38,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
+    case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
@@ -992,6 +993,98 @@ fn many_trap_sites_are_said_in_one_line() {
         for n in &names {
             assert_eq!(r.get(n.as_str()).map(|c| c.0), Some(4), "{n}: {r:?}");
         }
+    }
+}
+
+/// `tests/progs/tail_plt.c`, linked with libtail.so: `wrap` ends in `jmp
+/// lib_twice@plt` and `alloc` in `jmp malloc@plt`, neither has a `ret`.
+/// ptrace sees their returns at the return address; inproc through the
+/// `ret`s of `lib_twice` and `malloc`, found in their modules (these calls
+/// were shown unwound, and functions with no `ret` not traced: a Rust
+/// program's allocator shims, C++ deleting destructors); perf, which would
+/// pay a uprobe at every return of `malloc` in the process, lists them as
+/// not traced.
+fn tail_calls_into_another_module_are_seen_returning(tr: &str) {
+    let dir = scratch();
+    let _lib = gcc(
+        "libtail.so",
+        &progs().join("libtail.c"),
+        &["-O1", "-shared", "-fPIC"],
+    );
+    let prog = gcc(
+        "tail_plt",
+        &progs().join("tail_plt.c"),
+        &[
+            "-O2",
+            &format!("-L{}", dir.display()),
+            "-Wl,--no-as-needed",
+            "-l:libtail.so",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
+    );
+    let out = file("tail_plt.txt", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "-F",
+            "main",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+        &["3"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "18\n", "{err}");
+    let text = read(&out);
+    // The values of `alloc` (a pointer) vary: only that it returned one.
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| match l.split_once("<== alloc() [rax = 0x") {
+            Some((pre, _)) => format!("{pre}<== alloc() [rax = P]"),
+            None => l.to_string(),
+        })
+        .collect();
+    let call = |i: u64| {
+        vec![
+            "   ==> alloc()".to_string(),
+            "   <== alloc() [rax = P]".to_string(),
+            "   ==> twice_plus()".to_string(),
+            "      ==> wrap()".to_string(),
+            format!("      <== wrap() [rax = {:#x}]", 2 * (i + 1)),
+            format!("   <== twice_plus() [rax = {:#x}]", 2 * i + 3),
+        ]
+    };
+    let no_tail = |i: u64| {
+        vec![
+            "   ==> twice_plus()".to_string(),
+            format!("   <== twice_plus() [rax = {:#x}]", 2 * i + 3),
+        ]
+    };
+    let body: Vec<String> = (0..3)
+        .flat_map(|i| if tr == "perf" { no_tail(i) } else { call(i) })
+        .collect();
+    let mut want = vec!["==> main()".to_string()];
+    want.extend(body);
+    want.push("<== main() [rax = 0x0]".to_string());
+    let got: Vec<&String> = lines.iter().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(got, want.iter().collect::<Vec<_>>(), "{text}\n{err}");
+    let no_ret: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("wprobe: not traced (it has no `ret` instruction"))
+        .collect();
+    if tr == "perf" {
+        assert_eq!(no_ret.len(), 1, "{err}");
+        assert!(
+            no_ret[0].ends_with(": wrap, alloc") || no_ret[0].ends_with(": alloc, wrap"),
+            "{err}"
+        );
+    } else {
+        assert!(no_ret.is_empty(), "{err}");
     }
 }
 

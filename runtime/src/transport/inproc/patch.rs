@@ -15,7 +15,7 @@
 //! are written, the journal is written and synced, then the jumps.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use agent_abi::site_kind;
 use agent_loader::stub::{self, Site};
@@ -74,6 +74,9 @@ pub(super) struct Planned {
 #[derive(Default)]
 pub(super) struct Patcher {
     modules: HashMap<PathBuf, Result<ModuleCode, String>>,
+    /// The `ret`s of functions of other modules that traced functions
+    /// tail-call, by name (`None`: not found, or not decodable).
+    outside: HashMap<String, Option<Vec<u64>>>,
     pub(super) areas: Vec<Area>,
     /// Sites by window address.
     pub(super) sites: Vec<Planned>,
@@ -109,6 +112,11 @@ enum Shape {
     /// A whole short function, entry through first `ret` (`window::plan_whole`).
     Whole,
 }
+
+/// How many modules deep the `ret`s of tail-called functions of other
+/// modules are looked for (`operator delete(void*, size_t)` in libstdc++
+/// ends in `jmp free@plt`, into libc).
+const OUTSIDE_DEPTH: usize = 3;
 
 /// A window checked against the process, not yet given a stub.
 struct Checked {
@@ -169,9 +177,10 @@ impl Patcher {
             .and_then(|r| r.as_ref().ok())
             .ok_or_else(|| format!("reading {}", path.display()))?;
         let file_off = addr - m.start + m.offset;
-        let found = crate::transport::retsites::return_sites(module.elf(), file_off, "inproc")?;
+        let mut found = crate::transport::retsites::return_sites(module.elf(), file_off, "inproc")?;
         let mut rets = Vec::with_capacity(found.rets.len());
-        for off in found.rets {
+        let own_rets = !found.rets.is_empty();
+        for off in std::mem::take(&mut found.rets) {
             if off < m.offset || off - m.offset >= m.end - m.start {
                 return Err(format!(
                     "a `ret` of {} (file offset {off:#x}) is outside the mapping of its entry",
@@ -190,6 +199,50 @@ impl Patcher {
                 }
                 None => rets.push(self.check(world, maps, at, None, Shape::Ret)?),
             }
+        }
+        // The `ret`s of the functions of other modules it tail-calls
+        // (`jmp malloc@plt`): its calls that go there return through them.
+        // Taken only where every one of a function's `ret`s takes a jump (a
+        // trap would cost every call of that function in the process a
+        // ptrace stop); otherwise those calls stay unseen, shown unwound.
+        let mut outside_rets: Vec<Checked> = Vec::new();
+        let mut outside_found = false;
+        let mut planned: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        for name in &found.outside {
+            let Some(addrs) = self.outside_rets(maps, name) else {
+                continue;
+            };
+            let mut checked = Vec::new();
+            let mut ok = true;
+            for at in addrs {
+                match self.by_probe_addr.get(&at) {
+                    Some(&i) if self.sites[i].kind == site_kind::RET => {}
+                    Some(_) => ok = false,
+                    None if planned.contains(&at) => {}
+                    None => match self.check(world, maps, at, None, Shape::Ret) {
+                        Ok(c) if c.trap.is_none() => checked.push(c),
+                        _ => ok = false,
+                    },
+                }
+                if !ok {
+                    break;
+                }
+            }
+            if ok {
+                outside_found = true;
+                for c in checked {
+                    if planned.insert(c.site.probe) {
+                        outside_rets.push(c);
+                    }
+                }
+            }
+        }
+        if !own_rets && !outside_found {
+            return Err(crate::transport::retsites::no_ret(
+                &found.function,
+                &path,
+                "inproc",
+            ));
         }
         let overlap =
             |a: &Site, b: &Site| a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64;
@@ -225,7 +278,7 @@ impl Patcher {
                 ));
             }
         }
-        for r in rets {
+        for r in rets.into_iter().chain(outside_rets) {
             self.add(world, r, site_kind::RET)?;
         }
         let i = match entry {
@@ -262,6 +315,89 @@ impl Patcher {
         }
         let c = self.check(world, maps, addr, opcode, Shape::Probe)?;
         self.add(world, c, site_kind::PROBE)
+    }
+
+    /// The run-time addresses of the `ret`s of function `name` as a PLT or
+    /// GOT entry of a module leads to it: the function of the first module
+    /// mapped executable, in address order (the executable first), that
+    /// defines it as a sized global function (not an IFUNC, whose
+    /// implementation has no symbol; possibly the calling module itself,
+    /// as libstdc++'s `operator delete` calls its own through its PLT),
+    /// following its own
+    /// tail jumps within its module and, [`OUTSIDE_DEPTH`] deep, those into
+    /// other modules (`operator delete` ends in `jmp free@plt`). Cached by
+    /// name.
+    fn outside_rets(&mut self, maps: &[Mapping], name: &str) -> Option<Vec<u64>> {
+        self.outside_rets_at(maps, name, OUTSIDE_DEPTH)
+    }
+
+    fn outside_rets_at(&mut self, maps: &[Mapping], name: &str, depth: usize) -> Option<Vec<u64>> {
+        if let Some(r) = self.outside.get(name) {
+            return r.clone();
+        }
+        if depth == 0 {
+            return None;
+        }
+        // Settled as not found while it is looked up: a cycle ends there.
+        self.outside.insert(name.to_string(), None);
+        let mut found = None;
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
+            let p = crate::procmaps::canonical(Path::new(&m.path));
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        for p in paths {
+            let Ok(module) = self
+                .modules
+                .entry(p.clone())
+                .or_insert_with(|| ModuleCode::read(&p))
+                .as_ref()
+            else {
+                continue;
+            };
+            let elf = module.elf();
+            let wprobe_elf::Lookup::Found(sym) = elf.lookup(name) else {
+                continue;
+            };
+            if sym.name != name
+                || !sym.global
+                || sym.kind != wprobe_elf::SymKind::Func
+                || sym.size == 0
+            {
+                continue;
+            }
+            let Some(sites) = elf
+                .file_offset(sym.value)
+                .and_then(|off| crate::transport::retsites::return_sites(elf, off, "inproc").ok())
+            else {
+                break;
+            };
+            let mut rets = sites
+                .rets
+                .iter()
+                .map(|&off| {
+                    maps.iter()
+                        .filter(|m| m.exec && crate::procmaps::canonical(Path::new(&m.path)) == p)
+                        .find(|m| off >= m.offset && off - m.offset < m.end - m.start)
+                        .map(|m| m.start + (off - m.offset))
+                })
+                .collect::<Option<Vec<u64>>>();
+            if let Some(r) = &mut rets {
+                for next in &sites.outside {
+                    if let Some(more) = self.outside_rets_at(maps, next, depth - 1) {
+                        r.extend(more);
+                    }
+                }
+                r.sort_unstable();
+                r.dedup();
+            }
+            found = rets.filter(|r| !r.is_empty());
+            break;
+        }
+        self.outside.insert(name.to_string(), found.clone());
+        found
     }
 
     /// Checks a window at `addr` (a `ret` when `ret`) against the rules,

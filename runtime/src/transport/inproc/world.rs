@@ -35,7 +35,24 @@ pub(super) struct World {
     mem: File,
     /// A `syscall` instruction of the process (the vDSO's, found once).
     syscall_insn: Option<u64>,
+    /// The raw wait status of the process, when waiting for a stop of its
+    /// main thread reaped it (it died meanwhile: a terminal's Ctrl-C).
+    reaped: Option<i32>,
 }
+
+/// The process ended while it was being stopped, and its status was reaped
+/// then: the raw wait status, for the transport's report (the launcher's
+/// own wait would find nothing left).
+#[derive(Debug)]
+pub(super) struct Reaped(pub(super) i32);
+
+impl std::fmt::Display for Reaped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the process ended (wait status {:#x})", self.0)
+    }
+}
+
+impl std::error::Error for Reaped {}
 
 /// The tids of `/proc/PID/task`.
 fn tasks(pid: i32) -> Vec<i32> {
@@ -72,6 +89,7 @@ impl World {
             threads,
             mem: open_mem(pid)?,
             syscall_insn: None,
+            reaped: None,
         })
     }
 
@@ -94,6 +112,7 @@ impl World {
                 .collect(),
             mem: open_mem(pid)?,
             syscall_insn: None,
+            reaped: None,
         })
     }
 
@@ -105,6 +124,7 @@ impl World {
             threads: BTreeMap::new(),
             mem: open_mem(pid)?,
             syscall_insn: None,
+            reaped: None,
         };
         let deadline = std::time::Instant::now() + ATTACH_DEADLINE;
         loop {
@@ -148,6 +168,9 @@ impl World {
             }
         }
         if w.threads.is_empty() {
+            if let Some(raw) = w.reaped {
+                return Err(Reaped(raw).into());
+            }
             bail!("no such process: {pid}");
         }
         Ok(w)
@@ -163,7 +186,12 @@ impl World {
                 _ => return None,
             };
             match sys::decode_status(raw) {
-                Status::Exited(_) | Status::Signaled(_) => return None,
+                Status::Exited(_) | Status::Signaled(_) => {
+                    if tid == self.pid {
+                        self.reaped = Some(raw);
+                    }
+                    return None;
+                }
                 Status::Stopped { sig, event } if event == libc::PTRACE_EVENT_STOP => {
                     h.group_stop = matches!(
                         sig,

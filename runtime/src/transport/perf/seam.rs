@@ -245,6 +245,16 @@ impl PerfTracer {
             }
         };
         let found = crate::transport::retsites::return_sites(&elf, offset, "perf")?;
+        // Only the module's own `ret`s: a uprobe on the `ret`s of a
+        // function of another module (`malloc`'s) would cost every call of
+        // it in the process a trap.
+        if found.rets.is_empty() {
+            return Err(crate::transport::retsites::no_ret(
+                &found.function,
+                &elf.path,
+                "perf",
+            ));
+        }
         let f = self.seam.funcs.len();
         let entry = PerfTracer::insert_keyed(
             self,
