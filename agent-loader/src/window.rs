@@ -18,9 +18,10 @@
 //!    `loop`/`jrcxz` (rel8 only).
 //! 3. No instruction after the first is a branch target: direct branches
 //!    anywhere in the module (the caller's set, from a sweep of its
-//!    executable sections), and, for a window that does not start at its
-//!    function's entry, no indirect `jmp` in the function (a jump table
-//!    could land anywhere in it).
+//!    executable sections, with the targets of the jump tables
+//!    [`crate::jumptable`] could read), and, for a window that does not
+//!    start at its function's entry, no indirect `jmp` in the function
+//!    whose table was not read (it could land anywhere in it).
 //! 4. RIP-relative operands are re-displaced by the block encoder; one out
 //!    of rel32 reach of the stub fails when the stub is generated. A `lea`
 //!    of an address inside the window (a function taking its own address)
@@ -124,11 +125,13 @@ pub struct Function<'a> {
     pub bias: u64,
 }
 
-/// Direct branch targets of a module's code (link-time addresses): every
+/// Branch targets of a module's code (link-time addresses): every
 /// `jmp`/`jcc`/`call`/`loop` with an immediate target, from a linear sweep
-/// of each executable section.
+/// of each executable section, and the entries of the jump tables
+/// [`crate::jumptable`] could read (`.0`); the indirect `jmp`s whose every
+/// target is in `.0` (`.1`: a window may go in their functions).
 #[derive(Clone, Debug, Default)]
-pub struct BranchTargets(pub HashSet<u64>);
+pub struct BranchTargets(pub HashSet<u64>, pub HashSet<u64>);
 
 impl BranchTargets {
     /// Adds the direct branch targets of `code`, loaded at `addr`.
@@ -215,7 +218,9 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
         let mut i = Instruction::default();
         while d.can_decode() {
             d.decode_out(&mut i);
-            if i.flow_control() == FlowControl::IndirectBranch {
+            if i.flow_control() == FlowControl::IndirectBranch
+                && !targets.1.contains(&i.ip().wrapping_sub(func.bias))
+            {
                 return Err(Refusal::IndirectJump { at: i.ip() });
             }
         }
@@ -403,7 +408,9 @@ pub fn plan_ret(
     let mut r = None;
     while d.can_decode() {
         let i = d.decode();
-        if i.flow_control() == FlowControl::IndirectBranch {
+        if i.flow_control() == FlowControl::IndirectBranch
+            && !targets.1.contains(&i.ip().wrapping_sub(func.bias))
+        {
             indirect.get_or_insert(i.ip());
         }
         if i.ip() == ret {

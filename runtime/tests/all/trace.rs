@@ -39,6 +39,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
+    case!(a_switchs_returns_take_jumps @ every_transport),
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
@@ -1086,6 +1087,47 @@ fn tail_calls_into_another_module_are_seen_returning(tr: &str) {
     } else {
         assert!(no_ret.is_empty(), "{err}");
     }
+}
+
+/// `tests/progs/switchy.c`: `pick` is a `switch` on a jump table whose
+/// cases return in the middle of the function. Under inproc the windows at
+/// those `ret`s (with the instruction before) were refused, the function
+/// having an indirect `jmp`, and each became an `int3`; the table's
+/// targets are read now, and every `ret` takes a jump. Every transport
+/// gives the same values.
+fn a_switchs_returns_take_jumps(tr: &str) {
+    let prog = gcc("switchy", &progs().join("switchy.c"), &["-O2"]);
+    let out = file("switchy.txt", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "-F",
+            "pick",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+        &["9"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1084\n", "{err}");
+    assert!(!err.contains("no jump can go"), "{err}");
+    let want: Vec<String> = [11u32, 3, 0xffff_fffb, 42, 4 ^ 5, 20, 13, 1000, 0xffff_ffff]
+        .iter()
+        .flat_map(|v| {
+            [
+                "==> pick()".to_string(),
+                format!("<== pick() [rax = {v:#x}]"),
+            ]
+        })
+        .collect();
+    let text = read(&out);
+    let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(got, want, "{text}\n{err}");
 }
 
 /// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that

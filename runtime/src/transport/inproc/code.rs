@@ -4,8 +4,10 @@
 //! sweep with iced-x86), so that a jump is never written over an
 //! instruction some branch lands on.
 
+use std::collections::HashSet;
 use std::path::Path;
 
+use agent_loader::jumptable;
 use agent_loader::window::{BranchTargets, Function};
 use goblin::elf::{Elf, section_header};
 
@@ -51,6 +53,30 @@ impl ModuleCode {
             let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
             if let Some(code) = elf.file_bytes().get(off..off.saturating_add(len)) {
                 targets.sweep(code, sh.sh_addr);
+            }
+        }
+        // Jump tables, once every direct target is known: a table is
+        // trusted only when no branch lands between its bounds check and
+        // its `jmp`, checked again with every table's targets added.
+        let read = |at: u64, len: usize| elf.bytes_at(at, len).map(<[u8]>::to_vec);
+        let code_of = |&(start, end): &(u64, u64)| elf.bytes_at(start, (end - start) as usize);
+        let mut with_tables = Vec::new();
+        let mut extra = HashSet::new();
+        for f in &funcs {
+            if let Some(code) = code_of(f)
+                && let Ok(tables) = jumptable::resolve(code, f.0, &targets.0, &read)
+                && !tables.is_empty()
+            {
+                with_tables.push(*f);
+                extra.extend(tables.into_iter().flat_map(|(_, t)| t));
+            }
+        }
+        targets.0.extend(extra);
+        for f in &with_tables {
+            if let Some(code) = code_of(f)
+                && let Ok(tables) = jumptable::resolve(code, f.0, &targets.0, &read)
+            {
+                targets.1.extend(tables.into_iter().map(|(jmp, _)| jmp));
             }
         }
         Ok(ModuleCode {

@@ -1,0 +1,277 @@
+//! Jump tables: the targets of a `switch`'s indirect `jmp`, read from the
+//! table its code indexes, so that a window in a function with one is
+//! checked against them instead of refused (window rule 3: a jump table
+//! could land anywhere in the function). Only the shapes GCC and Clang
+//! emit for x86-64, with the table's size proven by the bounds check in
+//! front of it; anything else stays unresolved, and the function keeps
+//! its refusal:
+//!
+//! ```text
+//! cmp   $N, %idx32          ; the bound (unsigned): entries 0..=N
+//! ja    default
+//! [mov  %idx32, %idx32']    ; at most zero-extending copies, before or
+//! lea   TABLE(%rip), %base  ; after the lea (position-independent: i32
+//!                           ; offsets from TABLE)
+//! movslq (%base,%idx',4), %r
+//! add   %base, %r
+//! jmp   *%r
+//!
+//! jmp   *TABLE(,%idx',8)    ; absolute: u64 addresses (non-PIE)
+//! ```
+//!
+//! No branch target may land between the bounds check and the `jmp` (a
+//! path that skipped the check would index with another bound).
+
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
+    OpAccess, OpKind, Register,
+};
+use std::collections::HashSet;
+
+/// How far before the `jmp` the bounds check is looked for.
+const MAX_BACK: usize = 16;
+
+/// Most entries a table is read for.
+const MAX_ENTRIES: u64 = 4096;
+
+/// The targets (link-time) of every indirect `jmp` of the function whose
+/// code is `code` at link-time `start`: `Ok` with the `jmp`s resolved and
+/// their targets, `Err` with the first one that is not. `read` gives
+/// `len` bytes of the module at a link-time address. `targets` is the
+/// module's set of direct branch targets.
+pub fn resolve(
+    code: &[u8],
+    start: u64,
+    targets: &HashSet<u64>,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Result<Vec<(u64, Vec<u64>)>, u64> {
+    let mut insns = Vec::new();
+    let mut d = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    while d.can_decode() {
+        insns.push(d.decode());
+    }
+    let mut out = Vec::new();
+    for (k, i) in insns.iter().enumerate() {
+        if i.flow_control() != FlowControl::IndirectBranch {
+            continue;
+        }
+        match one(&insns, k, targets, read) {
+            Some(t) => out.push((i.ip(), t)),
+            None => return Err(i.ip()),
+        }
+    }
+    Ok(out)
+}
+
+/// The targets of the indirect `jmp` at `insns[k]`, if it is a table's.
+fn one(
+    insns: &[Instruction],
+    k: usize,
+    targets: &HashSet<u64>,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<Vec<u64>> {
+    let j = &insns[k];
+    let lo = k.saturating_sub(MAX_BACK);
+    // The table, its entry size, the index register, and where the
+    // table's read is (the bound must come before it).
+    let (table, entry, index, load) = if j.op0_kind() == OpKind::Memory {
+        // jmp *TABLE(,%idx,8)
+        (j.memory_base() == Register::None && j.memory_index_scale() == 8).then_some(())?;
+        let t = j.memory_displacement64();
+        (t, 8usize, j.memory_index(), k)
+    } else {
+        // jmp *%r, %r = movslq (%base,%idx,4) + %base, %base = lea TABLE(%rip)
+        let r = j.op0_register().full_register();
+        let add = (lo..k).rev().find(|&m| writes(&insns[m], r))?;
+        let a = &insns[add];
+        (a.mnemonic() == Mnemonic::Add
+            && a.op0_kind() == OpKind::Register
+            && a.op1_kind() == OpKind::Register
+            && a.op0_register().full_register() == r)
+            .then_some(())?;
+        let base = a.op1_register().full_register();
+        let mov = (lo..add).rev().find(|&m| writes(&insns[m], r))?;
+        let m = &insns[mov];
+        (m.code() == Code::Movsxd_r64_rm32
+            && m.op1_kind() == OpKind::Memory
+            && m.memory_base().full_register() == base
+            && m.memory_index_scale() == 4
+            && m.memory_displacement64() == 0)
+            .then_some(())?;
+        let index = m.memory_index();
+        let lea = (lo..mov).rev().find(|&n| writes(&insns[n], base))?;
+        let l = &insns[lea];
+        (l.mnemonic() == Mnemonic::Lea && l.is_ip_rel_memory_operand()).then_some(())?;
+        // Nothing between the lea and the jmp changes the base.
+        ((lea + 1)..k)
+            .all(|n| !writes(&insns[n], base))
+            .then_some(())?;
+        (l.ip_rel_memory_address(), 4usize, index, mov)
+    };
+    let index = index.full_register();
+    (index != Register::None).then_some(())?;
+    // The bounds check: `cmp idx, N` then `ja`, with at most a
+    // zero-extending `mov` into the index register between it and the
+    // table's read.
+    let imm = |i: &Instruction| {
+        matches!(
+            i.op1_kind(),
+            OpKind::Immediate8to32
+                | OpKind::Immediate32
+                | OpKind::Immediate8to64
+                | OpKind::Immediate8
+                | OpKind::Immediate32to64
+        )
+    };
+    let mut idx = index;
+    let mut n = load;
+    let (cmp, bound) = loop {
+        n = n.checked_sub(1).filter(|&n| n > lo)?;
+        let i = &insns[n];
+        let c = &insns[n - 1];
+        if i.mnemonic() == Mnemonic::Ja
+            && c.mnemonic() == Mnemonic::Cmp
+            && c.op0_kind() == OpKind::Register
+            && c.op0_register().full_register() == idx
+            && imm(c)
+        {
+            break (n - 1, c.immediate(1));
+        }
+        if writes(i, idx) {
+            // `mov %src32, %idx32` (zero-extends): the check may be on src.
+            (matches!(i.code(), Code::Mov_r32_rm32 | Code::Mov_rm32_r32)
+                && i.op0_kind() == OpKind::Register
+                && i.op1_kind() == OpKind::Register)
+                .then_some(())?;
+            idx = i.op1_register().full_register();
+        }
+        if i.flow_control() != FlowControl::Next {
+            return None;
+        }
+    };
+    let count = bound.checked_add(1).filter(|&c| c <= MAX_ENTRIES)?;
+    // No path into the dispatch but through the check: no branch lands
+    // after the `cmp`, up to the `jmp`.
+    ((cmp + 1)..=k)
+        .all(|m| !targets.contains(&insns[m].ip()))
+        .then_some(())?;
+    let bytes = read(table, count as usize * entry)?;
+    Some(
+        bytes
+            .chunks_exact(entry)
+            .map(|c| match entry {
+                4 => table.wrapping_add(i32::from_le_bytes(c.try_into().unwrap()) as i64 as u64),
+                _ => u64::from_le_bytes(c.try_into().unwrap()),
+            })
+            .collect(),
+    )
+}
+
+/// Whether `i` writes register `r` (its full 64-bit register).
+fn writes(i: &Instruction, r: Register) -> bool {
+    let mut f = InstructionInfoFactory::new();
+    f.info(i).used_registers().iter().any(|u| {
+        u.register().full_register() == r
+            && matches!(
+                u.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const START: u64 = 0x1000;
+    const TABLE: u64 = 0x2000;
+
+    /// `switch (edi) { 4 cases }` as GCC emits it position-independent:
+    /// the bound 3, the table at TABLE with offsets to 0x1020 + 8 * i.
+    fn pic() -> Vec<u8> {
+        let mut c = vec![
+            0x83, 0xff, 0x03, // cmp edi, 3
+            0x77, 0x20, // ja default
+            0x89, 0xff, // mov edi, edi
+            0x48, 0x8d, 0x15, // lea rdx, [rip + TABLE - 0x100e]
+        ];
+        c.extend_from_slice(&((TABLE - 0x100e) as u32).to_le_bytes());
+        c.extend_from_slice(&[
+            0x48, 0x63, 0x04, 0xba, // movsxd rax, dword [rdx + rdi*4]
+            0x48, 0x01, 0xd0, // add rax, rdx
+            0xff, 0xe0, // jmp rax
+        ]);
+        c.resize(0x40, 0xc3);
+        c
+    }
+
+    fn read(at: u64, len: usize) -> Option<Vec<u8>> {
+        let entries: Vec<u8> = (0..8u64)
+            .flat_map(|i| (((0x1020 + 8 * i) as i64 - TABLE as i64) as i32).to_le_bytes())
+            .collect();
+        let off = at.checked_sub(TABLE)? as usize;
+        entries.get(off..off + len).map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn a_bounded_pic_table_gives_its_entries() {
+        let got = resolve(&pic(), START, &HashSet::new(), &read);
+        assert_eq!(
+            got,
+            Ok(vec![(0x1015, vec![0x1020, 0x1028, 0x1030, 0x1038])])
+        );
+    }
+
+    #[test]
+    fn anything_less_certain_stays_unresolved() {
+        // No bounds check.
+        let mut c = pic();
+        c[0] = 0x90;
+        c[1] = 0x90;
+        c[2] = 0x90;
+        assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1015));
+        // The check on another register.
+        let mut c = pic();
+        c[1] = 0xfe; // cmp esi, 3
+        assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1015));
+        // A branch lands after the check: a path without it.
+        for at in [0x1003, 0x1005, 0x1007, 0x1015] {
+            let t: HashSet<u64> = [at].into();
+            assert_eq!(resolve(&pic(), START, &t, &read), Err(0x1015), "{at:#x}");
+        }
+        // The index changed after the check.
+        let mut c = pic();
+        c[5] = 0xff;
+        c[6] = 0xc7; // inc edi
+        assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1015));
+        // The table unreadable.
+        let none = |_: u64, _: usize| None;
+        assert_eq!(resolve(&pic(), START, &HashSet::new(), &none), Err(0x1015));
+        // A function pointer's tail call.
+        let c = [0x48, 0x8b, 0x07, 0xff, 0xe0]; // mov rax, [rdi]; jmp rax
+        assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1003));
+    }
+
+    #[test]
+    fn an_absolute_table_gives_its_entries() {
+        // cmp edi, 1; ja; mov eax, edi; jmp [TABLE + rax*8]
+        let mut c = vec![0x83, 0xff, 0x01, 0x77, 0x20, 0x89, 0xf8, 0xff, 0x24, 0xc5];
+        c.extend_from_slice(&(TABLE as u32).to_le_bytes());
+        c.resize(0x40, 0xc3);
+        let abs = |at: u64, len: usize| {
+            let e: Vec<u8> = [0x1020u64, 0x1030]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            let off = at.checked_sub(TABLE)? as usize;
+            e.get(off..off + len).map(<[u8]>::to_vec)
+        };
+        assert_eq!(
+            resolve(&c, START, &HashSet::new(), &abs),
+            Ok(vec![(0x1007, vec![0x1020, 0x1030])])
+        );
+    }
+}
