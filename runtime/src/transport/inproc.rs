@@ -967,6 +967,17 @@ impl Transport for InProc {
         self.quiesce();
         self.drain_runs(on_event);
         self.report_counts(&mut deltas, on_event);
+        if let Some(t) = &self.traps
+            && std::env::var_os("WPROBE_DEBUG").is_some()
+        {
+            let (total, top) = t.busiest(10);
+            let top: Vec<String> = top.iter().map(|(a, c)| format!("{a:#x} ({c})")).collect();
+            crate::elog!(
+                "wprobe: debug: process {}: {total} ptrace stops at trap sites; the busiest: {}",
+                self.pid,
+                top.join(", ")
+            );
+        }
         if std::env::var_os("WPROBE_DEBUG").is_some()
             && let Some(a) = &self.agent
         {

@@ -931,7 +931,8 @@ fn functions_taking_their_own_address_still_get_it(tr: &str) {
 /// for a jump, an `int3` at each of their 80 sites. wprobe says so in one
 /// line naming 30 of them (libc traced with `--lib` has 90 such sites: one
 /// line each was a screenful; a Rust program has thousands), and with
-/// `WPROBE_DEBUG` a line per site; every call is traced either way.
+/// `WPROBE_DEBUG` a line per site and, at the end, the stops they cost and
+/// the busiest sites; every call is traced either way.
 fn many_trap_sites_are_said_in_one_line() {
     let prog = gcc("short_funcs", &progs().join("short_funcs.c"), &["-O1"]);
     let names: Vec<String> = (0..40).map(|k| format!("s{k}")).collect();
@@ -970,6 +971,13 @@ fn many_trap_sites_are_said_in_one_line() {
         if debug {
             assert_eq!(per_site, 80, "{err}");
             assert!(grouped.is_empty(), "{err}");
+            // Each call stops twice (its entry and its `ret`): 40 × 4 × 2.
+            assert!(
+                err.lines().any(|l| l.starts_with("wprobe: debug: process ")
+                    && l.contains(": 320 ptrace stops at trap sites; the busiest: ")
+                    && l.matches(" (4)").count() == 10),
+                "{err}"
+            );
         } else {
             assert_eq!(per_site, 0, "{err}");
             assert_eq!(grouped.len(), 1, "{err}");

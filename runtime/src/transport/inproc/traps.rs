@@ -51,6 +51,8 @@ pub(super) struct Traps {
     redirect: HashMap<u64, u64>,
     /// Trap address → original byte.
     orig: HashMap<u64, u8>,
+    /// Trap address → stops there (`WPROBE_DEBUG` reports the busiest).
+    stops: HashMap<u64, u64>,
     /// Signals held for threads stopped by [`Traps::stop_all`].
     held: BTreeMap<i32, i32>,
     /// The process's exit, when the wait reaped it.
@@ -117,6 +119,7 @@ impl Traps {
             forked: BTreeSet::new(),
             redirect,
             orig,
+            stops: HashMap::new(),
             held: BTreeMap::new(),
             exit: None,
             execed: false,
@@ -390,14 +393,25 @@ impl Traps {
         if sys::getregs(tid, &mut r).is_err() {
             return false;
         }
-        let Some(&stub) = self.redirect.get(&r.rip.wrapping_sub(1)) else {
+        let at = r.rip.wrapping_sub(1);
+        let Some(&stub) = self.redirect.get(&at) else {
             return false;
         };
+        *self.stops.entry(at).or_default() += 1;
         r.rip = stub;
         if sys::setregs(tid, &r).is_err() {
             return false;
         }
         true
+    }
+
+    /// The ptrace stops at trap sites so far, and the `n` busiest sites
+    /// with theirs, busiest first.
+    pub(super) fn busiest(&self, n: usize) -> (u64, Vec<(u64, u64)>) {
+        let mut v: Vec<(u64, u64)> = self.stops.iter().map(|(&a, &c)| (a, c)).collect();
+        v.sort_by_key(|&(a, c)| (std::cmp::Reverse(c), a));
+        v.truncate(n);
+        (self.stops.values().sum(), v)
     }
 
     /// Stops every seized thread (interrupted; a thread at a trap is moved
