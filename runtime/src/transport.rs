@@ -45,6 +45,17 @@ pub enum ExitStatus {
     Signal(i32),
 }
 
+impl ExitStatus {
+    /// The end a raw `waitpid` status of an exited or killed process says.
+    pub fn from_wait(st: i32) -> ExitStatus {
+        if libc::WIFSIGNALED(st) {
+            ExitStatus::Signal(libc::WTERMSIG(st))
+        } else {
+            ExitStatus::Code(libc::WEXITSTATUS(st))
+        }
+    }
+}
+
 /// What a transport can do. The session checks programs against it before
 /// anything is launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -569,11 +569,7 @@ impl InProc {
             return Some(None);
         }
         let st = crate::sys::process::reap_nohang(self.pid)?;
-        Some(Some(if libc::WIFSIGNALED(st) {
-            ExitStatus::Signal(libc::WTERMSIG(st))
-        } else {
-            ExitStatus::Code(libc::WEXITSTATUS(st))
-        }))
+        Some(Some(ExitStatus::from_wait(st)))
     }
 
     /// Notices that the process executed a new program (the agent's region
@@ -1024,15 +1020,9 @@ impl Transport for InProc {
                     // Died while being stopped (a terminal's Ctrl-C reaches
                     // the launched command too), and reaped then: its
                     // status is the run's, nothing left to restore.
-                    Err(e) if e.downcast_ref::<world::Reaped>().is_some() => {
-                        if let Some(world::Reaped(raw)) = e.downcast_ref::<world::Reaped>()
-                            && self.launched
-                        {
-                            self.exit = Some(if libc::WIFSIGNALED(*raw) {
-                                ExitStatus::Signal(libc::WTERMSIG(*raw))
-                            } else {
-                                ExitStatus::Code(libc::WEXITSTATUS(*raw))
-                            });
+                    Err(e) if let Some(&world::Reaped(raw)) = e.downcast_ref() => {
+                        if self.launched {
+                            self.exit = Some(ExitStatus::from_wait(raw));
                         }
                         self.ended = true;
                         self.patcher.forget();

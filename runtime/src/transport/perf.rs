@@ -509,11 +509,7 @@ impl PerfTracer {
         if self.launched {
             // Our own child, a zombie now (its pidfd is readable).
             if let Some(st) = crate::sys::process::reap_nohang(self.main_pid) {
-                self.exited = Some(if libc::WIFSIGNALED(st) {
-                    ExitStatus::Signal(libc::WTERMSIG(st))
-                } else {
-                    ExitStatus::Code(libc::WEXITSTATUS(st))
-                });
+                self.exited = Some(ExitStatus::from_wait(st));
             }
         }
         true

@@ -1005,6 +1005,31 @@ fn many_trap_sites_are_said_in_one_line() {
     }
 }
 
+/// The call tree (`-T --no-pid -i`) of the calls under `func` in `prog
+/// ARGS` traced under `tr`, and wprobe's standard error; the run must
+/// succeed and the program print `stdout`.
+fn tree_under(tr: &str, func: &str, prog: &Path, args: &[&str], stdout: &str) -> (String, String) {
+    let out = file(&format!("{func}.tree"), tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "-F",
+            func,
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        prog,
+        args,
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), stdout, "{err}");
+    (read(&out), err)
+}
+
 /// `tests/progs/tail_plt.c`, linked with libtail.so: `wrap` ends in `jmp
 /// lib_twice@plt` and `alloc` in `jmp malloc@plt`, neither has a `ret`.
 /// ptrace sees their returns at the return address; inproc through the
@@ -1031,25 +1056,7 @@ fn tail_calls_into_another_module_are_seen_returning(tr: &str) {
             &format!("-Wl,-rpath,{}", dir.display()),
         ],
     );
-    let out = file("tail_plt.txt", tr);
-    let o = trace_argv(
-        tr,
-        &[
-            "-F",
-            "main",
-            "-T",
-            "--no-pid",
-            "-i",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &prog,
-        &["3"],
-    );
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "18\n", "{err}");
-    let text = read(&out);
+    let (text, err) = tree_under(tr, "main", &prog, &["3"], "18\n");
     // The values of `alloc` (a pointer) vary: only that it returned one.
     let lines: Vec<String> = text
         .lines()
@@ -1105,24 +1112,7 @@ fn tail_calls_into_another_module_are_seen_returning(tr: &str) {
 /// gives the same values.
 fn a_switchs_returns_take_jumps(tr: &str) {
     let prog = gcc("switchy", &progs().join("switchy.c"), &["-O2"]);
-    let out = file("switchy.txt", tr);
-    let o = trace_argv(
-        tr,
-        &[
-            "-F",
-            "pick",
-            "-T",
-            "--no-pid",
-            "-i",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &prog,
-        &["9"],
-    );
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "1084\n", "{err}");
+    let (text, err) = tree_under(tr, "pick", &prog, &["9"], "1084\n");
     assert!(!err.contains("no jump can go"), "{err}");
     let want: Vec<String> = [11u32, 3, 0xffff_fffb, 42, 4 ^ 5, 20, 13, 1000, 0xffff_ffff]
         .iter()
@@ -1133,7 +1123,6 @@ fn a_switchs_returns_take_jumps(tr: &str) {
             ]
         })
         .collect();
-    let text = read(&out);
     let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
     assert_eq!(got, want, "{text}\n{err}");
 }

@@ -323,10 +323,9 @@ impl Patcher {
     /// defines it as a sized global function (not an IFUNC, whose
     /// implementation has no symbol; possibly the calling module itself,
     /// as libstdc++'s `operator delete` calls its own through its PLT),
-    /// following its own
-    /// tail jumps within its module and, [`OUTSIDE_DEPTH`] deep, those into
-    /// other modules (`operator delete` ends in `jmp free@plt`). Cached by
-    /// name.
+    /// following its own tail jumps within its module and, [`OUTSIDE_DEPTH`]
+    /// deep, those into other modules (`operator delete` ends in `jmp
+    /// free@plt`). Cached by name.
     fn outside_rets(&mut self, maps: &[Mapping], name: &str) -> Option<Vec<u64>> {
         self.outside_rets_at(maps, name, OUTSIDE_DEPTH)
     }
@@ -341,9 +340,14 @@ impl Patcher {
         // Settled as not found while it is looked up: a cycle ends there.
         self.outside.insert(name.to_string(), None);
         let mut found = None;
-        let mut paths: Vec<PathBuf> = Vec::new();
-        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
-            let p = crate::procmaps::canonical(Path::new(&m.path));
+        // The executable mappings of files, by canonical path (resolved once).
+        let exec: Vec<(PathBuf, &Mapping)> = maps
+            .iter()
+            .filter(|m| m.exec && m.is_file())
+            .map(|m| (crate::procmaps::canonical(Path::new(&m.path)), m))
+            .collect();
+        let mut paths: Vec<&PathBuf> = Vec::new();
+        for (p, _) in &exec {
             if !paths.contains(&p) {
                 paths.push(p);
             }
@@ -352,7 +356,7 @@ impl Patcher {
             let Ok(module) = self
                 .modules
                 .entry(p.clone())
-                .or_insert_with(|| ModuleCode::read(&p))
+                .or_insert_with(|| ModuleCode::read(p))
                 .as_ref()
             else {
                 continue;
@@ -378,10 +382,10 @@ impl Patcher {
                 .rets
                 .iter()
                 .map(|&off| {
-                    maps.iter()
-                        .filter(|m| m.exec && crate::procmaps::canonical(Path::new(&m.path)) == p)
-                        .find(|m| off >= m.offset && off - m.offset < m.end - m.start)
-                        .map(|m| m.start + (off - m.offset))
+                    exec.iter()
+                        .filter(|(q, _)| q == p)
+                        .find(|(_, m)| off >= m.offset && off - m.offset < m.end - m.start)
+                        .map(|(_, m)| m.start + (off - m.offset))
                 })
                 .collect::<Option<Vec<u64>>>();
             if let Some(r) = &mut rets {
