@@ -17,6 +17,9 @@
 //!           push k ; call trampoline              ; `ret`, dispatch with
 //!           lea  rsp, [rsp+128]                   ; the return address
 //!           ret                                   ; at [rsp], the `ret`
+//!                                                 ; (a displaced branch to
+//!                                                 ; the `ret` lands on the
+//!                                                 ; first `lea`)
 //!
 //! trampoline:
 //!           pushfq ; push rax … r15    ; flags + 15 GPRs (the SavedRegs GPR block)
@@ -377,7 +380,14 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
                 v.extend(call(site_id)?);
             }
             v.extend(moved.iter().copied());
-            v.extend(call(site_id + u32::from(whole))?);
+            // A branch displaced with the `ret` (`window::plan_ret`) lands
+            // on the dispatch before it: that sequence takes the `ret`'s
+            // address, the `ret` one of our own.
+            let mut at_ret = call(site_id + u32::from(whole))?;
+            at_ret[0].set_ip(ret.ip());
+            v.extend(at_ret);
+            let mut ret = ret;
+            ret.set_ip(0);
             v.push(ret);
         }
         None => {

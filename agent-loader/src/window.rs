@@ -21,7 +21,12 @@
 //!    executable sections, with the targets of the jump tables
 //!    [`crate::jumptable`] could read), and, for a window that does not
 //!    start at its function's entry, no indirect `jmp` in the function
-//!    whose table was not read (it could land anywhere in it).
+//!    whose table was not read (it could land anywhere in it). One
+//!    exception, in windows ending with a `ret`: a target whose every
+//!    branch is a direct branch displaced in the same window (a `je` to
+//!    the function's `ret` a few instructions before it): the branch moves
+//!    with its target, and the stub's copy of it lands on the stub's copy
+//!    of the target (the dispatch before the `ret`, for the `ret` itself).
 //! 4. RIP-relative operands are re-displaced by the block encoder; one out
 //!    of rel32 reach of the stub fails when the stub is generated. A `lea`
 //!    of an address inside the window (a function taking its own address)
@@ -32,7 +37,7 @@
 //!    caller with every thread stopped).
 
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::stub::{JMP_LEN, Site};
 
@@ -129,11 +134,22 @@ pub struct Function<'a> {
 /// `jmp`/`jcc`/`call`/`loop` with an immediate target, from a linear sweep
 /// of each executable section, and the entries of the jump tables
 /// [`crate::jumptable`] could read (`.0`); the indirect `jmp`s whose every
-/// target is in `.0` (`.1`: a window may go in their functions).
+/// target is in `.0` (`.1`: a window may go in their functions); how many
+/// direct branches the sweep found to each target (`.2`; [`u32::MAX`] for
+/// one reached otherwise too, a jump table's: no window takes all its
+/// branches).
 #[derive(Clone, Debug, Default)]
-pub struct BranchTargets(pub HashSet<u64>, pub HashSet<u64>);
+pub struct BranchTargets(pub HashSet<u64>, pub HashSet<u64>, pub HashMap<u64, u32>);
 
 impl BranchTargets {
+    /// Adds targets reached other than by a direct branch (a jump table's).
+    pub fn add_other(&mut self, targets: impl IntoIterator<Item = u64>) {
+        for t in targets {
+            self.0.insert(t);
+            self.2.insert(t, u32::MAX);
+        }
+    }
+
     /// Adds the direct branch targets of `code`, loaded at `addr`.
     pub fn sweep(&mut self, code: &[u8], addr: u64) {
         let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
@@ -157,10 +173,61 @@ impl BranchTargets {
                         | iced_x86::OpKind::NearBranch64
                 )
             {
-                self.0.insert(i.near_branch_target());
+                let t = i.near_branch_target();
+                self.0.insert(t);
+                let n = self.2.entry(t).or_insert(0);
+                *n = n.saturating_add(1);
             }
         }
     }
+}
+
+/// Whether `i` is a `jmp`/`jcc` with an immediate target.
+fn direct_branch(i: &Instruction) -> bool {
+    matches!(
+        i.flow_control(),
+        FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+    ) && i.op_count() > 0
+        && matches!(
+            i.op0_kind(),
+            iced_x86::OpKind::NearBranch16
+                | iced_x86::OpKind::NearBranch32
+                | iced_x86::OpKind::NearBranch64
+        )
+}
+
+/// The first instruction of `win` (a window's instructions, run-time
+/// addresses) after its first that a branch from outside the window may
+/// land on: a branch target some branch not displaced in `win` reaches
+/// (the sweep counted them all in `targets.2`; a direct branch inside the
+/// window moves with its target).
+fn outside_target(win: &[Instruction], bias: u64, targets: &BranchTargets) -> Option<u64> {
+    win.iter().skip(1).map(|i| i.ip()).find(|&at| {
+        let link = at.wrapping_sub(bias);
+        if !targets.0.contains(&link) {
+            return false;
+        }
+        let inside = win
+            .iter()
+            .filter(|j| direct_branch(j) && j.near_branch_target() == at)
+            .count();
+        targets.2.get(&link).copied() != Some(inside as u32)
+    })
+}
+
+/// Whether a window growing back from `at` could take every branch to it:
+/// they are all direct branches in `insns` (its function's code) before it.
+fn sources_before(at: u64, insns: &[Instruction], bias: u64, targets: &BranchTargets) -> bool {
+    let mut n = 0u32;
+    for j in insns {
+        if direct_branch(j) && j.near_branch_target() == at {
+            if j.ip() >= at {
+                return false;
+            }
+            n += 1;
+        }
+    }
+    targets.2.get(&at.wrapping_sub(bias)).copied() == Some(n)
 }
 
 /// Chooses the window of the probe at `probe` in `func` (run-time
@@ -267,9 +334,6 @@ pub fn plan_whole(
             start = i.next_ip();
             continue;
         }
-        if i.ip() != start && targets.0.contains(&i.ip().wrapping_sub(func.bias)) {
-            return Err(Refusal::BranchTarget { at: i.ip() });
-        }
         if i.flow_control() == FlowControl::Return {
             break i;
         }
@@ -283,6 +347,11 @@ pub fn plan_whole(
         refuse_instruction(&i)?;
         displaced.push(i);
     };
+    let mut win = displaced.clone();
+    win.push(ret);
+    if let Some(at) = outside_target(&win, func.bias, targets) {
+        return Err(Refusal::BranchTarget { at });
+    }
     let base = (ret.next_ip() - start) as usize;
     let len = if base >= JMP_LEN {
         base
@@ -379,8 +448,15 @@ pub fn plan_trap(addr: u64, code: &[u8], ret_site: bool) -> Result<Site, Refusal
     })
 }
 
-/// Most instructions before a `ret` a return site's window takes.
+/// Most instructions before a `ret` a return site's window takes...
 const MAX_EPILOGUE: usize = 4;
+
+/// ... unless it grows to take the branches to a target inside it: then
+/// at most this many, in at most [`MAX_INNER_BYTES`] bytes.
+const MAX_INNER: usize = 16;
+
+/// See [`MAX_INNER`].
+const MAX_INNER_BYTES: u64 = 64;
 
 /// Chooses the window of a return site: the `ret` at `ret` (run-time
 /// address) of `func`, where calls return. The window is the `ret` with
@@ -389,9 +465,12 @@ const MAX_EPILOGUE: usize = 4;
 /// a function with an indirect jump, whose jump table may land anywhere),
 /// completed if needed by the alignment padding after the `ret` (`nop`s or
 /// `int3`s no direct branch targets, never executed): `after` holds the
-/// bytes between the function's end and the next function. The stub runs
-/// the displaced instructions, calls `dispatch` with the return address at
-/// `[rsp]`, then runs the `ret`.
+/// bytes between the function's end and the next function. A window with
+/// a branch target after its first instruction grows, beyond the usual few
+/// instructions, to take every branch to it when they are all direct
+/// branches before it in the function. The stub runs the displaced
+/// instructions, calls `dispatch` with the return address at `[rsp]`, then
+/// runs the `ret`.
 pub fn plan_ret(
     ret: u64,
     func: Function<'_>,
@@ -421,10 +500,9 @@ pub fn plan_ret(
     let r = r
         .filter(|&r| insns[r].flow_control() == FlowControl::Return)
         .ok_or(Refusal::Undecodable { at: ret })?;
-    let target = |i: &Instruction| targets.0.contains(&i.ip().wrapping_sub(func.bias));
     let pad_len = |need: usize| padding(func, after, insns[r].next_ip(), need, targets);
     let mut refusal = None;
-    for k in 0..=MAX_EPILOGUE.min(r) {
+    for k in 0..=MAX_INNER.min(r) {
         let pre = &insns[r - k..r];
         if k > 0 {
             if let Some(at) = indirect {
@@ -447,14 +525,21 @@ pub fn plan_ret(
                 refusal.get_or_insert(e);
                 break;
             }
-            // The instruction after this one (an earlier window's first)
-            // is inside this window now.
-            if target(&insns[r - k + 1]) {
-                refusal.get_or_insert(Refusal::BranchTarget {
-                    at: insns[r - k + 1].ip(),
-                });
+        }
+        let inner = outside_target(&insns[r - k..=r], func.bias, targets);
+        if let Some(at) = inner {
+            refusal.get_or_insert(Refusal::BranchTarget { at });
+            // Grow to take the target's branches, if it can.
+            if !sources_before(at, &insns, func.bias, targets)
+                || insns[r].next_ip() - insns[r - k].ip() >= MAX_INNER_BYTES
+            {
                 break;
             }
+            continue;
+        }
+        // Past the usual epilogue only for a target's branches.
+        if k > MAX_EPILOGUE && !matches!(refusal, Some(Refusal::BranchTarget { .. })) {
+            break;
         }
         let base: usize = pre.iter().map(|i| i.len()).sum::<usize>() + insns[r].len();
         let len = if base >= JMP_LEN {
@@ -697,6 +782,108 @@ mod tests {
         assert_eq!(
             plan_ret(0x1004, f(&code), &pad, &t).unwrap_err(),
             Refusal::Undecodable { at: 0x1004 }
+        );
+    }
+
+    /// The stub of `s` at `at`, decoded.
+    fn stub_of(s: &Site, at: u64) -> Vec<Instruction> {
+        let bytes = crate::stub::generate(s, 3, at + 0x1000, at).unwrap();
+        Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE)
+            .iter()
+            .collect()
+    }
+
+    /// In the stub, the relocated `jcc` lands on the dispatch before the
+    /// `ret` (the `lea rsp, [rsp-128]` that starts it).
+    fn assert_lands_on_dispatch(insns: &[Instruction]) {
+        let jcc = insns
+            .iter()
+            .find(|i| {
+                i.flow_control() == FlowControl::ConditionalBranch
+                    && i.near_branch_target() >= 0x7000_0000
+            })
+            .unwrap_or_else(|| panic!("{insns:?}"));
+        let at = insns
+            .iter()
+            .position(|i| i.ip() == jcc.near_branch_target())
+            .unwrap_or_else(|| panic!("{insns:?}"));
+        assert_eq!(insns[at].mnemonic(), Mnemonic::Lea, "{insns:?}");
+        assert_eq!(insns[at].memory_displacement64() as i64, -128, "{insns:?}");
+        assert_eq!(insns[at + 2].mnemonic(), Mnemonic::Call, "{insns:?}");
+        assert_eq!(insns[at + 4].mnemonic(), Mnemonic::Ret, "{insns:?}");
+    }
+
+    #[test]
+    fn a_return_window_takes_the_branches_to_its_ret() {
+        // CPython's _PyTrash_end: a `je` to the `ret`, two bytes of
+        // padding after it, code after that.
+        let code = [
+            0x8b, 0x87, 0xa8, 0, 0, 0, // mov eax,[rdi+0xa8]
+            0x83, 0xe8, 0x01, // sub eax,1
+            0x48, 0x83, 0xbf, 0xb0, 0, 0, 0, 0x00, // cmp qword [rdi+0xb0],0
+            0x89, 0x87, 0xa8, 0, 0, 0, // mov [rdi+0xa8],eax
+            0x74, 0x04, // 0x1017: je 0x101d
+            0x85, 0xc0, // test eax,eax
+            0x7e, 0x03, // jle 0x1020
+            0xc3, // 0x101d: ret
+            0x66, 0x90, // xchg ax,ax
+            0x31, 0xc0, 0xc3, // 0x1020: xor eax,eax; ret
+        ];
+        let mut t = BranchTargets::default();
+        t.sweep(&code, 0x1000);
+        let s = plan_ret(0x101d, f(&code), &[], &t).unwrap();
+        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1017, 7, 3));
+        assert_lands_on_dispatch(&stub_of(&s, 0x7000_0000));
+        // Another branch to the `ret`, after it: no window takes both.
+        let mut t2 = t.clone();
+        *t2.2.get_mut(&0x101d).unwrap() += 1;
+        assert_eq!(
+            plan_ret(0x101d, f(&code), &[], &t2).unwrap_err(),
+            Refusal::ShortReturn {
+                at: 0x101d,
+                why: "0x101d, inside the 5 bytes the jump replaces, is a branch target".into()
+            }
+        );
+        // A jump table lands there too.
+        let mut t3 = t.clone();
+        t3.add_other([0x101d]);
+        assert!(plan_ret(0x101d, f(&code), &[], &t3).is_err());
+
+        // CPython's PyObject_GC_UnTrack: the `je` nine instructions before
+        // the `ret`, which ends the function.
+        let code = [
+            0x48, 0x8b, 0x47, 0xf0, // mov rax,[rdi-0x10]
+            0x48, 0x85, 0xc0, // test rax,rax
+            0x74, 0x26, // 0x1007: je 0x102f
+            0x48, 0x8b, 0x4f, 0xf8, // mov rcx,[rdi-8]
+            0x48, 0x8b, 0x50, 0x08, // mov rdx,[rax+8]
+            0x48, 0x83, 0xe1, 0xfc, // and rcx,-4
+            0x83, 0xe2, 0x03, // and edx,3
+            0x48, 0x09, 0xca, // or rdx,rcx
+            0x48, 0x89, 0x01, // mov [rcx],rax
+            0x48, 0x89, 0x50, 0x08, // mov [rax+8],rdx
+            0x48, 0x83, 0x67, 0xf8, 0x01, // and qword [rdi-8],1
+            0x48, 0xc7, 0x47, 0xf0, 0, 0, 0, 0,    // mov qword [rdi-0x10],0
+            0xc3, // 0x102f: ret
+        ];
+        let mut t = BranchTargets::default();
+        t.sweep(&code, 0x1000);
+        let s = plan_ret(0x102f, f(&code), &[], &t).unwrap();
+        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1007, 41, 10));
+        assert_lands_on_dispatch(&stub_of(&s, 0x7000_0000));
+        // The entry's window ends where that one starts.
+        let e = plan(0x1000, f(&code), &t).unwrap();
+        assert_eq!(e.addr + e.len as u64, 0x1007);
+        // Both in one window (the whole function's) take it as well.
+        let w = plan_whole(0x1000, f(&code), &[], &t).unwrap();
+        assert_eq!((w.addr, w.len), (0x1000, 0x30));
+        assert_lands_on_dispatch(&stub_of(&w, 0x7000_0000));
+        // Nothing but a direct branch inside may reach it.
+        let mut t2 = t.clone();
+        t2.add_other([0x102f]);
+        assert_eq!(
+            plan_whole(0x1000, f(&code), &[], &t2).unwrap_err(),
+            Refusal::BranchTarget { at: 0x102f }
         );
     }
 }

@@ -40,6 +40,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(many_trap_sites_are_said_in_one_line),
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
     case!(a_switchs_returns_take_jumps @ every_transport),
+    case!(rets_a_branch_lands_on_take_jumps @ every_transport),
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
@@ -1125,6 +1126,35 @@ fn a_switchs_returns_take_jumps(tr: &str) {
         .collect();
     let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
     assert_eq!(got, want, "{text}\n{err}");
+}
+
+/// `tests/progs/ret_targets.c`: `untrack` and `trash_end` have a `ret` a
+/// `je` lands on, with no room after it for a jump (CPython's
+/// `PyObject_GC_UnTrack` and `_PyTrash_end`, two thirds of the ptrace
+/// stops of a traced `python3 -c pass`). Under inproc each was an `int3`;
+/// the window at the `ret` takes the `je` now, and no site traps. Every
+/// transport gives the same values, the `je`'s path and the other.
+fn rets_a_branch_lands_on_take_jumps(tr: &str) {
+    let prog = gcc("ret_targets", &progs().join("ret_targets.c"), &["-O2"]);
+    let want = [
+        ("untrack", [0u64, 46, 0, 48, 0, 50]),
+        ("trash_end", [0xffff_ffff, 100, 1, 2, 3, 4]),
+    ];
+    for (func, values) in want {
+        let (text, err) = tree_under(tr, func, &prog, &["6"], "253\n");
+        assert!(!err.contains("no jump can go"), "{err}");
+        let want: Vec<String> = values
+            .iter()
+            .flat_map(|v| {
+                [
+                    format!("==> {func}()"),
+                    format!("<== {func}() [rax = {v:#x}]"),
+                ]
+            })
+            .collect();
+        let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+        assert_eq!(got, want, "{text}\n{err}");
+    }
 }
 
 /// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that

@@ -71,7 +71,7 @@ impl ModuleCode {
                 extra.extend(tables.into_iter().flat_map(|(_, t)| t));
             }
         }
-        targets.0.extend(extra);
+        targets.add_other(extra);
         for f in &with_tables {
             if let Some(code) = code_of(f)
                 && let Ok(tables) = jumptable::resolve(code, f.0, &targets.0, &read)
