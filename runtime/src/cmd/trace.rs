@@ -694,7 +694,11 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         session.disable_probe(t, prog, index ^ 1);
     }
     report_arm_failures(&session, &table, &modules);
-    if armed == 0 {
+    // Nothing armed yet is fine when the libraries of the rest are still
+    // to be mapped and the transport arms them then (a stripped program
+    // traced with `--lib`, stopped at its exec under ptrace).
+    let later = session.pending() > 0 && info.caps.later_libraries;
+    if armed == 0 && !later {
         if a.pid.is_none() {
             t.kill_launched();
         }

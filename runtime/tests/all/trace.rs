@@ -41,6 +41,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
     case!(a_switchs_returns_take_jumps @ every_transport),
     case!(rets_a_branch_lands_on_take_jumps @ every_transport),
+    case!(a_stripped_program_is_traced_in_its_libraries @ every_transport),
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
@@ -1126,6 +1127,64 @@ fn a_switchs_returns_take_jumps(tr: &str) {
         .collect();
     let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
     assert_eq!(got, want, "{text}\n{err}");
+}
+
+/// `tests/progs/tail_plt.c` stripped (no function symbols, as the
+/// programs of a distribution) traced with `--lib libtail*`: only its
+/// library is traced. Under ptrace, which arms at the command's exec,
+/// before the dynamic linker maps its libraries, nothing could be armed
+/// yet and wprobe gave up ("no function could be traced"); the library's
+/// probes are armed when it is mapped now.
+fn a_stripped_program_is_traced_in_its_libraries(tr: &str) {
+    let dir = scratch();
+    let _lib = gcc(
+        "libtail.so",
+        &progs().join("libtail.c"),
+        &["-O1", "-shared", "-fPIC"],
+    );
+    let prog = gcc(
+        "tail_plt_stripped",
+        &progs().join("tail_plt.c"),
+        &[
+            "-O2",
+            "-s",
+            &format!("-L{}", dir.display()),
+            "-Wl,--no-as-needed",
+            "-l:libtail.so",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
+    );
+    let out = file("stripped.json", tr);
+    let o = trace_argv(
+        tr,
+        &[
+            "--lib",
+            "libtail*",
+            "-X",
+            "_init",
+            "-X",
+            "_fini",
+            "-X",
+            "*tm_clones",
+            "-X",
+            "__do_global_dtors_aux",
+            "-X",
+            "frame_dummy",
+            "--report",
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+        &["3"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "18\n", "{err}");
+    let r = report_of(&out);
+    let calls: Vec<(&str, u64)> = r.iter().map(|(f, c)| (f.as_str(), c.0)).collect();
+    assert_eq!(calls, [("lib_twice", 3)], "{err}");
 }
 
 /// `tests/progs/ret_targets.c`: `untrack` and `trash_end` have a `ret` a
