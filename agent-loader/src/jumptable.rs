@@ -9,7 +9,8 @@
 //! ```text
 //! cmp   $N, %idx32          ; the bound (unsigned): entries 0..=N
 //! ja    default
-//! [mov  %idx32, %idx32']    ; at most zero-extending copies, before or
+//! [mov  %idx32, %idx32']    ; at most zero-extending copies (or movzx
+//!                           ; of the checked byte or word), before or
 //! lea   TABLE(%rip), %base  ; after the lea (position-independent: i32
 //!                           ; offsets from TABLE)
 //! movslq (%base,%idx',4), %r
@@ -138,9 +139,18 @@ fn one(
             break (n - 1, c.immediate(1));
         }
         if writes(i, idx) {
-            // `mov %src32, %idx32` (zero-extends): the check may be on src.
-            (matches!(i.code(), Code::Mov_r32_rm32 | Code::Mov_rm32_r32)
-                && i.op0_kind() == OpKind::Register
+            // `mov %src32, %idx32` or `movzx %src8/16, %idx` (zero-extend):
+            // the check may be on src (V8 checks a byte, `cmp $N, %sil`,
+            // then indexes with `movzbl %sil, %eax`).
+            (matches!(
+                i.code(),
+                Code::Mov_r32_rm32
+                    | Code::Mov_rm32_r32
+                    | Code::Movzx_r32_rm8
+                    | Code::Movzx_r32_rm16
+                    | Code::Movzx_r64_rm8
+                    | Code::Movzx_r64_rm16
+            ) && i.op0_kind() == OpKind::Register
                 && i.op1_kind() == OpKind::Register)
                 .then_some(())?;
             idx = i.op1_register().full_register();
@@ -273,5 +283,22 @@ mod tests {
             resolve(&c, START, &HashSet::new(), &abs),
             Ok(vec![(0x1007, vec![0x1020, 0x1030])])
         );
+        // V8's: the check on a byte, the index its zero-extension, other
+        // moves between: cmp sil, 1; ja; movzx eax, sil; mov r12, rdi;
+        // jmp [TABLE + rax*8]
+        let mut c = vec![
+            0x40, 0x80, 0xfe, 0x01, 0x77, 0x20, 0x40, 0x0f, 0xb6, 0xc6, 0x49, 0x89, 0xfc, 0xff,
+            0x24, 0xc5,
+        ];
+        c.extend_from_slice(&(TABLE as u32).to_le_bytes());
+        c.resize(0x40, 0xc3);
+        assert_eq!(
+            resolve(&c, START, &HashSet::new(), &abs),
+            Ok(vec![(0x100d, vec![0x1020, 0x1030])])
+        );
+        // ... not when the index is another byte than the one checked
+        // (movzx eax, dil).
+        c[9] = 0xc7;
+        assert_eq!(resolve(&c, START, &HashSet::new(), &abs), Err(0x100d));
     }
 }

@@ -7,9 +7,12 @@
 //!    until at least 5 bytes, and ends inside the function (its symbol's
 //!    size) — else *too short*.
 //! 2. No instruction but the last may jump or return (the rest of the
-//!    window would be left half-run); conditional branches may be
-//!    anywhere (relocated, they fall through to the next displaced
-//!    instruction). None may be a `call` (its return address would point
+//!    window would be left half-run), but for a `jmp` forward to an
+//!    instruction of a window ending in a `ret` (a loop entered at its
+//!    test); conditional branches may be anywhere (relocated, they fall
+//!    through to the next displaced instruction). A branch into the
+//!    window must land on one of its instructions (the block encoder
+//!    links it to the stub's copy), never inside one. None may be a `call` (its return address would point
 //!    into the stub: unwinders, stack walkers and a thread returning after
 //!    the patch is removed would see it), except a direct `call` ending a
 //!    probe's window, which the stub runs as a push of the original return
@@ -215,19 +218,54 @@ fn outside_target(win: &[Instruction], bias: u64, targets: &BranchTargets) -> Op
     })
 }
 
-/// Whether a window growing back from `at` could take every branch to it:
-/// they are all direct branches in `insns` (its function's code) before it.
-fn sources_before(at: u64, insns: &[Instruction], bias: u64, targets: &BranchTargets) -> bool {
+/// Whether a window ending at `end` and growing back could take every
+/// branch to `at`: they are all direct branches in `insns` (its function's
+/// code) before `end` (a loop's back edge after `at` included).
+fn sources_before(
+    at: u64,
+    end: u64,
+    insns: &[Instruction],
+    bias: u64,
+    targets: &BranchTargets,
+) -> bool {
     let mut n = 0u32;
     for j in insns {
         if direct_branch(j) && j.near_branch_target() == at {
-            if j.ip() >= at {
+            if j.ip() >= end {
                 return false;
             }
             n += 1;
         }
     }
     targets.2.get(&at.wrapping_sub(bias)).copied() == Some(n)
+}
+
+/// Whether `i` is a `jmp` forward to at most `last` (an instruction of the
+/// window it is in, which the block encoder links to the stub's copy).
+fn inner_jump(i: &Instruction, last: u64) -> bool {
+    i.flow_control() == FlowControl::UnconditionalBranch
+        && direct_branch(i)
+        && i.near_branch_target() > i.ip()
+        && i.near_branch_target() <= last
+}
+
+/// The first branch of `win` (a window's instructions, the `ret` last if
+/// any) whose target is inside the window's bytes `range` but not at one
+/// of its instructions: relocated, it would go to the original bytes,
+/// which are the jump now.
+fn lands_amiss(win: &[Instruction], range: std::ops::Range<u64>) -> Result<(), Refusal> {
+    match win
+        .iter()
+        .filter(|i| direct_branch(i) && range.contains(&i.near_branch_target()))
+        .find(|i| !win.iter().any(|j| j.ip() == i.near_branch_target()))
+    {
+        Some(i) => Err(Refusal::Instruction {
+            at: i.ip(),
+            what: mnemonic(i),
+            why: "it branches into the middle of an instruction of the window",
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Chooses the window of the probe at `probe` in `func` (run-time
@@ -292,6 +330,7 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
             }
         }
     }
+    lands_amiss(&displaced, start..start + len as u64)?;
     checked(Site {
         probe,
         addr: start,
@@ -337,7 +376,8 @@ pub fn plan_whole(
         if i.flow_control() == FlowControl::Return {
             break i;
         }
-        if !falls_through(&i) {
+        // A `jmp` forward is checked once the window's end is known.
+        if !falls_through(&i) && !inner_jump(&i, end) {
             return Err(Refusal::Instruction {
                 at: i.ip(),
                 what: mnemonic(&i),
@@ -347,11 +387,22 @@ pub fn plan_whole(
         refuse_instruction(&i)?;
         displaced.push(i);
     };
+    if let Some(j) = displaced
+        .iter()
+        .find(|i| !falls_through(i) && !inner_jump(i, ret.ip()))
+    {
+        return Err(Refusal::Instruction {
+            at: j.ip(),
+            what: mnemonic(j),
+            why: "control leaves the window before its end",
+        });
+    }
     let mut win = displaced.clone();
     win.push(ret);
     if let Some(at) = outside_target(&win, func.bias, targets) {
         return Err(Refusal::BranchTarget { at });
     }
+    lands_amiss(&win, start..ret.next_ip())?;
     let base = (ret.next_ip() - start) as usize;
     let len = if base >= JMP_LEN {
         base
@@ -513,7 +564,7 @@ pub fn plan_ret(
             if i.is_invalid() {
                 break;
             }
-            if !falls_through(i) {
+            if !falls_through(i) && !inner_jump(i, insns[r].ip()) {
                 refusal.get_or_insert(Refusal::Instruction {
                     at: i.ip(),
                     what: mnemonic(i),
@@ -530,7 +581,7 @@ pub fn plan_ret(
         if let Some(at) = inner {
             refusal.get_or_insert(Refusal::BranchTarget { at });
             // Grow to take the target's branches, if it can.
-            if !sources_before(at, &insns, func.bias, targets)
+            if !sources_before(at, insns[r].ip(), &insns, func.bias, targets)
                 || insns[r].next_ip() - insns[r - k].ip() >= MAX_INNER_BYTES
             {
                 break;
@@ -548,6 +599,11 @@ pub fn plan_ret(
             pad_len(JMP_LEN - base).map(|p| base + p)
         };
         if let Some(len) = len {
+            let from = insns[r - k].ip();
+            if let Err(e) = lands_amiss(&insns[r - k..=r], from..from + len as u64) {
+                refusal.get_or_insert(e);
+                break;
+            }
             return checked(Site {
                 probe: ret,
                 addr: insns[r - k].ip(),
@@ -884,6 +940,76 @@ mod tests {
         assert_eq!(
             plan_whole(0x1000, f(&code), &[], &t2).unwrap_err(),
             Refusal::BranchTarget { at: 0x102f }
+        );
+    }
+
+    #[test]
+    fn a_window_takes_a_loop_and_the_jumps_inside_it() {
+        // OpenSSL's bn_add_words (in node): a `jle` to the `ret` over a
+        // loop entered by a `jmp` forward; two bytes of padding after.
+        let code = [
+            0x31, 0xc0, // xor eax,eax
+            0x85, 0xc9, // test ecx,ecx
+            0x7e, 0x27, // 0x1004: jle 0x102d
+            0x4d, 0x29, 0xc0, // sub r8,r8
+            0xeb, 0x05, // 0x1009: jmp 0x1010
+            0x0f, 0x1f, 0x44, 0x00, 0x00, // nop
+            0x4c, 0x8b, 0x04, 0xc6, // 0x1010: mov r8,[rsi+rax*8]
+            0x4c, 0x13, 0x04, 0xc2, // adc r8,[rdx+rax*8]
+            0x4c, 0x89, 0x04, 0xc7, // mov [rdi+rax*8],r8
+            0x48, 0x8d, 0x40, 0x01, // lea rax,[rax+1]
+            0xff, 0xc9, // dec ecx
+            0x75, 0xec, // 0x1022: jne 0x1010
+            0x4d, 0x19, 0xc0, // sbb r8,r8
+            0x4c, 0x89, 0xc0, // mov rax,r8
+            0x83, 0xe0, 0x01, // and eax,1
+            0xc3, // 0x102d: ret
+        ];
+        let pad = [0x66, 0x90];
+        let mut t = BranchTargets::default();
+        t.sweep(&code, 0x1000);
+        let s = plan_ret(0x102d, f(&code), &pad, &t).unwrap();
+        assert_eq!((s.addr, s.len), (0x1004, 0x2a));
+        // Its entry's window overlaps: the whole function in one.
+        let e = plan(0x1000, f(&code), &t).unwrap();
+        assert!(e.addr + e.len as u64 > s.addr);
+        let w = plan_whole(0x1000, f(&code), &pad, &t).unwrap();
+        assert_eq!((w.addr, w.len), (0x1000, 0x2e));
+        let stub = stub_of(&w, 0x7000_0000);
+        assert_lands_on_dispatch(&stub);
+        // The loop's `jmp` and `jne` land on the stub's copy of its head.
+        let head = stub
+            .iter()
+            .find(|i| i.code() == Code::Mov_r64_rm64 && i.memory_index() == iced_x86::Register::RAX)
+            .unwrap_or_else(|| panic!("{stub:?}"))
+            .ip();
+        let to_head: Vec<Mnemonic> = stub
+            .iter()
+            .filter(|i| direct_branch(i) && i.near_branch_target() == head)
+            .map(|i| i.mnemonic())
+            .collect();
+        assert_eq!(to_head, [Mnemonic::Jmp, Mnemonic::Jne], "{stub:?}");
+        // A `jmp` past the `ret` leaves the window.
+        let mut out = code;
+        out[10] = 0x30; // jmp 0x103b
+        let mut t2 = BranchTargets::default();
+        t2.sweep(&out, 0x1000);
+        assert!(matches!(
+            plan_whole(0x1000, f(&out), &pad, &t2),
+            Err(Refusal::Instruction { at: 0x1009, .. })
+        ));
+        // A branch into the middle of an instruction of the window.
+        let mut mid = code;
+        mid[10] = 0x06; // jmp 0x1011
+        let mut t3 = BranchTargets::default();
+        t3.sweep(&mid, 0x1000);
+        assert_eq!(
+            plan_whole(0x1000, f(&mid), &pad, &t3).unwrap_err(),
+            Refusal::Instruction {
+                at: 0x1009,
+                what: "jmp".into(),
+                why: "it branches into the middle of an instruction of the window",
+            }
         );
     }
 }

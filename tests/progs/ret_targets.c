@@ -4,8 +4,9 @@
  * _PyTrash_end (two bytes of padding after the `ret`, code after them),
  * where most of the ptrace stops of a traced `python3 -c pass` were. The
  * in-process transport's window at such a `ret` takes the `je` with it.
- * For i < N (argv[1], default 6): untrack(s) and trash_end(s) on a state
- * that depends on i; prints the sum of their values, 253 for N = 6. */
+ * add_words and pick8 are two more shapes found in Node.js. For i < N
+ * (argv[1], default 6): each on a state that depends on i; prints the sum
+ * of their values. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,6 +26,26 @@ FN(trash_end, "mov (%rdi),%eax\n sub $1,%eax\n cmpq $0,8(%rdi)\n mov %eax,(%rdi)
               " test %eax,%eax\n jle 2f\n1: ret\n xchg %ax,%ax\n2: mov $100,%edx\n"
               " add %edx,%eax\n ret");
 
+/* OpenSSL's bn_add_words: r[] = a[] + b[] over n words, the carry out;
+ * a `jle` to the `ret` over a loop entered by a `jmp` forward, two bytes of
+ * padding after the `ret`: one window holds the whole function. */
+long add_words(long *r, const long *a, const long *b, int n);
+FN(add_words, "xor %eax,%eax\n test %ecx,%ecx\n jle 2f\n sub %r8,%r8\n jmp 1f\n"
+              " .byte 0x0f,0x1f,0x44,0x00,0x00\n1: mov (%rsi,%rax,8),%r8\n"
+              " adc (%rdx,%rax,8),%r8\n mov %r8,(%rdi,%rax,8)\n lea 1(%rax),%rax\n"
+              " dec %ecx\n jne 1b\n sbb %r8,%r8\n mov %r8,%rax\n and $1,%eax\n2: ret\n"
+              " xchg %ax,%ax");
+
+/* V8's dispatch: a `switch` on a byte, checked as a byte (`cmp $3, %sil`)
+ * and zero-extended into the index of an absolute table (this file is
+ * linked -no-pie); the cases return in the middle of the function. */
+long pick8(long x, unsigned char k);
+FN(pick8, "cmp $3,%sil\n ja 9f\n movzbl %sil,%eax\n mov %rdi,%rdx\n jmp *8f(,%rax,8)\n"
+          "0: lea 1(%rdx),%rax\n ret\n1: lea (%rdx,%rdx),%rax\n ret\n"
+          "2: mov %rdx,%rax\n neg %rax\n ret\n3: mov $77,%eax\n nop\n ret\n"
+          "9: mov $-1,%rax\n ret\n .section .rodata\n .p2align 3\n8: .quad 0b, 1b, 2b, 3b\n"
+          " .text");
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 6;
@@ -34,6 +55,9 @@ int main(int argc, char **argv)
         sum += untrack(s);
         long t[2] = {i, i % 3};
         sum += trash_end(t);
+        long a[3] = {-1, -1, i}, b[3] = {1, 0, i}, r[3] = {0, 0, 0};
+        sum += add_words(r, a, b, i % 4) + r[0] + 2 * (i % 4 > 2 ? r[2] : 0);
+        sum += pick8(i, (unsigned char)(i % 5));
     }
     printf("%ld\n", sum);
     return 0;

@@ -395,6 +395,16 @@ fn common_reason(why: &str) -> String {
     {
         return format!("its entry {rest}");
     }
+    // `the N bytes the jump replaces at 0x… overlap those of the probe at
+    // 0x…`: the window of another traced function (one starting inside it).
+    if r.starts_with("the ")
+        && r.contains(" bytes the jump replaces at 0x")
+        && r.contains(" overlap those of the probe at 0x")
+    {
+        return "the bytes its jump would replace overlap those of another probe's jump (a \
+                function starting inside them)"
+            .into();
+    }
     r.to_string()
 }
 
@@ -875,6 +885,14 @@ mod tests {
                  (branch targets in the window cannot be ruled out)"
             ),
             "no function symbol covers it (branch targets in the window cannot be ruled out)"
+        );
+        assert_eq!(
+            common_reason(
+                "cannot patch the function at 0x2084630: the 5 bytes the jump replaces at \
+                 0x2084630 overlap those of the probe at 0x2084634"
+            ),
+            "the bytes its jump would replace overlap those of another probe's jump (a function \
+             starting inside them)"
         );
         assert_eq!(common_reason("anything else"), "anything else");
     }

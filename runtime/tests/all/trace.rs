@@ -1190,17 +1190,28 @@ fn a_stripped_program_is_traced_in_its_libraries(tr: &str) {
 /// `tests/progs/ret_targets.c`: `untrack` and `trash_end` have a `ret` a
 /// `je` lands on, with no room after it for a jump (CPython's
 /// `PyObject_GC_UnTrack` and `_PyTrash_end`, two thirds of the ptrace
-/// stops of a traced `python3 -c pass`). Under inproc each was an `int3`;
-/// the window at the `ret` takes the `je` now, and no site traps. Every
-/// transport gives the same values, the `je`'s path and the other.
+/// stops of a traced `python3 -c pass`); `add_words` has a loop between
+/// its entry and its `ret`, entered by a `jmp` forward, and a `jle` to its
+/// `ret` (OpenSSL's `bn_add_words` in Node.js); `pick8` returns from the
+/// cases of a jump table indexed by a byte it checked as a byte (V8's
+/// deserializer, the busiest trap site of a traced `node`). Under inproc
+/// each was an `int3`; now the windows take the branches and the loop,
+/// the table is read, and no site traps. Every transport gives the same
+/// values, on every path.
 fn rets_a_branch_lands_on_take_jumps(tr: &str) {
-    let prog = gcc("ret_targets", &progs().join("ret_targets.c"), &["-O2"]);
-    let want = [
-        ("untrack", [0u64, 46, 0, 48, 0, 50]),
+    let prog = gcc(
+        "ret_targets",
+        &progs().join("ret_targets.c"),
+        &["-O2", "-no-pie"],
+    );
+    let want: [(&str, [u64; 6]); 4] = [
+        ("untrack", [0, 46, 0, 48, 0, 50]),
         ("trash_end", [0xffff_ffff, 100, 1, 2, 3, 4]),
+        ("add_words", [0, 1, 1, 0, 0, 1]),
+        ("pick8", [1, 2, (-2i64) as u64, 77, u64::MAX, 6]),
     ];
     for (func, values) in want {
-        let (text, err) = tree_under(tr, func, &prog, &["6"], "253\n");
+        let (text, err) = tree_under(tr, func, &prog, &["6"], "353\n");
         assert!(!err.contains("no jump can go"), "{err}");
         let want: Vec<String> = values
             .iter()
