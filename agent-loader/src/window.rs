@@ -12,7 +12,8 @@
 //!    test); conditional branches may be anywhere (relocated, they fall
 //!    through to the next displaced instruction). A branch into the
 //!    window must land on one of its instructions (the block encoder
-//!    links it to the stub's copy), never inside one. None may be a `call` (its return address would point
+//!    links it to the stub's copy), never inside one. None may be a
+//!    `call` (its return address would point
 //!    into the stub: unwinders, stack walkers and a thread returning after
 //!    the patch is removed would see it), except a direct `call` ending a
 //!    probe's window, which the stub runs as a push of the original return
@@ -396,6 +397,17 @@ pub fn plan_whole(
             what: mnemonic(j),
             why: "control leaves the window before its end",
         });
+    }
+    // A loop in the window makes it long: not where an unread jump table
+    // could land.
+    if displaced.iter().any(|i| !falls_through(i)) {
+        let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
+        if let Some(j) = d.iter().find(|j| {
+            j.flow_control() == FlowControl::IndirectBranch
+                && !targets.1.contains(&j.ip().wrapping_sub(func.bias))
+        }) {
+            return Err(Refusal::IndirectJump { at: j.ip() });
+        }
     }
     let mut win = displaced.clone();
     win.push(ret);
@@ -989,6 +1001,14 @@ mod tests {
             .map(|i| i.mnemonic())
             .collect();
         assert_eq!(to_head, [Mnemonic::Jmp, Mnemonic::Jne], "{stub:?}");
+        // Not with a jump table wprobe could not read elsewhere in the
+        // function (`jmp rax` after the `ret`).
+        let mut tabled = code.to_vec();
+        tabled.extend_from_slice(&[0xff, 0xe0]);
+        assert_eq!(
+            plan_whole(0x1000, f(&tabled), &[], &t).unwrap_err(),
+            Refusal::IndirectJump { at: 0x102e }
+        );
         // A `jmp` past the `ret` leaves the window.
         let mut out = code;
         out[10] = 0x30; // jmp 0x103b
