@@ -10,7 +10,9 @@
 //! cmp   $N, %idx32          ; the bound (unsigned): entries 0..=N
 //! ja    default
 //! [mov  %idx32, %idx32']    ; at most zero-extending copies (or movzx
-//!                           ; of the checked byte or word), before or
+//!                           ; of the checked byte or word, or of the
+//!                           ; byte or word in memory `cmp` checked
+//!                           ; just before the `ja`), before or
 //! lea   TABLE(%rip), %base  ; after the lea (position-independent: i32
 //!                           ; offsets from TABLE)
 //! movslq (%base,%idx',4), %r
@@ -130,6 +132,36 @@ fn one(
         n = n.checked_sub(1).filter(|&n| n > lo)?;
         let i = &insns[n];
         let c = &insns[n - 1];
+        // The check on memory, the index read from it right after
+        // (OpenSSL: `cmpb $6, (%r12); ja; movzbl (%r12), %eax`).
+        if writes(i, idx)
+            && matches!(
+                i.code(),
+                Code::Movzx_r32_rm8
+                    | Code::Movzx_r32_rm16
+                    | Code::Movzx_r64_rm8
+                    | Code::Movzx_r64_rm16
+            )
+            && i.op1_kind() == OpKind::Memory
+        {
+            let m = n.checked_sub(2).filter(|&m| m >= lo)?;
+            let k = &insns[m];
+            let same = |a: &Instruction, b: &Instruction| {
+                a.memory_base() == b.memory_base()
+                    && a.memory_index() == b.memory_index()
+                    && a.memory_index_scale() == b.memory_index_scale()
+                    && a.memory_displacement64() == b.memory_displacement64()
+                    && a.memory_segment() == b.memory_segment()
+                    && a.memory_size() == b.memory_size()
+            };
+            (c.mnemonic() == Mnemonic::Ja
+                && k.mnemonic() == Mnemonic::Cmp
+                && k.op0_kind() == OpKind::Memory
+                && imm(k)
+                && same(k, i))
+            .then_some(())?;
+            break (m, k.immediate(1));
+        }
         if i.mnemonic() == Mnemonic::Ja
             && c.mnemonic() == Mnemonic::Cmp
             && c.op0_kind() == OpKind::Register
@@ -300,5 +332,23 @@ mod tests {
         // (movzx eax, dil).
         c[9] = 0xc7;
         assert_eq!(resolve(&c, START, &HashSet::new(), &abs), Err(0x100d));
+        // OpenSSL's: the byte checked in memory, then read into the index:
+        // cmp byte [r12], 1; ja; movzx eax, byte [r12]; jmp [TABLE + rax*8]
+        let mut c = vec![
+            0x41, 0x80, 0x3c, 0x24, 0x01, 0x77, 0x20, 0x41, 0x0f, 0xb6, 0x04, 0x24, 0xff, 0x24,
+            0xc5,
+        ];
+        c.extend_from_slice(&(TABLE as u32).to_le_bytes());
+        c.resize(0x40, 0xc3);
+        assert_eq!(
+            resolve(&c, START, &HashSet::new(), &abs),
+            Ok(vec![(0x100c, vec![0x1020, 0x1030])])
+        );
+        // ... not another byte than the one checked ([r12+1]).
+        let mut other = c.clone();
+        other[10] = 0x44;
+        other.splice(12..12, [0x01]);
+        other.truncate(0x40);
+        assert_eq!(resolve(&other, START, &HashSet::new(), &abs), Err(0x100d));
     }
 }

@@ -4,7 +4,7 @@
  * _PyTrash_end (two bytes of padding after the `ret`, code after them),
  * where most of the ptrace stops of a traced `python3 -c pass` were. The
  * in-process transport's window at such a `ret` takes the `je` with it.
- * add_words and pick8 are two more shapes found in Node.js. For i < N
+ * add_words, pick8 and pickm are more shapes found in Node.js. For i < N
  * (argv[1], default 6): each on a state that depends on i; prints the sum
  * of their values. */
 #include <stdio.h>
@@ -46,6 +46,16 @@ FN(pick8, "cmp $3,%sil\n ja 9f\n movzbl %sil,%eax\n mov %rdi,%rdx\n jmp *8f(,%ra
           "9: mov $-1,%rax\n ret\n .section .rodata\n .p2align 3\n8: .quad 0b, 1b, 2b, 3b\n"
           " .text");
 
+/* OpenSSL's asn1_item_embed_d2i: the byte checked in memory, then read
+ * into the index (`cmpb $3, (%rsi); ja; movzbl (%rsi), %eax`); the same
+ * cases as pick8. */
+long pickm(long x, const unsigned char *k);
+FN(pickm, "cmpb $3,(%rsi)\n ja 9f\n movzbl (%rsi),%eax\n mov %rdi,%rdx\n jmp *8f(,%rax,8)\n"
+          "0: lea 1(%rdx),%rax\n ret\n1: lea (%rdx,%rdx),%rax\n ret\n"
+          "2: mov %rdx,%rax\n neg %rax\n ret\n3: mov $77,%eax\n nop\n ret\n"
+          "9: mov $-1,%rax\n ret\n .section .rodata\n .p2align 3\n8: .quad 0b, 1b, 2b, 3b\n"
+          " .text");
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 6;
@@ -58,6 +68,8 @@ int main(int argc, char **argv)
         long a[3] = {-1, -1, i}, b[3] = {1, 0, i}, r[3] = {0, 0, 0};
         sum += add_words(r, a, b, i % 4) + r[0] + 2 * (i % 4 > 2 ? r[2] : 0);
         sum += pick8(i, (unsigned char)(i % 5));
+        unsigned char km = (unsigned char)(i % 5);
+        sum += pickm(i, &km);
     }
     printf("%ld\n", sum);
     return 0;

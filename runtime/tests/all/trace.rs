@@ -1194,7 +1194,8 @@ fn a_stripped_program_is_traced_in_its_libraries(tr: &str) {
 /// its entry and its `ret`, entered by a `jmp` forward, and a `jle` to its
 /// `ret` (OpenSSL's `bn_add_words` in Node.js); `pick8` returns from the
 /// cases of a jump table indexed by a byte it checked as a byte (V8's
-/// deserializer, the busiest trap site of a traced `node`). Under inproc
+/// deserializer, the busiest trap site of a traced `node`), `pickm` by a
+/// byte it checked in memory (OpenSSL's `asn1_item_embed_d2i`). Under inproc
 /// each was an `int3`; now the windows take the branches and the loop,
 /// the table is read, and no site traps. Every transport gives the same
 /// values, on every path.
@@ -1204,14 +1205,15 @@ fn rets_a_branch_lands_on_take_jumps(tr: &str) {
         &progs().join("ret_targets.c"),
         &["-O2", "-no-pie"],
     );
-    let want: [(&str, [u64; 6]); 4] = [
+    let want: [(&str, [u64; 6]); 5] = [
         ("untrack", [0, 46, 0, 48, 0, 50]),
         ("trash_end", [0xffff_ffff, 100, 1, 2, 3, 4]),
         ("add_words", [0, 1, 1, 0, 0, 1]),
         ("pick8", [1, 2, (-2i64) as u64, 77, u64::MAX, 6]),
+        ("pickm", [1, 2, (-2i64) as u64, 77, u64::MAX, 6]),
     ];
     for (func, values) in want {
-        let (text, err) = tree_under(tr, func, &prog, &["6"], "353\n");
+        let (text, err) = tree_under(tr, func, &prog, &["6"], "436\n");
         assert!(!err.contains("no jump can go"), "{err}");
         let want: Vec<String> = values
             .iter()
