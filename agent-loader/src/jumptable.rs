@@ -39,7 +39,8 @@ const MAX_ENTRIES: u64 = 4096;
 
 /// The targets (link-time) of every indirect `jmp` of the function whose
 /// code is `code` at link-time `start`: `Ok` with the `jmp`s resolved and
-/// their targets, `Err` with the first one that is not. `read` gives
+/// their targets (none inside the function for a tail call through a
+/// pointer, [`crate::tailcall`]), `Err` with the first one that is not. `read` gives
 /// `len` bytes of the module at a link-time address. `targets` is the
 /// module's set of direct branch targets.
 pub fn resolve(
@@ -53,14 +54,24 @@ pub fn resolve(
     while d.can_decode() {
         insns.push(d.decode());
     }
+    let end = start + code.len() as u64;
     let mut out = Vec::new();
+    let mut tails = None;
     for (k, i) in insns.iter().enumerate() {
         if i.flow_control() != FlowControl::IndirectBranch {
             continue;
         }
-        match one(&insns, k, targets, read) {
-            Some(t) => out.push((i.ip(), t)),
-            None => return Err(i.ip()),
+        if let Some(t) = one(&insns, k, targets, read) {
+            out.push((i.ip(), t));
+            continue;
+        }
+        // Not a table: a tail call through a pointer lands in no window.
+        let f =
+            tails.get_or_insert_with(|| crate::tailcall::Function::of(&insns, start, end, read));
+        if f.is_pointer_tail_call(&insns, k, read) {
+            out.push((i.ip(), Vec::new()));
+        } else {
+            return Err(i.ip());
         }
     }
     Ok(out)
@@ -292,9 +303,16 @@ mod tests {
         // The table unreadable.
         let none = |_: u64, _: usize| None;
         assert_eq!(resolve(&pic(), START, &HashSet::new(), &none), Err(0x1015));
-        // A function pointer's tail call.
+        // A function pointer's tail call is resolved, with no target
+        // inside the function (crate::tailcall) ...
         let c = [0x48, 0x8b, 0x07, 0xff, 0xe0]; // mov rax, [rdi]; jmp rax
-        assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1003));
+        assert_eq!(
+            resolve(&c, START, &HashSet::new(), &read),
+            Ok(vec![(0x1003, vec![])])
+        );
+        // ... not one inside its frame: push rbx; mov rax, [rdi]; jmp rax
+        let c = [0x53, 0x48, 0x8b, 0x07, 0xff, 0xe0];
+        assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1004));
     }
 
     #[test]

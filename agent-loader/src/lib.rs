@@ -18,6 +18,7 @@ pub mod jumptable;
 pub mod loader;
 pub mod region;
 pub mod stub;
+pub mod tailcall;
 pub mod target;
 pub mod window;
 

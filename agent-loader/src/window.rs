@@ -25,7 +25,8 @@
 //!    executable sections, with the targets of the jump tables
 //!    [`crate::jumptable`] could read), and, for a window that does not
 //!    start at its function's entry, no indirect `jmp` in the function
-//!    whose table was not read (it could land anywhere in it). One
+//!    whose table was not read (it could land anywhere in it) and that is
+//!    not a tail call through a pointer ([`crate::tailcall`]). One
 //!    exception, in windows ending with a `ret`: a target whose every
 //!    branch is a direct branch displaced in the same window (a `je` to
 //!    the function's `ret` a few instructions before it): the branch moves

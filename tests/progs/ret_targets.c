@@ -4,7 +4,8 @@
  * _PyTrash_end (two bytes of padding after the `ret`, code after them),
  * where most of the ptrace stops of a traced `python3 -c pass` were. The
  * in-process transport's window at such a `ret` takes the `je` with it.
- * add_words, pick8 and pickm are more shapes found in Node.js. For i < N
+ * add_words, pick8 and pickm are more shapes found in Node.js, vtail
+ * CPython's traverse functions. For i < N
  * (argv[1], default 6): each on a state that depends on i; prints the sum
  * of their values. */
 #include <stdio.h>
@@ -56,6 +57,21 @@ FN(pickm, "cmpb $3,(%rsi)\n ja 9f\n movzbl (%rsi),%eax\n mov %rdi,%rdx\n jmp *8f
           "9: mov $-1,%rax\n ret\n .section .rodata\n .p2align 3\n8: .quad 0b, 1b, 2b, 3b\n"
           " .text");
 
+/* CPython's tp_traverse: `return visit(op, arg)` ends in a tail call
+ * through the pointer it was given (`jmp *%rax` after the epilogue), and a
+ * `ret` in the middle of the function; the `ret`'s window needs the
+ * instruction before it, which is allowed once the `jmp` is known not to
+ * be a jump table's. vtail(x, f): 5 when x is 0, else f(x). */
+long vtail(long x, long (*f)(long));
+FN(vtail, "push %rbx\n mov %rsi,%rbx\n test %rdi,%rdi\n jne 1f\n mov $5,%eax\n pop %rbx\n ret\n"
+          "1: mov %rbx,%rax\n pop %rbx\n jmp *%rax");
+
+__attribute__((noinline)) long thrice(long x)
+{
+    asm volatile("");
+    return 3 * x;
+}
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 6;
@@ -70,6 +86,7 @@ int main(int argc, char **argv)
         sum += pick8(i, (unsigned char)(i % 5));
         unsigned char km = (unsigned char)(i % 5);
         sum += pickm(i, &km);
+        sum += vtail(i % 3 == 0 ? 0 : i, thrice);
     }
     printf("%ld\n", sum);
     return 0;

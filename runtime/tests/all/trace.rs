@@ -1195,7 +1195,10 @@ fn a_stripped_program_is_traced_in_its_libraries(tr: &str) {
 /// `ret` (OpenSSL's `bn_add_words` in Node.js); `pick8` returns from the
 /// cases of a jump table indexed by a byte it checked as a byte (V8's
 /// deserializer, the busiest trap site of a traced `node`), `pickm` by a
-/// byte it checked in memory (OpenSSL's `asn1_item_embed_d2i`). Under inproc
+/// byte it checked in memory (OpenSSL's `asn1_item_embed_d2i`); `vtail`
+/// has a `ret` in its middle and ends in a tail call through a pointer it
+/// was given (CPython's traverse functions), which is not a jump table's
+/// `jmp`. Under inproc
 /// each was an `int3`; now the windows take the branches and the loop,
 /// the table is read, and no site traps. Every transport gives the same
 /// values, on every path.
@@ -1213,7 +1216,7 @@ fn rets_a_branch_lands_on_take_jumps(tr: &str) {
         ("pickm", [1, 2, (-2i64) as u64, 77, u64::MAX, 6]),
     ];
     for (func, values) in want {
-        let (text, err) = tree_under(tr, func, &prog, &["6"], "436\n");
+        let (text, err) = tree_under(tr, func, &prog, &["6"], "482\n");
         assert!(!err.contains("no jump can go"), "{err}");
         let want: Vec<String> = values
             .iter()
@@ -1227,6 +1230,26 @@ fn rets_a_branch_lands_on_take_jumps(tr: &str) {
         let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
         assert_eq!(got, want, "{text}\n{err}");
     }
+    // `vtail`'s calls that went on in `thrice` return with its value.
+    let (text, err) = tree_under(tr, "vtail", &prog, &["6"], "482\n");
+    assert!(!err.contains("no jump can go"), "{err}");
+    let want: Vec<String> = [0u64, 1, 2, 0, 4, 5]
+        .iter()
+        .flat_map(|&x| match x {
+            0 => vec![
+                "==> vtail()".to_string(),
+                "<== vtail() [rax = 0x5]".to_string(),
+            ],
+            x => vec![
+                "==> vtail()".to_string(),
+                "   ==> thrice()".to_string(),
+                format!("   <== thrice() [rax = {:#x}]", 3 * x),
+                format!("<== vtail() [rax = {:#x}]", 3 * x),
+            ],
+        })
+        .collect();
+    let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(got, want, "{text}\n{err}");
 }
 
 /// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that
