@@ -59,10 +59,11 @@ impl StackLevels {
         }
         st[0] = Some(Level::At(0, None));
         let mut work = vec![0usize];
+        let mut f = iced_x86::InstructionInfoFactory::new();
         while let Some(k) = work.pop() {
             let Some(s) = st[k] else { continue };
             let i = &insns[k];
-            let out = step(i, s);
+            let out = step(i, s, &mut f);
             for n in successors(insns, &at, k) {
                 let merged = match st[n] {
                     None => out,
@@ -227,16 +228,19 @@ fn clean_after(
         let dest = i.op_count() > 0
             && i.op0_kind() == OpKind::Register
             && i.op0_register().full_register() == w.full_register();
+        let size = if dest { i.op0_register().size() } else { 0 };
         let keeps = dest
             && i.mnemonic() == Mnemonic::Mov
             && match i.op1_kind() {
-                // A copy: clean if its source is.
-                OpKind::Register => bit(i.op1_register()).is_some_and(|s| c & s != 0),
+                // A copy (whole, or zero-extending 32 bits): clean if its
+                // source is.
+                OpKind::Register => size >= 4 && bit(i.op1_register()).is_some_and(|s| c & s != 0),
                 // A pointer loaded from memory, not through an index, not
                 // from the stack; from the module's data, not one into the
                 // function.
                 OpKind::Memory => {
-                    i.memory_index() == Register::None
+                    size == 8
+                        && i.memory_index() == Register::None
                         && !matches!(i.memory_base(), Register::RSP | Register::RBP)
                         && (!i.is_ip_rel_memory_operand()
                             || read(i.ip_rel_memory_address(), 8).is_some_and(|v| {
@@ -256,9 +260,22 @@ fn clean_after(
 }
 
 /// The level after `i`, `s` before it.
-fn step(i: &Instruction, s: Level) -> Level {
+fn step(i: &Instruction, s: Level, f: &mut iced_x86::InstructionInfoFactory) -> Level {
     let Level::At(d, bp) = s else {
         return Level::Unknown;
+    };
+    // Writes of rsp or rbp other than as the destination operand (`xchg`
+    // with either second) are not followed.
+    let hidden = |f: &mut iced_x86::InstructionInfoFactory, r: Register| {
+        f.info(i).used_registers().iter().any(|u| {
+            u.register().full_register() == r
+                && !matches!(
+                    u.access(),
+                    iced_x86::OpAccess::Read
+                        | iced_x86::OpAccess::CondRead
+                        | iced_x86::OpAccess::None
+                )
+        })
     };
     let imm = |i: &Instruction| match i.op1_kind() {
         OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8to32 => {
@@ -315,12 +332,9 @@ fn step(i: &Instruction, s: Level) -> Level {
         // A call's callee pops what it pushes; its return leaves `rsp` as
         // it was (and may change `rbp` only to restore it).
         Mnemonic::Call => Level::At(d, bp),
-        _ if to_rsp => Level::Unknown,
-        _ if to_rbp => Level::At(d, None),
-        _ => match i.code() {
-            Code::Enterq_imm16_imm8 | Code::Enterw_imm16_imm8 => Level::Unknown,
-            _ => Level::At(d, bp),
-        },
+        _ if to_rsp || hidden(f, Register::RSP) => Level::Unknown,
+        _ if to_rbp || hidden(f, Register::RBP) => Level::At(d, None),
+        _ => Level::At(d, bp),
     }
 }
 
@@ -406,11 +420,18 @@ fn is_pointer_tail_call(
     {
         return false;
     }
-    if j.is_ip_rel_memory_operand() {
-        // `jmp *ptr(%rip)`: what the file holds there (a GOT slot: 0 or
-        // the PLT; a pointer the dynamic linker relocates) must not be
-        // inside the function.
-        let Some(b) = read(j.ip_rel_memory_address(), 8) else {
+    let fixed = if j.is_ip_rel_memory_operand() {
+        Some(j.ip_rel_memory_address())
+    } else if j.memory_base() == Register::None {
+        Some(j.memory_displacement64())
+    } else {
+        None
+    };
+    if let Some(at) = fixed {
+        // `jmp *ptr(%rip)`, `jmp *ptr`: what the file holds there (a GOT
+        // slot: 0 or the PLT; a pointer the dynamic linker relocates) must
+        // not be inside the function.
+        let Some(b) = read(at, 8) else {
             return false;
         };
         let v = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
@@ -504,5 +525,9 @@ mod tests {
         ]));
         // A value computed: mov eax,0x5000; jmp rax
         assert!(!tail(&[0xb8, 0x00, 0x50, 0x00, 0x00, 0xff, 0xe0]));
+        // A byte loaded into a pointer: mov al,[rdi]; jmp rax
+        assert!(!tail(&[0x8a, 0x07, 0xff, 0xe0]));
+        // rsp exchanged (not followed): xchg rax,rsp; jmp rax
+        assert!(!tail(&[0x48, 0x94, 0xff, 0xe0]));
     }
 }
