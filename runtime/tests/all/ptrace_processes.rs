@@ -437,7 +437,17 @@ fn attach_then_stop_restores_everything_t9() {
 fn attach_to_a_thread_spawning_process_t14() {
     let _t = timeout("t14", 120);
     let prog = build("spawner", "spawner.c", &["-O2"]);
-    let mut child = std::process::Command::new(&prog).arg("8").spawn().unwrap();
+    // Killed however the test ends: a spawner left running when it failed
+    // took both CPUs from the rest of a CI run.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut guard = KillOnDrop(std::process::Command::new(&prog).arg("8").spawn().unwrap());
+    let child = &mut guard.0;
     let pid = child.id() as i32;
     std::thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
@@ -476,8 +486,6 @@ fn attach_to_a_thread_spawning_process_t14() {
         child.try_wait().unwrap().is_none(),
         "still running after detach"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 fn handoff_to_debugger_leaves_the_process_stopped_and_clean() {

@@ -167,11 +167,17 @@ impl PtraceTracer {
             .insert(pid, Process::new(pid, mem, ProcKind::Traced, 0, false));
         let deadline = Instant::now() + ATTACH_DEADLINE;
         loop {
-            let tids = crate::transport::list_tasks(pid);
+            let mut tids = crate::transport::list_tasks(pid);
             if tids.is_empty() && t.threads.is_empty() {
                 t.procs.clear();
                 return Err(PtraceError::NoSuchProcess { pid });
             }
+            // The main thread first: its refusal is the process's. Another
+            // thread's may be that of a thread that exited after the
+            // listing and whose id another process's thread, traced by
+            // someone else, now has (ids wrap, and a thread's may be below
+            // the process's).
+            tids.sort_by_key(|&tid| tid != pid);
             let mut added = false;
             for tid in tids {
                 if t.threads.contains_key(&tid) {
@@ -186,7 +192,11 @@ impl PtraceTracer {
                             let _ = sys::interrupt(tid);
                         }
                     }
-                    Err(Errno::EPERM) if t.threads.is_empty() => {
+                    // (A leader that exited with its threads running is a
+                    // zombie no one can seize: its threads still can be.)
+                    Err(Errno::EPERM)
+                        if tid == pid && t.threads.is_empty() && !leader_exited(pid) =>
+                    {
                         t.procs.clear();
                         let why = crate::procinfo::untraceable(pid);
                         return Err(match why.explain(pid) {
@@ -253,4 +263,13 @@ impl PtraceTracer {
             }
         }
     }
+}
+
+/// Whether the thread-group leader `pid` has exited (a zombie: its threads
+/// may run on).
+fn leader_exited(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(false)
 }
