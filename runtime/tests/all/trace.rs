@@ -248,9 +248,12 @@ fn report_gives_the_hand_computed_call_counts(tr: &str) {
 
 /// uftrace's own report of trace_calls (`uftrace record -P .`): function →
 /// calls. uftrace counts a call when it returns, so `jumper` (left by
-/// `longjmp`) is not in it.
-fn uftrace_counts(prog: &Path) -> BTreeMap<String, u64> {
-    let dir = scratch().join("uftrace.data");
+/// `longjmp`) is not in it. Its data directory is the case's own (`tr`):
+/// the cases of the transports run at once, and one directory for all
+/// made uftrace fail now and then ("creating directory failed: File
+/// exists", "cannot open record data").
+fn uftrace_counts(prog: &Path, tr: &str) -> BTreeMap<String, u64> {
+    let dir = scratch().join(format!("uftrace.{tr}.data"));
     let _ = std::fs::remove_dir_all(&dir);
     let rec = Command::new("uftrace")
         .args(["record", "-P", ".", "-d"])
@@ -279,7 +282,7 @@ fn uftrace_counts(prog: &Path) -> BTreeMap<String, u64> {
 
 fn counts_equal_uftraces(tr: &str) {
     let prog = trace_calls();
-    let theirs = uftrace_counts(&prog);
+    let theirs = uftrace_counts(&prog, tr);
     let out = file("uftrace.json", tr);
     let o = trace(
         tr,
