@@ -25,9 +25,9 @@
 //! No branch target may land between the bounds check and the `jmp` (a
 //! path that skipped the check would index with another bound).
 
+use crate::insn::writes;
 use iced_x86::{
-    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
-    OpAccess, OpKind, Register,
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
 };
 use std::collections::HashSet;
 
@@ -218,21 +218,6 @@ fn one(
             })
             .collect(),
     )
-}
-
-/// Whether `i` writes register `r` (its full 64-bit register).
-fn writes(i: &Instruction, r: Register) -> bool {
-    let mut f = InstructionInfoFactory::new();
-    f.info(i).used_registers().iter().any(|u| {
-        u.register().full_register() == r
-            && matches!(
-                u.access(),
-                OpAccess::Write
-                    | OpAccess::CondWrite
-                    | OpAccess::ReadWrite
-                    | OpAccess::ReadCondWrite
-            )
-    })
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 
 pub mod compile;
 pub mod elf;
+mod insn;
 pub mod jumptable;
 pub mod loader;
 pub mod region;

@@ -31,6 +31,7 @@
 //! labels-as-values for interpreters, whose dispatch runs inside their
 //! frame.
 
+use crate::insn::{direct_branch, written};
 use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
 use std::collections::HashMap;
 
@@ -52,31 +53,13 @@ impl StackLevels {
     /// The levels of `insns`, a function's instructions in order from its
     /// entry.
     fn of(insns: &[Instruction]) -> StackLevels {
-        let at: HashMap<u64, usize> = insns.iter().enumerate().map(|(k, i)| (i.ip(), k)).collect();
-        let mut st: Vec<Option<Level>> = vec![None; insns.len()];
-        if insns.is_empty() {
-            return StackLevels(st);
-        }
-        st[0] = Some(Level::At(0, None));
-        let mut work = vec![0usize];
         let mut f = iced_x86::InstructionInfoFactory::new();
-        while let Some(k) = work.pop() {
-            let Some(s) = st[k] else { continue };
-            let i = &insns[k];
-            let out = step(i, s, &mut f);
-            for n in successors(insns, &at, k) {
-                let merged = match st[n] {
-                    None => out,
-                    Some(old) if old == out => continue,
-                    Some(_) => Level::Unknown,
-                };
-                if st[n] != Some(merged) {
-                    st[n] = Some(merged);
-                    work.push(n);
-                }
-            }
-        }
-        StackLevels(st)
+        StackLevels(forward(
+            insns,
+            Level::At(0, None),
+            |i, s| step(i, s, &mut f),
+            |a, b| if a == b { a } else { Level::Unknown },
+        ))
     }
 
     /// Whether at instruction `k` the stack pointer is the entry's.
@@ -124,27 +107,13 @@ impl Clean {
         end: u64,
         read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     ) -> Clean {
-        let at: HashMap<u64, usize> = insns.iter().enumerate().map(|(k, i)| (i.ip(), k)).collect();
-        let mut st: Vec<Option<u16>> = vec![None; insns.len()];
-        if insns.is_empty() {
-            return Clean(st);
-        }
-        st[0] = Some(u16::MAX);
-        let mut work = vec![0usize];
         let mut f = iced_x86::InstructionInfoFactory::new();
-        while let Some(k) = work.pop() {
-            let Some(c) = st[k] else { continue };
-            let i = &insns[k];
-            let out = clean_after(i, c, start, end, read, &mut f);
-            for n in successors(insns, &at, k) {
-                let merged = st[n].map_or(out, |old| old & out);
-                if st[n] != Some(merged) {
-                    st[n] = Some(merged);
-                    work.push(n);
-                }
-            }
-        }
-        Clean(st)
+        Clean(forward(
+            insns,
+            u16::MAX,
+            |i, c| clean_after(i, c, start, end, read, &mut f),
+            |a, b| a & b,
+        ))
     }
 
     /// Whether register `r` is clean at instruction `k`.
@@ -156,27 +125,49 @@ impl Clean {
     }
 }
 
-/// The instructions control may go to after `insns[k]` inside the function.
-fn successors(insns: &[Instruction], at: &HashMap<u64, usize>, k: usize) -> Vec<usize> {
-    let i = &insns[k];
-    let mut next = Vec::with_capacity(2);
-    match i.flow_control() {
-        FlowControl::Next | FlowControl::Call | FlowControl::IndirectCall => next.push(k + 1),
-        FlowControl::ConditionalBranch => {
-            next.push(k + 1);
-            if let Some(&t) = at.get(&i.near_branch_target()) {
-                next.push(t);
-            }
-        }
-        FlowControl::UnconditionalBranch => {
-            if let Some(&t) = at.get(&i.near_branch_target()) {
-                next.push(t);
-            }
-        }
-        _ => {}
+/// A forward dataflow over the function's instructions `insns` (in order
+/// from its entry): the state at each (`None`: not reached), from `entry`
+/// at the first, `step` across each instruction and `merge` where paths
+/// join, until nothing changes.
+fn forward<S: Copy + PartialEq>(
+    insns: &[Instruction],
+    entry: S,
+    mut step: impl FnMut(&Instruction, S) -> S,
+    merge: impl Fn(S, S) -> S,
+) -> Vec<Option<S>> {
+    let at: HashMap<u64, usize> = insns.iter().enumerate().map(|(k, i)| (i.ip(), k)).collect();
+    let mut st: Vec<Option<S>> = vec![None; insns.len()];
+    if insns.is_empty() {
+        return st;
     }
-    next.retain(|&n| n < insns.len());
-    next
+    st[0] = Some(entry);
+    let mut work = vec![0usize];
+    while let Some(k) = work.pop() {
+        let Some(s) = st[k] else { continue };
+        let i = &insns[k];
+        let out = step(i, s);
+        let fall = matches!(
+            i.flow_control(),
+            FlowControl::Next
+                | FlowControl::Call
+                | FlowControl::IndirectCall
+                | FlowControl::ConditionalBranch
+        );
+        let jump = direct_branch(i)
+            .then(|| at.get(&i.near_branch_target()).copied())
+            .flatten();
+        for n in fall.then_some(k + 1).into_iter().chain(jump) {
+            if n >= insns.len() {
+                continue;
+            }
+            let merged = st[n].map_or(out, |old| merge(old, out));
+            if st[n] != Some(merged) {
+                st[n] = Some(merged);
+                work.push(n);
+            }
+        }
+    }
+    st
 }
 
 /// The clean registers after `i`, `c` before it.
@@ -211,19 +202,7 @@ fn clean_after(
         return out;
     }
     let mut out = c;
-    let written: Vec<Register> = f
-        .info(i)
-        .used_registers()
-        .iter()
-        .filter(|u| {
-            !matches!(
-                u.access(),
-                iced_x86::OpAccess::Read | iced_x86::OpAccess::CondRead | iced_x86::OpAccess::None
-            )
-        })
-        .map(|u| u.register())
-        .collect();
-    for w in written {
+    for w in written(f, i) {
         let Some(b) = bit(w) else { continue };
         let dest = i.op_count() > 0
             && i.op0_kind() == OpKind::Register
@@ -266,17 +245,7 @@ fn step(i: &Instruction, s: Level, f: &mut iced_x86::InstructionInfoFactory) -> 
     };
     // Writes of rsp or rbp other than as the destination operand (`xchg`
     // with either second) are not followed.
-    let hidden = |f: &mut iced_x86::InstructionInfoFactory, r: Register| {
-        f.info(i).used_registers().iter().any(|u| {
-            u.register().full_register() == r
-                && !matches!(
-                    u.access(),
-                    iced_x86::OpAccess::Read
-                        | iced_x86::OpAccess::CondRead
-                        | iced_x86::OpAccess::None
-                )
-        })
-    };
+    let hidden = |f: &mut iced_x86::InstructionInfoFactory, r: Register| written(f, i).contains(&r);
     let imm = |i: &Instruction| match i.op1_kind() {
         OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8to32 => {
             Some(i.immediate(1) as i64)

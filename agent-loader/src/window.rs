@@ -44,6 +44,7 @@
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 use std::collections::{HashMap, HashSet};
 
+use crate::insn::{direct_branch, near_target};
 use crate::stub::{JMP_LEN, Site};
 
 /// Why a site cannot be patched with a jump.
@@ -164,41 +165,21 @@ impl BranchTargets {
             if i.is_invalid() {
                 continue;
             }
-            if matches!(
-                i.flow_control(),
-                FlowControl::UnconditionalBranch
-                    | FlowControl::ConditionalBranch
-                    | FlowControl::Call
-                    | FlowControl::XbeginXabortXend
-            ) && i.op_count() > 0
-                && matches!(
-                    i.op0_kind(),
-                    iced_x86::OpKind::NearBranch16
-                        | iced_x86::OpKind::NearBranch32
-                        | iced_x86::OpKind::NearBranch64
+            if let Some(t) = near_target(&i).filter(|_| {
+                matches!(
+                    i.flow_control(),
+                    FlowControl::UnconditionalBranch
+                        | FlowControl::ConditionalBranch
+                        | FlowControl::Call
+                        | FlowControl::XbeginXabortXend
                 )
-            {
-                let t = i.near_branch_target();
+            }) {
                 self.0.insert(t);
                 let n = self.2.entry(t).or_insert(0);
                 *n = n.saturating_add(1);
             }
         }
     }
-}
-
-/// Whether `i` is a `jmp`/`jcc` with an immediate target.
-fn direct_branch(i: &Instruction) -> bool {
-    matches!(
-        i.flow_control(),
-        FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
-    ) && i.op_count() > 0
-        && matches!(
-            i.op0_kind(),
-            iced_x86::OpKind::NearBranch16
-                | iced_x86::OpKind::NearBranch32
-                | iced_x86::OpKind::NearBranch64
-        )
 }
 
 /// The first instruction of `win` (a window's instructions, run-time

@@ -1043,24 +1043,29 @@ fn tree_under(tr: &str, func: &str, prog: &Path, args: &[&str], stdout: &str) ->
 /// program's allocator shims, C++ deleting destructors); perf, which would
 /// pay a uprobe at every return of `malloc` in the process, lists them as
 /// not traced.
-fn tail_calls_into_another_module_are_seen_returning(tr: &str) {
+/// `tests/progs/tail_plt.c` built as `name` with `flags` (and -O2), linked
+/// with libtail.so (`tests/progs/libtail.c`), found through its rpath.
+fn tail_plt(name: &str, flags: &[&str]) -> PathBuf {
     let dir = scratch();
     let _lib = gcc(
         "libtail.so",
         &progs().join("libtail.c"),
         &["-O1", "-shared", "-fPIC"],
     );
-    let prog = gcc(
-        "tail_plt",
-        &progs().join("tail_plt.c"),
-        &[
-            "-O2",
-            &format!("-L{}", dir.display()),
-            "-Wl,--no-as-needed",
-            "-l:libtail.so",
-            &format!("-Wl,-rpath,{}", dir.display()),
-        ],
-    );
+    let link = [
+        format!("-L{}", dir.display()),
+        "-Wl,--no-as-needed".into(),
+        "-l:libtail.so".into(),
+        format!("-Wl,-rpath,{}", dir.display()),
+    ];
+    let mut all = vec!["-O2"];
+    all.extend_from_slice(flags);
+    all.extend(link.iter().map(String::as_str));
+    gcc(name, &progs().join("tail_plt.c"), &all)
+}
+
+fn tail_calls_into_another_module_are_seen_returning(tr: &str) {
+    let prog = tail_plt("tail_plt", &[]);
     let (text, err) = tree_under(tr, "main", &prog, &["3"], "18\n");
     // The values of `alloc` (a pointer) vary: only that it returned one.
     let lines: Vec<String> = text
@@ -1139,24 +1144,7 @@ fn a_switchs_returns_take_jumps(tr: &str) {
 /// yet and wprobe gave up ("no function could be traced"); the library's
 /// probes are armed when it is mapped now.
 fn a_stripped_program_is_traced_in_its_libraries(tr: &str) {
-    let dir = scratch();
-    let _lib = gcc(
-        "libtail.so",
-        &progs().join("libtail.c"),
-        &["-O1", "-shared", "-fPIC"],
-    );
-    let prog = gcc(
-        "tail_plt_stripped",
-        &progs().join("tail_plt.c"),
-        &[
-            "-O2",
-            "-s",
-            &format!("-L{}", dir.display()),
-            "-Wl,--no-as-needed",
-            "-l:libtail.so",
-            &format!("-Wl,-rpath,{}", dir.display()),
-        ],
-    );
+    let prog = tail_plt("tail_plt_stripped", &["-s"]);
     let out = file("stripped.json", tr);
     let o = trace_argv(
         tr,
