@@ -132,6 +132,10 @@ pub struct ElfInfo {
     pub imports: Vec<(u64, String)>,
     /// `PT_LOAD` segments: `(p_vaddr, p_memsz, p_offset, p_filesz, p_flags)`.
     segments: Vec<(u64, u64, u64, u64, u32)>,
+    /// `.eh_frame`, when the module has one.
+    eh_frame: Option<crate::unwind::EhFrameSection>,
+    /// Its FDEs' ranges, read at the first [`ElfInfo::unwind_ranges`].
+    unwind: std::sync::OnceLock<Vec<(u64, u64)>>,
     /// The code symbols with a size, by address (see [`CodeIndex`]).
     code: CodeIndex,
     bytes: Vec<u8>,
@@ -310,6 +314,18 @@ impl ElfInfo {
         symbols.sort_by(|a, b| (&a.name, a.value, a.dynamic).cmp(&(&b.name, b.value, b.dynamic)));
         symbols.dedup_by(|b, a| a.name == b.name && a.value == b.value);
         let imports = imports(&elf);
+        let eh_frame = elf
+            .section_headers
+            .iter()
+            .find(|h| {
+                h.sh_type == goblin::elf::section_header::SHT_PROGBITS
+                    && elf.shdr_strtab.get_at(h.sh_name) == Some(".eh_frame")
+            })
+            .map(|h| crate::unwind::EhFrameSection {
+                addr: h.sh_addr,
+                offset: h.sh_offset as usize,
+                size: h.sh_size as usize,
+            });
         let info = ElfInfo {
             path: path.to_path_buf(),
             is_dyn: elf.header.e_type == header::ET_DYN,
@@ -321,6 +337,8 @@ impl ElfInfo {
             irelative,
             imports,
             segments,
+            eh_frame,
+            unwind: std::sync::OnceLock::new(),
             code: CodeIndex::default(),
             bytes: Vec::new(),
         };
@@ -394,6 +412,39 @@ impl ElfInfo {
     /// before a local one).
     pub fn function_starting_at(&self, vaddr: u64) -> Option<&Symbol> {
         Some(&self.symbols[self.code.starting_at(&self.symbols, vaddr)?])
+    }
+
+    /// The `[start, end)` link-time ranges of the module's unwind table
+    /// entries, sorted ([`crate::unwind`]): the bounds of its functions,
+    /// named or not. Read once.
+    pub fn unwind_ranges(&self) -> &[(u64, u64)] {
+        self.unwind.get_or_init(|| match self.eh_frame {
+            Some(s) => crate::unwind::fde_ranges(&self.bytes, s),
+            None => Vec::new(),
+        })
+    }
+
+    /// The unwind table's range that starts at `vaddr`, when no code
+    /// symbol with a size covers `vaddr`: a function the symbol tables do
+    /// not name (a static function of a stripped module, an IFUNC's
+    /// implementation).
+    pub fn unnamed_function_at(&self, vaddr: u64) -> Option<(u64, u64)> {
+        if self.function_containing(vaddr).is_some() {
+            return None;
+        }
+        let r = self.unwind_ranges();
+        let i = r.partition_point(|&(s, _)| s < vaddr);
+        r.get(i).copied().filter(|&(s, _)| s == vaddr)
+    }
+
+    /// The GOT slot (link-time) the dynamic linker fills with the address
+    /// of function `name` of another module (a `JUMP_SLOT` or `GLOB_DAT`
+    /// relocation; see [`ElfInfo::imports`]).
+    pub fn got_slot(&self, name: &str) -> Option<u64> {
+        self.imports
+            .iter()
+            .find(|(at, n)| n == name && !self.is_exec_vaddr(*at))
+            .map(|&(at, _)| at)
     }
 
     /// File offset of link-time address `vaddr`, if it lies in a file-backed

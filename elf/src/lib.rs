@@ -22,6 +22,7 @@ pub mod info;
 pub mod ldcache;
 pub mod locate;
 pub mod startup;
+pub mod unwind;
 
 pub use demangle::demangle;
 pub use glob::glob;

@@ -51,15 +51,53 @@ pub fn no_ret(function: &str, path: &std::path::Path, transport: &str) -> String
     )
 }
 
-/// The function (a code symbol with a size) whose file bytes contain file
-/// offset `off`: the innermost one.
-fn function_at_offset(elf: &ElfInfo, off: u64) -> Option<&Symbol> {
-    elf.function_containing(elf.vaddr_of_offset(off)?)
+/// A function followed: its name (or its address, when no symbol names
+/// it) and its link-time range.
+struct Followed {
+    name: String,
+    start: u64,
+    end: u64,
+}
+
+impl Followed {
+    fn of(s: &Symbol) -> Followed {
+        Followed {
+            name: s.name.clone(),
+            start: s.value,
+            end: s.value.saturating_add(s.size),
+        }
+    }
+
+    /// The function starting at `vaddr`: a code symbol's, else the unwind
+    /// table's range of a function no symbol names.
+    fn starting_at(elf: &ElfInfo, vaddr: u64) -> Option<Followed> {
+        if let Some(s) = elf.function_starting_at(vaddr) {
+            return Some(Followed::of(s));
+        }
+        let (start, end) = elf.unnamed_function_at(vaddr)?;
+        Some(Followed {
+            name: format!("{start:#x}"),
+            start,
+            end,
+        })
+    }
+}
+
+/// The function whose file bytes contain file offset `off`: the innermost
+/// code symbol with a size, else an unnamed function that starts there.
+fn function_at_offset(elf: &ElfInfo, off: u64) -> Option<Followed> {
+    let at = elf.vaddr_of_offset(off)?;
+    match elf.function_containing(at) {
+        Some(s) => Some(Followed::of(s)),
+        None => Followed::starting_at(elf, at),
+    }
 }
 
 /// Decodes the function entered at file offset `entry` and the functions
 /// it jumps into, and lists their `ret` instructions (for return probes of
-/// `--transport TRANSPORT`).
+/// `--transport TRANSPORT`). A function the symbol tables do not name is
+/// bounded by its unwind table entry: a static function of a stripped
+/// module it tail-calls, or an IFUNC's implementation entered at `entry`.
 pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<ReturnSites, String> {
     let path = elf.path.display();
     let f = function_at_offset(elf, entry).ok_or_else(|| {
@@ -69,19 +107,20 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
              --transport ptrace"
         )
     })?;
-    let mut todo: Vec<&Symbol> = vec![f];
-    let mut seen: Vec<u64> = vec![f.value];
+    let function = f.name.clone();
+    let mut seen: Vec<u64> = vec![f.start];
+    let mut todo: Vec<Followed> = vec![f];
     let mut followed = Vec::new();
     let mut rets = Vec::new();
     let mut outside: Vec<String> = Vec::new();
     let mut insn = Instruction::default();
     while let Some(s) = todo.pop() {
-        followed.push(s.name.clone());
-        let end = s.value.saturating_add(s.size);
-        let Some(bytes) = elf.bytes_at(s.value, s.size as usize) else {
+        let (start, end) = (s.start, s.end);
+        followed.push(s.name);
+        let Some(bytes) = elf.bytes_at(start, (end - start) as usize) else {
             continue;
         };
-        let mut d = Decoder::with_ip(64, bytes, s.value, DecoderOptions::NONE);
+        let mut d = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
         while d.can_decode() {
             d.decode_out(&mut insn);
             if insn.is_invalid() {
@@ -96,10 +135,10 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
                 }
                 FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
                     let t = insn.near_branch_target();
-                    if (s.value..end).contains(&t) || seen.contains(&t) {
+                    if (start..end).contains(&t) || seen.contains(&t) {
                         continue;
                     }
-                    if let Some(g) = elf.function_starting_at(t)
+                    if let Some(g) = Followed::starting_at(elf, t)
                         && seen.len() < MAX_FUNCTIONS
                     {
                         seen.push(t);
@@ -123,10 +162,10 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     outside.sort_unstable();
     outside.dedup();
     if rets.is_empty() && outside.is_empty() {
-        return Err(no_ret(&f.name, &elf.path, transport));
+        return Err(no_ret(&function, &elf.path, transport));
     }
     Ok(ReturnSites {
-        function: f.name.clone(),
+        function,
         rets,
         followed,
         outside,

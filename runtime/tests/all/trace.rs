@@ -43,6 +43,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(rets_a_branch_lands_on_take_jumps @ every_transport),
     case!(a_stripped_program_is_traced_in_its_libraries @ every_transport),
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
+    case!(tail_calls_into_unnamed_functions_are_seen_returning @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
     case!(
@@ -1241,6 +1242,67 @@ fn rets_a_branch_lands_on_take_jumps(tr: &str) {
         .collect();
     let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
     assert_eq!(got, want, "{text}\n{err}");
+}
+
+/// `tests/progs/tail_unnamed.c`, stripped (`-s`, its functions exported
+/// with `-rdynamic`), bound at load (`-z now`), and its library
+/// `libifunc.c`, stripped: `via_hidden` ends in `jmp hidden` (a static
+/// function no symbol names), `via_ifunc` in `jmp lib_thrice@plt` (an
+/// IFUNC, whose implementation has no symbol either). Neither has a `ret`:
+/// their returns are the `ret`s of the functions they jump to, bounded by
+/// their unwind table entries, the IFUNC's implementation found where
+/// the GOT sends it. ptrace and inproc see every return, with its value;
+/// perf sees `via_hidden`'s and lists `via_ifunc` as not traced (a uprobe
+/// in another module would cost its calls from anywhere). Before, inproc
+/// and perf traced neither (no `ret` found).
+fn tail_calls_into_unnamed_functions_are_seen_returning(tr: &str) {
+    let dir = scratch();
+    let _lib = gcc(
+        "libifunc.so",
+        &progs().join("libifunc.c"),
+        &["-O2", "-shared", "-fPIC", "-s"],
+    );
+    let lib = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let prog = gcc(
+        "tail_unnamed",
+        &progs().join("tail_unnamed.c"),
+        &[
+            "-O2",
+            "-s",
+            "-rdynamic",
+            "-Wl,-z,now",
+            &lib,
+            "-Wl,--no-as-needed",
+            "-l:libifunc.so",
+            &rpath,
+        ],
+    );
+    let calls = |func: &str, values: [u64; 4]| -> Vec<String> {
+        values
+            .iter()
+            .flat_map(|v| {
+                [
+                    format!("==> {func}()"),
+                    format!("<== {func}() [rax = {v:#x}]"),
+                ]
+            })
+            .collect()
+    };
+    let (text, err) = tree_under(tr, "via_hidden", &prog, &["4"], "96\n");
+    let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(got, calls("via_hidden", [6, 11, 16, 21]), "{text}\n{err}");
+    let (text, err) = tree_under(tr, "via_ifunc", &prog, &["4"], "96\n");
+    let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    let refused = err
+        .lines()
+        .any(|l| l.starts_with("wprobe: not traced") && l.ends_with(": via_ifunc"));
+    if tr == "perf" {
+        assert!(got.is_empty() && refused, "{text}\n{err}");
+    } else {
+        assert!(!refused, "{err}");
+        assert_eq!(got, calls("via_ifunc", [6, 9, 12, 15]), "{text}\n{err}");
+    }
 }
 
 /// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that

@@ -1,5 +1,6 @@
 //! What the patcher needs to know of a module file, read once per module:
-//! its functions (by address, from the symbol tables), its code, and the
+//! its functions (by address, from the symbol tables, and from the unwind
+//! table for those no symbol names), its code, and the
 //! targets of every direct branch in its executable sections (a linear
 //! sweep with iced-x86), so that a jump is never written over an
 //! instruction some branch lands on.
@@ -13,7 +14,8 @@ use goblin::elf::{Elf, section_header};
 
 /// A module's code, in link-time addresses.
 pub(super) struct ModuleCode {
-    /// Functions with a size: (start, end), sorted, innermost last.
+    /// Functions with a size, and unnamed ones from the unwind table:
+    /// (start, end), sorted, innermost last.
     funcs: Vec<(u64, u64)>,
     /// Direct branch targets of every executable section.
     pub(super) targets: BranchTargets,
@@ -33,6 +35,31 @@ impl ModuleCode {
             .filter(|s| s.is_code() && s.size > 0)
             .map(|s| (s.value, s.value.saturating_add(s.size)))
             .collect();
+        funcs.sort_unstable();
+        funcs.dedup();
+        // The functions no symbol names (static ones of a stripped module,
+        // IFUNC implementations), bounded by their unwind table entries:
+        // only where no symbol's range meets theirs, so that a function's
+        // code is never cut short of what its symbol says.
+        // `reach[i]`: the furthest end of the symbols up to `i`.
+        let reach: Vec<u64> = funcs
+            .iter()
+            .scan(0u64, |m, &(_, e)| {
+                *m = (*m).max(e);
+                Some(*m)
+            })
+            .collect();
+        let meets = |&(s, e): &(u64, u64)| {
+            let i = funcs.partition_point(|&(ns, _)| ns < e);
+            i > 0 && reach[i - 1] > s
+        };
+        let unnamed: Vec<(u64, u64)> = elf
+            .unwind_ranges()
+            .iter()
+            .copied()
+            .filter(|r| !meets(r))
+            .collect();
+        funcs.extend(unnamed);
         funcs.sort_unstable();
         funcs.dedup();
         let mut targets = BranchTargets::default();

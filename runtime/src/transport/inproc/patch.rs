@@ -178,6 +178,19 @@ impl Patcher {
             .ok_or_else(|| format!("reading {}", path.display()))?;
         let file_off = addr - m.start + m.offset;
         let mut found = crate::transport::retsites::return_sites(module.elf(), file_off, "inproc")?;
+        // Where the module's GOT sends each function it tail-calls: the
+        // implementation an IFUNC resolver chose, which no symbol names
+        // (filled at load: the process stopped at its entry point, or
+        // running; a slot bound lazily still points at the module's own
+        // PLT, where no function starts).
+        let bias = module
+            .vaddr_of_offset(file_off)
+            .map_or(0, |link| addr.wrapping_sub(link));
+        let slots: Vec<Option<u64>> = found
+            .outside
+            .iter()
+            .map(|name| module.elf().got_slot(name).map(|s| s.wrapping_add(bias)))
+            .collect();
         let mut rets = Vec::with_capacity(found.rets.len());
         let own_rets = !found.rets.is_empty();
         for off in std::mem::take(&mut found.rets) {
@@ -208,8 +221,14 @@ impl Patcher {
         let mut outside_rets: Vec<Checked> = Vec::new();
         let mut outside_found = false;
         let mut planned: std::collections::HashSet<u64> = std::collections::HashSet::new();
-        for name in &found.outside {
-            let Some(addrs) = self.outside_rets(maps, name) else {
+        for (name, slot) in found.outside.iter().zip(slots) {
+            let by_name = self.outside_rets(maps, name);
+            let Some(addrs) = by_name.or_else(|| {
+                let mut w = [0u8; 8];
+                let slot = slot?;
+                (world.peek(slot, &mut w) == 8).then_some(())?;
+                self.rets_at(maps, u64::from_le_bytes(w))
+            }) else {
                 continue;
             };
             let mut checked = Vec::new();
@@ -320,14 +339,23 @@ impl Patcher {
     /// The run-time addresses of the `ret`s of function `name` as a PLT or
     /// GOT entry of a module leads to it: the function of the first module
     /// mapped executable, in address order (the executable first), that
-    /// defines it as a sized global function (not an IFUNC, whose
-    /// implementation has no symbol; possibly the calling module itself,
-    /// as libstdc++'s `operator delete` calls its own through its PLT),
-    /// following its own tail jumps within its module and, [`OUTSIDE_DEPTH`]
-    /// deep, those into other modules (`operator delete` ends in `jmp
-    /// free@plt`). Cached by name.
+    /// defines it as a sized global function (possibly the calling module
+    /// itself, as libstdc++'s `operator delete` calls its own through its
+    /// PLT), following its own tail jumps within its module and,
+    /// [`OUTSIDE_DEPTH`] deep, those into other modules (`operator delete`
+    /// ends in `jmp free@plt`). An IFUNC (glibc's `strchr`) is not found
+    /// by name: its implementation has no symbol ([`Self::rets_at`] finds
+    /// it by the address the caller's GOT holds). Cached by name.
     fn outside_rets(&mut self, maps: &[Mapping], name: &str) -> Option<Vec<u64>> {
         self.outside_rets_at(maps, name, OUTSIDE_DEPTH)
+    }
+
+    /// The executable mappings of files, with their canonical paths.
+    fn exec_files(maps: &[Mapping]) -> Vec<(PathBuf, &Mapping)> {
+        maps.iter()
+            .filter(|m| m.exec && m.is_file())
+            .map(|m| (crate::procmaps::canonical(Path::new(&m.path)), m))
+            .collect()
     }
 
     fn outside_rets_at(&mut self, maps: &[Mapping], name: &str, depth: usize) -> Option<Vec<u64>> {
@@ -339,19 +367,14 @@ impl Patcher {
         }
         // Settled as not found while it is looked up: a cycle ends there.
         self.outside.insert(name.to_string(), None);
-        let mut found = None;
-        // The executable mappings of files, by canonical path (resolved once).
-        let exec: Vec<(PathBuf, &Mapping)> = maps
-            .iter()
-            .filter(|m| m.exec && m.is_file())
-            .map(|m| (crate::procmaps::canonical(Path::new(&m.path)), m))
-            .collect();
+        let exec = Self::exec_files(maps);
         let mut paths: Vec<&PathBuf> = Vec::new();
         for (p, _) in &exec {
             if !paths.contains(&p) {
                 paths.push(p);
             }
         }
+        let mut at = None;
         for p in paths {
             let Ok(module) = self
                 .modules
@@ -372,36 +395,63 @@ impl Patcher {
             {
                 continue;
             }
-            let Some(sites) = elf
-                .file_offset(sym.value)
-                .and_then(|off| crate::transport::retsites::return_sites(elf, off, "inproc").ok())
-            else {
-                break;
-            };
-            let mut rets = sites
-                .rets
-                .iter()
-                .map(|&off| {
-                    exec.iter()
-                        .filter(|(q, _)| q == p)
-                        .find(|(_, m)| off >= m.offset && off - m.offset < m.end - m.start)
-                        .map(|(_, m)| m.start + (off - m.offset))
-                })
-                .collect::<Option<Vec<u64>>>();
-            if let Some(r) = &mut rets {
-                for next in &sites.outside {
-                    if let Some(more) = self.outside_rets_at(maps, next, depth - 1) {
-                        r.extend(more);
-                    }
-                }
-                r.sort_unstable();
-                r.dedup();
-            }
-            found = rets.filter(|r| !r.is_empty());
+            at = elf.file_offset(sym.value).map(|off| (p.clone(), off));
             break;
         }
+        let found = at.and_then(|(p, off)| self.rets_of(maps, &p, off, depth));
         self.outside.insert(name.to_string(), found.clone());
         found
+    }
+
+    /// The run-time addresses of the `ret`s of the function entered at
+    /// run-time address `addr` (an address a GOT slot holds), as
+    /// [`Self::outside_rets`] takes them; the function may be one no symbol
+    /// names (bounded by its unwind table entry). Cached by address.
+    fn rets_at(&mut self, maps: &[Mapping], addr: u64) -> Option<Vec<u64>> {
+        let key = format!("@{addr:#x}");
+        if let Some(r) = self.outside.get(&key) {
+            return r.clone();
+        }
+        self.outside.insert(key.clone(), None);
+        let m = mapping_of(maps, addr).filter(|m| m.exec && m.is_file())?;
+        let p = crate::procmaps::canonical(Path::new(&m.path));
+        let off = addr - m.start + m.offset;
+        let found = self.rets_of(maps, &p, off, OUTSIDE_DEPTH);
+        self.outside.insert(key, found.clone());
+        found
+    }
+
+    /// The run-time addresses of the `ret`s of the function of module `p`
+    /// entered at file offset `off`, and of those of the functions of
+    /// other modules it tail-calls (`depth - 1` deep); `None` when it has
+    /// none or they cannot be placed.
+    fn rets_of(&mut self, maps: &[Mapping], p: &Path, off: u64, depth: usize) -> Option<Vec<u64>> {
+        let module = self
+            .modules
+            .entry(p.to_path_buf())
+            .or_insert_with(|| ModuleCode::read(p))
+            .as_ref()
+            .ok()?;
+        let sites = crate::transport::retsites::return_sites(module.elf(), off, "inproc").ok()?;
+        let exec = Self::exec_files(maps);
+        let mut rets = sites
+            .rets
+            .iter()
+            .map(|&off| {
+                exec.iter()
+                    .filter(|(q, _)| q == p)
+                    .find(|(_, m)| off >= m.offset && off - m.offset < m.end - m.start)
+                    .map(|(_, m)| m.start + (off - m.offset))
+            })
+            .collect::<Option<Vec<u64>>>()?;
+        for next in &sites.outside {
+            if let Some(more) = self.outside_rets_at(maps, next, depth - 1) {
+                rets.extend(more);
+            }
+        }
+        rets.sort_unstable();
+        rets.dedup();
+        Some(rets).filter(|r| !r.is_empty())
     }
 
     /// Checks a window at `addr` (a `ret` when `ret`) against the rules,
