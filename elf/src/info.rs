@@ -268,9 +268,17 @@ impl ElfInfo {
             .map(|p| (p.p_vaddr, p.p_memsz, p.p_offset, p.p_filesz, p.p_flags))
             .collect();
         let mut symbols = Vec::new();
+        let versym = elf.versym.as_ref();
+        // Definitions of a version callers no longer link to
+        // (`memcpy@GLIBC_2.2.5`, beside the default `memcpy@@GLIBC_2.14`).
+        let mut old_versions: Vec<(String, u64)> = Vec::new();
         let mut collect =
             |syms: &goblin::elf::Symtab<'_>, strtab: &goblin::strtab::Strtab<'_>, dynamic: bool| {
-                for s in syms.iter() {
+                for (k, s) in syms.iter().enumerate() {
+                    let hidden = dynamic
+                        && versym
+                            .and_then(|v| v.get_at(k))
+                            .is_some_and(|v| v.is_hidden());
                     if s.st_shndx == 0
                         || s.st_type() == sym::STT_SECTION
                         || s.st_type() == sym::STT_FILE
@@ -282,6 +290,9 @@ impl ElfInfo {
                     };
                     if name.is_empty() {
                         continue;
+                    }
+                    if hidden {
+                        old_versions.push((name.to_string(), s.st_value));
                     }
                     let kind = match s.st_type() {
                         sym::STT_FUNC => SymKind::Func,
@@ -313,6 +324,31 @@ impl ElfInfo {
         irelative.sort_by_key(|&(slot, resolver)| (resolver, slot));
         symbols.sort_by(|a, b| (&a.name, a.value, a.dynamic).cmp(&(&b.name, b.value, b.dynamic)));
         symbols.dedup_by(|b, a| a.name == b.name && a.value == b.value);
+        // Where a name has a default version too, the name means that one.
+        old_versions.sort();
+        let has_default = |name: &str, symbols: &[Symbol]| {
+            let i = symbols.partition_point(|s| s.name.as_str() < name);
+            symbols[i..].iter().take_while(|s| s.name == name).any(|s| {
+                old_versions
+                    .binary_search(&(s.name.clone(), s.value))
+                    .is_err()
+            })
+        };
+        let drop: Vec<bool> = symbols
+            .iter()
+            .map(|s| {
+                s.dynamic
+                    && old_versions
+                        .binary_search(&(s.name.clone(), s.value))
+                        .is_ok()
+                    && has_default(&s.name, &symbols)
+            })
+            .collect();
+        let mut k = 0;
+        symbols.retain(|_| {
+            k += 1;
+            !drop[k - 1]
+        });
         let imports = imports(&elf);
         let eh_frame = elf
             .section_headers
@@ -587,6 +623,20 @@ mod tests {
     }
 
     use super::*;
+
+    /// glibc defines `memcpy` twice: `memcpy@GLIBC_2.2.5` (a function, the
+    /// version programs linked before 2.14 call) and the default
+    /// `memcpy@@GLIBC_2.14` (an IFUNC). The name means the default one,
+    /// not an ambiguity.
+    #[test]
+    fn a_name_means_its_default_version() {
+        let libc = crate::locate::library("libc.so.6").expect("libc.so.6");
+        let info = ElfInfo::open(&libc).unwrap();
+        match info.lookup("memcpy") {
+            Lookup::Found(s) => assert_eq!(s.kind, SymKind::Ifunc, "{s:?}"),
+            other => panic!("memcpy in {}: {other:?}", libc.display()),
+        }
+    }
 
     #[test]
     fn own_test_binary_has_symbols() {

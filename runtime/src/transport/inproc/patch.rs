@@ -118,6 +118,15 @@ enum Shape {
 /// ends in `jmp free@plt`, into libc).
 const OUTSIDE_DEPTH: usize = 3;
 
+/// Where a function another module calls by name is entered: a file
+/// offset of a module, or, for an IFUNC, the run-time address of the slot
+/// where the dynamic linker wrote its resolver's choice (with the
+/// resolver's run-time address).
+enum Entered {
+    Offset(PathBuf, u64),
+    Slot(u64, u64),
+}
+
 /// A window checked against the process, not yet given a stub.
 struct Checked {
     site: Site,
@@ -220,14 +229,16 @@ impl Patcher {
         // ptrace stop); otherwise those calls stay unseen, shown unwound.
         let mut outside_rets: Vec<Checked> = Vec::new();
         let mut outside_found = false;
+        // A function found whose `ret`s were not all taken.
+        let mut outside_refused = false;
         let mut planned: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for (name, slot) in found.outside.iter().zip(slots) {
-            let by_name = self.outside_rets(maps, name);
+            let by_name = self.outside_rets(world, maps, name);
             let Some(addrs) = by_name.or_else(|| {
                 let mut w = [0u8; 8];
                 let slot = slot?;
                 (world.peek(slot, &mut w) == 8).then_some(())?;
-                self.rets_at(maps, u64::from_le_bytes(w))
+                self.rets_at(world, maps, u64::from_le_bytes(w), OUTSIDE_DEPTH)
             }) else {
                 continue;
             };
@@ -247,6 +258,7 @@ impl Patcher {
                     break;
                 }
             }
+            outside_refused |= !ok;
             if ok {
                 outside_found = true;
                 for c in checked {
@@ -257,6 +269,16 @@ impl Patcher {
             }
         }
         if !own_rets && !outside_found {
+            if outside_refused {
+                return Err(format!(
+                    "{} in {} has no `ret` instruction of its own, and one of the `ret`s of \
+                     the function of another module it tail-calls takes no jump (a trap \
+                     there would stop every call of that function in the process): \
+                     --transport inproc cannot observe its returns; use --transport ptrace",
+                    found.function,
+                    path.display()
+                ));
+            }
             return Err(crate::transport::retsites::no_ret(
                 &found.function,
                 &path,
@@ -343,11 +365,14 @@ impl Patcher {
     /// itself, as libstdc++'s `operator delete` calls its own through its
     /// PLT), following its own tail jumps within its module and,
     /// [`OUTSIDE_DEPTH`] deep, those into other modules (`operator delete`
-    /// ends in `jmp free@plt`). An IFUNC (glibc's `strchr`) is not found
-    /// by name: its implementation has no symbol ([`Self::rets_at`] finds
-    /// it by the address the caller's GOT holds). Cached by name.
-    fn outside_rets(&mut self, maps: &[Mapping], name: &str) -> Option<Vec<u64>> {
-        self.outside_rets_at(maps, name, OUTSIDE_DEPTH)
+    /// ends in `jmp free@plt`). For an IFUNC (glibc's `strchr`), whose
+    /// implementation has no symbol, the function its resolver chose:
+    /// where the defining module's own `IRELATIVE` slot for it points
+    /// (glibc calls most of its string functions itself), else
+    /// ([`Self::rets_at`], by the caller) where the caller's GOT does.
+    /// Cached by name.
+    fn outside_rets(&mut self, world: &World, maps: &[Mapping], name: &str) -> Option<Vec<u64>> {
+        self.outside_rets_at(world, maps, name, OUTSIDE_DEPTH)
     }
 
     /// The executable mappings of files, with their canonical paths.
@@ -358,7 +383,13 @@ impl Patcher {
             .collect()
     }
 
-    fn outside_rets_at(&mut self, maps: &[Mapping], name: &str, depth: usize) -> Option<Vec<u64>> {
+    fn outside_rets_at(
+        &mut self,
+        world: &World,
+        maps: &[Mapping],
+        name: &str,
+        depth: usize,
+    ) -> Option<Vec<u64>> {
         if let Some(r) = self.outside.get(name) {
             return r.clone();
         }
@@ -388,17 +419,40 @@ impl Patcher {
             let wprobe_elf::Lookup::Found(sym) = elf.lookup(name) else {
                 continue;
             };
-            if sym.name != name
-                || !sym.global
-                || sym.kind != wprobe_elf::SymKind::Func
-                || sym.size == 0
-            {
+            if sym.name != name || !sym.global {
                 continue;
             }
-            at = elf.file_offset(sym.value).map(|off| (p.clone(), off));
+            match sym.kind {
+                wprobe_elf::SymKind::Func if sym.size > 0 => {
+                    at = elf
+                        .file_offset(sym.value)
+                        .map(|off| Entered::Offset(p.clone(), off));
+                }
+                wprobe_elf::SymKind::Ifunc => {
+                    let bias = exec.iter().filter(|(q, _)| q == p).find_map(|(_, m)| {
+                        Some(m.start.wrapping_sub(module.vaddr_of_offset(m.offset)?))
+                    });
+                    at = elf.irelative_slot(sym.value).zip(bias).map(|(slot, b)| {
+                        Entered::Slot(slot.wrapping_add(b), sym.value.wrapping_add(b))
+                    });
+                }
+                _ => continue,
+            }
             break;
         }
-        let found = at.and_then(|(p, off)| self.rets_of(maps, &p, off, depth));
+        let found = match at {
+            Some(Entered::Offset(p, off)) => self.rets_of(world, maps, &p, off, depth),
+            Some(Entered::Slot(slot, resolver)) => {
+                let mut w = [0u8; 8];
+                let chosen = (world.peek(slot, &mut w) == 8).then(|| u64::from_le_bytes(w));
+                // Before the dynamic linker ran the resolver the slot holds
+                // the resolver (or the file's bytes): no choice to follow.
+                chosen
+                    .filter(|&a| a != resolver && a != 0)
+                    .and_then(|a| self.rets_at(world, maps, a, depth))
+            }
+            None => None,
+        };
         self.outside.insert(name.to_string(), found.clone());
         found
     }
@@ -407,7 +461,13 @@ impl Patcher {
     /// run-time address `addr` (an address a GOT slot holds), as
     /// [`Self::outside_rets`] takes them; the function may be one no symbol
     /// names (bounded by its unwind table entry). Cached by address.
-    fn rets_at(&mut self, maps: &[Mapping], addr: u64) -> Option<Vec<u64>> {
+    fn rets_at(
+        &mut self,
+        world: &World,
+        maps: &[Mapping],
+        addr: u64,
+        depth: usize,
+    ) -> Option<Vec<u64>> {
         let key = format!("@{addr:#x}");
         if let Some(r) = self.outside.get(&key) {
             return r.clone();
@@ -416,7 +476,7 @@ impl Patcher {
         let m = mapping_of(maps, addr).filter(|m| m.exec && m.is_file())?;
         let p = crate::procmaps::canonical(Path::new(&m.path));
         let off = addr - m.start + m.offset;
-        let found = self.rets_of(maps, &p, off, OUTSIDE_DEPTH);
+        let found = self.rets_of(world, maps, &p, off, depth);
         self.outside.insert(key, found.clone());
         found
     }
@@ -425,7 +485,14 @@ impl Patcher {
     /// entered at file offset `off`, and of those of the functions of
     /// other modules it tail-calls (`depth - 1` deep); `None` when it has
     /// none or they cannot be placed.
-    fn rets_of(&mut self, maps: &[Mapping], p: &Path, off: u64, depth: usize) -> Option<Vec<u64>> {
+    fn rets_of(
+        &mut self,
+        world: &World,
+        maps: &[Mapping],
+        p: &Path,
+        off: u64,
+        depth: usize,
+    ) -> Option<Vec<u64>> {
         let module = self
             .modules
             .entry(p.to_path_buf())
@@ -445,7 +512,7 @@ impl Patcher {
             })
             .collect::<Option<Vec<u64>>>()?;
         for next in &sites.outside {
-            if let Some(more) = self.outside_rets_at(maps, next, depth - 1) {
+            if let Some(more) = self.outside_rets_at(world, maps, next, depth - 1) {
                 rets.extend(more);
             }
         }
