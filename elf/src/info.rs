@@ -134,6 +134,9 @@ pub struct ElfInfo {
     segments: Vec<(u64, u64, u64, u64, u32)>,
     /// `.eh_frame`, when the module has one.
     eh_frame: Option<crate::unwind::EhFrameSection>,
+    /// Executable sections that hold no function (`.plt`, `.plt.sec`,
+    /// `.plt.got`, `.init`, `.fini`): `[start, end)`, link-time.
+    not_functions: Vec<(u64, u64)>,
     /// Its FDEs' ranges, read at the first [`ElfInfo::unwind_ranges`].
     unwind: std::sync::OnceLock<Vec<(u64, u64)>>,
     /// The code symbols with a size, by address (see [`CodeIndex`]).
@@ -362,6 +365,17 @@ impl ElfInfo {
                 offset: h.sh_offset as usize,
                 size: h.sh_size as usize,
             });
+        let not_functions = elf
+            .section_headers
+            .iter()
+            .filter(|h| {
+                matches!(
+                    elf.shdr_strtab.get_at(h.sh_name),
+                    Some(".plt" | ".plt.sec" | ".plt.got" | ".init" | ".fini")
+                )
+            })
+            .map(|h| (h.sh_addr, h.sh_addr.saturating_add(h.sh_size)))
+            .collect();
         let info = ElfInfo {
             path: path.to_path_buf(),
             is_dyn: elf.header.e_type == header::ET_DYN,
@@ -374,6 +388,7 @@ impl ElfInfo {
             imports,
             segments,
             eh_frame,
+            not_functions,
             unwind: std::sync::OnceLock::new(),
             code: CodeIndex::default(),
             bytes: Vec::new(),
@@ -461,16 +476,60 @@ impl ElfInfo {
     }
 
     /// The unwind table's range that starts at `vaddr`, when no code
-    /// symbol with a size covers `vaddr`: a function the symbol tables do
-    /// not name (a static function of a stripped module, an IFUNC's
-    /// implementation).
+    /// symbol with a size covers `vaddr` and it is not in the PLT or
+    /// `.init`/`.fini`: a function the symbol tables do not name (a static
+    /// function of a stripped module, an IFUNC's implementation).
     pub fn unnamed_function_at(&self, vaddr: u64) -> Option<(u64, u64)> {
         if self.function_containing(vaddr).is_some() {
+            return None;
+        }
+        if self
+            .not_functions
+            .iter()
+            .any(|&(a, b)| a <= vaddr && vaddr < b)
+        {
             return None;
         }
         let r = self.unwind_ranges();
         let i = r.partition_point(|&(s, _)| s < vaddr);
         r.get(i).copied().filter(|&(s, _)| s == vaddr)
+    }
+
+    /// The functions no symbol names: the unwind table's ranges in
+    /// executable segments that meet no code symbol with a size, outside
+    /// the PLT and `.init`/`.fini` (a stripped program's functions, the
+    /// static ones of a program that exports only some, the
+    /// implementations of a library's IFUNCs). Sorted.
+    pub fn unnamed_functions(&self) -> Vec<(u64, u64)> {
+        let named: Vec<(u64, u64)> = {
+            let mut v: Vec<(u64, u64)> = self
+                .symbols
+                .iter()
+                .filter(|s| s.is_code() && s.size > 0)
+                .map(|s| (s.value, s.value.saturating_add(s.size)))
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        // `reach[i]`: the furthest end of the symbols up to `i`.
+        let reach: Vec<u64> = named
+            .iter()
+            .scan(0u64, |m, &(_, e)| {
+                *m = (*m).max(e);
+                Some(*m)
+            })
+            .collect();
+        let meets = |&(s, e): &(u64, u64)| {
+            let i = named.partition_point(|&(ns, _)| ns < e);
+            i > 0 && reach[i - 1] > s
+        };
+        self.unwind_ranges()
+            .iter()
+            .copied()
+            .filter(|r| !meets(r))
+            .filter(|&(s, e)| !self.not_functions.iter().any(|&(a, b)| s < b && a < e))
+            .filter(|&(s, _)| self.is_exec_vaddr(s))
+            .collect()
     }
 
     /// The GOT slot (link-time) the dynamic linker fills with the address

@@ -484,15 +484,19 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     };
     let (mut funcs, skipped) = funcs::select(&exe, &libraries, &sel)?;
     if funcs.is_empty() {
-        return Err(format!(
-            "no function to trace in {} (no function symbols: is it stripped?{})",
-            exe.display(),
-            if a.exclude.is_empty() {
-                ""
-            } else {
-                " or all excluded by -X"
-            }
-        ));
+        return Err(if a.exclude.is_empty() {
+            format!(
+                "no function to trace in {} (no function symbols and no unwind table: trace \
+                 its calls to libraries with --plt, a library's functions with --lib GLOB)",
+                exe.display()
+            )
+        } else {
+            format!(
+                "no function to trace in {} (all excluded by -X, or none has a symbol or an \
+                 unwind table entry)",
+                exe.display()
+            )
+        });
     }
     if a.line_numbers {
         lines::fill(&mut funcs);

@@ -44,6 +44,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_stripped_program_is_traced_in_its_libraries @ every_transport),
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(tail_calls_into_unnamed_functions_are_seen_returning @ every_transport),
+    case!(functions_no_symbol_names_are_traced_by_address @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
     case!(
@@ -1139,8 +1140,8 @@ fn a_switchs_returns_take_jumps(tr: &str) {
 }
 
 /// `tests/progs/tail_plt.c` stripped (no function symbols, as the
-/// programs of a distribution) traced with `--lib libtail*`: only its
-/// library is traced. Under ptrace, which arms at the command's exec,
+/// programs of a distribution) traced with `--lib libtail*`: its library's
+/// functions by name, its own by address (`sub_ADDR`). Under ptrace, which arms at the command's exec,
 /// before the dynamic linker maps its libraries, nothing could be armed
 /// yet and wprobe gave up ("no function could be traced"); the library's
 /// probes are armed when it is mapped now.
@@ -1176,7 +1177,19 @@ fn a_stripped_program_is_traced_in_its_libraries(tr: &str) {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "18\n", "{err}");
     let r = report_of(&out);
     let calls: Vec<(&str, u64)> = r.iter().map(|(f, c)| (f.as_str(), c.0)).collect();
-    assert_eq!(calls, [("lib_twice", 3)], "{err}");
+    let named: Vec<&(&str, u64)> = calls.iter().filter(|c| !c.0.starts_with("sub_")).collect();
+    assert_eq!(named, [&("lib_twice", 3)], "{err}");
+    // Its own functions, which no symbol names, by address: `main` once,
+    // `twice_plus`, `wrap` and `alloc` three times (the last two end in
+    // tail calls into other modules: not traced under perf).
+    let mut own: Vec<u64> = calls
+        .iter()
+        .filter(|c| c.0.starts_with("sub_"))
+        .map(|c| c.1)
+        .collect();
+    own.sort_unstable();
+    let want: &[u64] = if tr == "perf" { &[1, 3] } else { &[1, 3, 3, 3] };
+    assert_eq!(own, want, "{calls:?}\n{err}");
 }
 
 /// `tests/progs/ret_targets.c`: `untrack` and `trash_end` have a `ret` a
@@ -1288,7 +1301,12 @@ fn tail_calls_into_unnamed_functions_are_seen_returning(tr: &str) {
     ];
     for (func, values) in want {
         let (text, err) = tree_under(tr, func, &prog, &["4"], "168\n");
-        let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+        // `hidden`, which `via_hidden` calls, is traced too, by address
+        // (the next test).
+        let got: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("+++") && !l.contains("sub_"))
+            .collect();
         let refused = err
             .lines()
             .any(|l| l.starts_with("wprobe: not traced") && l.contains(func));
@@ -1308,6 +1326,74 @@ fn tail_calls_into_unnamed_functions_are_seen_returning(tr: &str) {
             .collect();
         assert_eq!(got, want, "{text}\n{err}");
     }
+}
+
+/// The stripped `tail_unnamed` of the previous test: its static `hidden`
+/// has no symbol, and is traced as `sub_ADDR` (its link-time address, read
+/// from the same program built unstripped), bounded by its unwind table
+/// entry, with the calls `via_hidden` makes; the entry point, which has
+/// no symbol either, is `_start`, not traced. Before, such a function was
+/// not traced at all, and a program stripped whole was refused.
+fn functions_no_symbol_names_are_traced_by_address(tr: &str) {
+    let dir = scratch();
+    let _lib = gcc(
+        "libifunc.so",
+        &progs().join("libifunc.c"),
+        &["-O2", "-shared", "-fPIC", "-s"],
+    );
+    let lib = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let flags = |strip: bool| {
+        let mut f = vec!["-O2", "-rdynamic", "-Wl,-z,lazy"];
+        if strip {
+            f.push("-s");
+        }
+        f.extend([
+            lib.as_str(),
+            "-Wl,--no-as-needed",
+            "-l:libifunc.so",
+            rpath.as_str(),
+        ]);
+        f
+    };
+    let prog = gcc(
+        "tail_unnamed_s",
+        &progs().join("tail_unnamed.c"),
+        &flags(true),
+    );
+    let named = gcc(
+        "tail_unnamed_g",
+        &progs().join("tail_unnamed.c"),
+        &flags(false),
+    );
+    let info = wprobe_elf::ElfInfo::open(&named).unwrap();
+    let hidden = info
+        .symbols
+        .iter()
+        .find(|s| s.name.starts_with("hidden") && s.size > 0)
+        .expect("hidden's symbol in the unstripped build");
+    let out = file("unnamed.json", tr);
+    let o = trace_argv(
+        tr,
+        &["--report", "--format", "json", "-o", out.to_str().unwrap()],
+        &prog,
+        &["4"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "168\n", "{err}");
+    assert!(
+        err.lines().any(
+            |l| l.starts_with("wprobe: not traced (C start-up code") && l.ends_with(": _start")
+        ),
+        "{err}"
+    );
+    let r = report_of(&out);
+    let calls = |f: &str| r.get(f).map(|c| c.0);
+    let sub = format!("sub_{:x}", hidden.value);
+    assert_eq!(calls(&sub), Some(4), "{sub}: {r:?}\n{err}");
+    assert_eq!(calls("via_hidden"), Some(4), "{r:?}\n{err}");
+    assert_eq!(calls("main"), Some(1), "{r:?}\n{err}");
 }
 
 /// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that
@@ -1772,12 +1858,34 @@ fn bad_arguments_are_refused_with_exact_messages() {
         (code, err.trim()),
         (Some(1), "error: --lib libnosuchlib: no such library")
     );
+    // A program stripped of its symbols, built without unwind tables: only
+    // the start-up code's entry, `_start`, is bounded.
+    let bare = gcc(
+        "no_unwind",
+        &progs().join("trace_tailout.c"),
+        &[
+            "-O2",
+            "-s",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+    );
+    let b = bare.to_str().unwrap();
+    let (code, err) = run(&["--", b]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.ends_with(&format!(
+            "error: no function to trace in {b} (no function symbols and no unwind table: \
+             trace its calls to libraries with --plt, a library's functions with --lib GLOB)\n"
+        )),
+        "{err}"
+    );
     let (code, err) = run(&["-X", "*", "--", d]);
     assert_eq!(code, Some(1));
     assert!(
         err.ends_with(&format!(
-            "error: no function to trace in {d} (no function symbols: is it stripped? or all \
-             excluded by -X)\n"
+            "error: no function to trace in {d} (all excluded by -X, or none has a symbol or \
+             an unwind table entry)\n"
         )),
         "{err}"
     );

@@ -1,5 +1,6 @@
 //! Which functions `wprobe trace` traces: every function symbol of the
-//! executable, its PLT entries (`--plt`), the functions of the shared
+//! executable and the functions its unwind table bounds that no symbol
+//! names (`sub_ADDR`), its PLT entries (`--plt`), the functions of the shared
 //! libraries named by `--lib GLOB`; minus `-X` and the functions that
 //! cannot be traced, each listed once with the reason. Everything about a
 //! function that output needs (its name as shown, its source line) is
@@ -161,6 +162,7 @@ fn module_functions(
             })
             .or_insert(s);
     }
+    let named: HashSet<u64> = by_addr.keys().copied().collect();
     let mut syms: Vec<&wprobe_elf::Symbol> = by_addr.into_values().collect();
     syms.sort_by_key(|s| (s.value, s.name.clone()));
     let module = path.display().to_string();
@@ -219,6 +221,48 @@ fn module_functions(
             line: None,
         });
     }
+    // The functions no symbol names, bounded by the unwind table: named
+    // by their link-time address (`sub_1a2b0`), the executable's entry
+    // point `_start` (start-up code, as above).
+    for (start, _) in elf.unnamed_functions() {
+        // A symbol without a size names it (crtstuff's `frame_dummy`).
+        if named.contains(&start) {
+            continue;
+        }
+        let name = if origin == Origin::Exe && start == elf.entry {
+            "_start".to_string()
+        } else {
+            unnamed_name(start)
+        };
+        if excluded(sel, &name, &name) {
+            continue;
+        }
+        if origin == Origin::Exe && name == "_start" && !named_by_filter(sel, &name) {
+            skipped.push(NotTraced {
+                name,
+                reason: "C start-up code (name it with -F to trace it)".into(),
+            });
+            continue;
+        }
+        let Some(opcode) = elf.first_byte(start) else {
+            continue;
+        };
+        funcs.push(Func {
+            shown: name.clone(),
+            name,
+            module: path.to_path_buf(),
+            link: start,
+            opcode,
+            origin,
+            line: None,
+        });
+    }
+}
+
+/// The name `wprobe trace` gives a function no symbol names: `sub_` and
+/// its link-time address in hex, as disassemblers name them.
+pub fn unnamed_name(link: u64) -> String {
+    format!("sub_{link:x}")
 }
 
 /// The PLT entries of the executable, named `SYMBOL@plt`: entry `i` of

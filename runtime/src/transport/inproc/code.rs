@@ -41,25 +41,7 @@ impl ModuleCode {
         // IFUNC implementations), bounded by their unwind table entries:
         // only where no symbol's range meets theirs, so that a function's
         // code is never cut short of what its symbol says.
-        // `reach[i]`: the furthest end of the symbols up to `i`.
-        let reach: Vec<u64> = funcs
-            .iter()
-            .scan(0u64, |m, &(_, e)| {
-                *m = (*m).max(e);
-                Some(*m)
-            })
-            .collect();
-        let meets = |&(s, e): &(u64, u64)| {
-            let i = funcs.partition_point(|&(ns, _)| ns < e);
-            i > 0 && reach[i - 1] > s
-        };
-        let unnamed: Vec<(u64, u64)> = elf
-            .unwind_ranges()
-            .iter()
-            .copied()
-            .filter(|r| !meets(r))
-            .collect();
-        funcs.extend(unnamed);
+        funcs.extend(elf.unnamed_functions());
         funcs.sort_unstable();
         funcs.dedup();
         let mut targets = BranchTargets::default();

@@ -174,9 +174,9 @@ impl Patcher {
         addr: u64,
         opcode: Option<u8>,
     ) -> Result<usize, String> {
-        let entry = match self.by_probe_addr.get(&addr) {
+        let mut entry = match self.by_probe_addr.get(&addr) {
             Some(_) => None,
-            None => Some(self.check(world, maps, addr, opcode, Shape::Probe)?),
+            None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
         };
         let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
         let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
@@ -186,7 +186,12 @@ impl Patcher {
             .and_then(|r| r.as_ref().ok())
             .ok_or_else(|| format!("reading {}", path.display()))?;
         let file_off = addr - m.start + m.offset;
-        let mut found = crate::transport::retsites::return_sites(module.elf(), file_off, "inproc")?;
+        // The entry's refusal first, as when it is checked alone.
+        let mut found =
+            match crate::transport::retsites::return_sites(module.elf(), file_off, "inproc") {
+                Ok(f) => f,
+                Err(e) => return Err(entry.and_then(Result::err).unwrap_or(e)),
+            };
         // Where the module's GOT sends each function it tail-calls: the
         // implementation an IFUNC resolver chose, which no symbol names
         // (filled at load: the process stopped at its entry point, or
@@ -200,6 +205,21 @@ impl Patcher {
             .iter()
             .map(|name| module.elf().got_slot(name).map(|s| s.wrapping_add(bias)))
             .collect();
+        // A function whose `ret` an earlier function took as a return
+        // site (it tail-calls this one) and whose entry's window meets
+        // that `ret`'s: the two windows become this function's one.
+        if matches!(entry, Some(Err(_))) {
+            let own: Vec<u64> = found
+                .rets
+                .iter()
+                .filter(|&&off| off >= m.offset && off - m.offset < m.end - m.start)
+                .map(|&off| m.start + (off - m.offset))
+                .collect();
+            if self.absorb_rets(world, maps, addr, opcode, &own) {
+                entry = Some(self.check(world, maps, addr, opcode, Shape::Probe));
+            }
+        }
+        let entry = entry.transpose()?;
         let mut rets = Vec::with_capacity(found.rets.len());
         let own_rets = !found.rets.is_empty();
         for off in std::mem::take(&mut found.rets) {
@@ -373,6 +393,54 @@ impl Patcher {
     /// Cached by name.
     fn outside_rets(&mut self, world: &World, maps: &[Mapping], name: &str) -> Option<Vec<u64>> {
         self.outside_rets_at(world, maps, name, OUTSIDE_DEPTH)
+    }
+
+    /// Takes back the return sites planned (not yet patched) at `rets`,
+    /// the `ret`s of the function entered at `addr`, when without them one
+    /// window could cover that function's entry and `ret` (what
+    /// `plan_return` then plans): they were planned for the calls of
+    /// functions that tail-call this one, which return through the return
+    /// site planned in their place. Whether it took any.
+    fn absorb_rets(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        addr: u64,
+        opcode: Option<u8>,
+        rets: &[u64],
+    ) -> bool {
+        let taken: Vec<usize> = rets
+            .iter()
+            .filter_map(|at| self.by_probe_addr.get(at).copied())
+            .filter(|&i| {
+                let s = &self.sites[i];
+                s.kind == site_kind::RET && !s.patched && s.site.len > 0 && s.trap.is_none()
+            })
+            .collect();
+        if taken.is_empty() {
+            return false;
+        }
+        for &i in &taken {
+            let s = &self.sites[i];
+            self.by_probe_addr.remove(&s.site.probe);
+            self.by_window.remove(&(s.site.addr, i));
+        }
+        if self.check(world, maps, addr, opcode, Shape::Whole).is_err() {
+            for &i in &taken {
+                let s = &self.sites[i];
+                self.by_probe_addr.insert(s.site.probe, i);
+                self.by_window.insert((s.site.addr, i));
+            }
+            return false;
+        }
+        // Never patched now: no window, no bytes (its stub stays unused).
+        for &i in &taken {
+            let s = &mut self.sites[i];
+            s.patch.clear();
+            s.orig.clear();
+            s.site.len = 0;
+        }
+        true
     }
 
     /// The executable mappings of files, with their canonical paths.
