@@ -337,21 +337,18 @@ impl ElfInfo {
                     .is_err()
             })
         };
-        let drop: Vec<bool> = symbols
+        let keep: Vec<bool> = symbols
             .iter()
             .map(|s| {
-                s.dynamic
+                !(s.dynamic
                     && old_versions
                         .binary_search(&(s.name.clone(), s.value))
                         .is_ok()
-                    && has_default(&s.name, &symbols)
+                    && has_default(&s.name, &symbols))
             })
             .collect();
-        let mut k = 0;
-        symbols.retain(|_| {
-            k += 1;
-            !drop[k - 1]
-        });
+        let mut keep = keep.into_iter();
+        symbols.retain(|_| keep.next().unwrap_or(true));
         let imports = imports(&elf);
         let eh_frame = elf
             .section_headers
