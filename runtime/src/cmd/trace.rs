@@ -382,6 +382,12 @@ fn common_reason(why: &str) -> String {
             r = rest;
         }
     }
+    // `offset 0x… of PATH is in no function of its symbol table: …`.
+    if r.starts_with("offset 0x")
+        && let Some(i) = r.find(" is in no function of its symbol table")
+    {
+        return format!("it{}", &r[i..]);
+    }
     // `NAME in PATH has no `ret` instruction …`.
     if let Some(i) = r.find(" has no `ret` instruction") {
         return format!("it{}", &r[i..]);
@@ -897,6 +903,15 @@ mod tests {
             ),
             "the bytes its jump would replace overlap those of another probe's jump (a function \
              starting inside them)"
+        );
+        assert_eq!(
+            common_reason(
+                "offset 0x11c0 of /tmp/p is in no function of its symbol table: --transport perf \
+                 finds the returns of a return probe by decoding its function; use --transport \
+                 ptrace"
+            ),
+            "it is in no function of its symbol table: --transport perf finds the returns of a \
+             return probe by decoding its function; use --transport ptrace"
         );
         assert_eq!(common_reason("anything else"), "anything else");
     }

@@ -468,6 +468,15 @@ impl Session {
         // probe (10,000 probes of one program: one maps scan, one bias).
         // Keyed by (program, module): a probe may name its own `module`.
         let mut located: HashMap<(usize, String), Result<Located, ResolveError>> = HashMap::new();
+        // At the exec, the entry point takes the breakpoint that runs the
+        // command to it (`Transport::run_to_entry`): a probe there is armed
+        // once it is reached (a uprobe under it made the command run past
+        // it, and wprobe gave up on a process it thought dead).
+        let entry = if self.breakpoints_only {
+            crate::procmaps::entry_point(pid)
+        } else {
+            None
+        };
         // Return probes first: a transport that patches code plans the
         // windows of a function's entry and of its `ret`s at once (a short
         // function takes one window for both ends), which an entry probe
@@ -535,6 +544,7 @@ impl Session {
                 // Resolved when the dynamic linker has run (the next
                 // library event, or the program's entry point).
                 Err(ResolveError::IfuncPending { .. }) => continue,
+                Ok(a) if is_bp && entry == Some(a.0) => continue,
                 r => r,
             };
             let res = res.map_err(|e| e.to_string()).and_then(|addr| {

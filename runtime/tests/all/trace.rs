@@ -45,6 +45,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(calls_leaving_by_a_tail_call_out_of_traced_code @ every_transport),
     case!(tail_calls_into_unnamed_functions_are_seen_returning @ every_transport),
     case!(functions_no_symbol_names_are_traced_by_address @ every_transport),
+    case!(a_probe_at_the_entry_point_leaves_the_command_running @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
     case!(rust_names_are_demangled_with_c @ every_transport),
     case!(
@@ -1394,6 +1395,25 @@ fn functions_no_symbol_names_are_traced_by_address(tr: &str) {
     assert_eq!(calls(&sub), Some(4), "{sub}: {r:?}\n{err}");
     assert_eq!(calls("via_hidden"), Some(4), "{r:?}\n{err}");
     assert_eq!(calls("main"), Some(1), "{r:?}\n{err}");
+}
+
+/// `-F _start`: a probe at the command's entry point, where the launch's
+/// own breakpoint stops it once the dynamic linker has run. Under perf the
+/// uprobe armed there first made the command run past that breakpoint:
+/// wprobe reported "process N died" and traced nothing. The probe is
+/// armed at the entry point now; the command runs to its end.
+fn a_probe_at_the_entry_point_leaves_the_command_running(tr: &str) {
+    let prog = gcc("trace_tailout", &progs().join("trace_tailout.c"), &["-O2"]);
+    let o = trace_argv(
+        tr,
+        &["-F", "_start", "--report", "-o", "/dev/null"],
+        &prog,
+        &["4"],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "72\n", "{err}");
+    assert!(!err.contains("died"), "{err}");
 }
 
 /// `tests/progs/trace_tailout.c` traced with `-X leaf -X k`: calls that
