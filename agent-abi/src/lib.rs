@@ -723,6 +723,12 @@ pub mod site_kind {
     /// [`crate::WATCH_RIP_BELOW`] bytes below the thread's `rsp` (the red zone
     /// kept).
     pub const WATCH: u32 = 2;
+    /// The instruction a `call` returns to, when the called function may
+    /// leave by a tail call through a pointer (`jmp *%rax`) into code with
+    /// no return site: the stub calls `dispatch` there, before the
+    /// instruction, with the state after the return; a tracked call with
+    /// that return address whose `ret` was not seen returns here.
+    pub const CONT: u32 = 3;
 }
 
 /// Where the tracer saves the `rip` of a thread it moves to a watchpoint's

@@ -393,9 +393,13 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
         None => {
             v.extend(call(site_id)?);
             v.extend(moved.iter().copied());
-            if let Some(last) = v.pop_if(|i| i.code() == Code::Call_rel32_64) {
+            if let Some(last) =
+                v.pop_if(|i| matches!(i.code(), Code::Call_rel32_64 | Code::Call_rm64))
+            {
                 // `call f` ending the window: push the original return
-                // address (flags untouched), then `jmp f`.
+                // address (flags untouched), then `jmp f` (`jmp *OPERAND`
+                // for an indirect one: its operand names no `rsp`,
+                // `window::plan` checked).
                 let back = site.addr + site.len as u64;
                 v.push(e(Instruction::with2(
                     Code::Lea_r64_m,
@@ -412,10 +416,16 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
                     rsp(4),
                     (back >> 32) as u32,
                 ))?);
-                let mut j = e(Instruction::with_branch(
-                    Code::Jmp_rel32_64,
-                    last.near_branch_target(),
-                ))?;
+                let mut j = if last.code() == Code::Call_rm64 {
+                    let mut j = last;
+                    j.set_code(Code::Jmp_rm64);
+                    j
+                } else {
+                    e(Instruction::with_branch(
+                        Code::Jmp_rel32_64,
+                        last.near_branch_target(),
+                    ))?
+                };
                 j.set_ip(u64::MAX - 0x200);
                 v.push(j);
             }

@@ -108,10 +108,11 @@ impl Clean {
         read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     ) -> Clean {
         let mut f = iced_x86::InstructionInfoFactory::new();
+        let frame = keeps_a_frame_pointer(insns);
         Clean(forward(
             insns,
             u16::MAX,
-            |i, c| clean_after(i, c, start, end, read, &mut f),
+            |i, c| clean_after(i, c, start, end, frame, read, &mut f),
             |a, b| a & b,
         ))
     }
@@ -171,11 +172,32 @@ fn forward<S: Copy + PartialEq>(
 }
 
 /// The clean registers after `i`, `c` before it.
+/// Whether the function points `rbp` at its stack (`mov rbp, rsp`, `lea
+/// rbp, [rsp+d]`, `enter`): then a load through `rbp` is one from the
+/// stack; otherwise `rbp` is a register like the others (SQLite's
+/// `sqlite3Malloc` keeps its configuration's address there).
+fn keeps_a_frame_pointer(insns: &[Instruction]) -> bool {
+    insns.iter().any(|i| {
+        i.mnemonic() == Mnemonic::Enter
+            || (i.op_count() == 2
+                && i.op0_kind() == OpKind::Register
+                && i.op0_register().full_register() == Register::RBP
+                && match (i.mnemonic(), i.op1_kind()) {
+                    (Mnemonic::Mov, OpKind::Register) => {
+                        i.op1_register().full_register() == Register::RSP
+                    }
+                    (Mnemonic::Lea, OpKind::Memory) => i.memory_base() == Register::RSP,
+                    _ => false,
+                })
+    })
+}
+
 fn clean_after(
     i: &Instruction,
     c: u16,
     start: u64,
     end: u64,
+    frame: bool,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     f: &mut iced_x86::InstructionInfoFactory,
 ) -> u16 {
@@ -220,7 +242,8 @@ fn clean_after(
                 OpKind::Memory => {
                     size == 8
                         && i.memory_index() == Register::None
-                        && !matches!(i.memory_base(), Register::RSP | Register::RBP)
+                        && i.memory_base() != Register::RSP
+                        && !(frame && i.memory_base() == Register::RBP)
                         && (!i.is_ip_rel_memory_operand()
                             || read(i.ip_rel_memory_address(), 8).is_some_and(|v| {
                                 let v = u64::from_le_bytes(v[..8].try_into().unwrap_or([0; 8]));
@@ -453,6 +476,13 @@ mod tests {
             0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83, 0xec, 0x08, 0x4c, 0x8b, 0x65, 0xf8,
             0xc9, 0xff, 0xe0,
         ]));
+        // SQLite's sqlite3Malloc, rbp no frame pointer: push r12; push rbp;
+        // push rbx; mov rbp,[rip+X]; mov rax,[rbp+0x20]; pop rbx; pop rbp;
+        // pop r12; jmp rax
+        assert!(tail(&[
+            0x41, 0x54, 0x55, 0x53, 0x48, 0x8b, 0x2d, 0x00, 0x10, 0x00, 0x00, 0x48, 0x8b, 0x45,
+            0x20, 0x5b, 0x5d, 0x41, 0x5c, 0xff, 0xe0,
+        ]));
         // SQLite's: test rdi,rdi; je L; mov rax,[rip+X]; jmp [rax+0x90]; L: ret
         assert!(tail(&[
             0x48, 0x85, 0xff, 0x74, 0x0d, 0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, 0xff, 0xa0,
@@ -470,6 +500,11 @@ mod tests {
         assert!(!tail(&[0x53, 0x48, 0x8b, 0x03, 0xff, 0xe0]));
         // Through a table: jmp [rax*8+0x2000]
         assert!(!tail(&[0xff, 0x24, 0xc5, 0x00, 0x20, 0x00, 0x00]));
+        // Off the stack through the frame pointer: push rbp; mov rbp,rsp;
+        // mov rax,[rbp+8]; pop rbp; jmp rax
+        assert!(!tail(&[
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x8b, 0x45, 0x08, 0x5d, 0xff, 0xe0,
+        ]));
         // Off the stack: jmp [rsp+8]
         assert!(!tail(&[0xff, 0x64, 0x24, 0x08]));
         // The function takes a label's address: lea rax,[rip+1]; jmp rax; nop

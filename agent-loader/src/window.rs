@@ -41,7 +41,9 @@
 //! 5. At attach, no thread may stand inside the window (checked by the
 //!    caller with every thread stopped).
 
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
+};
 use std::collections::{HashMap, HashSet};
 
 use crate::insn::{direct_branch, near_target};
@@ -287,10 +289,10 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
                 why: "control leaves the window before its end",
             });
         }
-        // A direct `call` ending the window is run as a push of its
-        // return address (the window's end, in the original code) and a
-        // jump: the callee returns to the program, never into the stub.
-        if !(i.code() == Code::Call_rel32_64 && len + i.len() >= JMP_LEN) {
+        // A `call` ending the window is run as a push of its return
+        // address (the window's end, in the original code) and a jump:
+        // the callee returns to the program, never into the stub.
+        if !(len + i.len() >= JMP_LEN && call_ends_window(&i)) {
             refuse_instruction(&i)?;
         }
         len += i.len();
@@ -652,6 +654,25 @@ fn checked(site: Site) -> Result<Site, Refusal> {
     Ok(site)
 }
 
+/// Whether `i` is a `call` the stub can run as a push of the original
+/// return address and a jump (`stub::generate`): a direct one, or an
+/// indirect one through a register or memory not addressed by `rsp`
+/// (which the push moves).
+fn call_ends_window(i: &Instruction) -> bool {
+    match i.code() {
+        Code::Call_rel32_64 => true,
+        Code::Call_rm64 => {
+            let uses_rsp = |r: Register| r.full_register() == Register::RSP;
+            if i.op0_kind() == OpKind::Register {
+                !uses_rsp(i.op0_register())
+            } else {
+                !uses_rsp(i.memory_base()) && !uses_rsp(i.memory_index())
+            }
+        }
+        _ => false,
+    }
+}
+
 fn refuse_instruction(i: &Instruction) -> Result<(), Refusal> {
     let why = match i.flow_control() {
         FlowControl::Call | FlowControl::IndirectCall => {
@@ -716,6 +737,35 @@ mod tests {
         let s = plan(0x1000, f(&code), &t).unwrap();
         assert_eq!((s.len, s.displaced.len()), (6, 2));
         let code = [0x55, 0xff, 0xd0, 0x5d, 0x90, 0x90, 0xc3];
+        assert!(matches!(
+            plan(0x1000, f(&code), &t),
+            Err(Refusal::Instruction { at: 0x1001, .. })
+        ));
+        // an indirect call ending the window is taken too (`mov edi,ebx;
+        // call [rbp+0x40]`, sqlite's `sqlite3Malloc` after its mutex
+        // call): the stub pushes the original return address and jumps
+        // through the same operand
+        let code = [0x89, 0xdf, 0xff, 0x55, 0x40, 0x89, 0xde, 0xc3];
+        let s = plan(0x1000, f(&code), &t).unwrap();
+        assert_eq!((s.len, s.displaced.len()), (5, 2));
+        let stub = stub_of(&s, 0x20_0000);
+        let jmp = stub
+            .iter()
+            .find(|i| i.code() == Code::Jmp_rm64)
+            .expect("jmp [rbp+0x40] in the stub");
+        assert_eq!(
+            (jmp.memory_base(), jmp.memory_displacement64()),
+            (Register::RBP, 0x40)
+        );
+        let imm: Vec<u32> = stub
+            .iter()
+            .filter(|i| i.code() == Code::Mov_rm32_imm32)
+            .map(|i| i.immediate32())
+            .collect();
+        assert_eq!(imm, [0x1005, 0], "{stub:?}");
+        // ... but not one through memory `rsp` addresses (the push moves
+        // it): push rbp; call [rsp+8]
+        let code = [0x55, 0xff, 0x54, 0x24, 0x08, 0x5d, 0xc3];
         assert!(matches!(
             plan(0x1000, f(&code), &t),
             Err(Refusal::Instruction { at: 0x1001, .. })

@@ -16,7 +16,7 @@
 use crate::thread::Slot;
 use crate::{HitArgs, StoreLock, agent, ring, run_probe, sys, vdso};
 use agent_abi::pairing::{self, CallFrame};
-use agent_abi::{ControlHeader, ProbeSlot, RunHeader, left, rec, run_outcome};
+use agent_abi::{ControlHeader, ProbeSlot, RunHeader, left, rec, run_outcome, site_kind};
 use core::sync::atomic::Ordering;
 use hostabi::env::EntryState;
 
@@ -330,9 +330,15 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
     };
     // SAFETY: the stub's frame, live for this hit.
     let rsp = unsafe { (*h.frame).rsp };
-    // SAFETY: just before a `ret`, `rsp` points at the return address.
-    let at = unsafe { (rsp as *const u64).read() };
-    let Some((i, n)) = pairing::returning(&sh.calls[..sh.len as usize], rsp + 8, Some(at)) else {
+    // After the return: `rsp` and where it went.
+    let (after, at) = if h.site.kind == site_kind::CONT {
+        // At the instruction a `call` returns to: the return is done.
+        (rsp, h.site.addr)
+    } else {
+        // SAFETY: just before a `ret`, `rsp` points at the return address.
+        (rsp + 8, unsafe { (rsp as *const u64).read() })
+    };
+    let Some((i, n)) = pairing::returning(&sh.calls[..sh.len as usize], after, Some(at)) else {
         return 0;
     };
     cut(c, sh, i + 1, left::UNWOUND, lock);
@@ -356,7 +362,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
         // SAFETY: the stub's frame; the store lock is held.
         unsafe {
             (*h.frame).rip = call.ret_addr;
-            (*h.frame).rsp = rsp + 8;
+            (*h.frame).rsp = after;
         }
         if let Some(a) = agent() {
             a.store.data_mut().env.entry = Some(EntryState {

@@ -832,7 +832,7 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     let Some(s) = site(site_id) else {
         return Skip::NoHandler as i64;
     };
-    let at_ret = s.kind == site_kind::RET;
+    let at_ret = s.kind == site_kind::RET || s.kind == site_kind::CONT;
     if !at_ret && !any_enabled(c, &s.probes) && !any_enabled(c, &s.ret_probes) {
         return Skip::NoHandler as i64;
     }
@@ -905,7 +905,7 @@ extern "C" fn dispatch_inner(arg: *mut u8) -> i64 {
         me: h.tid,
         held: lock::Held::No,
     };
-    let r = if h.site.kind == site_kind::RET {
+    let r = if h.site.kind == site_kind::RET || h.site.kind == site_kind::CONT {
         calls::at_ret(c, h, &mut lock)
     } else {
         at_probe(c, h, &mut lock)

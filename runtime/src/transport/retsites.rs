@@ -38,6 +38,10 @@ pub struct ReturnSites {
     /// GOT), by name, sorted: its calls that go there return through their
     /// `ret`s.
     pub outside: Vec<String>,
+    /// The link-time addresses of its other indirect jumps (`jmp *%rax`):
+    /// a jump table's, or a tail call through a pointer, whose calls
+    /// return through `ret`s no decoding finds.
+    pub indirect: Vec<u64>,
 }
 
 /// Why a function whose calls return through no `ret` of its module
@@ -113,6 +117,7 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     let mut followed = Vec::new();
     let mut rets = Vec::new();
     let mut outside: Vec<String> = Vec::new();
+    let mut indirect: Vec<u64> = Vec::new();
     let mut insn = Instruction::default();
     while let Some(s) = todo.pop() {
         let (start, end) = (s.start, s.end);
@@ -148,9 +153,14 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
                     }
                 }
                 // `jmp *f@GOTPCREL(%rip)`: a tail call through the GOT.
-                FlowControl::IndirectBranch if insn.is_ip_rel_memory_operand() => {
-                    if let Some(name) = elf.import_at(insn.ip_rel_memory_address()) {
-                        outside.push(name.to_string());
+                FlowControl::IndirectBranch => {
+                    match insn
+                        .is_ip_rel_memory_operand()
+                        .then(|| elf.import_at(insn.ip_rel_memory_address()))
+                        .flatten()
+                    {
+                        Some(name) => outside.push(name.to_string()),
+                        None => indirect.push(insn.ip()),
                     }
                 }
                 _ => {}
@@ -164,10 +174,13 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     if rets.is_empty() && outside.is_empty() {
         return Err(no_ret(&function, &elf.path, transport));
     }
+    indirect.sort_unstable();
+    indirect.dedup();
     Ok(ReturnSites {
         function,
         rets,
         followed,
         outside,
+        indirect,
     })
 }

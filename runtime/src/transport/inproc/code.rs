@@ -23,6 +23,12 @@ pub(super) struct ModuleCode {
     elf: wprobe_elf::info::ElfInfo,
     /// `PT_LOAD` segments: (file offset, file size, link-time address).
     loads: Vec<(u64, u64, u64)>,
+    /// The indirect `jmp`s that are tail calls through a pointer
+    /// (`agent_loader::tailcall`), link-time.
+    pub(super) tail_jumps: HashSet<u64>,
+    /// Direct call targets → the addresses those calls return to, from
+    /// the executable sections' sweep; built at the first need.
+    calls: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
 }
 
 impl ModuleCode {
@@ -81,11 +87,19 @@ impl ModuleCode {
             }
         }
         targets.add_other(extra);
+        let mut tail_jumps = HashSet::new();
         for f in &with_tables {
             if let Some(code) = code_of(f)
                 && let Ok(tables) = jumptable::resolve(code, f.0, &targets.0, &read)
             {
-                targets.1.extend(tables.into_iter().map(|(jmp, _)| jmp));
+                for (jmp, to) in tables {
+                    // No target inside the function: a tail call through a
+                    // pointer.
+                    if to.is_empty() {
+                        tail_jumps.insert(jmp);
+                    }
+                    targets.1.insert(jmp);
+                }
             }
         }
         Ok(ModuleCode {
@@ -93,6 +107,8 @@ impl ModuleCode {
             targets,
             elf,
             loads,
+            tail_jumps,
+            calls: std::sync::OnceLock::new(),
         })
     }
 
@@ -113,6 +129,44 @@ impl ModuleCode {
             code,
             bias,
         })
+    }
+
+    /// The link-time addresses that direct `call`s to `target` (a
+    /// link-time address: a function, or a PLT entry) return to.
+    pub(super) fn returns_of_calls_to(&self, target: u64) -> &[u64] {
+        let calls = self.calls.get_or_init(|| {
+            use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
+            let mut map: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+            let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
+                return map;
+            };
+            for sh in &parsed.section_headers {
+                if sh.sh_type != section_header::SHT_PROGBITS
+                    || sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) == 0
+                {
+                    continue;
+                }
+                let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
+                let Some(code) = self.elf.file_bytes().get(off..off.saturating_add(len)) else {
+                    continue;
+                };
+                let mut d = Decoder::with_ip(64, code, sh.sh_addr, DecoderOptions::NONE);
+                let mut i = Instruction::default();
+                while d.can_decode() {
+                    d.decode_out(&mut i);
+                    if i.flow_control() == FlowControl::Call
+                        && i.op_count() > 0
+                        && i.op0_kind() == OpKind::NearBranch64
+                    {
+                        map.entry(i.near_branch_target())
+                            .or_default()
+                            .push(i.next_ip());
+                    }
+                }
+            }
+            map
+        });
+        calls.get(&target).map_or(&[], Vec::as_slice)
     }
 
     /// The module file.

@@ -118,6 +118,9 @@ enum Shape {
 /// ends in `jmp free@plt`, into libc).
 const OUTSIDE_DEPTH: usize = 3;
 
+/// Most continuation sites planned for one function's calls.
+const MAX_CONTINUATIONS: usize = 1024;
+
 /// Where a function another module calls by name is entered: a file
 /// offset of a module, or, for an IFUNC, the run-time address of the slot
 /// where the dynamic linker wrote its resolver's choice (with the
@@ -354,7 +357,71 @@ impl Patcher {
         if !s.ret_tags.contains(&tag) {
             s.ret_tags.push(tag);
         }
+        // A tail call through a pointer (`agent_loader::tailcall`) may go
+        // into code with no return site: the instructions its direct calls
+        // return to take the calls it misses.
+        let tails = match self.modules.get(&path) {
+            Some(Ok(module)) => found.indirect.iter().any(|j| module.tail_jumps.contains(j)),
+            _ => false,
+        };
+        if tails {
+            let entry_link = addr.wrapping_sub(bias);
+            self.plan_continuations(world, maps, &path, bias, entry_link, &found.function);
+        }
         Ok(i)
+    }
+
+    /// Plans a continuation site ([`site_kind::CONT`]) at the instruction
+    /// after each direct `call` of the function entered at `entry` (link-
+    /// time; module `path`, load bias `bias`), or of its PLT entry in its
+    /// own module, at most [`MAX_CONTINUATIONS`]: where a jump fits and no
+    /// other site is (never a trap: every return there would stop). A later
+    /// window that needs those bytes takes them back (`check`).
+    fn plan_continuations(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        path: &Path,
+        bias: u64,
+        entry: u64,
+        name: &str,
+    ) {
+        let Some(Ok(module)) = self.modules.get(path) else {
+            return;
+        };
+        let elf = module.elf();
+        let mut targets = vec![entry];
+        targets.extend(
+            elf.imports
+                .iter()
+                .filter(|(a, n)| n == name && elf.is_exec_vaddr(*a))
+                .map(|&(a, _)| a),
+        );
+        let mut conts: Vec<u64> = targets
+            .iter()
+            .flat_map(|&t| module.returns_of_calls_to(t).iter().copied())
+            .collect();
+        // Not a function's first instruction (after a call that does not
+        // return), nor a `ret`: sites of their own may need them.
+        conts.retain(|&c| {
+            elf.function_starting_at(c).is_none()
+                && elf.unnamed_function_at(c).is_none()
+                && !matches!(elf.first_byte(c), Some(0xC3 | 0xC2) | None)
+        });
+        conts.sort_unstable();
+        conts.dedup();
+        conts.truncate(MAX_CONTINUATIONS);
+        for link in conts {
+            let at = link.wrapping_add(bias);
+            if self.by_probe_addr.contains_key(&at) {
+                continue;
+            }
+            if let Ok(c) = self.check(world, maps, at, None, Shape::Probe)
+                && c.trap.is_none()
+            {
+                let _ = self.add(world, c, site_kind::CONT);
+            }
+        }
     }
 
     /// The probe site at `addr`, planned if new.
@@ -433,14 +500,23 @@ impl Patcher {
             }
             return false;
         }
-        // Never patched now: no window, no bytes (its stub stays unused).
         for &i in &taken {
-            let s = &mut self.sites[i];
-            s.patch.clear();
-            s.orig.clear();
-            s.site.len = 0;
+            self.retire(i);
         }
         true
+    }
+
+    /// Takes site `i` (not patched) out: never patched now, no window, no
+    /// bytes (its stub stays, unused).
+    fn retire(&mut self, i: usize) {
+        let s = &mut self.sites[i];
+        if self.by_probe_addr.get(&s.site.probe) == Some(&i) {
+            self.by_probe_addr.remove(&s.site.probe);
+        }
+        self.by_window.remove(&(s.site.addr, i));
+        s.patch.clear();
+        s.orig.clear();
+        s.site.len = 0;
     }
 
     /// The executable mappings of files, with their canonical paths.
@@ -692,6 +768,26 @@ impl Patcher {
             ));
         }
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
+        let meeting: Vec<usize> = self
+            .by_window
+            .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
+            .map(|&(_, i)| i)
+            .filter(|&i| {
+                let o = &self.sites[i];
+                o.site.addr < hi && lo < o.site.addr + o.site.len as u64
+            })
+            .collect();
+        // Continuation sites not patched yet give their bytes up.
+        if !meeting.is_empty()
+            && meeting.iter().all(|&i| {
+                let o = &self.sites[i];
+                o.kind == site_kind::CONT && !o.patched
+            })
+        {
+            for i in meeting {
+                self.retire(i);
+            }
+        }
         if let Some(o) = self
             .by_window
             .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
