@@ -492,22 +492,27 @@ impl ElfInfo {
         r.get(i).copied().filter(|&(s, _)| s == vaddr)
     }
 
+    /// The `[start, end)` link-time ranges of the code symbols with a
+    /// size, sorted, without duplicates.
+    pub fn named_functions(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self
+            .symbols
+            .iter()
+            .filter(|s| s.is_code() && s.size > 0)
+            .map(|s| (s.value, s.value.saturating_add(s.size)))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// The functions no symbol names: the unwind table's ranges in
     /// executable segments that meet no code symbol with a size, outside
     /// the PLT and `.init`/`.fini` (a stripped program's functions, the
     /// static ones of a program that exports only some, the
     /// implementations of a library's IFUNCs). Sorted.
     pub fn unnamed_functions(&self) -> Vec<(u64, u64)> {
-        let named: Vec<(u64, u64)> = {
-            let mut v: Vec<(u64, u64)> = self
-                .symbols
-                .iter()
-                .filter(|s| s.is_code() && s.size > 0)
-                .map(|s| (s.value, s.value.saturating_add(s.size)))
-                .collect();
-            v.sort_unstable();
-            v
-        };
+        let named = self.named_functions();
         // `reach[i]`: the furthest end of the symbols up to `i`.
         let reach: Vec<u64> = named
             .iter()

@@ -1224,17 +1224,8 @@ fn rets_a_branch_lands_on_take_jumps(tr: &str) {
     for (func, values) in want {
         let (text, err) = tree_under(tr, func, &prog, &["6"], "482\n");
         assert!(!err.contains("no jump can go"), "{err}");
-        let want: Vec<String> = values
-            .iter()
-            .flat_map(|v| {
-                [
-                    format!("==> {func}()"),
-                    format!("<== {func}() [rax = {v:#x}]"),
-                ]
-            })
-            .collect();
         let got: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
-        assert_eq!(got, want, "{text}\n{err}");
+        assert_eq!(got, calls_returning(func, &values), "{text}\n{err}");
     }
     // `vtail`'s calls that went on in `thrice` return with its value.
     let (text, err) = tree_under(tr, "vtail", &prog, &["6"], "482\n");
@@ -1258,6 +1249,50 @@ fn rets_a_branch_lands_on_take_jumps(tr: &str) {
     assert_eq!(got, want, "{text}\n{err}");
 }
 
+/// `tests/progs/tail_unnamed.c`, bound lazily, its functions exported
+/// (`-rdynamic`), stripped (`-s`) when `strip`; linked with libifunc.so
+/// (`tests/progs/libifunc.c`, stripped), found through its rpath.
+fn tail_unnamed(strip: bool) -> PathBuf {
+    let dir = scratch();
+    let _lib = gcc(
+        "libifunc.so",
+        &progs().join("libifunc.c"),
+        &["-O2", "-shared", "-fPIC", "-s"],
+    );
+    let lib = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let mut flags = vec!["-O2", "-rdynamic", "-Wl,-z,lazy"];
+    if strip {
+        flags.push("-s");
+    }
+    flags.extend([
+        lib.as_str(),
+        "-Wl,--no-as-needed",
+        "-l:libifunc.so",
+        rpath.as_str(),
+    ]);
+    let name = if strip {
+        "tail_unnamed"
+    } else {
+        "tail_unnamed_g"
+    };
+    gcc(name, &progs().join("tail_unnamed.c"), &flags)
+}
+
+/// The lines of `-T --no-pid -i` for calls of `func` returning `values`,
+/// one after the other.
+fn calls_returning(func: &str, values: &[u64]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| {
+            [
+                format!("==> {func}()"),
+                format!("<== {func}() [rax = {v:#x}]"),
+            ]
+        })
+        .collect()
+}
+
 /// `tests/progs/tail_unnamed.c`, stripped (`-s`, its functions exported
 /// with `-rdynamic`), bound lazily, and its library `libifunc.c`,
 /// stripped: `via_hidden` ends in `jmp hidden` (a static function no
@@ -1273,28 +1308,7 @@ fn rets_a_branch_lands_on_take_jumps(tr: &str) {
 /// cost its calls from anywhere). Before, inproc and perf traced none of
 /// them (no `ret` found).
 fn tail_calls_into_unnamed_functions_are_seen_returning(tr: &str) {
-    let dir = scratch();
-    let _lib = gcc(
-        "libifunc.so",
-        &progs().join("libifunc.c"),
-        &["-O2", "-shared", "-fPIC", "-s"],
-    );
-    let lib = format!("-L{}", dir.display());
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let prog = gcc(
-        "tail_unnamed",
-        &progs().join("tail_unnamed.c"),
-        &[
-            "-O2",
-            "-s",
-            "-rdynamic",
-            "-Wl,-z,lazy",
-            &lib,
-            "-Wl,--no-as-needed",
-            "-l:libifunc.so",
-            &rpath,
-        ],
-    );
+    let prog = tail_unnamed(true);
     let want = [
         ("via_hidden", [6u64, 11, 16, 21]),
         ("via_ifunc", [6, 9, 12, 15]),
@@ -1316,16 +1330,7 @@ fn tail_calls_into_unnamed_functions_are_seen_returning(tr: &str) {
             continue;
         }
         assert!(!refused, "{err}");
-        let want: Vec<String> = values
-            .iter()
-            .flat_map(|v| {
-                [
-                    format!("==> {func}()"),
-                    format!("<== {func}() [rax = {v:#x}]"),
-                ]
-            })
-            .collect();
-        assert_eq!(got, want, "{text}\n{err}");
+        assert_eq!(got, calls_returning(func, &values), "{text}\n{err}");
     }
 }
 
@@ -1336,37 +1341,8 @@ fn tail_calls_into_unnamed_functions_are_seen_returning(tr: &str) {
 /// no symbol either, is `_start`, not traced. Before, such a function was
 /// not traced at all, and a program stripped whole was refused.
 fn functions_no_symbol_names_are_traced_by_address(tr: &str) {
-    let dir = scratch();
-    let _lib = gcc(
-        "libifunc.so",
-        &progs().join("libifunc.c"),
-        &["-O2", "-shared", "-fPIC", "-s"],
-    );
-    let lib = format!("-L{}", dir.display());
-    let rpath = format!("-Wl,-rpath,{}", dir.display());
-    let flags = |strip: bool| {
-        let mut f = vec!["-O2", "-rdynamic", "-Wl,-z,lazy"];
-        if strip {
-            f.push("-s");
-        }
-        f.extend([
-            lib.as_str(),
-            "-Wl,--no-as-needed",
-            "-l:libifunc.so",
-            rpath.as_str(),
-        ]);
-        f
-    };
-    let prog = gcc(
-        "tail_unnamed_s",
-        &progs().join("tail_unnamed.c"),
-        &flags(true),
-    );
-    let named = gcc(
-        "tail_unnamed_g",
-        &progs().join("tail_unnamed.c"),
-        &flags(false),
-    );
+    let prog = tail_unnamed(true);
+    let named = tail_unnamed(false);
     let info = wprobe_elf::ElfInfo::open(&named).unwrap();
     let hidden = info
         .symbols

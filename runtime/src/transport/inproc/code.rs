@@ -35,14 +35,7 @@ impl ModuleCode {
     /// Reads `path` and sweeps its code.
     pub(super) fn read(path: &Path) -> Result<ModuleCode, String> {
         let elf = wprobe_elf::info::ElfInfo::open(path).map_err(|e| e.to_string())?;
-        let mut funcs: Vec<(u64, u64)> = elf
-            .symbols
-            .iter()
-            .filter(|s| s.is_code() && s.size > 0)
-            .map(|s| (s.value, s.value.saturating_add(s.size)))
-            .collect();
-        funcs.sort_unstable();
-        funcs.dedup();
+        let mut funcs = elf.named_functions();
         // The functions no symbol names (static ones of a stripped module,
         // IFUNC implementations), bounded by their unwind table entries:
         // only where no symbol's range meets theirs, so that a function's

@@ -666,7 +666,9 @@ impl Patcher {
     }
 
     /// Checks a window at `addr` (a `ret` when `ret`) against the rules,
-    /// the file and the process, without changing anything.
+    /// the file and the process, without changing anything but this: the
+    /// continuation sites not yet patched that the window meets give their
+    /// bytes up ([`Patcher::retire`]).
     fn check(
         &mut self,
         world: &mut World,
