@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 4;
+pub const AGENT_ABI_VERSION: u32 = 5;
 
 /// First 8 bytes of the control region ("WPRBAGT2", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
@@ -294,8 +294,13 @@ pub struct ProbeSlot {
     /// A return probe: tracked calls that ended while their thread could
     /// not have the store lock (agent, atomic).
     pub live_lost: AtomicU64,
+    /// A return probe: 1 when each call tracked is told to the tracer at
+    /// once, by an [`entry::ENTERED`] entry (`wprobe trace` with its own
+    /// handlers: no handler runs at the entry). Set by the tracer before
+    /// `enabled`.
+    pub entry_notice: u64,
     /// Reserved.
-    pub _reserved: [u64; 2],
+    pub _reserved: [u64; 1],
 }
 
 /// The biased store lock. A process whose handlers all run on one thread
@@ -413,6 +418,11 @@ pub mod entry {
     pub const PAD: u16 = 0;
     /// One handler run: a [`crate::RunHeader`] and its records.
     pub const RUN: u16 = 1;
+    /// A call of a return probe with [`crate::ProbeSlot::entry_notice`] was
+    /// tracked: a [`crate::RunHeader`] (`probe`, `tid`, `cpu`, `time_ns` of
+    /// the entry, `ip` the function's entry, no record, `outcome` 0), then
+    /// one word: `rsp` at the entry. Ordered with the runs of its thread.
+    pub const ENTERED: u16 = 2;
 }
 
 /// Kinds of records inside a run ([`RecordHeader::kind`]).

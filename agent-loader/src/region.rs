@@ -150,6 +150,16 @@ pub struct RunView<'a> {
 }
 
 impl<'a> RunView<'a> {
+    /// An [`agent_abi::entry::ENTERED`] entry's `rsp` at the entry (`None`
+    /// for a run).
+    pub fn entered_rsp(&self) -> Option<u64> {
+        if self.header.kind != entry::ENTERED {
+            return None;
+        }
+        let w = self.body.get(..8)?;
+        Some(u64::from_le_bytes(w.try_into().ok()?))
+    }
+
     /// Its records, in emission order (no allocation: they are read from
     /// the entry, which the drain checked whole).
     #[inline]
@@ -395,6 +405,19 @@ impl Region {
         }
     }
 
+    /// Makes each call the return probe `p` tracks told to the tracer at
+    /// once ([`agent_abi::entry::ENTERED`]).
+    pub fn set_probe_entry_notice(&self, p: u32, on: bool) {
+        if u64::from(p) < self.layout.probes_cap {
+            let at = self.layout.probes_off() as usize + p as usize * PROBE_SLOT_SIZE;
+            // SAFETY: as in `set_probe_limits`.
+            unsafe {
+                let s = self.ptr.add(at) as *mut ProbeSlot;
+                (&raw mut (*s).entry_notice).write(u64::from(on));
+            }
+        }
+    }
+
     /// Enables or disables probe `p`.
     pub fn set_probe_enabled(&self, p: u32, on: bool) {
         if let Some(s) = self.probe(p) {
@@ -506,8 +529,8 @@ impl Region {
     }
 
     /// Consumes every complete entry in the ring, handing each handler run
-    /// to `f` in the order the agent wrote them; wakes a producer waiting
-    /// for room.
+    /// (and each call entered, [`RunView::entered_rsp`]) to `f` in the
+    /// order the agent wrote them; wakes a producer waiting for room.
     pub fn drain(&mut self, mut f: impl FnMut(&RunView<'_>)) -> Drained {
         let cap = self.layout.ring_size;
         let base = self.layout.ring_off() as usize;
@@ -528,7 +551,7 @@ impl Region {
                 && size.is_multiple_of(8)
                 && off as u64 + size <= cap
                 && tail + size <= head;
-            if !fits || (rh.kind != entry::PAD && rh.kind != entry::RUN) {
+            if !fits || !matches!(rh.kind, entry::PAD | entry::RUN | entry::ENTERED) {
                 out.corrupt += 1;
                 tail = head;
                 break;

@@ -317,6 +317,20 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
             entry_ns: t,
         };
         sh.len += 1;
+        if slot.entry_notice != 0 {
+            let head = RunHeader {
+                probe: p,
+                tid: h.tid,
+                cpu: crate::host::current_cpu() as u32,
+                time_ns: t,
+                ip: h.site.addr,
+                ..Default::default()
+            };
+            // The store lock is held (taken above).
+            if !ring::push_entered(c, head, e.regs[6]) {
+                slot.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 

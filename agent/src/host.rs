@@ -19,6 +19,22 @@ use hostabi::env::HitEnv;
 use hostfns::{HostData, RecordSink, Services};
 use wasmtime::{Memory, StoreLimits};
 
+/// The CPU the calling thread runs on (`rdpid`, else `rdtscp`, else
+/// `getcpu`).
+#[inline]
+pub fn current_cpu() -> u64 {
+    if HAS_RDPID.load(Ordering::Relaxed) {
+        sys::rdpid() & 0xFFF
+    } else if HAS_RDTSCP.load(Ordering::Relaxed) {
+        u64::from(sys::rdtscp().1 & 0xFFF)
+    } else {
+        let mut cpu = 0u32;
+        // SAFETY: getcpu writes one u32; the other pointers may be null.
+        unsafe { sys::syscall3(sys::SYS_GETCPU, &mut cpu as *mut u32 as usize, 0, 0) };
+        u64::from(cpu)
+    }
+}
+
 /// Whether RDTSCP exists (for `current_cpu`).
 pub static HAS_RDTSCP: AtomicBool = AtomicBool::new(false);
 /// Whether RDPID exists (for `current_cpu`; preferred to RDTSCP).
@@ -194,16 +210,7 @@ impl HitEnv for FrameEnv {
     }
 
     fn cpu(&self) -> u64 {
-        if HAS_RDPID.load(Ordering::Relaxed) {
-            sys::rdpid() & 0xFFF
-        } else if HAS_RDTSCP.load(Ordering::Relaxed) {
-            u64::from(sys::rdtscp().1 & 0xFFF)
-        } else {
-            let mut cpu = 0u32;
-            // SAFETY: getcpu writes one u32; the other pointers may be null.
-            unsafe { sys::syscall3(sys::SYS_GETCPU, &mut cpu as *mut u32 as usize, 0, 0) };
-            u64::from(cpu)
-        }
+        current_cpu()
     }
 
     fn thread_pointer(&self) -> u64 {

@@ -51,6 +51,26 @@ pub fn push_entry(c: &ControlHeader, e: &[u8]) -> bool {
     true
 }
 
+/// Writes an [`entry::ENTERED`] entry: `head` (its `size` and `kind` set
+/// here) and the entry's `rsp`; `false` when there was no room in time.
+#[inline(always)]
+pub fn push_entered(c: &ControlHeader, mut head: RunHeader, rsp: u64) -> bool {
+    const SIZE: usize = agent_abi::RUN_HEADER_SIZE + 8;
+    head.size = SIZE as u32;
+    head.kind = entry::ENTERED;
+    let Some(at) = reserve(c, SIZE as u64) else {
+        return false;
+    };
+    // SAFETY: `reserve` gave SIZE bytes at `at` (8-aligned), released by
+    // the consumer; RunHeader is plain data of RUN_HEADER_SIZE bytes.
+    unsafe {
+        core::ptr::write_unaligned(at.0 as *mut RunHeader, head);
+        core::ptr::write_unaligned(at.0.add(agent_abi::RUN_HEADER_SIZE) as *mut u64, rsp);
+    }
+    c.ring.head.store(at.1, Ordering::Release);
+    true
+}
+
 /// Room for an entry of `size` bytes (8-aligned) at the ring's head, a pad
 /// entry written before it when it would cross the ring's end: where to
 /// write it, and the head to publish once it is written. `None` when the

@@ -41,7 +41,9 @@
 # usage: benches/trace/call_cost.sh [REPEATS]
 # env:   REPEATS (5); FAST_N1/FAST_N2 (uftrace, untraced: 1000000/6000000);
 #        PERF_N1/PERF_N2 (20000/120000); PTRACE_N1/PTRACE_N2 (2000/12000);
-#        INPROC_N1/INPROC_N2 (200000/1200000)
+#        INPROC_N1/INPROC_N2 (200000/1200000: inproc with a line per call);
+#        the other inproc rows (no line per call) use FAST_N1/FAST_N2, the
+#        counts of the uftrace row they are compared with
 #        WPROBE  wprobe binary (default target/release/wprobe, built when missing)
 #        SKIP    rows to leave out, space separated: uftrace ltrace inproc perf ptrace
 # Needs root for --transport perf (uprobes), gcc, uftrace and ltrace
@@ -138,9 +140,9 @@ if ! skipped perf; then
 fi
 if ! skipped inproc; then
   add "wprobe trace --transport inproc" "$(net "$(slope "$IN1" "$IN2" tree_ok "$W" trace --transport inproc -o "$WORK/trace.out" -- "$T")")"
-  add "  ... --report" "$(net "$(slope "$IN1" "$IN2" report_ok "$W" trace --transport inproc --report -o "$WORK/trace.out" -- "$T")")"
-  add "  wprobe run entry.rpn (inproc)" "$(net "$(slope "$IN1" "$IN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/entry.rpn" -- "$T")")"
-  add "  wprobe run return.rpn (inproc)" "$(net "$(slope "$IN1" "$IN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/return.rpn" -- "$T")")"
+  add "  ... --report" "$(net "$(slope "$FN1" "$FN2" report_ok "$W" trace --transport inproc --report -o "$WORK/trace.out" -- "$T")")"
+  add "  wprobe run entry.rpn (inproc)" "$(net "$(slope "$FN1" "$FN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/entry.rpn" -- "$T")")"
+  add "  wprobe run return.rpn (inproc)" "$(net "$(slope "$FN1" "$FN2" hits_ok "$W" run --transport inproc "$ROOT/benches/trace/return.rpn" -- "$T")")"
   add "  ... --report, f too short (int3s)" "$(net "$(slope "$TN1" "$TN2" report_ok "$W" trace --transport inproc --report -o "$WORK/trace.out" -- "$WORK/calls_short")")"
 fi
 if ! skipped ptrace; then
@@ -156,7 +158,7 @@ for i in "${!NAMES[@]}"; do
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", a / b; else print "-" }'; }
 echo "machine: $CPU, $(nproc) cores; kernel $(uname -r); load $LOAD0 (start) $(cut -d' ' -f1-3 /proc/loadavg) (end)"
-echo "calls: untraced and uftrace $FN1/$FN2, inproc $IN1/$IN2, perf $PN1/$PN2, ptrace and ltrace $TN1/$TN2; REPEATS=$REPEATS, medians; wprobe $COMMIT; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "calls: untraced and uftrace $FN1/$FN2, inproc $IN1/$IN2 (a line per call; else as uftrace), perf $PN1/$PN2, ptrace and ltrace $TN1/$TN2; REPEATS=$REPEATS, medians; wprobe $COMMIT; $(date -u +%Y-%m-%dT%H:%MZ)"
 printf "%-34s %12s %12s %10s %10s\n" tracer "wall ns/call" "cpu ns/call" "wall ×uf" "cpu ×uf"
 printf "%-34s %12s %12s %10s %10s\n" "untraced loop (ns per call)" "$uw" "$uc" - -
 warn=0

@@ -141,6 +141,9 @@ pub struct Session {
     /// A transport that compiles the programs again (for the target) may
     /// use the compiled-module cache.
     use_cache: bool,
+    /// The programs whose return probes report each call as it enters
+    /// (see `request_entry_notices`).
+    entry_notices: Vec<usize>,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -292,7 +295,16 @@ impl Session {
             failures: Vec::new(),
             held: Default::default(),
             use_cache: true,
+            entry_notices: Vec::new(),
         })
+    }
+
+    /// The return probes of program `prog` report each call they track as
+    /// it enters ([`HookEvent::Entered`]), where the transport can
+    /// ([`crate::transport::Capabilities::entry_notices`]): `wprobe trace`
+    /// then needs no handler run at the entry.
+    pub fn request_entry_notices(&mut self, prog: usize) {
+        self.entry_notices.push(prog);
     }
 
     /// Whether a transport that compiles the programs again for the target
@@ -641,6 +653,26 @@ impl Session {
                 // itself when the run ends.
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += count;
+                }
+            }
+            Event::Entered {
+                tag,
+                pid,
+                tid,
+                rsp,
+                time_ns,
+                ip,
+            } => {
+                if let Some((prog, index)) = self.origin(tag) {
+                    self.hook_event(HookEvent::Entered {
+                        prog,
+                        index,
+                        pid,
+                        tid,
+                        rsp,
+                        time_ns,
+                        ip,
+                    });
                 }
             }
             Event::Unwound {

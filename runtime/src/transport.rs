@@ -90,6 +90,10 @@ pub struct Capabilities {
     /// `check_access` can tell whether the process may write (RPN
     /// `vfyrw`).
     pub write_checks: bool,
+    /// A return probe can report each call it tracks as it enters
+    /// ([`Insert::Return::entry_notice`], [`Event::Entered`]), with no
+    /// handler run at the entry.
+    pub entry_notices: bool,
 }
 
 /// Who is traced.
@@ -172,6 +176,9 @@ pub enum Insert {
         opcode: Option<u8>,
         /// Live calls tracked per process (already defaulted: never 0).
         maxactive: u32,
+        /// Each call tracked is reported as it enters ([`Event::Entered`];
+        /// only where [`Capabilities::entry_notices`]).
+        entry_notice: bool,
     },
 }
 
@@ -276,6 +283,22 @@ pub enum Event<'a> {
         entry_ns: u64,
         /// Why the call ended without a return.
         cause: calls::Left,
+    },
+    /// A call of a return probe armed with `entry_notice` entered (was
+    /// tracked), delivered in order with the thread's other events.
+    Entered {
+        /// The probe's tag.
+        tag: usize,
+        /// The process.
+        pid: i32,
+        /// The thread that made the call.
+        tid: i32,
+        /// `rsp` at the entry (the call's identity in its thread).
+        rsp: u64,
+        /// Wall-clock time of the entry, in ns.
+        time_ns: u64,
+        /// The function's entry address.
+        ip: u64,
     },
     /// A transport that runs the handlers itself
     /// ([`Transport::runs_handlers`]): one handler run in the target whose

@@ -334,6 +334,7 @@ fn manifest(
     funcs: &[Func],
     which: &[usize],
     taken: (usize, usize),
+    with_entry: bool,
 ) -> (Manifest, Vec<(u32, bool)>) {
     let mut m = Manifest {
         module: exe.display().to_string(),
@@ -364,9 +365,11 @@ fn manifest(
         // function's windows for both ends at once (a short function takes
         // one window for its entry and its `ret`).
         m.probes.push(exit);
-        m.probes.push(entry);
         map.push((i as u32, true));
-        map.push((i as u32, false));
+        if with_entry {
+            m.probes.push(entry);
+            map.push((i as u32, false));
+        }
     }
     (m, map)
 }
@@ -544,8 +547,16 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     let modules = handler_modules(&a, &funcs)?;
     let mut programs = Vec::new();
     let mut probes = ProbeMap::default();
-    for hm in &modules {
-        let (m, map) = manifest(&exe, &funcs, &hm.funcs, taken_args(&hm.bytes));
+    // With the built-in handlers, a transport that reports each call as it
+    // enters runs no handler there: `trace_entry` would only log the
+    // entry's `rsp`, which the notice carries (a Wasm run, a host call and
+    // a record less per call). Other modules' `trace_entry` runs.
+    let notices: Vec<bool> = modules
+        .iter()
+        .map(|hm| info.caps.entry_notices && hm.path.is_none())
+        .collect();
+    for (hm, &notice) in modules.iter().zip(&notices) {
+        let (m, map) = manifest(&exe, &funcs, &hm.funcs, taken_args(&hm.bytes), !notice);
         let path = hm.path.as_deref();
         let (module, outcome) = crate::load::load_cached(&engine, &hm.bytes, path, Some(m), &cache)
             .map_err(|e| match path {
@@ -581,6 +592,9 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     let mut session = Session::new(&engine, programs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;
     session.check(info)?;
+    for (prog, _) in notices.iter().enumerate().filter(|(_, n)| **n) {
+        session.request_entry_notices(prog);
+    }
 
     // The outputs.
     let signals = crate::stopsig::StopSignals::install()
@@ -711,9 +725,11 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         .map(|(p, i, _)| (*p, *i))
         .collect();
     for (prog, index) in failed {
-        session.disable_probe(t, prog, index ^ 1);
+        if !notices[prog] {
+            session.disable_probe(t, prog, index ^ 1);
+        }
     }
-    report_arm_failures(&session, &table, &modules);
+    report_arm_failures(&session, &table, &modules, &notices);
     // Nothing armed yet is fine when the libraries of the rest are still
     // to be mapped and the transport arms them then (a stripped program
     // traced with `--lib`, stopped at its exec under ptrace).
@@ -786,11 +802,22 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
 
 /// Says, once, which functions could not be traced and why (the
 /// transport refused their entry or return probe).
-fn report_arm_failures(session: &Session, table: &views::Table, modules: &[HandlerModule]) {
+fn report_arm_failures(
+    session: &Session,
+    table: &views::Table,
+    modules: &[HandlerModule],
+    notices: &[bool],
+) {
     let mut skipped: Vec<NotTraced> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (prog, index, why) in session.arm_failures() {
-        let Some(&fi) = modules.get(*prog).and_then(|m| m.funcs.get(index / 2)) else {
+        // Two probes per function, or only its return probe.
+        let per = if notices.get(*prog) == Some(&true) {
+            1
+        } else {
+            2
+        };
+        let Some(&fi) = modules.get(*prog).and_then(|m| m.funcs.get(index / per)) else {
             continue;
         };
         if seen.insert(fi) {

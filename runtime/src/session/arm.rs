@@ -240,12 +240,18 @@ impl Session {
         let n = match t.maps(pid, false) {
             Ok(maps) => {
                 let verify = self.opts.verify_opcodes;
+                let notices: Vec<bool> = self
+                    .probes
+                    .iter()
+                    .map(|p| self.entry_notices.contains(&p.prog))
+                    .collect();
                 self.arm_with(pid, &maps, report, &mut |pi, spec, addr, opcode_applies| {
                     let opcode = spec.opcode.filter(|_| verify && opcode_applies);
                     let what = match spec.kind {
                         ProbeKind::Breakpoint if spec.r#return => Insert::Return {
                             opcode,
                             maxactive: spec.maxactive_or_default(),
+                            entry_notice: notices.get(pi).copied().unwrap_or(false),
                         },
                         ProbeKind::Breakpoint => Insert::Breakpoint { opcode },
                         k => Insert::Watchpoint {

@@ -72,6 +72,25 @@ pub enum HookEvent {
         /// How many.
         count: u64,
     },
+    /// A call of a return probe entered, where its program asked for
+    /// entry notices (`Session::request_entry_notices`): the transport's
+    /// `Event::Entered`, in order with the thread's records.
+    Entered {
+        /// The probe's program.
+        prog: usize,
+        /// Its index in the program's manifest.
+        index: usize,
+        /// The process.
+        pid: i32,
+        /// The thread that made the call.
+        tid: i32,
+        /// `rsp` at the entry.
+        rsp: u64,
+        /// Wall-clock time of the entry, in ns.
+        time_ns: u64,
+        /// The function's entry address.
+        ip: u64,
+    },
     /// A call of a return probe ended without returning (the transport's
     /// `Event::Unwound`), delivered before any later record of its thread.
     Unwound {

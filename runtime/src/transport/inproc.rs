@@ -66,6 +66,7 @@ pub static INFO: TransportInfo = TransportInfo {
         return_probes: true,
         step_faults: false,
         write_checks: true,
+        entry_notices: true,
     },
     // Every register but the debug registers, which user space cannot read.
     registers: Some(|id| !matches!(id, 0x2C..=0x2F | 0x32 | 0x33)),
@@ -118,6 +119,8 @@ pub struct InProc {
     armed: HashMap<usize, usize>,
     /// `maxactive` of each return probe (by tag).
     maxactive: HashMap<usize, u32>,
+    /// The return probes whose calls are reported as they enter.
+    entry_notices: Vec<usize>,
     /// While runs are handed on (`drain_runs`, the agent taken out), and
     /// the probes removed meanwhile.
     draining: bool,
@@ -187,6 +190,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         draining: false,
         removed: Vec::new(),
         maxactive: HashMap::new(),
+        entry_notices: Vec::new(),
         agent: None,
         program_maps: Vec::new(),
         reported: Vec::new(),
@@ -385,6 +389,9 @@ impl InProc {
         }
         for (&tag, &max) in &self.maxactive {
             agent.region.set_probe_maxactive(tag as u32, u64::from(max));
+        }
+        for &tag in &self.entry_notices {
+            agent.region.set_probe_entry_notice(tag as u32, true);
         }
         for (i, p) in set.programs.iter().enumerate() {
             let probes: Vec<ProbeSpec<'_>> = set
@@ -767,13 +774,20 @@ impl Transport for InProc {
                 self.armed.insert(tag, site);
                 Ok(Armed(tag as u64))
             }
-            Insert::Return { opcode, maxactive } => {
+            Insert::Return {
+                opcode,
+                maxactive,
+                entry_notice,
+            } => {
                 let site = self
                     .patcher
                     .plan_return(world, &self.maps, tag, addr, opcode)
                     .map_err(|e| format!("cannot patch the function at {addr:#x}: {e}"))?;
                 self.armed.insert(tag, site);
                 self.maxactive.insert(tag, maxactive);
+                if entry_notice {
+                    self.entry_notices.push(tag);
+                }
                 if self.agent.is_some() {
                     self.say_fallbacks();
                 }
@@ -1129,6 +1143,20 @@ impl InProc {
         let pid = self.pid;
         let d = agent.region.drain(|run| {
             let h = run.header;
+            if let Some(rsp) = run.entered_rsp() {
+                on_event(
+                    self,
+                    Event::Entered {
+                        tag: h.probe as usize,
+                        pid,
+                        tid: h.tid as i32,
+                        rsp,
+                        time_ns: h.time_ns,
+                        ip: h.ip,
+                    },
+                );
+                return;
+            }
             if h.outcome == run_outcome::UNWOUND {
                 if let Some(ev) = unwound(pid, run) {
                     on_event(self, ev);

@@ -710,6 +710,7 @@ fn suspend_ends_live_calls_and_resume_tracks_new_ones(transport: &'static str) {
         Insert::Return {
             opcode: None,
             maxactive: 4,
+            entry_notice: false,
         },
     )
     .unwrap();

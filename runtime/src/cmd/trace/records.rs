@@ -7,6 +7,10 @@
 //! * entry, minor [`ENTRY_MINOR`]: `[rsp, args…]`;
 //! * exit, minor [`EXIT_MINOR`]: `[rax, entry rsp, elapsed ns, extras…]`.
 //!
+//! With the built-in handlers, where the transport can, no handler runs at
+//! the entry: the return probe's entry notice (`HookEvent::Entered`) says
+//! what the entry record would (its `rsp`, no argument).
+//!
 //! Any other record a custom handler logs is shown under its call as text.
 //! A run without its standard record is counted (the summary says how many
 //! calls are then missing from the trees).
@@ -212,6 +216,21 @@ impl RecordHook for Hook {
             HookEvent::NotArmed { prog, index } => {
                 if let Some(&(func, _)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index)) {
                     st.tree.drop_function(func);
+                }
+            }
+            HookEvent::Entered {
+                prog,
+                index,
+                pid,
+                tid,
+                rsp,
+                time_ns,
+                ip,
+            } => {
+                if let Some(&(func, true)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index))
+                {
+                    st.tree
+                        .enter(Thread { pid, tid }, func, time_ns, rsp, ip, &[]);
                 }
             }
             HookEvent::Lost { count, .. } => st.problems.lost += count,

@@ -41,6 +41,7 @@ pub static INFO: TransportInfo = TransportInfo {
         return_probes: true,
         step_faults: false,
         write_checks: false,
+        entry_notices: false,
     },
     // The general registers, rflags, cs, ss and the instruction pointer
     // (the sample's IP).
@@ -478,7 +479,9 @@ impl Transport for PerfTracer {
                 })?;
                 PerfProbe::Watch { addr, len, kind }
             }
-            Insert::Return { opcode, maxactive } => {
+            Insert::Return {
+                opcode, maxactive, ..
+            } => {
                 let PerfProbe::Uprobe { path, offset } = self.uprobe_at(pid, addr, opcode)? else {
                     unreachable!("uprobe_at gives a uprobe")
                 };

@@ -39,6 +39,7 @@ pub static INFO: TransportInfo = TransportInfo {
         return_probes: true,
         step_faults: true,
         write_checks: true,
+        entry_notices: false,
     },
     registers: None,
     preflight: |_| Ok(()),
@@ -376,7 +377,9 @@ impl Transport for PtraceTracer {
                 self.seam.wp_tags.insert(id, tag);
                 Ok(Armed(WATCH_BIT | u64::from(id.0)))
             }
-            Insert::Return { opcode, maxactive } => {
+            Insert::Return {
+                opcode, maxactive, ..
+            } => {
                 let id = self
                     .insert_breakpoint(pid, addr, opcode)
                     .map_err(|e| e.to_string())?;
@@ -495,6 +498,7 @@ impl Transport for PtraceTracer {
                 (None, Some(maxactive)) => Insert::Return {
                     opcode: None,
                     maxactive,
+                    entry_notice: false,
                 },
                 (None, None) => Insert::Breakpoint { opcode: None },
             };
