@@ -143,10 +143,12 @@ impl Param {
     }
 }
 
-/// The parameters of a handler run on the frame and entry state of `env`.
+/// The parameters of a handler run on the frame and entry state of `env`,
+/// written into `v` in place (built apart and copied, the array was read
+/// back with 16-byte loads from its 8-byte stores, which the CPU cannot
+/// forward: a stall per run).
 #[inline(always)]
-fn param_values(env: &mut FrameEnv, params: &[Param]) -> [u64; MAX_HANDLER_ARGS] {
-    let mut v = [0u64; MAX_HANDLER_ARGS];
+fn param_values(v: &mut [u64; MAX_HANDLER_ARGS], env: &mut FrameEnv, params: &[Param]) {
     let frame = env.frame as *const u64;
     for (slot, p) in v.iter_mut().zip(params) {
         *slot = match *p {
@@ -158,7 +160,6 @@ fn param_values(env: &mut FrameEnv, params: &[Param]) -> [u64; MAX_HANDLER_ARGS]
             Param::Other(a) => hostfns::arg_values(env, &[a])[0],
         };
     }
-    v
 }
 
 /// The parameter an [`agent_abi::arg`] code names.
@@ -1005,11 +1006,8 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         d.writes_allowed = prog.writes_allowed;
     }
     let _ = a.store.set_fuel(prog.fuel);
-    let args = if pf.args.is_empty() {
-        [0; MAX_HANDLER_ARGS]
-    } else {
-        param_values(&mut a.store.data_mut().env, &pf.args)
-    };
+    let mut args = [0; MAX_HANDLER_ARGS];
+    param_values(&mut args, &mut a.store.data_mut().env, &pf.args);
     let res = pf.handler.call(&mut a.store, &args);
     // What a trap message is made of; formatted only for the probe's first
     // trap (not per run: the 512-byte buffer is not even zeroed otherwise).
