@@ -90,7 +90,71 @@ pub fn time_unit(out: &mut String, ns: u64) {
         delta = 999;
         small = 999;
     }
-    let _ = write!(out, "{delta:3}.{small:03} {}", UNITS[idx]);
+    // `{delta:3}.{small:03} {unit}` without the formatting machinery (a
+    // line per call): both are below 1,000.
+    push_decimal(out, delta, 3, b' ');
+    out.push('.');
+    push_decimal(out, small, 3, b'0');
+    out.push(' ');
+    out.push_str(UNITS[idx]);
+}
+
+/// Appends `v` in decimal, right-aligned in `width` characters padded
+/// with `pad` (`{v:width$}` or `{v:0width$}`); wider numbers take the
+/// room they need.
+pub fn push_decimal(out: &mut String, v: u64, width: usize, pad: u8) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = v;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - at;
+    for _ in len..width {
+        out.push(char::from(pad));
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("invariant: ASCII digits"));
+}
+
+/// Appends `v` in hexadecimal with a `0x` prefix and at least `min_digits`
+/// digits, zero-padded (`{v:#x}` is `min_digits` 1, `{v:#010x}` 8).
+pub fn push_hex(out: &mut String, v: u64, min_digits: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    let mut rest = v;
+    while rest != 0 || digits.len() - at < min_digits.clamp(1, 16) {
+        at -= 1;
+        digits[at] = HEX[(rest & 0xf) as usize];
+        rest >>= 4;
+    }
+    out.push_str("0x");
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("invariant: ASCII digits"));
+}
+
+/// A thread's column, formatted once and reused while the lines are of
+/// the same thread (most lines are: a line per call).
+#[derive(Debug, Default)]
+pub struct TidColumn {
+    tid: Option<i32>,
+    text: String,
+}
+
+impl TidColumn {
+    /// The column of `tid`, made by `make` when it is not the last one's.
+    pub fn get(&mut self, tid: i32, make: impl FnOnce(&mut String, i32)) -> &str {
+        if self.tid != Some(tid) {
+            self.text.clear();
+            make(&mut self.text, tid);
+            self.tid = Some(tid);
+        }
+        &self.text
+    }
 }
 
 /// Wall-clock prefixes (`-t`: `HH:MM:SS`, `-u`: `HH:MM:SS.uuuuuu`), in
@@ -196,6 +260,24 @@ mod tests {
             let mut s = String::new();
             time_unit(&mut s, ns);
             assert_eq!(s, want, "{ns}");
+        }
+    }
+
+    #[test]
+    fn numbers_print_as_the_formatting_machinery_prints_them() {
+        for v in [0, 1, 9, 10, 99, 100, 999, 1000, 123_456, u64::MAX] {
+            let mut s = String::new();
+            push_decimal(&mut s, v, 3, b' ');
+            assert_eq!(s, format!("{v:3}"));
+            s.clear();
+            push_decimal(&mut s, v, 3, b'0');
+            assert_eq!(s, format!("{v:03}"));
+            s.clear();
+            push_hex(&mut s, v, 1);
+            assert_eq!(s, format!("{v:#x}"));
+            s.clear();
+            push_hex(&mut s, v, 8);
+            assert_eq!(s, format!("{v:#010x}"));
         }
     }
 

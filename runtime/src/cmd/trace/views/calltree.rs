@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use super::super::out::TextOut;
 use super::super::tree::{How, Step, StepKind};
-use super::{Table, TimeFmt, View, push_args};
+use super::{Table, TidColumn, TimeFmt, View, push_args, push_hex};
 
 /// What `-T` shows.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +42,8 @@ pub struct CallTreeView {
     opts: TreeOpts,
     buf: String,
     last_ns: u64,
+    /// `[pid TID] `.
+    tid: TidColumn,
 }
 
 impl CallTreeView {
@@ -53,12 +55,15 @@ impl CallTreeView {
             opts,
             buf: String::with_capacity(256),
             last_ns: 0,
+            tid: TidColumn::default(),
         }
     }
 
     fn prefix(&mut self, tid: i32, time_ns: u64, depth: u32) {
         if self.opts.pid {
-            let _ = write!(self.buf, "[pid {tid}] ");
+            self.buf.push_str(self.tid.get(tid, |out, tid| {
+                let _ = write!(out, "[pid {tid}] ");
+            }));
         }
         self.opts.time.push(&mut self.buf, time_ns);
         for _ in 0..depth as usize * self.opts.offset {
@@ -80,7 +85,8 @@ impl View for CallTreeView {
                 self.buf.push_str(name);
                 push_args(&mut self.buf, args);
                 if self.opts.ip {
-                    let _ = write!(self.buf, " at {ip:#010x}");
+                    self.buf.push_str(" at ");
+                    push_hex(&mut self.buf, *ip, 8);
                 }
                 if self.opts.lines
                     && let Some(l) = f.and_then(|f| f.line.as_ref())
@@ -97,7 +103,8 @@ impl View for CallTreeView {
                 self.buf.push_str(" [");
                 match (how, rax) {
                     (How::Returned, Some(v)) => {
-                        let _ = write!(self.buf, "rax = {v:#x}");
+                        self.buf.push_str("rax = ");
+                        push_hex(&mut self.buf, *v, 1);
                     }
                     (How::Unwound(c), _) => self.buf.push_str(c.describe()),
                     (How::Running, _) => self.buf.push_str("still running"),

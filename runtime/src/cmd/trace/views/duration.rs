@@ -14,13 +14,12 @@
 //! (`f(1, 2) {`) and values (`} = 3; /* f */`); a call left without
 //! returning says so in its comment (`} /* f: unwound */`).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::rc::Rc;
 
 use super::super::out::TextOut;
 use super::super::tree::{How, Step, StepKind};
-use super::{Table, TimeFmt, View, push_args, time_unit};
+use super::{Table, TidColumn, TimeFmt, View, push_args, time_unit};
 
 /// uftrace's header line.
 pub const HEADER: &str = "# DURATION     TID     FUNCTION\n";
@@ -31,10 +30,14 @@ pub struct DurationView {
     out: TextOut,
     time: TimeFmt,
     lines: bool,
-    /// An entry not yet printed, by output stream (one stream, or one per
-    /// thread with `--ff`): printed as a leaf when its exit comes next.
-    pending: HashMap<i32, Step>,
+    /// The entries not yet printed, with their output stream (one stream,
+    /// or one per thread with `--ff`; at most one entry each): printed as
+    /// a leaf when its exit comes next. A list: it holds one entry at most
+    /// without `--ff`, and it is looked up at every step.
+    pending: Vec<(i32, Step)>,
     buf: String,
+    /// ` [   TID] | `.
+    tid: TidColumn,
 }
 
 impl DurationView {
@@ -46,8 +49,9 @@ impl DurationView {
             out,
             time,
             lines,
-            pending: HashMap::new(),
+            pending: Vec::new(),
             buf: String::with_capacity(256),
+            tid: TidColumn::default(),
         }
     }
 
@@ -59,7 +63,9 @@ impl DurationView {
         self.time.push(&mut self.buf, s.time_ns);
         self.buf.push(' ');
         time_unit(&mut self.buf, dur.unwrap_or(0));
-        let _ = write!(self.buf, " [{:>6}] | ", s.th.tid);
+        self.buf.push_str(self.tid.get(s.th.tid, |out, tid| {
+            let _ = write!(out, " [{tid:>6}] | ");
+        }));
         for _ in 0..s.depth {
             self.buf.push_str("  ");
         }
@@ -184,7 +190,8 @@ fn values(out: &mut String, extras: &[u64]) {
 impl View for DurationView {
     fn step(&mut self, s: &Step) {
         let stream = self.stream(s.th.tid);
-        if let Some(p) = self.pending.remove(&stream) {
+        if let Some(at) = self.pending.iter().position(|(st, _)| *st == stream) {
+            let (_, p) = self.pending.swap_remove(at);
             if p.th == s.th && p.depth == s.depth && matches!(s.kind, StepKind::Exit { .. }) {
                 self.leaf_line(&p, s);
                 return;
@@ -193,7 +200,7 @@ impl View for DurationView {
         }
         match &s.kind {
             StepKind::Enter { .. } => {
-                self.pending.insert(stream, s.clone());
+                self.pending.push((stream, s.clone()));
             }
             StepKind::Exit { .. } => self.exit_line(s),
             StepKind::Note { .. } => self.note_line(s),
@@ -201,7 +208,7 @@ impl View for DurationView {
     }
 
     fn finish(&mut self) -> Result<(), String> {
-        let mut left: Vec<Step> = self.pending.drain().map(|(_, s)| s).collect();
+        let mut left: Vec<Step> = self.pending.drain(..).map(|(_, s)| s).collect();
         left.sort_by_key(|s| (s.time_ns, s.th));
         for p in left {
             self.enter_line(&p);
