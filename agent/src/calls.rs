@@ -291,7 +291,9 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
 /// After the entry's probes ran: a call is tracked for each enabled return
 /// probe of the function (or counted as missed: beyond `maxactive` or
 /// [`DEPTH`], or when the store lock, which guards the live counts, could
-/// not be had).
+/// not be had). A probe with `entry_notice` has each call it tracks told
+/// to the tracer at once ([`agent_abi::entry::ENTERED`]; one it cannot
+/// write is counted as dropped).
 pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>) {
     let t = now(h);
     let sh = e.shadow;
