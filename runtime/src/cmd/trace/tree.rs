@@ -330,7 +330,8 @@ impl<S: Sink> Tree<S> {
             .entry_ns
             .saturating_add(elapsed_ns)
             .max(st.stack[k].entry_ns);
-        while self.threads[&th].stack.len() > k + 1 {
+        let above = st.stack.len() - (k + 1);
+        for _ in 0..above {
             self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
         }
         self.close(th, end, How::Returned, Some(rax), extras);
@@ -354,7 +355,8 @@ impl<S: Sink> Tree<S> {
             return;
         };
         let end = time_ns.max(st.stack[k].entry_ns);
-        while self.threads[&th].stack.len() > k + 1 {
+        let above = st.stack.len() - (k + 1);
+        for _ in 0..above {
             self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
         }
         self.close(th, end, how, None, &[]);

@@ -118,7 +118,9 @@ pub fn push_decimal(out: &mut String, v: u64, width: usize, pad: u8) {
     for _ in len..width {
         out.push(char::from(pad));
     }
-    out.push_str(std::str::from_utf8(&digits[at..]).expect("invariant: ASCII digits"));
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 /// Appends `v` in hexadecimal with a `0x` prefix and at least `min_digits`

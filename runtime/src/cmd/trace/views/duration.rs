@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 
 use super::super::out::TextOut;
-use super::super::tree::{How, Step, StepKind};
+use super::super::tree::{FuncId, How, Step, StepKind, Thread};
 use super::{Table, TidColumn, TimeFmt, View, push_args, time_unit};
 
 /// uftrace's header line.
@@ -26,15 +26,37 @@ pub const HEADER: &str = "# DURATION     TID     FUNCTION\n";
 
 /// The duration view.
 pub struct DurationView {
+    lines: Lines,
+    /// The entries held back, one place per output stream (one stream, or
+    /// one per thread with `--ff`): printed as a leaf when its exit comes
+    /// next. A list: it has one place without `--ff`, and it is looked up
+    /// at every step. Places are reused, their fields set one by one (a
+    /// whole [`Step`] moved in and out at every call cost more than the
+    /// line's formatting).
+    pending: Vec<Held>,
+}
+
+/// An entry not printed yet: what its line shows.
+#[derive(Debug)]
+struct Held {
+    /// The output stream.
+    stream: i32,
+    /// Whether an entry waits here.
+    waiting: bool,
+    th: Thread,
+    depth: u32,
+    func: FuncId,
+    time_ns: u64,
+    args: Vec<u64>,
+}
+
+/// The formatting of lines, and where they go.
+struct Lines {
     funcs: Table,
     out: TextOut,
     time: TimeFmt,
-    lines: bool,
-    /// The entries not yet printed, with their output stream (one stream,
-    /// or one per thread with `--ff`; at most one entry each): printed as
-    /// a leaf when its exit comes next. A list: it holds one entry at most
-    /// without `--ff`, and it is looked up at every step.
-    pending: Vec<(i32, Step)>,
+    /// `-l`.
+    source: bool,
     buf: String,
     /// ` [   TID] | `.
     tid: TidColumn,
@@ -45,28 +67,63 @@ impl DurationView {
     pub fn new(funcs: Table, mut out: TextOut, time: TimeFmt, lines: bool) -> DurationView {
         out.set_header(HEADER);
         DurationView {
-            funcs,
-            out,
-            time,
-            lines,
+            lines: Lines {
+                funcs,
+                out,
+                time,
+                source: lines,
+                buf: String::with_capacity(256),
+                tid: TidColumn::default(),
+            },
             pending: Vec::new(),
-            buf: String::with_capacity(256),
-            tid: TidColumn::default(),
         }
     }
 
     fn stream(&self, tid: i32) -> i32 {
-        if self.out.is_per_thread() { tid } else { 0 }
+        if self.lines.out.is_per_thread() {
+            tid
+        } else {
+            0
+        }
     }
 
-    fn prefix(&mut self, s: &Step, dur: Option<u64>) {
-        self.time.push(&mut self.buf, s.time_ns);
+    /// Holds entry `s` (of `stream`) back in place `at` (a new one when
+    /// `None`).
+    fn hold(&mut self, at: Option<usize>, stream: i32, s: &Step, args: &[u64]) {
+        let h = match at {
+            Some(i) => &mut self.pending[i],
+            None => {
+                self.pending.push(Held {
+                    stream,
+                    waiting: false,
+                    th: s.th,
+                    depth: 0,
+                    func: 0,
+                    time_ns: 0,
+                    args: Vec::new(),
+                });
+                self.pending.last_mut().expect("invariant: just pushed")
+            }
+        };
+        h.waiting = true;
+        h.th = s.th;
+        h.depth = s.depth;
+        h.func = s.func;
+        h.time_ns = s.time_ns;
+        h.args.clear();
+        h.args.extend_from_slice(args);
+    }
+}
+
+impl Lines {
+    fn prefix(&mut self, time_ns: u64, tid: i32, depth: u32, dur: Option<u64>) {
+        self.time.push(&mut self.buf, time_ns);
         self.buf.push(' ');
         time_unit(&mut self.buf, dur.unwrap_or(0));
-        self.buf.push_str(self.tid.get(s.th.tid, |out, tid| {
+        self.buf.push_str(self.tid.get(tid, |out, tid| {
             let _ = write!(out, " [{tid:>6}] | ");
         }));
-        for _ in 0..s.depth {
+        for _ in 0..depth {
             self.buf.push_str("  ");
         }
     }
@@ -82,22 +139,19 @@ impl DurationView {
         self.buf.clear();
     }
 
-    fn enter_line(&mut self, s: &Step) {
-        let StepKind::Enter { args, .. } = &s.kind else {
-            return;
-        };
-        self.prefix(s, None);
-        self.push_name(s.func);
-        push_args(&mut self.buf, args);
+    fn enter_line(&mut self, h: &Held) {
+        self.prefix(h.time_ns, h.th.tid, h.depth, None);
+        self.push_name(h.func);
+        push_args(&mut self.buf, &h.args);
         self.buf.push_str(" {");
-        self.source(s.func);
+        self.source(h.func);
         self.buf.push('\n');
-        self.write(s.th.tid);
+        self.write(h.th.tid);
     }
 
     fn source(&mut self, func: u32) {
         let funcs = Rc::clone(&self.funcs);
-        if self.lines
+        if self.source
             && let Some(l) = funcs.get(func as usize).and_then(|f| f.line.as_ref())
         {
             self.buf.push_str(" /* ");
@@ -106,22 +160,19 @@ impl DurationView {
         }
     }
 
-    fn leaf_line(&mut self, enter: &Step, exit: &Step) {
-        let (
-            StepKind::Enter { args, .. },
-            StepKind::Exit {
-                dur_ns,
-                extras,
-                how,
-                ..
-            },
-        ) = (&enter.kind, &exit.kind)
+    fn leaf_line(&mut self, enter: &Held, exit: &Step) {
+        let StepKind::Exit {
+            dur_ns,
+            extras,
+            how,
+            ..
+        } = &exit.kind
         else {
             return;
         };
-        self.prefix(enter, Some(*dur_ns));
+        self.prefix(enter.time_ns, enter.th.tid, enter.depth, Some(*dur_ns));
         self.push_name(enter.func);
-        push_args(&mut self.buf, args);
+        push_args(&mut self.buf, &enter.args);
         values(&mut self.buf, extras);
         self.buf.push(';');
         match how {
@@ -147,7 +198,7 @@ impl DurationView {
         else {
             return;
         };
-        self.prefix(s, Some(*dur_ns));
+        self.prefix(s.time_ns, s.th.tid, s.depth, Some(*dur_ns));
         self.buf.push('}');
         values(&mut self.buf, extras);
         if !extras.is_empty() {
@@ -171,7 +222,7 @@ impl DurationView {
         let StepKind::Note { text } = &s.kind else {
             return;
         };
-        self.prefix(s, None);
+        self.prefix(s.time_ns, s.th.tid, s.depth, None);
         self.buf.push_str("/* ");
         self.buf.push_str(text);
         self.buf.push_str(" */\n");
@@ -190,30 +241,33 @@ fn values(out: &mut String, extras: &[u64]) {
 impl View for DurationView {
     fn step(&mut self, s: &Step) {
         let stream = self.stream(s.th.tid);
-        if let Some(at) = self.pending.iter().position(|(st, _)| *st == stream) {
-            let (_, p) = self.pending.swap_remove(at);
+        let at = self.pending.iter().position(|h| h.stream == stream);
+        if let Some(i) = at
+            && self.pending[i].waiting
+        {
+            let p = &mut self.pending[i];
+            p.waiting = false;
             if p.th == s.th && p.depth == s.depth && matches!(s.kind, StepKind::Exit { .. }) {
-                self.leaf_line(&p, s);
+                self.lines.leaf_line(p, s);
                 return;
             }
-            self.enter_line(&p);
+            self.lines.enter_line(p);
         }
         match &s.kind {
-            StepKind::Enter { .. } => {
-                self.pending.push((stream, s.clone()));
-            }
-            StepKind::Exit { .. } => self.exit_line(s),
-            StepKind::Note { .. } => self.note_line(s),
+            StepKind::Enter { args, .. } => self.hold(at, stream, s, args),
+            StepKind::Exit { .. } => self.lines.exit_line(s),
+            StepKind::Note { .. } => self.lines.note_line(s),
         }
     }
 
     fn finish(&mut self) -> Result<(), String> {
-        let mut left: Vec<Step> = self.pending.drain(..).map(|(_, s)| s).collect();
-        left.sort_by_key(|s| (s.time_ns, s.th));
-        for p in left {
-            self.enter_line(&p);
+        let mut left: Vec<&Held> = self.pending.iter().filter(|h| h.waiting).collect();
+        left.sort_by_key(|h| (h.time_ns, h.th));
+        for h in left {
+            self.lines.enter_line(h);
         }
-        match self.out.finish() {
+        self.pending.clear();
+        match self.lines.out.finish() {
             Some((n, e)) => Err(format!("{n} lines of the trace lost: {e}")),
             None => Ok(()),
         }
