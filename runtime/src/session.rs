@@ -545,6 +545,11 @@ impl Session {
     ) -> anyhow::Result<Option<ExitStatus>> {
         self.transport = Some(t.info());
         self.runner.store.data_mut().env.hit = t.new_hit();
+        if self.hook.is_some() && self.tick_period().is_none() {
+            // With interval probes the hook has their tick (the command
+            // set it), a shorter one would pause the handlers more often.
+            t.set_tick(hook::HOOK_TICK);
+        }
         let loaded = if t.runs_handlers() {
             // Part of arming: the agent, the modules, the stubs, the jumps.
             let t0 = std::time::Instant::now();
@@ -697,8 +702,7 @@ impl Session {
                     p.stats.missed += 1;
                 }
             }
-            Event::Tick if t.runs_handlers() => self.run_intervals_in_target(t),
-            Event::Tick => self.run_intervals(),
+            Event::Tick => self.on_tick(t),
             Event::Ran { tag, run } => {
                 if tag < self.probes.len() {
                     self.target_ran(t, tag, run);

@@ -118,6 +118,10 @@ pub enum HookEvent {
     },
 }
 
+/// How often a record hook is given [`RecordHook::tick`] while the run
+/// goes on (with interval probes: as often as they need).
+pub const HOOK_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// A consumer of records and process events.
 pub trait RecordHook {
     /// One handler run ended: its records are those held by `sink` (none
@@ -127,6 +131,11 @@ pub trait RecordHook {
 
     /// A process event or a loss.
     fn event(&mut self, ev: &HookEvent);
+
+    /// About every [`HOOK_TICK`] while the run goes on, whether anything
+    /// happened or not: what the hook holds back to write it in batches
+    /// goes on now.
+    fn tick(&mut self) {}
 }
 
 impl Session {
@@ -227,6 +236,22 @@ impl Session {
             st.bytes += r.data.len() as u64;
         }
         true
+    }
+
+    /// The transport's tick: the hook's, and the interval probes' when
+    /// there are any (the tick is set for one or the other, or both).
+    pub(super) fn on_tick(&mut self, t: &mut dyn crate::transport::Transport) {
+        if let Some(hook) = self.hook.as_mut() {
+            hook.tick();
+        }
+        if self.tick_period().is_none() {
+            return;
+        }
+        if t.runs_handlers() {
+            self.run_intervals_in_target(t);
+        } else {
+            self.run_intervals();
+        }
     }
 
     /// Gives a process event or a loss to the hook, if there is one.

@@ -13,9 +13,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::output::RecordOut;
 
-/// The text destination of a run.
+/// Bytes of lines gathered before they go to a single destination at once.
+const BATCH_BYTES: usize = 16 << 10;
+
+/// The text destination of a run. Lines for a single destination are
+/// gathered and handed to it in batches (each write to it takes a lock:
+/// once per line, that was a tenth of a traced call's cost to wprobe), at
+/// [`BATCH_BYTES`], at the session's tick ([`TextOut::hand_on`]) and at
+/// the end; at once on a terminal.
 pub struct TextOut {
     main: Option<RecordOut>,
+    /// Lines for `main` not handed on yet, and how many.
+    batch: String,
+    batch_lines: u64,
+    immediate: bool,
     per_thread: Option<PerThread>,
     stop: Arc<AtomicBool>,
     /// A header written at the top of each per-thread file.
@@ -38,6 +49,9 @@ impl TextOut {
                     .immediate(immediate)
                     .stop_on_failure(stop.clone()),
             ),
+            batch: String::new(),
+            batch_lines: 0,
+            immediate,
             per_thread: None,
             stop,
             header: String::new(),
@@ -48,6 +62,9 @@ impl TextOut {
     pub fn per_thread(base: PathBuf, stop: Arc<AtomicBool>) -> TextOut {
         TextOut {
             main: None,
+            batch: String::new(),
+            batch_lines: 0,
+            immediate: false,
             per_thread: Some(PerThread {
                 base,
                 files: HashMap::new(),
@@ -67,6 +84,7 @@ impl TextOut {
     /// Writes `header` first: at once to a single destination, at the top
     /// of each file with `--ff`.
     pub fn set_header(&mut self, header: &str) {
+        self.hand_on();
         if let Some(m) = &mut self.main {
             m.write(header.as_bytes(), 0);
         } else {
@@ -77,7 +95,15 @@ impl TextOut {
     /// Writes whole lines of thread `tid`.
     pub fn lines(&mut self, tid: i32, text: &str, lines: u64) {
         if let Some(m) = &mut self.main {
-            m.write(text.as_bytes(), lines);
+            if self.immediate {
+                m.write(text.as_bytes(), lines);
+                return;
+            }
+            self.batch.push_str(text);
+            self.batch_lines += lines;
+            if self.batch.len() >= BATCH_BYTES {
+                self.hand_on();
+            }
             return;
         }
         let Some(pt) = &mut self.per_thread else {
@@ -114,8 +140,21 @@ impl TextOut {
         }
     }
 
+    /// Hands the lines gathered to the single destination (which writes
+    /// them within [`crate::output::FLUSH_INTERVAL`]).
+    pub fn hand_on(&mut self) {
+        if let Some(m) = &mut self.main
+            && !self.batch.is_empty()
+        {
+            m.write(self.batch.as_bytes(), self.batch_lines);
+            self.batch.clear();
+            self.batch_lines = 0;
+        }
+    }
+
     /// Writes everything out; lines that could not be written, and why.
     pub fn finish(&mut self) -> Option<(u64, String)> {
+        self.hand_on();
         if let Some(m) = &mut self.main {
             m.flush();
             return m.lost();
@@ -129,5 +168,12 @@ impl TextOut {
             }
         }
         pt.error.clone().map(|e| (pt.lost, e))
+    }
+}
+
+impl Drop for TextOut {
+    fn drop(&mut self) {
+        // Before the destination's own drop, which writes what it holds.
+        self.hand_on();
     }
 }

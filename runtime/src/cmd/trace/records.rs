@@ -169,6 +169,10 @@ impl RecordHook for Hook {
         }
     }
 
+    fn tick(&mut self) {
+        self.0.borrow_mut().tree.sink.tick();
+    }
+
     fn event(&mut self, ev: &HookEvent) {
         let mut guard = self.0.borrow_mut();
         let st = &mut *guard;

@@ -28,6 +28,9 @@ pub trait View {
     /// Something happened to a process (a line of the tracef view).
     fn process(&mut self, _pid: i32, _text: &str) {}
 
+    /// The session's tick: lines held back go to their destination.
+    fn tick(&mut self) {}
+
     /// The trace ended: write what is written at the end; an error says
     /// what could not be written.
     fn finish(&mut self) -> Result<(), String>;
@@ -53,6 +56,13 @@ impl Views {
     pub fn process(&mut self, pid: i32, text: &str) {
         for v in &mut self.list {
             v.process(pid, text);
+        }
+    }
+
+    /// The session's tick, for every view.
+    pub fn tick(&mut self) {
+        for v in &mut self.list {
+            v.tick();
         }
     }
 
@@ -136,7 +146,20 @@ pub fn push_hex(out: &mut String, v: u64, min_digits: usize) {
         rest >>= 4;
     }
     out.push_str("0x");
-    out.push_str(std::str::from_utf8(&digits[at..]).expect("invariant: ASCII digits"));
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+}
+
+/// Appends `n` spaces (a call's indentation).
+pub fn push_spaces(out: &mut String, n: usize) {
+    const SPACES: &str = "                                                                ";
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(SPACES.len());
+        out.push_str(&SPACES[..k]);
+        left -= k;
+    }
 }
 
 /// A thread's column, formatted once and reused while the lines are of

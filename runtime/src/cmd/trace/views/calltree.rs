@@ -18,7 +18,7 @@ use std::rc::Rc;
 
 use super::super::out::TextOut;
 use super::super::tree::{How, Step, StepKind};
-use super::{Table, TidColumn, TimeFmt, View, push_args, push_hex};
+use super::{Table, TidColumn, TimeFmt, View, push_args, push_hex, push_spaces};
 
 /// What `-T` shows.
 #[derive(Clone, Copy, Debug)]
@@ -66,9 +66,7 @@ impl CallTreeView {
             }));
         }
         self.opts.time.push(&mut self.buf, time_ns);
-        for _ in 0..depth as usize * self.opts.offset {
-            self.buf.push(' ');
-        }
+        push_spaces(&mut self.buf, depth as usize * self.opts.offset);
     }
 }
 
@@ -131,6 +129,10 @@ impl View for CallTreeView {
         let _ = writeln!(self.buf, "+++ {text} +++");
         self.out.lines(pid, &self.buf, 1);
         self.buf.clear();
+    }
+
+    fn tick(&mut self) {
+        self.out.hand_on();
     }
 
     fn finish(&mut self) -> Result<(), String> {

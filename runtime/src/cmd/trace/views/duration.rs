@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use super::super::out::TextOut;
 use super::super::tree::{FuncId, How, Step, StepKind, Thread};
-use super::{Table, TidColumn, TimeFmt, View, push_args, time_unit};
+use super::{Table, TidColumn, TimeFmt, View, push_args, push_spaces, time_unit};
 
 /// uftrace's header line.
 pub const HEADER: &str = "# DURATION     TID     FUNCTION\n";
@@ -123,9 +123,7 @@ impl Lines {
         self.buf.push_str(self.tid.get(tid, |out, tid| {
             let _ = write!(out, " [{tid:>6}] | ");
         }));
-        for _ in 0..depth {
-            self.buf.push_str("  ");
-        }
+        push_spaces(&mut self.buf, 2 * depth as usize);
     }
 
     fn push_name(&mut self, func: u32) {
@@ -258,6 +256,10 @@ impl View for DurationView {
             StepKind::Exit { .. } => self.lines.exit_line(s),
             StepKind::Note { .. } => self.lines.note_line(s),
         }
+    }
+
+    fn tick(&mut self) {
+        self.lines.out.hand_on();
     }
 
     fn finish(&mut self) -> Result<(), String> {
