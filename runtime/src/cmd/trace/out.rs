@@ -14,17 +14,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::output::RecordOut;
 
 /// Bytes of lines gathered before they go to a single destination at once.
-const BATCH_BYTES: usize = 16 << 10;
+pub const BATCH_BYTES: usize = 16 << 10;
 
-/// The text destination of a run. Lines for a single destination are
-/// gathered and handed to it in batches (each write to it takes a lock:
-/// once per line, that was a tenth of a traced call's cost to wprobe), at
-/// [`BATCH_BYTES`], at the session's tick ([`TextOut::hand_on`]) and at
-/// the end; at once on a terminal.
+/// The text destination of a run. A view formats its lines into a buffer
+/// of its own and gives it here after each line ([`TextOut::line_in`]);
+/// for a single destination the lines are left there and handed on in
+/// batches (each write to it takes a lock: once per line, that was a tenth
+/// of a traced call's cost to wprobe), at [`BATCH_BYTES`], at the
+/// session's tick and at the end ([`TextOut::hand_on`]); at once on a
+/// terminal and with `--ff`.
 pub struct TextOut {
     main: Option<RecordOut>,
-    /// Lines for `main` not handed on yet, and how many.
-    batch: String,
+    /// Lines left in the view's buffer, not handed on yet.
     batch_lines: u64,
     immediate: bool,
     per_thread: Option<PerThread>,
@@ -49,7 +50,6 @@ impl TextOut {
                     .immediate(immediate)
                     .stop_on_failure(stop.clone()),
             ),
-            batch: String::new(),
             batch_lines: 0,
             immediate,
             per_thread: None,
@@ -62,7 +62,6 @@ impl TextOut {
     pub fn per_thread(base: PathBuf, stop: Arc<AtomicBool>) -> TextOut {
         TextOut {
             main: None,
-            batch: String::new(),
             batch_lines: 0,
             immediate: false,
             per_thread: Some(PerThread {
@@ -84,7 +83,6 @@ impl TextOut {
     /// Writes `header` first: at once to a single destination, at the top
     /// of each file with `--ff`.
     pub fn set_header(&mut self, header: &str) {
-        self.hand_on();
         if let Some(m) = &mut self.main {
             m.write(header.as_bytes(), 0);
         } else {
@@ -92,18 +90,37 @@ impl TextOut {
         }
     }
 
-    /// Writes whole lines of thread `tid`.
+    /// A line of thread `tid` was appended to `buf` (which holds nothing
+    /// else but lines left there before): written now, or left there for
+    /// the next batch.
+    pub fn line_in(&mut self, tid: i32, buf: &mut String) {
+        if self.main.is_some() && !self.immediate {
+            self.batch_lines += 1;
+            if buf.len() >= BATCH_BYTES {
+                self.hand_on(buf);
+            }
+            return;
+        }
+        self.lines(tid, buf, 1);
+        buf.clear();
+    }
+
+    /// Hands the lines left in `buf` to the single destination (which
+    /// writes them within [`crate::output::FLUSH_INTERVAL`]), and empties it.
+    pub fn hand_on(&mut self, buf: &mut String) {
+        if let Some(m) = &mut self.main
+            && !buf.is_empty()
+        {
+            m.write(buf.as_bytes(), self.batch_lines);
+            buf.clear();
+            self.batch_lines = 0;
+        }
+    }
+
+    /// Writes whole lines of thread `tid` at once.
     pub fn lines(&mut self, tid: i32, text: &str, lines: u64) {
         if let Some(m) = &mut self.main {
-            if self.immediate {
-                m.write(text.as_bytes(), lines);
-                return;
-            }
-            self.batch.push_str(text);
-            self.batch_lines += lines;
-            if self.batch.len() >= BATCH_BYTES {
-                self.hand_on();
-            }
+            m.write(text.as_bytes(), lines);
             return;
         }
         let Some(pt) = &mut self.per_thread else {
@@ -140,21 +157,9 @@ impl TextOut {
         }
     }
 
-    /// Hands the lines gathered to the single destination (which writes
-    /// them within [`crate::output::FLUSH_INTERVAL`]).
-    pub fn hand_on(&mut self) {
-        if let Some(m) = &mut self.main
-            && !self.batch.is_empty()
-        {
-            m.write(self.batch.as_bytes(), self.batch_lines);
-            self.batch.clear();
-            self.batch_lines = 0;
-        }
-    }
-
-    /// Writes everything out; lines that could not be written, and why.
+    /// Writes everything out (a view hands on its lines first); lines that
+    /// could not be written, and why.
     pub fn finish(&mut self) -> Option<(u64, String)> {
-        self.hand_on();
         if let Some(m) = &mut self.main {
             m.flush();
             return m.lost();
@@ -168,12 +173,5 @@ impl TextOut {
             }
         }
         pt.error.clone().map(|e| (pt.lost, e))
-    }
-}
-
-impl Drop for TextOut {
-    fn drop(&mut self) {
-        // Before the destination's own drop, which writes what it holds.
-        self.hand_on();
     }
 }

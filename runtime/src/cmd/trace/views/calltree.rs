@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use super::super::out::TextOut;
+use super::super::out::{BATCH_BYTES, TextOut};
 use super::super::tree::{How, Step, StepKind};
 use super::{Table, TidColumn, TimeFmt, View, push_args, push_hex, push_spaces};
 
@@ -40,6 +40,7 @@ pub struct CallTreeView {
     funcs: Table,
     out: TextOut,
     opts: TreeOpts,
+    /// The lines not handed on yet (see [`TextOut::line_in`]).
     buf: String,
     last_ns: u64,
     /// `[pid TID] `.
@@ -53,7 +54,7 @@ impl CallTreeView {
             funcs,
             out,
             opts,
-            buf: String::with_capacity(256),
+            buf: String::with_capacity(BATCH_BYTES + 256),
             last_ns: 0,
             tid: TidColumn::default(),
         }
@@ -120,25 +121,30 @@ impl View for CallTreeView {
             }
         }
         self.buf.push('\n');
-        self.out.lines(s.th.tid, &self.buf, 1);
-        self.buf.clear();
+        self.out.line_in(s.th.tid, &mut self.buf);
     }
 
     fn process(&mut self, pid: i32, text: &str) {
         self.prefix(pid, self.last_ns, 0);
         let _ = writeln!(self.buf, "+++ {text} +++");
-        self.out.lines(pid, &self.buf, 1);
-        self.buf.clear();
+        self.out.line_in(pid, &mut self.buf);
     }
 
     fn tick(&mut self) {
-        self.out.hand_on();
+        self.out.hand_on(&mut self.buf);
     }
 
     fn finish(&mut self) -> Result<(), String> {
+        self.out.hand_on(&mut self.buf);
         match self.out.finish() {
             Some((n, e)) => Err(format!("{n} lines of the trace lost: {e}")),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for CallTreeView {
+    fn drop(&mut self) {
+        self.out.hand_on(&mut self.buf);
     }
 }

@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use super::super::out::TextOut;
+use super::super::out::{BATCH_BYTES, TextOut};
 use super::super::tree::{FuncId, How, Step, StepKind, Thread};
 use super::{Table, TidColumn, TimeFmt, View, push_args, push_spaces, time_unit};
 
@@ -57,6 +57,7 @@ struct Lines {
     time: TimeFmt,
     /// `-l`.
     source: bool,
+    /// The lines not handed on yet (see [`TextOut::line_in`]).
     buf: String,
     /// ` [   TID] | `.
     tid: TidColumn,
@@ -72,7 +73,7 @@ impl DurationView {
                 out,
                 time,
                 source: lines,
-                buf: String::with_capacity(256),
+                buf: String::with_capacity(BATCH_BYTES + 256),
                 tid: TidColumn::default(),
             },
             pending: Vec::new(),
@@ -133,8 +134,7 @@ impl Lines {
     }
 
     fn write(&mut self, tid: i32) {
-        self.out.lines(tid, &self.buf, 1);
-        self.buf.clear();
+        self.out.line_in(tid, &mut self.buf);
     }
 
     fn enter_line(&mut self, h: &Held) {
@@ -259,7 +259,7 @@ impl View for DurationView {
     }
 
     fn tick(&mut self) {
-        self.lines.out.hand_on();
+        self.lines.out.hand_on(&mut self.lines.buf);
     }
 
     fn finish(&mut self) -> Result<(), String> {
@@ -269,9 +269,16 @@ impl View for DurationView {
             self.lines.enter_line(h);
         }
         self.pending.clear();
+        self.lines.out.hand_on(&mut self.lines.buf);
         match self.lines.out.finish() {
             Some((n, e)) => Err(format!("{n} lines of the trace lost: {e}")),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for DurationView {
+    fn drop(&mut self) {
+        self.lines.out.hand_on(&mut self.lines.buf);
     }
 }
