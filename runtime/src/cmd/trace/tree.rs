@@ -175,6 +175,80 @@ struct ThreadState {
     open: Vec<Option<usize>>,
 }
 
+/// The threads' states: a map to their places in a list, and the thread
+/// looked up last with its place (a thread's events come in runs: most
+/// lookups, three per traced call, then hash nothing).
+#[derive(Debug, Default)]
+struct Threads {
+    index: HashMap<Thread, usize>,
+    states: Vec<ThreadState>,
+    /// Places left by removed threads.
+    free: Vec<usize>,
+    last: Option<(Thread, usize)>,
+}
+
+impl Threads {
+    fn find(&mut self, th: Thread) -> Option<usize> {
+        if let Some((t, i)) = self.last
+            && t == th
+        {
+            return Some(i);
+        }
+        let i = *self.index.get(&th)?;
+        self.last = Some((th, i));
+        Some(i)
+    }
+
+    fn get(&self, th: Thread) -> Option<&ThreadState> {
+        self.index.get(&th).map(|&i| &self.states[i])
+    }
+
+    fn get_mut(&mut self, th: Thread) -> Option<&mut ThreadState> {
+        let i = self.find(th)?;
+        Some(&mut self.states[i])
+    }
+
+    fn get_or_insert_with(
+        &mut self,
+        th: Thread,
+        make: impl FnOnce() -> ThreadState,
+    ) -> &mut ThreadState {
+        let i = match self.find(th) {
+            Some(i) => i,
+            None => {
+                let st = make();
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.states[i] = st;
+                        i
+                    }
+                    None => {
+                        self.states.push(st);
+                        self.states.len() - 1
+                    }
+                };
+                self.index.insert(th, i);
+                self.last = Some((th, i));
+                i
+            }
+        };
+        &mut self.states[i]
+    }
+
+    fn remove(&mut self, th: Thread) -> Option<ThreadState> {
+        let i = self.index.remove(&th)?;
+        if self.last.is_some_and(|(t, _)| t == th) {
+            self.last = None;
+        }
+        self.free.push(i);
+        Some(std::mem::take(&mut self.states[i]))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (Thread, &ThreadState)> {
+        self.index.iter().map(|(&t, &i)| (t, &self.states[i]))
+    }
+}
+
 /// Anomalies the summary reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -192,7 +266,7 @@ pub struct Counters {
 
 /// The call trees of every traced thread.
 pub struct Tree<S: Sink> {
-    threads: HashMap<Thread, ThreadState>,
+    threads: Threads,
     /// Open calls of each process's threads when a child forked from it,
     /// for the child's first thread (pid → stacks).
     forked: HashMap<i32, Vec<Vec<Frame>>>,
@@ -211,7 +285,7 @@ impl<S: Sink> Tree<S> {
     /// An empty tree.
     pub fn new(filters: Filters, sink: S) -> Tree<S> {
         Tree {
-            threads: HashMap::default(),
+            threads: Threads::default(),
             forked: HashMap::default(),
             has_filter: filters.filter_hit.iter().any(|b| *b),
             filters,
@@ -237,7 +311,7 @@ impl<S: Sink> Tree<S> {
 
     fn thread(&mut self, th: Thread, rsp: u64, func: Option<FuncId>) -> &mut ThreadState {
         let forked = &mut self.forked;
-        self.threads.entry(th).or_insert_with(|| {
+        self.threads.get_or_insert_with(th, || {
             let mut st = ThreadState::default();
             if let Some(stacks) = forked.remove(&th.pid) {
                 st.stack = adopt(stacks, rsp, func);
@@ -343,7 +417,7 @@ impl<S: Sink> Tree<S> {
     /// such calls later (at the thread's next traced entry or return, or
     /// its end), and the frame was left after that event.
     pub fn unwound(&mut self, th: Thread, func: FuncId, entry_rsp: u64, how: How) {
-        let Some(st) = self.threads.get_mut(&th) else {
+        let Some(st) = self.threads.get_mut(th) else {
             return;
         };
         let time_ns = st.last_ns;
@@ -364,7 +438,7 @@ impl<S: Sink> Tree<S> {
 
     /// A record a custom handler logged in a call of `func` in `th`.
     pub fn note(&mut self, th: Thread, func: FuncId, time_ns: u64, text: String) {
-        let Some(st) = self.threads.get_mut(&th) else {
+        let Some(st) = self.threads.get_mut(th) else {
             return;
         };
         if st.stack.last().is_some_and(|f| !f.visible) {
@@ -402,14 +476,14 @@ impl<S: Sink> Tree<S> {
     pub fn end_process(&mut self, pid: i32, how: How) {
         let mut threads: Vec<Thread> = self
             .threads
-            .keys()
+            .iter()
+            .map(|(t, _)| t)
             .filter(|t| t.pid == pid)
-            .copied()
             .collect();
         threads.sort();
         for th in threads {
             self.end_thread(th, how);
-            if let Some(st) = self.threads.remove(&th) {
+            if let Some(st) = self.threads.remove(th) {
                 self.flush_held(th, st);
             }
         }
@@ -418,7 +492,7 @@ impl<S: Sink> Tree<S> {
 
     /// Closes every open call of every thread (the trace ends).
     pub fn finish(&mut self) {
-        let mut pids: Vec<i32> = self.threads.keys().map(|t| t.pid).collect();
+        let mut pids: Vec<i32> = self.threads.iter().map(|(t, _)| t.pid).collect();
         pids.sort_unstable();
         pids.dedup();
         for pid in pids {
@@ -427,11 +501,11 @@ impl<S: Sink> Tree<S> {
     }
 
     fn end_thread(&mut self, th: Thread, how: How) {
-        let Some(st) = self.threads.get(&th) else {
+        let Some(st) = self.threads.get(th) else {
             return;
         };
         let end = st.last_ns;
-        while !self.threads[&th].stack.is_empty() {
+        while self.threads.get(th).is_some_and(|s| !s.stack.is_empty()) {
             self.close(th, end, how, None, &[]);
         }
     }
@@ -441,7 +515,7 @@ impl<S: Sink> Tree<S> {
         let min_ns = self.filters.min_ns;
         let st = self
             .threads
-            .get_mut(&th)
+            .get_mut(th)
             .expect("invariant: the caller found the thread");
         let Some(f) = st.stack.pop() else { return };
         let how = match how {
@@ -493,7 +567,7 @@ impl<S: Sink> Tree<S> {
         }
         let st = self
             .threads
-            .get_mut(&th)
+            .get_mut(th)
             .expect("invariant: the thread exists");
         let now = step.time_ns;
         match &step.kind {
@@ -532,7 +606,7 @@ impl<S: Sink> Tree<S> {
 
     /// Depth of `th`'s tree now (open calls), for tests.
     pub fn depth(&self, th: Thread) -> usize {
-        self.threads.get(&th).map_or(0, |s| s.stack.len())
+        self.threads.get(th).map_or(0, |s| s.stack.len())
     }
 }
 
