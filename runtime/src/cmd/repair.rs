@@ -46,16 +46,26 @@ pub fn repair(a: RepairArgs) -> CmdResult {
     // The in-process transport's journal: sites (jumps and the traps of
     // its fallback, which its run also journals in the ptrace format for
     // the watchdog: that one goes too).
-    let restored = if inproc.exists() {
-        crate::transport::inproc::repair::repair(a.pid).and_then(|n| {
-            if path.exists() {
-                journal::repair(a.pid)?;
-            }
-            Ok((n, "site"))
+    // Either journal may be of an earlier process with this pid (then it
+    // restores nothing and is removed): the count said is the other's.
+    let restored = (|| {
+        let sites = if inproc.exists() {
+            Some(crate::transport::inproc::repair::repair(a.pid)?)
+        } else {
+            None
+        };
+        let bytes = if path.exists() {
+            Some(journal::repair(a.pid)?)
+        } else {
+            None
+        };
+        Ok::<_, std::io::Error>(match (sites, bytes) {
+            (Some(n), Some(0) | None) => (n, "site"),
+            (Some(0) | None, Some(n)) => (n, "byte"),
+            (Some(n), Some(_)) => (n, "site"),
+            (None, None) => (0, "byte"),
         })
-    } else {
-        journal::repair(a.pid).map(|n| (n, "byte"))
-    };
+    })();
     match restored {
         Ok((n, what)) => {
             let _ = crate::output::print_stdout(&format!(

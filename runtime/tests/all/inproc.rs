@@ -685,6 +685,10 @@ fn sigkill_of_wprobe_with_a_trap_site_leaves_the_target_running() {
         std::thread::sleep(Duration::from_millis(10));
     }
     finish_gated(target, to, from, 3, 1000);
+    // The journal of the killed run stays for `wprobe repair` while the
+    // process lives; it ended: no journal left behind for a later process
+    // with its pid (the suite left one per run before).
+    let _ = std::fs::remove_file(runtime::transport::inproc::journal::path(pid as i32));
 }
 
 /// A watchpoint in an inproc run, then a SIGKILL of wprobe (attached):
@@ -753,6 +757,7 @@ fn sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running() {
     drop(to);
     assert_eq!(from.next().unwrap().unwrap(), "done");
     assert!(target.wait().unwrap().success());
+    let _ = std::fs::remove_file(runtime::transport::inproc::journal::path(pid as i32));
 }
 
 /// The same with a command wprobe launched: the command outlives wprobe

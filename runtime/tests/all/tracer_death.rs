@@ -247,7 +247,9 @@ fn after_sigkill_in_attach_mode_the_watchdog_restores_the_process() {
 /// T11, ptrace provider: after a SIGKILL of wprobe and of its watchdog in
 /// attach mode, the breakpoint stays in the process (no user-space tracer
 /// can prevent it); the journal exists, and `wprobe repair --pid` run
-/// before the next hit restores the bytes, after which the process runs
+/// before the next hit restores the bytes (also with an in-process journal
+/// of an earlier process with the same pid beside it, which failed a CI
+/// run: repair said "restored 0 sites"), after which the process runs
 /// 10,000 more calls unharmed.
 fn after_sigkill_of_wprobe_and_its_watchdog_repair_restores_the_process() {
     use std::io::Write;
@@ -289,6 +291,13 @@ fn after_sigkill_of_wprobe_and_its_watchdog_repair_restores_the_process() {
         journal.iter().any(|e| e.0 != work && e.1 == 0xc3),
         "{journal:?}"
     );
+    // An in-process journal an earlier process with this pid left (a
+    // recycled pid): repair ignores it and says what the live one restored.
+    let stale = runtime::transport::inproc::journal::path(pid as i32);
+    std::fs::write(&stale, "start 1\n401000 55 cc 12345\n").unwrap();
+    let mut perm = std::fs::metadata(&stale).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+    std::fs::set_permissions(&stale, perm).unwrap();
     let rep = Command::new(env!("CARGO_BIN_EXE_wprobe"))
         .args(["repair", "--pid", &pid.to_string()])
         .output()
@@ -303,6 +312,7 @@ fn after_sigkill_of_wprobe_and_its_watchdog_repair_restores_the_process() {
         format!("wprobe: restored 2 bytes in process {pid}\n")
     );
     assert_eq!(live_bytes(pid, work, 8), original);
+    assert!(!stale.exists());
     // A second repair finds nothing to do.
     let again = Command::new(env!("CARGO_BIN_EXE_wprobe"))
         .args(["repair", "--pid", &pid.to_string()])
