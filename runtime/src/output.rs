@@ -30,6 +30,8 @@ struct Inner {
     lost: u64,
     error: Option<std::io::Error>,
     stop: Option<Arc<AtomicBool>>,
+    /// Nobody else writes to the destination: no cutting into pieces.
+    whole: bool,
 }
 
 impl Inner {
@@ -40,10 +42,11 @@ impl Inner {
         // Whole lines, at most PIPE_BUF bytes per write where lines allow:
         // the traced command may write to the same pipe or file, and a
         // write of up to PIPE_BUF bytes is never interleaved with another.
+        // A destination of wprobe's own takes the buffer in one write.
         let mut res = Ok(());
         let mut rest: &[u8] = &self.buf;
         while !rest.is_empty() && res.is_ok() {
-            let cut = if rest.len() <= PIPE_BUF {
+            let cut = if self.whole || rest.len() <= PIPE_BUF {
                 rest.len()
             } else {
                 match rest[..PIPE_BUF].iter().rposition(|&b| b == b'\n') {
@@ -101,6 +104,7 @@ impl RecordOut {
             lost: 0,
             error: None,
             stop: None,
+            whole: false,
         }));
         let done = Arc::new(AtomicBool::new(false));
         let (i, d) = (inner.clone(), done.clone());
@@ -128,6 +132,19 @@ impl RecordOut {
     /// Writes every batch through at once (for a terminal).
     pub fn immediate(mut self, yes: bool) -> RecordOut {
         self.immediate = yes;
+        self
+    }
+
+    /// The destination is wprobe's own (a file it created for `-o`), which
+    /// nothing else writes to: what is buffered goes out in one write,
+    /// not in pieces of at most PIPE_BUF bytes cut at line ends (they keep
+    /// lines whole where the traced command writes to the same pipe or
+    /// file; on a file of its own they only cost system calls and pages
+    /// written in parts).
+    pub fn whole_writes(self, yes: bool) -> RecordOut {
+        if let Ok(mut g) = self.inner.lock() {
+            g.whole = yes;
+        }
         self
     }
 
@@ -268,5 +285,18 @@ mod tests {
                 w.len()
             );
         }
+    }
+
+    #[test]
+    fn a_destination_of_its_own_takes_the_buffer_in_one_write() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut o = RecordOut::new(Box::new(Writes(seen.clone()))).whole_writes(true);
+        let line = format!("{}\n", "x".repeat(99));
+        for _ in 0..300 {
+            o.write(line.as_bytes(), 1);
+        }
+        o.flush();
+        let writes = seen.lock().unwrap();
+        assert_eq!(writes.iter().map(Vec::len).collect::<Vec<_>>(), [300 * 100]);
     }
 }

@@ -616,7 +616,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
             Some(p) => {
                 let f = std::fs::File::create(p)
                     .map_err(|e| format!("creating {}: {e}", p.display()))?;
-                Ok(out::TextOut::single(Box::new(f), false, stop.clone()))
+                Ok(out::TextOut::file(f, stop.clone()))
             }
             None => Ok(out::TextOut::single(
                 Box::new(std::io::stdout()),

@@ -44,12 +44,23 @@ struct PerThread {
 impl TextOut {
     /// Lines to `dest` (`immediate`: written at once, for a terminal).
     pub fn single(dest: Box<dyn Write + Send>, immediate: bool, stop: Arc<AtomicBool>) -> TextOut {
+        Self::to(RecordOut::new(dest).immediate(immediate), immediate, stop)
+    }
+
+    /// Lines to `file`, created by wprobe for them (`-o FILE`): nothing
+    /// else writes there, so batches go out whole
+    /// ([`RecordOut::whole_writes`]).
+    pub fn file(file: std::fs::File, stop: Arc<AtomicBool>) -> TextOut {
+        Self::to(
+            RecordOut::new(Box::new(file)).whole_writes(true),
+            false,
+            stop,
+        )
+    }
+
+    fn to(out: RecordOut, immediate: bool, stop: Arc<AtomicBool>) -> TextOut {
         TextOut {
-            main: Some(
-                RecordOut::new(dest)
-                    .immediate(immediate)
-                    .stop_on_failure(stop.clone()),
-            ),
+            main: Some(out.stop_on_failure(stop.clone())),
             batch_lines: 0,
             immediate,
             per_thread: None,
