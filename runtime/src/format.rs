@@ -176,18 +176,32 @@ pub fn json_string(out: &mut String, bytes: &[u8]) {
 
 /// Appends `v` in decimal (what `write!(out, "{v}")` writes, without the
 /// formatting machinery: the JSON writer's integers).
-fn decimal(out: &mut String, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
+fn decimal(out: &mut String, v: u64) {
+    push_decimal(out, v, 0, b' ');
+}
+
+/// Appends `v` in decimal, right-aligned in `width` characters padded
+/// with `pad` (`{v:width$}` or `{v:0width$}`); wider numbers take the
+/// room they need.
+pub fn push_decimal(out: &mut String, v: u64, width: usize, pad: u8) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = v;
     loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
             break;
         }
     }
-    out.push_str(std::str::from_utf8(&buf[i..]).expect("decimal digits are ASCII"));
+    let len = digits.len() - at;
+    for _ in len..width {
+        out.push(char::from(pad));
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 fn text_words(out: &mut String, name: &str, payload: &[u8], radix: Radix) {

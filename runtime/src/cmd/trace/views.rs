@@ -16,6 +16,7 @@ use std::rc::Rc;
 
 use super::funcs::Func;
 use super::tree::{Sink, Step};
+use crate::format::push_decimal;
 
 /// The traced functions, by [`super::tree::FuncId`].
 pub type Table = Rc<Vec<Func>>;
@@ -107,30 +108,6 @@ pub fn time_unit(out: &mut String, ns: u64) {
     push_decimal(out, small, 3, b'0');
     out.push(' ');
     out.push_str(UNITS[idx]);
-}
-
-/// Appends `v` in decimal, right-aligned in `width` characters padded
-/// with `pad` (`{v:width$}` or `{v:0width$}`); wider numbers take the
-/// room they need.
-pub fn push_decimal(out: &mut String, v: u64, width: usize, pad: u8) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = v;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let len = digits.len() - at;
-    for _ in len..width {
-        out.push(char::from(pad));
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
 }
 
 /// Appends `v` in hexadecimal with a `0x` prefix and at least `min_digits`
