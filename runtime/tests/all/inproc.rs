@@ -712,6 +712,8 @@ fn sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running() {
     let recs = scratch().join("inproc_watched.out");
     let (mut target, mut to, mut from) = spawn_piped(&exe);
     let pid = target.id();
+    // A journal an earlier process with this pid left is not this run's.
+    let _ = std::fs::remove_file(runtime::transport::inproc::journal::path(pid as i32));
     let mut w = wprobe()
         .arg("run")
         .arg(&prog)
@@ -757,7 +759,8 @@ fn sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running() {
     drop(to);
     assert_eq!(from.next().unwrap().unwrap(), "done");
     assert!(target.wait().unwrap().success());
-    let _ = std::fs::remove_file(runtime::transport::inproc::journal::path(pid as i32));
+    // Nothing was patched: no journal was written.
+    assert!(!runtime::transport::inproc::journal::path(pid as i32).exists());
 }
 
 /// The same with a command wprobe launched: the command outlives wprobe

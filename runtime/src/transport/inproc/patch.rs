@@ -994,10 +994,6 @@ impl Patcher {
                 .poke(a.base, &a.code[..n])
                 .map_err(|e| format!("writing stubs: {e:#}"))?;
         }
-        if self.sites.is_empty() {
-            return Ok(());
-        }
-        let mut j = Journal::create(world.pid()).map_err(|e| e.to_string())?;
         let entries: Vec<Entry> = self
             .sites
             .iter()
@@ -1009,6 +1005,12 @@ impl Patcher {
                 inode: s.inode,
             })
             .collect();
+        // Nothing to patch (watchpoints only): no journal, which a killed
+        // run would leave behind with nothing in it.
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut j = Journal::create(world.pid()).map_err(|e| e.to_string())?;
         j.record(&entries)
             .map_err(|e| format!("writing the patch journal: {e}"))?;
         self.journal = Some(j);
