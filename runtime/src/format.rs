@@ -199,8 +199,14 @@ pub fn push_decimal(out: &mut String, v: u64, width: usize, pad: u8) {
     for _ in len..width {
         out.push(char::from(pad));
     }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
+    // A few digits one by one; more (a time in ns) in one copy, whose
+    // UTF-8 check costs less than their pushes.
+    if len <= 4 {
+        for &d in &digits[at..] {
+            out.push(char::from(d));
+        }
+    } else {
+        out.push_str(std::str::from_utf8(&digits[at..]).expect("decimal digits are ASCII"));
     }
 }
 
