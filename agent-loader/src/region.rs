@@ -259,8 +259,6 @@ pub struct Region {
     pub file: File,
     /// Next free byte of the scratch area.
     scratch_next: u64,
-    /// Where an entry is copied before it is parsed (reused).
-    entry: Vec<u8>,
 }
 
 // SAFETY: the mapping is process-wide memory; `Region` hands out shared
@@ -306,7 +304,6 @@ impl Region {
             layout,
             file,
             scratch_next: layout.scratch_off(),
-            entry: Vec::new(),
         };
         // SAFETY: the header is at offset 0 of the mapping, zeroed by the
         // memfd; nothing else maps it yet.
@@ -534,35 +531,30 @@ impl Region {
     pub fn drain(&mut self, mut f: impl FnMut(&RunView<'_>)) -> Drained {
         let cap = self.layout.ring_size;
         let base = self.layout.ring_off() as usize;
-        let mut entry = std::mem::take(&mut self.entry);
         let h = self.header();
         let head = h.ring.head.load(Ordering::Acquire);
         let mut tail = h.ring.tail.load(Ordering::Relaxed);
         let mut out = Drained::default();
         while tail < head {
             let off = (tail & (cap - 1)) as usize;
-            let mut hb = [0u8; RUN_HEADER_SIZE];
-            let avail = (cap as usize - off).min(RUN_HEADER_SIZE);
-            self.copy_out(base + off, &mut hb[..avail]);
-            // SAFETY: RunHeader is plain data (any bytes are a value).
-            let rh: RunHeader = unsafe { std::ptr::read_unaligned(hb.as_ptr() as *const _) };
-            let size = u64::from(rh.size);
+            // Every entry starts with its size and kind (8 bytes, which
+            // fit before the ring's end: offsets and sizes are multiples of 8).
+            let (size, kind) = size_and_kind(self.ring_entry(base + off, 8));
+            let size = u64::from(size);
             let fits = size >= 8
                 && size.is_multiple_of(8)
                 && off as u64 + size <= cap
                 && tail + size <= head;
-            if !fits || !matches!(rh.kind, entry::PAD | entry::RUN | entry::ENTERED) {
+            if !fits || !matches!(kind, entry::PAD | entry::RUN | entry::ENTERED) {
                 out.corrupt += 1;
                 tail = head;
                 break;
             }
-            if rh.kind == entry::PAD {
+            if kind == entry::PAD {
                 tail += size;
                 continue;
             }
-            entry.resize(size as usize, 0);
-            self.copy_out(base + off, &mut entry);
-            match parse_run(&entry) {
+            match parse_run(self.ring_entry(base + off, size as usize)) {
                 Some(run) => {
                     f(&run);
                     out.runs += 1;
@@ -576,8 +568,22 @@ impl Region {
         if h.ring.producer_waiting.swap(0, Ordering::SeqCst) != 0 {
             futex_wake(&h.ring.producer_waiting);
         }
-        self.entry = entry;
         out
+    }
+
+    /// The `len` bytes of a complete ring entry at offset `off`, read in
+    /// place (no copy): the drain hands them to its callback before it
+    /// moves the tail past them.
+    fn ring_entry(&self, off: usize, len: usize) -> &[u8] {
+        assert!(off + len <= self.len());
+        // SAFETY: inside the mapping (asserted). The bytes are those of an
+        // entry between the ring's tail and the head the producer
+        // published (acquire): the producer wrote them before and does not
+        // write there again until the consumer moves the tail past them,
+        // which it does after the borrow ends. An agent that wrote there
+        // anyway could only change what the bytes say: they are plain data,
+        // and every read of a record is bounds-checked (`record_at`).
+        unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) }
     }
 
     /// Bytes waiting in the ring.
@@ -744,6 +750,17 @@ impl Region {
             futex_wake(w);
         }
     }
+}
+
+/// The `size` and `kind` of the entry whose first 8 bytes are `w`.
+#[inline]
+fn size_and_kind(w: &[u8]) -> (u32, u16) {
+    const SIZE: usize = std::mem::offset_of!(RunHeader, size);
+    const KIND: usize = std::mem::offset_of!(RunHeader, kind);
+    const _: () = assert!(SIZE + 4 <= 8 && KIND + 2 <= 8);
+    let size = u32::from_ne_bytes(w[SIZE..SIZE + 4].try_into().expect("invariant: 4 bytes"));
+    let kind = u16::from_ne_bytes(w[KIND..KIND + 2].try_into().expect("invariant: 2 bytes"));
+    (size, kind)
 }
 
 /// Parses one run entry (bounds-checked).
