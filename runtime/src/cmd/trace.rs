@@ -718,7 +718,8 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     if session.pending() > 0 && info.caps.arms_files {
         armed += session.arm_on_files(t, main, &[], false);
     }
-    // A function is traced by its two probes or not at all.
+    // A function is traced by its two probes or not at all (with entry
+    // notices it has one).
     let failed: Vec<(usize, usize)> = session
         .arm_failures()
         .iter()
