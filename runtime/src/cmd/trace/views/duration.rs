@@ -17,6 +17,8 @@
 use std::fmt::Write as _;
 use std::rc::Rc;
 
+use rustc_hash::FxHashMap as HashMap;
+
 use super::super::out::{BATCH_BYTES, TextOut};
 use super::super::tree::{FuncId, How, Step, StepKind, Thread};
 use super::{Table, TidColumn, TimeFmt, View, push_args, push_spaces, time_unit};
@@ -29,18 +31,19 @@ pub struct DurationView {
     lines: Lines,
     /// The entries held back, one place per output stream (one stream, or
     /// one per thread with `--ff`): printed as a leaf when its exit comes
-    /// next. A list: it has one place without `--ff`, and it is looked up
-    /// at every step. Places are reused, their fields set one by one (a
-    /// whole [`Step`] moved in and out at every call cost more than the
-    /// line's formatting).
+    /// next. Places are reused, their fields set one by one (a whole
+    /// [`Step`] moved in and out at every call cost more than the line's
+    /// formatting).
     pending: Vec<Held>,
+    /// Each stream's place in `pending` (looked up at every step: no
+    /// insertion or removal per call, and no scan of a list as long as
+    /// the threads with `--ff`).
+    places: HashMap<i32, usize>,
 }
 
 /// An entry not printed yet: what its line shows.
 #[derive(Debug)]
 struct Held {
-    /// The output stream.
-    stream: i32,
     /// Whether an entry waits here.
     waiting: bool,
     th: Thread,
@@ -77,6 +80,7 @@ impl DurationView {
                 tid: TidColumn::default(),
             },
             pending: Vec::new(),
+            places: HashMap::default(),
         }
     }
 
@@ -94,8 +98,8 @@ impl DurationView {
         let h = match at {
             Some(i) => &mut self.pending[i],
             None => {
+                self.places.insert(stream, self.pending.len());
                 self.pending.push(Held {
-                    stream,
                     waiting: false,
                     th: s.th,
                     depth: 0,
@@ -239,7 +243,7 @@ fn values(out: &mut String, extras: &[u64]) {
 impl View for DurationView {
     fn step(&mut self, s: &Step) {
         let stream = self.stream(s.th.tid);
-        let at = self.pending.iter().position(|h| h.stream == stream);
+        let at = self.places.get(&stream).copied();
         if let Some(i) = at
             && self.pending[i].waiting
         {
@@ -269,6 +273,7 @@ impl View for DurationView {
             self.lines.enter_line(h);
         }
         self.pending.clear();
+        self.places.clear();
         self.lines.out.hand_on(&mut self.lines.buf);
         match self.lines.out.finish() {
             Some((n, e)) => Err(format!("{n} lines of the trace lost: {e}")),
