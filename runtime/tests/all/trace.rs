@@ -825,7 +825,40 @@ fn fork_children_have_their_own_trees(tr: &str) {
 }
 
 fn per_thread_files_hold_each_threads_tree(tr: &str) {
-    let base = file("ff", tr);
+    per_thread_files(tr, "ff", &["-T"], |text| {
+        let lines = tree_lines(text, 3);
+        (
+            lines.iter().map(|(t, _, _)| *t).collect(),
+            check_nesting(text).values().sum::<usize>(),
+        )
+    });
+    // The duration view (each thread's held-back entry in its own file).
+    per_thread_files(tr, "ffd", &[], |text| {
+        let mut tids = Vec::new();
+        let mut calls = 0;
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, rest) = l.split_once('[').expect(l);
+            let (tid, body) = rest.split_once("] |").expect(l);
+            tids.push(tid.trim().parse::<i32>().expect(l));
+            let body = body.trim();
+            if !body.starts_with('}') && (body.ends_with(';') || body.ends_with('{')) {
+                calls += 1;
+            }
+        }
+        (tids, calls)
+    });
+}
+
+/// `--ff -o BASE` with `view_args`: one file per thread (5), each line of
+/// which `parse` finds to be of the file's thread; four of them (the
+/// workers) hold 11 calls each.
+fn per_thread_files(
+    tr: &str,
+    name: &str,
+    view_args: &[&str],
+    parse: impl Fn(&str) -> (Vec<i32>, usize),
+) {
+    let base = file(name, tr);
     let dir = base.parent().unwrap().to_path_buf();
     let stem = base.file_name().unwrap().to_string_lossy().into_owned();
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -836,11 +869,9 @@ fn per_thread_files_hold_each_threads_tree(tr: &str) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    let o = trace(
-        tr,
-        &["-T", "--ff", "-o", base.to_str().unwrap()],
-        &trace_calls(),
-    );
+    let mut args = view_args.to_vec();
+    args.extend(["--ff", "-o", base.to_str().unwrap()]);
+    let o = trace(tr, &args, &trace_calls());
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -857,15 +888,16 @@ fn per_thread_files_hold_each_threads_tree(tr: &str) {
     for f in &files {
         let text = read(f);
         let tid = f.extension().unwrap().to_string_lossy().into_owned();
-        for (t, _, _) in tree_lines(&text, 3) {
+        let (tids, calls) = parse(&text);
+        assert!(!tids.is_empty(), "{}", f.display());
+        for t in tids {
             assert_eq!(t.to_string(), tid, "{}", f.display());
         }
-        let calls = check_nesting(&text);
-        if calls.values().sum::<usize>() == 11 {
+        if calls == 11 {
             workers += 1;
         }
     }
-    assert_eq!(workers, 4);
+    assert_eq!(workers, 4, "{files:?}");
 }
 
 fn attaching_with_p_traces_new_calls_and_leaves_the_process_running(tr: &str) {
