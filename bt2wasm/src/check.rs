@@ -523,6 +523,26 @@ fn lower_all(cx: &mut Cx<'_>, prog: &Program, concrete: &[Vec<Concrete>]) -> Vec
         for (span, name) in undefined {
             cx.err(codes::UNDEFINED, span, format!("Undefined map: {name}"));
         }
+        // The manifest holds at most MAX_MAPS maps: the first one beyond is
+        // refused here, where it is written, not when the module is loaded.
+        let over: Option<(Span, String)> = cx
+            .map_order
+            .iter()
+            .filter_map(|n| cx.maps.get(n))
+            .filter(|m| m.kind.is_some())
+            .nth(hostabi::maps::MAX_MAPS)
+            .map(|m| (m.first.or(m.used).unwrap_or_default(), m.name.clone()));
+        if let Some((span, name)) = over {
+            cx.err(
+                codes::LIMIT,
+                span,
+                format!(
+                    "Too many maps: {name} is map {} of a program that may have at most {}",
+                    hostabi::maps::MAX_MAPS + 1,
+                    hostabi::maps::MAX_MAPS
+                ),
+            );
+        }
     }
     handlers
 }

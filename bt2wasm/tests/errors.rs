@@ -91,3 +91,35 @@ fn every_front_end_error_has_its_message_position_and_caret() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A program may have at most `hostabi::maps::MAX_MAPS` maps (what the
+/// manifest and the map store hold): the one beyond is refused where it is
+/// first written, with its position, so that no module is written that
+/// `wprobe run` would then reject.
+#[test]
+fn one_map_more_than_the_manifest_holds_is_refused_where_it_is_written() {
+    let max = hostabi::maps::MAX_MAPS;
+    let prog = |n: usize| {
+        let maps: Vec<String> = (0..n).map(|i| format!("@m{i} = count();")).collect();
+        format!("BEGIN {{ {} exit(); }}", maps.join(" "))
+    };
+    let ok = bt2wasm::compile("-e", &prog(max), &bt2wasm::Options::default());
+    let module = ok.unwrap_or_else(|(d, map)| panic!("{}", d.render(&map)));
+    assert_eq!(module.manifest().maps.len(), max);
+    let text = prog(max + 1);
+    let col = text.find(&format!("@m{max} ")).unwrap() + 1;
+    let Err((d, map)) = bt2wasm::compile("-e", &text, &bt2wasm::Options::default()) else {
+        panic!("{} maps compiled", max + 1);
+    };
+    let got = d.render(&map);
+    let first = got.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!(
+            "-e:1:{col}: error[B0402]: Too many maps: @m{max} is map {} of a program that may \
+             have at most {max}",
+            max + 1
+        )
+    );
+    assert_eq!(got.lines().count(), 3, "{got}");
+}
