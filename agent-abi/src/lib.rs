@@ -19,9 +19,9 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 5;
+pub const AGENT_ABI_VERSION: u32 = 6;
 
-/// First 8 bytes of the control region ("WPRBAGT2", little-endian).
+/// First 8 bytes of the control region ("WPRBAGT3", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.
@@ -246,8 +246,17 @@ pub struct Stats {
     /// store ([`bias`]; at most once per process; the tracer's revocations
     /// are not counted).
     pub bias_revoked: AtomicU64,
+    /// Trips to the kernel for handlers' memory accesses: each
+    /// `process_vm_readv` and `process_vm_writev`, and each reading of
+    /// `/proc/self/maps` (before a write, or for `check_access`) counts one.
+    /// Tests check that a string read costs one, not one per byte.
+    pub memory_syscalls: AtomicU64,
+    /// 1 when the agent installed its SIGTRAP handler for the trap sites
+    /// (the program left SIGTRAP at its default action), which moves a
+    /// thread that traps there to the site's stub if wprobe is gone.
+    pub trap_net: AtomicU64,
     /// Reserved.
-    pub _reserved: [AtomicU64; 6],
+    pub _reserved: [AtomicU64; 4],
 }
 
 /// One probe of the run (index = the probe id the tracer chose). The
@@ -299,9 +308,15 @@ pub struct ProbeSlot {
     /// handlers: no handler runs at the entry). Set by the tracer before
     /// `enabled`.
     pub entry_notice: u64,
-    /// Reserved.
-    pub _reserved: [u64; 1],
+    /// A return probe: calls not tracked because their thread already
+    /// tracked [`MAX_TRACKED_CALLS`] calls (also counted in `missed`).
+    pub missed_depth: AtomicU64,
 }
+
+/// Calls one thread tracks at most for the return probes of the run (the
+/// agent grows each thread's stack of tracked calls up to this many; the
+/// calls beyond are counted in [`ProbeSlot::missed_depth`]).
+pub const MAX_TRACKED_CALLS: usize = 1 << 20;
 
 /// The biased store lock. A process whose handlers all run on one thread
 /// (most traced programs) would pay the lock's two atomic operations at
@@ -408,8 +423,12 @@ pub struct RingHeader {
     pub _pad1: [u64; 7],
     /// 1 while a producer waits for room (the consumer then wakes `tail`).
     pub producer_waiting: AtomicU32,
+    /// Tracer: 1 when a run that finds the ring full drops its records at
+    /// once (`--ring-full=drop`); 0 when it waits for room, at most
+    /// [`RING_WAIT_MAX_NS`] (`--ring-full=block`, the default).
+    pub drop_when_full: AtomicU32,
     /// Padding.
-    pub _pad2: [u32; 15],
+    pub _pad2: [u32; 14],
 }
 
 /// Kinds of ring entries ([`RunHeader::kind`]).
@@ -717,6 +736,19 @@ pub struct SiteEntry {
     pub n_ret: u32,
     /// Offset of `n_ret` u32 probe ids (return probes).
     pub ret_off: u64,
+    /// Address of the first byte the site's jump (or `int3`) replaces.
+    pub window: u64,
+    /// Offset of the `orig_len` bytes the jump replaces, as the module's
+    /// file has them (a handler reading the code sees these).
+    pub orig_off: u64,
+    /// Number of those bytes (0: none given).
+    pub orig_len: u32,
+    /// 1: an `int3` replaces the site's first byte (no jump fits there);
+    /// the tracer moves each thread that traps there to `stub`, and so
+    /// does the agent's SIGTRAP handler if the tracer is gone.
+    pub trap: u32,
+    /// The site's stub.
+    pub stub: u64,
 }
 
 /// Kinds of sites ([`SiteEntry::kind`]).
@@ -744,6 +776,10 @@ pub mod site_kind {
 /// Where the tracer saves the `rip` of a thread it moves to a watchpoint's
 /// stub: this many bytes below its `rsp` (under the 128-byte red zone).
 pub const WATCH_RIP_BELOW: u64 = 136;
+
+/// Bytes below `rsp` the System V ABI lets a function use without moving
+/// `rsp` (the red zone): the stubs leave them alone.
+pub const RED_ZONE: u64 = 128;
 
 /// Call/return pairing of return probes, shared by the tracer's transports
 /// and the agent: no return address is rewritten; calls are paired per
@@ -798,9 +834,17 @@ pub mod pairing {
         at: Option<u64>,
     ) -> Option<(usize, usize)> {
         let slot = rsp_after.wrapping_sub(8);
+        // Entry `rsp`s only grow from the innermost call outwards (an entry
+        // cuts the calls below it): past one above `slot`, none matches. A
+        // `ret` of a call not tracked (beyond `maxactive`, or deeper than a
+        // thread tracks) stops at the innermost call, not after a scan of a
+        // stack a million deep.
         let i = calls
             .iter()
-            .rposition(|c| c.entry_rsp() == slot && at.is_none_or(|a| a == c.ret_addr()))?;
+            .rev()
+            .take_while(|c| c.entry_rsp() <= slot)
+            .position(|c| c.entry_rsp() == slot && at.is_none_or(|a| a == c.ret_addr()))
+            .map(|k| calls.len() - 1 - k)?;
         let n = calls[..=i]
             .iter()
             .rev()
@@ -907,7 +951,7 @@ mod tests {
         assert_eq!(offset_of!(ControlHeader, ring) % 64, 0);
         assert_eq!(size_of::<LoadRequest>(), 64);
         assert_eq!(size_of::<ProbeEntry>(), 56);
-        assert_eq!(size_of::<SiteEntry>(), 40);
+        assert_eq!(size_of::<SiteEntry>(), 72);
         assert_eq!(size_of::<SitesRequest>(), 16);
         const { assert!(CONTROL_HEADER_SIZE <= 4096) };
     }

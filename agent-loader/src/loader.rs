@@ -228,6 +228,13 @@ pub struct SiteSpec {
     pub kind: u32,
     /// Return probes whose function enters here (their calls are tracked).
     pub ret_probes: Vec<u32>,
+    /// The address of the first byte the jump replaces, and the bytes it
+    /// replaces (the module file's).
+    pub window: (u64, Vec<u8>),
+    /// An `int3` goes at the site (no jump fits).
+    pub trap: bool,
+    /// The site's stub.
+    pub stub: u64,
 }
 
 /// Views plain `#[repr(C)]` data as bytes.
@@ -311,6 +318,7 @@ impl LoadedAgent {
         for s in sites {
             let probes_off = self.region.put(as_bytes(&s.probes))?;
             let ret_off = self.region.put(as_bytes(&s.ret_probes))?;
+            let orig_off = self.region.put(&s.window.1)?;
             entries.push(SiteEntry {
                 site: s.site,
                 n_probes: s.probes.len() as u32,
@@ -319,6 +327,11 @@ impl LoadedAgent {
                 kind: s.kind,
                 n_ret: s.ret_probes.len() as u32,
                 ret_off,
+                window: s.window.0,
+                orig_off,
+                orig_len: s.window.1.len() as u32,
+                trap: u32::from(s.trap),
+                stub: s.stub,
             });
         }
         let sites_off = self.region.put(as_bytes(&entries))?;

@@ -107,6 +107,7 @@ pub struct ProbeCounts {
     pub uncaught: u64,
     pub dropped: u64,
     pub missed: u64,
+    pub missed_depth: u64,
 }
 
 /// A snapshot of the agent's process-wide counters.
@@ -122,6 +123,8 @@ pub struct StatsSnapshot {
     pub ring_waits: u64,
     pub allocations: u64,
     pub bias_revoked: u64,
+    pub memory_syscalls: u64,
+    pub trap_net: u64,
 }
 
 /// One record of a handler run read from the ring.
@@ -437,6 +440,7 @@ impl Region {
             uncaught: l(&s.uncaught),
             dropped: l(&s.dropped),
             missed: l(&s.missed),
+            missed_depth: l(&s.missed_depth),
         }
     }
 
@@ -486,6 +490,8 @@ impl Region {
             ring_waits: l(&s.ring_waits),
             allocations: l(&s.allocations),
             bias_revoked: l(&s.bias_revoked),
+            memory_syscalls: l(&s.memory_syscalls),
+            trap_net: l(&s.trap_net),
         }
     }
 
@@ -675,6 +681,15 @@ impl Region {
     /// Sets the staleness bound of the heartbeat, in TSC ticks (0: none).
     pub fn set_stale_ticks(&self, ticks: u64) {
         self.header().stale_ticks.store(ticks, Ordering::Release);
+    }
+
+    /// What a run that finds the ring full does: drop its records at once
+    /// (`true`), or wait for room at most `agent_abi::RING_WAIT_MAX_NS`.
+    pub fn set_drop_when_full(&self, drop: bool) {
+        self.header()
+            .ring
+            .drop_when_full
+            .store(u32::from(drop), Ordering::Release);
     }
 
     /// Takes the store lock (no handler of the target runs until

@@ -10,8 +10,11 @@
 //! unwinding through it; or its thread gone, when a new thread takes over
 //! the thread slot) is reported to the tracer as an unwound record
 //! ([`agent_abi::rec::UNWOUND`]), innermost first, before the thread's
-//! next handler run. Calls beyond a probe's `maxactive`, or beyond
-//! [`DEPTH`] tracked calls in one thread, are counted as missed.
+//! next handler run. Calls beyond a probe's `maxactive` are counted as
+//! missed; a thread's stack of tracked calls starts with room for
+//! [`FIRST_DEPTH`] and doubles when full, up to
+//! [`agent_abi::MAX_TRACKED_CALLS`], beyond which calls are counted as
+//! missed (`missed_depth`).
 
 use crate::thread::Slot;
 use crate::{HitArgs, StoreLock, agent, ring, run_probe, sys, vdso};
@@ -20,9 +23,10 @@ use agent_abi::{ControlHeader, ProbeSlot, RunHeader, left, rec, run_outcome, sit
 use core::sync::atomic::Ordering;
 use hostabi::env::EntryState;
 
-/// Tracked calls per thread (deeper calls of return-probed functions are
-/// missed).
-pub const DEPTH: usize = 1024;
+/// Tracked calls a thread has room for at first (96 KiB); the room doubles
+/// whenever it is full (`mremap`, at most 10 times: a system call at one
+/// entry in a thousand deep, never in a steady state).
+pub const FIRST_DEPTH: usize = 1024;
 
 /// A tracked call.
 #[repr(C)]
@@ -56,13 +60,73 @@ pub struct Shadow {
     /// The thread they belong to.
     tid: u32,
     len: u32,
+    /// Room in `calls` (tracked calls).
+    cap: u32,
+    /// `calls` could not grow: calls beyond `cap` are missed.
+    full: u32,
+    /// The tracked calls (`cap` of them mapped, `len` in use).
+    calls: *mut Tracked,
     /// The thread's stack (`[lo, hi)`, the mapping `rsp` was in when first
     /// needed; `(0, 0)`: not looked up yet), where return-address slots of
     /// tracked calls may be read (`returned_unseen`), and how many more
     /// times it may be looked up again (the main stack grows down).
     stack: (u64, u64),
     lookups: u32,
-    calls: [Tracked; DEPTH],
+}
+
+impl Shadow {
+    /// The tracked calls, innermost last.
+    #[inline(always)]
+    fn calls(&self) -> &[Tracked] {
+        // SAFETY: `calls` holds `cap >= len` calls, written up to `len`
+        // (zero-filled beyond: a valid `Tracked`).
+        unsafe { core::slice::from_raw_parts(self.calls, self.len as usize) }
+    }
+
+    /// Call `i` (below `cap`: a call just popped is still there).
+    #[inline(always)]
+    fn call(&self, i: usize) -> Tracked {
+        assert!(i < self.cap as usize, "invariant: a tracked call's index");
+        // SAFETY: below `cap`: inside the mapping (zero-filled or written).
+        unsafe { self.calls.add(i).read() }
+    }
+
+    /// Room for one more call: grows `calls` when full (doubling, up to
+    /// [`agent_abi::MAX_TRACKED_CALLS`]); false when it cannot.
+    fn room(&mut self) -> bool {
+        if self.len < self.cap {
+            return true;
+        }
+        let cap = self.cap as usize;
+        if self.full != 0 || cap >= agent_abi::MAX_TRACKED_CALLS {
+            return false;
+        }
+        let size = core::mem::size_of::<Tracked>();
+        let new_cap = (cap * 2).min(agent_abi::MAX_TRACKED_CALLS);
+        // SAFETY: `calls` is this thread's own mapping of `cap` calls,
+        // touched by no other thread; on success the old range is gone and
+        // only the new pointer is used.
+        match unsafe { sys::mremap_maymove(self.calls as *mut u8, cap * size, new_cap * size) } {
+            Ok(p) => {
+                self.calls = p as *mut Tracked;
+                self.cap = new_cap as u32;
+                true
+            }
+            Err(_) => {
+                self.full = 1;
+                false
+            }
+        }
+    }
+
+    /// Appends a call (room was made by [`Shadow::room`]).
+    #[inline(always)]
+    fn push(&mut self, t: Tracked) {
+        debug_assert!(self.len < self.cap);
+        // SAFETY: `len < cap`: inside the mapping.
+        unsafe { self.calls.add(self.len as usize).write(t) };
+        self.len += 1;
+    }
 }
 
 /// Times a thread's stack mapping is read from `/proc/self/maps` at most
@@ -78,18 +142,33 @@ pub struct Entry {
 }
 
 /// The call stack of the thread of `slot`, mapped at its first use
-/// (zero-filled: empty). `None` when it cannot be mapped.
+/// (zero-filled: empty; room for [`FIRST_DEPTH`] calls). `None` when it
+/// cannot be mapped.
 fn shadow(slot: &Slot) -> Option<&'static mut Shadow> {
     let mut p = slot.shadow.load(Ordering::Relaxed);
     if p == 0 {
-        let size = core::mem::size_of::<Shadow>().next_multiple_of(4096);
-        p = sys::mmap(
-            0,
-            size,
-            sys::PROT_READ | sys::PROT_WRITE,
-            sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE,
-        )
-        .ok()? as usize;
+        let map = |size: usize| {
+            sys::mmap(
+                0,
+                size.next_multiple_of(4096),
+                sys::PROT_READ | sys::PROT_WRITE,
+                sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE,
+            )
+            .ok()
+        };
+        let calls = map(FIRST_DEPTH * core::mem::size_of::<Tracked>())?;
+        let Some(head) = map(core::mem::size_of::<Shadow>()) else {
+            // SAFETY: just mapped, not shared.
+            unsafe { sys::munmap(calls, FIRST_DEPTH * core::mem::size_of::<Tracked>()) };
+            return None;
+        };
+        // SAFETY: a fresh zero-filled page, ours.
+        unsafe {
+            let sh = &mut *(head as *mut Shadow);
+            sh.calls = calls as *mut Tracked;
+            sh.cap = FIRST_DEPTH as u32;
+        }
+        p = head as usize;
         slot.shadow.store(p, Ordering::Relaxed);
     }
     // SAFETY: mapped for the life of the process, used only by the thread
@@ -175,7 +254,7 @@ fn cut(c: &ControlHeader, sh: &mut Shadow, from: usize, cause: u64, lock: &mut S
     let tid = sh.tid;
     while sh.len as usize > from {
         sh.len -= 1;
-        let call = sh.calls[sh.len as usize];
+        let call = sh.call(sh.len as usize);
         report(c, &call, tid, cause, lock);
     }
 }
@@ -232,7 +311,7 @@ fn stack_of(sh: &mut Shadow, rsp: u64) -> Option<(u64, u64)> {
 /// innermost first, up to the first call whose slot is intact. Returns how
 /// many stay.
 fn returned_unseen(sh: &mut Shadow, kept: usize, rsp: u64) -> usize {
-    if kept == 0 || sh.calls[kept - 1].entry_rsp <= rsp {
+    if kept == 0 || sh.call(kept - 1).entry_rsp <= rsp {
         return kept;
     }
     let Some((_, hi)) = stack_of(sh, rsp) else {
@@ -240,7 +319,7 @@ fn returned_unseen(sh: &mut Shadow, kept: usize, rsp: u64) -> usize {
     };
     let mut k = kept;
     while k > 0 {
-        let c = &sh.calls[k - 1];
+        let c = &sh.calls()[k - 1];
         if c.entry_rsp <= rsp || c.entry_rsp.saturating_add(8) > hi {
             break;
         }
@@ -278,7 +357,7 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
     // SAFETY: at a function's entry `rsp` points at the return address, in
     // the thread's own stack.
     let ret_addr = unsafe { (f.rsp as *const u64).read() };
-    let kept = pairing::kept_at_entry(&sh.calls[..sh.len as usize], f.rsp, ret_addr, h.site.addr);
+    let kept = pairing::kept_at_entry(sh.calls(), f.rsp, ret_addr, h.site.addr);
     let kept = returned_unseen(sh, kept, f.rsp);
     cut(c, sh, kept, left::UNWOUND, lock);
     Some(Entry {
@@ -289,9 +368,9 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
 }
 
 /// After the entry's probes ran: a call is tracked for each enabled return
-/// probe of the function (or counted as missed: beyond `maxactive` or
-/// [`DEPTH`], or when the store lock, which guards the live counts, could
-/// not be had). A probe with `entry_notice` has each call it tracks told
+/// probe of the function (or counted as missed: beyond `maxactive`, when
+/// its thread's stack of tracked calls is full (`missed_depth` too), or
+/// when the store lock, which guards the live counts, could not be had). A probe with `entry_notice` has each call it tracks told
 /// to the tracer at once ([`agent_abi::entry::ENTERED`]; one it cannot
 /// write is counted as dropped).
 pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>) {
@@ -304,21 +383,25 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
         if slot.enabled.load(Ordering::Relaxed) == 0 {
             continue;
         }
-        if sh.len as usize >= DEPTH || !lock.take() || live(slot) >= slot.maxactive {
+        if !sh.room() {
+            slot.missed.fetch_add(1, Ordering::Relaxed);
+            slot.missed_depth.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if !lock.take() || live(slot) >= slot.maxactive {
             slot.missed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         slot.live
             .store(slot.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        sh.calls[sh.len as usize] = Tracked {
+        sh.push(Tracked {
             probe: p,
             func: h.site.addr,
             entry_rsp: e.regs[6],
             ret_addr: e.ret_addr,
             regs: e.regs,
             entry_ns: t,
-        };
-        sh.len += 1;
+        });
         if slot.entry_notice != 0 {
             let head = RunHeader {
                 probe: p,
@@ -354,7 +437,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
         // SAFETY: just before a `ret`, `rsp` points at the return address.
         (rsp + 8, unsafe { (rsp as *const u64).read() })
     };
-    let Some((i, n)) = pairing::returning(&sh.calls[..sh.len as usize], after, Some(at)) else {
+    let Some((i, n)) = pairing::returning(sh.calls(), after, Some(at)) else {
         return 0;
     };
     cut(c, sh, i + 1, left::UNWOUND, lock);
@@ -362,7 +445,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
     let mut ran = 0;
     for _ in 0..n {
         sh.len -= 1;
-        let call = sh.calls[sh.len as usize];
+        let call = sh.call(sh.len as usize);
         let Some(slot) = crate::ctrl::probe(c, call.probe) else {
             continue;
         };

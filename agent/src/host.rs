@@ -56,7 +56,24 @@ pub struct FrameEnv {
     pub tsc: u64,
     /// The hit of a return probe: the state of the returning call's entry.
     pub entry: Option<hostabi::env::EntryState>,
+    /// The bytes of the thread's stack below its red zone that the stub
+    /// and the dispatcher use during the hit (`[lo, hi)`): the saved
+    /// registers and the frames that return to the stub. To the program it
+    /// is dead stack, which a handler may write (as under ptrace); such
+    /// writes go to [`FrameEnv::dead`] instead, and reads see them there.
+    pub agent_stack: (u64, u64),
+    /// The stand-in for `agent_stack` once a handler of the hit wrote into
+    /// it: its bytes as they were, with the handler's writes (valid while
+    /// `dead_valid`).
+    pub dead: [u8; DEAD_STACK_BYTES],
+    /// `dead` holds this hit's stand-in (reset at each hit's first run).
+    pub dead_valid: bool,
 }
+
+/// Largest span of the thread's stack the agent uses during a hit
+/// (`agent_loader::stub::STACK_FOOTPRINT` and the red zone, with room to
+/// spare): a hit that used more refuses writes there instead.
+pub const DEAD_STACK_BYTES: usize = 4096;
 
 // SAFETY: the frame pointer is only dereferenced by the thread that holds
 // the store lock, during the hit it belongs to.
@@ -73,7 +90,38 @@ impl FrameEnv {
             now: Cell::new(0),
             tsc: 0,
             entry: None,
+            agent_stack: (0, 0),
+            dead: [0; DEAD_STACK_BYTES],
+            dead_valid: false,
         }
+    }
+
+    /// The part of `[addr, addr + len)` inside the agent's own span of the
+    /// thread's stack, as offsets into that span and into the access.
+    fn in_agent_stack(&self, addr: u64, len: usize) -> Option<(usize, usize, usize)> {
+        let (lo, hi) = self.agent_stack;
+        let end = addr.saturating_add(len as u64);
+        let (a, b) = (addr.max(lo), end.min(hi));
+        (a < b).then(|| ((a - lo) as usize, (a - addr) as usize, (b - a) as usize))
+    }
+
+    /// Makes `dead` this hit's stand-in for the agent's span of the stack
+    /// (its bytes as they are now), once; false when the span does not fit.
+    fn take_dead(&mut self) -> bool {
+        if self.dead_valid {
+            return true;
+        }
+        let (lo, hi) = self.agent_stack;
+        let n = (hi - lo) as usize;
+        if n > DEAD_STACK_BYTES {
+            return false;
+        }
+        // SAFETY: the thread's own stack between the dispatcher's lowest
+        // frame and the probed code's red zone: mapped, and not written
+        // while the handler runs (it runs on the agent's stack).
+        unsafe { core::ptr::copy_nonoverlapping(lo as *const u8, self.dead.as_mut_ptr(), n) };
+        self.dead_valid = true;
+        true
     }
 
     fn f(&mut self) -> Option<&mut SavedRegs> {
@@ -177,7 +225,17 @@ impl HitEnv for FrameEnv {
     }
 
     fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        sys::vm_read(addr, buf.as_mut_ptr(), buf.len())
+        count_memory_syscall();
+        let n = sys::vm_read(addr, buf.as_mut_ptr(), buf.len());
+        // The program's code as its file has it, where jumps replace it.
+        crate::original_code(addr, &mut buf[..n]);
+        // The handler's own writes below the red zone.
+        if self.dead_valid
+            && let Some((at, from, len)) = self.in_agent_stack(addr, n)
+        {
+            buf[from..from + len].copy_from_slice(&self.dead[at..at + len]);
+        }
+        n
     }
 
     fn write_mem(&mut self, addr: u64, data: &[u8]) -> Status {
@@ -190,6 +248,30 @@ impl HitEnv for FrameEnv {
         if !maps_allow(addr, end, true) {
             return Status::Fault;
         }
+        // Below the red zone, where the stub keeps the thread's registers
+        // and the dispatcher its frames: dead stack to the program, so the
+        // write goes to the hit's stand-in for it (the rest of the range
+        // is written as usual).
+        let inside = self.in_agent_stack(addr, data.len());
+        if let Some((at, from, len)) = inside {
+            if !self.take_dead() {
+                return Status::Fault;
+            }
+            self.dead[at..at + len].copy_from_slice(&data[from..from + len]);
+            let (before, after) = (&data[..from], &data[from + len..]);
+            let after_at = addr + (from + len) as u64;
+            for (a, part) in [(addr, before), (after_at, after)] {
+                if part.is_empty() {
+                    continue;
+                }
+                count_memory_syscall();
+                if sys::vm_write(a, part.as_ptr(), part.len()) != part.len() {
+                    return Status::Fault;
+                }
+            }
+            return Status::Ok;
+        }
+        count_memory_syscall();
         if sys::vm_write(addr, data.as_ptr(), data.len()) == data.len() {
             Status::Ok
         } else {
@@ -254,9 +336,17 @@ impl HitEnv for FrameEnv {
     }
 }
 
+/// Counts a system call made for a handler's memory access
+/// (`Stats::memory_syscalls`).
+#[inline(always)]
+fn count_memory_syscall() {
+    ctrl::stats(|s| s.memory_syscalls.fetch_add(1, Ordering::Relaxed));
+}
+
 /// Whether every byte of `[start, last]` lies in mappings of this process
 /// that are readable (and writable, when `write`), per `/proc/self/maps`.
 fn maps_allow(start: u64, last: u64, write: bool) -> bool {
+    count_memory_syscall();
     let mut need = start;
     let mut ok = false;
     for_each_mapping(|lo, hi, r, w| {

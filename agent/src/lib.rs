@@ -37,6 +37,7 @@ mod ring;
 mod sync;
 mod sys;
 mod thread;
+mod trapnet;
 mod vdso;
 
 use agent_abi::{
@@ -201,6 +202,46 @@ static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
 /// reach `dispatch`) and never changed afterwards: `dispatch` reads it
 /// without a lock.
 static SITES: AtomicPtr<Vec<Option<Site>>> = AtomicPtr::new(core::ptr::null_mut());
+/// The patched windows with the bytes the jumps replaced, sorted by
+/// address (set with the site table, never changed afterwards): a
+/// handler's read of the program's code sees the file's bytes there, as
+/// under ptrace.
+static WINDOWS: AtomicPtr<Vec<Window>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The longest of [`WINDOWS`] (bytes).
+static LONGEST_WINDOW: AtomicU64 = AtomicU64::new(0);
+
+/// A patched window and its original bytes.
+struct Window {
+    addr: u64,
+    orig: Box<[u8]>,
+}
+
+/// Puts the original bytes of the patched windows that `buf` (read at
+/// `addr`) overlaps back into it.
+pub(crate) fn original_code(addr: u64, buf: &mut [u8]) {
+    // SAFETY: set once with the site table, never freed.
+    let Some(ws) = (unsafe { WINDOWS.load(Ordering::Acquire).as_ref() }) else {
+        return;
+    };
+    let end = addr.saturating_add(buf.len() as u64);
+    // The first window that may end after `addr` (windows do not
+    // overlap: none that starts a longest window's length before `addr`).
+    let longest = LONGEST_WINDOW.load(Ordering::Relaxed);
+    let mut i = ws.partition_point(|w| w.addr.saturating_add(longest) <= addr);
+    while let Some(w) = ws.get(i) {
+        if w.addr >= end {
+            break;
+        }
+        let w_end = w.addr + w.orig.len() as u64;
+        let (a, b) = (w.addr.max(addr), w_end.min(end));
+        if a < b {
+            buf[(a - addr) as usize..(b - addr) as usize]
+                .copy_from_slice(&w.orig[(a - w.addr) as usize..(b - w.addr) as usize]);
+        }
+        i += 1;
+    }
+}
 static FORK_GUARD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
 static PID: AtomicU32 = AtomicU32::new(0);
 /// Header (initial RSP) of the stack `init`, `load` and `sites` run on.
@@ -658,6 +699,8 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         Err(e) => return e,
     };
     let mut table: Vec<Option<Site>> = Vec::new();
+    let mut windows: Vec<Window> = Vec::new();
+    let mut traps: Vec<(u64, u64)> = Vec::new();
     for i in 0..u64::from(req.n_sites) {
         let e: SiteEntry = match read_req(
             c,
@@ -678,6 +721,21 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             Ok(p) => p,
             Err(e) => return e,
         };
+        if e.trap != 0 {
+            traps.push((e.window, e.stub));
+        }
+        if e.orig_len != 0 {
+            let Some(orig) = ctrl::bytes(c, e.orig_off, u64::from(e.orig_len)) else {
+                return err(
+                    AgentError::BadRequest,
+                    format_args!("site {} original bytes", e.site),
+                );
+            };
+            windows.push(Window {
+                addr: e.window,
+                orig: Box::from(&*orig),
+            });
+        }
         let i = e.site as usize;
         if table.len() <= i {
             table.resize_with(i + 1, || None);
@@ -688,6 +746,17 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             kind: e.kind,
             ret_probes,
         });
+    }
+    windows.sort_unstable_by_key(|w| w.addr);
+    let longest = windows
+        .iter()
+        .map(|w| w.orig.len() as u64)
+        .max()
+        .unwrap_or(0);
+    LONGEST_WINDOW.store(longest, Ordering::Relaxed);
+    WINDOWS.store(Box::into_raw(Box::new(windows)), Ordering::Release);
+    if trapnet::arm(traps) {
+        c.stats.trap_net.store(1, Ordering::Relaxed);
     }
     SITES.store(Box::into_raw(Box::new(table)), Ordering::Release);
     0
@@ -774,6 +843,11 @@ struct HitArgs {
     /// The probe's address for the run header (a return probe's: its
     /// function's entry).
     ip: core::cell::Cell<u64>,
+    /// The thread's stack below the probed code's red zone: its top (the
+    /// agent's span ends there; see `FrameEnv::agent_stack`).
+    below_red_zone: u64,
+    /// No handler of this hit has run yet.
+    fresh: core::cell::Cell<bool>,
 }
 
 impl HitArgs {
@@ -880,6 +954,9 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         now: core::cell::Cell::new(0),
         tsc: core::cell::Cell::new(tsc),
         ip: core::cell::Cell::new(s.addr),
+        // SAFETY: the stub's frame, live for this hit.
+        below_red_zone: unsafe { (*frame).rsp }.wrapping_sub(agent_abi::RED_ZONE),
+        fresh: core::cell::Cell::new(true),
     };
     let top = slot.stack.load(Ordering::Relaxed);
     // SAFETY: the thread's own agent stack, not in use (busy was 0).
@@ -1000,6 +1077,17 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         d.env.load_bias = pf.load_bias;
         d.env.now.set(h.now.get());
         d.env.tsc = h.tsc.get();
+        if h.fresh.replace(false) {
+            // The span of the thread's stack the stub and the dispatcher
+            // use: from the dispatcher's lowest frame (saved where it
+            // switched to the agent stack) up to the red zone.
+            let top = h.slot.stack.load(Ordering::Relaxed);
+            // SAFETY: the header of this thread's agent stack, which the
+            // stack switch of this hit wrote.
+            let low = unsafe { (*(top as *const thread::StackHeader)).saved_sp };
+            d.env.agent_stack = (low.min(h.below_red_zone), h.below_red_zone);
+            d.env.dead_valid = false;
+        }
         d.sink.clear();
         d.services.map = prog.map;
         d.memory = prog.memory;

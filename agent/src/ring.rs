@@ -4,8 +4,10 @@
 //! ring's end is preceded by a pad entry to the end. When the ring has no
 //! room the producer waits for the tracer to drain it (a futex on
 //! `producer_waiting`, which the tracer wakes), at most
-//! [`RING_WAIT_MAX_NS`] and never once the tracer's heartbeat is stale;
-//! then the run's records are dropped and counted, never lost silently.
+//! [`RING_WAIT_MAX_NS`] and never once the tracer's heartbeat is stale, or
+//! not at all when the tracer said so (`drop_when_full`,
+//! `--ring-full=drop`); then the run's records are dropped and counted,
+//! never lost silently.
 
 use crate::{sys, vdso};
 use agent_abi::{ControlHeader, RING_WAIT_MAX_NS, RunHeader, entry};
@@ -139,6 +141,9 @@ fn wait_for_room_slow(c: &ControlHeader, head: u64, need: u64) -> bool {
     };
     if room(c) {
         return true;
+    }
+    if c.ring.drop_when_full.load(Ordering::Relaxed) != 0 {
+        return false;
     }
     c.stats.ring_waits.fetch_add(1, Ordering::Relaxed);
     let deadline = vdso::clock_ns(sys::CLOCK_MONOTONIC).saturating_add(RING_WAIT_MAX_NS);

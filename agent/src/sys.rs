@@ -152,6 +152,21 @@ pub fn getpid() -> u32 {
     unsafe { syscall0(SYS_GETPID) as u32 }
 }
 
+/// This process's id, asked of the kernel once (`vm_read` and `vm_write`
+/// name it at every call). A forked child's agent is dormant and never
+/// reads memory; a `vfork` child shares the parent's memory, which the
+/// parent's id reaches just as well.
+pub fn self_pid() -> u32 {
+    static PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+    let p = PID.load(core::sync::atomic::Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    let p = getpid();
+    PID.store(p, core::sync::atomic::Ordering::Relaxed);
+    p
+}
+
 pub fn sched_yield() {
     // SAFETY: as above.
     unsafe {
@@ -248,7 +263,7 @@ pub fn vm_read(addr: u64, dst: *mut u8, len: usize) -> usize {
     let r = unsafe {
         syscall6(
             SYS_PROCESS_VM_READV,
-            getpid() as usize,
+            self_pid() as usize,
             &local as *const IoVec as usize,
             1,
             &remote as *const IoVec as usize,
@@ -276,7 +291,7 @@ pub fn vm_write(addr: u64, src: *const u8, len: usize) -> usize {
     let r = unsafe {
         syscall6(
             SYS_PROCESS_VM_WRITEV,
-            getpid() as usize,
+            self_pid() as usize,
             &local as *const IoVec as usize,
             1,
             &remote as *const IoVec as usize,
@@ -402,4 +417,32 @@ pub fn fxsave() -> FxArea {
     // SAFETY: `a` is 512 bytes, 16-aligned.
     unsafe { asm!("fxsave64 [{}]", in(reg) a.0.as_mut_ptr(), options(nostack, preserves_flags)) };
     a
+}
+
+/// `mremap(old, old_len, new_len, MREMAP_MAYMOVE)`: the mapping grown
+/// (perhaps moved: the old address is invalid on success); `Err(errno)`.
+///
+/// # Safety
+/// `old..old+old_len` is a whole private anonymous mapping of the caller's,
+/// which no other code uses.
+pub unsafe fn mremap_maymove(old: *mut u8, old_len: usize, new_len: usize) -> Result<*mut u8, i32> {
+    const SYS_MREMAP: usize = 25;
+    const MREMAP_MAYMOVE: usize = 1;
+    // SAFETY: the caller's mapping (see above).
+    let r = unsafe {
+        syscall6(
+            SYS_MREMAP,
+            old as usize,
+            old_len.next_multiple_of(4096),
+            new_len.next_multiple_of(4096),
+            MREMAP_MAYMOVE,
+            0,
+            0,
+        )
+    };
+    if (-4095..0).contains(&r) {
+        Err(-r as i32)
+    } else {
+        Ok(r as *mut u8)
+    }
 }

@@ -100,21 +100,35 @@ pub trait HitEnv {
 
     /// Reads a NUL-terminated string, examining at most `buf.len()` bytes.
     /// `Ok(n)`: n bytes before a NUL (or `buf.len()`); `Err(i)`: byte i unreadable.
+    ///
+    /// Reads in chunks of up to [`STR_CHUNK`] bytes through `read_mem` (one
+    /// system call per chunk where a read costs one, not one per byte); the
+    /// bytes after the NUL are read but not copied into `buf`.
     fn read_str(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, usize> {
         let n = buf.len();
-        for (i, slot) in buf.iter_mut().enumerate() {
-            let mut b = [0u8];
-            if self.read_mem(addr.wrapping_add(i as u64), &mut b) != 1 {
-                return Err(i);
+        let mut chunk = [0u8; STR_CHUNK];
+        let mut done = 0;
+        while done < n {
+            let want = (n - done).min(STR_CHUNK);
+            let got = self
+                .read_mem(addr.wrapping_add(done as u64), &mut chunk[..want])
+                .min(want);
+            if let Some(i) = chunk[..got].iter().position(|&b| b == 0) {
+                buf[done..done + i].copy_from_slice(&chunk[..i]);
+                return Ok(done + i);
             }
-            if b[0] == 0 {
-                return Ok(i);
+            buf[done..done + got].copy_from_slice(&chunk[..got]);
+            done += got;
+            if got < want {
+                return Err(done);
             }
-            *slot = b[0];
         }
         Ok(n)
     }
 }
+
+/// Bytes [`HitEnv::read_str`] asks `read_mem` for at a time.
+pub const STR_CHUNK: usize = 256;
 
 /// What the hit of a return probe knows of the entry of its call: the
 /// values of [`regs::ENTRY_REGS`] at the entry (in that order) and the time

@@ -37,6 +37,12 @@ use crate::transport::{Action, Armed, Event, ExitStatus, Transport, TransportHit
 use hook::HookEvent;
 use oneliner::{BtState, Special};
 
+/// Live calls per process a return probe of a program that tracks every
+/// call ([`Session::track_every_call`]) may have: no limit of its own (the
+/// in-process agent tracks at most `agent_abi::MAX_TRACKED_CALLS` per
+/// thread, and counts the calls beyond as missed, `missed_depth`).
+pub const EVERY_CALL: u32 = u32::MAX;
+
 /// A program given on the command line, loaded.
 pub struct LoadedProgram {
     /// Label for output (file stem).
@@ -144,6 +150,8 @@ pub struct Session {
     /// The programs whose return probes report each call as it enters
     /// (see `request_entry_notices`).
     entry_notices: Vec<usize>,
+    /// Programs whose return probes track every call (`track_every_call`).
+    every_call: Vec<usize>,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -296,6 +304,7 @@ impl Session {
             held: Default::default(),
             use_cache: true,
             entry_notices: Vec::new(),
+            every_call: Vec::new(),
         })
     }
 
@@ -305,6 +314,23 @@ impl Session {
     /// then needs no handler run at the entry.
     pub fn request_entry_notices(&mut self, prog: usize) {
         self.entry_notices.push(prog);
+    }
+
+    /// The return probes of program `prog` track every call a thread can
+    /// track ([`EVERY_CALL`]), not their manifest's `maxactive` (at most
+    /// 4096): `wprobe trace` follows recursions of any depth a program
+    /// reaches.
+    pub fn track_every_call(&mut self, prog: usize) {
+        self.every_call.push(prog);
+    }
+
+    /// `maxactive` of probe `pi`'s return probe as armed.
+    pub(crate) fn maxactive(&self, pi: usize, spec: &hostabi::manifest::ProbeSpec) -> u32 {
+        if self.every_call.contains(&self.probes[pi].prog) {
+            EVERY_CALL
+        } else {
+            spec.maxactive_or_default()
+        }
     }
 
     /// Whether a transport that compiles the programs again for the target
@@ -340,6 +366,11 @@ impl Session {
     /// Records that could not be written, and why (after the run).
     pub fn records_lost(&self) -> Option<(u64, String)> {
         self.out.lost()
+    }
+
+    /// Number of programs loaded.
+    pub fn program_count(&self) -> usize {
+        self.manifests.len()
     }
 
     /// Number of probes selected.
@@ -556,6 +587,11 @@ impl Session {
             let set = self.handler_set(t.main_pid());
             let r = t.load_handlers(&set).map_err(anyhow::Error::msg);
             self.arm_time += t0.elapsed();
+            if r.is_err() {
+                // A launched command has not run any of its own code yet:
+                // it does not run untraced (as when arming fails).
+                t.kill_launched();
+            }
             r
         } else {
             Ok(())

@@ -116,6 +116,23 @@ pub struct OpenOptions {
     pub reads_memory: bool,
     /// The registers the handlers can read.
     pub registers: RegsRead,
+    /// What a handler run that finds the record ring full does (transports
+    /// whose handlers write into a ring in the target: in-process).
+    pub ring_full: RingFull,
+}
+
+/// What a handler run that finds the in-process record ring full does
+/// (`--ring-full`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RingFull {
+    /// The thread waits until wprobe made room, at most a second per run
+    /// (then its records are dropped and counted): no record is lost to a
+    /// burst, the program is slowed down to wprobe's pace meanwhile.
+    #[default]
+    Block,
+    /// The run's records are dropped at once and counted (`dropped`): the
+    /// program never waits for wprobe.
+    Drop,
 }
 
 /// How a transport starts or attaches to its target.
@@ -375,6 +392,9 @@ pub struct RunCounts {
     /// Hits that ran no handler (a hit inside a handler of the same
     /// thread, and the like).
     pub missed: u64,
+    /// Return-probe calls among `missed` that were not tracked because
+    /// their thread tracked as many calls as it can (`missed_depth`).
+    pub missed_depth: u64,
 }
 
 /// A program, for a transport that runs the handlers itself

@@ -56,6 +56,7 @@ fn trace(transport: &str, src: &str, n: usize) -> (Vec<serde_json::Value>, Strin
             verify_opcodes: true,
             reads_memory: session.reads_memory(),
             registers: RegsRead::All,
+            ring_full: Default::default(),
         },
     );
     restore_stdout(saved);

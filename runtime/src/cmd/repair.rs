@@ -32,7 +32,20 @@ pub fn repair(a: RepairArgs) -> CmdResult {
         )));
     }
     // A live wprobe restores the process itself when it stops; writing
-    // under it would silently disarm its probes.
+    // under it would silently disarm its probes. The in-process transport
+    // lets the process go while it traces it: its journal names it.
+    if let Some(holder) = [&path, &inproc]
+        .into_iter()
+        .filter(|p| p.exists())
+        .find_map(|p| journal::live_holder(p))
+    {
+        return Err(CliError::user(format!(
+            "process {} is traced by wprobe (process {holder}), which restores it when it stops: \
+             stop that with SIGINT (`kill -INT {holder}`); `wprobe repair` is for a wprobe that \
+             was killed",
+            a.pid
+        )));
+    }
     if let crate::procinfo::Untraceable::Traced { tracer, comm } =
         crate::procinfo::untraceable(a.pid)
     {

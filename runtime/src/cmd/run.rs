@@ -34,6 +34,13 @@ pub fn run(a: RunArgs) -> CmdResult {
     if a.list {
         return crate::cmd::run::oneliner::list(&a);
     }
+    // Stopping signals are caught from here on (also when wprobe was
+    // started with SIGINT ignored, as `cmd &` in a script does): one that
+    // arrives while the programs load or the probes are armed ends the run
+    // as soon as it can, the target left as it was.
+    let signals = crate::stopsig::StopSignals::install()
+        .map_err(|e| CliError::internal(format!("installing a signal handler: {e}")))?;
+    let stop = signals.stop.clone();
     let oneliner = crate::cmd::run::oneliner::active(&a);
     if a.programs.is_empty() && !oneliner {
         return Err(CliError::user(
@@ -130,9 +137,6 @@ pub fn run(a: RunArgs) -> CmdResult {
     if let Err(e) = session.check(info) {
         return Err(CliError::user(e.to_string()));
     }
-    let signals = crate::stopsig::StopSignals::install()
-        .map_err(|e| CliError::internal(format!("installing a signal handler: {e}")))?;
-    let stop = signals.stop.clone();
     session.set_output(terminal, stop.clone());
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
@@ -147,6 +151,19 @@ pub fn run(a: RunArgs) -> CmdResult {
             return crate::cmd::run::oneliner::run_without_target(session, &stop);
         }
     }
+    if let Some(r) = signals.received() {
+        // Nothing launched or attached yet.
+        crate::elog!(
+            "wprobe: stopped by signal {} before tracing began{}",
+            r.signal,
+            if a.pid.is_none() {
+                "; the command was not started"
+            } else {
+                ""
+            }
+        );
+        return Ok(stopped_before_start(a.pid.is_some(), r.signal));
+    }
     let target = match a.pid {
         Some(pid) => Target::Attach(pid),
         None => Target::Launch(&a.command),
@@ -156,6 +173,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         verify_opcodes: !a.no_verify_opcodes,
         reads_memory: session.reads_memory(),
         registers,
+        ring_full: a.ring_full,
     };
     let mut transport = (info.open)(target, &open).map_err(|e| CliError::user(e.to_string()))?;
     let t = transport.as_mut();
@@ -257,6 +275,18 @@ pub fn run(a: RunArgs) -> CmdResult {
         status = wait_child(main);
     }
     finish(&session, &a, status)
+}
+
+/// The exit status of a run a stopping signal ended before it launched or
+/// attached: 0 for `-p` (as when it detaches at that signal later), 128 +
+/// the signal when the command was never started (as if it had been
+/// killed by it).
+pub(crate) fn stopped_before_start(attach: bool, signal: i32) -> ExitCode {
+    if attach {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(128u8.wrapping_add(signal as u8))
+    }
 }
 
 /// Where modules not mapped at start are looked for by base name: the
@@ -388,6 +418,13 @@ pub struct RunArgs {
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,
+    /// What a handler run in the target does when the record ring is full
+    /// (in-process transport): `block` waits for wprobe to make room (at
+    /// most a second per run; nothing is lost to a burst, the program is
+    /// slowed to wprobe's pace), `drop` drops the run's records at once and
+    /// counts them (`dropped`; the program never waits).
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
+    pub ring_full: crate::transport::RingFull,
     /// How probes reach the target and hits reach the handlers.
     #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = transport_names())]
     pub transport: String,

@@ -144,6 +144,13 @@ pub struct TraceArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<i32>,
+    /// What a handler run in the target does when the record ring is full
+    /// (in-process transport): `block` waits for wprobe to make room (at
+    /// most a second per run; nothing is lost to a burst, the program is
+    /// slowed to wprobe's pace), `drop` drops the run's records at once and
+    /// counts them (`dropped`; the program never waits).
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
+    pub ring_full: crate::transport::RingFull,
     /// How probes reach the target.
     #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = return_probe_transport_names())]
     pub transport: String,
@@ -441,6 +448,12 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     if a.pid.is_none() && a.command.is_empty() {
         return Err("give the command to trace after `--`, or -p PID".into());
     }
+    // Stopping signals are caught from here on (also when started with
+    // SIGINT ignored): one that arrives while the functions are read or
+    // the probes armed ends the trace as soon as it can.
+    let signals = crate::stopsig::StopSignals::install()
+        .map_err(|e| format!("installing a signal handler: {e}"))?;
+    let stop = signals.stop.clone();
     if a.format == "json" && !a.report {
         return Err("--format json is the form of --report".into());
     }
@@ -595,11 +608,11 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     for (prog, _) in notices.iter().enumerate().filter(|(_, n)| **n) {
         session.request_entry_notices(prog);
     }
+    for prog in 0..session.program_count() {
+        session.track_every_call(prog);
+    }
 
     // The outputs.
-    let signals = crate::stopsig::StopSignals::install()
-        .map_err(|e| format!("installing a signal handler: {e}"))?;
-    let stop = signals.stop.clone();
     crate::engine::interrupt_on(&engine, stop.clone());
     let table: views::Table = Rc::new(funcs);
     let time = TimeFmt::local(if a.micros {
@@ -691,6 +704,21 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     session.set_record_hook(Box::new(Hook(state.clone())));
 
     // Launch or attach, arm, run.
+    if let Some(r) = signals.received() {
+        crate::elog!(
+            "wprobe: stopped by signal {} before tracing began{}",
+            r.signal,
+            if a.pid.is_none() {
+                "; the command was not started"
+            } else {
+                ""
+            }
+        );
+        return Ok(Ok(crate::cmd::run::stopped_before_start(
+            a.pid.is_some(),
+            r.signal,
+        )));
+    }
     let target = match a.pid {
         Some(pid) => Target::Attach(pid),
         None => Target::Launch(&a.command),
@@ -700,6 +728,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         verify_opcodes: true,
         reads_memory: session.reads_memory(),
         registers,
+        ring_full: a.ring_full,
     };
     let mut transport = (info.open)(target, &open)?;
     let t = transport.as_mut();
@@ -858,8 +887,8 @@ fn summary(session: &Session, st: &TraceState) {
     };
     warn(
         p.missed,
-        "calls not tracked to their return (more than 4096 live calls of one function in a \
-         process, or a return address that cannot take a breakpoint, as after a call that never \
+        "calls not tracked to their return (more than 1,048,576 live calls in a process or \
+         thread, or a return address that cannot take a breakpoint, as after a call that never \
          returns): their returns are not in the trace",
     );
     warn(

@@ -245,12 +245,24 @@ impl Session {
                     .iter()
                     .map(|p| self.entry_notices.contains(&p.prog))
                     .collect();
+                let every: Vec<bool> = self
+                    .probes
+                    .iter()
+                    .map(|p| self.every_call.contains(&p.prog))
+                    .collect();
+                let maxactive_of = |pi: usize, spec: &hostabi::manifest::ProbeSpec| {
+                    if every.get(pi).copied().unwrap_or(false) {
+                        super::EVERY_CALL
+                    } else {
+                        spec.maxactive_or_default()
+                    }
+                };
                 self.arm_with(pid, &maps, report, &mut |pi, spec, addr, opcode_applies| {
                     let opcode = spec.opcode.filter(|_| verify && opcode_applies);
                     let what = match spec.kind {
                         ProbeKind::Breakpoint if spec.r#return => Insert::Return {
                             opcode,
-                            maxactive: spec.maxactive_or_default(),
+                            maxactive: maxactive_of(pi, spec),
                             entry_notice: notices.get(pi).copied().unwrap_or(false),
                         },
                         ProbeKind::Breakpoint => Insert::Breakpoint { opcode },
@@ -424,7 +436,7 @@ impl Session {
                         check_function_entry(&elf, link)?;
                     }
                     let id = if spec.r#return {
-                        t.insert_return_on_file(pi, &file, off, spec.maxactive_or_default())?
+                        t.insert_return_on_file(pi, &file, off, self.maxactive(pi, spec))?
                     } else {
                         t.insert_on_file(pi, &file, off)?
                     };

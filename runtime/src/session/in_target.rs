@@ -9,6 +9,7 @@
 use hostabi::Outcome;
 
 use super::Session;
+use super::hook::HookEvent;
 use super::records::Origin;
 use crate::transport::{
     HandlerProbe, HandlerProgram, HandlerSet, RunCounts, TargetOutcome, TargetRun, Transport,
@@ -121,6 +122,18 @@ impl Session {
         st.uncaught += c.uncaught;
         st.dropped += c.dropped;
         st.missed += c.missed;
+        st.missed_depth += c.missed_depth;
+        // A call tree (`wprobe trace`) hears of calls the target did not
+        // track, as it does from the transports that track them here.
+        if c.missed > 0
+            && let Some((prog, index)) = self.origin(pi)
+        {
+            self.hook_event(HookEvent::Missed {
+                prog,
+                index,
+                count: c.missed,
+            });
+        }
     }
 
     /// Copies the map regions between the target and the session's store

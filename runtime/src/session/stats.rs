@@ -30,6 +30,10 @@ pub struct ProbeStats {
     /// Return probes: calls that ran no handler (beyond `maxactive`, or
     /// left without returning: longjmp, unwinding, thread exit).
     pub missed: u64,
+    /// Return probes: calls among `missed` not tracked because their thread
+    /// tracked as many live calls as the transport can (in-process:
+    /// `agent_abi::MAX_TRACKED_CALLS`).
+    pub missed_depth: u64,
     /// Breakpoint hits whose displaced instruction faulted (the thread got
     /// the signal as without the probe).
     pub faulted: u64,
@@ -101,6 +105,7 @@ impl Session {
             total.bytes += s.bytes;
             total.dropped += s.dropped;
             total.missed += s.missed;
+            total.missed_depth += s.missed_depth;
             total.faulted += s.faulted;
             total.discarded += s.discarded;
             total.fuel_exhausted += s.fuel_exhausted;
@@ -126,6 +131,16 @@ impl Session {
                 err,
                 "wprobe: warning: probe {} was never armed: no traced process mapped module `{}`",
                 p.label, self.manifests[p.prog].module
+            );
+        }
+        for p in self.probes.iter().filter(|p| p.stats.missed_depth > 0) {
+            let _ = writeln!(
+                err,
+                "wprobe: warning: probe {}: {} call(s) not tracked to their return: their thread \
+                 already tracked {} live calls (counted in `missed`)",
+                p.label,
+                p.stats.missed_depth,
+                agent_abi::MAX_TRACKED_CALLS
             );
         }
         for p in self.probes.iter().filter(|p| p.stats.faulted > 0) {
@@ -180,13 +195,13 @@ impl Session {
                 format::json_string(&mut line, p.label.as_bytes());
                 let s = &p.stats;
                 line.push_str(&format!(
-                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
-                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.faulted, s.discarded, s.fuel_exhausted, s.traps, s.uncaught
+                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
+                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.missed_depth, s.faulted, s.discarded, s.fuel_exhausted, s.traps, s.uncaught
                 ));
             }
             line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
-                total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.faulted, total.discarded, total.fuel_exhausted, total.traps, total.uncaught
+                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
+                total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.missed_depth, total.faulted, total.discarded, total.fuel_exhausted, total.traps, total.uncaught
             ));
             self.out.write(line.as_bytes(), 0);
             self.out.flush();

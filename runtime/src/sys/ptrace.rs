@@ -111,6 +111,42 @@ pub fn getfpregs(tid: i32, out: &mut FpRegs) -> Result<(), Errno> {
     req_ptr(libc::PTRACE_GETFPREGS, tid, 0, out as *mut FpRegs)
 }
 
+/// PTRACE_SETFPREGS (the FXSAVE image [`getfpregs`] read).
+pub fn setfpregs(tid: i32, regs: &FpRegs) -> Result<(), Errno> {
+    req_ptr(
+        libc::PTRACE_SETFPREGS,
+        tid,
+        0,
+        regs as *const FpRegs as *mut FpRegs,
+    )
+}
+
+/// PTRACE_SYSCALL: resume until the next system call's entry or exit.
+pub fn syscall(tid: i32, sig: i32) -> Result<(), Errno> {
+    req(libc::PTRACE_SYSCALL, tid, 0, sig as usize).map(drop)
+}
+
+/// Whether a thread in a syscall-stop is at the system call's entry
+/// (`Ok(true)`), its exit (`Ok(false)`), per PTRACE_GET_SYSCALL_INFO.
+pub fn at_syscall_entry(tid: i32) -> Result<bool, Errno> {
+    const GET_SYSCALL_INFO: libc::c_uint = 0x420e;
+    const ENTRY: u8 = 1;
+    const EXIT: u8 = 2;
+    // struct ptrace_syscall_info: `op` is its first byte (88 bytes in all).
+    let mut info = [0u64; 11];
+    let r = req_ptr(
+        GET_SYSCALL_INFO,
+        tid,
+        std::mem::size_of_val(&info),
+        info.as_mut_ptr(),
+    );
+    r.and_then(|()| match info[0] as u8 {
+        ENTRY => Ok(true),
+        EXIT => Ok(false),
+        _ => Err(Errno::EINVAL),
+    })
+}
+
 /// PTRACE_GETSIGINFO.
 pub fn getsiginfo(tid: i32) -> Result<libc::siginfo_t, Errno> {
     // SAFETY: siginfo_t is plain data; all-zero is a valid value.

@@ -20,6 +20,7 @@
 //!
 //! See `docs/architecture.md`, "The in-process transport".
 
+mod cave;
 mod code;
 pub mod journal;
 mod launch;
@@ -157,10 +158,16 @@ pub struct InProc {
     watches: traps::Watches,
     /// Restores the traps' bytes if wprobe dies.
     watchdog: Option<crate::transport::ptrace::watchdog::Watchdog>,
+    /// What a run that finds the ring full does.
+    ring_full: crate::transport::RingFull,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
-    let _ = o;
+    // The patch journal's directory, before anything is launched or
+    // stopped: a command is never started only to be let go untraced.
+    let dir = crate::transport::ptrace::journal::dir();
+    crate::privdir::ensure_dir(&dir)
+        .map_err(|problem| format!("journal directory {}: {problem}", dir.display()))?;
     let tsc0 = agent_loader::region::tsc_now();
     let (pid, launched, world) = match target {
         Target::Launch(argv) => {
@@ -177,6 +184,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
             if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 return Err(format!("no such process: {pid}"));
             }
+            crate::transport::ptrace::journal::held_by_another_run(pid)?;
             (pid, false, World::stop(pid).map_err(|e| format!("{e:#}"))?)
         }
     };
@@ -212,6 +220,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         traps: None,
         watches: traps::Watches::default(),
         watchdog: None,
+        ring_full: o.ring_full,
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -357,7 +366,7 @@ impl InProc {
             ring_size: ring_bytes(),
             scratch_size: cwasm.iter().map(|c| c.len() as u64).max().unwrap_or(0)
                 + names
-                + 64 * self.patcher.sites.len() as u64
+                + 128 * self.patcher.sites.len() as u64
                 + 32 * set.probes.len() as u64
                 + (64 << 10),
         };
@@ -434,6 +443,9 @@ impl InProc {
                 probes: s.tags.iter().map(|&t| t as u32).collect(),
                 kind: s.kind,
                 ret_probes: s.ret_tags.iter().map(|&t| t as u32).collect(),
+                window: s.window(),
+                trap: s.trap.is_some(),
+                stub: s.stub,
             })
             .collect();
         {
@@ -453,6 +465,9 @@ impl InProc {
                 .region
                 .set_stale_ticks((hz * STALE_AFTER.as_secs_f64()) as u64);
         }
+        agent
+            .region
+            .set_drop_when_full(self.ring_full == crate::transport::RingFull::Drop);
         agent.region.beat();
         self.heartbeat = agent.region.start_heartbeat(BEAT_EVERY).ok();
         agent.region.set_enabled(true);
@@ -635,6 +650,7 @@ impl InProc {
                         uncaught: now.uncaught.saturating_sub(last.uncaught),
                         dropped: now.dropped.saturating_sub(last.dropped),
                         missed: now.missed.saturating_sub(last.missed),
+                        missed_depth: now.missed_depth.saturating_sub(last.missed_depth),
                     },
                 ));
                 *last = now;
@@ -995,7 +1011,8 @@ impl Transport for InProc {
             crate::elog!(
                 "wprobe: debug: agent in process {}: {} threads, {} heap allocations while \
                  running ({} when armed), {} dormant, {} reentered, {} contended, {} lock \
-                 waits, {} ring waits, {} bias revoked",
+                 waits, {} ring waits, {} bias revoked, {} system calls for handlers' memory \
+                 accesses",
                 self.pid,
                 st.threads,
                 st.allocations - self.allocations_armed,
@@ -1005,7 +1022,8 @@ impl Transport for InProc {
                 st.contended,
                 st.lock_waits,
                 st.ring_waits,
-                st.bias_revoked
+                st.bias_revoked,
+                st.memory_syscalls
             );
         }
         self.report_live_calls(on_event);

@@ -1167,6 +1167,7 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
             verify_opcodes: true,
             reads_memory: false,
             registers: runtime::regscan::RegsRead::All,
+            ring_full: Default::default(),
         },
     )
     .unwrap();

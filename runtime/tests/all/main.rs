@@ -16,6 +16,7 @@ mod cli;
 mod cli_goldens;
 mod guests;
 mod inproc;
+mod inproc_safety;
 mod logonfault;
 mod modules;
 mod oneliner_runtime;
@@ -52,6 +53,7 @@ fn main() {
         cli::CASES,
         guests::CASES,
         inproc::CASES,
+        inproc_safety::CASES,
         logonfault::CASES,
         modules::CASES,
         oneliner_runtime::CASES,

@@ -699,6 +699,7 @@ fn suspend_ends_live_calls_and_resume_tracks_new_ones(transport: &'static str) {
             verify_opcodes: true,
             reads_memory: false,
             registers: runtime::regscan::RegsRead::All,
+            ring_full: Default::default(),
         },
     )
     .unwrap();

@@ -40,6 +40,7 @@ fn open(transport: &str, argv: &[std::ffi::OsString]) -> Box<dyn Transport> {
             verify_opcodes: true,
             reads_memory: false,
             registers: RegsRead::All,
+            ring_full: Default::default(),
         },
     )
     .unwrap()

@@ -52,6 +52,7 @@ pub fn capture(
             verify_opcodes: true,
             reads_memory: true,
             registers: crate::regscan::RegsRead::All,
+            ring_full: Default::default(),
         },
     );
     let _ = nix::unistd::dup2_stdout(&saved);

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 /// Path of the journal of `pid`.
 pub fn path(pid: i32) -> PathBuf {
-    crate::transport::ptrace::journal::dir().join(format!("{pid}.inproc"))
+    crate::transport::ptrace::journal::find(&format!("{pid}.inproc"))
 }
 
 /// One journaled site.
@@ -133,13 +133,24 @@ mod tests {
     use super::*;
 
     /// A journal left by an earlier process with this pid is replaced; one
-    /// of this very process is an error naming `wprobe repair`.
+    /// of this very process is an error naming the live wprobe holding it
+    /// (here this test), or, once that one is gone, `wprobe repair`.
     #[test]
     fn a_journal_of_an_earlier_process_with_the_pid_is_stale() {
         let pid = std::process::id() as i32;
         let _ = std::fs::remove_file(path(pid));
         let j = Journal::create(pid).unwrap();
         assert_eq!(journal_start(pid), crate::procinfo::start_time(pid));
+        let e = Journal::create(pid).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "process {pid} is traced by wprobe (process {pid},"
+            )),
+            "{e}"
+        );
+        // Held by a wprobe that is gone (pid 1 never started at time 1).
+        let start = crate::procinfo::start_time(pid).unwrap();
+        std::fs::write(path(pid), format!("start {start}\ntracer 1 1\n")).unwrap();
         let e = Journal::create(pid).unwrap_err();
         assert!(e.to_string().contains("wprobe repair --pid"), "{e}");
         j.remove();

@@ -4,8 +4,11 @@
 //! `int3`, so that the dynamic linker has mapped every startup library and
 //! none of the program's own code has run. The agent is loaded and the
 //! probes patched there; then the command is let go, untraced: no
-//! `PR_SET_PDEATHSIG`, no `PTRACE_O_EXITKILL` (its probes go dormant if
-//! wprobe dies; the command runs on).
+//! `PR_SET_PDEATHSIG` (its probes go dormant if wprobe dies; the command
+//! runs on). Until it is let go it has `PTRACE_O_EXITKILL`: a wprobe
+//! killed before the command ran any code of its own takes it along
+//! (SIGKILL), rather than leave it at the temporary `int3` of its entry
+//! point or on a half-loaded agent.
 
 use std::ffi::OsString;
 
@@ -46,6 +49,10 @@ pub(super) fn launch(argv: &[OsString]) -> anyhow::Result<i32> {
     let st = st?;
     if !(libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP) {
         bail!("process {child} died before its first instruction");
+    }
+    if let Err(e) = sys::setoptions(child, libc::PTRACE_O_EXITKILL) {
+        crate::sys::process::kill_and_reap(child);
+        bail!("PTRACE_SETOPTIONS {child}: {e}");
     }
     if let Err(e) = run_to_entry(child) {
         // Our own child, which never ran code of its own.

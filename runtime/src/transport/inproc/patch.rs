@@ -139,6 +139,14 @@ struct Checked {
     trap: Option<(String, String)>,
 }
 
+impl Planned {
+    /// The address of the first byte the site's jump (or `int3`) replaces,
+    /// and the bytes it replaces.
+    pub(super) fn window(&self) -> (u64, Vec<u8>) {
+        (self.site.addr, self.orig.clone())
+    }
+}
+
 impl Patcher {
     /// Adds a site (indexed by its window).
     fn push_site(&mut self, p: Planned) {
@@ -762,11 +770,23 @@ impl Patcher {
             .to_vec();
         let mut now = vec![0u8; site.len];
         if world.peek(site.addr, &mut now) != site.len || now != orig {
+            // A jump or a trap where the file has neither: most likely a
+            // wprobe's, killed before it could put the bytes back.
+            let ours = matches!(now.first(), Some(0xe9 | 0xcc)) && now[..] != orig[..];
             return Err(format!(
                 "the code at {:#x} in memory differs from {} (changed by the process or another \
-                 tool)",
+                 tool{})",
                 site.addr,
-                path.display()
+                path.display(),
+                if ours {
+                    format!(
+                        "; a jump or a breakpoint there may be a killed wprobe's: `wprobe repair \
+                         --pid {}` puts the file's bytes back",
+                        world.pid()
+                    )
+                } else {
+                    String::new()
+                }
             ));
         }
         let (lo, hi) = (site.addr, site.addr + site.len as u64);

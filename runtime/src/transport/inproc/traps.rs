@@ -405,6 +405,29 @@ impl Traps {
         true
     }
 
+    /// Whether stopped thread `tid` has just hit one of our traps and not
+    /// yet taken its SIGTRAP: its `rip` follows a trap site's `int3` and a
+    /// SIGTRAP is pending for it (`/proc`, read only when stopping).
+    fn trap_pending(&self, tid: i32) -> bool {
+        let mut r = crate::sys::regs::zero_regs();
+        if sys::getregs(tid, &mut r).is_err() || !self.redirect.contains_key(&r.rip.wrapping_sub(1))
+        {
+            return false;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid))
+        else {
+            return false;
+        };
+        status
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("SigPnd:")
+                    .or_else(|| l.strip_prefix("ShdPnd:"))
+            })
+            .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .any(|m| m & (1 << (libc::SIGTRAP - 1)) != 0)
+    }
+
     /// The ptrace stops at trap sites so far, and the `n` busiest sites
     /// with theirs, busiest first.
     pub(super) fn busiest(&self, n: usize) -> (u64, Vec<(u64, u64)>) {
@@ -450,6 +473,33 @@ impl Traps {
                 // Else resumed (a trap moved to its stub, a signal held): on
                 // to the interrupt's stop, which follows.
                 if self.on_stop(tid, st, Some(())) {
+                    // The interrupt's stop came before the SIGTRAP of one
+                    // of our traps the thread had just hit (job-control
+                    // traps are taken before signals): let go with the
+                    // bytes back, it would die of it. Take the trap first
+                    // (the thread goes to its stub), then stop it again.
+                    if self.trap_pending(tid) {
+                        if sys::cont(tid, 0).is_err() {
+                            self.threads.remove(&tid);
+                            break;
+                        }
+                        // The SIGTRAP's stop comes next (synchronous signals
+                        // are taken first): moved to its stub, resumed.
+                        let st = match sys::wait(tid, 0) {
+                            Ok(Some((_, raw))) => sys::decode_status(raw),
+                            _ => {
+                                self.threads.remove(&tid);
+                                break;
+                            }
+                        };
+                        let gone = matches!(st, Status::Exited(_) | Status::Signaled(_));
+                        self.on_stop(tid, st, Some(()));
+                        if gone || sys::interrupt(tid).is_err() {
+                            self.threads.remove(&tid);
+                            break;
+                        }
+                        continue;
+                    }
                     stopped.insert(tid, self.held.remove(&tid).unwrap_or(0));
                     break;
                 }

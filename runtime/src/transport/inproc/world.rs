@@ -3,8 +3,9 @@
 //! interrupted (or, for a launched command, the one thread stopped at its
 //! entry point), signals that arrive meanwhile held and delivered when the
 //! thread is let go; and one stopped thread made to run system calls and
-//! calls for the agent's loader ([`agent_loader::Target`]). Between those
-//! moments the target is not traced at all.
+//! calls for the agent's loader ([`agent_loader::Target`]), through the
+//! injection cave (`cave`): whenever wprobe dies, that thread goes on as it
+//! was. Between those moments the target is not traced at all.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -12,7 +13,8 @@ use std::fs::File;
 use anyhow::{Context, bail, ensure};
 use nix::errno::Errno;
 
-use crate::arch::Regs;
+use super::cave;
+use crate::arch::{FpRegs, Regs};
 use crate::sys::ptrace::{self as sys, Status};
 
 /// How long attaching may take before the process is deemed unattachable.
@@ -35,9 +37,37 @@ pub(super) struct World {
     mem: File,
     /// A `syscall` instruction of the process (the vDSO's, found once).
     syscall_insn: Option<u64>,
+    /// `PTRACE_O_EXITKILL` for a launched command while it is armed (it has
+    /// run none of its own code: it dies with a wprobe killed meanwhile,
+    /// rather than go on untraced or on a half-made agent); 0 otherwise.
+    kill_on_exit: libc::c_int,
     /// The raw wait status of the process, when waiting for a stop of its
     /// main thread reaped it (it died meanwhile: a terminal's Ctrl-C).
     reaped: Option<i32>,
+    /// The injection cave, once a thread ran injected code (`None` also
+    /// when the process has no vDSO to put one in: then system calls are
+    /// single-stepped in the vDSO and calls return to the agent's `int3`,
+    /// which a death of wprobe in the middle does not survive).
+    cave: Option<Cave>,
+    /// Looked for a cave already (and found none, if `cave` is `None`).
+    cave_sought: bool,
+    /// Injections made so far (for [`World::injection_pause`]).
+    injections: u32,
+}
+
+/// The injection cave of one thread: where it is, the thread's state when
+/// it was first taken (what every injection puts back), and its FXSAVE
+/// image in the process (for the calls, whose code may change the FPU and
+/// SSE registers).
+#[derive(Debug)]
+struct Cave {
+    tid: i32,
+    addr: u64,
+    layout: cave::Layout,
+    saved: Regs,
+    fp: FpRegs,
+    /// Address of the FXSAVE image in the process (0: not written yet).
+    fx: u64,
 }
 
 /// The process ended while it was being stopped, and its status was reaped
@@ -89,7 +119,11 @@ impl World {
             threads,
             mem: open_mem(pid)?,
             syscall_insn: None,
+            kill_on_exit: libc::PTRACE_O_EXITKILL,
             reaped: None,
+            cave: None,
+            cave_sought: false,
+            injections: 0,
         })
     }
 
@@ -112,7 +146,11 @@ impl World {
                 .collect(),
             mem: open_mem(pid)?,
             syscall_insn: None,
+            kill_on_exit: 0,
             reaped: None,
+            cave: None,
+            cave_sought: false,
+            injections: 0,
         })
     }
 
@@ -124,7 +162,11 @@ impl World {
             threads: BTreeMap::new(),
             mem: open_mem(pid)?,
             syscall_insn: None,
+            kill_on_exit: 0,
             reaped: None,
+            cave: None,
+            cave_sought: false,
+            injections: 0,
         };
         let deadline = std::time::Instant::now() + ATTACH_DEADLINE;
         loop {
@@ -279,11 +321,147 @@ impl World {
             .collect()
     }
 
-    /// Lets every thread go, delivering the signals held meanwhile.
+    /// Lets every thread go, delivering the signals held meanwhile. The
+    /// injection cave goes back to the vDSO's zeros first (no thread runs
+    /// it once its injection ended).
     pub(super) fn release(&mut self) {
+        if let Some(c) = self.cave.take() {
+            let _ = self.poke(c.addr, &[0; cave::CAVE_BYTES as usize]);
+        }
         for (tid, h) in std::mem::take(&mut self.threads) {
             let _ = sys::detach(tid, h.sig);
         }
+    }
+
+    /// Tests of tracer death (debug builds only): at the injection
+    /// `WPROBE_INJECTION_PAUSE` counts (from 1), with the thread set up to
+    /// run it (a call: running it), says so on standard error and waits
+    /// ten seconds, for the test to kill wprobe there.
+    /// `WPROBE_NO_INJECTION_CAVE` makes injections run the way they did
+    /// before the cave (to show what it prevents).
+    fn injection_pause(&mut self) {
+        self.injections += 1;
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let at = std::env::var("WPROBE_INJECTION_PAUSE")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok());
+        if at == Some(self.injections) {
+            crate::elog!("wprobe: debug: injection {} paused", self.injections);
+            std::thread::sleep(std::time::Duration::from_secs(10));
+        }
+    }
+
+    /// The injection cave for thread `tid`, made at its first injection:
+    /// `None` when the process has no vDSO with room past its image.
+    fn cave(&mut self, tid: i32) -> anyhow::Result<Option<&mut Cave>> {
+        if self.cave.as_ref().is_some_and(|c| c.tid != tid) {
+            bail!(
+                "injections on a second thread ({tid}) of process {}",
+                self.pid
+            );
+        }
+        if self.cave.is_none() && !self.cave_sought {
+            self.cave_sought = true;
+            if cfg!(debug_assertions) && std::env::var_os("WPROBE_NO_INJECTION_CAVE").is_some() {
+                return Ok(None);
+            }
+            let maps = crate::procmaps::read(self.pid).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let Some(v) = maps.iter().find(|m| m.path == "[vdso]") else {
+                return Ok(None);
+            };
+            let mut image = vec![0u8; (v.end - v.start) as usize];
+            if self.peek(v.start, &mut image) != image.len() {
+                return Ok(None);
+            }
+            let Some(addr) = cave::place(v.start, &image) else {
+                return Ok(None);
+            };
+            let saved = self.regs(tid).context("reading registers")?;
+            let mut fp = crate::sys::regs::zero_fpregs();
+            sys::getfpregs(tid, &mut fp).map_err(|e| anyhow::anyhow!("PTRACE_GETFPREGS: {e}"))?;
+            // Syscall-stops tell themselves apart from SIGTRAPs.
+            sys::setoptions(tid, libc::PTRACE_O_TRACESYSGOOD | self.kill_on_exit)
+                .map_err(|e| anyhow::anyhow!("PTRACE_SETOPTIONS: {e}"))?;
+            let (code, layout) = cave::code(addr, &saved, 0);
+            self.poke(addr, &code)?;
+            self.cave = Some(Cave {
+                tid,
+                addr,
+                layout,
+                saved,
+                fp,
+                fx: 0,
+            });
+        }
+        Ok(self.cave.as_mut())
+    }
+
+    /// Resumes `tid` (in the cave) system call by system call until it
+    /// stops at the entry of the system call ending at `stop`; the result
+    /// of the one ending at `after` (the injected system call), if given.
+    /// Other signals are held for its release.
+    fn run_to_cave_stop(&mut self, tid: i32, stop: u64, after: u64) -> anyhow::Result<Option<u64>> {
+        let mut result = None;
+        loop {
+            sys::syscall(tid, 0).map_err(|e| anyhow::anyhow!("resuming thread {tid}: {e}"))?;
+            let raw = match sys::wait(tid, 0) {
+                Ok(Some((_, raw))) => raw,
+                _ => bail!("thread {tid} vanished during an injected call"),
+            };
+            match sys::decode_status(raw) {
+                Status::Exited(_) | Status::Signaled(_) => {
+                    self.threads.remove(&tid);
+                    bail!("thread {tid} ended during an injected call");
+                }
+                Status::Stopped { sig, event: 0 } if sig == libc::SIGTRAP | 0x80 => {
+                    let r = self.regs(tid).context("reading registers")?;
+                    let entry = sys::at_syscall_entry(tid).unwrap_or(true);
+                    if entry && r.rip == stop {
+                        return Ok(result);
+                    }
+                    if !entry && r.rip == after {
+                        result = Some(r.rax);
+                    }
+                }
+                Status::Stopped { sig, event: 0 }
+                    if matches!(
+                        sig,
+                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
+                    ) =>
+                {
+                    let rip = self.regs(tid).map_or(0, |r| r.rip);
+                    bail!("thread {tid} got signal {sig} at {rip:#x} during an injected call");
+                }
+                Status::Stopped { sig, event: 0 } => {
+                    if let Some(h) = self.threads.get_mut(&tid) {
+                        h.sig = sig;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Puts thread `tid` back as the cave found it (its registers; `fp`:
+    /// its FPU and SSE registers too), in the stop it is in: at a system
+    /// call's entry, the interrupted system call (if any) is made there.
+    fn put_back(&mut self, tid: i32, fp: bool) -> anyhow::Result<()> {
+        let Some(c) = &self.cave else {
+            bail!("no injection cave");
+        };
+        let at_entry = matches!(sys::at_syscall_entry(tid), Ok(true));
+        let r = if at_entry {
+            cave::at_entry_stop(&c.saved)
+        } else {
+            c.saved
+        };
+        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        if fp {
+            sys::setfpregs(tid, &c.fp).map_err(|e| anyhow::anyhow!("PTRACE_SETFPREGS: {e}"))?;
+        }
+        Ok(())
     }
 
     /// A `syscall` instruction in an executable mapping (vDSO first).
@@ -365,12 +543,83 @@ pub(super) struct Injector<'a> {
     tid: i32,
 }
 
+impl Injector<'_> {
+    /// A call of `func(a…)` that returns into the cave (see [`cave`]): the
+    /// FXSAVE image the cave restores from, if wprobe dies, is written into
+    /// the process first (a page of its own, mapped at the first call).
+    fn call_through_cave(&mut self, func: u64, a: [u64; 6]) -> anyhow::Result<u64> {
+        let tid = self.tid;
+        let needs_fx = self.w.cave.as_ref().is_some_and(|c| c.fx == 0);
+        if needs_fx {
+            let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+            let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+            let page = agent_loader::Target::inject_syscall(
+                self,
+                libc::SYS_mmap as u64,
+                [0, 4096, rw, flags, u64::MAX, 0],
+            )?;
+            agent_loader::loader::check(page, "mmap of the injection's FPU page")?;
+            let c = self.w.cave.as_ref().context("the injection cave")?;
+            let image = crate::sys::regs::fpregs_bytes(&c.fp).to_vec();
+            let (code, _) = cave::code(c.addr, &c.saved, page);
+            let addr = c.addr;
+            self.w.poke(page, &image)?;
+            self.w.poke(addr, &code)?;
+            if let Some(c) = self.w.cave.as_mut() {
+                c.fx = page;
+            }
+        }
+        let c = self.w.cave.as_ref().context("the injection cave")?;
+        let (base, l, saved) = (c.addr, c.layout, c.saved);
+        let mut r = saved;
+        // Below the red zone, 16-aligned, then the return address (into the
+        // cave): the callee starts with RSP ≡ 8 (mod 16), as after a `call`.
+        let sp = ((saved.rsp - 128 - 64) & !15) - 8;
+        self.w.poke(sp, &(base + l.ret).to_le_bytes())?;
+        r.rsp = sp;
+        r.rip = func;
+        r.orig_rax = u64::MAX;
+        r.rax = 0;
+        r.eflags &= !(0x100 | 0x400); // TF, DF
+        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        self.w.injection_pause();
+        let ran = self.w.run_to_cave_stop(tid, base + l.ret_stop, 0);
+        // The call's result, in `rdi` at the stop that ends it.
+        let result = ran.and_then(|_| self.w.regs(tid).context("reading registers"));
+        let back = self.w.put_back(tid, true);
+        let result = result?.rdi;
+        back?;
+        Ok(result)
+    }
+}
+
 impl agent_loader::Target for Injector<'_> {
     fn pid(&self) -> i32 {
         self.w.pid
     }
 
     fn inject_syscall(&mut self, nr: u64, a: [u64; 6]) -> anyhow::Result<u64> {
+        let tid = self.tid;
+        if let Some(c) = self.w.cave(tid)? {
+            let (base, l) = (c.addr, c.layout);
+            let mut r = c.saved;
+            r.rax = nr;
+            r.orig_rax = u64::MAX;
+            (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+            r.rip = base + l.sys;
+            r.eflags &= !0x100;
+            sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+            self.w.injection_pause();
+            let ran = self
+                .w
+                .run_to_cave_stop(tid, base + l.sys_stop, base + l.sys_after);
+            let back = self.w.put_back(tid, false);
+            let result = ran?;
+            back?;
+            return result
+                .with_context(|| format!("system call {nr} in process {}: no result", self.w.pid));
+        }
         let sc = self.w.syscall_insn()?;
         let saved = self.w.regs(self.tid).context("reading registers")?;
         let mut r = saved;
@@ -380,6 +629,7 @@ impl agent_loader::Target for Injector<'_> {
         r.rip = sc;
         r.eflags &= !0x100;
         sys::setregs(self.tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        self.w.injection_pause();
         let result = loop {
             if let Err(e) = self.w.run_until_trap(self.tid, true) {
                 let _ = sys::setregs(self.tid, &saved);
@@ -405,6 +655,10 @@ impl agent_loader::Target for Injector<'_> {
     }
 
     fn call(&mut self, func: u64, a: [u64; 6], return_to: u64) -> anyhow::Result<u64> {
+        let tid = self.tid;
+        if self.w.cave(tid)?.is_some() {
+            return self.call_through_cave(func, a);
+        }
         let saved = self.w.regs(self.tid).context("reading registers")?;
         let mut r = saved;
         // Below the red zone, 16-aligned, then the return address: the
@@ -418,6 +672,7 @@ impl agent_loader::Target for Injector<'_> {
         r.eflags &= !(0x100 | 0x400); // TF, DF
         (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
         sys::setregs(self.tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        self.w.injection_pause();
         let res = self.w.run_until_trap(self.tid, false);
         let now = self.w.regs(self.tid);
         sys::setregs(self.tid, &saved).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;

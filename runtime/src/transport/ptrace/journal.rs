@@ -5,29 +5,166 @@
 //! SIGKILL. The file is removed after a clean detach. Launched commands need
 //! no journal (PTRACE_O_EXITKILL kills them with the tracer).
 //!
-//! The directory may be in `/tmp`, where any local user can plant a
-//! directory or a symlink before wprobe runs: it is used only when it is a
-//! directory of the user's own, writable by no one else
-//! ([`crate::privdir`]), and a journal is created only as a new file
-//! (`O_EXCL | O_NOFOLLOW`), never through a symlink and never over an
+//! The directory ([`dir`]) is one no other user can create first: root's
+//! is `/run/wprobe`, another user's `$XDG_RUNTIME_DIR/wprobe`, or without
+//! one a directory of theirs made with `mkdtemp` in `/tmp`
+//! (`/tmp/wprobe-UID-XXXXXX`, found again by `repair`). Whatever it is, it
+//! is used only when it is a directory of the user's own, writable by no
+//! one else ([`crate::privdir`]), and a journal is created only as a new
+//! file (`O_EXCL | O_NOFOLLOW`), never through a symlink and never over an
 //! existing file. A breakpoint that cannot be journaled is not armed.
+//!
+//! Each journal names the wprobe that holds it (`tracer PID START`):
+//! `repair` refuses a process a live wprobe still traces. Journals of
+//! processes that have ended are removed whenever a journal is created.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// Directory of journals: `$XDG_RUNTIME_DIR/wprobe`, or `/tmp/wprobe-UID`.
+/// Directory of journals, one no other user can create first: root's is
+/// `/run/wprobe`; another user's `$XDG_RUNTIME_DIR/wprobe`, or without
+/// `XDG_RUNTIME_DIR` (sudo, cron, ssh without a session) a private
+/// directory of theirs in `/tmp` made by `mkdtemp` (`/tmp/wprobe-UID-*`,
+/// the first valid one found, made when there is none). Root without a
+/// writable `/run` falls back to the same rules as other users.
 pub fn dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("wprobe"),
-        _ => PathBuf::from(format!("/tmp/wprobe-{}", crate::privdir::euid())),
-    }
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let uid = crate::privdir::euid();
+        if uid == 0 && Path::new("/run").is_dir() {
+            let run = PathBuf::from("/run/wprobe");
+            if crate::privdir::ensure_dir(&run).is_ok() {
+                return run;
+            }
+        }
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d).join("wprobe"),
+            _ => tmp_dirs(uid).into_iter().next().unwrap_or_else(|| {
+                let template = format!("/tmp/wprobe-{uid}-XXXXXX");
+                nix::unistd::mkdtemp(template.as_str())
+                    // Not creatable: `create_file` reports the directory.
+                    .unwrap_or_else(|_| PathBuf::from(format!("/tmp/wprobe-{uid}-unavailable")))
+            }),
+        }
+    })
+    .clone()
 }
 
-/// Path of the journal of `pid`.
+/// The user's private journal directories in `/tmp` (`wprobe-UID-*`, of
+/// theirs, writable by no one else), sorted.
+fn tmp_dirs(uid: u32) -> Vec<PathBuf> {
+    let prefix = format!("wprobe-{uid}-");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/tmp")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .filter(|p| {
+            std::fs::symlink_metadata(p)
+                .is_ok_and(|m| m.is_dir() && crate::privdir::owner_and_mode(&m).is_ok())
+        })
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every directory a journal of this user may be in: [`dir`], and for a
+/// user without `XDG_RUNTIME_DIR` every private one in `/tmp` (two wprobes
+/// started at once may each have made one).
+pub fn dirs() -> Vec<PathBuf> {
+    let mut all = vec![dir()];
+    for d in tmp_dirs(crate::privdir::euid()) {
+        if !all.contains(&d) {
+            all.push(d);
+        }
+    }
+    all
+}
+
+/// Path of the journal of `pid` (where it is, in any of [`dirs`]; else
+/// where it would be written).
 pub fn path(pid: i32) -> PathBuf {
-    dir().join(format!("{pid}.journal"))
+    find(&format!("{pid}.journal"))
+}
+
+/// Where the journal file `name` is, in any of [`dirs`]; else where it
+/// would be written.
+pub(crate) fn find(name: &str) -> PathBuf {
+    let all = dirs();
+    all.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| all[0].join(name))
+}
+
+/// The wprobe holding a journal (its `tracer PID START` line), when it is
+/// alive: its pid.
+pub fn live_holder(path: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let (pid, start) = text.lines().find_map(|l| {
+        let mut w = l.strip_prefix("tracer ")?.split_whitespace();
+        Some((
+            w.next()?.parse::<i32>().ok()?,
+            w.next()?.parse::<u64>().ok()?,
+        ))
+    })?;
+    (crate::procinfo::start_time(pid) == Some(start)).then_some(pid)
+}
+
+/// Refuses a process another wprobe patched: a live one traces it (its
+/// journal names it), or a killed one left its jumps (or traps) in it,
+/// which `wprobe repair` puts back first.
+pub(crate) fn held_by_another_run(pid: i32) -> Result<(), String> {
+    let now = crate::procinfo::start_time(pid);
+    for path in [crate::transport::inproc::journal::path(pid), path(pid)] {
+        if !path.exists() || start_in(&path).is_some_and(|t| Some(t) != now) {
+            continue;
+        }
+        return Err(match live_holder(&path) {
+            Some(holder) => format!(
+                "process {pid} is traced by wprobe (process {holder}): stop that one first \
+                 (`kill -INT {holder}`)"
+            ),
+            None => format!(
+                "process {pid} still holds the probes of a wprobe that was killed ({}): run \
+                 `wprobe repair --pid {pid}` first",
+                path.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Removes the journals (of either transport) of processes that have
+/// ended, or whose pid another process has now: nothing of them applies
+/// any more (34 piled up in an afternoon of killed runs).
+pub fn sweep() {
+    for d in dirs() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Some(pid) = name
+                .strip_suffix(".journal")
+                .or_else(|| name.strip_suffix(".inproc"))
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let p = e.path();
+            let ok = std::fs::symlink_metadata(&p)
+                .is_ok_and(|m| m.is_file() && crate::privdir::owner_and_mode(&m).is_ok());
+            if !ok {
+                continue;
+            }
+            let now = crate::procinfo::start_time(pid);
+            if now.is_none() || start_in(&p).is_some_and(|then| Some(then) != now) {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
 }
 
 /// Creates the journal file `path` of process `pid` (for both transports'
@@ -39,13 +176,14 @@ pub fn path(pid: i32) -> PathBuf {
 /// error saying to run `wprobe repair` (`who`: how that wprobe touched the
 /// process, as the message says it).
 pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
-    let d = dir();
+    let d = path.parent().map_or_else(dir, Path::to_path_buf);
     crate::privdir::ensure_dir(&d).map_err(|problem| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("journal directory {}: {problem}", d.display()),
         )
     })?;
+    sweep();
     let open = || {
         OpenOptions::new()
             .write(true)
@@ -66,7 +204,18 @@ pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
         opened = open();
     }
     let mut file = opened.map_err(|e| {
-        if e.kind() == io::ErrorKind::AlreadyExists {
+        if e.kind() == io::ErrorKind::AlreadyExists
+            && let Some(holder) = live_holder(path)
+        {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "process {pid} is traced by wprobe (process {holder}, {}): stop that one \
+                     first (`kill -INT {holder}`)",
+                    path.display()
+                ),
+            )
+        } else if e.kind() == io::ErrorKind::AlreadyExists {
             io::Error::new(
                 e.kind(),
                 format!(
@@ -79,10 +228,16 @@ pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
             io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
         }
     })?;
+    let me = std::process::id() as i32;
+    let mut head = String::new();
     if let Some(t) = now {
-        file.write_all(format!("start {t}\n").as_bytes())?;
-        file.sync_data()?;
+        head += &format!("start {t}\n");
     }
+    if let Some(t) = crate::procinfo::start_time(me) {
+        head += &format!("tracer {me} {t}\n");
+    }
+    file.write_all(head.as_bytes())?;
+    file.sync_data()?;
     Ok(file)
 }
 

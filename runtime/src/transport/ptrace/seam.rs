@@ -96,6 +96,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         follow_forks: o.follow_forks,
         verify_opcodes: o.verify_opcodes,
     };
+    if let Target::Attach(pid) = target {
+        super::journal::held_by_another_run(pid)?;
+    }
     let mut t = match target {
         // wprobe exits once detached: threads asleep in a system call are
         // neither stopped to attach nor to detach (no EINTR for them).
