@@ -251,12 +251,17 @@ pub struct Stats {
     /// `/proc/self/maps` (before a write, or for `check_access`) counts one.
     /// Tests check that a string read costs one, not one per byte.
     pub memory_syscalls: AtomicU64,
-    /// 1 when the agent installed its SIGTRAP handler for the trap sites
-    /// (the program left SIGTRAP at its default action), which moves a
+    /// 1 when the agent installed its SIGSEGV handler for the trap sites
+    /// (the program left SIGSEGV at its default action), which moves a
     /// thread that traps there to the site's stub if wprobe is gone.
     pub trap_net: AtomicU64,
+    /// SIGSEGVs the agent's handler sent on to a trap site's stub (wprobe
+    /// was gone), and those it passed on as not its own.
+    pub trap_net_moved: AtomicU64,
+    /// See `trap_net_moved`.
+    pub trap_net_passed: AtomicU64,
     /// Reserved.
-    pub _reserved: [AtomicU64; 4],
+    pub _reserved: [AtomicU64; 2],
 }
 
 /// One probe of the run (index = the probe id the tracer chose). The
@@ -736,16 +741,16 @@ pub struct SiteEntry {
     pub n_ret: u32,
     /// Offset of `n_ret` u32 probe ids (return probes).
     pub ret_off: u64,
-    /// Address of the first byte the site's jump (or `int3`) replaces.
+    /// Address of the first byte the site's jump (or trap) replaces.
     pub window: u64,
     /// Offset of the `orig_len` bytes the jump replaces, as the module's
     /// file has them (a handler reading the code sees these).
     pub orig_off: u64,
     /// Number of those bytes (0: none given).
     pub orig_len: u32,
-    /// 1: an `int3` replaces the site's first byte (no jump fits there);
+    /// 1: an `hlt` replaces the site's first byte (no jump fits there);
     /// the tracer moves each thread that traps there to `stub`, and so
-    /// does the agent's SIGTRAP handler if the tracer is gone.
+    /// does the agent's SIGSEGV handler if the tracer is gone.
     pub trap: u32,
     /// The site's stub.
     pub stub: u64,

@@ -1,18 +1,21 @@
-//! A safety net for the trap sites (an `int3` where no jump fits): while
-//! wprobe lives, it takes each thread that traps there (a ptrace stop, the
-//! signal never delivered) and moves it to the site's stub. If wprobe dies
-//! — SIGKILL included — a thread stopped at such a trap, or reaching one
-//! before wprobe's watchdog has put the byte back, would get the SIGTRAP
-//! and die of it. So, when the program leaves SIGTRAP at its default
-//! action, the agent installs a handler for it: a SIGTRAP raised by one of
-//! our `int3`s moves the thread to the site's stub (which runs the
+//! A safety net for the trap sites (an `hlt` where no jump fits): while
+//! wprobe lives, it takes each thread that faults there (a ptrace stop,
+//! the SIGSEGV never delivered) and moves it to the site's stub. If wprobe
+//! dies — SIGKILL included — the kernel lets a thread stopped at such a
+//! trap go and drops its signal: the thread executes the site again (an
+//! `hlt` faults, leaving `rip` at the site), and so does a thread that
+//! reaches a trap before wprobe's watchdog has put the byte back. Then the
+//! SIGSEGV is delivered. So, when the program leaves SIGSEGV at its
+//! default action, the agent installs a handler for it: a SIGSEGV raised
+//! at one of our sites moves the thread to the site's stub (which runs the
 //! displaced instruction; the handlers are dormant by then), exactly as
-//! wprobe would have; any other SIGTRAP gets the default action back and
-//! is raised again, so the program dies of it as it would have.
+//! wprobe would have; any other SIGSEGV gets the default action back and
+//! happens again (a fault: the instruction faults again; a signal sent by
+//! `kill`: raised again), so the program dies of it as it would have.
 //!
-//! The handler never runs while wprobe lives (it takes every SIGTRAP of
-//! its traps first), except for a SIGTRAP that is not ours, which ends the
-//! program as before. A program that installs its own SIGTRAP handler
+//! The handler never runs while wprobe lives (it takes every SIGSEGV of
+//! its sites first), except for a SIGSEGV that is not ours, which ends the
+//! program as before. A program that installs its own SIGSEGV handler
 //! replaces the net, and is as before: its threads depend on wprobe's
 //! watchdog alone. The handler touches only its own stack frame and the
 //! read-only table of trap sites.
@@ -21,13 +24,13 @@ use crate::sys;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-/// Trap sites: (address of the `int3`, the site's stub), sorted.
+/// Trap sites: (address of the `hlt`, the site's stub), sorted.
 static TRAPS: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut());
 
-const SIGTRAP: usize = 5;
+const SIGSEGV: usize = 11;
 const SA_SIGINFO: u64 = 4;
 const SA_RESTORER: u64 = 0x0400_0000;
-/// `si_code` of the SIGTRAP an `int3` raises.
+/// `si_code` of the SIGSEGV an `hlt` raises (a #GP).
 const SI_KERNEL: i32 = 0x80;
 /// Offset of the saved `rip` in a `ucontext_t` (`uc_mcontext.gregs[REG_RIP]`).
 const UC_RIP: usize = 40 + 16 * 8;
@@ -48,7 +51,7 @@ fn sigaction(act: Option<&KernelSigaction>, old: Option<&mut KernelSigaction>) -
     let old = old.map_or(0, |o| o as *mut KernelSigaction as usize);
     // SAFETY: both pointers are null or point at a live KernelSigaction of
     // the kernel's layout; the mask is 8 bytes (the size passed).
-    unsafe { sys::syscall4(SYS_RT_SIGACTION, SIGTRAP, act, old, 8) == 0 }
+    unsafe { sys::syscall4(SYS_RT_SIGACTION, SIGSEGV, act, old, 8) == 0 }
 }
 
 /// Returns from the handler.
@@ -57,7 +60,7 @@ extern "C" fn restorer() {
     core::arch::naked_asm!("mov eax, 15", "syscall", "ud2");
 }
 
-extern "C" fn on_sigtrap(_sig: i32, info: *const u8, uc: *mut u8) {
+extern "C" fn on_fault(_sig: i32, info: *const u8, uc: *mut u8) {
     // SAFETY: the kernel's siginfo (si_code at offset 8) and ucontext for
     // this delivery, live while the handler runs.
     let (code, rip) = unsafe {
@@ -66,31 +69,37 @@ extern "C" fn on_sigtrap(_sig: i32, info: *const u8, uc: *mut u8) {
             (uc.add(UC_RIP) as *const u64).read(),
         )
     };
-    let at = rip.wrapping_sub(1);
-    // An `int3` at one of our sites (wprobe's watchdog may have put the
-    // byte back since: the thread trapped on ours all the same).
+    // The `hlt` of one of our sites (wprobe's watchdog may have put the
+    // byte back since: the thread faulted on ours all the same).
     if code == SI_KERNEL
-        && let Some(stub) = stub_of(at)
+        && let Some(stub) = stub_of(rip)
     {
         // SAFETY: the ucontext's rip slot (see above).
         unsafe { (uc.add(UC_RIP) as *mut u64).write(stub) };
+        crate::ctrl::stats(|s| s.trap_net_moved.fetch_add(1, Ordering::Relaxed));
         return;
     }
-    // Not ours: what the program would have had without the net.
+    crate::ctrl::stats(|s| s.trap_net_passed.fetch_add(1, Ordering::Relaxed));
+    // Not ours: what the program would have had without the net. A fault
+    // happens again when the instruction runs again; a signal sent (a
+    // `si_code` of zero or below: kill, tgkill, sigqueue) is sent again.
     let dfl = KernelSigaction::default();
     sigaction(Some(&dfl), None);
-    const SYS_TGKILL: usize = 234;
-    // SAFETY: signals this thread; no memory is passed.
-    unsafe {
-        sys::syscall3(
-            SYS_TGKILL,
-            sys::self_pid() as usize,
-            sys::gettid() as usize,
-            SIGTRAP,
-        )
-    };
+    if code <= 0 {
+        const SYS_TGKILL: usize = 234;
+        // SAFETY: signals this thread; no memory is passed.
+        unsafe {
+            sys::syscall3(
+                SYS_TGKILL,
+                sys::self_pid() as usize,
+                sys::gettid() as usize,
+                SIGSEGV,
+            )
+        };
+    }
 }
 
+/// The stub of the trap site at `at`.
 fn stub_of(at: u64) -> Option<u64> {
     // SAFETY: set once, never freed.
     let t = unsafe { TRAPS.load(Ordering::Acquire).as_ref()? };
@@ -99,7 +108,7 @@ fn stub_of(at: u64) -> Option<u64> {
 }
 
 /// Sets the trap sites (once, with the site table) and, when there are
-/// some and SIGTRAP is at its default action, installs the handler.
+/// some and SIGSEGV is at its default action, installs the handler.
 /// Returns whether it is installed.
 pub fn arm(mut traps: Vec<(u64, u64)>) -> bool {
     if traps.is_empty() {
@@ -115,7 +124,7 @@ pub fn arm(mut traps: Vec<(u64, u64)>) -> bool {
         return false;
     }
     let act = KernelSigaction {
-        handler: on_sigtrap as *const () as usize as u64,
+        handler: on_fault as *const () as usize as u64,
         flags: SA_SIGINFO | SA_RESTORER,
         restorer: restorer as *const () as usize as u64,
         mask: 0,

@@ -106,6 +106,12 @@ pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let args = normalize_args(std::env::args_os().collect());
+    // The commands that trace catch stopping signals from their first
+    // moment (not a listing: `run -l`, which a Ctrl-C just ends).
+    let tracing = matches!(args.get(1).and_then(|a| a.to_str()), Some("run" | "trace"));
+    if tracing && !args.iter().any(|a| a == "-l" || a == "--help" || a == "-h") {
+        crate::stopsig::StopSignals::early();
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {

@@ -33,9 +33,32 @@ pub struct Received {
     pub sent: bool,
 }
 
+/// The handlers installed at the start of `main` ([`StopSignals::early`]).
+static EARLY: std::sync::OnceLock<StopSignals> = std::sync::OnceLock::new();
+
 impl StopSignals {
-    /// Installs the handlers (a thread waits for the signals).
+    /// Installs the handlers first thing in `main`, for the commands that
+    /// trace (a signal that arrives before them is lost when wprobe was
+    /// started with it ignored, as `cmd &` in a script starts it):
+    /// [`StopSignals::install`] then returns these.
+    pub fn early() {
+        if EARLY.get().is_none()
+            && let Ok(s) = StopSignals::install_new()
+        {
+            let _ = EARLY.set(s);
+        }
+    }
+
+    /// Installs the handlers (a thread waits for the signals), or returns
+    /// those [`StopSignals::early`] installed.
     pub fn install() -> std::io::Result<StopSignals> {
+        if let Some(s) = EARLY.get() {
+            return Ok(s.clone());
+        }
+        StopSignals::install_new()
+    }
+
+    fn install_new() -> std::io::Result<StopSignals> {
         let stop = Arc::new(AtomicBool::new(false));
         let last = Arc::new(Mutex::new(None));
         let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGPIPE])?;

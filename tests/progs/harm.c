@@ -8,8 +8,8 @@
  *   harm sum N              sums N calls of work(i): a leaf function whose
  *                           result shows a corrupted register or stack
  *   harm code               prints the first 16 bytes of work and of rec
- *   harm tiny S             calls tiny(i), 4 bytes (no jump fits), for S
- *                           seconds, checking each result; prints the calls
+ *   harm tiny S [T]         calls tiny(i), 4 bytes (no jump fits), for S
+ *                           seconds in T threads (1), checking each result
  * Every mode prints what it computed, so a harmed run shows. */
 #include <pthread.h>
 #include <stdio.h>
@@ -77,6 +77,21 @@ static void *worker(void *p) {
     return NULL;
 }
 
+static time_t tiny_end;
+
+/* Calls tiny until tiny_end; returns how many results were wrong. */
+static void *tiny_loop(void *p) {
+    long calls = 0, bad = 0;
+    (void)p;
+    for (;;) {
+        for (int k = 0; k < 4096; k++, calls++)
+            bad += tiny((int)calls) != (int)calls + 1;
+        if (time(NULL) >= tiny_end)
+            break;
+    }
+    return (void *)bad;
+}
+
 static void *huge(void *p) {
     struct job *j = p;
     j->sum = rec(j->depth);
@@ -130,19 +145,22 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++)
             t += work(i);
         printf("sum %ld\n", t);
-    } else if (!strcmp(mode, "tiny") && argc == 3) {
-        time_t end = time(NULL) + atol(argv[2]);
-        long calls = 0;
-        for (;;) {
-            for (int k = 0; k < 4096; k++, calls++)
-                if (tiny((int)calls) != (int)calls + 1) {
-                    printf("tiny wrong at %ld\n", calls);
-                    return 1;
-                }
-            if (time(NULL) >= end)
-                break;
+    } else if (!strcmp(mode, "tiny") && (argc == 3 || argc == 4)) {
+        long n = argc == 4 ? atol(argv[3]) : 1, bad = 0;
+        pthread_t th[64];
+        if (n < 1 || n > 64)
+            return 2;
+        tiny_end = time(NULL) + atol(argv[2]);
+        for (long k = 1; k < n; k++)
+            pthread_create(&th[k], NULL, tiny_loop, NULL);
+        bad = (long)tiny_loop(NULL);
+        for (long k = 1; k < n; k++) {
+            void *r;
+            pthread_join(th[k], &r);
+            bad += (long)r;
         }
-        printf("tiny ok\n");
+        printf(bad ? "tiny wrong\n" : "tiny ok\n");
+        return bad ? 1 : 0;
     } else if (!strcmp(mode, "code")) {
         const unsigned char *w = (const unsigned char *)work, *r = (const unsigned char *)rec;
         printf("work");

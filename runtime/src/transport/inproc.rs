@@ -27,6 +27,7 @@ mod launch;
 mod patch;
 pub mod repair;
 mod traps;
+pub use traps::TRAP_INSN;
 mod world;
 
 use std::collections::HashMap;
@@ -544,8 +545,8 @@ impl InProc {
         };
         crate::elog!(
             "wprobe: process {}: no jump can go at {} sites (a function too short for one, or \
-             code branching into the bytes it would replace): an int3 at each instead, a \
-             ptrace stop per hit; in {} functions: {}{more} (WPROBE_DEBUG=1 lists each site and \
+             code branching into the bytes it would replace): a trap (`hlt`) at each instead, \
+             a ptrace stop per hit; in {} functions: {}{more} (WPROBE_DEBUG=1 lists each site and \
              why)",
             self.pid,
             notes.len(),

@@ -338,7 +338,9 @@ fn with_f_a_daemon_is_traced_after_the_command_exits_until_it_exits() {
 /// `$ORIGIN`, named by its base name) calls the probed function 40 times
 /// from its constructor, before the program's entry point, and the program
 /// 25 times: 65 hits under perf, as under ptrace (the perf transport arms
-/// the startup libraries on their files at the exec).
+/// the startup libraries on their files at the exec), and under inproc
+/// (armed once the dynamic linker has relocated the libraries, before
+/// their initializers: it counted the program's 25 only).
 fn calls_from_a_library_constructor_before_the_entry_point_count_as_under_ptrace() {
     let lib = gcc(
         "libctorlib.so",
@@ -365,7 +367,7 @@ fn calls_from_a_library_constructor_before_the_entry_point_count_as_under_ptrace
             opcode(&lib, "ctor_target")
         ),
     );
-    for tr in ["ptrace", "perf"] {
+    for tr in ["ptrace", "perf", "inproc"] {
         let mut c = wprobe();
         c.current_dir(&dir)
             .env("CTOR_CALLS", "40")
@@ -387,7 +389,7 @@ fn calls_from_a_library_constructor_before_the_entry_point_count_as_under_ptrace
 
 /// `ls -l` of a directory: its mallocs from the exec on (the dynamic
 /// linker's and libc's own initialisation among them) count the same
-/// under perf as under ptrace.
+/// under perf and inproc as under ptrace (inproc counted 347 of 350).
 fn mallocs_of_ls_from_its_exec_on_count_as_under_ptrace() {
     let dir = scratch().join("ls_dir");
     std::fs::create_dir_all(&dir).unwrap();
@@ -399,7 +401,7 @@ fn mallocs_of_ls_from_its_exec_on_count_as_under_ptrace() {
         "name = libc\ngvars = 1\noffset = malloc\n inc gv, 0\n abort\n",
     );
     let mut hits = Vec::new();
-    for tr in ["ptrace", "perf"] {
+    for tr in ["ptrace", "perf", "inproc"] {
         let mut c = wprobe();
         c.env("LC_ALL", "C")
             .arg("run")
@@ -412,6 +414,7 @@ fn mallocs_of_ls_from_its_exec_on_count_as_under_ptrace() {
     }
     assert!(hits[0] > 10, "{hits:?}");
     assert_eq!(hits[0], hits[1], "ptrace, perf");
+    assert_eq!(hits[0], hits[2], "ptrace, inproc");
 }
 
 fn lost_samples_are_counted_exactly() {

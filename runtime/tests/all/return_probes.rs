@@ -906,7 +906,7 @@ fn inproc_traps_where_no_window_fits() {
         notes[0].ends_with(&format!(
             ": {:#x} in rec: no jump can go there (the `ret` at {:#x} has no 5-byte window: `ret` at \
              {:#x} in the 5 bytes the jump replaces: control leaves the window before its end): \
-             an int3 instead, a ptrace stop per hit",
+             a trap instead (`hlt`), a ptrace stop per hit",
             end - 1,
             end - 1,
             end - 2

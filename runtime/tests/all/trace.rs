@@ -1023,8 +1023,8 @@ fn many_trap_sites_are_said_in_one_line() {
             assert_eq!(grouped.len(), 1, "{err}");
             let line = grouped[0];
             let head = ": no jump can go at 80 sites (a function too short for one, or code \
-                        branching into the bytes it would replace): an int3 at each instead, a \
-                        ptrace stop per hit; in 40 functions: ";
+                        branching into the bytes it would replace): a trap (`hlt`) at each \
+                        instead, a ptrace stop per hit; in 40 functions: ";
             let tail = " and 10 more (WPROBE_DEBUG=1 lists each site and why)";
             assert!(line.starts_with("wprobe: process "), "{line}");
             let (_, listed) = line.split_once(head).unwrap_or_else(|| panic!("{line}"));

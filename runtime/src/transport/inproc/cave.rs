@@ -212,8 +212,15 @@ pub(super) fn place(start: u64, image: &[u8]) -> Option<u64> {
         }
     }
     let at = len - CAVE_BYTES;
-    (at >= end && image[at as usize..].iter().all(|&b| b == 0)).then_some(start + at)
+    let tail = &image[at as usize..];
+    // Zeros, or the cave of a wprobe killed while it injected.
+    let free = tail.iter().all(|&b| b == 0) || tail.starts_with(&SIGNATURE);
+    (at >= end && free).then_some(start + at)
 }
+
+/// The cave's first bytes, whatever the thread it was made for: `syscall;
+/// mov eax, 39; syscall; jmp`.
+const SIGNATURE: [u8; 10] = [0x0f, 0x05, 0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0xe9];
 
 #[cfg(test)]
 mod tests {
@@ -288,6 +295,11 @@ mod tests {
         let n = dirty.len();
         dirty[n - 1] = 1;
         assert_eq!(place(a, &dirty), None);
+        // A cave a killed wprobe left is taken again.
+        let (code, _) = code(b - CAVE_BYTES, &regs(), 0);
+        let mut left = image.clone();
+        left[n - CAVE_BYTES as usize..][..code.len()].copy_from_slice(&code);
+        assert_eq!(place(a, &left), Some(b - CAVE_BYTES));
         assert_eq!(place(a, &image[..64]), None);
     }
 }

@@ -1,8 +1,12 @@
 //! Starting a command for the in-process transport: fork,
 //! `PTRACE_TRACEME`, exec (the kernel stops the new image before its first
-//! instruction), then run it to its ELF entry point with one temporary
-//! `int3`, so that the dynamic linker has mapped every startup library and
-//! none of the program's own code has run. The agent is loaded and the
+//! instruction), then run it to the moment the dynamic linker has mapped
+//! and relocated every startup library but run none of their initializers
+//! (its last call of `_dl_debug_state`, the debuggers' hook, with
+//! `_r_debug.r_state` back at `RT_CONSISTENT` after an `RT_ADD`: what
+//! `init_complete` marks), with temporary `int3`s: the calls the
+//! libraries' constructors make are traced. A static executable, or one
+//! whose dynamic linker does not say so, is run to its ELF entry point. The agent is loaded and the
 //! probes patched there; then the command is let go, untraced: no
 //! `PR_SET_PDEATHSIG` (its probes go dormant if wprobe dies; the command
 //! runs on). Until it is let go it has `PTRACE_O_EXITKILL`: a wprobe
@@ -62,25 +66,80 @@ pub(super) fn launch(argv: &[OsString]) -> anyhow::Result<i32> {
     Ok(child)
 }
 
-/// `AT_ENTRY` of the process (from `/proc/PID/auxv`).
-fn entry_point(pid: i32) -> Option<u64> {
-    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
-    auxv.chunks_exact(16).find_map(|c| {
-        let k = u64::from_le_bytes(c[..8].try_into().ok()?);
-        let v = u64::from_le_bytes(c[8..].try_into().ok()?);
-        (k == libc::AT_ENTRY).then_some(v)
-    })
+/// The dynamic linker's `_dl_debug_state` and `_r_debug`, at run time,
+/// when the process has one (`AT_BASE`) that exports them.
+fn rtld_hook(pid: i32, auxv: &[(u64, u64)]) -> Option<(u64, u64)> {
+    let base = auxv.iter().find(|(k, _)| *k == libc::AT_BASE)?.1;
+    if base == 0 {
+        return None;
+    }
+    let maps = crate::procmaps::read(pid).ok()?;
+    let m = crate::procmaps::find(&maps, base)?;
+    let elf = wprobe_elf::ElfInfo::open(std::path::Path::new(&m.path)).ok()?;
+    let sym = |n: &str| match elf.lookup(n) {
+        wprobe_elf::Lookup::Found(s) => Some(base + s.value),
+        _ => None,
+    };
+    Some((sym("_dl_debug_state")?, sym("_r_debug")?))
 }
 
-/// Runs the stopped child to its entry point with a temporary `int3`.
+/// The process's auxiliary vector.
+fn auxv(pid: i32) -> Vec<(u64, u64)> {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/auxv")) else {
+        return Vec::new();
+    };
+    raw.chunks_exact(16)
+        .map(|c| {
+            (
+                u64::from_le_bytes(c[..8].try_into().expect("invariant: 8 bytes")),
+                u64::from_le_bytes(c[8..].try_into().expect("invariant: 8 bytes")),
+            )
+        })
+        .collect()
+}
+
+/// `r_state` of `struct r_debug` (after `int r_version`, `r_map`, `r_brk`).
+const R_STATE_OFF: u64 = 24;
+/// `r_map`.
+const R_MAP_OFF: u64 = 8;
+const RT_CONSISTENT: u64 = 0;
+const RT_ADD: u64 = 1;
+
+/// A temporary `int3`.
+struct Temp {
+    addr: u64,
+    word: u64,
+}
+
+impl Temp {
+    fn put(pid: i32, addr: u64) -> anyhow::Result<Temp> {
+        let word = sys::peekdata(pid, addr).map_err(|e| anyhow!("PTRACE_PEEKTEXT {pid}: {e}"))?;
+        sys::pokedata(pid, addr, (word & !0xFF) | 0xCC)
+            .map_err(|e| anyhow!("PTRACE_POKETEXT {pid}: {e}"))?;
+        Ok(Temp { addr, word })
+    }
+
+    fn remove(&self, pid: i32) -> anyhow::Result<()> {
+        sys::pokedata(pid, self.addr, self.word).map_err(|e| anyhow!("PTRACE_POKETEXT {pid}: {e}"))
+    }
+}
+
+/// Runs the stopped child to where the libraries are ready (see the
+/// module's documentation), or to its entry point.
 fn run_to_entry(pid: i32) -> anyhow::Result<()> {
     let died = || anyhow!("process {pid} died before its entry point");
-    let Some(entry) = entry_point(pid) else {
+    let aux = auxv(pid);
+    let Some(entry) = aux.iter().find(|(k, _)| *k == libc::AT_ENTRY).map(|a| a.1) else {
         return Ok(()); // no auxv: arm at the exec stop
     };
-    let word = sys::peekdata(pid, entry).map_err(|e| anyhow!("PTRACE_PEEKTEXT {pid}: {e}"))?;
-    let patched = (word & !0xFF) | 0xCC;
-    sys::pokedata(pid, entry, patched).map_err(|e| anyhow!("PTRACE_POKETEXT {pid}: {e}"))?;
+    let hook = rtld_hook(pid, &aux);
+    let mut temps = vec![Temp::put(pid, entry)?];
+    if let Some((state_fn, _)) = hook
+        && state_fn != entry
+    {
+        temps.push(Temp::put(pid, state_fn)?);
+    }
+    let mut seen_add = false;
     let mut sig = 0;
     loop {
         sys::cont(pid, sig).map_err(|_| died())?;
@@ -95,12 +154,45 @@ fn run_to_entry(pid: i32) -> anyhow::Result<()> {
         sig = 0;
         let mut regs = crate::sys::regs::zero_regs();
         sys::getregs(pid, &mut regs).map_err(|e| anyhow!("PTRACE_GETREGS {pid}: {e}"))?;
-        if regs.rip != entry + 1 {
+        let Some(t) = temps.iter().find(|t| t.addr + 1 == regs.rip) else {
             continue;
+        };
+        let at = t.addr;
+        let ready = match hook {
+            Some((state_fn, r_debug)) if at == state_fn => {
+                let r_state =
+                    sys::peekdata(pid, r_debug + R_STATE_OFF).unwrap_or(u64::MAX) & 0xFFFF_FFFF;
+                let r_map = sys::peekdata(pid, r_debug + R_MAP_OFF).unwrap_or(0);
+                if r_state == RT_ADD && r_map != 0 {
+                    seen_add = true;
+                }
+                seen_add && r_state == RT_CONSISTENT
+            }
+            _ => true, // the entry point
+        };
+        regs.rip = at;
+        if ready {
+            for t in &temps {
+                t.remove(pid)?;
+            }
+            sys::setregs(pid, &regs).map_err(|e| anyhow!("PTRACE_SETREGS {pid}: {e}"))?;
+            return Ok(());
         }
-        sys::pokedata(pid, entry, word).map_err(|e| anyhow!("PTRACE_POKETEXT {pid}: {e}"))?;
-        regs.rip = entry;
+        // Not yet: over the `int3` (its byte back for one step), on.
+        let t = temps
+            .iter()
+            .find(|t| t.addr == at)
+            .expect("invariant: found above");
+        t.remove(pid)?;
         sys::setregs(pid, &regs).map_err(|e| anyhow!("PTRACE_SETREGS {pid}: {e}"))?;
-        return Ok(());
+        sys::singlestep(pid, 0).map_err(|_| died())?;
+        let st = wait(pid).map_err(|_| died())?;
+        if !libc::WIFSTOPPED(st) {
+            return Err(died());
+        }
+        if libc::WSTOPSIG(st) != libc::SIGTRAP {
+            sig = libc::WSTOPSIG(st);
+        }
+        Temp::put(pid, at)?;
     }
 }

@@ -772,7 +772,7 @@ impl Patcher {
         if world.peek(site.addr, &mut now) != site.len || now != orig {
             // A jump or a trap where the file has neither: most likely a
             // wprobe's, killed before it could put the bytes back.
-            let ours = matches!(now.first(), Some(0xe9 | 0xcc)) && now[..] != orig[..];
+            let ours = matches!(now.first(), Some(0xe9 | 0xcc | 0xf4)) && now[..] != orig[..];
             return Err(format!(
                 "the code at {:#x} in memory differs from {} (changed by the process or another \
                  tool{})",
@@ -870,11 +870,11 @@ impl Patcher {
             self.notes.push((
                 func.clone(),
                 format!(
-                    "{:#x} {why}: an int3 instead, a ptrace stop per hit",
+                    "{:#x} {why}: a trap instead (`hlt`), a ptrace stop per hit",
                     c.site.addr
                 ),
             ));
-            vec![crate::arch::BREAKPOINT_INSN]
+            vec![super::traps::TRAP_INSN]
         } else {
             stub::site_patch(&c.site, stub_addr).map_err(|e| e.to_string())?
         };
@@ -1086,7 +1086,7 @@ impl Patcher {
                 Ok(1) => s.patched = true,
                 r => {
                     return Err(format!(
-                        "writing an int3 at {:#x} in process {pid}: {r:?}",
+                        "writing a trap at {:#x} in process {pid}: {r:?}",
                         s.site.addr
                     ));
                 }

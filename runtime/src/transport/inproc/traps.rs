@@ -1,24 +1,35 @@
 //! The per-site fallback of the in-process transport: where no 5-byte
 //! window can go (a function too short, a branch into the window, a `ret`
-//! reached by a jump with no room around it), the site gets an `int3`, and
+//! reached by a jump with no room around it), the site gets a trap, and
 //! every thread of the process stays seized (`PTRACE_SEIZE`, never
 //! interrupted while it runs) for the rest of the run. At each trap the
-//! thread, stopped one byte past the site, is moved to the site's stub
-//! (the same stub a jump would reach: `dispatch`, then the instruction
-//! relocated, then a jump back) and resumed: the handlers run in the
-//! agent, with the same state and records as at a jump; the trap costs a
-//! ptrace stop. Signals pass through; new threads are seized by the
-//! kernel (`PTRACE_O_TRACECLONE`); a fork child is seized, its `int3`s
-//! are put back to the original bytes and it is let go (a `vfork` child,
-//! which shares the memory, is kept until it execs or exits, its traps
-//! moved to the stubs like the parent's: the agent, shared too, runs the
-//! handlers there as for the parent — a known limit); an exec ends the
-//! tracing (the image with the traps is gone).
+//! thread, stopped at the site, is moved to the site's stub (the same stub
+//! a jump would reach: `dispatch`, then the instruction relocated, then a
+//! jump back) and resumed: the handlers run in the agent, with the same
+//! state and records as at a jump; the trap costs a ptrace stop. Signals
+//! pass through; new threads are seized by the kernel
+//! (`PTRACE_O_TRACECLONE`); a fork child is seized, its traps are put back
+//! to the original bytes and it is let go (a `vfork` child, which shares
+//! the memory, is kept until it execs or exits, its traps moved to the
+//! stubs like the parent's: the agent, shared too, runs the handlers there
+//! as for the parent — a known limit); an exec ends the tracing (the image
+//! with the traps is gone).
+//!
+//! The trap is an `hlt` ([`TRAP_INSN`]), not an `int3`: a privileged
+//! instruction, it faults (SIGSEGV, `rip` left at the site) where an
+//! `int3` traps (SIGTRAP, `rip` past it). The difference is what happens
+//! when wprobe dies with a thread stopped at a trap: the kernel lets the
+//! thread go and drops the signal it was stopped for. Past an `int3`, the
+//! thread would run the rest of the displaced instruction's bytes as code;
+//! at an `hlt` it executes the site again: the original instruction if
+//! the watchdog put it back meanwhile, else the `hlt`, whose SIGSEGV the
+//! agent's handler (installed while SIGSEGV is at its default) sends to
+//! the stub, as wprobe would have.
 //!
 //! Watchpoints use the same seized threads: see
 //! [`Traps::open_watch_events`].
 //!
-//! If wprobe dies, the kernel detaches every thread with the `int3`s in
+//! If wprobe dies, the kernel detaches every thread with the traps in
 //! place: the ptrace transport's watchdog (started with the traps, fed the
 //! same journal format) restores them within microseconds, and `wprobe
 //! repair --pid` later.
@@ -30,6 +41,13 @@ use anyhow::bail;
 use super::world::World;
 use crate::sys::ptrace::{self as sys, Status};
 use crate::transport::ExitStatus;
+
+/// The byte a trap site gets: `hlt`, which faults in user mode (see the
+/// module's documentation).
+pub const TRAP_INSN: u8 = 0xf4;
+
+/// The signal a trap site's `hlt` raises.
+const TRAP_SIGNAL: i32 = libc::SIGSEGV;
 
 /// Options of every seized thread.
 const OPTIONS: libc::c_int = libc::PTRACE_O_TRACECLONE
@@ -299,7 +317,8 @@ impl Traps {
                     self.let_child_go(tid);
                     return false;
                 }
-                if sig == libc::SIGTRAP && (self.move_to_stub(tid) || self.move_to_watch_stub(tid))
+                if (sig == TRAP_SIGNAL && self.move_to_stub(tid))
+                    || (sig == libc::SIGTRAP && self.move_to_watch_stub(tid))
                 {
                     let _ = sys::cont(tid, 0);
                     return false;
@@ -386,14 +405,14 @@ impl Traps {
         let _ = sys::detach(child, 0);
     }
 
-    /// Moves `tid`, stopped by a SIGTRAP, to the stub of the trap it hit;
-    /// false when the trap is not ours.
+    /// Moves `tid`, stopped by the fault of a trap site's `hlt` (its `rip`
+    /// at the site), to the site's stub; false when the fault is not ours.
     fn move_to_stub(&mut self, tid: i32) -> bool {
         let mut r = crate::sys::regs::zero_regs();
         if sys::getregs(tid, &mut r).is_err() {
             return false;
         }
-        let at = r.rip.wrapping_sub(1);
+        let at = r.rip;
         let Some(&stub) = self.redirect.get(&at) else {
             return false;
         };
@@ -406,12 +425,11 @@ impl Traps {
     }
 
     /// Whether stopped thread `tid` has just hit one of our traps and not
-    /// yet taken its SIGTRAP: its `rip` follows a trap site's `int3` and a
-    /// SIGTRAP is pending for it (`/proc`, read only when stopping).
+    /// yet taken its signal: its `rip` is a trap site and a SIGSEGV is
+    /// pending for it (`/proc`, read only when stopping).
     fn trap_pending(&self, tid: i32) -> bool {
         let mut r = crate::sys::regs::zero_regs();
-        if sys::getregs(tid, &mut r).is_err() || !self.redirect.contains_key(&r.rip.wrapping_sub(1))
-        {
+        if sys::getregs(tid, &mut r).is_err() || !self.redirect.contains_key(&r.rip) {
             return false;
         }
         let Ok(status) = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid))
@@ -425,7 +443,7 @@ impl Traps {
                     .or_else(|| l.strip_prefix("ShdPnd:"))
             })
             .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .any(|m| m & (1 << (libc::SIGTRAP - 1)) != 0)
+            .any(|m| m & (1 << (TRAP_SIGNAL - 1)) != 0)
     }
 
     /// The ptrace stops at trap sites so far, and the `n` busiest sites
@@ -473,18 +491,18 @@ impl Traps {
                 // Else resumed (a trap moved to its stub, a signal held): on
                 // to the interrupt's stop, which follows.
                 if self.on_stop(tid, st, Some(())) {
-                    // The interrupt's stop came before the SIGTRAP of one
-                    // of our traps the thread had just hit (job-control
-                    // traps are taken before signals): let go with the
-                    // bytes back, it would die of it. Take the trap first
-                    // (the thread goes to its stub), then stop it again.
+                    // The interrupt's stop came before the signal of one of
+                    // our traps the thread had just hit (job-control traps
+                    // are taken before signals): let go with the bytes
+                    // back, it would die of it. Take the trap first (the
+                    // thread goes to its stub), then stop it again.
                     if self.trap_pending(tid) {
                         if sys::cont(tid, 0).is_err() {
                             self.threads.remove(&tid);
                             break;
                         }
-                        // The SIGTRAP's stop comes next (synchronous signals
-                        // are taken first): moved to its stub, resumed.
+                        // The trap's stop comes next (synchronous signals are
+                        // taken first): moved to its stub, resumed.
                         let st = match sys::wait(tid, 0) {
                             Ok(Some((_, raw))) => sys::decode_status(raw),
                             _ => {

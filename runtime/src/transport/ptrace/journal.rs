@@ -391,7 +391,13 @@ fn restore(
             continue;
         }
         let mut b = [0u8];
-        if mem.read_at(&mut b, addr).is_ok() && b[0] == crate::arch::BREAKPOINT_INSN {
+        // An `int3` of the ptrace transport, or the `hlt` of an in-process
+        // trap site.
+        let ours = [
+            crate::arch::BREAKPOINT_INSN,
+            crate::transport::inproc::TRAP_INSN,
+        ];
+        if mem.read_at(&mut b, addr).is_ok() && ours.contains(&b[0]) {
             mem.write_at(&[orig], addr)?;
             n += 1;
         }
