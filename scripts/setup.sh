@@ -61,3 +61,36 @@ link_wasm_ld
 for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup.sh: $tool is still missing" >&2; exit 1; }
 done
+
+# Zig and AssemblyScript handlers (guests/build.sh), pinned: Zig from its
+# PyPI wheel in a virtual environment of the repository (.tools/zig-venv;
+# Debian's pip refuses system-wide installs), the AssemblyScript compiler
+# from guests/assemblyscript/package-lock.json (npm ci).
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ZIG_VERSION=0.15.2
+ZIG_VENV="$ROOT/.tools/zig-venv"
+apt_install() {
+  local SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+if [ "$("$ZIG_VENV/bin/python" -m ziglang version 2>/dev/null)" != "$ZIG_VERSION" ]; then
+  command -v python3 >/dev/null 2>&1 || apt_install python3
+  rm -rf "$ZIG_VENV"
+  mkdir -p "$ROOT/.tools"
+  if ! python3 -m venv "$ZIG_VENV" >/dev/null 2>&1; then
+    apt_install python3-venv
+    rm -rf "$ZIG_VENV"
+    python3 -m venv "$ZIG_VENV"
+  fi
+  "$ZIG_VENV/bin/pip" install -q --disable-pip-version-check "ziglang==$ZIG_VERSION"
+fi
+command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+AS_DIR="$ROOT/guests/assemblyscript"
+AS_VERSION="$(sed -n 's/.*"assemblyscript": "\([0-9.]*\)".*/\1/p' "$AS_DIR/package.json")"
+if [ "$("$AS_DIR/node_modules/.bin/asc" --version 2>/dev/null)" != "Version $AS_VERSION" ]; then
+  (cd "$AS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+"$ZIG_VENV/bin/python" -m ziglang version >/dev/null || { echo "setup.sh: zig is still missing" >&2; exit 1; }
+"$AS_DIR/node_modules/.bin/asc" --version >/dev/null || { echo "setup.sh: asc is still missing" >&2; exit 1; }

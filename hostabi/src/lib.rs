@@ -23,6 +23,7 @@
 
 extern crate alloc;
 
+pub mod ascsdk;
 pub mod cheader;
 pub mod env;
 pub mod event;
@@ -33,8 +34,10 @@ pub mod maps;
 pub mod record;
 pub mod regs;
 pub mod rustsdk;
+pub mod sdkfacts;
 pub mod snapshot;
 pub mod status;
+pub mod zigsdk;
 
 pub use imports::{HOST_IMPORTS, HostImport, ImportId, ValType};
 pub use status::{Exception, Outcome, Status};

@@ -22,6 +22,7 @@ pub mod format;
 pub mod host;
 pub mod load;
 pub mod output;
+pub mod postlink;
 pub mod privdir;
 pub mod probespec;
 pub mod procinfo;

@@ -1,5 +1,10 @@
 //! `wprobe compile`: an RPN program (or a one-liner) to a Wasm module with
-//! its manifest, or its WAT, or its interpreted records (`--check`).
+//! its manifest, or its WAT; a handler module (`.wasm`, `.wat`) of any
+//! language to a binary with its manifest put in (the post-link step of
+//! toolchains that cannot emit custom sections: `--manifest FILE`,
+//! `--manifest-from-export`); and `--check`, which runs the load-time
+//! checks of `wprobe run` on any of them and says what is wrong, with a hint
+//! for the usual toolchain causes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,13 +16,17 @@ const EXAMPLES: &str = "\
 Examples:
   wprobe compile prog.rpn -o prog.wasm
   wprobe compile prog.rpn -D LIMIT=10 -I include/ --emit wat
-  wprobe compile -e 'uprobe:libc:malloc { @n = count(); }' -o count.wasm";
+  wprobe compile -e 'uprobe:libc:malloc { @n = count(); }' -o count.wasm
+  wprobe compile --check handler.wasm            would `wprobe run` load it? what is wrong?
+  wprobe compile handler.wasm --manifest-from-export -o handler.wasm   (Zig: the post-link step)
+  wprobe compile handler.wasm --manifest probes.txt -o out.wasm
+  wprobe compile handler.wat -o handler.wasm";
 
 /// `wprobe compile`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = EXAMPLES)]
 pub struct CompileArgs {
-    /// The .rpn or .bt program.
+    /// The .rpn or .bt program, or a handler module (.wasm, .wat).
     #[arg(required_unless_present = "program_text")]
     pub program: Option<PathBuf>,
     /// A program in bpftrace's language (needs -o).
@@ -38,6 +47,19 @@ pub struct CompileArgs {
     /// Look symbols up in this ELF file instead of the one `name =` designates.
     #[arg(long, value_name = "ELF")]
     pub symbols_from: Option<PathBuf>,
+    /// Only check that `wprobe run` would load the program (imports, exports,
+    /// memory, manifest, handler types), say what is wrong, write nothing.
+    #[arg(long)]
+    pub check: bool,
+    /// For a .wasm/.wat module: write FILE's text (the manifest lines, from
+    /// `wprobe-manifest 1`) as its `wprobe.manifest` section.
+    #[arg(long, value_name = "FILE", conflicts_with = "manifest_from_export")]
+    pub manifest: Option<PathBuf>,
+    /// For a .wasm/.wat module: move the NUL-terminated string it exports as
+    /// `wprobe_manifest` (the Zig SDK's `manifest(...)`) into its
+    /// `wprobe.manifest` section.
+    #[arg(long)]
+    pub manifest_from_export: bool,
 }
 
 /// Runs `wprobe compile`.
@@ -52,6 +74,14 @@ pub fn compile(a: CompileArgs) -> CmdResult {
     let Some(program) = a.program.clone() else {
         return Err(CliError::user("give a program file or -e PROGRAM"));
     };
+    if is_module(&program) {
+        return compile_module(&a, &program);
+    }
+    if a.manifest.is_some() || a.manifest_from_export {
+        return Err(CliError::user(
+            "--manifest and --manifest-from-export apply to .wasm and .wat modules",
+        ));
+    }
     let a = CompileArgs {
         program: Some(program.clone()),
         ..a
@@ -87,6 +117,9 @@ pub fn compile(a: CompileArgs) -> CmdResult {
     };
     let manifest = rpn2wasm::manifest::build(&program);
     let generated = rpn2wasm::codegen::generate_with_marks(&program, &manifest);
+    if a.check {
+        return check_loads(&program_path, &generated.wasm);
+    }
     let (bytes, ext) = if a.emit == "wat" {
         match crate::watdump::annotated_wat(&program, &map, &generated) {
             Ok(t) => (t.into_bytes(), "wat"),
@@ -111,4 +144,165 @@ pub fn compile(a: CompileArgs) -> CmdResult {
         return Err(CliError::user(format!("writing {}: {e}", out.display())));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `path` names a handler module rather than a program to compile.
+fn is_module(path: &std::path::Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == "wasm" || e == "wat" || e == "wast")
+}
+
+/// `wprobe compile MODULE.wasm|.wat`: `--check`, or the module written as
+/// a binary with its manifest put in.
+fn compile_module(a: &CompileArgs, path: &std::path::Path) -> CmdResult {
+    let bytes = std::fs::read(path)
+        .map_err(|e| CliError::user(format!("reading {}: {e}", path.display())))?;
+    let wasm = crate::load::to_wasm_named(&bytes, Some(path))
+        .map_err(|e| CliError::user(format!("{}: {e}", path.display())))?
+        .into_owned();
+    let manifest = if let Some(file) = &a.manifest {
+        Some(
+            std::fs::read(file)
+                .map_err(|e| CliError::user(format!("reading {}: {e}", file.display())))?,
+        )
+    } else if a.manifest_from_export {
+        let text = crate::postlink::exported_string(&wasm, crate::postlink::MANIFEST_EXPORT)
+            .map_err(|e| CliError::user(format!("{}: {e}", path.display())))?;
+        Some(text)
+    } else {
+        None
+    };
+    let wasm = match &manifest {
+        Some(text) => {
+            let drop = a
+                .manifest_from_export
+                .then_some(crate::postlink::MANIFEST_EXPORT);
+            crate::postlink::with_manifest(&wasm, text, drop)
+                .map_err(|e| CliError::user(format!("{}: {e}", path.display())))?
+        }
+        None => wasm,
+    };
+    if a.check {
+        return check_loads(path, &wasm);
+    }
+    // What is written loads (or lacks only a manifest, for --probe).
+    if let Err(msg) = check_module(&wasm) {
+        return Err(CliError::user(format!("{}: {msg}", path.display())));
+    }
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| path.with_extension("wasm"));
+    let res = if out.as_os_str() == "-" {
+        use std::io::Write;
+        std::io::stdout().write_all(&wasm)
+    } else {
+        std::fs::write(&out, &wasm)
+    };
+    res.map_err(|e| CliError::user(format!("writing {}: {e}", out.display())))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The load-time checks of `wprobe run` on `wasm`: `Ok` with what the module
+/// declares, or the error with a hint for its usual cause.
+fn check_module(wasm: &[u8]) -> Result<String, String> {
+    use crate::load::LoadError;
+    let engine = crate::engine::new_engine().map_err(|e| format!("{e:#}"))?;
+    let facts = crate::load::inspect(wasm).map_err(|e| with_hint(&e))?;
+    if facts.manifest.is_none() {
+        let mut exports: Vec<&str> = facts.func_exports.keys().map(String::as_str).collect();
+        exports.sort_unstable();
+        if facts
+            .other_exports
+            .contains_key(crate::postlink::MANIFEST_EXPORT)
+        {
+            return Err(format!(
+                "{}\nhint: it exports `{}`: run `wprobe compile --manifest-from-export` on it (the post-link step of the Zig SDK)",
+                LoadError::NoManifest,
+                crate::postlink::MANIFEST_EXPORT
+            ));
+        }
+        return Ok(format!(
+            "no manifest: bind its handlers with --probe LOCATION=EXPORT (function exports: {})",
+            exports.join(", ")
+        ));
+    }
+    let loaded = crate::load::load(&engine, wasm, None).map_err(|e| with_hint(&e))?;
+    let m = &loaded.manifest;
+    let probes: Vec<String> = m
+        .probes
+        .iter()
+        .map(|p| {
+            format!(
+                "{} at {}",
+                p.export,
+                crate::cmd::bench::location_text(&m.module, p)
+            )
+        })
+        .collect();
+    let mut imports = facts.imports.clone();
+    imports.sort_unstable();
+    Ok(format!(
+        "host ABI {}, {} probe{} ({}); imports: {}",
+        m.abi,
+        probes.len(),
+        if probes.len() == 1 { "" } else { "s" },
+        probes.join(", "),
+        if imports.is_empty() {
+            "none".to_string()
+        } else {
+            imports.join(", ")
+        }
+    ))
+}
+
+/// `--check`: prints `PATH: ok: ...` or fails with `PATH: problem`.
+fn check_loads(path: &std::path::Path, wasm: &[u8]) -> CmdResult {
+    match check_module(wasm) {
+        Ok(what) => {
+            let _ = crate::output::print_stdout(&format!("{}: ok: {what}\n", path.display()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(msg) => Err(CliError::user(format!("{}: {msg}", path.display()))),
+    }
+}
+
+/// The load error's message, and on a second line the usual cause of it
+/// when a toolchain is known to produce it.
+fn with_hint(e: &crate::load::LoadError) -> String {
+    use crate::load::LoadError;
+    let hint = match e {
+        LoadError::UnknownImport { module, name, .. } if module == "env" && name == "abort" => {
+            Some(
+                "AssemblyScript's default abort: build with `--use abort=wprobe/wprobeAbort` (guests/assemblyscript/asconfig.json)",
+            )
+        }
+        LoadError::UnknownImport { module, name, .. }
+            if module == "env" && (name == "memset" || name == "memcpy" || name == "memmove") =>
+        {
+            Some(
+                "a C compiler's call to its library: build with -mbulk-memory (and -nostdlib), or define the function",
+            )
+        }
+        LoadError::UnknownImport { module, .. } if module.starts_with("wasi") => Some(
+            "built for WASI: build for wasm32-unknown-unknown (Rust, C) or wasm32-freestanding (Zig); handlers have no WASI",
+        ),
+        LoadError::UnknownImport { module, .. } if module == "env" => Some(
+            "the toolchain left a function undefined (a libc or runtime call): handlers may import only `wprobe` functions",
+        ),
+        LoadError::StartFunction { .. } => Some(
+            "a runtime initializer (AssemblyScript's, C++ static constructors): AssemblyScript: build with guests/assemblyscript/wprobe-transform.mjs, which runs it at the first hit",
+        ),
+        LoadError::NoMemory => Some(
+            "export it (Zig and Rust do by default; C: wasm-ld exports `memory` unless --no-export-memory; AssemblyScript unless --noExportMemory)",
+        ),
+        LoadError::BadHandler { problem, .. } if problem.contains("not exported") => Some(
+            "handlers must be exported functions: Zig `export fn`, C WPROBE_HANDLER, Rust handler!, AssemblyScript `export function` in the entry file",
+        ),
+        _ => None,
+    };
+    match hint {
+        Some(h) => format!("{e}\nhint: {h}"),
+        None => e.to_string(),
+    }
 }

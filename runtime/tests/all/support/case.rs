@@ -39,6 +39,10 @@ pub enum Need {
     /// one is uninstalled as it fires (seen once: a perf-transport target
     /// killed by SIGTRAP while another test's watchpoints came and went).
     DebugRegisters,
+    /// The handler toolchains of `guests/build.sh` (clang and wasm-ld, the
+    /// wasm32 Rust target, Zig, the AssemblyScript compiler), as
+    /// scripts/setup.sh installs them.
+    GuestToolchains,
 }
 
 impl Need {
@@ -58,6 +62,7 @@ impl Need {
                 Need::DebugBuild,
                 Need::Uftrace,
                 Need::DebugRegisters,
+                Need::GuestToolchains,
             ]
             .into_iter()
             .map(|n| (n, n.probe()))
@@ -72,6 +77,7 @@ impl Need {
     fn probe(self) -> Result<(), String> {
         match self {
             Need::DebugRegisters => Ok(()),
+            Need::GuestToolchains => guest_toolchains(),
             Need::Ptrace => super::tracer::ptrace_status(),
             Need::Root => {
                 if is_root() {
@@ -107,6 +113,29 @@ impl Need {
             }
         }
     }
+}
+
+/// Whether `guests/build.sh` finds every toolchain it uses.
+fn guest_toolchains() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    tool("clang", &["--version"], "scripts/setup.sh installs it")?;
+    tool("wasm-ld", &["--version"], "scripts/setup.sh installs lld")?;
+    let venv_zig = root.join(".tools/zig-venv/bin/python");
+    if !venv_zig.exists() && tool("zig", &["version"], "").is_err() {
+        return Err(
+            "needs Zig (scripts/setup.sh installs its PyPI wheel in .tools/zig-venv)".into(),
+        );
+    }
+    if !root
+        .join("guests/assemblyscript/node_modules/.bin/asc")
+        .exists()
+    {
+        return Err(
+            "needs the AssemblyScript compiler (scripts/setup.sh: npm ci in guests/assemblyscript)"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 fn tool(name: &str, args: &[&str], hint: &str) -> Result<(), String> {
