@@ -14,6 +14,7 @@ mod arm;
 mod capture;
 pub mod hook;
 mod in_target;
+mod metrics;
 mod oneliner;
 mod records;
 mod stats;
@@ -144,6 +145,10 @@ pub struct Session {
     /// The programs whose return probes report each call as it enters
     /// (see `request_entry_notices`).
     entry_notices: Vec<usize>,
+    /// `--metrics`: where snapshots go when a scrape asks (see `metrics`).
+    metrics: Option<std::sync::Arc<crate::metrics::Feed>>,
+    /// Reading the target's maps for a snapshot failed (said once).
+    metrics_pull_failed: bool,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -296,6 +301,8 @@ impl Session {
             held: Default::default(),
             use_cache: true,
             entry_notices: Vec::new(),
+            metrics: None,
+            metrics_pull_failed: false,
         })
     }
 

@@ -17,6 +17,7 @@ mod cli_goldens;
 mod guests;
 mod inproc;
 mod logonfault;
+mod metrics;
 mod modules;
 mod oneliner_runtime;
 mod oneliners;
@@ -53,6 +54,7 @@ fn main() {
         guests::CASES,
         inproc::CASES,
         logonfault::CASES,
+        metrics::CASES,
         modules::CASES,
         oneliner_runtime::CASES,
         oneliners::CASES,
