@@ -8,10 +8,13 @@
  *   metrics_target names      named(s, v) with strings that need escapes
  *   metrics_target until FILE alloc(8) every 10 ms until FILE exists, then
  *                             exits with status 0
+ *   metrics_target forks N    the process and 3 children it forks each
+ *                             call alloc(8) N times
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 volatile long sink;
@@ -35,6 +38,20 @@ int main(int argc, char **argv) {
             alloc(8);
             usleep(10000);
         }
+        return 0;
+    }
+    if (!strcmp(mode, "forks") && argc > 2) {
+        long n = atol(argv[2]);
+        for (int c = 0; c < 3; c++)
+            if (fork() == 0) {
+                for (long i = 0; i < n; i++)
+                    alloc(8);
+                return 0;
+            }
+        for (long i = 0; i < n; i++)
+            alloc(8);
+        while (wait(0) > 0)
+            ;
         return 0;
     }
     long n = atol(mode);

@@ -35,6 +35,7 @@ pub(crate) const CASES: &[Case] = &[
         series_beyond_the_limit_are_left_out_and_counted,
         Need::Ptrace
     ),
+    case!(followed_children_count_in_the_same_maps, Need::Ptrace),
     case!(bad_metrics_options_are_refused_before_tracing, Need::Ptrace),
 ];
 
@@ -537,6 +538,14 @@ fn prometheus_stores_the_values_printed_at_exit(transport: &str) {
         .collect();
     assert_eq!(stored, sizes);
 
+    // Prometheus negotiated OpenMetrics: its `le` values are floats there
+    // (`1023.0`; the text format writes `1023`), kept as written by 2.42.
+    let le: Vec<String> = prom
+        .query("wprobe_bytes_bucket")
+        .into_iter()
+        .map(|(l, _)| l["le"].clone())
+        .collect();
+    assert!(le.iter().any(|l| l == "1023.0"), "{le:?}");
     for (name, family, printed_sum) in
         [("@bytes", "wprobe_bytes", sum), ("@lin", "wprobe_lin", sum)]
     {
@@ -903,6 +912,33 @@ fn attached_runs_serve_until_a_signal_and_leave_the_process_intact(transport: &s
         Some(printed),
         "{out}\n{text}"
     );
+}
+
+/// `-f`: the calls of a process and of the 3 children it forks are in the
+/// same maps, served as printed.
+fn followed_children_count_in_the_same_maps() {
+    let t = target();
+    let prog = format!("uprobe:{}:alloc {{ @calls = count(); }}", t.display());
+    let cmd = format!("{} forks 500", t.display());
+    let mut w = Running::start(&[
+        "-f",
+        "--metrics",
+        "127.0.0.1:0",
+        "--metrics-linger",
+        "120s",
+        "-e",
+        &prog,
+        "-c",
+        &cmd,
+    ]);
+    let addr = w.metrics_addr();
+    w.wait_stderr("wprobe: the run is over", 120);
+    let text = scrape(&addr);
+    assert_eq!(sample(&text, "wprobe_calls_total"), Some(2000.0), "{text}");
+    w.signal("TERM");
+    let (out, err, code) = w.finish(30);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(printed_scalars(&out, "@calls")[""], 2000.0, "{out}");
 }
 
 /// With `--metrics-max-series 5`, 5 of 8 keys (the first inserted) are
