@@ -149,6 +149,8 @@ pub struct Session {
     metrics: Option<std::sync::Arc<crate::metrics::Feed>>,
     /// Reading the target's maps for a snapshot failed (said once).
     metrics_pull_failed: bool,
+    /// Symbolized map keys of earlier snapshots (see `metrics`).
+    metrics_keys: metrics::KeyCache,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -303,6 +305,7 @@ impl Session {
             entry_notices: Vec::new(),
             metrics: None,
             metrics_pull_failed: false,
+            metrics_keys: Default::default(),
         })
     }
 

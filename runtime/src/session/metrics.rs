@@ -4,6 +4,7 @@
 //! target (the in-process transport) are read the way interval probes read
 //! them: the target's handlers held for the copy.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use hostabi::layout::Layout;
@@ -12,6 +13,14 @@ use super::Session;
 use crate::metrics::labels;
 use crate::metrics::snapshot::{Feed, MapSnapshot, ProbeCounts, Snapshot};
 use crate::transport::Transport;
+
+/// Keys rendered with the symbolizer, by (program, map, key bytes): a
+/// stack is symbolized once, not at every scrape. Emptied when it holds
+/// more than [`KEY_CACHE_MAX`] keys.
+pub(super) type KeyCache = HashMap<(usize, u32, Vec<u8>), Vec<String>>;
+
+/// The most keys [`KeyCache`] holds.
+const KEY_CACHE_MAX: usize = 1 << 16;
 
 impl Session {
     /// Publishes snapshots to `feed` when scrapes ask (at ticks: see
@@ -95,36 +104,32 @@ impl Session {
                     keys: None,
                     dropped: view.stats(i).map_or(0, |s| s.dropped),
                 };
+                // Keys with stacks or code addresses are rendered here, with
+                // the mappings the session noted while the processes lived.
+                let symbols = decl.key.iter().any(labels::needs_symbols);
+                let mut rendered = Vec::new();
                 for (key, value, sum) in entries.with_sums() {
                     m.data.extend_from_slice(key);
                     m.data.extend_from_slice(value);
                     if hist {
                         m.sums.push(sum.unwrap_or(0));
                     }
+                    if symbols {
+                        let cache = &mut self.metrics_keys;
+                        if cache.len() >= KEY_CACHE_MAX {
+                            cache.clear();
+                        }
+                        let fields = cache
+                            .entry((prog, i, key.to_vec()))
+                            .or_insert_with(|| symbolized_key(&decl.key, key, &mut self.bt.sym));
+                        rendered.push(fields.clone());
+                    }
+                }
+                if symbols {
+                    m.keys = Some(rendered);
                 }
                 maps.push(m);
             }
-        }
-        // Keys with stacks or code addresses: rendered here, with the
-        // mappings the session noted while the processes lived.
-        for m in &mut maps {
-            if !m.decl.key.iter().any(labels::needs_symbols) {
-                continue;
-            }
-            let rendered = (0..m.len())
-                .filter_map(|i| m.entry(i).map(|e| e.key))
-                .map(|key| {
-                    let mut out = Vec::with_capacity(m.decl.key.len());
-                    let mut off = 0;
-                    for f in &m.decl.key {
-                        let b = key.get(off..).unwrap_or(&[]);
-                        out.push(symbolized(f, b, &mut self.bt.sym));
-                        off += f.size();
-                    }
-                    out
-                })
-                .collect();
-            m.keys = Some(rendered);
         }
         let probes = self
             .probes
@@ -146,6 +151,21 @@ impl Session {
             dropped_unattributed: self.dropped_unattributed,
         }
     }
+}
+
+/// Each field of `key` as [`symbolized`] renders it.
+fn symbolized_key(
+    fields: &[Layout],
+    key: &[u8],
+    sym: &mut crate::symbolize::Symbolizer,
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(fields.len());
+    let mut off = 0;
+    for f in fields {
+        out.push(symbolized(f, key.get(off..).unwrap_or(&[]), sym));
+        off += f.size();
+    }
+    out
 }
 
 /// A key field as the exit output prints it, a stack's frames joined by
