@@ -271,6 +271,23 @@ fn names_that_clash_are_left_out_and_programs_share_a_family() {
         ..Snapshot::default()
     };
     let b = build(&s, &opts(100));
+    // A counter's own `_total` is not doubled; a map named `@total` keeps it.
+    let named = |name: &str| Snapshot {
+        maps: vec![one(name, MapKind::Count, "-e")],
+        ..Snapshot::default()
+    };
+    assert_eq!(
+        build(&named("@bytes_total"), &opts(9)).families[0].name,
+        "wprobe_bytes"
+    );
+    assert_eq!(
+        build(&named("@total"), &opts(9)).families[0].name,
+        "wprobe_total"
+    );
+    assert_eq!(
+        build(&named("@_total"), &opts(9)).families[0].name,
+        "wprobe__total"
+    );
     // wprobe's own family keeps its name.
     assert_eq!(
         b.families
