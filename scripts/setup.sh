@@ -7,7 +7,8 @@
 # a private mount namespace, on a terminal), bpftrace (the one-liner
 # table is compared with its output), uftrace (`wprobe trace`'s call counts
 # are compared with its own) and ltrace (the trace benchmark's other
-# baseline). Running it again changes nothing.
+# baseline), and prometheus with promtool (the metrics tests). Running it
+# again changes nothing.
 set -euo pipefail
 
 if command -v rustup >/dev/null 2>&1; then
@@ -94,3 +95,17 @@ if [ "$("$AS_DIR/node_modules/.bin/asc" --version 2>/dev/null)" != "Version $AS_
 fi
 "$ZIG_VENV/bin/python" -m ziglang version >/dev/null || { echo "setup.sh: zig is still missing" >&2; exit 1; }
 "$AS_DIR/node_modules/.bin/asc" --version >/dev/null || { echo "setup.sh: asc is still missing" >&2; exit 1; }
+
+# prometheus and promtool (Debian's `prometheus`, 2.42 on bookworm): the
+# metrics tests (runtime/tests/all/metrics.rs) start a Prometheus of their
+# own on 127.0.0.1 and check what `wprobe run --metrics` serves with
+# promtool. Its recommends (exporters) are not needed.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+for tool in prometheus promtool; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "setup.sh: $tool is still missing" >&2; exit 1; }
+done

@@ -10,8 +10,12 @@
 //! ...    map 1: ...
 //! ```
 //!
-//! An entry is `hash u32 | state u32 | key (padded to 8) | value (padded to 8)`;
-//! `state` is 0 (never used), 1 (live) or 2 + next free entry (deleted).
+//! An entry is `hash u32 | state u32 | [sum i64] | key (padded to 8) | value
+//! (padded to 8)`; `state` is 0 (never used), 1 (live) or 2 + next free entry
+//! (deleted). `hist` and `lhist` entries carry the exact sum of their samples
+//! ([`extra_bytes`]) next to the head, outside the value (which stays the
+//! bucket counts the ABI describes): metrics expose it as a histogram's
+//! `_sum`, on the cache line the update touches anyway.
 
 use crate::buckets::Linear;
 use crate::{
@@ -21,8 +25,8 @@ use crate::{
 
 /// Region magic, "WPMS" little-endian.
 pub const MAGIC: u32 = 0x534d_5057;
-/// Layout version.
-pub const VERSION: u32 = 1;
+/// Layout version (2: `hist`/`lhist` entries carry their sum).
+pub const VERSION: u32 = 2;
 /// Header bytes.
 pub const HEADER_BYTES: usize = 64;
 /// Descriptor bytes per map.
@@ -53,6 +57,15 @@ pub(crate) const D_DROPPED: usize = 56;
 pub(crate) const D_LMIN: usize = 64;
 pub(crate) const D_LMAX: usize = 72;
 pub(crate) const D_LSTEP: usize = 80;
+
+/// Bytes an entry of `kind` keeps between its head and its key: the sum of
+/// the samples of a `hist` or `lhist` entry (8), nothing for other kinds.
+pub const fn extra_bytes(kind: MapKind) -> u32 {
+    match kind {
+        MapKind::Hist | MapKind::Lhist => 8,
+        _ => 0,
+    }
+}
 
 /// What one map is declared as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +107,10 @@ impl MapSpec {
         if self.key_size > MAX_KEY_BYTES {
             return Err(LayoutError::KeySize(self.key_size));
         }
-        Ok(ENTRY_HEAD_BYTES as u32 + pad8(self.key_size) + pad8(self.value_bytes()?))
+        Ok(ENTRY_HEAD_BYTES as u32
+            + extra_bytes(self.kind)
+            + pad8(self.key_size)
+            + pad8(self.value_bytes()?))
     }
 
     /// Keys this map will hold: its `max_keys` (1 for a map without keys),
@@ -254,6 +270,8 @@ pub(crate) struct Desc {
     pub key: u32,
     pub value: u32,
     pub entry: u32,
+    /// Bytes between the head and the key ([`extra_bytes`]).
+    pub extra: u32,
     pub cap: u32,
     pub slots: u32,
     pub index_off: usize,
@@ -292,7 +310,7 @@ pub(crate) fn desc(region: &[u8], map: u32) -> Result<Desc, crate::MapError> {
     let ok = key <= MAX_KEY_BYTES
         && value > 0
         && value <= MAX_VALUE_BYTES
-        && entry == ENTRY_HEAD_BYTES as u32 + pad8(key) + pad8(value)
+        && entry == ENTRY_HEAD_BYTES as u32 + extra_bytes(kind) + pad8(key) + pad8(value)
         && cap > 0
         && cap <= MAX_KEYS_PER_MAP
         && slots.is_power_of_two()
@@ -327,6 +345,7 @@ pub(crate) fn desc(region: &[u8], map: u32) -> Result<Desc, crate::MapError> {
         key,
         value,
         entry,
+        extra: extra_bytes(kind),
         cap,
         slots,
         index_off: index_off as usize,

@@ -24,7 +24,9 @@
 //!
 //! Operations: [`Store::update`] (aggregate one sample), [`Store::store`]
 //! (assign a value), [`StoreView::lookup`], [`Store::delete`], [`Store::clear`],
-//! [`Store::zero`], [`StoreView::entries`] (read-out at exit).
+//! [`Store::zero`], [`StoreView::entries`] (read-out at exit; with
+//! [`Entries::with_sums`], the exact sum of each histogram entry's samples,
+//! which the metrics exporter shows as `_sum`).
 
 #![no_std]
 #![forbid(unsafe_code)]
@@ -35,7 +37,7 @@ pub mod layout;
 mod table;
 
 pub use layout::{LayoutError, MapSpec, check, init, region_size};
-pub use table::{Entries, Store, StoreView, merge};
+pub use table::{Entries, Store, StoreView, SumEntries, merge};
 
 pub use hostabi::maps::{
     DEFAULT_MAX_KEYS, HIST_BUCKETS, MAX_KEY_BYTES, MAX_KEYS_PER_MAP, MAX_LHIST_BUCKETS,

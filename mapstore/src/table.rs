@@ -53,13 +53,25 @@ fn entry_at(d: &Desc, e: u32) -> usize {
 }
 
 fn key_range(d: &Desc, e: u32) -> core::ops::Range<usize> {
-    let k = entry_at(d, e) + ENTRY_HEAD_BYTES;
+    let k = entry_at(d, e) + ENTRY_HEAD_BYTES + d.extra as usize;
     k..k + d.key as usize
 }
 
 fn value_range(d: &Desc, e: u32) -> core::ops::Range<usize> {
-    let v = entry_at(d, e) + ENTRY_HEAD_BYTES + pad8(d.key) as usize;
+    let v = entry_at(d, e) + ENTRY_HEAD_BYTES + d.extra as usize + pad8(d.key) as usize;
     v..v + d.value as usize
+}
+
+/// Where a `hist`/`lhist` entry keeps the sum of its samples (an empty
+/// range for the other kinds).
+fn sum_range(d: &Desc, e: u32) -> core::ops::Range<usize> {
+    let s = entry_at(d, e) + ENTRY_HEAD_BYTES;
+    s..s + d.extra as usize
+}
+
+fn read_i64(b: &[u8]) -> Option<i64> {
+    let a: [u8; 8] = b.try_into().ok()?;
+    Some(i64::from_le_bytes(a))
 }
 
 fn slot_at(d: &Desc, i: u32) -> usize {
@@ -163,6 +175,9 @@ impl<'a> Store<'a> {
         if let Some(v) = r.get_mut(value_range(d, e)) {
             v.fill(0);
         }
+        if let Some(v) = r.get_mut(sum_range(d, e)) {
+            v.fill(0);
+        }
         if get_u32(r, slot_at(d, slot)) == Some(TOMB) {
             put_u32(r, d.at + D_TOMBS, rd(r, d, D_TOMBS).saturating_sub(1));
         }
@@ -224,6 +239,12 @@ impl<'a> Store<'a> {
                 let b = l.slot(v);
                 set(val, b, word(val, b).wrapping_add(1));
             }
+        }
+        if matches!(op, Op::Hist | Op::Lhist)
+            && let Some(sum) = self.region.get_mut(sum_range(&d, e))
+            && let Some(old) = read_i64(sum)
+        {
+            sum.copy_from_slice(&old.wrapping_add(v).to_le_bytes());
         }
         Ok(())
     }
@@ -316,10 +337,13 @@ impl<'a> Store<'a> {
         let d = desc(self.region, map)?;
         let used = rd(self.region, &d, D_USED).min(d.cap);
         for e in 0..used {
-            if get_u32(self.region, entry_at(&d, e) + 4) == Some(LIVE)
-                && let Some(v) = self.region.get_mut(value_range(&d, e))
-            {
-                v.fill(0);
+            if get_u32(self.region, entry_at(&d, e) + 4) == Some(LIVE) {
+                if let Some(v) = self.region.get_mut(value_range(&d, e)) {
+                    v.fill(0);
+                }
+                if let Some(v) = self.region.get_mut(sum_range(&d, e)) {
+                    v.fill(0);
+                }
             }
         }
         Ok(())
@@ -368,7 +392,8 @@ impl<'a> StoreView<'a> {
         })
     }
 
-    /// Every live `(key, value)` of `map`, in arena order.
+    /// Every live `(key, value)` of `map`, in arena order (with
+    /// [`Entries::with_sums`], the sum of each `hist`/`lhist` entry too).
     pub fn entries(&self, map: u32) -> Result<Entries<'a>, MapError> {
         let d = desc(self.region, map)?;
         let used = rd(self.region, &d, D_USED).min(d.cap);
@@ -389,24 +414,50 @@ pub struct Entries<'a> {
     used: u32,
 }
 
-impl<'a> Iterator for Entries<'a> {
-    type Item = (&'a [u8], &'a [u8]);
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl<'a> Entries<'a> {
+    /// The next live entry: its key, value and `sum` bytes.
+    fn next_entry(&mut self) -> Option<(&'a [u8], &'a [u8], &'a [u8])> {
         while self.next < self.used {
             let e = self.next;
             self.next += 1;
             if get_u32(self.region, entry_at(&self.d, e) + 4) != Some(LIVE) {
                 continue;
             }
-            if let (Some(k), Some(v)) = (
+            if let (Some(k), Some(v), Some(s)) = (
                 self.region.get(key_range(&self.d, e)),
                 self.region.get(value_range(&self.d, e)),
+                self.region.get(sum_range(&self.d, e)),
             ) {
-                return Some((k, v));
+                return Some((k, v, s));
             }
         }
         None
+    }
+
+    /// The same entries with the sum of each one's samples: `Some` for
+    /// `hist` and `lhist` entries (exact, wrapping like the store's
+    /// arithmetic), `None` for the other kinds.
+    pub fn with_sums(self) -> SumEntries<'a> {
+        SumEntries(self)
+    }
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_entry().map(|(k, v, _)| (k, v))
+    }
+}
+
+/// Iterator over a map's live entries with their sums ([`Entries::with_sums`]).
+pub struct SumEntries<'a>(Entries<'a>);
+
+impl<'a> Iterator for SumEntries<'a> {
+    type Item = (&'a [u8], &'a [u8], Option<i64>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_entry().map(|(k, v, s)| (k, v, read_i64(s)))
     }
 }
 
@@ -450,6 +501,16 @@ pub fn merge(dst: &mut Store<'_>, src: StoreView<'_>) -> Result<(), MapError> {
             }
             if dd.kind == MapKind::Assign {
                 dv.copy_from_slice(v);
+            }
+        }
+        for (k, _, sum) in src.entries(m)?.with_sums() {
+            let Some(sum) = sum else { break };
+            // Present: the loop above inserted every key it had room for.
+            if let Ok((_, e)) = find(dst.region, &dd, k, hash(k))
+                && let Some(ds) = dst.region.get_mut(sum_range(&dd, e))
+                && let Some(old) = read_i64(ds)
+            {
+                ds.copy_from_slice(&old.wrapping_add(sum).to_le_bytes());
             }
         }
     }

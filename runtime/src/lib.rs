@@ -21,6 +21,7 @@ pub mod engine;
 pub mod format;
 pub mod host;
 pub mod load;
+pub mod metrics;
 pub mod output;
 pub mod postlink;
 pub mod privdir;

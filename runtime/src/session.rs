@@ -14,6 +14,7 @@ mod arm;
 mod capture;
 pub mod hook;
 mod in_target;
+mod metrics;
 mod oneliner;
 mod records;
 mod stats;
@@ -152,6 +153,12 @@ pub struct Session {
     entry_notices: Vec<usize>,
     /// Programs whose return probes track every call (`track_every_call`).
     every_call: Vec<usize>,
+    /// `--metrics`: where snapshots go when a scrape asks (see `metrics`).
+    metrics: Option<std::sync::Arc<crate::metrics::Feed>>,
+    /// Reading the target's maps for a snapshot failed (said once).
+    metrics_pull_failed: bool,
+    /// Symbolized map keys of earlier snapshots (see `metrics`).
+    metrics_keys: metrics::KeyCache,
 }
 
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
@@ -305,6 +312,9 @@ impl Session {
             use_cache: true,
             entry_notices: Vec::new(),
             every_call: Vec::new(),
+            metrics: None,
+            metrics_pull_failed: false,
+            metrics_keys: Default::default(),
         })
     }
 

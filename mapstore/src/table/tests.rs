@@ -262,3 +262,64 @@ fn layout_bounds_are_enforced() {
         Err(LayoutError::RegionTooSmall { .. })
     ));
 }
+
+/// Sums of `hist`/`lhist` entries: exact per key, zeroed by `zero`, fresh
+/// for a key inserted again after `delete` (its entry is reused), added by
+/// `merge`; other kinds have none.
+#[test]
+fn histogram_entries_keep_their_sums() {
+    let specs = [
+        spec(MapKind::Hist, 8, 8),
+        MapSpec {
+            linear: Linear::new(0, 100, 10),
+            ..spec(MapKind::Lhist, 8, 8)
+        },
+        spec(MapKind::Count, 8, 8),
+    ];
+    let sums = |r: &[u8], m: u32| -> Vec<(u64, Option<i64>)> {
+        let mut v: Vec<(u64, Option<i64>)> = StoreView::new(r)
+            .entries(m)
+            .unwrap()
+            .with_sums()
+            .map(|(key, _, s)| (u64::from_le_bytes(key.try_into().unwrap()), s))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut r = region(&specs);
+    let mut s = Store::new(&mut r);
+    for (key, v) in [(1, 5), (1, 1000), (2, -7), (1, 3), (2, 1 << 40)] {
+        s.update(0, &k(key), Op::Hist, v).unwrap();
+        s.update(1, &k(key), Op::Lhist, v).unwrap();
+        s.update(2, &k(key), Op::Count, 0).unwrap();
+    }
+    assert_eq!(sums(&r, 0), [(1, Some(1008)), (2, Some((1 << 40) - 7))]);
+    assert_eq!(sums(&r, 1), sums(&r, 0));
+    assert_eq!(sums(&r, 2), [(1, None), (2, None)]);
+    // The buckets are where they were: the sum is outside the value.
+    let h = StoreView::new(&r).lookup(0, &k(1)).unwrap().unwrap();
+    assert_eq!(h.len(), 65 * 8);
+    assert_eq!((word(h, 4), word(h, 11), word(h, 3)), (1, 1, 1));
+
+    let mut other = region(&specs);
+    Store::new(&mut other)
+        .update(0, &k(2), Op::Hist, 10)
+        .unwrap();
+    Store::new(&mut other)
+        .update(0, &k(3), Op::Hist, 4)
+        .unwrap();
+    merge(&mut Store::new(&mut other), StoreView::new(&r)).unwrap();
+    assert_eq!(
+        sums(&other, 0),
+        [(1, Some(1008)), (2, Some((1 << 40) + 3)), (3, Some(4))]
+    );
+
+    let mut s = Store::new(&mut r);
+    s.zero(0).unwrap();
+    assert_eq!(sums(&r, 0), [(1, Some(0)), (2, Some(0))]);
+    let mut s = Store::new(&mut r);
+    s.update(1, &k(2), Op::Lhist, 1).unwrap();
+    assert!(s.delete(1, &k(2)).unwrap());
+    s.update(1, &k(4), Op::Lhist, 9).unwrap();
+    assert_eq!(sums(&r, 1), [(1, Some(1008)), (4, Some(9))]);
+}

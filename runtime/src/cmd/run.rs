@@ -63,6 +63,8 @@ pub fn run(a: RunArgs) -> CmdResult {
                 .join(", ")
         )));
     };
+    // Bound before anything is traced: a busy port stops nothing half done.
+    let exporter = crate::metrics::Exporter::start(&a.metrics).map_err(CliError::user)?;
     // A process that cannot be traced at all is refused first, with the
     // real cause (its executable, which `--probe` defaults to, may not
     // even be readable).
@@ -131,6 +133,9 @@ pub fn run(a: RunArgs) -> CmdResult {
     let mut session =
         Session::new(&engine, programs, opts, out).map_err(|e| CliError::user(format!("{e:#}")))?;
     session.set_use_cache(!a.opts.no_cache);
+    if let Some(e) = &exporter {
+        session.set_metrics(e.feed());
+    }
     if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
         return Err(CliError::user("no probe selected (check --group / --type)"));
     }
@@ -148,7 +153,9 @@ pub fn run(a: RunArgs) -> CmdResult {
                     "uprobes and watchpoints need a process: give -c CMD, a command after `--`, or -p PID (wprobe traces processes, not the whole system)",
                 ));
             }
-            return crate::cmd::run::oneliner::run_without_target(session, &stop);
+            let r = crate::cmd::run::oneliner::run_without_target(session, &stop);
+            metrics_done(exporter, &signals);
+            return r;
         }
     }
     if let Some(r) = signals.received() {
@@ -222,10 +229,10 @@ pub fn run(a: RunArgs) -> CmdResult {
         if a.pid.is_none() {
             session.set_child_pid(main as u64);
         }
-        if let Some(p) = session.tick_period() {
-            t.set_tick(p);
-        }
         session.begin();
+    }
+    if let Some(p) = session.transport_tick() {
+        t.set_tick(p);
     }
     let mut status = match session.run(t, &stop) {
         Ok(s) => s,
@@ -246,8 +253,10 @@ pub fn run(a: RunArgs) -> CmdResult {
         );
     }
     session.summary();
+    session.publish_final_metrics();
     if by_exit && a.pid.is_none() {
         let _ = wait_child(main);
+        metrics_done(exporter, &signals);
         return finish(&session, &a, Some(ExitStatus::Code(0)));
     }
     for (pid, addr, found) in &report.code_left_alone {
@@ -274,6 +283,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         }
         status = wait_child(main);
     }
+    metrics_done(exporter, &signals);
     finish(&session, &a, status)
 }
 
@@ -286,6 +296,14 @@ pub(crate) fn stopped_before_start(attach: bool, signal: i32) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(128u8.wrapping_add(signal as u8))
+    }
+}
+
+/// `--metrics`: the final values served for `--metrics-linger` (unless a
+/// signal stopped the run), then the server stopped.
+fn metrics_done(e: Option<crate::metrics::Exporter>, signals: &crate::stopsig::StopSignals) {
+    if let Some(e) = e {
+        e.finish(|| signals.received().is_some());
     }
 }
 
@@ -436,6 +454,9 @@ pub struct RunArgs {
     /// executable.
     #[arg(long = "probe", value_name = "LOCATION=EXPORT")]
     pub probes: Vec<String>,
+    /// `--metrics ADDR` and its options.
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
     /// The command to launch (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

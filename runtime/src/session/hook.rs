@@ -244,7 +244,10 @@ impl Session {
         if let Some(hook) = self.hook.as_mut() {
             hook.tick();
         }
-        if self.tick_period().is_none() {
+        self.metrics_tick(t);
+        // With --metrics the tick may be shorter than the intervals': the
+        // target's handlers are held only when one is due.
+        if self.tick_period().is_none() || (self.metrics.is_some() && !self.intervals_due()) {
             return;
         }
         if t.runs_handlers() {

@@ -148,7 +148,7 @@ impl Session {
     }
 
     /// Whether any program declares maps.
-    fn has_maps(&self) -> bool {
+    pub(super) fn has_maps(&self) -> bool {
         self.runner
             .store
             .data()
@@ -176,6 +176,24 @@ impl Session {
         self.run_intervals();
         self.sync_maps(t, true);
         t.resume_handlers();
+    }
+
+    /// Reads the maps from the target while it runs (for a metrics
+    /// snapshot), its handlers held for the copy, as for interval probes;
+    /// `false` (said once) when they could not be held.
+    pub(super) fn pull_maps_now(&mut self, t: &mut dyn Transport) -> bool {
+        if !t.pause_handlers() {
+            if !std::mem::replace(&mut self.metrics_pull_failed, true) {
+                crate::elog!(
+                    "wprobe: warning: the target's handlers could not be held to read the maps; \
+                     scrapes are served older values meanwhile"
+                );
+            }
+            return false;
+        }
+        self.sync_maps(t, false);
+        t.resume_handlers();
+        true
     }
 
     /// Reads the maps back from the target at the end of the run (its

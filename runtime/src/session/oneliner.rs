@@ -200,6 +200,17 @@ impl Session {
         self.run_intervals();
     }
 
+    /// Whether an interval probe is due (as [`Session::run_intervals`] decides).
+    pub(super) fn intervals_due(&self) -> bool {
+        let now = std::time::Instant::now();
+        self.bt.specials.iter().any(|s| {
+            matches!(
+                (s.trigger, s.next),
+                (Trigger::Interval { .. }, Some(next)) if next <= now + std::time::Duration::from_micros(500)
+            )
+        })
+    }
+
     /// Runs the interval probes that are due.
     pub(super) fn run_intervals(&mut self) {
         let now = std::time::Instant::now();

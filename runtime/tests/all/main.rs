@@ -18,6 +18,7 @@ mod guests;
 mod inproc;
 mod inproc_safety;
 mod logonfault;
+mod metrics;
 mod modules;
 mod oneliner_runtime;
 mod oneliners;
@@ -55,6 +56,7 @@ fn main() {
         inproc::CASES,
         inproc_safety::CASES,
         logonfault::CASES,
+        metrics::CASES,
         modules::CASES,
         oneliner_runtime::CASES,
         oneliners::CASES,

@@ -234,9 +234,11 @@ pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> CmdResult 
         if tick.is_some() {
             session.tick();
         }
+        session.metrics_tick_idle();
     }
     session.end();
     session.summary();
+    session.publish_final_metrics();
     Ok(ExitCode::SUCCESS)
 }
 

@@ -32,6 +32,9 @@ pub enum Need {
     DebugBuild,
     /// uftrace, to compare `wprobe trace` with it.
     Uftrace,
+    /// Prometheus and promtool (Debian's `prometheus`), to scrape and parse
+    /// what `wprobe run --metrics` serves.
+    Prometheus,
     /// Hardware watchpoints: such tests run one at a time. A CPU has 4
     /// debug registers; watchpoints of tests running side by side on one
     /// CPU oversubscribe them, perf then multiplexes the breakpoints
@@ -61,6 +64,7 @@ impl Need {
                 Need::Bpftrace,
                 Need::DebugBuild,
                 Need::Uftrace,
+                Need::Prometheus,
                 Need::DebugRegisters,
                 Need::GuestToolchains,
             ]
@@ -104,6 +108,12 @@ impl Need {
             Need::Script => tool("script", &["--version"], "util-linux (bsdutils)"),
             Need::Bpftrace => tool("bpftrace", &["--version"], "scripts/setup.sh installs it"),
             Need::Uftrace => tool("uftrace", &["--version"], "scripts/setup.sh installs it"),
+            Need::Prometheus => tool("prometheus", &["--version"], "scripts/setup.sh installs it")
+                .and(tool(
+                    "promtool",
+                    &["--version"],
+                    "scripts/setup.sh installs it",
+                )),
             Need::DebugBuild => {
                 if cfg!(debug_assertions) {
                     Ok(())
