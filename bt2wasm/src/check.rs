@@ -174,6 +174,7 @@ pub(crate) fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
         (Ty::Buf(x), Ty::Buf(y)) => Ty::Buf(*x.max(y)),
         (Ty::Ustack(x), Ty::Ustack(y)) => Ty::Ustack(*x.max(y)),
         (Ty::Usym, Ty::Usym) => Ty::Usym,
+        (Ty::Ptr(_), Ty::Ptr(_)) => a.clone(),
         (Ty::Tuple(x), Ty::Tuple(y)) if x.len() == y.len() => Ty::Tuple(
             x.iter()
                 .zip(y)
@@ -226,6 +227,44 @@ impl Fx<'_, '_> {
         let at = self.frame;
         self.frame = self.frame.saturating_add(size.div_ceil(8) * 8);
         at
+    }
+
+    /// `e` (of type `from`) as a value of type `to`, a type `from` unifies
+    /// into: integers truncated to a narrower type, tuples laid out again
+    /// field by field (a longer string in a field moves the fields after
+    /// it), strings and buffers copied as their prefix (the copy
+    /// zero-fills the rest).
+    pub fn convert(&mut self, e: E, from: &Ty, to: &Ty) -> E {
+        match (from, to) {
+            (Ty::Tuple(f), Ty::Tuple(t)) if from != to && f.len() == t.len() => {
+                let tmp = self.slot(from.size());
+                let mut parts = Vec::new();
+                let (mut off_from, mut off_to) = (0, 0);
+                for (ff, tt) in f.iter().zip(t) {
+                    let field = E::Field {
+                        base: Box::new(E::Slot(tmp)),
+                        off: off_from,
+                        ty: ff.clone(),
+                    };
+                    parts.push(Part {
+                        e: self.convert(field, ff, tt),
+                        ty: tt.clone(),
+                        off: off_to,
+                    });
+                    off_from += ff.size();
+                    off_to += tt.size();
+                }
+                let slot = self.slot(to.size());
+                let fill = S::SetSlot {
+                    slot: tmp,
+                    e,
+                    size: from.size(),
+                    src_size: from.size(),
+                };
+                E::Seq(vec![fill], Box::new(E::Tuple { slot, parts }))
+            }
+            _ => coerce_int(e, from, to),
+        }
     }
 
     /// Builds a map key from the key expressions, typed as the map's key.
@@ -412,12 +451,19 @@ impl Fx<'_, '_> {
         match loc {
             VarLoc::Local(l) => out.push(S::SetLocal(l, coerce_int(e, &t, &u))),
             VarLoc::Slot(s) => {
-                let size = self.vars.get(name).map(|v| v.0.size()).unwrap_or(0);
+                let vt = self.vars.get(name).map(|v| v.0.clone()).unwrap_or(Ty::None);
+                let size = vt.size();
+                let src_size = if matches!(t, Ty::Tuple(_)) {
+                    size
+                } else {
+                    t.size().min(size)
+                };
+                let e = self.convert(e, &t, &vt);
                 out.push(S::SetSlot {
                     slot: s,
                     e,
                     size,
-                    src_size: t.size().min(size),
+                    src_size,
                 })
             }
         }

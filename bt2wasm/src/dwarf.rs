@@ -1,6 +1,6 @@
 //! Function parameters from DWARF (`.debug_info`), for `args.NAME` /
 //! `args->NAME` and `-lv`: each parameter's name, its C type spelled as
-//! bpftrace prints it (`const char*`), and how to read it. Parameters are
+//! bpftrace prints it (`const char *`), and how to read it. Parameters are
 //! taken in order from the argument registers (rdi, rsi, rdx, rcx, r8, r9),
 //! as bpftrace 0.17 does; a seventh parameter or one that is not an
 //! integer or pointer cannot be read. Never panics on malformed DWARF
@@ -176,8 +176,15 @@ impl<'a> Debug<'a> {
                 (name.unwrap_or_else(|| "?".into()), v)
             }
             c::DW_TAG_pointer_type | c::DW_TAG_reference_type => {
+                // bpftrace 0.23's spelling: `int *`, `char **`, `Foo &`.
                 let (t, _) = inner();
-                (format!("{t}*"), int(8, false))
+                let mark = if e.tag() == c::DW_TAG_pointer_type {
+                    '*'
+                } else {
+                    '&'
+                };
+                let sep = if t.ends_with(['*', '&']) { "" } else { " " };
+                (format!("{t}{sep}{mark}"), int(8, false))
             }
             c::DW_TAG_const_type | c::DW_TAG_volatile_type => {
                 let (t, v) = inner();
@@ -254,9 +261,9 @@ mod tests {
             .collect();
         let want = [
             ("int", "x"),
-            ("const char*", "s"),
+            ("const char *", "s"),
             ("long unsigned int", "n"),
-            ("struct s*", "p"),
+            ("struct s *", "p"),
             ("enum e", "k"),
             ("char", "c"),
         ];

@@ -27,6 +27,9 @@ pub enum Ty {
     Ustack(u32),
     /// A code address printed as its symbol.
     Usym,
+    /// A pointer to a value of the type (`Ty::None`: `void`): an address
+    /// in an i64, scaled by the pointee's size in arithmetic.
+    Ptr(Box<Ty>),
     /// A tuple.
     Tuple(Vec<Ty>),
     /// No value (calls such as `printf`), or not known yet.
@@ -45,14 +48,33 @@ impl Ty {
         bytes: 8,
     };
 
-    /// Whether it is an integer.
+    /// Whether it is an integer (pointers included: they are addresses).
     pub fn is_int(&self) -> bool {
-        matches!(self, Ty::Int { .. })
+        matches!(self, Ty::Int { .. } | Ty::Ptr(_))
+    }
+
+    /// Whether it is a pointer.
+    pub fn is_ptr(&self) -> bool {
+        matches!(self, Ty::Ptr(_))
+    }
+
+    /// The size of what a pointer points to, for its arithmetic (1 for
+    /// `void *`, as C compilers take it).
+    pub fn pointee_size(&self) -> u64 {
+        match self {
+            Ty::Ptr(p) => match &**p {
+                Ty::None => 1,
+                Ty::Int { bytes, .. } => *bytes as u64,
+                Ty::Ptr(_) => 8,
+                t => t.size() as u64,
+            },
+            _ => 1,
+        }
     }
 
     /// Whether values of this type live in memory (frame slots).
     pub fn is_agg(&self) -> bool {
-        !matches!(self, Ty::Int { .. } | Ty::None)
+        !matches!(self, Ty::Int { .. } | Ty::Ptr(_) | Ty::None)
     }
 
     /// Whether it is signed (integers only).
@@ -71,6 +93,7 @@ impl Ty {
             Ty::Buf(n) => Layout::Buf(*n),
             Ty::Ustack(n) => Layout::Ustack(*n),
             Ty::Usym => Layout::Usym,
+            Ty::Ptr(_) => Layout::Ptr,
             Ty::Tuple(f) => Layout::Tuple(f.iter().map(Ty::layout).collect()),
             Ty::None => Layout::U64,
         }
@@ -91,6 +114,10 @@ impl Ty {
             Ty::Buf(n) => format!("buffer[{n}]"),
             Ty::Ustack(_) => "ustack".into(),
             Ty::Usym => "usym".into(),
+            Ty::Ptr(p) => match &**p {
+                Ty::None => "void *".into(),
+                p => format!("{} *", p.name()),
+            },
             Ty::Tuple(f) => format!(
                 "({})",
                 f.iter().map(Ty::name).collect::<Vec<_>>().join(", ")

@@ -10,6 +10,7 @@
 //! | `buf:N` | 8 + N rounded up | u64 length (≤ N), then the bytes |
 //! | `ustack:N` | 16 + 8N | u64 pid, u64 frame count (≤ N), N return addresses |
 //! | `usym` | 16 | u64 address, u64 pid (printed as the symbol) |
+//! | `ptr` | 8 | an address (printed in hex, as a C pointer) |
 //! | `(L,L,...)` | sum of fields | a tuple |
 //!
 //! Parsing never panics; nesting is limited to [`MAX_DEPTH`].
@@ -44,6 +45,8 @@ pub enum Layout {
     Ustack(u32),
     /// A code address printed as its symbol.
     Usym,
+    /// A data address (a C pointer), printed in hex.
+    Ptr,
     /// A tuple.
     Tuple(Box<[Layout]>),
 }
@@ -72,6 +75,7 @@ impl Layout {
             Layout::Buf(n) => 8 + pad8(*n),
             Layout::Ustack(n) => 16 + 8 * *n as usize,
             Layout::Usym => 16,
+            Layout::Ptr => 8,
             Layout::Tuple(f) => f.iter().map(Layout::size).sum(),
         }
     }
@@ -97,6 +101,7 @@ impl Layout {
                 let _ = write!(out, "ustack:{n}");
             }
             Layout::Usym => out.push_str("usym"),
+            Layout::Ptr => out.push_str("ptr"),
             Layout::Tuple(f) => {
                 out.push('(');
                 render_list_into(f, out);
@@ -185,6 +190,9 @@ fn parse_one(b: &[u8], depth: usize) -> Option<(Layout, &[u8])> {
     if let Some(r) = b.strip_prefix(b"usym") {
         return Some((Layout::Usym, r));
     }
+    if let Some(r) = b.strip_prefix(b"ptr") {
+        return Some((Layout::Ptr, r));
+    }
     type Make = fn(u32) -> Layout;
     let sized: [(&[u8], Make, u32); 3] = [
         (b"str:", Layout::Str, MAX_STR_BYTES),
@@ -229,7 +237,8 @@ mod tests {
             "buf:5",
             "ustack:127",
             "usym",
-            "(u64,str:3,(i8,usym))",
+            "ptr",
+            "(u64,str:3,(i8,usym),ptr)",
         ] {
             let l = Layout::parse(s).unwrap();
             assert_eq!(l.render(), s);

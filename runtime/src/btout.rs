@@ -130,6 +130,7 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
         }
         Layout::Ustack(n) => stack_text(b, *n, if key { 4 } else { 8 }, sym),
         Layout::Usym => sym.resolve(word(b, 8), word(b, 0), false),
+        Layout::Ptr => format!("0x{:x}", word(b, 0)),
         Layout::Tuple(fields) => {
             let mut parts = Vec::new();
             let mut off = 0;
@@ -145,7 +146,7 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
 
 /// Whether bpftrace quotes this type's values in JSON.
 fn quoted(l: &Layout) -> bool {
-    !matches!(l, Layout::Int { .. } | Layout::Tuple(_))
+    !matches!(l, Layout::Int { .. } | Layout::Ptr | Layout::Tuple(_))
 }
 
 /// The JSON of a value.
@@ -161,6 +162,7 @@ pub fn value_json(l: &Layout, b: &[u8], sym: &mut Symbolizer) -> String {
             }
             format!("[{}]", parts.join(","))
         }
+        Layout::Ptr => word(b, 0).to_string(),
         l if quoted(l) => {
             let t = value_text(l, b, false, sym);
             let mut s = String::from("\"");
@@ -203,6 +205,7 @@ pub fn printf_text(fmt: &[u8], args: &[Layout], data: &[u8], sym: &mut Symbolize
         let arg_text;
         let arg = match a {
             Layout::Int { signed, bytes: n } => Arg::Int(int_value(bytes, *signed, *n)),
+            Layout::Ptr => Arg::Int(word(bytes, 0)),
             Layout::Str(n) => Arg::Str(cstr(&bytes[..(*n as usize).min(bytes.len())])),
             Layout::Buf(n) => {
                 let len = (word(bytes, 0) as usize).min(*n as usize);

@@ -71,6 +71,12 @@ impl Symbolizer {
         }
     }
 
+    /// Drops the mappings known for `pid` (it exec'd: its addresses now
+    /// belong to another program).
+    pub fn forget(&mut self, pid: u64) {
+        self.maps.remove(&pid);
+    }
+
     fn lookup(&mut self, pid: u64, addr: u64) -> Option<(String, u64)> {
         self.note(pid);
         let mut m = procmaps::find(self.maps.get(&pid)?, addr).cloned();

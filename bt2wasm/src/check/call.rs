@@ -114,13 +114,18 @@ impl Fx<'_, '_> {
                     let info = self.cx.map(&m.name);
                     info.used.get_or_insert(m.span);
                     let index = info.index;
+                    // A count() map without keys keeps its one entry,
+                    // zeroed (bpftrace prints `@: 0` after clear(@)).
+                    let scalar_count = info.kind == Some(MapKind::Count)
+                        && info.key.as_ref().is_some_and(|k| k.is_empty());
                     return Some(S::MapReset {
                         map: index,
-                        zero: name == "zero",
+                        zero: name == "zero" || scalar_count,
                     });
                 }
                 "delete" => {
-                    if !self.nargs("delete", args, 1, 1, e.span) {
+                    // delete(@m[k]), or delete(@m, k) (bpftrace 0.21 on).
+                    if !self.nargs("delete", args, 1, 2, e.span) {
                         return None;
                     }
                     let ExprKind::Map(m) = &args[0].kind else {
@@ -131,7 +136,30 @@ impl Fx<'_, '_> {
                         );
                         return None;
                     };
-                    let (map, key) = self.map_target(m, Ty::None, false)?;
+                    let (map, key) = match args.get(1) {
+                        Some(k) if m.keys.is_empty() => {
+                            let (ke, kt) = self.expr(k);
+                            if kt == Ty::None {
+                                return None;
+                            }
+                            self.map_key(m, vec![(ke, kt)], false)?
+                        }
+                        Some(k) => {
+                            self.cx.err(
+                                codes::ARGUMENTS,
+                                k.span,
+                                "delete(@map[key], key): give the key once, as delete(@map, key) or delete(@map[key])",
+                            );
+                            return None;
+                        }
+                        None => self.map_target(m, Ty::None, false)?,
+                    };
+                    let info = self.cx.map(&m.name);
+                    if info.kind == Some(MapKind::Count)
+                        && info.key.as_ref().is_some_and(|k| k.is_empty())
+                    {
+                        return Some(S::MapReset { map, zero: true });
+                    }
                     return Some(S::MapDelete { map, key });
                 }
                 n if is_aggregation(n) => {
@@ -593,7 +621,7 @@ impl Fx<'_, '_> {
                 return None;
             }
             let given = match t {
-                Ty::Int { .. } => Kind::Int,
+                Ty::Int { .. } | Ty::Ptr(_) => Kind::Int,
                 Ty::Buf(_) => Kind::Buf,
                 _ => Kind::Str,
             };

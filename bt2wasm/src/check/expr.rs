@@ -26,8 +26,43 @@ pub(crate) mod reg {
 /// Registers of arguments 0-5 (System V x86-64).
 pub(crate) const ARG_REGS: [u16; 6] = [reg::RDI, reg::RSI, reg::RDX, reg::RCX, reg::R8, reg::R9];
 
-/// Integer binary operation with bpftrace's result type.
+/// `e * n` (pointer arithmetic's scaling; nothing for 1).
+fn scaled(e: E, n: u64) -> E {
+    if n == 1 {
+        e
+    } else {
+        E::Bin(BinOp::Mul, false, Box::new(e), Box::new(E::Int(n as i64)))
+    }
+}
+
+/// Integer binary operation with bpftrace's result type. A pointer plus or
+/// minus an integer moves by whole pointees (C's arithmetic, as bpftrace
+/// does it): `(int32 *)0x32 + 1` is `0x36`; the difference of two
+/// pointers is in pointees too.
 pub(crate) fn int_binop(op: BinOp, (a, ta): (E, Ty), (b, tb): (E, Ty)) -> (E, Ty) {
+    if matches!(op, BinOp::Add | BinOp::Sub) {
+        match (ta.is_ptr(), tb.is_ptr()) {
+            (true, false) => {
+                let n = ta.pointee_size();
+                return (E::Bin(op, false, Box::new(a), Box::new(scaled(b, n))), ta);
+            }
+            (false, true) if op == BinOp::Add => {
+                let n = tb.pointee_size();
+                return (E::Bin(op, false, Box::new(scaled(a, n)), Box::new(b)), tb);
+            }
+            (true, true) if op == BinOp::Sub => {
+                let n = ta.pointee_size() as i64;
+                let d = E::Bin(BinOp::Sub, true, Box::new(a), Box::new(b));
+                let e = if n == 1 {
+                    d
+                } else {
+                    E::Bin(BinOp::Div, true, Box::new(d), Box::new(E::Int(n)))
+                };
+                return (e, Ty::I64);
+            }
+            _ => {}
+        }
+    }
     let (sa, sb) = (ta.signed(), tb.signed());
     let signed = match op {
         BinOp::Shl | BinOp::Shr => sa,
@@ -50,6 +85,8 @@ impl Fx<'_, '_> {
     pub fn expr(&mut self, e: &ast::Expr) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         match &e.kind {
+            // Literals beyond int64 are uint64, as in bpftrace.
+            ExprKind::Int(v) if *v > i64::MAX as u64 => (E::Int(*v as i64), Ty::U64),
             ExprKind::Int(v) => (E::Int(*v as i64), Ty::I64),
             ExprKind::Str(s) => {
                 let a = self.cx.string(s);
@@ -105,11 +142,17 @@ impl Fx<'_, '_> {
                         Some(t) if t.is_agg() => {
                             let size = t.size();
                             let slot = self.slot(size);
+                            let ae = self.convert(ae, &at, &t);
+                            let be = self.convert(be, &bt, &t);
                             let set = |e, from: &Ty| S::SetSlot {
                                 slot,
                                 e,
                                 size,
-                                src_size: from.size().min(size),
+                                src_size: if matches!(from, Ty::Tuple(_)) {
+                                    size
+                                } else {
+                                    from.size().min(size)
+                                },
                             };
                             let s = S::If(ce, vec![set(ae, &at)], vec![set(be, &bt)]);
                             (E::Seq(vec![s], Box::new(E::Slot(slot))), t)
@@ -387,45 +430,20 @@ impl Fx<'_, '_> {
 
     fn unop(&mut self, op: UnOp, x: &ast::Expr, span: Span) -> (E, Ty) {
         if op == UnOp::Deref {
-            if let ExprKind::Cast { ty, ptr, expr } = &x.kind
-                && *ptr >= 1
-            {
-                let (addr, at) = self.expr(expr);
-                self.want_int(&at, expr.span, "a pointer");
-                let pointee = if *ptr > 1 {
-                    Some(Ty::U64)
-                } else {
-                    int_type(ty)
-                };
-                let Some(Ty::Int { signed, bytes }) = pointee else {
-                    self.cx.err(
-                        codes::UNSUPPORTED,
+            let (addr, at) = self.expr(x);
+            return match at {
+                Ty::Ptr(p) => self.load(addr, *p, span),
+                Ty::None => (E::Int(0), Ty::None),
+                t => {
+                    self.cx.err_note(
+                        codes::TYPE,
                         span,
-                        format!("dereferencing `{ty}*` is not supported (integers only)"),
+                        format!("Can not dereference type '{}'", t.name()),
+                        "cast to a pointer first: *(uint64*)addr",
                     );
-                    return (E::Int(0), Ty::None);
-                };
-                let slot = self.slot(8);
-                return (
-                    E::Load {
-                        addr: Box::new(addr),
-                        bytes,
-                        signed,
-                        slot,
-                    },
-                    Ty::Int { signed, bytes },
-                );
-            }
-            let (_, t) = self.expr(x);
-            if t != Ty::None {
-                self.cx.err_note(
-                    codes::TYPE,
-                    span,
-                    format!("Can not dereference type '{}'", t.name()),
-                    "cast to a pointer first: *(uint64*)addr",
-                );
-            }
-            return (E::Int(0), Ty::None);
+                    (E::Int(0), Ty::None)
+                }
+            };
         }
         let (e, t) = self.expr(x);
         if !t.is_int() {
@@ -457,6 +475,39 @@ impl Fx<'_, '_> {
         (E::Un(op, Box::new(e)), rt)
     }
 
+    /// The value of type `t` at `addr` in the traced process.
+    pub(crate) fn load(&mut self, addr: E, t: Ty, span: Span) -> (E, Ty) {
+        let (signed, bytes) = match &t {
+            Ty::Int { signed, bytes } => (*signed, *bytes),
+            Ty::Ptr(_) => (false, 8),
+            other => {
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!(
+                        "dereferencing a pointer to {} is not supported",
+                        if *other == Ty::None {
+                            "void".to_string()
+                        } else {
+                            other.name()
+                        }
+                    ),
+                );
+                return (E::Int(0), Ty::None);
+            }
+        };
+        let slot = self.slot(8);
+        (
+            E::Load {
+                addr: Box::new(addr),
+                bytes,
+                signed,
+                slot,
+            },
+            t,
+        )
+    }
+
     fn binop(&mut self, op: BinOp, a: &ast::Expr, b: &ast::Expr, span: Span) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         let (ae, mut at) = self.expr(a);
@@ -476,7 +527,7 @@ impl Fx<'_, '_> {
                     Ty::U64,
                 );
             }
-            (Ty::Int { .. }, Ty::Int { .. }) => {}
+            (x, y) if x.is_int() && y.is_int() => {}
             _ => {
                 self.cx.err(
                     codes::TYPE,
@@ -515,8 +566,25 @@ impl Fx<'_, '_> {
             return (E::Int(0), Ty::None);
         }
         if ptr > 0 {
-            // A pointer is an address; only a dereference gives it meaning.
-            return (e, Ty::U64);
+            let mut pt = if ty == "void" {
+                Ty::None
+            } else {
+                match int_type(ty) {
+                    Some(t) => t,
+                    None => {
+                        self.cx.err(
+                            codes::UNSUPPORTED,
+                            span,
+                            format!("Cannot cast to \"{ty} *\": unknown type"),
+                        );
+                        return (E::Int(0), Ty::None);
+                    }
+                }
+            };
+            for _ in 0..ptr {
+                pt = Ty::Ptr(Box::new(pt));
+            }
+            return (e, pt);
         }
         match int_type(ty) {
             Some(Ty::Int { signed, bytes }) => (
@@ -631,7 +699,7 @@ impl Fx<'_, '_> {
                         BinOp::Add,
                         t.signed(),
                         Box::new(E::Local(l)),
-                        Box::new(E::Int(delta)),
+                        Box::new(E::Int(delta * t.pointee_size() as i64)),
                     ),
                 );
                 if post {
@@ -648,12 +716,21 @@ impl Fx<'_, '_> {
                 }
             }
             ExprKind::Map(m) => {
-                // `@x++`: an integer map (bpftrace types it int64).
+                // `@x++`: an integer map (bpftrace types it int64), or a
+                // pointer map (moved by one pointee).
                 let Some((map, key)) = self.map_target(m, Ty::I64, true) else {
                     return (E::Int(0), Ty::None);
                 };
+                let cur = self
+                    .cx
+                    .maps
+                    .get(&m.name)
+                    .map(|i| i.value.clone())
+                    .unwrap_or(Ty::None);
+                let vt = if cur.is_ptr() { cur.clone() } else { Ty::I64 };
+                let delta = delta * cur.pointee_size() as i64;
                 if self
-                    .set_map_kind(m, MapKind::Assign, Ty::I64, None, span)
+                    .set_map_kind(m, MapKind::Assign, vt.clone(), None, span)
                     .is_none()
                 {
                     return (E::Int(0), Ty::None);
@@ -665,11 +742,12 @@ impl Fx<'_, '_> {
                     value: E::Int(delta),
                 };
                 let slot = self.slot(8);
-                let get = |k| E::MapGet {
+                let vt2 = vt.clone();
+                let get = move |k| E::MapGet {
                     map,
                     key: k,
                     slot,
-                    ty: Ty::I64,
+                    ty: vt2.clone(),
                 };
                 if post {
                     let tmp = self.local();
@@ -678,10 +756,10 @@ impl Fx<'_, '_> {
                             vec![S::SetLocal(tmp, get(key)), upd],
                             Box::new(E::Local(tmp)),
                         ),
-                        Ty::I64,
+                        vt,
                     )
                 } else {
-                    (E::Seq(vec![upd], Box::new(get(key))), Ty::I64)
+                    (E::Seq(vec![upd], Box::new(get(key))), vt)
                 }
             }
             _ => (E::Int(0), Ty::None),
@@ -696,20 +774,33 @@ impl Fx<'_, '_> {
         value: Ty,
         assigning: bool,
     ) -> Option<(u32, crate::ir::Key)> {
+        let _ = value;
         let mut keys = Vec::new();
         for k in &m.keys {
             let (e, t) = self.expr(k);
             if t == Ty::None {
                 return None;
             }
-            // Integer keys are 8 bytes (bpftrace widens int keys too).
-            let t = match t {
-                Ty::Int { signed, .. } => Ty::Int { signed, bytes: 8 },
-                other => other,
-            };
             keys.push((e, t));
         }
-        let key_tys: Vec<Ty> = keys.iter().map(|(_, t)| t.clone()).collect();
+        self.map_key(m, keys, assigning)
+    }
+
+    /// The key of map `m` from lowered key expressions, recorded as (or
+    /// checked against) the map's key types. As in bpftrace, `@m[a, b]` is
+    /// the tuple `(a, b)`: one tuple-typed key (`@m[(a, b)]`, `@m[$t]`) is
+    /// the same key; integers in keys are 8 bytes.
+    pub(crate) fn map_key(
+        &mut self,
+        m: &ast::MapRef,
+        keys: Vec<(E, Ty)>,
+        assigning: bool,
+    ) -> Option<(u32, crate::ir::Key)> {
+        let flat = keys.len() == 1 && matches!(keys[0].1, Ty::Tuple(_));
+        let key_tys: Vec<Ty> = match (&keys[..], flat) {
+            ([(_, Ty::Tuple(fields))], true) => fields.iter().map(widen).collect(),
+            _ => keys.iter().map(|(_, t)| widen(t)).collect(),
+        };
         let info: &mut MapInfo = self.cx.map(&m.name);
         if assigning && info.first.is_none() {
             info.first = Some(m.span);
@@ -746,11 +837,22 @@ impl Fx<'_, '_> {
             info.key = Some(merged.clone());
             self.cx.changed = true;
         }
-        let _ = value;
-        let exprs: Vec<(E, Ty)> = keys;
+        if flat {
+            let (e, t) = keys.into_iter().next().expect("one key");
+            let whole = Ty::Tuple(merged.clone());
+            let size = whole.size();
+            let e = self.convert(e, &t, &whole);
+            let slot = self.slot(size.max(8));
+            let parts = vec![Part {
+                e,
+                ty: whole,
+                off: 0,
+            }];
+            return Some((index, crate::ir::Key { slot, parts, size }));
+        }
         let mut parts_src = Vec::new();
-        for ((e, t), kt) in exprs.into_iter().zip(&merged) {
-            parts_src.push((coerce_int(e, &t, kt), t));
+        for ((e, t), kt) in keys.into_iter().zip(&merged) {
+            parts_src.push((self.convert(e, &t, kt), t));
         }
         let key = self.key(&merged, parts_src);
         Some((index, key))
@@ -850,7 +952,11 @@ impl Fx<'_, '_> {
             }
             match op {
                 BinOp::Add | BinOp::Sub => {
-                    self.set_map_kind(m, MapKind::Assign, Ty::I64, None, value.span);
+                    // A pointer map moves by whole pointees.
+                    let cur = info.as_ref().map(|i| i.value.clone()).unwrap_or(Ty::None);
+                    let vt = if cur.is_ptr() { cur.clone() } else { Ty::I64 };
+                    self.set_map_kind(m, MapKind::Assign, vt, None, value.span);
+                    let e = scaled(e, cur.pointee_size());
                     let v = if op == BinOp::Sub {
                         E::Un(UnOp::Neg, Box::new(e))
                     } else {
@@ -890,6 +996,12 @@ impl Fx<'_, '_> {
             });
         } else {
             let size = vt.size();
+            let src_size = if matches!(t, Ty::Tuple(_)) {
+                size
+            } else {
+                t.size().min(size)
+            };
+            let e = self.convert(e, &t, &vt);
             let slot = self.slot(size);
             out.push(S::MapStore {
                 map,
@@ -897,7 +1009,7 @@ impl Fx<'_, '_> {
                 slot,
                 value: e,
                 size,
-                src_size: t.size().min(size),
+                src_size,
             });
         }
     }
@@ -969,6 +1081,18 @@ impl Fx<'_, '_> {
             self.cx.changed = true;
         }
         Some(merged)
+    }
+}
+
+/// A key field's type: integers are 8 bytes, in tuples too.
+fn widen(t: &Ty) -> Ty {
+    match t {
+        Ty::Int { signed, .. } => Ty::Int {
+            signed: *signed,
+            bytes: 8,
+        },
+        Ty::Tuple(f) => Ty::Tuple(f.iter().map(widen).collect()),
+        other => other.clone(),
     }
 }
 

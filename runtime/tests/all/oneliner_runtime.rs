@@ -367,7 +367,7 @@ fn uretprobe_retval_sums_the_returns(transport: &str) {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
         out,
-        "Attaching 1 probe...\n\n\n@: 135\n@h: \n\
+        "Attaching 1 probe...\n\n\n@: 135\n@h:\n\
          [0, 10)                4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
          [10, 20)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\
          [20, 30)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\n",

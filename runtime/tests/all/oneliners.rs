@@ -228,7 +228,7 @@ fn oneliner_table_gives_exact_output() {
 
 /// Puts runs of map lines with equal values (`@m[k]: 3`) in one order, and
 /// the members of JSON objects of maps, since bpftrace leaves them in the
-/// order of its hash table.
+/// order of its hash table; trailing spaces do not count.
 fn normalize(out: &str) -> String {
     let mut lines: Vec<String> = Vec::new();
     let mut run: Vec<String> = Vec::new();
@@ -242,6 +242,9 @@ fn normalize(out: &str) -> String {
         lines.append(run);
     };
     for l in out.lines() {
+        // bpftrace 0.17 writes `@name: ` before a histogram's newline, 0.23
+        // (and wprobe) `@name:`.
+        let l = l.trim_end();
         let l = if l.starts_with("{\"type\": \"map\"") {
             // Object members in sorted order.
             match serde_json::from_str::<serde_json::Value>(l) {
