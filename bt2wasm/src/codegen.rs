@@ -48,8 +48,15 @@ impl Types {
     }
 }
 
+/// The helper functions a module needs besides its handlers.
+#[derive(Default)]
+struct Helpers {
+    streq: bool,
+    strcontains: bool,
+}
+
 /// Imports an expression or statement needs.
-fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
+fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
     use ImportId as I;
     let mut add = |i: I| {
         u.insert(i as u32);
@@ -73,9 +80,14 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
             uses_e(b, u, streq);
         }
         E::StrEq { a, b, .. } => {
-            *streq = true;
+            streq.streq = true;
             uses_e(a, u, streq);
             uses_e(b, u, streq);
+        }
+        E::StrContains { hay, needle, .. } => {
+            streq.strcontains = true;
+            uses_e(hay, u, streq);
+            uses_e(needle, u, streq);
         }
         E::Ternary(c, a, b) => {
             uses_e(c, u, streq);
@@ -124,13 +136,13 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
     }
 }
 
-fn uses_key(k: &ir::Key, u: &mut BTreeSet<u32>, streq: &mut bool) {
+fn uses_key(k: &ir::Key, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
     for p in &k.parts {
         uses_e(&p.e, u, streq);
     }
 }
 
-fn uses_s(s: &S, u: &mut BTreeSet<u32>, streq: &mut bool) {
+fn uses_s(s: &S, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
     use ImportId as I;
     match s {
         S::Eval(e) | S::SetLocal(_, e) | S::SetSlot { e, .. } => uses_e(e, u, streq),
@@ -178,6 +190,8 @@ pub struct Ctx {
     imports: Vec<Option<u32>>,
     /// The string-equality helper's index.
     pub streq: Option<u32>,
+    /// The substring helper's index.
+    pub strcontains: Option<u32>,
     /// Address of handler frames.
     pub frame_base: u32,
 }
@@ -192,7 +206,7 @@ impl Ctx {
 /// Generates the module of `m`.
 pub fn generate(m: &ir::Module) -> Vec<u8> {
     let mut used = BTreeSet::new();
-    let mut streq = false;
+    let mut streq = Helpers::default();
     for h in &m.handlers {
         for s in &h.body {
             uses_s(s, &mut used, &mut streq);
@@ -210,7 +224,11 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
         import_idx[*i as usize] = Some(n as u32);
     }
     let mut next = used.len() as u32;
-    let streq_idx = streq.then(|| {
+    let streq_idx = streq.streq.then(|| {
+        next += 1;
+        next - 1
+    });
+    let strcontains_idx = streq.strcontains.then(|| {
         next += 1;
         next - 1
     });
@@ -218,6 +236,7 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
     let ctx = Ctx {
         imports: import_idx,
         streq: streq_idx,
+        strcontains: strcontains_idx,
         frame_base,
     };
     let mut funcs = FunctionSection::new();
@@ -230,6 +249,11 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
         funcs.function(types.get(&[ValType::I32; 3], &[ValType::I32]));
         code.function(&body::streq_helper());
         names.append(i, "streq");
+    }
+    if let Some(i) = strcontains_idx {
+        funcs.function(types.get(&[ValType::I32; 4], &[ValType::I32]));
+        code.function(&body::strcontains_helper());
+        names.append(i, "strcontains");
     }
     let body_base = next;
     let body_ty = types.get(&[ValType::I32], &[ValType::I32]);

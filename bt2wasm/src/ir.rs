@@ -211,6 +211,18 @@ pub enum E {
         /// Bytes compared at most.
         n: u32,
     },
+    /// `strcontains(hay, needle)`: 1 when the NUL-terminated `needle`
+    /// (at most `nn` bytes) occurs in `hay` (at most `hn` bytes), else 0.
+    StrContains {
+        /// The string searched.
+        hay: Box<E>,
+        /// Its size.
+        hn: u32,
+        /// The string looked for.
+        needle: Box<E>,
+        /// Its size.
+        nn: u32,
+    },
     /// `c ? a : b` (both integer, or both aggregates of one size).
     Ternary(Box<E>, Box<E>, Box<E>),
     /// Truncate to `bytes` and extend (sign or zero) back to 64 bits.

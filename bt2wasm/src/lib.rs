@@ -22,6 +22,7 @@ pub mod elf;
 pub mod events;
 pub mod ir;
 pub mod lex;
+pub mod params;
 pub mod parse;
 pub mod probes;
 
@@ -40,6 +41,10 @@ pub struct Options {
     pub pid: Option<i32>,
     /// The traced command's executable (`-c` / `--`): watchpoints' module.
     pub command: Option<PathBuf>,
+    /// Positional parameters (`$1`, `$2`, ...; `$#` is their count).
+    pub params: Vec<String>,
+    /// `--unsafe`: `system()` is allowed.
+    pub unsafe_calls: bool,
 }
 
 /// A compiled program.
@@ -67,10 +72,11 @@ pub fn compile(
 ) -> Result<Compiled, (Diagnostics, SourceMap)> {
     let mut map = SourceMap::default();
     let file = map.add(PathBuf::from(name), text.as_bytes().to_vec());
-    let (ast, sink) = parse::parse(text.as_bytes(), file);
+    let (mut ast, sink) = parse::parse(text.as_bytes(), file);
     if !sink.is_empty() {
         return Err((sink.finish(), map));
     }
+    params::substitute(&mut ast, &opts.params);
     let mut env = probes::Env {
         pid: opts.pid,
         command: opts.command.clone(),

@@ -34,7 +34,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("strftime", "not supported yet; use time()"),
     ("join", "not supported yet"),
     ("sizeof", "not supported yet"),
-    ("strcontains", "not supported yet"),
     ("strerror", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
@@ -192,6 +191,31 @@ impl Fx<'_, '_> {
                     return bad;
                 }
                 let (addr, at) = self.expr(&args[0]);
+                let strlen = self.cx.opts.strlen;
+                if let Ty::Str(have) = at {
+                    // str() of a string (a literal, a positional
+                    // parameter): the string, cut to n bytes.
+                    let size = match args.get(1).map(int_literal) {
+                        None => have,
+                        Some(Some(v)) if v > 0 => (v as u64).min(have as u64) as u32,
+                        Some(_) => {
+                            self.cx.err(
+                                codes::LITERAL,
+                                args[1].span,
+                                "str() of a string takes a positive integer literal length",
+                            );
+                            return bad;
+                        }
+                    };
+                    let slot = self.slot(size);
+                    let set = S::SetSlot {
+                        slot,
+                        e: addr,
+                        size,
+                        src_size: size.saturating_sub(1).min(have),
+                    };
+                    return (E::Seq(vec![set], Box::new(E::Slot(slot))), Ty::Str(size));
+                }
                 if at != Ty::None && !at.is_int() {
                     self.cx.err(
                         codes::ARGUMENTS,
@@ -200,14 +224,13 @@ impl Fx<'_, '_> {
                     );
                     return bad;
                 }
-                let strlen = self.cx.opts.strlen;
-                // str(p, n) keeps n characters (bpftrace 0.17: a buffer of
-                // n + 1 bytes, at most BPFTRACE_STRLEN).
+                // str(p, n) reads n bytes, its NUL included (bpftrace 0.23;
+                // 0.17 kept n characters), at most BPFTRACE_STRLEN.
                 let (max, size) = match args.get(1) {
                     None => (E::Int(strlen as i64), strlen),
                     Some(n) => match int_literal(n) {
                         Some(v) if v > 0 => {
-                            let size = (v.saturating_add(1) as u64).min(strlen as u64) as u32;
+                            let size = (v as u64).min(strlen as u64) as u32;
                             (E::Int(size as i64), size)
                         }
                         Some(_) => {
@@ -218,13 +241,7 @@ impl Fx<'_, '_> {
                         None => {
                             let (ne, nt) = self.expr(n);
                             self.want_int(&nt, n.span, "str() length");
-                            let plus1 = E::Bin(
-                                crate::ast::BinOp::Add,
-                                false,
-                                Box::new(ne),
-                                Box::new(E::Int(1)),
-                            );
-                            (plus1, strlen)
+                            (ne, strlen)
                         }
                     },
                 };
@@ -394,6 +411,34 @@ impl Fx<'_, '_> {
                         if x != Ty::None && y != Ty::None {
                             self.cx
                                 .err(codes::ARGUMENTS, span, "strncmp() expects two strings");
+                        }
+                        bad
+                    }
+                }
+            }
+            "strcontains" => {
+                if !self.nargs("strcontains", args, 2, 2, span) {
+                    return bad;
+                }
+                let (a, at) = self.expr(&args[0]);
+                let (b, bt) = self.expr(&args[1]);
+                match (at, bt) {
+                    (Ty::Str(x), Ty::Str(y)) => (
+                        E::StrContains {
+                            hay: Box::new(a),
+                            hn: x,
+                            needle: Box::new(b),
+                            nn: y,
+                        },
+                        Ty::U64,
+                    ),
+                    (x, y) => {
+                        if x != Ty::None && y != Ty::None {
+                            self.cx.err(
+                                codes::ARGUMENTS,
+                                span,
+                                "strcontains() expects two strings",
+                            );
                         }
                         bad
                     }

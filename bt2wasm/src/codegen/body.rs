@@ -361,6 +361,22 @@ impl Gen<'_> {
                 }
                 self.i().i64_extend_i32_u();
             }
+            E::StrContains {
+                hay,
+                hn,
+                needle,
+                nn,
+            } => {
+                self.expr(hay);
+                self.i().i32_const(*hn as i32);
+                self.expr(needle);
+                self.i().i32_const(*nn as i32);
+                let f = self
+                    .ctx
+                    .strcontains
+                    .expect("codegen invariant: strcontains collected");
+                self.i().call(f).i64_extend_i32_u();
+            }
             E::Ternary(c, a, b) => {
                 self.truth(c);
                 self.i().if_(BlockType::Result(ValType::I64));
@@ -839,6 +855,95 @@ pub fn streq_helper() -> Function {
         .end()
         .end()
         .i32_const(1)
+        .end();
+    f
+}
+
+/// `strcontains(h, hn, nd, nn) -> i32`: whether the NUL-terminated string
+/// at `nd` (at most `nn` bytes) occurs in the one at `h` (at most `hn`).
+pub fn strcontains_helper() -> Function {
+    let mut f = Function::new([(3, ValType::I32)]);
+    let (h, hn, nd, nn, i, j, nl) = (0, 1, 2, 3, 4, 5, 6);
+    let mut ins = f.instructions();
+    // nl = strnlen(nd, nn)
+    ins.block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(nl)
+        .local_get(nn)
+        .i32_ge_u()
+        .br_if(1)
+        .local_get(nd)
+        .local_get(nl)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_eqz()
+        .br_if(1)
+        .local_get(nl)
+        .i32_const(1)
+        .i32_add()
+        .local_set(nl)
+        .br(0)
+        .end()
+        .end();
+    ins.local_get(nl)
+        .i32_eqz()
+        .if_(BlockType::Empty)
+        .i32_const(1)
+        .return_()
+        .end();
+    // Each start i with i + nl <= hn, up to the haystack's NUL.
+    ins.block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(i)
+        .local_get(nl)
+        .i32_add()
+        .local_get(hn)
+        .i32_gt_u()
+        .br_if(1)
+        .i32_const(0)
+        .local_set(j)
+        .block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(j)
+        .local_get(nl)
+        .i32_ge_u()
+        .if_(BlockType::Empty)
+        .i32_const(1)
+        .return_()
+        .end()
+        .local_get(h)
+        .local_get(i)
+        .i32_add()
+        .local_get(j)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .local_get(nd)
+        .local_get(j)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_ne()
+        .br_if(1)
+        .local_get(j)
+        .i32_const(1)
+        .i32_add()
+        .local_set(j)
+        .br(0)
+        .end()
+        .end()
+        .local_get(h)
+        .local_get(i)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_eqz()
+        .br_if(1)
+        .local_get(i)
+        .i32_const(1)
+        .i32_add()
+        .local_set(i)
+        .br(0)
+        .end()
+        .end()
+        .i32_const(0)
         .end();
     f
 }

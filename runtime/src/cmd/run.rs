@@ -123,6 +123,10 @@ pub fn run(a: RunArgs) -> CmdResult {
     };
     let mut session =
         Session::new(&engine, programs, opts, out).map_err(|e| CliError::user(format!("{e:#}")))?;
+    if a.dry_run {
+        // bpftrace's --dry-run: everything checked and loaded, nothing run.
+        return Ok(ExitCode::SUCCESS);
+    }
     session.set_use_cache(!a.opts.no_cache);
     if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
         return Err(CliError::user("no probe selected (check --group / --type)"));
@@ -137,6 +141,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
         session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
+        session.set_oneliner_quiet(a.quiet);
         session.set_oneliner_output_file(a.output.is_some());
         if a.pid.is_none() && a.command.is_empty() {
             if session.probe_count() > 0 {
@@ -399,6 +404,27 @@ pub struct RunArgs {
     /// executable.
     #[arg(long = "probe", value_name = "LOCATION=EXPORT")]
     pub probes: Vec<String>,
+    /// bpftrace's -q: no `Attaching N probes...` line.
+    #[arg(short = 'q')]
+    pub quiet: bool,
+    /// bpftrace's --unsafe: allow `system()` in one-liners.
+    #[arg(long = "unsafe")]
+    pub unsafe_calls: bool,
+    /// bpftrace's --no-warnings: no warnings from the one-liner front end.
+    #[arg(long)]
+    pub no_warnings: bool,
+    /// bpftrace's --dry-run: compile and load the program, run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// bpftrace's --include FILE: C definitions for a one-liner (as if
+    /// `#include`d at its top).
+    #[arg(long = "include", value_name = "FILE")]
+    pub c_includes: Vec<PathBuf>,
+    /// Positional parameters of a one-liner (`$1`, `$2`, ..., `$#`): the
+    /// words after `-e PROGRAM` or after a `.bt` file (set by
+    /// `oneliner::normalize`, not a flag).
+    #[arg(skip)]
+    pub params: Vec<String>,
     /// The command to launch (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

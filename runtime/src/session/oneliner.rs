@@ -35,6 +35,8 @@ pub(super) struct BtState {
     pub(super) stop: Option<std::sync::Arc<AtomicBool>>,
     /// `exit()` was called.
     pub(super) exited: bool,
+    /// `-q`: no `Attaching` line.
+    pub(super) quiet: bool,
     /// The output is a file (`-o`): the blank lines before the maps go to
     /// standard output, as bpftrace writes them.
     pub(super) gap_to_stdout: bool,
@@ -54,6 +56,7 @@ impl Default for BtState {
             buf: Vec::new(),
             stop: None,
             exited: false,
+            quiet: false,
             gap_to_stdout: false,
             probe_bias: HashMap::new(),
         }
@@ -73,6 +76,11 @@ impl Session {
         };
         self.bt.stop = Some(stop);
         self.runner.store.data_mut().services.child_pid = child_pid;
+    }
+
+    /// `-q`: no `Attaching N probes...` line.
+    pub fn set_oneliner_quiet(&mut self, quiet: bool) {
+        self.bt.quiet = quiet;
     }
 
     /// The one-liner output goes to a file (`-o`): like bpftrace, the two
@@ -133,7 +141,9 @@ impl Session {
                 format!("{{\"type\": \"attached_probes\", \"data\": {{\"probes\": {n}}}}}\n")
             }
         };
-        self.write_out(line.as_bytes());
+        if !self.bt.quiet {
+            self.write_out(line.as_bytes());
+        }
         let now = std::time::Instant::now();
         for s in &mut self.bt.specials {
             if let Trigger::Interval { period_ns } = s.trigger {

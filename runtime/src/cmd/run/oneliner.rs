@@ -8,15 +8,23 @@
 use crate::cache::Cache;
 use crate::cmd::run::RunArgs;
 use crate::session::{LoadedProgram, Session};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::cmd::{CliError, CmdResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether `path` is a one-liner program file.
+/// Whether `path` is a one-liner program file (`-`: one on standard input).
 pub fn is_bt(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "bt")
+    path.extension().is_some_and(|e| e == "bt") || path.as_os_str() == "-"
+}
+
+/// Whether `path` names a program of any kind wprobe runs.
+fn is_program_file(path: &Path) -> bool {
+    is_bt(path)
+        || path
+            .extension()
+            .is_some_and(|e| e == "rpn" || e == "wasm" || e == "wat")
 }
 
 /// Whether the run has one-liner inputs (`-e`, `.bt`, `--event`).
@@ -35,8 +43,30 @@ pub fn is_oneliner_module(m: &crate::load::LoadedModule) -> bool {
             .any(|p| p.trigger != hostabi::manifest::Trigger::Hit)
 }
 
-/// Moves `-c CMD` (split on spaces, as bpftrace does) into the command.
+/// Moves `-c CMD` (split on spaces, as bpftrace does) into the command,
+/// and takes bpftrace's positional parameters out of the program list:
+/// after `-e PROGRAM`, or after a `.bt` file (or `-`), the words that are
+/// not program files are `$1`, `$2`, ...
 pub fn normalize(mut a: RunArgs) -> RunArgs {
+    let first_bt = a.programs.iter().position(|p| is_bt(p));
+    let from = if a.program_text.is_some() && !a.list {
+        Some(0)
+    } else {
+        first_bt.map(|i| i + 1)
+    };
+    if let Some(from) = from {
+        type Indexed = Vec<(usize, PathBuf)>;
+        let (keep, params): (Indexed, Indexed) = a
+            .programs
+            .drain(..)
+            .enumerate()
+            .partition(|(i, p)| *i < from || is_program_file(p));
+        a.programs = keep.into_iter().map(|(_, p)| p).collect();
+        a.params = params
+            .into_iter()
+            .map(|(_, p)| p.to_string_lossy().into_owned())
+            .collect();
+    }
     if let Some(c) = a.cmd.take() {
         a.command = c
             .split(' ')
@@ -73,6 +103,8 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
         },
         pid: a.pid,
         command,
+        params: a.params.clone(),
+        unsafe_calls: a.unsafe_calls,
     }
 }
 
@@ -137,9 +169,17 @@ pub fn load_file(
     a: &RunArgs,
     cache: &Cache,
 ) -> Result<LoadedProgram, String> {
-    let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let (name, text) = if path.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| format!("reading the program on standard input: {e}"))?;
+        ("stdin".to_string(), b)
+    } else {
+        let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        (path.display().to_string(), b)
+    };
     let text = String::from_utf8_lossy(&text);
-    let wasm = compile_text(&path.display().to_string(), &text, &options(a))?;
+    let wasm = compile_text(&name, &text, &options(a))?;
     let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
     Ok(LoadedProgram {
