@@ -7,8 +7,10 @@
 //! types stop changing; only the last pass reports errors and its IR is
 //! kept. Errors carry bpftrace's wording where bpftrace has one.
 
-mod call;
+pub(crate) mod call;
+pub mod config;
 pub(crate) mod expr;
+mod types;
 pub(crate) use expr::reg;
 pub mod format;
 
@@ -33,6 +35,9 @@ pub struct Options {
     pub ustack_frames: u32,
     /// Whether a command is launched (`cpid` is then available).
     pub has_child: bool,
+    /// The default stack mode (`bpftrace`, `perf`, `raw`; bpftrace's
+    /// `BPFTRACE_STACK_MODE`).
+    pub stack_mode: String,
 }
 
 impl Default for Options {
@@ -42,6 +47,7 @@ impl Default for Options {
             map_keys: hostabi::maps::DEFAULT_MAX_KEYS,
             ustack_frames: 127,
             has_child: false,
+            stack_mode: "bpftrace".into(),
         }
     }
 }
@@ -85,6 +91,10 @@ pub(crate) struct Cx<'a> {
     pub final_pass: bool,
     /// Something learnt this pass (another pass is needed).
     pub changed: bool,
+    /// C types: the program's definitions and what DWARF added.
+    pub types: crate::ctypes::Types,
+    /// The probed binaries, whose DWARF defines types the program names.
+    pub dwarf_files: Vec<std::rc::Rc<crate::elf::Binary>>,
 }
 
 impl Cx<'_> {
@@ -172,9 +182,16 @@ pub(crate) fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
         }
         (Ty::Str(x), Ty::Str(y)) => Ty::Str(*x.max(y)),
         (Ty::Buf(x), Ty::Buf(y)) => Ty::Buf(*x.max(y)),
-        (Ty::Ustack(x), Ty::Ustack(y)) => Ty::Ustack(*x.max(y)),
+        (Ty::Ustack(x, m), Ty::Ustack(y, n)) if m == n => Ty::Ustack(*x.max(y), *m),
         (Ty::Usym, Ty::Usym) => Ty::Usym,
         (Ty::Ptr(_), Ty::Ptr(_)) => a.clone(),
+        (Ty::Record(x), Ty::Record(y)) if x == y => a.clone(),
+        (Ty::Array(x, n), Ty::Array(y, m)) if n == m => Ty::Array(Box::new(unify(x, y)?), *n),
+        (Ty::Enum(x), Ty::Enum(y)) if x == y => a.clone(),
+        (Ty::Enum(_), Ty::Int { signed, .. }) | (Ty::Int { signed, .. }, Ty::Enum(_)) => Ty::Int {
+            signed: *signed,
+            bytes: 8,
+        },
         (Ty::Tuple(x), Ty::Tuple(y)) if x.len() == y.len() => Ty::Tuple(
             x.iter()
                 .zip(y)
@@ -369,6 +386,45 @@ impl Fx<'_, '_> {
                 });
             }
             StmtKind::Return => out.push(S::Return(hostabi::Outcome::Exit as i32)),
+            StmtKind::Let { name } => {
+                // A declared variable starts from zero (of the type it is
+                // given anywhere in the probe).
+                let key = (self.probe, name.clone());
+                let Some(t) = self.cx.vars.get(&key).cloned() else {
+                    return;
+                };
+                match self.vars.get(name).map(|v| v.1) {
+                    Some(VarLoc::Local(l)) => out.push(S::SetLocal(l, E::Int(0))),
+                    Some(VarLoc::Slot(slot)) => out.push(S::SetSlot {
+                        slot,
+                        e: E::Slot(slot),
+                        size: t.size(),
+                        src_size: 0,
+                    }),
+                    None => {
+                        let loc = if t.is_agg() {
+                            VarLoc::Slot(self.slot(t.size()))
+                        } else {
+                            VarLoc::Local(self.local())
+                        };
+                        self.vars.insert(name.clone(), (t.clone(), loc));
+                        match loc {
+                            VarLoc::Local(l) => out.push(S::SetLocal(l, E::Int(0))),
+                            VarLoc::Slot(slot) => out.push(S::SetSlot {
+                                slot,
+                                e: E::Slot(slot),
+                                size: t.size(),
+                                src_size: 0,
+                            }),
+                        }
+                    }
+                }
+            }
+            StmtKind::Block(list) => {
+                for st in list {
+                    self.stmt(st, out);
+                }
+            }
         }
     }
 
@@ -488,6 +544,8 @@ pub struct Checked {
     pub module: ir::Module,
     /// The concrete probes, by handler.
     pub concrete: Vec<Vec<Concrete>>,
+    /// What the program's `config` block decides for the run.
+    pub config: config::RunConfig,
 }
 
 /// Expands, checks and lowers `prog`.
@@ -505,6 +563,15 @@ pub fn check(
         }
         concrete.push(list);
     }
+    let mut local = opts.clone();
+    let run_config = config::apply(&prog.config, &mut local, &mut diags);
+    let opts = &local;
+    let mut types = types::build(prog, &mut diags);
+    let dwarf_files: Vec<std::rc::Rc<crate::elf::Binary>> = env
+        .binaries
+        .values()
+        .filter_map(|b| b.clone().ok())
+        .collect();
     let mut vars: HashMap<(usize, String), Ty> = HashMap::new();
     let mut maps: HashMap<String, MapInfo> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -520,11 +587,14 @@ pub fn check(
             diags: Sink::default(),
             final_pass: false,
             changed: false,
+            types,
+            dwarf_files: dwarf_files.clone(),
         };
         let _ = lower_all(&mut cx, prog, &concrete);
         maps = cx.maps;
         order = cx.map_order;
         vars = cx.vars;
+        types = cx.types;
         if !cx.changed && pass > 0 {
             break;
         }
@@ -540,6 +610,8 @@ pub fn check(
         diags: Sink::default(),
         final_pass: true,
         changed: false,
+        types,
+        dwarf_files,
     };
     let handlers = lower_all(&mut cx, prog, &concrete);
     diags.list.append(&mut cx.diags.list);
@@ -549,6 +621,7 @@ pub fn check(
     Ok(Checked {
         module: finish(cx, handlers, &concrete),
         concrete,
+        config: run_config,
     })
 }
 
@@ -642,6 +715,8 @@ pub(crate) fn module_of(
         diags: Sink::default(),
         final_pass: true,
         changed: false,
+        types: crate::ctypes::Types::default(),
+        dwarf_files: Vec::new(),
     };
     finish(cx, handlers, concrete)
 }

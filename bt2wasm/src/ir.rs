@@ -6,6 +6,20 @@
 //! unsigned division and modulo, a zero divisor giving 0).
 
 use crate::ast::{BinOp, UnOp};
+use crate::ctypes::{CType, EnumDef};
+use std::rc::Rc;
+
+/// A structure's value: its fields' names and value types, and its C size
+/// (`sizeof`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RecordTy {
+    /// `struct Foo`.
+    pub name: String,
+    /// Fields in order (anonymous members' fields flattened in).
+    pub fields: Vec<(String, Ty)>,
+    /// `sizeof` in C.
+    pub c_size: u32,
+}
 use hostabi::layout::Layout;
 use hostabi::maps::Op;
 
@@ -23,13 +37,22 @@ pub enum Ty {
     Str(u32),
     /// A buffer of at most this many bytes.
     Buf(u32),
-    /// A user stack of at most this many frames.
-    Ustack(u32),
+    /// A user stack of at most this many frames, and its print style
+    /// (`None`: bpftrace's).
+    Ustack(u32, Option<hostabi::layout::StackMode>),
     /// A code address printed as its symbol.
     Usym,
-    /// A pointer to a value of the type (`Ty::None`: `void`): an address
-    /// in an i64, scaled by the pointee's size in arithmetic.
-    Ptr(Box<Ty>),
+    /// A pointer to a C type: an address in an i64, scaled by the
+    /// pointee's size in arithmetic.
+    Ptr(Box<CType>),
+    /// A structure or union read from the traced process: its fields laid
+    /// out as a tuple's (each 8-byte aligned).
+    Record(Rc<RecordTy>),
+    /// An array read from the traced process (elements laid out as a
+    /// tuple's).
+    Array(Box<Ty>, u32),
+    /// An enumeration's value (an integer printed as its enumerator).
+    Enum(Rc<EnumDef>),
     /// A tuple.
     Tuple(Vec<Ty>),
     /// No value (calls such as `printf`), or not known yet.
@@ -48,9 +71,9 @@ impl Ty {
         bytes: 8,
     };
 
-    /// Whether it is an integer (pointers included: they are addresses).
+    /// Whether it is an integer (pointers and enums included).
     pub fn is_int(&self) -> bool {
-        matches!(self, Ty::Int { .. } | Ty::Ptr(_))
+        matches!(self, Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_))
     }
 
     /// Whether it is a pointer.
@@ -62,24 +85,19 @@ impl Ty {
     /// `void *`, as C compilers take it).
     pub fn pointee_size(&self) -> u64 {
         match self {
-            Ty::Ptr(p) => match &**p {
-                Ty::None => 1,
-                Ty::Int { bytes, .. } => *bytes as u64,
-                Ty::Ptr(_) => 8,
-                t => t.size() as u64,
-            },
+            Ty::Ptr(p) => (p.size() as u64).max(1),
             _ => 1,
         }
     }
 
     /// Whether values of this type live in memory (frame slots).
     pub fn is_agg(&self) -> bool {
-        !matches!(self, Ty::Int { .. } | Ty::Ptr(_) | Ty::None)
+        !matches!(self, Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_) | Ty::None)
     }
 
-    /// Whether it is signed (integers only).
+    /// Whether it is signed (integers only; enums are C `int`s).
     pub fn signed(&self) -> bool {
-        matches!(self, Ty::Int { signed: true, .. })
+        matches!(self, Ty::Int { signed: true, .. } | Ty::Enum(_))
     }
 
     /// The value layout (key, value and argument bytes).
@@ -91,9 +109,18 @@ impl Ty {
             },
             Ty::Str(n) => Layout::Str(*n),
             Ty::Buf(n) => Layout::Buf(*n),
-            Ty::Ustack(n) => Layout::Ustack(*n),
+            Ty::Ustack(n, None) => Layout::Ustack(*n),
+            Ty::Ustack(n, Some(m)) => Layout::UstackAs(*n, *m),
             Ty::Usym => Layout::Usym,
             Ty::Ptr(_) => Layout::Ptr,
+            Ty::Record(r) => Layout::Record(
+                r.fields
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.layout()))
+                    .collect(),
+            ),
+            Ty::Array(t, n) => Layout::Array(Box::new(t.layout()), *n),
+            Ty::Enum(e) => Layout::Enum(e.values.clone().into_boxed_slice()),
             Ty::Tuple(f) => Layout::Tuple(f.iter().map(Ty::layout).collect()),
             Ty::None => Layout::U64,
         }
@@ -112,12 +139,12 @@ impl Ty {
             }
             Ty::Str(n) => format!("string[{n}]"),
             Ty::Buf(n) => format!("buffer[{n}]"),
-            Ty::Ustack(_) => "ustack".into(),
+            Ty::Ustack(..) => "ustack".into(),
             Ty::Usym => "usym".into(),
-            Ty::Ptr(p) => match &**p {
-                Ty::None => "void *".into(),
-                p => format!("{} *", p.name()),
-            },
+            Ty::Ptr(p) => format!("{} *", p.name()),
+            Ty::Record(r) => r.name.clone(),
+            Ty::Array(t, n) => format!("{}[{n}]", t.name()),
+            Ty::Enum(e) => e.name.clone(),
             Ty::Tuple(f) => format!(
                 "({})",
                 f.iter().map(Ty::name).collect::<Vec<_>>().join(", ")

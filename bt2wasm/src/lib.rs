@@ -16,6 +16,7 @@
 pub mod ast;
 pub mod check;
 pub mod codegen;
+pub mod ctypes;
 pub mod diag;
 pub mod dwarf;
 pub mod elf;
@@ -53,6 +54,8 @@ pub struct Compiled {
     pub wasm: Vec<u8>,
     /// The IR it was generated from (manifest and events included).
     pub module: ir::Module,
+    /// What the program's `config` block decides for the run.
+    pub config: check::config::RunConfig,
 }
 
 impl Compiled {
@@ -88,6 +91,7 @@ pub fn compile(
     Ok(Compiled {
         wasm,
         module: checked.module,
+        config: checked.config,
     })
 }
 
@@ -144,5 +148,9 @@ pub fn compile_events(
     }
     let module = check::module_of(handlers, &concrete, data, events, &opts.check);
     let wasm = codegen::generate(&module);
-    Ok(Compiled { wasm, module })
+    Ok(Compiled {
+        wasm,
+        module,
+        config: check::config::RunConfig::default(),
+    })
 }

@@ -101,6 +101,8 @@ fn stmts(list: &mut [Stmt], params: &[String]) {
                 expr(cond, params);
                 stmts(body, params);
             }
+            StmtKind::Block(b) => stmts(b, params),
+            StmtKind::Let { .. } => {}
             StmtKind::Break | StmtKind::Continue | StmtKind::Return => {}
         }
     }
@@ -168,7 +170,12 @@ fn expr(e: &mut Expr, params: &[String]) {
         ExprKind::Cast { expr: x, .. } => expr(x, params),
         ExprKind::Tuple(items) => items.iter_mut().for_each(|i| expr(i, params)),
         ExprKind::IncDec { target, .. } => expr(target, params),
-        ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Ident(_) | ExprKind::Var(_) => {}
+        ExprKind::Int(_)
+        | ExprKind::Str(_)
+        | ExprKind::Ident(_)
+        | ExprKind::Var(_)
+        | ExprKind::SizeofType { .. }
+        | ExprKind::Offsetof { .. } => {}
     }
 }
 

@@ -88,6 +88,19 @@ pub fn int_value(b: &[u8], signed: bool, bytes: u8) -> u64 {
 /// A user stack as bpftrace prints it: a newline, then one frame per line
 /// indented by `indent` spaces; frames stop at the first zero address.
 pub fn stack_text(b: &[u8], frames: u32, indent: usize, sym: &mut Symbolizer) -> String {
+    stack_text_as(b, frames, indent, None, sym)
+}
+
+/// A user stack in a stack mode (`None`: bpftrace's): perf's is
+/// `\tADDR SYM+OFF (MODULE)` per frame, raw is the hex address alone.
+pub fn stack_text_as(
+    b: &[u8],
+    frames: u32,
+    indent: usize,
+    mode: Option<hostabi::layout::StackMode>,
+    sym: &mut Symbolizer,
+) -> String {
+    use hostabi::layout::StackMode;
     let pid = word(b, 0);
     let n = (word(b, 8) as u32).min(frames);
     let mut s = String::from("\n");
@@ -96,8 +109,19 @@ pub fn stack_text(b: &[u8], frames: u32, indent: usize, sym: &mut Symbolizer) ->
         if addr == 0 {
             break;
         }
-        s.push_str(&" ".repeat(indent));
-        s.push_str(&sym.resolve(pid, addr, true));
+        match mode {
+            None => {
+                s.push_str(&" ".repeat(indent));
+                s.push_str(&sym.resolve(pid, addr, true));
+            }
+            Some(StackMode::Perf) => {
+                s.push_str(&format!(
+                    "\t{addr:x} {}",
+                    sym.resolve_with_module(pid, addr)
+                ));
+            }
+            Some(StackMode::Raw) => s.push_str(&format!("{addr:x}")),
+        }
         s.push('\n');
     }
     s
@@ -129,8 +153,34 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
             }
         }
         Layout::Ustack(n) => stack_text(b, *n, if key { 4 } else { 8 }, sym),
+        Layout::UstackAs(n, m) => stack_text_as(b, *n, 0, Some(*m), sym),
         Layout::Usym => sym.resolve(word(b, 8), word(b, 0), false),
         Layout::Ptr => format!("0x{:x}", word(b, 0)),
+        // bpftrace 0.23's `struct_to_str` and `array_to_str`.
+        Layout::Record(fields) => {
+            let mut parts = Vec::new();
+            let mut off = 0;
+            for (n, f) in fields.iter() {
+                let v = value_text(f, b.get(off..).unwrap_or(&[]), false, sym);
+                parts.push(format!(".{n} = {v}"));
+                off += f.size();
+            }
+            format!("{{ {} }}", parts.join(", "))
+        }
+        Layout::Array(f, n) => {
+            let sz = f.size();
+            let parts: Vec<String> = (0..*n as usize)
+                .map(|i| value_text(f, b.get(i * sz..).unwrap_or(&[]), false, sym))
+                .collect();
+            format!("[{}]", parts.join(","))
+        }
+        Layout::Enum(values) => {
+            let v = word(b, 0) as i64;
+            match values.iter().find(|(_, x)| *x == v) {
+                Some((n, _)) => n.clone(),
+                None => v.to_string(),
+            }
+        }
         Layout::Tuple(fields) => {
             let mut parts = Vec::new();
             let mut off = 0;
@@ -146,7 +196,15 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
 
 /// Whether bpftrace quotes this type's values in JSON.
 fn quoted(l: &Layout) -> bool {
-    !matches!(l, Layout::Int { .. } | Layout::Ptr | Layout::Tuple(_))
+    !matches!(
+        l,
+        Layout::Int { .. }
+            | Layout::Ptr
+            | Layout::Tuple(_)
+            | Layout::Record(_)
+            | Layout::Array(..)
+            | Layout::Enum(_)
+    )
 }
 
 /// The JSON of a value.
@@ -163,6 +221,26 @@ pub fn value_json(l: &Layout, b: &[u8], sym: &mut Symbolizer) -> String {
             format!("[{}]", parts.join(","))
         }
         Layout::Ptr => word(b, 0).to_string(),
+        Layout::Enum(_) => (word(b, 0) as i64).to_string(),
+        Layout::Record(fields) => {
+            let mut parts = Vec::new();
+            let mut off = 0;
+            for (n, f) in fields.iter() {
+                let mut k = String::from("\"");
+                json_escape(&mut k, n.as_bytes());
+                let v = value_json(f, b.get(off..).unwrap_or(&[]), sym);
+                parts.push(format!("{k}\": {v}"));
+                off += f.size();
+            }
+            format!("{{ {} }}", parts.join(", "))
+        }
+        Layout::Array(f, n) => {
+            let sz = f.size();
+            let parts: Vec<String> = (0..*n as usize)
+                .map(|i| value_json(f, b.get(i * sz..).unwrap_or(&[]), sym))
+                .collect();
+            format!("[{}]", parts.join(","))
+        }
         l if quoted(l) => {
             let t = value_text(l, b, false, sym);
             let mut s = String::from("\"");
@@ -206,6 +284,11 @@ pub fn printf_text(fmt: &[u8], args: &[Layout], data: &[u8], sym: &mut Symbolize
         let arg = match a {
             Layout::Int { signed, bytes: n } => Arg::Int(int_value(bytes, *signed, *n)),
             Layout::Ptr => Arg::Int(word(bytes, 0)),
+            Layout::Enum(_) if s.conv == "s" => {
+                arg_text = value_text(a, bytes, false, sym);
+                Arg::Str(arg_text.as_bytes())
+            }
+            Layout::Enum(_) => Arg::Int(word(bytes, 0)),
             Layout::Str(n) => Arg::Str(cstr(&bytes[..(*n as usize).min(bytes.len())])),
             Layout::Buf(n) => {
                 let len = (word(bytes, 0) as usize).min(*n as usize);

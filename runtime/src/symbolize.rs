@@ -104,6 +104,23 @@ impl Symbolizer {
         Some((name.to_string(), off))
     }
 
+    /// `name+off (path)`, else `0x… ([unknown])` (perf's stack style).
+    pub fn resolve_with_module(&mut self, pid: u64, addr: u64) -> String {
+        let found = self.lookup(pid, addr);
+        let path = self
+            .maps
+            .get(&pid)
+            .and_then(|m| procmaps::find(m, addr))
+            .filter(|m| m.is_file())
+            .map(|m| m.path.clone());
+        match (found, path) {
+            (Some((n, o)), Some(p)) => format!("{n}+{o} ({p})"),
+            (Some((n, o)), None) => format!("{n}+{o} ([unknown])"),
+            (None, Some(p)) => format!("{addr:#x} ({p})"),
+            (None, None) => format!("{addr:#x} ([unknown])"),
+        }
+    }
+
     /// `name+off` (or `name` without `offset`), else `0x…`.
     pub fn resolve(&mut self, pid: u64, addr: u64, offset: bool) -> String {
         match self.lookup(pid, addr) {

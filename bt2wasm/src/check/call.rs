@@ -33,7 +33,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("macaddr", "not supported yet"),
     ("strftime", "not supported yet; use time()"),
     ("join", "not supported yet"),
-    ("sizeof", "not supported yet"),
     ("strerror", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
@@ -48,7 +47,7 @@ pub(crate) fn is_aggregation(name: &str) -> bool {
     AGGREGATIONS.contains(&name)
 }
 
-fn int_literal(e: &ast::Expr) -> Option<i64> {
+pub(crate) fn int_literal(e: &ast::Expr) -> Option<i64> {
     match &e.kind {
         ExprKind::Int(v) => Some(*v as i64),
         ExprKind::Unop(ast::UnOp::Neg, x) => match x.kind {
@@ -357,16 +356,15 @@ impl Fx<'_, '_> {
             "ustack" => {
                 // ustack([mode,] [limit])
                 let mut frames = self.cx.opts.ustack_frames;
+                let mut mode = self.default_stack_mode();
                 for a in args {
                     match &a.kind {
-                        ExprKind::Ident(m) if m == "bpftrace" => {}
+                        ExprKind::Ident(m) if m == "bpftrace" => mode = None,
                         ExprKind::Ident(m) if m == "perf" => {
-                            self.cx.err(
-                                codes::UNSUPPORTED,
-                                a.span,
-                                "ustack(perf) is not supported yet; the default mode prints the same frames",
-                            );
-                            return bad;
+                            mode = Some(hostabi::layout::StackMode::Perf)
+                        }
+                        ExprKind::Ident(m) if m == "raw" => {
+                            mode = Some(hostabi::layout::StackMode::Raw)
                         }
                         _ => match int_literal(a) {
                             Some(n) if (1..=1024).contains(&n) => frames = n as u32,
@@ -374,14 +372,14 @@ impl Fx<'_, '_> {
                                 self.cx.err(
                                     codes::ARGUMENTS,
                                     a.span,
-                                    "ustack() expects a stack mode (bpftrace) and/or a frame limit of 1 to 1024",
+                                    "ustack() expects a stack mode (bpftrace, perf, raw) and/or a frame limit of 1 to 1024",
                                 );
                                 return bad;
                             }
                         },
                     }
                 }
-                self.ustack(frames, span)
+                self.ustack(frames, mode, span)
             }
             "strncmp" => {
                 if !self.nargs("strncmp", args, 3, 3, span) {
@@ -415,6 +413,16 @@ impl Fx<'_, '_> {
                         bad
                     }
                 }
+            }
+            "sizeof" => {
+                if !self.nargs("sizeof", args, 1, 1, span) {
+                    return bad;
+                }
+                let (_, t) = self.expr(&args[0]);
+                if t == Ty::None {
+                    return bad;
+                }
+                (E::Int(super::types::c_size(&t) as i64), Ty::U64)
             }
             "strcontains" => {
                 if !self.nargs("strcontains", args, 2, 2, span) {
@@ -667,6 +675,8 @@ impl Fx<'_, '_> {
             }
             let given = match t {
                 Ty::Int { .. } | Ty::Ptr(_) => Kind::Int,
+                // An enum prints as its number (%d) or its name (%s).
+                Ty::Enum(_) if s.kind != Kind::Buf => s.kind,
                 Ty::Buf(_) => Kind::Buf,
                 _ => Kind::Str,
             };

@@ -92,7 +92,14 @@ impl Fx<'_, '_> {
                 let a = self.cx.string(s);
                 (E::Static(a), Ty::Str(s.len() as u32 + 1))
             }
-            ExprKind::Ident(name) => self.builtin(name, e.span),
+            ExprKind::Ident(name) => {
+                if let Some((en, v)) = self.cx.types.enumerators.get(name).cloned() {
+                    return (E::Int(v), Ty::Enum(en));
+                }
+                self.builtin(name, e.span)
+            }
+            ExprKind::SizeofType { ty, ptr } => self.sizeof_type(ty, *ptr, e.span),
+            ExprKind::Offsetof { ty, path } => self.offsetof(ty, path, e.span),
             ExprKind::Var(name) => match self.vars.get(name) {
                 Some((t, VarLoc::Local(l))) => (E::Local(*l), t.clone()),
                 Some((t, VarLoc::Slot(s))) => (E::Slot(*s), t.clone()),
@@ -172,7 +179,12 @@ impl Fx<'_, '_> {
                     },
                 }
             }
-            ExprKind::Field { base, field, arrow } => self.field(base, field, *arrow, e.span),
+            ExprKind::Field { base, field, arrow } => {
+                if let Some((a, c, bits)) = self.place(e) {
+                    return self.read_c(a, &c, bits, e.span);
+                }
+                self.field(base, field, *arrow, e.span)
+            }
             ExprKind::TupleIndex(base, n) => {
                 let (be, bt) = self.expr(base);
                 let Ty::Tuple(fields) = &bt else {
@@ -209,16 +221,28 @@ impl Fx<'_, '_> {
                     t,
                 )
             }
-            ExprKind::Index(..) => {
-                self.cx.err_note(
-                    codes::UNSUPPORTED,
-                    e.span,
-                    "array indexing is not supported",
-                    "read memory with a cast and a dereference: *(uint32*)(addr + 4 * i)",
-                );
-                bad
+            ExprKind::Index(base, idx) => {
+                if let Some((a, c, bits)) = self.place(e) {
+                    return self.read_c(a, &c, bits, e.span);
+                }
+                self.index_value(base, idx, e.span)
             }
-            ExprKind::Cast { ty, ptr, expr } => self.cast(ty, *ptr, expr, e.span),
+            ExprKind::Cast {
+                ty,
+                ptr,
+                array,
+                expr,
+            } => {
+                if array.is_some() {
+                    self.cx.err(
+                        codes::UNSUPPORTED,
+                        e.span,
+                        format!("casts to arrays (`{ty}[N]`) are not supported"),
+                    );
+                    return bad;
+                }
+                self.cast(ty, *ptr, expr, e.span)
+            }
             ExprKind::Tuple(items) => {
                 let mut parts = Vec::new();
                 let mut tys = Vec::new();
@@ -248,6 +272,8 @@ impl Fx<'_, '_> {
         let bad = (E::Int(0), Ty::None);
         let fact = |f| (E::Fact(f), Ty::U64);
         match name {
+            "true" => (E::Int(1), Ty::I64),
+            "false" => (E::Int(0), Ty::I64),
             "pid" => fact(Fact::Pid),
             "tid" => fact(Fact::Tid),
             "cpu" => fact(Fact::Cpu),
@@ -286,7 +312,8 @@ impl Fx<'_, '_> {
             }
             "ustack" => {
                 let frames = self.cx.opts.ustack_frames;
-                self.ustack(frames, span)
+                let mode = self.default_stack_mode();
+                self.ustack(frames, mode, span)
             }
             "kstack" | "ctx" | "curtask" | "cgroup" | "numaid" => {
                 self.cx.err_note(
@@ -380,7 +407,12 @@ impl Fx<'_, '_> {
         )
     }
 
-    pub(crate) fn ustack(&mut self, frames: u32, span: Span) -> (E, Ty) {
+    pub(crate) fn ustack(
+        &mut self,
+        frames: u32,
+        mode: Option<hostabi::layout::StackMode>,
+        span: Span,
+    ) -> (E, Ty) {
         if self.ctx == Ctx::Special {
             self.cx.err(
                 codes::BUILTIN_CONTEXT,
@@ -389,7 +421,7 @@ impl Fx<'_, '_> {
             );
             return (E::Int(0), Ty::None);
         }
-        let t = Ty::Ustack(frames);
+        let t = Ty::Ustack(frames, mode);
         let slot = self.slot(t.size());
         let entry_fixup = self.ctx == Ctx::Uprobe;
         (
@@ -400,6 +432,15 @@ impl Fx<'_, '_> {
             },
             t,
         )
+    }
+
+    /// The stack mode of the run (`BPFTRACE_STACK_MODE`, `config`).
+    pub(crate) fn default_stack_mode(&self) -> Option<hostabi::layout::StackMode> {
+        match self.cx.opts.stack_mode.as_str() {
+            "perf" => Some(hostabi::layout::StackMode::Perf),
+            "raw" => Some(hostabi::layout::StackMode::Raw),
+            _ => None,
+        }
     }
 
     /// The `probe` or `func` table of this handler: strings of one stride.
@@ -432,7 +473,7 @@ impl Fx<'_, '_> {
         if op == UnOp::Deref {
             let (addr, at) = self.expr(x);
             return match at {
-                Ty::Ptr(p) => self.load(addr, *p, span),
+                Ty::Ptr(p) => self.read_c(addr, &p, None, span),
                 Ty::None => (E::Int(0), Ty::None),
                 t => {
                     self.cx.err_note(
@@ -473,39 +514,6 @@ impl Fx<'_, '_> {
             },
         };
         (E::Un(op, Box::new(e)), rt)
-    }
-
-    /// The value of type `t` at `addr` in the traced process.
-    pub(crate) fn load(&mut self, addr: E, t: Ty, span: Span) -> (E, Ty) {
-        let (signed, bytes) = match &t {
-            Ty::Int { signed, bytes } => (*signed, *bytes),
-            Ty::Ptr(_) => (false, 8),
-            other => {
-                self.cx.err(
-                    codes::UNSUPPORTED,
-                    span,
-                    format!(
-                        "dereferencing a pointer to {} is not supported",
-                        if *other == Ty::None {
-                            "void".to_string()
-                        } else {
-                            other.name()
-                        }
-                    ),
-                );
-                return (E::Int(0), Ty::None);
-            }
-        };
-        let slot = self.slot(8);
-        (
-            E::Load {
-                addr: Box::new(addr),
-                bytes,
-                signed,
-                slot,
-            },
-            t,
-        )
     }
 
     fn binop(&mut self, op: BinOp, a: &ast::Expr, b: &ast::Expr, span: Span) -> (E, Ty) {
@@ -565,29 +573,26 @@ impl Fx<'_, '_> {
             );
             return (E::Int(0), Ty::None);
         }
-        if ptr > 0 {
-            let mut pt = if ty == "void" {
-                Ty::None
-            } else {
-                match int_type(ty) {
-                    Some(t) => t,
-                    None => {
-                        self.cx.err(
-                            codes::UNSUPPORTED,
-                            span,
-                            format!("Cannot cast to \"{ty} *\": unknown type"),
-                        );
-                        return (E::Int(0), Ty::None);
-                    }
-                }
-            };
-            for _ in 0..ptr {
-                pt = Ty::Ptr(Box::new(pt));
+        let c = if ptr > 0 && (ty.starts_with("struct ") || ty.starts_with("union ")) {
+            // A pointer to a record: its type is needed only where it is
+            // used (it may never be, as in `(struct x *)0`).
+            self.resolve_type_quiet(ty)
+                .unwrap_or(crate::ctypes::CType::Named(ty.to_string()))
+        } else {
+            match self.resolve_type(ty, span) {
+                Some(c) => c,
+                None => return (E::Int(0), Ty::None),
             }
-            return (e, pt);
+        };
+        let mut c = c;
+        if ptr > 0 {
+            for _ in 1..ptr {
+                c = crate::ctypes::CType::Ptr(Box::new(c));
+            }
+            return (e, Ty::Ptr(Box::new(c)));
         }
-        match int_type(ty) {
-            Some(Ty::Int { signed, bytes }) => (
+        match c {
+            crate::ctypes::CType::Int { signed, bytes } => (
                 E::Cast {
                     e: Box::new(e),
                     signed,
@@ -595,26 +600,106 @@ impl Fx<'_, '_> {
                 },
                 Ty::Int { signed, bytes },
             ),
-            _ => {
+            crate::ctypes::CType::Enum(en) => (e, Ty::Enum(en)),
+            other => {
                 self.cx.err(
-                    codes::UNSUPPORTED,
+                    codes::TYPE,
                     span,
-                    format!("Cannot cast to \"{ty}\": only integer types are supported"),
+                    format!(
+                        "Cannot cast from \"{}\" to \"{}\": only integer, enum and pointer casts are valid",
+                        t.name(),
+                        other.name()
+                    ),
                 );
                 (E::Int(0), Ty::None)
             }
         }
     }
 
+    /// `v[i]` of a record or array value (not in the traced process): a
+    /// constant index.
+    fn index_value(&mut self, base: &ast::Expr, idx: &ast::Expr, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let (be, bt) = self.expr(base);
+        let Ty::Array(elem, n) = &bt else {
+            if bt != Ty::None {
+                self.cx.err(
+                    codes::TYPE,
+                    span,
+                    format!(
+                        "The array index operator [] can not be used on expressions of type '{}'",
+                        bt.name()
+                    ),
+                );
+            }
+            return bad;
+        };
+        let Some(i) = super::call::int_literal(idx) else {
+            self.cx.err(
+                codes::LITERAL,
+                idx.span,
+                "an array value (read from the process already) takes a constant index",
+            );
+            return bad;
+        };
+        if i < 0 || i >= *n as i64 {
+            self.cx.err(
+                codes::LITERAL,
+                idx.span,
+                format!("the index {i} is out of bounds for array of size {n}"),
+            );
+            return bad;
+        }
+        let t = (**elem).clone();
+        (
+            E::Field {
+                base: Box::new(be),
+                off: t.size() * i as u32,
+                ty: t.clone(),
+            },
+            t,
+        )
+    }
+
     fn field(&mut self, base: &ast::Expr, field: &str, _arrow: bool, span: Span) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         if !matches!(&base.kind, ExprKind::Ident(n) if n == "args") {
-            let _ = self.expr(base);
-            self.cx.err_note(
-                codes::UNSUPPORTED,
+            // A field of a record value.
+            let (be, bt) = self.expr(base);
+            let Ty::Record(r) = &bt else {
+                if bt != Ty::None {
+                    self.cx.err(
+                        codes::TYPE,
+                        span,
+                        format!(
+                            "Can not access field '{field}' on expression of type '{}'",
+                            bt.name()
+                        ),
+                    );
+                }
+                return bad;
+            };
+            let mut off = 0;
+            for (n, t) in &r.fields {
+                if n == field {
+                    return (
+                        E::Field {
+                            base: Box::new(be),
+                            off,
+                            ty: t.clone(),
+                        },
+                        t.clone(),
+                    );
+                }
+                off += t.size();
+            }
+            self.cx.err(
+                codes::TYPE,
                 span,
-                format!("field access `{field}` is not supported"),
-                "structure layouts need C headers or BTF, which wprobe does not read; only args.NAME (from DWARF) is",
+                format!(
+                    "Struct/union of type '{}' does not contain a field named '{field}'",
+                    r.name
+                ),
             );
             return bad;
         }
@@ -627,6 +712,7 @@ impl Fx<'_, '_> {
             return bad;
         }
         let mut found: Option<(usize, ParamValue)> = None;
+        let mut ctype = None;
         for c in self.concrete {
             let Some(params) = &c.params else {
                 self.cx.err_note(
@@ -655,8 +741,29 @@ impl Fx<'_, '_> {
                 return bad;
             }
             found = Some((i, v));
+            ctype = params[i].ctype.clone();
         }
         match found {
+            Some((i, ParamValue::Int { .. }))
+                if i < 6 && matches!(ctype, Some(crate::ctypes::CType::Ptr(_))) =>
+            {
+                let Some(crate::ctypes::CType::Ptr(p)) = ctype else {
+                    return bad;
+                };
+                (E::Reg(ARG_REGS[i]), Ty::Ptr(p))
+            }
+            Some((i, ParamValue::Int { .. }))
+                if i < 6 && matches!(ctype, Some(crate::ctypes::CType::Enum(_))) =>
+            {
+                let Some(crate::ctypes::CType::Enum(en)) = ctype else {
+                    return bad;
+                };
+                let t = Ty::Int {
+                    signed: true,
+                    bytes: en.bytes,
+                };
+                (coerce_int(E::Reg(ARG_REGS[i]), &Ty::U64, &t), Ty::Enum(en))
+            }
             Some((i, ParamValue::Int { signed, bytes })) if i < 6 => {
                 let t = Ty::Int { signed, bytes };
                 (coerce_int(E::Reg(ARG_REGS[i]), &Ty::U64, &t), t)
@@ -1094,22 +1201,6 @@ fn widen(t: &Ty) -> Ty {
         Ty::Tuple(f) => Ty::Tuple(f.iter().map(widen).collect()),
         other => other.clone(),
     }
-}
-
-/// The integer type a cast name denotes.
-pub(crate) fn int_type(name: &str) -> Option<Ty> {
-    let (signed, bytes) = match name {
-        "int8" | "s8" | "char" | "signed" if name != "signed" => (true, 1),
-        "uint8" | "u8" | "bool" => (false, 1),
-        "int16" | "s16" | "short" => (true, 2),
-        "uint16" | "u16" => (false, 2),
-        "int32" | "s32" | "int" | "signed" => (true, 4),
-        "uint32" | "u32" | "unsigned" => (false, 4),
-        "int64" | "s64" | "long" => (true, 8),
-        "uint64" | "u64" | "size_t" => (false, 8),
-        _ => return None,
-    };
-    Some(Ty::Int { signed, bytes })
 }
 
 #[cfg(test)]

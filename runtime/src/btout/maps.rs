@@ -31,7 +31,7 @@ fn key_cmp(fields: &[Layout], a: &[u8], b: &[u8]) -> Ordering {
             b.get(off..off + sz).unwrap_or(&[]),
         );
         let o = match f {
-            Layout::Int { .. } | Layout::Ptr => word(x, 0).cmp(&word(y, 0)),
+            Layout::Int { .. } | Layout::Ptr | Layout::Enum(_) => word(x, 0).cmp(&word(y, 0)),
             Layout::Str(_) => super::cstr(x).cmp(super::cstr(y)),
             _ => Ordering::Equal,
         };
@@ -320,8 +320,10 @@ pub fn print_entries(
     match mode {
         Mode::Text => {
             let hist = matches!(d.kind, MapKind::Hist | MapKind::Lhist);
-            let stack_value =
-                matches!(vlayout, Layout::Ustack(_) | Layout::Usym) && d.kind == MapKind::Assign;
+            let stack_value = matches!(
+                vlayout,
+                Layout::Ustack(_) | Layout::UstackAs(..) | Layout::Usym
+            ) && d.kind == MapKind::Assign;
             let mut elems = Vec::new();
             for e in &v {
                 let mut s = d.name.clone();

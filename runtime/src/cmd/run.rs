@@ -142,6 +142,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     if oneliner {
         session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
         session.set_oneliner_quiet(a.quiet);
+        session.set_print_maps_on_exit(crate::cmd::run::oneliner::run_config().print_maps_on_exit);
         session.set_oneliner_output_file(a.output.is_some());
         if a.pid.is_none() && a.command.is_empty() {
             if session.probe_count() > 0 {

@@ -37,6 +37,8 @@ pub(super) struct BtState {
     pub(super) exited: bool,
     /// `-q`: no `Attaching` line.
     pub(super) quiet: bool,
+    /// `config = { print_maps_on_exit = 0 }` turns it off.
+    pub(super) print_maps: bool,
     /// The output is a file (`-o`): the blank lines before the maps go to
     /// standard output, as bpftrace writes them.
     pub(super) gap_to_stdout: bool,
@@ -57,6 +59,7 @@ impl Default for BtState {
             stop: None,
             exited: false,
             quiet: false,
+            print_maps: true,
             gap_to_stdout: false,
             probe_bias: HashMap::new(),
         }
@@ -81,6 +84,11 @@ impl Session {
     /// `-q`: no `Attaching N probes...` line.
     pub fn set_oneliner_quiet(&mut self, quiet: bool) {
         self.bt.quiet = quiet;
+    }
+
+    /// Whether the maps are printed at exit (`print_maps_on_exit`).
+    pub fn set_print_maps_on_exit(&mut self, yes: bool) {
+        self.bt.print_maps = yes;
     }
 
     /// The one-liner output goes to a file (`-o`): like bpftrace, the two
@@ -176,7 +184,9 @@ impl Session {
             let mut order: Vec<usize> = (0..region.decls.len()).collect();
             order.sort_by(|a, b| region.decls[*a].name.cmp(&region.decls[*b].name));
             for i in order {
-                crate::btout::print_map(&mut out, mode, &mo, i as u32, 0, 0, &mut self.bt.sym);
+                if self.bt.print_maps {
+                    crate::btout::print_map(&mut out, mode, &mo, i as u32, 0, 0, &mut self.bt.sym);
+                }
                 if let Ok(st) = region.view().stats(i as u32)
                     && st.dropped > 0
                 {

@@ -92,7 +92,11 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
     });
     bt2wasm::Options {
         check: bt2wasm::check::Options {
-            strlen: env_u32("BPFTRACE_STRLEN", 64, 4096),
+            strlen: env_u32(
+                "BPFTRACE_MAX_STRLEN",
+                env_u32("BPFTRACE_STRLEN", 64, 4096),
+                4096,
+            ),
             map_keys: env_u32(
                 "BPFTRACE_MAP_KEYS_MAX",
                 hostabi::maps::DEFAULT_MAX_KEYS,
@@ -100,6 +104,10 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
             ),
             ustack_frames: 127,
             has_child: !a.command.is_empty(),
+            stack_mode: std::env::var("BPFTRACE_STACK_MODE")
+                .ok()
+                .filter(|m| matches!(m.as_str(), "bpftrace" | "perf" | "raw"))
+                .unwrap_or_else(|| "bpftrace".into()),
         },
         pid: a.pid,
         command,
@@ -108,10 +116,31 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
     }
 }
 
+/// What the `config` blocks of the one-liner programs compiled by this
+/// process decide for the run (a `wprobe run` compiles its programs, then
+/// runs them: the run reads it once they are loaded).
+static RUN_CONFIG: std::sync::Mutex<Option<bt2wasm::check::config::RunConfig>> =
+    std::sync::Mutex::new(None);
+
+/// The `config` decisions of the programs compiled so far (the defaults
+/// when none had a block).
+pub fn run_config() -> bt2wasm::check::config::RunConfig {
+    RUN_CONFIG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_default()
+}
+
 /// Compiles a `.bt` file or `-e` text; the error is the rendered diagnostics.
 pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<Vec<u8>, String> {
     match bt2wasm::compile(name, text, opts) {
-        Ok(c) => Ok(c.wasm),
+        Ok(c) => {
+            if c.config != bt2wasm::check::config::RunConfig::default() {
+                *RUN_CONFIG.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.config.clone());
+            }
+            Ok(c.wasm)
+        }
         Err((d, map)) => {
             let n = d.0.len();
             Err(crate::cmd::diagnostics_failure(
