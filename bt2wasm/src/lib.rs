@@ -95,6 +95,44 @@ pub fn compile(
     })
 }
 
+/// The probes a program attaches (`wprobe run -l -e PROGRAM`): each
+/// attach point expanded as `compile` expands it (wildcards against the
+/// binaries' symbols, positional parameters substituted), by name.
+pub fn probe_names(
+    name: &str,
+    text: &str,
+    opts: &Options,
+) -> Result<Vec<String>, (Diagnostics, SourceMap)> {
+    let mut map = SourceMap::default();
+    let file = map.add(PathBuf::from(name), text.as_bytes().to_vec());
+    let (mut ast, sink) = parse::parse(text.as_bytes(), file);
+    if !sink.is_empty() {
+        return Err((sink.finish(), map));
+    }
+    params::substitute(&mut ast, &opts.params);
+    let mut env = probes::Env {
+        pid: opts.pid,
+        command: opts.command.clone(),
+        mapped: opts.pid.map(mapped_files).unwrap_or_default(),
+        ..Default::default()
+    };
+    let mut diags = diag::Sink::default();
+    let mut names = Vec::new();
+    for p in &ast.probes {
+        for (t, span) in &p.attach {
+            names.extend(
+                probes::expand(t, *span, &mut env, &mut diags)
+                    .into_iter()
+                    .map(|c| c.name),
+            );
+        }
+    }
+    if !diags.is_empty() {
+        return Err((diags.finish(), map));
+    }
+    Ok(names)
+}
+
 /// Files mapped by process `pid` (for library names with `-p`).
 fn mapped_files(pid: i32) -> Vec<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();

@@ -377,13 +377,30 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         return Vec::new();
     }
     let (target, spec) = (parts[1], parts[2]);
-    if target.contains('*') {
-        diags.error(
-            codes::UNSUPPORTED,
-            span,
-            "wildcards in the binary path are not supported",
-        );
-        return Vec::new();
+    if target.contains(['*', '?']) {
+        // Every matching binary; those where no function matches are
+        // left out, as bpftrace does.
+        let mut mapped = env.mapped.clone();
+        if let Some(pid) = env.pid
+            && let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe"))
+        {
+            mapped.push(exe.to_string_lossy().into_owned());
+        }
+        let files = crate::elf::glob_binaries(target, &mapped);
+        let mut out = Vec::new();
+        for f in files {
+            let mut quiet = Sink::default();
+            let p = f.to_string_lossy().into_owned();
+            out.extend(uprobe(&[parts[0], &p, spec], ret, span, env, &mut quiet));
+        }
+        if out.is_empty() {
+            diags.error(
+                codes::NO_MATCH,
+                span,
+                format!("No probes matched '{full}:{target}:{spec}'"),
+            );
+        }
+        return out;
     }
     let Some(path) = resolve_binary(target, &env.mapped) else {
         diags.error_note(

@@ -4,6 +4,7 @@
 //! `--transport NAME` chooses the transport from the registry; the
 //! session (handlers, statistics, output) is the same for every one.
 
+pub mod listing;
 pub mod oneliner;
 
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
 pub fn run(a: RunArgs) -> CmdResult {
     let a = crate::cmd::run::oneliner::normalize(a);
     if a.list {
-        return crate::cmd::run::oneliner::list(&a);
+        return crate::cmd::run::listing::list(&a);
     }
     let oneliner = crate::cmd::run::oneliner::active(&a);
     if a.programs.is_empty() && !oneliner {

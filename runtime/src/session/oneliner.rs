@@ -152,13 +152,15 @@ impl Session {
         if !self.bt.quiet {
             self.write_out(line.as_bytes());
         }
+        self.run_specials(|t| t == Trigger::Begin);
+        // Intervals count from after BEGIN (a first tick is a whole period
+        // after anything BEGIN measured).
         let now = std::time::Instant::now();
         for s in &mut self.bt.specials {
             if let Trigger::Interval { period_ns } = s.trigger {
                 s.next = Some(now + std::time::Duration::from_nanos(period_ns));
             }
         }
-        self.run_specials(|t| t == Trigger::Begin);
         self.out.flush();
     }
 

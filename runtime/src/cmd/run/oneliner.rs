@@ -1,5 +1,5 @@
 //! The one-liner side of `wprobe run`: `-e PROGRAM`, `script.bt` files,
-//! `--event SPEC` probe events, `-c CMD`, `-l` / `-lv` listings, and runs
+//! `--event SPEC` probe events, `-c CMD` (`-l` listings: `listing`), and runs
 //! without a traced process (programs with only `BEGIN`, `END` and
 //! `interval` probes). Programs are compiled by `bt2wasm` and then loaded
 //! like any other module: the session, the transports and the output path
@@ -215,81 +215,6 @@ pub fn load_file(
         label: crate::programs::program_label(path),
         module,
     })
-}
-
-/// `-l [PATTERN]` / `-lv`: the probe-able functions of a binary matching
-/// `uprobe:BIN:GLOB` (with `-v`, each function's DWARF parameters), as
-/// `bpftrace -l` lists them.
-pub fn list(a: &RunArgs) -> CmdResult {
-    let pattern = a
-        .programs
-        .first()
-        .map(|p| p.to_string_lossy().into_owned())
-        .or_else(|| a.program_text.clone());
-    let Some(pattern) = pattern else {
-        return Err(CliError::user(
-            "-l needs a pattern: wprobe run -l 'uprobe:BINARY:GLOB'",
-        ));
-    };
-    let parts: Vec<&str> = pattern.split(':').collect();
-    let (provider, target, glob) = match parts.as_slice() {
-        [p, t, g] => (*p, t.to_string(), *g),
-        [p, g] if a.pid.is_some() => (
-            *p,
-            std::fs::read_link(format!("/proc/{}/exe", a.pid.unwrap_or(0)))
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            *g,
-        ),
-        _ => {
-            return Err(CliError::user(format!(
-                "-l pattern `{pattern}` is not uprobe:BINARY:GLOB"
-            )));
-        }
-    };
-    let full = match provider {
-        "uprobe" | "u" => "uprobe",
-        "uretprobe" | "ur" => "uretprobe",
-        other => {
-            return Err(CliError::user(format!(
-                "-l lists uprobe and uretprobe functions, not `{other}` probes"
-            )));
-        }
-    };
-    let Some(path) = bt2wasm::elf::resolve_binary(&target, &[]) else {
-        return Err(CliError::user(format!(
-            "{full} target file '{target}' does not exist or is not executable"
-        )));
-    };
-    let bin = bt2wasm::elf::Binary::open(&path).map_err(|e| CliError::user(e.to_string()))?;
-    let debug = if a.verbose {
-        bt2wasm::dwarf::Debug::load(bin.bytes())
-    } else {
-        None
-    };
-    // A library found by its short name is shown by its path (as bpftrace does).
-    let shown = if target.starts_with("lib") && !target.contains('/') {
-        path.display().to_string()
-    } else {
-        target.clone()
-    };
-    let mut out = String::new();
-    for f in &bin.funcs {
-        if !bt2wasm::elf::glob(glob, &f.name) {
-            continue;
-        }
-        out.push_str(&format!("{full}:{shown}:{}\n", f.name));
-        if let Some(d) = &debug
-            && let Some(params) = d.params(&f.name)
-        {
-            for p in params {
-                out.push_str(&format!("    {} {}\n", p.type_name, p.name));
-            }
-        }
-    }
-    use std::io::Write;
-    let _ = std::io::stdout().write_all(out.as_bytes());
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs a session that traces no process: `begin` probes, the interval
