@@ -117,7 +117,7 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
             add(I::current_pid);
             uses_e(addr, u, streq);
         }
-        E::MapGet { key, .. } => {
+        E::MapGet { key, .. } | E::MapHas { key, .. } => {
             add(I::map_lookup);
             uses_key(key, u, streq);
         }

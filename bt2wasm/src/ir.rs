@@ -326,6 +326,13 @@ pub enum E {
         /// Value type.
         ty: Ty,
     },
+    /// Whether `map` has `key` (1 or 0).
+    MapHas {
+        /// Map index.
+        map: u32,
+        /// The key.
+        key: Key,
+    },
     /// A tuple built in a slot.
     Tuple {
         /// The slot.

@@ -37,7 +37,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
     ("debugf", "use printf"),
-    ("bswap", "not supported yet"),
     ("uaddr", "not supported yet"),
     ("unwatch", "not supported yet"),
 ];
@@ -259,24 +258,68 @@ impl Fx<'_, '_> {
                 if !self.nargs("buf", args, 1, 2, span) {
                     return bad;
                 }
-                let (addr, at) = self.expr(&args[0]);
-                self.want_int(&at, args[0].span, "buf() address");
                 let strlen = self.cx.opts.strlen;
-                let (len, cap) = match args.get(1) {
-                    None => (E::Int(strlen as i64), strlen),
-                    Some(n) => match int_literal(n) {
-                        Some(v) if v > 0 => (E::Int(v), (v as u32).min(strlen)),
-                        Some(_) => {
-                            self.cx
-                                .err(codes::LITERAL, n.span, "buf(): length must be positive");
-                            return bad;
-                        }
-                        None => {
-                            let (ne, nt) = self.expr(n);
-                            self.want_int(&nt, n.span, "buf() length");
-                            (ne, strlen)
-                        }
-                    },
+                let lit_len = match args.get(1).map(int_literal) {
+                    Some(Some(v)) if v > 0 => Some(v as u32),
+                    Some(Some(_)) => {
+                        self.cx.err(
+                            codes::LITERAL,
+                            args[1].span,
+                            "buf(): length must be positive",
+                        );
+                        return bad;
+                    }
+                    _ => None,
+                };
+                // An array in the traced process: its bytes.
+                if let Some((addr, c, _)) = self.place(&args[0])
+                    && matches!(c, crate::ctypes::CType::Array(..))
+                {
+                    let cap = lit_len.unwrap_or(c.size()).min(strlen.max(c.size()));
+                    let slot = self.slot(8 + cap);
+                    return (
+                        E::ReadBuf {
+                            addr: Box::new(addr),
+                            len: Box::new(E::Int(cap as i64)),
+                            slot,
+                            cap,
+                        },
+                        Ty::Buf(cap),
+                    );
+                }
+                let (addr, at) = self.expr(&args[0]);
+                if let Ty::Str(have) = at {
+                    // A string's bytes (its NUL too, when the length
+                    // reaches it): a length and the bytes, as a buffer is
+                    // laid out.
+                    let n = lit_len.unwrap_or(have.saturating_sub(1)).min(have);
+                    let slot = self.slot(8 + n);
+                    let e = E::Tuple {
+                        slot,
+                        parts: vec![
+                            Part {
+                                e: E::Int(n as i64),
+                                ty: Ty::U64,
+                                off: 0,
+                            },
+                            Part {
+                                e: addr,
+                                ty: Ty::Str(n.max(1)),
+                                off: 8,
+                            },
+                        ],
+                    };
+                    return (e, Ty::Buf(n.max(1)));
+                }
+                self.want_int(&at, args[0].span, "buf() address");
+                let (len, cap) = match (args.get(1), lit_len) {
+                    (None, _) => (E::Int(strlen as i64), strlen),
+                    (Some(_), Some(v)) => (E::Int(v as i64), v.min(strlen)),
+                    (Some(n), None) => {
+                        let (ne, nt) = self.expr(n);
+                        self.want_int(&nt, n.span, "buf() length");
+                        (ne, strlen)
+                    }
                 };
                 let slot = self.slot(8 + cap);
                 (
@@ -288,6 +331,105 @@ impl Fx<'_, '_> {
                     },
                     Ty::Buf(cap),
                 )
+            }
+            "has_key" => {
+                if !self.nargs("has_key", args, 2, 2, span) {
+                    return bad;
+                }
+                let ExprKind::Map(m) = &args[0].kind else {
+                    self.cx.err(
+                        codes::ARGUMENTS,
+                        args[0].span,
+                        "has_key() expects a map to be provided",
+                    );
+                    return bad;
+                };
+                let (ke, kt) = self.expr(&args[1]);
+                if kt == Ty::None {
+                    return bad;
+                }
+                let Some((map, key)) = self.map_key(m, vec![(ke, kt)], false) else {
+                    return bad;
+                };
+                (E::MapHas { map, key }, Ty::U64)
+            }
+            "bswap" => {
+                if !self.nargs("bswap", args, 1, 1, span) {
+                    return bad;
+                }
+                let (e, t) = self.expr(&args[0]);
+                let Ty::Int { signed, bytes } = t else {
+                    if t != Ty::None {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("bswap() expects an integer ({} provided)", t.name()),
+                        );
+                    }
+                    return bad;
+                };
+                // Byte i moves to byte (bytes - 1 - i).
+                let l = self.local();
+                let mut acc = E::Int(0);
+                for i in 0..bytes as i64 {
+                    let byte = E::Bin(
+                        crate::ast::BinOp::BitAnd,
+                        false,
+                        Box::new(E::Bin(
+                            crate::ast::BinOp::Shr,
+                            false,
+                            Box::new(E::Local(l)),
+                            Box::new(E::Int(8 * i)),
+                        )),
+                        Box::new(E::Int(0xff)),
+                    );
+                    let moved = E::Bin(
+                        crate::ast::BinOp::Shl,
+                        false,
+                        Box::new(byte),
+                        Box::new(E::Int(8 * (bytes as i64 - 1 - i))),
+                    );
+                    acc = E::Bin(
+                        crate::ast::BinOp::BitOr,
+                        false,
+                        Box::new(acc),
+                        Box::new(moved),
+                    );
+                }
+                let t = Ty::Int {
+                    signed: false,
+                    bytes,
+                };
+                let _ = signed;
+                (E::Seq(vec![S::SetLocal(l, e)], Box::new(acc)), t)
+            }
+            "nsecs" => {
+                if !self.nargs("nsecs", args, 0, 1, span) {
+                    return bad;
+                }
+                match args.first().map(|a| &a.kind) {
+                    None => (E::Fact(crate::ir::Fact::Nsecs), Ty::U64),
+                    Some(ExprKind::Ident(c)) if c == "monotonic" => {
+                        (E::Fact(crate::ir::Fact::Nsecs), Ty::U64)
+                    }
+                    Some(ExprKind::Ident(c)) if matches!(c.as_str(), "boot" | "tai" | "sw_tai") => {
+                        self.cx.err_note(
+                            codes::UNSUPPORTED,
+                            args[0].span,
+                            format!("nsecs({c}) is not supported"),
+                            "the host ABI's clocks are the monotonic clock (nsecs), the run's (elapsed) and the real time",
+                        );
+                        bad
+                    }
+                    _ => {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            "nsecs() takes monotonic, boot, tai or sw_tai",
+                        );
+                        bad
+                    }
+                }
             }
             "reg" => {
                 if !self.nargs("reg", args, 1, 1, span) {

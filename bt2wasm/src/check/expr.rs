@@ -324,22 +324,53 @@ impl Fx<'_, '_> {
                 );
                 bad
             }
-            "gid" | "rand" | "username" => {
-                self.cx.err(
+            "rand" => {
+                // A 32-bit pseudo-random number: the monotonic clock mixed
+                // (splitmix64's finalizer).
+                let l = self.local();
+                let mix = |e: E, sh: i64, mul: Option<i64>| {
+                    let xored = E::Bin(
+                        BinOp::BitXor,
+                        false,
+                        Box::new(e.clone()),
+                        Box::new(E::Bin(BinOp::Shr, false, Box::new(e), Box::new(E::Int(sh)))),
+                    );
+                    match mul {
+                        Some(m) => E::Bin(BinOp::Mul, false, Box::new(xored), Box::new(E::Int(m))),
+                        None => xored,
+                    }
+                };
+                let a = mix(E::Local(l), 33, Some(0xff51afd7ed558ccdu64 as i64));
+                let set1 = S::SetLocal(l, a);
+                let b = mix(E::Local(l), 33, Some(0xc4ceb9fe1a85ec53u64 as i64));
+                let set2 = S::SetLocal(l, b);
+                let c = mix(E::Local(l), 33, None);
+                (
+                    E::Seq(
+                        vec![S::SetLocal(l, E::Fact(Fact::Nsecs)), set1, set2],
+                        Box::new(E::Bin(
+                            BinOp::BitAnd,
+                            false,
+                            Box::new(c),
+                            Box::new(E::Int(0xffff_ffff)),
+                        )),
+                    ),
+                    Ty::Int {
+                        signed: false,
+                        bytes: 4,
+                    },
+                )
+            }
+            "gid" | "username" => {
+                self.cx.err_note(
                     codes::UNSUPPORTED,
                     span,
-                    format!("the {name} builtin is not supported yet"),
+                    format!("the {name} builtin is not supported"),
+                    "the host ABI gives the user id of the hit (uid), not its group or name",
                 );
                 bad
             }
-            "args" => {
-                self.cx.err(
-                    codes::DWARF,
-                    span,
-                    "args must be followed by a field: args.NAME or args->NAME",
-                );
-                bad
-            }
+            "args" => self.args_record(span),
             _ => {
                 if let Some(n) = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok())
                     && n <= 9
@@ -431,6 +462,71 @@ impl Fx<'_, '_> {
                 entry_fixup,
             },
             t,
+        )
+    }
+
+    /// `args` alone: every parameter of the probed function (from DWARF),
+    /// as a structure value (`{ .n = 0x7ffd…, .c = 120 }`).
+    fn args_record(&mut self, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        if self.ctx != Ctx::Uprobe {
+            self.cx.err(
+                codes::BUILTIN_CONTEXT,
+                span,
+                "The args builtin can only be used with tracepoint/kfunc/uprobe probes (uprobes only, here: not uretprobes)",
+            );
+            return bad;
+        }
+        let Some(params) = self.concrete.first().and_then(|c| c.params.clone()) else {
+            self.cx.err_note(
+                codes::DWARF,
+                span,
+                "No debuginfo found for the probed function",
+                "args needs DWARF for the function (build the binary with -g)",
+            );
+            return bad;
+        };
+        let mut parts = Vec::new();
+        let mut fields = Vec::new();
+        let mut off = 0;
+        for (i, p) in params.iter().enumerate().take(6) {
+            let (e, t) = match (&p.ctype, p.value) {
+                (Some(crate::ctypes::CType::Ptr(c)), _) => {
+                    (E::Reg(ARG_REGS[i]), Ty::Ptr(c.clone()))
+                }
+                (_, ParamValue::Int { signed, bytes }) => {
+                    let t = Ty::Int { signed, bytes };
+                    (coerce_int(E::Reg(ARG_REGS[i]), &Ty::U64, &t), t)
+                }
+                _ => {
+                    self.cx.err(
+                        codes::UNSUPPORTED,
+                        span,
+                        format!(
+                            "parameter {} is not an integer or pointer, which args does not hold",
+                            p.name
+                        ),
+                    );
+                    return bad;
+                }
+            };
+            let sz = t.size();
+            fields.push((p.name.clone(), t.clone()));
+            parts.push(Part { e, ty: t, off });
+            off += sz;
+        }
+        let slot = self.slot(off.max(8));
+        let c_size = fields
+            .iter()
+            .map(|(_, t)| super::types::c_size(t).max(8) as u32)
+            .sum();
+        (
+            E::Tuple { slot, parts },
+            Ty::Record(std::rc::Rc::new(crate::ir::RecordTy {
+                name: "struct uprobe_args".into(),
+                fields,
+                c_size,
+            })),
         )
     }
 
@@ -982,6 +1078,39 @@ impl Fx<'_, '_> {
                 signed: info.value.signed(),
                 bytes: 8,
             },
+            Some(MapKind::Avg) => {
+                // (count, total): the average, rounded toward zero.
+                let pair = Ty::Tuple(vec![Ty::U64, Ty::I64]);
+                let slot = self.slot(pair.size());
+                let get = E::MapGet {
+                    map,
+                    key,
+                    slot,
+                    ty: pair,
+                };
+                let count = E::Field {
+                    base: Box::new(E::Slot(slot)),
+                    off: 0,
+                    ty: Ty::U64,
+                };
+                let total = || E::Field {
+                    base: Box::new(E::Slot(slot)),
+                    off: 8,
+                    ty: Ty::I64,
+                };
+                let neg = E::Bin(BinOp::Lt, true, Box::new(total()), Box::new(E::Int(0)));
+                let pos_avg =
+                    |t: E| E::Bin(BinOp::Div, false, Box::new(t), Box::new(count.clone()));
+                let e = E::Ternary(
+                    Box::new(neg),
+                    Box::new(E::Un(
+                        UnOp::Neg,
+                        Box::new(pos_avg(E::Un(UnOp::Neg, Box::new(total())))),
+                    )),
+                    Box::new(pos_avg(total())),
+                );
+                return (E::Seq(vec![S::Eval(get)], Box::new(e)), Ty::I64);
+            }
             Some(k) => {
                 self.cx.err(
                     codes::MAP_USE,

@@ -554,6 +554,19 @@ impl Gen<'_> {
                     self.i().i32_const(v).i64_load(mem(0, 3));
                 }
             }
+            E::MapHas { map, key } => {
+                self.key(key);
+                let k = self.addr(key.slot);
+                self.i()
+                    .i32_const(*map as i32)
+                    .i32_const(k)
+                    .i32_const(key.size as i32)
+                    .i32_const(k)
+                    .i32_const(0);
+                self.call(I::map_lookup);
+                // The value's length when found, a negative status when not.
+                self.i().i32_const(0).i32_ge_s().i64_extend_i32_u();
+            }
             E::Tuple { slot, parts } => {
                 let a = self.addr(*slot);
                 self.parts(a, parts);

@@ -106,6 +106,7 @@ pub struct Entry {
 }
 
 fn run(a: &Args, suite_dir: &Path, repo: &Path) -> Result<bool, String> {
+    verdict::self_check()?;
     let here = repo.join("runtime/tests/conformance");
     let listed = scope::read_listed(
         &std::fs::read_to_string(here.join("out_of_scope.txt")).map_err(|e| e.to_string())?,
