@@ -229,6 +229,16 @@ pub enum StmtKind {
         /// The variable.
         name: String,
     },
+    /// `for ($kv : @map) { }`: the body once per entry, `$kv` the
+    /// (key, value) tuple.
+    For {
+        /// The variable (with `$`).
+        var: String,
+        /// The map.
+        map: MapRef,
+        /// The body.
+        body: Vec<Stmt>,
+    },
     /// `break`.
     Break,
     /// `continue`.

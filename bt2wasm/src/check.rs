@@ -10,6 +10,7 @@
 pub(crate) mod call;
 pub mod config;
 pub(crate) mod expr;
+mod iterate;
 mod types;
 pub(crate) use expr::reg;
 pub mod format;
@@ -365,6 +366,7 @@ impl Fx<'_, '_> {
                 self.loop_depth -= 1;
                 out.push(S::While(c, b));
             }
+            StmtKind::For { var, map, body } => self.for_map(var, map, body, out),
             StmtKind::Break | StmtKind::Continue => {
                 if self.loop_depth == 0 {
                     let w = if matches!(s.kind, StmtKind::Break) {

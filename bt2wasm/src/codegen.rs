@@ -117,6 +117,10 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
             add(I::current_pid);
             uses_e(addr, u, streq);
         }
+        E::MapEntry { cursor, .. } => {
+            add(I::map_entry);
+            uses_e(cursor, u, streq);
+        }
         E::MapGet { key, .. } | E::MapHas { key, .. } => {
             add(I::map_lookup);
             uses_key(key, u, streq);

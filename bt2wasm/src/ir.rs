@@ -326,6 +326,18 @@ pub enum E {
         /// Value type.
         ty: Ty,
     },
+    /// `map_entry`: the first entry of `map` at or after `cursor`, its key
+    /// and value copied to slots; its position, or a negative status.
+    MapEntry {
+        /// Map index.
+        map: u32,
+        /// The cursor.
+        cursor: Box<E>,
+        /// Key slot and size.
+        key: (u32, u32),
+        /// Value slot and size.
+        val: (u32, u32),
+    },
     /// Whether `map` has `key` (1 or 0).
     MapHas {
         /// Map index.

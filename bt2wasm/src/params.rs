@@ -103,6 +103,7 @@ fn stmts(list: &mut [Stmt], params: &[String]) {
             }
             StmtKind::Block(b) => stmts(b, params),
             StmtKind::Let { .. } => {}
+            StmtKind::For { body, .. } => stmts(body, params),
             StmtKind::Break | StmtKind::Continue | StmtKind::Return => {}
         }
     }

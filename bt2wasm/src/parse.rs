@@ -405,12 +405,42 @@ impl<'a> Parser<'a> {
                 ));
             }
             "for" => {
-                self.diags.error(
-                    codes::UNSUPPORTED,
-                    start,
-                    "`for` loops are not in bpftrace 0.17's language; use `while` or `unroll`",
-                );
-                return Err(Bail);
+                self.bump();
+                self.expect("(")?;
+                let Tok::Var(var) = self.tok.clone() else {
+                    return self.unexpected("a variable");
+                };
+                self.bump();
+                self.expect(":")?;
+                let map = match self.tok.clone() {
+                    Tok::Map(name) => {
+                        let span = self.span;
+                        self.bump();
+                        MapRef {
+                            name,
+                            keys: Vec::new(),
+                            span,
+                        }
+                    }
+                    _ => {
+                        let s = self.span;
+                        self.diags.error(
+                            codes::UNSUPPORTED,
+                            s,
+                            "`for` loops go over a map here (`for ($kv : @map)`); ranges are not supported",
+                        );
+                        return Err(Bail);
+                    }
+                };
+                self.expect(")")?;
+                let body = self.block()?;
+                return Ok((
+                    Stmt {
+                        kind: StmtKind::For { var, map, body },
+                        span: start,
+                    },
+                    true,
+                ));
             }
             "let" => {
                 // `let $x;`, `let $x: TYPE;`, `let $x = e;` (bpftrace 0.23):

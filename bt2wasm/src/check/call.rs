@@ -332,6 +332,35 @@ impl Fx<'_, '_> {
                     Ty::Buf(cap),
                 )
             }
+            "len" => {
+                if !self.nargs("len", args, 1, 1, span) {
+                    return bad;
+                }
+                if let ExprKind::Map(m) = &args[0].kind {
+                    return self.map_len(m, span);
+                }
+                let (e, t) = self.expr(&args[0]);
+                match t {
+                    // A stack's frame count.
+                    Ty::Ustack(..) => (
+                        E::Field {
+                            base: Box::new(e),
+                            off: 8,
+                            ty: Ty::U64,
+                        },
+                        Ty::I64,
+                    ),
+                    Ty::None => bad,
+                    t => {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("len() expects a map or a stack ({} provided)", t.name()),
+                        );
+                        bad
+                    }
+                }
+            }
             "has_key" => {
                 if !self.nargs("has_key", args, 2, 2, span) {
                     return bad;

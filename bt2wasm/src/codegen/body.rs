@@ -554,6 +554,23 @@ impl Gen<'_> {
                     self.i().i32_const(v).i64_load(mem(0, 3));
                 }
             }
+            E::MapEntry {
+                map,
+                cursor,
+                key,
+                val,
+            } => {
+                let (k, v) = (self.addr(key.0), self.addr(val.0));
+                self.i().i32_const(*map as i32);
+                self.expr(cursor);
+                self.i()
+                    .i32_const(k)
+                    .i32_const(key.1 as i32)
+                    .i32_const(v)
+                    .i32_const(val.1 as i32);
+                self.call(I::map_entry);
+                self.i().i64_extend_i32_s();
+            }
             E::MapHas { map, key } => {
                 self.key(key);
                 let k = self.addr(key.slot);

@@ -56,6 +56,10 @@ fn errors_are_reported_and_recovered() {
     assert!(err("struct x { int a; }")[0].contains("no probes"));
     assert!(err("struct x BEGIN {}")[0].contains("body"));
     assert!(err("BEGIN { for ($i : 0..3) {} }")[0].contains("for"));
+    assert!(matches!(
+        ok("BEGIN { for ($kv : @m) { print($kv.0); } }").probes[0].body[0].kind,
+        StmtKind::For { .. }
+    ));
     let deep = format!("BEGIN {{ @ = {}1{} }}", "(".repeat(500), ")".repeat(500));
     assert!(err(&deep)[0].contains("nesting"));
 }

@@ -174,11 +174,25 @@ pub mod raw {
         /// (the tracer's own stops are included). Traps in the handler of a probe that is not a
         /// return probe.
         pub fn elapsed_ns() -> i64;
+
+        /// Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and the value of
+        /// its first entry at or after `cursor` (start at 0) to `key_ptr` and `val_ptr` (at most
+        /// `key_len` and `val_len` bytes). Returns that entry's position (the next call passes
+        /// position + 1; deleting the entry found does not move the others), NOT_FOUND past the
+        /// last entry, BAD_ARGUMENT for an unknown map.
+        pub fn map_entry(
+            map: i32,
+            cursor: i64,
+            key_ptr: i32,
+            key_len: i32,
+            val_ptr: i32,
+            val_len: i32,
+        ) -> i32;
     }
 }
 
 /// Host ABI version these bindings were generated for.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Name of the custom section carrying the manifest.
 pub const MANIFEST_SECTION: &str = "wprobe.manifest";
@@ -208,7 +222,7 @@ pub const MAX_MAXACTIVE: u32 = 4096;
 #[macro_export]
 macro_rules! __manifest_head {
     () => {
-        "wprobe-manifest 1\nabi 2\n"
+        "wprobe-manifest 1\nabi 3\n"
     };
 }
 
