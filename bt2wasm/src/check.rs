@@ -548,6 +548,8 @@ pub struct Checked {
     pub concrete: Vec<Vec<Concrete>>,
     /// What the program's `config` block decides for the run.
     pub config: config::RunConfig,
+    /// Warnings for the run to print (attach points skipped).
+    pub warnings: Vec<String>,
 }
 
 /// Expands, checks and lowers `prog`.
@@ -557,16 +559,42 @@ pub fn check(
     opts: &Options,
 ) -> Result<Checked, crate::diag::Diagnostics> {
     let mut diags = Sink::default();
+    let mut local = opts.clone();
+    let run_config = config::apply(&prog.config, &mut local, &mut diags);
     let mut concrete: Vec<Vec<Concrete>> = Vec::new();
+    let mut warnings = Vec::new();
     for p in &prog.probes {
         let mut list = Vec::new();
         for (text, span) in &p.attach {
-            list.extend(probes::expand(text, *span, env, &mut diags));
+            // A function missing from one attach point of several is
+            // skipped with a warning (bpftrace's `missing_probes`
+            // default), or silently (`ignore`); `error` keeps the error.
+            let mut here = Sink::default();
+            list.extend(probes::expand(text, *span, env, &mut here));
+            let skippable = p.attach.len() > 1
+                && run_config.missing_probes != "error"
+                && !here.list.is_empty()
+                && here.list.iter().all(|d| d.code == codes::NO_MATCH);
+            if skippable {
+                if run_config.missing_probes == "warn" {
+                    for d in &here.list {
+                        let what = d.message.trim_end_matches(", cannot attach probe.");
+                        warnings.push(format!("WARNING: {what}, skipping probe."));
+                    }
+                }
+            } else {
+                diags.list.append(&mut here.list);
+            }
+        }
+        if list.is_empty() && diags.is_empty() && !p.attach.is_empty() {
+            diags.error(
+                codes::NO_MATCH,
+                p.span,
+                "none of this probe's attach points matches anything",
+            );
         }
         concrete.push(list);
     }
-    let mut local = opts.clone();
-    let run_config = config::apply(&prog.config, &mut local, &mut diags);
     let opts = &local;
     let mut types = types::build(prog, &mut diags);
     let dwarf_files: Vec<std::rc::Rc<crate::elf::Binary>> = env
@@ -624,6 +652,7 @@ pub fn check(
         module: finish(cx, handlers, &concrete),
         concrete,
         config: run_config,
+        warnings,
     })
 }
 

@@ -56,6 +56,8 @@ pub struct Compiled {
     pub module: ir::Module,
     /// What the program's `config` block decides for the run.
     pub config: check::config::RunConfig,
+    /// Warnings to print before the run (attach points skipped).
+    pub warnings: Vec<String>,
 }
 
 impl Compiled {
@@ -92,6 +94,7 @@ pub fn compile(
         wasm,
         module: checked.module,
         config: checked.config,
+        warnings: checked.warnings,
     })
 }
 
@@ -190,5 +193,6 @@ pub fn compile_events(
         wasm,
         module,
         config: check::config::RunConfig::default(),
+        warnings: Vec::new(),
     })
 }

@@ -514,7 +514,7 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
             diags.error(
                 codes::NO_MATCH,
                 span,
-                format!("Could not resolve symbol: {target}:{func_pat}"),
+                format!("Could not resolve symbol: {target}:{func_pat}, cannot attach probe."),
             );
         }
         return Vec::new();

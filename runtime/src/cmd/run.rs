@@ -335,7 +335,11 @@ SIGINT, SIGTERM or SIGHUP stop tracing and leave the process as it was.";
 
 /// `wprobe run`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = RUN_EXAMPLES)]
+#[command(
+    after_help = RUN_EXAMPLES,
+    // bpftrace's `USAGE:` heading (its suite checks `-h` by it).
+    help_template = "{before-help}{about-with-newline}\nUSAGE:\n    {usage}\n\n{all-args}{after-help}"
+)]
 pub struct RunArgs {
     /// Probe programs: .rpn (compiled on the fly), .wasm or .wat, or .bt
     /// (bpftrace's language); with -l, the pattern to list.

@@ -136,6 +136,9 @@ pub fn run_config() -> bt2wasm::check::config::RunConfig {
 pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<Vec<u8>, String> {
     match bt2wasm::compile(name, text, opts) {
         Ok(c) => {
+            for w in &c.warnings {
+                crate::elog!("{w}");
+            }
             if c.config != bt2wasm::check::config::RunConfig::default() {
                 *RUN_CONFIG.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.config.clone());
             }
