@@ -39,6 +39,8 @@ pub struct Options {
     /// The default stack mode (`bpftrace`, `perf`, `raw`; bpftrace's
     /// `BPFTRACE_STACK_MODE`).
     pub stack_mode: String,
+    /// `--unsafe`: `system()` is allowed.
+    pub unsafe_calls: bool,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             ustack_frames: 127,
             has_child: false,
             stack_mode: "bpftrace".into(),
+            unsafe_calls: false,
         }
     }
 }

@@ -44,8 +44,6 @@ pub struct Options {
     pub command: Option<PathBuf>,
     /// Positional parameters (`$1`, `$2`, ...; `$#` is their count).
     pub params: Vec<String>,
-    /// `--unsafe`: `system()` is allowed.
-    pub unsafe_calls: bool,
 }
 
 /// A compiled program.

@@ -172,6 +172,8 @@ _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with -
 #define WPROBE_EVENT_PRINT_MAP 2
 #define WPROBE_EVENT_PRINT_VALUE 3
 #define WPROBE_EVENT_TIME 4
+#define WPROBE_EVENT_CAT 5
+#define WPROBE_EVENT_SYSTEM 6
 #define WPROBE_MAX_EVENT_BYTES 65535
 /* Clocks of wprobe_clock_ns. */
 #define WPROBE_CLOCK_MONOTONIC 0
@@ -400,9 +402,10 @@ wprobe_i32 wprobe_map_zero(wprobe_i32 map);
  * of the module's `wprobe.events` section and the data its arguments laid out
  * as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div);
  * PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a
- * time entry. wprobe formats events when it writes them. Returns OK,
- * TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent)
- * or BAD_ARGUMENT (unknown kind).
+ * time entry; CAT and SYSTEM with `id` a printf entry giving a file's path or
+ * a shell command (bpftrace `cat`, `system`). wprobe formats events when it
+ * writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's
+ * record budget is spent) or BAD_ARGUMENT (unknown kind).
  */
 __attribute__((import_module("wprobe"), import_name("emit_event")))
 wprobe_i32 wprobe_emit_event(wprobe_i32 kind, wprobe_i32 id, wprobe_i32 data_ptr, wprobe_i32 data_len);

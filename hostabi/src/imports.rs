@@ -69,7 +69,7 @@ macro_rules! foreach_host_import {
             map_zero(map: i32) -> (i32)
                 "Set every value of map `map` to zero, keeping its keys (bpftrace `zero`). Returns OK or BAD_ARGUMENT.";
             emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> (i32)
-                "Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a time entry. wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).";
+                "Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a file's path or a shell command (bpftrace `cat`, `system`). wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).";
             clock_ns(clock: i32) -> (i64)
                 "A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`), `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME` (since the Unix epoch). Another id traps.";
             current_uid() -> (i64)

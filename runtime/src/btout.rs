@@ -321,6 +321,50 @@ pub fn printf_text(fmt: &[u8], args: &[Layout], data: &[u8], sym: &mut Symbolize
     out
 }
 
+/// `cat(path)`: the file's first `BPFTRACE_MAX_CAT_BYTES` bytes (10240 by
+/// default), as bpftrace prints them; a file that cannot be read is an
+/// error on standard error, as bpftrace reports it.
+fn cat_text(path: &[u8]) -> Vec<u8> {
+    let max = std::env::var("BPFTRACE_MAX_CAT_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(10240);
+    let p = String::from_utf8_lossy(path).into_owned();
+    match std::fs::File::open(&p) {
+        Ok(f) => {
+            use std::io::Read;
+            let mut b = Vec::new();
+            let _ = f.take(max).read_to_end(&mut b);
+            b
+        }
+        Err(e) => {
+            let why = e.to_string();
+            let why = why.split(" (os error").next().unwrap_or(&why);
+            crate::elog!("ERROR: failed to open file '{p}': {why}");
+            Vec::new()
+        }
+    }
+}
+
+/// `system(command)` (allowed by `--unsafe` only): what the shell command
+/// writes on its standard output.
+fn system_text(cmd: &[u8]) -> Vec<u8> {
+    let cmd = String::from_utf8_lossy(cmd).into_owned();
+    match std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&cmd)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+    {
+        Ok(o) => o.stdout,
+        Err(e) => {
+            crate::elog!("ERROR: system(\"{cmd}\"): {e}");
+            Vec::new()
+        }
+    }
+}
+
 /// `strftime` of the local time now.
 pub fn time_text(fmt: &[u8]) -> Vec<u8> {
     let Ok(cfmt) = std::ffi::CString::new(cstr(fmt)) else {
@@ -367,6 +411,21 @@ pub fn event(
             match mode {
                 Mode::Text => out.extend_from_slice(&text),
                 Mode::Json => json_msg(out, "printf", &text),
+            }
+        }
+        Some(kind @ (EventKind::Cat | EventKind::System)) => {
+            let Some(e) = events.printf.get(id as usize) else {
+                return;
+            };
+            let what = printf_text(&e.format, &e.args, data, sym);
+            let (text, ty) = if kind == EventKind::Cat {
+                (cat_text(&what), "cat")
+            } else {
+                (system_text(&what), "syscall")
+            };
+            match mode {
+                Mode::Text => out.extend_from_slice(&text),
+                Mode::Json => json_msg(out, ty, &text),
             }
         }
         Some(EventKind::Time) => {

@@ -18,8 +18,6 @@ const AGGREGATIONS: &[&str] = &[
 
 /// Functions bpftrace has that wprobe refuses, with the reason.
 const REFUSED: &[(&str, &str)] = &[
-    ("system", "wprobe runs no commands from handlers"),
-    ("cat", "wprobe reads no files from handlers"),
     ("signal", "handlers do not send signals"),
     ("override", "it changes kernel function returns"),
     ("kstack", "it describes the kernel"),
@@ -79,7 +77,20 @@ impl Fx<'_, '_> {
     pub(crate) fn expr_stmt(&mut self, e: &ast::Expr) -> Option<S> {
         if let ExprKind::Call { name, args, .. } = &e.kind {
             match name.as_str() {
-                "printf" => return self.printf(args, e.span),
+                "printf" => return self.printf(args, e.span, EventKind::Printf),
+                "cat" => return self.printf(args, e.span, EventKind::Cat),
+                "system" => {
+                    if !self.cx.opts.unsafe_calls {
+                        self.cx.err_note(
+                            codes::UNSUPPORTED,
+                            e.span,
+                            "system() is an unsafe function being used in safe mode",
+                            "run with --unsafe to allow it",
+                        );
+                        return None;
+                    }
+                    return self.printf(args, e.span, EventKind::System);
+                }
                 "print" => return self.print(args, e.span),
                 "time" => return self.time(args, e.span),
                 "exit" => {
@@ -629,7 +640,8 @@ impl Fx<'_, '_> {
                 }
                 self.expr(&args[0])
             }
-            "printf" | "print" | "time" | "exit" | "clear" | "zero" | "delete" => {
+            "printf" | "print" | "time" | "exit" | "clear" | "zero" | "delete" | "cat"
+            | "system" => {
                 self.cx.err(
                     codes::ARGUMENTS,
                     span,
@@ -793,7 +805,8 @@ impl Fx<'_, '_> {
         });
     }
 
-    fn printf(&mut self, args: &[ast::Expr], span: Span) -> Option<S> {
+    /// `printf`, and `cat`/`system`, which take a format the same way.
+    fn printf(&mut self, args: &[ast::Expr], span: Span, kind: EventKind) -> Option<S> {
         let Some(first) = args.first() else {
             self.cx.err(
                 codes::ARGUMENTS,
@@ -876,7 +889,7 @@ impl Fx<'_, '_> {
         });
         let slot = self.slot(off.max(8));
         Some(S::Emit(Emit {
-            kind: EventKind::Printf as i32,
+            kind: kind as i32,
             id,
             slot,
             parts,

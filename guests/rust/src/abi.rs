@@ -141,9 +141,10 @@ pub mod raw {
         /// Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the
         /// module's `wprobe.events` section and the data its arguments laid out as the entry says;
         /// PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value
-        /// entry and the value's bytes; TIME with `id` a time entry. wprobe formats events when it
-        /// writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record
-        /// budget is spent) or BAD_ARGUMENT (unknown kind).
+        /// entry and the value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a
+        /// printf entry giving a file's path or a shell command (bpftrace `cat`, `system`). wprobe
+        /// formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or
+        /// the run's record budget is spent) or BAD_ARGUMENT (unknown kind).
         pub fn emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> i32;
 
         /// A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
@@ -622,6 +623,12 @@ pub mod event_kind {
 
     /// `TIME`.
     pub const TIME: i32 = 4;
+
+    /// `CAT`.
+    pub const CAT: i32 = 5;
+
+    /// `SYSTEM`.
+    pub const SYSTEM: i32 = 6;
 }
 
 /// Clock ids of [`clock_ns`].

@@ -108,11 +108,11 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
                 .ok()
                 .filter(|m| matches!(m.as_str(), "bpftrace" | "perf" | "raw"))
                 .unwrap_or_else(|| "bpftrace".into()),
+            unsafe_calls: a.unsafe_calls,
         },
         pid: a.pid,
         command,
         params: a.params.clone(),
-        unsafe_calls: a.unsafe_calls,
     }
 }
 
