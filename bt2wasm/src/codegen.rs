@@ -53,6 +53,7 @@ impl Types {
 struct Helpers {
     streq: bool,
     strcontains: bool,
+    memeq: bool,
 }
 
 /// Imports an expression or statement needs.
@@ -63,6 +64,7 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
     };
     match e {
         E::Int(_) | E::Local(_) | E::Slot(_) | E::Static(_) | E::Table { .. } => {}
+        E::TableAt { index, .. } => uses_e(index, u, streq),
         E::Reg(_) => add(I::read_reg),
         E::Fact(f) => add(match f {
             ir::Fact::Pid => I::current_pid,
@@ -81,6 +83,11 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
         }
         E::StrEq { a, b, .. } => {
             streq.streq = true;
+            uses_e(a, u, streq);
+            uses_e(b, u, streq);
+        }
+        E::MemEq { a, b, .. } => {
+            streq.memeq = true;
             uses_e(a, u, streq);
             uses_e(b, u, streq);
         }
@@ -196,6 +203,8 @@ pub struct Ctx {
     pub streq: Option<u32>,
     /// The substring helper's index.
     pub strcontains: Option<u32>,
+    /// The byte-equality helper's index.
+    pub memeq: Option<u32>,
     /// Address of handler frames.
     pub frame_base: u32,
 }
@@ -236,11 +245,16 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
         next += 1;
         next - 1
     });
+    let memeq_idx = streq.memeq.then(|| {
+        next += 1;
+        next - 1
+    });
     let frame_base = (ir::STATIC_BASE + m.data.len() as u32).div_ceil(16) * 16;
     let ctx = Ctx {
         imports: import_idx,
         streq: streq_idx,
         strcontains: strcontains_idx,
+        memeq: memeq_idx,
         frame_base,
     };
     let mut funcs = FunctionSection::new();
@@ -258,6 +272,11 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
         funcs.function(types.get(&[ValType::I32; 4], &[ValType::I32]));
         code.function(&body::strcontains_helper());
         names.append(i, "strcontains");
+    }
+    if let Some(i) = memeq_idx {
+        funcs.function(types.get(&[ValType::I32; 3], &[ValType::I32]));
+        code.function(&body::memeq_helper());
+        names.append(i, "memeq");
     }
     let body_base = next;
     let body_ty = types.get(&[ValType::I32], &[ValType::I32]);

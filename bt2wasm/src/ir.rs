@@ -217,6 +217,18 @@ pub enum E {
         /// Entry size.
         stride: u32,
     },
+    /// Entry `index` of a table of fixed-stride strings in static data
+    /// (an index past the last entry reads the last).
+    TableAt {
+        /// Table address.
+        base: u32,
+        /// Entry size.
+        stride: u32,
+        /// Entries.
+        count: u32,
+        /// The index.
+        index: Box<E>,
+    },
     /// A register of the hit thread (`hostabi::regs` id).
     Reg(u16),
     /// A host fact.
@@ -236,6 +248,18 @@ pub enum E {
         /// Right address.
         b: Box<E>,
         /// Bytes compared at most.
+        n: u32,
+    },
+    /// Byte equality of two aggregates of `n` bytes (arrays, buffers:
+    /// `==`, `!=`); no NUL ends the comparison.
+    MemEq {
+        /// Negated (`!=`).
+        ne: bool,
+        /// Left address.
+        a: Box<E>,
+        /// Right address.
+        b: Box<E>,
+        /// Bytes compared.
         n: u32,
     },
     /// `strcontains(hay, needle)`: 1 when the NUL-terminated `needle`

@@ -31,7 +31,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("macaddr", "not supported yet"),
     ("strftime", "not supported yet; use time()"),
     ("join", "not supported yet"),
-    ("strerror", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
     ("debugf", "use printf"),
@@ -371,6 +370,45 @@ impl Fx<'_, '_> {
                         bad
                     }
                 }
+            }
+            "strerror" => {
+                if !self.nargs("strerror", args, 1, 1, span) {
+                    return bad;
+                }
+                let (e, t) = self.expr(&args[0]);
+                if t == Ty::None {
+                    return bad;
+                }
+                self.want_int(&t, args[0].span, "strerror() argument");
+                // The C library's messages, one per errno, in static data.
+                const ERRNOS: i32 = 134;
+                let msgs: Vec<String> = (0..=ERRNOS)
+                    .map(|n| {
+                        if n == ERRNOS {
+                            return "Unknown error".to_string();
+                        }
+                        let m = std::io::Error::from_raw_os_error(n).to_string();
+                        m.split(" (os error").next().unwrap_or(&m).to_string()
+                    })
+                    .collect();
+                let stride = msgs.iter().map(|m| m.len() as u32 + 1).max().unwrap_or(1);
+                let stride = stride.div_ceil(8) * 8;
+                let mut bytes = Vec::new();
+                for m in &msgs {
+                    let mut b = m.as_bytes().to_vec();
+                    b.resize(stride as usize, 0);
+                    bytes.extend(b);
+                }
+                let base = self.cx.string(&bytes);
+                (
+                    E::TableAt {
+                        base,
+                        stride,
+                        count: msgs.len() as u32,
+                        index: Box::new(e),
+                    },
+                    Ty::Str(stride),
+                )
             }
             "has_key" => {
                 if !self.nargs("has_key", args, 2, 2, span) {

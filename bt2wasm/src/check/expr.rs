@@ -96,6 +96,9 @@ impl Fx<'_, '_> {
                 if let Some((en, v)) = self.cx.types.enumerators.get(name).cloned() {
                     return (E::Int(v), Ty::Enum(en));
                 }
+                if let Some(v) = errno(name) {
+                    return (E::Int(v), Ty::I64);
+                }
                 self.builtin(name, e.span)
             }
             ExprKind::SizeofType { ty, ptr } => self.sizeof_type(ty, *ptr, e.span),
@@ -632,6 +635,35 @@ impl Fx<'_, '_> {
                 );
             }
             (x, y) if x.is_int() && y.is_int() => {}
+            (Ty::Buf(x), Ty::Buf(y)) if matches!(op, BinOp::Eq | BinOp::Ne) => {
+                // The length word first: buffers of different lengths differ.
+                return (
+                    E::MemEq {
+                        ne: op == BinOp::Ne,
+                        a: Box::new(ae),
+                        b: Box::new(be),
+                        n: Ty::Buf(*x.min(y)).size(),
+                    },
+                    Ty::U64,
+                );
+            }
+            (x, y)
+                if matches!(op, BinOp::Eq | BinOp::Ne)
+                    && x == y
+                    && matches!(x, Ty::Array(..) | Ty::Record(_) | Ty::Tuple(_)) =>
+            {
+                // Equal values of one type are equal bytes (a buffer's
+                // unused bytes are zero-filled when it is read).
+                return (
+                    E::MemEq {
+                        ne: op == BinOp::Ne,
+                        a: Box::new(ae),
+                        b: Box::new(be),
+                        n: x.size(),
+                    },
+                    Ty::U64,
+                );
+            }
             _ => {
                 self.cx.err(
                     codes::TYPE,
@@ -1318,6 +1350,53 @@ impl Fx<'_, '_> {
         }
         Some(merged)
     }
+}
+
+/// Linux's errno names (bpftrace knows them as constants, for `strerror`).
+fn errno(name: &str) -> Option<i64> {
+    const NAMES: &[&str] = &[
+        "EPERM",
+        "ENOENT",
+        "ESRCH",
+        "EINTR",
+        "EIO",
+        "ENXIO",
+        "E2BIG",
+        "ENOEXEC",
+        "EBADF",
+        "ECHILD",
+        "EAGAIN",
+        "ENOMEM",
+        "EACCES",
+        "EFAULT",
+        "ENOTBLK",
+        "EBUSY",
+        "EEXIST",
+        "EXDEV",
+        "ENODEV",
+        "ENOTDIR",
+        "EISDIR",
+        "EINVAL",
+        "ENFILE",
+        "EMFILE",
+        "ENOTTY",
+        "ETXTBSY",
+        "EFBIG",
+        "ENOSPC",
+        "ESPIPE",
+        "EROFS",
+        "EMLINK",
+        "EPIPE",
+        "EDOM",
+        "ERANGE",
+        "EDEADLK",
+        "ENAMETOOLONG",
+        "ENOLCK",
+        "ENOSYS",
+        "ENOTEMPTY",
+        "ELOOP",
+    ];
+    NAMES.iter().position(|n| *n == name).map(|i| i as i64 + 1)
 }
 
 /// A key field's type: integers are 8 bytes, in tuples too.

@@ -304,6 +304,31 @@ impl Gen<'_> {
                     .i32_mul()
                     .i32_add();
             }
+            E::TableAt {
+                base,
+                stride,
+                count,
+                index,
+            } => {
+                let t = self.temp64();
+                self.i().i32_const(*base as i32);
+                self.expr(index);
+                let last = count.saturating_sub(1) as i64;
+                self.i()
+                    .local_tee(t)
+                    .i64_const(*count as i64)
+                    .i64_lt_u()
+                    .if_(BlockType::Result(ValType::I64))
+                    .local_get(t)
+                    .else_()
+                    .i64_const(last)
+                    .end()
+                    .i32_wrap_i64()
+                    .i32_const(*stride as i32)
+                    .i32_mul()
+                    .i32_add();
+                self.free64();
+            }
             E::Reg(r) => {
                 self.i().i32_const(*r as i32).i32_const(0);
                 self.call(I::read_reg);
@@ -355,6 +380,17 @@ impl Gen<'_> {
                 self.expr(b);
                 self.i().i32_const(*n as i32);
                 let f = self.ctx.streq.expect("codegen invariant: streq collected");
+                self.i().call(f);
+                if *ne {
+                    self.i().i32_eqz();
+                }
+                self.i().i64_extend_i32_u();
+            }
+            E::MemEq { ne, a, b, n } => {
+                self.expr(a);
+                self.expr(b);
+                self.i().i32_const(*n as i32);
+                let f = self.ctx.memeq.expect("codegen invariant: memeq collected");
                 self.i().call(f);
                 if *ne {
                     self.i().i32_eqz();
@@ -791,6 +827,7 @@ fn is_agg(e: &E) -> bool {
         E::Slot(_)
         | E::Static(_)
         | E::Table { .. }
+        | E::TableAt { .. }
         | E::Comm(_)
         | E::ReadStr { .. }
         | E::ReadBuf { .. }
@@ -812,7 +849,7 @@ fn agg_size(e: &E) -> Option<u32> {
         E::Ustack { frames, .. } => 16 + 8 * frames,
         E::Usym { .. } => 16,
         E::MapGet { ty, .. } | E::Field { ty, .. } => Ty::size(ty),
-        E::Table { stride, .. } => *stride,
+        E::Table { stride, .. } | E::TableAt { stride, .. } => *stride,
         E::Seq(_, x) => return agg_size(x),
         _ => return None,
     })
@@ -974,6 +1011,42 @@ pub fn strcontains_helper() -> Function {
         .end()
         .end()
         .i32_const(0)
+        .end();
+    f
+}
+
+/// `memeq(a, b, n) -> i32`: whether the `n` bytes at `a` and `b` are equal.
+pub fn memeq_helper() -> Function {
+    let mut f = Function::new([(1, ValType::I32)]);
+    let (a, b, n, i) = (0, 1, 2, 3);
+    f.instructions()
+        .block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(i)
+        .local_get(n)
+        .i32_ge_u()
+        .br_if(1)
+        .local_get(a)
+        .local_get(i)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .local_get(b)
+        .local_get(i)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_ne()
+        .if_(BlockType::Empty)
+        .i32_const(0)
+        .return_()
+        .end()
+        .local_get(i)
+        .i32_const(1)
+        .i32_add()
+        .local_set(i)
+        .br(0)
+        .end()
+        .end()
+        .i32_const(1)
         .end();
     f
 }
