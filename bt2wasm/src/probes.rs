@@ -425,6 +425,10 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         path.file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default()
+    } else if let Some(inside) = in_process_root(target) {
+        // `/proc/PID/root/PATH`: the file as that process (maybe in
+        // another mount namespace) maps it.
+        inside
     } else {
         std::fs::canonicalize(&path)
             .unwrap_or(path.clone())
@@ -567,6 +571,17 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         });
     }
     out
+}
+
+/// The path a process sees for `/proc/PID/root/PATH` (`/PATH`).
+fn in_process_root(target: &str) -> Option<String> {
+    let rest = target.strip_prefix("/proc/")?;
+    let (pid, rest) = rest.split_once('/')?;
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let inside = rest.strip_prefix("root")?;
+    inside.starts_with('/').then(|| inside.to_string())
 }
 
 /// Checks that `off` is an instruction start of `f`; reports the nearest ones.
