@@ -53,6 +53,9 @@ pub enum Ty {
     Array(Box<Ty>, u32),
     /// An enumeration's value (an integer printed as its enumerator).
     Enum(Rc<EnumDef>),
+    /// `strftime(fmt, ns)`: a monotonic time in ns (an i64) printed as
+    /// local time with this format.
+    Strftime(Vec<u8>),
     /// A tuple.
     Tuple(Vec<Ty>),
     /// No value (calls such as `printf`), or not known yet.
@@ -92,7 +95,10 @@ impl Ty {
 
     /// Whether values of this type live in memory (frame slots).
     pub fn is_agg(&self) -> bool {
-        !matches!(self, Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_) | Ty::None)
+        !matches!(
+            self,
+            Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_) | Ty::Strftime(_) | Ty::None
+        )
     }
 
     /// Whether it is signed (integers only; enums are C `int`s).
@@ -121,6 +127,7 @@ impl Ty {
             ),
             Ty::Array(t, n) => Layout::Array(Box::new(t.layout()), *n),
             Ty::Enum(e) => Layout::Enum(e.values.clone().into_boxed_slice()),
+            Ty::Strftime(f) => Layout::Strftime(f.clone().into_boxed_slice()),
             Ty::Tuple(f) => Layout::Tuple(f.iter().map(Ty::layout).collect()),
             Ty::None => Layout::U64,
         }
@@ -145,6 +152,7 @@ impl Ty {
             Ty::Record(r) => r.name.clone(),
             Ty::Array(t, n) => format!("{}[{n}]", t.name()),
             Ty::Enum(e) => e.name.clone(),
+            Ty::Strftime(_) => "timestamp".into(),
             Ty::Tuple(f) => format!(
                 "({})",
                 f.iter().map(Ty::name).collect::<Vec<_>>().join(", ")

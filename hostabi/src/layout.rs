@@ -15,6 +15,7 @@
 //! | `{name:L,...}` | sum of fields | a C structure's fields, each laid out as `L` (printed `{ .name = v, ... }`) |
 //! | `[L;N]` | N × size of L | a C array (printed `[v,v,...]`) |
 //! | `enum{A=1,B=2}` | 8 | a signed integer printed as its enumerator's name |
+//! | `strftime:HEX` | 8 | a monotonic time in ns printed as local time by `strftime` of the format whose bytes are HEX |
 //! | `(L,L,...)` | sum of fields | a tuple |
 //!
 //! Parsing never panics; nesting is limited to [`MAX_DEPTH`].
@@ -59,6 +60,8 @@ pub enum Layout {
     Array(Box<Layout>, u32),
     /// A C enumeration's value (i64) with its enumerators.
     Enum(Box<[(String, i64)]>),
+    /// A monotonic time (ns) printed as local time by `strftime(format)`.
+    Strftime(Box<[u8]>),
     /// A tuple.
     Tuple(Box<[Layout]>),
 }
@@ -99,7 +102,7 @@ impl Layout {
             Layout::Ptr => 8,
             Layout::Record(f) => f.iter().map(|(_, l)| l.size()).sum(),
             Layout::Array(l, n) => l.size().saturating_mul(*n as usize),
-            Layout::Enum(_) => 8,
+            Layout::Enum(_) | Layout::Strftime(_) => 8,
             Layout::Tuple(f) => f.iter().map(Layout::size).sum(),
         }
     }
@@ -149,6 +152,14 @@ impl Layout {
                 out.push('[');
                 l.render_into(out);
                 let _ = write!(out, ";{n}]");
+            }
+            Layout::Strftime(f) => {
+                // Hex: the format may hold any byte, the layout's
+                // delimiters included.
+                out.push_str("strftime:");
+                for b in f.iter() {
+                    let _ = write!(out, "{b:02x}");
+                }
             }
             Layout::Enum(v) => {
                 out.push_str("enum{");
@@ -276,6 +287,17 @@ fn parse_one(b: &[u8], depth: usize) -> Option<(Layout, &[u8])> {
         let r = r.strip_prefix(b"]")?;
         return Some((Layout::Array(Box::new(l), n), r));
     }
+    if let Some(r) = b.strip_prefix(b"strftime:") {
+        let n = r.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+        if n % 2 != 0 || n > 2 * MAX_STR_BYTES as usize {
+            return None;
+        }
+        let hex = core::str::from_utf8(&r[..n]).ok()?;
+        let fmt: Vec<u8> = (0..n / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+            .collect::<Option<_>>()?;
+        return Some((Layout::Strftime(fmt.into_boxed_slice()), &r[n..]));
+    }
     if let Some(mut rest) = b.strip_prefix(b"enum{") {
         let mut values = Vec::new();
         if let Some(r) = rest.strip_prefix(b"}") {
@@ -359,6 +381,7 @@ mod tests {
             "(u64,str:3,(i8,usym),ptr)",
             "{m:i32,n:[u8;4],s:{a:ptr}}",
             "ustack:3:perf",
+            "(u64,strftime:25483a254d)",
             "(ustack:2:raw,u8)",
             "enum{A=1,B=-2}",
         ] {

@@ -174,6 +174,9 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
                 .collect();
             format!("[{}]", parts.join(","))
         }
+        Layout::Strftime(fmt) => {
+            String::from_utf8_lossy(&strftime_text(fmt, word(b, 0))).into_owned()
+        }
         Layout::Enum(values) => {
             let v = word(b, 0) as i64;
             match values.iter().find(|(_, x)| *x == v) {
@@ -363,6 +366,38 @@ fn system_text(cmd: &[u8]) -> Vec<u8> {
             Vec::new()
         }
     }
+}
+
+/// bpftrace's `strftime(fmt, ns)`: the monotonic time `ns` as local time,
+/// with bpftrace's `%f` (microseconds, 6 digits) added to C's formats.
+pub fn strftime_text(fmt: &[u8], ns: u64) -> Vec<u8> {
+    // One offset per run: two timestamps of one event convert alike.
+    static OFFSET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let off = *OFFSET.get_or_init(crate::sys::time::realtime_minus_monotonic);
+    let wall = ns.wrapping_add(off);
+    let (secs, nanos) = ((wall / 1_000_000_000) as i64, wall % 1_000_000_000);
+    let mut f = Vec::new();
+    let mut i = 0;
+    while i < fmt.len() {
+        match (fmt[i], fmt.get(i + 1)) {
+            (b'%', Some(b'%')) => {
+                f.extend_from_slice(b"%%");
+                i += 2;
+            }
+            (b'%', Some(b'f')) => {
+                f.extend_from_slice(format!("{:06}", nanos / 1000).as_bytes());
+                i += 2;
+            }
+            (c, _) => {
+                f.push(c);
+                i += 1;
+            }
+        }
+    }
+    let Ok(cfmt) = std::ffi::CString::new(cstr(&f)) else {
+        return Vec::new();
+    };
+    crate::sys::time::strftime_at(&cfmt, secs)
 }
 
 /// `strftime` of the local time now.

@@ -29,7 +29,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("ntop", "not supported yet"),
     ("pton", "not supported yet"),
     ("macaddr", "not supported yet"),
-    ("strftime", "not supported yet; use time()"),
     ("join", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
@@ -370,6 +369,25 @@ impl Fx<'_, '_> {
                         bad
                     }
                 }
+            }
+            "strftime" => {
+                if !self.nargs("strftime", args, 2, 2, span) {
+                    return bad;
+                }
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[0].span,
+                        "strftime() expects a string literal as first argument",
+                    );
+                    return bad;
+                };
+                let (e, t) = self.expr(&args[1]);
+                if t == Ty::None {
+                    return bad;
+                }
+                self.want_int(&t, args[1].span, "strftime() time");
+                (e, Ty::Strftime(fmt.clone()))
             }
             "strerror" => {
                 if !self.nargs("strerror", args, 1, 1, span) {

@@ -328,7 +328,7 @@ pub fn run(t: &Test, group: Group, s: &Setting, cap: Duration, serial: usize) ->
 const ATTACH_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs the command to its end or its timeout, starting `AFTER` once the
-/// probes are attached (its `Attaching` line, or a second at most).
+/// probes are attached (the tracer's attach line, or a second at most).
 fn watch(
     mut c: Command,
     t: &Test,
@@ -353,8 +353,8 @@ fn watch(
     let mut after_pending = t.after.is_some() && !after_used;
     let mut timed_out = false;
     // As bpftrace's runner, the timeout counts from the attachment (the
-    // `Attaching` line); without one, from the start plus a grace for
-    // compiling the program.
+    // line the tracer prints then); without one, from the start plus a
+    // grace for compiling the program.
     let mut deadline = start + timeout + ATTACH_GRACE;
     let mut attached = false;
     let status = loop {
@@ -365,7 +365,7 @@ fn watch(
         }
         if !attached || after_pending {
             let so_far = std::fs::read_to_string(out_path).unwrap_or_default();
-            if !attached && so_far.contains("Attaching ") {
+            if !attached && so_far.contains(crate::verdict::ATTACHED) {
                 attached = true;
                 deadline = Instant::now() + timeout;
             }

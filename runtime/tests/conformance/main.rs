@@ -138,6 +138,9 @@ fn run(a: &Args, suite_dir: &Path, repo: &Path) -> Result<bool, String> {
     let cache_dir = std::env::var("WPROBE_CACHE_DIR")
         .unwrap_or_else(|_| cache.join("module-cache").to_string_lossy().into_owned());
     env.push(("WPROBE_CACHE_DIR".into(), cache_dir));
+    // As bpftrace's runner: the tracer prints a line once its probes are
+    // attached.
+    env.push(("__BPFTRACE_NOTIFY_PROBES_ATTACHED".into(), "1".into()));
     // `{{BPFTRACE}}` is wprobe through a link named `bpftrace`: tests
     // expect the tracer's own `comm` (in BEGIN) to be that name.
     let tracer = work.join("bin/bpftrace");

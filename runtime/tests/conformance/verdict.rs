@@ -148,15 +148,17 @@ fn holds(mode: Mode, what: &str, output: &str, root: &Path) -> Result<bool, Stri
     })
 }
 
-/// The output bpftrace's runner would compare for an exact expectation:
-/// what follows the `Attaching N probes...` line (printed before the probes
-/// are attached), when there is one.
+/// The line the tracer prints once its probes are attached when
+/// `__BPFTRACE_NOTIFY_PROBES_ATTACHED` is set (bpftrace's test hook).
+pub const ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
+
+/// The output bpftrace's runner compares for an exact expectation: what
+/// follows the attach line, when there is one.
 fn after_attach(output: &str) -> &str {
     let mut at = 0;
     for line in output.split_inclusive('\n') {
         at += line.len();
-        let l = line.trim_end();
-        if l.starts_with("Attaching ") && l.ends_with("...") {
+        if line.trim_end() == ATTACHED {
             return &output[at..];
         }
     }
@@ -237,8 +239,7 @@ pub fn judge(t: &Test, o: &Outcome, root: &Path) -> Verdict {
     if let Some(msg) = refusal(&o.output) {
         return Verdict::Fail(Class::Refusal, format!("{why} -- refused: {msg}"));
     }
-    let clean_end =
-        o.code == Some(t.return_code) || (o.timed_out && o.output.contains("Attaching "));
+    let clean_end = o.code == Some(t.return_code) || (o.timed_out && o.output.contains(ATTACHED));
     if clean_end && !has_error(&o.output) && !failed.is_empty() && !o.output.trim().is_empty() {
         return Verdict::Fail(Class::Wrong, why);
     }
