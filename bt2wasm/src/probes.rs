@@ -135,7 +135,8 @@ fn parse_u64(s: &str) -> Option<u64> {
 
 /// Expands one attach point; errors go to `diags` (and give no probes).
 pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Concrete> {
-    let parts: Vec<&str> = text.split(':').collect();
+    let owned = split_attach(text);
+    let parts: Vec<&str> = owned.iter().map(String::as_str).collect();
     let provider = parts[0];
     match provider {
         "BEGIN" | "END" if parts.len() == 1 => {
@@ -185,6 +186,25 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
         );
     }
     Vec::new()
+}
+
+/// An attach point's parts: split at `:` outside double quotes, the
+/// quotes removed (`uprobe:./b:"f"+4` is `uprobe`, `./b`, `f+4`).
+fn split_attach(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ':' if !quoted => out.push(String::new()),
+            c => {
+                if let Some(last) = out.last_mut() {
+                    last.push(c);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn interval(parts: &[&str], span: Span, diags: &mut Sink) -> Vec<Concrete> {

@@ -73,6 +73,16 @@ impl Fx<'_, '_> {
 
     /// A call used as a statement.
     pub(crate) fn expr_stmt(&mut self, e: &ast::Expr) -> Option<S> {
+        // `c ? f() : g()` as a statement: one of the two calls.
+        if let ExprKind::Ternary(c, a, b) = &e.kind
+            && (matches!(a.kind, ExprKind::Call { .. }) || matches!(b.kind, ExprKind::Call { .. }))
+        {
+            let (ce, ct) = self.expr(c);
+            self.want_int(&ct, c.span, "ternary condition");
+            let then: Vec<S> = self.expr_stmt(a).into_iter().collect();
+            let els: Vec<S> = self.expr_stmt(b).into_iter().collect();
+            return Some(S::If(ce, then, els));
+        }
         if let ExprKind::Call { name, args, .. } = &e.kind {
             match name.as_str() {
                 "printf" => return self.printf(args, e.span, EventKind::Printf),

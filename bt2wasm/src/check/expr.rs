@@ -447,15 +447,20 @@ impl Fx<'_, '_> {
         mode: Option<hostabi::layout::StackMode>,
         span: Span,
     ) -> (E, Ty) {
-        if self.ctx == Ctx::Special {
-            self.cx.err(
-                codes::BUILTIN_CONTEXT,
-                span,
-                "ustack can only be used in uprobes, uretprobes and watchpoints",
-            );
-            return (E::Int(0), Ty::None);
-        }
         let t = Ty::Ustack(frames, mode);
+        if self.ctx == Ctx::Special {
+            // BEGIN, END and intervals run in no traced thread: an empty
+            // stack (bpftrace shows its own process's frames there).
+            let _ = span;
+            let slot = self.slot(t.size());
+            let set = S::SetSlot {
+                slot,
+                e: E::Slot(slot),
+                size: t.size(),
+                src_size: 0,
+            };
+            return (E::Seq(vec![set], Box::new(E::Slot(slot))), t);
+        }
         let slot = self.slot(t.size());
         let entry_fixup = self.ctx == Ctx::Uprobe;
         (
