@@ -109,3 +109,12 @@ fi
 for tool in prometheus promtool; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup.sh: $tool is still missing" >&2; exit 1; }
 done
+
+# bpftrace's conformance suite (runtime/tests/conformance) builds test
+# programs with USDT probes: they need sys/sdt.h (systemtap-sdt-dev).
+if ! [ -e /usr/include/sys/sdt.h ] && ! [ -e /usr/include/x86_64-linux-gnu/sys/sdt.h ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq systemtap-sdt-dev >/dev/null
+fi

@@ -8,6 +8,60 @@ use rpn2wasm::Span;
 pub struct Program {
     /// The probes.
     pub probes: Vec<Probe>,
+    /// C definitions (`struct`, `union`, `enum`) before, between or after them.
+    pub cdefs: Vec<CDef>,
+    /// `config = { key = value; ... }` entries: key, value, span of the key.
+    pub config: Vec<(String, String, Span)>,
+}
+
+/// A C type as written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypeSpec {
+    /// Base words or a tag reference: `unsigned int`, `uint8_t`,
+    /// `struct Foo`, `enum E`.
+    Named(String),
+    /// A structure or union defined here (`name` `None`: anonymous).
+    Record {
+        /// A union.
+        union: bool,
+        /// Its tag.
+        name: Option<String>,
+        /// Its members.
+        members: Vec<CMember>,
+    },
+    /// An enumeration defined here.
+    Enum {
+        /// Its tag.
+        name: Option<String>,
+        /// Enumerators and their explicit values.
+        values: Vec<(String, Option<i64>)>,
+    },
+}
+
+/// One member declarator of a C record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CMember {
+    /// Its base type.
+    pub ty: TypeSpec,
+    /// Pointer levels.
+    pub ptr: u8,
+    /// Its name (empty: an anonymous record member).
+    pub name: String,
+    /// Array dimensions, outermost first.
+    pub dims: Vec<u32>,
+    /// Bitfield width.
+    pub bits: Option<u32>,
+    /// Where.
+    pub span: Span,
+}
+
+/// A top-level C definition.
+#[derive(Clone, Debug)]
+pub struct CDef {
+    /// What it defines.
+    pub spec: TypeSpec,
+    /// Where.
+    pub span: Span,
 }
 
 /// `attach_point[, attach_point...] [/predicate/] { statements }`.
@@ -167,6 +221,24 @@ pub enum StmtKind {
         /// Body.
         body: Vec<Stmt>,
     },
+    /// `{ ... }`: statements in a block of their own.
+    Block(Vec<Stmt>),
+    /// `let $x;` (with or without a type): the variable starts again from
+    /// zero here (bpftrace 0.23's block-scoped declaration).
+    Let {
+        /// The variable.
+        name: String,
+    },
+    /// `for ($kv : @map) { }`: the body once per entry, `$kv` the
+    /// (key, value) tuple.
+    For {
+        /// The variable (with `$`).
+        var: String,
+        /// The map.
+        map: MapRef,
+        /// The body.
+        body: Vec<Stmt>,
+    },
     /// `break`.
     Break,
     /// `continue`.
@@ -240,17 +312,33 @@ pub enum ExprKind {
     TupleIndex(Box<Expr>, u64),
     /// `e[i]`.
     Index(Box<Expr>, Box<Expr>),
-    /// `(type)e`, `(type *)e`.
+    /// `(type)e`, `(type *)e`, `(type[N])e`.
     Cast {
         /// Type name.
         ty: String,
         /// Pointer levels.
         ptr: u8,
+        /// Array length (`(uint8[4])x`).
+        array: Option<u32>,
         /// Operand.
         expr: Box<Expr>,
     },
     /// `(a, b, ...)`.
     Tuple(Vec<Expr>),
+    /// `sizeof(TYPE)` (`ptr` pointer levels).
+    SizeofType {
+        /// The type's name (`struct Foo`, `uint64`).
+        ty: String,
+        /// Pointer levels.
+        ptr: u8,
+    },
+    /// `offsetof(TYPE, a.b)`.
+    Offsetof {
+        /// The record type's name.
+        ty: String,
+        /// The field path.
+        path: Vec<String>,
+    },
     /// `x++`, `x--`, `++x`, `--x` on a map or variable.
     IncDec {
         /// The map or variable.

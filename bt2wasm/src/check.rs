@@ -7,8 +7,11 @@
 //! types stop changing; only the last pass reports errors and its IR is
 //! kept. Errors carry bpftrace's wording where bpftrace has one.
 
-mod call;
+pub(crate) mod call;
+pub mod config;
 pub(crate) mod expr;
+mod iterate;
+mod types;
 pub(crate) use expr::reg;
 pub mod format;
 
@@ -33,6 +36,11 @@ pub struct Options {
     pub ustack_frames: u32,
     /// Whether a command is launched (`cpid` is then available).
     pub has_child: bool,
+    /// The default stack mode (`bpftrace`, `perf`, `raw`; bpftrace's
+    /// `BPFTRACE_STACK_MODE`).
+    pub stack_mode: String,
+    /// `--unsafe`: `system()` is allowed.
+    pub unsafe_calls: bool,
 }
 
 impl Default for Options {
@@ -42,6 +50,8 @@ impl Default for Options {
             map_keys: hostabi::maps::DEFAULT_MAX_KEYS,
             ustack_frames: 127,
             has_child: false,
+            stack_mode: "bpftrace".into(),
+            unsafe_calls: false,
         }
     }
 }
@@ -85,6 +95,10 @@ pub(crate) struct Cx<'a> {
     pub final_pass: bool,
     /// Something learnt this pass (another pass is needed).
     pub changed: bool,
+    /// C types: the program's definitions and what DWARF added.
+    pub types: crate::ctypes::Types,
+    /// The probed binaries, whose DWARF defines types the program names.
+    pub dwarf_files: Vec<std::rc::Rc<crate::elf::Binary>>,
 }
 
 impl Cx<'_> {
@@ -172,8 +186,17 @@ pub(crate) fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
         }
         (Ty::Str(x), Ty::Str(y)) => Ty::Str(*x.max(y)),
         (Ty::Buf(x), Ty::Buf(y)) => Ty::Buf(*x.max(y)),
-        (Ty::Ustack(x), Ty::Ustack(y)) => Ty::Ustack(*x.max(y)),
+        (Ty::Ustack(x, m), Ty::Ustack(y, n)) if m == n => Ty::Ustack(*x.max(y), *m),
         (Ty::Usym, Ty::Usym) => Ty::Usym,
+        (Ty::Ptr(_), Ty::Ptr(_)) => a.clone(),
+        (Ty::Record(x), Ty::Record(y)) if x == y => a.clone(),
+        (Ty::Array(x, n), Ty::Array(y, m)) if n == m => Ty::Array(Box::new(unify(x, y)?), *n),
+        (Ty::Enum(x), Ty::Enum(y)) if x == y => a.clone(),
+        (Ty::Strftime(x), Ty::Strftime(y)) if x == y => a.clone(),
+        (Ty::Enum(_), Ty::Int { signed, .. }) | (Ty::Int { signed, .. }, Ty::Enum(_)) => Ty::Int {
+            signed: *signed,
+            bytes: 8,
+        },
         (Ty::Tuple(x), Ty::Tuple(y)) if x.len() == y.len() => Ty::Tuple(
             x.iter()
                 .zip(y)
@@ -226,6 +249,44 @@ impl Fx<'_, '_> {
         let at = self.frame;
         self.frame = self.frame.saturating_add(size.div_ceil(8) * 8);
         at
+    }
+
+    /// `e` (of type `from`) as a value of type `to`, a type `from` unifies
+    /// into: integers truncated to a narrower type, tuples laid out again
+    /// field by field (a longer string in a field moves the fields after
+    /// it), strings and buffers copied as their prefix (the copy
+    /// zero-fills the rest).
+    pub fn convert(&mut self, e: E, from: &Ty, to: &Ty) -> E {
+        match (from, to) {
+            (Ty::Tuple(f), Ty::Tuple(t)) if from != to && f.len() == t.len() => {
+                let tmp = self.slot(from.size());
+                let mut parts = Vec::new();
+                let (mut off_from, mut off_to) = (0, 0);
+                for (ff, tt) in f.iter().zip(t) {
+                    let field = E::Field {
+                        base: Box::new(E::Slot(tmp)),
+                        off: off_from,
+                        ty: ff.clone(),
+                    };
+                    parts.push(Part {
+                        e: self.convert(field, ff, tt),
+                        ty: tt.clone(),
+                        off: off_to,
+                    });
+                    off_from += ff.size();
+                    off_to += tt.size();
+                }
+                let slot = self.slot(to.size());
+                let fill = S::SetSlot {
+                    slot: tmp,
+                    e,
+                    size: from.size(),
+                    src_size: from.size(),
+                };
+                E::Seq(vec![fill], Box::new(E::Tuple { slot, parts }))
+            }
+            _ => coerce_int(e, from, to),
+        }
     }
 
     /// Builds a map key from the key expressions, typed as the map's key.
@@ -309,6 +370,7 @@ impl Fx<'_, '_> {
                 self.loop_depth -= 1;
                 out.push(S::While(c, b));
             }
+            StmtKind::For { var, map, body } => self.for_map(var, map, body, out),
             StmtKind::Break | StmtKind::Continue => {
                 if self.loop_depth == 0 {
                     let w = if matches!(s.kind, StmtKind::Break) {
@@ -330,6 +392,45 @@ impl Fx<'_, '_> {
                 });
             }
             StmtKind::Return => out.push(S::Return(hostabi::Outcome::Exit as i32)),
+            StmtKind::Let { name } => {
+                // A declared variable starts from zero (of the type it is
+                // given anywhere in the probe).
+                let key = (self.probe, name.clone());
+                let Some(t) = self.cx.vars.get(&key).cloned() else {
+                    return;
+                };
+                match self.vars.get(name).map(|v| v.1) {
+                    Some(VarLoc::Local(l)) => out.push(S::SetLocal(l, E::Int(0))),
+                    Some(VarLoc::Slot(slot)) => out.push(S::SetSlot {
+                        slot,
+                        e: E::Slot(slot),
+                        size: t.size(),
+                        src_size: 0,
+                    }),
+                    None => {
+                        let loc = if t.is_agg() {
+                            VarLoc::Slot(self.slot(t.size()))
+                        } else {
+                            VarLoc::Local(self.local())
+                        };
+                        self.vars.insert(name.clone(), (t.clone(), loc));
+                        match loc {
+                            VarLoc::Local(l) => out.push(S::SetLocal(l, E::Int(0))),
+                            VarLoc::Slot(slot) => out.push(S::SetSlot {
+                                slot,
+                                e: E::Slot(slot),
+                                size: t.size(),
+                                src_size: 0,
+                            }),
+                        }
+                    }
+                }
+            }
+            StmtKind::Block(list) => {
+                for st in list {
+                    self.stmt(st, out);
+                }
+            }
         }
     }
 
@@ -412,12 +513,19 @@ impl Fx<'_, '_> {
         match loc {
             VarLoc::Local(l) => out.push(S::SetLocal(l, coerce_int(e, &t, &u))),
             VarLoc::Slot(s) => {
-                let size = self.vars.get(name).map(|v| v.0.size()).unwrap_or(0);
+                let vt = self.vars.get(name).map(|v| v.0.clone()).unwrap_or(Ty::None);
+                let size = vt.size();
+                let src_size = if matches!(t, Ty::Tuple(_)) {
+                    size
+                } else {
+                    t.size().min(size)
+                };
+                let e = self.convert(e, &t, &vt);
                 out.push(S::SetSlot {
                     slot: s,
                     e,
                     size,
-                    src_size: t.size().min(size),
+                    src_size,
                 })
             }
         }
@@ -442,6 +550,10 @@ pub struct Checked {
     pub module: ir::Module,
     /// The concrete probes, by handler.
     pub concrete: Vec<Vec<Concrete>>,
+    /// What the program's `config` block decides for the run.
+    pub config: config::RunConfig,
+    /// Warnings for the run to print (attach points skipped).
+    pub warnings: Vec<String>,
 }
 
 /// Expands, checks and lowers `prog`.
@@ -451,14 +563,49 @@ pub fn check(
     opts: &Options,
 ) -> Result<Checked, crate::diag::Diagnostics> {
     let mut diags = Sink::default();
+    let mut local = opts.clone();
+    let run_config = config::apply(&prog.config, &mut local, &mut diags);
     let mut concrete: Vec<Vec<Concrete>> = Vec::new();
+    let mut warnings = Vec::new();
     for p in &prog.probes {
         let mut list = Vec::new();
         for (text, span) in &p.attach {
-            list.extend(probes::expand(text, *span, env, &mut diags));
+            // A function missing from one attach point of several is
+            // skipped with a warning (bpftrace's `missing_probes`
+            // default), or silently (`ignore`); `error` keeps the error.
+            let mut here = Sink::default();
+            list.extend(probes::expand(text, *span, env, &mut here));
+            let skippable = p.attach.len() > 1
+                && run_config.missing_probes != "error"
+                && !here.list.is_empty()
+                && here.list.iter().all(|d| d.code == codes::NO_MATCH);
+            if skippable {
+                if run_config.missing_probes == "warn" {
+                    for d in &here.list {
+                        let what = d.message.trim_end_matches(", cannot attach probe.");
+                        warnings.push(format!("WARNING: {what}, skipping probe."));
+                    }
+                }
+            } else {
+                diags.list.append(&mut here.list);
+            }
+        }
+        if list.is_empty() && diags.is_empty() && !p.attach.is_empty() {
+            diags.error(
+                codes::NO_MATCH,
+                p.span,
+                "none of this probe's attach points matches anything",
+            );
         }
         concrete.push(list);
     }
+    let opts = &local;
+    let mut types = types::build(prog, &mut diags);
+    let dwarf_files: Vec<std::rc::Rc<crate::elf::Binary>> = env
+        .binaries
+        .values()
+        .filter_map(|b| b.clone().ok())
+        .collect();
     let mut vars: HashMap<(usize, String), Ty> = HashMap::new();
     let mut maps: HashMap<String, MapInfo> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -474,11 +621,14 @@ pub fn check(
             diags: Sink::default(),
             final_pass: false,
             changed: false,
+            types,
+            dwarf_files: dwarf_files.clone(),
         };
         let _ = lower_all(&mut cx, prog, &concrete);
         maps = cx.maps;
         order = cx.map_order;
         vars = cx.vars;
+        types = cx.types;
         if !cx.changed && pass > 0 {
             break;
         }
@@ -494,6 +644,8 @@ pub fn check(
         diags: Sink::default(),
         final_pass: true,
         changed: false,
+        types,
+        dwarf_files,
     };
     let handlers = lower_all(&mut cx, prog, &concrete);
     diags.list.append(&mut cx.diags.list);
@@ -503,6 +655,8 @@ pub fn check(
     Ok(Checked {
         module: finish(cx, handlers, &concrete),
         concrete,
+        config: run_config,
+        warnings,
     })
 }
 
@@ -616,6 +770,8 @@ pub(crate) fn module_of(
         diags: Sink::default(),
         final_pass: true,
         changed: false,
+        types: crate::ctypes::Types::default(),
+        dwarf_files: Vec::new(),
     };
     finish(cx, handlers, concrete)
 }

@@ -48,14 +48,23 @@ impl Types {
     }
 }
 
+/// The helper functions a module needs besides its handlers.
+#[derive(Default)]
+struct Helpers {
+    streq: bool,
+    strcontains: bool,
+    memeq: bool,
+}
+
 /// Imports an expression or statement needs.
-fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
+fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
     use ImportId as I;
     let mut add = |i: I| {
         u.insert(i as u32);
     };
     match e {
         E::Int(_) | E::Local(_) | E::Slot(_) | E::Static(_) | E::Table { .. } => {}
+        E::TableAt { index, .. } => uses_e(index, u, streq),
         E::Reg(_) => add(I::read_reg),
         E::Fact(f) => add(match f {
             ir::Fact::Pid => I::current_pid,
@@ -73,9 +82,19 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
             uses_e(b, u, streq);
         }
         E::StrEq { a, b, .. } => {
-            *streq = true;
+            streq.streq = true;
             uses_e(a, u, streq);
             uses_e(b, u, streq);
+        }
+        E::MemEq { a, b, .. } => {
+            streq.memeq = true;
+            uses_e(a, u, streq);
+            uses_e(b, u, streq);
+        }
+        E::StrContains { hay, needle, .. } => {
+            streq.strcontains = true;
+            uses_e(hay, u, streq);
+            uses_e(needle, u, streq);
         }
         E::Ternary(c, a, b) => {
             uses_e(c, u, streq);
@@ -105,7 +124,11 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
             add(I::current_pid);
             uses_e(addr, u, streq);
         }
-        E::MapGet { key, .. } => {
+        E::MapEntry { cursor, .. } => {
+            add(I::map_entry);
+            uses_e(cursor, u, streq);
+        }
+        E::MapGet { key, .. } | E::MapHas { key, .. } => {
             add(I::map_lookup);
             uses_key(key, u, streq);
         }
@@ -124,13 +147,13 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut bool) {
     }
 }
 
-fn uses_key(k: &ir::Key, u: &mut BTreeSet<u32>, streq: &mut bool) {
+fn uses_key(k: &ir::Key, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
     for p in &k.parts {
         uses_e(&p.e, u, streq);
     }
 }
 
-fn uses_s(s: &S, u: &mut BTreeSet<u32>, streq: &mut bool) {
+fn uses_s(s: &S, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
     use ImportId as I;
     match s {
         S::Eval(e) | S::SetLocal(_, e) | S::SetSlot { e, .. } => uses_e(e, u, streq),
@@ -178,6 +201,10 @@ pub struct Ctx {
     imports: Vec<Option<u32>>,
     /// The string-equality helper's index.
     pub streq: Option<u32>,
+    /// The substring helper's index.
+    pub strcontains: Option<u32>,
+    /// The byte-equality helper's index.
+    pub memeq: Option<u32>,
     /// Address of handler frames.
     pub frame_base: u32,
 }
@@ -192,7 +219,7 @@ impl Ctx {
 /// Generates the module of `m`.
 pub fn generate(m: &ir::Module) -> Vec<u8> {
     let mut used = BTreeSet::new();
-    let mut streq = false;
+    let mut streq = Helpers::default();
     for h in &m.handlers {
         for s in &h.body {
             uses_s(s, &mut used, &mut streq);
@@ -210,7 +237,15 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
         import_idx[*i as usize] = Some(n as u32);
     }
     let mut next = used.len() as u32;
-    let streq_idx = streq.then(|| {
+    let streq_idx = streq.streq.then(|| {
+        next += 1;
+        next - 1
+    });
+    let strcontains_idx = streq.strcontains.then(|| {
+        next += 1;
+        next - 1
+    });
+    let memeq_idx = streq.memeq.then(|| {
         next += 1;
         next - 1
     });
@@ -218,6 +253,8 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
     let ctx = Ctx {
         imports: import_idx,
         streq: streq_idx,
+        strcontains: strcontains_idx,
+        memeq: memeq_idx,
         frame_base,
     };
     let mut funcs = FunctionSection::new();
@@ -230,6 +267,16 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
         funcs.function(types.get(&[ValType::I32; 3], &[ValType::I32]));
         code.function(&body::streq_helper());
         names.append(i, "streq");
+    }
+    if let Some(i) = strcontains_idx {
+        funcs.function(types.get(&[ValType::I32; 4], &[ValType::I32]));
+        code.function(&body::strcontains_helper());
+        names.append(i, "strcontains");
+    }
+    if let Some(i) = memeq_idx {
+        funcs.function(types.get(&[ValType::I32; 3], &[ValType::I32]));
+        code.function(&body::memeq_helper());
+        names.append(i, "memeq");
     }
     let body_base = next;
     let body_ty = types.get(&[ValType::I32], &[ValType::I32]);

@@ -1,6 +1,6 @@
 //! Function parameters from DWARF (`.debug_info`), for `args.NAME` /
 //! `args->NAME` and `-lv`: each parameter's name, its C type spelled as
-//! bpftrace prints it (`const char*`), and how to read it. Parameters are
+//! bpftrace prints it (`const char *`), and how to read it. Parameters are
 //! taken in order from the argument registers (rdi, rsi, rdx, rcx, r8, r9),
 //! as bpftrace 0.17 does; a seventh parameter or one that is not an
 //! integer or pointer cannot be read. Never panics on malformed DWARF
@@ -33,6 +33,8 @@ pub struct Param {
     pub type_name: String,
     /// How it is read.
     pub value: ParamValue,
+    /// Its C type (`None`: one wprobe does not model).
+    pub ctype: Option<crate::ctypes::CType>,
 }
 
 type R<'a> = EndianSlice<'a, LittleEndian>;
@@ -117,14 +119,18 @@ impl<'a> Debug<'a> {
             let name = self
                 .name(unit, e.attr_value(c::DW_AT_name))
                 .unwrap_or_default();
-            let (type_name, value) = match e.attr_value(c::DW_AT_type) {
-                Some(AttributeValue::UnitRef(t)) => self.type_of(unit, t, 0),
-                _ => ("void".into(), ParamValue::Unsupported),
+            let (type_name, value, ctype) = match e.attr_value(c::DW_AT_type) {
+                Some(AttributeValue::UnitRef(t)) => {
+                    let (n, v) = self.type_of(unit, t, 0);
+                    (n, v, self.ctype(unit, t, 0))
+                }
+                _ => ("void".into(), ParamValue::Unsupported, None),
             };
             out.push(Param {
                 name,
                 type_name,
                 value,
+                ctype,
             });
         }
         Some(out)
@@ -176,8 +182,15 @@ impl<'a> Debug<'a> {
                 (name.unwrap_or_else(|| "?".into()), v)
             }
             c::DW_TAG_pointer_type | c::DW_TAG_reference_type => {
+                // bpftrace 0.23's spelling: `int *`, `char **`, `Foo &`.
                 let (t, _) = inner();
-                (format!("{t}*"), int(8, false))
+                let mark = if e.tag() == c::DW_TAG_pointer_type {
+                    '*'
+                } else {
+                    '&'
+                };
+                let sep = if t.ends_with(['*', '&']) { "" } else { " " };
+                (format!("{t}{sep}{mark}"), int(8, false))
             }
             c::DW_TAG_const_type | c::DW_TAG_volatile_type => {
                 let (t, v) = inner();
@@ -210,6 +223,246 @@ impl<'a> Debug<'a> {
             }
             _ => unknown,
         }
+    }
+}
+
+/// How deep pointers are followed into the records they point to when a
+/// type is built (a list's `next` pointer points at its own record).
+const MAX_POINTER_DEPTH: u32 = 4;
+
+impl<'a> Debug<'a> {
+    /// The C type named `name` (`struct Foo`, `union U`, `enum E`, or a
+    /// typedef), from its first full definition.
+    pub fn find_type(&self, name: &str) -> Option<crate::ctypes::CType> {
+        let (tag, bare) = match name.split_once(' ') {
+            Some(("struct", n)) => (Some(c::DW_TAG_structure_type), n),
+            Some(("union", n)) => (Some(c::DW_TAG_union_type), n),
+            Some(("enum", n)) => (Some(c::DW_TAG_enumeration_type), n),
+            _ => (None, name),
+        };
+        let mut units = self.dwarf.units();
+        while let Ok(Some(h)) = units.next() {
+            let Ok(unit) = self.dwarf.unit(h) else {
+                continue;
+            };
+            let mut cur = unit.entries();
+            let mut guard = 0u32;
+            while let Ok(Some(e)) = cur.next_dfs() {
+                guard += 1;
+                if guard > 5_000_000 {
+                    break;
+                }
+                let t = e.tag();
+                let wanted = match tag {
+                    Some(w) => t == w,
+                    None => {
+                        t == c::DW_TAG_typedef
+                            || t == c::DW_TAG_structure_type
+                            || t == c::DW_TAG_class_type
+                    }
+                };
+                if wanted
+                    && e.attr_value(c::DW_AT_declaration).is_none()
+                    && self.name(&unit, e.attr_value(c::DW_AT_name)).as_deref() == Some(bare)
+                {
+                    let off = e.offset();
+                    return self.ctype(&unit, off, 0);
+                }
+            }
+        }
+        None
+    }
+
+    /// The C type at `off`; `depth` counts the pointers followed.
+    fn ctype(
+        &self,
+        unit: &gimli::Unit<R<'a>>,
+        off: gimli::UnitOffset,
+        depth: u32,
+    ) -> Option<crate::ctypes::CType> {
+        use crate::ctypes::{CType, EnumDef};
+        let e = unit.entry(off).ok()?;
+        let name = self.name(unit, e.attr_value(c::DW_AT_name));
+        let size = e
+            .attr_value(c::DW_AT_byte_size)
+            .and_then(|v| v.udata_value())
+            .unwrap_or(0);
+        let inner = |d: u32| match e.attr_value(c::DW_AT_type) {
+            Some(AttributeValue::UnitRef(t)) => self.ctype(unit, t, d),
+            _ => Some(CType::Void),
+        };
+        Some(match e.tag() {
+            c::DW_TAG_base_type => {
+                let enc = match e.attr_value(c::DW_AT_encoding) {
+                    Some(AttributeValue::Encoding(x)) => x,
+                    _ => c::DW_ATE_signed,
+                };
+                match enc {
+                    c::DW_ATE_float => CType::Float(size as u8),
+                    c::DW_ATE_signed | c::DW_ATE_signed_char
+                        if matches!(size, 1 | 2 | 4 | 8 | 16) =>
+                    {
+                        CType::Int {
+                            signed: true,
+                            bytes: size as u8,
+                        }
+                    }
+                    _ if matches!(size, 1 | 2 | 4 | 8 | 16) => CType::Int {
+                        signed: false,
+                        bytes: size as u8,
+                    },
+                    _ => return None,
+                }
+            }
+            c::DW_TAG_pointer_type | c::DW_TAG_reference_type | c::DW_TAG_rvalue_reference_type => {
+                // A pointer to a named record names it (resolved where it
+                // is used): records pointing at themselves stay finite.
+                if let Some(AttributeValue::UnitRef(t)) = e.attr_value(c::DW_AT_type)
+                    && let Ok(pe) = unit.entry(t)
+                    && let Some(kw) = match pe.tag() {
+                        c::DW_TAG_structure_type => Some("struct"),
+                        c::DW_TAG_union_type => Some("union"),
+                        c::DW_TAG_class_type => Some("class"),
+                        _ => None,
+                    }
+                    && let Some(n) = self.name(unit, pe.attr_value(c::DW_AT_name))
+                {
+                    return Some(CType::Ptr(Box::new(CType::Named(format!("{kw} {n}")))));
+                }
+                if depth >= MAX_POINTER_DEPTH {
+                    CType::Ptr(Box::new(CType::Void))
+                } else {
+                    CType::Ptr(Box::new(inner(depth + 1).unwrap_or(CType::Void)))
+                }
+            }
+            c::DW_TAG_const_type | c::DW_TAG_volatile_type | c::DW_TAG_typedef => inner(depth)?,
+            c::DW_TAG_array_type => {
+                let elem = inner(depth)?;
+                let mut dims = Vec::new();
+                let mut tree = unit.entries_tree(Some(off)).ok()?;
+                let root = tree.root().ok()?;
+                let mut ch = root.children();
+                while let Ok(Some(child)) = ch.next() {
+                    let ce = child.entry();
+                    if ce.tag() != c::DW_TAG_subrange_type {
+                        continue;
+                    }
+                    let n = match (
+                        ce.attr_value(c::DW_AT_count).and_then(|v| v.udata_value()),
+                        ce.attr_value(c::DW_AT_upper_bound)
+                            .and_then(|v| v.udata_value()),
+                    ) {
+                        (Some(n), _) => n,
+                        (None, Some(u)) => u + 1,
+                        _ => 0,
+                    };
+                    dims.push(n.min(u32::MAX as u64) as u32);
+                }
+                let mut t = elem;
+                for d in dims.iter().rev() {
+                    t = CType::Array(Box::new(t), *d);
+                }
+                t
+            }
+            c::DW_TAG_enumeration_type => {
+                let mut values = Vec::new();
+                let mut tree = unit.entries_tree(Some(off)).ok()?;
+                let root = tree.root().ok()?;
+                let mut ch = root.children();
+                while let Ok(Some(child)) = ch.next() {
+                    let ce = child.entry();
+                    if ce.tag() != c::DW_TAG_enumerator {
+                        continue;
+                    }
+                    let n = self
+                        .name(unit, ce.attr_value(c::DW_AT_name))
+                        .unwrap_or_default();
+                    let v = match ce.attr_value(c::DW_AT_const_value) {
+                        Some(AttributeValue::Sdata(v)) => v,
+                        Some(AttributeValue::Udata(v)) => v as i64,
+                        Some(AttributeValue::Data1(v)) => v as i64,
+                        Some(AttributeValue::Data2(v)) => v as i64,
+                        Some(AttributeValue::Data4(v)) => v as i64,
+                        Some(AttributeValue::Data8(v)) => v as i64,
+                        _ => 0,
+                    };
+                    values.push((n, v));
+                }
+                CType::Enum(std::rc::Rc::new(EnumDef {
+                    name: format!("enum {}", name.unwrap_or_default()),
+                    values,
+                    bytes: if matches!(size, 1 | 2 | 4 | 8) {
+                        size as u8
+                    } else {
+                        4
+                    },
+                }))
+            }
+            c::DW_TAG_structure_type | c::DW_TAG_union_type | c::DW_TAG_class_type => {
+                let union = e.tag() == c::DW_TAG_union_type;
+                let mut fields = Vec::new();
+                let mut align = 1u32;
+                let mut tree = unit.entries_tree(Some(off)).ok()?;
+                let root = tree.root().ok()?;
+                let mut ch = root.children();
+                while let Ok(Some(child)) = ch.next() {
+                    let ce = child.entry();
+                    if ce.tag() != c::DW_TAG_member {
+                        continue;
+                    }
+                    let fname = self
+                        .name(unit, ce.attr_value(c::DW_AT_name))
+                        .unwrap_or_default();
+                    let fty = match ce.attr_value(c::DW_AT_type) {
+                        Some(AttributeValue::UnitRef(t)) => self.ctype(unit, t, depth),
+                        _ => None,
+                    };
+                    let Some(fty) = fty else { continue };
+                    align = align.max(fty.align());
+                    let byte = ce
+                        .attr_value(c::DW_AT_data_member_location)
+                        .and_then(|v| v.udata_value())
+                        .unwrap_or(0);
+                    let bits = match (
+                        ce.attr_value(c::DW_AT_data_bit_offset)
+                            .and_then(|v| v.udata_value()),
+                        ce.attr_value(c::DW_AT_bit_size)
+                            .and_then(|v| v.udata_value()),
+                    ) {
+                        (Some(bo), Some(w)) => Some((bo, w)),
+                        _ => None,
+                    };
+                    let (offset, bits) = match bits {
+                        Some((bo, w)) => ((bo / 8) as u32, Some(((bo % 8) as u32, w as u32))),
+                        None => (byte as u32, None),
+                    };
+                    fields.push(crate::ctypes::Field {
+                        name: fname,
+                        ty: fty,
+                        offset,
+                        bits,
+                    });
+                }
+                let kw = if union {
+                    "union"
+                } else if e.tag() == c::DW_TAG_class_type {
+                    "class"
+                } else {
+                    "struct"
+                };
+                CType::Record(std::rc::Rc::new(crate::ctypes::Record {
+                    name: match name {
+                        Some(n) => format!("{kw} {n}"),
+                        None => kw.to_string(),
+                    },
+                    union,
+                    size: size.min(u32::MAX as u64) as u32,
+                    align,
+                    fields,
+                }))
+            }
+            _ => return None,
+        })
     }
 }
 
@@ -254,9 +507,9 @@ mod tests {
             .collect();
         let want = [
             ("int", "x"),
-            ("const char*", "s"),
+            ("const char *", "s"),
             ("long unsigned int", "n"),
-            ("struct s*", "p"),
+            ("struct s *", "p"),
             ("enum e", "k"),
             ("char", "c"),
         ];

@@ -174,6 +174,57 @@ pub fn resolve_binary(target: &str, mapped: &[String]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The binaries a wildcard target names (`./testprogs/uprobe*`, `*`): with
+/// `-p`, the files the process maps whose path or base name matches;
+/// otherwise the ELF files of the directory matching the last component.
+pub fn glob_binaries(target: &str, mapped: &[String]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    if !mapped.is_empty() {
+        let mut mapped = mapped.to_vec();
+        mapped.sort();
+        mapped.dedup();
+        for m in &mapped {
+            let base = std::path::Path::new(m)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if glob(target, m) || glob(target, &base) {
+                out.push(PathBuf::from(m));
+            }
+        }
+    } else {
+        let (dir, pat) = match target.rsplit_once('/') {
+            Some((d, p)) => (if d.is_empty() { "/" } else { d }, p),
+            None => (".", target),
+        };
+        if !dir.contains(['*', '?']) {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| glob(pat, &e.file_name().to_string_lossy()))
+                .map(|e| {
+                    if target.contains('/') {
+                        PathBuf::from(format!("{dir}/{}", e.file_name().to_string_lossy()))
+                    } else {
+                        PathBuf::from(e.file_name())
+                    }
+                })
+                .filter(|p| {
+                    p.is_file()
+                        && std::fs::read(p)
+                            .map(|b| b.starts_with(b"\x7fELF"))
+                            .unwrap_or(false)
+                })
+                .collect();
+            found.sort();
+            out = found;
+        }
+    }
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

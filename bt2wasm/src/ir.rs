@@ -6,6 +6,20 @@
 //! unsigned division and modulo, a zero divisor giving 0).
 
 use crate::ast::{BinOp, UnOp};
+use crate::ctypes::{CType, EnumDef};
+use std::rc::Rc;
+
+/// A structure's value: its fields' names and value types, and its C size
+/// (`sizeof`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RecordTy {
+    /// `struct Foo`.
+    pub name: String,
+    /// Fields in order (anonymous members' fields flattened in).
+    pub fields: Vec<(String, Ty)>,
+    /// `sizeof` in C.
+    pub c_size: u32,
+}
 use hostabi::layout::Layout;
 use hostabi::maps::Op;
 
@@ -23,10 +37,25 @@ pub enum Ty {
     Str(u32),
     /// A buffer of at most this many bytes.
     Buf(u32),
-    /// A user stack of at most this many frames.
-    Ustack(u32),
+    /// A user stack of at most this many frames, and its print style
+    /// (`None`: bpftrace's).
+    Ustack(u32, Option<hostabi::layout::StackMode>),
     /// A code address printed as its symbol.
     Usym,
+    /// A pointer to a C type: an address in an i64, scaled by the
+    /// pointee's size in arithmetic.
+    Ptr(Box<CType>),
+    /// A structure or union read from the traced process: its fields laid
+    /// out as a tuple's (each 8-byte aligned).
+    Record(Rc<RecordTy>),
+    /// An array read from the traced process (elements laid out as a
+    /// tuple's).
+    Array(Box<Ty>, u32),
+    /// An enumeration's value (an integer printed as its enumerator).
+    Enum(Rc<EnumDef>),
+    /// `strftime(fmt, ns)`: a monotonic time in ns (an i64) printed as
+    /// local time with this format.
+    Strftime(Vec<u8>),
     /// A tuple.
     Tuple(Vec<Ty>),
     /// No value (calls such as `printf`), or not known yet.
@@ -45,19 +74,36 @@ impl Ty {
         bytes: 8,
     };
 
-    /// Whether it is an integer.
+    /// Whether it is an integer (pointers and enums included).
     pub fn is_int(&self) -> bool {
-        matches!(self, Ty::Int { .. })
+        matches!(self, Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_))
+    }
+
+    /// Whether it is a pointer.
+    pub fn is_ptr(&self) -> bool {
+        matches!(self, Ty::Ptr(_))
+    }
+
+    /// The size of what a pointer points to, for its arithmetic (1 for
+    /// `void *`, as C compilers take it).
+    pub fn pointee_size(&self) -> u64 {
+        match self {
+            Ty::Ptr(p) => (p.size() as u64).max(1),
+            _ => 1,
+        }
     }
 
     /// Whether values of this type live in memory (frame slots).
     pub fn is_agg(&self) -> bool {
-        !matches!(self, Ty::Int { .. } | Ty::None)
+        !matches!(
+            self,
+            Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_) | Ty::Strftime(_) | Ty::None
+        )
     }
 
-    /// Whether it is signed (integers only).
+    /// Whether it is signed (integers only; enums are C `int`s).
     pub fn signed(&self) -> bool {
-        matches!(self, Ty::Int { signed: true, .. })
+        matches!(self, Ty::Int { signed: true, .. } | Ty::Enum(_))
     }
 
     /// The value layout (key, value and argument bytes).
@@ -69,8 +115,19 @@ impl Ty {
             },
             Ty::Str(n) => Layout::Str(*n),
             Ty::Buf(n) => Layout::Buf(*n),
-            Ty::Ustack(n) => Layout::Ustack(*n),
+            Ty::Ustack(n, None) => Layout::Ustack(*n),
+            Ty::Ustack(n, Some(m)) => Layout::UstackAs(*n, *m),
             Ty::Usym => Layout::Usym,
+            Ty::Ptr(_) => Layout::Ptr,
+            Ty::Record(r) => Layout::Record(
+                r.fields
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.layout()))
+                    .collect(),
+            ),
+            Ty::Array(t, n) => Layout::Array(Box::new(t.layout()), *n),
+            Ty::Enum(e) => Layout::Enum(e.values.clone().into_boxed_slice()),
+            Ty::Strftime(f) => Layout::Strftime(f.clone().into_boxed_slice()),
             Ty::Tuple(f) => Layout::Tuple(f.iter().map(Ty::layout).collect()),
             Ty::None => Layout::U64,
         }
@@ -89,8 +146,13 @@ impl Ty {
             }
             Ty::Str(n) => format!("string[{n}]"),
             Ty::Buf(n) => format!("buffer[{n}]"),
-            Ty::Ustack(_) => "ustack".into(),
+            Ty::Ustack(..) => "ustack".into(),
             Ty::Usym => "usym".into(),
+            Ty::Ptr(p) => format!("{} *", p.name()),
+            Ty::Record(r) => r.name.clone(),
+            Ty::Array(t, n) => format!("{}[{n}]", t.name()),
+            Ty::Enum(e) => e.name.clone(),
+            Ty::Strftime(_) => "timestamp".into(),
             Ty::Tuple(f) => format!(
                 "({})",
                 f.iter().map(Ty::name).collect::<Vec<_>>().join(", ")
@@ -163,6 +225,18 @@ pub enum E {
         /// Entry size.
         stride: u32,
     },
+    /// Entry `index` of a table of fixed-stride strings in static data
+    /// (an index past the last entry reads the last).
+    TableAt {
+        /// Table address.
+        base: u32,
+        /// Entry size.
+        stride: u32,
+        /// Entries.
+        count: u32,
+        /// The index.
+        index: Box<E>,
+    },
     /// A register of the hit thread (`hostabi::regs` id).
     Reg(u16),
     /// A host fact.
@@ -183,6 +257,30 @@ pub enum E {
         b: Box<E>,
         /// Bytes compared at most.
         n: u32,
+    },
+    /// Byte equality of two aggregates of `n` bytes (arrays, buffers:
+    /// `==`, `!=`); no NUL ends the comparison.
+    MemEq {
+        /// Negated (`!=`).
+        ne: bool,
+        /// Left address.
+        a: Box<E>,
+        /// Right address.
+        b: Box<E>,
+        /// Bytes compared.
+        n: u32,
+    },
+    /// `strcontains(hay, needle)`: 1 when the NUL-terminated `needle`
+    /// (at most `nn` bytes) occurs in `hay` (at most `hn` bytes), else 0.
+    StrContains {
+        /// The string searched.
+        hay: Box<E>,
+        /// Its size.
+        hn: u32,
+        /// The string looked for.
+        needle: Box<E>,
+        /// Its size.
+        nn: u32,
     },
     /// `c ? a : b` (both integer, or both aggregates of one size).
     Ternary(Box<E>, Box<E>, Box<E>),
@@ -259,6 +357,25 @@ pub enum E {
         slot: u32,
         /// Value type.
         ty: Ty,
+    },
+    /// `map_entry`: the first entry of `map` at or after `cursor`, its key
+    /// and value copied to slots; its position, or a negative status.
+    MapEntry {
+        /// Map index.
+        map: u32,
+        /// The cursor.
+        cursor: Box<E>,
+        /// Key slot and size.
+        key: (u32, u32),
+        /// Value slot and size.
+        val: (u32, u32),
+    },
+    /// Whether `map` has `key` (1 or 0).
+    MapHas {
+        /// Map index.
+        map: u32,
+        /// The key.
+        key: Key,
     },
     /// A tuple built in a slot.
     Tuple {

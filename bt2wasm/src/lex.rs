@@ -125,6 +125,17 @@ impl<'a> Lexer<'a> {
         let mut seen_colon = false;
         while self.pos < self.src.len() {
             let c = self.src[self.pos];
+            // A quoted part (`uprobe:./bin:"ns::f"+4`): kept as written,
+            // its colons and all.
+            if c == b'"' && seen_colon {
+                match self.src[self.pos + 1..].iter().position(|&q| q == b'"') {
+                    Some(n) => {
+                        self.pos += n + 2;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
             let ok = is_ident(c)
                 || matches!(
                     c,

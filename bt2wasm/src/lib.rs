@@ -16,12 +16,14 @@
 pub mod ast;
 pub mod check;
 pub mod codegen;
+pub mod ctypes;
 pub mod diag;
 pub mod dwarf;
 pub mod elf;
 pub mod events;
 pub mod ir;
 pub mod lex;
+pub mod params;
 pub mod parse;
 pub mod probes;
 
@@ -40,6 +42,8 @@ pub struct Options {
     pub pid: Option<i32>,
     /// The traced command's executable (`-c` / `--`): watchpoints' module.
     pub command: Option<PathBuf>,
+    /// Positional parameters (`$1`, `$2`, ...; `$#` is their count).
+    pub params: Vec<String>,
 }
 
 /// A compiled program.
@@ -48,6 +52,10 @@ pub struct Compiled {
     pub wasm: Vec<u8>,
     /// The IR it was generated from (manifest and events included).
     pub module: ir::Module,
+    /// What the program's `config` block decides for the run.
+    pub config: check::config::RunConfig,
+    /// Warnings to print before the run (attach points skipped).
+    pub warnings: Vec<String>,
 }
 
 impl Compiled {
@@ -67,10 +75,11 @@ pub fn compile(
 ) -> Result<Compiled, (Diagnostics, SourceMap)> {
     let mut map = SourceMap::default();
     let file = map.add(PathBuf::from(name), text.as_bytes().to_vec());
-    let (ast, sink) = parse::parse(text.as_bytes(), file);
+    let (mut ast, sink) = parse::parse(text.as_bytes(), file);
     if !sink.is_empty() {
         return Err((sink.finish(), map));
     }
+    params::substitute(&mut ast, &opts.params);
     let mut env = probes::Env {
         pid: opts.pid,
         command: opts.command.clone(),
@@ -82,7 +91,47 @@ pub fn compile(
     Ok(Compiled {
         wasm,
         module: checked.module,
+        config: checked.config,
+        warnings: checked.warnings,
     })
+}
+
+/// The probes a program attaches (`wprobe run -l -e PROGRAM`): each
+/// attach point expanded as `compile` expands it (wildcards against the
+/// binaries' symbols, positional parameters substituted), by name.
+pub fn probe_names(
+    name: &str,
+    text: &str,
+    opts: &Options,
+) -> Result<Vec<String>, (Diagnostics, SourceMap)> {
+    let mut map = SourceMap::default();
+    let file = map.add(PathBuf::from(name), text.as_bytes().to_vec());
+    let (mut ast, sink) = parse::parse(text.as_bytes(), file);
+    if !sink.is_empty() {
+        return Err((sink.finish(), map));
+    }
+    params::substitute(&mut ast, &opts.params);
+    let mut env = probes::Env {
+        pid: opts.pid,
+        command: opts.command.clone(),
+        mapped: opts.pid.map(mapped_files).unwrap_or_default(),
+        ..Default::default()
+    };
+    let mut diags = diag::Sink::default();
+    let mut names = Vec::new();
+    for p in &ast.probes {
+        for (t, span) in &p.attach {
+            names.extend(
+                probes::expand(t, *span, &mut env, &mut diags)
+                    .into_iter()
+                    .map(|c| c.name),
+            );
+        }
+    }
+    if !diags.is_empty() {
+        return Err((diags.finish(), map));
+    }
+    Ok(names)
 }
 
 /// Files mapped by process `pid` (for library names with `-p`).
@@ -138,5 +187,10 @@ pub fn compile_events(
     }
     let module = check::module_of(handlers, &concrete, data, events, &opts.check);
     let wasm = codegen::generate(&module);
-    Ok(Compiled { wasm, module })
+    Ok(Compiled {
+        wasm,
+        module,
+        config: check::config::RunConfig::default(),
+        warnings: Vec::new(),
+    })
 }

@@ -5,6 +5,7 @@
 //! run reports several. Depth is bounded ([`MAX_DEPTH`]), so deeply nested
 //! input gives an error, not a stack overflow.
 
+mod cdef;
 mod expr;
 
 use crate::ast::*;
@@ -100,6 +101,13 @@ impl<'a> Parser<'a> {
         self.check_lex_error();
     }
 
+    /// The token after the current one (the lexer's position unchanged).
+    fn peek_tok(&self) -> Tok {
+        let mut l = Lexer::new(self.src, self.span.file);
+        l.pos = self.lex.pos;
+        l.token().0
+    }
+
     fn is(&self, p: &str) -> bool {
         matches!(&self.tok, Tok::Punct(q) if *q == p)
     }
@@ -170,13 +178,18 @@ impl<'a> Parser<'a> {
             if let Tok::Ident(w) = &self.tok
                 && matches!(w.as_str(), "struct" | "union" | "enum")
             {
-                let s = self.span;
-                self.diags.error(
-                    codes::UNSUPPORTED,
-                    s,
-                    format!("`{w}` definitions are not supported (wprobe reads no C headers)"),
-                );
-                return prog;
+                match self.cdef() {
+                    Ok(d) => prog.cdefs.push(d),
+                    Err(Bail) => return prog,
+                }
+                continue;
+            }
+            if matches!(&self.tok, Tok::Ident(w) if w == "config") && self.next_is_assign() {
+                match self.config() {
+                    Ok(c) => prog.config.extend(c),
+                    Err(Bail) => return prog,
+                }
+                continue;
             }
             match self.probe() {
                 Ok(p) => prog.probes.push(p),
@@ -195,6 +208,19 @@ impl<'a> Parser<'a> {
             );
         }
         prog
+    }
+
+    /// Whether the next non-blank byte after the current token is `=`.
+    fn next_is_assign(&self) -> bool {
+        let mut i = self.span.hi as usize;
+        while let Some(c) = self.src.get(i) {
+            match c {
+                b' ' | b'\t' | b'\n' | b'\r' => i += 1,
+                b'=' => return true,
+                _ => return false,
+            }
+        }
+        false
     }
 
     fn src_at_hash(&self) -> bool {
@@ -379,12 +405,84 @@ impl<'a> Parser<'a> {
                 ));
             }
             "for" => {
-                self.diags.error(
-                    codes::UNSUPPORTED,
-                    start,
-                    "`for` loops are not in bpftrace 0.17's language; use `while` or `unroll`",
-                );
-                return Err(Bail);
+                self.bump();
+                self.expect("(")?;
+                let Tok::Var(var) = self.tok.clone() else {
+                    return self.unexpected("a variable");
+                };
+                self.bump();
+                self.expect(":")?;
+                let map = match self.tok.clone() {
+                    Tok::Map(name) => {
+                        let span = self.span;
+                        self.bump();
+                        MapRef {
+                            name,
+                            keys: Vec::new(),
+                            span,
+                        }
+                    }
+                    _ => {
+                        let s = self.span;
+                        self.diags.error(
+                            codes::UNSUPPORTED,
+                            s,
+                            "`for` loops go over a map here (`for ($kv : @map)`); ranges are not supported",
+                        );
+                        return Err(Bail);
+                    }
+                };
+                self.expect(")")?;
+                let body = self.block()?;
+                return Ok((
+                    Stmt {
+                        kind: StmtKind::For { var, map, body },
+                        span: start,
+                    },
+                    true,
+                ));
+            }
+            "let" => {
+                // `let $x;`, `let $x: TYPE;`, `let $x = e;` (bpftrace 0.23):
+                // the declaration itself changes nothing here (variables
+                // are typed by what they are given).
+                self.bump();
+                let var_span = self.span;
+                let Tok::Var(name) = self.tok.clone() else {
+                    return self.unexpected("a variable");
+                };
+                self.bump();
+                if self.eat(":") {
+                    self.type_spec()?;
+                    while self.eat("*") {}
+                    while self.eat("[") {
+                        self.expr()?;
+                        self.expect("]")?;
+                    }
+                }
+                if self.eat("=") {
+                    let value = self.expr()?;
+                    return Ok((
+                        Stmt {
+                            kind: StmtKind::AssignVar {
+                                name,
+                                var_span,
+                                op: None,
+                                value,
+                            },
+                            span: start,
+                        },
+                        false,
+                    ));
+                }
+                let _ = var_span;
+                return Ok((
+                    Stmt {
+                        kind: StmtKind::Let { name },
+                        span: start,
+                    },
+                    false,
+                ));
             }
             "break" | "continue" | "return" => {
                 self.bump();

@@ -135,7 +135,8 @@ fn parse_u64(s: &str) -> Option<u64> {
 
 /// Expands one attach point; errors go to `diags` (and give no probes).
 pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Concrete> {
-    let parts: Vec<&str> = text.split(':').collect();
+    let owned = split_attach(text);
+    let parts: Vec<&str> = owned.iter().map(String::as_str).collect();
     let provider = parts[0];
     match provider {
         "BEGIN" | "END" if parts.len() == 1 => {
@@ -185,6 +186,25 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
         );
     }
     Vec::new()
+}
+
+/// An attach point's parts: split at `:` outside double quotes, the
+/// quotes removed (`uprobe:./b:"f"+4` is `uprobe`, `./b`, `f+4`).
+fn split_attach(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ':' if !quoted => out.push(String::new()),
+            c => {
+                if let Some(last) = out.last_mut() {
+                    last.push(c);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn interval(parts: &[&str], span: Span, diags: &mut Sink) -> Vec<Concrete> {
@@ -377,13 +397,30 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         return Vec::new();
     }
     let (target, spec) = (parts[1], parts[2]);
-    if target.contains('*') {
-        diags.error(
-            codes::UNSUPPORTED,
-            span,
-            "wildcards in the binary path are not supported",
-        );
-        return Vec::new();
+    if target.contains(['*', '?']) {
+        // Every matching binary; those where no function matches are
+        // left out, as bpftrace does.
+        let mut mapped = env.mapped.clone();
+        if let Some(pid) = env.pid
+            && let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe"))
+        {
+            mapped.push(exe.to_string_lossy().into_owned());
+        }
+        let files = crate::elf::glob_binaries(target, &mapped);
+        let mut out = Vec::new();
+        for f in files {
+            let mut quiet = Sink::default();
+            let p = f.to_string_lossy().into_owned();
+            out.extend(uprobe(&[parts[0], &p, spec], ret, span, env, &mut quiet));
+        }
+        if out.is_empty() {
+            diags.error(
+                codes::NO_MATCH,
+                span,
+                format!("No probes matched '{full}:{target}:{spec}'"),
+            );
+        }
+        return out;
     }
     let Some(path) = resolve_binary(target, &env.mapped) else {
         diags.error_note(
@@ -408,6 +445,10 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         path.file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default()
+    } else if let Some(inside) = in_process_root(target) {
+        // `/proc/PID/root/PATH`: the file as that process (maybe in
+        // another mount namespace) maps it.
+        inside
     } else {
         std::fs::canonicalize(&path)
             .unwrap_or(path.clone())
@@ -497,7 +538,7 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
             diags.error(
                 codes::NO_MATCH,
                 span,
-                format!("Could not resolve symbol: {target}:{func_pat}"),
+                format!("Could not resolve symbol: {target}:{func_pat}, cannot attach probe."),
             );
         }
         return Vec::new();
@@ -550,6 +591,17 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         });
     }
     out
+}
+
+/// The path a process sees for `/proc/PID/root/PATH` (`/PATH`).
+fn in_process_root(target: &str) -> Option<String> {
+    let rest = target.strip_prefix("/proc/")?;
+    let (pid, rest) = rest.split_once('/')?;
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let inside = rest.strip_prefix("root")?;
+    inside.starts_with('/').then(|| inside.to_string())
 }
 
 /// Checks that `off` is an instruction start of `f`; reports the nearest ones.

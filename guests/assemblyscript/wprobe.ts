@@ -10,11 +10,11 @@
 // of at instantiation (wprobe refuses start functions).
 
 /** Host ABI version of this file. */
-export const ABI_VERSION: i32 = 2;
+export const ABI_VERSION: i32 = 3;
 /** Custom section carrying the manifest. */
 export const MANIFEST_SECTION = "wprobe.manifest";
 /** The manifest's first lines (format and ABI version), put before WPROBE_MANIFEST by the transform. */
-export const MANIFEST_HEAD = "wprobe-manifest 1\nabi 2\n";
+export const MANIFEST_HEAD = "wprobe-manifest 1\nabi 3\n";
 
 /** Status codes returned by host imports. */
 export namespace status {
@@ -280,6 +280,8 @@ export namespace event_kind {
   export const PRINT_MAP: i32 = 2;
   export const PRINT_VALUE: i32 = 3;
   export const TIME: i32 = 4;
+  export const CAT: i32 = 5;
+  export const SYSTEM: i32 = 6;
 }
 
 /** Clock ids of `clock_ns`. */
@@ -469,9 +471,10 @@ export namespace raw {
   // Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's
   // `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with
   // `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's
-  // bytes; TIME with `id` a time entry. wprobe formats events when it writes them. Returns OK,
-  // TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT
-  // (unknown kind).
+  // bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a file's
+  // path or a shell command (bpftrace `cat`, `system`). wprobe formats events when it writes them.
+  // Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or
+  // BAD_ARGUMENT (unknown kind).
   // @ts-ignore: decorator
   @external("wprobe", "emit_event")
   export declare function emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32): i32;
@@ -515,6 +518,15 @@ export namespace raw {
   // @ts-ignore: decorator
   @external("wprobe", "elapsed_ns")
   export declare function elapsed_ns(): i64;
+
+  // Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and the value of its
+  // first entry at or after `cursor` (start at 0) to `key_ptr` and `val_ptr` (at most `key_len` and
+  // `val_len` bytes). Returns that entry's position (the next call passes position + 1; deleting
+  // the entry found does not move the others), NOT_FOUND past the last entry, BAD_ARGUMENT for an
+  // unknown map.
+  // @ts-ignore: decorator
+  @external("wprobe", "map_entry")
+  export declare function map_entry(map: i32, cursor: i64, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32): i32;
 }
 
 // ---------------------------------------------------------------------------

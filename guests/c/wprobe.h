@@ -14,7 +14,7 @@ typedef unsigned long long wprobe_u64;
 _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with --target=wasm32");
 
 /** Host ABI version of this header. */
-#define WPROBE_ABI_VERSION 2
+#define WPROBE_ABI_VERSION 3
 /** Wasm import module of every host import. */
 #define WPROBE_IMPORT_MODULE "wprobe"
 /** Custom section carrying the manifest. */
@@ -172,6 +172,8 @@ _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with -
 #define WPROBE_EVENT_PRINT_MAP 2
 #define WPROBE_EVENT_PRINT_VALUE 3
 #define WPROBE_EVENT_TIME 4
+#define WPROBE_EVENT_CAT 5
+#define WPROBE_EVENT_SYSTEM 6
 #define WPROBE_MAX_EVENT_BYTES 65535
 /* Clocks of wprobe_clock_ns. */
 #define WPROBE_CLOCK_MONOTONIC 0
@@ -400,9 +402,10 @@ wprobe_i32 wprobe_map_zero(wprobe_i32 map);
  * of the module's `wprobe.events` section and the data its arguments laid out
  * as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div);
  * PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a
- * time entry. wprobe formats events when it writes them. Returns OK,
- * TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent)
- * or BAD_ARGUMENT (unknown kind).
+ * time entry; CAT and SYSTEM with `id` a printf entry giving a file's path or
+ * a shell command (bpftrace `cat`, `system`). wprobe formats events when it
+ * writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's
+ * record budget is spent) or BAD_ARGUMENT (unknown kind).
  */
 __attribute__((import_module("wprobe"), import_name("emit_event")))
 wprobe_i32 wprobe_emit_event(wprobe_i32 kind, wprobe_i32 id, wprobe_i32 data_ptr, wprobe_i32 data_len);
@@ -454,6 +457,17 @@ wprobe_i64 wprobe_entry_reg(wprobe_i32 reg);
  */
 __attribute__((import_module("wprobe"), import_name("elapsed_ns")))
 wprobe_i64 wprobe_elapsed_ns(void);
+
+/**
+ * Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and
+ * the value of its first entry at or after `cursor` (start at 0) to `key_ptr`
+ * and `val_ptr` (at most `key_len` and `val_len` bytes). Returns that entry's
+ * position (the next call passes position + 1; deleting the entry found does
+ * not move the others), NOT_FOUND past the last entry, BAD_ARGUMENT for an
+ * unknown map.
+ */
+__attribute__((import_module("wprobe"), import_name("map_entry")))
+wprobe_i32 wprobe_map_entry(wprobe_i32 map, wprobe_i64 cursor, wprobe_i32 key_ptr, wprobe_i32 key_len, wprobe_i32 val_ptr, wprobe_i32 val_len);
 
 /* Return probes (manifest `return yes`): the entry state of the returning
  * call. These work only in a return probe's handler; elsewhere the host
@@ -509,7 +523,7 @@ static inline wprobe_u64 wprobe_elapsed(void)
 #define WPROBE_LINE(text) ".ascii \"" text "\"\n.byte 10\n"
 #define WPROBE_MANIFEST(lines) \
     __asm__(".section .custom_section.wprobe.manifest,\"\",@\n" \
-            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 2") lines ".text\n")
+            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 3") lines ".text\n")
 
 /** Defines handler export `name`: `WPROBE_HANDLER(on_call) { ... return WPROBE_EXIT; }`. */
 #define WPROBE_HANDLER(name) \

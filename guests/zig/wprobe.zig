@@ -8,7 +8,7 @@
 //! module calls `manifest`.
 
 /// Host ABI version of this file.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// Wasm import module of every host import.
 pub const IMPORT_MODULE = "wprobe";
 /// Custom section carrying the manifest.
@@ -16,7 +16,7 @@ pub const MANIFEST_SECTION = "wprobe.manifest";
 /// Export `manifest` leaves for `wprobe compile --manifest-from-export`.
 pub const MANIFEST_EXPORT = "wprobe_manifest";
 /// The manifest's first lines (format and ABI version), put before yours by `manifest`.
-pub const MANIFEST_HEAD = "wprobe-manifest 1\nabi 2\n";
+pub const MANIFEST_HEAD = "wprobe-manifest 1\nabi 3\n";
 
 /// Status codes returned by host imports.
 pub const Status = struct {
@@ -280,6 +280,8 @@ pub const EventKind = struct {
     pub const PRINT_MAP: i32 = 2;
     pub const PRINT_VALUE: i32 = 3;
     pub const TIME: i32 = 4;
+    pub const CAT: i32 = 5;
+    pub const SYSTEM: i32 = 6;
 };
 
 /// Clock ids of `clock_ns`.
@@ -414,9 +416,10 @@ pub const raw = struct {
     /// Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's
     /// `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP
     /// with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the
-    /// value's bytes; TIME with `id` a time entry. wprobe formats events when it writes them.
-    /// Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or
-    /// BAD_ARGUMENT (unknown kind).
+    /// value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a
+    /// file's path or a shell command (bpftrace `cat`, `system`). wprobe formats events when it
+    /// writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is
+    /// spent) or BAD_ARGUMENT (unknown kind).
     pub extern "wprobe" fn emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) i32;
 
     /// A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
@@ -447,6 +450,13 @@ pub const raw = struct {
     /// tracer's own stops are included). Traps in the handler of a probe that is not a return
     /// probe.
     pub extern "wprobe" fn elapsed_ns() i64;
+
+    /// Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and the value of its
+    /// first entry at or after `cursor` (start at 0) to `key_ptr` and `val_ptr` (at most `key_len`
+    /// and `val_len` bytes). Returns that entry's position (the next call passes position + 1;
+    /// deleting the entry found does not move the others), NOT_FOUND past the last entry,
+    /// BAD_ARGUMENT for an unknown map.
+    pub extern "wprobe" fn map_entry(map: i32, cursor: i64, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32) i32;
 };
 
 // ---------------------------------------------------------------------------

@@ -44,6 +44,12 @@ pub enum EventKind {
     PrintValue = 3,
     /// `time(fmt)`: id = a `time` entry; no data.
     Time = 4,
+    /// `cat(fmt, args)`: id = a `printf` entry giving the file's path;
+    /// wprobe prints the file's contents.
+    Cat = 5,
+    /// `system(fmt, args)`: id = a `printf` entry giving a shell command
+    /// (allowed by `--unsafe` only); wprobe prints what it writes.
+    System = 6,
 }
 
 impl EventKind {
@@ -53,6 +59,8 @@ impl EventKind {
         EventKind::PrintMap,
         EventKind::PrintValue,
         EventKind::Time,
+        EventKind::Cat,
+        EventKind::System,
     ];
 
     /// The kind with code `c`.
@@ -67,6 +75,8 @@ impl EventKind {
             EventKind::PrintMap => "PRINT_MAP",
             EventKind::PrintValue => "PRINT_VALUE",
             EventKind::Time => "TIME",
+            EventKind::Cat => "CAT",
+            EventKind::System => "SYSTEM",
         }
     }
 }

@@ -69,7 +69,7 @@ macro_rules! foreach_host_import {
             map_zero(map: i32) -> (i32)
                 "Set every value of map `map` to zero, keeping its keys (bpftrace `zero`). Returns OK or BAD_ARGUMENT.";
             emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> (i32)
-                "Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a time entry. wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).";
+                "Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a file's path or a shell command (bpftrace `cat`, `system`). wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).";
             clock_ns(clock: i32) -> (i64)
                 "A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`), `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME` (since the Unix epoch). Another id traps.";
             current_uid() -> (i64)
@@ -82,6 +82,8 @@ macro_rules! foreach_host_import {
                 "In the handler of a return probe (manifest `return yes`): the value register `reg` had at the entry of the call that is returning. `reg` is one of the six SysV argument registers rdi, rsi, rdx, rcx, r8, r9 or rsp, by `Reg` id (`regs::ENTRY_REGS`); any other id traps, and so does a call from the handler of a probe that is not a return probe (every i64 is a possible register value, so there is no room for a status).";
             elapsed_ns() -> (i64)
                 "In the handler of a return probe: nanoseconds between the entry of the returning call and its return, both taken by the runtime with a monotonic clock when it caught them (the tracer's own stops are included). Traps in the handler of a probe that is not a return probe.";
+            map_entry(map: i32, cursor: i64, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32) -> (i32)
+                "Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and the value of its first entry at or after `cursor` (start at 0) to `key_ptr` and `val_ptr` (at most `key_len` and `val_len` bytes). Returns that entry's position (the next call passes position + 1; deleting the entry found does not move the others), NOT_FOUND past the last entry, BAD_ARGUMENT for an unknown map.";
         }
     };
 }

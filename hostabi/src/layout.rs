@@ -9,7 +9,13 @@
 //! | `str:N` | N rounded up to 8 | NUL-terminated (or N bytes) string, NUL-padded |
 //! | `buf:N` | 8 + N rounded up | u64 length (≤ N), then the bytes |
 //! | `ustack:N` | 16 + 8N | u64 pid, u64 frame count (≤ N), N return addresses |
+//! | `ustack:N:perf`, `ustack:N:raw` | 16 + 8N | the same, printed in perf's style or as bare addresses |
 //! | `usym` | 16 | u64 address, u64 pid (printed as the symbol) |
+//! | `ptr` | 8 | an address (printed in hex, as a C pointer) |
+//! | `{name:L,...}` | sum of fields | a C structure's fields, each laid out as `L` (printed `{ .name = v, ... }`) |
+//! | `[L;N]` | N × size of L | a C array (printed `[v,v,...]`) |
+//! | `enum{A=1,B=2}` | 8 | a signed integer printed as its enumerator's name |
+//! | `strftime:HEX` | 8 | a monotonic time in ns printed as local time by `strftime` of the format whose bytes are HEX |
 //! | `(L,L,...)` | sum of fields | a tuple |
 //!
 //! Parsing never panics; nesting is limited to [`MAX_DEPTH`].
@@ -42,10 +48,31 @@ pub enum Layout {
     Buf(u32),
     /// A user stack of at most N frames.
     Ustack(u32),
+    /// A user stack printed in another style than bpftrace's.
+    UstackAs(u32, StackMode),
     /// A code address printed as its symbol.
     Usym,
+    /// A data address (a C pointer), printed in hex.
+    Ptr,
+    /// A C structure or union: named fields.
+    Record(Box<[(String, Layout)]>),
+    /// A C array of N elements.
+    Array(Box<Layout>, u32),
+    /// A C enumeration's value (i64) with its enumerators.
+    Enum(Box<[(String, i64)]>),
+    /// A monotonic time (ns) printed as local time by `strftime(format)`.
+    Strftime(Box<[u8]>),
     /// A tuple.
     Tuple(Box<[Layout]>),
+}
+
+/// How a stack prints (bpftrace's stack modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StackMode {
+    /// perf's: `\tADDR SYM+OFF (MODULE)` per frame.
+    Perf,
+    /// Bare hex addresses.
+    Raw,
 }
 
 fn pad8(n: u32) -> usize {
@@ -70,8 +97,12 @@ impl Layout {
             Layout::Int { .. } => 8,
             Layout::Str(n) => pad8(*n),
             Layout::Buf(n) => 8 + pad8(*n),
-            Layout::Ustack(n) => 16 + 8 * *n as usize,
+            Layout::Ustack(n) | Layout::UstackAs(n, _) => 16 + 8 * *n as usize,
             Layout::Usym => 16,
+            Layout::Ptr => 8,
+            Layout::Record(f) => f.iter().map(|(_, l)| l.size()).sum(),
+            Layout::Array(l, n) => l.size().saturating_mul(*n as usize),
+            Layout::Enum(_) | Layout::Strftime(_) => 8,
             Layout::Tuple(f) => f.iter().map(Layout::size).sum(),
         }
     }
@@ -96,7 +127,50 @@ impl Layout {
             Layout::Ustack(n) => {
                 let _ = write!(out, "ustack:{n}");
             }
+            Layout::UstackAs(n, m) => {
+                let m = match m {
+                    StackMode::Perf => "perf",
+                    StackMode::Raw => "raw",
+                };
+                let _ = write!(out, "ustack:{n}:{m}");
+            }
             Layout::Usym => out.push_str("usym"),
+            Layout::Ptr => out.push_str("ptr"),
+            Layout::Record(f) => {
+                out.push('{');
+                for (i, (n, l)) in f.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(n);
+                    out.push(':');
+                    l.render_into(out);
+                }
+                out.push('}');
+            }
+            Layout::Array(l, n) => {
+                out.push('[');
+                l.render_into(out);
+                let _ = write!(out, ";{n}]");
+            }
+            Layout::Strftime(f) => {
+                // Hex: the format may hold any byte, the layout's
+                // delimiters included.
+                out.push_str("strftime:");
+                for b in f.iter() {
+                    let _ = write!(out, "{b:02x}");
+                }
+            }
+            Layout::Enum(v) => {
+                out.push_str("enum{");
+                for (i, (n, x)) in v.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "{n}={x}");
+                }
+                out.push('}');
+            }
             Layout::Tuple(f) => {
                 out.push('(');
                 render_list_into(f, out);
@@ -185,6 +259,72 @@ fn parse_one(b: &[u8], depth: usize) -> Option<(Layout, &[u8])> {
     if let Some(r) = b.strip_prefix(b"usym") {
         return Some((Layout::Usym, r));
     }
+    if let Some(r) = b.strip_prefix(b"ptr") {
+        return Some((Layout::Ptr, r));
+    }
+    if let Some(mut rest) = b.strip_prefix(b"{") {
+        let mut fields = Vec::new();
+        loop {
+            let n = rest
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            let name = core::str::from_utf8(&rest[..n]).ok()?.into();
+            let r = rest[n..].strip_prefix(b":")?;
+            let (l, r) = parse_one(r, depth + 1)?;
+            fields.push((name, l));
+            match r.split_first()? {
+                (b',', r) => rest = r,
+                (b'}', r) => return Some((Layout::Record(fields.into_boxed_slice()), r)),
+                _ => return None,
+            }
+        }
+    }
+    if let Some(r) = b.strip_prefix(b"[") {
+        let (l, r) = parse_one(r, depth + 1)?;
+        let r = r.strip_prefix(b";")?;
+        let (n, r) = number(r)?;
+        let r = r.strip_prefix(b"]")?;
+        return Some((Layout::Array(Box::new(l), n), r));
+    }
+    if let Some(r) = b.strip_prefix(b"strftime:") {
+        let n = r.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+        if n % 2 != 0 || n > 2 * MAX_STR_BYTES as usize {
+            return None;
+        }
+        let hex = core::str::from_utf8(&r[..n]).ok()?;
+        let fmt: Vec<u8> = (0..n / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+            .collect::<Option<_>>()?;
+        return Some((Layout::Strftime(fmt.into_boxed_slice()), &r[n..]));
+    }
+    if let Some(mut rest) = b.strip_prefix(b"enum{") {
+        let mut values = Vec::new();
+        if let Some(r) = rest.strip_prefix(b"}") {
+            return Some((Layout::Enum(values.into_boxed_slice()), r));
+        }
+        loop {
+            let n = rest
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            let name = core::str::from_utf8(&rest[..n]).ok()?.into();
+            let r = rest[n..].strip_prefix(b"=")?;
+            let neg = r.first() == Some(&b'-');
+            let r = if neg { &r[1..] } else { r };
+            let d = r.iter().take_while(|c| c.is_ascii_digit()).count();
+            if d == 0 || d > 19 {
+                return None;
+            }
+            let v: i64 = core::str::from_utf8(&r[..d]).ok()?.parse::<u64>().ok()? as i64;
+            values.push((name, if neg { v.wrapping_neg() } else { v }));
+            match r[d..].split_first()? {
+                (b',', r) => rest = r,
+                (b'}', r) => return Some((Layout::Enum(values.into_boxed_slice()), r)),
+                _ => return None,
+            }
+        }
+    }
     type Make = fn(u32) -> Layout;
     let sized: [(&[u8], Make, u32); 3] = [
         (b"str:", Layout::Str, MAX_STR_BYTES),
@@ -196,6 +336,14 @@ fn parse_one(b: &[u8], depth: usize) -> Option<(Layout, &[u8])> {
             let (n, r) = number(r)?;
             if n == 0 || n > max {
                 return None;
+            }
+            if word == b"ustack:" {
+                if let Some(r) = r.strip_prefix(b":perf") {
+                    return Some((Layout::UstackAs(n, StackMode::Perf), r));
+                }
+                if let Some(r) = r.strip_prefix(b":raw") {
+                    return Some((Layout::UstackAs(n, StackMode::Raw), r));
+                }
             }
             return Some((make(n), r));
         }
@@ -229,7 +377,13 @@ mod tests {
             "buf:5",
             "ustack:127",
             "usym",
-            "(u64,str:3,(i8,usym))",
+            "ptr",
+            "(u64,str:3,(i8,usym),ptr)",
+            "{m:i32,n:[u8;4],s:{a:ptr}}",
+            "ustack:3:perf",
+            "(u64,strftime:25483a254d)",
+            "(ustack:2:raw,u8)",
+            "enum{A=1,B=-2}",
         ] {
             let l = Layout::parse(s).unwrap();
             assert_eq!(l.render(), s);

@@ -579,6 +579,41 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
     )?;
     linker.func_wrap(
         m,
+        name(ImportId::map_entry),
+        |mut c: Caller<'_, T>,
+         map: i32,
+         cursor: i64,
+         kp: i32,
+         kl: i32,
+         vp: i32,
+         vl: i32|
+         -> wasmtime::Result<i32> {
+            charge(&mut c, kl as u32 as u64 + vl as u32 as u64);
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let k = range(data, kp, kl, "map_entry key")?;
+            let v = range(data, vp, vl, "map_entry value")?;
+            let Some(r) = state.services().map_view() else {
+                return Ok(st(Status::BadArgument));
+            };
+            let Ok(from) = u32::try_from(cursor) else {
+                return Ok(st(Status::NotFound));
+            };
+            match StoreView::new(r).entry_from(map as u32, from) {
+                Ok(Some((slot, key, val))) => {
+                    let n = key.len().min(k.len());
+                    data[k.start..k.start + n].copy_from_slice(&key[..n]);
+                    let n = val.len().min(v.len());
+                    data[v.start..v.start + n].copy_from_slice(&val[..n]);
+                    Ok(slot.min(i32::MAX as u32) as i32)
+                }
+                Ok(None) => Ok(st(Status::NotFound)),
+                Err(e) => Ok(map_status(e)),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        m,
         name(ImportId::map_delete),
         |mut c: Caller<'_, T>, map: i32, kp: i32, kl: i32| -> wasmtime::Result<i32> {
             let mem = memory(&c)?;

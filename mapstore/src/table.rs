@@ -361,6 +361,27 @@ impl<'a> StoreView<'a> {
         nmaps(self.region).unwrap_or(0)
     }
 
+    /// The first live entry of `map` at or after arena slot `from`: its
+    /// slot, key and value (a cursor: the next call starts at slot + 1;
+    /// deleting the entry found does not move the others).
+    pub fn entry_from(&self, map: u32, from: u32) -> Result<Option<Entry<'a>>, MapError> {
+        let d = desc(self.region, map)?;
+        let used = rd(self.region, &d, D_USED).min(d.cap);
+        let mut e = from;
+        while e < used {
+            if get_u32(self.region, entry_at(&d, e) + 4) == Some(LIVE)
+                && let (Some(k), Some(v)) = (
+                    self.region.get(key_range(&d, e)),
+                    self.region.get(value_range(&d, e)),
+                )
+            {
+                return Ok(Some((e, k, v)));
+            }
+            e += 1;
+        }
+        Ok(None)
+    }
+
     /// The value of `map[key]`, if present.
     pub fn lookup(&self, map: u32, key: &[u8]) -> Result<Option<&'a [u8]>, MapError> {
         let d = desc(self.region, map)?;
@@ -405,6 +426,9 @@ impl<'a> StoreView<'a> {
         })
     }
 }
+
+/// An entry found by [`StoreView::entry_from`]: its arena slot, key, value.
+pub type Entry<'a> = (u32, &'a [u8], &'a [u8]);
 
 /// Iterator over a map's live entries.
 pub struct Entries<'a> {

@@ -88,6 +88,19 @@ pub fn int_value(b: &[u8], signed: bool, bytes: u8) -> u64 {
 /// A user stack as bpftrace prints it: a newline, then one frame per line
 /// indented by `indent` spaces; frames stop at the first zero address.
 pub fn stack_text(b: &[u8], frames: u32, indent: usize, sym: &mut Symbolizer) -> String {
+    stack_text_as(b, frames, indent, None, sym)
+}
+
+/// A user stack in a stack mode (`None`: bpftrace's): perf's is
+/// `\tADDR SYM+OFF (MODULE)` per frame, raw is the hex address alone.
+pub fn stack_text_as(
+    b: &[u8],
+    frames: u32,
+    indent: usize,
+    mode: Option<hostabi::layout::StackMode>,
+    sym: &mut Symbolizer,
+) -> String {
+    use hostabi::layout::StackMode;
     let pid = word(b, 0);
     let n = (word(b, 8) as u32).min(frames);
     let mut s = String::from("\n");
@@ -96,8 +109,19 @@ pub fn stack_text(b: &[u8], frames: u32, indent: usize, sym: &mut Symbolizer) ->
         if addr == 0 {
             break;
         }
-        s.push_str(&" ".repeat(indent));
-        s.push_str(&sym.resolve(pid, addr, true));
+        match mode {
+            None => {
+                s.push_str(&" ".repeat(indent));
+                s.push_str(&sym.resolve(pid, addr, true));
+            }
+            Some(StackMode::Perf) => {
+                s.push_str(&format!(
+                    "\t{addr:x} {}",
+                    sym.resolve_with_module(pid, addr)
+                ));
+            }
+            Some(StackMode::Raw) => s.push_str(&format!("{addr:x}")),
+        }
         s.push('\n');
     }
     s
@@ -129,7 +153,37 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
             }
         }
         Layout::Ustack(n) => stack_text(b, *n, if key { 4 } else { 8 }, sym),
+        Layout::UstackAs(n, m) => stack_text_as(b, *n, 0, Some(*m), sym),
         Layout::Usym => sym.resolve(word(b, 8), word(b, 0), false),
+        Layout::Ptr => format!("0x{:x}", word(b, 0)),
+        // bpftrace 0.23's `struct_to_str` and `array_to_str`.
+        Layout::Record(fields) => {
+            let mut parts = Vec::new();
+            let mut off = 0;
+            for (n, f) in fields.iter() {
+                let v = value_text(f, b.get(off..).unwrap_or(&[]), false, sym);
+                parts.push(format!(".{n} = {v}"));
+                off += f.size();
+            }
+            format!("{{ {} }}", parts.join(", "))
+        }
+        Layout::Array(f, n) => {
+            let sz = f.size();
+            let parts: Vec<String> = (0..*n as usize)
+                .map(|i| value_text(f, b.get(i * sz..).unwrap_or(&[]), false, sym))
+                .collect();
+            format!("[{}]", parts.join(","))
+        }
+        Layout::Strftime(fmt) => {
+            String::from_utf8_lossy(&strftime_text(fmt, word(b, 0))).into_owned()
+        }
+        Layout::Enum(values) => {
+            let v = word(b, 0) as i64;
+            match values.iter().find(|(_, x)| *x == v) {
+                Some((n, _)) => n.clone(),
+                None => v.to_string(),
+            }
+        }
         Layout::Tuple(fields) => {
             let mut parts = Vec::new();
             let mut off = 0;
@@ -145,7 +199,15 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
 
 /// Whether bpftrace quotes this type's values in JSON.
 fn quoted(l: &Layout) -> bool {
-    !matches!(l, Layout::Int { .. } | Layout::Tuple(_))
+    !matches!(
+        l,
+        Layout::Int { .. }
+            | Layout::Ptr
+            | Layout::Tuple(_)
+            | Layout::Record(_)
+            | Layout::Array(..)
+            | Layout::Enum(_)
+    )
 }
 
 /// The JSON of a value.
@@ -159,6 +221,27 @@ pub fn value_json(l: &Layout, b: &[u8], sym: &mut Symbolizer) -> String {
                 parts.push(value_json(f, b.get(off..).unwrap_or(&[]), sym));
                 off += sz;
             }
+            format!("[{}]", parts.join(","))
+        }
+        Layout::Ptr => word(b, 0).to_string(),
+        Layout::Enum(_) => (word(b, 0) as i64).to_string(),
+        Layout::Record(fields) => {
+            let mut parts = Vec::new();
+            let mut off = 0;
+            for (n, f) in fields.iter() {
+                let mut k = String::from("\"");
+                json_escape(&mut k, n.as_bytes());
+                let v = value_json(f, b.get(off..).unwrap_or(&[]), sym);
+                parts.push(format!("{k}\": {v}"));
+                off += f.size();
+            }
+            format!("{{ {} }}", parts.join(", "))
+        }
+        Layout::Array(f, n) => {
+            let sz = f.size();
+            let parts: Vec<String> = (0..*n as usize)
+                .map(|i| value_json(f, b.get(i * sz..).unwrap_or(&[]), sym))
+                .collect();
             format!("[{}]", parts.join(","))
         }
         l if quoted(l) => {
@@ -203,6 +286,12 @@ pub fn printf_text(fmt: &[u8], args: &[Layout], data: &[u8], sym: &mut Symbolize
         let arg_text;
         let arg = match a {
             Layout::Int { signed, bytes: n } => Arg::Int(int_value(bytes, *signed, *n)),
+            Layout::Ptr => Arg::Int(word(bytes, 0)),
+            Layout::Enum(_) if s.conv == "s" => {
+                arg_text = value_text(a, bytes, false, sym);
+                Arg::Str(arg_text.as_bytes())
+            }
+            Layout::Enum(_) => Arg::Int(word(bytes, 0)),
             Layout::Str(n) => Arg::Str(cstr(&bytes[..(*n as usize).min(bytes.len())])),
             Layout::Buf(n) => {
                 let len = (word(bytes, 0) as usize).min(*n as usize);
@@ -233,6 +322,82 @@ pub fn printf_text(fmt: &[u8], args: &[Layout], data: &[u8], sym: &mut Symbolize
     }
     out.extend_from_slice(&fmt[prev.min(fmt.len())..]);
     out
+}
+
+/// `cat(path)`: the file's first `BPFTRACE_MAX_CAT_BYTES` bytes (10240 by
+/// default), as bpftrace prints them; a file that cannot be read is an
+/// error on standard error, as bpftrace reports it.
+fn cat_text(path: &[u8]) -> Vec<u8> {
+    let max = std::env::var("BPFTRACE_MAX_CAT_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(10240);
+    let p = String::from_utf8_lossy(path).into_owned();
+    match std::fs::File::open(&p) {
+        Ok(f) => {
+            use std::io::Read;
+            let mut b = Vec::new();
+            let _ = f.take(max).read_to_end(&mut b);
+            b
+        }
+        Err(e) => {
+            let why = e.to_string();
+            let why = why.split(" (os error").next().unwrap_or(&why);
+            crate::elog!("ERROR: failed to open file '{p}': {why}");
+            Vec::new()
+        }
+    }
+}
+
+/// `system(command)` (allowed by `--unsafe` only): what the shell command
+/// writes on its standard output.
+fn system_text(cmd: &[u8]) -> Vec<u8> {
+    let cmd = String::from_utf8_lossy(cmd).into_owned();
+    match std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&cmd)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+    {
+        Ok(o) => o.stdout,
+        Err(e) => {
+            crate::elog!("ERROR: system(\"{cmd}\"): {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// bpftrace's `strftime(fmt, ns)`: the monotonic time `ns` as local time,
+/// with bpftrace's `%f` (microseconds, 6 digits) added to C's formats.
+pub fn strftime_text(fmt: &[u8], ns: u64) -> Vec<u8> {
+    // One offset per run: two timestamps of one event convert alike.
+    static OFFSET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let off = *OFFSET.get_or_init(crate::sys::time::realtime_minus_monotonic);
+    let wall = ns.wrapping_add(off);
+    let (secs, nanos) = ((wall / 1_000_000_000) as i64, wall % 1_000_000_000);
+    let mut f = Vec::new();
+    let mut i = 0;
+    while i < fmt.len() {
+        match (fmt[i], fmt.get(i + 1)) {
+            (b'%', Some(b'%')) => {
+                f.extend_from_slice(b"%%");
+                i += 2;
+            }
+            (b'%', Some(b'f')) => {
+                f.extend_from_slice(format!("{:06}", nanos / 1000).as_bytes());
+                i += 2;
+            }
+            (c, _) => {
+                f.push(c);
+                i += 1;
+            }
+        }
+    }
+    let Ok(cfmt) = std::ffi::CString::new(cstr(&f)) else {
+        return Vec::new();
+    };
+    crate::sys::time::strftime_at(&cfmt, secs)
 }
 
 /// `strftime` of the local time now.
@@ -281,6 +446,21 @@ pub fn event(
             match mode {
                 Mode::Text => out.extend_from_slice(&text),
                 Mode::Json => json_msg(out, "printf", &text),
+            }
+        }
+        Some(kind @ (EventKind::Cat | EventKind::System)) => {
+            let Some(e) = events.printf.get(id as usize) else {
+                return;
+            };
+            let what = printf_text(&e.format, &e.args, data, sym);
+            let (text, ty) = if kind == EventKind::Cat {
+                (cat_text(&what), "cat")
+            } else {
+                (system_text(&what), "syscall")
+            };
+            match mode {
+                Mode::Text => out.extend_from_slice(&text),
+                Mode::Json => json_msg(out, ty, &text),
             }
         }
         Some(EventKind::Time) => {

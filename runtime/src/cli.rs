@@ -78,10 +78,19 @@ pub enum Command {
 /// Joins `-D NAME = VALUE` (three arguments) into `-D NAME=VALUE`.
 pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut out = Vec::with_capacity(args.len());
+    // A one-liner run (`-e`, a `.bt` file, `-` for standard input) speaks
+    // bpftrace's command line: there `-f FORMAT` is the output format
+    // whatever the word (wprobe's own -f keeps its long name, --follow).
+    let bpftrace_mode = args.get(1).is_some_and(|a| a == "run")
+        && args
+            .iter()
+            .any(|a| a == "-e" || a == "-" || a.to_string_lossy().ends_with(".bt"));
     let mut i = 0;
     while i < args.len() {
         // bpftrace's `-f json` / `-f text` is `--format` (wprobe's -f is --follow).
-        if args[i] == "-f" && i + 1 < args.len() && (args[i + 1] == "json" || args[i + 1] == "text")
+        if args[i] == "-f"
+            && i + 1 < args.len()
+            && (bpftrace_mode || args[i + 1] == "json" || args[i + 1] == "text")
         {
             out.push("--format".into());
             out.push(args[i + 1].clone());

@@ -647,7 +647,17 @@ impl Session {
                     self.held.tags.extend_from_slice(tags);
                 }
                 let mut action = Action::Continue;
-                for &pi in tags {
+                // Probes sharing the site run in program order (a
+                // transport may list them in another: return probes of one
+                // function, for one), without sorting a copy per hit.
+                let mut last = None;
+                while let Some(pi) = tags
+                    .iter()
+                    .copied()
+                    .filter(|&pi| last.is_none_or(|l| pi > l))
+                    .min()
+                {
+                    last = Some(pi);
                     if pi < self.probes.len() {
                         let a = self.hit(t, pi, hit);
                         if a != Action::Continue {
@@ -670,6 +680,8 @@ impl Session {
             Event::Exec { pid } => {
                 self.hook_event(HookEvent::Exec { pid });
                 self.forget(pid);
+                // Its stacks and symbols are the new program's from now on.
+                self.bt.sym.forget(pid as u64);
                 self.arm(t, pid, true);
             }
             Event::LibrariesChanged { pid } => {

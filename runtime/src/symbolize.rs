@@ -71,6 +71,12 @@ impl Symbolizer {
         }
     }
 
+    /// Drops the mappings known for `pid` (it exec'd: its addresses now
+    /// belong to another program).
+    pub fn forget(&mut self, pid: u64) {
+        self.maps.remove(&pid);
+    }
+
     fn lookup(&mut self, pid: u64, addr: u64) -> Option<(String, u64)> {
         self.note(pid);
         let mut m = procmaps::find(self.maps.get(&pid)?, addr).cloned();
@@ -96,6 +102,23 @@ impl Symbolizer {
         };
         let (name, off) = table.find(addr.wrapping_sub(bias))?;
         Some((name.to_string(), off))
+    }
+
+    /// `name+off (path)`, else `0x… ([unknown])` (perf's stack style).
+    pub fn resolve_with_module(&mut self, pid: u64, addr: u64) -> String {
+        let found = self.lookup(pid, addr);
+        let path = self
+            .maps
+            .get(&pid)
+            .and_then(|m| procmaps::find(m, addr))
+            .filter(|m| m.is_file())
+            .map(|m| m.path.clone());
+        match (found, path) {
+            (Some((n, o)), Some(p)) => format!("{n}+{o} ({p})"),
+            (Some((n, o)), None) => format!("{n}+{o} ([unknown])"),
+            (None, Some(p)) => format!("{addr:#x} ({p})"),
+            (None, None) => format!("{addr:#x} ([unknown])"),
+        }
     }
 
     /// `name+off` (or `name` without `offset`), else `0x…`.

@@ -7,6 +7,7 @@
  *   bt_target threads N each of 8 threads calls tick(t) N times
  *   bt_target watch     writes `counter` 5 times
  *   bt_target keys N    calls key(i) for i in 0..N
+ *   bt_target structs   visit(&a), visit(&b): a C structure and a pointer to another
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -25,6 +26,16 @@ __attribute__((noinline)) int mid(int x) { return leaf(x * 2) + 1; }
 __attribute__((noinline)) void tick(int t) { sink += t; }
 __attribute__((noinline)) void key(long k) { sink += k; }
 __attribute__((noinline)) void signed_vals(int v, long w) { sink += v + w; }
+
+struct point {
+    int x;
+    long y;
+    char name[8];
+    unsigned int flags : 3, kind : 5;
+    short pair[2];
+    struct point *next;
+};
+__attribute__((noinline)) void visit(struct point *p) { sink += p->x; }
 
 static void *worker(void *arg) {
     long n = (long)arg >> 8, t = (long)arg & 0xff;
@@ -63,6 +74,11 @@ int main(int argc, char **argv) {
         long n = argc > 2 ? atol(argv[2]) : 10;
         for (long i = 0; i < n; i++)
             key(i);
+    } else if (!strcmp(mode, "structs")) {
+        struct point b = {2, -20, "bee", 5, 17, {-1, 7}, 0};
+        struct point a = {1, 10, "ay", 1, 2, {3, 4}, &b};
+        visit(&a);
+        visit(&b);
     } else if (!strcmp(mode, "sleep")) {
         usleep(argc > 2 ? atoi(argv[2]) * 1000 : 300000);
         add(1, 2);

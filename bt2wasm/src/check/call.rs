@@ -18,8 +18,6 @@ const AGGREGATIONS: &[&str] = &[
 
 /// Functions bpftrace has that wprobe refuses, with the reason.
 const REFUSED: &[(&str, &str)] = &[
-    ("system", "wprobe runs no commands from handlers"),
-    ("cat", "wprobe reads no files from handlers"),
     ("signal", "handlers do not send signals"),
     ("override", "it changes kernel function returns"),
     ("kstack", "it describes the kernel"),
@@ -31,15 +29,10 @@ const REFUSED: &[(&str, &str)] = &[
     ("ntop", "not supported yet"),
     ("pton", "not supported yet"),
     ("macaddr", "not supported yet"),
-    ("strftime", "not supported yet; use time()"),
     ("join", "not supported yet"),
-    ("sizeof", "not supported yet"),
-    ("strcontains", "not supported yet"),
-    ("strerror", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
     ("debugf", "use printf"),
-    ("bswap", "not supported yet"),
     ("uaddr", "not supported yet"),
     ("unwatch", "not supported yet"),
 ];
@@ -49,7 +42,7 @@ pub(crate) fn is_aggregation(name: &str) -> bool {
     AGGREGATIONS.contains(&name)
 }
 
-fn int_literal(e: &ast::Expr) -> Option<i64> {
+pub(crate) fn int_literal(e: &ast::Expr) -> Option<i64> {
     match &e.kind {
         ExprKind::Int(v) => Some(*v as i64),
         ExprKind::Unop(ast::UnOp::Neg, x) => match x.kind {
@@ -80,9 +73,32 @@ impl Fx<'_, '_> {
 
     /// A call used as a statement.
     pub(crate) fn expr_stmt(&mut self, e: &ast::Expr) -> Option<S> {
+        // `c ? f() : g()` as a statement: one of the two calls.
+        if let ExprKind::Ternary(c, a, b) = &e.kind
+            && (matches!(a.kind, ExprKind::Call { .. }) || matches!(b.kind, ExprKind::Call { .. }))
+        {
+            let (ce, ct) = self.expr(c);
+            self.want_int(&ct, c.span, "ternary condition");
+            let then: Vec<S> = self.expr_stmt(a).into_iter().collect();
+            let els: Vec<S> = self.expr_stmt(b).into_iter().collect();
+            return Some(S::If(ce, then, els));
+        }
         if let ExprKind::Call { name, args, .. } = &e.kind {
             match name.as_str() {
-                "printf" => return self.printf(args, e.span),
+                "printf" => return self.printf(args, e.span, EventKind::Printf),
+                "cat" => return self.printf(args, e.span, EventKind::Cat),
+                "system" => {
+                    if !self.cx.opts.unsafe_calls {
+                        self.cx.err_note(
+                            codes::UNSUPPORTED,
+                            e.span,
+                            "system() is an unsafe function being used in safe mode",
+                            "run with --unsafe to allow it",
+                        );
+                        return None;
+                    }
+                    return self.printf(args, e.span, EventKind::System);
+                }
                 "print" => return self.print(args, e.span),
                 "time" => return self.time(args, e.span),
                 "exit" => {
@@ -114,13 +130,18 @@ impl Fx<'_, '_> {
                     let info = self.cx.map(&m.name);
                     info.used.get_or_insert(m.span);
                     let index = info.index;
+                    // A count() map without keys keeps its one entry,
+                    // zeroed (bpftrace prints `@: 0` after clear(@)).
+                    let scalar_count = info.kind == Some(MapKind::Count)
+                        && info.key.as_ref().is_some_and(|k| k.is_empty());
                     return Some(S::MapReset {
                         map: index,
-                        zero: name == "zero",
+                        zero: name == "zero" || scalar_count,
                     });
                 }
                 "delete" => {
-                    if !self.nargs("delete", args, 1, 1, e.span) {
+                    // delete(@m[k]), or delete(@m, k) (bpftrace 0.21 on).
+                    if !self.nargs("delete", args, 1, 2, e.span) {
                         return None;
                     }
                     let ExprKind::Map(m) = &args[0].kind else {
@@ -131,7 +152,30 @@ impl Fx<'_, '_> {
                         );
                         return None;
                     };
-                    let (map, key) = self.map_target(m, Ty::None, false)?;
+                    let (map, key) = match args.get(1) {
+                        Some(k) if m.keys.is_empty() => {
+                            let (ke, kt) = self.expr(k);
+                            if kt == Ty::None {
+                                return None;
+                            }
+                            self.map_key(m, vec![(ke, kt)], false)?
+                        }
+                        Some(k) => {
+                            self.cx.err(
+                                codes::ARGUMENTS,
+                                k.span,
+                                "delete(@map[key], key): give the key once, as delete(@map, key) or delete(@map[key])",
+                            );
+                            return None;
+                        }
+                        None => self.map_target(m, Ty::None, false)?,
+                    };
+                    let info = self.cx.map(&m.name);
+                    if info.kind == Some(MapKind::Count)
+                        && info.key.as_ref().is_some_and(|k| k.is_empty())
+                    {
+                        return Some(S::MapReset { map, zero: true });
+                    }
                     return Some(S::MapDelete { map, key });
                 }
                 n if is_aggregation(n) => {
@@ -164,6 +208,31 @@ impl Fx<'_, '_> {
                     return bad;
                 }
                 let (addr, at) = self.expr(&args[0]);
+                let strlen = self.cx.opts.strlen;
+                if let Ty::Str(have) = at {
+                    // str() of a string (a literal, a positional
+                    // parameter): the string, cut to n bytes.
+                    let size = match args.get(1).map(int_literal) {
+                        None => have,
+                        Some(Some(v)) if v > 0 => (v as u64).min(have as u64) as u32,
+                        Some(_) => {
+                            self.cx.err(
+                                codes::LITERAL,
+                                args[1].span,
+                                "str() of a string takes a positive integer literal length",
+                            );
+                            return bad;
+                        }
+                    };
+                    let slot = self.slot(size);
+                    let set = S::SetSlot {
+                        slot,
+                        e: addr,
+                        size,
+                        src_size: size.saturating_sub(1).min(have),
+                    };
+                    return (E::Seq(vec![set], Box::new(E::Slot(slot))), Ty::Str(size));
+                }
                 if at != Ty::None && !at.is_int() {
                     self.cx.err(
                         codes::ARGUMENTS,
@@ -172,14 +241,13 @@ impl Fx<'_, '_> {
                     );
                     return bad;
                 }
-                let strlen = self.cx.opts.strlen;
-                // str(p, n) keeps n characters (bpftrace 0.17: a buffer of
-                // n + 1 bytes, at most BPFTRACE_STRLEN).
+                // str(p, n) reads n bytes, its NUL included (bpftrace 0.23;
+                // 0.17 kept n characters), at most BPFTRACE_STRLEN.
                 let (max, size) = match args.get(1) {
                     None => (E::Int(strlen as i64), strlen),
                     Some(n) => match int_literal(n) {
                         Some(v) if v > 0 => {
-                            let size = (v.saturating_add(1) as u64).min(strlen as u64) as u32;
+                            let size = (v as u64).min(strlen as u64) as u32;
                             (E::Int(size as i64), size)
                         }
                         Some(_) => {
@@ -190,13 +258,7 @@ impl Fx<'_, '_> {
                         None => {
                             let (ne, nt) = self.expr(n);
                             self.want_int(&nt, n.span, "str() length");
-                            let plus1 = E::Bin(
-                                crate::ast::BinOp::Add,
-                                false,
-                                Box::new(ne),
-                                Box::new(E::Int(1)),
-                            );
-                            (plus1, strlen)
+                            (ne, strlen)
                         }
                     },
                 };
@@ -215,24 +277,68 @@ impl Fx<'_, '_> {
                 if !self.nargs("buf", args, 1, 2, span) {
                     return bad;
                 }
-                let (addr, at) = self.expr(&args[0]);
-                self.want_int(&at, args[0].span, "buf() address");
                 let strlen = self.cx.opts.strlen;
-                let (len, cap) = match args.get(1) {
-                    None => (E::Int(strlen as i64), strlen),
-                    Some(n) => match int_literal(n) {
-                        Some(v) if v > 0 => (E::Int(v), (v as u32).min(strlen)),
-                        Some(_) => {
-                            self.cx
-                                .err(codes::LITERAL, n.span, "buf(): length must be positive");
-                            return bad;
-                        }
-                        None => {
-                            let (ne, nt) = self.expr(n);
-                            self.want_int(&nt, n.span, "buf() length");
-                            (ne, strlen)
-                        }
-                    },
+                let lit_len = match args.get(1).map(int_literal) {
+                    Some(Some(v)) if v > 0 => Some(v as u32),
+                    Some(Some(_)) => {
+                        self.cx.err(
+                            codes::LITERAL,
+                            args[1].span,
+                            "buf(): length must be positive",
+                        );
+                        return bad;
+                    }
+                    _ => None,
+                };
+                // An array in the traced process: its bytes.
+                if let Some((addr, c, _)) = self.place(&args[0])
+                    && matches!(c, crate::ctypes::CType::Array(..))
+                {
+                    let cap = lit_len.unwrap_or(c.size()).min(strlen.max(c.size()));
+                    let slot = self.slot(8 + cap);
+                    return (
+                        E::ReadBuf {
+                            addr: Box::new(addr),
+                            len: Box::new(E::Int(cap as i64)),
+                            slot,
+                            cap,
+                        },
+                        Ty::Buf(cap),
+                    );
+                }
+                let (addr, at) = self.expr(&args[0]);
+                if let Ty::Str(have) = at {
+                    // A string's bytes (its NUL too, when the length
+                    // reaches it): a length and the bytes, as a buffer is
+                    // laid out.
+                    let n = lit_len.unwrap_or(have.saturating_sub(1)).min(have);
+                    let slot = self.slot(8 + n);
+                    let e = E::Tuple {
+                        slot,
+                        parts: vec![
+                            Part {
+                                e: E::Int(n as i64),
+                                ty: Ty::U64,
+                                off: 0,
+                            },
+                            Part {
+                                e: addr,
+                                ty: Ty::Str(n.max(1)),
+                                off: 8,
+                            },
+                        ],
+                    };
+                    return (e, Ty::Buf(n.max(1)));
+                }
+                self.want_int(&at, args[0].span, "buf() address");
+                let (len, cap) = match (args.get(1), lit_len) {
+                    (None, _) => (E::Int(strlen as i64), strlen),
+                    (Some(_), Some(v)) => (E::Int(v as i64), v.min(strlen)),
+                    (Some(n), None) => {
+                        let (ne, nt) = self.expr(n);
+                        self.want_int(&nt, n.span, "buf() length");
+                        (ne, strlen)
+                    }
                 };
                 let slot = self.slot(8 + cap);
                 (
@@ -244,6 +350,192 @@ impl Fx<'_, '_> {
                     },
                     Ty::Buf(cap),
                 )
+            }
+            "len" => {
+                if !self.nargs("len", args, 1, 1, span) {
+                    return bad;
+                }
+                if let ExprKind::Map(m) = &args[0].kind {
+                    return self.map_len(m, span);
+                }
+                let (e, t) = self.expr(&args[0]);
+                match t {
+                    // A stack's frame count.
+                    Ty::Ustack(..) => (
+                        E::Field {
+                            base: Box::new(e),
+                            off: 8,
+                            ty: Ty::U64,
+                        },
+                        Ty::I64,
+                    ),
+                    Ty::None => bad,
+                    t => {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("len() expects a map or a stack ({} provided)", t.name()),
+                        );
+                        bad
+                    }
+                }
+            }
+            "strftime" => {
+                if !self.nargs("strftime", args, 2, 2, span) {
+                    return bad;
+                }
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[0].span,
+                        "strftime() expects a string literal as first argument",
+                    );
+                    return bad;
+                };
+                let (e, t) = self.expr(&args[1]);
+                if t == Ty::None {
+                    return bad;
+                }
+                self.want_int(&t, args[1].span, "strftime() time");
+                (e, Ty::Strftime(fmt.clone()))
+            }
+            "strerror" => {
+                if !self.nargs("strerror", args, 1, 1, span) {
+                    return bad;
+                }
+                let (e, t) = self.expr(&args[0]);
+                if t == Ty::None {
+                    return bad;
+                }
+                self.want_int(&t, args[0].span, "strerror() argument");
+                // The C library's messages, one per errno, in static data.
+                const ERRNOS: i32 = 134;
+                let msgs: Vec<String> = (0..=ERRNOS)
+                    .map(|n| {
+                        if n == ERRNOS {
+                            return "Unknown error".to_string();
+                        }
+                        let m = std::io::Error::from_raw_os_error(n).to_string();
+                        m.split(" (os error").next().unwrap_or(&m).to_string()
+                    })
+                    .collect();
+                let stride = msgs.iter().map(|m| m.len() as u32 + 1).max().unwrap_or(1);
+                let stride = stride.div_ceil(8) * 8;
+                let mut bytes = Vec::new();
+                for m in &msgs {
+                    let mut b = m.as_bytes().to_vec();
+                    b.resize(stride as usize, 0);
+                    bytes.extend(b);
+                }
+                let base = self.cx.string(&bytes);
+                (
+                    E::TableAt {
+                        base,
+                        stride,
+                        count: msgs.len() as u32,
+                        index: Box::new(e),
+                    },
+                    Ty::Str(stride),
+                )
+            }
+            "has_key" => {
+                if !self.nargs("has_key", args, 2, 2, span) {
+                    return bad;
+                }
+                let ExprKind::Map(m) = &args[0].kind else {
+                    self.cx.err(
+                        codes::ARGUMENTS,
+                        args[0].span,
+                        "has_key() expects a map to be provided",
+                    );
+                    return bad;
+                };
+                let (ke, kt) = self.expr(&args[1]);
+                if kt == Ty::None {
+                    return bad;
+                }
+                let Some((map, key)) = self.map_key(m, vec![(ke, kt)], false) else {
+                    return bad;
+                };
+                (E::MapHas { map, key }, Ty::U64)
+            }
+            "bswap" => {
+                if !self.nargs("bswap", args, 1, 1, span) {
+                    return bad;
+                }
+                let (e, t) = self.expr(&args[0]);
+                let Ty::Int { signed, bytes } = t else {
+                    if t != Ty::None {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            format!("bswap() expects an integer ({} provided)", t.name()),
+                        );
+                    }
+                    return bad;
+                };
+                // Byte i moves to byte (bytes - 1 - i).
+                let l = self.local();
+                let mut acc = E::Int(0);
+                for i in 0..bytes as i64 {
+                    let byte = E::Bin(
+                        crate::ast::BinOp::BitAnd,
+                        false,
+                        Box::new(E::Bin(
+                            crate::ast::BinOp::Shr,
+                            false,
+                            Box::new(E::Local(l)),
+                            Box::new(E::Int(8 * i)),
+                        )),
+                        Box::new(E::Int(0xff)),
+                    );
+                    let moved = E::Bin(
+                        crate::ast::BinOp::Shl,
+                        false,
+                        Box::new(byte),
+                        Box::new(E::Int(8 * (bytes as i64 - 1 - i))),
+                    );
+                    acc = E::Bin(
+                        crate::ast::BinOp::BitOr,
+                        false,
+                        Box::new(acc),
+                        Box::new(moved),
+                    );
+                }
+                let t = Ty::Int {
+                    signed: false,
+                    bytes,
+                };
+                let _ = signed;
+                (E::Seq(vec![S::SetLocal(l, e)], Box::new(acc)), t)
+            }
+            "nsecs" => {
+                if !self.nargs("nsecs", args, 0, 1, span) {
+                    return bad;
+                }
+                match args.first().map(|a| &a.kind) {
+                    None => (E::Fact(crate::ir::Fact::Nsecs), Ty::U64),
+                    Some(ExprKind::Ident(c)) if c == "monotonic" => {
+                        (E::Fact(crate::ir::Fact::Nsecs), Ty::U64)
+                    }
+                    Some(ExprKind::Ident(c)) if matches!(c.as_str(), "boot" | "tai" | "sw_tai") => {
+                        self.cx.err_note(
+                            codes::UNSUPPORTED,
+                            args[0].span,
+                            format!("nsecs({c}) is not supported"),
+                            "the host ABI's clocks are the monotonic clock (nsecs), the run's (elapsed) and the real time",
+                        );
+                        bad
+                    }
+                    _ => {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            args[0].span,
+                            "nsecs() takes monotonic, boot, tai or sw_tai",
+                        );
+                        bad
+                    }
+                }
             }
             "reg" => {
                 if !self.nargs("reg", args, 1, 1, span) {
@@ -312,16 +604,15 @@ impl Fx<'_, '_> {
             "ustack" => {
                 // ustack([mode,] [limit])
                 let mut frames = self.cx.opts.ustack_frames;
+                let mut mode = self.default_stack_mode();
                 for a in args {
                     match &a.kind {
-                        ExprKind::Ident(m) if m == "bpftrace" => {}
+                        ExprKind::Ident(m) if m == "bpftrace" => mode = None,
                         ExprKind::Ident(m) if m == "perf" => {
-                            self.cx.err(
-                                codes::UNSUPPORTED,
-                                a.span,
-                                "ustack(perf) is not supported yet; the default mode prints the same frames",
-                            );
-                            return bad;
+                            mode = Some(hostabi::layout::StackMode::Perf)
+                        }
+                        ExprKind::Ident(m) if m == "raw" => {
+                            mode = Some(hostabi::layout::StackMode::Raw)
                         }
                         _ => match int_literal(a) {
                             Some(n) if (1..=1024).contains(&n) => frames = n as u32,
@@ -329,14 +620,14 @@ impl Fx<'_, '_> {
                                 self.cx.err(
                                     codes::ARGUMENTS,
                                     a.span,
-                                    "ustack() expects a stack mode (bpftrace) and/or a frame limit of 1 to 1024",
+                                    "ustack() expects a stack mode (bpftrace, perf, raw) and/or a frame limit of 1 to 1024",
                                 );
                                 return bad;
                             }
                         },
                     }
                 }
-                self.ustack(frames, span)
+                self.ustack(frames, mode, span)
             }
             "strncmp" => {
                 if !self.nargs("strncmp", args, 3, 3, span) {
@@ -371,13 +662,52 @@ impl Fx<'_, '_> {
                     }
                 }
             }
+            "sizeof" => {
+                if !self.nargs("sizeof", args, 1, 1, span) {
+                    return bad;
+                }
+                let (_, t) = self.expr(&args[0]);
+                if t == Ty::None {
+                    return bad;
+                }
+                (E::Int(super::types::c_size(&t) as i64), Ty::U64)
+            }
+            "strcontains" => {
+                if !self.nargs("strcontains", args, 2, 2, span) {
+                    return bad;
+                }
+                let (a, at) = self.expr(&args[0]);
+                let (b, bt) = self.expr(&args[1]);
+                match (at, bt) {
+                    (Ty::Str(x), Ty::Str(y)) => (
+                        E::StrContains {
+                            hay: Box::new(a),
+                            hn: x,
+                            needle: Box::new(b),
+                            nn: y,
+                        },
+                        Ty::U64,
+                    ),
+                    (x, y) => {
+                        if x != Ty::None && y != Ty::None {
+                            self.cx.err(
+                                codes::ARGUMENTS,
+                                span,
+                                "strcontains() expects two strings",
+                            );
+                        }
+                        bad
+                    }
+                }
+            }
             "uptr" => {
                 if !self.nargs("uptr", args, 1, 1, span) {
                     return bad;
                 }
                 self.expr(&args[0])
             }
-            "printf" | "print" | "time" | "exit" | "clear" | "zero" | "delete" => {
+            "printf" | "print" | "time" | "exit" | "clear" | "zero" | "delete" | "cat"
+            | "system" => {
                 self.cx.err(
                     codes::ARGUMENTS,
                     span,
@@ -541,7 +871,8 @@ impl Fx<'_, '_> {
         });
     }
 
-    fn printf(&mut self, args: &[ast::Expr], span: Span) -> Option<S> {
+    /// `printf`, and `cat`/`system`, which take a format the same way.
+    fn printf(&mut self, args: &[ast::Expr], span: Span, kind: EventKind) -> Option<S> {
         let Some(first) = args.first() else {
             self.cx.err(
                 codes::ARGUMENTS,
@@ -593,7 +924,9 @@ impl Fx<'_, '_> {
                 return None;
             }
             let given = match t {
-                Ty::Int { .. } => Kind::Int,
+                Ty::Int { .. } | Ty::Ptr(_) => Kind::Int,
+                // An enum prints as its number (%d) or its name (%s).
+                Ty::Enum(_) if s.kind != Kind::Buf => s.kind,
                 Ty::Buf(_) => Kind::Buf,
                 _ => Kind::Str,
             };
@@ -622,7 +955,7 @@ impl Fx<'_, '_> {
         });
         let slot = self.slot(off.max(8));
         Some(S::Emit(Emit {
-            kind: EventKind::Printf as i32,
+            kind: kind as i32,
             id,
             slot,
             parts,

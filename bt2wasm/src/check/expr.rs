@@ -26,8 +26,43 @@ pub(crate) mod reg {
 /// Registers of arguments 0-5 (System V x86-64).
 pub(crate) const ARG_REGS: [u16; 6] = [reg::RDI, reg::RSI, reg::RDX, reg::RCX, reg::R8, reg::R9];
 
-/// Integer binary operation with bpftrace's result type.
+/// `e * n` (pointer arithmetic's scaling; nothing for 1).
+fn scaled(e: E, n: u64) -> E {
+    if n == 1 {
+        e
+    } else {
+        E::Bin(BinOp::Mul, false, Box::new(e), Box::new(E::Int(n as i64)))
+    }
+}
+
+/// Integer binary operation with bpftrace's result type. A pointer plus or
+/// minus an integer moves by whole pointees (C's arithmetic, as bpftrace
+/// does it): `(int32 *)0x32 + 1` is `0x36`; the difference of two
+/// pointers is in pointees too.
 pub(crate) fn int_binop(op: BinOp, (a, ta): (E, Ty), (b, tb): (E, Ty)) -> (E, Ty) {
+    if matches!(op, BinOp::Add | BinOp::Sub) {
+        match (ta.is_ptr(), tb.is_ptr()) {
+            (true, false) => {
+                let n = ta.pointee_size();
+                return (E::Bin(op, false, Box::new(a), Box::new(scaled(b, n))), ta);
+            }
+            (false, true) if op == BinOp::Add => {
+                let n = tb.pointee_size();
+                return (E::Bin(op, false, Box::new(scaled(a, n)), Box::new(b)), tb);
+            }
+            (true, true) if op == BinOp::Sub => {
+                let n = ta.pointee_size() as i64;
+                let d = E::Bin(BinOp::Sub, true, Box::new(a), Box::new(b));
+                let e = if n == 1 {
+                    d
+                } else {
+                    E::Bin(BinOp::Div, true, Box::new(d), Box::new(E::Int(n)))
+                };
+                return (e, Ty::I64);
+            }
+            _ => {}
+        }
+    }
     let (sa, sb) = (ta.signed(), tb.signed());
     let signed = match op {
         BinOp::Shl | BinOp::Shr => sa,
@@ -50,12 +85,24 @@ impl Fx<'_, '_> {
     pub fn expr(&mut self, e: &ast::Expr) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         match &e.kind {
+            // Literals beyond int64 are uint64, as in bpftrace.
+            ExprKind::Int(v) if *v > i64::MAX as u64 => (E::Int(*v as i64), Ty::U64),
             ExprKind::Int(v) => (E::Int(*v as i64), Ty::I64),
             ExprKind::Str(s) => {
                 let a = self.cx.string(s);
                 (E::Static(a), Ty::Str(s.len() as u32 + 1))
             }
-            ExprKind::Ident(name) => self.builtin(name, e.span),
+            ExprKind::Ident(name) => {
+                if let Some((en, v)) = self.cx.types.enumerators.get(name).cloned() {
+                    return (E::Int(v), Ty::Enum(en));
+                }
+                if let Some(v) = errno(name) {
+                    return (E::Int(v), Ty::I64);
+                }
+                self.builtin(name, e.span)
+            }
+            ExprKind::SizeofType { ty, ptr } => self.sizeof_type(ty, *ptr, e.span),
+            ExprKind::Offsetof { ty, path } => self.offsetof(ty, path, e.span),
             ExprKind::Var(name) => match self.vars.get(name) {
                 Some((t, VarLoc::Local(l))) => (E::Local(*l), t.clone()),
                 Some((t, VarLoc::Slot(s))) => (E::Slot(*s), t.clone()),
@@ -105,11 +152,17 @@ impl Fx<'_, '_> {
                         Some(t) if t.is_agg() => {
                             let size = t.size();
                             let slot = self.slot(size);
+                            let ae = self.convert(ae, &at, &t);
+                            let be = self.convert(be, &bt, &t);
                             let set = |e, from: &Ty| S::SetSlot {
                                 slot,
                                 e,
                                 size,
-                                src_size: from.size().min(size),
+                                src_size: if matches!(from, Ty::Tuple(_)) {
+                                    size
+                                } else {
+                                    from.size().min(size)
+                                },
                             };
                             let s = S::If(ce, vec![set(ae, &at)], vec![set(be, &bt)]);
                             (E::Seq(vec![s], Box::new(E::Slot(slot))), t)
@@ -129,7 +182,12 @@ impl Fx<'_, '_> {
                     },
                 }
             }
-            ExprKind::Field { base, field, arrow } => self.field(base, field, *arrow, e.span),
+            ExprKind::Field { base, field, arrow } => {
+                if let Some((a, c, bits)) = self.place(e) {
+                    return self.read_c(a, &c, bits, e.span);
+                }
+                self.field(base, field, *arrow, e.span)
+            }
             ExprKind::TupleIndex(base, n) => {
                 let (be, bt) = self.expr(base);
                 let Ty::Tuple(fields) = &bt else {
@@ -166,16 +224,28 @@ impl Fx<'_, '_> {
                     t,
                 )
             }
-            ExprKind::Index(..) => {
-                self.cx.err_note(
-                    codes::UNSUPPORTED,
-                    e.span,
-                    "array indexing is not supported",
-                    "read memory with a cast and a dereference: *(uint32*)(addr + 4 * i)",
-                );
-                bad
+            ExprKind::Index(base, idx) => {
+                if let Some((a, c, bits)) = self.place(e) {
+                    return self.read_c(a, &c, bits, e.span);
+                }
+                self.index_value(base, idx, e.span)
             }
-            ExprKind::Cast { ty, ptr, expr } => self.cast(ty, *ptr, expr, e.span),
+            ExprKind::Cast {
+                ty,
+                ptr,
+                array,
+                expr,
+            } => {
+                if array.is_some() {
+                    self.cx.err(
+                        codes::UNSUPPORTED,
+                        e.span,
+                        format!("casts to arrays (`{ty}[N]`) are not supported"),
+                    );
+                    return bad;
+                }
+                self.cast(ty, *ptr, expr, e.span)
+            }
             ExprKind::Tuple(items) => {
                 let mut parts = Vec::new();
                 let mut tys = Vec::new();
@@ -205,6 +275,8 @@ impl Fx<'_, '_> {
         let bad = (E::Int(0), Ty::None);
         let fact = |f| (E::Fact(f), Ty::U64);
         match name {
+            "true" => (E::Int(1), Ty::I64),
+            "false" => (E::Int(0), Ty::I64),
             "pid" => fact(Fact::Pid),
             "tid" => fact(Fact::Tid),
             "cpu" => fact(Fact::Cpu),
@@ -243,7 +315,8 @@ impl Fx<'_, '_> {
             }
             "ustack" => {
                 let frames = self.cx.opts.ustack_frames;
-                self.ustack(frames, span)
+                let mode = self.default_stack_mode();
+                self.ustack(frames, mode, span)
             }
             "kstack" | "ctx" | "curtask" | "cgroup" | "numaid" => {
                 self.cx.err_note(
@@ -254,22 +327,53 @@ impl Fx<'_, '_> {
                 );
                 bad
             }
-            "gid" | "rand" | "username" => {
-                self.cx.err(
+            "rand" => {
+                // A 32-bit pseudo-random number: the monotonic clock mixed
+                // (splitmix64's finalizer).
+                let l = self.local();
+                let mix = |e: E, sh: i64, mul: Option<i64>| {
+                    let xored = E::Bin(
+                        BinOp::BitXor,
+                        false,
+                        Box::new(e.clone()),
+                        Box::new(E::Bin(BinOp::Shr, false, Box::new(e), Box::new(E::Int(sh)))),
+                    );
+                    match mul {
+                        Some(m) => E::Bin(BinOp::Mul, false, Box::new(xored), Box::new(E::Int(m))),
+                        None => xored,
+                    }
+                };
+                let a = mix(E::Local(l), 33, Some(0xff51afd7ed558ccdu64 as i64));
+                let set1 = S::SetLocal(l, a);
+                let b = mix(E::Local(l), 33, Some(0xc4ceb9fe1a85ec53u64 as i64));
+                let set2 = S::SetLocal(l, b);
+                let c = mix(E::Local(l), 33, None);
+                (
+                    E::Seq(
+                        vec![S::SetLocal(l, E::Fact(Fact::Nsecs)), set1, set2],
+                        Box::new(E::Bin(
+                            BinOp::BitAnd,
+                            false,
+                            Box::new(c),
+                            Box::new(E::Int(0xffff_ffff)),
+                        )),
+                    ),
+                    Ty::Int {
+                        signed: false,
+                        bytes: 4,
+                    },
+                )
+            }
+            "gid" | "username" => {
+                self.cx.err_note(
                     codes::UNSUPPORTED,
                     span,
-                    format!("the {name} builtin is not supported yet"),
+                    format!("the {name} builtin is not supported"),
+                    "the host ABI gives the user id of the hit (uid), not its group or name",
                 );
                 bad
             }
-            "args" => {
-                self.cx.err(
-                    codes::DWARF,
-                    span,
-                    "args must be followed by a field: args.NAME or args->NAME",
-                );
-                bad
-            }
+            "args" => self.args_record(span),
             _ => {
                 if let Some(n) = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok())
                     && n <= 9
@@ -337,16 +441,26 @@ impl Fx<'_, '_> {
         )
     }
 
-    pub(crate) fn ustack(&mut self, frames: u32, span: Span) -> (E, Ty) {
+    pub(crate) fn ustack(
+        &mut self,
+        frames: u32,
+        mode: Option<hostabi::layout::StackMode>,
+        span: Span,
+    ) -> (E, Ty) {
+        let t = Ty::Ustack(frames, mode);
         if self.ctx == Ctx::Special {
-            self.cx.err(
-                codes::BUILTIN_CONTEXT,
-                span,
-                "ustack can only be used in uprobes, uretprobes and watchpoints",
-            );
-            return (E::Int(0), Ty::None);
+            // BEGIN, END and intervals run in no traced thread: an empty
+            // stack (bpftrace shows its own process's frames there).
+            let _ = span;
+            let slot = self.slot(t.size());
+            let set = S::SetSlot {
+                slot,
+                e: E::Slot(slot),
+                size: t.size(),
+                src_size: 0,
+            };
+            return (E::Seq(vec![set], Box::new(E::Slot(slot))), t);
         }
-        let t = Ty::Ustack(frames);
         let slot = self.slot(t.size());
         let entry_fixup = self.ctx == Ctx::Uprobe;
         (
@@ -357,6 +471,80 @@ impl Fx<'_, '_> {
             },
             t,
         )
+    }
+
+    /// `args` alone: every parameter of the probed function (from DWARF),
+    /// as a structure value (`{ .n = 0x7ffd…, .c = 120 }`).
+    fn args_record(&mut self, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        if self.ctx != Ctx::Uprobe {
+            self.cx.err(
+                codes::BUILTIN_CONTEXT,
+                span,
+                "The args builtin can only be used with tracepoint/kfunc/uprobe probes (uprobes only, here: not uretprobes)",
+            );
+            return bad;
+        }
+        let Some(params) = self.concrete.first().and_then(|c| c.params.clone()) else {
+            self.cx.err_note(
+                codes::DWARF,
+                span,
+                "No debuginfo found for the probed function",
+                "args needs DWARF for the function (build the binary with -g)",
+            );
+            return bad;
+        };
+        let mut parts = Vec::new();
+        let mut fields = Vec::new();
+        let mut off = 0;
+        for (i, p) in params.iter().enumerate().take(6) {
+            let (e, t) = match (&p.ctype, p.value) {
+                (Some(crate::ctypes::CType::Ptr(c)), _) => {
+                    (E::Reg(ARG_REGS[i]), Ty::Ptr(c.clone()))
+                }
+                (_, ParamValue::Int { signed, bytes }) => {
+                    let t = Ty::Int { signed, bytes };
+                    (coerce_int(E::Reg(ARG_REGS[i]), &Ty::U64, &t), t)
+                }
+                _ => {
+                    self.cx.err(
+                        codes::UNSUPPORTED,
+                        span,
+                        format!(
+                            "parameter {} is not an integer or pointer, which args does not hold",
+                            p.name
+                        ),
+                    );
+                    return bad;
+                }
+            };
+            let sz = t.size();
+            fields.push((p.name.clone(), t.clone()));
+            parts.push(Part { e, ty: t, off });
+            off += sz;
+        }
+        let slot = self.slot(off.max(8));
+        let c_size = fields
+            .iter()
+            .map(|(_, t)| super::types::c_size(t).max(8) as u32)
+            .sum();
+        (
+            E::Tuple { slot, parts },
+            Ty::Record(std::rc::Rc::new(crate::ir::RecordTy {
+                name: "struct uprobe_args".into(),
+                fields,
+                c_size,
+            })),
+        )
+    }
+
+    /// The stack mode of the run (`BPFTRACE_STACK_MODE`, `config`).
+    pub(crate) fn default_stack_mode(&self) -> Option<hostabi::layout::StackMode> {
+        match self.cx.opts.stack_mode.as_str() {
+            "perf" => Some(hostabi::layout::StackMode::Perf),
+            "raw" => Some(hostabi::layout::StackMode::Raw),
+            _ => None,
+        }
     }
 
     /// The `probe` or `func` table of this handler: strings of one stride.
@@ -387,45 +575,20 @@ impl Fx<'_, '_> {
 
     fn unop(&mut self, op: UnOp, x: &ast::Expr, span: Span) -> (E, Ty) {
         if op == UnOp::Deref {
-            if let ExprKind::Cast { ty, ptr, expr } = &x.kind
-                && *ptr >= 1
-            {
-                let (addr, at) = self.expr(expr);
-                self.want_int(&at, expr.span, "a pointer");
-                let pointee = if *ptr > 1 {
-                    Some(Ty::U64)
-                } else {
-                    int_type(ty)
-                };
-                let Some(Ty::Int { signed, bytes }) = pointee else {
-                    self.cx.err(
-                        codes::UNSUPPORTED,
+            let (addr, at) = self.expr(x);
+            return match at {
+                Ty::Ptr(p) => self.read_c(addr, &p, None, span),
+                Ty::None => (E::Int(0), Ty::None),
+                t => {
+                    self.cx.err_note(
+                        codes::TYPE,
                         span,
-                        format!("dereferencing `{ty}*` is not supported (integers only)"),
+                        format!("Can not dereference type '{}'", t.name()),
+                        "cast to a pointer first: *(uint64*)addr",
                     );
-                    return (E::Int(0), Ty::None);
-                };
-                let slot = self.slot(8);
-                return (
-                    E::Load {
-                        addr: Box::new(addr),
-                        bytes,
-                        signed,
-                        slot,
-                    },
-                    Ty::Int { signed, bytes },
-                );
-            }
-            let (_, t) = self.expr(x);
-            if t != Ty::None {
-                self.cx.err_note(
-                    codes::TYPE,
-                    span,
-                    format!("Can not dereference type '{}'", t.name()),
-                    "cast to a pointer first: *(uint64*)addr",
-                );
-            }
-            return (E::Int(0), Ty::None);
+                    (E::Int(0), Ty::None)
+                }
+            };
         }
         let (e, t) = self.expr(x);
         if !t.is_int() {
@@ -476,7 +639,36 @@ impl Fx<'_, '_> {
                     Ty::U64,
                 );
             }
-            (Ty::Int { .. }, Ty::Int { .. }) => {}
+            (x, y) if x.is_int() && y.is_int() => {}
+            (Ty::Buf(x), Ty::Buf(y)) if matches!(op, BinOp::Eq | BinOp::Ne) => {
+                // The length word first: buffers of different lengths differ.
+                return (
+                    E::MemEq {
+                        ne: op == BinOp::Ne,
+                        a: Box::new(ae),
+                        b: Box::new(be),
+                        n: Ty::Buf(*x.min(y)).size(),
+                    },
+                    Ty::U64,
+                );
+            }
+            (x, y)
+                if matches!(op, BinOp::Eq | BinOp::Ne)
+                    && x == y
+                    && matches!(x, Ty::Array(..) | Ty::Record(_) | Ty::Tuple(_)) =>
+            {
+                // Equal values of one type are equal bytes (a buffer's
+                // unused bytes are zero-filled when it is read).
+                return (
+                    E::MemEq {
+                        ne: op == BinOp::Ne,
+                        a: Box::new(ae),
+                        b: Box::new(be),
+                        n: x.size(),
+                    },
+                    Ty::U64,
+                );
+            }
             _ => {
                 self.cx.err(
                     codes::TYPE,
@@ -514,12 +706,26 @@ impl Fx<'_, '_> {
             );
             return (E::Int(0), Ty::None);
         }
+        let c = if ptr > 0 && (ty.starts_with("struct ") || ty.starts_with("union ")) {
+            // A pointer to a record: its type is needed only where it is
+            // used (it may never be, as in `(struct x *)0`).
+            self.resolve_type_quiet(ty)
+                .unwrap_or(crate::ctypes::CType::Named(ty.to_string()))
+        } else {
+            match self.resolve_type(ty, span) {
+                Some(c) => c,
+                None => return (E::Int(0), Ty::None),
+            }
+        };
+        let mut c = c;
         if ptr > 0 {
-            // A pointer is an address; only a dereference gives it meaning.
-            return (e, Ty::U64);
+            for _ in 1..ptr {
+                c = crate::ctypes::CType::Ptr(Box::new(c));
+            }
+            return (e, Ty::Ptr(Box::new(c)));
         }
-        match int_type(ty) {
-            Some(Ty::Int { signed, bytes }) => (
+        match c {
+            crate::ctypes::CType::Int { signed, bytes } => (
                 E::Cast {
                     e: Box::new(e),
                     signed,
@@ -527,26 +733,106 @@ impl Fx<'_, '_> {
                 },
                 Ty::Int { signed, bytes },
             ),
-            _ => {
+            crate::ctypes::CType::Enum(en) => (e, Ty::Enum(en)),
+            other => {
                 self.cx.err(
-                    codes::UNSUPPORTED,
+                    codes::TYPE,
                     span,
-                    format!("Cannot cast to \"{ty}\": only integer types are supported"),
+                    format!(
+                        "Cannot cast from \"{}\" to \"{}\": only integer, enum and pointer casts are valid",
+                        t.name(),
+                        other.name()
+                    ),
                 );
                 (E::Int(0), Ty::None)
             }
         }
     }
 
+    /// `v[i]` of a record or array value (not in the traced process): a
+    /// constant index.
+    fn index_value(&mut self, base: &ast::Expr, idx: &ast::Expr, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let (be, bt) = self.expr(base);
+        let Ty::Array(elem, n) = &bt else {
+            if bt != Ty::None {
+                self.cx.err(
+                    codes::TYPE,
+                    span,
+                    format!(
+                        "The array index operator [] can not be used on expressions of type '{}'",
+                        bt.name()
+                    ),
+                );
+            }
+            return bad;
+        };
+        let Some(i) = super::call::int_literal(idx) else {
+            self.cx.err(
+                codes::LITERAL,
+                idx.span,
+                "an array value (read from the process already) takes a constant index",
+            );
+            return bad;
+        };
+        if i < 0 || i >= *n as i64 {
+            self.cx.err(
+                codes::LITERAL,
+                idx.span,
+                format!("the index {i} is out of bounds for array of size {n}"),
+            );
+            return bad;
+        }
+        let t = (**elem).clone();
+        (
+            E::Field {
+                base: Box::new(be),
+                off: t.size() * i as u32,
+                ty: t.clone(),
+            },
+            t,
+        )
+    }
+
     fn field(&mut self, base: &ast::Expr, field: &str, _arrow: bool, span: Span) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         if !matches!(&base.kind, ExprKind::Ident(n) if n == "args") {
-            let _ = self.expr(base);
-            self.cx.err_note(
-                codes::UNSUPPORTED,
+            // A field of a record value.
+            let (be, bt) = self.expr(base);
+            let Ty::Record(r) = &bt else {
+                if bt != Ty::None {
+                    self.cx.err(
+                        codes::TYPE,
+                        span,
+                        format!(
+                            "Can not access field '{field}' on expression of type '{}'",
+                            bt.name()
+                        ),
+                    );
+                }
+                return bad;
+            };
+            let mut off = 0;
+            for (n, t) in &r.fields {
+                if n == field {
+                    return (
+                        E::Field {
+                            base: Box::new(be),
+                            off,
+                            ty: t.clone(),
+                        },
+                        t.clone(),
+                    );
+                }
+                off += t.size();
+            }
+            self.cx.err(
+                codes::TYPE,
                 span,
-                format!("field access `{field}` is not supported"),
-                "structure layouts need C headers or BTF, which wprobe does not read; only args.NAME (from DWARF) is",
+                format!(
+                    "Struct/union of type '{}' does not contain a field named '{field}'",
+                    r.name
+                ),
             );
             return bad;
         }
@@ -559,6 +845,7 @@ impl Fx<'_, '_> {
             return bad;
         }
         let mut found: Option<(usize, ParamValue)> = None;
+        let mut ctype = None;
         for c in self.concrete {
             let Some(params) = &c.params else {
                 self.cx.err_note(
@@ -587,8 +874,29 @@ impl Fx<'_, '_> {
                 return bad;
             }
             found = Some((i, v));
+            ctype = params[i].ctype.clone();
         }
         match found {
+            Some((i, ParamValue::Int { .. }))
+                if i < 6 && matches!(ctype, Some(crate::ctypes::CType::Ptr(_))) =>
+            {
+                let Some(crate::ctypes::CType::Ptr(p)) = ctype else {
+                    return bad;
+                };
+                (E::Reg(ARG_REGS[i]), Ty::Ptr(p))
+            }
+            Some((i, ParamValue::Int { .. }))
+                if i < 6 && matches!(ctype, Some(crate::ctypes::CType::Enum(_))) =>
+            {
+                let Some(crate::ctypes::CType::Enum(en)) = ctype else {
+                    return bad;
+                };
+                let t = Ty::Int {
+                    signed: true,
+                    bytes: en.bytes,
+                };
+                (coerce_int(E::Reg(ARG_REGS[i]), &Ty::U64, &t), Ty::Enum(en))
+            }
             Some((i, ParamValue::Int { signed, bytes })) if i < 6 => {
                 let t = Ty::Int { signed, bytes };
                 (coerce_int(E::Reg(ARG_REGS[i]), &Ty::U64, &t), t)
@@ -631,7 +939,7 @@ impl Fx<'_, '_> {
                         BinOp::Add,
                         t.signed(),
                         Box::new(E::Local(l)),
-                        Box::new(E::Int(delta)),
+                        Box::new(E::Int(delta * t.pointee_size() as i64)),
                     ),
                 );
                 if post {
@@ -648,12 +956,21 @@ impl Fx<'_, '_> {
                 }
             }
             ExprKind::Map(m) => {
-                // `@x++`: an integer map (bpftrace types it int64).
+                // `@x++`: an integer map (bpftrace types it int64), or a
+                // pointer map (moved by one pointee).
                 let Some((map, key)) = self.map_target(m, Ty::I64, true) else {
                     return (E::Int(0), Ty::None);
                 };
+                let cur = self
+                    .cx
+                    .maps
+                    .get(&m.name)
+                    .map(|i| i.value.clone())
+                    .unwrap_or(Ty::None);
+                let vt = if cur.is_ptr() { cur.clone() } else { Ty::I64 };
+                let delta = delta * cur.pointee_size() as i64;
                 if self
-                    .set_map_kind(m, MapKind::Assign, Ty::I64, None, span)
+                    .set_map_kind(m, MapKind::Assign, vt.clone(), None, span)
                     .is_none()
                 {
                     return (E::Int(0), Ty::None);
@@ -665,11 +982,12 @@ impl Fx<'_, '_> {
                     value: E::Int(delta),
                 };
                 let slot = self.slot(8);
-                let get = |k| E::MapGet {
+                let vt2 = vt.clone();
+                let get = move |k| E::MapGet {
                     map,
                     key: k,
                     slot,
-                    ty: Ty::I64,
+                    ty: vt2.clone(),
                 };
                 if post {
                     let tmp = self.local();
@@ -678,10 +996,10 @@ impl Fx<'_, '_> {
                             vec![S::SetLocal(tmp, get(key)), upd],
                             Box::new(E::Local(tmp)),
                         ),
-                        Ty::I64,
+                        vt,
                     )
                 } else {
-                    (E::Seq(vec![upd], Box::new(get(key))), Ty::I64)
+                    (E::Seq(vec![upd], Box::new(get(key))), vt)
                 }
             }
             _ => (E::Int(0), Ty::None),
@@ -696,20 +1014,33 @@ impl Fx<'_, '_> {
         value: Ty,
         assigning: bool,
     ) -> Option<(u32, crate::ir::Key)> {
+        let _ = value;
         let mut keys = Vec::new();
         for k in &m.keys {
             let (e, t) = self.expr(k);
             if t == Ty::None {
                 return None;
             }
-            // Integer keys are 8 bytes (bpftrace widens int keys too).
-            let t = match t {
-                Ty::Int { signed, .. } => Ty::Int { signed, bytes: 8 },
-                other => other,
-            };
             keys.push((e, t));
         }
-        let key_tys: Vec<Ty> = keys.iter().map(|(_, t)| t.clone()).collect();
+        self.map_key(m, keys, assigning)
+    }
+
+    /// The key of map `m` from lowered key expressions, recorded as (or
+    /// checked against) the map's key types. As in bpftrace, `@m[a, b]` is
+    /// the tuple `(a, b)`: one tuple-typed key (`@m[(a, b)]`, `@m[$t]`) is
+    /// the same key; integers in keys are 8 bytes.
+    pub(crate) fn map_key(
+        &mut self,
+        m: &ast::MapRef,
+        keys: Vec<(E, Ty)>,
+        assigning: bool,
+    ) -> Option<(u32, crate::ir::Key)> {
+        let flat = keys.len() == 1 && matches!(keys[0].1, Ty::Tuple(_));
+        let key_tys: Vec<Ty> = match (&keys[..], flat) {
+            ([(_, Ty::Tuple(fields))], true) => fields.iter().map(widen).collect(),
+            _ => keys.iter().map(|(_, t)| widen(t)).collect(),
+        };
         let info: &mut MapInfo = self.cx.map(&m.name);
         if assigning && info.first.is_none() {
             info.first = Some(m.span);
@@ -746,11 +1077,22 @@ impl Fx<'_, '_> {
             info.key = Some(merged.clone());
             self.cx.changed = true;
         }
-        let _ = value;
-        let exprs: Vec<(E, Ty)> = keys;
+        if flat {
+            let (e, t) = keys.into_iter().next().expect("one key");
+            let whole = Ty::Tuple(merged.clone());
+            let size = whole.size();
+            let e = self.convert(e, &t, &whole);
+            let slot = self.slot(size.max(8));
+            let parts = vec![Part {
+                e,
+                ty: whole,
+                off: 0,
+            }];
+            return Some((index, crate::ir::Key { slot, parts, size }));
+        }
         let mut parts_src = Vec::new();
-        for ((e, t), kt) in exprs.into_iter().zip(&merged) {
-            parts_src.push((coerce_int(e, &t, kt), t));
+        for ((e, t), kt) in keys.into_iter().zip(&merged) {
+            parts_src.push((self.convert(e, &t, kt), t));
         }
         let key = self.key(&merged, parts_src);
         Some((index, key))
@@ -773,6 +1115,39 @@ impl Fx<'_, '_> {
                 signed: info.value.signed(),
                 bytes: 8,
             },
+            Some(MapKind::Avg) => {
+                // (count, total): the average, rounded toward zero.
+                let pair = Ty::Tuple(vec![Ty::U64, Ty::I64]);
+                let slot = self.slot(pair.size());
+                let get = E::MapGet {
+                    map,
+                    key,
+                    slot,
+                    ty: pair,
+                };
+                let count = E::Field {
+                    base: Box::new(E::Slot(slot)),
+                    off: 0,
+                    ty: Ty::U64,
+                };
+                let total = || E::Field {
+                    base: Box::new(E::Slot(slot)),
+                    off: 8,
+                    ty: Ty::I64,
+                };
+                let neg = E::Bin(BinOp::Lt, true, Box::new(total()), Box::new(E::Int(0)));
+                let pos_avg =
+                    |t: E| E::Bin(BinOp::Div, false, Box::new(t), Box::new(count.clone()));
+                let e = E::Ternary(
+                    Box::new(neg),
+                    Box::new(E::Un(
+                        UnOp::Neg,
+                        Box::new(pos_avg(E::Un(UnOp::Neg, Box::new(total())))),
+                    )),
+                    Box::new(pos_avg(total())),
+                );
+                return (E::Seq(vec![S::Eval(get)], Box::new(e)), Ty::I64);
+            }
             Some(k) => {
                 self.cx.err(
                     codes::MAP_USE,
@@ -850,7 +1225,11 @@ impl Fx<'_, '_> {
             }
             match op {
                 BinOp::Add | BinOp::Sub => {
-                    self.set_map_kind(m, MapKind::Assign, Ty::I64, None, value.span);
+                    // A pointer map moves by whole pointees.
+                    let cur = info.as_ref().map(|i| i.value.clone()).unwrap_or(Ty::None);
+                    let vt = if cur.is_ptr() { cur.clone() } else { Ty::I64 };
+                    self.set_map_kind(m, MapKind::Assign, vt, None, value.span);
+                    let e = scaled(e, cur.pointee_size());
                     let v = if op == BinOp::Sub {
                         E::Un(UnOp::Neg, Box::new(e))
                     } else {
@@ -890,6 +1269,12 @@ impl Fx<'_, '_> {
             });
         } else {
             let size = vt.size();
+            let src_size = if matches!(t, Ty::Tuple(_)) {
+                size
+            } else {
+                t.size().min(size)
+            };
+            let e = self.convert(e, &t, &vt);
             let slot = self.slot(size);
             out.push(S::MapStore {
                 map,
@@ -897,7 +1282,7 @@ impl Fx<'_, '_> {
                 slot,
                 value: e,
                 size,
-                src_size: t.size().min(size),
+                src_size,
             });
         }
     }
@@ -972,20 +1357,63 @@ impl Fx<'_, '_> {
     }
 }
 
-/// The integer type a cast name denotes.
-pub(crate) fn int_type(name: &str) -> Option<Ty> {
-    let (signed, bytes) = match name {
-        "int8" | "s8" | "char" | "signed" if name != "signed" => (true, 1),
-        "uint8" | "u8" | "bool" => (false, 1),
-        "int16" | "s16" | "short" => (true, 2),
-        "uint16" | "u16" => (false, 2),
-        "int32" | "s32" | "int" | "signed" => (true, 4),
-        "uint32" | "u32" | "unsigned" => (false, 4),
-        "int64" | "s64" | "long" => (true, 8),
-        "uint64" | "u64" | "size_t" => (false, 8),
-        _ => return None,
-    };
-    Some(Ty::Int { signed, bytes })
+/// Linux's errno names (bpftrace knows them as constants, for `strerror`).
+fn errno(name: &str) -> Option<i64> {
+    const NAMES: &[&str] = &[
+        "EPERM",
+        "ENOENT",
+        "ESRCH",
+        "EINTR",
+        "EIO",
+        "ENXIO",
+        "E2BIG",
+        "ENOEXEC",
+        "EBADF",
+        "ECHILD",
+        "EAGAIN",
+        "ENOMEM",
+        "EACCES",
+        "EFAULT",
+        "ENOTBLK",
+        "EBUSY",
+        "EEXIST",
+        "EXDEV",
+        "ENODEV",
+        "ENOTDIR",
+        "EISDIR",
+        "EINVAL",
+        "ENFILE",
+        "EMFILE",
+        "ENOTTY",
+        "ETXTBSY",
+        "EFBIG",
+        "ENOSPC",
+        "ESPIPE",
+        "EROFS",
+        "EMLINK",
+        "EPIPE",
+        "EDOM",
+        "ERANGE",
+        "EDEADLK",
+        "ENAMETOOLONG",
+        "ENOLCK",
+        "ENOSYS",
+        "ENOTEMPTY",
+        "ELOOP",
+    ];
+    NAMES.iter().position(|n| *n == name).map(|i| i as i64 + 1)
+}
+
+/// A key field's type: integers are 8 bytes, in tuples too.
+fn widen(t: &Ty) -> Ty {
+    match t {
+        Ty::Int { signed, .. } => Ty::Int {
+            signed: *signed,
+            bytes: 8,
+        },
+        Ty::Tuple(f) => Ty::Tuple(f.iter().map(widen).collect()),
+        other => other.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -304,6 +304,31 @@ impl Gen<'_> {
                     .i32_mul()
                     .i32_add();
             }
+            E::TableAt {
+                base,
+                stride,
+                count,
+                index,
+            } => {
+                let t = self.temp64();
+                self.i().i32_const(*base as i32);
+                self.expr(index);
+                let last = count.saturating_sub(1) as i64;
+                self.i()
+                    .local_tee(t)
+                    .i64_const(*count as i64)
+                    .i64_lt_u()
+                    .if_(BlockType::Result(ValType::I64))
+                    .local_get(t)
+                    .else_()
+                    .i64_const(last)
+                    .end()
+                    .i32_wrap_i64()
+                    .i32_const(*stride as i32)
+                    .i32_mul()
+                    .i32_add();
+                self.free64();
+            }
             E::Reg(r) => {
                 self.i().i32_const(*r as i32).i32_const(0);
                 self.call(I::read_reg);
@@ -360,6 +385,33 @@ impl Gen<'_> {
                     self.i().i32_eqz();
                 }
                 self.i().i64_extend_i32_u();
+            }
+            E::MemEq { ne, a, b, n } => {
+                self.expr(a);
+                self.expr(b);
+                self.i().i32_const(*n as i32);
+                let f = self.ctx.memeq.expect("codegen invariant: memeq collected");
+                self.i().call(f);
+                if *ne {
+                    self.i().i32_eqz();
+                }
+                self.i().i64_extend_i32_u();
+            }
+            E::StrContains {
+                hay,
+                hn,
+                needle,
+                nn,
+            } => {
+                self.expr(hay);
+                self.i().i32_const(*hn as i32);
+                self.expr(needle);
+                self.i().i32_const(*nn as i32);
+                let f = self
+                    .ctx
+                    .strcontains
+                    .expect("codegen invariant: strcontains collected");
+                self.i().call(f).i64_extend_i32_u();
             }
             E::Ternary(c, a, b) => {
                 self.truth(c);
@@ -537,6 +589,36 @@ impl Gen<'_> {
                 } else {
                     self.i().i32_const(v).i64_load(mem(0, 3));
                 }
+            }
+            E::MapEntry {
+                map,
+                cursor,
+                key,
+                val,
+            } => {
+                let (k, v) = (self.addr(key.0), self.addr(val.0));
+                self.i().i32_const(*map as i32);
+                self.expr(cursor);
+                self.i()
+                    .i32_const(k)
+                    .i32_const(key.1 as i32)
+                    .i32_const(v)
+                    .i32_const(val.1 as i32);
+                self.call(I::map_entry);
+                self.i().i64_extend_i32_s();
+            }
+            E::MapHas { map, key } => {
+                self.key(key);
+                let k = self.addr(key.slot);
+                self.i()
+                    .i32_const(*map as i32)
+                    .i32_const(k)
+                    .i32_const(key.size as i32)
+                    .i32_const(k)
+                    .i32_const(0);
+                self.call(I::map_lookup);
+                // The value's length when found, a negative status when not.
+                self.i().i32_const(0).i32_ge_s().i64_extend_i32_u();
             }
             E::Tuple { slot, parts } => {
                 let a = self.addr(*slot);
@@ -745,6 +827,7 @@ fn is_agg(e: &E) -> bool {
         E::Slot(_)
         | E::Static(_)
         | E::Table { .. }
+        | E::TableAt { .. }
         | E::Comm(_)
         | E::ReadStr { .. }
         | E::ReadBuf { .. }
@@ -766,7 +849,7 @@ fn agg_size(e: &E) -> Option<u32> {
         E::Ustack { frames, .. } => 16 + 8 * frames,
         E::Usym { .. } => 16,
         E::MapGet { ty, .. } | E::Field { ty, .. } => Ty::size(ty),
-        E::Table { stride, .. } => *stride,
+        E::Table { stride, .. } | E::TableAt { stride, .. } => *stride,
         E::Seq(_, x) => return agg_size(x),
         _ => return None,
     })
@@ -831,6 +914,131 @@ pub fn streq_helper() -> Function {
         .i32_load8_u(mem(0, 0))
         .i32_eqz()
         .br_if(1)
+        .local_get(i)
+        .i32_const(1)
+        .i32_add()
+        .local_set(i)
+        .br(0)
+        .end()
+        .end()
+        .i32_const(1)
+        .end();
+    f
+}
+
+/// `strcontains(h, hn, nd, nn) -> i32`: whether the NUL-terminated string
+/// at `nd` (at most `nn` bytes) occurs in the one at `h` (at most `hn`).
+pub fn strcontains_helper() -> Function {
+    let mut f = Function::new([(3, ValType::I32)]);
+    let (h, hn, nd, nn, i, j, nl) = (0, 1, 2, 3, 4, 5, 6);
+    let mut ins = f.instructions();
+    // nl = strnlen(nd, nn)
+    ins.block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(nl)
+        .local_get(nn)
+        .i32_ge_u()
+        .br_if(1)
+        .local_get(nd)
+        .local_get(nl)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_eqz()
+        .br_if(1)
+        .local_get(nl)
+        .i32_const(1)
+        .i32_add()
+        .local_set(nl)
+        .br(0)
+        .end()
+        .end();
+    ins.local_get(nl)
+        .i32_eqz()
+        .if_(BlockType::Empty)
+        .i32_const(1)
+        .return_()
+        .end();
+    // Each start i with i + nl <= hn, up to the haystack's NUL.
+    ins.block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(i)
+        .local_get(nl)
+        .i32_add()
+        .local_get(hn)
+        .i32_gt_u()
+        .br_if(1)
+        .i32_const(0)
+        .local_set(j)
+        .block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(j)
+        .local_get(nl)
+        .i32_ge_u()
+        .if_(BlockType::Empty)
+        .i32_const(1)
+        .return_()
+        .end()
+        .local_get(h)
+        .local_get(i)
+        .i32_add()
+        .local_get(j)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .local_get(nd)
+        .local_get(j)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_ne()
+        .br_if(1)
+        .local_get(j)
+        .i32_const(1)
+        .i32_add()
+        .local_set(j)
+        .br(0)
+        .end()
+        .end()
+        .local_get(h)
+        .local_get(i)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_eqz()
+        .br_if(1)
+        .local_get(i)
+        .i32_const(1)
+        .i32_add()
+        .local_set(i)
+        .br(0)
+        .end()
+        .end()
+        .i32_const(0)
+        .end();
+    f
+}
+
+/// `memeq(a, b, n) -> i32`: whether the `n` bytes at `a` and `b` are equal.
+pub fn memeq_helper() -> Function {
+    let mut f = Function::new([(1, ValType::I32)]);
+    let (a, b, n, i) = (0, 1, 2, 3);
+    f.instructions()
+        .block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(i)
+        .local_get(n)
+        .i32_ge_u()
+        .br_if(1)
+        .local_get(a)
+        .local_get(i)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .local_get(b)
+        .local_get(i)
+        .i32_add()
+        .i32_load8_u(mem(0, 0))
+        .i32_ne()
+        .if_(BlockType::Empty)
+        .i32_const(0)
+        .return_()
+        .end()
         .local_get(i)
         .i32_const(1)
         .i32_add()

@@ -121,26 +121,28 @@ impl Parser<'_> {
             let (save_tok, save_span, save_prev) = (self.tok.clone(), self.span, self.prev);
             let start = self.span;
             self.bump();
-            let ty = match &self.tok {
-                Tok::Ident(t) if CAST_TYPES.contains(&t.as_str()) || t == "struct" => {
-                    Some(t.clone())
-                }
-                _ => None,
-            };
-            if let Some(mut ty) = ty {
-                self.bump();
-                if ty == "struct"
-                    && let Tok::Ident(n) = &self.tok
-                {
-                    ty = format!("struct {n}");
-                    self.bump();
-                }
+            let is_type = matches!(&self.tok, Tok::Ident(t)
+                if CAST_TYPES.contains(&t.as_str()) || super::cdef::starts_type(t));
+            if is_type {
+                let ty = match self.type_spec()? {
+                    crate::ast::TypeSpec::Named(n) => n,
+                    _ => String::new(),
+                };
                 let mut ptr = 0u8;
                 while self.is("*") {
                     ptr = ptr.saturating_add(1);
                     self.bump();
                 }
-                if self.is(")") {
+                let mut array = None;
+                if self.is("[")
+                    && let Tok::Int(n) = self.peek_tok()
+                {
+                    self.bump();
+                    self.bump();
+                    self.expect("]")?;
+                    array = Some(n.min(u32::MAX as u64) as u32);
+                }
+                if self.is(")") && !ty.is_empty() {
                     let end = self.span;
                     self.bump();
                     self.enter()?;
@@ -151,6 +153,7 @@ impl Parser<'_> {
                         kind: ExprKind::Cast {
                             ty,
                             ptr,
+                            array,
                             expr: Box::new(e),
                         },
                         span: join(start, end),
@@ -330,6 +333,62 @@ impl Parser<'_> {
                 Ok(Expr {
                     kind: ExprKind::Map(MapRef { name, keys, span }),
                     span,
+                })
+            }
+            Tok::Ident(name) if name == "sizeof" || name == "offsetof" => {
+                self.bump();
+                let open = self.expect("(")?;
+                let is_type = matches!(&self.tok, Tok::Ident(t) if super::cdef::starts_type(t));
+                if name == "offsetof" {
+                    let ty = match self.type_spec()? {
+                        crate::ast::TypeSpec::Named(n) => n,
+                        _ => return self.unexpected("a type name"),
+                    };
+                    self.expect(",")?;
+                    let mut path = Vec::new();
+                    loop {
+                        match self.tok.clone() {
+                            Tok::Ident(f) => {
+                                path.push(f);
+                                self.bump();
+                            }
+                            _ => return self.unexpected("a field name"),
+                        }
+                        if !self.eat(".") {
+                            break;
+                        }
+                    }
+                    let end = self.expect(")")?;
+                    return Ok(Expr {
+                        kind: ExprKind::Offsetof { ty, path },
+                        span: join(span, end),
+                    });
+                }
+                if is_type {
+                    let ty = match self.type_spec()? {
+                        crate::ast::TypeSpec::Named(n) => n,
+                        _ => return self.unexpected("a type name"),
+                    };
+                    let mut ptr = 0u8;
+                    while self.eat("*") {
+                        ptr = ptr.saturating_add(1);
+                    }
+                    let end = self.expect(")")?;
+                    return Ok(Expr {
+                        kind: ExprKind::SizeofType { ty, ptr },
+                        span: join(span, end),
+                    });
+                }
+                let _ = open;
+                let arg = self.expr()?;
+                let end = self.expect(")")?;
+                Ok(Expr {
+                    kind: ExprKind::Call {
+                        name,
+                        name_span: span,
+                        args: vec![arg],
+                    },
+                    span: join(span, end),
                 })
             }
             Tok::Ident(name) => {

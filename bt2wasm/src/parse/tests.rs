@@ -53,8 +53,34 @@ fn errors_are_reported_and_recovered() {
     assert!(err("BEGIN")[0].contains("expected {"));
     assert!(err("")[0].contains("no probes"));
     assert!(err("#include <linux/sched.h>\nBEGIN {}")[0].contains("preprocessor"));
-    assert!(err("struct x { int a; }")[0].contains("struct"));
+    assert!(err("struct x { int a; }")[0].contains("no probes"));
+    assert!(err("struct x BEGIN {}")[0].contains("body"));
     assert!(err("BEGIN { for ($i : 0..3) {} }")[0].contains("for"));
+    assert!(matches!(
+        ok("BEGIN { for ($kv : @m) { print($kv.0); } }").probes[0].body[0].kind,
+        StmtKind::For { .. }
+    ));
     let deep = format!("BEGIN {{ @ = {}1{} }}", "(".repeat(500), ")".repeat(500));
     assert!(err(&deep)[0].contains("nesting"));
+}
+
+#[test]
+fn c_definitions_and_config() {
+    let p = ok(
+        "struct Foo { int a, *b; char c[2][3]; unsigned int d:4; struct { int e; } } \
+                enum E { A, B = -5, }; config = { stack_mode = raw; max_strlen = 9 } \
+                BEGIN { $x = (struct Foo *)0; @ = sizeof(struct Foo) + offsetof(struct Foo, d); }",
+    );
+    assert_eq!(p.cdefs.len(), 2);
+    let TypeSpec::Record { members, .. } = &p.cdefs[0].spec else {
+        panic!()
+    };
+    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "d", ""]);
+    assert_eq!(
+        (members[1].ptr, &members[2].dims, members[3].bits),
+        (1, &vec![2, 3], Some(4))
+    );
+    assert_eq!(p.config.len(), 2);
+    assert_eq!(p.probes.len(), 1);
 }

@@ -141,9 +141,10 @@ pub mod raw {
         /// Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the
         /// module's `wprobe.events` section and the data its arguments laid out as the entry says;
         /// PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value
-        /// entry and the value's bytes; TIME with `id` a time entry. wprobe formats events when it
-        /// writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record
-        /// budget is spent) or BAD_ARGUMENT (unknown kind).
+        /// entry and the value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a
+        /// printf entry giving a file's path or a shell command (bpftrace `cat`, `system`). wprobe
+        /// formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or
+        /// the run's record budget is spent) or BAD_ARGUMENT (unknown kind).
         pub fn emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> i32;
 
         /// A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
@@ -174,11 +175,25 @@ pub mod raw {
         /// (the tracer's own stops are included). Traps in the handler of a probe that is not a
         /// return probe.
         pub fn elapsed_ns() -> i64;
+
+        /// Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and the value of
+        /// its first entry at or after `cursor` (start at 0) to `key_ptr` and `val_ptr` (at most
+        /// `key_len` and `val_len` bytes). Returns that entry's position (the next call passes
+        /// position + 1; deleting the entry found does not move the others), NOT_FOUND past the
+        /// last entry, BAD_ARGUMENT for an unknown map.
+        pub fn map_entry(
+            map: i32,
+            cursor: i64,
+            key_ptr: i32,
+            key_len: i32,
+            val_ptr: i32,
+            val_len: i32,
+        ) -> i32;
     }
 }
 
 /// Host ABI version these bindings were generated for.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Name of the custom section carrying the manifest.
 pub const MANIFEST_SECTION: &str = "wprobe.manifest";
@@ -208,7 +223,7 @@ pub const MAX_MAXACTIVE: u32 = 4096;
 #[macro_export]
 macro_rules! __manifest_head {
     () => {
-        "wprobe-manifest 1\nabi 2\n"
+        "wprobe-manifest 1\nabi 3\n"
     };
 }
 
@@ -608,6 +623,12 @@ pub mod event_kind {
 
     /// `TIME`.
     pub const TIME: i32 = 4;
+
+    /// `CAT`.
+    pub const CAT: i32 = 5;
+
+    /// `SYSTEM`.
+    pub const SYSTEM: i32 = 6;
 }
 
 /// Clock ids of [`clock_ns`].

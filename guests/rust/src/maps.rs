@@ -49,6 +49,28 @@ pub fn map_lookup(map: u32, key: &[u8], dst: &mut [u8]) -> Result<usize, Status>
     }
 }
 
+/// The first entry of `map` at or after `cursor` (start at 0): copies its
+/// key into `key` and its value into `val` and returns its position (pass
+/// position + 1 next); `Err(Status::NotFound)` past the last entry.
+pub fn map_entry(map: u32, cursor: u64, key: &mut [u8], val: &mut [u8]) -> Result<u64, Status> {
+    // SAFETY: the host writes at most `key.len()` and `val.len()` bytes.
+    let r = unsafe {
+        raw::map_entry(
+            map as i32,
+            cursor as i64,
+            key.as_mut_ptr() as i32,
+            key.len() as i32,
+            val.as_mut_ptr() as i32,
+            val.len() as i32,
+        )
+    };
+    if r >= 0 {
+        Ok(r as u64)
+    } else {
+        Err(Status::check(r).err().unwrap_or(Status::BadArgument))
+    }
+}
+
 /// Removes `map[key]`.
 pub fn map_delete(map: u32, key: &[u8]) -> Result<(), Status> {
     // SAFETY: the host reads `key.len()` bytes.

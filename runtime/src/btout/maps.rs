@@ -31,7 +31,7 @@ fn key_cmp(fields: &[Layout], a: &[u8], b: &[u8]) -> Ordering {
             b.get(off..off + sz).unwrap_or(&[]),
         );
         let o = match f {
-            Layout::Int { .. } => word(x, 0).cmp(&word(y, 0)),
+            Layout::Int { .. } | Layout::Ptr | Layout::Enum(_) => word(x, 0).cmp(&word(y, 0)),
             Layout::Str(_) => super::cstr(x).cmp(super::cstr(y)),
             _ => Ordering::Equal,
         };
@@ -265,7 +265,7 @@ pub fn print_entries(
             v.sort_by(|a, b| key_cmp(&d.key, a.0, b.0));
             v.sort_by_key(|e| scalar(d, e.1));
         }
-        MapKind::Assign if matches!(d.value, Some(Layout::Int { .. })) => {
+        MapKind::Assign if matches!(d.value, Some(Layout::Int { .. } | Layout::Ptr)) => {
             v.sort_by(|a, b| key_cmp(&d.key, a.0, b.0));
             v.sort_by_key(|e| scalar(d, e.1));
         }
@@ -320,8 +320,10 @@ pub fn print_entries(
     match mode {
         Mode::Text => {
             let hist = matches!(d.kind, MapKind::Hist | MapKind::Lhist);
-            let stack_value =
-                matches!(vlayout, Layout::Ustack(_) | Layout::Usym) && d.kind == MapKind::Assign;
+            let stack_value = matches!(
+                vlayout,
+                Layout::Ustack(_) | Layout::UstackAs(..) | Layout::Usym
+            ) && d.kind == MapKind::Assign;
             let mut elems = Vec::new();
             for e in &v {
                 let mut s = d.name.clone();
@@ -330,10 +332,8 @@ pub fn print_entries(
                     s.push_str(&key_text(e.0, sym));
                     s.push(']');
                 }
-                s.push_str(": ");
-                if hist {
-                    s.push('\n');
-                }
+                // bpftrace 0.23's `map_key_val` (0.17 wrote `: ` before the newline).
+                s.push_str(if hist { ":\n" } else { ": " });
                 s.push_str(&value_of(e, false, sym));
                 elems.push(s);
             }

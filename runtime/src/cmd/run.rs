@@ -4,6 +4,7 @@
 //! `--transport NAME` chooses the transport from the registry; the
 //! session (handlers, statistics, output) is the same for every one.
 
+pub mod listing;
 pub mod oneliner;
 
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
 pub fn run(a: RunArgs) -> CmdResult {
     let a = crate::cmd::run::oneliner::normalize(a);
     if a.list {
-        return crate::cmd::run::oneliner::list(&a);
+        return crate::cmd::run::listing::list(&a);
     }
     // Stopping signals are caught from here on (also when wprobe was
     // started with SIGINT ignored, as `cmd &` in a script does): one that
@@ -132,6 +133,10 @@ pub fn run(a: RunArgs) -> CmdResult {
     };
     let mut session =
         Session::new(&engine, programs, opts, out).map_err(|e| CliError::user(format!("{e:#}")))?;
+    if a.dry_run {
+        // bpftrace's --dry-run: everything checked and loaded, nothing run.
+        return Ok(ExitCode::SUCCESS);
+    }
     session.set_use_cache(!a.opts.no_cache);
     if let Some(e) = &exporter {
         session.set_metrics(e.feed());
@@ -146,6 +151,8 @@ pub fn run(a: RunArgs) -> CmdResult {
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
         session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
+        session.set_oneliner_quiet(a.quiet);
+        session.set_print_maps_on_exit(crate::cmd::run::oneliner::run_config().print_maps_on_exit);
         session.set_oneliner_output_file(a.output.is_some());
         if a.pid.is_none() && a.command.is_empty() {
             if session.probe_count() > 0 {
@@ -376,7 +383,11 @@ SIGINT, SIGTERM or SIGHUP stop tracing and leave the process as it was.";
 
 /// `wprobe run`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = RUN_EXAMPLES)]
+#[command(
+    after_help = RUN_EXAMPLES,
+    // bpftrace's `USAGE:` heading (its suite checks `-h` by it).
+    help_template = "{before-help}{about-with-newline}\nUSAGE:\n    {usage}\n\n{all-args}{after-help}"
+)]
 pub struct RunArgs {
     /// Probe programs: .rpn (compiled on the fly), .wasm or .wat, or .bt
     /// (bpftrace's language); with -l, the pattern to list.
@@ -457,6 +468,27 @@ pub struct RunArgs {
     /// `--metrics ADDR` and its options.
     #[command(flatten)]
     pub metrics: crate::metrics::MetricsArgs,
+    /// bpftrace's -q: no `Attaching N probes...` line.
+    #[arg(short = 'q')]
+    pub quiet: bool,
+    /// bpftrace's --unsafe: allow `system()` in one-liners.
+    #[arg(long = "unsafe")]
+    pub unsafe_calls: bool,
+    /// bpftrace's --no-warnings: no warnings from the one-liner front end.
+    #[arg(long)]
+    pub no_warnings: bool,
+    /// bpftrace's --dry-run: compile and load the program, run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// bpftrace's --include FILE: C definitions for a one-liner (as if
+    /// `#include`d at its top).
+    #[arg(long = "include", value_name = "FILE")]
+    pub c_includes: Vec<PathBuf>,
+    /// Positional parameters of a one-liner (`$1`, `$2`, ..., `$#`): the
+    /// words after `-e PROGRAM` or after a `.bt` file (set by
+    /// `oneliner::normalize`, not a flag).
+    #[arg(skip)]
+    pub params: Vec<String>,
     /// The command to launch (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

@@ -107,7 +107,36 @@ fn field_text(l: &Layout, b: &[u8], top: bool) -> String {
                 .collect();
             addrs.join(",")
         }
-        Layout::Usym => format!("{:#x}", word(b, 0)),
+        Layout::UstackAs(n, _) => field_text(&Layout::Ustack(*n), b, top),
+        Layout::Usym | Layout::Ptr => format!("{:#x}", word(b, 0)),
+        Layout::Record(fields) => {
+            let mut parts = Vec::new();
+            let mut off = 0;
+            for (n, f) in fields.iter() {
+                parts.push(format!(
+                    ".{n} = {}",
+                    field_text(f, b.get(off..).unwrap_or(&[]), false)
+                ));
+                off += f.size();
+            }
+            format!("{{ {} }}", parts.join(", "))
+        }
+        Layout::Array(f, n) => {
+            let sz = f.size();
+            let parts: Vec<String> = (0..*n as usize)
+                .map(|i| field_text(f, b.get(i * sz..).unwrap_or(&[]), false))
+                .collect();
+            format!("[{}]", parts.join(","))
+        }
+        Layout::Enum(values) => {
+            let v = word(b, 0) as i64;
+            match values.iter().find(|(_, x)| *x == v) {
+                Some((n, _)) => n.clone(),
+                None => v.to_string(),
+            }
+        }
+        // A time: its nanoseconds (a label is no place for a local date).
+        Layout::Strftime(_) => word(b, 0).to_string(),
         Layout::Tuple(fields) => {
             let mut parts = Vec::new();
             let mut off = 0;

@@ -35,6 +35,10 @@ pub(super) struct BtState {
     pub(super) stop: Option<std::sync::Arc<AtomicBool>>,
     /// `exit()` was called.
     pub(super) exited: bool,
+    /// `-q`: no `Attaching` line.
+    pub(super) quiet: bool,
+    /// `config = { print_maps_on_exit = 0 }` turns it off.
+    pub(super) print_maps: bool,
     /// The output is a file (`-o`): the blank lines before the maps go to
     /// standard output, as bpftrace writes them.
     pub(super) gap_to_stdout: bool,
@@ -54,6 +58,8 @@ impl Default for BtState {
             buf: Vec::new(),
             stop: None,
             exited: false,
+            quiet: false,
+            print_maps: true,
             gap_to_stdout: false,
             probe_bias: HashMap::new(),
         }
@@ -73,6 +79,16 @@ impl Session {
         };
         self.bt.stop = Some(stop);
         self.runner.store.data_mut().services.child_pid = child_pid;
+    }
+
+    /// `-q`: no `Attaching N probes...` line.
+    pub fn set_oneliner_quiet(&mut self, quiet: bool) {
+        self.bt.quiet = quiet;
+    }
+
+    /// Whether the maps are printed at exit (`print_maps_on_exit`).
+    pub fn set_print_maps_on_exit(&mut self, yes: bool) {
+        self.bt.print_maps = yes;
     }
 
     /// The one-liner output goes to a file (`-o`): like bpftrace, the two
@@ -133,14 +149,22 @@ impl Session {
                 format!("{{\"type\": \"attached_probes\", \"data\": {{\"probes\": {n}}}}}\n")
             }
         };
-        self.write_out(line.as_bytes());
+        if !self.bt.quiet {
+            self.write_out(line.as_bytes());
+        }
+        // bpftrace's test hook: its runtime suite waits for this line.
+        if std::env::var_os("__BPFTRACE_NOTIFY_PROBES_ATTACHED").is_some() {
+            self.write_out(b"__BPFTRACE_NOTIFY_PROBES_ATTACHED\n");
+        }
+        self.run_specials(|t| t == Trigger::Begin);
+        // Intervals count from after BEGIN (a first tick is a whole period
+        // after anything BEGIN measured).
         let now = std::time::Instant::now();
         for s in &mut self.bt.specials {
             if let Trigger::Interval { period_ns } = s.trigger {
                 s.next = Some(now + std::time::Duration::from_nanos(period_ns));
             }
         }
-        self.run_specials(|t| t == Trigger::Begin);
         self.out.flush();
     }
 
@@ -166,7 +190,9 @@ impl Session {
             let mut order: Vec<usize> = (0..region.decls.len()).collect();
             order.sort_by(|a, b| region.decls[*a].name.cmp(&region.decls[*b].name));
             for i in order {
-                crate::btout::print_map(&mut out, mode, &mo, i as u32, 0, 0, &mut self.bt.sym);
+                if self.bt.print_maps {
+                    crate::btout::print_map(&mut out, mode, &mo, i as u32, 0, 0, &mut self.bt.sym);
+                }
                 if let Ok(st) = region.view().stats(i as u32)
                     && st.dropped > 0
                 {

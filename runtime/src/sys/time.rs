@@ -58,3 +58,20 @@ pub fn strftime_now(fmt: &std::ffi::CStr) -> Vec<u8> {
     buf.truncate(n);
     buf
 }
+
+/// `strftime(fmt)` of the local time `secs` seconds after the epoch (at
+/// most 512 bytes).
+pub fn strftime_at(fmt: &std::ffi::CStr, secs: i64) -> Vec<u8> {
+    let mut buf = vec![0u8; 512];
+    // SAFETY: `t` and `tm` are live locals the calls read and write; `buf`
+    // has `buf.len()` writable bytes and strftime writes at most that
+    // many; `fmt` is a NUL-terminated string.
+    let n = unsafe {
+        let t: libc::time_t = secs as libc::time_t;
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        libc::strftime(buf.as_mut_ptr().cast(), buf.len(), fmt.as_ptr(), &tm)
+    };
+    buf.truncate(n);
+    buf
+}

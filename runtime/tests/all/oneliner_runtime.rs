@@ -270,6 +270,32 @@ fn listing_functions_and_dwarf_arguments() {
         "{out}"
     );
     assert!(!out.contains("    "), "no arguments without -v: {out}");
+    // A program's probes (intervals without their count), and a wildcard
+    // in the binary's path.
+    let list = |args: &[&str]| {
+        let o = output_within(
+            {
+                let mut c = wprobe();
+                c.arg("run").args(args);
+                c
+            },
+            60,
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).replace(&t.display().to_string(), "T")
+    };
+    let prog = format!("uprobe:{}:sig* {{ }} i:ms:5 {{ }}", t.display());
+    assert_eq!(
+        list(&["-l", "-e", &prog]),
+        "uprobe:T:signed_vals\ninterval:ms:\n"
+    );
+    let dir = t.parent().unwrap().display().to_string();
+    let pat = format!("uprobe:{dir}/bt_targ*:scale");
+    assert_eq!(list(&["-l", &pat]), "uprobe:T:scale\n");
+    assert_eq!(
+        list(&["-l", "interval:*"]),
+        "interval:hz:\ninterval:ms:\ninterval:s:\ninterval:us:\n"
+    );
 }
 
 fn compile_e_writes_a_module_that_runs() {
@@ -367,7 +393,7 @@ fn uretprobe_retval_sums_the_returns(transport: &str) {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
         out,
-        "Attaching 1 probe...\n\n\n@: 135\n@h: \n\
+        "Attaching 1 probe...\n\n\n@: 135\n@h:\n\
          [0, 10)                4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
          [10, 20)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\
          [20, 30)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\n",

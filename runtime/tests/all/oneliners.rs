@@ -29,6 +29,8 @@ struct Row {
     name: String,
     args: Option<String>,
     opts: Vec<String>,
+    /// Positional parameters, after the program (`$1`, `$2`, ...).
+    params: Vec<String>,
     env: Vec<(String, String)>,
     bpftrace: String,
     program: String,
@@ -69,6 +71,8 @@ fn parse_table(text: &str) -> Vec<Row> {
             c.args = Some(v.to_string());
         } else if let Some(v) = line.strip_prefix("opts: ") {
             c.opts = v.split_whitespace().map(String::from).collect();
+        } else if let Some(v) = line.strip_prefix("params: ") {
+            c.params = v.split_whitespace().map(String::from).collect();
         } else if let Some(v) = line.strip_prefix("env: ") {
             let (k, val) = v.split_once('=').expect("env: K=V");
             c.env.push((k.to_string(), val.to_string()));
@@ -96,6 +100,9 @@ fn render_table(cases: &[Row]) -> String {
         }
         if !c.opts.is_empty() {
             s += &format!("opts: {}\n", c.opts.join(" "));
+        }
+        if !c.params.is_empty() {
+            s += &format!("params: {}\n", c.params.join(" "));
         }
         for (k, v) in &c.env {
             s += &format!("env: {k}={v}\n");
@@ -155,7 +162,10 @@ fn run_tool(tool: &str, c: &Row, t: &Path) -> (String, String, Option<i32>) {
     } else {
         Command::new("bpftrace")
     };
-    cmd.args(&c.opts).arg("-e").arg(program_text(c, t));
+    cmd.args(&c.opts)
+        .arg("-e")
+        .arg(program_text(c, t))
+        .args(&c.params);
     if let Some(a) = &c.args {
         cmd.arg("-c").arg(format!("{} {a}", t.display()));
     }
@@ -228,7 +238,7 @@ fn oneliner_table_gives_exact_output() {
 
 /// Puts runs of map lines with equal values (`@m[k]: 3`) in one order, and
 /// the members of JSON objects of maps, since bpftrace leaves them in the
-/// order of its hash table.
+/// order of its hash table; trailing spaces do not count.
 fn normalize(out: &str) -> String {
     let mut lines: Vec<String> = Vec::new();
     let mut run: Vec<String> = Vec::new();
@@ -242,6 +252,9 @@ fn normalize(out: &str) -> String {
         lines.append(run);
     };
     for l in out.lines() {
+        // bpftrace 0.17 writes `@name: ` before a histogram's newline, 0.23
+        // (and wprobe) `@name:`.
+        let l = l.trim_end();
         let l = if l.starts_with("{\"type\": \"map\"") {
             // Object members in sorted order.
             match serde_json::from_str::<serde_json::Value>(l) {

@@ -1,5 +1,5 @@
 //! The one-liner side of `wprobe run`: `-e PROGRAM`, `script.bt` files,
-//! `--event SPEC` probe events, `-c CMD`, `-l` / `-lv` listings, and runs
+//! `--event SPEC` probe events, `-c CMD` (`-l` listings: `listing`), and runs
 //! without a traced process (programs with only `BEGIN`, `END` and
 //! `interval` probes). Programs are compiled by `bt2wasm` and then loaded
 //! like any other module: the session, the transports and the output path
@@ -8,15 +8,23 @@
 use crate::cache::Cache;
 use crate::cmd::run::RunArgs;
 use crate::session::{LoadedProgram, Session};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::cmd::{CliError, CmdResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether `path` is a one-liner program file.
+/// Whether `path` is a one-liner program file (`-`: one on standard input).
 pub fn is_bt(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "bt")
+    path.extension().is_some_and(|e| e == "bt") || path.as_os_str() == "-"
+}
+
+/// Whether `path` names a program of any kind wprobe runs.
+fn is_program_file(path: &Path) -> bool {
+    is_bt(path)
+        || path
+            .extension()
+            .is_some_and(|e| e == "rpn" || e == "wasm" || e == "wat")
 }
 
 /// Whether the run has one-liner inputs (`-e`, `.bt`, `--event`).
@@ -35,8 +43,30 @@ pub fn is_oneliner_module(m: &crate::load::LoadedModule) -> bool {
             .any(|p| p.trigger != hostabi::manifest::Trigger::Hit)
 }
 
-/// Moves `-c CMD` (split on spaces, as bpftrace does) into the command.
+/// Moves `-c CMD` (split on spaces, as bpftrace does) into the command,
+/// and takes bpftrace's positional parameters out of the program list:
+/// after `-e PROGRAM`, or after a `.bt` file (or `-`), the words that are
+/// not program files are `$1`, `$2`, ...
 pub fn normalize(mut a: RunArgs) -> RunArgs {
+    let first_bt = a.programs.iter().position(|p| is_bt(p));
+    let from = if a.program_text.is_some() && !a.list {
+        Some(0)
+    } else {
+        first_bt.map(|i| i + 1)
+    };
+    if let Some(from) = from {
+        type Indexed = Vec<(usize, PathBuf)>;
+        let (keep, params): (Indexed, Indexed) = a
+            .programs
+            .drain(..)
+            .enumerate()
+            .partition(|(i, p)| *i < from || is_program_file(p));
+        a.programs = keep.into_iter().map(|(_, p)| p).collect();
+        a.params = params
+            .into_iter()
+            .map(|(_, p)| p.to_string_lossy().into_owned())
+            .collect();
+    }
     if let Some(c) = a.cmd.take() {
         a.command = c
             .split(' ')
@@ -62,7 +92,11 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
     });
     bt2wasm::Options {
         check: bt2wasm::check::Options {
-            strlen: env_u32("BPFTRACE_STRLEN", 64, 4096),
+            strlen: env_u32(
+                "BPFTRACE_MAX_STRLEN",
+                env_u32("BPFTRACE_STRLEN", 64, 4096),
+                4096,
+            ),
             map_keys: env_u32(
                 "BPFTRACE_MAP_KEYS_MAX",
                 hostabi::maps::DEFAULT_MAX_KEYS,
@@ -70,16 +104,46 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
             ),
             ustack_frames: 127,
             has_child: !a.command.is_empty(),
+            stack_mode: std::env::var("BPFTRACE_STACK_MODE")
+                .ok()
+                .filter(|m| matches!(m.as_str(), "bpftrace" | "perf" | "raw"))
+                .unwrap_or_else(|| "bpftrace".into()),
+            unsafe_calls: a.unsafe_calls,
         },
         pid: a.pid,
         command,
+        params: a.params.clone(),
     }
+}
+
+/// What the `config` blocks of the one-liner programs compiled by this
+/// process decide for the run (a `wprobe run` compiles its programs, then
+/// runs them: the run reads it once they are loaded).
+static RUN_CONFIG: std::sync::Mutex<Option<bt2wasm::check::config::RunConfig>> =
+    std::sync::Mutex::new(None);
+
+/// The `config` decisions of the programs compiled so far (the defaults
+/// when none had a block).
+pub fn run_config() -> bt2wasm::check::config::RunConfig {
+    RUN_CONFIG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_default()
 }
 
 /// Compiles a `.bt` file or `-e` text; the error is the rendered diagnostics.
 pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<Vec<u8>, String> {
     match bt2wasm::compile(name, text, opts) {
-        Ok(c) => Ok(c.wasm),
+        Ok(c) => {
+            for w in &c.warnings {
+                crate::elog!("{w}");
+            }
+            if c.config != bt2wasm::check::config::RunConfig::default() {
+                *RUN_CONFIG.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.config.clone());
+            }
+            Ok(c.wasm)
+        }
         Err((d, map)) => {
             let n = d.0.len();
             Err(crate::cmd::diagnostics_failure(
@@ -137,90 +201,23 @@ pub fn load_file(
     a: &RunArgs,
     cache: &Cache,
 ) -> Result<LoadedProgram, String> {
-    let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let (name, text) = if path.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| format!("reading the program on standard input: {e}"))?;
+        ("stdin".to_string(), b)
+    } else {
+        let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        (path.display().to_string(), b)
+    };
     let text = String::from_utf8_lossy(&text);
-    let wasm = compile_text(&path.display().to_string(), &text, &options(a))?;
+    let wasm = compile_text(&name, &text, &options(a))?;
     let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
     Ok(LoadedProgram {
         label: crate::programs::program_label(path),
         module,
     })
-}
-
-/// `-l [PATTERN]` / `-lv`: the probe-able functions of a binary matching
-/// `uprobe:BIN:GLOB` (with `-v`, each function's DWARF parameters), as
-/// `bpftrace -l` lists them.
-pub fn list(a: &RunArgs) -> CmdResult {
-    let pattern = a
-        .programs
-        .first()
-        .map(|p| p.to_string_lossy().into_owned())
-        .or_else(|| a.program_text.clone());
-    let Some(pattern) = pattern else {
-        return Err(CliError::user(
-            "-l needs a pattern: wprobe run -l 'uprobe:BINARY:GLOB'",
-        ));
-    };
-    let parts: Vec<&str> = pattern.split(':').collect();
-    let (provider, target, glob) = match parts.as_slice() {
-        [p, t, g] => (*p, t.to_string(), *g),
-        [p, g] if a.pid.is_some() => (
-            *p,
-            std::fs::read_link(format!("/proc/{}/exe", a.pid.unwrap_or(0)))
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            *g,
-        ),
-        _ => {
-            return Err(CliError::user(format!(
-                "-l pattern `{pattern}` is not uprobe:BINARY:GLOB"
-            )));
-        }
-    };
-    let full = match provider {
-        "uprobe" | "u" => "uprobe",
-        "uretprobe" | "ur" => "uretprobe",
-        other => {
-            return Err(CliError::user(format!(
-                "-l lists uprobe and uretprobe functions, not `{other}` probes"
-            )));
-        }
-    };
-    let Some(path) = bt2wasm::elf::resolve_binary(&target, &[]) else {
-        return Err(CliError::user(format!(
-            "{full} target file '{target}' does not exist or is not executable"
-        )));
-    };
-    let bin = bt2wasm::elf::Binary::open(&path).map_err(|e| CliError::user(e.to_string()))?;
-    let debug = if a.verbose {
-        bt2wasm::dwarf::Debug::load(bin.bytes())
-    } else {
-        None
-    };
-    // A library found by its short name is shown by its path (as bpftrace does).
-    let shown = if target.starts_with("lib") && !target.contains('/') {
-        path.display().to_string()
-    } else {
-        target.clone()
-    };
-    let mut out = String::new();
-    for f in &bin.funcs {
-        if !bt2wasm::elf::glob(glob, &f.name) {
-            continue;
-        }
-        out.push_str(&format!("{full}:{shown}:{}\n", f.name));
-        if let Some(d) = &debug
-            && let Some(params) = d.params(&f.name)
-        {
-            for p in params {
-                out.push_str(&format!("    {} {}\n", p.type_name, p.name));
-            }
-        }
-    }
-    use std::io::Write;
-    let _ = std::io::stdout().write_all(out.as_bytes());
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs a session that traces no process: `begin` probes, the interval
