@@ -606,6 +606,18 @@ impl ElfInfo {
     pub fn file_bytes(&self) -> &[u8] {
         &self.bytes
     }
+
+    /// Whether the module is a Go program: it has Go's build information
+    /// section (`.go.buildinfo`), or the runtime's stack-growth function
+    /// (`runtime.morestack`), which runs a function's entry again.
+    pub fn is_go(&self) -> bool {
+        self.symbols.iter().any(|s| s.name == "runtime.morestack")
+            || goblin::elf::Elf::parse(&self.bytes).is_ok_and(|e| {
+                e.section_headers
+                    .iter()
+                    .any(|sh| e.shdr_strtab.get_at(sh.sh_name) == Some(".go.buildinfo"))
+            })
+    }
 }
 
 /// Size of one PLT entry on x86-64 (`.plt` and `.plt.sec`).

@@ -153,6 +153,8 @@ pub struct Session {
     entry_notices: Vec<usize>,
     /// Programs whose return probes track every call (`track_every_call`).
     every_call: Vec<usize>,
+    /// Go modules said to be Go (once each, at arming).
+    go_noted: std::collections::HashSet<std::path::PathBuf>,
     /// `--metrics`: where snapshots go when a scrape asks (see `metrics`).
     metrics: Option<std::sync::Arc<crate::metrics::Feed>>,
     /// Reading the target's maps for a snapshot failed (said once).
@@ -312,6 +314,7 @@ impl Session {
             use_cache: true,
             entry_notices: Vec::new(),
             every_call: Vec::new(),
+            go_noted: Default::default(),
             metrics: None,
             metrics_pull_failed: false,
             metrics_keys: Default::default(),
@@ -758,6 +761,9 @@ impl Session {
                 }
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += 1;
+                    if cause == crate::transport::calls::Left::Unwound {
+                        p.stats.unwound += 1;
+                    }
                 }
             }
             Event::Tick => self.on_tick(t),

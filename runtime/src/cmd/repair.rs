@@ -40,10 +40,8 @@ pub fn repair(a: RepairArgs) -> CmdResult {
         .find_map(|p| journal::live_holder(p))
     {
         return Err(CliError::user(format!(
-            "process {} is traced by wprobe (process {holder}), which restores it when it stops: \
-             stop that with SIGINT (`kill -INT {holder}`); `wprobe repair` is for a wprobe that \
-             was killed",
-            a.pid
+            "{}; `wprobe repair` is for a wprobe that was killed",
+            journal::traced_by(a.pid, holder)
         )));
     }
     if let crate::procinfo::Untraceable::Traced { tracer, comm } =

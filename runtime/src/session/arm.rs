@@ -556,6 +556,19 @@ impl Session {
             }
             self.bt.probe_bias.insert((pi, pid), loc.bias);
             let is_bp = spec.kind == ProbeKind::Breakpoint;
+            if is_bp && !self.go_noted.contains(&loc.elf.path) && loc.elf.is_go() {
+                self.go_noted.insert(loc.elf.path.clone());
+                let msg = format!(
+                    "{} is a Go program: a call that grows its goroutine's stack \
+                     (runtime.morestack) runs its function's entry again, so a probe at a Go \
+                     function's entry fires twice for such a call",
+                    loc.elf.path.display()
+                );
+                // Said whatever `report` (`wprobe trace` too): it is how the
+                // counts read.
+                crate::elog!("wprobe: note: {msg}");
+                self.warnings.push(msg);
+            }
             let verify = self.opts.verify_opcodes;
             let ifunc = is_bp && crate::resolve::ifunc_symbol(spec, &loc.elf).is_some();
             let res = match crate::resolve::probe_address(spec, &loc, maps, &module, pid) {

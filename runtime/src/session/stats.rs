@@ -34,6 +34,11 @@ pub struct ProbeStats {
     /// tracked as many live calls as the transport can (in-process:
     /// `agent_abi::MAX_TRACKED_CALLS`).
     pub missed_depth: u64,
+    /// Return probes: calls among `missed` that a later entry or return of
+    /// their thread proved gone without a return the transport saw (a tail
+    /// call through a pointer into code it does not cover, `longjmp`, an
+    /// exception).
+    pub unwound: u64,
     /// Breakpoint hits whose displaced instruction faulted (the thread got
     /// the signal as without the probe).
     pub faulted: u64,
@@ -57,6 +62,22 @@ impl Session {
 
     /// Writes the exit summary (stderr) and, in JSON mode, a last `stats` object.
     pub fn summary(&mut self) {
+        // Said in every mode (a one-liner prints no table): calls whose
+        // return handlers did not run.
+        for p in self.probes.iter().filter(|p| p.stats.unwound > 0) {
+            crate::elog!(
+                "wprobe: warning: probe {}: {} call(s) ended without a return {} saw (a tail \
+                 call through a pointer, longjmp, an exception): their return handlers did not \
+                 run (counted in `missed`)",
+                p.label,
+                p.stats.unwound,
+                self.transport
+                    .map_or("the transport".to_string(), |t| format!(
+                        "--transport {}",
+                        t.name
+                    ))
+            );
+        }
         if self.bt.active && !self.abnormal() {
             return;
         }

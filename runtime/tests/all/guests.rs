@@ -1053,7 +1053,7 @@ fn compile_check_says_what_is_wrong() {
         (
             Some(0),
             format!(
-                "{la}: ok: host ABI 2, 1 probe (on_target_fn at probe_target:target_fn); imports: emit_log, read_reg, read_str\n"
+                "{la}: ok: host ABI 3, 1 probe (on_target_fn at probe_target:target_fn); imports: emit_log, read_reg, read_str\n"
             ),
             String::new()
         )

@@ -78,6 +78,12 @@ pub(crate) const CASES: &[Case] = &[
         stopping_wprobe_while_int3_sites_trap_leaves_the_target_running,
         Need::Ptrace
     ),
+    case!(returns_through_a_tail_call_are_seen_or_said, Need::Ptrace),
+    case!(returns_through_a_tail_call_are_said_under_perf, Need::Perf),
+    case!(
+        a_go_program_is_said_to_enter_functions_again_on_stack_growth,
+        Need::Ptrace
+    ),
 ];
 
 /// `tests/progs/harm.c`, -O0, not PIE.
@@ -770,7 +776,7 @@ fn repair_refuses_a_process_a_live_wprobe_traces() {
     assert_eq!(
         stderr(&r),
         format!(
-            "error: process {pid} is traced by wprobe (process {}), which restores it when it \
+            "error: process {pid} is traced by process {} (wprobe), which restores it when it \
              stops: stop that with SIGINT (`kill -INT {}`); `wprobe repair` is for a wprobe that \
              was killed\n",
             w.id(),
@@ -795,7 +801,7 @@ fn repair_refuses_a_process_a_live_wprobe_traces() {
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains(&format!(
-            "process {pid} is traced by wprobe (process {})",
+            "process {pid} is traced by process {} (wprobe)",
             w.id()
         )),
         "{}",
@@ -1012,4 +1018,137 @@ fn stopping_wprobe_while_int3_sites_trap_leaves_the_target_running() {
         let _ = std::fs::remove_file(runtime::transport::ptrace::journal::path(pid as i32));
     }
     assert!(harmed.is_empty(), "{harmed:#?}");
+}
+
+/// `dispatch` (a library's) leaves by a tail call through a pointer (`jmp
+/// *%rax`), its `ret` only for -1: a return probe on it, the program
+/// calling it 101 times through its PLT, or through its GOT slot
+/// (`-fno-plt`). inproc sees all 101 returns at continuation sites after
+/// the calls in the program (it saw 1, the others counted as missed without
+/// a word); ptrace sees them at the return addresses; perf, which cannot,
+/// counts 100 as missed and says why.
+fn returns_through_a_tail_call_are_seen_or_said() {
+    let (lib, exes) = dispatch_programs();
+    let prog = format!(
+        "uretprobe:{}:dispatch {{ @[retval] = count(); }}",
+        lib.display()
+    );
+    for exe in &exes {
+        for transport in ["inproc", "ptrace"] {
+            let (out, err) = ok(
+                &[
+                    "run",
+                    "--transport",
+                    transport,
+                    "-e",
+                    &prog,
+                    "-c",
+                    exe.to_str().unwrap(),
+                ],
+                &[],
+                120,
+            );
+            let returns: u64 = out
+                .lines()
+                .filter_map(|l| l.strip_prefix("@["))
+                .filter_map(|l| l.split_once("]: ")?.1.parse::<u64>().ok())
+                .sum();
+            assert_eq!(returns, 101, "{transport} {}: {out}{err}", exe.display());
+            assert!(out.contains("@[4294967295]: 1\n"), "{out}");
+            assert!(!err.contains("ended without a return"), "{err}");
+        }
+    }
+}
+
+/// [`returns_through_a_tail_call_are_seen_or_said`] under perf, which
+/// cannot see those returns: the 100 calls are counted as missed and the
+/// run says why (it said nothing).
+fn returns_through_a_tail_call_are_said_under_perf() {
+    let (lib, exes) = dispatch_programs();
+    let prog = format!(
+        "uretprobe:{}:dispatch {{ @[retval] = count(); }}",
+        lib.display()
+    );
+    let (out, err) = ok(
+        &[
+            "run",
+            "--transport",
+            "perf",
+            "-e",
+            &prog,
+            "-c",
+            exes[0].to_str().unwrap(),
+        ],
+        &[],
+        120,
+    );
+    assert!(out.contains("@[4294967295]: 1\n"), "{out}");
+    assert!(
+        err.contains(
+            ": 100 call(s) ended without a return --transport perf saw (a tail call through \
+             a pointer, longjmp, an exception): their return handlers did not run (counted \
+             in `missed`)"
+        ),
+        "{err}"
+    );
+}
+
+/// libdispatch.so and the program calling its `dispatch` through its PLT,
+/// and through its GOT slot (`-fno-plt`).
+fn dispatch_programs() -> (PathBuf, [PathBuf; 2]) {
+    let lib = gcc(
+        "libdispatch.so",
+        &progs().join("libdispatch.c"),
+        &["-O2", "-shared", "-fPIC"],
+    );
+    let dir = lib.parent().unwrap().to_path_buf();
+    let link = [
+        format!("-L{}", dir.display()),
+        "-l:libdispatch.so".to_string(),
+        format!("-Wl,-rpath,{}", dir.display()),
+    ];
+    let flags = |extra: &[&str]| -> Vec<String> {
+        let mut f: Vec<String> = vec!["-O2".into()];
+        f.extend(extra.iter().map(|s| s.to_string()));
+        f.extend(link.iter().cloned());
+        f
+    };
+    let plt_flags = flags(&[]);
+    let got_flags = flags(&["-fno-plt"]);
+    let plt: Vec<&str> = plt_flags.iter().map(String::as_str).collect();
+    let got: Vec<&str> = got_flags.iter().map(String::as_str).collect();
+    let exes = [
+        gcc("dispatch_user", &progs().join("dispatch_user.c"), &plt),
+        gcc(
+            "dispatch_user_noplt",
+            &progs().join("dispatch_user.c"),
+            &got,
+        ),
+    ];
+    (lib, exes)
+}
+
+/// A Go program (here a C one carrying Go's `.go.buildinfo` section, as
+/// every Go executable does): a probe at a Go function's entry fires again
+/// when the call grew its goroutine's stack, and wprobe says so, under
+/// `run` and `trace`.
+fn a_go_program_is_said_to_enter_functions_again_on_stack_growth() {
+    let exe = gcc("fakego", &progs().join("fakego.c"), &["-O0"]);
+    let note = format!(
+        "wprobe: note: {} is a Go program: a call that grows its goroutine's stack \
+         (runtime.morestack) runs its function's entry again, so a probe at a Go function's \
+         entry fires twice for such a call",
+        exe.display()
+    );
+    let prog = format!("uprobe:{}:work {{ @ = count(); }}", exe.display());
+    let e = exe.to_str().unwrap();
+    let (out, err) = ok(
+        &["run", "--transport", "inproc", "-e", &prog, "-c", e],
+        &[],
+        60,
+    );
+    assert!(out.contains("@: 5"), "{out}");
+    assert_eq!(err.matches(&note).count(), 1, "{err}");
+    let (_, err) = ok(&["trace", "--transport", "inproc", "--", e], &[], 60);
+    assert_eq!(err.matches(&note).count(), 1, "{err}");
 }

@@ -26,8 +26,9 @@ pub(super) struct ModuleCode {
     /// The indirect `jmp`s that are tail calls through a pointer
     /// (`agent_loader::tailcall`), link-time.
     pub(super) tail_jumps: HashSet<u64>,
-    /// Direct call targets → the addresses those calls return to, from
-    /// the executable sections' sweep; built at the first need.
+    /// Direct call targets (and the GOT slots of `call *slot(%rip)`) → the
+    /// addresses those calls return to, from the executable sections'
+    /// sweep; built at the first need.
     calls: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
 }
 
@@ -152,6 +153,14 @@ impl ModuleCode {
                         && i.op0_kind() == OpKind::NearBranch64
                     {
                         map.entry(i.near_branch_target())
+                            .or_default()
+                            .push(i.next_ip());
+                    } else if i.flow_control() == FlowControl::IndirectCall
+                        && i.is_ip_rel_memory_operand()
+                    {
+                        // `call *slot(%rip)`: a `-fno-plt` call through
+                        // its GOT slot, keyed by the slot.
+                        map.entry(i.ip_rel_memory_address())
                             .or_default()
                             .push(i.next_ip());
                     }

@@ -56,7 +56,7 @@ impl Journal {
     /// only the user can change); an existing one is an error that says to
     /// run `wprobe repair` first.
     pub fn create(pid: i32) -> io::Result<Journal> {
-        let path = path(pid);
+        let path = crate::transport::ptrace::journal::dir().join(format!("{pid}.inproc"));
         let file = crate::transport::ptrace::journal::create_file(pid, &path, "that patched")?;
         Ok(Journal { file, path })
     }
@@ -144,7 +144,7 @@ mod tests {
         let e = Journal::create(pid).unwrap_err();
         assert!(
             e.to_string().contains(&format!(
-                "process {pid} is traced by wprobe (process {pid},"
+                "process {pid} is traced by process {pid} (wprobe)"
             )),
             "{e}"
         );

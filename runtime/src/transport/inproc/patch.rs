@@ -95,6 +95,9 @@ pub(super) struct Patcher {
     pub(super) notes: Vec<(String, String)>,
     /// The journal of the trap sites (the ptrace transport's format).
     trap_journal: Option<crate::transport::ptrace::journal::Journal>,
+    /// The names each module imports (by path), for continuation sites in
+    /// the modules that call a traced function.
+    imports: HashMap<PathBuf, std::collections::HashSet<String>>,
 }
 
 /// Mappings of `pid` (for planning).
@@ -381,8 +384,9 @@ impl Patcher {
 
     /// Plans a continuation site ([`site_kind::CONT`]) at the instruction
     /// after each direct `call` of the function entered at `entry` (link-
-    /// time; module `path`, load bias `bias`), or of its PLT entry in its
-    /// own module, at most [`MAX_CONTINUATIONS`]: where a jump fits and no
+    /// time; module `path`, load bias `bias`), or of its PLT entry or GOT
+    /// slot in its own module or in the other modules that import it, at
+    /// most [`MAX_CONTINUATIONS`]: where a jump fits and no
     /// other site is (never a trap: every return there would stop). A later
     /// window that needs those bytes takes them back (`check`).
     fn plan_continuations(
@@ -399,10 +403,11 @@ impl Patcher {
         };
         let elf = module.elf();
         let mut targets = vec![entry];
+        // Its PLT entry and its GOT slot (`call *slot(%rip)`).
         targets.extend(
             elf.imports
                 .iter()
-                .filter(|(a, n)| n == name && elf.is_exec_vaddr(*a))
+                .filter(|(_, n)| n == name)
                 .map(|&(a, _)| a),
         );
         let mut conts: Vec<u64> = targets
@@ -418,9 +423,12 @@ impl Patcher {
         });
         conts.sort_unstable();
         conts.dedup();
-        conts.truncate(MAX_CONTINUATIONS);
-        for link in conts {
-            let at = link.wrapping_add(bias);
+        let mut sites: Vec<u64> = conts.iter().map(|&c| c.wrapping_add(bias)).collect();
+        // The calls of the other modules that import it: through their PLT
+        // entry, or `call *slot(%rip)` through their GOT slot (`-fno-plt`).
+        sites.extend(self.continuations_elsewhere(maps, path, name));
+        sites.truncate(MAX_CONTINUATIONS);
+        for at in sites {
             if self.by_probe_addr.contains_key(&at) {
                 continue;
             }
@@ -430,6 +438,60 @@ impl Patcher {
                 let _ = self.add(world, c, site_kind::CONT);
             }
         }
+    }
+
+    /// The run-time addresses after the calls of `name` in the modules the
+    /// process maps other than `own` that import it, by their PLT entry or
+    /// their GOT slot (a module's imports read once; its code swept only
+    /// when it imports a name a traced function needs).
+    fn continuations_elsewhere(&mut self, maps: &[Mapping], own: &Path, name: &str) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
+            let p = crate::procmaps::canonical(Path::new(&m.path));
+            if p == own || seen.contains(&p) {
+                continue;
+            }
+            seen.push(p.clone());
+            let imports = self.imports.entry(p.clone()).or_insert_with(|| {
+                wprobe_elf::info::ElfInfo::open(&p)
+                    .map(|e| e.imports.iter().map(|(_, n)| n.clone()).collect())
+                    .unwrap_or_default()
+            });
+            if !imports.contains(name) {
+                continue;
+            }
+            let Ok(module) = self
+                .modules
+                .entry(p.clone())
+                .or_insert_with(|| ModuleCode::read(&p))
+                .as_ref()
+            else {
+                continue;
+            };
+            let Some(bias) = module
+                .vaddr_of_offset(m.offset)
+                .map(|link| m.start.wrapping_sub(link))
+            else {
+                continue;
+            };
+            let elf = module.elf();
+            let mut conts: Vec<u64> = elf
+                .imports
+                .iter()
+                .filter(|(_, n)| n == name)
+                .flat_map(|&(a, _)| module.returns_of_calls_to(a).iter().copied())
+                .filter(|&c| {
+                    elf.function_starting_at(c).is_none()
+                        && elf.unnamed_function_at(c).is_none()
+                        && !matches!(elf.first_byte(c), Some(0xC3 | 0xC2) | None)
+                })
+                .collect();
+            conts.sort_unstable();
+            conts.dedup();
+            out.extend(conts.into_iter().map(|c| c.wrapping_add(bias)));
+        }
+        out
     }
 
     /// The probe site at `addr`, planned if new.

@@ -23,31 +23,32 @@ use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// Directory of journals, one no other user can create first: root's is
-/// `/run/wprobe`; another user's `$XDG_RUNTIME_DIR/wprobe`, or without
-/// `XDG_RUNTIME_DIR` (sudo, cron, ssh without a session) a private
-/// directory of theirs in `/tmp` made by `mkdtemp` (`/tmp/wprobe-UID-*`,
-/// the first valid one found, made when there is none). Root without a
-/// writable `/run` falls back to the same rules as other users.
+/// Directory of journals, one no other user can create first:
+/// `$XDG_RUNTIME_DIR/wprobe` when the session has one; without it (sudo,
+/// cron, ssh without a session) root's is `/run/wprobe`, another user's a
+/// private directory of theirs in `/tmp` made by `mkdtemp`
+/// (`/tmp/wprobe-UID-*`, the first valid one found, made when there is
+/// none). Root without a writable `/run` falls back to the same rule as
+/// other users.
 pub fn dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let uid = crate::privdir::euid();
+        if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+            return PathBuf::from(d).join("wprobe");
+        }
         if uid == 0 && Path::new("/run").is_dir() {
             let run = PathBuf::from("/run/wprobe");
             if crate::privdir::ensure_dir(&run).is_ok() {
                 return run;
             }
         }
-        match std::env::var_os("XDG_RUNTIME_DIR") {
-            Some(d) if !d.is_empty() => PathBuf::from(d).join("wprobe"),
-            _ => tmp_dirs(uid).into_iter().next().unwrap_or_else(|| {
-                let template = format!("/tmp/wprobe-{uid}-XXXXXX");
-                nix::unistd::mkdtemp(template.as_str())
-                    // Not creatable: `create_file` reports the directory.
-                    .unwrap_or_else(|_| PathBuf::from(format!("/tmp/wprobe-{uid}-unavailable")))
-            }),
-        }
+        tmp_dirs(uid).into_iter().next().unwrap_or_else(|| {
+            let template = format!("/tmp/wprobe-{uid}-XXXXXX");
+            nix::unistd::mkdtemp(template.as_str())
+                // Not creatable: `create_file` reports the directory.
+                .unwrap_or_else(|_| PathBuf::from(format!("/tmp/wprobe-{uid}-unavailable")))
+        })
     })
     .clone()
 }
@@ -71,16 +72,25 @@ fn tmp_dirs(uid: u32) -> Vec<PathBuf> {
     dirs
 }
 
-/// Every directory a journal of this user may be in: [`dir`], and for a
-/// user without `XDG_RUNTIME_DIR` every private one in `/tmp` (two wprobes
-/// started at once may each have made one).
+/// Every directory a journal of this user may be in, [`dir`] first: a
+/// wprobe started with another environment (with or without
+/// `XDG_RUNTIME_DIR`: a session's, sudo's) wrote its journals in one of
+/// the others: `/run/user/UID/wprobe`, root's `/run/wprobe`, and every
+/// private one in `/tmp` (two wprobes started at once may each have made
+/// one).
 pub fn dirs() -> Vec<PathBuf> {
-    let mut all = vec![dir()];
-    for d in tmp_dirs(crate::privdir::euid()) {
-        if !all.contains(&d) {
-            all.push(d);
-        }
+    let uid = crate::privdir::euid();
+    let mut all = vec![dir(), PathBuf::from(format!("/run/user/{uid}/wprobe"))];
+    if uid == 0 {
+        all.push(PathBuf::from("/run/wprobe"));
     }
+    all.extend(tmp_dirs(uid));
+    let mut seen = Vec::new();
+    all.retain(|d| {
+        let new = !seen.contains(d);
+        seen.push(d.clone());
+        new
+    });
     all
 }
 
@@ -120,14 +130,15 @@ pub fn live_holder(path: &Path) -> Option<i32> {
 pub(crate) fn held_by_another_run(pid: i32) -> Result<(), String> {
     let now = crate::procinfo::start_time(pid);
     for path in [crate::transport::inproc::journal::path(pid), path(pid)] {
-        if !path.exists() || start_in(&path).is_some_and(|t| Some(t) != now) {
+        // Only a journal of ours (a plant is refused where a journal is
+        // created, with its own message).
+        let ours = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_file() && crate::privdir::owner_and_mode(&m).is_ok());
+        if !ours || start_in(&path).is_some_and(|t| Some(t) != now) {
             continue;
         }
         return Err(match live_holder(&path) {
-            Some(holder) => format!(
-                "process {pid} is traced by wprobe (process {holder}): stop that one first \
-                 (`kill -INT {holder}`)"
-            ),
+            Some(holder) => traced_by(pid, holder),
             None => format!(
                 "process {pid} still holds the probes of a wprobe that was killed ({}): run \
                  `wprobe repair --pid {pid}` first",
@@ -136,6 +147,15 @@ pub(crate) fn held_by_another_run(pid: i32) -> Result<(), String> {
         });
     }
     Ok(())
+}
+
+/// The refusal of a process a live wprobe (`holder`) traces, as the one of
+/// a process another tracer holds by ptrace.
+pub fn traced_by(pid: i32, holder: i32) -> String {
+    format!(
+        "process {pid} is traced by process {holder} (wprobe), which restores it when it stops: \
+         stop that with SIGINT (`kill -INT {holder}`)"
+    )
 }
 
 /// Removes the journals (of either transport) of processes that have
@@ -207,14 +227,7 @@ pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
         if e.kind() == io::ErrorKind::AlreadyExists
             && let Some(holder) = live_holder(path)
         {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "process {pid} is traced by wprobe (process {holder}, {}): stop that one \
-                     first (`kill -INT {holder}`)",
-                    path.display()
-                ),
-            )
+            io::Error::new(e.kind(), traced_by(pid, holder))
         } else if e.kind() == io::ErrorKind::AlreadyExists {
             io::Error::new(
                 e.kind(),
@@ -263,7 +276,9 @@ impl Journal {
     /// attached to the process was killed and its bytes may still be
     /// patched (`wprobe repair`), or something else planted the file.
     pub fn create(pid: i32) -> io::Result<Journal> {
-        let path = path(pid);
+        // Written in this wprobe's directory (an older one of this process
+        // elsewhere is found by `path`, for `repair`).
+        let path = dir().join(format!("{pid}.journal"));
         let file = create_file(pid, &path, "attached to")?;
         Ok(Journal { file, path })
     }
