@@ -476,6 +476,9 @@ impl InProc {
         let dispatch = agent.dispatch;
         self.agent = Some(agent);
         phases.mark("sites registered");
+        if cfg!(debug_assertions) && std::env::var_os("WPROBE_INJECTION_PAUSE").is_some() {
+            crate::elog!("wprobe: debug: {} injections", world.injections());
+        }
         self.patcher.install(world, dispatch)?;
         phases.mark("stubs and jumps written");
         phases.report(self.pid);

@@ -353,6 +353,11 @@ impl World {
         }
     }
 
+    /// Injections made so far.
+    pub(super) fn injections(&self) -> u32 {
+        self.injections
+    }
+
     /// The injection cave for thread `tid`, made at its first injection:
     /// `None` when the process has no vDSO with room past its image.
     fn cave(&mut self, tid: i32) -> anyhow::Result<Option<&mut Cave>> {
