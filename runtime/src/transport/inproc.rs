@@ -1089,8 +1089,10 @@ impl Transport for InProc {
 
     fn kill_launched(&mut self) {
         if self.launched && self.world.is_some() {
-            self.world = None;
+            // Killed while still stopped: letting its threads go first would
+            // let it run its own code a moment.
             crate::sys::process::kill_and_reap(self.pid);
+            self.world = None;
         }
     }
 
