@@ -405,6 +405,25 @@ impl ElfInfo {
         Some(&self.imports[i].1)
     }
 
+    /// The PLT entries among [`ElfInfo::imports`] (not the GOT slots):
+    /// `(link-time address, name)`, each [`PLT_ENTRY_BYTES`] long.
+    pub fn plt_entries(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.imports
+            .iter()
+            .filter(|(a, _)| self.not_functions.iter().any(|&(s, e)| s <= *a && *a < e))
+            .map(|(a, n)| (*a, n.as_str()))
+    }
+
+    /// Whether link-time address `addr` starts a PLT entry (see
+    /// [`ElfInfo::plt_entries`]).
+    pub fn is_plt_entry(&self, addr: u64) -> bool {
+        self.import_at(addr).is_some()
+            && self
+                .not_functions
+                .iter()
+                .any(|&(s, e)| s <= addr && addr < e)
+    }
+
     /// Looks a symbol up: an exact match first, then a unique case-insensitive
     /// one (spec §16 [A 2]). Several symbols with the exact name and different
     /// values (local statics in different files) are `Ambiguous`.
@@ -621,7 +640,8 @@ impl ElfInfo {
 }
 
 /// Size of one PLT entry on x86-64 (`.plt` and `.plt.sec`).
-const PLT_ENTRY: u64 = 16;
+pub const PLT_ENTRY_BYTES: u64 = 16;
+const PLT_ENTRY: u64 = PLT_ENTRY_BYTES;
 
 /// The PLT entries and GOT slots of `elf` that lead to functions of other
 /// modules (or to the module's own exported functions, through its PLT),

@@ -10,7 +10,7 @@
 //! 2. **ptrace**: what needs the thread stopped at the hit or a tracer
 //!    present all along: `exit 1` (debugger hand-off), `exit 3` (core
 //!    file), `-f` (fork children), probes in libraries the process loads
-//!    later (`dlopen`), PLT entries (`trace --plt`).
+//!    later (`dlopen`).
 //! 3. **perf**: kernel uprobes, for a process another tracer holds
 //!    (ptrace cannot attach) when the programs only read.
 //!
@@ -35,8 +35,6 @@ pub struct Needs {
     /// library the program `dlopen`s): only a transport that arms later
     /// libraries serves them.
     pub later_modules: Vec<String>,
-    /// PLT entries are probed (`wprobe trace --plt`).
-    pub plt: bool,
     /// `-p PID` names a process another tracer holds (its name and pid):
     /// no ptrace-based transport can attach.
     pub traced_by: Option<String>,
@@ -116,7 +114,7 @@ pub fn choose(
         return Ok(Plan {
             info,
             forced: true,
-            reason: "--transport".into(),
+            reason: "named with --transport".into(),
             passed_over: Vec::new(),
             fallbacks: Vec::new(),
         });
@@ -229,9 +227,6 @@ fn unmet(info: &TransportInfo, needs: &Needs) -> Option<String> {
              register"
                 .into(),
         );
-    }
-    if needs.plt && info.name == "inproc" {
-        return Some("it cannot arm PLT entries yet (--plt)".into());
     }
     None
 }

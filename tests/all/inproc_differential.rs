@@ -96,7 +96,10 @@ fn trace(
     let output = std::fs::read_to_string(&out)
         .unwrap()
         .lines()
-        .filter(|l| !(l.starts_with("test ") && l.contains(" ... ")))
+        .filter(|l| {
+            !(l.starts_with("test ")
+                && (l.contains(" ... ") || l.contains(" has been running for over ")))
+        })
         .map(|l| format!("{l}\n"))
         .collect();
     (chosen, lines, output, status)

@@ -487,10 +487,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         }
         Some(info)
     };
-    let mut needs = crate::plan::Needs {
-        plt: a.plt,
-        ..Default::default()
-    };
+    let mut needs = crate::plan::Needs::default();
     if let Some(pid) = a.pid {
         use crate::procinfo::Untraceable;
         let why = crate::procinfo::untraceable(pid);

@@ -53,6 +53,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(bad_arguments_are_refused_with_exact_messages),
+    case!(
+        plt_calls_give_the_ptrace_tree_under_inproc_and_auto,
+        Need::Ptrace
+    ),
 ];
 
 fn trace_calls() -> PathBuf {
@@ -1840,6 +1844,81 @@ fn functions_not_traced_are_listed_once_with_the_reason() {
             "{row}"
         );
     }
+}
+
+/// `trace --plt` of a real program nobody here wrote (`ls -U -l DIR`,
+/// unsorted: no `qsort` comparator, whose tail calls through a pointer no
+/// transport but ptrace sees returning): every library call, entered at
+/// its PLT entry and seen returning at the continuation after its `call`
+/// or at the `ret`s of the function it leads to, gives the ptrace
+/// transport's call tree line for line under inproc and under `auto`,
+/// which chooses inproc (it refused every PLT entry before); and the
+/// report of a threaded program counts the same library calls.
+fn plt_calls_give_the_ptrace_tree_under_inproc_and_auto() {
+    let dir = scratch().join("plt-ls");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["a", "b", "c"] {
+        std::fs::write(dir.join(f), f).unwrap();
+    }
+    let tree = |tr: &str| -> (Vec<String>, String) {
+        let out = file("plt-ls", tr);
+        let o = trace_argv(
+            tr,
+            &["-v", "--plt", "-o", out.to_str().unwrap()],
+            Path::new("/bin/ls"),
+            &["-U", "-l", dir.to_str().unwrap()],
+        );
+        assert_eq!(o.status.code(), Some(0), "{tr}: {}", stderr(&o));
+        // Durations and thread ids aside.
+        let lines = read(&out)
+            .lines()
+            .filter_map(|l| l.split_once('|').map(|(_, f)| f.to_string()))
+            .collect();
+        (lines, stderr(&o))
+    };
+    let (want, _) = tree("ptrace");
+    assert!(
+        want.iter().any(|l| l.trim() == "getenv@plt();") && want.len() > 200,
+        "{want:?}"
+    );
+    for tr in ["inproc", "auto"] {
+        let (got, err) = tree(tr);
+        if tr == "auto" {
+            assert!(
+                err.contains(
+                    "wprobe: transport inproc: the fastest; the run needs nothing it lacks"
+                ),
+                "{err}"
+            );
+        }
+        // Not one refused (`abort@plt`, whose calls end their callers,
+        // needs no return site: it never returns).
+        assert!(
+            !err.contains("@plt in /"),
+            "{tr}: a PLT entry refused: {err}"
+        );
+        assert_eq!(got, want, "{tr}: {err}");
+    }
+    let counts = |tr: &str| -> Vec<String> {
+        let o = trace(tr, &["--plt", "--report"], &trace_calls());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let mut rows: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.ends_with("@plt"))
+            .map(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                format!("{} {}", c[c.len() - 1], c[c.len() - 2])
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let want = counts("ptrace");
+    assert!(
+        want.contains(&"pthread_create@plt 4".to_string()),
+        "{want:?}"
+    );
+    assert_eq!(counts("inproc"), want);
 }
 
 fn bad_arguments_are_refused_with_exact_messages() {

@@ -42,6 +42,14 @@ impl ModuleCode {
         // only where no symbol's range meets theirs, so that a function's
         // code is never cut short of what its symbol says.
         funcs.extend(elf.unnamed_functions());
+        // Each PLT entry, a function of its own for the patcher (`trace
+        // --plt`): 16 bytes, entered only at its start (its `jmp *GOT` is
+        // the first instruction; a lazy entry's `push` after it is reached
+        // through the GOT, past any window at the entry).
+        funcs.extend(
+            elf.plt_entries()
+                .map(|(a, _)| (a, a + wprobe_elf::info::PLT_ENTRY_BYTES)),
+        );
         funcs.sort_unstable();
         funcs.dedup();
         let mut targets = BranchTargets::default();

@@ -121,6 +121,35 @@ enum Shape {
 /// ends in `jmp free@plt`, into libc).
 const OUTSIDE_DEPTH: usize = 3;
 
+/// Functions of the C and C++ runtimes declared `noreturn`, whose code
+/// may still end in a jump that decoding cannot follow (`longjmp`'s `jmp
+/// *%rdx`): a PLT entry leading to one needs no return site.
+const NEVER_RETURN: &[&str] = &[
+    "abort",
+    "exit",
+    "_exit",
+    "_Exit",
+    "quick_exit",
+    "longjmp",
+    "_longjmp",
+    "siglongjmp",
+    "__longjmp_chk",
+    "pthread_exit",
+    "__stack_chk_fail",
+    "__assert_fail",
+    "__fortify_fail",
+    "__chk_fail",
+    "err",
+    "errx",
+    "verr",
+    "verrx",
+    "__cxa_throw",
+    "__cxa_rethrow",
+    "_Unwind_Resume",
+    "__cxa_bad_cast",
+    "__cxa_bad_typeid",
+];
+
 /// Most continuation sites planned for one function's calls.
 const MAX_CONTINUATIONS: usize = 1024;
 
@@ -200,6 +229,12 @@ impl Patcher {
             .and_then(|r| r.as_ref().ok())
             .ok_or_else(|| format!("reading {}", path.display()))?;
         let file_off = addr - m.start + m.offset;
+        if let Some(link) = module.vaddr_of_offset(file_off)
+            && module.elf().is_plt_entry(link)
+        {
+            let bias = addr.wrapping_sub(link);
+            return self.plan_plt_return(world, maps, tag, addr, opcode, &path, link, bias);
+        }
         // The entry's refusal first, as when it is checked alone.
         let mut found =
             match crate::transport::retsites::return_sites(module.elf(), file_off, "inproc") {
@@ -377,7 +412,7 @@ impl Patcher {
         };
         if tails {
             let entry_link = addr.wrapping_sub(bias);
-            self.plan_continuations(world, maps, &path, bias, entry_link, &found.function);
+            self.plan_continuations(world, maps, &path, bias, entry_link, &found.function, true);
         }
         Ok(i)
     }
@@ -389,6 +424,10 @@ impl Patcher {
     /// most [`MAX_CONTINUATIONS`]: where a jump fits and no
     /// other site is (never a trap: every return there would stop). A later
     /// window that needs those bytes takes them back (`check`).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the planner's state, the stopped process and the entry's facts"
+    )]
     fn plan_continuations(
         &mut self,
         world: &mut World,
@@ -397,19 +436,22 @@ impl Patcher {
         bias: u64,
         entry: u64,
         name: &str,
-    ) {
+        elsewhere: bool,
+    ) -> usize {
         let Some(Ok(module)) = self.modules.get(path) else {
-            return;
+            return 0;
         };
         let elf = module.elf();
         let mut targets = vec![entry];
         // Its PLT entry and its GOT slot (`call *slot(%rip)`).
-        targets.extend(
-            elf.imports
-                .iter()
-                .filter(|(_, n)| n == name)
-                .map(|&(a, _)| a),
-        );
+        if elsewhere {
+            targets.extend(
+                elf.imports
+                    .iter()
+                    .filter(|(_, n)| n == name)
+                    .map(|&(a, _)| a),
+            );
+        }
         let mut conts: Vec<u64> = targets
             .iter()
             .flat_map(|&t| module.returns_of_calls_to(t).iter().copied())
@@ -426,18 +468,203 @@ impl Patcher {
         let mut sites: Vec<u64> = conts.iter().map(|&c| c.wrapping_add(bias)).collect();
         // The calls of the other modules that import it: through their PLT
         // entry, or `call *slot(%rip)` through their GOT slot (`-fno-plt`).
-        sites.extend(self.continuations_elsewhere(maps, path, name));
+        if elsewhere {
+            sites.extend(self.continuations_elsewhere(maps, path, name));
+        }
         sites.truncate(MAX_CONTINUATIONS);
+        let mut covered = 0;
         for at in sites {
-            if self.by_probe_addr.contains_key(&at) {
+            if let Some(&i) = self.by_probe_addr.get(&at) {
+                covered += usize::from(self.sites[i].kind == site_kind::CONT);
                 continue;
             }
             if let Ok(c) = self.check(world, maps, at, None, Shape::Probe)
                 && c.trap.is_none()
+                && self.add(world, c, site_kind::CONT).is_ok()
             {
-                let _ = self.add(world, c, site_kind::CONT);
+                covered += 1;
             }
         }
+        covered
+    }
+
+    /// Plans return sites at the `ret`s of the function that the import
+    /// `name` (the PLT entry at link-time `link` of module `path`) leads
+    /// to, when every one takes a jump (a trap there would stop every call
+    /// of it in the process); how many `ret`s are covered (0: none;
+    /// `usize::MAX`: the function has none, its calls never return).
+    fn plan_import_rets(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        path: &Path,
+        link: u64,
+        name: &str,
+    ) -> usize {
+        let addrs = match self.outside_rets(world, maps, name) {
+            Some(a) => a,
+            None => {
+                // The implementation the GOT slot holds (an IFUNC's).
+                let slot = match self.modules.get(path) {
+                    Some(Ok(m)) => m
+                        .elf()
+                        .imports
+                        .iter()
+                        .find(|(a, n)| n == name && *a != link)
+                        .map(|&(a, _)| a),
+                    _ => None,
+                };
+                let bias = maps
+                    .iter()
+                    .find(|m| m.is_file() && crate::procmaps::canonical(Path::new(&m.path)) == path)
+                    .and_then(|m| match self.modules.get(path) {
+                        Some(Ok(code)) => code
+                            .vaddr_of_offset(m.offset)
+                            .map(|l| m.start.wrapping_sub(l)),
+                        _ => None,
+                    });
+                if self.never_returns(maps, name) {
+                    return usize::MAX;
+                }
+                let (Some(slot), Some(bias)) = (slot, bias) else {
+                    return 0;
+                };
+                let mut w = [0u8; 8];
+                if world.peek(slot.wrapping_add(bias), &mut w) != 8 {
+                    return 0;
+                }
+                match self.rets_at(world, maps, u64::from_le_bytes(w), OUTSIDE_DEPTH) {
+                    Some(a) => a,
+                    None => return 0,
+                }
+            }
+        };
+        if addrs.is_empty() {
+            // It never returns (`abort`, `exit`): its calls end unwound,
+            // as under ptrace.
+            return usize::MAX;
+        }
+        let mut checked = Vec::new();
+        let mut existing = 0;
+        for &at in &addrs {
+            match self.by_probe_addr.get(&at) {
+                Some(&i) if self.sites[i].kind == site_kind::RET => existing += 1,
+                Some(_) => return 0,
+                None => match self.check(world, maps, at, None, Shape::Ret) {
+                    Ok(c) if c.trap.is_none() => checked.push(c),
+                    _ => return 0,
+                },
+            }
+        }
+        let mut n = existing;
+        for c in checked {
+            if self.add(world, c, site_kind::RET).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether the function `name` of the first executable module that
+    /// defines it (a sized global function symbol) never returns: no
+    /// `ret`, no tail call out of its module, no indirect jump (`abort`),
+    /// or one of [`NEVER_RETURN`] (`longjmp` leaves by an indirect jump).
+    fn never_returns(&mut self, maps: &[Mapping], name: &str) -> bool {
+        if NEVER_RETURN.contains(&name) {
+            return true;
+        }
+        let exec = Self::exec_files(maps);
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for (p, _) in exec {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        for p in paths {
+            let Ok(module) = self
+                .modules
+                .entry(p.clone())
+                .or_insert_with(|| ModuleCode::read(&p))
+                .as_ref()
+            else {
+                continue;
+            };
+            let elf = module.elf();
+            let wprobe_elf::Lookup::Found(sym) = elf.lookup(name) else {
+                continue;
+            };
+            if sym.name != name
+                || !sym.global
+                || sym.size == 0
+                || sym.kind != wprobe_elf::SymKind::Func
+            {
+                continue;
+            }
+            let Some(off) = elf.file_offset(sym.value) else {
+                return false;
+            };
+            return crate::transport::retsites::return_sites(elf, off, "inproc")
+                .is_ok_and(|r| r.rets.is_empty() && r.outside.is_empty() && r.indirect.is_empty());
+        }
+        false
+    }
+
+    /// Plans the return probe `tag` on the PLT entry at `addr` (`trace
+    /// --plt`; link-time `link`, load bias `bias`, module `path`): a site
+    /// at the entry (its `jmp *GOT` relocated into the stub), and, since
+    /// the call leaves the entry by that jump and returns from the other
+    /// module, a continuation site after each direct `call` of the entry
+    /// in its module, where the call is seen returning (paired by `rsp`).
+    /// A call of the entry through a pointer (its address taken) returns
+    /// unseen, counted as missed.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the planner's state, the stopped process and the entry's facts"
+    )]
+    fn plan_plt_return(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        tag: usize,
+        addr: u64,
+        opcode: Option<u8>,
+        path: &Path,
+        link: u64,
+        bias: u64,
+    ) -> Result<usize, String> {
+        let name = match self.modules.get(path) {
+            Some(Ok(m)) => m.elf().import_at(link).unwrap_or("?").to_string(),
+            _ => "?".into(),
+        };
+        // The entry checked first (its refusal is the error), added last.
+        let entry = match self.by_probe_addr.get(&addr) {
+            Some(&i) if self.sites[i].kind == site_kind::PROBE => Ok(i),
+            Some(_) => return Err(format!("{addr:#x} is a return site of another function")),
+            None => Err(self.check(world, maps, addr, opcode, Shape::Probe)?),
+        };
+        // Both: the `ret`s of the function it leads to see every return
+        // (also of calls that reach the entry by a tail jump, `jmp
+        // f@plt`), where every one takes a jump; the continuations see the
+        // returns of its direct calls whatever that function is.
+        let conts = self.plan_continuations(world, maps, path, bias, link, &name, false);
+        let rets = self.plan_import_rets(world, maps, path, link, &name);
+        if conts == 0 && rets == 0 {
+            return Err(format!(
+                "{name}@plt in {}: no direct call of it where a jump fits after the call, where \
+                 its returns would be seen: --transport inproc cannot observe its returns; use \
+                 --transport ptrace",
+                path.display()
+            ));
+        }
+        let i = match entry {
+            Ok(i) => i,
+            Err(c) => self.add(world, c, site_kind::PROBE)?,
+        };
+        let s = &mut self.sites[i];
+        if !s.ret_tags.contains(&tag) {
+            s.ret_tags.push(tag);
+        }
+        Ok(i)
     }
 
     /// The run-time addresses after the calls of `name` in the modules the
