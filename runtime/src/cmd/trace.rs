@@ -59,7 +59,7 @@ pub const EXIT_EXPORT: &str = "trace_exit";
                   --report for calls and times per function. See docs/trace.md.\n\n\
                   Examples:\n  \
                   wprobe trace -- ./prog                       durations, uftrace's view\n  \
-                  wprobe trace -T -C -l -- ./prog              tracef's tree, demangled, file:line\n  \
+                  wprobe trace -T -l -- ./prog                 tracef's tree, with file:line\n  \
                   wprobe trace --report -F 'parse*' -- ./prog  calls, total and self time\n  \
                   wprobe trace --plt --lib 'libz*' -p 1234     a process, its PLT calls and libz\n  \
                   wprobe trace --chrome t.json --flame f.svg -- ./prog"
@@ -127,9 +127,24 @@ pub struct TraceArgs {
     /// Also write a flame graph (SVG) to FILE.
     #[arg(long, value_name = "FILE")]
     pub flame: Option<PathBuf>,
-    /// Demangle C++ and Rust names.
-    #[arg(short = 'C', long = "demangle")]
-    pub demangle: bool,
+    /// How C++ and Rust names are shown: `simple` (the default: `ns::f`,
+    /// no parameters or template arguments, uftrace's form), `full`
+    /// (`ns::f(int)`), `no` (the symbols as they are). `-C` alone changes
+    /// nothing (names are demangled by default).
+    #[arg(
+        short = 'C',
+        long = "demangle",
+        value_name = "MODE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "simple",
+        default_missing_value = "simple",
+        value_parser = ["simple", "full", "no"]
+    )]
+    pub demangle: String,
+    /// Show the symbols as they are (`--demangle=no`).
+    #[arg(long)]
+    pub no_demangle: bool,
     /// Source file and line of each function, from DWARF.
     #[arg(short = 'l', long = "line-numbers")]
     pub line_numbers: bool,
@@ -502,7 +517,15 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         libs: a.libs.clone(),
         exclude: a.exclude.clone(),
         filters: a.filter.clone(),
-        demangle: a.demangle,
+        demangle: if a.no_demangle {
+            funcs::Demangle::No
+        } else {
+            match a.demangle.as_str() {
+                "full" => funcs::Demangle::Full,
+                "no" => funcs::Demangle::No,
+                _ => funcs::Demangle::Simple,
+            }
+        },
     };
     let (mut funcs, skipped) = funcs::select(&exe, &libraries, &sel)?;
     if funcs.is_empty() {

@@ -47,7 +47,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(functions_no_symbol_names_are_traced_by_address @ every_transport),
     case!(a_probe_at_the_entry_point_leaves_the_command_running @ every_transport),
     case!(the_duration_view_with_time_of_day_and_source_lines_is_exact @ every_transport),
-    case!(rust_names_are_demangled_with_c @ every_transport),
+    case!(rust_names_are_demangled_by_default @ every_transport),
+    case!(cxx_names_are_demangled_as_uftrace_shows_them @ every_transport),
     case!(
         functions_not_traced_are_listed_once_with_the_reason,
         Need::Ptrace
@@ -379,7 +380,11 @@ fn a_cxx_exception_through_traced_frames_is_caught_and_reported_unwound(tr: &str
     let plain = Command::new(&prog).output().unwrap();
     assert_eq!(plain.status.code(), Some(3));
     let out = file("throw.txt", tr);
-    let o = trace(tr, &["-T", "-C", "-i", "-o", out.to_str().unwrap()], &prog);
+    let o = trace(
+        tr,
+        &["-T", "--demangle=full", "-i", "-o", out.to_str().unwrap()],
+        &prog,
+    );
     assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
     assert_eq!(o.stdout, plain.stdout);
     let text = read(&out);
@@ -413,29 +418,26 @@ fn a_cxx_exception_through_traced_frames_is_caught_and_reported_unwound(tr: &str
     // The duration view says which calls were unwound (a leaf left at
     // once has no time of its own).
     let out = file("throw-duration.txt", tr);
-    let o = trace(
-        tr,
-        &["-C", "-F", "level1*", "-o", out.to_str().unwrap()],
-        &prog,
-    );
+    let o = trace(tr, &["-F", "level1*", "-o", out.to_str().unwrap()], &prog);
     assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
+    // Demangled by default, without the parameters (uftrace's form).
     let unwound = [
-        "            [   TID] | level1(int) {",
-        "            [   TID] |   level2(int) {",
-        "            [   TID] |     level3(int); /* unwound */",
-        "       TIME [   TID] |   } /* level2(int): unwound */",
-        "       TIME [   TID] | } /* level1(int): unwound */",
+        "            [   TID] | level1() {",
+        "            [   TID] |   level2() {",
+        "            [   TID] |     level3(); /* unwound */",
+        "       TIME [   TID] |   } /* level2: unwound */",
+        "       TIME [   TID] | } /* level1: unwound */",
     ];
     let mut want = vec!["# DURATION     TID     FUNCTION"];
     for _ in 0..3 {
         want.extend(unwound);
     }
     want.extend([
-        "            [   TID] | level1(int) {",
-        "            [   TID] |   level2(int) {",
-        "       TIME [   TID] |     level3(int);",
-        "       TIME [   TID] |   } /* level2(int) */",
-        "       TIME [   TID] | } /* level1(int) */",
+        "            [   TID] | level1() {",
+        "            [   TID] |   level2() {",
+        "       TIME [   TID] |     level3();",
+        "       TIME [   TID] |   } /* level2 */",
+        "       TIME [   TID] | } /* level1 */",
     ]);
     let want = want.join("\n");
     assert_eq!(normalize_durations(&read(&out)), want);
@@ -1763,9 +1765,10 @@ fn the_duration_view_with_time_of_day_and_source_lines_is_exact(tr: &str) {
     assert_eq!(got.join("\n"), want);
 }
 
-fn rust_names_are_demangled_with_c(tr: &str) {
+fn rust_names_are_demangled_by_default(tr: &str) {
     let prog = trace_rust();
     let out = file("rust.txt", tr);
+    // `-C` is accepted and changes nothing.
     let o = trace(
         tr,
         &[
@@ -1792,10 +1795,11 @@ fn rust_names_are_demangled_with_c(tr: &str) {
    <== trace_rust::shapes::Square::area() [rax = 0x9]
 <== trace_rust::shapes::total() [rax = 0xd]"
     );
-    // Without -C: the symbols (legacy mangling, with their hash).
+    // With --no-demangle: the symbols (legacy mangling, with their hash).
     let o = trace(
         tr,
         &[
+            "--no-demangle",
             "-F",
             "*shapes*total*",
             "-T",
@@ -1812,6 +1816,91 @@ fn rust_names_are_demangled_with_c(tr: &str) {
     assert!(
         first.starts_with("==> _ZN10trace_rust6shapes5total17h") && first.ends_with("E()"),
         "{text}"
+    );
+}
+
+fn trace_names() -> PathBuf {
+    gcc(
+        "trace_names",
+        &progs().join("trace_names.cpp"),
+        &["-O0", "-g", "-lstdc++"],
+    )
+}
+
+fn cxx_names_are_demangled_as_uftrace_shows_them(tr: &str) {
+    let prog = trace_names();
+    let out = file("names.txt", tr);
+    let tree = |mode: &[&str]| -> String {
+        let mut args = mode.to_vec();
+        args.extend(["-F", "main", "-T", "--no-pid", "-i", "-o"]);
+        args.push(out.to_str().unwrap());
+        let o = trace(tr, &args, &prog);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        calls_only(read(&out).as_bytes())
+    };
+    // The default, and `-C` (accepted, changes nothing): uftrace's simple
+    // form, no parameters or template arguments.
+    let simple = "\
+==> main()
+   ==> ns::ns1::foo::foo()
+   <== ns::ns1::foo::foo() [rax = ADDR]
+   ==> ns::ns1::foo::bar()
+      ==> ns::ns1::foo::bar3()
+      <== ns::ns1::foo::bar3() [rax = 0x1]
+   <== ns::ns1::foo::bar() [rax = 0x2]
+   ==> twice()
+   <== twice() [rax = 0x6]
+   ==> ns::ns1::foo::operator+()
+   <== ns::ns1::foo::operator+() [rax = 0x2]
+<== main() [rax = 0x0]";
+    let addr = |t: String| -> String {
+        t.lines()
+            .map(|l| match l.find("[rax = 0x") {
+                Some(i) if l.contains("foo::foo") => format!("{}[rax = ADDR]", &l[..i]),
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(addr(tree(&[])), simple);
+    assert_eq!(addr(tree(&["-C"])), simple);
+    // uftrace's --demangle=full: with the parameters.
+    let full = addr(tree(&["--demangle=full"]));
+    assert!(
+        full.contains("   ==> ns::ns1::foo::foo(int)\n")
+            && full.contains("   ==> int twice<int>(int)\n")
+            && full.contains("   <== ns::ns1::foo::operator+(int) const [rax = 0x2]"),
+        "{full}"
+    );
+    // The symbols.
+    let raw = addr(tree(&["--no-demangle"]));
+    assert!(
+        raw.contains("   ==> _ZN2ns3ns13fooC1Ei()\n")
+            && raw.contains("   ==> _Z5twiceIiET_S0_()\n"),
+        "{raw}"
+    );
+    // Filters match the shown name.
+    let o = trace(
+        tr,
+        &[
+            "-F",
+            "ns::ns1::foo::bar",
+            "-T",
+            "--no-pid",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &prog,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(read(&out).as_bytes()),
+        "\
+==> ns::ns1::foo::bar()
+   ==> ns::ns1::foo::bar3()
+   <== ns::ns1::foo::bar3() [rax = 0x1]
+<== ns::ns1::foo::bar() [rax = 0x2]"
     );
 }
 

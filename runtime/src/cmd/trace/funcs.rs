@@ -30,7 +30,7 @@ pub enum Origin {
 pub struct Func {
     /// Its symbol (`puts@plt` for a PLT entry).
     pub name: String,
-    /// As shown: demangled with `-C`.
+    /// As shown: demangled unless `--no-demangle`.
     pub shown: String,
     /// The module file (canonical path).
     pub module: PathBuf,
@@ -64,8 +64,21 @@ pub struct Selection {
     pub exclude: Vec<String>,
     /// `-F GLOB`: a start-up function named by a filter is traced anyway.
     pub filters: Vec<String>,
-    /// `-C`.
-    pub demangle: bool,
+    /// How names are shown.
+    pub demangle: Demangle,
+}
+
+/// How C++ and Rust names are shown (`--demangle=MODE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Demangle {
+    /// `ns::f`: no parameters, template arguments or return type
+    /// (uftrace's default).
+    #[default]
+    Simple,
+    /// `ns::f(int)`.
+    Full,
+    /// The symbol as it is (`--no-demangle`).
+    No,
 }
 
 /// C run-time start-up code, not traced unless a `-F` names it (uftrace
@@ -131,10 +144,10 @@ fn named_by_filter(sel: &Selection, name: &str) -> bool {
 }
 
 fn shown_name(sel: &Selection, name: &str) -> String {
-    if sel.demangle {
-        wprobe_elf::demangle(name).into_owned()
-    } else {
-        name.to_string()
+    match sel.demangle {
+        Demangle::Simple => wprobe_elf::demangle_short(name).into_owned(),
+        Demangle::Full => wprobe_elf::demangle(name).into_owned(),
+        Demangle::No => name.to_string(),
     }
 }
 
@@ -155,7 +168,8 @@ fn module_functions(
             .entry(s.value)
             .and_modify(|cur| {
                 let better = (s.global && !cur.global)
-                    || (s.global == cur.global && s.name.len() < cur.name.len());
+                    || (s.global == cur.global
+                        && (s.name.len(), &s.name) < (cur.name.len(), &cur.name));
                 if better {
                     *cur = s;
                 }
