@@ -69,9 +69,14 @@ pub struct TraceArgs {
     /// them (repeatable; mangled or shown names).
     #[arg(short = 'F', long = "filter", value_name = "GLOB")]
     pub filter: Vec<String>,
-    /// Functions matching GLOB are not traced at all (repeatable).
+    /// Functions matching GLOB are not traced at all; the calls they make
+    /// are shown in their place (repeatable).
     #[arg(short = 'X', long = "exclude", value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Hide the calls of functions matching GLOB and every call made
+    /// inside them (uftrace's -N; repeatable).
+    #[arg(short = 'N', long = "notrace", value_name = "GLOB")]
+    pub notrace: Vec<String>,
     /// Show calls at most N levels deep.
     #[arg(long, value_name = "N")]
     pub depth: Option<u32>,
@@ -557,25 +562,8 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
             funcs.len()
         );
     }
-    let filter_hit: Vec<bool> = if a.filter.is_empty() {
-        Vec::new()
-    } else {
-        let hits: Vec<bool> = funcs
-            .iter()
-            .map(|f| {
-                a.filter
-                    .iter()
-                    .any(|g| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
-            })
-            .collect();
-        if !hits.iter().any(|h| *h) {
-            return Err(format!(
-                "-F {}: no traced function matches",
-                a.filter.join(" -F ")
-            ));
-        }
-        hits
-    };
+    let filter_hit = matching(&funcs, &a.filter, "-F")?;
+    let notrace_hit = matching(&funcs, &a.notrace, "-N")?;
 
     // The handler programs.
     let engine = crate::engine::new_engine().map_err(|e| format!("{e:#}"))?;
@@ -717,6 +705,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     }
     let filters = Filters {
         filter_hit,
+        notrace_hit,
         max_depth: a.depth,
         min_ns,
     };
@@ -851,6 +840,31 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         return Ok(Err(f));
     }
     Ok(Ok(exit_code(status)))
+}
+
+/// Per function, whether one of `globs` (given with `option`) matches its
+/// symbol or its shown name; empty without globs; an error when none
+/// matches any function.
+fn matching(funcs: &[Func], globs: &[String], option: &str) -> Result<Vec<bool>, String> {
+    if globs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hits: Vec<bool> = funcs
+        .iter()
+        .map(|f| {
+            globs
+                .iter()
+                .any(|g| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
+        })
+        .collect();
+    if !hits.iter().any(|h| *h) {
+        let sep = format!(" {option} ");
+        return Err(format!(
+            "{option} {}: no traced function matches",
+            globs.join(&sep)
+        ));
+    }
+    Ok(hits)
 }
 
 /// Says, once, which functions could not be traced and why (the

@@ -36,6 +36,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_terminals_ctrl_c_ends_the_trace_cleanly @ every_transport),
     case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
     case!(excluded_functions_are_not_traced @ every_transport),
+    case!(notrace_hides_a_function_and_everything_it_calls @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
@@ -1701,6 +1702,60 @@ fn excluded_functions_are_not_traced(tr: &str) {
 }
 
 /// The local time of day, `HH:MM:SS`.
+/// `-N` (uftrace's): a call of a matching function is hidden with every
+/// call inside it; `-X` hides only the function (its callees move up).
+fn notrace_hides_a_function_and_everything_it_calls(tr: &str) {
+    let o = trace(
+        tr,
+        &["-F", "main", "-N", "mid*", "-T", "--no-pid", "-i"],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
+    );
+    // The hidden calls were traced (counted), only not shown.
+    let err = stderr(&o);
+    assert!(
+        err.contains("wprobe: trace: 8 calls (8 returned, 0 unwound)")
+            || err.contains(&format!(
+                "wprobe: trace: {} calls ({0} returned, 0 unwound)",
+                8 + CRT.len()
+            )),
+        "{err}"
+    );
+    let o = trace(
+        tr,
+        &["-F", "main", "-X", "middle", "-T", "--no-pid", "-i"],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "\
+==> main()
+   ==> top()
+      ==> leaf()
+      <== leaf() [rax = 0x1]
+      ==> leaf()
+      <== leaf() [rax = 0x2]
+      ==> leaf()
+      <== leaf() [rax = 0x2]
+      ==> leaf()
+      <== leaf() [rax = 0x3]
+   <== top() [rax = 0x8]
+<== main() [rax = 0x0]"
+    );
+    let o = trace(tr, &["-N", "nothing*"], &trace_det());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).ends_with("error: -N nothing*: no traced function matches\n"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 fn time_of_day() -> String {
     let o = Command::new("date").arg("+%H:%M:%S").output().unwrap();
     String::from_utf8_lossy(&o.stdout).trim().to_string()

@@ -19,7 +19,9 @@
 //!   leaves `main` without returning), as unwound.
 //! * **Filters.** `-F`: a call is shown when its function matches or it is
 //!   inside a call that matches (uftrace's meaning), at a depth counted from
-//!   the outermost shown call; `--depth N` hides calls N or more levels
+//!   the outermost shown call; `-N`: a call of a matching function is
+//!   hidden, and every call made inside it (uftrace's meaning; its time
+//!   stays its caller's own); `--depth N` hides calls N or more levels
 //!   deep; `--min-duration D` hides calls shorter than D (and so their
 //!   callees), which needs the steps of a call held back until its length
 //!   is known.
@@ -145,6 +147,8 @@ pub trait Sink {
 pub struct Filters {
     /// Per function: named by `-F` (empty: no `-F`, everything shown).
     pub filter_hit: Vec<bool>,
+    /// Per function: named by `-N` (hidden with its callees; empty: none).
+    pub notrace_hit: Vec<bool>,
     /// `--depth`.
     pub max_depth: Option<u32>,
     /// `--min-duration` in ns (0: none).
@@ -158,6 +162,8 @@ struct Frame {
     entry_ns: u64,
     child_ns: u64,
     in_filter: bool,
+    /// Inside a call `-N` names (or one itself).
+    notraced: bool,
     visible: bool,
     depth: u32,
     /// Copied from the parent at a fork.
@@ -338,19 +344,27 @@ impl<S: Sink> Tree<S> {
             .get(func as usize)
             .copied()
             .unwrap_or(false);
+        let notrace = self
+            .filters
+            .notrace_hit
+            .get(func as usize)
+            .copied()
+            .unwrap_or(false);
         let max_depth = self.filters.max_depth;
         self.counters.calls += 1;
         let st = self.thread(th, rsp, None);
         st.last_ns = st.last_ns.max(time_ns);
         let in_filter = !has_filter || hit || st.stack.last().is_some_and(|f| f.in_filter);
+        let notraced = notrace || st.stack.last().is_some_and(|f| f.notraced);
         let depth = st.shown;
-        let visible = in_filter && max_depth.is_none_or(|m| depth < m);
+        let visible = in_filter && !notraced && max_depth.is_none_or(|m| depth < m);
         st.stack.push(Frame {
             func,
             rsp,
             entry_ns: time_ns,
             child_ns: 0,
             in_filter,
+            notraced,
             visible,
             depth,
             inherited: false,
@@ -768,7 +782,7 @@ mod tests {
         let mut t = tree(Filters {
             filter_hit: vec![false, true, false, false],
             max_depth: Some(2),
-            min_ns: 0,
+            ..Filters::default()
         });
         t.enter(T, 0, 0, 0x1000, 0, &[]);
         t.enter(T, 1, 1, 0x0f00, 0, &[]);
@@ -779,6 +793,25 @@ mod tests {
         t.exit(T, 1, 6, 0, 0x0f00, 5, &[]);
         t.exit(T, 0, 7, 0, 0x1000, 7, &[]);
         assert_eq!(brief(&t.sink.0), ["0>1", "1>2", "1<2 3/3", "0<1 5/2"]);
+    }
+
+    #[test]
+    fn notrace_hides_a_call_and_everything_inside_it() {
+        let mut t = tree(Filters {
+            notrace_hit: vec![false, true, false],
+            ..Filters::default()
+        });
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 1, 0x0f00, 0, &[]);
+        t.enter(T, 2, 2, 0x0e00, 0, &[]);
+        t.exit(T, 2, 3, 0, 0x0e00, 1, &[]);
+        t.exit(T, 1, 4, 0, 0x0f00, 3, &[]);
+        t.enter(T, 2, 5, 0x0f00, 0, &[]);
+        t.exit(T, 2, 6, 0, 0x0f00, 1, &[]);
+        t.exit(T, 0, 8, 0, 0x1000, 8, &[]);
+        assert_eq!(brief(&t.sink.0), ["0>0", "1>2", "1<2 1/1", "0<0 8/7"]);
+        assert_eq!(t.counters.calls, 4);
+        assert_eq!(t.counters.returned, 4);
     }
 
     #[test]
