@@ -37,6 +37,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(lib_traces_the_functions_of_linked_and_dlopened_libraries @ per_transport),
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(notrace_hides_a_function_and_everything_it_calls @ every_transport),
+    case!(cold_fragments_are_parts_of_their_function @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
@@ -1754,6 +1755,73 @@ fn notrace_hides_a_function_and_everything_it_calls(tr: &str) {
         "{}",
         stderr(&o)
     );
+}
+
+/// GCC's `.cold` fragments (`work.cold`, `main.cold`, built at -O2) are
+/// parts of their function: not shown as calls, the calls made in them
+/// nested in their function's call, their `ret`s their function's; in a
+/// stripped build too, where no symbol names them (when their unwind
+/// entries start inside a frame).
+fn cold_fragments_are_parts_of_their_function(tr: &str) {
+    let prog = gcc("trace_cold", &progs().join("trace_cold.c"), &["-O2", "-g"]);
+    let syms = Command::new("nm").arg(&prog).output().unwrap();
+    let syms = String::from_utf8_lossy(&syms.stdout);
+    assert!(
+        syms.contains(" work.cold\n") && syms.contains(" main.cold\n"),
+        "gcc -O2 made no .cold fragments:\n{syms}"
+    );
+    let o = trace(tr, &["-F", "main", "-T", "--no-pid", "-i"], &prog);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let want = "\
+==> main()
+   ==> work()
+      ==> report()
+      <== report() [rax = 0x7]
+   <== work() [rax = 0x1]
+   ==> work()
+   <== work() [rax = 0x0]
+   ==> work()
+   <== work() [rax = 0x2]
+   ==> work()
+   <== work() [rax = 0x4]
+<== main() [rax = 0x0]";
+    assert_eq!(calls_only(&o.stdout), want);
+    let err = stderr(&o);
+    assert!(err.contains("odd -1\n") && !err.contains(".cold"), "{err}");
+    // Stripped: the functions by address, no fragment among them.
+    let stripped = scratch().join(format!("trace_cold_stripped_{tr}"));
+    let st = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&prog)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = trace(tr, &["--report"], &stripped);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report = String::from_utf8_lossy(&o.stdout);
+    let names: Vec<&str> = report
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    let sym = |name: &str| -> String {
+        let addr = syms
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap();
+        format!("sub_{}", addr.trim_start_matches('0'))
+    };
+    for f in ["main", "work", "report"] {
+        assert!(names.contains(&sym(f).as_str()), "{f}: {report}");
+    }
+    // `main.cold` runs in main's frame (its unwind entry says so). A
+    // fragment entered before its function sets up a frame (GCC may move
+    // all of work's unlikely path, prologue and `ret` included, into
+    // `work.cold`) looks like a function to the unwind table, and is shown
+    // as a tail call when stripped.
+    assert!(!names.contains(&sym("main.cold").as_str()), "{report}");
 }
 
 fn time_of_day() -> String {

@@ -2,7 +2,11 @@
 //! executable and the functions its unwind table bounds that no symbol
 //! names (`sub_ADDR`), its PLT entries (`--plt`), the functions of the shared
 //! libraries named by `--lib GLOB`; minus `-X` and the functions that
-//! cannot be traced, each listed once with the reason. Everything about a
+//! cannot be traced, each listed once with the reason. The parts of
+//! functions the compiler moved away from them (GCC's `.cold` fragments,
+//! named or found in a stripped module by their unwind entry starting
+//! inside a frame) are not functions: not traced, their time their
+//! function's. Everything about a
 //! function that output needs (its name as shown, its source line) is
 //! computed here, once, at start.
 
@@ -188,6 +192,11 @@ fn module_functions(
         }
     };
     for s in syms {
+        // A part of a function moved away from it (`main.cold`): entered
+        // by a jump inside its function's call, whose time it is.
+        if elf.is_fragment(s.value, Some(&s.name)) {
+            continue;
+        }
         let shown = shown_name(sel, &s.name);
         if excluded(sel, &s.name, &shown) {
             continue;
@@ -240,7 +249,7 @@ fn module_functions(
     // point `_start` (start-up code, as above).
     for (start, _) in elf.unnamed_functions() {
         // A symbol without a size names it (crtstuff's `frame_dummy`).
-        if named.contains(&start) {
+        if named.contains(&start) || elf.is_fragment(start, None) {
             continue;
         }
         let name = if origin == Origin::Exe && start == elf.entry {
