@@ -826,6 +826,76 @@ fn fork_children_have_their_own_trees(tr: &str) {
             .any(|(t, _, b)| *t == parent[0] && b == "<== main() [rax = 0x0]"),
         "{text}"
     );
+    // With the call to fork traced: the child's tree starts with fork's
+    // return (uftrace's `} /* fork */`), and the child's calls are
+    // fork's siblings, not nested inside it. (perf reports no fork: a
+    // child's tree starts empty there.)
+    if tr == "perf" {
+        return;
+    }
+    let o = trace(
+        tr,
+        &[
+            "-f",
+            "--plt",
+            "-F",
+            "main",
+            "-T",
+            "-i",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &trace_fork(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = read(&out);
+    let lines = tree_lines(&text, 3);
+    let child = lines
+        .iter()
+        .find(|(_, _, b)| b.starts_with("==> child_work("))
+        .map(|l| l.0)
+        .unwrap_or_else(|| panic!("{text}"));
+    let of_child: Vec<String> = lines
+        .iter()
+        .filter(|(t, _, b)| *t == child && !b.starts_with("+++"))
+        .map(|(_, d, b)| format!("{d} {b}"))
+        .filter(|l| {
+            ["fork@plt(", "child_work(", "spawn(", "main("]
+                .iter()
+                .any(|f| l.contains(f))
+        })
+        .collect();
+    let ok = |l: &str, want: &str| l == want || l.starts_with(&format!("{want} ["));
+    assert!(
+        of_child.len() == 5
+            && ok(&of_child[0], "2 <== fork@plt()")
+            && of_child[1] == "2 ==> child_work()"
+            && of_child[2] == "2 <== child_work() [rax = 0x2]"
+            && ok(&of_child[3], "1 <== spawn()")
+            && ok(&of_child[4], "0 <== main()"),
+        "{text}"
+    );
+    let parent: Vec<String> = lines
+        .iter()
+        .filter(|(t, _, b)| *t != child && !b.starts_with("+++"))
+        .map(|(_, d, b)| format!("{d} {b}"))
+        .filter(|l| {
+            ["fork@plt(", "parent_work(", "spawn(", "main("]
+                .iter()
+                .any(|f| l.contains(f))
+        })
+        .filter(|l| l.contains("==>"))
+        .collect();
+    assert_eq!(
+        parent,
+        [
+            "0 ==> main()",
+            "1 ==> spawn()",
+            "2 ==> fork@plt()",
+            "2 ==> parent_work()"
+        ],
+        "{text}"
+    );
 }
 
 fn per_thread_files_hold_each_threads_tree(tr: &str) {

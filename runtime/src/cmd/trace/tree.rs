@@ -14,7 +14,10 @@
 //!   a thread's tree is empty again when its last call returns, and a tid
 //!   reused by a later thread starts a fresh tree.
 //! * **Processes.** A fork child's first thread starts with a copy of the
-//!   forking thread's open calls (the child returns from them); an exec or
+//!   forking thread's open calls (the child returns from them: its own
+//!   tree from the fork on, the parent's open calls its context); those
+//!   its first entries or returns prove left (the forking call, `fork()`
+//!   itself when traced) are closed as returned there; an exec or
 //!   the end of a process closes every call still open in it (`exit()`
 //!   leaves `main` without returning), as unwound.
 //! * **Filters.** `-F`: a call is shown when its function matches or it is
@@ -353,6 +356,10 @@ impl<S: Sink> Tree<S> {
         let max_depth = self.filters.max_depth;
         self.counters.calls += 1;
         let st = self.thread(th, rsp, None);
+        if st.stack.last().is_some_and(|f| f.inherited && f.rsp <= rsp) {
+            self.left_inherited(th, rsp, time_ns);
+        }
+        let st = self.thread(th, rsp, None);
         st.last_ns = st.last_ns.max(time_ns);
         let in_filter = !has_filter || hit || st.stack.last().is_some_and(|f| f.in_filter);
         let notraced = notrace || st.stack.last().is_some_and(|f| f.notraced);
@@ -420,9 +427,37 @@ impl<S: Sink> Tree<S> {
             .max(st.stack[k].entry_ns);
         let above = st.stack.len() - (k + 1);
         for _ in 0..above {
-            self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
+            let inherited = self
+                .threads
+                .get(th)
+                .and_then(|s| s.stack.last())
+                .is_some_and(|f| f.inherited);
+            let how = if inherited {
+                // A call a fork child inherited: it returned in the child
+                // (unseen), as the forking call did.
+                How::Returned
+            } else {
+                How::Unwound(Cause::OuterReturned)
+            };
+            self.close(th, end, how, None, &[]);
         }
         self.close(th, end, How::Returned, Some(rax), extras);
+    }
+
+    /// A fork child's thread enters a call at `rsp`: the inherited calls
+    /// whose return-address slot is at or below it have returned in the
+    /// child, unseen (the transport tracks no return of an inherited call):
+    /// the forking call first (`fork()`, the child's first return). They
+    /// are closed as returned, without a value, at `time_ns`.
+    fn left_inherited(&mut self, th: Thread, rsp: u64, time_ns: u64) {
+        while self
+            .threads
+            .get(th)
+            .and_then(|s| s.stack.last())
+            .is_some_and(|f| f.inherited && f.rsp <= rsp)
+        {
+            self.close(th, time_ns, How::Returned, None, &[]);
+        }
     }
 
     /// The transport reports that the call of `func` entered with
@@ -837,6 +872,29 @@ mod tests {
             brief(&t.sink.0),
             ["0>0", "1>1", "2>2", "2<2 14/14", "1<1 16/2", "0<0 30/14"]
         );
+    }
+
+    #[test]
+    fn a_fork_childs_first_call_closes_the_forking_call_it_returned_from() {
+        // main (0) calls fork (1); the child's first call (2) is made from
+        // main at fork's return-address slot: fork returned in the child.
+        let mut t = tree(Filters::default());
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 1, 0x0f00, 0, &[]);
+        t.forked(2, 1);
+        let c = Thread { pid: 2, tid: 2 };
+        t.enter(c, 2, 5, 0x0f00, 0, &[]);
+        t.exit(c, 2, 6, 7, 0x0f00, 1, &[]);
+        t.end_process(2, How::Unwound(Cause::ProcessEnded));
+        t.exit(T, 1, 7, 2, 0x0f00, 6, &[]);
+        t.exit(T, 0, 8, 0, 0x1000, 8, &[]);
+        let child: Vec<Step> = t.sink.0.iter().filter(|s| s.th == c).cloned().collect();
+        assert_eq!(
+            brief(&child),
+            ["1<1 4/4", "1>2", "1<2 1/1", "0<0 6/1 Unwound(Inherited)"]
+        );
+        assert_eq!(t.counters.unwound, 0);
+        assert_eq!(t.counters.calls, 3);
     }
 
     #[test]
