@@ -38,6 +38,10 @@ pub(crate) const CASES: &[Case] = &[
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(notrace_hides_a_function_and_everything_it_calls @ every_transport),
     case!(cold_fragments_are_parts_of_their_function @ every_transport),
+    case!(
+        setjmp_is_traced_and_longjmp_unwinds_past_calls,
+        Need::Ptrace
+    ),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
@@ -1894,6 +1898,39 @@ fn cold_fragments_are_parts_of_their_function(tr: &str) {
     assert!(!names.contains(&sym("main.cold").as_str()), "{report}");
 }
 
+/// `_setjmp` is traced (uftrace traces it): its first return is its
+/// call's; the `longjmp` back to it closes the calls it leaves as unwound
+/// and shows no second return. (Library calls through the PLT: ptrace.)
+fn setjmp_is_traced_and_longjmp_unwinds_past_calls() {
+    let prog = gcc(
+        "trace_setjmp",
+        &progs().join("trace_setjmp.c"),
+        &["-O0", "-g"],
+    );
+    let o = trace(
+        "ptrace",
+        &["--plt", "-F", "main", "-T", "--no-pid", "-i"],
+        &prog,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "\
+==> main()
+   ==> _setjmp@plt()
+   <== _setjmp@plt() [rax = 0x0]
+   ==> foo()
+      ==> longjmp@plt()
+      <== longjmp@plt() [unwound]
+   <== foo() [unwound]
+   ==> bar()
+   <== bar() [rax = 0xffffffff]
+<== main() [rax = 0x0]"
+    );
+    let err = stderr(&o);
+    assert!(!err.contains("_setjmp"), "{err}");
+}
+
 fn time_of_day() -> String {
     let o = Command::new("date").arg("+%H:%M:%S").output().unwrap();
     String::from_utf8_lossy(&o.stdout).trim().to_string()
@@ -2104,10 +2141,8 @@ fn functions_not_traced_are_listed_once_with_the_reason() {
     let listed: Vec<&str> = err.lines().filter(|l| l.contains("not traced")).collect();
     assert_eq!(
         listed,
-        [
-            "wprobe: not traced (C start-up code (name it with -F to trace it)): _start",
-            "wprobe: not traced (returns twice: its returns cannot be paired with its calls): _setjmp@plt",
-        ],
+        // `_setjmp@plt` is traced (its first return is its call's).
+        ["wprobe: not traced (C start-up code (name it with -F to trace it)): _start"],
         "{err}"
     );
     // --plt: the library calls are in the report.

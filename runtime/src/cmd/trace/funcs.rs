@@ -90,20 +90,14 @@ pub enum Demangle {
 /// `main` on every program.
 const STARTUP: &[&str] = &["_start", "__libc_csu_init", "__libc_csu_fini"];
 
-/// Functions that return twice (or share their caller's stack with a
-/// child): a return probe cannot pair their returns with their calls.
-const RETURNS_TWICE: &[&str] = &[
-    "setjmp",
-    "_setjmp",
-    "__setjmp",
-    "sigsetjmp",
-    "__sigsetjmp",
-    "savectx",
-    "getcontext",
-    "__getcontext",
-    "vfork",
-    "__vfork",
-];
+/// Functions that share their caller's stack with a child (`vfork`: the
+/// child runs on the parent's stack until it execs or exits, and returns
+/// through the parent's return addresses): a return probe cannot pair
+/// their returns with their calls. Functions that return twice (`setjmp`,
+/// `getcontext`) are traced: their first return is their call's, and a
+/// `longjmp` or `setcontext` back to them lands at their return address
+/// without a call open there (the calls it leaves are closed as unwound).
+const RETURNS_TWICE: &[&str] = &["vfork", "__vfork"];
 
 /// Size of one PLT entry on x86-64 (`.plt` and `.plt.sec`).
 const PLT_ENTRY: u64 = 16;
@@ -215,7 +209,7 @@ fn module_functions(
             continue;
         }
         if RETURNS_TWICE.contains(&s.name.as_str()) {
-            skip("returns twice: its returns cannot be paired with its calls".into());
+            skip("shares its caller's stack with the child: its returns cannot be paired with its calls".into());
             continue;
         }
         if s.kind == SymKind::Ifunc {
@@ -329,7 +323,7 @@ fn plt_entries(
         if RETURNS_TWICE.contains(&name) {
             skipped.push(NotTraced {
                 name: shown,
-                reason: "returns twice: its returns cannot be paired with its calls".into(),
+                reason: "shares its caller's stack with the child: its returns cannot be paired with its calls".into(),
             });
             continue;
         }
