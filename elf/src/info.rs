@@ -139,6 +139,9 @@ pub struct ElfInfo {
     not_functions: Vec<(u64, u64)>,
     /// Its FDEs' ranges, read at the first [`ElfInfo::unwind_ranges`].
     unwind: std::sync::OnceLock<Vec<(u64, u64)>>,
+    /// The FDEs that start inside a frame, read at the first
+    /// [`ElfInfo::fragment_starts`].
+    fragments: std::sync::OnceLock<Vec<u64>>,
     /// The code symbols with a size, by address (see [`CodeIndex`]).
     code: CodeIndex,
     bytes: Vec<u8>,
@@ -387,6 +390,7 @@ impl ElfInfo {
             eh_frame,
             not_functions,
             unwind: std::sync::OnceLock::new(),
+            fragments: std::sync::OnceLock::new(),
             code: CodeIndex::default(),
             bytes: Vec::new(),
         };
@@ -489,6 +493,26 @@ impl ElfInfo {
             Some(s) => crate::unwind::fde_ranges(&self.bytes, s),
             None => Vec::new(),
         })
+    }
+
+    /// The link-time starts of the unwind table entries that begin inside
+    /// a frame (a function's part moved away from it, such as GCC's `.cold`
+    /// fragments; see [`crate::unwind::fragment_starts`]), sorted. Read
+    /// once.
+    pub fn fragment_starts(&self) -> &[u64] {
+        self.fragments.get_or_init(|| match self.eh_frame {
+            Some(s) => crate::unwind::fragment_starts(&self.bytes, s),
+            None => Vec::new(),
+        })
+    }
+
+    /// Whether the code at link-time address `vaddr` is a part of a
+    /// function moved away from it (its symbol is `NAME.cold`, or its
+    /// unwind table entry starts inside a frame), entered by a jump from
+    /// its function: not a function of its own.
+    pub fn is_fragment(&self, vaddr: u64, name: Option<&str>) -> bool {
+        name.is_some_and(crate::unwind::is_fragment_name)
+            || self.fragment_starts().binary_search(&vaddr).is_ok()
     }
 
     /// The unwind table's range that starts at `vaddr`, when no code

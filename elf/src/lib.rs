@@ -24,6 +24,6 @@ pub mod locate;
 pub mod startup;
 pub mod unwind;
 
-pub use demangle::demangle;
+pub use demangle::{demangle, demangle_short};
 pub use glob::glob;
 pub use info::{ElfError, ElfInfo, Lookup, MAX_MODULE_BYTES, SymKind, Symbol};

@@ -6,7 +6,12 @@
 //! implementations an IFUNC resolver chooses (glibc's `__strchr_avx2`),
 //! which have no dynamic symbol.
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, UnwindContext, UnwindSection,
+};
+
+/// DWARF's number of `rsp` on x86-64.
+const RSP: u16 = 7;
 
 /// Where `.eh_frame` is: its link-time address and its bytes' range in
 /// the file.
@@ -49,8 +54,78 @@ pub fn fde_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
     out
 }
 
+/// The starts of the FDEs of `section` in `file` that begin inside a
+/// frame: where, at their first instruction, the canonical frame address
+/// is not `rsp + 8` (a function's entry has nothing on the stack but its
+/// return address). These are the parts of functions the compiler moved
+/// away from them (GCC's `.cold` fragments: `main.cold`, `f [clone
+/// .cold]`), entered by a jump from their function's frame, never by a
+/// call. Sorted.
+pub fn fragment_starts(file: &[u8], section: EhFrameSection) -> Vec<u64> {
+    let Some(data) = file.get(section.offset..section.offset.saturating_add(section.size)) else {
+        return Vec::new();
+    };
+    let eh = EhFrame::new(data, LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(section.addr);
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut out = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let start = fde.initial_address();
+        if fde.len() == 0 {
+            continue;
+        }
+        let Ok(row) = fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) else {
+            continue;
+        };
+        let entry_like = matches!(
+            row.cfa(),
+            CfaRule::RegisterAndOffset { register, offset: 8 } if register.0 == RSP
+        );
+        if !entry_like {
+            out.push(start);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Whether `name` is the symbol of a part of a function the compiler moved
+/// away from it: GCC names them `NAME.cold` (`main.cold`, `f.part.0.cold`,
+/// `_Z3foov.cold`, shown `foo() [clone .cold]`), with a number when there
+/// are several (`NAME.cold.1`). `NAME.part.0`, `NAME.constprop.0` and
+/// `NAME.isra.0` are functions of their own.
+pub fn is_fragment_name(name: &str) -> bool {
+    name.split('.').skip(1).any(|c| c == "cold")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fragment_names() {
+        use super::is_fragment_name;
+        for n in ["main.cold", "f.cold.1", "f.part.0.cold", "_Z3foov.cold"] {
+            assert!(is_fragment_name(n), "{n}");
+        }
+        for n in [
+            "main",
+            "f.part.0",
+            "f.constprop.0",
+            "cold",
+            "f.isra.0",
+            "coldf",
+        ] {
+            assert!(!is_fragment_name(n), "{n}");
+        }
+    }
+
     /// The FDEs of this test's own executable: sorted, non-empty, and one
     /// of them is the range of this very function's symbol.
     #[test]

@@ -2,7 +2,10 @@
 //! process's mappings (read when the process is first seen, re-read when an
 //! address falls outside them) and each mapped ELF file's function symbols,
 //! sorted for binary search. Symbols print as bpftrace prints them: `name`
-//! or `name+offset` (decimal); an unknown address as `0x…`. Never panics;
+//! or `name+offset` (decimal); an unknown address as `0x…`. C++ and Rust
+//! names are demangled (`ns::f(int)+4`, as bpftrace and perf print them)
+//! unless turned off (`--no-demangle`, `config = { cpp_demangle = 0 }`),
+//! once per symbol when its file is read. Never panics;
 //! a process that has exited keeps the mappings read while it lived.
 
 use crate::procmaps::{self, Mapping, ModuleKey};
@@ -18,14 +21,24 @@ struct Table {
 }
 
 /// Symbol tables by file, mappings by process.
-#[derive(Default)]
 pub struct Symbolizer {
     maps: HashMap<u64, Vec<Mapping>>,
     tables: HashMap<PathBuf, Option<Table>>,
+    demangle: bool,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Symbolizer {
+        Symbolizer {
+            maps: HashMap::new(),
+            tables: HashMap::new(),
+            demangle: true,
+        }
+    }
 }
 
 impl Table {
-    fn load(path: &Path) -> Option<Table> {
+    fn load(path: &Path, demangle: bool) -> Option<Table> {
         let elf = wprobe_elf::ElfInfo::open(path).ok()?;
         let mut funcs: Vec<(u64, u64, String, bool)> = elf
             .symbols
@@ -43,7 +56,17 @@ impl Table {
         });
         funcs.dedup_by(|a, b| a.0 == b.0);
         Some(Table {
-            funcs: funcs.into_iter().map(|(v, s, n, _)| (v, s, n)).collect(),
+            funcs: funcs
+                .into_iter()
+                .map(|(v, s, n, _)| {
+                    let n = if demangle {
+                        wprobe_elf::demangle(&n).into_owned()
+                    } else {
+                        n
+                    };
+                    (v, s, n)
+                })
+                .collect(),
             first_load: elf.first_load.unwrap_or((0, 0)),
             is_dyn: elf.is_dyn,
         })
@@ -59,6 +82,15 @@ impl Table {
 }
 
 impl Symbolizer {
+    /// Whether names are demangled (the default); set before the first
+    /// lookup.
+    pub fn set_demangle(&mut self, yes: bool) {
+        if yes != self.demangle {
+            self.tables.clear();
+            self.demangle = yes;
+        }
+    }
+
     /// Reads the mappings of `pid` if not known yet (call while it lives).
     pub fn note(&mut self, pid: u64) {
         if !self.maps.contains_key(&pid)
@@ -89,10 +121,11 @@ impl Symbolizer {
         }
         let m = m.filter(|m| m.is_file())?;
         let path = PathBuf::from(&m.path);
+        let demangle = self.demangle;
         let table = self
             .tables
             .entry(path.clone())
-            .or_insert_with(|| Table::load(&path))
+            .or_insert_with(|| Table::load(&path, demangle))
             .as_ref()?;
         let bias = if table.is_dyn {
             let maps = self.maps.get(&pid)?;

@@ -17,6 +17,9 @@ pub struct RunConfig {
     pub print_maps_on_exit: bool,
     /// `missing_probes`: `ignore`, `warn` (the default) or `error`.
     pub missing_probes: String,
+    /// `cpp_demangle`: C++ (and Rust) names in `ustack`, `usym` and
+    /// `func` output demangled (the default).
+    pub cpp_demangle: bool,
 }
 
 impl Default for RunConfig {
@@ -24,6 +27,7 @@ impl Default for RunConfig {
         RunConfig {
             print_maps_on_exit: true,
             missing_probes: "warn".into(),
+            cpp_demangle: true,
         }
     }
 }
@@ -31,7 +35,6 @@ impl Default for RunConfig {
 /// Keys that tune only bpftrace's kernel side or its caches.
 const NO_EFFECT: &[&str] = &[
     "cache_user_symbols",
-    "cpp_demangle",
     "lazy_symbolication",
     "log_size",
     "max_bpf_progs",
@@ -98,6 +101,11 @@ pub fn apply(
             "print_maps_on_exit" => match value.as_str() {
                 "0" | "false" => rc.print_maps_on_exit = false,
                 "1" | "true" => rc.print_maps_on_exit = true,
+                _ => bad_value(diags, "0 or 1"),
+            },
+            "cpp_demangle" => match value.as_str() {
+                "0" | "false" => rc.cpp_demangle = false,
+                "1" | "true" => rc.cpp_demangle = true,
                 _ => bad_value(diags, "0 or 1"),
             },
             "missing_probes" => match value.as_str() {

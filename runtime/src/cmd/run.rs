@@ -161,7 +161,11 @@ pub fn run(a: RunArgs) -> CmdResult {
     if oneliner {
         session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
         session.set_oneliner_quiet(a.quiet);
-        session.set_print_maps_on_exit(crate::cmd::run::oneliner::run_config().print_maps_on_exit);
+        let config = crate::cmd::run::oneliner::run_config();
+        session.set_print_maps_on_exit(config.print_maps_on_exit);
+        session.set_demangle_symbols(
+            !a.no_demangle && crate::cmd::run::oneliner::cpp_demangle(config.cpp_demangle),
+        );
         session.set_oneliner_output_file(a.output.is_some());
         if a.pid.is_none() && a.command.is_empty() {
             if session.probe_count() > 0 {
@@ -532,6 +536,10 @@ pub struct RunArgs {
     /// bpftrace's --unsafe: allow `system()` in one-liners.
     #[arg(long = "unsafe")]
     pub unsafe_calls: bool,
+    /// Show C++ and Rust names in `ustack`, `usym` and `func` output as
+    /// their symbols (demangled by default; bpftrace's `cpp_demangle = 0`).
+    #[arg(long)]
+    pub no_demangle: bool,
     /// bpftrace's --no-warnings: no warnings from the one-liner front end.
     #[arg(long)]
     pub no_warnings: bool,

@@ -58,7 +58,7 @@ pub const EXIT_EXPORT: &str = "trace_exit";
                   --report for calls and times per function. See docs/trace.md.\n\n\
                   Examples:\n  \
                   wprobe trace -- ./prog                       durations, uftrace's view\n  \
-                  wprobe trace -T -C -l -- ./prog              tracef's tree, demangled, file:line\n  \
+                  wprobe trace -T -l -- ./prog                 tracef's tree, with file:line\n  \
                   wprobe trace --report -F 'parse*' -- ./prog  calls, total and self time\n  \
                   wprobe trace --plt --lib 'libz*' -p 1234     a process, its PLT calls and libz\n  \
                   wprobe trace --chrome t.json --flame f.svg -- ./prog"
@@ -68,9 +68,14 @@ pub struct TraceArgs {
     /// them (repeatable; mangled or shown names).
     #[arg(short = 'F', long = "filter", value_name = "GLOB")]
     pub filter: Vec<String>,
-    /// Functions matching GLOB are not traced at all (repeatable).
+    /// Functions matching GLOB are not traced at all; the calls they make
+    /// are shown in their place (repeatable).
     #[arg(short = 'X', long = "exclude", value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Hide the calls of functions matching GLOB and every call made
+    /// inside them (uftrace's -N; repeatable).
+    #[arg(short = 'N', long = "notrace", value_name = "GLOB")]
+    pub notrace: Vec<String>,
     /// Show calls at most N levels deep.
     #[arg(long, value_name = "N")]
     pub depth: Option<u32>,
@@ -126,9 +131,24 @@ pub struct TraceArgs {
     /// Also write a flame graph (SVG) to FILE.
     #[arg(long, value_name = "FILE")]
     pub flame: Option<PathBuf>,
-    /// Demangle C++ and Rust names.
-    #[arg(short = 'C', long = "demangle")]
-    pub demangle: bool,
+    /// How C++ and Rust names are shown: `simple` (the default: `ns::f`,
+    /// no parameters or template arguments, uftrace's form), `full`
+    /// (`ns::f(int)`), `no` (the symbols as they are). `-C` alone changes
+    /// nothing (names are demangled by default).
+    #[arg(
+        short = 'C',
+        long = "demangle",
+        value_name = "MODE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "simple",
+        default_missing_value = "simple",
+        value_parser = ["simple", "full", "no"]
+    )]
+    pub demangle: String,
+    /// Show the symbols as they are (`--demangle=no`).
+    #[arg(long)]
+    pub no_demangle: bool,
     /// Source file and line of each function, from DWARF.
     #[arg(short = 'l', long = "line-numbers")]
     pub line_numbers: bool,
@@ -515,7 +535,15 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         libs: a.libs.clone(),
         exclude: a.exclude.clone(),
         filters: a.filter.clone(),
-        demangle: a.demangle,
+        demangle: if a.no_demangle {
+            funcs::Demangle::No
+        } else {
+            match a.demangle.as_str() {
+                "full" => funcs::Demangle::Full,
+                "no" => funcs::Demangle::No,
+                _ => funcs::Demangle::Simple,
+            }
+        },
     };
     let (mut funcs, skipped) = funcs::select(&exe, &libraries, &sel)?;
     if funcs.is_empty() {
@@ -537,25 +565,8 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         lines::fill(&mut funcs);
     }
     list_not_traced(&skipped);
-    let filter_hit: Vec<bool> = if a.filter.is_empty() {
-        Vec::new()
-    } else {
-        let hits: Vec<bool> = funcs
-            .iter()
-            .map(|f| {
-                a.filter
-                    .iter()
-                    .any(|g| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
-            })
-            .collect();
-        if !hits.iter().any(|h| *h) {
-            return Err(format!(
-                "-F {}: no traced function matches",
-                a.filter.join(" -F ")
-            ));
-        }
-        hits
-    };
+    let filter_hit = matching(&funcs, &a.filter, "-F")?;
+    let notrace_hit = matching(&funcs, &a.notrace, "-N")?;
 
     // The handler programs.
     let engine = crate::engine::new_engine().map_err(|e| format!("{e:#}"))?;
@@ -729,6 +740,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     }
     let filters = Filters {
         filter_hit,
+        notrace_hit,
         max_depth: a.depth,
         min_ns,
     };
@@ -862,6 +874,31 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         return Ok(Err(f));
     }
     Ok(Ok(exit_code(status)))
+}
+
+/// Per function, whether one of `globs` (given with `option`) matches its
+/// symbol or its shown name; empty without globs; an error when none
+/// matches any function.
+fn matching(funcs: &[Func], globs: &[String], option: &str) -> Result<Vec<bool>, String> {
+    if globs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hits: Vec<bool> = funcs
+        .iter()
+        .map(|f| {
+            globs
+                .iter()
+                .any(|g| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
+        })
+        .collect();
+    if !hits.iter().any(|h| *h) {
+        let sep = format!(" {option} ");
+        return Err(format!(
+            "{option} {}: no traced function matches",
+            globs.join(&sep)
+        ));
+    }
+    Ok(hits)
 }
 
 /// Says, once, which functions could not be traced and why (the

@@ -86,6 +86,12 @@ impl Session {
         self.bt.quiet = quiet;
     }
 
+    /// Whether C++ and Rust names in `ustack`, `usym` and `func` output
+    /// are demangled (the default; `--no-demangle`, `cpp_demangle = 0`).
+    pub fn set_demangle_symbols(&mut self, yes: bool) {
+        self.bt.sym.set_demangle(yes);
+    }
+
     /// Whether the maps are printed at exit (`print_maps_on_exit`).
     pub fn set_print_maps_on_exit(&mut self, yes: bool) {
         self.bt.print_maps = yes;

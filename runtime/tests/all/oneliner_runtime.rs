@@ -24,6 +24,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
     case!(intervals_tick_while_tracing @ every_transport),
+    case!(cxx_names_in_ustack_and_usym_are_demangled_unless_turned_off @ every_transport),
 ];
 
 use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};
@@ -666,4 +667,45 @@ fn script_files_output_files_attach_mixing_and_bench() {
     assert_eq!(cols[3], "compiled", "{row}");
     assert_eq!(cols[cols.len() - 1], "exit", "{row}");
     assert!(cols[4].parse::<f64>().unwrap() > 0.0, "{row}");
+}
+
+/// C++ names in `ustack` and `usym` output are demangled as bpftrace
+/// prints them (`ns::f(int)+OFF`) unless `--no-demangle`, `config = {
+/// cpp_demangle = 0 }` or `BPFTRACE_CPP_DEMANGLE=0` turns it off.
+fn cxx_names_in_ustack_and_usym_are_demangled_unless_turned_off(tr: &str) {
+    let prog = gcc(
+        "trace_names",
+        &progs().join("trace_names.cpp"),
+        &["-O0", "-g", "-lstdc++"],
+    );
+    let p = prog.to_str().unwrap();
+    let program = |config: &str| {
+        format!(
+            "{config}uprobe:{p}:_ZN2ns3ns13foo4bar3Ev {{ print(ustack(2)); print(usym(reg(\"ip\"))); }}"
+        )
+    };
+    let with = |extra: &[&str], config: &str, env: &[(&str, &str)]| -> String {
+        let text = program(config);
+        let mut args = vec!["--transport", tr, "-q"];
+        args.extend_from_slice(extra);
+        args.extend(["-e", text.as_str(), "-c", p]);
+        let (out, err, code) = run(&args, env);
+        assert_eq!(code, Some(0), "{err}");
+        out
+    };
+    // The first frame only: perf's unwinding from a function's entry
+    // skips its caller (the frame pointer is still the caller's).
+    let demangled = "\n        ns::ns1::foo::bar3()+0\n";
+    let out = with(&[], "", &[]);
+    assert!(out.starts_with(demangled), "{out}");
+    assert!(out.contains("\nns::ns1::foo::bar3()\n"), "{out}");
+    let mangled = "\n        _ZN2ns3ns13foo4bar3Ev+0\n";
+    for out in [
+        with(&["--no-demangle"], "", &[]),
+        with(&[], "config = { cpp_demangle = 0 } ", &[]),
+        with(&[], "", &[("BPFTRACE_CPP_DEMANGLE", "0")]),
+    ] {
+        assert!(out.starts_with(mangled), "{out}");
+        assert!(out.contains("\n_ZN2ns3ns13foo4bar3Ev\n"), "{out}");
+    }
 }

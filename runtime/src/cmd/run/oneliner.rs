@@ -132,6 +132,16 @@ pub fn run_config() -> bt2wasm::check::config::RunConfig {
         .unwrap_or_default()
 }
 
+/// Whether symbols are demangled: `BPFTRACE_CPP_DEMANGLE` when set (it
+/// wins over the program's `config` block, as in bpftrace), else what the
+/// block said (`configured`).
+pub fn cpp_demangle(configured: bool) -> bool {
+    match std::env::var("BPFTRACE_CPP_DEMANGLE") {
+        Ok(v) => !matches!(v.as_str(), "0" | "false"),
+        Err(_) => configured,
+    }
+}
+
 /// Compiles a `.bt` file or `-e` text; the error is the rendered diagnostics.
 pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<Vec<u8>, String> {
     match bt2wasm::compile(name, text, opts) {

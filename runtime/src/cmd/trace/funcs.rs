@@ -2,7 +2,11 @@
 //! executable and the functions its unwind table bounds that no symbol
 //! names (`sub_ADDR`), its PLT entries (`--plt`), the functions of the shared
 //! libraries named by `--lib GLOB`; minus `-X` and the functions that
-//! cannot be traced, each listed once with the reason. Everything about a
+//! cannot be traced, each listed once with the reason. The parts of
+//! functions the compiler moved away from them (GCC's `.cold` fragments,
+//! named or found in a stripped module by their unwind entry starting
+//! inside a frame) are not functions: not traced, their time their
+//! function's. Everything about a
 //! function that output needs (its name as shown, its source line) is
 //! computed here, once, at start.
 
@@ -30,7 +34,7 @@ pub enum Origin {
 pub struct Func {
     /// Its symbol (`puts@plt` for a PLT entry).
     pub name: String,
-    /// As shown: demangled with `-C`.
+    /// As shown: demangled unless `--no-demangle`.
     pub shown: String,
     /// The module file (canonical path).
     pub module: PathBuf,
@@ -64,8 +68,21 @@ pub struct Selection {
     pub exclude: Vec<String>,
     /// `-F GLOB`: a start-up function named by a filter is traced anyway.
     pub filters: Vec<String>,
-    /// `-C`.
-    pub demangle: bool,
+    /// How names are shown.
+    pub demangle: Demangle,
+}
+
+/// How C++ and Rust names are shown (`--demangle=MODE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Demangle {
+    /// `ns::f`: no parameters, template arguments or return type
+    /// (uftrace's default).
+    #[default]
+    Simple,
+    /// `ns::f(int)`.
+    Full,
+    /// The symbol as it is (`--no-demangle`).
+    No,
 }
 
 /// C run-time start-up code, not traced unless a `-F` names it (uftrace
@@ -73,20 +90,14 @@ pub struct Selection {
 /// `main` on every program.
 const STARTUP: &[&str] = &["_start", "__libc_csu_init", "__libc_csu_fini"];
 
-/// Functions that return twice (or share their caller's stack with a
-/// child): a return probe cannot pair their returns with their calls.
-const RETURNS_TWICE: &[&str] = &[
-    "setjmp",
-    "_setjmp",
-    "__setjmp",
-    "sigsetjmp",
-    "__sigsetjmp",
-    "savectx",
-    "getcontext",
-    "__getcontext",
-    "vfork",
-    "__vfork",
-];
+/// Functions that share their caller's stack with a child (`vfork`: the
+/// child runs on the parent's stack until it execs or exits, and returns
+/// through the parent's return addresses): a return probe cannot pair
+/// their returns with their calls. Functions that return twice (`setjmp`,
+/// `getcontext`) are traced: their first return is their call's, and a
+/// `longjmp` or `setcontext` back to them lands at their return address
+/// without a call open there (the calls it leaves are closed as unwound).
+const RETURNS_TWICE: &[&str] = &["vfork", "__vfork"];
 
 /// Size of one PLT entry on x86-64 (`.plt` and `.plt.sec`).
 const PLT_ENTRY: u64 = 16;
@@ -131,10 +142,10 @@ fn named_by_filter(sel: &Selection, name: &str) -> bool {
 }
 
 fn shown_name(sel: &Selection, name: &str) -> String {
-    if sel.demangle {
-        wprobe_elf::demangle(name).into_owned()
-    } else {
-        name.to_string()
+    match sel.demangle {
+        Demangle::Simple => wprobe_elf::demangle_short(name).into_owned(),
+        Demangle::Full => wprobe_elf::demangle(name).into_owned(),
+        Demangle::No => name.to_string(),
     }
 }
 
@@ -155,7 +166,8 @@ fn module_functions(
             .entry(s.value)
             .and_modify(|cur| {
                 let better = (s.global && !cur.global)
-                    || (s.global == cur.global && s.name.len() < cur.name.len());
+                    || (s.global == cur.global
+                        && (s.name.len(), &s.name) < (cur.name.len(), &cur.name));
                 if better {
                     *cur = s;
                 }
@@ -174,6 +186,11 @@ fn module_functions(
         }
     };
     for s in syms {
+        // A part of a function moved away from it (`main.cold`): entered
+        // by a jump inside its function's call, whose time it is.
+        if elf.is_fragment(s.value, Some(&s.name)) {
+            continue;
+        }
         let shown = shown_name(sel, &s.name);
         if excluded(sel, &s.name, &shown) {
             continue;
@@ -192,7 +209,7 @@ fn module_functions(
             continue;
         }
         if RETURNS_TWICE.contains(&s.name.as_str()) {
-            skip("returns twice: its returns cannot be paired with its calls".into());
+            skip("shares its caller's stack with the child: its returns cannot be paired with its calls".into());
             continue;
         }
         if s.kind == SymKind::Ifunc {
@@ -226,7 +243,7 @@ fn module_functions(
     // point `_start` (start-up code, as above).
     for (start, _) in elf.unnamed_functions() {
         // A symbol without a size names it (crtstuff's `frame_dummy`).
-        if named.contains(&start) {
+        if named.contains(&start) || elf.is_fragment(start, None) {
             continue;
         }
         let name = if origin == Origin::Exe && start == elf.entry {
@@ -306,7 +323,7 @@ fn plt_entries(
         if RETURNS_TWICE.contains(&name) {
             skipped.push(NotTraced {
                 name: shown,
-                reason: "returns twice: its returns cannot be paired with its calls".into(),
+                reason: "shares its caller's stack with the child: its returns cannot be paired with its calls".into(),
             });
             continue;
         }

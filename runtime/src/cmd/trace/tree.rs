@@ -14,12 +14,17 @@
 //!   a thread's tree is empty again when its last call returns, and a tid
 //!   reused by a later thread starts a fresh tree.
 //! * **Processes.** A fork child's first thread starts with a copy of the
-//!   forking thread's open calls (the child returns from them); an exec or
+//!   forking thread's open calls (the child returns from them: its own
+//!   tree from the fork on, the parent's open calls its context); those
+//!   its first entries or returns prove left (the forking call, `fork()`
+//!   itself when traced) are closed as returned there; an exec or
 //!   the end of a process closes every call still open in it (`exit()`
 //!   leaves `main` without returning), as unwound.
 //! * **Filters.** `-F`: a call is shown when its function matches or it is
 //!   inside a call that matches (uftrace's meaning), at a depth counted from
-//!   the outermost shown call; `--depth N` hides calls N or more levels
+//!   the outermost shown call; `-N`: a call of a matching function is
+//!   hidden, and every call made inside it (uftrace's meaning; its time
+//!   stays its caller's own); `--depth N` hides calls N or more levels
 //!   deep; `--min-duration D` hides calls shorter than D (and so their
 //!   callees), which needs the steps of a call held back until its length
 //!   is known.
@@ -145,6 +150,8 @@ pub trait Sink {
 pub struct Filters {
     /// Per function: named by `-F` (empty: no `-F`, everything shown).
     pub filter_hit: Vec<bool>,
+    /// Per function: named by `-N` (hidden with its callees; empty: none).
+    pub notrace_hit: Vec<bool>,
     /// `--depth`.
     pub max_depth: Option<u32>,
     /// `--min-duration` in ns (0: none).
@@ -158,6 +165,8 @@ struct Frame {
     entry_ns: u64,
     child_ns: u64,
     in_filter: bool,
+    /// Inside a call `-N` names (or one itself).
+    notraced: bool,
     visible: bool,
     depth: u32,
     /// Copied from the parent at a fork.
@@ -338,19 +347,31 @@ impl<S: Sink> Tree<S> {
             .get(func as usize)
             .copied()
             .unwrap_or(false);
+        let notrace = self
+            .filters
+            .notrace_hit
+            .get(func as usize)
+            .copied()
+            .unwrap_or(false);
         let max_depth = self.filters.max_depth;
         self.counters.calls += 1;
         let st = self.thread(th, rsp, None);
+        if st.stack.last().is_some_and(|f| f.inherited && f.rsp <= rsp) {
+            self.left_inherited(th, rsp, time_ns);
+        }
+        let st = self.thread(th, rsp, None);
         st.last_ns = st.last_ns.max(time_ns);
         let in_filter = !has_filter || hit || st.stack.last().is_some_and(|f| f.in_filter);
+        let notraced = notrace || st.stack.last().is_some_and(|f| f.notraced);
         let depth = st.shown;
-        let visible = in_filter && max_depth.is_none_or(|m| depth < m);
+        let visible = in_filter && !notraced && max_depth.is_none_or(|m| depth < m);
         st.stack.push(Frame {
             func,
             rsp,
             entry_ns: time_ns,
             child_ns: 0,
             in_filter,
+            notraced,
             visible,
             depth,
             inherited: false,
@@ -406,9 +427,37 @@ impl<S: Sink> Tree<S> {
             .max(st.stack[k].entry_ns);
         let above = st.stack.len() - (k + 1);
         for _ in 0..above {
-            self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
+            let inherited = self
+                .threads
+                .get(th)
+                .and_then(|s| s.stack.last())
+                .is_some_and(|f| f.inherited);
+            let how = if inherited {
+                // A call a fork child inherited: it returned in the child
+                // (unseen), as the forking call did.
+                How::Returned
+            } else {
+                How::Unwound(Cause::OuterReturned)
+            };
+            self.close(th, end, how, None, &[]);
         }
         self.close(th, end, How::Returned, Some(rax), extras);
+    }
+
+    /// A fork child's thread enters a call at `rsp`: the inherited calls
+    /// whose return-address slot is at or below it have returned in the
+    /// child, unseen (the transport tracks no return of an inherited call):
+    /// the forking call first (`fork()`, the child's first return). They
+    /// are closed as returned, without a value, at `time_ns`.
+    fn left_inherited(&mut self, th: Thread, rsp: u64, time_ns: u64) {
+        while self
+            .threads
+            .get(th)
+            .and_then(|s| s.stack.last())
+            .is_some_and(|f| f.inherited && f.rsp <= rsp)
+        {
+            self.close(th, time_ns, How::Returned, None, &[]);
+        }
     }
 
     /// The transport reports that the call of `func` entered with
@@ -768,7 +817,7 @@ mod tests {
         let mut t = tree(Filters {
             filter_hit: vec![false, true, false, false],
             max_depth: Some(2),
-            min_ns: 0,
+            ..Filters::default()
         });
         t.enter(T, 0, 0, 0x1000, 0, &[]);
         t.enter(T, 1, 1, 0x0f00, 0, &[]);
@@ -779,6 +828,25 @@ mod tests {
         t.exit(T, 1, 6, 0, 0x0f00, 5, &[]);
         t.exit(T, 0, 7, 0, 0x1000, 7, &[]);
         assert_eq!(brief(&t.sink.0), ["0>1", "1>2", "1<2 3/3", "0<1 5/2"]);
+    }
+
+    #[test]
+    fn notrace_hides_a_call_and_everything_inside_it() {
+        let mut t = tree(Filters {
+            notrace_hit: vec![false, true, false],
+            ..Filters::default()
+        });
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 1, 0x0f00, 0, &[]);
+        t.enter(T, 2, 2, 0x0e00, 0, &[]);
+        t.exit(T, 2, 3, 0, 0x0e00, 1, &[]);
+        t.exit(T, 1, 4, 0, 0x0f00, 3, &[]);
+        t.enter(T, 2, 5, 0x0f00, 0, &[]);
+        t.exit(T, 2, 6, 0, 0x0f00, 1, &[]);
+        t.exit(T, 0, 8, 0, 0x1000, 8, &[]);
+        assert_eq!(brief(&t.sink.0), ["0>0", "1>2", "1<2 1/1", "0<0 8/7"]);
+        assert_eq!(t.counters.calls, 4);
+        assert_eq!(t.counters.returned, 4);
     }
 
     #[test]
@@ -804,6 +872,29 @@ mod tests {
             brief(&t.sink.0),
             ["0>0", "1>1", "2>2", "2<2 14/14", "1<1 16/2", "0<0 30/14"]
         );
+    }
+
+    #[test]
+    fn a_fork_childs_first_call_closes_the_forking_call_it_returned_from() {
+        // main (0) calls fork (1); the child's first call (2) is made from
+        // main at fork's return-address slot: fork returned in the child.
+        let mut t = tree(Filters::default());
+        t.enter(T, 0, 0, 0x1000, 0, &[]);
+        t.enter(T, 1, 1, 0x0f00, 0, &[]);
+        t.forked(2, 1);
+        let c = Thread { pid: 2, tid: 2 };
+        t.enter(c, 2, 5, 0x0f00, 0, &[]);
+        t.exit(c, 2, 6, 7, 0x0f00, 1, &[]);
+        t.end_process(2, How::Unwound(Cause::ProcessEnded));
+        t.exit(T, 1, 7, 2, 0x0f00, 6, &[]);
+        t.exit(T, 0, 8, 0, 0x1000, 8, &[]);
+        let child: Vec<Step> = t.sink.0.iter().filter(|s| s.th == c).cloned().collect();
+        assert_eq!(
+            brief(&child),
+            ["1<1 4/4", "1>2", "1<2 1/1", "0<0 6/1 Unwound(Inherited)"]
+        );
+        assert_eq!(t.counters.unwound, 0);
+        assert_eq!(t.counters.calls, 3);
     }
 
     #[test]

@@ -226,10 +226,15 @@ fn parse_zone(z: &str) -> Option<i64> {
 }
 
 /// Appends `(a, b, …)`: words as `wprobe run` prints them; nothing when
-/// there are none and the name (demangled C++) already ends with its
-/// parameter list.
+/// there are none and the name (demangled C++, `--demangle=full`) already
+/// ends with its parameter list and its qualifiers (`f(int) const`).
 pub fn push_args(out: &mut String, args: &[u64]) {
-    if args.is_empty() && out.ends_with(')') {
+    const QUALIFIERS: [&str; 4] = [" const", " volatile", " &", " &&"];
+    let mut end = out.as_str();
+    while let Some(q) = QUALIFIERS.iter().find(|q| end.ends_with(*q)) {
+        end = &end[..end.len() - q.len()];
+    }
+    if args.is_empty() && end.ends_with(')') {
         return;
     }
     out.push('(');
