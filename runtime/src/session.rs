@@ -716,6 +716,12 @@ impl Session {
                 self.arm(t, pid, true);
             }
             Event::LibrariesChanged { pid } => {
+                let gone = t.take_unmapped();
+                if !gone.is_empty() {
+                    for p in &mut self.probes {
+                        p.armed.retain(|(_, a)| !gone.contains(a));
+                    }
+                }
                 self.arm(t, pid, true);
             }
             Event::ProcessExited { pid, status } => {

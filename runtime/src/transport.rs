@@ -558,6 +558,14 @@ pub trait Transport {
     /// reported as hits of an enabled probe).
     fn remove(&mut self, armed: Armed);
 
+    /// The probes armed in a library the process has unmapped since the
+    /// last call (`dlclose`, or another library mapped at its address):
+    /// gone with it, nothing to remove. The session forgets them, so that
+    /// they are armed again where their module is mapped next.
+    fn take_unmapped(&mut self) -> Vec<Armed> {
+        Vec::new()
+    }
+
     /// Makes every probe dormant without forgetting it: no hit after this
     /// returns (a hit already caught by the kernel may still be
     /// delivered), and a transport that patches the target restores its

@@ -195,6 +195,9 @@ pub struct PtraceTracer {
     /// Stops received while waiting for something else: (tid, raw status).
     queue: VecDeque<(i32, i32)>,
     bps: HashMap<BpId, (i32, u64)>,
+    /// Breakpoints whose library was unmapped, not yet told to the seam
+    /// (see `ProcMem::drop_unmapped`).
+    unmapped: Vec<BpId>,
     next_bp: u32,
     wps: HashMap<WpId, (i32, usize)>,
     next_wp: u32,
@@ -256,6 +259,7 @@ impl PtraceTracer {
             orphans: HashMap::new(),
             queue: VecDeque::with_capacity(64),
             bps: HashMap::new(),
+            unmapped: Vec::new(),
             next_bp: 1,
             wps: HashMap::new(),
             next_wp: 1,

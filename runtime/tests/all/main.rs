@@ -14,6 +14,7 @@ mod bench_cmd;
 mod cache;
 mod cli;
 mod cli_goldens;
+mod dynamic_processes;
 mod guests;
 mod inproc;
 mod inproc_safety;
@@ -52,6 +53,7 @@ fn main() {
         bench_cmd::CASES,
         cache::CASES,
         cli::CASES,
+        dynamic_processes::CASES,
         guests::CASES,
         inproc::CASES,
         inproc_safety::CASES,

@@ -198,9 +198,13 @@ impl PtraceTracer {
         let Some(p) = self.procs.get(&pid) else {
             return;
         };
+        let gone;
         let consistent = {
             let mut m = p.mem.borrow_mut();
             m.refresh_maps();
+            // Probes of a library closed (or replaced at its address) go
+            // with it: the session arms them again if it comes back.
+            gone = m.drop_unmapped();
             match p.rdebug.and_then(|r| r.r_debug) {
                 Some(a) => {
                     let mut b = [0u8; 4];
@@ -210,6 +214,10 @@ impl PtraceTracer {
                 None => true,
             }
         };
+        for id in gone {
+            self.bps.remove(&id);
+            self.unmapped.push(id);
+        }
         if consistent {
             cb(self, PtraceEvent::LibrariesChanged { pid });
         }

@@ -47,6 +47,10 @@ pub struct Site {
     pub ret: bool,
     /// Tracked calls that return here (in this address space).
     pub ret_refs: u32,
+    /// The mapping the site was armed in: its file's inode and its load
+    /// base (start minus file offset). A library unmapped (`dlclose`), or
+    /// another mapped in its place, no longer holds the `int3`.
+    pub origin: (u64, u64),
 }
 
 impl Site {
@@ -350,6 +354,32 @@ impl ProcMem {
     }
 
     /// Whether `addr` lies in an executable mapping (refreshing once on a miss).
+    /// The mapping identity of `addr` (see [`Site::origin`]).
+    pub fn origin_of(&self, addr: u64) -> (u64, u64) {
+        procmaps::find(&self.maps, addr)
+            .map_or((0, 0), |m| (m.inode, m.start.wrapping_sub(m.offset)))
+    }
+
+    /// Forgets the sites whose mapping is gone or is another one now (a
+    /// library closed, another opened at its address), without writing:
+    /// their `int3`s went with the old mapping. Returns the probe ids
+    /// they held. The maps must be fresh.
+    pub fn drop_unmapped(&mut self) -> Vec<BpId> {
+        let maps = self.maps.clone();
+        let mut gone = Vec::new();
+        self.sites.retain(|&addr, s| {
+            let now = procmaps::find(&maps, addr)
+                .filter(|m| m.exec)
+                .map(|m| (m.inode, m.start.wrapping_sub(m.offset)));
+            if s.internal || now == Some(s.origin) {
+                return true;
+            }
+            gone.append(&mut s.ids);
+            false
+        });
+        gone
+    }
+
     pub fn is_exec(&mut self, addr: u64) -> bool {
         if procmaps::find(&self.maps, addr).is_some_and(|m| m.exec) {
             return true;

@@ -392,6 +392,26 @@ impl Transport for PtraceTracer {
         }
     }
 
+    fn take_unmapped(&mut self) -> Vec<Armed> {
+        let ids = std::mem::take(&mut self.unmapped);
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let current = u64::from(id.0);
+            // The session's handle (an alias after a suspend and resume).
+            let handle = self
+                .seam
+                .alias
+                .iter()
+                .find(|&(_, v)| *v == current)
+                .map_or(current, |(k, _)| *k);
+            // The breakpoint is gone from the tables already: what is
+            // left is the seam's (tags, return probes' live calls).
+            self.remove(Armed(handle));
+            out.push(Armed(handle));
+        }
+        out
+    }
+
     fn remove(&mut self, armed: Armed) {
         if let Some(i) = self.seam.dormant.iter().position(|d| d.handle == armed.0) {
             self.seam.dormant.swap_remove(i);

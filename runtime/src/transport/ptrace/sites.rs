@@ -119,6 +119,7 @@ impl PtraceTracer {
         m.poke(tid, addr, &[BREAKPOINT_INSN])
             .map_err(|e| PtraceError::sys("writing int3", pid, e))?;
         m.ever_armed.insert(addr);
+        let origin = m.origin_of(addr);
         m.sites.insert(
             addr,
             Site {
@@ -130,6 +131,7 @@ impl PtraceTracer {
                 ool: None,
                 ret,
                 ret_refs: 0,
+                origin,
             },
         );
         Ok(())
