@@ -132,6 +132,13 @@ pub fn choose(
         }
     }
     let Some((&info, rest)) = ok.split_first() else {
+        // The same reason from every transport is the run's own problem
+        // (too many watchpoints, say): said once, as a forced one says it.
+        if let Some((_, first)) = passed_over.first()
+            && passed_over.iter().all(|(_, why)| why == first)
+        {
+            return Err(first.clone());
+        }
         return Err(format!(
             "no transport can run this (--transport auto tried each): {}",
             passed_over
@@ -291,6 +298,15 @@ mod tests {
             e,
             "no transport can run this (--transport auto tried each): inproc: inproc says no; \
              ptrace: ptrace says no; perf: perf says no"
+        );
+    }
+
+    #[test]
+    fn a_reason_every_transport_gives_is_said_once() {
+        let check = |_: &'static TransportInfo| Err("too many watchpoints".to_string());
+        assert_eq!(
+            choose(AUTO, &Needs::default(), &check).unwrap_err(),
+            "too many watchpoints"
         );
     }
 

@@ -175,11 +175,14 @@ pub fn in_ci() -> bool {
 pub const TRANSPORTS: &[(&str, Need)] = &[("ptrace", Need::Ptrace), ("perf", Need::Perf)];
 
 /// The transports a [`Body::EveryTransport`] test runs under: those of
-/// [`TRANSPORTS`] and the in-process one (breakpoint-only features).
+/// [`TRANSPORTS`], the in-process one (breakpoint-only features), and
+/// `auto`, the default (the planner's choice: inproc, or ptrace where the
+/// test's run needs it).
 pub const EVERY_TRANSPORT: &[(&str, Need)] = &[
     ("ptrace", Need::Ptrace),
     ("perf", Need::Perf),
     ("inproc", Need::Ptrace),
+    ("auto", Need::Ptrace),
 ];
 
 /// What a test runs.
