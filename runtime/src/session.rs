@@ -103,6 +103,9 @@ pub struct Session {
     /// `thread_pointer`: scanned by `check` for what a transport that
     /// samples registers cannot give (`regscan`).
     program_code: Vec<(String, std::sync::Arc<[u8]>, bool)>,
+    /// How the transport armed each probe's sites, where it chose per
+    /// site: `(tag, mechanism, sites)` ([`Transport::site_counts`]).
+    site_counts: Vec<(usize, &'static str, u32)>,
     /// The registers the programs read (see [`Session::registers_read`]).
     registers: RegsRead,
     /// How the transport was chosen: (chosen by `auto`, why), for the
@@ -304,6 +307,7 @@ impl Session {
         Ok(Session {
             registers,
             plan: None,
+            site_counts: Vec::new(),
             program_wasm,
             runner,
             manifests,
@@ -616,6 +620,7 @@ impl Session {
         stop: &AtomicBool,
     ) -> anyhow::Result<Option<ExitStatus>> {
         self.transport = Some(t.info());
+        self.site_counts = t.site_counts();
         self.runner.store.data_mut().env.hit = t.new_hit();
         if self.hook.is_some() && self.tick_period().is_none() {
             // With interval probes the hook has their tick (the command

@@ -566,6 +566,14 @@ pub trait Transport {
         Vec::new()
     }
 
+    /// How the sites of each probe were armed, where a transport chooses
+    /// per site (the in-process transport: a `jump`, or a `trap` where no
+    /// jump fits): `(tag, mechanism, sites)`, for the statistics. Empty
+    /// where every site is armed one way (ptrace's `int3`, perf's uprobe).
+    fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
+        Vec::new()
+    }
+
     /// Makes every probe dormant without forgetting it: no hit after this
     /// returns (a hit already caught by the kernel may still be
     /// delivered), and a transport that patches the target restores its

@@ -86,6 +86,14 @@ fn trace(
                 for k in ["pid", "tid", "cpu", "time_ns", "transport"] {
                     m.remove(k);
                 }
+                // How the in-process transport armed each probe's sites.
+                if let Some(serde_json::Value::Array(probes)) = m.get_mut("probes") {
+                    for p in probes {
+                        if let Some(o) = p.as_object_mut() {
+                            o.remove("sites");
+                        }
+                    }
+                }
             }
             v
         })

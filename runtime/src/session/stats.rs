@@ -216,9 +216,25 @@ impl Session {
                 format::json_string(&mut line, p.label.as_bytes());
                 let s = &p.stats;
                 line.push_str(&format!(
-                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}",
+                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}",
                     s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.missed_depth, s.faulted, s.discarded, s.fuel_exhausted, s.traps, s.uncaught
                 ));
+                let mut sites = self
+                    .site_counts
+                    .iter()
+                    .filter(|(t, _, _)| *t == i)
+                    .peekable();
+                if sites.peek().is_some() {
+                    line.push_str(",\"sites\":{");
+                    for (k, (_, how, n)) in sites.enumerate() {
+                        if k > 0 {
+                            line.push(',');
+                        }
+                        line.push_str(&format!("\"{how}\":{n}"));
+                    }
+                    line.push('}');
+                }
+                line.push('}');
             }
             line.push_str(&format!(
                 "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}",

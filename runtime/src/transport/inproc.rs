@@ -816,6 +816,21 @@ impl Transport for InProc {
         }
     }
 
+    fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
+        let mut out: Vec<(usize, &'static str, u32)> = Vec::new();
+        for s in &self.patcher.sites {
+            let how = if s.trap.is_some() { "trap" } else { "jump" };
+            for &tag in s.tags.iter().chain(&s.ret_tags) {
+                match out.iter_mut().find(|(t, h, _)| *t == tag && *h == how) {
+                    Some(e) => e.2 += 1,
+                    None => out.push((tag, how, 1)),
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     fn remove(&mut self, armed: Armed) {
         let tag = armed.0 as usize;
         match &self.agent {

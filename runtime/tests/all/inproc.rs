@@ -123,19 +123,12 @@ fn run_json_env(
     let records = json
         .into_iter()
         .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            // What differs between transports by design: who ran and how,
+            // and the identities and times of the hits.
+            let mut v = crate::support::cli::without_transport(v);
             if let Some(m) = v.as_object_mut() {
-                // What differs between transports by design: who ran, and
-                // the identities and times of the hits.
-                for k in [
-                    "pid",
-                    "tid",
-                    "cpu",
-                    "time_ns",
-                    "transport",
-                    "transport_auto",
-                    "transport_reason",
-                ] {
+                for k in ["pid", "tid", "cpu", "time_ns"] {
                     m.remove(k);
                 }
             }

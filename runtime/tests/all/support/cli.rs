@@ -280,12 +280,21 @@ pub fn signal(pid: u32, sig: &str) {
 }
 
 /// A JSON statistics object without what names the transport that ran
-/// (`transport`, `transport_auto`, `transport_reason`): for comparing the
-/// statistics of two transports.
+/// (`transport`, `transport_auto`, `transport_reason`, each probe's
+/// `sites`): for comparing the statistics of two transports.
 pub fn without_transport(mut v: serde_json::Value) -> serde_json::Value {
     if let Some(m) = v.as_object_mut() {
         for k in ["transport", "transport_auto", "transport_reason"] {
             m.remove(k);
+        }
+        // How each probe's sites were armed (the in-process transport's
+        // jumps and traps).
+        if let Some(serde_json::Value::Array(probes)) = m.get_mut("probes") {
+            for p in probes {
+                if let Some(o) = p.as_object_mut() {
+                    o.remove("sites");
+                }
+            }
         }
     }
     v
