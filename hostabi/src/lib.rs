@@ -37,6 +37,7 @@ pub mod rustsdk;
 pub mod sdkfacts;
 pub mod snapshot;
 pub mod status;
+pub mod usdt;
 pub mod zigsdk;
 
 pub use imports::{HOST_IMPORTS, HostImport, ImportId, ValType};
