@@ -21,7 +21,11 @@
 //! `value`, `opcode`, `watch`, `length`, `group`, `type`, `minor`, `ignore`,
 //! `maxhits`, `logonfault`, `excpt_mask`, `heap`, `return`, `maxactive`
 //! (return probes: `return yes` only on a breakpoint, `maxactive` only with
-//! `return yes`) and `args` (the handler's parameters, see [`ArgSource`]).
+//! `return yes`), `args` (the handler's parameters, see [`ArgSource`]),
+//! `usdt_args` (a USDT site's argument specs in their canonical spelling,
+//! [`crate::usdt::UsdtArg::render`], read by the `usdt_arg` import) and
+//! `semaphore` (the link-time address of the site's USDT semaphore, a
+//! 2-byte counter the runtime raises while the probe is armed).
 //! Blank lines and lines starting with `#` are ignored.
 
 use alloc::string::{String, ToString};
@@ -237,6 +241,13 @@ pub struct ProbeSpec {
     /// What the handler receives as parameters (`args`), one i64 each, in
     /// order; empty for a handler that takes none.
     pub args: Vec<ArgSource>,
+    /// A USDT site's arguments (`usdt_args`), what `usdt_arg(n)` reads;
+    /// empty for other probes.
+    pub usdt_args: Vec<crate::usdt::UsdtArg>,
+    /// A USDT site's semaphore (`semaphore`): link-time address, in the
+    /// probe's module, of the 2-byte counter the program checks before
+    /// the site; raised by one while the probe is armed.
+    pub semaphore: Option<u64>,
 }
 
 /// Most parameters a handler may take (`args`).
@@ -326,6 +337,8 @@ impl ProbeSpec {
             r#return: false,
             maxactive: 0,
             args: Vec::new(),
+            usdt_args: Vec::new(),
+            semaphore: None,
         }
     }
 
@@ -474,6 +487,12 @@ impl Manifest {
             if !p.args.is_empty() {
                 let words: Vec<String> = p.args.iter().map(|a| a.render()).collect();
                 let _ = writeln!(s, "  args {}", words.join(" "));
+            }
+            if !p.usdt_args.is_empty() {
+                let _ = writeln!(s, "  usdt_args {}", crate::usdt::render_args(&p.usdt_args));
+            }
+            if let Some(sem) = p.semaphore {
+                let _ = writeln!(s, "  semaphore 0x{sem:x}");
             }
         }
         s
@@ -680,6 +699,8 @@ fn is_probe_key(key: &str) -> bool {
             | "return"
             | "maxactive"
             | "args"
+            | "usdt_args"
+            | "semaphore"
     )
 }
 
@@ -745,6 +766,10 @@ fn decode_probe_key(
             }
             p.args = args;
         }
+        "usdt_args" => {
+            p.usdt_args = crate::usdt::parse_args(val, &mut |_| None).map_err(|_| bad)?;
+        }
+        "semaphore" => p.semaphore = Some(parse_num(val, off)?),
         _ => return Err(bad),
     }
     Ok(())
@@ -988,6 +1013,33 @@ mod tests {
         let m = sample();
         let text = m.encode();
         assert_eq!(Manifest::decode(text.as_bytes()), Ok(m));
+    }
+
+    #[test]
+    fn usdt_keys_round_trip() {
+        let mut m = sample();
+        let args = crate::usdt::parse_args(
+            "-4@%eax 8@-16(%rbp) 8@$3 -4@0x4010 1@8(%rax,%rdx,4)",
+            &mut |_| None,
+        )
+        .unwrap();
+        m.probes[0].usdt_args = args;
+        m.probes[0].semaphore = Some(0x4050);
+        let text = m.encode();
+        assert!(
+            text.contains("  usdt_args -4@%rax 8@-16(%rbp) 8@$3 -4@0x4010 1@8(%rax,%rdx,4)\n  semaphore 0x4050\n"),
+            "{text}"
+        );
+        assert_eq!(Manifest::decode(text.as_bytes()), Ok(m));
+        let head = "wprobe-manifest 1\nabi 1\nmodule m\nprobe p\n  location offset f\n";
+        let t = alloc::format!("{head}  usdt_args 3@%eax\n");
+        assert_eq!(
+            Manifest::decode(t.as_bytes()),
+            Err(DecodeError::new(
+                t.find("  usdt_args").unwrap(),
+                DecodeErrorKind::BadValue
+            ))
+        );
     }
 
     #[test]

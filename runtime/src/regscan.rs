@@ -38,8 +38,16 @@ impl RegsRead {
     }
 }
 
-/// The registers the module `wasm` can read (`All` when in doubt).
+/// The registers the module `wasm` can read (`All` when in doubt, and
+/// when it calls `usdt_arg`: a USDT argument may be in any register, and
+/// the spec is the probe's, not the module's).
 pub fn registers_read(wasm: &[u8]) -> RegsRead {
+    if calls_to(wasm, hostabi::ImportId::usdt_arg.import().name, |_, _| {
+        false
+    }) != Some(true)
+    {
+        return RegsRead::All;
+    }
     let mut set = 0u128;
     let known = calls_to(
         wasm,

@@ -105,7 +105,8 @@ pub struct Session {
     /// Each program's label and the `exit 1`/`exit 3` it uses (`stops`
     /// of its manifest): refused by a transport that cannot honour them.
     program_stops: Vec<(String, Vec<u8>)>,
-    /// Whether any program imports `read_mem` or `read_str`.
+    /// Whether any program imports `read_mem`, `read_str` or `usdt_arg`
+    /// (a USDT argument may be on the stack).
     reads_memory: bool,
     /// Lost hits the transport did not attribute to a known probe.
     dropped_unattributed: u64,
@@ -196,7 +197,8 @@ impl Session {
         let mut writers = Vec::new();
         let reads_memory = programs.iter().any(|p| {
             p.module.module.imports().any(|i| {
-                i.module() == hostabi::IMPORT_MODULE && matches!(i.name(), "read_mem" | "read_str")
+                i.module() == hostabi::IMPORT_MODULE
+                    && matches!(i.name(), "read_mem" | "read_str" | "usdt_arg")
             })
         });
         for p in &programs {

@@ -432,6 +432,9 @@ pub struct HandlerProbe<'a> {
     pub load_bias: u64,
     /// Its handler's parameters (the manifest's `args`).
     pub args: &'a [hostabi::manifest::ArgSource],
+    /// Its USDT site's arguments (the manifest's `usdt_args`; the
+    /// `usdt_arg` import), empty for other probes.
+    pub usdt_args: &'a [hostabi::usdt::UsdtArg],
 }
 
 /// Everything a transport that runs the handlers itself needs of them.
