@@ -18,6 +18,7 @@ mod metrics;
 mod oneliner;
 mod records;
 mod stats;
+mod usdt;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -108,6 +109,8 @@ pub struct Session {
     /// Whether any program imports `read_mem`, `read_str` or `usdt_arg`
     /// (a USDT argument may be on the stack).
     reads_memory: bool,
+    /// USDT semaphores this run raised: (probe, pid, run-time address).
+    semaphores: Vec<(usize, i32, u64)>,
     /// Lost hits the transport did not attribute to a known probe.
     dropped_unattributed: u64,
     /// `exit 1` / `exit 3` runs that the transport cannot honour.
@@ -288,6 +291,7 @@ impl Session {
             program_code,
             program_stops,
             reads_memory,
+            semaphores: Vec::new(),
             dropped_unattributed: 0,
             unhonoured: [0; 2],
             transport: None,
@@ -619,6 +623,7 @@ impl Session {
         };
         self.settle_held(None);
         let t0 = std::time::Instant::now();
+        self.lower_all_semaphores(t);
         let detached = t.detach();
         self.disarm_time = t0.elapsed() + t.report().detach_time;
         if t.runs_handlers() {
@@ -680,6 +685,7 @@ impl Session {
             Event::Stepped { fault, .. } => self.settle_held(fault),
             Event::ProcessStarted { pid, parent } => {
                 self.hook_event(HookEvent::ProcessStarted { pid, parent });
+                self.inherit_semaphores(pid, parent);
                 self.arm(t, pid, false);
             }
             Event::Exec { pid } => {
