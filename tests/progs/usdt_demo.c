@@ -4,7 +4,11 @@
  * semaphore or none), and a dlopen'ed library with the same (argv[2]).
  *
  *   usdt_demo run N LIB    fire N times, print the semaphores, exit
- *   usdt_demo wait LIB     print "ready", fire once per line of stdin,
+ *                          (after 300 ms with USDT_DEMO_LINGER set: a
+ *                          tracer reading memory after the fact, perf,
+ *                          finds the process)
+ *   usdt_demo wait LIB     print "ready SEM LIBSEM" (the semaphores'
+ *                          addresses), fire once per line of stdin,
  *                          printing the semaphores each time; exit at EOF
  *
  * Built with -O1: gcc then gives the operands %reg, $imm, disp(%reg),
@@ -15,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void gated(long x);
 extern unsigned short demo_gated_semaphore;
@@ -74,9 +79,11 @@ int main(int argc, char **argv) {
         for (long k = 1; k <= n; k++)
             fire(k);
         sems();
+        if (getenv("USDT_DEMO_LINGER"))
+            usleep(300000);
         return 0;
     }
-    printf("ready\n");
+    printf("ready %p %p\n", (void *)&demo_gated_semaphore, (void *)lib_sem);
     fflush(stdout);
     char line[64];
     long k = 1;
