@@ -209,8 +209,14 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
 fn split_attach(text: &str) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut quoted = false;
-    for c in text.chars() {
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
         match c {
+            '\\' if quoted => {
+                if let (Some(last), Some(n)) = (out.last_mut(), chars.next()) {
+                    last.push(n);
+                }
+            }
             '"' => quoted = !quoted,
             ':' if !quoted => out.push(String::new()),
             c => {

@@ -579,9 +579,9 @@ pub trait Transport {
 
     /// Arms USDT site `tag` (a breakpoint, as [`Transport::insert`]) at
     /// `addr` in `pid`, with its semaphore at `sem` held raised while it is
-    /// armed (DTrace's enable of an is-enabled probe). By default the
-    /// breakpoint, then [`Transport::semaphore`] `+1`, which the session
-    /// lowers again; a transport whose kernel counts the semaphore with the
+    /// armed (DTrace's enable of an is-enabled probe). By default
+    /// [`Transport::semaphore`] `+1`, then the breakpoint; the session
+    /// lowers the semaphore again; a transport whose kernel counts the semaphore with the
     /// probe (perf) overrides it.
     fn insert_usdt(
         &mut self,
@@ -591,12 +591,22 @@ pub trait Transport {
         opcode: Option<u8>,
         sem: RunAddr,
     ) -> Result<(Armed, SemaphoreHold), String> {
-        let armed = self.insert(tag, pid, addr, Insert::Breakpoint { opcode })?;
+        // The semaphore first: the site's first hit already sees it
+        // raised, as under the kernel's counting (the program may read it
+        // right before the site, to build an argument).
         let hold = match self.semaphore(pid, sem, 1) {
             Ok(()) => SemaphoreHold::Raised,
             Err(e) => SemaphoreHold::Failed(e),
         };
-        Ok((armed, hold))
+        match self.insert(tag, pid, addr, Insert::Breakpoint { opcode }) {
+            Ok(armed) => Ok((armed, hold)),
+            Err(e) => {
+                if hold == SemaphoreHold::Raised {
+                    let _ = self.semaphore(pid, sem, -1);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Arms USDT site `tag` at `offset` in module file `file` (as

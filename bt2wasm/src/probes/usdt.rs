@@ -84,8 +84,13 @@ fn files(target: &str, env: &Env) -> Option<Vec<(PathBuf, String)>> {
         );
     }
     if target.contains(['*', '?']) {
+        let mut found = glob_binaries(target, &mapped);
+        if found.is_empty() && !mapped.is_empty() && target.contains('/') {
+            // `./dir/prog*` with -p: the files of the directory.
+            found = glob_binaries(target, &[]);
+        }
         return Some(
-            glob_binaries(target, &mapped)
+            found
                 .into_iter()
                 .map(|p| {
                     let s = p.to_string_lossy().into_owned();
