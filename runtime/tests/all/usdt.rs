@@ -4,10 +4,11 @@
 //! raised in a live process and back to their values (another tracer's
 //! increment kept) after wprobe exits, is interrupted or is killed;
 //! Debian's python3.11 `function__entry` counted per function, launched
-//! and attached.
+//! and attached; a real PostgreSQL 15 server's backends traced with `-p`
+//! and, forked after the attach, with `-f -p` on the postmaster.
 
 use crate::case;
-use crate::support::case::Case;
+use crate::support::case::{Case, Need};
 use crate::support::cli::{gcc, output_within, output_within_child, progs, stderr, wprobe};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
@@ -21,6 +22,16 @@ pub(crate) const CASES: &[Case] = &[
     case!(semaphores_come_back_after_exit_sigint_and_sigkill @ every_transport),
     case!(python_function_entry_counts_per_function @ every_transport),
     case!(listing_shows_sites_and_argument_specs),
+    case!(
+        postgres_backend_queries_are_counted_exactly,
+        Need::Root,
+        Need::Setpriv
+    ),
+    case!(
+        postgres_backend_forked_after_attach_is_traced,
+        Need::Root,
+        Need::Setpriv
+    ),
 ];
 
 fn need_sdt() -> bool {
@@ -468,4 +479,272 @@ fn listing_shows_sites_and_argument_specs() {
         "{}",
         stderr(&o)
     );
+}
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A PostgreSQL 15 server of the test's own: Debian's binaries run as the
+/// `postgres` user (the server refuses root) on a scratch data directory
+/// with a private socket directory, on 127.0.0.1 and a free port, every
+/// statement logged with its backend's pid; stopped and removed at drop.
+struct Pg {
+    dir: PathBuf,
+    port: u16,
+    server: std::process::Child,
+}
+
+impl Pg {
+    fn start(name: &str) -> Pg {
+        let dir = std::env::temp_dir().join(format!("wprobe-pg-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::fs::create_dir_all(dir.join("sock")).unwrap();
+        let st = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let as_pg = |prog: &str| {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
+                .arg(format!("{PG_BIN}/{prog}"));
+            c
+        };
+        let o = as_pg("initdb")
+            .args(["-A", "trust", "-U", "test", "-D"])
+            .arg(dir.join("data"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "initdb: {}", stderr(&o));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let server = as_pg("postgres")
+            .arg("-D")
+            .arg(dir.join("data"))
+            .arg("-k")
+            .arg(dir.join("sock"))
+            .args(["-p", &port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", "log_statement=all", "-c", "log_line_prefix=%p "])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let pg = Pg { dir, port, server };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !Command::new(format!("{PG_BIN}/pg_isready"))
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the server did not start in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        pg
+    }
+
+    /// An interactive `psql` session: one backend for all its queries.
+    fn session(&self) -> Psql {
+        let mut child = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "test", "-d", "postgres", "-At"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut s = Psql {
+            child,
+            stdin,
+            lines,
+            backend: 0,
+        };
+        s.backend = s.query("select pg_backend_pid();").parse().unwrap();
+        s
+    }
+
+    /// The statements the server logged for backend `pid`.
+    fn logged(&self, pid: u32) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.join("log")).unwrap();
+        let prefix = format!("{pid} LOG:  statement: ");
+        log.lines()
+            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+            .collect()
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        // SIGINT: the server's fast shutdown.
+        crate::support::cli::signal(self.server.id(), "INT");
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Psql {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    backend: u32,
+}
+
+impl Psql {
+    /// Runs one statement; its one-line result.
+    fn query(&mut self, sql: &str) -> String {
+        self.stdin.write_all(sql.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+        self.lines.next().unwrap().unwrap()
+    }
+
+    fn close(mut self) {
+        let _ = self.stdin.write_all(b"\\q\n");
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+fn postgres_ready() -> bool {
+    let have = std::path::Path::new(PG_BIN).join("postgres").exists()
+        && Command::new("psql").arg("--version").output().is_ok();
+    assert!(
+        have || !crate::support::case::in_ci(),
+        "PostgreSQL 15 is missing: scripts/setup.sh installs postgresql-15"
+    );
+    have
+}
+
+/// The value of a map line `@name: N` in `out`.
+fn map_value(out: &str, name: &str) -> Option<u64> {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A running backend traced with `-p`: its queries and commits counted
+/// exactly, a semaphore-gated probe (`lwlock__acquire`) firing, the
+/// server's log agreeing, the code bytes and semaphores as before after
+/// the detach.
+fn postgres_backend_queries_are_counted_exactly() {
+    if !postgres_ready() {
+        return;
+    }
+    let pg = Pg::start("backend");
+    let mut s = pg.session();
+    let bin = format!("{PG_BIN}/postgres");
+    let elf = wprobe_elf::ElfInfo::open(std::path::Path::new(&bin)).unwrap();
+    let sites = wprobe_elf::usdt::sites(&elf);
+    let site = |n: &str| sites.iter().find(|x| x.name == n).unwrap().clone();
+    let (qs, lw) = (site("query__start"), site("lwlock__acquire"));
+    let bias = crate::support::cli::load_bias(s.backend, std::path::Path::new(&bin));
+    let before_code = crate::support::cli::live_bytes(s.backend, bias + qs.addr, 16);
+    let lw_sem = bias + lw.semaphore.expect("lwlock__acquire has a semaphore");
+    assert_eq!(
+        crate::support::cli::live_bytes(s.backend, lw_sem, 2),
+        [0, 0]
+    );
+    let prog = format!(
+        "usdt:{bin}:postgresql:query__start {{ @q = count(); }}
+         usdt:{bin}:postgresql:transaction__commit {{ @c = count(); }}
+         usdt:{bin}:postgresql:lwlock__acquire {{ @l = count(); }}"
+    );
+    let mut tracer = wprobe()
+        .args(["run", "-p", &s.backend.to_string(), "-e", &prog])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = Collected::from(tracer.stdout.take().unwrap());
+    out.wait_for("Attaching 3 probes...");
+    // Raised in the live backend.
+    assert_ne!(
+        crate::support::cli::live_bytes(s.backend, lw_sem, 2),
+        [0, 0]
+    );
+    let logged_before = pg.logged(s.backend).len();
+    const N: usize = 25;
+    for i in 0..N {
+        assert_eq!(s.query(&format!("select {i} + 1;")), (i + 1).to_string());
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    crate::support::cli::signal(tracer.id(), "INT");
+    let o = output_within_child(tracer, 60);
+    let out = out.finish();
+    assert_eq!(
+        map_value(&out, "@q"),
+        Some(N as u64),
+        "{out}\n{}",
+        stderr(&o)
+    );
+    assert_eq!(map_value(&out, "@c"), Some(N as u64), "{out}");
+    assert!(map_value(&out, "@l").is_some_and(|l| l > 0), "{out}");
+    // The server's own view: N statements logged for the backend.
+    assert_eq!(pg.logged(s.backend).len() - logged_before, N);
+    // After the detach: code and semaphores as before.
+    assert_eq!(
+        crate::support::cli::live_bytes(s.backend, bias + qs.addr, 16),
+        before_code
+    );
+    assert_eq!(
+        crate::support::cli::live_bytes(s.backend, lw_sem, 2),
+        [0, 0]
+    );
+    assert_eq!(s.query("select 41 + 1;"), "42");
+    s.close();
+}
+
+/// `-f -p <postmaster>`: a backend forked after the attach is traced, its
+/// queries counted exactly, keyed by its pid.
+fn postgres_backend_forked_after_attach_is_traced() {
+    if !postgres_ready() {
+        return;
+    }
+    let pg = Pg::start("fork");
+    let bin = format!("{PG_BIN}/postgres");
+    let prog = format!("usdt:{bin}:postgresql:query__start {{ @[pid] = count(); }}");
+    let mut tracer = wprobe()
+        .args([
+            "run",
+            "--follow",
+            "-p",
+            &pg.server.id().to_string(),
+            "-e",
+            &prog,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = Collected::from(tracer.stdout.take().unwrap());
+    out.wait_for("Attaching 1 probe...");
+    let mut s = pg.session();
+    const N: usize = 10;
+    for i in 0..N {
+        assert_eq!(s.query(&format!("select {i} * 2;")), (i * 2).to_string());
+    }
+    let backend = s.backend;
+    s.close();
+    std::thread::sleep(Duration::from_millis(300));
+    crate::support::cli::signal(tracer.id(), "INT");
+    let o = output_within_child(tracer, 60);
+    let out = out.finish();
+    // `select pg_backend_pid()` and the N queries.
+    assert_eq!(
+        map_value(&out, &format!("@[{backend}]")),
+        Some(N as u64 + 1),
+        "{out}\n{}",
+        stderr(&o)
+    );
+    assert_eq!(pg.logged(backend).len(), N + 1);
 }
