@@ -22,6 +22,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(semaphores_come_back_after_exit_sigint_and_sigkill @ every_transport),
     case!(python_function_entry_counts_per_function @ every_transport),
     case!(listing_shows_sites_and_argument_specs),
+    case!(rpn_usdt_probe_point_reads_arguments_by_number @ every_transport),
     case!(
         postgres_backend_queries_are_counted_exactly,
         Need::Root,
@@ -747,4 +748,44 @@ fn postgres_backend_forked_after_attach_is_traced() {
         stderr(&o)
     );
     assert_eq!(pg.logged(backend).len(), N + 1);
+}
+
+/// The RPN probe point `usdt = PROVIDER:NAME` (one probe per site) and
+/// `push usdt, N`, on every transport.
+fn rpn_usdt_probe_point_reads_arguments_by_number(transport: &str) {
+    if !need_sdt() {
+        return;
+    }
+    let (exe, _) = demo();
+    let src = format!(
+        "name = {}\nmajor = 1\n\n\
+         usdt = demo:four\nminor = 1\n        push usdt, 3\n        push usdt, 2\n        push usdt, 1\n        push usdt, 0\n        log 4\n\n\
+         usdt = demo:stat\nminor = 2\n        push usdt, 0\n        log 1\n\n\
+         usdt = demo:gated\nminor = 3\n        push usdt, 0\n        log 1\n",
+        exe.display()
+    );
+    let rpn = crate::support::cli::write(&format!("usdt_{transport}.rpn"), src);
+    let mut c = wprobe();
+    c.args(["run", "--transport", transport])
+        .arg(&rpn)
+        .arg("--")
+        .arg(&exe)
+        .args(["run", "2"])
+        .env("USDT_DEMO_LINGER", "1");
+    let o = output_within(c, 120);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let got: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(" 1.").map(|(_, r)| r))
+        .collect();
+    let mut want = Vec::new();
+    for k in 1..=2i64 {
+        want.push("2: (40)".to_string());
+        want.push(format!("1: ({k}, {}, 99, 42)", -2 * k));
+        want.push("2: (77)".to_string());
+        want.push(format!("3: ({})", 10 * k));
+    }
+    assert_eq!(got, want, "{out}\n{}", stderr(&o));
+    assert!(out.lines().any(|l| l == "sem 1 0"), "{out}");
 }
