@@ -106,8 +106,8 @@ pub struct Session {
     /// Each program's label and the `exit 1`/`exit 3` it uses (`stops`
     /// of its manifest): refused by a transport that cannot honour them.
     program_stops: Vec<(String, Vec<u8>)>,
-    /// Whether any program imports `read_mem`, `read_str` or `usdt_arg`
-    /// (a USDT argument may be on the stack).
+    /// Whether any program imports `read_mem` or `read_str`, or reads a
+    /// USDT argument in memory (`usdt_arg` on a site with a memory operand).
     reads_memory: bool,
     /// USDT semaphores this run raised: (probe, pid, run-time address).
     semaphores: Vec<(usize, i32, u64)>,
@@ -198,10 +198,20 @@ impl Session {
             ..RunEnv::default()
         };
         let mut writers = Vec::new();
+        // `usdt_arg` reads memory only for a site whose spec has a memory
+        // operand (a stack slot wants the sample's snapshot under perf).
+        let usdt_in_memory = |m: &Manifest| {
+            m.probes.iter().any(|p| {
+                p.usdt_args
+                    .iter()
+                    .any(|a| matches!(a.loc, hostabi::usdt::UsdtLoc::Mem { .. }))
+            })
+        };
         let reads_memory = programs.iter().any(|p| {
             p.module.module.imports().any(|i| {
                 i.module() == hostabi::IMPORT_MODULE
-                    && matches!(i.name(), "read_mem" | "read_str" | "usdt_arg")
+                    && (matches!(i.name(), "read_mem" | "read_str")
+                        || (i.name() == "usdt_arg" && usdt_in_memory(&p.module.manifest)))
             })
         });
         for p in &programs {
