@@ -25,7 +25,9 @@
 //! `usdt_args` (a USDT site's argument specs in their canonical spelling,
 //! [`crate::usdt::UsdtArg::render`], read by the `usdt_arg` import) and
 //! `semaphore` (the link-time address of the site's USDT semaphore, a
-//! 2-byte counter the runtime raises while the probe is armed).
+//! 2-byte counter the runtime raises while the probe is armed) and `usdt`
+//! (`PROVIDER:NAME`: a USDT probe the runtime expands into its sites when
+//! it loads the module; no `location` needed).
 //! Blank lines and lines starting with `#` are ignored.
 
 use alloc::string::{String, ToString};
@@ -248,6 +250,11 @@ pub struct ProbeSpec {
     /// probe's module, of the 2-byte counter the program checks before
     /// the site; raised by one while the probe is armed.
     pub semaphore: Option<u64>,
+    /// `usdt PROVIDER:NAME`: a USDT probe named rather than placed: the
+    /// runtime replaces the probe, when it loads the module, by one probe
+    /// per site of the module's note (each with its `usdt_args` and
+    /// `semaphore`); its `location` may then be left out.
+    pub usdt_probe: Option<String>,
 }
 
 /// Most parameters a handler may take (`args`).
@@ -339,6 +346,7 @@ impl ProbeSpec {
             args: Vec::new(),
             usdt_args: Vec::new(),
             semaphore: None,
+            usdt_probe: None,
         }
     }
 
@@ -494,6 +502,9 @@ impl Manifest {
             if let Some(sem) = p.semaphore {
                 let _ = writeln!(s, "  semaphore 0x{sem:x}");
             }
+            if let Some(u) = &p.usdt_probe {
+                let _ = writeln!(s, "  usdt {u}");
+            }
         }
         s
     }
@@ -589,7 +600,7 @@ impl Manifest {
         for p in &mut m.probes {
             // A probe whose `location` line is missing still holds the placeholder.
             if p.location.symbol.as_deref() == Some("") {
-                if p.trigger == Trigger::Hit {
+                if p.trigger == Trigger::Hit && p.usdt_probe.is_none() {
                     return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
                 }
                 p.location = no_location();
@@ -701,6 +712,7 @@ fn is_probe_key(key: &str) -> bool {
             | "args"
             | "usdt_args"
             | "semaphore"
+            | "usdt"
     )
 }
 
@@ -770,6 +782,12 @@ fn decode_probe_key(
             p.usdt_args = crate::usdt::parse_args(val, &mut |_| None).map_err(|_| bad)?;
         }
         "semaphore" => p.semaphore = Some(parse_num(val, off)?),
+        "usdt" => match val.split_once(':') {
+            Some((prov, name)) if is_name(prov) && is_name(name) => {
+                p.usdt_probe = Some(val.to_string())
+            }
+            _ => return Err(bad),
+        },
         _ => return Err(bad),
     }
     Ok(())
@@ -1031,6 +1049,18 @@ mod tests {
             "{text}"
         );
         assert_eq!(Manifest::decode(text.as_bytes()), Ok(m));
+        // A probe named by `usdt`, without a location.
+        let named = "wprobe-manifest 1\nabi 4\nmodule m\nprobe p\n  usdt python:function__entry\n";
+        let m = Manifest::decode(named.as_bytes()).unwrap();
+        assert_eq!(
+            m.probes[0].usdt_probe.as_deref(),
+            Some("python:function__entry")
+        );
+        assert!(m.encode().contains("  usdt python:function__entry\n"));
+        assert!(
+            Manifest::decode(b"wprobe-manifest 1\nabi 4\nmodule m\nprobe p\n  usdt nocolon\n")
+                .is_err()
+        );
         let head = "wprobe-manifest 1\nabi 1\nmodule m\nprobe p\n  location offset f\n";
         let t = alloc::format!("{head}  usdt_args 3@%eax\n");
         assert_eq!(

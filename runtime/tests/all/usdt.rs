@@ -23,6 +23,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(python_function_entry_counts_per_function @ every_transport),
     case!(listing_shows_sites_and_argument_specs),
     case!(rpn_usdt_probe_point_reads_arguments_by_number @ every_transport),
+    case!(wat_handler_reads_usdt_arguments @ every_transport),
     case!(
         postgres_backend_queries_are_counted_exactly,
         Need::Root,
@@ -792,4 +793,59 @@ fn rpn_usdt_probe_point_reads_arguments_by_number(transport: &str) {
     }
     assert_eq!(got, want, "{out}\n{}", stderr(&o));
     assert!(out.lines().any(|l| l == "sem 1 0"), "{out}");
+}
+
+/// A WAT handler names a USDT probe in its manifest (`usdt
+/// PROVIDER:NAME`, expanded into the sites at load) and reads the
+/// arguments with the `usdt_arg` import, on every transport.
+fn wat_handler_reads_usdt_arguments(transport: &str) {
+    if !need_sdt() {
+        return;
+    }
+    let (exe, _) = demo();
+    let wat = format!(
+        r#"(module
+  (import "wprobe" "usdt_arg" (func $arg (param i32) (result i64)))
+  (import "wprobe" "emit_log" (func $emit_log (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (@custom "wprobe.manifest" "wprobe-manifest 1\nabi 4\nmodule {}\nprobe four\n  usdt demo:four\nprobe stat\n  usdt demo:stat\n")
+  (func $log (param $n i32) (result i32)
+    (i32.store (i32.const 64) (i32.const 0x800000))
+    (drop (call $emit_log (i32.const 1) (i32.const 0) (i32.const 0) (local.get $n)
+                (i32.const 64) (i32.const 1)))
+    (i32.const 0))
+  (func (export "four") (result i32)
+    (i64.store (i32.const 0) (call $arg (i32.const 0)))
+    (i64.store (i32.const 8) (call $arg (i32.const 1)))
+    (i64.store (i32.const 16) (call $arg (i32.const 2)))
+    (i64.store (i32.const 24) (call $arg (i32.const 3)))
+    (call $log (i32.const 32)))
+  (func (export "stat") (result i32)
+    (i64.store (i32.const 0) (call $arg (i32.const 0)))
+    (call $log (i32.const 8))))
+"#,
+        exe.display()
+    );
+    let file = crate::support::cli::write(&format!("usdt_{transport}.wat"), wat);
+    let mut c = wprobe();
+    c.args(["run", "--transport", transport])
+        .arg(&file)
+        .arg("--")
+        .arg(&exe)
+        .args(["run", "2"])
+        .env("USDT_DEMO_LINGER", "1");
+    let o = output_within(c, 120);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let got: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(" 1.0: ").map(|(_, r)| r))
+        .collect();
+    let mut want = Vec::new();
+    for k in 1..=2i64 {
+        want.push("(40)".to_string());
+        want.push(format!("({k}, {}, 99, 42)", -2 * k));
+        want.push("(77)".to_string());
+    }
+    assert_eq!(got, want, "{out}\n{}", stderr(&o));
 }
