@@ -118,3 +118,21 @@ if ! [ -e /usr/include/sys/sdt.h ] && ! [ -e /usr/include/x86_64-linux-gnu/sys/s
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq systemtap-sdt-dev >/dev/null
 fi
+
+# USDT tests (runtime/tests/all/usdt.rs): Debian's python3.11 (its
+# `python:*` probes) and PostgreSQL 15 (`postgresql:*`; the tests start a
+# server of their own as a non-root user in a scratch directory, never
+# Debian's default cluster).
+usdt_pkgs=()
+[ -x /usr/bin/python3.11 ] || usdt_pkgs+=(python3.11)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || usdt_pkgs+=(postgresql-15)
+[ -x /usr/bin/psql ] || usdt_pkgs+=(postgresql-client-15)
+if [ ${#usdt_pkgs[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${usdt_pkgs[@]}" >/dev/null
+fi
+for f in /usr/bin/python3.11 /usr/lib/postgresql/15/bin/postgres /usr/bin/psql; do
+  [ -x "$f" ] || { echo "setup.sh: $f is still missing" >&2; exit 1; }
+done

@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 6;
+pub const AGENT_ABI_VERSION: u32 = 7;
 
 /// First 8 bytes of the control region ("WPRBAGT3", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
@@ -692,6 +692,13 @@ pub struct ProbeEntry {
     pub _pad: u32,
     /// What each parameter is, an [`arg`] code each.
     pub args: [u32; arg::MAX],
+    /// Offset of the probe's USDT argument specs in the region: the
+    /// manifest's `usdt_args` text (`hostabi::usdt`), parsed once at load.
+    pub usdt_off: u64,
+    /// Length of that text (0: not a USDT site).
+    pub usdt_len: u32,
+    /// Zero.
+    pub _pad2: u32,
 }
 
 /// The codes of [`ProbeEntry::args`]: what the agent passes a handler as
@@ -955,7 +962,7 @@ mod tests {
         assert_eq!(size_of::<ProbeSlot>(), 128);
         assert_eq!(offset_of!(ControlHeader, ring) % 64, 0);
         assert_eq!(size_of::<LoadRequest>(), 64);
-        assert_eq!(size_of::<ProbeEntry>(), 56);
+        assert_eq!(size_of::<ProbeEntry>(), 72);
         assert_eq!(size_of::<SiteEntry>(), 72);
         assert_eq!(size_of::<SitesRequest>(), 16);
         const { assert!(CONTROL_HEADER_SIZE <= 4096) };

@@ -195,6 +195,8 @@ pub struct ProbeSpec<'a> {
     pub load_bias: u64,
     /// Its handler's parameters (the manifest's `args`).
     pub args: &'a [hostabi::manifest::ArgSource],
+    /// Its USDT arguments (the manifest's `usdt_args`; empty: none).
+    pub usdt_args: &'a [hostabi::usdt::UsdtArg],
 }
 
 /// What a program is loaded for.
@@ -280,7 +282,16 @@ impl LoadedAgent {
                     ArgSource::Elapsed => agent_abi::arg::ELAPSED,
                 };
             }
+            let usdt = hostabi::usdt::render_args(p.usdt_args);
+            let usdt_off = if usdt.is_empty() {
+                0
+            } else {
+                self.region.put(usdt.as_bytes())?
+            };
             entries.push(ProbeEntry {
+                usdt_off,
+                usdt_len: usdt.len() as u32,
+                _pad2: 0,
                 probe: p.probe,
                 name_len: p.export.len() as u32,
                 name_off,

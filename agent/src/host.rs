@@ -630,7 +630,17 @@ pub struct AgentHost {
     pub memory: Option<Memory>,
     pub writes_allowed: bool,
     pub limits: StoreLimits,
+    /// The USDT arguments of the probe whose handler runs (`usdt_len`).
+    pub usdt: [hostabi::usdt::UsdtArg; hostabi::usdt::MAX_USDT_ARGS],
+    pub usdt_len: usize,
 }
+
+/// An unused slot of [`AgentHost::usdt`].
+pub const NO_USDT_ARG: hostabi::usdt::UsdtArg = hostabi::usdt::UsdtArg {
+    size: 8,
+    signed: false,
+    loc: hostabi::usdt::UsdtLoc::Imm(0),
+};
 
 impl HostData for AgentHost {
     type Env = FrameEnv;
@@ -659,5 +669,8 @@ impl HostData for AgentHost {
     }
     fn writes_allowed(&self) -> bool {
         self.writes_allowed
+    }
+    fn usdt_args(&self) -> &[hostabi::usdt::UsdtArg] {
+        &self.usdt[..self.usdt_len.min(hostabi::usdt::MAX_USDT_ARGS)]
     }
 }

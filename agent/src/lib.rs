@@ -84,6 +84,9 @@ struct ProbeFn {
     /// What it takes as parameters (the manifest's `args`).
     args: Box<[Param]>,
     load_bias: u64,
+    /// Its USDT arguments (parsed at load), `usdt_len` of them.
+    usdt: [hostabi::usdt::UsdtArg; hostabi::usdt::MAX_USDT_ARGS],
+    usdt_len: usize,
 }
 
 /// A handler parameter, resolved at load to where the hit keeps it (the
@@ -403,6 +406,8 @@ extern "C" fn init_inner(_a: *mut u8) -> i64 {
             memory: None,
             writes_allowed: false,
             limits,
+            usdt: [host::NO_USDT_ARG; hostabi::usdt::MAX_USDT_ARGS],
+            usdt_len: 0,
         },
     );
     store.limiter(|s| &mut s.limits);
@@ -642,7 +647,28 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
                 format_args!("export {name:?}: not a handler taking {n} i64 parameters"),
             );
         };
-        new_probes.push((e.probe, e.load_bias, handler, args.into_boxed_slice()));
+        let mut usdt = [host::NO_USDT_ARG; hostabi::usdt::MAX_USDT_ARGS];
+        let mut usdt_len = 0;
+        if e.usdt_len != 0 {
+            let parsed = ctrl::bytes(c, e.usdt_off, u64::from(e.usdt_len))
+                .and_then(|b| core::str::from_utf8(b).ok())
+                .and_then(|t| hostabi::usdt::parse_args(t, &mut |_| None).ok());
+            let Some(parsed) = parsed else {
+                return err(
+                    AgentError::BadRequest,
+                    format_args!("probe {}: USDT argument specs", e.probe),
+                );
+            };
+            usdt[..parsed.len()].copy_from_slice(&parsed);
+            usdt_len = parsed.len();
+        }
+        new_probes.push((
+            e.probe,
+            e.load_bias,
+            handler,
+            args.into_boxed_slice(),
+            (usdt, usdt_len),
+        ));
     }
     let flush = instance
         .get_typed_func::<(), i32>(&mut a.store, hostabi::FLUSH_EXPORT)
@@ -654,7 +680,7 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         map: (req.map_off, req.map_len),
         writes_allowed: req.writes_allowed != 0,
     });
-    for (probe, load_bias, handler, args) in new_probes {
+    for (probe, load_bias, handler, args, (usdt, usdt_len)) in new_probes {
         let i = probe as usize;
         if a.probes.len() <= i {
             a.probes.resize_with(i + 1, || None);
@@ -664,6 +690,8 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
             handler,
             args,
             load_bias,
+            usdt,
+            usdt_len,
         });
     }
     let g = c
@@ -1075,6 +1103,10 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
         d.env.pid = PID.load(Ordering::Relaxed);
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
+        d.usdt_len = pf.usdt_len;
+        if pf.usdt_len != 0 {
+            d.usdt[..pf.usdt_len].copy_from_slice(&pf.usdt[..pf.usdt_len]);
+        }
         d.env.now.set(h.now.get());
         d.env.tsc = h.tsc.get();
         if h.fresh.replace(false) {

@@ -213,6 +213,7 @@ pub(crate) fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
 pub(crate) enum Ctx {
     Special,
     Uprobe,
+    Usdt,
     Uretprobe,
     Watch,
 }
@@ -706,6 +707,7 @@ fn lower_probe(cx: &mut Cx<'_>, index: usize, p: &ast::Probe, concrete: &[Concre
         Some(Kind::Uprobe { ret: true, .. }) => Ctx::Uretprobe,
         Some(Kind::Uprobe { .. }) => Ctx::Uprobe,
         Some(Kind::Watchpoint { .. }) => Ctx::Watch,
+        Some(Kind::Usdt { .. }) => Ctx::Usdt,
         _ => Ctx::Special,
     };
     let mixed = concrete.iter().any(|c| {
@@ -713,6 +715,7 @@ fn lower_probe(cx: &mut Cx<'_>, index: usize, p: &ast::Probe, concrete: &[Concre
             Kind::Uprobe { ret: true, .. } => Ctx::Uretprobe,
             Kind::Uprobe { .. } => Ctx::Uprobe,
             Kind::Watchpoint { .. } => Ctx::Watch,
+            Kind::Usdt { .. } => Ctx::Usdt,
             _ => Ctx::Special,
         };
         k != ctx
@@ -873,6 +876,29 @@ fn spec_of(export: &str, c: &Concrete) -> ProbeSpec {
             p.opcode = *opcode;
             p.r#return = *ret;
             p.module = Some(module.clone());
+            p
+        }
+        Kind::Usdt {
+            module,
+            addr,
+            fixed,
+            opcode,
+            semaphore,
+            args,
+        } => {
+            let mut p = ProbeSpec::breakpoint(
+                export,
+                Location {
+                    kind: LocationKind::Offset,
+                    symbol: None,
+                    addend: *addr,
+                },
+            );
+            p.value = fixed.then_some(*addr);
+            p.opcode = *opcode;
+            p.module = Some(module.clone());
+            p.semaphore = *semaphore;
+            p.usdt_args = args.clone().unwrap_or_default();
             p
         }
         Kind::Watchpoint {

@@ -66,6 +66,7 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
         E::Int(_) | E::Local(_) | E::Slot(_) | E::Static(_) | E::Table { .. } => {}
         E::TableAt { index, .. } => uses_e(index, u, streq),
         E::Reg(_) => add(I::read_reg),
+        E::UsdtArg(_) => add(I::usdt_arg),
         E::Fact(f) => add(match f {
             ir::Fact::Pid => I::current_pid,
             ir::Fact::Tid => I::current_tid,

@@ -69,6 +69,11 @@ impl Binary {
         }
     }
 
+    /// Its USDT probe sites (`.note.stapsdt`), in note order.
+    pub fn usdt_sites(&self) -> Vec<wprobe_elf::usdt::UsdtSite> {
+        wprobe_elf::usdt::sites(&self.info)
+    }
+
     /// The whole file.
     pub fn bytes(&self) -> &[u8] {
         self.info.file_bytes()

@@ -239,6 +239,9 @@ pub enum E {
     },
     /// A register of the hit thread (`hostabi::regs` id).
     Reg(u16),
+    /// Argument N of the USDT site that fired (the `usdt_arg` import),
+    /// already extended as its spec says.
+    UsdtArg(u32),
     /// A host fact.
     Fact(Fact),
     /// `comm` into a 16-byte slot.

@@ -128,13 +128,17 @@ impl<'a> Lexer<'a> {
             // A quoted part (`uprobe:./bin:"ns::f"+4`): kept as written,
             // its colons and all.
             if c == b'"' && seen_colon {
-                match self.src[self.pos + 1..].iter().position(|&q| q == b'"') {
-                    Some(n) => {
-                        self.pos += n + 2;
-                        continue;
-                    }
-                    None => break,
+                // `\"` and `\\` inside are the characters themselves
+                // (`usdt:./p:test:"\"probe1\""`).
+                let mut i = self.pos + 1;
+                while i < self.src.len() && self.src[i] != b'"' {
+                    i += if self.src[i] == b'\\' { 2 } else { 1 };
                 }
+                if i >= self.src.len() {
+                    break;
+                }
+                self.pos = i + 1;
+                continue;
             }
             let ok = is_ident(c)
                 || matches!(

@@ -9,6 +9,8 @@ use rpn2wasm::Span;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+mod usdt;
+
 /// What a concrete probe is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -35,6 +37,22 @@ pub enum Kind {
         value: Option<u64>,
         /// First byte at the location (from the file).
         opcode: Option<u8>,
+    },
+    /// `usdt:PATH:PROVIDER:NAME`: one site of a USDT probe.
+    Usdt {
+        /// The module as the manifest names it (as for uprobes).
+        module: String,
+        /// The site's link-time address.
+        addr: u64,
+        /// Whether the address is known at build time (not a library
+        /// bound by name at run time).
+        fixed: bool,
+        /// First byte at the site (its `nop`).
+        opcode: Option<u8>,
+        /// The semaphore's link-time address, if the probe has one.
+        semaphore: Option<u64>,
+        /// The site's arguments; `Err` says why they cannot be read.
+        args: Result<Vec<hostabi::usdt::UsdtArg>, String>,
     },
     /// `watchpoint:ADDR:LEN:MODE`.
     Watchpoint {
@@ -117,8 +135,6 @@ const KERNEL: &[(&str, &str)] = &[
     ("it", "iter"),
     ("profile", "profile"),
     ("p", "profile"),
-    ("usdt", "usdt"),
-    ("U", "usdt"),
     ("asyncwatchpoint", "asyncwatchpoint"),
     ("aw", "asyncwatchpoint"),
 ];
@@ -157,12 +173,12 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
         "uprobe" | "u" => return uprobe(&parts, false, span, env, diags),
         "uretprobe" | "ur" => return uprobe(&parts, true, span, env, diags),
         "watchpoint" | "w" => return watchpoint(&parts, span, env, diags),
+        "usdt" | "U" => return usdt::expand(&parts, span, env, diags),
         _ => {}
     }
     if let Some((_, full)) = KERNEL.iter().find(|(a, _)| *a == provider) {
         let why = match *full {
             "profile" => "it samples every CPU; use `interval` for periodic actions",
-            "usdt" => "USDT probes are not supported yet; probe the function with `uprobe`",
             "asyncwatchpoint" => "use `watchpoint`, which wprobe arms in every thread",
             _ => "wprobe traces user space only",
         };
@@ -193,8 +209,14 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
 fn split_attach(text: &str) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut quoted = false;
-    for c in text.chars() {
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
         match c {
+            '\\' if quoted => {
+                if let (Some(last), Some(n)) = (out.last_mut(), chars.next()) {
+                    last.push(n);
+                }
+            }
             '"' => quoted = !quoted,
             ':' if !quoted => out.push(String::new()),
             c => {
@@ -376,7 +398,13 @@ fn rpn2wasm_symbol(s: &str) -> bool {
     hostabi::manifest::is_symbol(s)
 }
 
-fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Concrete> {
+pub(crate) fn uprobe(
+    parts: &[&str],
+    ret: bool,
+    span: Span,
+    env: &mut Env,
+    diags: &mut Sink,
+) -> Vec<Concrete> {
     let full = if ret { "uretprobe" } else { "uprobe" };
     let owned: Vec<String> = if parts.len() == 2 && env.pid.is_some() {
         // With -p, the binary may be left out: the process's executable.
@@ -594,7 +622,7 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
 }
 
 /// The path a process sees for `/proc/PID/root/PATH` (`/PATH`).
-fn in_process_root(target: &str) -> Option<String> {
+pub(crate) fn in_process_root(target: &str) -> Option<String> {
     let rest = target.strip_prefix("/proc/")?;
     let (pid, rest) = rest.split_once('/')?;
     if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {

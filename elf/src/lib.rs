@@ -11,7 +11,8 @@
 //!   dynamic linker will find them;
 //! * [`disasm`]: instruction boundaries, decoded from a function's start;
 //! * [`mod@demangle`]: C++ and Rust names as people read them;
-//! * [`mod@glob`]: shell-style name patterns.
+//! * [`mod@glob`]: shell-style name patterns;
+//! * [`usdt`]: USDT probes (`.note.stapsdt`) and their argument specs.
 //!
 //! Nothing here touches a running process.
 
@@ -23,6 +24,7 @@ pub mod ldcache;
 pub mod locate;
 pub mod startup;
 pub mod unwind;
+pub mod usdt;
 
 pub use demangle::{demangle, demangle_short};
 pub use glob::glob;

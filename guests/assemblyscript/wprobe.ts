@@ -10,11 +10,11 @@
 // of at instantiation (wprobe refuses start functions).
 
 /** Host ABI version of this file. */
-export const ABI_VERSION: i32 = 3;
+export const ABI_VERSION: i32 = 4;
 /** Custom section carrying the manifest. */
 export const MANIFEST_SECTION = "wprobe.manifest";
 /** The manifest's first lines (format and ABI version), put before WPROBE_MANIFEST by the transform. */
-export const MANIFEST_HEAD = "wprobe-manifest 1\nabi 3\n";
+export const MANIFEST_HEAD = "wprobe-manifest 1\nabi 4\n";
 
 /** Status codes returned by host imports. */
 export namespace status {
@@ -527,6 +527,14 @@ export namespace raw {
   // @ts-ignore: decorator
   @external("wprobe", "map_entry")
   export declare function map_entry(map: i32, cursor: i64, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32): i32;
+
+  // Argument `index` (0-based) of the USDT probe that fired (manifest `usdt_args`, from the site's
+  // `.note.stapsdt` spec), sign- or zero-extended from its size as the spec says. An argument whose
+  // register or memory cannot be read is 0. An index the site does not have traps, and so does a
+  // call from the handler of a probe that is not a USDT site.
+  // @ts-ignore: decorator
+  @external("wprobe", "usdt_arg")
+  export declare function usdt_arg(index: i32): i64;
 }
 
 // ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ typedef unsigned long long wprobe_u64;
 _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with --target=wasm32");
 
 /** Host ABI version of this header. */
-#define WPROBE_ABI_VERSION 3
+#define WPROBE_ABI_VERSION 4
 /** Wasm import module of every host import. */
 #define WPROBE_IMPORT_MODULE "wprobe"
 /** Custom section carrying the manifest. */
@@ -469,6 +469,16 @@ wprobe_i64 wprobe_elapsed_ns(void);
 __attribute__((import_module("wprobe"), import_name("map_entry")))
 wprobe_i32 wprobe_map_entry(wprobe_i32 map, wprobe_i64 cursor, wprobe_i32 key_ptr, wprobe_i32 key_len, wprobe_i32 val_ptr, wprobe_i32 val_len);
 
+/**
+ * Argument `index` (0-based) of the USDT probe that fired (manifest
+ * `usdt_args`, from the site's `.note.stapsdt` spec), sign- or zero-extended
+ * from its size as the spec says. An argument whose register or memory cannot
+ * be read is 0. An index the site does not have traps, and so does a call
+ * from the handler of a probe that is not a USDT site.
+ */
+__attribute__((import_module("wprobe"), import_name("usdt_arg")))
+wprobe_i64 wprobe_usdt_arg(wprobe_i32 index);
+
 /* Return probes (manifest `return yes`): the entry state of the returning
  * call. These work only in a return probe's handler; elsewhere the host
  * traps the handler. */
@@ -523,7 +533,7 @@ static inline wprobe_u64 wprobe_elapsed(void)
 #define WPROBE_LINE(text) ".ascii \"" text "\"\n.byte 10\n"
 #define WPROBE_MANIFEST(lines) \
     __asm__(".section .custom_section.wprobe.manifest,\"\",@\n" \
-            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 3") lines ".text\n")
+            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 4") lines ".text\n")
 
 /** Defines handler export `name`: `WPROBE_HANDLER(on_call) { ... return WPROBE_EXIT; }`. */
 #define WPROBE_HANDLER(name) \

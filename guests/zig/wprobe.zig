@@ -8,7 +8,7 @@
 //! module calls `manifest`.
 
 /// Host ABI version of this file.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 /// Wasm import module of every host import.
 pub const IMPORT_MODULE = "wprobe";
 /// Custom section carrying the manifest.
@@ -16,7 +16,7 @@ pub const MANIFEST_SECTION = "wprobe.manifest";
 /// Export `manifest` leaves for `wprobe compile --manifest-from-export`.
 pub const MANIFEST_EXPORT = "wprobe_manifest";
 /// The manifest's first lines (format and ABI version), put before yours by `manifest`.
-pub const MANIFEST_HEAD = "wprobe-manifest 1\nabi 3\n";
+pub const MANIFEST_HEAD = "wprobe-manifest 1\nabi 4\n";
 
 /// Status codes returned by host imports.
 pub const Status = struct {
@@ -457,6 +457,12 @@ pub const raw = struct {
     /// deleting the entry found does not move the others), NOT_FOUND past the last entry,
     /// BAD_ARGUMENT for an unknown map.
     pub extern "wprobe" fn map_entry(map: i32, cursor: i64, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32) i32;
+
+    /// Argument `index` (0-based) of the USDT probe that fired (manifest `usdt_args`, from the
+    /// site's `.note.stapsdt` spec), sign- or zero-extended from its size as the spec says. An
+    /// argument whose register or memory cannot be read is 0. An index the site does not have
+    /// traps, and so does a call from the handler of a probe that is not a USDT site.
+    pub extern "wprobe" fn usdt_arg(index: i32) i64;
 };
 
 // ---------------------------------------------------------------------------

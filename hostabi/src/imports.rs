@@ -84,6 +84,8 @@ macro_rules! foreach_host_import {
                 "In the handler of a return probe: nanoseconds between the entry of the returning call and its return, both taken by the runtime with a monotonic clock when it caught them (the tracer's own stops are included). Traps in the handler of a probe that is not a return probe.";
             map_entry(map: i32, cursor: i64, key_ptr: i32, key_len: i32, val_ptr: i32, val_len: i32) -> (i32)
                 "Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and the value of its first entry at or after `cursor` (start at 0) to `key_ptr` and `val_ptr` (at most `key_len` and `val_len` bytes). Returns that entry's position (the next call passes position + 1; deleting the entry found does not move the others), NOT_FOUND past the last entry, BAD_ARGUMENT for an unknown map.";
+            usdt_arg(index: i32) -> (i64)
+                "Argument `index` (0-based) of the USDT probe that fired (manifest `usdt_args`, from the site's `.note.stapsdt` spec), sign- or zero-extended from its size as the spec says. An argument whose register or memory cannot be read is 0. An index the site does not have traps, and so does a call from the handler of a probe that is not a USDT site.";
         }
     };
 }

@@ -37,6 +37,7 @@ pub mod rustsdk;
 pub mod sdkfacts;
 pub mod snapshot;
 pub mod status;
+pub mod usdt;
 pub mod zigsdk;
 
 pub use imports::{HOST_IMPORTS, HostImport, ImportId, ValType};
@@ -44,12 +45,12 @@ pub use status::{Exception, Outcome, Status};
 
 /// Version of the host ABI. Any change to the rendered snapshot
 /// (`hostabi/abi.txt`) must bump it.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
-/// The oldest version a host of this version still runs: versions 2 and 3
+/// The oldest version a host of this version still runs: versions 2 to 4
 /// only added imports (2: maps, events, clocks, return probes; 3:
-/// `map_entry`) and manifest keys, so a module built for version 1 loads
-/// unchanged.
+/// `map_entry`; 4: `usdt_arg`) and manifest keys, so a module built for
+/// version 1 loads unchanged.
 pub const MIN_ABI_VERSION: u32 = 1;
 
 /// Wasm import module name of every host import.

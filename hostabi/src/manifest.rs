@@ -21,7 +21,13 @@
 //! `value`, `opcode`, `watch`, `length`, `group`, `type`, `minor`, `ignore`,
 //! `maxhits`, `logonfault`, `excpt_mask`, `heap`, `return`, `maxactive`
 //! (return probes: `return yes` only on a breakpoint, `maxactive` only with
-//! `return yes`) and `args` (the handler's parameters, see [`ArgSource`]).
+//! `return yes`), `args` (the handler's parameters, see [`ArgSource`]),
+//! `usdt_args` (a USDT site's argument specs in their canonical spelling,
+//! [`crate::usdt::UsdtArg::render`], read by the `usdt_arg` import) and
+//! `semaphore` (the link-time address of the site's USDT semaphore, a
+//! 2-byte counter the runtime raises while the probe is armed) and `usdt`
+//! (`PROVIDER:NAME`: a USDT probe the runtime expands into its sites when
+//! it loads the module; no `location` needed).
 //! Blank lines and lines starting with `#` are ignored.
 
 use alloc::string::{String, ToString};
@@ -237,6 +243,18 @@ pub struct ProbeSpec {
     /// What the handler receives as parameters (`args`), one i64 each, in
     /// order; empty for a handler that takes none.
     pub args: Vec<ArgSource>,
+    /// A USDT site's arguments (`usdt_args`), what `usdt_arg(n)` reads;
+    /// empty for other probes.
+    pub usdt_args: Vec<crate::usdt::UsdtArg>,
+    /// A USDT site's semaphore (`semaphore`): link-time address, in the
+    /// probe's module, of the 2-byte counter the program checks before
+    /// the site; raised by one while the probe is armed.
+    pub semaphore: Option<u64>,
+    /// `usdt PROVIDER:NAME`: a USDT probe named rather than placed: the
+    /// runtime replaces the probe, when it loads the module, by one probe
+    /// per site of the module's note (each with its `usdt_args` and
+    /// `semaphore`); its `location` may then be left out.
+    pub usdt_probe: Option<String>,
 }
 
 /// Most parameters a handler may take (`args`).
@@ -326,6 +344,9 @@ impl ProbeSpec {
             r#return: false,
             maxactive: 0,
             args: Vec::new(),
+            usdt_args: Vec::new(),
+            semaphore: None,
+            usdt_probe: None,
         }
     }
 
@@ -475,6 +496,15 @@ impl Manifest {
                 let words: Vec<String> = p.args.iter().map(|a| a.render()).collect();
                 let _ = writeln!(s, "  args {}", words.join(" "));
             }
+            if !p.usdt_args.is_empty() {
+                let _ = writeln!(s, "  usdt_args {}", crate::usdt::render_args(&p.usdt_args));
+            }
+            if let Some(sem) = p.semaphore {
+                let _ = writeln!(s, "  semaphore 0x{sem:x}");
+            }
+            if let Some(u) = &p.usdt_probe {
+                let _ = writeln!(s, "  usdt {u}");
+            }
         }
         s
     }
@@ -570,7 +600,7 @@ impl Manifest {
         for p in &mut m.probes {
             // A probe whose `location` line is missing still holds the placeholder.
             if p.location.symbol.as_deref() == Some("") {
-                if p.trigger == Trigger::Hit {
+                if p.trigger == Trigger::Hit && p.usdt_probe.is_none() {
                     return Err(DecodeError::new(text.len(), DecodeErrorKind::Truncated));
                 }
                 p.location = no_location();
@@ -680,6 +710,9 @@ fn is_probe_key(key: &str) -> bool {
             | "return"
             | "maxactive"
             | "args"
+            | "usdt_args"
+            | "semaphore"
+            | "usdt"
     )
 }
 
@@ -745,6 +778,16 @@ fn decode_probe_key(
             }
             p.args = args;
         }
+        "usdt_args" => {
+            p.usdt_args = crate::usdt::parse_args(val, &mut |_| None).map_err(|_| bad)?;
+        }
+        "semaphore" => p.semaphore = Some(parse_num(val, off)?),
+        "usdt" => match val.split_once(':') {
+            Some((prov, name)) if is_name(prov) && is_name(name) => {
+                p.usdt_probe = Some(val.to_string())
+            }
+            _ => return Err(bad),
+        },
         _ => return Err(bad),
     }
     Ok(())
@@ -988,6 +1031,45 @@ mod tests {
         let m = sample();
         let text = m.encode();
         assert_eq!(Manifest::decode(text.as_bytes()), Ok(m));
+    }
+
+    #[test]
+    fn usdt_keys_round_trip() {
+        let mut m = sample();
+        let args = crate::usdt::parse_args(
+            "-4@%eax 8@-16(%rbp) 8@$3 -4@0x4010 1@8(%rax,%rdx,4)",
+            &mut |_| None,
+        )
+        .unwrap();
+        m.probes[0].usdt_args = args;
+        m.probes[0].semaphore = Some(0x4050);
+        let text = m.encode();
+        assert!(
+            text.contains("  usdt_args -4@%rax 8@-16(%rbp) 8@$3 -4@0x4010 1@8(%rax,%rdx,4)\n  semaphore 0x4050\n"),
+            "{text}"
+        );
+        assert_eq!(Manifest::decode(text.as_bytes()), Ok(m));
+        // A probe named by `usdt`, without a location.
+        let named = "wprobe-manifest 1\nabi 4\nmodule m\nprobe p\n  usdt python:function__entry\n";
+        let m = Manifest::decode(named.as_bytes()).unwrap();
+        assert_eq!(
+            m.probes[0].usdt_probe.as_deref(),
+            Some("python:function__entry")
+        );
+        assert!(m.encode().contains("  usdt python:function__entry\n"));
+        assert!(
+            Manifest::decode(b"wprobe-manifest 1\nabi 4\nmodule m\nprobe p\n  usdt nocolon\n")
+                .is_err()
+        );
+        let head = "wprobe-manifest 1\nabi 1\nmodule m\nprobe p\n  location offset f\n";
+        let t = alloc::format!("{head}  usdt_args 3@%eax\n");
+        assert_eq!(
+            Manifest::decode(t.as_bytes()),
+            Err(DecodeError::new(
+                t.find("  usdt_args").unwrap(),
+                DecodeErrorKind::BadValue
+            ))
+        );
     }
 
     #[test]

@@ -135,6 +135,10 @@ pub trait HostData: 'static {
     fn memory(&self) -> Option<Memory>;
     /// Whether handlers may write registers and memory (not under perf).
     fn writes_allowed(&self) -> bool;
+    /// The USDT argument specs of the probe whose handler runs (its
+    /// manifest's `usdt_args`, set before the run: no parsing per hit);
+    /// empty for a probe that is not a USDT site.
+    fn usdt_args(&self) -> &[hostabi::usdt::UsdtArg];
 }
 
 /// Bounds-checks `ptr..ptr+len` in guest memory.
@@ -775,6 +779,24 @@ fn add_return_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<(
             }
         },
     )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::usdt_arg),
+        |mut c: Caller<'_, T>, index: i32| -> wasmtime::Result<i64> {
+            let args = c.data().usdt_args();
+            if args.is_empty() {
+                bail!("usdt_arg: this probe is not a USDT site with arguments");
+            }
+            let Some(a) = args.get(index as u32 as usize).copied() else {
+                bail!(
+                    "usdt_arg: index {} but the USDT site has {} argument(s)",
+                    index as u32,
+                    args.len()
+                );
+            };
+            Ok(a.value(c.data_mut().env_mut()).unwrap_or(0) as i64)
+        },
+    )?;
     Ok(())
 }
 
@@ -936,6 +958,9 @@ mod tests {
         }
         fn writes_allowed(&self) -> bool {
             true
+        }
+        fn usdt_args(&self) -> &[hostabi::usdt::UsdtArg] {
+            &[]
         }
     }
 

@@ -144,10 +144,24 @@ pub struct Probe {
     pub r#return: bool,
     /// `maxactive =` (0 when absent: the runtime's default, §6.5).
     pub maxactive: u32,
+    /// `usdt = PROVIDER:NAME` (§6.6): the probe's sites in the module, one
+    /// manifest probe each; empty for other probes.
+    pub usdt: Vec<UsdtSite>,
     /// The handler body.
     pub body: BodyId,
     /// Span of the location statement.
     pub span: Span,
+}
+
+/// One site of a USDT probe (§6.6), as the module's note gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsdtSite {
+    /// Link-time address of the site.
+    pub addr: u64,
+    /// Link-time address of its semaphore, if any.
+    pub semaphore: Option<u64>,
+    /// Its arguments (what `push usdt, N` reads).
+    pub args: Vec<hostabi::usdt::UsdtArg>,
 }
 
 /// A procedure (§4.3).
@@ -489,6 +503,9 @@ pub enum Op {
     /// `push elapsed` (§9.16): nanoseconds between the entry of the returning
     /// call and its return; return probes only.
     PushElapsed,
+    /// `push usdt, N` (§9.17): argument N (0 … 11) of the USDT site that
+    /// fired, extended as its note says; USDT probes only.
+    PushUsdt(u8),
 }
 
 impl Op {
@@ -620,6 +637,7 @@ impl Op {
             PopIo(w) => 0xB4 + w.index(),
             PushEntry(_) => 0x4A,
             PushElapsed => 0x4B,
+            PushUsdt(_) => 0x4C,
         }
     }
 
@@ -651,7 +669,7 @@ impl Op {
             | SlotImm(..)
             | PushH(..)
             | PopH(..) => 3,
-            ExitN(_) | ShiftImm(..) | PropImm(..) | DupImm(_) | Ros(_) => 2,
+            ExitN(_) | ShiftImm(..) | PropImm(..) | DupImm(_) | Ros(_) | PushUsdt(_) => 2,
             _ => 1,
         }
     }

@@ -196,6 +196,51 @@ impl Ctx<'_> {
         d.with_note("entry values exist only when the handler runs at the return of a call: add `return = yes` to the probe (at the function's entry)")
     }
 
+    /// The sites of USDT probe `provider:name` in the module, or why none.
+    pub(crate) fn usdt_sites(
+        &mut self,
+        provider: &str,
+        name: &str,
+    ) -> Result<Vec<crate::ast::UsdtSite>, String> {
+        let elf = match &mut self.symbols {
+            SymbolSource::Given(_) => {
+                return Err(format!(
+                    "`usdt = {provider}:{name}` needs the module file (its `.note.stapsdt`)"
+                ));
+            }
+            SymbolSource::Elf(elf) => {
+                if self.module.is_empty() {
+                    return Err("`usdt =` needs the module: the file header has no `name =`".into());
+                }
+                elf.get_or_insert_with(|| {
+                    Box::new(ElfSymbols::with_dirs(
+                        &self.module,
+                        self.module_dirs.clone(),
+                    ))
+                })
+            }
+        };
+        let sites = elf.usdt_sites(provider, name)?;
+        let mut out = Vec::new();
+        for s in sites {
+            let args = s
+                .args
+                .map_err(|e| format!("USDT probe {provider}:{name}: argument specs: {e}"))?;
+            out.push(crate::ast::UsdtSite {
+                addr: s.addr,
+                semaphore: s.semaphore,
+                args,
+            });
+        }
+        if out.is_empty() {
+            return Err(format!(
+                "no USDT probe `{provider}:{name}` in module `{}` (`wprobe list MODULE 'usdt:*'` lists them)",
+                self.module
+            ));
+        }
+        Ok(out)
+    }
+
     /// Looks a symbol up, reporting failures.
     fn symbol(&mut self, name: &str, span: Span) -> Option<(String, u64)> {
         let r = match &mut self.symbols {

@@ -94,6 +94,7 @@ fn op_imports(op: &Op, out: &mut BTreeSet<u32>) {
         Op::Callk => &[I::callk],
         Op::PushEntry(_) => &[I::entry_reg],
         Op::PushElapsed => &[I::elapsed_ns],
+        Op::PushUsdt(_) => &[I::usdt_arg],
         _ => &[],
     };
     out.extend(ids.iter().map(|i| *i as u32));
@@ -271,8 +272,10 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated 
     for i in 0..program.probes.len() {
         funcs.function(body_ty);
         code.function(&entry(&ctx, program, i));
+        // Probe i's handler (a `usdt =` probe has one manifest entry per
+        // site, all naming this export).
         exports.export(
-            &manifest.probes[i].export,
+            &crate::manifest::export_name(i),
             ExportKind::Func,
             entry_base + i as u32,
         );
@@ -345,7 +348,7 @@ pub fn generate_with_marks(program: &Program, manifest: &Manifest) -> Generated 
         fnames.append(ctx.body_base + b as u32, &n);
     }
     for i in 0..program.probes.len() {
-        fnames.append(entry_base + i as u32, &manifest.probes[i].export);
+        fnames.append(entry_base + i as u32, &crate::manifest::export_name(i));
     }
     fnames.append(
         entry_base + program.probes.len() as u32,

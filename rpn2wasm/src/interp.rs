@@ -1146,6 +1146,12 @@ impl<'a> Machine<'a> {
                 self.push(v);
                 Flow::Next
             }
+            // A model hit has no USDT site: 0, where the runtime's import
+            // reads the site's argument (its note's spec).
+            PushUsdt(_) => {
+                self.push(0);
+                Flow::Next
+            }
             PushElapsed => {
                 let v = self.env.elapsed_ns().unwrap_or(0);
                 self.push(v);

@@ -15,7 +15,7 @@ pub fn build(program: &Program) -> Manifest {
         .probes
         .iter()
         .enumerate()
-        .map(|(i, p)| {
+        .flat_map(|(i, p)| {
             let location = m::Location {
                 kind: match p.kind {
                     LocationKind::Offset => m::LocationKind::Offset,
@@ -24,7 +24,7 @@ pub fn build(program: &Program) -> Manifest {
                 symbol: p.symbol.clone(),
                 addend: p.addend,
             };
-            ProbeSpec {
+            let spec = ProbeSpec {
                 value: Some(p.value),
                 opcode: p.opcode,
                 kind: match p.watch {
@@ -45,7 +45,25 @@ pub fn build(program: &Program) -> Manifest {
                 r#return: p.r#return,
                 maxactive: p.maxactive,
                 ..ProbeSpec::breakpoint(&export_name(i), location)
+            };
+            if p.usdt.is_empty() {
+                return vec![spec];
             }
+            // `usdt =`: one probe per site, all running this handler.
+            p.usdt
+                .iter()
+                .map(|s| ProbeSpec {
+                    location: m::Location {
+                        kind: m::LocationKind::Offset,
+                        symbol: None,
+                        addend: s.addr,
+                    },
+                    value: Some(s.addr),
+                    usdt_args: s.args.clone(),
+                    semaphore: s.semaphore,
+                    ..spec.clone()
+                })
+                .collect()
         })
         .collect();
     Manifest {

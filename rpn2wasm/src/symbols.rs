@@ -104,6 +104,24 @@ impl ElfSymbols {
     }
 }
 
+impl ElfSymbols {
+    /// The sites of USDT probe `provider:name` of the module (exact names),
+    /// in note order; an error when the module cannot be read.
+    pub fn usdt_sites(
+        &self,
+        provider: &str,
+        name: &str,
+    ) -> Result<Vec<wprobe_elf::usdt::UsdtSite>, String> {
+        match self.info() {
+            Ok(info) => Ok(wprobe_elf::usdt::sites(info)
+                .into_iter()
+                .filter(|s| s.provider == provider && s.name == name)
+                .collect()),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
 impl Symbols for ElfSymbols {
     fn lookup(&self, name: &str) -> Result<(String, u64), SymbolError> {
         use wprobe_elf::Lookup;

@@ -23,7 +23,19 @@ pub struct HostState<E> {
     pub limits: StoreLimits,
     /// State of the service imports (maps, events, clocks): `services.rs`.
     pub services: crate::services::Services,
+    /// The USDT argument specs of the probe whose handler runs, copied
+    /// from its manifest before each run (`usdt_len` of them).
+    pub usdt: [hostabi::usdt::UsdtArg; hostabi::usdt::MAX_USDT_ARGS],
+    /// How many of `usdt` are the running probe's.
+    pub usdt_len: usize,
 }
+
+/// An unused slot of [`HostState::usdt`].
+const NO_USDT_ARG: hostabi::usdt::UsdtArg = hostabi::usdt::UsdtArg {
+    size: 8,
+    signed: false,
+    loc: hostabi::usdt::UsdtLoc::Imm(0),
+};
 
 impl<E> HostState<E> {
     /// A state around `env`, with the given store limits.
@@ -35,6 +47,8 @@ impl<E> HostState<E> {
             writes_allowed: true,
             limits,
             services: Default::default(),
+            usdt: [NO_USDT_ARG; hostabi::usdt::MAX_USDT_ARGS],
+            usdt_len: 0,
         }
     }
 }
@@ -108,6 +122,9 @@ impl<E: HitEnv + 'static> hostfns::HostData for HostState<E> {
     }
     fn writes_allowed(&self) -> bool {
         self.writes_allowed
+    }
+    fn usdt_args(&self) -> &[hostabi::usdt::UsdtArg] {
+        &self.usdt[..self.usdt_len]
     }
 }
 

@@ -116,6 +116,9 @@ pub enum LoadError {
         /// Offset of the problem in the module file.
         offset: u64,
     },
+    /// A `usdt PROVIDER:NAME` probe that could not be expanded.
+    #[error("{0}")]
+    Usdt(String),
     /// The manifest's maps cannot be laid out within the map service's bounds.
     #[error("the manifest's maps exceed the map service's bounds: {0}")]
     BadMaps(String),
@@ -524,6 +527,58 @@ fn check<'a>(
     gate(wasm, facts, cli_manifest)
 }
 
+/// Replaces each `usdt PROVIDER:NAME` probe by one probe per site of the
+/// module's `.note.stapsdt` (its address, `usdt_args` and `semaphore`).
+fn expand_usdt(m: &mut Manifest) -> Result<(), String> {
+    if m.probes.iter().all(|p| p.usdt_probe.is_none()) {
+        return Ok(());
+    }
+    let mut out = Vec::with_capacity(m.probes.len());
+    for p in std::mem::take(&mut m.probes) {
+        let Some(u) = p.usdt_probe.clone() else {
+            out.push(p);
+            continue;
+        };
+        let (prov, name) = u.split_once(':').unwrap_or(("", &u));
+        let module = p.module.clone().unwrap_or_else(|| m.module.clone());
+        let path = wprobe_elf::locate::locate_file(&module, &[])
+            .map_err(|e| format!("probe {}: usdt {u}: {e}", p.export))?;
+        let elf = wprobe_elf::ElfInfo::open(&path)
+            .map_err(|e| format!("probe {}: usdt {u}: {e}", p.export))?;
+        let sites: Vec<_> = wprobe_elf::usdt::sites(&elf)
+            .into_iter()
+            .filter(|s| s.provider == prov && s.name == name)
+            .collect();
+        if sites.is_empty() {
+            return Err(format!(
+                "probe {}: no USDT probe `{u}` in {} (`wprobe list {} 'usdt:*'` lists them)",
+                p.export,
+                path.display(),
+                path.display()
+            ));
+        }
+        for s in sites {
+            let args = s
+                .args
+                .map_err(|e| format!("probe {}: usdt {u}: argument specs: {e}", p.export))?;
+            out.push(hostabi::manifest::ProbeSpec {
+                location: hostabi::manifest::Location {
+                    kind: hostabi::manifest::LocationKind::Offset,
+                    symbol: None,
+                    addend: s.addr,
+                },
+                value: Some(s.addr),
+                usdt_args: args,
+                semaphore: s.semaphore,
+                usdt_probe: None,
+                ..p.clone()
+            });
+        }
+    }
+    m.probes = out;
+    Ok(())
+}
+
 /// The ABI checks on the module's facts: manifest (or `cli_manifest`),
 /// ABI version, memory export, handler exports.
 fn gate<'a>(
@@ -531,11 +586,12 @@ fn gate<'a>(
     facts: ModuleFacts,
     cli_manifest: Option<Manifest>,
 ) -> Result<Checked<'a>, LoadError> {
-    let manifest = match (facts.manifest.clone(), cli_manifest) {
+    let mut manifest = match (facts.manifest.clone(), cli_manifest) {
         (_, Some(m)) => m,
         (Some(m), None) => m,
         (None, None) => return Err(LoadError::NoManifest),
     };
+    expand_usdt(&mut manifest).map_err(LoadError::Usdt)?;
     if !(hostabi::MIN_ABI_VERSION..=hostabi::ABI_VERSION).contains(&manifest.abi) {
         return Err(LoadError::AbiVersion {
             found: manifest.abi,

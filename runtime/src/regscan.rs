@@ -38,9 +38,21 @@ impl RegsRead {
     }
 }
 
-/// The registers the module `wasm` can read (`All` when in doubt).
+/// The general registers and `rip`/`rsp` (ids 0x06 … 0x17): where a USDT
+/// argument or its address can be (`sys/sdt.h` operands name no other).
+const USDT_REGS: u128 = ((1u128 << 0x18) - 1) & !((1u128 << 6) - 1);
+
+/// The registers the module `wasm` can read (`All` when in doubt). A
+/// module calling `usdt_arg` can read any general register (the specs are
+/// the probes', not the module's).
 pub fn registers_read(wasm: &[u8]) -> RegsRead {
     let mut set = 0u128;
+    if calls_to(wasm, hostabi::ImportId::usdt_arg.import().name, |_, _| {
+        false
+    }) != Some(true)
+    {
+        set |= USDT_REGS;
+    }
     let known = calls_to(
         wasm,
         hostabi::ImportId::read_reg.import().name,
@@ -279,6 +291,16 @@ mod tests {
         assert!(m("i64.const 0 i32.const 3 call $c drop"));
         assert!(m("i64.const 0 local.get 0 call $c drop"), "computed: maybe");
         assert!(!checks_writable(&wat(r#"(module (func (export "h")))"#)));
+    }
+
+    #[test]
+    fn usdt_arg_reads_the_general_registers() {
+        let m = wat(r#"(module
+              (import "wprobe" "usdt_arg" (func $u (param i32) (result i64)))
+              (func (export "h") (result i32) (drop (call $u (i32.const 0))) (i32.const 0)))"#);
+        let r = registers_read(&m);
+        assert!(r.contains(RDI) && r.contains(hostabi::regs::RSP) && r.contains(0x17));
+        assert!(!r.contains(0x4D) && r != RegsRead::All, "{r:?}");
     }
 
     #[test]

@@ -125,7 +125,12 @@ impl<E: HitEnv + 'static> Runner<E> {
         // Runs until the engine's next epoch: `engine::interrupt_on` bumps
         // it when wprobe is asked to stop.
         self.store.set_epoch_deadline(1);
-        let sources = &p.manifest.probes[probe].args;
+        let spec = &p.manifest.probes[probe];
+        let usdt = &spec.usdt_args[..spec.usdt_args.len().min(hostabi::usdt::MAX_USDT_ARGS)];
+        let data = self.store.data_mut();
+        data.usdt[..usdt.len()].copy_from_slice(usdt);
+        data.usdt_len = usdt.len();
+        let sources = &spec.args;
         let args = if sources.is_empty() {
             [0; hostabi::manifest::MAX_HANDLER_ARGS]
         } else {

@@ -18,6 +18,7 @@ mod metrics;
 mod oneliner;
 mod records;
 mod stats;
+mod usdt;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -114,8 +115,11 @@ pub struct Session {
     /// Each program's label and the `exit 1`/`exit 3` it uses (`stops`
     /// of its manifest): refused by a transport that cannot honour them.
     program_stops: Vec<(String, Vec<u8>)>,
-    /// Whether any program imports `read_mem` or `read_str`.
+    /// Whether any program imports `read_mem` or `read_str`, or reads a
+    /// USDT argument in memory (`usdt_arg` on a site with a memory operand).
     reads_memory: bool,
+    /// USDT semaphores this run raised: (probe, pid, run-time address).
+    semaphores: Vec<(usize, i32, u64)>,
     /// Lost hits the transport did not attribute to a known probe.
     dropped_unattributed: u64,
     /// `exit 1` / `exit 3` runs that the transport cannot honour.
@@ -219,9 +223,20 @@ impl Session {
             ..RunEnv::default()
         };
         let mut writers = Vec::new();
+        // `usdt_arg` reads memory only for a site whose spec has a memory
+        // operand (a stack slot wants the sample's snapshot under perf).
+        let usdt_in_memory = |m: &Manifest| {
+            m.probes.iter().any(|p| {
+                p.usdt_args
+                    .iter()
+                    .any(|a| matches!(a.loc, hostabi::usdt::UsdtLoc::Mem { .. }))
+            })
+        };
         let reads_memory = programs.iter().any(|p| {
             p.module.module.imports().any(|i| {
-                i.module() == hostabi::IMPORT_MODULE && matches!(i.name(), "read_mem" | "read_str")
+                i.module() == hostabi::IMPORT_MODULE
+                    && (matches!(i.name(), "read_mem" | "read_str")
+                        || (i.name() == "usdt_arg" && usdt_in_memory(&p.module.manifest)))
             })
         });
         for p in &programs {
@@ -318,6 +333,7 @@ impl Session {
             program_code,
             program_stops,
             reads_memory,
+            semaphores: Vec::new(),
             dropped_unattributed: 0,
             unhonoured: [0; 2],
             transport: None,
@@ -650,6 +666,7 @@ impl Session {
         };
         self.settle_held(None);
         let t0 = std::time::Instant::now();
+        self.lower_all_semaphores(t);
         let detached = t.detach();
         self.disarm_time = t0.elapsed() + t.report().detach_time;
         if t.runs_handlers() {
@@ -711,6 +728,7 @@ impl Session {
             Event::Stepped { fault, .. } => self.settle_held(fault),
             Event::ProcessStarted { pid, parent } => {
                 self.hook_event(HookEvent::ProcessStarted { pid, parent });
+                self.inherit_semaphores(pid, parent);
                 self.arm(t, pid, false);
             }
             Event::Exec { pid } => {

@@ -23,6 +23,7 @@ pub mod inproc;
 pub mod perf;
 pub mod ptrace;
 pub mod retsites;
+pub mod semaphores;
 
 use std::any::Any;
 use std::ffi::OsString;
@@ -197,6 +198,21 @@ pub enum Insert {
         /// only where [`Capabilities::entry_notices`]).
         entry_notice: bool,
     },
+}
+
+/// How a USDT site's semaphore is held while the site is armed
+/// ([`Transport::insert_usdt`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SemaphoreHold {
+    /// Raised through [`Transport::semaphore`]: the session lowers it when
+    /// the probe is disabled or the run detaches.
+    Raised,
+    /// Counted by the kernel with the probe (perf's `ref_ctr_offset`):
+    /// lowered when the probe is removed, also when wprobe dies.
+    Kernel,
+    /// Not raised: why (the site stays armed; the program skips it while
+    /// no one else raises the semaphore).
+    Failed(String),
 }
 
 /// An armed probe, as its transport identifies it.
@@ -432,6 +448,9 @@ pub struct HandlerProbe<'a> {
     pub load_bias: u64,
     /// Its handler's parameters (the manifest's `args`).
     pub args: &'a [hostabi::manifest::ArgSource],
+    /// Its USDT site's arguments (the manifest's `usdt_args`; the
+    /// `usdt_arg` import), empty for other probes.
+    pub usdt_args: &'a [hostabi::usdt::UsdtArg],
 }
 
 /// Everything a transport that runs the handlers itself needs of them.
@@ -572,6 +591,78 @@ pub trait Transport {
     /// where every site is armed one way (ptrace's `int3`, perf's uprobe).
     fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
         Vec::new()
+    }
+
+    /// Arms USDT site `tag` (a breakpoint, as [`Transport::insert`]) at
+    /// `addr` in `pid`, with its semaphore at `sem` held raised while it is
+    /// armed (DTrace's enable of an is-enabled probe). By default
+    /// [`Transport::semaphore`] `+1`, then the breakpoint; the session
+    /// lowers the semaphore again; a transport whose kernel counts the semaphore with the
+    /// probe (perf) overrides it.
+    fn insert_usdt(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        opcode: Option<u8>,
+        sem: RunAddr,
+    ) -> Result<(Armed, SemaphoreHold), String> {
+        // The semaphore first: the site's first hit already sees it
+        // raised, as under the kernel's counting (the program may read it
+        // right before the site, to build an argument).
+        let hold = match self.semaphore(pid, sem, 1) {
+            Ok(()) => SemaphoreHold::Raised,
+            Err(e) => SemaphoreHold::Failed(e),
+        };
+        match self.insert(tag, pid, addr, Insert::Breakpoint { opcode }) {
+            Ok(armed) => Ok((armed, hold)),
+            Err(e) => {
+                if hold == SemaphoreHold::Raised {
+                    let _ = self.semaphore(pid, sem, -1);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Arms USDT site `tag` at `offset` in module file `file` (as
+    /// [`Transport::insert_on_file`]), its semaphore at file offset
+    /// `sem_offset` counted by the kernel in every process that maps the
+    /// file. By default the site alone, its semaphore not raised.
+    fn insert_usdt_on_file(
+        &mut self,
+        tag: usize,
+        file: &std::path::Path,
+        offset: u64,
+        sem_offset: u64,
+    ) -> Result<(Armed, SemaphoreHold), String> {
+        let _ = sem_offset;
+        let armed = self.insert_on_file(tag, file, offset)?;
+        Ok((
+            armed,
+            SemaphoreHold::Failed(format!(
+                "--transport {} cannot raise USDT semaphores in files",
+                self.info().name
+            )),
+        ))
+    }
+
+    /// Adds `delta` (+1 when a USDT site with a semaphore is armed in
+    /// `pid`, -1 when it is disarmed) to the site's 2-byte semaphore at
+    /// `addr` (DTrace's enable/disable, reference-counted by the program's
+    /// counter), journaled so that a killed wprobe's increment is undone
+    /// ([`semaphores`]). By default a transport that writes the target
+    /// does it through `/proc/PID/mem`; one that does not must let the
+    /// kernel do it (perf: the uprobe's `ref_ctr_offset`) or refuse.
+    fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), String> {
+        if self.info().caps.writes {
+            semaphores::adjust(pid, addr.0, delta).map(|_| ())
+        } else {
+            Err(format!(
+                "--transport {} cannot raise USDT semaphores",
+                self.info().name
+            ))
+        }
     }
 
     /// Makes every probe dormant without forgetting it: no hit after this

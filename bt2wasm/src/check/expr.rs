@@ -406,6 +406,9 @@ impl Fx<'_, '_> {
     }
 
     fn arg(&mut self, n: u32, span: Span) -> (E, Ty) {
+        if self.ctx == Ctx::Usdt {
+            return self.usdt_arg(n, span);
+        }
         if self.ctx != Ctx::Uprobe {
             self.cx.err(
                 codes::BUILTIN_CONTEXT,
@@ -420,6 +423,43 @@ impl Fx<'_, '_> {
             // Stack arguments: above the return address at the entry.
             self.stack_word(8 * (n - 5))
         }
+    }
+
+    /// `argN` of a USDT probe: read by the `usdt_arg` import with the
+    /// site's spec, typed by the first site's note (bpftrace's rule).
+    fn usdt_arg(&mut self, n: u32, span: Span) -> (E, Ty) {
+        let mut ty = None;
+        for c in self.concrete {
+            if let crate::probes::Kind::Usdt { args, .. } = &c.kind {
+                match args {
+                    Err(e) => {
+                        self.cx.err(
+                            codes::UNSUPPORTED,
+                            span,
+                            format!("{}: cannot read its arguments: {e}", c.name),
+                        );
+                        return (E::Int(0), Ty::None);
+                    }
+                    Ok(a) if (n as usize) >= a.len() => {
+                        self.cx.err(
+                            codes::BUILTIN_CONTEXT,
+                            span,
+                            format!(
+                                "{}: arg{n} does not exist: the probe has {} argument(s)",
+                                c.name,
+                                a.len()
+                            ),
+                        );
+                        return (E::Int(0), Ty::None);
+                    }
+                    Ok(a) => {
+                        ty.get_or_insert((a[n as usize].signed, a[n as usize].size));
+                    }
+                }
+            }
+        }
+        let (signed, bytes) = ty.unwrap_or((false, 8));
+        (E::UsdtArg(n), Ty::Int { signed, bytes })
     }
 
     /// The u64 at `rsp + off` of the hit thread.

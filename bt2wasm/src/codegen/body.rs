@@ -333,6 +333,10 @@ impl Gen<'_> {
                 self.i().i32_const(*r as i32).i32_const(0);
                 self.call(I::read_reg);
             }
+            E::UsdtArg(n) => {
+                self.i().i32_const(*n as i32);
+                self.call(I::usdt_arg);
+            }
             E::Fact(f) => match f {
                 Fact::Pid => self.call(I::current_pid),
                 Fact::Tid => self.call(I::current_tid),

@@ -189,11 +189,17 @@ pub mod raw {
             val_ptr: i32,
             val_len: i32,
         ) -> i32;
+
+        /// Argument `index` (0-based) of the USDT probe that fired (manifest `usdt_args`, from the
+        /// site's `.note.stapsdt` spec), sign- or zero-extended from its size as the spec says. An
+        /// argument whose register or memory cannot be read is 0. An index the site does not have
+        /// traps, and so does a call from the handler of a probe that is not a USDT site.
+        pub fn usdt_arg(index: i32) -> i64;
     }
 }
 
 /// Host ABI version these bindings were generated for.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Name of the custom section carrying the manifest.
 pub const MANIFEST_SECTION: &str = "wprobe.manifest";
@@ -223,7 +229,7 @@ pub const MAX_MAXACTIVE: u32 = 4096;
 #[macro_export]
 macro_rules! __manifest_head {
     () => {
-        "wprobe-manifest 1\nabi 3\n"
+        "wprobe-manifest 1\nabi 4\n"
     };
 }
 

@@ -9,7 +9,8 @@
 //! ([`tid`], [`pid`], [`cpu`]), the run's global variables ([`gvar_get`],
 //! [`gvar_set`]), records ([`Log`], [`emit_log`]), and, in the handler of a
 //! return probe (`return yes;`), the entry of the returning call
-//! ([`entry_arg`], [`entry_rsp`], [`elapsed_ns`]).
+//! ([`entry_arg`], [`entry_rsp`], [`elapsed_ns`]), and, in the handler of
+//! a USDT site (`usdt_args`), the probe's arguments ([`usdt_arg`]).
 //!
 //! ```ignore
 //! #![no_std]
@@ -256,6 +257,15 @@ pub fn entry_rsp() -> u64 {
 pub fn elapsed_ns() -> u64 {
     // SAFETY: no arguments.
     unsafe { raw::elapsed_ns() as u64 }
+}
+
+/// In the handler of a USDT site: argument `index` (0-based) of the
+/// probe, extended from its size as the site's spec says. The handler of a
+/// probe that is not a USDT site, or an index the site does not have,
+/// traps here.
+pub fn usdt_arg(index: u32) -> i64 {
+    // SAFETY: no pointers; the host checks the index.
+    unsafe { raw::usdt_arg(index as i32) }
 }
 
 /// An item descriptor: item of `kind` (an [`item_kind`] constant) starting at `offset`.

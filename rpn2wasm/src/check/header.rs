@@ -186,6 +186,7 @@ impl Ctx<'_> {
             heap: h.heap,
             r#return: false,
             maxactive: 0,
+            usdt: Vec::new(),
             body: 0,
             span: loc.key_span,
         };
@@ -249,8 +250,41 @@ impl Ctx<'_> {
             );
         }
         self.return_rules(&p, watch_given, return_span, maxactive_span);
-        self.location(loc, &mut p, watch_given)?;
+        if loc.key == Key::Usdt {
+            let not_bp = watch_given || p.r#return;
+            self.usdt_location(loc, &mut p, not_bp)?;
+        } else {
+            self.location(loc, &mut p, watch_given)?;
+        }
         Some(p)
+    }
+
+    /// `usdt = PROVIDER:NAME` (§6.6): the sites of the probe in the module
+    /// (one manifest probe each); a breakpoint, never a watchpoint or a
+    /// return probe.
+    fn usdt_location(&mut self, loc: &Stmt, p: &mut Probe, not_bp: bool) -> Option<()> {
+        let Value::Usdt(provider, name) = &loc.value else {
+            return None;
+        };
+        if not_bp {
+            self.sink.error(
+                codes::INVALID_VALUE,
+                loc.span,
+                "a `usdt =` probe is a breakpoint at the probe's sites: no `watchpoint =` or `return = yes`",
+            );
+            return None;
+        }
+        let sites = match self.usdt_sites(provider, name) {
+            Ok(s) => s,
+            Err(why) => {
+                self.sink.error(codes::UNKNOWN_SYMBOL, loc.span, why);
+                return None;
+            }
+        };
+        p.value = sites.first().map_or(0, |s| s.addr);
+        p.addend = p.value;
+        p.usdt = sites;
+        Some(())
     }
 
     /// §6.5: a return probe is a breakpoint; `maxactive` needs `return = yes`.

@@ -1360,6 +1360,13 @@ impl BodyGen<'_> {
                 self.push();
             }
             PushElapsed => self.push_import(ImportId::elapsed_ns),
+            PushUsdt(n) => {
+                self.a
+                    .i()
+                    .i32_const(i32::from(*n))
+                    .call(self.ctx.import(ImportId::usdt_arg));
+                self.push();
+            }
             Vfyr | Vfyrw => {
                 let access = if matches!(insn.op, Vfyr) { 1 } else { 3 };
                 self.pop();
@@ -1918,7 +1925,7 @@ fn stack_effect(op: &Op) -> Option<i64> {
         PopLp | PopStp | RestoreSbp | Free => -1,
         PopMem(_) | TracePv | TraceVars(_) | PopIo(_) => -2,
         PushImm(_) | PushSym { .. } | PushByte(_) | PushTask | PushPid | PushProcid => 1,
-        PushEntry(_) | PushElapsed => 1,
+        PushEntry(_) | PushElapsed | PushUsdt(_) => 1,
         PushLp | PushPlp | PushStp | SaveTsp | SaveSbp | PushWid => 1,
         PushX => 3,
         PushReg { reg, .. } if *reg == hostabi::regs::CPUID => 3,

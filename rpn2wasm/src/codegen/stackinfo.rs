@@ -106,7 +106,7 @@ fn effect(op: &Op) -> Option<Effect> {
         ),
         PopReg { .. } => fx(1, -1),
         PushImm(_) | PushSym { .. } | PushByte(_) | PushTask | PushPid | PushProcid => fx(0, 1),
-        PushEntry(_) | PushElapsed => fx(0, 1),
+        PushEntry(_) | PushElapsed | PushUsdt(_) => fx(0, 1),
         PushX | PushLp | PushPlp | PushStp | SaveTsp | SaveSbp | PushWid => {
             fx(0, if matches!(op, PushX) { 3 } else { 1 })
         }

@@ -36,6 +36,7 @@ fn probe_cfg(value: u64) -> Probe {
         heap: 0,
         r#return: false,
         maxactive: 0,
+        usdt: Vec::new(),
         body: 0,
         span: Span::default(),
     }

@@ -37,6 +37,7 @@ pub(crate) enum Key {
     Maxhits,
     Return,
     Maxactive,
+    Usdt,
 }
 
 /// The syntax of a keyword's value.
@@ -49,6 +50,7 @@ enum Kind {
     Names,
     Name,
     Location,
+    Usdt,
 }
 
 impl Key {
@@ -81,6 +83,7 @@ impl Key {
             "maxhits" => Key::Maxhits,
             "return" => Key::Return,
             "maxactive" => Key::Maxactive,
+            "usdt" => Key::Usdt,
             _ => return None,
         })
     }
@@ -114,6 +117,7 @@ impl Key {
             Key::Maxhits => "maxhits",
             Key::Return => "return",
             Key::Maxactive => "maxactive",
+            Key::Usdt => "usdt",
         }
     }
 
@@ -132,6 +136,7 @@ impl Key {
                 | Key::Maxhits
                 | Key::Return
                 | Key::Maxactive
+                | Key::Usdt
         )
     }
 
@@ -140,9 +145,9 @@ impl Key {
         !self.in_file() || matches!(self, Key::ExcptMask | Key::Logonfault | Key::Heap)
     }
 
-    /// `offset =` or `address =`.
+    /// `offset =`, `address =` or `usdt =`.
     pub(crate) fn is_location(self) -> bool {
-        matches!(self, Key::Offset | Key::Address)
+        matches!(self, Key::Offset | Key::Address | Key::Usdt)
     }
 
     fn kind(self) -> Kind {
@@ -153,6 +158,7 @@ impl Key {
             Key::Groupdef | Key::Typedef => Kind::Names,
             Key::Group | Key::Type => Kind::Name,
             Key::Offset | Key::Address => Kind::Location,
+            Key::Usdt => Kind::Usdt,
             _ => Kind::Number,
         }
     }
@@ -173,6 +179,8 @@ pub(crate) enum Value {
     Names(Vec<(String, Span)>),
     /// A location: expression, optional range end.
     Loc(Expr, Option<Expr>),
+    /// `usdt = PROVIDER:NAME`.
+    Usdt(String, String),
     /// The value had a syntax error (reported).
     Invalid,
 }
@@ -240,6 +248,24 @@ pub(crate) fn value(
                 _ => None,
             };
             Value::Loc(a, b)
+        }
+        Kind::Usdt => {
+            let (provider, _) = c.name("USDT provider")?;
+            match c.peek() {
+                Some(Tok {
+                    kind: TokKind::Colon,
+                    ..
+                }) => c.i += 1,
+                _ => {
+                    return Err(invalid(
+                        &c,
+                        first,
+                        "`usdt` must be `PROVIDER:NAME` (as `readelf -n` shows a probe)",
+                    ));
+                }
+            }
+            let (name, _) = c.name("USDT probe name")?;
+            Value::Usdt(provider, name)
         }
         Kind::Text => Value::Invalid,
     };

@@ -532,6 +532,30 @@ fn push(c: &mut Cur<'_>, m: Tok) -> Result<Parsed, PErr> {
                 c.i += 1;
                 return slot_form(c, SlotOp::Push, rel(&k));
             }
+            "usdt" => {
+                c.i += 1;
+                c.comma("usdt").map_err(|e| {
+                    e.note("`push usdt, N` reads argument N of the USDT site that fired; to push a symbol named `usdt`, write `push usdt + 0`")
+                })?;
+                let (n, lo, hi) = c.number(Class::U8, "USDT argument number")?;
+                if n as usize >= hostabi::usdt::MAX_USDT_ARGS {
+                    return Err(PErr::new(
+                        codes::INVALID_VALUE,
+                        lo,
+                        hi,
+                        format!(
+                            "USDT argument {n}: a probe has at most {} (0 … {})",
+                            hostabi::usdt::MAX_USDT_ARGS,
+                            hostabi::usdt::MAX_USDT_ARGS - 1
+                        ),
+                    ));
+                }
+                c.expect_end()?;
+                return Ok(Parsed {
+                    op: RawOp::Op(Op::PushUsdt(n as u8)),
+                    arg: (lo, hi),
+                });
+            }
             "entry" => {
                 c.i += 1;
                 c.comma("entry").map_err(|e| {

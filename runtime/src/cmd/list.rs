@@ -73,9 +73,57 @@ pub fn list_module(
     rows.len()
 }
 
+/// Appends the USDT sites of one module whose `provider:name` matches
+/// `glob` (the part after `usdt:`): address (run-time = link-time + bias),
+/// semaphore, probe, argument specs with the types they give `argN`.
+pub fn list_usdt(out: &mut String, elf: &ElfInfo, bias: u64, glob: &str) -> usize {
+    let (prov, name) = match glob.split_once(':') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, glob),
+    };
+    let mut n = 0;
+    for s in wprobe_elf::usdt::sites(elf) {
+        let full = s.full_name();
+        let hit = wprobe_elf::usdt::matches(&s, prov, if name.is_empty() { "*" } else { name })
+            || (prov.is_none() && wprobe_elf::glob(glob, &full));
+        if !hit {
+            continue;
+        }
+        let sem = s
+            .semaphore
+            .map(|v| format!("{:#x}", bias.wrapping_add(v)))
+            .unwrap_or_else(|| "-".into());
+        let args = match &s.args {
+            Ok(a) => a
+                .iter()
+                .zip(s.args_text.split_ascii_whitespace())
+                .enumerate()
+                .map(|(i, (a, t))| format!("arg{i}={t}:{}", a.type_name()))
+                .collect::<Vec<_>>()
+                .join(" "),
+            Err(e) => format!("{} (unreadable: {e})", s.args_text),
+        };
+        let _ = writeln!(
+            out,
+            "{:#018x} sem {sem:<10} usdt:{full} {args}",
+            bias.wrapping_add(s.addr)
+        );
+        n += 1;
+    }
+    n
+}
+
 /// Runs the command.
 pub fn list(a: ListArgs) -> CmdResult {
     let mut out = String::new();
+    let usdt = a
+        .args
+        .iter()
+        .find_map(|g| g.strip_prefix("usdt:").or((g == "usdt").then_some("*")))
+        .map(str::to_string);
+    if let Some(glob) = usdt {
+        return list_usdt_cmd(&a, &glob);
+    }
     let _ = writeln!(
         out,
         "{:<18} {:>8} op   {:>12} kind   symbol",
@@ -144,12 +192,67 @@ pub fn list(a: ListArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `wprobe list (BINARY | -p PID) 'usdt:GLOB'`.
+fn list_usdt_cmd(a: &ListArgs, glob: &str) -> CmdResult {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<18} {:<14} probe and arguments",
+        "address", "semaphore"
+    );
+    let mut total = 0;
+    if let Some(pid) = a.pid {
+        let maps = crate::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
+        let mut resolver = crate::resolve::Resolver::default();
+        let mut seen = Vec::new();
+        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
+            if seen.contains(&m.path) {
+                continue;
+            }
+            seen.push(m.path.clone());
+            if let Ok(loc) = resolver.locate(&maps, &m.path, None) {
+                let mut part = String::new();
+                let n = list_usdt(&mut part, &loc.elf, loc.bias, glob);
+                if n > 0 {
+                    let _ = writeln!(out, "# {} (bias {:#x})", m.path, loc.bias);
+                    out += &part;
+                    total += n;
+                }
+            }
+        }
+    } else {
+        let Some(b) = a.args.first().filter(|b| !b.starts_with("usdt")) else {
+            return Err(CliError::user("give a BINARY or -p PID"));
+        };
+        let path =
+            wprobe_elf::locate::locate_file(b, &[]).map_err(|e| CliError::user(e.to_string()))?;
+        let elf = ElfInfo::open(&path).map_err(|e| CliError::user(e.to_string()))?;
+        if elf.is_dyn {
+            let _ = writeln!(
+                out,
+                "# {}: position-independent; addresses are link-time",
+                path.display()
+            );
+        }
+        total += list_usdt(&mut out, &elf, 0, glob);
+    }
+    if let Err(e) = crate::output::print_stdout(&out) {
+        return Err(CliError::user(format!("writing the listing: {e}")));
+    }
+    if total == 0 {
+        crate::elog!("wprobe: no matching USDT probes");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Examples shown under `--help`.
 const EXAMPLES: &str = "\
 Examples:
   wprobe list ./prog 'target_*'     functions of a binary matching a glob
   wprobe list libc 'str*'           a library by short name or soname
-  wprobe list -p 1234 'mall*'       a process: its executable and libraries";
+  wprobe list -p 1234 'mall*'       a process: its executable and libraries
+  wprobe list python3.11 'usdt:*'   USDT probes: sites, semaphores, argument specs";
 
 /// `wprobe list`.
 #[derive(clap::Args, Debug)]

@@ -24,7 +24,8 @@ pub fn repair(a: RepairArgs) -> CmdResult {
     use crate::transport::ptrace::journal;
     let path = journal::path(a.pid);
     let inproc = crate::transport::inproc::journal::path(a.pid);
-    if !path.exists() && !inproc.exists() {
+    let sem = crate::transport::semaphores::path(a.pid);
+    if !path.exists() && !inproc.exists() && !sem.exists() {
         return Err(CliError::user(format!(
             "no patch journal for process {} ({}): nothing to repair (wprobe detached cleanly, or never attached)",
             a.pid,
@@ -34,7 +35,7 @@ pub fn repair(a: RepairArgs) -> CmdResult {
     // A live wprobe restores the process itself when it stops; writing
     // under it would silently disarm its probes. The in-process transport
     // lets the process go while it traces it: its journal names it.
-    if let Some(holder) = [&path, &inproc]
+    if let Some(holder) = [&path, &inproc, &sem]
         .into_iter()
         .filter(|p| p.exists())
         .find_map(|p| journal::live_holder(p))
@@ -59,7 +60,20 @@ pub fn repair(a: RepairArgs) -> CmdResult {
     // the watchdog: that one goes too).
     // Either journal may be of an earlier process with this pid (then it
     // restores nothing and is removed): the count said is the other's.
+    let patched = path.exists() || inproc.exists();
     let restored = (|| {
+        let lowered = if sem.exists() {
+            crate::transport::semaphores::repair(a.pid)?
+        } else {
+            0
+        };
+        if lowered > 0 {
+            let _ = crate::output::print_stdout(&format!(
+                "wprobe: lowered {lowered} USDT semaphore{} in process {}\n",
+                if lowered == 1 { "" } else { "s" },
+                a.pid
+            ));
+        }
         let sites = if inproc.exists() {
             Some(crate::transport::inproc::repair::repair(a.pid)?)
         } else {
@@ -78,6 +92,7 @@ pub fn repair(a: RepairArgs) -> CmdResult {
         })
     })();
     match restored {
+        Ok(_) if !patched => Ok(ExitCode::SUCCESS),
         Ok((n, what)) => {
             let _ = crate::output::print_stdout(&format!(
                 "wprobe: restored {n} {what}{} in process {}\n",

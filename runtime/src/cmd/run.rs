@@ -168,6 +168,11 @@ pub fn run(a: RunArgs) -> CmdResult {
         );
         session.set_oneliner_output_file(a.output.is_some());
         if a.pid.is_none() && a.command.is_empty() {
+            if session.probe_count() > 0 && a.usdt_file_activation {
+                return Err(CliError::user(
+                    "--usdt-file-activation: Failed to find processes running the probed files: wprobe raises the semaphores of the processes it traces; give -c CMD, a command after `--`, or -p PID",
+                ));
+            }
             if session.probe_count() > 0 {
                 return Err(CliError::user(
                     "uprobes and watchpoints need a process: give -c CMD, a command after `--`, or -p PID (wprobe traces processes, not the whole system)",
@@ -540,6 +545,12 @@ pub struct RunArgs {
     /// their symbols (demangled by default; bpftrace's `cpp_demangle = 0`).
     #[arg(long)]
     pub no_demangle: bool,
+    /// bpftrace's --usdt-file-activation: raise USDT semaphores in the
+    /// traced processes. wprobe always does (in every process it traces,
+    /// launched, attached or forked); it traces no process it was not
+    /// given, so the flag changes nothing but is accepted.
+    #[arg(long = "usdt-file-activation")]
+    pub usdt_file_activation: bool,
     /// bpftrace's --no-warnings: no warnings from the one-liner front end.
     #[arg(long)]
     pub no_warnings: bool,

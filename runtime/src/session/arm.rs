@@ -13,7 +13,9 @@ use crate::arch::{DEBUG_REGISTERS, WatchKind};
 use crate::procmaps::{self, Mapping};
 use crate::regscan::RegsRead;
 use crate::resolve::{Located, ResolveError};
-use crate::transport::{Armed, Capabilities, Insert, TRANSPORTS, Transport, TransportInfo};
+use crate::transport::{
+    Armed, Capabilities, Insert, SemaphoreHold, TRANSPORTS, Transport, TransportInfo,
+};
 
 /// How one probe is inserted: `(probe index, spec, run-time address,
 /// whether the program's `opcode =` applies there)`.
@@ -257,8 +259,35 @@ impl Session {
                         spec.maxactive_or_default()
                     }
                 };
-                self.arm_with(pid, &maps, report, &mut |pi, spec, addr, opcode_applies| {
+                let mut raised: Vec<(usize, u64)> = Vec::new();
+                let mut failed: Vec<(usize, String)> = Vec::new();
+                // Inherited from a parent (fork): raised already.
+                let held: Vec<(usize, u64)> = self
+                    .semaphores
+                    .iter()
+                    .filter(|s| s.1 == pid)
+                    .map(|s| (s.0, s.2))
+                    .collect();
+                let n = self.arm_with(pid, &maps, report, &mut |pi, spec, addr, opcode_applies| {
                     let opcode = spec.opcode.filter(|_| verify && opcode_applies);
+                    if let Some(sem) = spec.semaphore
+                        && spec.kind == ProbeKind::Breakpoint
+                        && !spec.r#return
+                    {
+                        // The site's bias applies to its semaphore (one module).
+                        let bias = addr.0.wrapping_sub(spec.location.addend);
+                        let sem = sem.wrapping_add(bias);
+                        if !held.contains(&(pi, sem)) {
+                            let (armed, hold) =
+                                t.insert_usdt(pi, pid, addr, opcode, RunAddr(sem))?;
+                            match hold {
+                                SemaphoreHold::Raised => raised.push((pi, sem)),
+                                SemaphoreHold::Kernel => {}
+                                SemaphoreHold::Failed(e) => failed.push((pi, e)),
+                            }
+                            return Ok(armed);
+                        }
+                    }
                     let what = match spec.kind {
                         ProbeKind::Breakpoint if spec.r#return => Insert::Return {
                             opcode,
@@ -272,7 +301,9 @@ impl Session {
                         },
                     };
                     t.insert(pi, pid, addr, what)
-                })
+                });
+                self.held_semaphores(pid, raised, failed, report);
+                n
             }
             Err(e) => {
                 self.warn(report, e);
@@ -435,11 +466,25 @@ impl Session {
                     if spec.r#return {
                         check_function_entry(&elf, link)?;
                     }
-                    let id = if spec.r#return {
-                        t.insert_return_on_file(pi, &file, off, self.maxactive(pi, spec))?
+                    let sem_off = spec.semaphore.and_then(|s| elf.file_offset(s));
+                    let (id, hold) = if spec.r#return {
+                        (
+                            t.insert_return_on_file(pi, &file, off, self.maxactive(pi, spec))?,
+                            None,
+                        )
+                    } else if let Some(sem_off) = sem_off {
+                        let (id, hold) = t.insert_usdt_on_file(pi, &file, off, sem_off)?;
+                        (id, Some(hold))
                     } else {
-                        t.insert_on_file(pi, &file, off)?
+                        (t.insert_on_file(pi, &file, off)?, None)
                     };
+                    if let Some(SemaphoreHold::Failed(e)) = hold {
+                        crate::elog!(
+                            "wprobe: warning: probe {}: {e}; the program skips the site while its \
+                             semaphore is 0",
+                            self.probes[pi].label
+                        );
+                    }
                     Ok((link, id))
                 });
             match res {
@@ -693,6 +738,7 @@ impl Session {
         for (_, a) in std::mem::take(&mut self.probes[pi].armed) {
             t.remove(a);
         }
+        self.lower_semaphores_of(t, pi);
     }
 
     /// Forgets the probes armed in `pid` (it exec'd or ended).
@@ -700,5 +746,6 @@ impl Session {
         for p in &mut self.probes {
             p.armed.retain(|(q, _)| *q != pid);
         }
+        self.forget_semaphores(pid);
     }
 }

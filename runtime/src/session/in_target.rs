@@ -61,6 +61,7 @@ impl Session {
                         .copied()
                         .unwrap_or(0),
                     args: &spec.args,
+                    usdt_args: &spec.usdt_args,
                 }
             })
             .collect();

@@ -413,6 +413,7 @@ impl InProc {
                     export: q.export,
                     load_bias: q.load_bias,
                     args: q.args,
+                    usdt_args: q.usdt_args,
                 })
                 .collect();
             let spec = ModuleSpec {

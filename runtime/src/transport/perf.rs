@@ -73,6 +73,10 @@ pub enum PerfProbe {
         path: String,
         /// File offset of the instruction.
         offset: u64,
+        /// A USDT site's semaphore, by its file offset: the kernel raises
+        /// it in every process that maps the file while the uprobe is
+        /// registered (`ref_ctr_offset`), and lowers it when it goes.
+        ref_ctr: Option<u64>,
     },
     /// A hardware watchpoint.
     Watch {
@@ -371,13 +375,17 @@ impl PerfTracer {
         let stack_bytes = cfg.stack_bytes.min(32768) & !7;
         let mut counters = Vec::with_capacity(self.tids.len() * self.cpus.len());
         let what = match probe {
-            PerfProbe::Uprobe { path, offset } => format!("uprobe {path}:{offset:#x}"),
+            PerfProbe::Uprobe { path, offset, .. } => format!("uprobe {path}:{offset:#x}"),
             PerfProbe::Watch { addr, len, kind } => {
                 format!("{kind:?} watchpoint at {addr:#x} length {len}")
             }
         };
         let tp_id = match probe {
-            PerfProbe::Uprobe { path, offset } => self.uprobes()?.define(path, *offset)?,
+            PerfProbe::Uprobe {
+                path,
+                offset,
+                ref_ctr,
+            } => self.uprobes()?.define(path, *offset, *ref_ctr)?,
             PerfProbe::Watch { .. } => 0,
         };
         for &tid in &self.tids {

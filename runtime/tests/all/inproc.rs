@@ -1209,6 +1209,7 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
             maxhits: 0,
             load_bias: 0,
             args: &[],
+            usdt_args: &[],
         }],
         start_mono_ns: 0,
         mono_offset_ns: 0,

@@ -34,6 +34,7 @@ mod scale;
 mod trace;
 mod tracer_death;
 mod transport_seam;
+mod usdt;
 mod watchpoints;
 
 fn main() {
@@ -73,6 +74,7 @@ fn main() {
         trace::CASES,
         tracer_death::CASES,
         transport_seam::CASES,
+        usdt::CASES,
         watchpoints::CASES,
     ];
     let trials = modules

@@ -89,8 +89,78 @@ pub fn list(a: &RunArgs) -> CmdResult {
             list_functions(&mut out, full, &path, &shown, &func, a.verbose)?;
         }
     }
+    if provider == "U" || glob(provider, "usdt") {
+        list_usdt(&mut out, &parts, a.pid, a.verbose)?;
+    } else if a.programs.is_empty() && a.pid.is_some() {
+        // `-l -p PID`: the process's USDT probes too.
+        list_usdt(&mut out, &["usdt"], a.pid, a.verbose)?;
+    }
     let _ = std::io::stdout().write_all(out.as_bytes());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `usdt:TARGET[:PROVIDER]:NAME` (with `-p`, `usdt:*` or `usdt`): one
+/// line per probe (several sites list once), sorted; with `-v` each
+/// argument's spec and type.
+fn list_usdt(
+    out: &mut String,
+    parts: &[&str],
+    pid: Option<i32>,
+    verbose: bool,
+) -> Result<(), CliError> {
+    let (target, prov, name) = match parts {
+        [_, t, n] => (t.to_string(), None, n.to_string()),
+        [_, t, p, n] => (
+            t.to_string(),
+            (!p.is_empty()).then(|| p.to_string()),
+            n.to_string(),
+        ),
+        [_, g] if pid.is_some() => ("*".to_string(), None, g.to_string()),
+        [_] if pid.is_some() => ("*".to_string(), None, "*".to_string()),
+        [_] => return Ok(()),
+        _ => {
+            return Err(CliError::user(format!(
+                "-l pattern `{}` is not usdt:BINARY:[PROVIDER:]GLOB",
+                parts.join(":")
+            )));
+        }
+    };
+    let target = if target.is_empty() {
+        "*".to_string()
+    } else {
+        target
+    };
+    let name = if name.is_empty() {
+        "*".to_string()
+    } else {
+        name
+    };
+    if pid.is_none() && target.contains(['*', '?']) && !target.contains('/') {
+        // Without a process, `*` names no file (bpftrace lists nothing).
+        return Ok(());
+    }
+    for (path, shown) in targets(&target, pid)? {
+        let Ok(bin) = bt2wasm::elf::Binary::open(&path) else {
+            continue;
+        };
+        let mut rows: Vec<(String, String, String)> = bin
+            .usdt_sites()
+            .into_iter()
+            .filter(|s| wprobe_elf::usdt::matches(s, prov.as_deref(), &name))
+            .map(|s| (s.provider, s.name, s.args_text))
+            .collect();
+        rows.sort();
+        rows.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        for (p, n, args) in rows {
+            out.push_str(&format!("usdt:{shown}:{p}:{n}\n"));
+            if verbose {
+                for (i, a) in args.split_ascii_whitespace().enumerate() {
+                    out.push_str(&format!("    arg{i}: {a}\n"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn glob(pattern: &str, name: &str) -> bool {

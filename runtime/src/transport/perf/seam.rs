@@ -199,6 +199,7 @@ impl PerfTracer {
         Ok(PerfProbe::Uprobe {
             path: m.path.clone(),
             offset,
+            ref_ctr: None,
         })
     }
 }
@@ -262,6 +263,7 @@ impl PerfTracer {
             &PerfProbe::Uprobe {
                 path: path.clone(),
                 offset,
+                ref_ctr: None,
             },
             EvKey::Entry(f),
             ENTRY_SAMPLE,
@@ -287,6 +289,7 @@ impl PerfTracer {
                     let probe = PerfProbe::Uprobe {
                         path: path.clone(),
                         offset: off,
+                        ref_ctr: None,
                     };
                     match PerfTracer::insert_keyed(self, &probe, EvKey::Ret(si), ret_cfg) {
                         Ok(id) => self.seam.sites.push(RetSite {
@@ -482,7 +485,8 @@ impl Transport for PerfTracer {
             Insert::Return {
                 opcode, maxactive, ..
             } => {
-                let PerfProbe::Uprobe { path, offset } = self.uprobe_at(pid, addr, opcode)? else {
+                let PerfProbe::Uprobe { path, offset, .. } = self.uprobe_at(pid, addr, opcode)?
+                else {
                     unreachable!("uprobe_at gives a uprobe")
                 };
                 return self.arm_return(tag, &path, offset, maxactive);
@@ -490,6 +494,72 @@ impl Transport for PerfTracer {
         };
         let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
         Ok(Armed(u64::from(id.0)))
+    }
+
+    fn insert_usdt(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        opcode: Option<u8>,
+        sem: RunAddr,
+    ) -> Result<(Armed, crate::transport::SemaphoreHold), String> {
+        let PerfProbe::Uprobe { path, offset, .. } = self.uprobe_at(pid, addr.0, opcode)? else {
+            unreachable!("uprobe_at gives a uprobe")
+        };
+        // The semaphore by its offset in the same file: the kernel raises
+        // it in every process mapping the file while the uprobe is
+        // registered, and lowers it when the uprobe goes.
+        let ref_ctr = self.seam.maps.get(&pid).and_then(|maps| {
+            procmaps::find(maps, sem.0)
+                .filter(|m| m.path == path)
+                .map(|m| sem.0 - m.start + m.offset)
+        });
+        let Some(ref_ctr) = ref_ctr else {
+            let why = format!(
+                "USDT semaphore at {:#x} in process {pid} is not in a mapping of {path}",
+                sem.0
+            );
+            let probe = PerfProbe::Uprobe {
+                path,
+                offset,
+                ref_ctr: None,
+            };
+            let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+            return Ok((
+                Armed(u64::from(id.0)),
+                crate::transport::SemaphoreHold::Failed(why),
+            ));
+        };
+        let probe = PerfProbe::Uprobe {
+            path,
+            offset,
+            ref_ctr: Some(ref_ctr),
+        };
+        let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+        Ok((
+            Armed(u64::from(id.0)),
+            crate::transport::SemaphoreHold::Kernel,
+        ))
+    }
+
+    fn insert_usdt_on_file(
+        &mut self,
+        tag: usize,
+        file: &std::path::Path,
+        offset: u64,
+        sem_offset: u64,
+    ) -> Result<(Armed, crate::transport::SemaphoreHold), String> {
+        let probe = PerfProbe::Uprobe {
+            path: file.to_string_lossy().into_owned(),
+            offset,
+            ref_ctr: Some(sem_offset),
+        };
+        let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+        Ok((
+            Armed(u64::from(id.0)),
+            crate::transport::SemaphoreHold::Kernel,
+        ))
     }
 
     fn insert_on_file(
@@ -501,6 +571,7 @@ impl Transport for PerfTracer {
         let probe = PerfProbe::Uprobe {
             path: file.to_string_lossy().into_owned(),
             offset,
+            ref_ctr: None,
         };
         let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
         Ok(Armed(u64::from(id.0)))

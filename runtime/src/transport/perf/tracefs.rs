@@ -153,8 +153,15 @@ impl Uprobes {
         }
     }
 
-    /// Defines a uprobe at `offset` in `path`; returns its tracepoint id.
-    pub fn define(&mut self, path: &str, offset: u64) -> Result<u64, PerfError> {
+    /// Defines a uprobe at `offset` in `path` (with a USDT semaphore at
+    /// file offset `ref_ctr`, which the kernel counts); returns its
+    /// tracepoint id.
+    pub fn define(
+        &mut self,
+        path: &str,
+        offset: u64,
+        ref_ctr: Option<u64>,
+    ) -> Result<u64, PerfError> {
         let what = format!("uprobe {path}:{offset:#x}");
         if path.is_empty() || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(PerfError::Open {
@@ -168,7 +175,8 @@ impl Uprobes {
         let event = format!("p{}", self.next);
         self.next += 1;
         let name = format!("{}/{event}", self.group);
-        append(&self.root, &format!("p:{name} {path}:{offset:#x}\n"))
+        let ctr = ref_ctr.map(|r| format!("({r:#x})")).unwrap_or_default();
+        append(&self.root, &format!("p:{name} {path}:{offset:#x}{ctr}\n"))
             .map_err(|e| error(format!("defining {what} in tracefs"), e))?;
         self.defined.push(name);
         let id_path = self

@@ -169,6 +169,7 @@ pub fn sweep() {
             let Some(pid) = name
                 .strip_suffix(".journal")
                 .or_else(|| name.strip_suffix(".inproc"))
+                .or_else(|| name.strip_suffix(".sem"))
                 .and_then(|p| p.parse::<i32>().ok())
             else {
                 continue;

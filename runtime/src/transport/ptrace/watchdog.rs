@@ -103,6 +103,20 @@ pub fn run(pid: i32, detached: bool) -> ExitCode {
     let mut sink = [0u8; 64];
     let mut input = std::io::stdin().lock();
     while matches!(input.read(&mut sink), Ok(n) if n > 0) {}
+    if crate::transport::semaphores::has_journal(pid) {
+        match crate::transport::semaphores::repair_with(pid, &mem) {
+            Ok(n) if n > 0 => crate::elog!(
+                "wprobe: watchdog: wprobe ended without detaching from process {pid}; lowered \
+                 {n} USDT semaphore{} it had raised",
+                if n == 1 { "" } else { "s" }
+            ),
+            Ok(_) => {}
+            Err(e) => crate::elog!(
+                "wprobe: watchdog: lowering the USDT semaphores of process {pid} failed: {e}; run \
+                 `wprobe repair --pid {pid}`"
+            ),
+        }
+    }
     if !journal::path(pid).exists() {
         return ExitCode::SUCCESS; // detached cleanly
     }

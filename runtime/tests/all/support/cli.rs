@@ -299,3 +299,24 @@ pub fn without_transport(mut v: serde_json::Value) -> serde_json::Value {
     }
     v
 }
+
+/// The load bias of module file `path` in process `pid`: 0 for a non-PIE
+/// executable, else where its first segment is mapped minus its link-time
+/// address.
+pub fn load_bias(pid: u32, path: &Path) -> u64 {
+    let elf = wprobe_elf::ElfInfo::open(path).unwrap();
+    if !elf.is_dyn {
+        return 0;
+    }
+    let (vaddr, off) = elf.first_load.unwrap_or((0, 0));
+    let canon = std::fs::canonicalize(path).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    for l in maps.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.len() >= 6 && Path::new(w[5]) == canon && u64::from_str_radix(w[2], 16) == Ok(off) {
+            let start = u64::from_str_radix(w[0].split('-').next().unwrap(), 16).unwrap();
+            return start - (vaddr & !0xfff);
+        }
+    }
+    panic!("{} is not mapped in process {pid}", path.display())
+}
