@@ -20,6 +20,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries),
     case!(uretprobe_retval_sums_the_returns @ every_transport),
     case!(uretprobes_of_8_threads_pair_every_call @ every_transport),
+    case!(return_probes_of_one_function_run_in_program_order @ every_transport),
     case!(return_events_print_the_caller_and_the_return_value @ every_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
@@ -425,6 +426,29 @@ fn uretprobes_of_8_threads_pair_every_call(transport: &str) {
     assert_eq!(count("@out["), [2000; 8], "{out}");
     assert_eq!(count("@all:"), [16000], "{out}");
     assert!(!err.contains("missed"), "{err}");
+}
+
+/// Three return probes of `add` (one spelled `ur:`) run in program order
+/// at each of its 10 returns (bpftrace's `probe.uretprobe_order`), and all
+/// three count as attached.
+fn return_probes_of_one_function_run_in_program_order(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uretprobe:{0}:add {{ printf(\"first %d\\n\", retval); }} \
+         uretprobe:{0}:add {{ printf(\"second %d\\n\", retval); }} \
+         ur:{0}:add {{ printf(\"third %d\\n\", retval); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let mut want = String::from("Attaching 3 probes...\n");
+    for i in 0..10 {
+        let r = 3 * i;
+        want.push_str(&format!("first {r}\nsecond {r}\nthird {r}\n"));
+    }
+    want.push_str("\n\n");
+    assert_eq!(out, want, "{err}");
 }
 
 fn intervals_tick_while_tracing(transport: &str) {
