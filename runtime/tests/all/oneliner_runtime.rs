@@ -21,6 +21,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(uretprobe_retval_sums_the_returns @ every_transport),
     case!(uretprobes_of_8_threads_pair_every_call @ every_transport),
     case!(return_probes_of_one_function_run_in_program_order @ every_transport),
+    case!(exit_is_asynchronous_as_in_bpftrace @ every_transport),
     case!(return_events_print_the_caller_and_the_return_value @ every_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
@@ -449,6 +450,34 @@ fn return_probes_of_one_function_run_in_program_order(transport: &str) {
     }
     want.push_str("\n\n");
     assert_eq!(out, want, "{err}");
+}
+
+/// `exit()` at the first of `add`'s 10 returns: as in bpftrace (its exit
+/// is an event the tracer reads later; `intcast.Sum casted retval`), the
+/// handlers that run until the probes are gone update the maps, and only
+/// the exiting run's output is printed. The in-process agent and the perf
+/// transport run all 10 calls' handlers (the command makes them within
+/// microseconds); under ptrace every hit stops the thread, and the run
+/// stops at the first.
+fn exit_is_asynchronous_as_in_bpftrace(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uretprobe:{}:add {{ @ = count(); @s = sum(retval); printf(\"ret %d\\n\", retval); exit(); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let maps = if transport == "ptrace" {
+        "@: 1\n@s: 0\n"
+    } else {
+        "@: 10\n@s: 135\n"
+    };
+    assert_eq!(
+        out,
+        format!("Attaching 1 probe...\nret 0\n\n\n{maps}"),
+        "{err}"
+    );
 }
 
 fn intervals_tick_while_tracing(transport: &str) {
