@@ -706,7 +706,19 @@ fn lower_probe(cx: &mut Cx<'_>, index: usize, p: &ast::Probe, concrete: &[Concre
         Some(Kind::Uprobe { ret: true, .. }) => Ctx::Uretprobe,
         Some(Kind::Uprobe { .. }) => Ctx::Uprobe,
         Some(Kind::Watchpoint { .. }) => Ctx::Watch,
-        _ => Ctx::Special,
+        Some(_) => Ctx::Special,
+        // Its attach points were refused: the body is checked as their
+        // provider's (no second error for `arg0` in a refused uprobe).
+        None => match p
+            .attach
+            .first()
+            .map(|(t, _)| t.split(':').next().unwrap_or_default())
+        {
+            Some("uprobe" | "u") => Ctx::Uprobe,
+            Some("uretprobe" | "ur") => Ctx::Uretprobe,
+            Some("watchpoint" | "w") => Ctx::Watch,
+            _ => Ctx::Special,
+        },
     };
     let mixed = concrete.iter().any(|c| {
         let k = match &c.kind {

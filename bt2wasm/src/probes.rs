@@ -82,6 +82,12 @@ pub struct Env {
     pub command: Option<PathBuf>,
     /// Files the traced process maps (with `-p`), for library names.
     pub mapped: Vec<String>,
+    /// No process is traced: uprobes and watchpoints are refused.
+    pub no_process: bool,
+    /// `--unsafe`: a function whose symbol has size 0 may be probed.
+    pub unsafe_calls: bool,
+    /// The transport can probe a function whose symbol has size 0.
+    pub unsized_symbols: bool,
     pub(crate) binaries: HashMap<PathBuf, Result<std::rc::Rc<Binary>, String>>,
 }
 
@@ -154,9 +160,15 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
             }];
         }
         "interval" | "i" => return interval(&parts, span, diags),
-        "uprobe" | "u" => return uprobe(&parts, false, span, env, diags),
-        "uretprobe" | "ur" => return uprobe(&parts, true, span, env, diags),
-        "watchpoint" | "w" => return watchpoint(&parts, span, env, diags),
+        "uprobe" | "u" => {
+            return needs_process(uprobe(&parts, false, span, env, diags), span, env, diags);
+        }
+        "uretprobe" | "ur" => {
+            return needs_process(uprobe(&parts, true, span, env, diags), span, env, diags);
+        }
+        "watchpoint" | "w" => {
+            return needs_process(watchpoint(&parts, span, env, diags), span, env, diags);
+        }
         _ => {}
     }
     if let Some((_, full)) = KERNEL.iter().find(|(a, _)| *a == provider) {
@@ -447,7 +459,20 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
             .unwrap_or_default()
     } else if let Some(inside) = in_process_root(target) {
         // `/proc/PID/root/PATH`: the file as that process (maybe in
-        // another mount namespace) maps it.
+        // another mount namespace) maps it; the run reads it by that path.
+        if !same_file(&path, std::path::Path::new(&inside)) {
+            diags.error(
+                codes::UNSUPPORTED,
+                span,
+                format!(
+                    "probes in a process whose files are not at the same paths here \
+                     (another root: pivot_root, chroot, a container) are not supported: \
+                     wprobe reads the module by the path the process maps, {inside}, \
+                     which here is not {target}"
+                ),
+            );
+            return Vec::new();
+        }
         inside
     } else {
         std::fs::canonicalize(&path)
@@ -546,6 +571,9 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
     let mut out = Vec::new();
     for f in matches {
         let o = off.unwrap_or(0);
+        if f.size == 0 && !unsized_accepted(&f.name, env, span, diags) {
+            continue;
+        }
         if o > 0 {
             if f.size > 0 && o >= f.size {
                 diags.error(
@@ -591,6 +619,60 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         });
     }
     out
+}
+
+/// The probes of an attach point that resolved, refused when no process
+/// is traced (after the attach point's own errors, as bpftrace reports
+/// those first).
+fn needs_process(list: Vec<Concrete>, span: Span, env: &Env, diags: &mut Sink) -> Vec<Concrete> {
+    if !env.no_process || list.is_empty() {
+        return list;
+    }
+    diags.error(
+        codes::UNSUPPORTED,
+        span,
+        "probes on a program without a process to trace (bpftrace's system-wide uprobes) \
+         are not supported: give -c CMD, a command after `--`, or -p PID",
+    );
+    Vec::new()
+}
+
+/// Whether a probe on `name`, a symbol of size 0 (`_init`), is accepted:
+/// as bpftrace, only with `--unsafe` (its instruction boundaries cannot be
+/// checked), and only where the transport needs no function bounds.
+fn unsized_accepted(name: &str, env: &Env, span: Span, diags: &mut Sink) -> bool {
+    if !env.unsafe_calls {
+        diags.error(
+            codes::NOT_BOUNDARY,
+            span,
+            format!(
+                "Could not determine boundary for {name} (symbol has size 0); \
+                 use --unsafe to force attachment"
+            ),
+        );
+        return false;
+    }
+    if !env.unsized_symbols {
+        diags.error(
+            codes::NOT_BOUNDARY,
+            span,
+            format!(
+                "{name} has size 0: the in-process transport places no probe in a function \
+                 whose bounds it does not know; use --transport ptrace (or perf)"
+            ),
+        );
+        return false;
+    }
+    true
+}
+
+/// Whether `a` and `b` name the same file (device and inode).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 /// The path a process sees for `/proc/PID/root/PATH` (`/PATH`).

@@ -113,6 +113,8 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
         pid: a.pid,
         command,
         params: a.params.clone(),
+        no_process: a.pid.is_none() && a.command.is_empty(),
+        unsized_symbols: a.transport == "ptrace" || a.transport == "perf",
     }
 }
 
