@@ -399,6 +399,15 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
     } else {
         parts.iter().map(|s| s.to_string()).collect()
     };
+    // `uprobe:BIN:cpp:FUNC`: FUNC is a C++ name (demangled, without its
+    // parameters), kept with its language as one part.
+    let owned: Vec<String> = match owned.as_slice() {
+        // Unquoted, `ns::f` spans parts.
+        [p, bin, lang, func @ ..] if lang == "cpp" && !func.is_empty() => {
+            vec![p.clone(), bin.clone(), format!("cpp:{}", func.join(":"))]
+        }
+        _ => owned,
+    };
     let parts: Vec<&str> = owned.iter().map(String::as_str).collect();
     if parts.len() != 3 || parts[1].is_empty() || parts[2].is_empty() {
         diags.error(
@@ -487,6 +496,10 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
         target.to_string()
     };
     let shown = |f: &str| format!("{full}:{shown_target}:{f}");
+    let (cpp, spec) = match spec.strip_prefix("cpp:") {
+        Some(s) => (true, s),
+        None => (false, spec),
+    };
     // FUNC+OFF
     let (func_pat, off) = match spec.split_once('+') {
         Some((f, o)) => {
@@ -543,7 +556,17 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
             params: None,
         }];
     }
-    let matches: Vec<crate::elf::Func> = if func_pat.contains('*') || func_pat.contains('?') {
+    let matches: Vec<crate::elf::Func> = if cpp {
+        bin.funcs
+            .iter()
+            .filter(|f| {
+                f.size > 0
+                    && bin.is_code(f.value)
+                    && cpp_name(&f.name).is_some_and(|n| glob(func_pat, &n))
+            })
+            .cloned()
+            .collect()
+    } else if func_pat.contains('*') || func_pat.contains('?') {
         bin.funcs
             .iter()
             .filter(|f| f.size > 0 && bin.is_code(f.value) && glob(func_pat, &f.name))
@@ -609,9 +632,11 @@ fn uprobe(parts: &[&str], ret: bool, span: Span, env: &mut Env, diags: &mut Sink
                     bin.bytes_at(addr, 1).first().copied()
                 },
             },
-            name: match off {
-                Some(_) => shown(&format!("{}+{o}", f.name)),
-                None => shown(&f.name),
+            name: match (cpp, off) {
+                (true, Some(_)) => shown(&format!("cpp:{func_pat}+{o}")),
+                (true, None) => shown(&format!("cpp:{func_pat}")),
+                (false, Some(_)) => shown(&format!("{}+{o}", f.name)),
+                (false, None) => shown(&f.name),
             },
             func: f.name.clone(),
             provider: full,
@@ -664,6 +689,30 @@ fn unsized_accepted(name: &str, env: &Env, span: Span, diags: &mut Sink) -> bool
         return false;
     }
     true
+}
+
+/// The C++ name of a mangled symbol as `uprobe:BIN:cpp:NAME` matches it:
+/// demangled, without its parameter list (`ns::f` for `_ZN2ns1fEi`);
+/// `None` for a symbol that is not a C++ name.
+pub fn cpp_name(symbol: &str) -> Option<String> {
+    if !symbol.starts_with("_Z") {
+        return None;
+    }
+    let d = wprobe_elf::demangle(symbol);
+    if d == symbol {
+        return None;
+    }
+    // The parameters open at the first `(` outside template arguments.
+    let mut depth = 0i32;
+    for (i, c) in d.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 => return Some(d[..i].to_string()),
+            _ => {}
+        }
+    }
+    Some(d.into_owned())
 }
 
 /// Whether `a` and `b` name the same file (device and inode).

@@ -498,6 +498,18 @@ impl Fx<'_, '_> {
         let mut fields = Vec::new();
         let mut off = 0;
         for (i, p) in params.iter().enumerate().take(6) {
+            if p.by_ref {
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!(
+                        "parameter {} is a C++ reference, which args as a whole does not hold \
+                         (args.{} reads what it refers to)",
+                        p.name, p.name
+                    ),
+                );
+                return bad;
+            }
             let (e, t) = match (&p.ctype, p.value) {
                 (Some(crate::ctypes::CType::Ptr(c)), _) => {
                     (E::Reg(ARG_REGS[i]), Ty::Ptr(c.clone()))
@@ -794,6 +806,32 @@ impl Fx<'_, '_> {
         )
     }
 
+    /// Parameter `field` when it is a C++ reference (`int &x`) in every
+    /// probe of the handler and in a register: its register and the type
+    /// it refers to.
+    pub(crate) fn reference_param(&self, field: &str) -> Option<(usize, crate::ctypes::CType)> {
+        if self.ctx != Ctx::Uprobe || self.concrete.is_empty() {
+            return None;
+        }
+        let mut found = None;
+        for c in self.concrete {
+            let params = c.params.as_ref()?;
+            let i = params.iter().position(|p| p.name == field)?;
+            let p = &params[i];
+            let Some(crate::ctypes::CType::Ptr(to)) = &p.ctype else {
+                return None;
+            };
+            if !p.by_ref || i >= 6 {
+                return None;
+            }
+            if found.as_ref().is_some_and(|(j, t)| (*j, t) != (i, &**to)) {
+                return None;
+            }
+            found = Some((i, (**to).clone()));
+        }
+        found
+    }
+
     fn field(&mut self, base: &ast::Expr, field: &str, _arrow: bool, span: Span) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         if !matches!(&base.kind, ExprKind::Ident(n) if n == "args") {
@@ -843,6 +881,10 @@ impl Fx<'_, '_> {
                 "The args builtin can only be used with tracepoint/kfunc/uprobe probes (uprobes only, here: not uretprobes)",
             );
             return bad;
+        }
+        // A C++ reference: the object it refers to.
+        if let Some((i, to)) = self.reference_param(field) {
+            return self.read_c(E::Reg(ARG_REGS[i]), &to, None, span);
         }
         let mut found: Option<(usize, ParamValue)> = None;
         let mut ctype = None;

@@ -22,6 +22,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(uretprobes_of_8_threads_pair_every_call @ every_transport),
     case!(return_probes_of_one_function_run_in_program_order @ every_transport),
     case!(exit_is_asynchronous_as_in_bpftrace @ every_transport),
+    case!(cpp_names_and_reference_parameters),
     case!(return_events_print_the_caller_and_the_return_value @ every_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
@@ -476,6 +477,52 @@ fn exit_is_asynchronous_as_in_bpftrace(transport: &str) {
     assert_eq!(
         out,
         format!("Attaching 1 probe...\nret 0\n\n\n{maps}"),
+        "{err}"
+    );
+}
+
+/// `uprobe:BIN:cpp:NAME` names a C++ function by its demangled name
+/// without parameters (`-l`, `-lv` with bpftrace's spelling of reference
+/// types, probes); a reference parameter or member is the object it
+/// refers to (`args.n`, `args.p.r`, `args.v[3]`), printed records show a
+/// reference member as an address, and `args` as a whole is refused.
+fn cpp_names_and_reference_parameters() {
+    let t = gcc(
+        "bt_cxx",
+        &progs().join("bt_cxx.cpp"),
+        &["-O0", "-g", "-fno-omit-frame-pointer", "-no-pie"],
+    );
+    let bin = t.display().to_string();
+    let (out, err, code) = run(&["-lv", &format!("uprobe:{bin}:cpp:*")], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "uprobe:{bin}:cpp:first\n    int (&)[4] v\n\
+             uprobe:{bin}:cpp:geo::area\n    int & n\n    Pair & p\n    Box & b\n"
+        )
+    );
+    let prog = format!(
+        "uprobe:{bin}:cpp:geo::area {{ printf(\"%d %d %d %d %d\\n\", args.n, args.p.a, args.p.b, args.p.r, args.b.h); print(args.p); }} \
+         uprobe:{bin}:cpp:fir* {{ printf(\"%d %d\\n\", args.v[0], args.v[3]); }}"
+    );
+    let (out, err, code) = run(&["-e", &prog, "-c", &bin], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..2], ["Attaching 2 probes...", "7 1 2 7 4"], "{out}");
+    assert!(
+        lines[2].starts_with("{ .a = 1, .b = 2, .r = 0x") && lines[2].ends_with(" }"),
+        "{out}"
+    );
+    assert_eq!(lines[3], "10 40", "{out}");
+    let prog = format!("uprobe:{bin}:cpp:geo::area {{ print(args); }}");
+    let (_, err, code) = run(&["-e", &prog, "-c", &bin], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with(&format!(
+            "-e:1:{}: error[B0400]: parameter n is a C++ reference, which args as a whole does not hold",
+            prog.find("args").unwrap() + 1
+        )),
         "{err}"
     );
 }
