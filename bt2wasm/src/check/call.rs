@@ -28,7 +28,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("cgroup_path", "it describes the kernel"),
     ("ntop", "not supported yet"),
     ("pton", "not supported yet"),
-    ("macaddr", "not supported yet"),
     ("join", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
@@ -54,6 +53,73 @@ pub(crate) fn int_literal(e: &ast::Expr) -> Option<i64> {
 }
 
 impl Fx<'_, '_> {
+    /// `macaddr(ADDR)`: the six bytes at `addr` spelled `05:04:03:02:01:02`
+    /// (17 characters and a NUL), built in a slot as a string: each
+    /// character an 8-byte store at its own offset, the last one's upper
+    /// bytes the terminating zeros.
+    fn macaddr(&mut self, addr: E) -> (E, Ty) {
+        use crate::ast::BinOp;
+        let bin = |op, a: E, b: E| E::Bin(op, false, Box::new(a), Box::new(b));
+        let lo = self.local();
+        let hi = self.local();
+        let (s1, s2) = (self.slot(8), self.slot(8));
+        let load = |a: E, bytes: u8, slot: u32| E::Load {
+            addr: Box::new(a),
+            bytes,
+            signed: false,
+            slot,
+        };
+        let setup = vec![
+            S::SetLocal(lo, load(addr.clone(), 4, s1)),
+            S::SetLocal(hi, load(bin(BinOp::Add, addr, E::Int(4)), 2, s2)),
+        ];
+        // Hex digit `d` (0..15), uppercase as bpftrace prints it.
+        let digit = |d: E| {
+            let over = bin(BinOp::Gt, d.clone(), E::Int(9));
+            bin(
+                BinOp::Add,
+                bin(BinOp::Add, d, E::Int(b'0' as i64)),
+                bin(BinOp::Mul, over, E::Int((b'A' - b'0' - 10) as i64)),
+            )
+        };
+        let mut parts = Vec::new();
+        for i in 0..6u32 {
+            let (src, shift) = if i < 4 {
+                (lo, 8 * i)
+            } else {
+                (hi, 8 * (i - 4))
+            };
+            let byte = bin(
+                BinOp::BitAnd,
+                bin(BinOp::Shr, E::Local(src), E::Int(shift as i64)),
+                E::Int(0xff),
+            );
+            let off = 3 * i;
+            parts.push(Part {
+                e: digit(bin(BinOp::Shr, byte.clone(), E::Int(4))),
+                ty: Ty::U64,
+                off,
+            });
+            parts.push(Part {
+                e: digit(bin(BinOp::BitAnd, byte, E::Int(0xf))),
+                ty: Ty::U64,
+                off: off + 1,
+            });
+            if i < 5 {
+                parts.push(Part {
+                    e: E::Int(b':' as i64),
+                    ty: Ty::U64,
+                    off: off + 2,
+                });
+            }
+        }
+        let slot = self.slot(24);
+        (
+            E::Seq(setup, Box::new(E::Tuple { slot, parts })),
+            Ty::Str(24),
+        )
+    }
+
     fn nargs(&mut self, name: &str, args: &[ast::Expr], lo: usize, hi: usize, span: Span) -> bool {
         if args.len() < lo || args.len() > hi {
             let want = if lo == hi {
@@ -272,6 +338,48 @@ impl Fx<'_, '_> {
                     },
                     Ty::Str(size),
                 )
+            }
+            "macaddr" => {
+                if !self.nargs("macaddr", args, 1, 1, span) {
+                    return bad;
+                }
+                // The six bytes: an array in the traced process (by its
+                // place), or at a pointer's or an integer's address.
+                let addr = match self.place(&args[0]) {
+                    Some((addr, c, _)) if matches!(c, crate::ctypes::CType::Array(..)) => {
+                        if c.size() < 6 {
+                            self.cx.err(
+                                codes::TYPE,
+                                args[0].span,
+                                format!(
+                                    "macaddr() needs 6 bytes, and {} has {}",
+                                    c.name(),
+                                    c.size()
+                                ),
+                            );
+                            return bad;
+                        }
+                        addr
+                    }
+                    _ => {
+                        let (e, t) = self.expr(&args[0]);
+                        if !t.is_int() {
+                            if t != Ty::None {
+                                self.cx.err(
+                                    codes::TYPE,
+                                    args[0].span,
+                                    format!(
+                                        "macaddr() takes an array of 6 bytes or their address, not {}",
+                                        t.name()
+                                    ),
+                                );
+                            }
+                            return bad;
+                        }
+                        e
+                    }
+                };
+                self.macaddr(addr)
             }
             "buf" => {
                 if !self.nargs("buf", args, 1, 2, span) {

@@ -23,6 +23,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(return_probes_of_one_function_run_in_program_order @ every_transport),
     case!(exit_is_asynchronous_as_in_bpftrace @ every_transport),
     case!(cpp_names_and_reference_parameters),
+    case!(macaddr_spells_six_bytes_of_the_process),
     case!(return_events_print_the_caller_and_the_return_value @ every_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
@@ -523,6 +524,32 @@ fn cpp_names_and_reference_parameters() {
             "-e:1:{}: error[B0400]: parameter n is a C++ reference, which args as a whole does not hold",
             prog.find("args").unwrap() + 1
         )),
+        "{err}"
+    );
+}
+
+/// `macaddr(ADDR)`: the six bytes at the first argument of `greet`'s
+/// first call ("alice" and its NUL) spelled as bpftrace spells a MAC address, printed and as
+/// a map key; a value that is not an address or an array is refused.
+fn macaddr_spells_six_bytes_of_the_process() {
+    let t = target();
+    let prog = format!(
+        "uprobe:{}:greet /arg1 == 0/ {{ printf(\"%s\\n\", macaddr(arg0)); @[macaddr(arg0)] = 1; }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        "Attaching 1 probe...\n61:6C:69:63:65:00\n\n\n@[61:6C:69:63:65:00]: 1\n"
+    );
+    let (_, err, code) = run(&["-e", "BEGIN { $x = macaddr(comm); }"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with(
+            "-e:1:22: error[B0201]: macaddr() takes an array of 6 bytes or their address, not string[16]"
+        ),
         "{err}"
     );
 }
