@@ -32,7 +32,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
     ("debugf", "use printf"),
-    ("uaddr", "not supported yet"),
     ("unwatch", "not supported yet"),
 ];
 
@@ -53,6 +52,77 @@ pub(crate) fn int_literal(e: &ast::Expr) -> Option<i64> {
 }
 
 impl Fx<'_, '_> {
+    /// `uaddr("NAME")`: the address of variable NAME of the probed binary
+    /// in the process (its link-time value plus the module's load bias),
+    /// a pointer to a signed integer of its size (8 bytes when the size is
+    /// not 1, 2, 4 or 8), as bpftrace types it.
+    fn uaddr(&mut self, name: &str, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let mut found: Option<(u64, u64)> = None;
+        for c in self.concrete {
+            let crate::probes::Kind::Uprobe { module, .. } = &c.kind else {
+                self.cx.err(
+                    codes::BUILTIN_CONTEXT,
+                    span,
+                    "uaddr can only be used with uprobes and usdt probes",
+                );
+                return bad;
+            };
+            let bin = self.cx.dwarf_files.iter().find(|b| {
+                let canon = std::fs::canonicalize(&b.path).unwrap_or_else(|_| b.path.clone());
+                canon.to_string_lossy() == module.as_str()
+                    || b.path.to_string_lossy() == module.as_str()
+                    || b.path
+                        .file_name()
+                        .is_some_and(|f| f.to_string_lossy() == module.as_str())
+            });
+            let Some(sym) = bin.and_then(|b| b.object(name)) else {
+                self.cx.err(
+                    codes::NO_MATCH,
+                    span,
+                    format!("Could not resolve symbol: {module}:{name}"),
+                );
+                return bad;
+            };
+            if found.is_some_and(|f| f != sym) {
+                self.cx.err(
+                    codes::NO_MATCH,
+                    span,
+                    format!(
+                        "uaddr(\"{name}\") names different variables in the probes of this handler"
+                    ),
+                );
+                return bad;
+            }
+            found = Some(sym);
+        }
+        let Some((value, size)) = found else {
+            self.cx.err(
+                codes::BUILTIN_CONTEXT,
+                span,
+                "uaddr can only be used with uprobes and usdt probes",
+            );
+            return bad;
+        };
+        let bytes = if matches!(size, 1 | 2 | 4 | 8) {
+            size as u8
+        } else {
+            8
+        };
+        (
+            E::Bin(
+                crate::ast::BinOp::Add,
+                false,
+                Box::new(E::Int(value as i64)),
+                Box::new(E::Fact(crate::ir::Fact::Bias)),
+            ),
+            Ty::Ptr(Box::new(crate::ctypes::CType::Int {
+                signed: true,
+                bytes,
+            })),
+        )
+    }
+
     /// `macaddr(ADDR)`: the six bytes at `addr` spelled `05:04:03:02:01:02`
     /// (17 characters and a NUL), built in a slot as a string: each
     /// character an 8-byte store at its own offset, the last one's upper
@@ -338,6 +408,21 @@ impl Fx<'_, '_> {
                     },
                     Ty::Str(size),
                 )
+            }
+            "uaddr" => {
+                if !self.nargs("uaddr", args, 1, 1, span) {
+                    return bad;
+                }
+                let ExprKind::Str(name) = &args[0].kind else {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[0].span,
+                        "uaddr() expects a string literal",
+                    );
+                    return bad;
+                };
+                let name = String::from_utf8_lossy(name).into_owned();
+                self.uaddr(&name, span)
             }
             "macaddr" => {
                 if !self.nargs("macaddr", args, 1, 1, span) {

@@ -24,6 +24,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(exit_is_asynchronous_as_in_bpftrace @ every_transport),
     case!(cpp_names_and_reference_parameters),
     case!(macaddr_spells_six_bytes_of_the_process),
+    case!(uaddr_is_a_variable_of_the_probed_binary),
     case!(return_events_print_the_caller_and_the_return_value @ every_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
@@ -552,6 +553,46 @@ fn macaddr_spells_six_bytes_of_the_process() {
         ),
         "{err}"
     );
+}
+
+/// `uaddr("sink")`: the address of `bt_target`'s variable `sink` (a
+/// `long`: an `int64 *`) in the process, built without and with PIE (the
+/// load bias added); at `greet`'s first call the 10 `add` calls have
+/// summed 0..9 into it. Outside uprobes, and for a name the binary does
+/// not define, refused at the call.
+fn uaddr_is_a_variable_of_the_probed_binary() {
+    let pie = gcc(
+        "bt_target_pie",
+        &progs().join("bt_target.c"),
+        &["-O0", "-g", "-fno-omit-frame-pointer", "-fPIE", "-pie"],
+    );
+    for t in [target(), pie] {
+        let prog = format!(
+            "uprobe:{}:greet /arg1 == 0/ {{ printf(\"%d %d\\n\", *uaddr(\"sink\"), sizeof(*uaddr(\"sink\"))); }}",
+            t.display()
+        );
+        let cmd = format!("{} calls", t.display());
+        let (out, err, code) = run(&["-e", &prog, "-c", &cmd], &[]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(out, "Attaching 1 probe...\n45 8\n\n\n", "{err}");
+    }
+    let (_, err, code) = run(&["-e", "BEGIN { $a = uaddr(\"sink\"); }"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with(
+            "-e:1:14: error[B0202]: uaddr can only be used with uprobes and usdt probes"
+        ),
+        "{err}"
+    );
+    let t = target();
+    let prog = format!("uprobe:{}:greet {{ $a = uaddr(\"nope\"); }}", t.display());
+    let (_, err, code) = run(&["-e", &prog, "-c", &t.display().to_string()], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains(": error[B0103]: Could not resolve symbol: "),
+        "{err}"
+    );
+    assert!(err.contains("bt_target:nope\n"), "{err}");
 }
 
 fn intervals_tick_while_tracing(transport: &str) {
