@@ -25,6 +25,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(cpp_names_and_reference_parameters),
     case!(macaddr_spells_six_bytes_of_the_process),
     case!(uaddr_is_a_variable_of_the_probed_binary),
+    case!(casts_between_integers_and_arrays),
     case!(return_events_print_the_caller_and_the_return_value @ every_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
@@ -593,6 +594,37 @@ fn uaddr_is_a_variable_of_the_probed_binary() {
         "{err}"
     );
     assert!(err.contains("bt_target:nope\n"), "{err}");
+}
+
+/// `(int8[8])x`, `(int16[4])x` and `(int32[])x`: an integer's bytes as an
+/// array (little endian); `(uint32)s->c` of a `uint8[4]` in the process: its bytes as
+/// the integer ("alice" read as 0x63696c61); sizes that differ refused.
+fn casts_between_integers_and_arrays() {
+    let (out, err, code) = run(
+        &[
+            "-e",
+            "BEGIN { printf(\"%x\\n\", ((int8[8])12345)[0]); $a = (int16[4])0x0102030405060708; \
+             printf(\"%x %x\\n\", $a[0], $a[3]); $b = (int32[])(int64)-2; printf(\"%d %d\\n\", $b[0], $b[1]); exit(); }",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "Attaching 1 probe...\n39\n708 102\n-2 -1\n\n\n");
+    let t = target();
+    let prog = format!(
+        "struct S {{ uint8 c[4]; }} uprobe:{}:greet /arg1 == 0/ {{ printf(\"%x\\n\", (uint32)((struct S *)arg0)->c); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "Attaching 1 probe...\n63696c61\n\n\n");
+    let (_, err, code) = run(&["-e", "BEGIN { $a = (int8[3])1; }"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with("-e:1:14: error[B0201]: Cannot cast from \"int64\" to \"int8[3]\""),
+        "{err}"
+    );
 }
 
 fn intervals_tick_while_tracing(transport: &str) {
