@@ -296,7 +296,11 @@ impl Session {
         std::mem::swap(&mut data.env.hit, &mut empty);
         data.services.special = false;
         match &out {
-            RunOutcome::Returned(Outcome::Stop) => self.request_stop(),
+            RunOutcome::Returned(Outcome::Stop) => {
+                self.request_stop();
+                // Its records are written just below, by their own path.
+                self.bt.exit_run_unwritten = false;
+            }
             RunOutcome::Trapped(m) => crate::elog!("wprobe: special probe trapped: {m}"),
             RunOutcome::FuelExhausted => crate::elog!("wprobe: special probe ran out of fuel"),
             _ => {}
