@@ -1217,9 +1217,9 @@ fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs) -> bool {
     d.env.frame = core::ptr::null_mut();
     match Outcome::from_code(outcome) {
         Some(Outcome::Remove) => slot.enabled.store(0, Ordering::Relaxed),
-        // `exit()`: nothing more runs in this process until the tracer
-        // has detached.
-        Some(Outcome::Stop) => c.enabled.store(0, Ordering::Relaxed),
+        // `exit()` is bpftrace's: asynchronous. The handlers keep running
+        // (their map updates count) until the tracer, told by this run's
+        // entry, has detached; the tracer prints none of their output.
         _ => {}
     }
     if slot.maxhits != 0 && runs >= slot.maxhits {

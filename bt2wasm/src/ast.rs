@@ -318,7 +318,7 @@ pub enum ExprKind {
         ty: String,
         /// Pointer levels.
         ptr: u8,
-        /// Array length (`(uint8[4])x`).
+        /// Array length (`(uint8[4])x`; 0 for `(uint8[])x`, the operand's size).
         array: Option<u32>,
         /// Operand.
         expr: Box<Expr>,

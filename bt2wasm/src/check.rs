@@ -708,7 +708,20 @@ fn lower_probe(cx: &mut Cx<'_>, index: usize, p: &ast::Probe, concrete: &[Concre
         Some(Kind::Uprobe { .. }) => Ctx::Uprobe,
         Some(Kind::Watchpoint { .. }) => Ctx::Watch,
         Some(Kind::Usdt { .. }) => Ctx::Usdt,
-        _ => Ctx::Special,
+        Some(_) => Ctx::Special,
+        // Its attach points were refused: the body is checked as their
+        // provider's (no second error for `arg0` in a refused uprobe).
+        None => match p
+            .attach
+            .first()
+            .map(|(t, _)| t.split(':').next().unwrap_or_default())
+        {
+            Some("uprobe" | "u") => Ctx::Uprobe,
+            Some("uretprobe" | "ur") => Ctx::Uretprobe,
+            Some("watchpoint" | "w") => Ctx::Watch,
+            Some("usdt" | "U") => Ctx::Usdt,
+            _ => Ctx::Special,
+        },
     };
     let mixed = concrete.iter().any(|c| {
         let k = match &c.kind {
@@ -821,9 +834,12 @@ fn finish(cx: Cx<'_>, handlers: Vec<Handler>, concrete: &[Vec<Concrete>]) -> ir:
                 handler: h,
                 index: i as u32,
                 spec,
+                also: Vec::new(),
+                merged: false,
             });
         }
     }
+    merge_returns(&mut probes);
     if manifest.module.is_empty() {
         manifest.module = "-".into();
     }
@@ -843,6 +859,36 @@ fn finish(cx: Cx<'_>, handlers: Vec<Handler>, concrete: &[Vec<Concrete>]) -> ir:
         data: cx.data,
         manifest,
         events: cx.events,
+    }
+}
+
+/// Return probes of one function run in program order, as bpftrace runs
+/// them: the transports pair each return with its call, and the returns of
+/// calls entered at the same stack pointer come innermost (last armed)
+/// first, so the bodies of every later return probe at the same place run
+/// from the first one's export, after its own body; the later probes stay
+/// in the manifest (bpftrace's `Attaching N probes` counts them) with
+/// exports that do nothing.
+pub fn merge_returns(probes: &mut [ir::ProbeOut]) {
+    let same = |a: &ProbeSpec, b: &ProbeSpec| {
+        a.r#return
+            && b.r#return
+            && a.kind == ProbeKind::Breakpoint
+            && b.kind == ProbeKind::Breakpoint
+            && a.module == b.module
+            && a.location == b.location
+            && a.value == b.value
+    };
+    for j in 1..probes.len() {
+        let (head, tail) = probes.split_at_mut(j);
+        let later = &mut tail[0];
+        if let Some(first) = head
+            .iter_mut()
+            .find(|p| !p.merged && same(&p.spec, &later.spec))
+        {
+            first.also.push((later.handler, later.index));
+            later.merged = true;
+        }
     }
 }
 

@@ -217,6 +217,48 @@ impl Ctx {
     }
 }
 
+/// The export of probe `p`: its handler's body with its index, then the
+/// bodies merged into it (`also`), the outcome the strongest of theirs
+/// (`exit()` from any of them stops the run); nothing for a probe merged
+/// into another.
+fn entry(p: &ir::ProbeOut, body_base: u32) -> Function {
+    if p.merged {
+        let mut f = Function::new([]);
+        f.instructions()
+            .i32_const(hostabi::Outcome::Exit as i32)
+            .end();
+        return f;
+    }
+    if p.also.is_empty() {
+        let mut f = Function::new([]);
+        f.instructions()
+            .i32_const(p.index as i32)
+            .call(body_base + p.handler as u32)
+            .end();
+        return f;
+    }
+    // Local 0: the outcome so far; local 1: the last body's.
+    let mut f = Function::new([(2, ValType::I32)]);
+    let mut ins = f.instructions();
+    ins.i32_const(p.index as i32)
+        .call(body_base + p.handler as u32)
+        .local_set(0);
+    for (h, index) in &p.also {
+        ins.i32_const(*index as i32)
+            .call(body_base + *h as u32)
+            .local_set(1)
+            .local_get(1)
+            .local_get(0)
+            .local_get(1)
+            .local_get(0)
+            .i32_gt_s()
+            .select()
+            .local_set(0);
+    }
+    ins.local_get(0).end();
+    f
+}
+
 /// Generates the module of `m`.
 pub fn generate(m: &ir::Module) -> Vec<u8> {
     let mut used = BTreeSet::new();
@@ -292,12 +334,7 @@ pub fn generate(m: &ir::Module) -> Vec<u8> {
     exports.export(hostabi::MEMORY_EXPORT, ExportKind::Memory, 0);
     for (i, p) in m.probes.iter().enumerate() {
         funcs.function(entry_ty);
-        let mut f = Function::new([]);
-        f.instructions()
-            .i32_const(p.index as i32)
-            .call(body_base + p.handler as u32)
-            .end();
-        code.function(&f);
+        code.function(&entry(p, body_base));
         exports.export(&p.export, ExportKind::Func, entry_base + i as u32);
         names.append(entry_base + i as u32, &p.export);
     }

@@ -63,6 +63,9 @@ pub struct Field {
     pub offset: u32,
     /// A bitfield: (bit offset from `offset`, width in bits).
     pub bits: Option<(u32, u32)>,
+    /// A C++ reference (`int &x`): `ty` is a pointer to what it refers
+    /// to, which an access reads (printing the record shows the address).
+    pub by_ref: bool,
 }
 
 /// A bitfield's place in its bytes: (first bit, width in bits).
@@ -227,6 +230,7 @@ pub fn layout(name: String, union: bool, members: Vec<(String, CType, Option<u32
                 ty,
                 offset: 0,
                 bits: width.map(|w| (0, w)),
+                by_ref: false,
             });
             continue;
         }
@@ -249,6 +253,7 @@ pub fn layout(name: String, union: bool, members: Vec<(String, CType, Option<u32
                     ty,
                     offset: byte as u32,
                     bits: Some(((bit % 8) as u32, w as u32)),
+                    by_ref: false,
                 });
                 bit += w;
             }
@@ -259,6 +264,7 @@ pub fn layout(name: String, union: bool, members: Vec<(String, CType, Option<u32
                     ty,
                     offset: byte as u32,
                     bits: None,
+                    by_ref: false,
                 });
                 bit = (byte + sz) * 8;
             }

@@ -3,7 +3,9 @@
 //! compilers speak alike; messages follow bpftrace's wording where
 //! bpftrace has one. Codes are `B0xxx`, grouped by stage: `B00xx` lexical
 //! and syntax, `B01xx` probes, `B02xx` names and types, `B03xx` calls,
-//! `B04xx` unsupported constructs, `B05xx` probe events.
+//! `B04xx` unsupported constructs, `B05xx` probe events, `B06xx` the
+//! command line of `wprobe run` (reported at the argument, see
+//! `runtime/src/cmdline.rs`).
 
 use rpn2wasm::Span;
 pub use rpn2wasm::diag::{Diagnostic, Diagnostics};
@@ -53,6 +55,9 @@ pub mod codes {
     pub const LIMIT: &str = "B0402";
     /// A probe event (`--event`) that does not parse.
     pub const EVENT: &str = "B0500";
+    /// A command-line option wprobe refuses (`-k`, `--info`), an unknown
+    /// option, or a bad value (`-p a1`), shown at its argument.
+    pub const COMMAND_LINE: &str = "B0600";
 }
 
 /// Every code with a description, in code order.
@@ -84,6 +89,10 @@ pub const CODES: &[(&str, &str)] = &[
     (codes::DWARF, "DWARF argument information unavailable"),
     (codes::LIMIT, "limit exceeded"),
     (codes::EVENT, "invalid probe event"),
+    (
+        codes::COMMAND_LINE,
+        "command-line option refused or invalid",
+    ),
 ];
 
 /// Collects diagnostics.

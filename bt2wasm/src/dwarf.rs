@@ -35,6 +35,9 @@ pub struct Param {
     pub value: ParamValue,
     /// Its C type (`None`: one wprobe does not model).
     pub ctype: Option<crate::ctypes::CType>,
+    /// A C++ reference (`int &x`): `ctype` is a pointer to what it refers
+    /// to, and `args.NAME` is that object.
+    pub by_ref: bool,
 }
 
 type R<'a> = EndianSlice<'a, LittleEndian>;
@@ -85,9 +88,30 @@ impl<'a> Debug<'a> {
                 if guard > 5_000_000 {
                     break;
                 }
+                // C++: by its mangled (linkage) name too, which a
+                // definition out of its namespace or class has on the
+                // declaration it specifies.
+                let named_in = |d: &gimli::DebuggingInformationEntry<R<'a>>| {
+                    [
+                        c::DW_AT_name,
+                        c::DW_AT_linkage_name,
+                        c::DW_AT_MIPS_linkage_name,
+                    ]
+                    .iter()
+                    .any(|at| self.name(&unit, d.attr_value(*at)).as_deref() == Some(name))
+                };
+                let named = || {
+                    named_in(e)
+                        || match e.attr_value(c::DW_AT_specification) {
+                            Some(AttributeValue::UnitRef(d)) => {
+                                unit.entry(d).is_ok_and(|d| named_in(&d))
+                            }
+                            _ => false,
+                        }
+                };
                 if e.tag() == c::DW_TAG_subprogram
                     && e.attr_value(c::DW_AT_declaration).is_none()
-                    && self.name(&unit, e.attr_value(c::DW_AT_name)).as_deref() == Some(name)
+                    && named()
                 {
                     found = Some(e.offset());
                     break;
@@ -119,18 +143,19 @@ impl<'a> Debug<'a> {
             let name = self
                 .name(unit, e.attr_value(c::DW_AT_name))
                 .unwrap_or_default();
-            let (type_name, value, ctype) = match e.attr_value(c::DW_AT_type) {
+            let (type_name, value, ctype, by_ref) = match e.attr_value(c::DW_AT_type) {
                 Some(AttributeValue::UnitRef(t)) => {
                     let (n, v) = self.type_of(unit, t, 0);
-                    (n, v, self.ctype(unit, t, 0))
+                    (n, v, self.ctype(unit, t, 0), is_reference(unit, t))
                 }
-                _ => ("void".into(), ParamValue::Unsupported, None),
+                _ => ("void".into(), ParamValue::Unsupported, None, false),
             };
             out.push(Param {
                 name,
                 type_name,
                 value,
                 ctype,
+                by_ref,
             });
         }
         Some(out)
@@ -181,14 +206,20 @@ impl<'a> Debug<'a> {
                 };
                 (name.unwrap_or_else(|| "?".into()), v)
             }
-            c::DW_TAG_pointer_type | c::DW_TAG_reference_type => {
-                // bpftrace 0.23's spelling: `int *`, `char **`, `Foo &`.
+            c::DW_TAG_pointer_type | c::DW_TAG_reference_type | c::DW_TAG_rvalue_reference_type => {
+                // bpftrace 0.23's spelling: `int *`, `char **`, `Foo &`,
+                // and `int (&)[10]` for a reference to an array.
                 let (t, _) = inner();
-                let mark = if e.tag() == c::DW_TAG_pointer_type {
-                    '*'
-                } else {
-                    '&'
+                let mark = match e.tag() {
+                    c::DW_TAG_pointer_type => "*",
+                    c::DW_TAG_reference_type => "&",
+                    _ => "&&",
                 };
+                if let Some(i) = t.find('[')
+                    && t.ends_with(']')
+                {
+                    return (format!("{} ({mark}){}", &t[..i], &t[i..]), int(8, false));
+                }
                 let sep = if t.ends_with(['*', '&']) { "" } else { " " };
                 (format!("{t}{sep}{mark}"), int(8, false))
             }
@@ -209,20 +240,110 @@ impl<'a> Debug<'a> {
                 format!("enum {}", name.unwrap_or_default()),
                 int(if size == 0 { 4 } else { size }, false),
             ),
-            c::DW_TAG_structure_type => (
-                format!("struct {}", name.unwrap_or_default()),
-                ParamValue::Unsupported,
-            ),
-            c::DW_TAG_union_type => (
-                format!("union {}", name.unwrap_or_default()),
-                ParamValue::Unsupported,
-            ),
+            // C++ names a class, structure or union by its name alone.
+            c::DW_TAG_structure_type | c::DW_TAG_class_type | c::DW_TAG_union_type => {
+                let kw = match e.tag() {
+                    _ if is_cpp(unit) => "",
+                    c::DW_TAG_union_type => "union ",
+                    c::DW_TAG_class_type => "class ",
+                    _ => "struct ",
+                };
+                (
+                    format!("{kw}{}", name.unwrap_or_default()),
+                    ParamValue::Unsupported,
+                )
+            }
             c::DW_TAG_array_type => {
                 let (t, _) = inner();
-                (format!("{t}[]"), ParamValue::Unsupported)
+                let dims: String = self
+                    .array_dims(unit, off)
+                    .iter()
+                    .map(|n| {
+                        if *n == 0 {
+                            "[]".to_string()
+                        } else {
+                            format!("[{n}]")
+                        }
+                    })
+                    .collect();
+                let dims = if dims.is_empty() {
+                    "[]".to_string()
+                } else {
+                    dims
+                };
+                (format!("{t}{dims}"), ParamValue::Unsupported)
             }
             _ => unknown,
         }
+    }
+}
+
+/// Whether the type at `off` is a C++ reference (through typedefs and
+/// qualifiers).
+fn is_reference(unit: &gimli::Unit<R<'_>>, mut off: gimli::UnitOffset) -> bool {
+    for _ in 0..16 {
+        let Ok(e) = unit.entry(off) else {
+            return false;
+        };
+        match e.tag() {
+            c::DW_TAG_reference_type | c::DW_TAG_rvalue_reference_type => return true,
+            c::DW_TAG_typedef | c::DW_TAG_const_type | c::DW_TAG_volatile_type => {
+                match e.attr_value(c::DW_AT_type) {
+                    Some(AttributeValue::UnitRef(t)) => off = t,
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether `unit` is C++ (its types are then named without `struct`).
+fn is_cpp(unit: &gimli::Unit<R<'_>>) -> bool {
+    let mut cur = unit.entries();
+    let Ok(Some(root)) = cur.next_dfs() else {
+        return false;
+    };
+    matches!(
+        root.attr_value(c::DW_AT_language),
+        Some(AttributeValue::Language(
+            c::DW_LANG_C_plus_plus
+                | c::DW_LANG_C_plus_plus_03
+                | c::DW_LANG_C_plus_plus_11
+                | c::DW_LANG_C_plus_plus_14
+        ))
+    )
+}
+
+impl<'a> Debug<'a> {
+    /// The dimensions of the array type at `off` (0: unknown).
+    fn array_dims(&self, unit: &gimli::Unit<R<'a>>, off: gimli::UnitOffset) -> Vec<u32> {
+        let mut dims = Vec::new();
+        let Ok(mut tree) = unit.entries_tree(Some(off)) else {
+            return dims;
+        };
+        let Ok(root) = tree.root() else {
+            return dims;
+        };
+        let mut ch = root.children();
+        while let Ok(Some(child)) = ch.next() {
+            let ce = child.entry();
+            if ce.tag() != c::DW_TAG_subrange_type {
+                continue;
+            }
+            let n = match (
+                ce.attr_value(c::DW_AT_count).and_then(|v| v.udata_value()),
+                ce.attr_value(c::DW_AT_upper_bound)
+                    .and_then(|v| v.udata_value()),
+            ) {
+                (Some(n), _) => n,
+                (None, Some(u)) => u + 1,
+                _ => 0,
+            };
+            dims.push(n.min(u32::MAX as u64) as u32);
+        }
+        dims
     }
 }
 
@@ -237,6 +358,7 @@ impl<'a> Debug<'a> {
         let (tag, bare) = match name.split_once(' ') {
             Some(("struct", n)) => (Some(c::DW_TAG_structure_type), n),
             Some(("union", n)) => (Some(c::DW_TAG_union_type), n),
+            Some(("class", n)) => (Some(c::DW_TAG_class_type), n),
             Some(("enum", n)) => (Some(c::DW_TAG_enumeration_type), n),
             _ => (None, name),
         };
@@ -338,26 +460,7 @@ impl<'a> Debug<'a> {
             c::DW_TAG_const_type | c::DW_TAG_volatile_type | c::DW_TAG_typedef => inner(depth)?,
             c::DW_TAG_array_type => {
                 let elem = inner(depth)?;
-                let mut dims = Vec::new();
-                let mut tree = unit.entries_tree(Some(off)).ok()?;
-                let root = tree.root().ok()?;
-                let mut ch = root.children();
-                while let Ok(Some(child)) = ch.next() {
-                    let ce = child.entry();
-                    if ce.tag() != c::DW_TAG_subrange_type {
-                        continue;
-                    }
-                    let n = match (
-                        ce.attr_value(c::DW_AT_count).and_then(|v| v.udata_value()),
-                        ce.attr_value(c::DW_AT_upper_bound)
-                            .and_then(|v| v.udata_value()),
-                    ) {
-                        (Some(n), _) => n,
-                        (None, Some(u)) => u + 1,
-                        _ => 0,
-                    };
-                    dims.push(n.min(u32::MAX as u64) as u32);
-                }
+                let dims = self.array_dims(unit, off);
                 let mut t = elem;
                 for d in dims.iter().rev() {
                     t = CType::Array(Box::new(t), *d);
@@ -436,11 +539,16 @@ impl<'a> Debug<'a> {
                         Some((bo, w)) => ((bo / 8) as u32, Some(((bo % 8) as u32, w as u32))),
                         None => (byte as u32, None),
                     };
+                    let by_ref = matches!(
+                        ce.attr_value(c::DW_AT_type),
+                        Some(AttributeValue::UnitRef(t)) if is_reference(unit, t)
+                    );
                     fields.push(crate::ctypes::Field {
                         name: fname,
                         ty: fty,
                         offset,
                         bits,
+                        by_ref,
                     });
                 }
                 let kw = if union {

@@ -74,6 +74,15 @@ impl Binary {
         wprobe_elf::usdt::sites(&self.info)
     }
 
+    /// The link-time value and size of data symbol `name` (a variable).
+    pub fn object(&self, name: &str) -> Option<(u64, u64)> {
+        self.info
+            .symbols
+            .iter()
+            .find(|s| s.name == name && s.kind == wprobe_elf::SymKind::Object)
+            .map(|s| (s.value, s.size))
+    }
+
     /// The whole file.
     pub fn bytes(&self) -> &[u8] {
         self.info.file_bytes()

@@ -510,6 +510,12 @@ pub struct ProbeOut {
     pub index: u32,
     /// The manifest entry.
     pub spec: hostabi::manifest::ProbeSpec,
+    /// Later return probes of the same function, `(handler, index)`: their
+    /// bodies run after this one's, in program order (see
+    /// [`crate::check::merge_returns`]).
+    pub also: Vec<(usize, u32)>,
+    /// Its body runs as another probe's `also`: the export does nothing.
+    pub merged: bool,
 }
 
 /// The whole compiled program before code generation.

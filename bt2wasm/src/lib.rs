@@ -44,6 +44,28 @@ pub struct Options {
     pub command: Option<PathBuf>,
     /// Positional parameters (`$1`, `$2`, ...; `$#` is their count).
     pub params: Vec<String>,
+    /// The run traces no process (no `-c`, command or `-p`): uprobes and
+    /// watchpoints are refused at their attach point (wprobe traces
+    /// processes, not the whole system).
+    pub no_process: bool,
+    /// The run's transport can probe a function whose symbol has size 0
+    /// (`_init`: ptrace and perf need no function bounds, the in-process
+    /// transport does); with `--unsafe` such a probe is then accepted.
+    pub unsized_symbols: bool,
+}
+
+/// The probe-expansion environment of a build (`listing`: for `-l`,
+/// which attaches nothing and so needs no process).
+fn env_of(opts: &Options, listing: bool) -> probes::Env {
+    probes::Env {
+        pid: opts.pid,
+        command: opts.command.clone(),
+        mapped: opts.pid.map(mapped_files).unwrap_or_default(),
+        no_process: opts.no_process && !listing,
+        unsafe_calls: opts.check.unsafe_calls || listing,
+        unsized_symbols: opts.unsized_symbols || listing,
+        ..Default::default()
+    }
 }
 
 /// A compiled program.
@@ -80,12 +102,7 @@ pub fn compile(
         return Err((sink.finish(), map));
     }
     params::substitute(&mut ast, &opts.params);
-    let mut env = probes::Env {
-        pid: opts.pid,
-        command: opts.command.clone(),
-        mapped: opts.pid.map(mapped_files).unwrap_or_default(),
-        ..Default::default()
-    };
+    let mut env = env_of(opts, false);
     let checked = check::check(&ast, &mut env, &opts.check).map_err(|d| (d, map))?;
     let wasm = codegen::generate(&checked.module);
     Ok(Compiled {
@@ -111,12 +128,7 @@ pub fn probe_names(
         return Err((sink.finish(), map));
     }
     params::substitute(&mut ast, &opts.params);
-    let mut env = probes::Env {
-        pid: opts.pid,
-        command: opts.command.clone(),
-        mapped: opts.pid.map(mapped_files).unwrap_or_default(),
-        ..Default::default()
-    };
+    let mut env = env_of(opts, true);
     let mut diags = diag::Sink::default();
     let mut names = Vec::new();
     for p in &ast.probes {
@@ -156,12 +168,7 @@ pub fn compile_events(
 ) -> Result<Compiled, (Diagnostics, SourceMap)> {
     let mut map = SourceMap::default();
     let mut sink = diag::Sink::default();
-    let mut env = probes::Env {
-        pid: opts.pid,
-        command: opts.command.clone(),
-        mapped: opts.pid.map(mapped_files).unwrap_or_default(),
-        ..Default::default()
-    };
+    let mut env = env_of(opts, false);
     let mut cx = events::EventCx {
         env: &mut env,
         diags: &mut sink,

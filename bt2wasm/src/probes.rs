@@ -100,6 +100,12 @@ pub struct Env {
     pub command: Option<PathBuf>,
     /// Files the traced process maps (with `-p`), for library names.
     pub mapped: Vec<String>,
+    /// No process is traced: uprobes and watchpoints are refused.
+    pub no_process: bool,
+    /// `--unsafe`: a function whose symbol has size 0 may be probed.
+    pub unsafe_calls: bool,
+    /// The transport can probe a function whose symbol has size 0.
+    pub unsized_symbols: bool,
     pub(crate) binaries: HashMap<PathBuf, Result<std::rc::Rc<Binary>, String>>,
 }
 
@@ -170,10 +176,18 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
             }];
         }
         "interval" | "i" => return interval(&parts, span, diags),
-        "uprobe" | "u" => return uprobe(&parts, false, span, env, diags),
-        "uretprobe" | "ur" => return uprobe(&parts, true, span, env, diags),
-        "watchpoint" | "w" => return watchpoint(&parts, span, env, diags),
-        "usdt" | "U" => return usdt::expand(&parts, span, env, diags),
+        "uprobe" | "u" => {
+            return needs_process(uprobe(&parts, false, span, env, diags), span, env, diags);
+        }
+        "uretprobe" | "ur" => {
+            return needs_process(uprobe(&parts, true, span, env, diags), span, env, diags);
+        }
+        "watchpoint" | "w" => {
+            return needs_process(watchpoint(&parts, span, env, diags), span, env, diags);
+        }
+        "usdt" | "U" => {
+            return needs_process(usdt::expand(&parts, span, env, diags), span, env, diags);
+        }
         _ => {}
     }
     if let Some((_, full)) = KERNEL.iter().find(|(a, _)| *a == provider) {
@@ -415,6 +429,15 @@ pub(crate) fn uprobe(
     } else {
         parts.iter().map(|s| s.to_string()).collect()
     };
+    // `uprobe:BIN:cpp:FUNC`: FUNC is a C++ name (demangled, without its
+    // parameters), kept with its language as one part.
+    let owned: Vec<String> = match owned.as_slice() {
+        // Unquoted, `ns::f` spans parts.
+        [p, bin, lang, func @ ..] if lang == "cpp" && !func.is_empty() => {
+            vec![p.clone(), bin.clone(), format!("cpp:{}", func.join(":"))]
+        }
+        _ => owned,
+    };
     let parts: Vec<&str> = owned.iter().map(String::as_str).collect();
     if parts.len() != 3 || parts[1].is_empty() || parts[2].is_empty() {
         diags.error(
@@ -475,7 +498,20 @@ pub(crate) fn uprobe(
             .unwrap_or_default()
     } else if let Some(inside) = in_process_root(target) {
         // `/proc/PID/root/PATH`: the file as that process (maybe in
-        // another mount namespace) maps it.
+        // another mount namespace) maps it; the run reads it by that path.
+        if !same_file(&path, std::path::Path::new(&inside)) {
+            diags.error(
+                codes::UNSUPPORTED,
+                span,
+                format!(
+                    "probes in a process whose files are not at the same paths here \
+                     (another root: pivot_root, chroot, a container) are not supported: \
+                     wprobe reads the module by the path the process maps, {inside}, \
+                     which here is not {target}"
+                ),
+            );
+            return Vec::new();
+        }
         inside
     } else {
         std::fs::canonicalize(&path)
@@ -490,6 +526,10 @@ pub(crate) fn uprobe(
         target.to_string()
     };
     let shown = |f: &str| format!("{full}:{shown_target}:{f}");
+    let (cpp, spec) = match spec.strip_prefix("cpp:") {
+        Some(s) => (true, s),
+        None => (false, spec),
+    };
     // FUNC+OFF
     let (func_pat, off) = match spec.split_once('+') {
         Some((f, o)) => {
@@ -546,7 +586,17 @@ pub(crate) fn uprobe(
             params: None,
         }];
     }
-    let matches: Vec<crate::elf::Func> = if func_pat.contains('*') || func_pat.contains('?') {
+    let matches: Vec<crate::elf::Func> = if cpp {
+        bin.funcs
+            .iter()
+            .filter(|f| {
+                f.size > 0
+                    && bin.is_code(f.value)
+                    && cpp_name(&f.name).is_some_and(|n| glob(func_pat, &n))
+            })
+            .cloned()
+            .collect()
+    } else if func_pat.contains('*') || func_pat.contains('?') {
         bin.funcs
             .iter()
             .filter(|f| f.size > 0 && bin.is_code(f.value) && glob(func_pat, &f.name))
@@ -574,6 +624,9 @@ pub(crate) fn uprobe(
     let mut out = Vec::new();
     for f in matches {
         let o = off.unwrap_or(0);
+        if f.size == 0 && !unsized_accepted(&f.name, env, span, diags) {
+            continue;
+        }
         if o > 0 {
             if f.size > 0 && o >= f.size {
                 diags.error(
@@ -609,9 +662,11 @@ pub(crate) fn uprobe(
                     bin.bytes_at(addr, 1).first().copied()
                 },
             },
-            name: match off {
-                Some(_) => shown(&format!("{}+{o}", f.name)),
-                None => shown(&f.name),
+            name: match (cpp, off) {
+                (true, Some(_)) => shown(&format!("cpp:{func_pat}+{o}")),
+                (true, None) => shown(&format!("cpp:{func_pat}")),
+                (false, Some(_)) => shown(&format!("{}+{o}", f.name)),
+                (false, None) => shown(&f.name),
             },
             func: f.name.clone(),
             provider: full,
@@ -619,6 +674,84 @@ pub(crate) fn uprobe(
         });
     }
     out
+}
+
+/// The probes of an attach point that resolved, refused when no process
+/// is traced (after the attach point's own errors, as bpftrace reports
+/// those first).
+fn needs_process(list: Vec<Concrete>, span: Span, env: &Env, diags: &mut Sink) -> Vec<Concrete> {
+    if !env.no_process || list.is_empty() {
+        return list;
+    }
+    diags.error(
+        codes::UNSUPPORTED,
+        span,
+        "probes on a program without a process to trace (bpftrace's system-wide uprobes) \
+         are not supported: give -c CMD, a command after `--`, or -p PID",
+    );
+    Vec::new()
+}
+
+/// Whether a probe on `name`, a symbol of size 0 (`_init`), is accepted:
+/// as bpftrace, only with `--unsafe` (its instruction boundaries cannot be
+/// checked), and only where the transport needs no function bounds.
+fn unsized_accepted(name: &str, env: &Env, span: Span, diags: &mut Sink) -> bool {
+    if !env.unsafe_calls {
+        diags.error(
+            codes::NOT_BOUNDARY,
+            span,
+            format!(
+                "Could not determine boundary for {name} (symbol has size 0); \
+                 use --unsafe to force attachment"
+            ),
+        );
+        return false;
+    }
+    if !env.unsized_symbols {
+        diags.error(
+            codes::NOT_BOUNDARY,
+            span,
+            format!(
+                "{name} has size 0: the in-process transport places no probe in a function \
+                 whose bounds it does not know; use --transport ptrace (or perf)"
+            ),
+        );
+        return false;
+    }
+    true
+}
+
+/// The C++ name of a mangled symbol as `uprobe:BIN:cpp:NAME` matches it:
+/// demangled, without its parameter list (`ns::f` for `_ZN2ns1fEi`);
+/// `None` for a symbol that is not a C++ name.
+pub fn cpp_name(symbol: &str) -> Option<String> {
+    if !symbol.starts_with("_Z") {
+        return None;
+    }
+    let d = wprobe_elf::demangle(symbol);
+    if d == symbol {
+        return None;
+    }
+    // The parameters open at the first `(` outside template arguments.
+    let mut depth = 0i32;
+    for (i, c) in d.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 => return Some(d[..i].to_string()),
+            _ => {}
+        }
+    }
+    Some(d.into_owned())
+}
+
+/// Whether `a` and `b` name the same file (device and inode).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 /// The path a process sees for `/proc/PID/root/PATH` (`/PATH`).

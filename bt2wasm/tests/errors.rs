@@ -83,9 +83,10 @@ fn every_front_end_error_has_its_message_position_and_caret() {
         cases.len(),
         bad.join("\n")
     );
-    // Every code of the front end (but the events', tested in runtime) occurs.
+    // Every code of the front end (but the events' and the command line's,
+    // tested in runtime) occurs.
     for (code, _) in bt2wasm::diag::CODES {
-        if *code != bt2wasm::diag::codes::EVENT {
+        if *code != bt2wasm::diag::codes::EVENT && *code != bt2wasm::diag::codes::COMMAND_LINE {
             assert!(codes.contains(*code), "no case produces {code}");
         }
     }
@@ -122,4 +123,58 @@ fn one_map_more_than_the_manifest_holds_is_refused_where_it_is_written() {
         )
     );
     assert_eq!(got.lines().count(), 3, "{got}");
+}
+
+/// What the run cannot place is refused at the attach point: a uprobe or
+/// watchpoint when no process is traced, and a probe on a symbol of size 0
+/// (`_init`) without `--unsafe` (bpftrace's words), or with it where the
+/// transport needs the function's bounds; `--unsafe` with a transport
+/// that needs none compiles it. The probe's body then gets no second
+/// error (`arg0` is checked as in a uprobe).
+#[test]
+fn probes_the_run_cannot_place_are_refused_at_their_attach_point() {
+    let dir = std::env::temp_dir().join(format!("bt2wasm-place-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    build_target(&dir);
+    let t = dir.join("t");
+    let build = |func: &str, opts: &bt2wasm::Options| {
+        let prog = format!(
+            "uprobe:{}:{func} {{ printf(\"%d\\n\", arg0); }}",
+            t.display()
+        );
+        match bt2wasm::compile("-e", &prog, opts) {
+            Ok(_) => "(compiles)".to_string(),
+            Err((d, map)) => d.render(&map),
+        }
+    };
+    let first_line = |s: String| s.lines().next().unwrap_or_default().to_string();
+    let mut opts = bt2wasm::Options {
+        no_process: true,
+        ..Default::default()
+    };
+    let r = build("add", &opts);
+    assert_eq!(
+        first_line(r.clone()),
+        "-e:1:1: error[B0400]: probes on a program without a process to trace \
+         (bpftrace's system-wide uprobes) are not supported: give -c CMD, a command after `--`, or -p PID",
+    );
+    assert_eq!(r.lines().count(), 3, "{r}");
+    opts.no_process = false;
+    assert_eq!(build("add", &opts), "(compiles)");
+    let r = build("_init", &opts);
+    assert_eq!(
+        first_line(r.clone()),
+        "-e:1:1: error[B0104]: Could not determine boundary for _init (symbol has size 0); \
+         use --unsafe to force attachment"
+    );
+    assert_eq!(r.lines().count(), 3, "{r}");
+    opts.check.unsafe_calls = true;
+    assert_eq!(
+        first_line(build("_init", &opts)),
+        "-e:1:1: error[B0104]: _init has size 0: the in-process transport places no probe \
+         in a function whose bounds it does not know; use --transport ptrace (or perf)"
+    );
+    opts.unsized_symbols = true;
+    assert_eq!(build("_init", &opts), "(compiles)");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -114,7 +114,19 @@ pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> 
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let args = normalize_args(std::env::args_os().collect());
+    let given: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match crate::cmdline::check_run(&given) {
+        crate::cmdline::Early::Parse => {}
+        crate::cmdline::Early::Version(v) => {
+            let _ = crate::output::print_stdout(&v);
+            return ExitCode::SUCCESS;
+        }
+        crate::cmdline::Early::Refused(d) => {
+            crate::elog!("{d}error: could not start `run`");
+            return ExitCode::from(1);
+        }
+    }
+    let args = normalize_args(given.clone());
     // The commands that trace catch stopping signals from their first
     // moment (not a listing: `run -l`, which a Ctrl-C just ends).
     let tracing = matches!(args.get(1).and_then(|a| a.to_str()), Some("run" | "trace"));
@@ -124,6 +136,11 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
+            // `wprobe run`'s unknown options and bad values at their place.
+            if let Some(d) = crate::cmdline::clap_error(&given, &e) {
+                crate::elog!("{d}error: could not start `run`");
+                return ExitCode::from(1);
+            }
             let _ = e.print();
             return if e.use_stderr() {
                 ExitCode::from(1)

@@ -17,6 +17,7 @@ pub mod btout;
 pub mod cache;
 pub mod cli;
 pub mod cmd;
+pub mod cmdline;
 pub mod engine;
 pub mod format;
 pub mod host;

@@ -42,6 +42,10 @@ pub struct Needs {
     /// computed id): a transport that lacks some registers would give it
     /// zeros where a forced `--transport` only warns.
     pub registers_at_run_time: bool,
+    /// Two probes closer than a 5-byte jump (`Session::
+    /// probes_closer_than_a_jump`): the in-process transport would arm
+    /// only the first.
+    pub close_probes: Option<String>,
 }
 
 /// The transport chosen for a run, and why.
@@ -227,6 +231,11 @@ fn unmet(info: &TransportInfo, needs: &Needs) -> Option<String> {
              start only",
             needs.later_modules.join(", ")
         ));
+    }
+    if let Some(why) = &needs.close_probes
+        && info.name == "inproc"
+    {
+        return Some(format!("{why}: it could arm only the first"));
     }
     if needs.registers_at_run_time && info.registers.is_some() {
         return Some(

@@ -28,12 +28,10 @@ const REFUSED: &[(&str, &str)] = &[
     ("cgroup_path", "it describes the kernel"),
     ("ntop", "not supported yet"),
     ("pton", "not supported yet"),
-    ("macaddr", "not supported yet"),
     ("join", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
     ("debugf", "use printf"),
-    ("uaddr", "not supported yet"),
     ("unwatch", "not supported yet"),
 ];
 
@@ -54,6 +52,144 @@ pub(crate) fn int_literal(e: &ast::Expr) -> Option<i64> {
 }
 
 impl Fx<'_, '_> {
+    /// `uaddr("NAME")`: the address of variable NAME of the probed binary
+    /// in the process (its link-time value plus the module's load bias),
+    /// a pointer to a signed integer of its size (8 bytes when the size is
+    /// not 1, 2, 4 or 8), as bpftrace types it.
+    fn uaddr(&mut self, name: &str, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let mut found: Option<(u64, u64)> = None;
+        for c in self.concrete {
+            let crate::probes::Kind::Uprobe { module, .. } = &c.kind else {
+                self.cx.err(
+                    codes::BUILTIN_CONTEXT,
+                    span,
+                    "uaddr can only be used with uprobes and usdt probes",
+                );
+                return bad;
+            };
+            let bin = self.cx.dwarf_files.iter().find(|b| {
+                let canon = std::fs::canonicalize(&b.path).unwrap_or_else(|_| b.path.clone());
+                canon.to_string_lossy() == module.as_str()
+                    || b.path.to_string_lossy() == module.as_str()
+                    || b.path
+                        .file_name()
+                        .is_some_and(|f| f.to_string_lossy() == module.as_str())
+            });
+            let Some(sym) = bin.and_then(|b| b.object(name)) else {
+                self.cx.err(
+                    codes::NO_MATCH,
+                    span,
+                    format!("Could not resolve symbol: {module}:{name}"),
+                );
+                return bad;
+            };
+            if found.is_some_and(|f| f != sym) {
+                self.cx.err(
+                    codes::NO_MATCH,
+                    span,
+                    format!(
+                        "uaddr(\"{name}\") names different variables in the probes of this handler"
+                    ),
+                );
+                return bad;
+            }
+            found = Some(sym);
+        }
+        let Some((value, size)) = found else {
+            self.cx.err(
+                codes::BUILTIN_CONTEXT,
+                span,
+                "uaddr can only be used with uprobes and usdt probes",
+            );
+            return bad;
+        };
+        let bytes = if matches!(size, 1 | 2 | 4 | 8) {
+            size as u8
+        } else {
+            8
+        };
+        (
+            E::Bin(
+                crate::ast::BinOp::Add,
+                false,
+                Box::new(E::Int(value as i64)),
+                Box::new(E::Fact(crate::ir::Fact::Bias)),
+            ),
+            Ty::Ptr(Box::new(crate::ctypes::CType::Int {
+                signed: true,
+                bytes,
+            })),
+        )
+    }
+
+    /// `macaddr(ADDR)`: the six bytes at `addr` spelled `05:04:03:02:01:02`
+    /// (17 characters and a NUL), built in a slot as a string: each
+    /// character an 8-byte store at its own offset, the last one's upper
+    /// bytes the terminating zeros.
+    fn macaddr(&mut self, addr: E) -> (E, Ty) {
+        use crate::ast::BinOp;
+        let bin = |op, a: E, b: E| E::Bin(op, false, Box::new(a), Box::new(b));
+        let lo = self.local();
+        let hi = self.local();
+        let (s1, s2) = (self.slot(8), self.slot(8));
+        let load = |a: E, bytes: u8, slot: u32| E::Load {
+            addr: Box::new(a),
+            bytes,
+            signed: false,
+            slot,
+        };
+        let setup = vec![
+            S::SetLocal(lo, load(addr.clone(), 4, s1)),
+            S::SetLocal(hi, load(bin(BinOp::Add, addr, E::Int(4)), 2, s2)),
+        ];
+        // Hex digit `d` (0..15), uppercase as bpftrace prints it.
+        let digit = |d: E| {
+            let over = bin(BinOp::Gt, d.clone(), E::Int(9));
+            bin(
+                BinOp::Add,
+                bin(BinOp::Add, d, E::Int(b'0' as i64)),
+                bin(BinOp::Mul, over, E::Int((b'A' - b'0' - 10) as i64)),
+            )
+        };
+        let mut parts = Vec::new();
+        for i in 0..6u32 {
+            let (src, shift) = if i < 4 {
+                (lo, 8 * i)
+            } else {
+                (hi, 8 * (i - 4))
+            };
+            let byte = bin(
+                BinOp::BitAnd,
+                bin(BinOp::Shr, E::Local(src), E::Int(shift as i64)),
+                E::Int(0xff),
+            );
+            let off = 3 * i;
+            parts.push(Part {
+                e: digit(bin(BinOp::Shr, byte.clone(), E::Int(4))),
+                ty: Ty::U64,
+                off,
+            });
+            parts.push(Part {
+                e: digit(bin(BinOp::BitAnd, byte, E::Int(0xf))),
+                ty: Ty::U64,
+                off: off + 1,
+            });
+            if i < 5 {
+                parts.push(Part {
+                    e: E::Int(b':' as i64),
+                    ty: Ty::U64,
+                    off: off + 2,
+                });
+            }
+        }
+        let slot = self.slot(24);
+        (
+            E::Seq(setup, Box::new(E::Tuple { slot, parts })),
+            Ty::Str(24),
+        )
+    }
+
     fn nargs(&mut self, name: &str, args: &[ast::Expr], lo: usize, hi: usize, span: Span) -> bool {
         if args.len() < lo || args.len() > hi {
             let want = if lo == hi {
@@ -272,6 +408,63 @@ impl Fx<'_, '_> {
                     },
                     Ty::Str(size),
                 )
+            }
+            "uaddr" => {
+                if !self.nargs("uaddr", args, 1, 1, span) {
+                    return bad;
+                }
+                let ExprKind::Str(name) = &args[0].kind else {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[0].span,
+                        "uaddr() expects a string literal",
+                    );
+                    return bad;
+                };
+                let name = String::from_utf8_lossy(name).into_owned();
+                self.uaddr(&name, span)
+            }
+            "macaddr" => {
+                if !self.nargs("macaddr", args, 1, 1, span) {
+                    return bad;
+                }
+                // The six bytes: an array in the traced process (by its
+                // place), or at a pointer's or an integer's address.
+                let addr = match self.place(&args[0]) {
+                    Some((addr, c, _)) if matches!(c, crate::ctypes::CType::Array(..)) => {
+                        if c.size() < 6 {
+                            self.cx.err(
+                                codes::TYPE,
+                                args[0].span,
+                                format!(
+                                    "macaddr() needs 6 bytes, and {} has {}",
+                                    c.name(),
+                                    c.size()
+                                ),
+                            );
+                            return bad;
+                        }
+                        addr
+                    }
+                    _ => {
+                        let (e, t) = self.expr(&args[0]);
+                        if !t.is_int() {
+                            if t != Ty::None {
+                                self.cx.err(
+                                    codes::TYPE,
+                                    args[0].span,
+                                    format!(
+                                        "macaddr() takes an array of 6 bytes or their address, not {}",
+                                        t.name()
+                                    ),
+                                );
+                            }
+                            return bad;
+                        }
+                        e
+                    }
+                };
+                self.macaddr(addr)
             }
             "buf" => {
                 if !self.nargs("buf", args, 1, 2, span) {

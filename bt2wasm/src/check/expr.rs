@@ -236,13 +236,16 @@ impl Fx<'_, '_> {
                 array,
                 expr,
             } => {
-                if array.is_some() {
-                    self.cx.err(
-                        codes::UNSUPPORTED,
-                        e.span,
-                        format!("casts to arrays (`{ty}[N]`) are not supported"),
-                    );
-                    return bad;
+                if let Some(n) = array {
+                    if *ptr > 0 {
+                        self.cx.err(
+                            codes::UNSUPPORTED,
+                            e.span,
+                            format!("casts to arrays of pointers (`{ty}*[N]`) are not supported"),
+                        );
+                        return bad;
+                    }
+                    return self.cast_to_array(ty, *n, expr, e.span);
                 }
                 self.cast(ty, *ptr, expr, e.span)
             }
@@ -538,6 +541,18 @@ impl Fx<'_, '_> {
         let mut fields = Vec::new();
         let mut off = 0;
         for (i, p) in params.iter().enumerate().take(6) {
+            if p.by_ref {
+                self.cx.err(
+                    codes::UNSUPPORTED,
+                    span,
+                    format!(
+                        "parameter {} is a C++ reference, which args as a whole does not hold \
+                         (args.{} reads what it refers to)",
+                        p.name, p.name
+                    ),
+                );
+                return bad;
+            }
             let (e, t) = match (&p.ctype, p.value) {
                 (Some(crate::ctypes::CType::Ptr(c)), _) => {
                     (E::Reg(ARG_REGS[i]), Ty::Ptr(c.clone()))
@@ -733,7 +748,101 @@ impl Fx<'_, '_> {
         int_binop(op, (ae, at), (be, bt))
     }
 
+    /// `(intN[M])x`: the bytes of the integer `x` as an array of `M`
+    /// integers (bpftrace's casts to arrays, on a little-endian machine);
+    /// `M` 0 (`(intN[])x`): as many as its bytes hold. The sizes must
+    /// match.
+    fn cast_to_array(&mut self, ty: &str, n: u32, x: &ast::Expr, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let Some(crate::ctypes::CType::Int { signed, bytes }) = self.resolve_type(ty, span) else {
+            self.cx.err(
+                codes::UNSUPPORTED,
+                span,
+                format!("casts to arrays of `{ty}` are not supported: only arrays of integers"),
+            );
+            return bad;
+        };
+        let (e, t) = self.expr(x);
+        if t == Ty::None {
+            return bad;
+        }
+        // `(int8[])x`: as many as the operand's bytes hold.
+        let n = if n == 0 && t.is_int() {
+            t.size().min(8) / bytes as u32
+        } else {
+            n
+        };
+        if !t.is_int() || n == 0 || n * bytes as u32 != t.size().min(8) {
+            let dims = if n == 0 { String::new() } else { n.to_string() };
+            self.cx.err(
+                codes::TYPE,
+                span,
+                format!("Cannot cast from \"{}\" to \"{ty}[{dims}]\"", t.name()),
+            );
+            return bad;
+        }
+        let l = self.local();
+        let elem = Ty::Int { signed, bytes };
+        let parts = (0..n)
+            .map(|i| Part {
+                e: E::Cast {
+                    e: Box::new(E::Bin(
+                        crate::ast::BinOp::Shr,
+                        false,
+                        Box::new(E::Local(l)),
+                        Box::new(E::Int(8 * (bytes as u32 * i) as i64)),
+                    )),
+                    signed,
+                    bytes,
+                },
+                ty: elem.clone(),
+                off: elem.size() * i,
+            })
+            .collect();
+        let arr = Ty::Array(Box::new(elem), n);
+        let slot = self.slot(arr.size());
+        (
+            E::Seq(vec![S::SetLocal(l, e)], Box::new(E::Tuple { slot, parts })),
+            arr,
+        )
+    }
+
     fn cast(&mut self, ty: &str, ptr: u8, x: &ast::Expr, span: Span) -> (E, Ty) {
+        // An array in the traced process cast to an integer of its size:
+        // its bytes read as that integer.
+        let before = self.cx.diags.list.len();
+        if ptr == 0
+            && let Some(crate::ctypes::CType::Int { signed, bytes }) = self.resolve_type_quiet(ty)
+            && let Some((addr, c, _)) = self.place(x)
+            && matches!(c, crate::ctypes::CType::Array(..))
+        {
+            if c.size() != bytes as u32 {
+                self.cx.err(
+                    codes::TYPE,
+                    span,
+                    format!(
+                        "Cannot cast from \"{}\" to \"{ty}\": the sizes differ ({} and {bytes} bytes)",
+                        c.name(),
+                        c.size()
+                    ),
+                );
+                return (E::Int(0), Ty::None);
+            }
+            let slot = self.slot(8);
+            return (
+                E::Load {
+                    addr: Box::new(addr),
+                    bytes,
+                    signed,
+                    slot,
+                },
+                Ty::Int { signed, bytes },
+            );
+        }
+        if self.cx.diags.list.len() > before {
+            // The operand's errors are reported (by `place`).
+            return (E::Int(0), Ty::None);
+        }
         let (e, t) = self.expr(x);
         if t == Ty::None {
             return (E::Int(0), Ty::None);
@@ -834,6 +943,32 @@ impl Fx<'_, '_> {
         )
     }
 
+    /// Parameter `field` when it is a C++ reference (`int &x`) in every
+    /// probe of the handler and in a register: its register and the type
+    /// it refers to.
+    pub(crate) fn reference_param(&self, field: &str) -> Option<(usize, crate::ctypes::CType)> {
+        if self.ctx != Ctx::Uprobe || self.concrete.is_empty() {
+            return None;
+        }
+        let mut found = None;
+        for c in self.concrete {
+            let params = c.params.as_ref()?;
+            let i = params.iter().position(|p| p.name == field)?;
+            let p = &params[i];
+            let Some(crate::ctypes::CType::Ptr(to)) = &p.ctype else {
+                return None;
+            };
+            if !p.by_ref || i >= 6 {
+                return None;
+            }
+            if found.as_ref().is_some_and(|(j, t)| (*j, t) != (i, &**to)) {
+                return None;
+            }
+            found = Some((i, (**to).clone()));
+        }
+        found
+    }
+
     fn field(&mut self, base: &ast::Expr, field: &str, _arrow: bool, span: Span) -> (E, Ty) {
         let bad = (E::Int(0), Ty::None);
         if !matches!(&base.kind, ExprKind::Ident(n) if n == "args") {
@@ -883,6 +1018,10 @@ impl Fx<'_, '_> {
                 "The args builtin can only be used with tracepoint/kfunc/uprobe probes (uprobes only, here: not uretprobes)",
             );
             return bad;
+        }
+        // A C++ reference: the object it refers to.
+        if let Some((i, to)) = self.reference_param(field) {
+            return self.read_c(E::Reg(ARG_REGS[i]), &to, None, span);
         }
         let mut found: Option<(usize, ParamValue)> = None;
         let mut ctype = None;

@@ -492,6 +492,11 @@ impl Fx<'_, '_> {
                 field,
                 arrow: false,
             } => {
+                if matches!(&base.kind, ExprKind::Ident(n) if n == "args") {
+                    // A C++ reference parameter is the object it refers to.
+                    let (i, to) = self.reference_param(field)?;
+                    return Some((E::Reg(super::expr::ARG_REGS[i]), to, None));
+                }
                 let (a, c, _) = self.place(base)?;
                 self.member(a, &c, field, e.span)
             }
@@ -574,7 +579,28 @@ impl Fx<'_, '_> {
             },
             c => c.clone(),
         };
+        let by_ref =
+            matches!(c, CType::Record(r) if r.fields.iter().any(|f| f.name == name && f.by_ref));
         match c.field(name) {
+            // A C++ reference member: the object it refers to.
+            Some((CType::Ptr(to), off, _)) if by_ref => {
+                let slot = self.slot(8);
+                Some((
+                    E::Load {
+                        addr: Box::new(E::Bin(
+                            BinOp::Add,
+                            false,
+                            Box::new(a),
+                            Box::new(E::Int(off as i64)),
+                        )),
+                        bytes: 8,
+                        signed: false,
+                        slot,
+                    },
+                    *to,
+                    None,
+                ))
+            }
             Some((t, off, bits)) => Some((
                 E::Bin(BinOp::Add, false, Box::new(a), Box::new(E::Int(off as i64))),
                 t,

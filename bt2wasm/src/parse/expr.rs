@@ -141,6 +141,11 @@ impl Parser<'_> {
                     self.bump();
                     self.expect("]")?;
                     array = Some(n.min(u32::MAX as u64) as u32);
+                } else if self.is("[") && matches!(self.peek_tok(), Tok::Punct("]")) {
+                    // `(int8[])x`: the size is the operand's.
+                    self.bump();
+                    self.bump();
+                    array = Some(0);
                 }
                 if self.is(")") && !ty.is_empty() {
                     let end = self.span;

@@ -146,10 +146,9 @@ pub fn run(a: RunArgs) -> CmdResult {
         return Err(CliError::user("no probe selected (check --group / --type)"));
     }
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
-    needs.later_modules = crate::plan::later_modules(
-        &session.probe_modules(),
-        &crate::plan::files_at_start(&a.command, a.pid),
-    );
+    let files = crate::plan::files_at_start(&a.command, a.pid);
+    needs.later_modules = crate::plan::later_modules(&session.probe_modules(), &files);
+    needs.close_probes = session.probes_closer_than_a_jump(&files);
     let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
         .map_err(CliError::user)?;
     if a.verbose {

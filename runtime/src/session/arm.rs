@@ -693,6 +693,65 @@ impl Session {
         self.warnings.push(msg);
     }
 
+    /// Two breakpoint probes of one module closer than a 5-byte jump (back-
+    /// to-back USDT sites, say), among the modules `files` (a probe's
+    /// module found by path or name there): the in-process transport can
+    /// give only the first a jump. Said in words, for the planner.
+    pub fn probes_closer_than_a_jump(&mut self, files: &[std::path::PathBuf]) -> Option<String> {
+        let mut by_file: HashMap<std::path::PathBuf, Vec<(u64, String)>> = HashMap::new();
+        for p in self.probes.iter().filter(|p| p.enabled) {
+            let spec = &self.manifests[p.prog].probes[p.index];
+            if spec.kind != ProbeKind::Breakpoint
+                || (spec.location.kind == LocationKind::Address && spec.location.symbol.is_none())
+            {
+                continue;
+            }
+            let module = spec
+                .module
+                .as_ref()
+                .unwrap_or(&self.manifests[p.prog].module);
+            let file = files.iter().find(|f| {
+                if module.contains('/') {
+                    procmaps::canonical(std::path::Path::new(module.as_str())) == **f
+                } else {
+                    wprobe_elf::locate::matches_mapped(module, &f.to_string_lossy(), || {
+                        wprobe_elf::ElfInfo::open(f).ok().and_then(|e| e.soname)
+                    })
+                }
+            });
+            let file = match file {
+                Some(f) => f.clone(),
+                None if module.contains('/') => {
+                    procmaps::canonical(std::path::Path::new(module.as_str()))
+                }
+                None => continue,
+            };
+            let Ok(elf) = self.resolver.elf(&file) else {
+                continue;
+            };
+            if let Ok(at) = crate::resolve::link_value(spec, &elf) {
+                by_file
+                    .entry(file)
+                    .or_default()
+                    .push((at.0, p.label.clone()));
+            }
+        }
+        for (file, mut v) in by_file {
+            v.sort();
+            v.dedup_by_key(|e| e.0);
+            if let Some(w) = v.windows(2).find(|w| w[1].0 - w[0].0 < 5) {
+                return Some(format!(
+                    "probes {} and {} are {} byte(s) apart in {}, closer than a jump",
+                    w[0].1,
+                    w[1].1,
+                    w[1].0 - w[0].0,
+                    file.display()
+                ));
+            }
+        }
+        None
+    }
+
     /// Whether a program reads registers chosen at run time (`read_reg`
     /// with a computed id: a transport without every register would warn
     /// and give zeros).

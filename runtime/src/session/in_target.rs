@@ -90,6 +90,8 @@ impl Session {
         if self.hook_target_run(pi, run) {
             // Consumed by the hook.
         } else {
+            // After `exit()`: no one-liner output (see `request_stop`).
+            self.bt.drop_events = self.bt.exited;
             self.write_sink(
                 pi,
                 run.records,
@@ -100,10 +102,15 @@ impl Session {
                     time_ns: run.time_ns,
                 },
             );
+            self.bt.drop_events = false;
         }
         match run.outcome {
             TargetOutcome::Returned(Outcome::Remove) => self.disable(t, pi),
-            TargetOutcome::Returned(Outcome::Stop) => self.request_stop(),
+            TargetOutcome::Returned(Outcome::Stop) => {
+                self.request_stop();
+                // This run's records were written above.
+                self.bt.exit_run_unwritten = false;
+            }
             TargetOutcome::Returned(o @ (Outcome::DebuggerHandoff | Outcome::CoreDump)) => {
                 self.unhonoured(t.info(), pi, o)
             }

@@ -35,6 +35,13 @@ pub(super) struct BtState {
     pub(super) stop: Option<std::sync::Arc<AtomicBool>>,
     /// `exit()` was called.
     pub(super) exited: bool,
+    /// The run that called `exit()` has records not yet written (the
+    /// session's own runs stop before they write; runs in the target
+    /// write first): its output is printed, that of later runs is not.
+    pub(super) exit_run_unwritten: bool,
+    /// The records being written are of a run after `exit()`: their
+    /// output events are dropped.
+    pub(super) drop_events: bool,
     /// `-q`: no `Attaching` line.
     pub(super) quiet: bool,
     /// `config = { print_maps_on_exit = 0 }` turns it off.
@@ -58,6 +65,8 @@ impl Default for BtState {
             buf: Vec::new(),
             stop: None,
             exited: false,
+            exit_run_unwritten: false,
+            drop_events: false,
             quiet: false,
             print_maps: true,
             gap_to_stdout: false,
@@ -113,11 +122,24 @@ impl Session {
         self.bt.exited
     }
 
+    /// `exit()`: bpftrace's, asynchronous. The run stops as soon as the
+    /// transport can; handlers that still run meanwhile (other threads,
+    /// or the target's own runs) update maps, but their output is not
+    /// printed (bpftrace ignores the events that follow its exit event).
     pub(super) fn request_stop(&mut self) {
+        if !self.bt.exited {
+            self.bt.exit_run_unwritten = true;
+        }
         self.bt.exited = true;
         if let Some(s) = &self.bt.stop {
             s.store(true, std::sync::atomic::Ordering::SeqCst);
         }
+    }
+
+    /// Whether the output events of the run being written are dropped:
+    /// those of every run after the one that called `exit()`.
+    pub(super) fn events_after_exit(&mut self) -> bool {
+        self.bt.exited && !std::mem::take(&mut self.bt.exit_run_unwritten)
     }
 
     /// Probes of the run, special ones included (bpftrace's "Attaching N probes").
@@ -280,7 +302,11 @@ impl Session {
         std::mem::swap(&mut data.env.hit, &mut empty);
         data.services.special = false;
         match &out {
-            RunOutcome::Returned(Outcome::Stop) => self.request_stop(),
+            RunOutcome::Returned(Outcome::Stop) => {
+                self.request_stop();
+                // Its records are written just below, by their own path.
+                self.bt.exit_run_unwritten = false;
+            }
             RunOutcome::Trapped(m) => crate::elog!("wprobe: special probe trapped: {m}"),
             RunOutcome::FuelExhausted => crate::elog!("wprobe: special probe ran out of fuel"),
             _ => {}

@@ -45,12 +45,14 @@ impl Session {
     /// Formats the records of probe `pi`'s handler run and hands them to
     /// the output, one write per run.
     pub(super) fn write_records(&mut self, pi: usize) {
+        let after_exit = self.events_after_exit();
         if self.hook_records(pi) {
             return;
         }
         if self.runner.store.data().sink.records.is_empty() {
             return;
         }
+
         let hit = &self.runner.store.data().env;
         let origin = Origin {
             pid: hit.pid() as u32,
@@ -60,7 +62,9 @@ impl Session {
         };
         // Out of the store for the time it is formatted (two moves).
         let sink = std::mem::take(&mut self.runner.store.data_mut().sink);
+        self.bt.drop_events = after_exit;
         self.write_sink(pi, &sink, origin);
+        self.bt.drop_events = false;
         let data = self.runner.store.data_mut();
         data.sink = sink;
         data.sink.clear();
@@ -78,6 +82,9 @@ impl Session {
         // Records formatted into `line` and not yet handed to the output.
         let (mut in_line, mut in_line_bytes) = (0u64, 0u64);
         for r in &sink.records {
+            if r.kind == RecordKind::Event && self.bt.drop_events {
+                continue;
+            }
             if r.kind == RecordKind::Event {
                 // One-liner output, formatted as bpftrace does.
                 let prog = self.probes[pi].prog;

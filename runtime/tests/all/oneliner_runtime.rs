@@ -20,6 +20,12 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries),
     case!(uretprobe_retval_sums_the_returns @ every_transport),
     case!(uretprobes_of_8_threads_pair_every_call @ every_transport),
+    case!(return_probes_of_one_function_run_in_program_order @ every_transport),
+    case!(exit_is_asynchronous_as_in_bpftrace @ every_transport),
+    case!(cpp_names_and_reference_parameters),
+    case!(macaddr_spells_six_bytes_of_the_process),
+    case!(uaddr_is_a_variable_of_the_probed_binary),
+    case!(casts_between_integers_and_arrays),
     case!(return_events_print_the_caller_and_the_return_value @ every_transport),
     case!(exit_from_an_interval_stops_a_long_command),
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
@@ -426,6 +432,200 @@ fn uretprobes_of_8_threads_pair_every_call(transport: &str) {
     assert_eq!(count("@out["), [2000; 8], "{out}");
     assert_eq!(count("@all:"), [16000], "{out}");
     assert!(!err.contains("missed"), "{err}");
+}
+
+/// Three return probes of `add` (one spelled `ur:`) run in program order
+/// at each of its 10 returns (bpftrace's `probe.uretprobe_order`), and all
+/// three count as attached.
+fn return_probes_of_one_function_run_in_program_order(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uretprobe:{0}:add {{ printf(\"first %d\\n\", retval); }} \
+         uretprobe:{0}:add {{ printf(\"second %d\\n\", retval); }} \
+         ur:{0}:add {{ printf(\"third %d\\n\", retval); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let mut want = String::from("Attaching 3 probes...\n");
+    for i in 0..10 {
+        let r = 3 * i;
+        want.push_str(&format!("first {r}\nsecond {r}\nthird {r}\n"));
+    }
+    want.push_str("\n\n");
+    assert_eq!(out, want, "{err}");
+}
+
+/// `exit()` at the first of `add`'s 10 returns: as in bpftrace (its exit
+/// is an event the tracer reads later; `intcast.Sum casted retval`), the
+/// handlers that run until the probes are gone update the maps, and only
+/// the exiting run's output is printed. The in-process agent and the perf
+/// transport run all 10 calls' handlers (the command makes them within
+/// microseconds); under ptrace every hit stops the thread, and the run
+/// stops at the first.
+fn exit_is_asynchronous_as_in_bpftrace(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uretprobe:{}:add {{ @ = count(); @s = sum(retval); printf(\"ret %d\\n\", retval); exit(); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let maps = if transport == "ptrace" {
+        "@: 1\n@s: 0\n"
+    } else {
+        "@: 10\n@s: 135\n"
+    };
+    assert_eq!(
+        out,
+        format!("Attaching 1 probe...\nret 0\n\n\n{maps}"),
+        "{err}"
+    );
+}
+
+/// `uprobe:BIN:cpp:NAME` names a C++ function by its demangled name
+/// without parameters (`-l`, `-lv` with bpftrace's spelling of reference
+/// types, probes); a reference parameter or member is the object it
+/// refers to (`args.n`, `args.p.r`, `args.v[3]`), printed records show a
+/// reference member as an address, and `args` as a whole is refused.
+fn cpp_names_and_reference_parameters() {
+    let t = gcc(
+        "bt_cxx",
+        &progs().join("bt_cxx.cpp"),
+        &["-O0", "-g", "-fno-omit-frame-pointer", "-no-pie"],
+    );
+    let bin = t.display().to_string();
+    let (out, err, code) = run(&["-lv", &format!("uprobe:{bin}:cpp:*")], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "uprobe:{bin}:cpp:first\n    int (&)[4] v\n\
+             uprobe:{bin}:cpp:geo::area\n    int & n\n    Pair & p\n    Box & b\n"
+        )
+    );
+    let prog = format!(
+        "uprobe:{bin}:cpp:geo::area {{ printf(\"%d %d %d %d %d\\n\", args.n, args.p.a, args.p.b, args.p.r, args.b.h); print(args.p); }} \
+         uprobe:{bin}:cpp:fir* {{ printf(\"%d %d\\n\", args.v[0], args.v[3]); }}"
+    );
+    let (out, err, code) = run(&["-e", &prog, "-c", &bin], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..2], ["Attaching 2 probes...", "7 1 2 7 4"], "{out}");
+    assert!(
+        lines[2].starts_with("{ .a = 1, .b = 2, .r = 0x") && lines[2].ends_with(" }"),
+        "{out}"
+    );
+    assert_eq!(lines[3], "10 40", "{out}");
+    let prog = format!("uprobe:{bin}:cpp:geo::area {{ print(args); }}");
+    let (_, err, code) = run(&["-e", &prog, "-c", &bin], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with(&format!(
+            "-e:1:{}: error[B0400]: parameter n is a C++ reference, which args as a whole does not hold",
+            prog.find("args").unwrap() + 1
+        )),
+        "{err}"
+    );
+}
+
+/// `macaddr(ADDR)`: the six bytes at the first argument of `greet`'s
+/// first call ("alice" and its NUL) spelled as bpftrace spells a MAC address, printed and as
+/// a map key; a value that is not an address or an array is refused.
+fn macaddr_spells_six_bytes_of_the_process() {
+    let t = target();
+    let prog = format!(
+        "uprobe:{}:greet /arg1 == 0/ {{ printf(\"%s\\n\", macaddr(arg0)); @[macaddr(arg0)] = 1; }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        "Attaching 1 probe...\n61:6C:69:63:65:00\n\n\n@[61:6C:69:63:65:00]: 1\n"
+    );
+    let (_, err, code) = run(&["-e", "BEGIN { $x = macaddr(comm); }"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with(
+            "-e:1:22: error[B0201]: macaddr() takes an array of 6 bytes or their address, not string[16]"
+        ),
+        "{err}"
+    );
+}
+
+/// `uaddr("sink")`: the address of `bt_target`'s variable `sink` (a
+/// `long`: an `int64 *`) in the process, built without and with PIE (the
+/// load bias added); at `greet`'s first call the 10 `add` calls have
+/// summed 0..9 into it. Outside uprobes, and for a name the binary does
+/// not define, refused at the call.
+fn uaddr_is_a_variable_of_the_probed_binary() {
+    let pie = gcc(
+        "bt_target_pie",
+        &progs().join("bt_target.c"),
+        &["-O0", "-g", "-fno-omit-frame-pointer", "-fPIE", "-pie"],
+    );
+    for t in [target(), pie] {
+        let prog = format!(
+            "uprobe:{}:greet /arg1 == 0/ {{ printf(\"%d %d\\n\", *uaddr(\"sink\"), sizeof(*uaddr(\"sink\"))); }}",
+            t.display()
+        );
+        let cmd = format!("{} calls", t.display());
+        let (out, err, code) = run(&["-e", &prog, "-c", &cmd], &[]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(out, "Attaching 1 probe...\n45 8\n\n\n", "{err}");
+    }
+    let (_, err, code) = run(&["-e", "BEGIN { $a = uaddr(\"sink\"); }"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with(
+            "-e:1:14: error[B0202]: uaddr can only be used with uprobes and usdt probes"
+        ),
+        "{err}"
+    );
+    let t = target();
+    let prog = format!("uprobe:{}:greet {{ $a = uaddr(\"nope\"); }}", t.display());
+    let (_, err, code) = run(&["-e", &prog, "-c", &t.display().to_string()], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains(": error[B0103]: Could not resolve symbol: "),
+        "{err}"
+    );
+    assert!(err.contains("bt_target:nope\n"), "{err}");
+}
+
+/// `(int8[8])x`, `(int16[4])x` and `(int32[])x`: an integer's bytes as an
+/// array (little endian); `(uint32)s->c` of a `uint8[4]` in the process: its bytes as
+/// the integer ("alice" read as 0x63696c61); sizes that differ refused.
+fn casts_between_integers_and_arrays() {
+    let (out, err, code) = run(
+        &[
+            "-e",
+            "BEGIN { printf(\"%x\\n\", ((int8[8])12345)[0]); $a = (int16[4])0x0102030405060708; \
+             printf(\"%x %x\\n\", $a[0], $a[3]); $b = (int32[])(int64)-2; printf(\"%d %d\\n\", $b[0], $b[1]); exit(); }",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "Attaching 1 probe...\n39\n708 102\n-2 -1\n\n\n");
+    let t = target();
+    let prog = format!(
+        "struct S {{ uint8 c[4]; }} uprobe:{}:greet /arg1 == 0/ {{ printf(\"%x\\n\", (uint32)((struct S *)arg0)->c); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let (out, err, code) = run(&["-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "Attaching 1 probe...\n63696c61\n\n\n");
+    let (_, err, code) = run(&["-e", "BEGIN { $a = (int8[3])1; }"], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with("-e:1:14: error[B0201]: Cannot cast from \"int64\" to \"int8[3]\""),
+        "{err}"
+    );
 }
 
 fn intervals_tick_while_tracing(transport: &str) {

@@ -75,6 +75,10 @@ pub fn list(a: &RunArgs) -> CmdResult {
         }
         let (target, func) = match parts.as_slice() {
             [_, t, g] => (t.to_string(), g.to_string()),
+            // C++ names (demangled, without parameters) match `cpp:GLOB`.
+            [_, t, lang, g @ ..] if *lang == "cpp" && !g.is_empty() => {
+                (t.to_string(), format!("cpp:{}", g.join(":")))
+            }
             [_, t, _lang, g] => (t.to_string(), g.to_string()),
             [_, g] if a.pid.is_some() => ("*".to_string(), g.to_string()),
             [_] if a.pid.is_some() => ("*".to_string(), "*".to_string()),
@@ -254,10 +258,15 @@ fn list_functions(
         None
     };
     for f in &bin.funcs {
-        if !glob(func, &f.name) {
-            continue;
-        }
-        out.push_str(&format!("{full}:{shown}:{}\n", f.name));
+        let name = match func.strip_prefix("cpp:") {
+            Some(g) => match bt2wasm::probes::cpp_name(&f.name) {
+                Some(n) if f.size > 0 && glob(g, &n) => format!("cpp:{n}"),
+                _ => continue,
+            },
+            None if glob(func, &f.name) => f.name.clone(),
+            None => continue,
+        };
+        out.push_str(&format!("{full}:{shown}:{name}\n"));
         if let Some(d) = &debug
             && let Some(params) = d.params(&f.name)
         {

@@ -113,6 +113,8 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
         pid: a.pid,
         command,
         params: a.params.clone(),
+        no_process: a.pid.is_none() && a.command.is_empty(),
+        unsized_symbols: a.transport == "ptrace" || a.transport == "perf",
     }
 }
 
@@ -217,7 +219,15 @@ pub fn load_file(
             .map_err(|e| format!("reading the program on standard input: {e}"))?;
         ("stdin".to_string(), b)
     } else {
-        let b = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let b = std::fs::read(path).map_err(|e| {
+            crate::cmd::diagnostics_failure(
+                &crate::cmdline::at_own_arg(
+                    path.as_os_str(),
+                    &format!("failed to open file '{}': {}", path.display(), io_words(&e)),
+                ),
+                &format!("could not read `{}`", path.display()),
+            )
+        })?;
         (path.display().to_string(), b)
     };
     let text = String::from_utf8_lossy(&text);
@@ -228,6 +238,15 @@ pub fn load_file(
         label: crate::programs::program_label(path),
         module,
     })
+}
+
+/// An I/O error's words without the `(os error N)` Rust adds.
+fn io_words(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
 }
 
 /// Runs a session that traces no process: `begin` probes, the interval
