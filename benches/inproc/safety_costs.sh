@@ -62,8 +62,8 @@ echo
 echo "full ring: the command's wall time for $RING_N printf hits (ring 4 KiB, output to /dev/null)"
 prog="uprobe:$tmp/harm:strs { printf(\"%d\\n\", arg1); }"
 u=$(median "$tmp/harm" strs "$RING_N")
-printf '  %-28s %12.3f s\n' untraced "$(echo "$u / 1e9" | bc -l)"
+awk -v t="$u" 'BEGIN { printf "  %-28s %12.3f s\n", "untraced", t / 1e9 }'
 for policy in block drop; do
   t=$(WPROBE_INPROC_RING_BYTES=4096 median "$W" run --transport inproc --ring-full "$policy" -o /dev/null -e "$prog" -c "$tmp/harm strs $RING_N")
-  printf '  %-28s %12.3f s\n' "--ring-full=$policy" "$(echo "$t / 1e9" | bc -l)"
+  awk -v t="$t" -v p="--ring-full=$policy" 'BEGIN { printf "  %-28s %12.3f s\n", p, t / 1e9 }'
 done

@@ -46,20 +46,19 @@ pub fn parse_define(d: &str) -> (String, String) {
 /// one-line description.
 pub(crate) fn transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::transport::TRANSPORTS
-            .iter()
-            .map(|t| PossibleValue::new(t.name).help(t.about)),
+        crate::plan::names(|_| true)
+            .into_iter()
+            .map(|(name, about)| PossibleValue::new(name).help(about)),
     )
 }
 
-/// The `--transport` values of `wprobe trace`: the transports that arm
-/// return probes.
+/// The `--transport` values of `wprobe trace`: `auto` and the transports
+/// that arm return probes.
 pub(crate) fn return_probe_transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::transport::TRANSPORTS
-            .iter()
-            .filter(|t| t.caps.return_probes)
-            .map(|t| PossibleValue::new(t.name).help(t.about)),
+        crate::plan::names(|t| t.caps.return_probes)
+            .into_iter()
+            .map(|(name, about)| PossibleValue::new(name).help(about)),
     )
 }
 

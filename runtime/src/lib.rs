@@ -23,6 +23,7 @@ pub mod host;
 pub mod load;
 pub mod metrics;
 pub mod output;
+pub mod plan;
 pub mod postlink;
 pub mod privdir;
 pub mod probespec;

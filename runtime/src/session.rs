@@ -31,6 +31,7 @@ pub use self::stats::ProbeStats;
 use crate::addr::{LinkAddr, RunAddr};
 use crate::format::Format;
 use crate::load::LoadedModule;
+use crate::regscan::RegsRead;
 use crate::resolve::Resolver;
 use crate::runner::{RunOutcome, Runner};
 pub use crate::transport::RunEnv;
@@ -102,6 +103,11 @@ pub struct Session {
     /// `thread_pointer`: scanned by `check` for what a transport that
     /// samples registers cannot give (`regscan`).
     program_code: Vec<(String, std::sync::Arc<[u8]>, bool)>,
+    /// The registers the programs read (see [`Session::registers_read`]).
+    registers: RegsRead,
+    /// How the transport was chosen: (chosen by `auto`, why), for the
+    /// statistics ([`Session::set_plan`]).
+    plan: Option<(bool, String)>,
     /// Each program's label and the `exit 1`/`exit 3` it uses (`stops`
     /// of its manifest): refused by a transport that cannot honour them.
     program_stops: Vec<(String, Vec<u8>)>,
@@ -177,6 +183,22 @@ fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
 }
 
 impl Session {
+    /// The registers the programs' handlers read: what a transport that
+    /// samples registers (perf) must sample.
+    pub fn registers_read(&self) -> RegsRead {
+        self.registers
+    }
+
+    /// Records how the transport was chosen (`--transport auto` or
+    /// forced, and why), for the JSON statistics.
+    pub fn set_plan(&mut self, plan: &crate::plan::Plan) {
+        let mut why = plan.reason.clone();
+        for (name, w) in &plan.passed_over {
+            why.push_str(&format!("; not {name}: {w}"));
+        }
+        self.plan = Some((!plan.forced, why));
+    }
+
     /// Loads the programs into a fresh store.
     pub fn new(
         engine: &wasmtime::Engine,
@@ -210,6 +232,10 @@ impl Session {
                 }
             }
         }
+        let registers = programs
+            .iter()
+            .map(|p| p.module.registers_read())
+            .fold(RegsRead::Only(0), RegsRead::union);
         let program_code = programs
             .iter()
             .map(|p| {
@@ -276,6 +302,8 @@ impl Session {
             .map(|p| (p.label.clone(), p.module.wasm.clone()))
             .collect();
         Ok(Session {
+            registers,
+            plan: None,
             program_wasm,
             runner,
             manifests,

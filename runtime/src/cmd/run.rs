@@ -53,28 +53,39 @@ pub fn run(a: RunArgs) -> CmdResult {
             "give the command to trace after `--`, or -p PID",
         ));
     }
-    let Some(info) = crate::transport::by_name(&a.transport) else {
-        return Err(CliError::user(format!(
-            "unknown transport `{}` (one of: {})",
-            a.transport,
-            crate::transport::TRANSPORTS
-                .iter()
-                .map(|t| t.name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+    // A transport the user named is known now; `auto` chooses once the
+    // programs are loaded (what they need decides).
+    let forced = if a.transport == crate::plan::AUTO {
+        None
+    } else {
+        Some(crate::transport::by_name(&a.transport).ok_or_else(|| {
+            CliError::user(format!(
+                "unknown transport `{}` (one of: {}, {})",
+                a.transport,
+                crate::plan::AUTO,
+                crate::transport::TRANSPORTS
+                    .iter()
+                    .map(|t| t.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?)
     };
     // Bound before anything is traced: a busy port stops nothing half done.
     let exporter = crate::metrics::Exporter::start(&a.metrics).map_err(CliError::user)?;
     // A process that cannot be traced at all is refused first, with the
     // real cause (its executable, which `--probe` defaults to, may not
     // even be readable).
+    let mut needs = crate::plan::Needs::default();
     if let Some(pid) = a.pid {
         use crate::procinfo::Untraceable;
         let why = crate::procinfo::untraceable(pid);
         let fatal = match &why {
             Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
-            Untraceable::Traced { .. } => info.caps.uses_ptrace,
+            Untraceable::Traced { tracer, comm } => {
+                needs.traced_by = Some(format!("{comm} (pid {tracer})"));
+                forced.is_some_and(|info| info.caps.uses_ptrace)
+            }
             Untraceable::Other { .. } => false,
         };
         if fatal && let Some(reason) = why.explain(pid) {
@@ -121,16 +132,6 @@ pub fn run(a: RunArgs) -> CmdResult {
             radix: a.radix,
         },
     };
-    // The registers handlers can read: a transport that samples them
-    // (rather than stopping the thread) samples only those.
-    let registers = if info.caps.synchronous {
-        RegsRead::All
-    } else {
-        programs
-            .iter()
-            .map(|p| p.module.registers_read())
-            .fold(RegsRead::Only(0), RegsRead::union)
-    };
     let mut session =
         Session::new(&engine, programs, opts, out).map_err(|e| CliError::user(format!("{e:#}")))?;
     if a.dry_run {
@@ -144,9 +145,17 @@ pub fn run(a: RunArgs) -> CmdResult {
     if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
         return Err(CliError::user("no probe selected (check --group / --type)"));
     }
-    if let Err(e) = session.check(info) {
-        return Err(CliError::user(e.to_string()));
+    needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
+    needs.later_modules = crate::plan::later_modules(
+        &session.probe_modules(),
+        &crate::plan::files_at_start(&a.command, a.pid),
+    );
+    let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
+        .map_err(CliError::user)?;
+    if a.verbose {
+        crate::elog!("wprobe: {}", plan.describe());
     }
+    session.set_plan(&plan);
     session.set_output(terminal, stop.clone());
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
@@ -186,14 +195,14 @@ pub fn run(a: RunArgs) -> CmdResult {
         Some(pid) => Target::Attach(pid),
         None => Target::Launch(&a.command),
     };
-    let open = OpenOptions {
+    let (info, mut transport) = open_planned(&plan, target, |info| OpenOptions {
         follow_forks: a.follow,
         verify_opcodes: !a.no_verify_opcodes,
         reads_memory: session.reads_memory(),
-        registers,
+        registers: registers_read(info, &session),
         ring_full: a.ring_full,
-    };
-    let mut transport = (info.open)(target, &open).map_err(|e| CliError::user(e.to_string()))?;
+    })
+    .map_err(CliError::user)?;
     let t = transport.as_mut();
     let main = t.main_pid();
     let mut armed = match session.arm_at_start(t, main, true) {
@@ -320,6 +329,55 @@ fn metrics_done(e: Option<crate::metrics::Exporter>, signals: &crate::stopsig::S
 
 /// Where modules not mapped at start are looked for by base name: the
 /// command's directory, the current directory, then `PATH`.
+/// The registers handlers can read: a transport that samples them (rather
+/// than stopping the thread) samples only those the programs read.
+pub(crate) fn registers_read(
+    info: &crate::transport::TransportInfo,
+    session: &Session,
+) -> RegsRead {
+    if info.caps.synchronous {
+        RegsRead::All
+    } else {
+        session.registers_read()
+    }
+}
+
+/// Starts or attaches with the planned transport; under `auto`, one that
+/// fails to start (nothing of the target ran: a launched command is killed
+/// at its entry point, an attached process let go as it was) hands the run
+/// to the next candidate, with a note saying why.
+pub(crate) fn open_planned(
+    plan: &crate::plan::Plan,
+    target: Target<'_>,
+    options: impl Fn(&'static crate::transport::TransportInfo) -> OpenOptions,
+) -> Result<
+    (
+        &'static crate::transport::TransportInfo,
+        Box<dyn crate::transport::Transport>,
+    ),
+    String,
+> {
+    let mut info = plan.info;
+    let mut next = plan.fallbacks.iter();
+    loop {
+        match (info.open)(target, &options(info)) {
+            Ok(t) => return Ok((info, t)),
+            Err(e) => match next.next() {
+                Some(&other) => {
+                    crate::elog!(
+                        "wprobe: note: --transport {} could not start ({e}); --transport auto \
+                         goes on with {}",
+                        info.name,
+                        other.name
+                    );
+                    info = other;
+                }
+                None => return Err(e),
+            },
+        }
+    }
+}
+
 fn module_dirs(command: &[std::ffi::OsString]) -> Vec<std::path::PathBuf> {
     let mut dirs: Vec<std::path::PathBuf> = Vec::new();
     if let Some(c) = command.first().map(std::path::Path::new)
@@ -459,7 +517,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
     pub ring_full: crate::transport::RingFull,
     /// How probes reach the target and hits reach the handlers.
-    #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = transport_names())]
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::plan::AUTO, value_parser = transport_names())]
     pub transport: String,
     /// Bind a handler export to a breakpoint, for modules without a manifest
     /// (repeatable): `[MODULE:]SYMBOL[±N]=EXPORT` or `[MODULE:]NUMBER=EXPORT`

@@ -32,7 +32,6 @@ use hostabi::regs;
 
 use crate::cmd::{CliError, CmdResult, return_probe_transport_names};
 use crate::format::Format;
-use crate::regscan::RegsRead;
 use crate::session::{LoadedProgram, RunOptions, Session};
 use crate::transport::{ExitStatus, OpenOptions, Target};
 
@@ -153,6 +152,9 @@ pub struct TraceArgs {
     /// Source file and line of each function, from DWARF.
     #[arg(short = 'l', long = "line-numbers")]
     pub line_numbers: bool,
+    /// Say which transport traces and why (`--transport auto` chooses).
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
     /// Follow fork children (each process its own trees).
     #[arg(short = 'f', long = "follow")]
     pub follow: bool,
@@ -172,7 +174,7 @@ pub struct TraceArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
     pub ring_full: crate::transport::RingFull,
     /// How probes reach the target.
-    #[arg(long, value_name = "TRANSPORT", default_value = crate::transport::TRANSPORTS[0].name, value_parser = return_probe_transport_names())]
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::plan::AUTO, value_parser = return_probe_transport_names())]
     pub transport: String,
     /// Compile the handler modules afresh instead of using the module cache.
     #[arg(long)]
@@ -486,32 +488,46 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         .map(parse_duration)
         .transpose()?
         .unwrap_or(0);
-    let info = crate::transport::by_name(&a.transport)
-        .ok_or_else(|| format!("unknown transport `{}`", a.transport))?;
-    if !info.caps.return_probes {
-        let alt = crate::transport::TRANSPORTS
-            .iter()
-            .find(|t| t.caps.return_probes)
-            .map_or("no transport of this wprobe can".to_string(), |t| {
-                format!("use --transport {}", t.name)
-            });
-        return Err(format!(
-            "wprobe trace needs return probes, and --transport {} cannot arm them; {alt}",
-            info.name
-        ));
-    }
+    let forced = if a.transport == crate::plan::AUTO {
+        None
+    } else {
+        let info = crate::transport::by_name(&a.transport)
+            .ok_or_else(|| format!("unknown transport `{}`", a.transport))?;
+        if !info.caps.return_probes {
+            let alt = crate::transport::TRANSPORTS
+                .iter()
+                .find(|t| t.caps.return_probes)
+                .map_or("no transport of this wprobe can".to_string(), |t| {
+                    format!("use --transport {}", t.name)
+                });
+            return Err(format!(
+                "wprobe trace needs return probes, and --transport {} cannot arm them; {alt}",
+                info.name
+            ));
+        }
+        Some(info)
+    };
+    let mut needs = crate::plan::Needs {
+        plt: a.plt,
+        ..Default::default()
+    };
     if let Some(pid) = a.pid {
         use crate::procinfo::Untraceable;
         let why = crate::procinfo::untraceable(pid);
         let fatal = match &why {
             Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
-            Untraceable::Traced { .. } => info.caps.uses_ptrace,
+            Untraceable::Traced { tracer, comm } => {
+                needs.traced_by = Some(format!("{comm} (pid {tracer})"));
+                forced.is_some_and(|info| info.caps.uses_ptrace)
+            }
             Untraceable::Other { .. } => false,
         };
         if fatal && let Some(reason) = why.explain(pid) {
             return Err(reason);
         }
     }
+    // `auto` knows its transport only once the handlers are loaded; the
+    // notes that depend on it wait until then.
     let exe = executable(&a)?;
     let libraries = match a.pid {
         Some(pid) => funcs::libraries_of_process(pid, &exe, &a.libs),
@@ -552,16 +568,6 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         lines::fill(&mut funcs);
     }
     list_not_traced(&skipped);
-    if info.name == "perf" && funcs.len() > PERF_MANY_FUNCTIONS {
-        crate::elog!(
-            "wprobe: note: --transport perf registers a uprobe at the entry and at each return \
-             site of the {} functions to trace, and the kernel waits for an RCU grace period to \
-             register each and again to remove it: this takes minutes (30,000 functions: 20,000 \
-             uprobes in the first 25 minutes here). -X what you do not need, or use \
-             --transport inproc",
-            funcs.len()
-        );
-    }
     let filter_hit = matching(&funcs, &a.filter, "-F")?;
     let notrace_hit = matching(&funcs, &a.notrace, "-N")?;
 
@@ -575,9 +581,25 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     // enters runs no handler there: `trace_entry` would only log the
     // entry's `rsp`, which the notice carries (a Wasm run, a host call and
     // a record less per call). Other modules' `trace_entry` runs.
+    // The transport: forced, or chosen by what the run needs (the
+    // session's check needs the programs; whether calls are reported as
+    // they enter depends on the transport, so the first candidate's answer
+    // is used to build them, and checked again below).
+    let first = match forced {
+        Some(info) => info,
+        None => {
+            crate::plan::choose(crate::plan::AUTO, &needs, &|info| {
+                if a.follow && !info.caps.follows_forks {
+                    return Err("-f: it does not follow forks".into());
+                }
+                (info.preflight)(true)
+            })?
+            .info
+        }
+    };
     let notices: Vec<bool> = modules
         .iter()
-        .map(|hm| info.caps.entry_notices && hm.path.is_none())
+        .map(|hm| first.caps.entry_notices && hm.path.is_none())
         .collect();
     for (hm, &notice) in modules.iter().zip(&notices) {
         let (m, map) = manifest(&exe, &funcs, &hm.funcs, taken_args(&hm.bytes), !notice);
@@ -596,14 +618,6 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         });
         probes.by_prog.push(map);
     }
-    let registers = if info.caps.synchronous {
-        RegsRead::All
-    } else {
-        programs
-            .iter()
-            .map(|p| p.module.registers_read())
-            .fold(RegsRead::Only(0), RegsRead::union)
-    };
     let opts = RunOptions {
         follow_forks: a.follow,
         verify_opcodes: true,
@@ -615,7 +629,31 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     };
     let mut session = Session::new(&engine, programs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;
-    session.check(info)?;
+    // Entry notices were built for `first`: a transport without them is
+    // not a candidate when `first` has them (the built-in handlers would
+    // log nothing at the entries).
+    needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
+    let plan = crate::plan::choose(&a.transport, &needs, &|info| {
+        if info.caps.entry_notices != first.caps.entry_notices && notices.iter().any(|n| *n) {
+            return Err("the handlers were built for entry notices".into());
+        }
+        session.check(info)
+    })?;
+    if a.verbose {
+        crate::elog!("wprobe: {}", plan.describe());
+    }
+    let info = plan.info;
+    session.set_plan(&plan);
+    if info.name == "perf" && funcs.len() > PERF_MANY_FUNCTIONS {
+        crate::elog!(
+            "wprobe: note: --transport perf registers a uprobe at the entry and at each return \
+             site of the {} functions to trace, and the kernel waits for an RCU grace period to \
+             register each and again to remove it: this takes minutes (30,000 functions: 20,000 \
+             uprobes in the first 25 minutes here). -X what you do not need, or use \
+             --transport inproc",
+            funcs.len()
+        );
+    }
     for (prog, _) in notices.iter().enumerate().filter(|(_, n)| **n) {
         session.request_entry_notices(prog);
     }
@@ -735,14 +773,13 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         Some(pid) => Target::Attach(pid),
         None => Target::Launch(&a.command),
     };
-    let open = OpenOptions {
+    let (info, mut transport) = crate::cmd::run::open_planned(&plan, target, |info| OpenOptions {
         follow_forks: a.follow,
         verify_opcodes: true,
         reads_memory: session.reads_memory(),
-        registers,
+        registers: crate::cmd::run::registers_read(info, &session),
         ring_full: a.ring_full,
-    };
-    let mut transport = (info.open)(target, &open)?;
+    })?;
     let t = transport.as_mut();
     let main = t.main_pid();
     // A launched command stopped at its exec (perf): the probes of what is

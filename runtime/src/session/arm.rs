@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use hostabi::manifest::{ProbeKind, ProbeSpec};
+use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 
 use super::Session;
 use crate::addr::RunAddr;
@@ -646,6 +646,37 @@ impl Session {
             crate::elog!("wprobe: warning: {msg}");
         }
         self.warnings.push(msg);
+    }
+
+    /// Whether a program reads registers chosen at run time (`read_reg`
+    /// with a computed id: a transport without every register would warn
+    /// and give zeros).
+    pub fn reads_registers_chosen_at_run_time(&self) -> bool {
+        self.program_code
+            .iter()
+            .any(|(_, wasm, _)| crate::regscan::registers_read(wasm) == RegsRead::All)
+    }
+
+    /// The modules of the enabled breakpoint probes, as the programs name
+    /// them (a path or a bare name), each once.
+    pub fn probe_modules(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for p in self.probes.iter().filter(|p| p.enabled) {
+            let spec = &self.manifests[p.prog].probes[p.index];
+            if spec.kind != ProbeKind::Breakpoint
+                || (spec.location.kind == LocationKind::Address && spec.location.symbol.is_none())
+            {
+                continue;
+            }
+            let m = spec
+                .module
+                .as_ref()
+                .unwrap_or(&self.manifests[p.prog].module);
+            if !m.is_empty() && !v.contains(m) {
+                v.push(m.clone());
+            }
+        }
+        v
     }
 
     /// Probes that could not be armed anywhere yet (module not mapped).

@@ -221,9 +221,18 @@ impl Session {
                 ));
             }
             line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}}}\n",
+                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}",
                 total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.missed_depth, total.faulted, total.discarded, total.fuel_exhausted, total.traps, total.uncaught
             ));
+            if let Some(t) = self.transport {
+                line.push_str(",\"transport\":");
+                format::json_string(&mut line, t.name.as_bytes());
+            }
+            if let Some((auto, why)) = &self.plan {
+                line.push_str(&format!(",\"transport_auto\":{auto},\"transport_reason\":"));
+                format::json_string(&mut line, why.as_bytes());
+            }
+            line.push_str("}\n");
             self.out.write(line.as_bytes(), 0);
             self.out.flush();
         }

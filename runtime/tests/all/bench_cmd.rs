@@ -220,12 +220,14 @@ fn end_to_end_reports_exact_hits_and_per_hit_overhead() {
             "CPU_NS/HIT"
         ]
     );
-    // Every transport by default, each with the exact number of calls.
-    assert_eq!(rows.len(), 5, "{stdout}");
+    // The default (`auto`) and every transport, each with the exact
+    // number of calls.
+    assert_eq!(rows.len(), 6, "{stdout}");
     assert_eq!((rows[1][0], rows[1][1], rows[1][4]), ("untraced", "0", "-"));
-    assert_eq!((rows[2][0], rows[2][1]), ("ptrace", "300"), "{stdout}");
-    assert_eq!((rows[3][0], rows[3][1]), ("perf", "300"), "{stdout}");
-    assert_eq!((rows[4][0], rows[4][1]), ("inproc", "300"), "{stdout}");
+    assert_eq!((rows[2][0], rows[2][1]), ("auto", "300"), "{stdout}");
+    assert_eq!((rows[3][0], rows[3][1]), ("ptrace", "300"), "{stdout}");
+    assert_eq!((rows[4][0], rows[4][1]), ("perf", "300"), "{stdout}");
+    assert_eq!((rows[5][0], rows[5][1]), ("inproc", "300"), "{stdout}");
     for r in &rows[1..] {
         assert!(r[2].parse::<f64>().unwrap() > 0.0, "{r:?}");
         assert!(r[3].parse::<f64>().is_ok(), "{r:?}");
@@ -284,8 +286,8 @@ fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
     };
     let once = run(&["-I", inc, "-D", "ONCE"], 0);
     let rows = hits(&once);
-    assert_eq!(rows.len(), 3, "{once}");
-    for (row, mode) in rows.iter().zip(["ptrace", "perf", "inproc"]) {
+    assert_eq!(rows.len(), 4, "{once}");
+    for (row, mode) in rows.iter().zip(["auto", "ptrace", "perf", "inproc"]) {
         assert_eq!(row.0, mode, "{once}");
         assert!(row.1.starts_with("1 "), "main is called once: {once}");
     }
@@ -298,7 +300,7 @@ fn end_to_end_passes_defines_and_include_dirs_to_the_traced_runs() {
     }
     let missing = run(&[], 1);
     let rows = hits(&missing);
-    assert_eq!(rows.len(), 3, "{missing}");
+    assert_eq!(rows.len(), 4, "{missing}");
     let path = prog.display();
     for row in rows {
         assert_eq!(
@@ -414,7 +416,7 @@ fn compare_script_prints_its_table_and_cleans_up() {
             .env("PTRACE_N2", "40")
             .env(
                 "COMPARE_SKIP",
-                "bpftrace perf wprobe-perf oneliner inproc uftrace",
+                "bpftrace perf wprobe-perf oneliner inproc auto uftrace",
             )
             .env("COMPARE_NO_INSTALL", "1")
             .env("TMPDIR", &tmp),

@@ -1029,9 +1029,11 @@ fn wprobe_run_evicts_down_to_the_bound_and_refuses_a_bad_one() {
     std::fs::create_dir_all(&scratch).unwrap();
     let target = crate::support::cli::probe_target();
     let rpn = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/examples/01_log_args.rpn");
+    // Under ptrace: one entry per program (the in-process transport adds
+    // the agent engine's artifact).
     let run = |cache_dir: &Path, env: &[(&str, &str)]| {
         let mut c = crate::support::cli::wprobe();
-        c.arg("run")
+        c.args(["run", "--transport", "ptrace"])
             .arg(&rpn)
             .args(["--format", "json", "--"])
             .arg(&target)

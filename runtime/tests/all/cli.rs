@@ -27,7 +27,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_probe_on_a_library_the_command_never_maps_is_reported),
     case!(probe_selection_ignore_maxhits_and_programs_sharing_globals @ every_transport),
     case!(attach_then_sigint_leaves_the_process_running_and_unpatched),
-    case!(attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed),
+    case!(attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed_ptrace),
+    case!(attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed_inproc),
     case!(code_the_process_rewrote_while_probed_is_left_alone_and_reported),
     case!(a_module_file_over_64_mib_is_refused),
     case!(exit_3_writes_a_core_file_gdb_can_read, Need::Gdb),
@@ -328,7 +329,7 @@ fn attach_then_sigint_leaves_the_process_running_and_unpatched() {
         ),
     );
     let w = wprobe()
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg(&prog)
         .args(["-p", &pid.to_string()])
         .stdout(std::process::Stdio::piped())
@@ -962,7 +963,7 @@ fn attach_journal_refuses_planted_directories_and_files() {
         let o = crate::support::cli::output_within(
             {
                 let mut c = wprobe();
-                c.arg("run")
+                c.args(["run", "--transport", "ptrace"])
                     .arg(&prog)
                     .args(["-p", &pid.to_string()])
                     .env("XDG_RUNTIME_DIR", &xdg);
@@ -1252,7 +1253,7 @@ fn attach_refusals_name_the_real_cause() {
         .unwrap();
     let pid = target.id();
     let mut first = wprobe()
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg(&wat)
         .args([
             "--probe",
@@ -1347,7 +1348,18 @@ fn a_probe_on_a_library_the_command_never_maps_is_reported() {
 /// system call: a thread in `epoll_wait` sees no EINTR (stopping it would
 /// make the call fail so, as strace -f and gdb do), while the probe on
 /// the main thread's `tick` is hit, and the process is left untraced.
-fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed() {
+fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed_ptrace() {
+    asleep_in_epoll_wait_undisturbed("ptrace");
+}
+
+/// The in-process transport stops every thread to patch and to detach:
+/// the stop ends `epoll_wait` with `EINTR` (signal(7)), which wprobe
+/// undoes by restarting the call (it failed with `EINTR` twice before).
+fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed_inproc() {
+    asleep_in_epoll_wait_undisturbed("inproc");
+}
+
+fn asleep_in_epoll_wait_undisturbed(transport: &str) {
     let exe = crate::support::cli::gcc(
         "epoll_waiter",
         &crate::support::cli::progs().join("epoll_waiter.c"),
@@ -1376,7 +1388,7 @@ fn attach_and_detach_leave_a_thread_asleep_in_epoll_wait_undisturbed() {
         ),
     );
     let w = wprobe()
-        .arg("run")
+        .args(["run", "--transport", transport])
         .arg(&prog)
         .args(["-p", &pid.to_string()])
         .stdout(std::process::Stdio::piped())
@@ -1425,7 +1437,7 @@ fn code_the_process_rewrote_while_probed_is_left_alone_and_reported() {
         "(module (func (export \"h\") (result i32) (i32.const 0)))",
     );
     let o = wprobe()
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg(&plain)
         .args(["--probe", "@0x70000000=h", "-p", &pid.to_string()])
         .output()
@@ -1449,7 +1461,7 @@ fn code_the_process_rewrote_while_probed_is_left_alone_and_reported() {
          \"  opcode 0xb8\\n\"))",
     );
     let w = wprobe()
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg(&wat)
         .args(["-p", &pid.to_string()])
         .stdout(std::process::Stdio::null())

@@ -125,7 +125,17 @@ fn run_json_env(
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
             if let Some(m) = v.as_object_mut() {
-                for k in ["pid", "tid", "cpu", "time_ns"] {
+                // What differs between transports by design: who ran, and
+                // the identities and times of the hits.
+                for k in [
+                    "pid",
+                    "tid",
+                    "cpu",
+                    "time_ns",
+                    "transport",
+                    "transport_auto",
+                    "transport_reason",
+                ] {
                     m.remove(k);
                 }
             }
@@ -161,6 +171,15 @@ fn examples_give_the_ptrace_records_byte_for_byte() {
         let (got, got_out, err) = run_json("inproc", &[f, "--", t]);
         assert_eq!(got, want, "{f}: {err}");
         assert_eq!(got_out, want_out, "{f}: the program's output");
+        // The default, `auto`, chooses inproc for every example and
+        // gives the same records.
+        let (auto, auto_out, err) = run_json("auto", &["-v", f, "--", t]);
+        assert!(
+            err.contains("wprobe: transport inproc: the fastest; the run needs nothing it lacks"),
+            "{f}: {err}"
+        );
+        assert_eq!(auto, want, "{f} under auto: {err}");
+        assert_eq!(auto_out, want_out, "{f} under auto: the program's output");
         let expect = if n == 14 {
             "counter=1001 last=213"
         } else {

@@ -33,8 +33,11 @@ fn run(logonfault: bool, policy: &str) -> (Vec<u64>, serde_json::Value, String, 
             if logonfault { "yes" } else { "no" }
         ),
     );
+    // The ptrace transport executes the displaced instruction itself
+    // (`step_faults`); the in-process one runs it relocated in the stub,
+    // after the records are written.
     let mut c = wprobe();
-    c.arg("run")
+    c.args(["run", "--transport", "ptrace"])
         .arg(&prog)
         .args(["--format", "json", "--"])
         .arg(&exe)

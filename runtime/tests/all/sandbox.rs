@@ -56,7 +56,7 @@ fn run_handler(wat: &str, n: u64, extra: &[&str]) -> Outcome {
     std::fs::write(&p, wat).unwrap();
     let t0 = std::time::Instant::now();
     let o = wprobe()
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg(&p)
         .args(["--probe", "target_fn=h", "--format", "json"])
         .args(extra)
@@ -316,7 +316,7 @@ fn control_characters_from_a_guest_never_reach_the_terminal_raw() {
     std::fs::write(&p, &wat).unwrap();
     for format in ["text", "json"] {
         let o = wprobe()
-            .arg("run")
+            .args(["run", "--transport", "ptrace"])
             .arg(&p)
             .args(["--probe", "target_fn=h", "--format", format, "--"])
             .arg(probe_target())
@@ -403,7 +403,7 @@ fn a_signal_interrupts_a_running_handler(sig: &str) {
         .unwrap();
     let pid = target.id();
     let w = crate::support::cli::wprobe()
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg(&wat)
         .args(["--probe", "work=h", "--fuel", "1000000000000000", "-p"])
         .arg(pid.to_string())

@@ -64,7 +64,7 @@ fn sigkill_of_wprobe_kills_the_launched_command_and_its_traced_children() {
     )
     .unwrap();
     let mut w = Command::new(env!("CARGO_BIN_EXE_wprobe"))
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg("-f")
         .arg("-o")
         .arg(scratch().join("records.txt"))
@@ -160,7 +160,7 @@ fn attach_to_gated(env: &[(&str, &str)]) -> Attached {
     )
     .unwrap();
     let wprobe = Command::new(env!("CARGO_BIN_EXE_wprobe"))
-        .arg("run")
+        .args(["run", "--transport", "ptrace"])
         .arg(&prog)
         .args(["-p", &pid.to_string()])
         .envs(env.iter().copied())

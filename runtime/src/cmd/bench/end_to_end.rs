@@ -141,9 +141,10 @@ pub fn end_to_end(a: &BenchArgs) -> Vec<EndToEnd> {
     });
     let me = std::env::current_exe().unwrap_or_else(|_| "wprobe".into());
     let records = std::env::temp_dir().join(format!("wprobe-bench-{}.jsonl", std::process::id()));
-    let all: Vec<String> = crate::transport::TRANSPORTS
-        .iter()
-        .map(|t| t.name.to_string())
+    // `auto` (what a run without --transport gets) and every transport.
+    let all: Vec<String> = std::iter::once(crate::plan::AUTO)
+        .chain(crate::transport::TRANSPORTS.iter().map(|t| t.name))
+        .map(String::from)
         .collect();
     let transports = if a.transports.is_empty() {
         &all

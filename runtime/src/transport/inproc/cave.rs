@@ -146,6 +146,37 @@ fn restarts(r: &Regs) -> bool {
     (r.orig_rax as i64) >= 0 && matches!(r.rax as i64, -512 | -513 | -514 | -516)
 }
 
+/// System calls that a stop of their thread (ours: `PTRACE_INTERRUPT`)
+/// ends with `EINTR` even when no signal handler runs, where the kernel
+/// restarts every other one (signal(7), "Interruption of system calls and
+/// library functions by stop signals"): `epoll_wait`, `epoll_pwait`,
+/// `epoll_pwait2`, `semop`, `semtimedop`, `rt_sigtimedwait`,
+/// `io_getevents`, `io_pgetevents`.
+const EINTR_ON_STOP: [u64; 8] = [232, 281, 441, 65, 220, 128, 208, 333];
+
+/// Whether `r`, a thread just stopped by our interrupt, was in a system
+/// call that the stop made fail with `EINTR` (the program would see an
+/// `EINTR` that untraced it never gets: an event loop's wait ended early).
+pub(super) fn failed_by_our_stop(r: &Regs) -> bool {
+    (r.orig_rax as i64) >= 0
+        && r.rax as i64 == -(libc::EINTR as i64)
+        && EINTR_ON_STOP.contains(&r.orig_rax)
+}
+
+/// Makes the system call of thread `tid`, which our stop ended with
+/// `EINTR` ([`failed_by_our_stop`]), run again when the thread goes on, as
+/// the kernel restarts the others (`rip` back to the `syscall`, `rax` its
+/// number). A signal held meanwhile is delivered at release and interrupts
+/// the new call as it would have the first.
+pub(super) fn restart_if_failed_by_our_stop(tid: i32) {
+    let mut r = crate::sys::regs::zero_regs();
+    if crate::sys::ptrace::getregs(tid, &mut r).is_ok() && failed_by_our_stop(&r) {
+        r.rax = r.orig_rax;
+        r.rip = r.rip.wrapping_sub(2);
+        let _ = crate::sys::ptrace::setregs(tid, &r);
+    }
+}
+
 /// `rax` and `rip` that resume the thread of `saved` from user space: an
 /// interrupted system call runs again (its `syscall` instruction, with its
 /// number; `restart_syscall` for `-ERESTART_RESTARTBLOCK`).
@@ -233,6 +264,23 @@ mod tests {
         r.orig_rax = u64::MAX;
         r.eflags = 0x246 | 0x100;
         r
+    }
+
+    /// Only a system call our stop makes fail with `EINTR` is restarted:
+    /// not one that restarts by itself, not user code, not another error.
+    #[test]
+    fn eintr_of_our_stop_is_told_apart() {
+        let mut r = regs();
+        r.orig_rax = 232; // epoll_wait
+        r.rax = (-4i64) as u64;
+        assert!(failed_by_our_stop(&r));
+        r.rax = (-514i64) as u64; // -ERESTARTNOHAND: the kernel restarts it
+        assert!(!failed_by_our_stop(&r));
+        r.rax = (-4i64) as u64;
+        r.orig_rax = 0; // read: EINTR only with a handler, which then runs
+        assert!(!failed_by_our_stop(&r));
+        r.orig_rax = u64::MAX; // stopped in user code
+        assert!(!failed_by_our_stop(&r));
     }
 
     /// The cave fits, its stops are where its `syscall`s end, and it

@@ -370,6 +370,12 @@ impl Traps {
                     }
                     if hold.is_some() {
                         // The interrupt's stop (or a group-stop): stopped.
+                        if !matches!(
+                            sig,
+                            libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                        ) {
+                            super::cave::restart_if_failed_by_our_stop(tid);
+                        }
                         return true;
                     }
                     if matches!(

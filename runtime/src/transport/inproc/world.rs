@@ -239,6 +239,9 @@ impl World {
                         sig,
                         libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
                     );
+                    if !h.group_stop {
+                        cave::restart_if_failed_by_our_stop(tid);
+                    }
                     return Some(h);
                 }
                 // A signal arrived first: hold it and take the interrupt's

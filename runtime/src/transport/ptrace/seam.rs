@@ -25,7 +25,7 @@ use crate::transport::{
 pub static INFO: TransportInfo = TransportInfo {
     name: "ptrace",
     about: "stops the thread at each hit (int3, debug registers): handlers may write registers \
-            and memory, exit 1 hands the process to gdb, exit 3 writes a core file (default)",
+            and memory, exit 1 hands the process to gdb, exit 3 writes a core file",
     caps: Capabilities {
         writes: true,
         synchronous: true,

@@ -278,3 +278,15 @@ pub fn signal(pid: u32, sig: &str) {
         .unwrap();
     assert!(st.success(), "kill -{sig} {pid}");
 }
+
+/// A JSON statistics object without what names the transport that ran
+/// (`transport`, `transport_auto`, `transport_reason`): for comparing the
+/// statistics of two transports.
+pub fn without_transport(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(m) = v.as_object_mut() {
+        for k in ["transport", "transport_auto", "transport_reason"] {
+            m.remove(k);
+        }
+    }
+    v
+}
