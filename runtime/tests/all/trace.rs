@@ -680,6 +680,32 @@ fn depth_and_min_duration_filters(tr: &str) {
         lines.join("\n"),
         "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
     );
+    // --depth counts from the nearest call -F names (uftrace's -D with
+    // -F): middle is one level below top, hidden; leaf, named too, is
+    // shown inside it with its own depth.
+    let o = trace(
+        tr,
+        &[
+            "-F", "top", "-F", "leaf", "-T", "--no-pid", "-i", "--depth", "1",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(
+        lines.join("\n"),
+        "==> top()
+   ==> leaf()
+   <== leaf() [rax = 0x1]
+   ==> leaf()
+   <== leaf() [rax = 0x2]
+   ==> leaf()
+   <== leaf() [rax = 0x2]
+   ==> leaf()
+   <== leaf() [rax = 0x3]
+<== top() [rax = 0x8]"
+    );
     // -F middle: its calls and theirs.
     let o = trace(
         tr,
@@ -2102,6 +2128,19 @@ fn cxx_names_are_demangled_as_uftrace_shows_them(tr: &str) {
             && full.contains("   <== ns::ns1::foo::operator+(int) const [rax = 0x2]"),
         "{full}"
     );
+    // A PLT entry's full name ends with its parameters and `@plt`: no
+    // second parameter list (`operator new(unsigned long)@plt()` before).
+    // (`inproc` traces no PLT entry: docs/trace.md, Transports.)
+    if tr != "inproc" {
+        let plt = tree(&["--demangle=full", "--plt"]);
+        assert!(
+            plt.contains("\n         ==> operator new(unsigned long)@plt\n")
+                && plt.contains("\n         <== operator new(unsigned long)@plt [rax = 0x")
+                && plt.contains("\n         ==> operator delete(void*")
+                && !plt.contains(")@plt("),
+            "{plt}"
+        );
+    }
     // The symbols.
     let raw = addr(tree(&["--no-demangle"]));
     assert!(
