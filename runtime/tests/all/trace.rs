@@ -1848,6 +1848,49 @@ fn notrace_hides_a_function_and_everything_it_calls(tr: &str) {
    <== top() [rax = 0x8]
 <== main() [rax = 0x0]"
     );
+    // Of a -F and a -N naming one function, the later one counts
+    // (uftrace's rule): middle named by -N, then by -F, is shown with its
+    // calls; named by -F, then by -N, hidden.
+    let o = trace(
+        tr,
+        &[
+            "-N", "mid*", "-F", "main", "-F", "middle", "-T", "--no-pid", "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "\
+==> main()
+   ==> top()
+      ==> middle()
+         ==> leaf()
+         <== leaf() [rax = 0x1]
+         ==> leaf()
+         <== leaf() [rax = 0x2]
+      <== middle() [rax = 0x3]
+      ==> middle()
+         ==> leaf()
+         <== leaf() [rax = 0x2]
+         ==> leaf()
+         <== leaf() [rax = 0x3]
+      <== middle() [rax = 0x5]
+   <== top() [rax = 0x8]
+<== main() [rax = 0x0]"
+    );
+    let o = trace(
+        tr,
+        &[
+            "-F", "main", "-F", "middle", "-N", "mid*", "-T", "--no-pid", "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
+    );
     let o = trace(tr, &["-N", "nothing*"], &trace_det());
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -2130,8 +2173,9 @@ fn cxx_names_are_demangled_as_uftrace_shows_them(tr: &str) {
     );
     // A PLT entry's full name ends with its parameters and `@plt`: no
     // second parameter list (`operator new(unsigned long)@plt()` before).
-    // (`inproc` traces no PLT entry: docs/trace.md, Transports.)
-    if tr != "inproc" {
+    // (Only `ptrace` traces PLT entries: `inproc` and `perf` refuse them,
+    // listed at start.)
+    if tr == "ptrace" {
         let plt = tree(&["--demangle=full", "--plt"]);
         assert!(
             plt.contains("\n         ==> operator new(unsigned long)@plt\n")

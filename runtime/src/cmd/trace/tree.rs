@@ -596,8 +596,10 @@ impl<S: Sink> Tree<S> {
             return;
         }
         st.shown -= 1;
+        // Its time is not the own time of the nearest shown call it is in
+        // (with `-F` and `--depth`, calls hidden may lie between them).
         if dur >= min_ns
-            && let Some(parent) = st.stack.last_mut()
+            && let Some(parent) = st.stack.iter_mut().rev().find(|p| p.visible)
         {
             parent.child_ns = parent.child_ns.saturating_add(dur);
         }
