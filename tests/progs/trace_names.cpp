@@ -1,5 +1,6 @@
 // Target of the demangling tests: C++ names in a namespace, a
-// constructor, a function template and an operator. main() exits 0.
+// constructor, a function template and an operator (and calls of
+// operator new and delete). main() exits 0.
 #include <cstdlib>
 
 #define NI __attribute__((noinline))
@@ -12,7 +13,10 @@ struct foo {
     NI int bar3() {
         void *p = malloc(4);
         free(p);
-        return x;
+        int *q = new int(x);
+        int v = *q;
+        delete q;
+        return v;
     }
     NI int bar() { return bar3() + 1; }
     NI int operator+(int y) const { return x + y; }

@@ -66,16 +66,17 @@ pub const EXIT_EXPORT: &str = "trace_exit";
 pub struct TraceArgs {
     /// Only calls of functions matching GLOB, and the calls made inside
     /// them (repeatable; mangled or shown names).
-    #[arg(short = 'F', long = "filter", value_name = "GLOB")]
-    pub filter: Vec<String>,
+    #[arg(short = 'F', long = "filter", value_name = "GLOB", value_parser = ordered_glob)]
+    pub filter: Vec<OrderedGlob>,
     /// Functions matching GLOB are not traced at all; the calls they make
     /// are shown in their place (repeatable).
     #[arg(short = 'X', long = "exclude", value_name = "GLOB")]
     pub exclude: Vec<String>,
     /// Hide the calls of functions matching GLOB and every call made
-    /// inside them (uftrace's -N; repeatable).
-    #[arg(short = 'N', long = "notrace", value_name = "GLOB")]
-    pub notrace: Vec<String>,
+    /// inside them (uftrace's -N; repeatable; of a -F and a -N naming one
+    /// function, the later one counts).
+    #[arg(short = 'N', long = "notrace", value_name = "GLOB", value_parser = ordered_glob)]
+    pub notrace: Vec<OrderedGlob>,
     /// Show calls at most N levels deep.
     #[arg(long, value_name = "N")]
     pub depth: Option<u32>,
@@ -534,7 +535,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         plt: a.plt,
         libs: a.libs.clone(),
         exclude: a.exclude.clone(),
-        filters: a.filter.clone(),
+        filters: a.filter.iter().map(|g| g.glob.clone()).collect(),
         demangle: if a.no_demangle {
             funcs::Demangle::No
         } else {
@@ -565,8 +566,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         lines::fill(&mut funcs);
     }
     list_not_traced(&skipped);
-    let filter_hit = matching(&funcs, &a.filter, "-F")?;
-    let notrace_hit = matching(&funcs, &a.notrace, "-N")?;
+    let (filter_hit, notrace_hit) = filter_and_notrace(&funcs, &a.filter, &a.notrace)?;
 
     // The handler programs.
     let engine = crate::engine::new_engine().map_err(|e| format!("{e:#}"))?;
@@ -876,29 +876,77 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     Ok(Ok(exit_code(status)))
 }
 
-/// Per function, whether one of `globs` (given with `option`) matches its
-/// symbol or its shown name; empty without globs; an error when none
-/// matches any function.
-fn matching(funcs: &[Func], globs: &[String], option: &str) -> Result<Vec<bool>, String> {
+/// A `-F` or `-N` pattern, with its place among them on the command line
+/// (uftrace's rule: of a `-F` and a `-N` naming one function, the later
+/// one counts).
+#[derive(Clone, Debug)]
+pub struct OrderedGlob {
+    /// The pattern.
+    pub glob: String,
+    /// Its place among the `-F` and `-N` patterns.
+    pub seq: usize,
+}
+
+/// clap parses the values of `-F` and `-N` in their command-line order:
+/// a count taken as each is parsed is their order.
+fn ordered_glob(s: &str) -> Result<OrderedGlob, String> {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    Ok(OrderedGlob {
+        glob: s.to_string(),
+        seq: SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    })
+}
+
+/// Per function, the place of the last glob matching its symbol or its
+/// shown name; empty without globs; an error when none matches.
+fn matching(
+    funcs: &[Func],
+    globs: &[OrderedGlob],
+    option: &str,
+) -> Result<Vec<Option<usize>>, String> {
     if globs.is_empty() {
         return Ok(Vec::new());
     }
-    let hits: Vec<bool> = funcs
+    let hits: Vec<Option<usize>> = funcs
         .iter()
         .map(|f| {
             globs
                 .iter()
-                .any(|g| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
+                .filter(|g| {
+                    wprobe_elf::glob(&g.glob, &f.name) || wprobe_elf::glob(&g.glob, &f.shown)
+                })
+                .map(|g| g.seq)
+                .max()
         })
         .collect();
-    if !hits.iter().any(|h| *h) {
+    if !hits.iter().any(Option::is_some) {
         let sep = format!(" {option} ");
+        let names: Vec<&str> = globs.iter().map(|g| g.glob.as_str()).collect();
         return Err(format!(
             "{option} {}: no traced function matches",
-            globs.join(&sep)
+            names.join(&sep)
         ));
     }
     Ok(hits)
+}
+
+/// Per function, whether `-F` names it and whether `-N` does: a function
+/// both name counts as named by the later option only.
+fn filter_and_notrace(
+    funcs: &[Func],
+    filter: &[OrderedGlob],
+    notrace: &[OrderedGlob],
+) -> Result<(Vec<bool>, Vec<bool>), String> {
+    let f = matching(funcs, filter, "-F")?;
+    let n = matching(funcs, notrace, "-N")?;
+    let at = |v: &[Option<usize>], i: usize| v.get(i).copied().flatten();
+    let filter_hit = (0..f.len())
+        .map(|i| at(&f, i).is_some_and(|s| at(&n, i).is_none_or(|t| s > t)))
+        .collect();
+    let notrace_hit = (0..n.len())
+        .map(|i| at(&n, i).is_some_and(|t| at(&f, i).is_none_or(|s| t > s)))
+        .collect();
+    Ok((filter_hit, notrace_hit))
 }
 
 /// Says, once, which functions could not be traced and why (the

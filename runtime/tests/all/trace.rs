@@ -684,6 +684,32 @@ fn depth_and_min_duration_filters(tr: &str) {
         lines.join("\n"),
         "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
     );
+    // --depth counts from the nearest call -F names (uftrace's -D with
+    // -F): middle is one level below top, hidden; leaf, named too, is
+    // shown inside it with its own depth.
+    let o = trace(
+        tr,
+        &[
+            "-F", "top", "-F", "leaf", "-T", "--no-pid", "-i", "--depth", "1",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("+++")).collect();
+    assert_eq!(
+        lines.join("\n"),
+        "==> top()
+   ==> leaf()
+   <== leaf() [rax = 0x1]
+   ==> leaf()
+   <== leaf() [rax = 0x2]
+   ==> leaf()
+   <== leaf() [rax = 0x2]
+   ==> leaf()
+   <== leaf() [rax = 0x3]
+<== top() [rax = 0x8]"
+    );
     // -F middle: its calls and theirs.
     let o = trace(
         tr,
@@ -1826,6 +1852,49 @@ fn notrace_hides_a_function_and_everything_it_calls(tr: &str) {
    <== top() [rax = 0x8]
 <== main() [rax = 0x0]"
     );
+    // Of a -F and a -N naming one function, the later one counts
+    // (uftrace's rule): middle named by -N, then by -F, is shown with its
+    // calls; named by -F, then by -N, hidden.
+    let o = trace(
+        tr,
+        &[
+            "-N", "mid*", "-F", "main", "-F", "middle", "-T", "--no-pid", "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "\
+==> main()
+   ==> top()
+      ==> middle()
+         ==> leaf()
+         <== leaf() [rax = 0x1]
+         ==> leaf()
+         <== leaf() [rax = 0x2]
+      <== middle() [rax = 0x3]
+      ==> middle()
+         ==> leaf()
+         <== leaf() [rax = 0x2]
+         ==> leaf()
+         <== leaf() [rax = 0x3]
+      <== middle() [rax = 0x5]
+   <== top() [rax = 0x8]
+<== main() [rax = 0x0]"
+    );
+    let o = trace(
+        tr,
+        &[
+            "-F", "main", "-F", "middle", "-N", "mid*", "-T", "--no-pid", "-i",
+        ],
+        &trace_det(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        calls_only(&o.stdout),
+        "==> main()\n   ==> top()\n   <== top() [rax = 0x8]\n<== main() [rax = 0x0]"
+    );
     let o = trace(tr, &["-N", "nothing*"], &trace_det());
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -2106,6 +2175,20 @@ fn cxx_names_are_demangled_as_uftrace_shows_them(tr: &str) {
             && full.contains("   <== ns::ns1::foo::operator+(int) const [rax = 0x2]"),
         "{full}"
     );
+    // A PLT entry's full name ends with its parameters and `@plt`: no
+    // second parameter list (`operator new(unsigned long)@plt()` before).
+    // (Only `ptrace` traces PLT entries: `inproc` and `perf` refuse them,
+    // listed at start.)
+    if tr == "ptrace" {
+        let plt = tree(&["--demangle=full", "--plt"]);
+        assert!(
+            plt.contains("\n         ==> operator new(unsigned long)@plt\n")
+                && plt.contains("\n         <== operator new(unsigned long)@plt [rax = 0x")
+                && plt.contains("\n         ==> operator delete(void*")
+                && !plt.contains(")@plt("),
+            "{plt}"
+        );
+    }
     // The symbols.
     let raw = addr(tree(&["--no-demangle"]));
     assert!(

@@ -21,8 +21,9 @@
 //!   the end of a process closes every call still open in it (`exit()`
 //!   leaves `main` without returning), as unwound.
 //! * **Filters.** `-F`: a call is shown when its function matches or it is
-//!   inside a call that matches (uftrace's meaning), at a depth counted from
-//!   the outermost shown call; `-N`: a call of a matching function is
+//!   inside a call that matches (uftrace's meaning); `--depth` then counts
+//!   from the nearest call that matches (a matching call deep inside
+//!   another's subtree is shown with its own subtree); `-N`: a call of a matching function is
 //!   hidden, and every call made inside it (uftrace's meaning; its time
 //!   stays its caller's own); `--depth N` hides calls N or more levels
 //!   deep; `--min-duration D` hides calls shorter than D (and so their
@@ -165,6 +166,9 @@ struct Frame {
     entry_ns: u64,
     child_ns: u64,
     in_filter: bool,
+    /// With `-F`: calls between it and the nearest call `-F` names (0: it
+    /// is one), the depth `--depth` limits.
+    level: u32,
     /// Inside a call `-N` names (or one itself).
     notraced: bool,
     visible: bool,
@@ -364,13 +368,21 @@ impl<S: Sink> Tree<S> {
         let in_filter = !has_filter || hit || st.stack.last().is_some_and(|f| f.in_filter);
         let notraced = notrace || st.stack.last().is_some_and(|f| f.notraced);
         let depth = st.shown;
-        let visible = in_filter && !notraced && max_depth.is_none_or(|m| depth < m);
+        // `--depth` counts from the nearest call `-F` names: a call it names
+        // inside another's subtree starts its own (uftrace's meaning).
+        let level = match st.stack.last() {
+            Some(f) if has_filter && !hit => f.level + 1,
+            _ if has_filter => 0,
+            _ => depth,
+        };
+        let visible = in_filter && !notraced && max_depth.is_none_or(|m| level < m);
         st.stack.push(Frame {
             func,
             rsp,
             entry_ns: time_ns,
             child_ns: 0,
             in_filter,
+            level,
             notraced,
             visible,
             depth,
@@ -584,8 +596,10 @@ impl<S: Sink> Tree<S> {
             return;
         }
         st.shown -= 1;
+        // Its time is not the own time of the nearest shown call it is in
+        // (with `-F` and `--depth`, calls hidden may lie between them).
         if dur >= min_ns
-            && let Some(parent) = st.stack.last_mut()
+            && let Some(parent) = st.stack.iter_mut().rev().find(|p| p.visible)
         {
             parent.child_ns = parent.child_ns.saturating_add(dur);
         }
@@ -828,6 +842,24 @@ mod tests {
         t.exit(T, 1, 6, 0, 0x0f00, 5, &[]);
         t.exit(T, 0, 7, 0, 0x1000, 7, &[]);
         assert_eq!(brief(&t.sink.0), ["0>1", "1>2", "1<2 3/3", "0<1 5/2"]);
+    }
+
+    #[test]
+    fn depth_counts_from_the_nearest_filtered_call() {
+        let mut t = tree(Filters {
+            filter_hit: vec![false, true, false, true, false],
+            max_depth: Some(1),
+            ..Filters::default()
+        });
+        for (i, rsp) in [0x1000, 0x0f00, 0x0e00, 0x0d00, 0x0c00].iter().enumerate() {
+            t.enter(T, i as FuncId, i as u64, *rsp, 0, &[]);
+        }
+        t.exit(T, 4, 5, 0, 0x0c00, 1, &[]);
+        t.exit(T, 3, 6, 0, 0x0d00, 3, &[]);
+        t.exit(T, 2, 7, 0, 0x0e00, 5, &[]);
+        t.exit(T, 1, 8, 0, 0x0f00, 7, &[]);
+        t.exit(T, 0, 9, 0, 0x1000, 9, &[]);
+        assert_eq!(brief(&t.sink.0), ["0>1", "1>3", "1<3 3/3", "0<1 7/4"]);
     }
 
     #[test]

@@ -227,9 +227,10 @@ fn parse_zone(z: &str) -> Option<i64> {
 
 /// Appends `(a, b, …)`: words as `wprobe run` prints them; nothing when
 /// there are none and the name (demangled C++, `--demangle=full`) already
-/// ends with its parameter list and its qualifiers (`f(int) const`).
+/// ends with its parameter list and its qualifiers (`f(int) const`), or
+/// with them and `@plt` (`operator new(unsigned long)@plt`).
 pub fn push_args(out: &mut String, args: &[u64]) {
-    const QUALIFIERS: [&str; 4] = [" const", " volatile", " &", " &&"];
+    const QUALIFIERS: [&str; 5] = [" const", " volatile", " &", " &&", "@plt"];
     let mut end = out.as_str();
     while let Some(q) = QUALIFIERS.iter().find(|q| end.ends_with(*q)) {
         end = &end[..end.len() - q.len()];
