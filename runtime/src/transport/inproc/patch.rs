@@ -412,7 +412,16 @@ impl Patcher {
         };
         if tails {
             let entry_link = addr.wrapping_sub(bias);
-            self.plan_continuations(world, maps, &path, bias, entry_link, &found.function, true);
+            self.plan_continuations(
+                world,
+                maps,
+                &path,
+                bias,
+                entry_link,
+                &found.function,
+                true,
+                false,
+            );
         }
         Ok(i)
     }
@@ -421,8 +430,8 @@ impl Patcher {
     /// after each direct `call` of the function entered at `entry` (link-
     /// time; module `path`, load bias `bias`), or of its PLT entry or GOT
     /// slot in its own module or in the other modules that import it, at
-    /// most [`MAX_CONTINUATIONS`]: where a jump fits and no
-    /// other site is (never a trap: every return there would stop). A later
+    /// most [`MAX_CONTINUATIONS`]: where a jump fits and no other site is
+    /// (a trap only with `traps`: every return there would stop). A later
     /// window that needs those bytes takes them back (`check`).
     #[allow(
         clippy::too_many_arguments,
@@ -437,6 +446,7 @@ impl Patcher {
         entry: u64,
         name: &str,
         elsewhere: bool,
+        traps: bool,
     ) -> usize {
         let Some(Ok(module)) = self.modules.get(path) else {
             return 0;
@@ -479,7 +489,7 @@ impl Patcher {
                 continue;
             }
             if let Ok(c) = self.check(world, maps, at, None, Shape::Probe)
-                && c.trap.is_none()
+                && (traps || c.trap.is_none())
                 && self.add(world, c, site_kind::CONT).is_ok()
             {
                 covered += 1;
@@ -646,8 +656,14 @@ impl Patcher {
         // (also of calls that reach the entry by a tail jump, `jmp
         // f@plt`), where every one takes a jump; the continuations see the
         // returns of its direct calls whatever that function is.
-        let conts = self.plan_continuations(world, maps, path, bias, link, &name, false);
+        let mut conts = self.plan_continuations(world, maps, path, bias, link, &name, false, false);
         let rets = self.plan_import_rets(world, maps, path, link, &name);
+        if rets == 0 {
+            // The calls whose next instruction takes no jump: a trap there
+            // (a stop per return, as ptrace does it) rather than a return
+            // unseen or a library call left untraced.
+            conts = self.plan_continuations(world, maps, path, bias, link, &name, false, true);
+        }
         if conts == 0 && rets == 0 {
             return Err(format!(
                 "{name}@plt in {}: no direct call of it where a jump fits after the call, where \
