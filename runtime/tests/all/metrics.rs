@@ -119,6 +119,19 @@ impl Running {
         self.out.lock().unwrap().clone()
     }
 
+    /// Standard output once it holds `pat` (its reader runs apart from
+    /// standard error's: a line on one says nothing of the other yet).
+    fn wait_stdout(&self, pat: &str, secs: u64) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let out = self.stdout();
+            if out.contains(pat) || Instant::now() > deadline {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits until standard error holds `pat`; the text after it on its line.
     fn wait_stderr(&mut self, pat: &str, secs: u64) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
@@ -519,7 +532,7 @@ fn prometheus_stores_the_values_printed_at_exit(transport: &str) {
     prom.wait_value("wprobe_probe_hits_total", (N / 2) as f64, 30);
     std::fs::write(&go, "").unwrap();
     w.wait_stderr("wprobe: the run is over", 120);
-    let out = w.stdout();
+    let out = w.wait_stdout("@calls:", 30);
     prom.wait_value("wprobe_calls_total", N as f64, 60);
 
     let calls = printed_scalars(&out, "@calls");
