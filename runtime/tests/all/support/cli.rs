@@ -139,24 +139,64 @@ pub fn output_within_child(child: std::process::Child, secs: u64) -> Output {
         let deadline = Instant::now() + Duration::from_secs(secs);
         while !d.load(std::sync::atomic::Ordering::SeqCst) {
             if Instant::now() > deadline {
+                // Where it waits, for the failure message.
+                let state = where_it_waits(pid);
                 f.store(true, std::sync::atomic::Ordering::SeqCst);
                 let _ = Command::new("kill")
                     .args(["-KILL", &pid.to_string()])
                     .status();
-                return;
+                return state;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        String::new()
     });
     let o = child.wait_with_output().unwrap();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
-    dog.join().unwrap();
+    let state = dog.join().unwrap();
     assert!(
         !fired.load(std::sync::atomic::Ordering::SeqCst),
-        "timed out after {secs} s: {}",
+        "timed out after {secs} s: {}\n{state}",
         String::from_utf8_lossy(&o.stderr)
     );
     o
+}
+
+/// Each thread of process `pid` and its children: state and kernel wait
+/// channel (a timed-out test's message says where they were).
+fn where_it_waits(pid: i32) -> String {
+    let mut out = String::new();
+    let mut pids = vec![pid.to_string()];
+    if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        pids.extend(c.split_whitespace().map(String::from));
+    }
+    for p in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let dir = t.path();
+            let read = |f: &str| {
+                std::fs::read_to_string(dir.join(f))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            };
+            let state = read("status")
+                .lines()
+                .find(|l| l.starts_with("State:"))
+                .unwrap_or_default()
+                .to_string();
+            out.push_str(&format!(
+                "  pid {p} tid {}: {} {state} wchan {} syscall {}\n",
+                t.file_name().to_string_lossy(),
+                read("comm"),
+                read("wchan"),
+                read("syscall")
+            ));
+        }
+    }
+    out
 }
 
 /// `wprobe run PROGRAM --transport T --format json -- ARGV`; returns (JSON lines, stderr, exit code).
