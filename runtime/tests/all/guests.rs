@@ -71,8 +71,15 @@ fn run(args: &[&str], target_args: &[&str]) -> String {
 
 /// Replaces the numbers after `pid`, `tid` and `cpu` (text records).
 fn normalize(out: &str) -> String {
+    // The command's own lines first, then wprobe's records, each in their
+    // order: the two streams share standard output, and the in-process
+    // transport drains its records whenever it can (under ptrace they come
+    // after the command's output, which it prints at exit).
+    let (records, own): (Vec<&str>, Vec<&str>) = out
+        .lines()
+        .partition(|l| l.contains(" pid ") && l.contains(" tid "));
     let mut s = String::new();
-    for line in out.lines() {
+    for line in own.into_iter().chain(records) {
         let mut prev = "";
         let words: Vec<String> = line
             .split(' ')

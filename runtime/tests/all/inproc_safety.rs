@@ -676,14 +676,19 @@ fn a_stopping_signal_at_any_moment_of_the_start_ends_the_run() {
             .unwrap();
         // From the moment wprobe catches SIGINT on (the first thing its
         // `main` does; before it, an ignored signal is the kernel's to
-        // drop).
+        // drop). The stopping signals are registered in order, SIGINT
+        // first and SIGPIPE last, and each is caught (SigCgt) a moment
+        // before its action is in place (signal-hook installs the handler,
+        // then adds the action): once SIGPIPE shows, SIGINT's is there.
         let catches_sigint = |p: u32| {
             std::fs::read_to_string(format!("/proc/{p}/status"))
                 .unwrap_or_default()
                 .lines()
                 .find_map(|l| l.strip_prefix("SigCgt:"))
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-                .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+                .is_some_and(|m| {
+                    m & (1 << (libc::SIGINT - 1)) != 0 && m & (1 << (libc::SIGPIPE - 1)) != 0
+                })
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !catches_sigint(w.id()) {
