@@ -201,19 +201,34 @@ pub fn files_at_start(command: &[std::ffi::OsString], pid: Option<i32>) -> Vec<s
 pub fn later_modules(modules: &[String], files: &[std::path::PathBuf]) -> Vec<String> {
     modules
         .iter()
-        .filter(|module| {
-            !files.iter().any(|f| {
-                if module.contains('/') {
-                    crate::procmaps::canonical(std::path::Path::new(module.as_str())) == *f
-                } else {
-                    wprobe_elf::locate::matches_mapped(module, &f.to_string_lossy(), || {
-                        wprobe_elf::ElfInfo::open(f).ok().and_then(|e| e.soname)
-                    })
-                }
-            })
-        })
+        .filter(|module| crate::procmaps::module_file(module, files).is_none())
         .cloned()
         .collect()
+}
+
+/// `-p PID`: the reason a process cannot be traced at all (gone, a
+/// zombie, a kernel thread; held by another tracer when the user forced a
+/// transport that uses ptrace), as an error; a process another tracer
+/// holds is noted in `needs` for `auto`.
+pub fn check_attach(
+    pid: i32,
+    forced: Option<&TransportInfo>,
+    needs: &mut Needs,
+) -> Result<(), String> {
+    use crate::procinfo::Untraceable;
+    let why = crate::procinfo::untraceable(pid);
+    let fatal = match &why {
+        Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
+        Untraceable::Traced { tracer, comm } => {
+            needs.traced_by = Some(format!("{comm} (pid {tracer})"));
+            forced.is_some_and(|info| info.caps.uses_ptrace)
+        }
+        Untraceable::Other { .. } => false,
+    };
+    match why.explain(pid) {
+        Some(reason) if fatal => Err(reason),
+        _ => Ok(()),
+    }
 }
 
 /// What `info` lacks for `needs`, in words.

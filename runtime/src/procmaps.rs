@@ -216,6 +216,21 @@ pub fn canonical(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// The file among `files` that module `module` names as programs name
+/// modules: a path (compared canonical), or a bare name (base name,
+/// soname, or short library name such as `libc`).
+pub fn module_file<'a>(module: &str, files: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    if module.contains('/') {
+        let want = canonical(Path::new(module));
+        return files.iter().find(|f| **f == want);
+    }
+    files.iter().find(|f| {
+        wprobe_elf::locate::matches_mapped(module, &f.to_string_lossy(), || {
+            wprobe_elf::ElfInfo::open(f).ok().and_then(|e| e.soname)
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,19 +78,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     // even be readable).
     let mut needs = crate::plan::Needs::default();
     if let Some(pid) = a.pid {
-        use crate::procinfo::Untraceable;
-        let why = crate::procinfo::untraceable(pid);
-        let fatal = match &why {
-            Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
-            Untraceable::Traced { tracer, comm } => {
-                needs.traced_by = Some(format!("{comm} (pid {tracer})"));
-                forced.is_some_and(|info| info.caps.uses_ptrace)
-            }
-            Untraceable::Other { .. } => false,
-        };
-        if fatal && let Some(reason) = why.explain(pid) {
-            return Err(CliError::user(reason));
-        }
+        crate::plan::check_attach(pid, forced, &mut needs).map_err(CliError::user)?;
     }
     let engine = crate::programs::cli_engine()?;
     let cache =

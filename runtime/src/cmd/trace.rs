@@ -510,19 +510,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     };
     let mut needs = crate::plan::Needs::default();
     if let Some(pid) = a.pid {
-        use crate::procinfo::Untraceable;
-        let why = crate::procinfo::untraceable(pid);
-        let fatal = match &why {
-            Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
-            Untraceable::Traced { tracer, comm } => {
-                needs.traced_by = Some(format!("{comm} (pid {tracer})"));
-                forced.is_some_and(|info| info.caps.uses_ptrace)
-            }
-            Untraceable::Other { .. } => false,
-        };
-        if fatal && let Some(reason) = why.explain(pid) {
-            return Err(reason);
-        }
+        crate::plan::check_attach(pid, forced, &mut needs)?;
     }
     // `auto` knows its transport only once the handlers are loaded; the
     // notes that depend on it wait until then.

@@ -381,19 +381,7 @@ impl Session {
         libs: &[std::path::PathBuf],
         report: bool,
     ) -> usize {
-        let mut find = |module: &str| {
-            if module.contains('/') {
-                let want = procmaps::canonical(std::path::Path::new(module));
-                return libs.iter().find(|l| **l == want).cloned();
-            }
-            libs.iter()
-                .find(|l| {
-                    wprobe_elf::locate::matches_mapped(module, &l.to_string_lossy(), || {
-                        wprobe_elf::ElfInfo::open(l).ok().and_then(|e| e.soname)
-                    })
-                })
-                .cloned()
-        };
+        let mut find = |module: &str| procmaps::module_file(module, libs).cloned();
         self.arm_on_files_found(t, pid, &mut find, true, report)
     }
 
@@ -710,16 +698,7 @@ impl Session {
                 .module
                 .as_ref()
                 .unwrap_or(&self.manifests[p.prog].module);
-            let file = files.iter().find(|f| {
-                if module.contains('/') {
-                    procmaps::canonical(std::path::Path::new(module.as_str())) == **f
-                } else {
-                    wprobe_elf::locate::matches_mapped(module, &f.to_string_lossy(), || {
-                        wprobe_elf::ElfInfo::open(f).ok().and_then(|e| e.soname)
-                    })
-                }
-            });
-            let file = match file {
+            let file = match procmaps::module_file(module, files) {
                 Some(f) => f.clone(),
                 None if module.contains('/') => {
                     procmaps::canonical(std::path::Path::new(module.as_str()))
