@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 7;
+pub const AGENT_ABI_VERSION: u32 = 8;
 
 /// First 8 bytes of the control region ("WPRBAGT3", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
@@ -34,9 +34,11 @@ pub mod sym {
     /// [`crate::LoadRequest`] at `req_off` in the control region. Returns the
     /// program index (>= 0) or an [`crate::AgentError`] code.
     pub const LOAD: &str = "wprobe_agent_load";
-    /// `fn(req_off: usize) -> i32`: set the probe sites from the
-    /// [`crate::SitesRequest`] at `req_off` (replacing earlier ones). Returns
-    /// 0 or an [`crate::AgentError`] code.
+    /// `fn(req_off: usize) -> i32`: add the probe sites of the
+    /// [`crate::SitesRequest`] at `req_off` to the site table (an entry
+    /// with the id of an earlier one replaces it: a site of a library
+    /// unmapped since is sent again with no probes and no window), and set
+    /// the load biases it lists. Returns 0 or an [`crate::AgentError`] code.
     pub const SITES: &str = "wprobe_agent_sites";
     /// `fn(site: u32, frame: *mut SavedRegs) -> i64`: run the handlers of
     /// `site` on the thread's saved registers. Returns the number of
@@ -717,7 +719,9 @@ pub mod arg {
     pub const KIND: u32 = 0xF_0000;
 }
 
-/// A sites request: `n_sites` [`SiteEntry`] records at `sites_off`.
+/// A sites request: `n_sites` [`SiteEntry`] records at `sites_off`, and
+/// `n_biases` [`BiasEntry`] records at `biases_off` (probes armed after
+/// their program was loaded: a library mapped later).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SitesRequest {
@@ -725,8 +729,23 @@ pub struct SitesRequest {
     pub sites_off: u64,
     /// Number of sites.
     pub n_sites: u32,
-    /// Reserved (zero).
+    /// Number of bias entries.
+    pub n_biases: u32,
+    /// Offset of the bias entries.
+    pub biases_off: u64,
+}
+
+/// The load bias of a probe's module, known once the probe is armed (the
+/// `load_bias` import).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BiasEntry {
+    /// The probe.
+    pub probe: u32,
+    /// Zero.
     pub _pad: u32,
+    /// Its module's load bias.
+    pub load_bias: u64,
 }
 
 /// One patched site: the address handlers see as `rip`, and the probes

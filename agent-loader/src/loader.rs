@@ -16,7 +16,7 @@
 use crate::elf::AgentImage;
 use crate::region::{Region, RegionLayout, RunFacts};
 use crate::target::{Target, syscall_ok};
-use agent_abi::{AgentError, LoadRequest, ProbeEntry, SiteEntry, SitesRequest, sym};
+use agent_abi::{AgentError, BiasEntry, LoadRequest, ProbeEntry, SiteEntry, SitesRequest, sym};
 use anyhow::{Context, Result, bail};
 use std::fs::File;
 
@@ -322,8 +322,16 @@ impl LoadedAgent {
         Ok(r as u32)
     }
 
-    /// Gives the agent its site table (once, before any stub is reachable).
-    pub fn set_sites<T: Target + ?Sized>(&mut self, t: &mut T, sites: &[SiteSpec]) -> Result<()> {
+    /// Adds sites to the agent's site table (an id sent again replaces its
+    /// site), before any of their stubs is reachable, and sets the load
+    /// biases of probes armed since their program was loaded: `(probe,
+    /// bias)`.
+    pub fn set_sites<T: Target + ?Sized>(
+        &mut self,
+        t: &mut T,
+        sites: &[SiteSpec],
+        biases: &[(u32, u64)],
+    ) -> Result<()> {
         self.region.reset_scratch();
         let mut entries = Vec::with_capacity(sites.len());
         for s in sites {
@@ -346,10 +354,20 @@ impl LoadedAgent {
             });
         }
         let sites_off = self.region.put(as_bytes(&entries))?;
+        let biases: Vec<BiasEntry> = biases
+            .iter()
+            .map(|&(probe, load_bias)| BiasEntry {
+                probe,
+                _pad: 0,
+                load_bias,
+            })
+            .collect();
+        let biases_off = self.region.put(as_bytes(&biases))?;
         let req = SitesRequest {
             sites_off,
             n_sites: entries.len() as u32,
-            _pad: 0,
+            n_biases: biases.len() as u32,
+            biases_off,
         };
         let req_off = self.region.put(as_bytes(std::slice::from_ref(&req)))?;
         let r = t.call(self.sites, [req_off, 0, 0, 0, 0, 0], self.trap)? as i32;

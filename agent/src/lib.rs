@@ -41,7 +41,7 @@ mod trapnet;
 mod vdso;
 
 use agent_abi::{
-    AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader,
+    AGENT_ABI_VERSION, AgentError, BiasEntry, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader,
     LOCK_WAIT_MAX_NS, LoadRequest, MAX_SITES, PROBE_SLOT_SIZE, ProbeEntry, ProbeSlot, RunHeader,
     SavedRegs, SiteEntry, SitesRequest, Skip, probe_flag, rec, run_outcome, site_kind, state,
 };
@@ -191,6 +191,7 @@ struct Agent {
 }
 
 /// A patched site: the address handlers see as `rip`, and its probes.
+#[derive(Clone)]
 struct Site {
     addr: u64,
     probes: Box<[u32]>,
@@ -198,17 +199,23 @@ struct Site {
     kind: u32,
     /// Return probes whose function enters here.
     ret_probes: Box<[u32]>,
+    /// The bytes its jump (or trap) replaces, and where.
+    window: Option<(u64, Box<[u8]>)>,
+    /// A trap site's stub.
+    trap_stub: Option<u64>,
 }
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
-/// The site table, set once by `wprobe_agent_sites` (before any stub can
-/// reach `dispatch`) and never changed afterwards: `dispatch` reads it
-/// without a lock.
+/// The site table, set by `wprobe_agent_sites` (before any stub can reach
+/// a new site's `dispatch`; with every thread of the process stopped when
+/// sites are added later). A table is never changed once published, nor
+/// freed: `dispatch` reads it without a lock, and a thread stopped in a
+/// hit may still hold a site of the table an addition replaced.
 static SITES: AtomicPtr<Vec<Option<Site>>> = AtomicPtr::new(core::ptr::null_mut());
 /// The patched windows with the bytes the jumps replaced, sorted by
-/// address (set with the site table, never changed afterwards): a
-/// handler's read of the program's code sees the file's bytes there, as
-/// under ptrace.
+/// address (published with the site table, never changed afterwards nor
+/// freed): a handler's read of the program's code sees the file's bytes
+/// there, as under ptrace.
 static WINDOWS: AtomicPtr<Vec<Window>> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The longest of [`WINDOWS`] (bytes).
@@ -223,7 +230,7 @@ struct Window {
 /// Puts the original bytes of the patched windows that `buf` (read at
 /// `addr`) overlaps back into it.
 pub(crate) fn original_code(addr: u64, buf: &mut [u8]) {
-    // SAFETY: set once with the site table, never freed.
+    // SAFETY: published with the site table, never freed.
     let Some(ws) = (unsafe { WINDOWS.load(Ordering::Acquire).as_ref() }) else {
         return;
     };
@@ -705,9 +712,11 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
 // ---------------------------------------------------------------------------
 // sites
 
-/// Sets the site table from the [`SitesRequest`] at `req_off`: once, before
-/// any stub that calls `dispatch` is reachable. Returns 0 or an
-/// [`AgentError`] code.
+/// Adds the sites of the [`SitesRequest`] at `req_off` to the site table
+/// (an entry with the id of an earlier site replaces it) and sets the load
+/// biases it lists: at the start, before any stub that calls `dispatch` is
+/// reachable; later (a library mapped), with every other thread stopped.
+/// Returns 0 or an [`AgentError`] code.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wprobe_agent_sites(req_off: usize) -> i32 {
     control_call(sites_inner, req_off)
@@ -719,16 +728,15 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
     let Some(c) = ctrl::get() else {
         return AgentError::NotInitialized as i64;
     };
-    if !SITES.load(Ordering::Acquire).is_null() {
-        return err(AgentError::BadRequest, format_args!("sites already set"));
-    }
     let req: SitesRequest = match read_req(c, req_off, "sites request") {
         Ok(r) => r,
         Err(e) => return e,
     };
-    let mut table: Vec<Option<Site>> = Vec::new();
-    let mut windows: Vec<Window> = Vec::new();
-    let mut traps: Vec<(u64, u64)> = Vec::new();
+    // SAFETY: published tables are never changed nor freed.
+    let mut table: Vec<Option<Site>> = match unsafe { SITES.load(Ordering::Acquire).as_ref() } {
+        Some(t) => t.clone(),
+        None => Vec::new(),
+    };
     for i in 0..u64::from(req.n_sites) {
         let e: SiteEntry = match read_req(
             c,
@@ -749,21 +757,17 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             Ok(p) => p,
             Err(e) => return e,
         };
-        if e.trap != 0 {
-            traps.push((e.window, e.stub));
-        }
-        if e.orig_len != 0 {
+        let window = if e.orig_len != 0 {
             let Some(orig) = ctrl::bytes(c, e.orig_off, u64::from(e.orig_len)) else {
                 return err(
                     AgentError::BadRequest,
                     format_args!("site {} original bytes", e.site),
                 );
             };
-            windows.push(Window {
-                addr: e.window,
-                orig: Box::from(&*orig),
-            });
-        }
+            Some((e.window, Box::from(&*orig)))
+        } else {
+            None
+        };
         let i = e.site as usize;
         if table.len() <= i {
             table.resize_with(i + 1, || None);
@@ -773,7 +777,40 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             probes,
             kind: e.kind,
             ret_probes,
+            window,
+            trap_stub: (e.trap != 0).then_some(e.stub),
         });
+    }
+    if req.n_biases != 0 {
+        let Some(a) = agent() else {
+            return AgentError::NotInitialized as i64;
+        };
+        for i in 0..u64::from(req.n_biases) {
+            let b: BiasEntry = match read_req(
+                c,
+                req.biases_off + i * core::mem::size_of::<BiasEntry>() as u64,
+                "bias entry",
+            ) {
+                Ok(b) => b,
+                Err(e) => return e,
+            };
+            if let Some(Some(p)) = a.probes.get_mut(b.probe as usize) {
+                p.load_bias = b.load_bias;
+            }
+        }
+    }
+    let mut windows: Vec<Window> = Vec::new();
+    let mut traps: Vec<(u64, u64)> = Vec::new();
+    for s in table.iter().flatten() {
+        if let Some((addr, orig)) = &s.window {
+            windows.push(Window {
+                addr: *addr,
+                orig: orig.clone(),
+            });
+            if let Some(stub) = s.trap_stub {
+                traps.push((*addr, stub));
+            }
+        }
     }
     windows.sort_unstable_by_key(|w| w.addr);
     let longest = windows
@@ -781,7 +818,10 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         .map(|w| w.orig.len() as u64)
         .max()
         .unwrap_or(0);
-    LONGEST_WINDOW.store(longest, Ordering::Relaxed);
+    // The longest first: a reader that sees the new windows sees a bound
+    // at least as large as theirs.
+    LONGEST_WINDOW.fetch_max(longest, Ordering::Relaxed);
+    // The old tables stay (see `SITES`).
     WINDOWS.store(Box::into_raw(Box::new(windows)), Ordering::Release);
     if trapnet::arm(traps) {
         c.stats.trap_net.store(1, Ordering::Relaxed);
@@ -826,7 +866,7 @@ fn in_forked_child() -> bool {
 
 #[inline(always)]
 fn site(id: u32) -> Option<&'static Site> {
-    // SAFETY: set once, never freed.
+    // SAFETY: published tables are never changed nor freed.
     let t = unsafe { SITES.load(Ordering::Acquire).as_ref()? };
     t.get(id as usize)?.as_ref()
 }

@@ -101,15 +101,17 @@ extern "C" fn on_fault(_sig: i32, info: *const u8, uc: *mut u8) {
 
 /// The stub of the trap site at `at`.
 fn stub_of(at: u64) -> Option<u64> {
-    // SAFETY: set once, never freed.
+    // SAFETY: published tables are never changed nor freed.
     let t = unsafe { TRAPS.load(Ordering::Acquire).as_ref()? };
     let i = t.binary_search_by_key(&at, |&(a, _)| a).ok()?;
     Some(t[i].1)
 }
 
-/// Sets the trap sites (once, with the site table) and, when there are
-/// some and SIGSEGV is at its default action, installs the handler.
-/// Returns whether it is installed.
+/// Sets the trap sites (every one of the run's: a later call, for a
+/// library mapped since, replaces the table; the old one is never freed, a
+/// handler may be reading it) and, when there are some and SIGSEGV is at
+/// its default action, installs the handler. Returns whether it is
+/// installed.
 pub fn arm(mut traps: Vec<(u64, u64)>) -> bool {
     if traps.is_empty() {
         return false;
@@ -120,11 +122,18 @@ pub fn arm(mut traps: Vec<(u64, u64)>) -> bool {
         Ordering::Release,
     );
     let mut old = KernelSigaction::default();
-    if !sigaction(None, Some(&mut old)) || old.handler != 0 {
+    if !sigaction(None, Some(&mut old)) {
+        return false;
+    }
+    let ours = on_fault as *const () as usize as u64;
+    if old.handler == ours {
+        return true;
+    }
+    if old.handler != 0 {
         return false;
     }
     let act = KernelSigaction {
-        handler: on_fault as *const () as usize as u64,
+        handler: ours,
         flags: SA_SIGINFO | SA_RESTORER,
         restorer: restorer as *const () as usize as u64,
         mask: 0,

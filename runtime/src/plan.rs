@@ -6,11 +6,12 @@
 //!
 //! 1. **inproc**: the handlers run in the target behind a jump (no trap,
 //!    no system call per hit); within it, each site where no jump fits
-//!    gets a trap (a ptrace stop per hit) and says why.
+//!    gets a trap (a ptrace stop per hit) and says why. Probes in
+//!    libraries the process loads later (`dlopen`) are armed when the
+//!    dynamic linker reports them (a trap at its `r_brk`).
 //! 2. **ptrace**: what needs the thread stopped at the hit or a tracer
 //!    present all along: `exit 1` (debugger hand-off), `exit 3` (core
-//!    file), `-f` (fork children), probes in libraries the process loads
-//!    later (`dlopen`).
+//!    file), `-f` (fork children).
 //! 3. **perf**: kernel uprobes, for a process another tracer holds
 //!    (ptrace cannot attach) when the programs only read.
 //!
@@ -35,6 +36,10 @@ pub struct Needs {
     /// library the program `dlopen`s): only a transport that arms later
     /// libraries serves them.
     pub later_modules: Vec<String>,
+    /// Those of them that are programs (an executable the command or a
+    /// child executes, as `taskset … PROG` does): only a transport that
+    /// follows an exec, or arms files, serves them.
+    pub later_programs: Vec<String>,
     /// `-p PID` names a process another tracer holds (its name and pid):
     /// no ptrace-based transport can attach.
     pub traced_by: Option<String>,
@@ -81,8 +86,7 @@ pub fn names(filter: fn(&TransportInfo) -> bool) -> Vec<(&'static str, &'static 
     let mut v = vec![(
         AUTO,
         "the default: the in-process transport where the run allows it, else ptrace (exit 1/3, \
-         -f, libraries loaded later), else perf (a process another tracer holds); -v says which \
-         and why",
+         -f), else perf (a process another tracer holds); -v says which and why",
     )];
     v.extend(
         TRANSPORTS
@@ -206,6 +210,25 @@ pub fn later_modules(modules: &[String], files: &[std::path::PathBuf]) -> Vec<St
         .collect()
 }
 
+/// The modules among `modules` that are programs rather than libraries:
+/// an `ET_EXEC` file, or an `ET_DYN` one with an interpreter and no
+/// soname (a PIE executable), found by path or by name in `dirs`.
+pub fn programs_among(modules: &[String], dirs: &[std::path::PathBuf]) -> Vec<String> {
+    modules
+        .iter()
+        .filter(|module| {
+            let file = if module.contains('/') {
+                Some(std::path::PathBuf::from(module.as_str()))
+            } else {
+                dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
+            };
+            file.and_then(|f| wprobe_elf::ElfInfo::open(&f).ok())
+                .is_some_and(|e| !e.is_dyn || (e.interp.is_some() && e.soname.is_none()))
+        })
+        .cloned()
+        .collect()
+}
+
 /// `-p PID`: the reason a process cannot be traced at all (gone, a
 /// zombie, a kernel thread; held by another tracer when the user forced a
 /// transport that uses ptrace), as an error; a process another tracer
@@ -238,6 +261,12 @@ fn unmet(info: &TransportInfo, needs: &Needs) -> Option<String> {
     {
         return Some(format!(
             "the process is traced by {who} (ptrace attaches once)"
+        ));
+    }
+    if !needs.later_programs.is_empty() && !info.caps.follows_exec && !info.caps.arms_files {
+        return Some(format!(
+            "probes in {}, a program executed after the start: it does not arm a new image",
+            needs.later_programs.join(", ")
         ));
     }
     if !needs.later_modules.is_empty() && !info.caps.later_libraries && !info.caps.arms_files {
@@ -302,6 +331,14 @@ mod tests {
     fn later_libraries_and_other_tracers() {
         let needs = Needs {
             later_modules: vec!["libplugin.so".into()],
+            ..Needs::default()
+        };
+        // Every transport arms libraries loaded later now.
+        assert_eq!(choose(AUTO, &needs, &none).unwrap().info.name, "inproc");
+        // A program executed later: not inproc.
+        let needs = Needs {
+            later_modules: vec!["/bin/prog".into()],
+            later_programs: vec!["/bin/prog".into()],
             ..Needs::default()
         };
         assert_eq!(choose(AUTO, &needs, &none).unwrap().info.name, "ptrace");

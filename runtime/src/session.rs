@@ -646,7 +646,20 @@ impl Session {
         let loaded = if t.runs_handlers() {
             // Part of arming: the agent, the modules, the stubs, the jumps.
             let t0 = std::time::Instant::now();
-            let set = self.handler_set(t.main_pid());
+            let main = t.main_pid();
+            if self.pending() > 0
+                && let Err(e) = t.watch_libraries(main)
+            {
+                self.warn(
+                    true,
+                    format!(
+                        "{} probe(s) not armed: their module is not mapped in process {main}, \
+                         and libraries it maps later cannot be watched: {e}",
+                        self.pending()
+                    ),
+                );
+            }
+            let set = self.handler_set(main);
             let r = t.load_handlers(&set).map_err(anyhow::Error::msg);
             self.arm_time += t0.elapsed();
             if r.is_err() {
@@ -746,6 +759,12 @@ impl Session {
                     }
                 }
                 self.arm(t, pid, true);
+                if t.runs_handlers() {
+                    let set = self.handler_set(pid);
+                    if let Err(e) = t.update_handlers(&set) {
+                        self.warn(true, e);
+                    }
+                }
             }
             Event::ProcessExited { pid, status } => {
                 self.hook_event(HookEvent::ProcessExited { pid, status });

@@ -76,6 +76,9 @@ pub struct Capabilities {
     /// Probes in libraries mapped after the start (`dlopen`) are armed
     /// when they appear.
     pub later_libraries: bool,
+    /// The probes of the program a traced process executes (`exec`) are
+    /// armed in its new image.
+    pub follows_exec: bool,
     /// A probe can be armed on a module file before any process maps it
     /// ([`Transport::insert_on_file`]).
     pub arms_files: bool,
@@ -576,6 +579,25 @@ pub trait Transport {
     /// Disarms a probe (its later hits, if any were in flight, are not
     /// reported as hits of an enabled probe).
     fn remove(&mut self, armed: Armed);
+
+    /// Asks to be told of libraries `pid` maps from now on
+    /// ([`Event::LibrariesChanged`], with the process stopped so that the
+    /// probes inserted then are armed before any code of the library
+    /// runs): some probes' modules are not mapped yet. Called before the
+    /// handlers are loaded. A transport that always watches (ptrace) has
+    /// nothing to do.
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+        let _ = pid;
+        Ok(())
+    }
+
+    /// For a transport that runs the handlers itself: the programs and
+    /// probes again after probes were inserted at an
+    /// [`Event::LibrariesChanged`] (their modules' load biases known now).
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        let _ = set;
+        Ok(())
+    }
 
     /// The probes armed in a library the process has unmapped since the
     /// last call (`dlclose`, or another library mapped at its address):

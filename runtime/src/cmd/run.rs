@@ -136,6 +136,8 @@ pub fn run(a: RunArgs) -> CmdResult {
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
     let files = crate::plan::files_at_start(&a.command, a.pid);
     needs.later_modules = crate::plan::later_modules(&session.probe_modules(), &files);
+    needs.later_programs =
+        crate::plan::programs_among(&needs.later_modules, &module_dirs(&a.command));
     needs.close_probes = session.probes_closer_than_a_jump(&files);
     let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
         .map_err(CliError::user)?;

@@ -62,7 +62,8 @@ pub static INFO: TransportInfo = TransportInfo {
         follows_forks: false,
         debugger_handoff: false,
         core_dump: false,
-        later_libraries: false,
+        later_libraries: true,
+        follows_exec: false,
         arms_files: false,
         uses_ptrace: true,
         return_probes: true,
@@ -161,6 +162,29 @@ pub struct InProc {
     watchdog: Option<crate::transport::ptrace::watchdog::Watchdog>,
     /// What a run that finds the ring full does.
     ring_full: crate::transport::RingFull,
+    /// Sites before this index are in the agent's table.
+    sites_sent: usize,
+    /// Sites of libraries unmapped since, to send the agent again with
+    /// no probes.
+    sites_dropped: Vec<usize>,
+    /// The probes enabled in the agent.
+    enabled: std::collections::HashSet<usize>,
+    /// Probes armed after the handlers were loaded, whose module's bias
+    /// the agent has not been told (from `update_handlers`).
+    later_biases: Vec<(u32, u64)>,
+    /// Probes whose sites went with an unmapped library (`take_unmapped`).
+    unmapped: Vec<Armed>,
+    /// The dynamic linker's hooks, when libraries mapped later are armed
+    /// (`watch_libraries`): its `r_brk` has a trap site.
+    rdebug: Option<crate::transport::ptrace::rdebug::RDebug>,
+    /// Library events handled (`WPROBE_DEBUG` says how many).
+    library_events: u64,
+    /// The threads were taken by [`traps::Traps`] once.
+    taken: bool,
+    /// The fallback notes said so far.
+    said: std::collections::HashSet<String>,
+    /// Fork children not let go yet when the threads were last stopped.
+    children: traps::Children,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -222,6 +246,16 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         watches: traps::Watches::default(),
         watchdog: None,
         ring_full: o.ring_full,
+        sites_sent: 0,
+        sites_dropped: Vec::new(),
+        enabled: std::collections::HashSet::new(),
+        later_biases: Vec::new(),
+        unmapped: Vec::new(),
+        rdebug: None,
+        library_events: 0,
+        taken: false,
+        said: std::collections::HashSet::new(),
+        children: traps::Children::default(),
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -404,10 +438,12 @@ impl InProc {
             agent.region.set_probe_entry_notice(tag as u32, true);
         }
         for (i, p) in set.programs.iter().enumerate() {
+            // Every probe of the program, armed or not: one whose module is
+            // mapped later is armed then (its bias told the agent then).
             let probes: Vec<ProbeSpec<'_>> = set
                 .probes
                 .iter()
-                .filter(|q| q.program == i && self.armed.contains_key(&q.tag))
+                .filter(|q| q.program == i)
                 .map(|q| ProbeSpec {
                     probe: q.tag as u32,
                     export: q.export,
@@ -434,30 +470,17 @@ impl InProc {
                 .map_err(|e| format!("loading `{}` into process {}: {e:#}", p.label, self.pid))?;
         }
         phases.mark("agent and modules loaded");
-        let sites: Vec<SiteSpec> = self
-            .patcher
-            .sites
-            .iter()
-            .enumerate()
-            .map(|(i, s)| SiteSpec {
-                site: i as u32,
-                addr: s.site.probe,
-                probes: s.tags.iter().map(|&t| t as u32).collect(),
-                kind: s.kind,
-                ret_probes: s.ret_tags.iter().map(|&t| t as u32).collect(),
-                window: s.window(),
-                trap: s.trap.is_some(),
-                stub: s.stub,
-            })
-            .collect();
+        let sites = Self::site_specs(&self.patcher, 0..self.patcher.sites.len());
         {
             let mut t = world.target(runner);
             agent
-                .set_sites(&mut t, &sites)
+                .set_sites(&mut t, &sites, &[])
                 .map_err(|e| format!("{e:#}"))?;
         }
+        self.sites_sent = sites.len();
         for &tag in self.armed.keys() {
             agent.region.set_probe_enabled(tag as u32, true);
+            self.enabled.insert(tag);
         }
         agent.region.free_scratch();
         let tsc1 = agent_loader::region::tsc_now();
@@ -504,8 +527,9 @@ impl InProc {
         }
         // Traps need the watchdog (their `int3`s would kill the process
         // after wprobe's death); watchpoints alone do not (their perf
-        // events die with wprobe).
-        if self.patcher.has_traps() {
+        // events die with wprobe). Started once (the threads are taken
+        // again after each library event).
+        if self.patcher.has_traps() && self.watchdog.is_none() {
             match crate::transport::ptrace::watchdog::spawn(self.pid) {
                 Ok(d) => self.watchdog = Some(d),
                 Err(e) => {
@@ -517,19 +541,198 @@ impl InProc {
             }
         }
         let (redirect, orig) = self.patcher.trap_maps();
-        let mut t = traps::Traps::take(w, self.launched, redirect, orig, self.watches)
-            .map_err(|e| format!("{e:#}"))?;
+        // A launched command (a `PTRACE_TRACEME` tracee) is let go and
+        // seized anew the first time; later worlds are of seized threads.
+        let launched = self.launched && !self.taken;
+        self.taken = true;
+        let library = self.rdebug.map(|r| r.brk);
+        let children = std::mem::take(&mut self.children);
+        let mut t =
+            traps::Traps::take(w, launched, redirect, orig, self.watches, library, children)
+                .map_err(|e| format!("{e:#}"))?;
         let armed = self.patcher.arm_traps(self.pid);
         t.go();
         self.traps = Some(t);
         armed
     }
 
+    /// The agent's view of the sites `range`.
+    fn site_specs(patcher: &Patcher, range: std::ops::Range<usize>) -> Vec<SiteSpec> {
+        patcher.sites[range.clone()]
+            .iter()
+            .zip(range)
+            .map(|(s, i)| SiteSpec {
+                site: i as u32,
+                addr: s.site.probe,
+                probes: s.tags.iter().map(|&t| t as u32).collect(),
+                kind: s.kind,
+                ret_probes: s.ret_tags.iter().map(|&t| t as u32).collect(),
+                window: s.window(),
+                trap: s.trap.is_some(),
+                stub: s.stub,
+            })
+            .collect()
+    }
+
+    /// A thread stopped at the dynamic linker's `r_brk`: when the link
+    /// map is consistent again (a library added or removed), every thread
+    /// is stopped, the sites of libraries gone are forgotten, the session
+    /// arms what is new (`Event::LibrariesChanged`: the inserts of the
+    /// probes whose module is mapped now), and [`InProc::commit_later`]
+    /// hands the new sites to the agent and writes them, before any
+    /// thread goes on: no call into a library just mapped runs unseen.
+    fn on_library_event(
+        &mut self,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> Result<(), String> {
+        let consistent = match self.rdebug.and_then(|r| r.r_debug) {
+            Some(a) => {
+                let mut b = [0u8; 4];
+                let at = a + crate::transport::ptrace::rdebug::R_STATE_OFFSET;
+                crate::sys::mem::vm_read(self.pid, at, &mut b).ok() != Some(4)
+                    || u32::from_le_bytes(b) == crate::transport::ptrace::rdebug::RT_CONSISTENT
+            }
+            None => true,
+        };
+        if !consistent {
+            // The first of the pair (a library about to be added or
+            // removed): nothing changed yet.
+            if let Some(t) = self.traps.as_mut() {
+                t.pass_library_event();
+            }
+            return Ok(());
+        }
+        self.library_events += 1;
+        // No handler may be running in a thread while it is stopped and the
+        // agent's tables change: hold the store (running handlers finish,
+        // new hits wait for it), stop everything, then let go of it for the
+        // agent's own control call.
+        let Some(agent) = self.agent.as_ref() else {
+            return Ok(());
+        };
+        if !agent.region.lock_store(Duration::from_secs(1)) {
+            if let Some(t) = self.traps.as_mut() {
+                t.pass_library_event();
+            }
+            return Err(format!(
+                "process {}: a library was mapped, but a handler held the agent for over a                  second: its probes are not armed",
+                self.pid
+            ));
+        }
+        let stopped = self.stop_world();
+        if let Some(a) = &self.agent {
+            a.region.unlock_store();
+        }
+        let w = stopped.map_err(|e| format!("{e:#}"))?;
+        self.patcher.thread_pcs = w
+            .tids()
+            .into_iter()
+            .filter_map(|tid| w.regs(tid).map(|r| (tid, r.rip)))
+            .collect();
+        self.world = Some(w);
+        self.maps = crate::procmaps::read(self.pid).unwrap_or_default();
+        for i in self.patcher.drop_unmapped(&self.maps) {
+            self.sites_dropped.push(i);
+            let s = &self.patcher.sites[i];
+            for &tag in s.tags.iter().chain(&s.ret_tags) {
+                if self.armed.get(&tag) == Some(&i) {
+                    self.armed.remove(&tag);
+                    self.unmapped.push(Armed(tag as u64));
+                }
+            }
+        }
+        let pid = self.pid;
+        on_event(self, Event::LibrariesChanged { pid });
+        self.commit_later()
+    }
+
+    /// Hands the sites planned since the last commit to the agent (and the
+    /// dropped ones, with no probes), enables their probes, writes their
+    /// jumps and traps, and lets the stopped target go.
+    fn commit_later(&mut self) -> Result<(), String> {
+        let Some(mut world) = self.world.take() else {
+            return Ok(());
+        };
+        let done = self.send_later_sites(&mut world);
+        let go = self.go(world);
+        done.and(go)
+    }
+
+    /// See [`InProc::commit_later`]: everything but letting go.
+    fn send_later_sites(&mut self, world: &mut World) -> Result<(), String> {
+        self.say_fallbacks();
+        let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
+            return Ok(());
+        };
+        let mut specs = Self::site_specs(&self.patcher, self.sites_sent..self.patcher.sites.len());
+        let biases = std::mem::take(&mut self.later_biases);
+        if specs.is_empty() && biases.is_empty() {
+            // Only sites dropped (a `dlclose`): told the agent with the
+            // next sites added, not now, when its heap could grow into the
+            // gap the library left (the next library opened would not be
+            // mapped where it would have been without wprobe). Their
+            // windows cannot be hit meanwhile: their code is gone.
+            return Ok(());
+        }
+        for &i in &self.sites_dropped {
+            specs.push(SiteSpec {
+                site: i as u32,
+                addr: self.patcher.sites[i].site.probe,
+                probes: Vec::new(),
+                kind: self.patcher.sites[i].kind,
+                ret_probes: Vec::new(),
+                window: (0, Vec::new()),
+                trap: false,
+                stub: 0,
+            });
+        }
+        {
+            let runner = world.runner().map_err(|e| format!("{e:#}"))?;
+            let agent = self.agent.as_mut().ok_or("no agent")?;
+            // In batches the scratch area holds.
+            const BATCH: usize = 256;
+            let mut first = true;
+            for chunk in specs.chunks(BATCH) {
+                let mut t = world.target(runner);
+                let b: &[(u32, u64)] = if first { &biases } else { &[] };
+                first = false;
+                agent
+                    .set_sites(&mut t, chunk, b)
+                    .map_err(|e| format!("{e:#}"))?;
+            }
+            if specs.is_empty() {
+                let mut t = world.target(runner);
+                agent
+                    .set_sites(&mut t, &[], &biases)
+                    .map_err(|e| format!("{e:#}"))?;
+            }
+            agent.region.free_scratch();
+        }
+        self.sites_sent = self.patcher.sites.len();
+        self.sites_dropped.clear();
+        if let Some(a) = &self.agent {
+            for (&tag, _) in self.armed.iter() {
+                if self.enabled.insert(tag) {
+                    a.region.set_probe_enabled(tag as u32, true);
+                }
+            }
+            for (&tag, &max) in &self.maxactive {
+                a.region.set_probe_maxactive(tag as u32, u64::from(max));
+            }
+            for &tag in &self.entry_notices {
+                a.region.set_probe_entry_notice(tag as u32, true);
+            }
+        }
+        self.patcher.install(world, dispatch)
+    }
+
     /// Prints where planning fell back to a trap, and why: a line per
     /// site, or beyond [`FALLBACKS_LISTED`] sites one line naming their
     /// functions (`WPROBE_DEBUG` lists every site).
     fn say_fallbacks(&mut self) {
-        let notes = std::mem::take(&mut self.patcher.notes);
+        let mut notes = std::mem::take(&mut self.patcher.notes);
+        // A library opened again gets its sites again: said once.
+        notes.retain(|(_, n)| self.said.insert(n.clone()));
         if notes.len() <= FALLBACKS_LISTED || std::env::var_os("WPROBE_DEBUG").is_some() {
             for (_, n) in notes {
                 crate::elog!("wprobe: process {}: {n}", self.pid);
@@ -563,7 +766,11 @@ impl InProc {
     /// some site traps, else by seizing them.
     fn stop_world(&mut self) -> anyhow::Result<World> {
         match self.traps.take() {
-            Some(t) if t.active() => t.stop_all(),
+            Some(t) if t.active() => {
+                let (w, children) = t.stop_all()?;
+                self.children = children;
+                Ok(w)
+            }
             _ => World::stop(self.pid),
         }
     }
@@ -752,7 +959,11 @@ impl Transport for InProc {
             return Err(format!("process {pid} is not traced"));
         }
         let Some(world) = self.world.as_mut() else {
-            return Err("--transport inproc arms probes once, at start".into());
+            return Err(
+                "--transport inproc arms probes only with the target stopped: at start, or when \
+                 the dynamic linker maps a library"
+                    .into(),
+            );
         };
         match what {
             Insert::Breakpoint { opcode } => {
@@ -815,6 +1026,50 @@ impl Transport for InProc {
                 Ok(Armed(tag as u64))
             }
         }
+    }
+
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+        if pid != self.pid {
+            return Err(format!("process {pid} is not traced"));
+        }
+        if self.rdebug.is_some() {
+            return Ok(());
+        }
+        let Some(world) = self.world.as_mut() else {
+            return Err("the target is not stopped".into());
+        };
+        let Some(rd) = crate::transport::ptrace::rdebug::find(&self.maps) else {
+            return Err(format!(
+                "process {pid} has no dynamic linker whose library events can be watched (a \
+                 static program?)"
+            ));
+        };
+        self.patcher
+            .plan_library_event(world, &self.maps, rd.brk)
+            .map_err(|e| {
+                format!(
+                    "the dynamic linker's `_dl_debug_state` at {:#x}: {e}",
+                    rd.brk
+                )
+            })?;
+        self.rdebug = Some(rd);
+        Ok(())
+    }
+
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        // The biases of the probes armed since the last commit (those not
+        // enabled in the agent yet): told with their sites.
+        self.later_biases = set
+            .probes
+            .iter()
+            .filter(|p| self.armed.contains_key(&p.tag) && !self.enabled.contains(&p.tag))
+            .map(|p| (p.tag as u32, p.load_bias))
+            .collect();
+        Ok(())
+    }
+
+    fn take_unmapped(&mut self) -> Vec<Armed> {
+        std::mem::take(&mut self.unmapped)
     }
 
     fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
@@ -928,6 +1183,11 @@ impl Transport for InProc {
             if trapped > 0 {
                 last_trap = Some(Instant::now());
             }
+            if self.traps.as_ref().is_some_and(|t| t.library_event())
+                && let Err(e) = self.on_library_event(on_event)
+            {
+                crate::elog!("wprobe: {e}");
+            }
             if let Some(t) = &self.traps {
                 if t.exit.is_some() {
                     self.exit = t.exit;
@@ -1022,6 +1282,14 @@ impl Transport for InProc {
                 "wprobe: debug: process {}: {total} ptrace stops at trap sites; the busiest: {}",
                 self.pid,
                 top.join(", ")
+            );
+        }
+        if std::env::var_os("WPROBE_DEBUG").is_some() && self.rdebug.is_some() {
+            crate::elog!(
+                "wprobe: debug: process {}: {} library events armed at (the dynamic linker's \
+                 `r_brk`)",
+                self.pid,
+                self.library_events
             );
         }
         if std::env::var_os("WPROBE_DEBUG").is_some()

@@ -22,7 +22,7 @@ mod hits;
 pub mod journal;
 mod mem;
 mod quiet;
-mod rdebug;
+pub(crate) mod rdebug;
 mod seam;
 mod sites;
 mod start;

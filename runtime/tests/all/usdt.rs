@@ -72,11 +72,6 @@ fn demo() -> (PathBuf, PathBuf) {
     (exe, lib)
 }
 
-/// Whether a transport arms probes of a library `dlopen`ed after start.
-fn arms_later_libraries(transport: &str) -> bool {
-    transport != "inproc"
-}
-
 fn every_argument_form_is_exact(transport: &str) {
     if !need_sdt() {
         return;
@@ -90,13 +85,11 @@ fn every_argument_form_is_exact(transport: &str) {
          usdt:{e}:demo:two {{ printf(\"two %d\\n\", arg0); }}
          usdt:{e}:demo:gated {{ printf(\"gated %d\\n\", arg0); }}"
     );
-    let with_lib = arms_later_libraries(transport);
-    if with_lib {
-        prog += &format!(
-            " usdt:{l}:demolib:plain {{ printf(\"lib %d %d\\n\", arg0, arg1); }}
-              usdt:{l}:demolib:gated {{ printf(\"libgated %d\\n\", arg0); }}"
-        );
-    }
+    // Every transport arms the probes of a library `dlopen`ed after start.
+    prog += &format!(
+        " usdt:{l}:demolib:plain {{ printf(\"lib %d %d\\n\", arg0, arg1); }}
+          usdt:{l}:demolib:gated {{ printf(\"libgated %d\\n\", arg0); }}"
+    );
     let mut c = wprobe();
     c.args(["run", "--transport", transport, "-e", &prog, "-c"])
         .arg(format!("{e} run 2 {l}"))
@@ -113,10 +106,8 @@ fn every_argument_form_is_exact(transport: &str) {
         want.push("stat 77".to_string());
         want.push(format!("gated {}", 10 * k));
         want.push(format!("two {}", -2 * k));
-        if with_lib {
-            want.push(format!("lib {k} 1234"));
-            want.push(format!("libgated {}", 100 * k));
-        }
+        want.push(format!("lib {k} 1234"));
+        want.push(format!("libgated {}", 100 * k));
     }
     let got: Vec<&str> = out
         .lines()
@@ -124,13 +115,9 @@ fn every_argument_form_is_exact(transport: &str) {
         .collect();
     assert_eq!(got, want, "stdout:\n{out}\nstderr:\n{err}");
     // The program saw its semaphores raised while traced.
-    let sems = if with_lib { "sem 1 1" } else { "sem 1 0" };
+    let sems = "sem 1 1";
     assert!(out.lines().any(|x| x == sems), "{out}");
-    let sites = if with_lib { 8 } else { 6 };
-    assert!(
-        out.contains(&format!("Attaching {sites} probes...")),
-        "{out}"
-    );
+    assert!(out.contains("Attaching 8 probes..."), "{out}");
 }
 
 /// The stdout of a running wprobe, collected by a thread.

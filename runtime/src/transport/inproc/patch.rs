@@ -95,6 +95,11 @@ pub(super) struct Patcher {
     pub(super) notes: Vec<(String, String)>,
     /// The journal of the trap sites (the ptrace transport's format).
     trap_journal: Option<crate::transport::ptrace::journal::Journal>,
+    /// Sites before this index are in the journal (sites are journaled
+    /// as they are added, a library mapped later appending its own).
+    journaled: usize,
+    /// The same for the trap journal.
+    traps_journaled: usize,
     /// The names each module imports (by path), for continuation sites in
     /// the modules that call a traced function.
     imports: HashMap<PathBuf, std::collections::HashSet<String>>,
@@ -758,6 +763,47 @@ impl Patcher {
         self.add(world, c, site_kind::PROBE)
     }
 
+    /// Plans the trap at the dynamic linker's `r_brk` (`_dl_debug_state`,
+    /// called at each change of the link map): a site with no probe whose
+    /// hit stops the thread for the transport, which arms the probes of a
+    /// library just mapped before the thread goes on. Always a trap (a
+    /// jump would not stop the thread); not said as a fallback. Returns
+    /// the site index.
+    pub(super) fn plan_library_event(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        addr: u64,
+    ) -> Result<usize, String> {
+        if let Some(&i) = self.by_probe_addr.get(&addr) {
+            return Err(format!(
+                "{addr:#x}, where the dynamic linker reports library changes, has a probe's \
+                 site ({}) already",
+                self.sites[i].site.probe
+            ));
+        }
+        let mut c = self.check(world, maps, addr, None, Shape::Probe)?;
+        let why = "the dynamic linker's library event".to_string();
+        if c.trap.is_none() {
+            let mut code = [0u8; 16];
+            let n = world.peek(addr, &mut code);
+            let ret = code.first() == Some(&0xc3);
+            let site = window::plan_trap(addr, &code[..n], ret).map_err(|r| r.to_string())?;
+            c = Checked {
+                site,
+                orig: code[..1].to_vec(),
+                inode: c.inode,
+                trap: Some((String::new(), why)),
+            };
+        } else {
+            c.trap = Some((String::new(), why));
+        }
+        let notes = self.notes.len();
+        let i = self.add(world, c, site_kind::PROBE)?;
+        self.notes.truncate(notes);
+        Ok(i)
+    }
+
     /// The run-time addresses of the `ret`s of function `name` as a PLT or
     /// GOT entry of a module leads to it: the function of the first module
     /// mapped executable, in address order (the executable first), that
@@ -1319,8 +1365,7 @@ impl Patcher {
                 .poke(a.base, &a.code[..n])
                 .map_err(|e| format!("writing stubs: {e:#}"))?;
         }
-        let entries: Vec<Entry> = self
-            .sites
+        let entries: Vec<Entry> = self.sites[self.journaled..]
             .iter()
             .filter(|s| !s.patch.is_empty())
             .map(|s| Entry {
@@ -1335,10 +1380,15 @@ impl Patcher {
         if entries.is_empty() {
             return Ok(());
         }
-        let mut j = Journal::create(world.pid()).map_err(|e| e.to_string())?;
+        let j = match &mut self.journal {
+            Some(j) => j,
+            None => self
+                .journal
+                .insert(Journal::create(world.pid()).map_err(|e| e.to_string())?),
+        };
         j.record(&entries)
             .map_err(|e| format!("writing the patch journal: {e}"))?;
-        self.journal = Some(j);
+        self.journaled = self.sites.len();
         for s in self
             .sites
             .iter_mut()
@@ -1379,14 +1429,26 @@ impl Patcher {
             .write(true)
             .open(format!("/proc/{pid}/mem"))
             .map_err(|e| format!("opening /proc/{pid}/mem: {e}"))?;
-        let mut j = crate::transport::ptrace::journal::Journal::create(pid)
-            .map_err(|e| format!("writing the trap journal: {e}"))?;
-        for s in self.sites.iter().filter(|s| s.trap.is_some()) {
+        let j = match &mut self.trap_journal {
+            Some(j) => j,
+            None => self.trap_journal.insert(
+                crate::transport::ptrace::journal::Journal::create(pid)
+                    .map_err(|e| format!("writing the trap journal: {e}"))?,
+            ),
+        };
+        for s in self.sites[self.traps_journaled..]
+            .iter()
+            .filter(|s| s.trap.is_some())
+        {
             j.record(s.site.addr, s.orig[0], s.inode)
                 .map_err(|e| format!("writing the trap journal: {e}"))?;
         }
-        self.trap_journal = Some(j);
-        for s in self.sites.iter_mut().filter(|s| s.trap.is_some()) {
+        self.traps_journaled = self.sites.len();
+        for s in self
+            .sites
+            .iter_mut()
+            .filter(|s| s.trap.is_some() && !s.patched)
+        {
             match crate::sys::mem::pwrite(&mem, &s.patch, s.site.addr) {
                 Ok(1) => s.patched = true,
                 r => {
@@ -1433,13 +1495,61 @@ impl Patcher {
         if let Some(e) = first_err {
             return Err(e);
         }
+        self.remove_journals();
+        Ok(left)
+    }
+
+    /// Removes both journals (nothing of ours left in the code).
+    fn remove_journals(&mut self) {
         if let Some(j) = self.journal.take() {
             j.remove();
         }
         if let Some(j) = self.trap_journal.take() {
             j.remove();
         }
-        Ok(left)
+        self.journaled = 0;
+        self.traps_journaled = 0;
+    }
+
+    /// Forgets the sites whose module is no longer mapped where they were
+    /// planned (`dlclose`, or another file mapped at its address since),
+    /// without writing: their code went with the module. Their windows
+    /// are free for new sites. Returns their indices (their probes are
+    /// armed again if the module comes back).
+    pub(super) fn drop_unmapped(&mut self, maps: &[Mapping]) -> Vec<usize> {
+        let mut gone = Vec::new();
+        for (i, s) in self.sites.iter_mut().enumerate() {
+            if s.inode == 0 || s.patch.is_empty() {
+                continue;
+            }
+            let still = mapping_of(maps, s.site.addr).is_some_and(|m| m.inode == s.inode);
+            if still {
+                continue;
+            }
+            s.patch.clear();
+            s.patched = false;
+            s.trap = None;
+            self.by_window.remove(&(s.site.addr, i));
+            if self.by_probe_addr.get(&s.site.probe) == Some(&i) {
+                self.by_probe_addr.remove(&s.site.probe);
+            }
+            gone.push(i);
+        }
+        // A whole function's return site follows its entry's (no window).
+        for &i in &gone.clone() {
+            if let Some(next) = self.sites.get(i + 1)
+                && next.kind == site_kind::RET
+                && next.patch.is_empty()
+                && next.site.len == 0
+                && !gone.contains(&(i + 1))
+            {
+                if self.by_probe_addr.get(&next.site.probe) == Some(&(i + 1)) {
+                    self.by_probe_addr.remove(&next.site.probe);
+                }
+                gone.push(i + 1);
+            }
+        }
+        gone
     }
 
     /// The process executed a new program: the patched image, the stubs
@@ -1448,12 +1558,7 @@ impl Patcher {
         for s in &mut self.sites {
             s.patched = false;
         }
-        if let Some(j) = self.journal.take() {
-            j.remove();
-        }
-        if let Some(j) = self.trap_journal.take() {
-            j.remove();
-        }
+        self.remove_journals();
     }
 
     /// Whether `pc` is inside a window (past its first byte), where a jump

@@ -88,6 +88,21 @@ pub(super) struct Traps {
     events: Vec<perf_event::Counter>,
     /// The process's memory (to save a thread's `rip` on its stack).
     mem: Option<std::fs::File>,
+    /// The trap at the dynamic linker's `r_brk`, when libraries mapped
+    /// later are armed: a thread that hits it is moved to its stub and
+    /// kept stopped (`at_library`) until the transport armed them.
+    library: Option<u64>,
+    /// Threads stopped at the library event, moved to its stub.
+    at_library: BTreeSet<i32>,
+}
+
+/// The fork and vfork children of a [`Traps`] not yet let go, handed from
+/// one [`Traps`] to the next (the threads are taken again after each
+/// library event).
+#[derive(Debug, Default)]
+pub(super) struct Children {
+    forked: BTreeSet<i32>,
+    vforked: BTreeSet<i32>,
 }
 
 /// A watchpoint of a run.
@@ -128,13 +143,15 @@ impl Traps {
         redirect: HashMap<u64, u64>,
         orig: HashMap<u64, u8>,
         watch: Watches,
+        library: Option<u64>,
+        children: Children,
     ) -> anyhow::Result<Traps> {
         let pid = world.pid();
         let mut t = Traps {
             pid,
             threads: BTreeSet::new(),
-            vforked: BTreeSet::new(),
-            forked: BTreeSet::new(),
+            vforked: children.vforked,
+            forked: children.forked,
             redirect,
             orig,
             stops: HashMap::new(),
@@ -149,6 +166,8 @@ impl Traps {
                 .write(true)
                 .open(format!("/proc/{pid}/mem"))
                 .ok(),
+            library,
+            at_library: BTreeSet::new(),
         };
         if launched {
             drop(world.into_stopped());
@@ -303,6 +322,7 @@ impl Traps {
                 self.threads.remove(&tid);
                 self.vforked.remove(&tid);
                 self.forked.remove(&tid);
+                self.at_library.remove(&tid);
                 if tid == self.pid {
                     self.exit = Some(match st {
                         Status::Exited(_) => ExitStatus::Code(c),
@@ -315,6 +335,16 @@ impl Traps {
                 if self.forked.remove(&tid) {
                     // A fork child's first stop before its event was seen.
                     self.let_child_go(tid);
+                    return false;
+                }
+                if sig == TRAP_SIGNAL
+                    && hold.is_none()
+                    && self.library.is_some()
+                    && self.at(tid) == self.library
+                    && self.move_to_stub(tid)
+                {
+                    // Kept stopped: the transport arms what was mapped.
+                    self.at_library.insert(tid);
                     return false;
                 }
                 if (sig == TRAP_SIGNAL && self.move_to_stub(tid))
@@ -411,6 +441,25 @@ impl Traps {
         let _ = sys::detach(child, 0);
     }
 
+    /// The `rip` of stopped thread `tid`.
+    fn at(&self, tid: i32) -> Option<u64> {
+        let mut r = crate::sys::regs::zero_regs();
+        sys::getregs(tid, &mut r).ok().map(|()| r.rip)
+    }
+
+    /// Whether a thread waits at the library event (see [`Traps::library`]).
+    pub(super) fn library_event(&self) -> bool {
+        !self.at_library.is_empty()
+    }
+
+    /// Lets the threads waiting at the library event go on (their stubs
+    /// run the displaced instruction): nothing to arm.
+    pub(super) fn pass_library_event(&mut self) {
+        for tid in std::mem::take(&mut self.at_library) {
+            let _ = sys::cont(tid, 0);
+        }
+    }
+
     /// Moves `tid`, stopped by the fault of a trap site's `hlt` (its `rip`
     /// at the site), to the site's stub; false when the fault is not ours.
     fn move_to_stub(&mut self, tid: i32) -> bool {
@@ -464,12 +513,17 @@ impl Traps {
     /// Stops every seized thread (interrupted; a thread at a trap is moved
     /// to its stub first; signals that arrive meanwhile are held) and hands
     /// them over as a [`World`], to restore the bytes and let go.
-    pub(super) fn stop_all(mut self) -> anyhow::Result<World> {
+    pub(super) fn stop_all(mut self) -> anyhow::Result<(World, Children)> {
         // No watchpoint triggers from now on; events already waiting first
         // (fork children cleaned, new threads known, triggers handled).
         self.events.clear();
         self.poll();
-        let mut stopped: BTreeMap<i32, i32> = BTreeMap::new();
+        // Threads at the library event are stopped already (their fault
+        // taken: they go on at its stub, with no signal).
+        let mut stopped: BTreeMap<i32, i32> = std::mem::take(&mut self.at_library)
+            .into_iter()
+            .map(|tid| (tid, 0))
+            .collect();
         // New threads may appear while others are being stopped.
         while let Some(tid) = self
             .threads
@@ -531,7 +585,11 @@ impl Traps {
         }
         let pid = self.pid;
         self.threads.clear();
-        World::adopt(pid, stopped)
+        let children = Children {
+            forked: std::mem::take(&mut self.forked),
+            vforked: std::mem::take(&mut self.vforked),
+        };
+        Ok((World::adopt(pid, stopped)?, children))
     }
 
     /// Lets every thread go (the process exec'd, or seizing failed).

@@ -36,6 +36,7 @@ pub static INFO: TransportInfo = TransportInfo {
         debugger_handoff: false,
         core_dump: false,
         later_libraries: false,
+        follows_exec: false,
         arms_files: true,
         uses_ptrace: false,
         return_probes: true,

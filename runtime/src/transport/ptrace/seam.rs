@@ -34,6 +34,7 @@ pub static INFO: TransportInfo = TransportInfo {
         debugger_handoff: true,
         core_dump: true,
         later_libraries: true,
+        follows_exec: true,
         arms_files: false,
         uses_ptrace: true,
         return_probes: true,
