@@ -476,6 +476,22 @@ impl Region {
             .collect()
     }
 
+    /// Sets the global variables (those of an agent this one takes over
+    /// from: the process executed a new program).
+    pub fn set_gvars(&self, values: &[u64]) {
+        let h = self.header();
+        let n = values.len().min(self.layout.gvars_cap as usize);
+        for (i, v) in values[..n].iter().enumerate() {
+            // SAFETY: inside the gvars array (i < gvars_cap), aligned.
+            unsafe {
+                (self.ptr.add(self.layout.gvars_off() as usize) as *mut u64)
+                    .add(i)
+                    .write_volatile(*v)
+            };
+        }
+        h.gvars_len.fetch_max(n as u64, Ordering::AcqRel);
+    }
+
     /// The counters.
     pub fn stats(&self) -> StatsSnapshot {
         let s = &self.header().stats;

@@ -46,6 +46,10 @@ use oneliner::{BtState, Special};
 /// thread, and counts the calls beyond as missed, `missed_depth`).
 pub const EVERY_CALL: u32 = u32::MAX;
 
+/// `-v` says how each probe's sites were armed, a line per probe, up to
+/// this many probes (`wprobe trace` arms thousands: one line of totals).
+const SITES_LISTED: usize = 20;
+
 /// A program given on the command line, loaded.
 pub struct LoadedProgram {
     /// Label for output (file stem).
@@ -107,6 +111,8 @@ pub struct Session {
     /// How the transport armed each probe's sites, where it chose per
     /// site: `(tag, mechanism, sites)` ([`Transport::site_counts`]).
     site_counts: Vec<(usize, &'static str, u32)>,
+    /// `-v`: how each probe's sites were armed is said at the start.
+    verbose: bool,
     /// The registers the programs read (see [`Session::registers_read`]).
     registers: RegsRead,
     /// How the transport was chosen: (chosen by `auto`, why), for the
@@ -204,6 +210,55 @@ impl Session {
             why.push_str(&format!("; not {name}: {w}"));
         }
         self.plan = Some((!plan.forced, why));
+    }
+
+    /// `-v`: says, once armed, how each probe's sites were (where the
+    /// transport chooses per site: a jump or a trap).
+    pub fn set_verbose(&mut self, on: bool) {
+        self.verbose = on;
+    }
+
+    /// Says how each probe's sites were armed (`-v`): a line per probe,
+    /// or beyond [`SITES_LISTED`] probes one line of totals.
+    fn say_sites(&self) {
+        if self.site_counts.is_empty() {
+            return;
+        }
+        let mut per: Vec<(usize, Vec<(&str, u32)>)> = Vec::new();
+        for &(tag, how, n) in &self.site_counts {
+            match per.last_mut() {
+                Some((t, v)) if *t == tag => v.push((how, n)),
+                _ => per.push((tag, vec![(how, n)])),
+            }
+        }
+        let words = |v: &[(&str, u32)]| {
+            v.iter()
+                .map(|&(how, n)| format!("{n} {how}{}", if n == 1 { "" } else { "s" }))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if per.len() > SITES_LISTED {
+            let mut total: Vec<(&str, u32)> = Vec::new();
+            for (_, v) in &per {
+                for &(how, n) in v {
+                    match total.iter_mut().find(|(h, _)| *h == how) {
+                        Some(e) => e.1 += n,
+                        None => total.push((how, n)),
+                    }
+                }
+            }
+            crate::elog!(
+                "wprobe: sites of {} probes: {} (the JSON statistics have each probe's)",
+                per.len(),
+                words(&total)
+            );
+            return;
+        }
+        for (tag, v) in &per {
+            if let Some(p) = self.probes.get(*tag) {
+                crate::elog!("wprobe: sites of {}: {}", p.label, words(v));
+            }
+        }
     }
 
     /// Loads the programs into a fresh store.
@@ -323,6 +378,7 @@ impl Session {
             registers,
             plan: None,
             site_counts: Vec::new(),
+            verbose: false,
             program_wasm,
             runner,
             manifests,
@@ -661,6 +717,10 @@ impl Session {
             }
             let set = self.handler_set(main);
             let r = t.load_handlers(&set).map_err(anyhow::Error::msg);
+            self.site_counts = t.site_counts();
+            if r.is_ok() && self.verbose {
+                self.say_sites();
+            }
             self.arm_time += t0.elapsed();
             if r.is_err() {
                 // A launched command has not run any of its own code yet:
@@ -746,10 +806,22 @@ impl Session {
             }
             Event::Exec { pid } => {
                 self.hook_event(HookEvent::Exec { pid });
+                if t.runs_handlers() {
+                    // The maps of the agent of the old image, which the
+                    // new image's agent starts from.
+                    self.pull_target_maps(t);
+                }
                 self.forget(pid);
                 // Its stacks and symbols are the new program's from now on.
                 self.bt.sym.forget(pid as u64);
                 self.arm(t, pid, true);
+                if t.runs_handlers() {
+                    let set = self.handler_set(pid);
+                    if let Err(e) = t.update_handlers(&set) {
+                        self.warn(true, e);
+                    }
+                }
+                self.site_counts = t.site_counts();
             }
             Event::LibrariesChanged { pid } => {
                 let gone = t.take_unmapped();
@@ -765,6 +837,7 @@ impl Session {
                         self.warn(true, e);
                     }
                 }
+                self.site_counts = t.site_counts();
             }
             Event::ProcessExited { pid, status } => {
                 self.hook_event(HookEvent::ProcessExited { pid, status });

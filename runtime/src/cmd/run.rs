@@ -145,6 +145,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         crate::elog!("wprobe: {}", plan.describe());
     }
     session.set_plan(&plan);
+    session.set_verbose(a.verbose);
     session.set_output(terminal, stop.clone());
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {

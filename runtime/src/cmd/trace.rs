@@ -629,6 +629,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     }
     let info = plan.info;
     session.set_plan(&plan);
+    session.set_verbose(a.verbose);
     if info.name == "perf" && funcs.len() > PERF_MANY_FUNCTIONS {
         crate::elog!(
             "wprobe: note: --transport perf registers a uprobe at the entry and at each return \

@@ -63,7 +63,7 @@ pub static INFO: TransportInfo = TransportInfo {
         debugger_handoff: false,
         core_dump: false,
         later_libraries: true,
-        follows_exec: false,
+        follows_exec: true,
         arms_files: false,
         uses_ptrace: true,
         return_probes: true,
@@ -185,6 +185,15 @@ pub struct InProc {
     said: std::collections::HashSet<String>,
     /// Fork children not let go yet when the threads were last stopped.
     children: traps::Children,
+    /// The threads stay seized to see an exec, after which the agent is
+    /// loaded into the new image and the probes armed there
+    /// (`watch_libraries`: some probes' modules are not mapped yet).
+    follow_exec: bool,
+    /// The process executed a new program and waits, stopped, for the
+    /// handlers (`update_handlers` loads them into the new image).
+    reload: bool,
+    /// The global variables of the agent of the image before the exec.
+    carried_gvars: Vec<u64>,
 }
 
 fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
@@ -256,6 +265,9 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         taken: false,
         said: std::collections::HashSet::new(),
         children: traps::Children::default(),
+        follow_exec: false,
+        reload: false,
+        carried_gvars: Vec::new(),
     };
     t.patcher.thread_pcs = world
         .tids()
@@ -431,6 +443,9 @@ impl InProc {
                 .region
                 .set_probe_limits(p.tag as u32, p.ignore, p.maxhits);
         }
+        agent
+            .region
+            .set_gvars(&std::mem::take(&mut self.carried_gvars));
         for (&tag, &max) in &self.maxactive {
             agent.region.set_probe_maxactive(tag as u32, u64::from(max));
         }
@@ -521,7 +536,7 @@ impl InProc {
     /// seized (`traps`): the watchdog is started and the `int3`s written
     /// first.
     fn go(&mut self, mut w: World) -> Result<(), String> {
-        if !self.patcher.has_traps() && !self.watches.any() {
+        if !self.patcher.has_traps() && !self.watches.any() && !self.follow_exec {
             w.release();
             return Ok(());
         }
@@ -550,6 +565,7 @@ impl InProc {
         let mut t =
             traps::Traps::take(w, launched, redirect, orig, self.watches, library, children)
                 .map_err(|e| format!("{e:#}"))?;
+        t.follow_exec = self.follow_exec;
         let armed = self.patcher.arm_traps(self.pid);
         t.go();
         self.traps = Some(t);
@@ -644,6 +660,95 @@ impl InProc {
         let pid = self.pid;
         on_event(self, Event::LibrariesChanged { pid });
         self.commit_later()
+    }
+
+    /// The process, stopped at its exec (`traps::Traps::follow_exec`):
+    /// the old image's runs and counts are handed on, the process is run
+    /// to where its startup libraries are ready (as a launched command
+    /// is), and the session arms every probe in the new image
+    /// (`Event::Exec`) and gives the handlers again
+    /// (`Transport::update_handlers`), which loads a new agent there, its
+    /// maps and global variables those of the old one. Nothing of the new
+    /// program runs before its probes are armed.
+    fn on_exec(
+        &mut self,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> Result<(), String> {
+        let Some(tid) = self.traps.as_mut().and_then(|t| t.exec_stop.take()) else {
+            return Ok(());
+        };
+        let pid = self.pid;
+        self.drain_runs(on_event);
+        let mut deltas = Vec::new();
+        self.report_counts(&mut deltas, on_event);
+        self.carried_gvars = self
+            .agent
+            .as_ref()
+            .map(|a| a.region.gvars())
+            .unwrap_or_default();
+        // The sites went with the old image (nothing to restore).
+        self.patcher.forget();
+        self.traps = None;
+        let not_traced = |e: String| {
+            format!(
+                "process {pid} executed a new program, which is not traced: {e} (--transport \
+                 ptrace follows it)"
+            )
+        };
+        if let Err(e) = launch::run_to_entry(tid) {
+            self.execed = true;
+            let _ = crate::sys::ptrace::detach(tid, 0);
+            return Err(not_traced(format!("{e:#}")));
+        }
+        let w = match World::adopt(pid, std::iter::once((tid, 0)).collect()) {
+            Ok(w) => w,
+            Err(e) => {
+                self.execed = true;
+                let _ = crate::sys::ptrace::detach(tid, 0);
+                return Err(not_traced(format!("{e:#}")));
+            }
+        };
+        self.patcher = Patcher::default();
+        self.patcher.thread_pcs = w
+            .tids()
+            .into_iter()
+            .filter_map(|t| w.regs(t).map(|r| (t, r.rip)))
+            .collect();
+        self.world = Some(w);
+        self.maps = crate::procmaps::read(pid).unwrap_or_default();
+        self.armed.clear();
+        self.maxactive.clear();
+        self.entry_notices.clear();
+        self.enabled.clear();
+        self.sites_sent = 0;
+        self.sites_dropped.clear();
+        self.later_biases.clear();
+        self.unmapped.clear();
+        self.watches = traps::Watches::default();
+        self.children = traps::Children::default();
+        // Libraries the new program maps later are watched as before.
+        self.rdebug = None;
+        if let Some(rd) = crate::transport::ptrace::rdebug::find(&self.maps)
+            && let Some(world) = self.world.as_mut()
+            && self
+                .patcher
+                .plan_library_event(world, &self.maps, rd.brk)
+                .is_ok()
+        {
+            self.rdebug = Some(rd);
+        }
+        self.reload = true;
+        on_event(self, Event::Exec { pid });
+        if self.reload {
+            // The session gave no handlers: let it go untraced.
+            self.reload = false;
+            self.execed = true;
+            if let Some(mut w) = self.world.take() {
+                w.release();
+            }
+            return Err(not_traced("no handlers were given for it".into()));
+        }
+        Ok(())
     }
 
     /// Hands the sites planned since the last commit to the agent (and the
@@ -1038,6 +1143,8 @@ impl Transport for InProc {
         let Some(world) = self.world.as_mut() else {
             return Err("the target is not stopped".into());
         };
+        // A program the process executes may be where they are.
+        self.follow_exec = true;
         let Some(rd) = crate::transport::ptrace::rdebug::find(&self.maps) else {
             return Err(format!(
                 "process {pid} has no dynamic linker whose library events can be watched (a \
@@ -1057,6 +1164,16 @@ impl Transport for InProc {
     }
 
     fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        if self.reload {
+            // The process executed a new program (`on_exec`): a new agent
+            // in its image, every probe armed there; the old agent's
+            // region (its maps read by the session) goes.
+            self.reload = false;
+            let old = self.agent.take();
+            let r = self.commit(set);
+            drop(old);
+            return r;
+        }
         // The biases of the probes armed since the last commit (those not
         // enabled in the agent yet): told with their sites.
         self.later_biases = set
@@ -1185,6 +1302,11 @@ impl Transport for InProc {
             }
             if self.traps.as_ref().is_some_and(|t| t.library_event())
                 && let Err(e) = self.on_library_event(on_event)
+            {
+                crate::elog!("wprobe: {e}");
+            }
+            if self.traps.as_ref().is_some_and(|t| t.exec_stop.is_some())
+                && let Err(e) = self.on_exec(on_event)
             {
                 crate::elog!("wprobe: {e}");
             }

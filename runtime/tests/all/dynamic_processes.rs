@@ -21,6 +21,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Perf
     ),
     case!(
+        a_program_executed_by_a_wrapper_and_its_dlopen_are_counted,
+        Need::Ptrace
+    ),
+    case!(
         fork_children_and_an_exec_call_the_library_as_counted,
         Need::Ptrace
     ),
@@ -98,6 +102,59 @@ fn a_library_opened_where_one_was_closed_is_traced_each_time() {
 /// The same counts under perf (uprobes on the files).
 fn a_library_opened_where_one_was_closed_is_traced_each_time_under_perf() {
     reopen_counts("perf");
+}
+
+/// A wrapper (`env`) executes `dlthreads`, whose second thread calls
+/// `hot` in a loop while its main thread opens `libreopen_a.so`, calls
+/// `fa2` 5 times and closes it, twice: `main` 1, `fa` 10, `fa2`
+/// returning 2, 4, 6, 8, 10 twice each. Under inproc (and `auto`, which takes it: the program is
+/// executed after the start) the agent is loaded into the new image at
+/// the exec, before any of its code ran, and the library's probes armed
+/// at the dynamic linker's `r_brk` while the other thread runs its hot
+/// probe; the maps go on from the old image's agent. The same under
+/// ptrace.
+fn a_program_executed_by_a_wrapper_and_its_dlopen_are_counted() {
+    dlreopen();
+    let exe = gcc(
+        "dlthreads",
+        &progs().join("dlthreads.c"),
+        &["-O0", "-pthread"],
+    );
+    let d = scratch();
+    let prog = format!(
+        "uprobe:{e}:main {{ @m = count(); }} \
+         uprobe:{e}:hot {{ @h = count(); }} \
+         uprobe:{d}/libreopen_a.so:fa {{ @a = count(); }} \
+         uretprobe:{d}/libreopen_a.so:fa2 {{ @r[retval] = count(); }}",
+        e = exe.display(),
+        d = d.display()
+    );
+    let cmd = format!("env X=1 {} {} 5 2", exe.display(), d.display());
+    for tr in ["inproc", "auto", "ptrace"] {
+        let (maps, out) = counts(tr, &["-v"], &prog, &cmd);
+        assert!(out.contains("s=60 hot>0=1"), "{tr}: {out}");
+        if tr == "auto" {
+            assert!(out.contains("wprobe: transport inproc:"), "{tr}: {out}");
+        }
+        let maps: Vec<&str> = maps
+            .iter()
+            .map(String::as_str)
+            .filter(|m| !m.starts_with("@h: "))
+            .collect();
+        assert_eq!(
+            maps,
+            [
+                "@a: 10",
+                "@m: 1",
+                "@r[10]: 2",
+                "@r[2]: 2",
+                "@r[4]: 2",
+                "@r[6]: 2",
+                "@r[8]: 2"
+            ],
+            "{tr}: {out}"
+        );
+    }
 }
 
 /// `forklib`, `forkexecd` and their library, in the scratch directory.

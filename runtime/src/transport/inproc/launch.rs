@@ -126,7 +126,7 @@ impl Temp {
 
 /// Runs the stopped child to where the libraries are ready (see the
 /// module's documentation), or to its entry point.
-fn run_to_entry(pid: i32) -> anyhow::Result<()> {
+pub(super) fn run_to_entry(pid: i32) -> anyhow::Result<()> {
     let died = || anyhow!("process {pid} died before its entry point");
     let aux = auxv(pid);
     let Some(entry) = aux.iter().find(|(k, _)| *k == libc::AT_ENTRY).map(|a| a.1) else {

@@ -94,6 +94,11 @@ pub(super) struct Traps {
     library: Option<u64>,
     /// Threads stopped at the library event, moved to its stub.
     at_library: BTreeSet<i32>,
+    /// An exec of the process is held at its stop for the transport, which
+    /// loads the agent into the new image (else the threads are let go).
+    pub(super) follow_exec: bool,
+    /// The process, stopped at its exec, when [`Traps::follow_exec`].
+    pub(super) exec_stop: Option<i32>,
 }
 
 /// The fork and vfork children of a [`Traps`] not yet let go, handed from
@@ -168,6 +173,8 @@ impl Traps {
                 .ok(),
             library,
             at_library: BTreeSet::new(),
+            follow_exec: false,
+            exec_stop: None,
         };
         if launched {
             drop(world.into_stopped());
@@ -384,6 +391,14 @@ impl Traps {
                 libc::PTRACE_EVENT_EXEC => {
                     if self.vforked.remove(&tid) {
                         let _ = sys::detach(tid, 0);
+                        return false;
+                    }
+                    if self.follow_exec {
+                        // The other threads are gone; this one (the
+                        // process's pid now) waits for the new agent.
+                        self.threads.clear();
+                        self.at_library.clear();
+                        self.exec_stop = Some(tid);
                         return false;
                     }
                     // The image with the traps is gone: let every thread go.
