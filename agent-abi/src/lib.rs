@@ -311,9 +311,9 @@ pub struct ProbeSlot {
     /// not have the store lock (agent, atomic).
     pub live_lost: AtomicU64,
     /// A return probe: 1 when each call tracked is told to the tracer at
-    /// once, by an [`entry::ENTERED`] entry (`wprobe trace` with its own
-    /// handlers: no handler runs at the entry). Set by the tracer before
-    /// `enabled`.
+    /// once, by an [`entry::ENTERED`] entry, and its return by an
+    /// [`entry::RETURNED`] entry (`wprobe trace` with its own handlers: no
+    /// handler runs at either end). Set by the tracer before `enabled`.
     pub entry_notice: u64,
     /// A return probe: calls not tracked because their thread already
     /// tracked [`MAX_TRACKED_CALLS`] calls (also counted in `missed`).
@@ -449,6 +449,11 @@ pub mod entry {
     /// the entry, `ip` the function's entry, no record, `outcome` 0), then
     /// one word: `rsp` at the entry. Ordered with the runs of its thread.
     pub const ENTERED: u16 = 2;
+    /// A call told by an [`ENTERED`] entry returned: a [`crate::RunHeader`]
+    /// (`probe`, `tid`, `cpu`, `time_ns` of the return, `ip` the
+    /// function's entry, no record, `outcome` 0), then three words: `rax`
+    /// after the return, `rsp` at the entry, the call's duration in ns.
+    pub const RETURNED: u16 = 3;
 }
 
 /// Kinds of records inside a run ([`RecordHeader::kind`]).

@@ -163,6 +163,20 @@ impl<'a> RunView<'a> {
         Some(u64::from_le_bytes(w.try_into().ok()?))
     }
 
+    /// An [`agent_abi::entry::RETURNED`] entry's words: `rax` after the
+    /// return, `rsp` at the entry, the duration in ns (`None` for a run).
+    pub fn returned(&self) -> Option<[u64; 3]> {
+        if self.header.kind != entry::RETURNED {
+            return None;
+        }
+        let w = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(
+                self.body.get(8 * i..8 * i + 8)?.try_into().ok()?,
+            ))
+        };
+        Some([w(0)?, w(1)?, w(2)?])
+    }
+
     /// Its records, in emission order (no allocation: they are read from
     /// the entry, which the drain checked whole).
     #[inline]
@@ -567,7 +581,12 @@ impl Region {
                 && size.is_multiple_of(8)
                 && off as u64 + size <= cap
                 && tail + size <= head;
-            if !fits || !matches!(kind, entry::PAD | entry::RUN | entry::ENTERED) {
+            if !fits
+                || !matches!(
+                    kind,
+                    entry::PAD | entry::RUN | entry::ENTERED | entry::RETURNED
+                )
+            {
                 out.corrupt += 1;
                 tail = head;
                 break;

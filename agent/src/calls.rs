@@ -458,6 +458,30 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
             slot.missed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
+        if slot.entry_notice != 0 {
+            // Told, with no handler run: what the built-in exit handler
+            // would have logged.
+            slot.hits
+                .store(slot.hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            let head = RunHeader {
+                probe: call.probe,
+                tid: h.tid,
+                cpu: crate::host::current_cpu() as u32,
+                time_ns: t,
+                ip: call.func,
+                ..Default::default()
+            };
+            // SAFETY: the stub's frame, live for this hit.
+            let rax = unsafe { (*h.frame).rax };
+            let words = [rax, call.entry_rsp, t.saturating_sub(call.entry_ns)];
+            // The store lock is held (taken above).
+            if ring::push_returned(c, head, words) {
+                ran += 1;
+            } else {
+                slot.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
         // SAFETY: the stub's frame; the store lock is held.
         unsafe {
             (*h.frame).rip = call.ret_addr;

@@ -73,6 +73,30 @@ pub fn push_entered(c: &ControlHeader, mut head: RunHeader, rsp: u64) -> bool {
     true
 }
 
+/// Writes an [`entry::RETURNED`] entry: `head` (its `size` and `kind` set
+/// here) and `words` (`rax`, the entry's `rsp`, the duration); `false` when
+/// there was no room in time.
+#[inline(always)]
+pub fn push_returned(c: &ControlHeader, mut head: RunHeader, words: [u64; 3]) -> bool {
+    const SIZE: usize = agent_abi::RUN_HEADER_SIZE + 24;
+    head.size = SIZE as u32;
+    head.kind = entry::RETURNED;
+    let Some(at) = reserve(c, SIZE as u64) else {
+        return false;
+    };
+    // SAFETY: `reserve` gave SIZE bytes at `at` (8-aligned), released by
+    // the consumer; RunHeader is plain data of RUN_HEADER_SIZE bytes.
+    unsafe {
+        core::ptr::write_unaligned(at.0 as *mut RunHeader, head);
+        core::ptr::write_unaligned(
+            at.0.add(agent_abi::RUN_HEADER_SIZE) as *mut [u64; 3],
+            words,
+        );
+    }
+    c.ring.head.store(at.1, Ordering::Release);
+    true
+}
+
 /// Room for an entry of `size` bytes (8-aligned) at the ring's head, a pad
 /// entry written before it when it would cross the ring's end: where to
 /// write it, and the head to publish once it is written. `None` when the

@@ -870,6 +870,29 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
+            Event::Returned {
+                tag,
+                pid,
+                tid,
+                time_ns,
+                rax,
+                entry_rsp,
+                elapsed_ns,
+                ..
+            } => {
+                if let Some((prog, index)) = self.origin(tag) {
+                    self.hook_event(HookEvent::Returned {
+                        prog,
+                        index,
+                        pid,
+                        tid,
+                        time_ns,
+                        rax,
+                        entry_rsp,
+                        elapsed_ns,
+                    });
+                }
+            }
             Event::Entered {
                 tag,
                 pid,

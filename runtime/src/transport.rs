@@ -336,6 +336,26 @@ pub enum Event<'a> {
         /// The function's entry address.
         ip: u64,
     },
+    /// The return of a call told by [`Event::Entered`] (no handler ran at
+    /// it; what the built-in `trace_exit` handler would have logged).
+    Returned {
+        /// The probe's tag.
+        tag: usize,
+        /// The process.
+        pid: i32,
+        /// The thread that made the call.
+        tid: i32,
+        /// Wall-clock time of the return, in ns.
+        time_ns: u64,
+        /// The function's entry address.
+        ip: u64,
+        /// `rax` after the return.
+        rax: u64,
+        /// `rsp` at the entry (the call's identity in its thread).
+        entry_rsp: u64,
+        /// The call's duration, in ns.
+        elapsed_ns: u64,
+    },
     /// A transport that runs the handlers itself
     /// ([`Transport::runs_handlers`]): one handler run in the target whose
     /// records (or outcome) the session must see; runs without either are

@@ -91,6 +91,27 @@ pub enum HookEvent {
         /// The function's entry address.
         ip: u64,
     },
+    /// The return of a call told by [`HookEvent::Entered`] (the
+    /// transport's `Event::Returned`): what the built-in `trace_exit`
+    /// handler would have logged, in order with the thread's records.
+    Returned {
+        /// The probe's program.
+        prog: usize,
+        /// Its index in the program's manifest.
+        index: usize,
+        /// The process.
+        pid: i32,
+        /// The thread that made the call.
+        tid: i32,
+        /// Wall-clock time of the return, in ns.
+        time_ns: u64,
+        /// `rax` after the return.
+        rax: u64,
+        /// `rsp` at the call's entry.
+        entry_rsp: u64,
+        /// The call's duration, in ns.
+        elapsed_ns: u64,
+    },
     /// A call of a return probe ended without returning (the transport's
     /// `Event::Unwound`), delivered before any later record of its thread.
     Unwound {

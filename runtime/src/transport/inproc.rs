@@ -1587,6 +1587,22 @@ impl InProc {
                 );
                 return;
             }
+            if let Some([rax, entry_rsp, elapsed_ns]) = run.returned() {
+                on_event(
+                    self,
+                    Event::Returned {
+                        tag: h.probe as usize,
+                        pid,
+                        tid: h.tid as i32,
+                        time_ns: h.time_ns,
+                        ip: h.ip,
+                        rax,
+                        entry_rsp,
+                        elapsed_ns,
+                    },
+                );
+                return;
+            }
             if h.outcome == run_outcome::UNWOUND {
                 if let Some(ev) = unwound(pid, run) {
                     on_event(self, ev);

@@ -237,6 +237,29 @@ impl RecordHook for Hook {
                         .enter(Thread { pid, tid }, func, time_ns, rsp, ip, &[]);
                 }
             }
+            HookEvent::Returned {
+                prog,
+                index,
+                pid,
+                tid,
+                time_ns,
+                rax,
+                entry_rsp,
+                elapsed_ns,
+            } => {
+                if let Some(&(func, true)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index))
+                {
+                    st.tree.exit(
+                        Thread { pid, tid },
+                        func,
+                        time_ns,
+                        rax,
+                        entry_rsp,
+                        elapsed_ns,
+                        &[],
+                    );
+                }
+            }
             HookEvent::Lost { count, .. } => st.problems.lost += count,
             HookEvent::Missed { count, .. } => st.problems.missed += count,
         }
