@@ -1172,7 +1172,19 @@ impl Transport for InProc {
             let old = self.agent.take();
             let r = self.commit(set);
             drop(old);
-            return r;
+            if let Err(e) = r {
+                // Let the new program go untraced, as it was.
+                if let Some(mut w) = self.world.take() {
+                    let _ = self.patcher.restore(&w);
+                    w.release();
+                }
+                self.execed = true;
+                return Err(format!(
+                    "process {} executed a new program, which is not traced: {e}",
+                    self.pid
+                ));
+            }
+            return Ok(());
         }
         // The biases of the probes armed since the last commit (those not
         // enabled in the agent yet): told with their sites.
