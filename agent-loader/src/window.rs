@@ -256,6 +256,17 @@ fn lands_amiss(win: &[Instruction], range: std::ops::Range<u64>) -> Result<(), R
 /// Chooses the window of the probe at `probe` in `func` (run-time
 /// addresses). `probe` must start an instruction of the function.
 pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<Site, Refusal> {
+    plan_len(probe, func, targets, JMP_LEN)
+}
+
+/// [`plan`] for a window of at least `need` bytes ([`NEAR_LEN`]: a near
+/// jump's, to a [`CAVE_LEN`]-byte jump in padding nearby).
+pub fn plan_len(
+    probe: u64,
+    func: Function<'_>,
+    targets: &BranchTargets,
+    need: usize,
+) -> Result<Site, Refusal> {
     let end = func.start + func.code.len() as u64;
     if probe < func.start || probe >= end {
         return Err(Refusal::NoFunction);
@@ -265,7 +276,7 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
     let mut start = probe;
     let mut displaced: Vec<Instruction> = Vec::new();
     let mut len = 0usize;
-    while len < JMP_LEN {
+    while len < need {
         if !d.can_decode() {
             return Err(Refusal::TooShort { room: end - start });
         }
@@ -292,7 +303,7 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
         // A `call` ending the window is run as a push of its return
         // address (the window's end, in the original code) and a jump:
         // the callee returns to the program, never into the stub.
-        if !(len + i.len() >= JMP_LEN && call_ends_window(&i)) {
+        if !(len + i.len() >= need && call_ends_window(&i)) {
             refuse_instruction(&i)?;
         }
         len += i.len();
@@ -337,6 +348,17 @@ pub fn plan_whole(
     func: Function<'_>,
     after: &[u8],
     targets: &BranchTargets,
+) -> Result<Site, Refusal> {
+    plan_whole_len(entry, func, after, targets, JMP_LEN)
+}
+
+/// [`plan_whole`] for a window of at least `need` bytes.
+pub fn plan_whole_len(
+    entry: u64,
+    func: Function<'_>,
+    after: &[u8],
+    targets: &BranchTargets,
+    need: usize,
 ) -> Result<Site, Refusal> {
     let end = func.start + func.code.len() as u64;
     if entry < func.start || entry >= end {
@@ -400,10 +422,10 @@ pub fn plan_whole(
     }
     lands_amiss(&win, start..ret.next_ip())?;
     let base = (ret.next_ip() - start) as usize;
-    let len = if base >= JMP_LEN {
+    let len = if base >= need {
         base
     } else {
-        base + padding(func, after, ret.next_ip(), JMP_LEN - base, targets)
+        base + padding(func, after, ret.next_ip(), need - base, targets)
             .ok_or(Refusal::TooShort { room: base as u64 })?
     };
     checked(Site {
@@ -440,6 +462,9 @@ fn padding(
         }
         n += i.len();
     }
+    // A near jump's window takes no more than it needs (padding is never
+    // run: the rest of a long `nop` stays free for caves).
+    let n = if need < JMP_LEN { n.min(need) } else { n };
     (n >= need).then_some(n)
 }
 
@@ -524,6 +549,17 @@ pub fn plan_ret(
     after: &[u8],
     targets: &BranchTargets,
 ) -> Result<Site, Refusal> {
+    plan_ret_len(ret, func, after, targets, JMP_LEN)
+}
+
+/// [`plan_ret`] for a window of at least `need` bytes.
+pub fn plan_ret_len(
+    ret: u64,
+    func: Function<'_>,
+    after: &[u8],
+    targets: &BranchTargets,
+    need: usize,
+) -> Result<Site, Refusal> {
     let end = func.start + func.code.len() as u64;
     if ret < func.start || ret >= end {
         return Err(Refusal::NoFunction);
@@ -589,10 +625,10 @@ pub fn plan_ret(
             break;
         }
         let base: usize = pre.iter().map(|i| i.len()).sum::<usize>() + insns[r].len();
-        let len = if base >= JMP_LEN {
+        let len = if base >= need {
             Some(base)
         } else {
-            pad_len(JMP_LEN - base).map(|p| base + p)
+            pad_len(need - base).map(|p| base + p)
         };
         if let Some(len) = len {
             let from = insns[r - k].ip();

@@ -764,6 +764,19 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
                 orig: Box::from(&*orig),
             });
         }
+        // A near site's cave: its padding reads as the file has it too.
+        if e.cave != 0 && e.cave_len != 0 {
+            let Some(orig) = ctrl::bytes(c, e.cave_off, u64::from(e.cave_len)) else {
+                return err(
+                    AgentError::BadRequest,
+                    format_args!("site {} cave bytes", e.site),
+                );
+            };
+            windows.push(Window {
+                addr: e.cave,
+                orig: Box::from(&*orig),
+            });
+        }
         let i = e.site as usize;
         if table.len() <= i {
             table.resize_with(i + 1, || None);

@@ -448,6 +448,7 @@ impl InProc {
                 window: s.window(),
                 trap: s.trap.is_some(),
                 stub: s.stub,
+                cave: s.cave.as_ref().map(|c| (c.addr, c.orig.clone())),
             })
             .collect();
         {
@@ -529,6 +530,14 @@ impl InProc {
     /// site, or beyond [`FALLBACKS_LISTED`] sites one line naming their
     /// functions (`WPROBE_DEBUG` lists every site).
     fn say_fallbacks(&mut self) {
+        let near = std::mem::take(&mut self.patcher.near_notes);
+        if crate::transport::VERBOSE.load(std::sync::atomic::Ordering::Relaxed)
+            || std::env::var_os("WPROBE_DEBUG").is_some()
+        {
+            for n in near {
+                crate::elog!("wprobe: process {}: {n}", self.pid);
+            }
+        }
         let notes = std::mem::take(&mut self.patcher.notes);
         if notes.len() <= FALLBACKS_LISTED || std::env::var_os("WPROBE_DEBUG").is_some() {
             for (_, n) in notes {
@@ -820,7 +829,13 @@ impl Transport for InProc {
     fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
         let mut out: Vec<(usize, &'static str, u32)> = Vec::new();
         for s in &self.patcher.sites {
-            let how = if s.trap.is_some() { "trap" } else { "jump" };
+            let how = if s.trap.is_some() {
+                "trap"
+            } else if s.cave.is_some() {
+                "near"
+            } else {
+                "jump"
+            };
             for &tag in s.tags.iter().chain(&s.ret_tags) {
                 match out.iter_mut().find(|(t, h, _)| *t == tag && *h == how) {
                     Some(e) => e.2 += 1,
