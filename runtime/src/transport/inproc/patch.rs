@@ -1132,45 +1132,54 @@ impl Patcher {
                     &self.sites,
                     self.longest,
                 );
-                let found = near.ok().and_then(|site| {
-                    let (lo, hi) = (site.addr, site.addr + site.len as u64);
-                    if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi)
-                        || cave_in(caves, lo, hi).is_some()
-                    {
-                        return None;
-                    }
-                    let blocks = module.padding_blocks_near(lo.wrapping_sub(bias), bias);
-                    let taken = |a: u64, b: u64| {
-                        if (a < hi && lo < b)
-                            || cave_in(caves, a, b).is_some()
-                            || tails
-                                .range(a.saturating_sub(MAX_TAIL)..b)
-                                .any(|(&t, &e)| t < b && a < e)
-                            || by_window.range((a.saturating_sub(longest), 0)..(b, 0)).any(
-                                |&(_, i)| {
-                                    let o = &sites[i].site;
-                                    o.addr < b && a < o.addr + o.len as u64
-                                },
-                            )
-                            || pcs.iter().any(|(_, pc)| (a..b).contains(pc))
-                        {
-                            return true;
+                let found = near
+                    .map_err(|r| format!("no 2-byte window: {r}"))
+                    .and_then(|site| {
+                        let (lo, hi) = (site.addr, site.addr + site.len as u64);
+                        if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi) {
+                            return Err("a thread is stopped inside its 2-byte window".to_string());
                         }
-                        // The bytes in memory are the file's (its padding:
-                        // `padding_block` decoded the block whole).
-                        let file = module.bytes_at(a.wrapping_sub(bias), (b - a) as usize);
-                        let mut now = vec![0u8; (b - a) as usize];
-                        !(world.peek(a, &mut now) == now.len() && file == Some(&now[..]))
-                    };
-                    let c = nearjump::find_cave(lo, &blocks, taken)?;
-                    Some((site, c))
-                });
+                        if let Some(c) = cave_in(caves, lo, hi) {
+                            return Err(format!("its window meets the cave at {c:#x}"));
+                        }
+                        let blocks = module.padding_blocks_near(lo.wrapping_sub(bias), bias);
+                        let taken = |a: u64, b: u64| {
+                            if (a < hi && lo < b)
+                                || cave_in(caves, a, b).is_some()
+                                || tails
+                                    .range(a.saturating_sub(MAX_TAIL)..b)
+                                    .any(|(&t, &e)| t < b && a < e)
+                                || by_window.range((a.saturating_sub(longest), 0)..(b, 0)).any(
+                                    |&(_, i)| {
+                                        let o = &sites[i].site;
+                                        o.addr < b && a < o.addr + o.len as u64
+                                    },
+                                )
+                                || pcs.iter().any(|(_, pc)| (a..b).contains(pc))
+                            {
+                                return true;
+                            }
+                            // The bytes in memory are the file's (its padding:
+                            // `padding_block` decoded the block whole).
+                            let file = module.bytes_at(a.wrapping_sub(bias), (b - a) as usize);
+                            let mut now = vec![0u8; (b - a) as usize];
+                            !(world.peek(a, &mut now) == now.len() && file == Some(&now[..]))
+                        };
+                        let c = nearjump::find_cave(lo, &blocks, taken).ok_or_else(|| {
+                            format!(
+                                "no free padding between functions within 127 bytes ({} blocks \
+                             near)",
+                                blocks.len()
+                            )
+                        })?;
+                        Ok((site, c))
+                    });
                 match found {
-                    Some((site, c)) => {
+                    Ok((site, c)) => {
                         cave = Some((c, why));
                         Ok(site)
                     }
-                    None => Err(why),
+                    Err(near) => Err(format!("{why}; nor a near jump: {near}")),
                 }
             }
         };
