@@ -224,9 +224,9 @@ fn the_statistics_count_near_sites() {
     let near = serde_json::json!({"near": 1});
     let jump = serde_json::json!({"jump": 1});
     let want: BTreeMap<String, (u64, serde_json::Value)> = [
-        ("h:inc", (7, near.clone())),
-        ("h:outer", (7, jump)),
-        ("h:twice", (7, near)),
+        ("near_h:inc", (7, near.clone())),
+        ("near_h:outer", (7, jump)),
+        ("near_h:twice", (7, near)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -1133,7 +1133,16 @@ impl Patcher {
                     self.longest,
                 );
                 let found = near
-                    .map_err(|r| format!("no 2-byte window: {r}"))
+                    .map_err(|r| {
+                        // The rules' words, for the 2 bytes of a near jump.
+                        r.to_string()
+                            .replace("5-byte window", "2-byte window")
+                            .replace(
+                                "the 5 bytes the jump replaces",
+                                "the bytes a near jump replaces",
+                            )
+                            .replace("a jump needs 5", "a near jump needs 2")
+                    })
                     .and_then(|site| {
                         let (lo, hi) = (site.addr, site.addr + site.len as u64);
                         if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi) {
