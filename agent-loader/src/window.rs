@@ -259,8 +259,9 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
     plan_len(probe, func, targets, JMP_LEN)
 }
 
-/// [`plan`] for a window of at least `need` bytes ([`NEAR_LEN`]: a near
-/// jump's, to a [`CAVE_LEN`]-byte jump in padding nearby).
+/// [`plan`] for a window of at least `need` bytes
+/// ([`crate::nearjump::NEAR_LEN`]: a near jump's, to a
+/// [`crate::nearjump::CAVE_LEN`]-byte jump in padding nearby).
 pub fn plan_len(
     probe: u64,
     func: Function<'_>,
