@@ -441,7 +441,9 @@ pub fn plan_whole_len(
 /// Bytes of alignment padding from `from` (just after a `ret`) on: whole
 /// `nop`/`int3` instructions no direct branch targets, in the function's
 /// code and then in `after` (the bytes from its end to the next function),
-/// until `need` bytes; `None` when there are fewer.
+/// until `need` bytes: `need` (the window ends there, maybe inside a long
+/// `nop`: the rest stays free for a near jump's cave); `None` when there
+/// are fewer.
 fn padding(
     func: Function<'_>,
     after: &[u8],
@@ -463,10 +465,9 @@ fn padding(
         }
         n += i.len();
     }
-    // A near jump's window takes no more than it needs (padding is never
-    // run: the rest of a long `nop` stays free for caves).
-    let n = if need < JMP_LEN { n.min(need) } else { n };
-    (n >= need).then_some(n)
+    // A window takes no more padding than it needs (padding is never run:
+    // the rest of a long `nop` stays free for near jumps' caves).
+    (n >= need).then_some(need)
 }
 
 /// The one-instruction window of a site that traps instead of jumping (a
@@ -896,7 +897,9 @@ mod tests {
         let code = [0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
         let pad = [0x0f, 0x1f, 0x44, 0x00, 0x00];
         let s = plan_ret(0x1005, f(&code), &pad, &t).unwrap();
-        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1005, 6, 0));
+        // the `ret` and 4 bytes of the 5-byte `nop` (never run: the rest
+        // stays free for a near jump's cave)
+        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1005, 5, 0));
         assert_eq!(s.ret.map(|r| r.ip()), Some(0x1005));
         // no padding: the epilogue back to 5 bytes
         let s = plan_ret(0x1005, f(&code), &[], &t).unwrap();
