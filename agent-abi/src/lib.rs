@@ -785,6 +785,15 @@ pub struct SiteEntry {
     pub trap: u32,
     /// The site's stub.
     pub stub: u64,
+    /// A near site's cave: the address of the `jmp rel32` to the stub its
+    /// `jmp rel8` goes to, in padding (0: none).
+    pub cave: u64,
+    /// Offset of the `cave_len` bytes the cave replaces (the file's).
+    pub cave_off: u64,
+    /// Number of those bytes.
+    pub cave_len: u32,
+    /// Zero.
+    pub _pad: u32,
 }
 
 /// Kinds of sites ([`SiteEntry::kind`]).

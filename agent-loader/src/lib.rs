@@ -5,8 +5,8 @@
 //! calling process, [`SelfTarget`], and by the runtime for a
 //! ptrace-stopped thread); the shared control region ([`region`]);
 //! precompiling handler modules for its engine ([`compile`]); choosing the
-//! instructions a probe's jump replaces ([`window`]) and generating the
-//! stubs ([`stub`]).
+//! instructions a probe's jump replaces ([`window`]), the padding a near
+//! jump's cave goes in ([`nearjump`]) and generating the stubs ([`stub`]).
 //!
 //! This crate holds the `unsafe` of the tracer's side (the shared mapping,
 //! futexes on it): wprobe's runtime crate denies `unsafe` outside its
@@ -17,6 +17,7 @@ pub mod elf;
 mod insn;
 pub mod jumptable;
 pub mod loader;
+pub mod nearjump;
 pub mod region;
 pub mod stub;
 pub mod tailcall;

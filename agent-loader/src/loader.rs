@@ -237,6 +237,9 @@ pub struct SiteSpec {
     pub trap: bool,
     /// The site's stub.
     pub stub: u64,
+    /// A near site's cave (its `jmp rel32` to the stub, in padding) and
+    /// the bytes it replaces (the file's).
+    pub cave: Option<(u64, Vec<u8>)>,
 }
 
 /// Views plain `#[repr(C)]` data as bytes.
@@ -338,6 +341,15 @@ impl LoadedAgent {
             let probes_off = self.region.put(as_bytes(&s.probes))?;
             let ret_off = self.region.put(as_bytes(&s.ret_probes))?;
             let orig_off = self.region.put(&s.window.1)?;
+            let (cave, cave_orig) = match &s.cave {
+                Some((a, b)) => (*a, b.as_slice()),
+                None => (0, &[][..]),
+            };
+            let cave_off = if cave_orig.is_empty() {
+                0
+            } else {
+                self.region.put(cave_orig)?
+            };
             entries.push(SiteEntry {
                 site: s.site,
                 n_probes: s.probes.len() as u32,
@@ -351,6 +363,10 @@ impl LoadedAgent {
                 orig_len: s.window.1.len() as u32,
                 trap: u32::from(s.trap),
                 stub: s.stub,
+                cave,
+                cave_off,
+                cave_len: cave_orig.len() as u32,
+                _pad: 0,
             });
         }
         let sites_off = self.region.put(as_bytes(&entries))?;

@@ -256,6 +256,18 @@ fn lands_amiss(win: &[Instruction], range: std::ops::Range<u64>) -> Result<(), R
 /// Chooses the window of the probe at `probe` in `func` (run-time
 /// addresses). `probe` must start an instruction of the function.
 pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<Site, Refusal> {
+    plan_len(probe, func, targets, JMP_LEN)
+}
+
+/// [`plan`] for a window of at least `need` bytes
+/// ([`crate::nearjump::NEAR_LEN`]: a near jump's, to a
+/// [`crate::nearjump::CAVE_LEN`]-byte jump in padding nearby).
+pub fn plan_len(
+    probe: u64,
+    func: Function<'_>,
+    targets: &BranchTargets,
+    need: usize,
+) -> Result<Site, Refusal> {
     let end = func.start + func.code.len() as u64;
     if probe < func.start || probe >= end {
         return Err(Refusal::NoFunction);
@@ -265,7 +277,7 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
     let mut start = probe;
     let mut displaced: Vec<Instruction> = Vec::new();
     let mut len = 0usize;
-    while len < JMP_LEN {
+    while len < need {
         if !d.can_decode() {
             return Err(Refusal::TooShort { room: end - start });
         }
@@ -292,7 +304,7 @@ pub fn plan(probe: u64, func: Function<'_>, targets: &BranchTargets) -> Result<S
         // A `call` ending the window is run as a push of its return
         // address (the window's end, in the original code) and a jump:
         // the callee returns to the program, never into the stub.
-        if !(len + i.len() >= JMP_LEN && call_ends_window(&i)) {
+        if !(len + i.len() >= need && call_ends_window(&i)) {
             refuse_instruction(&i)?;
         }
         len += i.len();
@@ -337,6 +349,17 @@ pub fn plan_whole(
     func: Function<'_>,
     after: &[u8],
     targets: &BranchTargets,
+) -> Result<Site, Refusal> {
+    plan_whole_len(entry, func, after, targets, JMP_LEN)
+}
+
+/// [`plan_whole`] for a window of at least `need` bytes.
+pub fn plan_whole_len(
+    entry: u64,
+    func: Function<'_>,
+    after: &[u8],
+    targets: &BranchTargets,
+    need: usize,
 ) -> Result<Site, Refusal> {
     let end = func.start + func.code.len() as u64;
     if entry < func.start || entry >= end {
@@ -400,10 +423,10 @@ pub fn plan_whole(
     }
     lands_amiss(&win, start..ret.next_ip())?;
     let base = (ret.next_ip() - start) as usize;
-    let len = if base >= JMP_LEN {
+    let len = if base >= need {
         base
     } else {
-        base + padding(func, after, ret.next_ip(), JMP_LEN - base, targets)
+        base + padding(func, after, ret.next_ip(), need - base, targets)
             .ok_or(Refusal::TooShort { room: base as u64 })?
     };
     checked(Site {
@@ -418,7 +441,9 @@ pub fn plan_whole(
 /// Bytes of alignment padding from `from` (just after a `ret`) on: whole
 /// `nop`/`int3` instructions no direct branch targets, in the function's
 /// code and then in `after` (the bytes from its end to the next function),
-/// until `need` bytes; `None` when there are fewer.
+/// until `need` bytes: `need` (the window ends there, maybe inside a long
+/// `nop`: the rest stays free for a near jump's cave); `None` when there
+/// are fewer.
 fn padding(
     func: Function<'_>,
     after: &[u8],
@@ -440,7 +465,9 @@ fn padding(
         }
         n += i.len();
     }
-    (n >= need).then_some(n)
+    // A window takes no more padding than it needs (padding is never run:
+    // the rest of a long `nop` stays free for near jumps' caves).
+    (n >= need).then_some(need)
 }
 
 /// The one-instruction window of a site that traps instead of jumping (a
@@ -524,6 +551,17 @@ pub fn plan_ret(
     after: &[u8],
     targets: &BranchTargets,
 ) -> Result<Site, Refusal> {
+    plan_ret_len(ret, func, after, targets, JMP_LEN)
+}
+
+/// [`plan_ret`] for a window of at least `need` bytes.
+pub fn plan_ret_len(
+    ret: u64,
+    func: Function<'_>,
+    after: &[u8],
+    targets: &BranchTargets,
+    need: usize,
+) -> Result<Site, Refusal> {
     let end = func.start + func.code.len() as u64;
     if ret < func.start || ret >= end {
         return Err(Refusal::NoFunction);
@@ -589,10 +627,10 @@ pub fn plan_ret(
             break;
         }
         let base: usize = pre.iter().map(|i| i.len()).sum::<usize>() + insns[r].len();
-        let len = if base >= JMP_LEN {
+        let len = if base >= need {
             Some(base)
         } else {
-            pad_len(JMP_LEN - base).map(|p| base + p)
+            pad_len(need - base).map(|p| base + p)
         };
         if let Some(len) = len {
             let from = insns[r - k].ip();
@@ -859,7 +897,9 @@ mod tests {
         let code = [0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
         let pad = [0x0f, 0x1f, 0x44, 0x00, 0x00];
         let s = plan_ret(0x1005, f(&code), &pad, &t).unwrap();
-        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1005, 6, 0));
+        // the `ret` and 4 bytes of the 5-byte `nop` (never run: the rest
+        // stays free for a near jump's cave)
+        assert_eq!((s.addr, s.len, s.displaced.len()), (0x1005, 5, 0));
         assert_eq!(s.ret.map(|r| r.ip()), Some(0x1005));
         // no padding: the epilogue back to 5 bytes
         let s = plan_ret(0x1005, f(&code), &[], &t).unwrap();

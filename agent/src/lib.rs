@@ -201,6 +201,9 @@ struct Site {
     ret_probes: Box<[u32]>,
     /// The bytes its jump (or trap) replaces, and where.
     window: Option<(u64, Box<[u8]>)>,
+    /// A near site's cave (the padding its `jmp rel8` leads to): where,
+    /// and the bytes the file has there.
+    cave: Option<(u64, Box<[u8]>)>,
     /// A trap site's stub.
     trap_stub: Option<u64>,
 }
@@ -768,6 +771,18 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         } else {
             None
         };
+        // A near site's cave: its padding reads as the file has it too.
+        let cave = if e.cave != 0 && e.cave_len != 0 {
+            let Some(orig) = ctrl::bytes(c, e.cave_off, u64::from(e.cave_len)) else {
+                return err(
+                    AgentError::BadRequest,
+                    format_args!("site {} cave bytes", e.site),
+                );
+            };
+            Some((e.cave, Box::from(&*orig)))
+        } else {
+            None
+        };
         let i = e.site as usize;
         if table.len() <= i {
             table.resize_with(i + 1, || None);
@@ -778,6 +793,7 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             kind: e.kind,
             ret_probes,
             window,
+            cave,
             trap_stub: (e.trap != 0).then_some(e.stub),
         });
     }
@@ -810,6 +826,12 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             if let Some(stub) = s.trap_stub {
                 traps.push((*addr, stub));
             }
+        }
+        if let Some((addr, orig)) = &s.cave {
+            windows.push(Window {
+                addr: *addr,
+                orig: orig.clone(),
+            });
         }
     }
     windows.sort_unstable_by_key(|w| w.addr);

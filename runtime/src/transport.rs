@@ -162,6 +162,10 @@ pub struct TransportInfo {
     pub open: OpenFn,
 }
 
+/// `-v`: transports say more of how they arm (the inproc transport lists
+/// its near-jump sites).
+pub static VERBOSE: AtomicBool = AtomicBool::new(false);
+
 /// Every transport, in `--help` order; the first is the default.
 pub static TRANSPORTS: &[&TransportInfo] = &[&ptrace::INFO, &perf::INFO, &inproc::INFO];
 

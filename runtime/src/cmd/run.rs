@@ -142,6 +142,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
         .map_err(CliError::user)?;
     if a.verbose {
+        crate::transport::VERBOSE.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::elog!("wprobe: {}", plan.describe());
     }
     session.set_plan(&plan);

@@ -625,6 +625,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         session.check(info)
     })?;
     if a.verbose {
+        crate::transport::VERBOSE.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::elog!("wprobe: {}", plan.describe());
     }
     let info = plan.info;

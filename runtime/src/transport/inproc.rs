@@ -586,6 +586,7 @@ impl InProc {
                 window: s.window(),
                 trap: s.trap.is_some(),
                 stub: s.stub,
+                cave: s.cave.as_ref().map(|c| (c.addr, c.orig.clone())),
             })
             .collect()
     }
@@ -789,6 +790,7 @@ impl InProc {
                 window: (0, Vec::new()),
                 trap: false,
                 stub: 0,
+                cave: None,
             });
         }
         {
@@ -835,6 +837,16 @@ impl InProc {
     /// site, or beyond [`FALLBACKS_LISTED`] sites one line naming their
     /// functions (`WPROBE_DEBUG` lists every site).
     fn say_fallbacks(&mut self) {
+        let near = std::mem::take(&mut self.patcher.near_notes);
+        if crate::transport::VERBOSE.load(std::sync::atomic::Ordering::Relaxed)
+            || std::env::var_os("WPROBE_DEBUG").is_some()
+        {
+            for n in near {
+                if self.said.insert(n.clone()) {
+                    crate::elog!("wprobe: process {}: {n}", self.pid);
+                }
+            }
+        }
         let mut notes = std::mem::take(&mut self.patcher.notes);
         // A library opened again gets its sites again: said once.
         notes.retain(|(_, n)| self.said.insert(n.clone()));
@@ -1204,7 +1216,13 @@ impl Transport for InProc {
     fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
         let mut out: Vec<(usize, &'static str, u32)> = Vec::new();
         for s in &self.patcher.sites {
-            let how = if s.trap.is_some() { "trap" } else { "jump" };
+            let how = if s.trap.is_some() {
+                "trap"
+            } else if s.cave.is_some() {
+                "near"
+            } else {
+                "jump"
+            };
             for &tag in s.tags.iter().chain(&s.ret_tags) {
                 match out.iter_mut().find(|(t, h, _)| *t == tag && *h == how) {
                     Some(e) => e.2 += 1,

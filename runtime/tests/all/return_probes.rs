@@ -871,9 +871,10 @@ fn a_return_probe_on_an_ifunc_returns_from_the_implementation(transport: &'stati
 }
 
 /// The in-process transport puts a jump where a 5-byte window fits and
-/// an `int3` where none does (a ptrace stop per hit, the thread moved to
-/// the same stub): `rec` ends in `ret; ret`, the second a branch target
-/// with no padding after it, so that `ret` traps, and says why; `add3` (3
+/// an `int3` where none does, not even a near jump's 2 bytes (a ptrace
+/// stop per hit, the thread moved to the same stub): `rec` ends in `ret;
+/// ret`, the second a branch target with no padding after it, so that
+/// `ret` traps, and says why; `add3` (3
 /// instructions) takes one window for its entry and its `ret`. Both give
 /// exact records.
 fn inproc_traps_where_no_window_fits() {
@@ -905,9 +906,13 @@ fn inproc_traps_where_no_window_fits() {
     assert!(
         notes[0].ends_with(&format!(
             ": {:#x} in rec: no jump can go there (the `ret` at {:#x} has no 5-byte window: `ret` at \
-             {:#x} in the 5 bytes the jump replaces: control leaves the window before its end): \
-             a trap instead (`hlt`), a ptrace stop per hit",
+             {:#x} in the 5 bytes the jump replaces: control leaves the window before its end; nor \
+             a near jump: the `ret` at {:#x} has no 2-byte window: `ret` at {:#x} in the bytes a \
+             near jump replaces: control leaves the window before its end): a trap instead \
+             (`hlt`), a ptrace stop per hit",
             end - 1,
+            end - 1,
+            end - 2,
             end - 1,
             end - 2
         )),

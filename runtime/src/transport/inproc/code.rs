@@ -30,6 +30,9 @@ pub(super) struct ModuleCode {
     /// addresses those calls return to, from the executable sections'
     /// sweep; built at the first need.
     calls: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
+    /// The padding blocks found, by function end (link-time): their usable
+    /// length (0: none).
+    blocks: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
 }
 
 impl ModuleCode {
@@ -111,6 +114,7 @@ impl ModuleCode {
             loads,
             tail_jumps,
             calls: std::sync::OnceLock::new(),
+            blocks: Default::default(),
         })
     }
 
@@ -192,6 +196,68 @@ impl ModuleCode {
         let next = self.funcs.get(i).map_or(end + 16, |&(s, _)| s);
         let n = next.saturating_sub(end).min(16) as usize;
         self.elf.bytes_at(end, n).unwrap_or(&[])
+    }
+
+    /// The blocks of padding after the functions ending within rel8 reach
+    /// of `link` a near jump's cave may take
+    /// (`agent_loader::nearjump::padding_block`): run-time start (`bias`
+    /// added) and length, each outside every function.
+    pub(super) fn padding_blocks_near(&self, link: u64, bias: u64) -> Vec<(u64, usize)> {
+        const REACH: u64 = 256;
+        let lo = link.saturating_sub(REACH);
+        let hi = link.saturating_add(REACH);
+        let mut ends: Vec<(u64, u64)> = Vec::new();
+        // The functions starting near, and the few before them (a long
+        // function's start is far before its end).
+        let first = self.funcs.partition_point(|&(s, _)| s < lo);
+        let from = first.saturating_sub(4);
+        for &(s, e) in self.funcs[from..].iter().take_while(|&&(s, _)| s <= hi) {
+            ends.push((s, e));
+        }
+        let i = self.funcs.partition_point(|&(s, _)| s <= link);
+        if let Some(&f) = self.funcs[..i]
+            .iter()
+            .rev()
+            .find(|&&(s, e)| s <= link && link < e)
+        {
+            ends.push(f);
+        }
+        ends.sort_unstable();
+        ends.dedup();
+        let mut cache = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for (start, end) in ends {
+            if end < lo || end > hi {
+                continue;
+            }
+            let n = *cache.entry(end).or_insert_with(|| {
+                // No function may cover its bytes.
+                if self.function(end, 0).is_some() {
+                    return 0;
+                }
+                let j = self.funcs.partition_point(|&(s, _)| s < end);
+                let next = self.funcs.get(j).map_or(end, |&(s, _)| s);
+                let room =
+                    next.saturating_sub(end)
+                        .min(agent_loader::nearjump::MAX_BLOCK as u64) as usize;
+                let (Some(after), Some(code)) = (
+                    self.elf.bytes_at(end, room),
+                    self.elf.bytes_at(start, (end - start) as usize),
+                ) else {
+                    return 0;
+                };
+                let func = Function {
+                    start,
+                    code,
+                    bias: 0,
+                };
+                agent_loader::nearjump::padding_block(func, after, &self.targets)
+            });
+            if n > 0 {
+                out.push((end.wrapping_add(bias), n));
+            }
+        }
+        out
     }
 
     /// The file's bytes at link-time address `link`.

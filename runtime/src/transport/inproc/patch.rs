@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use agent_abi::site_kind;
+use agent_loader::nearjump::{self, CAVE_LEN, NEAR_LEN};
 use agent_loader::stub::{self, Site};
 use agent_loader::window::{self, Refusal};
 
@@ -68,6 +69,20 @@ pub(super) struct Planned {
     pub(super) trap: Option<String>,
     /// The stub's address.
     pub(super) stub: u64,
+    /// A near site's cave: its window holds a `jmp rel8` to it.
+    pub(super) cave: Option<Cave>,
+}
+
+/// The `jmp rel32` to a near site's stub, in padding within rel8 reach of
+/// its window (`agent_loader::nearjump`).
+#[derive(Debug)]
+pub(super) struct Cave {
+    /// Its address.
+    pub(super) addr: u64,
+    /// The padding bytes it replaces (the file's).
+    pub(super) orig: Vec<u8>,
+    /// The jump.
+    patch: Vec<u8>,
 }
 
 /// The sites of one process and their stubs.
@@ -103,11 +118,38 @@ pub(super) struct Patcher {
     /// The names each module imports (by path), for continuation sites in
     /// the modules that call a traced function.
     imports: HashMap<PathBuf, std::collections::HashSet<String>>,
+    /// The caves taken (or reserved by a window checked), by address.
+    caves: std::collections::BTreeSet<u64>,
+    /// The padding after functions that windows of `ret`s take (checked):
+    /// start → end. No cave goes there.
+    tails: std::collections::BTreeMap<u64, u64>,
+    /// The near sites planned, for `-v` and `WPROBE_DEBUG` (drained by
+    /// the transport).
+    pub(super) near_notes: Vec<String>,
 }
 
 /// Mappings of `pid` (for planning).
 fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     crate::procmaps::find(maps, addr)
+}
+
+/// Whether sites where no 5-byte jump fits may take a near jump to a cave
+/// (`WPROBE_NO_NEAR_JUMPS=1`: a trap instead, as before near jumps; for
+/// comparisons and for the tests of trap sites).
+fn near_jumps() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("WPROBE_NO_NEAR_JUMPS").is_none_or(|v| v.is_empty()))
+}
+
+/// Longest run of padding a window takes after its function's end.
+const MAX_TAIL: u64 = 64;
+
+/// A cave of `caves` (5 bytes each, by address) meeting `lo..hi`.
+fn cave_in(caves: &std::collections::BTreeSet<u64>, lo: u64, hi: u64) -> Option<u64> {
+    caves
+        .range(lo.saturating_sub(CAVE_LEN as u64 - 1)..hi)
+        .next()
+        .copied()
 }
 
 /// What a window is for.
@@ -174,6 +216,9 @@ struct Checked {
     inode: u64,
     /// A trap site: its function, and why no jump.
     trap: Option<(String, String)>,
+    /// A near site: its cave's address and the bytes there, and why no
+    /// 5-byte jump.
+    cave: Option<(u64, Vec<u8>, String)>,
 }
 
 impl Planned {
@@ -785,6 +830,10 @@ impl Patcher {
         let mut c = self.check(world, maps, addr, None, Shape::Probe)?;
         let why = "the dynamic linker's library event".to_string();
         if c.trap.is_none() {
+            // A near site's cave, reserved by the check: not taken.
+            if let Some((addr, _, _)) = c.cave.take() {
+                self.caves.remove(&addr);
+            }
             let mut code = [0u8; 16];
             let n = world.peek(addr, &mut code);
             let ret = code.first() == Some(&0xc3);
@@ -794,6 +843,7 @@ impl Patcher {
                 orig: code[..1].to_vec(),
                 inode: c.inode,
                 trap: Some((String::new(), why)),
+                cave: None,
             };
         } else {
             c.trap = Some((String::new(), why));
@@ -873,6 +923,9 @@ impl Patcher {
             self.by_probe_addr.remove(&s.site.probe);
         }
         self.by_window.remove(&(s.site.addr, i));
+        if let Some(c) = s.cave.take() {
+            self.caves.remove(&c.addr);
+        }
         s.patch.clear();
         s.orig.clear();
         s.site.len = 0;
@@ -1077,6 +1130,7 @@ impl Patcher {
             .function(link, bias)
             .ok_or_else(|| Refusal::NoFunction.to_string())?;
         let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
+        let fend = func.start + func.code.len() as u64;
         let planned = match shape {
             Shape::Probe => window::plan(addr, func, &module.targets),
             Shape::Ret => window::plan_ret(addr, func, after, &module.targets),
@@ -1094,9 +1148,101 @@ impl Patcher {
                     "thread {tid} is stopped at {pc:#x}, inside the {} bytes the jump replaces",
                     site.len
                 )),
-                None => Ok(site),
+                // Nor over a near jump's cave (a `ret`'s window completed
+                // by padding).
+                None => match cave_in(&self.caves, site.addr, site.addr + site.len as u64) {
+                    Some(c) => Err(format!(
+                        "the {} bytes the jump replaces at {:#x} meet the cave of a near jump \
+                         at {c:#x}",
+                        site.len, site.addr
+                    )),
+                    None => Ok(site),
+                },
             }
         });
+        // Where no 5-byte jump fits, a 2-byte one to a cave in padding.
+        let mut cave = None;
+        let planned = match planned {
+            Ok(site) => Ok(site),
+            Err(why) if !near_jumps() => Err(why),
+            Err(why) => {
+                let near = match shape {
+                    Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
+                    Shape::Ret => {
+                        window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN)
+                    }
+                    Shape::Whole => {
+                        window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN)
+                    }
+                };
+                let pcs = &self.thread_pcs;
+                let (caves, tails, by_window, sites, longest) = (
+                    &self.caves,
+                    &self.tails,
+                    &self.by_window,
+                    &self.sites,
+                    self.longest,
+                );
+                let found = near
+                    .map_err(|r| {
+                        // The rules' words, for the 2 bytes of a near jump.
+                        r.to_string()
+                            .replace("5-byte window", "2-byte window")
+                            .replace(
+                                "the 5 bytes the jump replaces",
+                                "the bytes a near jump replaces",
+                            )
+                            .replace("a jump needs 5", "a near jump needs 2")
+                    })
+                    .and_then(|site| {
+                        let (lo, hi) = (site.addr, site.addr + site.len as u64);
+                        if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi) {
+                            return Err("a thread is stopped inside its 2-byte window".to_string());
+                        }
+                        if let Some(c) = cave_in(caves, lo, hi) {
+                            return Err(format!("its window meets the cave at {c:#x}"));
+                        }
+                        let blocks = module.padding_blocks_near(lo.wrapping_sub(bias), bias);
+                        let taken = |a: u64, b: u64| {
+                            if (a < hi && lo < b)
+                                || cave_in(caves, a, b).is_some()
+                                || tails
+                                    .range(a.saturating_sub(MAX_TAIL)..b)
+                                    .any(|(&t, &e)| t < b && a < e)
+                                || by_window.range((a.saturating_sub(longest), 0)..(b, 0)).any(
+                                    |&(_, i)| {
+                                        let o = &sites[i].site;
+                                        o.addr < b && a < o.addr + o.len as u64
+                                    },
+                                )
+                                || pcs.iter().any(|(_, pc)| (a..b).contains(pc))
+                            {
+                                return true;
+                            }
+                            // The bytes in memory are the file's (its padding:
+                            // `padding_block` decoded the block whole).
+                            let file = module.bytes_at(a.wrapping_sub(bias), (b - a) as usize);
+                            let mut now = vec![0u8; (b - a) as usize];
+                            !(world.peek(a, &mut now) == now.len() && file == Some(&now[..]))
+                        };
+                        let c = nearjump::find_cave(lo, &blocks, taken).ok_or_else(|| {
+                            format!(
+                                "no free padding between functions within 127 bytes ({} blocks \
+                             near)",
+                                blocks.len()
+                            )
+                        })?;
+                        Ok((site, c))
+                    });
+                match found {
+                    Ok((site, c)) => {
+                        cave = Some((c, why));
+                        Ok(site)
+                    }
+                    Err(near) => Err(format!("{why}; nor a near jump: {near}")),
+                }
+            }
+        };
         let (site, trap) = match planned {
             Ok(site) => (site, None),
             Err(why) if shape != Shape::Whole => {
@@ -1113,6 +1259,21 @@ impl Patcher {
             }
             Err(why) => return Err(why),
         };
+        let cave = match cave {
+            Some((c, why)) => {
+                let bytes = module
+                    .bytes_at(c.wrapping_sub(bias), CAVE_LEN)
+                    .ok_or_else(|| format!("{c:#x}: cave outside the file's code"))?
+                    .to_vec();
+                let fstart = func.start.wrapping_sub(bias);
+                let name = module
+                    .elf()
+                    .function_starting_at(fstart)
+                    .map_or_else(|| format!("{fstart:#x}"), |s| s.name.clone());
+                Some((c, bytes, format!("in {name}: {why}")))
+            }
+            None => None,
+        };
         let wlink = site.addr.wrapping_sub(bias);
         let orig = module
             .bytes_at(wlink, site.len)
@@ -1123,7 +1284,8 @@ impl Patcher {
         if world.peek(site.addr, &mut now) != site.len || now != orig {
             // A jump or a trap where the file has neither: most likely a
             // wprobe's, killed before it could put the bytes back.
-            let ours = matches!(now.first(), Some(0xe9 | 0xcc | 0xf4)) && now[..] != orig[..];
+            let ours =
+                matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];
             return Err(format!(
                 "the code at {:#x} in memory differs from {} (changed by the process or another \
                  tool{})",
@@ -1172,16 +1334,31 @@ impl Patcher {
                 site.len, o.site.probe
             ));
         }
+        // Nor the cave of another site.
+        if let Some(c) = cave_in(&self.caves, lo, hi) {
+            return Err(format!(
+                "the {} bytes the jump replaces at {lo:#x} overlap the near jump's cave at {c:#x}",
+                site.len
+            ));
+        }
+        // The padding a window takes is no cave's.
+        if hi > fend {
+            self.tails.insert(lo.max(fend), hi);
+        }
         let orig = if trap.is_some() {
             orig[..1].to_vec()
         } else {
             orig
         };
+        if let Some((c, _, _)) = &cave {
+            self.caves.insert(*c);
+        }
         Ok(Checked {
             site,
             orig,
             inode: m.inode,
             trap,
+            cave,
         })
     }
 
@@ -1209,6 +1386,7 @@ impl Patcher {
             patched: false,
             trap: None,
             stub: 0,
+            cave: None,
         });
         Ok(i)
     }
@@ -1226,8 +1404,28 @@ impl Patcher {
                 ),
             ));
             vec![super::traps::TRAP_INSN]
+        } else if let Some((at, _, why)) = &c.cave {
+            let (func, why) = why.split_once(": ").unwrap_or(("", why));
+            self.near_notes.push(format!(
+                "{:#x} {func}: a near jump (`jmp rel8`) to a `jmp` to its stub in the padding \
+                 at {at:#x} (no 5-byte jump: {why})",
+                c.site.addr
+            ));
+            nearjump::near_patch(&c.site, *at).ok_or_else(|| {
+                format!("the cave at {at:#x} is out of reach of {:#x}", c.site.addr)
+            })?
         } else {
             stub::site_patch(&c.site, stub_addr).map_err(|e| e.to_string())?
+        };
+        let cave = match c.cave {
+            Some((addr, orig, _)) => Some(Cave {
+                addr,
+                orig,
+                patch: nearjump::cave_patch(addr, stub_addr).ok_or_else(|| {
+                    format!("the stub at {stub_addr:#x} is out of reach of the cave at {addr:#x}")
+                })?,
+            }),
+            None => None,
         };
         let a = &mut self.areas[area];
         let off = (stub_addr - a.base) as usize;
@@ -1245,6 +1443,7 @@ impl Patcher {
             patched: false,
             trap: c.trap.map(|(_, why)| why),
             stub: stub_addr,
+            cave,
         });
         Ok(id as usize)
     }
@@ -1350,6 +1549,7 @@ impl Patcher {
             patched: false,
             trap: None,
             stub: at,
+            cave: None,
         });
         Ok(id as usize)
     }
@@ -1368,11 +1568,20 @@ impl Patcher {
         let entries: Vec<Entry> = self.sites[self.journaled..]
             .iter()
             .filter(|s| !s.patch.is_empty())
-            .map(|s| Entry {
-                addr: s.site.addr,
-                orig: s.orig.clone(),
-                patch: s.patch.clone(),
-                inode: s.inode,
+            .flat_map(|s| {
+                let window = Entry {
+                    addr: s.site.addr,
+                    orig: s.orig.clone(),
+                    patch: s.patch.clone(),
+                    inode: s.inode,
+                };
+                let cave = s.cave.as_ref().map(|c| Entry {
+                    addr: c.addr,
+                    orig: c.orig.clone(),
+                    patch: c.patch.clone(),
+                    inode: s.inode,
+                });
+                std::iter::once(window).chain(cave)
             })
             .collect();
         // Nothing to patch (watchpoints only): no journal, which a killed
@@ -1394,6 +1603,12 @@ impl Patcher {
             .iter_mut()
             .filter(|s| !s.patch.is_empty() && s.trap.is_none())
         {
+            // The cave first: the near jump goes there.
+            if let Some(c) = &s.cave {
+                world
+                    .poke(c.addr, &c.patch)
+                    .map_err(|e| format!("patching the cave at {:#x}: {e:#}", c.addr))?;
+            }
             world
                 .poke(s.site.addr, &s.patch)
                 .map_err(|e| format!("patching {:#x}: {e:#}", s.site.addr))?;
@@ -1469,6 +1684,29 @@ impl Patcher {
     pub(super) fn restore(&mut self, world: &World) -> Result<Vec<(u64, u8)>, String> {
         let mut left = Vec::new();
         let mut first_err = None;
+        // A thread between a near jump and its cave's jump goes on at the
+        // stub (the cave becomes padding again).
+        let at_caves: Vec<(i32, u64)> = if self.caves.is_empty() {
+            Vec::new()
+        } else {
+            world
+                .tids()
+                .into_iter()
+                .filter_map(|tid| Some((tid, world.regs(tid)?.rip)))
+                .filter(|(_, pc)| self.caves.contains(pc))
+                .collect()
+        };
+        for (tid, pc) in at_caves {
+            if let Some(s) = self
+                .sites
+                .iter()
+                .find(|s| s.patched && s.cave.as_ref().is_some_and(|c| c.addr == pc))
+            {
+                world
+                    .set_pc(tid, s.stub)
+                    .map_err(|e| format!("moving thread {tid} from the cave at {pc:#x}: {e:#}"))?;
+            }
+        }
         for s in &mut self.sites {
             if !s.patched {
                 continue;
@@ -1488,6 +1726,17 @@ impl Patcher {
             match world.poke(s.site.addr, &s.orig) {
                 Ok(()) => s.patched = false,
                 Err(e) => {
+                    first_err.get_or_insert_with(|| format!("{e:#}"));
+                    continue;
+                }
+            }
+            // Then its cave, where it is still ours.
+            if let Some(c) = &s.cave {
+                let mut now = vec![0u8; c.patch.len()];
+                if world.peek(c.addr, &mut now) == now.len()
+                    && now == c.patch
+                    && let Err(e) = world.poke(c.addr, &c.orig)
+                {
                     first_err.get_or_insert_with(|| format!("{e:#}"));
                 }
             }
@@ -1529,12 +1778,18 @@ impl Patcher {
             s.patch.clear();
             s.patched = false;
             s.trap = None;
+            if let Some(c) = s.cave.take() {
+                self.caves.remove(&c.addr);
+            }
             self.by_window.remove(&(s.site.addr, i));
             if self.by_probe_addr.get(&s.site.probe) == Some(&i) {
                 self.by_probe_addr.remove(&s.site.probe);
             }
             gone.push(i);
         }
+        // The padding that windows of `ret`s took there is gone too.
+        self.tails
+            .retain(|&start, _| mapping_of(maps, start).is_some());
         // A whole function's return site follows its entry's (no window).
         for &i in &gone.clone() {
             if let Some(next) = self.sites.get(i + 1)
@@ -1564,9 +1819,12 @@ impl Patcher {
     /// Whether `pc` is inside a window (past its first byte), where a jump
     /// must not be written under a thread.
     pub(super) fn inside_a_window(&self, pc: u64) -> bool {
-        self.sites
-            .iter()
-            .any(|s| pc > s.site.addr && pc < s.site.addr + s.site.len as u64)
+        self.sites.iter().any(|s| {
+            (pc > s.site.addr && pc < s.site.addr + s.site.len as u64)
+                || s.cave
+                    .as_ref()
+                    .is_some_and(|c| pc >= c.addr && pc < c.addr + CAVE_LEN as u64)
+        })
     }
 
     /// Whether a jump is in place somewhere.

@@ -34,6 +34,36 @@ pub fn repair(pid: i32) -> std::io::Result<usize> {
         };
         std::io::Error::new(kind, format!("{e:#}"))
     })?;
+    // A thread between a near jump and its cave (a `jmp` to the stub in
+    // padding, the target of a journaled `jmp rel8`) goes on at the stub:
+    // the cave becomes padding again.
+    let caves: std::collections::HashSet<u64> = entries
+        .iter()
+        .filter_map(|e| match e.patch[..] {
+            [0xEB, rel, ..] => Some((e.addr + 2).wrapping_add(rel as i8 as i64 as u64)),
+            _ => None,
+        })
+        .collect();
+    for tid in world.tids() {
+        let Some(pc) = world
+            .regs(tid)
+            .map(|r| r.rip)
+            .filter(|pc| caves.contains(pc))
+        else {
+            continue;
+        };
+        let to = entries.iter().find_map(|e| {
+            let mut now = vec![0u8; e.patch.len()];
+            (e.addr == pc && world.peek(e.addr, &mut now) == now.len() && now == e.patch)
+                .then(|| agent_loader::nearjump::jump_target(e.addr, &e.patch))
+                .flatten()
+        });
+        if let Some(to) = to {
+            world
+                .set_pc(tid, to)
+                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+        }
+    }
     let mut n = 0;
     for e in entries {
         let Some(m) = crate::procmaps::find(&maps, e.addr) else {

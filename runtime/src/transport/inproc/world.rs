@@ -277,6 +277,15 @@ impl World {
         sys::getregs(tid, &mut r).ok().map(|()| r)
     }
 
+    /// Moves stopped thread `tid` to `pc`.
+    pub(super) fn set_pc(&self, tid: i32, pc: u64) -> anyhow::Result<()> {
+        let mut r = self
+            .regs(tid)
+            .ok_or_else(|| anyhow::anyhow!("PTRACE_GETREGS of thread {tid} failed"))?;
+        r.rip = pc;
+        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))
+    }
+
     /// A thread to run injected code on: the main thread if it is not in a
     /// group-stop, else another.
     pub(super) fn runner(&self) -> anyhow::Result<i32> {
