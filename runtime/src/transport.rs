@@ -115,7 +115,9 @@ pub enum Target<'a> {
 
 /// Why a transport without [`Capabilities::system_wide`] cannot serve a
 /// run with no `-c`/`-p`.
-pub const NOT_SYSTEM_WIDE: &str = "a probe with no -c/-p is system-wide: it must fire in every     process that runs the file, started later too, which only the kernel's uprobes do     (--transport perf); give -c CMD, a command after `--`, or -p PID to trace one process";
+pub const NOT_SYSTEM_WIDE: &str = "a probe with no -c/-p is system-wide: it must fire in every \
+    process that runs the file, started later too, which only the kernel's uprobes do \
+    (--transport perf); give -c CMD, a command after `--`, or -p PID to trace one process";
 
 /// What opening a transport needs to know of the run.
 #[derive(Clone, Copy, Debug)]
