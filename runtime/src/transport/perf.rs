@@ -44,6 +44,9 @@ use crate::transport::ExitStatus;
 /// bounds the delay before a record is printed).
 const POLL_MS: i32 = 20;
 
+/// Threads that close the events at the end of a run.
+const CLOSERS: usize = 16;
+
 /// `PERF_TYPE_TRACEPOINT`.
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 
@@ -768,6 +771,21 @@ impl PerfTracer {
     /// they use. Samples not yet read are lost; call after [`Self::run`].
     /// Also done on drop.
     pub fn close(&mut self) {
+        // Closing a uprobe's event waits for the kernel to take its
+        // breakpoints out (tens of milliseconds each): closed from several
+        // threads at once, the waits overlap.
+        let mut all: Vec<Counter> = self.probes.drain().flat_map(|(_, p)| p.counters).collect();
+        if all.len() > 1 {
+            let per = all.len().div_ceil(CLOSERS);
+            std::thread::scope(|s| {
+                while !all.is_empty() {
+                    let chunk: Vec<Counter> = all.split_off(all.len().saturating_sub(per));
+                    // No thread to be had: closed here (the chunk comes
+                    // back with the error).
+                    let _ = std::thread::Builder::new().spawn_scoped(s, move || drop(chunk));
+                }
+            });
+        }
         self.probes.clear();
         self.by_kernel_id.clear();
         self.rings.clear();
