@@ -502,7 +502,9 @@ pub struct RunArgs {
     /// With -l: each function's arguments from DWARF (`-lv`).
     #[arg(short = 'v')]
     pub verbose: bool,
-    /// Attach to this running process instead of launching a command.
+    /// Attach to this running process instead of launching a command
+    /// (with neither, a one-liner's probes are system-wide: they fire in
+    /// every process that runs the probed files, through --transport perf).
     #[arg(
         short = 'p',
         long = "pid",
@@ -573,8 +575,9 @@ pub struct RunArgs {
     pub no_demangle: bool,
     /// bpftrace's --usdt-file-activation: raise USDT semaphores in the
     /// traced processes. wprobe always does (in every process it traces,
-    /// launched, attached or forked); it traces no process it was not
-    /// given, so the flag changes nothing but is accepted.
+    /// launched, attached or forked; with no -c/-p, in every process
+    /// mapping the file, through the kernel), so the flag changes nothing
+    /// but is accepted.
     #[arg(long = "usdt-file-activation")]
     pub usdt_file_activation: bool,
     /// bpftrace's --no-warnings: no warnings from the one-liner front end.
