@@ -367,14 +367,20 @@ impl Session {
     }
 
     /// A system-wide run ([`crate::transport::Target::System`]): arms every
-    /// breakpoint probe on its module's file (a path, or a bare name found
-    /// in `dirs`), for every process that runs it; a probe whose file is
+    /// breakpoint probe on its module's file (a path; a `lib…` name where
+    /// the dynamic linker finds it; else a bare name found in `dirs`), for every process that runs it; a probe whose file is
     /// not found, or cannot be probed, is warned about. Returns how many
     /// were armed.
     pub fn arm_system_wide(&mut self, t: &mut dyn Transport, dirs: &[std::path::PathBuf]) -> usize {
         let mut find = |module: &str| {
             if module.contains('/') {
                 Some(std::path::PathBuf::from(module))
+            } else if module.starts_with("lib")
+                && let Some(lib) = wprobe_elf::locate::library(module)
+            {
+                // `libc`, `libc.so.6`: where the dynamic linker finds it,
+                // as the one-liner compiler resolved it.
+                Some(lib)
             } else {
                 dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
             }

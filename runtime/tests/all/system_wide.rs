@@ -31,6 +31,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Perf
     ),
     case!(auto_says_perf_and_why_others_refuse, Need::Perf),
+    case!(
+        a_library_named_by_its_short_name_is_probed_where_the_linker_finds_it,
+        Need::Perf
+    ),
     case!(exit_in_a_handler_ends_the_run_with_end_and_maps, Need::Perf),
 ];
 
@@ -482,4 +486,31 @@ fn exit_in_a_handler_ends_the_run_with_end_and_maps() {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let tail: Vec<&str> = out.lines().skip(2).filter(|l| !l.is_empty()).collect();
     assert_eq!(tail, ["end", "@c[syswide_exit]: 2"], "{out}\n{e}");
+}
+
+/// `uprobe:libc:getc`: the library found as the dynamic linker finds
+/// it (no process to read it from); every process calling it fires, those
+/// of the machine too, so the program keeps those of its test program.
+fn a_library_named_by_its_short_name_is_probed_where_the_linker_finds_it() {
+    let (exe, _) = target("syswide_libc");
+    let prog = "BEGIN { printf(\"ready\\n\"); }
+         uprobe:libc:getc /comm == \"syswide_libc\"/ { @g[pid] = count(); printf(\"getchar %d\\n\", pid); }";
+    let mut run = Run::start(prog, &[]);
+    let a = Target::start(&exe, &["1".into(), "x".into()]);
+    let b = Target::start(&exe, &["1".into(), "y".into()]);
+    // Each calls getc() once (its getchar()) and waits in it until its stdin closes.
+    run.wait_for(60, "2 calls", |s| {
+        s.lines().filter(|l| l.starts_with("getchar ")).count() >= 2
+    });
+    let mut want = vec![format!("@g[{}]: 1", a.pid()), format!("@g[{}]: 1", b.pid())];
+    want.sort();
+    a.finish();
+    b.finish();
+    let o = run.stop();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut maps: Vec<&str> = out.lines().filter(|l| l.starts_with("@g[")).collect();
+    maps.sort();
+    assert_eq!(maps, want, "{out}\n{err}");
 }
