@@ -340,8 +340,16 @@ pub fn run(t: &Test, group: Group, s: &Setting, cap: Duration, serial: usize) ->
     Ran::Done(outcome)
 }
 
-/// Whether a process of process group `pg` is alive and not a zombie.
+/// Whether a process of process group `pg` has a thread that is not a
+/// zombie (a zombie leader whose other threads still run is alive: the
+/// last of them closes the files).
 fn live_in_group(pg: i32) -> bool {
+    // pid (comm) state ppid pgrp ...
+    let fields = |st: &str| -> Option<(String, i32)> {
+        let rest = st.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some((f.first()?.to_string(), f.get(2)?.parse().ok()?))
+    };
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return false;
     };
@@ -351,14 +359,20 @@ fn live_in_group(pg: i32) -> bool {
                 .to_str()
                 .is_some_and(|n| n.parse::<u32>().is_ok())
         })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .any(|st| {
-            // pid (comm) state ppid pgrp ...
-            let Some(rest) = st.rsplit_once(')').map(|(_, r)| r) else {
-                return false;
-            };
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            f.len() > 2 && f[0] != "Z" && f[2].parse::<i32>() == Ok(pg)
+        .any(|e| {
+            let in_group = std::fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .and_then(|st| fields(&st))
+                .is_some_and(|(_, g)| g == pg);
+            in_group
+                && std::fs::read_dir(e.path().join("task")).is_ok_and(|tasks| {
+                    tasks.filter_map(|t| t.ok()).any(|t| {
+                        std::fs::read_to_string(t.path().join("stat"))
+                            .ok()
+                            .and_then(|st| fields(&st))
+                            .is_some_and(|(state, _)| state != "Z" && state != "X")
+                    })
+                })
         })
 }
 
