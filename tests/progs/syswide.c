@@ -1,6 +1,6 @@
 /* A target of the system-wide tests (no -c/-p): started after wprobe
- * attached, it calls probed() N times with a string of its own, calls
- * lib_line() (in libsyswide.so) N times when linked with it, prints
+ * attached, it calls probed() N times with a string of its own and
+ * lib_line() (in libsyswide.so) N times, libc's l64a(N) once, prints
  * "done", and exits at EOF on stdin, so that a tracer reading its memory
  * after the fact (perf) still finds the process.
  *
@@ -25,7 +25,9 @@ int main(int argc, char **argv) {
         sum += probed(100 + i, argv[2]);
         sum += (int)lib_line(i)[0];
     }
-    printf("done %d\n", sum);
+    /* A libc function nothing else on the machine is likely to call
+     * (uprobe:libc:l64a, system-wide). */
+    printf("done %d %s\n", sum, l64a(n));
     fflush(stdout);
     while (getchar() != EOF) {
     }
