@@ -177,16 +177,16 @@ pub fn expand(text: &str, span: Span, env: &mut Env, diags: &mut Sink) -> Vec<Co
         }
         "interval" | "i" => return interval(&parts, span, diags),
         "uprobe" | "u" => {
-            return needs_process(uprobe(&parts, false, span, env, diags), span, env, diags);
+            return uprobe(&parts, false, span, env, diags);
         }
         "uretprobe" | "ur" => {
-            return needs_process(uprobe(&parts, true, span, env, diags), span, env, diags);
+            return uprobe(&parts, true, span, env, diags);
         }
         "watchpoint" | "w" => {
             return needs_process(watchpoint(&parts, span, env, diags), span, env, diags);
         }
         "usdt" | "U" => {
-            return needs_process(usdt::expand(&parts, span, env, diags), span, env, diags);
+            return usdt::expand(&parts, span, env, diags);
         }
         _ => {}
     }
@@ -676,9 +676,11 @@ pub(crate) fn uprobe(
     out
 }
 
-/// The probes of an attach point that resolved, refused when no process
-/// is traced (after the attach point's own errors, as bpftrace reports
-/// those first).
+/// The watchpoints of an attach point that resolved, refused when no
+/// process is traced (after the attach point's own errors, as bpftrace
+/// reports those first): an address means something in one process only.
+/// Uprobes and USDT probes with no process are system-wide (the runtime
+/// arms them on their files, for every process that runs them).
 fn needs_process(list: Vec<Concrete>, span: Span, env: &Env, diags: &mut Sink) -> Vec<Concrete> {
     if !env.no_process || list.is_empty() {
         return list;
@@ -686,8 +688,8 @@ fn needs_process(list: Vec<Concrete>, span: Span, env: &Env, diags: &mut Sink) -
     diags.error(
         codes::UNSUPPORTED,
         span,
-        "probes on a program without a process to trace (bpftrace's system-wide uprobes) \
-         are not supported: give -c CMD, a command after `--`, or -p PID",
+        "a watchpoint needs a process to trace (an address means something in one process \
+         only): give -c CMD, a command after `--`, or -p PID",
     );
     Vec::new()
 }

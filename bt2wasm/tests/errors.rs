@@ -125,8 +125,8 @@ fn one_map_more_than_the_manifest_holds_is_refused_where_it_is_written() {
     assert_eq!(got.lines().count(), 3, "{got}");
 }
 
-/// What the run cannot place is refused at the attach point: a uprobe or
-/// watchpoint when no process is traced, and a probe on a symbol of size 0
+/// What the run cannot place is refused at the attach point: a
+/// watchpoint when no process is traced (a uprobe is system-wide then), and a probe on a symbol of size 0
 /// (`_init`) without `--unsafe` (bpftrace's words), or with it where the
 /// transport needs the function's bounds; `--unsafe` with a transport
 /// that needs none compiles it. The probe's body then gets no second
@@ -152,11 +152,20 @@ fn probes_the_run_cannot_place_are_refused_at_their_attach_point() {
         no_process: true,
         ..Default::default()
     };
-    let r = build("add", &opts);
+    // With no process a uprobe is system-wide (armed on the file by the
+    // runtime); a watchpoint's address means nothing without one.
+    assert_eq!(build("add", &opts), "(compiles)");
+    let r = match bt2wasm::compile(
+        "-e",
+        "watchpoint:0x10000000:8:w { printf(\"x\\n\"); }",
+        &opts,
+    ) {
+        Ok(_) => "(compiles)".to_string(),
+        Err((d, map)) => d.render(&map),
+    };
     assert_eq!(
         first_line(r.clone()),
-        "-e:1:1: error[B0400]: probes on a program without a process to trace \
-         (bpftrace's system-wide uprobes) are not supported: give -c CMD, a command after `--`, or -p PID",
+        "-e:1:1: error[B0105]: Watchpoint probes require a -c or -p argument",
     );
     assert_eq!(r.lines().count(), 3, "{r}");
     opts.no_process = false;

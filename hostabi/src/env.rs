@@ -62,6 +62,14 @@ pub trait HitEnv {
     /// The `callk` hook.
     fn callk(&mut self) {}
 
+    /// The hit thread's name as the transport recorded it (NUL-padded),
+    /// when it did: a system-wide perf run takes it from the kernel's
+    /// `PERF_RECORD_COMM`, so a process that exited before its hit is read
+    /// still has its name. `None` (the default): the host looks it up.
+    fn comm(&self) -> Option<[u8; 16]> {
+        None
+    }
+
     /// In the hit of a return probe: the value register `reg` (one of
     /// [`regs::ENTRY_REGS`]) had at the entry of the call that is returning.
     /// `None` for any other hit, and for an id that is not an entry

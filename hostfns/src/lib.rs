@@ -733,7 +733,15 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
         name(ImportId::current_comm),
         |mut c: Caller<'_, T>, dp: i32, dl: i32| -> wasmtime::Result<i32> {
             let (pid, tid) = identity(c.data());
-            let (b, n) = c.data_mut().services_mut().comm(pid, tid);
+            let recorded = if c.data().services().special() {
+                None
+            } else {
+                c.data().env().comm()
+            };
+            let (b, n) = match recorded {
+                Some(b) => (b, b.iter().position(|&x| x == 0).unwrap_or(b.len()).min(15)),
+                None => c.data_mut().services_mut().comm(pid, tid),
+            };
             let mem = memory(&c)?;
             let data = mem.data_mut(&mut c);
             let d = range(data, dp, dl, "current_comm")?;

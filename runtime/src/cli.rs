@@ -54,7 +54,7 @@ pub struct Cli {
 pub enum Command {
     /// Compile a probe program (.rpn, or a one-liner with -e) to a Wasm module, to check it or run it later.
     Compile(CompileArgs),
-    /// Run probe programs on a command (`-- CMD ARGS`) or a process (`-p PID`).
+    /// Run probe programs on a command (`-- CMD ARGS`), a process (`-p PID`), or, with neither, system-wide (one-liners: every process running the probed files).
     Run(RunArgs),
     /// List the probe-able symbols of a binary or a process: address, size, first opcode byte.
     List(ListArgs),

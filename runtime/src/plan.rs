@@ -13,7 +13,10 @@
 //!    present all along: `exit 1` (debugger hand-off), `exit 3` (core
 //!    file), `-f` (fork children).
 //! 3. **perf**: kernel uprobes, for a process another tracer holds
-//!    (ptrace cannot attach) when the programs only read.
+//!    (ptrace cannot attach) when the programs only read, and for every
+//!    system-wide run (probes with no `-c`/`-p`: a uprobe on the file
+//!    fires in every process that runs it, which neither an agent in one
+//!    process nor a ptrace tracer can do).
 //!
 //! Each candidate is checked exactly as a forced `--transport NAME` would
 //! be (the session's check, the transport's preflight), so `auto` fails
@@ -51,6 +54,9 @@ pub struct Needs {
     /// probes_closer_than_a_jump`): the in-process transport would arm
     /// only the first.
     pub close_probes: Option<String>,
+    /// No `-c`/`-p` and probes on files: the run is system-wide
+    /// ([`crate::transport::Target::System`]).
+    pub system_wide: bool,
 }
 
 /// The transport chosen for a run, and why.
@@ -118,6 +124,13 @@ pub fn choose(
                     .join(", ")
             )
         })?;
+        if needs.system_wide && !info.caps.system_wide {
+            return Err(format!(
+                "--transport {}: {}",
+                info.name,
+                crate::transport::NOT_SYSTEM_WIDE
+            ));
+        }
         check(info)?;
         return Ok(Plan {
             info,
@@ -156,7 +169,11 @@ pub fn choose(
                 .join("; ")
         ));
     };
-    let reason = if passed_over.is_empty() {
+    let reason = if needs.system_wide {
+        "system-wide (no -c/-p): kernel uprobes on the probed files fire in every process that \
+         runs them, those started later included"
+            .to_string()
+    } else if passed_over.is_empty() {
         "the fastest; the run needs nothing it lacks".to_string()
     } else {
         "the first that serves the run".to_string()
@@ -256,6 +273,13 @@ pub fn check_attach(
 
 /// What `info` lacks for `needs`, in words.
 fn unmet(info: &TransportInfo, needs: &Needs) -> Option<String> {
+    if needs.system_wide && !info.caps.system_wide {
+        return Some(
+            "a system-wide run (no -c/-p) needs probes that fire in every process running the \
+             file, started later too; it serves one process"
+                .into(),
+        );
+    }
     if let Some(who) = &needs.traced_by
         && info.caps.uses_ptrace
     {
@@ -349,6 +373,32 @@ mod tests {
         let p = choose(AUTO, &needs, &none).unwrap();
         assert_eq!(p.info.name, "perf");
         assert_eq!(p.passed_over.len(), 2);
+    }
+
+    #[test]
+    fn a_system_wide_run_goes_to_perf_and_a_forced_other_is_refused() {
+        let needs = Needs {
+            system_wide: true,
+            ..Needs::default()
+        };
+        let p = choose(AUTO, &needs, &none).unwrap();
+        assert_eq!(p.info.name, "perf");
+        assert!(p.describe().starts_with(
+            "transport perf: system-wide (no -c/-p): kernel uprobes on the probed files fire in \
+             every process that runs them, those started later included; not inproc: a \
+             system-wide run"
+        ));
+        assert!(p.fallbacks.is_empty());
+        for name in ["inproc", "ptrace"] {
+            let e = choose(name, &needs, &none).unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "--transport {name}: a probe with no -c/-p is system-wide"
+                )),
+                "{e}"
+            );
+        }
+        assert_eq!(choose("perf", &needs, &none).unwrap().info.name, "perf");
     }
 
     #[test]

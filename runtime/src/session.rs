@@ -605,6 +605,9 @@ impl Session {
         }
         let out = self.run_hit(pi, bias);
         self.runner.store.data_mut().env.hit.swap_with(hit);
+        if hit.process_gone() {
+            self.probes[pi].stats.gone += 1;
+        }
         let Some(out) = out else {
             return Action::Continue;
         };

@@ -93,9 +93,11 @@ impl Symbolizer {
 
     /// Reads the mappings of `pid` if not known yet (call while it lives).
     pub fn note(&mut self, pid: u64) {
-        if !self.maps.contains_key(&pid)
-            && let Ok(m) = procmaps::read(pid as i32)
-        {
+        if !self.maps.contains_key(&pid) {
+            // A process already gone (a system-wide perf run reads its
+            // samples after the hit) is noted with no mappings: not read
+            // again at each of its hits.
+            let m = procmaps::read(pid as i32).unwrap_or_default();
             if self.maps.len() > 1024 {
                 self.maps.clear();
             }

@@ -98,6 +98,9 @@ pub struct Capabilities {
     /// ([`Insert::Return::entry_notice`], [`Event::Entered`]), with no
     /// handler run at the entry.
     pub entry_notices: bool,
+    /// Probes on files can be armed for every process of the system, those
+    /// started later included ([`Target::System`]).
+    pub system_wide: bool,
 }
 
 /// Who is traced.
@@ -107,7 +110,17 @@ pub enum Target<'a> {
     Launch(&'a [OsString]),
     /// A running process (`-p PID`), all of its threads.
     Attach(i32),
+    /// No process: probes on files fire in every process that runs them,
+    /// those started later included (bpftrace's default without `-c`/`-p`;
+    /// only where [`Capabilities::system_wide`]).
+    System,
 }
+
+/// Why a transport without [`Capabilities::system_wide`] cannot serve a
+/// run with no `-c`/`-p`.
+pub const NOT_SYSTEM_WIDE: &str = "a probe with no -c/-p is system-wide: it must fire in every \
+    process that runs the file, started later too, which only the kernel's uprobes do \
+    (--transport perf); give -c CMD, a command after `--`, or -p PID to trace one process";
 
 /// What opening a transport needs to know of the run.
 #[derive(Clone, Copy, Debug)]
@@ -811,6 +824,14 @@ pub trait TransportHit: HitEnv + Any + std::fmt::Debug {
 
     /// As `Any`, to swap values of the same concrete type.
     fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    /// Whether a memory read of the last handler run failed because the
+    /// hit's process had exited (a transport that reads the memory after
+    /// the hit, not while the thread waits: perf). Such a read gives
+    /// nothing, never another process's bytes; the session counts it.
+    fn process_gone(&self) -> bool {
+        false
+    }
 }
 
 /// Implements [`TransportHit::swap_with`] and [`TransportHit::as_any_mut`]
@@ -965,6 +986,9 @@ impl HitEnv for RunEnv {
     }
     fn elapsed_ns(&self) -> Option<u64> {
         self.hit.elapsed_ns()
+    }
+    fn comm(&self) -> Option<[u8; 16]> {
+        self.hit.comm()
     }
 }
 

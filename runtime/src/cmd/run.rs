@@ -134,6 +134,11 @@ pub fn run(a: RunArgs) -> CmdResult {
         return Err(CliError::user("no probe selected (check --group / --type)"));
     }
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
+    // No process named and probes on files: bpftrace's default, system-wide
+    // probes (they fire in every process that runs the file).
+    let system_wide =
+        oneliner && a.pid.is_none() && a.command.is_empty() && session.probe_count() > 0;
+    needs.system_wide = system_wide;
     let files = crate::plan::files_at_start(&a.command, a.pid);
     needs.later_modules = crate::plan::later_modules(&session.probe_modules(), &files);
     needs.later_programs =
@@ -158,17 +163,7 @@ pub fn run(a: RunArgs) -> CmdResult {
             !a.no_demangle && crate::cmd::run::oneliner::cpp_demangle(config.cpp_demangle),
         );
         session.set_oneliner_output_file(a.output.is_some());
-        if a.pid.is_none() && a.command.is_empty() {
-            if session.probe_count() > 0 && a.usdt_file_activation {
-                return Err(CliError::user(
-                    "--usdt-file-activation: Failed to find processes running the probed files: wprobe raises the semaphores of the processes it traces; give -c CMD, a command after `--`, or -p PID",
-                ));
-            }
-            if session.probe_count() > 0 {
-                return Err(CliError::user(
-                    "uprobes and watchpoints need a process: give -c CMD, a command after `--`, or -p PID (wprobe traces processes, not the whole system)",
-                ));
-            }
+        if a.pid.is_none() && a.command.is_empty() && !system_wide {
             let r = crate::cmd::run::oneliner::run_without_target(session, &stop);
             metrics_done(exporter, &signals);
             return r;
@@ -188,6 +183,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         return Ok(stopped_before_start(a.pid.is_some(), r.signal));
     }
     let target = match a.pid {
+        _ if system_wide => Target::System,
         Some(pid) => Target::Attach(pid),
         None => Target::Launch(&a.command),
     };
@@ -200,6 +196,9 @@ pub fn run(a: RunArgs) -> CmdResult {
     })
     .map_err(CliError::user)?;
     let t = transport.as_mut();
+    if system_wide {
+        return run_system_wide(session, t, &a, &stop, exporter, &signals);
+    }
     let main = t.main_pid();
     let mut armed = match session.arm_at_start(t, main, true) {
         Ok(n) => n,
@@ -301,6 +300,46 @@ pub fn run(a: RunArgs) -> CmdResult {
     }
     metrics_done(exporter, &signals);
     finish(&session, &a, status)
+}
+
+/// A system-wide run (no `-c`/`-p`; the transport opened on
+/// [`Target::System`]): every probe armed on its file, `BEGIN`, the
+/// handlers of every process that hits until `exit()` or a stopping
+/// signal, `END`, the maps.
+fn run_system_wide(
+    mut session: Session,
+    t: &mut dyn crate::transport::Transport,
+    a: &RunArgs,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    exporter: Option<crate::metrics::Exporter>,
+    signals: &crate::stopsig::StopSignals,
+) -> CmdResult {
+    let armed = session.arm_system_wide(t, &module_dirs(&[]));
+    if armed == 0 {
+        let _ = t.detach();
+        return Err(CliError::user(
+            "no probe could be armed system-wide (no -c/-p: probes are armed on their files, \
+             for every process that runs them)",
+        ));
+    }
+    if a.verbose {
+        crate::elog!("wprobe: {armed} probe(s) armed system-wide");
+    }
+    session.begin();
+    if let Some(p) = session.transport_tick() {
+        t.set_tick(p);
+    }
+    // The run detaches (closes every event) when it ends.
+    let res = session.run(t, stop);
+    if let Err(e) = res {
+        session.summary();
+        return Err(CliError::internal(format!("{e:#}")));
+    }
+    let _ = crate::cmd::run::oneliner::finish(&mut session, None, None);
+    session.summary();
+    session.publish_final_metrics();
+    metrics_done(exporter, signals);
+    finish(&session, a, None)
 }
 
 /// The exit status of a run a stopping signal ended before it launched or
@@ -467,7 +506,9 @@ pub struct RunArgs {
     /// With -l: each function's arguments from DWARF (`-lv`).
     #[arg(short = 'v')]
     pub verbose: bool,
-    /// Attach to this running process instead of launching a command.
+    /// Attach to this running process instead of launching a command
+    /// (with neither, a one-liner's probes are system-wide: they fire in
+    /// every process that runs the probed files, through --transport perf).
     #[arg(
         short = 'p',
         long = "pid",
@@ -538,8 +579,9 @@ pub struct RunArgs {
     pub no_demangle: bool,
     /// bpftrace's --usdt-file-activation: raise USDT semaphores in the
     /// traced processes. wprobe always does (in every process it traces,
-    /// launched, attached or forked); it traces no process it was not
-    /// given, so the flag changes nothing but is accepted.
+    /// launched, attached or forked; with no -c/-p, in every process
+    /// mapping the file, through the kernel), so the flag changes nothing
+    /// but is accepted.
     #[arg(long = "usdt-file-activation")]
     pub usdt_file_activation: bool,
     /// bpftrace's --no-warnings: no warnings from the one-liner front end.

@@ -363,7 +363,44 @@ impl Session {
                 dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
             }
         };
-        self.arm_on_files_found(t, pid, &mut find, false, report)
+        self.arm_on_files_found(t, pid, &mut find, false, report, report)
+    }
+
+    /// A system-wide run ([`crate::transport::Target::System`]): arms every
+    /// breakpoint probe on its module's file (a path; a `lib…` name where
+    /// the dynamic linker finds it; else a bare name found in `dirs`), for every process that runs it; a probe whose file is
+    /// not found, or cannot be probed, is warned about. Returns how many
+    /// were armed.
+    pub fn arm_system_wide(&mut self, t: &mut dyn Transport, dirs: &[std::path::PathBuf]) -> usize {
+        let mut find = |module: &str| {
+            if module.contains('/') {
+                Some(std::path::PathBuf::from(module))
+            } else if module.starts_with("lib")
+                && let Some(lib) = wprobe_elf::locate::library(module)
+            {
+                // `libc`, `libc.so.6`: where the dynamic linker finds it,
+                // as the one-liner compiler resolved it.
+                Some(lib)
+            } else {
+                dirs.iter().map(|d| d.join(module)).find(|f| f.is_file())
+            }
+        };
+        let pid = t.main_pid();
+        let armed = self.arm_on_files_found(t, pid, &mut find, false, true, false);
+        let missing: Vec<String> = self
+            .probes
+            .iter()
+            .filter(|p| p.enabled && p.armed.is_empty())
+            .filter(|p| self.manifests[p.prog].probes[p.index].kind == ProbeKind::Breakpoint)
+            .map(|p| p.label.clone())
+            .collect();
+        for label in missing {
+            self.warn(
+                true,
+                format!("probe {label} not applied: its module's file was not found"),
+            );
+        }
+        armed
     }
 
     /// Arms the breakpoint probes still pending in the libraries `libs`
@@ -382,11 +419,12 @@ impl Session {
         report: bool,
     ) -> usize {
         let mut find = |module: &str| procmaps::module_file(module, libs).cloned();
-        self.arm_on_files_found(t, pid, &mut find, true, report)
+        self.arm_on_files_found(t, pid, &mut find, true, report, false)
     }
 
     /// [`Session::arm_on_files`] with the module files `find` gives; at
-    /// `startup`, IFUNC probes stay pending and no note is printed.
+    /// `startup`, IFUNC probes stay pending; `note`: a note per probe armed
+    /// on its file (`report`: warnings for those that fail).
     fn arm_on_files_found(
         &mut self,
         t: &mut dyn Transport,
@@ -394,6 +432,7 @@ impl Session {
         find: &mut dyn FnMut(&str) -> Option<std::path::PathBuf>,
         startup: bool,
         report: bool,
+        note: bool,
     ) -> usize {
         let t0 = std::time::Instant::now();
         let mut armed = 0;
@@ -482,7 +521,7 @@ impl Session {
                     p.armed.push((pid, id));
                     p.ever_armed = true;
                     armed += 1;
-                    if report && !startup {
+                    if note && !startup {
                         crate::elog!(
                             "wprobe: probe {}: module not mapped at start; armed on the file {}",
                             p.label,

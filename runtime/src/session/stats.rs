@@ -44,6 +44,9 @@ pub struct ProbeStats {
     pub faulted: u64,
     /// Records of those hits discarded (`logonfault = no`, spec §14).
     pub discarded: u64,
+    /// Handler runs that read memory of a process that had exited before
+    /// its sample was read (perf: the reads gave nothing, not a value).
+    pub gone: u64,
 }
 
 impl Session {
@@ -64,6 +67,15 @@ impl Session {
     pub fn summary(&mut self) {
         // Said in every mode (a one-liner prints no table): calls whose
         // return handlers did not run.
+        for p in self.probes.iter().filter(|p| p.stats.gone > 0) {
+            crate::elog!(
+                "wprobe: warning: probe {}: {} hit(s) read memory of a process that had exited \
+                 before wprobe read the hit: those reads failed (empty strings, zeros) and are \
+                 counted in `gone`",
+                p.label,
+                p.stats.gone
+            );
+        }
         for p in self.probes.iter().filter(|p| p.stats.unwound > 0) {
             crate::elog!(
                 "wprobe: warning: probe {}: {} call(s) ended without a return {} saw (a tail \

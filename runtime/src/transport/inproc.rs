@@ -70,6 +70,7 @@ pub static INFO: TransportInfo = TransportInfo {
         step_faults: false,
         write_checks: true,
         entry_notices: true,
+        system_wide: false,
     },
     // Every register but the debug registers, which user space cannot read.
     registers: Some(|id| !matches!(id, 0x2C..=0x2F | 0x32 | 0x33)),
@@ -204,6 +205,12 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         .map_err(|problem| format!("journal directory {}: {problem}", dir.display()))?;
     let tsc0 = agent_loader::region::tsc_now();
     let (pid, launched, world) = match target {
+        Target::System => {
+            return Err(format!(
+                "--transport inproc: {}",
+                crate::transport::NOT_SYSTEM_WIDE
+            ));
+        }
         Target::Launch(argv) => {
             let pid = launch::launch(argv).map_err(|e| format!("{e:#}"))?;
             match World::launched(pid) {

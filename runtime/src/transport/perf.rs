@@ -44,6 +44,9 @@ use crate::transport::ExitStatus;
 /// bounds the delay before a record is printed).
 const POLL_MS: i32 = 20;
 
+/// Threads that close the events at the end of a run.
+const CLOSERS: usize = 16;
+
 /// `PERF_TYPE_TRACEPOINT`.
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 
@@ -212,6 +215,13 @@ pub struct PerfTracer {
     /// The launched command is stopped at its exec (not yet run to its
     /// entry point).
     at_exec: bool,
+    /// System-wide (no process named): every event is opened with pid -1
+    /// on each online CPU, so a uprobe fires in every process that runs
+    /// its file, started before or after the run; the run ends only when
+    /// stopped.
+    system: bool,
+    /// System-wide: thread names from the kernel's comm and fork records.
+    comms: tasks::Comms,
 }
 
 impl std::fmt::Debug for PerfTracer {
@@ -259,6 +269,8 @@ impl PerfTracer {
             tasks: Default::default(),
             main_gone: false,
             at_exec: false,
+            system: false,
+            comms: Default::default(),
         }
     }
 
@@ -311,6 +323,31 @@ impl PerfTracer {
         Ok(t)
     }
 
+    /// Observes the whole system: no process of its own; uprobes on a
+    /// file fire in every process that runs the file's code, those started
+    /// later included (`perf_event_open` with pid -1 on each online CPU,
+    /// which needs CAP_PERFMON or `kernel.perf_event_paranoid` <= 0 — and
+    /// uprobes root anyway). Each sample names the process that hit.
+    pub fn system(opts: PerfOptions) -> Result<PerfTracer, PerfError> {
+        let mut t = PerfTracer::empty(
+            PerfOptions {
+                // Nothing to follow: every process is observed already.
+                follow_forks: false,
+                ..opts
+            },
+            -1,
+        );
+        t.system = true;
+        t.tids = vec![-1];
+        t.open_rings()?;
+        Ok(t)
+    }
+
+    /// Whether this run observes the whole system ([`PerfTracer::system`]).
+    pub fn is_system(&self) -> bool {
+        self.system
+    }
+
     fn kill_launched(&mut self) {
         if self.launched {
             crate::sys::process::kill_and_reap(self.main_pid);
@@ -320,9 +357,15 @@ impl PerfTracer {
 
     /// One ring per CPU, owned by a dummy event on the main process.
     fn open_rings(&mut self) -> Result<(), PerfError> {
-        self.tasks = tasks::Tasks::new(&self.tids);
+        if !self.system {
+            self.tasks = tasks::Tasks::new(&self.tids);
+        }
         for &cpu in &self.cpus {
-            let r = ring::open(self.main_pid, cpu, self.opts.follow_forks, self.ring_pages)?;
+            let r = if self.system {
+                ring::open_system(cpu, self.ring_pages)?
+            } else {
+                ring::open(self.main_pid, cpu, self.opts.follow_forks, self.ring_pages)?
+            };
             self.ring_fds.push(r.sampler.as_counter().as_raw_fd());
             self.rings.push(r);
         }
@@ -406,9 +449,14 @@ impl PerfTracer {
                         WatchKind::ReadWrite => Breakpoint::read_write(*addr, u64::from(*len)),
                     }),
                 };
-                b.observe_pid(tid)
-                    .one_cpu(cpu)
-                    .inherit(true)
+                if self.system {
+                    // Every process, on this CPU.
+                    b.any_pid();
+                } else {
+                    b.observe_pid(tid);
+                }
+                b.one_cpu(cpu)
+                    .inherit(!self.system)
                     // Sample times on CLOCK_MONOTONIC, which `time_offset`
                     // turns into wall-clock time (the default perf clock is
                     // the scheduler's, milliseconds apart after hours).
@@ -425,7 +473,7 @@ impl PerfTracer {
                 if stack_bytes > 0 {
                     b.sample_stack_user(stack_bytes);
                 }
-                if !self.opts.follow_forks {
+                if !self.opts.follow_forks && !self.system {
                     b.inherit_thread(true);
                 }
                 if matches!(probe, PerfProbe::Watch { .. }) {
@@ -503,6 +551,10 @@ impl PerfTracer {
     }
 
     fn main_exited(&mut self) -> bool {
+        if self.system {
+            // No process of its own: the run ends when stopped.
+            return false;
+        }
         let Some(fd) = &self.pidfd else {
             return !std::path::Path::new(&format!("/proc/{}", self.main_pid)).exists();
         };
@@ -540,6 +592,11 @@ impl PerfTracer {
             // are counted exactly per event with PERF_FORMAT_LOST (`report_lost`).
             match self.rings[i].ty {
                 sample::RECORD_SAMPLE => self.deliver_hit_group(i, on_event),
+                ty @ (tasks::RECORD_FORK | tasks::RECORD_EXIT | tasks::RECORD_COMM)
+                    if self.system =>
+                {
+                    self.comms.record(ty, &self.rings[i].pending);
+                }
                 ty @ (tasks::RECORD_FORK | tasks::RECORD_EXIT) => {
                     self.tasks.record(ty, &self.rings[i].pending);
                 }
@@ -605,6 +662,12 @@ impl PerfTracer {
                 .is_some()
             {
                 hit.set_return(None);
+                hit.gone = false;
+                hit.comm = if self.system {
+                    self.comms.get(hit.tid)
+                } else {
+                    None
+                };
                 on_event(self, PerfEvent::Sample { key, hit: &mut hit });
             }
             std::mem::swap(&mut hit.rec, buf);
@@ -708,6 +771,21 @@ impl PerfTracer {
     /// they use. Samples not yet read are lost; call after [`Self::run`].
     /// Also done on drop.
     pub fn close(&mut self) {
+        // Closing a uprobe's event waits for the kernel to take its
+        // breakpoints out (tens of milliseconds each): closed from several
+        // threads at once, the waits overlap.
+        let mut all: Vec<Counter> = self.probes.drain().flat_map(|(_, p)| p.counters).collect();
+        if all.len() > 1 {
+            let per = all.len().div_ceil(CLOSERS);
+            std::thread::scope(|s| {
+                while !all.is_empty() {
+                    let chunk: Vec<Counter> = all.split_off(all.len().saturating_sub(per));
+                    // No thread to be had: closed here (the chunk comes
+                    // back with the error).
+                    let _ = std::thread::Builder::new().spawn_scoped(s, move || drop(chunk));
+                }
+            });
+        }
         self.probes.clear();
         self.by_kernel_id.clear();
         self.rings.clear();

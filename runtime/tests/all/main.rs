@@ -32,6 +32,7 @@ mod ptrace_processes;
 mod return_probes;
 mod sandbox;
 mod scale;
+mod system_wide;
 mod trace;
 mod tracer_death;
 mod transport_seam;
@@ -73,6 +74,7 @@ fn main() {
         return_probes::CASES,
         sandbox::CASES,
         scale::CASES,
+        system_wide::CASES,
         trace::CASES,
         tracer_death::CASES,
         transport_seam::CASES,

@@ -121,6 +121,20 @@ fn needs_shell(cmd: &str) -> bool {
     })
 }
 
+/// Whether a test of `group` runs system-wide (no `-p`/`-c`, none
+/// added): its uprobes fire in every process running the probed files,
+/// those of tests running alongside too, so it runs alone.
+pub fn system_wide(t: &crate::suite::Test, group: Group) -> bool {
+    let text = t.run.as_deref().unwrap_or("");
+    let has_p = text.contains(" -p ") || text.contains("--pid");
+    let has_c = text.contains(" -c ") || text.contains("-c ./");
+    matches!(group, Group::Uprobe | Group::Usdt)
+        && !has_p
+        && !has_c
+        && t.befores.len() != 1
+        && t.after.is_none()
+}
+
 /// The command line of a test, adapted; `before_pid` is the BEFORE process.
 /// Returns it and whether `AFTER` became the traced command.
 pub fn command_line(
@@ -136,7 +150,10 @@ pub fn command_line(
     let has_c = text.contains(" -c ") || text.contains("-c ./");
     let mut after_used = false;
     if matches!(group, Group::Uprobe | Group::Usdt) {
-        if let Some(pid) = before_pid {
+        if let Some(pid) = before_pid.filter(|_| t.befores.len() == 1) {
+            // One process to trace: traced with -p, not system-wide (tests
+            // of other suites running alongside may run the same programs).
+            // Several: system-wide, as bpftrace runs them all.
             if !has_p {
                 bpf.push_str(&format!(" -p {pid}"));
             }
@@ -323,6 +340,42 @@ pub fn run(t: &Test, group: Group, s: &Setting, cap: Duration, serial: usize) ->
     Ran::Done(outcome)
 }
 
+/// Whether a process of process group `pg` has a thread that is not a
+/// zombie (a zombie leader whose other threads still run is alive: the
+/// last of them closes the files).
+fn live_in_group(pg: i32) -> bool {
+    // pid (comm) state ppid pgrp ...
+    let fields = |st: &str| -> Option<(String, i32)> {
+        let rest = st.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some((f.first()?.to_string(), f.get(2)?.parse().ok()?))
+    };
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .any(|e| {
+            let in_group = std::fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .and_then(|st| fields(&st))
+                .is_some_and(|(_, g)| g == pg);
+            in_group
+                && std::fs::read_dir(e.path().join("task")).is_ok_and(|tasks| {
+                    tasks.filter_map(|t| t.ok()).any(|t| {
+                        std::fs::read_to_string(t.path().join("stat"))
+                            .ok()
+                            .and_then(|st| fields(&st))
+                            .is_some_and(|(state, _)| state != "Z" && state != "X")
+                    })
+                })
+        })
+}
+
 /// How long a program may take to start (compile, attach) before its
 /// timeout starts counting anyway.
 const ATTACH_GRACE: Duration = Duration::from_secs(2);
@@ -420,6 +473,14 @@ fn watch(
         }
     }
     kill_group(&mut child, nix::sys::signal::Signal::SIGKILL);
+    // A tracer killed in its teardown holds its uprobes until its files
+    // are closed: a system-wide one's breakpoints are in every process
+    // running the probed files, the next test's too. Wait until every
+    // process of the group is gone or a zombie (its files closed).
+    let closed_by = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < closed_by && live_in_group(child.id() as i32) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     if let Some(a) = after {
         reap(a);
     }

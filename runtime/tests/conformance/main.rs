@@ -193,24 +193,39 @@ fn run(a: &Args, suite_dir: &Path, repo: &Path) -> Result<bool, String> {
     let pending = Mutex::new((queue, std::collections::HashSet::<String>::new()));
     let results: Mutex<Vec<(usize, report::Result)>> = Mutex::new(Vec::new());
     let budget = Duration::from_secs(ratchet.suite_budget_s);
+    // A system-wide test (`exec::system_wide`) runs alone: its probes
+    // would fire in the processes of tests running alongside (and the
+    // kernel's breakpoints in their code would refuse their own probes).
+    let alone = |i: usize| {
+        let e = &entries[i];
+        exec::system_wide(&e.test, e.group.unwrap_or(scope::Group::Language))
+    };
+    const ALONE: &str = "\0system-wide";
     let take = || -> Option<Option<usize>> {
         let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
         if p.0.is_empty() {
             return None;
         }
         let (queue, busy) = &mut *p;
-        let at = queue
-            .iter()
-            .position(|&i| !busy.contains(&entries[i].test.suite));
+        if busy.contains(ALONE) {
+            return Some(None);
+        }
+        let at = queue.iter().position(|&i| {
+            !busy.contains(&entries[i].test.suite) && (!alone(i) || busy.is_empty())
+        });
         Some(at.map(|k| {
             let i = queue.remove(k);
             busy.insert(entries[i].test.suite.clone());
+            if alone(i) {
+                busy.insert(ALONE.to_string());
+            }
             i
         }))
     };
     let done = |i: usize| {
         let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
         p.1.remove(&entries[i].test.suite);
+        p.1.remove(ALONE);
     };
     std::thread::scope(|sc| {
         for _ in 0..a.jobs {

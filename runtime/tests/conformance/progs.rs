@@ -56,6 +56,11 @@ pub fn build(suite: &Path, cache: &Path) -> Result<(PathBuf, Vec<String>), Strin
     let mut h = blake3::Hasher::new();
     h.update(CFLAGS.join(" ").as_bytes());
     h.update(if sdt() { b"sdt" } else { b"nosdt" });
+    // The programs name their libraries by absolute path (`-rpath`): a
+    // cache copied from another checkout (a worktree made with a copy of
+    // `target/`) would load that checkout's libraries, where this one's
+    // probes are not.
+    h.update(cache.as_os_str().as_encoded_bytes());
     for p in &all {
         h.update(p.file_name().unwrap_or_default().as_encoded_bytes());
         h.update(&std::fs::read(p).unwrap_or_default());

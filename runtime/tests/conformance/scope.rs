@@ -56,8 +56,17 @@ pub enum Scope {
 
 /// Features of bpftrace's `REQUIRES_FEATURE` that wprobe has by its own
 /// means (DWARF reading, loops bounded by fuel, library path resolution,
-/// the probed function known per probe).
-const HAVE: &[&str] = &["loop", "dwarf", "libpath_resolv", "get_func_ip"];
+/// the probed function known per probe) or through the perf transport
+/// (`uprobe_refcount`: a USDT semaphore is the uprobe's `ref_ctr_offset`,
+/// raised by the kernel in every process mapping the file, as a
+/// system-wide run needs).
+const HAVE: &[&str] = &[
+    "loop",
+    "dwarf",
+    "libpath_resolv",
+    "get_func_ip",
+    "uprobe_refcount",
+];
 
 /// Probe types (with their aliases) and what they are.
 fn provider_kind(p: &str) -> Option<&'static str> {

@@ -37,6 +37,10 @@ pub struct PerfHit {
     /// The return of a tracked call of a return probe: the function's
     /// entry address and what the entry knew.
     pub(super) ret: Option<(u64, EntryState)>,
+    /// The thread's name from the kernel's records (system-wide runs), if known.
+    pub(super) comm: Option<[u8; 16]>,
+    /// A live read found the process gone (`ESRCH`) since the sample was set.
+    pub(super) gone: bool,
 }
 
 impl Default for PerfHit {
@@ -55,6 +59,8 @@ impl Default for PerfHit {
             has_regs: false,
             regs_mask: super::sample::REGS_MASK,
             ret: None,
+            comm: None,
+            gone: false,
         }
     }
 }
@@ -138,15 +144,22 @@ impl PerfHit {
 /// Reads live memory of `pid` with `process_vm_readv`; returns the number of
 /// leading bytes read (a partial read stops at the first unreadable page).
 pub(super) fn live_read(pid: u32, addr: u64, buf: &mut [u8]) -> usize {
+    live_read_checked(pid, addr, buf).0
+}
+
+/// [`live_read`], and whether the process was gone (`ESRCH`: it exited
+/// before its sample was read).
+fn live_read_checked(pid: u32, addr: u64, buf: &mut [u8]) -> (usize, bool) {
     let mut done = 0;
     while done < buf.len() {
         match crate::sys::mem::vm_read(pid as i32, addr.wrapping_add(done as u64), &mut buf[done..])
         {
             Ok(n) if n > 0 => done += n,
+            Err(nix::errno::Errno::ESRCH) => return (done, true),
             _ => break,
         }
     }
-    done
+    (done, false)
 }
 
 impl HitEnv for PerfHit {
@@ -181,7 +194,8 @@ impl HitEnv for PerfHit {
             } else {
                 buf.len() - done
             };
-            let n = live_read(self.pid, a, &mut buf[done..done + end]);
+            let (n, gone) = live_read_checked(self.pid, a, &mut buf[done..done + end]);
+            self.gone |= gone;
             done += n;
             if n < end {
                 break;
@@ -244,6 +258,10 @@ impl HitEnv for PerfHit {
 
     fn elapsed_ns(&self) -> Option<u64> {
         self.ret.map(|(_, e)| e.elapsed_ns)
+    }
+
+    fn comm(&self) -> Option<[u8; 16]> {
+        self.comm
     }
 
     /// Chunked (the default reads byte by byte: one system call per byte

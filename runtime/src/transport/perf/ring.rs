@@ -90,15 +90,29 @@ pub(super) fn online_cpus() -> Vec<usize> {
 /// Opens and maps the ring of `cpu` for the tasks of `pid` (and, through
 /// `inherit`, their threads; with `follow`, their children).
 pub(super) fn open(pid: i32, cpu: usize, follow: bool, pages: usize) -> Result<Ring, PerfError> {
-    let c = counter(pid, cpu, follow)?;
-    let sampler = map(c, pid, cpu, follow, pages)?;
-    Ok(Ring {
+    let mut open = || counter(pid, cpu, follow);
+    let c = open()?;
+    let sampler = map(c, &mut open, cpu, pages)?;
+    Ok(ring(sampler))
+}
+
+/// Opens and maps the ring of `cpu` for every process (a system-wide run:
+/// the probe events are opened with pid -1 too).
+pub(super) fn open_system(cpu: usize, pages: usize) -> Result<Ring, PerfError> {
+    let mut open = || system_counter(cpu);
+    let c = open()?;
+    let sampler = map(c, &mut open, cpu, pages)?;
+    Ok(ring(sampler))
+}
+
+fn ring(sampler: Sampler) -> Ring {
+    Ring {
         sampler,
         pending: Vec::with_capacity(1 << 16),
         ty: 0,
         has: false,
         time: 0,
-    })
+    }
 }
 
 /// Maps the ring of `c`: `pages`, or as much as the locked-memory limit
@@ -106,9 +120,8 @@ pub(super) fn open(pid: i32, cpu: usize, follow: bool, pages: usize) -> Result<R
 /// down to [`MIN_RING_PAGES`].
 fn map(
     mut c: Counter,
-    pid: i32,
+    open: &mut dyn FnMut() -> Result<Counter, PerfError>,
     cpu: usize,
-    follow: bool,
     want: usize,
 ) -> Result<Sampler, PerfError> {
     let mut pages = want;
@@ -118,7 +131,7 @@ fn map(
             Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > MIN_RING_PAGES.min(want) => {
                 pages /= 2;
                 // `sampled` consumed the counter: open it again.
-                c = counter(pid, cpu, follow)?;
+                c = open()?;
             }
             Err(e) => {
                 return Err(PerfError::PermissionDenied {
@@ -138,6 +151,25 @@ fn map(
             }
         }
     }
+}
+
+/// The dummy event owning a system-wide ring: every process on `cpu`
+/// (nothing inherited: there is no task to inherit from).
+fn system_counter(cpu: usize) -> Result<Counter, PerfError> {
+    let mut b = Builder::new(Software::DUMMY);
+    b.any_pid()
+        .one_cpu(cpu)
+        .enabled(true)
+        .clockid(perf_event::Clock::MONOTONIC)
+        .sample(perf_event::SampleFlag::TID)
+        // The names of the processes (at exec) and of their new tasks:
+        // known even when a process exits before its samples are read.
+        .comm(true)
+        .comm_exec(true)
+        .task(true)
+        .wakeup_watermark(MIN_RING_PAGES * 4096 / 4);
+    b.build()
+        .map_err(|e| open_error(format!("system-wide ring buffer of CPU {cpu}"), e))
 }
 
 fn counter(pid: i32, cpu: usize, follow: bool) -> Result<Counter, PerfError> {

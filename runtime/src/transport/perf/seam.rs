@@ -43,6 +43,7 @@ pub static INFO: TransportInfo = TransportInfo {
         step_faults: false,
         write_checks: false,
         entry_notices: false,
+        system_wide: true,
     },
     // The general registers, rflags, cs, ss and the instruction pointer
     // (the sample's IP).
@@ -71,6 +72,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
     let t = match target {
         Target::Attach(pid) => PerfTracer::attach(pid, opts),
         Target::Launch(argv) => PerfTracer::launch(argv, opts),
+        Target::System => PerfTracer::system(opts),
     }
     .map_err(|e| e.to_string())?;
     Ok(Box::new(t))
@@ -729,6 +731,10 @@ impl TransportHit for super::PerfHit {
 
     fn set_module_bias(&mut self, bias: u64) {
         super::PerfHit::set_module_bias(self, bias);
+    }
+
+    fn process_gone(&self) -> bool {
+        self.gone
     }
 
     crate::swap_hit_impl!();

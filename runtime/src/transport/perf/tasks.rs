@@ -7,6 +7,8 @@
 
 use std::collections::HashSet;
 
+/// `PERF_RECORD_COMM`.
+pub(super) const RECORD_COMM: u32 = 3;
 /// `PERF_RECORD_EXIT`.
 pub(super) const RECORD_EXIT: u32 = 4;
 /// `PERF_RECORD_FORK`.
@@ -88,6 +90,63 @@ impl Tasks {
     }
 }
 
+/// The thread names of a system-wide run, by tid, from the kernel's
+/// records: `PERF_RECORD_COMM` at each exec (and `prctl(PR_SET_NAME)`),
+/// `PERF_RECORD_FORK` for a new task (it starts with its parent's name).
+/// A hit's name is known even when its process exited before the sample
+/// was read; tasks started before the run are not in it (the host reads
+/// `/proc` for those). Bounded: forgotten wholesale past [`Comms::MAX`].
+#[derive(Debug, Default)]
+pub(super) struct Comms {
+    by_tid: std::collections::HashMap<u32, [u8; 16]>,
+}
+
+impl Comms {
+    /// Names kept at most.
+    const MAX: usize = 1 << 16;
+
+    /// Takes a comm or fork record into account (other records are ignored).
+    pub(super) fn record(&mut self, ty: u32, body: &[u8]) {
+        let word = |i: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(body.get(i..i + 4)?.try_into().ok()?))
+        };
+        let name = match ty {
+            // pid, tid, comm (NUL-terminated, padded to 8 bytes).
+            RECORD_COMM => {
+                let Some(tid) = word(4) else { return };
+                let raw = body.get(8..).unwrap_or_default();
+                let n = raw
+                    .iter()
+                    .position(|&b| b == 0)
+                    .unwrap_or(raw.len())
+                    .min(15);
+                let mut b = [0u8; 16];
+                b[..n].copy_from_slice(&raw[..n]);
+                Some((tid, b))
+            }
+            // pid, ppid, tid, ptid, time.
+            RECORD_FORK => {
+                let (Some(tid), Some(ptid)) = (word(8), word(12)) else {
+                    return;
+                };
+                self.by_tid.get(&ptid).map(|b| (tid, *b))
+            }
+            _ => None,
+        };
+        if let Some((tid, b)) = name {
+            if self.by_tid.len() >= Self::MAX {
+                self.by_tid.clear();
+            }
+            self.by_tid.insert(tid, b);
+        }
+    }
+
+    /// The name of `tid`, when a record gave it.
+    pub(super) fn get(&self, tid: u32) -> Option<[u8; 16]> {
+        self.by_tid.get(&tid).copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +158,27 @@ mod tests {
         }
         b.extend_from_slice(&0u64.to_ne_bytes());
         b
+    }
+
+    #[test]
+    fn names_come_from_comm_records_and_pass_to_forked_tasks() {
+        let mut c = Comms::default();
+        let mut comm = Vec::new();
+        for w in [20u32, 21] {
+            comm.extend_from_slice(&w.to_ne_bytes());
+        }
+        comm.extend_from_slice(b"swprog\0\0");
+        c.record(RECORD_COMM, &comm);
+        assert_eq!(&c.get(21).unwrap()[..7], b"swprog\0");
+        c.record(RECORD_FORK, &body(20, 22)[..8]); // truncated: ignored
+        let mut fork = Vec::new();
+        for w in [30u32, 20, 30, 21] {
+            fork.extend_from_slice(&w.to_ne_bytes());
+        }
+        c.record(RECORD_FORK, &fork);
+        assert_eq!(c.get(30), c.get(21));
+        assert_eq!(c.get(99), None);
+        c.record(RECORD_COMM, &comm[..6]); // truncated: ignored
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub static INFO: TransportInfo = TransportInfo {
         step_faults: true,
         write_checks: true,
         entry_notices: false,
+        system_wide: false,
     },
     registers: None,
     preflight: |_| Ok(()),
@@ -100,6 +101,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
     if let Target::Attach(pid) = target {
         super::journal::held_by_another_run(pid)?;
     }
+
     let mut t = match target {
         // wprobe exits once detached: threads asleep in a system call are
         // neither stopped to attach nor to detach (no EINTR for them).
@@ -107,6 +109,12 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
             crate::elog!("wprobe: attached to {pid}. {}", t.kill_note(pid));
         }),
         Target::Launch(argv) => PtraceTracer::launch(argv, opts),
+        Target::System => {
+            return Err(format!(
+                "--transport ptrace: {}",
+                crate::transport::NOT_SYSTEM_WIDE
+            ));
+        }
     }
     .map_err(|e| e.to_string())?;
     // A diagnostic knob for measurements: which step-over path to use.
