@@ -69,6 +69,13 @@ impl Binary {
         }
     }
 
+    /// The libraries it needs (`DT_NEEDED`), in order.
+    pub fn needed(&self) -> Vec<String> {
+        goblin::elf::Elf::parse(self.bytes())
+            .map(|e| e.libraries.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default()
+    }
+
     /// Its USDT probe sites (`.note.stapsdt`), in note order.
     pub fn usdt_sites(&self) -> Vec<wprobe_elf::usdt::UsdtSite> {
         wprobe_elf::usdt::sites(&self.info)

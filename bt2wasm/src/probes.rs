@@ -4,7 +4,7 @@
 //! addresses checked against instruction boundaries).
 
 use crate::diag::{Sink, codes};
-use crate::elf::{Binary, glob, resolve_binary};
+use crate::elf::{Binary, find_library, glob, resolve_binary};
 use rpn2wasm::Span;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -117,6 +117,34 @@ impl Env {
             .or_insert_with(|| Binary::open(path).map(std::rc::Rc::new))
             .clone()
     }
+}
+
+/// For a library named by its short name (`libpthread`) and a function
+/// `spec` names without a wildcard that `bin` does not define: the first
+/// library `bin` needs (`DT_NEEDED`) that defines it, and its path.
+fn moved_function(
+    target: &str,
+    spec: &str,
+    bin: &std::rc::Rc<Binary>,
+    env: &mut Env,
+) -> Option<(std::path::PathBuf, std::rc::Rc<Binary>)> {
+    if target.contains('/') || !target.starts_with("lib") {
+        return None;
+    }
+    let name = spec.strip_prefix("cpp:").unwrap_or(spec);
+    let name = name.split_once('+').map_or(name, |(f, _)| f);
+    if name.is_empty()
+        || name.contains(['*', '?', '['])
+        || name.starts_with("0x")
+        || bin.func(name).is_some()
+    {
+        return None;
+    }
+    bin.needed().into_iter().find_map(|lib| {
+        let p = find_library(&lib)?;
+        let b = env.binary(&p).ok()?;
+        b.func(name).is_some().then_some((p, b))
+    })
 }
 
 /// Providers bpftrace has that wprobe does not trace, with their aliases.
@@ -488,6 +516,16 @@ pub(crate) fn uprobe(
             diags.error(codes::BINARY, span, e);
             return Vec::new();
         }
+    };
+    // A function a library named by its short name does not define, one of
+    // the libraries it needs does: glibc 2.34 moved libpthread's, libdl's
+    // and librt's functions into libc, leaving those libraries as stubs
+    // that need libc (`uprobe:libpthread:pthread_create`, bpftrace's
+    // threadsnoop.bt). The probe goes where the dynamic linker binds the
+    // name: the first needed library that defines it.
+    let (path, bin) = match moved_function(target, spec, &bin, env) {
+        Some(found) => found,
+        None => (path, bin),
     };
     // Libraries named without a path are bound at run time to the file the
     // target maps (by base name) and located by symbol there.

@@ -31,6 +31,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(map_counts_from_8_threads_x_100000_calls_are_exact @ every_transport),
     case!(intervals_tick_while_tracing @ every_transport),
     case!(cxx_names_in_ustack_and_usym_are_demangled_unless_turned_off @ every_transport),
+    case!(a_function_libc_took_over_is_found_through_the_stub_library @ every_transport),
 ];
 
 use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};
@@ -481,6 +482,44 @@ fn exit_is_asynchronous_as_in_bpftrace(transport: &str) {
     assert_eq!(
         out,
         format!("Attaching 1 probe...\nret 0\n\n\n{maps}"),
+        "{err}"
+    );
+}
+
+/// bpftrace's threadsnoop.bt probes `uprobe:libpthread:pthread_create`;
+/// since glibc 2.34 libpthread is a stub that needs libc, where the
+/// function is: the probe goes there, as the dynamic linker binds the
+/// name, and sees each of the 3 threads' start routine. A name neither
+/// defines is still refused, with its position.
+fn a_function_libc_took_over_is_found_through_the_stub_library(transport: &str) {
+    let t = gcc(
+        "pthread_creates",
+        &progs().join("pthread_creates.c"),
+        &["-O0", "-pthread"],
+    );
+    let prog = "uprobe:libpthread:pthread_create { @n = count(); printf(\"%s %s\\n\", comm, usym(arg2)); }";
+    let cmd = t.display().to_string();
+    let (out, err, code) = run(&["--transport", transport, "-e", prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        "Attaching 1 probe...\npthread_creates w\npthread_creates w\npthread_creates w\n\n\n@n: 3\n",
+        "{err}"
+    );
+    let (_, err, code) = run(
+        &[
+            "--transport",
+            transport,
+            "-e",
+            "uprobe:libpthread:no_such_fn { }",
+            "-c",
+            &cmd,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("-e:1:1: error[B0103]: Could not resolve symbol: libpthread:no_such_fn"),
         "{err}"
     );
 }
