@@ -996,8 +996,9 @@ mod tests {
         assert_eq!(offset_of!(ControlHeader, ring) % 64, 0);
         assert_eq!(size_of::<LoadRequest>(), 64);
         assert_eq!(size_of::<ProbeEntry>(), 72);
-        assert_eq!(size_of::<SiteEntry>(), 72);
-        assert_eq!(size_of::<SitesRequest>(), 16);
+        assert_eq!(size_of::<SiteEntry>(), 96);
+        assert_eq!(size_of::<SitesRequest>(), 24);
+        assert_eq!(size_of::<BiasEntry>(), 16);
         const { assert!(CONTROL_HEADER_SIZE <= 4096) };
     }
 

@@ -359,13 +359,14 @@ mod tests {
         };
         // Every transport arms libraries loaded later now.
         assert_eq!(choose(AUTO, &needs, &none).unwrap().info.name, "inproc");
-        // A program executed later: not inproc.
+        // A program executed later: inproc follows the exec too.
         let needs = Needs {
             later_modules: vec!["/bin/prog".into()],
             later_programs: vec!["/bin/prog".into()],
             ..Needs::default()
         };
-        assert_eq!(choose(AUTO, &needs, &none).unwrap().info.name, "ptrace");
+        assert_eq!(choose(AUTO, &needs, &none).unwrap().info.name, "inproc");
+        assert!(TRANSPORTS.iter().all(|t| unmet(t, &needs).is_none()));
         let needs = Needs {
             traced_by: Some("gdb (pid 7)".into()),
             ..Needs::default()
