@@ -172,7 +172,8 @@ pub struct Session {
     entry_notices: Vec<usize>,
     /// Programs whose return probes track every call (`track_every_call`).
     every_call: Vec<usize>,
-    /// Go modules said to be Go (once each, at arming).
+    /// Modules checked for being Go programs (once each, at arming: the
+    /// check parses the file's section headers), Go ones said so.
     go_noted: std::collections::HashSet<std::path::PathBuf>,
     /// `--metrics`: where snapshots go when a scrape asks (see `metrics`).
     metrics: Option<std::sync::Arc<crate::metrics::Feed>>,

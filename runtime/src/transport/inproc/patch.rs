@@ -1651,13 +1651,13 @@ impl Patcher {
                     .map_err(|e| format!("writing the trap journal: {e}"))?,
             ),
         };
-        for s in self.sites[self.traps_journaled..]
+        let patches: Vec<(u64, u8, u64)> = self.sites[self.traps_journaled..]
             .iter()
             .filter(|s| s.trap.is_some())
-        {
-            j.record(s.site.addr, s.orig[0], s.inode)
-                .map_err(|e| format!("writing the trap journal: {e}"))?;
-        }
+            .map(|s| (s.site.addr, s.orig[0], s.inode))
+            .collect();
+        j.record_all(&patches)
+            .map_err(|e| format!("writing the trap journal: {e}"))?;
         self.traps_journaled = self.sites.len();
         for s in self
             .sites

@@ -286,7 +286,22 @@ impl Journal {
 
     /// Records a patch before it is written.
     pub fn record(&mut self, addr: u64, orig: u8, inode: u64) -> io::Result<()> {
-        writeln!(self.file, "{addr:x} {orig:02x} {inode}")?;
+        self.record_all(&[(addr, orig, inode)])
+    }
+
+    /// Records patches `(address, original byte, inode)` before they are
+    /// written: one write and one sync for all (a sync each cost `wprobe
+    /// trace` of python3.11 a tenth of its arming).
+    pub fn record_all(&mut self, patches: &[(u64, u8, u64)]) -> io::Result<()> {
+        if patches.is_empty() {
+            return Ok(());
+        }
+        let mut text = String::with_capacity(patches.len() * 32);
+        for (addr, orig, inode) in patches {
+            use std::fmt::Write as _;
+            let _ = writeln!(text, "{addr:x} {orig:02x} {inode}");
+        }
+        self.file.write_all(text.as_bytes())?;
         self.file.sync_data()
     }
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# benches/trace/arming.sh - the start-up cost of tracing every function of a
+# large binary: wprobe trace --transport inproc against uftrace record -P .
+# on Debian's /usr/bin/python3.11 (about 10,000 functions, no libpython),
+# run with --version, which exits before running Python code: the time is
+# the tool's start-up (reading the binary, planning and writing every site,
+# loading the agent) plus a few thousand calls. Wall time of the whole
+# command, median of REPEATS runs, each tool's runs interleaved; wprobe with
+# its compiled-module cache warm and cold (emptied before the run).
+#
+# usage: benches/trace/arming.sh [REPEATS]
+# env:   WPROBE (default target/release/wprobe), PYTHON (/usr/bin/python3.11)
+set -euo pipefail
+R=${1:-5}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+W=${WPROBE:-$ROOT/target/release/wprobe}
+P=${PYTHON:-/usr/bin/python3.11}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/wprobe-arming.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export WPROBE_CACHE_DIR=$WORK/cache
+t() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
+median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+: > "$WORK/u"; : > "$WORK/f"; : > "$WORK/w"; : > "$WORK/c"
+for _ in $(seq "$R"); do
+  t "$P" --version >> "$WORK/u"
+  (cd "$WORK" && t uftrace record -P . -d "$WORK/uftrace.data" "$P" --version) >> "$WORK/f"
+  t "$W" trace --transport inproc --report -- "$P" --version >> "$WORK/w"
+  rm -rf "$WORK/cache"
+  t "$W" trace --transport inproc --report -- "$P" --version >> "$WORK/c"
+done
+u=$(median < "$WORK/u"); f=$(median < "$WORK/f"); w=$(median < "$WORK/w"); c=$(median < "$WORK/c")
+echo "arming: $P --version, REPEATS=$R, medians; wprobe $(git -C "$ROOT" rev-parse --short HEAD); load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-44s %8s %8s\n" "" "wall ms" "×uftrace"
+printf "%-44s %8s %8s\n" "untraced" "$u" "-"
+printf "%-44s %8s %8s\n" "uftrace record -P ." "$f" "1.0"
+printf "%-44s %8s %8s\n" "wprobe trace --transport inproc (cache warm)" "$w" "$(awk -v a="$w" -v b="$f" 'BEGIN { printf "%.1f", a / b }')"
+printf "%-44s %8s %8s\n" "wprobe trace --transport inproc (cache cold)" "$c" "$(awk -v a="$c" -v b="$f" 'BEGIN { printf "%.1f", a / b }')"
