@@ -193,6 +193,7 @@ pub(crate) fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
         (Ty::Array(x, n), Ty::Array(y, m)) if n == m => Ty::Array(Box::new(unify(x, y)?), *n),
         (Ty::Enum(x), Ty::Enum(y)) if x == y => a.clone(),
         (Ty::Strftime(x), Ty::Strftime(y)) if x == y => a.clone(),
+        (Ty::Username, Ty::Username) | (Ty::Inet, Ty::Inet) => a.clone(),
         (Ty::Enum(_), Ty::Int { signed, .. }) | (Ty::Int { signed, .. }, Ty::Enum(_)) => Ty::Int {
             signed: *signed,
             bytes: 8,

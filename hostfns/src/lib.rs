@@ -102,8 +102,18 @@ pub trait Services {
     /// `CLOCK_REALTIME - CLOCK_MONOTONIC`, to place a hit's wall-clock time
     /// on the monotonic clock.
     fn mono_offset_ns(&self) -> u64;
+    /// `CLOCK_BOOTTIME - CLOCK_MONOTONIC` now (the time spent suspended),
+    /// to place a hit's monotonic time on the boot clock.
+    fn boot_offset_ns(&self) -> u64;
+    /// `CLOCK_TAI - CLOCK_REALTIME` now (the TAI offset, leap seconds), to
+    /// place a hit's wall-clock time on the TAI clock.
+    fn tai_offset_ns(&self) -> u64;
     /// The real user id of process `pid`.
     fn uid(&mut self, pid: u64) -> i64;
+    /// The real group id of thread `tid` of `pid` (-1 if unknown).
+    fn gid(&mut self, pid: u64, tid: u64) -> i64;
+    /// The NUMA node of `cpu` (0 on a machine with one node).
+    fn numa_node(&self, cpu: u64) -> i64;
     /// The name of thread `tid` of process `pid` (at most 15 bytes, in the
     /// first `.1` bytes of `.0`).
     fn comm(&mut self, pid: u64, tid: u64) -> ([u8; 16], usize);
@@ -716,6 +726,8 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
                     mono.saturating_sub(s.start_mono_ns()) as i64
                 }
                 hostabi::imports::clock::REALTIME => real as i64,
+                hostabi::imports::clock::BOOTTIME => mono.wrapping_add(s.boot_offset_ns()) as i64,
+                hostabi::imports::clock::TAI => real.wrapping_add(s.tai_offset_ns()) as i64,
                 _ => bail!("clock_ns: no clock {id}"),
             })
         },
@@ -753,6 +765,22 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
     linker.func_wrap(m, name(ImportId::child_pid), |c: Caller<'_, T>| {
         c.data().services().child_pid() as i64
     })?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_gid),
+        |mut c: Caller<'_, T>| -> i64 {
+            let (pid, tid) = identity(c.data());
+            c.data_mut().services_mut().gid(pid, tid)
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_numa_node),
+        |c: Caller<'_, T>| -> i64 {
+            let cpu = c.data().env().cpu();
+            c.data().services().numa_node(cpu)
+        },
+    )?;
     Ok(())
 }
 
@@ -926,6 +954,18 @@ mod tests {
             0
         }
         fn mono_offset_ns(&self) -> u64 {
+            0
+        }
+        fn boot_offset_ns(&self) -> u64 {
+            0
+        }
+        fn tai_offset_ns(&self) -> u64 {
+            0
+        }
+        fn gid(&mut self, _: u64, _: u64) -> i64 {
+            -1
+        }
+        fn numa_node(&self, _: u64) -> i64 {
             0
         }
         fn uid(&mut self, _: u64) -> i64 {

@@ -32,6 +32,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(intervals_tick_while_tracing @ every_transport),
     case!(cxx_names_in_ustack_and_usym_are_demangled_unless_turned_off @ every_transport),
     case!(a_function_libc_took_over_is_found_through_the_stub_library @ every_transport),
+    case!(gid_numaid_clocks_and_the_exit_status_of_a_hit @ every_transport),
+    case!(exit_code_of_a_special_probe_ends_the_run_with_it),
 ];
 
 use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};
@@ -947,4 +949,92 @@ fn cxx_names_in_ustack_and_usym_are_demangled_unless_turned_off(tr: &str) {
         assert!(out.starts_with(mangled), "{out}");
         assert!(out.contains("\n_ZN2ns3ns13foo4bar3Ev\n"), "{out}");
     }
+}
+
+/// The node of each CPU as sysfs lists them (every CPU 0 on one node).
+fn numa_node_of(cpu: u64) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
+        return 0;
+    };
+    for ent in dir.flatten() {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let Some(node) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let list = std::fs::read_to_string(ent.path().join("cpulist")).unwrap_or_default();
+        for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            if let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>())
+                && (a..=b).contains(&cpu)
+            {
+                return node;
+            }
+        }
+    }
+    0
+}
+
+/// `gid` is the hit thread's real group id, `numaid` the node of the CPU
+/// it ran on, `nsecs(boot)` CLOCK_BOOTTIME (never behind the monotonic
+/// clock), `nsecs(tai)` and `nsecs(sw_tai)` CLOCK_TAI (the wall clock plus
+/// at most 37 s of leap seconds), and `exit(7)` ends wprobe with status 7
+/// after the maps, under every transport.
+fn gid_numaid_clocks_and_the_exit_status_of_a_hit(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uprobe:{}:add /arg0 == 3/ {{ @n = count(); $m = nsecs; $b = nsecs(boot); $t = nsecs(tai); $s = nsecs(sw_tai); \
+         printf(\"%d %d %d %d %d %llu %llu\\n\", gid, cpu, numaid, $b >= $m, $s >= $t, $t / 1000000000, $s / 1000000000); exit(7); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(code, Some(7), "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}{err}");
+    assert_eq!(lines[0], "Attaching 1 probe...");
+    assert_eq!(&lines[2..], ["", "", "@n: 1"], "{out}");
+    let f: Vec<u64> = lines[1].split(' ').map(|w| w.parse().unwrap()).collect();
+    // SAFETY: getgid has no arguments and cannot fail.
+    let gid = u64::from(unsafe { libc::getgid() });
+    assert_eq!(f[0], gid, "{out}");
+    assert_eq!(f[2], numa_node_of(f[1]), "{out}");
+    assert_eq!((f[3], f[4]), (1, 1), "{out}");
+    for tai in [f[5], f[6]] {
+        assert!(
+            tai >= before && tai <= after + 37,
+            "{tai} not in {before}..={after}+37"
+        );
+    }
+}
+
+/// `exit(code)` in `BEGIN` and in an interval probe: wprobe prints what it
+/// prints for `exit()` and ends with the code's low 8 bits; `exit()` is 0.
+fn exit_code_of_a_special_probe_ends_the_run_with_it() {
+    let (out, err, code) = run(&["-e", "BEGIN { exit(69); }"], &[]);
+    assert_eq!(code, Some(69), "{err}");
+    assert_eq!(out, "Attaching 1 probe...\n\n\n");
+    let (out, err, code) = run(
+        &[
+            "-e",
+            "i:ms:1 { @ = count(); printf(\"%d\\n\", gid); exit(256 + 3); }",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(3), "{err}");
+    // SAFETY: getgid has no arguments and cannot fail.
+    let gid = unsafe { libc::getgid() };
+    assert_eq!(out, format!("Attaching 1 probe...\n{gid}\n\n\n@: 1\n"));
+    let (_, err, code) = run(&["-e", "BEGIN { exit(); }"], &[]);
+    assert_eq!(code, Some(0), "{err}");
 }
