@@ -10,7 +10,7 @@
 pub mod cfmt;
 mod maps;
 
-pub use maps::{MapOutput, print_entries, print_map, snapshot_entries};
+pub use maps::{MapOutput, hist_low, print_entries, print_map, snapshot_entries};
 
 use crate::symbolize::Symbolizer;
 use cfmt::Arg;

@@ -91,6 +91,7 @@ pub fn map_specs(decls: &[MapDecl]) -> Result<Vec<MapSpec>, String> {
                 value_size: d.value.as_ref().map_or(8, |v| v.size() as u32),
                 max_keys: d.max_keys,
                 linear,
+                hist_bits: d.hist_bits,
             })
         })
         .collect()

@@ -1119,8 +1119,39 @@ impl Fx<'_, '_> {
             "hist" => (MapKind::Hist, Op::Hist, 1),
             _ => (MapKind::Lhist, Op::Lhist, 4),
         };
-        if !self.nargs(name, args, nargs, nargs, span) {
+        let most = if kind == MapKind::Hist { 2 } else { nargs };
+        if !self.nargs(name, args, nargs, most, span) {
             return;
+        }
+        // `hist(x, k)`: 2^k buckets per power of two, k a literal 0 to 5.
+        let mut hist_bits = 0u8;
+        if kind == MapKind::Hist
+            && let Some(a) = args.get(1)
+        {
+            match int_literal(a) {
+                Some(k) if (0..=i64::from(hostabi::maps::MAX_HIST_BITS)).contains(&k) => {
+                    hist_bits = k as u8;
+                }
+                Some(_) => {
+                    self.cx.err(
+                        codes::ARGUMENTS,
+                        a.span,
+                        format!(
+                            "hist: bits argument must be in range 0-{}",
+                            hostabi::maps::MAX_HIST_BITS
+                        ),
+                    );
+                    return;
+                }
+                None => {
+                    self.cx.err(
+                        codes::LITERAL,
+                        a.span,
+                        "hist() expects an integer literal as its second argument",
+                    );
+                    return;
+                }
+            }
         }
         let (value, vt) = match args.first() {
             Some(a) => {
@@ -1219,6 +1250,23 @@ impl Fx<'_, '_> {
             .is_none()
         {
             return;
+        }
+        if kind == MapKind::Hist {
+            let info = self.cx.map(&m.name);
+            match info.hist_bits {
+                Some(old) if old != hist_bits => {
+                    self.cx.err(
+                        codes::MAP_USE,
+                        span,
+                        format!(
+                            "hist() bits argument of {} differs from an earlier use",
+                            m.name
+                        ),
+                    );
+                    return;
+                }
+                _ => info.hist_bits = Some(hist_bits),
+            }
         }
         out.push(S::MapUpdate {
             map,
