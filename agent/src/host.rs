@@ -634,10 +634,14 @@ impl Services for AgentServices {
         ctrl::get().map_or(0, |c| c.mono_offset_ns)
     }
     fn boot_offset_ns(&self) -> u64 {
-        vdso::clock_ns(sys::CLOCK_BOOTTIME).wrapping_sub(vdso::clock_ns(sys::CLOCK_MONOTONIC))
+        let m1 = vdso::clock_ns(sys::CLOCK_MONOTONIC);
+        let b = vdso::clock_ns(sys::CLOCK_BOOTTIME);
+        hostfns::clock_offset(m1, b, vdso::clock_ns(sys::CLOCK_MONOTONIC), false)
     }
     fn tai_offset_ns(&self) -> u64 {
-        vdso::clock_ns(sys::CLOCK_TAI).wrapping_sub(vdso::clock_ns(sys::CLOCK_REALTIME))
+        let r1 = vdso::clock_ns(sys::CLOCK_REALTIME);
+        let t = vdso::clock_ns(sys::CLOCK_TAI);
+        hostfns::clock_offset(r1, t, vdso::clock_ns(sys::CLOCK_REALTIME), true)
     }
     fn uid(&mut self, _pid: u64) -> i64 {
         i64::from(sys::getuid())

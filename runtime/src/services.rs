@@ -255,10 +255,14 @@ impl hostfns::Services for Services {
         self.mono_offset_ns
     }
     fn boot_offset_ns(&self) -> u64 {
-        clock(libc::CLOCK_BOOTTIME).wrapping_sub(clock(libc::CLOCK_MONOTONIC))
+        let m1 = clock(libc::CLOCK_MONOTONIC);
+        let b = clock(libc::CLOCK_BOOTTIME);
+        hostfns::clock_offset(m1, b, clock(libc::CLOCK_MONOTONIC), false)
     }
     fn tai_offset_ns(&self) -> u64 {
-        clock(libc::CLOCK_TAI).wrapping_sub(clock(libc::CLOCK_REALTIME))
+        let r1 = clock(libc::CLOCK_REALTIME);
+        let t = clock(libc::CLOCK_TAI);
+        hostfns::clock_offset(r1, t, clock(libc::CLOCK_REALTIME), true)
     }
     fn uid(&mut self, pid: u64) -> i64 {
         Services::uid(self, pid)

@@ -34,6 +34,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(a_function_libc_took_over_is_found_through_the_stub_library @ every_transport),
     case!(gid_numaid_clocks_and_the_exit_status_of_a_hit @ every_transport),
     case!(exit_code_of_a_special_probe_ends_the_run_with_it),
+    case!(username_ntop_pton_and_fine_grained_hist_print_as_bpftrace_does @ every_transport),
 ];
 
 use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};
@@ -1037,4 +1038,86 @@ fn exit_code_of_a_special_probe_ends_the_run_with_it() {
     assert_eq!(out, format!("Attaching 1 probe...\n{gid}\n\n\n@: 1\n"));
     let (_, err, code) = run(&["-e", "BEGIN { exit(); }"], &[]);
     assert_eq!(code, Some(0), "{err}");
+}
+
+/// The name `/etc/passwd` gives the user id `uid` (bpftrace's `username`).
+fn passwd_name(uid: u32) -> String {
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 3 && f[2] == uid.to_string()).then(|| f[0].to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// `username` prints the hit's user by name (in printf and as a map key),
+/// `ntop` an IPv4 integer, a `pton` address with its family given or
+/// taken from its size, and `hist(x, 2)` splits each power of two into 4
+/// buckets with bpftrace's labels (5, 8 and 13 of `scale`'s arguments),
+/// in text and in JSON, under every transport.
+fn username_ntop_pton_and_fine_grained_hist_print_as_bpftrace_does(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uprobe:{0}:add /arg0 == 3/ {{ printf(\"%s %s %s %s\\n\", username, ntop(arg0 + 0x0100007c), ntop(2, pton(\"10.0.0.1\")), ntop(pton(\"fe80::1\"))); }} \
+         uprobe:{0}:scale {{ @k[username] = count(); if (arg0 >= 5 && arg0 <= 13) {{ @h = hist(arg0, 2); }} }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    // SAFETY: getuid has no arguments and cannot fail.
+    let user = passwd_name(unsafe { libc::getuid() });
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let bar = "@".repeat(52);
+    let none = " ".repeat(52);
+    assert_eq!(
+        out,
+        format!(
+            "Attaching 2 probes...\n{user} 127.0.0.1 10.0.0.1 fe80::1\n\n\n@h:\n\
+             [5]                    1 |{bar}|\n\
+             [6]                    0 |{none}|\n\
+             [7]                    0 |{none}|\n\
+             [8, 10)                1 |{bar}|\n\
+             [10, 12)               0 |{none}|\n\
+             [12, 14)               1 |{bar}|\n\
+             \n@k[{user}]: 12\n"
+        ),
+        "{err}"
+    );
+    let (out, err, code) = run(
+        &[
+            "--transport",
+            transport,
+            "-f",
+            "json",
+            "-e",
+            &prog,
+            "-c",
+            &cmd,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(
+            "{\"type\": \"hist\", \"data\": {\"@h\": [{\"min\": 5, \"max\": 5, \"count\": 1}, \
+             {\"min\": 6, \"max\": 6, \"count\": 0}, {\"min\": 7, \"max\": 7, \"count\": 0}, \
+             {\"min\": 8, \"max\": 9, \"count\": 1}, {\"min\": 10, \"max\": 11, \"count\": 0}, \
+             {\"min\": 12, \"max\": 13, \"count\": 1}]}}\n"
+        ),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{{\"type\": \"printf\", \"data\": \"{user} 127.0.0.1 10.0.0.1 fe80::1\\n\"}}\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{{\"type\": \"map\", \"data\": {{\"@k\": {{\"{user}\": 12}}}}}}\n"
+        )),
+        "{out}"
+    );
 }
