@@ -22,6 +22,28 @@ use wasmtime::{Memory, StoreLimits};
 /// The CPU the calling thread runs on (`rdpid`, else `rdtscp`, else
 /// `getcpu`).
 #[inline]
+/// The NUMA node of the CPU the calling thread runs on.
+pub fn current_numa_node() -> u64 {
+    if HAS_RDPID.load(Ordering::Relaxed) {
+        (sys::rdpid() >> 12) & 0xFFF
+    } else if HAS_RDTSCP.load(Ordering::Relaxed) {
+        u64::from((sys::rdtscp().1 >> 12) & 0xFFF)
+    } else {
+        let mut cpu = 0u32;
+        let mut node = 0u32;
+        // SAFETY: getcpu writes one u32 at each of the two pointers.
+        unsafe {
+            sys::syscall3(
+                sys::SYS_GETCPU,
+                &mut cpu as *mut u32 as usize,
+                &mut node as *mut u32 as usize,
+                0,
+            )
+        };
+        u64::from(node)
+    }
+}
+
 pub fn current_cpu() -> u64 {
     if HAS_RDPID.load(Ordering::Relaxed) {
         sys::rdpid() & 0xFFF
@@ -611,8 +633,26 @@ impl Services for AgentServices {
     fn mono_offset_ns(&self) -> u64 {
         ctrl::get().map_or(0, |c| c.mono_offset_ns)
     }
+    fn boot_offset_ns(&self) -> u64 {
+        let m1 = vdso::clock_ns(sys::CLOCK_MONOTONIC);
+        let b = vdso::clock_ns(sys::CLOCK_BOOTTIME);
+        hostfns::clock_offset(m1, b, vdso::clock_ns(sys::CLOCK_MONOTONIC), false)
+    }
+    fn tai_offset_ns(&self) -> u64 {
+        let r1 = vdso::clock_ns(sys::CLOCK_REALTIME);
+        let t = vdso::clock_ns(sys::CLOCK_TAI);
+        hostfns::clock_offset(r1, t, vdso::clock_ns(sys::CLOCK_REALTIME), true)
+    }
     fn uid(&mut self, _pid: u64) -> i64 {
         i64::from(sys::getuid())
+    }
+    fn gid(&mut self, _pid: u64, _tid: u64) -> i64 {
+        i64::from(sys::getgid())
+    }
+    fn numa_node(&self, _cpu: u64) -> i64 {
+        // The hit thread is the calling thread: the kernel's node of the
+        // CPU it runs on (the TSC_AUX value is node << 12 | cpu).
+        current_numa_node() as i64
     }
     fn comm(&mut self, _pid: u64, _tid: u64) -> ([u8; 16], usize) {
         sys::thread_name()

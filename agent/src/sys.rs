@@ -11,6 +11,7 @@ pub const SYS_MUNMAP: usize = 11;
 pub const SYS_SCHED_YIELD: usize = 24;
 pub const SYS_GETPID: usize = 39;
 pub const SYS_GETUID: usize = 102;
+pub const SYS_GETGID: usize = 104;
 pub const SYS_PRCTL: usize = 157;
 pub const SYS_FUTEX: usize = 202;
 pub const SYS_ARCH_PRCTL: usize = 158;
@@ -35,6 +36,8 @@ pub const O_RDONLY: usize = 0;
 pub const O_CLOEXEC: usize = 0o2000000;
 pub const CLOCK_REALTIME: usize = 0;
 pub const CLOCK_MONOTONIC: usize = 1;
+pub const CLOCK_BOOTTIME: usize = 7;
+pub const CLOCK_TAI: usize = 11;
 pub const PR_GET_NAME: usize = 16;
 pub const FUTEX_WAIT: usize = 0;
 pub const FUTEX_WAKE: usize = 1;
@@ -178,6 +181,12 @@ pub fn sched_yield() {
 pub fn getuid() -> u32 {
     // SAFETY: no arguments, no memory.
     unsafe { syscall0(SYS_GETUID) as u32 }
+}
+
+/// The real group id of the calling thread.
+pub fn getgid() -> u32 {
+    // SAFETY: no arguments, no memory.
+    unsafe { syscall0(SYS_GETGID) as u32 }
 }
 
 /// The calling thread's name (`PR_GET_NAME`: at most 15 bytes and a NUL).

@@ -74,6 +74,8 @@ pub(crate) struct MapInfo {
     /// Value type of assign maps; sample type of the others.
     pub value: Ty,
     pub lhist: Option<(i64, i64, i64)>,
+    /// `k` of `hist(x, k)` (`None`: not seen yet).
+    pub hist_bits: Option<u8>,
     /// Span of the first assignment (for messages).
     pub first: Option<Span>,
     /// Span of the first use of any kind.
@@ -150,6 +152,7 @@ impl Cx<'_> {
                     key: None,
                     value: Ty::None,
                     lhist: None,
+                    hist_bits: None,
                     first: None,
                     used: None,
                 },
@@ -193,6 +196,7 @@ pub(crate) fn unify(a: &Ty, b: &Ty) -> Option<Ty> {
         (Ty::Array(x, n), Ty::Array(y, m)) if n == m => Ty::Array(Box::new(unify(x, y)?), *n),
         (Ty::Enum(x), Ty::Enum(y)) if x == y => a.clone(),
         (Ty::Strftime(x), Ty::Strftime(y)) if x == y => a.clone(),
+        (Ty::Username, Ty::Username) | (Ty::Inet, Ty::Inet) => a.clone(),
         (Ty::Enum(_), Ty::Int { signed, .. }) | (Ty::Int { signed, .. }, Ty::Enum(_)) => Ty::Int {
             signed: *signed,
             bytes: 8,
@@ -817,6 +821,7 @@ fn finish(cx: Cx<'_>, handlers: Vec<Handler>, concrete: &[Vec<Concrete>]) -> ir:
             },
             max_keys: cx.opts.map_keys,
             lhist: m.lhist,
+            hist_bits: m.hist_bits.unwrap_or(0),
         });
     }
     let mut probes = Vec::new();

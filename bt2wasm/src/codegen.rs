@@ -72,8 +72,12 @@ fn uses_e(e: &E, u: &mut BTreeSet<u32>, streq: &mut Helpers) {
             ir::Fact::Tid => I::current_tid,
             ir::Fact::Cpu => I::current_cpu,
             ir::Fact::Uid => I::current_uid,
+            ir::Fact::Gid => I::current_gid,
+            ir::Fact::Numaid => I::current_numa_node,
             ir::Fact::Cpid => I::child_pid,
-            ir::Fact::Nsecs | ir::Fact::Elapsed => I::clock_ns,
+            ir::Fact::Nsecs | ir::Fact::Elapsed | ir::Fact::NsecsBoot | ir::Fact::NsecsTai => {
+                I::clock_ns
+            }
             ir::Fact::Bias => I::load_bias,
         }),
         E::Comm(_) => add(I::current_comm),

@@ -56,6 +56,11 @@ pub enum Ty {
     /// `strftime(fmt, ns)`: a monotonic time in ns (an i64) printed as
     /// local time with this format.
     Strftime(Vec<u8>),
+    /// `username`: a user id (an i64) printed as the user's name.
+    Username,
+    /// `ntop(...)`: an address family and 16 address bytes, printed as an
+    /// IP address.
+    Inet,
     /// A tuple.
     Tuple(Vec<Ty>),
     /// No value (calls such as `printf`), or not known yet.
@@ -97,7 +102,7 @@ impl Ty {
     pub fn is_agg(&self) -> bool {
         !matches!(
             self,
-            Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_) | Ty::Strftime(_) | Ty::None
+            Ty::Int { .. } | Ty::Ptr(_) | Ty::Enum(_) | Ty::Strftime(_) | Ty::Username | Ty::None
         )
     }
 
@@ -128,6 +133,8 @@ impl Ty {
             Ty::Array(t, n) => Layout::Array(Box::new(t.layout()), *n),
             Ty::Enum(e) => Layout::Enum(e.values.clone().into_boxed_slice()),
             Ty::Strftime(f) => Layout::Strftime(f.clone().into_boxed_slice()),
+            Ty::Username => Layout::Username,
+            Ty::Inet => Layout::Inet,
             Ty::Tuple(f) => Layout::Tuple(f.iter().map(Ty::layout).collect()),
             Ty::None => Layout::U64,
         }
@@ -153,6 +160,8 @@ impl Ty {
             Ty::Array(t, n) => format!("{}[{n}]", t.name()),
             Ty::Enum(e) => e.name.clone(),
             Ty::Strftime(_) => "timestamp".into(),
+            Ty::Username => "username".into(),
+            Ty::Inet => "inet".into(),
             Ty::Tuple(f) => format!(
                 "({})",
                 f.iter().map(Ty::name).collect::<Vec<_>>().join(", ")
@@ -173,10 +182,18 @@ pub enum Fact {
     Cpu,
     /// `uid`.
     Uid,
+    /// `gid`.
+    Gid,
+    /// `numaid`.
+    Numaid,
     /// `cpid`.
     Cpid,
     /// `nsecs`.
     Nsecs,
+    /// `nsecs(boot)`: `CLOCK_BOOTTIME`.
+    NsecsBoot,
+    /// `nsecs(tai)`, `nsecs(sw_tai)`: `CLOCK_TAI`.
+    NsecsTai,
     /// `elapsed`.
     Elapsed,
     /// The load bias of the probe's module (probe events' `@+OFF`, `@SYM`).

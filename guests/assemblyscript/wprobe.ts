@@ -10,11 +10,11 @@
 // of at instantiation (wprobe refuses start functions).
 
 /** Host ABI version of this file. */
-export const ABI_VERSION: i32 = 4;
+export const ABI_VERSION: i32 = 5;
 /** Custom section carrying the manifest. */
 export const MANIFEST_SECTION = "wprobe.manifest";
 /** The manifest's first lines (format and ABI version), put before WPROBE_MANIFEST by the transform. */
-export const MANIFEST_HEAD = "wprobe-manifest 1\nabi 4\n";
+export const MANIFEST_HEAD = "wprobe-manifest 1\nabi 5\n";
 
 /** Status codes returned by host imports. */
 export namespace status {
@@ -282,6 +282,7 @@ export namespace event_kind {
   export const TIME: i32 = 4;
   export const CAT: i32 = 5;
   export const SYSTEM: i32 = 6;
+  export const EXIT: i32 = 7;
 }
 
 /** Clock ids of `clock_ns`. */
@@ -289,6 +290,8 @@ export namespace clock {
   export const MONOTONIC: i32 = 0;
   export const SINCE_START: i32 = 1;
   export const REALTIME: i32 = 2;
+  export const BOOTTIME: i32 = 3;
+  export const TAI: i32 = 4;
 }
 
 /**
@@ -472,16 +475,18 @@ export namespace raw {
   // `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with
   // `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's
   // bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a file's
-  // path or a shell command (bpftrace `cat`, `system`). wprobe formats events when it writes them.
-  // Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or
+  // path or a shell command (bpftrace `cat`, `system`); EXIT with `id` 0 and an i64 exit status
+  // (bpftrace `exit(code)`; the handler then returns STOP). wprobe formats events when it writes
+  // them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or
   // BAD_ARGUMENT (unknown kind).
   // @ts-ignore: decorator
   @external("wprobe", "emit_event")
   export declare function emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32): i32;
 
   // A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`), `clock::SINCE_START`
-  // (time since the run started, bpftrace `elapsed`), `clock::REALTIME` (since the Unix epoch).
-  // Another id traps.
+  // (time since the run started, bpftrace `elapsed`), `clock::REALTIME` (since the Unix epoch),
+  // `clock::BOOTTIME` (`CLOCK_BOOTTIME`, bpftrace `nsecs(boot)`), `clock::TAI` (`CLOCK_TAI`,
+  // bpftrace `nsecs(tai)` and `nsecs(sw_tai)`). Another id traps.
   // @ts-ignore: decorator
   @external("wprobe", "clock_ns")
   export declare function clock_ns(clock: i32): i64;
@@ -535,6 +540,17 @@ export namespace raw {
   // @ts-ignore: decorator
   @external("wprobe", "usdt_arg")
   export declare function usdt_arg(index: i32): i64;
+
+  // Real group id of the thread that hit the probe (-1 if unknown); wprobe's own in a `begin`,
+  // `end` or `interval` probe.
+  // @ts-ignore: decorator
+  @external("wprobe", "current_gid")
+  export declare function current_gid(): i64;
+
+  // NUMA node of the CPU the hit thread last ran on (`current_cpu`); 0 on a machine with one node.
+  // @ts-ignore: decorator
+  @external("wprobe", "current_numa_node")
+  export declare function current_numa_node(): i64;
 }
 
 // ---------------------------------------------------------------------------

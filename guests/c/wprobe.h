@@ -14,7 +14,7 @@ typedef unsigned long long wprobe_u64;
 _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with --target=wasm32");
 
 /** Host ABI version of this header. */
-#define WPROBE_ABI_VERSION 4
+#define WPROBE_ABI_VERSION 5
 /** Wasm import module of every host import. */
 #define WPROBE_IMPORT_MODULE "wprobe"
 /** Custom section carrying the manifest. */
@@ -174,11 +174,14 @@ _Static_assert(sizeof(wprobe_i32) == 4 && sizeof(wprobe_i64) == 8, "build with -
 #define WPROBE_EVENT_TIME 4
 #define WPROBE_EVENT_CAT 5
 #define WPROBE_EVENT_SYSTEM 6
+#define WPROBE_EVENT_EXIT 7
 #define WPROBE_MAX_EVENT_BYTES 65535
 /* Clocks of wprobe_clock_ns. */
 #define WPROBE_CLOCK_MONOTONIC 0
 #define WPROBE_CLOCK_SINCE_START 1
 #define WPROBE_CLOCK_REALTIME 2
+#define WPROBE_CLOCK_BOOTTIME 3
+#define WPROBE_CLOCK_TAI 4
 
 /* Host imports. Pointers are addresses in this module's memory; the host
  * checks every (pointer, length) and traps the handler on a bad one. */
@@ -403,9 +406,11 @@ wprobe_i32 wprobe_map_zero(wprobe_i32 map);
  * as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div);
  * PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a
  * time entry; CAT and SYSTEM with `id` a printf entry giving a file's path or
- * a shell command (bpftrace `cat`, `system`). wprobe formats events when it
- * writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's
- * record budget is spent) or BAD_ARGUMENT (unknown kind).
+ * a shell command (bpftrace `cat`, `system`); EXIT with `id` 0 and an i64
+ * exit status (bpftrace `exit(code)`; the handler then returns STOP). wprobe
+ * formats events when it writes them. Returns OK, TOO_LARGE (data_len >
+ * MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT
+ * (unknown kind).
  */
 __attribute__((import_module("wprobe"), import_name("emit_event")))
 wprobe_i32 wprobe_emit_event(wprobe_i32 kind, wprobe_i32 id, wprobe_i32 data_ptr, wprobe_i32 data_len);
@@ -413,7 +418,9 @@ wprobe_i32 wprobe_emit_event(wprobe_i32 kind, wprobe_i32 id, wprobe_i32 data_ptr
 /**
  * A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
  * `clock::SINCE_START` (time since the run started, bpftrace `elapsed`),
- * `clock::REALTIME` (since the Unix epoch). Another id traps.
+ * `clock::REALTIME` (since the Unix epoch), `clock::BOOTTIME`
+ * (`CLOCK_BOOTTIME`, bpftrace `nsecs(boot)`), `clock::TAI` (`CLOCK_TAI`,
+ * bpftrace `nsecs(tai)` and `nsecs(sw_tai)`). Another id traps.
  */
 __attribute__((import_module("wprobe"), import_name("clock_ns")))
 wprobe_i64 wprobe_clock_ns(wprobe_i32 clock);
@@ -479,6 +486,20 @@ wprobe_i32 wprobe_map_entry(wprobe_i32 map, wprobe_i64 cursor, wprobe_i32 key_pt
 __attribute__((import_module("wprobe"), import_name("usdt_arg")))
 wprobe_i64 wprobe_usdt_arg(wprobe_i32 index);
 
+/**
+ * Real group id of the thread that hit the probe (-1 if unknown); wprobe's
+ * own in a `begin`, `end` or `interval` probe.
+ */
+__attribute__((import_module("wprobe"), import_name("current_gid")))
+wprobe_i64 wprobe_current_gid(void);
+
+/**
+ * NUMA node of the CPU the hit thread last ran on (`current_cpu`); 0 on a
+ * machine with one node.
+ */
+__attribute__((import_module("wprobe"), import_name("current_numa_node")))
+wprobe_i64 wprobe_current_numa_node(void);
+
 /* Return probes (manifest `return yes`): the entry state of the returning
  * call. These work only in a return probe's handler; elsewhere the host
  * traps the handler. */
@@ -533,7 +554,7 @@ static inline wprobe_u64 wprobe_elapsed(void)
 #define WPROBE_LINE(text) ".ascii \"" text "\"\n.byte 10\n"
 #define WPROBE_MANIFEST(lines) \
     __asm__(".section .custom_section.wprobe.manifest,\"\",@\n" \
-            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 4") lines ".text\n")
+            WPROBE_LINE("wprobe-manifest 1") WPROBE_LINE("abi 5") lines ".text\n")
 
 /** Defines handler export `name`: `WPROBE_HANDLER(on_call) { ... return WPROBE_EXIT; }`. */
 #define WPROBE_HANDLER(name) \

@@ -8,7 +8,7 @@
 //! module calls `manifest`.
 
 /// Host ABI version of this file.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 /// Wasm import module of every host import.
 pub const IMPORT_MODULE = "wprobe";
 /// Custom section carrying the manifest.
@@ -16,7 +16,7 @@ pub const MANIFEST_SECTION = "wprobe.manifest";
 /// Export `manifest` leaves for `wprobe compile --manifest-from-export`.
 pub const MANIFEST_EXPORT = "wprobe_manifest";
 /// The manifest's first lines (format and ABI version), put before yours by `manifest`.
-pub const MANIFEST_HEAD = "wprobe-manifest 1\nabi 4\n";
+pub const MANIFEST_HEAD = "wprobe-manifest 1\nabi 5\n";
 
 /// Status codes returned by host imports.
 pub const Status = struct {
@@ -282,6 +282,7 @@ pub const EventKind = struct {
     pub const TIME: i32 = 4;
     pub const CAT: i32 = 5;
     pub const SYSTEM: i32 = 6;
+    pub const EXIT: i32 = 7;
 };
 
 /// Clock ids of `clock_ns`.
@@ -289,6 +290,8 @@ pub const Clock = struct {
     pub const MONOTONIC: i32 = 0;
     pub const SINCE_START: i32 = 1;
     pub const REALTIME: i32 = 2;
+    pub const BOOTTIME: i32 = 3;
+    pub const TAI: i32 = 4;
 };
 
 /// The host imports (module `wprobe`), exactly as `hostabi` declares them. Pointers
@@ -417,14 +420,16 @@ pub const raw = struct {
     /// `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP
     /// with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the
     /// value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a
-    /// file's path or a shell command (bpftrace `cat`, `system`). wprobe formats events when it
+    /// file's path or a shell command (bpftrace `cat`, `system`); EXIT with `id` 0 and an i64 exit
+    /// status (bpftrace `exit(code)`; the handler then returns STOP). wprobe formats events when it
     /// writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is
     /// spent) or BAD_ARGUMENT (unknown kind).
     pub extern "wprobe" fn emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) i32;
 
     /// A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
     /// `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME`
-    /// (since the Unix epoch). Another id traps.
+    /// (since the Unix epoch), `clock::BOOTTIME` (`CLOCK_BOOTTIME`, bpftrace `nsecs(boot)`),
+    /// `clock::TAI` (`CLOCK_TAI`, bpftrace `nsecs(tai)` and `nsecs(sw_tai)`). Another id traps.
     pub extern "wprobe" fn clock_ns(clock: i32) i64;
 
     /// Real user id of the process that hit the probe (-1 if unknown).
@@ -463,6 +468,14 @@ pub const raw = struct {
     /// argument whose register or memory cannot be read is 0. An index the site does not have
     /// traps, and so does a call from the handler of a probe that is not a USDT site.
     pub extern "wprobe" fn usdt_arg(index: i32) i64;
+
+    /// Real group id of the thread that hit the probe (-1 if unknown); wprobe's own in a `begin`,
+    /// `end` or `interval` probe.
+    pub extern "wprobe" fn current_gid() i64;
+
+    /// NUMA node of the CPU the hit thread last ran on (`current_cpu`); 0 on a machine with one
+    /// node.
+    pub extern "wprobe" fn current_numa_node() i64;
 };
 
 // ---------------------------------------------------------------------------

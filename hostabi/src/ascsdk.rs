@@ -185,6 +185,6 @@ mod tests {
         }
         assert!(t.contains("  export const FULL: i32 = -8;"));
         assert!(t.contains("  export const RDI: i32 = 0x00a;"));
-        assert!(t.contains("export const MANIFEST_HEAD = \"wprobe-manifest 1\\nabi 4\\n\";"));
+        assert!(t.contains("export const MANIFEST_HEAD = \"wprobe-manifest 1\\nabi 5\\n\";"));
     }
 }

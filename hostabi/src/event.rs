@@ -50,6 +50,9 @@ pub enum EventKind {
     /// `system(fmt, args)`: id = a `printf` entry giving a shell command
     /// (allowed by `--unsafe` only); wprobe prints what it writes.
     System = 6,
+    /// `exit(code)`: id 0; data = i64 code. wprobe ends the run (the
+    /// handler returns STOP next) with exit status `code & 0xff`.
+    Exit = 7,
 }
 
 impl EventKind {
@@ -61,6 +64,7 @@ impl EventKind {
         EventKind::Time,
         EventKind::Cat,
         EventKind::System,
+        EventKind::Exit,
     ];
 
     /// The kind with code `c`.
@@ -77,6 +81,7 @@ impl EventKind {
             EventKind::Time => "TIME",
             EventKind::Cat => "CAT",
             EventKind::System => "SYSTEM",
+            EventKind::Exit => "EXIT",
         }
     }
 }

@@ -69,9 +69,9 @@ macro_rules! foreach_host_import {
             map_zero(map: i32) -> (i32)
                 "Set every value of map `map` to zero, keeping its keys (bpftrace `zero`). Returns OK or BAD_ARGUMENT.";
             emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> (i32)
-                "Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a file's path or a shell command (bpftrace `cat`, `system`). wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).";
+                "Emit an output event (`event::EventKind`): PRINTF with `id` a printf entry of the module's `wprobe.events` section and the data its arguments laid out as the entry says; PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value entry and the value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a printf entry giving a file's path or a shell command (bpftrace `cat`, `system`); EXIT with `id` 0 and an i64 exit status (bpftrace `exit(code)`; the handler then returns STOP). wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).";
             clock_ns(clock: i32) -> (i64)
-                "A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`), `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME` (since the Unix epoch). Another id traps.";
+                "A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`), `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME` (since the Unix epoch), `clock::BOOTTIME` (`CLOCK_BOOTTIME`, bpftrace `nsecs(boot)`), `clock::TAI` (`CLOCK_TAI`, bpftrace `nsecs(tai)` and `nsecs(sw_tai)`). Another id traps.";
             current_uid() -> (i64)
                 "Real user id of the process that hit the probe (-1 if unknown).";
             current_comm(dst_ptr: i32, len: i32) -> (i32)
@@ -86,6 +86,10 @@ macro_rules! foreach_host_import {
                 "Iterate map `map` (bpftrace `for ($kv : @m)`, `len(@m)`): copy the key and the value of its first entry at or after `cursor` (start at 0) to `key_ptr` and `val_ptr` (at most `key_len` and `val_len` bytes). Returns that entry's position (the next call passes position + 1; deleting the entry found does not move the others), NOT_FOUND past the last entry, BAD_ARGUMENT for an unknown map.";
             usdt_arg(index: i32) -> (i64)
                 "Argument `index` (0-based) of the USDT probe that fired (manifest `usdt_args`, from the site's `.note.stapsdt` spec), sign- or zero-extended from its size as the spec says. An argument whose register or memory cannot be read is 0. An index the site does not have traps, and so does a call from the handler of a probe that is not a USDT site.";
+            current_gid() -> (i64)
+                "Real group id of the thread that hit the probe (-1 if unknown); wprobe's own in a `begin`, `end` or `interval` probe.";
+            current_numa_node() -> (i64)
+                "NUMA node of the CPU the hit thread last ran on (`current_cpu`); 0 on a machine with one node.";
         }
     };
 }
@@ -189,11 +193,19 @@ pub mod clock {
     pub const SINCE_START: i32 = 1;
     /// `CLOCK_REALTIME` at the hit (nanoseconds since the Unix epoch).
     pub const REALTIME: i32 = 2;
+    /// `CLOCK_BOOTTIME` at the hit: the monotonic clock plus the time spent
+    /// suspended (bpftrace `nsecs(boot)`).
+    pub const BOOTTIME: i32 = 3;
+    /// `CLOCK_TAI` at the hit: International Atomic Time (bpftrace
+    /// `nsecs(tai)`, `nsecs(sw_tai)`).
+    pub const TAI: i32 = 4;
     /// Every clock id with its name, for the ABI snapshot.
     pub const ALL: &[(&str, i32)] = &[
         ("MONOTONIC", MONOTONIC),
         ("SINCE_START", SINCE_START),
         ("REALTIME", REALTIME),
+        ("BOOTTIME", BOOTTIME),
+        ("TAI", TAI),
     ];
 }
 

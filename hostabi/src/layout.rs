@@ -16,6 +16,8 @@
 //! | `[L;N]` | N × size of L | a C array (printed `[v,v,...]`) |
 //! | `enum{A=1,B=2}` | 8 | a signed integer printed as its enumerator's name |
 //! | `strftime:HEX` | 8 | a monotonic time in ns printed as local time by `strftime` of the format whose bytes are HEX |
+//! | `username` | 8 | a user id printed as the user's name (`/etc/passwd`, resolved when printed) |
+//! | `inet` | 24 | u64 address family (2 `AF_INET`, 10 `AF_INET6`), then 16 address bytes in network order (bpftrace `ntop`) |
 //! | `(L,L,...)` | sum of fields | a tuple |
 //!
 //! Parsing never panics; nesting is limited to [`MAX_DEPTH`].
@@ -62,6 +64,11 @@ pub enum Layout {
     Enum(Box<[(String, i64)]>),
     /// A monotonic time (ns) printed as local time by `strftime(format)`.
     Strftime(Box<[u8]>),
+    /// A user id printed as the user's name (bpftrace `username`).
+    Username,
+    /// An address family and 16 address bytes, printed as an IP address
+    /// (bpftrace `ntop`).
+    Inet,
     /// A tuple.
     Tuple(Box<[Layout]>),
 }
@@ -102,7 +109,8 @@ impl Layout {
             Layout::Ptr => 8,
             Layout::Record(f) => f.iter().map(|(_, l)| l.size()).sum(),
             Layout::Array(l, n) => l.size().saturating_mul(*n as usize),
-            Layout::Enum(_) | Layout::Strftime(_) => 8,
+            Layout::Enum(_) | Layout::Strftime(_) | Layout::Username => 8,
+            Layout::Inet => 24,
             Layout::Tuple(f) => f.iter().map(Layout::size).sum(),
         }
     }
@@ -136,6 +144,8 @@ impl Layout {
             }
             Layout::Usym => out.push_str("usym"),
             Layout::Ptr => out.push_str("ptr"),
+            Layout::Username => out.push_str("username"),
+            Layout::Inet => out.push_str("inet"),
             Layout::Record(f) => {
                 out.push('{');
                 for (i, (n, l)) in f.iter().enumerate() {
@@ -262,6 +272,12 @@ fn parse_one(b: &[u8], depth: usize) -> Option<(Layout, &[u8])> {
     if let Some(r) = b.strip_prefix(b"ptr") {
         return Some((Layout::Ptr, r));
     }
+    if let Some(r) = b.strip_prefix(b"username") {
+        return Some((Layout::Username, r));
+    }
+    if let Some(r) = b.strip_prefix(b"inet") {
+        return Some((Layout::Inet, r));
+    }
     if let Some(mut rest) = b.strip_prefix(b"{") {
         let mut fields = Vec::new();
         loop {
@@ -384,6 +400,7 @@ mod tests {
             "(u64,strftime:25483a254d)",
             "(ustack:2:raw,u8)",
             "enum{A=1,B=-2}",
+            "(username,inet)",
         ] {
             let l = Layout::parse(s).unwrap();
             assert_eq!(l.render(), s);

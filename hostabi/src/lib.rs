@@ -45,11 +45,12 @@ pub use status::{Exception, Outcome, Status};
 
 /// Version of the host ABI. Any change to the rendered snapshot
 /// (`hostabi/abi.txt`) must bump it.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
-/// The oldest version a host of this version still runs: versions 2 to 4
+/// The oldest version a host of this version still runs: versions 2 to 5
 /// only added imports (2: maps, events, clocks, return probes; 3:
-/// `map_entry`; 4: `usdt_arg`) and manifest keys, so a module built for
+/// `map_entry`; 4: `usdt_arg`; 5: `current_gid`, `current_numa_node`, the
+/// `BOOTTIME` and `TAI` clocks, the `EXIT` event) and manifest keys, so a module built for
 /// version 1 loads unchanged.
 pub const MIN_ABI_VERSION: u32 = 1;
 

@@ -84,7 +84,7 @@ pub struct Manifest {
 }
 
 /// One map of the map service, as a `map` line declares it:
-/// `map NAME KIND key=LAYOUTS [value=LAYOUT] [maxkeys=N] [lhist=MIN,MAX,STEP]`.
+/// `map NAME KIND key=LAYOUTS [value=LAYOUT] [maxkeys=N] [lhist=MIN,MAX,STEP] [bits=K]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapDecl {
     /// The name printed (`@name`, `@`).
@@ -101,6 +101,9 @@ pub struct MapDecl {
     pub max_keys: u32,
     /// `lhist` parameters (min, max, step).
     pub lhist: Option<(i64, i64, i64)>,
+    /// `k` of a `hist(x, k)` map: 2^k buckets per power of two (0: one,
+    /// `hist(x)`); `bits=K` on the line, at most [`crate::maps::MAX_HIST_BITS`].
+    pub hist_bits: u8,
 }
 
 impl MapDecl {
@@ -442,6 +445,9 @@ impl Manifest {
             if let Some((a, b, c)) = m.lhist {
                 let _ = write!(s, " lhist={a},{b},{c}");
             }
+            if m.hist_bits != 0 {
+                let _ = write!(s, " bits={}", m.hist_bits);
+            }
             s.push('\n');
         }
         for p in &self.probes {
@@ -641,6 +647,7 @@ fn parse_map(val: &str) -> Option<MapDecl> {
         value: None,
         max_keys: crate::maps::DEFAULT_MAX_KEYS,
         lhist: None,
+        hist_bits: 0,
     };
     for w in words {
         let (k, v) = w.split_once('=')?;
@@ -660,6 +667,12 @@ fn parse_map(val: &str) -> Option<MapDecl> {
                     return None;
                 }
                 d.lhist = Some((a, b, c));
+            }
+            "bits" => {
+                d.hist_bits = v.parse().ok()?;
+                if d.kind != MapKind::Hist || d.hist_bits > crate::maps::MAX_HIST_BITS {
+                    return None;
+                }
             }
             _ => return None,
         }
@@ -1004,6 +1017,16 @@ mod tests {
                     value: None,
                     max_keys: 10,
                     lhist: None,
+                    hist_bits: 0,
+                },
+                MapDecl {
+                    name: "@h".into(),
+                    kind: MapKind::Hist,
+                    key: alloc::vec![Layout::U64],
+                    value: None,
+                    max_keys: 10,
+                    lhist: None,
+                    hist_bits: 3,
                 },
                 MapDecl {
                     name: "@lat".into(),
@@ -1012,6 +1035,7 @@ mod tests {
                     value: None,
                     max_keys: 1,
                     lhist: Some((0, 100, 10)),
+                    hist_bits: 0,
                 },
                 MapDecl {
                     name: "@s".into(),
@@ -1020,6 +1044,7 @@ mod tests {
                     value: Some(Layout::Str(64)),
                     max_keys: 4096,
                     lhist: None,
+                    hist_bits: 0,
                 },
             ],
             ..Manifest::default()

@@ -14,7 +14,7 @@ pub const MAX_KEYS_PER_MAP: u32 = 1 << 20;
 pub const MAX_KEY_BYTES: u32 = 4096;
 /// Largest value (bytes): an `lhist` of 1,000 buckets plus its two
 /// out-of-range buckets is 8,016 bytes.
-pub const MAX_VALUE_BYTES: u32 = 8192;
+pub const MAX_VALUE_BYTES: u32 = 16384;
 /// Largest region one map may occupy (index and entries), 64 MiB. A map
 /// declared with more keys than fit is given as many keys as fit.
 pub const MAX_MAP_BYTES: u64 = 64 << 20;
@@ -26,6 +26,15 @@ pub const MAX_REGION_BYTES: u64 = 256 << 20;
 /// Number of `hist` buckets: one for negative values, one for 0, one per
 /// power of two up to 2^63 (bpftrace's layout).
 pub const HIST_BUCKETS: usize = 65;
+/// Largest `k` of `hist(x, k)` (bpftrace's: 2^k buckets per power of two).
+pub const MAX_HIST_BITS: u8 = 5;
+
+/// Number of buckets of `hist(x, k)`: one for negative values, then 2^k
+/// per power of two (the first 2^(k+1) hold one value each), up to 2^63;
+/// [`HIST_BUCKETS`] for `k` = 0.
+pub const fn hist_buckets(bits: u8) -> usize {
+    ((64 - bits as usize) << bits) + 1
+}
 /// Largest number of in-range `lhist` buckets ((max - min) / step).
 pub const MAX_LHIST_BUCKETS: i64 = 1000;
 
@@ -46,7 +55,8 @@ pub enum MapKind {
     Avg = 5,
     /// `stats(x)`: i64 count, i64 total (printed with count, average, total).
     Stats = 6,
-    /// `hist(x)`: [`HIST_BUCKETS`] u64 counts.
+    /// `hist(x)`: [`HIST_BUCKETS`] u64 counts; `hist(x, k)`:
+    /// [`hist_buckets`]`(k)`.
     Hist = 7,
     /// `lhist(x, min, max, step)`: (buckets + 2) u64 counts.
     Lhist = 8,

@@ -280,6 +280,6 @@ mod tests {
         let regs = g.iter().find(|x| x.name == "reg").unwrap();
         assert_eq!(regs.items.len(), regs::REGS.len());
         assert_eq!(camel("map_op"), "MapOp");
-        assert_eq!(manifest_head(), "wprobe-manifest 1\nabi 4\n");
+        assert_eq!(manifest_head(), "wprobe-manifest 1\nabi 5\n");
     }
 }

@@ -114,7 +114,7 @@ pub fn render() -> String {
 }
 
 /// The documented bounds of the map service, by snapshot name.
-fn map_limits() -> [(&'static str, u64); 9] {
+fn map_limits() -> [(&'static str, u64); 10] {
     use crate::maps::*;
     [
         ("max_maps", MAX_MAPS as u64),
@@ -125,6 +125,7 @@ fn map_limits() -> [(&'static str, u64); 9] {
         ("max_map_bytes", MAX_MAP_BYTES),
         ("max_region_bytes", MAX_REGION_BYTES),
         ("hist_buckets", HIST_BUCKETS as u64),
+        ("max_hist_bits", MAX_HIST_BITS as u64),
         ("max_lhist_buckets", MAX_LHIST_BUCKETS as u64),
     ]
 }

@@ -232,7 +232,7 @@ mod tests {
         }
         assert!(z.contains("    pub const FULL: i32 = -8;"));
         assert!(z.contains("    pub const RDI: i32 = 0x00a;"));
-        assert!(z.contains("pub const MANIFEST_HEAD = \"wprobe-manifest 1\\nabi 4\\n\";"));
+        assert!(z.contains("pub const MANIFEST_HEAD = \"wprobe-manifest 1\\nabi 5\\n\";"));
         assert!(z.contains("pub const MAX_LOG_ITEMS: u32 = 65535;"));
         assert!(z.contains("    pub extern \"wprobe\" fn read_reg(reg: i32, part: i32) i64;"));
     }

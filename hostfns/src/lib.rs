@@ -102,8 +102,18 @@ pub trait Services {
     /// `CLOCK_REALTIME - CLOCK_MONOTONIC`, to place a hit's wall-clock time
     /// on the monotonic clock.
     fn mono_offset_ns(&self) -> u64;
+    /// `CLOCK_BOOTTIME - CLOCK_MONOTONIC` now (the time spent suspended),
+    /// to place a hit's monotonic time on the boot clock.
+    fn boot_offset_ns(&self) -> u64;
+    /// `CLOCK_TAI - CLOCK_REALTIME` now (the TAI offset, leap seconds), to
+    /// place a hit's wall-clock time on the TAI clock.
+    fn tai_offset_ns(&self) -> u64;
     /// The real user id of process `pid`.
     fn uid(&mut self, pid: u64) -> i64;
+    /// The real group id of thread `tid` of `pid` (-1 if unknown).
+    fn gid(&mut self, pid: u64, tid: u64) -> i64;
+    /// The NUMA node of `cpu` (0 on a machine with one node).
+    fn numa_node(&self, cpu: u64) -> i64;
     /// The name of thread `tid` of process `pid` (at most 15 bytes, in the
     /// first `.1` bytes of `.0`).
     fn comm(&mut self, pid: u64, tid: u64) -> ([u8; 16], usize);
@@ -220,6 +230,26 @@ fn map_status(e: MapError) -> i32 {
     match e {
         MapError::Full => st(Status::Full),
         _ => st(Status::BadArgument),
+    }
+}
+
+/// The offset of a clock from a base clock, from a read of the base (`b1`),
+/// of the clock (`x`) and of the base again (`b2`): `x` less the middle of
+/// the bracket, never negative (CLOCK_BOOTTIME is never behind
+/// CLOCK_MONOTONIC, nor CLOCK_TAI behind CLOCK_REALTIME). `whole_seconds`
+/// rounds to the nearest second (the TAI offset is a whole number of leap
+/// seconds, so the reads' few hundred ns of skew vanish).
+pub fn clock_offset(b1: u64, x: u64, b2: u64, whole_seconds: bool) -> u64 {
+    let mid = b1.wrapping_add(b2.wrapping_sub(b1) / 2);
+    let d = x.wrapping_sub(mid) as i64;
+    if d <= 0 {
+        return 0;
+    }
+    let d = d as u64;
+    if whole_seconds {
+        (d + 500_000_000) / 1_000_000_000 * 1_000_000_000
+    } else {
+        d
     }
 }
 
@@ -716,6 +746,8 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
                     mono.saturating_sub(s.start_mono_ns()) as i64
                 }
                 hostabi::imports::clock::REALTIME => real as i64,
+                hostabi::imports::clock::BOOTTIME => mono.wrapping_add(s.boot_offset_ns()) as i64,
+                hostabi::imports::clock::TAI => real.wrapping_add(s.tai_offset_ns()) as i64,
                 _ => bail!("clock_ns: no clock {id}"),
             })
         },
@@ -753,6 +785,22 @@ fn add_service_imports<T: HostData>(linker: &mut Linker<T>) -> wasmtime::Result<
     linker.func_wrap(m, name(ImportId::child_pid), |c: Caller<'_, T>| {
         c.data().services().child_pid() as i64
     })?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_gid),
+        |mut c: Caller<'_, T>| -> i64 {
+            let (pid, tid) = identity(c.data());
+            c.data_mut().services_mut().gid(pid, tid)
+        },
+    )?;
+    linker.func_wrap(
+        m,
+        name(ImportId::current_numa_node),
+        |c: Caller<'_, T>| -> i64 {
+            let cpu = c.data().env().cpu();
+            c.data().services().numa_node(cpu)
+        },
+    )?;
     Ok(())
 }
 
@@ -844,6 +892,16 @@ mod tests {
     use std::vec::Vec;
 
     #[test]
+    fn clock_offsets_take_the_middle_of_the_bracket_and_never_go_negative() {
+        assert_eq!(clock_offset(1000, 3000, 2000, false), 1500);
+        // The clock read between two base reads further apart than the
+        // offset: 0, not a wrapped huge offset.
+        assert_eq!(clock_offset(1000, 1001, 5000, false), 0);
+        assert_eq!(clock_offset(0, 37_000_000_400, 800, true), 37_000_000_000);
+        assert_eq!(clock_offset(10, 9, 20, true), 0);
+    }
+
+    #[test]
     fn reg_table_matches_by_id() {
         for id in 0..0x200u16 {
             assert_eq!(reg_by_id(id), regs::by_id(id), "id 0x{id:x}");
@@ -926,6 +984,18 @@ mod tests {
             0
         }
         fn mono_offset_ns(&self) -> u64 {
+            0
+        }
+        fn boot_offset_ns(&self) -> u64 {
+            0
+        }
+        fn tai_offset_ns(&self) -> u64 {
+            0
+        }
+        fn gid(&mut self, _: u64, _: u64) -> i64 {
+            -1
+        }
+        fn numa_node(&self, _: u64) -> i64 {
             0
         }
         fn uid(&mut self, _: u64) -> i64 {

@@ -20,6 +20,27 @@ pub fn hist_bucket(v: i64) -> usize {
     idx.min(HIST_BUCKETS - 1)
 }
 
+/// The `hist(x, k)` bucket of `v` (bpftrace's `log2(n, k)`): 0 for negative
+/// values; `v + 1` below 2^k; otherwise, with `l` = floor(log2 v) - k and
+/// `x` the k bits of `v` after its highest, `((l + 1) << k) + x + 1`. Each
+/// power of two is split into 2^k buckets; `k` = 0 is [`hist_bucket`].
+/// `bits` above [`crate::MAX_HIST_BITS`] counts as the maximum.
+pub fn hist_bucket_bits(v: i64, bits: u8) -> usize {
+    if v < 0 {
+        return 0;
+    }
+    let k = u32::from(bits.min(crate::MAX_HIST_BITS));
+    let mask = (1u64 << k) - 1;
+    let n = v as u64;
+    if n <= mask {
+        return n as usize + 1;
+    }
+    let l = (63 - n.leading_zeros()) - k;
+    let x = (n >> l) & mask;
+    let idx = ((u64::from(l) + 1) << k) + x + 1;
+    (idx as usize).min(crate::hist_buckets(k as u8) - 1)
+}
+
 /// Parameters of a linear histogram, validated: `step > 0`, `min < max`,
 /// at most [`MAX_LHIST_BUCKETS`] in-range buckets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,6 +92,24 @@ impl Linear {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn fine_grained_hist_buckets_are_bpftraces() {
+        for v in [-5i64, 0, 1, 2, 3, 7, 8, 1023, 1 << 40, i64::MAX] {
+            assert_eq!(hist_bucket_bits(v, 0), hist_bucket(v), "{v}");
+        }
+        // k = 3: 0..=15 one value each, then 8 buckets per power of two.
+        assert_eq!(hist_bucket_bits(15, 3), 16);
+        assert_eq!(hist_bucket_bits(16, 3), 17);
+        assert_eq!(hist_bucket_bits(17, 3), 17);
+        assert_eq!(hist_bucket_bits(18, 3), 18);
+        assert_eq!(hist_bucket_bits(1023, 3), 64);
+        assert_eq!(hist_bucket_bits(-1, 3), 0);
+        for k in 0..=crate::MAX_HIST_BITS {
+            assert_eq!(hist_bucket_bits(i64::MAX, k), crate::hist_buckets(k) - 1);
+        }
+    }
+
     use super::*;
 
     #[test]

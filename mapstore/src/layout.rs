@@ -19,8 +19,8 @@
 
 use crate::buckets::Linear;
 use crate::{
-    HIST_BUCKETS, MAX_KEY_BYTES, MAX_KEYS_PER_MAP, MAX_MAP_BYTES, MAX_MAPS, MAX_REGION_BYTES,
-    MAX_VALUE_BYTES, MapKind,
+    MAX_KEY_BYTES, MAX_KEYS_PER_MAP, MAX_MAP_BYTES, MAX_MAPS, MAX_REGION_BYTES, MAX_VALUE_BYTES,
+    MapKind,
 };
 
 /// Region magic, "WPMS" little-endian.
@@ -57,6 +57,8 @@ pub(crate) const D_DROPPED: usize = 56;
 pub(crate) const D_LMIN: usize = 64;
 pub(crate) const D_LMAX: usize = 72;
 pub(crate) const D_LSTEP: usize = 80;
+/// `k` of a `hist(x, k)` map (0 in regions written before it existed).
+pub(crate) const D_HBITS: usize = 88;
 
 /// Bytes an entry of `kind` keeps between its head and its key: the sum of
 /// the samples of a `hist` or `lhist` entry (8), nothing for other kinds.
@@ -81,6 +83,8 @@ pub struct MapSpec {
     pub max_keys: u32,
     /// `lhist` parameters.
     pub linear: Option<Linear>,
+    /// `k` of `hist(x, k)` (0 for another kind).
+    pub hist_bits: u8,
 }
 
 impl MapSpec {
@@ -89,7 +93,10 @@ impl MapSpec {
         let n = match self.kind {
             MapKind::Count | MapKind::Sum | MapKind::Min | MapKind::Max => 8,
             MapKind::Avg | MapKind::Stats => 16,
-            MapKind::Hist => (HIST_BUCKETS * 8) as u32,
+            MapKind::Hist if self.hist_bits > crate::MAX_HIST_BITS => {
+                return Err(LayoutError::HistBits(self.hist_bits));
+            }
+            MapKind::Hist => (crate::hist_buckets(self.hist_bits) * 8) as u32,
             MapKind::Lhist => match self.linear {
                 Some(l) => (l.slots() * 8) as u32,
                 None => return Err(LayoutError::LhistWithoutRange),
@@ -139,6 +146,8 @@ pub enum LayoutError {
     MaxKeys(u32),
     /// An `lhist` map without its parameters.
     LhistWithoutRange,
+    /// A `hist(x, k)` map with `k` above [`crate::MAX_HIST_BITS`].
+    HistBits(u8),
     /// The maps need more than [`MAX_REGION_BYTES`].
     TooLarge(u64),
     /// The region given to [`init`] is smaller than [`region_size`].
@@ -162,6 +171,9 @@ impl core::fmt::Display for LayoutError {
                 write!(f, "{n} keys per map, 1 to {MAX_KEYS_PER_MAP}")
             }
             LayoutError::LhistWithoutRange => f.write_str("lhist map without min, max, step"),
+            LayoutError::HistBits(k) => {
+                write!(f, "hist map with k = {k}, at most {}", crate::MAX_HIST_BITS)
+            }
             LayoutError::TooLarge(n) => {
                 write!(f, "maps need {n} bytes, at most {MAX_REGION_BYTES}")
             }
@@ -253,6 +265,9 @@ pub fn init(region: &mut [u8], specs: &[MapSpec]) -> Result<(), LayoutError> {
         off = off.div_ceil(8) * 8;
         put_u64(region, d + D_ENTRIES_OFF, off);
         off += cap as u64 * s.entry_bytes()? as u64;
+        if s.kind == MapKind::Hist {
+            put_u32(region, d + D_HBITS, u32::from(s.hist_bits));
+        }
         if let Some(l) = s.linear {
             put_u64(region, d + D_LMIN, l.min as u64);
             put_u64(region, d + D_LMAX, l.max as u64);
@@ -277,6 +292,8 @@ pub(crate) struct Desc {
     pub index_off: usize,
     pub entries_off: usize,
     pub linear: Option<Linear>,
+    /// `k` of a `hist(x, k)` map.
+    pub hist_bits: u8,
 }
 
 /// The number of maps in a region with a valid header, or `None`.
@@ -339,6 +356,15 @@ pub(crate) fn desc(region: &[u8], map: u32) -> Result<Desc, crate::MapError> {
     } else {
         None
     };
+    let hist_bits = if kind == MapKind::Hist {
+        let k = get_u32(region, at + D_HBITS).ok_or(Corrupt)?;
+        if k > u32::from(crate::MAX_HIST_BITS) || crate::hist_buckets(k as u8) as u32 * 8 != value {
+            return Err(Corrupt);
+        }
+        k as u8
+    } else {
+        0
+    };
     Ok(Desc {
         at,
         kind,
@@ -351,6 +377,7 @@ pub(crate) fn desc(region: &[u8], map: u32) -> Result<Desc, crate::MapError> {
         index_off: index_off as usize,
         entries_off: entries_off as usize,
         linear,
+        hist_bits,
     })
 }
 

@@ -40,8 +40,9 @@ pub use layout::{LayoutError, MapSpec, check, init, region_size};
 pub use table::{Entries, Store, StoreView, SumEntries, merge};
 
 pub use hostabi::maps::{
-    DEFAULT_MAX_KEYS, HIST_BUCKETS, MAX_KEY_BYTES, MAX_KEYS_PER_MAP, MAX_LHIST_BUCKETS,
-    MAX_MAP_BYTES, MAX_MAPS, MAX_REGION_BYTES, MAX_VALUE_BYTES, MapKind, Op,
+    DEFAULT_MAX_KEYS, HIST_BUCKETS, MAX_HIST_BITS, MAX_KEY_BYTES, MAX_KEYS_PER_MAP,
+    MAX_LHIST_BUCKETS, MAX_MAP_BYTES, MAX_MAPS, MAX_REGION_BYTES, MAX_VALUE_BYTES, MapKind, Op,
+    hist_buckets,
 };
 
 /// Why an operation was refused.

@@ -4,7 +4,7 @@
 //! inside the extents it checked; probing stops after `slots` steps, so a
 //! corrupted index cannot loop forever.
 
-use crate::buckets::hist_bucket;
+use crate::buckets::hist_bucket_bits;
 use crate::layout::{
     D_DROPPED, D_FREE, D_LEN, D_TOMBS, D_USED, Desc, ENTRY_HEAD_BYTES, desc, get_u32, get_u64,
     nmaps, pad8, put_u32, put_u64,
@@ -229,7 +229,7 @@ impl<'a> Store<'a> {
                 set(val, 1, word(val, 1).wrapping_add(v));
             }
             Op::Hist => {
-                let b = hist_bucket(v);
+                let b = hist_bucket_bits(v, d.hist_bits);
                 set(val, b, word(val, b).wrapping_add(1));
             }
             Op::Lhist => {

@@ -10,7 +10,7 @@
 pub mod cfmt;
 mod maps;
 
-pub use maps::{MapOutput, print_entries, print_map, snapshot_entries};
+pub use maps::{MapOutput, hist_low, print_entries, print_map, snapshot_entries};
 
 use crate::symbolize::Symbolizer;
 use cfmt::Arg;
@@ -177,6 +177,8 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
         Layout::Strftime(fmt) => {
             String::from_utf8_lossy(&strftime_text(fmt, word(b, 0))).into_owned()
         }
+        Layout::Username => username(word(b, 0)),
+        Layout::Inet => inet_text(word(b, 0), b.get(8..24).unwrap_or(&[])),
         Layout::Enum(values) => {
             let v = word(b, 0) as i64;
             match values.iter().find(|(_, x)| *x == v) {
@@ -400,6 +402,47 @@ pub fn strftime_text(fmt: &[u8], ns: u64) -> Vec<u8> {
     crate::sys::time::strftime_at(&cfmt, secs)
 }
 
+/// bpftrace's `username`: the name `/etc/passwd` gives the user id (as
+/// bpftrace reads it, in user space when it prints), empty when it has none.
+/// Names are looked up once per run and user id.
+pub fn username(uid: u64) -> String {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static NAMES: Mutex<Option<HashMap<u64, String>>> = Mutex::new(None);
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let names = names.get_or_insert_with(HashMap::new);
+    if let Some(n) = names.get(&uid) {
+        return n.clone();
+    }
+    let want = uid.to_string();
+    let name = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() >= 3 && f[2] == want).then(|| f[0].to_string())
+            })
+        })
+        .unwrap_or_default();
+    names.insert(uid, name.clone());
+    name
+}
+
+/// bpftrace's `ntop`: the address as `inet_ntop` spells it for its family
+/// (2 `AF_INET`: the first 4 bytes; 10 `AF_INET6`: all 16), empty for
+/// another family.
+pub fn inet_text(af: u64, addr: &[u8]) -> String {
+    match (af, addr.len()) {
+        (2, 16) => std::net::Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]).to_string(),
+        (10, 16) => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(addr);
+            std::net::Ipv6Addr::from(a).to_string()
+        }
+        _ => String::new(),
+    }
+}
+
 /// `strftime` of the local time now.
 pub fn time_text(fmt: &[u8]) -> Vec<u8> {
     let Ok(cfmt) = std::ffi::CString::new(cstr(fmt)) else {
@@ -417,6 +460,15 @@ pub struct EventRecord<'a> {
     pub id: u16,
     /// The argument bytes.
     pub data: &'a [u8],
+}
+
+/// The exit status an `exit(code)` asked for (its EXIT event), -1 for none.
+static EXIT_STATUS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// The exit status the program asked for with `exit(code)`, if it did.
+pub fn requested_exit_status() -> Option<u8> {
+    let s = EXIT_STATUS.load(std::sync::atomic::Ordering::SeqCst);
+    (s >= 0).then_some(s as u8)
 }
 
 /// Appends the output of one event to `out`; `maps` prints `PRINT_MAP`.
@@ -437,6 +489,20 @@ pub fn event(
         out.extend_from_slice(s.as_bytes());
     };
     match kind {
+        Some(EventKind::Exit) => {
+            // The first `exit(code)` of the run decides (later hits of a
+            // stopping run do not change it); nothing is printed.
+            let mut w = [0u8; 8];
+            let n = data.len().min(8);
+            w[..n].copy_from_slice(&data[..n]);
+            let code = (i64::from_le_bytes(w) & 0xff) as i32;
+            let _ = EXIT_STATUS.compare_exchange(
+                -1,
+                code,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            );
+        }
         Some(EventKind::Printf) => {
             let Some(e) = events.printf.get(id as usize) else {
                 out.extend_from_slice(format!("<printf event {id}: no such format>\n").as_bytes());

@@ -48,6 +48,7 @@ pub struct Services {
     pub special: bool,
     comm: HashMap<u64, ([u8; 16], usize, Instant)>,
     uid: HashMap<u64, i64>,
+    gid: HashMap<u64, i64>,
 }
 
 impl Default for Services {
@@ -62,6 +63,7 @@ impl Default for Services {
             special: false,
             comm: HashMap::new(),
             uid: HashMap::new(),
+            gid: HashMap::new(),
         }
     }
 }
@@ -89,6 +91,7 @@ pub fn map_specs(decls: &[MapDecl]) -> Result<Vec<MapSpec>, String> {
                 value_size: d.value.as_ref().map_or(8, |v| v.size() as u32),
                 max_keys: d.max_keys,
                 linear,
+                hist_bits: d.hist_bits,
             })
         })
         .collect()
@@ -159,6 +162,73 @@ impl Services {
     }
 }
 
+impl Services {
+    /// The real gid of thread `tid` of `pid` (cached by thread).
+    fn gid(&mut self, pid: u64, tid: u64) -> i64 {
+        if let Some(g) = self.gid.get(&tid) {
+            return *g;
+        }
+        let g = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+            .or_else(|_| std::fs::read_to_string(format!("/proc/{pid}/status")))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Gid:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or(-1);
+        if self.gid.len() > 4096 {
+            self.gid.clear();
+        }
+        self.gid.insert(tid, g);
+        g
+    }
+}
+
+/// The NUMA node of each CPU, from `/sys/devices/system/node/node*/cpulist`,
+/// read once per run (empty when the machine has no such directory: one node).
+fn numa_nodes() -> &'static [u16] {
+    static NODES: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    NODES.get_or_init(|| {
+        let mut by_cpu = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
+            return by_cpu;
+        };
+        for ent in dir.flatten() {
+            let name = ent.file_name();
+            let Some(node) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("node"))
+                .and_then(|n| n.parse::<u16>().ok())
+            else {
+                continue;
+            };
+            let Ok(list) = std::fs::read_to_string(ent.path().join("cpulist")) else {
+                continue;
+            };
+            for cpu in parse_cpu_list(list.trim()) {
+                if by_cpu.len() <= cpu {
+                    by_cpu.resize(cpu + 1, 0);
+                }
+                by_cpu[cpu] = node;
+            }
+        }
+        by_cpu
+    })
+}
+
+/// The CPUs of a sysfs cpu list (`0-3,8,10-11`).
+fn parse_cpu_list(text: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
+            cpus.extend(a..=b.min(a + 65536));
+        }
+    }
+    cpus
+}
+
 impl hostfns::Services for Services {
     fn map_region(&mut self) -> Option<&mut [u8]> {
         self.region().map(|r| r.bytes.as_mut_slice())
@@ -184,8 +254,24 @@ impl hostfns::Services for Services {
     fn mono_offset_ns(&self) -> u64 {
         self.mono_offset_ns
     }
+    fn boot_offset_ns(&self) -> u64 {
+        let m1 = clock(libc::CLOCK_MONOTONIC);
+        let b = clock(libc::CLOCK_BOOTTIME);
+        hostfns::clock_offset(m1, b, clock(libc::CLOCK_MONOTONIC), false)
+    }
+    fn tai_offset_ns(&self) -> u64 {
+        let r1 = clock(libc::CLOCK_REALTIME);
+        let t = clock(libc::CLOCK_TAI);
+        hostfns::clock_offset(r1, t, clock(libc::CLOCK_REALTIME), true)
+    }
     fn uid(&mut self, pid: u64) -> i64 {
         Services::uid(self, pid)
+    }
+    fn gid(&mut self, pid: u64, tid: u64) -> i64 {
+        Services::gid(self, pid, tid)
+    }
+    fn numa_node(&self, cpu: u64) -> i64 {
+        numa_nodes().get(cpu as usize).map_or(0, |&n| i64::from(n))
     }
     fn comm(&mut self, pid: u64, tid: u64) -> ([u8; 16], usize) {
         Services::comm(self, pid, tid)

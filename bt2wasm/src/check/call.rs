@@ -26,8 +26,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("kptr", "it describes the kernel"),
     ("cgroupid", "it describes the kernel"),
     ("cgroup_path", "it describes the kernel"),
-    ("ntop", "not supported yet"),
-    ("pton", "not supported yet"),
     ("join", "not supported yet"),
     ("path", "it describes the kernel"),
     ("skboutput", "it describes the kernel"),
@@ -238,10 +236,37 @@ impl Fx<'_, '_> {
                 "print" => return self.print(args, e.span),
                 "time" => return self.time(args, e.span),
                 "exit" => {
-                    if !self.nargs("exit", args, 0, 0, e.span) {
+                    if !self.nargs("exit", args, 0, 1, e.span) {
                         return None;
                     }
-                    return Some(S::Return(hostabi::Outcome::Stop as i32));
+                    let stop = S::Return(hostabi::Outcome::Stop as i32);
+                    let Some(a) = args.first() else {
+                        return Some(stop);
+                    };
+                    // `exit(code)`: an EXIT event carries the status
+                    // wprobe ends with, then the run stops as for `exit()`.
+                    let (v, t) = self.expr(a);
+                    if !t.is_int() {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            a.span,
+                            "exit() expects an integer exit code",
+                        );
+                        return None;
+                    }
+                    let slot = self.slot(8);
+                    let emit = S::Emit(Emit {
+                        kind: EventKind::Exit as i32,
+                        id: 0,
+                        slot,
+                        parts: vec![Part {
+                            e: v,
+                            ty: Ty::I64,
+                            off: 0,
+                        }],
+                        size: 8,
+                    });
+                    return Some(S::If(E::Int(1), vec![emit, stop], Vec::new()));
                 }
                 "clear" | "zero" => {
                     if !self.nargs(name, args, 1, 1, e.span) {
@@ -652,6 +677,148 @@ impl Fx<'_, '_> {
                 };
                 (E::MapHas { map, key }, Ty::U64)
             }
+            "pton" => {
+                if !self.nargs("pton", args, 1, 1, span) {
+                    return bad;
+                }
+                let ExprKind::Str(text) = &args[0].kind else {
+                    self.cx.err(
+                        codes::LITERAL,
+                        args[0].span,
+                        "pton() expects a string literal",
+                    );
+                    return bad;
+                };
+                let text = String::from_utf8_lossy(text);
+                let text = text.trim_end_matches('\0');
+                let octets: Vec<u8> = if text.contains(':') {
+                    text.parse::<std::net::Ipv6Addr>()
+                        .map(|a| a.octets().to_vec())
+                        .unwrap_or_default()
+                } else {
+                    text.parse::<std::net::Ipv4Addr>()
+                        .map(|a| a.octets().to_vec())
+                        .unwrap_or_default()
+                };
+                if octets.is_empty() {
+                    self.cx.err(
+                        codes::ARGUMENTS,
+                        args[0].span,
+                        "pton() expects valid IPv4 or IPv6 address",
+                    );
+                    return bad;
+                }
+                let elem = Ty::Int {
+                    signed: false,
+                    bytes: 1,
+                };
+                let arr = Ty::Array(Box::new(elem.clone()), octets.len() as u32);
+                let parts = octets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| Part {
+                        e: E::Int(i64::from(*b)),
+                        ty: elem.clone(),
+                        off: elem.size() * i as u32,
+                    })
+                    .collect();
+                let slot = self.slot(arr.size());
+                (E::Tuple { slot, parts }, arr)
+            }
+            "ntop" => {
+                if !self.nargs("ntop", args, 1, 2, span) {
+                    return bad;
+                }
+                let addr = &args[args.len() - 1];
+                let (ae, at) = self.expr(addr);
+                let mut pre = Vec::new();
+                let (lo, hi, family) = match &at {
+                    Ty::None => return bad,
+                    t if t.is_int() => (
+                        E::Bin(
+                            crate::ast::BinOp::BitAnd,
+                            false,
+                            Box::new(ae),
+                            Box::new(E::Int(0xffff_ffff)),
+                        ),
+                        E::Int(0),
+                        2,
+                    ),
+                    Ty::Array(elem, n @ (4 | 16)) if matches!(**elem, Ty::Int { bytes: 1, .. }) => {
+                        let size = at.size();
+                        let slot = self.slot(size);
+                        pre.push(S::SetSlot {
+                            slot,
+                            e: ae,
+                            size,
+                            src_size: size,
+                        });
+                        let lo = super::expr::pack_elements(slot, elem, 0..(*n).min(8));
+                        let hi = if *n == 16 {
+                            super::expr::pack_elements(slot, elem, 8..16)
+                        } else {
+                            E::Int(0)
+                        };
+                        (lo, hi, if *n == 4 { 2 } else { 10 })
+                    }
+                    t => {
+                        self.cx.err(
+                            codes::ARGUMENTS,
+                            addr.span,
+                            format!(
+                                "ntop() expects an integer or array argument of size 4 or 16, got {}",
+                                t.name()
+                            ),
+                        );
+                        return bad;
+                    }
+                };
+                let af = if args.len() == 2 {
+                    let (e, t) = self.expr(&args[0]);
+                    if !t.is_int() {
+                        if t != Ty::None {
+                            self.cx.err(
+                                codes::ARGUMENTS,
+                                args[0].span,
+                                format!(
+                                    "ntop() expects an integer address family ({} provided)",
+                                    t.name()
+                                ),
+                            );
+                        }
+                        return bad;
+                    }
+                    e
+                } else {
+                    E::Int(family)
+                };
+                let slot = self.slot(Ty::Inet.size());
+                let value = E::Tuple {
+                    slot,
+                    parts: vec![
+                        Part {
+                            e: af,
+                            ty: Ty::U64,
+                            off: 0,
+                        },
+                        Part {
+                            e: lo,
+                            ty: Ty::U64,
+                            off: 8,
+                        },
+                        Part {
+                            e: hi,
+                            ty: Ty::U64,
+                            off: 16,
+                        },
+                    ],
+                };
+                if pre.is_empty() {
+                    (value, Ty::Inet)
+                } else {
+                    (E::Seq(pre, Box::new(value)), Ty::Inet)
+                }
+            }
             "bswap" => {
                 if !self.nargs("bswap", args, 1, 1, span) {
                     return bad;
@@ -711,14 +878,11 @@ impl Fx<'_, '_> {
                     Some(ExprKind::Ident(c)) if c == "monotonic" => {
                         (E::Fact(crate::ir::Fact::Nsecs), Ty::U64)
                     }
-                    Some(ExprKind::Ident(c)) if matches!(c.as_str(), "boot" | "tai" | "sw_tai") => {
-                        self.cx.err_note(
-                            codes::UNSUPPORTED,
-                            args[0].span,
-                            format!("nsecs({c}) is not supported"),
-                            "the host ABI's clocks are the monotonic clock (nsecs), the run's (elapsed) and the real time",
-                        );
-                        bad
+                    Some(ExprKind::Ident(c)) if c == "boot" => {
+                        (E::Fact(crate::ir::Fact::NsecsBoot), Ty::U64)
+                    }
+                    Some(ExprKind::Ident(c)) if matches!(c.as_str(), "tai" | "sw_tai") => {
+                        (E::Fact(crate::ir::Fact::NsecsTai), Ty::U64)
                     }
                     _ => {
                         self.cx.err(
@@ -955,8 +1119,39 @@ impl Fx<'_, '_> {
             "hist" => (MapKind::Hist, Op::Hist, 1),
             _ => (MapKind::Lhist, Op::Lhist, 4),
         };
-        if !self.nargs(name, args, nargs, nargs, span) {
+        let most = if kind == MapKind::Hist { 2 } else { nargs };
+        if !self.nargs(name, args, nargs, most, span) {
             return;
+        }
+        // `hist(x, k)`: 2^k buckets per power of two, k a literal 0 to 5.
+        let mut hist_bits = 0u8;
+        if kind == MapKind::Hist
+            && let Some(a) = args.get(1)
+        {
+            match int_literal(a) {
+                Some(k) if (0..=i64::from(hostabi::maps::MAX_HIST_BITS)).contains(&k) => {
+                    hist_bits = k as u8;
+                }
+                Some(_) => {
+                    self.cx.err(
+                        codes::ARGUMENTS,
+                        a.span,
+                        format!(
+                            "hist: bits argument must be in range 0-{}",
+                            hostabi::maps::MAX_HIST_BITS
+                        ),
+                    );
+                    return;
+                }
+                None => {
+                    self.cx.err(
+                        codes::LITERAL,
+                        a.span,
+                        "hist() expects an integer literal as its second argument",
+                    );
+                    return;
+                }
+            }
         }
         let (value, vt) = match args.first() {
             Some(a) => {
@@ -1055,6 +1250,23 @@ impl Fx<'_, '_> {
             .is_none()
         {
             return;
+        }
+        if kind == MapKind::Hist {
+            let info = self.cx.map(&m.name);
+            match info.hist_bits {
+                Some(old) if old != hist_bits => {
+                    self.cx.err(
+                        codes::MAP_USE,
+                        span,
+                        format!(
+                            "hist() bits argument of {} differs from an earlier use",
+                            m.name
+                        ),
+                    );
+                    return;
+                }
+                _ => info.hist_bits = Some(hist_bits),
+            }
         }
         out.push(S::MapUpdate {
             map,

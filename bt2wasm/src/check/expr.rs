@@ -284,6 +284,8 @@ impl Fx<'_, '_> {
             "tid" => fact(Fact::Tid),
             "cpu" => fact(Fact::Cpu),
             "uid" => fact(Fact::Uid),
+            "gid" => fact(Fact::Gid),
+            "numaid" => fact(Fact::Numaid),
             "nsecs" => fact(Fact::Nsecs),
             "elapsed" => fact(Fact::Elapsed),
             "cpid" => {
@@ -321,7 +323,7 @@ impl Fx<'_, '_> {
                 let mode = self.default_stack_mode();
                 self.ustack(frames, mode, span)
             }
-            "kstack" | "ctx" | "curtask" | "cgroup" | "numaid" => {
+            "kstack" | "ctx" | "curtask" | "cgroup" => {
                 self.cx.err_note(
                     codes::UNSUPPORTED,
                     span,
@@ -367,15 +369,9 @@ impl Fx<'_, '_> {
                     },
                 )
             }
-            "gid" | "username" => {
-                self.cx.err_note(
-                    codes::UNSUPPORTED,
-                    span,
-                    format!("the {name} builtin is not supported"),
-                    "the host ABI gives the user id of the hit (uid), not its group or name",
-                );
-                bad
-            }
+            // The hit's user id, named when it is printed (as bpftrace
+            // resolves it in user space).
+            "username" => (E::Fact(Fact::Uid), Ty::Username),
             "args" => self.args_record(span),
             _ => {
                 if let Some(n) = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok())
@@ -846,6 +842,45 @@ impl Fx<'_, '_> {
         let (e, t) = self.expr(x);
         if t == Ty::None {
             return (E::Int(0), Ty::None);
+        }
+        // An integer array value (`pton(...)`, a map's) cast to an integer
+        // of its size: its elements' bytes, in order, read as that integer.
+        if ptr == 0
+            && let Ty::Array(elem, n) = &t
+            && let Ty::Int { bytes: eb, .. } = **elem
+            && let Some(crate::ctypes::CType::Int { signed, bytes }) = self.resolve_type_quiet(ty)
+        {
+            if u32::from(eb) * n != u32::from(bytes) {
+                self.cx.err(
+                    codes::TYPE,
+                    span,
+                    format!(
+                        "Cannot cast from \"{}\" to \"{ty}\": the sizes differ ({} and {bytes} bytes)",
+                        t.name(),
+                        u32::from(eb) * n
+                    ),
+                );
+                return (E::Int(0), Ty::None);
+            }
+            let size = t.size();
+            let slot = self.slot(size);
+            let packed = pack_elements(slot, elem, 0..*n);
+            return (
+                E::Seq(
+                    vec![S::SetSlot {
+                        slot,
+                        e,
+                        size,
+                        src_size: size,
+                    }],
+                    Box::new(E::Cast {
+                        e: Box::new(packed),
+                        signed,
+                        bytes,
+                    }),
+                ),
+                Ty::Int { signed, bytes },
+            );
         }
         if !t.is_int() {
             self.cx.err(
@@ -1593,6 +1628,43 @@ fn widen(t: &Ty) -> Ty {
         Ty::Tuple(f) => Ty::Tuple(f.iter().map(widen).collect()),
         other => other.clone(),
     }
+}
+
+/// Elements `range` of the integer array value in frame slot `slot`
+/// (elements of `elem`, each in an 8-byte word) packed into one integer as
+/// their C bytes would be: element `range.start` in the lowest bytes.
+pub(crate) fn pack_elements(slot: u32, elem: &Ty, range: core::ops::Range<u32>) -> E {
+    use crate::ast::BinOp;
+    let eb = match elem {
+        Ty::Int { bytes, .. } => u32::from(*bytes),
+        _ => 8,
+    };
+    let mask = if eb >= 8 {
+        -1i64
+    } else {
+        (1i64 << (8 * eb)) - 1
+    };
+    let mut acc = E::Int(0);
+    for (k, i) in range.enumerate() {
+        let el = E::Bin(
+            BinOp::BitAnd,
+            false,
+            Box::new(E::Field {
+                base: Box::new(E::Slot(slot)),
+                off: elem.size() * i,
+                ty: elem.clone(),
+            }),
+            Box::new(E::Int(mask)),
+        );
+        let shifted = E::Bin(
+            BinOp::Shl,
+            false,
+            Box::new(el),
+            Box::new(E::Int(8 * eb as i64 * k as i64)),
+        );
+        acc = E::Bin(BinOp::BitOr, false, Box::new(acc), Box::new(shifted));
+    }
+    acc
 }
 
 #[cfg(test)]

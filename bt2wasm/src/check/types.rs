@@ -171,6 +171,8 @@ pub fn c_size(t: &Ty) -> u64 {
         Ty::Int { bytes, .. } => *bytes as u64,
         Ty::Ptr(_) | Ty::Usym => 8,
         Ty::Strftime(_) => 16,
+        Ty::Username => 8,
+        Ty::Inet => 24,
         Ty::Enum(e) => e.bytes as u64,
         Ty::Str(n) | Ty::Buf(n) => *n as u64,
         Ty::Record(r) => r.c_size as u64,

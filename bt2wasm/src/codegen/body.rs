@@ -342,6 +342,8 @@ impl Gen<'_> {
                 Fact::Tid => self.call(I::current_tid),
                 Fact::Cpu => self.call(I::current_cpu),
                 Fact::Uid => self.call(I::current_uid),
+                Fact::Gid => self.call(I::current_gid),
+                Fact::Numaid => self.call(I::current_numa_node),
                 Fact::Cpid => self.call(I::child_pid),
                 Fact::Bias => self.call(I::load_bias),
                 Fact::Nsecs => {
@@ -350,6 +352,14 @@ impl Gen<'_> {
                 }
                 Fact::Elapsed => {
                     self.i().i32_const(hostabi::imports::clock::SINCE_START);
+                    self.call(I::clock_ns);
+                }
+                Fact::NsecsBoot => {
+                    self.i().i32_const(hostabi::imports::clock::BOOTTIME);
+                    self.call(I::clock_ns);
+                }
+                Fact::NsecsTai => {
+                    self.i().i32_const(hostabi::imports::clock::TAI);
                     self.call(I::clock_ns);
                 }
             },

@@ -142,14 +142,16 @@ pub mod raw {
         /// module's `wprobe.events` section and the data its arguments laid out as the entry says;
         /// PRINT_MAP with `id` a map index and 16 bytes (top, div); PRINT_VALUE with `id` a value
         /// entry and the value's bytes; TIME with `id` a time entry; CAT and SYSTEM with `id` a
-        /// printf entry giving a file's path or a shell command (bpftrace `cat`, `system`). wprobe
-        /// formats events when it writes them. Returns OK, TOO_LARGE (data_len > MAX_EVENT_BYTES or
-        /// the run's record budget is spent) or BAD_ARGUMENT (unknown kind).
+        /// printf entry giving a file's path or a shell command (bpftrace `cat`, `system`); EXIT
+        /// with `id` 0 and an i64 exit status (bpftrace `exit(code)`; the handler then returns
+        /// STOP). wprobe formats events when it writes them. Returns OK, TOO_LARGE (data_len >
+        /// MAX_EVENT_BYTES or the run's record budget is spent) or BAD_ARGUMENT (unknown kind).
         pub fn emit_event(kind: i32, id: i32, data_ptr: i32, data_len: i32) -> i32;
 
         /// A clock at the hit, in nanoseconds: `clock::MONOTONIC` (bpftrace `nsecs`),
         /// `clock::SINCE_START` (time since the run started, bpftrace `elapsed`), `clock::REALTIME`
-        /// (since the Unix epoch). Another id traps.
+        /// (since the Unix epoch), `clock::BOOTTIME` (`CLOCK_BOOTTIME`, bpftrace `nsecs(boot)`),
+        /// `clock::TAI` (`CLOCK_TAI`, bpftrace `nsecs(tai)` and `nsecs(sw_tai)`). Another id traps.
         pub fn clock_ns(clock: i32) -> i64;
 
         /// Real user id of the process that hit the probe (-1 if unknown).
@@ -195,11 +197,19 @@ pub mod raw {
         /// argument whose register or memory cannot be read is 0. An index the site does not have
         /// traps, and so does a call from the handler of a probe that is not a USDT site.
         pub fn usdt_arg(index: i32) -> i64;
+
+        /// Real group id of the thread that hit the probe (-1 if unknown); wprobe's own in a
+        /// `begin`, `end` or `interval` probe.
+        pub fn current_gid() -> i64;
+
+        /// NUMA node of the CPU the hit thread last ran on (`current_cpu`); 0 on a machine with one
+        /// node.
+        pub fn current_numa_node() -> i64;
     }
 }
 
 /// Host ABI version these bindings were generated for.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Name of the custom section carrying the manifest.
 pub const MANIFEST_SECTION: &str = "wprobe.manifest";
@@ -229,7 +239,7 @@ pub const MAX_MAXACTIVE: u32 = 4096;
 #[macro_export]
 macro_rules! __manifest_head {
     () => {
-        "wprobe-manifest 1\nabi 4\n"
+        "wprobe-manifest 1\nabi 5\n"
     };
 }
 
@@ -635,6 +645,9 @@ pub mod event_kind {
 
     /// `SYSTEM`.
     pub const SYSTEM: i32 = 6;
+
+    /// `EXIT`.
+    pub const EXIT: i32 = 7;
 }
 
 /// Clock ids of [`clock_ns`].
@@ -647,4 +660,10 @@ pub mod clock {
 
     /// `REALTIME`.
     pub const REALTIME: i32 = 2;
+
+    /// `BOOTTIME`.
+    pub const BOOTTIME: i32 = 3;
+
+    /// `TAI`.
+    pub const TAI: i32 = 4;
 }

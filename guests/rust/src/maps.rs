@@ -110,6 +110,18 @@ pub fn uid() -> i64 {
     unsafe { raw::current_uid() }
 }
 
+/// Real group id of the hit thread.
+pub fn gid() -> i64 {
+    // SAFETY: no pointers.
+    unsafe { raw::current_gid() }
+}
+
+/// NUMA node of the CPU the hit thread last ran on.
+pub fn numa_node() -> i64 {
+    // SAFETY: no pointers.
+    unsafe { raw::current_numa_node() }
+}
+
 /// The hit thread's name, copied into `buf`; returns the bytes written.
 pub fn comm(buf: &mut [u8]) -> &[u8] {
     // SAFETY: the host writes at most `buf.len()` bytes.

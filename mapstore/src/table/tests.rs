@@ -14,6 +14,7 @@ fn spec(kind: MapKind, key: u32, max_keys: u32) -> MapSpec {
         value_size: 8,
         max_keys,
         linear: None,
+        hist_bits: 0,
     }
 }
 
@@ -70,6 +71,7 @@ fn hist_and_lhist_buckets() {
         spec(MapKind::Hist, 0, 1),
         MapSpec {
             linear: Linear::new(0, 100, 10),
+            hist_bits: 0,
             ..spec(MapKind::Lhist, 0, 1)
         },
     ];
@@ -199,6 +201,7 @@ fn corrupted_regions_never_panic() {
         spec(MapKind::Count, 8, 8),
         MapSpec {
             linear: Linear::new(0, 10, 1),
+            hist_bits: 0,
             ..spec(MapKind::Lhist, 8, 8)
         },
     ];
@@ -272,6 +275,7 @@ fn histogram_entries_keep_their_sums() {
         spec(MapKind::Hist, 8, 8),
         MapSpec {
             linear: Linear::new(0, 100, 10),
+            hist_bits: 0,
             ..spec(MapKind::Lhist, 8, 8)
         },
         spec(MapKind::Count, 8, 8),

@@ -65,17 +65,6 @@ fn avg(v: &[u8]) -> i64 {
     if c == 0 { 0 } else { t.wrapping_div(c) }
 }
 
-fn hist_label(power: i64) -> String {
-    let (p, s) = match power {
-        p if p >= 40 => (p - 40, "T"),
-        p if p >= 30 => (p - 30, "G"),
-        p if p >= 20 => (p - 20, "M"),
-        p if p >= 10 => (p - 10, "K"),
-        p => (p, ""),
-    };
-    format!("{}{s}", 1u64 << p.clamp(0, 63))
-}
-
 fn lhist_label(n: i64) -> String {
     const K: i64 = 1024;
     const M: i64 = 1048576;
@@ -106,8 +95,36 @@ fn counts(v: &[u8]) -> Vec<u64> {
     (0..v.len() / 8).map(|i| word(v, i * 8)).collect()
 }
 
-/// Text of a `hist` value.
-fn hist_text(v: &[u8], div: u64) -> String {
+/// bpftrace's `hist_index_label`: the first value of bucket `index - 1`'s
+/// successor in a `hist(x, k)` histogram (index ≥ 2^k), with a K, M, G, T,
+/// P or E suffix for the largest power of 1024 in it.
+fn hist_index_label(index: usize, k: u8) -> String {
+    let n = 1u64 << k;
+    let interval = index as u64 & (n - 1);
+    let mut power = ((index >> k) as u32).saturating_sub(1);
+    let decade = (power / 10).min(6);
+    power -= 10 * decade;
+    let suffix = ["", "K", "M", "G", "T", "P", "E"][decade as usize];
+    format!(
+        "{}{suffix}",
+        (1u64 << power.min(63)).wrapping_mul(n + interval)
+    )
+}
+
+/// The lowest value of bucket `i` (≥ 1) of a `hist(x, k)` histogram.
+pub fn hist_low(i: usize, k: u8) -> u64 {
+    let i = i as u64;
+    if i <= 2 << k {
+        return i - 1;
+    }
+    let n = 1u64 << k;
+    let power = ((i - 1) >> k) - 1;
+    let bucket = (i - 1) & (n - 1);
+    (1u64 << power.min(63)).wrapping_mul(n + bucket)
+}
+
+/// Text of a `hist` value (`k` of `hist(x, k)`; bpftrace's `hist_to_str`).
+fn hist_text(v: &[u8], div: u64, k: u8) -> String {
     let c = counts(v);
     let (Some(lo), Some(hi)) = (
         c.iter().position(|x| *x > 0),
@@ -118,22 +135,24 @@ fn hist_text(v: &[u8], div: u64) -> String {
     let max = c.iter().copied().max().unwrap_or(0);
     let mut s = String::new();
     for (i, &n) in c.iter().enumerate().take(hi + 1).skip(lo) {
-        let header = match i {
-            0 => "(..., 0)".to_string(),
-            1 => "[0]".to_string(),
-            2 => "[1]".to_string(),
-            _ => format!(
+        let header = if i == 0 {
+            "(..., 0)".to_string()
+        } else if i <= 2 << k {
+            format!("[{}]", i - 1)
+        } else {
+            format!(
                 "[{}, {})",
-                hist_label(i as i64 - 2),
-                hist_label(i as i64 - 1)
-            ),
+                hist_index_label(i - 1, k),
+                hist_index_label(i, k)
+            )
         };
         bar_line(&mut s, &header, n / div.max(1), n, max);
     }
     s
 }
 
-fn hist_json(v: &[u8], div: u64) -> String {
+/// JSON of a `hist` value (bpftrace's: `min`/`max` of each bucket).
+fn hist_json(v: &[u8], div: u64, k: u8) -> String {
     let c = counts(v);
     let (Some(lo), Some(hi)) = (
         c.iter().position(|x| *x > 0),
@@ -143,15 +162,16 @@ fn hist_json(v: &[u8], div: u64) -> String {
     };
     let mut parts = Vec::new();
     for (i, &n) in c.iter().enumerate().take(hi + 1).skip(lo) {
-        let range = match i {
-            0 => "\"max\": -1, ".to_string(),
-            1 => "\"min\": 0, \"max\": 0, ".to_string(),
-            2 => "\"min\": 1, \"max\": 1, ".to_string(),
-            _ => {
-                let low = 1u64 << (i - 2).min(63);
-                let high = (1u64 << (i - 1).min(63)).wrapping_sub(1);
-                format!("\"min\": {low}, \"max\": {high}, ")
-            }
+        let range = if i == 0 {
+            "\"max\": -1, ".to_string()
+        } else {
+            let low = hist_low(i, k);
+            let high = if i <= 2 << k {
+                low
+            } else {
+                hist_low(i + 1, k).wrapping_sub(1)
+            };
+            format!("\"min\": {low}, \"max\": {high}, ")
         };
         parts.push(format!("{{{range}\"count\": {}}}", n / div.max(1)));
     }
@@ -311,8 +331,8 @@ pub fn print_entries(
                     format!("count {c}, average {}, total {t}", avg(val))
                 }
             }
-            MapKind::Hist if json => hist_json(val, div),
-            MapKind::Hist => hist_text(val, div),
+            MapKind::Hist if json => hist_json(val, div, d.hist_bits),
+            MapKind::Hist => hist_text(val, div, d.hist_bits),
             MapKind::Lhist if json => lhist_json(val, lh),
             MapKind::Lhist => lhist_text(val, lh),
         }
@@ -401,15 +421,17 @@ mod tests {
             v[b * 8..b * 8 + 8].copy_from_slice(&n.to_le_bytes());
         }
         assert_eq!(
-            hist_text(&v, 1),
+            hist_text(&v, 1, 0),
             "[0]                    1 |@@@@@@@@@@@@@                                       |\n\
              [1]                    1 |@@@@@@@@@@@@@                                       |\n\
              [2, 4)                 2 |@@@@@@@@@@@@@@@@@@@@@@@@@@                          |\n\
              [4, 8)                 4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
              [8, 16)                2 |@@@@@@@@@@@@@@@@@@@@@@@@@@                          |\n"
         );
-        assert_eq!(hist_label(10), "1K");
-        assert_eq!(hist_label(21), "2M");
+        assert_eq!(hist_index_label(11, 0), "1K");
+        assert_eq!(hist_index_label(22, 0), "2M");
+        // hist(x, 2): bucket 0b11011 starts at 224 (bpftrace's example).
+        assert_eq!(hist_index_label(27, 2), "224");
         assert_eq!(lhist_label(2048), "2K");
         assert_eq!(lhist_label(3 * 1048576), "3M");
         assert_eq!(lhist_label(1000), "1000");

@@ -22,6 +22,10 @@ use std::process::ExitCode;
 use crate::cmd::{CliError, CmdResult};
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
+    // bpftrace's `exit(code)` decides over the traced command's status.
+    if let Some(c) = crate::btout::requested_exit_status() {
+        return ExitCode::from(c);
+    }
     match s {
         Some(ExitStatus::Code(c)) => ExitCode::from(c as u8),
         Some(ExitStatus::Signal(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),

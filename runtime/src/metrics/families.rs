@@ -350,7 +350,19 @@ fn map_values(
             (Some("average"), Value::Gauge(avg(v))),
             (Some("total"), Value::Gauge(word(v, 8) as i64)),
         ]),
-        MapKind::Hist => one(histogram(v, HIST_BUCKETS, hist_le, sum)),
+        MapKind::Hist if d.hist_bits == 0 => one(histogram(v, HIST_BUCKETS, hist_le, sum)),
+        MapKind::Hist => {
+            // hist(x, k): bucket i (≥ 1) ends where bucket i + 1 starts.
+            let k = d.hist_bits;
+            let le = move |i: usize| -> f64 {
+                if i == 0 {
+                    -1.0
+                } else {
+                    crate::btout::hist_low(i + 1, k) as f64 - 1.0
+                }
+            };
+            one(histogram(v, hostabi::maps::hist_buckets(k), le, sum))
+        }
         MapKind::Lhist => {
             let (min, max, step) = d.lhist.unwrap_or((0, 1, 1));
             let n = ((max - min) / step.max(1)).max(0) as usize;

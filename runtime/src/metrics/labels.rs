@@ -137,6 +137,8 @@ fn field_text(l: &Layout, b: &[u8], top: bool) -> String {
         }
         // A time: its nanoseconds (a label is no place for a local date).
         Layout::Strftime(_) => word(b, 0).to_string(),
+        Layout::Username => crate::btout::username(word(b, 0)),
+        Layout::Inet => crate::btout::inet_text(word(b, 0), b.get(8..24).unwrap_or(&[])),
         Layout::Tuple(fields) => {
             let mut parts = Vec::new();
             let mut off = 0;

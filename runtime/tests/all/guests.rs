@@ -281,12 +281,12 @@ fn load_errors_are_exact() {
     runtime::load::load(&engine, v1.as_bytes(), None).unwrap();
     let cases: Vec<(String, &str)> = vec![
         (
-            module(IMPORTS, &MANIFEST.replace("abi 2", "abi 5")),
-            "module built for host ABI version 5, this wprobe runs versions 1 to 4",
+            module(IMPORTS, &MANIFEST.replace("abi 2", "abi 6")),
+            "module built for host ABI version 6, this wprobe runs versions 1 to 5",
         ),
         (
             module(IMPORTS, &MANIFEST.replace("abi 2", "abi 0")),
-            "module built for host ABI version 0, this wprobe runs versions 1 to 4",
+            "module built for host ABI version 0, this wprobe runs versions 1 to 5",
         ),
         (
             module(

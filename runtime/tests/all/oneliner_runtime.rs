@@ -32,6 +32,9 @@ pub(crate) const CASES: &[Case] = &[
     case!(intervals_tick_while_tracing @ every_transport),
     case!(cxx_names_in_ustack_and_usym_are_demangled_unless_turned_off @ every_transport),
     case!(a_function_libc_took_over_is_found_through_the_stub_library @ every_transport),
+    case!(gid_numaid_clocks_and_the_exit_status_of_a_hit @ every_transport),
+    case!(exit_code_of_a_special_probe_ends_the_run_with_it),
+    case!(username_ntop_pton_and_fine_grained_hist_print_as_bpftrace_does @ every_transport),
 ];
 
 use crate::support::cli::{gcc, output_within, progs, stderr, sym, wprobe};
@@ -947,4 +950,174 @@ fn cxx_names_in_ustack_and_usym_are_demangled_unless_turned_off(tr: &str) {
         assert!(out.starts_with(mangled), "{out}");
         assert!(out.contains("\n_ZN2ns3ns13foo4bar3Ev\n"), "{out}");
     }
+}
+
+/// The node of each CPU as sysfs lists them (every CPU 0 on one node).
+fn numa_node_of(cpu: u64) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
+        return 0;
+    };
+    for ent in dir.flatten() {
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let Some(node) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let list = std::fs::read_to_string(ent.path().join("cpulist")).unwrap_or_default();
+        for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            if let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>())
+                && (a..=b).contains(&cpu)
+            {
+                return node;
+            }
+        }
+    }
+    0
+}
+
+/// `gid` is the hit thread's real group id, `numaid` the node of the CPU
+/// it ran on, `nsecs(boot)` CLOCK_BOOTTIME (never behind the monotonic
+/// clock), `nsecs(tai)` and `nsecs(sw_tai)` CLOCK_TAI (the wall clock plus
+/// at most 37 s of leap seconds), and `exit(7)` ends wprobe with status 7
+/// after the maps, under every transport.
+fn gid_numaid_clocks_and_the_exit_status_of_a_hit(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uprobe:{}:add /arg0 == 3/ {{ @n = count(); $m = nsecs; $b = nsecs(boot); $t = nsecs(tai); $s = nsecs(sw_tai); \
+         printf(\"%d %d %d %d %d %llu %llu\\n\", gid, cpu, numaid, $b >= $m, $s >= $t, $t / 1000000000, $s / 1000000000); exit(7); }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(code, Some(7), "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}{err}");
+    assert_eq!(lines[0], "Attaching 1 probe...");
+    assert_eq!(&lines[2..], ["", "", "@n: 1"], "{out}");
+    let f: Vec<u64> = lines[1].split(' ').map(|w| w.parse().unwrap()).collect();
+    // SAFETY: getgid has no arguments and cannot fail.
+    let gid = u64::from(unsafe { libc::getgid() });
+    assert_eq!(f[0], gid, "{out}");
+    assert_eq!(f[2], numa_node_of(f[1]), "{out}");
+    assert_eq!((f[3], f[4]), (1, 1), "{out}");
+    for tai in [f[5], f[6]] {
+        assert!(
+            tai >= before && tai <= after + 37,
+            "{tai} not in {before}..={after}+37"
+        );
+    }
+}
+
+/// `exit(code)` in `BEGIN` and in an interval probe: wprobe prints what it
+/// prints for `exit()` and ends with the code's low 8 bits; `exit()` is 0.
+fn exit_code_of_a_special_probe_ends_the_run_with_it() {
+    let (out, err, code) = run(&["-e", "BEGIN { exit(69); }"], &[]);
+    assert_eq!(code, Some(69), "{err}");
+    assert_eq!(out, "Attaching 1 probe...\n\n\n");
+    let (out, err, code) = run(
+        &[
+            "-e",
+            "i:ms:1 { @ = count(); printf(\"%d\\n\", gid); exit(256 + 3); }",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(3), "{err}");
+    // SAFETY: getgid has no arguments and cannot fail.
+    let gid = unsafe { libc::getgid() };
+    assert_eq!(out, format!("Attaching 1 probe...\n{gid}\n\n\n@: 1\n"));
+    let (_, err, code) = run(&["-e", "BEGIN { exit(); }"], &[]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// The name `/etc/passwd` gives the user id `uid` (bpftrace's `username`).
+fn passwd_name(uid: u32) -> String {
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 3 && f[2] == uid.to_string()).then(|| f[0].to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// `username` prints the hit's user by name (in printf and as a map key),
+/// `ntop` an IPv4 integer, a `pton` address with its family given or
+/// taken from its size, and `hist(x, 2)` splits each power of two into 4
+/// buckets with bpftrace's labels (5, 8 and 13 of `scale`'s arguments),
+/// in text and in JSON, under every transport.
+fn username_ntop_pton_and_fine_grained_hist_print_as_bpftrace_does(transport: &str) {
+    let t = target();
+    let prog = format!(
+        "uprobe:{0}:add /arg0 == 3/ {{ printf(\"%s %s %s %s\\n\", username, ntop(arg0 + 0x0100007c), ntop(2, pton(\"10.0.0.1\")), ntop(pton(\"fe80::1\"))); }} \
+         uprobe:{0}:scale {{ @k[username] = count(); if (arg0 >= 5 && arg0 <= 13) {{ @h = hist(arg0, 2); }} }}",
+        t.display()
+    );
+    let cmd = format!("{} calls", t.display());
+    // SAFETY: getuid has no arguments and cannot fail.
+    let user = passwd_name(unsafe { libc::getuid() });
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let bar = "@".repeat(52);
+    let none = " ".repeat(52);
+    assert_eq!(
+        out,
+        format!(
+            "Attaching 2 probes...\n{user} 127.0.0.1 10.0.0.1 fe80::1\n\n\n@h:\n\
+             [5]                    1 |{bar}|\n\
+             [6]                    0 |{none}|\n\
+             [7]                    0 |{none}|\n\
+             [8, 10)                1 |{bar}|\n\
+             [10, 12)               0 |{none}|\n\
+             [12, 14)               1 |{bar}|\n\
+             \n@k[{user}]: 12\n"
+        ),
+        "{err}"
+    );
+    let (out, err, code) = run(
+        &[
+            "--transport",
+            transport,
+            "-f",
+            "json",
+            "-e",
+            &prog,
+            "-c",
+            &cmd,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(
+            "{\"type\": \"hist\", \"data\": {\"@h\": [{\"min\": 5, \"max\": 5, \"count\": 1}, \
+             {\"min\": 6, \"max\": 6, \"count\": 0}, {\"min\": 7, \"max\": 7, \"count\": 0}, \
+             {\"min\": 8, \"max\": 9, \"count\": 1}, {\"min\": 10, \"max\": 11, \"count\": 0}, \
+             {\"min\": 12, \"max\": 13, \"count\": 1}]}}\n"
+        ),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{{\"type\": \"printf\", \"data\": \"{user} 127.0.0.1 10.0.0.1 fe80::1\\n\"}}\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{{\"type\": \"map\", \"data\": {{\"@k\": {{\"{user}\": 12}}}}}}\n"
+        )),
+        "{out}"
+    );
 }

@@ -265,7 +265,7 @@ pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> CmdResult 
     session.end();
     session.summary();
     session.publish_final_metrics();
-    Ok(ExitCode::SUCCESS)
+    Ok(crate::btout::requested_exit_status().map_or(ExitCode::SUCCESS, ExitCode::from))
 }
 
 /// After the transport stopped: a command still running after `exit()` is

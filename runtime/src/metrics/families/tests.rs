@@ -10,6 +10,7 @@ fn decl(name: &str, kind: MapKind, key: Vec<Layout>, value: Option<Layout>) -> M
         value,
         max_keys: 16,
         lhist: None,
+        hist_bits: 0,
     }
 }
 
