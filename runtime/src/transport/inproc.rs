@@ -214,6 +214,17 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         }
         Target::Launch(argv) => {
             let pid = launch::launch(argv).map_err(|e| format!("{e:#}"))?;
+            // `WPROBE_FAIL_OPEN=inproc` (debug builds, tests): fail here, the
+            // command launched but none of its code run, as a failure to
+            // start would.
+            if cfg!(debug_assertions)
+                && std::env::var("WPROBE_FAIL_OPEN").is_ok_and(|v| v == INFO.name)
+            {
+                crate::sys::process::kill_and_reap(pid);
+                return Err(format!(
+                    "process {pid}: failing as WPROBE_FAIL_OPEN asks (a test)"
+                ));
+            }
             match World::launched(pid) {
                 Ok(w) => (pid, true, w),
                 Err(e) => {

@@ -15,6 +15,10 @@ use crate::support::case::{Case, Need};
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
     case!(
+        auto_hands_a_run_inproc_cannot_start_to_ptrace_before_the_command_runs,
+        Need::Ptrace
+    ),
+    case!(
         examples_give_the_ptrace_records_byte_for_byte,
         Need::Ptrace,
         Need::DebugRegisters
@@ -1752,4 +1756,42 @@ fn a_hit_writes_no_deeper_than_the_stack_footprint_below_rsp() {
     );
     // The premise: the hit did write below the return address.
     assert!(later > base + 128, "first {first} later {later}: {err}");
+}
+
+/// `--transport auto` whose first choice fails to start (here inproc, made
+/// to fail after it launched the command, by a debug build's
+/// `WPROBE_FAIL_OPEN`) goes on with the next candidate, saying so, and the
+/// command runs once, traced: its first act, a line appended to a file, is
+/// there once, and every call is counted.
+fn auto_hands_a_run_inproc_cannot_start_to_ptrace_before_the_command_runs() {
+    let exe = crate::support::cli::gcc(
+        "once_marker",
+        &crate::support::cli::progs().join("once_marker.c"),
+        &["-O0"],
+    );
+    let marker = crate::support::cli::scratch().join("once_marker.txt");
+    let _ = std::fs::remove_file(&marker);
+    let prog = format!("uprobe:{}:f {{ @f = count(); }}", exe.display());
+    let mut c = crate::support::cli::wprobe();
+    c.args(["run", "-v", "-e", &prog, "-c"])
+        .arg(format!("{} {}", exe.display(), marker.display()))
+        .env("WPROBE_FAIL_OPEN", "inproc");
+    let o = crate::support::cli::output_within(c, 60);
+    let err = crate::support::cli::stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out, "Attaching 1 probe...\nsum=20\n\n\n@f: 5\n", "{err}");
+    assert!(err.contains("wprobe: transport inproc:"), "{err}");
+    assert!(
+        err.contains("wprobe: note: --transport inproc could not start (process ")
+            && err.contains(
+                ": failing as WPROBE_FAIL_OPEN asks (a test)); --transport auto goes on with ptrace"
+            ),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "started\n",
+        "the command ran once"
+    );
 }
