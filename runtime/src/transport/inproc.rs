@@ -83,6 +83,10 @@ pub static INFO: TransportInfo = TransportInfo {
 /// and measurements of drops).
 const RING_BYTES: u64 = 4 << 20;
 
+/// From this many ptrace stops at trap sites in a run, their cost is said
+/// at its end (`InProc::say_trap_stops`).
+const TRAP_STOPS_SAID: u64 = 1000;
+
 /// Trap-site fallbacks said a line each up to this many; beyond, one line.
 const FALLBACKS_LISTED: usize = 8;
 
@@ -187,6 +191,9 @@ pub struct InProc {
     said: std::collections::HashSet<String>,
     /// Fork children not let go yet when the threads were last stopped.
     children: traps::Children,
+    /// The ptrace stops at each trap site (by address), over every
+    /// [`traps::Traps`] of the run.
+    trap_stops: HashMap<u64, u64>,
     /// The threads stay seized to see an exec, after which the agent is
     /// loaded into the new image and the probes armed there
     /// (`watch_libraries`: some probes' modules are not mapped yet).
@@ -284,6 +291,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         taken: false,
         said: std::collections::HashSet::new(),
         children: traps::Children::default(),
+        trap_stops: HashMap::new(),
         follow_exec: false,
         reload: false,
         carried_gvars: Vec::new(),
@@ -656,9 +664,55 @@ impl InProc {
         );
     }
 
+    /// Adds the stops the current [`traps::Traps`] counted to the run's.
+    fn keep_trap_stops(&mut self) {
+        if let Some(t) = self.traps.as_mut() {
+            for (at, n) in t.take_stops() {
+                *self.trap_stops.entry(at).or_default() += n;
+            }
+        }
+    }
+
+    /// Says what the trap sites cost: with [`TRAP_STOPS_SAID`] stops or
+    /// more, a warning naming the busiest sites' functions (a stop is tens
+    /// of microseconds, against tens of nanoseconds for a jump);
+    /// `WPROBE_DEBUG` lists the ten busiest whatever their count.
+    fn say_trap_stops(&self) {
+        let total: u64 = self.trap_stops.values().sum();
+        let debug = std::env::var_os("WPROBE_DEBUG").is_some();
+        if total == 0 || (total < TRAP_STOPS_SAID && !debug) {
+            return;
+        }
+        let mut v: Vec<(u64, u64)> = self.trap_stops.iter().map(|(&a, &c)| (a, c)).collect();
+        v.sort_by_key(|&(a, c)| (std::cmp::Reverse(c), a));
+        let named = |&(a, c): &(u64, u64)| match self.patcher.trap_funcs.get(&a) {
+            Some(f) if !f.is_empty() => format!("{f} at {a:#x} ({c})"),
+            _ => format!("{a:#x} ({c})"),
+        };
+        if debug {
+            let top: Vec<String> = v.iter().take(10).map(named).collect();
+            crate::elog!(
+                "wprobe: debug: process {}: {total} ptrace stops at trap sites; the busiest: {}",
+                self.pid,
+                top.join(", ")
+            );
+        }
+        if total >= TRAP_STOPS_SAID {
+            let top: Vec<String> = v.iter().take(3).map(named).collect();
+            crate::elog!(
+                "wprobe: warning: process {}: {total} ptrace stops at {} trap sites (no jump fits \
+                 there: a stop per hit, tens of microseconds each); the busiest: {}",
+                self.pid,
+                v.len(),
+                top.join(", ")
+            );
+        }
+    }
+
     /// Stops every thread of the target: through the seized threads when
     /// some site traps, else by seizing them.
     fn stop_world(&mut self) -> anyhow::Result<World> {
+        self.keep_trap_stops();
         match self.traps.take() {
             Some(t) if t.active() => {
                 let (w, children) = t.stop_all()?;
@@ -1125,6 +1179,7 @@ impl Transport for InProc {
                 if t.execed && !self.execed {
                     self.execed = true;
                     self.patcher.forget();
+                    self.keep_trap_stops();
                     self.traps = None;
                 }
             }
@@ -1202,17 +1257,8 @@ impl Transport for InProc {
         self.quiesce();
         self.drain_runs(on_event);
         self.report_counts(&mut deltas, on_event);
-        if let Some(t) = &self.traps
-            && std::env::var_os("WPROBE_DEBUG").is_some()
-        {
-            let (total, top) = t.busiest(10);
-            let top: Vec<String> = top.iter().map(|(a, c)| format!("{a:#x} ({c})")).collect();
-            crate::elog!(
-                "wprobe: debug: process {}: {total} ptrace stops at trap sites; the busiest: {}",
-                self.pid,
-                top.join(", ")
-            );
-        }
+        self.keep_trap_stops();
+        self.say_trap_stops();
         if std::env::var_os("WPROBE_DEBUG").is_some() && self.rdebug.is_some() {
             crate::elog!(
                 "wprobe: debug: process {}: {} library events armed at (the dynamic linker's \

@@ -113,6 +113,7 @@ impl InProc {
             .unwrap_or_default();
         // The sites went with the old image (nothing to restore).
         self.patcher.forget();
+        self.keep_trap_stops();
         self.traps = None;
         let not_traced = |e: String| {
             format!(

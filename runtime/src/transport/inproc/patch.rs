@@ -126,6 +126,9 @@ pub(super) struct Patcher {
     /// The near sites planned, for `-v` and `WPROBE_DEBUG` (drained by
     /// the transport).
     pub(super) near_notes: Vec<String>,
+    /// The function of each trap site (by the trap's address), for the
+    /// count of stops at the end.
+    pub(super) trap_funcs: HashMap<u64, String>,
 }
 
 /// Mappings of `pid` (for planning).
@@ -842,11 +845,11 @@ impl Patcher {
                 site,
                 orig: code[..1].to_vec(),
                 inode: c.inode,
-                trap: Some((String::new(), why)),
+                trap: Some(("_dl_debug_state".into(), why)),
                 cave: None,
             };
         } else {
-            c.trap = Some((String::new(), why));
+            c.trap = Some(("_dl_debug_state".into(), why));
         }
         let notes = self.notes.len();
         let i = self.add(world, c, site_kind::PROBE)?;
@@ -1396,6 +1399,7 @@ impl Patcher {
         let id = self.sites.len() as u32;
         let (area, stub_addr, code) = self.stub_for(world, &c.site, id)?;
         let patch = if let Some((func, why)) = &c.trap {
+            self.trap_funcs.insert(c.site.addr, func.clone());
             self.notes.push((
                 func.clone(),
                 format!(

@@ -516,13 +516,10 @@ impl Traps {
             .any(|m| m & (1 << (TRAP_SIGNAL - 1)) != 0)
     }
 
-    /// The ptrace stops at trap sites so far, and the `n` busiest sites
-    /// with theirs, busiest first.
-    pub(super) fn busiest(&self, n: usize) -> (u64, Vec<(u64, u64)>) {
-        let mut v: Vec<(u64, u64)> = self.stops.iter().map(|(&a, &c)| (a, c)).collect();
-        v.sort_by_key(|&(a, c)| (std::cmp::Reverse(c), a));
-        v.truncate(n);
-        (self.stops.values().sum(), v)
+    /// The ptrace stops at each trap site so far, handed over (counted
+    /// anew from zero).
+    pub(super) fn take_stops(&mut self) -> HashMap<u64, u64> {
+        std::mem::take(&mut self.stops)
     }
 
     /// Stops every seized thread (interrupted; a thread at a trap is moved
