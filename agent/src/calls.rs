@@ -412,7 +412,7 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
                 ..Default::default()
             };
             // The store lock is held (taken above).
-            if !ring::push_entered(c, head, e.regs[6]) {
+            if !ring::push_notice(c, head, agent_abi::entry::ENTERED, [e.regs[6]]) {
                 slot.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -475,7 +475,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
             let rax = unsafe { (*h.frame).rax };
             let words = [rax, call.entry_rsp, t.saturating_sub(call.entry_ns)];
             // The store lock is held (taken above).
-            if ring::push_returned(c, head, words) {
+            if ring::push_notice(c, head, agent_abi::entry::RETURNED, words) {
                 ran += 1;
             } else {
                 slot.dropped.fetch_add(1, Ordering::Relaxed);

@@ -53,45 +53,28 @@ pub fn push_entry(c: &ControlHeader, e: &[u8]) -> bool {
     true
 }
 
-/// Writes an [`entry::ENTERED`] entry: `head` (its `size` and `kind` set
-/// here) and the entry's `rsp`; `false` when there was no room in time.
+/// Writes a notice: `head` (its `size` and `kind` set here) and `words`
+/// after it ([`entry::ENTERED`]: the entry's `rsp`; [`entry::RETURNED`]:
+/// `rax`, the entry's `rsp`, the duration); `false` when there was no
+/// room in time.
 #[inline(always)]
-pub fn push_entered(c: &ControlHeader, mut head: RunHeader, rsp: u64) -> bool {
-    const SIZE: usize = agent_abi::RUN_HEADER_SIZE + 8;
-    head.size = SIZE as u32;
-    head.kind = entry::ENTERED;
-    let Some(at) = reserve(c, SIZE as u64) else {
+pub fn push_notice<const N: usize>(
+    c: &ControlHeader,
+    mut head: RunHeader,
+    kind: u16,
+    words: [u64; N],
+) -> bool {
+    let size = agent_abi::RUN_HEADER_SIZE + 8 * N;
+    head.size = size as u32;
+    head.kind = kind;
+    let Some(at) = reserve(c, size as u64) else {
         return false;
     };
-    // SAFETY: `reserve` gave SIZE bytes at `at` (8-aligned), released by
+    // SAFETY: `reserve` gave `size` bytes at `at` (8-aligned), released by
     // the consumer; RunHeader is plain data of RUN_HEADER_SIZE bytes.
     unsafe {
         core::ptr::write_unaligned(at.0 as *mut RunHeader, head);
-        core::ptr::write_unaligned(at.0.add(agent_abi::RUN_HEADER_SIZE) as *mut u64, rsp);
-    }
-    c.ring.head.store(at.1, Ordering::Release);
-    true
-}
-
-/// Writes an [`entry::RETURNED`] entry: `head` (its `size` and `kind` set
-/// here) and `words` (`rax`, the entry's `rsp`, the duration); `false` when
-/// there was no room in time.
-#[inline(always)]
-pub fn push_returned(c: &ControlHeader, mut head: RunHeader, words: [u64; 3]) -> bool {
-    const SIZE: usize = agent_abi::RUN_HEADER_SIZE + 24;
-    head.size = SIZE as u32;
-    head.kind = entry::RETURNED;
-    let Some(at) = reserve(c, SIZE as u64) else {
-        return false;
-    };
-    // SAFETY: `reserve` gave SIZE bytes at `at` (8-aligned), released by
-    // the consumer; RunHeader is plain data of RUN_HEADER_SIZE bytes.
-    unsafe {
-        core::ptr::write_unaligned(at.0 as *mut RunHeader, head);
-        core::ptr::write_unaligned(
-            at.0.add(agent_abi::RUN_HEADER_SIZE) as *mut [u64; 3],
-            words,
-        );
+        core::ptr::write_unaligned(at.0.add(agent_abi::RUN_HEADER_SIZE) as *mut [u64; N], words);
     }
     c.ring.head.store(at.1, Ordering::Release);
     true

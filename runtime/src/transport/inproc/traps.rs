@@ -345,18 +345,17 @@ impl Traps {
                     return false;
                 }
                 if sig == TRAP_SIGNAL
-                    && hold.is_none()
-                    && self.library.is_some()
-                    && self.at(tid) == self.library
-                    && self.move_to_stub(tid)
+                    && let Some(at) = self.move_to_stub(tid)
                 {
-                    // Kept stopped: the transport arms what was mapped.
-                    self.at_library.insert(tid);
+                    if hold.is_none() && Some(at) == self.library {
+                        // Kept stopped: the transport arms what was mapped.
+                        self.at_library.insert(tid);
+                    } else {
+                        let _ = sys::cont(tid, 0);
+                    }
                     return false;
                 }
-                if (sig == TRAP_SIGNAL && self.move_to_stub(tid))
-                    || (sig == libc::SIGTRAP && self.move_to_watch_stub(tid))
-                {
+                if sig == libc::SIGTRAP && self.move_to_watch_stub(tid) {
                     let _ = sys::cont(tid, 0);
                     return false;
                 }
@@ -456,12 +455,6 @@ impl Traps {
         let _ = sys::detach(child, 0);
     }
 
-    /// The `rip` of stopped thread `tid`.
-    fn at(&self, tid: i32) -> Option<u64> {
-        let mut r = crate::sys::regs::zero_regs();
-        sys::getregs(tid, &mut r).ok().map(|()| r.rip)
-    }
-
     /// Whether a thread waits at the library event (see [`Traps::library`]).
     pub(super) fn library_event(&self) -> bool {
         !self.at_library.is_empty()
@@ -476,22 +469,17 @@ impl Traps {
     }
 
     /// Moves `tid`, stopped by the fault of a trap site's `hlt` (its `rip`
-    /// at the site), to the site's stub; false when the fault is not ours.
-    fn move_to_stub(&mut self, tid: i32) -> bool {
+    /// at the site), to the site's stub; the site's address, or `None` when
+    /// the fault is not ours.
+    fn move_to_stub(&mut self, tid: i32) -> Option<u64> {
         let mut r = crate::sys::regs::zero_regs();
-        if sys::getregs(tid, &mut r).is_err() {
-            return false;
-        }
+        sys::getregs(tid, &mut r).ok()?;
         let at = r.rip;
-        let Some(&stub) = self.redirect.get(&at) else {
-            return false;
-        };
+        let &stub = self.redirect.get(&at)?;
         *self.stops.entry(at).or_default() += 1;
         r.rip = stub;
-        if sys::setregs(tid, &r).is_err() {
-            return false;
-        }
-        true
+        sys::setregs(tid, &r).ok()?;
+        Some(at)
     }
 
     /// Whether stopped thread `tid` has just hit one of our traps and not
