@@ -49,6 +49,29 @@ pub fn resolve(
     targets: &HashSet<u64>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Result<Vec<(u64, Vec<u64>)>, u64> {
+    resolve_with_labels(code, start, targets, read, None)
+}
+
+/// [`resolve`], and with `data_labels` (the module's link-time addresses
+/// that its data holds: every 8-byte word of its allocated data sections,
+/// and every relative relocation's addend, that is an address of its
+/// code; sorted) the indirect `jmp`s of a computed `goto` too: a `jmp`
+/// through a pointer loaded from memory as it is (`jmp *mem`, or `mov
+/// mem, %r` then `jmp *%r` with nothing between that a branch lands on),
+/// in a function whose own addresses some data or its own code takes
+/// (GCC's labels as values: CPython's `opcode_targets`). A pointer in
+/// memory is one the program stored, and a label's address comes from a
+/// static initializer (data) or from its function's own code (`lea`, an
+/// immediate): those are every place such a `jmp` can land in its
+/// function. A label address made by arithmetic (`&&a - &&b` tables) is
+/// not loaded as it is, and stays unresolved.
+pub fn resolve_with_labels(
+    code: &[u8],
+    start: u64,
+    targets: &HashSet<u64>,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    data_labels: Option<&[u64]>,
+) -> Result<Vec<(u64, Vec<u64>)>, u64> {
     let mut insns = Vec::new();
     let mut d = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     while d.can_decode() {
@@ -57,6 +80,7 @@ pub fn resolve(
     let end = start + code.len() as u64;
     let mut out = Vec::new();
     let mut tails = None;
+    let mut labels: Option<Vec<u64>> = None;
     for (k, i) in insns.iter().enumerate() {
         if i.flow_control() != FlowControl::IndirectBranch {
             continue;
@@ -70,11 +94,73 @@ pub fn resolve(
             tails.get_or_insert_with(|| crate::tailcall::Function::of(&insns, start, end, read));
         if f.is_pointer_tail_call(&insns, k, read) {
             out.push((i.ip(), Vec::new()));
-        } else {
-            return Err(i.ip());
+            continue;
+        }
+        match data_labels.filter(|_| loads_a_pointer(&insns, k, targets)) {
+            Some(data) => {
+                let labels = labels.get_or_insert_with(|| taken_labels(&insns, start, end, data));
+                if labels.is_empty() {
+                    return Err(i.ip());
+                }
+                out.push((i.ip(), labels.clone()));
+            }
+            None => return Err(i.ip()),
         }
     }
     Ok(out)
+}
+
+/// Whether the indirect `jmp` at `insns[k]` goes where a pointer read from
+/// memory points, as it was read: `jmp *mem64`, or `jmp *%r` right after
+/// (nothing between landed on by a branch, nor writing `%r`, nor leaving
+/// the straight line) `mov mem64, %r`.
+fn loads_a_pointer(insns: &[Instruction], k: usize, targets: &HashSet<u64>) -> bool {
+    let j = &insns[k];
+    if j.op0_kind() == OpKind::Memory {
+        return j.code() == Code::Jmp_rm64;
+    }
+    let r = j.op0_register().full_register();
+    let lo = k.saturating_sub(MAX_BACK);
+    let Some(m) = (lo..k)
+        .rev()
+        .find(|&m| writes(&insns[m], r) || insns[m].flow_control() != FlowControl::Next)
+    else {
+        return false;
+    };
+    let load = &insns[m];
+    load.code() == Code::Mov_r64_rm64
+        && load.op1_kind() == OpKind::Memory
+        && load.op0_register() == r
+        && ((m + 1)..=k).all(|n| !targets.contains(&insns[n].ip()))
+}
+
+/// The addresses inside the function (`start..end`, link-time) that a
+/// computed `goto` may land on: those the module's data holds
+/// (`data`, sorted), and those its own code makes (a `lea` of a
+/// RIP-relative address, an immediate), its entry excepted.
+fn taken_labels(insns: &[Instruction], start: u64, end: u64, data: &[u64]) -> Vec<u64> {
+    let inside = |a: u64| start < a && a < end;
+    let lo = data.partition_point(|&a| a <= start);
+    let hi = data.partition_point(|&a| a < end);
+    let mut out: Vec<u64> = data[lo..hi].to_vec();
+    for i in insns {
+        if i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand() {
+            out.push(i.ip_rel_memory_address());
+        }
+        for n in 0..i.op_count() {
+            let v = match i.op_kind(n) {
+                OpKind::Immediate32to64 => i.immediate32to64() as u64,
+                OpKind::Immediate32 => u64::from(i.immediate32()),
+                OpKind::Immediate64 => i.immediate64(),
+                _ => continue,
+            };
+            out.push(v);
+        }
+    }
+    out.retain(|&a| inside(a));
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The targets of the indirect `jmp` at `insns[k]`, if it is a table's.
@@ -298,6 +384,49 @@ mod tests {
         // ... not one inside its frame: push rbx; mov rax, [rdi]; jmp rax
         let c = [0x53, 0x48, 0x8b, 0x07, 0xff, 0xe0];
         assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1004));
+    }
+
+    #[test]
+    fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
+        // movzx edx, byte [rdi]; mov rdx, [TABLE + rdx*8]; jmp rdx;
+        // lea rax, [rip + 0xc] (a label made in code: 0x1020); ret
+        let mut c = vec![0x0f, 0xb6, 0x17, 0x48, 0x8b, 0x14, 0xd5];
+        c.extend_from_slice(&(TABLE as u32).to_le_bytes());
+        c.extend_from_slice(&[0xff, 0xe2, 0x48, 0x8d, 0x05, 0x0c, 0, 0, 0]);
+        c.resize(0x40, 0xc3);
+        let none = |_: u64, _: usize| None;
+        let t = HashSet::new();
+        // Without the data's words, unresolved (no bound: not a table).
+        assert_eq!(resolve(&c, START, &t, &none), Err(0x100b));
+        // The data's words inside the function, and the code's `lea`;
+        // not the entry, nor an address outside.
+        let data = [0x0800, START, 0x1030, 0x1038, 0x2000];
+        assert_eq!(
+            resolve_with_labels(&c, START, &t, &none, Some(&data)),
+            Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
+        );
+        // A branch landing between the load and the jmp: another path
+        // could reach the jmp with anything in rdx.
+        let t: HashSet<u64> = [0x100b].into();
+        assert_eq!(
+            resolve_with_labels(&c, START, &t, &none, Some(&data)),
+            Err(0x100b)
+        );
+        // The pointer changed after its load (add rdx, 8): arithmetic.
+        let mut d = c[..0x0b].to_vec();
+        d.extend_from_slice(&[0x48, 0x83, 0xc2, 0x08, 0xff, 0xe2]);
+        d.resize(0x40, 0xc3);
+        assert_eq!(
+            resolve_with_labels(&d, START, &HashSet::new(), &none, Some(&data)),
+            Err(0x100f)
+        );
+        // A function no data or code takes an address of: unresolved.
+        let mut e = c[..0x0d].to_vec();
+        e.resize(0x40, 0xc3);
+        assert_eq!(
+            resolve_with_labels(&e, START, &HashSet::new(), &none, Some(&[0x2000])),
+            Err(0x100b)
+        );
     }
 
     #[test]

@@ -74,6 +74,54 @@ pub fn padding_block(func: Function<'_>, after: &[u8], targets: &BranchTargets) 
     n
 }
 
+/// The alignment padding inside `func` (run-time start and length of each
+/// block of at least [`CAVE_LEN`] bytes): the whole `nop`s or `int3`s right
+/// after an instruction that does not fall through (a `ret`, a `jmp`, an
+/// `int3` or `ud2`), up to the next other instruction, none of whose bytes
+/// is a branch target. None when the function does not decode whole, or
+/// has an indirect `jmp` whose every target is not known (`targets.1`): it
+/// could land in the padding.
+pub fn inner_padding(func: Function<'_>, targets: &BranchTargets) -> Vec<(u64, usize)> {
+    let link = |a: u64| a.wrapping_sub(func.bias);
+    let mut out = Vec::new();
+    let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
+    let mut block: Option<(u64, usize)> = None;
+    let mut after_stop = false;
+    for i in d.iter() {
+        if i.is_invalid() {
+            return Vec::new();
+        }
+        if i.flow_control() == FlowControl::IndirectBranch && !targets.1.contains(&link(i.ip())) {
+            return Vec::new();
+        }
+        let pad = matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3);
+        if pad && (after_stop || block.is_some()) {
+            let b = block.get_or_insert((i.ip(), 0));
+            b.1 += i.len();
+            after_stop = false;
+            continue;
+        }
+        if let Some(b) = block.take() {
+            out.push(b);
+        }
+        after_stop = match i.flow_control() {
+            FlowControl::Return
+            | FlowControl::UnconditionalBranch
+            | FlowControl::IndirectBranch => true,
+            FlowControl::Interrupt | FlowControl::Exception => {
+                matches!(i.mnemonic(), Mnemonic::Int3 | Mnemonic::Ud2)
+            }
+            _ => false,
+        };
+    }
+    // Padding running to the function's end stays the function's: the
+    // padding after it is `padding_block`'s, which checks it whole.
+    out.retain(|&(start, len)| {
+        len >= CAVE_LEN && (0..len as u64).all(|k| !targets.0.contains(&link(start + k)))
+    });
+    out
+}
+
 /// Whether `bytes` are padding: whole `nop`s or `int3`s.
 pub fn is_padding(bytes: &[u8]) -> bool {
     let mut d = Decoder::with_ip(64, bytes, 0, DecoderOptions::NONE);
@@ -161,6 +209,35 @@ mod tests {
             code,
             bias: 0,
         }
+    }
+
+    #[test]
+    fn padding_inside_a_function_after_a_jump() {
+        let t = BranchTargets::default();
+        // jmp +8 | nopw 0(%rax,%rax,1) (6 bytes) | xor eax,eax; ret
+        let code = [
+            0xeb, 0x06, 0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x31, 0xc0, 0xc3,
+        ];
+        assert_eq!(inner_padding(f(&code), &t), vec![(0x1002, 6)]);
+        // after a conditional jump the nops run
+        let mut c = code;
+        c[0] = 0x74;
+        assert_eq!(inner_padding(f(&c), &t), vec![]);
+        // a branch target among them: code
+        let mut t2 = BranchTargets::default();
+        t2.add_other([0x1004]);
+        assert_eq!(inner_padding(f(&code), &t2), vec![]);
+        // fewer bytes than a cave: xchg ax,ax (2)
+        let code = [0xeb, 0x02, 0x66, 0x90, 0x31, 0xc0, 0xc3];
+        assert_eq!(inner_padding(f(&code), &t), vec![]);
+        // an indirect jmp whose targets are not known: none
+        let code = [
+            0xff, 0xe0, 0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x31, 0xc0, 0xc3,
+        ];
+        assert_eq!(inner_padding(f(&code), &t), vec![]);
+        let mut t3 = BranchTargets::default();
+        t3.1.insert(0x1000);
+        assert_eq!(inner_padding(f(&code), &t3), vec![(0x1002, 6)]);
     }
 
     #[test]

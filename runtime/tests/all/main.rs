@@ -17,6 +17,7 @@ mod cli_goldens;
 mod dynamic_processes;
 mod guests;
 mod inproc;
+mod inproc_goto;
 mod inproc_near;
 mod inproc_safety;
 mod logonfault;
@@ -59,6 +60,7 @@ fn main() {
         dynamic_processes::CASES,
         guests::CASES,
         inproc::CASES,
+        inproc_goto::CASES,
         inproc_near::CASES,
         inproc_safety::CASES,
         logonfault::CASES,

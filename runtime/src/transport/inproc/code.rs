@@ -33,6 +33,9 @@ pub(super) struct ModuleCode {
     /// The padding blocks found, by function end (link-time): their usable
     /// length (0: none).
     blocks: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
+    /// The padding blocks inside each function found, by its start
+    /// (link-time start and length).
+    inner: std::sync::Mutex<std::collections::HashMap<u64, Vec<(u64, usize)>>>,
 }
 
 impl ModuleCode {
@@ -80,11 +83,15 @@ impl ModuleCode {
         // its `jmp`, checked again with every table's targets added.
         let read = |at: u64, len: usize| elf.bytes_at(at, len).map(<[u8]>::to_vec);
         let code_of = |&(start, end): &(u64, u64)| elf.bytes_at(start, (end - start) as usize);
+        let labels = data_labels(&elf, &parsed);
+        let resolve = |code: &[u8], start: u64, targets: &HashSet<u64>| {
+            jumptable::resolve_with_labels(code, start, targets, &read, Some(&labels))
+        };
         let mut with_tables = Vec::new();
         let mut extra = HashSet::new();
         for f in &funcs {
             if let Some(code) = code_of(f)
-                && let Ok(tables) = jumptable::resolve(code, f.0, &targets.0, &read)
+                && let Ok(tables) = resolve(code, f.0, &targets.0)
                 && !tables.is_empty()
             {
                 with_tables.push(*f);
@@ -95,7 +102,7 @@ impl ModuleCode {
         let mut tail_jumps = HashSet::new();
         for f in &with_tables {
             if let Some(code) = code_of(f)
-                && let Ok(tables) = jumptable::resolve(code, f.0, &targets.0, &read)
+                && let Ok(tables) = resolve(code, f.0, &targets.0)
             {
                 for (jmp, to) in tables {
                     // No target inside the function: a tail call through a
@@ -115,6 +122,7 @@ impl ModuleCode {
             tail_jumps,
             calls: std::sync::OnceLock::new(),
             blocks: Default::default(),
+            inner: Default::default(),
         })
     }
 
@@ -226,7 +234,7 @@ impl ModuleCode {
         ends.dedup();
         let mut cache = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
-        for (start, end) in ends {
+        for &(start, end) in &ends {
             if end < lo || end > hi {
                 continue;
             }
@@ -257,6 +265,31 @@ impl ModuleCode {
                 out.push((end.wrapping_add(bias), n));
             }
         }
+        drop(cache);
+        // The padding inside the functions near (after their `jmp`s).
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for (start, end) in ends {
+            if end < lo || start > hi {
+                continue;
+            }
+            let blocks = inner.entry(start).or_insert_with(|| {
+                let Some(code) = self.elf.bytes_at(start, (end - start) as usize) else {
+                    return Vec::new();
+                };
+                let func = Function {
+                    start,
+                    code,
+                    bias: 0,
+                };
+                agent_loader::nearjump::inner_padding(func, &self.targets)
+            });
+            out.extend(
+                blocks
+                    .iter()
+                    .filter(|&&(a, _)| lo <= a && a <= hi)
+                    .map(|&(a, n)| (a.wrapping_add(bias), n)),
+            );
+        }
         out
     }
 
@@ -273,4 +306,49 @@ impl ModuleCode {
             .find(|&&(o, n, _)| o <= off && off < o + n)
             .map(|&(o, _, va)| va + (off - o))
     }
+}
+
+/// The link-time addresses of the module's code that its data holds, sorted:
+/// every 8-byte-aligned word of its allocated, non-executable sections that
+/// is one, and every relative (and absolute 64-bit) relocation's target
+/// that is one. A computed `goto`'s labels are among them
+/// ([`jumptable::resolve_with_labels`]).
+fn data_labels(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> Vec<u64> {
+    let mut out = Vec::new();
+    for sh in &parsed.section_headers {
+        let flags = sh.sh_flags;
+        if sh.sh_type == section_header::SHT_NOBITS
+            || flags & u64::from(section_header::SHF_ALLOC) == 0
+            || flags & u64::from(section_header::SHF_EXECINSTR) != 0
+        {
+            continue;
+        }
+        let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
+        let Some(bytes) = elf.file_bytes().get(off..off.saturating_add(len)) else {
+            continue;
+        };
+        // Words at 8-byte-aligned addresses.
+        let skip = (sh.sh_addr.wrapping_neg() & 7) as usize;
+        for w in bytes.get(skip..).unwrap_or(&[]).chunks_exact(8) {
+            let v = u64::from_le_bytes(w.try_into().unwrap_or_default());
+            if v != 0 && elf.is_exec_vaddr(v) {
+                out.push(v);
+            }
+        }
+    }
+    for r in parsed.dynrelas.iter().chain(parsed.dynrels.iter()) {
+        let v = match r.r_type {
+            goblin::elf::reloc::R_X86_64_RELATIVE => r.r_addend.unwrap_or(0) as u64,
+            goblin::elf::reloc::R_X86_64_64 => parsed.dynsyms.get(r.r_sym).map_or(0, |s| {
+                s.st_value.wrapping_add(r.r_addend.unwrap_or(0) as u64)
+            }),
+            _ => continue,
+        };
+        if elf.is_exec_vaddr(v) {
+            out.push(v);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
