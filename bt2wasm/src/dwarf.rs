@@ -402,7 +402,7 @@ impl<'a> Debug<'a> {
         off: gimli::UnitOffset,
         depth: u32,
     ) -> Option<crate::ctypes::CType> {
-        use crate::ctypes::{CType, EnumDef};
+        use crate::ctypes::CType;
         let e = unit.entry(off).ok()?;
         let name = self.name(unit, e.attr_value(c::DW_AT_name));
         let size = e
@@ -467,110 +467,136 @@ impl<'a> Debug<'a> {
                 }
                 t
             }
-            c::DW_TAG_enumeration_type => {
-                let mut values = Vec::new();
-                let mut tree = unit.entries_tree(Some(off)).ok()?;
-                let root = tree.root().ok()?;
-                let mut ch = root.children();
-                while let Ok(Some(child)) = ch.next() {
-                    let ce = child.entry();
-                    if ce.tag() != c::DW_TAG_enumerator {
-                        continue;
-                    }
-                    let n = self
-                        .name(unit, ce.attr_value(c::DW_AT_name))
-                        .unwrap_or_default();
-                    let v = match ce.attr_value(c::DW_AT_const_value) {
-                        Some(AttributeValue::Sdata(v)) => v,
-                        Some(AttributeValue::Udata(v)) => v as i64,
-                        Some(AttributeValue::Data1(v)) => v as i64,
-                        Some(AttributeValue::Data2(v)) => v as i64,
-                        Some(AttributeValue::Data4(v)) => v as i64,
-                        Some(AttributeValue::Data8(v)) => v as i64,
-                        _ => 0,
-                    };
-                    values.push((n, v));
-                }
-                CType::Enum(std::rc::Rc::new(EnumDef {
-                    name: format!("enum {}", name.unwrap_or_default()),
-                    values,
-                    bytes: if matches!(size, 1 | 2 | 4 | 8) {
-                        size as u8
-                    } else {
-                        4
-                    },
-                }))
-            }
+            c::DW_TAG_enumeration_type => self.enum_type(unit, off, name, size)?,
             c::DW_TAG_structure_type | c::DW_TAG_union_type | c::DW_TAG_class_type => {
-                let union = e.tag() == c::DW_TAG_union_type;
-                let mut fields = Vec::new();
-                let mut align = 1u32;
-                let mut tree = unit.entries_tree(Some(off)).ok()?;
-                let root = tree.root().ok()?;
-                let mut ch = root.children();
-                while let Ok(Some(child)) = ch.next() {
-                    let ce = child.entry();
-                    if ce.tag() != c::DW_TAG_member {
-                        continue;
-                    }
-                    let fname = self
-                        .name(unit, ce.attr_value(c::DW_AT_name))
-                        .unwrap_or_default();
-                    let fty = match ce.attr_value(c::DW_AT_type) {
-                        Some(AttributeValue::UnitRef(t)) => self.ctype(unit, t, depth),
-                        _ => None,
-                    };
-                    let Some(fty) = fty else { continue };
-                    align = align.max(fty.align());
-                    let byte = ce
-                        .attr_value(c::DW_AT_data_member_location)
-                        .and_then(|v| v.udata_value())
-                        .unwrap_or(0);
-                    let bits = match (
-                        ce.attr_value(c::DW_AT_data_bit_offset)
-                            .and_then(|v| v.udata_value()),
-                        ce.attr_value(c::DW_AT_bit_size)
-                            .and_then(|v| v.udata_value()),
-                    ) {
-                        (Some(bo), Some(w)) => Some((bo, w)),
-                        _ => None,
-                    };
-                    let (offset, bits) = match bits {
-                        Some((bo, w)) => ((bo / 8) as u32, Some(((bo % 8) as u32, w as u32))),
-                        None => (byte as u32, None),
-                    };
-                    let by_ref = matches!(
-                        ce.attr_value(c::DW_AT_type),
-                        Some(AttributeValue::UnitRef(t)) if is_reference(unit, t)
-                    );
-                    fields.push(crate::ctypes::Field {
-                        name: fname,
-                        ty: fty,
-                        offset,
-                        bits,
-                        by_ref,
-                    });
-                }
-                let kw = if union {
-                    "union"
-                } else if e.tag() == c::DW_TAG_class_type {
-                    "class"
-                } else {
-                    "struct"
-                };
-                CType::Record(std::rc::Rc::new(crate::ctypes::Record {
-                    name: match name {
-                        Some(n) => format!("{kw} {n}"),
-                        None => kw.to_string(),
-                    },
-                    union,
-                    size: size.min(u32::MAX as u64) as u32,
-                    align,
-                    fields,
-                }))
+                self.record_type(unit, off, e.tag(), name, size, depth)?
             }
             _ => return None,
         })
+    }
+
+    /// An enumeration type: its enumerators and their values.
+    fn enum_type(
+        &self,
+        unit: &gimli::Unit<R<'a>>,
+        off: gimli::UnitOffset,
+        name: Option<String>,
+        size: u64,
+    ) -> Option<crate::ctypes::CType> {
+        use crate::ctypes::{CType, EnumDef};
+        let mut values = Vec::new();
+        let mut tree = unit.entries_tree(Some(off)).ok()?;
+        let root = tree.root().ok()?;
+        let mut ch = root.children();
+        while let Ok(Some(child)) = ch.next() {
+            let ce = child.entry();
+            if ce.tag() != c::DW_TAG_enumerator {
+                continue;
+            }
+            let n = self
+                .name(unit, ce.attr_value(c::DW_AT_name))
+                .unwrap_or_default();
+            let v = match ce.attr_value(c::DW_AT_const_value) {
+                Some(AttributeValue::Sdata(v)) => v,
+                Some(AttributeValue::Udata(v)) => v as i64,
+                Some(AttributeValue::Data1(v)) => v as i64,
+                Some(AttributeValue::Data2(v)) => v as i64,
+                Some(AttributeValue::Data4(v)) => v as i64,
+                Some(AttributeValue::Data8(v)) => v as i64,
+                _ => 0,
+            };
+            values.push((n, v));
+        }
+        Some(CType::Enum(std::rc::Rc::new(EnumDef {
+            name: format!("enum {}", name.unwrap_or_default()),
+            values,
+            bytes: if matches!(size, 1 | 2 | 4 | 8) {
+                size as u8
+            } else {
+                4
+            },
+        })))
+    }
+
+    /// A structure, union or class type (`tag`): its members, bit-fields
+    /// and C++ reference members included; `depth` counts the pointers
+    /// followed.
+    fn record_type(
+        &self,
+        unit: &gimli::Unit<R<'a>>,
+        off: gimli::UnitOffset,
+        tag: gimli::DwTag,
+        name: Option<String>,
+        size: u64,
+        depth: u32,
+    ) -> Option<crate::ctypes::CType> {
+        use crate::ctypes::CType;
+        let union = tag == c::DW_TAG_union_type;
+        let mut fields = Vec::new();
+        let mut align = 1u32;
+        let mut tree = unit.entries_tree(Some(off)).ok()?;
+        let root = tree.root().ok()?;
+        let mut ch = root.children();
+        while let Ok(Some(child)) = ch.next() {
+            let ce = child.entry();
+            if ce.tag() != c::DW_TAG_member {
+                continue;
+            }
+            let fname = self
+                .name(unit, ce.attr_value(c::DW_AT_name))
+                .unwrap_or_default();
+            let fty = match ce.attr_value(c::DW_AT_type) {
+                Some(AttributeValue::UnitRef(t)) => self.ctype(unit, t, depth),
+                _ => None,
+            };
+            let Some(fty) = fty else { continue };
+            align = align.max(fty.align());
+            let byte = ce
+                .attr_value(c::DW_AT_data_member_location)
+                .and_then(|v| v.udata_value())
+                .unwrap_or(0);
+            let bits = match (
+                ce.attr_value(c::DW_AT_data_bit_offset)
+                    .and_then(|v| v.udata_value()),
+                ce.attr_value(c::DW_AT_bit_size)
+                    .and_then(|v| v.udata_value()),
+            ) {
+                (Some(bo), Some(w)) => Some((bo, w)),
+                _ => None,
+            };
+            let (offset, bits) = match bits {
+                Some((bo, w)) => ((bo / 8) as u32, Some(((bo % 8) as u32, w as u32))),
+                None => (byte as u32, None),
+            };
+            let by_ref = matches!(
+                ce.attr_value(c::DW_AT_type),
+                Some(AttributeValue::UnitRef(t)) if is_reference(unit, t)
+            );
+            fields.push(crate::ctypes::Field {
+                name: fname,
+                ty: fty,
+                offset,
+                bits,
+                by_ref,
+            });
+        }
+        let kw = if union {
+            "union"
+        } else if tag == c::DW_TAG_class_type {
+            "class"
+        } else {
+            "struct"
+        };
+        Some(CType::Record(std::rc::Rc::new(crate::ctypes::Record {
+            name: match name {
+                Some(n) => format!("{kw} {n}"),
+                None => kw.to_string(),
+            },
+            union,
+            size: size.min(u32::MAX as u64) as u32,
+            align,
+            fields,
+        })))
     }
 }
 

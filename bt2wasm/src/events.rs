@@ -221,65 +221,17 @@ pub(crate) fn compile_event(
         );
         return None;
     };
-    // A number is a file offset (uprobe_events); convert it to an address.
-    let place_ap = if let Some(off) = parse_num(place).filter(|v| *v >= 0) {
-        let path = crate::elf::resolve_binary(module, &cx.env.mapped)?;
-        let bin = cx.env.binary(&path).ok()?;
-        match bin.vaddr_of_offset(off as u64) {
-            Some(v) => format!("0x{v:x}"),
-            None => {
-                cx.diags.error(
-                    codes::EVENT,
-                    span(l0, l0 + loc.len()),
-                    format!("file offset 0x{off:x} is not in a loaded segment of {module}"),
-                );
-                return None;
-            }
-        }
-    } else {
-        place.to_string()
-    };
-    let ap = format!(
-        "{}:{module}:{place_ap}",
-        if ret { "uretprobe" } else { "uprobe" }
-    );
-    let mut list = probes::expand(&ap, span(l0, l0 + loc.len()), cx.env, cx.diags);
-    if list.len() != 1 {
-        if list.len() > 1 {
-            cx.diags.error(
-                codes::EVENT,
-                span(l0, l0 + loc.len()),
-                "a probe event names one location (no wildcards)",
-            );
-        }
-        return None;
-    }
-    let mut conc = list.remove(0);
+    let mut conc = event_probe(cx, module, place, ret, span(l0, l0 + loc.len()))?;
     let (symbol, offset) = match &conc.kind {
         Kind::Uprobe { symbol, offset, .. } => (symbol.clone(), *offset),
         _ => return None,
     };
-    let base = std::path::Path::new(module)
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let base = base.split('.').next().unwrap_or("").to_string();
     let sym_text = match (&symbol, offset) {
         (Some(s), 0) => s.clone(),
         (Some(s), o) => format!("{s}+{o}"),
         (None, o) => format!("0x{o:x}"),
     };
-    let event_name = match name {
-        Some(n) if !n.is_empty() => n.rsplit('/').next().unwrap_or(n).to_string(),
-        _ => {
-            let s = match (&symbol, offset) {
-                (Some(s), 0) => s.clone(),
-                (Some(s), o) => format!("{s}_{o}"),
-                (None, o) => format!("0x{o:x}"),
-            };
-            format!("{}_{base}_{s}", if ret { 'r' } else { 'p' })
-        }
-    };
+    let event_name = event_name(name, module, &symbol, offset, ret);
     conc.name = event_name.clone();
     let mut fmt = format!("{event_name}: (").into_bytes();
     let mut parts = Vec::new();
@@ -311,85 +263,8 @@ pub(crate) fn compile_event(
     fmt.push(b')');
     for (n, &(w0, w)) in words[2..].iter().enumerate() {
         let wspan = span(w0, w0 + w.len());
-        let (field, rest) = match w.split_once('=') {
-            Some((f, r)) => (f.to_string(), r),
-            None => (format!("arg{}", n + 1), w),
-        };
-        let (fetch_text, ty) = match rest.rsplit_once(':') {
-            Some((f, t)) if !f.ends_with('@') => match parse_type(t) {
-                Some(t) => (f, t),
-                None => {
-                    cx.diags.error(
-                        codes::EVENT,
-                        wspan,
-                        format!("unknown type `{t}` (u8..u64, s8..s64, x8..x64, string)"),
-                    );
-                    return None;
-                }
-            },
-            _ => (rest, FType::Hex(8)),
-        };
-        let fetch = match parse_fetch(fetch_text, 0) {
-            Ok(f) => f,
-            Err(e) => {
-                cx.diags.error(codes::EVENT, wspan, e);
-                return None;
-            }
-        };
-        if fetch == Fetch::Retval && !ret {
-            cx.diags.error(
-                codes::EVENT,
-                wspan,
-                "$retval is only available in return probes (r)",
-            );
-            return None;
-        }
-        if fetch == Fetch::Comm && ty != FType::Str && rest.contains(':') {
-            cx.diags.error(codes::EVENT, wspan, "$comm is a string");
-            return None;
-        }
-        // The address of a symbol, relocated at run time.
-        let sym_addr = |cx: &mut EventCx<'_>, name: &str| -> Option<u64> {
-            let path = crate::elf::resolve_binary(module, &cx.env.mapped)?;
-            let bin = cx.env.binary(&path).ok()?;
-            bin.data_symbol(name)
-        };
-        let mut sym_err = None;
-        let value = lower(&fetch, ty, &mut slot, &mut |name| {
-            let v = sym_addr(cx, name);
-            if v.is_none() {
-                sym_err = Some(name.to_string());
-            }
-            v.unwrap_or(0)
-        });
-        if let Some(s) = sym_err {
-            cx.diags.error(
-                codes::EVENT,
-                wspan,
-                format!("symbol `{s}` not found in {module}"),
-            );
-            return None;
-        }
+        let (field, e, t, spec) = event_arg(cx, module, n, w, wspan, ret, &mut slot)?;
         fmt.extend_from_slice(format!(" {field}=").as_bytes());
-        let (e, t, spec): (E, Ty, &str) = match (fetch == Fetch::Comm, ty) {
-            (true, _) => (value, Ty::Str(16), "\"%s\""),
-            (false, FType::Str) => {
-                let s = slot(256);
-                (
-                    E::ReadStr {
-                        addr: Box::new(value),
-                        max: Box::new(E::Int(256)),
-                        slot: s,
-                        size: 256,
-                    },
-                    Ty::Str(256),
-                    "\"%s\"",
-                )
-            }
-            (false, FType::Unsigned(b)) => (trunc(value, false, b), Ty::U64, "%lu"),
-            (false, FType::Signed(b)) => (trunc(value, true, b), Ty::I64, "%ld"),
-            (false, FType::Hex(b)) => (trunc(value, false, b), Ty::U64, "0x%lx"),
-        };
         fmt.extend_from_slice(spec.as_bytes());
         layouts.push(t.layout());
         let sz = t.size();
@@ -415,6 +290,170 @@ pub(crate) fn compile_event(
         frame,
     };
     Some((conc, handler))
+}
+
+/// The one uprobe an event's location (`MODULE:SYM[+OFF]`,
+/// `MODULE:FILE_OFFSET`) names; `None` after an error.
+fn event_probe(
+    cx: &mut EventCx<'_>,
+    module: &str,
+    place: &str,
+    ret: bool,
+    loc_span: Span,
+) -> Option<Concrete> {
+    // A number is a file offset (uprobe_events); convert it to an address.
+    let place_ap = if let Some(off) = parse_num(place).filter(|v| *v >= 0) {
+        let path = crate::elf::resolve_binary(module, &cx.env.mapped)?;
+        let bin = cx.env.binary(&path).ok()?;
+        match bin.vaddr_of_offset(off as u64) {
+            Some(v) => format!("0x{v:x}"),
+            None => {
+                cx.diags.error(
+                    codes::EVENT,
+                    loc_span,
+                    format!("file offset 0x{off:x} is not in a loaded segment of {module}"),
+                );
+                return None;
+            }
+        }
+    } else {
+        place.to_string()
+    };
+    let ap = format!(
+        "{}:{module}:{place_ap}",
+        if ret { "uretprobe" } else { "uprobe" }
+    );
+    let mut list = probes::expand(&ap, loc_span, cx.env, cx.diags);
+    if list.len() != 1 {
+        if list.len() > 1 {
+            cx.diags.error(
+                codes::EVENT,
+                loc_span,
+                "a probe event names one location (no wildcards)",
+            );
+        }
+        return None;
+    }
+    Some(list.remove(0))
+}
+
+/// An event's name: the one it is given (`p:[GRP/]NAME`), or the kernel's
+/// default, `p_MODULE_SYM[_OFF]` (`r_...` for returns).
+fn event_name(
+    name: Option<&str>,
+    module: &str,
+    symbol: &Option<String>,
+    offset: u64,
+    ret: bool,
+) -> String {
+    let base = std::path::Path::new(module)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let base = base.split('.').next().unwrap_or("").to_string();
+    match name {
+        Some(n) if !n.is_empty() => n.rsplit('/').next().unwrap_or(n).to_string(),
+        _ => {
+            let s = match (&symbol, offset) {
+                (Some(s), 0) => s.clone(),
+                (Some(s), o) => format!("{s}_{o}"),
+                (None, o) => format!("0x{o:x}"),
+            };
+            format!("{}_{base}_{s}", if ret { 'r' } else { 'p' })
+        }
+    }
+}
+
+/// One fetch-arg of an event (`[FIELD=]FETCHARG[:TYPE]`, the `n`th): its
+/// field name, value, type and printf conversion; `None` after an error.
+fn event_arg(
+    cx: &mut EventCx<'_>,
+    module: &str,
+    n: usize,
+    w: &str,
+    wspan: Span,
+    ret: bool,
+    slot: &mut dyn FnMut(u32) -> u32,
+) -> Option<(String, E, Ty, &'static str)> {
+    let (field, rest) = match w.split_once('=') {
+        Some((f, r)) => (f.to_string(), r),
+        None => (format!("arg{}", n + 1), w),
+    };
+    let (fetch_text, ty) = match rest.rsplit_once(':') {
+        Some((f, t)) if !f.ends_with('@') => match parse_type(t) {
+            Some(t) => (f, t),
+            None => {
+                cx.diags.error(
+                    codes::EVENT,
+                    wspan,
+                    format!("unknown type `{t}` (u8..u64, s8..s64, x8..x64, string)"),
+                );
+                return None;
+            }
+        },
+        _ => (rest, FType::Hex(8)),
+    };
+    let fetch = match parse_fetch(fetch_text, 0) {
+        Ok(f) => f,
+        Err(e) => {
+            cx.diags.error(codes::EVENT, wspan, e);
+            return None;
+        }
+    };
+    if fetch == Fetch::Retval && !ret {
+        cx.diags.error(
+            codes::EVENT,
+            wspan,
+            "$retval is only available in return probes (r)",
+        );
+        return None;
+    }
+    if fetch == Fetch::Comm && ty != FType::Str && rest.contains(':') {
+        cx.diags.error(codes::EVENT, wspan, "$comm is a string");
+        return None;
+    }
+    // The address of a symbol, relocated at run time.
+    let sym_addr = |cx: &mut EventCx<'_>, name: &str| -> Option<u64> {
+        let path = crate::elf::resolve_binary(module, &cx.env.mapped)?;
+        let bin = cx.env.binary(&path).ok()?;
+        bin.data_symbol(name)
+    };
+    let mut sym_err = None;
+    let value = lower(&fetch, ty, slot, &mut |name| {
+        let v = sym_addr(cx, name);
+        if v.is_none() {
+            sym_err = Some(name.to_string());
+        }
+        v.unwrap_or(0)
+    });
+    if let Some(s) = sym_err {
+        cx.diags.error(
+            codes::EVENT,
+            wspan,
+            format!("symbol `{s}` not found in {module}"),
+        );
+        return None;
+    }
+    let (e, t, spec): (E, Ty, &str) = match (fetch == Fetch::Comm, ty) {
+        (true, _) => (value, Ty::Str(16), "\"%s\""),
+        (false, FType::Str) => {
+            let s = slot(256);
+            (
+                E::ReadStr {
+                    addr: Box::new(value),
+                    max: Box::new(E::Int(256)),
+                    slot: s,
+                    size: 256,
+                },
+                Ty::Str(256),
+                "\"%s\"",
+            )
+        }
+        (false, FType::Unsigned(b)) => (trunc(value, false, b), Ty::U64, "%lu"),
+        (false, FType::Signed(b)) => (trunc(value, true, b), Ty::I64, "%ld"),
+        (false, FType::Hex(b)) => (trunc(value, false, b), Ty::U64, "0x%lx"),
+    };
+    Some((field, e, t, spec))
 }
 
 fn trunc(e: E, signed: bool, bytes: u8) -> E {

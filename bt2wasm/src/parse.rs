@@ -404,86 +404,8 @@ impl<'a> Parser<'a> {
                     true,
                 ));
             }
-            "for" => {
-                self.bump();
-                self.expect("(")?;
-                let Tok::Var(var) = self.tok.clone() else {
-                    return self.unexpected("a variable");
-                };
-                self.bump();
-                self.expect(":")?;
-                let map = match self.tok.clone() {
-                    Tok::Map(name) => {
-                        let span = self.span;
-                        self.bump();
-                        MapRef {
-                            name,
-                            keys: Vec::new(),
-                            span,
-                        }
-                    }
-                    _ => {
-                        let s = self.span;
-                        self.diags.error(
-                            codes::UNSUPPORTED,
-                            s,
-                            "`for` loops go over a map here (`for ($kv : @map)`); ranges are not supported",
-                        );
-                        return Err(Bail);
-                    }
-                };
-                self.expect(")")?;
-                let body = self.block()?;
-                return Ok((
-                    Stmt {
-                        kind: StmtKind::For { var, map, body },
-                        span: start,
-                    },
-                    true,
-                ));
-            }
-            "let" => {
-                // `let $x;`, `let $x: TYPE;`, `let $x = e;` (bpftrace 0.23):
-                // the declaration itself changes nothing here (variables
-                // are typed by what they are given).
-                self.bump();
-                let var_span = self.span;
-                let Tok::Var(name) = self.tok.clone() else {
-                    return self.unexpected("a variable");
-                };
-                self.bump();
-                if self.eat(":") {
-                    self.type_spec()?;
-                    while self.eat("*") {}
-                    while self.eat("[") {
-                        self.expr()?;
-                        self.expect("]")?;
-                    }
-                }
-                if self.eat("=") {
-                    let value = self.expr()?;
-                    return Ok((
-                        Stmt {
-                            kind: StmtKind::AssignVar {
-                                name,
-                                var_span,
-                                op: None,
-                                value,
-                            },
-                            span: start,
-                        },
-                        false,
-                    ));
-                }
-                let _ = var_span;
-                return Ok((
-                    Stmt {
-                        kind: StmtKind::Let { name },
-                        span: start,
-                    },
-                    false,
-                ));
-            }
+            "for" => return self.for_stmt(start),
+            "let" => return self.let_stmt(start),
             "break" | "continue" | "return" => {
                 self.bump();
                 let kind = match kw.as_str() {
@@ -539,6 +461,89 @@ impl<'a> Parser<'a> {
             }
         };
         Ok((Stmt { kind, span: start }, false))
+    }
+
+    /// `for ($kv : @map) { ... }`.
+    fn for_stmt(&mut self, start: Span) -> R<(Stmt, bool)> {
+        self.bump();
+        self.expect("(")?;
+        let Tok::Var(var) = self.tok.clone() else {
+            return self.unexpected("a variable");
+        };
+        self.bump();
+        self.expect(":")?;
+        let map = match self.tok.clone() {
+            Tok::Map(name) => {
+                let span = self.span;
+                self.bump();
+                MapRef {
+                    name,
+                    keys: Vec::new(),
+                    span,
+                }
+            }
+            _ => {
+                let s = self.span;
+                self.diags.error(
+                    codes::UNSUPPORTED,
+                    s,
+                    "`for` loops go over a map here (`for ($kv : @map)`); ranges are not supported",
+                );
+                return Err(Bail);
+            }
+        };
+        self.expect(")")?;
+        let body = self.block()?;
+        Ok((
+            Stmt {
+                kind: StmtKind::For { var, map, body },
+                span: start,
+            },
+            true,
+        ))
+    }
+
+    /// `let $x;`, `let $x: TYPE;`, `let $x = e;` (bpftrace 0.23): the
+    /// declaration itself changes nothing here (variables are typed by what
+    /// they are given).
+    fn let_stmt(&mut self, start: Span) -> R<(Stmt, bool)> {
+        self.bump();
+        let var_span = self.span;
+        let Tok::Var(name) = self.tok.clone() else {
+            return self.unexpected("a variable");
+        };
+        self.bump();
+        if self.eat(":") {
+            self.type_spec()?;
+            while self.eat("*") {}
+            while self.eat("[") {
+                self.expr()?;
+                self.expect("]")?;
+            }
+        }
+        if self.eat("=") {
+            let value = self.expr()?;
+            return Ok((
+                Stmt {
+                    kind: StmtKind::AssignVar {
+                        name,
+                        var_span,
+                        op: None,
+                        value,
+                    },
+                    span: start,
+                },
+                false,
+            ));
+        }
+        let _ = var_span;
+        Ok((
+            Stmt {
+                kind: StmtKind::Let { name },
+                span: start,
+            },
+            false,
+        ))
     }
 
     fn if_stmt(&mut self) -> R<Stmt> {

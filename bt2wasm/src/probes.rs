@@ -4,12 +4,15 @@
 //! addresses checked against instruction boundaries).
 
 use crate::diag::{Sink, codes};
-use crate::elf::{Binary, find_library, glob, resolve_binary};
+use crate::elf::Binary;
 use rpn2wasm::Span;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+mod uprobe;
 mod usdt;
+
+use uprobe::uprobe;
 
 /// What a concrete probe is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,34 +120,6 @@ impl Env {
             .or_insert_with(|| Binary::open(path).map(std::rc::Rc::new))
             .clone()
     }
-}
-
-/// For a library named by its short name (`libpthread`) and a function
-/// `spec` names without a wildcard that `bin` does not define: the first
-/// library `bin` needs (`DT_NEEDED`) that defines it, and its path.
-fn moved_function(
-    target: &str,
-    spec: &str,
-    bin: &std::rc::Rc<Binary>,
-    env: &mut Env,
-) -> Option<(std::path::PathBuf, std::rc::Rc<Binary>)> {
-    if target.contains('/') || !target.starts_with("lib") {
-        return None;
-    }
-    let name = spec.strip_prefix("cpp:").unwrap_or(spec);
-    let name = name.split_once('+').map_or(name, |(f, _)| f);
-    if name.is_empty()
-        || name.contains(['*', '?', '['])
-        || name.starts_with("0x")
-        || bin.func(name).is_some()
-    {
-        return None;
-    }
-    bin.needed().into_iter().find_map(|lib| {
-        let p = find_library(&lib)?;
-        let b = env.binary(&p).ok()?;
-        b.func(name).is_some().then_some((p, b))
-    })
 }
 
 /// Providers bpftrace has that wprobe does not trace, with their aliases.
@@ -440,280 +415,6 @@ fn rpn2wasm_symbol(s: &str) -> bool {
     hostabi::manifest::is_symbol(s)
 }
 
-pub(crate) fn uprobe(
-    parts: &[&str],
-    ret: bool,
-    span: Span,
-    env: &mut Env,
-    diags: &mut Sink,
-) -> Vec<Concrete> {
-    let full = if ret { "uretprobe" } else { "uprobe" };
-    let owned: Vec<String> = if parts.len() == 2 && env.pid.is_some() {
-        // With -p, the binary may be left out: the process's executable.
-        let exe = std::fs::read_link(format!("/proc/{}/exe", env.pid.unwrap_or(0)))
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        vec![parts[0].to_string(), exe, parts[1].to_string()]
-    } else {
-        parts.iter().map(|s| s.to_string()).collect()
-    };
-    // `uprobe:BIN:cpp:FUNC`: FUNC is a C++ name (demangled, without its
-    // parameters), kept with its language as one part.
-    let owned: Vec<String> = match owned.as_slice() {
-        // Unquoted, `ns::f` spans parts.
-        [p, bin, lang, func @ ..] if lang == "cpp" && !func.is_empty() => {
-            vec![p.clone(), bin.clone(), format!("cpp:{}", func.join(":"))]
-        }
-        _ => owned,
-    };
-    let parts: Vec<&str> = owned.iter().map(String::as_str).collect();
-    if parts.len() != 3 || parts[1].is_empty() || parts[2].is_empty() {
-        diags.error(
-            codes::ATTACH_POINT,
-            span,
-            format!("{full} probe type requires 2 arguments"),
-        );
-        return Vec::new();
-    }
-    let (target, spec) = (parts[1], parts[2]);
-    if target.contains(['*', '?']) {
-        // Every matching binary; those where no function matches are
-        // left out, as bpftrace does.
-        let mut mapped = env.mapped.clone();
-        if let Some(pid) = env.pid
-            && let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe"))
-        {
-            mapped.push(exe.to_string_lossy().into_owned());
-        }
-        let files = crate::elf::glob_binaries(target, &mapped);
-        let mut out = Vec::new();
-        for f in files {
-            let mut quiet = Sink::default();
-            let p = f.to_string_lossy().into_owned();
-            out.extend(uprobe(&[parts[0], &p, spec], ret, span, env, &mut quiet));
-        }
-        if out.is_empty() {
-            diags.error(
-                codes::NO_MATCH,
-                span,
-                format!("No probes matched '{full}:{target}:{spec}'"),
-            );
-        }
-        return out;
-    }
-    let Some(path) = resolve_binary(target, &env.mapped) else {
-        diags.error_note(
-            codes::BINARY,
-            span,
-            format!("{full} target file '{target}' does not exist or is not executable"),
-            "give a path, a library name such as `libc`, or a program on PATH",
-        );
-        return Vec::new();
-    };
-    let bin = match env.binary(&path) {
-        Ok(b) => b,
-        Err(e) => {
-            diags.error(codes::BINARY, span, e);
-            return Vec::new();
-        }
-    };
-    // A function a library named by its short name does not define, one of
-    // the libraries it needs does: glibc 2.34 moved libpthread's, libdl's
-    // and librt's functions into libc, leaving those libraries as stubs
-    // that need libc (`uprobe:libpthread:pthread_create`, bpftrace's
-    // threadsnoop.bt). The probe goes where the dynamic linker binds the
-    // name: the first needed library that defines it.
-    let (path, bin) = match moved_function(target, spec, &bin, env) {
-        Some(found) => found,
-        None => (path, bin),
-    };
-    // Libraries named without a path are bound at run time to the file the
-    // target maps (by base name) and located by symbol there.
-    let by_name = !target.contains('/') && bin.is_dyn && target.starts_with("lib");
-    let module = if by_name {
-        path.file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    } else if let Some(inside) = in_process_root(target) {
-        // `/proc/PID/root/PATH`: the file as that process (maybe in
-        // another mount namespace) maps it; the run reads it by that path.
-        if !same_file(&path, std::path::Path::new(&inside)) {
-            diags.error(
-                codes::UNSUPPORTED,
-                span,
-                format!(
-                    "probes in a process whose files are not at the same paths here \
-                     (another root: pivot_root, chroot, a container) are not supported: \
-                     wprobe reads the module by the path the process maps, {inside}, \
-                     which here is not {target}"
-                ),
-            );
-            return Vec::new();
-        }
-        inside
-    } else {
-        std::fs::canonicalize(&path)
-            .unwrap_or(path.clone())
-            .to_string_lossy()
-            .into_owned()
-    };
-    // bpftrace names a library found by its short name by the path found.
-    let shown_target = if target.starts_with("lib") && !target.contains('/') {
-        path.display().to_string()
-    } else {
-        target.to_string()
-    };
-    let shown = |f: &str| format!("{full}:{shown_target}:{f}");
-    let (cpp, spec) = match spec.strip_prefix("cpp:") {
-        Some(s) => (true, s),
-        None => (false, spec),
-    };
-    // FUNC+OFF
-    let (func_pat, off) = match spec.split_once('+') {
-        Some((f, o)) => {
-            if ret {
-                diags.error(codes::ATTACH_POINT, span, "Offset not allowed");
-                return Vec::new();
-            }
-            match parse_u64(o) {
-                Some(o) => (f, Some(o)),
-                None => {
-                    diags.error(codes::ATTACH_POINT, span, "Invalid offset");
-                    return Vec::new();
-                }
-            }
-        }
-        None => (spec, None),
-    };
-    // BIN:ADDR
-    if off.is_none()
-        && let Some(addr) = parse_u64(spec)
-    {
-        if ret {
-            diags.error(
-                codes::ATTACH_POINT,
-                span,
-                "uretprobe on an address is not supported: give a function",
-            );
-            return Vec::new();
-        }
-        let Some(f) = bin.func_at(addr).cloned() else {
-            diags.error_note(
-                codes::NOT_BOUNDARY,
-                span,
-                format!("Could not determine the instruction boundary of {target}:0x{addr:x}: no function symbol contains it"),
-                "wprobe places probes only where it can check the instruction boundary",
-            );
-            return Vec::new();
-        };
-        if !check_boundary(&bin, &f, addr - f.value, target, span, diags) {
-            return Vec::new();
-        }
-        return vec![Concrete {
-            kind: Kind::Uprobe {
-                ret,
-                module,
-                symbol: None,
-                offset: addr,
-                value: Some(addr),
-                opcode: bin.bytes_at(addr, 1).first().copied(),
-            },
-            name: shown(spec),
-            func: f.name.clone(),
-            provider: full,
-            params: None,
-        }];
-    }
-    let matches: Vec<crate::elf::Func> = if cpp {
-        bin.funcs
-            .iter()
-            .filter(|f| {
-                f.size > 0
-                    && bin.is_code(f.value)
-                    && cpp_name(&f.name).is_some_and(|n| glob(func_pat, &n))
-            })
-            .cloned()
-            .collect()
-    } else if func_pat.contains('*') || func_pat.contains('?') {
-        bin.funcs
-            .iter()
-            .filter(|f| f.size > 0 && bin.is_code(f.value) && glob(func_pat, &f.name))
-            .cloned()
-            .collect()
-    } else {
-        bin.func(func_pat).cloned().into_iter().collect()
-    };
-    if matches.is_empty() {
-        if func_pat.contains('*') {
-            diags.error(
-                codes::NO_MATCH,
-                span,
-                format!("No probes matched '{}'", shown(func_pat)),
-            );
-        } else {
-            diags.error(
-                codes::NO_MATCH,
-                span,
-                format!("Could not resolve symbol: {target}:{func_pat}, cannot attach probe."),
-            );
-        }
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for f in matches {
-        let o = off.unwrap_or(0);
-        if f.size == 0 && !unsized_accepted(&f.name, env, span, diags) {
-            continue;
-        }
-        if o > 0 {
-            if f.size > 0 && o >= f.size {
-                diags.error(
-                    codes::NOT_BOUNDARY,
-                    span,
-                    format!(
-                        "Offset outside the function bounds ('{}' size is {})",
-                        f.name, f.size
-                    ),
-                );
-                continue;
-            }
-            if !check_boundary(&bin, &f, o, target, span, diags) {
-                continue;
-            }
-        }
-        let addr = f.value.wrapping_add(o);
-        let params = if ret || o != 0 {
-            None
-        } else {
-            crate::dwarf::function_params(bin.bytes(), &f.name)
-        };
-        out.push(Concrete {
-            kind: Kind::Uprobe {
-                ret,
-                module: module.clone(),
-                symbol: Some(f.name.clone()),
-                offset: o,
-                value: (!by_name).then_some(addr),
-                opcode: if by_name {
-                    None
-                } else {
-                    bin.bytes_at(addr, 1).first().copied()
-                },
-            },
-            name: match (cpp, off) {
-                (true, Some(_)) => shown(&format!("cpp:{func_pat}+{o}")),
-                (true, None) => shown(&format!("cpp:{func_pat}")),
-                (false, Some(_)) => shown(&format!("{}+{o}", f.name)),
-                (false, None) => shown(&f.name),
-            },
-            func: f.name.clone(),
-            provider: full,
-            params,
-        });
-    }
-    out
-}
-
 /// The watchpoints of an attach point that resolved, refused when no
 /// process is traced (after the attach point's own errors, as bpftrace
 /// reports those first): an address means something in one process only.
@@ -730,35 +431,6 @@ fn needs_process(list: Vec<Concrete>, span: Span, env: &Env, diags: &mut Sink) -
          only): give -c CMD, a command after `--`, or -p PID",
     );
     Vec::new()
-}
-
-/// Whether a probe on `name`, a symbol of size 0 (`_init`), is accepted:
-/// as bpftrace, only with `--unsafe` (its instruction boundaries cannot be
-/// checked), and only where the transport needs no function bounds.
-fn unsized_accepted(name: &str, env: &Env, span: Span, diags: &mut Sink) -> bool {
-    if !env.unsafe_calls {
-        diags.error(
-            codes::NOT_BOUNDARY,
-            span,
-            format!(
-                "Could not determine boundary for {name} (symbol has size 0); \
-                 use --unsafe to force attachment"
-            ),
-        );
-        return false;
-    }
-    if !env.unsized_symbols {
-        diags.error(
-            codes::NOT_BOUNDARY,
-            span,
-            format!(
-                "{name} has size 0: the in-process transport places no probe in a function \
-                 whose bounds it does not know; use --transport ptrace (or perf)"
-            ),
-        );
-        return false;
-    }
-    true
 }
 
 /// The C++ name of a mangled symbol as `uprobe:BIN:cpp:NAME` matches it:
@@ -785,15 +457,6 @@ pub fn cpp_name(symbol: &str) -> Option<String> {
     Some(d.into_owned())
 }
 
-/// Whether `a` and `b` name the same file (device and inode).
-fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
-}
-
 /// The path a process sees for `/proc/PID/root/PATH` (`/PATH`).
 pub(crate) fn in_process_root(target: &str) -> Option<String> {
     let rest = target.strip_prefix("/proc/")?;
@@ -803,46 +466,4 @@ pub(crate) fn in_process_root(target: &str) -> Option<String> {
     }
     let inside = rest.strip_prefix("root")?;
     inside.starts_with('/').then(|| inside.to_string())
-}
-
-/// Checks that `off` is an instruction start of `f`; reports the nearest ones.
-fn check_boundary(
-    bin: &Binary,
-    f: &crate::elf::Func,
-    off: u64,
-    target: &str,
-    span: Span,
-    diags: &mut Sink,
-) -> bool {
-    let Some(b) = bin.boundaries(f) else {
-        diags.error(
-            codes::NOT_BOUNDARY,
-            span,
-            format!(
-                "Could not read the code of {}:{} to check the instruction boundary",
-                target, f.name
-            ),
-        );
-        return false;
-    };
-    if b.contains(&off) {
-        return true;
-    }
-    let before = b.iter().rev().find(|x| **x < off).copied();
-    let after = b.iter().find(|x| **x > off).copied();
-    let near: Vec<String> = before
-        .into_iter()
-        .chain(after)
-        .map(|x| format!("{}+{x}", f.name))
-        .collect();
-    diags.error_note(
-        codes::NOT_BOUNDARY,
-        span,
-        format!(
-            "Could not add uprobe into middle of instruction: {target}:{}+{off}",
-            f.name
-        ),
-        format!("nearest instruction boundaries: {}", near.join(", ")),
-    );
-    false
 }

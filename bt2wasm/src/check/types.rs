@@ -359,50 +359,55 @@ impl Fx<'_, '_> {
                     .err(codes::TYPE, span, "Can not read a value of type void");
                 bad
             }
-            CType::Array(..) | CType::Record(_) => {
-                let Some(vt) = value_ty(c) else {
-                    self.cx
-                        .err(codes::TYPE, span, format!("Can not read {}", c.name()));
-                    return bad;
-                };
-                let base = self.local();
-                let mut parts = Vec::new();
-                let mut off = 0;
-                let mut members: Vec<(u32, CType, Bits)> = Vec::new();
-                match c {
-                    CType::Array(t, n) => {
-                        for i in 0..*n {
-                            members.push((i * t.size(), (**t).clone(), None));
-                        }
-                    }
-                    CType::Record(r) => collect_members(r, 0, &mut members),
-                    _ => {}
-                }
-                for (coff, ct, b) in members {
-                    let a = E::Bin(
-                        BinOp::Add,
-                        false,
-                        Box::new(E::Local(base)),
-                        Box::new(E::Int(coff as i64)),
-                    );
-                    let (e, t) = self.read_c(a, &ct, b, span);
-                    if t == Ty::None {
-                        return bad;
-                    }
-                    let sz = t.size();
-                    parts.push(Part { e, ty: t, off });
-                    off += sz;
-                }
-                let slot = self.slot(off.max(8));
-                (
-                    E::Seq(
-                        vec![S::SetLocal(base, addr)],
-                        Box::new(E::Tuple { slot, parts }),
-                    ),
-                    vt,
-                )
-            }
+            CType::Array(..) | CType::Record(_) => self.read_aggregate(addr, c, span),
         }
+    }
+
+    /// Reads an array or a record of the traced process as a value: each
+    /// element or member read in turn into a tuple.
+    fn read_aggregate(&mut self, addr: E, c: &CType, span: Span) -> (E, Ty) {
+        let bad = (E::Int(0), Ty::None);
+        let Some(vt) = value_ty(c) else {
+            self.cx
+                .err(codes::TYPE, span, format!("Can not read {}", c.name()));
+            return bad;
+        };
+        let base = self.local();
+        let mut parts = Vec::new();
+        let mut off = 0;
+        let mut members: Vec<(u32, CType, Bits)> = Vec::new();
+        match c {
+            CType::Array(t, n) => {
+                for i in 0..*n {
+                    members.push((i * t.size(), (**t).clone(), None));
+                }
+            }
+            CType::Record(r) => collect_members(r, 0, &mut members),
+            _ => {}
+        }
+        for (coff, ct, b) in members {
+            let a = E::Bin(
+                BinOp::Add,
+                false,
+                Box::new(E::Local(base)),
+                Box::new(E::Int(coff as i64)),
+            );
+            let (e, t) = self.read_c(a, &ct, b, span);
+            if t == Ty::None {
+                return bad;
+            }
+            let sz = t.size();
+            parts.push(Part { e, ty: t, off });
+            off += sz;
+        }
+        let slot = self.slot(off.max(8));
+        (
+            E::Seq(
+                vec![S::SetLocal(base, addr)],
+                Box::new(E::Tuple { slot, parts }),
+            ),
+            vt,
+        )
     }
 
     /// A bitfield: `width` bits from bit `shift` of the bytes at `addr`.

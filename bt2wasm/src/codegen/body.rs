@@ -3,9 +3,15 @@
 //! Division and modulo are unsigned with bpftrace's zero rules (x / 0 = 0,
 //! x % 0 = x); comparisons are signed only when both operands are.
 
-use super::{Ctx, SCRATCH_ENTRY, SCRATCH_FP};
-use crate::ast::{BinOp, UnOp};
-use crate::ir::{E, Emit, Fact, Handler, Key, Part, S, Ty};
+mod maps;
+mod ops;
+mod reads;
+mod strings;
+
+pub use strings::{memeq_helper, strcontains_helper, streq_helper};
+
+use super::Ctx;
+use crate::ir::{E, Emit, Handler, Key, Part, S, Ty};
 use hostabi::ImportId as I;
 use wasm_encoder::{BlockType, Function, InstructionSink, MemArg, ValType};
 
@@ -309,26 +315,7 @@ impl Gen<'_> {
                 stride,
                 count,
                 index,
-            } => {
-                let t = self.temp64();
-                self.i().i32_const(*base as i32);
-                self.expr(index);
-                let last = count.saturating_sub(1) as i64;
-                self.i()
-                    .local_tee(t)
-                    .i64_const(*count as i64)
-                    .i64_lt_u()
-                    .if_(BlockType::Result(ValType::I64))
-                    .local_get(t)
-                    .else_()
-                    .i64_const(last)
-                    .end()
-                    .i32_wrap_i64()
-                    .i32_const(*stride as i32)
-                    .i32_mul()
-                    .i32_add();
-                self.free64();
-            }
+            } => self.table_at(*base, *stride, *count, index),
             E::Reg(r) => {
                 self.i().i32_const(*r as i32).i32_const(0);
                 self.call(I::read_reg);
@@ -337,32 +324,7 @@ impl Gen<'_> {
                 self.i().i32_const(*n as i32);
                 self.call(I::usdt_arg);
             }
-            E::Fact(f) => match f {
-                Fact::Pid => self.call(I::current_pid),
-                Fact::Tid => self.call(I::current_tid),
-                Fact::Cpu => self.call(I::current_cpu),
-                Fact::Uid => self.call(I::current_uid),
-                Fact::Gid => self.call(I::current_gid),
-                Fact::Numaid => self.call(I::current_numa_node),
-                Fact::Cpid => self.call(I::child_pid),
-                Fact::Bias => self.call(I::load_bias),
-                Fact::Nsecs => {
-                    self.i().i32_const(hostabi::imports::clock::MONOTONIC);
-                    self.call(I::clock_ns);
-                }
-                Fact::Elapsed => {
-                    self.i().i32_const(hostabi::imports::clock::SINCE_START);
-                    self.call(I::clock_ns);
-                }
-                Fact::NsecsBoot => {
-                    self.i().i32_const(hostabi::imports::clock::BOOTTIME);
-                    self.call(I::clock_ns);
-                }
-                Fact::NsecsTai => {
-                    self.i().i32_const(hostabi::imports::clock::TAI);
-                    self.call(I::clock_ns);
-                }
-            },
+            E::Fact(f) => self.fact(f),
             E::Comm(slot) => {
                 let a = self.addr(*slot);
                 self.zero(a, 16);
@@ -370,63 +332,16 @@ impl Gen<'_> {
                 self.call(I::current_comm);
                 self.i().drop().i32_const(a);
             }
-            E::Un(op, x) => match op {
-                UnOp::Neg => {
-                    self.i().i64_const(0);
-                    self.expr(x);
-                    self.i().i64_sub();
-                }
-                UnOp::Not => {
-                    self.expr(x);
-                    self.i().i64_eqz().i64_extend_i32_u();
-                }
-                UnOp::BitNot => {
-                    self.expr(x);
-                    self.i().i64_const(-1).i64_xor();
-                }
-                UnOp::Deref => {
-                    self.expr(x);
-                }
-            },
+            E::Un(op, x) => self.unop(op, x),
             E::Bin(op, signed, a, b) => self.binop(*op, *signed, a, b),
-            E::StrEq { ne, a, b, n } => {
-                self.expr(a);
-                self.expr(b);
-                self.i().i32_const(*n as i32);
-                let f = self.ctx.streq.expect("codegen invariant: streq collected");
-                self.i().call(f);
-                if *ne {
-                    self.i().i32_eqz();
-                }
-                self.i().i64_extend_i32_u();
-            }
-            E::MemEq { ne, a, b, n } => {
-                self.expr(a);
-                self.expr(b);
-                self.i().i32_const(*n as i32);
-                let f = self.ctx.memeq.expect("codegen invariant: memeq collected");
-                self.i().call(f);
-                if *ne {
-                    self.i().i32_eqz();
-                }
-                self.i().i64_extend_i32_u();
-            }
+            E::StrEq { ne, a, b, n } => self.str_eq(*ne, a, b, *n),
+            E::MemEq { ne, a, b, n } => self.mem_eq(*ne, a, b, *n),
             E::StrContains {
                 hay,
                 hn,
                 needle,
                 nn,
-            } => {
-                self.expr(hay);
-                self.i().i32_const(*hn as i32);
-                self.expr(needle);
-                self.i().i32_const(*nn as i32);
-                let f = self
-                    .ctx
-                    .strcontains
-                    .expect("codegen invariant: strcontains collected");
-                self.i().call(f).i64_extend_i32_u();
-            }
+            } => self.str_contains(hay, *hn, needle, *nn),
             E::Ternary(c, a, b) => {
                 self.truth(c);
                 self.i().if_(BlockType::Result(ValType::I64));
@@ -437,203 +352,39 @@ impl Gen<'_> {
                 self.labels.pop();
                 self.i().end();
             }
-            E::Cast { e, signed, bytes } => {
-                self.expr(e);
-                match (signed, bytes) {
-                    (_, 8) => {}
-                    (true, 1) => {
-                        self.i().i64_extend8_s();
-                    }
-                    (true, 2) => {
-                        self.i().i64_extend16_s();
-                    }
-                    (true, _) => {
-                        self.i().i64_extend32_s();
-                    }
-                    (false, b) => {
-                        let mask = (1i64 << (*b as u32 * 8)) - 1;
-                        self.i().i64_const(mask).i64_and();
-                    }
-                }
-            }
+            E::Cast { e, signed, bytes } => self.cast(e, signed, bytes),
             E::ReadStr {
                 addr,
                 max,
                 slot,
                 size,
-            } => {
-                let a = self.addr(*slot);
-                self.zero(a, size.div_ceil(8) * 8);
-                self.expr(addr);
-                self.i().i32_const(a);
-                // Bytes before the NUL: min(max, size) - 1, at least 0.
-                match max.as_ref() {
-                    E::Int(m) => {
-                        let n = (*m).min(*size as i64).max(1) - 1;
-                        self.i().i32_const(n as i32);
-                    }
-                    m => {
-                        let t = self.temp64();
-                        self.expr(m);
-                        self.i().local_tee(t).i64_const(*size as i64).local_get(t);
-                        self.i()
-                            .i64_const(*size as i64)
-                            .i64_lt_u()
-                            .select()
-                            .i32_wrap_i64()
-                            .i32_const(1)
-                            .i32_sub();
-                        // A max of 0 gives -1: read nothing.
-                        let t32 = self.temp32();
-                        self.i()
-                            .local_tee(t32)
-                            .i32_const(0)
-                            .local_get(t32)
-                            .i32_const(0)
-                            .i32_gt_s()
-                            .select();
-                        self.free32();
-                        self.free64();
-                    }
-                }
-                self.call(I::read_str);
-                self.i().i32_const(0).i32_lt_s();
-                self.i().if_(BlockType::Empty);
-                self.labels.push(Lbl::Plain);
-                self.zero(a, size.div_ceil(8) * 8);
-                self.labels.pop();
-                self.i().end().i32_const(a);
-            }
+            } => self.read_str(addr, max, *slot, *size),
             E::ReadBuf {
                 addr,
                 len,
                 slot,
                 cap,
-            } => {
-                let a = self.addr(*slot);
-                self.zero(a, 8 + cap.div_ceil(8) * 8);
-                let n = self.temp32();
-                // n = min(len, cap)
-                self.expr(len);
-                let t = self.temp64();
-                self.i()
-                    .local_tee(t)
-                    .i64_const(*cap as i64)
-                    .local_get(t)
-                    .i64_const(*cap as i64)
-                    .i64_lt_u()
-                    .select()
-                    .i32_wrap_i64()
-                    .local_set(n);
-                self.free64();
-                self.expr(addr);
-                self.i().i32_const(a + 8).local_get(n);
-                self.call(I::read_mem);
-                self.i().local_get(n).i32_ne();
-                self.i().if_(BlockType::Empty);
-                self.labels.push(Lbl::Plain);
-                self.zero(a + 8, cap.div_ceil(8) * 8);
-                self.labels.pop();
-                self.i()
-                    .end()
-                    .i32_const(a)
-                    .local_get(n)
-                    .i64_extend_i32_u()
-                    .i64_store(mem(0, 3))
-                    .i32_const(a);
-                self.free32();
-            }
+            } => self.read_buf(addr, len, *slot, *cap),
             E::Load {
                 addr,
                 bytes,
                 signed,
                 slot,
-            } => {
-                let a = self.addr(*slot);
-                self.expr(addr);
-                self.i().i32_const(a).i32_const(*bytes as i32);
-                self.call(I::read_mem);
-                self.i()
-                    .i32_const(*bytes as i32)
-                    .i32_eq()
-                    .if_(BlockType::Result(ValType::I64));
-                self.labels.push(Lbl::Plain);
-                self.i().i32_const(a);
-                match (bytes, signed) {
-                    (1, true) => self.i().i64_load8_s(mem(0, 0)),
-                    (1, false) => self.i().i64_load8_u(mem(0, 0)),
-                    (2, true) => self.i().i64_load16_s(mem(0, 1)),
-                    (2, false) => self.i().i64_load16_u(mem(0, 1)),
-                    (4, true) => self.i().i64_load32_s(mem(0, 2)),
-                    (4, false) => self.i().i64_load32_u(mem(0, 2)),
-                    _ => self.i().i64_load(mem(0, 3)),
-                };
-                self.i().else_().i64_const(0);
-                self.labels.pop();
-                self.i().end();
-            }
+            } => self.load(addr, *bytes, *signed, *slot),
             E::Ustack {
                 slot,
                 frames,
                 entry_fixup,
             } => self.ustack(*slot, *frames, *entry_fixup),
-            E::Usym { addr, slot } => {
-                let a = self.addr(*slot);
-                self.i().i32_const(a);
-                self.expr(addr);
-                self.i().i64_store(mem(0, 3)).i32_const(a);
-                self.call(I::current_pid);
-                self.i().i64_store(mem(8, 3)).i32_const(a);
-            }
-            E::MapGet { map, key, slot, ty } => {
-                self.key(key);
-                let v = self.addr(*slot);
-                self.zero(v, ty.size());
-                let k = self.addr(key.slot);
-                self.i()
-                    .i32_const(*map as i32)
-                    .i32_const(k)
-                    .i32_const(key.size as i32)
-                    .i32_const(v)
-                    .i32_const(ty.size() as i32);
-                self.call(I::map_lookup);
-                self.i().drop();
-                if ty.is_agg() {
-                    self.i().i32_const(v);
-                } else {
-                    self.i().i32_const(v).i64_load(mem(0, 3));
-                }
-            }
+            E::Usym { addr, slot } => self.usym(addr, *slot),
+            E::MapGet { map, key, slot, ty } => self.map_get(*map, key, *slot, ty),
             E::MapEntry {
                 map,
                 cursor,
                 key,
                 val,
-            } => {
-                let (k, v) = (self.addr(key.0), self.addr(val.0));
-                self.i().i32_const(*map as i32);
-                self.expr(cursor);
-                self.i()
-                    .i32_const(k)
-                    .i32_const(key.1 as i32)
-                    .i32_const(v)
-                    .i32_const(val.1 as i32);
-                self.call(I::map_entry);
-                self.i().i64_extend_i32_s();
-            }
-            E::MapHas { map, key } => {
-                self.key(key);
-                let k = self.addr(key.slot);
-                self.i()
-                    .i32_const(*map as i32)
-                    .i32_const(k)
-                    .i32_const(key.size as i32)
-                    .i32_const(k)
-                    .i32_const(0);
-                self.call(I::map_lookup);
-                // The value's length when found, a negative status when not.
-                self.i().i32_const(0).i32_ge_s().i64_extend_i32_u();
-            }
+            } => self.map_entry(*map, cursor, *key, *val),
+            E::MapHas { map, key } => self.map_has(*map, key),
             E::Tuple { slot, parts } => {
                 let a = self.addr(*slot);
                 self.parts(a, parts);
@@ -652,186 +403,6 @@ impl Gen<'_> {
                 self.expr(x);
             }
         }
-    }
-
-    fn binop(&mut self, op: BinOp, signed: bool, a: &E, b: &E) {
-        match op {
-            BinOp::LAnd | BinOp::LOr => {
-                self.truth(a);
-                self.i().if_(BlockType::Result(ValType::I64));
-                self.labels.push(Lbl::Plain);
-                if op == BinOp::LAnd {
-                    self.truth(b);
-                    self.i().i64_extend_i32_u().else_().i64_const(0);
-                } else {
-                    self.i().i64_const(1).else_();
-                    self.truth(b);
-                    self.i().i64_extend_i32_u();
-                }
-                self.labels.pop();
-                self.i().end();
-                return;
-            }
-            BinOp::Div | BinOp::Mod => {
-                let (ta, tb) = (self.temp64(), self.temp64());
-                self.expr(a);
-                self.i().local_set(ta);
-                self.expr(b);
-                self.i()
-                    .local_tee(tb)
-                    .i64_eqz()
-                    .if_(BlockType::Result(ValType::I64));
-                if op == BinOp::Div {
-                    self.i().i64_const(0);
-                } else {
-                    self.i().local_get(ta);
-                }
-                self.i().else_().local_get(ta).local_get(tb);
-                if op == BinOp::Div {
-                    self.i().i64_div_u();
-                } else {
-                    self.i().i64_rem_u();
-                }
-                self.i().end();
-                self.free64();
-                self.free64();
-                return;
-            }
-            _ => {}
-        }
-        self.expr(a);
-        self.expr(b);
-        let mut i = self.i();
-        match op {
-            BinOp::Add => i.i64_add(),
-            BinOp::Sub => i.i64_sub(),
-            BinOp::Mul => i.i64_mul(),
-            BinOp::BitAnd => i.i64_and(),
-            BinOp::BitOr => i.i64_or(),
-            BinOp::BitXor => i.i64_xor(),
-            BinOp::Shl => i.i64_shl(),
-            BinOp::Shr => i.i64_shr_u(),
-            BinOp::Eq => i.i64_eq().i64_extend_i32_u(),
-            BinOp::Ne => i.i64_ne().i64_extend_i32_u(),
-            BinOp::Lt if signed => i.i64_lt_s().i64_extend_i32_u(),
-            BinOp::Lt => i.i64_lt_u().i64_extend_i32_u(),
-            BinOp::Le if signed => i.i64_le_s().i64_extend_i32_u(),
-            BinOp::Le => i.i64_le_u().i64_extend_i32_u(),
-            BinOp::Gt if signed => i.i64_gt_s().i64_extend_i32_u(),
-            BinOp::Gt => i.i64_gt_u().i64_extend_i32_u(),
-            BinOp::Ge if signed => i.i64_ge_s().i64_extend_i32_u(),
-            BinOp::Ge => i.i64_ge_u().i64_extend_i32_u(),
-            BinOp::Div | BinOp::Mod | BinOp::LAnd | BinOp::LOr => &mut i,
-        };
-    }
-
-    /// The kernel's user frame-pointer walk: the IP, then the return
-    /// address of each frame from RBP, until a frame cannot be read.
-    fn ustack(&mut self, slot: u32, frames: u32, entry_fixup: bool) {
-        use crate::check::reg::RBP;
-        let a = self.addr(slot);
-        let size = 16 + 8 * frames;
-        self.zero(a, size);
-        self.i().i32_const(a);
-        self.call(I::current_pid);
-        self.i().i64_store(mem(0, 3));
-        // frame 0: the instruction pointer
-        self.i()
-            .i32_const(a)
-            .i32_const(hostabi::regs::RIP as i32)
-            .i32_const(0);
-        self.call(I::read_reg);
-        self.i().i64_store(mem(16, 3));
-        let (cnt, fp) = (self.temp32(), self.temp64());
-        self.i().i32_const(1).local_set(cnt);
-        if entry_fixup && frames > 1 {
-            // The probed instruction (original bytes: the runtime hides its
-            // own breakpoints): push %rbp (0x55) or endbr64 (f3 0f 1e fa)?
-            self.i().i32_const(hostabi::regs::RIP as i32).i32_const(0);
-            self.call(I::read_reg);
-            self.i().i32_const(SCRATCH_ENTRY as i32).i32_const(4);
-            self.call(I::read_mem);
-            self.i()
-                .i32_const(4)
-                .i32_eq()
-                .i32_const(SCRATCH_ENTRY as i32)
-                .i32_load8_u(mem(0, 0))
-                .i32_const(0x55)
-                .i32_eq()
-                .i32_const(SCRATCH_ENTRY as i32)
-                .i32_load(mem(0, 2))
-                .i32_const(0xfa1e0ff3u32 as i32)
-                .i32_eq()
-                .i32_or()
-                .i32_and()
-                .if_(BlockType::Empty);
-            self.labels.push(Lbl::Plain);
-            self.i().i32_const(hostabi::regs::RSP as i32).i32_const(0);
-            self.call(I::read_reg);
-            self.i().i32_const(SCRATCH_ENTRY as i32).i32_const(8);
-            self.call(I::read_mem);
-            self.i().i32_const(8).i32_eq().if_(BlockType::Empty);
-            self.labels.push(Lbl::Plain);
-            self.i()
-                .i32_const(a)
-                .i32_const(SCRATCH_ENTRY as i32)
-                .i64_load(mem(0, 3))
-                .i64_store(mem(24, 3))
-                .i32_const(2)
-                .local_set(cnt);
-            self.labels.pop();
-            self.i().end();
-            self.labels.pop();
-            self.i().end();
-        }
-        self.i().i32_const(RBP as i32).i32_const(0);
-        self.call(I::read_reg);
-        self.i().local_set(fp);
-        self.i().block(BlockType::Empty).loop_(BlockType::Empty);
-        self.labels.push(Lbl::Plain);
-        self.labels.push(Lbl::Plain);
-        self.i()
-            .local_get(cnt)
-            .i32_const(frames as i32)
-            .i32_ge_u()
-            .br_if(1);
-        self.i()
-            .local_get(fp)
-            .i32_const(SCRATCH_FP as i32)
-            .i32_const(16);
-        self.call(I::read_mem);
-        self.i().i32_const(16).i32_ne().br_if(1);
-        // frames[cnt] = [fp + 8]
-        self.i()
-            .i32_const(a + 16)
-            .local_get(cnt)
-            .i32_const(8)
-            .i32_mul()
-            .i32_add()
-            .i32_const(SCRATCH_FP as i32)
-            .i64_load(mem(8, 3))
-            .i64_store(mem(0, 3));
-        self.i()
-            .local_get(cnt)
-            .i32_const(1)
-            .i32_add()
-            .local_set(cnt);
-        self.i()
-            .i32_const(SCRATCH_FP as i32)
-            .i64_load(mem(0, 3))
-            .local_set(fp)
-            .br(0);
-        self.labels.pop();
-        self.labels.pop();
-        self.i().end().end();
-        self.i()
-            .i32_const(a)
-            .local_get(cnt)
-            .i64_extend_i32_u()
-            .i64_store(mem(8, 3))
-            .i32_const(a);
-        self.free64();
-        self.free32();
     }
 }
 
@@ -894,173 +465,5 @@ pub fn handler(ctx: &Ctx, h: &Handler) -> Function {
     // First pass: count temporaries (their indexes are placeholders).
     let (_, m64, m32) = run(0, 0, 1 + h.locals + 100_000);
     let (f, _, _) = run(m64, m32, 1 + h.locals + m64);
-    f
-}
-
-/// `streq(a: i32, b: i32, n: i32) -> i32`: 1 when the strings at `a` and
-/// `b` are equal up to their NUL or `n` bytes.
-pub fn streq_helper() -> Function {
-    let mut f = Function::new([(1, ValType::I32)]);
-    let (a, b, n, i) = (0, 1, 2, 3);
-    f.instructions()
-        .block(BlockType::Empty)
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(n)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(a)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .local_get(b)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_ne()
-        .if_(BlockType::Empty)
-        .i32_const(0)
-        .return_()
-        .end()
-        .local_get(a)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_eqz()
-        .br_if(1)
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        .i32_const(1)
-        .end();
-    f
-}
-
-/// `strcontains(h, hn, nd, nn) -> i32`: whether the NUL-terminated string
-/// at `nd` (at most `nn` bytes) occurs in the one at `h` (at most `hn`).
-pub fn strcontains_helper() -> Function {
-    let mut f = Function::new([(3, ValType::I32)]);
-    let (h, hn, nd, nn, i, j, nl) = (0, 1, 2, 3, 4, 5, 6);
-    let mut ins = f.instructions();
-    // nl = strnlen(nd, nn)
-    ins.block(BlockType::Empty)
-        .loop_(BlockType::Empty)
-        .local_get(nl)
-        .local_get(nn)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(nd)
-        .local_get(nl)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_eqz()
-        .br_if(1)
-        .local_get(nl)
-        .i32_const(1)
-        .i32_add()
-        .local_set(nl)
-        .br(0)
-        .end()
-        .end();
-    ins.local_get(nl)
-        .i32_eqz()
-        .if_(BlockType::Empty)
-        .i32_const(1)
-        .return_()
-        .end();
-    // Each start i with i + nl <= hn, up to the haystack's NUL.
-    ins.block(BlockType::Empty)
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(nl)
-        .i32_add()
-        .local_get(hn)
-        .i32_gt_u()
-        .br_if(1)
-        .i32_const(0)
-        .local_set(j)
-        .block(BlockType::Empty)
-        .loop_(BlockType::Empty)
-        .local_get(j)
-        .local_get(nl)
-        .i32_ge_u()
-        .if_(BlockType::Empty)
-        .i32_const(1)
-        .return_()
-        .end()
-        .local_get(h)
-        .local_get(i)
-        .i32_add()
-        .local_get(j)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .local_get(nd)
-        .local_get(j)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_ne()
-        .br_if(1)
-        .local_get(j)
-        .i32_const(1)
-        .i32_add()
-        .local_set(j)
-        .br(0)
-        .end()
-        .end()
-        .local_get(h)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_eqz()
-        .br_if(1)
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        .i32_const(0)
-        .end();
-    f
-}
-
-/// `memeq(a, b, n) -> i32`: whether the `n` bytes at `a` and `b` are equal.
-pub fn memeq_helper() -> Function {
-    let mut f = Function::new([(1, ValType::I32)]);
-    let (a, b, n, i) = (0, 1, 2, 3);
-    f.instructions()
-        .block(BlockType::Empty)
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(n)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(a)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .local_get(b)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_ne()
-        .if_(BlockType::Empty)
-        .i32_const(0)
-        .return_()
-        .end()
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        .i32_const(1)
-        .end();
     f
 }

@@ -341,60 +341,7 @@ impl Parser<'_> {
                 })
             }
             Tok::Ident(name) if name == "sizeof" || name == "offsetof" => {
-                self.bump();
-                let open = self.expect("(")?;
-                let is_type = matches!(&self.tok, Tok::Ident(t) if super::cdef::starts_type(t));
-                if name == "offsetof" {
-                    let ty = match self.type_spec()? {
-                        crate::ast::TypeSpec::Named(n) => n,
-                        _ => return self.unexpected("a type name"),
-                    };
-                    self.expect(",")?;
-                    let mut path = Vec::new();
-                    loop {
-                        match self.tok.clone() {
-                            Tok::Ident(f) => {
-                                path.push(f);
-                                self.bump();
-                            }
-                            _ => return self.unexpected("a field name"),
-                        }
-                        if !self.eat(".") {
-                            break;
-                        }
-                    }
-                    let end = self.expect(")")?;
-                    return Ok(Expr {
-                        kind: ExprKind::Offsetof { ty, path },
-                        span: join(span, end),
-                    });
-                }
-                if is_type {
-                    let ty = match self.type_spec()? {
-                        crate::ast::TypeSpec::Named(n) => n,
-                        _ => return self.unexpected("a type name"),
-                    };
-                    let mut ptr = 0u8;
-                    while self.eat("*") {
-                        ptr = ptr.saturating_add(1);
-                    }
-                    let end = self.expect(")")?;
-                    return Ok(Expr {
-                        kind: ExprKind::SizeofType { ty, ptr },
-                        span: join(span, end),
-                    });
-                }
-                let _ = open;
-                let arg = self.expr()?;
-                let end = self.expect(")")?;
-                Ok(Expr {
-                    kind: ExprKind::Call {
-                        name,
-                        name_span: span,
-                        args: vec![arg],
-                    },
-                    span: join(span, end),
-                })
+                self.sizeof_offsetof(name, span)
             }
             Tok::Ident(name) => {
                 self.bump();
@@ -435,6 +382,65 @@ impl Parser<'_> {
             }
             _ => self.unexpected("an expression"),
         }
+    }
+
+    /// `sizeof(TYPE)`, `sizeof(expr)` (a call) and `offsetof(TYPE, a.b)`;
+    /// `name` says which.
+    fn sizeof_offsetof(&mut self, name: String, span: Span) -> R<Expr> {
+        self.bump();
+        let open = self.expect("(")?;
+        let is_type = matches!(&self.tok, Tok::Ident(t) if super::cdef::starts_type(t));
+        if name == "offsetof" {
+            let ty = match self.type_spec()? {
+                crate::ast::TypeSpec::Named(n) => n,
+                _ => return self.unexpected("a type name"),
+            };
+            self.expect(",")?;
+            let mut path = Vec::new();
+            loop {
+                match self.tok.clone() {
+                    Tok::Ident(f) => {
+                        path.push(f);
+                        self.bump();
+                    }
+                    _ => return self.unexpected("a field name"),
+                }
+                if !self.eat(".") {
+                    break;
+                }
+            }
+            let end = self.expect(")")?;
+            return Ok(Expr {
+                kind: ExprKind::Offsetof { ty, path },
+                span: join(span, end),
+            });
+        }
+        if is_type {
+            let ty = match self.type_spec()? {
+                crate::ast::TypeSpec::Named(n) => n,
+                _ => return self.unexpected("a type name"),
+            };
+            let mut ptr = 0u8;
+            while self.eat("*") {
+                ptr = ptr.saturating_add(1);
+            }
+            let end = self.expect(")")?;
+            return Ok(Expr {
+                kind: ExprKind::SizeofType { ty, ptr },
+                span: join(span, end),
+            });
+        }
+        let _ = open;
+        let arg = self.expr()?;
+        let end = self.expect(")")?;
+        Ok(Expr {
+            kind: ExprKind::Call {
+                name,
+                name_span: span,
+                args: vec![arg],
+            },
+            span: join(span, end),
+        })
     }
 
     /// Comma-separated expressions up to `close` (consumed).
