@@ -65,6 +65,15 @@ pub fn resolve(
 /// immediate): those are every place such a `jmp` can land in its
 /// function. A label address made by arithmetic (`&&a - &&b` tables) is
 /// not loaded as it is, and stays unresolved.
+///
+/// With `data_labels`, any other indirect `jmp` too, in a function that
+/// reads no table of relative offsets ([`has_relative_table`]), where the
+/// line of code before it does not compute its register: its target is a
+/// pointer (loaded, or given to the function), so it lands on an address
+/// data or code takes or outside the function (a tail call through a
+/// pointer whose stack `tailcall` could not follow: CPython's
+/// `do_mkvalue` ends in `jmp *%rsi` after its epilogue, `%rsi` set on
+/// several paths). No targets inside: the caller takes it as a tail call.
 pub fn resolve_with_labels(
     code: &[u8],
     start: u64,
@@ -81,6 +90,7 @@ pub fn resolve_with_labels(
     let mut out = Vec::new();
     let mut tails = None;
     let mut labels: Option<Vec<u64>> = None;
+    let mut relative = None;
     for (k, i) in insns.iter().enumerate() {
         if i.flow_control() != FlowControl::IndirectBranch {
             continue;
@@ -96,18 +106,54 @@ pub fn resolve_with_labels(
             out.push((i.ip(), Vec::new()));
             continue;
         }
-        match data_labels.filter(|_| loads_a_pointer(&insns, k, targets)) {
-            Some(data) => {
-                let labels = labels.get_or_insert_with(|| taken_labels(&insns, start, end, data));
-                if labels.is_empty() {
-                    return Err(i.ip());
-                }
-                out.push((i.ip(), labels.clone()));
-            }
-            None => return Err(i.ip()),
+        let Some(data) = data_labels else {
+            return Err(i.ip());
+        };
+        let labels = labels.get_or_insert_with(|| taken_labels(&insns, start, end, data));
+        let relative = *relative.get_or_insert_with(|| has_relative_table(&insns));
+        if (!labels.is_empty() && loads_a_pointer(&insns, k, targets))
+            || (!relative && !computed_in_line(&insns, k))
+        {
+            out.push((i.ip(), labels.clone()));
+        } else {
+            return Err(i.ip());
         }
     }
     Ok(out)
+}
+
+/// Whether the function reads a table of relative offsets the way a
+/// `switch` (or `&&a - &&b` labels) does: `movslq (%base,%idx,4), %r`. Its
+/// targets are the table's base plus an offset, which no data holds.
+fn has_relative_table(insns: &[Instruction]) -> bool {
+    insns.iter().any(|i| {
+        i.code() == Code::Movsxd_r64_rm32
+            && i.op1_kind() == OpKind::Memory
+            && i.memory_index_scale() == 4
+            && i.memory_index() != Register::None
+    })
+}
+
+/// Whether the straight line of code before the indirect `jmp *%r` at
+/// `insns[k]` computes `%r` (its last write there is not a `mov`, a
+/// `movzx`/`movsx` or a `pop`): an address made by arithmetic.
+fn computed_in_line(insns: &[Instruction], k: usize) -> bool {
+    let j = &insns[k];
+    if j.op0_kind() != OpKind::Register {
+        return false;
+    }
+    let r = j.op0_register().full_register();
+    let lo = k.saturating_sub(MAX_BACK);
+    match (lo..k)
+        .rev()
+        .find(|&m| writes(&insns[m], r) || insns[m].flow_control() != FlowControl::Next)
+    {
+        Some(m) if writes(&insns[m], r) => !matches!(
+            insns[m].mnemonic(),
+            Mnemonic::Mov | Mnemonic::Movzx | Mnemonic::Movsx | Mnemonic::Pop
+        ),
+        _ => false,
+    }
 }
 
 /// Whether the indirect `jmp` at `insns[k]` goes where a pointer read from
@@ -405,12 +451,12 @@ mod tests {
             resolve_with_labels(&c, START, &t, &none, Some(&data)),
             Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
         );
-        // A branch landing between the load and the jmp: another path
-        // could reach the jmp with anything in rdx.
+        // A branch landing between the load and the jmp: rdx may come
+        // from another path, but still a pointer: the labels too.
         let t: HashSet<u64> = [0x100b].into();
         assert_eq!(
             resolve_with_labels(&c, START, &t, &none, Some(&data)),
-            Err(0x100b)
+            Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
         );
         // The pointer changed after its load (add rdx, 8): arithmetic.
         let mut d = c[..0x0b].to_vec();
@@ -420,12 +466,25 @@ mod tests {
             resolve_with_labels(&d, START, &HashSet::new(), &none, Some(&data)),
             Err(0x100f)
         );
-        // A function no data or code takes an address of: unresolved.
+        // A function no data or code takes an address inside of, with no
+        // relative table: its jmp goes outside (a tail call, no targets).
         let mut e = c[..0x0d].to_vec();
         e.resize(0x40, 0xc3);
         assert_eq!(
             resolve_with_labels(&e, START, &HashSet::new(), &none, Some(&[0x2000])),
+            Ok(vec![(0x100b, vec![])])
+        );
+        // ... but with a relative table's read (movsxd rax, [rdx + rcx*4])
+        // somewhere in it, only a pointer loaded in line is trusted.
+        let mut f = e.clone();
+        f[0x20..0x24].copy_from_slice(&[0x48, 0x63, 0x04, 0x8a]);
+        assert_eq!(
+            resolve_with_labels(&f, START, &t, &none, Some(&[0x2000])),
             Err(0x100b)
+        );
+        assert_eq!(
+            resolve_with_labels(&f, START, &HashSet::new(), &none, Some(&data)),
+            Ok(vec![(0x100b, vec![0x1030, 0x1038])])
         );
     }
 

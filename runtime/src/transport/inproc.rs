@@ -1045,7 +1045,7 @@ impl Transport for InProc {
     }
 
     fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
-        let mut out: Vec<(usize, &'static str, u32)> = Vec::new();
+        let mut by: HashMap<(usize, &'static str), u32> = HashMap::new();
         for s in &self.patcher.sites {
             let how = if s.trap.is_some() {
                 "trap"
@@ -1055,12 +1055,11 @@ impl Transport for InProc {
                 "jump"
             };
             for &tag in s.tags.iter().chain(&s.ret_tags) {
-                match out.iter_mut().find(|(t, h, _)| *t == tag && *h == how) {
-                    Some(e) => e.2 += 1,
-                    None => out.push((tag, how, 1)),
-                }
+                *by.entry((tag, how)).or_insert(0) += 1;
             }
         }
+        let mut out: Vec<(usize, &'static str, u32)> =
+            by.into_iter().map(|((t, h), n)| (t, h, n)).collect();
         out.sort_unstable();
         out
     }
