@@ -146,10 +146,47 @@ pub struct Function<'a> {
 /// direct branches the sweep found to each target (`.2`; [`u32::MAX`] for
 /// one reached otherwise too, a jump table's: no window takes all its
 /// branches).
+/// With `.3` (a module's caller fills it once its indirect `jmp`s are
+/// resolved), the first indirect `jmp` not in `.1` of each function that
+/// has one, by function start (link-time): [`BranchTargets::unknown_jump`]
+/// then looks it up instead of decoding the function again for each
+/// window in it.
 #[derive(Clone, Debug, Default)]
-pub struct BranchTargets(pub HashSet<u64>, pub HashSet<u64>, pub HashMap<u64, u32>);
+pub struct BranchTargets(
+    pub HashSet<u64>,
+    pub HashSet<u64>,
+    pub HashMap<u64, u32>,
+    pub Option<HashMap<u64, u64>>,
+);
 
 impl BranchTargets {
+    /// The first indirect `jmp` of `func` (run-time address) whose every
+    /// target is not known (not in `.1`): a jump table could land
+    /// anywhere in the function.
+    pub fn unknown_jump(&self, func: &Function<'_>) -> Option<u64> {
+        if let Some(m) = &self.3 {
+            return m
+                .get(&func.start.wrapping_sub(func.bias))
+                .map(|a| a.wrapping_add(func.bias));
+        }
+        self.first_unknown_jump(func)
+    }
+
+    /// [`BranchTargets::unknown_jump`], decoding the function.
+    pub fn first_unknown_jump(&self, func: &Function<'_>) -> Option<u64> {
+        let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
+        let mut i = Instruction::default();
+        while d.can_decode() {
+            d.decode_out(&mut i);
+            if i.flow_control() == FlowControl::IndirectBranch
+                && !self.1.contains(&i.ip().wrapping_sub(func.bias))
+            {
+                return Some(i.ip());
+            }
+        }
+        None
+    }
+
     /// Adds targets reached other than by a direct branch (a jump table's).
     pub fn add_other(&mut self, targets: impl IntoIterator<Item = u64>) {
         for t in targets {
@@ -315,17 +352,10 @@ pub fn plan_len(
             return Err(Refusal::BranchTarget { at: i.ip() });
         }
     }
-    if probe != func.start {
-        let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
-        let mut i = Instruction::default();
-        while d.can_decode() {
-            d.decode_out(&mut i);
-            if i.flow_control() == FlowControl::IndirectBranch
-                && !targets.1.contains(&i.ip().wrapping_sub(func.bias))
-            {
-                return Err(Refusal::IndirectJump { at: i.ip() });
-            }
-        }
+    if probe != func.start
+        && let Some(at) = targets.unknown_jump(&func)
+    {
+        return Err(Refusal::IndirectJump { at });
     }
     lands_amiss(&displaced, start..start + len as u64)?;
     checked(Site {
@@ -407,14 +437,10 @@ pub fn plan_whole_len(
     }
     // A loop in the window makes it long: not where an unread jump table
     // could land.
-    if displaced.iter().any(|i| !falls_through(i)) {
-        let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
-        if let Some(j) = d.iter().find(|j| {
-            j.flow_control() == FlowControl::IndirectBranch
-                && !targets.1.contains(&j.ip().wrapping_sub(func.bias))
-        }) {
-            return Err(Refusal::IndirectJump { at: j.ip() });
-        }
+    if displaced.iter().any(|i| !falls_through(i))
+        && let Some(at) = targets.unknown_jump(&func)
+    {
+        return Err(Refusal::IndirectJump { at });
     }
     let mut win = displaced.clone();
     win.push(ret);

@@ -211,9 +211,25 @@ pub fn entry_point(pid: i32) -> Option<u64> {
     })
 }
 
-/// Canonical form of a path for comparisons (falls back to the path itself).
+/// Canonical form of a path for comparisons (falls back to the path itself;
+/// one found is remembered for the rest of the run).
 pub fn canonical(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+    // Remembered once found: arming asks for the same few mapped files'
+    // paths once per probe (a `readlink` per path component each time).
+    static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, PathBuf>>> =
+        std::sync::Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.get_or_insert_with(Default::default);
+    if let Some(c) = seen.get(p) {
+        return c.clone();
+    }
+    match std::fs::canonicalize(p) {
+        Ok(c) => {
+            seen.insert(p.to_path_buf(), c.clone());
+            c
+        }
+        Err(_) => p.to_path_buf(),
+    }
 }
 
 /// The file among `files` that module `module` names as programs name

@@ -89,7 +89,18 @@ impl ModuleCode {
         };
         let mut with_tables = Vec::new();
         let mut extra = HashSet::new();
-        for f in &funcs {
+        // Only functions whose bytes could hold an indirect `jmp` (`ff /4`
+        // or `ff /5`, however the code decodes) are decoded again.
+        let may_jump = |code: &[u8]| {
+            code.windows(2)
+                .any(|w| w[0] == 0xff && matches!((w[1] >> 3) & 7, 4 | 5))
+        };
+        let funcs_jumping: Vec<(u64, u64)> = funcs
+            .iter()
+            .copied()
+            .filter(|f| code_of(f).is_some_and(may_jump))
+            .collect();
+        for f in &funcs_jumping {
             if let Some(code) = code_of(f)
                 && let Ok(tables) = resolve(code, f.0, &targets.0)
                 && !tables.is_empty()
@@ -114,6 +125,22 @@ impl ModuleCode {
                 }
             }
         }
+        // Each function's first indirect `jmp` whose targets are not all
+        // known, once: every window past a function's entry asks.
+        let mut unknown = std::collections::HashMap::new();
+        for f in &funcs_jumping {
+            if let Some(code) = code_of(f) {
+                let func = Function {
+                    start: f.0,
+                    code,
+                    bias: 0,
+                };
+                if let Some(at) = targets.first_unknown_jump(&func) {
+                    unknown.insert(f.0, at);
+                }
+            }
+        }
+        targets.3 = Some(unknown);
         Ok(ModuleCode {
             funcs,
             targets,

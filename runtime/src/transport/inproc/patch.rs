@@ -33,6 +33,9 @@ const AREA_BYTES: u64 = 256 << 10;
 const SLOT_OFF: u64 = 512;
 /// Offset of the first stub.
 const STUBS_OFF: u64 = 576;
+/// Room below which an area is not tried for another stub (smaller than
+/// any stub).
+const MIN_STUB_ROOM: u64 = 32;
 
 /// An `r-x` mapping in the target holding stubs.
 #[derive(Debug)]
@@ -1461,8 +1464,15 @@ impl Patcher {
         id: u32,
     ) -> Result<(usize, u64, Vec<u8>), String> {
         let mut last = String::new();
-        for (i, a) in self.areas.iter().enumerate() {
+        // The newest areas first (the older ones fill up), and only where
+        // the jump reaches and some room is left: a stub generated only to
+        // find it does not fit would cost as much as one that does.
+        for (i, a) in self.areas.iter().enumerate().rev() {
             let at = a.base + a.next.next_multiple_of(16);
+            let reach = (at as i64).wrapping_sub((site.addr + stub::JMP_LEN as u64) as i64);
+            if at + MIN_STUB_ROOM > a.base + AREA_BYTES || i32::try_from(reach).is_err() {
+                continue;
+            }
             match stub::generate(site, id, a.base, at) {
                 Ok(code) if at - a.base + code.len() as u64 <= AREA_BYTES => {
                     if stub::site_patch(site, at).is_ok() {
