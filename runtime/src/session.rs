@@ -427,7 +427,7 @@ impl Session {
     }
 
     /// The return probes of program `prog` report each call they track as
-    /// it enters ([`HookEvent::Entered`]), where the transport can
+    /// it enters ([`hook::RecordHook::call`]), where the transport can
     /// ([`crate::transport::Capabilities::entry_notices`]): `wprobe trace`
     /// then needs no handler run at the entry.
     pub fn request_entry_notices(&mut self, prog: usize) {
@@ -758,50 +758,7 @@ impl Session {
     /// One event of the transport.
     fn on_event(&mut self, t: &mut dyn Transport, ev: Event<'_>) -> Action {
         match ev {
-            Event::Hit { tags, hit } => {
-                // A hit nobody settled (a transport path without a step):
-                // its records go out as they are.
-                self.settle_held(None);
-                if t.info().caps.step_faults
-                    && tags.iter().any(|&pi| {
-                        // A return probe's hit is at the return, not at an
-                        // instruction of its own that is stepped.
-                        self.probes.get(pi).is_some_and(|p| {
-                            let spec = &self.manifests[p.prog].probes[p.index];
-                            spec.kind == ProbeKind::Breakpoint && !spec.r#return
-                        })
-                    })
-                {
-                    self.held.active = true;
-                    self.held.tags.clear();
-                    self.held.tags.extend_from_slice(tags);
-                }
-                let mut action = Action::Continue;
-                // Probes sharing the site run in program order (a
-                // transport may list them in another: return probes of one
-                // function, for one), without sorting a copy per hit.
-                let mut last = None;
-                while let Some(pi) = tags
-                    .iter()
-                    .copied()
-                    .filter(|&pi| last.is_none_or(|l| pi > l))
-                    .min()
-                {
-                    last = Some(pi);
-                    if pi < self.probes.len() {
-                        let a = self.hit(t, pi, hit);
-                        if a != Action::Continue {
-                            action = a;
-                        }
-                    }
-                }
-                if action == Action::HandoffToDebugger {
-                    // No step: the process goes to the debugger as it is,
-                    // its records first (spec §14).
-                    self.settle_held(None);
-                }
-                return action;
-            }
+            Event::Hit { tags, hit } => return self.on_hit(t, tags, hit),
             Event::Stepped { fault, .. } => self.settle_held(fault),
             Event::ProcessStarted { pid, parent } => {
                 self.hook_event(HookEvent::ProcessStarted { pid, parent });
@@ -818,14 +775,7 @@ impl Session {
                 self.forget(pid);
                 // Its stacks and symbols are the new program's from now on.
                 self.bt.sym.forget(pid as u64);
-                self.arm(t, pid, true);
-                if t.runs_handlers() {
-                    let set = self.handler_set(pid);
-                    if let Err(e) = t.update_handlers(&set) {
-                        self.warn(true, e);
-                    }
-                }
-                self.site_counts = t.site_counts();
+                self.rearm(t, pid);
             }
             Event::LibrariesChanged { pid } => {
                 let gone = t.take_unmapped();
@@ -834,14 +784,7 @@ impl Session {
                         p.armed.retain(|(_, a)| !gone.contains(a));
                     }
                 }
-                self.arm(t, pid, true);
-                if t.runs_handlers() {
-                    let set = self.handler_set(pid);
-                    if let Err(e) = t.update_handlers(&set) {
-                        self.warn(true, e);
-                    }
-                }
-                self.site_counts = t.site_counts();
+                self.rearm(t, pid);
             }
             Event::ProcessExited { pid, status } => {
                 self.hook_event(HookEvent::ProcessExited { pid, status });
@@ -874,67 +817,9 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
-            Event::Returned {
-                tag,
-                pid,
-                tid,
-                time_ns,
-                rax,
-                entry_rsp,
-                elapsed_ns,
-                ..
-            } => {
-                if let Some((prog, index)) = self.origin(tag) {
-                    self.hook_event(HookEvent::Returned {
-                        prog,
-                        index,
-                        pid,
-                        tid,
-                        time_ns,
-                        rax,
-                        entry_rsp,
-                        elapsed_ns,
-                    });
-                }
-            }
-            Event::Entered {
-                tag,
-                pid,
-                tid,
-                rsp,
-                time_ns,
-                ip,
-            } => {
-                if let Some((prog, index)) = self.origin(tag) {
-                    self.hook_event(HookEvent::Entered {
-                        prog,
-                        index,
-                        pid,
-                        tid,
-                        rsp,
-                        time_ns,
-                        ip,
-                    });
-                }
-            }
-            Event::Unwound {
-                tag,
-                pid,
-                tid,
-                entry_rsp,
-                cause,
-                ..
-            } => {
-                if let Some((prog, index)) = self.origin(tag) {
-                    self.hook_event(HookEvent::Unwound {
-                        prog,
-                        index,
-                        pid,
-                        tid,
-                        entry_rsp,
-                        cause,
-                    });
-                }
+            Event::Entered { tag, .. } | Event::Returned { tag, .. } => self.hook_call(tag, &ev),
+            Event::Unwound { tag, cause, .. } => {
+                self.hook_call(tag, &ev);
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += 1;
                     if cause == crate::transport::calls::Left::Unwound {
@@ -955,5 +840,71 @@ impl Session {
             }
         }
         Action::Continue
+    }
+
+    /// Probes fired: the session's `tags` of every probe at the place, in
+    /// the order the transport lists them, and the hit.
+    fn on_hit(
+        &mut self,
+        t: &mut dyn Transport,
+        tags: &[usize],
+        hit: &mut dyn TransportHit,
+    ) -> Action {
+        // A hit nobody settled (a transport path without a step):
+        // its records go out as they are.
+        self.settle_held(None);
+        if t.info().caps.step_faults
+            && tags.iter().any(|&pi| {
+                // A return probe's hit is at the return, not at an
+                // instruction of its own that is stepped.
+                self.probes.get(pi).is_some_and(|p| {
+                    let spec = &self.manifests[p.prog].probes[p.index];
+                    spec.kind == ProbeKind::Breakpoint && !spec.r#return
+                })
+            })
+        {
+            self.held.active = true;
+            self.held.tags.clear();
+            self.held.tags.extend_from_slice(tags);
+        }
+        let mut action = Action::Continue;
+        // Probes sharing the site run in program order (a
+        // transport may list them in another: return probes of one
+        // function, for one), without sorting a copy per hit.
+        let mut last = None;
+        while let Some(pi) = tags
+            .iter()
+            .copied()
+            .filter(|&pi| last.is_none_or(|l| pi > l))
+            .min()
+        {
+            last = Some(pi);
+            if pi < self.probes.len() {
+                let a = self.hit(t, pi, hit);
+                if a != Action::Continue {
+                    action = a;
+                }
+            }
+        }
+        if action == Action::HandoffToDebugger {
+            // No step: the process goes to the debugger as it is,
+            // its records first (spec §14).
+            self.settle_held(None);
+        }
+        action
+    }
+
+    /// Arms the probes of process `pid` again after an exec or a change of
+    /// its libraries, with the handlers of a transport that runs them
+    /// brought up to date.
+    fn rearm(&mut self, t: &mut dyn Transport, pid: i32) {
+        self.arm(t, pid, true);
+        if t.runs_handlers() {
+            let set = self.handler_set(pid);
+            if let Err(e) = t.update_handlers(&set) {
+                self.warn(true, e);
+            }
+        }
+        self.site_counts = t.site_counts();
     }
 }
