@@ -19,18 +19,14 @@ use crate::transport::{ExitStatus, OpenOptions, Target};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use crate::cmd::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult, wait_child};
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     // bpftrace's `exit(code)` decides over the traced command's status.
     if let Some(c) = crate::btout::requested_exit_status() {
         return ExitCode::from(c);
     }
-    match s {
-        Some(ExitStatus::Code(c)) => ExitCode::from(c as u8),
-        Some(ExitStatus::Signal(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
-        None => ExitCode::SUCCESS,
-    }
+    crate::cmd::command_exit_code(s)
 }
 
 /// Runs the command.
@@ -451,20 +447,6 @@ fn finish(session: &Session, a: &RunArgs, status: Option<ExitStatus>) -> CmdResu
         )));
     }
     Ok(exit_code(status))
-}
-
-/// Waits for our child `pid` to exit (after it was detached); `None` if it
-/// cannot be waited for.
-fn wait_child(pid: i32) -> Option<ExitStatus> {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    loop {
-        match waitpid(nix::unistd::Pid::from_raw(pid), None) {
-            Ok(WaitStatus::Exited(_, c)) => return Some(ExitStatus::Code(c)),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(ExitStatus::Signal(sig as i32)),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return None,
-        }
-    }
 }
 
 /// Examples shown under `wprobe run --help`.

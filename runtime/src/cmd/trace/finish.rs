@@ -4,10 +4,9 @@
 //! waited for when it was detached, and the exit status.
 
 use std::cell::RefCell;
-use std::process::ExitCode;
 use std::rc::Rc;
 
-use crate::cmd::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult, command_exit_code, wait_child};
 use crate::session::Session;
 use crate::stopsig::StopSignals;
 use crate::transport::{ExitStatus, Report};
@@ -81,15 +80,7 @@ pub(super) fn finish(
     if let Some(f) = failure {
         return Err(f);
     }
-    Ok(exit_code(status))
-}
-
-fn exit_code(s: Option<ExitStatus>) -> ExitCode {
-    match s {
-        Some(ExitStatus::Code(c)) => ExitCode::from(c as u8),
-        Some(ExitStatus::Signal(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
-        None => ExitCode::SUCCESS,
-    }
+    Ok(command_exit_code(status))
 }
 
 /// One line of what was traced, and a warning for anything lost.
@@ -141,17 +132,4 @@ fn summary(session: &Session, st: &TraceState) {
     );
     warn(traps, "handler runs trapped");
     warn(fuel, "handler runs ran out of fuel");
-}
-
-/// Waits for our child `pid` to exit (after it was detached).
-fn wait_child(pid: i32) -> Option<ExitStatus> {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    loop {
-        match waitpid(nix::unistd::Pid::from_raw(pid), None) {
-            Ok(WaitStatus::Exited(_, c)) => return Some(ExitStatus::Code(c)),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(ExitStatus::Signal(sig as i32)),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return None,
-        }
-    }
 }
