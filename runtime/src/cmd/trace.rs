@@ -288,15 +288,6 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
 
     // Launch or attach, arm, run.
     if let Some(r) = signals.received() {
-        crate::elog!(
-            "wprobe: stopped by signal {} before tracing began{}",
-            r.signal,
-            if a.pid.is_none() {
-                "; the command was not started"
-            } else {
-                ""
-            }
-        );
         return Ok(Ok(crate::cmd::run::stopped_before_start(
             a.pid.is_some(),
             r.signal,
