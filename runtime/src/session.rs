@@ -183,6 +183,95 @@ pub struct Session {
     metrics_keys: metrics::KeyCache,
 }
 
+/// Whether a program reads the target's memory (`read_mem`, `read_str`,
+/// a `usdt_arg` of a site whose spec has a memory operand).
+fn reads_memory(programs: &[LoadedProgram]) -> bool {
+    // `usdt_arg` reads memory only for a site whose spec has a memory
+    // operand (a stack slot wants the sample's snapshot under perf).
+    let usdt_in_memory = |m: &Manifest| {
+        m.probes.iter().any(|p| {
+            p.usdt_args
+                .iter()
+                .any(|a| matches!(a.loc, hostabi::usdt::UsdtLoc::Mem { .. }))
+        })
+    };
+    programs.iter().any(|p| {
+        p.module.module.imports().any(|i| {
+            i.module() == hostabi::IMPORT_MODULE
+                && (matches!(i.name(), "read_mem" | "read_str")
+                    || (i.name() == "usdt_arg" && usdt_in_memory(&p.module.manifest)))
+        })
+    })
+}
+
+/// The programs that write the target (`write_reg`, `write_mem`), with
+/// what they import.
+fn writers(programs: &[LoadedProgram]) -> Vec<(String, String)> {
+    let mut writers = Vec::new();
+    for p in programs {
+        if p.module.writes {
+            for imp in p.module.module.imports() {
+                if imp.module() == hostabi::IMPORT_MODULE
+                    && matches!(imp.name(), "write_reg" | "write_mem")
+                {
+                    writers.push((p.label.clone(), imp.name().to_string()));
+                }
+            }
+        }
+    }
+    writers
+}
+
+/// The probes of program `pi` that `opts` selects: those of hits in
+/// `probes`, the special ones (begin, end, intervals) in `bt`.
+fn select_probes(
+    pi: usize,
+    p: &LoadedProgram,
+    opts: &RunOptions,
+    bt: &mut BtState,
+    probes: &mut Vec<ProbeState>,
+) {
+    let m = &p.module.manifest;
+    for i in 0..m.probes.len() {
+        if !selected(m, i, opts) {
+            continue;
+        }
+        if m.probes[i].trigger != Trigger::Hit {
+            bt.specials.push(Special {
+                prog: pi,
+                index: i,
+                trigger: m.probes[i].trigger,
+                next: None,
+            });
+            continue;
+        }
+        let loc = m.probes[i].location.render();
+        probes.push(ProbeState {
+            prog: pi,
+            index: i,
+            label: format!("{}:{}", p.label, loc),
+            enabled: true,
+            armed: Vec::new(),
+            ever_armed: false,
+            stats: ProbeStats::default(),
+            link: None,
+        });
+    }
+}
+
+/// Labels told apart: `LABEL#2`, `#3`… for a location a program probes
+/// again.
+fn distinct_labels(probes: &mut [ProbeState]) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for p in probes.iter_mut() {
+        let n = seen.entry(p.label.clone()).or_insert(0);
+        *n += 1;
+        if *n > 1 {
+            p.label = format!("{}#{}", p.label, n);
+        }
+    }
+}
+
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
     let p = &m.probes[i];
     let g_ok = opts.groups.is_empty()
@@ -278,34 +367,8 @@ impl Session {
             gvars: vec![0; gvars],
             ..RunEnv::default()
         };
-        let mut writers = Vec::new();
-        // `usdt_arg` reads memory only for a site whose spec has a memory
-        // operand (a stack slot wants the sample's snapshot under perf).
-        let usdt_in_memory = |m: &Manifest| {
-            m.probes.iter().any(|p| {
-                p.usdt_args
-                    .iter()
-                    .any(|a| matches!(a.loc, hostabi::usdt::UsdtLoc::Mem { .. }))
-            })
-        };
-        let reads_memory = programs.iter().any(|p| {
-            p.module.module.imports().any(|i| {
-                i.module() == hostabi::IMPORT_MODULE
-                    && (matches!(i.name(), "read_mem" | "read_str")
-                        || (i.name() == "usdt_arg" && usdt_in_memory(&p.module.manifest)))
-            })
-        });
-        for p in &programs {
-            if p.module.writes {
-                for imp in p.module.module.imports() {
-                    if imp.module() == hostabi::IMPORT_MODULE
-                        && matches!(imp.name(), "write_reg" | "write_mem")
-                    {
-                        writers.push((p.label.clone(), imp.name().to_string()));
-                    }
-                }
-            }
-        }
+        let reads_memory = reads_memory(&programs);
+        let writers = writers(&programs);
         let registers = programs
             .iter()
             .map(|p| p.module.registers_read())
@@ -335,42 +398,11 @@ impl Session {
         for (pi, p) in programs.iter().enumerate() {
             runner.add(&p.module, opts.fuel)?;
             let m = &p.module.manifest;
-            for i in 0..m.probes.len() {
-                if !selected(m, i, &opts) {
-                    continue;
-                }
-                if m.probes[i].trigger != Trigger::Hit {
-                    bt.specials.push(Special {
-                        prog: pi,
-                        index: i,
-                        trigger: m.probes[i].trigger,
-                        next: None,
-                    });
-                    continue;
-                }
-                let loc = m.probes[i].location.render();
-                probes.push(ProbeState {
-                    prog: pi,
-                    index: i,
-                    label: format!("{}:{}", p.label, loc),
-                    enabled: true,
-                    armed: Vec::new(),
-                    ever_armed: false,
-                    stats: ProbeStats::default(),
-                    link: None,
-                });
-            }
+            select_probes(pi, p, &opts, &mut bt, &mut probes);
             manifests.push(m.clone());
         }
         // Same location twice in one program: tell them apart.
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        for p in &mut probes {
-            let n = seen.entry(p.label.clone()).or_insert(0);
-            *n += 1;
-            if *n > 1 {
-                p.label = format!("{}#{}", p.label, n);
-            }
-        }
+        distinct_labels(&mut probes);
         let program_wasm = programs
             .iter()
             .map(|p| (p.label.clone(), p.module.wasm.clone()))
