@@ -12,6 +12,13 @@
 //! trace events with `--chrome`, a flame graph with `--flame`. Names,
 //! demangling and source lines are worked out once per function, at start.
 //! Exits with the traced command's status.
+//!
+//! Here: the arguments and the steps of a run (the transport, the session,
+//! the arming). The functions to trace are chosen in `funcs` (their lines
+//! in `lines`), those `-F`/`-N` name in `filters`; `handlers` builds and
+//! loads the handler modules; `refusals` says which functions are left out
+//! and why; `outputs` builds the views; `finish` ends the run (the summary,
+//! the exit status).
 
 mod filters;
 mod finish;
