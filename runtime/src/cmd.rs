@@ -7,6 +7,8 @@ use clap::builder::{PossibleValue, PossibleValuesParser};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::transport::ExitStatus;
+
 pub mod bench;
 pub mod compile;
 pub mod list;
@@ -95,6 +97,30 @@ impl CliError {
 
 /// What a command returns: its exit status, or the failure to report.
 pub type CmdResult = Result<ExitCode, CliError>;
+
+/// wprobe's exit status for how the traced command ended: its own, 128 +
+/// the signal that killed it, 0 when it did not end while traced.
+pub(crate) fn command_exit_code(s: Option<ExitStatus>) -> ExitCode {
+    match s {
+        Some(ExitStatus::Code(c)) => ExitCode::from(c as u8),
+        Some(ExitStatus::Signal(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// Waits for our child `pid` to exit (after it was detached); `None` if it
+/// cannot be waited for.
+pub(crate) fn wait_child(pid: i32) -> Option<ExitStatus> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    loop {
+        match waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, c)) => return Some(ExitStatus::Code(c)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(ExitStatus::Signal(sig as i32)),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
+}
 
 /// Separates compiler diagnostics from the summary in an error message
 /// (see [`diagnostics_failure`]).

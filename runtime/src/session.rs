@@ -183,6 +183,95 @@ pub struct Session {
     metrics_keys: metrics::KeyCache,
 }
 
+/// Whether a program reads the target's memory (`read_mem`, `read_str`,
+/// a `usdt_arg` of a site whose spec has a memory operand).
+fn reads_memory(programs: &[LoadedProgram]) -> bool {
+    // `usdt_arg` reads memory only for a site whose spec has a memory
+    // operand (a stack slot wants the sample's snapshot under perf).
+    let usdt_in_memory = |m: &Manifest| {
+        m.probes.iter().any(|p| {
+            p.usdt_args
+                .iter()
+                .any(|a| matches!(a.loc, hostabi::usdt::UsdtLoc::Mem { .. }))
+        })
+    };
+    programs.iter().any(|p| {
+        p.module.module.imports().any(|i| {
+            i.module() == hostabi::IMPORT_MODULE
+                && (matches!(i.name(), "read_mem" | "read_str")
+                    || (i.name() == "usdt_arg" && usdt_in_memory(&p.module.manifest)))
+        })
+    })
+}
+
+/// The programs that write the target (`write_reg`, `write_mem`), with
+/// what they import.
+fn writers(programs: &[LoadedProgram]) -> Vec<(String, String)> {
+    let mut writers = Vec::new();
+    for p in programs {
+        if p.module.writes {
+            for imp in p.module.module.imports() {
+                if imp.module() == hostabi::IMPORT_MODULE
+                    && matches!(imp.name(), "write_reg" | "write_mem")
+                {
+                    writers.push((p.label.clone(), imp.name().to_string()));
+                }
+            }
+        }
+    }
+    writers
+}
+
+/// The probes of program `pi` that `opts` selects: those of hits in
+/// `probes`, the special ones (begin, end, intervals) in `bt`.
+fn select_probes(
+    pi: usize,
+    p: &LoadedProgram,
+    opts: &RunOptions,
+    bt: &mut BtState,
+    probes: &mut Vec<ProbeState>,
+) {
+    let m = &p.module.manifest;
+    for i in 0..m.probes.len() {
+        if !selected(m, i, opts) {
+            continue;
+        }
+        if m.probes[i].trigger != Trigger::Hit {
+            bt.specials.push(Special {
+                prog: pi,
+                index: i,
+                trigger: m.probes[i].trigger,
+                next: None,
+            });
+            continue;
+        }
+        let loc = m.probes[i].location.render();
+        probes.push(ProbeState {
+            prog: pi,
+            index: i,
+            label: format!("{}:{}", p.label, loc),
+            enabled: true,
+            armed: Vec::new(),
+            ever_armed: false,
+            stats: ProbeStats::default(),
+            link: None,
+        });
+    }
+}
+
+/// Labels told apart: `LABEL#2`, `#3`… for a location a program probes
+/// again.
+fn distinct_labels(probes: &mut [ProbeState]) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for p in probes.iter_mut() {
+        let n = seen.entry(p.label.clone()).or_insert(0);
+        *n += 1;
+        if *n > 1 {
+            p.label = format!("{}#{}", p.label, n);
+        }
+    }
+}
+
 fn selected(m: &Manifest, i: usize, opts: &RunOptions) -> bool {
     let p = &m.probes[i];
     let g_ok = opts.groups.is_empty()
@@ -278,34 +367,8 @@ impl Session {
             gvars: vec![0; gvars],
             ..RunEnv::default()
         };
-        let mut writers = Vec::new();
-        // `usdt_arg` reads memory only for a site whose spec has a memory
-        // operand (a stack slot wants the sample's snapshot under perf).
-        let usdt_in_memory = |m: &Manifest| {
-            m.probes.iter().any(|p| {
-                p.usdt_args
-                    .iter()
-                    .any(|a| matches!(a.loc, hostabi::usdt::UsdtLoc::Mem { .. }))
-            })
-        };
-        let reads_memory = programs.iter().any(|p| {
-            p.module.module.imports().any(|i| {
-                i.module() == hostabi::IMPORT_MODULE
-                    && (matches!(i.name(), "read_mem" | "read_str")
-                        || (i.name() == "usdt_arg" && usdt_in_memory(&p.module.manifest)))
-            })
-        });
-        for p in &programs {
-            if p.module.writes {
-                for imp in p.module.module.imports() {
-                    if imp.module() == hostabi::IMPORT_MODULE
-                        && matches!(imp.name(), "write_reg" | "write_mem")
-                    {
-                        writers.push((p.label.clone(), imp.name().to_string()));
-                    }
-                }
-            }
-        }
+        let reads_memory = reads_memory(&programs);
+        let writers = writers(&programs);
         let registers = programs
             .iter()
             .map(|p| p.module.registers_read())
@@ -335,42 +398,11 @@ impl Session {
         for (pi, p) in programs.iter().enumerate() {
             runner.add(&p.module, opts.fuel)?;
             let m = &p.module.manifest;
-            for i in 0..m.probes.len() {
-                if !selected(m, i, &opts) {
-                    continue;
-                }
-                if m.probes[i].trigger != Trigger::Hit {
-                    bt.specials.push(Special {
-                        prog: pi,
-                        index: i,
-                        trigger: m.probes[i].trigger,
-                        next: None,
-                    });
-                    continue;
-                }
-                let loc = m.probes[i].location.render();
-                probes.push(ProbeState {
-                    prog: pi,
-                    index: i,
-                    label: format!("{}:{}", p.label, loc),
-                    enabled: true,
-                    armed: Vec::new(),
-                    ever_armed: false,
-                    stats: ProbeStats::default(),
-                    link: None,
-                });
-            }
+            select_probes(pi, p, &opts, &mut bt, &mut probes);
             manifests.push(m.clone());
         }
         // Same location twice in one program: tell them apart.
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        for p in &mut probes {
-            let n = seen.entry(p.label.clone()).or_insert(0);
-            *n += 1;
-            if *n > 1 {
-                p.label = format!("{}#{}", p.label, n);
-            }
-        }
+        distinct_labels(&mut probes);
         let program_wasm = programs
             .iter()
             .map(|p| (p.label.clone(), p.module.wasm.clone()))
@@ -427,7 +459,7 @@ impl Session {
     }
 
     /// The return probes of program `prog` report each call they track as
-    /// it enters ([`HookEvent::Entered`]), where the transport can
+    /// it enters ([`hook::RecordHook::call`]), where the transport can
     /// ([`crate::transport::Capabilities::entry_notices`]): `wprobe trace`
     /// then needs no handler run at the entry.
     pub fn request_entry_notices(&mut self, prog: usize) {
@@ -758,50 +790,7 @@ impl Session {
     /// One event of the transport.
     fn on_event(&mut self, t: &mut dyn Transport, ev: Event<'_>) -> Action {
         match ev {
-            Event::Hit { tags, hit } => {
-                // A hit nobody settled (a transport path without a step):
-                // its records go out as they are.
-                self.settle_held(None);
-                if t.info().caps.step_faults
-                    && tags.iter().any(|&pi| {
-                        // A return probe's hit is at the return, not at an
-                        // instruction of its own that is stepped.
-                        self.probes.get(pi).is_some_and(|p| {
-                            let spec = &self.manifests[p.prog].probes[p.index];
-                            spec.kind == ProbeKind::Breakpoint && !spec.r#return
-                        })
-                    })
-                {
-                    self.held.active = true;
-                    self.held.tags.clear();
-                    self.held.tags.extend_from_slice(tags);
-                }
-                let mut action = Action::Continue;
-                // Probes sharing the site run in program order (a
-                // transport may list them in another: return probes of one
-                // function, for one), without sorting a copy per hit.
-                let mut last = None;
-                while let Some(pi) = tags
-                    .iter()
-                    .copied()
-                    .filter(|&pi| last.is_none_or(|l| pi > l))
-                    .min()
-                {
-                    last = Some(pi);
-                    if pi < self.probes.len() {
-                        let a = self.hit(t, pi, hit);
-                        if a != Action::Continue {
-                            action = a;
-                        }
-                    }
-                }
-                if action == Action::HandoffToDebugger {
-                    // No step: the process goes to the debugger as it is,
-                    // its records first (spec §14).
-                    self.settle_held(None);
-                }
-                return action;
-            }
+            Event::Hit { tags, hit } => return self.on_hit(t, tags, hit),
             Event::Stepped { fault, .. } => self.settle_held(fault),
             Event::ProcessStarted { pid, parent } => {
                 self.hook_event(HookEvent::ProcessStarted { pid, parent });
@@ -818,14 +807,7 @@ impl Session {
                 self.forget(pid);
                 // Its stacks and symbols are the new program's from now on.
                 self.bt.sym.forget(pid as u64);
-                self.arm(t, pid, true);
-                if t.runs_handlers() {
-                    let set = self.handler_set(pid);
-                    if let Err(e) = t.update_handlers(&set) {
-                        self.warn(true, e);
-                    }
-                }
-                self.site_counts = t.site_counts();
+                self.rearm(t, pid);
             }
             Event::LibrariesChanged { pid } => {
                 let gone = t.take_unmapped();
@@ -834,14 +816,7 @@ impl Session {
                         p.armed.retain(|(_, a)| !gone.contains(a));
                     }
                 }
-                self.arm(t, pid, true);
-                if t.runs_handlers() {
-                    let set = self.handler_set(pid);
-                    if let Err(e) = t.update_handlers(&set) {
-                        self.warn(true, e);
-                    }
-                }
-                self.site_counts = t.site_counts();
+                self.rearm(t, pid);
             }
             Event::ProcessExited { pid, status } => {
                 self.hook_event(HookEvent::ProcessExited { pid, status });
@@ -874,67 +849,9 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
-            Event::Returned {
-                tag,
-                pid,
-                tid,
-                time_ns,
-                rax,
-                entry_rsp,
-                elapsed_ns,
-                ..
-            } => {
-                if let Some((prog, index)) = self.origin(tag) {
-                    self.hook_event(HookEvent::Returned {
-                        prog,
-                        index,
-                        pid,
-                        tid,
-                        time_ns,
-                        rax,
-                        entry_rsp,
-                        elapsed_ns,
-                    });
-                }
-            }
-            Event::Entered {
-                tag,
-                pid,
-                tid,
-                rsp,
-                time_ns,
-                ip,
-            } => {
-                if let Some((prog, index)) = self.origin(tag) {
-                    self.hook_event(HookEvent::Entered {
-                        prog,
-                        index,
-                        pid,
-                        tid,
-                        rsp,
-                        time_ns,
-                        ip,
-                    });
-                }
-            }
-            Event::Unwound {
-                tag,
-                pid,
-                tid,
-                entry_rsp,
-                cause,
-                ..
-            } => {
-                if let Some((prog, index)) = self.origin(tag) {
-                    self.hook_event(HookEvent::Unwound {
-                        prog,
-                        index,
-                        pid,
-                        tid,
-                        entry_rsp,
-                        cause,
-                    });
-                }
+            Event::Entered { tag, .. } | Event::Returned { tag, .. } => self.hook_call(tag, &ev),
+            Event::Unwound { tag, cause, .. } => {
+                self.hook_call(tag, &ev);
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += 1;
                     if cause == crate::transport::calls::Left::Unwound {
@@ -955,5 +872,71 @@ impl Session {
             }
         }
         Action::Continue
+    }
+
+    /// Probes fired: the session's `tags` of every probe at the place, in
+    /// the order the transport lists them, and the hit.
+    fn on_hit(
+        &mut self,
+        t: &mut dyn Transport,
+        tags: &[usize],
+        hit: &mut dyn TransportHit,
+    ) -> Action {
+        // A hit nobody settled (a transport path without a step):
+        // its records go out as they are.
+        self.settle_held(None);
+        if t.info().caps.step_faults
+            && tags.iter().any(|&pi| {
+                // A return probe's hit is at the return, not at an
+                // instruction of its own that is stepped.
+                self.probes.get(pi).is_some_and(|p| {
+                    let spec = &self.manifests[p.prog].probes[p.index];
+                    spec.kind == ProbeKind::Breakpoint && !spec.r#return
+                })
+            })
+        {
+            self.held.active = true;
+            self.held.tags.clear();
+            self.held.tags.extend_from_slice(tags);
+        }
+        let mut action = Action::Continue;
+        // Probes sharing the site run in program order (a
+        // transport may list them in another: return probes of one
+        // function, for one), without sorting a copy per hit.
+        let mut last = None;
+        while let Some(pi) = tags
+            .iter()
+            .copied()
+            .filter(|&pi| last.is_none_or(|l| pi > l))
+            .min()
+        {
+            last = Some(pi);
+            if pi < self.probes.len() {
+                let a = self.hit(t, pi, hit);
+                if a != Action::Continue {
+                    action = a;
+                }
+            }
+        }
+        if action == Action::HandoffToDebugger {
+            // No step: the process goes to the debugger as it is,
+            // its records first (spec §14).
+            self.settle_held(None);
+        }
+        action
+    }
+
+    /// Arms the probes of process `pid` again after an exec or a change of
+    /// its libraries, with the handlers of a transport that runs them
+    /// brought up to date.
+    fn rearm(&mut self, t: &mut dyn Transport, pid: i32) {
+        self.arm(t, pid, true);
+        if t.runs_handlers() {
+            let set = self.handler_set(pid);
+            if let Err(e) = t.update_handlers(&set) {
+                self.warn(true, e);
+            }
+        }
+        self.site_counts = t.site_counts();
     }
 }

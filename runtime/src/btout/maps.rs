@@ -95,6 +95,15 @@ fn counts(v: &[u8]) -> Vec<u64> {
     (0..v.len() / 8).map(|i| word(v, i * 8)).collect()
 }
 
+/// The first and the last bucket of `c` with a count; `None` when all are
+/// empty.
+fn used(c: &[u64]) -> Option<(usize, usize)> {
+    Some((
+        c.iter().position(|x| *x > 0)?,
+        c.iter().rposition(|x| *x > 0)?,
+    ))
+}
+
 /// bpftrace's `hist_index_label`: the first value of bucket `index - 1`'s
 /// successor in a `hist(x, k)` histogram (index ≥ 2^k), with a K, M, G, T,
 /// P or E suffix for the largest power of 1024 in it.
@@ -126,10 +135,7 @@ pub fn hist_low(i: usize, k: u8) -> u64 {
 /// Text of a `hist` value (`k` of `hist(x, k)`; bpftrace's `hist_to_str`).
 fn hist_text(v: &[u8], div: u64, k: u8) -> String {
     let c = counts(v);
-    let (Some(lo), Some(hi)) = (
-        c.iter().position(|x| *x > 0),
-        c.iter().rposition(|x| *x > 0),
-    ) else {
+    let Some((lo, hi)) = used(&c) else {
         return String::new();
     };
     let max = c.iter().copied().max().unwrap_or(0);
@@ -154,10 +160,7 @@ fn hist_text(v: &[u8], div: u64, k: u8) -> String {
 /// JSON of a `hist` value (bpftrace's: `min`/`max` of each bucket).
 fn hist_json(v: &[u8], div: u64, k: u8) -> String {
     let c = counts(v);
-    let (Some(lo), Some(hi)) = (
-        c.iter().position(|x| *x > 0),
-        c.iter().rposition(|x| *x > 0),
-    ) else {
+    let Some((lo, hi)) = used(&c) else {
         return "[]".into();
     };
     let mut parts = Vec::new();
@@ -181,10 +184,7 @@ fn hist_json(v: &[u8], div: u64, k: u8) -> String {
 fn lhist_text(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
     let c = counts(v);
     let buckets = ((max - min) / step.max(1)) as usize;
-    let (Some(lo), Some(hi)) = (
-        c.iter().position(|x| *x > 0),
-        c.iter().rposition(|x| *x > 0),
-    ) else {
+    let Some((lo, hi)) = used(&c) else {
         return String::new();
     };
     let mx = c.iter().copied().max().unwrap_or(0);
@@ -209,10 +209,7 @@ fn lhist_text(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
 fn lhist_json(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
     let c = counts(v);
     let buckets = ((max - min) / step.max(1)) as usize;
-    let (Some(lo), Some(hi)) = (
-        c.iter().position(|x| *x > 0),
-        c.iter().rposition(|x| *x > 0),
-    ) else {
+    let Some((lo, hi)) = used(&c) else {
         return "[]".into();
     };
     let mut parts = Vec::new();

@@ -134,11 +134,16 @@ pub fn compile(a: CompileArgs) -> CmdResult {
         .output
         .clone()
         .unwrap_or_else(|| program_path.with_extension(ext));
+    write_module(&out, &bytes)
+}
+
+/// Writes a compiled module to `out` (`-`: standard output).
+pub(crate) fn write_module(out: &std::path::Path, bytes: &[u8]) -> CmdResult {
     let res = if out.as_os_str() == "-" {
         use std::io::Write;
-        std::io::stdout().write_all(&bytes)
+        std::io::stdout().write_all(bytes)
     } else {
-        std::fs::write(&out, &bytes)
+        std::fs::write(out, bytes)
     };
     if let Err(e) = res {
         return Err(CliError::user(format!("writing {}: {e}", out.display())));

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use crate::cmd::{CliError, CmdResult};
+use crate::resolve::{Located, ResolveError};
 use wprobe_elf::{ElfInfo, SymKind};
 
 /// What decoding a function from its start found, for the listing: the
@@ -113,6 +114,27 @@ pub fn list_usdt(out: &mut String, elf: &ElfInfo, bias: u64, glob: &str) -> usiz
     n
 }
 
+/// An executable file a process maps: its path, and where it is (its ELF
+/// and load bias) or why that is not known.
+type ProcessModule = (String, Result<Located, ResolveError>);
+
+/// The executable files process `pid` maps, each once, in the order of
+/// its maps.
+fn process_modules(pid: i32) -> Result<Vec<ProcessModule>, CliError> {
+    let maps = crate::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
+    let mut resolver = crate::resolve::Resolver::default();
+    let mut seen = Vec::new();
+    let mut modules = Vec::new();
+    for m in maps.iter().filter(|m| m.exec && m.is_file()) {
+        if seen.contains(&m.path) {
+            continue;
+        }
+        seen.push(m.path.clone());
+        modules.push((m.path.clone(), resolver.locate(&maps, &m.path, None)));
+    }
+    Ok(modules)
+}
+
 /// Runs the command.
 pub fn list(a: ListArgs) -> CmdResult {
     let mut out = String::new();
@@ -135,17 +157,10 @@ pub fn list(a: ListArgs) -> CmdResult {
     };
     let mut total = 0;
     if let Some(pid) = a.pid {
-        let maps = crate::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
-        let mut resolver = crate::resolve::Resolver::default();
-        let mut seen = Vec::new();
-        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
-            if seen.contains(&m.path) {
-                continue;
-            }
-            seen.push(m.path.clone());
-            match resolver.locate(&maps, &m.path, None) {
+        for (path, located) in process_modules(pid)? {
+            match located {
                 Ok(loc) => {
-                    let _ = writeln!(out, "# {} (bias {:#x})", m.path, loc.bias);
+                    let _ = writeln!(out, "# {} (bias {:#x})", path, loc.bias);
                     total += list_module(
                         &mut out,
                         &loc.elf,
@@ -156,7 +171,7 @@ pub fn list(a: ListArgs) -> CmdResult {
                     );
                 }
                 Err(e) => {
-                    let _ = writeln!(out, "# {}: {e}", m.path);
+                    let _ = writeln!(out, "# {}: {e}", path);
                 }
             }
         }
@@ -202,19 +217,12 @@ fn list_usdt_cmd(a: &ListArgs, glob: &str) -> CmdResult {
     );
     let mut total = 0;
     if let Some(pid) = a.pid {
-        let maps = crate::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
-        let mut resolver = crate::resolve::Resolver::default();
-        let mut seen = Vec::new();
-        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
-            if seen.contains(&m.path) {
-                continue;
-            }
-            seen.push(m.path.clone());
-            if let Ok(loc) = resolver.locate(&maps, &m.path, None) {
+        for (path, located) in process_modules(pid)? {
+            if let Ok(loc) = located {
                 let mut part = String::new();
                 let n = list_usdt(&mut part, &loc.elf, loc.bias, glob);
                 if n > 0 {
-                    let _ = writeln!(out, "# {} (bias {:#x})", m.path, loc.bias);
+                    let _ = writeln!(out, "# {} (bias {:#x})", path, loc.bias);
                     out += &part;
                     total += n;
                 }

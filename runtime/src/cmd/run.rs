@@ -15,22 +15,18 @@ use crate::format::Format;
 use crate::programs::load_program_with_cache;
 use crate::regscan::RegsRead;
 use crate::session::{RunOptions, Session};
-use crate::transport::{ExitStatus, OpenOptions, Target};
+use crate::transport::{ExitStatus, OpenOptions, Target, TransportInfo};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use crate::cmd::{CliError, CmdResult};
+use crate::cmd::{CliError, CmdResult, wait_child};
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     // bpftrace's `exit(code)` decides over the traced command's status.
     if let Some(c) = crate::btout::requested_exit_status() {
         return ExitCode::from(c);
     }
-    match s {
-        Some(ExitStatus::Code(c)) => ExitCode::from(c as u8),
-        Some(ExitStatus::Signal(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
-        None => ExitCode::SUCCESS,
-    }
+    crate::cmd::command_exit_code(s)
 }
 
 /// Runs the command.
@@ -59,22 +55,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     }
     // A transport the user named is known now; `auto` chooses once the
     // programs are loaded (what they need decides).
-    let forced = if a.transport == crate::plan::AUTO {
-        None
-    } else {
-        Some(crate::transport::by_name(&a.transport).ok_or_else(|| {
-            CliError::user(format!(
-                "unknown transport `{}` (one of: {}, {})",
-                a.transport,
-                crate::plan::AUTO,
-                crate::transport::TRANSPORTS
-                    .iter()
-                    .map(|t| t.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?)
-    };
+    let forced = named_transport(&a)?;
     // Bound before anything is traced: a busy port stops nothing half done.
     let exporter = crate::metrics::Exporter::start(&a.metrics).map_err(CliError::user)?;
     // A process that cannot be traced at all is refused first, with the
@@ -103,27 +84,8 @@ pub fn run(a: RunArgs) -> CmdResult {
             .iter()
             .any(|p| crate::cmd::run::oneliner::is_oneliner_module(&p.module));
     // Buffered and flushed by the session's output (see `output`).
-    let (out, terminal): (Box<dyn Write + Send>, bool) = match &a.output {
-        Some(path) => match std::fs::File::create(path) {
-            Ok(f) => (Box::new(f), false),
-            Err(e) => {
-                return Err(CliError::user(format!("creating {}: {e}", path.display())));
-            }
-        },
-        None => (Box::new(std::io::stdout()), std::io::stdout().is_terminal()),
-    };
-    let opts = RunOptions {
-        follow_forks: a.follow,
-        verify_opcodes: !a.no_verify_opcodes,
-        groups: a.groups.clone(),
-        types: a.types.clone(),
-        fuel: a.opts.fuel,
-        format: a.format,
-        text: crate::format::TextStyle {
-            since_ns: a.timestamps.then(crate::sys::time::realtime_ns),
-            radix: a.radix,
-        },
-    };
+    let (out, terminal) = output(&a)?;
+    let opts = run_options(&a);
     let mut session =
         Session::new(&engine, programs, opts, out).map_err(|e| CliError::user(format!("{e:#}")))?;
     if a.dry_run {
@@ -137,19 +99,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     if session.probe_count() == 0 && !(oneliner && session.probe_total() > 0) {
         return Err(CliError::user("no probe selected (check --group / --type)"));
     }
-    needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
-    // No process named and probes on files: bpftrace's default, system-wide
-    // probes (they fire in every process that runs the file).
-    let system_wide =
-        oneliner && a.pid.is_none() && a.command.is_empty() && session.probe_count() > 0;
-    needs.system_wide = system_wide;
-    let files = crate::plan::files_at_start(&a.command, a.pid);
-    needs.later_modules = crate::plan::later_modules(&session.probe_modules(), &files);
-    needs.later_programs =
-        crate::plan::programs_among(&needs.later_modules, &module_dirs(&a.command));
-    needs.close_probes = session.probes_closer_than_a_jump(&files);
-    let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
-        .map_err(CliError::user)?;
+    let (plan, system_wide) = plan(&a, &mut session, needs, oneliner)?;
     if a.verbose {
         crate::transport::VERBOSE.store(true, std::sync::atomic::Ordering::Relaxed);
         crate::elog!("wprobe: {}", plan.describe());
@@ -159,14 +109,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     session.set_output(terminal, stop.clone());
     crate::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
-        session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
-        session.set_oneliner_quiet(a.quiet);
-        let config = crate::cmd::run::oneliner::run_config();
-        session.set_print_maps_on_exit(config.print_maps_on_exit);
-        session.set_demangle_symbols(
-            !a.no_demangle && crate::cmd::run::oneliner::cpp_demangle(config.cpp_demangle),
-        );
-        session.set_oneliner_output_file(a.output.is_some());
+        set_up_oneliner(&mut session, &a, &stop);
         if a.pid.is_none() && a.command.is_empty() && !system_wide {
             let r = crate::cmd::run::oneliner::run_without_target(session, &stop);
             metrics_done(exporter, &signals);
@@ -175,15 +118,6 @@ pub fn run(a: RunArgs) -> CmdResult {
     }
     if let Some(r) = signals.received() {
         // Nothing launched or attached yet.
-        crate::elog!(
-            "wprobe: stopped by signal {} before tracing began{}",
-            r.signal,
-            if a.pid.is_none() {
-                "; the command was not started"
-            } else {
-                ""
-            }
-        );
         return Ok(stopped_before_start(a.pid.is_some(), r.signal));
     }
     let target = match a.pid {
@@ -203,6 +137,147 @@ pub fn run(a: RunArgs) -> CmdResult {
     if system_wide {
         return run_system_wide(session, t, &a, &stop, exporter, &signals);
     }
+    let main = arm(&mut session, t, info, &a, oneliner)?;
+    if oneliner {
+        if a.pid.is_none() {
+            session.set_child_pid(main as u64);
+        }
+        session.begin();
+    }
+    if let Some(p) = session.transport_tick() {
+        t.set_tick(p);
+    }
+    let mut status = match session.run(t, &stop) {
+        Ok(s) => s,
+        Err(e) => {
+            session.summary();
+            return Err(CliError::internal(format!("{e:#}")));
+        }
+    };
+    let report = t.report();
+    // A one-liner's exit() ends the command (SIGTERM) and wprobe exits 0,
+    // as `bpftrace -c` does.
+    let by_exit = oneliner && session.exited();
+    if oneliner {
+        status = crate::cmd::run::oneliner::finish(
+            &mut session,
+            a.pid.is_none().then_some(main),
+            status,
+        );
+    }
+    session.summary();
+    session.publish_final_metrics();
+    if by_exit && a.pid.is_none() {
+        let _ = wait_child(main);
+        metrics_done(exporter, &signals);
+        return finish(&session, &a, Some(ExitStatus::Code(0)));
+    }
+    status = wait_detached(&a, main, status, &report, &signals);
+    metrics_done(exporter, &signals);
+    finish(&session, &a, status)
+}
+
+/// The transport `--transport` names (`None` for `auto`).
+fn named_transport(a: &RunArgs) -> Result<Option<&'static TransportInfo>, CliError> {
+    Ok(if a.transport == crate::plan::AUTO {
+        None
+    } else {
+        Some(crate::transport::by_name(&a.transport).ok_or_else(|| {
+            CliError::user(format!(
+                "unknown transport `{}` (one of: {}, {})",
+                a.transport,
+                crate::plan::AUTO,
+                crate::transport::TRANSPORTS
+                    .iter()
+                    .map(|t| t.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?)
+    })
+}
+
+/// Where the records go: `-o FILE` or standard output (and whether that
+/// is a terminal).
+fn output(a: &RunArgs) -> Result<(Box<dyn Write + Send>, bool), CliError> {
+    Ok(match &a.output {
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => (Box::new(f), false),
+            Err(e) => {
+                return Err(CliError::user(format!("creating {}: {e}", path.display())));
+            }
+        },
+        None => (Box::new(std::io::stdout()), std::io::stdout().is_terminal()),
+    })
+}
+
+/// The session's options from the command line.
+fn run_options(a: &RunArgs) -> RunOptions {
+    RunOptions {
+        follow_forks: a.follow,
+        verify_opcodes: !a.no_verify_opcodes,
+        groups: a.groups.clone(),
+        types: a.types.clone(),
+        fuel: a.opts.fuel,
+        format: a.format,
+        text: crate::format::TextStyle {
+            since_ns: a.timestamps.then(crate::sys::time::realtime_ns),
+            radix: a.radix,
+        },
+    }
+}
+
+/// The transport for the session's probes, chosen from what they need
+/// (or checked against them when named), and whether the run is
+/// system-wide (a one-liner with no process named and probes on files).
+fn plan(
+    a: &RunArgs,
+    session: &mut Session,
+    mut needs: crate::plan::Needs,
+    oneliner: bool,
+) -> Result<(crate::plan::Plan, bool), CliError> {
+    needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
+    // No process named and probes on files: bpftrace's default, system-wide
+    // probes (they fire in every process that runs the file).
+    let system_wide =
+        oneliner && a.pid.is_none() && a.command.is_empty() && session.probe_count() > 0;
+    needs.system_wide = system_wide;
+    let files = crate::plan::files_at_start(&a.command, a.pid);
+    needs.later_modules = crate::plan::later_modules(&session.probe_modules(), &files);
+    needs.later_programs =
+        crate::plan::programs_among(&needs.later_modules, &module_dirs(&a.command));
+    needs.close_probes = session.probes_closer_than_a_jump(&files);
+    let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
+        .map_err(CliError::user)?;
+    Ok((plan, system_wide))
+}
+
+/// A one-liner's settings: its output, bpftrace's configuration.
+fn set_up_oneliner(
+    session: &mut Session,
+    a: &RunArgs,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    session.set_oneliner(a.format == Format::Json, stop.clone(), 0);
+    session.set_oneliner_quiet(a.quiet);
+    let config = crate::cmd::run::oneliner::run_config();
+    session.set_print_maps_on_exit(config.print_maps_on_exit);
+    session.set_demangle_symbols(
+        !a.no_demangle && crate::cmd::run::oneliner::cpp_demangle(config.cpp_demangle),
+    );
+    session.set_oneliner_output_file(a.output.is_some());
+}
+
+/// Arms the probes in the process `t` launched or attached to (its pid);
+/// `Err` (the launched command killed, the target detached) where none
+/// could be armed and none is still to be.
+fn arm(
+    session: &mut Session,
+    t: &mut dyn crate::transport::Transport,
+    info: &'static TransportInfo,
+    a: &RunArgs,
+    oneliner: bool,
+) -> Result<i32, CliError> {
     let main = t.main_pid();
     let mut armed = match session.arm_at_start(t, main, true) {
         Ok(n) => n,
@@ -244,40 +319,19 @@ pub fn run(a: RunArgs) -> CmdResult {
             info.name
         );
     }
-    if oneliner {
-        if a.pid.is_none() {
-            session.set_child_pid(main as u64);
-        }
-        session.begin();
-    }
-    if let Some(p) = session.transport_tick() {
-        t.set_tick(p);
-    }
-    let mut status = match session.run(t, &stop) {
-        Ok(s) => s,
-        Err(e) => {
-            session.summary();
-            return Err(CliError::internal(format!("{e:#}")));
-        }
-    };
-    let report = t.report();
-    // A one-liner's exit() ends the command (SIGTERM) and wprobe exits 0,
-    // as `bpftrace -c` does.
-    let by_exit = oneliner && session.exited();
-    if oneliner {
-        status = crate::cmd::run::oneliner::finish(
-            &mut session,
-            a.pid.is_none().then_some(main),
-            status,
-        );
-    }
-    session.summary();
-    session.publish_final_metrics();
-    if by_exit && a.pid.is_none() {
-        let _ = wait_child(main);
-        metrics_done(exporter, &signals);
-        return finish(&session, &a, Some(ExitStatus::Code(0)));
-    }
+    Ok(main)
+}
+
+/// After the run: the code left as the process rewrote it said, and the
+/// command's status, waited for where it was detached while still our
+/// child.
+fn wait_detached(
+    a: &RunArgs,
+    main: i32,
+    status: Option<ExitStatus>,
+    report: &crate::transport::Report,
+    signals: &crate::stopsig::StopSignals,
+) -> Option<ExitStatus> {
     for (pid, addr, found) in &report.code_left_alone {
         crate::elog!(
             "wprobe: warning: process {pid} rewrote its code at {addr:#x} (now {found:#04x}) \
@@ -285,7 +339,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         );
     }
     // It may have ended while wprobe was detaching (of that very signal).
-    status = status.or(report.exit_status);
+    let mut status = status.or(report.exit_status);
     if a.pid.is_none() && status.is_none() {
         // The command was detached (a stopping signal, or a debugger
         // hand-off) but is still our child, and would die with us: give it
@@ -302,8 +356,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         }
         status = wait_child(main);
     }
-    metrics_done(exporter, &signals);
-    finish(&session, &a, status)
+    status
 }
 
 /// A system-wide run (no `-c`/`-p`; the transport opened on
@@ -346,11 +399,20 @@ fn run_system_wide(
     finish(&session, a, None)
 }
 
-/// The exit status of a run a stopping signal ended before it launched or
-/// attached: 0 for `-p` (as when it detaches at that signal later), 128 +
-/// the signal when the command was never started (as if it had been
-/// killed by it).
+/// A run a stopping signal ended before it launched or attached: said,
+/// and its exit status: 0 for `-p` (as when it detaches at that signal
+/// later), 128 + the signal when the command was never started (as if it
+/// had been killed by it).
 pub(crate) fn stopped_before_start(attach: bool, signal: i32) -> ExitCode {
+    crate::elog!(
+        "wprobe: stopped by signal {} before tracing began{}",
+        signal,
+        if !attach {
+            "; the command was not started"
+        } else {
+            ""
+        }
+    );
     if attach {
         ExitCode::SUCCESS
     } else {
@@ -451,20 +513,6 @@ fn finish(session: &Session, a: &RunArgs, status: Option<ExitStatus>) -> CmdResu
         )));
     }
     Ok(exit_code(status))
-}
-
-/// Waits for our child `pid` to exit (after it was detached); `None` if it
-/// cannot be waited for.
-fn wait_child(pid: i32) -> Option<ExitStatus> {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    loop {
-        match waitpid(nix::unistd::Pid::from_raw(pid), None) {
-            Ok(WaitStatus::Exited(_, c)) => return Some(ExitStatus::Code(c)),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Some(ExitStatus::Signal(sig as i32)),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return None,
-        }
-    }
 }
 
 /// Examples shown under `wprobe run --help`.

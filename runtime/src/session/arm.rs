@@ -567,19 +567,7 @@ impl Session {
         } else {
             None
         };
-        // Return probes first: a transport that patches code plans the
-        // windows of a function's entry and of its `ret`s at once (a short
-        // function takes one window for both ends), which an entry probe
-        // armed before on the same function would prevent.
-        let is_return = |pi: usize| {
-            let p = &self.probes[pi];
-            self.manifests[p.prog].probes[p.index].r#return
-        };
-        let order: Vec<usize> = (0..self.probes.len())
-            .filter(|&pi| is_return(pi))
-            .chain((0..self.probes.len()).filter(|&pi| !is_return(pi)))
-            .collect();
-        for pi in order {
+        for pi in self.arming_order() {
             if !self.probes[pi].enabled {
                 continue;
             }
@@ -612,13 +600,7 @@ impl Session {
                 }
 
                 Err(e) => {
-                    self.arm_failed(prog, index, e.to_string());
-                    let msg = format!(
-                        "probe {} not applied in pid {pid}: {e}",
-                        self.probes[pi].label
-                    );
-                    self.warn(report, msg);
-                    self.probes[pi].enabled = false;
+                    self.not_applied(pi, pid, report, e.to_string());
                     continue;
                 }
             };
@@ -628,22 +610,9 @@ impl Session {
             }
             self.bt.probe_bias.insert((pi, pid), loc.bias);
             let is_bp = spec.kind == ProbeKind::Breakpoint;
-            // Checked once per module (not per probe: `wprobe trace` of
-            // python3.11 spent a third of its arming parsing the file again
-            // for each of 20,000 probes).
-            if is_bp && self.go_noted.insert(loc.elf.path.clone()) && loc.elf.is_go() {
-                let msg = format!(
-                    "{} is a Go program: a call that grows its goroutine's stack \
-                     (runtime.morestack) runs its function's entry again, so a probe at a Go \
-                     function's entry fires twice for such a call",
-                    loc.elf.path.display()
-                );
-                // Said whatever `report` (`wprobe trace` too): it is how the
-                // counts read.
-                crate::elog!("wprobe: note: {msg}");
-                self.warnings.push(msg);
+            if is_bp {
+                note_go(&mut self.go_noted, &mut self.warnings, &loc);
             }
-            let verify = self.opts.verify_opcodes;
             let ifunc = is_bp && crate::resolve::ifunc_symbol(spec, &loc.elf).is_some();
             let res = match crate::resolve::probe_address(spec, &loc, maps, &module, pid) {
                 // Resolved when the dynamic linker has run (the next
@@ -653,37 +622,8 @@ impl Session {
                 r => r,
             };
             let res = res.map_err(|e| e.to_string()).and_then(|addr| {
-                // An IFUNC's implementation starts at the address the
-                // dynamic linker jumps to: a boundary by construction,
-                // often in no symbol of a stripped library.
-                if is_bp && verify && spec.opcode.is_none() && !ifunc {
-                    // No `opcode =` to check: the address must start an
-                    // instruction of its function, decoded from the file.
-                    let link = addr.0.checked_sub(loc.bias);
-                    if link.is_none_or(|l| loc.elf.file_offset(l).is_none()) {
-                        // An absolute address outside the module's file
-                        // (code the process made, another mapping).
-                        return Err(format!(
-                            "{addr:#x} is not in the file of module `{module}`, so its \
-                             instruction boundaries cannot be verified; give the first \
-                             byte with `opcode =`"
-                        ));
-                    }
-                    wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
-                        .map_err(|e| e.to_string())?;
-                }
-                // An IFUNC's implementation is where the dynamic linker
-                // jumps: a function's entry by construction.
-                if is_bp && spec.r#return && !ifunc {
-                    check_function_entry(&loc.elf, addr.unrelocate(loc.bias))?;
-                }
-                if ifunc && report {
-                    crate::elog!(
-                        "wprobe: probe {}: `{}` is an IFUNC; probing the implementation \
-                             process {pid} selected, at {addr:#x}",
-                        self.probes[pi].label,
-                        spec.location.symbol.as_deref().unwrap_or("")
-                    );
+                if is_bp {
+                    self.check_address(pi, spec, &loc, &module, addr, ifunc, report, pid)?;
                 }
                 // `opcode =` was taken from the symbol: the resolver's
                 // first byte, not the implementation's.
@@ -701,18 +641,94 @@ impl Session {
                     p.ever_armed = true;
                     armed += 1;
                 }
-                Err(e) => {
-                    self.arm_failed(prog, index, e.clone());
-                    let msg = format!(
-                        "probe {} not applied in pid {pid}: {e}",
-                        self.probes[pi].label
-                    );
-                    self.warn(report, msg);
-                    self.probes[pi].enabled = false;
-                }
+                Err(e) => self.not_applied(pi, pid, report, e),
             }
         }
         armed
+    }
+
+    /// The probe indexes in the order they are armed: return probes first
+    /// (a transport that patches code plans the windows of a function's
+    /// entry and of its `ret`s at once (a short function takes one window
+    /// for both ends), which an entry probe armed before on the same
+    /// function would prevent).
+    fn arming_order(&self) -> Vec<usize> {
+        let is_return = |pi: usize| {
+            let p = &self.probes[pi];
+            self.manifests[p.prog].probes[p.index].r#return
+        };
+        (0..self.probes.len())
+            .filter(|&pi| is_return(pi))
+            .chain((0..self.probes.len()).filter(|&pi| !is_return(pi)))
+            .collect()
+    }
+
+    /// Probe `pi` could not be armed in process `pid` (`why`): recorded,
+    /// said where `report`, and disabled.
+    fn not_applied(&mut self, pi: usize, pid: i32, report: bool, why: String) {
+        let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
+        self.arm_failed(prog, index, why.clone());
+        let msg = format!(
+            "probe {} not applied in pid {pid}: {why}",
+            self.probes[pi].label
+        );
+        self.warn(report, msg);
+        self.probes[pi].enabled = false;
+    }
+
+    /// The checks of a breakpoint's address `addr` in module `module`
+    /// (`loc`) before it is armed: an instruction boundary where the spec
+    /// gives no opcode, a function's entry for a return probe; an IFUNC's
+    /// implementation said where `report`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the arming loop's state, moved out of it"
+    )]
+    fn check_address(
+        &self,
+        pi: usize,
+        spec: &ProbeSpec,
+        loc: &Located,
+        module: &str,
+        addr: RunAddr,
+        ifunc: bool,
+        report: bool,
+        pid: i32,
+    ) -> Result<(), String> {
+        let verify = self.opts.verify_opcodes;
+        // An IFUNC's implementation starts at the address the
+        // dynamic linker jumps to: a boundary by construction,
+        // often in no symbol of a stripped library.
+        if verify && spec.opcode.is_none() && !ifunc {
+            // No `opcode =` to check: the address must start an
+            // instruction of its function, decoded from the file.
+            let link = addr.0.checked_sub(loc.bias);
+            if link.is_none_or(|l| loc.elf.file_offset(l).is_none()) {
+                // An absolute address outside the module's file
+                // (code the process made, another mapping).
+                return Err(format!(
+                    "{addr:#x} is not in the file of module `{module}`, so its \
+                     instruction boundaries cannot be verified; give the first \
+                     byte with `opcode =`"
+                ));
+            }
+            wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
+                .map_err(|e| e.to_string())?;
+        }
+        // An IFUNC's implementation is where the dynamic linker
+        // jumps: a function's entry by construction.
+        if spec.r#return && !ifunc {
+            check_function_entry(&loc.elf, addr.unrelocate(loc.bias))?;
+        }
+        if ifunc && report {
+            crate::elog!(
+                "wprobe: probe {}: `{}` is an IFUNC; probing the implementation \
+                     process {pid} selected, at {addr:#x}",
+                self.probes[pi].label,
+                spec.location.symbol.as_deref().unwrap_or("")
+            );
+        }
+        Ok(())
     }
 
     pub(super) fn warn(&mut self, report: bool, msg: String) {
@@ -826,5 +842,28 @@ impl Session {
             p.armed.retain(|(q, _)| *q != pid);
         }
         self.forget_semaphores(pid);
+    }
+}
+
+/// Notes that a breakpoint's module is a Go program (said, and kept in
+/// `warnings`), checked once per module (`go_noted`; not per probe:
+/// `wprobe trace` of python3.11 spent a third of its arming parsing the
+/// file again for each of 20,000 probes).
+fn note_go(
+    go_noted: &mut std::collections::HashSet<std::path::PathBuf>,
+    warnings: &mut Vec<String>,
+    loc: &Located,
+) {
+    if go_noted.insert(loc.elf.path.clone()) && loc.elf.is_go() {
+        let msg = format!(
+            "{} is a Go program: a call that grows its goroutine's stack \
+             (runtime.morestack) runs its function's entry again, so a probe at a Go \
+             function's entry fires twice for such a call",
+            loc.elf.path.display()
+        );
+        // Said whatever `report` (`wprobe trace` too): it is how the
+        // counts read.
+        crate::elog!("wprobe: note: {msg}");
+        warnings.push(msg);
     }
 }

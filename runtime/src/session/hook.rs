@@ -11,7 +11,7 @@ use hostabi::env::HitEnv;
 
 use super::Session;
 use crate::sink::Sink;
-use crate::transport::ExitStatus;
+use crate::transport::{Event, ExitStatus};
 
 /// Who produced a handler run's records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,62 +72,6 @@ pub enum HookEvent {
         /// How many.
         count: u64,
     },
-    /// A call of a return probe entered, where its program asked for
-    /// entry notices (`Session::request_entry_notices`): the transport's
-    /// `Event::Entered`, in order with the thread's records.
-    Entered {
-        /// The probe's program.
-        prog: usize,
-        /// Its index in the program's manifest.
-        index: usize,
-        /// The process.
-        pid: i32,
-        /// The thread that made the call.
-        tid: i32,
-        /// `rsp` at the entry.
-        rsp: u64,
-        /// Wall-clock time of the entry, in ns.
-        time_ns: u64,
-        /// The function's entry address.
-        ip: u64,
-    },
-    /// The return of a call told by [`HookEvent::Entered`] (the
-    /// transport's `Event::Returned`): what the built-in `trace_exit`
-    /// handler would have logged, in order with the thread's records.
-    Returned {
-        /// The probe's program.
-        prog: usize,
-        /// Its index in the program's manifest.
-        index: usize,
-        /// The process.
-        pid: i32,
-        /// The thread that made the call.
-        tid: i32,
-        /// Wall-clock time of the return, in ns.
-        time_ns: u64,
-        /// `rax` after the return.
-        rax: u64,
-        /// `rsp` at the call's entry.
-        entry_rsp: u64,
-        /// The call's duration, in ns.
-        elapsed_ns: u64,
-    },
-    /// A call of a return probe ended without returning (the transport's
-    /// `Event::Unwound`), delivered before any later record of its thread.
-    Unwound {
-        /// The probe's program.
-        prog: usize,
-        /// Its index in the program's manifest.
-        index: usize,
-        /// The process.
-        pid: i32,
-        /// The thread that made the call.
-        tid: i32,
-        /// `rsp` at the call's entry.
-        entry_rsp: u64,
-        /// Why.
-        cause: crate::transport::calls::Left,
-    },
     /// Calls of a return probe that ran no handler.
     Missed {
         /// The probe's program.
@@ -152,6 +96,16 @@ pub trait RecordHook {
 
     /// A process event or a loss.
     fn event(&mut self, ev: &HookEvent);
+
+    /// A call of a return probe entered or returned, where its program
+    /// asked for entry notices (`Session::request_entry_notices`), or
+    /// ended without returning: the transport's [`Event::Entered`],
+    /// [`Event::Returned`] (what the built-in `trace_exit` handler would
+    /// have logged) or [`Event::Unwound`] as it told it, with the probe's
+    /// program and its index in that program's manifest, in order with the
+    /// thread's records (an unwound call before any later record of its
+    /// thread).
+    fn call(&mut self, prog: usize, index: usize, ev: &Event<'_>);
 
     /// About every [`HOOK_TICK`] while the run goes on, whether anything
     /// happened or not: what the hook holds back to write it in batches
@@ -282,6 +236,14 @@ impl Session {
     pub(super) fn hook_event(&mut self, ev: HookEvent) {
         if let Some(hook) = self.hook.as_mut() {
             hook.event(&ev);
+        }
+    }
+
+    /// Gives a call's entry, return or end without returning, as the
+    /// transport told it, to the hook, if there is one and `tag` is a probe's.
+    pub(super) fn hook_call(&mut self, tag: usize, ev: &Event<'_>) {
+        if let (Some((prog, index)), Some(hook)) = (self.origin(tag), self.hook.as_mut()) {
+            hook.call(prog, index, ev);
         }
     }
 

@@ -54,6 +54,33 @@ pub(super) struct BtState {
     pub(super) probe_bias: HashMap<(usize, i32), u64>,
 }
 
+impl BtState {
+    /// Formats event record `r` of program `prog` (its data in `sink`)
+    /// after what `bytes` holds, as bpftrace does (the program's maps in
+    /// `services`).
+    pub(super) fn event(
+        &mut self,
+        bytes: &mut Vec<u8>,
+        services: &crate::services::Services,
+        prog: usize,
+        sink: &crate::sink::Sink,
+        r: &crate::sink::SinkRecord,
+    ) {
+        let maps = services.maps.get(prog).and_then(|m| m.as_ref());
+        let mo = maps.map(|m| crate::btout::MapOutput {
+            decls: &m.decls,
+            view: m.view(),
+        });
+        let ev = self.events.get(prog).cloned().unwrap_or_default();
+        let rec = crate::btout::EventRecord {
+            kind: r.major,
+            id: r.minor,
+            data: sink.data(r),
+        };
+        crate::btout::event(bytes, self.mode, rec, &ev, mo.as_ref(), &mut self.sym);
+    }
+}
+
 impl Default for BtState {
     fn default() -> BtState {
         BtState {
@@ -317,29 +344,13 @@ impl Session {
     /// Writes the records of a special probe's run (events only).
     fn write_special_records(&mut self, prog: usize) {
         let data = self.runner.store.data();
-        let maps = data.services.maps.get(prog).and_then(|m| m.as_ref());
-        let mo = maps.map(|m| crate::btout::MapOutput {
-            decls: &m.decls,
-            view: m.view(),
-        });
-        let ev = self.bt.events.get(prog).cloned().unwrap_or_default();
         let mut bytes = std::mem::take(&mut self.bt.buf);
         let mut events = 0u64;
         for r in &data.sink.records {
             if r.kind == RecordKind::Event {
                 events += 1;
-                crate::btout::event(
-                    &mut bytes,
-                    self.bt.mode,
-                    crate::btout::EventRecord {
-                        kind: r.major,
-                        id: r.minor,
-                        data: data.sink.data(r),
-                    },
-                    &ev,
-                    mo.as_ref(),
-                    &mut self.bt.sym,
-                );
+                self.bt
+                    .event(&mut bytes, &data.services, prog, &data.sink, r);
             }
         }
         self.out.write(&bytes, events);

@@ -89,25 +89,8 @@ impl Session {
                 // One-liner output, formatted as bpftrace does.
                 let prog = self.probes[pi].prog;
                 let data = self.runner.store.data();
-                let maps = data.services.maps.get(prog).and_then(|m| m.as_ref());
-                let mo = maps.map(|m| crate::btout::MapOutput {
-                    decls: &m.decls,
-                    view: m.view(),
-                });
-                let ev = self.bt.events.get(prog).cloned().unwrap_or_default();
                 let mut bytes = std::mem::take(&mut self.bt.buf);
-                crate::btout::event(
-                    &mut bytes,
-                    self.bt.mode,
-                    crate::btout::EventRecord {
-                        kind: r.major,
-                        id: r.minor,
-                        data: sink.data(r),
-                    },
-                    &ev,
-                    mo.as_ref(),
-                    &mut self.bt.sym,
-                );
+                self.bt.event(&mut bytes, &data.services, prog, sink, r);
                 // Bytes, not text: printf output may be any bytes.
                 let (out, held) = (&mut self.out, &mut self.held);
                 emit(out, held, pi, self.line.as_bytes(), in_line, in_line_bytes);

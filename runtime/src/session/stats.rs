@@ -65,8 +65,27 @@ impl Session {
 
     /// Writes the exit summary (stderr) and, in JSON mode, a last `stats` object.
     pub fn summary(&mut self) {
-        // Said in every mode (a one-liner prints no table): calls whose
-        // return handlers did not run.
+        self.warn_gone_and_unwound();
+        if self.bt.active && !self.abnormal() {
+            return;
+        }
+        let (mut err, total) = self.summary_table();
+        self.summary_notes(&mut err);
+        {
+            use std::io::Write as _;
+            let _ = std::io::stderr().lock().write_all(err.as_bytes());
+        }
+        if self.opts.format == Format::Json {
+            let line = self.json_stats(&total);
+            self.out.write(line.as_bytes(), 0);
+            self.out.flush();
+        }
+    }
+
+    /// Warnings said in every mode (a one-liner prints no table): hits that
+    /// read memory of a process already gone, and calls whose return
+    /// handlers did not run.
+    fn warn_gone_and_unwound(&self) {
         for p in self.probes.iter().filter(|p| p.stats.gone > 0) {
             crate::elog!(
                 "wprobe: warning: probe {}: {} hit(s) read memory of a process that had exited \
@@ -90,9 +109,10 @@ impl Session {
                     ))
             );
         }
-        if self.bt.active && !self.abnormal() {
-            return;
-        }
+    }
+
+    /// The summary's table, a row a probe, and the probes' totals.
+    fn summary_table(&self) -> (String, ProbeStats) {
         use std::fmt::Write as _;
         // One write for the whole summary (65,535 probes once took 127 s
         // to print row by row).
@@ -146,6 +166,13 @@ impl Session {
             total.uncaught += s.uncaught;
         }
         total.dropped += self.dropped_unattributed;
+        (err, total)
+    }
+
+    /// What follows the table: debug timings, warnings, what was not
+    /// honoured.
+    fn summary_notes(&self, err: &mut String) {
+        use std::fmt::Write as _;
         if std::env::var_os("WPROBE_DEBUG").is_some() {
             // Not in the JSON stats object, which stays deterministic
             // (tests compare it across runs and transports).
@@ -214,55 +241,53 @@ impl Session {
                 );
             }
         }
-        {
-            use std::io::Write as _;
-            let _ = std::io::stderr().lock().write_all(err.as_bytes());
-        }
-        if self.opts.format == Format::Json {
-            let mut line = String::from("{\"kind\":\"stats\",\"probes\":[");
-            for (i, p) in self.probes.iter().enumerate() {
-                if i > 0 {
-                    line.push(',');
-                }
-                line.push_str("{\"probe\":");
-                format::json_string(&mut line, p.label.as_bytes());
-                let s = &p.stats;
-                line.push_str(&format!(
-                    ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}",
-                    s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.missed_depth, s.faulted, s.discarded, s.fuel_exhausted, s.traps, s.uncaught
-                ));
-                let mut sites = self
-                    .site_counts
-                    .iter()
-                    .filter(|(t, _, _)| *t == i)
-                    .peekable();
-                if sites.peek().is_some() {
-                    line.push_str(",\"sites\":{");
-                    for (k, (_, how, n)) in sites.enumerate() {
-                        if k > 0 {
-                            line.push(',');
-                        }
-                        line.push_str(&format!("\"{how}\":{n}"));
+    }
+
+    /// JSON mode's last object (`kind` `stats`): each probe's statistics,
+    /// the `total`s, the transport and why it was chosen.
+    fn json_stats(&self, total: &ProbeStats) -> String {
+        let mut line = String::from("{\"kind\":\"stats\",\"probes\":[");
+        for (i, p) in self.probes.iter().enumerate() {
+            if i > 0 {
+                line.push(',');
+            }
+            line.push_str("{\"probe\":");
+            format::json_string(&mut line, p.label.as_bytes());
+            let s = &p.stats;
+            line.push_str(&format!(
+                ",\"hits\":{},\"ignored\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}",
+                s.hits, s.ignored, s.runs, s.records, s.bytes, s.dropped, s.missed, s.missed_depth, s.faulted, s.discarded, s.fuel_exhausted, s.traps, s.uncaught
+            ));
+            let mut sites = self
+                .site_counts
+                .iter()
+                .filter(|(t, _, _)| *t == i)
+                .peekable();
+            if sites.peek().is_some() {
+                line.push_str(",\"sites\":{");
+                for (k, (_, how, n)) in sites.enumerate() {
+                    if k > 0 {
+                        line.push(',');
                     }
-                    line.push('}');
+                    line.push_str(&format!("\"{how}\":{n}"));
                 }
                 line.push('}');
             }
-            line.push_str(&format!(
-                "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}",
-                total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.missed_depth, total.faulted, total.discarded, total.fuel_exhausted, total.traps, total.uncaught
-            ));
-            if let Some(t) = self.transport {
-                line.push_str(",\"transport\":");
-                format::json_string(&mut line, t.name.as_bytes());
-            }
-            if let Some((auto, why)) = &self.plan {
-                line.push_str(&format!(",\"transport_auto\":{auto},\"transport_reason\":"));
-                format::json_string(&mut line, why.as_bytes());
-            }
-            line.push_str("}\n");
-            self.out.write(line.as_bytes(), 0);
-            self.out.flush();
+            line.push('}');
         }
+        line.push_str(&format!(
+            "],\"hits\":{},\"runs\":{},\"records\":{},\"bytes\":{},\"dropped\":{},\"missed\":{},\"missed_depth\":{},\"faulted\":{},\"discarded\":{},\"fuel_exhausted\":{},\"traps\":{},\"uncaught\":{}",
+            total.hits, total.runs, total.records, total.bytes, total.dropped, total.missed, total.missed_depth, total.faulted, total.discarded, total.fuel_exhausted, total.traps, total.uncaught
+        ));
+        if let Some(t) = self.transport {
+            line.push_str(",\"transport\":");
+            format::json_string(&mut line, t.name.as_bytes());
+        }
+        if let Some((auto, why)) = &self.plan {
+            line.push_str(&format!(",\"transport_auto\":{auto},\"transport_reason\":"));
+            format::json_string(&mut line, why.as_bytes());
+        }
+        line.push_str("}\n");
+        line
     }
 }

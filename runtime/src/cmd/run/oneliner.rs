@@ -327,16 +327,7 @@ pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> CmdResult {
             "give -o OUT (or -o - for standard output) with -e",
         ));
     };
-    let res = if out.as_os_str() == "-" {
-        use std::io::Write;
-        std::io::stdout().write_all(&bytes)
-    } else {
-        std::fs::write(&out, &bytes)
-    };
-    if let Err(e) = res {
-        return Err(CliError::user(format!("writing {}: {e}", out.display())));
-    }
-    Ok(ExitCode::SUCCESS)
+    crate::cmd::compile::write_module(&out, &bytes)
 }
 
 /// `wprobe bench -e PROGRAM`: the program text as a `.bt` file of the

@@ -8,7 +8,7 @@
 //! * exit, minor [`EXIT_MINOR`]: `[rax, entry rsp, elapsed ns, extras…]`.
 //!
 //! With the built-in handlers, where the transport can, no handler runs at
-//! the entry: the return probe's entry notice (`HookEvent::Entered`) says
+//! the entry: the return probe's entry notice (`RecordHook::call`) says
 //! what the entry record would (its `rsp`, no argument).
 //!
 //! Any other record a custom handler logs is shown under its call as text.
@@ -21,8 +21,8 @@ use std::rc::Rc;
 use crate::format::{Format, RecordView};
 use crate::session::hook::{HookEvent, HookHit, RecordHook};
 use crate::sink::{RecordKind, Sink};
-use crate::transport::ExitStatus;
 use crate::transport::calls::Left;
+use crate::transport::{Event, ExitStatus};
 
 use super::tree::{Cause, FuncId, How, Thread, Tree};
 use super::views::Views;
@@ -196,18 +196,60 @@ impl RecordHook for Hook {
                 };
                 st.tree.sink.process(pid, &format!("process {pid} {how}"));
             }
-            HookEvent::Unwound {
-                prog,
-                index,
+            HookEvent::NotArmed { prog, index } => {
+                if let Some(&(func, _)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index)) {
+                    st.tree.drop_function(func);
+                }
+            }
+            HookEvent::Lost { count, .. } => st.problems.lost += count,
+            HookEvent::Missed { count, .. } => st.problems.missed += count,
+        }
+    }
+
+    fn call(&mut self, prog: usize, index: usize, ev: &Event<'_>) {
+        let mut guard = self.0.borrow_mut();
+        let st = &mut *guard;
+        let Some(&(func, true)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index)) else {
+            return;
+        };
+        match *ev {
+            Event::Entered {
+                pid,
+                tid,
+                rsp,
+                time_ns,
+                ip,
+                ..
+            } => {
+                st.tree
+                    .enter(Thread { pid, tid }, func, time_ns, rsp, ip, &[]);
+            }
+            Event::Returned {
+                pid,
+                tid,
+                time_ns,
+                rax,
+                entry_rsp,
+                elapsed_ns,
+                ..
+            } => {
+                st.tree.exit(
+                    Thread { pid, tid },
+                    func,
+                    time_ns,
+                    rax,
+                    entry_rsp,
+                    elapsed_ns,
+                    &[],
+                );
+            }
+            Event::Unwound {
                 pid,
                 tid,
                 entry_rsp,
                 cause,
+                ..
             } => {
-                let Some(&(func, true)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index))
-                else {
-                    return;
-                };
                 let how = match cause {
                     Left::Unwound => How::Unwound(Cause::Reported),
                     Left::ThreadExit => How::Unwound(Cause::ThreadExit),
@@ -217,51 +259,7 @@ impl RecordHook for Hook {
                 };
                 st.tree.unwound(Thread { pid, tid }, func, entry_rsp, how);
             }
-            HookEvent::NotArmed { prog, index } => {
-                if let Some(&(func, _)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index)) {
-                    st.tree.drop_function(func);
-                }
-            }
-            HookEvent::Entered {
-                prog,
-                index,
-                pid,
-                tid,
-                rsp,
-                time_ns,
-                ip,
-            } => {
-                if let Some(&(func, true)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index))
-                {
-                    st.tree
-                        .enter(Thread { pid, tid }, func, time_ns, rsp, ip, &[]);
-                }
-            }
-            HookEvent::Returned {
-                prog,
-                index,
-                pid,
-                tid,
-                time_ns,
-                rax,
-                entry_rsp,
-                elapsed_ns,
-            } => {
-                if let Some(&(func, true)) = st.probes.by_prog.get(prog).and_then(|p| p.get(index))
-                {
-                    st.tree.exit(
-                        Thread { pid, tid },
-                        func,
-                        time_ns,
-                        rax,
-                        entry_rsp,
-                        elapsed_ns,
-                        &[],
-                    );
-                }
-            }
-            HookEvent::Lost { count, .. } => st.problems.lost += count,
-            HookEvent::Missed { count, .. } => st.problems.missed += count,
+            _ => {}
         }
     }
 }
