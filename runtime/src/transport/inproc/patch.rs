@@ -92,6 +92,9 @@ pub(super) struct Cave {
 #[derive(Default)]
 pub(super) struct Patcher {
     modules: HashMap<PathBuf, Result<ModuleCode, String>>,
+    /// The module files a thread of their own reads ahead
+    /// ([`Patcher::read_ahead`]), and where each read ends up.
+    ahead: Option<AheadReads>,
     /// The `ret`s of functions of other modules that traced functions
     /// tail-call, by name (`None`: not found, or not decodable).
     outside: HashMap<String, Option<Vec<u64>>>,
@@ -203,6 +206,13 @@ const NEVER_RETURN: &[&str] = &[
     "__cxa_bad_typeid",
 ];
 
+/// Module files read on a thread of their own: those not received yet,
+/// and the channel each read comes back by.
+type AheadReads = (
+    std::collections::HashSet<PathBuf>,
+    std::sync::mpsc::Receiver<(PathBuf, Result<ModuleCode, String>)>,
+);
+
 /// Most continuation sites planned for one function's calls.
 const MAX_CONTINUATIONS: usize = 1024;
 
@@ -236,6 +246,65 @@ impl Planned {
 }
 
 impl Patcher {
+    /// The code of module file `p`, read at its first need, or received
+    /// from the thread that reads it ahead.
+    fn module(&mut self, p: &Path) -> &Result<ModuleCode, String> {
+        if !self.modules.contains_key(p) {
+            if let Some((waiting, rx)) = &mut self.ahead
+                && waiting.contains(p)
+            {
+                while let Ok((q, m)) = rx.recv() {
+                    waiting.remove(&q);
+                    let done = q == p;
+                    self.modules.insert(q, m);
+                    if done {
+                        break;
+                    }
+                }
+                // The thread ended without it (it cannot: a read's panic).
+                waiting.remove(p);
+            }
+            if !self.modules.contains_key(p) {
+                self.modules.insert(p.to_path_buf(), ModuleCode::read(p));
+            }
+        }
+        &self.modules[p]
+    }
+
+    /// Starts reading, on a thread of its own, the code of the files the
+    /// process maps executable that no one read yet (once per process):
+    /// the return probes of one module ask for the others' too (the
+    /// functions its functions tail-call, the calls of its PLT entries),
+    /// and the process is stopped meanwhile, its CPU free.
+    fn read_ahead(&mut self, maps: &[Mapping]) {
+        if self.ahead.is_some() {
+            return;
+        }
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for (p, _) in Self::exec_files(maps) {
+            if !self.modules.contains_key(&p) && !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = paths.iter().cloned().collect();
+        let spawned = std::thread::Builder::new()
+            .name("wprobe-read".into())
+            .spawn(move || {
+                for p in paths {
+                    let m = ModuleCode::read(&p);
+                    if tx.send((p, m)).is_err() {
+                        break;
+                    }
+                }
+            });
+        self.ahead = Some(match spawned {
+            Ok(_) => (waiting, rx),
+            // No thread: read at each first need, as without it.
+            Err(_) => (Default::default(), rx),
+        });
+    }
+
     /// Adds a site (indexed by its window).
     fn push_site(&mut self, p: Planned) {
         self.by_window.insert((p.site.addr, self.sites.len()));
@@ -273,6 +342,7 @@ impl Patcher {
         addr: u64,
         opcode: Option<u8>,
     ) -> Result<usize, String> {
+        self.read_ahead(maps);
         let mut entry = match self.by_probe_addr.get(&addr) {
             Some(_) => None,
             None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
@@ -647,12 +717,7 @@ impl Patcher {
             }
         }
         for p in paths {
-            let Ok(module) = self
-                .modules
-                .entry(p.clone())
-                .or_insert_with(|| ModuleCode::read(&p))
-                .as_ref()
-            else {
+            let Ok(module) = self.module(&p).as_ref() else {
                 continue;
             };
             let elf = module.elf();
@@ -760,12 +825,7 @@ impl Patcher {
             if !imports.contains(name) {
                 continue;
             }
-            let Ok(module) = self
-                .modules
-                .entry(p.clone())
-                .or_insert_with(|| ModuleCode::read(&p))
-                .as_ref()
-            else {
+            let Ok(module) = self.module(&p).as_ref() else {
                 continue;
             };
             let Some(bias) = module
@@ -969,12 +1029,7 @@ impl Patcher {
         }
         let mut at = None;
         for p in paths {
-            let Ok(module) = self
-                .modules
-                .entry(p.clone())
-                .or_insert_with(|| ModuleCode::read(p))
-                .as_ref()
-            else {
+            let Ok(module) = self.module(p).as_ref() else {
                 continue;
             };
             let elf = module.elf();
@@ -1055,12 +1110,7 @@ impl Patcher {
         off: u64,
         depth: usize,
     ) -> Option<Vec<u64>> {
-        let module = self
-            .modules
-            .entry(p.to_path_buf())
-            .or_insert_with(|| ModuleCode::read(p))
-            .as_ref()
-            .ok()?;
+        let module = self.module(p).as_ref().ok()?;
         let sites = crate::transport::retsites::return_sites(module.elf(), off, "inproc").ok()?;
         let exec = Self::exec_files(maps);
         let mut rets = sites
@@ -1109,10 +1159,8 @@ impl Patcher {
             ));
         }
         let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
-        let module = self
-            .modules
-            .entry(path.clone())
-            .or_insert_with(|| ModuleCode::read(&path))
+        self.module(&path);
+        let module = self.modules[&path]
             .as_ref()
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
         let file_off = addr - m.start + m.offset;
