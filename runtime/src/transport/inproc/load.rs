@@ -1,0 +1,282 @@
+//! Loading the handlers into the stopped target (the commit of what was
+//! inserted): the programs precompiled for the agent's engine, the shared
+//! region laid out, the agent and the modules loaded through injected
+//! calls, the sites registered, the heartbeat started, then the stubs and
+//! jumps written and the target let go. Each phase is timed for
+//! `WPROBE_DEBUG`.
+
+use std::time::{Duration, Instant};
+
+use agent_loader::region::ProbeCounts;
+use agent_loader::{ModuleSpec, ProbeSpec, RegionLayout, RunFacts, SiteSpec};
+
+use super::InProc;
+use super::patch::Patcher;
+use crate::transport::HandlerSet;
+
+/// Bytes of the record ring (`WPROBE_INPROC_RING_BYTES` overrides it: tests
+/// and measurements of drops).
+const RING_BYTES: u64 = 4 << 20;
+
+/// After this long without a beat, the agent's probes go dormant.
+const STALE_AFTER: Duration = Duration::from_secs(2);
+/// How often the heartbeat thread beats.
+const BEAT_EVERY: Duration = Duration::from_millis(100);
+
+/// The artifact of `wasm` for the agent's engine: from the compiled-module
+/// cache (keyed by the engine's configuration, so never an artifact of the
+/// runtime's own engine), or compiled and stored there.
+fn compile_for_agent(
+    cache: &crate::cache::Cache,
+    engine: &wasmtime::Engine,
+    wasm: &[u8],
+) -> anyhow::Result<Vec<u8>> {
+    let (module, _) = cache.get_or_compile(engine, wasm)?;
+    Ok(module.serialize()?)
+}
+
+/// The phases of loading the handlers into the target, timed for
+/// `WPROBE_DEBUG` (where arming time goes).
+struct Phases {
+    on: bool,
+    last: Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            on: std::env::var_os("WPROBE_DEBUG").is_some(),
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        if self.on {
+            let now = Instant::now();
+            self.done.push((what, now - self.last));
+            self.last = now;
+        }
+    }
+
+    fn report(&self, pid: i32) {
+        if self.on {
+            let parts: Vec<String> = self
+                .done
+                .iter()
+                .map(|(w, d)| format!("{w} {:.3} ms", d.as_secs_f64() * 1e3))
+                .collect();
+            crate::elog!("wprobe: debug: process {pid}: {}", parts.join(", "));
+        }
+    }
+}
+
+/// The ring size asked for by `WPROBE_INPROC_RING_BYTES` (a power of two
+/// of at least a page), or the default.
+fn ring_bytes() -> u64 {
+    std::env::var("WPROBE_INPROC_RING_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| n.is_power_of_two() && *n >= 4096)
+        .unwrap_or(RING_BYTES)
+}
+
+impl InProc {
+    /// Loads the agent and the programs, writes the stubs and the jumps,
+    /// and lets the target go (the commit of everything inserted).
+    pub(super) fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        // Where arming fell back to traps, said once for every probe armed
+        // at start (later insertions say theirs as they come).
+        self.say_fallbacks();
+        let Some(world) = self.world.as_mut() else {
+            return Err("the target is not stopped".into());
+        };
+        // Programs precompiled for the agent's engine.
+        let mut phases = Phases::start();
+        let engine = agent_loader::compile::agent_engine().map_err(|e| format!("{e:#}"))?;
+        let cache = if set.use_cache {
+            crate::cache::Cache::from_env().unwrap_or_else(|_| crate::cache::Cache::disabled())
+        } else {
+            crate::cache::Cache::disabled()
+        };
+        // `WPROBE_INPROC_FOREIGN_ARTIFACT` (tests): hand the agent what
+        // wprobe's own engine compiles, which the agent must refuse.
+        let engine = match std::env::var_os("WPROBE_INPROC_FOREIGN_ARTIFACT") {
+            Some(_) => crate::engine::new_engine().map_err(|e| format!("{e:#}"))?,
+            None => engine,
+        };
+        let mut cwasm = Vec::with_capacity(set.programs.len());
+        for p in &set.programs {
+            cwasm.push(
+                compile_for_agent(&cache, &engine, p.wasm)
+                    .map_err(|e| format!("compiling `{}` for the target: {e:#}", p.label))?,
+            );
+        }
+        // The region: probes, variables, maps, ring, scratch.
+        let mut maps_size = 0u64;
+        self.program_maps = set
+            .programs
+            .iter()
+            .map(|p| match p.maps {
+                Some(m) => {
+                    let at = maps_size;
+                    maps_size += (m.len() as u64).next_multiple_of(64);
+                    (at, m.len() as u64)
+                }
+                None => (0, 0),
+            })
+            .collect();
+        let probes_cap = set.probes.iter().map(|p| p.tag + 1).max().unwrap_or(1) as u64;
+        let names: u64 = set.probes.iter().map(|p| p.export.len() as u64 + 32).sum();
+        let layout = RegionLayout {
+            probes_cap,
+            gvars_cap: set
+                .programs
+                .iter()
+                .map(|p| u64::from(p.gvars))
+                .max()
+                .unwrap_or(0)
+                .max(1),
+            maps_size,
+            ring_size: ring_bytes(),
+            scratch_size: cwasm.iter().map(|c| c.len() as u64).max().unwrap_or(0)
+                + names
+                + 128 * self.patcher.sites.len() as u64
+                + 32 * set.probes.len() as u64
+                + (64 << 10),
+        };
+        let facts = RunFacts {
+            start_mono_ns: set.start_mono_ns,
+            mono_offset_ns: set.mono_offset_ns,
+            child_pid: set.child_pid,
+        };
+        phases.mark("compiled for the agent");
+        let image = agent_loader::agent_image().map_err(|e| format!("the agent: {e:#}"))?;
+        let runner = world.runner().map_err(|e| format!("{e:#}"))?;
+        let mut agent = {
+            let mut t = world.target(runner);
+            agent_loader::load_agent(&mut t, &image, layout, facts)
+                .map_err(|e| format!("loading the agent into process {}: {e:#}", self.pid))?
+        };
+        let maps_off = agent.region.layout().maps_off();
+        for (i, p) in set.programs.iter().enumerate() {
+            if let Some(m) = p.maps {
+                let at = maps_off + self.program_maps[i].0;
+                self.program_maps[i].0 = at;
+                agent.region.write_maps(at, m);
+            }
+        }
+        for p in &set.probes {
+            agent
+                .region
+                .set_probe_limits(p.tag as u32, p.ignore, p.maxhits);
+        }
+        agent
+            .region
+            .set_gvars(&std::mem::take(&mut self.carried_gvars));
+        for (&tag, &max) in &self.maxactive {
+            agent.region.set_probe_maxactive(tag as u32, u64::from(max));
+        }
+        for &tag in &self.entry_notices {
+            agent.region.set_probe_entry_notice(tag as u32, true);
+        }
+        for (i, p) in set.programs.iter().enumerate() {
+            // Every probe of the program, armed or not: one whose module is
+            // mapped later is armed then (its bias told the agent then).
+            let probes: Vec<ProbeSpec<'_>> = set
+                .probes
+                .iter()
+                .filter(|q| q.program == i)
+                .map(|q| ProbeSpec {
+                    probe: q.tag as u32,
+                    export: q.export,
+                    load_bias: q.load_bias,
+                    args: q.args,
+                    usdt_args: q.usdt_args,
+                })
+                .collect();
+            let spec = ModuleSpec {
+                cwasm: &cwasm[i],
+                probes: &probes,
+                gvars: p.gvars,
+                fuel: p.fuel,
+                map: if p.maps.is_some() {
+                    self.program_maps[i]
+                } else {
+                    (0, 0)
+                },
+                writes_allowed: p.writes,
+            };
+            let mut t = world.target(runner);
+            agent
+                .load_module(&mut t, &spec)
+                .map_err(|e| format!("loading `{}` into process {}: {e:#}", p.label, self.pid))?;
+        }
+        phases.mark("agent and modules loaded");
+        let sites = Self::site_specs(&self.patcher, 0..self.patcher.sites.len());
+        {
+            let mut t = world.target(runner);
+            agent
+                .set_sites(&mut t, &sites, &[])
+                .map_err(|e| format!("{e:#}"))?;
+        }
+        self.sites_sent = sites.len();
+        for &tag in self.armed.keys() {
+            agent.region.set_probe_enabled(tag as u32, true);
+            self.enabled.insert(tag);
+        }
+        agent.region.free_scratch();
+        let tsc1 = agent_loader::region::tsc_now();
+        let hz = agent_loader::region::tsc_hz(self.tsc0, tsc1).unwrap_or(0.0);
+        if hz > 0.0 {
+            agent
+                .region
+                .set_stale_ticks((hz * STALE_AFTER.as_secs_f64()) as u64);
+        }
+        agent
+            .region
+            .set_drop_when_full(self.ring_full == crate::transport::RingFull::Drop);
+        agent.region.beat();
+        self.heartbeat = agent.region.start_heartbeat(BEAT_EVERY).ok();
+        agent.region.set_enabled(true);
+        self.reported = vec![ProbeCounts::default(); probes_cap as usize];
+        let dispatch = agent.dispatch;
+        self.agent = Some(agent);
+        phases.mark("sites registered");
+        if cfg!(debug_assertions) && std::env::var_os("WPROBE_INJECTION_PAUSE").is_some() {
+            crate::elog!("wprobe: debug: {} injections", world.injections());
+        }
+        self.patcher.install(world, dispatch)?;
+        phases.mark("stubs and jumps written");
+        phases.report(self.pid);
+        if let Some(a) = &self.agent {
+            self.allocations_armed = a.region.stats().allocations;
+        }
+        // Let the target go (seized, when some site traps).
+        if let Some(w) = self.world.take() {
+            self.go(w)?;
+        }
+        self.pidfd = crate::sys::process::pidfd_open(self.pid);
+        Ok(())
+    }
+
+    /// The agent's view of the sites `range`.
+    pub(super) fn site_specs(patcher: &Patcher, range: std::ops::Range<usize>) -> Vec<SiteSpec> {
+        patcher.sites[range.clone()]
+            .iter()
+            .zip(range)
+            .map(|(s, i)| SiteSpec {
+                site: i as u32,
+                addr: s.site.probe,
+                probes: s.tags.iter().map(|&t| t as u32).collect(),
+                kind: s.kind,
+                ret_probes: s.ret_tags.iter().map(|&t| t as u32).collect(),
+                window: s.window(),
+                trap: s.trap.is_some(),
+                stub: s.stub,
+                cave: s.cave.as_ref().map(|c| (c.addr, c.orig.clone())),
+            })
+            .collect()
+    }
+}
