@@ -47,32 +47,7 @@ impl InProc {
         let mut busy = false;
         let mut last_trap: Option<Instant> = None;
         loop {
-            let trapped = self.traps.as_mut().map_or(0, |t| t.poll());
-            if trapped > 0 {
-                last_trap = Some(Instant::now());
-            }
-            if self.traps.as_ref().is_some_and(|t| t.library_event())
-                && let Err(e) = self.on_library_event(on_event)
-            {
-                crate::elog!("wprobe: {e}");
-            }
-            if self.traps.as_ref().is_some_and(|t| t.exec_stop.is_some())
-                && let Err(e) = self.on_exec(on_event)
-            {
-                crate::elog!("wprobe: {e}");
-            }
-            if let Some(t) = &self.traps {
-                if t.exit.is_some() {
-                    self.exit = t.exit;
-                    self.ended = true;
-                }
-                if t.execed && !self.execed {
-                    self.execed = true;
-                    self.patcher.forget();
-                    self.keep_trap_stops();
-                    self.traps = None;
-                }
-            }
+            let trapped = self.poll_traps(&mut last_trap, on_event);
             let drained = self.drain_runs(on_event);
             // Counts follow the runs within a millisecond, not at every
             // drain: a busy ring is drained in small batches.
@@ -90,34 +65,7 @@ impl InProc {
                 self.ended = true;
                 break;
             }
-            let mut timeout = if self.traps.is_some() {
-                // Traps wait for us: look again at once while they come,
-                // after a short nap for a while after the last one, then
-                // every millisecond.
-                if trapped > 0 || drained > 0 {
-                    0
-                } else if last_trap.is_some_and(|t| t.elapsed() < TRAP_BUSY) {
-                    std::thread::sleep(TRAP_NAP);
-                    0
-                } else {
-                    1
-                }
-            } else if drained > 0 {
-                // Runs are coming: drain again soon. A sleep here of a
-                // millisecond lets a fast target fill the ring and wait for
-                // room; draining at once, entry by entry, makes both sides
-                // fight over the ring's lines (the one the target writes
-                // next holds the end of the entry just read). A short nap
-                // while little is pending lets whole lines accumulate.
-                if self.ring_pending() < RING_NAP_BELOW {
-                    std::thread::sleep(RING_NAP);
-                }
-                0
-            } else if busy {
-                1
-            } else {
-                IDLE_SLEEP_MS
-            };
+            let mut timeout = self.next_timeout(trapped, drained, busy, last_trap);
             busy = drained > 0;
             if let Some((period, due)) = self.tick {
                 let now = Instant::now();
@@ -132,23 +80,115 @@ impl InProc {
                 }
                 timeout = timeout.min(due.duration_since(now).as_millis() as i32 + 1);
             }
-            match &self.pidfd {
-                Some(fd) => {
-                    let mut p = [libc::pollfd {
-                        fd: fd.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    }];
-                    crate::sys::process::poll(&mut p, timeout);
-                }
-                None => std::thread::sleep(Duration::from_millis(timeout as u64)),
-            }
+            self.wait(timeout);
         }
         self.quiesce();
         self.drain_runs(on_event);
         self.report_counts(&mut deltas, on_event);
         self.keep_trap_stops();
         self.say_trap_stops();
+        self.say_debug_stats();
+        self.report_live_calls(on_event);
+        if let Some(status) = self.exit {
+            let pid = self.pid;
+            on_event(self, Event::ProcessExited { pid, status });
+        }
+        self.finished = true;
+        Ok(self.exit)
+    }
+
+    /// Polls the trap sites' stops; handles a library event, an exec, the
+    /// process's exit or exec the seized threads saw. Returns the stops.
+    fn poll_traps(
+        &mut self,
+        last_trap: &mut Option<Instant>,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> usize {
+        let trapped = self.traps.as_mut().map_or(0, |t| t.poll());
+        if trapped > 0 {
+            *last_trap = Some(Instant::now());
+        }
+        if self.traps.as_ref().is_some_and(|t| t.library_event())
+            && let Err(e) = self.on_library_event(on_event)
+        {
+            crate::elog!("wprobe: {e}");
+        }
+        if self.traps.as_ref().is_some_and(|t| t.exec_stop.is_some())
+            && let Err(e) = self.on_exec(on_event)
+        {
+            crate::elog!("wprobe: {e}");
+        }
+        if let Some(t) = &self.traps {
+            if t.exit.is_some() {
+                self.exit = t.exit;
+                self.ended = true;
+            }
+            if t.execed && !self.execed {
+                self.execed = true;
+                self.patcher.forget();
+                self.keep_trap_stops();
+                self.traps = None;
+            }
+        }
+        trapped
+    }
+
+    /// How long the event loop may wait for the process (ms), after the
+    /// short nap it takes itself while traps or runs are coming.
+    fn next_timeout(
+        &self,
+        trapped: usize,
+        drained: u64,
+        busy: bool,
+        last_trap: Option<Instant>,
+    ) -> i32 {
+        if self.traps.is_some() {
+            // Traps wait for us: look again at once while they come,
+            // after a short nap for a while after the last one, then
+            // every millisecond.
+            if trapped > 0 || drained > 0 {
+                0
+            } else if last_trap.is_some_and(|t| t.elapsed() < TRAP_BUSY) {
+                std::thread::sleep(TRAP_NAP);
+                0
+            } else {
+                1
+            }
+        } else if drained > 0 {
+            // Runs are coming: drain again soon. A sleep here of a
+            // millisecond lets a fast target fill the ring and wait for
+            // room; draining at once, entry by entry, makes both sides
+            // fight over the ring's lines (the one the target writes
+            // next holds the end of the entry just read). A short nap
+            // while little is pending lets whole lines accumulate.
+            if self.ring_pending() < RING_NAP_BELOW {
+                std::thread::sleep(RING_NAP);
+            }
+            0
+        } else if busy {
+            1
+        } else {
+            IDLE_SLEEP_MS
+        }
+    }
+
+    /// Waits up to `timeout` ms for the process to end.
+    fn wait(&self, timeout: i32) {
+        match &self.pidfd {
+            Some(fd) => {
+                let mut p = [libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                crate::sys::process::poll(&mut p, timeout);
+            }
+            None => std::thread::sleep(Duration::from_millis(timeout as u64)),
+        }
+    }
+
+    /// `WPROBE_DEBUG`: the library events and the agent's statistics.
+    fn say_debug_stats(&self) {
         if std::env::var_os("WPROBE_DEBUG").is_some() && self.rdebug.is_some() {
             crate::elog!(
                 "wprobe: debug: process {}: {} library events armed at (the dynamic linker's \
@@ -179,13 +219,6 @@ impl InProc {
                 st.memory_syscalls
             );
         }
-        self.report_live_calls(on_event);
-        if let Some(status) = self.exit {
-            let pid = self.pid;
-            on_event(self, Event::ProcessExited { pid, status });
-        }
-        self.finished = true;
-        Ok(self.exit)
     }
 
     /// Whether the process exited (its pidfd is readable), without reaping.
