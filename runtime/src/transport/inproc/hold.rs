@@ -1,0 +1,64 @@
+//! Holding the target stopped and letting it go: every thread stopped
+//! through the threads the trap sites keep seized (`traps`) or by seizing
+//! them (`world`); let go released, or kept seized when some site traps,
+//! a watchpoint is set or an exec is to be seen (the watchdog started and
+//! the traps written first).
+
+use super::world::World;
+use super::{InProc, traps};
+
+impl InProc {
+    /// Lets the stopped target go; with trap sites, its threads stay
+    /// seized (`traps`): the watchdog is started and the `int3`s written
+    /// first.
+    pub(super) fn go(&mut self, mut w: World) -> Result<(), String> {
+        if !self.patcher.has_traps() && !self.watches.any() && !self.follow_exec {
+            w.release();
+            return Ok(());
+        }
+        // Traps need the watchdog (their `int3`s would kill the process
+        // after wprobe's death); watchpoints alone do not (their perf
+        // events die with wprobe). Started once (the threads are taken
+        // again after each library event).
+        if self.patcher.has_traps() && self.watchdog.is_none() {
+            match crate::transport::ptrace::watchdog::spawn(self.pid) {
+                Ok(d) => self.watchdog = Some(d),
+                Err(e) => {
+                    w.release();
+                    return Err(format!(
+                        "the watchdog that restores the traps if wprobe dies did not start: {e}"
+                    ));
+                }
+            }
+        }
+        let (redirect, orig) = self.patcher.trap_maps();
+        // A launched command (a `PTRACE_TRACEME` tracee) is let go and
+        // seized anew the first time; later worlds are of seized threads.
+        let launched = self.launched && !self.taken;
+        self.taken = true;
+        let library = self.rdebug.map(|r| r.brk);
+        let children = std::mem::take(&mut self.children);
+        let mut t =
+            traps::Traps::take(w, launched, redirect, orig, self.watches, library, children)
+                .map_err(|e| format!("{e:#}"))?;
+        t.follow_exec = self.follow_exec;
+        let armed = self.patcher.arm_traps(self.pid);
+        t.go();
+        self.traps = Some(t);
+        armed
+    }
+
+    /// Stops every thread of the target: through the seized threads when
+    /// some site traps, else by seizing them.
+    pub(super) fn stop_world(&mut self) -> anyhow::Result<World> {
+        self.keep_trap_stops();
+        match self.traps.take() {
+            Some(t) if t.active() => {
+                let (w, children) = t.stop_all()?;
+                self.children = children;
+                Ok(w)
+            }
+            _ => World::stop(self.pid),
+        }
+    }
+}

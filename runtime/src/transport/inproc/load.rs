@@ -1,0 +1,360 @@
+//! Loading the handlers into the stopped target (the commit of what was
+//! inserted): the programs precompiled for the agent's engine, the shared
+//! region laid out, the agent and the modules loaded through injected
+//! calls, the sites registered, the heartbeat started, then the stubs and
+//! jumps written and the target let go. Each phase is timed for
+//! `WPROBE_DEBUG`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use agent_loader::region::ProbeCounts;
+use agent_loader::{LoadedAgent, ModuleSpec, ProbeSpec, RegionLayout, RunFacts, SiteSpec};
+
+use super::InProc;
+use super::patch::Patcher;
+use super::world::World;
+use crate::transport::HandlerSet;
+
+/// Bytes of the record ring (`WPROBE_INPROC_RING_BYTES` overrides it: tests
+/// and measurements of drops).
+const RING_BYTES: u64 = 4 << 20;
+
+/// After this long without a beat, the agent's probes go dormant.
+const STALE_AFTER: Duration = Duration::from_secs(2);
+/// How often the heartbeat thread beats.
+const BEAT_EVERY: Duration = Duration::from_millis(100);
+
+/// The artifact of `wasm` for the agent's engine: from the compiled-module
+/// cache (keyed by the engine's configuration, so never an artifact of the
+/// runtime's own engine), or compiled and stored there.
+fn compile_for_agent(
+    cache: &crate::cache::Cache,
+    engine: &wasmtime::Engine,
+    wasm: &[u8],
+) -> anyhow::Result<Vec<u8>> {
+    let (module, _) = cache.get_or_compile(engine, wasm)?;
+    Ok(module.serialize()?)
+}
+
+/// The phases of loading the handlers into the target, timed for
+/// `WPROBE_DEBUG` (where arming time goes).
+struct Phases {
+    on: bool,
+    last: Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            on: std::env::var_os("WPROBE_DEBUG").is_some(),
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        if self.on {
+            let now = Instant::now();
+            self.done.push((what, now - self.last));
+            self.last = now;
+        }
+    }
+
+    fn report(&self, pid: i32) {
+        if self.on {
+            let parts: Vec<String> = self
+                .done
+                .iter()
+                .map(|(w, d)| format!("{w} {:.3} ms", d.as_secs_f64() * 1e3))
+                .collect();
+            crate::elog!("wprobe: debug: process {pid}: {}", parts.join(", "));
+        }
+    }
+}
+
+/// The ring size asked for by `WPROBE_INPROC_RING_BYTES` (a power of two
+/// of at least a page), or the default.
+fn ring_bytes() -> u64 {
+    std::env::var("WPROBE_INPROC_RING_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| n.is_power_of_two() && *n >= 4096)
+        .unwrap_or(RING_BYTES)
+}
+
+impl InProc {
+    /// Loads the agent and the programs, writes the stubs and the jumps,
+    /// and lets the target go (the commit of everything inserted).
+    pub(super) fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        // Where arming fell back to traps, said once for every probe armed
+        // at start (later insertions say theirs as they come).
+        self.say_fallbacks();
+        let Some(world) = self.world.as_mut() else {
+            return Err("the target is not stopped".into());
+        };
+        // Programs precompiled for the agent's engine.
+        let mut phases = Phases::start();
+        let cwasm = compile_programs(set)?;
+        // The region: probes, variables, maps, ring, scratch.
+        let layout = region_layout(
+            &mut self.program_maps,
+            set,
+            &cwasm,
+            self.patcher.sites.len(),
+        );
+        let probes_cap = layout.probes_cap;
+        let facts = RunFacts {
+            start_mono_ns: set.start_mono_ns,
+            mono_offset_ns: set.mono_offset_ns,
+            child_pid: set.child_pid,
+        };
+        phases.mark("compiled for the agent");
+        let image = agent_loader::agent_image().map_err(|e| format!("the agent: {e:#}"))?;
+        let runner = world.runner().map_err(|e| format!("{e:#}"))?;
+        let mut agent = {
+            let mut t = world.target(runner);
+            agent_loader::load_agent(&mut t, &image, layout, facts)
+                .map_err(|e| format!("loading the agent into process {}: {e:#}", self.pid))?
+        };
+        fill_region(
+            &agent,
+            set,
+            &mut self.program_maps,
+            &std::mem::take(&mut self.carried_gvars),
+            &self.maxactive,
+            &self.entry_notices,
+        );
+        load_modules(
+            &mut agent,
+            world,
+            runner,
+            set,
+            &cwasm,
+            &self.program_maps,
+            self.pid,
+        )?;
+        phases.mark("agent and modules loaded");
+        let sites = Self::site_specs(&self.patcher, 0..self.patcher.sites.len());
+        {
+            let mut t = world.target(runner);
+            agent
+                .set_sites(&mut t, &sites, &[])
+                .map_err(|e| format!("{e:#}"))?;
+        }
+        self.sites_sent = sites.len();
+        for &tag in self.armed.keys() {
+            agent.region.set_probe_enabled(tag as u32, true);
+            self.enabled.insert(tag);
+        }
+        agent.region.free_scratch();
+        self.heartbeat = start_heartbeat(&agent, self.tsc0, self.ring_full);
+        self.reported = vec![ProbeCounts::default(); probes_cap as usize];
+        let dispatch = agent.dispatch;
+        self.agent = Some(agent);
+        phases.mark("sites registered");
+        if cfg!(debug_assertions) && std::env::var_os("WPROBE_INJECTION_PAUSE").is_some() {
+            crate::elog!("wprobe: debug: {} injections", world.injections());
+        }
+        self.patcher.install(world, dispatch)?;
+        phases.mark("stubs and jumps written");
+        phases.report(self.pid);
+        if let Some(a) = &self.agent {
+            self.allocations_armed = a.region.stats().allocations;
+        }
+        // Let the target go (seized, when some site traps).
+        if let Some(w) = self.world.take() {
+            self.go(w)?;
+        }
+        self.pidfd = crate::sys::process::pidfd_open(self.pid);
+        Ok(())
+    }
+
+    /// The agent's view of the sites `range`.
+    pub(super) fn site_specs(patcher: &Patcher, range: std::ops::Range<usize>) -> Vec<SiteSpec> {
+        patcher.sites[range.clone()]
+            .iter()
+            .zip(range)
+            .map(|(s, i)| SiteSpec {
+                site: i as u32,
+                addr: s.site.probe,
+                probes: s.tags.iter().map(|&t| t as u32).collect(),
+                kind: s.kind,
+                ret_probes: s.ret_tags.iter().map(|&t| t as u32).collect(),
+                window: s.window(),
+                trap: s.trap.is_some(),
+                stub: s.stub,
+                cave: s.cave.as_ref().map(|c| (c.addr, c.orig.clone())),
+            })
+            .collect()
+    }
+}
+
+/// The programs precompiled for the agent's engine.
+fn compile_programs(set: &HandlerSet<'_>) -> Result<Vec<Vec<u8>>, String> {
+    let engine = agent_loader::compile::agent_engine().map_err(|e| format!("{e:#}"))?;
+    let cache = if set.use_cache {
+        crate::cache::Cache::from_env().unwrap_or_else(|_| crate::cache::Cache::disabled())
+    } else {
+        crate::cache::Cache::disabled()
+    };
+    // `WPROBE_INPROC_FOREIGN_ARTIFACT` (tests): hand the agent what
+    // wprobe's own engine compiles, which the agent must refuse.
+    let engine = match std::env::var_os("WPROBE_INPROC_FOREIGN_ARTIFACT") {
+        Some(_) => crate::engine::new_engine().map_err(|e| format!("{e:#}"))?,
+        None => engine,
+    };
+    let mut cwasm = Vec::with_capacity(set.programs.len());
+    for p in &set.programs {
+        cwasm.push(
+            compile_for_agent(&cache, &engine, p.wasm)
+                .map_err(|e| format!("compiling `{}` for the target: {e:#}", p.label))?,
+        );
+    }
+    Ok(cwasm)
+}
+
+/// The layout of the shared region: probes, variables, maps, ring,
+/// scratch; each program's map region (its offset among the maps) in
+/// `program_maps`.
+fn region_layout(
+    program_maps: &mut Vec<(u64, u64)>,
+    set: &HandlerSet<'_>,
+    cwasm: &[Vec<u8>],
+    sites: usize,
+) -> RegionLayout {
+    let mut maps_size = 0u64;
+    *program_maps = set
+        .programs
+        .iter()
+        .map(|p| match p.maps {
+            Some(m) => {
+                let at = maps_size;
+                maps_size += (m.len() as u64).next_multiple_of(64);
+                (at, m.len() as u64)
+            }
+            None => (0, 0),
+        })
+        .collect();
+    let probes_cap = set.probes.iter().map(|p| p.tag + 1).max().unwrap_or(1) as u64;
+    let names: u64 = set.probes.iter().map(|p| p.export.len() as u64 + 32).sum();
+    RegionLayout {
+        probes_cap,
+        gvars_cap: set
+            .programs
+            .iter()
+            .map(|p| u64::from(p.gvars))
+            .max()
+            .unwrap_or(0)
+            .max(1),
+        maps_size,
+        ring_size: ring_bytes(),
+        scratch_size: cwasm.iter().map(|c| c.len() as u64).max().unwrap_or(0)
+            + names
+            + 128 * sites as u64
+            + 32 * set.probes.len() as u64
+            + (64 << 10),
+    }
+}
+
+/// The loaded agent's region filled: the programs' maps (`program_maps`
+/// made offsets in the region), the probes' limits, the global variables
+/// carried over an exec, the return probes' `maxactive` and entry notices.
+fn fill_region(
+    agent: &LoadedAgent,
+    set: &HandlerSet<'_>,
+    program_maps: &mut [(u64, u64)],
+    gvars: &[u64],
+    maxactive: &HashMap<usize, u32>,
+    entry_notices: &[usize],
+) {
+    let maps_off = agent.region.layout().maps_off();
+    for (i, p) in set.programs.iter().enumerate() {
+        if let Some(m) = p.maps {
+            let at = maps_off + program_maps[i].0;
+            program_maps[i].0 = at;
+            agent.region.write_maps(at, m);
+        }
+    }
+    for p in &set.probes {
+        agent
+            .region
+            .set_probe_limits(p.tag as u32, p.ignore, p.maxhits);
+    }
+    agent.region.set_gvars(gvars);
+    for (&tag, &max) in maxactive {
+        agent.region.set_probe_maxactive(tag as u32, u64::from(max));
+    }
+    for &tag in entry_notices {
+        agent.region.set_probe_entry_notice(tag as u32, true);
+    }
+}
+
+/// Each program loaded into the agent, with every probe of it.
+fn load_modules(
+    agent: &mut LoadedAgent,
+    world: &mut World,
+    runner: i32,
+    set: &HandlerSet<'_>,
+    cwasm: &[Vec<u8>],
+    program_maps: &[(u64, u64)],
+    pid: i32,
+) -> Result<(), String> {
+    for (i, p) in set.programs.iter().enumerate() {
+        // Every probe of the program, armed or not: one whose module is
+        // mapped later is armed then (its bias told the agent then).
+        let probes: Vec<ProbeSpec<'_>> = set
+            .probes
+            .iter()
+            .filter(|q| q.program == i)
+            .map(|q| ProbeSpec {
+                probe: q.tag as u32,
+                export: q.export,
+                load_bias: q.load_bias,
+                args: q.args,
+                usdt_args: q.usdt_args,
+            })
+            .collect();
+        let spec = ModuleSpec {
+            cwasm: &cwasm[i],
+            probes: &probes,
+            gvars: p.gvars,
+            fuel: p.fuel,
+            map: if p.maps.is_some() {
+                program_maps[i]
+            } else {
+                (0, 0)
+            },
+            writes_allowed: p.writes,
+        };
+        let mut t = world.target(runner);
+        agent
+            .load_module(&mut t, &spec)
+            .map_err(|e| format!("loading `{}` into process {}: {e:#}", p.label, pid))?;
+    }
+    Ok(())
+}
+
+/// The agent's heartbeat (its probes dormant after [`STALE_AFTER`] without
+/// a beat) and the policy of a full ring set, the handlers enabled.
+fn start_heartbeat(
+    agent: &LoadedAgent,
+    tsc0: (u64, u64),
+    ring_full: crate::transport::RingFull,
+) -> Option<agent_loader::region::Heartbeat> {
+    let tsc1 = agent_loader::region::tsc_now();
+    let hz = agent_loader::region::tsc_hz(tsc0, tsc1).unwrap_or(0.0);
+    if hz > 0.0 {
+        agent
+            .region
+            .set_stale_ticks((hz * STALE_AFTER.as_secs_f64()) as u64);
+    }
+    agent
+        .region
+        .set_drop_when_full(ring_full == crate::transport::RingFull::Drop);
+    agent.region.beat();
+    let heartbeat = agent.region.start_heartbeat(BEAT_EVERY).ok();
+    agent.region.set_enabled(true);
+    heartbeat
+}

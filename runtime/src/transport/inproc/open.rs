@@ -1,0 +1,115 @@
+//! Opening the in-process transport: the patch journal's directory made
+//! first, then the target stopped, a command launched to the point where
+//! its startup libraries are mapped (`launch`) or every thread of a running
+//! process seized (`world`), and the transport's state at the start (the
+//! stopped threads' program counters handed to the patcher: no window may
+//! go under one).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::patch::Patcher;
+use super::world::World;
+use super::{INFO, InProc, launch, traps};
+use crate::sink::Sink;
+use crate::transport::{OpenOptions, Target, Transport};
+
+pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
+    // The patch journal's directory, before anything is launched or
+    // stopped: a command is never started only to be let go untraced.
+    let dir = crate::transport::ptrace::journal::dir();
+    crate::privdir::ensure_dir(&dir)
+        .map_err(|problem| format!("journal directory {}: {problem}", dir.display()))?;
+    let tsc0 = agent_loader::region::tsc_now();
+    let (pid, launched, world) = match target {
+        Target::System => {
+            return Err(format!(
+                "--transport inproc: {}",
+                crate::transport::NOT_SYSTEM_WIDE
+            ));
+        }
+        Target::Launch(argv) => {
+            let pid = launch::launch(argv).map_err(|e| format!("{e:#}"))?;
+            // `WPROBE_FAIL_OPEN=inproc` (debug builds, tests): fail here, the
+            // command launched but none of its code run, as a failure to
+            // start would.
+            if cfg!(debug_assertions)
+                && std::env::var("WPROBE_FAIL_OPEN").is_ok_and(|v| v == INFO.name)
+            {
+                crate::sys::process::kill_and_reap(pid);
+                return Err(format!(
+                    "process {pid}: failing as WPROBE_FAIL_OPEN asks (a test)"
+                ));
+            }
+            match World::launched(pid) {
+                Ok(w) => (pid, true, w),
+                Err(e) => {
+                    crate::sys::process::kill_and_reap(pid);
+                    return Err(format!("{e:#}"));
+                }
+            }
+        }
+        Target::Attach(pid) => {
+            if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(format!("no such process: {pid}"));
+            }
+            crate::transport::ptrace::journal::held_by_another_run(pid)?;
+            (pid, false, World::stop(pid).map_err(|e| format!("{e:#}"))?)
+        }
+    };
+    let mut t = InProc {
+        pid,
+        launched,
+        world: None,
+        maps: crate::procmaps::read(pid).unwrap_or_default(),
+        patcher: Patcher::default(),
+        armed: HashMap::new(),
+        draining: false,
+        removed: Vec::new(),
+        maxactive: HashMap::new(),
+        entry_notices: Vec::new(),
+        agent: None,
+        program_maps: Vec::new(),
+        reported: Vec::new(),
+        sink: Sink::default(),
+        items: Vec::new(),
+        tick: None,
+        exit: None,
+        pidfd: None,
+        heartbeat: None,
+        code_left_alone: Vec::new(),
+        detach_time: Duration::ZERO,
+        tsc0,
+        handlers_paused: false,
+        finished: false,
+        execed: false,
+        suspended: false,
+        ended: false,
+        allocations_armed: 0,
+        traps: None,
+        watches: traps::Watches::default(),
+        watchdog: None,
+        ring_full: o.ring_full,
+        sites_sent: 0,
+        sites_dropped: Vec::new(),
+        enabled: std::collections::HashSet::new(),
+        later_biases: Vec::new(),
+        unmapped: Vec::new(),
+        rdebug: None,
+        library_events: 0,
+        taken: false,
+        said: std::collections::HashSet::new(),
+        children: traps::Children::default(),
+        trap_stops: HashMap::new(),
+        follow_exec: false,
+        reload: false,
+        carried_gvars: Vec::new(),
+    };
+    t.patcher.thread_pcs = world
+        .tids()
+        .into_iter()
+        .filter_map(|tid| world.regs(tid).map(|r| (tid, r.rip)))
+        .collect();
+    t.world = Some(world);
+    Ok(Box::new(t))
+}

@@ -1,0 +1,310 @@
+//! The seam: [`Transport`] for the in-process transport, what the session
+//! calls. Probes are planned with the target stopped (`insert`), the
+//! handlers loaded with them (`load_handlers`: `load`), the event loop run
+//! (`events`), the bytes restored (`detach`); the agent's maps and store
+//! are reached through the shared region.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::{INFO, InProc, traps};
+use crate::addr::RunAddr;
+use crate::procmaps::Mapping;
+use crate::transport::{
+    Action, Armed, Event, ExitStatus, HandlerSet, Insert, NoHit, Report, Transport, TransportHit,
+    TransportInfo,
+};
+
+impl Transport for InProc {
+    fn info(&self) -> &'static TransportInfo {
+        &INFO
+    }
+
+    fn main_pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
+        if pid != self.pid {
+            return Err(format!("process {pid} is not traced"));
+        }
+        if fresh || self.maps.is_empty() {
+            self.maps = crate::procmaps::read(pid).map_err(|e| e.to_string())?;
+        }
+        Ok(self.maps.clone())
+    }
+
+    fn insert(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: RunAddr,
+        what: Insert,
+    ) -> Result<Armed, String> {
+        let addr = addr.0;
+        if pid != self.pid {
+            return Err(format!("process {pid} is not traced"));
+        }
+        let Some(world) = self.world.as_mut() else {
+            return Err(
+                "--transport inproc arms probes only with the target stopped: at start, or when \
+                 the dynamic linker maps a library"
+                    .into(),
+            );
+        };
+        match what {
+            Insert::Breakpoint { opcode } => {
+                let site = self
+                    .patcher
+                    .plan(world, &self.maps, tag, addr, opcode)
+                    .map_err(|e| format!("cannot patch {addr:#x}: {e}"))?;
+                self.armed.insert(tag, site);
+                if self.agent.is_some() {
+                    self.say_fallbacks();
+                }
+                Ok(Armed(tag as u64))
+            }
+            Insert::Watchpoint { len, kind } => {
+                if kind == crate::arch::WatchKind::Exec {
+                    return Err(format!(
+                        "an execute watchpoint at {addr:#x}: --transport inproc moves the \
+                         thread out and back to the instruction, which would trigger it again; \
+                         put a probe at that address instead (the same hit, without a trap)"
+                    ));
+                }
+                crate::arch::check_watchpoint(addr, len, kind).map_err(|reason| {
+                    crate::transport::ptrace::ArmError::BadWatchpoint { addr, len, reason }
+                        .to_string()
+                })?;
+                let Some(slot) = self.watches.slots.iter().position(Option::is_none) else {
+                    return Err(format!(
+                        "all {} debug registers are in use",
+                        crate::arch::DEBUG_REGISTERS
+                    ));
+                };
+                let site = self.patcher.plan_watch(world, addr)?;
+                self.patcher.sites[site].tags.push(tag);
+                self.watches.slots[slot] = Some(traps::Watch {
+                    addr,
+                    len,
+                    kind,
+                    stub: self.patcher.sites[site].stub,
+                });
+                self.armed.insert(tag, site);
+                Ok(Armed(tag as u64))
+            }
+            Insert::Return {
+                opcode,
+                maxactive,
+                entry_notice,
+            } => {
+                let site = self
+                    .patcher
+                    .plan_return(world, &self.maps, tag, addr, opcode)
+                    .map_err(|e| format!("cannot patch the function at {addr:#x}: {e}"))?;
+                self.armed.insert(tag, site);
+                self.maxactive.insert(tag, maxactive);
+                if entry_notice {
+                    self.entry_notices.push(tag);
+                }
+                if self.agent.is_some() {
+                    self.say_fallbacks();
+                }
+                Ok(Armed(tag as u64))
+            }
+        }
+    }
+
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+        if pid != self.pid {
+            return Err(format!("process {pid} is not traced"));
+        }
+        if self.rdebug.is_some() {
+            return Ok(());
+        }
+        let Some(world) = self.world.as_mut() else {
+            return Err("the target is not stopped".into());
+        };
+        // A program the process executes may be where they are.
+        self.follow_exec = true;
+        let Some(rd) = crate::transport::ptrace::rdebug::find(&self.maps) else {
+            return Err(format!(
+                "process {pid} has no dynamic linker whose library events can be watched (a \
+                 static program?)"
+            ));
+        };
+        self.patcher
+            .plan_library_event(world, &self.maps, rd.brk)
+            .map_err(|e| {
+                format!(
+                    "the dynamic linker's `_dl_debug_state` at {:#x}: {e}",
+                    rd.brk
+                )
+            })?;
+        self.rdebug = Some(rd);
+        Ok(())
+    }
+
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        if self.reload {
+            // The process executed a new program (`on_exec`): a new agent
+            // in its image, every probe armed there; the old agent's
+            // region (its maps read by the session) goes.
+            self.reload = false;
+            let old = self.agent.take();
+            let r = self.commit(set);
+            drop(old);
+            if let Err(e) = r {
+                // Let the new program go untraced, as it was.
+                if let Some(mut w) = self.world.take() {
+                    let _ = self.patcher.restore(&w);
+                    w.release();
+                }
+                self.execed = true;
+                return Err(format!(
+                    "process {} executed a new program, which is not traced: {e}",
+                    self.pid
+                ));
+            }
+            return Ok(());
+        }
+        // The biases of the probes armed since the last commit (those not
+        // enabled in the agent yet): told with their sites.
+        self.later_biases = set
+            .probes
+            .iter()
+            .filter(|p| self.armed.contains_key(&p.tag) && !self.enabled.contains(&p.tag))
+            .map(|p| (p.tag as u32, p.load_bias))
+            .collect();
+        Ok(())
+    }
+
+    fn take_unmapped(&mut self) -> Vec<Armed> {
+        std::mem::take(&mut self.unmapped)
+    }
+
+    fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
+        let mut by: HashMap<(usize, &'static str), u32> = HashMap::new();
+        for s in &self.patcher.sites {
+            let how = if s.trap.is_some() {
+                "trap"
+            } else if s.cave.is_some() {
+                "near"
+            } else {
+                "jump"
+            };
+            for &tag in s.tags.iter().chain(&s.ret_tags) {
+                *by.entry((tag, how)).or_insert(0) += 1;
+            }
+        }
+        let mut out: Vec<(usize, &'static str, u32)> =
+            by.into_iter().map(|((t, h), n)| (t, h, n)).collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn remove(&mut self, armed: Armed) {
+        let tag = armed.0 as usize;
+        match &self.agent {
+            Some(a) => a.region.set_probe_enabled(tag as u32, false),
+            // Taken out while its runs are handed on (`drain_runs`): done
+            // once it is back.
+            None if self.draining => self.removed.push(tag),
+            // Not loaded yet: the probe is not enabled when it is (`wprobe
+            // trace` removes the entry probe of a function whose return
+            // probe could not be armed: both or neither).
+            None => {
+                self.armed.remove(&tag);
+            }
+        }
+    }
+
+    fn suspend(&mut self) -> Result<(), String> {
+        self.suspend_probes()
+    }
+
+    fn resume(&mut self) -> Result<(), String> {
+        self.resume_probes()
+    }
+
+    fn set_tick(&mut self, period: Duration) {
+        self.tick = Some((period, Instant::now() + period));
+    }
+
+    fn run(
+        &mut self,
+        stop: &AtomicBool,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> anyhow::Result<Option<ExitStatus>> {
+        self.event_loop(stop, on_event)
+    }
+
+    fn detach(&mut self) -> anyhow::Result<()> {
+        self.detach_now()
+    }
+
+    fn kill_launched(&mut self) {
+        if self.launched && self.world.is_some() {
+            // Killed while still stopped: letting its threads go first would
+            // let it run its own code a moment.
+            crate::sys::process::kill_and_reap(self.pid);
+            self.world = None;
+        }
+    }
+
+    fn report(&self) -> Report {
+        Report {
+            exit_status: self.exit,
+            detach_signals: Vec::new(),
+            handed_off: Vec::new(),
+            code_left_alone: self.code_left_alone.clone(),
+            detach_time: Duration::ZERO,
+        }
+    }
+
+    fn new_hit(&self) -> Box<dyn TransportHit> {
+        Box::new(NoHit)
+    }
+
+    fn runs_handlers(&self) -> bool {
+        true
+    }
+
+    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        self.commit(set)
+    }
+
+    fn pause_handlers(&mut self) -> bool {
+        match &self.agent {
+            Some(a) if !self.handlers_paused => {
+                self.handlers_paused = a.region.lock_store(Duration::from_secs(1));
+                self.handlers_paused
+            }
+            _ => false,
+        }
+    }
+
+    fn resume_handlers(&mut self) {
+        if self.handlers_paused
+            && let Some(a) = &self.agent
+        {
+            a.region.unlock_store();
+            self.handlers_paused = false;
+        }
+    }
+
+    fn handler_maps(&mut self, program: usize, bytes: &mut [u8], write: bool) -> bool {
+        let (Some(a), Some(&(off, len))) = (&self.agent, self.program_maps.get(program)) else {
+            return false;
+        };
+        if len != bytes.len() as u64 || len == 0 {
+            return false;
+        }
+        if write {
+            a.region.write_maps(off, bytes)
+        } else {
+            a.region.read_maps(off, bytes)
+        }
+    }
+}
