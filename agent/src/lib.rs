@@ -36,6 +36,8 @@
     clippy::missing_safety_doc,
     reason = "C entry points, documented in agent_abi"
 )]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 extern crate alloc;
 

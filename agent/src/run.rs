@@ -158,6 +158,10 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
         }
     }
     d.env.frame = core::ptr::null_mut();
+    #[allow(
+        clippy::single_match,
+        reason = "a match, for the comment on the outcomes it leaves alone"
+    )]
     match Outcome::from_code(outcome) {
         Some(Outcome::Remove) => slot.enabled.store(0, Ordering::Relaxed),
         // `exit()` is bpftrace's: asynchronous. The handlers keep running
