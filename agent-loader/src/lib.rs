@@ -12,6 +12,9 @@
 //! futexes on it): wprobe's runtime crate denies `unsafe` outside its
 //! system-call layer.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod compile;
 pub mod elf;
 mod insn;

@@ -16,8 +16,10 @@
 //! [`agent_abi::MAX_TRACKED_CALLS`], beyond which calls are counted as
 //! missed (`missed_depth`).
 
+use crate::dispatch::{HitArgs, StoreLock};
+use crate::run::run_probe;
 use crate::thread::Slot;
-use crate::{HitArgs, StoreLock, agent, ring, run_probe, sys, vdso};
+use crate::{agent, ring, sys, vdso};
 use agent_abi::pairing::{self, CallFrame};
 use agent_abi::{ControlHeader, ProbeSlot, RunHeader, left, rec, run_outcome, site_kind};
 use core::sync::atomic::Ordering;
@@ -351,7 +353,7 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
     // SAFETY: the stub's frame, live for this hit.
     let f = unsafe { &*h.frame };
     let Some(sh) = own(c, h, lock) else {
-        crate::missed(c, h.site);
+        crate::dispatch::missed(c, h.site);
         return None;
     };
     // SAFETY: at a function's entry `rsp` points at the return address, in

@@ -250,7 +250,7 @@ impl HitEnv for FrameEnv {
         count_memory_syscall();
         let n = sys::vm_read(addr, buf.as_mut_ptr(), buf.len());
         // The program's code as its file has it, where jumps replace it.
-        crate::original_code(addr, &mut buf[..n]);
+        crate::sites::original_code(addr, &mut buf[..n]);
         // The handler's own writes below the red zone.
         if self.dead_valid
             && let Some((at, from, len)) = self.in_agent_stack(addr, n)

@@ -74,8 +74,9 @@ unsafe fn rd<T: Copy>(p: usize) -> T {
 /// # Safety
 /// `base` must be the address of the mapped vDSO image.
 unsafe fn lookup(base: usize, name: &[u8]) -> Option<usize> {
-    // SAFETY (for every read below): inside the vDSO image, at offsets its
-    // ELF header, program headers and dynamic section give.
+    // SAFETY: `base` is the mapped vDSO image (the caller's contract), which
+    // the kernel provides well formed; every read below is inside it, at
+    // offsets its ELF header, program headers and dynamic section give.
     unsafe {
         if rd::<[u8; 4]>(base) != *b"\x7fELF" || rd::<u8>(base + 4) != 2 {
             return None;

@@ -1,0 +1,217 @@
+//! `wprobe_agent_init`: the control region checked, the control stack
+//! mapped, the thread key and the CPU's features found, and the engine,
+//! the linker and the one store built.
+
+use agent_abi::{
+    AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader, PROBE_SLOT_SIZE,
+    state,
+};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicPtr, Ordering};
+use wasmtime::{Config, Engine, Linker, Store, StoreLimitsBuilder};
+
+use crate::control::{CONTROL_BUSY, CONTROL_STACK};
+use crate::host::{self, AgentHost, AgentServices, FrameEnv, RunSink};
+use crate::{AGENT, Agent, PID, ctrl, err, lock, sys, thread, vdso};
+
+/// Written into the fork-guard page at init; a forked child sees a wiped
+/// page (`MADV_WIPEONFORK`) and stays dormant.
+pub(crate) const FORK_MAGIC: u64 = u64::from_le_bytes(*b"WPRBFORK");
+/// The fork-guard page (null: none), checked at every hit.
+pub(crate) static FORK_GUARD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+
+#[repr(C)]
+struct InitArgs {
+    ctrl: *mut ControlHeader,
+    len: usize,
+}
+
+/// Sets up the agent around the control region `ctrl..ctrl+len` (filled in
+/// by the tracer) and the fork-guard page (may be null). Returns 0 or an
+/// [`AgentError`] code; the message is in the region.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wprobe_agent_init(ctrl: *mut u8, len: usize, fork_guard: *mut u8) -> i32 {
+    if CONTROL_BUSY.swap(1, Ordering::Acquire) != 0 {
+        return AgentError::AlreadyInitialized as i32;
+    }
+    let r = init_outer(ctrl as *mut ControlHeader, len, fork_guard as *mut u64);
+    CONTROL_BUSY.store(0, Ordering::Release);
+    r
+}
+
+fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
+    if !AGENT.load(Ordering::Acquire).is_null() {
+        return AgentError::AlreadyInitialized as i32;
+    }
+    if let Err(e) = check_region(c, len) {
+        return e as i32;
+    }
+    ctrl::CTRL.store(c, Ordering::Release);
+    // SAFETY: the region was validated.
+    let cref = unsafe { &*c };
+    cref.agent_base.store(
+        wprobe_agent_init as *const () as usize as u64,
+        Ordering::Relaxed,
+    );
+    let Some(top) = thread::map_stack(core::ptr::null_mut()) else {
+        return err(AgentError::NoMemory, format_args!("no control stack")) as i32;
+    };
+    CONTROL_STACK.store(top as u64, Ordering::Relaxed);
+    let mut a = InitArgs { ctrl: c, len };
+    // SAFETY: a fresh agent stack; `init_inner` takes `InitArgs`.
+    let r = unsafe {
+        thread::wprobe_call_on_stack(&mut a as *mut InitArgs as *mut u8, init_inner, top)
+    };
+    if r == 0 {
+        if !guard.is_null() {
+            // SAFETY: the tracer's fork-guard page, writable.
+            unsafe { guard.write_volatile(FORK_MAGIC) };
+            FORK_GUARD.store(guard, Ordering::Release);
+        }
+        cref.state.store(state::READY, Ordering::Release);
+    }
+    r as i32
+}
+
+fn check_region(c: *mut ControlHeader, len: usize) -> Result<(), AgentError> {
+    if c.is_null() || !(c as usize).is_multiple_of(4096) || len < CONTROL_HEADER_SIZE {
+        return Err(AgentError::BadControl);
+    }
+    // SAFETY: non-null, aligned, at least a header long (the caller's word).
+    let h = unsafe { &*c };
+    let in_region = |off: u64, n: u64| off.checked_add(n).is_some_and(|e| e <= len as u64);
+    let ok = h.magic == CTRL_MAGIC
+        && h.abi_version == AGENT_ABI_VERSION
+        && h.header_size as usize == CONTROL_HEADER_SIZE
+        && h.region_size == len as u64
+        && h.probes_off.is_multiple_of(64)
+        && h.probes_off >= CONTROL_HEADER_SIZE as u64
+        && h.probes_cap
+            .checked_mul(PROBE_SLOT_SIZE as u64)
+            .is_some_and(|n| in_region(h.probes_off, n))
+        && h.gvars_off.is_multiple_of(8)
+        && h.gvars_off >= CONTROL_HEADER_SIZE as u64
+        && h.gvars_cap
+            .checked_mul(8)
+            .is_some_and(|n| in_region(h.gvars_off, n))
+        && h.maps_off.is_multiple_of(8)
+        && in_region(h.maps_off, h.maps_size)
+        && h.ring_size.is_power_of_two()
+        && h.ring_size >= 4096
+        && h.ring_off.is_multiple_of(8)
+        && h.ring_off >= CONTROL_HEADER_SIZE as u64
+        && in_region(h.ring_off, h.ring_size)
+        && in_region(h.scratch_off, h.scratch_size);
+    if ok {
+        Ok(())
+    } else {
+        Err(AgentError::BadControl)
+    }
+}
+
+extern "C" fn init_inner(_a: *mut u8) -> i64 {
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    let mut auxv = [0u8; 1024];
+    let n = sys::read_file(c"/proc/self/auxv", &mut auxv).unwrap_or(0);
+    vdso::init(&auxv[..n]);
+    let (mode, off) = thread::init_keys(&auxv[..n]);
+    if let Some(c) = ctrl::get() {
+        c.thread_key.store(mode, Ordering::Relaxed);
+        c.tcb_tid_off.store(off, Ordering::Relaxed);
+        c.gvars_len.store(0, Ordering::Relaxed);
+    }
+    let ext = core::arch::x86_64::__cpuid(0x8000_0001);
+    let rdtscp = ext.edx & (1 << 27) != 0;
+    host::HAS_RDTSCP.store(rdtscp, Ordering::Relaxed);
+    // CPUID leaf 7 exists on every CPU with RDTSCP worth asking; RDPID is
+    // its ECX bit 22.
+    let leaf7 = core::arch::x86_64::__cpuid_count(7, 0);
+    host::HAS_RDPID.store(leaf7.ecx & (1 << 22) != 0, Ordering::Relaxed);
+    if let Some(c) = ctrl::get() {
+        c.has_rdtscp.store(u32::from(rdtscp), Ordering::Relaxed);
+        lock::enable_bias(c);
+    }
+    let mut cfg = Config::new();
+    agent_abi::engine::configure(&mut cfg);
+    // SAFETY: `detect` answers from CPUID, which is exact on this CPU.
+    unsafe { cfg.detect_host_feature(detect) };
+    let engine = match Engine::new(&cfg) {
+        Ok(e) => e,
+        Err(e) => return err(AgentError::Engine, format_args!("engine: {e}")),
+    };
+    let mut linker = Linker::new(&engine);
+    if let Err(e) = hostfns::add_to_linker(&mut linker) {
+        return err(AgentError::Engine, format_args!("linker: {e}"));
+    }
+    let limits = StoreLimitsBuilder::new()
+        .memory_size(agent_abi::engine::MEMORY_RESERVATION as usize)
+        .trap_on_grow_failure(false)
+        .build();
+    let mut store = Store::new(
+        &engine,
+        AgentHost {
+            env: FrameEnv::empty(),
+            sink: RunSink::new(),
+            services: AgentServices { map: (0, 0) },
+            memory: None,
+            writes_allowed: false,
+            limits,
+            usdt: [host::NO_USDT_ARG; hostabi::usdt::MAX_USDT_ARGS],
+            usdt_len: 0,
+        },
+    );
+    store.limiter(|s| &mut s.limits);
+    let agent = Box::new(Agent {
+        engine,
+        linker,
+        store,
+        programs: Vec::new(),
+        probes: Vec::new(),
+    });
+    AGENT.store(Box::into_raw(agent), Ordering::Release);
+    0
+}
+
+/// CPU features wasmtime asks about when it checks a precompiled module's
+/// ISA flags against this host (there is no `std` detection here).
+///
+/// VEX/EVEX-encoded extensions are reported absent whatever the CPU has:
+/// wasmtime then refuses any module compiled to use them, which is how the
+/// agent enforces the stubs' contract (they save XMM0–15 and MXCSR only; a
+/// VEX.128 instruction would zero the upper halves of the probed code's YMM
+/// registers).
+fn detect(feature: &str) -> Option<bool> {
+    if matches!(
+        feature,
+        "avx"
+            | "avx2"
+            | "fma"
+            | "avxvnni"
+            | "avx512f"
+            | "avx512dq"
+            | "avx512vl"
+            | "avx512bitalg"
+            | "avx512vbmi"
+            | "avx512vnni"
+    ) {
+        return Some(false);
+    }
+    use core::arch::x86_64::{__cpuid, __cpuid_count};
+    let l1 = __cpuid(1);
+    let l7 = __cpuid_count(7, 0);
+    let ext = __cpuid(0x8000_0001);
+    let bit = |r: u32, b: u32| r & (1 << b) != 0;
+    Some(match feature {
+        "sse3" => bit(l1.ecx, 0),
+        "ssse3" => bit(l1.ecx, 9),
+        "sse4.1" => bit(l1.ecx, 19),
+        "sse4.2" => bit(l1.ecx, 20),
+        "popcnt" => bit(l1.ecx, 23),
+        "cmpxchg16b" => bit(l1.ecx, 13),
+        "bmi1" => bit(l7.ebx, 3),
+        "bmi2" => bit(l7.ebx, 8),
+        "lzcnt" => bit(ext.ecx, 5),
+        _ => return None,
+    })
+}
