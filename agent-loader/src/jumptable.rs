@@ -67,7 +67,7 @@ pub fn resolve(
 /// not loaded as it is, and stays unresolved.
 ///
 /// With `data_labels`, any other indirect `jmp` too, in a function that
-/// reads no table of relative offsets ([`has_relative_table`]), where the
+/// reads no table of relative offsets (`movslq (%base,%idx,4), %r`), where the
 /// line of code before it does not compute its register: its target is a
 /// pointer (loaded, or given to the function), so it lands on an address
 /// data or code takes or outside the function (a tail call through a
