@@ -158,7 +158,7 @@ pub fn main() -> ExitCode {
         Command::Repair(a) => cmd::repair::repair(a),
         Command::Trace(a) => cmd::trace::trace(a),
         Command::Watchdog { pid, detached } => {
-            return crate::transport::ptrace::watchdog::run(pid, detached);
+            return crate::transport::common::watchdog::run(pid, detached);
         }
     })
 }

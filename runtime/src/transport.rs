@@ -19,6 +19,7 @@
 //! output.
 
 pub mod calls;
+pub mod common;
 pub mod inproc;
 pub mod perf;
 pub mod ptrace;
@@ -185,6 +186,31 @@ pub static TRANSPORTS: &[&TransportInfo] = &[&ptrace::INFO, &perf::INFO, &inproc
 /// The transport named `name`.
 pub fn by_name(name: &str) -> Option<&'static TransportInfo> {
     TRANSPORTS.iter().copied().find(|t| t.name == name)
+}
+
+/// A watchpoint the debug registers cannot hold (its length, alignment or
+/// kind), refused alike by every transport that has watchpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid watchpoint at {addr:#x} length {len}: {reason}")]
+pub struct BadWatchpoint {
+    /// Address.
+    pub addr: u64,
+    /// Length.
+    pub len: u8,
+    /// Why.
+    pub reason: &'static str,
+}
+
+impl BadWatchpoint {
+    /// Checks a watchpoint's address, length and kind against what the
+    /// debug registers can hold ([`crate::arch::check_watchpoint`]).
+    pub fn check(addr: u64, len: u8, kind: crate::arch::WatchKind) -> Result<(), BadWatchpoint> {
+        crate::arch::check_watchpoint(addr, len, kind).map_err(|reason| BadWatchpoint {
+            addr,
+            len,
+            reason,
+        })
+    }
 }
 
 /// What to arm at a run-time address.

@@ -21,9 +21,9 @@ pub struct RepairArgs {
 
 /// Runs `wprobe repair`.
 pub fn repair(a: RepairArgs) -> CmdResult {
-    use crate::transport::ptrace::journal;
+    use crate::transport::common::journal;
     let path = journal::path(a.pid);
-    let inproc = crate::transport::inproc::journal::path(a.pid);
+    let inproc = journal::inproc_path(a.pid);
     let sem = crate::transport::semaphores::path(a.pid);
     if !path.exists() && !inproc.exists() && !sem.exists() {
         return Err(CliError::user(format!(

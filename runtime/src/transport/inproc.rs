@@ -130,7 +130,7 @@ pub struct InProc {
     /// The watchpoints (in the debug registers while the threads are seized).
     watches: traps::Watches,
     /// Restores the traps' bytes if wprobe dies.
-    watchdog: Option<crate::transport::ptrace::watchdog::Watchdog>,
+    watchdog: Option<crate::transport::common::watchdog::Watchdog>,
     /// What a run that finds the ring full does.
     ring_full: crate::transport::RingFull,
     /// Sites before this index are in the agent's table.
@@ -147,7 +147,7 @@ pub struct InProc {
     unmapped: Vec<Armed>,
     /// The dynamic linker's hooks, when libraries mapped later are armed
     /// (`watch_libraries`): its `r_brk` has a trap site.
-    rdebug: Option<crate::transport::ptrace::rdebug::RDebug>,
+    rdebug: Option<crate::transport::common::rdebug::RDebug>,
     /// Library events handled (`WPROBE_DEBUG` says how many).
     library_events: u64,
     /// The threads were taken by [`traps::Traps`] once.

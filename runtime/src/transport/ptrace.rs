@@ -19,18 +19,21 @@ mod error;
 mod events;
 mod hit;
 mod hits;
-pub mod journal;
 mod mem;
 mod quiet;
-pub(crate) mod rdebug;
 mod seam;
 mod sites;
 mod start;
 pub(crate) mod step;
 mod threads;
 mod tick;
-pub mod watchdog;
 mod world;
+
+// re-export for inproc/patch.rs until it imports transport::common
+pub mod journal {
+    //! The patch journal, now `transport::common::journal`.
+    pub use crate::transport::common::journal::Journal;
+}
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -206,10 +209,10 @@ pub struct PtraceTracer {
     summary: RunSummary,
     /// Attach mode: the patch journal, or why it could not be created (then
     /// no breakpoint is armed).
-    journal: Option<Result<journal::Journal, String>>,
+    journal: Option<Result<crate::transport::common::journal::Journal, String>>,
     /// Attach mode: the watchdog that restores the journaled bytes if we
     /// die without detaching, or why there is none.
-    watchdog: Option<Result<watchdog::Watchdog, String>>,
+    watchdog: Option<Result<crate::transport::common::watchdog::Watchdog, String>>,
     /// Exit statuses seen while the process could not be reported yet.
     exited: Vec<(i32, ExitStatus)>,
     /// Keeps the mappings returned by [`PtraceTracer::maps`] alive.

@@ -5,9 +5,9 @@
 //! wprobe's own increments are ever undone: another tracer's stay.
 //!
 //! Each change is journaled in `PID.sem`, next to the transports' patch
-//! journals ([`crate::transport::ptrace::journal`], same safety rules: a
+//! journals ([`crate::transport::common::journal`], same safety rules: a
 //! directory of the user's own, a new file, no symlinks), so that the
-//! ptrace watchdog or `wprobe repair --pid PID` subtracts what a killed
+//! watchdog or `wprobe repair --pid PID` subtracts what a killed
 //! wprobe added. An increment is journaled after it is written, a
 //! decrement before: a wprobe killed in between leaves at worst a counter
 //! one too high (the program computes arguments nobody reads), never one
@@ -26,7 +26,7 @@ use std::sync::Mutex;
 
 /// The semaphore journal of `pid` (wherever a wprobe wrote it).
 pub fn path(pid: i32) -> PathBuf {
-    crate::transport::ptrace::journal::find(&format!("{pid}.sem"))
+    crate::transport::common::journal::find(&format!("{pid}.sem"))
 }
 
 /// An open journal: the file, its path, the net change made so far.
@@ -69,8 +69,8 @@ pub fn adjust(pid: i32, addr: u64, delta: i16) -> Result<u16, String> {
     let (file, _, net) = match open.entry(pid) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(v) => {
-            let path = crate::transport::ptrace::journal::dir().join(format!("{pid}.sem"));
-            let file = crate::transport::ptrace::journal::create_file(
+            let path = crate::transport::common::journal::dir().join(format!("{pid}.sem"));
+            let file = crate::transport::common::journal::create_file(
                 pid,
                 &path,
                 "that raised a USDT semaphore of",
@@ -166,7 +166,7 @@ pub fn has_journal(pid: i32) -> bool {
 /// removed without being applied. Returns how many counters were lowered.
 pub fn repair_with(pid: i32, mem: &File) -> io::Result<usize> {
     let p = path(pid);
-    if crate::transport::ptrace::journal::start_in(&p)
+    if crate::transport::common::journal::start_in(&p)
         .is_some_and(|t| Some(t) != crate::procinfo::start_time(pid))
     {
         let _ = std::fs::remove_file(&p);

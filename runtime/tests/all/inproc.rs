@@ -894,7 +894,7 @@ fn sigint_with_a_trap_site_restores_it_and_lets_the_threads_go() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert_eq!(live(pid, ret, 1), [0xc3], "the ret is back: {err}");
     assert!(!runtime::transport::inproc::journal::path(pid as i32).exists());
-    assert!(!runtime::transport::ptrace::journal::path(pid as i32).exists());
+    assert!(!runtime::transport::common::journal::path(pid as i32).exists());
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(status.contains("\nTracerPid:\t0\n"), "{status}");
     let records = String::from_utf8(o.stdout).unwrap();

@@ -1027,7 +1027,7 @@ fn stopping_wprobe_while_int3_sites_trap_leaves_the_target_running() {
             harmed.push(format!("{i} ({sig}): {:?} {out:?}", o.status));
         }
         let _ = std::fs::remove_file(runtime::transport::inproc::journal::path(pid as i32));
-        let _ = std::fs::remove_file(runtime::transport::ptrace::journal::path(pid as i32));
+        let _ = std::fs::remove_file(runtime::transport::common::journal::path(pid as i32));
     }
     assert!(harmed.is_empty(), "{harmed:#?}");
 }

@@ -49,7 +49,7 @@ fn main() {
     if argv.get(1).map(String::as_str) == Some("__watchdog") {
         let pid = argv.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
         let detached = argv.get(3).map(String::as_str) == Some("--detached");
-        let code = runtime::transport::ptrace::watchdog::run(pid, detached);
+        let code = runtime::transport::common::watchdog::run(pid, detached);
         std::process::exit(i32::from(code != std::process::ExitCode::SUCCESS));
     }
     let args = libtest_mimic::Arguments::from_args();

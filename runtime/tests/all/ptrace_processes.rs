@@ -422,7 +422,7 @@ fn attach_then_stop_restores_everything_t9() {
         "page identical to before the attach"
     );
     assert!(
-        !runtime::transport::ptrace::journal::path(pid).exists(),
+        !runtime::transport::common::journal::path(pid).exists(),
         "journal removed"
     );
     // The tracee keeps running unharmed.

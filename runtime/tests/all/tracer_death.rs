@@ -234,7 +234,7 @@ fn after_sigkill_in_attach_mode_the_watchdog_restores_the_process() {
         "{stderr}"
     );
     assert_eq!(live_bytes(pid, work, 8), original);
-    assert!(!runtime::transport::ptrace::journal::path(pid as i32).exists());
+    assert!(!runtime::transport::common::journal::path(pid as i32).exists());
     assert!(watchdogs_of(pid).is_empty());
     writeln!(to_target, "10000").unwrap();
     drop(to_target);
@@ -281,7 +281,7 @@ fn after_sigkill_of_wprobe_and_its_watchdog_repair_restores_the_process() {
     assert_eq!(live_bytes(pid, work, 1), [0xcc]);
     // Two patches: the probe, and the dynamic linker's r_debug breakpoint
     // (a `ret`) through which wprobe learns of dlopen.
-    let journal = runtime::transport::ptrace::journal::read(pid as i32).unwrap();
+    let journal = runtime::transport::common::journal::read(pid as i32).unwrap();
     assert_eq!(journal.len(), 2, "{journal:?}");
     assert!(
         journal.iter().any(|e| (e.0, e.1) == (work, original[0])),
@@ -364,7 +364,7 @@ fn a_panic_in_attach_mode_leaves_the_process_unpatched_and_running() {
         "the text equals the file"
     );
     assert!(
-        !runtime::transport::ptrace::journal::path(pid as i32).exists(),
+        !runtime::transport::common::journal::path(pid as i32).exists(),
         "a clean detach removes the journal"
     );
     writeln!(to_target, "10000").unwrap();
@@ -385,7 +385,7 @@ fn a_panic_in_attach_mode_leaves_the_process_unpatched_and_running() {
 /// removes it without writing anything, and attaching to the new process
 /// replaces it instead of refusing.
 fn a_journal_of_an_earlier_process_with_the_pid_is_not_applied() {
-    use runtime::transport::ptrace::journal;
+    use runtime::transport::common::journal;
     let mut target = Command::new("sleep").arg("30").spawn().unwrap();
     let pid = target.id() as i32;
     let stale = |pid: i32| {

@@ -21,7 +21,7 @@ impl InProc {
         // events die with wprobe). Started once (the threads are taken
         // again after each library event).
         if self.patcher.has_traps() && self.watchdog.is_none() {
-            match crate::transport::ptrace::watchdog::spawn(self.pid) {
+            match crate::transport::common::watchdog::spawn(self.pid) {
                 Ok(d) => self.watchdog = Some(d),
                 Err(e) => {
                     w.release();

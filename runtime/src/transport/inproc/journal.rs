@@ -3,18 +3,21 @@
 //! original bytes, the bytes written and the inode of the mapping, so that
 //! `wprobe repair --pid N` can restore the bytes after wprobe was killed
 //! (the probes are dormant by then; the bytes are still patched). Kept next
-//! to the ptrace transport's journals, with the same safety rules (a
-//! directory of the user's own, a new file, no symlinks), and removed after
-//! a clean detach. A site that cannot be journaled is not patched.
+//! to the other journals ([`crate::transport::common::journal`]), with the
+//! same safety rules (a directory of the user's own, a new file, no
+//! symlinks), and removed after a clean detach. A site that cannot be
+//! journaled is not patched.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
+use crate::transport::common::journal;
+
 /// Path of the journal of `pid`.
 pub fn path(pid: i32) -> PathBuf {
-    crate::transport::ptrace::journal::find(&format!("{pid}.inproc"))
+    journal::inproc_path(pid)
 }
 
 /// One journaled site.
@@ -56,8 +59,8 @@ impl Journal {
     /// only the user can change); an existing one is an error that says to
     /// run `wprobe repair` first.
     pub fn create(pid: i32) -> io::Result<Journal> {
-        let path = crate::transport::ptrace::journal::dir().join(format!("{pid}.inproc"));
-        let file = crate::transport::ptrace::journal::create_file(pid, &path, "that patched")?;
+        let path = journal::dir().join(format!("{pid}.inproc"));
+        let file = journal::create_file(pid, &path, "that patched")?;
         Ok(Journal { file, path })
     }
 
@@ -86,7 +89,7 @@ impl Journal {
 /// The start time of the process the journal of `pid` was written for
 /// (its `start` line), when it has one.
 pub fn journal_start(pid: i32) -> Option<u64> {
-    crate::transport::ptrace::journal::start_in(&path(pid))
+    journal::start_in(&path(pid))
 }
 
 /// The entries of the journal of `pid` (a regular file of the user's own,

@@ -29,9 +29,9 @@ impl InProc {
         let consistent = match self.rdebug.and_then(|r| r.r_debug) {
             Some(a) => {
                 let mut b = [0u8; 4];
-                let at = a + crate::transport::ptrace::rdebug::R_STATE_OFFSET;
+                let at = a + crate::transport::common::rdebug::R_STATE_OFFSET;
                 crate::sys::mem::vm_read(self.pid, at, &mut b).ok() != Some(4)
-                    || u32::from_le_bytes(b) == crate::transport::ptrace::rdebug::RT_CONSISTENT
+                    || u32::from_le_bytes(b) == crate::transport::common::rdebug::RT_CONSISTENT
             }
             None => true,
         };
@@ -154,7 +154,7 @@ impl InProc {
         self.children = traps::Children::default();
         // Libraries the new program maps later are watched as before.
         self.rdebug = None;
-        if let Some(rd) = crate::transport::ptrace::rdebug::find(&self.maps)
+        if let Some(rd) = crate::transport::common::rdebug::find(&self.maps)
             && let Some(world) = self.world.as_mut()
             && self
                 .patcher

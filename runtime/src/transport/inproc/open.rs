@@ -17,7 +17,7 @@ use crate::transport::{OpenOptions, Target, Transport};
 pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
     // The patch journal's directory, before anything is launched or
     // stopped: a command is never started only to be let go untraced.
-    let dir = crate::transport::ptrace::journal::dir();
+    let dir = crate::transport::common::journal::dir();
     crate::privdir::ensure_dir(&dir)
         .map_err(|problem| format!("journal directory {}: {problem}", dir.display()))?;
     let tsc0 = agent_loader::region::tsc_now();
@@ -53,7 +53,7 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
             if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 return Err(format!("no such process: {pid}"));
             }
-            crate::transport::ptrace::journal::held_by_another_run(pid)?;
+            crate::transport::common::journal::held_by_another_run(pid)?;
             (pid, false, World::stop(pid).map_err(|e| format!("{e:#}"))?)
         }
     };

@@ -12,8 +12,8 @@ use super::{INFO, InProc, traps};
 use crate::addr::RunAddr;
 use crate::procmaps::Mapping;
 use crate::transport::{
-    Action, Armed, Event, ExitStatus, HandlerSet, Insert, NoHit, Report, Transport, TransportHit,
-    TransportInfo,
+    Action, Armed, BadWatchpoint, Event, ExitStatus, HandlerSet, Insert, NoHit, Report, Transport,
+    TransportHit, TransportInfo,
 };
 
 impl Transport for InProc {
@@ -73,10 +73,7 @@ impl Transport for InProc {
                          put a probe at that address instead (the same hit, without a trap)"
                     ));
                 }
-                crate::arch::check_watchpoint(addr, len, kind).map_err(|reason| {
-                    crate::transport::ptrace::ArmError::BadWatchpoint { addr, len, reason }
-                        .to_string()
-                })?;
+                BadWatchpoint::check(addr, len, kind).map_err(|e| e.to_string())?;
                 let Some(slot) = self.watches.slots.iter().position(Option::is_none) else {
                     return Err(format!(
                         "all {} debug registers are in use",
@@ -128,7 +125,7 @@ impl Transport for InProc {
         };
         // A program the process executes may be where they are.
         self.follow_exec = true;
-        let Some(rd) = crate::transport::ptrace::rdebug::find(&self.maps) else {
+        let Some(rd) = crate::transport::common::rdebug::find(&self.maps) else {
             return Err(format!(
                 "process {pid} has no dynamic linker whose library events can be watched (a \
                  static program?)"

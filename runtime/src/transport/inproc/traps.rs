@@ -30,9 +30,9 @@
 //! [`Traps::open_watch_events`].
 //!
 //! If wprobe dies, the kernel detaches every thread with the traps in
-//! place: the ptrace transport's watchdog (started with the traps, fed the
-//! same journal format) restores them within microseconds, and `wprobe
-//! repair --pid` later.
+//! place: the watchdog (`transport::common::watchdog`, started with the
+//! traps, fed the byte journal of ptrace's `int3`s) restores them within
+//! microseconds, and `wprobe repair --pid` later.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -43,8 +43,9 @@ use crate::sys::ptrace::{self as sys, Status};
 use crate::transport::ExitStatus;
 
 /// The byte a trap site gets: `hlt`, which faults in user mode (see the
-/// module's documentation).
-pub const TRAP_INSN: u8 = 0xf4;
+/// module's documentation). Defined with the journal its sites are
+/// recorded in, whose restore puts it back as it does an `int3`.
+pub use crate::transport::common::journal::TRAP_INSN;
 
 /// The signal a trap site's `hlt` raises.
 const TRAP_SIGNAL: i32 = libc::SIGSEGV;
@@ -250,7 +251,7 @@ impl Traps {
                 let what = format!("the watchpoint at {:#x} ({} bytes)", w.addr, w.len);
                 anyhow::anyhow!(
                     "thread {tid}: {}",
-                    crate::transport::perf::error::open_error(what, e)
+                    crate::transport::common::perf_event::open_error(what, e)
                 )
             })?;
             self.events.push(c);

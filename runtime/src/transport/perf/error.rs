@@ -73,28 +73,42 @@ pub enum PerfError {
     },
 }
 
-/// The hint for a refused `perf_event_open`: the sysctl value and the capabilities.
-pub fn permission_hint(paranoid: Option<&str>) -> String {
-    let v = paranoid.map_or("unreadable".to_string(), |s| s.trim().to_string());
-    format!(
-        "kernel.perf_event_paranoid = {v}; uprobes need root (they are defined in tracefs, and \
-         need CAP_PERFMON or CAP_SYS_ADMIN); watchpoints need kernel.perf_event_paranoid <= 2 \
-         for processes of your own user, CAP_PERFMON for others; or use --transport ptrace"
-    )
+pub use crate::transport::common::perf_event::permission_hint;
+use crate::transport::common::perf_event::{self, OpenError};
+
+impl From<OpenError> for PerfError {
+    fn from(e: OpenError) -> PerfError {
+        match e {
+            OpenError::PermissionDenied { what, hint } => {
+                PerfError::PermissionDenied { what, hint }
+            }
+            OpenError::NoDebugRegister(e) => PerfError::NoDebugRegister(e),
+            OpenError::NoSuchProcess { pid } => PerfError::NoSuchProcess { pid },
+            OpenError::Open { what, source } => PerfError::Open { what, source },
+        }
+    }
 }
 
+/// What a failed `perf_event_open` of `what` means
+/// ([`perf_event::open_error`]), as the transport's error.
 pub(crate) fn open_error(what: String, e: std::io::Error) -> PerfError {
-    match e.raw_os_error() {
-        Some(libc::EACCES | libc::EPERM) => PerfError::PermissionDenied {
-            what: format!("perf_event_open of {what}"),
-            hint: permission_hint(
-                std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-                    .ok()
-                    .as_deref(),
-            ),
-        },
-        Some(libc::ENOSPC) => PerfError::NoDebugRegister(e),
-        Some(libc::ESRCH) => PerfError::NoSuchProcess { pid: 0 },
-        _ => PerfError::Open { what, source: e },
+    perf_event::open_error(what, e).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-process transport's watchpoints say a failed
+    /// `perf_event_open` as the perf transport does.
+    #[test]
+    fn an_open_error_says_the_same_as_the_perf_error_it_becomes() {
+        for errno in [libc::EACCES, libc::ENOSPC, libc::ESRCH, libc::EINVAL] {
+            let e = || std::io::Error::from_raw_os_error(errno);
+            assert_eq!(
+                perf_event::open_error("x".into(), e()).to_string(),
+                open_error("x".into(), e()).to_string()
+            );
+        }
     }
 }

@@ -18,8 +18,8 @@ use crate::procmaps::{self, Mapping};
 use crate::transport::ExitStatus;
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::{
-    Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
-    TransportHit, TransportInfo,
+    Action, Armed, BadWatchpoint, Capabilities, Event, Insert, OpenOptions, Report, Target,
+    Transport, TransportHit, TransportInfo,
 };
 
 /// The perf transport in the registry.
@@ -479,10 +479,7 @@ impl Transport for PerfTracer {
         let probe = match what {
             Insert::Breakpoint { opcode } => self.uprobe_at(pid, addr, opcode)?,
             Insert::Watchpoint { len, kind } => {
-                crate::arch::check_watchpoint(addr, len, kind).map_err(|reason| {
-                    crate::transport::ptrace::ArmError::BadWatchpoint { addr, len, reason }
-                        .to_string()
-                })?;
+                BadWatchpoint::check(addr, len, kind).map_err(|e| e.to_string())?;
                 PerfProbe::Watch { addr, len, kind }
             }
             Insert::Return {

@@ -141,15 +141,8 @@ pub enum ArmError {
         limit: u8,
     },
     /// Bad watchpoint length, alignment or kind.
-    #[error("invalid watchpoint at {addr:#x} length {len}: {reason}")]
-    BadWatchpoint {
-        /// Address.
-        addr: u64,
-        /// Length.
-        len: u8,
-        /// Why.
-        reason: &'static str,
-    },
+    #[error(transparent)]
+    BadWatchpoint(#[from] crate::transport::BadWatchpoint),
     /// Attach mode: the patch could not be recorded in the journal that
     /// `wprobe repair` needs if wprobe is killed, so it is not made.
     #[error("not armed: {reason}")]

@@ -15,9 +15,10 @@ use nix::errno::Errno;
 use super::mem::ProcMem;
 use super::threads::{ProcKind, Process, TState, Thread};
 use super::{
-    ExitStatus, PtraceAction, PtraceError, PtraceEvent, PtraceTracer, RunSummary, rdebug, tgid_of,
+    ExitStatus, PtraceAction, PtraceError, PtraceEvent, PtraceTracer, RunSummary, tgid_of,
 };
 use crate::sys::ptrace::{self as sys, Status};
+use crate::transport::common::rdebug;
 
 pub(super) fn is_group_stop_sig(sig: i32) -> bool {
     matches!(

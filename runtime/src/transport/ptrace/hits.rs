@@ -5,10 +5,11 @@
 
 use super::hit::HitKind;
 use super::threads::ProcKind;
-use super::{PtraceAction, PtraceError, PtraceEvent, PtraceTracer, rdebug};
+use super::{PtraceAction, PtraceError, PtraceEvent, PtraceTracer};
 use crate::arch::{self, BREAKPOINT_INSN, Regs};
 use crate::sys::ptrace::{self as sys};
 use crate::sys::regs::zero_regs;
+use crate::transport::common::rdebug;
 
 use super::events::Cb;
 

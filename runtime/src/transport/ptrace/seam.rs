@@ -99,7 +99,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         verify_opcodes: o.verify_opcodes,
     };
     if let Target::Attach(pid) = target {
-        super::journal::held_by_another_run(pid)?;
+        crate::transport::common::journal::held_by_another_run(pid)?;
     }
 
     let mut t = match target {

@@ -239,11 +239,7 @@ impl PtraceTracer {
         len: u8,
         kind: WatchKind,
     ) -> Result<WpId, ArmError> {
-        arch::check_watchpoint(addr, len, kind).map_err(|reason| ArmError::BadWatchpoint {
-            addr,
-            len,
-            reason,
-        })?;
+        crate::transport::BadWatchpoint::check(addr, len, kind)?;
         let p = self.procs.get(&pid).ok_or(ArmError::NotTraced { pid })?;
         let Some(slot) = p.wps.iter().position(Option::is_none) else {
             return Err(ArmError::NoDebugRegister {

@@ -12,8 +12,9 @@ use nix::errno::Errno;
 use super::error::ptrace_hint;
 use super::mem::ProcMem;
 use super::threads::{ProcKind, Process, TState, Thread};
-use super::{PtraceError, PtraceTracer, TraceOptions, journal};
+use super::{PtraceError, PtraceTracer, TraceOptions};
 use crate::sys::ptrace as sys;
+use crate::transport::common::{journal, watchdog};
 
 /// Deadline for attaching to every thread of a process.
 const ATTACH_DEADLINE: Duration = Duration::from_secs(2);
@@ -232,7 +233,7 @@ impl PtraceTracer {
         }
         t.journal = Some(journal::Journal::create(pid).map_err(|e| e.to_string()));
         if matches!(t.journal, Some(Ok(_))) {
-            t.watchdog = Some(super::watchdog::spawn(pid));
+            t.watchdog = Some(watchdog::spawn(pid));
         }
         t.arm_rdebug(pid);
         Ok(t)

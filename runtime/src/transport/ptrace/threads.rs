@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::mem::ProcMem;
-use super::rdebug::RDebug;
 use super::{WatchKind, WpId};
+use crate::transport::common::rdebug::RDebug;
 
 /// Where a traced thread is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,7 +3,11 @@
 //! address, the original byte and the inode of the mapping, so that a later
 //! `repair --pid N` can restore the bytes if the tracer was killed with
 //! SIGKILL. The file is removed after a clean detach. Launched commands need
-//! no journal (PTRACE_O_EXITKILL kills them with the tracer).
+//! no journal (PTRACE_O_EXITKILL kills them with the tracer). The
+//! in-process transport journals its trap sites (a [`TRAP_INSN`] each) in
+//! the same format; its jumps have a format of their own
+//! (`transport/inproc/journal.rs`, at [`inproc_path`]), in the same
+//! directory under the same rules ([`create_file`]).
 //!
 //! The directory ([`dir`]) is one no other user can create first: root's
 //! is `/run/wprobe`, another user's `$XDG_RUNTIME_DIR/wprobe`, or without
@@ -100,6 +104,18 @@ pub fn path(pid: i32) -> PathBuf {
     find(&format!("{pid}.journal"))
 }
 
+/// Path of the in-process transport's journal of the jumps of `pid`
+/// (`PID.inproc`; its format is `transport/inproc/journal.rs`'s), where it
+/// is in any of [`dirs`]; else where it would be written.
+pub fn inproc_path(pid: i32) -> PathBuf {
+    find(&format!("{pid}.inproc"))
+}
+
+/// The byte an in-process trap site gets: `hlt`, which faults in user mode
+/// (see `transport/inproc/traps.rs`). Journaled here like an `int3`, and
+/// put back likewise.
+pub const TRAP_INSN: u8 = 0xf4;
+
 /// Where the journal file `name` is, in any of [`dirs`]; else where it
 /// would be written.
 pub(crate) fn find(name: &str) -> PathBuf {
@@ -129,7 +145,7 @@ pub fn live_holder(path: &Path) -> Option<i32> {
 /// which `wprobe repair` puts back first.
 pub(crate) fn held_by_another_run(pid: i32) -> Result<(), String> {
     let now = crate::procinfo::start_time(pid);
-    for path in [crate::transport::inproc::journal::path(pid), path(pid)] {
+    for path in [inproc_path(pid), path(pid)] {
         // Only a journal of ours (a plant is refused where a journal is
         // created, with its own message).
         let ours = std::fs::symlink_metadata(&path)
@@ -424,10 +440,7 @@ fn restore(
         let mut b = [0u8];
         // An `int3` of the ptrace transport, or the `hlt` of an in-process
         // trap site.
-        let ours = [
-            crate::arch::BREAKPOINT_INSN,
-            crate::transport::inproc::TRAP_INSN,
-        ];
+        let ours = [crate::arch::BREAKPOINT_INSN, TRAP_INSN];
         if mem.read_at(&mut b, addr).is_ok() && ours.contains(&b[0]) {
             mem.write_at(&[orig], addr)?;
             n += 1;

@@ -1,7 +1,9 @@
 //! The attach-mode watchdog: a process of its own that restores the bytes
 //! of the patch journal the moment wprobe ends without detaching (SIGKILL,
 //! OOM kill, a crash), so that a probe hit after that does not kill the
-//! process with SIGTRAP. `wprobe repair --pid` does the same later; the
+//! process with SIGTRAP (or SIGSEGV at an in-process trap site). The
+//! ptrace transport starts it in attach mode, the in-process one with its
+//! trap sites. `wprobe repair --pid` does the same later; the
 //! watchdog does it within microseconds of wprobe's death.
 //!
 //! wprobe starts `wprobe __watchdog PID`, which starts the real watchdog

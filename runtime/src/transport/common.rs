@@ -1,0 +1,20 @@
+//! What more than one transport uses, so that no transport folder imports
+//! from another (each imports only the seam, `transport.rs`, this module
+//! and the crate's modules outside `transport/`):
+//!
+//! * the patch journals' directory, files and the byte journal of
+//!   breakpoints and trap sites, with `wprobe repair`'s restore for it
+//!   ([`journal`]: ptrace's `int3`s in attach mode and the in-process
+//!   transport's trap sites; the in-process jumps' own format is in
+//!   `inproc/journal.rs`, found through [`journal::inproc_path`]);
+//! * the watchdog that restores those bytes when wprobe dies
+//!   ([`watchdog`]: started by ptrace in attach mode and by inproc with its
+//!   trap sites);
+//! * the dynamic linker's hooks for library events (`rdebug`);
+//! * the failures of `perf_event_open` with their hints (`perf_event`:
+//!   perf's events, inproc's watchpoints).
+
+pub mod journal;
+pub(crate) mod perf_event;
+pub(crate) mod rdebug;
+pub mod watchdog;
