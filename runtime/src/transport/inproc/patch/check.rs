@@ -4,14 +4,17 @@
 //! file's; where no jump fits, a near jump to a cave (`near`) or a trap.
 //! Continuation sites not patched yet give their bytes up to it.
 
+use std::path::Path;
+
 use agent_abi::site_kind;
-use agent_loader::nearjump::{self, CAVE_LEN, NEAR_LEN};
+use agent_loader::nearjump::CAVE_LEN;
 use agent_loader::stub::Site;
 use agent_loader::window::{self, Refusal};
 
-use super::near::{MAX_TAIL, cave_in, near_jumps};
+use super::near::{cave_in, near_jumps};
 use super::{Patcher, mapping_of};
 use crate::procmaps::Mapping;
+use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::world::World;
 
 /// What a window is for.
@@ -140,83 +143,13 @@ impl Patcher {
         let planned = match planned {
             Ok(site) => Ok(site),
             Err(why) if !near_jumps() => Err(why),
-            Err(why) => {
-                let near = match shape {
-                    Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
-                    Shape::Ret => {
-                        window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN)
-                    }
-                    Shape::Whole => {
-                        window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN)
-                    }
-                };
-                let pcs = &self.thread_pcs;
-                let (caves, tails, by_window, sites, longest) = (
-                    &self.caves,
-                    &self.tails,
-                    &self.by_window,
-                    &self.sites,
-                    self.longest,
-                );
-                let found = near
-                    .map_err(|r| {
-                        // The rules' words, for the 2 bytes of a near jump.
-                        r.to_string()
-                            .replace("5-byte window", "2-byte window")
-                            .replace(
-                                "the 5 bytes the jump replaces",
-                                "the bytes a near jump replaces",
-                            )
-                            .replace("a jump needs 5", "a near jump needs 2")
-                    })
-                    .and_then(|site| {
-                        let (lo, hi) = (site.addr, site.addr + site.len as u64);
-                        if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi) {
-                            return Err("a thread is stopped inside its 2-byte window".to_string());
-                        }
-                        if let Some(c) = cave_in(caves, lo, hi) {
-                            return Err(format!("its window meets the cave at {c:#x}"));
-                        }
-                        let blocks = module.padding_blocks_near(lo.wrapping_sub(bias), bias);
-                        let taken = |a: u64, b: u64| {
-                            if (a < hi && lo < b)
-                                || cave_in(caves, a, b).is_some()
-                                || tails
-                                    .range(a.saturating_sub(MAX_TAIL)..b)
-                                    .any(|(&t, &e)| t < b && a < e)
-                                || by_window.range((a.saturating_sub(longest), 0)..(b, 0)).any(
-                                    |&(_, i)| {
-                                        let o = &sites[i].site;
-                                        o.addr < b && a < o.addr + o.len as u64
-                                    },
-                                )
-                                || pcs.iter().any(|(_, pc)| (a..b).contains(pc))
-                            {
-                                return true;
-                            }
-                            // The bytes in memory are the file's (its padding:
-                            // `padding_block` decoded the block whole).
-                            let file = module.bytes_at(a.wrapping_sub(bias), (b - a) as usize);
-                            let mut now = vec![0u8; (b - a) as usize];
-                            !(world.peek(a, &mut now) == now.len() && file == Some(&now[..]))
-                        };
-                        let c = nearjump::find_cave(lo, &blocks, taken).ok_or_else(|| {
-                            format!(
-                                "no free padding between functions within 127 bytes ({} blocks \
-                             near)",
-                                blocks.len()
-                            )
-                        })?;
-                        Ok((site, c))
-                    });
-                match found {
-                    Ok((site, c)) => {
-                        cave = Some((c, why));
-                        Ok(site)
-                    }
-                    Err(near) => Err(format!("{why}; nor a near jump: {near}")),
+            Err(why) => match self.near_window(world, module, func, after, addr, bias, shape) {
+                Ok((site, c)) => {
+                    cave = Some((c, why));
+                    Ok(site)
                 }
-            }
+                Err(near) => Err(format!("{why}; nor a near jump: {near}")),
+            },
         };
         let (site, trap) = match planned {
             Ok(site) => (site, None),
@@ -249,34 +182,30 @@ impl Patcher {
             }
             None => None,
         };
-        let wlink = site.addr.wrapping_sub(bias);
-        let orig = module
-            .bytes_at(wlink, site.len)
-            .filter(|b| b.len() == site.len)
-            .ok_or_else(|| format!("{:#x}: window outside the file's code", site.addr))?
-            .to_vec();
-        let mut now = vec![0u8; site.len];
-        if world.peek(site.addr, &mut now) != site.len || now != orig {
-            // A jump or a trap where the file has neither: most likely a
-            // wprobe's, killed before it could put the bytes back.
-            let ours =
-                matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];
-            return Err(format!(
-                "the code at {:#x} in memory differs from {} (changed by the process or another \
-                 tool{})",
-                site.addr,
-                path.display(),
-                if ours {
-                    format!(
-                        "; a jump or a breakpoint there may be a killed wprobe's: `wprobe repair \
-                         --pid {}` puts the file's bytes back",
-                        world.pid()
-                    )
-                } else {
-                    String::new()
-                }
-            ));
+        let orig = file_bytes(world, module, &site, bias, &path)?;
+        self.take_window(&site, fend)?;
+        let orig = if trap.is_some() {
+            orig[..1].to_vec()
+        } else {
+            orig
+        };
+        if let Some((c, _, _)) = &cave {
+            self.caves.insert(*c);
         }
+        Ok(Checked {
+            site,
+            orig,
+            inode: m.inode,
+            trap,
+            cave,
+        })
+    }
+
+    /// Takes the window of `site` (in a function ending at `fend`): the
+    /// continuation sites not patched yet that it meets give their bytes
+    /// up; refused if it meets another site's window or a cave; the padding
+    /// it takes after its function is no cave's.
+    fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), String> {
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
         let meeting: Vec<usize> = self
             .by_window
@@ -320,20 +249,45 @@ impl Patcher {
         if hi > fend {
             self.tails.insert(lo.max(fend), hi);
         }
-        let orig = if trap.is_some() {
-            orig[..1].to_vec()
-        } else {
-            orig
-        };
-        if let Some((c, _, _)) = &cave {
-            self.caves.insert(*c);
-        }
-        Ok(Checked {
-            site,
-            orig,
-            inode: m.inode,
-            trap,
-            cave,
-        })
+        Ok(())
     }
+}
+
+/// The bytes of `site`'s window in the file of `module` (load bias
+/// `bias`, at `path`), checked to be those in memory.
+fn file_bytes(
+    world: &World,
+    module: &ModuleCode,
+    site: &Site,
+    bias: u64,
+    path: &Path,
+) -> Result<Vec<u8>, String> {
+    let wlink = site.addr.wrapping_sub(bias);
+    let orig = module
+        .bytes_at(wlink, site.len)
+        .filter(|b| b.len() == site.len)
+        .ok_or_else(|| format!("{:#x}: window outside the file's code", site.addr))?
+        .to_vec();
+    let mut now = vec![0u8; site.len];
+    if world.peek(site.addr, &mut now) != site.len || now != orig {
+        // A jump or a trap where the file has neither: most likely a
+        // wprobe's, killed before it could put the bytes back.
+        let ours = matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];
+        return Err(format!(
+            "the code at {:#x} in memory differs from {} (changed by the process or another \
+             tool{})",
+            site.addr,
+            path.display(),
+            if ours {
+                format!(
+                    "; a jump or a breakpoint there may be a killed wprobe's: `wprobe repair \
+                     --pid {}` puts the file's bytes back",
+                    world.pid()
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(orig)
 }

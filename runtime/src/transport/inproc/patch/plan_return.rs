@@ -4,6 +4,8 @@
 //! an earlier function took that one window of this function needs,
 //! taken back.
 
+use std::path::Path;
+
 use agent_abi::site_kind;
 use agent_loader::stub::Site;
 
@@ -12,6 +14,7 @@ use super::outside::OUTSIDE_DEPTH;
 use super::{Patcher, mapping_of};
 use crate::procmaps::Mapping;
 use crate::transport::inproc::world::World;
+use crate::transport::retsites::ReturnSites;
 
 impl Patcher {
     /// Plans the return probe `tag` on the function entered at `addr`: its
@@ -80,74 +83,16 @@ impl Patcher {
             }
         }
         let entry = entry.transpose()?;
-        let mut rets = Vec::with_capacity(found.rets.len());
         let own_rets = !found.rets.is_empty();
-        for off in std::mem::take(&mut found.rets) {
-            if off < m.offset || off - m.offset >= m.end - m.start {
-                return Err(format!(
-                    "a `ret` of {} (file offset {off:#x}) is outside the mapping of its entry",
-                    found.function
-                ));
-            }
-            let at = m.start + (off - m.offset);
-            match self.by_probe_addr.get(&at) {
-                Some(&i) if self.sites[i].kind == site_kind::RET => {}
-                Some(_) => {
-                    return Err(format!(
-                        "the `ret` at {at:#x} of {} has a probe of its own, where its return \
-                         site would go",
-                        found.function
-                    ));
-                }
-                None => rets.push(self.check(world, maps, at, None, Shape::Ret)?),
-            }
-        }
-        // The `ret`s of the functions of other modules it tail-calls
-        // (`jmp malloc@plt`): its calls that go there return through them.
-        // Taken only where every one of a function's `ret`s takes a jump (a
-        // trap would cost every call of that function in the process a
-        // ptrace stop); otherwise those calls stay unseen, shown unwound.
-        let mut outside_rets: Vec<Checked> = Vec::new();
-        let mut outside_found = false;
-        // A function found whose `ret`s were not all taken.
-        let mut outside_refused = false;
-        let mut planned: std::collections::HashSet<u64> = std::collections::HashSet::new();
-        for (name, slot) in found.outside.iter().zip(slots) {
-            let by_name = self.outside_rets(world, maps, name);
-            let Some(addrs) = by_name.or_else(|| {
-                let mut w = [0u8; 8];
-                let slot = slot?;
-                (world.peek(slot, &mut w) == 8).then_some(())?;
-                self.rets_at(world, maps, u64::from_le_bytes(w), OUTSIDE_DEPTH)
-            }) else {
-                continue;
-            };
-            let mut checked = Vec::new();
-            let mut ok = true;
-            for at in addrs {
-                match self.by_probe_addr.get(&at) {
-                    Some(&i) if self.sites[i].kind == site_kind::RET => {}
-                    Some(_) => ok = false,
-                    None if planned.contains(&at) => {}
-                    None => match self.check(world, maps, at, None, Shape::Ret) {
-                        Ok(c) if c.trap.is_none() => checked.push(c),
-                        _ => ok = false,
-                    },
-                }
-                if !ok {
-                    break;
-                }
-            }
-            outside_refused |= !ok;
-            if ok {
-                outside_found = true;
-                for c in checked {
-                    if planned.insert(c.site.probe) {
-                        outside_rets.push(c);
-                    }
-                }
-            }
-        }
+        let mut rets = self.own_ret_windows(
+            world,
+            maps,
+            m,
+            std::mem::take(&mut found.rets),
+            &found.function,
+        )?;
+        let (outside_rets, outside_found, outside_refused) =
+            self.outside_ret_windows(world, maps, &found.outside, slots);
         if !own_rets && !outside_found {
             if outside_refused {
                 return Err(format!(
@@ -165,8 +110,6 @@ impl Patcher {
                 "inproc",
             ));
         }
-        let overlap =
-            |a: &Site, b: &Site| a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64;
         // An entry too close to a `ret` for two windows: one window for
         // both, if the code between is straight.
         let mut entry = entry.map(|e| (e, false));
@@ -186,19 +129,7 @@ impl Patcher {
             *e = w;
             *whole = true;
         }
-        let windows: Vec<&Site> = entry
-            .iter()
-            .map(|(c, _)| &c.site)
-            .chain(rets.iter().map(|c| &c.site))
-            .collect();
-        for (k, a) in windows.iter().enumerate() {
-            if let Some(b) = windows[k + 1..].iter().find(|b| overlap(a, b)) {
-                return Err(format!(
-                    "the windows at {:#x} and {:#x} of {} overlap",
-                    a.addr, b.addr, found.function
-                ));
-            }
-        }
+        disjoint(entry.as_ref().map(|(c, _)| c), &rets, &found.function)?;
         for r in rets.into_iter().chain(outside_rets) {
             self.add(world, r, site_kind::RET)?;
         }
@@ -214,26 +145,7 @@ impl Patcher {
         if !s.ret_tags.contains(&tag) {
             s.ret_tags.push(tag);
         }
-        // A tail call through a pointer (`agent_loader::tailcall`) may go
-        // into code with no return site: the instructions its direct calls
-        // return to take the calls it misses.
-        let tails = match self.modules.get(&path) {
-            Some(Ok(module)) => found.indirect.iter().any(|j| module.tail_jumps.contains(j)),
-            _ => false,
-        };
-        if tails {
-            let entry_link = addr.wrapping_sub(bias);
-            self.plan_continuations(
-                world,
-                maps,
-                &path,
-                bias,
-                entry_link,
-                &found.function,
-                true,
-                false,
-            );
-        }
+        self.continue_tail_calls(world, maps, &path, bias, addr, &found);
         Ok(i)
     }
 
@@ -280,4 +192,154 @@ impl Patcher {
         }
         true
     }
+
+    /// The windows of the `ret`s of `function` (file offsets `found_rets`,
+    /// in the mapping `m` of its entry), checked; those that have a return
+    /// site already left out.
+    fn own_ret_windows(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        m: &Mapping,
+        found_rets: Vec<u64>,
+        function: &str,
+    ) -> Result<Vec<Checked>, String> {
+        let mut rets = Vec::with_capacity(found_rets.len());
+        for off in found_rets {
+            if off < m.offset || off - m.offset >= m.end - m.start {
+                return Err(format!(
+                    "a `ret` of {function} (file offset {off:#x}) is outside the mapping of its \
+                     entry"
+                ));
+            }
+            let at = m.start + (off - m.offset);
+            match self.by_probe_addr.get(&at) {
+                Some(&i) if self.sites[i].kind == site_kind::RET => {}
+                Some(_) => {
+                    return Err(format!(
+                        "the `ret` at {at:#x} of {function} has a probe of its own, where its \
+                         return site would go"
+                    ));
+                }
+                None => rets.push(self.check(world, maps, at, None, Shape::Ret)?),
+            }
+        }
+        Ok(rets)
+    }
+
+    /// The windows of the `ret`s of the functions of other modules a
+    /// function tail-calls (`outside`, by name; `slots`, their GOT slots'
+    /// run-time addresses), checked. The `ret`s of the functions of other
+    /// modules it tail-calls (`jmp malloc@plt`): its calls that go there
+    /// return through them. Taken only where every one of a function's
+    /// `ret`s takes a jump (a trap would cost every call of that function
+    /// in the process a ptrace stop); otherwise those calls stay unseen,
+    /// shown unwound. Returns them, whether some function's were taken,
+    /// and whether some function's were not all taken.
+    fn outside_ret_windows(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        outside: &[String],
+        slots: Vec<Option<u64>>,
+    ) -> (Vec<Checked>, bool, bool) {
+        let mut outside_rets: Vec<Checked> = Vec::new();
+        let mut outside_found = false;
+        // A function found whose `ret`s were not all taken.
+        let mut outside_refused = false;
+        let mut planned: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        for (name, slot) in outside.iter().zip(slots) {
+            let by_name = self.outside_rets(world, maps, name);
+            let Some(addrs) = by_name.or_else(|| {
+                let mut w = [0u8; 8];
+                let slot = slot?;
+                (world.peek(slot, &mut w) == 8).then_some(())?;
+                self.rets_at(world, maps, u64::from_le_bytes(w), OUTSIDE_DEPTH)
+            }) else {
+                continue;
+            };
+            let mut checked = Vec::new();
+            let mut ok = true;
+            for at in addrs {
+                match self.by_probe_addr.get(&at) {
+                    Some(&i) if self.sites[i].kind == site_kind::RET => {}
+                    Some(_) => ok = false,
+                    None if planned.contains(&at) => {}
+                    None => match self.check(world, maps, at, None, Shape::Ret) {
+                        Ok(c) if c.trap.is_none() => checked.push(c),
+                        _ => ok = false,
+                    },
+                }
+                if !ok {
+                    break;
+                }
+            }
+            outside_refused |= !ok;
+            if ok {
+                outside_found = true;
+                for c in checked {
+                    if planned.insert(c.site.probe) {
+                        outside_rets.push(c);
+                    }
+                }
+            }
+        }
+        (outside_rets, outside_found, outside_refused)
+    }
+
+    /// The continuation sites of the function entered at `addr` (`found`,
+    /// its return sites; module `path`, load bias `bias`) when it makes a
+    /// tail call through a pointer. A tail call through a pointer
+    /// (`agent_loader::tailcall`) may go into code with no return site: the
+    /// instructions its direct calls return to take the calls it misses.
+    fn continue_tail_calls(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        path: &Path,
+        bias: u64,
+        addr: u64,
+        found: &ReturnSites,
+    ) {
+        let tails = match self.modules.get(path) {
+            Some(Ok(module)) => found.indirect.iter().any(|j| module.tail_jumps.contains(j)),
+            _ => false,
+        };
+        if tails {
+            let entry_link = addr.wrapping_sub(bias);
+            self.plan_continuations(
+                world,
+                maps,
+                path,
+                bias,
+                entry_link,
+                &found.function,
+                true,
+                false,
+            );
+        }
+    }
+}
+
+/// Whether the windows of `a` and `b` meet.
+fn overlap(a: &Site, b: &Site) -> bool {
+    a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64
+}
+
+/// Refused if two windows of `function` (its entry's, its `ret`s') overlap.
+fn disjoint(entry: Option<&Checked>, rets: &[Checked], function: &str) -> Result<(), String> {
+    let windows: Vec<&Site> = entry
+        .iter()
+        .map(|c| &c.site)
+        .chain(rets.iter().map(|c| &c.site))
+        .collect();
+    for (k, a) in windows.iter().enumerate() {
+        if let Some(b) = windows[k + 1..].iter().find(|b| overlap(a, b)) {
+            return Err(format!(
+                "the windows at {:#x} and {:#x} of {function} overlap",
+                a.addr, b.addr
+            ));
+        }
+    }
+    Ok(())
 }

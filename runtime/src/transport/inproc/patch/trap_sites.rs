@@ -1,6 +1,6 @@
 //! The sites that trap instead of jumping: their traps' and stubs'
-//! addresses for `traps`, and their trap instructions written, journaled first in
-//! the ptrace transport's journal.
+//! addresses for `traps`, and their trap instructions written, journaled
+//! first in the ptrace transport's journal.
 
 use std::collections::HashMap;
 
