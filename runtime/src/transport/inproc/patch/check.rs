@@ -1,0 +1,293 @@
+//! A window checked against the eligibility rules, the module's file and
+//! the stopped process before any site is added: no thread inside it, no
+//! overlap with another site's window or a cave, the bytes in memory the
+//! file's; where no jump fits, a near jump to a cave (`near`) or a trap.
+//! Continuation sites not patched yet give their bytes up to it.
+
+use std::path::Path;
+
+use agent_abi::site_kind;
+use agent_loader::nearjump::CAVE_LEN;
+use agent_loader::stub::Site;
+use agent_loader::window::{self, Refusal};
+
+use super::near::{cave_in, near_jumps};
+use super::{Patcher, mapping_of};
+use crate::procmaps::Mapping;
+use crate::transport::inproc::code::ModuleCode;
+use crate::transport::inproc::world::World;
+
+/// What a window is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// A probe's address (`window::plan`).
+    Probe,
+    /// A `ret` (`window::plan_ret`).
+    Ret,
+    /// A whole short function, entry through first `ret` (`window::plan_whole`).
+    Whole,
+}
+
+/// A window checked against the process, not yet given a stub.
+pub(super) struct Checked {
+    pub(super) site: Site,
+    pub(super) orig: Vec<u8>,
+    pub(super) inode: u64,
+    /// A trap site: its function, and why no jump.
+    pub(super) trap: Option<(String, String)>,
+    /// A near site: its cave's address and the bytes there, and why no
+    /// 5-byte jump.
+    pub(super) cave: Option<(u64, Vec<u8>, String)>,
+}
+
+impl Patcher {
+    /// Takes site `i` (not patched) out: never patched now, no window, no
+    /// bytes (its stub stays, unused).
+    pub(super) fn retire(&mut self, i: usize) {
+        let s = &mut self.sites[i];
+        if self.by_probe_addr.get(&s.site.probe) == Some(&i) {
+            self.by_probe_addr.remove(&s.site.probe);
+        }
+        self.by_window.remove(&(s.site.addr, i));
+        if let Some(c) = s.cave.take() {
+            self.caves.remove(&c.addr);
+        }
+        s.patch.clear();
+        s.orig.clear();
+        s.site.len = 0;
+    }
+
+    /// Checks a window at `addr` (a `ret` when `ret`) against the rules,
+    /// the file and the process, without changing anything but this: the
+    /// continuation sites not yet patched that the window meets give their
+    /// bytes up ([`Patcher::retire`]).
+    pub(super) fn check(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        addr: u64,
+        opcode: Option<u8>,
+        shape: Shape,
+    ) -> Result<Checked, String> {
+        let m = mapping_of(maps, addr)
+            .filter(|m| m.exec)
+            .ok_or_else(|| format!("invalid address: {addr:#x} is not in an executable mapping"))?;
+        if !m.is_file() {
+            return Err(format!(
+                "{addr:#x} is in an anonymous mapping ({}): only code of module files can be patched",
+                if m.path.is_empty() {
+                    "no file"
+                } else {
+                    &m.path
+                }
+            ));
+        }
+        let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
+        self.module(&path);
+        let module = self.modules[&path]
+            .as_ref()
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let file_off = addr - m.start + m.offset;
+        let link = module
+            .vaddr_of_offset(file_off)
+            .ok_or_else(|| format!("{addr:#x} is not in a loaded segment of {}", path.display()))?;
+        let bias = addr.wrapping_sub(link);
+        if let Some(op) = opcode {
+            let mut b = [0u8];
+            if world.peek(addr, &mut b) != 1 {
+                return Err(format!("cannot read {addr:#x}"));
+            }
+            if b[0] != op {
+                return Err(format!(
+                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
+                    b[0]
+                ));
+            }
+        }
+        let func = module
+            .function(link, bias)
+            .ok_or_else(|| Refusal::NoFunction.to_string())?;
+        let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
+        let fend = func.start + func.code.len() as u64;
+        let planned = match shape {
+            Shape::Probe => window::plan(addr, func, &module.targets),
+            Shape::Ret => window::plan_ret(addr, func, after, &module.targets),
+            Shape::Whole => window::plan_whole(addr, func, after, &module.targets),
+        }
+        .map_err(|r| r.to_string())
+        .and_then(|site| {
+            // No jump under a stopped thread.
+            match self
+                .thread_pcs
+                .iter()
+                .find(|(_, pc)| *pc > site.addr && *pc < site.addr + site.len as u64)
+            {
+                Some((tid, pc)) => Err(format!(
+                    "thread {tid} is stopped at {pc:#x}, inside the {} bytes the jump replaces",
+                    site.len
+                )),
+                // Nor over a near jump's cave (a `ret`'s window completed
+                // by padding).
+                None => match cave_in(&self.caves, site.addr, site.addr + site.len as u64) {
+                    Some(c) => Err(format!(
+                        "the {} bytes the jump replaces at {:#x} meet the cave of a near jump \
+                         at {c:#x}",
+                        site.len, site.addr
+                    )),
+                    None => Ok(site),
+                },
+            }
+        });
+        // Where no 5-byte jump fits, a 2-byte one to a cave in padding.
+        let mut cave = None;
+        let planned = match planned {
+            Ok(site) => Ok(site),
+            Err(why) if !near_jumps() => Err(why),
+            Err(why) => match self.near_window(world, module, func, after, addr, bias, shape) {
+                Ok((site, c)) => {
+                    cave = Some((c, why));
+                    Ok(site)
+                }
+                Err(near) => Err(format!("{why}; nor a near jump: {near}")),
+            },
+        };
+        let (site, trap) = match planned {
+            Ok(site) => (site, None),
+            Err(why) if shape != Shape::Whole => {
+                let code = module.bytes_at(link, 16).unwrap_or(&[]);
+                let site = window::plan_trap(addr, code, shape == Shape::Ret)
+                    .map_err(|r| format!("{why}; and no trap either: {r}"))?;
+                let fstart = func.start.wrapping_sub(bias);
+                let name = module
+                    .elf()
+                    .function_starting_at(fstart)
+                    .map_or_else(|| format!("{fstart:#x}"), |s| s.name.clone());
+                let why = format!("in {name}: no jump can go there ({why})");
+                (site, Some((name, why)))
+            }
+            Err(why) => return Err(why),
+        };
+        let cave = match cave {
+            Some((c, why)) => {
+                let bytes = module
+                    .bytes_at(c.wrapping_sub(bias), CAVE_LEN)
+                    .ok_or_else(|| format!("{c:#x}: cave outside the file's code"))?
+                    .to_vec();
+                let fstart = func.start.wrapping_sub(bias);
+                let name = module
+                    .elf()
+                    .function_starting_at(fstart)
+                    .map_or_else(|| format!("{fstart:#x}"), |s| s.name.clone());
+                Some((c, bytes, format!("in {name}: {why}")))
+            }
+            None => None,
+        };
+        let orig = file_bytes(world, module, &site, bias, &path)?;
+        self.take_window(&site, fend)?;
+        let orig = if trap.is_some() {
+            orig[..1].to_vec()
+        } else {
+            orig
+        };
+        if let Some((c, _, _)) = &cave {
+            self.caves.insert(*c);
+        }
+        Ok(Checked {
+            site,
+            orig,
+            inode: m.inode,
+            trap,
+            cave,
+        })
+    }
+
+    /// Takes the window of `site` (in a function ending at `fend`): the
+    /// continuation sites not patched yet that it meets give their bytes
+    /// up; refused if it meets another site's window or a cave; the padding
+    /// it takes after its function is no cave's.
+    fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), String> {
+        let (lo, hi) = (site.addr, site.addr + site.len as u64);
+        let meeting: Vec<usize> = self
+            .by_window
+            .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
+            .map(|&(_, i)| i)
+            .filter(|&i| {
+                let o = &self.sites[i];
+                o.site.addr < hi && lo < o.site.addr + o.site.len as u64
+            })
+            .collect();
+        // Continuation sites not patched yet give their bytes up.
+        if !meeting.is_empty()
+            && meeting.iter().all(|&i| {
+                let o = &self.sites[i];
+                o.kind == site_kind::CONT && !o.patched
+            })
+        {
+            for i in meeting {
+                self.retire(i);
+            }
+        }
+        if let Some(o) = self
+            .by_window
+            .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
+            .map(|&(_, i)| &self.sites[i])
+            .find(|o| o.site.addr < hi && lo < o.site.addr + o.site.len as u64)
+        {
+            return Err(format!(
+                "the {} bytes the jump replaces at {lo:#x} overlap those of the probe at {:#x}",
+                site.len, o.site.probe
+            ));
+        }
+        // Nor the cave of another site.
+        if let Some(c) = cave_in(&self.caves, lo, hi) {
+            return Err(format!(
+                "the {} bytes the jump replaces at {lo:#x} overlap the near jump's cave at {c:#x}",
+                site.len
+            ));
+        }
+        // The padding a window takes is no cave's.
+        if hi > fend {
+            self.tails.insert(lo.max(fend), hi);
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of `site`'s window in the file of `module` (load bias
+/// `bias`, at `path`), checked to be those in memory.
+fn file_bytes(
+    world: &World,
+    module: &ModuleCode,
+    site: &Site,
+    bias: u64,
+    path: &Path,
+) -> Result<Vec<u8>, String> {
+    let wlink = site.addr.wrapping_sub(bias);
+    let orig = module
+        .bytes_at(wlink, site.len)
+        .filter(|b| b.len() == site.len)
+        .ok_or_else(|| format!("{:#x}: window outside the file's code", site.addr))?
+        .to_vec();
+    let mut now = vec![0u8; site.len];
+    if world.peek(site.addr, &mut now) != site.len || now != orig {
+        // A jump or a trap where the file has neither: most likely a
+        // wprobe's, killed before it could put the bytes back.
+        let ours = matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];
+        return Err(format!(
+            "the code at {:#x} in memory differs from {} (changed by the process or another \
+             tool{})",
+            site.addr,
+            path.display(),
+            if ours {
+                format!(
+                    "; a jump or a breakpoint there may be a killed wprobe's: `wprobe repair \
+                     --pid {}` puts the file's bytes back",
+                    world.pid()
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(orig)
+}

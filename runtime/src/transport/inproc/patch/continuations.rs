@@ -1,0 +1,139 @@
+//! Continuation sites: a site after each direct `call` of a function (or
+//! of its PLT entry or GOT slot, in its own module and in the others that
+//! import it), where its calls are seen returning when no return site
+//! can see them.
+
+use std::path::{Path, PathBuf};
+
+use agent_abi::site_kind;
+
+use super::Patcher;
+use super::check::Shape;
+use crate::procmaps::Mapping;
+use crate::transport::inproc::world::World;
+
+/// Most continuation sites planned for one function's calls.
+const MAX_CONTINUATIONS: usize = 1024;
+
+impl Patcher {
+    /// Plans a continuation site ([`site_kind::CONT`]) at the instruction
+    /// after each direct `call` of the function entered at `entry` (link-
+    /// time; module `path`, load bias `bias`), or of its PLT entry or GOT
+    /// slot in its own module or in the other modules that import it, at
+    /// most [`MAX_CONTINUATIONS`]: where a jump fits and no other site is
+    /// (a trap only with `traps`: every return there would stop). A later
+    /// window that needs those bytes takes them back (`check`).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the planner's state, the stopped process and the entry's facts"
+    )]
+    pub(super) fn plan_continuations(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        path: &Path,
+        bias: u64,
+        entry: u64,
+        name: &str,
+        elsewhere: bool,
+        traps: bool,
+    ) -> usize {
+        let Some(Ok(module)) = self.modules.get(path) else {
+            return 0;
+        };
+        let elf = module.elf();
+        let mut targets = vec![entry];
+        // Its PLT entry and its GOT slot (`call *slot(%rip)`).
+        if elsewhere {
+            targets.extend(
+                elf.imports
+                    .iter()
+                    .filter(|(_, n)| n == name)
+                    .map(|&(a, _)| a),
+            );
+        }
+        let mut conts: Vec<u64> = targets
+            .iter()
+            .flat_map(|&t| module.returns_of_calls_to(t).iter().copied())
+            .collect();
+        // Not a function's first instruction (after a call that does not
+        // return), nor a `ret`: sites of their own may need them.
+        conts.retain(|&c| {
+            elf.function_starting_at(c).is_none()
+                && elf.unnamed_function_at(c).is_none()
+                && !matches!(elf.first_byte(c), Some(0xC3 | 0xC2) | None)
+        });
+        conts.sort_unstable();
+        conts.dedup();
+        let mut sites: Vec<u64> = conts.iter().map(|&c| c.wrapping_add(bias)).collect();
+        // The calls of the other modules that import it: through their PLT
+        // entry, or `call *slot(%rip)` through their GOT slot (`-fno-plt`).
+        if elsewhere {
+            sites.extend(self.continuations_elsewhere(maps, path, name));
+        }
+        sites.truncate(MAX_CONTINUATIONS);
+        let mut covered = 0;
+        for at in sites {
+            if let Some(&i) = self.by_probe_addr.get(&at) {
+                covered += usize::from(self.sites[i].kind == site_kind::CONT);
+                continue;
+            }
+            if let Ok(c) = self.check(world, maps, at, None, Shape::Probe)
+                && (traps || c.trap.is_none())
+                && self.add(world, c, site_kind::CONT).is_ok()
+            {
+                covered += 1;
+            }
+        }
+        covered
+    }
+
+    /// The run-time addresses after the calls of `name` in the modules the
+    /// process maps other than `own` that import it, by their PLT entry or
+    /// their GOT slot (a module's imports read once; its code swept only
+    /// when it imports a name a traced function needs).
+    fn continuations_elsewhere(&mut self, maps: &[Mapping], own: &Path, name: &str) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for m in maps.iter().filter(|m| m.exec && m.is_file()) {
+            let p = crate::procmaps::canonical(Path::new(&m.path));
+            if p == own || seen.contains(&p) {
+                continue;
+            }
+            seen.push(p.clone());
+            let imports = self.imports.entry(p.clone()).or_insert_with(|| {
+                wprobe_elf::info::ElfInfo::open(&p)
+                    .map(|e| e.imports.iter().map(|(_, n)| n.clone()).collect())
+                    .unwrap_or_default()
+            });
+            if !imports.contains(name) {
+                continue;
+            }
+            let Ok(module) = self.module(&p).as_ref() else {
+                continue;
+            };
+            let Some(bias) = module
+                .vaddr_of_offset(m.offset)
+                .map(|link| m.start.wrapping_sub(link))
+            else {
+                continue;
+            };
+            let elf = module.elf();
+            let mut conts: Vec<u64> = elf
+                .imports
+                .iter()
+                .filter(|(_, n)| n == name)
+                .flat_map(|&(a, _)| module.returns_of_calls_to(a).iter().copied())
+                .filter(|&c| {
+                    elf.function_starting_at(c).is_none()
+                        && elf.unnamed_function_at(c).is_none()
+                        && !matches!(elf.first_byte(c), Some(0xC3 | 0xC2) | None)
+                })
+                .collect();
+            conts.sort_unstable();
+            conts.dedup();
+            out.extend(conts.into_iter().map(|c| c.wrapping_add(bias)));
+        }
+        out
+    }
+}

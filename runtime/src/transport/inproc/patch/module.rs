@@ -1,0 +1,86 @@
+//! The module files' code (functions, branch targets), read once at its
+//! first need, or received from a thread of its own that reads ahead the
+//! other files the process maps executable (the return probes of one
+//! module ask for the others').
+
+use std::path::{Path, PathBuf};
+
+use super::Patcher;
+use crate::procmaps::Mapping;
+use crate::transport::inproc::code::ModuleCode;
+
+/// Module files read on a thread of their own: those not received yet,
+/// and the channel each read comes back by.
+pub(super) type AheadReads = (
+    std::collections::HashSet<PathBuf>,
+    std::sync::mpsc::Receiver<(PathBuf, Result<ModuleCode, String>)>,
+);
+
+impl Patcher {
+    /// The code of module file `p`, read at its first need, or received
+    /// from the thread that reads it ahead.
+    pub(super) fn module(&mut self, p: &Path) -> &Result<ModuleCode, String> {
+        if !self.modules.contains_key(p) {
+            if let Some((waiting, rx)) = &mut self.ahead
+                && waiting.contains(p)
+            {
+                while let Ok((q, m)) = rx.recv() {
+                    waiting.remove(&q);
+                    let done = q == p;
+                    self.modules.insert(q, m);
+                    if done {
+                        break;
+                    }
+                }
+                // The thread ended without it (it cannot: a read's panic).
+                waiting.remove(p);
+            }
+            if !self.modules.contains_key(p) {
+                self.modules.insert(p.to_path_buf(), ModuleCode::read(p));
+            }
+        }
+        &self.modules[p]
+    }
+
+    /// Starts reading, on a thread of its own, the code of the files the
+    /// process maps executable that no one read yet (once per process):
+    /// the return probes of one module ask for the others' too (the
+    /// functions its functions tail-call, the calls of its PLT entries),
+    /// and the process is stopped meanwhile, its CPU free.
+    pub(super) fn read_ahead(&mut self, maps: &[Mapping]) {
+        if self.ahead.is_some() {
+            return;
+        }
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for (p, _) in Self::exec_files(maps) {
+            if !self.modules.contains_key(&p) && !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = paths.iter().cloned().collect();
+        let spawned = std::thread::Builder::new()
+            .name("wprobe-read".into())
+            .spawn(move || {
+                for p in paths {
+                    let m = ModuleCode::read(&p);
+                    if tx.send((p, m)).is_err() {
+                        break;
+                    }
+                }
+            });
+        self.ahead = Some(match spawned {
+            Ok(_) => (waiting, rx),
+            // No thread: read at each first need, as without it.
+            Err(_) => (Default::default(), rx),
+        });
+    }
+
+    /// The executable mappings of files, with their canonical paths.
+    pub(super) fn exec_files(maps: &[Mapping]) -> Vec<(PathBuf, &Mapping)> {
+        maps.iter()
+            .filter(|m| m.exec && m.is_file())
+            .map(|m| (crate::procmaps::canonical(Path::new(&m.path)), m))
+            .collect()
+    }
+}

@@ -1,0 +1,115 @@
+//! Near jumps: where no 5-byte jump fits, a 2-byte `jmp rel8` to a cave,
+//! a `jmp rel32` to the stub written in padding within rel8 reach
+//! (`agent_loader::nearjump`); whether they are on, and the caves taken.
+
+use agent_loader::nearjump::{self, CAVE_LEN, NEAR_LEN};
+use agent_loader::stub::Site;
+use agent_loader::window::{self, Function};
+
+use super::Patcher;
+use super::check::Shape;
+use crate::transport::inproc::code::ModuleCode;
+use crate::transport::inproc::world::World;
+
+/// Whether sites where no 5-byte jump fits may take a near jump to a cave
+/// (`WPROBE_NO_NEAR_JUMPS=1`: a trap instead, as before near jumps; for
+/// comparisons and for the tests of trap sites).
+pub(super) fn near_jumps() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("WPROBE_NO_NEAR_JUMPS").is_none_or(|v| v.is_empty()))
+}
+
+/// Longest run of padding a window takes after its function's end.
+const MAX_TAIL: u64 = 64;
+
+/// A cave of `caves` (5 bytes each, by address) meeting `lo..hi`.
+pub(super) fn cave_in(caves: &std::collections::BTreeSet<u64>, lo: u64, hi: u64) -> Option<u64> {
+    caves
+        .range(lo.saturating_sub(CAVE_LEN as u64 - 1)..hi)
+        .next()
+        .copied()
+}
+
+impl Patcher {
+    /// The 2-byte window of `shape` at `addr` (in `func` of `module`, load
+    /// bias `bias`, `after` the padding after it) for a near jump, and a
+    /// free cave within its reach: (window, cave address).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the planner's state, the stopped process and the window's facts"
+    )]
+    pub(super) fn near_window(
+        &self,
+        world: &World,
+        module: &ModuleCode,
+        func: Function<'_>,
+        after: &[u8],
+        addr: u64,
+        bias: u64,
+        shape: Shape,
+    ) -> Result<(Site, u64), String> {
+        let near = match shape {
+            Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
+            Shape::Ret => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
+            Shape::Whole => window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN),
+        };
+        let pcs = &self.thread_pcs;
+        let (caves, tails, by_window, sites, longest) = (
+            &self.caves,
+            &self.tails,
+            &self.by_window,
+            &self.sites,
+            self.longest,
+        );
+        near.map_err(|r| {
+            // The rules' words, for the 2 bytes of a near jump.
+            r.to_string()
+                .replace("5-byte window", "2-byte window")
+                .replace(
+                    "the 5 bytes the jump replaces",
+                    "the bytes a near jump replaces",
+                )
+                .replace("a jump needs 5", "a near jump needs 2")
+        })
+        .and_then(|site| {
+            let (lo, hi) = (site.addr, site.addr + site.len as u64);
+            if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi) {
+                return Err("a thread is stopped inside its 2-byte window".to_string());
+            }
+            if let Some(c) = cave_in(caves, lo, hi) {
+                return Err(format!("its window meets the cave at {c:#x}"));
+            }
+            let blocks = module.padding_blocks_near(lo.wrapping_sub(bias), bias);
+            let taken = |a: u64, b: u64| {
+                if (a < hi && lo < b)
+                    || cave_in(caves, a, b).is_some()
+                    || tails
+                        .range(a.saturating_sub(MAX_TAIL)..b)
+                        .any(|(&t, &e)| t < b && a < e)
+                    || by_window
+                        .range((a.saturating_sub(longest), 0)..(b, 0))
+                        .any(|&(_, i)| {
+                            let o = &sites[i].site;
+                            o.addr < b && a < o.addr + o.len as u64
+                        })
+                    || pcs.iter().any(|(_, pc)| (a..b).contains(pc))
+                {
+                    return true;
+                }
+                // The bytes in memory are the file's (its padding:
+                // `padding_block` decoded the block whole).
+                let file = module.bytes_at(a.wrapping_sub(bias), (b - a) as usize);
+                let mut now = vec![0u8; (b - a) as usize];
+                !(world.peek(a, &mut now) == now.len() && file == Some(&now[..]))
+            };
+            let c = nearjump::find_cave(lo, &blocks, taken).ok_or_else(|| {
+                format!(
+                    "no free padding between functions within 127 bytes ({} blocks \
+                     near)",
+                    blocks.len()
+                )
+            })?;
+            Ok((site, c))
+        })
+    }
+}

@@ -1,0 +1,345 @@
+//! Return probes: the function's entry site and a return site at each of
+//! its `ret`s and at those of the functions of other modules it
+//! tail-calls, every window checked before any is added; the return sites
+//! an earlier function took that one window of this function needs,
+//! taken back.
+
+use std::path::Path;
+
+use agent_abi::site_kind;
+use agent_loader::stub::Site;
+
+use super::check::{Checked, Shape};
+use super::outside::OUTSIDE_DEPTH;
+use super::{Patcher, mapping_of};
+use crate::procmaps::Mapping;
+use crate::transport::inproc::world::World;
+use crate::transport::retsites::ReturnSites;
+
+impl Patcher {
+    /// Plans the return probe `tag` on the function entered at `addr`: its
+    /// entry site, and a return site at each `ret` through which its calls
+    /// return (`crate::transport::retsites`). Every window is checked
+    /// before any is added: a function with one `ret` that cannot be
+    /// patched is refused whole. Returns the entry's site index.
+    pub(in crate::transport::inproc) fn plan_return(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        tag: usize,
+        addr: u64,
+        opcode: Option<u8>,
+    ) -> Result<usize, String> {
+        self.read_ahead(maps);
+        let mut entry = match self.by_probe_addr.get(&addr) {
+            Some(_) => None,
+            None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
+        };
+        let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
+        let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
+        let module = self
+            .modules
+            .get(&path)
+            .and_then(|r| r.as_ref().ok())
+            .ok_or_else(|| format!("reading {}", path.display()))?;
+        let file_off = addr - m.start + m.offset;
+        if let Some(link) = module.vaddr_of_offset(file_off)
+            && module.elf().is_plt_entry(link)
+        {
+            let bias = addr.wrapping_sub(link);
+            return self.plan_plt_return(world, maps, tag, addr, opcode, &path, link, bias);
+        }
+        // The entry's refusal first, as when it is checked alone.
+        let mut found =
+            match crate::transport::retsites::return_sites(module.elf(), file_off, "inproc") {
+                Ok(f) => f,
+                Err(e) => return Err(entry.and_then(Result::err).unwrap_or(e)),
+            };
+        // Where the module's GOT sends each function it tail-calls: the
+        // implementation an IFUNC resolver chose, which no symbol names
+        // (filled at load: the process stopped at its entry point, or
+        // running; a slot bound lazily still points at the module's own
+        // PLT, where no function starts).
+        let bias = module
+            .vaddr_of_offset(file_off)
+            .map_or(0, |link| addr.wrapping_sub(link));
+        let slots: Vec<Option<u64>> = found
+            .outside
+            .iter()
+            .map(|name| module.elf().got_slot(name).map(|s| s.wrapping_add(bias)))
+            .collect();
+        // A function whose `ret` an earlier function took as a return
+        // site (it tail-calls this one) and whose entry's window meets
+        // that `ret`'s: the two windows become this function's one.
+        if matches!(entry, Some(Err(_))) {
+            let own: Vec<u64> = found
+                .rets
+                .iter()
+                .filter(|&&off| off >= m.offset && off - m.offset < m.end - m.start)
+                .map(|&off| m.start + (off - m.offset))
+                .collect();
+            if self.absorb_rets(world, maps, addr, opcode, &own) {
+                entry = Some(self.check(world, maps, addr, opcode, Shape::Probe));
+            }
+        }
+        let entry = entry.transpose()?;
+        let own_rets = !found.rets.is_empty();
+        let mut rets = self.own_ret_windows(
+            world,
+            maps,
+            m,
+            std::mem::take(&mut found.rets),
+            &found.function,
+        )?;
+        let (outside_rets, outside_found, outside_refused) =
+            self.outside_ret_windows(world, maps, &found.outside, slots);
+        if !own_rets && !outside_found {
+            if outside_refused {
+                return Err(format!(
+                    "{} in {} has no `ret` instruction of its own, and one of the `ret`s of \
+                     the function of another module it tail-calls takes no jump (a trap \
+                     there would stop every call of that function in the process): \
+                     --transport inproc cannot observe its returns; use --transport ptrace",
+                    found.function,
+                    path.display()
+                ));
+            }
+            return Err(crate::transport::retsites::no_ret(
+                &found.function,
+                &path,
+                "inproc",
+            ));
+        }
+        // An entry too close to a `ret` for two windows: one window for
+        // both, if the code between is straight.
+        let mut entry = entry.map(|e| (e, false));
+        if let Some((e, whole)) = &mut entry
+            && rets.iter().any(|r| overlap(&r.site, &e.site))
+        {
+            let w = self
+                .check(world, maps, addr, opcode, Shape::Whole)
+                .map_err(|why| {
+                    format!(
+                        "{} is too short for a jump at its entry and one at its `ret`, and \
+                         cannot take one window for both: {why}",
+                        found.function
+                    )
+                })?;
+            rets.retain(|r| r.site.probe != w.site.ret.map_or(0, |i| i.ip()));
+            *e = w;
+            *whole = true;
+        }
+        disjoint(entry.as_ref().map(|(c, _)| c), &rets, &found.function)?;
+        for r in rets.into_iter().chain(outside_rets) {
+            self.add(world, r, site_kind::RET)?;
+        }
+        let i = match entry {
+            Some((e, false)) => self.add(world, e, site_kind::PROBE)?,
+            Some((e, true)) => self.add_whole(world, e)?,
+            None => self.by_probe_addr[&addr],
+        };
+        let s = &mut self.sites[i];
+        if s.kind != site_kind::PROBE {
+            return Err(format!("{addr:#x} is a return site of another function"));
+        }
+        if !s.ret_tags.contains(&tag) {
+            s.ret_tags.push(tag);
+        }
+        self.continue_tail_calls(world, maps, &path, bias, addr, &found);
+        Ok(i)
+    }
+
+    /// Takes back the return sites planned (not yet patched) at `rets`,
+    /// the `ret`s of the function entered at `addr`, when without them one
+    /// window could cover that function's entry and `ret` (what
+    /// `plan_return` then plans): they were planned for the calls of
+    /// functions that tail-call this one, which return through the return
+    /// site planned in their place. Whether it took any.
+    fn absorb_rets(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        addr: u64,
+        opcode: Option<u8>,
+        rets: &[u64],
+    ) -> bool {
+        let taken: Vec<usize> = rets
+            .iter()
+            .filter_map(|at| self.by_probe_addr.get(at).copied())
+            .filter(|&i| {
+                let s = &self.sites[i];
+                s.kind == site_kind::RET && !s.patched && s.site.len > 0 && s.trap.is_none()
+            })
+            .collect();
+        if taken.is_empty() {
+            return false;
+        }
+        for &i in &taken {
+            let s = &self.sites[i];
+            self.by_probe_addr.remove(&s.site.probe);
+            self.by_window.remove(&(s.site.addr, i));
+        }
+        if self.check(world, maps, addr, opcode, Shape::Whole).is_err() {
+            for &i in &taken {
+                let s = &self.sites[i];
+                self.by_probe_addr.insert(s.site.probe, i);
+                self.by_window.insert((s.site.addr, i));
+            }
+            return false;
+        }
+        for &i in &taken {
+            self.retire(i);
+        }
+        true
+    }
+
+    /// The windows of the `ret`s of `function` (file offsets `found_rets`,
+    /// in the mapping `m` of its entry), checked; those that have a return
+    /// site already left out.
+    fn own_ret_windows(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        m: &Mapping,
+        found_rets: Vec<u64>,
+        function: &str,
+    ) -> Result<Vec<Checked>, String> {
+        let mut rets = Vec::with_capacity(found_rets.len());
+        for off in found_rets {
+            if off < m.offset || off - m.offset >= m.end - m.start {
+                return Err(format!(
+                    "a `ret` of {function} (file offset {off:#x}) is outside the mapping of its \
+                     entry"
+                ));
+            }
+            let at = m.start + (off - m.offset);
+            match self.by_probe_addr.get(&at) {
+                Some(&i) if self.sites[i].kind == site_kind::RET => {}
+                Some(_) => {
+                    return Err(format!(
+                        "the `ret` at {at:#x} of {function} has a probe of its own, where its \
+                         return site would go"
+                    ));
+                }
+                None => rets.push(self.check(world, maps, at, None, Shape::Ret)?),
+            }
+        }
+        Ok(rets)
+    }
+
+    /// The windows of the `ret`s of the functions of other modules a
+    /// function tail-calls (`outside`, by name; `slots`, their GOT slots'
+    /// run-time addresses), checked. The `ret`s of the functions of other
+    /// modules it tail-calls (`jmp malloc@plt`): its calls that go there
+    /// return through them. Taken only where every one of a function's
+    /// `ret`s takes a jump (a trap would cost every call of that function
+    /// in the process a ptrace stop); otherwise those calls stay unseen,
+    /// shown unwound. Returns them, whether some function's were taken,
+    /// and whether some function's were not all taken.
+    fn outside_ret_windows(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        outside: &[String],
+        slots: Vec<Option<u64>>,
+    ) -> (Vec<Checked>, bool, bool) {
+        let mut outside_rets: Vec<Checked> = Vec::new();
+        let mut outside_found = false;
+        // A function found whose `ret`s were not all taken.
+        let mut outside_refused = false;
+        let mut planned: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        for (name, slot) in outside.iter().zip(slots) {
+            let by_name = self.outside_rets(world, maps, name);
+            let Some(addrs) = by_name.or_else(|| {
+                let mut w = [0u8; 8];
+                let slot = slot?;
+                (world.peek(slot, &mut w) == 8).then_some(())?;
+                self.rets_at(world, maps, u64::from_le_bytes(w), OUTSIDE_DEPTH)
+            }) else {
+                continue;
+            };
+            let mut checked = Vec::new();
+            let mut ok = true;
+            for at in addrs {
+                match self.by_probe_addr.get(&at) {
+                    Some(&i) if self.sites[i].kind == site_kind::RET => {}
+                    Some(_) => ok = false,
+                    None if planned.contains(&at) => {}
+                    None => match self.check(world, maps, at, None, Shape::Ret) {
+                        Ok(c) if c.trap.is_none() => checked.push(c),
+                        _ => ok = false,
+                    },
+                }
+                if !ok {
+                    break;
+                }
+            }
+            outside_refused |= !ok;
+            if ok {
+                outside_found = true;
+                for c in checked {
+                    if planned.insert(c.site.probe) {
+                        outside_rets.push(c);
+                    }
+                }
+            }
+        }
+        (outside_rets, outside_found, outside_refused)
+    }
+
+    /// The continuation sites of the function entered at `addr` (`found`,
+    /// its return sites; module `path`, load bias `bias`) when it makes a
+    /// tail call through a pointer. A tail call through a pointer
+    /// (`agent_loader::tailcall`) may go into code with no return site: the
+    /// instructions its direct calls return to take the calls it misses.
+    fn continue_tail_calls(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        path: &Path,
+        bias: u64,
+        addr: u64,
+        found: &ReturnSites,
+    ) {
+        let tails = match self.modules.get(path) {
+            Some(Ok(module)) => found.indirect.iter().any(|j| module.tail_jumps.contains(j)),
+            _ => false,
+        };
+        if tails {
+            let entry_link = addr.wrapping_sub(bias);
+            self.plan_continuations(
+                world,
+                maps,
+                path,
+                bias,
+                entry_link,
+                &found.function,
+                true,
+                false,
+            );
+        }
+    }
+}
+
+/// Whether the windows of `a` and `b` meet.
+fn overlap(a: &Site, b: &Site) -> bool {
+    a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64
+}
+
+/// Refused if two windows of `function` (its entry's, its `ret`s') overlap.
+fn disjoint(entry: Option<&Checked>, rets: &[Checked], function: &str) -> Result<(), String> {
+    let windows: Vec<&Site> = entry
+        .iter()
+        .map(|c| &c.site)
+        .chain(rets.iter().map(|c| &c.site))
+        .collect();
+    for (k, a) in windows.iter().enumerate() {
+        if let Some(b) = windows[k + 1..].iter().find(|b| overlap(a, b)) {
+            return Err(format!(
+                "the windows at {:#x} and {:#x} of {function} overlap",
+                a.addr, b.addr
+            ));
+        }
+    }
+    Ok(())
+}
