@@ -29,12 +29,6 @@ mod threads;
 mod tick;
 mod world;
 
-// re-export for inproc/patch.rs until it imports transport::common
-pub mod journal {
-    //! The patch journal, now `transport::common::journal`.
-    pub use crate::transport::common::journal::Journal;
-}
-
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;

@@ -128,7 +128,7 @@ pub(super) struct Patcher {
     /// transport): (the function, the site and why).
     pub(super) notes: Vec<(String, String)>,
     /// The journal of the trap sites (the ptrace transport's format).
-    trap_journal: Option<crate::transport::ptrace::journal::Journal>,
+    trap_journal: Option<crate::transport::common::journal::Journal>,
     /// Sites before this index are in the journal (sites are journaled
     /// as they are added, a library mapped later appending its own).
     journaled: usize,

@@ -37,7 +37,7 @@ impl Patcher {
         let j = match &mut self.trap_journal {
             Some(j) => j,
             None => self.trap_journal.insert(
-                crate::transport::ptrace::journal::Journal::create(pid)
+                crate::transport::common::journal::Journal::create(pid)
                     .map_err(|e| format!("writing the trap journal: {e}"))?,
             ),
         };
