@@ -1,4 +1,4 @@
-//! Fuzz target (RELIABILITY.md S10): every `hostabi` decoder (record
+//! Fuzz target: every `hostabi` decoder (record
 //! header, log data with item descriptors, stack-trace area, manifest) on
 //! arbitrary bytes, through `rpn2wasm::fuzzing::decode_records`.
 

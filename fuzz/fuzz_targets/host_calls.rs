@@ -1,7 +1,7 @@
 //! Random import, random arguments, random guest memory: every host import
 //! of the runtime is called through a real wasmtime store around a model
-//! hit. No input may panic the host or leave the store unusable
-//! (RELIABILITY.md S5/S6). The oracle lives in
+//! hit. No input may panic the host or leave the store unusable. The
+//! oracle lives in
 //! `runtime/tests/all/support/host_calls.rs`, where `cargo test` also runs it
 //! (sandbox.rs, a seeded run of 40,000 calls).
 

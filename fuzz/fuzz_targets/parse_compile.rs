@@ -1,4 +1,4 @@
-//! Fuzz target (RELIABILITY.md C7): the front end and code generator on
+//! Fuzz target: the front end and code generator on
 //! arbitrary bytes, through `rpn2wasm::fuzzing::parse_and_compile_with`;
 //! every module compiled must validate. The example directory is an `-I`
 //! directory, so inputs grown from the examples can include `common.inc`.

@@ -1,4 +1,4 @@
-//! Fuzzing oracles (RELIABILITY.md C7, C8, S10), as library code: the
+//! Fuzzing oracles, as library code: the
 //! `fuzz/` targets and the seeded smoke tests run under `cargo test` are thin
 //! callers of these functions (the wasmtime `crates/fuzzing` split).
 //!

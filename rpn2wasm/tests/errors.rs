@@ -1,6 +1,6 @@
-//! Front-end error positions and codes (RELIABILITY.md C5, kprobe
-//! `kprobe_syntax_errors.tc` style), the example programs, and a seeded
-//! no-panic smoke test (C7).
+//! Front-end error positions and codes (in the style of the kernel's
+//! `kprobe_syntax_errors.tc`), the example programs, and a seeded
+//! no-panic smoke test.
 //!
 //! Marker convention for the table: a line whose first non-blank character
 //! is `^` is not part of the source; it says that the previous source line

@@ -1,6 +1,5 @@
 //! Seeded smoke runs of the fuzzing oracles (`rpn2wasm::fuzzing`) inside
-//! `cargo test` (RELIABILITY.md C7, S10: 1,000 iterations each on every
-//! PR). The inputs come from a fixed-seed PRNG: random bytes, token soups
+//! `cargo test` (1,000 iterations each on every run). The inputs come from a fixed-seed PRNG: random bytes, token soups
 //! of the RPN vocabulary, and mutated example programs for the front end;
 //! random bytes and mutated well-formed records and manifests for the
 //! decoders. Every module compiled is validated with wasmparser.

@@ -1,11 +1,12 @@
 //! The wprobe runtime: loads handler modules (compiled RPN, WAT, any
 //! wasm32 language), runs them under wasmtime with fuel and memory limits
 //! when probes fire in traced processes, and decodes and prints what they
-//! log. This is the only crate of the project with `unsafe` code, and it is
-//! confined to the system-call layer ([`sys`]) and the deserialization of
-//! trusted compiled modules ([`cache`]); both are exceptions to the crate's
-//! `deny(unsafe_code)`, and every `unsafe` block carries a `SAFETY:`
-//! comment (`clippy::undocumented_unsafe_blocks`).
+//! log. Its `unsafe` code is confined to the system-call layer ([`sys`])
+//! and the deserialization of trusted compiled modules ([`cache`]); both
+//! are exceptions to the crate's `deny(unsafe_code)`, and every `unsafe`
+//! block carries a `SAFETY:` comment (`clippy::undocumented_unsafe_blocks`).
+//! The other crates with `unsafe` code (the in-process agent, `agent/`,
+//! and its loader, `agent-loader`) are linted the same way.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

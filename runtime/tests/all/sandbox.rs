@@ -1,4 +1,4 @@
-//! The sandbox, proven on real targets (RELIABILITY.md P1, S1–S6): runaway
+//! The sandbox, proven on real targets: runaway
 //! handlers are stopped by fuel at every hit, trapping handlers are counted,
 //! memory growth past the limit is refused, deep recursion is stopped — and
 //! each time the traced program runs to its normal end with its normal

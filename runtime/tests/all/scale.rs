@@ -1,4 +1,4 @@
-//! T16 (RELIABILITY.md §6.3): scale. A generated C program with N = 10,000
+//! Scale. A generated C program with N = 10,000
 //! distinct `noinline` functions `f0 … f9999`, each called once by `main`;
 //! a generated WAT handler module whose manifest lists one probe per
 //! function (`location offset fN`, `opcode 0x55`). Every probe shares the

@@ -1,4 +1,4 @@
-//! The host-import robustness oracle (RELIABILITY.md S5/S6), shared by the
+//! The host-import robustness oracle, shared by the
 //! seeded smoke run in `runtime/tests/sandbox.rs` and the cargo-fuzz target
 //! `fuzz/fuzz_targets/host_calls.rs`.
 //!
