@@ -296,6 +296,7 @@ impl Session {
     pub(super) fn run_intervals(&mut self) {
         let now = std::time::Instant::now();
         let mut due = Vec::new();
+        let mut latest = now;
         for s in &mut self.bt.specials {
             if let (Trigger::Interval { period_ns }, Some(next)) = (s.trigger, s.next)
                 && next <= now + std::time::Duration::from_micros(500)
@@ -306,8 +307,15 @@ impl Session {
                     n += p;
                 }
                 s.next = Some(n);
+                latest = latest.max(next);
                 due.push((s.prog, s.index));
             }
+        }
+        // Due within the wake-up's slack, but never run early: a probe's
+        // `nsecs` is at least a whole period after BEGIN's.
+        let early = latest.saturating_duration_since(std::time::Instant::now());
+        if !due.is_empty() && !early.is_zero() {
+            std::thread::sleep(early);
         }
         for (prog, index) in due {
             if !self.bt.exited {
