@@ -19,10 +19,30 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 8;
+pub const AGENT_ABI_VERSION: u32 = 9;
 
 /// First 8 bytes of the control region ("WPRBAGT3", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
+
+/// The fork-guard page (`MADV_WIPEONFORK`: a fork child finds it zeroed),
+/// as words of 8 bytes. The agent runs handlers only while word
+/// [`fork_guard::MAGIC_WORD`] holds [`fork_guard::MAGIC`]: a fork child's
+/// inherited agent stays dormant until the tracer, following the child
+/// (`-f`), writes the child's pid and the magic into its copy of the page.
+/// The child's agent then shares the parent's control region (its ring,
+/// counters, maps, global variables and store lock) with a store of its own.
+pub mod fork_guard {
+    /// What word [`MAGIC_WORD`] holds while the agent may run.
+    pub const MAGIC: u64 = u64::from_le_bytes(*b"WPRBFORK");
+    /// The word holding [`MAGIC`].
+    pub const MAGIC_WORD: usize = 0;
+    /// The word holding the process's id (what runs and memory reads name).
+    pub const PID_WORD: usize = 1;
+    /// The word that is 1 when the process registered for `membarrier`'s
+    /// global expedited barriers: only then may one of its threads own the
+    /// store's bias ([`crate::bias`]), whose revocation relies on them.
+    pub const REGISTERED_WORD: usize = 2;
+}
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.
 pub mod sym {
@@ -517,6 +537,11 @@ pub struct RunHeader {
     pub cpu: u32,
     /// Handler outcome code, or a [`run_outcome`] code.
     pub outcome: i32,
+    /// Process id of the hit thread (a fork child's agent writes into its
+    /// parent's ring: see [`fork_guard`]).
+    pub pid: u32,
+    /// Zero.
+    pub _pad: u32,
     /// Wall-clock time of the hit, ns since the epoch.
     pub time_ns: u64,
     /// The probe's address (a return probe's: its function's entry).
@@ -986,7 +1011,7 @@ mod tests {
 
     #[test]
     fn shared_layouts() {
-        assert_eq!(size_of::<RunHeader>(), 40);
+        assert_eq!(size_of::<RunHeader>(), 48);
         assert_eq!(size_of::<RecordHeader>(), 16);
         assert_eq!(record_size(0, 0), 16);
         assert_eq!(record_size(1, 0), 24);

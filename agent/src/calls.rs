@@ -61,6 +61,8 @@ impl CallFrame for Tracked {
 pub struct Shadow {
     /// The thread they belong to.
     tid: u32,
+    /// Its process (the shadow is copied into a fork child).
+    pid: u32,
     len: u32,
     /// Room in `calls` (tracked calls).
     cap: u32,
@@ -233,6 +235,7 @@ fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut St
     let head = RunHeader {
         probe: call.probe,
         tid,
+        pid: crate::init::pid(),
         outcome: run_outcome::UNWOUND,
         time_ns: call.entry_ns,
         ..Default::default()
@@ -266,12 +269,36 @@ fn cut(c: &ControlHeader, sh: &mut Shadow, from: usize, cause: u64, lock: &mut S
 fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'static mut Shadow> {
     let sh = shadow(h.slot)?;
     if sh.tid != h.tid {
-        cut(c, sh, 0, left::THREAD_EXIT, lock);
+        let pid = crate::init::pid();
+        if sh.pid == pid {
+            cut(c, sh, 0, left::THREAD_EXIT, lock);
+        } else if h.tid == pid {
+            // The first thread of a fork child the tracer follows, with
+            // the calls of the thread that forked: they are its own too
+            // (it returns from them), live once more.
+            adopt(c, sh);
+        } else {
+            // Another thread of the parent, copied at the fork: its calls
+            // go on there, not here.
+            sh.len = 0;
+        }
+        sh.pid = pid;
         sh.tid = h.tid;
         sh.stack = (0, 0);
         sh.lookups = 0;
     }
     Some(sh)
+}
+
+/// Counts the calls of `sh`, copied into a fork child, as live calls of
+/// their probes (each copy returns, or is reported, on its own).
+#[cold]
+fn adopt(c: &ControlHeader, sh: &Shadow) {
+    for call in sh.calls() {
+        if let Some(slot) = crate::ctrl::probe(c, call.probe) {
+            slot.live_lost.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The thread's stack mapping containing `rsp` (`[lo, hi)`), looked up in
@@ -408,6 +435,7 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
             let head = RunHeader {
                 probe: p,
                 tid: h.tid,
+                pid: crate::init::pid(),
                 cpu: crate::host::current_cpu() as u32,
                 time_ns: t,
                 ip: h.site.addr,
@@ -468,6 +496,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
             let head = RunHeader {
                 probe: call.probe,
                 tid: h.tid,
+                pid: crate::init::pid(),
                 cpu: crate::host::current_cpu() as u32,
                 time_ns: t,
                 ip: call.func,

@@ -6,7 +6,8 @@
 use agent_abi::{ControlHeader, LOCK_WAIT_MAX_NS, SavedRegs, Skip, site_kind, state};
 use core::sync::atomic::Ordering;
 
-use crate::init::{FORK_GUARD, FORK_MAGIC};
+use crate::init::FORK_GUARD;
+use agent_abi::fork_guard;
 use crate::run::run_probe;
 use crate::sites::{Site, site};
 use crate::{calls, ctrl, lock, ring, sys, thread};
@@ -17,7 +18,7 @@ const MXCSR_DEFAULT: u32 = 0x1F80;
 fn in_forked_child() -> bool {
     let g = FORK_GUARD.load(Ordering::Relaxed);
     // SAFETY: the fork-guard page is mapped for the life of the process.
-    !g.is_null() && unsafe { g.read_volatile() } != FORK_MAGIC
+    !g.is_null() && unsafe { g.add(fork_guard::MAGIC_WORD).read_volatile() } != fork_guard::MAGIC
 }
 
 /// A thread checks the tracer's heartbeat at one hit in this many (and at
@@ -113,7 +114,8 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     let Some(c) = ctrl::get() else {
         return Skip::Dormant as i64;
     };
-    // In a forked child the region is the parent's: count nothing there.
+    // In a fork child the tracer does not follow, the region is the
+    // parent's: count nothing there.
     if in_forked_child() {
         return Skip::Dormant as i64;
     }

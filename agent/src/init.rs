@@ -3,23 +3,59 @@
 //! the linker and the one store built.
 
 use agent_abi::{
-    AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader, PROBE_SLOT_SIZE,
+    AGENT_ABI_VERSION, fork_guard, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader, PROBE_SLOT_SIZE,
     state,
 };
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use wasmtime::{Config, Engine, Linker, Store, StoreLimitsBuilder};
 
 use crate::control::{CONTROL_BUSY, CONTROL_STACK};
 use crate::host::{self, AgentHost, AgentServices, FrameEnv, RunSink};
-use crate::{AGENT, Agent, PID, ctrl, err, lock, sys, thread, vdso};
+use crate::{AGENT, Agent, ctrl, err, lock, sys, thread, vdso};
 
-/// Written into the fork-guard page at init; a forked child sees a wiped
-/// page (`MADV_WIPEONFORK`) and stays dormant.
-pub(crate) const FORK_MAGIC: u64 = u64::from_le_bytes(*b"WPRBFORK");
-/// The fork-guard page (null: none), checked at every hit.
+/// The fork-guard page (null: none), checked at every hit: see
+/// [`agent_abi::fork_guard`]. A forked child sees it wiped
+/// (`MADV_WIPEONFORK`) and stays dormant, unless the tracer follows it.
 pub(crate) static FORK_GUARD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+/// The process's id where there is no fork-guard page.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// Word `i` of the fork-guard page, if there is one.
+#[inline(always)]
+fn guard_word(i: usize) -> Option<u64> {
+    let g = FORK_GUARD.load(Ordering::Relaxed);
+    // SAFETY: the fork-guard page is mapped for the life of the process
+    // and `i` is one of `agent_abi::fork_guard`'s words, inside it.
+    (!g.is_null()).then(|| unsafe { g.add(i).read_volatile() })
+}
+
+/// The id of the process the agent runs in: the fork guard's word (a fork
+/// child the tracer follows has its own written there), else the one asked
+/// of the kernel at init.
+#[inline(always)]
+pub(crate) fn pid() -> u32 {
+    match guard_word(fork_guard::PID_WORD) {
+        Some(p) => p as u32,
+        None => PID.load(Ordering::Relaxed),
+    }
+}
+
+/// Whether this process registered for `membarrier`'s global expedited
+/// barriers (a fork child has not: it never owns the store's bias).
+pub(crate) fn registered() -> bool {
+    guard_word(fork_guard::REGISTERED_WORD).is_none_or(|w| w == 1)
+}
+
+/// Notes that this process registered (see [`registered`]).
+pub(crate) fn note_registered() {
+    let g = FORK_GUARD.load(Ordering::Relaxed);
+    if !g.is_null() {
+        // SAFETY: as in `guard_word`; the page is writable.
+        unsafe { g.add(fork_guard::REGISTERED_WORD).write_volatile(1) };
+    }
+}
 
 #[repr(C)]
 struct InitArgs {
@@ -58,6 +94,13 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
         return err(AgentError::NoMemory, format_args!("no control stack")) as i32;
     };
     CONTROL_STACK.store(top as u64, Ordering::Relaxed);
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    if !guard.is_null() {
+        // SAFETY: the tracer's fork-guard page, writable; its magic is
+        // written only once the agent is ready.
+        unsafe { guard.add(fork_guard::PID_WORD).write_volatile(sys::getpid().into()) };
+        FORK_GUARD.store(guard, Ordering::Release);
+    }
     let mut a = InitArgs { ctrl: c, len };
     // SAFETY: a fresh agent stack; `init_inner` takes `InitArgs`.
     let r = unsafe {
@@ -66,8 +109,7 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
     if r == 0 {
         if !guard.is_null() {
             // SAFETY: the tracer's fork-guard page, writable.
-            unsafe { guard.write_volatile(FORK_MAGIC) };
-            FORK_GUARD.store(guard, Ordering::Release);
+            unsafe { guard.add(fork_guard::MAGIC_WORD).write_volatile(fork_guard::MAGIC) };
         }
         cref.state.store(state::READY, Ordering::Release);
     }
@@ -111,7 +153,6 @@ fn check_region(c: *mut ControlHeader, len: usize) -> Result<(), AgentError> {
 }
 
 extern "C" fn init_inner(_a: *mut u8) -> i64 {
-    PID.store(sys::getpid(), Ordering::Relaxed);
     let mut auxv = [0u8; 1024];
     let n = sys::read_file(c"/proc/self/auxv", &mut auxv).unwrap_or(0);
     vdso::init(&auxv[..n]);

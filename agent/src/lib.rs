@@ -68,7 +68,7 @@ use agent_abi::AgentError;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt::Write as _;
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 use host::AgentHost;
 use hostfns::Handler;
 use params::Param;
@@ -113,7 +113,6 @@ struct Agent {
 }
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(core::ptr::null_mut());
-static PID: AtomicU32 = AtomicU32::new(0);
 
 /// A single `int3`: where a function called by the tracer returns to.
 #[unsafe(no_mangle)]

@@ -39,6 +39,7 @@ pub fn enable_bias(c: &ControlHeader) {
         )
     };
     if r == 0 {
+        crate::init::note_registered();
         c.bias.owner.store(bias::FREE, Ordering::Release);
     }
 }
@@ -69,8 +70,10 @@ fn store_locked(c: &ControlHeader, me: u32, max_ns: u64) -> Held {
     }
     let owner = c.bias.owner.load(Ordering::Acquire);
     if owner == bias::FREE {
-        if me != 0 {
-            // Nobody can hold the bias while the futex is held: claim it.
+        if me != 0 && crate::init::registered() {
+            // Nobody can hold the bias while the futex is held: claim it
+            // (not in a fork child, whose CPUs the revoker's membarrier
+            // would not reach).
             c.bias.owner.store(me, Ordering::Relaxed);
         }
         return Held::Lock;

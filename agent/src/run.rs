@@ -12,7 +12,7 @@ use wasmtime::Trap;
 
 use crate::dispatch::HitArgs;
 use crate::params::param_values;
-use crate::{FLUSH_FUEL, PID, agent, ctrl, ring, thread};
+use crate::{FLUSH_FUEL, agent, ctrl, ring, thread};
 
 /// Adds one to a counter only the holder of the store lock writes (no
 /// locked read-modify-write).
@@ -43,7 +43,7 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
         let d = a.store.data_mut();
         d.env.frame = h.frame;
         d.env.tid = h.tid;
-        d.env.pid = PID.load(Ordering::Relaxed);
+        d.env.pid = crate::init::pid();
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
         d.usdt_len = pf.usdt_len;
@@ -149,6 +149,7 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
             tid: h.tid,
             cpu: hostabi::env::HitEnv::cpu(&d.env) as u32,
             outcome,
+            pid: d.env.pid,
             time_ns: hostabi::env::HitEnv::now_ns(&d.env),
             ip: h.ip.get(),
             ..Default::default()

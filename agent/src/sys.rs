@@ -155,19 +155,10 @@ pub fn getpid() -> u32 {
     unsafe { syscall0(SYS_GETPID) as u32 }
 }
 
-/// This process's id, asked of the kernel once (`vm_read` and `vm_write`
-/// name it at every call). A forked child's agent is dormant and never
-/// reads memory; a `vfork` child shares the parent's memory, which the
-/// parent's id reaches just as well.
+/// This process's id (`vm_read` and `vm_write` name it at every call):
+/// the fork guard's ([`crate::init::pid`]).
 pub fn self_pid() -> u32 {
-    static PID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
-    let p = PID.load(core::sync::atomic::Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    let p = getpid();
-    PID.store(p, core::sync::atomic::Ordering::Relaxed);
-    p
+    crate::init::pid()
 }
 
 pub fn sched_yield() {

@@ -57,6 +57,9 @@ pub struct Needs {
     /// No `-c`/`-p` and probes on files: the run is system-wide
     /// ([`crate::transport::Target::System`]).
     pub system_wide: bool,
+    /// `-f`: a fork child may execute a program whose probes are to be
+    /// armed (which cannot be known before the run).
+    pub follow_forks: bool,
 }
 
 /// The transport chosen for a run, and why.
@@ -292,6 +295,9 @@ fn unmet(info: &TransportInfo, needs: &Needs) -> Option<String> {
             "probes in {}, a program executed after the start: it does not arm a new image",
             needs.later_programs.join(", ")
         ));
+    }
+    if needs.follow_forks && !info.caps.follows_exec_in_children && !info.caps.arms_files {
+        return Some("-f: it follows fork children, but not into the programs they execute".into());
     }
     if !needs.later_modules.is_empty() && !info.caps.later_libraries && !info.caps.arms_files {
         return Some(format!(

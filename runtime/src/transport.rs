@@ -80,6 +80,9 @@ pub struct Capabilities {
     /// The probes of the program a traced process executes (`exec`) are
     /// armed in its new image.
     pub follows_exec: bool,
+    /// Under `-f`, the probes of the programs fork children execute are
+    /// armed in their new images too.
+    pub follows_exec_in_children: bool,
     /// A probe can be armed on a module file before any process maps it
     /// ([`Transport::insert_on_file`]).
     pub arms_files: bool,

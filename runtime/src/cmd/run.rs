@@ -61,7 +61,10 @@ pub fn run(a: RunArgs) -> CmdResult {
     // A process that cannot be traced at all is refused first, with the
     // real cause (its executable, which `--probe` defaults to, may not
     // even be readable).
-    let mut needs = crate::plan::Needs::default();
+    let mut needs = crate::plan::Needs {
+        follow_forks: a.follow,
+        ..crate::plan::Needs::default()
+    };
     if let Some(pid) = a.pid {
         crate::plan::check_attach(pid, forced, &mut needs).map_err(CliError::user)?;
     }

@@ -243,7 +243,10 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         .transpose()?
         .unwrap_or(0);
     let forced = forced_transport(&a)?;
-    let mut needs = crate::plan::Needs::default();
+    let mut needs = crate::plan::Needs {
+        follow_forks: a.follow,
+        ..crate::plan::Needs::default()
+    };
     if let Some(pid) = a.pid {
         crate::plan::check_attach(pid, forced, &mut needs)?;
     }

@@ -26,6 +26,7 @@ mod counts;
 mod detach;
 mod events;
 mod fallbacks;
+mod forks;
 mod hold;
 pub mod journal;
 mod later;
@@ -62,11 +63,12 @@ pub static INFO: TransportInfo = TransportInfo {
         writes: true,
         synchronous: true,
         watchpoints: true,
-        follows_forks: false,
+        follows_forks: true,
         debugger_handoff: false,
         core_dump: false,
         later_libraries: true,
         follows_exec: true,
+        follows_exec_in_children: false,
         arms_files: false,
         uses_ptrace: true,
         return_probes: true,
@@ -168,6 +170,8 @@ pub struct InProc {
     reload: bool,
     /// The global variables of the agent of the image before the exec.
     carried_gvars: Vec<u64>,
+    /// `-f`: fork children are followed (`forks`); the threads stay seized.
+    follow_forks: bool,
 }
 
 /// Why the eligibility rules refuse a jump at link-time address `link` of

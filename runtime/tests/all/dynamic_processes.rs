@@ -45,7 +45,7 @@ fn dlreopen() -> PathBuf {
 
 /// `wprobe run` of the one-liner `prog` on `cmd` under `tr`: the maps
 /// printed at exit (sorted lines) and the command's output.
-fn counts(tr: &str, extra: &[&str], prog: &str, cmd: &str) -> (Vec<String>, String) {
+pub(crate) fn counts(tr: &str, extra: &[&str], prog: &str, cmd: &str) -> (Vec<String>, String) {
     let mut c = wprobe();
     c.args(["run", "--transport", tr])
         .args(extra)
@@ -158,7 +158,7 @@ fn a_program_executed_by_a_wrapper_and_its_dlopen_are_counted() {
 }
 
 /// `forklib`, `forkexecd` and their library, in the scratch directory.
-fn forklib() -> (PathBuf, PathBuf) {
+pub(crate) fn forklib() -> (PathBuf, PathBuf) {
     let dir = scratch();
     let lib_flags = ["-O0", "-shared", "-fPIC"];
     gcc("libforkwork.so", &progs().join("libforkwork.c"), &lib_flags);

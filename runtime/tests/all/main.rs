@@ -17,6 +17,7 @@ mod cli_goldens;
 mod dynamic_processes;
 mod guests;
 mod inproc;
+mod inproc_forks;
 mod inproc_goto;
 mod inproc_near;
 mod inproc_safety;
@@ -58,6 +59,7 @@ fn main() {
         cache::CASES,
         cli::CASES,
         dynamic_processes::CASES,
+        inproc_forks::CASES,
         guests::CASES,
         inproc::CASES,
         inproc_goto::CASES,

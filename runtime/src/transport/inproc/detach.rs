@@ -114,10 +114,24 @@ impl InProc {
         if let Some(mut w) = self.world.take() {
             w.release();
         }
+        // Followed fork children (their agents are dormant: the region is
+        // shared and disabled).
+        let mut children = std::mem::take(&mut self.children);
+        if let Some(t) = self.traps.as_mut() {
+            let kids = std::mem::take(&mut t.kids);
+            children.kids.extend(kids.kids);
+            children.threads.extend(kids.threads);
+            children.vforked.extend(kids.vforked);
+            children.held.extend(kids.held);
+        }
+        let failed = children.restore_all();
         self.traps = None;
         self.watchdog = None;
         self.heartbeat = None;
         self.detach_time = t0.elapsed();
+        if let Some(e) = failed.into_iter().next() {
+            anyhow::bail!("restoring a fork child: {e}");
+        }
         Ok(())
     }
 }

@@ -57,13 +57,17 @@ impl InProc {
                 last_counts = Instant::now();
                 self.check_exec();
             }
-            if stop.load(Ordering::SeqCst) || self.ended {
+            if stop.load(Ordering::SeqCst) || (self.ended && !self.kids_alive()) {
                 break;
             }
-            if let Some(status) = self.ended() {
+            if !self.ended
+                && let Some(status) = self.ended()
+            {
                 self.exit = status;
                 self.ended = true;
-                break;
+                if !self.kids_alive() {
+                    break;
+                }
             }
             let mut timeout = self.next_timeout(trapped, drained, busy, last_trap);
             busy = drained > 0;
@@ -108,6 +112,7 @@ impl InProc {
         if trapped > 0 {
             *last_trap = Some(Instant::now());
         }
+        self.report_children(on_event);
         if self.traps.as_ref().is_some_and(|t| t.library_event())
             && let Err(e) = self.on_library_event(on_event)
         {
@@ -172,9 +177,51 @@ impl InProc {
         }
     }
 
+    /// Hands the session the fork children followed that started and
+    /// ended (`-f`), and says what happened to those let go.
+    fn report_children(
+        &mut self,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) {
+        let Some(t) = self.traps.as_mut() else { return };
+        if t.kids.started.is_empty() && t.kids.exited.is_empty() && t.kids.notes.is_empty() {
+            return;
+        }
+        let started = std::mem::take(&mut t.kids.started);
+        let exited = std::mem::take(&mut t.kids.exited);
+        let notes = std::mem::take(&mut t.kids.notes);
+        // The parents' runs before the fork (and the children's before
+        // their end) first; no child has run yet.
+        self.drain_runs(on_event);
+        for &(pid, parent) in &started {
+            on_event(self, Event::ProcessStarted { pid, parent });
+        }
+        if let Some(t) = self.traps.as_mut() {
+            t.kids.reported.extend(started.iter().map(|s| s.0));
+            t.kids.release_held();
+        }
+        for (pid, status) in exited {
+            on_event(self, Event::ProcessExited { pid, status });
+        }
+        for n in notes {
+            if self.said.insert(n.clone()) {
+                crate::elog!("wprobe: {n}");
+            }
+        }
+    }
+
+    /// Whether a fork child followed (`-f`) is still running.
+    pub(super) fn kids_alive(&self) -> bool {
+        self.traps.as_ref().is_some_and(|t| t.kids.alive()) || self.children.alive()
+    }
+
     /// Waits up to `timeout` ms for the process to end.
     fn wait(&self, timeout: i32) {
         match &self.pidfd {
+            // Ended already (followed children still run): a nap.
+            Some(_) if self.ended => {
+                std::thread::sleep(Duration::from_millis(timeout.max(1) as u64));
+            }
             Some(fd) => {
                 let mut p = [libc::pollfd {
                     fd: fd.as_raw_fd(),

@@ -12,7 +12,11 @@ impl InProc {
     /// seized (`traps`): the watchdog is started and the `int3`s written
     /// first.
     pub(super) fn go(&mut self, mut w: World) -> Result<(), String> {
-        if !self.patcher.has_traps() && !self.watches.any() && !self.follow_exec {
+        if !self.patcher.has_traps()
+            && !self.watches.any()
+            && !self.follow_exec
+            && !self.follow_forks
+        {
             w.release();
             return Ok(());
         }
@@ -37,7 +41,12 @@ impl InProc {
         let launched = self.launched && !self.taken;
         self.taken = true;
         let library = self.rdebug.map(|r| r.brk);
-        let children = std::mem::take(&mut self.children);
+        let mut children = std::mem::take(&mut self.children);
+        if self.follow_forks {
+            // Where a child's agent is woken (none: the kernel lacks
+            // MADV_WIPEONFORK, and children are let go as without -f).
+            children.follow = self.agent.as_ref().map(|a| a.guard).filter(|&g| g != 0);
+        }
         let mut t =
             traps::Traps::take(w, launched, redirect, orig, self.watches, library, children)
                 .map_err(|e| format!("{e:#}"))?;

@@ -114,7 +114,10 @@ impl InProc {
         // The sites went with the old image (nothing to restore).
         self.patcher.forget();
         self.keep_trap_stops();
-        self.traps = None;
+        if let Some(t) = self.traps.take() {
+            // Followed fork children go on with the old image's agent.
+            self.children = t.kids;
+        }
         let not_traced = |e: String| {
             format!(
                 "process {pid} executed a new program, which is not traced: {e} (--transport \
@@ -151,7 +154,7 @@ impl InProc {
         self.later_biases.clear();
         self.unmapped.clear();
         self.watches = traps::Watches::default();
-        self.children = traps::Children::default();
+        self.children.forked.clear();
         // Libraries the new program maps later are watched as before.
         self.rdebug = None;
         if let Some(rd) = crate::transport::common::rdebug::find(&self.maps)

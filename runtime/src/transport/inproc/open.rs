@@ -104,6 +104,7 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
         follow_exec: false,
         reload: false,
         carried_gvars: Vec::new(),
+        follow_forks: o.follow_forks,
     };
     t.patcher.thread_pcs = world
         .tids()

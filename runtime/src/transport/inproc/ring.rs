@@ -78,9 +78,11 @@ impl InProc {
         self.draining = true;
         let mut sink = std::mem::take(&mut self.sink);
         let mut items = std::mem::take(&mut self.items);
-        let pid = self.pid;
+        let main_pid = self.pid;
         let d = agent.region.drain(|run| {
             let h = run.header;
+            // A fork child's agent writes into its parent's ring (`-f`).
+            let pid = if h.pid == 0 { main_pid } else { h.pid as i32 };
             if let Some(rsp) = run.entered_rsp() {
                 on_event(
                     self,

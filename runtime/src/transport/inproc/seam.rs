@@ -27,7 +27,10 @@ impl Transport for InProc {
 
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
         if pid != self.pid {
-            return Err(format!("process {pid} is not traced"));
+            if !self.follows(pid) {
+                return Err(format!("process {pid} is not traced"));
+            }
+            return crate::procmaps::read(pid).map_err(|e| e.to_string());
         }
         if fresh || self.maps.is_empty() {
             self.maps = crate::procmaps::read(pid).map_err(|e| e.to_string())?;
@@ -44,7 +47,7 @@ impl Transport for InProc {
     ) -> Result<Armed, String> {
         let addr = addr.0;
         if pid != self.pid {
-            return Err(format!("process {pid} is not traced"));
+            return self.insert_in_child(tag, pid, addr, what);
         }
         let Some(world) = self.world.as_mut() else {
             return Err(

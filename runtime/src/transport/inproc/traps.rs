@@ -9,11 +9,12 @@
 //! state and records as at a jump; the trap costs a ptrace stop. Signals
 //! pass through; new threads are seized by the kernel
 //! (`PTRACE_O_TRACECLONE`); a fork child is seized, its traps are put back
-//! to the original bytes and it is let go (a `vfork` child, which shares
-//! the memory, is kept until it execs or exits, its traps moved to the
-//! stubs like the parent's: the agent, shared too, runs the handlers there
-//! as for the parent — a known limit); an exec ends the tracing (the image
-//! with the traps is gone).
+//! to the original bytes and it is let go, unless it is followed (`-f`:
+//! see `forks`), when its threads are served like the parent's (a `vfork`
+//! child, which shares the memory, is kept until it execs or exits, its
+//! traps moved to the stubs like the parent's: the agent, shared too, runs
+//! the handlers there as for the parent — a known limit); an exec ends the
+//! tracing (the image with the traps is gone).
 //!
 //! The trap is an `hlt` ([`TRAP_INSN`]), not an `int3`: a privileged
 //! instruction, it faults (SIGSEGV, `rip` left at the site) where an
@@ -38,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::bail;
 
+pub(super) use super::forks::Children;
 use super::world::World;
 use crate::sys::ptrace::{self as sys, Status};
 use crate::transport::ExitStatus;
@@ -61,11 +63,8 @@ pub(super) struct Traps {
     pid: i32,
     /// Seized threads of the process.
     threads: BTreeSet<i32>,
-    /// vfork children kept until they exec or exit.
-    vforked: BTreeSet<i32>,
-    /// Fork children not yet stopped (their traps are removed at their
-    /// first stop).
-    forked: BTreeSet<i32>,
+    /// The fork and vfork children, and those followed (`-f`).
+    pub(super) kids: Children,
     /// Trap address → stub address.
     redirect: HashMap<u64, u64>,
     /// Trap address → original byte.
@@ -100,15 +99,6 @@ pub(super) struct Traps {
     pub(super) follow_exec: bool,
     /// The process, stopped at its exec, when [`Traps::follow_exec`].
     pub(super) exec_stop: Option<i32>,
-}
-
-/// The fork and vfork children of a [`Traps`] not yet let go, handed from
-/// one [`Traps`] to the next (the threads are taken again after each
-/// library event).
-#[derive(Debug, Default)]
-pub(super) struct Children {
-    forked: BTreeSet<i32>,
-    vforked: BTreeSet<i32>,
 }
 
 /// A watchpoint of a run.
@@ -156,8 +146,7 @@ impl Traps {
         let mut t = Traps {
             pid,
             threads: BTreeSet::new(),
-            vforked: children.vforked,
-            forked: children.forked,
+            kids: children,
             redirect,
             orig,
             stops: HashMap::new(),
@@ -308,7 +297,7 @@ impl Traps {
 
     /// Whether any thread is still seized.
     pub(super) fn active(&self) -> bool {
-        !self.threads.is_empty() || !self.vforked.is_empty()
+        !self.threads.is_empty() || !self.kids.vforked.is_empty() || !self.kids.kids.is_empty()
     }
 
     /// Handles every stop waiting (without blocking); returns how many.
@@ -327,28 +316,31 @@ impl Traps {
     fn on_stop(&mut self, tid: i32, st: Status, hold: Option<()>) -> bool {
         match st {
             Status::Exited(c) | Status::Signaled(c) => {
+                let status = match st {
+                    Status::Exited(_) => ExitStatus::Code(c),
+                    _ => ExitStatus::Signal(c),
+                };
                 self.threads.remove(&tid);
-                self.vforked.remove(&tid);
-                self.forked.remove(&tid);
+                self.kids.thread_ended(tid, Some(status));
+                self.kids.forked.remove(&tid);
+                self.kids.early.remove(&tid);
                 self.at_library.remove(&tid);
                 if tid == self.pid {
-                    self.exit = Some(match st {
-                        Status::Exited(_) => ExitStatus::Code(c),
-                        _ => ExitStatus::Signal(c),
-                    });
+                    self.exit = Some(status);
                 }
                 false
             }
             Status::Stopped { sig, event: 0 } => {
-                if self.forked.remove(&tid) {
-                    // A fork child's first stop before its event was seen.
-                    self.let_child_go(tid);
+                if let Some(parent) = self.kids.forked.remove(&tid) {
+                    // A fork child's first stop (a signal-delivery stop).
+                    self.first_stop(tid, parent);
                     return false;
                 }
+                let kid = self.kids.pid_of(tid).is_some();
                 if sig == TRAP_SIGNAL
                     && let Some(at) = self.move_to_stub(tid)
                 {
-                    if hold.is_none() && Some(at) == self.library {
+                    if hold.is_none() && Some(at) == self.library && !kid {
                         // Kept stopped: the transport arms what was mapped.
                         self.at_library.insert(tid);
                     } else {
@@ -356,7 +348,7 @@ impl Traps {
                     }
                     return false;
                 }
-                if sig == libc::SIGTRAP && self.move_to_watch_stub(tid) {
+                if sig == libc::SIGTRAP && !kid && self.move_to_watch_stub(tid) {
                     let _ = sys::cont(tid, 0);
                     return false;
                 }
@@ -371,7 +363,18 @@ impl Traps {
             Status::Stopped { event, sig } => match event {
                 libc::PTRACE_EVENT_CLONE => {
                     if let Ok(new) = sys::geteventmsg(tid) {
-                        self.threads.insert(new as i32);
+                        let new = new as i32;
+                        match self.kids.pid_of(tid) {
+                            Some(pid) => {
+                                self.kids.threads.insert(new, pid);
+                            }
+                            None => {
+                                self.threads.insert(new);
+                            }
+                        }
+                        if self.kids.early.remove(&new) {
+                            let _ = sys::cont(new, 0);
+                        }
                     }
                     let _ = sys::cont(tid, 0);
                     false
@@ -379,18 +382,27 @@ impl Traps {
                 libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
                     if let Ok(child) = sys::geteventmsg(tid) {
                         let child = child as i32;
-                        if event == libc::PTRACE_EVENT_VFORK {
-                            self.vforked.insert(child);
-                        } else {
-                            self.forked.insert(child);
+                        let parent = self.kids.pid_of(tid).unwrap_or(self.pid);
+                        let vfork = event == libc::PTRACE_EVENT_VFORK;
+                        let hold_parent = self.kids.born(child, parent, vfork);
+                        if self.kids.early.remove(&child) {
+                            if vfork {
+                                self.kids.resume_child(child);
+                            } else if let Some(parent) = self.kids.forked.remove(&child) {
+                                self.first_stop(child, parent);
+                            }
+                        }
+                        if hold_parent && hold.is_none() {
+                            self.kids.held.push(tid);
+                            return false;
                         }
                     }
                     let _ = sys::cont(tid, 0);
                     false
                 }
                 libc::PTRACE_EVENT_EXEC => {
-                    if self.vforked.remove(&tid) {
-                        let _ = sys::detach(tid, 0);
+                    if self.kids.pid_of(tid).is_some() {
+                        self.kids.execed(tid);
                         return false;
                     }
                     if self.follow_exec {
@@ -409,8 +421,18 @@ impl Traps {
                     false
                 }
                 libc::PTRACE_EVENT_STOP => {
-                    if self.forked.remove(&tid) {
-                        self.let_child_go(tid);
+                    if let Some(parent) = self.kids.forked.remove(&tid) {
+                        self.first_stop(tid, parent);
+                        return false;
+                    }
+                    if hold.is_none()
+                        && sig == libc::SIGTRAP
+                        && !self.threads.contains(&tid)
+                        && self.kids.pid_of(tid).is_none()
+                    {
+                        // A new thread or process before the event that
+                        // made it: held until that event says whose.
+                        self.kids.early.insert(tid);
                         return false;
                     }
                     if hold.is_some() {
@@ -440,6 +462,15 @@ impl Traps {
                 }
             },
             Status::Other => false,
+        }
+    }
+
+    /// A fork child's first stop: followed (`-f`), or let go.
+    fn first_stop(&mut self, child: i32, parent: i32) {
+        if self.kids.adopt(child, parent) {
+            self.kids.resume_child(child);
+        } else {
+            self.let_child_go(child);
         }
     }
 
@@ -519,10 +550,20 @@ impl Traps {
         // (fork children cleaned, new threads known, triggers handled).
         self.events.clear();
         self.poll();
+        // Threads held at a fork event are stopped already.
+        let parents: Vec<i32> = self
+            .kids
+            .held
+            .iter()
+            .copied()
+            .filter(|t| self.threads.contains(t))
+            .collect();
+        self.kids.held.retain(|t| !parents.contains(t));
         // Threads at the library event are stopped already (their fault
         // taken: they go on at its stub, with no signal).
         let mut stopped: BTreeMap<i32, i32> = std::mem::take(&mut self.at_library)
             .into_iter()
+            .chain(parents)
             .map(|tid| (tid, 0))
             .collect();
         // New threads may appear while others are being stopped.
@@ -586,10 +627,7 @@ impl Traps {
         }
         let pid = self.pid;
         self.threads.clear();
-        let children = Children {
-            forked: std::mem::take(&mut self.forked),
-            vforked: std::mem::take(&mut self.vforked),
-        };
+        let children = std::mem::take(&mut self.kids);
         Ok((World::adopt(pid, stopped)?, children))
     }
 

@@ -37,6 +37,7 @@ pub static INFO: TransportInfo = TransportInfo {
         core_dump: false,
         later_libraries: false,
         follows_exec: false,
+        follows_exec_in_children: false,
         arms_files: true,
         uses_ptrace: false,
         return_probes: true,

@@ -35,6 +35,7 @@ pub static INFO: TransportInfo = TransportInfo {
         core_dump: true,
         later_libraries: true,
         follows_exec: true,
+        follows_exec_in_children: true,
         arms_files: false,
         uses_ptrace: true,
         return_probes: true,

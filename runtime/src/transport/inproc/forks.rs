@@ -1,0 +1,428 @@
+//! Fork children under `-f`. A fork child inherits the patched code and a
+//! copy of the agent whose fork-guard page the kernel wiped
+//! (`MADV_WIPEONFORK`): unfollowed, it stays dormant and the child is let
+//! go with its trap sites put back (`traps`). Followed, the child is held
+//! at its first stop while wprobe
+//!
+//! 1. writes the child's journals (copies of its parent's: the same sites,
+//!    the same bytes), so that `wprobe repair --pid CHILD` restores it
+//!    after a death of wprobe, as the parent's;
+//! 2. writes the child's pid and the guard's magic into its copy of the
+//!    guard page: its agent wakes, with the parent's control region (one
+//!    ring, one set of counters, maps and global variables for every
+//!    process, as under ptrace) and a store of its own (see
+//!    [`agent_abi::fork_guard`]);
+//!
+//! then lets it go, its threads seized like the parent's (trap sites,
+//! clones, forks, exec and exit seen). At detach each child's threads are
+//! stopped and its journaled sites put back where our bytes still are.
+//!
+//! A `vfork` child shares its parent's memory and agent until it execs or
+//! exits: its runs are its parent's (the guard page is shared too). A
+//! child that executes a program is let go there: its new image has no
+//! agent (the programs fork children execute are armed only by the ptrace
+//! transport; `auto` picks it for `-f`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::journal;
+use super::world::World;
+use crate::sys::ptrace::{self as sys, Status};
+use crate::transport::ExitStatus;
+use crate::transport::common::journal as trap_journal;
+
+/// A fork child followed.
+#[derive(Debug)]
+pub(super) struct Kid {
+    /// Its parent.
+    pub(super) parent: i32,
+    /// Its patch journal (a copy of its parent's), removed once restored.
+    journal: Option<journal::Journal>,
+    /// Its trap journal, likewise.
+    trap_journal: Option<trap_journal::Journal>,
+}
+
+/// The fork and vfork children of the seized threads, handed from one
+/// [`super::traps::Traps`] to the next (the threads are taken again after
+/// each library event).
+#[derive(Debug, Default)]
+pub(super) struct Children {
+    /// Fork children whose first stop is awaited, with their parents.
+    pub(super) forked: BTreeMap<i32, i32>,
+    /// vfork children kept until they exec or exit, with their parents.
+    pub(super) vforked: BTreeMap<i32, i32>,
+    /// Followed (`-f`): the agent's fork-guard page, where a child's pid
+    /// and the magic are written.
+    pub(super) follow: Option<u64>,
+    /// The fork children followed, by pid.
+    pub(super) kids: BTreeMap<i32, Kid>,
+    /// Their threads (tid → pid).
+    pub(super) threads: BTreeMap<i32, i32>,
+    /// New threads and processes stopped before the event that made them
+    /// was seen: held there until it is.
+    pub(super) early: BTreeSet<i32>,
+    /// Processes started (pid, parent) and ended, not yet reported.
+    /// Under `-f` a forking thread is held at its fork event, and a child
+    /// at its first stop, until the start is reported (the parent's runs
+    /// before the fork first, none of the child's before): see `held`.
+    pub(super) started: Vec<(i32, i32)>,
+    pub(super) exited: Vec<(i32, ExitStatus)>,
+    /// What to say once (a child that executed a program).
+    pub(super) notes: Vec<String>,
+    /// Threads stopped (at a fork event, or a child's first stop) until
+    /// the starts are reported; then resumed.
+    pub(super) held: Vec<i32>,
+    /// Children whose start was reported.
+    pub(super) reported: BTreeSet<i32>,
+}
+
+impl Children {
+    /// The process of thread `tid`, if it is a followed child's (vfork
+    /// children included).
+    pub(super) fn pid_of(&self, tid: i32) -> Option<i32> {
+        self.threads
+            .get(&tid)
+            .copied()
+            .or_else(|| self.vforked.contains_key(&tid).then_some(tid))
+    }
+
+    /// Whether a followed child is still running.
+    pub(super) fn alive(&self) -> bool {
+        !self.kids.is_empty() || (self.follow.is_some() && !self.vforked.is_empty())
+    }
+
+    /// A new child `child` of `parent` (`vfork`: sharing its memory).
+    /// Whether the forking thread is to be held until the start is
+    /// reported (see [`Children::started`]).
+    pub(super) fn born(&mut self, child: i32, parent: i32, vfork: bool) -> bool {
+        if vfork {
+            self.vforked.insert(child, parent);
+        } else {
+            self.forked.insert(child, parent);
+        }
+        if self.follow.is_some() {
+            self.started.push((child, parent));
+        }
+        self.follow.is_some()
+    }
+
+    /// Child `child`, followed, stopped at its first stop: resumed now if
+    /// its start was reported, else held until it is.
+    pub(super) fn resume_child(&mut self, child: i32) {
+        if self.reported.contains(&child) {
+            let _ = sys::cont(child, 0);
+        } else {
+            self.held.push(child);
+        }
+    }
+
+    /// The starts are reported: the threads held for them go on.
+    pub(super) fn release_held(&mut self) {
+        for tid in std::mem::take(&mut self.held) {
+            let _ = sys::cont(tid, 0);
+        }
+    }
+
+    /// Follows fork child `child`, stopped at its first stop (see the
+    /// module's documentation); false when it cannot be (its journals not
+    /// written, its memory not writable): the caller lets it go with its
+    /// traps put back, as an unfollowed child.
+    pub(super) fn adopt(&mut self, child: i32, parent: i32) -> bool {
+        let Some(guard) = self.follow else {
+            return false;
+        };
+        let journals = copy_journals(parent, child);
+        let (journal, trap_journal) = match journals {
+            Ok(j) => j,
+            Err(e) => {
+                self.notes.push(format!(
+                    "process {child} (forked by {parent}) is not traced: its journal: {e}"
+                ));
+                return false;
+            }
+        };
+        let mut words = [0u8; 16];
+        words[..8].copy_from_slice(&agent_abi::fork_guard::MAGIC.to_le_bytes());
+        words[8..].copy_from_slice(&u64::from(child as u32).to_le_bytes());
+        let woke = std::fs::File::options()
+            .write(true)
+            .open(format!("/proc/{child}/mem"))
+            .ok()
+            .and_then(|mem| crate::sys::mem::pwrite(&mem, &words, guard).ok())
+            .is_some_and(|n| n == words.len());
+        let kid = Kid {
+            parent,
+            journal,
+            trap_journal,
+        };
+        if !woke {
+            self.notes.push(format!(
+                "process {child} (forked by {parent}) is not traced: its agent could not be woken"
+            ));
+            kid.remove_journals();
+            return false;
+        }
+        self.kids.insert(child, kid);
+        self.threads.insert(child, child);
+        true
+    }
+
+    /// Thread `tid` of a followed child ended (`Some(status)`: the
+    /// process did).
+    pub(super) fn thread_ended(&mut self, tid: i32, status: Option<ExitStatus>) {
+        let Some(pid) = self.pid_of(tid) else {
+            return;
+        };
+        self.threads.remove(&tid);
+        if tid != pid {
+            return;
+        }
+        if self.vforked.remove(&pid).is_some() || self.kids.contains_key(&pid) {
+            if let Some(k) = self.kids.remove(&pid) {
+                // Its patched image is gone with it.
+                k.remove_journals();
+            }
+            self.threads.retain(|_, p| *p != pid);
+            if self.follow.is_some()
+                && let Some(s) = status
+            {
+                self.exited.push((pid, s));
+            }
+        }
+    }
+
+    /// A followed child (or a vfork child) executed a program: its image,
+    /// and our bytes with it, are gone; it is let go.
+    pub(super) fn execed(&mut self, tid: i32) {
+        let Some(pid) = self.pid_of(tid) else {
+            return;
+        };
+        let followed = self.follow.is_some();
+        self.vforked.remove(&pid);
+        if let Some(k) = self.kids.remove(&pid) {
+            k.remove_journals();
+        }
+        self.threads.retain(|_, p| *p != pid);
+        let _ = sys::detach(tid, 0);
+        if followed {
+            let prog = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "a program".into());
+            self.notes.push(format!(
+                "process {pid} executed {prog}: its probes are not armed there (--transport \
+                 inproc follows fork children, not the programs they execute; --transport \
+                 ptrace does)"
+            ));
+        }
+    }
+
+    /// Puts back the journaled bytes of every followed child and lets it
+    /// go (the agents are dormant already: the region is disabled).
+    /// Returns what failed, per child.
+    pub(super) fn restore_all(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        let held: BTreeSet<i32> = std::mem::take(&mut self.held).into_iter().collect();
+        for (pid, kid) in std::mem::take(&mut self.kids) {
+            let tids: Vec<i32> = self
+                .threads
+                .iter()
+                .filter(|(_, p)| **p == pid)
+                .map(|(t, _)| *t)
+                .collect();
+            self.threads.retain(|_, p| *p != pid);
+            match restore_kid(pid, &tids, &held) {
+                Ok(()) => kid.remove_journals(),
+                Err(e) => errors.push(format!(
+                    "process {pid} (forked by {}): {e:#}; `wprobe repair --pid {pid}` restores it",
+                    kid.parent
+                )),
+            }
+        }
+        // vfork children share their parent's memory, restored with it.
+        for (pid, _) in std::mem::take(&mut self.vforked) {
+            let _ = sys::detach(pid, 0);
+        }
+        errors
+    }
+}
+
+impl Kid {
+    fn remove_journals(self) {
+        if let Some(j) = self.journal {
+            j.remove();
+        }
+        if let Some(j) = self.trap_journal {
+            j.remove();
+        }
+    }
+}
+
+/// The child's journals, copies of its parent's (each only if the parent
+/// has one).
+fn copy_journals(
+    parent: i32,
+    child: i32,
+) -> std::io::Result<(Option<journal::Journal>, Option<trap_journal::Journal>)> {
+    let sites = match journal::read(parent) {
+        Ok(entries) => {
+            let mut j = journal::Journal::create(child)?;
+            j.record(&entries)?;
+            Some(j)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let traps = match trap_journal::read(parent) {
+        Ok(entries) => {
+            let mut j = trap_journal::Journal::create(child)?;
+            j.record_all(&entries)?;
+            Some(j)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    Ok((sites, traps))
+}
+
+/// Stops the threads `tids` of child `pid` (seized; those in `held` are
+/// stopped already), puts back its
+/// journaled bytes where ours still are, and lets them go with the signals
+/// that came meanwhile.
+fn restore_kid(pid: i32, tids: &[i32], held: &BTreeSet<i32>) -> anyhow::Result<()> {
+    let traps: BTreeSet<u64> = trap_journal::read(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(addr, _, _)| addr)
+        .collect();
+    let mut stopped = BTreeMap::new();
+    for &tid in tids {
+        if held.contains(&tid) {
+            // Stopped at its first stop already.
+            stopped.insert(tid, 0);
+        } else if let Some(sig) = stop_thread(tid, &traps) {
+            stopped.insert(tid, sig);
+        }
+    }
+    if stopped.is_empty() {
+        // Gone meanwhile: nothing to restore.
+        return Ok(());
+    }
+    let mut w = World::adopt(pid, stopped)?;
+    let r = restore_sites(&w, pid);
+    w.release();
+    r
+}
+
+/// Interrupts seized thread `tid` and waits for its stop; the signal it
+/// was about to take (held, delivered at release), or `None` when it ended.
+/// The fault of one of our `traps` is not held: the thread is at the site,
+/// whose instruction it runs once the byte is back.
+fn stop_thread(tid: i32, traps: &BTreeSet<u64>) -> Option<i32> {
+    sys::interrupt(tid).ok()?;
+    let mut held = 0;
+    loop {
+        let raw = match sys::wait(tid, 0) {
+            Ok(Some((_, raw))) => raw,
+            _ => return None,
+        };
+        match sys::decode_status(raw) {
+            Status::Exited(_) | Status::Signaled(_) => return None,
+            Status::Stopped {
+                event: libc::PTRACE_EVENT_STOP,
+                ..
+            } => return Some(held),
+            Status::Stopped { sig, event: 0 } => {
+                // A signal on its way: held for the release, the thread on
+                // to the interrupt's stop.
+                let mut r = crate::sys::regs::zero_regs();
+                let ours = sig == libc::SIGSEGV
+                    && sys::getregs(tid, &mut r).is_ok()
+                    && traps.contains(&r.rip);
+                if !ours {
+                    held = sig;
+                }
+                sys::cont(tid, 0).ok()?;
+            }
+            _ => {
+                sys::cont(tid, 0).ok()?;
+            }
+        }
+    }
+}
+
+/// Puts back the bytes of the journals of `pid` where ours still are. A
+/// thread at one of our jumps (a site's, or a near jump's cave) is moved to
+/// where the jump goes, as running it would.
+fn restore_sites(w: &World, pid: i32) -> anyhow::Result<()> {
+    let sites = journal::read(pid).unwrap_or_default();
+    for tid in w.tids() {
+        let Some(r) = w.regs(tid) else { continue };
+        if let Some(e) = sites
+            .iter()
+            .find(|e| e.addr == r.rip && e.patch.first() == Some(&0xe9) && e.patch.len() >= 5)
+        {
+            let mut now = [0u8; 5];
+            if w.peek(e.addr, &mut now) == 5 && now[..] == e.patch[..5] {
+                let rel = i32::from_le_bytes([now[1], now[2], now[3], now[4]]);
+                let to = e.addr.wrapping_add(5).wrapping_add(rel as i64 as u64);
+                w.set_pc(tid, to)?;
+            }
+        }
+    }
+    let mut first_err = None;
+    for e in &sites {
+        let mut now = vec![0u8; e.patch.len()];
+        if w.peek(e.addr, &mut now) == now.len()
+            && now == e.patch
+            && let Err(err) = w.poke(e.addr, &e.orig)
+        {
+            first_err.get_or_insert(err);
+        }
+    }
+    for (addr, orig, _) in trap_journal::read(pid).unwrap_or_default() {
+        let mut now = [0u8; 1];
+        if w.peek(addr, &mut now) == 1
+            && now[0] == super::TRAP_INSN
+            && let Err(err) = w.poke(addr, &[orig])
+        {
+            first_err.get_or_insert(err);
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+impl super::InProc {
+    /// Whether `pid` is a fork child followed (`-f`; vfork children too).
+    pub(super) fn follows(&self, pid: i32) -> bool {
+        let has = |c: &Children| c.kids.contains_key(&pid) || c.vforked.contains_key(&pid);
+        self.traps.as_ref().is_some_and(|t| has(&t.kids)) || has(&self.children)
+    }
+
+    /// `insert` in a fork child followed: it has its parent's probes (the
+    /// same bytes, a copy of the same agent), and only those.
+    pub(super) fn insert_in_child(
+        &mut self,
+        tag: usize,
+        pid: i32,
+        addr: u64,
+        what: crate::transport::Insert,
+    ) -> Result<crate::transport::Armed, String> {
+        if !self.follows(pid) {
+            return Err(format!("process {pid} is not traced"));
+        }
+        match what {
+            crate::transport::Insert::Watchpoint { .. } => Err(format!(
+                "process {pid}: --transport inproc does not follow watchpoints into fork \
+                 children (--transport ptrace does)"
+            )),
+            _ if self.armed.contains_key(&tag) => Ok(crate::transport::Armed(tag as u64)),
+            _ => Err(format!(
+                "process {pid}: {addr:#x} is not armed in its parent; a fork child has its \
+                 parent's probes under --transport inproc"
+            )),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! `-f` under the in-process transport: fork children followed, their
+//! agents woken with the parent's region (one ring, one set of counters
+//! and maps), their calls counted and nested as under ptrace, their bytes
+//! put back at detach, and `wprobe repair` for each after wprobe's death.
+//! Counts written down by hand.
+
+use crate::case;
+use crate::dynamic_processes::{counts, forklib};
+use crate::support::case::{Case, Need};
+use crate::support::cli::{
+    gcc, live_bytes, load_bias, output_within, progs, signal, stderr, sym, wait_patched, wprobe,
+};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[
+    case!(
+        fork_children_and_grandchildren_are_counted_in_process,
+        Need::Ptrace
+    ),
+    case!(
+        a_fork_child_that_executes_a_program_is_let_go_and_said,
+        Need::Ptrace
+    ),
+    case!(
+        an_in_process_fork_trace_nests_each_child_from_its_fork,
+        Need::Ptrace
+    ),
+    case!(
+        fork_children_are_restored_at_detach_and_repaired_after_a_kill,
+        Need::Ptrace
+    ),
+];
+
+/// `forkall 3 1000 2`: three children, each forking two of its own; all
+/// nine call `target` 1000 times (the parent none).
+fn fork_children_and_grandchildren_are_counted_in_process() {
+    let exe = gcc(
+        "forkall",
+        &progs().join("forkall.c"),
+        &["-O2", "-fPIE", "-pie"],
+    );
+    let prog = format!(
+        "uprobe:{}:target {{ @c[pid] = count(); @n = count(); }}",
+        exe.display()
+    );
+    let cmd = format!("{} 3 1000 2", exe.display());
+    let (maps, out) = counts("inproc", &["--follow"], &prog, &cmd);
+    assert!(out.contains("ok=3"), "{out}");
+    assert_eq!(
+        maps.last().map(String::as_str),
+        Some("@n: 9000"),
+        "{maps:?}\n{out}"
+    );
+    let per_pid: Vec<&String> = maps.iter().filter(|l| l.starts_with("@c[")).collect();
+    assert_eq!(per_pid.len(), 9, "{maps:?}\n{out}");
+    assert!(per_pid.iter().all(|l| l.ends_with("]: 1000")), "{maps:?}");
+}
+
+/// forklib under inproc: the two children that call `work` are counted
+/// (2 `work`, 4 `lib_add` and the parent's 1); the one that executes
+/// forkexecd is let go there, and wprobe says so.
+fn a_fork_child_that_executes_a_program_is_let_go_and_said() {
+    let (exe, execd) = forklib();
+    let prog = format!(
+        "uprobe:{}:work {{ @w = count(); }} \
+         uprobe:{}/libforkwork.so:lib_add {{ @l[comm] = count(); }} \
+         uprobe:{}:exec_work {{ @e = count(); }}",
+        exe.display(),
+        exe.parent().unwrap().display(),
+        execd.display()
+    );
+    let cmd = format!("{} {}", exe.display(), execd.display());
+    let (maps, out) = counts("inproc", &["--follow"], &prog, &cmd);
+    assert!(out.contains("forkexecd 13"), "{out}");
+    assert!(out.contains("forklib done 101"), "{out}");
+    assert_eq!(maps, ["@l[forklib]: 5", "@w: 2"], "{out}");
+    let said = format!(
+        "executed {}: its probes are not armed there (--transport inproc follows fork \
+         children, not the programs they execute; --transport ptrace does)",
+        std::fs::canonicalize(&execd).unwrap().display()
+    );
+    assert!(out.contains(&said), "{out}");
+}
+
+/// `wprobe trace -f --plt --report` of forklib under inproc: as under
+/// ptrace (`dynamic_processes`), each child continues `main` from its
+/// `fork@plt` (6 `fork@plt`: the parent's 3 and a return in each child),
+/// but the child that executes forkexecd is let go there (its `execl@plt`
+/// still running at the end, forkexecd's calls not traced), and the C
+/// start-up functions have no jump under inproc.
+fn an_in_process_fork_trace_nests_each_child_from_its_fork() {
+    let (exe, execd) = forklib();
+    let mut c = wprobe();
+    c.args(["trace", "--transport", "inproc", "-f", "--plt", "--"])
+        .arg(&exe)
+        .arg(&execd);
+    let o = output_within(c, 120);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    // Each child's first line returns from the fork it inherited.
+    let children: Vec<&str> = text
+        .lines()
+        .filter(|l| l.ends_with("} /* main: return not seen: a call inherited at fork */"))
+        .collect();
+    assert_eq!(children.len(), 3, "{text}");
+    for l in &children {
+        let tid = l
+            .split('[')
+            .nth(1)
+            .and_then(|r| r.split(']').next())
+            .unwrap();
+        let first = text
+            .lines()
+            .find(|x| x.contains(&format!("[{tid}]")))
+            .unwrap();
+        assert!(
+            first.ends_with("|   } /* fork@plt */"),
+            "{tid}: {first}\n{text}"
+        );
+    }
+    let mut c = wprobe();
+    c.args([
+        "trace",
+        "--transport",
+        "inproc",
+        "-f",
+        "--plt",
+        "--report",
+        "--",
+    ])
+    .arg(&exe)
+    .arg(&execd);
+    let o = output_within(c, 120);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let calls = |f: &str| -> String {
+        text.lines()
+            .find(|l| l.split_whitespace().last() == Some(f))
+            .and_then(|l| l.split_whitespace().rev().nth(1).map(String::from))
+            .unwrap_or_else(|| panic!("no {f} in\n{text}"))
+    };
+    for (f, n) in [
+        ("main", "4"),
+        ("fork@plt", "6"),
+        ("waitpid@plt", "3"),
+        ("printf@plt", "1"),
+        ("work", "2"),
+        ("lib_add@plt", "5"),
+        ("_exit@plt", "2"),
+        ("execl@plt", "1"),
+    ] {
+        assert_eq!(calls(f), n, "{f}\n{text}");
+    }
+    assert!(
+        err.contains(
+            "wprobe: trace: 18 calls (15 returned, 2 unwound, 1 still running when the trace \
+             ended)"
+        ),
+        "{err}"
+    );
+}
+
+/// The address of `target` in process `pid` and its original bytes.
+fn target_in(exe: &Path, pid: u32) -> (u64, Vec<u8>) {
+    let link = sym(exe, "target");
+    let orig = {
+        let elf = std::fs::read(exe).unwrap();
+        // A PIE's text is mapped at its file offset's address (Debian's gcc).
+        elf[link as usize..link as usize + 5].to_vec()
+    };
+    (load_bias(pid, exe) + link, orig)
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// forkspin, attached with `-p --follow`: after SIGUSR1 it forks two
+/// children, which are followed (counted). SIGINT to wprobe: every
+/// process goes on running with its original bytes. Attached again and
+/// two more children forked, wprobe SIGKILLed: the children keep running,
+/// still patched (their agents dormant), and `wprobe repair --pid` puts
+/// each back.
+fn fork_children_are_restored_at_detach_and_repaired_after_a_kill() {
+    let exe: PathBuf = gcc("forkspin", &progs().join("forkspin.c"), &["-O1"]);
+    let mut spin = Command::new(&exe)
+        .arg("2")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = spin.id();
+    let mut pids = std::io::BufReader::new(spin.stdout.take().unwrap()).lines();
+    let mut all = vec![parent];
+    let prog = format!("uprobe:{}:target {{ @[pid] = count(); }}", exe.display());
+    let attach = || {
+        let mut c = wprobe();
+        c.args(["run", "--transport", "inproc", "--follow", "-p"])
+            .arg(parent.to_string())
+            .args(["-e", &prog])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (addr, orig) = target_in(&exe, parent);
+    let cleanup = |all: &[u32]| {
+        for p in all {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+    };
+    // Detach with live children.
+    let w = attach();
+    wait_patched(parent, addr, orig[0]);
+    signal(parent, "USR1");
+    let kids: Vec<u32> = (0..2)
+        .map(|_| pids.next().unwrap().unwrap().trim().parse().unwrap())
+        .collect();
+    all.extend(&kids);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    signal(w.id(), "INT");
+    let o = crate::support::cli::output_within_child(w, 60);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    if o.status.code() != Some(0) {
+        cleanup(&all);
+    }
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for p in std::iter::once(parent).chain(kids.iter().copied()) {
+        assert!(out.contains(&format!("@[{p}]: ")), "{p}: {out}");
+        assert!(alive(p), "{p}");
+        assert_eq!(live_bytes(p, addr, 5), orig, "process {p} left patched");
+    }
+    // Killed with live children: dormant, patched, repaired.
+    let mut w = attach();
+    wait_patched(parent, addr, orig[0]);
+    signal(parent, "USR1");
+    let kids: Vec<u32> = (0..2)
+        .map(|_| pids.next().unwrap().unwrap().trim().parse().unwrap())
+        .collect();
+    all.extend(&kids);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    w.kill().unwrap();
+    w.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for &p in std::iter::once(&parent).chain(&kids) {
+        assert!(alive(p), "{p}");
+        assert_ne!(live_bytes(p, addr, 5), orig, "process {p} not patched");
+        let o = output_within(
+            {
+                let mut c = wprobe();
+                c.args(["repair", "--pid", &p.to_string()]);
+                c
+            },
+            30,
+        );
+        assert_eq!(o.status.code(), Some(0), "{p}: {}", stderr(&o));
+        assert_eq!(live_bytes(p, addr, 5), orig, "process {p} not repaired");
+        assert!(alive(p), "{p}");
+    }
+    cleanup(&all);
+    let _ = spin.wait();
+}
