@@ -940,3 +940,6 @@ impl Session {
         self.site_counts = t.site_counts();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,6 +20,8 @@
 
 pub mod calls;
 pub mod common;
+#[cfg(test)]
+pub mod fake;
 pub mod inproc;
 pub mod perf;
 pub mod ptrace;

@@ -700,6 +700,9 @@ fn adopt(stacks: Vec<Vec<Frame>>, rsp: u64, func: Option<FuncId>) -> Vec<Frame> 
 }
 
 #[cfg(test)]
+mod fake_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -1,0 +1,244 @@
+//! The call trees and views of `wprobe trace` fed by a session over the
+//! scripted transport ([`crate::transport::fake`]): the transport's entry
+//! notices, returns, unwound frames, forks, exits and losses go through the
+//! session and the trace's record hook into the trees, and out of the
+//! default (duration) view, as in a real trace, without a process.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use super::super::funcs::{Func, Origin};
+use super::super::out::TextOut;
+use super::super::records::{Hook, ProbeMap, TraceState};
+use super::super::views::duration::DurationView;
+use super::super::views::{Clock, TimeFmt, View, Views};
+use super::{Filters, StepKind, Tree};
+use crate::session::{RunOptions, Session};
+use crate::transport::calls::Left;
+use crate::transport::fake::{self, Fake, FakeHit, Output, PID, SITE, Step, exe, mapping, program};
+use crate::transport::{Event, ExitStatus};
+
+/// `main` at [`SITE`] and `work` 0x100 after it, return probes whose
+/// handlers log the trace's exit record `[rax, entry rsp, elapsed]`.
+const PROGRAM: &str = "name = {exe}\nmajor = 0x7472\n\
+    offset = 0x401000\nreturn = yes\nminor = 2\n push elapsed\n push entry, rsp\n push r, rax\n log 3\n exit\n\
+    offset = 0x401100\nreturn = yes\nminor = 2\n push elapsed\n push entry, rsp\n push r, rax\n log 3\n exit\n";
+
+const MAIN: u64 = SITE;
+const WORK: u64 = SITE + 0x100;
+
+fn func(name: &str, link: u64) -> Func {
+    Func {
+        name: name.to_string(),
+        shown: name.to_string(),
+        module: exe().into(),
+        link,
+        opcode: 0x55,
+        origin: Origin::Exe,
+        line: None,
+    }
+}
+
+/// Every step and process line, briefly (as the tree's own tests write
+/// them: `depth>func`, `depth<func dur/self how`, `#pid text`).
+struct Brief(Rc<RefCell<Vec<String>>>);
+
+impl View for Brief {
+    fn step(&mut self, s: &super::Step) {
+        let line = match &s.kind {
+            StepKind::Enter { .. } => format!("{} {}>{}", s.th.tid, s.depth, s.func),
+            StepKind::Exit {
+                how,
+                dur_ns,
+                self_ns,
+                ..
+            } => format!(
+                "{} {}<{} {dur_ns}/{self_ns} {how:?}",
+                s.th.tid, s.depth, s.func
+            ),
+            StepKind::Note { text } => format!("{} {}#{text}", s.th.tid, s.depth),
+        };
+        self.0.borrow_mut().push(line);
+    }
+    fn process(&mut self, pid: i32, text: &str) {
+        self.0.borrow_mut().push(format!("#{pid} {text}"));
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn entered(tag: usize, tid: i32, rsp: u64, time_ns: u64, ip: u64) -> Step {
+    Step::Event(Event::Entered {
+        tag,
+        pid: tid,
+        tid,
+        rsp,
+        time_ns,
+        ip,
+    })
+}
+
+fn returned(tag: usize, tid: i32, rsp: u64, time_ns: u64, elapsed_ns: u64) -> Step {
+    Step::Event(Event::Returned {
+        tag,
+        pid: tid,
+        tid,
+        time_ns,
+        ip: 0,
+        rax: 0,
+        entry_rsp: rsp,
+        elapsed_ns,
+    })
+}
+
+fn unwound(tag: usize, rsp: u64, cause: Left) -> Step {
+    Step::Event(Event::Unwound {
+        tag,
+        pid: PID,
+        tid: PID,
+        entry_rsp: rsp,
+        entry_ns: 0,
+        cause,
+    })
+}
+
+#[test]
+fn a_trace_over_the_fake_transport_builds_the_trees_and_the_duration_view() {
+    let options = RunOptions {
+        follow_forks: true,
+        verify_opcodes: false,
+        groups: Vec::new(),
+        types: Vec::new(),
+        fuel: None,
+        format: crate::format::Format::Text,
+        text: Default::default(),
+    };
+    let mut session = Session::new(
+        fake::engine(),
+        vec![program("trace", PROGRAM)],
+        options,
+        Box::new(std::io::sink()),
+    )
+    .expect("session");
+    session.request_entry_notices(0);
+    let brief = Rc::new(RefCell::new(Vec::new()));
+    let text = Output::default();
+    let table = Rc::new(vec![func("main", MAIN), func("work", WORK)]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let duration = DurationView::new(
+        table,
+        TextOut::single(Box::new(text.clone()), false, stop.clone()),
+        TimeFmt::local(Clock::None),
+        false,
+    );
+    let views = Views {
+        list: vec![Box::new(Brief(brief.clone())), Box::new(duration)],
+    };
+    let state = Rc::new(RefCell::new(TraceState::new(
+        ProbeMap {
+            by_prog: vec![vec![(0, true), (1, true)]],
+        },
+        Tree::new(Filters::default(), views),
+    )));
+    session.set_record_hook(Box::new(Hook(state.clone())));
+
+    let mut t = Fake::new(fake::CAPS, PID);
+    t.map(PID, vec![mapping(exe(), fake::EXE_BASE)]);
+    assert_eq!(session.arm_at_start(&mut t, PID, false), Ok(2));
+    let child = PID + 1;
+    t.script([
+        entered(0, PID, 0x7000, 1000, MAIN),
+        entered(1, PID, 0x6f00, 1010, WORK),
+        returned(1, PID, 0x6f00, 1030, 20),
+        // work calls itself, then both calls are abandoned (longjmp):
+        // the transport tells the innermost first.
+        entered(1, PID, 0x6f00, 1040, WORK),
+        entered(1, PID, 0x6e00, 1050, WORK),
+        unwound(1, 0x6e00, Left::Unwound),
+        unwound(1, 0x6f00, Left::Unwound),
+        // A fork: the child returns from main, which it inherited.
+        Step::Event(Event::ProcessStarted {
+            pid: child,
+            parent: PID,
+        }),
+        returned(0, child, 0x7000, 1100, 100),
+        Step::Event(Event::ProcessExited {
+            pid: child,
+            status: ExitStatus::Code(0),
+        }),
+        Step::Event(Event::Missed { tag: 1, count: 2 }),
+        Step::Event(Event::Lost { tag: 0, count: 3 }),
+        // main returns in the parent, its handler run at the return.
+        Step::Hit(
+            vec![0],
+            FakeHit {
+                time_ns: 1200,
+                elapsed_ns: Some(200),
+                ..FakeHit::at(PID, PID, MAIN)
+            }
+            .reg("rax", 5)
+            .entry_reg("rsp", 0x7000),
+        ),
+        // A call still running when the process ends.
+        entered(1, PID, 0x6f00, 1300, WORK),
+        Step::Event(Event::LeftRunning { tag: 1, count: 1 }),
+        Step::Event(Event::ProcessExited {
+            pid: PID,
+            status: ExitStatus::Signal(15),
+        }),
+    ]);
+    let status = session.run(&mut t, &stop).expect("run");
+    assert_eq!(status, Some(ExitStatus::Signal(15)));
+    let errors = {
+        let mut st = state.borrow_mut();
+        st.tree.finish();
+        st.tree.sink.finish()
+    };
+    assert!(errors.is_empty(), "{errors:?}");
+
+    let st = state.borrow();
+    assert_eq!(
+        *brief.borrow(),
+        [
+            "1000001 0>0",
+            "1000001 1>1",
+            "1000001 1<1 20/20 Returned",
+            "1000001 1>1",
+            "1000001 2>1",
+            "1000001 2<1 0/0 Unwound(Reported)",
+            "1000001 1<1 10/10 Unwound(Reported)",
+            "#1000002 process 1000002 started (parent 1000001)",
+            "1000002 0<0 100/70 Returned",
+            "#1000002 process 1000002 exited with status 0",
+            "1000001 0<0 200/170 Returned",
+            "1000001 0>1",
+            "1000001 0<1 0/0 Unwound(ProcessEnded)",
+            "#1000001 process 1000001 killed by signal 15",
+        ]
+    );
+    assert_eq!((st.problems.missed, st.problems.lost), (2, 3));
+    assert_eq!(st.exited, [child, PID]);
+    let stats = session.stats();
+    assert_eq!(
+        stats[1].1.missed,
+        2 + 2 + 1,
+        "missed, unwound, left running"
+    );
+    assert_eq!(stats[1].1.unwound, 2);
+    assert_eq!((stats[0].1.runs, stats[0].1.dropped), (1, 3));
+    assert_eq!(
+        text.text(),
+        "# DURATION     TID     FUNCTION\n\
+         \x20           [1000001] | main() {\n\
+         \x20  0.020 us [1000001] |   work();\n\
+         \x20           [1000001] |   work() {\n\
+         \x20           [1000001] |     work(); /* unwound */\n\
+         \x20  0.010 us [1000001] |   } /* work: unwound */\n\
+         \x20  0.100 us [1000002] | } /* main */\n\
+         \x20  0.200 us [1000001] | } /* main */\n\
+         \x20           [1000001] | work(); /* unwound: process ended */\n"
+    );
+}
