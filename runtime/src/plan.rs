@@ -358,6 +358,26 @@ mod tests {
     }
 
     #[test]
+    fn follow_forks_goes_to_ptrace_which_follows_children_into_their_programs() {
+        let needs = Needs {
+            follow_forks: true,
+            ..Needs::default()
+        };
+        let p = choose(AUTO, &needs, &none).unwrap();
+        assert_eq!(p.info.name, "ptrace");
+        assert_eq!(
+            p.passed_over,
+            [(
+                "inproc",
+                "-f: it follows fork children, but not into the programs they execute".to_string()
+            )]
+        );
+        // Forced, inproc follows the fork children themselves.
+        let p = choose("inproc", &needs, &none).unwrap();
+        assert!(p.forced && p.info.caps.follows_forks);
+    }
+
+    #[test]
     fn later_libraries_and_other_tracers() {
         let needs = Needs {
             later_modules: vec!["libplugin.so".into()],

@@ -37,6 +37,7 @@ pub const CAPS: Capabilities = Capabilities {
     core_dump: true,
     later_libraries: true,
     follows_exec: true,
+    follows_exec_in_children: false,
     arms_files: false,
     uses_ptrace: false,
     return_probes: true,
