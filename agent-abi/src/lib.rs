@@ -46,8 +46,10 @@ pub mod fork_guard {
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.
 pub mod sym {
-    /// `fn(ctrl: *mut u8, len: usize, fork_guard: *mut u8) -> i32`: set up the
-    /// allocator and the engine, remember the control region. Returns 0 or an
+    /// `fn(ctrl: *mut u8, len: usize, fork_guard: *mut u8, join: usize) ->
+    /// i32`: set up the allocator and the engine, remember the control
+    /// region (with `join` != 0, one another process's agent set up and
+    /// uses: its header is left as it is). Returns 0 or an
     /// [`crate::AgentError`] code.
     pub const INIT: &str = "wprobe_agent_init";
     /// `fn(req_off: usize) -> i32`: load the program described by the

@@ -77,13 +77,9 @@ fn mmap<T: Target + ?Sized>(t: &mut T, addr: u64, len: u64, prot: i32, flags: i3
     .context("mmap in the target")
 }
 
-/// Maps `image` into `t` and initialises it with a fresh control region.
-pub fn load_agent<T: Target + ?Sized>(
-    t: &mut T,
-    image: &AgentImage,
-    layout: RegionLayout,
-    facts: RunFacts,
-) -> Result<LoadedAgent> {
+/// The agent's object, scratch page and fork-guard page mapped into `t`:
+/// (base, scratch, guard).
+fn map_image<T: Target + ?Sized>(t: &mut T, image: &AgentImage) -> Result<(u64, u64, u64)> {
     let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     let scratch = mmap(t, 0, PAGE, libc::PROT_READ | libc::PROT_WRITE, anon)?;
     let base = mmap(
@@ -131,6 +127,40 @@ pub fn load_agent<T: Target + ?Sized>(
         Ok(_) => guard,
         Err(_) => 0,
     };
+    Ok((base, scratch, guard))
+}
+
+/// The agent at `base` with its region, its entry points found.
+fn loaded(
+    image: &AgentImage,
+    (base, scratch, guard): (u64, u64, u64),
+    region_addr: u64,
+    region: Region,
+) -> Result<LoadedAgent> {
+    let sym = |n: &str| image.symbol(n).map(|v| base + v);
+    Ok(LoadedAgent {
+        base,
+        region_addr,
+        region,
+        guard,
+        scratch,
+        init: sym(sym::INIT)?,
+        load: sym(sym::LOAD)?,
+        sites: sym(sym::SITES)?,
+        dispatch: sym(sym::DISPATCH)?,
+        trap: sym(sym::TRAP)?,
+        bench: sym(sym::BENCH)?,
+    })
+}
+
+/// Maps `image` into `t` and initialises it with a fresh control region.
+pub fn load_agent<T: Target + ?Sized>(
+    t: &mut T,
+    image: &AgentImage,
+    layout: RegionLayout,
+    facts: RunFacts,
+) -> Result<LoadedAgent> {
+    let (base, scratch, guard) = map_image(t, image)?;
     // Control region.
     let size = layout.size();
     t.write_mem(scratch, b"wprobe-agent\0")?;
@@ -163,21 +193,58 @@ pub fn load_agent<T: Target + ?Sized>(
     })();
     syscall_ok(t, libc::SYS_close, [fd, 0, 0, 0, 0, 0])?;
     let (region_addr, region) = mapped?;
-    let sym = |n: &str| image.symbol(n).map(|v| base + v);
-    let a = LoadedAgent {
-        base,
-        region_addr,
-        region,
-        guard,
-        scratch,
-        init: sym(sym::INIT)?,
-        load: sym(sym::LOAD)?,
-        sites: sym(sym::SITES)?,
-        dispatch: sym(sym::DISPATCH)?,
-        trap: sym(sym::TRAP)?,
-        bench: sym(sym::BENCH)?,
-    };
+    let a = loaded(image, (base, scratch, guard), region_addr, region)?;
     let r = t.call(a.init, [region_addr, size, guard, 0, 0, 0], a.trap)? as i32;
+    if r != 0 {
+        return Err(a.failure(r).into());
+    }
+    Ok(a)
+}
+
+/// Maps `image` into `t` and initialises it with `region`, the control
+/// region of another process's agent (see `wprobe_agent_init`'s `join`):
+/// `t` opens it at `path` (the tracer's own descriptor of it, as
+/// `/proc/PID/fd/N`), maps it shared, closes it.
+pub fn join_agent<T: Target + ?Sized>(
+    t: &mut T,
+    image: &AgentImage,
+    region: Region,
+    path: &str,
+) -> Result<LoadedAgent> {
+    let (base, scratch, guard) = map_image(t, image)?;
+    let size = region.layout().size();
+    let mut name = path.as_bytes().to_vec();
+    name.push(0);
+    t.write_mem(scratch, &name)?;
+    let fd = syscall_ok(
+        t,
+        libc::SYS_openat,
+        [
+            libc::AT_FDCWD as u64,
+            scratch,
+            (libc::O_RDWR | libc::O_CLOEXEC) as u64,
+            0,
+            0,
+            0,
+        ],
+    )
+    .with_context(|| format!("opening {path} in the target"))?;
+    let mapped = syscall_ok(
+        t,
+        libc::SYS_mmap,
+        [
+            0,
+            size,
+            (libc::PROT_READ | libc::PROT_WRITE) as u64,
+            libc::MAP_SHARED as u64,
+            fd,
+            0,
+        ],
+    );
+    syscall_ok(t, libc::SYS_close, [fd, 0, 0, 0, 0, 0])?;
+    let region_addr = mapped?;
+    let a = loaded(image, (base, scratch, guard), region_addr, region)?;
+    let r = t.call(a.init, [region_addr, size, guard, 1, 0, 0], a.trap)? as i32;
     if r != 0 {
         return Err(a.failure(r).into());
     }

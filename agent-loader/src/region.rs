@@ -347,6 +347,18 @@ impl Region {
         Ok(r)
     }
 
+    /// Another handle on the same mapping (for an agent that joins this
+    /// region: `loader::join_agent`), with its own scratch cursor.
+    pub fn share(&self) -> Result<Region> {
+        Ok(Region {
+            ptr: self.ptr,
+            map: self.map.clone(),
+            layout: self.layout,
+            file: self.file.try_clone()?,
+            scratch_next: self.layout.scratch_off(),
+        })
+    }
+
     /// The header.
     pub fn header(&self) -> &ControlHeader {
         // SAFETY: mapped, aligned, initialised; fields the agent writes are atomics.

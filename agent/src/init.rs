@@ -63,14 +63,27 @@ struct InitArgs {
     len: usize,
 }
 
+/// The region is another process's agent's (`join`): its header is left
+/// as that agent set it.
+static JOINED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// Sets up the agent around the control region `ctrl..ctrl+len` (filled in
-/// by the tracer) and the fork-guard page (may be null). Returns 0 or an
-/// [`AgentError`] code; the message is in the region.
+/// by the tracer) and the fork-guard page (may be null). With `join`, the
+/// region is in use by the agent of another process (a fork child that
+/// executed a program joins its parent's): its header, global variables
+/// and bias are left as they are. Returns 0 or an [`AgentError`] code; the
+/// message is in the region.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wprobe_agent_init(ctrl: *mut u8, len: usize, fork_guard: *mut u8) -> i32 {
+pub unsafe extern "C" fn wprobe_agent_init(
+    ctrl: *mut u8,
+    len: usize,
+    fork_guard: *mut u8,
+    join: usize,
+) -> i32 {
     if CONTROL_BUSY.swap(1, Ordering::Acquire) != 0 {
         return AgentError::AlreadyInitialized as i32;
     }
+    JOINED.store(join != 0, Ordering::Relaxed);
     let r = init_outer(ctrl as *mut ControlHeader, len, fork_guard as *mut u64);
     CONTROL_BUSY.store(0, Ordering::Release);
     r
@@ -86,10 +99,12 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
     ctrl::CTRL.store(c, Ordering::Release);
     // SAFETY: the region was validated.
     let cref = unsafe { &*c };
-    cref.agent_base.store(
-        wprobe_agent_init as *const () as usize as u64,
-        Ordering::Relaxed,
-    );
+    if !JOINED.load(Ordering::Relaxed) {
+        cref.agent_base.store(
+            wprobe_agent_init as *const () as usize as u64,
+            Ordering::Relaxed,
+        );
+    }
     let Some(top) = thread::map_stack(core::ptr::null_mut()) else {
         return err(AgentError::NoMemory, format_args!("no control stack")) as i32;
     };
@@ -157,7 +172,8 @@ extern "C" fn init_inner(_a: *mut u8) -> i64 {
     let n = sys::read_file(c"/proc/self/auxv", &mut auxv).unwrap_or(0);
     vdso::init(&auxv[..n]);
     let (mode, off) = thread::init_keys(&auxv[..n]);
-    if let Some(c) = ctrl::get() {
+    let joined = JOINED.load(Ordering::Relaxed);
+    if let Some(c) = ctrl::get().filter(|_| !joined) {
         c.thread_key.store(mode, Ordering::Relaxed);
         c.tcb_tid_off.store(off, Ordering::Relaxed);
         c.gvars_len.store(0, Ordering::Relaxed);
@@ -169,7 +185,7 @@ extern "C" fn init_inner(_a: *mut u8) -> i64 {
     // its ECX bit 22.
     let leaf7 = core::arch::x86_64::__cpuid_count(7, 0);
     host::HAS_RDPID.store(leaf7.ecx & (1 << 22) != 0, Ordering::Relaxed);
-    if let Some(c) = ctrl::get() {
+    if let Some(c) = ctrl::get().filter(|_| !joined) {
         c.has_rdtscp.store(u32::from(rdtscp), Ordering::Relaxed);
         lock::enable_bias(c);
     }

@@ -94,8 +94,8 @@ impl Plan {
 pub fn names(filter: fn(&TransportInfo) -> bool) -> Vec<(&'static str, &'static str)> {
     let mut v = vec![(
         AUTO,
-        "the default: the in-process transport where the run allows it, else ptrace (exit 1/3, \
-         -f), else perf (a process another tracer holds); -v says which and why",
+        "the default: the in-process transport where the run allows it, else ptrace (exit 1/3), \
+         else perf (a process another tracer holds); -v says which and why",
     )];
     v.extend(
         TRANSPORTS
@@ -358,23 +358,16 @@ mod tests {
     }
 
     #[test]
-    fn follow_forks_goes_to_ptrace_which_follows_children_into_their_programs() {
+    fn follow_forks_stays_in_process() {
         let needs = Needs {
             follow_forks: true,
             ..Needs::default()
         };
+        // inproc follows fork children into the programs they execute.
         let p = choose(AUTO, &needs, &none).unwrap();
-        assert_eq!(p.info.name, "ptrace");
-        assert_eq!(
-            p.passed_over,
-            [(
-                "inproc",
-                "-f: it follows fork children, but not into the programs they execute".to_string()
-            )]
-        );
-        // Forced, inproc follows the fork children themselves.
-        let p = choose("inproc", &needs, &none).unwrap();
-        assert!(p.forced && p.info.caps.follows_forks);
+        assert_eq!(p.info.name, "inproc");
+        assert!(p.passed_over.is_empty());
+        assert!(TRANSPORTS.iter().all(|t| unmet(t, &needs).is_none()));
     }
 
     #[test]

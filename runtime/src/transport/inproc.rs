@@ -28,6 +28,7 @@ mod events;
 mod fallbacks;
 mod forks;
 mod hold;
+mod joined;
 pub mod journal;
 mod later;
 mod launch;
@@ -68,7 +69,7 @@ pub static INFO: TransportInfo = TransportInfo {
         core_dump: false,
         later_libraries: true,
         follows_exec: true,
-        follows_exec_in_children: false,
+        follows_exec_in_children: true,
         arms_files: false,
         uses_ptrace: true,
         return_probes: true,
@@ -172,6 +173,15 @@ pub struct InProc {
     carried_gvars: Vec<u64>,
     /// `-f`: fork children are followed (`forks`); the threads stay seized.
     follow_forks: bool,
+    /// The region this process's agent is to join, and the path the
+    /// process opens it at (a followed fork child that executed a program:
+    /// `joined`).
+    join: Option<(agent_loader::region::Region, String)>,
+    /// Followed fork children that executed a program, being armed
+    /// (`joined`), by pid.
+    execs: HashMap<i32, Box<InProc>>,
+    /// The parent of the child this transport arms (`joined`).
+    joined_parent: i32,
 }
 
 /// Why the eligibility rules refuse a jump at link-time address `link` of

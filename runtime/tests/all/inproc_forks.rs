@@ -1,8 +1,9 @@
 //! `-f` under the in-process transport: fork children followed, their
 //! agents woken with the parent's region (one ring, one set of counters
-//! and maps), their calls counted and nested as under ptrace, their bytes
-//! put back at detach, and `wprobe repair` for each after wprobe's death.
-//! Counts written down by hand.
+//! and maps), the programs they execute (`posix_spawn` and vfork children
+//! too) armed with agents that join that region, their calls counted and
+//! nested as under ptrace, their bytes put back at detach, and `wprobe
+//! repair` for each after wprobe's death. Counts written down by hand.
 
 use crate::case;
 use crate::dynamic_processes::{counts, forklib};
@@ -21,7 +22,11 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(
-        a_fork_child_that_executes_a_program_is_let_go_and_said,
+        a_fork_child_that_executes_a_program_is_followed_into_it,
+        Need::Ptrace
+    ),
+    case!(
+        posix_spawn_and_vfork_children_are_followed_into_their_programs,
         Need::Ptrace
     ),
     case!(
@@ -59,10 +64,10 @@ fn fork_children_and_grandchildren_are_counted_in_process() {
     assert!(per_pid.iter().all(|l| l.ends_with("]: 1000")), "{maps:?}");
 }
 
-/// forklib under inproc: the two children that call `work` are counted
-/// (2 `work`, 4 `lib_add` and the parent's 1); the one that executes
-/// forkexecd is let go there, and wprobe says so.
-fn a_fork_child_that_executes_a_program_is_let_go_and_said() {
+/// forklib under inproc: as under ptrace (`dynamic_processes`), `work` 2,
+/// `exec_work` 3, `lib_add` 5 in forklib's processes and 1 in forkexecd,
+/// which the third child executes.
+fn a_fork_child_that_executes_a_program_is_followed_into_it() {
     let (exe, execd) = forklib();
     let prog = format!(
         "uprobe:{}:work {{ @w = count(); }} \
@@ -76,21 +81,48 @@ fn a_fork_child_that_executes_a_program_is_let_go_and_said() {
     let (maps, out) = counts("inproc", &["--follow"], &prog, &cmd);
     assert!(out.contains("forkexecd 13"), "{out}");
     assert!(out.contains("forklib done 101"), "{out}");
-    assert_eq!(maps, ["@l[forklib]: 5", "@w: 2"], "{out}");
-    let said = format!(
-        "executed {}: its probes are not armed there (--transport inproc follows fork \
-         children, not the programs they execute; --transport ptrace does)",
-        std::fs::canonicalize(&execd).unwrap().display()
+    assert_eq!(
+        maps,
+        ["@e: 3", "@l[forkexecd]: 1", "@l[forklib]: 5", "@w: 2"],
+        "{out}"
     );
-    assert!(out.contains(&said), "{out}");
+}
+
+/// spawner runs forkexecd through `posix_spawn`, then through vfork and
+/// execv: each run's 3 `exec_work` under its own pid, its `lib_add` once,
+/// spawner's own `work` twice. Five times: a vfork child that executes a
+/// program at once (held at its first stop until its start is reported)
+/// once raced the session's view of it.
+fn posix_spawn_and_vfork_children_are_followed_into_their_programs() {
+    let (_, execd) = forklib();
+    let exe = gcc("spawner", &progs().join("spawner.c"), &["-O0"]);
+    let prog = format!(
+        "uprobe:{}:work {{ @w = count(); }} \
+         uprobe:{}/libforkwork.so:lib_add {{ @l[comm] = count(); }} \
+         uprobe:{}:exec_work {{ @e[pid] = count(); }}",
+        exe.display(),
+        execd.parent().unwrap().display(),
+        execd.display()
+    );
+    let cmd = format!("{} {}", exe.display(), execd.display());
+    for _ in 0..5 {
+        let (maps, out) = counts("inproc", &["--follow"], &prog, &cmd);
+        assert!(out.contains("spawn done 6"), "{out}");
+        assert_eq!(out.matches("forkexecd 13").count(), 2, "{out}");
+        let e: Vec<&String> = maps.iter().filter(|l| l.starts_with("@e[")).collect();
+        assert_eq!(e.len(), 2, "{maps:?}\n{out}");
+        assert!(e.iter().all(|l| l.ends_with("]: 3")), "{maps:?}");
+        assert!(maps.contains(&"@l[forkexecd]: 2".to_string()), "{maps:?}");
+        assert!(maps.contains(&"@w: 2".to_string()), "{maps:?}");
+    }
 }
 
 /// `wprobe trace -f --plt --report` of forklib under inproc: as under
 /// ptrace (`dynamic_processes`), each child continues `main` from its
 /// `fork@plt` (6 `fork@plt`: the parent's 3 and a return in each child),
-/// but the child that executes forkexecd is let go there (its `execl@plt`
-/// still running at the end, forkexecd's calls not traced), and the C
-/// start-up functions have no jump under inproc.
+/// the one that executes forkexecd ends its calls there (`execl@plt`
+/// unwound by the exec); the C start-up functions have no jump under
+/// inproc.
 fn an_in_process_fork_trace_nests_each_child_from_its_fork() {
     let (exe, execd) = forklib();
     let mut c = wprobe();
@@ -122,6 +154,10 @@ fn an_in_process_fork_trace_nests_each_child_from_its_fork() {
             "{tid}: {first}\n{text}"
         );
     }
+    assert!(
+        text.contains("|   execl@plt(); /* unwound: exec */"),
+        "{text}"
+    );
     let mut c = wprobe();
     c.args([
         "trace",
@@ -157,10 +193,7 @@ fn an_in_process_fork_trace_nests_each_child_from_its_fork() {
         assert_eq!(calls(f), n, "{f}\n{text}");
     }
     assert!(
-        err.contains(
-            "wprobe: trace: 18 calls (15 returned, 2 unwound, 1 still running when the trace \
-             ended)"
-        ),
+        err.contains("wprobe: trace: 18 calls (15 returned, 3 unwound)"),
         "{err}"
     );
 }

@@ -184,9 +184,14 @@ impl InProc {
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
     ) {
         let Some(t) = self.traps.as_mut() else { return };
-        if t.kids.started.is_empty() && t.kids.exited.is_empty() && t.kids.notes.is_empty() {
+        if t.kids.started.is_empty()
+            && t.kids.exited.is_empty()
+            && t.kids.notes.is_empty()
+            && t.kids.exec_stops.is_empty()
+        {
             return;
         }
+        let execs = std::mem::take(&mut t.kids.exec_stops);
         let started = std::mem::take(&mut t.kids.started);
         let exited = std::mem::take(&mut t.kids.exited);
         let notes = std::mem::take(&mut t.kids.notes);
@@ -202,6 +207,11 @@ impl InProc {
         }
         for (pid, status) in exited {
             on_event(self, Event::ProcessExited { pid, status });
+        }
+        for (pid, tid, parent) in execs {
+            if let Err(e) = self.follow_exec_child(pid, tid, parent, on_event) {
+                crate::elog!("wprobe: {e}");
+            }
         }
         for n in notes {
             if self.said.insert(n.clone()) {

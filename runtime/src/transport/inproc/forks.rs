@@ -74,6 +74,21 @@ pub(super) struct Children {
     pub(super) held: Vec<i32>,
     /// Children whose start was reported.
     pub(super) reported: BTreeSet<i32>,
+    /// vfork children followed whose first stop is awaited: held there
+    /// until their start is reported (the session arms them as they are,
+    /// their parent's image, not the program they may execute at once).
+    pub(super) vfork_first: BTreeSet<i32>,
+    /// Followed children stopped at their exec, not let go: (pid, tid,
+    /// parent); the transport loads an agent into the new image
+    /// (`joined`).
+    pub(super) exec_stops: Vec<(i32, i32, i32)>,
+    /// The trap sites of the children whose image is not their root
+    /// process's (a child that executed a program, and its own children),
+    /// by pid: trap address → stub.
+    pub(super) redirect: BTreeMap<i32, std::collections::HashMap<u64, u64>>,
+    /// The fork-guard page of those children's agents, by pid (else
+    /// [`Children::follow`]'s).
+    pub(super) guards: BTreeMap<i32, u64>,
 }
 
 impl Children {
@@ -97,6 +112,9 @@ impl Children {
     pub(super) fn born(&mut self, child: i32, parent: i32, vfork: bool) -> bool {
         if vfork {
             self.vforked.insert(child, parent);
+            if self.follow.is_some() {
+                self.vfork_first.insert(child);
+            }
         } else {
             self.forked.insert(child, parent);
         }
@@ -128,7 +146,7 @@ impl Children {
     /// written, its memory not writable): the caller lets it go with its
     /// traps put back, as an unfollowed child.
     pub(super) fn adopt(&mut self, child: i32, parent: i32) -> bool {
-        let Some(guard) = self.follow else {
+        let Some(guard) = self.guards.get(&parent).copied().or(self.follow) else {
             return false;
         };
         let journals = copy_journals(parent, child);
@@ -164,6 +182,12 @@ impl Children {
         }
         self.kids.insert(child, kid);
         self.threads.insert(child, child);
+        if let Some(g) = self.guards.get(&parent).copied() {
+            self.guards.insert(child, g);
+        }
+        if let Some(r) = self.redirect.get(&parent).cloned() {
+            self.redirect.insert(child, r);
+        }
         true
     }
 
@@ -192,28 +216,61 @@ impl Children {
     }
 
     /// A followed child (or a vfork child) executed a program: its image,
-    /// and our bytes with it, are gone; it is let go.
+    /// and our bytes with it, are gone. Followed, it stays stopped at its
+    /// exec for the transport ([`Children::exec_stops`]); else it is let go.
     pub(super) fn execed(&mut self, tid: i32) {
         let Some(pid) = self.pid_of(tid) else {
             return;
         };
-        let followed = self.follow.is_some();
-        self.vforked.remove(&pid);
+        let vfork_parent = self.vforked.remove(&pid);
+        let mut parent = vfork_parent;
         if let Some(k) = self.kids.remove(&pid) {
+            parent = Some(k.parent);
             k.remove_journals();
         }
         self.threads.retain(|_, p| *p != pid);
-        let _ = sys::detach(tid, 0);
-        if followed {
-            let prog = std::fs::read_link(format!("/proc/{pid}/exe"))
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| "a program".into());
-            self.notes.push(format!(
-                "process {pid} executed {prog}: its probes are not armed there (--transport \
-                 inproc follows fork children, not the programs they execute; --transport \
-                 ptrace does)"
-            ));
+        self.redirect.remove(&pid);
+        self.guards.remove(&pid);
+        match parent {
+            Some(parent) if self.follow.is_some() => self.exec_stops.push((pid, tid, parent)),
+            _ => {
+                let _ = sys::detach(tid, 0);
+            }
         }
+    }
+
+    /// A child that executed a program, its new image armed and its agent
+    /// joined to the region (`joined`): its stopped thread `tid` and its
+    /// journals, its trap sites (`redirect`) and its agent's fork-guard
+    /// page. It goes on, served like the other children.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn joined(
+        &mut self,
+        pid: i32,
+        tid: i32,
+        parent: i32,
+        journals: (Option<journal::Journal>, Option<trap_journal::Journal>),
+        redirect: std::collections::HashMap<u64, u64>,
+        guard: u64,
+    ) {
+        self.kids.insert(
+            pid,
+            Kid {
+                parent,
+                journal: journals.0,
+                trap_journal: journals.1,
+            },
+        );
+        self.threads.insert(tid, pid);
+        if !redirect.is_empty() {
+            self.redirect.insert(pid, redirect);
+        }
+        if guard != 0 {
+            self.guards.insert(pid, guard);
+        }
+        // Its start was reported (it was followed before its exec).
+        self.reported.insert(pid);
+        let _ = sys::cont(tid, 0);
     }
 
     /// Puts back the journaled bytes of every followed child and lets it

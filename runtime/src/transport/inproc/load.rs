@@ -97,9 +97,16 @@ impl InProc {
         // Programs precompiled for the agent's engine.
         let mut phases = Phases::start();
         let cwasm = compile_programs(set)?;
-        // The region: probes, variables, maps, ring, scratch.
+        // The region: probes, variables, maps, ring, scratch (a region
+        // joined has its own, and its programs' maps where they are).
+        let joined = self.join.is_some();
+        let mut laid_out = Vec::new();
         let layout = region_layout(
-            &mut self.program_maps,
+            if joined {
+                &mut laid_out
+            } else {
+                &mut self.program_maps
+            },
             set,
             &cwasm,
             self.patcher.sites.len(),
@@ -115,17 +122,26 @@ impl InProc {
         let runner = world.runner().map_err(|e| format!("{e:#}"))?;
         let mut agent = {
             let mut t = world.target(runner);
-            agent_loader::load_agent(&mut t, &image, layout, facts)
-                .map_err(|e| format!("loading the agent into process {}: {e:#}", self.pid))?
+            match self.join.take() {
+                // A fork child that executed a program: its agent joins the
+                // region of the agent it was forked with (`joined`).
+                Some((region, path)) => {
+                    agent_loader::loader::join_agent(&mut t, &image, region, &path)
+                }
+                None => agent_loader::load_agent(&mut t, &image, layout, facts),
+            }
+            .map_err(|e| format!("loading the agent into process {}: {e:#}", self.pid))?
         };
-        fill_region(
-            &agent,
-            set,
-            &mut self.program_maps,
-            &std::mem::take(&mut self.carried_gvars),
-            &self.maxactive,
-            &self.entry_notices,
-        );
+        if !joined {
+            fill_region(
+                &agent,
+                set,
+                &mut self.program_maps,
+                &std::mem::take(&mut self.carried_gvars),
+                &self.maxactive,
+                &self.entry_notices,
+            );
+        }
         load_modules(
             &mut agent,
             world,
@@ -149,7 +165,9 @@ impl InProc {
             self.enabled.insert(tag);
         }
         agent.region.free_scratch();
-        self.heartbeat = start_heartbeat(&agent, self.tsc0, self.ring_full);
+        if !joined {
+            self.heartbeat = start_heartbeat(&agent, self.tsc0, self.ring_full);
+        }
         self.reported = vec![ProbeCounts::default(); probes_cap as usize];
         let dispatch = agent.dispatch;
         self.agent = Some(agent);
@@ -162,6 +180,11 @@ impl InProc {
         phases.report(self.pid);
         if let Some(a) = &self.agent {
             self.allocations_armed = a.region.stats().allocations;
+        }
+        if joined {
+            // Stopped still: the transport that serves its threads takes
+            // them (`joined`).
+            return Ok(());
         }
         // Let the target go (seized, when some site traps).
         if let Some(w) = self.world.take() {

@@ -26,6 +26,9 @@ impl Transport for InProc {
     }
 
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
+        if let Some(c) = self.execs.get_mut(&pid) {
+            return c.maps(pid, fresh);
+        }
         if pid != self.pid {
             if !self.follows(pid) {
                 return Err(format!("process {pid} is not traced"));
@@ -45,6 +48,9 @@ impl Transport for InProc {
         addr: RunAddr,
         what: Insert,
     ) -> Result<Armed, String> {
+        if let Some(c) = self.execs.get_mut(&pid) {
+            return c.insert(tag, pid, addr, what);
+        }
         let addr = addr.0;
         if pid != self.pid {
             return self.insert_in_child(tag, pid, addr, what);
@@ -117,6 +123,10 @@ impl Transport for InProc {
     }
 
     fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+        if self.execs.contains_key(&pid) {
+            // Libraries a followed child maps later are not armed.
+            return Ok(());
+        }
         if pid != self.pid {
             return Err(format!("process {pid} is not traced"));
         }
@@ -147,6 +157,11 @@ impl Transport for InProc {
     }
 
     fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        if !self.execs.is_empty() {
+            // A followed child that executed a program (`joined`).
+            self.commit_execs(set);
+            return Ok(());
+        }
         if self.reload {
             // The process executed a new program (`on_exec`): a new agent
             // in its image, every probe armed there; the old agent's

@@ -387,6 +387,7 @@ impl Traps {
                         let hold_parent = self.kids.born(child, parent, vfork);
                         if self.kids.early.remove(&child) {
                             if vfork {
+                                self.kids.vfork_first.remove(&child);
                                 self.kids.resume_child(child);
                             } else if let Some(parent) = self.kids.forked.remove(&child) {
                                 self.first_stop(child, parent);
@@ -423,6 +424,10 @@ impl Traps {
                 libc::PTRACE_EVENT_STOP => {
                     if let Some(parent) = self.kids.forked.remove(&tid) {
                         self.first_stop(tid, parent);
+                        return false;
+                    }
+                    if self.kids.vfork_first.remove(&tid) {
+                        self.kids.resume_child(tid);
                         return false;
                     }
                     if hold.is_none()
@@ -507,7 +512,16 @@ impl Traps {
         let mut r = crate::sys::regs::zero_regs();
         sys::getregs(tid, &mut r).ok()?;
         let at = r.rip;
-        let &stub = self.redirect.get(&at)?;
+        // A child that executed a program has trap sites of its own image.
+        let map = match self
+            .kids
+            .pid_of(tid)
+            .and_then(|p| self.kids.redirect.get(&p))
+        {
+            Some(m) => m,
+            None => &self.redirect,
+        };
+        let &stub = map.get(&at)?;
         *self.stops.entry(at).or_default() += 1;
         r.rip = stub;
         sys::setregs(tid, &r).ok()?;

@@ -1,0 +1,131 @@
+//! A followed fork child that executes a program (`-f`; `posix_spawn`'s
+//! and `vfork`'s children included). Its new image has no agent: while it
+//! is stopped at its exec it is run to its entry point (the dynamic linker
+//! maps its libraries), a transport of its own (an [`InProc`] for that
+//! image, held in [`InProc::execs`]) plans its probes and loads an agent
+//! that *joins* the region of the agent the child was followed with
+//! (`agent_loader::loader::join_agent`: one ring, one set of counters,
+//! maps and global variables, as under ptrace), the session arms it as
+//! after any exec (`Event::Exec`), and its stubs, jumps and traps are
+//! written. Then its thread is handed to the threads this transport keeps
+//! seized (`forks::Children::joined`), with the image's journals and trap
+//! sites, and the transport of its own is dissolved: the child is served,
+//! detached and repaired like any followed child. Nothing of the new
+//! program runs before its probes are armed.
+
+use std::os::fd::AsRawFd;
+
+use super::InProc;
+use super::launch;
+use super::world::World;
+use crate::transport::{Action, Event, Transport};
+
+impl InProc {
+    /// Follows child `pid` (of `parent`), stopped at its exec (thread
+    /// `tid`) into its new program; an error (it was let go untraced)
+    /// says why.
+    pub(super) fn follow_exec_child(
+        &mut self,
+        pid: i32,
+        tid: i32,
+        parent: i32,
+        on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
+    ) -> Result<(), String> {
+        let prog = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "a program".into());
+        let not_traced = |e: String| {
+            format!(
+                "process {pid} (forked by {parent}) executed {prog}, which is not traced: {e} \
+                 (--transport ptrace follows it)"
+            )
+        };
+        let let_go = |e: String| {
+            let _ = crate::sys::ptrace::detach(tid, 0);
+            not_traced(e)
+        };
+        let Some(a) = &self.agent else {
+            return Err(let_go("no agent to join".into()));
+        };
+        let region = a.region.share().map_err(|e| let_go(format!("{e:#}")))?;
+        let path = format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            region.file.as_raw_fd()
+        );
+        launch::run_to_entry(tid).map_err(|e| let_go(format!("{e:#}")))?;
+        let w = World::adopt(pid, std::iter::once((tid, 0)).collect())
+            .map_err(|e| let_go(format!("{e:#}")))?;
+        let mut c = InProc::blank(pid, false, self.tsc0, self.ring_full, self.follow_forks);
+        c.patcher.thread_pcs = w
+            .tids()
+            .into_iter()
+            .filter_map(|t| w.regs(t).map(|r| (t, r.rip)))
+            .collect();
+        c.world = Some(w);
+        c.reload = true;
+        c.join = Some((region, path));
+        c.program_maps = self.program_maps.clone();
+        c.joined_parent = parent;
+        self.execs.insert(pid, Box::new(c));
+        on_event(self, Event::Exec { pid });
+        if let Some(mut c) = self.execs.remove(&pid) {
+            // The session gave no handlers for it: let it go.
+            c.agent = None;
+            if let Some(mut w) = c.world.take() {
+                w.release();
+            }
+            return Err(not_traced("no handlers were given for it".into()));
+        }
+        Ok(())
+    }
+
+    /// `update_handlers` for the children stopped at their exec: each
+    /// commits (its agent joins the region) and is handed to the seized
+    /// threads; one that cannot be is let go, and said.
+    pub(super) fn commit_execs(&mut self, set: &crate::transport::HandlerSet<'_>) {
+        let pids: Vec<i32> = self.execs.keys().copied().collect();
+        for pid in pids {
+            let Some(mut c) = self.execs.remove(&pid) else {
+                continue;
+            };
+            let r = c.update_handlers(set);
+            let r = r.and_then(|()| self.hand_over(pid, &mut c));
+            if let Err(e) = r {
+                crate::elog!("wprobe: {e}");
+            }
+            // Dissolved: its agent lives on in the child, its region is
+            // this transport's.
+            c.agent = None;
+            if let Some(mut w) = c.world.take() {
+                w.release();
+            }
+        }
+    }
+
+    /// The joined child `pid`'s thread, journals and trap sites handed to
+    /// the seized threads.
+    fn hand_over(&mut self, pid: i32, c: &mut InProc) -> Result<(), String> {
+        let w = c
+            .world
+            .take()
+            .ok_or_else(|| format!("process {pid}: not stopped"))?;
+        let tids = w.into_stopped();
+        let Some(&tid) = tids.keys().next() else {
+            return Err(format!("process {pid}: no thread"));
+        };
+        let (redirect, _) = c.patcher.trap_maps();
+        if let Err(e) = c.patcher.arm_traps(pid) {
+            crate::elog!("wprobe: process {pid}: {e}");
+        }
+        let guard = c.agent.as_ref().map_or(0, |a| a.guard);
+        let journals = c.patcher.take_journals();
+        let parent = c.joined_parent;
+        let Some(t) = self.traps.as_mut() else {
+            let _ = crate::sys::ptrace::detach(tid, 0);
+            return Err(format!("process {pid}: no seized threads to join"));
+        };
+        t.kids.joined(pid, tid, parent, journals, redirect, guard);
+        Ok(())
+    }
+}
