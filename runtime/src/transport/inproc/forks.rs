@@ -243,7 +243,6 @@ impl Children {
     /// joined to the region (`joined`): its stopped thread `tid` and its
     /// journals, its trap sites (`redirect`) and its agent's fork-guard
     /// page. It goes on, served like the other children.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn joined(
         &mut self,
         pid: i32,
