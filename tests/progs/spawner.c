@@ -1,21 +1,24 @@
-// Runs argv[1] (forkexecd) twice: through posix_spawn, then vfork and
-// execv, waiting for each; calls work() before and after. Prints
-// "spawn done 6".
-#include <spawn.h>
-#include <stdio.h>
-#include <sys/wait.h>
+// Spawns short-lived threads in a tight loop (strace many_looping_threads):
+// each calls target() and exits. usage: spawner [THREADS_ALIVE]
+#include "redirect.h"
+#include <pthread.h>
+#include <stdlib.h>
 #include <unistd.h>
-extern char **environ;
-__attribute__((noinline)) int work(int i) { asm volatile(""); return i * 2; }
+__attribute__((noinline)) long target(long i) {
+    asm volatile("");
+    return i + 1;
+}
+static void *worker(void *a) {
+    for (long i = 0; i < 100; i++) target(i);
+    return a;
+}
 int main(int argc, char **argv) {
-    pid_t p;
-    char *args[] = {argv[1], NULL};
-    int s = work(1);
-    if (posix_spawn(&p, argv[1], NULL, NULL, args, environ) != 0) return 1;
-    waitpid(p, NULL, 0);
-    pid_t q = vfork();
-    if (q == 0) { execv(argv[1], args); _exit(127); }
-    waitpid(q, NULL, 0);
-    printf("spawn done %d\n", s + work(2));
-    return 0;
+    REDIRECT_STDOUT(argc, argv);
+    int alive = argc > 1 ? atoi(argv[1]) : 8;
+    pthread_t t[64];
+    for (long round = 0;; round++) {
+        for (int k = 0; k < alive; k++) pthread_create(&t[k], 0, worker, 0);
+        for (int k = 0; k < alive; k++) pthread_join(t[k], 0);
+        target(-1);
+    }
 }

@@ -88,14 +88,14 @@ fn a_fork_child_that_executes_a_program_is_followed_into_it() {
     );
 }
 
-/// spawner runs forkexecd through `posix_spawn`, then through vfork and
+/// spawnexec runs forkexecd through `posix_spawn`, then through vfork and
 /// execv: each run's 3 `exec_work` under its own pid, its `lib_add` once,
-/// spawner's own `work` twice. Five times: a vfork child that executes a
+/// spawnexec's own `work` twice. Five times: a vfork child that executes a
 /// program at once (held at its first stop until its start is reported)
 /// once raced the session's view of it.
 fn posix_spawn_and_vfork_children_are_followed_into_their_programs() {
     let (_, execd) = forklib();
-    let exe = gcc("spawner", &progs().join("spawner.c"), &["-O0"]);
+    let exe = gcc("spawnexec", &progs().join("spawnexec.c"), &["-O0"]);
     let prog = format!(
         "uprobe:{}:work {{ @w = count(); }} \
          uprobe:{}/libforkwork.so:lib_add {{ @l[comm] = count(); }} \
