@@ -14,7 +14,8 @@ use std::path::PathBuf;
 pub use self::capture::capture;
 pub use self::end_to_end::{EndToEnd, end_to_end, render_end_to_end};
 
-use crate::cmd::{ProgramOpts, transport_names};
+use crate::cmd::transport_names;
+use crate::programs::ProgramOpts;
 
 use crate::load::LoadedModule;
 use crate::runner::{RunOutcome, Runner};
@@ -387,10 +388,10 @@ pub fn bench(mut a: BenchArgs) -> CmdResult {
             Ok(ExitCode::from(1))
         };
     }
-    let engine = crate::programs::cli_engine()?;
+    let engine = crate::cmd::cli_engine()?;
     let cache =
         crate::cache::Cache::for_cli(a.opts.no_cache).map_err(|e| CliError::user(e.to_string()))?;
-    let programs = crate::programs::load_each(&a.programs, |p| {
+    let programs = crate::cmd::load_each(&a.programs, |p| {
         load_bench_program_with_cache(&engine, p, &a, &cache)
     })?;
     let captured = if a.command.is_empty() {

@@ -9,7 +9,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::cmd::{CliError, CmdResult, parse_define};
+use crate::cmd::{CliError, CmdResult};
+use crate::programs::parse_define;
 
 /// Examples shown under `--help`.
 const EXAMPLES: &str = "\

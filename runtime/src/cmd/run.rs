@@ -9,7 +9,8 @@ pub mod oneliner;
 
 use std::path::PathBuf;
 
-use crate::cmd::{ProgramOpts, transport_names};
+use crate::cmd::transport_names;
+use crate::programs::{ProgramArgs, ProgramOpts};
 
 use crate::format::Format;
 use crate::programs::load_program_with_cache;
@@ -68,11 +69,15 @@ pub fn run(a: RunArgs) -> CmdResult {
     if let Some(pid) = a.pid {
         crate::plan::check_attach(pid, forced, &mut needs).map_err(CliError::user)?;
     }
-    let engine = crate::programs::cli_engine()?;
+    let engine = crate::cmd::cli_engine()?;
     let cache =
         crate::cache::Cache::for_cli(a.opts.no_cache).map_err(|e| CliError::user(e.to_string()))?;
-    let mut programs = crate::programs::load_each(&a.programs, |p| {
-        load_program_with_cache(&engine, p, &a, &cache)
+    let mut programs = crate::cmd::load_each(&a.programs, |p| {
+        if crate::cmd::run::oneliner::is_bt(p) {
+            crate::cmd::run::oneliner::load_file(&engine, p, &a, &cache)
+        } else {
+            load_program_with_cache(&engine, p, &a.program_args(), &cache)
+        }
     })?;
     match crate::cmd::run::oneliner::extra_programs(&engine, &a, &cache) {
         Ok(more) => programs.extend(more),
@@ -657,4 +662,17 @@ pub struct RunArgs {
     /// The command to launch (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+impl RunArgs {
+    /// What loading the programs reads of these arguments.
+    pub fn program_args(&self) -> ProgramArgs<'_> {
+        ProgramArgs {
+            programs: &self.programs,
+            probes: &self.probes,
+            opts: &self.opts,
+            command: &self.command,
+            pid: self.pid,
+        }
+    }
 }

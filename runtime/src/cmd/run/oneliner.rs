@@ -158,7 +158,7 @@ pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<V
         }
         Err((d, map)) => {
             let n = d.0.len();
-            Err(crate::cmd::diagnostics_failure(
+            Err(crate::programs::diagnostics_failure(
                 &d.render(&map),
                 &format!(
                     "could not compile `{name}` ({n} error{})",
@@ -190,7 +190,7 @@ pub fn extra_programs(
         let wasm = match bt2wasm::compile_events(&a.events, &opts) {
             Ok(c) => c.wasm,
             Err((d, map)) => {
-                return Err(crate::cmd::diagnostics_failure(
+                return Err(crate::programs::diagnostics_failure(
                     &d.render(&map),
                     "could not compile the probe events",
                 ));
@@ -220,7 +220,7 @@ pub fn load_file(
         ("stdin".to_string(), b)
     } else {
         let b = std::fs::read(path).map_err(|e| {
-            crate::cmd::diagnostics_failure(
+            crate::programs::diagnostics_failure(
                 &crate::cmdline::at_own_arg(
                     path.as_os_str(),
                     &format!("failed to open file '{}': {}", path.display(), io_words(&e)),
