@@ -2,7 +2,7 @@
 //! what it does; `cli` parses the command line and dispatches. What the
 //! commands share is here: the `--transport` values, the engine and the
 //! program loading of `run` and `bench` (the program options themselves
-//! are [`crate::programs`]'s, which imports nothing from here), and the
+//! are [`crate::probe::programs`]'s, which imports nothing from here), and the
 //! error type that carries a command's exit status.
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
@@ -12,6 +12,8 @@ use std::process::ExitCode;
 use crate::transport::ExitStatus;
 
 pub mod bench;
+pub mod cli;
+pub mod cmdline;
 pub mod compile;
 pub mod list;
 pub mod repair;
@@ -22,7 +24,7 @@ pub mod trace;
 /// one-line description.
 pub(crate) fn transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::plan::names(|_| true)
+        crate::probe::plan::names(|_| true)
             .into_iter()
             .map(|(name, about)| PossibleValue::new(name).help(about)),
     )
@@ -32,7 +34,7 @@ pub(crate) fn transport_names() -> PossibleValuesParser {
 /// that arm return probes.
 pub(crate) fn return_probe_transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::plan::names(|t| t.caps.return_probes)
+        crate::probe::plan::names(|t| t.caps.return_probes)
             .into_iter()
             .map(|(name, about)| PossibleValue::new(name).help(about)),
     )
@@ -99,7 +101,7 @@ pub(crate) fn wait_child(pid: i32) -> Option<ExitStatus> {
 /// The engine of `run` and `bench` (an internal error, exit status 2,
 /// when wasmtime cannot be set up).
 pub fn cli_engine() -> Result<wasmtime::Engine, CliError> {
-    crate::engine::new_engine().map_err(|e| CliError::internal(format!("{e:#}")))
+    crate::wasm::engine::new_engine().map_err(|e| CliError::internal(format!("{e:#}")))
 }
 
 /// Loads every program with `load`, in order; the first error is the
@@ -122,7 +124,7 @@ pub fn report(result: CmdResult) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            match crate::programs::split_diagnostics(&e.message) {
+            match crate::probe::programs::split_diagnostics(&e.message) {
                 Some((diagnostics, summary)) => {
                     crate::elog!("{diagnostics}error: {summary}")
                 }

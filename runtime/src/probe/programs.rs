@@ -5,8 +5,8 @@
 //! replaced by those given on the command line). wasmtime's compilation
 //! comes from the compiled-module cache when it has it (`cache.rs`).
 
-use crate::cache::{Cache, CacheOutcome};
 use crate::session::LoadedProgram;
+use crate::wasm::cache::{Cache, CacheOutcome};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -122,11 +122,11 @@ pub fn load_program_with_cache(
     let label = program_label(path);
     let loaded = if is_rpn(path) {
         let (wasm, _) = compile_rpn_for(path, a.opts, a.command)?;
-        crate::load::load_cached(engine, &wasm, None, None, cache)
+        crate::wasm::load::load_cached(engine, &wasm, None, None, cache)
     } else {
         let bytes = read_module_file(path)?;
         let cli = cli_manifest(&bytes, path, a)?;
-        crate::load::load_cached(engine, &bytes, Some(path), cli, cache)
+        crate::wasm::load::load_cached(engine, &bytes, Some(path), cli, cache)
     };
     let (module, outcome) = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
     debug_cache_outcome(path, &outcome);
@@ -219,8 +219,8 @@ fn default_module(a: &ProgramArgs) -> Option<String> {
 /// Function exports of a `.wasm` / `.wat` file (`None` when it does not load).
 fn exports_of(path: &Path) -> Option<Vec<String>> {
     let bytes = read_module_file(path).ok()?;
-    let wasm = crate::load::to_wasm(&bytes).ok()?;
-    let facts = crate::load::inspect(&wasm).ok()?;
+    let wasm = crate::wasm::load::to_wasm(&bytes).ok()?;
+    let facts = crate::wasm::load::inspect(&wasm).ok()?;
     Some(facts.func_exports.into_keys().collect())
 }
 
@@ -239,13 +239,13 @@ fn cli_manifest(
     let specs = a
         .probes
         .iter()
-        .map(|s| crate::probespec::parse(s).map_err(|e| e.to_string()))
+        .map(|s| crate::probe::probespec::parse(s).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     // Errors of the module itself are reported by the load proper.
-    let Ok(wasm) = crate::load::to_wasm_named(bytes, Some(path)) else {
+    let Ok(wasm) = crate::wasm::load::to_wasm_named(bytes, Some(path)) else {
         return Ok(None);
     };
-    let Ok(facts) = crate::load::inspect(&wasm) else {
+    let Ok(facts) = crate::wasm::load::inspect(&wasm) else {
         return Ok(None);
     };
     let is_module = |p: &&std::path::PathBuf| p.extension().is_none_or(|e| e != "rpn");
@@ -279,7 +279,7 @@ fn cli_manifest(
     if mine.is_empty() {
         return Ok(None);
     }
-    crate::probespec::manifest(&mine, facts.manifest.as_ref(), default_module(a).as_deref())
+    crate::probe::probespec::manifest(&mine, facts.manifest.as_ref(), default_module(a).as_deref())
         .map(Some)
 }
 
