@@ -26,7 +26,7 @@ fn compile(c: &mut Criterion<BenchClock>) {
     let program = frontend(&src);
     let wasm = rpn2wasm::compile_program(program.clone()).wasm;
     validate(&wasm);
-    let engine = runtime::engine::new_engine().expect("engine");
+    let engine = runtime::wasm::engine::new_engine().expect("engine");
 
     let mut group = c.benchmark_group("compile_1000_insns");
     group.bench_function("frontend", |b| {

@@ -18,7 +18,7 @@ use wprobe_benches::{
 };
 
 fn handlers(c: &mut Criterion<BenchClock>) {
-    let engine = runtime::engine::new_engine().expect("engine");
+    let engine = runtime::wasm::engine::new_engine().expect("engine");
     for shape in &SHAPES {
         let program = build(shape.source);
         let mut group = c.benchmark_group(shape.name);

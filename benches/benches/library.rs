@@ -14,7 +14,7 @@
 //!   `Module::deserialize`).
 //! * **decode**: `hostabi::record` decoding of typical records (every item
 //!   or frame read), in records per second.
-//! * **format**: `runtime::format::record` in text and JSON lines (which
+//! * **format**: `runtime::out::format::record` in text and JSON lines (which
 //!   decodes as it goes), in records per second, into a reused buffer
 //!   cleared when it passes 64 KiB (the session clears it per hit).
 //!
@@ -24,8 +24,8 @@
 //! thread's CPU clock includes.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use runtime::cache::{Cache, CacheOutcome};
-use runtime::format::{Format, record};
+use runtime::out::format::{Format, record};
+use runtime::wasm::cache::{Cache, CacheOutcome};
 use std::hint::black_box;
 use std::path::Path;
 use std::time::Duration;
@@ -37,7 +37,7 @@ use wprobe_benches::library::{
 use wprobe_benches::{generated_program, options};
 
 fn load(c: &mut Criterion<BenchClock>) {
-    let engine = runtime::engine::new_engine().expect("engine");
+    let engine = runtime::wasm::engine::new_engine().expect("engine");
     let tmp = TempCache::new("load");
     let programs = [
         ("load_1000_insns", generated_program(100)),
@@ -69,7 +69,7 @@ fn load(c: &mut Criterion<BenchClock>) {
         group.bench_function("to_wasm", |b| b.iter(|| black_box(to_wasm(black_box(src)))));
         let wasm = to_wasm(src);
         group.bench_function("abi_gate_only", |b| {
-            b.iter(|| black_box(runtime::load::inspect(black_box(&wasm)).expect("valid")))
+            b.iter(|| black_box(runtime::wasm::load::inspect(black_box(&wasm)).expect("valid")))
         });
         group.bench_function("cache_hit_only", |b| {
             b.iter(|| {

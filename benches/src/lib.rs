@@ -15,7 +15,7 @@ use rpn2wasm::ast::Program;
 use rpn2wasm::interp::{self, Limits, ProgramState, RunResult};
 use rpn2wasm::model::{ModelEnv, probe_target as t};
 use rpn2wasm::symbols::MapSymbols;
-use runtime::runner::{RunOutcome, Runner};
+use runtime::wasm::runner::{RunOutcome, Runner};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::Path;
@@ -230,7 +230,8 @@ impl CompiledHandler {
     pub fn new(engine: &wasmtime::Engine, program: &Program) -> CompiledHandler {
         let c = rpn2wasm::compile_program(program.clone());
         validate(&c.wasm);
-        let loaded = runtime::load::load(engine, &c.wasm, None).expect("load compiled module");
+        let loaded =
+            runtime::wasm::load::load(engine, &c.wasm, None).expect("load compiled module");
         let mut runner = Runner::new(engine, hit()).expect("runner");
         runner.add(&loaded, None).expect("instantiate");
         CompiledHandler { runner }
@@ -262,7 +263,7 @@ impl CompiledHandler {
         self.runner.store.data_mut().sink.clear();
         self.runner
             .store
-            .set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT)
+            .set_fuel(runtime::wasm::engine::DEFAULT_FUEL_PER_HIT)
             .expect("fuel enabled");
         handler
             .call(&mut self.runner.store, ())
@@ -305,7 +306,7 @@ impl EmptyCall {
     #[inline]
     pub fn run(&mut self) -> i32 {
         self.store
-            .set_fuel(runtime::engine::DEFAULT_FUEL_PER_HIT)
+            .set_fuel(runtime::wasm::engine::DEFAULT_FUEL_PER_HIT)
             .expect("fuel enabled");
         self.f.call(&mut self.store, ()).expect("f returns")
     }
@@ -416,11 +417,11 @@ mod tests {
     use super::*;
     use hostabi::Outcome;
     use rpn2wasm::interp::RecordKind;
-    use runtime::sink::RecordKind as SinkKind;
+    use runtime::out::sink::RecordKind as SinkKind;
 
     #[test]
     fn three_engines_agree_on_every_shape() {
-        let engine = runtime::engine::new_engine().expect("engine");
+        let engine = runtime::wasm::engine::new_engine().expect("engine");
         for shape in &SHAPES {
             let program = build(shape.source);
             let mut interp = InterpretedHandler::new(&program);
@@ -459,7 +460,7 @@ mod tests {
 
     #[test]
     fn direct_call_and_empty_call_return_exit() {
-        let engine = runtime::engine::new_engine().expect("engine");
+        let engine = runtime::wasm::engine::new_engine().expect("engine");
         let mut h = CompiledHandler::new(&engine, &build(LOG_REGS));
         let f = h.handler();
         assert_eq!(h.run_direct(&f), Outcome::Exit as i32);

@@ -12,9 +12,9 @@
 use crate::{hit, options, symbols};
 use hostabi::record::{Item, decode_log, decode_stacktrace};
 use rpn2wasm::interp::{self, Limits, ProgramState, RecordKind};
-use runtime::cache::{Cache, CacheOutcome};
-use runtime::format::RecordView;
-use runtime::load::LoadedModule;
+use runtime::out::format::RecordView;
+use runtime::wasm::cache::{Cache, CacheOutcome};
+use runtime::wasm::load::LoadedModule;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -36,7 +36,7 @@ pub fn many_probe_program(probes: usize) -> String {
 
 /// What `wprobe run` does for one `.rpn` program before tracing starts:
 /// front end (with the benches' symbol table instead of reading the ELF
-/// file), code generation, then `runtime::load::load_cached` (validation,
+/// file), code generation, then `runtime::wasm::load::load_cached` (validation,
 /// ABI gate, manifest checks, and `Module::new` or a cache hit).
 pub fn load_rpn(
     engine: &wasmtime::Engine,
@@ -48,7 +48,7 @@ pub fn load_rpn(
         Err((d, map)) => panic!("bench program does not build:\n{}", d.render(&map)),
     };
     let wasm = rpn2wasm::compile_program(program).wasm;
-    runtime::load::load_cached(engine, &wasm, None, None, cache).expect("bench program loads")
+    runtime::wasm::load::load_cached(engine, &wasm, None, None, cache).expect("bench program loads")
 }
 
 /// A cache directory of its own for one benchmark process, removed on drop.
@@ -217,11 +217,11 @@ pub fn decode(r: &TypicalRecord) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runtime::format::{Format, record};
+    use runtime::out::format::{Format, record};
 
     #[test]
     fn cached_and_cold_loads_give_the_same_module() {
-        let engine = runtime::engine::new_engine().expect("engine");
+        let engine = runtime::wasm::engine::new_engine().expect("engine");
         let src = many_probe_program(100);
         let tmp = TempCache::new("test");
         let (cold, o) = load_rpn(&engine, &src, &tmp.cache);
@@ -231,14 +231,14 @@ mod tests {
         assert_eq!(warm.manifest.probes.len(), 100);
         assert_eq!(warm.manifest, cold.manifest);
         for m in [cold, warm] {
-            let mut r = runtime::runner::Runner::new(&engine, hit()).expect("runner");
+            let mut r = runtime::wasm::runner::Runner::new(&engine, hit()).expect("runner");
             r.add(&m, None).expect("instantiates");
             for probe in [0, 57, 99] {
                 r.store.data_mut().sink.clear();
                 let out = r.run(0, probe);
                 assert_eq!(
                     out,
-                    runtime::runner::RunOutcome::Returned(hostabi::Outcome::Exit)
+                    runtime::wasm::runner::RunOutcome::Returned(hostabi::Outcome::Exit)
                 );
                 let sink = &r.store.data().sink;
                 assert_eq!(sink.records[0].minor as usize, probe);

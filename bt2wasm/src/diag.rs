@@ -5,7 +5,7 @@
 //! and syntax, `B01xx` probes, `B02xx` names and types, `B03xx` calls,
 //! `B04xx` unsupported constructs, `B05xx` probe events, `B06xx` the
 //! command line of `wprobe run` (reported at the argument, see
-//! `runtime/src/cmdline.rs`).
+//! `runtime/src/cmd/cmdline.rs`).
 
 use rpn2wasm::Span;
 pub use rpn2wasm::diag::{Diagnostic, Diagnostics};

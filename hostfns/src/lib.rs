@@ -6,7 +6,7 @@
 //! memory; a bad one traps the handler, never the host.
 //!
 //! One implementation for every place handlers run: the runtime's store
-//! (`runtime/src/host.rs` implements [`HostData`] for its `HostState`, for
+//! (`runtime/src/wasm/host.rs` implements [`HostData`] for its `HostState`, for
 //! the ptrace and perf transports) and the in-process agent (`agent/`,
 //! `no_std`, inside the traced process). So the imports behave the same
 //! under every transport by construction, not by keeping two copies alike.

@@ -1,54 +1,30 @@
 //! The subcommands of `wprobe`: each module holds its arguments (clap) and
 //! what it does; `cli` parses the command line and dispatches. What the
-//! commands share is here: the program options, the `--transport` values,
-//! and the error type that carries a command's exit status.
+//! commands share is here: the `--transport` values, the engine and the
+//! program loading of `run` and `bench` (the program options themselves
+//! are [`crate::probe::programs`]'s, which imports nothing from here), and the
+//! error type that carries a command's exit status.
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::transport::ExitStatus;
 
 pub mod bench;
+pub mod cli;
+pub mod cmdline;
 pub mod compile;
 pub mod list;
 pub mod repair;
 pub mod run;
 pub mod trace;
 
-/// The options of `run` and `bench` that say how their programs are built
-/// and run (`bench --end-to-end` passes them on to `run`).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct ProgramOpts {
-    /// Define a macro for .rpn programs.
-    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
-    pub define: Vec<String>,
-    /// Include directory for .rpn programs.
-    #[arg(short = 'I', value_name = "DIR")]
-    pub include: Vec<PathBuf>,
-    /// Fuel per handler run (default: derived from the program's jmpmax).
-    #[arg(long, value_name = "N")]
-    pub fuel: Option<u64>,
-    /// Compile modules afresh instead of using the compiled-module cache
-    /// (also `WPROBE_NO_CACHE=1`; the cache holds at most
-    /// `WPROBE_CACHE_MAX_BYTES`, default 256M, least recently used evicted).
-    #[arg(long)]
-    pub no_cache: bool,
-}
-
-/// Splits `NAME[=VALUE]` (`-D NAME` means 1).
-pub fn parse_define(d: &str) -> (String, String) {
-    match d.split_once('=') {
-        Some((n, v)) => (n.trim().to_string(), v.trim().to_string()),
-        None => (d.trim().to_string(), "1".to_string()),
-    }
-}
-
 /// The `--transport` values: the transport registry, each with its
 /// one-line description.
 pub(crate) fn transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::plan::names(|_| true)
+        crate::probe::plan::names(|_| true)
             .into_iter()
             .map(|(name, about)| PossibleValue::new(name).help(about)),
     )
@@ -58,7 +34,7 @@ pub(crate) fn transport_names() -> PossibleValuesParser {
 /// that arm return probes.
 pub(crate) fn return_probe_transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::plan::names(|t| t.caps.return_probes)
+        crate::probe::plan::names(|t| t.caps.return_probes)
             .into_iter()
             .map(|(name, about)| PossibleValue::new(name).help(about)),
     )
@@ -122,16 +98,23 @@ pub(crate) fn wait_child(pid: i32) -> Option<ExitStatus> {
     }
 }
 
-/// Separates compiler diagnostics from the summary in an error message
-/// (see [`diagnostics_failure`]).
-const DIAGNOSTICS_END: char = '\u{1}';
+/// The engine of `run` and `bench` (an internal error, exit status 2,
+/// when wasmtime cannot be set up).
+pub fn cli_engine() -> Result<wasmtime::Engine, CliError> {
+    crate::wasm::engine::new_engine().map_err(|e| CliError::internal(format!("{e:#}")))
+}
 
-/// An error message made of compiler diagnostics (already rendered, with
-/// `file:line:col` and carets) and a one-line summary: reported as the
-/// diagnostics as they are, then `error: SUMMARY`, whatever path the
-/// message takes to the command's result.
-pub fn diagnostics_failure(diagnostics: &str, summary: &str) -> String {
-    format!("{diagnostics}{DIAGNOSTICS_END}{summary}")
+/// Loads every program with `load`, in order; the first error is the
+/// command's (exit status 1).
+pub fn load_each<T>(
+    paths: &[PathBuf],
+    mut load: impl FnMut(&Path) -> Result<T, String>,
+) -> Result<Vec<T>, CliError> {
+    paths
+        .iter()
+        .map(|p| load(p))
+        .collect::<Result<Vec<T>, String>>()
+        .map_err(CliError::user)
 }
 
 /// Reports a command's result: prints a failure as `error: MESSAGE` (after
@@ -141,7 +124,7 @@ pub fn report(result: CmdResult) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            match e.message.split_once(DIAGNOSTICS_END) {
+            match crate::probe::programs::split_diagnostics(&e.message) {
                 Some((diagnostics, summary)) => {
                     crate::elog!("{diagnostics}error: {summary}")
                 }

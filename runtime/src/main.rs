@@ -1,5 +1,5 @@
 //! The `wprobe` binary.
 
 fn main() -> std::process::ExitCode {
-    runtime::cli::main()
+    runtime::cmd::cli::main()
 }

@@ -29,14 +29,14 @@ use hostabi::env::HitEnv;
 use hostabi::manifest::{Manifest, ProbeKind, Trigger};
 
 pub use self::stats::ProbeStats;
-use crate::addr::{LinkAddr, RunAddr};
-use crate::format::Format;
-use crate::load::LoadedModule;
-use crate::regscan::RegsRead;
-use crate::resolve::Resolver;
-use crate::runner::{RunOutcome, Runner};
+use crate::out::format::Format;
+use crate::probe::addr::{LinkAddr, RunAddr};
+use crate::probe::resolve::Resolver;
 pub use crate::transport::RunEnv;
 use crate::transport::{Action, Armed, Event, ExitStatus, Transport, TransportHit, TransportInfo};
+use crate::wasm::load::LoadedModule;
+use crate::wasm::regscan::RegsRead;
+use crate::wasm::runner::{RunOutcome, Runner};
 use hook::HookEvent;
 use oneliner::{BtState, Special};
 
@@ -73,7 +73,7 @@ pub struct RunOptions {
     /// Output format.
     pub format: Format,
     /// How text records are written (`-t`, `--radix`).
-    pub text: crate::format::TextStyle,
+    pub text: crate::out::format::TextStyle,
 }
 
 struct ProbeState {
@@ -134,7 +134,7 @@ pub struct Session {
     transport: Option<&'static TransportInfo>,
     resolver: Resolver,
     opts: RunOptions,
-    out: crate::output::RecordOut,
+    out: crate::out::output::RecordOut,
     line: String,
     seq: u64,
     /// Warnings printed at arming time (also for tests).
@@ -176,7 +176,7 @@ pub struct Session {
     /// check parses the file's section headers), Go ones said so.
     go_noted: std::collections::HashSet<std::path::PathBuf>,
     /// `--metrics`: where snapshots go when a scrape asks (see `metrics`).
-    metrics: Option<std::sync::Arc<crate::metrics::Feed>>,
+    metrics: Option<std::sync::Arc<crate::out::metrics::Feed>>,
     /// Reading the target's maps for a snapshot failed (said once).
     metrics_pull_failed: bool,
     /// Symbolized map keys of earlier snapshots (see `metrics`).
@@ -294,7 +294,7 @@ impl Session {
 
     /// Records how the transport was chosen (`--transport auto` or
     /// forced, and why), for the JSON statistics.
-    pub fn set_plan(&mut self, plan: &crate::plan::Plan) {
+    pub fn set_plan(&mut self, plan: &crate::probe::plan::Plan) {
         let mut why = plan.reason.clone();
         for (name, w) in &plan.passed_over {
             why.push_str(&format!("; not {name}: {w}"));
@@ -428,7 +428,7 @@ impl Session {
             transport: None,
             resolver: Resolver::default(),
             opts,
-            out: crate::output::RecordOut::new(out),
+            out: crate::out::output::RecordOut::new(out),
             line: String::with_capacity(4096),
             seq: 0,
             warnings: Vec::new(),
@@ -508,7 +508,7 @@ impl Session {
     pub fn set_output(&mut self, immediate: bool, stop: std::sync::Arc<AtomicBool>) {
         let out = std::mem::replace(
             &mut self.out,
-            crate::output::RecordOut::new(Box::new(std::io::sink())),
+            crate::out::output::RecordOut::new(Box::new(std::io::sink())),
         );
         self.out = out.immediate(immediate).stop_on_failure(stop);
     }

@@ -35,10 +35,10 @@ use std::sync::atomic::AtomicBool;
 use hostabi::Status;
 use hostabi::env::HitEnv;
 
-use crate::addr::RunAddr;
 use crate::arch::WatchKind;
-use crate::procmaps::Mapping;
-use crate::regscan::RegsRead;
+use crate::probe::addr::RunAddr;
+use crate::proc::procmaps::Mapping;
+use crate::wasm::regscan::RegsRead;
 
 /// How a process ended (every transport reports it the same way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -444,7 +444,7 @@ pub struct TargetRun<'a> {
     /// The message of the probe's first trap (sent once per probe).
     pub trap: Option<&'a str>,
     /// The records of the run, in emission order.
-    pub records: &'a crate::sink::Sink,
+    pub records: &'a crate::out::sink::Sink,
 }
 
 /// How a handler run in the target ended.

@@ -13,10 +13,10 @@
 //! choose ptrace for them) are not run, and counted.
 //! `WPROBE_INPROC_DIFF_PROGRAMS` (default 200) and `WPROBE_DIFF_SEED` override.
 
-use runtime::format::Format;
-use runtime::regscan::RegsRead;
+use runtime::out::format::Format;
 use runtime::session::{LoadedProgram, RunOptions, Session};
 use runtime::transport::{OpenOptions, Target};
+use runtime::wasm::regscan::RegsRead;
 use std::sync::atomic::AtomicBool;
 use wprobe_tests::randprog::{self, Rng};
 use wprobe_tests::{SharedBuf, build_text, engine, probe_target, scratch_dir};
@@ -30,7 +30,7 @@ fn trace(
 ) -> (&'static str, Vec<serde_json::Value>, String, String) {
     let program = build_text(src);
     let wasm = wprobe_tests::compile(&program);
-    let module = runtime::load::load(engine(), &wasm, None).expect("load");
+    let module = runtime::wasm::load::load(engine(), &wasm, None).expect("load");
     let buf = SharedBuf::default();
     let opts = RunOptions {
         follow_forks: false,
@@ -55,7 +55,7 @@ fn trace(
     let file = std::fs::File::create(&out).unwrap();
     let argv: Vec<std::ffi::OsString> = vec![target.into_os_string()];
     // `auto`: the planner's choice, checked as `wprobe run` checks it.
-    let info = runtime::plan::choose(transport, &Default::default(), &|i| session.check(i))
+    let info = runtime::probe::plan::choose(transport, &Default::default(), &|i| session.check(i))
         .expect("a transport for the program")
         .info;
     let saved = redirect_stdout(&file);
@@ -116,7 +116,7 @@ fn trace(
 /// The transport `auto` chooses for the program `src`.
 fn planned(src: &str) -> &'static str {
     let wasm = wprobe_tests::compile(&build_text(src));
-    let module = runtime::load::load(engine(), &wasm, None).expect("load");
+    let module = runtime::wasm::load::load(engine(), &wasm, None).expect("load");
     let opts = RunOptions {
         follow_forks: false,
         verify_opcodes: true,
@@ -132,7 +132,7 @@ fn planned(src: &str) -> &'static str {
     };
     let session =
         Session::new(engine(), vec![input], opts, Box::new(std::io::sink())).expect("session");
-    runtime::plan::choose("auto", &Default::default(), &|i| session.check(i))
+    runtime::probe::plan::choose("auto", &Default::default(), &|i| session.check(i))
         .expect("a transport for the program")
         .info
         .name

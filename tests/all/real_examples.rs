@@ -6,7 +6,7 @@
 //! (example 14 changes it).
 
 use rpn2wasm::interp::RecordKind;
-use runtime::format::Format;
+use runtime::out::format::Format;
 use runtime::session::{LoadedProgram, RunOptions, Session};
 use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::sync::atomic::AtomicBool;
@@ -26,7 +26,7 @@ fn trace(
     let target = probe_target();
     let program = build_file(&examples_dir().join(file), defines);
     let wasm = wprobe_tests::compile(&program);
-    let module = runtime::load::load(engine(), &wasm, None).expect("load");
+    let module = runtime::wasm::load::load(engine(), &wasm, None).expect("load");
     let buf = SharedBuf::default();
     let opts = RunOptions {
         follow_forks: false,

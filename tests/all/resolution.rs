@@ -4,7 +4,7 @@
 //! when the dynamic linker reports it). Each run must produce exactly the
 //! expected arguments at every call.
 
-use runtime::format::Format;
+use runtime::out::format::Format;
 use runtime::session::{LoadedProgram, RunOptions, Session};
 use runtime::transport::ptrace::{ExitStatus, PtraceTracer, TraceOptions};
 use std::path::{Path, PathBuf};
@@ -43,7 +43,7 @@ fn trace(
         Err((d, m)) => panic!("{}", d.render(&m)),
     };
     let wasm = wprobe_tests::compile(&program);
-    let module = runtime::load::load(engine(), &wasm, None).unwrap();
+    let module = runtime::wasm::load::load(engine(), &wasm, None).unwrap();
     let buf = SharedBuf::default();
     let ropts = RunOptions {
         follow_forks: false,

@@ -9,7 +9,7 @@ use hostabi::env::EntryState;
 use hostabi::regs::{self, ENTRY_REGS};
 use rpn2wasm::interp::{Record, RecordKind};
 use rpn2wasm::model::{ModelEnv, probe_target as t};
-use runtime::runner::{RunOutcome, Runner};
+use runtime::wasm::runner::{RunOutcome, Runner};
 use wprobe_tests::{Pair, build_file, build_text, engine, examples_dir};
 
 fn words(ws: &[u64]) -> Vec<u8> {
@@ -109,7 +109,7 @@ fn wat_handler(id: u16) -> Vec<u8> {
 
 fn run_wat(id: u16, entry: Option<EntryState>) -> (RunOutcome, Vec<u64>) {
     let wasm = wat_handler(id);
-    let loaded = runtime::load::load(engine(), &wasm, None).expect("loads");
+    let loaded = runtime::wasm::load::load(engine(), &wasm, None).expect("loads");
     assert!(loaded.manifest.probes[0].r#return);
     let mut env = ModelEnv::new();
     env.with_gvars(2);

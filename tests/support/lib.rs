@@ -8,8 +8,8 @@ use rpn2wasm::ast::Program;
 use rpn2wasm::codegen::stackinfo::{self, StackFacts};
 use rpn2wasm::interp::{self, Limits, ProgramState, Record, RecordKind};
 use rpn2wasm::model::ModelEnv;
-use runtime::runner::{RunOutcome, Runner};
-use runtime::sink::RecordKind as SinkKind;
+use runtime::out::sink::RecordKind as SinkKind;
+use runtime::wasm::runner::{RunOutcome, Runner};
 use std::path::{Path, PathBuf};
 
 pub mod randprog;
@@ -82,7 +82,7 @@ pub fn compile(program: &Program) -> Vec<u8> {
 /// A wasmtime engine shared by a test binary (compiling the engine once).
 pub fn engine() -> &'static wasmtime::Engine {
     static E: std::sync::OnceLock<wasmtime::Engine> = std::sync::OnceLock::new();
-    E.get_or_init(|| runtime::engine::new_engine().expect("engine"))
+    E.get_or_init(|| runtime::wasm::engine::new_engine().expect("engine"))
 }
 
 /// The result of one hit, comparable across the two engines.
@@ -115,7 +115,8 @@ impl Pair {
     /// Compiles and loads `program`; `fuel` overrides the fuel per hit.
     pub fn new(program: Program, fuel: Option<u64>) -> Pair {
         let wasm = compile(&program);
-        let loaded = runtime::load::load(engine(), &wasm, None).expect("load compiled module");
+        let loaded =
+            runtime::wasm::load::load(engine(), &wasm, None).expect("load compiled module");
         let mut runner = Runner::new(engine(), ModelEnv::new()).expect("runner");
         runner.add(&loaded, fuel).expect("instantiate");
         let gvars = vec![0; program.header.gvars as usize];

@@ -14,10 +14,11 @@ use std::path::PathBuf;
 pub use self::capture::capture;
 pub use self::end_to_end::{EndToEnd, end_to_end, render_end_to_end};
 
-use crate::cmd::{ProgramOpts, transport_names};
+use crate::cmd::transport_names;
+use crate::probe::programs::ProgramOpts;
 
-use crate::load::LoadedModule;
-use crate::runner::{RunOutcome, Runner};
+use crate::wasm::load::LoadedModule;
+use crate::wasm::runner::{RunOutcome, Runner};
 use hostabi::Outcome;
 use hostabi::manifest::{LocationKind, ProbeSpec};
 use rpn2wasm::ast::Program;
@@ -92,9 +93,9 @@ pub fn load_bench_program_with_cache(
     engine: &wasmtime::Engine,
     path: &Path,
     a: &BenchArgs,
-    cache: &crate::cache::Cache,
+    cache: &crate::wasm::cache::Cache,
 ) -> Result<BenchProgram, String> {
-    let label = crate::programs::program_label(path);
+    let label = crate::probe::programs::program_label(path);
     let (bytes, ast) = if crate::cmd::run::oneliner::is_bt(path) {
         let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let wasm = crate::cmd::run::oneliner::compile_text(
@@ -104,14 +105,14 @@ pub fn load_bench_program_with_cache(
         )?;
         (wasm, None)
     } else if path.extension().is_some_and(|e| e == "rpn") {
-        let (wasm, program) = crate::programs::compile_rpn_for(path, &a.opts, &a.command)?;
+        let (wasm, program) = crate::probe::programs::compile_rpn_for(path, &a.opts, &a.command)?;
         (wasm, Some(program))
     } else {
-        (crate::programs::read_module_file(path)?, None)
+        (crate::probe::programs::read_module_file(path)?, None)
     };
-    let (module, outcome) = crate::load::load_cached(engine, &bytes, Some(path), None, cache)
+    let (module, outcome) = crate::wasm::load::load_cached(engine, &bytes, Some(path), None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
-    crate::programs::debug_cache_outcome(path, &outcome);
+    crate::probe::programs::debug_cache_outcome(path, &outcome);
     Ok(BenchProgram { label, module, ast })
 }
 
@@ -377,7 +378,7 @@ pub fn bench(mut a: BenchArgs) -> CmdResult {
             a.repeat.max(1)
         );
         let rows = end_to_end(&a);
-        let _ = crate::output::print_stdout(&render_end_to_end(&rows));
+        let _ = crate::out::output::print_stdout(&render_end_to_end(&rows));
         return if rows
             .iter()
             .any(|r| r.mode != "untraced" && r.error.is_none())
@@ -387,10 +388,10 @@ pub fn bench(mut a: BenchArgs) -> CmdResult {
             Ok(ExitCode::from(1))
         };
     }
-    let engine = crate::programs::cli_engine()?;
-    let cache =
-        crate::cache::Cache::for_cli(a.opts.no_cache).map_err(|e| CliError::user(e.to_string()))?;
-    let programs = crate::programs::load_each(&a.programs, |p| {
+    let engine = crate::cmd::cli_engine()?;
+    let cache = crate::wasm::cache::Cache::for_cli(a.opts.no_cache)
+        .map_err(|e| CliError::user(e.to_string()))?;
+    let programs = crate::cmd::load_each(&a.programs, |p| {
         load_bench_program_with_cache(&engine, p, &a, &cache)
     })?;
     let captured = if a.command.is_empty() {
@@ -429,12 +430,12 @@ pub fn bench(mut a: BenchArgs) -> CmdResult {
         a.interp,
     )
     .map_err(|e| CliError::internal(format!("{e:#}")))?;
-    let text = if a.format == crate::format::Format::Json {
+    let text = if a.format == crate::out::format::Format::Json {
         render_json(&rows)
     } else {
         render_text(&rows)
     };
-    let _ = crate::output::print_stdout(&text);
+    let _ = crate::out::output::print_stdout(&text);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -455,7 +456,7 @@ mod tests {
     /// `wprobe run`, which parses it back to the same values.
     #[test]
     fn end_to_end_passes_the_program_options_on_to_run() {
-        use crate::cli::{Cli, Command};
+        use crate::cmd::cli::{Cli, Command};
         use clap::Parser;
         use std::path::PathBuf;
         let bench = Cli::try_parse_from([
@@ -497,7 +498,10 @@ mod tests {
         assert_eq!(r.transport, "perf");
         assert_eq!(
             (r.format, r.output),
-            (crate::format::Format::Json, Some("/tmp/r.jsonl".into()))
+            (
+                crate::out::format::Format::Json,
+                Some("/tmp/r.jsonl".into())
+            )
         );
         assert!(r.opts.no_cache);
         assert_eq!(r.opts.fuel, Some(777));
@@ -551,7 +555,7 @@ pub struct BenchArgs {
     pub opts: ProgramOpts,
     /// Output format.
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t)]
-    pub format: crate::format::Format,
+    pub format: crate::out::format::Format,
     /// Instead of timing handlers alone, time the command (after `--`)
     /// untraced and traced under each transport, and report the overhead
     /// per hit (which includes wprobe's start-up: use a workload with many

@@ -9,7 +9,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::cmd::{CliError, CmdResult, parse_define};
+use crate::cmd::{CliError, CmdResult};
+use crate::probe::programs::parse_define;
 
 /// Examples shown under `--help`.
 const EXAMPLES: &str = "\
@@ -121,7 +122,7 @@ pub fn compile(a: CompileArgs) -> CmdResult {
         return check_loads(&program_path, &generated.wasm);
     }
     let (bytes, ext) = if a.emit == "wat" {
-        match crate::watdump::annotated_wat(&program, &map, &generated) {
+        match crate::wasm::watdump::annotated_wat(&program, &map, &generated) {
             Ok(t) => (t.into_bytes(), "wat"),
             Err(e) => {
                 return Err(CliError::internal(format!("printing the module: {e:#}")));
@@ -162,7 +163,7 @@ fn is_module(path: &std::path::Path) -> bool {
 fn compile_module(a: &CompileArgs, path: &std::path::Path) -> CmdResult {
     let bytes = std::fs::read(path)
         .map_err(|e| CliError::user(format!("reading {}: {e}", path.display())))?;
-    let wasm = crate::load::to_wasm_named(&bytes, Some(path))
+    let wasm = crate::wasm::load::to_wasm_named(&bytes, Some(path))
         .map_err(|e| CliError::user(format!("{}: {e}", path.display())))?
         .into_owned();
     let manifest = if let Some(file) = &a.manifest {
@@ -171,8 +172,9 @@ fn compile_module(a: &CompileArgs, path: &std::path::Path) -> CmdResult {
                 .map_err(|e| CliError::user(format!("reading {}: {e}", file.display())))?,
         )
     } else if a.manifest_from_export {
-        let text = crate::postlink::exported_string(&wasm, crate::postlink::MANIFEST_EXPORT)
-            .map_err(|e| CliError::user(format!("{}: {e}", path.display())))?;
+        let text =
+            crate::wasm::postlink::exported_string(&wasm, crate::wasm::postlink::MANIFEST_EXPORT)
+                .map_err(|e| CliError::user(format!("{}: {e}", path.display())))?;
         Some(text)
     } else {
         None
@@ -181,8 +183,8 @@ fn compile_module(a: &CompileArgs, path: &std::path::Path) -> CmdResult {
         Some(text) => {
             let drop = a
                 .manifest_from_export
-                .then_some(crate::postlink::MANIFEST_EXPORT);
-            crate::postlink::with_manifest(&wasm, text, drop)
+                .then_some(crate::wasm::postlink::MANIFEST_EXPORT);
+            crate::wasm::postlink::with_manifest(&wasm, text, drop)
                 .map_err(|e| CliError::user(format!("{}: {e}", path.display())))?
         }
         None => wasm,
@@ -211,20 +213,20 @@ fn compile_module(a: &CompileArgs, path: &std::path::Path) -> CmdResult {
 /// The load-time checks of `wprobe run` on `wasm`: `Ok` with what the module
 /// declares, or the error with a hint for its usual cause.
 fn check_module(wasm: &[u8]) -> Result<String, String> {
-    use crate::load::LoadError;
-    let engine = crate::engine::new_engine().map_err(|e| format!("{e:#}"))?;
-    let facts = crate::load::inspect(wasm).map_err(|e| with_hint(&e))?;
+    use crate::wasm::load::LoadError;
+    let engine = crate::wasm::engine::new_engine().map_err(|e| format!("{e:#}"))?;
+    let facts = crate::wasm::load::inspect(wasm).map_err(|e| with_hint(&e))?;
     if facts.manifest.is_none() {
         let mut exports: Vec<&str> = facts.func_exports.keys().map(String::as_str).collect();
         exports.sort_unstable();
         if facts
             .other_exports
-            .contains_key(crate::postlink::MANIFEST_EXPORT)
+            .contains_key(crate::wasm::postlink::MANIFEST_EXPORT)
         {
             return Err(format!(
                 "{}\nhint: it exports `{}`: run `wprobe compile --manifest-from-export` on it (the post-link step of the Zig SDK)",
                 LoadError::NoManifest,
-                crate::postlink::MANIFEST_EXPORT
+                crate::wasm::postlink::MANIFEST_EXPORT
             ));
         }
         return Ok(format!(
@@ -232,7 +234,7 @@ fn check_module(wasm: &[u8]) -> Result<String, String> {
             exports.join(", ")
         ));
     }
-    let loaded = crate::load::load(&engine, wasm, None).map_err(|e| with_hint(&e))?;
+    let loaded = crate::wasm::load::load(&engine, wasm, None).map_err(|e| with_hint(&e))?;
     let m = &loaded.manifest;
     let probes: Vec<String> = m
         .probes
@@ -265,7 +267,7 @@ fn check_module(wasm: &[u8]) -> Result<String, String> {
 fn check_loads(path: &std::path::Path, wasm: &[u8]) -> CmdResult {
     match check_module(wasm) {
         Ok(what) => {
-            let _ = crate::output::print_stdout(&format!("{}: ok: {what}\n", path.display()));
+            let _ = crate::out::output::print_stdout(&format!("{}: ok: {what}\n", path.display()));
             Ok(ExitCode::SUCCESS)
         }
         Err(msg) => Err(CliError::user(format!("{}: {msg}", path.display()))),
@@ -274,8 +276,8 @@ fn check_loads(path: &std::path::Path, wasm: &[u8]) -> CmdResult {
 
 /// The load error's message, and on a second line the usual cause of it
 /// when a toolchain is known to produce it.
-fn with_hint(e: &crate::load::LoadError) -> String {
-    use crate::load::LoadError;
+fn with_hint(e: &crate::wasm::load::LoadError) -> String {
+    use crate::wasm::load::LoadError;
     let hint = match e {
         LoadError::UnknownImport { module, name, .. } if module == "env" && name == "abort" => {
             Some(

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use crate::cmd::{CliError, CmdResult};
-use crate::resolve::{Located, ResolveError};
+use crate::probe::resolve::{Located, ResolveError};
 use wprobe_elf::{ElfInfo, SymKind};
 
 /// What decoding a function from its start found, for the listing: the
@@ -121,8 +121,8 @@ type ProcessModule = (String, Result<Located, ResolveError>);
 /// The executable files process `pid` maps, each once, in the order of
 /// its maps.
 fn process_modules(pid: i32) -> Result<Vec<ProcessModule>, CliError> {
-    let maps = crate::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
-    let mut resolver = crate::resolve::Resolver::default();
+    let maps = crate::proc::procmaps::read(pid).map_err(|e| CliError::user(e.to_string()))?;
+    let mut resolver = crate::probe::resolve::Resolver::default();
     let mut seen = Vec::new();
     let mut modules = Vec::new();
     for m in maps.iter().filter(|m| m.exec && m.is_file()) {
@@ -197,7 +197,7 @@ pub fn list(a: ListArgs) -> CmdResult {
             }
         }
     }
-    if let Err(e) = crate::output::print_stdout(&out) {
+    if let Err(e) = crate::out::output::print_stdout(&out) {
         return Err(CliError::user(format!("writing the listing: {e}")));
     }
     if total == 0 {
@@ -244,7 +244,7 @@ fn list_usdt_cmd(a: &ListArgs, glob: &str) -> CmdResult {
         }
         total += list_usdt(&mut out, &elf, 0, glob);
     }
-    if let Err(e) = crate::output::print_stdout(&out) {
+    if let Err(e) = crate::out::output::print_stdout(&out) {
         return Err(CliError::user(format!("writing the listing: {e}")));
     }
     if total == 0 {

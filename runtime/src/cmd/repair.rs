@@ -45,8 +45,8 @@ pub fn repair(a: RepairArgs) -> CmdResult {
             journal::traced_by(a.pid, holder)
         )));
     }
-    if let crate::procinfo::Untraceable::Traced { tracer, comm } =
-        crate::procinfo::untraceable(a.pid)
+    if let crate::proc::procinfo::Untraceable::Traced { tracer, comm } =
+        crate::proc::procinfo::untraceable(a.pid)
     {
         return Err(CliError::user(format!(
             "process {} is traced by process {tracer} ({comm}), which restores it when it \
@@ -68,7 +68,7 @@ pub fn repair(a: RepairArgs) -> CmdResult {
             0
         };
         if lowered > 0 {
-            let _ = crate::output::print_stdout(&format!(
+            let _ = crate::out::output::print_stdout(&format!(
                 "wprobe: lowered {lowered} USDT semaphore{} in process {}\n",
                 if lowered == 1 { "" } else { "s" },
                 a.pid
@@ -94,7 +94,7 @@ pub fn repair(a: RepairArgs) -> CmdResult {
     match restored {
         Ok(_) if !patched => Ok(ExitCode::SUCCESS),
         Ok((n, what)) => {
-            let _ = crate::output::print_stdout(&format!(
+            let _ = crate::out::output::print_stdout(&format!(
                 "wprobe: restored {n} {what}{} in process {}\n",
                 if n == 1 { "" } else { "s" },
                 a.pid

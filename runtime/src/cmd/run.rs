@@ -9,13 +9,14 @@ pub mod oneliner;
 
 use std::path::PathBuf;
 
-use crate::cmd::{ProgramOpts, transport_names};
+use crate::cmd::transport_names;
+use crate::probe::programs::{ProgramArgs, ProgramOpts};
 
-use crate::format::Format;
-use crate::programs::load_program_with_cache;
-use crate::regscan::RegsRead;
+use crate::out::format::Format;
+use crate::probe::programs::load_program_with_cache;
 use crate::session::{RunOptions, Session};
 use crate::transport::{ExitStatus, OpenOptions, Target, TransportInfo};
+use crate::wasm::regscan::RegsRead;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
@@ -23,7 +24,7 @@ use crate::cmd::{CliError, CmdResult, wait_child};
 
 fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     // bpftrace's `exit(code)` decides over the traced command's status.
-    if let Some(c) = crate::btout::requested_exit_status() {
+    if let Some(c) = crate::out::btout::requested_exit_status() {
         return ExitCode::from(c);
     }
     crate::cmd::command_exit_code(s)
@@ -39,7 +40,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     // started with SIGINT ignored, as `cmd &` in a script does): one that
     // arrives while the programs load or the probes are armed ends the run
     // as soon as it can, the target left as it was.
-    let signals = crate::stopsig::StopSignals::install()
+    let signals = crate::proc::stopsig::StopSignals::install()
         .map_err(|e| CliError::internal(format!("installing a signal handler: {e}")))?;
     let stop = signals.stop.clone();
     let oneliner = crate::cmd::run::oneliner::active(&a);
@@ -57,22 +58,26 @@ pub fn run(a: RunArgs) -> CmdResult {
     // programs are loaded (what they need decides).
     let forced = named_transport(&a)?;
     // Bound before anything is traced: a busy port stops nothing half done.
-    let exporter = crate::metrics::Exporter::start(&a.metrics).map_err(CliError::user)?;
+    let exporter = crate::out::metrics::Exporter::start(&a.metrics).map_err(CliError::user)?;
     // A process that cannot be traced at all is refused first, with the
     // real cause (its executable, which `--probe` defaults to, may not
     // even be readable).
-    let mut needs = crate::plan::Needs {
+    let mut needs = crate::probe::plan::Needs {
         follow_forks: a.follow,
-        ..crate::plan::Needs::default()
+        ..crate::probe::plan::Needs::default()
     };
     if let Some(pid) = a.pid {
-        crate::plan::check_attach(pid, forced, &mut needs).map_err(CliError::user)?;
+        crate::probe::plan::check_attach(pid, forced, &mut needs).map_err(CliError::user)?;
     }
-    let engine = crate::programs::cli_engine()?;
-    let cache =
-        crate::cache::Cache::for_cli(a.opts.no_cache).map_err(|e| CliError::user(e.to_string()))?;
-    let mut programs = crate::programs::load_each(&a.programs, |p| {
-        load_program_with_cache(&engine, p, &a, &cache)
+    let engine = crate::cmd::cli_engine()?;
+    let cache = crate::wasm::cache::Cache::for_cli(a.opts.no_cache)
+        .map_err(|e| CliError::user(e.to_string()))?;
+    let mut programs = crate::cmd::load_each(&a.programs, |p| {
+        if crate::cmd::run::oneliner::is_bt(p) {
+            crate::cmd::run::oneliner::load_file(&engine, p, &a, &cache)
+        } else {
+            load_program_with_cache(&engine, p, &a.program_args(), &cache)
+        }
     })?;
     match crate::cmd::run::oneliner::extra_programs(&engine, &a, &cache) {
         Ok(more) => programs.extend(more),
@@ -110,7 +115,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     session.set_plan(&plan);
     session.set_verbose(a.verbose);
     session.set_output(terminal, stop.clone());
-    crate::engine::interrupt_on(&engine, stop.clone());
+    crate::wasm::engine::interrupt_on(&engine, stop.clone());
     if oneliner {
         set_up_oneliner(&mut session, &a, &stop);
         if a.pid.is_none() && a.command.is_empty() && !system_wide {
@@ -182,14 +187,14 @@ pub fn run(a: RunArgs) -> CmdResult {
 
 /// The transport `--transport` names (`None` for `auto`).
 fn named_transport(a: &RunArgs) -> Result<Option<&'static TransportInfo>, CliError> {
-    Ok(if a.transport == crate::plan::AUTO {
+    Ok(if a.transport == crate::probe::plan::AUTO {
         None
     } else {
         Some(crate::transport::by_name(&a.transport).ok_or_else(|| {
             CliError::user(format!(
                 "unknown transport `{}` (one of: {}, {})",
                 a.transport,
-                crate::plan::AUTO,
+                crate::probe::plan::AUTO,
                 crate::transport::TRANSPORTS
                     .iter()
                     .map(|t| t.name)
@@ -223,7 +228,7 @@ fn run_options(a: &RunArgs) -> RunOptions {
         types: a.types.clone(),
         fuel: a.opts.fuel,
         format: a.format,
-        text: crate::format::TextStyle {
+        text: crate::out::format::TextStyle {
             since_ns: a.timestamps.then(crate::sys::time::realtime_ns),
             radix: a.radix,
         },
@@ -236,21 +241,21 @@ fn run_options(a: &RunArgs) -> RunOptions {
 fn plan(
     a: &RunArgs,
     session: &mut Session,
-    mut needs: crate::plan::Needs,
+    mut needs: crate::probe::plan::Needs,
     oneliner: bool,
-) -> Result<(crate::plan::Plan, bool), CliError> {
+) -> Result<(crate::probe::plan::Plan, bool), CliError> {
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
     // No process named and probes on files: bpftrace's default, system-wide
     // probes (they fire in every process that runs the file).
     let system_wide =
         oneliner && a.pid.is_none() && a.command.is_empty() && session.probe_count() > 0;
     needs.system_wide = system_wide;
-    let files = crate::plan::files_at_start(&a.command, a.pid);
-    needs.later_modules = crate::plan::later_modules(&session.probe_modules(), &files);
+    let files = crate::probe::plan::files_at_start(&a.command, a.pid);
+    needs.later_modules = crate::probe::plan::later_modules(&session.probe_modules(), &files);
     needs.later_programs =
-        crate::plan::programs_among(&needs.later_modules, &module_dirs(&a.command));
+        crate::probe::plan::programs_among(&needs.later_modules, &module_dirs(&a.command));
     needs.close_probes = session.probes_closer_than_a_jump(&files);
-    let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
+    let plan = crate::probe::plan::choose(&a.transport, &needs, &|info| session.check(info))
         .map_err(CliError::user)?;
     Ok((plan, system_wide))
 }
@@ -333,7 +338,7 @@ fn wait_detached(
     main: i32,
     status: Option<ExitStatus>,
     report: &crate::transport::Report,
-    signals: &crate::stopsig::StopSignals,
+    signals: &crate::proc::stopsig::StopSignals,
 ) -> Option<ExitStatus> {
     for (pid, addr, found) in &report.code_left_alone {
         crate::elog!(
@@ -371,8 +376,8 @@ fn run_system_wide(
     t: &mut dyn crate::transport::Transport,
     a: &RunArgs,
     stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
-    exporter: Option<crate::metrics::Exporter>,
-    signals: &crate::stopsig::StopSignals,
+    exporter: Option<crate::out::metrics::Exporter>,
+    signals: &crate::proc::stopsig::StopSignals,
 ) -> CmdResult {
     let armed = session.arm_system_wide(t, &module_dirs(&[]));
     if armed == 0 {
@@ -425,7 +430,10 @@ pub(crate) fn stopped_before_start(attach: bool, signal: i32) -> ExitCode {
 
 /// `--metrics`: the final values served for `--metrics-linger` (unless a
 /// signal stopped the run), then the server stopped.
-fn metrics_done(e: Option<crate::metrics::Exporter>, signals: &crate::stopsig::StopSignals) {
+fn metrics_done(
+    e: Option<crate::out::metrics::Exporter>,
+    signals: &crate::proc::stopsig::StopSignals,
+) {
     if let Some(e) = e {
         e.finish(|| signals.received().is_some());
     }
@@ -451,7 +459,7 @@ pub(crate) fn registers_read(
 /// at its entry point, an attached process let go as it was) hands the run
 /// to the next candidate, with a note saying why.
 pub(crate) fn open_planned(
-    plan: &crate::plan::Plan,
+    plan: &crate::probe::plan::Plan,
     target: Target<'_>,
     options: impl Fn(&'static crate::transport::TransportInfo) -> OpenOptions,
 ) -> Result<
@@ -585,7 +593,7 @@ pub struct RunArgs {
     pub opts: ProgramOpts,
     /// Output format.
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t)]
-    pub format: crate::format::Format,
+    pub format: crate::out::format::Format,
     /// Write records to FILE instead of standard output (where, without
     /// it, they share the terminal with the command's own output).
     #[arg(short = 'o', value_name = "FILE")]
@@ -597,7 +605,7 @@ pub struct RunArgs {
     /// How text records write numbers: `auto` (below 100,000 in decimal,
     /// others in hex), `hex` or `dec`.
     #[arg(long, value_name = "RADIX", value_enum, default_value_t)]
-    pub radix: crate::format::Radix,
+    pub radix: crate::out::format::Radix,
     /// Arm breakpoints even where the byte differs from `opcode =`.
     #[arg(long)]
     pub no_verify_opcodes: bool,
@@ -609,7 +617,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
     pub ring_full: crate::transport::RingFull,
     /// How probes reach the target and hits reach the handlers.
-    #[arg(long, value_name = "TRANSPORT", default_value = crate::plan::AUTO, value_parser = transport_names())]
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::probe::plan::AUTO, value_parser = transport_names())]
     pub transport: String,
     /// Bind a handler export to a breakpoint, for modules without a manifest
     /// (repeatable): `[MODULE:]SYMBOL[±N]=EXPORT` or `[MODULE:]NUMBER=EXPORT`
@@ -621,7 +629,7 @@ pub struct RunArgs {
     pub probes: Vec<String>,
     /// `--metrics ADDR` and its options.
     #[command(flatten)]
-    pub metrics: crate::metrics::MetricsArgs,
+    pub metrics: crate::out::metrics::MetricsArgs,
     /// bpftrace's -q: no `Attaching N probes...` line.
     #[arg(short = 'q')]
     pub quiet: bool,
@@ -657,4 +665,17 @@ pub struct RunArgs {
     /// The command to launch (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+impl RunArgs {
+    /// What loading the programs reads of these arguments.
+    pub fn program_args(&self) -> ProgramArgs<'_> {
+        ProgramArgs {
+            programs: &self.programs,
+            probes: &self.probes,
+            opts: &self.opts,
+            command: &self.command,
+            pid: self.pid,
+        }
+    }
 }

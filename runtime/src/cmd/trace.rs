@@ -37,8 +37,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use crate::cmd::{CliError, CmdResult, return_probe_transport_names};
-use crate::format::Format;
-use crate::plan::{Needs, Plan};
+use crate::out::format::Format;
+use crate::probe::plan::{Needs, Plan};
 use crate::session::{LoadedProgram, RunOptions, Session};
 use crate::transport::{OpenOptions, Target, Transport, TransportInfo};
 
@@ -181,7 +181,7 @@ pub struct TraceArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
     pub ring_full: crate::transport::RingFull,
     /// How probes reach the target.
-    #[arg(long, value_name = "TRANSPORT", default_value = crate::plan::AUTO, value_parser = return_probe_transport_names())]
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::probe::plan::AUTO, value_parser = return_probe_transport_names())]
     pub transport: String,
     /// Compile the handler modules afresh instead of using the module cache.
     #[arg(long)]
@@ -202,13 +202,13 @@ fn executable(a: &TraceArgs) -> Result<PathBuf, String> {
         .first()
         .ok_or("give the command to trace after `--`, or -p PID")?;
     let cmd = Path::new(first);
-    let dir = crate::programs::command_dir(&a.command)
+    let dir = crate::probe::programs::command_dir(&a.command)
         .ok_or_else(|| format!("{}: command not found", cmd.display()))?;
     let exe = dir.join(cmd.file_name().unwrap_or_default());
     if !exe.is_file() {
         return Err(format!("{}: command not found", cmd.display()));
     }
-    Ok(crate::procmaps::canonical(&exe))
+    Ok(crate::proc::procmaps::canonical(&exe))
 }
 
 /// Runs the command: the traced command's exit status, or the failure to
@@ -227,7 +227,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     // Stopping signals are caught from here on (also when started with
     // SIGINT ignored): one that arrives while the functions are read or
     // the probes armed ends the trace as soon as it can.
-    let signals = crate::stopsig::StopSignals::install()
+    let signals = crate::proc::stopsig::StopSignals::install()
         .map_err(|e| format!("installing a signal handler: {e}"))?;
     let stop = signals.stop.clone();
     if a.format == "json" && !a.report {
@@ -243,12 +243,12 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         .transpose()?
         .unwrap_or(0);
     let forced = forced_transport(&a)?;
-    let mut needs = crate::plan::Needs {
+    let mut needs = crate::probe::plan::Needs {
         follow_forks: a.follow,
-        ..crate::plan::Needs::default()
+        ..crate::probe::plan::Needs::default()
     };
     if let Some(pid) = a.pid {
-        crate::plan::check_attach(pid, forced, &mut needs)?;
+        crate::probe::plan::check_attach(pid, forced, &mut needs)?;
     }
     // `auto` knows its transport only once the handlers are loaded; the
     // notes that depend on it wait until then.
@@ -257,8 +257,8 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     let (filter_hit, notrace_hit) = filter_and_notrace(&funcs, &a.filter, &a.notrace)?;
 
     // The handler programs.
-    let engine = crate::engine::new_engine().map_err(|e| format!("{e:#}"))?;
-    let cache = crate::cache::Cache::for_cli(a.no_cache).map_err(|e| e.to_string())?;
+    let engine = crate::wasm::engine::new_engine().map_err(|e| format!("{e:#}"))?;
+    let cache = crate::wasm::cache::Cache::for_cli(a.no_cache).map_err(|e| e.to_string())?;
     let modules = handler_modules(&a, &funcs)?;
     // With the built-in handlers, a transport that reports each call as it
     // enters runs no handler there: `trace_entry` would only log the
@@ -281,7 +281,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     )?;
 
     // The outputs.
-    crate::engine::interrupt_on(&engine, stop.clone());
+    crate::wasm::engine::interrupt_on(&engine, stop.clone());
     let table: views::Table = Rc::new(funcs);
     let list = outputs::views(&a, &table, &stop)?;
     let filters = Filters {
@@ -327,7 +327,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
 /// The transport `--transport` names (`None` for `auto`): one that can
 /// arm return probes.
 fn forced_transport(a: &TraceArgs) -> Result<Option<&'static TransportInfo>, String> {
-    Ok(if a.transport == crate::plan::AUTO {
+    Ok(if a.transport == crate::probe::plan::AUTO {
         None
     } else {
         let info = crate::transport::by_name(&a.transport)
@@ -406,7 +406,7 @@ fn first_transport(
     Ok(match forced {
         Some(info) => info,
         None => {
-            crate::plan::choose(crate::plan::AUTO, needs, &|info| {
+            crate::probe::plan::choose(crate::probe::plan::AUTO, needs, &|info| {
                 if a.follow && !info.caps.follows_forks {
                     return Err("-f: it does not follow forks".into());
                 }
@@ -436,7 +436,7 @@ fn start_session(
         types: Vec::new(),
         fuel: None,
         format: Format::Text,
-        text: crate::format::TextStyle::default(),
+        text: crate::out::format::TextStyle::default(),
     };
     let mut session = Session::new(engine, programs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;
@@ -444,7 +444,7 @@ fn start_session(
     // not a candidate when `first` has them (the built-in handlers would
     // log nothing at the entries).
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
-    let plan = crate::plan::choose(&a.transport, needs, &|info| {
+    let plan = crate::probe::plan::choose(&a.transport, needs, &|info| {
         if info.caps.entry_notices != first.caps.entry_notices && notices.iter().any(|n| *n) {
             return Err("the handlers were built for entry notices".into());
         }

@@ -8,14 +8,14 @@ use std::collections::HashMap;
 use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 
 use super::Session;
-use crate::addr::RunAddr;
 use crate::arch::{DEBUG_REGISTERS, WatchKind};
-use crate::procmaps::{self, Mapping};
-use crate::regscan::RegsRead;
-use crate::resolve::{Located, ResolveError};
+use crate::probe::addr::RunAddr;
+use crate::probe::resolve::{Located, ResolveError};
+use crate::proc::procmaps::{self, Mapping};
 use crate::transport::{
     Armed, Capabilities, Insert, SemaphoreHold, TRANSPORTS, Transport, TransportInfo,
 };
+use crate::wasm::regscan::RegsRead;
 
 /// How one probe is inserted: `(probe index, spec, run-time address,
 /// whether the program's `opcode =` applies there)`.
@@ -40,7 +40,7 @@ const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 /// trust.
 pub(crate) fn check_function_entry(
     elf: &wprobe_elf::ElfInfo,
-    link: crate::addr::LinkAddr,
+    link: crate::probe::addr::LinkAddr,
 ) -> Result<(), String> {
     let link = link.0;
     let Some(f) = elf.function_containing(link) else {
@@ -153,7 +153,7 @@ impl Session {
                 ("samples", "the general registers only", "others read 0")
             };
             for (label, wasm, thread_pointer) in &self.program_code {
-                let why = match crate::regscan::registers_read(wasm) {
+                let why = match crate::wasm::regscan::registers_read(wasm) {
                     RegsRead::Only(set) => (0..128u16)
                         .filter(|id| set & (1 << id) != 0 && !has(*id))
                         .filter_map(hostabi::regs::by_id)
@@ -189,7 +189,7 @@ impl Session {
         }
         if !caps.write_checks {
             for (label, wasm, _) in &self.program_code {
-                if crate::regscan::checks_writable(wasm) {
+                if crate::wasm::regscan::checks_writable(wasm) {
                     return Err(format!(
                         "program `{label}` asks whether memory is writable (`check_access` for \
                          writing, RPN `vfyrw`), which --transport {name} cannot answer; use \
@@ -448,7 +448,7 @@ impl Session {
             let file = procmaps::canonical(&file);
             if startup
                 && let Ok(elf) = self.resolver.elf(&file)
-                && crate::resolve::ifunc_symbol(spec, &elf).is_some()
+                && crate::probe::resolve::ifunc_symbol(spec, &elf).is_some()
             {
                 // Armed at the entry point, where its implementation is known.
                 continue;
@@ -459,7 +459,7 @@ impl Session {
                 .elf(&file)
                 .map_err(|e| e.to_string())
                 .and_then(|elf| {
-                    if let Some(sym) = crate::resolve::ifunc_symbol(spec, &elf) {
+                    if let Some(sym) = crate::probe::resolve::ifunc_symbol(spec, &elf) {
                         return Err(format!(
                             "`{}` is an IFUNC: its implementation is chosen when a process \
                              loads {}, which no process has mapped yet",
@@ -467,7 +467,8 @@ impl Session {
                             file.display()
                         ));
                     }
-                    let link = crate::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
+                    let link =
+                        crate::probe::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
                     let off = elf
                         .file_offset(link.0)
                         .filter(|_| elf.is_exec_vaddr(link.0))
@@ -563,7 +564,7 @@ impl Session {
         // once it is reached (a uprobe under it made the command run past
         // it, and wprobe gave up on a process it thought dead).
         let entry = if self.breakpoints_only {
-            crate::procmaps::entry_point(pid)
+            crate::proc::procmaps::entry_point(pid)
         } else {
             None
         };
@@ -613,8 +614,8 @@ impl Session {
             if is_bp {
                 note_go(&mut self.go_noted, &mut self.warnings, &loc);
             }
-            let ifunc = is_bp && crate::resolve::ifunc_symbol(spec, &loc.elf).is_some();
-            let res = match crate::resolve::probe_address(spec, &loc, maps, &module, pid) {
+            let ifunc = is_bp && crate::probe::resolve::ifunc_symbol(spec, &loc.elf).is_some();
+            let res = match crate::probe::resolve::probe_address(spec, &loc, maps, &module, pid) {
                 // Resolved when the dynamic linker has run (the next
                 // library event, or the program's entry point).
                 Err(ResolveError::IfuncPending { .. }) => continue,
@@ -765,7 +766,7 @@ impl Session {
             let Ok(elf) = self.resolver.elf(&file) else {
                 continue;
             };
-            if let Ok(at) = crate::resolve::link_value(spec, &elf) {
+            if let Ok(at) = crate::probe::resolve::link_value(spec, &elf) {
                 by_file
                     .entry(file)
                     .or_default()
@@ -794,7 +795,7 @@ impl Session {
     pub fn reads_registers_chosen_at_run_time(&self) -> bool {
         self.program_code
             .iter()
-            .any(|(_, wasm, _)| crate::regscan::registers_read(wasm) == RegsRead::All)
+            .any(|(_, wasm, _)| crate::wasm::regscan::registers_read(wasm) == RegsRead::All)
     }
 
     /// The modules of the enabled breakpoint probes, as the programs name

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::TransportHit;
 
 /// The first hit of each probe, recorded as a synthetic environment.

@@ -10,7 +10,7 @@
 use hostabi::env::HitEnv;
 
 use super::Session;
-use crate::sink::Sink;
+use crate::out::sink::Sink;
 use crate::transport::{Event, ExitStatus};
 
 /// Who produced a handler run's records.

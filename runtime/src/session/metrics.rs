@@ -1,4 +1,4 @@
-//! The session's side of `--metrics` (see `crate::metrics`): at a tick,
+//! The session's side of `--metrics` (see `crate::out::metrics`): at a tick,
 //! when a scrape is waiting, a snapshot of the maps and of the per-probe
 //! counters is published; nothing happens per hit. Maps that live in the
 //! target (the in-process transport) are read the way interval probes read
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use hostabi::layout::Layout;
 
 use super::Session;
-use crate::metrics::labels;
-use crate::metrics::snapshot::{Feed, MapSnapshot, ProbeCounts, Snapshot};
+use crate::out::metrics::labels;
+use crate::out::metrics::snapshot::{Feed, MapSnapshot, ProbeCounts, Snapshot};
 use crate::transport::Transport;
 
 /// Keys rendered with the symbolizer, by (program, map, key bytes): a
@@ -30,9 +30,9 @@ impl Session {
     }
 
     /// The tick the transport should deliver: the interval probes' and,
-    /// with `--metrics`, at most [`crate::metrics::TICK`].
+    /// with `--metrics`, at most [`crate::out::metrics::TICK`].
     pub fn transport_tick(&self) -> Option<std::time::Duration> {
-        let m = self.metrics.as_ref().map(|_| crate::metrics::TICK);
+        let m = self.metrics.as_ref().map(|_| crate::out::metrics::TICK);
         match (self.tick_period(), m) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -157,7 +157,7 @@ impl Session {
 fn symbolized_key(
     fields: &[Layout],
     key: &[u8],
-    sym: &mut crate::symbolize::Symbolizer,
+    sym: &mut crate::out::symbolize::Symbolizer,
 ) -> Vec<String> {
     let mut out = Vec::with_capacity(fields.len());
     let mut off = 0;
@@ -170,8 +170,8 @@ fn symbolized_key(
 
 /// A key field as the exit output prints it, a stack's frames joined by
 /// `;` (innermost first, as bpftrace lists them).
-fn symbolized(f: &Layout, b: &[u8], sym: &mut crate::symbolize::Symbolizer) -> String {
-    let text = crate::btout::value_text(f, b, true, sym);
+fn symbolized(f: &Layout, b: &[u8], sym: &mut crate::out::symbolize::Symbolizer) -> String {
+    let text = crate::out::btout::value_text(f, b, true, sym);
     match f {
         Layout::Ustack(_) => text
             .lines()

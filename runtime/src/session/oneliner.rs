@@ -10,8 +10,8 @@ use hostabi::Outcome;
 use hostabi::manifest::Trigger;
 
 use super::Session;
-use crate::runner::RunOutcome;
-use crate::sink::RecordKind;
+use crate::out::sink::RecordKind;
+use crate::wasm::runner::RunOutcome;
 
 /// A probe fired by the run's life rather than a location.
 #[derive(Clone, Copy, Debug)]
@@ -27,10 +27,10 @@ pub(super) struct Special {
 pub(super) struct BtState {
     /// One-liner output and quiet summary (set by [`Session::set_oneliner`]).
     pub(super) active: bool,
-    pub(super) mode: crate::btout::Mode,
+    pub(super) mode: crate::out::btout::Mode,
     pub(super) specials: Vec<Special>,
     pub(super) events: Vec<std::sync::Arc<hostabi::event::Events>>,
-    pub(super) sym: crate::symbolize::Symbolizer,
+    pub(super) sym: crate::out::symbolize::Symbolizer,
     pub(super) buf: Vec<u8>,
     pub(super) stop: Option<std::sync::Arc<AtomicBool>>,
     /// `exit()` was called.
@@ -61,23 +61,23 @@ impl BtState {
     pub(super) fn event(
         &mut self,
         bytes: &mut Vec<u8>,
-        services: &crate::services::Services,
+        services: &crate::wasm::services::Services,
         prog: usize,
-        sink: &crate::sink::Sink,
-        r: &crate::sink::SinkRecord,
+        sink: &crate::out::sink::Sink,
+        r: &crate::out::sink::SinkRecord,
     ) {
         let maps = services.maps.get(prog).and_then(|m| m.as_ref());
-        let mo = maps.map(|m| crate::btout::MapOutput {
+        let mo = maps.map(|m| crate::out::btout::MapOutput {
             decls: &m.decls,
             view: m.view(),
         });
         let ev = self.events.get(prog).cloned().unwrap_or_default();
-        let rec = crate::btout::EventRecord {
+        let rec = crate::out::btout::EventRecord {
             kind: r.major,
             id: r.minor,
             data: sink.data(r),
         };
-        crate::btout::event(bytes, self.mode, rec, &ev, mo.as_ref(), &mut self.sym);
+        crate::out::btout::event(bytes, self.mode, rec, &ev, mo.as_ref(), &mut self.sym);
     }
 }
 
@@ -85,7 +85,7 @@ impl Default for BtState {
     fn default() -> BtState {
         BtState {
             active: false,
-            mode: crate::btout::Mode::Text,
+            mode: crate::out::btout::Mode::Text,
             specials: Vec::new(),
             events: Vec::new(),
             sym: Default::default(),
@@ -109,9 +109,9 @@ impl Session {
     pub fn set_oneliner(&mut self, json: bool, stop: std::sync::Arc<AtomicBool>, child_pid: u64) {
         self.bt.active = true;
         self.bt.mode = if json {
-            crate::btout::Mode::Json
+            crate::out::btout::Mode::Json
         } else {
-            crate::btout::Mode::Text
+            crate::out::btout::Mode::Text
         };
         self.bt.stop = Some(stop);
         self.runner.store.data_mut().services.child_pid = child_pid;
@@ -197,10 +197,10 @@ impl Session {
     pub fn begin(&mut self) {
         let n = self.probe_total();
         let line = match self.bt.mode {
-            crate::btout::Mode::Text => {
+            crate::out::btout::Mode::Text => {
                 format!("Attaching {n} probe{}...\n", if n == 1 { "" } else { "s" })
             }
-            crate::btout::Mode::Json => {
+            crate::out::btout::Mode::Json => {
                 format!("{{\"type\": \"attached_probes\", \"data\": {{\"probes\": {n}}}}}\n")
             }
         };
@@ -229,7 +229,7 @@ impl Session {
         self.run_specials(|t| t == Trigger::End);
         if self.bt.gap_to_stdout {
             self.out.flush();
-            let _ = crate::output::print_stdout("\n\n");
+            let _ = crate::out::output::print_stdout("\n\n");
         } else {
             self.write_out(b"\n\n");
         }
@@ -238,7 +238,7 @@ impl Session {
         let mut out = Vec::new();
         let mut warnings = Vec::new();
         for region in data.services.maps.iter().flatten() {
-            let mo = crate::btout::MapOutput {
+            let mo = crate::out::btout::MapOutput {
                 decls: &region.decls,
                 view: region.view(),
             };
@@ -246,7 +246,15 @@ impl Session {
             order.sort_by(|a, b| region.decls[*a].name.cmp(&region.decls[*b].name));
             for i in order {
                 if self.bt.print_maps {
-                    crate::btout::print_map(&mut out, mode, &mo, i as u32, 0, 0, &mut self.bt.sym);
+                    crate::out::btout::print_map(
+                        &mut out,
+                        mode,
+                        &mo,
+                        i as u32,
+                        0,
+                        0,
+                        &mut self.bt.sym,
+                    );
                 }
                 if let Ok(st) = region.view().stats(i as u32)
                     && st.dropped > 0

@@ -4,9 +4,9 @@
 use hostabi::env::HitEnv;
 
 use super::Session;
-use crate::format::{self, RecordView};
-use crate::output::RecordOut;
-use crate::sink::{RecordKind, Sink};
+use crate::out::format::{self, RecordView};
+use crate::out::output::RecordOut;
+use crate::out::sink::{RecordKind, Sink};
 
 /// Who emitted a batch of records: the hit's process, thread, CPU and time.
 #[derive(Clone, Copy, Debug)]

@@ -2,7 +2,7 @@
 //! `stats` object.
 
 use super::Session;
-use crate::format::{self, Format};
+use crate::out::format::{self, Format};
 
 /// Per-probe counters, reported at exit.
 #[derive(Clone, Debug, Default)]

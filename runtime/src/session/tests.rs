@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::hook::{HookEvent, HookHit, RecordHook};
 use super::{EVERY_CALL, LoadedProgram, RunOptions, Session};
-use crate::sink::Sink;
+use crate::out::sink::Sink;
 use crate::transport::calls::Left;
 use crate::transport::fake::{
     self, Call, EXE_BASE, Fake, FakeHit, FakeRun, LIB_BASE, Output, PID, SITE, Step, engine, exe,
@@ -81,7 +81,7 @@ fn options() -> RunOptions {
         groups: Vec::new(),
         types: Vec::new(),
         fuel: None,
-        format: crate::format::Format::Text,
+        format: crate::out::format::Format::Text,
         text: Default::default(),
     }
 }
@@ -581,7 +581,7 @@ fn handlers_run_in_the_target_report_runs_and_counts() {
     let mut t = transport(fake::CAPS);
     t.in_target = true;
     let mut records = Sink::default();
-    records.push(crate::sink::RecordKind::Log, 1, 0, &[7, 0], &[]);
+    records.push(crate::out::sink::RecordKind::Log, 1, 0, &[7, 0], &[]);
     let ran = |outcome, records| FakeRun {
         pid: PID,
         tid: PID + 2,

@@ -8,7 +8,7 @@
 //! counts them (perf) leaves the session nothing to lower.
 
 use super::Session;
-use crate::addr::RunAddr;
+use crate::probe::addr::RunAddr;
 use crate::transport::Transport;
 
 impl Session {

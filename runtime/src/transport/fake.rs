@@ -20,10 +20,10 @@ use super::{
     Action, Armed, Capabilities, Event, ExitStatus, Insert, Report, RunCounts, TargetOutcome,
     TargetRun, Transport, TransportHit, TransportInfo,
 };
-use crate::addr::RunAddr;
-use crate::procmaps::Mapping;
+use crate::out::sink::Sink;
+use crate::probe::addr::RunAddr;
+use crate::proc::procmaps::Mapping;
 use crate::session::LoadedProgram;
-use crate::sink::Sink;
 
 /// Every capability but the ones that change the flow of a hit
 /// (`step_faults`: records held until an [`Event::Stepped`]) or need a
@@ -624,7 +624,7 @@ pub fn mapping(path: &str, start: u64) -> Mapping {
 /// One engine for every test.
 pub fn engine() -> &'static wasmtime::Engine {
     static ENGINE: OnceLock<wasmtime::Engine> = OnceLock::new();
-    ENGINE.get_or_init(|| crate::engine::new_engine().expect("engine"))
+    ENGINE.get_or_init(|| crate::wasm::engine::new_engine().expect("engine"))
 }
 
 /// Compiles RPN `text` (`{exe}` and `{lib}` stand for the module paths).
@@ -636,7 +636,7 @@ pub fn program(label: &str, text: &str) -> LoadedProgram {
         Err((d, map)) => panic!("{}", d.render(&map)),
     };
     let c = rpn2wasm::compile_program(prog);
-    let module = crate::load::load(engine(), &c.wasm, None).expect("loading");
+    let module = crate::wasm::load::load(engine(), &c.wasm, None).expect("loading");
     LoadedProgram {
         label: label.to_string(),
         module,

@@ -51,8 +51,8 @@ use agent_loader::region::ProbeCounts;
 
 use self::patch::Patcher;
 use self::world::World;
-use crate::procmaps::Mapping;
-use crate::sink::Sink;
+use crate::out::sink::Sink;
+use crate::proc::procmaps::Mapping;
 use crate::transport::{Armed, Capabilities, ExitStatus, TransportInfo};
 
 /// The in-process transport in the registry.

@@ -303,14 +303,16 @@ impl PerfTracer {
         }
         // A zombie or a kernel thread has no user space to observe (being
         // traced by someone else does not matter to perf).
-        match crate::procinfo::untraceable(pid) {
-            w @ (crate::procinfo::Untraceable::Zombie
-            | crate::procinfo::Untraceable::KernelThread) => {
+        match crate::proc::procinfo::untraceable(pid) {
+            w @ (crate::proc::procinfo::Untraceable::Zombie
+            | crate::proc::procinfo::Untraceable::KernelThread) => {
                 return Err(PerfError::Untraceable {
                     reason: w.explain(pid).unwrap_or_default(),
                 });
             }
-            crate::procinfo::Untraceable::Gone => return Err(PerfError::NoSuchProcess { pid }),
+            crate::proc::procinfo::Untraceable::Gone => {
+                return Err(PerfError::NoSuchProcess { pid });
+            }
             _ => {}
         }
         let mut t = PerfTracer::empty(opts, pid);

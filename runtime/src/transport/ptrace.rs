@@ -38,7 +38,7 @@ pub use self::hit::{HitKind, HitWithGvars, PtraceHit};
 pub use self::seam::INFO;
 use self::threads::{Process, TState, Thread};
 pub use crate::arch::WatchKind;
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 
 /// How processes are traced.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -50,9 +50,9 @@ fn read_counter(mem: &File, addr: u64) -> io::Result<u16> {
 }
 
 fn inode_at(pid: i32, addr: u64) -> u64 {
-    crate::procmaps::read(pid)
+    crate::proc::procmaps::read(pid)
         .ok()
-        .and_then(|m| crate::procmaps::find(&m, addr).map(|m| m.inode))
+        .and_then(|m| crate::proc::procmaps::find(&m, addr).map(|m| m.inode))
         .unwrap_or(0)
 }
 
@@ -132,7 +132,7 @@ fn read(pid: i32) -> io::Result<Vec<(u64, i64, u64)>> {
             "not a regular file",
         ));
     }
-    crate::privdir::owner_and_mode(&meta)
+    crate::proc::privdir::owner_and_mode(&meta)
         .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
     let mut net: Vec<(u64, i64, u64)> = Vec::new();
     for line in io::BufReader::new(f).lines() {
@@ -167,19 +167,19 @@ pub fn has_journal(pid: i32) -> bool {
 pub fn repair_with(pid: i32, mem: &File) -> io::Result<usize> {
     let p = path(pid);
     if crate::transport::common::journal::start_in(&p)
-        .is_some_and(|t| Some(t) != crate::procinfo::start_time(pid))
+        .is_some_and(|t| Some(t) != crate::proc::procinfo::start_time(pid))
     {
         let _ = std::fs::remove_file(&p);
         return Ok(0);
     }
     let entries = read(pid)?;
-    let maps = crate::procmaps::read(pid).unwrap_or_default();
+    let maps = crate::proc::procmaps::read(pid).unwrap_or_default();
     let mut n = 0;
     for (addr, net, inode) in entries {
         if net <= 0 {
             continue;
         }
-        if let Some(m) = crate::procmaps::find(&maps, addr)
+        if let Some(m) = crate::proc::procmaps::find(&maps, addr)
             && m.inode != inode
         {
             continue;

@@ -48,9 +48,9 @@ pub(crate) const CASES: &[Case] = &[
 use hostabi::Outcome;
 use rpn2wasm::model::{ModelEnv, probe_target as t};
 use rpn2wasm::symbols::MapSymbols;
-use runtime::cache::{Cache, CacheKey, CacheMiss, CacheOutcome, ENVELOPE_BYTES, Eviction};
-use runtime::load::{LoadedModule, load_cached};
-use runtime::runner::{RunOutcome, Runner};
+use runtime::wasm::cache::{Cache, CacheKey, CacheMiss, CacheOutcome, ENVELOPE_BYTES, Eviction};
+use runtime::wasm::load::{LoadedModule, load_cached};
+use runtime::wasm::runner::{RunOutcome, Runner};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -89,7 +89,7 @@ fn program(major: u16) -> Vec<u8> {
 }
 
 fn engine() -> wasmtime::Engine {
-    runtime::engine::new_engine().unwrap()
+    runtime::wasm::engine::new_engine().unwrap()
 }
 
 fn load(engine: &wasmtime::Engine, cache: &Cache) -> (LoadedModule, CacheOutcome) {
@@ -159,7 +159,7 @@ fn second_load_hits_the_cache() {
     assert_eq!(o, CacheOutcome::Hit);
     assert_works(&engine, &m);
     // A new engine with the same settings (a new `wprobe run`) hits too.
-    let engine2 = runtime::engine::new_engine().unwrap();
+    let engine2 = runtime::wasm::engine::new_engine().unwrap();
     let (m, o) = load(&engine2, &cache);
     assert_eq!(o, CacheOutcome::Hit);
     assert_works(&engine2, &m);
@@ -204,7 +204,7 @@ fn invalid_modules_are_refused_as_without_a_cache_and_never_stored() {
     let w = wasm();
     for cut in [8, w.len() / 2, w.len() - 1] {
         let with = load_cached(&engine, &w[..cut], None, None, &cache).err();
-        let without = runtime::load::load(&engine, &w[..cut], None).err();
+        let without = runtime::wasm::load::load(&engine, &w[..cut], None).err();
         let with = with.expect("a truncated module is refused").to_string();
         assert_eq!(Some(with), without.map(|e| e.to_string()), "cut {cut}");
     }
@@ -783,7 +783,7 @@ fn fake_entry_name(n: u64) -> String {
 }
 
 fn the_number_of_entries_is_bounded_too() {
-    use runtime::cache::MAX_ENTRIES;
+    use runtime::wasm::cache::MAX_ENTRIES;
     let engine = engine();
     let dir = temp_dir("count");
     make_cache_dir(&dir);
@@ -957,7 +957,7 @@ fn concurrent_writers_of_different_keys_keep_the_bound() {
 }
 
 fn max_bytes_variable_is_parsed_or_refused_with_a_clear_error() {
-    use runtime::cache::{CacheConfigError, DEFAULT_MAX_BYTES};
+    use runtime::wasm::cache::{CacheConfigError, DEFAULT_MAX_BYTES};
     let with = |max: Option<&str>, no_cache: bool| {
         let max = max.map(std::ffi::OsString::from);
         Cache::from_vars(move |k| match k {

@@ -247,8 +247,8 @@ fn probe_flag_errors_are_exact() {
 
 /// Loads `wat` text (or bytes) as `wprobe run` does; the error message.
 fn load_err(bytes: &[u8]) -> String {
-    let engine = runtime::engine::new_engine().unwrap();
-    match runtime::load::load_named(&engine, bytes, Some(Path::new("h.wat")), None) {
+    let engine = runtime::wasm::engine::new_engine().unwrap();
+    match runtime::wasm::load::load_named(&engine, bytes, Some(Path::new("h.wat")), None) {
         Ok(_) => panic!("loaded"),
         Err(e) => e.to_string(),
     }
@@ -272,13 +272,13 @@ const MANIFEST: &str =
     "wprobe-manifest 1\nabi 2\nmodule probe_target\nprobe h\n location offset target_fn\n";
 
 fn load_errors_are_exact() {
-    let engine = runtime::engine::new_engine().unwrap();
+    let engine = runtime::wasm::engine::new_engine().unwrap();
     // The reference module loads.
     let ok = module(IMPORTS, MANIFEST);
-    runtime::load::load(&engine, ok.as_bytes(), None).unwrap();
+    runtime::wasm::load::load(&engine, ok.as_bytes(), None).unwrap();
     // Version 2 only added imports: a module built for version 1 loads.
     let v1 = module(IMPORTS, &MANIFEST.replace("abi 2", "abi 1"));
-    runtime::load::load(&engine, v1.as_bytes(), None).unwrap();
+    runtime::wasm::load::load(&engine, v1.as_bytes(), None).unwrap();
     let cases: Vec<(String, &str)> = vec![
         (
             module(IMPORTS, &MANIFEST.replace("abi 2", "abi 6")),
@@ -473,7 +473,7 @@ fn load_errors_reach_the_command_line_with_exit_status_1() {
 }
 
 fn every_prefix_and_every_manifest_byte_flip_is_refused_without_panic() {
-    let engine = runtime::engine::new_engine().unwrap();
+    let engine = runtime::wasm::engine::new_engine().unwrap();
     let wasm = wat::parse_str(module(IMPORTS, MANIFEST)).unwrap();
     let start = wasm
         .windows(b"wprobe-manifest 1".len())
@@ -482,7 +482,7 @@ fn every_prefix_and_every_manifest_byte_flip_is_refused_without_panic() {
     // Up to the end of the manifest every prefix is refused (later ones only
     // lose the `name` section).
     for cut in 0..wasm.len() {
-        let res = runtime::load::load(&engine, &wasm[..cut], None);
+        let res = runtime::wasm::load::load(&engine, &wasm[..cut], None);
         if cut >= start + MANIFEST.len() {
             continue;
         }
@@ -499,7 +499,7 @@ fn every_prefix_and_every_manifest_byte_flip_is_refused_without_panic() {
     for i in start..wasm.len() {
         let mut b = wasm.clone();
         b[i] ^= 0xA5;
-        let _ = runtime::load::load(&engine, &b, None);
+        let _ = runtime::wasm::load::load(&engine, &b, None);
     }
 }
 
@@ -712,7 +712,7 @@ fn misbehaving_handlers_of_every_language_are_contained(tr: &'static str) {
 fn sdk_manifests_are_what_hostabi_parses() {
     for lang in SDK_LANGS {
         let wasm = std::fs::read(guests(lang).join("histogram.wasm")).unwrap();
-        let facts = runtime::load::inspect(&wasm).unwrap();
+        let facts = runtime::wasm::load::inspect(&wasm).unwrap();
         assert!(
             !facts.other_exports.contains_key("wprobe_manifest"),
             "{lang}"
@@ -738,7 +738,10 @@ fn sdk_manifests_are_what_hostabi_parses() {
         );
         // `return yes` (in Rust a keyword as the key) reaches the manifest.
         let wasm = std::fs::read(guests(lang).join("time_calls.wasm")).unwrap();
-        let r = runtime::load::inspect(&wasm).unwrap().manifest.unwrap();
+        let r = runtime::wasm::load::inspect(&wasm)
+            .unwrap()
+            .manifest
+            .unwrap();
         assert_eq!(
             (
                 r.probes[0].r#return,
@@ -750,7 +753,12 @@ fn sdk_manifests_are_what_hostabi_parses() {
         );
         // The examples without a manifest have none.
         let wasm = std::fs::read(guests(lang).join("count_calls.wasm")).unwrap();
-        assert!(runtime::load::inspect(&wasm).unwrap().manifest.is_none());
+        assert!(
+            runtime::wasm::load::inspect(&wasm)
+                .unwrap()
+                .manifest
+                .is_none()
+        );
     }
 }
 
@@ -914,7 +922,7 @@ fn grouped(n: u64) -> String {
 }
 
 fn the_guide_states_the_runtime_budgets() {
-    use runtime::{engine, host};
+    use runtime::wasm::{engine, host};
     let doc = std::fs::read_to_string(repo().join("docs/hostabi.md")).unwrap();
     let facts = [
         format!(

@@ -1191,7 +1191,7 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
             follow_forks: false,
             verify_opcodes: true,
             reads_memory: false,
-            registers: runtime::regscan::RegsRead::All,
+            registers: runtime::wasm::regscan::RegsRead::All,
             ring_full: Default::default(),
         },
     )
@@ -1200,7 +1200,7 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
     t.insert(
         7,
         pid,
-        runtime::addr::RunAddr(work),
+        runtime::probe::addr::RunAddr(work),
         Insert::Breakpoint { opcode: None },
     )
     .unwrap();

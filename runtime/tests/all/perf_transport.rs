@@ -526,12 +526,12 @@ fn sigkill_of_wprobe_leaves_the_target_running_unharmed() {
     // No byte of the target was patched (the kernel owned the uprobe and
     // removed it with the last descriptor).
     let bias = {
-        let maps = runtime::procmaps::read(target as i32).unwrap();
-        let key = runtime::procmaps::canonical(&exe);
+        let maps = runtime::proc::procmaps::read(target as i32).unwrap();
+        let key = runtime::proc::procmaps::canonical(&exe);
         let info = wprobe_elf::ElfInfo::open(&exe).unwrap();
-        runtime::procmaps::load_bias(
+        runtime::proc::procmaps::load_bias(
             &maps,
-            &runtime::procmaps::ModuleKey::Path(&key),
+            &runtime::proc::procmaps::ModuleKey::Path(&key),
             info.first_load.unwrap(),
         )
         .unwrap()

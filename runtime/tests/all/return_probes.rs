@@ -668,7 +668,7 @@ fn detaching_with_live_calls_restores_the_return_sites() {
 /// site left), and after `resume` later calls are tracked again with their
 /// own entry arguments and return values; the command runs to its end.
 fn suspend_ends_live_calls_and_resume_tracks_new_ones(transport: &'static str) {
-    use runtime::addr::RunAddr;
+    use runtime::probe::addr::RunAddr;
     use runtime::transport::calls::Left;
     use runtime::transport::{Action, Event, Insert, OpenOptions, Target, Transport};
     use std::cell::{Cell, RefCell};
@@ -698,7 +698,7 @@ fn suspend_ends_live_calls_and_resume_tracks_new_ones(transport: &'static str) {
             follow_forks: false,
             verify_opcodes: true,
             reads_memory: false,
-            registers: runtime::regscan::RegsRead::All,
+            registers: runtime::wasm::regscan::RegsRead::All,
             ring_full: Default::default(),
         },
     )

@@ -415,7 +415,7 @@ fn a_journal_of_an_earlier_process_with_the_pid_is_not_applied() {
     let j = journal::Journal::create(pid).expect("a stale journal is replaced");
     assert_eq!(
         journal::journal_start(pid),
-        runtime::procinfo::start_time(pid)
+        runtime::proc::procinfo::start_time(pid)
     );
     j.remove();
     target.kill().unwrap();

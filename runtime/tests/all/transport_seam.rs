@@ -6,9 +6,9 @@ use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use runtime::addr::RunAddr;
-use runtime::regscan::RegsRead;
+use runtime::probe::addr::RunAddr;
 use runtime::transport::{Action, Event, Insert, OpenOptions, Target, Transport};
+use runtime::wasm::regscan::RegsRead;
 
 use crate::case;
 use crate::support::case::Case;

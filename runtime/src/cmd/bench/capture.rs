@@ -29,8 +29,8 @@ pub fn capture(
         groups: Vec::new(),
         types: Vec::new(),
         fuel: a.opts.fuel,
-        format: crate::format::Format::Text,
-        text: crate::format::TextStyle::default(),
+        format: crate::out::format::Format::Text,
+        text: crate::out::format::TextStyle::default(),
     };
     let mut session = Session::new(engine, inputs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;
@@ -51,7 +51,7 @@ pub fn capture(
             follow_forks: false,
             verify_opcodes: true,
             reads_memory: true,
-            registers: crate::regscan::RegsRead::All,
+            registers: crate::wasm::regscan::RegsRead::All,
             ring_full: Default::default(),
         },
     );

@@ -38,7 +38,7 @@ pub fn list(a: &RunArgs) -> CmdResult {
                 }
             }
             Err((d, map)) => {
-                return Err(CliError::user(crate::cmd::diagnostics_failure(
+                return Err(CliError::user(crate::probe::programs::diagnostics_failure(
                     &d.render(&map),
                     &format!("could not list the probes of `{name}`"),
                 )));

@@ -5,9 +5,9 @@
 //! like any other module: the session, the transports and the output path
 //! are shared.
 
-use crate::cache::Cache;
 use crate::cmd::run::RunArgs;
 use crate::session::{LoadedProgram, Session};
+use crate::wasm::cache::Cache;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -34,7 +34,7 @@ pub fn active(a: &RunArgs) -> bool {
 
 /// Whether a loaded module uses one-liner features (maps, output events,
 /// `begin`/`end`/`interval` probes).
-pub fn is_oneliner_module(m: &crate::load::LoadedModule) -> bool {
+pub fn is_oneliner_module(m: &crate::wasm::load::LoadedModule) -> bool {
     !m.manifest.maps.is_empty()
         || !m.events.is_empty()
         || m.manifest
@@ -86,7 +86,7 @@ pub fn options(a: &RunArgs) -> bt2wasm::Options {
             .filter(|v| *v > 0)
             .map_or(default, |v| v.min(max))
     };
-    let command = crate::programs::command_dir(&a.command).and_then(|d| {
+    let command = crate::probe::programs::command_dir(&a.command).and_then(|d| {
         let name = Path::new(a.command.first()?).file_name()?;
         Some(d.join(name))
     });
@@ -158,7 +158,7 @@ pub fn compile_text(name: &str, text: &str, opts: &bt2wasm::Options) -> Result<V
         }
         Err((d, map)) => {
             let n = d.0.len();
-            Err(crate::cmd::diagnostics_failure(
+            Err(crate::probe::programs::diagnostics_failure(
                 &d.render(&map),
                 &format!(
                     "could not compile `{name}` ({n} error{})",
@@ -179,7 +179,7 @@ pub fn extra_programs(
     let mut out = Vec::new();
     if let Some(text) = &a.program_text {
         let wasm = compile_text("-e", text, &opts)?;
-        let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
+        let (module, _) = crate::wasm::load::load_cached(engine, &wasm, None, None, cache)
             .map_err(|e| format!("loading the -e program: {e}"))?;
         out.push(LoadedProgram {
             label: "-e".into(),
@@ -190,13 +190,13 @@ pub fn extra_programs(
         let wasm = match bt2wasm::compile_events(&a.events, &opts) {
             Ok(c) => c.wasm,
             Err((d, map)) => {
-                return Err(crate::cmd::diagnostics_failure(
+                return Err(crate::probe::programs::diagnostics_failure(
                     &d.render(&map),
                     "could not compile the probe events",
                 ));
             }
         };
-        let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
+        let (module, _) = crate::wasm::load::load_cached(engine, &wasm, None, None, cache)
             .map_err(|e| format!("loading the probe events: {e}"))?;
         out.push(LoadedProgram {
             label: "event".into(),
@@ -220,8 +220,8 @@ pub fn load_file(
         ("stdin".to_string(), b)
     } else {
         let b = std::fs::read(path).map_err(|e| {
-            crate::cmd::diagnostics_failure(
-                &crate::cmdline::at_own_arg(
+            crate::probe::programs::diagnostics_failure(
+                &crate::cmd::cmdline::at_own_arg(
                     path.as_os_str(),
                     &format!("failed to open file '{}': {}", path.display(), io_words(&e)),
                 ),
@@ -232,10 +232,10 @@ pub fn load_file(
     };
     let text = String::from_utf8_lossy(&text);
     let wasm = compile_text(&name, &text, &options(a))?;
-    let (module, _) = crate::load::load_cached(engine, &wasm, None, None, cache)
+    let (module, _) = crate::wasm::load::load_cached(engine, &wasm, None, None, cache)
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
     Ok(LoadedProgram {
-        label: crate::programs::program_label(path),
+        label: crate::probe::programs::program_label(path),
         module,
     })
 }
@@ -265,7 +265,7 @@ pub fn run_without_target(mut session: Session, stop: &AtomicBool) -> CmdResult 
     session.end();
     session.summary();
     session.publish_final_metrics();
-    Ok(crate::btout::requested_exit_status().map_or(ExitCode::SUCCESS, ExitCode::from))
+    Ok(crate::out::btout::requested_exit_status().map_or(ExitCode::SUCCESS, ExitCode::from))
 }
 
 /// After the transport stopped: a command still running after `exit()` is

@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::cmd::{CliError, CmdResult, command_exit_code, wait_child};
+use crate::proc::stopsig::StopSignals;
 use crate::session::Session;
-use crate::stopsig::StopSignals;
 use crate::transport::{ExitStatus, Report};
 
 use super::TraceArgs;

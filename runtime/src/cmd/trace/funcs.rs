@@ -111,7 +111,7 @@ pub fn select(
     let mut funcs = Vec::new();
     let mut skipped = Vec::new();
     let elf = ElfInfo::open(exe).map_err(|e| e.to_string())?;
-    let exe_path = crate::procmaps::canonical(exe);
+    let exe_path = crate::proc::procmaps::canonical(exe);
     module_functions(&elf, &exe_path, Origin::Exe, sel, &mut funcs, &mut skipped);
     if sel.plt {
         plt_entries(&elf, &exe_path, sel, &mut funcs, &mut skipped)?;
@@ -119,7 +119,7 @@ pub fn select(
     for lib in libraries {
         match ElfInfo::open(lib) {
             Ok(e) => {
-                let p = crate::procmaps::canonical(lib);
+                let p = crate::proc::procmaps::canonical(lib);
                 module_functions(&e, &p, Origin::Lib, sel, &mut funcs, &mut skipped);
             }
             Err(e) => skipped.push(NotTraced {
@@ -380,7 +380,7 @@ pub fn libraries_for_launch(exe: &Path, globs: &[String]) -> Result<Vec<PathBuf>
             }
             first = false;
         } else {
-            let canon = crate::procmaps::canonical(&file);
+            let canon = crate::proc::procmaps::canonical(&file);
             if seen.insert(canon.clone()) && lib_matches(&canon, g.soname, globs) {
                 out.push((canon, g.soname.map(str::to_string)));
             }
@@ -388,7 +388,7 @@ pub fn libraries_for_launch(exe: &Path, globs: &[String]) -> Result<Vec<PathBuf>
         let dirs = search_dirs(&file, &g, &env_dirs);
         for name in &g.libraries {
             if let Some(p) = needed_library(name, &dirs) {
-                let canon = crate::procmaps::canonical(&p);
+                let canon = crate::proc::procmaps::canonical(&p);
                 if !seen.contains(&canon) {
                     queue.push(p);
                 }
@@ -409,7 +409,7 @@ pub fn libraries_for_launch(exe: &Path, globs: &[String]) -> Result<Vec<PathBuf>
         };
         match found {
             Some(p) => {
-                let canon = crate::procmaps::canonical(&p);
+                let canon = crate::proc::procmaps::canonical(&p);
                 if seen.insert(canon.clone()) {
                     out.push((canon, None));
                 }
@@ -466,13 +466,13 @@ pub fn libraries_of_process(pid: i32, exe: &Path, globs: &[String]) -> Vec<PathB
     if globs.is_empty() {
         return Vec::new();
     }
-    let exe = crate::procmaps::canonical(exe);
-    let Ok(maps) = crate::procmaps::read(pid) else {
+    let exe = crate::proc::procmaps::canonical(exe);
+    let Ok(maps) = crate::proc::procmaps::read(pid) else {
         return Vec::new();
     };
     let mut out: Vec<PathBuf> = Vec::new();
     for m in maps.iter().filter(|m| m.is_file()) {
-        let p = crate::procmaps::canonical(Path::new(&m.path));
+        let p = crate::proc::procmaps::canonical(Path::new(&m.path));
         if p == exe || out.contains(&p) {
             continue;
         }

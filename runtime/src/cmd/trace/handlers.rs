@@ -87,8 +87,8 @@ fn module_for(
                 ));
             }
             (
-                crate::programs::program_label(p),
-                crate::programs::read_module_file(p)?,
+                crate::probe::programs::program_label(p),
+                crate::probe::programs::read_module_file(p)?,
             )
         }
     };
@@ -123,10 +123,10 @@ fn exit_args() -> [ArgSource; 3] {
 /// `trace_exit` exports; 0 for a module that does not parse (its load says
 /// why) or an export missing.
 fn taken_args(bytes: &[u8]) -> (usize, usize) {
-    let Ok(wasm) = crate::load::to_wasm(bytes) else {
+    let Ok(wasm) = crate::wasm::load::to_wasm(bytes) else {
         return (0, 0);
     };
-    let Ok(facts) = crate::load::inspect(&wasm) else {
+    let Ok(facts) = crate::wasm::load::inspect(&wasm) else {
         return (0, 0);
     };
     let n = |name: &str, most: usize| {
@@ -194,7 +194,7 @@ fn manifest(
 /// programs, and which function and end each probe of each is.
 pub(super) fn load(
     engine: &wasmtime::Engine,
-    cache: &crate::cache::Cache,
+    cache: &crate::wasm::cache::Cache,
     exe: &Path,
     funcs: &[Func],
     modules: &[HandlerModule],
@@ -205,13 +205,15 @@ pub(super) fn load(
     for (hm, &notice) in modules.iter().zip(notices) {
         let (m, map) = manifest(exe, funcs, &hm.funcs, taken_args(&hm.bytes), !notice);
         let path = hm.path.as_deref();
-        let (module, outcome) = crate::load::load_cached(engine, &hm.bytes, path, Some(m), cache)
-            .map_err(|e| match path {
-            Some(p) => format!("loading {}: {e}", p.display()),
-            None => format!("loading the built-in trace handlers: {e}"),
-        })?;
+        let (module, outcome) =
+            crate::wasm::load::load_cached(engine, &hm.bytes, path, Some(m), cache).map_err(
+                |e| match path {
+                    Some(p) => format!("loading {}: {e}", p.display()),
+                    None => format!("loading the built-in trace handlers: {e}"),
+                },
+            )?;
         if let Some(p) = path {
-            crate::programs::debug_cache_outcome(p, &outcome);
+            crate::probe::programs::debug_cache_outcome(p, &outcome);
         }
         programs.push(LoadedProgram {
             label: hm.label.clone(),

@@ -1,5 +1,5 @@
 //! Where the text views write: standard output or `-o FILE` (buffered and
-//! flushed as `wprobe run`'s records are: [`crate::output::RecordOut`]),
+//! flushed as `wprobe run`'s records are: [`crate::out::output::RecordOut`]),
 //! or with `--ff` one file per thread, `FILE.TID`. A write that fails is
 //! counted (lines lost) and reported at the end, never silent; the run is
 //! asked to stop, as there is no point tracing into a destination that
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::output::RecordOut;
+use crate::out::output::RecordOut;
 
 /// Bytes of lines gathered before they go to a single destination at once.
 pub const BATCH_BYTES: usize = 16 << 10;
@@ -117,7 +117,7 @@ impl TextOut {
     }
 
     /// Hands the lines left in `buf` to the single destination (which
-    /// writes them within [`crate::output::FLUSH_INTERVAL`]), and empties it.
+    /// writes them within [`crate::out::output::FLUSH_INTERVAL`]), and empties it.
     pub fn hand_on(&mut self, buf: &mut String) {
         if let Some(m) = &mut self.main
             && !buf.is_empty()

@@ -18,9 +18,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::format::{Format, RecordView};
+use crate::out::format::{Format, RecordView};
+use crate::out::sink::{RecordKind, Sink};
 use crate::session::hook::{HookEvent, HookHit, RecordHook};
-use crate::sink::{RecordKind, Sink};
 use crate::transport::calls::Left;
 use crate::transport::{Event, ExitStatus};
 
@@ -150,7 +150,7 @@ impl RecordHook for Hook {
                 data,
                 items: sink.item_words(r),
             };
-            crate::format::record(&mut st.note, Format::Text, &view);
+            crate::out::format::record(&mut st.note, Format::Text, &view);
             let head = format!(" pid {} tid {} cpu {} ", hit.pid, hit.tid, hit.cpu);
             let text = st
                 .note

@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 use super::funcs::Func;
 use super::tree::{Sink, Step};
-use crate::format::push_decimal;
+use crate::out::format::push_decimal;
 
 /// The traced functions, by [`super::tree::FuncId`].
 pub type Table = Rc<Vec<Func>>;
@@ -243,7 +243,7 @@ pub fn push_args(out: &mut String, args: &[u64]) {
         if i > 0 {
             out.push_str(", ");
         }
-        crate::format::word(out, *a);
+        crate::out::format::word(out, *a);
     }
     out.push(')');
 }

@@ -14,7 +14,7 @@
 //! one a directory of theirs made with `mkdtemp` in `/tmp`
 //! (`/tmp/wprobe-UID-XXXXXX`, found again by `repair`). Whatever it is, it
 //! is used only when it is a directory of the user's own, writable by no
-//! one else ([`crate::privdir`]), and a journal is created only as a new
+//! one else ([`crate::proc::privdir`]), and a journal is created only as a new
 //! file (`O_EXCL | O_NOFOLLOW`), never through a symlink and never over an
 //! existing file. A breakpoint that cannot be journaled is not armed.
 //!
@@ -37,13 +37,13 @@ use std::path::{Path, PathBuf};
 pub fn dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let uid = crate::privdir::euid();
+        let uid = crate::proc::privdir::euid();
         if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
             return PathBuf::from(d).join("wprobe");
         }
         if uid == 0 && Path::new("/run").is_dir() {
             let run = PathBuf::from("/run/wprobe");
-            if crate::privdir::ensure_dir(&run).is_ok() {
+            if crate::proc::privdir::ensure_dir(&run).is_ok() {
                 return run;
             }
         }
@@ -69,7 +69,7 @@ fn tmp_dirs(uid: u32) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| {
             std::fs::symlink_metadata(p)
-                .is_ok_and(|m| m.is_dir() && crate::privdir::owner_and_mode(&m).is_ok())
+                .is_ok_and(|m| m.is_dir() && crate::proc::privdir::owner_and_mode(&m).is_ok())
         })
         .collect();
     dirs.sort();
@@ -83,7 +83,7 @@ fn tmp_dirs(uid: u32) -> Vec<PathBuf> {
 /// private one in `/tmp` (two wprobes started at once may each have made
 /// one).
 pub fn dirs() -> Vec<PathBuf> {
-    let uid = crate::privdir::euid();
+    let uid = crate::proc::privdir::euid();
     let mut all = vec![dir(), PathBuf::from(format!("/run/user/{uid}/wprobe"))];
     if uid == 0 {
         all.push(PathBuf::from("/run/wprobe"));
@@ -137,19 +137,19 @@ pub fn live_holder(path: &Path) -> Option<i32> {
             w.next()?.parse::<u64>().ok()?,
         ))
     })?;
-    (crate::procinfo::start_time(pid) == Some(start)).then_some(pid)
+    (crate::proc::procinfo::start_time(pid) == Some(start)).then_some(pid)
 }
 
 /// Refuses a process another wprobe patched: a live one traces it (its
 /// journal names it), or a killed one left its jumps (or traps) in it,
 /// which `wprobe repair` puts back first.
 pub(crate) fn held_by_another_run(pid: i32) -> Result<(), String> {
-    let now = crate::procinfo::start_time(pid);
+    let now = crate::proc::procinfo::start_time(pid);
     for path in [inproc_path(pid), path(pid)] {
         // Only a journal of ours (a plant is refused where a journal is
         // created, with its own message).
         let ours = std::fs::symlink_metadata(&path)
-            .is_ok_and(|m| m.is_file() && crate::privdir::owner_and_mode(&m).is_ok());
+            .is_ok_and(|m| m.is_file() && crate::proc::privdir::owner_and_mode(&m).is_ok());
         if !ours || start_in(&path).is_some_and(|t| Some(t) != now) {
             continue;
         }
@@ -192,11 +192,11 @@ pub fn sweep() {
             };
             let p = e.path();
             let ok = std::fs::symlink_metadata(&p)
-                .is_ok_and(|m| m.is_file() && crate::privdir::owner_and_mode(&m).is_ok());
+                .is_ok_and(|m| m.is_file() && crate::proc::privdir::owner_and_mode(&m).is_ok());
             if !ok {
                 continue;
             }
-            let now = crate::procinfo::start_time(pid);
+            let now = crate::proc::procinfo::start_time(pid);
             if now.is_none() || start_in(&p).is_some_and(|then| Some(then) != now) {
                 let _ = std::fs::remove_file(&p);
             }
@@ -205,7 +205,7 @@ pub fn sweep() {
 }
 
 /// Creates the journal file `path` of process `pid` (for both transports'
-/// journals): the journal directory checked ([`crate::privdir`]), a new
+/// journals): the journal directory checked ([`crate::proc::privdir`]), a new
 /// file of mode 0600 never opened through a symlink, and a first line
 /// `start T` with the process's start time. A journal left for an earlier
 /// process with this pid (killed with its wprobe, the pid reused since) is
@@ -214,7 +214,7 @@ pub fn sweep() {
 /// process, as the message says it).
 pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
     let d = path.parent().map_or_else(dir, Path::to_path_buf);
-    crate::privdir::ensure_dir(&d).map_err(|problem| {
+    crate::proc::privdir::ensure_dir(&d).map_err(|problem| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("journal directory {}: {problem}", d.display()),
@@ -229,7 +229,7 @@ pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
     };
-    let now = crate::procinfo::start_time(pid);
+    let now = crate::proc::procinfo::start_time(pid);
     let mut opened = open();
     if opened
         .as_ref()
@@ -263,7 +263,7 @@ pub fn create_file(pid: i32, path: &Path, who: &str) -> io::Result<File> {
     if let Some(t) = now {
         head += &format!("start {t}\n");
     }
-    if let Some(t) = crate::procinfo::start_time(me) {
+    if let Some(t) = crate::proc::procinfo::start_time(me) {
         head += &format!("tracer {me} {t}\n");
     }
     file.write_all(head.as_bytes())?;
@@ -348,7 +348,7 @@ pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
             "not a regular file",
         ));
     }
-    crate::privdir::owner_and_mode(&meta)
+    crate::proc::privdir::owner_and_mode(&meta)
         .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
     let mut out = Vec::new();
     for line in io::BufReader::new(f).lines() {
@@ -396,7 +396,7 @@ pub fn repair_with(pid: i32, mem: &File) -> io::Result<usize> {
 /// not applied: its addresses mean nothing in this one.
 fn stale_check(pid: i32) -> io::Result<()> {
     if let Some(then) = journal_start(pid)
-        && crate::procinfo::start_time(pid).is_some_and(|now| now != then)
+        && crate::proc::procinfo::start_time(pid).is_some_and(|now| now != then)
     {
         let _ = std::fs::remove_file(path(pid));
         return Err(io::Error::new(
@@ -412,10 +412,10 @@ fn stale_check(pid: i32) -> io::Result<()> {
 
 /// The mappings of `pid`, keeping the kind of an I/O error
 /// (PermissionDenied gets the CLI's hint).
-fn maps_of(pid: i32) -> io::Result<Vec<crate::procmaps::Mapping>> {
-    crate::procmaps::read(pid).map_err(|e| {
+fn maps_of(pid: i32) -> io::Result<Vec<crate::proc::procmaps::Mapping>> {
+    crate::proc::procmaps::read(pid).map_err(|e| {
         let kind = match &e {
-            crate::procmaps::MapsError::Io { source, .. } => source.kind(),
+            crate::proc::procmaps::MapsError::Io { source, .. } => source.kind(),
             _ => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
@@ -425,13 +425,13 @@ fn maps_of(pid: i32) -> io::Result<Vec<crate::procmaps::Mapping>> {
 fn restore(
     pid: i32,
     entries: Vec<(u64, u8, u64)>,
-    maps: &[crate::procmaps::Mapping],
+    maps: &[crate::proc::procmaps::Mapping],
     mem: &File,
 ) -> io::Result<usize> {
     use std::os::unix::fs::FileExt;
     let mut n = 0;
     for (addr, orig, inode) in entries {
-        let Some(m) = crate::procmaps::find(maps, addr) else {
+        let Some(m) = crate::proc::procmaps::find(maps, addr) else {
             continue;
         };
         if m.inode != inode {

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::procmaps::{self, Mapping, ModuleKey};
+use crate::proc::procmaps::{self, Mapping, ModuleKey};
 use wprobe_elf::{ElfInfo, Lookup};
 
 /// The dynamic linker's hooks in one process.

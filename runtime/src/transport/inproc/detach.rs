@@ -99,7 +99,7 @@ impl InProc {
                     }
                     // Gone (or dead, not yet reaped): nothing left to
                     // restore.
-                    Err(_) if crate::procinfo::ended(self.pid) => {
+                    Err(_) if crate::proc::procinfo::ended(self.pid) => {
                         self.patcher.forget();
                     }
                     Err(e) => anyhow::bail!("stopping process {} to restore it: {e:#}", self.pid),

@@ -106,7 +106,7 @@ pub fn read(pid: i32) -> io::Result<Vec<Entry>> {
             "not a regular file",
         ));
     }
-    crate::privdir::owner_and_mode(&meta)
+    crate::proc::privdir::owner_and_mode(&meta)
         .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
     let mut out = Vec::new();
     for line in io::BufReader::new(f).lines() {
@@ -143,7 +143,7 @@ mod tests {
         let pid = std::process::id() as i32;
         let _ = std::fs::remove_file(path(pid));
         let j = Journal::create(pid).unwrap();
-        assert_eq!(journal_start(pid), crate::procinfo::start_time(pid));
+        assert_eq!(journal_start(pid), crate::proc::procinfo::start_time(pid));
         let e = Journal::create(pid).unwrap_err();
         assert!(
             e.to_string().contains(&format!(
@@ -152,14 +152,14 @@ mod tests {
             "{e}"
         );
         // Held by a wprobe that is gone (pid 1 never started at time 1).
-        let start = crate::procinfo::start_time(pid).unwrap();
+        let start = crate::proc::procinfo::start_time(pid).unwrap();
         std::fs::write(path(pid), format!("start {start}\ntracer 1 1\n")).unwrap();
         let e = Journal::create(pid).unwrap_err();
         assert!(e.to_string().contains("wprobe repair --pid"), "{e}");
         j.remove();
         std::fs::write(path(pid), "start 1\n1000 55 e9 7\n").unwrap();
         let j = Journal::create(pid).unwrap();
-        assert_eq!(journal_start(pid), crate::procinfo::start_time(pid));
+        assert_eq!(journal_start(pid), crate::proc::procinfo::start_time(pid));
         assert!(read(pid).unwrap().is_empty());
         j.remove();
         assert!(!path(pid).exists());

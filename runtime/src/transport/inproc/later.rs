@@ -71,7 +71,7 @@ impl InProc {
             .filter_map(|tid| w.regs(tid).map(|r| (tid, r.rip)))
             .collect();
         self.world = Some(w);
-        self.maps = crate::procmaps::read(self.pid).unwrap_or_default();
+        self.maps = crate::proc::procmaps::read(self.pid).unwrap_or_default();
         for i in self.patcher.drop_unmapped(&self.maps) {
             self.sites_dropped.push(i);
             let s = &self.patcher.sites[i];
@@ -144,7 +144,7 @@ impl InProc {
             .filter_map(|t| w.regs(t).map(|r| (t, r.rip)))
             .collect();
         self.world = Some(w);
-        self.maps = crate::procmaps::read(pid).unwrap_or_default();
+        self.maps = crate::proc::procmaps::read(pid).unwrap_or_default();
         self.armed.clear();
         self.maxactive.clear();
         self.entry_notices.clear();

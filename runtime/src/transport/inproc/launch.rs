@@ -73,8 +73,8 @@ fn rtld_hook(pid: i32, auxv: &[(u64, u64)]) -> Option<(u64, u64)> {
     if base == 0 {
         return None;
     }
-    let maps = crate::procmaps::read(pid).ok()?;
-    let m = crate::procmaps::find(&maps, base)?;
+    let maps = crate::proc::procmaps::read(pid).ok()?;
+    let m = crate::proc::procmaps::find(&maps, base)?;
     let elf = wprobe_elf::ElfInfo::open(std::path::Path::new(&m.path)).ok()?;
     let sym = |n: &str| match elf.lookup(n) {
         wprobe_elf::Lookup::Found(s) => Some(base + s.value),

@@ -29,7 +29,7 @@ const BEAT_EVERY: Duration = Duration::from_millis(100);
 /// cache (keyed by the engine's configuration, so never an artifact of the
 /// runtime's own engine), or compiled and stored there.
 fn compile_for_agent(
-    cache: &crate::cache::Cache,
+    cache: &crate::wasm::cache::Cache,
     engine: &wasmtime::Engine,
     wasm: &[u8],
 ) -> anyhow::Result<Vec<u8>> {
@@ -218,14 +218,15 @@ impl InProc {
 fn compile_programs(set: &HandlerSet<'_>) -> Result<Vec<Vec<u8>>, String> {
     let engine = agent_loader::compile::agent_engine().map_err(|e| format!("{e:#}"))?;
     let cache = if set.use_cache {
-        crate::cache::Cache::from_env().unwrap_or_else(|_| crate::cache::Cache::disabled())
+        crate::wasm::cache::Cache::from_env()
+            .unwrap_or_else(|_| crate::wasm::cache::Cache::disabled())
     } else {
-        crate::cache::Cache::disabled()
+        crate::wasm::cache::Cache::disabled()
     };
     // `WPROBE_INPROC_FOREIGN_ARTIFACT` (tests): hand the agent what
     // wprobe's own engine compiles, which the agent must refuse.
     let engine = match std::env::var_os("WPROBE_INPROC_FOREIGN_ARTIFACT") {
-        Some(_) => crate::engine::new_engine().map_err(|e| format!("{e:#}"))?,
+        Some(_) => crate::wasm::engine::new_engine().map_err(|e| format!("{e:#}"))?,
         None => engine,
     };
     let mut cwasm = Vec::with_capacity(set.programs.len());

@@ -11,14 +11,14 @@ use std::time::Duration;
 use super::patch::Patcher;
 use super::world::World;
 use super::{INFO, InProc, launch, traps};
-use crate::sink::Sink;
+use crate::out::sink::Sink;
 use crate::transport::{OpenOptions, Target, Transport};
 
 pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
     // The patch journal's directory, before anything is launched or
     // stopped: a command is never started only to be let go untraced.
     let dir = crate::transport::common::journal::dir();
-    crate::privdir::ensure_dir(&dir)
+    crate::proc::privdir::ensure_dir(&dir)
         .map_err(|problem| format!("journal directory {}: {problem}", dir.display()))?;
     let tsc0 = agent_loader::region::tsc_now();
     let (pid, launched, world) = match target {
@@ -80,7 +80,7 @@ impl InProc {
             pid,
             launched,
             world: None,
-            maps: crate::procmaps::read(pid).unwrap_or_default(),
+            maps: crate::proc::procmaps::read(pid).unwrap_or_default(),
             patcher: Patcher::default(),
             armed: HashMap::new(),
             draining: false,

@@ -48,7 +48,7 @@ use agent_loader::stub::Site;
 use self::module::AheadReads;
 use super::code::ModuleCode;
 use super::journal::Journal;
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 
 /// An `r-x` mapping in the target holding stubs.
 #[derive(Debug)]
@@ -152,7 +152,7 @@ pub(super) struct Patcher {
 
 /// Mappings of `pid` (for planning).
 fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
-    crate::procmaps::find(maps, addr)
+    crate::proc::procmaps::find(maps, addr)
 }
 
 impl Planned {

@@ -15,13 +15,15 @@ use super::world::World;
 pub fn repair(pid: i32) -> std::io::Result<usize> {
     let entries = journal::read(pid)?;
     // Written for an earlier process with this pid: nothing to restore.
-    if journal::journal_start(pid).is_some_and(|t| Some(t) != crate::procinfo::start_time(pid)) {
+    if journal::journal_start(pid)
+        .is_some_and(|t| Some(t) != crate::proc::procinfo::start_time(pid))
+    {
         let _ = std::fs::remove_file(journal::path(pid));
         return Ok(0);
     }
-    let maps = crate::procmaps::read(pid).map_err(|e| {
+    let maps = crate::proc::procmaps::read(pid).map_err(|e| {
         let kind = match &e {
-            crate::procmaps::MapsError::Io { source, .. } => source.kind(),
+            crate::proc::procmaps::MapsError::Io { source, .. } => source.kind(),
             _ => std::io::ErrorKind::InvalidData,
         };
         std::io::Error::new(kind, e)
@@ -66,7 +68,7 @@ pub fn repair(pid: i32) -> std::io::Result<usize> {
     }
     let mut n = 0;
     for e in entries {
-        let Some(m) = crate::procmaps::find(&maps, e.addr) else {
+        let Some(m) = crate::proc::procmaps::find(&maps, e.addr) else {
             continue;
         };
         if m.inode != e.inode {

@@ -7,7 +7,7 @@ use agent_loader::region::RunView;
 use hostabi::Outcome;
 
 use super::InProc;
-use crate::sink::{RecordKind, Sink};
+use crate::out::sink::{RecordKind, Sink};
 use crate::transport::{Action, Event, TargetOutcome, TargetRun, Transport};
 
 /// Fills `sink` with the records of `run` (item descriptors through

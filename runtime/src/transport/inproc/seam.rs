@@ -9,8 +9,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::{INFO, InProc, traps};
-use crate::addr::RunAddr;
-use crate::procmaps::Mapping;
+use crate::probe::addr::RunAddr;
+use crate::proc::procmaps::Mapping;
 use crate::transport::{
     Action, Armed, BadWatchpoint, Event, ExitStatus, HandlerSet, Insert, NoHit, Report, Transport,
     TransportHit, TransportInfo,
@@ -33,10 +33,10 @@ impl Transport for InProc {
             if !self.follows(pid) {
                 return Err(format!("process {pid} is not traced"));
             }
-            return crate::procmaps::read(pid).map_err(|e| e.to_string());
+            return crate::proc::procmaps::read(pid).map_err(|e| e.to_string());
         }
         if fresh || self.maps.is_empty() {
-            self.maps = crate::procmaps::read(pid).map_err(|e| e.to_string())?;
+            self.maps = crate::proc::procmaps::read(pid).map_err(|e| e.to_string())?;
         }
         Ok(self.maps.clone())
     }

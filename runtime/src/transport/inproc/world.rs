@@ -184,7 +184,7 @@ impl World {
                         }
                     }
                     Err(Errno::EPERM) if w.threads.is_empty() => {
-                        let why = crate::procinfo::untraceable(pid);
+                        let why = crate::proc::procinfo::untraceable(pid);
                         match why.explain(pid) {
                             Some(reason) => bail!("{reason}"),
                             None => {
@@ -384,7 +384,7 @@ impl World {
             if cfg!(debug_assertions) && std::env::var_os("WPROBE_NO_INJECTION_CAVE").is_some() {
                 return Ok(None);
             }
-            let maps = crate::procmaps::read(self.pid).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let maps = crate::proc::procmaps::read(self.pid).map_err(|e| anyhow::anyhow!("{e}"))?;
             let Some(v) = maps.iter().find(|m| m.path == "[vdso]") else {
                 return Ok(None);
             };
@@ -486,8 +486,8 @@ impl World {
         if let Some(a) = self.syscall_insn {
             return Ok(a);
         }
-        let maps = crate::procmaps::read(self.pid).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut cands: Vec<&crate::procmaps::Mapping> =
+        let maps = crate::proc::procmaps::read(self.pid).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut cands: Vec<&crate::proc::procmaps::Mapping> =
             maps.iter().filter(|m| m.exec && m.read).collect();
         cands.sort_by_key(|m| m.path != "[vdso]");
         for m in cands {

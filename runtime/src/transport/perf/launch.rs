@@ -80,7 +80,7 @@ pub(super) fn run_to_entry(pid: i32) -> Result<(), PerfError> {
         op,
         errno: e as i32,
     };
-    let Some(entry) = crate::procmaps::entry_point(pid) else {
+    let Some(entry) = crate::proc::procmaps::entry_point(pid) else {
         return Ok(()); // no auxv: arm at the exec stop
     };
     let word = sys::peekdata(pid, entry).map_err(|e| err("PTRACE_PEEKTEXT", e))?;

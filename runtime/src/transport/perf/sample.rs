@@ -6,7 +6,7 @@
 //! inconsistent record is reported as `None`.
 
 use super::hit::PerfHit;
-use crate::regscan::RegsRead;
+use crate::wasm::regscan::RegsRead;
 use perf_event::SampleFlag;
 
 /// What every probe event samples: the user registers when `regs`, the

@@ -13,8 +13,8 @@ use std::rc::Rc;
 use hostabi::env::{EntryState, HitEnv};
 
 use super::{EvKey, PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer, SampleCfg};
-use crate::addr::RunAddr;
-use crate::procmaps::{self, Mapping};
+use crate::probe::addr::RunAddr;
+use crate::proc::procmaps::{self, Mapping};
 use crate::transport::ExitStatus;
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::{
@@ -189,8 +189,8 @@ impl PerfTracer {
             && live_read
             && live[0] == crate::arch::BREAKPOINT_INSN
             && file[0] != crate::arch::BREAKPOINT_INSN
-            && let crate::procinfo::Untraceable::Traced { tracer, comm } =
-                crate::procinfo::untraceable(pid)
+            && let crate::proc::procinfo::Untraceable::Traced { tracer, comm } =
+                crate::proc::procinfo::untraceable(pid)
             && tracer != std::process::id() as i32
         {
             return Err(format!(

@@ -61,8 +61,9 @@ impl Tasks {
     pub(super) fn prune(&mut self) {
         self.live.retain(|&tid| {
             !matches!(
-                crate::procinfo::untraceable(tid),
-                crate::procinfo::Untraceable::Gone | crate::procinfo::Untraceable::Zombie
+                crate::proc::procinfo::untraceable(tid),
+                crate::proc::procinfo::Untraceable::Gone
+                    | crate::proc::procinfo::Untraceable::Zombie
             )
         });
     }

@@ -59,7 +59,7 @@ fn fpregset(f: &crate::arch::FpRegs) -> Vec<u8> {
 
 /// `NT_FILE`: the file-backed mappings (start, end, offset in pages) and
 /// their paths, as the kernel writes it.
-fn nt_file(maps: &[crate::procmaps::Mapping]) -> Vec<u8> {
+fn nt_file(maps: &[crate::proc::procmaps::Mapping]) -> Vec<u8> {
     let files: Vec<_> = maps
         .iter()
         .filter(|m| m.is_file() && m.path.starts_with('/'))
@@ -103,7 +103,7 @@ pub fn write_core(
     hit: &mut PtraceHit,
     others: &[(i32, crate::arch::Regs, Option<crate::arch::FpRegs>)],
 ) -> anyhow::Result<PathBuf> {
-    let maps = crate::procmaps::read(pid)?;
+    let maps = crate::proc::procmaps::read(pid)?;
     let mut notes = Vec::new();
     // The hit thread first: gdb's current thread.
     note(

@@ -365,7 +365,7 @@ impl PtraceTracer {
     /// events (before relocation) come too early to show. The hit reports
     /// `LibrariesChanged`.
     pub(super) fn arm_entry(&mut self, pid: i32) {
-        if let Some(entry) = crate::procmaps::entry_point(pid) {
+        if let Some(entry) = crate::proc::procmaps::entry_point(pid) {
             let _ = self.insert_site(pid, entry, None, true);
         }
     }

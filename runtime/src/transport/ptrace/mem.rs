@@ -14,7 +14,7 @@ use nix::errno::Errno;
 
 use super::BpId;
 use crate::arch::{self, BREAKPOINT_INSN, Insn, MAX_INSN_BYTES, StepKind};
-use crate::procmaps::{self, Mapping};
+use crate::proc::procmaps::{self, Mapping};
 use crate::sys::ptrace as sys;
 
 /// An out-of-line slot holding a relocated copy of a displaced instruction.

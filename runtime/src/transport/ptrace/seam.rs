@@ -13,8 +13,8 @@ use super::{
     BpId, ExitStatus, HitKind, PtraceAction as PAction, PtraceEvent as PEvent, PtraceHit,
     PtraceTracer, WpId,
 };
-use crate::addr::RunAddr;
-use crate::procmaps::Mapping;
+use crate::probe::addr::RunAddr;
+use crate::proc::procmaps::Mapping;
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::{
     Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,

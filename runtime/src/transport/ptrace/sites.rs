@@ -9,7 +9,7 @@ use super::mem::Site;
 use super::threads::WatchSlot;
 use super::{ArmError, BpId, PtraceError, PtraceTracer, WatchKind, WpId};
 use crate::arch::{self, BREAKPOINT_INSN};
-use crate::procmaps;
+use crate::proc::procmaps;
 use crate::sys::ptrace as sys;
 
 impl PtraceTracer {

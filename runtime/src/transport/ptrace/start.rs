@@ -199,7 +199,7 @@ impl PtraceTracer {
                         if tid == pid && t.threads.is_empty() && !leader_exited(pid) =>
                     {
                         t.procs.clear();
-                        let why = crate::procinfo::untraceable(pid);
+                        let why = crate::proc::procinfo::untraceable(pid);
                         return Err(match why.explain(pid) {
                             Some(reason) => PtraceError::Untraceable { pid, reason },
                             None => PtraceError::PermissionDenied {

@@ -13,7 +13,7 @@ use super::mem::{OolSlot, ProcMem, Scratch};
 use super::threads::TState;
 use super::{PtraceError, PtraceTracer, StepPolicy};
 use crate::arch::{self, BREAKPOINT_INSN, EmuMem, Emul, Insn, OOL_SLOT_BYTES, Regs, StepKind};
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::sys::ptrace::{self as sys, Status};
 
 const PAGE: u64 = 4096;

@@ -14,7 +14,7 @@
 
 use hostabi::ValType;
 use rpn2wasm::model::ModelEnv;
-use runtime::runner::Runner;
+use runtime::wasm::runner::Runner;
 use wasmtime::{Func, Val};
 
 /// Counts of one run.
@@ -76,13 +76,13 @@ fn module_text() -> String {
 impl Harness {
     /// A fresh harness (compiles the module: a few milliseconds).
     pub fn new() -> Harness {
-        let engine = runtime::engine::new_engine().expect("engine");
+        let engine = runtime::wasm::engine::new_engine().expect("engine");
         let wasm = wat::parse_str(module_text()).expect("generated module parses");
         let manifest = hostabi::manifest::Manifest {
             module: "model".into(),
             ..Default::default()
         };
-        let loaded = runtime::load::load(&engine, &wasm, Some(manifest)).expect("loads");
+        let loaded = runtime::wasm::load::load(&engine, &wasm, Some(manifest)).expect("loads");
         let mut env = ModelEnv::new();
         let bytes: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
         env.map(MAPPED, bytes, true, true)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use runtime::procmaps::{self, ModuleKey};
+use runtime::proc::procmaps::{self, ModuleKey};
 use runtime::transport::ptrace::{PtraceError, PtraceTracer, TraceOptions};
 use wprobe_elf::{ElfInfo, Lookup};
 

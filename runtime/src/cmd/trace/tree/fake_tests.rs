@@ -113,7 +113,7 @@ fn a_trace_over_the_fake_transport_builds_the_trees_and_the_duration_view() {
         groups: Vec::new(),
         types: Vec::new(),
         fuel: None,
-        format: crate::format::Format::Text,
+        format: crate::out::format::Format::Text,
         text: Default::default(),
     };
     let mut session = Session::new(

@@ -127,7 +127,7 @@ impl View for CallTreeView {
                 self.buf.push(']');
                 for (i, v) in extras.iter().enumerate() {
                     self.buf.push_str(if i == 0 { " = " } else { ", " });
-                    crate::format::word(&mut self.buf, *v);
+                    crate::out::format::word(&mut self.buf, *v);
                 }
             }
             StepKind::Note { text } => {

@@ -60,7 +60,7 @@ impl ChromeView {
             .funcs
             .get(s.func as usize)
             .map_or("?", |f| f.shown.as_str());
-        crate::format::json_string(&mut self.buf, name.as_bytes());
+        crate::out::format::json_string(&mut self.buf, name.as_bytes());
         let t = s.time_ns.saturating_sub(self.base_ns);
         let _ = write!(
             self.buf,
@@ -72,7 +72,7 @@ impl ChromeView {
         );
         if let Some(a) = args {
             self.buf.push_str(",\"args\":{\"exit\":");
-            crate::format::json_string(&mut self.buf, a.as_bytes());
+            crate::out::format::json_string(&mut self.buf, a.as_bytes());
             self.buf.push('}');
         }
         self.buf.push('}');

@@ -236,7 +236,7 @@ impl Lines {
 fn values(out: &mut String, extras: &[u64]) {
     for (i, v) in extras.iter().enumerate() {
         out.push_str(if i == 0 { " = " } else { ", " });
-        crate::format::word(out, *v);
+        crate::out::format::word(out, *v);
     }
 }
 

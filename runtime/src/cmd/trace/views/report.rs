@@ -86,7 +86,7 @@ impl View for ReportView {
             text.push_str("[\n");
             for (i, (name, calls, total, own)) in rows.iter().enumerate() {
                 text.push_str("{\"function\":");
-                crate::format::json_string(&mut text, name.as_bytes());
+                crate::out::format::json_string(&mut text, name.as_bytes());
                 let _ = write!(
                     text,
                     ",\"calls\":{calls},\"total_ns\":{total},\"self_ns\":{own}}}"

@@ -13,7 +13,7 @@ use agent_loader::window::{self, Refusal};
 
 use super::near::{cave_in, near_jumps};
 use super::{Patcher, mapping_of};
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::world::World;
 
@@ -82,7 +82,7 @@ impl Patcher {
                 }
             ));
         }
-        let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
+        let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
         self.module(&path);
         let module = self.modules[&path]
             .as_ref()

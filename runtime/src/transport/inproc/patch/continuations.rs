@@ -9,7 +9,7 @@ use agent_abi::site_kind;
 
 use super::Patcher;
 use super::check::Shape;
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
 /// Most continuation sites planned for one function's calls.
@@ -96,7 +96,7 @@ impl Patcher {
         let mut out = Vec::new();
         let mut seen: Vec<PathBuf> = Vec::new();
         for m in maps.iter().filter(|m| m.exec && m.is_file()) {
-            let p = crate::procmaps::canonical(Path::new(&m.path));
+            let p = crate::proc::procmaps::canonical(Path::new(&m.path));
             if p == own || seen.contains(&p) {
                 continue;
             }

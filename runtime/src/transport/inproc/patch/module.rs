@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Patcher;
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
 
 /// Module files read on a thread of their own: those not received yet,
@@ -80,7 +80,7 @@ impl Patcher {
     pub(super) fn exec_files(maps: &[Mapping]) -> Vec<(PathBuf, &Mapping)> {
         maps.iter()
             .filter(|m| m.exec && m.is_file())
-            .map(|m| (crate::procmaps::canonical(Path::new(&m.path)), m))
+            .map(|m| (crate::proc::procmaps::canonical(Path::new(&m.path)), m))
             .collect()
     }
 }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{Patcher, mapping_of};
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
 /// How many modules deep the `ret`s of tail-called functions of other
@@ -201,7 +201,7 @@ impl Patcher {
         }
         self.outside.insert(key.clone(), None);
         let m = mapping_of(maps, addr).filter(|m| m.exec && m.is_file())?;
-        let p = crate::procmaps::canonical(Path::new(&m.path));
+        let p = crate::proc::procmaps::canonical(Path::new(&m.path));
         let off = addr - m.start + m.offset;
         let found = self.rets_of(world, maps, &p, off, depth);
         self.outside.insert(key, found.clone());

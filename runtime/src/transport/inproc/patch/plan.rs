@@ -9,7 +9,7 @@ use agent_loader::window;
 
 use super::check::{Checked, Shape};
 use super::{Cave, Patcher, Planned};
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
 impl Patcher {

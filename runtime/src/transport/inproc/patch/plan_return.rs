@@ -12,7 +12,7 @@ use agent_loader::stub::Site;
 use super::check::{Checked, Shape};
 use super::outside::OUTSIDE_DEPTH;
 use super::{Patcher, mapping_of};
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 use crate::transport::retsites::ReturnSites;
 
@@ -36,7 +36,7 @@ impl Patcher {
             None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
         };
         let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
-        let path = crate::procmaps::canonical(std::path::Path::new(&m.path));
+        let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
         let module = self
             .modules
             .get(&path)

@@ -9,7 +9,7 @@ use agent_abi::site_kind;
 use super::Patcher;
 use super::check::Shape;
 use super::outside::OUTSIDE_DEPTH;
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
 impl Patcher {
@@ -41,7 +41,9 @@ impl Patcher {
                 };
                 let bias = maps
                     .iter()
-                    .find(|m| m.is_file() && crate::procmaps::canonical(Path::new(&m.path)) == path)
+                    .find(|m| {
+                        m.is_file() && crate::proc::procmaps::canonical(Path::new(&m.path)) == path
+                    })
                     .and_then(|m| match self.modules.get(path) {
                         Some(Ok(code)) => code
                             .vaddr_of_offset(m.offset)

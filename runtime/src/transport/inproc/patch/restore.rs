@@ -6,7 +6,7 @@
 use agent_abi::site_kind;
 
 use super::{Patcher, mapping_of};
-use crate::procmaps::Mapping;
+use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
 impl Patcher {

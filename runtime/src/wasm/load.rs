@@ -145,19 +145,20 @@ pub struct LoadedModule {
 impl LoadedModule {
     /// The registers its handlers can read (scans the code; see `regscan`)
     /// or receive as parameters (`args`).
-    pub fn registers_read(&self) -> crate::regscan::RegsRead {
+    pub fn registers_read(&self) -> crate::wasm::regscan::RegsRead {
         let mut passed = 0u128;
         for p in &self.manifest.probes {
             for a in &p.args {
                 if let hostabi::manifest::ArgSource::Reg(id) = a {
                     match hostfns::reg_by_id(*id).map(|r| r.base_id()) {
                         Some(b) if b < 128 => passed |= 1 << b,
-                        _ => return crate::regscan::RegsRead::All,
+                        _ => return crate::wasm::regscan::RegsRead::All,
                     }
                 }
             }
         }
-        crate::regscan::registers_read(&self.wasm).union(crate::regscan::RegsRead::Only(passed))
+        crate::wasm::regscan::registers_read(&self.wasm)
+            .union(crate::wasm::regscan::RegsRead::Only(passed))
     }
 }
 
@@ -367,10 +368,10 @@ fn read_facts(wasm: &[u8]) -> Result<ModuleFacts, LoadError> {
                 for m in r {
                     let m = m.map_err(bad)?;
                     let bytes = m.initial.saturating_mul(65536);
-                    if bytes > crate::engine::MAX_MEMORY_BYTES as u64 {
+                    if bytes > crate::wasm::engine::MAX_MEMORY_BYTES as u64 {
                         return Err(LoadError::MemoryTooLarge {
                             bytes,
-                            limit: crate::engine::MAX_MEMORY_BYTES as u64,
+                            limit: crate::wasm::engine::MAX_MEMORY_BYTES as u64,
                         });
                     }
                 }
@@ -473,9 +474,9 @@ pub fn load_cached(
     bytes: &[u8],
     path: Option<&std::path::Path>,
     cli_manifest: Option<Manifest>,
-    cache: &crate::cache::Cache,
-) -> Result<(LoadedModule, crate::cache::CacheOutcome), LoadError> {
-    use crate::cache::{CacheOutcome, Lookup};
+    cache: &crate::wasm::cache::Cache,
+) -> Result<(LoadedModule, crate::wasm::cache::CacheOutcome), LoadError> {
+    use crate::wasm::cache::{CacheOutcome, Lookup};
     let wasm = to_wasm_named(bytes, path)?;
     match cache.lookup(engine, &wasm) {
         Lookup::Hit(module) => {
@@ -655,7 +656,7 @@ fn gate<'a>(
         .func_exports
         .get(hostabi::FLUSH_EXPORT)
         .is_some_and(|ft| ft.params().is_empty() && ft.results() == [ValType::I32]);
-    crate::services::map_specs(&manifest.maps)
+    crate::wasm::services::map_specs(&manifest.maps)
         .and_then(|specs| mapstore::region_size(&specs).map_err(|e| e.to_string()))
         .map_err(LoadError::BadMaps)?;
     Ok(Checked {

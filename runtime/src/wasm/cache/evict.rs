@@ -111,7 +111,7 @@ fn is_lower_hex(b: u8) -> bool {
 /// A regular file of the user's own that no one else can change (the
 /// lookup's trust checks, without following symlinks).
 fn own_file(meta: &std::fs::Metadata) -> bool {
-    meta.is_file() && crate::privdir::owner_and_mode(meta).is_ok()
+    meta.is_file() && crate::proc::privdir::owner_and_mode(meta).is_ok()
 }
 
 /// An entry found by the scan.

@@ -115,13 +115,13 @@ pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let given: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match crate::cmdline::check_run(&given) {
-        crate::cmdline::Early::Parse => {}
-        crate::cmdline::Early::Version(v) => {
-            let _ = crate::output::print_stdout(&v);
+    match crate::cmd::cmdline::check_run(&given) {
+        crate::cmd::cmdline::Early::Parse => {}
+        crate::cmd::cmdline::Early::Version(v) => {
+            let _ = crate::out::output::print_stdout(&v);
             return ExitCode::SUCCESS;
         }
-        crate::cmdline::Early::Refused(d) => {
+        crate::cmd::cmdline::Early::Refused(d) => {
             crate::elog!("{d}error: could not start `run`");
             return ExitCode::from(1);
         }
@@ -131,13 +131,13 @@ pub fn main() -> ExitCode {
     // moment (not a listing: `run -l`, which a Ctrl-C just ends).
     let tracing = matches!(args.get(1).and_then(|a| a.to_str()), Some("run" | "trace"));
     if tracing && !args.iter().any(|a| a == "-l" || a == "--help" || a == "-h") {
-        crate::stopsig::StopSignals::early();
+        crate::proc::stopsig::StopSignals::early();
     }
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             // `wprobe run`'s unknown options and bad values at their place.
-            if let Some(d) = crate::cmdline::clap_error(&given, &e) {
+            if let Some(d) = crate::cmd::cmdline::clap_error(&given, &e) {
                 crate::elog!("{d}error: could not start `run`");
                 return ExitCode::from(1);
             }

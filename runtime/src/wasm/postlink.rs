@@ -85,7 +85,7 @@ fn validate(wasm: &[u8]) -> Result<(), String> {
         .validate_all(wasm)
         .map(|_| ())
         .map_err(|e| {
-            crate::load::LoadError::Invalid {
+            crate::wasm::load::LoadError::Invalid {
                 message: e.message().to_string(),
                 offset: e.offset(),
             }
@@ -273,14 +273,17 @@ mod tests {
         let text = exported_string(&wasm, MANIFEST_EXPORT).unwrap();
         assert!(text.starts_with(b"wprobe-manifest 1\nabi 2\n"));
         let out = with_manifest(&wasm, &text, Some(MANIFEST_EXPORT)).unwrap();
-        let facts = crate::load::inspect(&out).unwrap();
+        let facts = crate::wasm::load::inspect(&out).unwrap();
         let m = facts.manifest.unwrap();
         assert_eq!((m.module.as_str(), m.probes[0].export.as_str()), ("m", "h"));
         assert!(!facts.other_exports.contains_key(MANIFEST_EXPORT));
         assert!(facts.memory_export && facts.func_exports.contains_key("h"));
         // Again: the section is replaced, not duplicated.
         let again = with_manifest(&out, b"wprobe-manifest 1\nabi 2\nmodule n\n", None).unwrap();
-        let m = crate::load::inspect(&again).unwrap().manifest.unwrap();
+        let m = crate::wasm::load::inspect(&again)
+            .unwrap()
+            .manifest
+            .unwrap();
         assert_eq!(m.module, "n");
     }
 

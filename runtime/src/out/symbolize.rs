@@ -8,7 +8,7 @@
 //! once per symbol when its file is read. Never panics;
 //! a process that has exited keeps the mappings read while it lived.
 
-use crate::procmaps::{self, Mapping, ModuleKey};
+use crate::proc::procmaps::{self, Mapping, ModuleKey};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

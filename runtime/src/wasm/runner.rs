@@ -3,9 +3,9 @@
 //! before each call, traps and fuel exhaustion turned into counted outcomes.
 //! A trapping or runaway handler never stops the run.
 
-use crate::engine;
-use crate::host::{HostState, add_to_linker};
-use crate::load::LoadedModule;
+use crate::wasm::engine;
+use crate::wasm::host::{HostState, add_to_linker};
+use crate::wasm::load::LoadedModule;
 use hostabi::Outcome;
 use hostabi::env::HitEnv;
 use hostabi::manifest::Manifest;

@@ -195,7 +195,7 @@ pub fn choose(
 /// linker loads at startup; for `-p PID`, the files mapped now.
 pub fn files_at_start(command: &[std::ffi::OsString], pid: Option<i32>) -> Vec<std::path::PathBuf> {
     if let Some(pid) = pid {
-        let mut v: Vec<std::path::PathBuf> = crate::procmaps::read(pid)
+        let mut v: Vec<std::path::PathBuf> = crate::proc::procmaps::read(pid)
             .map(|maps| {
                 maps.into_iter()
                     .filter(|m| m.is_file())
@@ -210,10 +210,10 @@ pub fn files_at_start(command: &[std::ffi::OsString], pid: Option<i32>) -> Vec<s
         return Vec::new();
     };
     let cmd = std::path::Path::new(first);
-    let Some(dir) = crate::programs::command_dir(command) else {
+    let Some(dir) = crate::probe::programs::command_dir(command) else {
         return Vec::new();
     };
-    let exe = crate::procmaps::canonical(&dir.join(cmd.file_name().unwrap_or_default()));
+    let exe = crate::proc::procmaps::canonical(&dir.join(cmd.file_name().unwrap_or_default()));
     let env = wprobe_elf::startup::LoaderEnv::from_env();
     let mut v = wprobe_elf::startup::startup_libraries(&exe, &env);
     v.insert(0, exe);
@@ -225,7 +225,7 @@ pub fn files_at_start(command: &[std::ffi::OsString], pid: Option<i32>) -> Vec<s
 pub fn later_modules(modules: &[String], files: &[std::path::PathBuf]) -> Vec<String> {
     modules
         .iter()
-        .filter(|module| crate::procmaps::module_file(module, files).is_none())
+        .filter(|module| crate::proc::procmaps::module_file(module, files).is_none())
         .cloned()
         .collect()
 }
@@ -258,8 +258,8 @@ pub fn check_attach(
     forced: Option<&TransportInfo>,
     needs: &mut Needs,
 ) -> Result<(), String> {
-    use crate::procinfo::Untraceable;
-    let why = crate::procinfo::untraceable(pid);
+    use crate::proc::procinfo::Untraceable;
+    let why = crate::proc::procinfo::untraceable(pid);
     let fatal = match &why {
         Untraceable::Gone | Untraceable::Zombie | Untraceable::KernelThread => true,
         Untraceable::Traced { tracer, comm } => {

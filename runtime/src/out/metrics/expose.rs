@@ -127,7 +127,7 @@ fn write_value(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::families::Series;
+    use crate::out::metrics::families::Series;
 
     #[test]
     fn accept_headers_choose_the_format() {

@@ -84,7 +84,7 @@ pub fn key_values(fields: &[Layout], key: &[u8]) -> Vec<String> {
 fn field_text(l: &Layout, b: &[u8], top: bool) -> String {
     match l {
         Layout::Int { signed, bytes } => {
-            let v = crate::btout::int_value(b, *signed || top, *bytes);
+            let v = crate::out::btout::int_value(b, *signed || top, *bytes);
             if *signed || top {
                 (v as i64).to_string()
             } else {
@@ -93,10 +93,10 @@ fn field_text(l: &Layout, b: &[u8], top: bool) -> String {
         }
         Layout::Str(n) => {
             let s = b.get(..(*n as usize).min(b.len())).unwrap_or(&[]);
-            escape_bytes(crate::btout::cstr(s))
+            escape_bytes(crate::out::btout::cstr(s))
         }
         Layout::Buf(n) => {
-            crate::btout::hex_buffer(b.get(8..8 + *n as usize).unwrap_or(&[]), true, true)
+            crate::out::btout::hex_buffer(b.get(8..8 + *n as usize).unwrap_or(&[]), true, true)
         }
         Layout::Ustack(n) => {
             let frames = (word(b, 8) as usize).min(*n as usize);
@@ -137,8 +137,8 @@ fn field_text(l: &Layout, b: &[u8], top: bool) -> String {
         }
         // A time: its nanoseconds (a label is no place for a local date).
         Layout::Strftime(_) => word(b, 0).to_string(),
-        Layout::Username => crate::btout::username(word(b, 0)),
-        Layout::Inet => crate::btout::inet_text(word(b, 0), b.get(8..24).unwrap_or(&[])),
+        Layout::Username => crate::out::btout::username(word(b, 0)),
+        Layout::Inet => crate::out::btout::inet_text(word(b, 0), b.get(8..24).unwrap_or(&[])),
         Layout::Tuple(fields) => {
             let mut parts = Vec::new();
             let mut off = 0;

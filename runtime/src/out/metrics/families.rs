@@ -358,7 +358,7 @@ fn map_values(
                 if i == 0 {
                     -1.0
                 } else {
-                    crate::btout::hist_low(i + 1, k) as f64 - 1.0
+                    crate::out::btout::hist_low(i + 1, k) as f64 - 1.0
                 }
             };
             one(histogram(v, hostabi::maps::hist_buckets(k), le, sum))
@@ -390,7 +390,7 @@ enum Int {
 fn int_of(l: Option<&Layout>, v: &[u8]) -> Int {
     match l {
         Some(Layout::Int { signed, bytes }) => {
-            let x = crate::btout::int_value(v, *signed, *bytes);
+            let x = crate::out::btout::int_value(v, *signed, *bytes);
             if *signed {
                 Int::Signed(x as i64)
             } else {

@@ -3,8 +3,8 @@
 //! load bias, and each probe's run-time address. ELF files are parsed once
 //! per run (cached by path); nothing here runs per hit.
 
-use crate::addr::{LinkAddr, RunAddr};
-use crate::procmaps::{self, Mapping, ModuleKey};
+use crate::probe::addr::{LinkAddr, RunAddr};
+use crate::proc::procmaps::{self, Mapping, ModuleKey};
 use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

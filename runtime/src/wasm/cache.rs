@@ -499,15 +499,15 @@ fn touch(file: &File) {
 }
 
 /// Creates `dir` if missing and checks that only the user can change it
-/// (see [`crate::privdir`]).
+/// (see [`crate::proc::privdir`]).
 fn trusted_dir(dir: &Path) -> Result<(), String> {
-    crate::privdir::ensure_dir(dir)
+    crate::proc::privdir::ensure_dir(dir)
 }
 
 /// Owned by the effective user, not writable by group or others:
 /// deserializing runs the entry's code.
 fn trusted_owner_and_mode(meta: &std::fs::Metadata) -> Result<(), String> {
-    crate::privdir::owner_and_mode(meta).map_err(|e| {
+    crate::proc::privdir::owner_and_mode(meta).map_err(|e| {
         if e.starts_with("owned by") {
             format!("{e}; deserializing runs its code, so only the user's own files are used")
         } else {

@@ -12,7 +12,7 @@ mod maps;
 
 pub use maps::{MapOutput, hist_low, print_entries, print_map, snapshot_entries};
 
-use crate::symbolize::Symbolizer;
+use crate::out::symbolize::Symbolizer;
 use cfmt::Arg;
 use hostabi::event::{EventKind, Events};
 use hostabi::layout::{Layout, word};

@@ -5,7 +5,7 @@
 //! length is checked against the guest memory; a bad one traps the handler,
 //! never the host. Nothing here knows which transport produced the hit.
 
-use crate::sink::{RecordKind, Sink};
+use crate::out::sink::{RecordKind, Sink};
 use hostabi::env::HitEnv;
 use wasmtime::{Linker, Memory, StoreLimits};
 
@@ -22,7 +22,7 @@ pub struct HostState<E> {
     /// Memory limits of the store.
     pub limits: StoreLimits,
     /// State of the service imports (maps, events, clocks): `services.rs`.
-    pub services: crate::services::Services,
+    pub services: crate::wasm::services::Services,
     /// The USDT argument specs of the probe whose handler runs, copied
     /// from its manifest before each run (`usdt_len` of them).
     pub usdt: [hostabi::usdt::UsdtArg; hostabi::usdt::MAX_USDT_ARGS],
@@ -73,7 +73,7 @@ impl hostfns::RecordSink for Sink {
                 .chunks_exact(4)
                 .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         );
-        self.records.push(crate::sink::SinkRecord {
+        self.records.push(crate::out::sink::SinkRecord {
             kind: RecordKind::Log,
             major,
             minor,
@@ -98,7 +98,7 @@ impl hostfns::RecordSink for Sink {
 impl<E: HitEnv + 'static> hostfns::HostData for HostState<E> {
     type Env = E;
     type Sink = Sink;
-    type Services = crate::services::Services;
+    type Services = crate::wasm::services::Services;
     fn env(&self) -> &E {
         &self.env
     }
@@ -108,13 +108,13 @@ impl<E: HitEnv + 'static> hostfns::HostData for HostState<E> {
     fn sink(&self) -> &Sink {
         &self.sink
     }
-    fn services(&self) -> &crate::services::Services {
+    fn services(&self) -> &crate::wasm::services::Services {
         &self.services
     }
-    fn services_mut(&mut self) -> &mut crate::services::Services {
+    fn services_mut(&mut self) -> &mut crate::wasm::services::Services {
         &mut self.services
     }
-    fn sink_and_services(&mut self) -> (&mut Sink, &mut crate::services::Services) {
+    fn sink_and_services(&mut self) -> (&mut Sink, &mut crate::wasm::services::Services) {
         (&mut self.sink, &mut self.services)
     }
     fn memory(&self) -> Option<Memory> {
@@ -144,7 +144,7 @@ mod tests {
     fn every_import_is_defined_with_its_abi_signature() {
         // Any hit environment: only the imports' signatures are checked.
         use crate::transport::NoHit;
-        let engine = crate::engine::new_engine().unwrap();
+        let engine = crate::wasm::engine::new_engine().unwrap();
         let mut linker: Linker<HostState<NoHit>> = Linker::new(&engine);
         add_to_linker(&mut linker).unwrap();
         let mut store =

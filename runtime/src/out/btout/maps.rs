@@ -4,7 +4,7 @@
 //! one JSON line.
 
 use super::{Mode, json_escape, value_json, value_text};
-use crate::symbolize::Symbolizer;
+use crate::out::symbolize::Symbolizer;
 use hostabi::layout::{Layout, word};
 use hostabi::manifest::MapDecl;
 use hostabi::maps::MapKind;

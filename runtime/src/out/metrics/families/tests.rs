@@ -1,5 +1,5 @@
 use super::*;
-use crate::metrics::snapshot::ProbeCounts;
+use crate::out::metrics::snapshot::ProbeCounts;
 use hostabi::manifest::MapDecl;
 
 fn decl(name: &str, kind: MapKind, key: Vec<Layout>, value: Option<Layout>) -> MapDecl {

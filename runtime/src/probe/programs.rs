@@ -5,14 +5,75 @@
 //! replaced by those given on the command line). wasmtime's compilation
 //! comes from the compiled-module cache when it has it (`cache.rs`).
 
-use crate::cache::{Cache, CacheOutcome};
-use crate::cmd::run::RunArgs;
-use crate::cmd::{ProgramOpts, parse_define};
 use crate::session::LoadedProgram;
-use std::path::Path;
+use crate::wasm::cache::{Cache, CacheOutcome};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The options of `run` and `bench` that say how their programs are built
+/// and run (`bench --end-to-end` passes them on to `run`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ProgramOpts {
+    /// Define a macro for .rpn programs.
+    #[arg(short = 'D', value_name = "NAME[=VALUE]")]
+    pub define: Vec<String>,
+    /// Include directory for .rpn programs.
+    #[arg(short = 'I', value_name = "DIR")]
+    pub include: Vec<PathBuf>,
+    /// Fuel per handler run (default: derived from the program's jmpmax).
+    #[arg(long, value_name = "N")]
+    pub fuel: Option<u64>,
+    /// Compile modules afresh instead of using the compiled-module cache
+    /// (also `WPROBE_NO_CACHE=1`; the cache holds at most
+    /// `WPROBE_CACHE_MAX_BYTES`, default 256M, least recently used evicted).
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+/// Splits `NAME[=VALUE]` (`-D NAME` means 1).
+pub fn parse_define(d: &str) -> (String, String) {
+    match d.split_once('=') {
+        Some((n, v)) => (n.trim().to_string(), v.trim().to_string()),
+        None => (d.trim().to_string(), "1".to_string()),
+    }
+}
+
+/// What loading a run's programs reads of its command line (`wprobe run`'s
+/// arguments, borrowed).
+#[derive(Debug, Clone, Copy)]
+pub struct ProgramArgs<'a> {
+    /// Every program file of the run.
+    pub programs: &'a [PathBuf],
+    /// The `--probe LOCATION=EXPORT` specs.
+    pub probes: &'a [String],
+    /// How the programs are built and run.
+    pub opts: &'a ProgramOpts,
+    /// The command to launch (empty when attaching).
+    pub command: &'a [OsString],
+    /// The process to attach to.
+    pub pid: Option<i32>,
+}
+
+/// Separates compiler diagnostics from the summary in an error message
+/// (see [`diagnostics_failure`]).
+const DIAGNOSTICS_END: char = '\u{1}';
+
+/// An error message made of compiler diagnostics (already rendered, with
+/// `file:line:col` and carets) and a one-line summary: reported as the
+/// diagnostics as they are, then `error: SUMMARY`, whatever path the
+/// message takes to the command's result.
+pub fn diagnostics_failure(diagnostics: &str, summary: &str) -> String {
+    format!("{diagnostics}{DIAGNOSTICS_END}{summary}")
+}
+
+/// The diagnostics and the summary of a message made by
+/// [`diagnostics_failure`] (`None` for any other message).
+pub fn split_diagnostics(message: &str) -> Option<(&str, &str)> {
+    message.split_once(DIAGNOSTICS_END)
+}
 
 /// Directory of the traced command's executable (found through `PATH` like exec does).
-pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf> {
+pub fn command_dir(command: &[OsString]) -> Option<PathBuf> {
     let cmd = Path::new(command.first()?);
     let exe = if cmd.components().count() > 1 {
         cmd.to_path_buf()
@@ -28,25 +89,6 @@ pub fn command_dir(command: &[std::ffi::OsString]) -> Option<std::path::PathBuf>
             p.to_path_buf()
         }
     })
-}
-
-/// The engine of `run` and `bench` (an internal error, exit status 2,
-/// when wasmtime cannot be set up).
-pub fn cli_engine() -> Result<wasmtime::Engine, crate::cmd::CliError> {
-    crate::engine::new_engine().map_err(|e| crate::cmd::CliError::internal(format!("{e:#}")))
-}
-
-/// Loads every program with `load`, in order; the first error is the
-/// command's (exit status 1).
-pub fn load_each<T>(
-    paths: &[std::path::PathBuf],
-    mut load: impl FnMut(&Path) -> Result<T, String>,
-) -> Result<Vec<T>, crate::cmd::CliError> {
-    paths
-        .iter()
-        .map(|p| load(p))
-        .collect::<Result<Vec<T>, String>>()
-        .map_err(crate::cmd::CliError::user)
 }
 
 /// Compiles an `.rpn` program with the `-D`/`-I` options; a bare `name =`
@@ -67,7 +109,7 @@ pub fn compile_rpn_for(
 pub fn load_program_with_cache(
     engine: &wasmtime::Engine,
     path: &Path,
-    a: &RunArgs,
+    a: &ProgramArgs,
     cache: &Cache,
 ) -> Result<LoadedProgram, String> {
     let is_rpn = |p: &Path| p.extension().is_some_and(|e| e == "rpn");
@@ -77,17 +119,14 @@ pub fn load_program_with_cache(
                 .into(),
         );
     }
-    if crate::cmd::run::oneliner::is_bt(path) {
-        return crate::cmd::run::oneliner::load_file(engine, path, a, cache);
-    }
     let label = program_label(path);
     let loaded = if is_rpn(path) {
-        let (wasm, _) = compile_rpn_for(path, &a.opts, &a.command)?;
-        crate::load::load_cached(engine, &wasm, None, None, cache)
+        let (wasm, _) = compile_rpn_for(path, a.opts, a.command)?;
+        crate::wasm::load::load_cached(engine, &wasm, None, None, cache)
     } else {
         let bytes = read_module_file(path)?;
         let cli = cli_manifest(&bytes, path, a)?;
-        crate::load::load_cached(engine, &bytes, Some(path), cli, cache)
+        crate::wasm::load::load_cached(engine, &bytes, Some(path), cli, cache)
     };
     let (module, outcome) = loaded.map_err(|e| format!("loading {}: {e}", path.display()))?;
     debug_cache_outcome(path, &outcome);
@@ -148,7 +187,7 @@ pub fn compile_rpn(
         Ok((c, _)) => Ok((c.wasm, c.program)),
         Err((d, map)) => {
             let n = d.0.len();
-            Err(crate::cmd::diagnostics_failure(
+            Err(diagnostics_failure(
                 &d.render(&map),
                 &format!(
                     "could not compile `{}` ({n} error{})",
@@ -161,7 +200,7 @@ pub fn compile_rpn(
 }
 
 /// The traced executable: the command (found through `PATH`), or `/proc/PID/exe`.
-fn default_module(a: &RunArgs) -> Option<String> {
+fn default_module(a: &ProgramArgs) -> Option<String> {
     if let Some(pid) = a.pid {
         return std::fs::read_link(format!("/proc/{pid}/exe"))
             .ok()
@@ -170,7 +209,7 @@ fn default_module(a: &RunArgs) -> Option<String> {
     let cmd = Path::new(a.command.first()?);
     let name = cmd.file_name()?;
     Some(
-        command_dir(&a.command)?
+        command_dir(a.command)?
             .join(name)
             .to_string_lossy()
             .into_owned(),
@@ -180,8 +219,8 @@ fn default_module(a: &RunArgs) -> Option<String> {
 /// Function exports of a `.wasm` / `.wat` file (`None` when it does not load).
 fn exports_of(path: &Path) -> Option<Vec<String>> {
     let bytes = read_module_file(path).ok()?;
-    let wasm = crate::load::to_wasm(&bytes).ok()?;
-    let facts = crate::load::inspect(&wasm).ok()?;
+    let wasm = crate::wasm::load::to_wasm(&bytes).ok()?;
+    let facts = crate::wasm::load::inspect(&wasm).ok()?;
     Some(facts.func_exports.into_keys().collect())
 }
 
@@ -192,7 +231,7 @@ fn exports_of(path: &Path) -> Option<Vec<String>> {
 fn cli_manifest(
     bytes: &[u8],
     path: &Path,
-    a: &RunArgs,
+    a: &ProgramArgs,
 ) -> Result<Option<hostabi::manifest::Manifest>, String> {
     if a.probes.is_empty() {
         return Ok(None);
@@ -200,13 +239,13 @@ fn cli_manifest(
     let specs = a
         .probes
         .iter()
-        .map(|s| crate::probespec::parse(s).map_err(|e| e.to_string()))
+        .map(|s| crate::probe::probespec::parse(s).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     // Errors of the module itself are reported by the load proper.
-    let Ok(wasm) = crate::load::to_wasm_named(bytes, Some(path)) else {
+    let Ok(wasm) = crate::wasm::load::to_wasm_named(bytes, Some(path)) else {
         return Ok(None);
     };
-    let Ok(facts) = crate::load::inspect(&wasm) else {
+    let Ok(facts) = crate::wasm::load::inspect(&wasm) else {
         return Ok(None);
     };
     let is_module = |p: &&std::path::PathBuf| p.extension().is_none_or(|e| e != "rpn");
@@ -240,7 +279,7 @@ fn cli_manifest(
     if mine.is_empty() {
         return Ok(None);
     }
-    crate::probespec::manifest(&mine, facts.manifest.as_ref(), default_module(a).as_deref())
+    crate::probe::probespec::manifest(&mine, facts.manifest.as_ref(), default_module(a).as_deref())
         .map(Some)
 }
 
