@@ -87,7 +87,7 @@ pub(super) struct Children {
     /// by pid: trap address → stub.
     pub(super) redirect: BTreeMap<i32, std::collections::HashMap<u64, u64>>,
     /// The fork-guard page of those children's agents, by pid (else
-    /// [`Children::follow`]'s).
+    /// [`Children::follow`]'s; 0: no agent).
     pub(super) guards: BTreeMap<i32, u64>,
 }
 
@@ -146,6 +146,8 @@ impl Children {
     /// written, its memory not writable): the caller lets it go with its
     /// traps put back, as an unfollowed child.
     pub(super) fn adopt(&mut self, child: i32, parent: i32) -> bool {
+        // 0: the parent's image has no agent (nothing of the run's probes
+        // in it): the child is followed all the same, for what it runs.
         let Some(guard) = self.guards.get(&parent).copied().or(self.follow) else {
             return false;
         };
@@ -162,12 +164,13 @@ impl Children {
         let mut words = [0u8; 16];
         words[..8].copy_from_slice(&agent_abi::fork_guard::MAGIC.to_le_bytes());
         words[8..].copy_from_slice(&u64::from(child as u32).to_le_bytes());
-        let woke = std::fs::File::options()
-            .write(true)
-            .open(format!("/proc/{child}/mem"))
-            .ok()
-            .and_then(|mem| crate::sys::mem::pwrite(&mem, &words, guard).ok())
-            .is_some_and(|n| n == words.len());
+        let woke = guard == 0
+            || std::fs::File::options()
+                .write(true)
+                .open(format!("/proc/{child}/mem"))
+                .ok()
+                .and_then(|mem| crate::sys::mem::pwrite(&mem, &words, guard).ok())
+                .is_some_and(|n| n == words.len());
         let kid = Kid {
             parent,
             journal,
@@ -182,8 +185,8 @@ impl Children {
         }
         self.kids.insert(child, kid);
         self.threads.insert(child, child);
-        if let Some(g) = self.guards.get(&parent).copied() {
-            self.guards.insert(child, g);
+        if self.guards.contains_key(&parent) {
+            self.guards.insert(child, guard);
         }
         if let Some(r) = self.redirect.get(&parent).cloned() {
             self.redirect.insert(child, r);
@@ -242,7 +245,8 @@ impl Children {
     /// A child that executed a program, its new image armed and its agent
     /// joined to the region (`joined`): its stopped thread `tid` and its
     /// journals, its trap sites (`redirect`) and its agent's fork-guard
-    /// page. It goes on, served like the other children.
+    /// page (0: no agent, its image has none of the run's probes). It goes
+    /// on, served like the other children.
     pub(super) fn joined(
         &mut self,
         pid: i32,
@@ -264,9 +268,7 @@ impl Children {
         if !redirect.is_empty() {
             self.redirect.insert(pid, redirect);
         }
-        if guard != 0 {
-            self.guards.insert(pid, guard);
-        }
+        self.guards.insert(pid, guard);
         // Its start was reported (it was followed before its exec).
         self.reported.insert(pid);
         let _ = sys::cont(tid, 0);
@@ -314,12 +316,18 @@ impl Kid {
 }
 
 /// The child's journals, copies of its parent's (each only if the parent
-/// has one).
+/// has one: this run wrote them, in its journal directory).
 fn copy_journals(
     parent: i32,
     child: i32,
 ) -> std::io::Result<(Option<journal::Journal>, Option<trap_journal::Journal>)> {
-    let sites = match journal::read(parent) {
+    let dir = trap_journal::dir();
+    let has = |ext: &str| dir.join(format!("{parent}.{ext}")).exists();
+    let missing = || std::io::Error::from(std::io::ErrorKind::NotFound);
+    let sites = match has("inproc")
+        .then(|| journal::read(parent))
+        .unwrap_or_else(|| Err(missing()))
+    {
         Ok(entries) => {
             let mut j = journal::Journal::create(child)?;
             j.record(&entries)?;
@@ -328,7 +336,10 @@ fn copy_journals(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
     };
-    let traps = match trap_journal::read(parent) {
+    let traps = match has("journal")
+        .then(|| trap_journal::read(parent))
+        .unwrap_or_else(|| Err(missing()))
+    {
         Ok(entries) => {
             let mut j = trap_journal::Journal::create(child)?;
             j.record_all(&entries)?;

@@ -53,7 +53,9 @@ impl InProc {
             std::process::id(),
             region.file.as_raw_fd()
         );
+        let t0 = std::time::Instant::now();
         launch::run_to_entry(tid).map_err(|e| let_go(format!("{e:#}")))?;
+        let t1 = t0.elapsed();
         let w = World::adopt(pid, std::iter::once((tid, 0)).collect())
             .map_err(|e| let_go(format!("{e:#}")))?;
         let mut c = InProc::blank(pid, false, self.tsc0, self.ring_full, self.follow_forks);
@@ -68,7 +70,17 @@ impl InProc {
         c.program_maps = self.program_maps.clone();
         c.joined_parent = parent;
         self.execs.insert(pid, Box::new(c));
+        let t2 = t0.elapsed();
         on_event(self, Event::Exec { pid });
+        if std::env::var_os("WPROBE_DEBUG").is_some() {
+            crate::elog!(
+                "wprobe: debug: process {pid} executed {prog}: run to its entry {:.3} ms, \
+                 set up {:.3} ms, armed {:.3} ms",
+                t1.as_secs_f64() * 1e3,
+                (t2 - t1).as_secs_f64() * 1e3,
+                (t0.elapsed() - t2).as_secs_f64() * 1e3
+            );
+        }
         if let Some(mut c) = self.execs.remove(&pid) {
             // The session gave no handlers for it: let it go.
             c.agent = None;
@@ -89,6 +101,15 @@ impl InProc {
             let Some(mut c) = self.execs.remove(&pid) else {
                 continue;
             };
+            if c.armed.is_empty() {
+                // None of the run's probes in its image (a shell's `seq`):
+                // followed with no agent, for the programs it runs.
+                c.join = None;
+                if let Err(e) = self.hand_over(pid, &mut c) {
+                    crate::elog!("wprobe: {e}");
+                }
+                continue;
+            }
             let r = c.update_handlers(set);
             let r = r.and_then(|()| self.hand_over(pid, &mut c));
             if let Err(e) = r {
