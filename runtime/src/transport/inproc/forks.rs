@@ -324,10 +324,11 @@ fn copy_journals(
     let dir = trap_journal::dir();
     let has = |ext: &str| dir.join(format!("{parent}.{ext}")).exists();
     let missing = || std::io::Error::from(std::io::ErrorKind::NotFound);
-    let sites = match has("inproc")
-        .then(|| journal::read(parent))
-        .unwrap_or_else(|| Err(missing()))
-    {
+    let sites = match if has("inproc") {
+        journal::read(parent)
+    } else {
+        Err(missing())
+    } {
         Ok(entries) => {
             let mut j = journal::Journal::create(child)?;
             j.record(&entries)?;
@@ -336,10 +337,11 @@ fn copy_journals(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
     };
-    let traps = match has("journal")
-        .then(|| trap_journal::read(parent))
-        .unwrap_or_else(|| Err(missing()))
-    {
+    let traps = match if has("journal") {
+        trap_journal::read(parent)
+    } else {
+        Err(missing())
+    } {
         Ok(entries) => {
             let mut j = trap_journal::Journal::create(child)?;
             j.record_all(&entries)?;
