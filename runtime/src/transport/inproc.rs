@@ -182,6 +182,9 @@ pub struct InProc {
     execs: HashMap<i32, Box<InProc>>,
     /// The parent of the child this transport arms (`joined`).
     joined_parent: i32,
+    /// Followed children that ended, reported in their place among the
+    /// runs (pid, status, wall-clock ns when the end was seen).
+    exits_due: Vec<(i32, ExitStatus, u64)>,
 }
 
 /// Why the eligibility rules refuse a jump at link-time address `link` of

@@ -118,8 +118,9 @@ fn posix_spawn_and_vfork_children_are_followed_into_their_programs() {
 }
 
 /// `wprobe trace -f --plt` of forklib under inproc: as under ptrace, each
-/// child continues `main` from its `fork@plt`, and the one that executes
-/// forkexecd ends its calls there (`execl@plt` unwound by the exec). The
+/// child continues `main` from its `fork@plt`, the two that call `work`
+/// end in `_exit@plt`, and the one that executes forkexecd ends its calls
+/// there (`execl@plt` unwound by the exec). The
 /// counts of the same trace (`--report`) are `dynamic_processes`'s, under
 /// `auto` (inproc) and ptrace.
 fn an_in_process_fork_trace_nests_each_child_from_its_fork() {
@@ -155,6 +156,14 @@ fn an_in_process_fork_trace_nests_each_child_from_its_fork() {
     }
     assert!(
         text.contains("|   execl@plt(); /* unwound: exec */"),
+        "{text}"
+    );
+    // A child's end comes in its place among the runs: before its parent's
+    // `waitpid` returns (a leaf on one line, as under ptrace).
+    assert_eq!(
+        text.matches("|   _exit@plt(); /* unwound: process ended */")
+            .count(),
+        2,
         "{text}"
     );
 }

@@ -195,18 +195,21 @@ impl InProc {
         let started = std::mem::take(&mut t.kids.started);
         let exited = std::mem::take(&mut t.kids.exited);
         let notes = std::mem::take(&mut t.kids.notes);
-        // The parents' runs before the fork (and the children's before
-        // their end) first; no child has run yet.
+        // The parents' runs before the fork first (no child has run
+        // yet); a child's end in its place among the runs, after its own
+        // (which came before its end was seen) and before what its parent
+        // did once it knew (`drain_runs`).
+        self.exits_due.extend(exited);
         self.drain_runs(on_event);
+        for (pid, status, _) in std::mem::take(&mut self.exits_due) {
+            on_event(self, Event::ProcessExited { pid, status });
+        }
         for &(pid, parent) in &started {
             on_event(self, Event::ProcessStarted { pid, parent });
         }
         if let Some(t) = self.traps.as_mut() {
             t.kids.reported.extend(started.iter().map(|s| s.0));
             t.kids.release_held();
-        }
-        for (pid, status) in exited {
-            on_event(self, Event::ProcessExited { pid, status });
         }
         for (pid, tid, parent) in execs {
             if let Err(e) = self.follow_exec_child(pid, tid, parent, on_event) {

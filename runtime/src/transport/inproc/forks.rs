@@ -66,7 +66,8 @@ pub(super) struct Children {
     /// at its first stop, until the start is reported (the parent's runs
     /// before the fork first, none of the child's before): see `held`.
     pub(super) started: Vec<(i32, i32)>,
-    pub(super) exited: Vec<(i32, ExitStatus)>,
+    /// (pid, status, wall-clock ns when its end was seen).
+    pub(super) exited: Vec<(i32, ExitStatus, u64)>,
     /// What to say once (a child that executed a program).
     pub(super) notes: Vec<String>,
     /// Threads stopped (at a fork event, or a child's first stop) until
@@ -213,7 +214,7 @@ impl Children {
             if self.follow.is_some()
                 && let Some(s) = status
             {
-                self.exited.push((pid, s));
+                self.exited.push((pid, s, wall_ns()));
             }
         }
     }
@@ -302,6 +303,13 @@ impl Children {
         }
         errors
     }
+}
+
+/// Wall-clock time, ns (the clock of the runs' times).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl Kid {

@@ -127,6 +127,7 @@ impl InProc {
             join: None,
             execs: HashMap::new(),
             joined_parent: 0,
+            exits_due: Vec::new(),
         }
     }
 }

@@ -81,6 +81,11 @@ impl InProc {
         let main_pid = self.pid;
         let d = agent.region.drain(|run| {
             let h = run.header;
+            // Followed children that ended before this run (`-f`).
+            while let Some(i) = self.exits_due.iter().position(|e| e.2 < h.time_ns) {
+                let (pid, status, _) = self.exits_due.remove(i);
+                on_event(self, Event::ProcessExited { pid, status });
+            }
             // A fork child's agent writes into its parent's ring (`-f`).
             let pid = if h.pid == 0 { main_pid } else { h.pid as i32 };
             if let Some(rsp) = run.entered_rsp() {
