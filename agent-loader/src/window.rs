@@ -588,26 +588,84 @@ pub fn plan_ret_len(
     targets: &BranchTargets,
     need: usize,
 ) -> Result<Site, Refusal> {
+    plan_ret_in(
+        ret,
+        func,
+        &Decoded::new(func, targets),
+        after,
+        targets,
+        need,
+    )
+}
+
+/// A function decoded whole, once for the windows of all its `ret`s
+/// ([`plan_ret_in`]): each `ret`'s window would otherwise decode it again.
+#[derive(Clone, Debug)]
+pub struct Decoded {
+    start: u64,
+    bias: u64,
+    code: Vec<u8>,
+    /// The branch targets it was decoded against (their address: one
+    /// module's).
+    targets: usize,
+    insns: Vec<Instruction>,
+    /// Its first indirect branch whose targets are unknown.
+    indirect: Option<u64>,
+}
+
+impl Decoded {
+    /// Decodes `func` (a module's, with its branch `targets`).
+    pub fn new(func: Function<'_>, targets: &BranchTargets) -> Decoded {
+        let mut insns: Vec<Instruction> = Vec::with_capacity(func.code.len() / 4 + 1);
+        let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
+        let mut indirect = None;
+        let mut i = Instruction::default();
+        while d.can_decode() {
+            d.decode_out(&mut i);
+            if i.flow_control() == FlowControl::IndirectBranch
+                && !targets.1.contains(&i.ip().wrapping_sub(func.bias))
+            {
+                indirect.get_or_insert(i.ip());
+            }
+            insns.push(i);
+        }
+        Decoded {
+            start: func.start,
+            bias: func.bias,
+            code: func.code.to_vec(),
+            targets: std::ptr::from_ref(targets) as usize,
+            insns,
+            indirect,
+        }
+    }
+
+    /// Whether this is `func` decoded against `targets`.
+    pub fn is_of(&self, func: Function<'_>, targets: &BranchTargets) -> bool {
+        self.start == func.start
+            && self.bias == func.bias
+            && self.targets == std::ptr::from_ref(targets) as usize
+            && self.code == func.code
+    }
+}
+
+/// [`plan_ret_len`] with `func` decoded already (`decoded`, which must be
+/// `func`'s: [`Decoded::is_of`]).
+pub fn plan_ret_in(
+    ret: u64,
+    func: Function<'_>,
+    decoded: &Decoded,
+    after: &[u8],
+    targets: &BranchTargets,
+    need: usize,
+) -> Result<Site, Refusal> {
     let end = func.start + func.code.len() as u64;
     if ret < func.start || ret >= end {
         return Err(Refusal::NoFunction);
     }
-    let mut insns: Vec<Instruction> = Vec::new();
-    let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
-    let mut indirect = None;
-    let mut r = None;
-    while d.can_decode() {
-        let i = d.decode();
-        if i.flow_control() == FlowControl::IndirectBranch
-            && !targets.1.contains(&i.ip().wrapping_sub(func.bias))
-        {
-            indirect.get_or_insert(i.ip());
-        }
-        if i.ip() == ret {
-            r = Some(insns.len());
-        }
-        insns.push(i);
-    }
+    debug_assert!(decoded.is_of(func, targets));
+    let insns = &decoded.insns[..];
+    let indirect = decoded.indirect;
+    let r = insns.binary_search_by_key(&ret, Instruction::ip).ok();
     let r = r
         .filter(|&r| insns[r].flow_control() == FlowControl::Return)
         .ok_or(Refusal::Undecodable { at: ret })?;
@@ -641,7 +699,7 @@ pub fn plan_ret_len(
         if let Some(at) = inner {
             refusal.get_or_insert(Refusal::BranchTarget { at });
             // Grow to take the target's branches, if it can.
-            if !sources_before(at, insns[r].ip(), &insns, func.bias, targets)
+            if !sources_before(at, insns[r].ip(), insns, func.bias, targets)
                 || insns[r].next_ip() - insns[r - k].ip() >= MAX_INNER_BYTES
             {
                 break;

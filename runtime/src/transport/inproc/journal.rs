@@ -33,8 +33,13 @@ pub struct Entry {
     pub inode: u64,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// Appends `b` in hex (lower case) to `out`.
+fn hex_into(out: &mut String, b: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for &x in b {
+        out.push(char::from(DIGITS[usize::from(x >> 4)]));
+        out.push(char::from(DIGITS[usize::from(x & 15)]));
+    }
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
@@ -66,15 +71,15 @@ impl Journal {
 
     /// Records the sites about to be patched, durably.
     pub fn record(&mut self, entries: &[Entry]) -> io::Result<()> {
-        let mut text = String::new();
+        use std::fmt::Write as _;
+        // 20,000 sites: one string, no allocation per byte or line.
+        let mut text = String::with_capacity(entries.len() * 64);
         for e in entries {
-            text.push_str(&format!(
-                "{:x} {} {} {}\n",
-                e.addr,
-                hex(&e.orig),
-                hex(&e.patch),
-                e.inode
-            ));
+            let _ = write!(text, "{:x} ", e.addr);
+            hex_into(&mut text, &e.orig);
+            text.push(' ');
+            hex_into(&mut text, &e.patch);
+            let _ = writeln!(text, " {}", e.inode);
         }
         self.file.write_all(text.as_bytes())?;
         self.file.sync_data()

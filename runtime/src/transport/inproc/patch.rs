@@ -148,6 +148,9 @@ pub(super) struct Patcher {
     /// The function of each trap site (by the trap's address), for the
     /// count of stops at the end.
     pub(super) trap_funcs: HashMap<u64, String>,
+    /// The function whose `ret` was checked last, decoded: its other
+    /// `ret`s, checked next, need it too.
+    decoded: Option<agent_loader::window::Decoded>,
 }
 
 /// Mappings of `pid` (for planning).

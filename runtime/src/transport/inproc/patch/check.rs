@@ -8,7 +8,7 @@ use std::path::Path;
 
 use agent_abi::site_kind;
 use agent_loader::nearjump::CAVE_LEN;
-use agent_loader::stub::Site;
+use agent_loader::stub::{JMP_LEN, Site};
 use agent_loader::window::{self, Refusal};
 
 use super::near::{cave_in, near_jumps};
@@ -109,10 +109,23 @@ impl Patcher {
             .ok_or_else(|| Refusal::NoFunction.to_string())?;
         let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
         let fend = func.start + func.code.len() as u64;
-        let planned = match shape {
-            Shape::Probe => window::plan(addr, func, &module.targets),
-            Shape::Ret => window::plan_ret(addr, func, after, &module.targets),
-            Shape::Whole => window::plan_whole(addr, func, after, &module.targets),
+        // A `ret`'s function decoded once for all its `ret`s (they are
+        // checked one after the other).
+        if shape == Shape::Ret
+            && !self
+                .decoded
+                .as_ref()
+                .is_some_and(|d| d.is_of(func, &module.targets))
+        {
+            self.decoded = Some(window::Decoded::new(func, &module.targets));
+        }
+        let planned = match (shape, &self.decoded) {
+            (Shape::Probe, _) => window::plan(addr, func, &module.targets),
+            (Shape::Ret, Some(d)) => {
+                window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
+            }
+            (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
+            (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
         }
         .map_err(|r| r.to_string())
         .and_then(|site| {

@@ -55,22 +55,94 @@ impl Patcher {
         j.record(&entries)
             .map_err(|e| format!("writing the patch journal: {e}"))?;
         self.journaled = self.sites.len();
-        for s in self
-            .sites
-            .iter_mut()
-            .filter(|s| !s.patch.is_empty() && s.trap.is_none())
-        {
-            // The cave first: the near jump goes there.
-            if let Some(c) = &s.cave {
-                world
-                    .poke(c.addr, &c.patch)
-                    .map_err(|e| format!("patching the cave at {:#x}: {e:#}", c.addr))?;
-            }
-            world
-                .poke(s.site.addr, &s.patch)
-                .map_err(|e| format!("patching {:#x}: {e:#}", s.site.addr))?;
-            s.patched = true;
+        // The caves first (the near jumps go there), then the windows;
+        // the writes of each pass that fall in one page are one write
+        // (the bytes between read first: the process is stopped), not one
+        // system call per site.
+        let todo: Vec<usize> = (0..self.sites.len())
+            .filter(|&i| {
+                let s = &self.sites[i];
+                !s.patch.is_empty() && s.trap.is_none()
+            })
+            .collect();
+        let caves: Vec<(u64, &[u8], usize)> = todo
+            .iter()
+            .filter_map(|&i| {
+                let c = self.sites[i].cave.as_ref()?;
+                Some((c.addr, &c.patch[..], i))
+            })
+            .collect();
+        poke_by_page(world, caves, "the cave at")?;
+        let windows: Vec<(u64, &[u8], usize)> = todo
+            .iter()
+            .map(|&i| {
+                let s = &self.sites[i];
+                (s.site.addr, &s.patch[..], i)
+            })
+            .collect();
+        let done = poke_by_page(world, windows, "")?;
+        for i in done {
+            self.sites[i].patched = true;
         }
         Ok(())
     }
+}
+
+/// Writes each `(address, bytes, site)` of `writes`, those that start in
+/// one page as one write of the bytes from the first to the end of the
+/// last (the bytes between as they are); returns the sites written. An
+/// error names the address (after `what`) of the first write that failed.
+fn poke_by_page(
+    world: &World,
+    mut writes: Vec<(u64, &[u8], usize)>,
+    what: &str,
+) -> Result<Vec<usize>, String> {
+    const PAGE: u64 = 4096;
+    writes.sort_by_key(|&(addr, _, _)| addr);
+    let mut done = Vec::with_capacity(writes.len());
+    let mut buf: Vec<u8> = Vec::new();
+    let fail = |addr: u64, e: &dyn std::fmt::Display| {
+        if what.is_empty() {
+            format!("patching {addr:#x}: {e:#}")
+        } else {
+            format!("patching {what} {addr:#x}: {e:#}")
+        }
+    };
+    let mut k = 0;
+    while k < writes.len() {
+        let (lo, _, _) = writes[k];
+        let mut n = k + 1;
+        while n < writes.len() && writes[n].0 / PAGE == lo / PAGE {
+            n += 1;
+        }
+        let group = &writes[k..n];
+        if let [(addr, bytes, i)] = group {
+            world.poke(*addr, bytes).map_err(|e| fail(*addr, &e))?;
+            done.push(*i);
+        } else {
+            let hi = group
+                .iter()
+                .map(|&(a, b, _)| a + b.len() as u64)
+                .max()
+                .unwrap_or(lo);
+            buf.clear();
+            buf.resize((hi - lo) as usize, 0);
+            if world.peek(lo, &mut buf) != buf.len() {
+                // Unreadable between: each on its own, as it would be.
+                for &(addr, bytes, i) in group {
+                    world.poke(addr, bytes).map_err(|e| fail(addr, &e))?;
+                    done.push(i);
+                }
+            } else {
+                for &(addr, bytes, _) in group {
+                    let off = (addr - lo) as usize;
+                    buf[off..off + bytes.len()].copy_from_slice(bytes);
+                }
+                world.poke(lo, &buf).map_err(|e| fail(lo, &e))?;
+                done.extend(group.iter().map(|&(_, _, i)| i));
+            }
+        }
+        k = n;
+    }
+    Ok(done)
 }

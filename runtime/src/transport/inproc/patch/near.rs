@@ -50,7 +50,12 @@ impl Patcher {
     ) -> Result<(Site, u64), String> {
         let near = match shape {
             Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
-            Shape::Ret => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
+            Shape::Ret => match &self.decoded {
+                Some(d) if d.is_of(func, &module.targets) => {
+                    window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
+                }
+                _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
+            },
             Shape::Whole => window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN),
         };
         let pcs = &self.thread_pcs;
