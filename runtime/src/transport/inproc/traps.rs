@@ -380,25 +380,7 @@ impl Traps {
                     false
                 }
                 libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
-                    if let Ok(child) = sys::geteventmsg(tid) {
-                        let child = child as i32;
-                        let parent = self.kids.pid_of(tid).unwrap_or(self.pid);
-                        let vfork = event == libc::PTRACE_EVENT_VFORK;
-                        let hold_parent = self.kids.born(child, parent, vfork);
-                        if self.kids.early.remove(&child) {
-                            if vfork {
-                                self.kids.vfork_first.remove(&child);
-                                self.kids.resume_child(child);
-                            } else if let Some(parent) = self.kids.forked.remove(&child) {
-                                self.first_stop(child, parent);
-                            }
-                        }
-                        if hold_parent && hold.is_none() {
-                            self.kids.held.push(tid);
-                            return false;
-                        }
-                    }
-                    let _ = sys::cont(tid, 0);
+                    self.on_fork(tid, event == libc::PTRACE_EVENT_VFORK, hold.is_some());
                     false
                 }
                 libc::PTRACE_EVENT_EXEC => {
@@ -468,6 +450,31 @@ impl Traps {
             },
             Status::Other => false,
         }
+    }
+
+    /// Thread `tid` forked (`vfork`: a child sharing its memory), stopped
+    /// at the event: the child known, and `tid` resumed, or held until the
+    /// child's start is reported (`-f`; not while `stop_all` holds the
+    /// threads, `holding`).
+    fn on_fork(&mut self, tid: i32, vfork: bool, holding: bool) {
+        if let Ok(child) = sys::geteventmsg(tid) {
+            let child = child as i32;
+            let parent = self.kids.pid_of(tid).unwrap_or(self.pid);
+            let hold_parent = self.kids.born(child, parent, vfork);
+            if self.kids.early.remove(&child) {
+                if vfork {
+                    self.kids.vfork_first.remove(&child);
+                    self.kids.resume_child(child);
+                } else if let Some(parent) = self.kids.forked.remove(&child) {
+                    self.first_stop(child, parent);
+                }
+            }
+            if hold_parent && !holding {
+                self.kids.held.push(tid);
+                return;
+            }
+        }
+        let _ = sys::cont(tid, 0);
     }
 
     /// A fork child's first stop: followed (`-f`), or let go.
