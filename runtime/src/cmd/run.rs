@@ -30,6 +30,22 @@ fn exit_code(s: Option<ExitStatus>) -> ExitCode {
     crate::cmd::command_exit_code(s)
 }
 
+/// A program and a target are given (a one-liner needs no target: it
+/// may be system-wide).
+fn what_to_trace(a: &RunArgs, oneliner: bool) -> Result<(), CliError> {
+    if a.programs.is_empty() && !oneliner {
+        return Err(CliError::user(
+            "give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT",
+        ));
+    }
+    if a.pid.is_none() && a.command.is_empty() && !oneliner {
+        return Err(CliError::user(
+            "give the command to trace after `--`, or -p PID",
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the command.
 pub fn run(a: RunArgs) -> CmdResult {
     let a = crate::cmd::run::oneliner::normalize(a);
@@ -44,16 +60,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         .map_err(|e| CliError::internal(format!("installing a signal handler: {e}")))?;
     let stop = signals.stop.clone();
     let oneliner = crate::cmd::run::oneliner::active(&a);
-    if a.programs.is_empty() && !oneliner {
-        return Err(CliError::user(
-            "give a program: a file (.rpn, .wasm, .wat, .bt), -e PROGRAM or --event EVENT",
-        ));
-    }
-    if a.pid.is_none() && a.command.is_empty() && !oneliner {
-        return Err(CliError::user(
-            "give the command to trace after `--`, or -p PID",
-        ));
-    }
+    what_to_trace(&a, oneliner)?;
     // A transport the user named is known now; `auto` chooses once the
     // programs are loaded (what they need decides).
     let forced = named_transport(&a)?;
