@@ -272,6 +272,9 @@ impl Children {
         self.guards.insert(pid, guard);
         // Its start was reported (it was followed before its exec).
         self.reported.insert(pid);
+        // The injections that loaded its agent set other options: its
+        // clones, forks and execs are to be seen again.
+        let _ = sys::setoptions(tid, super::traps::OPTIONS);
         let _ = sys::cont(tid, 0);
     }
 

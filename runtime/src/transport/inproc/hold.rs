@@ -50,7 +50,10 @@ impl InProc {
         let mut t =
             traps::Traps::take(w, launched, redirect, orig, self.watches, library, children)
                 .map_err(|e| format!("{e:#}"))?;
-        t.follow_exec = self.follow_exec;
+        // Under -f the threads are seized anyway: an exec of the process
+        // is followed too (its new image's agent joins the region, where
+        // the followed children's agents write).
+        t.follow_exec = self.follow_exec || self.follow_forks;
         let armed = self.patcher.arm_traps(self.pid);
         t.go();
         self.traps = Some(t);

@@ -111,6 +111,17 @@ impl InProc {
             .as_ref()
             .map(|a| a.region.gvars())
             .unwrap_or_default();
+        if self.follow_forks
+            && let Some(a) = &self.agent
+            && let Ok(region) = a.region.share()
+        {
+            // Followed children may write into this region: the new
+            // image's agent joins it (its maps, variables and counters
+            // go on there) rather than start one of its own.
+            use std::os::fd::AsRawFd;
+            let path = format!("/proc/{}/fd/{}", std::process::id(), region.file.as_raw_fd());
+            self.join = Some((region, path));
+        }
         // The sites went with the old image (nothing to restore).
         self.patcher.forget();
         self.keep_trap_stops();

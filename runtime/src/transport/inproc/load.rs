@@ -168,7 +168,10 @@ impl InProc {
         if !joined {
             self.heartbeat = start_heartbeat(&agent, self.tsc0, self.ring_full);
         }
-        self.reported = vec![ProbeCounts::default(); probes_cap as usize];
+        if !joined {
+            // A region joined keeps its counters, reported so far.
+            self.reported = vec![ProbeCounts::default(); probes_cap as usize];
+        }
         let dispatch = agent.dispatch;
         self.agent = Some(agent);
         phases.mark("sites registered");
@@ -181,9 +184,9 @@ impl InProc {
         if let Some(a) = &self.agent {
             self.allocations_armed = a.region.stats().allocations;
         }
-        if joined {
-            // Stopped still: the transport that serves its threads takes
-            // them (`joined`).
+        if joined && self.joined_parent != 0 {
+            // A child stopped still: the transport that serves its threads
+            // takes them (`joined`).
             return Ok(());
         }
         // Let the target go (seized, when some site traps).

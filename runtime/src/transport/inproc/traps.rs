@@ -53,7 +53,7 @@ pub use crate::transport::common::journal::TRAP_INSN;
 const TRAP_SIGNAL: i32 = libc::SIGSEGV;
 
 /// Options of every seized thread.
-const OPTIONS: libc::c_int = libc::PTRACE_O_TRACECLONE
+pub(super) const OPTIONS: libc::c_int = libc::PTRACE_O_TRACECLONE
     | libc::PTRACE_O_TRACEFORK
     | libc::PTRACE_O_TRACEVFORK
     | libc::PTRACE_O_TRACEEXEC;
