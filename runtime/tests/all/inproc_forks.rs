@@ -30,6 +30,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(
+        programs_executed_by_the_process_and_its_children_fork_followed_children,
+        Need::Ptrace
+    ),
+    case!(
         an_in_process_fork_trace_nests_each_child_from_its_fork,
         Need::Ptrace
     ),
@@ -166,6 +170,45 @@ fn an_in_process_fork_trace_nests_each_child_from_its_fork() {
         2,
         "{text}"
     );
+}
+
+/// `sh SCRIPT`: sh executes `sh SCRIPT2` (its last command: the process
+/// itself executes it), which forks a child that executes `forkall 2 100`
+/// (not its last command), whose two children call `target` 100 times
+/// each: a program the process executes, then one its child executes,
+/// then that program's own fork children, all followed. Under inproc
+/// (forced) and auto, as under ptrace.
+fn programs_executed_by_the_process_and_its_children_fork_followed_children() {
+    let exe = gcc(
+        "forkall",
+        &progs().join("forkall.c"),
+        &["-O2", "-fPIE", "-pie"],
+    );
+    let dir = exe.parent().unwrap();
+    let inner = dir.join("inner.sh");
+    std::fs::write(&inner, format!("{} 2 100\ntrue\n", exe.display())).unwrap();
+    let outer = dir.join("outer.sh");
+    std::fs::write(&outer, format!("sh {}\n", inner.display())).unwrap();
+    let prog = format!(
+        "uprobe:{}:target {{ @c[pid] = count(); @n = count(); }}",
+        exe.display()
+    );
+    let cmd = format!("sh {}", outer.display());
+    for tr in ["inproc", "auto", "ptrace"] {
+        let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
+        assert!(out.contains("ok=2"), "{tr}: {out}");
+        assert_eq!(
+            maps.last().map(String::as_str),
+            Some("@n: 200"),
+            "{tr}: {maps:?}\n{out}"
+        );
+        let per_pid: Vec<&String> = maps.iter().filter(|l| l.starts_with("@c[")).collect();
+        assert_eq!(per_pid.len(), 2, "{tr}: {maps:?}");
+        assert!(
+            per_pid.iter().all(|l| l.ends_with("]: 100")),
+            "{tr}: {maps:?}"
+        );
+    }
 }
 
 /// The address of `target` in process `pid` and its original bytes.

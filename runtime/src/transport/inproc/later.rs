@@ -119,7 +119,11 @@ impl InProc {
             // image's agent joins it (its maps, variables and counters
             // go on there) rather than start one of its own.
             use std::os::fd::AsRawFd;
-            let path = format!("/proc/{}/fd/{}", std::process::id(), region.file.as_raw_fd());
+            let path = format!(
+                "/proc/{}/fd/{}",
+                std::process::id(),
+                region.file.as_raw_fd()
+            );
             self.join = Some((region, path));
         }
         // The sites went with the old image (nothing to restore).
