@@ -98,9 +98,9 @@ pub struct InProc {
     maxactive: HashMap<usize, u32>,
     /// The return probes whose calls are reported as they enter.
     entry_notices: Vec<usize>,
-    /// While runs are handed on (`drain_runs`, the agent taken out), and
-    /// the probes removed meanwhile.
-    draining: bool,
+    /// Where the run stands: arming, running, handing runs on, returned.
+    run: Run,
+    /// The probes removed while runs are handed on ([`Run::Draining`]).
     removed: Vec<usize>,
     agent: Option<LoadedAgent>,
     /// Map region of each program: (offset, length) in the shared region.
@@ -110,7 +110,8 @@ pub struct InProc {
     sink: Sink,
     items: Vec<u32>,
     tick: Option<(Duration, Instant)>,
-    exit: Option<ExitStatus>,
+    /// Whether the process ended, and how.
+    life: Life,
     pidfd: Option<OwnedFd>,
     heartbeat: Option<agent_loader::region::Heartbeat>,
     code_left_alone: Vec<(i32, u64, u8)>,
@@ -118,13 +119,9 @@ pub struct InProc {
     /// `(TSC, ns)` at open, to measure the TSC's rate for the heartbeat.
     tsc0: (u64, u64),
     handlers_paused: bool,
-    finished: bool,
-    /// The process executed a new program (see `check_exec`).
-    execed: bool,
-    /// `suspend` restored the bytes; `resume` writes the jumps again.
-    suspended: bool,
-    /// The process ended (exited or was killed).
-    ended: bool,
+    /// Where the probes' image stands: armed, suspended, or gone with an
+    /// exec.
+    phase: Phase,
     /// The agent's heap allocations once armed (`WPROBE_DEBUG` reports the
     /// ones made while running: none per hit).
     allocations_armed: u64,
@@ -167,7 +164,9 @@ pub struct InProc {
     /// (`watch_libraries`: some probes' modules are not mapped yet).
     follow_exec: bool,
     /// The process executed a new program and waits, stopped, for the
-    /// handlers (`update_handlers` loads them into the new image).
+    /// handlers (`update_handlers` loads them into the new image). Not a
+    /// `Phase`: the phase before the exec (`Suspended`, or `Execed` when
+    /// `check_exec` saw the exec first) stays through it.
     reload: bool,
     /// The global variables of the agent of the image before the exec.
     carried_gvars: Vec<u64>,
@@ -185,6 +184,70 @@ pub struct InProc {
     /// Followed children that ended, reported in their place among the
     /// runs (pid, status, wall-clock ns when the end was seen).
     exits_due: Vec<(i32, ExitStatus, u64)>,
+}
+
+/// Where the run stands ([`Transport::run`](crate::transport::Transport::run)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    /// Not run yet: the probes are being armed (a launched command dropped
+    /// now, before the commit, is killed).
+    Arming,
+    /// The event loop goes on.
+    Running,
+    /// Runs are handed on (`drain_runs`): the agent is taken out meanwhile,
+    /// and the probes removed then are disabled once it is back. The run
+    /// returns to where it stood before.
+    Draining,
+    /// The event loop returned.
+    Finished,
+}
+
+/// Where the probes' image stands. An exec the transport follows
+/// (`reload`, see `on_exec`) leaves the phase as it was: a new image armed
+/// meanwhile keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The probes' jumps are written, or are to be (before the commit):
+    /// `suspend` restores the bytes.
+    Armed,
+    /// `suspend` restored the bytes; `resume` writes the jumps again.
+    Suspended,
+    /// The process executed a new program (see `check_exec`): the sites
+    /// went with the old image, there is nothing to suspend or resume.
+    /// Final.
+    Execed,
+}
+
+impl Phase {
+    /// Whether the process executed a new program that took the sites.
+    fn execed(self) -> bool {
+        self == Phase::Execed
+    }
+}
+
+/// Whether the process ended. Once `Ended`, it stays so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Life {
+    /// Still there, as far as the transport saw.
+    Alive,
+    /// The process ended (exited or was killed), with its status when it
+    /// is known (a launched command's).
+    Ended(Option<ExitStatus>),
+}
+
+impl Life {
+    /// Whether the process ended (exited or was killed).
+    fn ended(self) -> bool {
+        matches!(self, Life::Ended(_))
+    }
+
+    /// The process's exit status, when it ended and it is known.
+    fn status(self) -> Option<ExitStatus> {
+        match self {
+            Life::Ended(status) => status,
+            Life::Alive => None,
+        }
+    }
 }
 
 /// Why the eligibility rules refuse a jump at link-time address `link` of

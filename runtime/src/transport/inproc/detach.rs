@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::InProc;
 use super::world::{self, World};
+use super::{InProc, Life, Phase, Run};
 use crate::transport::{ExitStatus, Transport};
 
 impl InProc {
@@ -16,7 +16,7 @@ impl InProc {
         let Some(a) = &self.agent else {
             return Err("--transport inproc: nothing is armed yet".into());
         };
-        if self.suspended || self.execed {
+        if self.phase != Phase::Armed {
             return Ok(());
         }
         // Dormant first: a thread already in a stub runs the displaced
@@ -28,7 +28,7 @@ impl InProc {
         let left = restored?;
         self.code_left_alone
             .extend(left.into_iter().map(|(a, b)| (self.pid, a, b)));
-        self.suspended = true;
+        self.phase = Phase::Suspended;
         Ok(())
     }
 
@@ -37,7 +37,7 @@ impl InProc {
         let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
             return Err("--transport inproc: nothing is armed yet".into());
         };
-        if !self.suspended || self.execed {
+        if self.phase != Phase::Suspended {
             return Ok(());
         }
         // No thread may stand inside a window the jump would replace: stop
@@ -63,7 +63,7 @@ impl InProc {
             if let Some(a) = &self.agent {
                 a.region.set_enabled(true);
             }
-            self.suspended = false;
+            self.phase = Phase::Armed;
             return Ok(());
         }
         Err(format!(
@@ -78,7 +78,7 @@ impl InProc {
         if let Some(a) = &self.agent {
             a.region.set_enabled(false);
         }
-        if self.ended || self.exit.is_some() {
+        if self.life.ended() {
             // The process is gone, and its patched image with it: nothing
             // to restore, and the journal must not outlive it.
             self.patcher.forget();
@@ -91,10 +91,12 @@ impl InProc {
                     // the launched command too), and reaped then: its
                     // status is the run's, nothing left to restore.
                     Err(e) if let Some(&world::Reaped(raw)) = e.downcast_ref() => {
-                        if self.launched {
-                            self.exit = Some(ExitStatus::from_wait(raw));
-                        }
-                        self.ended = true;
+                        let status = if self.launched {
+                            Some(ExitStatus::from_wait(raw))
+                        } else {
+                            self.life.status()
+                        };
+                        self.life = Life::Ended(status);
                         self.patcher.forget();
                     }
                     // Gone (or dead, not yet reaped): nothing left to
@@ -138,7 +140,11 @@ impl InProc {
 
 impl Drop for InProc {
     fn drop(&mut self) {
-        if !self.finished && self.launched && self.agent.is_none() && self.world.is_some() {
+        if self.run != Run::Finished
+            && self.launched
+            && self.agent.is_none()
+            && self.world.is_some()
+        {
             // Never ran: the launch was abandoned before the commit.
             self.kill_launched();
             return;

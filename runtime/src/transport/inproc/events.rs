@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::InProc;
+use super::{InProc, Life, Phase, Run};
 use crate::transport::{Action, Event, ExitStatus, Transport};
 
 /// How often the counters are reported while running.
@@ -42,6 +42,7 @@ impl InProc {
         if self.agent.is_none() {
             anyhow::bail!("--transport inproc: no handlers were loaded");
         }
+        self.run = Run::Running;
         let mut deltas = Vec::new();
         let mut last_counts = Instant::now();
         let mut busy = false;
@@ -57,14 +58,13 @@ impl InProc {
                 last_counts = Instant::now();
                 self.check_exec();
             }
-            if stop.load(Ordering::SeqCst) || (self.ended && !self.kids_alive()) {
+            if stop.load(Ordering::SeqCst) || (self.life.ended() && !self.kids_alive()) {
                 break;
             }
-            if !self.ended
+            if !self.life.ended()
                 && let Some(status) = self.ended()
             {
-                self.exit = status;
-                self.ended = true;
+                self.life = Life::Ended(status);
                 if !self.kids_alive() {
                     break;
                 }
@@ -93,12 +93,12 @@ impl InProc {
         self.say_trap_stops();
         self.say_debug_stats();
         self.report_live_calls(on_event);
-        if let Some(status) = self.exit {
+        if let Some(status) = self.life.status() {
             let pid = self.pid;
             on_event(self, Event::ProcessExited { pid, status });
         }
-        self.finished = true;
-        Ok(self.exit)
+        self.run = Run::Finished;
+        Ok(self.life.status())
     }
 
     /// Polls the trap sites' stops; handles a library event, an exec, the
@@ -125,11 +125,10 @@ impl InProc {
         }
         if let Some(t) = &self.traps {
             if t.exit.is_some() {
-                self.exit = t.exit;
-                self.ended = true;
+                self.life = Life::Ended(t.exit);
             }
-            if t.execed && !self.execed {
-                self.execed = true;
+            if t.execed && !self.phase.execed() {
+                self.phase = Phase::Execed;
                 self.patcher.forget();
                 self.keep_trap_stops();
                 self.traps = None;
@@ -232,7 +231,7 @@ impl InProc {
     fn wait(&self, timeout: i32) {
         match &self.pidfd {
             // Ended already (followed children still run): a nap.
-            Some(_) if self.ended => {
+            Some(_) if self.life.ended() => {
                 std::thread::sleep(Duration::from_millis(timeout.max(1) as u64));
             }
             Some(fd) => {
@@ -317,7 +316,7 @@ impl InProc {
     /// (they went with the old image; nothing to restore).
     fn check_exec(&mut self) {
         let Some(a) = &self.agent else { return };
-        if self.execed {
+        if self.phase.execed() {
             return;
         }
         let mut b = [0u8; 8];
@@ -327,7 +326,7 @@ impl InProc {
             // Exited (a zombie has no memory either).
             _ if self.exited() => {}
             _ => {
-                self.execed = true;
+                self.phase = Phase::Execed;
                 self.patcher.forget();
                 crate::elog!(
                     "wprobe: process {} executed a new program: its probes went with the old one (--transport ptrace arms them in the new program)",

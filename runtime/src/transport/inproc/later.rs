@@ -11,7 +11,7 @@ use agent_loader::SiteSpec;
 
 use super::patch::Patcher;
 use super::world::World;
-use super::{InProc, launch, traps};
+use super::{InProc, Phase, launch, traps};
 use crate::transport::{Action, Armed, Event, Transport};
 
 impl InProc {
@@ -140,14 +140,14 @@ impl InProc {
             )
         };
         if let Err(e) = launch::run_to_entry(tid) {
-            self.execed = true;
+            self.phase = Phase::Execed;
             let _ = crate::sys::ptrace::detach(tid, 0);
             return Err(not_traced(format!("{e:#}")));
         }
         let w = match World::adopt(pid, std::iter::once((tid, 0)).collect()) {
             Ok(w) => w,
             Err(e) => {
-                self.execed = true;
+                self.phase = Phase::Execed;
                 let _ = crate::sys::ptrace::detach(tid, 0);
                 return Err(not_traced(format!("{e:#}")));
             }
@@ -186,7 +186,7 @@ impl InProc {
         if self.reload {
             // The session gave no handlers: let it go untraced.
             self.reload = false;
-            self.execed = true;
+            self.phase = Phase::Execed;
             if let Some(mut w) = self.world.take() {
                 w.release();
             }

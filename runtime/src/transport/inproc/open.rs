@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::patch::Patcher;
 use super::world::World;
-use super::{INFO, InProc, launch, traps};
+use super::{INFO, InProc, Life, Phase, Run, launch, traps};
 use crate::out::sink::Sink;
 use crate::transport::{OpenOptions, Target, Transport};
 
@@ -83,7 +83,7 @@ impl InProc {
             maps: crate::proc::procmaps::read(pid).unwrap_or_default(),
             patcher: Patcher::default(),
             armed: HashMap::new(),
-            draining: false,
+            run: Run::Arming,
             removed: Vec::new(),
             maxactive: HashMap::new(),
             entry_notices: Vec::new(),
@@ -93,17 +93,14 @@ impl InProc {
             sink: Sink::default(),
             items: Vec::new(),
             tick: None,
-            exit: None,
+            life: Life::Alive,
             pidfd: None,
             heartbeat: None,
             code_left_alone: Vec::new(),
             detach_time: Duration::ZERO,
             tsc0,
             handlers_paused: false,
-            finished: false,
-            execed: false,
-            suspended: false,
-            ended: false,
+            phase: Phase::Armed,
             allocations_armed: 0,
             traps: None,
             watches: traps::Watches::default(),

@@ -6,7 +6,7 @@ use agent_abi::{rec, run_outcome};
 use agent_loader::region::RunView;
 use hostabi::Outcome;
 
-use super::InProc;
+use super::{InProc, Run};
 use crate::out::sink::{RecordKind, Sink};
 use crate::transport::{Action, Event, TargetOutcome, TargetRun, Transport};
 
@@ -75,7 +75,7 @@ impl InProc {
         let Some(mut agent) = self.agent.take() else {
             return 0;
         };
-        self.draining = true;
+        let run = std::mem::replace(&mut self.run, Run::Draining);
         let mut sink = std::mem::take(&mut self.sink);
         let mut items = std::mem::take(&mut self.items);
         let main_pid = self.pid;
@@ -145,7 +145,7 @@ impl InProc {
                 },
             );
         });
-        self.draining = false;
+        self.run = run;
         for tag in self.removed.drain(..) {
             agent.region.set_probe_enabled(tag as u32, false);
         }

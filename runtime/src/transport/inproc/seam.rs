@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use super::{INFO, InProc, traps};
+use super::{INFO, InProc, Phase, Run, traps};
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
 use crate::transport::{
@@ -176,7 +176,7 @@ impl Transport for InProc {
                     let _ = self.patcher.restore(&w);
                     w.release();
                 }
-                self.execed = true;
+                self.phase = Phase::Execed;
                 return Err(format!(
                     "process {} executed a new program, which is not traced: {e}",
                     self.pid
@@ -225,7 +225,7 @@ impl Transport for InProc {
             Some(a) => a.region.set_probe_enabled(tag as u32, false),
             // Taken out while its runs are handed on (`drain_runs`): done
             // once it is back.
-            None if self.draining => self.removed.push(tag),
+            None if self.run == Run::Draining => self.removed.push(tag),
             // Not loaded yet: the probe is not enabled when it is (`wprobe
             // trace` removes the entry probe of a function whose return
             // probe could not be armed: both or neither).
@@ -270,7 +270,7 @@ impl Transport for InProc {
 
     fn report(&self) -> Report {
         Report {
-            exit_status: self.exit,
+            exit_status: self.life.status(),
             detach_signals: Vec::new(),
             handed_off: Vec::new(),
             code_left_alone: self.code_left_alone.clone(),
