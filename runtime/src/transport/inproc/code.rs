@@ -38,6 +38,39 @@ pub(super) struct ModuleCode {
     inner: std::sync::Mutex<std::collections::HashMap<u64, Vec<(u64, usize)>>>,
 }
 
+/// The module files read so far in this run, by path and version (inode,
+/// size, modification time): every process image that maps a file (a
+/// program executed again and again under `-f`, the C library of each)
+/// shares one reading of it.
+type Shared =
+    std::collections::HashMap<(std::path::PathBuf, u64, u64, i64), std::sync::Arc<ModuleCode>>;
+
+static SHARED: std::sync::OnceLock<std::sync::Mutex<Shared>> = std::sync::OnceLock::new();
+
+/// The code of module file `path`, read once per version of the file in a
+/// run (see [`Shared`]); a failure is not kept.
+pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return ModuleCode::read(path).map(std::sync::Arc::new);
+    };
+    let key = (
+        path.to_path_buf(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+    );
+    let shared = SHARED.get_or_init(Default::default);
+    if let Some(m) = shared.lock().ok().and_then(|s| s.get(&key).cloned()) {
+        return Ok(m);
+    }
+    let m = std::sync::Arc::new(ModuleCode::read(path)?);
+    if let Ok(mut s) = shared.lock() {
+        s.insert(key, m.clone());
+    }
+    Ok(m)
+}
+
 impl ModuleCode {
     /// Reads `path` and sweeps its code.
     pub(super) fn read(path: &Path) -> Result<ModuleCode, String> {

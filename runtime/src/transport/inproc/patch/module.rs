@@ -13,13 +13,13 @@ use crate::transport::inproc::code::ModuleCode;
 /// and the channel each read comes back by.
 pub(super) type AheadReads = (
     std::collections::HashSet<PathBuf>,
-    std::sync::mpsc::Receiver<(PathBuf, Result<ModuleCode, String>)>,
+    std::sync::mpsc::Receiver<(PathBuf, Result<std::sync::Arc<ModuleCode>, String>)>,
 );
 
 impl Patcher {
     /// The code of module file `p`, read at its first need, or received
     /// from the thread that reads it ahead.
-    pub(super) fn module(&mut self, p: &Path) -> &Result<ModuleCode, String> {
+    pub(super) fn module(&mut self, p: &Path) -> &Result<std::sync::Arc<ModuleCode>, String> {
         if !self.modules.contains_key(p) {
             if let Some((waiting, rx)) = &mut self.ahead
                 && waiting.contains(p)
@@ -36,7 +36,10 @@ impl Patcher {
                 waiting.remove(p);
             }
             if !self.modules.contains_key(p) {
-                self.modules.insert(p.to_path_buf(), ModuleCode::read(p));
+                self.modules.insert(
+                    p.to_path_buf(),
+                    crate::transport::inproc::code::read_shared(p),
+                );
             }
         }
         &self.modules[p]
@@ -63,7 +66,7 @@ impl Patcher {
             .name("wprobe-read".into())
             .spawn(move || {
                 for p in paths {
-                    let m = ModuleCode::read(&p);
+                    let m = crate::transport::inproc::code::read_shared(&p);
                     if tx.send((p, m)).is_err() {
                         break;
                     }
