@@ -56,16 +56,25 @@ fn fork_children_and_grandchildren_are_counted_in_process() {
         exe.display()
     );
     let cmd = format!("{} 3 1000 2", exe.display());
-    let (maps, out) = counts("inproc", &["--follow"], &prog, &cmd);
-    assert!(out.contains("ok=3"), "{out}");
+    forkall_counts("inproc", &prog, &cmd, 3, 9, 1000);
+}
+
+/// `wprobe run --follow` under `tr` of a command running forkall (`ok`
+/// children reporting): `@n` is `procs` processes' `each` calls, one
+/// `@c[pid]` line of `each` per process.
+fn forkall_counts(tr: &str, prog: &str, cmd: &str, ok: u32, procs: usize, each: u32) {
+    let (maps, out) = counts(tr, &["--follow"], prog, cmd);
+    assert!(out.contains(&format!("ok={ok}")), "{tr}: {out}");
+    let total = format!("@n: {}", procs as u32 * each);
     assert_eq!(
         maps.last().map(String::as_str),
-        Some("@n: 9000"),
-        "{maps:?}\n{out}"
+        Some(total.as_str()),
+        "{tr}: {maps:?}\n{out}"
     );
     let per_pid: Vec<&String> = maps.iter().filter(|l| l.starts_with("@c[")).collect();
-    assert_eq!(per_pid.len(), 9, "{maps:?}\n{out}");
-    assert!(per_pid.iter().all(|l| l.ends_with("]: 1000")), "{maps:?}");
+    assert_eq!(per_pid.len(), procs, "{tr}: {maps:?}\n{out}");
+    let end = format!("]: {each}");
+    assert!(per_pid.iter().all(|l| l.ends_with(&end)), "{tr}: {maps:?}");
 }
 
 /// forklib under inproc: as under ptrace (`dynamic_processes`), `work` 2,
@@ -195,19 +204,7 @@ fn programs_executed_by_the_process_and_its_children_fork_followed_children() {
     );
     let cmd = format!("sh {}", outer.display());
     for tr in ["inproc", "auto", "ptrace"] {
-        let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
-        assert!(out.contains("ok=2"), "{tr}: {out}");
-        assert_eq!(
-            maps.last().map(String::as_str),
-            Some("@n: 200"),
-            "{tr}: {maps:?}\n{out}"
-        );
-        let per_pid: Vec<&String> = maps.iter().filter(|l| l.starts_with("@c[")).collect();
-        assert_eq!(per_pid.len(), 2, "{tr}: {maps:?}");
-        assert!(
-            per_pid.iter().all(|l| l.ends_with("]: 100")),
-            "{tr}: {maps:?}"
-        );
+        forkall_counts(tr, &prog, &cmd, 2, 2, 100);
     }
 }
 
