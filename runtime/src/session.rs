@@ -799,6 +799,8 @@ impl Session {
             }
             Event::Exec { pid } => {
                 self.hook_event(HookEvent::Exec { pid });
+                // `comm` is the new program's.
+                self.runner.store.data_mut().services.forget_names();
                 if t.runs_handlers() {
                     // The maps of the agent of the old image, which the
                     // new image's agent starts from.

@@ -119,6 +119,12 @@ impl Services {
         self.maps.get_mut(self.prog)?.as_mut()
     }
 
+    /// Forgets the thread names read so far (a process executed a new
+    /// program: its threads are named after it now).
+    pub fn forget_names(&mut self) {
+        self.comm.clear();
+    }
+
     /// The thread name of `tid` in `pid` (cached for a short while).
     fn comm(&mut self, pid: u64, tid: u64) -> ([u8; 16], usize) {
         let now = Instant::now();

@@ -29,6 +29,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(a_fork_and_exec_trace_reports_every_call, Need::Ptrace),
+    case!(
+        a_scripts_exec_is_followed_where_its_library_probes_were_armed,
+        Need::Ptrace
+    ),
 ];
 
 /// `dlreopen` and its two libraries, built in the scratch directory.
@@ -244,5 +248,25 @@ fn a_fork_and_exec_trace_reports_every_call() {
             "wprobe: trace: 18 calls (15 returned, 3 unwound)"
         };
         assert!(err.contains(summary), "{tr}: {err}");
+    }
+}
+
+/// A shell script that ends in `exec getppid5`, traced with a probe on the
+/// C library's `getppid` (which the shell maps too, so no probe waits for
+/// the program): the program's 5 calls are counted after the exec under
+/// inproc and auto (which follow a launched script's exec) as under
+/// ptrace. Before, inproc armed the shell's copy and lost the program's.
+fn a_scripts_exec_is_followed_where_its_library_probes_were_armed() {
+    let exe = gcc("getppid5", &progs().join("getppid5.c"), &["-O0"]);
+    let script = scratch().join("wrap_getppid5.sh");
+    std::fs::write(&script, format!("#!/bin/sh\nexec {}\n", exe.display())).unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    let prog = "uprobe:libc:getppid /comm == \"getppid5\"/ { @n = count(); }";
+    for tr in ["inproc", "auto", "ptrace"] {
+        let (maps, out) = counts(tr, &[], prog, &script.display().to_string());
+        assert!(out.contains("done 5"), "{tr}: {out}");
+        assert_eq!(maps, ["@n: 5"], "{tr}: {out}");
     }
 }

@@ -28,6 +28,26 @@ fn wait(pid: i32) -> anyhow::Result<i32> {
     }
 }
 
+/// Whether command `cmd` (a path, or a name looked up in `PATH`) is a
+/// script: a file that starts with `#!`.
+pub(super) fn is_script(cmd: &std::ffi::OsStr) -> bool {
+    use std::io::Read;
+    let path = std::path::Path::new(cmd);
+    let found = if cmd.as_encoded_bytes().contains(&b'/') {
+        Some(path.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(path))
+                .find(|f| f.is_file())
+        })
+    };
+    let mut head = [0u8; 2];
+    found
+        .and_then(|f| std::fs::File::open(f).ok())
+        .is_some_and(|mut f| f.read_exact(&mut head).is_ok() && &head == b"#!")
+}
+
 /// Forks and execs `argv`; returns the child's pid, stopped at its entry
 /// point and still ptrace-attached.
 pub(super) fn launch(argv: &[OsString]) -> anyhow::Result<i32> {

@@ -58,6 +58,12 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
         }
     };
     let mut t = InProc::blank(pid, launched, tsc0, o.ring_full, o.follow_forks);
+    if let Target::Launch(argv) = target {
+        // A script (a pyenv shim, a wrapper that ends in `exec prog`)
+        // usually executes the program the run is about: its exec is
+        // followed, the probes armed in the new image.
+        t.follow_exec = argv.first().is_some_and(|c| launch::is_script(c));
+    }
     t.patcher.thread_pcs = world
         .tids()
         .into_iter()
