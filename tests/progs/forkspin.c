@@ -1,7 +1,8 @@
 // forkspin K: calls target() in a loop (a 1 ms nap every 1000 calls);
 // at each SIGUSR1 it forks K children that do the same (and print their
 // pids, one per line, on standard output). Every process runs until it is
-// killed.
+// killed. forkspin K PROG: the children execute PROG (as `PROG 0`)
+// instead.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,10 @@ int main(int argc, char **argv) {
         go = 0;
         for (int c = 0; c < k; c++) {
             pid_t p = fork();
+            if (p == 0 && argc > 2) {
+                execl(argv[2], argv[2], "0", (char *)0);
+                _exit(127);
+            }
             if (p == 0) {
                 for (;;) {
                     spin();

@@ -41,6 +41,10 @@ pub(crate) const CASES: &[Case] = &[
         fork_children_are_restored_at_detach_and_repaired_after_a_kill,
         Need::Ptrace
     ),
+    case!(
+        a_child_armed_after_its_exec_is_restored_at_detach,
+        Need::Ptrace
+    ),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -320,4 +324,71 @@ fn fork_children_are_restored_at_detach_and_repaired_after_a_kill() {
     }
     cleanup(&all);
     let _ = spin.wait();
+}
+
+/// `forkspin 1 forkspin`, attached with `-p --follow`: at SIGUSR1 it forks
+/// a child that executes forkspin again (`forkspin 0`), armed in its new
+/// image with an agent that joins the region (its `target` patched there).
+/// SIGINT to wprobe: both processes go on running, their bytes original.
+fn a_child_armed_after_its_exec_is_restored_at_detach() {
+    let exe: PathBuf = gcc("forkspin", &progs().join("forkspin.c"), &["-O1"]);
+    let mut spin = Command::new(&exe)
+        .arg("1")
+        .arg(&exe)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = spin.id();
+    let mut pids = std::io::BufReader::new(spin.stdout.take().unwrap()).lines();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (addr, orig) = target_in(&exe, parent);
+    let prog = format!("uprobe:{}:target {{ @[pid] = count(); }}", exe.display());
+    let mut c = wprobe();
+    c.args(["run", "--transport", "inproc", "--follow", "-p"])
+        .arg(parent.to_string())
+        .args(["-e", &prog])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let w = c.spawn().unwrap();
+    wait_patched(parent, addr, orig[0]);
+    signal(parent, "USR1");
+    let child: u32 = pids.next().unwrap().unwrap().trim().parse().unwrap();
+    // Its new image, armed (an address of its own: a PIE mapped anew).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (caddr, _) = loop {
+        let exe_now = std::fs::read_link(format!("/proc/{child}/exe")).ok();
+        if exe_now.as_deref() == std::fs::canonicalize(&exe).ok().as_deref()
+            && std::fs::read_to_string(format!("/proc/{child}/maps"))
+                .is_ok_and(|m| m.contains("forkspin"))
+        {
+            break target_in(&exe, child);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "child {child} never ran forkspin"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    wait_patched(child, caddr, orig[0]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(w.id(), "INT");
+    let o = crate::support::cli::output_within_child(w, 60);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let kill = |p: u32| {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    };
+    let ok = o.status.code() == Some(0);
+    let results = [
+        (parent, live_bytes(parent, addr, 5), alive(parent)),
+        (child, live_bytes(child, caddr, 5), alive(child)),
+    ];
+    kill(child);
+    kill(parent);
+    let _ = spin.wait();
+    assert!(ok, "{}", stderr(&o));
+    assert!(out.contains(&format!("@[{child}]: ")), "{out}");
+    for (p, bytes, live) in results {
+        assert!(live, "{p}");
+        assert_eq!(bytes, orig, "process {p} left patched");
+    }
 }
