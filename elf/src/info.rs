@@ -418,6 +418,72 @@ impl ElfInfo {
             .map(|(a, n)| (*a, n.as_str()))
     }
 
+    /// The GOT slots among [`ElfInfo::imports`] of the functions the
+    /// module calls through no PLT entry: code built with `-fno-plt`
+    /// calls them as `call *f@GOTPCREL(%rip)` (`jmp` for a tail call), the
+    /// slots found by those instructions' bytes (`ff 15`/`ff 25` and a
+    /// displacement landing on the slot) in the executable segments, out
+    /// of `.plt.got`; a slot only read (a function's address taken) is not
+    /// one.
+    /// `(link-time address, name)`, one per name, by address.
+    pub fn got_only_imports(&self) -> Vec<(u64, &str)> {
+        let plt: std::collections::HashSet<&str> = self.plt_entries().map(|(_, n)| n).collect();
+        let mut seen = std::collections::HashSet::new();
+        let slots: Vec<(u64, &str)> = self
+            .imports
+            .iter()
+            .filter(|(a, n)| {
+                !self.is_exec_vaddr(*a) && !plt.contains(n.as_str()) && seen.insert(n.as_str())
+            })
+            .map(|(a, n)| (*a, n.as_str()))
+            .collect();
+        if slots.is_empty() {
+            return slots;
+        }
+        let wanted: std::collections::HashSet<u64> = slots.iter().map(|&(a, _)| a).collect();
+        let mut called = std::collections::HashSet::new();
+        for &(va, _, off, filesz, flags) in &self.segments {
+            if flags & program_header::PF_X == 0 {
+                continue;
+            }
+            let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(filesz)) else {
+                continue;
+            };
+            let Some(code) = self.bytes.get(off..off.saturating_add(len)) else {
+                continue;
+            };
+            for (i, w) in code.windows(6).enumerate() {
+                let here = va + i as u64;
+                // `.plt.got`'s `jmp *slot`: the linker's entry for a
+                // function whose address is also taken, called as a PLT
+                // entry (`call ENTRY`), not a `-fno-plt` call.
+                if w[0] == 0xff
+                    && (w[1] == 0x15 || w[1] == 0x25)
+                    && !self
+                        .not_functions
+                        .iter()
+                        .any(|&(s, e)| s <= here && here < e)
+                {
+                    let disp = i32::from_le_bytes([w[2], w[3], w[4], w[5]]);
+                    let at = (here + 6).wrapping_add_signed(i64::from(disp));
+                    if wanted.contains(&at) {
+                        called.insert(at);
+                    }
+                }
+            }
+        }
+        slots
+            .into_iter()
+            .filter(|(a, _)| called.contains(a))
+            .collect()
+    }
+
+    /// Whether link-time address `addr` is the GOT slot of an import (a
+    /// `JUMP_SLOT` or `GLOB_DAT` relocation's, see [`ElfInfo::imports`]).
+    pub fn is_import_slot(&self, addr: u64) -> bool {
+        self.import_at(addr).is_some() && !self.is_exec_vaddr(addr)
+    }
+
     /// Whether link-time address `addr` starts a PLT entry (see
     /// [`ElfInfo::plt_entries`]).
     pub fn is_plt_entry(&self, addr: u64) -> bool {

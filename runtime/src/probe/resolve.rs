@@ -301,7 +301,16 @@ pub fn probe_address(
     let run = addr;
     let addr = addr.0;
     let m = procmaps::find(maps, addr);
-    if matches!(p.kind, ProbeKind::Breakpoint | ProbeKind::WatchExec) && !m.is_some_and(|m| m.exec)
+    // A return probe on the GOT slot of an import: the calls through the
+    // slot (`trace --plt` of `-fno-plt` code; the in-process transport
+    // points the slot at a stub, the others refuse).
+    let got_slot = p.kind == ProbeKind::Breakpoint
+        && p.r#return
+        && p.location.kind == LocationKind::Offset
+        && loc.elf.is_import_slot(value.0);
+    if matches!(p.kind, ProbeKind::Breakpoint | ProbeKind::WatchExec)
+        && !m.is_some_and(|m| m.exec)
+        && !got_slot
     {
         return Err(ResolveError::InvalidOffset {
             addr,

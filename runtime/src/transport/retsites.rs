@@ -42,6 +42,12 @@ pub struct ReturnSites {
     /// a jump table's, or a tail call through a pointer, whose calls
     /// return through `ret`s no decoding finds.
     pub indirect: Vec<u64>,
+    /// Its calls never return: no `ret`, no jump out of the functions
+    /// followed, no indirect jump (every path ends in a call that does not
+    /// return: `exit`, `longjmp`, `abort`, or `ud2`). A transport tracks
+    /// its calls from their entry, and each is closed as unwound when its
+    /// thread leaves it, with no return site.
+    pub never_returns: bool,
 }
 
 /// Why a function whose calls return through no `ret` of its module
@@ -118,6 +124,8 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     let mut rets = Vec::new();
     let mut outside: Vec<String> = Vec::new();
     let mut indirect: Vec<u64> = Vec::new();
+    // A direct jump to code no function starts at (not followed).
+    let mut jumps_out = false;
     let mut insn = Instruction::default();
     while let Some(s) = todo.pop() {
         let (start, end) = (s.start, s.end);
@@ -150,6 +158,8 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
                         todo.push(g);
                     } else if let Some(name) = elf.import_at(t) {
                         outside.push(name.to_string());
+                    } else {
+                        jumps_out = true;
                     }
                 }
                 // `jmp *f@GOTPCREL(%rip)`: a tail call through the GOT.
@@ -171,7 +181,8 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     rets.dedup();
     outside.sort_unstable();
     outside.dedup();
-    if rets.is_empty() && outside.is_empty() {
+    let never_returns = rets.is_empty() && outside.is_empty() && indirect.is_empty() && !jumps_out;
+    if rets.is_empty() && outside.is_empty() && !never_returns {
         return Err(no_ret(&function, &elf.path, transport));
     }
     indirect.sort_unstable();
@@ -182,5 +193,6 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
         followed,
         outside,
         indirect,
+        never_returns,
     })
 }

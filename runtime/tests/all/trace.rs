@@ -38,10 +38,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(notrace_hides_a_function_and_everything_it_calls @ every_transport),
     case!(cold_fragments_are_parts_of_their_function @ every_transport),
-    case!(
-        setjmp_is_traced_and_longjmp_unwinds_past_calls,
-        Need::Ptrace
-    ),
+    case!(setjmp_is_traced_and_longjmp_unwinds_past_calls @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
@@ -64,6 +61,8 @@ pub(crate) const CASES: &[Case] = &[
         plt_calls_give_the_ptrace_tree_under_inproc_and_auto,
         Need::Ptrace
     ),
+    case!(no_plt_calls_are_traced_through_their_got_slots @ every_transport),
+    case!(a_got_slot_is_restored_when_the_trace_ends, Need::Ptrace),
 ];
 
 fn trace_calls() -> PathBuf {
@@ -1973,35 +1972,46 @@ fn cold_fragments_are_parts_of_their_function(tr: &str) {
 
 /// `_setjmp` is traced (uftrace traces it): its first return is its
 /// call's; the `longjmp` back to it closes the calls it leaves as unwound
-/// and shows no second return. (Library calls through the PLT: ptrace.)
-fn setjmp_is_traced_and_longjmp_unwinds_past_calls() {
+/// and shows no second return, under every transport.
+fn setjmp_is_traced_and_longjmp_unwinds_past_calls(tr: &str) {
     let prog = gcc(
         "trace_setjmp",
         &progs().join("trace_setjmp.c"),
         &["-O0", "-g"],
     );
-    let o = trace(
-        "ptrace",
-        &["--plt", "-F", "main", "-T", "--no-pid", "-i"],
-        &prog,
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert_eq!(
-        calls_only(&o.stdout),
-        "\
-==> main()
-   ==> _setjmp@plt()
-   <== _setjmp@plt() [rax = 0x0]
-   ==> foo()
-      ==> longjmp@plt()
-      <== longjmp@plt() [unwound]
-   <== foo() [unwound]
-   ==> bar()
-   <== bar() [rax = 0xffffffff]
-<== main() [rax = 0x0]"
-    );
+    let o = trace(tr, &["--plt", "-F", "main", "-T", "--no-pid", "-i"], &prog);
     let err = stderr(&o);
-    assert!(!err.contains("_setjmp"), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    // `foo` ends in `longjmp`: no `ret`, its calls never return. inproc
+    // and perf track it from its entry with no return site (they refused
+    // it before). perf puts no uprobe in a PLT entry (it is in no
+    // function of the symbol table, and says so).
+    let plt = tr != "perf";
+    let mut want = vec!["==> main()"];
+    if plt {
+        want.extend(["   ==> _setjmp@plt()", "   <== _setjmp@plt() [rax = 0x0]"]);
+    }
+    want.push("   ==> foo()");
+    if plt {
+        want.extend([
+            "      ==> longjmp@plt()",
+            "      <== longjmp@plt() [unwound]",
+        ]);
+    }
+    want.extend([
+        "   <== foo() [unwound]",
+        "   ==> bar()",
+        "   <== bar() [rax = 0xffffffff]",
+        "<== main() [rax = 0x0]",
+    ]);
+    assert_eq!(calls_only(&o.stdout), want.join("\n"), "{tr}: {err}");
+    assert!(
+        !err.contains(": foo") && !err.contains(" foo,"),
+        "{tr}: {err}"
+    );
+    if plt {
+        assert!(!err.contains("_setjmp"), "{err}");
+    }
 }
 
 fn time_of_day() -> String {
@@ -2422,4 +2432,179 @@ fn bad_arguments_are_refused_with_exact_messages() {
             "error: give the command to trace after `--`, or -p PID"
         )
     );
+}
+
+/// `tests/progs/noplt.c` built with `-fno-plt -Wl,-z,now` at `-O0` or
+/// `-O2`: its library calls go through GOT slots, no PLT entry.
+fn noplt(opt: &str) -> PathBuf {
+    gcc(
+        &format!("noplt{opt}"),
+        &progs().join("noplt.c"),
+        &[opt, "-fno-plt", "-Wl,-z,now", "-Wl,-z,relro"],
+    )
+}
+
+/// The call tree of `noplt 2` traced with `--plt`, as written down by
+/// hand: the library calls through GOT slots are `NAME@plt` as calls
+/// through PLT entries are, each nested where it was called (at -O2
+/// `atoi` is `strtol`, and `tail` ends in `jmp *getpid@GOTPCREL(%rip)`:
+/// both end at `getpid`'s return). `tail` is left out where `has_tail` is
+/// false (perf: at -O2 it has no `ret` of its own).
+fn noplt_tree(opt: &str, got: bool, has_tail: bool) -> Vec<String> {
+    let lib = |name: &str, depth: usize| -> Vec<String> {
+        if got {
+            vec![format!("{}{name}@plt();", "  ".repeat(depth))]
+        } else {
+            Vec::new()
+        }
+    };
+    let open = |name: &str, depth: usize| format!("{}{name}() {{", "  ".repeat(depth));
+    let close = |name: &str, depth: usize| format!("{}}} /* {name} */", "  ".repeat(depth));
+    let mut want = vec![open("main", 0)];
+    want.extend(lib(if opt == "-O2" { "strtol" } else { "atoi" }, 1));
+    for _ in 0..2 {
+        want.extend([open("a", 1), open("b", 2)]);
+        if got {
+            want.push(open("c", 3));
+            want.extend(lib("strlen", 4));
+            want.extend(lib("getpid", 4));
+            want.push(close("c", 3));
+        } else {
+            want.push("      c();".into());
+        }
+        want.extend([close("b", 2), close("a", 1)]);
+        if got {
+            want.push(open("tail", 1));
+            want.extend(lib("getpid", 2));
+            want.push(close("tail", 1));
+        } else if has_tail {
+            want.push("  tail();".into());
+        }
+        want.extend(lib("getpid", 1));
+    }
+    want.extend(lib("printf", 1));
+    want.extend(lib("fflush", 1));
+    want.push(close("main", 0));
+    want
+}
+
+/// `trace --plt` of a program built with `-fno-plt` (uftrace's t212 is
+/// this shape): every library call goes through a GOT slot, which the
+/// in-process transport points at a stub (`auto` takes it for `--plt`);
+/// the tree is the one written down by hand, at -O0 and -O2, with the tail
+/// call through a slot and the calls through a pointer taken from one.
+/// ptrace and perf break in code: they list those functions as not
+/// traced, with why, and trace the rest.
+fn no_plt_calls_are_traced_through_their_got_slots(tr: &str) {
+    for opt in ["-O0", "-O2"] {
+        let prog = noplt(opt);
+        let o = trace_argv(tr, &["--plt", "--no-pid"], &prog, &["2"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{tr} {opt}: {err}");
+        let text = String::from_utf8_lossy(&o.stdout);
+        // From `main` on (ptrace traces the C run-time's `_init` and
+        // destructors around it).
+        let got: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.split_once("| ").map(|(_, f)| f.to_string()))
+            .skip_while(|l| l != "main() {")
+            .take_while(|l| l != "} /* main */")
+            .chain(["} /* main */".to_string()])
+            .collect();
+        let in_process = tr == "inproc" || tr == "auto";
+        let has_tail = !(tr == "perf" && opt == "-O2");
+        assert_eq!(
+            got,
+            noplt_tree(opt, in_process, has_tail),
+            "{tr} {opt}: {text}\n{err}"
+        );
+        assert!(
+            text.starts_with("16\n") || text.contains("\n16\n"),
+            "{text}"
+        );
+        let refused = err
+            .lines()
+            .find(|l| l.contains("called through its GOT slot"))
+            .unwrap_or("");
+        if in_process {
+            assert_eq!(refused, "", "{tr} {opt}: {err}");
+            assert!(err.contains("20 calls (20 returned, 0 unwound)"), "{err}");
+        } else {
+            assert!(
+                refused.starts_with(
+                    "wprobe: not traced (called through its GOT slot, with no PLT entry (code \
+                     built with -fno-plt): only --transport inproc traces such calls): "
+                ),
+                "{tr} {opt}: {err}"
+            );
+            let atoi = if opt == "-O2" { "strtol" } else { "atoi" };
+            for f in ["getpid", "strlen", "printf", atoi] {
+                assert!(refused.contains(&format!("{f}@plt")), "{f}: {err}");
+            }
+        }
+    }
+}
+
+/// A `-fno-plt` program attached with `-p` and let go (SIGINT to wprobe):
+/// its GOT slot holds the stub's address while traced and the function's
+/// again after, and the program goes on calling through it (under
+/// inproc, and under `auto`, which takes it).
+fn a_got_slot_is_restored_when_the_trace_ends() {
+    for tr in ["inproc", "auto"] {
+        got_slot_restored(tr);
+    }
+}
+
+fn got_slot_restored(tr: &str) {
+    let prog = noplt("-O2");
+    let mut child = Command::new(&prog)
+        .args(["1", "spin"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "8\n");
+    let elf = wprobe_elf::ElfInfo::open(&prog).unwrap();
+    let slot = crate::support::cli::load_bias(pid, &prog) + elf.got_slot("getpid").unwrap();
+    let before = crate::support::cli::live_bytes(pid, slot, 8);
+    let out = file("noplt-attach", tr);
+    let w = wprobe()
+        .args(["trace", "--transport", tr, "--plt", "-o"])
+        .arg(&out)
+        .args(["-p", &pid.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while crate::support::cli::live_bytes(pid, slot, 8) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot was never pointed at a stub"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Calls traced through the slot, then the trace ended.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&out).is_ok_and(|t| t.matches("getpid@plt();").count() >= 10) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no getpid@plt calls traced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    crate::support::cli::signal(w.id(), "INT");
+    let o = crate::support::cli::output_within_child(w, 60);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(crate::support::cli::live_bytes(pid, slot, 8), before);
+    // Still running, still calling through the slot.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(child.try_wait().unwrap().is_none(), "the program ended");
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

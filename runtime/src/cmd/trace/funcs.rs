@@ -25,6 +25,10 @@ pub enum Origin {
     Exe,
     /// A PLT entry of the executable (`--plt`): a call to a library.
     Plt,
+    /// The GOT slot through which the executable calls a library function
+    /// that has no PLT entry (`--plt`; code built with `-fno-plt`): traced
+    /// by pointing the slot at a stub (the in-process transport only).
+    Got,
     /// A function of a shared library (`--lib`).
     Lib,
 }
@@ -115,6 +119,7 @@ pub fn select(
     module_functions(&elf, &exe_path, Origin::Exe, sel, &mut funcs, &mut skipped);
     if sel.plt {
         plt_entries(&elf, &exe_path, sel, &mut funcs, &mut skipped)?;
+        got_calls(&elf, &exe_path, sel, &mut funcs, &mut skipped);
     }
     for lib in libraries {
         match ElfInfo::open(lib) {
@@ -345,6 +350,59 @@ fn plt_entries(
         });
     }
     Ok(())
+}
+
+/// C run-time start-up functions the executable reaches through a GOT
+/// slot (`_start`'s call of `__libc_start_main`, the destructors'
+/// `__cxa_finalize`, weak hooks): not traced unless a `-F` names them.
+const STARTUP_IMPORTS: &[&str] = &[
+    "__libc_start_main",
+    "__cxa_finalize",
+    "__gmon_start__",
+    "_ITM_deregisterTMCloneTable",
+    "_ITM_registerTMCloneTable",
+];
+
+/// The library functions the executable calls through a GOT slot and no
+/// PLT entry (`call *f@GOTPCREL(%rip)`, code built with `-fno-plt`),
+/// named `SYMBOL@plt` as the calls through a PLT entry are: one function
+/// per slot, its entry the slot (see [`Origin::Got`]).
+fn got_calls(
+    elf: &ElfInfo,
+    path: &Path,
+    sel: &Selection,
+    funcs: &mut Vec<Func>,
+    skipped: &mut Vec<NotTraced>,
+) {
+    for (slot, name) in elf.got_only_imports() {
+        let plt_name = format!("{name}@plt");
+        let shown = format!("{}@plt", shown_name(sel, name));
+        if excluded(sel, &plt_name, &shown) || excluded(sel, name, &shown_name(sel, name)) {
+            continue;
+        }
+        if STARTUP_IMPORTS.contains(&name)
+            && !named_by_filter(sel, &plt_name)
+            && !named_by_filter(sel, name)
+        {
+            continue;
+        }
+        if RETURNS_TWICE.contains(&name) {
+            skipped.push(NotTraced {
+                name: shown,
+                reason: "shares its caller's stack with the child: its returns cannot be paired with its calls".into(),
+            });
+            continue;
+        }
+        funcs.push(Func {
+            name: plt_name,
+            shown,
+            module: path.to_path_buf(),
+            link: slot,
+            opcode: elf.bytes_at(slot, 1).map_or(0, |b| b[0]),
+            origin: Origin::Got,
+            line: None,
+        });
+    }
 }
 
 /// The shared libraries `--lib` globs name, for a command about to be

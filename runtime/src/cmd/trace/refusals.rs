@@ -53,6 +53,11 @@ fn common_reason(why: &str) -> String {
     r.to_string()
 }
 
+/// Why a transport that breaks in code refuses a library function the
+/// executable calls through a GOT slot ([`super::funcs::Origin::Got`]).
+const GOT_ONLY_INPROC: &str = "called through its GOT slot, with no PLT entry (code built with \
+     -fno-plt): only --transport inproc traces such calls";
+
 /// Prints the functions not traced, once, grouped by reason.
 pub(super) fn list_not_traced(skipped: &[NotTraced]) {
     let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -85,9 +90,18 @@ pub(super) fn report_arm_failures(
             continue;
         };
         if seen.insert(fi) {
+            // A ptrace breakpoint or a uprobe goes into code; a GOT slot
+            // holds an address.
+            let reason = if table[fi].origin == super::funcs::Origin::Got
+                && why.contains("is not in an executable")
+            {
+                GOT_ONLY_INPROC.to_string()
+            } else {
+                common_reason(why)
+            };
             skipped.push(NotTraced {
                 name: table[fi].shown.clone(),
-                reason: common_reason(why),
+                reason,
             });
         }
     }

@@ -22,12 +22,13 @@
 //! (`plan_return`), the `ret`s of the functions of other modules they
 //! tail-call (`outside`); continuation sites after the calls of a
 //! function (`continuations`) and the return probes of PLT entries
-//! (`plt`); the stub areas and their stubs, and the watchpoints' stubs
+//! (`plt`) and of GOT slots (`got`, `-fno-plt` calls); the stub areas and their stubs, and the watchpoints' stubs
 //! (`stubs`); the jumps written (`install`) and the bytes put back or
 //! forgotten (`restore`); the sites that trap instead (`trap_sites`).
 
 mod check;
 mod continuations;
+mod got;
 mod install;
 mod module;
 mod near;

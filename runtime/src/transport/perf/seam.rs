@@ -254,7 +254,7 @@ impl PerfTracer {
         // Only the module's own `ret`s: a uprobe on the `ret`s of a
         // function of another module (`malloc`'s) would cost every call of
         // it in the process a trap.
-        if found.rets.is_empty() {
+        if found.rets.is_empty() && !found.never_returns {
             return Err(crate::transport::retsites::no_ret(
                 &found.function,
                 &elf.path,

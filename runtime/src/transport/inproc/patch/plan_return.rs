@@ -31,17 +31,12 @@ impl Patcher {
         opcode: Option<u8>,
     ) -> Result<usize, String> {
         self.read_ahead(maps);
-        let mut entry = match self.by_probe_addr.get(&addr) {
-            Some(_) => None,
-            None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
-        };
         let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
         let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
-        let module = self
-            .modules
-            .get(&path)
-            .and_then(|r| r.as_ref().ok())
-            .ok_or_else(|| format!("reading {}", path.display()))?;
+        let module = match self.module(&path) {
+            Ok(m) => m.clone(),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
         let file_off = addr - m.start + m.offset;
         if let Some(link) = module.vaddr_of_offset(file_off)
             && module.elf().is_plt_entry(link)
@@ -49,6 +44,23 @@ impl Patcher {
             let bias = addr.wrapping_sub(link);
             return self.plan_plt_return(world, maps, tag, addr, opcode, &path, link, bias);
         }
+        if !m.exec
+            && let Some(link) = module.vaddr_of_offset(file_off)
+            && module.elf().is_import_slot(link)
+        {
+            let bias = addr.wrapping_sub(link);
+            return self.plan_got_return(world, maps, tag, addr, &path, link, bias);
+        }
+        let mut entry = match self.by_probe_addr.get(&addr) {
+            Some(_) => None,
+            None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
+        };
+        let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
+        let module = self
+            .modules
+            .get(&path)
+            .and_then(|r| r.as_ref().ok())
+            .ok_or_else(|| format!("reading {}", path.display()))?;
         // The entry's refusal first, as when it is checked alone.
         let mut found =
             match crate::transport::retsites::return_sites(module.elf(), file_off, "inproc") {
@@ -93,7 +105,7 @@ impl Patcher {
         )?;
         let (outside_rets, outside_found, outside_refused) =
             self.outside_ret_windows(world, maps, &found.outside, slots);
-        if !own_rets && !outside_found {
+        if !own_rets && !outside_found && !found.never_returns {
             if outside_refused {
                 return Err(format!(
                     "{} in {} has no `ret` instruction of its own, and one of the `ret`s of \

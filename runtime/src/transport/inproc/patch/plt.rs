@@ -18,7 +18,7 @@ impl Patcher {
     /// to, when every one takes a jump (a trap there would stop every call
     /// of it in the process); how many `ret`s are covered (0: none;
     /// `usize::MAX`: the function has none, its calls never return).
-    fn plan_import_rets(
+    pub(super) fn plan_import_rets(
         &mut self,
         world: &mut World,
         maps: &[Mapping],
@@ -35,7 +35,7 @@ impl Patcher {
                         .elf()
                         .imports
                         .iter()
-                        .find(|(a, n)| n == name && *a != link)
+                        .find(|(a, n)| n == name && (*a != link || m.elf().is_import_slot(*a)))
                         .map(|&(a, _)| a),
                     _ => None,
                 };

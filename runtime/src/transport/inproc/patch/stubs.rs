@@ -9,13 +9,13 @@ use super::{Area, Patcher, Planned};
 use crate::transport::inproc::world::World;
 
 /// Bytes of one stub area (the trampoline and about 3,000 stubs).
-const AREA_BYTES: u64 = 256 << 10;
+pub(super) const AREA_BYTES: u64 = 256 << 10;
 
 /// Offset of the dispatch slot in an area (after the trampoline).
 pub(super) const SLOT_OFF: u64 = 512;
 
 /// Offset of the first stub.
-const STUBS_OFF: u64 = 576;
+pub(super) const STUBS_OFF: u64 = 576;
 
 /// Room below which an area is not tried for another stub (smaller than
 /// any stub).
@@ -67,7 +67,7 @@ impl Patcher {
 
     /// Maps a new stub area within rel32 reach of `near` (its trampoline
     /// written, its dispatch slot empty until `install`).
-    fn new_area(&mut self, world: &mut World, near: u64) -> Result<(), String> {
+    pub(super) fn new_area(&mut self, world: &mut World, near: u64) -> Result<(), String> {
         let base = {
             let mut t = world.target(world.runner().map_err(|e| e.to_string())?);
             agent_loader::loader::map_near(

@@ -1,0 +1,162 @@
+//! Return probes on GOT slots (`trace --plt` of code built with
+//! `-fno-plt`, whose calls of library functions are `call
+//! *f@GOTPCREL(%rip)` and go through no PLT entry): the slot is pointed at
+//! a stub that dispatches the entry and jumps on to the address the slot
+//! held; the returns are caught as a PLT entry's are (continuation sites
+//! after the calls through the slot, the `ret`s of the function it leads
+//! to).
+
+use std::path::Path;
+
+use agent_abi::site_kind;
+use agent_loader::stub::{self, Site};
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+
+use super::stubs::{AREA_BYTES, STUBS_OFF};
+use super::{Patcher, Planned, mapping_of};
+use crate::proc::procmaps::Mapping;
+use crate::transport::inproc::world::World;
+
+/// Bytes before a GOT site's stub in its area: the address the slot held,
+/// which the stub's last instruction jumps through.
+const SAVED: u64 = 16;
+
+impl Patcher {
+    /// Plans the return probe `tag` on the GOT slot at `slot` (link-time
+    /// `link`, load bias `bias`, module `path`) of the import `name`: the
+    /// slot's site (its 8 bytes become the stub's address when installed,
+    /// the address it held kept by the stub), a continuation site after
+    /// each `call` through the slot, and return sites at the `ret`s of the
+    /// function it leads to where every one takes a jump. A call that
+    /// reaches the function through a pointer taken from the slot is
+    /// traced too (the pointer is the stub's).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the planner's state, the stopped process and the slot's facts"
+    )]
+    pub(super) fn plan_got_return(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        tag: usize,
+        slot: u64,
+        path: &Path,
+        link: u64,
+        bias: u64,
+    ) -> Result<usize, String> {
+        let name = match self.modules.get(path) {
+            Some(Ok(m)) => m.elf().import_at(link).unwrap_or("?").to_string(),
+            _ => "?".into(),
+        };
+        if let Some(&i) = self.by_probe_addr.get(&slot) {
+            let s = &mut self.sites[i];
+            if !s.ret_tags.contains(&tag) {
+                s.ret_tags.push(tag);
+            }
+            return Ok(i);
+        }
+        let mut held = [0u8; 8];
+        if world.peek(slot, &mut held) != 8 {
+            return Err(format!("its GOT slot at {slot:#x} cannot be read"));
+        }
+        let target = u64::from_le_bytes(held);
+        if !mapping_of(maps, target).is_some_and(|m| m.exec) {
+            return Err(format!(
+                "{name}@plt in {}: its GOT slot at {slot:#x} holds {target:#x}, which is not \
+                 code (a weak function no module defines, or data)",
+                path.display()
+            ));
+        }
+        let inode = mapping_of(maps, slot).map_or(0, |m| m.inode);
+        let mut conts = self.plan_continuations(world, maps, path, bias, link, &name, false, false);
+        let rets = self.plan_import_rets(world, maps, path, link, &name);
+        if rets == 0 {
+            conts = self.plan_continuations(world, maps, path, bias, link, &name, false, true);
+        }
+        if conts == 0 && rets == 0 {
+            return Err(format!(
+                "{name}@plt in {}: no call through its GOT slot where a jump fits after the \
+                 call, where its returns would be seen: --transport inproc cannot observe its \
+                 returns",
+                path.display()
+            ));
+        }
+        let id = self.sites.len() as u32;
+        let (area, at, code, site) = self.got_stub_for(world, slot, id)?;
+        let a = &mut self.areas[area];
+        let off = (at - a.base) as usize;
+        a.code[off..off + 8].copy_from_slice(&target.to_le_bytes());
+        let stub_at = at + SAVED;
+        let off = (stub_at - a.base) as usize;
+        a.code[off..off + code.len()].copy_from_slice(&code);
+        a.next = stub_at - a.base + code.len() as u64;
+        self.by_probe_addr.insert(slot, id as usize);
+        self.push_site(Planned {
+            site,
+            tags: Vec::new(),
+            ret_tags: vec![tag],
+            kind: site_kind::PROBE,
+            orig: held.to_vec(),
+            patch: stub_at.to_le_bytes().to_vec(),
+            inode,
+            patched: false,
+            trap: None,
+            stub: stub_at,
+            cave: None,
+        });
+        Ok(id as usize)
+    }
+
+    /// Room for a GOT site's saved address and stub in an area within
+    /// reach of the slot (a new one if none has room): (area, address of
+    /// the saved address, the stub's code, the site).
+    fn got_stub_for(
+        &mut self,
+        world: &mut World,
+        slot: u64,
+        id: u32,
+    ) -> Result<(usize, u64, Vec<u8>, Site), String> {
+        let try_area = |base: u64, next: u64| -> Option<(u64, Vec<u8>, Site)> {
+            let at = base + next.next_multiple_of(16);
+            let site = got_site(slot, at).ok()?;
+            let code = stub::generate(&site, id, base, at + SAVED).ok()?;
+            (at + SAVED - base + code.len() as u64 <= AREA_BYTES).then_some((at, code, site))
+        };
+        for (i, a) in self.areas.iter().enumerate().rev() {
+            let reach = (a.base as i64).wrapping_sub(slot as i64);
+            if i32::try_from(reach).is_err() {
+                continue;
+            }
+            if let Some((at, code, site)) = try_area(a.base, a.next) {
+                return Ok((i, at, code, site));
+            }
+        }
+        self.new_area(world, slot)?;
+        let i = self.areas.len() - 1;
+        let base = self.areas[i].base;
+        let (at, code, site) = try_area(base, STUBS_OFF)
+            .ok_or_else(|| format!("generating the stub of the GOT slot at {slot:#x}"))?;
+        Ok((i, at, code, site))
+    }
+}
+
+/// The site of the GOT slot at `slot` whose original address is kept at
+/// `saved`: the 8 bytes of the slot, and, as its one displaced
+/// instruction, the jump through the saved address (`jmp *saved(%rip)`).
+fn got_site(slot: u64, saved: u64) -> Result<Site, String> {
+    let mut j = Instruction::with1(
+        Code::Jmp_rm64,
+        MemoryOperand::with_base_displ(Register::RIP, saved as i64),
+    )
+    .map_err(|e| e.to_string())?;
+    j.set_ip(slot);
+    j.set_len(6);
+    j.set_next_ip(slot + 6);
+    Ok(Site {
+        probe: slot,
+        addr: slot,
+        displaced: vec![j],
+        len: 8,
+        ret: None,
+    })
+}
