@@ -222,6 +222,18 @@ fn programs_executed_by_the_process_and_its_children_fork_followed_children() {
     }
 }
 
+/// Processes killed (`SIGKILL`) when dropped: a test that fails leaves
+/// none of its targets running.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+    }
+}
+
 /// The address of `target` in process `pid` and its original bytes.
 fn target_in(exe: &Path, pid: u32) -> (u64, Vec<u8>) {
     let link = sym(exe, "target");
@@ -353,11 +365,16 @@ fn a_child_armed_after_its_exec_is_restored_at_detach() {
     wait_patched(parent, addr, orig[0]);
     signal(parent, "USR1");
     let child: u32 = pids.next().unwrap().unwrap().trim().parse().unwrap();
+    // Killed whatever the outcome (a failed assertion left them running).
+    let _reap = KillOnDrop(vec![child, parent]);
     // Its new image, armed (an address of its own: a PIE mapped anew).
+    // Before its exec the child runs forkspin too (forked, `forkspin 1
+    // PROG`): its new image is the one whose arguments are `PROG 0`.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let (caddr, _) = loop {
-        let exe_now = std::fs::read_link(format!("/proc/{child}/exe")).ok();
-        if exe_now.as_deref() == std::fs::canonicalize(&exe).ok().as_deref()
+        let execed = std::fs::read(format!("/proc/{child}/cmdline"))
+            .is_ok_and(|c| c.ends_with(b"\x000\x00"));
+        if execed
             && std::fs::read_to_string(format!("/proc/{child}/maps"))
                 .is_ok_and(|m| m.contains("forkspin"))
         {
