@@ -1,11 +1,15 @@
 //! Unit tests of the reference interpreter on hand-built programs.
 
 use super::*;
-use crate::ast::{Body, BodyOwner, FileHeader, LocationKind, Probe, Proc};
+use crate::ast::{
+    Body, BodyOwner, FileHeader, Insn, LocationKind, Op, Probe, Proc, SlotOp, StackRel, VarOp,
+    VarSpace, Width,
+};
 use crate::model::ModelEnv;
 use crate::source::Span;
 use Op::*;
-use hostabi::record::{LogItem, decode_stacktrace};
+use hostabi::record::{ItemKind, LogItem, decode_stacktrace};
+use hostabi::regs;
 
 // ----- builder -----
 
