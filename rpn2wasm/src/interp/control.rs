@@ -36,7 +36,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    pub(super) fn dispatch(&mut self) -> Flow {
+    fn dispatch(&mut self) -> Flow {
         loop {
             let f = self.top();
             if let Some(h) = f.handler.take() {

@@ -24,7 +24,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    pub(super) fn ret(&mut self) -> Flow {
+    fn ret(&mut self) -> Flow {
         match self.calls.pop() {
             None => self.raise(Exception::CallStackOverflow, 0, 0),
             Some(f) => {
@@ -35,7 +35,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    pub(super) fn call(&mut self, insn: &Insn, p: usize) -> Flow {
+    fn call(&mut self, insn: &Insn, p: usize) -> Flow {
         let Some(proc_) = self.prog.procs.get(p) else {
             return Flow::Next;
         };
@@ -52,7 +52,7 @@ impl<'a> Machine<'a> {
         Flow::Jumped
     }
 
-    pub(super) fn exec(&mut self, insn: &Insn) -> Flow {
+    fn exec(&mut self, insn: &Insn) -> Flow {
         use Op::*;
         match insn.op {
             Nop => Flow::Next,
