@@ -22,8 +22,8 @@
 //! * Only regular files are included (never devices or FIFOs), and no file
 //!   larger than `MAX_SOURCE_BYTES` (64 MiB).
 //!
-//! This file holds the limits, the output types ([`PpLine`], [`LineIndex`]),
-//! [`preprocess`], the line-by-line pass over each file and [`read_source`].
+//! This file holds the limits, the output types (`PpLine`, `LineIndex`),
+//! `preprocess`, the line-by-line pass over each file and `read_source`.
 //! Submodules: `directive` the directives (conditionals, `#define`/`#undef`,
 //! `#include`); `expand` macro substitution; `tests` the unit tests.
 

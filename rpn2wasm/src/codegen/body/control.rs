@@ -168,6 +168,8 @@ impl BodyGen<'_> {
     /// loop. What it saves per iteration is the loop's own overhead in the
     /// machine code: wasmtime's fuel check at the loop header, the back
     /// edge and its register moves.
+    ///
+    /// [`unrollable_loops`]: super::analysis::unrollable_loops
     pub(super) fn unrolled_loop(&mut self, u: Unroll) {
         let body = self.body;
         let k = self.block_k[self.cur_block];
