@@ -9,9 +9,11 @@
 //! One store holds every program (global variables shared, local variables
 //! persisting: the ptrace transport's semantics); hits of all threads take
 //! turns on it through the store lock in the shared region. Per probe, the
-//! agent applies `ignore`, `maxhits` and `remove` and keeps the counters the
-//! tracer reports; handler runs with records (or with an outcome the tracer
-//! must act on) go to the shared ring.
+//! agent applies `ignore`, `maxhits` and `remove` (the rules of
+//! `agent_abi::policy`, the same code the tracer's session applies for the
+//! other transports) and keeps the counters the tracer reports; handler
+//! runs with records (or with an outcome the tracer must act on) go to the
+//! shared ring.
 //!
 //! Every entry point switches to an agent stack before running Rust code
 //! that may allocate or enter wasmtime; a panic (a bug) records its message

@@ -1,9 +1,10 @@
 //! One hit of one probe, under the store lock: its `ignore` count, the
 //! handler run (fuel, parameters, `wprobe_flush` after a fuel exhaustion),
-//! the probe's counters, the outcome (`remove`, `maxhits`), the first trap's
-//! message and the run's records pushed to the ring.
+//! the probe's counters, the outcome (`remove`, `maxhits`: the rules of
+//! `agent_abi::policy`, which the tracer's session applies too), the first
+//! trap's message and the run's records pushed to the ring.
 
-use agent_abi::{ControlHeader, ProbeSlot, RunHeader, probe_flag, rec, run_outcome};
+use agent_abi::{ControlHeader, ProbeSlot, RunHeader, policy, probe_flag, rec, run_outcome};
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicU64, Ordering};
 use hostabi::Outcome;
@@ -31,7 +32,7 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
     };
     bump(&slot.hits);
     let ignored = slot.ignored.load(Ordering::Relaxed);
-    if ignored < slot.ignore {
+    if policy::ignores(slot.ignore, ignored) {
         slot.ignored.store(ignored + 1, Ordering::Relaxed);
         return false;
     }
@@ -159,18 +160,12 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
         }
     }
     d.env.frame = core::ptr::null_mut();
-    #[allow(
-        clippy::single_match,
-        reason = "a match, for the comment on the outcomes it leaves alone"
-    )]
-    match Outcome::from_code(outcome) {
-        Some(Outcome::Remove) => slot.enabled.store(0, Ordering::Relaxed),
-        // `exit()` is bpftrace's: asynchronous. The handlers keep running
-        // (their map updates count) until the tracer, told by this run's
-        // entry, has detached; the tracer prints none of their output.
-        _ => {}
-    }
-    if slot.maxhits != 0 && runs >= slot.maxhits {
+    // `remove` and `maxhits`. Other outcomes leave the probe alone: `exit()`
+    // is bpftrace's, asynchronous; the handlers keep running (their map
+    // updates count) until the tracer, told by this run's entry, has
+    // detached; the tracer prints none of their output.
+    let removed = outcome == Outcome::Remove as i32;
+    if policy::after_run(removed, slot.maxhits, runs) == policy::Next::Disable {
         slot.enabled.store(0, Ordering::Relaxed);
     }
     true

@@ -3,7 +3,8 @@
 //! run at every hit, and the records, statistics and summary. One run loop
 //! for every transport: a transport reports hits and process events; the
 //! session resolves and arms (`arm`), counts and applies
-//! `ignore`/`maxhits`/`remove`, runs the handler, writes its records
+//! `ignore`/`maxhits`/`remove` (the rules of `agent_abi::policy`, which
+//! the in-process agent applies too), runs the handler, writes its records
 //! (`records`), and asks the transport for what a handler's outcome needs
 //! (`exit 1`, `exit 3`) when the transport can do it, counting it once
 //! otherwise. Per hit: no allocation once buffers are warm, no `/proc`
@@ -24,6 +25,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 
+use agent_abi::policy;
 use hostabi::Outcome;
 use hostabi::env::HitEnv;
 use hostabi::manifest::{Manifest, ProbeKind, Trigger};
@@ -536,7 +538,7 @@ impl Session {
         let spec_ignore = self.manifests[prog].probes[index].ignore as u64;
         let st = &mut self.probes[pi].stats;
         st.hits += 1;
-        if st.ignored < spec_ignore {
+        if policy::ignores(spec_ignore, st.ignored) {
             st.ignored += 1;
             return None;
         }
@@ -577,12 +579,12 @@ impl Session {
         Some(out)
     }
 
-    /// Whether probe `pi` has used up its `maxhits`.
-    fn exhausted(&self, pi: usize) -> bool {
+    /// What a handler run of probe `pi` (counted in its `runs`) means for
+    /// it ([`policy::after_run`]); `removed`: the handler returned `remove`.
+    fn after_run(&self, pi: usize, removed: bool) -> policy::Next {
         let p = &self.probes[pi];
         let maxhits = self.manifests[p.prog].probes[p.index].maxhits as u64;
-        // 0 means no limit, as `maxhits = 0` does in RPN (spec §6.1).
-        p.enabled && maxhits != 0 && p.stats.runs >= maxhits
+        policy::after_run(removed, maxhits, p.stats.runs)
     }
 
     /// Records the first hit of each probe for `wprobe bench -- CMD`; sets
@@ -646,8 +648,8 @@ impl Session {
         };
         let caps = t.info().caps;
         let mut action = Action::Continue;
+        let removed = out == RunOutcome::Returned(Outcome::Remove);
         match out {
-            RunOutcome::Returned(Outcome::Remove) => self.disable(t, pi),
             RunOutcome::Returned(Outcome::DebuggerHandoff) if caps.debugger_handoff => {
                 action = Action::HandoffToDebugger;
             }
@@ -660,7 +662,7 @@ impl Session {
             RunOutcome::Returned(Outcome::CrashDump) => self.crash_dump_unavailable(pi),
             _ => {}
         }
-        if self.exhausted(pi) {
+        if self.after_run(pi, removed) == policy::Next::Disable {
             self.disable(t, pi);
         }
         action
