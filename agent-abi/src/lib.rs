@@ -288,6 +288,51 @@ pub struct Stats {
     pub _reserved: [AtomicU64; 2],
 }
 
+/// A probe's counters, as [`ProbeSlot`] keeps them in the region (a
+/// snapshot, or the increments since an earlier one): the one set of
+/// counters the agent, its loader and the tracer's session use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Hits (ignored ones included).
+    pub hits: u64,
+    /// Hits skipped by `ignore`.
+    pub ignored: u64,
+    /// Handler runs.
+    pub runs: u64,
+    /// Runs that exhausted their fuel.
+    pub fuel_exhausted: u64,
+    /// Runs that trapped.
+    pub traps: u64,
+    /// Runs ended by an uncaught exception.
+    pub uncaught: u64,
+    /// Runs whose records could not be delivered.
+    pub dropped: u64,
+    /// Hits that ran no handler (a hit inside a handler of the same
+    /// thread, and the like).
+    pub missed: u64,
+    /// Return-probe calls among `missed` that were not tracked because
+    /// their thread tracked as many calls as it can (`missed_depth`).
+    pub missed_depth: u64,
+}
+
+impl RunCounts {
+    /// The increments from `earlier` to `self` (counters only grow; a
+    /// counter found lower counts 0).
+    pub fn since(&self, earlier: &RunCounts) -> RunCounts {
+        RunCounts {
+            hits: self.hits.saturating_sub(earlier.hits),
+            ignored: self.ignored.saturating_sub(earlier.ignored),
+            runs: self.runs.saturating_sub(earlier.runs),
+            fuel_exhausted: self.fuel_exhausted.saturating_sub(earlier.fuel_exhausted),
+            traps: self.traps.saturating_sub(earlier.traps),
+            uncaught: self.uncaught.saturating_sub(earlier.uncaught),
+            dropped: self.dropped.saturating_sub(earlier.dropped),
+            missed: self.missed.saturating_sub(earlier.missed),
+            missed_depth: self.missed_depth.saturating_sub(earlier.missed_depth),
+        }
+    }
+}
+
 /// One probe of the run (index = the probe id the tracer chose). The
 /// tracer sets `ignore` and `maxhits` before loading, and `enabled`; the
 /// agent counts. `hits + missed` is every hit of the probe while it was

@@ -16,7 +16,7 @@
 
 use agent_abi::{
     AGENT_ABI_VERSION, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader, PROBE_SLOT_SIZE, ProbeSlot,
-    RECORD_HEADER_SIZE, RUN_HEADER_SIZE, RecordHeader, RunHeader, entry,
+    RECORD_HEADER_SIZE, RUN_HEADER_SIZE, RecordHeader, RunCounts, RunHeader, entry,
 };
 use anyhow::{Result, ensure};
 use std::fs::File;
@@ -93,21 +93,6 @@ pub struct RunFacts {
     pub mono_offset_ns: u64,
     /// Pid of the launched command (0 when attached).
     pub child_pid: u64,
-}
-
-/// A snapshot of a probe's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[allow(missing_docs, reason = "the fields mirror agent_abi::ProbeSlot")]
-pub struct ProbeCounts {
-    pub hits: u64,
-    pub ignored: u64,
-    pub runs: u64,
-    pub fuel_exhausted: u64,
-    pub traps: u64,
-    pub uncaught: u64,
-    pub dropped: u64,
-    pub missed: u64,
-    pub missed_depth: u64,
 }
 
 /// A snapshot of the agent's process-wide counters.
@@ -452,12 +437,12 @@ impl Region {
     }
 
     /// Probe `p`'s counters.
-    pub fn probe_counts(&self, p: u32) -> ProbeCounts {
+    pub fn probe_counts(&self, p: u32) -> RunCounts {
         let Some(s) = self.probe(p) else {
-            return ProbeCounts::default();
+            return RunCounts::default();
         };
         let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        ProbeCounts {
+        RunCounts {
             hits: l(&s.hits),
             ignored: l(&s.ignored),
             runs: l(&s.runs),

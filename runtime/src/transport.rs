@@ -459,30 +459,8 @@ pub enum TargetOutcome {
 }
 
 /// Increments of a probe's statistics reported by a transport that runs
-/// the handlers itself ([`Event::Counted`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunCounts {
-    /// Hits (ignored ones included).
-    pub hits: u64,
-    /// Hits skipped by `ignore`.
-    pub ignored: u64,
-    /// Handler runs.
-    pub runs: u64,
-    /// Runs that exhausted their fuel.
-    pub fuel_exhausted: u64,
-    /// Runs that trapped.
-    pub traps: u64,
-    /// Runs ended by an uncaught exception.
-    pub uncaught: u64,
-    /// Runs whose records could not be delivered.
-    pub dropped: u64,
-    /// Hits that ran no handler (a hit inside a handler of the same
-    /// thread, and the like).
-    pub missed: u64,
-    /// Return-probe calls among `missed` that were not tracked because
-    /// their thread tracked as many calls as it can (`missed_depth`).
-    pub missed_depth: u64,
-}
+/// the handlers itself ([`Event::Counted`]): the agent's counters.
+pub use agent_abi::RunCounts;
 
 /// A program, for a transport that runs the handlers itself
 /// ([`Transport::load_handlers`]).

@@ -46,8 +46,8 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
+use crate::transport::RunCounts;
 use agent_loader::LoadedAgent;
-use agent_loader::region::ProbeCounts;
 
 use self::patch::Patcher;
 use self::world::World;
@@ -106,7 +106,7 @@ pub struct InProc {
     /// Map region of each program: (offset, length) in the shared region.
     program_maps: Vec<(u64, u64)>,
     /// The counters last reported, by tag.
-    reported: Vec<ProbeCounts>,
+    reported: Vec<RunCounts>,
     sink: Sink,
     items: Vec<u32>,
     tick: Option<(Duration, Instant)>,

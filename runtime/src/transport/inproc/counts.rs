@@ -16,20 +16,7 @@ impl InProc {
                 continue;
             };
             if now != *last {
-                out.push((
-                    tag,
-                    RunCounts {
-                        hits: now.hits.saturating_sub(last.hits),
-                        ignored: now.ignored.saturating_sub(last.ignored),
-                        runs: now.runs.saturating_sub(last.runs),
-                        fuel_exhausted: now.fuel_exhausted.saturating_sub(last.fuel_exhausted),
-                        traps: now.traps.saturating_sub(last.traps),
-                        uncaught: now.uncaught.saturating_sub(last.uncaught),
-                        dropped: now.dropped.saturating_sub(last.dropped),
-                        missed: now.missed.saturating_sub(last.missed),
-                        missed_depth: now.missed_depth.saturating_sub(last.missed_depth),
-                    },
-                ));
+                out.push((tag, now.since(last)));
                 *last = now;
             }
         }

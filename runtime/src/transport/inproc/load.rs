@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use agent_loader::region::ProbeCounts;
+use crate::transport::RunCounts;
 use agent_loader::{LoadedAgent, ModuleSpec, ProbeSpec, RegionLayout, RunFacts, SiteSpec};
 
 use super::InProc;
@@ -170,7 +170,7 @@ impl InProc {
         }
         if !joined {
             // A region joined keeps its counters, reported so far.
-            self.reported = vec![ProbeCounts::default(); probes_cap as usize];
+            self.reported = vec![RunCounts::default(); probes_cap as usize];
         }
         let dispatch = agent.dispatch;
         self.agent = Some(agent);
