@@ -53,6 +53,12 @@ pub struct Call {
     pub regs: [u64; 7],
     /// Monotonic time of the entry, in ns.
     pub entry_ns: u64,
+    /// A call of a function that switches stacks (`swapcontext`): see
+    /// [`agent_abi::pairing`].
+    pub switches: bool,
+    /// Where its stack segment starts among its thread's calls (set by
+    /// [`CallStacks::push`]).
+    pub base: u32,
 }
 
 impl CallFrame for Call {
@@ -64,6 +70,15 @@ impl CallFrame for Call {
     }
     fn func(&self) -> u64 {
         self.func
+    }
+    fn switches(&self) -> bool {
+        self.switches
+    }
+    fn base(&self) -> u32 {
+        self.base
+    }
+    fn set_base(&mut self, base: u32) {
+        self.base = base;
     }
 }
 
@@ -125,12 +140,22 @@ pub struct CallStacks {
     threads: HashMap<i32, ThreadCalls>,
     /// Live calls per (process, probe).
     live: HashMap<(i32, usize), u32>,
+    /// Probes whose calls switch stacks ([`Call::switches`]).
+    switches: Vec<usize>,
 }
 
 impl CallStacks {
     /// No call tracked.
     pub fn new() -> CallStacks {
         CallStacks::default()
+    }
+
+    /// The calls of probe `tag` switch stacks (`swapcontext`): each is
+    /// tracked with [`Call::switches`] set.
+    pub fn mark_switch(&mut self, tag: usize) {
+        if !self.switches.contains(&tag) {
+            self.switches.push(tag);
+        }
     }
 
     /// Whether no call is tracked.
@@ -190,7 +215,7 @@ impl CallStacks {
 
     /// Tracks `call` in thread `tid`, unless `maxactive` calls of its probe
     /// are live in its process; false: not tracked (a missed call).
-    pub fn push(&mut self, tid: i32, call: Call, maxactive: u32) -> bool {
+    pub fn push(&mut self, tid: i32, mut call: Call, maxactive: u32) -> bool {
         let n = self.live.entry((call.pid, call.tag)).or_insert(0);
         if *n >= maxactive {
             return false;
@@ -198,6 +223,8 @@ impl CallStacks {
         *n += 1;
         let t = self.threads.entry(tid).or_default();
         t.pid = call.pid;
+        call.base = pairing::base(&t.calls) as u32;
+        call.switches = self.switches.contains(&call.tag);
         t.calls.push(call);
         true
     }
@@ -216,10 +243,10 @@ impl CallStacks {
         at: Option<u64>,
         out: &mut Vec<Gone>,
     ) -> usize {
-        let Some(t) = self.threads.get(&tid) else {
+        let Some(t) = self.threads.get_mut(&tid) else {
             return 0;
         };
-        let Some((i, n)) = pairing::returning(&t.calls, rsp_after, at) else {
+        let Some((i, n)) = pairing::returning(&mut t.calls, rsp_after, at) else {
             return 0;
         };
         self.cut(tid, i + 1, Left::Unwound, out);
@@ -279,6 +306,7 @@ impl CallStacks {
                     });
                 }
             }
+            pairing::rebase(&mut t.calls);
         }
         self.live.retain(|(_, t), _| *t != tag);
     }
@@ -311,6 +339,8 @@ mod tests {
             ret_addr: ret,
             regs: [rsp; 7],
             entry_ns: rsp,
+            switches: false,
+            base: 0,
         }
     }
 
