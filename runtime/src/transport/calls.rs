@@ -520,6 +520,33 @@ mod tests {
     }
 
     #[test]
+    fn an_open_swapcontext_keeps_the_calls_of_the_stack_it_left() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        s.mark_switch(2);
+        // main (0x8000) calls foo, foo calls swapcontext (tag 2) into bar,
+        // on a stack in main's frame: above foo's.
+        enter(&mut s, 9, call(0, F, 0x8000, 0x500), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x7000, F + 5), 64, &mut out);
+        enter(&mut s, 9, call(2, H, 0x6f00, G + 5), 64, &mut out);
+        enter(&mut s, 9, call(3, 0x4000, 0x7800, 0x9000), 64, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(s.calls(9).len(), 4);
+        assert_eq!(ret(&mut s, 9, 0x7808, 0x9000, &mut out)[0].tag, 3);
+        // The context's link resumes foo inside swapcontext.
+        assert_eq!(ret(&mut s, 9, 0x6f08, G + 5, &mut out)[0].tag, 2);
+        assert_eq!(ret(&mut s, 9, 0x7008, F + 5, &mut out)[0].tag, 1);
+        assert!(out.is_empty(), "{out:?}");
+        // Disabling a probe keeps the segments right.
+        enter(&mut s, 9, call(2, H, 0x7000, F + 9), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x3000, 0x9100), 64, &mut out);
+        s.drop_probe(1, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(s.calls(9).iter().map(|c| c.base).collect::<Vec<_>>(), [0, 0]);
+        assert!(s.calls(9)[1].switches);
+    }
+
+    #[test]
     fn a_signal_handler_on_the_same_stack_nests() {
         let mut s = CallStacks::new();
         let mut out = Vec::new();

@@ -915,6 +915,70 @@ mod tests {
         assert_eq!(t.counters.unwound, 2);
     }
 
+    /// A coroutine (3: body, 4: step, 5: leaf) on its own stack, resumed
+    /// by 1 (calling 2, `swapcontext`) from 0: its calls are parked while
+    /// the thread runs main's stack, and taken back, at their depths, when
+    /// its `swapcontext` returns; nothing is unwound.
+    #[test]
+    fn calls_of_a_stack_switched_away_from_are_parked_and_taken_back() {
+        let mut t = tree(Filters::default());
+        t.set_switches(vec![false, false, true, false, false, false]);
+        t.enter(T, 0, 0, 0x8000, 0, &[]);
+        t.enter(T, 1, 10, 0x7f00, 0, &[]);
+        t.enter(T, 2, 20, 0x7e00, 0, &[]);
+        t.enter(T, 3, 30, 0x3000, 0, &[]);
+        t.enter(T, 4, 40, 0x2f00, 0, &[]);
+        // The coroutine yields: main's swapcontext returns.
+        t.enter(T, 2, 50, 0x2e00, 0, &[]);
+        t.exit(T, 2, 60, 0, 0x7e00, 40, &[]);
+        assert_eq!(t.depth(T), 5, "two on main's stack, three parked");
+        t.enter(T, 5, 62, 0x7e00, 0, &[]);
+        t.exit(T, 5, 63, 0, 0x7e00, 1, &[]);
+        t.exit(T, 1, 64, 0, 0x7f00, 54, &[]);
+        // Resumed: the coroutine's swapcontext returns, its step calls
+        // the leaf and returns, the body returns, main's returns.
+        t.enter(T, 1, 70, 0x7f00, 0, &[]);
+        t.enter(T, 2, 71, 0x7e00, 0, &[]);
+        t.exit(T, 2, 80, 0, 0x2e00, 30, &[]);
+        t.enter(T, 5, 81, 0x2e00, 0, &[]);
+        t.exit(T, 5, 82, 0, 0x2e00, 1, &[]);
+        t.exit(T, 4, 83, 0, 0x2f00, 43, &[]);
+        t.exit(T, 3, 84, 0, 0x3000, 54, &[]);
+        t.exit(T, 2, 85, 0, 0x7e00, 14, &[]);
+        t.exit(T, 1, 86, 0, 0x7f00, 16, &[]);
+        t.exit(T, 0, 90, 0, 0x8000, 90, &[]);
+        let got: Vec<String> = brief(&t.sink.0)
+            .into_iter()
+            .map(|s| s.split(' ').next().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "0>0", "1>1", "2>2", "3>3", "4>4", "5>2", // switch to main
+                "2<2", "2>5", "2<5", "1<1", "1>1", "2>2", // switch back
+                "5<2", "5>5", "5<5", "4<4", "3<3", "2<2", "1<1", "0<0"
+            ]
+        );
+        assert_eq!(t.counters.unwound, 0);
+        assert_eq!(t.counters.returned, 10);
+        assert_eq!(t.depth(T), 0);
+    }
+
+    /// The end of a thread closes its parked calls too.
+    #[test]
+    fn parked_calls_end_with_their_thread() {
+        let mut t = tree(Filters::default());
+        t.set_switches(vec![false, false, true]);
+        t.enter(T, 0, 0, 0x8000, 0, &[]);
+        t.enter(T, 2, 10, 0x7e00, 0, &[]);
+        t.enter(T, 1, 20, 0x3000, 0, &[]);
+        t.enter(T, 2, 30, 0x2f00, 0, &[]);
+        t.exit(T, 2, 40, 0, 0x7e00, 30, &[]);
+        t.end_process(T.pid, How::Unwound(Cause::ProcessEnded));
+        assert_eq!(t.counters.unwound, 3);
+        assert_eq!(t.depth(T), 0);
+    }
+
     #[test]
     fn reported_unwinds_and_orphan_returns() {
         let mut t = tree(Filters::default());
