@@ -542,7 +542,10 @@ mod tests {
         enter(&mut s, 9, call(1, G, 0x3000, 0x9100), 64, &mut out);
         s.drop_probe(1, &mut out);
         assert_eq!(out.len(), 1);
-        assert_eq!(s.calls(9).iter().map(|c| c.base).collect::<Vec<_>>(), [0, 0]);
+        assert_eq!(
+            s.calls(9).iter().map(|c| c.base).collect::<Vec<_>>(),
+            [0, 0]
+        );
         assert!(s.calls(9)[1].switches);
     }
 

@@ -4,7 +4,7 @@
 //! coroutine on a stack of its own resumed three times, whose calls stay
 //! open across the switches. The function column is asserted exactly,
 //! the same under `inproc`, `ptrace` and `auto`, at `-O0` and `-O2`, with
-//! no call `unwound`.
+//! no call `unwound`, and the report's call counts by hand.
 
 use std::path::PathBuf;
 
@@ -107,6 +107,44 @@ fn swapcontext_trees(tr: &str) {
             .find(|l| l.starts_with("wprobe: trace: "))
             .unwrap_or_else(|| panic!("{tr} {opt}: no summary: {err}"));
         assert!(summary.ends_with(" returned, 0 unwound)"), "{summary}");
+
+        // The report counts every call once, by hand.
+        let mut c = wprobe();
+        c.args(["trace", "--transport", tr, "--plt", "-F", "main"])
+            .args(["--report", "--format", "json", "--"])
+            .arg(&prog)
+            .current_dir(scratch());
+        let o = output_within(c, 120);
+        assert_eq!(o.status.code(), Some(0), "{tr} {opt}: {}", stderr(&o));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+        let mut calls: Vec<(String, u64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r["function"].as_str().unwrap().to_string(),
+                    r["calls"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        calls.sort();
+        let want: Vec<(String, u64)> = [
+            ("bar", 1),
+            ("baz", 1),
+            ("co_body", 1),
+            ("co_step", 2),
+            ("foo", 1),
+            ("getcontext@plt", 2),
+            ("getpid@plt", 1),
+            ("leaf", 7),
+            ("main", 1),
+            ("makecontext@plt", 2),
+            ("resume", 3),
+            ("swapcontext@plt", 6),
+        ]
+        .iter()
+        .map(|&(f, n)| (f.to_string(), n))
+        .collect();
+        assert_eq!(calls, want, "{tr} {opt}");
     }
 }
 

@@ -795,6 +795,69 @@ impl<S: Sink> Tree<S> {
     }
 }
 
+/// The open calls of one thread as a view follows them through the steps,
+/// with what the view keeps for each (`T`): an exit closes the innermost
+/// open call at its depth of its function; calls above it up to an open
+/// call of a function that switches stacks are parked, as the tree parks
+/// them, and taken back when one of them exits.
+#[derive(Debug)]
+pub struct OpenSteps<T> {
+    stack: Vec<(u32, FuncId, T)>,
+    parked: Vec<Vec<(u32, FuncId, T)>>,
+}
+
+impl<T> Default for OpenSteps<T> {
+    fn default() -> OpenSteps<T> {
+        OpenSteps {
+            stack: Vec::new(),
+            parked: Vec::new(),
+        }
+    }
+}
+
+impl<T> OpenSteps<T> {
+    /// What the innermost open call (of the stack the thread runs on)
+    /// keeps.
+    pub fn top(&self) -> Option<&T> {
+        self.stack.last().map(|(_, _, t)| t)
+    }
+
+    /// What the open calls of the stack the thread runs on keep, outermost
+    /// first.
+    pub fn open(&self) -> impl Iterator<Item = &T> {
+        self.stack.iter().map(|(_, _, t)| t)
+    }
+
+    /// A call entered (step `s`).
+    pub fn enter(&mut self, s: &Step, t: T) {
+        self.stack.push((s.depth, s.func, t));
+    }
+
+    /// A call ended (step `s`): what it kept. `switches` tells the
+    /// functions that switch stacks.
+    pub fn exit(&mut self, s: &Step, switches: impl Fn(FuncId) -> bool) -> Option<T> {
+        let is = |e: &(u32, FuncId, T)| e.0 == s.depth && e.1 == s.func;
+        let k = match self.stack.iter().rposition(is) {
+            Some(k) => k,
+            None => {
+                let g = self.parked.iter().rposition(|g| g.iter().any(is))?;
+                let group = self.parked.remove(g);
+                self.stack.extend(group);
+                self.stack.iter().rposition(is)?
+            }
+        };
+        let mut group = Vec::new();
+        for e in self.stack.drain(k + 1..) {
+            let sw = switches(e.1);
+            group.push(e);
+            if sw {
+                self.parked.push(std::mem::take(&mut group));
+            }
+        }
+        self.stack.pop().map(|(_, _, t)| t)
+    }
+}
+
 /// Depth of the next call shown on top of `stack`: one deeper than its
 /// innermost shown call.
 fn next_depth(stack: &[Frame]) -> u32 {
@@ -962,6 +1025,58 @@ mod tests {
         assert_eq!(t.counters.unwound, 0);
         assert_eq!(t.counters.returned, 10);
         assert_eq!(t.depth(T), 0);
+    }
+
+    /// A view following the steps of the same run with [`OpenSteps`] sees
+    /// each call's caller on its own stack, and each exit close its call.
+    #[test]
+    fn views_follow_parked_calls_through_the_steps() {
+        let mut t = tree(Filters::default());
+        t.set_switches(vec![false, false, true, false, false, false]);
+        for (f, at, rsp) in [(0, 0, 0x8000), (1, 10, 0x7f00), (2, 20, 0x7e00)] {
+            t.enter(T, f, at, rsp, 0, &[]);
+        }
+        t.enter(T, 3, 30, 0x3000, 0, &[]);
+        t.enter(T, 4, 40, 0x2f00, 0, &[]);
+        t.enter(T, 2, 50, 0x2e00, 0, &[]);
+        t.exit(T, 2, 60, 0, 0x7e00, 40, &[]);
+        t.enter(T, 5, 62, 0x7e00, 0, &[]);
+        t.exit(T, 5, 63, 0, 0x7e00, 1, &[]);
+        t.enter(T, 2, 71, 0x7e01, 0, &[]);
+        t.exit(T, 2, 80, 0, 0x2e00, 30, &[]);
+        t.enter(T, 5, 81, 0x2e00, 0, &[]);
+        t.exit(T, 5, 82, 0, 0x2e00, 1, &[]);
+        t.exit(T, 4, 83, 0, 0x2f00, 43, &[]);
+        let mut open = OpenSteps::<FuncId>::default();
+        let mut seen = Vec::new();
+        for s in &t.sink.0 {
+            match s.kind {
+                StepKind::Enter { .. } => {
+                    seen.push(format!("{}<-{:?}", s.func, open.top()));
+                    open.enter(s, s.func);
+                }
+                StepKind::Exit { .. } => {
+                    let got = open.exit(s, |f| f == 2);
+                    assert_eq!(got, Some(s.func), "{s:?}");
+                }
+                StepKind::Note { .. } => {}
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                "0<-None",
+                "1<-Some(0)",
+                "2<-Some(1)",
+                "3<-Some(2)",
+                "4<-Some(3)",
+                "2<-Some(4)",
+                "5<-Some(1)",
+                "2<-Some(1)",
+                "5<-Some(4)"
+            ]
+        );
+        assert_eq!(open.open().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
     }
 
     /// The end of a thread closes its parked calls too.
