@@ -1069,8 +1069,8 @@ pub mod pairing {
                     sw: false,
                     base: 0,
                 }; 32];
-                for i in 0..self.len {
-                    a[i] = self.calls[i].unwrap();
+                for (d, c) in a.iter_mut().zip(&self.calls[..self.len]) {
+                    *d = c.unwrap();
                 }
                 a
             }
@@ -1114,8 +1114,8 @@ pub mod pairing {
             }
             fn open(&self) -> [char; 32] {
                 let mut o = [' '; 32];
-                for i in 0..self.len {
-                    o[i] = self.calls[i].unwrap().name;
+                for (d, c) in o.iter_mut().zip(&self.calls[..self.len]) {
+                    *d = c.unwrap().name;
                 }
                 o
             }
