@@ -6,7 +6,11 @@
 //! pair them (`agent_abi::pairing`): each thread has a fixed stack of
 //! tracked calls (entry registers, `rsp`, return address, entry time),
 //! mapped at its first tracked call, touched only by its own thread, so
-//! tracking takes no lock. A call found abandoned (`longjmp`, an exception
+//! tracking takes no lock. A thread running on several stacks
+//! (`swapcontext`) has its calls cut into segments, one per stack, an open
+//! call of a probe marked [`agent_abi::probe_flag::SWITCHES_STACK`] ending
+//! one (`agent_abi::pairing`): a segment a return is found in is moved to
+//! the end in place (no allocation). A call found abandoned (`longjmp`, an exception
 //! unwinding through it; or its thread gone, when a new thread takes over
 //! the thread slot) is reported to the tracer as an unwound record
 //! ([`agent_abi::rec::UNWOUND`]), innermost first, before the thread's

@@ -16,14 +16,19 @@
 //! address) and return together, innermost first.
 //!
 //! A call whose frame was left without a return (`longjmp`, a C++
-//! exception unwinding through it, `pthread_exit`, a coroutine switch) is
+//! exception unwinding through it, `pthread_exit`) is
 //! noticed as soon as the stack pointer proves it gone, as the kernel's
 //! uretprobes do (`cleanup_return_instances`): at an entry with a higher
 //! `rsp` than the call's (its return-address slot is free stack now), at
 //! the return of a call below it in the thread's stack, and at the end of
 //! its thread, process or image. Such calls are handed back as [`Gone`],
 //! innermost first, so that a consumer can close them ("unwound") in order
-//! with the thread's other events. Known limit (shared with uretprobes): a
+//! with the thread's other events. Stack pointers compare within one stack
+//! only: a call of a function that switches stacks (`swapcontext`, marked
+//! with [`CallStacks::mark_switch`]) keeps the calls of the stack it left
+//! from being judged by the other stack's (`agent_abi::pairing`: a
+//! thread's calls are cut into segments, one per stack). Known limit
+//! (shared with uretprobes): a
 //! signal handler running on an alternate stack (`sigaltstack`) placed
 //! *above* the interrupted stack makes traced calls inside it look like
 //! they abandoned the interrupted calls.
