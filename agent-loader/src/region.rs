@@ -429,6 +429,14 @@ impl Region {
         }
     }
 
+    /// Sets [`agent_abi::probe_flag`] bits `bits` of probe `p` (before it
+    /// is enabled).
+    pub fn set_probe_flags(&self, p: u32, bits: u32) {
+        if let Some(s) = self.probe(p) {
+            s.flags.fetch_or(bits, Ordering::Relaxed);
+        }
+    }
+
     /// Enables or disables probe `p`.
     pub fn set_probe_enabled(&self, p: u32, on: bool) {
         if let Some(s) = self.probe(p) {

@@ -6,7 +6,11 @@
 //! pair them (`agent_abi::pairing`): each thread has a fixed stack of
 //! tracked calls (entry registers, `rsp`, return address, entry time),
 //! mapped at its first tracked call, touched only by its own thread, so
-//! tracking takes no lock. A call found abandoned (`longjmp`, an exception
+//! tracking takes no lock. A thread running on several stacks
+//! (`swapcontext`) has its calls cut into segments, one per stack, an open
+//! call of a probe marked [`agent_abi::probe_flag::SWITCHES_STACK`] ending
+//! one (`agent_abi::pairing`): a segment a return is found in is moved to
+//! the end in place (no allocation). A call found abandoned (`longjmp`, an exception
 //! unwinding through it; or its thread gone, when a new thread takes over
 //! the thread slot) is reported to the tracer as an unwound record
 //! ([`agent_abi::rec::UNWOUND`]), innermost first, before the thread's
@@ -21,7 +25,9 @@ use crate::run::run_probe;
 use crate::thread::Slot;
 use crate::{agent, ring, sys, vdso};
 use agent_abi::pairing::{self, CallFrame};
-use agent_abi::{ControlHeader, ProbeSlot, RunHeader, left, rec, run_outcome, site_kind};
+use agent_abi::{
+    ControlHeader, ProbeSlot, RunHeader, left, probe_flag, rec, run_outcome, site_kind,
+};
 use core::sync::atomic::Ordering;
 use hostabi::env::EntryState;
 
@@ -35,6 +41,9 @@ pub const FIRST_DEPTH: usize = 1024;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tracked {
     probe: u32,
+    /// [`CallFrame::base`], with [`SWITCHES`] set for a call of a function
+    /// that switches stacks.
+    seg: u32,
     func: u64,
     entry_rsp: u64,
     ret_addr: u64,
@@ -54,7 +63,20 @@ impl CallFrame for Tracked {
     fn func(&self) -> u64 {
         self.func
     }
+    fn switches(&self) -> bool {
+        self.seg & SWITCHES != 0
+    }
+    fn base(&self) -> u32 {
+        self.seg & !SWITCHES
+    }
+    fn set_base(&mut self, base: u32) {
+        self.seg = (self.seg & SWITCHES) | (base & !SWITCHES);
+    }
 }
+
+/// The bit of [`Tracked::seg`] marking a call that switches stacks (bases
+/// stay below [`agent_abi::MAX_TRACKED_CALLS`]).
+const SWITCHES: u32 = 1 << 31;
 
 /// A thread's tracked calls, innermost last.
 #[repr(C)]
@@ -85,6 +107,14 @@ impl Shadow {
         // SAFETY: `calls` holds `cap >= len` calls, written up to `len`
         // (zero-filled beyond: a valid `Tracked`).
         unsafe { core::slice::from_raw_parts(self.calls, self.len as usize) }
+    }
+
+    /// The tracked calls, innermost last, to reorder (pairing moves a
+    /// stack's calls to the end when the thread switches back to it).
+    #[inline(always)]
+    fn calls_mut(&mut self) -> &mut [Tracked] {
+        // SAFETY: as in `calls`; the thread's own, borrowed mutably.
+        unsafe { core::slice::from_raw_parts_mut(self.calls, self.len as usize) }
     }
 
     /// Call `i` (below `cap`: a call just popped is still there).
@@ -337,17 +367,18 @@ fn stack_of(sh: &mut Shadow, rsp: u64) -> Option<(u64, u64)> {
 /// another address now has returned, its slot reused by a later call of
 /// its caller. Slots are read only on the thread's own stack, between
 /// `rsp` and the stack's top (mapped while the thread runs on it),
-/// innermost first, up to the first call whose slot is intact. Returns how
-/// many stay.
-fn returned_unseen(sh: &mut Shadow, kept: usize, rsp: u64) -> usize {
-    if kept == 0 || sh.call(kept - 1).entry_rsp <= rsp {
+/// innermost first, up to the first call whose slot is intact, never below
+/// `base`, the start of the thread's current stack segment (calls of other
+/// stacks are not judged by this one's `rsp`). Returns how many stay.
+fn returned_unseen(sh: &mut Shadow, kept: usize, base: usize, rsp: u64) -> usize {
+    if kept <= base || sh.call(kept - 1).entry_rsp <= rsp {
         return kept;
     }
     let Some((_, hi)) = stack_of(sh, rsp) else {
         return kept;
     };
     let mut k = kept;
-    while k > 0 {
+    while k > base {
         let c = &sh.calls()[k - 1];
         if c.entry_rsp <= rsp || c.entry_rsp.saturating_add(8) > hi {
             break;
@@ -387,7 +418,8 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
     // the thread's own stack.
     let ret_addr = unsafe { (f.rsp as *const u64).read() };
     let kept = pairing::kept_at_entry(sh.calls(), f.rsp, ret_addr, h.site.addr);
-    let kept = returned_unseen(sh, kept, f.rsp);
+    let base = pairing::base(sh.calls());
+    let kept = returned_unseen(sh, kept, base, f.rsp);
     cut(c, sh, kept, left::UNWOUND, lock);
     Some(Entry {
         shadow: sh,
@@ -405,6 +437,8 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
 pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>) {
     let t = now(h);
     let sh = e.shadow;
+    // The entry's calls share one segment (the one it enters in).
+    let base = pairing::base(sh.calls()) as u32;
     for &p in &h.site.ret_probes {
         let Some(slot) = crate::ctrl::probe(c, p) else {
             continue;
@@ -423,8 +457,10 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
         }
         slot.live
             .store(slot.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let switches = slot.flags.load(Ordering::Relaxed) & probe_flag::SWITCHES_STACK != 0;
         sh.push(Tracked {
             probe: p,
+            seg: base | if switches { SWITCHES } else { 0 },
             func: h.site.addr,
             entry_rsp: e.regs[6],
             ret_addr: e.ret_addr,
@@ -467,7 +503,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
         // SAFETY: just before a `ret`, `rsp` points at the return address.
         (rsp + 8, unsafe { (rsp as *const u64).read() })
     };
-    let Some((i, n)) = pairing::returning(sh.calls(), after, Some(at)) else {
+    let Some((i, n)) = pairing::returning(sh.calls_mut(), after, Some(at)) else {
         return 0;
     };
     cut(c, sh, i + 1, left::UNWOUND, lock);

@@ -174,6 +174,9 @@ pub struct Session {
     entry_notices: Vec<usize>,
     /// Programs whose return probes track every call (`track_every_call`).
     every_call: Vec<usize>,
+    /// Return probes (by index) on functions that switch stacks
+    /// (`mark_stack_switch`).
+    stack_switch: Vec<usize>,
     /// Modules checked for being Go programs (once each, at arming: the
     /// check parses the file's section headers), Go ones said so.
     go_noted: std::collections::HashSet<std::path::PathBuf>,
@@ -453,6 +456,7 @@ impl Session {
             use_cache: true,
             entry_notices: Vec::new(),
             every_call: Vec::new(),
+            stack_switch: Vec::new(),
             go_noted: Default::default(),
             metrics: None,
             metrics_pull_failed: false,
@@ -474,6 +478,20 @@ impl Session {
     /// reaches.
     pub fn track_every_call(&mut self, prog: usize) {
         self.every_call.push(prog);
+    }
+
+    /// Probe `index` of program `prog` is a return probe on a function that
+    /// switches stacks (`swapcontext`): the transport pairs calls knowing
+    /// it ([`crate::transport::Transport::mark_stack_switch`]).
+    pub fn mark_stack_switch(&mut self, prog: usize, index: usize) {
+        if let Some(pi) = self
+            .probes
+            .iter()
+            .position(|p| p.prog == prog && p.index == index)
+            && !self.stack_switch.contains(&pi)
+        {
+            self.stack_switch.push(pi);
+        }
     }
 
     /// `maxactive` of probe `pi`'s return probe as armed.

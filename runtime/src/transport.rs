@@ -605,6 +605,15 @@ pub trait Transport {
         ))
     }
 
+    /// Return probe `tag` is on a function that switches stacks
+    /// (`swapcontext`): its open calls keep the calls of the stack left
+    /// behind from being judged by the other stack's stack pointer
+    /// ([`agent_abi::pairing`]). Called before the probe is armed; a
+    /// transport that pairs no calls ignores it.
+    fn mark_stack_switch(&mut self, tag: usize) {
+        let _ = tag;
+    }
+
     /// Whether the launched command is stopped at its exec: the executable
     /// and the dynamic linker mapped, nothing run. The caller arms what is
     /// mapped, and the startup libraries on their files

@@ -279,6 +279,17 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         &notices,
         funcs.len(),
     )?;
+    // Calls of `swapcontext` switch stacks: the transports pair each
+    // stack's calls apart, and the tree shows each stack's calls under
+    // its own open calls.
+    let switches: Vec<bool> = funcs.iter().map(funcs::switches_stack).collect();
+    for (prog, map) in probes.by_prog.iter().enumerate() {
+        for (index, &(f, exit)) in map.iter().enumerate() {
+            if exit && switches[f as usize] {
+                session.mark_stack_switch(prog, index);
+            }
+        }
+    }
 
     // The outputs.
     crate::wasm::engine::interrupt_on(&engine, stop.clone());
@@ -290,10 +301,9 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         max_depth: a.depth,
         min_ns,
     };
-    let state = Rc::new(RefCell::new(TraceState::new(
-        probes,
-        Tree::new(filters, Views { list }),
-    )));
+    let mut tree = Tree::new(filters, Views { list });
+    tree.set_switches(switches);
+    let state = Rc::new(RefCell::new(TraceState::new(probes, tree)));
     session.set_record_hook(Box::new(Hook(state.clone())));
 
     // Launch or attach, arm, run.

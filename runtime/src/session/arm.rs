@@ -259,6 +259,7 @@ impl Session {
                         spec.maxactive_or_default()
                     }
                 };
+                let switches = self.stack_switch.clone();
                 let mut raised: Vec<(usize, u64)> = Vec::new();
                 let mut failed: Vec<(usize, String)> = Vec::new();
                 // Inherited from a parent (fork): raised already.
@@ -300,6 +301,9 @@ impl Session {
                             kind: watch_kind(k),
                         },
                     };
+                    if spec.r#return && switches.contains(&pi) {
+                        t.mark_stack_switch(pi);
+                    }
                     t.insert(pi, pid, addr, what)
                 });
                 self.held_semaphores(pid, raised, failed, report);
@@ -496,6 +500,9 @@ impl Session {
                     }
                     let sem_off = spec.semaphore.and_then(|s| elf.file_offset(s));
                     let (id, hold) = if spec.r#return {
+                        if self.stack_switch.contains(&pi) {
+                            t.mark_stack_switch(pi);
+                        }
                         (
                             t.insert_return_on_file(pi, &file, off, self.maxactive(pi, spec))?,
                             None,

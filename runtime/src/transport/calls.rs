@@ -16,14 +16,19 @@
 //! address) and return together, innermost first.
 //!
 //! A call whose frame was left without a return (`longjmp`, a C++
-//! exception unwinding through it, `pthread_exit`, a coroutine switch) is
+//! exception unwinding through it, `pthread_exit`) is
 //! noticed as soon as the stack pointer proves it gone, as the kernel's
 //! uretprobes do (`cleanup_return_instances`): at an entry with a higher
 //! `rsp` than the call's (its return-address slot is free stack now), at
 //! the return of a call below it in the thread's stack, and at the end of
 //! its thread, process or image. Such calls are handed back as [`Gone`],
 //! innermost first, so that a consumer can close them ("unwound") in order
-//! with the thread's other events. Known limit (shared with uretprobes): a
+//! with the thread's other events. Stack pointers compare within one stack
+//! only: a call of a function that switches stacks (`swapcontext`, marked
+//! with [`CallStacks::mark_switch`]) keeps the calls of the stack it left
+//! from being judged by the other stack's (`agent_abi::pairing`: a
+//! thread's calls are cut into segments, one per stack). Known limit
+//! (shared with uretprobes): a
 //! signal handler running on an alternate stack (`sigaltstack`) placed
 //! *above* the interrupted stack makes traced calls inside it look like
 //! they abandoned the interrupted calls.
@@ -53,6 +58,12 @@ pub struct Call {
     pub regs: [u64; 7],
     /// Monotonic time of the entry, in ns.
     pub entry_ns: u64,
+    /// A call of a function that switches stacks (`swapcontext`): see
+    /// [`agent_abi::pairing`].
+    pub switches: bool,
+    /// Where its stack segment starts among its thread's calls (set by
+    /// [`CallStacks::push`]).
+    pub base: u32,
 }
 
 impl CallFrame for Call {
@@ -64,6 +75,15 @@ impl CallFrame for Call {
     }
     fn func(&self) -> u64 {
         self.func
+    }
+    fn switches(&self) -> bool {
+        self.switches
+    }
+    fn base(&self) -> u32 {
+        self.base
+    }
+    fn set_base(&mut self, base: u32) {
+        self.base = base;
     }
 }
 
@@ -125,12 +145,22 @@ pub struct CallStacks {
     threads: HashMap<i32, ThreadCalls>,
     /// Live calls per (process, probe).
     live: HashMap<(i32, usize), u32>,
+    /// Probes whose calls switch stacks ([`Call::switches`]).
+    switches: Vec<usize>,
 }
 
 impl CallStacks {
     /// No call tracked.
     pub fn new() -> CallStacks {
         CallStacks::default()
+    }
+
+    /// The calls of probe `tag` switch stacks (`swapcontext`): each is
+    /// tracked with [`Call::switches`] set.
+    pub fn mark_switch(&mut self, tag: usize) {
+        if !self.switches.contains(&tag) {
+            self.switches.push(tag);
+        }
     }
 
     /// Whether no call is tracked.
@@ -190,7 +220,7 @@ impl CallStacks {
 
     /// Tracks `call` in thread `tid`, unless `maxactive` calls of its probe
     /// are live in its process; false: not tracked (a missed call).
-    pub fn push(&mut self, tid: i32, call: Call, maxactive: u32) -> bool {
+    pub fn push(&mut self, tid: i32, mut call: Call, maxactive: u32) -> bool {
         let n = self.live.entry((call.pid, call.tag)).or_insert(0);
         if *n >= maxactive {
             return false;
@@ -198,6 +228,8 @@ impl CallStacks {
         *n += 1;
         let t = self.threads.entry(tid).or_default();
         t.pid = call.pid;
+        call.base = pairing::base(&t.calls) as u32;
+        call.switches = self.switches.contains(&call.tag);
         t.calls.push(call);
         true
     }
@@ -216,10 +248,10 @@ impl CallStacks {
         at: Option<u64>,
         out: &mut Vec<Gone>,
     ) -> usize {
-        let Some(t) = self.threads.get(&tid) else {
+        let Some(t) = self.threads.get_mut(&tid) else {
             return 0;
         };
-        let Some((i, n)) = pairing::returning(&t.calls, rsp_after, at) else {
+        let Some((i, n)) = pairing::returning(&mut t.calls, rsp_after, at) else {
             return 0;
         };
         self.cut(tid, i + 1, Left::Unwound, out);
@@ -279,6 +311,7 @@ impl CallStacks {
                     });
                 }
             }
+            pairing::rebase(&mut t.calls);
         }
         self.live.retain(|(_, t), _| *t != tag);
     }
@@ -311,6 +344,8 @@ mod tests {
             ret_addr: ret,
             regs: [rsp; 7],
             entry_ns: rsp,
+            switches: false,
+            base: 0,
         }
     }
 
@@ -487,6 +522,36 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].tid, 20);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_open_swapcontext_keeps_the_calls_of_the_stack_it_left() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        s.mark_switch(2);
+        // main (0x8000) calls foo, foo calls swapcontext (tag 2) into bar,
+        // on a stack in main's frame: above foo's.
+        enter(&mut s, 9, call(0, F, 0x8000, 0x500), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x7000, F + 5), 64, &mut out);
+        enter(&mut s, 9, call(2, H, 0x6f00, G + 5), 64, &mut out);
+        enter(&mut s, 9, call(3, 0x4000, 0x7800, 0x9000), 64, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(s.calls(9).len(), 4);
+        assert_eq!(ret(&mut s, 9, 0x7808, 0x9000, &mut out)[0].tag, 3);
+        // The context's link resumes foo inside swapcontext.
+        assert_eq!(ret(&mut s, 9, 0x6f08, G + 5, &mut out)[0].tag, 2);
+        assert_eq!(ret(&mut s, 9, 0x7008, F + 5, &mut out)[0].tag, 1);
+        assert!(out.is_empty(), "{out:?}");
+        // Disabling a probe keeps the segments right.
+        enter(&mut s, 9, call(2, H, 0x7000, F + 9), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x3000, 0x9100), 64, &mut out);
+        s.drop_probe(1, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            s.calls(9).iter().map(|c| c.base).collect::<Vec<_>>(),
+            [0, 0]
+        );
+        assert!(s.calls(9)[1].switches);
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct InProc {
     maxactive: HashMap<usize, u32>,
     /// The return probes whose calls are reported as they enter.
     entry_notices: Vec<usize>,
+    /// The return probes on functions that switch stacks
+    /// (`Transport::mark_stack_switch`).
+    switch_tags: Vec<usize>,
     /// Where the run stands: arming, running, handing runs on, returned.
     run: Run,
     /// The probes removed while runs are handed on ([`Run::Draining`]).

@@ -36,6 +36,7 @@ mod sandbox;
 mod scale;
 mod system_wide;
 mod trace;
+mod trace_ucontext;
 mod tracer_death;
 mod transport_seam;
 mod usdt;
@@ -80,6 +81,7 @@ fn main() {
         scale::CASES,
         system_wide::CASES,
         trace::CASES,
+        trace_ucontext::CASES,
         tracer_death::CASES,
         transport_seam::CASES,
         usdt::CASES,

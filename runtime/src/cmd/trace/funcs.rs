@@ -52,6 +52,15 @@ pub struct Func {
     pub line: Option<String>,
 }
 
+/// Whether calls of `f` switch the thread to another stack and come back
+/// on this one when another context switches back (`swapcontext`, or its
+/// PLT entry): see `agent_abi::pairing`. (`setcontext` leaves its stack
+/// for good, as `longjmp` does; `makecontext`, `getcontext` stay on it.)
+pub fn switches_stack(f: &Func) -> bool {
+    let base = f.name.split('@').next().unwrap_or("");
+    matches!(base, "swapcontext" | "__swapcontext")
+}
+
 /// A function that is not traced, and why (listed at start).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotTraced {

@@ -10,6 +10,21 @@
 //!   `longjmp` or an exception unwinding past them, where the transport did
 //!   not say so first) are closed at that moment as unwound: a frame nested
 //!   in a returning call cannot outlive it.
+//! * **Stacks.** A call of a function that switches stacks
+//!   (`swapcontext`) leaves its thread's calls open while the thread runs
+//!   another context: calls the thread makes meanwhile nest inside it (a
+//!   new context's function is shown inside `swapcontext`, as uftrace
+//!   shows it). When a return closes a call below such calls and the
+//!   innermost call between them is an open switch call, those calls are
+//!   of another stack, waiting for their thread to switch back: they are
+//!   set aside (*parked*, one group per stack, each ending with its switch
+//!   call), not closed, and taken back, at the depths they were shown at,
+//!   when a return or an unwind closes one of them (the thread switched
+//!   back: that context's `swapcontext` returns). So each stack's lines are
+//!   at the depths of its own open calls, and every call is closed by its
+//!   own return. (With `--min-duration`, the steps held back are handed on
+//!   when calls are parked or taken back: calls open across a switch are
+//!   shown whatever their length.)
 //! * **Threads** are keyed by (pid, tid) and created at their first event;
 //!   a thread's tree is empty again when its last call returns, and a tid
 //!   reused by a later thread starts a fresh tree.
@@ -180,6 +195,10 @@ struct Frame {
 #[derive(Debug, Default)]
 struct ThreadState {
     stack: Vec<Frame>,
+    /// Calls of stacks the thread switched away from, each group ending
+    /// with its open switch call, the latest parked last.
+    parked: Vec<Vec<Frame>>,
+    /// Depth of the next call shown.
     shown: u32,
     last_ns: u64,
     /// Held-back steps (`--min-duration`), and where the entry of each
@@ -288,6 +307,8 @@ pub struct Tree<S: Sink> {
     /// Functions no longer traced (a probe of theirs could not be armed):
     /// their entries and returns are ignored.
     dropped: Vec<bool>,
+    /// Functions that switch stacks (`swapcontext`).
+    switches: Vec<bool>,
     /// The counters.
     pub counters: Counters,
     /// Where steps go.
@@ -303,6 +324,7 @@ impl<S: Sink> Tree<S> {
             has_filter: filters.filter_hit.iter().any(|b| *b),
             filters,
             dropped: Vec::new(),
+            switches: Vec::new(),
             counters: Counters::default(),
             sink,
         }
@@ -316,6 +338,109 @@ impl<S: Sink> Tree<S> {
             self.dropped.resize(i + 1, false);
         }
         self.dropped[i] = true;
+    }
+
+    /// Per function: whether its calls switch stacks (`swapcontext`).
+    pub fn set_switches(&mut self, switches: Vec<bool>) {
+        self.switches = switches;
+    }
+
+    fn switches(&self, func: FuncId) -> bool {
+        self.switches.get(func as usize).copied().unwrap_or(false)
+    }
+
+    /// The call of `func` entered with `rsp` among the open calls of `th`:
+    /// its index in the thread's stack, after taking its group back from
+    /// the parked ones when it is there (the thread switched back to its
+    /// stack).
+    fn find_call(&mut self, th: Thread, func: FuncId, rsp: u64) -> Option<usize> {
+        let st = self.threads.get_mut(th)?;
+        if let Some(k) = st
+            .stack
+            .iter()
+            .rposition(|f| f.func == func && f.rsp == rsp)
+        {
+            return Some(k);
+        }
+        let g = st
+            .parked
+            .iter()
+            .rposition(|g| g.iter().any(|f| f.func == func && f.rsp == rsp))?;
+        let group = st.parked.remove(g);
+        st.stack.extend(group);
+        st.shown = next_depth(&st.stack);
+        self.settle(th);
+        let st = self.threads.get_mut(th)?;
+        st.stack
+            .iter()
+            .rposition(|f| f.func == func && f.rsp == rsp)
+    }
+
+    /// The calls of `th` above index `k` end because call `k` ends: those
+    /// up to the innermost open switch call among them are of stacks the
+    /// thread switched away from, parked (a group per switch call); those
+    /// above it (or all, with no switch call among them) were left
+    /// unreported, closed as unwound at `end`.
+    fn end_above(&mut self, th: Thread, k: usize, end: u64) {
+        let Some(st) = self.threads.get(th) else {
+            return;
+        };
+        let last_switch = st.stack[k + 1..]
+            .iter()
+            .rposition(|f| self.switches(f.func))
+            .map(|j| k + 1 + j);
+        let keep = last_switch.map_or(k + 1, |j| j + 1);
+        let above = st.stack.len() - keep;
+        for _ in 0..above {
+            let inherited = self
+                .threads
+                .get(th)
+                .and_then(|s| s.stack.last())
+                .is_some_and(|f| f.inherited);
+            let how = if inherited {
+                // A call a fork child inherited: it returned in the child
+                // (unseen), as the forking call did.
+                How::Returned
+            } else {
+                How::Unwound(Cause::OuterReturned)
+            };
+            self.close(th, end, how, None, &[]);
+        }
+        if last_switch.is_some() {
+            let switches = std::mem::take(&mut self.switches);
+            let st = self
+                .threads
+                .get_mut(th)
+                .expect("invariant: the caller found the thread");
+            let moved: Vec<Frame> = st.stack.drain(k + 1..).collect();
+            let mut group = Vec::new();
+            for f in moved {
+                let sw = switches.get(f.func as usize).copied().unwrap_or(false);
+                group.push(f);
+                if sw {
+                    st.parked.push(std::mem::take(&mut group));
+                }
+            }
+            st.shown = next_depth(&st.stack);
+            self.switches = switches;
+            self.settle(th);
+        }
+    }
+
+    /// Hands on the steps held back for `--min-duration` (calls were
+    /// parked or taken back: the held steps no longer nest as the open
+    /// calls do).
+    fn settle(&mut self, th: Thread) {
+        let Some(st) = self.threads.get_mut(th) else {
+            return;
+        };
+        for i in &mut st.open {
+            *i = None;
+        }
+        let held = std::mem::take(&mut st.held);
+        for s in &held {
+            self.sink.step(s);
+        }
     }
 
     fn is_dropped(&self, func: FuncId) -> bool {
@@ -425,34 +550,19 @@ impl<S: Sink> Tree<S> {
         }
         let st = self.thread(th, entry_rsp, Some(func));
         st.last_ns = st.last_ns.max(time_ns);
-        let Some(k) = st
-            .stack
-            .iter()
-            .rposition(|f| f.func == func && f.rsp == entry_rsp)
-        else {
+        let Some(k) = self.find_call(th, func, entry_rsp) else {
             self.counters.orphan_returns += 1;
             return;
         };
+        let st = self
+            .threads
+            .get(th)
+            .expect("invariant: find_call found the thread");
         let end = st.stack[k]
             .entry_ns
             .saturating_add(elapsed_ns)
             .max(st.stack[k].entry_ns);
-        let above = st.stack.len() - (k + 1);
-        for _ in 0..above {
-            let inherited = self
-                .threads
-                .get(th)
-                .and_then(|s| s.stack.last())
-                .is_some_and(|f| f.inherited);
-            let how = if inherited {
-                // A call a fork child inherited: it returned in the child
-                // (unseen), as the forking call did.
-                How::Returned
-            } else {
-                How::Unwound(Cause::OuterReturned)
-            };
-            self.close(th, end, how, None, &[]);
-        }
+        self.end_above(th, k, end);
         self.close(th, end, How::Returned, Some(rax), extras);
     }
 
@@ -482,18 +592,15 @@ impl<S: Sink> Tree<S> {
             return;
         };
         let time_ns = st.last_ns;
-        let Some(k) = st
-            .stack
-            .iter()
-            .rposition(|f| f.func == func && f.rsp == entry_rsp)
-        else {
+        let Some(k) = self.find_call(th, func, entry_rsp) else {
             return;
         };
+        let st = self
+            .threads
+            .get(th)
+            .expect("invariant: find_call found the thread");
         let end = time_ns.max(st.stack[k].entry_ns);
-        let above = st.stack.len() - (k + 1);
-        for _ in 0..above {
-            self.close(th, end, How::Unwound(Cause::OuterReturned), None, &[]);
-        }
+        self.end_above(th, k, end);
         self.close(th, end, how, None, &[]);
     }
 
@@ -566,8 +673,21 @@ impl<S: Sink> Tree<S> {
             return;
         };
         let end = st.last_ns;
-        while self.threads.get(th).is_some_and(|s| !s.stack.is_empty()) {
-            self.close(th, end, how, None, &[]);
+        loop {
+            while self.threads.get(th).is_some_and(|s| !s.stack.is_empty()) {
+                self.close(th, end, how, None, &[]);
+            }
+            // The calls of stacks it had switched away from, the latest
+            // first.
+            let Some(st) = self.threads.get_mut(th) else {
+                return;
+            };
+            let Some(group) = st.parked.pop() else {
+                return;
+            };
+            st.stack = group;
+            st.shown = next_depth(&st.stack);
+            self.settle(th);
         }
     }
 
@@ -595,7 +715,7 @@ impl<S: Sink> Tree<S> {
         if !f.visible {
             return;
         }
-        st.shown -= 1;
+        st.shown = f.depth;
         // Its time is not the own time of the nearest shown call it is in
         // (with `-F` and `--depth`, calls hidden may lie between them).
         if dur >= min_ns
@@ -669,8 +789,83 @@ impl<S: Sink> Tree<S> {
 
     /// Depth of `th`'s tree now (open calls), for tests.
     pub fn depth(&self, th: Thread) -> usize {
-        self.threads.get(th).map_or(0, |s| s.stack.len())
+        self.threads.get(th).map_or(0, |s| {
+            s.stack.len() + s.parked.iter().map(Vec::len).sum::<usize>()
+        })
     }
+}
+
+/// The open calls of one thread as a view follows them through the steps,
+/// with what the view keeps for each (`T`): an exit closes the innermost
+/// open call at its depth of its function; calls above it up to an open
+/// call of a function that switches stacks are parked, as the tree parks
+/// them, and taken back when one of them exits.
+#[derive(Debug)]
+pub struct OpenSteps<T> {
+    stack: Vec<(u32, FuncId, T)>,
+    parked: Vec<Vec<(u32, FuncId, T)>>,
+}
+
+impl<T> Default for OpenSteps<T> {
+    fn default() -> OpenSteps<T> {
+        OpenSteps {
+            stack: Vec::new(),
+            parked: Vec::new(),
+        }
+    }
+}
+
+impl<T> OpenSteps<T> {
+    /// What the innermost open call (of the stack the thread runs on)
+    /// keeps.
+    pub fn top(&self) -> Option<&T> {
+        self.stack.last().map(|(_, _, t)| t)
+    }
+
+    /// What the open calls of the stack the thread runs on keep, outermost
+    /// first.
+    pub fn open(&self) -> impl Iterator<Item = &T> {
+        self.stack.iter().map(|(_, _, t)| t)
+    }
+
+    /// A call entered (step `s`).
+    pub fn enter(&mut self, s: &Step, t: T) {
+        self.stack.push((s.depth, s.func, t));
+    }
+
+    /// A call ended (step `s`): what it kept. `switches` tells the
+    /// functions that switch stacks.
+    pub fn exit(&mut self, s: &Step, switches: impl Fn(FuncId) -> bool) -> Option<T> {
+        let is = |e: &(u32, FuncId, T)| e.0 == s.depth && e.1 == s.func;
+        let k = match self.stack.iter().rposition(is) {
+            Some(k) => k,
+            None => {
+                let g = self.parked.iter().rposition(|g| g.iter().any(is))?;
+                let group = self.parked.remove(g);
+                self.stack.extend(group);
+                self.stack.iter().rposition(is)?
+            }
+        };
+        let mut group = Vec::new();
+        for e in self.stack.drain(k + 1..) {
+            let sw = switches(e.1);
+            group.push(e);
+            if sw {
+                self.parked.push(std::mem::take(&mut group));
+            }
+        }
+        self.stack.pop().map(|(_, _, t)| t)
+    }
+}
+
+/// Depth of the next call shown on top of `stack`: one deeper than its
+/// innermost shown call.
+fn next_depth(stack: &[Frame]) -> u32 {
+    stack
+        .iter()
+        .rev()
+        .find(|f| f.visible)
+        .map_or(0, |f| f.depth + 1)
 }
 
 /// The open calls a fork child's first thread inherits: the stack of the
@@ -781,6 +976,122 @@ mod tests {
             ]
         );
         assert_eq!(t.counters.unwound, 2);
+    }
+
+    /// A coroutine (3: body, 4: step, 5: leaf) on its own stack, resumed
+    /// by 1 (calling 2, `swapcontext`) from 0: its calls are parked while
+    /// the thread runs main's stack, and taken back, at their depths, when
+    /// its `swapcontext` returns; nothing is unwound.
+    #[test]
+    fn calls_of_a_stack_switched_away_from_are_parked_and_taken_back() {
+        let mut t = tree(Filters::default());
+        t.set_switches(vec![false, false, true, false, false, false]);
+        t.enter(T, 0, 0, 0x8000, 0, &[]);
+        t.enter(T, 1, 10, 0x7f00, 0, &[]);
+        t.enter(T, 2, 20, 0x7e00, 0, &[]);
+        t.enter(T, 3, 30, 0x3000, 0, &[]);
+        t.enter(T, 4, 40, 0x2f00, 0, &[]);
+        // The coroutine yields: main's swapcontext returns.
+        t.enter(T, 2, 50, 0x2e00, 0, &[]);
+        t.exit(T, 2, 60, 0, 0x7e00, 40, &[]);
+        assert_eq!(t.depth(T), 5, "two on main's stack, three parked");
+        t.enter(T, 5, 62, 0x7e00, 0, &[]);
+        t.exit(T, 5, 63, 0, 0x7e00, 1, &[]);
+        t.exit(T, 1, 64, 0, 0x7f00, 54, &[]);
+        // Resumed: the coroutine's swapcontext returns, its step calls
+        // the leaf and returns, the body returns, main's returns.
+        t.enter(T, 1, 70, 0x7f00, 0, &[]);
+        t.enter(T, 2, 71, 0x7e00, 0, &[]);
+        t.exit(T, 2, 80, 0, 0x2e00, 30, &[]);
+        t.enter(T, 5, 81, 0x2e00, 0, &[]);
+        t.exit(T, 5, 82, 0, 0x2e00, 1, &[]);
+        t.exit(T, 4, 83, 0, 0x2f00, 43, &[]);
+        t.exit(T, 3, 84, 0, 0x3000, 54, &[]);
+        t.exit(T, 2, 85, 0, 0x7e00, 14, &[]);
+        t.exit(T, 1, 86, 0, 0x7f00, 16, &[]);
+        t.exit(T, 0, 90, 0, 0x8000, 90, &[]);
+        let got: Vec<String> = brief(&t.sink.0)
+            .into_iter()
+            .map(|s| s.split(' ').next().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "0>0", "1>1", "2>2", "3>3", "4>4", "5>2", // switch to main
+                "2<2", "2>5", "2<5", "1<1", "1>1", "2>2", // switch back
+                "5<2", "5>5", "5<5", "4<4", "3<3", "2<2", "1<1", "0<0"
+            ]
+        );
+        assert_eq!(t.counters.unwound, 0);
+        assert_eq!(t.counters.returned, 10);
+        assert_eq!(t.depth(T), 0);
+    }
+
+    /// A view following the steps of the same run with [`OpenSteps`] sees
+    /// each call's caller on its own stack, and each exit close its call.
+    #[test]
+    fn views_follow_parked_calls_through_the_steps() {
+        let mut t = tree(Filters::default());
+        t.set_switches(vec![false, false, true, false, false, false]);
+        for (f, at, rsp) in [(0, 0, 0x8000), (1, 10, 0x7f00), (2, 20, 0x7e00)] {
+            t.enter(T, f, at, rsp, 0, &[]);
+        }
+        t.enter(T, 3, 30, 0x3000, 0, &[]);
+        t.enter(T, 4, 40, 0x2f00, 0, &[]);
+        t.enter(T, 2, 50, 0x2e00, 0, &[]);
+        t.exit(T, 2, 60, 0, 0x7e00, 40, &[]);
+        t.enter(T, 5, 62, 0x7e00, 0, &[]);
+        t.exit(T, 5, 63, 0, 0x7e00, 1, &[]);
+        t.enter(T, 2, 71, 0x7e01, 0, &[]);
+        t.exit(T, 2, 80, 0, 0x2e00, 30, &[]);
+        t.enter(T, 5, 81, 0x2e00, 0, &[]);
+        t.exit(T, 5, 82, 0, 0x2e00, 1, &[]);
+        t.exit(T, 4, 83, 0, 0x2f00, 43, &[]);
+        let mut open = OpenSteps::<FuncId>::default();
+        let mut seen = Vec::new();
+        for s in &t.sink.0 {
+            match s.kind {
+                StepKind::Enter { .. } => {
+                    seen.push(format!("{}<-{:?}", s.func, open.top()));
+                    open.enter(s, s.func);
+                }
+                StepKind::Exit { .. } => {
+                    let got = open.exit(s, |f| f == 2);
+                    assert_eq!(got, Some(s.func), "{s:?}");
+                }
+                StepKind::Note { .. } => {}
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                "0<-None",
+                "1<-Some(0)",
+                "2<-Some(1)",
+                "3<-Some(2)",
+                "4<-Some(3)",
+                "2<-Some(4)",
+                "5<-Some(1)",
+                "2<-Some(1)",
+                "5<-Some(4)"
+            ]
+        );
+        assert_eq!(open.open().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
+    }
+
+    /// The end of a thread closes its parked calls too.
+    #[test]
+    fn parked_calls_end_with_their_thread() {
+        let mut t = tree(Filters::default());
+        t.set_switches(vec![false, false, true]);
+        t.enter(T, 0, 0, 0x8000, 0, &[]);
+        t.enter(T, 2, 10, 0x7e00, 0, &[]);
+        t.enter(T, 1, 20, 0x3000, 0, &[]);
+        t.enter(T, 2, 30, 0x2f00, 0, &[]);
+        t.exit(T, 2, 40, 0, 0x7e00, 30, &[]);
+        t.end_process(T.pid, How::Unwound(Cause::ProcessEnded));
+        assert_eq!(t.counters.unwound, 3);
+        assert_eq!(t.depth(T), 0);
     }
 
     #[test]

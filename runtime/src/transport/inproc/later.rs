@@ -272,6 +272,10 @@ impl InProc {
             for &tag in &self.entry_notices {
                 a.region.set_probe_entry_notice(tag as u32, true);
             }
+            for &tag in &self.switch_tags {
+                a.region
+                    .set_probe_flags(tag as u32, agent_abi::probe_flag::SWITCHES_STACK);
+            }
         }
         self.patcher.install(world, dispatch)
     }

@@ -140,6 +140,7 @@ impl InProc {
                 &std::mem::take(&mut self.carried_gvars),
                 &self.maxactive,
                 &self.entry_notices,
+                &self.switch_tags,
             );
         }
         load_modules(
@@ -295,6 +296,7 @@ fn fill_region(
     gvars: &[u64],
     maxactive: &HashMap<usize, u32>,
     entry_notices: &[usize],
+    switch_tags: &[usize],
 ) {
     let maps_off = agent.region.layout().maps_off();
     for (i, p) in set.programs.iter().enumerate() {
@@ -315,6 +317,11 @@ fn fill_region(
     }
     for &tag in entry_notices {
         agent.region.set_probe_entry_notice(tag as u32, true);
+    }
+    for &tag in switch_tags {
+        agent
+            .region
+            .set_probe_flags(tag as u32, agent_abi::probe_flag::SWITCHES_STACK);
     }
 }
 

@@ -93,6 +93,7 @@ impl InProc {
             removed: Vec::new(),
             maxactive: HashMap::new(),
             entry_notices: Vec::new(),
+            switch_tags: Vec::new(),
             agent: None,
             program_maps: Vec::new(),
             reported: Vec::new(),

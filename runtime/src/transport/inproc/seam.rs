@@ -25,6 +25,12 @@ impl Transport for InProc {
         self.pid
     }
 
+    fn mark_stack_switch(&mut self, tag: usize) {
+        if !self.switch_tags.contains(&tag) {
+            self.switch_tags.push(tag);
+        }
+    }
+
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
         if let Some(c) = self.execs.get_mut(&pid) {
             return c.maps(pid, fresh);

@@ -406,6 +406,8 @@ impl PerfTracer {
                     ret_addr: ra,
                     regs: [r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9, r.rsp],
                     entry_ns: hit.now_ns(),
+                    switches: false,
+                    base: 0,
                 };
                 self.seam.calls.push(tid, call, max)
             });
@@ -459,6 +461,10 @@ impl Transport for PerfTracer {
 
     fn main_pid(&self) -> i32 {
         PerfTracer::main_pid(self)
+    }
+
+    fn mark_stack_switch(&mut self, tag: usize) {
+        self.seam.calls.mark_switch(tag);
     }
 
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {

@@ -234,6 +234,8 @@ impl PtraceTracer {
                         ret_addr: ra,
                         regs: [r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9, r.rsp],
                         entry_ns: now,
+                        switches: false,
+                        base: 0,
                     };
                     self.seam.calls.live(pid, tag) < max
                         && self.retain_return_site(pid, ra).is_ok()
@@ -355,6 +357,10 @@ impl Transport for PtraceTracer {
 
     fn main_pid(&self) -> i32 {
         PtraceTracer::main_pid(self)
+    }
+
+    fn mark_stack_switch(&mut self, tag: usize) {
+        self.seam.calls.mark_switch(tag);
     }
 
     fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {

@@ -249,7 +249,14 @@ impl View for DurationView {
         {
             let p = &mut self.pending[i];
             p.waiting = false;
-            if p.th == s.th && p.depth == s.depth && matches!(s.kind, StepKind::Exit { .. }) {
+            // The exit of the call just entered (not of a call of another
+            // stack taken back at the same depth: same function, entered
+            // at the same time).
+            if p.th == s.th
+                && p.depth == s.depth
+                && matches!(s.kind, StepKind::Exit { entry_ns, .. }
+                    if p.func == s.func && entry_ns == p.time_ns)
+            {
                 self.lines.leaf_line(p, s);
                 return;
             }

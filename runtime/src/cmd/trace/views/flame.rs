@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::super::tree::{Step, StepKind, Thread};
+use super::super::tree::{OpenSteps, Step, StepKind, Thread};
 use super::{Table, View};
 
 #[derive(Debug)]
@@ -28,7 +28,7 @@ pub struct FlameView {
     nodes: Vec<Node>,
     children: HashMap<(usize, u32), usize>,
     /// Each thread's open calls, as nodes.
-    stacks: HashMap<Thread, Vec<usize>>,
+    stacks: HashMap<Thread, OpenSteps<usize>>,
 }
 
 impl FlameView {
@@ -80,7 +80,7 @@ impl View for FlameView {
         let stack = self.stacks.entry(s.th).or_default();
         match &s.kind {
             StepKind::Enter { .. } => {
-                let parent = stack.last().copied().unwrap_or(0);
+                let parent = stack.top().copied().unwrap_or(0);
                 let next = self.nodes.len();
                 let id = *self.children.entry((parent, s.func)).or_insert(next);
                 if id == next {
@@ -90,10 +90,16 @@ impl View for FlameView {
                         self_ns: 0,
                     });
                 }
-                stack.push(id);
+                stack.enter(s, id);
             }
             StepKind::Exit { self_ns, .. } => {
-                if let Some(id) = stack.pop() {
+                let funcs = &self.funcs;
+                let switches = |f: u32| {
+                    funcs
+                        .get(f as usize)
+                        .is_some_and(crate::cmd::trace::funcs::switches_stack)
+                };
+                if let Some(id) = stack.exit(s, switches) {
                     // At least 1: a call that took no measurable time is
                     // still in the graph.
                     self.nodes[id].self_ns += (*self_ns).max(1);

@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::fmt::Write as _;
 
 use super::super::out::TextOut;
-use super::super::tree::{Step, StepKind, Thread};
+use super::super::tree::{OpenSteps, Step, StepKind, Thread};
 use super::{Table, View, time_unit};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -27,7 +27,7 @@ pub struct ReportView {
     json: bool,
     totals: Vec<Totals>,
     /// Each thread's shown calls, to tell recursive calls.
-    stacks: HashMap<Thread, Vec<u32>>,
+    stacks: HashMap<Thread, OpenSteps<u32>>,
 }
 
 impl ReportView {
@@ -61,12 +61,17 @@ impl View for ReportView {
     fn step(&mut self, s: &Step) {
         let stack = self.stacks.entry(s.th).or_default();
         match &s.kind {
-            StepKind::Enter { .. } => stack.push(s.func),
+            StepKind::Enter { .. } => stack.enter(s, s.func),
             StepKind::Exit {
                 dur_ns, self_ns, ..
             } => {
-                stack.pop();
-                let recursive = stack.contains(&s.func);
+                let funcs = &self.funcs;
+                stack.exit(s, |f| {
+                    funcs
+                        .get(f as usize)
+                        .is_some_and(crate::cmd::trace::funcs::switches_stack)
+                });
+                let recursive = stack.open().any(|&f| f == s.func);
                 if let Some(t) = self.totals.get_mut(s.func as usize) {
                     t.calls += 1;
                     t.self_ns += self_ns;

@@ -71,9 +71,15 @@ impl Patcher {
             // as under ptrace.
             return usize::MAX;
         }
+        self.add_ret_sites(world, maps, &addrs)
+    }
+
+    /// Return sites at `addrs` (`ret`s), when every one takes a jump; how
+    /// many (0: none added).
+    fn add_ret_sites(&mut self, world: &mut World, maps: &[Mapping], addrs: &[u64]) -> usize {
         let mut checked = Vec::new();
         let mut existing = 0;
-        for &at in &addrs {
+        for &at in addrs {
             match self.by_probe_addr.get(&at) {
                 Some(&i) if self.sites[i].kind == site_kind::RET => existing += 1,
                 Some(_) => return 0,
@@ -90,6 +96,15 @@ impl Patcher {
             }
         }
         n
+    }
+
+    /// Plans return sites at the `ret`s of the function named `name` (found
+    /// in the process's modules) where every one takes a jump; how many.
+    fn plan_named_rets(&mut self, world: &mut World, maps: &[Mapping], name: &str) -> usize {
+        let Some(addrs) = self.outside_rets(world, maps, name) else {
+            return 0;
+        };
+        self.add_ret_sites(world, maps, &addrs)
     }
 
     /// Plans the return probe `tag` on the PLT entry at `addr` (`trace
@@ -131,6 +146,13 @@ impl Patcher {
         // returns of its direct calls whatever that function is.
         let mut conts = self.plan_continuations(world, maps, path, bias, link, &name, false, false);
         let rets = self.plan_import_rets(world, maps, path, link, &name);
+        if name == "swapcontext" {
+            // A `swapcontext` call is resumed by the `ret` of whatever
+            // restores its context: another `swapcontext`, or
+            // `setcontext` (a finished context's `uc_link`, or a call of
+            // its own), whose `ret`s are return sites too.
+            self.plan_named_rets(world, maps, "setcontext");
+        }
         if rets == 0 {
             // The calls whose next instruction takes no jump: a trap there
             // (a stop per return, as ptrace does it) rather than a return
