@@ -93,16 +93,7 @@ impl Patcher {
             .ok_or_else(|| format!("{addr:#x} is not in a loaded segment of {}", path.display()))?;
         let bias = addr.wrapping_sub(link);
         if let Some(op) = opcode {
-            let mut b = [0u8];
-            if world.peek(addr, &mut b) != 1 {
-                return Err(format!("cannot read {addr:#x}"));
-            }
-            if b[0] != op {
-                return Err(format!(
-                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
-                    b[0]
-                ));
-            }
+            verify_opcode(world, addr, op)?;
         }
         let func = module
             .function(link, bias)
@@ -128,29 +119,7 @@ impl Patcher {
             (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
         }
         .map_err(|r| r.to_string())
-        .and_then(|site| {
-            // No jump under a stopped thread.
-            match self
-                .thread_pcs
-                .iter()
-                .find(|(_, pc)| *pc > site.addr && *pc < site.addr + site.len as u64)
-            {
-                Some((tid, pc)) => Err(format!(
-                    "thread {tid} is stopped at {pc:#x}, inside the {} bytes the jump replaces",
-                    site.len
-                )),
-                // Nor over a near jump's cave (a `ret`'s window completed
-                // by padding).
-                None => match cave_in(&self.caves, site.addr, site.addr + site.len as u64) {
-                    Some(c) => Err(format!(
-                        "the {} bytes the jump replaces at {:#x} meet the cave of a near jump \
-                         at {c:#x}",
-                        site.len, site.addr
-                    )),
-                    None => Ok(site),
-                },
-            }
-        });
+        .and_then(|site| self.clear_of_threads_and_caves(site));
         // Where no 5-byte jump fits, a 2-byte one to a cave in padding.
         let mut cave = None;
         let planned = match planned {
@@ -170,11 +139,7 @@ impl Patcher {
                 let code = module.bytes_at(link, 16).unwrap_or(&[]);
                 let site = window::plan_trap(addr, code, shape == Shape::Ret)
                     .map_err(|r| format!("{why}; and no trap either: {r}"))?;
-                let fstart = func.start.wrapping_sub(bias);
-                let name = module
-                    .elf()
-                    .function_starting_at(fstart)
-                    .map_or_else(|| format!("{fstart:#x}"), |s| s.name.clone());
+                let name = function_name(module, func.start.wrapping_sub(bias));
                 let why = format!("in {name}: no jump can go there ({why})");
                 (site, Some((name, why)))
             }
@@ -186,11 +151,7 @@ impl Patcher {
                     .bytes_at(c.wrapping_sub(bias), CAVE_LEN)
                     .ok_or_else(|| format!("{c:#x}: cave outside the file's code"))?
                     .to_vec();
-                let fstart = func.start.wrapping_sub(bias);
-                let name = module
-                    .elf()
-                    .function_starting_at(fstart)
-                    .map_or_else(|| format!("{fstart:#x}"), |s| s.name.clone());
+                let name = function_name(module, func.start.wrapping_sub(bias));
                 Some((c, bytes, format!("in {name}: {why}")))
             }
             None => None,
@@ -212,6 +173,30 @@ impl Patcher {
             trap,
             cave,
         })
+    }
+
+    /// `site` when no stopped thread stands inside its window (a jump must
+    /// not go under one) and its window meets no near jump's cave (a
+    /// `ret`'s window completed by padding).
+    fn clear_of_threads_and_caves(&self, site: Site) -> Result<Site, String> {
+        let end = site.addr + site.len as u64;
+        if let Some((tid, pc)) = self
+            .thread_pcs
+            .iter()
+            .find(|(_, pc)| *pc > site.addr && *pc < end)
+        {
+            return Err(format!(
+                "thread {tid} is stopped at {pc:#x}, inside the {} bytes the jump replaces",
+                site.len
+            ));
+        }
+        if let Some(c) = cave_in(&self.caves, site.addr, end) {
+            return Err(format!(
+                "the {} bytes the jump replaces at {:#x} meet the cave of a near jump at {c:#x}",
+                site.len, site.addr
+            ));
+        }
+        Ok(site)
     }
 
     /// Takes the window of `site` (in a function ending at `fend`): the
@@ -303,4 +288,29 @@ fn file_bytes(
         ));
     }
     Ok(orig)
+}
+
+/// Checks that the byte at `addr` in the process is `op` (the opcode the
+/// probe was built for).
+fn verify_opcode(world: &World, addr: u64, op: u8) -> Result<(), String> {
+    let mut b = [0u8];
+    if world.peek(addr, &mut b) != 1 {
+        return Err(format!("cannot read {addr:#x}"));
+    }
+    if b[0] != op {
+        return Err(format!(
+            "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
+            b[0]
+        ));
+    }
+    Ok(())
+}
+
+/// The name of the function starting at link-time `start` in `module`
+/// (its address when no symbol names it).
+fn function_name(module: &ModuleCode, start: u64) -> String {
+    module
+        .elf()
+        .function_starting_at(start)
+        .map_or_else(|| format!("{start:#x}"), |s| s.name.clone())
 }
