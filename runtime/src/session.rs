@@ -890,6 +890,14 @@ impl Session {
             Event::Counted { tag, counts } => {
                 if tag < self.probes.len() {
                     self.target_counted(tag, counts);
+                    // The target stops running a probe that used up its
+                    // `maxhits` (`policy::after_run`): its sites go too,
+                    // as under the transports that run handlers here.
+                    if self.probes[tag].enabled
+                        && self.after_run(tag, false) == policy::Next::Disable
+                    {
+                        self.disable(t, tag);
+                    }
                 }
             }
         }

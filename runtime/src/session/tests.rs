@@ -576,6 +576,27 @@ fn a_probe_the_transport_refuses_is_reported_and_disabled() {
 }
 
 #[test]
+fn a_probe_the_target_ran_maxhits_times_is_removed() {
+    let p = program(
+        "p",
+        "name = {exe}\noffset = 0x401000\nmaxhits = 3\n push r, rdi\n log 1\n exit\n",
+    );
+    let (mut s, _seen) = hooked(vec![p]);
+    let mut t = transport(fake::CAPS);
+    t.in_target = true;
+    let counted = |hits, runs| {
+        ev(Event::Counted {
+            tag: 0,
+            counts: fake::counts(hits, runs, 0),
+        })
+    };
+    run(&mut s, &mut t, vec![counted(2, 2), counted(1, 1), counted(0, 0)]);
+    let armed = t.armed(0, PID).unwrap();
+    assert_eq!(t.removes(), [armed], "removed once, when the runs reach 3");
+    assert_eq!(stats(&s, 0).runs, 3);
+}
+
+#[test]
 fn handlers_run_in_the_target_report_runs_and_counts() {
     let (mut s, seen) = hooked(vec![program("p", LOG_RDI)]);
     let mut t = transport(fake::CAPS);
