@@ -253,6 +253,11 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     // `auto` knows its transport only once the handlers are loaded; the
     // notes that depend on it wait until then.
     let exe = executable(&a)?;
+    if a.transport == "inproc" || a.transport == crate::probe::plan::AUTO {
+        // Its code read meanwhile (handlers built, the command launched),
+        // for the in-process patcher to plan every function's sites.
+        crate::transport::inproc::prefetch(&crate::proc::procmaps::canonical(&exe));
+    }
     let funcs = select_functions(&a, &exe)?;
     let (filter_hit, notrace_hit) = filter_and_notrace(&funcs, &a.filter, &a.notrace)?;
 

@@ -590,7 +590,11 @@ fn a_probe_the_target_ran_maxhits_times_is_removed() {
             counts: fake::counts(hits, runs, 0),
         })
     };
-    run(&mut s, &mut t, vec![counted(2, 2), counted(1, 1), counted(0, 0)]);
+    run(
+        &mut s,
+        &mut t,
+        vec![counted(2, 2), counted(1, 1), counted(0, 0)],
+    );
     let armed = t.armed(0, PID).unwrap();
     assert_eq!(t.removes(), [armed], "removed once, when the runs reach 3");
     assert_eq!(stats(&s, 0).runs, 3);

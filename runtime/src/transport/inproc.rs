@@ -22,6 +22,7 @@
 
 mod cave;
 mod code;
+pub use code::prefetch;
 mod counts;
 mod detach;
 mod events;

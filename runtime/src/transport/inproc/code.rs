@@ -38,21 +38,25 @@ pub(super) struct ModuleCode {
     inner: std::sync::Mutex<std::collections::HashMap<u64, Vec<(u64, usize)>>>,
 }
 
-/// The module files read so far in this run, by path and version (inode,
-/// size, modification time): every process image that maps a file (a
-/// program executed again and again under `-f`, the C library of each)
-/// shares one reading of it.
-type Shared =
-    std::collections::HashMap<(std::path::PathBuf, u64, u64, i64), std::sync::Arc<ModuleCode>>;
+/// One reading of a module file: done once, by whichever thread asks
+/// first (the others wait for it).
+type Reading = std::sync::Arc<std::sync::OnceLock<Result<std::sync::Arc<ModuleCode>, String>>>;
+
+/// The module files read (or being read) in this run, by path and version
+/// (inode, size, modification time): every process image that maps a file
+/// (a program executed again and again under `-f`, the C library of each)
+/// shares one reading of it, and a reading started ahead ([`prefetch`])
+/// is waited for rather than done twice.
+type Shared = std::collections::HashMap<(std::path::PathBuf, u64, u64, i64), Reading>;
 
 static SHARED: std::sync::OnceLock<std::sync::Mutex<Shared>> = std::sync::OnceLock::new();
 
 /// The code of module file `path`, read once per version of the file in a
-/// run (see [`Shared`]); a failure is not kept.
+/// run (see [`Shared`]); a failure is kept for the run too.
 pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, String> {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(path) else {
-        return ModuleCode::read(path).map(std::sync::Arc::new);
+        return read_timed(path).map(std::sync::Arc::new);
     };
     let key = (
         path.to_path_buf(),
@@ -61,14 +65,40 @@ pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, Str
         meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
     );
     let shared = SHARED.get_or_init(Default::default);
-    if let Some(m) = shared.lock().ok().and_then(|s| s.get(&key).cloned()) {
-        return Ok(m);
+    let reading = match shared.lock() {
+        Ok(mut s) => s.entry(key).or_default().clone(),
+        Err(_) => return read_timed(path).map(std::sync::Arc::new),
+    };
+    reading
+        .get_or_init(|| read_timed(path).map(std::sync::Arc::new))
+        .clone()
+}
+
+/// Starts reading module file `path` on a thread of its own, for a
+/// [`read_shared`] to come: the executable of a run about to be armed in
+/// process, whose reading (a tenth of a second for a 10,000-function
+/// program) would otherwise start only when its first probe is planned.
+pub fn prefetch(path: &Path) {
+    let path = path.to_path_buf();
+    let _ = std::thread::Builder::new()
+        .name("wprobe-prefetch".into())
+        .spawn(move || {
+            let _ = read_shared(&path);
+        });
+}
+
+/// [`ModuleCode::read`], its time said under `WPROBE_DEBUG`.
+fn read_timed(path: &Path) -> Result<ModuleCode, String> {
+    let t0 = std::time::Instant::now();
+    let m = ModuleCode::read(path);
+    if std::env::var_os("WPROBE_DEBUG").is_some() {
+        crate::elog!(
+            "wprobe: debug: {} read and swept in {:.3} ms",
+            path.display(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
     }
-    let m = std::sync::Arc::new(ModuleCode::read(path)?);
-    if let Ok(mut s) = shared.lock() {
-        s.insert(key, m.clone());
-    }
-    Ok(m)
+    m
 }
 
 impl ModuleCode {
