@@ -6,7 +6,9 @@
 //! ptrace-stopped thread); the shared control region ([`region`]);
 //! precompiling handler modules for its engine ([`compile`]); choosing the
 //! instructions a probe's jump replaces ([`window`]), the padding a near
-//! jump's cave goes in ([`nearjump`]) and generating the stubs ([`stub`]).
+//! jump's cave goes in ([`nearjump`]) and generating the stubs ([`stub`]),
+//! whose displaced instructions are relocated by [`reloc`] (the relocator
+//! the runtime's ptrace step-over uses too).
 //!
 //! This crate holds the `unsafe` of the tracer's side (the shared mapping,
 //! futexes on it): wprobe's runtime crate denies `unsafe` outside its
@@ -22,6 +24,7 @@ pub mod jumptable;
 pub mod loader;
 pub mod nearjump;
 pub mod region;
+pub mod reloc;
 pub mod stub;
 pub mod tailcall;
 pub mod target;

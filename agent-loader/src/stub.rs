@@ -9,7 +9,7 @@
 //!           push k                     ; the site id
 //!           call trampoline            ; returns to the next instruction
 //!           lea  rsp, [rsp+128]
-//!           <displaced instructions, relocated by iced's BlockEncoder>
+//!           <displaced instructions, relocated by crate::reloc>
 //!           jmp  window_end
 //!
 //! stub_k:   <displaced instructions, relocated>   ; a return site: the
@@ -49,9 +49,9 @@
 
 use agent_abi::{SAVED_REGS_SIZE, frame_off};
 use anyhow::{Context, Result, bail};
-use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock, MemoryOperand, Register,
-};
+use iced_x86::{Code, Instruction, MemoryOperand, Register};
+
+use crate::reloc::{OWN_IP, relocate};
 
 /// Bytes of the `jmp rel32` written at a site.
 pub const JMP_LEN: usize = 5;
@@ -133,24 +133,6 @@ fn rsp(d: i64) -> MemoryOperand {
 
 fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruction> {
     r.context("building a stub")
-}
-
-/// The IP [`encode`] gives the first of a stub's own instructions (the
-/// k-th gets `OWN_IP + k`): branches between them target these.
-const OWN_IP: u64 = u64::MAX - 0x1_0000;
-
-/// Encodes `v` at `ip`. Instructions of our own get IPs no branch targets,
-/// so the block encoder links nothing to them.
-fn encode(mut v: Vec<Instruction>, ip: u64) -> Result<Vec<u8>> {
-    for (k, i) in v.iter_mut().enumerate() {
-        if i.ip() == 0 {
-            i.set_ip(OWN_IP + k as u64);
-        }
-    }
-    let block = InstructionBlock::new(&v, ip);
-    let r = BlockEncoder::encode(64, block, BlockEncoderOptions::NONE)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(r.code_buffer)
 }
 
 /// The shared trampoline at `addr`, calling `dispatch(site_id, frame)`
@@ -257,7 +239,7 @@ fn trampoline_above(slot: u64, addr: u64, above: i64) -> Result<Vec<u8>> {
     }
     restore_flags(&mut v)?;
     v.push(e(Instruction::with1(Code::Retnq_imm16, 8u32))?);
-    encode(v, addr)
+    Ok(relocate(&v, addr, None)?.code)
 }
 
 /// The end of the trampoline's restore, with `[rsp]` the saved `rax` and
@@ -293,7 +275,7 @@ fn restore_flags(v: &mut Vec<Instruction>) -> Result<()> {
         Register::EAX,
         18u32,
     ))?);
-    // Over the `std` when DF was clear: `encode` gives the k-th instruction
+    // Over the `std` when DF was clear: `relocate` gives the k-th instruction
     // the IP `OWN_IP + k`, so the target is the one after the `std`.
     let after_std = OWN_IP + v.len() as u64 + 2;
     v.push(e(Instruction::with_branch(Code::Jae_rel8_64, after_std))?);
@@ -369,7 +351,8 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
         .iter()
         .map(|i| displaced(i, window.clone()))
         .collect::<Result<Vec<_>>>()?;
-    match site.ret {
+    let end = site.addr + site.len as u64;
+    let back = match site.ret {
         // A return site: the epilogue, then dispatch with the return
         // address at [rsp], then the `ret` itself. A whole function's
         // window (`window::plan_whole`): dispatch at the entry first, and
@@ -389,6 +372,7 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
             let mut ret = ret;
             ret.set_ip(0);
             v.push(ret);
+            None
         }
         None => {
             v.extend(call(site_id)?);
@@ -400,7 +384,6 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
                 // address (flags untouched), then `jmp f` (`jmp *OPERAND`
                 // for an indirect one: its operand names no `rsp`,
                 // `window::plan` checked).
-                let back = site.addr + site.len as u64;
                 v.push(e(Instruction::with2(
                     Code::Lea_r64_m,
                     Register::RSP,
@@ -409,12 +392,12 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
                 v.push(e(Instruction::with2(
                     Code::Mov_rm32_imm32,
                     rsp(0),
-                    back as u32,
+                    end as u32,
                 ))?);
                 v.push(e(Instruction::with2(
                     Code::Mov_rm32_imm32,
                     rsp(4),
-                    (back >> 32) as u32,
+                    (end >> 32) as u32,
                 ))?);
                 let mut j = if last.code() == Code::Call_rm64 {
                     let mut j = last;
@@ -429,20 +412,17 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
                 j.set_ip(u64::MAX - 0x200);
                 v.push(j);
             }
-            let mut back = e(Instruction::with_branch(
-                Code::Jmp_rel32_64,
-                site.addr + site.len as u64,
-            ))?;
-            back.set_ip(u64::MAX - 0x100);
-            v.push(back);
+            // Then back to the window's end.
+            Some(end)
         }
-    }
-    encode(v, stub_addr).map_err(|e| {
+    };
+    let stub = relocate(&v, stub_addr, back).map_err(|e| {
         anyhow::anyhow!(
             "relocating the displaced instructions of 0x{:x} to 0x{stub_addr:x}: {e}",
             site.addr
         )
-    })
+    })?;
+    Ok(stub.code)
 }
 
 /// The stub of a watchpoint at `stub_addr`, with id `site_id`: the tracer
@@ -464,7 +444,7 @@ pub fn watch_stub(site_id: u32, slot: u64, stub_addr: u64) -> Result<Vec<u8>> {
         ))?,
         e(Instruction::with1(Code::Retnq_imm16, 128u32))?,
     ];
-    let mut head = encode(v, stub_addr)?;
+    let mut head = relocate(&v, stub_addr, None)?.code;
     anyhow::ensure!(head.len() as u64 <= HEAD, "watch stub head too long");
     head.resize(HEAD as usize, 0xCC);
     let above = agent_abi::WATCH_RIP_BELOW as i64;

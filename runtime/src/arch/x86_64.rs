@@ -6,9 +6,10 @@
 //! last resort, single-stepped in place. Pure computation: never performs a
 //! system call; memory effects of emulation go through [`EmuMem`].
 
+use agent_loader::reloc;
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction,
-    InstructionBlock, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
+    OpAccess, OpKind, Register,
 };
 
 /// The general-purpose register set as ptrace returns it.
@@ -721,28 +722,18 @@ pub struct Relocated {
 }
 
 /// Relocates `insn` (decoded at its run-time address) to `slot` and appends
-/// a jump to the instruction that follows it. `None` when it cannot be
-/// encoded there (RIP-relative operand out of ±2 GiB) or does not fit a slot.
+/// a jump to the instruction that follows it (`agent_loader::reloc`, the
+/// relocator the in-process stubs use too). `None` when it cannot be
+/// encoded there (RIP-relative operand out of ±2 GiB), when the jump back
+/// is out of rel32 reach, or when it does not fit a slot.
 pub fn relocate(insn: &Insn, slot: u64) -> Option<Relocated> {
-    let back = insn.instr.next_ip();
-    let mut jmp = Instruction::with_branch(Code::Jmp_rel32_64, back).ok()?;
-    // The block encoder links branches to block instructions by IP: give the
-    // jump an IP no branch can target (its own target would make `jmp $`).
-    jmp.set_ip(u64::MAX - 0xff);
-    let instrs = [insn.instr, jmp];
-    let block = InstructionBlock::new(&instrs, slot);
-    let res = BlockEncoder::encode(
-        64,
-        block,
-        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-    )
-    .ok()?;
-    let jump_offset = u8::try_from(*res.new_instruction_offsets.get(1)?).ok()?;
-    if res.code_buffer.len() > OOL_SLOT_BYTES {
+    let res = reloc::relocate(&[insn.instr], slot, Some(insn.instr.next_ip())).ok()?;
+    let jump_offset = u8::try_from(res.jump_back?).ok()?;
+    if res.code.len() > OOL_SLOT_BYTES {
         return None;
     }
     Some(Relocated {
-        code: res.code_buffer,
+        code: res.code,
         jump_offset,
     })
 }

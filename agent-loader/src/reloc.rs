@@ -1,0 +1,175 @@
+//! Relocating x86-64 instructions to a new address: the one place wprobe
+//! calls iced-x86's `BlockEncoder`. Used by the in-process stubs
+//! ([`crate::stub`]: the displaced instructions of a probe's window, with
+//! the stub's own instructions around them) and by the ptrace transport's
+//! step-over (one displaced instruction in an out-of-line slot, the
+//! runtime's `arch::relocate`).
+//!
+//! Displaced instructions keep their run-time addresses as IPs: the block
+//! encoder re-encodes a RIP-relative operand for the new address (a
+//! `[rip+disp]` that no longer reaches becomes `[eip+disp]` for a target in
+//! the low 4 GiB, else the block fails), turns a branch that no longer
+//! reaches into a longer form, and links a branch whose target is one of
+//! the block's instructions to that instruction's new copy. Each caller
+//! keeps what is its own: which instructions are rewritten before (the
+//! stub's `lea` of a window address, its call emulation), the size a slot
+//! may take, what a jump back out of reach means to it.
+
+use anyhow::{Result, anyhow};
+use iced_x86::{BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock};
+
+/// The IP [`relocate`] gives the k-th instruction of a block whose IP is 0
+/// (an instruction of the caller's own, not a displaced one): `OWN_IP + k`.
+/// No displaced branch targets these, and a caller's own branches between
+/// its instructions can (`stub`'s flag restore jumps over its `std`).
+pub const OWN_IP: u64 = u64::MAX - 0x1_0000;
+
+/// The IP of the jump back [`relocate`] appends: one no branch can target
+/// (its own target would make it `jmp $`).
+const BACK_IP: u64 = u64::MAX - 0x100;
+
+/// A block of instructions encoded at its new address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Relocation {
+    /// The code, to be written at the address the block was encoded for.
+    pub code: Vec<u8>,
+    /// Offset in `code` of the jump back, when one was asked for and it
+    /// stayed a `jmp rel32`; `None` when its target is out of rel32 reach
+    /// (the block encoder then made it `jmp [rip+0]` and a quadword).
+    pub jump_back: Option<usize>,
+}
+
+/// Encodes `block` at address `at`, followed, when `back` is given, by a
+/// `jmp back` (the instruction after the displaced ones, usually). An
+/// instruction whose IP is 0 is one of the caller's own and gets the IP
+/// `OWN_IP + k` (k its index in `block`); any other keeps its IP, which
+/// must be its run-time address. Fails when an instruction cannot be
+/// encoded at `at`: above all a RIP-relative operand out of rel32 reach
+/// (iced-x86's message, e.g. "IP relative memory operand is too far away").
+pub fn relocate(block: &[Instruction], at: u64, back: Option<u64>) -> Result<Relocation> {
+    let mut v = Vec::with_capacity(block.len() + 1);
+    v.extend(block.iter().enumerate().map(|(k, i)| {
+        let mut i = *i;
+        if i.ip() == 0 {
+            i.set_ip(OWN_IP + k as u64);
+        }
+        i
+    }));
+    if let Some(back) = back {
+        let mut jmp =
+            Instruction::with_branch(Code::Jmp_rel32_64, back).map_err(|e| anyhow!("{e}"))?;
+        jmp.set_ip(BACK_IP);
+        v.push(jmp);
+    }
+    let options = if back.is_some() {
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
+    } else {
+        BlockEncoderOptions::NONE
+    };
+    let r = BlockEncoder::encode(64, InstructionBlock::new(&v, at), options)
+        .map_err(|e| anyhow!("{e}"))?;
+    // The offset of an instruction the encoder replaced is u32::MAX.
+    let jump_back = back
+        .and_then(|_| r.new_instruction_offsets.last())
+        .filter(|&&o| o != u32::MAX)
+        .map(|&o| o as usize);
+    Ok(Relocation {
+        code: r.code_buffer,
+        jump_back,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    fn at_401000(bytes: &[u8]) -> Instruction {
+        Decoder::with_ip(64, bytes, 0x40_1000, DecoderOptions::NONE).decode()
+    }
+
+    /// An instruction's bytes, the relocated code at the two slots, the
+    /// offset of the jump back.
+    type Case = (&'static [u8], [&'static [u8]; 2], usize);
+
+    /// The bytes both former relocators (the runtime's `arch::relocate`
+    /// and the stub generator's `encode`) produced for one instruction at
+    /// 0x401000 and its jump back, at 0x409000 and 0x50000000.
+    #[test]
+    fn bytes_are_those_of_the_former_relocators() {
+        #[rustfmt::skip]
+        let cases: [Case; 6] = [
+            // mov rax, [rip+0x1000]
+            (&[0x48, 0x8b, 0x05, 0x00, 0x10, 0, 0], [
+                &[0x48, 0x8b, 0x05, 0x00, 0x90, 0xff, 0xff, 0xe9, 0xfb, 0x7f, 0xff, 0xff],
+                &[0x48, 0x8b, 0x05, 0x00, 0x20, 0x40, 0xb0, 0xe9, 0xfb, 0x0f, 0x40, 0xb0],
+            ], 7),
+            // lea rdi, [rip-0x20]
+            (&[0x48, 0x8d, 0x3d, 0xe0, 0xff, 0xff, 0xff], [
+                &[0x48, 0x8d, 0x3d, 0xe0, 0x7f, 0xff, 0xff, 0xe9, 0xfb, 0x7f, 0xff, 0xff],
+                &[0x48, 0x8d, 0x3d, 0xe0, 0x0f, 0x40, 0xb0, 0xe9, 0xfb, 0x0f, 0x40, 0xb0],
+            ], 7),
+            // jne short +0x10: a near jne
+            (&[0x75, 0x10], [
+                &[0x0f, 0x85, 0x0c, 0x80, 0xff, 0xff, 0xe9, 0xf7, 0x7f, 0xff, 0xff],
+                &[0x0f, 0x85, 0x0c, 0x10, 0x40, 0xb0, 0xe9, 0xf7, 0x0f, 0x40, 0xb0],
+            ], 6),
+            // je near +0x200
+            (&[0x0f, 0x84, 0x00, 0x02, 0, 0], [
+                &[0x0f, 0x84, 0x00, 0x82, 0xff, 0xff, 0xe9, 0xfb, 0x7f, 0xff, 0xff],
+                &[0x0f, 0x84, 0x00, 0x12, 0x40, 0xb0, 0xe9, 0xfb, 0x0f, 0x40, 0xb0],
+            ], 6),
+            // call rel32 +0x1234
+            (&[0xe8, 0x34, 0x12, 0, 0], [
+                &[0xe8, 0x34, 0x92, 0xff, 0xff, 0xe9, 0xfb, 0x7f, 0xff, 0xff],
+                &[0xe8, 0x34, 0x22, 0x40, 0xb0, 0xe9, 0xfb, 0x0f, 0x40, 0xb0],
+            ], 5),
+            // add rax, rbx
+            (&[0x48, 0x01, 0xd8], [
+                &[0x48, 0x01, 0xd8, 0xe9, 0xfb, 0x7f, 0xff, 0xff],
+                &[0x48, 0x01, 0xd8, 0xe9, 0xfb, 0x0f, 0x40, 0xb0],
+            ], 3),
+        ];
+        for (bytes, expected, jump_back) in cases {
+            let i = at_401000(bytes);
+            for (slot, want) in [0x40_9000, 0x5000_0000].into_iter().zip(expected) {
+                let r = relocate(&[i], slot, Some(i.next_ip())).unwrap();
+                assert_eq!(r.code, want, "{bytes:02x?} at 0x{slot:x}");
+                assert_eq!(r.jump_back, Some(jump_back), "{bytes:02x?} at 0x{slot:x}");
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_reach() {
+        // A RIP-relative operand out of rel32 reach, above 4 GiB: an error.
+        let mov = [0x48, 0x8b, 0x05, 0x00, 0x10, 0, 0];
+        let i = Decoder::with_ip(64, &mov, 0x5555_5555_1000, DecoderOptions::NONE).decode();
+        let e = relocate(&[i], 0x7f00_0000_0000, None).unwrap_err();
+        assert!(e.to_string().contains("too far away"), "{e}");
+        // In the low 4 GiB: `[eip+disp]` (0x402007 - 8).
+        let i = at_401000(&mov);
+        let r = relocate(&[i], 0x7f00_0000_0000, None).unwrap();
+        assert_eq!(r.code, [0x67, 0x48, 0x8b, 0x05, 0xff, 0x1f, 0x40, 0x00]);
+        // A jump back out of reach: encoded, but not as a `jmp rel32`.
+        let i = at_401000(&[0x48, 0x01, 0xd8]);
+        let r = relocate(&[i], 0x7f00_0000_0000, Some(i.next_ip())).unwrap();
+        assert_eq!(r.jump_back, None);
+        assert_eq!(&r.code[..5], &[0x48, 0x01, 0xd8, 0xff, 0x25]);
+    }
+
+    #[test]
+    fn own_instructions_get_ips_of_their_own() {
+        // `jmp OWN_IP + 2` over the `nop` (instruction 1) to the `int3`.
+        let mut j = Instruction::with_branch(Code::Jmp_rel8_64, OWN_IP + 2).unwrap();
+        j.set_ip(0);
+        let block = [
+            j,
+            Instruction::with(Code::Nopd),
+            Instruction::with(Code::Int3),
+        ];
+        let r = relocate(&block, 0x40_9000, None).unwrap();
+        assert_eq!(r.code, [0xeb, 0x01, 0x90, 0xcc]);
+        assert_eq!(r.jump_back, None);
+    }
+}
