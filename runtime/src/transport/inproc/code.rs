@@ -75,7 +75,7 @@ pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, Str
 }
 
 /// Starts reading module file `path` on a thread of its own, for a
-/// [`read_shared`] to come: the executable of a run about to be armed in
+/// reading of it to come: the executable of a run about to be armed in
 /// process, whose reading (a tenth of a second for a 10,000-function
 /// program) would otherwise start only when its first probe is planned.
 pub fn prefetch(path: &Path) {
