@@ -755,7 +755,7 @@ impl Session {
             // set it), a shorter one would pause the handlers more often.
             t.set_tick(hook::HOOK_TICK);
         }
-        let loaded = if t.runs_handlers() {
+        let loaded = if let Some(t) = t.in_target() {
             // Part of arming: the agent, the modules, the stubs, the jumps.
             let t0 = std::time::Instant::now();
             let main = t.main_pid();
@@ -798,7 +798,7 @@ impl Session {
         self.lower_all_semaphores(t);
         let detached = t.detach();
         self.disarm_time = t0.elapsed() + t.report().detach_time;
-        if t.runs_handlers() {
+        if let Some(t) = t.in_target() {
             self.pull_target_maps(t);
         }
         self.out.flush();
@@ -821,7 +821,7 @@ impl Session {
                 self.hook_event(HookEvent::Exec { pid });
                 // `comm` is the new program's.
                 self.runner.store.data_mut().services.forget_names();
-                if t.runs_handlers() {
+                if let Some(t) = t.in_target() {
                     // The maps of the agent of the old image, which the
                     // new image's agent starts from.
                     self.pull_target_maps(t);
@@ -961,7 +961,7 @@ impl Session {
     /// brought up to date.
     fn rearm(&mut self, t: &mut dyn Transport, pid: i32) {
         self.arm(t, pid, true);
-        if t.runs_handlers() {
+        if let Some(t) = t.in_target() {
             let set = self.handler_set(pid);
             if let Err(e) = t.update_handlers(&set) {
                 self.warn(true, e);

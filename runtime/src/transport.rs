@@ -13,7 +13,9 @@
 //! **Adding a transport** is a folder (`transport/NAME.rs` and
 //! `transport/NAME/`), an `impl Transport`, a `TransportInfo`, and one line
 //! in [`TRANSPORTS`] (the command line's `--transport` values come from
-//! that list).
+//! that list). Only a transport that runs the handlers itself, in the
+//! target, also implements [`InTarget`] (given by
+//! [`Transport::in_target`]).
 //!
 //! Never here: resolution (the session's), handler runs (the runner's),
 //! output.
@@ -405,7 +407,7 @@ pub enum Event<'a> {
         elapsed_ns: u64,
     },
     /// A transport that runs the handlers itself
-    /// ([`Transport::runs_handlers`]): one handler run in the target whose
+    /// ([`Transport::in_target`]): one handler run in the target whose
     /// records (or outcome) the session must see; runs without either are
     /// only counted ([`Event::Counted`]).
     Ran {
@@ -463,7 +465,7 @@ pub enum TargetOutcome {
 pub use agent_abi::RunCounts;
 
 /// A program, for a transport that runs the handlers itself
-/// ([`Transport::load_handlers`]).
+/// ([`InTarget::load_handlers`]).
 #[derive(Clone, Copy, Debug)]
 pub struct HandlerProgram<'a> {
     /// The label (file stem) for messages.
@@ -635,25 +637,6 @@ pub trait Transport {
     /// reported as hits of an enabled probe).
     fn remove(&mut self, armed: Armed);
 
-    /// Asks to be told of libraries `pid` maps from now on
-    /// ([`Event::LibrariesChanged`], with the process stopped so that the
-    /// probes inserted then are armed before any code of the library
-    /// runs): some probes' modules are not mapped yet. Called before the
-    /// handlers are loaded. A transport that always watches (ptrace) has
-    /// nothing to do.
-    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
-        let _ = pid;
-        Ok(())
-    }
-
-    /// For a transport that runs the handlers itself: the programs and
-    /// probes again after probes were inserted at an
-    /// [`Event::LibrariesChanged`] (their modules' load biases known now).
-    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
-        let _ = set;
-        Ok(())
-    }
-
     /// The probes armed in a library the process has unmapped since the
     /// last call (`dlclose`, or another library mapped at its address):
     /// gone with it, nothing to remove. The session forgets them, so that
@@ -788,42 +771,52 @@ pub trait Transport {
     /// which each hit is swapped).
     fn new_hit(&self) -> Box<dyn TransportHit>;
 
-    /// Whether this transport runs the handlers itself (in the target):
-    /// the session then gives it the programs ([`Transport::load_handlers`])
-    /// and receives their runs ([`Event::Ran`]) and counts
-    /// ([`Event::Counted`]) instead of hits.
-    fn runs_handlers(&self) -> bool {
-        false
+    /// The hooks of a transport that runs the handlers itself, in the
+    /// target ([`InTarget`]); `None` (the default) for a transport whose
+    /// hits the session's runner handles. The session gives such a
+    /// transport the programs ([`InTarget::load_handlers`]) and receives
+    /// their runs ([`Event::Ran`]) and counts ([`Event::Counted`]) instead
+    /// of hits.
+    fn in_target(&mut self) -> Option<&mut dyn InTarget> {
+        None
     }
+}
 
-    /// For a transport that runs the handlers itself: the programs and
-    /// probes, after the probes were inserted and before [`Transport::run`].
-    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
-        let _ = set;
-        Err(format!(
-            "--transport {} does not run handlers itself",
-            self.info().name
-        ))
-    }
+/// What only a transport that runs the handlers itself, in the target (the
+/// in-process transport), is asked for: the programs and probes to run,
+/// again when probes were armed later, and its map regions. Reached through
+/// [`Transport::in_target`]; a transport whose hits the session's runner
+/// handles implements only [`Transport`].
+pub trait InTarget: Transport {
+    /// Asks to be told of libraries `pid` maps from now on
+    /// ([`Event::LibrariesChanged`], with the process stopped so that the
+    /// probes inserted then are armed before any code of the library
+    /// runs): some probes' modules are not mapped yet. Called before
+    /// [`InTarget::load_handlers`]; an error says why libraries mapped
+    /// later cannot be watched (the probes waiting for one stay unarmed).
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), String>;
 
-    /// For a transport that runs the handlers itself: holds every handler
-    /// until [`Transport::resume_handlers`], so that the map regions can be
-    /// read and written ([`Transport::handler_maps`]); `false` when they
-    /// could not be held.
-    fn pause_handlers(&mut self) -> bool {
-        true
-    }
+    /// The programs and probes, after the probes were inserted and before
+    /// [`Transport::run`]. An error leaves nothing running (the session
+    /// kills a launched command, [`Transport::kill_launched`]).
+    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String>;
 
-    /// Lets the handlers run again after [`Transport::pause_handlers`].
-    fn resume_handlers(&mut self) {}
+    /// The programs and probes again after probes were inserted at an
+    /// [`Event::LibrariesChanged`] or an [`Event::Exec`] (their modules'
+    /// load biases known now).
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String>;
 
-    /// For a transport that runs the handlers itself: copies program
-    /// `program`'s map region into `bytes` (`write`: from `bytes` into the
-    /// region). `false` when it has none of that size.
-    fn handler_maps(&mut self, program: usize, bytes: &mut [u8], write: bool) -> bool {
-        let _ = (program, bytes, write);
-        false
-    }
+    /// Holds every handler until [`InTarget::resume_handlers`], so that the
+    /// map regions can be read and written ([`InTarget::handler_maps`]);
+    /// `false` when they could not be held.
+    fn pause_handlers(&mut self) -> bool;
+
+    /// Lets the handlers run again after [`InTarget::pause_handlers`].
+    fn resume_handlers(&mut self);
+
+    /// Copies program `program`'s map region into `bytes` (`write`: from
+    /// `bytes` into the region). `false` when it has none of that size.
+    fn handler_maps(&mut self, program: usize, bytes: &mut [u8], write: bool) -> bool;
 }
 
 /// The hit of one transport, as handlers see it.

@@ -225,7 +225,7 @@ impl Session {
         if self.tick_period().is_none() || (self.metrics.is_some() && !self.intervals_due()) {
             return;
         }
-        if t.runs_handlers() {
+        if let Some(t) = t.in_target() {
             self.run_intervals_in_target(t);
         } else {
             self.run_intervals();

@@ -1,8 +1,9 @@
 //! Handlers a transport runs itself, inside the target (the in-process
-//! transport): the programs and probes handed to it, the handler runs and
-//! counts it reports back, and the map regions, which live in the target
-//! meanwhile and are read back for interval probes, `end` probes and the
-//! maps printed at exit. The records of those runs are formatted by the
+//! transport; its [`InTarget`] hooks, reached by `Transport::in_target`):
+//! the programs and probes handed to it, the handler runs and counts it
+//! reports back, and the map regions, which live in the target meanwhile
+//! and are read back for interval probes, `end` probes and the maps
+//! printed at exit. The records of those runs are formatted by the
 //! same code as the records of the session's own runs (`records`), and the
 //! outcomes act the same (`remove`, `exit()`, `exit 1/2/3`).
 
@@ -12,7 +13,8 @@ use super::Session;
 use super::hook::HookEvent;
 use super::records::Origin;
 use crate::transport::{
-    HandlerProbe, HandlerProgram, HandlerSet, RunCounts, TargetOutcome, TargetRun, Transport,
+    HandlerProbe, HandlerProgram, HandlerSet, InTarget, RunCounts, TargetOutcome, TargetRun,
+    Transport,
 };
 
 impl Session {
@@ -146,7 +148,7 @@ impl Session {
 
     /// Copies the map regions between the target and the session's store
     /// (`push`: to the target); the caller holds the handlers.
-    fn sync_maps(&mut self, t: &mut dyn Transport, push: bool) {
+    fn sync_maps(&mut self, t: &mut dyn InTarget, push: bool) {
         let maps = &mut self.runner.store.data_mut().services.maps;
         for (i, m) in maps.iter_mut().enumerate() {
             if let Some(m) = m {
@@ -168,7 +170,7 @@ impl Session {
 
     /// Runs the interval probes that are due, with the maps of the target
     /// (its handlers held meanwhile).
-    pub(super) fn run_intervals_in_target(&mut self, t: &mut dyn Transport) {
+    pub(super) fn run_intervals_in_target(&mut self, t: &mut dyn InTarget) {
         if !self.has_maps() {
             self.run_intervals();
             return;
@@ -189,7 +191,7 @@ impl Session {
     /// Reads the maps from the target while it runs (for a metrics
     /// snapshot), its handlers held for the copy, as for interval probes;
     /// `false` (said once) when they could not be held.
-    pub(super) fn pull_maps_now(&mut self, t: &mut dyn Transport) -> bool {
+    pub(super) fn pull_maps_now(&mut self, t: &mut dyn InTarget) -> bool {
         if !t.pause_handlers() {
             if !std::mem::replace(&mut self.metrics_pull_failed, true) {
                 crate::elog!(
@@ -206,7 +208,7 @@ impl Session {
 
     /// Reads the maps back from the target at the end of the run (its
     /// handlers no longer run), for `end` probes and the exit output.
-    pub(super) fn pull_target_maps(&mut self, t: &mut dyn Transport) {
+    pub(super) fn pull_target_maps(&mut self, t: &mut dyn InTarget) {
         if self.has_maps() {
             self.sync_maps(t, false);
         }

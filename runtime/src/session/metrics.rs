@@ -47,7 +47,10 @@ impl Session {
         if !feed.take_request() {
             return;
         }
-        if t.runs_handlers() && self.has_maps() && !self.pull_maps_now(t) {
+        if let Some(t) = t.in_target()
+            && self.has_maps()
+            && !self.pull_maps_now(t)
+        {
             // The scrape is served the previous snapshot when its wait ends.
             return;
         }

@@ -17,8 +17,8 @@ use hostabi::Status;
 use hostabi::env::HitEnv;
 
 use super::{
-    Action, Armed, Capabilities, Event, ExitStatus, Insert, Report, RunCounts, TargetOutcome,
-    TargetRun, Transport, TransportHit, TransportInfo,
+    Action, Armed, Capabilities, Event, ExitStatus, InTarget, Insert, Report, RunCounts,
+    TargetOutcome, TargetRun, Transport, TransportHit, TransportInfo,
 };
 use crate::out::sink::Sink;
 use crate::probe::addr::RunAddr;
@@ -208,7 +208,7 @@ pub enum Step {
     Map(i32, Vec<Mapping>),
     /// Probes whose library was unmapped ([`Transport::take_unmapped`]).
     Unmap(Vec<Armed>),
-    /// A handler run in the target ([`Transport::runs_handlers`]).
+    /// A handler run in the target ([`Transport::in_target`]).
     Ran(usize, FakeRun),
 }
 
@@ -239,11 +239,11 @@ pub enum Call {
         /// +1 or -1.
         delta: i16,
     },
-    /// [`Transport::watch_libraries`].
+    /// [`InTarget::watch_libraries`].
     WatchLibraries(i32),
-    /// [`Transport::load_handlers`] with this many programs and probes.
+    /// [`InTarget::load_handlers`] with this many programs and probes.
     LoadHandlers(usize, usize),
-    /// [`Transport::update_handlers`].
+    /// [`InTarget::update_handlers`].
     UpdateHandlers,
     /// [`Transport::suspend`].
     Suspend,
@@ -270,7 +270,8 @@ pub struct Fake {
     unmapped: Vec<Armed>,
     /// Tags whose insertion fails (with this message).
     pub refuse: HashMap<usize, String>,
-    /// Whether the handlers run "in the target" ([`Event::Ran`]).
+    /// Whether the handlers run "in the target" ([`Event::Ran`]): the
+    /// [`InTarget`] hooks are then given by [`Transport::in_target`].
     pub in_target: bool,
     next_armed: u64,
     /// How `run` ends: the main process's [`Event::ProcessExited`] status.
@@ -400,11 +401,6 @@ impl Transport for Fake {
         self.calls.push(Call::Remove(armed));
     }
 
-    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
-        self.calls.push(Call::WatchLibraries(pid));
-        Ok(())
-    }
-
     fn take_unmapped(&mut self) -> Vec<Armed> {
         std::mem::take(&mut self.unmapped)
     }
@@ -505,8 +501,17 @@ impl Transport for Fake {
         Box::new(FakeHit::default())
     }
 
-    fn runs_handlers(&self) -> bool {
-        self.in_target
+    fn in_target(&mut self) -> Option<&mut dyn InTarget> {
+        if self.in_target { Some(self) } else { None }
+    }
+}
+
+/// The in-target hooks, reached only when the field `in_target` is set. The
+/// handlers are never held (there are none) and there are no map regions.
+impl InTarget for Fake {
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+        self.calls.push(Call::WatchLibraries(pid));
+        Ok(())
     }
 
     fn load_handlers(&mut self, set: &super::HandlerSet<'_>) -> Result<(), String> {
@@ -518,6 +523,16 @@ impl Transport for Fake {
     fn update_handlers(&mut self, _set: &super::HandlerSet<'_>) -> Result<(), String> {
         self.calls.push(Call::UpdateHandlers);
         Ok(())
+    }
+
+    fn pause_handlers(&mut self) -> bool {
+        true
+    }
+
+    fn resume_handlers(&mut self) {}
+
+    fn handler_maps(&mut self, _program: usize, _bytes: &mut [u8], _write: bool) -> bool {
+        false
     }
 }
 

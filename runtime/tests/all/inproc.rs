@@ -1204,31 +1204,33 @@ fn suspend_restores_the_bytes_and_resume_patches_again() {
         Insert::Breakpoint { opcode: None },
     )
     .unwrap();
-    t.load_handlers(&HandlerSet {
-        programs: vec![HandlerProgram {
-            label: "h",
-            wasm: &wasm,
-            gvars: 0,
-            fuel: 1_000_000,
-            writes: false,
-            maps: None,
-        }],
-        probes: vec![HandlerProbe {
-            tag: 7,
-            program: 0,
-            export: "h",
-            ignore: 0,
-            maxhits: 0,
-            load_bias: 0,
-            args: &[],
-            usdt_args: &[],
-        }],
-        start_mono_ns: 0,
-        mono_offset_ns: 0,
-        child_pid: pid as u64,
-        use_cache: false,
-    })
-    .unwrap();
+    t.in_target()
+        .unwrap()
+        .load_handlers(&HandlerSet {
+            programs: vec![HandlerProgram {
+                label: "h",
+                wasm: &wasm,
+                gvars: 0,
+                fuel: 1_000_000,
+                writes: false,
+                maps: None,
+            }],
+            probes: vec![HandlerProbe {
+                tag: 7,
+                program: 0,
+                export: "h",
+                ignore: 0,
+                maxhits: 0,
+                load_bias: 0,
+                args: &[],
+                usdt_args: &[],
+            }],
+            start_mono_ns: 0,
+            mono_offset_ns: 0,
+            child_pid: pid as u64,
+            use_cache: false,
+        })
+        .unwrap();
     assert_eq!(live(pid as u32, work, 1), [0xe9]);
     t.set_tick(Duration::from_millis(100));
     let runs = Cell::new(0u64);

@@ -18,7 +18,7 @@ use std::os::fd::AsRawFd;
 use super::InProc;
 use super::launch;
 use super::world::World;
-use crate::transport::{Action, Event, Transport};
+use crate::transport::{Action, Event, InTarget, Transport};
 
 impl InProc {
     /// Follows child `pid` (of `parent`), stopped at its exec (thread

@@ -92,7 +92,7 @@ impl InProc {
     /// to where its startup libraries are ready (as a launched command
     /// is), and the session arms every probe in the new image
     /// (`Event::Exec`) and gives the handlers again
-    /// (`Transport::update_handlers`), which loads a new agent there, its
+    /// (`InTarget::update_handlers`), which loads a new agent there, its
     /// maps and global variables those of the old one. Nothing of the new
     /// program runs before its probes are armed.
     pub(super) fn on_exec(

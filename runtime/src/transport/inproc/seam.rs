@@ -1,6 +1,6 @@
-//! The seam: [`Transport`] for the in-process transport, what the session
-//! calls. Probes are planned with the target stopped (`insert`), the
-//! handlers loaded with them (`load_handlers`: `load`), the event loop run
+//! The seam: [`Transport`] and [`InTarget`] for the in-process transport,
+//! what the session calls. Probes are planned with the target stopped
+//! (`insert`), the handlers loaded with them (`load_handlers`: `load`), the event loop run
 //! (`events`), the bytes restored (`detach`); the agent's maps and store
 //! are reached through the shared region.
 
@@ -12,8 +12,8 @@ use super::{INFO, InProc, Phase, Run, traps};
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
 use crate::transport::{
-    Action, Armed, BadWatchpoint, Event, ExitStatus, HandlerSet, Insert, NoHit, Report, Transport,
-    TransportHit, TransportInfo,
+    Action, Armed, BadWatchpoint, Event, ExitStatus, HandlerSet, InTarget, Insert, NoHit, Report,
+    Transport, TransportHit, TransportInfo,
 };
 
 impl Transport for InProc {
@@ -128,79 +128,6 @@ impl Transport for InProc {
         }
     }
 
-    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
-        if self.execs.contains_key(&pid) {
-            // Libraries a followed child maps later are not armed.
-            return Ok(());
-        }
-        if pid != self.pid {
-            return Err(format!("process {pid} is not traced"));
-        }
-        if self.rdebug.is_some() {
-            return Ok(());
-        }
-        let Some(world) = self.world.as_mut() else {
-            return Err("the target is not stopped".into());
-        };
-        // A program the process executes may be where they are.
-        self.follow_exec = true;
-        let Some(rd) = crate::transport::common::rdebug::find(&self.maps) else {
-            return Err(format!(
-                "process {pid} has no dynamic linker whose library events can be watched (a \
-                 static program?)"
-            ));
-        };
-        self.patcher
-            .plan_library_event(world, &self.maps, rd.brk)
-            .map_err(|e| {
-                format!(
-                    "the dynamic linker's `_dl_debug_state` at {:#x}: {e}",
-                    rd.brk
-                )
-            })?;
-        self.rdebug = Some(rd);
-        Ok(())
-    }
-
-    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
-        if !self.execs.is_empty() {
-            // A followed child that executed a program (`joined`).
-            self.commit_execs(set);
-            return Ok(());
-        }
-        if self.reload {
-            // The process executed a new program (`on_exec`): a new agent
-            // in its image, every probe armed there; the old agent's
-            // region (its maps read by the session) goes.
-            self.reload = false;
-            let old = self.agent.take();
-            let r = self.commit(set);
-            drop(old);
-            if let Err(e) = r {
-                // Let the new program go untraced, as it was.
-                if let Some(mut w) = self.world.take() {
-                    let _ = self.patcher.restore(&w);
-                    w.release();
-                }
-                self.phase = Phase::Execed;
-                return Err(format!(
-                    "process {} executed a new program, which is not traced: {e}",
-                    self.pid
-                ));
-            }
-            return Ok(());
-        }
-        // The biases of the probes armed since the last commit (those not
-        // enabled in the agent yet): told with their sites.
-        self.later_biases = set
-            .probes
-            .iter()
-            .filter(|p| self.armed.contains_key(&p.tag) && !self.enabled.contains(&p.tag))
-            .map(|p| (p.tag as u32, p.load_bias))
-            .collect();
-        Ok(())
-    }
-
     fn take_unmapped(&mut self) -> Vec<Armed> {
         std::mem::take(&mut self.unmapped)
     }
@@ -288,12 +215,87 @@ impl Transport for InProc {
         Box::new(NoHit)
     }
 
-    fn runs_handlers(&self) -> bool {
-        true
+    fn in_target(&mut self) -> Option<&mut dyn InTarget> {
+        Some(self)
+    }
+}
+
+impl InTarget for InProc {
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+        if self.execs.contains_key(&pid) {
+            // Libraries a followed child maps later are not armed.
+            return Ok(());
+        }
+        if pid != self.pid {
+            return Err(format!("process {pid} is not traced"));
+        }
+        if self.rdebug.is_some() {
+            return Ok(());
+        }
+        let Some(world) = self.world.as_mut() else {
+            return Err("the target is not stopped".into());
+        };
+        // A program the process executes may be where they are.
+        self.follow_exec = true;
+        let Some(rd) = crate::transport::common::rdebug::find(&self.maps) else {
+            return Err(format!(
+                "process {pid} has no dynamic linker whose library events can be watched (a \
+                 static program?)"
+            ));
+        };
+        self.patcher
+            .plan_library_event(world, &self.maps, rd.brk)
+            .map_err(|e| {
+                format!(
+                    "the dynamic linker's `_dl_debug_state` at {:#x}: {e}",
+                    rd.brk
+                )
+            })?;
+        self.rdebug = Some(rd);
+        Ok(())
     }
 
     fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
         self.commit(set)
+    }
+
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        if !self.execs.is_empty() {
+            // A followed child that executed a program (`joined`).
+            self.commit_execs(set);
+            return Ok(());
+        }
+        if self.reload {
+            // The process executed a new program (`on_exec`): a new agent
+            // in its image, every probe armed there; the old agent's
+            // region (its maps read by the session) goes.
+            self.reload = false;
+            let old = self.agent.take();
+            let r = self.commit(set);
+            drop(old);
+            if let Err(e) = r {
+                // Let the new program go untraced, as it was.
+                if let Some(mut w) = self.world.take() {
+                    let _ = self.patcher.restore(&w);
+                    w.release();
+                }
+                self.phase = Phase::Execed;
+                return Err(format!(
+                    "process {} executed a new program, which is not traced: {e}",
+                    self.pid
+                ));
+            }
+            return Ok(());
+        }
+        // The biases of the probes armed since the last commit (those not
+        // enabled in the agent yet): told with their sites.
+        self.later_biases = set
+            .probes
+            .iter()
+            .filter(|p| self.armed.contains_key(&p.tag) && !self.enabled.contains(&p.tag))
+            .map(|p| (p.tag as u32, p.load_bias))
+            .collect();
+        Ok(())
     }
 
     fn pause_handlers(&mut self) -> bool {
