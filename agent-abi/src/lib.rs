@@ -910,9 +910,9 @@ pub const RED_ZONE: u64 = 128;
 /// coroutines): stack pointers compare only within one. A thread's tracked
 /// calls (innermost last) are cut into *segments*, contiguous runs of
 /// calls made on one stack, each call knowing where its segment starts
-/// ([`CallFrame::base`]). The last segment is the *current* one, where an
+/// ([`pairing::CallFrame::base`]). The last segment is the *current* one, where an
 /// entry is judged, unless the thread's innermost call is an open call of
-/// a function that switches stacks ([`CallFrame::switches`]): a thread
+/// a function that switches stacks ([`pairing::CallFrame::switches`]): a thread
 /// inside `swapcontext` runs on another stack when anything else of it is
 /// seen, so the next entry starts a new segment, and the open switch call
 /// closes its segment as a barrier no entry on the other stack can prove
