@@ -121,19 +121,7 @@ pub fn forget(pid: i32) {
 
 /// The net change per address of `pid`'s journal: (address, change, inode).
 fn read(pid: i32) -> io::Result<Vec<(u64, i64, u64)>> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path(pid))?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    crate::proc::privdir::owner_and_mode(&meta)
-        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+    let f = crate::transport::common::journal::open_own(&path(pid))?;
     let mut net: Vec<(u64, i64, u64)> = Vec::new();
     for line in io::BufReader::new(f).lines() {
         let line = line?;

@@ -339,14 +339,13 @@ pub fn journal_start(pid: i32) -> Option<u64> {
     start_in(&path(pid))
 }
 
-/// Entries of the journal of `pid`: (address, original byte, inode). The
-/// file must be a regular file of the user's own, opened without following
-/// symlinks (the same rule as for creating it).
-pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
+/// Opens a journal file for reading: a regular file of the user's own,
+/// opened without following symlinks (the same rule as for creating it).
+pub fn open_own(path: &Path) -> io::Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path(pid))?;
+        .open(path)?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::new(
@@ -356,6 +355,14 @@ pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
     }
     crate::proc::privdir::owner_and_mode(&meta)
         .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+    Ok(f)
+}
+
+/// Entries of the journal of `pid`: (address, original byte, inode). The
+/// file must be a regular file of the user's own, opened without following
+/// symlinks (the same rule as for creating it).
+pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
+    let f = open_own(&path(pid))?;
     let mut out = Vec::new();
     for line in io::BufReader::new(f).lines() {
         let line = line?;

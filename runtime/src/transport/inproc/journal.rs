@@ -8,9 +8,8 @@
 //! symlinks), and removed after a clean detach. A site that cannot be
 //! journaled is not patched.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use crate::transport::common::journal;
@@ -100,19 +99,7 @@ pub fn journal_start(pid: i32) -> Option<u64> {
 /// The entries of the journal of `pid` (a regular file of the user's own,
 /// opened without following symlinks).
 pub fn read(pid: i32) -> io::Result<Vec<Entry>> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path(pid))?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    crate::proc::privdir::owner_and_mode(&meta)
-        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+    let f = crate::transport::common::journal::open_own(&path(pid))?;
     let mut out = Vec::new();
     for line in io::BufReader::new(f).lines() {
         let line = line?;

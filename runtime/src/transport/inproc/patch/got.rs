@@ -44,10 +44,7 @@ impl Patcher {
         link: u64,
         bias: u64,
     ) -> Result<usize, String> {
-        let name = match self.modules.get(path) {
-            Some(Ok(m)) => m.elf().import_at(link).unwrap_or("?").to_string(),
-            _ => "?".into(),
-        };
+        let name = self.import_name(path, link);
         if let Some(&i) = self.by_probe_addr.get(&slot) {
             let s = &mut self.sites[i];
             if !s.ret_tags.contains(&tag) {

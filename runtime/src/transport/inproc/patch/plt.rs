@@ -13,6 +13,16 @@ use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
 impl Patcher {
+    /// The name of the function of another module the PLT entry or GOT
+    /// slot at link-time `link` of module `path` leads to (`?` where
+    /// unknown).
+    pub(super) fn import_name(&self, path: &Path, link: u64) -> String {
+        match self.modules.get(path) {
+            Some(Ok(m)) => m.elf().import_at(link).unwrap_or("?").to_string(),
+            _ => "?".into(),
+        }
+    }
+
     /// Plans return sites at the `ret`s of the function that the import
     /// `name` (the PLT entry at link-time `link` of module `path`) leads
     /// to, when every one takes a jump (a trap there would stop every call
@@ -130,10 +140,7 @@ impl Patcher {
         link: u64,
         bias: u64,
     ) -> Result<usize, String> {
-        let name = match self.modules.get(path) {
-            Some(Ok(m)) => m.elf().import_at(link).unwrap_or("?").to_string(),
-            _ => "?".into(),
-        };
+        let name = self.import_name(path, link);
         // The entry checked first (its refusal is the error), added last.
         let entry = match self.by_probe_addr.get(&addr) {
             Some(&i) if self.sites[i].kind == site_kind::PROBE => Ok(i),
