@@ -7,10 +7,10 @@ use agent_abi::{ControlHeader, LOCK_WAIT_MAX_NS, SavedRegs, Skip, site_kind, sta
 use core::sync::atomic::Ordering;
 
 use crate::init::FORK_GUARD;
-use agent_abi::fork_guard;
 use crate::run::run_probe;
 use crate::sites::{Site, site};
 use crate::{calls, ctrl, lock, ring, sys, thread};
+use agent_abi::fork_guard;
 
 /// The MXCSR Wasm code needs: round to nearest, no FTZ/DAZ, all masked.
 const MXCSR_DEFAULT: u32 = 0x1F80;

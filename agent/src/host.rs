@@ -337,11 +337,6 @@ impl HitEnv for FrameEnv {
         self.now.get()
     }
 
-    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
-        let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
-        [r.eax, r.ebx, r.ecx, r.edx]
-    }
-
     fn entry_reg(&mut self, reg: u16) -> Option<u64> {
         self.entry?.reg(reg)
     }

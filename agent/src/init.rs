@@ -3,8 +3,8 @@
 //! the linker and the one store built.
 
 use agent_abi::{
-    AGENT_ABI_VERSION, fork_guard, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader, PROBE_SLOT_SIZE,
-    state,
+    AGENT_ABI_VERSION, AgentError, CONTROL_HEADER_SIZE, CTRL_MAGIC, ControlHeader, PROBE_SLOT_SIZE,
+    fork_guard, state,
 };
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -113,7 +113,11 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
     if !guard.is_null() {
         // SAFETY: the tracer's fork-guard page, writable; its magic is
         // written only once the agent is ready.
-        unsafe { guard.add(fork_guard::PID_WORD).write_volatile(sys::getpid().into()) };
+        unsafe {
+            guard
+                .add(fork_guard::PID_WORD)
+                .write_volatile(sys::getpid().into())
+        };
         FORK_GUARD.store(guard, Ordering::Release);
     }
     let mut a = InitArgs { ctrl: c, len };
@@ -124,7 +128,11 @@ fn init_outer(c: *mut ControlHeader, len: usize, guard: *mut u64) -> i32 {
     if r == 0 {
         if !guard.is_null() {
             // SAFETY: the tracer's fork-guard page, writable.
-            unsafe { guard.add(fork_guard::MAGIC_WORD).write_volatile(fork_guard::MAGIC) };
+            unsafe {
+                guard
+                    .add(fork_guard::MAGIC_WORD)
+                    .write_volatile(fork_guard::MAGIC)
+            };
         }
         cref.state.store(state::READY, Ordering::Release);
     }

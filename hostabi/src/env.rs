@@ -43,8 +43,22 @@ pub trait HitEnv {
     /// Wall-clock time of the hit, ns since the epoch.
     fn now_ns(&self) -> u64;
 
-    /// Executes CPUID; returns EAX, EBX, ECX, EDX.
-    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4];
+    /// Executes CPUID; returns EAX, EBX, ECX, EDX. By default the
+    /// machine's own (every x86-64 CPU has it, and it has no side effects;
+    /// zeros on another architecture); a model or a test may answer
+    /// otherwise.
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+            [r.eax, r.ebx, r.ecx, r.edx]
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (leaf, subleaf);
+            [0; 4]
+        }
+    }
 
     /// The run's shared global variables (current size = largest `gvars` loaded).
     fn gvars(&mut self) -> &mut [u64];

@@ -905,10 +905,6 @@ impl HitEnv for NoHit {
     fn now_ns(&self) -> u64 {
         crate::sys::time::realtime_ns()
     }
-    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
-        let r = std::arch::x86_64::__cpuid_count(leaf, subleaf);
-        [r.eax, r.ebx, r.ecx, r.edx]
-    }
     fn gvars(&mut self) -> &mut [u64] {
         &mut []
     }

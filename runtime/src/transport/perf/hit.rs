@@ -242,12 +242,6 @@ impl HitEnv for PerfHit {
         self.time_ns
     }
 
-    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> [u32; 4] {
-        // CPUID is available on every x86-64 CPU and has no side effects.
-        let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
-        [r.eax, r.ebx, r.ecx, r.edx]
-    }
-
     fn gvars(&mut self) -> &mut [u64] {
         &mut []
     }
