@@ -38,6 +38,7 @@
 
 use std::collections::HashMap;
 
+use crate::transport::Event;
 use agent_abi::pairing::{self, CallFrame};
 
 /// One tracked call.
@@ -131,6 +132,20 @@ pub struct Gone {
     pub tid: i32,
     /// Why.
     pub cause: Left,
+}
+
+impl Gone {
+    /// The event that reports this call as ended unseen.
+    pub fn unwound(&self) -> Event<'static> {
+        Event::Unwound {
+            tag: self.call.tag,
+            pid: self.call.pid,
+            tid: self.tid,
+            entry_rsp: self.call.entry_rsp,
+            entry_ns: self.call.entry_ns,
+            cause: self.cause,
+        }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -361,18 +361,7 @@ impl PerfTracer {
         let mut gone = std::mem::take(&mut self.seam.gone);
         for g in &gone {
             if g.cause != Left::Disabled {
-                let c = &g.call;
-                on_event(
-                    self,
-                    Event::Unwound {
-                        tag: c.tag,
-                        pid: c.pid,
-                        tid: g.tid,
-                        entry_rsp: c.entry_rsp,
-                        entry_ns: c.entry_ns,
-                        cause: g.cause,
-                    },
-                );
+                on_event(self, g.unwound());
             }
         }
         gone.clear();

@@ -149,17 +149,7 @@ impl PtraceTracer {
             let c = &g.call;
             self.release_return_site(c.pid, c.ret_addr);
             if g.cause != Left::Disabled {
-                on_event(
-                    self,
-                    Event::Unwound {
-                        tag: c.tag,
-                        pid: c.pid,
-                        tid: g.tid,
-                        entry_rsp: c.entry_rsp,
-                        entry_ns: c.entry_ns,
-                        cause: g.cause,
-                    },
-                );
+                on_event(self, g.unwound());
             }
         }
         gone.clear();
@@ -296,18 +286,7 @@ impl PtraceTracer {
     fn flush_suspended(&mut self, on_event: OnEvent<'_>) {
         let mut gone = std::mem::take(&mut self.seam.suspended);
         for g in &gone {
-            let c = &g.call;
-            on_event(
-                self,
-                Event::Unwound {
-                    tag: c.tag,
-                    pid: c.pid,
-                    tid: g.tid,
-                    entry_rsp: c.entry_rsp,
-                    entry_ns: c.entry_ns,
-                    cause: g.cause,
-                },
-            );
+            on_event(self, g.unwound());
         }
         gone.clear();
         self.seam.suspended = gone;
