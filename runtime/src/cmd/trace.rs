@@ -90,7 +90,8 @@ pub struct TraceArgs {
     /// `10us`, `1.5ms`, `2s`; a bare number is ns.
     #[arg(long, value_name = "D")]
     pub min_duration: Option<String>,
-    /// Also trace calls through the executable's PLT (library calls).
+    /// Also trace the executable's library calls: through its PLT, and
+    /// (in process only) through the GOT slots of code built with -fno-plt.
     #[arg(long)]
     pub plt: bool,
     /// Also trace the functions of shared libraries matching GLOB (base
