@@ -22,6 +22,7 @@
 
 pub mod calls;
 pub mod common;
+pub mod error;
 #[cfg(test)]
 pub mod fake;
 pub mod inproc;
@@ -41,6 +42,8 @@ use crate::arch::WatchKind;
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
 use crate::wasm::regscan::RegsRead;
+
+pub use self::error::{Error, Rule};
 
 /// How a process ended (every transport reports it the same way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
