@@ -164,7 +164,7 @@ pub enum RingFull {
 }
 
 /// How a transport starts or attaches to its target.
-pub type OpenFn = fn(Target<'_>, &OpenOptions) -> Result<Box<dyn Transport>, String>;
+pub type OpenFn = fn(Target<'_>, &OpenOptions) -> Result<Box<dyn Transport>, Error>;
 
 /// A transport of the registry.
 #[derive(Debug)]
@@ -181,7 +181,7 @@ pub struct TransportInfo {
     /// Checks, before anything is launched, what the machine must provide
     /// (the argument: whether any breakpoint probe is selected); the error
     /// says what is missing and how to fix it.
-    pub preflight: fn(bool) -> Result<(), String>,
+    pub preflight: fn(bool) -> Result<(), Error>,
     /// Starts or attaches to the target.
     pub open: OpenFn,
 }
@@ -565,16 +565,11 @@ pub trait Transport {
     fn main_pid(&self) -> i32;
 
     /// The mappings of `pid` (`fresh`: read now, not as cached).
-    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String>;
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, Error>;
 
     /// Arms probe `tag` at run-time address `addr` in `pid`.
-    fn insert(
-        &mut self,
-        tag: usize,
-        pid: i32,
-        addr: RunAddr,
-        what: Insert,
-    ) -> Result<Armed, String>;
+    fn insert(&mut self, tag: usize, pid: i32, addr: RunAddr, what: Insert)
+    -> Result<Armed, Error>;
 
     /// Arms breakpoint probe `tag` at `offset` in module file `file`, which
     /// no process maps yet (only with [`Capabilities::arms_files`]); the
@@ -584,11 +579,12 @@ pub trait Transport {
         tag: usize,
         file: &std::path::Path,
         offset: u64,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let _ = (tag, file, offset);
-        Err(format!(
-            "--transport {} arms probes in mapped modules only",
-            self.info().name
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} arms probes in mapped modules only"),
         ))
     }
 
@@ -602,11 +598,12 @@ pub trait Transport {
         file: &std::path::Path,
         offset: u64,
         maxactive: u32,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let _ = (tag, file, offset, maxactive);
-        Err(format!(
-            "--transport {} arms return probes in mapped modules only",
-            self.info().name
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} arms return probes in mapped modules only"),
         ))
     }
 
@@ -632,7 +629,7 @@ pub trait Transport {
     /// startup libraries mapped, relocated and initialised), where what
     /// needed the dynamic linker (IFUNCs) can be armed. Nothing to do for
     /// a transport that starts at the entry point.
-    fn run_to_entry(&mut self) -> Result<(), String> {
+    fn run_to_entry(&mut self) -> Result<(), Error> {
         Ok(())
     }
 
@@ -669,13 +666,13 @@ pub trait Transport {
         addr: RunAddr,
         opcode: Option<u8>,
         sem: RunAddr,
-    ) -> Result<(Armed, SemaphoreHold), String> {
+    ) -> Result<(Armed, SemaphoreHold), Error> {
         // The semaphore first: the site's first hit already sees it
         // raised, as under the kernel's counting (the program may read it
         // right before the site, to build an argument).
         let hold = match self.semaphore(pid, sem, 1) {
             Ok(()) => SemaphoreHold::Raised,
-            Err(e) => SemaphoreHold::Failed(e),
+            Err(e) => SemaphoreHold::Failed(e.to_string()),
         };
         match self.insert(tag, pid, addr, Insert::Breakpoint { opcode }) {
             Ok(armed) => Ok((armed, hold)),
@@ -698,7 +695,7 @@ pub trait Transport {
         file: &std::path::Path,
         offset: u64,
         sem_offset: u64,
-    ) -> Result<(Armed, SemaphoreHold), String> {
+    ) -> Result<(Armed, SemaphoreHold), Error> {
         let _ = sem_offset;
         let armed = self.insert_on_file(tag, file, offset)?;
         Ok((
@@ -717,13 +714,21 @@ pub trait Transport {
     /// ([`semaphores`]). By default a transport that writes the target
     /// does it through `/proc/PID/mem`; one that does not must let the
     /// kernel do it (perf: the uprobe's `ref_ctr_offset`) or refuse.
-    fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), String> {
+    fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), Error> {
         if self.info().caps.writes {
-            semaphores::adjust(pid, addr.0, delta).map(|_| ())
+            semaphores::adjust(pid, addr.0, delta)
+                .map(|_| ())
+                .map_err(|message| Error::Os {
+                    pid: Some(pid),
+                    addr: Some(addr.0),
+                    errno: None,
+                    message,
+                })
         } else {
-            Err(format!(
-                "--transport {} cannot raise USDT semaphores",
-                self.info().name
+            let name = self.info().name;
+            Err(Error::unsupported(
+                name,
+                format!("--transport {name} cannot raise USDT semaphores"),
             ))
         }
     }
@@ -733,19 +738,21 @@ pub trait Transport {
     /// delivered), and a transport that patches the target restores its
     /// bytes. For a pause, or a quiescent teardown. The session's
     /// [`Armed`] handles stay valid. Transports that cannot say so.
-    fn suspend(&mut self) -> Result<(), String> {
-        Err(format!(
-            "--transport {} cannot suspend its probes",
-            self.info().name
+    fn suspend(&mut self) -> Result<(), Error> {
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} cannot suspend its probes"),
         ))
     }
 
     /// Arms again every probe [`Transport::suspend`] made dormant (in the
     /// processes still traced).
-    fn resume(&mut self) -> Result<(), String> {
-        Err(format!(
-            "--transport {} cannot resume its probes",
-            self.info().name
+    fn resume(&mut self) -> Result<(), Error> {
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} cannot resume its probes"),
         ))
     }
 
@@ -797,17 +804,17 @@ pub trait InTarget: Transport {
     /// runs): some probes' modules are not mapped yet. Called before
     /// [`InTarget::load_handlers`]; an error says why libraries mapped
     /// later cannot be watched (the probes waiting for one stay unarmed).
-    fn watch_libraries(&mut self, pid: i32) -> Result<(), String>;
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), Error>;
 
     /// The programs and probes, after the probes were inserted and before
     /// [`Transport::run`]. An error leaves nothing running (the session
     /// kills a launched command, [`Transport::kill_launched`]).
-    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String>;
+    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error>;
 
     /// The programs and probes again after probes were inserted at an
     /// [`Event::LibrariesChanged`] or an [`Event::Exec`] (their modules'
     /// load biases known now).
-    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String>;
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error>;
 
     /// Holds every handler until [`InTarget::resume_handlers`], so that the
     /// map regions can be read and written ([`InTarget::handler_maps`]);

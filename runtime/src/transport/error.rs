@@ -127,6 +127,23 @@ impl Error {
         }
     }
 
+    /// A failure to read the mappings of `pid` (`e`), said `message`: the
+    /// process is gone when its `/proc` file is.
+    pub(crate) fn maps(
+        pid: i32,
+        e: &crate::proc::procmaps::MapsError,
+        message: impl Into<String>,
+    ) -> Error {
+        use crate::proc::procmaps::MapsError;
+        match e {
+            MapsError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Error::gone(pid, message)
+            }
+            MapsError::Io { source, .. } => Error::io(Some(pid), None, source, message),
+            MapsError::Malformed { .. } => Error::other(message),
+        }
+    }
+
     /// [`Error::Refused`].
     pub fn refused(rule: Rule, addr: Option<u64>, message: impl Into<String>) -> Error {
         Error::Refused {
