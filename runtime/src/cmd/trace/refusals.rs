@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::session::Session;
+use crate::transport::Rule;
 
 use super::funcs::NotTraced;
 use super::handlers::HandlerModule;
@@ -93,7 +94,7 @@ pub(super) fn report_arm_failures(
             // A ptrace breakpoint or a uprobe goes into code; a GOT slot
             // holds an address.
             let reason = if table[fi].origin == super::funcs::Origin::Got
-                && why.to_string().contains("is not in an executable")
+                && why.rule() == Some(Rule::NotExecutable)
             {
                 GOT_ONLY_INPROC.to_string()
             } else {

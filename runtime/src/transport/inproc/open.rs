@@ -54,7 +54,11 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
                 return Err(Error::gone(pid, format!("no such process: {pid}")));
             }
             crate::transport::common::journal::held_by_another_run(pid)?;
-            (pid, false, World::stop(pid).map_err(|e| format!("{e:#}"))?)
+            let world = World::stop(pid).map_err(|e| match e.downcast::<Error>() {
+                Ok(e) => e,
+                Err(e) => Error::other(format!("{e:#}")),
+            })?;
+            (pid, false, world)
         }
     };
     let mut t = InProc::blank(pid, launched, tsc0, o.ring_full, o.follow_forks);
