@@ -8,7 +8,11 @@
 //! the session calls [`Transport::detach`], which leaves the target as it
 //! was. Each transport declares its [`Capabilities`], and the session
 //! refuses a program that needs what the transport lacks, with one message
-//! format for all of them.
+//! format for all of them. Every fallible call of the seam (and a
+//! transport's preflight and open) returns [`Error`]: its kind is what the
+//! session, the planner and the commands act on (a site refused by a
+//! [`Rule`], a process gone, what this transport cannot do ...), its text
+//! the message the user reads.
 //!
 //! **Adding a transport** is a folder (`transport/NAME.rs` and
 //! `transport/NAME/`), an `impl Transport`, a `TransportInfo`, and one line
