@@ -15,6 +15,7 @@ use super::near::{cave_in, near_jumps};
 use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
+use crate::transport::inproc::plans::WindowShape;
 use crate::transport::inproc::world::World;
 use crate::transport::{Error, Rule};
 
@@ -112,23 +113,39 @@ impl Patcher {
             .ok_or_else(|| refused(Rule::Patch, Refusal::NoFunction.to_string()))?;
         let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
         let fend = func.start + func.code.len() as u64;
-        // A `ret`'s function decoded once for all its `ret`s (they are
-        // checked one after the other).
-        if shape == Shape::Ret
-            && !self
-                .decoded
-                .as_ref()
-                .is_some_and(|d| d.is_of(func, &module.targets))
-        {
-            self.decoded = Some(window::Decoded::new(func, &module.targets));
-        }
-        let planned = match (shape, &self.decoded) {
-            (Shape::Probe, _) => window::plan(addr, func, &module.targets),
-            (Shape::Ret, Some(d)) => {
-                window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
+        // A window an earlier planning of this file chose (the plan
+        // cache), else chosen now and kept.
+        let kept_as = match shape {
+            Shape::Probe => WindowShape::Probe,
+            Shape::Ret => WindowShape::Ret,
+            Shape::Whole => WindowShape::Whole,
+        };
+        let planned = match module.kept_window(kept_as, link, bias) {
+            Some(site) => Ok(site),
+            None => {
+                // A `ret`'s function decoded once for all its `ret`s (they
+                // are checked one after the other).
+                if shape == Shape::Ret
+                    && !self
+                        .decoded
+                        .as_ref()
+                        .is_some_and(|d| d.is_of(func, &module.targets))
+                {
+                    self.decoded = Some(window::Decoded::new(func, &module.targets));
+                }
+                let planned = match (shape, &self.decoded) {
+                    (Shape::Probe, _) => window::plan(addr, func, &module.targets),
+                    (Shape::Ret, Some(d)) => {
+                        window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
+                    }
+                    (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
+                    (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
+                };
+                if let Ok(site) = &planned {
+                    module.keep_window(kept_as, link, site, bias);
+                }
+                planned
             }
-            (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
-            (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
         }
         .map_err(|r| r.to_string())
         .and_then(|site| self.clear_of_threads_and_caves(site));

@@ -63,15 +63,14 @@ impl Patcher {
             .and_then(|r| r.as_ref().ok())
             .ok_or_else(|| format!("reading {}", path.display()))?;
         // The entry's refusal first, as when it is checked alone.
-        let mut found =
-            match crate::transport::retsites::return_sites(module.elf(), file_off, "inproc") {
-                Ok(f) => f,
-                Err(e) => {
-                    return Err(entry
-                        .and_then(Result::err)
-                        .unwrap_or_else(|| Error::refused(Rule::Returns, Some(addr), e)));
-                }
-            };
+        let mut found = match module.return_sites(file_off) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(entry
+                    .and_then(Result::err)
+                    .unwrap_or_else(|| Error::refused(Rule::Returns, Some(addr), e)));
+            }
+        };
         // Where the module's GOT sends each function it tail-calls: the
         // implementation an IFUNC resolver chose, which no symbol names
         // (filled at load: the process stopped at its entry point, or
