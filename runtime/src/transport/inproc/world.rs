@@ -89,17 +89,6 @@ fn tasks(pid: i32) -> Vec<i32> {
     crate::transport::list_tasks(pid)
 }
 
-/// What to change when ptrace is refused.
-pub(super) fn ptrace_hint() -> String {
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "absent".into());
-    format!(
-        "ptrace is restricted (/proc/sys/kernel/yama/ptrace_scope = {scope}); \
-         run as the same user with ptrace_scope 0, or with CAP_SYS_PTRACE"
-    )
-}
-
 fn open_mem(pid: i32) -> anyhow::Result<File> {
     File::options()
         .read(true)
@@ -109,65 +98,51 @@ fn open_mem(pid: i32) -> anyhow::Result<File> {
 }
 
 impl World {
-    /// The launched command, stopped at its entry point (single-threaded,
-    /// our `PTRACE_TRACEME` tracee).
-    pub(super) fn launched(pid: i32) -> anyhow::Result<World> {
-        let mut threads = BTreeMap::new();
-        threads.insert(pid, Held::default());
+    /// The world of `pid` with the stopped threads `threads` (their
+    /// signals held), killed with wprobe when `kill_on_exit` is
+    /// `PTRACE_O_EXITKILL`.
+    fn with_threads(
+        pid: i32,
+        threads: BTreeMap<i32, Held>,
+        kill_on_exit: libc::c_int,
+    ) -> anyhow::Result<World> {
         Ok(World {
             pid,
             threads,
             mem: open_mem(pid)?,
             syscall_insn: None,
-            kill_on_exit: libc::PTRACE_O_EXITKILL,
+            kill_on_exit,
             reaped: None,
             cave: None,
             cave_sought: false,
             injections: 0,
         })
+    }
+
+    /// The launched command, stopped at its entry point (single-threaded,
+    /// our `PTRACE_TRACEME` tracee).
+    pub(super) fn launched(pid: i32) -> anyhow::Result<World> {
+        let threads = BTreeMap::from([(pid, Held::default())]);
+        World::with_threads(pid, threads, libc::PTRACE_O_EXITKILL)
     }
 
     /// Threads already seized and stopped by us (`traps::Traps::stop_all`),
     /// with the signal each holds for its release.
     pub(super) fn adopt(pid: i32, stopped: BTreeMap<i32, i32>) -> anyhow::Result<World> {
-        Ok(World {
-            pid,
-            threads: stopped
-                .into_iter()
-                .map(|(tid, sig)| {
-                    (
-                        tid,
-                        Held {
-                            sig,
-                            group_stop: false,
-                        },
-                    )
-                })
-                .collect(),
-            mem: open_mem(pid)?,
-            syscall_insn: None,
-            kill_on_exit: 0,
-            reaped: None,
-            cave: None,
-            cave_sought: false,
-            injections: 0,
-        })
+        let threads = stopped.into_iter().map(|(tid, sig)| {
+            let held = Held {
+                sig,
+                group_stop: false,
+            };
+            (tid, held)
+        });
+        World::with_threads(pid, threads.collect(), 0)
     }
 
     /// Seizes and stops every thread of `pid` (threads created meanwhile
     /// included: the list is read again until it is stable).
     pub(super) fn stop(pid: i32) -> anyhow::Result<World> {
-        let mut w = World {
-            pid,
-            threads: BTreeMap::new(),
-            mem: open_mem(pid)?,
-            syscall_insn: None,
-            kill_on_exit: 0,
-            reaped: None,
-            cave: None,
-            cave_sought: false,
-            injections: 0,
-        };
+        let mut w = World::with_threads(pid, BTreeMap::new(), 0)?;
         let deadline = std::time::Instant::now() + ATTACH_DEADLINE;
         loop {
             let mut added = Vec::new();
@@ -188,7 +163,10 @@ impl World {
                         match why.explain(pid) {
                             Some(reason) => bail!("{reason}"),
                             None => {
-                                bail!("not permitted to trace process {pid}: {}", ptrace_hint())
+                                bail!(
+                                    "not permitted to trace process {pid}: {}",
+                                    crate::transport::common::ptrace_hint()
+                                )
                             }
                         }
                     }
@@ -269,6 +247,14 @@ impl World {
     /// The stopped threads.
     pub(super) fn tids(&self) -> Vec<i32> {
         self.threads.keys().copied().collect()
+    }
+
+    /// The stopped threads with their program counters (the threads whose
+    /// registers can be read).
+    pub(super) fn thread_pcs(&self) -> Vec<(i32, u64)> {
+        let tids = self.tids().into_iter();
+        tids.filter_map(|tid| self.regs(tid).map(|r| (tid, r.rip)))
+            .collect()
     }
 
     /// The registers of stopped thread `tid`.
@@ -423,42 +409,53 @@ impl World {
         let mut result = None;
         loop {
             sys::syscall(tid, 0).map_err(|e| anyhow::anyhow!("resuming thread {tid}: {e}"))?;
-            let raw = match sys::wait(tid, 0) {
-                Ok(Some((_, raw))) => raw,
-                _ => bail!("thread {tid} vanished during an injected call"),
-            };
-            match sys::decode_status(raw) {
-                Status::Exited(_) | Status::Signaled(_) => {
-                    self.threads.remove(&tid);
-                    bail!("thread {tid} ended during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } if sig == libc::SIGTRAP | 0x80 => {
-                    let r = self.regs(tid).context("reading registers")?;
-                    let entry = sys::at_syscall_entry(tid).unwrap_or(true);
-                    if entry && r.rip == stop {
-                        return Ok(result);
-                    }
-                    if !entry && r.rip == after {
-                        result = Some(r.rax);
-                    }
-                }
-                Status::Stopped { sig, event: 0 }
-                    if matches!(
-                        sig,
-                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
-                    ) =>
-                {
-                    let rip = self.regs(tid).map_or(0, |r| r.rip);
-                    bail!("thread {tid} got signal {sig} at {rip:#x} during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } => {
-                    if let Some(h) = self.threads.get_mut(&tid) {
-                        h.sig = sig;
-                    }
-                }
-                _ => {}
+            if !self.injected_stop(tid, libc::SIGTRAP | 0x80)? {
+                continue;
+            }
+            let r = self.regs(tid).context("reading registers")?;
+            let entry = sys::at_syscall_entry(tid).unwrap_or(true);
+            if entry && r.rip == stop {
+                return Ok(result);
+            }
+            if !entry && r.rip == after {
+                result = Some(r.rax);
             }
         }
+    }
+
+    /// Waits for the next stop of `tid` during an injected call: whether
+    /// it is one of signal `wanted` (`SIGTRAP | 0x80`: a system call
+    /// stop); another signal is held for its release. An error when the
+    /// thread is gone or faulted (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`,
+    /// or a `SIGTRAP` not wanted).
+    fn injected_stop(&mut self, tid: i32, wanted: i32) -> anyhow::Result<bool> {
+        let raw = match sys::wait(tid, 0) {
+            Ok(Some((_, raw))) => raw,
+            _ => bail!("thread {tid} vanished during an injected call"),
+        };
+        match sys::decode_status(raw) {
+            Status::Exited(_) | Status::Signaled(_) => {
+                self.threads.remove(&tid);
+                bail!("thread {tid} ended during an injected call");
+            }
+            Status::Stopped { sig, event: 0 } if sig == wanted => return Ok(true),
+            Status::Stopped { sig, event: 0 }
+                if matches!(
+                    sig,
+                    libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
+                ) =>
+            {
+                let rip = self.regs(tid).map_or(0, |r| r.rip);
+                bail!("thread {tid} got signal {sig} at {rip:#x} during an injected call");
+            }
+            Status::Stopped { sig, event: 0 } => {
+                if let Some(h) = self.threads.get_mut(&tid) {
+                    h.sig = sig;
+                }
+            }
+            _ => {}
+        }
+        Ok(false)
     }
 
     /// Puts thread `tid` back as the cave found it (its registers; `fp`:
@@ -511,31 +508,8 @@ impl World {
                 sys::cont(tid, 0)
             };
             r.map_err(|e| anyhow::anyhow!("resuming thread {tid}: {e}"))?;
-            let raw = match sys::wait(tid, 0) {
-                Ok(Some((_, raw))) => raw,
-                _ => bail!("thread {tid} vanished during an injected call"),
-            };
-            match sys::decode_status(raw) {
-                Status::Exited(_) | Status::Signaled(_) => {
-                    self.threads.remove(&tid);
-                    bail!("thread {tid} ended during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } if sig == libc::SIGTRAP => return Ok(()),
-                Status::Stopped { sig, event: 0 }
-                    if matches!(
-                        sig,
-                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
-                    ) =>
-                {
-                    let rip = self.regs(tid).map_or(0, |r| r.rip);
-                    bail!("thread {tid} got signal {sig} at {rip:#x} during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } => {
-                    if let Some(h) = self.threads.get_mut(&tid) {
-                        h.sig = sig;
-                    }
-                }
-                _ => {}
+            if self.injected_stop(tid, libc::SIGTRAP)? {
+                return Ok(());
             }
         }
     }
