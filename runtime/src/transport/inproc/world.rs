@@ -401,6 +401,55 @@ impl World {
         Ok(self.cave.as_mut())
     }
 
+    /// Sets `tid`, whose registers were `saved`, on the way into a call of
+    /// `func` with the arguments `a` that returns to `return_to` (then
+    /// the injection's pause): the return address below the red zone,
+    /// 16-aligned, so that the callee starts with RSP ≡ 8 (mod 16), as
+    /// after a `call`.
+    fn start_call(
+        &mut self,
+        tid: i32,
+        saved: &Regs,
+        func: u64,
+        a: [u64; 6],
+        return_to: u64,
+    ) -> anyhow::Result<()> {
+        let mut r = *saved;
+        let sp = ((saved.rsp - 128 - 64) & !15) - 8;
+        self.poke(sp, &return_to.to_le_bytes())?;
+        r.rsp = sp;
+        r.rip = func;
+        r.orig_rax = u64::MAX;
+        r.rax = 0;
+        r.eflags &= !(0x100 | 0x400); // TF, DF
+        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        self.injection_pause();
+        Ok(())
+    }
+
+    /// Sets `tid`, whose registers were `saved`, at the `syscall`
+    /// instruction `at` for system call `nr` with the arguments `a` (then
+    /// the injection's pause).
+    fn start_syscall(
+        &mut self,
+        tid: i32,
+        saved: &Regs,
+        nr: u64,
+        a: [u64; 6],
+        at: u64,
+    ) -> anyhow::Result<()> {
+        let mut r = *saved;
+        r.rax = nr;
+        r.orig_rax = u64::MAX;
+        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        r.rip = at;
+        r.eflags &= !0x100;
+        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        self.injection_pause();
+        Ok(())
+    }
+
     /// Resumes `tid` (in the cave) system call by system call until it
     /// stops at the entry of the system call ending at `stop`; the result
     /// of the one ending at `after` (the injected system call), if given.
@@ -562,19 +611,8 @@ impl Injector<'_> {
         }
         let c = self.w.cave.as_ref().context("the injection cave")?;
         let (base, l, saved) = (c.addr, c.layout, c.saved);
-        let mut r = saved;
-        // Below the red zone, 16-aligned, then the return address (into the
-        // cave): the callee starts with RSP ≡ 8 (mod 16), as after a `call`.
-        let sp = ((saved.rsp - 128 - 64) & !15) - 8;
-        self.w.poke(sp, &(base + l.ret).to_le_bytes())?;
-        r.rsp = sp;
-        r.rip = func;
-        r.orig_rax = u64::MAX;
-        r.rax = 0;
-        r.eflags &= !(0x100 | 0x400); // TF, DF
-        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-        self.w.injection_pause();
+        // Returning into the cave.
+        self.w.start_call(tid, &saved, func, a, base + l.ret)?;
         let ran = self.w.run_to_cave_stop(tid, base + l.ret_stop, 0);
         // The call's result, in `rdi` at the stop that ends it.
         let result = ran.and_then(|_| self.w.regs(tid).context("reading registers"));
@@ -593,15 +631,8 @@ impl agent_loader::Target for Injector<'_> {
     fn inject_syscall(&mut self, nr: u64, a: [u64; 6]) -> anyhow::Result<u64> {
         let tid = self.tid;
         if let Some(c) = self.w.cave(tid)? {
-            let (base, l) = (c.addr, c.layout);
-            let mut r = c.saved;
-            r.rax = nr;
-            r.orig_rax = u64::MAX;
-            (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-            r.rip = base + l.sys;
-            r.eflags &= !0x100;
-            sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-            self.w.injection_pause();
+            let (base, l, saved) = (c.addr, c.layout, c.saved);
+            self.w.start_syscall(tid, &saved, nr, a, base + l.sys)?;
             let ran = self
                 .w
                 .run_to_cave_stop(tid, base + l.sys_stop, base + l.sys_after);
@@ -613,14 +644,7 @@ impl agent_loader::Target for Injector<'_> {
         }
         let sc = self.w.syscall_insn()?;
         let saved = self.w.regs(self.tid).context("reading registers")?;
-        let mut r = saved;
-        r.rax = nr;
-        r.orig_rax = u64::MAX;
-        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        r.rip = sc;
-        r.eflags &= !0x100;
-        sys::setregs(self.tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-        self.w.injection_pause();
+        self.w.start_syscall(self.tid, &saved, nr, a, sc)?;
         let result = loop {
             if let Err(e) = self.w.run_until_trap(self.tid, true) {
                 let _ = sys::setregs(self.tid, &saved);
@@ -651,19 +675,7 @@ impl agent_loader::Target for Injector<'_> {
             return self.call_through_cave(func, a);
         }
         let saved = self.w.regs(self.tid).context("reading registers")?;
-        let mut r = saved;
-        // Below the red zone, 16-aligned, then the return address: the
-        // callee starts with RSP ≡ 8 (mod 16), as after a `call`.
-        let sp = ((saved.rsp - 128 - 64) & !15) - 8;
-        self.w.poke(sp, &return_to.to_le_bytes())?;
-        r.rsp = sp;
-        r.rip = func;
-        r.orig_rax = u64::MAX;
-        r.rax = 0;
-        r.eflags &= !(0x100 | 0x400); // TF, DF
-        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        sys::setregs(self.tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-        self.w.injection_pause();
+        self.w.start_call(self.tid, &saved, func, a, return_to)?;
         let res = self.w.run_until_trap(self.tid, false);
         let now = self.w.regs(self.tid);
         sys::setregs(self.tid, &saved).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
