@@ -22,6 +22,7 @@ pub mod glob;
 pub mod info;
 pub mod ldcache;
 pub mod locate;
+pub mod script;
 pub mod startup;
 pub mod unwind;
 pub mod usdt;

@@ -491,7 +491,7 @@ pub(crate) fn open_planned(
                     );
                     info = other;
                 }
-                None => return Err(e),
+                None => return Err(e.to_string()),
             },
         }
     }

@@ -426,7 +426,7 @@ fn first_transport(
                 if a.follow && !info.caps.follows_forks {
                     return Err("-f: it does not follow forks".into());
                 }
-                (info.preflight)(true)
+                (info.preflight)(true).map_err(|e| e.to_string())
             })?
             .info
         }

@@ -107,7 +107,7 @@ impl InProc {
                 continue;
             }
             let r = c.update_handlers(set);
-            let r = r.and_then(|()| self.hand_over(pid, &mut c));
+            let r = r.and_then(|()| Ok(self.hand_over(pid, &mut c)?));
             if let Err(e) = r {
                 crate::elog!("wprobe: {e}");
             }
