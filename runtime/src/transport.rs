@@ -433,6 +433,17 @@ pub enum Event<'a> {
     },
 }
 
+impl<'a> Event<'a> {
+    /// The hit of one probe (`tag`): a hit of a watchpoint, or of a return
+    /// probe at one call's return.
+    pub fn hit_of(tag: &'a usize, hit: &'a mut dyn TransportHit) -> Event<'a> {
+        Event::Hit {
+            tags: std::slice::from_ref(tag),
+            hit,
+        }
+    }
+}
+
 /// A handler run in the target, as a transport that runs handlers reports
 /// it ([`Event::Ran`]): the hit's identity and the records, which the
 /// session formats as it formats the records of its own runs.

@@ -29,22 +29,13 @@ pub enum Mode {
 /// bpftrace's `json_escape`: `"`, `\`, `\n`, `\r`, `\t`, other controls as
 /// `\u00XX`; valid UTF-8 is copied, invalid bytes become `\u00XX`.
 pub fn json_escape(out: &mut String, bytes: &[u8]) {
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-                c => out.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\u{b:04x}"));
-        }
-    }
+    crate::out::format::escape_chars(
+        out,
+        bytes,
+        |c| (c as u32) < 0x20,
+        |out, c| out.push_str(&format!("\\u{:04x}", c as u32)),
+        |out, b| out.push_str(&format!("\\u{b:04x}")),
+    );
 }
 
 /// A C string: the bytes before the first NUL.

@@ -100,6 +100,32 @@ fn hex(out: &mut String, bytes: &[u8]) {
 /// Escapes bytes as a double-quoted string safe for terminals.
 pub fn text_string(out: &mut String, bytes: &[u8]) {
     out.push('"');
+    escape_chars(
+        out,
+        bytes,
+        char::is_control,
+        |out, c| {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        },
+        |out, b| {
+            let _ = write!(out, "\\x{b:02x}");
+        },
+    );
+    out.push('"');
+}
+
+/// Appends `bytes` escaped: `"`, `\`, `\n`, `\r` and `\t` as in C, every
+/// other character `control` picks by `char_escape`, and each byte that
+/// is not valid UTF-8 by `byte_escape`; the rest copied. The escaping of
+/// text records ([`text_string`]) and of bpftrace's JSON strings
+/// (`btout::json_escape`), which differ only in those three.
+pub(crate) fn escape_chars(
+    out: &mut String,
+    bytes: &[u8],
+    control: impl Fn(char) -> bool,
+    char_escape: impl Fn(&mut String, char),
+    byte_escape: impl Fn(&mut String, u8),
+) {
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
             match c {
@@ -108,17 +134,14 @@ pub fn text_string(out: &mut String, bytes: &[u8]) {
                 '\n' => out.push_str("\\n"),
                 '\r' => out.push_str("\\r"),
                 '\t' => out.push_str("\\t"),
-                c if c.is_control() => {
-                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
-                }
+                c if control(c) => char_escape(out, c),
                 c => out.push(c),
             }
         }
-        for b in chunk.invalid() {
-            let _ = write!(out, "\\x{b:02x}");
+        for &b in chunk.invalid() {
+            byte_escape(out, b);
         }
     }
-    out.push('"');
 }
 
 /// Appends a JSON string literal (bytes decoded as UTF-8, invalid bytes as U+FFFD).

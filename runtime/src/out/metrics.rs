@@ -59,12 +59,8 @@ pub struct MetricsArgs {
 
 /// `--metrics-linger`: `N[ms|s|m]`, seconds without a unit.
 pub fn parse_linger(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let scale = match unit.trim() {
+    let (num, unit) = crate::cmd::number_and_unit(s);
+    let scale = match unit {
         "ms" => 1e-3,
         "" | "s" => 1.0,
         "m" | "min" => 60.0,

@@ -774,17 +774,7 @@ impl Session {
     /// give only the first a jump. Said in words, for the planner.
     pub fn probes_closer_than_a_jump(&mut self, files: &[std::path::PathBuf]) -> Option<String> {
         let mut by_file: HashMap<std::path::PathBuf, Vec<(u64, String)>> = HashMap::new();
-        for p in self.probes.iter().filter(|p| p.enabled) {
-            let spec = &self.manifests[p.prog].probes[p.index];
-            if spec.kind != ProbeKind::Breakpoint
-                || (spec.location.kind == LocationKind::Address && spec.location.symbol.is_none())
-            {
-                continue;
-            }
-            let module = spec
-                .module
-                .as_ref()
-                .unwrap_or(&self.manifests[p.prog].module);
+        for (p, spec, module) in module_breakpoints(&self.probes, &self.manifests) {
             let file = match procmaps::module_file(module, files) {
                 Some(f) => f.clone(),
                 None if module.contains('/') => {
@@ -831,17 +821,7 @@ impl Session {
     /// them (a path or a bare name), each once.
     pub fn probe_modules(&self) -> Vec<String> {
         let mut v: Vec<String> = Vec::new();
-        for p in self.probes.iter().filter(|p| p.enabled) {
-            let spec = &self.manifests[p.prog].probes[p.index];
-            if spec.kind != ProbeKind::Breakpoint
-                || (spec.location.kind == LocationKind::Address && spec.location.symbol.is_none())
-            {
-                continue;
-            }
-            let m = spec
-                .module
-                .as_ref()
-                .unwrap_or(&self.manifests[p.prog].module);
+        for (_, _, m) in module_breakpoints(&self.probes, &self.manifests) {
             if !m.is_empty() && !v.contains(m) {
                 v.push(m.clone());
             }
@@ -896,4 +876,22 @@ fn note_go(
         crate::elog!("wprobe: note: {msg}");
         warnings.push(msg);
     }
+}
+
+/// The enabled breakpoint probes placed in a module (not those at a bare
+/// address), each with its spec and its module as its program names it
+/// (a path or a bare name).
+fn module_breakpoints<'a>(
+    probes: &'a [super::ProbeState],
+    manifests: &'a [hostabi::manifest::Manifest],
+) -> impl Iterator<Item = (&'a super::ProbeState, &'a ProbeSpec, &'a String)> {
+    probes.iter().filter(|p| p.enabled).filter_map(|p| {
+        let spec = &manifests[p.prog].probes[p.index];
+        let bare = spec.location.kind == LocationKind::Address && spec.location.symbol.is_none();
+        if spec.kind != ProbeKind::Breakpoint || bare {
+            return None;
+        }
+        let module = spec.module.as_ref().unwrap_or(&manifests[p.prog].module);
+        Some((p, spec, module))
+    })
 }

@@ -40,6 +40,7 @@ use std::collections::HashMap;
 
 use crate::transport::Event;
 use agent_abi::pairing::{self, CallFrame};
+use hostabi::env::EntryState;
 
 /// One tracked call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +66,41 @@ pub struct Call {
     /// Where its stack segment starts among its thread's calls (set by
     /// [`CallStacks::push`]).
     pub base: u32,
+}
+
+impl Call {
+    /// The call of probe `tag` entering `func` in `pid`, with the thread's
+    /// registers `r` at the entry (`rsp` at the return address
+    /// `ret_addr`) at monotonic time `entry_ns`.
+    pub fn entered(
+        tag: usize,
+        pid: i32,
+        func: u64,
+        r: &crate::arch::Regs,
+        ret_addr: u64,
+        entry_ns: u64,
+    ) -> Call {
+        Call {
+            tag,
+            pid,
+            func,
+            entry_rsp: r.rsp,
+            ret_addr,
+            regs: [r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9, r.rsp],
+            entry_ns,
+            switches: false,
+            base: 0,
+        }
+    }
+
+    /// What a handler at the call's return sees of its entry, `now` being
+    /// the monotonic time of the return.
+    pub fn entry_state(&self, now: u64) -> EntryState {
+        EntryState {
+            regs: self.regs,
+            elapsed_ns: now.saturating_sub(self.entry_ns),
+        }
+    }
 }
 
 impl CallFrame for Call {
@@ -146,6 +182,23 @@ impl Gone {
             cause: self.cause,
         }
     }
+}
+
+/// Calls `each` with `owner` and every call in its list `list` picks
+/// (taken out meanwhile, so that `each` may use `owner`: report the call
+/// through it, let go of its return site), then leaves the list empty,
+/// its allocation kept for the next calls.
+pub fn each_gone<S: ?Sized>(
+    owner: &mut S,
+    list: fn(&mut S) -> &mut Vec<Gone>,
+    mut each: impl FnMut(&mut S, &Gone),
+) {
+    let mut gone = std::mem::take(list(owner));
+    for g in &gone {
+        each(owner, g);
+    }
+    gone.clear();
+    *list(owner) = gone;
 }
 
 #[derive(Debug, Default)]

@@ -12,9 +12,21 @@
 //!   trap sites);
 //! * the dynamic linker's hooks for library events (`rdebug`);
 //! * the failures of `perf_event_open` with their hints (`perf_event`:
-//!   perf's events, inproc's watchpoints).
+//!   perf's events, inproc's watchpoints), and the hint when ptrace is
+//!   refused (`ptrace_hint`: ptrace's attach, inproc's).
 
 pub mod journal;
 pub(crate) mod perf_event;
 pub(crate) mod rdebug;
 pub mod watchdog;
+
+/// What to change when ptrace is refused (the Yama scope in force).
+pub(crate) fn ptrace_hint() -> String {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "absent".into());
+    format!(
+        "ptrace is restricted (/proc/sys/kernel/yama/ptrace_scope = {scope}); \
+         run as the same user with ptrace_scope 0, or with CAP_SYS_PTRACE"
+    )
+}

@@ -149,46 +149,51 @@ impl Services {
 
     /// The real uid of `pid` (cached).
     fn uid(&mut self, pid: u64) -> i64 {
-        if let Some(u) = self.uid.get(&pid) {
-            return *u;
-        }
-        let u = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Uid:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            })
-            .unwrap_or(-1);
-        if self.uid.len() > 4096 {
-            self.uid.clear();
-        }
-        self.uid.insert(pid, u);
-        u
+        cached_id(&mut self.uid, pid, || {
+            status_id(
+                std::fs::read_to_string(format!("/proc/{pid}/status")),
+                "Uid:",
+            )
+        })
     }
 }
 
 impl Services {
     /// The real gid of thread `tid` of `pid` (cached by thread).
     fn gid(&mut self, pid: u64, tid: u64) -> i64 {
-        if let Some(g) = self.gid.get(&tid) {
-            return *g;
-        }
-        let g = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
-            .or_else(|_| std::fs::read_to_string(format!("/proc/{pid}/status")))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Gid:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            })
-            .unwrap_or(-1);
-        if self.gid.len() > 4096 {
-            self.gid.clear();
-        }
-        self.gid.insert(tid, g);
-        g
+        cached_id(&mut self.gid, tid, || {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+                .or_else(|_| std::fs::read_to_string(format!("/proc/{pid}/status")));
+            status_id(status, "Gid:")
+        })
     }
+}
+
+/// The id of `key` in `cache`, else `read`'s, kept (the cache emptied when
+/// it grew past 4,096 ids).
+fn cached_id(cache: &mut HashMap<u64, i64>, key: u64, read: impl FnOnce() -> i64) -> i64 {
+    if let Some(v) = cache.get(&key) {
+        return *v;
+    }
+    let v = read();
+    if cache.len() > 4096 {
+        cache.clear();
+    }
+    cache.insert(key, v);
+    v
+}
+
+/// The real id on the line `field` (`Uid:`, `Gid:`) of a `status` file's
+/// text; -1 when it was not read or has none.
+fn status_id(status: std::io::Result<String>, field: &str) -> i64 {
+    status
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(-1)
 }
 
 /// The NUMA node of each CPU, from `/sys/devices/system/node/node*/cpulist`,

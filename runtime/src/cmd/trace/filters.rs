@@ -77,12 +77,8 @@ pub(super) fn filter_and_notrace(
 
 /// `--min-duration`: `NUMBER[ns|us|ms|s]` (fractions allowed) in ns.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let scale: f64 = match unit.trim() {
+    let (num, unit) = crate::cmd::number_and_unit(s);
+    let scale: f64 = match unit {
         "" | "ns" => 1.0,
         "us" | "µs" => 1e3,
         "ms" => 1e6,

@@ -132,8 +132,10 @@ pub fn hist_low(i: usize, k: u8) -> u64 {
     (1u64 << power.min(63)).wrapping_mul(n + bucket)
 }
 
-/// Text of a `hist` value (`k` of `hist(x, k)`; bpftrace's `hist_to_str`).
-fn hist_text(v: &[u8], div: u64, k: u8) -> String {
+/// The used buckets of a histogram value `v` as bpftrace prints them: in
+/// text, a bar line each, with the header `header` gives of its index
+/// and its count divided by `div`.
+fn buckets_text(v: &[u8], div: u64, header: impl Fn(usize) -> String) -> String {
     let c = counts(v);
     let Some((lo, hi)) = used(&c) else {
         return String::new();
@@ -141,7 +143,30 @@ fn hist_text(v: &[u8], div: u64, k: u8) -> String {
     let max = c.iter().copied().max().unwrap_or(0);
     let mut s = String::new();
     for (i, &n) in c.iter().enumerate().take(hi + 1).skip(lo) {
-        let header = if i == 0 {
+        bar_line(&mut s, &header(i), n / div.max(1), n, max);
+    }
+    s
+}
+
+/// The used buckets of a histogram value `v` in JSON: an object each,
+/// the bounds `range` gives of its index (`"min": …, "max": …, `), then
+/// its count divided by `div`.
+fn buckets_json(v: &[u8], div: u64, range: impl Fn(usize) -> String) -> String {
+    let c = counts(v);
+    let Some((lo, hi)) = used(&c) else {
+        return "[]".into();
+    };
+    let mut parts = Vec::new();
+    for (i, &n) in c.iter().enumerate().take(hi + 1).skip(lo) {
+        parts.push(format!("{{{}\"count\": {}}}", range(i), n / div.max(1)));
+    }
+    format!("[{}]", parts.join(", "))
+}
+
+/// Text of a `hist` value (`k` of `hist(x, k)`; bpftrace's `hist_to_str`).
+fn hist_text(v: &[u8], div: u64, k: u8) -> String {
+    buckets_text(v, div, |i| {
+        if i == 0 {
             "(..., 0)".to_string()
         } else if i <= 2 << k {
             format!("[{}]", i - 1)
@@ -151,21 +176,14 @@ fn hist_text(v: &[u8], div: u64, k: u8) -> String {
                 hist_index_label(i - 1, k),
                 hist_index_label(i, k)
             )
-        };
-        bar_line(&mut s, &header, n / div.max(1), n, max);
-    }
-    s
+        }
+    })
 }
 
 /// JSON of a `hist` value (bpftrace's: `min`/`max` of each bucket).
 fn hist_json(v: &[u8], div: u64, k: u8) -> String {
-    let c = counts(v);
-    let Some((lo, hi)) = used(&c) else {
-        return "[]".into();
-    };
-    let mut parts = Vec::new();
-    for (i, &n) in c.iter().enumerate().take(hi + 1).skip(lo) {
-        let range = if i == 0 {
+    buckets_json(v, div, |i| {
+        if i == 0 {
             "\"max\": -1, ".to_string()
         } else {
             let low = hist_low(i, k);
@@ -175,22 +193,14 @@ fn hist_json(v: &[u8], div: u64, k: u8) -> String {
                 hist_low(i + 1, k).wrapping_sub(1)
             };
             format!("\"min\": {low}, \"max\": {high}, ")
-        };
-        parts.push(format!("{{{range}\"count\": {}}}", n / div.max(1)));
-    }
-    format!("[{}]", parts.join(", "))
+        }
+    })
 }
 
 fn lhist_text(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
-    let c = counts(v);
     let buckets = ((max - min) / step.max(1)) as usize;
-    let Some((lo, hi)) = used(&c) else {
-        return String::new();
-    };
-    let mx = c.iter().copied().max().unwrap_or(0);
-    let mut s = String::new();
-    for (i, &n) in c.iter().enumerate().take(hi + 1).skip(lo) {
-        let header = if i == 0 {
+    buckets_text(v, 1, |i| {
+        if i == 0 {
             format!("(..., {})", lhist_label(min))
         } else if i == buckets + 1 {
             format!("[{}, ...)", lhist_label(max))
@@ -200,31 +210,22 @@ fn lhist_text(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
                 lhist_label((i as i64 - 1) * step + min),
                 lhist_label(i as i64 * step + min)
             )
-        };
-        bar_line(&mut s, &header, n, n, mx);
-    }
-    s
+        }
+    })
 }
 
 fn lhist_json(v: &[u8], (min, max, step): (i64, i64, i64)) -> String {
-    let c = counts(v);
     let buckets = ((max - min) / step.max(1)) as usize;
-    let Some((lo, hi)) = used(&c) else {
-        return "[]".into();
-    };
-    let mut parts = Vec::new();
-    for (i, &n) in c.iter().enumerate().take(hi + 1).skip(lo) {
-        let range = if i == 0 {
+    buckets_json(v, 1, |i| {
+        if i == 0 {
             format!("\"max\": {}, ", min - 1)
         } else if i == buckets + 1 {
             format!("\"min\": {max}, ")
         } else {
             let low = (i as i64 - 1) * step + min;
             format!("\"min\": {low}, \"max\": {}, ", i as i64 * step + min - 1)
-        };
-        parts.push(format!("{{{range}\"count\": {n}}}"));
-    }
-    format!("[{}]", parts.join(", "))
+        }
+    })
 }
 
 /// Appends map `index` to `out` (nothing for an unknown index).

@@ -286,12 +286,51 @@ pub fn start_in(path: &Path) -> Option<u64> {
         .and_then(|t| t.trim().parse().ok())
 }
 
-/// An open journal.
+/// A journal file open for appending (either transport's format).
 #[derive(Debug)]
-pub struct Journal {
+pub struct JournalFile {
     file: File,
     path: PathBuf,
 }
+
+impl JournalFile {
+    /// Creates the journal file `path` of `pid` as [`create_file`] does
+    /// (`who`: how this wprobe touches the process).
+    pub fn create(pid: i32, path: PathBuf, who: &str) -> io::Result<JournalFile> {
+        let file = create_file(pid, &path, who)?;
+        Ok(JournalFile { file, path })
+    }
+
+    /// Appends `text` (whole lines) durably: one write, one sync.
+    pub fn append(&mut self, text: &str) -> io::Result<()> {
+        self.file.write_all(text.as_bytes())?;
+        self.file.sync_data()
+    }
+
+    /// Removes the file (every byte restored).
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The entries of the journal file `path`, opened as [`open_own`] opens
+/// it: what `parse` makes of each line, the lines it gives nothing for
+/// (the `start` and `tracer` lines, a torn last line) passed over.
+pub fn read_entries<T>(
+    path: &Path,
+    mut parse: impl FnMut(&str) -> Option<T>,
+) -> io::Result<Vec<T>> {
+    let f = open_own(path)?;
+    let mut out = Vec::new();
+    for line in io::BufReader::new(f).lines() {
+        out.extend(parse(&line?));
+    }
+    Ok(out)
+}
+
+/// An open journal.
+#[derive(Debug)]
+pub struct Journal(JournalFile);
 
 impl Journal {
     /// Creates the journal of `pid`: a new file (mode 0600) in a directory
@@ -302,8 +341,7 @@ impl Journal {
         // Written in this wprobe's directory (an older one of this process
         // elsewhere is found by `path`, for `repair`).
         let path = dir().join(format!("{pid}.journal"));
-        let file = create_file(pid, &path, "attached to")?;
-        Ok(Journal { file, path })
+        JournalFile::create(pid, path, "attached to").map(Journal)
     }
 
     /// Records a patch before it is written.
@@ -323,13 +361,12 @@ impl Journal {
             use std::fmt::Write as _;
             let _ = writeln!(text, "{addr:x} {orig:02x} {inode}");
         }
-        self.file.write_all(text.as_bytes())?;
-        self.file.sync_data()
+        self.0.append(&text)
     }
 
     /// Removes the journal (all bytes restored).
     pub fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+        self.0.remove();
     }
 }
 
@@ -362,23 +399,15 @@ pub fn open_own(path: &Path) -> io::Result<File> {
 /// file must be a regular file of the user's own, opened without following
 /// symlinks (the same rule as for creating it).
 pub fn read(pid: i32) -> io::Result<Vec<(u64, u8, u64)>> {
-    let f = open_own(&path(pid))?;
-    let mut out = Vec::new();
-    for line in io::BufReader::new(f).lines() {
-        let line = line?;
+    read_entries(&path(pid), |line| {
         let mut it = line.split_whitespace();
-        let (Some(a), Some(b), Some(i)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if let (Ok(a), Ok(b), Ok(i)) = (
-            u64::from_str_radix(a, 16),
-            u8::from_str_radix(b, 16),
-            i.parse(),
-        ) {
-            out.push((a, b, i));
-        }
-    }
-    Ok(out)
+        let (a, b, i) = (it.next()?, it.next()?, it.next()?);
+        Some((
+            u64::from_str_radix(a, 16).ok()?,
+            u8::from_str_radix(b, 16).ok()?,
+            i.parse().ok()?,
+        ))
+    })
 }
 
 /// Restores the journaled bytes of `pid` where an `int3` is still present

@@ -334,34 +334,42 @@ fn copy_journals(
 ) -> std::io::Result<(Option<journal::Journal>, Option<trap_journal::Journal>)> {
     let dir = trap_journal::dir();
     let has = |ext: &str| dir.join(format!("{parent}.{ext}")).exists();
-    let missing = || std::io::Error::from(std::io::ErrorKind::NotFound);
-    let sites = match if has("inproc") {
-        journal::read(parent)
-    } else {
-        Err(missing())
-    } {
-        Ok(entries) => {
+    let sites = copy_journal(
+        has("inproc"),
+        || journal::read(parent),
+        |entries| {
             let mut j = journal::Journal::create(child)?;
             j.record(&entries)?;
-            Some(j)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
-    let traps = match if has("journal") {
-        trap_journal::read(parent)
-    } else {
-        Err(missing())
-    } {
-        Ok(entries) => {
+            Ok(j)
+        },
+    )?;
+    let traps = copy_journal(
+        has("journal"),
+        || trap_journal::read(parent),
+        |entries| {
             let mut j = trap_journal::Journal::create(child)?;
             j.record_all(&entries)?;
-            Some(j)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
+            Ok(j)
+        },
+    )?;
     Ok((sites, traps))
+}
+
+/// A journal of the child made by `write` of the entries `read` gives of
+/// the parent's, when the parent has one (`has`, and `read` finds it).
+fn copy_journal<E, J>(
+    has: bool,
+    read: impl FnOnce() -> std::io::Result<E>,
+    write: impl FnOnce(E) -> std::io::Result<J>,
+) -> std::io::Result<Option<J>> {
+    if !has {
+        return Ok(None);
+    }
+    match read() {
+        Ok(entries) => write(entries).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Stops the threads `tids` of child `pid` (seized; those in `held` are

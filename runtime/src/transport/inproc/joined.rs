@@ -59,11 +59,7 @@ impl InProc {
         let w = World::adopt(pid, std::iter::once((tid, 0)).collect())
             .map_err(|e| let_go(format!("{e:#}")))?;
         let mut c = InProc::blank(pid, false, self.tsc0, self.ring_full, self.follow_forks);
-        c.patcher.thread_pcs = w
-            .tids()
-            .into_iter()
-            .filter_map(|t| w.regs(t).map(|r| (t, r.rip)))
-            .collect();
+        c.patcher.thread_pcs = w.thread_pcs();
         c.world = Some(w);
         c.reload = true;
         c.join = Some((region, path));

@@ -8,8 +8,7 @@
 //! symlinks), and removed after a clean detach. A site that cannot be
 //! journaled is not patched.
 
-use std::fs::File;
-use std::io::{self, BufRead, Write};
+use std::io;
 use std::path::PathBuf;
 
 use crate::transport::common::journal;
@@ -53,10 +52,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 
 /// An open journal.
 #[derive(Debug)]
-pub struct Journal {
-    file: File,
-    path: PathBuf,
-}
+pub struct Journal(journal::JournalFile);
 
 impl Journal {
     /// Creates the journal of `pid` (a new file, mode 0600, in a directory
@@ -64,8 +60,7 @@ impl Journal {
     /// run `wprobe repair` first.
     pub fn create(pid: i32) -> io::Result<Journal> {
         let path = journal::dir().join(format!("{pid}.inproc"));
-        let file = journal::create_file(pid, &path, "that patched")?;
-        Ok(Journal { file, path })
+        journal::JournalFile::create(pid, path, "that patched").map(Journal)
     }
 
     /// Records the sites about to be patched, durably.
@@ -80,13 +75,12 @@ impl Journal {
             hex_into(&mut text, &e.patch);
             let _ = writeln!(text, " {}", e.inode);
         }
-        self.file.write_all(text.as_bytes())?;
-        self.file.sync_data()
+        self.0.append(&text)
     }
 
     /// Removes the journal (every byte restored).
     pub fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+        self.0.remove();
     }
 }
 
@@ -99,28 +93,22 @@ pub fn journal_start(pid: i32) -> Option<u64> {
 /// The entries of the journal of `pid` (a regular file of the user's own,
 /// opened without following symlinks).
 pub fn read(pid: i32) -> io::Result<Vec<Entry>> {
-    let f = crate::transport::common::journal::open_own(&path(pid))?;
-    let mut out = Vec::new();
-    for line in io::BufReader::new(f).lines() {
-        let line = line?;
+    journal::read_entries(&path(pid), |line| {
         let mut it = line.split_whitespace();
-        let (Some(a), Some(o), Some(p), Some(i)) = (it.next(), it.next(), it.next(), it.next())
-        else {
-            continue;
-        };
-        if let (Ok(addr), Some(orig), Some(patch), Ok(inode)) =
-            (u64::from_str_radix(a, 16), unhex(o), unhex(p), i.parse())
-            && orig.len() == patch.len()
-        {
-            out.push(Entry {
-                addr,
-                orig,
-                patch,
-                inode,
-            });
-        }
-    }
-    Ok(out)
+        let (a, o, p, i) = (it.next()?, it.next()?, it.next()?, it.next()?);
+        let (addr, orig, patch, inode) = (
+            u64::from_str_radix(a, 16).ok()?,
+            unhex(o)?,
+            unhex(p)?,
+            i.parse().ok()?,
+        );
+        (orig.len() == patch.len()).then_some(Entry {
+            addr,
+            orig,
+            patch,
+            inode,
+        })
+    })
 }
 
 #[cfg(test)]

@@ -65,11 +65,7 @@ impl InProc {
             a.region.unlock_store();
         }
         let w = stopped.map_err(|e| format!("{e:#}"))?;
-        self.patcher.thread_pcs = w
-            .tids()
-            .into_iter()
-            .filter_map(|tid| w.regs(tid).map(|r| (tid, r.rip)))
-            .collect();
+        self.patcher.thread_pcs = w.thread_pcs();
         self.world = Some(w);
         self.maps = crate::proc::procmaps::read(self.pid).unwrap_or_default();
         for i in self.patcher.drop_unmapped(&self.maps) {
@@ -153,11 +149,7 @@ impl InProc {
             }
         };
         self.patcher = Patcher::default();
-        self.patcher.thread_pcs = w
-            .tids()
-            .into_iter()
-            .filter_map(|t| w.regs(t).map(|r| (t, r.rip)))
-            .collect();
+        self.patcher.thread_pcs = w.thread_pcs();
         self.world = Some(w);
         self.maps = crate::proc::procmaps::read(pid).unwrap_or_default();
         self.armed.clear();

@@ -68,11 +68,7 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
         // followed, the probes armed in the new image.
         t.follow_exec = argv.first().is_some_and(|c| launch::is_script(c));
     }
-    t.patcher.thread_pcs = world
-        .tids()
-        .into_iter()
-        .filter_map(|tid| world.regs(tid).map(|r| (tid, r.rip)))
-        .collect();
+    t.patcher.thread_pcs = world.thread_pcs();
     t.world = Some(world);
     Ok(Box::new(t))
 }

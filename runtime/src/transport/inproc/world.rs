@@ -89,17 +89,6 @@ fn tasks(pid: i32) -> Vec<i32> {
     crate::transport::list_tasks(pid)
 }
 
-/// What to change when ptrace is refused.
-pub(super) fn ptrace_hint() -> String {
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "absent".into());
-    format!(
-        "ptrace is restricted (/proc/sys/kernel/yama/ptrace_scope = {scope}); \
-         run as the same user with ptrace_scope 0, or with CAP_SYS_PTRACE"
-    )
-}
-
 fn open_mem(pid: i32) -> anyhow::Result<File> {
     File::options()
         .read(true)
@@ -109,65 +98,51 @@ fn open_mem(pid: i32) -> anyhow::Result<File> {
 }
 
 impl World {
-    /// The launched command, stopped at its entry point (single-threaded,
-    /// our `PTRACE_TRACEME` tracee).
-    pub(super) fn launched(pid: i32) -> anyhow::Result<World> {
-        let mut threads = BTreeMap::new();
-        threads.insert(pid, Held::default());
+    /// The world of `pid` with the stopped threads `threads` (their
+    /// signals held), killed with wprobe when `kill_on_exit` is
+    /// `PTRACE_O_EXITKILL`.
+    fn with_threads(
+        pid: i32,
+        threads: BTreeMap<i32, Held>,
+        kill_on_exit: libc::c_int,
+    ) -> anyhow::Result<World> {
         Ok(World {
             pid,
             threads,
             mem: open_mem(pid)?,
             syscall_insn: None,
-            kill_on_exit: libc::PTRACE_O_EXITKILL,
+            kill_on_exit,
             reaped: None,
             cave: None,
             cave_sought: false,
             injections: 0,
         })
+    }
+
+    /// The launched command, stopped at its entry point (single-threaded,
+    /// our `PTRACE_TRACEME` tracee).
+    pub(super) fn launched(pid: i32) -> anyhow::Result<World> {
+        let threads = BTreeMap::from([(pid, Held::default())]);
+        World::with_threads(pid, threads, libc::PTRACE_O_EXITKILL)
     }
 
     /// Threads already seized and stopped by us (`traps::Traps::stop_all`),
     /// with the signal each holds for its release.
     pub(super) fn adopt(pid: i32, stopped: BTreeMap<i32, i32>) -> anyhow::Result<World> {
-        Ok(World {
-            pid,
-            threads: stopped
-                .into_iter()
-                .map(|(tid, sig)| {
-                    (
-                        tid,
-                        Held {
-                            sig,
-                            group_stop: false,
-                        },
-                    )
-                })
-                .collect(),
-            mem: open_mem(pid)?,
-            syscall_insn: None,
-            kill_on_exit: 0,
-            reaped: None,
-            cave: None,
-            cave_sought: false,
-            injections: 0,
-        })
+        let threads = stopped.into_iter().map(|(tid, sig)| {
+            let held = Held {
+                sig,
+                group_stop: false,
+            };
+            (tid, held)
+        });
+        World::with_threads(pid, threads.collect(), 0)
     }
 
     /// Seizes and stops every thread of `pid` (threads created meanwhile
     /// included: the list is read again until it is stable).
     pub(super) fn stop(pid: i32) -> anyhow::Result<World> {
-        let mut w = World {
-            pid,
-            threads: BTreeMap::new(),
-            mem: open_mem(pid)?,
-            syscall_insn: None,
-            kill_on_exit: 0,
-            reaped: None,
-            cave: None,
-            cave_sought: false,
-            injections: 0,
-        };
+        let mut w = World::with_threads(pid, BTreeMap::new(), 0)?;
         let deadline = std::time::Instant::now() + ATTACH_DEADLINE;
         loop {
             let mut added = Vec::new();
@@ -196,7 +171,7 @@ impl World {
                                     errno: Some(libc::EPERM),
                                     message: format!(
                                         "not permitted to trace process {pid}: {}",
-                                        ptrace_hint()
+                                        crate::transport::common::ptrace_hint()
                                     ),
                                 }
                                 .into());
@@ -280,6 +255,14 @@ impl World {
     /// The stopped threads.
     pub(super) fn tids(&self) -> Vec<i32> {
         self.threads.keys().copied().collect()
+    }
+
+    /// The stopped threads with their program counters (the threads whose
+    /// registers can be read).
+    pub(super) fn thread_pcs(&self) -> Vec<(i32, u64)> {
+        let tids = self.tids().into_iter();
+        tids.filter_map(|tid| self.regs(tid).map(|r| (tid, r.rip)))
+            .collect()
     }
 
     /// The registers of stopped thread `tid`.
@@ -426,6 +409,55 @@ impl World {
         Ok(self.cave.as_mut())
     }
 
+    /// Sets `tid`, whose registers were `saved`, on the way into a call of
+    /// `func` with the arguments `a` that returns to `return_to` (then
+    /// the injection's pause): the return address below the red zone,
+    /// 16-aligned, so that the callee starts with RSP ≡ 8 (mod 16), as
+    /// after a `call`.
+    fn start_call(
+        &mut self,
+        tid: i32,
+        saved: &Regs,
+        func: u64,
+        a: [u64; 6],
+        return_to: u64,
+    ) -> anyhow::Result<()> {
+        let mut r = *saved;
+        let sp = ((saved.rsp - 128 - 64) & !15) - 8;
+        self.poke(sp, &return_to.to_le_bytes())?;
+        r.rsp = sp;
+        r.rip = func;
+        r.orig_rax = u64::MAX;
+        r.rax = 0;
+        r.eflags &= !(0x100 | 0x400); // TF, DF
+        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        self.injection_pause();
+        Ok(())
+    }
+
+    /// Sets `tid`, whose registers were `saved`, at the `syscall`
+    /// instruction `at` for system call `nr` with the arguments `a` (then
+    /// the injection's pause).
+    fn start_syscall(
+        &mut self,
+        tid: i32,
+        saved: &Regs,
+        nr: u64,
+        a: [u64; 6],
+        at: u64,
+    ) -> anyhow::Result<()> {
+        let mut r = *saved;
+        r.rax = nr;
+        r.orig_rax = u64::MAX;
+        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        r.rip = at;
+        r.eflags &= !0x100;
+        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
+        self.injection_pause();
+        Ok(())
+    }
+
     /// Resumes `tid` (in the cave) system call by system call until it
     /// stops at the entry of the system call ending at `stop`; the result
     /// of the one ending at `after` (the injected system call), if given.
@@ -434,42 +466,53 @@ impl World {
         let mut result = None;
         loop {
             sys::syscall(tid, 0).map_err(|e| anyhow::anyhow!("resuming thread {tid}: {e}"))?;
-            let raw = match sys::wait(tid, 0) {
-                Ok(Some((_, raw))) => raw,
-                _ => bail!("thread {tid} vanished during an injected call"),
-            };
-            match sys::decode_status(raw) {
-                Status::Exited(_) | Status::Signaled(_) => {
-                    self.threads.remove(&tid);
-                    bail!("thread {tid} ended during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } if sig == libc::SIGTRAP | 0x80 => {
-                    let r = self.regs(tid).context("reading registers")?;
-                    let entry = sys::at_syscall_entry(tid).unwrap_or(true);
-                    if entry && r.rip == stop {
-                        return Ok(result);
-                    }
-                    if !entry && r.rip == after {
-                        result = Some(r.rax);
-                    }
-                }
-                Status::Stopped { sig, event: 0 }
-                    if matches!(
-                        sig,
-                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
-                    ) =>
-                {
-                    let rip = self.regs(tid).map_or(0, |r| r.rip);
-                    bail!("thread {tid} got signal {sig} at {rip:#x} during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } => {
-                    if let Some(h) = self.threads.get_mut(&tid) {
-                        h.sig = sig;
-                    }
-                }
-                _ => {}
+            if !self.injected_stop(tid, libc::SIGTRAP | 0x80)? {
+                continue;
+            }
+            let r = self.regs(tid).context("reading registers")?;
+            let entry = sys::at_syscall_entry(tid).unwrap_or(true);
+            if entry && r.rip == stop {
+                return Ok(result);
+            }
+            if !entry && r.rip == after {
+                result = Some(r.rax);
             }
         }
+    }
+
+    /// Waits for the next stop of `tid` during an injected call: whether
+    /// it is one of signal `wanted` (`SIGTRAP | 0x80`: a system call
+    /// stop); another signal is held for its release. An error when the
+    /// thread is gone or faulted (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`,
+    /// or a `SIGTRAP` not wanted).
+    fn injected_stop(&mut self, tid: i32, wanted: i32) -> anyhow::Result<bool> {
+        let raw = match sys::wait(tid, 0) {
+            Ok(Some((_, raw))) => raw,
+            _ => bail!("thread {tid} vanished during an injected call"),
+        };
+        match sys::decode_status(raw) {
+            Status::Exited(_) | Status::Signaled(_) => {
+                self.threads.remove(&tid);
+                bail!("thread {tid} ended during an injected call");
+            }
+            Status::Stopped { sig, event: 0 } if sig == wanted => return Ok(true),
+            Status::Stopped { sig, event: 0 }
+                if matches!(
+                    sig,
+                    libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
+                ) =>
+            {
+                let rip = self.regs(tid).map_or(0, |r| r.rip);
+                bail!("thread {tid} got signal {sig} at {rip:#x} during an injected call");
+            }
+            Status::Stopped { sig, event: 0 } => {
+                if let Some(h) = self.threads.get_mut(&tid) {
+                    h.sig = sig;
+                }
+            }
+            _ => {}
+        }
+        Ok(false)
     }
 
     /// Puts thread `tid` back as the cave found it (its registers; `fp`:
@@ -522,31 +565,8 @@ impl World {
                 sys::cont(tid, 0)
             };
             r.map_err(|e| anyhow::anyhow!("resuming thread {tid}: {e}"))?;
-            let raw = match sys::wait(tid, 0) {
-                Ok(Some((_, raw))) => raw,
-                _ => bail!("thread {tid} vanished during an injected call"),
-            };
-            match sys::decode_status(raw) {
-                Status::Exited(_) | Status::Signaled(_) => {
-                    self.threads.remove(&tid);
-                    bail!("thread {tid} ended during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } if sig == libc::SIGTRAP => return Ok(()),
-                Status::Stopped { sig, event: 0 }
-                    if matches!(
-                        sig,
-                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
-                    ) =>
-                {
-                    let rip = self.regs(tid).map_or(0, |r| r.rip);
-                    bail!("thread {tid} got signal {sig} at {rip:#x} during an injected call");
-                }
-                Status::Stopped { sig, event: 0 } => {
-                    if let Some(h) = self.threads.get_mut(&tid) {
-                        h.sig = sig;
-                    }
-                }
-                _ => {}
+            if self.injected_stop(tid, libc::SIGTRAP)? {
+                return Ok(());
             }
         }
     }
@@ -599,19 +619,8 @@ impl Injector<'_> {
         }
         let c = self.w.cave.as_ref().context("the injection cave")?;
         let (base, l, saved) = (c.addr, c.layout, c.saved);
-        let mut r = saved;
-        // Below the red zone, 16-aligned, then the return address (into the
-        // cave): the callee starts with RSP ≡ 8 (mod 16), as after a `call`.
-        let sp = ((saved.rsp - 128 - 64) & !15) - 8;
-        self.w.poke(sp, &(base + l.ret).to_le_bytes())?;
-        r.rsp = sp;
-        r.rip = func;
-        r.orig_rax = u64::MAX;
-        r.rax = 0;
-        r.eflags &= !(0x100 | 0x400); // TF, DF
-        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-        self.w.injection_pause();
+        // Returning into the cave.
+        self.w.start_call(tid, &saved, func, a, base + l.ret)?;
         let ran = self.w.run_to_cave_stop(tid, base + l.ret_stop, 0);
         // The call's result, in `rdi` at the stop that ends it.
         let result = ran.and_then(|_| self.w.regs(tid).context("reading registers"));
@@ -630,15 +639,8 @@ impl agent_loader::Target for Injector<'_> {
     fn inject_syscall(&mut self, nr: u64, a: [u64; 6]) -> anyhow::Result<u64> {
         let tid = self.tid;
         if let Some(c) = self.w.cave(tid)? {
-            let (base, l) = (c.addr, c.layout);
-            let mut r = c.saved;
-            r.rax = nr;
-            r.orig_rax = u64::MAX;
-            (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-            r.rip = base + l.sys;
-            r.eflags &= !0x100;
-            sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-            self.w.injection_pause();
+            let (base, l, saved) = (c.addr, c.layout, c.saved);
+            self.w.start_syscall(tid, &saved, nr, a, base + l.sys)?;
             let ran = self
                 .w
                 .run_to_cave_stop(tid, base + l.sys_stop, base + l.sys_after);
@@ -650,14 +652,7 @@ impl agent_loader::Target for Injector<'_> {
         }
         let sc = self.w.syscall_insn()?;
         let saved = self.w.regs(self.tid).context("reading registers")?;
-        let mut r = saved;
-        r.rax = nr;
-        r.orig_rax = u64::MAX;
-        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        r.rip = sc;
-        r.eflags &= !0x100;
-        sys::setregs(self.tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-        self.w.injection_pause();
+        self.w.start_syscall(self.tid, &saved, nr, a, sc)?;
         let result = loop {
             if let Err(e) = self.w.run_until_trap(self.tid, true) {
                 let _ = sys::setregs(self.tid, &saved);
@@ -688,19 +683,7 @@ impl agent_loader::Target for Injector<'_> {
             return self.call_through_cave(func, a);
         }
         let saved = self.w.regs(self.tid).context("reading registers")?;
-        let mut r = saved;
-        // Below the red zone, 16-aligned, then the return address: the
-        // callee starts with RSP ≡ 8 (mod 16), as after a `call`.
-        let sp = ((saved.rsp - 128 - 64) & !15) - 8;
-        self.w.poke(sp, &return_to.to_le_bytes())?;
-        r.rsp = sp;
-        r.rip = func;
-        r.orig_rax = u64::MAX;
-        r.rax = 0;
-        r.eflags &= !(0x100 | 0x400); // TF, DF
-        (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        sys::setregs(self.tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;
-        self.w.injection_pause();
+        self.w.start_call(self.tid, &saved, func, a, return_to)?;
         let res = self.w.run_until_trap(self.tid, false);
         let now = self.w.regs(self.tid);
         sys::setregs(self.tid, &saved).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))?;

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use std::rc::Rc;
 
-use hostabi::env::{EntryState, HitEnv};
+use hostabi::env::HitEnv;
 
 use super::{EvKey, PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer, SampleCfg};
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::{self, Mapping};
 use crate::transport::ExitStatus;
-use crate::transport::calls::{Call, CallStacks, Gone, Left};
+use crate::transport::calls::{self, Call, CallStacks, Gone, Left};
 use crate::transport::{
     Action, Armed, BadWatchpoint, Capabilities, Error, Event, Insert, OpenOptions, Report, Rule,
     Target, Transport, TransportHit, TransportInfo,
@@ -221,6 +221,12 @@ impl PerfTracer {
 }
 
 impl PerfTracer {
+    /// Arms the plain probe `tag` at `probe`.
+    fn arm(&mut self, probe: &PerfProbe, tag: usize) -> Result<Armed, Error> {
+        let id = PerfTracer::insert(self, probe, tag)?;
+        Ok(Armed(u64::from(id.0)))
+    }
+
     /// Arms return probe `tag` on the function entered at `offset` in
     /// `path`: one entry uprobe per function, one uprobe per `ret` its
     /// calls return through (shared between functions).
@@ -367,17 +373,15 @@ impl PerfTracer {
 
     /// Reports the calls collected in `seam.gone` as [`Event::Unwound`].
     fn flush_gone(&mut self, on_event: OnEvent<'_>) {
-        if self.seam.gone.is_empty() {
-            return;
-        }
-        let mut gone = std::mem::take(&mut self.seam.gone);
-        for g in &gone {
-            if g.cause != Left::Disabled {
-                on_event(self, g.unwound());
-            }
-        }
-        gone.clear();
-        self.seam.gone = gone;
+        calls::each_gone(
+            self,
+            |t| &mut t.seam.gone,
+            |t, g| {
+                if g.cause != Left::Disabled {
+                    on_event(t, g.unwound());
+                }
+            },
+        );
     }
 
     /// The entry of return-probed function `f`: calls found abandoned are
@@ -399,17 +403,7 @@ impl PerfTracer {
         while let Some(&(tag, max)) = self.seam.funcs[f].probes.get(i) {
             i += 1;
             let tracked = ret.is_some_and(|ra| {
-                let call = Call {
-                    tag,
-                    pid,
-                    func: hit.ip(),
-                    entry_rsp: r.rsp,
-                    ret_addr: ra,
-                    regs: [r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9, r.rsp],
-                    entry_ns: hit.now_ns(),
-                    switches: false,
-                    base: 0,
-                };
+                let call = Call::entered(tag, pid, hit.ip(), &r, ra, hit.now_ns());
                 self.seam.calls.push(tid, call, max)
             });
             if !tracked {
@@ -438,18 +432,8 @@ impl PerfTracer {
                 hit.step_past_ret(c.ret_addr);
                 stepped = true;
             }
-            let entry = EntryState {
-                regs: c.regs,
-                elapsed_ns: hit.now_ns().saturating_sub(c.entry_ns),
-            };
-            hit.set_return(Some((c.func, entry)));
-            let _ = on_event(
-                self,
-                Event::Hit {
-                    tags: std::slice::from_ref(&c.tag),
-                    hit,
-                },
-            );
+            hit.set_return(Some((c.func, c.entry_state(hit.now_ns()))));
+            let _ = on_event(self, Event::hit_of(&c.tag, hit));
         }
         hit.set_return(None);
     }
@@ -501,8 +485,7 @@ impl Transport for PerfTracer {
                 return self.arm_return(tag, &path, offset, maxactive);
             }
         };
-        let id = PerfTracer::insert(self, &probe, tag)?;
-        Ok(Armed(u64::from(id.0)))
+        self.arm(&probe, tag)
     }
 
     fn insert_usdt(
@@ -524,32 +507,19 @@ impl Transport for PerfTracer {
                 .filter(|m| m.path == path)
                 .map(|m| sem.0 - m.start + m.offset)
         });
-        let Some(ref_ctr) = ref_ctr else {
-            let why = format!(
+        let hold = match ref_ctr {
+            Some(_) => crate::transport::SemaphoreHold::Kernel,
+            None => crate::transport::SemaphoreHold::Failed(format!(
                 "USDT semaphore at {:#x} in process {pid} is not in a mapping of {path}",
                 sem.0
-            );
-            let probe = PerfProbe::Uprobe {
-                path,
-                offset,
-                ref_ctr: None,
-            };
-            let id = PerfTracer::insert(self, &probe, tag)?;
-            return Ok((
-                Armed(u64::from(id.0)),
-                crate::transport::SemaphoreHold::Failed(why),
-            ));
+            )),
         };
         let probe = PerfProbe::Uprobe {
             path,
             offset,
-            ref_ctr: Some(ref_ctr),
+            ref_ctr,
         };
-        let id = PerfTracer::insert(self, &probe, tag)?;
-        Ok((
-            Armed(u64::from(id.0)),
-            crate::transport::SemaphoreHold::Kernel,
-        ))
+        Ok((self.arm(&probe, tag)?, hold))
     }
 
     fn insert_usdt_on_file(
@@ -564,9 +534,8 @@ impl Transport for PerfTracer {
             offset,
             ref_ctr: Some(sem_offset),
         };
-        let id = PerfTracer::insert(self, &probe, tag)?;
         Ok((
-            Armed(u64::from(id.0)),
+            self.arm(&probe, tag)?,
             crate::transport::SemaphoreHold::Kernel,
         ))
     }
@@ -582,8 +551,7 @@ impl Transport for PerfTracer {
             offset,
             ref_ctr: None,
         };
-        let id = PerfTracer::insert(self, &probe, tag)?;
-        Ok(Armed(u64::from(id.0)))
+        self.arm(&probe, tag)
     }
 
     fn insert_return_on_file(
@@ -656,13 +624,7 @@ impl Transport for PerfTracer {
                     key: EvKey::Plain(tag),
                     hit,
                 } => {
-                    let _ = on_event(
-                        t,
-                        Event::Hit {
-                            tags: std::slice::from_ref(&tag),
-                            hit,
-                        },
-                    );
+                    let _ = on_event(t, Event::hit_of(&tag, hit));
                 }
                 PerfEvent::Sample {
                     key: EvKey::Entry(f),

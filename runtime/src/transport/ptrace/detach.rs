@@ -208,20 +208,10 @@ impl PtraceTracer {
 
     pub(super) fn flush_pending_traps(&mut self, pid: i32) {
         for _ in 0..8 {
-            let tids: Vec<i32> = match self.procs.get(&pid) {
-                Some(p) => p
-                    .threads
-                    .iter()
-                    .copied()
-                    .filter(|t| {
-                        self.threads
-                            .get(t)
-                            .is_some_and(|th| th.state == TState::Held)
-                            && sigtrap_pending(*t)
-                    })
-                    .collect(),
-                None => return,
+            let Some(mut tids) = self.threads_in(pid, TState::Held) else {
+                return;
             };
+            tids.retain(|t| sigtrap_pending(*t));
             if tids.is_empty() {
                 return;
             }

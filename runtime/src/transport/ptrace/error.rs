@@ -161,16 +161,6 @@ pub enum ArmError {
     Provider(#[from] PtraceError),
 }
 
-pub(super) fn ptrace_hint() -> String {
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "absent".into());
-    format!(
-        "ptrace is restricted (/proc/sys/kernel/yama/ptrace_scope = {scope}); \
-         run as the same user with ptrace_scope 0, or with CAP_SYS_PTRACE"
-    )
-}
-
 /// The seam's kind of each tracer failure, its text unchanged.
 impl From<PtraceError> for crate::transport::Error {
     fn from(e: PtraceError) -> crate::transport::Error {

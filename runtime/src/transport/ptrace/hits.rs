@@ -167,32 +167,43 @@ impl PtraceTracer {
         cb: Cb<'_>,
         f: impl FnOnce(&mut PtraceTracer, &mut super::PtraceHit, Cb<'_>) -> PtraceAction,
     ) -> (PtraceAction, Regs) {
+        self.in_flight = Some((tid, addr));
+        let kind = HitKind::Breakpoint(addr);
+        let (action, mut regs) =
+            self.with_hit((tid, pid), kind, regs, mem.clone(), |t, hit| f(t, hit, cb));
+        self.in_flight = None;
+        regs.rip = addr;
+        (action, regs)
+    }
+
+    /// Runs `f` with the tracer's (reused) hit set up for a stop of `tid`
+    /// of kind `kind` with registers `regs`, the thread's CPU source lent
+    /// to it meanwhile; returns what `f` returned and the registers as
+    /// the handlers left them.
+    fn with_hit<R>(
+        &mut self,
+        (tid, pid): (i32, i32),
+        kind: HitKind,
+        regs: Regs,
+        mem: std::rc::Rc<std::cell::RefCell<super::mem::ProcMem>>,
+        f: impl FnOnce(&mut PtraceTracer, &mut super::PtraceHit) -> R,
+    ) -> (R, Regs) {
         let cpu_src = self
             .threads
             .get_mut(&tid)
             .map(|t| std::mem::take(&mut t.cpu_src))
             .unwrap_or_default();
         let mut hit = std::mem::take(&mut self.hit);
-        hit.reset(
-            tid,
-            pid,
-            HitKind::Breakpoint(addr),
-            regs,
-            mem.clone(),
-            cpu_src,
-        );
-        self.in_flight = Some((tid, addr));
-        let action = f(self, &mut hit, cb);
-        self.in_flight = None;
-        let mut regs = hit.take_regs();
-        regs.rip = addr;
+        hit.reset(tid, pid, kind, regs, mem, cpu_src);
+        let out = f(self, &mut hit);
+        let regs = hit.take_regs();
         let cpu_src = std::mem::take(hit.cpu_src.get_mut());
         hit.mem = None;
         self.hit = hit;
         if let Some(th) = self.threads.get_mut(&tid) {
             th.cpu_src = cpu_src;
         }
-        (action, regs)
+        (out, regs)
     }
 
     pub(super) fn library_event(&mut self, pid: i32, cb: Cb<'_>) {
@@ -241,34 +252,11 @@ impl PtraceTracer {
             let Some(w) = p.wps[slot] else { continue };
             let mem = p.mem.clone();
             self.summary.watchpoint_hits += 1;
-            let cpu_src = self
-                .threads
-                .get_mut(&tid)
-                .map(|t| std::mem::take(&mut t.cpu_src))
-                .unwrap_or_default();
-            let mut hit = std::mem::take(&mut self.hit);
-            hit.reset(
-                tid,
-                pid,
-                HitKind::Watchpoint(w.addr, slot),
-                regs,
-                mem,
-                cpu_src,
-            );
-            let action = cb(
-                self,
-                PtraceEvent::Watchpoint {
-                    wp: w.id,
-                    hit: &mut hit,
-                },
-            );
-            regs = hit.take_regs();
-            let cpu_src = std::mem::take(hit.cpu_src.get_mut());
-            hit.mem = None;
-            self.hit = hit;
-            if let Some(th) = self.threads.get_mut(&tid) {
-                th.cpu_src = cpu_src;
-            }
+            let kind = HitKind::Watchpoint(w.addr, slot);
+            let (action, after) = self.with_hit((tid, pid), kind, regs, mem, |t, hit| {
+                cb(t, PtraceEvent::Watchpoint { wp: w.id, hit })
+            });
+            regs = after;
             match action {
                 PtraceAction::Continue => {}
                 PtraceAction::DisableProbe => self.remove_watchpoint(w.id)?,

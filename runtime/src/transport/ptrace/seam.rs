@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use hostabi::env::{EntryState, HitEnv};
+use hostabi::env::HitEnv;
 
 use super::{
     BpId, ExitStatus, HitKind, PtraceAction as PAction, PtraceEvent as PEvent, PtraceHit,
@@ -15,7 +15,7 @@ use super::{
 };
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
-use crate::transport::calls::{Call, CallStacks, Gone, Left};
+use crate::transport::calls::{self, Call, CallStacks, Gone, Left};
 use crate::transport::{
     Action, Armed, Capabilities, Error, Event, Insert, OpenOptions, Report, Target, Transport,
     TransportHit, TransportInfo,
@@ -140,19 +140,16 @@ impl PtraceTracer {
     /// Reports the calls collected in `seam.gone` as [`Event::Unwound`]
     /// (but those of disabled probes) and lets go of their return sites.
     fn flush_gone(&mut self, on_event: OnEvent<'_>) {
-        if self.seam.gone.is_empty() {
-            return;
-        }
-        let mut gone = std::mem::take(&mut self.seam.gone);
-        for g in &gone {
-            let c = &g.call;
-            self.release_return_site(c.pid, c.ret_addr);
-            if g.cause != Left::Disabled {
-                on_event(self, g.unwound());
-            }
-        }
-        gone.clear();
-        self.seam.gone = gone;
+        calls::each_gone(
+            self,
+            |t| &mut t.seam.gone,
+            |t, g| {
+                t.release_return_site(g.call.pid, g.call.ret_addr);
+                if g.cause != Left::Disabled {
+                    on_event(t, g.unwound());
+                }
+            },
+        );
     }
 
     /// A breakpoint hit: the entry of return probes' functions (their calls
@@ -215,17 +212,7 @@ impl PtraceTracer {
                     continue;
                 }
                 let tracked = ret_addr.is_some_and(|ra| {
-                    let call = Call {
-                        tag,
-                        pid,
-                        func,
-                        entry_rsp: r.rsp,
-                        ret_addr: ra,
-                        regs: [r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9, r.rsp],
-                        entry_ns: now,
-                        switches: false,
-                        base: 0,
-                    };
+                    let call = Call::entered(tag, pid, func, &r, ra, now);
                     self.seam.calls.live(pid, tag) < max
                         && self.retain_return_site(pid, ra).is_ok()
                         && self.seam.calls.push(tid, call, max)
@@ -259,18 +246,8 @@ impl PtraceTracer {
         let now = crate::sys::time::monotonic_ns();
         while let Some(c) = self.seam.calls.pop(tid, rsp) {
             self.release_return_site(pid, at);
-            let entry = EntryState {
-                regs: c.regs,
-                elapsed_ns: now.saturating_sub(c.entry_ns),
-            };
-            hit.set_return(Some((c.func, entry)));
-            let action = on_event(
-                self,
-                Event::Hit {
-                    tags: std::slice::from_ref(&c.tag),
-                    hit,
-                },
-            );
+            hit.set_return(Some((c.func, c.entry_state(now))));
+            let action = on_event(self, Event::hit_of(&c.tag, hit));
             hit.set_return(None);
             if self.finish_hit(action, hit) == PAction::HandoffToDebugger {
                 self.let_go_calls(pid, on_event);
@@ -283,12 +260,13 @@ impl PtraceTracer {
     /// Reports the calls `suspend` ended (their return sites already let
     /// go).
     fn flush_suspended(&mut self, on_event: OnEvent<'_>) {
-        let mut gone = std::mem::take(&mut self.seam.suspended);
-        for g in &gone {
-            on_event(self, g.unwound());
-        }
-        gone.clear();
-        self.seam.suspended = gone;
+        calls::each_gone(
+            self,
+            |t| &mut t.seam.suspended,
+            |t, g| {
+                on_event(t, g.unwound());
+            },
+        );
     }
 
     /// The calls of `pid`, let go (the process is handed off): reported.
@@ -417,12 +395,13 @@ impl Transport for PtraceTracer {
                 // Calls still live return without a handler run, and are
                 // not missed: the probe is gone (spec §6.5).
                 self.seam.calls.drop_probe(tag, &mut self.seam.gone);
-                let gone = std::mem::take(&mut self.seam.gone);
-                for g in &gone {
-                    self.release_return_site(g.call.pid, g.call.ret_addr);
-                }
-                self.seam.gone = gone;
-                self.seam.gone.clear();
+                calls::each_gone(
+                    self,
+                    |t| &mut t.seam.gone,
+                    |t, g| {
+                        t.release_return_site(g.call.pid, g.call.ret_addr);
+                    },
+                );
             }
         }
     }
@@ -553,13 +532,7 @@ impl Transport for PtraceTracer {
                 }
                 PEvent::Watchpoint { wp, hit } => match t.seam.wp_tags.get(&wp).copied() {
                     Some(tag) => {
-                        let action = on_event(
-                            t,
-                            Event::Hit {
-                                tags: std::slice::from_ref(&tag),
-                                hit,
-                            },
-                        );
+                        let action = on_event(t, Event::hit_of(&tag, hit));
                         t.finish_hit(action, hit)
                     }
                     None => PAction::Continue,

@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
-use super::error::ptrace_hint;
 use super::mem::ProcMem;
 use super::threads::{ProcKind, Process, TState, Thread};
 use super::{PtraceError, PtraceTracer, TraceOptions};
 use crate::sys::ptrace as sys;
-use crate::transport::common::{journal, watchdog};
+use crate::transport::common::{journal, ptrace_hint, watchdog};
 
 /// Deadline for attaching to every thread of a process.
 const ATTACH_DEADLINE: Duration = Duration::from_secs(2);

@@ -37,20 +37,19 @@ impl PtraceTracer {
     /// Waits for the attach stops of every running thread of `pid` (already
     /// seized and interrupted).
     pub(super) fn settle(&mut self, pid: i32) {
-        let tids: Vec<i32> = match self.procs.get(&pid) {
-            Some(p) => p
-                .threads
-                .iter()
-                .copied()
-                .filter(|t| {
-                    self.threads
-                        .get(t)
-                        .is_some_and(|th| th.state == TState::Running)
-                })
+        if let Some(tids) = self.threads_in(pid, TState::Running) {
+            self.collect_stops(&tids, false);
+        }
+    }
+
+    /// The threads of `pid` in state `state` (`None`: `pid` is not traced).
+    pub(super) fn threads_in(&self, pid: i32, state: TState) -> Option<Vec<i32>> {
+        let p = self.procs.get(&pid)?;
+        let tids = p.threads.iter().copied();
+        Some(
+            tids.filter(|t| self.threads.get(t).is_some_and(|th| th.state == state))
                 .collect(),
-            None => return,
-        };
-        self.collect_stops(&tids, false);
+        )
     }
 
     pub(super) fn collect_stops(&mut self, tids: &[i32], interrupt: bool) -> Vec<i32> {

@@ -12,7 +12,7 @@ use agent_abi::site_kind;
 use agent_loader::stub::{self, Site};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
-use super::stubs::{AREA_BYTES, STUBS_OFF};
+use super::stubs::AREA_BYTES;
 use super::{Patcher, Planned, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
@@ -90,12 +90,9 @@ impl Patcher {
         let id = self.sites.len() as u32;
         let (area, at, code, site) = self.got_stub_for(world, slot, id)?;
         let a = &mut self.areas[area];
-        let off = (at - a.base) as usize;
-        a.code[off..off + 8].copy_from_slice(&target.to_le_bytes());
+        a.write(at, &target.to_le_bytes());
         let stub_at = at + SAVED;
-        let off = (stub_at - a.base) as usize;
-        a.code[off..off + code.len()].copy_from_slice(&code);
-        a.next = stub_at - a.base + code.len() as u64;
+        a.put(stub_at, &code);
         self.by_probe_addr.insert(slot, id as usize);
         self.push_site(Planned {
             site,
@@ -122,25 +119,20 @@ impl Patcher {
         slot: u64,
         id: u32,
     ) -> Result<(usize, u64, Vec<u8>, Site), String> {
-        let try_area = |base: u64, next: u64| -> Option<(u64, Vec<u8>, Site)> {
-            let at = base + next.next_multiple_of(16);
+        let try_at = |base: u64, at: u64| -> Option<(u64, Vec<u8>, Site)> {
             let site = got_site(slot, at).ok()?;
             let code = stub::generate(&site, id, base, at + SAVED).ok()?;
             (at + SAVED - base + code.len() as u64 <= AREA_BYTES).then_some((at, code, site))
         };
-        for (i, a) in self.areas.iter().enumerate().rev() {
+        let found = self.fit_in_area(|a, at| {
             let reach = (a.base as i64).wrapping_sub(slot as i64);
-            if i32::try_from(reach).is_err() {
-                continue;
-            }
-            if let Some((at, code, site)) = try_area(a.base, a.next) {
-                return Ok((i, at, code, site));
-            }
+            i32::try_from(reach).ok().and_then(|_| try_at(a.base, at))
+        });
+        if let Some((i, (at, code, site))) = found {
+            return Ok((i, at, code, site));
         }
-        self.new_area(world, slot)?;
-        let i = self.areas.len() - 1;
-        let base = self.areas[i].base;
-        let (at, code, site) = try_area(base, STUBS_OFF)
+        let (i, base, at) = self.fresh_area(world, slot)?;
+        let (at, code, site) = try_at(base, at)
             .ok_or_else(|| format!("generating the stub of the GOT slot at {slot:#x}"))?;
         Ok((i, at, code, site))
     }

@@ -172,10 +172,7 @@ impl Patcher {
             }),
             None => None,
         };
-        let a = &mut self.areas[area];
-        let off = (stub_addr - a.base) as usize;
-        a.code[off..off + code.len()].copy_from_slice(&code);
-        a.next = stub_addr - a.base + code.len() as u64;
+        self.areas[area].put(stub_addr, &code);
         self.by_probe_addr.insert(c.site.probe, id as usize);
         self.push_site(Planned {
             site: c.site,

@@ -21,7 +21,50 @@ pub(super) const STUBS_OFF: u64 = 576;
 /// any stub).
 const MIN_STUB_ROOM: u64 = 32;
 
+impl Area {
+    /// Where the area's next stub would start (16-byte aligned).
+    fn next_stub(&self) -> u64 {
+        self.base + self.next.next_multiple_of(16)
+    }
+
+    /// Writes `bytes` at `at` (in the area).
+    pub(super) fn write(&mut self, at: u64, bytes: &[u8]) {
+        let off = (at - self.base) as usize;
+        self.code[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Writes the stub `code` at `at`; the next stub goes after it.
+    pub(super) fn put(&mut self, at: u64, code: &[u8]) {
+        self.write(at, code);
+        self.next = at - self.base + code.len() as u64;
+    }
+}
+
 impl Patcher {
+    /// The newest area (the older ones fill up) where `fit` makes a stub
+    /// at the area's next stub address, with what it made: the choice of
+    /// area of every stub of a site.
+    pub(super) fn fit_in_area<T>(
+        &self,
+        mut fit: impl FnMut(&Area, u64) -> Option<T>,
+    ) -> Option<(usize, T)> {
+        let mut areas = self.areas.iter().enumerate().rev();
+        areas.find_map(|(i, a)| fit(a, a.next_stub()).map(|t| (i, t)))
+    }
+
+    /// A new stub area near `near` ([`Patcher::new_area`]) for a stub that
+    /// fits in no other: its index, base and first stub address.
+    pub(super) fn fresh_area(
+        &mut self,
+        world: &mut World,
+        near: u64,
+    ) -> Result<(usize, u64, u64), String> {
+        self.new_area(world, near)?;
+        let i = self.areas.len() - 1;
+        let base = self.areas[i].base;
+        Ok((i, base, base + STUBS_OFF))
+    }
+
     /// Generates the stub of `site` in an area within reach (making one if
     /// none is): (area, stub address, code).
     pub(super) fn stub_for(
@@ -31,29 +74,29 @@ impl Patcher {
         id: u32,
     ) -> Result<(usize, u64, Vec<u8>), String> {
         let mut last = String::new();
-        // The newest areas first (the older ones fill up), and only where
-        // the jump reaches and some room is left: a stub generated only to
-        // find it does not fit would cost as much as one that does.
-        for (i, a) in self.areas.iter().enumerate().rev() {
-            let at = a.base + a.next.next_multiple_of(16);
+        // Only where the jump reaches and some room is left: a stub
+        // generated only to find it does not fit would cost as much as one
+        // that does.
+        let found = self.fit_in_area(|a, at| {
             let reach = (at as i64).wrapping_sub((site.addr + stub::JMP_LEN as u64) as i64);
             if at + MIN_STUB_ROOM > a.base + AREA_BYTES || i32::try_from(reach).is_err() {
-                continue;
+                return None;
             }
             match stub::generate(site, id, a.base, at) {
                 Ok(code) if at - a.base + code.len() as u64 <= AREA_BYTES => {
-                    if stub::site_patch(site, at).is_ok() {
-                        return Ok((i, at, code));
-                    }
+                    stub::site_patch(site, at).ok().map(|_| (at, code))
                 }
-                Ok(_) => {}
-                Err(e) => last = e.to_string(),
+                Ok(_) => None,
+                Err(e) => {
+                    last = e.to_string();
+                    None
+                }
             }
+        });
+        if let Some((i, (at, code))) = found {
+            return Ok((i, at, code));
         }
-        self.new_area(world, site.addr)?;
-        let i = self.areas.len() - 1;
-        let base = self.areas[i].base;
-        let at = base + STUBS_OFF;
+        let (i, base, at) = self.fresh_area(world, site.addr)?;
         let code = stub::generate(site, id, base, at).map_err(|e| {
             if last.is_empty() {
                 e.to_string()
@@ -100,7 +143,7 @@ impl Patcher {
     ) -> Result<usize, String> {
         let id = self.sites.len() as u32;
         let fits = |a: &Area| -> Option<(u64, Vec<u8>)> {
-            let at = a.base + a.next.next_multiple_of(16);
+            let at = a.next_stub();
             let code = stub::watch_stub(id, a.base + SLOT_OFF, at).ok()?;
             (at - a.base + code.len() as u64 <= AREA_BYTES).then_some((at, code))
         };
@@ -113,10 +156,7 @@ impl Patcher {
             }
         };
         let (at, code) = fits(&self.areas[area]).ok_or("no room for a watchpoint's stub")?;
-        let a = &mut self.areas[area];
-        let off = (at - a.base) as usize;
-        a.code[off..off + code.len()].copy_from_slice(&code);
-        a.next = at - a.base + code.len() as u64;
+        self.areas[area].put(at, &code);
         self.push_site(Planned {
             site: Site {
                 probe: 0,
