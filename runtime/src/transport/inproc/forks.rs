@@ -17,6 +17,10 @@
 //! clones, forks, exec and exit seen). At detach each child's threads are
 //! stopped and its journaled sites put back where our bytes still are.
 //!
+//! The libraries a followed child maps later are armed in it (`forklibs`:
+//! its thread at the dynamic linker's `r_brk` held in
+//! [`Children::at_library`], its journals lent for the writes).
+//!
 //! A `vfork` child shares its parent's memory and agent until it execs or
 //! exits: its runs are its parent's (the guard page is shared too). A
 //! child that executes a program is let go there: its new image has no
@@ -90,6 +94,10 @@ pub(super) struct Children {
     /// The fork-guard page of those children's agents, by pid (else
     /// [`Children::follow`]'s; 0: no agent).
     pub(super) guards: BTreeMap<i32, u64>,
+    /// Threads of followed children stopped at the dynamic linker's
+    /// `r_brk` (moved to its stub), with their process: held until the
+    /// transport armed what the child mapped (`forklibs`).
+    pub(super) at_library: BTreeMap<i32, i32>,
 }
 
 impl Children {
@@ -195,9 +203,37 @@ impl Children {
         true
     }
 
+    /// The journals of followed child `pid`, lent to the patcher of its
+    /// libraries (`forklibs`) for an installation; handed back with
+    /// [`Children::return_journals`].
+    pub(super) fn lend_journals(&mut self, pid: i32) -> super::patch::Journals {
+        match self.kids.get_mut(&pid) {
+            Some(k) => (k.journal.take(), k.trap_journal.take()),
+            None => (None, None),
+        }
+    }
+
+    /// The journals lent by [`Children::lend_journals`], back (those
+    /// created meanwhile too).
+    pub(super) fn return_journals(&mut self, pid: i32, journals: super::patch::Journals) {
+        match self.kids.get_mut(&pid) {
+            Some(k) => {
+                k.journal = journals.0;
+                k.trap_journal = journals.1;
+            }
+            None => Kid {
+                parent: 0,
+                journal: journals.0,
+                trap_journal: journals.1,
+            }
+            .remove_journals(),
+        }
+    }
+
     /// Thread `tid` of a followed child ended (`Some(status)`: the
     /// process did).
     pub(super) fn thread_ended(&mut self, tid: i32, status: Option<ExitStatus>) {
+        self.at_library.remove(&tid);
         let Some(pid) = self.pid_of(tid) else {
             return;
         };
@@ -226,6 +262,7 @@ impl Children {
         let Some(pid) = self.pid_of(tid) else {
             return;
         };
+        self.at_library.retain(|_, p| *p != pid);
         let vfork_parent = self.vforked.remove(&pid);
         let mut parent = vfork_parent;
         if let Some(k) = self.kids.remove(&pid) {
@@ -283,7 +320,11 @@ impl Children {
     /// Returns what failed, per child.
     pub(super) fn restore_all(&mut self) -> Vec<String> {
         let mut errors = Vec::new();
-        let held: BTreeSet<i32> = std::mem::take(&mut self.held).into_iter().collect();
+        // Threads at a library event are stopped too (at `r_brk`'s stub).
+        let held: BTreeSet<i32> = std::mem::take(&mut self.held)
+            .into_iter()
+            .chain(std::mem::take(&mut self.at_library).into_keys())
+            .collect();
         for (pid, kid) in std::mem::take(&mut self.kids) {
             let tids: Vec<i32> = self
                 .threads
@@ -498,7 +539,7 @@ impl super::InProc {
                 "process {pid}: --transport inproc does not follow watchpoints into fork \
                  children (--transport ptrace does)"
             )),
-            _ if self.armed.contains_key(&tag) => Ok(crate::transport::Armed(tag as u64)),
+            _ if self.armed_in(pid).contains_key(&tag) => Ok(crate::transport::Armed(tag as u64)),
             _ => Err(format!(
                 "process {pid}: {addr:#x} is not armed in its parent; a fork child has its \
                  parent's probes under --transport inproc"

@@ -208,7 +208,7 @@ impl InProc {
     }
 
     /// See [`InProc::commit_later`]: everything but letting go.
-    fn send_later_sites(&mut self, world: &mut World) -> Result<(), String> {
+    pub(super) fn send_later_sites(&mut self, world: &mut World) -> Result<(), String> {
         self.say_fallbacks();
         let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
             return Ok(());

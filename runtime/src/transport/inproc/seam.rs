@@ -57,6 +57,9 @@ impl Transport for InProc {
         if let Some(c) = self.execs.get_mut(&pid) {
             return c.insert(tag, pid, addr, what);
         }
+        if let Some(c) = self.arming_child(pid) {
+            return c.insert(tag, pid, addr, what);
+        }
         let addr = addr.0;
         if pid != self.pid {
             return self.insert_in_child(tag, pid, addr, what);
@@ -129,6 +132,11 @@ impl Transport for InProc {
     }
 
     fn take_unmapped(&mut self) -> Vec<Armed> {
+        if let Some(pid) = self.child_event
+            && let Some(c) = self.arming_child(pid)
+        {
+            return std::mem::take(&mut c.unmapped);
+        }
         std::mem::take(&mut self.unmapped)
     }
 
@@ -260,6 +268,12 @@ impl InTarget for InProc {
     }
 
     fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+        if let Some(pid) = self.child_event
+            && let Some(c) = self.arming_child(pid)
+        {
+            // A followed child's libraries (`forklibs`).
+            return c.update_handlers(set);
+        }
         if !self.execs.is_empty() {
             // A followed child that executed a program (`joined`).
             self.commit_execs(set);
