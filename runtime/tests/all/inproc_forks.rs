@@ -3,13 +3,16 @@
 //! and maps), the programs they execute (`posix_spawn` and vfork children
 //! too) armed with agents that join that region, their calls counted and
 //! nested as under ptrace, their bytes put back at detach, and `wprobe
-//! repair` for each after wprobe's death. Counts written down by hand.
+//! repair` for each after wprobe's death; the libraries a child opens and
+//! closes after its fork armed and forgotten in it. Counts and call trees
+//! written down by hand.
 
 use crate::case;
-use crate::dynamic_processes::{counts, forklib};
+use crate::dynamic_processes::{counts, dlreopen, forklib};
 use crate::support::case::{Case, Need};
 use crate::support::cli::{
-    gcc, live_bytes, load_bias, output_within, progs, signal, stderr, sym, wait_patched, wprobe,
+    gcc, live_bytes, load_bias, output_within, progs, scratch, signal, stderr, sym, wait_patched,
+    wprobe,
 };
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -43,6 +46,10 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(
         a_child_armed_after_its_exec_is_restored_at_detach,
+        Need::Ptrace
+    ),
+    case!(
+        a_fork_childs_dlopen_is_traced_and_its_dlclose_forgotten,
         Need::Ptrace
     ),
 ];
@@ -411,5 +418,106 @@ fn a_child_armed_after_its_exec_is_restored_at_detach() {
     for (p, bytes, live) in results {
         assert!(live, "{p}");
         assert_eq!(bytes, orig, "process {p} left patched");
+    }
+}
+
+/// `wprobe trace -f -T -i` of forkdl under `tr`, with `args`: the output,
+/// the parent's pid written `PARENT` and the child's `CHILD`.
+fn forkdl_tree(tr: &str, args: &[&str]) -> String {
+    dlreopen();
+    let exe = gcc("forkdl", &progs().join("forkdl.c"), &["-O0"]);
+    let dir = scratch();
+    let out = dir.join(format!("forkdl-{tr}.txt"));
+    let mut c = wprobe();
+    c.args(["trace", "--transport", tr, "-f", "-T", "-i", "-o"])
+        .arg(&out)
+        .args(args)
+        .arg("--")
+        .arg(&exe)
+        .arg(&dir);
+    let o = output_within(c, 120);
+    assert_eq!(o.status.code(), Some(0), "{tr}: {}", stderr(&o));
+    // fa2(1) + fa2(2) + fb2(3) = 25; fb2 where fa2 was.
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "child status 51\n",
+        "{tr}: {}",
+        stderr(&o)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let pid_after = |what: &str| -> String {
+        text.lines()
+            .find_map(|l| l.split(what).nth(1))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{tr}: no `{what}` in {text}"))
+            .to_string()
+    };
+    let child = pid_after("+++ process ");
+    let parent = pid_after("(parent ").trim_end_matches(')').to_string();
+    text.replace(&format!("[pid {child}]"), "[pid CHILD]")
+        .replace(&format!("process {child} "), "process CHILD ")
+        .replace(&format!("[pid {parent}]"), "[pid PARENT]")
+        .replace(&format!("process {parent} "), "process PARENT ")
+        .replace(&format!("(parent {parent})"), "(parent PARENT)")
+}
+
+/// forkdl: a fork child opens libreopen_a.so, calls `fa2` twice, closes
+/// it, opens libreopen_b.so (mapped where the first was), calls `fb2`
+/// once, closes it and exits; the parent waits. Under inproc and `auto`
+/// (which takes it), as under ptrace: the libraries the child opens are
+/// armed in it at the dynamic linker's `r_brk` (the same rules as in the
+/// main process: `--lib` names them, `-F` filters), and a library opened
+/// where a closed one was gets sites of its own (`fb2` and `fb`, not
+/// `fa2` and `fa` again). Three times each: fork tests were flaky.
+fn a_fork_childs_dlopen_is_traced_and_its_dlclose_forgotten() {
+    let d = scratch();
+    let a = d.join("libreopen_a.so");
+    let b = d.join("libreopen_b.so");
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let both = ["--lib", a, "--lib", b, "-F", "fa2", "-F", "fb2"];
+    let only_a = ["--lib", a, "-F", "fa2", "-F", "fb2"];
+    for _ in 0..3 {
+        for tr in ["inproc", "auto", "ptrace"] {
+            assert_eq!(
+                forkdl_tree(tr, &both),
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x3]
+[pid CHILD] <== fa2() [rax = 0x6]
+[pid CHILD] ==> fb2()
+[pid CHILD]    ==> fb()
+[pid CHILD]    <== fb() [rax = 0x5]
+[pid CHILD] <== fb2() [rax = 0xf]
+[pid CHILD] +++ process CHILD exited with status 51 +++
+[pid PARENT] +++ process PARENT exited with status 0 +++
+",
+                "{tr}"
+            );
+            // The second library not named: not traced, though it takes
+            // the first one's place.
+            assert_eq!(
+                forkdl_tree(tr, &only_a),
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x3]
+[pid CHILD] <== fa2() [rax = 0x6]
+[pid CHILD] +++ process CHILD exited with status 51 +++
+[pid PARENT] +++ process PARENT exited with status 0 +++
+",
+                "{tr}"
+            );
+        }
     }
 }
