@@ -52,6 +52,10 @@ pub(crate) const CASES: &[Case] = &[
         a_fork_childs_dlopen_is_traced_and_its_dlclose_forgotten,
         Need::Ptrace
     ),
+    case!(
+        a_library_a_child_opened_is_restored_at_detach_and_repaired_after_a_kill,
+        Need::Ptrace
+    ),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -520,4 +524,124 @@ fn a_fork_childs_dlopen_is_traced_and_its_dlclose_forgotten() {
             );
         }
     }
+}
+
+/// Waits until process `pid`'s tracer is `tracer` (wprobe attached and
+/// its threads seized: the probes armed), at most 20 s.
+fn wait_traced_by(pid: u32, tracer: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let want = format!("TracerPid:\t{tracer}\n");
+    while !std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| s.contains(&want)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} not traced by {tracer} within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// forkdlspin, attached with `-p --follow` and a probe on `fa` of a
+/// library it does not map: at SIGUSR1 it forks a child that opens the
+/// library and calls it; the probe is armed in the child (counted).
+/// SIGINT to wprobe: the child goes on with the library's original bytes.
+/// Attached again and another child forked, wprobe SIGKILLed: the child
+/// keeps running, its library patched (the agent dormant), and `wprobe
+/// repair --pid` puts it back (the library's sites are in the child's
+/// journal).
+fn a_library_a_child_opened_is_restored_at_detach_and_repaired_after_a_kill() {
+    dlreopen();
+    let lib = scratch().join("libreopen_a.so");
+    let exe = gcc("forkdlspin", &progs().join("forkdlspin.c"), &["-O0"]);
+    let mut spin = Command::new(&exe)
+        .arg(&lib)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = spin.id();
+    let mut addrs = std::io::BufReader::new(spin.stdout.take().unwrap()).lines();
+    let mut reap = KillOnDrop(vec![parent]);
+    let link = sym(&lib, "fa");
+    // Its text is mapped at its file offset's address.
+    let orig = std::fs::read(&lib).unwrap()[link as usize..link as usize + 5].to_vec();
+    let prog = format!("uprobe:{}:fa {{ @[pid] = count(); }}", lib.display());
+    let attach = || {
+        let mut c = wprobe();
+        c.args(["run", "--transport", "inproc", "--follow", "-p"])
+            .arg(parent.to_string())
+            .args(["-e", &prog])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let mut fork_child = |reap: &mut KillOnDrop| -> (u32, u64) {
+        signal(parent, "USR1");
+        let line = addrs.next().unwrap().unwrap();
+        let addr = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        // The child: the one process whose parent is forkdlspin not yet
+        // known.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let kids = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+                .unwrap_or_default();
+            if let Some(c) = kids
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .find(|p| !reap.0.contains(p))
+            {
+                reap.0.push(c);
+                return (c, addr);
+            }
+            assert!(std::time::Instant::now() < deadline, "no child");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    // Detach with the child running in the library.
+    let w = attach();
+    wait_traced_by(parent, w.id());
+    let (child, addr) = fork_child(&mut reap);
+    wait_patched(child, addr, orig[0]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(w.id(), "INT");
+    let o = crate::support::cli::output_within_child(w, 60);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.contains(&format!("@[{child}]: ")), "{child}: {out}");
+    assert!(alive(child) && alive(parent), "{child}");
+    assert_eq!(
+        live_bytes(child, addr, 5),
+        orig,
+        "process {child} left patched"
+    );
+    // Killed with the child running in the library: patched, repaired.
+    let mut w = attach();
+    wait_traced_by(parent, w.id());
+    let (child, addr) = fork_child(&mut reap);
+    wait_patched(child, addr, orig[0]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    w.kill().unwrap();
+    w.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(alive(child), "{child}");
+    assert_ne!(
+        live_bytes(child, addr, 5),
+        orig,
+        "process {child} not patched"
+    );
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.args(["repair", "--pid", &child.to_string()]);
+            c
+        },
+        30,
+    );
+    assert_eq!(o.status.code(), Some(0), "{child}: {}", stderr(&o));
+    assert_eq!(
+        live_bytes(child, addr, 5),
+        orig,
+        "process {child} not repaired"
+    );
+    assert!(alive(child), "{child}");
+    drop(reap);
+    let _ = spin.wait();
 }
