@@ -204,7 +204,16 @@ impl InProc {
         self.forget_child_arms(exited.iter().map(|e| e.0).chain(execs.iter().map(|e| e.0)));
         for &(pid, parent) in &started {
             // Before its start is reported (its parent held at the fork).
+            let t0 = std::time::Instant::now();
             if let Some(c) = self.child_arm(pid, parent) {
+                if std::env::var_os("WPROBE_DEBUG").is_some() {
+                    crate::elog!(
+                        "wprobe: debug: process {pid}: its parent's sites copied for the \
+                         libraries it maps ({} sites, {:.3} ms)",
+                        c.sites(),
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                }
                 self.child_arms.insert(pid, c);
             }
         }

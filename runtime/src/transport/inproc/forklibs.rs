@@ -44,6 +44,13 @@ impl Drop for ChildArm {
     }
 }
 
+impl ChildArm {
+    /// How many sites its patcher copied or planned.
+    pub(super) fn sites(&self) -> usize {
+        self.0.patcher.sites.len()
+    }
+}
+
 impl InProc {
     /// The copy of `parent`'s state (this process, or a followed child
     /// with a copy of its own) for its fork child `child`, taken when the
