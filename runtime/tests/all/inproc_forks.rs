@@ -56,6 +56,10 @@ pub(crate) const CASES: &[Case] = &[
         a_library_a_child_opened_is_restored_at_detach_and_repaired_after_a_kill,
         Need::Ptrace
     ),
+    case!(
+        a_grandchild_has_the_library_its_parent_opened_and_arms_its_own,
+        Need::Ptrace
+    ),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -428,10 +432,21 @@ fn a_child_armed_after_its_exec_is_restored_at_detach() {
 /// `wprobe trace -f -T -i` of forkdl under `tr`, with `args`: the output,
 /// the parent's pid written `PARENT` and the child's `CHILD`.
 fn forkdl_tree(tr: &str, args: &[&str]) -> String {
+    let (text, pids) = trace_tree("forkdl", tr, args);
+    assert_eq!(pids.len(), 1, "{tr}: {text}");
+    text
+}
+
+/// `wprobe trace -f -T -i` under `tr`, with `args`, of `tests/progs/NAME.c`
+/// given the scratch directory (where dlreopen's libraries are), which
+/// exits with 0 and prints nothing or (forkdl) `child status 51`: the
+/// output, the parent's pid written `PARENT` and the children's `CHILD`,
+/// `CHILD2`… in the order they started; their pids.
+fn trace_tree(name: &str, tr: &str, args: &[&str]) -> (String, Vec<String>) {
     dlreopen();
-    let exe = gcc("forkdl", &progs().join("forkdl.c"), &["-O0"]);
+    let exe = gcc(name, &progs().join(format!("{name}.c")), &["-O0"]);
     let dir = scratch();
-    let out = dir.join(format!("forkdl-{tr}.txt"));
+    let out = dir.join(format!("{name}-{tr}.txt"));
     let mut c = wprobe();
     c.args(["trace", "--transport", tr, "-f", "-T", "-i", "-o"])
         .arg(&out)
@@ -441,28 +456,89 @@ fn forkdl_tree(tr: &str, args: &[&str]) -> String {
         .arg(&dir);
     let o = output_within(c, 120);
     assert_eq!(o.status.code(), Some(0), "{tr}: {}", stderr(&o));
-    // fa2(1) + fa2(2) + fb2(3) = 25; fb2 where fa2 was.
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        "child status 51\n",
-        "{tr}: {}",
+    // forkdl: fa2(1) + fa2(2) + fb2(3) = 25; fb2 where fa2 was.
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.is_empty() || said == "child status 51\n",
+        "{tr}: {said}{}",
         stderr(&o)
     );
-    let text = std::fs::read_to_string(&out).unwrap();
-    let pid_after = |what: &str| -> String {
-        text.lines()
-            .find_map(|l| l.split(what).nth(1))
-            .and_then(|r| r.split_whitespace().next())
-            .unwrap_or_else(|| panic!("{tr}: no `{what}` in {text}"))
-            .to_string()
+    let mut text = std::fs::read_to_string(&out).unwrap();
+    let started: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let r = l.split("+++ process ").nth(1)?;
+            let (pid, r) = r.split_once(" started (parent ")?;
+            Some((
+                pid.to_string(),
+                r.trim_end_matches(" +++").trim_end_matches(')').to_string(),
+            ))
+        })
+        .collect();
+    let Some(parent) = started.first().map(|s| s.1.clone()) else {
+        panic!("{tr}: no child in {text}");
     };
-    let child = pid_after("+++ process ");
-    let parent = pid_after("(parent ").trim_end_matches(')').to_string();
-    text.replace(&format!("[pid {child}]"), "[pid CHILD]")
-        .replace(&format!("process {child} "), "process CHILD ")
-        .replace(&format!("[pid {parent}]"), "[pid PARENT]")
-        .replace(&format!("process {parent} "), "process PARENT ")
-        .replace(&format!("(parent {parent})"), "(parent PARENT)")
+    let mut names = vec![(parent.clone(), "PARENT".to_string())];
+    for (k, (pid, _)) in started.iter().enumerate() {
+        let n = if k == 0 {
+            "CHILD".to_string()
+        } else {
+            format!("CHILD{}", k + 1)
+        };
+        names.push((pid.clone(), n));
+    }
+    for (pid, n) in &names {
+        text = text
+            .replace(&format!("[pid {pid}]"), &format!("[pid {n}]"))
+            .replace(&format!("process {pid} "), &format!("process {n} "))
+            .replace(&format!("(parent {pid})"), &format!("(parent {n})"));
+    }
+    (text, started.into_iter().map(|s| s.0).collect())
+}
+
+/// forkdlnest: a child opens libreopen_a.so and calls `fa2`, then forks;
+/// its child (which has the library, armed, from its parent) calls `fa2`,
+/// opens libreopen_b.so and calls `fb2`; its parent calls `fa2` again.
+/// Under inproc and `auto` as under ptrace, three times.
+fn a_grandchild_has_the_library_its_parent_opened_and_arms_its_own() {
+    let d = scratch();
+    let a = d.join("libreopen_a.so");
+    let b = d.join("libreopen_b.so");
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let args = ["--lib", a, "--lib", b, "-F", "fa2", "-F", "fb2"];
+    for _ in 0..3 {
+        for tr in ["inproc", "auto", "ptrace"] {
+            let (text, pids) = trace_tree("forkdlnest", tr, &args);
+            assert_eq!(pids.len(), 2, "{tr}: {text}");
+            assert_eq!(
+                text,
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD2] +++ process CHILD2 started (parent CHILD) +++
+[pid CHILD2] ==> fa2()
+[pid CHILD2]    ==> fa()
+[pid CHILD2]    <== fa() [rax = 0x3]
+[pid CHILD2] <== fa2() [rax = 0x6]
+[pid CHILD2] ==> fb2()
+[pid CHILD2]    ==> fb()
+[pid CHILD2]    <== fb() [rax = 0x5]
+[pid CHILD2] <== fb2() [rax = 0xf]
+[pid CHILD2] +++ process CHILD2 exited with status 0 +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x5]
+[pid CHILD] <== fa2() [rax = 0xa]
+[pid CHILD] +++ process CHILD exited with status 0 +++
+[pid PARENT] +++ process PARENT exited with status 0 +++
+",
+                "{tr}"
+            );
+        }
+    }
 }
 
 /// forkdl: a fork child opens libreopen_a.so, calls `fa2` twice, closes
