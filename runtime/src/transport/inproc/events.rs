@@ -214,6 +214,9 @@ impl InProc {
                         t0.elapsed().as_secs_f64() * 1e3
                     );
                 }
+                if let (Some(t), Some(brk)) = (self.traps.as_mut(), c.r_brk()) {
+                    t.kids.r_brk.insert(pid, brk);
+                }
                 self.child_arms.insert(pid, c);
             }
         }

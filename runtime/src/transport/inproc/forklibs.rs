@@ -5,8 +5,9 @@
 //! start reported) the transport keeps a [`ChildArm`]: a transport of the
 //! child's own ([`InProc`], never run nor detached) whose patcher, sites
 //! sent and probes armed are copies of the parent's as they were at the
-//! fork. A thread of the child stopped at `r_brk` (`traps`) is held there;
-//! when the link map is consistent again, every thread of the child is
+//! fork. A thread of the child stopped at its `r_brk` (`traps`; the
+//! address, its parent's, in `forks::Children::r_brk`) is held there; when
+//! the link map is consistent again, every thread of the child is
 //! stopped, the sites of libraries gone are forgotten, the session arms
 //! what is new in the child (`Event::LibrariesChanged` with the child's
 //! pid: the inserts go to its transport), the new sites are handed to the
@@ -16,8 +17,10 @@
 //! library before its probes are armed, as in the main process (see
 //! `later`).
 //!
-//! A child that executes a program has no such copy: the libraries its
-//! new image maps later are not armed (`joined`).
+//! A child that executes a program is armed in its new image by a
+//! transport of its own (`joined`), which is kept as its copy when
+//! libraries mapped later are armed (its `r_brk` planned before its
+//! commit): the same then holds for the libraries the new image maps.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -48,6 +51,11 @@ impl ChildArm {
     /// How many sites its patcher copied or planned.
     pub(super) fn sites(&self) -> usize {
         self.0.patcher.sites.len()
+    }
+
+    /// The child's `r_brk` (its parent's, where the trap is inherited).
+    pub(super) fn r_brk(&self) -> Option<u64> {
+        self.0.rdebug.map(|r| r.brk)
     }
 }
 
@@ -93,6 +101,35 @@ impl InProc {
         c.agent = Some(agent);
         c.run = Run::Running;
         Some(ChildArm(Box::new(c)))
+    }
+
+    /// Keeps the transport that armed followed child `pid` in the program
+    /// it executed (`joined`) as its copy, for the libraries it maps later.
+    pub(super) fn keep_child_arm(&mut self, pid: i32, mut c: Box<InProc>) {
+        c.run = Run::Running;
+        c.world = None;
+        let c = ChildArm(c);
+        if let (Some(t), Some(brk)) = (self.traps.as_mut(), c.r_brk()) {
+            t.kids.r_brk.insert(pid, brk);
+        }
+        self.child_arms.insert(pid, c);
+    }
+
+    /// A followed child stopped in the program it executed, being armed
+    /// (`joined`): a trap site at its dynamic linker's `r_brk`, so that the
+    /// libraries it maps later are armed in it.
+    pub(super) fn watch_child_libraries(&mut self) {
+        let Some(world) = self.world.as_mut() else {
+            return;
+        };
+        if let Some(rd) = crate::transport::common::rdebug::find(&self.maps)
+            && self
+                .patcher
+                .plan_library_event(world, &self.maps, rd.brk)
+                .is_ok()
+        {
+            self.rdebug = Some(rd);
+        }
     }
 
     /// The transport of child `pid`'s own while the session arms its
@@ -239,6 +276,8 @@ impl InProc {
             return Ok(());
         };
         let Some(t) = self.traps.as_mut() else {
+            // No seized threads to go back to: it goes on untraced.
+            world.release();
             return Ok(());
         };
         let lent = t.kids.lend_journals(pid);

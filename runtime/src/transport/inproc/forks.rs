@@ -98,6 +98,10 @@ pub(super) struct Children {
     /// `r_brk` (moved to its stub), with their process: held until the
     /// transport armed what the child mapped (`forklibs`).
     pub(super) at_library: BTreeMap<i32, i32>,
+    /// The dynamic linker's `r_brk` of the followed children whose
+    /// libraries are armed (`forklibs`), by pid: where their threads are
+    /// held in [`Children::at_library`].
+    pub(super) r_brk: BTreeMap<i32, u64>,
 }
 
 impl Children {
@@ -241,6 +245,7 @@ impl Children {
         if tid != pid {
             return;
         }
+        self.r_brk.remove(&pid);
         if self.vforked.remove(&pid).is_some() || self.kids.contains_key(&pid) {
             if let Some(k) = self.kids.remove(&pid) {
                 // Its patched image is gone with it.
@@ -263,6 +268,7 @@ impl Children {
             return;
         };
         self.at_library.retain(|_, p| *p != pid);
+        self.r_brk.remove(&pid);
         let vfork_parent = self.vforked.remove(&pid);
         let mut parent = vfork_parent;
         if let Some(k) = self.kids.remove(&pid) {

@@ -127,11 +127,20 @@ impl InProc {
             self.join = Some((region, path));
         }
         // The sites went with the old image (nothing to restore).
+        let (old_traps, _) = self.patcher.trap_maps();
         self.patcher.forget();
         self.keep_trap_stops();
         if let Some(t) = self.traps.take() {
-            // Followed fork children go on with the old image's agent.
+            // Followed fork children go on with the old image's agent,
+            // and its trap sites.
             self.children = t.kids;
+            let kids: Vec<i32> = self.children.kids.keys().copied().collect();
+            for pid in kids {
+                self.children
+                    .redirect
+                    .entry(pid)
+                    .or_insert_with(|| old_traps.clone());
+            }
         }
         let not_traced = |e: String| {
             format!(

@@ -231,7 +231,8 @@ impl Transport for InProc {
 impl InTarget for InProc {
     fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
         if self.execs.contains_key(&pid) {
-            // Libraries a followed child maps later are not armed.
+            // A followed child that executed a program: its transport
+            // watches them when this one does (`joined`).
             return Ok(());
         }
         if pid != self.pid {

@@ -90,8 +90,9 @@ pub(super) struct Traps {
     mem: Option<std::fs::File>,
     /// The trap at the dynamic linker's `r_brk`, when libraries mapped
     /// later are armed: a thread that hits it is moved to its stub and
-    /// kept stopped (`at_library`, or a followed fork child's in
-    /// `Children::at_library`) until the transport armed them.
+    /// kept stopped (`at_library`; a followed fork child's at its own,
+    /// `Children::r_brk`, in `Children::at_library`) until the transport
+    /// armed them.
     library: Option<u64>,
     /// Threads stopped at the library event, moved to its stub.
     at_library: BTreeSet<i32>,
@@ -345,9 +346,8 @@ impl Traps {
                         // Kept stopped: the transport arms what was mapped.
                         self.at_library.insert(tid);
                     } else if hold.is_none()
-                        && Some(at) == self.library
                         && let Some(pid) = self.kids.pid_of(tid)
-                        && !self.kids.vforked.contains_key(&pid)
+                        && self.kids.r_brk.get(&pid) == Some(&at)
                     {
                         // A followed child's: likewise (`forklibs`).
                         self.kids.at_library.insert(tid, pid);
