@@ -60,6 +60,7 @@ pub(crate) const CASES: &[Case] = &[
         a_grandchild_has_the_library_its_parent_opened_and_arms_its_own,
         Need::Ptrace
     ),
+    case!(libraries_are_armed_in_children_across_execs, Need::Ptrace),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -720,4 +721,73 @@ fn a_library_a_child_opened_is_restored_at_detach_and_repaired_after_a_kill() {
     assert!(alive(child), "{child}");
     drop(reap);
     let _ = spin.wait();
+}
+
+/// A child's `dlopen` across execs, under inproc and `auto` as under
+/// ptrace: forkexecdl's child opens libreopen_a.so after its parent
+/// executed `sleep` (the trap at `r_brk` is its parent's old image's);
+/// `sh SCRIPT` forks a child that executes dlreopen (`main` probed: an
+/// agent joins it), whose libraries (opened, closed, one at the other's
+/// address, the first again) are armed in its new image: `fa` 4, `fb` 2,
+/// `fa2` returning 2, 4, 6 and 16. Three times.
+fn libraries_are_armed_in_children_across_execs() {
+    let d = scratch();
+    let a = d.join("libreopen_a.so");
+    let b = d.join("libreopen_b.so");
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let only_child = |text: &str| -> String {
+        text.lines()
+            .filter(|l| l.starts_with("[pid CHILD] "))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let exe = dlreopen();
+    // Not its last command: sh forks a child that executes it.
+    let script = d.join("dlreopen.sh");
+    std::fs::write(
+        &script,
+        format!("{} {}\ntrue\n", exe.display(), d.display()),
+    )
+    .unwrap();
+    let cmd = format!("sh {}", script.display());
+    let prog = format!(
+        "uprobe:{e}:main {{ @m = count(); }} \
+         uprobe:{a}:fa {{ @a = count(); }} \
+         uprobe:{b}:fb {{ @b = count(); }} \
+         uretprobe:{a}:fa2 {{ @r[retval] = count(); }}",
+        e = exe.display()
+    );
+    for _ in 0..3 {
+        for tr in ["inproc", "auto", "ptrace"] {
+            let (text, pids) = trace_tree("forkexecdl", tr, &["--lib", a, "-F", "fa2"]);
+            assert_eq!(pids.len(), 1, "{tr}: {text}");
+            assert_eq!(
+                only_child(&text),
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD] +++ process CHILD exited with status 0 +++
+",
+                "{tr}: {text}"
+            );
+            let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
+            assert!(out.contains("sum=43 same_address=1"), "{tr}: {out}");
+            assert_eq!(
+                maps,
+                [
+                    "@a: 4",
+                    "@b: 2",
+                    "@m: 1",
+                    "@r[16]: 1",
+                    "@r[2]: 1",
+                    "@r[4]: 1",
+                    "@r[6]: 1"
+                ],
+                "{tr}: {out}"
+            );
+        }
+    }
 }
