@@ -24,8 +24,9 @@ pub struct Func {
 pub struct Binary {
     /// The path it was read from.
     pub path: PathBuf,
-    /// Defined function symbols, sorted by name, one per name (the largest
-    /// when a name has several definitions).
+    /// Its functions, one per name (an alias of another function's
+    /// address is one of its own), sorted by name (see
+    /// `Binary::from_info`).
     pub funcs: Vec<Func>,
     /// `ET_DYN` (PIE executable or shared library).
     pub is_dyn: bool,
@@ -48,11 +49,15 @@ impl Binary {
             .map_err(|e| e.to_string())
     }
 
+    /// The binary's functions by the project's one rule
+    /// ([`wprobe_elf::functions`]), one entry per name: bpftrace probes
+    /// names, so two aliases of one address are two functions here (two
+    /// probes); a name defined twice (local functions of two files) means
+    /// its largest definition.
     fn from_info(info: ElfInfo) -> Binary {
-        let mut funcs: Vec<Func> = info
-            .symbols
+        let mut funcs: Vec<Func> = wprobe_elf::functions::named(&info)
             .iter()
-            .filter(|s| s.is_code())
+            .flat_map(|f| f.aliases.iter())
             .map(|s| Func {
                 name: s.name.clone(),
                 value: s.value,
@@ -67,6 +72,16 @@ impl Binary {
             is_dyn: info.is_dyn,
             info,
         }
+    }
+
+    /// Its functions (one per name) whose name matches `pattern` (a glob)
+    /// in one of `forms`.
+    pub fn matching(&self, pattern: &str, forms: &[wprobe_elf::NameForm]) -> Vec<&Func> {
+        let m = wprobe_elf::Matcher::new(pattern, forms);
+        self.funcs
+            .iter()
+            .filter(|f| m.matches_name(&f.name))
+            .collect()
     }
 
     /// The libraries it needs (`DT_NEEDED`), in order.

@@ -435,26 +435,10 @@ fn needs_process(list: Vec<Concrete>, span: Span, env: &Env, diags: &mut Sink) -
 
 /// The C++ name of a mangled symbol as `uprobe:BIN:cpp:NAME` matches it:
 /// demangled, without its parameter list (`ns::f` for `_ZN2ns1fEi`);
-/// `None` for a symbol that is not a C++ name.
+/// `None` for a symbol that is not a C++ name (the
+/// `wprobe_elf::NameForm::Cpp` form).
 pub fn cpp_name(symbol: &str) -> Option<String> {
-    if !symbol.starts_with("_Z") {
-        return None;
-    }
-    let d = wprobe_elf::demangle(symbol);
-    if d == symbol {
-        return None;
-    }
-    // The parameters open at the first `(` outside template arguments.
-    let mut depth = 0i32;
-    for (i, c) in d.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            '(' if depth == 0 => return Some(d[..i].to_string()),
-            _ => {}
-        }
-    }
-    Some(d.into_owned())
+    wprobe_elf::functions::cpp_name(symbol)
 }
 
 /// The path a process sees for `/proc/PID/root/PATH` (`/PATH`).

@@ -38,6 +38,21 @@ pub enum ElfError {
         /// goblin's message.
         msg: String,
     },
+    /// A script (`#!`): the kernel runs its interpreter, whose code is
+    /// what runs.
+    #[error(
+        "{path}: a script run by {interpreter} (`#!{line}`), not an ELF program: name the \
+         program to trace, e.g. `{interpreter} {path}`, or the program the script executes"
+    )]
+    Script {
+        /// The file.
+        path: PathBuf,
+        /// Its `#!` line, without the `#!`.
+        line: String,
+        /// The program the kernel runs for it: the `#!` line's path, or,
+        /// for `/usr/bin/env NAME`, NAME found in `PATH`.
+        interpreter: String,
+    },
     /// Not a regular file (a device, a FIFO, a directory...).
     #[error("{path}: not a regular file")]
     NotRegular {
@@ -260,6 +275,13 @@ impl ElfInfo {
             path: path.to_path_buf(),
             msg: e.to_string(),
         };
+        if let Some(line) = crate::script::shebang(&bytes) {
+            return Err(ElfError::Script {
+                path: path.to_path_buf(),
+                interpreter: crate::script::interpreter(&line),
+                line,
+            });
+        }
         let elf = Elf::parse(&bytes).map_err(perr)?;
         if elf.header.e_machine != header::EM_X86_64 || !elf.is_64 || !elf.little_endian {
             return Err(ElfError::WrongArch {

@@ -5,6 +5,10 @@
 //! * [`info`]: ELF symbols and the one symbol-matching rule
 //!   ([`ElfInfo::lookup`]), segments, sonames; only regular files of
 //!   bounded size are read;
+//! * [`functions`]: the one function-enumeration rule: a module's
+//!   functions by address, each with its aliases in one order of
+//!   preference, fragments and unnamed functions told, and a pattern
+//!   matcher over every alias (for `list`, `trace` and the one-liners);
 //! * [`locate`]: which file a module name means (path, base name, soname,
 //!   short library name; `ld.so.cache` through [`ldcache`]);
 //! * [`startup`]: the libraries a program loads at startup, found as the
@@ -18,14 +22,17 @@
 
 pub mod demangle;
 pub mod disasm;
+pub mod functions;
 pub mod glob;
 pub mod info;
 pub mod ldcache;
 pub mod locate;
+pub mod script;
 pub mod startup;
 pub mod unwind;
 pub mod usdt;
 
 pub use demangle::{demangle, demangle_short};
+pub use functions::{Function, Matcher, NameForm};
 pub use glob::glob;
 pub use info::{ElfError, ElfInfo, Lookup, MAX_MODULE_BYTES, SymKind, Symbol};

@@ -163,7 +163,7 @@ pub struct Session {
     /// Where records go instead of being formatted (see `hook`).
     hook: Option<Box<dyn hook::RecordHook>>,
     /// Probes that could not be armed: (program, manifest index, why).
-    failures: Vec<(usize, usize, String)>,
+    failures: Vec<(usize, usize, crate::transport::Error)>,
     /// Records of the current breakpoint hit, until its step (`logonfault`).
     held: records::Held,
     /// A transport that compiles the programs again (for the target) may
@@ -964,7 +964,7 @@ impl Session {
         if let Some(t) = t.in_target() {
             let set = self.handler_set(pid);
             if let Err(e) = t.update_handlers(&set) {
-                self.warn(true, e);
+                self.warn(true, e.to_string());
             }
         }
         self.site_counts = t.site_counts();

@@ -8,7 +8,11 @@
 //! the session calls [`Transport::detach`], which leaves the target as it
 //! was. Each transport declares its [`Capabilities`], and the session
 //! refuses a program that needs what the transport lacks, with one message
-//! format for all of them.
+//! format for all of them. Every fallible call of the seam (and a
+//! transport's preflight and open) returns [`Error`]: its kind is what the
+//! session, the planner and the commands act on (a site refused by a
+//! [`Rule`], a process gone, what this transport cannot do ...), its text
+//! the message the user reads.
 //!
 //! **Adding a transport** is a folder (`transport/NAME.rs` and
 //! `transport/NAME/`), an `impl Transport`, a `TransportInfo`, and one line
@@ -22,6 +26,7 @@
 
 pub mod calls;
 pub mod common;
+pub mod error;
 #[cfg(test)]
 pub mod fake;
 pub mod inproc;
@@ -41,6 +46,8 @@ use crate::arch::WatchKind;
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
 use crate::wasm::regscan::RegsRead;
+
+pub use self::error::{Error, Rule};
 
 /// How a process ended (every transport reports it the same way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,7 +168,7 @@ pub enum RingFull {
 }
 
 /// How a transport starts or attaches to its target.
-pub type OpenFn = fn(Target<'_>, &OpenOptions) -> Result<Box<dyn Transport>, String>;
+pub type OpenFn = fn(Target<'_>, &OpenOptions) -> Result<Box<dyn Transport>, Error>;
 
 /// A transport of the registry.
 #[derive(Debug)]
@@ -178,7 +185,7 @@ pub struct TransportInfo {
     /// Checks, before anything is launched, what the machine must provide
     /// (the argument: whether any breakpoint probe is selected); the error
     /// says what is missing and how to fix it.
-    pub preflight: fn(bool) -> Result<(), String>,
+    pub preflight: fn(bool) -> Result<(), Error>,
     /// Starts or attaches to the target.
     pub open: OpenFn,
 }
@@ -562,16 +569,11 @@ pub trait Transport {
     fn main_pid(&self) -> i32;
 
     /// The mappings of `pid` (`fresh`: read now, not as cached).
-    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String>;
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, Error>;
 
     /// Arms probe `tag` at run-time address `addr` in `pid`.
-    fn insert(
-        &mut self,
-        tag: usize,
-        pid: i32,
-        addr: RunAddr,
-        what: Insert,
-    ) -> Result<Armed, String>;
+    fn insert(&mut self, tag: usize, pid: i32, addr: RunAddr, what: Insert)
+    -> Result<Armed, Error>;
 
     /// Arms breakpoint probe `tag` at `offset` in module file `file`, which
     /// no process maps yet (only with [`Capabilities::arms_files`]); the
@@ -581,11 +583,12 @@ pub trait Transport {
         tag: usize,
         file: &std::path::Path,
         offset: u64,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let _ = (tag, file, offset);
-        Err(format!(
-            "--transport {} arms probes in mapped modules only",
-            self.info().name
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} arms probes in mapped modules only"),
         ))
     }
 
@@ -599,11 +602,12 @@ pub trait Transport {
         file: &std::path::Path,
         offset: u64,
         maxactive: u32,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let _ = (tag, file, offset, maxactive);
-        Err(format!(
-            "--transport {} arms return probes in mapped modules only",
-            self.info().name
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} arms return probes in mapped modules only"),
         ))
     }
 
@@ -629,7 +633,7 @@ pub trait Transport {
     /// startup libraries mapped, relocated and initialised), where what
     /// needed the dynamic linker (IFUNCs) can be armed. Nothing to do for
     /// a transport that starts at the entry point.
-    fn run_to_entry(&mut self) -> Result<(), String> {
+    fn run_to_entry(&mut self) -> Result<(), Error> {
         Ok(())
     }
 
@@ -666,13 +670,13 @@ pub trait Transport {
         addr: RunAddr,
         opcode: Option<u8>,
         sem: RunAddr,
-    ) -> Result<(Armed, SemaphoreHold), String> {
+    ) -> Result<(Armed, SemaphoreHold), Error> {
         // The semaphore first: the site's first hit already sees it
         // raised, as under the kernel's counting (the program may read it
         // right before the site, to build an argument).
         let hold = match self.semaphore(pid, sem, 1) {
             Ok(()) => SemaphoreHold::Raised,
-            Err(e) => SemaphoreHold::Failed(e),
+            Err(e) => SemaphoreHold::Failed(e.to_string()),
         };
         match self.insert(tag, pid, addr, Insert::Breakpoint { opcode }) {
             Ok(armed) => Ok((armed, hold)),
@@ -695,7 +699,7 @@ pub trait Transport {
         file: &std::path::Path,
         offset: u64,
         sem_offset: u64,
-    ) -> Result<(Armed, SemaphoreHold), String> {
+    ) -> Result<(Armed, SemaphoreHold), Error> {
         let _ = sem_offset;
         let armed = self.insert_on_file(tag, file, offset)?;
         Ok((
@@ -714,13 +718,21 @@ pub trait Transport {
     /// ([`semaphores`]). By default a transport that writes the target
     /// does it through `/proc/PID/mem`; one that does not must let the
     /// kernel do it (perf: the uprobe's `ref_ctr_offset`) or refuse.
-    fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), String> {
+    fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), Error> {
         if self.info().caps.writes {
-            semaphores::adjust(pid, addr.0, delta).map(|_| ())
+            semaphores::adjust(pid, addr.0, delta)
+                .map(|_| ())
+                .map_err(|message| Error::Os {
+                    pid: Some(pid),
+                    addr: Some(addr.0),
+                    errno: None,
+                    message,
+                })
         } else {
-            Err(format!(
-                "--transport {} cannot raise USDT semaphores",
-                self.info().name
+            let name = self.info().name;
+            Err(Error::unsupported(
+                name,
+                format!("--transport {name} cannot raise USDT semaphores"),
             ))
         }
     }
@@ -730,19 +742,21 @@ pub trait Transport {
     /// delivered), and a transport that patches the target restores its
     /// bytes. For a pause, or a quiescent teardown. The session's
     /// [`Armed`] handles stay valid. Transports that cannot say so.
-    fn suspend(&mut self) -> Result<(), String> {
-        Err(format!(
-            "--transport {} cannot suspend its probes",
-            self.info().name
+    fn suspend(&mut self) -> Result<(), Error> {
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} cannot suspend its probes"),
         ))
     }
 
     /// Arms again every probe [`Transport::suspend`] made dormant (in the
     /// processes still traced).
-    fn resume(&mut self) -> Result<(), String> {
-        Err(format!(
-            "--transport {} cannot resume its probes",
-            self.info().name
+    fn resume(&mut self) -> Result<(), Error> {
+        let name = self.info().name;
+        Err(Error::unsupported(
+            name,
+            format!("--transport {name} cannot resume its probes"),
         ))
     }
 
@@ -794,17 +808,17 @@ pub trait InTarget: Transport {
     /// runs): some probes' modules are not mapped yet. Called before
     /// [`InTarget::load_handlers`]; an error says why libraries mapped
     /// later cannot be watched (the probes waiting for one stay unarmed).
-    fn watch_libraries(&mut self, pid: i32) -> Result<(), String>;
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), Error>;
 
     /// The programs and probes, after the probes were inserted and before
     /// [`Transport::run`]. An error leaves nothing running (the session
     /// kills a launched command, [`Transport::kill_launched`]).
-    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String>;
+    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error>;
 
     /// The programs and probes again after probes were inserted at an
     /// [`Event::LibrariesChanged`] or an [`Event::Exec`] (their modules'
     /// load biases known now).
-    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String>;
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error>;
 
     /// Holds every handler until [`InTarget::resume_handlers`], so that the
     /// map regions can be read and written ([`InTarget::handler_maps`]);

@@ -382,8 +382,24 @@ pub fn interpreter_scenario(program: &Program) -> Vec<Record> {
     .0
 }
 
-/// A scratch directory for this test process.
+/// A scratch directory for this test process. The first use removes those
+/// of test processes that are gone (this harness has no end-of-run hook).
 pub fn scratch_dir() -> PathBuf {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("wprobe-tests-")) else {
+                continue;
+            };
+            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    });
     let d = std::env::temp_dir().join(format!("wprobe-tests-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("scratch dir");
     d

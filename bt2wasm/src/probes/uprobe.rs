@@ -3,9 +3,9 @@
 //! the functions a name or a glob matches (C++ names too), and offsets and
 //! addresses checked against instruction boundaries.
 
-use super::{Concrete, Env, Kind, cpp_name, in_process_root, parse_u64};
+use super::{Concrete, Env, Kind, in_process_root, parse_u64};
 use crate::diag::{Sink, codes};
-use crate::elf::{Binary, find_library, glob, resolve_binary};
+use crate::elf::{Binary, find_library, resolve_binary};
 use rpn2wasm::Span;
 use std::path::PathBuf;
 
@@ -371,20 +371,18 @@ fn uprobe_matches(
     span: Span,
     diags: &mut Sink,
 ) -> Vec<crate::elf::Func> {
-    let matches: Vec<crate::elf::Func> = if cpp {
-        bin.funcs
-            .iter()
-            .filter(|f| {
-                f.size > 0
-                    && bin.is_code(f.value)
-                    && cpp_name(&f.name).is_some_and(|n| glob(func_pat, &n))
-            })
-            .cloned()
-            .collect()
-    } else if func_pat.contains('*') || func_pat.contains('?') {
-        bin.funcs
-            .iter()
-            .filter(|f| f.size > 0 && bin.is_code(f.value) && glob(func_pat, &f.name))
+    use wprobe_elf::NameForm;
+    // Each name as bpftrace probes it: the C++ name without parameters
+    // with `cpp:`, else the symbol.
+    let matches: Vec<crate::elf::Func> = if cpp || func_pat.contains(['*', '?']) {
+        let forms: &[NameForm] = if cpp {
+            &[NameForm::Cpp]
+        } else {
+            &[NameForm::Raw]
+        };
+        bin.matching(func_pat, forms)
+            .into_iter()
+            .filter(|f| f.size > 0 && bin.is_code(f.value))
             .cloned()
             .collect()
     } else {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use crate::cmd::{CliError, CmdResult};
 use crate::probe::resolve::{Located, ResolveError};
-use wprobe_elf::{ElfInfo, SymKind};
+use wprobe_elf::{ElfInfo, Matcher, NameForm, SymKind};
 
 /// What decoding a function from its start found, for the listing: the
 /// number of instructions when every byte decodes (any of their starts is
@@ -25,7 +25,12 @@ fn code_column(elf: &ElfInfo, s: &wprobe_elf::Symbol) -> String {
     }
 }
 
-/// Appends the listing of one module (run-time addresses = link-time + bias).
+/// Appends the listing of one module (run-time addresses = link-time + bias):
+/// one row per name of each function of the project's one rule
+/// ([`wprobe_elf::functions`]; aliases of one address are rows of their
+/// own, as `bpftrace -l` and `nm` list them), with `all` the other
+/// symbols too, by address then name; `glob` matches a name as it is or
+/// as shown.
 pub fn list_module(
     out: &mut String,
     elf: &ElfInfo,
@@ -41,15 +46,21 @@ pub fn list_module(
             s.name.clone()
         }
     };
-    let mut rows: Vec<_> = elf
-        .symbols
+    let forms: &[NameForm] = if demangle {
+        &[NameForm::Raw, NameForm::Demangled]
+    } else {
+        &[NameForm::Raw]
+    };
+    let matcher = glob.map(|g| Matcher::new(g, forms));
+    let hit = |s: &wprobe_elf::Symbol| matcher.is_none_or(|m| m.matches_name(&s.name));
+    let functions = wprobe_elf::functions::named(elf);
+    let mut rows: Vec<&wprobe_elf::Symbol> = functions
         .iter()
-        .filter(|s| all || s.is_code())
-        .filter(|s| {
-            glob.is_none_or(|g| wprobe_elf::glob(g, &s.name) || wprobe_elf::glob(g, &shown(s)))
-        })
+        .flat_map(|f| f.aliases.iter())
+        .chain(elf.symbols.iter().filter(|s| all && !s.is_code()))
+        .filter(|s| hit(s))
         .collect();
-    rows.sort_by_key(|s| (s.value, s.name.clone()));
+    rows.sort_by(|a, b| (a.value, &a.name).cmp(&(b.value, &b.name)));
     rows.dedup_by(|a, b| a.value == b.value && a.name == b.name);
     for s in &rows {
         let op = elf

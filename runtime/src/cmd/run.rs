@@ -79,6 +79,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     let engine = crate::cmd::cli_engine()?;
     let cache = crate::wasm::cache::Cache::for_cli(a.opts.no_cache)
         .map_err(|e| CliError::user(e.to_string()))?;
+    crate::transport::inproc::configure_plan_cache(a.opts.no_cache);
     let mut programs = crate::cmd::load_each(&a.programs, |p| {
         if crate::cmd::run::oneliner::is_bt(p) {
             crate::cmd::run::oneliner::load_file(&engine, p, &a, &cache)
@@ -491,7 +492,7 @@ pub(crate) fn open_planned(
                     );
                     info = other;
                 }
-                None => return Err(e),
+                None => return Err(e.to_string()),
             },
         }
     }

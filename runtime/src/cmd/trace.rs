@@ -184,7 +184,8 @@ pub struct TraceArgs {
     /// How probes reach the target.
     #[arg(long, value_name = "TRANSPORT", default_value = crate::probe::plan::AUTO, value_parser = return_probe_transport_names())]
     pub transport: String,
-    /// Compile the handler modules afresh instead of using the module cache.
+    /// Compile the handler modules and plan the in-process sites afresh
+    /// instead of using the module cache and the plan cache.
     #[arg(long)]
     pub no_cache: bool,
     /// The command to launch (after `--`).
@@ -254,6 +255,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     // `auto` knows its transport only once the handlers are loaded; the
     // notes that depend on it wait until then.
     let exe = executable(&a)?;
+    crate::transport::inproc::configure_plan_cache(a.no_cache);
     if a.transport == "inproc" || a.transport == crate::probe::plan::AUTO {
         // Its code read meanwhile (handlers built, the command launched),
         // for the in-process patcher to plan every function's sites.
@@ -426,7 +428,7 @@ fn first_transport(
                 if a.follow && !info.caps.follows_forks {
                     return Err("-f: it does not follow forks".into());
                 }
-                (info.preflight)(true)
+                (info.preflight)(true).map_err(|e| e.to_string())
             })?
             .info
         }

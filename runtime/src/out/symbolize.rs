@@ -40,33 +40,26 @@ impl Default for Symbolizer {
 impl Table {
     fn load(path: &Path, demangle: bool) -> Option<Table> {
         let elf = wprobe_elf::ElfInfo::open(path).ok()?;
-        let mut funcs: Vec<(u64, u64, String, bool)> = elf
-            .symbols
-            .iter()
-            .filter(|s| s.kind == wprobe_elf::SymKind::Func)
-            .map(|s| (s.value, s.size, s.name.clone(), s.global))
+        // One name per address, by the project's one rule
+        // (`wprobe_elf::functions`): its preferred `STT_FUNC` alias
+        // (IFUNC resolvers, run once at load, are left out).
+        let funcs = wprobe_elf::functions::named(&elf)
+            .into_iter()
+            .filter_map(|f| {
+                let s = f
+                    .aliases
+                    .into_iter()
+                    .find(|s| s.kind == wprobe_elf::SymKind::Func)?;
+                let name = if demangle {
+                    wprobe_elf::demangle(&s.name).into_owned()
+                } else {
+                    s.name
+                };
+                Some((s.value, s.size, name))
+            })
             .collect();
-        // At one address, prefer a global name, then fewer leading underscores.
-        funcs.sort_by(|a, b| {
-            let us = |n: &str| n.len() - n.trim_start_matches('_').len();
-            a.0.cmp(&b.0)
-                .then(b.3.cmp(&a.3))
-                .then(us(&a.2).cmp(&us(&b.2)))
-                .then(a.2.cmp(&b.2))
-        });
-        funcs.dedup_by(|a, b| a.0 == b.0);
         Some(Table {
-            funcs: funcs
-                .into_iter()
-                .map(|(v, s, n, _)| {
-                    let n = if demangle {
-                        wprobe_elf::demangle(&n).into_owned()
-                    } else {
-                        n
-                    };
-                    (v, s, n)
-                })
-                .collect(),
+            funcs,
             first_load: elf.first_load.unwrap_or((0, 0)),
             is_dyn: elf.is_dyn,
         })

@@ -13,13 +13,13 @@ use crate::probe::addr::RunAddr;
 use crate::probe::resolve::{Located, ResolveError};
 use crate::proc::procmaps::{self, Mapping};
 use crate::transport::{
-    Armed, Capabilities, Insert, SemaphoreHold, TRANSPORTS, Transport, TransportInfo,
+    Armed, Capabilities, Error, Insert, Rule, SemaphoreHold, TRANSPORTS, Transport, TransportInfo,
 };
 use crate::wasm::regscan::RegsRead;
 
 /// How one probe is inserted: `(probe index, spec, run-time address,
 /// whether the program's `opcode =` applies there)`.
-type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, RunAddr, bool) -> Result<Armed, String> + 'a;
+type InsertFn<'a> = dyn FnMut(usize, &ProbeSpec, RunAddr, bool) -> Result<Armed, Error> + 'a;
 
 fn watch_kind(k: ProbeKind) -> WatchKind {
     match k {
@@ -41,7 +41,7 @@ const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 pub(crate) fn check_function_entry(
     elf: &wprobe_elf::ElfInfo,
     link: crate::probe::addr::LinkAddr,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let link = link.0;
     let Some(f) = elf.function_containing(link) else {
         return Ok(());
@@ -50,17 +50,21 @@ pub(crate) fn check_function_entry(
     if link == f.value || (endbr && link == f.value + 4) {
         return Ok(());
     }
-    Err(format!(
-        "not a function entry: {link:#x} is {}+{:#x}; a return probe must be at the first byte \
-         of its function ({:#x}){}",
-        wprobe_elf::demangle::demangle(&f.name),
-        link - f.value,
-        f.value,
-        if endbr {
-            format!(" or after the endbr64 that starts it ({:#x})", f.value + 4)
-        } else {
-            String::new()
-        }
+    Err(Error::refused(
+        Rule::Returns,
+        None,
+        format!(
+            "not a function entry: {link:#x} is {}+{:#x}; a return probe must be at the first \
+             byte of its function ({:#x}){}",
+            wprobe_elf::demangle::demangle(&f.name),
+            link - f.value,
+            f.value,
+            if endbr {
+                format!(" or after the endbr64 that starts it ({:#x})", f.value + 4)
+            } else {
+                String::new()
+            }
+        ),
     ))
 }
 
@@ -225,7 +229,7 @@ impl Session {
                 one_that(|c| c.follows_forks)
             ));
         }
-        (transport.preflight)(self.has_breakpoints())
+        (transport.preflight)(self.has_breakpoints()).map_err(|e| e.to_string())
     }
 
     /// Arms every enabled probe not yet armed in `pid`; returns how many
@@ -310,7 +314,7 @@ impl Session {
                 n
             }
             Err(e) => {
-                self.warn(report, e);
+                self.warn(report, e.to_string());
                 0
             }
         };
@@ -342,7 +346,7 @@ impl Session {
                 let libs = wprobe_elf::startup::startup_libraries(&exe, &env);
                 self.arm_on_startup_libraries(t, pid, &libs, report);
             }
-            t.run_to_entry()?;
+            t.run_to_entry().map_err(|e| e.to_string())?;
         }
         Ok(self.arm(t, pid, report))
     }
@@ -461,15 +465,15 @@ impl Session {
             let res = self
                 .resolver
                 .elf(&file)
-                .map_err(|e| e.to_string())
+                .map_err(|e| Error::other(e.to_string()))
                 .and_then(|elf| {
                     if let Some(sym) = crate::probe::resolve::ifunc_symbol(spec, &elf) {
-                        return Err(format!(
+                        return Err(Error::other(format!(
                             "`{}` is an IFUNC: its implementation is chosen when a process \
                              loads {}, which no process has mapped yet",
                             sym.name,
                             file.display()
-                        ));
+                        )));
                     }
                     let link =
                         crate::probe::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
@@ -477,9 +481,14 @@ impl Session {
                         .file_offset(link.0)
                         .filter(|_| elf.is_exec_vaddr(link.0))
                         .ok_or_else(|| {
-                            format!(
-                                "invalid offset: 0x{link:x} is not in an executable segment of {}",
-                                file.display()
+                            Error::refused(
+                                Rule::NotExecutable,
+                                None,
+                                format!(
+                                    "invalid offset: 0x{link:x} is not in an executable segment \
+                                     of {}",
+                                    file.display()
+                                ),
                             )
                         })?;
                     if verify
@@ -487,13 +496,19 @@ impl Session {
                         && let Some(found) = elf.first_byte(link.0)
                         && found != op
                     {
-                        return Err(format!(
-                            "opcode mismatch at {link:#x}: expected {op:#04x}, found {found:#04x}"
+                        return Err(Error::refused(
+                            Rule::OpcodeMismatch,
+                            None,
+                            format!(
+                                "opcode mismatch at {link:#x}: expected {op:#04x}, found \
+                                 {found:#04x}"
+                            ),
                         ));
                     }
                     if verify && spec.opcode.is_none() {
-                        wprobe_elf::disasm::check_boundary(&elf, link.0)
-                            .map_err(|e| e.to_string())?;
+                        wprobe_elf::disasm::check_boundary(&elf, link.0).map_err(|e| {
+                            Error::refused(Rule::InstructionBoundary, None, e.to_string())
+                        })?;
                     }
                     if spec.r#return {
                         check_function_entry(&elf, link)?;
@@ -608,7 +623,7 @@ impl Session {
                 }
 
                 Err(e) => {
-                    self.not_applied(pi, pid, report, e.to_string());
+                    self.not_applied(pi, pid, report, Error::other(e.to_string()));
                     continue;
                 }
             };
@@ -629,14 +644,16 @@ impl Session {
                 Ok(a) if is_bp && entry == Some(a.0) => continue,
                 r => r,
             };
-            let res = res.map_err(|e| e.to_string()).and_then(|addr| {
-                if is_bp {
-                    self.check_address(pi, spec, &loc, &module, addr, ifunc, report, pid)?;
-                }
-                // `opcode =` was taken from the symbol: the resolver's
-                // first byte, not the implementation's.
-                Ok((addr, insert(pi, spec, addr, !ifunc)?))
-            });
+            let res = res
+                .map_err(|e| Error::other(e.to_string()))
+                .and_then(|addr| {
+                    if is_bp {
+                        self.check_address(pi, spec, &loc, &module, addr, ifunc, report, pid)?;
+                    }
+                    // `opcode =` was taken from the symbol: the resolver's
+                    // first byte, not the implementation's.
+                    Ok((addr, insert(pi, spec, addr, !ifunc)?))
+                });
             match res {
                 Ok((addr, a)) => {
                     let p = &mut self.probes[pi];
@@ -673,7 +690,7 @@ impl Session {
 
     /// Probe `pi` could not be armed in process `pid` (`why`): recorded,
     /// said where `report`, and disabled.
-    fn not_applied(&mut self, pi: usize, pid: i32, report: bool, why: String) {
+    fn not_applied(&mut self, pi: usize, pid: i32, report: bool, why: Error) {
         let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
         self.arm_failed(prog, index, why.clone());
         let msg = format!(
@@ -702,7 +719,7 @@ impl Session {
         ifunc: bool,
         report: bool,
         pid: i32,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let verify = self.opts.verify_opcodes;
         // An IFUNC's implementation starts at the address the
         // dynamic linker jumps to: a boundary by construction,
@@ -714,14 +731,19 @@ impl Session {
             if link.is_none_or(|l| loc.elf.file_offset(l).is_none()) {
                 // An absolute address outside the module's file
                 // (code the process made, another mapping).
-                return Err(format!(
-                    "{addr:#x} is not in the file of module `{module}`, so its \
-                     instruction boundaries cannot be verified; give the first \
-                     byte with `opcode =`"
+                return Err(Error::refused(
+                    Rule::InstructionBoundary,
+                    Some(addr.0),
+                    format!(
+                        "{addr:#x} is not in the file of module `{module}`, so its \
+                         instruction boundaries cannot be verified; give the first \
+                         byte with `opcode =`"
+                    ),
                 ));
             }
-            wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0)
-                .map_err(|e| e.to_string())?;
+            wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0).map_err(
+                |e| Error::refused(Rule::InstructionBoundary, Some(addr.0), e.to_string()),
+            )?;
         }
         // An IFUNC's implementation is where the dynamic linker
         // jumps: a function's entry by construction.

@@ -128,8 +128,9 @@ impl Session {
     }
 
     /// Probes that could not be armed, with why (their program, manifest
-    /// index, and the reason), in the order the failures happened.
-    pub fn arm_failures(&self) -> &[(usize, usize, String)] {
+    /// index, and the reason: the transport's error, or the session's own
+    /// refusal in the same terms), in the order the failures happened.
+    pub fn arm_failures(&self) -> &[(usize, usize, crate::transport::Error)] {
         &self.failures
     }
 
@@ -152,7 +153,7 @@ impl Session {
     }
 
     /// Records that probe `index` of program `prog` could not be armed.
-    pub(super) fn arm_failed(&mut self, prog: usize, index: usize, why: String) {
+    pub(super) fn arm_failed(&mut self, prog: usize, index: usize, why: crate::transport::Error) {
         self.failures.push((prog, index, why));
         self.hook_event(HookEvent::NotArmed { prog, index });
     }

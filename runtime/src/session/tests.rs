@@ -563,10 +563,15 @@ fn exit_1_hands_off_where_the_transport_can_and_is_counted_where_not() {
 fn a_probe_the_transport_refuses_is_reported_and_disabled() {
     let (mut s, seen) = hooked(vec![program("p", LOG_RDI)]);
     let mut t = transport(fake::CAPS);
-    t.refuse.insert(0, "no room".into());
+    t.refuse.insert(0, crate::transport::Error::arm("no room"));
     run(&mut s, &mut t, vec![Step::Hit(vec![0], hit(SITE))]);
     assert!(t.inserts().is_empty());
-    assert_eq!(s.arm_failures(), [(0, 0, "no room".to_string())]);
+    // The transport's error, its kind kept.
+    assert_eq!(
+        s.arm_failures(),
+        [(0, 0, crate::transport::Error::arm("no room"))]
+    );
+    assert_eq!(s.arm_failures()[0].2.to_string(), "no room");
     assert_eq!(seen.lines(), ["NotArmed { prog: 0, index: 0 }"]);
     assert_eq!(
         stats(&s, 0).hits,

@@ -52,7 +52,7 @@ impl Session {
             if let Err(e) = t.semaphore(pid, RunAddr(addr), -1)
                 && std::path::Path::new(&format!("/proc/{pid}")).exists()
             {
-                self.warn(true, e);
+                self.warn(true, e.to_string());
             }
         }
     }

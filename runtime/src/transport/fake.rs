@@ -268,8 +268,8 @@ pub struct Fake {
     maps: HashMap<i32, Vec<Mapping>>,
     script: std::collections::VecDeque<Step>,
     unmapped: Vec<Armed>,
-    /// Tags whose insertion fails (with this message).
-    pub refuse: HashMap<usize, String>,
+    /// Tags whose insertion fails (with this error).
+    pub refuse: HashMap<usize, super::Error>,
     /// Whether the handlers run "in the target" ([`Event::Ran`]): the
     /// [`InTarget`] hooks are then given by [`Transport::in_target`].
     pub in_target: bool,
@@ -367,12 +367,12 @@ impl Transport for Fake {
         self.main
     }
 
-    fn maps(&mut self, pid: i32, _fresh: bool) -> Result<Vec<Mapping>, String> {
+    fn maps(&mut self, pid: i32, _fresh: bool) -> Result<Vec<Mapping>, super::Error> {
         self.maps
             .get(&pid)
             .or_else(|| self.maps.get(&self.main))
             .cloned()
-            .ok_or_else(|| format!("no mappings for process {pid}"))
+            .ok_or_else(|| format!("no mappings for process {pid}").into())
     }
 
     fn insert(
@@ -381,7 +381,7 @@ impl Transport for Fake {
         pid: i32,
         addr: RunAddr,
         what: Insert,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, super::Error> {
         if let Some(e) = self.refuse.get(&tag) {
             return Err(e.clone());
         }
@@ -405,7 +405,7 @@ impl Transport for Fake {
         std::mem::take(&mut self.unmapped)
     }
 
-    fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), String> {
+    fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), super::Error> {
         self.calls.push(Call::Semaphore {
             pid,
             addr: addr.0,
@@ -414,12 +414,12 @@ impl Transport for Fake {
         Ok(())
     }
 
-    fn suspend(&mut self) -> Result<(), String> {
+    fn suspend(&mut self) -> Result<(), super::Error> {
         self.calls.push(Call::Suspend);
         Ok(())
     }
 
-    fn resume(&mut self) -> Result<(), String> {
+    fn resume(&mut self) -> Result<(), super::Error> {
         self.calls.push(Call::Resume);
         Ok(())
     }
@@ -509,18 +509,18 @@ impl Transport for Fake {
 /// The in-target hooks, reached only when the field `in_target` is set. The
 /// handlers are never held (there are none) and there are no map regions.
 impl InTarget for Fake {
-    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), super::Error> {
         self.calls.push(Call::WatchLibraries(pid));
         Ok(())
     }
 
-    fn load_handlers(&mut self, set: &super::HandlerSet<'_>) -> Result<(), String> {
+    fn load_handlers(&mut self, set: &super::HandlerSet<'_>) -> Result<(), super::Error> {
         self.calls
             .push(Call::LoadHandlers(set.programs.len(), set.probes.len()));
         Ok(())
     }
 
-    fn update_handlers(&mut self, _set: &super::HandlerSet<'_>) -> Result<(), String> {
+    fn update_handlers(&mut self, _set: &super::HandlerSet<'_>) -> Result<(), super::Error> {
         self.calls.push(Call::UpdateHandlers);
         Ok(())
     }

@@ -37,6 +37,8 @@ mod launch;
 mod load;
 mod open;
 mod patch;
+mod plans;
+pub use plans::configure as configure_plan_cache;
 pub mod repair;
 mod ring;
 mod seam;

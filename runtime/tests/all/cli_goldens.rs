@@ -90,6 +90,8 @@ fn check(path: &Path) -> Result<(), String> {
         ));
     }
     let _ = std::fs::remove_dir_all(&cache);
+    // Where the checkout is: `$CLI` in the expected output.
+    let got = got.replace(&dir().display().to_string(), "$CLI");
     let expected_path = path.with_file_name(format!("{name}.out"));
     if std::env::var_os("BLESS").is_some() {
         std::fs::write(&expected_path, &got).map_err(|e| e.to_string())?;

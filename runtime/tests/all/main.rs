@@ -93,5 +93,10 @@ fn main() {
         .flat_map(|c| c.trials())
         .chain(cli_goldens::trials())
         .collect();
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    // The gcc builds and binary copies of this run (hundreds of MB) go
+    // with it; a run that was killed leaves its directory to the next
+    // run's sweep (`support::cli::scratch`).
+    let _ = std::fs::remove_dir_all(support::cli::scratch_path());
+    conclusion.exit();
 }

@@ -19,6 +19,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(compile_e_writes_a_module_that_runs),
     case!(a_probe_inside_an_instruction_is_refused_with_the_nearest_boundaries),
     case!(uretprobe_retval_sums_the_returns @ every_transport),
+    case!(aliases_of_one_address_are_a_probe_each_as_in_bpftrace @ every_transport),
     case!(uretprobes_of_8_threads_pair_every_call @ every_transport),
     case!(return_probes_of_one_function_run_in_program_order @ every_transport),
     case!(exit_is_asynchronous_as_in_bpftrace @ every_transport),
@@ -408,6 +409,25 @@ fn uretprobe_retval_sums_the_returns(transport: &str) {
          [0, 10)                4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
          [10, 20)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\
          [20, 30)               3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@             |\n\n",
+        "{err}"
+    );
+}
+
+/// A glob matching two names of one function (`__count_impl` and its
+/// alias `count`, tests/progs/aliases.c) places a probe on each name, as
+/// bpftrace 0.17 does: each fires at every call (3).
+fn aliases_of_one_address_are_a_probe_each_as_in_bpftrace(transport: &str) {
+    let t = gcc("aliases", &progs().join("aliases.c"), &["-O0"]);
+    let prog = format!("uprobe:{}:*count* {{ @[probe] = count(); }}", t.display());
+    let cmd = t.display().to_string();
+    let (out, err, code) = run(&["--transport", transport, "-e", &prog, "-c", &cmd], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "Attaching 2 probes...\n\n\n@[uprobe:{0}:__count_impl]: 3\n@[uprobe:{0}:count]: 3\n",
+            t.display()
+        ),
         "{err}"
     );
 }

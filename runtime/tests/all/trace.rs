@@ -38,6 +38,8 @@ pub(crate) const CASES: &[Case] = &[
     case!(excluded_functions_are_not_traced @ every_transport),
     case!(notrace_hides_a_function_and_everything_it_calls @ every_transport),
     case!(cold_fragments_are_parts_of_their_function @ every_transport),
+    case!(aliases_are_one_function_any_of_whose_names_selects_it @ every_transport),
+    case!(list_shows_each_name_of_a_function),
     case!(setjmp_is_traced_and_longjmp_unwinds_past_calls @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
@@ -1803,6 +1805,65 @@ fn excluded_functions_are_not_traced(tr: &str) {
             )),
         "{err}"
     );
+}
+
+fn aliases() -> PathBuf {
+    gcc("aliases", &progs().join("aliases.c"), &["-O0"])
+}
+
+/// One function under two names (`__count_impl` and its alias `count`,
+/// tests/progs/aliases.c): traced once, under its public name (the fewest
+/// leading underscores); `-F` and `-X` by either name select it.
+fn aliases_are_one_function_any_of_whose_names_selects_it(tr: &str) {
+    let prog = aliases();
+    for name in ["count", "__count_impl", "__count*"] {
+        let o = trace(tr, &["-F", name, "-T", "--no-pid", "-i"], &prog);
+        assert_eq!(o.status.code(), Some(0), "-F {name}: {}", stderr(&o));
+        assert_eq!(
+            calls_only(&o.stdout),
+            "==> count()\n<== count() [rax = 0x1]\n\
+             ==> count()\n<== count() [rax = 0x2]\n\
+             ==> count()\n<== count() [rax = 0x3]",
+            "-F {name}"
+        );
+    }
+    for name in ["count", "__count_impl"] {
+        let o = trace(
+            tr,
+            &["-F", "main", "-X", name, "-T", "--no-pid", "-i"],
+            &prog,
+        );
+        assert_eq!(o.status.code(), Some(0), "-X {name}: {}", stderr(&o));
+        assert_eq!(
+            calls_only(&o.stdout),
+            "==> main()\n<== main() [rax = 0x0]",
+            "-X {name}"
+        );
+    }
+}
+
+/// `wprobe list` shows a function under each of its names, a row each
+/// (as `nm` and `bpftrace -l` do), at one address.
+fn list_shows_each_name_of_a_function() {
+    let o = wprobe()
+        .args(["list", "--no-demangle"])
+        .arg(aliases())
+        .arg("*count*")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<(&str, &str)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("address"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0], f[f.len() - 1])
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert_eq!(rows[0].0, rows[1].0, "{text}");
+    assert_eq!([rows[0].1, rows[1].1], ["__count_impl", "count"], "{text}");
 }
 
 /// The local time of day, `HH:MM:SS`.

@@ -23,8 +23,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A directory in the test process's scratch directory (removed with it).
 fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-death-{}", std::process::id()));
+    let d = crate::support::cli::scratch().join("death");
     std::fs::create_dir_all(&d).unwrap();
     d
 }

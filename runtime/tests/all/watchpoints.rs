@@ -12,6 +12,7 @@ use crate::support::case::{Case, Need};
 pub(crate) const CASES: &[Case] = &[
     case!(global_written_n_times_gives_n_records_carrying_the_written_values @ every_transport, Need::DebugRegisters),
     case!(four_threads_writing_give_the_exact_total @ every_transport, Need::DebugRegisters),
+    case!(fork_children_and_their_threads_are_watched_under_follow @ every_transport, Need::DebugRegisters),
     case!(exec_watchpoint_fires_before_each_call_and_mixes_with_a_breakpoint @ per_transport, Need::DebugRegisters),
     case!(
         example_11_counts_the_same_under_both_transports,
@@ -64,6 +65,63 @@ fn global_written_n_times_gives_n_records_carrying_the_written_values(tr: &str) 
         (Some(n), Some(0)),
         "{tr}"
     );
+}
+
+/// `-f`: a watchpoint fires in the fork children (a child's second
+/// thread, a grandchild) as in the parent, each write once, attributed to
+/// the process that made it (tests/progs/wfork.c).
+fn fork_children_and_their_threads_are_watched_under_follow(tr: &str) {
+    let t = wfork();
+    let p = write(
+        "w_fork.rpn",
+        format!(
+            "name = {}\nmajor = 4\noffset = g_value:g_value+7\nwatchpoint = w\n push r, rdi\n log 1\n",
+            t.display()
+        ),
+    );
+    let mut c = wprobe();
+    c.arg("run")
+        .arg(&p)
+        .args(["--transport", tr, "-f", "--format", "json", "--"])
+        .arg(&t)
+        .current_dir(scratch())
+        .env("WPROBE_PERF_RING_PAGES", "8192");
+    let o = output_within(c, 60);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{tr}: {err}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Per process, in the order written: (pid, [(tid is the pid, value)]).
+    let mut by_pid: Vec<(u64, Vec<(bool, u64)>)> = Vec::new();
+    for v in lines.iter().filter(|v| v["kind"] == "log") {
+        let (pid, tid) = (v["pid"].as_u64().unwrap(), v["tid"].as_u64().unwrap());
+        let value = v["items"][0]["values"][0].as_u64().unwrap();
+        match by_pid.iter_mut().find(|(p, _)| *p == pid) {
+            Some((_, w)) => w.push((tid == pid, value)),
+            None => by_pid.push((pid, vec![(tid == pid, value)])),
+        }
+    }
+    let seen: Vec<&Vec<(bool, u64)>> = by_pid.iter().map(|(_, w)| w).collect();
+    let want: [Vec<(bool, u64)>; 3] = [
+        vec![(true, 100), (true, 101), (true, 300)],
+        vec![(false, 200), (false, 201), (false, 202)],
+        vec![(true, 400), (true, 401)],
+    ];
+    assert_eq!(seen, want.iter().collect::<Vec<_>>(), "{tr}: {err}");
+    let s = stats(&lines);
+    assert_eq!(
+        (s["hits"].as_u64(), s["dropped"].as_u64()),
+        (Some(8), Some(0)),
+        "{tr}"
+    );
+}
+
+/// tests/progs/wfork.c, -O2 (`put`'s store takes the value from `rdi`).
+fn wfork() -> std::path::PathBuf {
+    gcc("wfork", &progs().join("wfork.c"), &["-O2", "-pthread"])
 }
 
 fn four_threads_writing_give_the_exact_total(tr: &str) {

@@ -56,7 +56,7 @@ pub fn capture(
         },
     );
     let _ = nix::unistd::dup2_stdout(&saved);
-    let mut tracer = launched?;
+    let mut tracer = launched.map_err(|e| e.to_string())?;
     let t = tracer.as_mut();
     let main = t.main_pid();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -40,9 +40,7 @@ fn matching(
         .map(|f| {
             globs
                 .iter()
-                .filter(|g| {
-                    wprobe_elf::glob(&g.glob, &f.name) || wprobe_elf::glob(&g.glob, &f.shown)
-                })
+                .filter(|g| f.matches(&g.glob))
                 .map(|g| g.seq)
                 .max()
         })

@@ -10,7 +10,7 @@
 //! function that output needs (its name as shown, its source line) is
 //! computed here, once, at start.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use goblin::elf::Elf;
@@ -40,6 +40,10 @@ pub struct Func {
     pub name: String,
     /// As shown: demangled unless `--no-demangle`.
     pub shown: String,
+    /// The names of its other symbols (aliases of one address), each as
+    /// it is and as shown: `-F`, `-N`, `-X` and `--handler` globs match
+    /// them too.
+    pub aliases: Vec<String>,
     /// The module file (canonical path).
     pub module: PathBuf,
     /// Link-time address of its entry.
@@ -50,6 +54,16 @@ pub struct Func {
     pub origin: Origin,
     /// `file:line` of its entry (`-l`), when DWARF says.
     pub line: Option<String>,
+}
+
+impl Func {
+    /// Whether `glob` matches one of its names: its symbol, its shown
+    /// name or one of its [`Func::aliases`].
+    pub fn matches(&self, glob: &str) -> bool {
+        glob_match(glob, &self.name)
+            || glob_match(glob, &self.shown)
+            || self.aliases.iter().any(|a| glob_match(glob, a))
+    }
 }
 
 /// Whether calls of `f` switch the thread to another stack and come back
@@ -112,9 +126,6 @@ const STARTUP: &[&str] = &["_start", "__libc_csu_init", "__libc_csu_fini"];
 /// without a call open there (the calls it leaves are closed as unwound).
 const RETURNS_TWICE: &[&str] = &["vfork", "__vfork"];
 
-/// Size of one PLT entry on x86-64 (`.plt` and `.plt.sec`).
-const PLT_ENTRY: u64 = 16;
-
 /// The functions to trace, and those not traced with why.
 pub fn select(
     exe: &Path,
@@ -127,8 +138,7 @@ pub fn select(
     let exe_path = crate::proc::procmaps::canonical(exe);
     module_functions(&elf, &exe_path, Origin::Exe, sel, &mut funcs, &mut skipped);
     if sel.plt {
-        plt_entries(&elf, &exe_path, sel, &mut funcs, &mut skipped)?;
-        got_calls(&elf, &exe_path, sel, &mut funcs, &mut skipped);
+        imports(&elf, &exe_path, sel, &mut funcs, &mut skipped);
     }
     for lib in libraries {
         match ElfInfo::open(lib) {
@@ -145,10 +155,11 @@ pub fn select(
     Ok((funcs, skipped))
 }
 
-fn excluded(sel: &Selection, name: &str, shown: &str) -> bool {
+/// Whether a `-X` glob matches one of `names`.
+fn excluded(sel: &Selection, names: &[&str]) -> bool {
     sel.exclude
         .iter()
-        .any(|g| glob_match(g, name) || glob_match(g, shown))
+        .any(|g| names.iter().any(|n| glob_match(g, n)))
 }
 
 fn named_by_filter(sel: &Selection, name: &str) -> bool {
@@ -163,9 +174,13 @@ fn shown_name(sel: &Selection, name: &str) -> String {
     }
 }
 
-/// The function symbols of one module: one per address (an alias is traced
-/// under one name: global before local, then the shortest, then the first
-/// in name order), in address order.
+/// The functions of one module by the project's one rule
+/// ([`wprobe_elf::functions`]): one per address, under its preferred name
+/// (global before local, then the fewest leading underscores, then the
+/// shortest, then the first in name order; `-X` matches any of its
+/// names), fragments left out, those no
+/// symbol names as `sub_ADDR` (the executable's entry point `_start`):
+/// the named ones in address order, then the unnamed ones.
 fn module_functions(
     elf: &ElfInfo,
     path: &Path,
@@ -174,23 +189,6 @@ fn module_functions(
     funcs: &mut Vec<Func>,
     skipped: &mut Vec<NotTraced>,
 ) {
-    let mut by_addr: HashMap<u64, &wprobe_elf::Symbol> = HashMap::new();
-    for s in elf.symbols.iter().filter(|s| s.is_code()) {
-        by_addr
-            .entry(s.value)
-            .and_modify(|cur| {
-                let better = (s.global && !cur.global)
-                    || (s.global == cur.global
-                        && (s.name.len(), &s.name) < (cur.name.len(), &cur.name));
-                if better {
-                    *cur = s;
-                }
-            })
-            .or_insert(s);
-    }
-    let named: HashSet<u64> = by_addr.keys().copied().collect();
-    let mut syms: Vec<&wprobe_elf::Symbol> = by_addr.into_values().collect();
-    syms.sort_by_key(|s| (s.value, s.name.clone()));
     let module = path.display().to_string();
     let qualify = |name: &str| {
         if origin == Origin::Lib {
@@ -199,34 +197,67 @@ fn module_functions(
             name.to_string()
         }
     };
-    for s in syms {
+    let mut all = wprobe_elf::functions::of(elf);
+    all.sort_by_key(|f| f.is_unnamed());
+    for f in all {
         // A part of a function moved away from it (`main.cold`): entered
         // by a jump inside its function's call, whose time it is.
-        if elf.is_fragment(s.value, Some(&s.name)) {
+        if f.fragment {
             continue;
         }
-        let shown = shown_name(sel, &s.name);
-        if excluded(sel, &s.name, &shown) {
+        let (name, shown, aliases) = match f.name() {
+            Some(n) => {
+                let aliases = f.aliases[1..]
+                    .iter()
+                    .flat_map(|s| [s.name.clone(), shown_name(sel, &s.name)])
+                    .collect();
+                (n.to_string(), shown_name(sel, n), aliases)
+            }
+            // Named by its link-time address (`sub_1a2b0`), the
+            // executable's entry point `_start` (start-up code, below).
+            None if origin == Origin::Exe && f.start == elf.entry => {
+                ("_start".to_string(), "_start".to_string(), Vec::new())
+            }
+            None => (unnamed_name(f.start), unnamed_name(f.start), Vec::new()),
+        };
+        let func = Func {
+            name,
+            shown,
+            aliases,
+            module: path.to_path_buf(),
+            link: f.start,
+            opcode: 0,
+            origin,
+            line: None,
+        };
+        if sel.exclude.iter().any(|g| func.matches(g)) {
             continue;
         }
         let mut skip = |reason: String| {
             skipped.push(NotTraced {
-                name: qualify(&shown),
+                name: qualify(&func.shown),
                 reason,
             })
         };
         if origin == Origin::Exe
-            && STARTUP.contains(&s.name.as_str())
-            && !named_by_filter(sel, &s.name)
+            && STARTUP.contains(&func.name.as_str())
+            && !sel.filters.iter().any(|g| func.matches(g))
         {
             skip("C start-up code (name it with -F to trace it)".into());
             continue;
         }
-        if RETURNS_TWICE.contains(&s.name.as_str()) {
+        if f.is_unnamed() {
+            // Bounded by the unwind table: in an executable segment.
+            if let Some(opcode) = elf.first_byte(f.start) {
+                funcs.push(Func { opcode, ..func });
+            }
+            continue;
+        }
+        if RETURNS_TWICE.contains(&func.name.as_str()) {
             skip("shares its caller's stack with the child: its returns cannot be paired with its calls".into());
             continue;
         }
-        if s.kind == SymKind::Ifunc {
+        if f.kind == SymKind::Ifunc {
             skip(
                 "IFUNC resolver: calls go to the implementation it selects, which has no \
                  symbol here"
@@ -234,59 +265,15 @@ fn module_functions(
             );
             continue;
         }
-        if !elf.is_exec_vaddr(s.value) {
-            skip(format!("{:#x} is not in an executable segment", s.value));
+        if !elf.is_exec_vaddr(f.start) {
+            skip(format!("{:#x} is not in an executable segment", f.start));
             continue;
         }
-        let Some(opcode) = elf.first_byte(s.value) else {
-            skip(format!("{:#x} has no bytes in the file", s.value));
+        let Some(opcode) = elf.first_byte(f.start) else {
+            skip(format!("{:#x} has no bytes in the file", f.start));
             continue;
         };
-        funcs.push(Func {
-            name: s.name.clone(),
-            shown,
-            module: path.to_path_buf(),
-            link: s.value,
-            opcode,
-            origin,
-            line: None,
-        });
-    }
-    // The functions no symbol names, bounded by the unwind table: named
-    // by their link-time address (`sub_1a2b0`), the executable's entry
-    // point `_start` (start-up code, as above).
-    for (start, _) in elf.unnamed_functions() {
-        // A symbol without a size names it (crtstuff's `frame_dummy`).
-        if named.contains(&start) || elf.is_fragment(start, None) {
-            continue;
-        }
-        let name = if origin == Origin::Exe && start == elf.entry {
-            "_start".to_string()
-        } else {
-            unnamed_name(start)
-        };
-        if excluded(sel, &name, &name) {
-            continue;
-        }
-        if origin == Origin::Exe && name == "_start" && !named_by_filter(sel, &name) {
-            skipped.push(NotTraced {
-                name,
-                reason: "C start-up code (name it with -F to trace it)".into(),
-            });
-            continue;
-        }
-        let Some(opcode) = elf.first_byte(start) else {
-            continue;
-        };
-        funcs.push(Func {
-            shown: name.clone(),
-            name,
-            module: path.to_path_buf(),
-            link: start,
-            opcode,
-            origin,
-            line: None,
-        });
+        funcs.push(Func { opcode, ..func });
     }
 }
 
@@ -296,74 +283,10 @@ pub fn unnamed_name(link: u64) -> String {
     format!("sub_{link:x}")
 }
 
-/// The PLT entries of the executable, named `SYMBOL@plt`: entry `i` of
-/// `.plt.sec` (IBT binaries), else entry `i + 1` of `.plt`, belongs to
-/// relocation `i` of `.rela.plt`.
-fn plt_entries(
-    elf: &ElfInfo,
-    path: &Path,
-    sel: &Selection,
-    funcs: &mut Vec<Func>,
-    skipped: &mut Vec<NotTraced>,
-) -> Result<(), String> {
-    let g = Elf::parse(elf.file_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let section = |name: &str| {
-        g.section_headers
-            .iter()
-            .find(|h| g.shdr_strtab.get_at(h.sh_name) == Some(name))
-    };
-    let (base, first) = match (section(".plt.sec"), section(".plt")) {
-        (Some(sec), _) => (sec.sh_addr, 0),
-        (None, Some(plt)) => (plt.sh_addr, 1),
-        (None, None) => return Ok(()),
-    };
-    let mut seen = HashSet::new();
-    for (i, r) in g.pltrelocs.iter().enumerate() {
-        let Some(sym) = g.dynsyms.get(r.r_sym) else {
-            continue;
-        };
-        let Some(name) = g.dynstrtab.get_at(sym.st_name) else {
-            continue;
-        };
-        if name.is_empty() || !seen.insert(name.to_string()) {
-            continue;
-        }
-        let addr = base + PLT_ENTRY * (i as u64 + first);
-        let plt_name = format!("{name}@plt");
-        let shown = format!("{}@plt", shown_name(sel, name));
-        if excluded(sel, &plt_name, &shown) || excluded(sel, name, &shown_name(sel, name)) {
-            continue;
-        }
-        if RETURNS_TWICE.contains(&name) {
-            skipped.push(NotTraced {
-                name: shown,
-                reason: "shares its caller's stack with the child: its returns cannot be paired with its calls".into(),
-            });
-            continue;
-        }
-        let Some(opcode) = elf.first_byte(addr) else {
-            skipped.push(NotTraced {
-                name: shown,
-                reason: format!("PLT entry {addr:#x} has no bytes in the file"),
-            });
-            continue;
-        };
-        funcs.push(Func {
-            name: plt_name,
-            shown,
-            module: path.to_path_buf(),
-            link: addr,
-            opcode,
-            origin: Origin::Plt,
-            line: None,
-        });
-    }
-    Ok(())
-}
-
-/// C run-time start-up functions the executable reaches through a GOT
-/// slot (`_start`'s call of `__libc_start_main`, the destructors'
-/// `__cxa_finalize`, weak hooks): not traced unless a `-F` names them.
+/// C run-time start-up functions the executable calls through the
+/// dynamic linker (`_start`'s call of `__libc_start_main`, the
+/// destructors' `__cxa_finalize`, weak hooks): not traced unless a `-F`
+/// names them.
 const STARTUP_IMPORTS: &[&str] = &[
     "__libc_start_main",
     "__cxa_finalize",
@@ -372,21 +295,32 @@ const STARTUP_IMPORTS: &[&str] = &[
     "_ITM_registerTMCloneTable",
 ];
 
-/// The library functions the executable calls through a GOT slot and no
-/// PLT entry (`call *f@GOTPCREL(%rip)`, code built with `-fno-plt`),
-/// named `SYMBOL@plt` as the calls through a PLT entry are: one function
-/// per slot, its entry the slot (see [`Origin::Got`]).
-fn got_calls(
+/// The library functions the executable calls (`--plt`), each named
+/// `SYMBOL@plt`, once: through its PLT entries ([`Origin::Plt`]: entry
+/// `i` of `.plt.sec`, else entry `i + 1` of `.plt`, belongs to relocation
+/// `i` of `.rela.plt`), then through a GOT slot and no PLT entry
+/// ([`Origin::Got`]: `call *f@GOTPCREL(%rip)`, code built with
+/// `-fno-plt`; its entry the slot).
+fn imports(
     elf: &ElfInfo,
     path: &Path,
     sel: &Selection,
     funcs: &mut Vec<Func>,
     skipped: &mut Vec<NotTraced>,
 ) {
-    for (slot, name) in elf.got_only_imports() {
+    let plt = elf.plt_entries().map(|(a, n)| (a, n, Origin::Plt));
+    let got = elf
+        .got_only_imports()
+        .into_iter()
+        .map(|(a, n)| (a, n, Origin::Got));
+    let mut seen = HashSet::new();
+    for (addr, name, origin) in plt.collect::<Vec<_>>().into_iter().chain(got) {
+        if !seen.insert(name) {
+            continue;
+        }
         let plt_name = format!("{name}@plt");
         let shown = format!("{}@plt", shown_name(sel, name));
-        if excluded(sel, &plt_name, &shown) || excluded(sel, name, &shown_name(sel, name)) {
+        if excluded(sel, &[&plt_name, &shown, name, &shown_name(sel, name)]) {
             continue;
         }
         if STARTUP_IMPORTS.contains(&name)
@@ -402,13 +336,26 @@ fn got_calls(
             });
             continue;
         }
+        let opcode = match (origin, elf.first_byte(addr)) {
+            (_, Some(b)) => b,
+            // A slot of the GOT is patched, not probed.
+            (Origin::Got, None) => 0,
+            (_, None) => {
+                skipped.push(NotTraced {
+                    name: shown,
+                    reason: format!("PLT entry {addr:#x} has no bytes in the file"),
+                });
+                continue;
+            }
+        };
         funcs.push(Func {
             name: plt_name,
             shown,
+            aliases: Vec::new(),
             module: path.to_path_buf(),
-            link: slot,
-            opcode: elf.bytes_at(slot, 1).map_or(0, |b| b[0]),
-            origin: Origin::Got,
+            link: addr,
+            opcode,
+            origin,
             line: None,
         });
     }

@@ -47,17 +47,12 @@ pub(super) fn handler_modules(a: &TraceArgs, funcs: &[Func]) -> Result<Vec<Handl
     let mut modules: Vec<HandlerModule> = Vec::new();
     let mut by_path: HashMap<PathBuf, usize> = HashMap::new();
     for (i, f) in funcs.iter().enumerate() {
-        let scoped_hit = scoped
-            .iter()
-            .find(|(g, _)| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown))
-            .map(|(_, p)| p);
+        let scoped_hit = scoped.iter().find(|(g, _)| f.matches(g)).map(|(_, p)| p);
         let m = module_for(&mut modules, &mut by_path, scoped_hit.or(default.as_ref()))?;
         modules[m].funcs.push(i);
     }
     for (g, _) in &scoped {
-        let used = funcs
-            .iter()
-            .any(|f| wprobe_elf::glob(g, &f.name) || wprobe_elf::glob(g, &f.shown));
+        let used = funcs.iter().any(|f| f.matches(g));
         if !used {
             return Err(format!("--handler {g}=…: no traced function matches `{g}`"));
         }

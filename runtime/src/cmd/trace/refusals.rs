@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::session::Session;
+use crate::transport::Rule;
 
 use super::funcs::NotTraced;
 use super::handlers::HandlerModule;
@@ -93,11 +94,11 @@ pub(super) fn report_arm_failures(
             // A ptrace breakpoint or a uprobe goes into code; a GOT slot
             // holds an address.
             let reason = if table[fi].origin == super::funcs::Origin::Got
-                && why.contains("is not in an executable")
+                && why.rule() == Some(Rule::NotExecutable)
             {
                 GOT_ONLY_INPROC.to_string()
             } else {
-                common_reason(why)
+                common_reason(&why.to_string())
             };
             skipped.push(NotTraced {
                 name: table[fi].shown.clone(),

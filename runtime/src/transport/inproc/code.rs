@@ -9,8 +9,12 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use agent_loader::jumptable;
+use agent_loader::stub::Site;
 use agent_loader::window::{BranchTargets, Function};
 use goblin::elf::{Elf, section_header};
+
+use super::plans::{self, WindowShape};
+use crate::transport::retsites::ReturnSites;
 
 /// A module's code, in link-time addresses.
 pub(super) struct ModuleCode {
@@ -36,6 +40,11 @@ pub(super) struct ModuleCode {
     /// The padding blocks inside each function found, by its start
     /// (link-time start and length).
     inner: std::sync::Mutex<std::collections::HashMap<u64, Vec<(u64, usize)>>>,
+    /// The file's path and its key in the plan cache (`None`: no
+    /// metadata).
+    key: Option<(std::path::PathBuf, plans::Key)>,
+    /// The plans kept (from the plan cache, and those made in this run).
+    plans: std::sync::Mutex<plans::Plans>,
 }
 
 /// One reading of a module file: done once, by whichever thread asks
@@ -102,9 +111,51 @@ fn read_timed(path: &Path) -> Result<ModuleCode, String> {
 }
 
 impl ModuleCode {
-    /// Reads `path` and sweeps its code.
+    /// Reads `path` and sweeps its code, or takes the sweep from the plan
+    /// cache (`super::plans`).
     pub(super) fn read(path: &Path) -> Result<ModuleCode, String> {
+        let meta = std::fs::metadata(path).ok();
         let elf = wprobe_elf::info::ElfInfo::open(path).map_err(|e| e.to_string())?;
+        let key = meta.map(|m| (path.to_path_buf(), plans::Key::of(&m, elf.file_bytes())));
+        let parsed =
+            Elf::parse(elf.file_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+        let loads = parsed
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == goblin::elf::program_header::PT_LOAD)
+            .map(|p| (p.p_offset, p.p_filesz, p.p_vaddr))
+            .collect();
+        let kept = key.as_ref().and_then(|(p, k)| plans::load(p, k));
+        let (sweep, kept) = match kept {
+            Some((sweep, kept)) => (sweep, kept),
+            None => {
+                let sweep = Self::sweep(&elf, &parsed);
+                // Saved now: a module whose functions are all refused
+                // still skips its sweep next time.
+                let fresh = plans::Plans {
+                    added: true,
+                    ..Default::default()
+                };
+                (sweep, fresh)
+            }
+        };
+        Ok(ModuleCode {
+            funcs: sweep.funcs,
+            targets: sweep.targets,
+            elf,
+            loads,
+            tail_jumps: sweep.tail_jumps,
+            calls: std::sync::OnceLock::new(),
+            blocks: Default::default(),
+            inner: Default::default(),
+            key,
+            plans: std::sync::Mutex::new(kept),
+        })
+    }
+
+    /// The sweep of the module file `elf` (`parsed`): its functions, its
+    /// branch targets, its jump tables and tail calls through a pointer.
+    pub(super) fn sweep(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> plans::Sweep {
         let mut funcs = elf.named_functions();
         // The functions no symbol names (static ones of a stripped module,
         // IFUNC implementations), bounded by their unwind table entries:
@@ -122,14 +173,6 @@ impl ModuleCode {
         funcs.sort_unstable();
         funcs.dedup();
         let mut targets = BranchTargets::default();
-        let parsed =
-            Elf::parse(elf.file_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
-        let loads = parsed
-            .program_headers
-            .iter()
-            .filter(|p| p.p_type == goblin::elf::program_header::PT_LOAD)
-            .map(|p| (p.p_offset, p.p_filesz, p.p_vaddr))
-            .collect();
         for sh in &parsed.section_headers {
             if sh.sh_type != section_header::SHT_PROGBITS
                 || sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) == 0
@@ -146,7 +189,7 @@ impl ModuleCode {
         // its `jmp`, checked again with every table's targets added.
         let read = |at: u64, len: usize| elf.bytes_at(at, len).map(<[u8]>::to_vec);
         let code_of = |&(start, end): &(u64, u64)| elf.bytes_at(start, (end - start) as usize);
-        let labels = data_labels(&elf, &parsed);
+        let labels = data_labels(elf, parsed);
         let resolve = |code: &[u8], start: u64, targets: &HashSet<u64>| {
             jumptable::resolve_with_labels(code, start, targets, &read, Some(&labels))
         };
@@ -204,16 +247,69 @@ impl ModuleCode {
             }
         }
         targets.3 = Some(unknown);
-        Ok(ModuleCode {
+        plans::Sweep {
             funcs,
             targets,
-            elf,
-            loads,
             tail_jumps,
-            calls: std::sync::OnceLock::new(),
-            blocks: Default::default(),
-            inner: Default::default(),
-        })
+        }
+    }
+
+    /// The window of `shape` at link-time address `link` kept from an
+    /// earlier planning, its instructions decoded again at run-time
+    /// addresses (load bias `bias`); `None` when none was kept or it does
+    /// not decode as it was.
+    pub(super) fn kept_window(&self, shape: WindowShape, link: u64, bias: u64) -> Option<Site> {
+        let win = *self.lock_plans().windows.get(&(shape, link))?;
+        let code = self.elf.bytes_at(win.link_addr(), win.len())?;
+        win.site(code, bias)
+    }
+
+    /// Keeps the window `site` of `shape` chosen at link-time address
+    /// `link` (load bias `bias`).
+    pub(super) fn keep_window(&self, shape: WindowShape, link: u64, site: &Site, bias: u64) {
+        let mut p = self.lock_plans();
+        p.windows
+            .insert((shape, link), plans::Window::of(site, bias));
+        p.added = true;
+    }
+
+    /// The return sites of the function entered at file offset `entry`
+    /// (`crate::transport::retsites::return_sites` for `--transport
+    /// inproc`), kept from an earlier planning or found and kept.
+    pub(super) fn return_sites(&self, entry: u64) -> Result<ReturnSites, String> {
+        if let Some(r) = self.lock_plans().rets.get(&entry) {
+            return Ok(r.clone());
+        }
+        let r = crate::transport::retsites::return_sites(&self.elf, entry, "inproc")?;
+        let mut p = self.lock_plans();
+        p.rets.insert(entry, r.clone());
+        p.added = true;
+        Ok(r)
+    }
+
+    /// Saves the sweep and the plans in the plan cache if any were made
+    /// since it was read or saved.
+    pub(super) fn save_plans(&self) {
+        let Some((path, key)) = self.key.as_ref().filter(|_| plans::enabled()) else {
+            return;
+        };
+        let mut p = self.lock_plans();
+        if !p.added {
+            return;
+        }
+        let sweep = plans::Sweep {
+            funcs: self.funcs.clone(),
+            targets: self.targets.clone(),
+            tail_jumps: self.tail_jumps.clone(),
+        };
+        plans::save(path, key, &sweep, &p);
+        p.added = false;
+    }
+
+    /// The plans, locked (a panic while they were locked leaves them
+    /// usable: each change is one insertion).
+    fn lock_plans(&self) -> std::sync::MutexGuard<'_, plans::Plans> {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The function containing link-time address `link` (the innermost,

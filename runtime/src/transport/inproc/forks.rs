@@ -536,20 +536,23 @@ impl super::InProc {
         pid: i32,
         addr: u64,
         what: crate::transport::Insert,
-    ) -> Result<crate::transport::Armed, String> {
+    ) -> Result<crate::transport::Armed, crate::transport::Error> {
+        use crate::transport::Error;
         if !self.follows(pid) {
-            return Err(format!("process {pid} is not traced"));
+            return Err(Error::gone(pid, format!("process {pid} is not traced")));
         }
-        match what {
-            crate::transport::Insert::Watchpoint { .. } => Err(format!(
-                "process {pid}: --transport inproc does not follow watchpoints into fork \
-                 children (--transport ptrace does)"
-            )),
-            _ if self.armed_in(pid).contains_key(&tag) => Ok(crate::transport::Armed(tag as u64)),
-            _ => Err(format!(
+        // Whatever it is (a watchpoint too: the child's threads got its
+        // perf events at the child's first stop, `Traps::first_stop`).
+        let _ = what;
+        if self.armed_in(pid).contains_key(&tag) {
+            return Ok(crate::transport::Armed(tag as u64));
+        }
+        Err(Error::unsupported(
+            super::INFO.name,
+            format!(
                 "process {pid}: {addr:#x} is not armed in its parent; a fork child has its \
                  parent's probes under --transport inproc"
-            )),
-        }
+            ),
+        ))
     }
 }

@@ -119,7 +119,7 @@ impl InProc {
                 c.watch_child_libraries();
             }
             let r = c.update_handlers(set);
-            let r = r.and_then(|()| self.hand_over(pid, &mut c));
+            let r = r.and_then(|()| Ok(self.hand_over(pid, &mut c)?));
             match r {
                 Ok(()) if c.rdebug.is_some() && c.agent.is_some() => {
                     // Kept for them, its sites and agent as written.

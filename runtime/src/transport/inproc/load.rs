@@ -188,6 +188,7 @@ impl InProc {
         if joined && self.joined_parent != 0 {
             // A child stopped still: the transport that serves its threads
             // takes them (`joined`).
+            self.patcher.save_plans();
             return Ok(());
         }
         // Let the target go (seized, when some site traps).
@@ -195,6 +196,9 @@ impl InProc {
             self.go(w)?;
         }
         self.pidfd = crate::sys::process::pidfd_open(self.pid);
+        // What planning learnt of the module files, for the next run (the
+        // target running meanwhile).
+        self.patcher.save_plans();
         Ok(())
     }
 

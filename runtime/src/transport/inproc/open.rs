@@ -12,9 +12,9 @@ use super::patch::Patcher;
 use super::world::World;
 use super::{INFO, InProc, Life, Phase, Run, launch, traps};
 use crate::out::sink::Sink;
-use crate::transport::{OpenOptions, Target, Transport};
+use crate::transport::{Error, OpenOptions, Target, Transport};
 
-pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
+pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     // The patch journal's directory, before anything is launched or
     // stopped: a command is never started only to be let go untraced.
     let dir = crate::transport::common::journal::dir();
@@ -23,9 +23,9 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
     let tsc0 = agent_loader::region::tsc_now();
     let (pid, launched, world) = match target {
         Target::System => {
-            return Err(format!(
-                "--transport inproc: {}",
-                crate::transport::NOT_SYSTEM_WIDE
+            return Err(Error::unsupported(
+                INFO.name,
+                format!("--transport inproc: {}", crate::transport::NOT_SYSTEM_WIDE),
             ));
         }
         Target::Launch(argv) => {
@@ -37,24 +37,28 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
                 && std::env::var("WPROBE_FAIL_OPEN").is_ok_and(|v| v == INFO.name)
             {
                 crate::sys::process::kill_and_reap(pid);
-                return Err(format!(
+                return Err(Error::other(format!(
                     "process {pid}: failing as WPROBE_FAIL_OPEN asks (a test)"
-                ));
+                )));
             }
             match World::launched(pid) {
                 Ok(w) => (pid, true, w),
                 Err(e) => {
                     crate::sys::process::kill_and_reap(pid);
-                    return Err(format!("{e:#}"));
+                    return Err(Error::other(format!("{e:#}")));
                 }
             }
         }
         Target::Attach(pid) => {
             if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                return Err(format!("no such process: {pid}"));
+                return Err(Error::gone(pid, format!("no such process: {pid}")));
             }
             crate::transport::common::journal::held_by_another_run(pid)?;
-            (pid, false, World::stop(pid).map_err(|e| format!("{e:#}"))?)
+            let world = World::stop(pid).map_err(|e| match e.downcast::<Error>() {
+                Ok(e) => e,
+                Err(e) => Error::other(format!("{e:#}")),
+            })?;
+            (pid, false, world)
         }
     };
     let mut t = InProc::blank(pid, launched, tsc0, o.ring_full, o.follow_forks);

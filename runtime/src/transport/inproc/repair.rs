@@ -29,10 +29,12 @@ pub fn repair(pid: i32) -> std::io::Result<usize> {
         std::io::Error::new(kind, e)
     })?;
     let world = World::stop(pid).map_err(|e| {
-        let kind = if e.to_string().contains("not permitted") {
-            std::io::ErrorKind::PermissionDenied
-        } else {
-            std::io::ErrorKind::Other
+        let kind = match e.downcast_ref::<crate::transport::Error>() {
+            Some(crate::transport::Error::Os {
+                errno: Some(libc::EPERM),
+                ..
+            }) => std::io::ErrorKind::PermissionDenied,
+            _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, format!("{e:#}"))
     })?;

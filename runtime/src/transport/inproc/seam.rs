@@ -12,8 +12,8 @@ use super::{INFO, InProc, Phase, Run, traps};
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
 use crate::transport::{
-    Action, Armed, BadWatchpoint, Event, ExitStatus, HandlerSet, InTarget, Insert, NoHit, Report,
-    Transport, TransportHit, TransportInfo,
+    Action, Armed, BadWatchpoint, Error, Event, ExitStatus, HandlerSet, InTarget, Insert, NoHit,
+    Report, Transport, TransportHit, TransportInfo,
 };
 
 impl Transport for InProc {
@@ -31,18 +31,20 @@ impl Transport for InProc {
         }
     }
 
-    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, Error> {
         if let Some(c) = self.execs.get_mut(&pid) {
             return c.maps(pid, fresh);
         }
+        let read =
+            |pid| crate::proc::procmaps::read(pid).map_err(|e| Error::maps(pid, &e, e.to_string()));
         if pid != self.pid {
             if !self.follows(pid) {
-                return Err(format!("process {pid} is not traced"));
+                return Err(Error::gone(pid, format!("process {pid} is not traced")));
             }
-            return crate::proc::procmaps::read(pid).map_err(|e| e.to_string());
+            return read(pid);
         }
         if fresh || self.maps.is_empty() {
-            self.maps = crate::proc::procmaps::read(pid).map_err(|e| e.to_string())?;
+            self.maps = read(pid)?;
         }
         Ok(self.maps.clone())
     }
@@ -53,7 +55,7 @@ impl Transport for InProc {
         pid: i32,
         addr: RunAddr,
         what: Insert,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         if let Some(c) = self.execs.get_mut(&pid) {
             return c.insert(tag, pid, addr, what);
         }
@@ -65,18 +67,18 @@ impl Transport for InProc {
             return self.insert_in_child(tag, pid, addr, what);
         }
         let Some(world) = self.world.as_mut() else {
-            return Err(
+            return Err(Error::unsupported(
+                INFO.name,
                 "--transport inproc arms probes only with the target stopped: at start, or when \
-                 the dynamic linker maps a library"
-                    .into(),
-            );
+                 the dynamic linker maps a library",
+            ));
         };
         match what {
             Insert::Breakpoint { opcode } => {
                 let site = self
                     .patcher
                     .plan(world, &self.maps, tag, addr, opcode)
-                    .map_err(|e| format!("cannot patch {addr:#x}: {e}"))?;
+                    .map_err(|e| e.context(format_args!("cannot patch {addr:#x}")))?;
                 self.armed.insert(tag, site);
                 if self.agent.is_some() {
                     self.say_fallbacks();
@@ -85,18 +87,23 @@ impl Transport for InProc {
             }
             Insert::Watchpoint { len, kind } => {
                 if kind == crate::arch::WatchKind::Exec {
-                    return Err(format!(
-                        "an execute watchpoint at {addr:#x}: --transport inproc moves the \
-                         thread out and back to the instruction, which would trigger it again; \
-                         put a probe at that address instead (the same hit, without a trap)"
+                    return Err(Error::refused(
+                        crate::transport::Rule::Watchpoint,
+                        Some(addr),
+                        format!(
+                            "an execute watchpoint at {addr:#x}: --transport inproc moves the \
+                             thread out and back to the instruction, which would trigger it \
+                             again; put a probe at that address instead (the same hit, without \
+                             a trap)"
+                        ),
                     ));
                 }
-                BadWatchpoint::check(addr, len, kind).map_err(|e| e.to_string())?;
+                BadWatchpoint::check(addr, len, kind)?;
                 let Some(slot) = self.watches.slots.iter().position(Option::is_none) else {
-                    return Err(format!(
+                    return Err(Error::arm(format!(
                         "all {} debug registers are in use",
                         crate::arch::DEBUG_REGISTERS
-                    ));
+                    )));
                 };
                 let site = self.patcher.plan_watch(world, addr)?;
                 self.patcher.sites[site].tags.push(tag);
@@ -117,7 +124,9 @@ impl Transport for InProc {
                 let site = self
                     .patcher
                     .plan_return(world, &self.maps, tag, addr, opcode)
-                    .map_err(|e| format!("cannot patch the function at {addr:#x}: {e}"))?;
+                    .map_err(|e| {
+                        e.context(format_args!("cannot patch the function at {addr:#x}"))
+                    })?;
                 self.armed.insert(tag, site);
                 self.maxactive.insert(tag, maxactive);
                 if entry_notice {
@@ -176,12 +185,12 @@ impl Transport for InProc {
         }
     }
 
-    fn suspend(&mut self) -> Result<(), String> {
-        self.suspend_probes()
+    fn suspend(&mut self) -> Result<(), Error> {
+        Ok(self.suspend_probes()?)
     }
 
-    fn resume(&mut self) -> Result<(), String> {
-        self.resume_probes()
+    fn resume(&mut self) -> Result<(), Error> {
+        Ok(self.resume_probes()?)
     }
 
     fn set_tick(&mut self, period: Duration) {
@@ -229,46 +238,49 @@ impl Transport for InProc {
 }
 
 impl InTarget for InProc {
-    fn watch_libraries(&mut self, pid: i32) -> Result<(), String> {
+    fn watch_libraries(&mut self, pid: i32) -> Result<(), Error> {
         if self.execs.contains_key(&pid) {
             // A followed child that executed a program: its transport
             // watches them when this one does (`joined`).
             return Ok(());
         }
         if pid != self.pid {
-            return Err(format!("process {pid} is not traced"));
+            return Err(Error::gone(pid, format!("process {pid} is not traced")));
         }
         if self.rdebug.is_some() {
             return Ok(());
         }
         let Some(world) = self.world.as_mut() else {
-            return Err("the target is not stopped".into());
+            return Err(Error::other("the target is not stopped"));
         };
         // A program the process executes may be where they are.
         self.follow_exec = true;
         let Some(rd) = crate::transport::common::rdebug::find(&self.maps) else {
-            return Err(format!(
-                "process {pid} has no dynamic linker whose library events can be watched (a \
-                 static program?)"
+            return Err(Error::unsupported(
+                INFO.name,
+                format!(
+                    "process {pid} has no dynamic linker whose library events can be watched (a \
+                     static program?)"
+                ),
             ));
         };
         self.patcher
             .plan_library_event(world, &self.maps, rd.brk)
             .map_err(|e| {
-                format!(
-                    "the dynamic linker's `_dl_debug_state` at {:#x}: {e}",
+                e.context(format_args!(
+                    "the dynamic linker's `_dl_debug_state` at {:#x}",
                     rd.brk
-                )
+                ))
             })?;
         self.rdebug = Some(rd);
         Ok(())
     }
 
-    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
-        self.commit(set)
+    fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
+        Ok(self.commit(set)?)
     }
 
-    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+    fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
         if let Some(pid) = self.child_event
             && let Some(c) = self.arming_child(pid)
         {
@@ -295,10 +307,10 @@ impl InTarget for InProc {
                     w.release();
                 }
                 self.phase = Phase::Execed;
-                return Err(format!(
+                return Err(Error::other(format!(
                     "process {} executed a new program, which is not traced: {e}",
                     self.pid
-                ));
+                )));
             }
             return Ok(());
         }

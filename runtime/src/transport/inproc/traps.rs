@@ -82,10 +82,10 @@ pub(super) struct Traps {
     /// The watchpoints.
     watch: Watches,
     /// Their perf breakpoint events, one per watchpoint and thread seized
-    /// at the start (threads created later inherit them): the kernel
-    /// removes them when wprobe's descriptors close, so that no trigger
-    /// outlives wprobe.
-    events: Vec<perf_event::Counter>,
+    /// at the start or in a followed fork child (threads created later
+    /// inherit them), with the process: the kernel removes them when
+    /// wprobe's descriptors close, so that no trigger outlives wprobe.
+    events: Vec<(i32, perf_event::Counter)>,
     /// The process's memory (to save a thread's `rip` on its stack).
     mem: Option<std::fs::File>,
     /// The trap at the dynamic linker's `r_brk`, when libraries mapped
@@ -210,16 +210,33 @@ impl Traps {
         }
         let tids: Vec<i32> = t.threads.iter().copied().collect();
         for tid in tids {
-            t.open_watch_events(tid)?;
+            t.open_watch_events(tid, pid)?;
+        }
+        // The followed fork children's threads: their own events (a fork
+        // child inherits none).
+        let kid_threads: Vec<(i32, i32)> = t.kids.threads.iter().map(|(&t, &p)| (t, p)).collect();
+        for (tid, kid) in kid_threads {
+            t.open_kid_watch_events(tid, kid);
         }
         Ok(t)
     }
 
-    /// The perf breakpoint events of the watchpoints on thread `tid`: a
-    /// SIGTRAP to the thread (`sigtrap`, `sig_data` = the slot) after each
-    /// access, inherited by the threads it creates (not by fork children),
+    /// [`Traps::open_watch_events`] for thread `tid` of followed fork child
+    /// `kid`; a failure is said (the child runs on without them).
+    fn open_kid_watch_events(&mut self, tid: i32, kid: i32) {
+        if let Err(e) = self.open_watch_events(tid, kid) {
+            self.kids
+                .notes
+                .push(format!("process {kid}: its watchpoints are not armed: {e}"));
+        }
+    }
+
+    /// The perf breakpoint events of the watchpoints on thread `tid` of
+    /// process `pid`: a SIGTRAP to the thread (`sigtrap`, `sig_data` = the
+    /// slot) after each access, inherited by the threads it creates (not
+    /// by fork children: a followed child gets its own at its first stop),
     /// gone at exec.
-    fn open_watch_events(&mut self, tid: i32) -> anyhow::Result<()> {
+    fn open_watch_events(&mut self, tid: i32, pid: i32) -> anyhow::Result<()> {
         use crate::arch::WatchKind;
         use perf_event::events::Breakpoint;
         for (slot, w) in self.watch.slots.iter().enumerate() {
@@ -245,7 +262,7 @@ impl Traps {
                     crate::transport::common::perf_event::open_error(what, e)
                 )
             })?;
-            self.events.push(c);
+            self.events.push((pid, c));
         }
         Ok(())
     }
@@ -266,15 +283,23 @@ impl Traps {
         let Some(Some(w)) = self.watch.slots.get(slot as usize) else {
             return false;
         };
-        let (stub, Some(mem)) = (w.stub, self.mem.as_ref()) else {
-            return false;
-        };
+        let stub = w.stub;
         let mut r = crate::sys::regs::zero_regs();
         if sys::getregs(tid, &mut r).is_err() {
             return false;
         }
         let below = r.rsp.wrapping_sub(agent_abi::WATCH_RIP_BELOW);
-        if crate::sys::mem::pwrite(mem, &r.rip.to_le_bytes(), below).ok() != Some(8) {
+        let saved = if self.kids.pid_of(tid).is_some() {
+            // A followed child's memory is its own: written through the
+            // thread (no descriptor kept per child).
+            sys::pokedata(tid, below, r.rip).is_ok()
+        } else {
+            self.mem
+                .as_ref()
+                .and_then(|mem| crate::sys::mem::pwrite(mem, &r.rip.to_le_bytes(), below).ok())
+                == Some(8)
+        };
+        if !saved {
             return false;
         }
         r.rsp = below;
@@ -323,7 +348,12 @@ impl Traps {
                     _ => ExitStatus::Signal(c),
                 };
                 self.threads.remove(&tid);
+                let kid = self.kids.pid_of(tid);
                 self.kids.thread_ended(tid, Some(status));
+                if let Some(kid) = kid.filter(|k| !self.kids.kids.contains_key(k)) {
+                    // The child is gone: its watchpoints' events with it.
+                    self.events.retain(|(p, _)| *p != kid);
+                }
                 self.kids.forked.remove(&tid);
                 self.kids.early.remove(&tid);
                 self.at_library.remove(&tid);
@@ -356,7 +386,7 @@ impl Traps {
                     }
                     return false;
                 }
-                if sig == libc::SIGTRAP && !kid && self.move_to_watch_stub(tid) {
+                if sig == libc::SIGTRAP && self.move_to_watch_stub(tid) {
                     let _ = sys::cont(tid, 0);
                     return false;
                 }
@@ -392,7 +422,9 @@ impl Traps {
                     false
                 }
                 libc::PTRACE_EVENT_EXEC => {
-                    if self.kids.pid_of(tid).is_some() {
+                    if let Some(kid) = self.kids.pid_of(tid) {
+                        // Its watchpoints' events went with its image.
+                        self.events.retain(|(p, _)| *p != kid);
                         self.kids.execed(tid);
                         return false;
                     }
@@ -488,6 +520,9 @@ impl Traps {
     /// A fork child's first stop: followed (`-f`), or let go.
     fn first_stop(&mut self, child: i32, parent: i32) {
         if self.kids.adopt(child, parent) {
+            if self.watch.any() {
+                self.open_kid_watch_events(child, child);
+            }
             self.kids.resume_child(child);
         } else {
             self.let_child_go(child);

@@ -187,8 +187,19 @@ impl World {
                         let why = crate::proc::procinfo::untraceable(pid);
                         match why.explain(pid) {
                             Some(reason) => bail!("{reason}"),
+                            // An OS failure, by its errno (`wprobe repair`
+                            // says it as a permission error).
                             None => {
-                                bail!("not permitted to trace process {pid}: {}", ptrace_hint())
+                                return Err(crate::transport::Error::Os {
+                                    pid: Some(pid),
+                                    addr: None,
+                                    errno: Some(libc::EPERM),
+                                    message: format!(
+                                        "not permitted to trace process {pid}: {}",
+                                        ptrace_hint()
+                                    ),
+                                }
+                                .into());
                             }
                         }
                     }

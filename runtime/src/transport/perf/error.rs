@@ -95,6 +95,37 @@ pub(crate) fn open_error(what: String, e: std::io::Error) -> PerfError {
     perf_event::open_error(what, e).into()
 }
 
+/// The seam's kind of each failure, its text unchanged.
+impl From<PerfError> for crate::transport::Error {
+    fn from(e: PerfError) -> crate::transport::Error {
+        use crate::transport::Error;
+        let message = e.to_string();
+        match e {
+            PerfError::PermissionDenied { .. } => Error::Os {
+                pid: None,
+                addr: None,
+                errno: None,
+                message,
+            },
+            PerfError::NoTracefs { .. } => Error::unsupported(super::INFO.name, message),
+            PerfError::Open { source, .. } => Error::io(None, None, &source, message),
+            PerfError::NoDebugRegister(_) => Error::arm(message),
+            PerfError::TraceeDied { pid } | PerfError::NoSuchProcess { pid } => {
+                Error::gone(pid, message)
+            }
+            PerfError::Exec { errno, .. } | PerfError::Sys { errno, .. } => Error::Os {
+                pid: None,
+                addr: None,
+                errno: Some(errno),
+                message,
+            },
+            PerfError::Untraceable { .. } | PerfError::CommandNotFound { .. } => {
+                Error::Other(message)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,8 +18,8 @@ use crate::proc::procmaps::{self, Mapping};
 use crate::transport::ExitStatus;
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::{
-    Action, Armed, BadWatchpoint, Capabilities, Event, Insert, OpenOptions, Report, Target,
-    Transport, TransportHit, TransportInfo,
+    Action, Armed, BadWatchpoint, Capabilities, Error, Event, Insert, OpenOptions, Report, Rule,
+    Target, Transport, TransportHit, TransportInfo,
 };
 
 /// The perf transport in the registry.
@@ -53,14 +53,14 @@ pub static INFO: TransportInfo = TransportInfo {
     open,
 };
 
-fn preflight(breakpoints: bool) -> Result<(), String> {
+fn preflight(breakpoints: bool) -> Result<(), Error> {
     if breakpoints {
-        super::check_uprobes().map_err(|e| e.to_string())?;
+        super::check_uprobes()?;
     }
     Ok(())
 }
 
-fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
+fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     let opts = PerfOptions {
         follow_forks: o.follow_forks,
         stack_bytes: if o.reads_memory {
@@ -74,8 +74,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         Target::Attach(pid) => PerfTracer::attach(pid, opts),
         Target::Launch(argv) => PerfTracer::launch(argv, opts),
         Target::System => PerfTracer::system(opts),
-    }
-    .map_err(|e| e.to_string())?;
+    }?;
     Ok(Box::new(t))
 }
 
@@ -144,18 +143,25 @@ type OnEvent<'a> = &'a mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action;
 impl PerfTracer {
     /// The uprobe of a breakpoint at `addr` in `pid`: its file and offset,
     /// the first byte checked against `opcode`.
-    fn uprobe_at(&mut self, pid: i32, addr: u64, opcode: Option<u8>) -> Result<PerfProbe, String> {
+    fn uprobe_at(&mut self, pid: i32, addr: u64, opcode: Option<u8>) -> Result<PerfProbe, Error> {
         let maps = match self.seam.maps.get(&pid) {
             Some(m) => m,
             None => {
-                let m = procmaps::read(pid).map_err(|e| format!("process {pid}: {e}"))?;
+                let m = procmaps::read(pid)
+                    .map_err(|e| Error::maps(pid, &e, format!("process {pid}: {e}")))?;
                 self.seam.maps.entry(pid).or_insert(m)
             }
         };
         let m = procmaps::find(maps, addr)
             .filter(|m| m.exec && m.is_file())
             .ok_or_else(|| {
-                format!("address {addr:#x} is not in an executable file mapping of process {pid}")
+                Error::refused(
+                    Rule::NotExecutable,
+                    Some(addr),
+                    format!(
+                        "address {addr:#x} is not in an executable file mapping of process {pid}"
+                    ),
+                )
             })?;
         let offset = addr - m.start + m.offset;
         // The file's byte: a uprobe is a place in a file, and live memory
@@ -175,8 +181,10 @@ impl PerfTracer {
             if let Some(b) = found
                 && b != op
             {
-                return Err(format!(
-                    "opcode mismatch at {addr:#x}: expected {op:#04x}, found {b:#04x}"
+                return Err(Error::refused(
+                    Rule::OpcodeMismatch,
+                    Some(addr),
+                    format!("opcode mismatch at {addr:#x}: expected {op:#04x}, found {b:#04x}"),
                 ));
             }
         }
@@ -193,11 +201,15 @@ impl PerfTracer {
                 crate::proc::procinfo::untraceable(pid)
             && tracer != std::process::id() as i32
         {
-            return Err(format!(
-                "process {pid} is traced by process {tracer} ({comm}), whose breakpoint is at \
-                 {addr:#x}: a uprobe there would take that breakpoint's hits and vanish when it \
-                 is removed. Stop that tracer first (a wprobe stops with SIGINT: `kill -INT \
-                 {tracer}`), or add this probe to its run"
+            return Err(Error::refused(
+                Rule::Occupied,
+                Some(addr),
+                format!(
+                    "process {pid} is traced by process {tracer} ({comm}), whose breakpoint is \
+                     at {addr:#x}: a uprobe there would take that breakpoint's hits and vanish \
+                     when it is removed. Stop that tracer first (a wprobe stops with SIGINT: \
+                     `kill -INT {tracer}`), or add this probe to its run"
+                ),
             ));
         }
         Ok(PerfProbe::Uprobe {
@@ -218,7 +230,7 @@ impl PerfTracer {
         path: &str,
         offset: u64,
         maxactive: u32,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let key = (path.to_string(), offset);
         let f = match self
             .seam
@@ -237,7 +249,7 @@ impl PerfTracer {
     }
 
     /// The entry event and return sites of a newly return-probed function.
-    fn arm_function(&mut self, key: (String, u64)) -> Result<usize, String> {
+    fn arm_function(&mut self, key: (String, u64)) -> Result<usize, Error> {
         let (path, offset) = (&key.0, key.1);
         let elf = match self.seam.elves.get(path) {
             Some(e) => e.clone(),
@@ -250,15 +262,16 @@ impl PerfTracer {
                 e
             }
         };
-        let found = crate::transport::retsites::return_sites(&elf, offset, "perf")?;
+        let found = crate::transport::retsites::return_sites(&elf, offset, "perf")
+            .map_err(|e| Error::refused(Rule::Returns, None, e))?;
         // Only the module's own `ret`s: a uprobe on the `ret`s of a
         // function of another module (`malloc`'s) would cost every call of
         // it in the process a trap.
         if found.rets.is_empty() && !found.never_returns {
-            return Err(crate::transport::retsites::no_ret(
-                &found.function,
-                &elf.path,
-                "perf",
+            return Err(Error::refused(
+                Rule::Returns,
+                None,
+                crate::transport::retsites::no_ret(&found.function, &elf.path, "perf"),
             ));
         }
         let f = self.seam.funcs.len();
@@ -271,8 +284,7 @@ impl PerfTracer {
             },
             EvKey::Entry(f),
             ENTRY_SAMPLE,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let ret_cfg = SampleCfg {
             stack_bytes: self.opts.stack_bytes,
             // The stack pointer pairs a return with its entry.
@@ -306,7 +318,7 @@ impl PerfTracer {
                             for &s in &sites {
                                 self.release_site(s);
                             }
-                            return Err(e.to_string());
+                            return Err(e.into());
                         }
                     }
                     si
@@ -456,9 +468,10 @@ impl Transport for PerfTracer {
         self.seam.calls.mark_switch(tag);
     }
 
-    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, Error> {
         if fresh || !self.seam.maps.contains_key(&pid) {
-            let m = procmaps::read(pid).map_err(|e| format!("process {pid}: {e}"))?;
+            let m = procmaps::read(pid)
+                .map_err(|e| Error::maps(pid, &e, format!("process {pid}: {e}")))?;
             self.seam.maps.insert(pid, m);
         }
         Ok(self.seam.maps[&pid].clone())
@@ -470,12 +483,12 @@ impl Transport for PerfTracer {
         pid: i32,
         addr: RunAddr,
         what: Insert,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let addr = addr.0;
         let probe = match what {
             Insert::Breakpoint { opcode } => self.uprobe_at(pid, addr, opcode)?,
             Insert::Watchpoint { len, kind } => {
-                BadWatchpoint::check(addr, len, kind).map_err(|e| e.to_string())?;
+                BadWatchpoint::check(addr, len, kind)?;
                 PerfProbe::Watch { addr, len, kind }
             }
             Insert::Return {
@@ -488,7 +501,7 @@ impl Transport for PerfTracer {
                 return self.arm_return(tag, &path, offset, maxactive);
             }
         };
-        let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+        let id = PerfTracer::insert(self, &probe, tag)?;
         Ok(Armed(u64::from(id.0)))
     }
 
@@ -499,7 +512,7 @@ impl Transport for PerfTracer {
         addr: RunAddr,
         opcode: Option<u8>,
         sem: RunAddr,
-    ) -> Result<(Armed, crate::transport::SemaphoreHold), String> {
+    ) -> Result<(Armed, crate::transport::SemaphoreHold), Error> {
         let PerfProbe::Uprobe { path, offset, .. } = self.uprobe_at(pid, addr.0, opcode)? else {
             unreachable!("uprobe_at gives a uprobe")
         };
@@ -521,7 +534,7 @@ impl Transport for PerfTracer {
                 offset,
                 ref_ctr: None,
             };
-            let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+            let id = PerfTracer::insert(self, &probe, tag)?;
             return Ok((
                 Armed(u64::from(id.0)),
                 crate::transport::SemaphoreHold::Failed(why),
@@ -532,7 +545,7 @@ impl Transport for PerfTracer {
             offset,
             ref_ctr: Some(ref_ctr),
         };
-        let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+        let id = PerfTracer::insert(self, &probe, tag)?;
         Ok((
             Armed(u64::from(id.0)),
             crate::transport::SemaphoreHold::Kernel,
@@ -545,13 +558,13 @@ impl Transport for PerfTracer {
         file: &std::path::Path,
         offset: u64,
         sem_offset: u64,
-    ) -> Result<(Armed, crate::transport::SemaphoreHold), String> {
+    ) -> Result<(Armed, crate::transport::SemaphoreHold), Error> {
         let probe = PerfProbe::Uprobe {
             path: file.to_string_lossy().into_owned(),
             offset,
             ref_ctr: Some(sem_offset),
         };
-        let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+        let id = PerfTracer::insert(self, &probe, tag)?;
         Ok((
             Armed(u64::from(id.0)),
             crate::transport::SemaphoreHold::Kernel,
@@ -563,13 +576,13 @@ impl Transport for PerfTracer {
         tag: usize,
         file: &std::path::Path,
         offset: u64,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let probe = PerfProbe::Uprobe {
             path: file.to_string_lossy().into_owned(),
             offset,
             ref_ctr: None,
         };
-        let id = PerfTracer::insert(self, &probe, tag).map_err(|e| e.to_string())?;
+        let id = PerfTracer::insert(self, &probe, tag)?;
         Ok(Armed(u64::from(id.0)))
     }
 
@@ -579,7 +592,7 @@ impl Transport for PerfTracer {
         file: &std::path::Path,
         offset: u64,
         maxactive: u32,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         self.arm_return(tag, &file.to_string_lossy(), offset, maxactive)
     }
 
@@ -587,8 +600,8 @@ impl Transport for PerfTracer {
         self.at_exec && self.held
     }
 
-    fn run_to_entry(&mut self) -> Result<(), String> {
-        PerfTracer::run_to_entry(self).map_err(|e| e.to_string())
+    fn run_to_entry(&mut self) -> Result<(), Error> {
+        PerfTracer::run_to_entry(self).map_err(Error::from)
     }
 
     fn remove(&mut self, armed: Armed) {
@@ -599,24 +612,26 @@ impl Transport for PerfTracer {
         }
     }
 
-    fn suspend(&mut self) -> Result<(), String> {
+    fn suspend(&mut self) -> Result<(), Error> {
         // Live calls of return probes end here (reported at the next
         // event): their returns are not sampled while dormant.
         self.seam.calls.drain(Left::Suspend, &mut self.seam.gone);
         for p in self.probes.values_mut() {
             for c in &mut p.counters {
-                c.disable()
-                    .map_err(|e| format!("disabling a perf event: {e}"))?;
+                c.disable().map_err(|e| {
+                    Error::io(None, None, &e, format!("disabling a perf event: {e}"))
+                })?;
             }
         }
         Ok(())
     }
 
-    fn resume(&mut self) -> Result<(), String> {
+    fn resume(&mut self) -> Result<(), Error> {
         for p in self.probes.values_mut() {
             for c in &mut p.counters {
-                c.enable()
-                    .map_err(|e| format!("enabling a perf event: {e}"))?;
+                c.enable().map_err(|e| {
+                    Error::io(None, None, &e, format!("enabling a perf event: {e}"))
+                })?;
             }
         }
         Ok(())

@@ -170,3 +170,97 @@ pub(super) fn ptrace_hint() -> String {
          run as the same user with ptrace_scope 0, or with CAP_SYS_PTRACE"
     )
 }
+
+/// The seam's kind of each tracer failure, its text unchanged.
+impl From<PtraceError> for crate::transport::Error {
+    fn from(e: PtraceError) -> crate::transport::Error {
+        use crate::transport::Error;
+        let message = e.to_string();
+        match e {
+            PtraceError::TraceeDied { pid } | PtraceError::NoSuchProcess { pid } => {
+                Error::Gone { pid, message }
+            }
+            PtraceError::PermissionDenied { pid, .. } => Error::Os {
+                pid: Some(pid),
+                addr: None,
+                errno: Some(Errno::EPERM as i32),
+                message,
+            },
+            PtraceError::Exec { errno, .. } => Error::Os {
+                pid: None,
+                addr: None,
+                errno: Some(errno as i32),
+                message,
+            },
+            PtraceError::Sys { pid, errno, .. } => Error::Os {
+                pid: Some(pid),
+                addr: None,
+                errno: Some(errno as i32),
+                message,
+            },
+            PtraceError::Restore { pid, addr, errno } => Error::Os {
+                pid: Some(pid),
+                addr: Some(addr),
+                errno: Some(errno as i32),
+                message,
+            },
+            PtraceError::Untraceable { .. }
+            | PtraceError::CommandNotFound { .. }
+            | PtraceError::Timeout { .. }
+            | PtraceError::Unknown { .. } => Error::Other(message),
+        }
+    }
+}
+
+/// The seam's kind of each arming failure (a rule of the site, a resource,
+/// the tracer's own failure), its text unchanged.
+impl From<ArmError> for crate::transport::Error {
+    fn from(e: ArmError) -> crate::transport::Error {
+        use crate::transport::{Error, Rule};
+        let message = e.to_string();
+        match e {
+            ArmError::OpcodeMismatch { addr, .. } => {
+                Error::refused(Rule::OpcodeMismatch, Some(addr), message)
+            }
+            ArmError::AlreadyTrapped { addr } => {
+                Error::refused(Rule::Occupied, Some(addr), message)
+            }
+            ArmError::NotExecutable { addr, .. } => {
+                Error::refused(Rule::NotExecutable, Some(addr), message)
+            }
+            ArmError::NotAnInstructionBoundary { addr } => {
+                Error::refused(Rule::InstructionBoundary, Some(addr), message)
+            }
+            ArmError::BadWatchpoint(b) => b.into(),
+            ArmError::NoDebugRegister { .. } | ArmError::Journal { .. } => Error::arm(message),
+            ArmError::NotTraced { pid } => Error::gone(pid, message),
+            ArmError::Provider(p) => p.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::{Error, Rule};
+
+    /// At the seam an arming failure keeps its words and says its kind.
+    #[test]
+    fn arm_errors_keep_their_text_at_the_seam() {
+        let cases: Vec<ArmError> = vec![
+            ArmError::NotExecutable { pid: 5, addr: 0x10 },
+            ArmError::NoDebugRegister { limit: 4 },
+            ArmError::NotTraced { pid: 5 },
+            ArmError::Provider(PtraceError::sys("PTRACE_POKEDATA", 5, Errno::ESRCH)),
+        ];
+        let text: Vec<String> = cases.iter().map(|e| e.to_string()).collect();
+        let seam: Vec<Error> = cases.into_iter().map(Error::from).collect();
+        for (t, e) in text.iter().zip(&seam) {
+            assert_eq!(*t, e.to_string());
+        }
+        assert_eq!(seam[0].rule(), Some(Rule::NotExecutable));
+        assert!(matches!(seam[1], Error::Arm { .. }));
+        assert!(matches!(seam[2], Error::Gone { pid: 5, .. }));
+        assert!(matches!(seam[3], Error::Gone { pid: 5, .. }));
+    }
+}

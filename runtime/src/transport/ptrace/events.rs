@@ -288,6 +288,15 @@ impl PtraceTracer {
             if parent_kind == ProcKind::Traced
                 && let Some(cb) = cb
             {
+                // A first stop that came before the fork event: the child
+                // is stopped already, and the session's arming (which may
+                // stop the process's threads) must not wait for another.
+                let early = self.orphans.remove(&child);
+                if early.is_some()
+                    && let Some(th) = self.threads.get_mut(&child)
+                {
+                    th.state = TState::Held;
+                }
                 cb(
                     self,
                     PtraceEvent::ProcessStarted {
@@ -295,7 +304,7 @@ impl PtraceTracer {
                         parent: pid,
                     },
                 );
-                if let Some(raw) = self.orphans.remove(&child) {
+                if let Some(raw) = early.or_else(|| self.orphans.remove(&child)) {
                     return self.handle(child, raw, cb);
                 }
                 return Ok(());

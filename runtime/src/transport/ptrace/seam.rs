@@ -17,7 +17,7 @@ use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
 use crate::transport::calls::{Call, CallStacks, Gone, Left};
 use crate::transport::{
-    Action, Armed, Capabilities, Event, Insert, OpenOptions, Report, Target, Transport,
+    Action, Armed, Capabilities, Error, Event, Insert, OpenOptions, Report, Target, Transport,
     TransportHit, TransportInfo,
 };
 
@@ -94,7 +94,7 @@ struct Dormant {
     ret: Option<u32>,
 }
 
-fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, String> {
+fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Error> {
     let opts = super::TraceOptions {
         follow_forks: o.follow_forks,
         verify_opcodes: o.verify_opcodes,
@@ -111,13 +111,12 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Strin
         }),
         Target::Launch(argv) => PtraceTracer::launch(argv, opts),
         Target::System => {
-            return Err(format!(
-                "--transport ptrace: {}",
-                crate::transport::NOT_SYSTEM_WIDE
+            return Err(Error::unsupported(
+                INFO.name,
+                format!("--transport ptrace: {}", crate::transport::NOT_SYSTEM_WIDE),
             ));
         }
-    }
-    .map_err(|e| e.to_string())?;
+    }?;
     // A diagnostic knob for measurements: which step-over path to use.
     if let Ok(p) = std::env::var("WPROBE_STEP_POLICY") {
         use super::StepPolicy;
@@ -342,9 +341,9 @@ impl Transport for PtraceTracer {
         self.seam.calls.mark_switch(tag);
     }
 
-    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, String> {
+    fn maps(&mut self, pid: i32, fresh: bool) -> Result<Vec<Mapping>, Error> {
         if !self.procs.contains_key(&pid) {
-            return Err(format!("process {pid} is not traced"));
+            return Err(Error::gone(pid, format!("process {pid} is not traced")));
         }
         if fresh {
             self.refresh_maps(pid);
@@ -358,29 +357,23 @@ impl Transport for PtraceTracer {
         pid: i32,
         addr: RunAddr,
         what: Insert,
-    ) -> Result<Armed, String> {
+    ) -> Result<Armed, Error> {
         let addr = addr.0;
         match what {
             Insert::Breakpoint { opcode } => {
-                let id = self
-                    .insert_breakpoint(pid, addr, opcode)
-                    .map_err(|e| e.to_string())?;
+                let id = self.insert_breakpoint(pid, addr, opcode)?;
                 self.seam.bp_tags.insert(id, tag);
                 Ok(Armed(u64::from(id.0)))
             }
             Insert::Watchpoint { len, kind } => {
-                let id = self
-                    .insert_watchpoint(pid, addr, len, kind)
-                    .map_err(|e| e.to_string())?;
+                let id = self.insert_watchpoint(pid, addr, len, kind)?;
                 self.seam.wp_tags.insert(id, tag);
                 Ok(Armed(WATCH_BIT | u64::from(id.0)))
             }
             Insert::Return {
                 opcode, maxactive, ..
             } => {
-                let id = self
-                    .insert_breakpoint(pid, addr, opcode)
-                    .map_err(|e| e.to_string())?;
+                let id = self.insert_breakpoint(pid, addr, opcode)?;
                 self.seam.ret_probes.insert(id, (tag, maxactive));
                 Ok(Armed(u64::from(id.0)))
             }
@@ -434,7 +427,7 @@ impl Transport for PtraceTracer {
         }
     }
 
-    fn suspend(&mut self) -> Result<(), String> {
+    fn suspend(&mut self) -> Result<(), Error> {
         // The session's handle of each current id.
         let handle_of: HashMap<u64, u64> = self.seam.alias.iter().map(|(h, c)| (*c, *h)).collect();
         let handle = |current: u64| handle_of.get(&current).copied().unwrap_or(current);
@@ -456,7 +449,7 @@ impl Transport for PtraceTracer {
                     None => continue,
                 },
             };
-            self.remove_breakpoint(id).map_err(|e| e.to_string())?;
+            self.remove_breakpoint(id)?;
             self.seam.dormant.push(Dormant {
                 handle: handle(u64::from(id.0)),
                 tag,
@@ -491,7 +484,7 @@ impl Transport for PtraceTracer {
             let Some(tag) = self.seam.wp_tags.remove(&id) else {
                 continue;
             };
-            self.remove_watchpoint(id).map_err(|e| e.to_string())?;
+            self.remove_watchpoint(id)?;
             self.seam.dormant.push(Dormant {
                 handle: handle(WATCH_BIT | u64::from(id.0)),
                 tag,
@@ -505,7 +498,7 @@ impl Transport for PtraceTracer {
         Ok(())
     }
 
-    fn resume(&mut self) -> Result<(), String> {
+    fn resume(&mut self) -> Result<(), Error> {
         let mut first_err = None;
         for d in std::mem::take(&mut self.seam.dormant) {
             if !self.procs.contains_key(&d.pid) {
@@ -527,7 +520,7 @@ impl Transport for PtraceTracer {
                     }
                 }
                 Err(e) => {
-                    first_err.get_or_insert(format!("process {}: {e}", d.pid));
+                    first_err.get_or_insert(e.context(format_args!("process {}", d.pid)));
                 }
             }
         }

@@ -7,10 +7,37 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// This test process's scratch directory (gcc builds, copies of `wprobe`,
+/// programs), created on first use; the test binary removes it when it
+/// ends, and the first use sweeps those of test processes that are gone.
 pub fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wprobe-tests-{}", std::process::id()));
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| sweep_stale_scratch("wprobe-tests-"));
+    let d = scratch_path();
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// The path of [`scratch`], without creating it.
+pub fn scratch_path() -> PathBuf {
+    std::env::temp_dir().join(format!("wprobe-tests-{}", std::process::id()))
+}
+
+/// Removes the directories `PREFIX<pid>` of the temporary directory whose
+/// process no longer exists (a run killed before it could remove its own).
+pub fn sweep_stale_scratch(prefix: &str) {
+    let Ok(dir) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 pub fn progs() -> PathBuf {

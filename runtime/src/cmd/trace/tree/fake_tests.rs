@@ -33,6 +33,7 @@ fn func(name: &str, link: u64) -> Func {
     Func {
         name: name.to_string(),
         shown: name.to_string(),
+        aliases: Vec::new(),
         module: exe().into(),
         link,
         opcode: 0x55,

@@ -15,7 +15,9 @@ use super::near::{cave_in, near_jumps};
 use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
+use crate::transport::inproc::plans::WindowShape;
 use crate::transport::inproc::world::World;
+use crate::transport::{Error, Rule};
 
 /// What a window is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -68,18 +70,26 @@ impl Patcher {
         addr: u64,
         opcode: Option<u8>,
         shape: Shape,
-    ) -> Result<Checked, String> {
-        let m = mapping_of(maps, addr)
-            .filter(|m| m.exec)
-            .ok_or_else(|| format!("invalid address: {addr:#x} is not in an executable mapping"))?;
+    ) -> Result<Checked, Error> {
+        let refused = |rule, message| Error::refused(rule, Some(addr), message);
+        let m = mapping_of(maps, addr).filter(|m| m.exec).ok_or_else(|| {
+            refused(
+                Rule::NotExecutable,
+                format!("invalid address: {addr:#x} is not in an executable mapping"),
+            )
+        })?;
         if !m.is_file() {
-            return Err(format!(
-                "{addr:#x} is in an anonymous mapping ({}): only code of module files can be patched",
-                if m.path.is_empty() {
-                    "no file"
-                } else {
-                    &m.path
-                }
+            return Err(refused(
+                Rule::NotExecutable,
+                format!(
+                    "{addr:#x} is in an anonymous mapping ({}): only code of module files can be \
+                     patched",
+                    if m.path.is_empty() {
+                        "no file"
+                    } else {
+                        &m.path
+                    }
+                ),
             ));
         }
         let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
@@ -88,35 +98,54 @@ impl Patcher {
             .as_ref()
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
         let file_off = addr - m.start + m.offset;
-        let link = module
-            .vaddr_of_offset(file_off)
-            .ok_or_else(|| format!("{addr:#x} is not in a loaded segment of {}", path.display()))?;
+        let link = module.vaddr_of_offset(file_off).ok_or_else(|| {
+            refused(
+                Rule::NotExecutable,
+                format!("{addr:#x} is not in a loaded segment of {}", path.display()),
+            )
+        })?;
         let bias = addr.wrapping_sub(link);
         if let Some(op) = opcode {
             verify_opcode(world, addr, op)?;
         }
         let func = module
             .function(link, bias)
-            .ok_or_else(|| Refusal::NoFunction.to_string())?;
+            .ok_or_else(|| refused(Rule::Patch, Refusal::NoFunction.to_string()))?;
         let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
         let fend = func.start + func.code.len() as u64;
-        // A `ret`'s function decoded once for all its `ret`s (they are
-        // checked one after the other).
-        if shape == Shape::Ret
-            && !self
-                .decoded
-                .as_ref()
-                .is_some_and(|d| d.is_of(func, &module.targets))
-        {
-            self.decoded = Some(window::Decoded::new(func, &module.targets));
-        }
-        let planned = match (shape, &self.decoded) {
-            (Shape::Probe, _) => window::plan(addr, func, &module.targets),
-            (Shape::Ret, Some(d)) => {
-                window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
+        // A window an earlier planning of this file chose (the plan
+        // cache), else chosen now and kept.
+        let kept_as = match shape {
+            Shape::Probe => WindowShape::Probe,
+            Shape::Ret => WindowShape::Ret,
+            Shape::Whole => WindowShape::Whole,
+        };
+        let planned = match module.kept_window(kept_as, link, bias) {
+            Some(site) => Ok(site),
+            None => {
+                // A `ret`'s function decoded once for all its `ret`s (they
+                // are checked one after the other).
+                if shape == Shape::Ret
+                    && !self
+                        .decoded
+                        .as_ref()
+                        .is_some_and(|d| d.is_of(func, &module.targets))
+                {
+                    self.decoded = Some(window::Decoded::new(func, &module.targets));
+                }
+                let planned = match (shape, &self.decoded) {
+                    (Shape::Probe, _) => window::plan(addr, func, &module.targets),
+                    (Shape::Ret, Some(d)) => {
+                        window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
+                    }
+                    (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
+                    (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
+                };
+                if let Ok(site) = &planned {
+                    module.keep_window(kept_as, link, site, bias);
+                }
+                planned
             }
-            (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
-            (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
         }
         .map_err(|r| r.to_string())
         .and_then(|site| self.clear_of_threads_and_caves(site));
@@ -138,12 +167,12 @@ impl Patcher {
             Err(why) if shape != Shape::Whole => {
                 let code = module.bytes_at(link, 16).unwrap_or(&[]);
                 let site = window::plan_trap(addr, code, shape == Shape::Ret)
-                    .map_err(|r| format!("{why}; and no trap either: {r}"))?;
+                    .map_err(|r| refused(Rule::Patch, format!("{why}; and no trap either: {r}")))?;
                 let name = function_name(module, func.start.wrapping_sub(bias));
                 let why = format!("in {name}: no jump can go there ({why})");
                 (site, Some((name, why)))
             }
-            Err(why) => return Err(why),
+            Err(why) => return Err(refused(Rule::Patch, why)),
         };
         let cave = match cave {
             Some((c, why)) => {
@@ -157,7 +186,8 @@ impl Patcher {
             None => None,
         };
         let orig = file_bytes(world, module, &site, bias, &path)?;
-        self.take_window(&site, fend)?;
+        self.take_window(&site, fend)
+            .map_err(|why| refused(Rule::Patch, why))?;
         let orig = if trap.is_some() {
             orig[..1].to_vec()
         } else {
@@ -259,7 +289,7 @@ fn file_bytes(
     site: &Site,
     bias: u64,
     path: &Path,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, Error> {
     let wlink = site.addr.wrapping_sub(bias);
     let orig = module
         .bytes_at(wlink, site.len)
@@ -271,20 +301,24 @@ fn file_bytes(
         // A jump or a trap where the file has neither: most likely a
         // wprobe's, killed before it could put the bytes back.
         let ours = matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];
-        return Err(format!(
-            "the code at {:#x} in memory differs from {} (changed by the process or another \
+        return Err(Error::refused(
+            Rule::Occupied,
+            Some(site.addr),
+            format!(
+                "the code at {:#x} in memory differs from {} (changed by the process or another \
              tool{})",
-            site.addr,
-            path.display(),
-            if ours {
-                format!(
-                    "; a jump or a breakpoint there may be a killed wprobe's: `wprobe repair \
+                site.addr,
+                path.display(),
+                if ours {
+                    format!(
+                        "; a jump or a breakpoint there may be a killed wprobe's: `wprobe repair \
                      --pid {}` puts the file's bytes back",
-                    world.pid()
-                )
-            } else {
-                String::new()
-            }
+                        world.pid()
+                    )
+                } else {
+                    String::new()
+                }
+            ),
         ));
     }
     Ok(orig)
@@ -292,15 +326,19 @@ fn file_bytes(
 
 /// Checks that the byte at `addr` in the process is `op` (the opcode the
 /// probe was built for).
-fn verify_opcode(world: &World, addr: u64, op: u8) -> Result<(), String> {
+fn verify_opcode(world: &World, addr: u64, op: u8) -> Result<(), Error> {
     let mut b = [0u8];
     if world.peek(addr, &mut b) != 1 {
-        return Err(format!("cannot read {addr:#x}"));
+        return Err(Error::other(format!("cannot read {addr:#x}")));
     }
     if b[0] != op {
-        return Err(format!(
-            "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
-            b[0]
+        return Err(Error::refused(
+            Rule::OpcodeMismatch,
+            Some(addr),
+            format!(
+                "opcode mismatch at {addr:#x}: expected {op:#04x}, found {:#04x}",
+                b[0]
+            ),
         ));
     }
     Ok(())

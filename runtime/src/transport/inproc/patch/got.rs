@@ -43,7 +43,8 @@ impl Patcher {
         path: &Path,
         link: u64,
         bias: u64,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, crate::transport::Error> {
+        use crate::transport::{Error, Rule};
         let name = self.import_name(path, link);
         if let Some(&i) = self.by_probe_addr.get(&slot) {
             let s = &mut self.sites[i];
@@ -54,14 +55,18 @@ impl Patcher {
         }
         let mut held = [0u8; 8];
         if world.peek(slot, &mut held) != 8 {
-            return Err(format!("its GOT slot at {slot:#x} cannot be read"));
+            return Err(format!("its GOT slot at {slot:#x} cannot be read").into());
         }
         let target = u64::from_le_bytes(held);
         if !mapping_of(maps, target).is_some_and(|m| m.exec) {
-            return Err(format!(
-                "{name}@plt in {}: its GOT slot at {slot:#x} holds {target:#x}, which is not \
-                 code (a weak function no module defines, or data)",
-                path.display()
+            return Err(Error::refused(
+                Rule::Returns,
+                Some(slot),
+                format!(
+                    "{name}@plt in {}: its GOT slot at {slot:#x} holds {target:#x}, which is \
+                     not code (a weak function no module defines, or data)",
+                    path.display()
+                ),
             ));
         }
         let inode = mapping_of(maps, slot).map_or(0, |m| m.inode);
@@ -71,11 +76,15 @@ impl Patcher {
             conts = self.plan_continuations(world, maps, path, bias, link, &name, false, true);
         }
         if conts == 0 && rets == 0 {
-            return Err(format!(
-                "{name}@plt in {}: no call through its GOT slot where a jump fits after the \
-                 call, where its returns would be seen: --transport inproc cannot observe its \
-                 returns",
-                path.display()
+            return Err(Error::refused(
+                Rule::Returns,
+                Some(slot),
+                format!(
+                    "{name}@plt in {}: no call through its GOT slot where a jump fits after the \
+                     call, where its returns would be seen: --transport inproc cannot observe \
+                     its returns",
+                    path.display()
+                ),
             ));
         }
         let id = self.sites.len() as u32;

@@ -79,6 +79,14 @@ impl Patcher {
         });
     }
 
+    /// Saves in the plan cache what planning learnt of each module file
+    /// read (`crate::transport::inproc::plans`).
+    pub(in crate::transport::inproc) fn save_plans(&self) {
+        for m in self.modules.values().flatten() {
+            m.save_plans();
+        }
+    }
+
     /// The executable mappings of files, with their canonical paths.
     pub(super) fn exec_files(maps: &[Mapping]) -> Vec<(PathBuf, &Mapping)> {
         maps.iter()

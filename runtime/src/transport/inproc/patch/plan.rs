@@ -11,6 +11,7 @@ use super::check::{Checked, Shape};
 use super::{Cave, Patcher, Planned};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
+use crate::transport::{Error, Rule};
 
 impl Patcher {
     /// Plans the site of the probe `tag` at `addr`; returns the site index.
@@ -21,7 +22,7 @@ impl Patcher {
         tag: usize,
         addr: u64,
         opcode: Option<u8>,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Error> {
         let i = self.probe_site(world, maps, addr, opcode)?;
         let s = &mut self.sites[i];
         if !s.tags.contains(&tag) {
@@ -37,12 +38,16 @@ impl Patcher {
         maps: &[Mapping],
         addr: u64,
         opcode: Option<u8>,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Error> {
         if let Some(&i) = self.by_probe_addr.get(&addr) {
             if self.sites[i].kind != site_kind::PROBE {
-                return Err(format!(
-                    "{addr:#x} is a `ret` where a return probe's calls return: a probe cannot \
-                     share it"
+                return Err(Error::refused(
+                    Rule::Patch,
+                    Some(addr),
+                    format!(
+                        "{addr:#x} is a `ret` where a return probe's calls return: a probe \
+                         cannot share it"
+                    ),
                 ));
             }
             return Ok(i);
@@ -62,12 +67,16 @@ impl Patcher {
         world: &mut World,
         maps: &[Mapping],
         addr: u64,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Error> {
         if let Some(&i) = self.by_probe_addr.get(&addr) {
-            return Err(format!(
-                "{addr:#x}, where the dynamic linker reports library changes, has a probe's \
-                 site ({}) already",
-                self.sites[i].site.probe
+            return Err(Error::refused(
+                Rule::Patch,
+                Some(addr),
+                format!(
+                    "{addr:#x}, where the dynamic linker reports library changes, has a probe's \
+                     site ({}) already",
+                    self.sites[i].site.probe
+                ),
             ));
         }
         let mut c = self.check(world, maps, addr, None, Shape::Probe)?;
@@ -100,7 +109,7 @@ impl Patcher {
     /// Gives a whole function's window its stub: the entry's site, and
     /// after it the return site of its `ret` (same stub, no window of its
     /// own). Returns the entry's site index.
-    pub(super) fn add_whole(&mut self, world: &mut World, c: Checked) -> Result<usize, String> {
+    pub(super) fn add_whole(&mut self, world: &mut World, c: Checked) -> Result<usize, Error> {
         let ret = c.site.ret.map_or(0, |r| r.ip());
         let i = self.add(world, c, site_kind::PROBE)?;
         self.by_probe_addr.insert(ret, i + 1);
@@ -127,12 +136,7 @@ impl Patcher {
     }
 
     /// Gives a checked window its stub; returns the site index.
-    pub(super) fn add(
-        &mut self,
-        world: &mut World,
-        c: Checked,
-        kind: u32,
-    ) -> Result<usize, String> {
+    pub(super) fn add(&mut self, world: &mut World, c: Checked, kind: u32) -> Result<usize, Error> {
         let id = self.sites.len() as u32;
         let (area, stub_addr, code) = self.stub_for(world, &c.site, id)?;
         let patch = if let Some((func, why)) = &c.trap {

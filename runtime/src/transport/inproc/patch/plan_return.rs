@@ -15,6 +15,7 @@ use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 use crate::transport::retsites::ReturnSites;
+use crate::transport::{Error, Rule};
 
 impl Patcher {
     /// Plans the return probe `tag` on the function entered at `addr`: its
@@ -29,13 +30,13 @@ impl Patcher {
         tag: usize,
         addr: u64,
         opcode: Option<u8>,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Error> {
         self.read_ahead(maps);
         let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
         let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
         let module = match self.module(&path) {
             Ok(m) => m.clone(),
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+            Err(e) => return Err(format!("reading {}: {e}", path.display()).into()),
         };
         let file_off = addr - m.start + m.offset;
         if let Some(link) = module.vaddr_of_offset(file_off)
@@ -62,11 +63,14 @@ impl Patcher {
             .and_then(|r| r.as_ref().ok())
             .ok_or_else(|| format!("reading {}", path.display()))?;
         // The entry's refusal first, as when it is checked alone.
-        let mut found =
-            match crate::transport::retsites::return_sites(module.elf(), file_off, "inproc") {
-                Ok(f) => f,
-                Err(e) => return Err(entry.and_then(Result::err).unwrap_or(e)),
-            };
+        let mut found = match module.return_sites(file_off) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(entry
+                    .and_then(Result::err)
+                    .unwrap_or_else(|| Error::refused(Rule::Returns, Some(addr), e)));
+            }
+        };
         // Where the module's GOT sends each function it tail-calls: the
         // implementation an IFUNC resolver chose, which no symbol names
         // (filled at load: the process stopped at its entry point, or
@@ -107,19 +111,23 @@ impl Patcher {
             self.outside_ret_windows(world, maps, &found.outside, slots);
         if !own_rets && !outside_found && !found.never_returns {
             if outside_refused {
-                return Err(format!(
-                    "{} in {} has no `ret` instruction of its own, and one of the `ret`s of \
-                     the function of another module it tail-calls takes no jump (a trap \
-                     there would stop every call of that function in the process): \
-                     --transport inproc cannot observe its returns; use --transport ptrace",
-                    found.function,
-                    path.display()
+                return Err(Error::refused(
+                    Rule::Returns,
+                    Some(addr),
+                    format!(
+                        "{} in {} has no `ret` instruction of its own, and one of the `ret`s of \
+                         the function of another module it tail-calls takes no jump (a trap \
+                         there would stop every call of that function in the process): \
+                         --transport inproc cannot observe its returns; use --transport ptrace",
+                        found.function,
+                        path.display()
+                    ),
                 ));
             }
-            return Err(crate::transport::retsites::no_ret(
-                &found.function,
-                &path,
-                "inproc",
+            return Err(Error::refused(
+                Rule::Returns,
+                Some(addr),
+                crate::transport::retsites::no_ret(&found.function, &path, "inproc"),
             ));
         }
         // An entry too close to a `ret` for two windows: one window for
@@ -131,11 +139,11 @@ impl Patcher {
             let w = self
                 .check(world, maps, addr, opcode, Shape::Whole)
                 .map_err(|why| {
-                    format!(
+                    why.context(format_args!(
                         "{} is too short for a jump at its entry and one at its `ret`, and \
-                         cannot take one window for both: {why}",
+                         cannot take one window for both",
                         found.function
-                    )
+                    ))
                 })?;
             rets.retain(|r| r.site.probe != w.site.ret.map_or(0, |i| i.ip()));
             *e = w;
@@ -152,7 +160,11 @@ impl Patcher {
         };
         let s = &mut self.sites[i];
         if s.kind != site_kind::PROBE {
-            return Err(format!("{addr:#x} is a return site of another function"));
+            return Err(Error::refused(
+                Rule::Patch,
+                Some(addr),
+                format!("{addr:#x} is a return site of another function"),
+            ));
         }
         if !s.ret_tags.contains(&tag) {
             s.ret_tags.push(tag);
@@ -215,22 +227,30 @@ impl Patcher {
         m: &Mapping,
         found_rets: Vec<u64>,
         function: &str,
-    ) -> Result<Vec<Checked>, String> {
+    ) -> Result<Vec<Checked>, Error> {
         let mut rets = Vec::with_capacity(found_rets.len());
         for off in found_rets {
             if off < m.offset || off - m.offset >= m.end - m.start {
-                return Err(format!(
-                    "a `ret` of {function} (file offset {off:#x}) is outside the mapping of its \
-                     entry"
+                return Err(Error::refused(
+                    Rule::Returns,
+                    None,
+                    format!(
+                        "a `ret` of {function} (file offset {off:#x}) is outside the mapping of \
+                         its entry"
+                    ),
                 ));
             }
             let at = m.start + (off - m.offset);
             match self.by_probe_addr.get(&at) {
                 Some(&i) if self.sites[i].kind == site_kind::RET => {}
                 Some(_) => {
-                    return Err(format!(
-                        "the `ret` at {at:#x} of {function} has a probe of its own, where its \
-                         return site would go"
+                    return Err(Error::refused(
+                        Rule::Patch,
+                        Some(at),
+                        format!(
+                            "the `ret` at {at:#x} of {function} has a probe of its own, where \
+                             its return site would go"
+                        ),
                     ));
                 }
                 None => rets.push(self.check(world, maps, at, None, Shape::Ret)?),
@@ -339,7 +359,7 @@ fn overlap(a: &Site, b: &Site) -> bool {
 }
 
 /// Refused if two windows of `function` (its entry's, its `ret`s') overlap.
-fn disjoint(entry: Option<&Checked>, rets: &[Checked], function: &str) -> Result<(), String> {
+fn disjoint(entry: Option<&Checked>, rets: &[Checked], function: &str) -> Result<(), Error> {
     let windows: Vec<&Site> = entry
         .iter()
         .map(|c| &c.site)
@@ -347,9 +367,13 @@ fn disjoint(entry: Option<&Checked>, rets: &[Checked], function: &str) -> Result
         .collect();
     for (k, a) in windows.iter().enumerate() {
         if let Some(b) = windows[k + 1..].iter().find(|b| overlap(a, b)) {
-            return Err(format!(
-                "the windows at {:#x} and {:#x} of {function} overlap",
-                a.addr, b.addr
+            return Err(Error::refused(
+                Rule::Patch,
+                Some(a.addr),
+                format!(
+                    "the windows at {:#x} and {:#x} of {function} overlap",
+                    a.addr, b.addr
+                ),
             ));
         }
     }

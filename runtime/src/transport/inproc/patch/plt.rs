@@ -139,12 +139,19 @@ impl Patcher {
         path: &Path,
         link: u64,
         bias: u64,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, crate::transport::Error> {
+        use crate::transport::{Error, Rule};
         let name = self.import_name(path, link);
         // The entry checked first (its refusal is the error), added last.
         let entry = match self.by_probe_addr.get(&addr) {
             Some(&i) if self.sites[i].kind == site_kind::PROBE => Ok(i),
-            Some(_) => return Err(format!("{addr:#x} is a return site of another function")),
+            Some(_) => {
+                return Err(Error::refused(
+                    Rule::Patch,
+                    Some(addr),
+                    format!("{addr:#x} is a return site of another function"),
+                ));
+            }
             None => Err(self.check(world, maps, addr, opcode, Shape::Probe)?),
         };
         // Both: the `ret`s of the function it leads to see every return
@@ -167,11 +174,15 @@ impl Patcher {
             conts = self.plan_continuations(world, maps, path, bias, link, &name, false, true);
         }
         if conts == 0 && rets == 0 {
-            return Err(format!(
-                "{name}@plt in {}: no direct call of it where a jump fits after the call, where \
-                 its returns would be seen: --transport inproc cannot observe its returns; use \
-                 --transport ptrace",
-                path.display()
+            return Err(Error::refused(
+                Rule::Returns,
+                Some(addr),
+                format!(
+                    "{name}@plt in {}: no direct call of it where a jump fits after the call, \
+                     where its returns would be seen: --transport inproc cannot observe its \
+                     returns; use --transport ptrace",
+                    path.display()
+                ),
             ));
         }
         let i = match entry {

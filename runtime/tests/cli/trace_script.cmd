@@ -1,0 +1,1 @@
+// RUN: trace -- ./trace_script.sh
