@@ -27,6 +27,7 @@ mod counts;
 mod detach;
 mod events;
 mod fallbacks;
+mod forklibs;
 mod forks;
 mod hold;
 mod joined;
@@ -190,6 +191,11 @@ pub struct InProc {
     /// Followed children that ended, reported in their place among the
     /// runs (pid, status, wall-clock ns when the end was seen).
     exits_due: Vec<(i32, ExitStatus, u64)>,
+    /// Followed fork children's transports of their own, for the
+    /// libraries they map later (`forklibs`), by pid.
+    child_arms: HashMap<i32, forklibs::ChildArm>,
+    /// The child whose library event the session is arming.
+    child_event: Option<i32>,
 }
 
 /// Where the run stands ([`Transport::run`](crate::transport::Transport::run)).

@@ -36,7 +36,7 @@ pub(crate) const CASES: &[Case] = &[
 ];
 
 /// `dlreopen` and its two libraries, built in the scratch directory.
-fn dlreopen() -> PathBuf {
+pub(crate) fn dlreopen() -> PathBuf {
     for lib in ["libreopen_a", "libreopen_b"] {
         gcc(
             &format!("{lib}.so"),

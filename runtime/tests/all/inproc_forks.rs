@@ -3,13 +3,16 @@
 //! and maps), the programs they execute (`posix_spawn` and vfork children
 //! too) armed with agents that join that region, their calls counted and
 //! nested as under ptrace, their bytes put back at detach, and `wprobe
-//! repair` for each after wprobe's death. Counts written down by hand.
+//! repair` for each after wprobe's death; the libraries a child opens and
+//! closes after its fork armed and forgotten in it. Counts and call trees
+//! written down by hand.
 
 use crate::case;
-use crate::dynamic_processes::{counts, forklib};
+use crate::dynamic_processes::{counts, dlreopen, forklib};
 use crate::support::case::{Case, Need};
 use crate::support::cli::{
-    gcc, live_bytes, load_bias, output_within, progs, signal, stderr, sym, wait_patched, wprobe,
+    gcc, live_bytes, load_bias, output_within, progs, scratch, signal, stderr, sym, wait_patched,
+    wprobe,
 };
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -45,6 +48,19 @@ pub(crate) const CASES: &[Case] = &[
         a_child_armed_after_its_exec_is_restored_at_detach,
         Need::Ptrace
     ),
+    case!(
+        a_fork_childs_dlopen_is_traced_and_its_dlclose_forgotten,
+        Need::Ptrace
+    ),
+    case!(
+        a_library_a_child_opened_is_restored_at_detach_and_repaired_after_a_kill,
+        Need::Ptrace
+    ),
+    case!(
+        a_grandchild_has_the_library_its_parent_opened_and_arms_its_own,
+        Need::Ptrace
+    ),
+    case!(libraries_are_armed_in_children_across_execs, Need::Ptrace),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -411,5 +427,367 @@ fn a_child_armed_after_its_exec_is_restored_at_detach() {
     for (p, bytes, live) in results {
         assert!(live, "{p}");
         assert_eq!(bytes, orig, "process {p} left patched");
+    }
+}
+
+/// `wprobe trace -f -T -i` of forkdl under `tr`, with `args`: the output,
+/// the parent's pid written `PARENT` and the child's `CHILD`.
+fn forkdl_tree(tr: &str, args: &[&str]) -> String {
+    let (text, pids) = trace_tree("forkdl", tr, args);
+    assert_eq!(pids.len(), 1, "{tr}: {text}");
+    text
+}
+
+/// `wprobe trace -f -T -i` under `tr`, with `args`, of `tests/progs/NAME.c`
+/// given the scratch directory (where dlreopen's libraries are), which
+/// exits with 0 and prints nothing or (forkdl) `child status 51`: the
+/// output, the parent's pid written `PARENT` and the children's `CHILD`,
+/// `CHILD2`… in the order they started; their pids.
+fn trace_tree(name: &str, tr: &str, args: &[&str]) -> (String, Vec<String>) {
+    dlreopen();
+    let exe = gcc(name, &progs().join(format!("{name}.c")), &["-O0"]);
+    let dir = scratch();
+    let out = dir.join(format!("{name}-{tr}.txt"));
+    let mut c = wprobe();
+    c.args(["trace", "--transport", tr, "-f", "-T", "-i", "-o"])
+        .arg(&out)
+        .args(args)
+        .arg("--")
+        .arg(&exe)
+        .arg(&dir);
+    let o = output_within(c, 120);
+    assert_eq!(o.status.code(), Some(0), "{tr}: {}", stderr(&o));
+    // forkdl: fa2(1) + fa2(2) + fb2(3) = 25; fb2 where fa2 was.
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.is_empty() || said == "child status 51\n",
+        "{tr}: {said}{}",
+        stderr(&o)
+    );
+    let mut text = std::fs::read_to_string(&out).unwrap();
+    let started: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let r = l.split("+++ process ").nth(1)?;
+            let (pid, r) = r.split_once(" started (parent ")?;
+            Some((
+                pid.to_string(),
+                r.trim_end_matches(" +++").trim_end_matches(')').to_string(),
+            ))
+        })
+        .collect();
+    let Some(parent) = started.first().map(|s| s.1.clone()) else {
+        panic!("{tr}: no child in {text}");
+    };
+    let mut names = vec![(parent.clone(), "PARENT".to_string())];
+    for (k, (pid, _)) in started.iter().enumerate() {
+        let n = if k == 0 {
+            "CHILD".to_string()
+        } else {
+            format!("CHILD{}", k + 1)
+        };
+        names.push((pid.clone(), n));
+    }
+    for (pid, n) in &names {
+        text = text
+            .replace(&format!("[pid {pid}]"), &format!("[pid {n}]"))
+            .replace(&format!("process {pid} "), &format!("process {n} "))
+            .replace(&format!("(parent {pid})"), &format!("(parent {n})"));
+    }
+    (text, started.into_iter().map(|s| s.0).collect())
+}
+
+/// forkdlnest: a child opens libreopen_a.so and calls `fa2`, then forks;
+/// its child (which has the library, armed, from its parent) calls `fa2`,
+/// opens libreopen_b.so and calls `fb2`; its parent calls `fa2` again.
+/// Under inproc and `auto` as under ptrace, three times.
+fn a_grandchild_has_the_library_its_parent_opened_and_arms_its_own() {
+    let d = scratch();
+    let a = d.join("libreopen_a.so");
+    let b = d.join("libreopen_b.so");
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let args = ["--lib", a, "--lib", b, "-F", "fa2", "-F", "fb2"];
+    for _ in 0..3 {
+        for tr in ["inproc", "auto", "ptrace"] {
+            let (text, pids) = trace_tree("forkdlnest", tr, &args);
+            assert_eq!(pids.len(), 2, "{tr}: {text}");
+            assert_eq!(
+                text,
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD2] +++ process CHILD2 started (parent CHILD) +++
+[pid CHILD2] ==> fa2()
+[pid CHILD2]    ==> fa()
+[pid CHILD2]    <== fa() [rax = 0x3]
+[pid CHILD2] <== fa2() [rax = 0x6]
+[pid CHILD2] ==> fb2()
+[pid CHILD2]    ==> fb()
+[pid CHILD2]    <== fb() [rax = 0x5]
+[pid CHILD2] <== fb2() [rax = 0xf]
+[pid CHILD2] +++ process CHILD2 exited with status 0 +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x5]
+[pid CHILD] <== fa2() [rax = 0xa]
+[pid CHILD] +++ process CHILD exited with status 0 +++
+[pid PARENT] +++ process PARENT exited with status 0 +++
+",
+                "{tr}"
+            );
+        }
+    }
+}
+
+/// forkdl: a fork child opens libreopen_a.so, calls `fa2` twice, closes
+/// it, opens libreopen_b.so (mapped where the first was), calls `fb2`
+/// once, closes it and exits; the parent waits. Under inproc and `auto`
+/// (which takes it), as under ptrace: the libraries the child opens are
+/// armed in it at the dynamic linker's `r_brk` (the same rules as in the
+/// main process: `--lib` names them, `-F` filters), and a library opened
+/// where a closed one was gets sites of its own (`fb2` and `fb`, not
+/// `fa2` and `fa` again). Three times each: fork tests were flaky.
+fn a_fork_childs_dlopen_is_traced_and_its_dlclose_forgotten() {
+    let d = scratch();
+    let a = d.join("libreopen_a.so");
+    let b = d.join("libreopen_b.so");
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let both = ["--lib", a, "--lib", b, "-F", "fa2", "-F", "fb2"];
+    let only_a = ["--lib", a, "-F", "fa2", "-F", "fb2"];
+    for _ in 0..3 {
+        for tr in ["inproc", "auto", "ptrace"] {
+            assert_eq!(
+                forkdl_tree(tr, &both),
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x3]
+[pid CHILD] <== fa2() [rax = 0x6]
+[pid CHILD] ==> fb2()
+[pid CHILD]    ==> fb()
+[pid CHILD]    <== fb() [rax = 0x5]
+[pid CHILD] <== fb2() [rax = 0xf]
+[pid CHILD] +++ process CHILD exited with status 51 +++
+[pid PARENT] +++ process PARENT exited with status 0 +++
+",
+                "{tr}"
+            );
+            // The second library not named: not traced, though it takes
+            // the first one's place.
+            assert_eq!(
+                forkdl_tree(tr, &only_a),
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x3]
+[pid CHILD] <== fa2() [rax = 0x6]
+[pid CHILD] +++ process CHILD exited with status 51 +++
+[pid PARENT] +++ process PARENT exited with status 0 +++
+",
+                "{tr}"
+            );
+        }
+    }
+}
+
+/// Waits until process `pid`'s tracer is `tracer` (wprobe attached and
+/// its threads seized: the probes armed), at most 20 s.
+fn wait_traced_by(pid: u32, tracer: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let want = format!("TracerPid:\t{tracer}\n");
+    while !std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| s.contains(&want)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} not traced by {tracer} within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// forkdlspin, attached with `-p --follow` and a probe on `fa` of a
+/// library it does not map: at SIGUSR1 it forks a child that opens the
+/// library and calls it; the probe is armed in the child (counted).
+/// SIGINT to wprobe: the child goes on with the library's original bytes.
+/// Attached again and another child forked, wprobe SIGKILLed: the child
+/// keeps running, its library patched (the agent dormant), and `wprobe
+/// repair --pid` puts it back (the library's sites are in the child's
+/// journal).
+fn a_library_a_child_opened_is_restored_at_detach_and_repaired_after_a_kill() {
+    dlreopen();
+    let lib = scratch().join("libreopen_a.so");
+    let exe = gcc("forkdlspin", &progs().join("forkdlspin.c"), &["-O0"]);
+    let mut spin = Command::new(&exe)
+        .arg(&lib)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent = spin.id();
+    let mut addrs = std::io::BufReader::new(spin.stdout.take().unwrap()).lines();
+    let mut reap = KillOnDrop(vec![parent]);
+    let link = sym(&lib, "fa");
+    // Its text is mapped at its file offset's address.
+    let orig = std::fs::read(&lib).unwrap()[link as usize..link as usize + 5].to_vec();
+    let prog = format!("uprobe:{}:fa {{ @[pid] = count(); }}", lib.display());
+    let attach = || {
+        let mut c = wprobe();
+        c.args(["run", "--transport", "inproc", "--follow", "-p"])
+            .arg(parent.to_string())
+            .args(["-e", &prog])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let mut fork_child = |reap: &mut KillOnDrop| -> (u32, u64) {
+        signal(parent, "USR1");
+        let line = addrs.next().unwrap().unwrap();
+        let addr = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        // The child: the one process whose parent is forkdlspin not yet
+        // known.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let kids = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+                .unwrap_or_default();
+            if let Some(c) = kids
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .find(|p| !reap.0.contains(p))
+            {
+                reap.0.push(c);
+                return (c, addr);
+            }
+            assert!(std::time::Instant::now() < deadline, "no child");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    // Detach with the child running in the library.
+    let w = attach();
+    wait_traced_by(parent, w.id());
+    let (child, addr) = fork_child(&mut reap);
+    wait_patched(child, addr, orig[0]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(w.id(), "INT");
+    let o = crate::support::cli::output_within_child(w, 60);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.contains(&format!("@[{child}]: ")), "{child}: {out}");
+    assert!(alive(child) && alive(parent), "{child}");
+    assert_eq!(
+        live_bytes(child, addr, 5),
+        orig,
+        "process {child} left patched"
+    );
+    // Killed with the child running in the library: patched, repaired.
+    let mut w = attach();
+    wait_traced_by(parent, w.id());
+    let (child, addr) = fork_child(&mut reap);
+    wait_patched(child, addr, orig[0]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    w.kill().unwrap();
+    w.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(alive(child), "{child}");
+    assert_ne!(
+        live_bytes(child, addr, 5),
+        orig,
+        "process {child} not patched"
+    );
+    let o = output_within(
+        {
+            let mut c = wprobe();
+            c.args(["repair", "--pid", &child.to_string()]);
+            c
+        },
+        30,
+    );
+    assert_eq!(o.status.code(), Some(0), "{child}: {}", stderr(&o));
+    assert_eq!(
+        live_bytes(child, addr, 5),
+        orig,
+        "process {child} not repaired"
+    );
+    assert!(alive(child), "{child}");
+    drop(reap);
+    let _ = spin.wait();
+}
+
+/// A child's `dlopen` across execs, under inproc and `auto` as under
+/// ptrace: forkexecdl's child opens libreopen_a.so after its parent
+/// executed `sleep` (the trap at `r_brk` is its parent's old image's);
+/// `sh SCRIPT` forks a child that executes dlreopen (`main` probed: an
+/// agent joins it), whose libraries (opened, closed, one at the other's
+/// address, the first again) are armed in its new image: `fa` 4, `fb` 2,
+/// `fa2` returning 2, 4, 6 and 16. Three times.
+fn libraries_are_armed_in_children_across_execs() {
+    let d = scratch();
+    let a = d.join("libreopen_a.so");
+    let b = d.join("libreopen_b.so");
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let only_child = |text: &str| -> String {
+        text.lines()
+            .filter(|l| l.starts_with("[pid CHILD] "))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let exe = dlreopen();
+    // Not its last command: sh forks a child that executes it.
+    let script = d.join("dlreopen.sh");
+    std::fs::write(
+        &script,
+        format!("{} {}\ntrue\n", exe.display(), d.display()),
+    )
+    .unwrap();
+    let cmd = format!("sh {}", script.display());
+    let prog = format!(
+        "uprobe:{e}:main {{ @m = count(); }} \
+         uprobe:{a}:fa {{ @a = count(); }} \
+         uprobe:{b}:fb {{ @b = count(); }} \
+         uretprobe:{a}:fa2 {{ @r[retval] = count(); }}",
+        e = exe.display()
+    );
+    for _ in 0..3 {
+        for tr in ["inproc", "auto", "ptrace"] {
+            let (text, pids) = trace_tree("forkexecdl", tr, &["--lib", a, "-F", "fa2"]);
+            assert_eq!(pids.len(), 1, "{tr}: {text}");
+            assert_eq!(
+                only_child(&text),
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> fa2()
+[pid CHILD]    ==> fa()
+[pid CHILD]    <== fa() [rax = 0x2]
+[pid CHILD] <== fa2() [rax = 0x4]
+[pid CHILD] +++ process CHILD exited with status 0 +++
+",
+                "{tr}: {text}"
+            );
+            let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
+            assert!(out.contains("sum=43 same_address=1"), "{tr}: {out}");
+            assert_eq!(
+                maps,
+                [
+                    "@a: 4",
+                    "@b: 2",
+                    "@m: 1",
+                    "@r[16]: 1",
+                    "@r[2]: 1",
+                    "@r[4]: 1",
+                    "@r[6]: 1"
+                ],
+                "{tr}: {out}"
+            );
+        }
     }
 }

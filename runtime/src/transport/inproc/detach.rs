@@ -125,6 +125,7 @@ impl InProc {
             children.threads.extend(kids.threads);
             children.vforked.extend(kids.vforked);
             children.held.extend(kids.held);
+            children.at_library.extend(kids.at_library);
         }
         let failed = children.restore_all();
         self.traps = None;

@@ -113,6 +113,9 @@ impl InProc {
             *last_trap = Some(Instant::now());
         }
         self.report_children(on_event);
+        // A child's first: its thread at `r_brk` would be held through the
+        // parent's.
+        self.on_child_library_events(on_event);
         if self.traps.as_ref().is_some_and(|t| t.library_event())
             && let Err(e) = self.on_library_event(on_event)
         {
@@ -198,6 +201,25 @@ impl InProc {
         // yet); a child's end in its place among the runs, after its own
         // (which came before its end was seen) and before what its parent
         // did once it knew (`drain_runs`).
+        self.forget_child_arms(exited.iter().map(|e| e.0).chain(execs.iter().map(|e| e.0)));
+        for &(pid, parent) in &started {
+            // Before its start is reported (its parent held at the fork).
+            let t0 = std::time::Instant::now();
+            if let Some(c) = self.child_arm(pid, parent) {
+                if std::env::var_os("WPROBE_DEBUG").is_some() {
+                    crate::elog!(
+                        "wprobe: debug: process {pid}: its parent's sites copied for the \
+                         libraries it maps ({} sites, {:.3} ms)",
+                        c.sites(),
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                if let (Some(t), Some(brk)) = (self.traps.as_mut(), c.r_brk()) {
+                    t.kids.r_brk.insert(pid, brk);
+                }
+                self.child_arms.insert(pid, c);
+            }
+        }
         self.exits_due.extend(exited);
         self.drain_runs(on_event);
         for (pid, status, _) in std::mem::take(&mut self.exits_due) {

@@ -17,6 +17,10 @@
 //! clones, forks, exec and exit seen). At detach each child's threads are
 //! stopped and its journaled sites put back where our bytes still are.
 //!
+//! The libraries a followed child maps later are armed in it (`forklibs`:
+//! its thread at the dynamic linker's `r_brk` held in
+//! [`Children::at_library`], its journals lent for the writes).
+//!
 //! A `vfork` child shares its parent's memory and agent until it execs or
 //! exits: its runs are its parent's (the guard page is shared too). A
 //! child that executes a program is let go there: its new image has no
@@ -90,6 +94,14 @@ pub(super) struct Children {
     /// The fork-guard page of those children's agents, by pid (else
     /// [`Children::follow`]'s; 0: no agent).
     pub(super) guards: BTreeMap<i32, u64>,
+    /// Threads of followed children stopped at the dynamic linker's
+    /// `r_brk` (moved to its stub), with their process: held until the
+    /// transport armed what the child mapped (`forklibs`).
+    pub(super) at_library: BTreeMap<i32, i32>,
+    /// The dynamic linker's `r_brk` of the followed children whose
+    /// libraries are armed (`forklibs`), by pid: where their threads are
+    /// held in [`Children::at_library`].
+    pub(super) r_brk: BTreeMap<i32, u64>,
 }
 
 impl Children {
@@ -195,9 +207,37 @@ impl Children {
         true
     }
 
+    /// The journals of followed child `pid`, lent to the patcher of its
+    /// libraries (`forklibs`) for an installation; handed back with
+    /// [`Children::return_journals`].
+    pub(super) fn lend_journals(&mut self, pid: i32) -> super::patch::Journals {
+        match self.kids.get_mut(&pid) {
+            Some(k) => (k.journal.take(), k.trap_journal.take()),
+            None => (None, None),
+        }
+    }
+
+    /// The journals lent by [`Children::lend_journals`], back (those
+    /// created meanwhile too).
+    pub(super) fn return_journals(&mut self, pid: i32, journals: super::patch::Journals) {
+        match self.kids.get_mut(&pid) {
+            Some(k) => {
+                k.journal = journals.0;
+                k.trap_journal = journals.1;
+            }
+            None => Kid {
+                parent: 0,
+                journal: journals.0,
+                trap_journal: journals.1,
+            }
+            .remove_journals(),
+        }
+    }
+
     /// Thread `tid` of a followed child ended (`Some(status)`: the
     /// process did).
     pub(super) fn thread_ended(&mut self, tid: i32, status: Option<ExitStatus>) {
+        self.at_library.remove(&tid);
         let Some(pid) = self.pid_of(tid) else {
             return;
         };
@@ -205,6 +245,7 @@ impl Children {
         if tid != pid {
             return;
         }
+        self.r_brk.remove(&pid);
         if self.vforked.remove(&pid).is_some() || self.kids.contains_key(&pid) {
             if let Some(k) = self.kids.remove(&pid) {
                 // Its patched image is gone with it.
@@ -226,6 +267,8 @@ impl Children {
         let Some(pid) = self.pid_of(tid) else {
             return;
         };
+        self.at_library.retain(|_, p| *p != pid);
+        self.r_brk.remove(&pid);
         let vfork_parent = self.vforked.remove(&pid);
         let mut parent = vfork_parent;
         if let Some(k) = self.kids.remove(&pid) {
@@ -283,7 +326,11 @@ impl Children {
     /// Returns what failed, per child.
     pub(super) fn restore_all(&mut self) -> Vec<String> {
         let mut errors = Vec::new();
-        let held: BTreeSet<i32> = std::mem::take(&mut self.held).into_iter().collect();
+        // Threads at a library event are stopped too (at `r_brk`'s stub).
+        let held: BTreeSet<i32> = std::mem::take(&mut self.held)
+            .into_iter()
+            .chain(std::mem::take(&mut self.at_library).into_keys())
+            .collect();
         for (pid, kid) in std::mem::take(&mut self.kids) {
             let tids: Vec<i32> = self
                 .threads
@@ -505,7 +552,7 @@ impl super::InProc {
         // Whatever it is (a watchpoint too: the child's threads got its
         // perf events at the child's first stop, `Traps::first_stop`).
         let _ = what;
-        if self.armed.contains_key(&tag) {
+        if self.armed_in(pid).contains_key(&tag) {
             return Ok(crate::transport::Armed(tag as u64));
         }
         Err(Error::unsupported(

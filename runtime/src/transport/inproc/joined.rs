@@ -9,8 +9,10 @@
 //! after any exec (`Event::Exec`), and its stubs, jumps and traps are
 //! written. Then its thread is handed to the threads this transport keeps
 //! seized (`forks::Children::joined`), with the image's journals and trap
-//! sites, and the transport of its own is dissolved: the child is served,
-//! detached and repaired like any followed child. Nothing of the new
+//! sites, and the transport of its own is dissolved, or kept for the
+//! libraries the new image maps later (`forklibs`, when libraries mapped
+//! later are armed: its `r_brk` gets a trap site before its commit): the
+//! child is served, detached and repaired like any followed child. Nothing of the new
 //! program runs before its probes are armed.
 
 use std::os::fd::AsRawFd;
@@ -104,15 +106,29 @@ impl InProc {
                 if let Err(e) = self.hand_over(pid, &mut c) {
                     crate::elog!("wprobe: {e}");
                 }
+                c.patcher = super::patch::Patcher::default();
                 continue;
+            }
+            if self.rdebug.is_some() {
+                // The libraries it maps later are armed in it, as in the
+                // process (`forklibs`).
+                c.watch_child_libraries();
             }
             let r = c.update_handlers(set);
             let r = r.and_then(|()| Ok(self.hand_over(pid, &mut c)?));
-            if let Err(e) = r {
-                crate::elog!("wprobe: {e}");
+            match r {
+                Ok(()) if c.rdebug.is_some() && c.agent.is_some() => {
+                    // Kept for them, its sites and agent as written.
+                    self.keep_child_arm(pid, c);
+                    continue;
+                }
+                Ok(()) => {}
+                Err(e) => crate::elog!("wprobe: {e}"),
             }
             // Dissolved: its agent lives on in the child, its region is
-            // this transport's.
+            // this transport's; its bytes are the child's, restored with
+            // it.
+            c.patcher = super::patch::Patcher::default();
             c.agent = None;
             if let Some(mut w) = c.world.take() {
                 w.release();
@@ -136,7 +152,7 @@ impl InProc {
             crate::elog!("wprobe: process {pid}: {e}");
         }
         let guard = c.agent.as_ref().map_or(0, |a| a.guard);
-        let journals = c.patcher.take_journals();
+        let journals = c.patcher.lend_journals((None, None));
         let parent = c.joined_parent;
         let Some(t) = self.traps.as_mut() else {
             let _ = crate::sys::ptrace::detach(tid, 0);

@@ -123,11 +123,20 @@ impl InProc {
             self.join = Some((region, path));
         }
         // The sites went with the old image (nothing to restore).
+        let (old_traps, _) = self.patcher.trap_maps();
         self.patcher.forget();
         self.keep_trap_stops();
         if let Some(t) = self.traps.take() {
-            // Followed fork children go on with the old image's agent.
+            // Followed fork children go on with the old image's agent,
+            // and its trap sites.
             self.children = t.kids;
+            let kids: Vec<i32> = self.children.kids.keys().copied().collect();
+            for pid in kids {
+                self.children
+                    .redirect
+                    .entry(pid)
+                    .or_insert_with(|| old_traps.clone());
+            }
         }
         let not_traced = |e: String| {
             format!(
@@ -200,7 +209,7 @@ impl InProc {
     }
 
     /// See [`InProc::commit_later`]: everything but letting go.
-    fn send_later_sites(&mut self, world: &mut World) -> Result<(), String> {
+    pub(super) fn send_later_sites(&mut self, world: &mut World) -> Result<(), String> {
         self.say_fallbacks();
         let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
             return Ok(());

@@ -132,6 +132,8 @@ impl InProc {
             execs: HashMap::new(),
             joined_parent: 0,
             exits_due: Vec::new(),
+            child_arms: HashMap::new(),
+            child_event: None,
         }
     }
 }

@@ -52,7 +52,7 @@ use super::journal::Journal;
 use crate::proc::procmaps::Mapping;
 
 /// An `r-x` mapping in the target holding stubs.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Area {
     /// Its address.
     pub(super) base: u64,
@@ -63,7 +63,7 @@ pub(super) struct Area {
 }
 
 /// A patched (or to-be-patched) site.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Planned {
     /// The window.
     pub(super) site: Site,
@@ -92,7 +92,7 @@ pub(super) struct Planned {
 
 /// The `jmp rel32` to a near site's stub, in padding within rel8 reach of
 /// its window (`agent_loader::nearjump`).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Cave {
     /// Its address.
     pub(super) addr: u64,
@@ -154,6 +154,12 @@ pub(super) struct Patcher {
     decoded: Option<agent_loader::window::Decoded>,
 }
 
+/// A process's patch journal and trap journal.
+pub(super) type Journals = (
+    Option<Journal>,
+    Option<crate::transport::common::journal::Journal>,
+);
+
 /// Mappings of `pid` (for planning).
 fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     crate::proc::procmaps::find(maps, addr)
@@ -184,6 +190,45 @@ impl Patcher {
                     .as_ref()
                     .is_some_and(|c| pc >= c.addr && pc < c.addr + CAVE_LEN as u64)
         })
+    }
+
+    /// The sites, stub areas and caves of a fork child of the process, a
+    /// copy of its parent's memory: what this patcher knows, without its
+    /// journals (the child's are its own: [`Patcher::lend_journals`]), its
+    /// reads ahead and its notes.
+    pub(super) fn fork_copy(&self) -> Patcher {
+        Patcher {
+            modules: self.modules.clone(),
+            ahead: None,
+            outside: self.outside.clone(),
+            areas: self.areas.clone(),
+            sites: self.sites.clone(),
+            by_probe_addr: self.by_probe_addr.clone(),
+            by_window: self.by_window.clone(),
+            longest: self.longest,
+            thread_pcs: Vec::new(),
+            journal: None,
+            notes: Vec::new(),
+            trap_journal: None,
+            journaled: self.journaled,
+            traps_journaled: self.traps_journaled,
+            imports: self.imports.clone(),
+            caves: self.caves.clone(),
+            tails: self.tails.clone(),
+            near_notes: Vec::new(),
+            trap_funcs: self.trap_funcs.clone(),
+            decoded: None,
+        }
+    }
+
+    /// Gives the patcher the journals its sites are recorded in (a fork
+    /// child's, which its `forks::Kid` keeps), and takes back those it
+    /// had: lent for an installation, handed back after it.
+    pub(super) fn lend_journals(&mut self, journals: Journals) -> Journals {
+        let had = (self.journal.take(), self.trap_journal.take());
+        self.journal = journals.0;
+        self.trap_journal = journals.1;
+        had
     }
 
     /// Whether a jump is in place somewhere.

@@ -59,6 +59,9 @@ impl Transport for InProc {
         if let Some(c) = self.execs.get_mut(&pid) {
             return c.insert(tag, pid, addr, what);
         }
+        if let Some(c) = self.arming_child(pid) {
+            return c.insert(tag, pid, addr, what);
+        }
         let addr = addr.0;
         if pid != self.pid {
             return self.insert_in_child(tag, pid, addr, what);
@@ -138,6 +141,11 @@ impl Transport for InProc {
     }
 
     fn take_unmapped(&mut self) -> Vec<Armed> {
+        if let Some(pid) = self.child_event
+            && let Some(c) = self.arming_child(pid)
+        {
+            return std::mem::take(&mut c.unmapped);
+        }
         std::mem::take(&mut self.unmapped)
     }
 
@@ -232,7 +240,8 @@ impl Transport for InProc {
 impl InTarget for InProc {
     fn watch_libraries(&mut self, pid: i32) -> Result<(), Error> {
         if self.execs.contains_key(&pid) {
-            // Libraries a followed child maps later are not armed.
+            // A followed child that executed a program: its transport
+            // watches them when this one does (`joined`).
             return Ok(());
         }
         if pid != self.pid {
@@ -272,6 +281,12 @@ impl InTarget for InProc {
     }
 
     fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
+        if let Some(pid) = self.child_event
+            && let Some(c) = self.arming_child(pid)
+        {
+            // A followed child's libraries (`forklibs`).
+            return c.update_handlers(set);
+        }
         if !self.execs.is_empty() {
             // A followed child that executed a program (`joined`).
             self.commit_execs(set);

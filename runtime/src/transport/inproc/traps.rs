@@ -90,7 +90,9 @@ pub(super) struct Traps {
     mem: Option<std::fs::File>,
     /// The trap at the dynamic linker's `r_brk`, when libraries mapped
     /// later are armed: a thread that hits it is moved to its stub and
-    /// kept stopped (`at_library`) until the transport armed them.
+    /// kept stopped (`at_library`; a followed fork child's at its own,
+    /// `Children::r_brk`, in `Children::at_library`) until the transport
+    /// armed them.
     library: Option<u64>,
     /// Threads stopped at the library event, moved to its stub.
     at_library: BTreeSet<i32>,
@@ -373,6 +375,12 @@ impl Traps {
                     if hold.is_none() && Some(at) == self.library && !kid {
                         // Kept stopped: the transport arms what was mapped.
                         self.at_library.insert(tid);
+                    } else if hold.is_none()
+                        && let Some(pid) = self.kids.pid_of(tid)
+                        && self.kids.r_brk.get(&pid) == Some(&at)
+                    {
+                        // A followed child's: likewise (`forklibs`).
+                        self.kids.at_library.insert(tid, pid);
                     } else {
                         let _ = sys::cont(tid, 0);
                     }
@@ -685,6 +693,65 @@ impl Traps {
         self.threads.clear();
         let children = std::mem::take(&mut self.kids);
         Ok((World::adopt(pid, stopped)?, children))
+    }
+
+    /// Stops every thread of followed child `pid` (interrupted; one at a
+    /// trap is moved to its stub first; signals that arrive meanwhile are
+    /// held), `parked` stopped already (at the library event): the threads
+    /// and the signal each holds, to let go with. Empty when the child
+    /// ended or executed a program meanwhile (its threads that were
+    /// stopped are let go then).
+    pub(super) fn stop_child(&mut self, pid: i32, parked: i32) -> BTreeMap<i32, i32> {
+        let mut stopped: BTreeMap<i32, i32> = BTreeMap::new();
+        stopped.insert(parked, 0);
+        // Threads held for a start not yet reported are stopped already.
+        for &t in &self.kids.held {
+            if self.kids.pid_of(t) == Some(pid) {
+                stopped.insert(t, 0);
+            }
+        }
+        // New threads may appear while others are being stopped.
+        while let Some(tid) = self
+            .kids
+            .threads
+            .iter()
+            .filter(|&(t, p)| *p == pid && !stopped.contains_key(t))
+            .map(|(t, _)| *t)
+            .next()
+        {
+            if sys::interrupt(tid).is_err() {
+                self.kids.threads.remove(&tid);
+                continue;
+            }
+            loop {
+                let raw = match sys::wait(tid, 0) {
+                    Ok(Some((_, raw))) => raw,
+                    _ => {
+                        self.kids.threads.remove(&tid);
+                        break;
+                    }
+                };
+                let st = sys::decode_status(raw);
+                let gone = matches!(st, Status::Exited(_) | Status::Signaled(_));
+                if self.on_stop(tid, st, Some(())) {
+                    stopped.insert(tid, self.held.remove(&tid).unwrap_or(0));
+                    break;
+                }
+                if gone || self.kids.pid_of(tid) != Some(pid) {
+                    // Ended, or the process executed a program.
+                    break;
+                }
+            }
+        }
+        if self.kids.pid_of(parked) != Some(pid) {
+            for (tid, sig) in stopped {
+                if !self.kids.held.contains(&tid) && self.kids.pid_of(tid) == Some(pid) {
+                    let _ = sys::cont(tid, sig);
+                }
+            }
+            return BTreeMap::new();
+        }
+        stopped
     }
 
     /// Lets every thread go (the process exec'd, or seizing failed).

@@ -84,20 +84,6 @@ impl Patcher {
         Ok(left)
     }
 
-    /// Hands both journals over (kept on disk), the sites forgotten: the
-    /// process's bytes are then restored from its journals
-    /// (`forks::Children::restore_all`).
-    pub(in crate::transport::inproc) fn take_journals(
-        &mut self,
-    ) -> (
-        Option<super::super::journal::Journal>,
-        Option<crate::transport::common::journal::Journal>,
-    ) {
-        let j = (self.journal.take(), self.trap_journal.take());
-        *self = Patcher::default();
-        j
-    }
-
     /// Removes both journals (nothing of ours left in the code).
     fn remove_journals(&mut self) {
         if let Some(j) = self.journal.take() {
