@@ -69,6 +69,7 @@ impl Patcher {
         opcode: Option<u8>,
         shape: Shape,
     ) -> Result<Checked, String> {
+        self.outside_copies(addr)?;
         let m = mapping_of(maps, addr)
             .filter(|m| m.exec)
             .ok_or_else(|| format!("invalid address: {addr:#x} is not in an executable mapping"))?;

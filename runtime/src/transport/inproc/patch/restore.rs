@@ -154,6 +154,7 @@ impl Patcher {
                 gone.push(i + 1);
             }
         }
+        self.drop_copies(&mut gone);
         gone
     }
 
