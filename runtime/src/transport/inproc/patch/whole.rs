@@ -143,7 +143,12 @@ impl Patcher {
             }
             match self.by_probe_addr.get(&r).map(|&i| (i, &self.sites[i])) {
                 Some((i, s)) if s.kind == site_kind::RET && !s.patched => taken.push(i),
-                _ => return Err(format!("the `ret` at {r:#x} has a site of its own")),
+                Some(_) => return Err(format!("the `ret` at {r:#x} has a site of its own")),
+                None => {
+                    return Err(format!(
+                        "the `ret` at {r:#x} is none its calls were found returning through"
+                    ));
+                }
             }
         }
         // No other window inside it (a probe's would never run).
