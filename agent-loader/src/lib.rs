@@ -6,9 +6,10 @@
 //! ptrace-stopped thread); the shared control region ([`region`]);
 //! precompiling handler modules for its engine ([`compile`]); choosing the
 //! instructions a probe's jump replaces ([`window`]), the padding a near
-//! jump's cave goes in ([`nearjump`]) and generating the stubs ([`stub`]),
-//! whose displaced instructions are relocated by [`reloc`] (the relocator
-//! the runtime's ptrace step-over uses too).
+//! jump's cave goes in ([`nearjump`]) and generating the stubs ([`stub`];
+//! a whole function's relocated copy, [`whole`]), whose displaced
+//! instructions are relocated by [`reloc`] (the relocator the runtime's
+//! ptrace step-over uses too).
 //!
 //! This crate holds the `unsafe` of the tracer's side (the shared mapping,
 //! futexes on it): wprobe's runtime crate denies `unsafe` outside its
@@ -28,6 +29,7 @@ pub mod reloc;
 pub mod stub;
 pub mod tailcall;
 pub mod target;
+pub mod whole;
 pub mod window;
 
 pub use elf::AgentImage;

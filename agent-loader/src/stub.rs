@@ -306,7 +306,7 @@ fn restore_flags(v: &mut Vec<Instruction>) -> Result<()> {
 /// becomes a `mov` of that address: the block encoder links an operand
 /// that names a displaced instruction's address to the stub's copy, right
 /// for a branch, wrong for an address the program compares or calls.
-fn displaced(i: &Instruction, window: std::ops::Range<u64>) -> Result<Instruction> {
+pub(crate) fn displaced(i: &Instruction, window: std::ops::Range<u64>) -> Result<Instruction> {
     if i.mnemonic() != iced_x86::Mnemonic::Lea
         || !i.is_ip_rel_memory_operand()
         || !window.contains(&i.ip_rel_memory_address())
@@ -324,26 +324,31 @@ fn displaced(i: &Instruction, window: std::ops::Range<u64>) -> Result<Instructio
     Ok(m)
 }
 
+/// The stub's call of the dispatcher for site `id` through the trampoline
+/// at `trampoline`: the red zone stepped over, the id pushed, the call,
+/// the red zone back (the trampoline's `ret 8` drops the id).
+pub(crate) fn dispatch_call(id: u32, trampoline: u64) -> Result<[Instruction; 4]> {
+    Ok([
+        e(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp(-RED_ZONE),
+        ))?,
+        e(Instruction::with1(Code::Pushq_imm32, id as i32))?,
+        e(Instruction::with_branch(Code::Call_rel32_64, trampoline))?,
+        e(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp(RED_ZONE),
+        ))?,
+    ])
+}
+
 /// The stub of `site` at `stub_addr`, with id `site_id`, calling the
 /// trampoline at `trampoline`. Fails when a displaced instruction cannot
 /// be relocated there (a RIP-relative operand out of rel32 reach).
 pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> Result<Vec<u8>> {
-    let call = |id: u32| -> Result<[Instruction; 4]> {
-        Ok([
-            e(Instruction::with2(
-                Code::Lea_r64_m,
-                Register::RSP,
-                rsp(-RED_ZONE),
-            ))?,
-            e(Instruction::with1(Code::Pushq_imm32, id as i32))?,
-            e(Instruction::with_branch(Code::Call_rel32_64, trampoline))?,
-            e(Instruction::with2(
-                Code::Lea_r64_m,
-                Register::RSP,
-                rsp(RED_ZONE),
-            ))?,
-        ])
-    };
+    let call = |id: u32| dispatch_call(id, trampoline);
     let mut v: Vec<Instruction> = Vec::with_capacity(site.displaced.len() + 10);
     let window = site.addr..site.addr + site.len as u64;
     let moved = site

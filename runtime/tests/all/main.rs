@@ -21,6 +21,7 @@ mod inproc_forks;
 mod inproc_goto;
 mod inproc_near;
 mod inproc_safety;
+mod inproc_whole;
 mod logonfault;
 mod metrics;
 mod modules;
@@ -66,6 +67,7 @@ fn main() {
         inproc_goto::CASES,
         inproc_near::CASES,
         inproc_safety::CASES,
+        inproc_whole::CASES,
         logonfault::CASES,
         metrics::CASES,
         modules::CASES,

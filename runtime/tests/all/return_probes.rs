@@ -897,6 +897,14 @@ fn inproc_traps_where_no_window_fits() {
         "rec ends in ret; ret"
     );
     let end = f.value + f.size;
+    // Its call of itself: no relocated copy of a function that calls.
+    let call = (0..code.len().saturating_sub(4))
+        .find(|&k| {
+            let rel = i32::from_le_bytes(code[k + 1..k + 5].try_into().unwrap());
+            code[k] == 0xe8 && (f.value + k as u64 + 5).wrapping_add(rel as i64 as u64) == rec
+        })
+        .map(|k| f.value + k as u64)
+        .expect("rec calls itself");
     let notes: Vec<&str> = r
         .stderr
         .lines()
@@ -908,8 +916,9 @@ fn inproc_traps_where_no_window_fits() {
             ": {:#x} in rec: no jump can go there (the `ret` at {:#x} has no 5-byte window: `ret` at \
              {:#x} in the 5 bytes the jump replaces: control leaves the window before its end; nor \
              a near jump: the `ret` at {:#x} has no 2-byte window: `ret` at {:#x} in the bytes a \
-             near jump replaces: control leaves the window before its end): a trap instead \
-             (`hlt`), a ptrace stop per hit",
+             near jump replaces: control leaves the window before its end; nor a relocated \
+             copy of the whole function: it calls (at {call:#x}), and a return address into a \
+             copy must never be on the stack): a trap instead (`hlt`), a ptrace stop per hit",
             end - 1,
             end - 1,
             end - 2,

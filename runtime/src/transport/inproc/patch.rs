@@ -22,7 +22,8 @@
 //! (`plan_return`), the `ret`s of the functions of other modules they
 //! tail-call (`outside`); continuation sites after the calls of a
 //! function (`continuations`) and the return probes of PLT entries
-//! (`plt`) and of GOT slots (`got`, `-fno-plt` calls); the stub areas and their stubs, and the watchpoints' stubs
+//! (`plt`) and of GOT slots (`got`, `-fno-plt` calls); a function whose
+//! `ret` no jump can cover run as a relocated copy (`whole`); the stub areas and their stubs, and the watchpoints' stubs
 //! (`stubs`); the jumps written (`install`) and the bytes put back or
 //! forgotten (`restore`); the sites that trap instead (`trap_sites`).
 
@@ -39,6 +40,7 @@ mod plt;
 mod restore;
 mod stubs;
 mod trap_sites;
+mod whole;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -152,6 +154,8 @@ pub(super) struct Patcher {
     /// The function whose `ret` was checked last, decoded: its other
     /// `ret`s, checked next, need it too.
     decoded: Option<agent_loader::window::Decoded>,
+    /// The functions run as relocated copies (`whole`).
+    copies: Vec<whole::Copied>,
 }
 
 /// A process's patch journal and trap journal.
@@ -218,6 +222,7 @@ impl Patcher {
             near_notes: Vec::new(),
             trap_funcs: self.trap_funcs.clone(),
             decoded: None,
+            copies: self.copies.clone(),
         }
     }
 

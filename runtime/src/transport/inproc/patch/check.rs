@@ -72,6 +72,8 @@ impl Patcher {
         shape: Shape,
     ) -> Result<Checked, Error> {
         let refused = |rule, message| Error::refused(rule, Some(addr), message);
+        self.outside_copies(addr)
+            .map_err(|e| refused(Rule::Patch, e))?;
         let m = mapping_of(maps, addr).filter(|m| m.exec).ok_or_else(|| {
             refused(
                 Rule::NotExecutable,

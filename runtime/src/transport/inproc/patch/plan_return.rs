@@ -150,6 +150,13 @@ impl Patcher {
             *whole = true;
         }
         disjoint(entry.as_ref().map(|(c, _)| c), &rets, &found.function)?;
+        // A `ret` that would trap: the whole function as a copy instead.
+        let copy = match &entry {
+            Some((e, false)) => {
+                self.copy_candidate(maps, addr, Some(e), &mut rets, &found.function)
+            }
+            _ => None,
+        };
         for r in rets.into_iter().chain(outside_rets) {
             self.add(world, r, site_kind::RET)?;
         }
@@ -158,6 +165,9 @@ impl Patcher {
             Some((e, true)) => self.add_whole(world, e)?,
             None => self.by_probe_addr[&addr],
         };
+        if let Some(c) = copy {
+            self.add_copy(world, i, c)?;
+        }
         let s = &mut self.sites[i];
         if s.kind != site_kind::PROBE {
             return Err(Error::refused(

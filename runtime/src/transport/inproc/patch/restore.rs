@@ -140,6 +140,7 @@ impl Patcher {
                 gone.push(i + 1);
             }
         }
+        self.drop_copies(&mut gone);
         gone
     }
 
