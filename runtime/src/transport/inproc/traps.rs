@@ -355,6 +355,7 @@ impl Traps {
                     self.events.retain(|(p, _)| *p != kid);
                 }
                 self.kids.forked.remove(&tid);
+                self.kids.forget_pre_exec(tid);
                 self.kids.early.remove(&tid);
                 self.at_library.remove(&tid);
                 if tid == self.pid {
@@ -519,23 +520,28 @@ impl Traps {
 
     /// A fork child's first stop: followed (`-f`), or let go.
     fn first_stop(&mut self, child: i32, parent: i32) {
+        // Its parent executed a program since the fork: the child has the
+        // old image, and its trap sites (its watchpoints are not armed:
+        // those here are the new image's).
+        let old = self.kids.pre_exec.get(&child).map(|o| o.orig.clone());
         if self.kids.adopt(child, parent) {
-            if self.watch.any() {
+            if self.watch.any() && old.is_none() {
                 self.open_kid_watch_events(child, child);
             }
             self.kids.resume_child(child);
         } else {
-            self.let_child_go(child);
+            self.let_child_go(child, old.as_ref());
         }
     }
 
-    /// A fork child: its traps back to the original bytes, then let go.
-    fn let_child_go(&mut self, child: i32) {
+    /// A fork child: its traps (`orig`, else those of the process's
+    /// image) back to the original bytes, then let go.
+    fn let_child_go(&mut self, child: i32, orig: Option<&HashMap<u64, u8>>) {
         if let Ok(mem) = std::fs::File::options()
             .write(true)
             .open(format!("/proc/{child}/mem"))
         {
-            for (&addr, &b) in &self.orig {
+            for (&addr, &b) in orig.unwrap_or(&self.orig) {
                 let _ = crate::sys::mem::pwrite(&mem, &[b], addr);
             }
         }
