@@ -60,6 +60,10 @@ pub(super) struct Children {
     pub(super) follow: Option<u64>,
     /// The fork children followed, by pid.
     pub(super) kids: BTreeMap<i32, Kid>,
+    /// The watchpoints of each followed child's image (its parent's at the
+    /// fork: a child of a process that executed a program since keeps the
+    /// old image's, stubs included), by pid; none for a child without.
+    pub(super) watches: BTreeMap<i32, super::traps::Watches>,
     /// Their threads (tid → pid).
     pub(super) threads: BTreeMap<i32, i32>,
     /// New threads and processes stopped before the event that made them

@@ -142,6 +142,14 @@ impl InProc {
             }
             self.children
                 .parent_execed(pid, guard, &old_traps, &old_orig);
+            // Those children have the old image's watchpoints, stubs
+            // included (armed at their first stop).
+            if self.watches.any() {
+                let waiting: Vec<i32> = self.children.pre_exec.keys().copied().collect();
+                for child in waiting {
+                    self.children.watches.entry(child).or_insert(self.watches);
+                }
+            }
         }
         self.patcher.forget();
         let not_traced = |e: String| {
