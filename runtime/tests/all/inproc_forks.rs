@@ -61,6 +61,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(libraries_are_armed_in_children_across_execs, Need::Ptrace),
+    case!(
+        a_child_forked_just_before_its_parent_executes_a_program_is_followed,
+        Need::Ptrace
+    ),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -787,6 +791,59 @@ fn libraries_are_armed_in_children_across_execs() {
                     "@r[6]: 1"
                 ],
                 "{tr}: {out}"
+            );
+        }
+    }
+}
+
+/// forkthenexec: the parent forks a child and executes a program at once
+/// (itself, calling `after` twice once the child ended), before the
+/// child's first stop may be seen; the child calls `work` five times after
+/// that exec and exits with 3. Under inproc and `auto` as under ptrace,
+/// the child is followed with its parent's old image (its probes, agent
+/// and trap sites), whenever its first stop comes: each process's lines
+/// exactly. Twenty times each: the order of the child's first stop and
+/// its parent's exec is the scheduler's.
+fn a_child_forked_just_before_its_parent_executes_a_program_is_followed() {
+    let of = |text: &str, who: &str| -> String {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("[pid {who}] ")))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    for _ in 0..20 {
+        for tr in ["inproc", "auto", "ptrace"] {
+            let (text, pids) = trace_tree("forkthenexec", tr, &["-F", "work", "-F", "after"]);
+            assert_eq!(pids.len(), 1, "{tr}: {text}");
+            assert_eq!(
+                of(&text, "CHILD"),
+                "\
+[pid CHILD] +++ process CHILD started (parent PARENT) +++
+[pid CHILD] ==> work()
+[pid CHILD] <== work() [rax = 0x0]
+[pid CHILD] ==> work()
+[pid CHILD] <== work() [rax = 0x2]
+[pid CHILD] ==> work()
+[pid CHILD] <== work() [rax = 0x4]
+[pid CHILD] ==> work()
+[pid CHILD] <== work() [rax = 0x6]
+[pid CHILD] ==> work()
+[pid CHILD] <== work() [rax = 0x8]
+[pid CHILD] +++ process CHILD exited with status 3 +++
+",
+                "{tr}: {text}"
+            );
+            assert_eq!(
+                of(&text, "PARENT"),
+                "\
+[pid PARENT] +++ process PARENT exec'd +++
+[pid PARENT] ==> after()
+[pid PARENT] <== after() [rax = 0x3]
+[pid PARENT] ==> after()
+[pid PARENT] <== after() [rax = 0x6]
+[pid PARENT] +++ process PARENT exited with status 0 +++
+",
+                "{tr}: {text}"
             );
         }
     }

@@ -126,6 +126,7 @@ impl InProc {
             children.vforked.extend(kids.vforked);
             children.held.extend(kids.held);
             children.at_library.extend(kids.at_library);
+            children.pre_exec.extend(kids.pre_exec);
         }
         let failed = children.restore_all();
         self.traps = None;

@@ -60,6 +60,10 @@ pub(super) struct Children {
     pub(super) follow: Option<u64>,
     /// The fork children followed, by pid.
     pub(super) kids: BTreeMap<i32, Kid>,
+    /// The watchpoints of each followed child's image (its parent's at the
+    /// fork: a child of a process that executed a program since keeps the
+    /// old image's, stubs included), by pid; none for a child without.
+    pub(super) watches: BTreeMap<i32, super::traps::Watches>,
     /// Their threads (tid → pid).
     pub(super) threads: BTreeMap<i32, i32>,
     /// New threads and processes stopped before the event that made them
@@ -102,6 +106,40 @@ pub(super) struct Children {
     /// libraries are armed (`forklibs`), by pid: where their threads are
     /// held in [`Children::at_library`].
     pub(super) r_brk: BTreeMap<i32, u64>,
+    /// Fork children of a process that executed a program before their
+    /// first stop was seen, by pid: what adopting them takes of the image
+    /// they have, their parent's old one (`InProc::on_exec`).
+    pub(super) pre_exec: BTreeMap<i32, OldImage>,
+}
+
+/// What a fork child whose parent executed a program before the child's
+/// first stop was seen needs of its parent's old image, its own image:
+/// adopted with it as any fork child is with its parent's
+/// ([`Children::adopt`]), or let go with its trap sites put back.
+#[derive(Debug)]
+pub(super) struct OldImage {
+    /// The old agent's fork-guard page (0: no agent).
+    guard: u64,
+    /// Copies of the parent's journals, made at its exec (the parent's
+    /// went with its image); `None`: none could be.
+    journals: Option<(Option<journal::Journal>, Option<trap_journal::Journal>)>,
+    /// The old image's trap sites: trap address → stub.
+    redirect: std::collections::HashMap<u64, u64>,
+    /// Their original bytes: trap address → byte.
+    pub(super) orig: std::collections::HashMap<u64, u8>,
+}
+
+impl OldImage {
+    fn remove_journals(self) {
+        if let Some((j, t)) = self.journals {
+            Kid {
+                parent: 0,
+                journal: j,
+                trap_journal: t,
+            }
+            .remove_journals();
+        }
+    }
 }
 
 impl Children {
@@ -114,9 +152,65 @@ impl Children {
             .or_else(|| self.vforked.contains_key(&tid).then_some(tid))
     }
 
-    /// Whether a followed child is still running.
+    /// Whether a followed child is still running (or is to be, its first
+    /// stop awaited).
     pub(super) fn alive(&self) -> bool {
-        !self.kids.is_empty() || (self.follow.is_some() && !self.vforked.is_empty())
+        !self.kids.is_empty()
+            || (self.follow.is_some() && (!self.vforked.is_empty() || !self.forked.is_empty()))
+    }
+
+    /// Process `pid` executed a program: its fork children whose first
+    /// stop is awaited keep its old image, its agent whose fork-guard page
+    /// is `guard` (0: none) and its trap sites `redirect`, with their
+    /// original bytes `orig`; followed (`-f`), they get copies of its
+    /// journals now, before they go with its image. Each is adopted with
+    /// these at its first stop ([`Children::adopt`]), not with what the
+    /// new image gets.
+    pub(super) fn parent_execed(
+        &mut self,
+        pid: i32,
+        guard: u64,
+        redirect: &std::collections::HashMap<u64, u64>,
+        orig: &std::collections::HashMap<u64, u8>,
+    ) {
+        let waiting: Vec<i32> = self
+            .forked
+            .iter()
+            .filter(|&(_, &p)| p == pid)
+            .map(|(&c, _)| c)
+            .collect();
+        for child in waiting {
+            let journals = if self.follow.is_some() {
+                match copy_journals(pid, child) {
+                    Ok(j) => Some(j),
+                    Err(e) => {
+                        self.notes.push(format!(
+                            "process {child} (forked by {pid}) is not traced: its journal: {e}"
+                        ));
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let old = OldImage {
+                guard,
+                journals,
+                redirect: redirect.clone(),
+                orig: orig.clone(),
+            };
+            if let Some(o) = self.pre_exec.insert(child, old) {
+                o.remove_journals();
+            }
+        }
+    }
+
+    /// Child `child` ended or is let go before its adoption: the copies of
+    /// its parent's old journals, if any, removed.
+    pub(super) fn forget_pre_exec(&mut self, child: i32) {
+        if let Some(o) = self.pre_exec.remove(&child) {
+            o.remove_journals();
+        }
     }
 
     /// A new child `child` of `parent` (`vfork`: sharing its memory).
@@ -159,12 +253,27 @@ impl Children {
     /// written, its memory not writable): the caller lets it go with its
     /// traps put back, as an unfollowed child.
     pub(super) fn adopt(&mut self, child: i32, parent: i32) -> bool {
+        // Its parent executed a program since the fork: the child has the
+        // old image (see [`Children::parent_execed`]).
+        let old = self.pre_exec.remove(&child);
         // 0: the parent's image has no agent (nothing of the run's probes
         // in it): the child is followed all the same, for what it runs.
-        let Some(guard) = self.guards.get(&parent).copied().or(self.follow) else {
+        let guard = match &old {
+            Some(o) => Some(o.guard),
+            None => self.guards.get(&parent).copied().or(self.follow),
+        };
+        let Some(guard) = guard else {
             return false;
         };
-        let journals = copy_journals(parent, child);
+        let (journals, redirect) = match old {
+            Some(OldImage { journals: None, .. }) => return false,
+            Some(OldImage {
+                journals: Some(j),
+                redirect,
+                ..
+            }) => (Ok(j), Some(redirect)),
+            None => (copy_journals(parent, child), None),
+        };
         let (journal, trap_journal) = match journals {
             Ok(j) => j,
             Err(e) => {
@@ -198,6 +307,12 @@ impl Children {
         }
         self.kids.insert(child, kid);
         self.threads.insert(child, child);
+        if let Some(r) = redirect {
+            // Its image is not its root process's any more.
+            self.guards.insert(child, guard);
+            self.redirect.insert(child, r);
+            return true;
+        }
         if self.guards.contains_key(&parent) {
             self.guards.insert(child, guard);
         }
@@ -346,6 +461,11 @@ impl Children {
                     kid.parent
                 )),
             }
+        }
+        // Children never adopted: the copies of their parent's journals
+        // are not theirs.
+        for (_, o) in std::mem::take(&mut self.pre_exec) {
+            o.remove_journals();
         }
         // vfork children share their parent's memory, restored with it.
         for (pid, _) in std::mem::take(&mut self.vforked) {

@@ -123,21 +123,35 @@ impl InProc {
             self.join = Some((region, path));
         }
         // The sites went with the old image (nothing to restore).
-        let (old_traps, _) = self.patcher.trap_maps();
-        self.patcher.forget();
+        let (old_traps, old_orig) = self.patcher.trap_maps();
         self.keep_trap_stops();
         if let Some(t) = self.traps.take() {
             // Followed fork children go on with the old image's agent,
-            // and its trap sites.
+            // and its trap sites; those whose first stop is awaited are
+            // adopted with them (their journals copied before the
+            // parent's go).
             self.children = t.kids;
+            let guard = self.children.follow.unwrap_or(0);
             let kids: Vec<i32> = self.children.kids.keys().copied().collect();
-            for pid in kids {
+            for kid in kids {
                 self.children
                     .redirect
-                    .entry(pid)
+                    .entry(kid)
                     .or_insert_with(|| old_traps.clone());
+                self.children.guards.entry(kid).or_insert(guard);
+            }
+            self.children
+                .parent_execed(pid, guard, &old_traps, &old_orig);
+            // Those children have the old image's watchpoints, stubs
+            // included (armed at their first stop).
+            if self.watches.any() {
+                let waiting: Vec<i32> = self.children.pre_exec.keys().copied().collect();
+                for child in waiting {
+                    self.children.watches.entry(child).or_insert(self.watches);
+                }
             }
         }
+        self.patcher.forget();
         let not_traced = |e: String| {
             format!(
                 "process {pid} executed a new program, which is not traced: {e} (--transport \
@@ -170,7 +184,6 @@ impl InProc {
         self.later_biases.clear();
         self.unmapped.clear();
         self.watches = traps::Watches::default();
-        self.children.forked.clear();
         // Libraries the new program maps later are watched as before.
         self.rdebug = None;
         if let Some(rd) = crate::transport::common::rdebug::find(&self.maps)

@@ -209,8 +209,9 @@ impl Traps {
             }
         }
         let tids: Vec<i32> = t.threads.iter().copied().collect();
+        let watch = t.watch;
         for tid in tids {
-            t.open_watch_events(tid, pid)?;
+            t.open_watch_events(tid, pid, &watch)?;
         }
         // The followed fork children's threads: their own events (a fork
         // child inherits none).
@@ -224,22 +225,25 @@ impl Traps {
     /// [`Traps::open_watch_events`] for thread `tid` of followed fork child
     /// `kid`; a failure is said (the child runs on without them).
     fn open_kid_watch_events(&mut self, tid: i32, kid: i32) {
-        if let Err(e) = self.open_watch_events(tid, kid) {
+        let Some(watch) = self.kids.watches.get(&kid).copied() else {
+            return;
+        };
+        if let Err(e) = self.open_watch_events(tid, kid, &watch) {
             self.kids
                 .notes
                 .push(format!("process {kid}: its watchpoints are not armed: {e}"));
         }
     }
 
-    /// The perf breakpoint events of the watchpoints on thread `tid` of
+    /// The perf breakpoint events of watchpoints `watch` on thread `tid` of
     /// process `pid`: a SIGTRAP to the thread (`sigtrap`, `sig_data` = the
     /// slot) after each access, inherited by the threads it creates (not
     /// by fork children: a followed child gets its own at its first stop),
     /// gone at exec.
-    fn open_watch_events(&mut self, tid: i32, pid: i32) -> anyhow::Result<()> {
+    fn open_watch_events(&mut self, tid: i32, pid: i32, watch: &Watches) -> anyhow::Result<()> {
         use crate::arch::WatchKind;
         use perf_event::events::Breakpoint;
-        for (slot, w) in self.watch.slots.iter().enumerate() {
+        for (slot, w) in watch.slots.iter().enumerate() {
             let Some(w) = w else { continue };
             let bp = match w.kind {
                 WatchKind::Write => Breakpoint::write(w.addr, u64::from(w.len)),
@@ -271,7 +275,13 @@ impl Traps {
     /// that fired (its `rip` saved below its red zone); false when none of
     /// ours did.
     fn move_to_watch_stub(&mut self, tid: i32) -> bool {
-        if !self.watch.any() {
+        // A followed child's own: those of its image.
+        let kid = self.kids.pid_of(tid);
+        let watch = match kid {
+            Some(k) => self.kids.watches.get(&k).copied().unwrap_or_default(),
+            None => self.watch,
+        };
+        if !watch.any() {
             return false;
         }
         let Some(slot) = sys::getsiginfo(tid)
@@ -280,7 +290,7 @@ impl Traps {
         else {
             return false;
         };
-        let Some(Some(w)) = self.watch.slots.get(slot as usize) else {
+        let Some(Some(w)) = watch.slots.get(slot as usize) else {
             return false;
         };
         let stub = w.stub;
@@ -289,7 +299,7 @@ impl Traps {
             return false;
         }
         let below = r.rsp.wrapping_sub(agent_abi::WATCH_RIP_BELOW);
-        let saved = if self.kids.pid_of(tid).is_some() {
+        let saved = if kid.is_some() {
             // A followed child's memory is its own: written through the
             // thread (no descriptor kept per child).
             sys::pokedata(tid, below, r.rip).is_ok()
@@ -353,8 +363,10 @@ impl Traps {
                 if let Some(kid) = kid.filter(|k| !self.kids.kids.contains_key(k)) {
                     // The child is gone: its watchpoints' events with it.
                     self.events.retain(|(p, _)| *p != kid);
+                    self.kids.watches.remove(&kid);
                 }
                 self.kids.forked.remove(&tid);
+                self.kids.forget_pre_exec(tid);
                 self.kids.early.remove(&tid);
                 self.at_library.remove(&tid);
                 if tid == self.pid {
@@ -425,6 +437,7 @@ impl Traps {
                     if let Some(kid) = self.kids.pid_of(tid) {
                         // Its watchpoints' events went with its image.
                         self.events.retain(|(p, _)| *p != kid);
+                        self.kids.watches.remove(&kid);
                         self.kids.execed(tid);
                         return false;
                     }
@@ -519,23 +532,38 @@ impl Traps {
 
     /// A fork child's first stop: followed (`-f`), or let go.
     fn first_stop(&mut self, child: i32, parent: i32) {
+        // Its parent executed a program since the fork: the child has the
+        // old image, and its trap sites.
+        let old = self.kids.pre_exec.get(&child).map(|o| o.orig.clone());
+        // The watchpoints of the image it has: those kept for it at its
+        // parent's exec, else its parent's (a followed child's own).
+        let watch = if let Some(&w) = self.kids.watches.get(&child) {
+            Some(w)
+        } else if self.kids.kids.contains_key(&parent) {
+            self.kids.watches.get(&parent).copied()
+        } else {
+            old.is_none().then_some(self.watch)
+        };
         if self.kids.adopt(child, parent) {
-            if self.watch.any() {
+            if let Some(w) = watch.filter(Watches::any) {
+                self.kids.watches.insert(child, w);
                 self.open_kid_watch_events(child, child);
             }
             self.kids.resume_child(child);
         } else {
-            self.let_child_go(child);
+            self.kids.watches.remove(&child);
+            self.let_child_go(child, old.as_ref());
         }
     }
 
-    /// A fork child: its traps back to the original bytes, then let go.
-    fn let_child_go(&mut self, child: i32) {
+    /// A fork child: its traps (`orig`, else those of the process's
+    /// image) back to the original bytes, then let go.
+    fn let_child_go(&mut self, child: i32, orig: Option<&HashMap<u64, u8>>) {
         if let Ok(mem) = std::fs::File::options()
             .write(true)
             .open(format!("/proc/{child}/mem"))
         {
-            for (&addr, &b) in &self.orig {
+            for (&addr, &b) in orig.unwrap_or(&self.orig) {
                 let _ = crate::sys::mem::pwrite(&mem, &[b], addr);
             }
         }
