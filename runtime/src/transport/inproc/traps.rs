@@ -347,6 +347,26 @@ impl Traps {
         n
     }
 
+    /// Thread `tid` ended with `status`: forgotten, with its process's
+    /// child state and watchpoint events when it was a child's last.
+    fn thread_gone(&mut self, tid: i32, status: ExitStatus) {
+        self.threads.remove(&tid);
+        let kid = self.kids.pid_of(tid);
+        self.kids.thread_ended(tid, Some(status));
+        if let Some(kid) = kid.filter(|k| !self.kids.kids.contains_key(k)) {
+            // The child is gone: its watchpoints' events with it.
+            self.events.retain(|(p, _)| *p != kid);
+            self.kids.watches.remove(&kid);
+        }
+        self.kids.forked.remove(&tid);
+        self.kids.forget_pre_exec(tid);
+        self.kids.early.remove(&tid);
+        self.at_library.remove(&tid);
+        if tid == self.pid {
+            self.exit = Some(status);
+        }
+    }
+
     /// One wait status of `tid`. With `hold`, a signal is held (for
     /// [`Traps::stop_all`]) instead of delivered, and the thread is left
     /// stopped at an interrupt's stop (returns true then).
@@ -357,21 +377,7 @@ impl Traps {
                     Status::Exited(_) => ExitStatus::Code(c),
                     _ => ExitStatus::Signal(c),
                 };
-                self.threads.remove(&tid);
-                let kid = self.kids.pid_of(tid);
-                self.kids.thread_ended(tid, Some(status));
-                if let Some(kid) = kid.filter(|k| !self.kids.kids.contains_key(k)) {
-                    // The child is gone: its watchpoints' events with it.
-                    self.events.retain(|(p, _)| *p != kid);
-                    self.kids.watches.remove(&kid);
-                }
-                self.kids.forked.remove(&tid);
-                self.kids.forget_pre_exec(tid);
-                self.kids.early.remove(&tid);
-                self.at_library.remove(&tid);
-                if tid == self.pid {
-                    self.exit = Some(status);
-                }
+                self.thread_gone(tid, status);
                 false
             }
             Status::Stopped { sig, event: 0 } => {

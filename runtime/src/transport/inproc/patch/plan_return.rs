@@ -110,25 +110,7 @@ impl Patcher {
         let (outside_rets, outside_found, outside_refused) =
             self.outside_ret_windows(world, maps, &found.outside, slots);
         if !own_rets && !outside_found && !found.never_returns {
-            if outside_refused {
-                return Err(Error::refused(
-                    Rule::Returns,
-                    Some(addr),
-                    format!(
-                        "{} in {} has no `ret` instruction of its own, and one of the `ret`s of \
-                         the function of another module it tail-calls takes no jump (a trap \
-                         there would stop every call of that function in the process): \
-                         --transport inproc cannot observe its returns; use --transport ptrace",
-                        found.function,
-                        path.display()
-                    ),
-                ));
-            }
-            return Err(Error::refused(
-                Rule::Returns,
-                Some(addr),
-                crate::transport::retsites::no_ret(&found.function, &path, "inproc"),
-            ));
+            return Err(no_returns(&found.function, &path, addr, outside_refused));
         }
         // An entry too close to a `ret` for two windows: one window for
         // both, if the code between is straight.
@@ -361,6 +343,31 @@ impl Patcher {
             );
         }
     }
+}
+
+/// The refusal of `function` (module `path`, entered at `addr`) when no
+/// return of it can be seen: no `ret` of its own, and none found of the
+/// functions of other modules it tail-calls (`outside_refused`: one of
+/// those takes no jump).
+fn no_returns(function: &str, path: &Path, addr: u64, outside_refused: bool) -> Error {
+    if outside_refused {
+        return Error::refused(
+            Rule::Returns,
+            Some(addr),
+            format!(
+                "{function} in {} has no `ret` instruction of its own, and one of the `ret`s of \
+                 the function of another module it tail-calls takes no jump (a trap there would \
+                 stop every call of that function in the process): --transport inproc cannot \
+                 observe its returns; use --transport ptrace",
+                path.display()
+            ),
+        );
+    }
+    Error::refused(
+        Rule::Returns,
+        Some(addr),
+        crate::transport::retsites::no_ret(function, path, "inproc"),
+    )
 }
 
 /// Whether the windows of `a` and `b` meet.
