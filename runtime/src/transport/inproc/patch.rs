@@ -170,6 +170,25 @@ fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
 }
 
 impl Planned {
+    /// A return site with no window of its own (no bytes replaced): `site`
+    /// reached through `stub` (0: none yet), the return of a call seen
+    /// there without a jump written at it.
+    pub(super) fn bare_return(site: Site, stub: u64) -> Planned {
+        Planned {
+            site,
+            tags: Vec::new(),
+            ret_tags: Vec::new(),
+            kind: agent_abi::site_kind::RET,
+            orig: Vec::new(),
+            patch: Vec::new(),
+            inode: 0,
+            patched: false,
+            trap: None,
+            stub,
+            cave: None,
+        }
+    }
+
     /// The address of the first byte the site's jump (or `int3`) replaces,
     /// and the bytes it replaces.
     pub(super) fn window(&self) -> (u64, Vec<u8>) {

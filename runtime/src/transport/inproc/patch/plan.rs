@@ -113,25 +113,16 @@ impl Patcher {
         let ret = c.site.ret.map_or(0, |r| r.ip());
         let i = self.add(world, c, site_kind::PROBE)?;
         self.by_probe_addr.insert(ret, i + 1);
-        self.push_site(Planned {
-            site: Site {
+        self.push_site(Planned::bare_return(
+            Site {
                 probe: ret,
                 addr: ret,
                 displaced: Vec::new(),
                 len: 0,
                 ret: None,
             },
-            tags: Vec::new(),
-            ret_tags: Vec::new(),
-            kind: site_kind::RET,
-            orig: Vec::new(),
-            patch: Vec::new(),
-            inode: 0,
-            patched: false,
-            trap: None,
-            stub: 0,
-            cave: None,
-        });
+            0,
+        ));
         Ok(i)
     }
 

@@ -248,19 +248,7 @@ impl Patcher {
             a.next = at - a.base + code.len() as u64;
             ret_stubs.push((r, at));
             // No window, no bytes: what `add_whole`'s return site is.
-            self.push_site(Planned {
-                site,
-                tags: Vec::new(),
-                ret_tags: Vec::new(),
-                kind: site_kind::RET,
-                orig: Vec::new(),
-                patch: Vec::new(),
-                inode: 0,
-                patched: false,
-                trap: None,
-                stub: at,
-                cave: None,
-            });
+            self.push_site(Planned::bare_return(site, at));
         }
         let e = &self.sites[entry];
         let (site, cave) = (e.site.clone(), e.cave.as_ref().map(|c| c.addr));
