@@ -85,10 +85,8 @@ impl Binary {
     }
 
     /// The libraries it needs (`DT_NEEDED`), in order.
-    pub fn needed(&self) -> Vec<String> {
-        goblin::elf::Elf::parse(self.bytes())
-            .map(|e| e.libraries.iter().map(|s| s.to_string()).collect())
-            .unwrap_or_default()
+    pub fn needed(&self) -> &[String] {
+        &self.info.needed
     }
 
     /// Its USDT probe sites (`.note.stapsdt`), in note order.
@@ -118,12 +116,15 @@ impl Binary {
             .map(|i| &self.funcs[i])
     }
 
-    /// The function whose extent contains `vaddr`.
-    pub fn func_at(&self, vaddr: u64) -> Option<&Func> {
-        self.funcs
-            .iter()
-            .filter(|f| f.size > 0 && f.value <= vaddr && vaddr < f.value.saturating_add(f.size))
-            .min_by_key(|f| f.size)
+    /// The function whose extent contains `vaddr`, by the project's one
+    /// rule (`wprobe_elf::ElfInfo::function_containing`: the innermost, a
+    /// global symbol before a local one at the same start).
+    pub fn func_at(&self, vaddr: u64) -> Option<Func> {
+        self.info.function_containing(vaddr).map(|s| Func {
+            name: s.name.clone(),
+            value: s.value,
+            size: s.size,
+        })
     }
 
     /// Up to `n` file bytes at link-time address `vaddr` (empty outside the file).

@@ -132,6 +132,8 @@ pub struct ElfInfo {
     pub interp: Option<String>,
     /// `DT_SONAME`, when present (shared objects).
     pub soname: Option<String>,
+    /// `DT_NEEDED`: the libraries it needs, in order.
+    pub needed: Vec<String>,
     /// Defined symbols, sorted by name then value; deduplicated across tables.
     pub symbols: Vec<Symbol>,
     /// `R_X86_64_IRELATIVE` relocations: `(GOT slot, resolver)`, both
@@ -405,6 +407,7 @@ impl ElfInfo {
             first_load: segments.first().map(|s| (s.0, s.2)),
             interp: elf.interpreter.map(str::to_string),
             soname: elf.soname.map(str::to_string),
+            needed: elf.libraries.iter().map(|s| s.to_string()).collect(),
             symbols,
             irelative,
             imports,

@@ -83,12 +83,40 @@ fn canonical(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// One library a program loads at startup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartupLibrary {
+    /// Its canonical path.
+    pub path: PathBuf,
+    /// Its `DT_SONAME`, when it has one.
+    pub soname: Option<String>,
+}
+
 /// The libraries executable `exe` loads at startup (canonical paths, in
 /// load order; the executable and its interpreter excluded). Files that
 /// cannot be read or parsed, and names not found, are left out (the
 /// dynamic linker would fail, or the library is mapped some other way).
 pub fn startup_libraries(exe: &Path, env: &LoaderEnv) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
+    startup_objects(exe, env)
+        .libraries
+        .into_iter()
+        .map(|l| l.path)
+        .collect()
+}
+
+/// What [`startup_objects`] finds.
+#[derive(Clone, Debug, Default)]
+pub struct StartupObjects {
+    /// The executable's `PT_INTERP` (the dynamic linker), as it names it.
+    pub interpreter: Option<PathBuf>,
+    /// The libraries, in load order (see [`startup_libraries`]).
+    pub libraries: Vec<StartupLibrary>,
+}
+
+/// The objects executable `exe` loads at startup: its interpreter and the
+/// libraries of [`startup_libraries`], each with its soname.
+pub fn startup_objects(exe: &Path, env: &LoaderEnv) -> StartupObjects {
+    let mut out = StartupObjects::default();
     let mut seen: HashSet<PathBuf> = HashSet::new();
     seen.insert(canonical(exe));
     let Ok(bytes) = std::fs::read(exe) else {
@@ -99,6 +127,7 @@ pub fn startup_libraries(exe: &Path, env: &LoaderEnv) -> Vec<PathBuf> {
     };
     if let Some(interp) = g.interpreter {
         seen.insert(canonical(Path::new(interp)));
+        out.interpreter = Some(PathBuf::from(interp));
     }
     let exe_dir = exe.parent().unwrap_or(Path::new("/"));
     // The executable's DT_RPATH applies to every object it loads.
@@ -134,12 +163,15 @@ pub fn startup_libraries(exe: &Path, env: &LoaderEnv) -> Vec<PathBuf> {
         if !seen.insert(canon.clone()) {
             continue;
         }
-        out.push(canon);
-        let Ok(bytes) = std::fs::read(&file) else {
-            continue;
-        };
-        let Ok(g) = Elf::parse(&bytes) else { continue };
-        enqueue(&file, &g, &mut queue);
+        let parsed = std::fs::read(&file).ok();
+        let g = parsed.as_deref().and_then(|b| Elf::parse(b).ok());
+        out.libraries.push(StartupLibrary {
+            path: canon,
+            soname: g.as_ref().and_then(|g| g.soname).map(str::to_string),
+        });
+        if let Some(g) = g {
+            enqueue(&file, &g, &mut queue);
+        }
     }
     out
 }

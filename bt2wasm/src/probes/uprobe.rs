@@ -30,8 +30,8 @@ fn moved_function(
     {
         return None;
     }
-    bin.needed().into_iter().find_map(|lib| {
-        let p = find_library(&lib)?;
+    bin.needed().iter().find_map(|lib| {
+        let p = find_library(lib)?;
         let b = env.binary(&p).ok()?;
         b.func(name).is_some().then_some((p, b))
     })
@@ -345,7 +345,7 @@ fn address_func(
         );
         return None;
     }
-    let Some(f) = bin.func_at(addr).cloned() else {
+    let Some(f) = bin.func_at(addr) else {
         diags.error_note(
             codes::NOT_BOUNDARY,
             span,

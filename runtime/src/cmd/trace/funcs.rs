@@ -13,7 +13,6 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use goblin::elf::Elf;
 use wprobe_elf::{ElfInfo, SymKind};
 
 use wprobe_elf::glob as glob_match;
@@ -362,51 +361,28 @@ fn imports(
 }
 
 /// The shared libraries `--lib` globs name, for a command about to be
-/// launched: the libraries the executable needs (`DT_NEEDED`, closed over
-/// their own needs, found as the dynamic linker finds them: `DT_RPATH`,
-/// `LD_LIBRARY_PATH`, `DT_RUNPATH`, then `ld.so.cache` and the default
-/// directories) whose base name or soname matches; a glob without
-/// wildcards that names none of them names a library the program may load
-/// later (`dlopen`), found by path or name.
+/// launched: the dynamic linker and the libraries the program loads at
+/// startup (found as the dynamic linker finds them,
+/// [`wprobe_elf::startup::startup_objects`]) whose base name or soname
+/// matches; a glob without wildcards that names none of them names a
+/// library the program may load later (`dlopen`), found by path or name.
 pub fn libraries_for_launch(exe: &Path, globs: &[String]) -> Result<Vec<PathBuf>, String> {
     if globs.is_empty() {
         return Ok(Vec::new());
     }
-    let env_dirs: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
-        .map(|v| {
-            std::env::split_paths(&v)
-                .filter(|d| !d.as_os_str().is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out: Vec<(PathBuf, Option<String>)> = Vec::new();
+    let objects =
+        wprobe_elf::startup::startup_objects(exe, &wprobe_elf::startup::LoaderEnv::from_env());
+    let interpreter = objects
+        .interpreter
+        .map(|p| wprobe_elf::startup::StartupLibrary {
+            soname: ElfInfo::open(&p).ok().and_then(|e| e.soname.clone()),
+            path: crate::proc::procmaps::canonical(&p),
+        });
     let mut seen: HashSet<PathBuf> = HashSet::new();
-    let mut queue: Vec<PathBuf> = vec![exe.to_path_buf()];
-    let mut first = true;
-    while let Some(file) = queue.pop() {
-        let Ok(bytes) = std::fs::read(&file) else {
-            continue;
-        };
-        let Ok(g) = Elf::parse(&bytes) else { continue };
-        if first {
-            if let Some(interp) = g.interpreter {
-                queue.push(PathBuf::from(interp));
-            }
-            first = false;
-        } else {
-            let canon = crate::proc::procmaps::canonical(&file);
-            if seen.insert(canon.clone()) && lib_matches(&canon, g.soname, globs) {
-                out.push((canon, g.soname.map(str::to_string)));
-            }
-        }
-        let dirs = search_dirs(&file, &g, &env_dirs);
-        for name in &g.libraries {
-            if let Some(p) = needed_library(name, &dirs) {
-                let canon = crate::proc::procmaps::canonical(&p);
-                if !seen.contains(&canon) {
-                    queue.push(p);
-                }
-            }
+    let mut out: Vec<(PathBuf, Option<String>)> = Vec::new();
+    for lib in interpreter.into_iter().chain(objects.libraries) {
+        if seen.insert(lib.path.clone()) && lib_matches(&lib.path, lib.soname.as_deref(), globs) {
+            out.push((lib.path, lib.soname));
         }
     }
     for g in globs.iter().filter(|g| !g.contains(['*', '?'])) {
@@ -434,45 +410,6 @@ pub fn libraries_for_launch(exe: &Path, globs: &[String]) -> Result<Vec<PathBuf>
     let mut out: Vec<PathBuf> = out.into_iter().map(|(p, _)| p).collect();
     out.sort();
     Ok(out)
-}
-
-/// The directories the dynamic linker searches, before `ld.so.cache`, for
-/// the `DT_NEEDED` libraries of `file`: its `DT_RPATH` (ignored when it
-/// has a `DT_RUNPATH`), `LD_LIBRARY_PATH`, its `DT_RUNPATH`; `$ORIGIN`
-/// is the directory of `file`.
-fn search_dirs(file: &Path, g: &Elf, env_dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let origin = file
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .display()
-        .to_string();
-    let split = |list: &[&str]| -> Vec<PathBuf> {
-        list.iter()
-            .flat_map(|l| l.split(':'))
-            .filter(|d| !d.is_empty())
-            .map(|d| PathBuf::from(d.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin)))
-            .collect()
-    };
-    let mut dirs = Vec::new();
-    if g.runpaths.is_empty() {
-        dirs.extend(split(&g.rpaths));
-    }
-    dirs.extend(env_dirs.iter().cloned());
-    dirs.extend(split(&g.runpaths));
-    dirs
-}
-
-/// Where the dynamic linker finds `DT_NEEDED` entry `name`: a path as it
-/// is, else the first of `dirs` holding it, else `ld.so.cache` and the
-/// default directories.
-fn needed_library(name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
-    if name.contains('/') {
-        return Some(PathBuf::from(name)).filter(|p| p.is_file());
-    }
-    dirs.iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .or_else(|| wprobe_elf::locate::library(name))
 }
 
 /// The shared libraries `--lib` globs name among those process `pid` maps.
