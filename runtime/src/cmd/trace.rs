@@ -475,6 +475,7 @@ fn start_session(
     let info = plan.info;
     session.set_plan(&plan);
     session.set_verbose(a.verbose);
+    session.set_use_cache(!a.no_cache);
     if info.name == "perf" && functions > PERF_MANY_FUNCTIONS {
         crate::elog!(
             "wprobe: note: --transport perf registers a uprobe at the entry and at each return \

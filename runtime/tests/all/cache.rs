@@ -8,7 +8,10 @@
 //! even alone over the bound, the entry-count bound, only the cache's own
 //! files removed (stale temporary files too, fresh ones never), concurrent
 //! writers of different keys, `WPROBE_CACHE_MAX_BYTES` parsed, and all of
-//! it through `wprobe run`.
+//! it through `wprobe run`. The in-process transport's plan cache (`plans/`
+//! in the same directory): written by a traced run, used by the next with
+//! the same trace, and neither read nor written with `--no-cache` or
+//! `WPROBE_NO_CACHE=1`, nor the handlers compiled for the agent.
 //! Every test uses its own directory through an explicit `Cache` value, so
 //! nothing depends on (or races on) the environment of the test process.
 
@@ -43,6 +46,10 @@ pub(crate) const CASES: &[Case] = &[
     case!(concurrent_writers_of_different_keys_keep_the_bound),
     case!(max_bytes_variable_is_parsed_or_refused_with_a_clear_error),
     case!(wprobe_run_evicts_down_to_the_bound_and_refuses_a_bad_one),
+    case!(
+        the_plan_cache_is_kept_by_a_traced_run_and_not_with_no_cache,
+        Need::Ptrace
+    ),
 ];
 
 use hostabi::Outcome;
@@ -1123,4 +1130,66 @@ fn wprobe_run_evicts_down_to_the_bound_and_refuses_a_bad_one() {
     );
     assert_eq!(files(&dir), want);
     std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+/// `wprobe trace --transport inproc -- /bin/true` with the cache in `dir`
+/// and `extra` arguments and variables: its standard error.
+fn trace_true(dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> String {
+    let mut c = crate::support::cli::wprobe();
+    c.args(["trace", "--transport", "inproc", "-o", "/dev/null"])
+        .args(args)
+        .args(["--", "/bin/true"])
+        .env("WPROBE_CACHE_DIR", dir)
+        .env_remove("WPROBE_NO_CACHE")
+        .env_remove("WPROBE_DEBUG");
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    let o = crate::support::cli::output_within(c, 60);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    err
+}
+
+/// The `.plan` files under `dir/plans`, sorted (none when it is absent).
+fn plan_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir.join("plans"))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".plan"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn the_plan_cache_is_kept_by_a_traced_run_and_not_with_no_cache() {
+    let on = temp_dir("plans-on");
+    let first = trace_true(&on, &[], &[]);
+    assert!(
+        first.ends_with("wprobe: trace: 1 calls (1 returned, 0 unwound)\n"),
+        "{first}"
+    );
+    let kept = plan_files(&on);
+    // /bin/true's plans at least (and the dynamic linker's, its library).
+    assert!(!kept.is_empty(), "no plan kept in {}", on.display());
+    // The second run reads them and traces the same call; nothing new is
+    // written for the same files.
+    let second = trace_true(&on, &[], &[]);
+    assert_eq!(second, first);
+    assert_eq!(plan_files(&on), kept);
+
+    for (name, args, vars) in [
+        ("plans-flag", &["--no-cache"][..], &[][..]),
+        ("plans-var", &[][..], &[("WPROBE_NO_CACHE", "1")][..]),
+    ] {
+        let off = temp_dir(name);
+        let err = trace_true(&off, args, vars);
+        assert_eq!(err, first, "{name}");
+        // Not even the directory is made.
+        assert!(!off.exists(), "{name}: {:?}", plan_files(&off));
+    }
+    std::fs::remove_dir_all(&on).unwrap();
 }

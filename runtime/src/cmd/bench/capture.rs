@@ -34,6 +34,7 @@ pub fn capture(
     };
     let mut session = Session::new(engine, inputs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;
+    session.set_use_cache(!a.opts.no_cache);
     // The command's output would mix with the report: send it to /dev/null.
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
