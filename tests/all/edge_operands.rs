@@ -1,4 +1,4 @@
-//! Edge operands (RELIABILITY C2): every arithmetic, logic, shift, rotate
+//! Edge operands: every arithmetic, logic, shift, rotate
 //! and bit-propagation instruction on 0, 1, −1, i64 min/max, 2^32±1 and the
 //! shift counts 0/63/64/65, in both engines; plus the exact results the
 //! spec pins down (division by zero, MIN / −1, counts taken mod 64).

@@ -1,13 +1,14 @@
 //! Thin wrappers over the ptrace and wait system calls. Each returns
 //! `Err(Errno)` exactly as the kernel reported it; the callers decide what
-//! `ESRCH` means (thread gone, see RELIABILITY H8). Nothing here keeps
+//! `ESRCH` means (the thread is gone: a tracee can vanish between any two calls). Nothing here keeps
 //! state or retries anything but `EINTR`.
 
 use nix::errno::Errno;
 
 use crate::arch::{FpRegs, Regs};
 
-/// `PTRACE_O_*` options every tracee gets (RELIABILITY H2).
+/// `PTRACE_O_*` options every tracee gets (forks, clones and execs are
+/// reported: a child must never run into a breakpoint nobody handles).
 pub const OPTIONS_BASE: libc::c_int = libc::PTRACE_O_TRACESYSGOOD
     | libc::PTRACE_O_TRACEFORK
     | libc::PTRACE_O_TRACEVFORK

@@ -14,6 +14,7 @@ mod bench_cmd;
 mod cache;
 mod cli;
 mod cli_goldens;
+mod docs;
 mod dynamic_processes;
 mod guests;
 mod inproc;
@@ -60,6 +61,7 @@ fn main() {
         bench_cmd::CASES,
         cache::CASES,
         cli::CASES,
+        docs::CASES,
         dynamic_processes::CASES,
         inproc_forks::CASES,
         guests::CASES,

@@ -1,7 +1,7 @@
-//! What happens to traced processes when wprobe itself dies (RELIABILITY
-//! T3): a launched command and every descendant it forked under `-f` are
-//! killed with the tracer (PTRACE_O_EXITKILL), so nothing is left running
-//! with breakpoints in it, nor stopped in a tracing stop.
+//! What happens to traced processes when wprobe itself dies: a launched
+//! command and every descendant it forked under `-f` are killed with the
+//! tracer (PTRACE_O_EXITKILL), so nothing is left running with breakpoints
+//! in it, nor stopped in a tracing stop.
 
 use crate::case;
 use crate::support::case::{Case, Need};

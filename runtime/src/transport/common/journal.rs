@@ -1,4 +1,4 @@
-//! The patch journal of attach mode (RELIABILITY §5, policy 2c): before each
+//! The patch journal of attach mode: before each
 //! `int3` is written into a process we did not launch, one line records the
 //! address, the original byte and the inode of the mapping, so that a later
 //! `repair --pid N` can restore the bytes if the tracer was killed with

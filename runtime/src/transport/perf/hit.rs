@@ -2,7 +2,7 @@
 //! kernel sampled at the hit, a snapshot of the user stack taken at the same
 //! moment, and live memory of the process for everything outside that
 //! snapshot. The target did not stop: live reads may observe memory that is
-//! newer than the hit (documented; RELIABILITY H12). Handlers are
+//! newer than the hit (documented). Handlers are
 //! observe-only here: every write is refused with `Status::ReadOnly` (and
 //! writing programs are refused at load time anyway). Never panics on any
 //! argument value; nothing here allocates per hit.

@@ -127,7 +127,7 @@ impl PtraceTracer {
                 continue;
             }
             self.handle(tid, raw, cb)?;
-            // Fairness (RELIABILITY H7): take every stop already pending
+            // Fairness (no thread starves the others): take every stop already pending
             // before waiting again, and handle them in arrival order. With
             // one traced thread there can be none (one system call less
             // per hit): its next stop is what the blocking wait returns.
@@ -328,7 +328,7 @@ impl PtraceTracer {
     ) -> Result<(), PtraceError> {
         let former = sys::geteventmsg(tid).map(|v| v as i32).unwrap_or(tid);
         let _ = former;
-        // Every other thread is gone (RELIABILITY H3); the execing thread now
+        // Every other thread is gone (exec kills them); the execing thread now
         // has the leader's tid.
         let others: Vec<i32> = self
             .procs
