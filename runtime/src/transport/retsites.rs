@@ -182,7 +182,12 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     outside.sort_unstable();
     outside.dedup();
     let never_returns = rets.is_empty() && outside.is_empty() && indirect.is_empty() && !jumps_out;
-    if rets.is_empty() && outside.is_empty() && !never_returns {
+    // A function that ends only in tail calls through a pointer (CPython's
+    // `_Py_Dealloc`: `jmp *0x30(%rax)`) returns through the `ret`s of the
+    // functions it goes to: listed by `indirect`, and the transport
+    // decides (its calls are paired where those functions return, when
+    // they are traced, and are otherwise closed as unwound).
+    if rets.is_empty() && outside.is_empty() && indirect.is_empty() && !never_returns {
         return Err(no_ret(&function, &elf.path, transport));
     }
     indirect.sort_unstable();

@@ -109,7 +109,11 @@ impl Patcher {
         )?;
         let (outside_rets, outside_found, outside_refused) =
             self.outside_ret_windows(world, maps, &found.outside, slots);
-        if !own_rets && !outside_found && !found.never_returns {
+        // Calls that leave by a tail call through a pointer return where
+        // the function they go to returns: paired there (the agent's
+        // tail-call rule) when it is traced, else at the continuation
+        // sites planned below, else closed as unwound.
+        if !own_rets && !outside_found && !found.never_returns && found.indirect.is_empty() {
             return Err(no_returns(&found.function, &path, addr, outside_refused));
         }
         // An entry too close to a `ret` for two windows: one window for
