@@ -130,8 +130,10 @@ pub struct RecordView<'a> {
 /// One handler run read from the ring.
 #[derive(Clone, Debug)]
 pub struct RunView<'a> {
-    /// Its header (probe, thread, CPU, outcome, time).
-    pub header: RunHeader,
+    /// Its header (probe, thread, CPU, outcome, time), read in place: a
+    /// copy made apart and read back in other widths cost the drain a
+    /// store-forwarding stall per entry.
+    pub header: &'a RunHeader,
     /// Its records (checked by the parse), in emission order: see
     /// [`RunView::records`].
     body: &'a [u8],
@@ -140,6 +142,7 @@ pub struct RunView<'a> {
 impl<'a> RunView<'a> {
     /// An [`agent_abi::entry::ENTERED`] entry's `rsp` at the entry (`None`
     /// for a run).
+    #[inline]
     pub fn entered_rsp(&self) -> Option<u64> {
         if self.header.kind != entry::ENTERED {
             return None;
@@ -150,6 +153,7 @@ impl<'a> RunView<'a> {
 
     /// An [`agent_abi::entry::RETURNED`] entry's words: `rax` after the
     /// return, `rsp` at the entry, the duration in ns (`None` for a run).
+    #[inline]
     pub fn returned(&self) -> Option<[u64; 3]> {
         if self.header.kind != entry::RETURNED {
             return None;
@@ -572,6 +576,7 @@ impl Region {
     pub fn drain(&mut self, mut f: impl FnMut(&RunView<'_>)) -> Drained {
         let cap = self.layout.ring_size;
         let base = self.layout.ring_off() as usize;
+        let end = self.len();
         let h = self.header();
         let head = h.ring.head.load(Ordering::Acquire);
         let mut tail = h.ring.tail.load(Ordering::Relaxed);
@@ -580,7 +585,7 @@ impl Region {
             let off = (tail & (cap - 1)) as usize;
             // Every entry starts with its size and kind (8 bytes, which
             // fit before the ring's end: offsets and sizes are multiples of 8).
-            let (size, kind) = size_and_kind(self.ring_entry(base + off, 8));
+            let (size, kind) = size_and_kind(self.ring_entry(end, base + off, 8));
             let size = u64::from(size);
             let fits = size >= 8
                 && size.is_multiple_of(8)
@@ -600,7 +605,7 @@ impl Region {
                 tail += size;
                 continue;
             }
-            match parse_run(self.ring_entry(base + off, size as usize)) {
+            match parse_run(self.ring_entry(end, base + off, size as usize)) {
                 Some(run) => {
                     f(&run);
                     out.runs += 1;
@@ -619,9 +624,11 @@ impl Region {
 
     /// The `len` bytes of a complete ring entry at offset `off`, read in
     /// place (no copy): the drain hands them to its callback before it
-    /// moves the tail past them.
-    fn ring_entry(&self, off: usize, len: usize) -> &[u8] {
-        assert!(off + len <= self.len());
+    /// moves the tail past them. `end` is the region's size
+    /// ([`Region::len`], computed once per drain: it adds up the layout).
+    #[inline]
+    fn ring_entry(&self, end: usize, off: usize, len: usize) -> &[u8] {
+        assert!(off + len <= end);
         // SAFETY: inside the mapping (asserted). The bytes are those of an
         // entry between the ring's tail and the head the producer
         // published (acquire): the producer wrote them before and does not
@@ -821,13 +828,17 @@ fn size_and_kind(w: &[u8]) -> (u32, u16) {
 /// Parses one run entry (bounds-checked).
 #[inline]
 fn parse_run(e: &[u8]) -> Option<RunView<'_>> {
-    // SAFETY: RunHeader is plain data; `e` holds at least its size (the
-    // caller checked `size >= 8`; a shorter run entry fails below).
-    if e.len() < RUN_HEADER_SIZE {
+    // `e` holds at least the header's size (the caller checked `size >=
+    // 8`; a shorter run entry fails here) and starts 8-aligned (the ring
+    // is page-aligned, entries' sizes are multiples of 8).
+    if e.len() < RUN_HEADER_SIZE
+        || !(e.as_ptr() as usize).is_multiple_of(std::mem::align_of::<RunHeader>())
+    {
         return None;
     }
-    // SAFETY: at least RUN_HEADER_SIZE bytes; plain data.
-    let header: RunHeader = unsafe { std::ptr::read_unaligned(e.as_ptr() as *const _) };
+    // SAFETY: RUN_HEADER_SIZE bytes, aligned (checked above), borrowed for
+    // `e`'s lifetime; RunHeader is plain data (any bytes are a valid one).
+    let header: &RunHeader = unsafe { &*(e.as_ptr() as *const RunHeader) };
     let body = &e[RUN_HEADER_SIZE..];
     let mut at = 0usize;
     for _ in 0..header.n_records {

@@ -664,12 +664,44 @@ pub fn plan_ret_in(
     }
     debug_assert!(decoded.is_of(func, targets));
     let insns = &decoded.insns[..];
-    let indirect = decoded.indirect;
     let r = insns.binary_search_by_key(&ret, Instruction::ip).ok();
     let r = r
         .filter(|&r| insns[r].flow_control() == FlowControl::Return)
         .ok_or(Refusal::Undecodable { at: ret })?;
-    let pad_len = |need: usize| padding(func, after, insns[r].next_ip(), need, targets);
+    // Padding inside the function (after a `ret` that is not its last
+    // instruction) is where a later `ret` of the function, too short for
+    // a jump, finds the cave of its near jump: a 5-byte window takes it
+    // only when no window of the epilogue fits.
+    if need >= JMP_LEN
+        && insns[r].next_ip() < end
+        && let Ok(site) = plan_ret_at(func, decoded, after, targets, need, r, false)
+    {
+        return Ok(site);
+    }
+    plan_ret_at(func, decoded, after, targets, need, r, true)
+}
+
+/// [`plan_ret_in`] for the `ret` at index `r` of `decoded`, taking
+/// padding after it (`pad`) or not.
+fn plan_ret_at(
+    func: Function<'_>,
+    decoded: &Decoded,
+    after: &[u8],
+    targets: &BranchTargets,
+    need: usize,
+    r: usize,
+    pad: bool,
+) -> Result<Site, Refusal> {
+    let insns = &decoded.insns[..];
+    let indirect = decoded.indirect;
+    let ret = insns[r].ip();
+    let pad_len = |need: usize| {
+        if pad {
+            padding(func, after, insns[r].next_ip(), need, targets)
+        } else {
+            None
+        }
+    };
     let mut refusal = None;
     for k in 0..=MAX_INNER.min(r) {
         let pre = &insns[r - k..r];

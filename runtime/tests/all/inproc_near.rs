@@ -27,6 +27,10 @@ pub const CASES: &[Case] = &[
     ),
     case!(the_statistics_count_near_sites, Need::Ptrace),
     case!(detach_and_repair_put_the_padding_back_too, Need::Ptrace),
+    case!(
+        a_ret_window_leaves_the_padding_to_the_near_jump_of_a_later_ret,
+        Need::Ptrace
+    ),
 ];
 
 /// `near_funcs.c`, built so that its short functions are followed by
@@ -312,4 +316,45 @@ fn detach_and_repair_put_the_padding_back_too() {
             .unwrap();
         assert_eq!(again.status.code(), Some(1), "nothing left to repair");
     });
+}
+
+/// `near_fib.c`, gcc -O2's fib: its second `ret` (4 bytes, a branch
+/// target, no padding after it) takes a near jump to a cave in the 6 bytes
+/// of padding after its first `ret`, whose window is the epilogue before
+/// it. The first `ret`'s window used to take 4 of those bytes, written
+/// over the cave: the program died of SIGSEGV at its first leaf return.
+/// Every call is traced and returns, the program's output unchanged.
+fn a_ret_window_leaves_the_padding_to_the_near_jump_of_a_later_ret() {
+    let exe = gcc(
+        "near_fib",
+        &progs().join("near_fib.c"),
+        &["-O2", "-fcf-protection=none"],
+    );
+    let out = scratch().join("near_fib.report.json");
+    let mut c = wprobe();
+    c.args(["trace", "-v", "--transport", "inproc", "--report"])
+        .args(["--format", "json", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .arg("20")
+        .current_dir(scratch());
+    let o = output_within(c, 120);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "6765\n", "{err}");
+    assert_eq!(near_lines(&err), ["fib"], "{err}");
+    assert!(
+        err.contains("wprobe: trace: 10948 calls (10948 returned, 0 unwound)"),
+        "{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let fib = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["function"] == "fib")
+        .unwrap_or_else(|| panic!("no fib in {v}"));
+    assert_eq!(fib["calls"].as_u64(), Some(10946), "{err}");
 }

@@ -26,8 +26,12 @@ pub struct ReportView {
     out: TextOut,
     json: bool,
     totals: Vec<Totals>,
-    /// Each thread's shown calls, to tell recursive calls.
-    stacks: HashMap<Thread, OpenSteps<u32>>,
+    /// Each thread's shown calls, to tell recursive calls: their place in
+    /// `stacks` by thread, and the thread looked up last with its place
+    /// (a thread's steps come in runs: most steps then hash nothing).
+    stacks: Vec<OpenSteps<u32>>,
+    index: HashMap<Thread, usize>,
+    last: Option<(Thread, usize)>,
 }
 
 impl ReportView {
@@ -39,7 +43,25 @@ impl ReportView {
             out,
             json,
             totals: vec![Totals::default(); n],
-            stacks: HashMap::default(),
+            stacks: Vec::new(),
+            index: HashMap::default(),
+            last: None,
+        }
+    }
+
+    /// The place in `stacks` of thread `th`'s shown calls.
+    fn stack(&mut self, th: Thread) -> usize {
+        match self.last {
+            Some((t, i)) if t == th => i,
+            _ => {
+                let next = self.stacks.len();
+                let i = *self.index.entry(th).or_insert(next);
+                if i == next {
+                    self.stacks.push(OpenSteps::default());
+                }
+                self.last = Some((th, i));
+                i
+            }
         }
     }
 
@@ -59,7 +81,8 @@ impl ReportView {
 
 impl View for ReportView {
     fn step(&mut self, s: &Step) {
-        let stack = self.stacks.entry(s.th).or_default();
+        let i = self.stack(s.th);
+        let stack = &mut self.stacks[i];
         match &s.kind {
             StepKind::Enter { .. } => stack.enter(s, s.func),
             StepKind::Exit {

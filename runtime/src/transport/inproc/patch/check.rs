@@ -234,7 +234,7 @@ impl Patcher {
     /// Takes the window of `site` (in a function ending at `fend`): the
     /// continuation sites not patched yet that it meets give their bytes
     /// up; refused if it meets another site's window or a cave; the padding
-    /// it takes after its function is no cave's.
+    /// it takes after its `ret` or its function is no cave's.
     fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), String> {
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
         let meeting: Vec<usize> = self
@@ -275,9 +275,13 @@ impl Patcher {
                 site.len
             ));
         }
-        // The padding a window takes is no cave's.
-        if hi > fend {
-            self.tails.insert(lo.max(fend), hi);
+        // The padding a window takes is no cave's: after its function, or
+        // inside it after its `ret` (alignment before another part of the
+        // function, where the near jump of a later `ret` of the same
+        // function, checked before this window is a site, looks for one).
+        let pad = site.ret.map_or(fend, |r| r.next_ip().min(fend));
+        if hi > pad {
+            self.tails.insert(lo.max(pad), hi);
         }
         Ok(())
     }
