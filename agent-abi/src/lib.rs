@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 9;
+pub const AGENT_ABI_VERSION: u32 = 10;
 
 /// First 8 bytes of the control region ("WPRBAGT3", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
@@ -42,6 +42,17 @@ pub mod fork_guard {
     /// global expedited barriers: only then may one of its threads own the
     /// store's bias ([`crate::bias`]), whose revocation relies on them.
     pub const REGISTERED_WORD: usize = 2;
+    /// The word that is not 0 while a `vfork` child of the process lives
+    /// (`vfork`, or `posix_spawn`'s `clone(CLONE_VM | CLONE_VFORK)`): a
+    /// process that shares this memory, this page and the thread pointer
+    /// of the thread that made it. The tracer, following it (`-f`), writes
+    /// the number of such children before the first runs and again when
+    /// one executes a program or exits. While it is not 0 the agent asks
+    /// the kernel which process a hit runs in: one whose pid is not
+    /// [`PID_WORD`]'s is a vfork child, whose runs carry its own pid and
+    /// tid and whose calls are tracked apart from those of the thread
+    /// that made it (suspended meanwhile).
+    pub const VFORK_WORD: usize = 3;
 }
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.

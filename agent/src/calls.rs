@@ -175,11 +175,16 @@ pub struct Entry {
     ret_addr: u64,
 }
 
-/// The call stack of the thread of `slot`, mapped at its first use
-/// (zero-filled: empty; room for [`FIRST_DEPTH`] calls). `None` when it
-/// cannot be mapped.
-fn shadow(slot: &Slot) -> Option<&'static mut Shadow> {
-    let mut p = slot.shadow.load(Ordering::Relaxed);
+/// The call stack of the thread of `slot` (`vforked`: of its vfork
+/// child), mapped at its first use (zero-filled: empty; room for
+/// [`FIRST_DEPTH`] calls). `None` when it cannot be mapped.
+fn shadow(slot: &Slot, vforked: bool) -> Option<&'static mut Shadow> {
+    let at = if vforked {
+        &slot.vfork_shadow
+    } else {
+        &slot.shadow
+    };
+    let mut p = at.load(Ordering::Relaxed);
     if p == 0 {
         let map = |size: usize| {
             sys::mmap(
@@ -203,18 +208,23 @@ fn shadow(slot: &Slot) -> Option<&'static mut Shadow> {
             sh.cap = FIRST_DEPTH as u32;
         }
         p = head as usize;
-        slot.shadow.store(p, Ordering::Relaxed);
+        at.store(p, Ordering::Relaxed);
     }
     // SAFETY: mapped for the life of the process, used only by the thread
-    // owning the slot (inside the agent, `busy` set).
+    // owning the slot, or its vfork child while the thread is suspended
+    // (inside the agent, `busy` set).
     Some(unsafe { &mut *(p as *mut Shadow) })
 }
 
-/// Whether the thread of `slot` has tracked calls (a `ret` site then has
-/// work: otherwise it returns at once).
+/// Whether the thread of `slot` (`vforked`: its vfork child) has tracked
+/// calls (a `ret` site then has work: otherwise it returns at once).
 #[inline(always)]
-pub fn tracking(slot: &Slot) -> bool {
-    let p = slot.shadow.load(Ordering::Relaxed);
+pub fn tracking(slot: &Slot, vforked: bool) -> bool {
+    let p = if vforked {
+        slot.vfork_shadow.load(Ordering::Relaxed)
+    } else {
+        slot.shadow.load(Ordering::Relaxed)
+    };
     // SAFETY: see `shadow`.
     p != 0 && unsafe { (*(p as *const Shadow)).len } != 0
 }
@@ -243,8 +253,15 @@ fn end_live(slot: &ProbeSlot, locked: bool) {
     }
 }
 
-/// One unwound record of `call` of thread `tid` into the ring.
-fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut StoreLock<'_>) {
+/// One unwound record of `call` of thread `tid` of process `pid` into the
+/// ring.
+fn report(
+    c: &ControlHeader,
+    call: &Tracked,
+    (pid, tid): (u32, u32),
+    cause: u64,
+    lock: &mut StoreLock<'_>,
+) {
     let Some(slot) = crate::ctrl::probe(c, call.probe) else {
         return;
     };
@@ -265,7 +282,7 @@ fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut St
     let head = RunHeader {
         probe: call.probe,
         tid,
-        pid: crate::init::pid(),
+        pid,
         outcome: run_outcome::UNWOUND,
         time_ns: call.entry_ns,
         ..Default::default()
@@ -286,20 +303,23 @@ fn report(c: &ControlHeader, call: &Tracked, tid: u32, cause: u64, lock: &mut St
 /// Reports the calls of `sh` from index `from` up, innermost first, and
 /// forgets them.
 fn cut(c: &ControlHeader, sh: &mut Shadow, from: usize, cause: u64, lock: &mut StoreLock<'_>) {
-    let tid = sh.tid;
+    let who = (sh.pid, sh.tid);
     while sh.len as usize > from {
         sh.len -= 1;
         let call = sh.call(sh.len as usize);
-        report(c, &call, tid, cause, lock);
+        report(c, &call, who, cause, lock);
     }
 }
 
 /// The shadow stack of the hit's thread, its calls of an earlier thread of
 /// the same slot reported as ended with it.
 fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'static mut Shadow> {
-    let sh = shadow(h.slot)?;
+    if h.vforked {
+        return own_vforked(c, h);
+    }
+    let sh = shadow(h.slot, false)?;
     if sh.tid != h.tid {
-        let pid = crate::init::pid();
+        let pid = h.pid;
         if sh.pid == pid {
             cut(c, sh, 0, left::THREAD_EXIT, lock);
         } else if h.tid == pid {
@@ -313,6 +333,45 @@ fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'sta
             sh.len = 0;
         }
         sh.pid = pid;
+        sh.tid = h.tid;
+        sh.stack = (0, 0);
+        sh.lookups = 0;
+    }
+    Some(sh)
+}
+
+/// The shadow stack of a vfork child's hit (see
+/// `crate::init::vfork_child`): the slot's second one, the thread that
+/// made the child keeping its own for when it resumes. A new child finds
+/// there the calls of the thread's vfork child before it (which executed
+/// a program or exited: the tracer ended its calls with it), ended without
+/// a word, and starts with copies of the thread's calls, as a fork child
+/// does (it returns through them: see [`adopt`]).
+#[cold]
+fn own_vforked(c: &ControlHeader, h: &HitArgs) -> Option<&'static mut Shadow> {
+    let sh = shadow(h.slot, true)?;
+    if sh.tid != h.tid || sh.pid != h.pid {
+        for call in sh.calls() {
+            if let Some(slot) = crate::ctrl::probe(c, call.probe) {
+                end_live(slot, false);
+            }
+        }
+        sh.len = 0;
+        let me = h.slot.tid.load(Ordering::Relaxed);
+        let p = h.slot.shadow.load(Ordering::Relaxed);
+        // SAFETY: see `shadow`; the thread owning it is suspended in
+        // `vfork` (read only).
+        let parent = (p != 0).then(|| unsafe { &*(p as *const Shadow) });
+        if let Some(parent) = parent.filter(|p| p.tid == me && p.pid == crate::init::pid()) {
+            for i in 0..parent.len as usize {
+                if !sh.room() {
+                    break;
+                }
+                sh.push(parent.call(i));
+            }
+            adopt(c, sh);
+        }
+        sh.pid = h.pid;
         sh.tid = h.tid;
         sh.stack = (0, 0);
         sh.lookups = 0;
@@ -471,7 +530,7 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
             let head = RunHeader {
                 probe: p,
                 tid: h.tid,
-                pid: crate::init::pid(),
+                pid: h.pid,
                 cpu: crate::host::current_cpu() as u32,
                 time_ns: t,
                 ip: h.site.addr,
@@ -532,7 +591,7 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
             let head = RunHeader {
                 probe: call.probe,
                 tid: h.tid,
-                pid: crate::init::pid(),
+                pid: h.pid,
                 cpu: crate::host::current_cpu() as u32,
                 time_ns: t,
                 ip: call.func,

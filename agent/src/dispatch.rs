@@ -50,7 +50,12 @@ fn any_enabled(c: &ControlHeader, probes: &[u32]) -> bool {
 pub(crate) struct HitArgs {
     pub(crate) site: &'static Site,
     pub(crate) slot: &'static thread::Slot,
+    /// The hit's thread (a vfork child's own, not the slot's).
     pub(crate) tid: u32,
+    /// The hit's process (likewise).
+    pub(crate) pid: u32,
+    /// The hit is a vfork child's (see `crate::init::vfork_child`).
+    pub(crate) vforked: bool,
     pub(crate) fs_base: u64,
     pub(crate) frame: *mut SavedRegs,
     /// Wall-clock time of the hit, when taken before the handlers (0: the
@@ -135,8 +140,11 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         missed(c, s);
         return Skip::NoThreadSlot as i64;
     };
+    // A vfork child runs on the thread pointer (hence the slot) of the
+    // thread that made it, suspended meanwhile: the hit is the child's.
+    let vforked = crate::init::vfork_child();
     // A `ret` where this thread has no tracked call: nothing to do.
-    if at_ret && !calls::tracking(slot) {
+    if at_ret && !calls::tracking(slot, vforked.is_some()) {
         return Skip::NoHandler as i64;
     }
     // The tracer's heartbeat, at one hit in BEAT_SAMPLE of each thread (a
@@ -157,17 +165,33 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         slot.beat_skip.store(skip - 1, Ordering::Relaxed);
         0
     };
-    if slot.busy.load(Ordering::Relaxed) != 0 {
+    let tid = match vforked {
+        Some(_) => sys::gettid(),
+        None => slot.tid.load(Ordering::Relaxed),
+    };
+    // A vfork child enters only while the thread that made it is outside
+    // the agent (off its agent stack), and marks the slot busy in a word
+    // of its own, with its tid: a child killed inside a hit leaves that
+    // thread's word, and the next child's, free.
+    let (busy, mark) = match vforked {
+        Some(_) => (&slot.vfork_busy, tid),
+        None => (&slot.busy, 1),
+    };
+    if slot.busy.load(Ordering::Relaxed) != 0
+        || (vforked.is_some() && slot.vfork_busy.load(Ordering::Relaxed) == tid)
+    {
         c.stats.reentered.fetch_add(1, Ordering::Relaxed);
         missed(c, s);
         return Skip::Reentered as i64;
     }
-    slot.busy.store(1, Ordering::Relaxed);
+    busy.store(mark, Ordering::Relaxed);
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
     let mut args = HitArgs {
         site: s,
         slot,
-        tid: slot.tid.load(Ordering::Relaxed),
+        tid,
+        pid: vforked.unwrap_or_else(crate::init::pid),
+        vforked: vforked.is_some(),
         fs_base: fs,
         frame,
         now: core::cell::Cell::new(0),
@@ -178,12 +202,13 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
         fresh: core::cell::Cell::new(true),
     };
     let top = slot.stack.load(Ordering::Relaxed);
-    // SAFETY: the thread's own agent stack, not in use (busy was 0).
+    // SAFETY: the thread's own agent stack, not in use (busy was 0; a
+    // vfork child's thread is suspended outside the agent).
     let r = unsafe {
         thread::wprobe_call_on_stack(&mut args as *mut HitArgs as *mut u8, dispatch_inner, top)
     };
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
-    slot.busy.store(0, Ordering::Relaxed);
+    busy.store(0, Ordering::Relaxed);
     r
 }
 
@@ -199,7 +224,10 @@ extern "C" fn dispatch_inner(arg: *mut u8) -> i64 {
     }
     let mut lock = StoreLock {
         c,
-        me: h.tid,
+        // The slot's thread: a vfork child takes the store as the thread
+        // that made it (suspended outside the agent: its slot was not
+        // busy), keeping that thread's bias.
+        me: h.slot.tid.load(Ordering::Relaxed),
         held: lock::Held::No,
     };
     let r = if h.site.kind == site_kind::RET || h.site.kind == site_kind::CONT {

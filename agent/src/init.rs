@@ -42,6 +42,26 @@ pub(crate) fn pid() -> u32 {
     }
 }
 
+/// The process a hit runs in, when it is a vfork child of this one (see
+/// [`agent_abi::fork_guard::VFORK_WORD`]): its pid, else `None`. One load
+/// while no vfork child lives; else the kernel is asked.
+#[inline(always)]
+pub(crate) fn vfork_child() -> Option<u32> {
+    match guard_word(fork_guard::VFORK_WORD) {
+        None | Some(0) => None,
+        Some(_) => vfork_child_slow(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn vfork_child_slow() -> Option<u32> {
+    // The vfork child shares this memory (the pid word included) but is a
+    // process of its own.
+    let me = sys::getpid();
+    (me != pid()).then_some(me)
+}
+
 /// Whether this process registered for `membarrier`'s global expedited
 /// barriers (a fork child has not: it never owns the store's bias).
 pub(crate) fn registered() -> bool {

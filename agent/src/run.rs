@@ -44,7 +44,7 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
         let d = a.store.data_mut();
         d.env.frame = h.frame;
         d.env.tid = h.tid;
-        d.env.pid = crate::init::pid();
+        d.env.pid = h.pid;
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
         d.usdt_len = pf.usdt_len;

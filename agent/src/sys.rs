@@ -156,9 +156,10 @@ pub fn getpid() -> u32 {
 }
 
 /// This process's id (`vm_read` and `vm_write` name it at every call):
-/// the fork guard's ([`crate::init::pid`]).
+/// the fork guard's ([`crate::init::pid`]), or a vfork child's own (it
+/// shares its parent's memory, but may not be allowed to read its parent).
 pub fn self_pid() -> u32 {
-    crate::init::pid()
+    crate::init::vfork_child().unwrap_or_else(crate::init::pid)
 }
 
 pub fn sched_yield() {

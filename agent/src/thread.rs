@@ -46,7 +46,8 @@ const _: () = assert!(core::mem::size_of::<StackHeader>() == HEADER_SIZE);
 pub const SLOTS: usize = 4096;
 
 /// A thread's slot. Claimed once by CAS on `key`; afterwards only its own
-/// thread touches it (a reused TCB re-initialises it).
+/// thread touches it (a reused TCB re-initialises it), or its vfork child
+/// while the thread is suspended in `vfork` (same thread pointer).
 #[repr(C, align(64))]
 pub struct Slot {
     /// Thread key (`fs_base`, or `tid << 1 | 1` for a thread without one); 0 = free.
@@ -64,10 +65,21 @@ pub struct Slot {
     /// Its stack of tracked calls (`crate::calls::Shadow`); 0 until the
     /// thread first enters a return-probed function.
     pub shadow: AtomicUsize,
+    /// The stack of tracked calls of the thread's vfork child, while one
+    /// runs on its memory and thread pointer (the thread itself is
+    /// suspended in `vfork` meanwhile, its own calls kept in `shadow`); 0
+    /// until its first vfork child enters a return-probed function.
+    pub vfork_shadow: AtomicUsize,
     /// Hits of this thread before its next heartbeat check (the
     /// dispatcher's; touched by this thread alone).
     pub beat_skip: AtomicU32,
+    /// The tid of the thread's vfork child while it runs agent code (its
+    /// reentrancy guard; `busy` stays the thread's own).
+    pub vfork_busy: AtomicU32,
 }
+
+// One cache line per slot, vfork child's words included.
+const _: () = assert!(core::mem::size_of::<Slot>() == 64);
 
 #[allow(clippy::declare_interior_mutable_const, reason = "array initialiser")]
 const FREE: Slot = Slot {
@@ -77,7 +89,9 @@ const FREE: Slot = Slot {
     tcb_ok: AtomicU32::new(0),
     stack: AtomicUsize::new(0),
     shadow: AtomicUsize::new(0),
+    vfork_shadow: AtomicUsize::new(0),
     beat_skip: AtomicU32::new(0),
+    vfork_busy: AtomicU32::new(0),
 };
 
 static TABLE: [Slot; SLOTS] = [FREE; SLOTS];

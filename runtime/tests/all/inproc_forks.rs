@@ -65,6 +65,11 @@ pub(crate) const CASES: &[Case] = &[
         a_child_forked_just_before_its_parent_executes_a_program_is_followed,
         Need::Ptrace
     ),
+    case!(
+        a_vfork_childs_calls_are_its_own_before_it_executes_a_program,
+        Need::Ptrace
+    ),
+    case!(a_vfork_childs_hits_carry_its_own_pid_and_tid, Need::Ptrace),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -448,6 +453,17 @@ fn forkdl_tree(tr: &str, args: &[&str]) -> String {
 /// output, the parent's pid written `PARENT` and the children's `CHILD`,
 /// `CHILD2`… in the order they started; their pids.
 fn trace_tree(name: &str, tr: &str, args: &[&str]) -> (String, Vec<String>) {
+    trace_tree_with(name, tr, args, &[])
+}
+
+/// [`trace_tree`] with more arguments for the program (after the scratch
+/// directory).
+fn trace_tree_with(
+    name: &str,
+    tr: &str,
+    args: &[&str],
+    prog_args: &[&str],
+) -> (String, Vec<String>) {
     dlreopen();
     let exe = gcc(name, &progs().join(format!("{name}.c")), &["-O0"]);
     let dir = scratch();
@@ -458,7 +474,8 @@ fn trace_tree(name: &str, tr: &str, args: &[&str]) -> (String, Vec<String>) {
         .args(args)
         .arg("--")
         .arg(&exe)
-        .arg(&dir);
+        .arg(&dir)
+        .args(prog_args);
     let o = output_within(c, 120);
     assert_eq!(o.status.code(), Some(0), "{tr}: {}", stderr(&o));
     // forkdl: fa2(1) + fa2(2) + fb2(3) = 25; fb2 where fa2 was.
@@ -845,6 +862,119 @@ fn a_child_forked_just_before_its_parent_executes_a_program_is_followed() {
 ",
                 "{tr}: {text}"
             );
+        }
+    }
+}
+
+/// The lines of process `who` (`PARENT`, `CHILD`) of a [`trace_tree`].
+fn lines_of(text: &str, who: &str) -> String {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("[pid {who}] ")))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// vforkwork: a vfork child calls `child_work` twice, then executes
+/// /bin/true (`exec`) or `_exit`s (`exit`); a child made as `posix_spawn`
+/// makes its own (`clone`: `clone(CLONE_VM | CLONE_VFORK)` on a stack of
+/// its own) calls it twice from `in_clone` and executes /bin/true; the
+/// parent then calls `parent_work`. Under inproc and `auto` as under
+/// ptrace, each process's lines exactly: the child's calls in its own
+/// tree, under its pid (they were its parent's under inproc: the child
+/// runs on its parent's memory and thread pointer, and the agent told
+/// processes apart by them). Five times each.
+fn a_vfork_childs_calls_are_its_own_before_it_executes_a_program() {
+    let args = ["-F", "child_work", "-F", "parent_work", "-F", "in_clone"];
+    let parent = "\
+[pid PARENT] ==> parent_work()
+[pid PARENT] <== parent_work() [rax = 0x6]
+[pid PARENT] +++ process PARENT exited with status 0 +++
+";
+    let work = "\
+[pid CHILD] ==> child_work()
+[pid CHILD] <== child_work() [rax = 0x2]
+[pid CHILD] ==> child_work()
+[pid CHILD] <== child_work() [rax = 0x3]
+";
+    let start = "[pid CHILD] +++ process CHILD started (parent PARENT) +++\n";
+    let execd = "\
+[pid CHILD] +++ process CHILD exec'd +++
+[pid CHILD] +++ process CHILD exited with status 0 +++
+";
+    let cases = [
+        ("exec", format!("{start}{work}{execd}")),
+        (
+            "exit",
+            format!("{start}{work}[pid CHILD] +++ process CHILD exited with status 0 +++\n"),
+        ),
+        (
+            "clone",
+            format!(
+                "{start}[pid CHILD] ==> in_clone()\n{}[pid CHILD] <== in_clone() [unwound: exec]\n{execd}",
+                work.replace("[pid CHILD] ", "[pid CHILD]    ")
+            ),
+        ),
+    ];
+    for _ in 0..5 {
+        for (mode, child) in &cases {
+            for tr in ["inproc", "auto", "ptrace"] {
+                let (text, pids) = trace_tree_with("vforkwork", tr, &args, &[mode]);
+                assert_eq!(pids.len(), 1, "{tr} {mode}: {text}");
+                assert_eq!(lines_of(&text, "CHILD"), *child, "{tr} {mode}: {text}");
+                assert_eq!(lines_of(&text, "PARENT"), parent, "{tr} {mode}: {text}");
+            }
+        }
+    }
+}
+
+/// `wprobe run -f` of vforkwork under inproc, `auto` and ptrace: the hits
+/// of a vfork child (`exec`, `exit`; `clone`, made as `posix_spawn` makes
+/// its child) carry its pid and tid, not its parent's; `posix_spawn`'s own
+/// child (`spawn`) hits `execve` in libc under its pid, the parent never.
+fn a_vfork_childs_hits_carry_its_own_pid_and_tid() {
+    let exe = gcc("vforkwork", &progs().join("vforkwork.c"), &["-O0"]);
+    let prog = format!(
+        "uprobe:{e}:child_work {{ @c[pid] = count(); @ct[tid] = count(); }} \
+         uprobe:{e}:parent_work {{ @p[pid] = count(); @pt[tid] = count(); }} \
+         uprobe:libc:execve {{ @x[pid] = count(); }}",
+        e = exe.display()
+    );
+    // `@m[PID]: N` lines: (PID, N).
+    let keyed = |maps: &[String], m: &str| -> Vec<(u32, u32)> {
+        maps.iter()
+            .filter_map(|l| {
+                let (k, n) = l.strip_prefix(&format!("@{m}["))?.split_once("]: ")?;
+                Some((k.parse().ok()?, n.parse().ok()?))
+            })
+            .collect()
+    };
+    for tr in ["inproc", "auto", "ptrace"] {
+        for mode in ["exec", "exit", "clone", "spawn"] {
+            let cmd = format!("{} x {mode}", exe.display());
+            let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
+            let p = keyed(&maps, "p");
+            assert_eq!(p.len(), 1, "{tr} {mode}: {maps:?}\n{out}");
+            let parent = p[0].0;
+            assert_eq!(keyed(&maps, "pt"), p, "{tr} {mode}: {maps:?}");
+            let c = keyed(&maps, "c");
+            let x = keyed(&maps, "x");
+            if mode == "spawn" {
+                assert!(c.is_empty(), "{tr} {mode}: {maps:?}");
+                assert_eq!(x.len(), 1, "{tr} {mode}: {maps:?}\n{out}");
+                assert_ne!(x[0].0, parent, "{tr} {mode}: {maps:?}");
+                assert_eq!(x[0].1, 1, "{tr} {mode}: {maps:?}");
+                continue;
+            }
+            assert_eq!(c.len(), 1, "{tr} {mode}: {maps:?}\n{out}");
+            assert_ne!(c[0].0, parent, "{tr} {mode}: {maps:?}");
+            assert_eq!(c[0].1, 2, "{tr} {mode}: {maps:?}");
+            assert_eq!(keyed(&maps, "ct"), c, "{tr} {mode}: {maps:?}");
+            let execs = if mode == "exit" {
+                vec![]
+            } else {
+                vec![(c[0].0, 1)]
+            };
+            assert_eq!(x, execs, "{tr} {mode}: {maps:?}");
         }
     }
 }

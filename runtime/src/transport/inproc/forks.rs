@@ -21,11 +21,14 @@
 //! its thread at the dynamic linker's `r_brk` held in
 //! [`Children::at_library`], its journals lent for the writes).
 //!
-//! A `vfork` child shares its parent's memory and agent until it execs or
-//! exits: its runs are its parent's (the guard page is shared too). A
-//! child that executes a program is let go there: its new image has no
-//! agent (the programs fork children execute are armed only by the ptrace
-//! transport; `auto` picks it for `-f`).
+//! A `vfork` child (`posix_spawn`'s too) shares its parent's memory, agent
+//! and guard page until it executes a program or exits. Followed, it is
+//! held at its first stop until its start is reported, and while it lives
+//! the guard page's [`agent_abi::fork_guard::VFORK_WORD`] counts it: the
+//! agent then tells its hits from its parent's by the pid the kernel gives
+//! (its runs carry its own pid and tid, its calls are tracked apart). A
+//! child that executes a program is armed there (`joined`), or let go
+//! when not followed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -221,6 +224,8 @@ impl Children {
             self.vforked.insert(child, parent);
             if self.follow.is_some() {
                 self.vfork_first.insert(child);
+                // Before the child runs (held at its first stop).
+                self.count_vforked(self.memory_of(parent));
             }
         } else {
             self.forked.insert(child, parent);
@@ -229,6 +234,68 @@ impl Children {
             self.started.push((child, parent));
         }
         self.follow.is_some()
+    }
+
+    /// The process whose memory `pid` runs on: a vfork child's parent's
+    /// (up a chain of vfork children), else its own.
+    fn memory_of(&self, mut pid: i32) -> i32 {
+        // A chain longer than this is a cycle (pids reused): stop there.
+        for _ in 0..64 {
+            match self.vforked.get(&pid) {
+                Some(&p) if p != pid => pid = p,
+                _ => break,
+            }
+        }
+        pid
+    }
+
+    /// Writes how many vfork children run on the memory of process `root`
+    /// into its agent's fork-guard page
+    /// ([`agent_abi::fork_guard::VFORK_WORD`]; followed, `-f`, only). A
+    /// write that fails leaves the children's runs attributed to `root`,
+    /// and says so.
+    fn count_vforked(&mut self, root: i32) {
+        let Some(guard) = self
+            .guards
+            .get(&root)
+            .copied()
+            .or(self.follow)
+            .filter(|&g| g != 0)
+        else {
+            return;
+        };
+        let n = self
+            .vforked
+            .keys()
+            .filter(|&&k| self.memory_of(k) == root)
+            .count() as u64;
+        let at = guard + (agent_abi::fork_guard::VFORK_WORD * 8) as u64;
+        let wrote = std::fs::File::options()
+            .write(true)
+            .open(format!("/proc/{root}/mem"))
+            .map_err(|e| e.to_string())
+            .and_then(|mem| {
+                crate::sys::mem::pwrite(&mem, &n.to_le_bytes(), at).map_err(|e| e.to_string())
+            });
+        if let Err(e) = wrote
+            && n != 0
+        {
+            self.notes.push(format!(
+                "process {root}: the runs of its vfork children before they execute a program \
+                 are shown as its own ({e})"
+            ));
+        }
+    }
+
+    /// vfork child `pid` executed a program or ended: the memory it ran on
+    /// counts one vfork child less.
+    fn vfork_ended(&mut self, pid: i32) -> Option<i32> {
+        let root = self.memory_of(pid);
+        let parent = self.vforked.remove(&pid)?;
+        if self.follow.is_some() && root != pid {
+            self.count_vforked(root);
+        }
+        Some(parent)
     }
 
     /// Child `child`, followed, stopped at its first stop: resumed now if
@@ -361,7 +428,7 @@ impl Children {
             return;
         }
         self.r_brk.remove(&pid);
-        if self.vforked.remove(&pid).is_some() || self.kids.contains_key(&pid) {
+        if self.vfork_ended(pid).is_some() || self.kids.contains_key(&pid) {
             if let Some(k) = self.kids.remove(&pid) {
                 // Its patched image is gone with it.
                 k.remove_journals();
@@ -384,7 +451,7 @@ impl Children {
         };
         self.at_library.retain(|_, p| *p != pid);
         self.r_brk.remove(&pid);
-        let vfork_parent = self.vforked.remove(&pid);
+        let vfork_parent = self.vfork_ended(pid);
         let mut parent = vfork_parent;
         if let Some(k) = self.kids.remove(&pid) {
             parent = Some(k.parent);
@@ -468,8 +535,14 @@ impl Children {
             o.remove_journals();
         }
         // vfork children share their parent's memory, restored with it.
+        let roots: BTreeSet<i32> = self.vforked.keys().map(|&k| self.memory_of(k)).collect();
         for (pid, _) in std::mem::take(&mut self.vforked) {
             let _ = sys::detach(pid, 0);
+        }
+        if self.follow.is_some() {
+            for root in roots {
+                self.count_vforked(root);
+            }
         }
         errors
     }

@@ -13,7 +13,8 @@
 //! see `forks`), when its threads are served like the parent's (a `vfork`
 //! child, which shares the memory, is kept until it execs or exits, its
 //! traps moved to the stubs like the parent's: the agent, shared too, runs
-//! the handlers there as for the parent — a known limit); an exec ends the
+//! the handlers there, as the child's when it is followed — see `forks`);
+//! an exec ends the
 //! tracing (the image with the traps is gone).
 //!
 //! The trap is an `hlt` ([`TRAP_INSN`]), not an `int3`: a privileged
