@@ -832,10 +832,15 @@ impl Session {
                 self.rearm(t, pid);
             }
             Event::LibrariesChanged { pid } => {
+                // The handles of the probes armed in the libraries `pid`
+                // unmapped: gone from `pid` only (the in-process
+                // transport's handle is the probe's tag, the same in a
+                // fork child that closed a library and in its parent,
+                // which keeps it).
                 let gone = t.take_unmapped();
                 if !gone.is_empty() {
                     for p in &mut self.probes {
-                        p.armed.retain(|(_, a)| !gone.contains(a));
+                        p.armed.retain(|&(at, a)| at != pid || !gone.contains(&a));
                     }
                 }
                 self.rearm(t, pid);

@@ -353,6 +353,32 @@ fn a_library_mapped_later_is_armed_and_unmapped_forgotten() {
 }
 
 #[test]
+fn a_library_a_child_unmaps_stays_armed_in_its_parent() {
+    // The in-process transport's handle of a probe is its tag, the same in
+    // every process: a fork child's dlclose must not forget the parent's.
+    let child = PID + 1;
+    let (mut s, _) = hooked(vec![
+        program("p", LOG_RDI),
+        program(
+            "l",
+            "name = {lib}\noffset = 0x1000\n push r, rdi\n log 1\n exit\n",
+        ),
+    ]);
+    let mut t = transport(fake::CAPS);
+    t.map(child, vec![mapping(exe(), EXE_BASE)]);
+    s.arm_at_start(&mut t, PID, false).unwrap();
+    let shared = crate::transport::Armed(7);
+    s.probes[1].armed = vec![(PID, shared), (child, shared)];
+    t.script(vec![
+        Step::Unmap(vec![shared]),
+        ev(Event::LibrariesChanged { pid: child }),
+    ]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    s.run(&mut t, &stop).unwrap();
+    assert_eq!(s.probes[1].armed, [(PID, shared)]);
+}
+
+#[test]
 fn lost_hits_are_counted_as_dropped() {
     let (mut s, seen) = hooked(vec![program("p", LOG_RDI)]);
     let mut t = transport(fake::CAPS);
