@@ -131,10 +131,9 @@ impl InProc {
                 self.life = Life::Ended(t.exit);
             }
             if t.execed && !self.phase.execed() {
-                self.phase = Phase::Execed;
-                self.patcher.forget();
                 self.keep_trap_stops();
                 self.traps = None;
+                self.went_with_the_old_image();
             }
         }
         trapped
@@ -338,7 +337,11 @@ impl InProc {
     /// (they went with the old image; nothing to restore).
     fn check_exec(&mut self) {
         let Some(a) = &self.agent else { return };
-        if self.phase.execed() {
+        // With the threads seized (`traps::OPTIONS` has
+        // `PTRACE_O_TRACEEXEC`) the exec is reported by its ptrace event,
+        // and a followed one arms the new image: the old agent's memory,
+        // gone before that event is polled, says nothing then.
+        if self.phase.execed() || self.traps.is_some() {
             return;
         }
         let mut b = [0u8; 8];
@@ -347,15 +350,20 @@ impl InProc {
             Err(nix::errno::Errno::ESRCH) => {}
             // Exited (a zombie has no memory either).
             _ if self.exited() => {}
-            _ => {
-                self.phase = Phase::Execed;
-                self.patcher.forget();
-                crate::elog!(
-                    "wprobe: process {} executed a new program: its probes went with the old one (--transport ptrace arms them in the new program)",
-                    self.pid
-                );
-            }
+            _ => self.went_with_the_old_image(),
         }
+    }
+
+    /// The process executed a new program that is not followed: says so
+    /// once, and forgets the sites (they went with the old image; nothing
+    /// to restore).
+    fn went_with_the_old_image(&mut self) {
+        self.phase = Phase::Execed;
+        self.patcher.forget();
+        crate::elog!(
+            "wprobe: process {} executed a new program: its probes went with the old one (--transport ptrace arms them in the new program)",
+            self.pid
+        );
     }
 
     /// Stops handlers from starting (dormant) and waits for those running.
