@@ -1,9 +1,10 @@
-;; trace.wat: the handlers of `wprobe trace`. wprobe puts two probes on
-;; every traced function: `trace_entry` at its entry, and `trace_exit` as a
-;; return probe (`return yes`) at the same address, which runs when the
-;; call returns. Each logs one record of raw 8-byte words with major
-;; 0x7472 ("tr"); which function it is comes from the probe that ran, not
-;; from the record:
+;; trace.wat: the handlers of `wprobe trace`, and the template of the
+;; modules `wprobe trace --handler FILE` runs. wprobe puts two probes on
+;; every traced function for such a module: `trace_entry` at its entry,
+;; and `trace_exit` as a return probe (`return yes`) at the same address,
+;; which runs when the call returns. Each logs one record of raw 8-byte
+;; words with major 0x7472 ("tr"); which function it is comes from the
+;; probe that ran, not from the record:
 ;;
 ;;   entry, minor 1:  [rsp]                      rsp at the entry: the call's identity in its thread
 ;;   exit,  minor 2:  [rax, entry rsp, elapsed]  return value, the entry's rsp, ns the call took
@@ -18,7 +19,10 @@
 ;; return values (exit); other records are shown under the call as they
 ;; are. `wprobe trace --handler FILE` runs another module with the same two
 ;; exports instead (args.wat logs the first argument too). wprobe embeds
-;; this file when it is built.
+;; this file when it is built, and runs it nowhere: without --handler, the
+;; return probe alone is armed, asking for entry notices, and every
+;; transport reports each call's entry and return with these same words
+;; (docs/trace.md, "Custom handlers").
 (module
   (import "wprobe" "emit_log" (func $emit_log (param i32 i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)

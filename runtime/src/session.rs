@@ -464,10 +464,11 @@ impl Session {
         })
     }
 
-    /// The return probes of program `prog` report each call they track as
-    /// it enters ([`hook::RecordHook::call`]), where the transport can
-    /// ([`crate::transport::Capabilities::entry_notices`]): `wprobe trace`
-    /// then needs no handler run at the entry.
+    /// The return probes of program `prog` report each call as it enters
+    /// and as it returns ([`hook::RecordHook::call`]) instead of running
+    /// their handlers, where the transport can
+    /// ([`crate::transport::Capabilities::entry_notices`]): `wprobe trace`'s
+    /// built-in handlers run nowhere.
     pub fn request_entry_notices(&mut self, prog: usize) {
         self.entry_notices.push(prog);
     }

@@ -109,9 +109,9 @@ pub struct Capabilities {
     /// `check_access` can tell whether the process may write (RPN
     /// `vfyrw`).
     pub write_checks: bool,
-    /// A return probe can report each call it tracks as it enters
-    /// ([`Insert::Return::entry_notice`], [`Event::Entered`]), with no
-    /// handler run at the entry.
+    /// A return probe can report its calls as typed events instead of
+    /// running its handler ([`Insert::Return::entry_notice`]): each as it
+    /// enters ([`Event::Entered`]) and as it returns ([`Event::Returned`]).
     pub entry_notices: bool,
     /// Probes on files can be armed for every process of the system, those
     /// started later included ([`Target::System`]).
@@ -254,8 +254,10 @@ pub enum Insert {
         opcode: Option<u8>,
         /// Live calls tracked per process (already defaulted: never 0).
         maxactive: u32,
-        /// Each call tracked is reported as it enters ([`Event::Entered`];
-        /// only where [`Capabilities::entry_notices`]).
+        /// The probe's calls are reported as they enter
+        /// ([`Event::Entered`]) and as they return ([`Event::Returned`]),
+        /// and its handler never runs (only where
+        /// [`Capabilities::entry_notices`]).
         entry_notice: bool,
     },
 }
@@ -377,8 +379,11 @@ pub enum Event<'a> {
         /// Why the call ended without a return.
         cause: calls::Left,
     },
-    /// A call of a return probe armed with `entry_notice` entered (was
-    /// tracked), delivered in order with the thread's other events.
+    /// A call of a return probe armed with `entry_notice` entered,
+    /// delivered in order with the thread's other events (no handler runs:
+    /// what the built-in `trace_entry` handler would have logged). The
+    /// in-process agent tells the calls it tracks; ptrace and perf every
+    /// entry, and a call not tracked then as [`Event::Missed`] too.
     Entered {
         /// The probe's tag.
         tag: usize,
@@ -393,8 +398,9 @@ pub enum Event<'a> {
         /// The function's entry address.
         ip: u64,
     },
-    /// The return of a call told by [`Event::Entered`] (no handler ran at
-    /// it; what the built-in `trace_exit` handler would have logged).
+    /// The return of a tracked call of a return probe armed with
+    /// `entry_notice` (no handler runs at it; what the built-in
+    /// `trace_exit` handler would have logged).
     Returned {
         /// The probe's tag.
         tag: usize,
@@ -606,15 +612,17 @@ pub trait Transport {
     /// Arms return probe `tag` on the function whose entry is at `offset`
     /// in module file `file` (as [`Transport::insert_on_file`] does for a
     /// breakpoint; only with [`Capabilities::arms_files`] and
-    /// [`Capabilities::return_probes`]).
+    /// [`Capabilities::return_probes`]), `maxactive` and `entry_notice` as
+    /// [`Insert::Return`]'s.
     fn insert_return_on_file(
         &mut self,
         tag: usize,
         file: &std::path::Path,
         offset: u64,
         maxactive: u32,
+        entry_notice: bool,
     ) -> Result<Armed, Error> {
-        let _ = (tag, file, offset, maxactive);
+        let _ = (tag, file, offset, maxactive, entry_notice);
         let name = self.info().name;
         Err(Error::unsupported(
             name,

@@ -1,12 +1,15 @@
 //! `wprobe trace [OPTIONS] (-- CMD | -p PID)`: the function-call tracer.
 //! Every function of the executable (with `--plt` its calls through the
 //! PLT, with `--lib GLOB` the functions of matching shared libraries) gets
-//! two probes at its entry: an ordinary one running the `trace_entry`
-//! handler, and a return probe running `trace_exit` when the call returns.
-//! The handlers are ordinary Wasm (`guests/trace/trace.wat`, built into
-//! wprobe; `--handler [GLOB=]FILE` runs another module instead); their
-//! records reach this command structurally (the session's record hook),
-//! with the probe that produced them, and become per-thread call trees
+//! a return probe at its entry, armed with entry notices: every transport
+//! reports each call as it enters and as it returns as typed events
+//! (`Event::Entered`, `Event::Returned`, `Event::Unwound`), and no handler
+//! runs (the built-in module, `guests/trace/trace.wat`, is the programs'
+//! manifest and the template of `--handler`). `--handler [GLOB=]FILE` runs
+//! a module's `trace_entry` at the entry (an ordinary probe) and
+//! `trace_exit` at the return instead; their records are decoded
+//! (`records`). Both reach this command through the session's record hook,
+//! with the probe they belong to, and become per-thread call trees
 //! (`tree`), shown by the views (`views`): uftrace's duration view by
 //! default, tracef's call tree with `-T`, a report with `--report`, Chrome
 //! trace events with `--chrome`, a flame graph with `--flame`. Names,
@@ -268,25 +271,15 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     let engine = crate::wasm::engine::new_engine().map_err(|e| format!("{e:#}"))?;
     let cache = crate::wasm::cache::Cache::for_cli(a.no_cache).map_err(|e| e.to_string())?;
     let modules = handler_modules(&a, &funcs)?;
-    // With the built-in handlers, a transport that reports each call as it
-    // enters runs no handler there: `trace_entry` would only log the
-    // entry's `rsp`, which the notice carries (a Wasm run, a host call and
-    // a record less per call). Other modules' `trace_entry` runs.
-    let first = first_transport(&a, forced, &needs)?;
-    let notices: Vec<bool> = modules
-        .iter()
-        .map(|hm| first.caps.entry_notices && hm.path.is_none())
-        .collect();
+    // The built-in handlers run nowhere: the transport reports each call's
+    // entry and return as events (the entry's `rsp`; the return's `rax`,
+    // the entry's `rsp` and the call's duration), what `trace_entry` and
+    // `trace_exit` would log. Other modules' handlers run.
+    check_transport(&a, forced, &needs)?;
+    let notices: Vec<bool> = modules.iter().map(|hm| hm.path.is_none()).collect();
     let (programs, probes) = handlers::load(&engine, &cache, &exe, &funcs, &modules, &notices)?;
-    let (mut session, plan) = start_session(
-        &a,
-        &engine,
-        programs,
-        &mut needs,
-        first,
-        &notices,
-        funcs.len(),
-    )?;
+    let (mut session, plan) =
+        start_session(&a, &engine, programs, &mut needs, &notices, funcs.len())?;
     // Calls of `swapcontext` switch stacks: the transports pair each
     // stack's calls apart, and the tree shows each stack's calls under
     // its own open calls.
@@ -411,39 +404,33 @@ fn select_functions(a: &TraceArgs, exe: &Path) -> Result<Vec<Func>, String> {
     Ok(funcs)
 }
 
-/// The transport the handler modules are built for: forced, or chosen by
-/// what the run needs (the session's check needs the programs; whether
-/// calls are reported as they enter depends on the transport, so the first
-/// candidate's answer is used to build them, and checked again in
-/// [`start_session`]).
-fn first_transport(
+/// Under `auto`, whether some transport can serve the run at all, before
+/// the handler modules are built (the session's check, which needs the
+/// programs, chooses in [`start_session`]).
+fn check_transport(
     a: &TraceArgs,
     forced: Option<&'static TransportInfo>,
     needs: &Needs,
-) -> Result<&'static TransportInfo, String> {
-    Ok(match forced {
-        Some(info) => info,
-        None => {
-            crate::probe::plan::choose(crate::probe::plan::AUTO, needs, &|info| {
-                if a.follow && !info.caps.follows_forks {
-                    return Err("-f: it does not follow forks".into());
-                }
-                (info.preflight)(true).map_err(|e| e.to_string())
-            })?
-            .info
-        }
-    })
+) -> Result<(), String> {
+    if forced.is_none() {
+        crate::probe::plan::choose(crate::probe::plan::AUTO, needs, &|info| {
+            if a.follow && !info.caps.follows_forks {
+                return Err("-f: it does not follow forks".into());
+            }
+            (info.preflight)(true).map_err(|e| e.to_string())
+        })?;
+    }
+    Ok(())
 }
 
-/// The session of the loaded `programs`, its transport planned (with
-/// `first`'s entry notices where `notices` says so), every call of their
-/// return probes tracked.
+/// The session of the loaded `programs`, its transport planned (with entry
+/// notices for the programs `notices` says), every call of their return
+/// probes tracked.
 fn start_session(
     a: &TraceArgs,
     engine: &wasmtime::Engine,
     programs: Vec<LoadedProgram>,
     needs: &mut Needs,
-    first: &'static TransportInfo,
     notices: &[bool],
     functions: usize,
 ) -> Result<(Session, Plan), String> {
@@ -458,13 +445,16 @@ fn start_session(
     };
     let mut session = Session::new(engine, programs, opts, Box::new(std::io::sink()))
         .map_err(|e| format!("{e:#}"))?;
-    // Entry notices were built for `first`: a transport without them is
-    // not a candidate when `first` has them (the built-in handlers would
-    // log nothing at the entries).
+    // The built-in handlers need a transport that reports the calls as
+    // they enter and return (every transport of this wprobe does).
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
     let plan = crate::probe::plan::choose(&a.transport, needs, &|info| {
-        if info.caps.entry_notices != first.caps.entry_notices && notices.iter().any(|n| *n) {
-            return Err("the handlers were built for entry notices".into());
+        if !info.caps.entry_notices && notices.iter().any(|n| *n) {
+            return Err(format!(
+                "--transport {} cannot report calls as they enter and return, which the \
+                 built-in trace handlers need",
+                info.name
+            ));
         }
         session.check(info)
     })?;

@@ -518,10 +518,9 @@ impl Session {
                         if self.stack_switch.contains(&pi) {
                             t.mark_stack_switch(pi);
                         }
-                        (
-                            t.insert_return_on_file(pi, &file, off, self.maxactive(pi, spec))?,
-                            None,
-                        )
+                        let notice = self.entry_notices.contains(&self.probes[pi].prog);
+                        let max = self.maxactive(pi, spec);
+                        (t.insert_return_on_file(pi, &file, off, max, notice)?, None)
                     } else if let Some(sem_off) = sem_off {
                         let (id, hold) = t.insert_usdt_on_file(pi, &file, off, sem_off)?;
                         (id, Some(hold))

@@ -98,10 +98,11 @@ pub trait RecordHook {
     fn event(&mut self, ev: &HookEvent);
 
     /// A call of a return probe entered or returned, where its program
-    /// asked for entry notices (`Session::request_entry_notices`), or
-    /// ended without returning: the transport's [`Event::Entered`],
-    /// [`Event::Returned`] (what the built-in `trace_exit` handler would
-    /// have logged) or [`Event::Unwound`] as it told it, with the probe's
+    /// asked for entry notices (`Session::request_entry_notices`: no
+    /// handler runs, on any transport), or ended without returning: the
+    /// transport's [`Event::Entered`], [`Event::Returned`] (what the
+    /// built-in `trace_entry` and `trace_exit` handlers would have logged)
+    /// or [`Event::Unwound`] as it told it, with the probe's
     /// program and its index in that program's manifest, in order with the
     /// thread's records (an unwound call before any later record of its
     /// thread).

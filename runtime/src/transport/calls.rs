@@ -33,14 +33,24 @@
 //! *above* the interrupted stack makes traced calls inside it look like
 //! they abandoned the interrupted calls.
 //!
+//! A return probe armed with an entry notice ([`CallStacks::set_entry_notice`])
+//! runs no handler: [`enter`] reports each of its calls as it enters
+//! ([`Event::Entered`]) and [`Call::returned`] gives the event of its
+//! return ([`Event::Returned`]), the facts `wprobe trace` builds its trees
+//! from, the same shapes the in-process agent writes into its ring.
+//!
 //! Per hit: no allocation once a thread's stack has grown to its depth,
 //! no system call.
 
 use std::collections::HashMap;
 
-use crate::transport::Event;
+use crate::transport::{Action, Event, Transport};
 use agent_abi::pairing::{self, CallFrame};
 use hostabi::env::EntryState;
+
+/// How a transport reports to the session (the callback of
+/// [`Transport::run`]).
+pub type OnEvent<'a> = &'a mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action;
 
 /// One tracked call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +76,9 @@ pub struct Call {
     /// Where its stack segment starts among its thread's calls (set by
     /// [`CallStacks::push`]).
     pub base: u32,
+    /// Its probe asked for entry notices: its return is reported as an
+    /// [`Event::Returned`], no handler run (set by [`CallStacks::push`]).
+    pub notice: bool,
 }
 
 impl Call {
@@ -90,7 +103,32 @@ impl Call {
             entry_ns,
             switches: false,
             base: 0,
+            notice: false,
         }
+    }
+
+    /// The [`Event::Returned`] of this call returning in thread `tid` with
+    /// `rax`, at wall-clock `time_ns` and `clock_ns` on the clock of its
+    /// entry (`entry_ns`): `Some` where its probe asked for entry notices
+    /// (no handler runs), `None` where the transport delivers the return as
+    /// a hit, for the probe's handler.
+    pub fn returned(
+        &self,
+        tid: i32,
+        time_ns: u64,
+        clock_ns: u64,
+        rax: u64,
+    ) -> Option<Event<'static>> {
+        self.notice.then(|| Event::Returned {
+            tag: self.tag,
+            pid: self.pid,
+            tid,
+            time_ns,
+            ip: self.func,
+            rax,
+            entry_rsp: self.entry_rsp,
+            elapsed_ns: clock_ns.saturating_sub(self.entry_ns),
+        })
     }
 
     /// What a handler at the call's return sees of its entry, `now` being
@@ -215,6 +253,8 @@ pub struct CallStacks {
     live: HashMap<(i32, usize), u32>,
     /// Probes whose calls switch stacks ([`Call::switches`]).
     switches: Vec<usize>,
+    /// By tag: the probe asked for entry notices ([`Call::notice`]).
+    notices: Vec<bool>,
 }
 
 impl CallStacks {
@@ -229,6 +269,22 @@ impl CallStacks {
         if !self.switches.contains(&tag) {
             self.switches.push(tag);
         }
+    }
+
+    /// Return probe `tag` reports its calls as typed events, no handler
+    /// run ([`crate::transport::Insert::Return::entry_notice`]): each entry
+    /// as an [`Event::Entered`] ([`enter`]), each return as an
+    /// [`Event::Returned`] ([`Call::returned`]).
+    pub fn set_entry_notice(&mut self, tag: usize) {
+        if self.notices.len() <= tag {
+            self.notices.resize(tag + 1, false);
+        }
+        self.notices[tag] = true;
+    }
+
+    /// Whether return probe `tag` asked for entry notices.
+    pub fn entry_notice(&self, tag: usize) -> bool {
+        self.notices.get(tag).copied().unwrap_or(false)
     }
 
     /// Whether no call is tracked.
@@ -298,6 +354,7 @@ impl CallStacks {
         t.pid = call.pid;
         call.base = pairing::base(&t.calls) as u32;
         call.switches = self.switches.contains(&call.tag);
+        call.notice = self.notices.get(call.tag).copied().unwrap_or(false);
         t.calls.push(call);
         true
     }
@@ -395,6 +452,70 @@ impl CallStacks {
     }
 }
 
+/// A thread at the entry of a function with return probes, as a transport
+/// that pairs calls itself (ptrace, perf) saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct EntryAt<'r> {
+    /// The process.
+    pub pid: i32,
+    /// The thread.
+    pub tid: i32,
+    /// Run-time address of the function's entry.
+    pub func: u64,
+    /// The registers at the entry.
+    pub regs: &'r crate::arch::Regs,
+    /// The return address (`[rsp]`), when it could be read.
+    pub ret_addr: Option<u64>,
+    /// Wall-clock time of the entry, in ns.
+    pub time_ns: u64,
+    /// The time a call's duration is measured from, on the clock the
+    /// transport gives [`Call::returned`] at its return.
+    pub clock_ns: u64,
+}
+
+/// The calls of return probes `probes` (`(tag, maxactive)`, every one
+/// enabled) entering at `at`, in order: for each, first an
+/// [`Event::Entered`] where the probe asked for entry notices (at every
+/// entry, tracked or not, as an entry handler would run), then the call
+/// tracked in `owner`'s `stacks`, unless `maxactive` of its calls are live,
+/// the return address is unknown, or `retain` refuses it (a transport that
+/// must arm the return address: ptrace), when it is reported as
+/// [`Event::Missed`]. Call after the calls the entry proves abandoned were
+/// reported ([`CallStacks::prune_at_entry`]).
+pub fn enter<S: Transport>(
+    owner: &mut S,
+    stacks: fn(&mut S) -> &mut CallStacks,
+    at: &EntryAt<'_>,
+    probes: &[(usize, u32)],
+    mut retain: impl FnMut(&mut S, u64) -> bool,
+    on_event: OnEvent<'_>,
+) {
+    for &(tag, max) in probes {
+        if stacks(owner).entry_notice(tag) {
+            on_event(
+                owner,
+                Event::Entered {
+                    tag,
+                    pid: at.pid,
+                    tid: at.tid,
+                    rsp: at.regs.rsp,
+                    time_ns: at.time_ns,
+                    ip: at.func,
+                },
+            );
+        }
+        let tracked = at.ret_addr.is_some_and(|ra| {
+            stacks(owner).live(at.pid, tag) < max && retain(owner, ra) && {
+                let call = Call::entered(tag, at.pid, at.func, at.regs, ra, at.clock_ns);
+                stacks(owner).push(at.tid, call, max)
+            }
+        });
+        if !tracked {
+            on_event(owner, Event::Missed { tag, count: 1 });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +535,7 @@ mod tests {
             entry_ns: rsp,
             switches: false,
             base: 0,
+            notice: false,
         }
     }
 
@@ -620,6 +742,39 @@ mod tests {
             [0, 0]
         );
         assert!(s.calls(9)[1].switches);
+    }
+
+    #[test]
+    fn the_calls_of_a_probe_with_entry_notices_return_as_events() {
+        let mut s = CallStacks::new();
+        let mut out = Vec::new();
+        s.set_entry_notice(1);
+        assert!(s.entry_notice(1) && !s.entry_notice(0) && !s.entry_notice(99));
+        enter(&mut s, 9, call(0, F, 0x7f00, 0x500), 64, &mut out);
+        enter(&mut s, 9, call(1, G, 0x7e00, F + 5), 64, &mut out);
+        let r = ret(&mut s, 9, 0x7e08, F + 5, &mut out);
+        let ev = r[0].returned(9, 5000, 0x7e00 + 30, 42);
+        assert!(
+            matches!(
+                ev,
+                Some(Event::Returned {
+                    tag: 1,
+                    pid: 1,
+                    tid: 9,
+                    time_ns: 5000,
+                    ip: G,
+                    rax: 42,
+                    entry_rsp: 0x7e00,
+                    elapsed_ns: 30,
+                })
+            ),
+            "{ev:?}"
+        );
+        let r = ret(&mut s, 9, 0x7f08, 0x500, &mut out);
+        assert!(
+            r[0].returned(9, 5000, 0x8000, 0).is_none(),
+            "its handler runs"
+        );
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! ([`Fake::map`]), so that the session resolves and arms its probes as it
 //! does for a real process: the end of this file is the harness the tests
 //! share (two small module files, a process that does not exist, programs
-//! compiled in memory).
+//! compiled in memory). Return probes can also be driven as ptrace and
+//! perf drive theirs ([`Step::Enter`], [`Step::Return`]): the calls are
+//! paired, and reported, by the code those transports share
+//! ([`super::calls`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
@@ -210,6 +213,17 @@ pub enum Step {
     Unmap(Vec<Armed>),
     /// A handler run in the target ([`Transport::in_target`]).
     Ran(usize, FakeRun),
+    /// A thread at the entry of a function (`ip`) with return probes
+    /// armed, `rsp` (register) pointing at the return address (memory),
+    /// at `time_ns`, as ptrace sees it: the calls the entry proves
+    /// abandoned reported, the hit of the plain probes `tags` there (if
+    /// any), then the calls tracked and reported as ptrace's and perf's
+    /// are ([`super::calls::enter`]).
+    Enter(Vec<usize>, FakeHit),
+    /// A thread just returned to `ip` with `rsp` (after the `ret`) and
+    /// `rax`, at `time_ns`: the tracked calls returning there are reported
+    /// returned ([`super::calls::Call::returned`]) or delivered as hits.
+    Return(FakeHit),
 }
 
 /// What the session asked of the transport, in order.
@@ -283,6 +297,12 @@ pub struct Fake {
     pub actions: Vec<Action>,
     /// Events delivered (the script's steps that were events or hits).
     pub delivered: usize,
+    /// Return probes armed: (handle, tag, process, address, maxactive).
+    ret_probes: Vec<(Armed, usize, i32, u64, u32)>,
+    /// Their tracked calls ([`Step::Enter`], [`Step::Return`]).
+    stacks: super::calls::CallStacks,
+    /// Calls that ended without a return, to report (reused).
+    gone: Vec<super::calls::Gone>,
 }
 
 impl Fake {
@@ -309,6 +329,9 @@ impl Fake {
             calls: Vec::new(),
             actions: Vec::new(),
             delivered: 0,
+            ret_probes: Vec::new(),
+            stacks: Default::default(),
+            gone: Vec::new(),
         }
     }
 
@@ -358,6 +381,107 @@ impl Fake {
     }
 }
 
+impl Fake {
+    /// Reports the calls collected in `gone` as [`Event::Unwound`] (but
+    /// those of disabled probes).
+    fn flush_gone(&mut self, on_event: super::calls::OnEvent<'_>) {
+        super::calls::each_gone(
+            self,
+            |f| &mut f.gone,
+            |f, g| {
+                if g.cause != super::calls::Left::Disabled {
+                    on_event(f, g.unwound());
+                }
+            },
+        );
+    }
+
+    /// [`Step::Enter`]: as ptrace enters; the action of the plain probes'
+    /// hit.
+    fn enter(
+        &mut self,
+        tags: &[usize],
+        mut hit: FakeHit,
+        on_event: super::calls::OnEvent<'_>,
+    ) -> Action {
+        let reg = |name: &str| {
+            let id = hostabi::regs::by_name(name).expect("register name").id;
+            hit.regs.get(&id).copied().unwrap_or(0)
+        };
+        let mut regs = crate::sys::regs::zero_regs();
+        (regs.rdi, regs.rsi, regs.rdx, regs.rcx) = (reg("rdi"), reg("rsi"), reg("rdx"), reg("rcx"));
+        (regs.r8, regs.r9, regs.rsp, regs.rip) = (reg("r8"), reg("r9"), reg("rsp"), hit.ip);
+        let mut b = [0u8; 8];
+        let ret_addr = (hit.read_mem(regs.rsp, &mut b) == 8).then(|| u64::from_le_bytes(b));
+        if let Some(ra) = ret_addr {
+            self.stacks
+                .prune_at_entry(hit.tid, regs.rsp, ra, hit.ip, &mut self.gone);
+            self.flush_gone(on_event);
+        }
+        let mut action = Action::Continue;
+        if !tags.is_empty() {
+            action = on_event(
+                self,
+                Event::Hit {
+                    tags,
+                    hit: &mut hit,
+                },
+            );
+        }
+        let probes: Vec<(usize, u32)> = self
+            .ret_probes
+            .iter()
+            .filter(|r| r.2 == hit.pid && r.3 == hit.ip)
+            .map(|r| (r.1, r.4))
+            .collect();
+        let at = super::calls::EntryAt {
+            pid: hit.pid,
+            tid: hit.tid,
+            func: hit.ip,
+            regs: &regs,
+            ret_addr,
+            time_ns: hit.time_ns,
+            clock_ns: hit.time_ns,
+        };
+        super::calls::enter(self, |f| &mut f.stacks, &at, &probes, |_, _| true, on_event);
+        action
+    }
+
+    /// [`Step::Return`]: as ptrace and perf return; the action of the last
+    /// hit delivered.
+    fn ret(&mut self, hit: FakeHit, on_event: super::calls::OnEvent<'_>) -> Action {
+        let rsp_id = hostabi::regs::by_name("rsp").expect("rsp").id;
+        let rax_id = hostabi::regs::by_name("rax").expect("rax").id;
+        let rsp = hit.regs.get(&rsp_id).copied().unwrap_or(0);
+        let rax = hit.regs.get(&rax_id).copied().unwrap_or(0);
+        self.stacks
+            .returning(hit.tid, rsp, Some(hit.ip), &mut self.gone);
+        self.flush_gone(on_event);
+        let mut action = Action::Continue;
+        while let Some(c) = self.stacks.pop(hit.tid, rsp) {
+            if let Some(ev) = c.returned(hit.tid, hit.time_ns, hit.time_ns, rax) {
+                on_event(self, ev);
+                continue;
+            }
+            let entry = c.entry_state(hit.time_ns);
+            let mut h = hit.clone();
+            h.ip = c.func;
+            h.elapsed_ns = Some(entry.elapsed_ns);
+            for (id, v) in hostabi::regs::ENTRY_REGS.iter().zip(entry.regs) {
+                h.entry_regs.insert(*id, v);
+            }
+            action = on_event(
+                self,
+                Event::Hit {
+                    tags: std::slice::from_ref(&c.tag),
+                    hit: &mut h,
+                },
+            );
+        }
+        action
+    }
+}
+
 impl Transport for Fake {
     fn info(&self) -> &'static TransportInfo {
         self.info
@@ -387,6 +511,17 @@ impl Transport for Fake {
         }
         self.next_armed += 1;
         let armed = Armed(self.next_armed);
+        if let Insert::Return {
+            maxactive,
+            entry_notice,
+            ..
+        } = what
+        {
+            self.ret_probes.push((armed, tag, pid, addr.0, maxactive));
+            if entry_notice {
+                self.stacks.set_entry_notice(tag);
+            }
+        }
         self.calls.push(Call::Insert {
             tag,
             pid,
@@ -399,6 +534,13 @@ impl Transport for Fake {
 
     fn remove(&mut self, armed: Armed) {
         self.calls.push(Call::Remove(armed));
+        if let Some(i) = self.ret_probes.iter().position(|r| r.0 == armed) {
+            let (_, tag, ..) = self.ret_probes.remove(i);
+            if !self.ret_probes.iter().any(|r| r.1 == tag) {
+                self.stacks.drop_probe(tag, &mut self.gone);
+                self.gone.clear();
+            }
+        }
     }
 
     fn take_unmapped(&mut self) -> Vec<Armed> {
@@ -475,6 +617,8 @@ impl Transport for Fake {
                     }
                     on_event(self, ev)
                 }
+                Step::Enter(tags, hit) => self.enter(&tags, hit, on_event),
+                Step::Return(hit) => self.ret(hit, on_event),
             };
             self.delivered += 1;
             if action != Action::Continue {

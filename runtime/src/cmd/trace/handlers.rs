@@ -185,8 +185,9 @@ fn manifest(
 }
 
 /// Loads each handler module with its manifest (without the entry probes
-/// where `notices` says the transport reports the entries): the session's
-/// programs, and which function and end each probe of each is.
+/// where `notices` says the transport reports the calls: the built-in
+/// module's): the session's programs, and which function and end each
+/// probe of each is.
 pub(super) fn load(
     engine: &wasmtime::Engine,
     cache: &crate::wasm::cache::Cache,

@@ -1,19 +1,24 @@
-//! What the trace handlers' records mean. The session hands each handler
-//! run's records here with the probe that ran (`RecordHook`); the probe
-//! says which function it is and whether it is the entry or the return, so
-//! no record carries a name or an address to look up. The standard record
-//! of each handler (major [`TRACE_MAJOR`]) feeds the call trees:
+//! What reaches the call trees, from the session's record hook
+//! (`RecordHook`), with the probe it belongs to: the probe says which
+//! function it is and whether it is the entry or the return, so nothing
+//! carries a name or an address to look up.
 //!
-//! * entry, minor [`ENTRY_MINOR`]: `[rsp, args…]`;
-//! * exit, minor [`EXIT_MINOR`]: `[rax, entry rsp, elapsed ns, extras…]`.
+//! * With the built-in handlers no handler runs: every transport reports
+//!   each call as typed events (`RecordHook::call`): [`Event::Entered`]
+//!   (its `rsp`, no argument), [`Event::Returned`] (`rax`, the entry's
+//!   `rsp`, the call's duration) and [`Event::Unwound`].
+//! * A `--handler` module's runs log records (`RecordHook::run`); the
+//!   standard record of each handler (major [`TRACE_MAJOR`]) is decoded
+//!   into the same entries and returns:
+//!   * entry, minor [`ENTRY_MINOR`]: `[rsp, args…]`;
+//!   * exit, minor [`EXIT_MINOR`]: `[rax, entry rsp, elapsed ns, extras…]`.
 //!
-//! With the built-in handlers, where the transport can, no handler runs at
-//! the entry: the return probe's entry notice (`RecordHook::call`) says
-//! what the entry record would (its `rsp`, no argument).
+//!   Any other record it logs is shown under its call as text. A run
+//!   without its standard record is counted (the summary says how many
+//!   calls are then missing from the trees).
 //!
-//! Any other record a custom handler logs is shown under its call as text.
-//! A run without its standard record is counted (the summary says how many
-//! calls are then missing from the trees).
+//! Calls that ended without returning come as [`Event::Unwound`] under
+//! either (no handler runs for them).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -27,7 +32,7 @@ use crate::transport::{Event, ExitStatus};
 use super::tree::{Cause, FuncId, How, Thread, Tree};
 use super::views::Views;
 
-/// Major code of the trace handlers' records ("tr").
+/// Major code of the records of `--handler` modules' trace handlers ("tr").
 pub const TRACE_MAJOR: u16 = 0x7472;
 /// Minor code of an entry record.
 pub const ENTRY_MINOR: u16 = 1;
@@ -98,6 +103,8 @@ fn words_of(data: &[u8], out: &mut Vec<u64>) -> bool {
 }
 
 impl RecordHook for Hook {
+    /// A `--handler` module's handler ran: its standard record is the
+    /// call's entry or return, its other records notes under the call.
     fn run(&mut self, hit: &HookHit, sink: &Sink) {
         let mut guard = self.0.borrow_mut();
         let st = &mut *guard;
@@ -206,6 +213,8 @@ impl RecordHook for Hook {
         }
     }
 
+    /// A call entered, returned or ended without returning, as the
+    /// transport told it: the one path of the built-in handlers' calls.
     fn call(&mut self, prog: usize, index: usize, ev: &Event<'_>) {
         let mut guard = self.0.borrow_mut();
         let st = &mut *guard;

@@ -16,7 +16,7 @@ use super::{EvKey, PerfEvent, PerfId, PerfOptions, PerfProbe, PerfTracer, Sample
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::{self, Mapping};
 use crate::transport::ExitStatus;
-use crate::transport::calls::{self, Call, CallStacks, Gone, Left};
+use crate::transport::calls::{self, CallStacks, EntryAt, Gone, Left};
 use crate::transport::{
     Action, Armed, BadWatchpoint, Capabilities, Error, Event, Insert, OpenOptions, Report, Rule,
     Target, Transport, TransportHit, TransportInfo,
@@ -43,7 +43,7 @@ pub static INFO: TransportInfo = TransportInfo {
         return_probes: true,
         step_faults: false,
         write_checks: false,
-        entry_notices: false,
+        entry_notices: true,
         system_wide: true,
     },
     // The general registers, rflags, cs, ss and the instruction pointer
@@ -96,6 +96,8 @@ pub(super) struct SeamState {
     calls: CallStacks,
     /// Calls that ended without a return, to report (reused).
     gone: Vec<Gone>,
+    /// The return probes at the current entry: (tag, maxactive) (reused).
+    entering: Vec<(usize, u32)>,
 }
 
 impl SeamState {
@@ -138,7 +140,7 @@ const ENTRY_SAMPLE: SampleCfg = SampleCfg {
 };
 
 /// How the seam reports to the session.
-type OnEvent<'a> = &'a mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action;
+type OnEvent<'a> = calls::OnEvent<'a>;
 
 impl PerfTracer {
     /// The uprobe of a breakpoint at `addr` in `pid`: its file and offset,
@@ -236,6 +238,7 @@ impl PerfTracer {
         path: &str,
         offset: u64,
         maxactive: u32,
+        entry_notice: bool,
     ) -> Result<Armed, Error> {
         let key = (path.to_string(), offset);
         let f = match self
@@ -248,6 +251,9 @@ impl PerfTracer {
             None => self.arm_function(key)?,
         };
         self.seam.funcs[f].probes.push((tag, maxactive));
+        if entry_notice {
+            self.seam.calls.set_entry_notice(tag);
+        }
         self.seam.next_ret += 1;
         let armed = RET_BIT | self.seam.next_ret;
         self.seam.armed_ret.insert(armed, (f, tag));
@@ -293,8 +299,10 @@ impl PerfTracer {
         )?;
         let ret_cfg = SampleCfg {
             stack_bytes: self.opts.stack_bytes,
-            // The stack pointer pairs a return with its entry.
-            regs_mask: self.opts.regs_mask | 1 << 7,
+            // The stack pointer (bit 7) pairs a return with its entry;
+            // `rax` (bit 0) is the return value an entry notice's return
+            // reports.
+            regs_mask: self.opts.regs_mask | 1 << 7 | 1,
         };
         let mut sites = Vec::new();
         for off in found.rets {
@@ -385,7 +393,8 @@ impl PerfTracer {
     }
 
     /// The entry of return-probed function `f`: calls found abandoned are
-    /// reported, then a call is tracked for each of its probes.
+    /// reported, then a call is tracked for each of its probes (reported
+    /// entered where the probe asked for entry notices).
     fn on_entry(&mut self, f: usize, hit: &mut super::PerfHit, on_event: OnEvent<'_>) {
         let (tid, pid) = (hit.tid() as i32, hit.pid() as i32);
         let r = *hit.regs();
@@ -399,22 +408,33 @@ impl PerfTracer {
                 .prune_at_entry(tid, r.rsp, ra, hit.ip(), &mut self.seam.gone);
             self.flush_gone(on_event);
         }
-        let mut i = 0;
-        while let Some(&(tag, max)) = self.seam.funcs[f].probes.get(i) {
-            i += 1;
-            let tracked = ret.is_some_and(|ra| {
-                let call = Call::entered(tag, pid, hit.ip(), &r, ra, hit.now_ns());
-                self.seam.calls.push(tid, call, max)
-            });
-            if !tracked {
-                on_event(self, Event::Missed { tag, count: 1 });
-            }
-        }
+        let mut entering = std::mem::take(&mut self.seam.entering);
+        entering.clear();
+        entering.extend_from_slice(&self.seam.funcs[f].probes);
+        let at = EntryAt {
+            pid,
+            tid,
+            func: hit.ip(),
+            regs: &r,
+            ret_addr: ret,
+            time_ns: hit.now_ns(),
+            clock_ns: hit.now_ns(),
+        };
+        calls::enter(
+            self,
+            |t| &mut t.seam.calls,
+            &at,
+            &entering,
+            |_, _| true,
+            on_event,
+        );
+        self.seam.entering = entering;
     }
 
     /// A `ret` of a return site: the tracked calls that return through it
     /// run their handlers, innermost first, with the registers after the
-    /// `ret` (RIP the return address, RSP 8 higher).
+    /// `ret` (RIP the return address, RSP 8 higher), or are reported
+    /// returned where their probes asked for entry notices.
     fn on_ret(&mut self, hit: &mut super::PerfHit, on_event: OnEvent<'_>) {
         let tid = hit.tid() as i32;
         let rsp_after = hit.regs().rsp.wrapping_add(8);
@@ -432,7 +452,12 @@ impl PerfTracer {
                 hit.step_past_ret(c.ret_addr);
                 stepped = true;
             }
-            hit.set_return(Some((c.func, c.entry_state(hit.now_ns()))));
+            let now = hit.now_ns();
+            if let Some(ev) = c.returned(tid, now, now, hit.regs().rax) {
+                on_event(self, ev);
+                continue;
+            }
+            hit.set_return(Some((c.func, c.entry_state(now))));
             let _ = on_event(self, Event::hit_of(&c.tag, hit));
         }
         hit.set_return(None);
@@ -476,13 +501,15 @@ impl Transport for PerfTracer {
                 PerfProbe::Watch { addr, len, kind }
             }
             Insert::Return {
-                opcode, maxactive, ..
+                opcode,
+                maxactive,
+                entry_notice,
             } => {
                 let PerfProbe::Uprobe { path, offset, .. } = self.uprobe_at(pid, addr, opcode)?
                 else {
                     unreachable!("uprobe_at gives a uprobe")
                 };
-                return self.arm_return(tag, &path, offset, maxactive);
+                return self.arm_return(tag, &path, offset, maxactive, entry_notice);
             }
         };
         self.arm(&probe, tag)
@@ -560,8 +587,15 @@ impl Transport for PerfTracer {
         file: &std::path::Path,
         offset: u64,
         maxactive: u32,
+        entry_notice: bool,
     ) -> Result<Armed, Error> {
-        self.arm_return(tag, &file.to_string_lossy(), offset, maxactive)
+        self.arm_return(
+            tag,
+            &file.to_string_lossy(),
+            offset,
+            maxactive,
+            entry_notice,
+        )
     }
 
     fn at_exec(&self) -> bool {

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::probe::addr::RunAddr;
 use crate::proc::procmaps::Mapping;
-use crate::transport::calls::{self, Call, CallStacks, Gone, Left};
+use crate::transport::calls::{self, CallStacks, EntryAt, Gone, Left};
 use crate::transport::{
     Action, Armed, Capabilities, Error, Event, Insert, OpenOptions, Report, Target, Transport,
     TransportHit, TransportInfo,
@@ -41,7 +41,7 @@ pub static INFO: TransportInfo = TransportInfo {
         return_probes: true,
         step_faults: true,
         write_checks: true,
-        entry_notices: false,
+        entry_notices: true,
         system_wide: false,
     },
     registers: None,
@@ -66,6 +66,9 @@ pub(super) struct SeamState {
     /// The return probes at the current entry: (entry id, tag, maxactive)
     /// (reused).
     ret_tags: Vec<(BpId, usize, u32)>,
+    /// Those still enabled after the plain probes' handlers ran: (tag,
+    /// maxactive) (reused).
+    entering: Vec<(usize, u32)>,
     /// The tracked calls of every thread.
     calls: CallStacks,
     /// Calls that ended without a return, to report (reused).
@@ -134,7 +137,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Error
 }
 
 /// How the seam reports to the session.
-type OnEvent<'a> = &'a mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action;
+type OnEvent<'a> = calls::OnEvent<'a>;
 
 impl PtraceTracer {
     /// Reports the calls collected in `seam.gone` as [`Event::Unwound`]
@@ -201,26 +204,36 @@ impl PtraceTracer {
             self.let_go_calls(pid, on_event);
         } else if !rets.is_empty() {
             // After the plain probes' handlers: the entry state is what the
-            // function receives.
-            let now = crate::sys::time::monotonic_ns();
+            // function receives. A handler of a plain probe here may have
+            // disabled a return probe (`remove`, `maxhits`) or made every
+            // probe dormant: its call is not tracked, as a disabled probe's
+            // calls are not.
+            let mut entering = std::mem::take(&mut self.seam.entering);
+            entering.clear();
+            entering.extend(
+                rets.iter()
+                    .filter(|(id, _, _)| self.seam.ret_probes.contains_key(id))
+                    .map(|&(_, tag, max)| (tag, max)),
+            );
             let r = *hit.regs();
-            for &(id, tag, max) in &rets {
-                // A handler of a plain probe here may have disabled it
-                // (`remove`, `maxhits`) or made every probe dormant: the
-                // call is not tracked, as a disabled probe's calls are not.
-                if !self.seam.ret_probes.contains_key(&id) {
-                    continue;
-                }
-                let tracked = ret_addr.is_some_and(|ra| {
-                    let call = Call::entered(tag, pid, func, &r, ra, now);
-                    self.seam.calls.live(pid, tag) < max
-                        && self.retain_return_site(pid, ra).is_ok()
-                        && self.seam.calls.push(tid, call, max)
-                });
-                if !tracked {
-                    on_event(self, Event::Missed { tag, count: 1 });
-                }
-            }
+            let at = EntryAt {
+                pid,
+                tid,
+                func,
+                regs: &r,
+                ret_addr,
+                time_ns: hit.now_ns(),
+                clock_ns: crate::sys::time::monotonic_ns(),
+            };
+            calls::enter(
+                self,
+                |t| &mut t.seam.calls,
+                &at,
+                &entering,
+                |t, ra| t.retain_return_site(pid, ra).is_ok(),
+                on_event,
+            );
+            self.seam.entering = entering;
         }
         self.seam.tags = tags;
         self.seam.ret_tags = rets;
@@ -228,8 +241,9 @@ impl PtraceTracer {
     }
 
     /// A thread at a return site: the tracked calls that return there run
-    /// their handlers (innermost first, after the calls found abandoned are
-    /// reported); a site nothing returns to any more is removed.
+    /// their handlers, or are reported returned where their probes asked
+    /// for entry notices (innermost first, after the calls found abandoned
+    /// are reported); a site nothing returns to any more is removed.
     fn on_return_site(&mut self, hit: &mut PtraceHit, on_event: OnEvent<'_>) -> PAction {
         let (tid, pid) = (hit.tid() as i32, hit.pid() as i32);
         let at = hit.address();
@@ -246,6 +260,10 @@ impl PtraceTracer {
         let now = crate::sys::time::monotonic_ns();
         while let Some(c) = self.seam.calls.pop(tid, rsp) {
             self.release_return_site(pid, at);
+            if let Some(ev) = c.returned(tid, hit.now_ns(), now, hit.regs().rax) {
+                on_event(self, ev);
+                continue;
+            }
             hit.set_return(Some((c.func, c.entry_state(now))));
             let action = on_event(self, Event::hit_of(&c.tag, hit));
             hit.set_return(None);
@@ -349,10 +367,15 @@ impl Transport for PtraceTracer {
                 Ok(Armed(WATCH_BIT | u64::from(id.0)))
             }
             Insert::Return {
-                opcode, maxactive, ..
+                opcode,
+                maxactive,
+                entry_notice,
             } => {
                 let id = self.insert_breakpoint(pid, addr, opcode)?;
                 self.seam.ret_probes.insert(id, (tag, maxactive));
+                if entry_notice {
+                    self.seam.calls.set_entry_notice(tag);
+                }
                 Ok(Armed(u64::from(id.0)))
             }
         }
@@ -488,7 +511,7 @@ impl Transport for PtraceTracer {
                 (None, Some(maxactive)) => Insert::Return {
                     opcode: None,
                     maxactive,
-                    entry_notice: false,
+                    entry_notice: self.seam.calls.entry_notice(d.tag),
                 },
                 (None, None) => Insert::Breakpoint { opcode: None },
             };

@@ -243,3 +243,192 @@ fn a_trace_over_the_fake_transport_builds_the_trees_and_the_duration_view() {
          \x20           [1000001] | work(); /* unwound: process ended */\n"
     );
 }
+
+/// Return probes on `main` and `work` (at most one live call of `work`),
+/// whose handlers log the trace's exit record; with `entries`, entry probes
+/// too, whose handlers log the entry record `[rsp]`: a `--handler` module's
+/// probes, the order `handlers::manifest` gives them.
+fn traced(entries: bool) -> String {
+    let exit = " push elapsed\n push entry, rsp\n push r, rax\n log 3\n exit\n";
+    let entry = "minor = 1\n push r, rsp\n log 1\n exit\n";
+    let mut text = "name = {exe}\nmajor = 0x7472\n".to_string();
+    for (offset, max) in [("0x401000", ""), ("0x401100", "maxactive = 1\n")] {
+        text += &format!("offset = {offset}\nreturn = yes\n{max}minor = 2\n{exit}");
+        if entries {
+            text += &format!("offset = {offset}\n{entry}");
+        }
+    }
+    text
+}
+
+/// A thread of [`PID`] at `ip` with `rsp`, `rax` and the word `ret` at
+/// `rsp` (a return address, at an entry), at `time_ns`.
+fn at(ip: u64, rsp: u64, ret: Option<u64>, rax: u64, time_ns: u64) -> FakeHit {
+    let h = FakeHit {
+        time_ns,
+        ..FakeHit::at(PID, PID, ip)
+    }
+    .reg("rsp", rsp)
+    .reg("rax", rax);
+    match ret {
+        Some(r) => h.mem(rsp, &r.to_le_bytes()),
+        None => h,
+    }
+}
+
+/// The trees and duration view of `main` and `work` called as ptrace and
+/// perf see calls ([`Step::Enter`], [`Step::Return`]): with the built-in
+/// handlers (`notices`: return probes only, armed with entry notices) or a
+/// `--handler` module (entry probes run before the entry is tracked, as
+/// ptrace runs them); the brief lines, the view's text, and the handler
+/// runs of every probe.
+fn trace_as_ptrace_and_perf(notices: bool) -> (Vec<String>, String, Vec<u64>) {
+    let options = RunOptions {
+        follow_forks: false,
+        verify_opcodes: false,
+        groups: Vec::new(),
+        types: Vec::new(),
+        fuel: None,
+        format: crate::out::format::Format::Text,
+        text: Default::default(),
+    };
+    let mut session = Session::new(
+        fake::engine(),
+        vec![program("trace", &traced(!notices))],
+        options,
+        Box::new(std::io::sink()),
+    )
+    .expect("session");
+    let by_prog = if notices {
+        session.request_entry_notices(0);
+        vec![(0, true), (1, true)]
+    } else {
+        vec![(0, true), (0, false), (1, true), (1, false)]
+    };
+    let brief = Rc::new(RefCell::new(Vec::new()));
+    let text = Output::default();
+    let table = Rc::new(vec![func("main", MAIN), func("work", WORK)]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let duration = DurationView::new(
+        table,
+        TextOut::single(Box::new(text.clone()), false, stop.clone()),
+        TimeFmt::local(Clock::None),
+        false,
+    );
+    let views = Views {
+        list: vec![Box::new(Brief(brief.clone())), Box::new(duration)],
+    };
+    let state = Rc::new(RefCell::new(TraceState::new(
+        ProbeMap {
+            by_prog: vec![by_prog],
+        },
+        Tree::new(Filters::default(), views),
+    )));
+    session.set_record_hook(Box::new(Hook(state.clone())));
+
+    let mut t = Fake::new(fake::CAPS, PID);
+    t.map(PID, vec![mapping(exe(), fake::EXE_BASE)]);
+    let probes = if notices { 2 } else { 4 };
+    assert_eq!(session.arm_at_start(&mut t, PID, false), Ok(probes));
+    // An entry: a `--handler` module's entry probe runs its handler before
+    // the call is tracked.
+    let enter = |ip: u64, rsp: u64, ret: u64, time_ns: u64| {
+        let tags = match (notices, ip == MAIN) {
+            (true, _) => vec![],
+            (false, true) => vec![1],
+            (false, false) => vec![3],
+        };
+        vec![Step::Enter(tags, at(ip, rsp, Some(ret), 0, time_ns))]
+    };
+    let ret = |to: u64, rsp: u64, rax: u64, time_ns: u64| {
+        vec![Step::Return(at(to, rsp, None, rax, time_ns))]
+    };
+    t.script(
+        [
+            enter(MAIN, 0x7000, 0x40_0500, 1000),
+            enter(WORK, 0x6f00, MAIN + 5, 1010),
+            ret(MAIN + 5, 0x6f08, 7, 1030),
+            // work calls itself: the inner call is one live call too many
+            // (missed: entered, its return not tracked) ...
+            enter(WORK, 0x6f00, MAIN + 9, 1040),
+            enter(WORK, 0x6e00, WORK + 5, 1050),
+            // ... and main calls work again from the same frame: the
+            // first call was abandoned (longjmp).
+            enter(WORK, 0x6f00, MAIN + 13, 1060),
+            ret(MAIN + 13, 0x6f08, 1, 1070),
+            ret(0x40_0500, 0x7008, 0, 1100),
+            vec![Step::Event(Event::ProcessExited {
+                pid: PID,
+                status: ExitStatus::Code(0),
+            })],
+        ]
+        .into_iter()
+        .flatten(),
+    );
+    let status = session.run(&mut t, &stop).expect("run");
+    assert_eq!(status, Some(ExitStatus::Code(0)));
+    let errors = {
+        let mut st = state.borrow_mut();
+        st.tree.finish();
+        st.tree.sink.finish()
+    };
+    assert!(errors.is_empty(), "{errors:?}");
+    let st = state.borrow();
+    assert_eq!(
+        (
+            st.problems.missed,
+            st.problems.entries_without_record,
+            st.problems.exits_without_record
+        ),
+        (1, 0, 0)
+    );
+    let runs = session.stats().iter().map(|(_, s)| s.runs).collect();
+    let lines = brief.borrow().clone();
+    (lines, text.text(), runs)
+}
+
+#[test]
+fn ptrace_and_perf_report_the_built_in_handlers_calls_as_events_and_run_no_handler() {
+    let (lines, text, runs) = trace_as_ptrace_and_perf(true);
+    assert_eq!(runs, [0, 0], "no handler runs at an entry or a return");
+    assert_eq!(
+        lines,
+        [
+            "1000001 0>0",
+            "1000001 1>1",
+            "1000001 1<1 20/20 Returned",
+            "1000001 1>1",
+            "1000001 2>1",
+            "1000001 2<1 0/0 Unwound(OuterReturned)",
+            "1000001 1<1 10/10 Unwound(Reported)",
+            "1000001 1>1",
+            "1000001 1<1 10/10 Returned",
+            "1000001 0<0 100/60 Returned",
+            "#1000001 process 1000001 exited with status 0",
+        ]
+    );
+    assert_eq!(
+        text,
+        "# DURATION     TID     FUNCTION\n\
+         \x20           [1000001] | main() {\n\
+         \x20  0.020 us [1000001] |   work();\n\
+         \x20           [1000001] |   work() {\n\
+         \x20           [1000001] |     work(); /* unwound: an outer call returned */\n\
+         \x20  0.010 us [1000001] |   } /* work: unwound */\n\
+         \x20  0.010 us [1000001] |   work();\n\
+         \x20  0.100 us [1000001] | } /* main */\n"
+    );
+}
+
+#[test]
+fn a_handler_modules_records_give_the_trees_the_built_in_handlers_events_give() {
+    let (lines, text, runs) = trace_as_ptrace_and_perf(false);
+    assert_eq!(
+        runs,
+        [1, 1, 2, 4],
+        "main's return and entry, work's two returns tracked and four entries"
+    );
+    let (want_lines, want_text, _) = trace_as_ptrace_and_perf(true);
+    assert_eq!(lines, want_lines);
+    assert_eq!(text, want_text);
+}
