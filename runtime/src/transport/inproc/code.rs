@@ -23,8 +23,9 @@ pub(super) struct ModuleCode {
     funcs: Vec<(u64, u64)>,
     /// Direct branch targets of every executable section.
     pub(super) targets: BranchTargets,
-    /// The module's file (ELF info: bytes and segments).
-    elf: wprobe_elf::info::ElfInfo,
+    /// The module's file (ELF info: bytes and segments), parsed once in
+    /// the run (`ElfInfo::open_shared`).
+    elf: std::sync::Arc<wprobe_elf::info::ElfInfo>,
     /// `PT_LOAD` segments: (file offset, file size, link-time address).
     loads: Vec<(u64, u64, u64)>,
     /// The indirect `jmp`s that are tail calls through a pointer
@@ -115,7 +116,7 @@ impl ModuleCode {
     /// cache (`super::plans`).
     pub(super) fn read(path: &Path) -> Result<ModuleCode, String> {
         let meta = std::fs::metadata(path).ok();
-        let elf = wprobe_elf::info::ElfInfo::open(path).map_err(|e| e.to_string())?;
+        let elf = wprobe_elf::info::ElfInfo::open_shared(path)?;
         let key = meta.map(|m| (path.to_path_buf(), plans::Key::of(&m, elf.file_bytes())));
         let parsed =
             Elf::parse(elf.file_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -102,7 +102,7 @@ impl Patcher {
             }
             seen.push(p.clone());
             let imports = self.imports.entry(p.clone()).or_insert_with(|| {
-                wprobe_elf::info::ElfInfo::open(&p)
+                wprobe_elf::info::ElfInfo::open_shared(&p)
                     .map(|e| e.imports.iter().map(|(_, n)| n.clone()).collect())
                     .unwrap_or_default()
             });
