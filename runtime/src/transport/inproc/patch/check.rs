@@ -299,7 +299,7 @@ fn file_bytes(
         .ok_or_else(|| format!("{:#x}: window outside the file's code", site.addr))?
         .to_vec();
     let mut now = vec![0u8; site.len];
-    if world.peek(site.addr, &mut now) != site.len || now != orig {
+    if world.peek_code(site.addr, &mut now) != site.len || now != orig {
         // A jump or a trap where the file has neither: most likely a
         // wprobe's, killed before it could put the bytes back.
         let ours = matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];
@@ -330,7 +330,7 @@ fn file_bytes(
 /// probe was built for).
 fn verify_opcode(world: &World, addr: u64, op: u8) -> Result<(), Error> {
     let mut b = [0u8];
-    if world.peek(addr, &mut b) != 1 {
+    if world.peek_code(addr, &mut b) != 1 {
         return Err(Error::other(format!("cannot read {addr:#x}")));
     }
     if b[0] != op {
