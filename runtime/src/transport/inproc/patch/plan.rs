@@ -169,6 +169,7 @@ impl Patcher {
             site: c.site,
             tags: Vec::new(),
             ret_tags: Vec::new(),
+            ret_of: self.ret_owner.filter(|_| kind == site_kind::RET),
             kind,
             orig: c.orig,
             patch,

@@ -167,6 +167,7 @@ impl Patcher {
             },
             tags: Vec::new(),
             ret_tags: Vec::new(),
+            ret_of: None,
             kind: site_kind::WATCH,
             orig: Vec::new(),
             patch: Vec::new(),
