@@ -40,6 +40,9 @@ pub(super) struct Checked {
     /// A near site: its cave's address and the bytes there, and why no
     /// 5-byte jump.
     pub(super) cave: Option<(u64, Vec<u8>, String)>,
+    /// The module of the window and its load bias: its plans keep the
+    /// site's stub.
+    pub(super) module: Option<(std::sync::Arc<ModuleCode>, u64)>,
 }
 
 impl Patcher {
@@ -188,6 +191,7 @@ impl Patcher {
             None => None,
         };
         let orig = file_bytes(world, module, &site, bias, &path)?;
+        let module = Some((module.clone(), bias));
         self.take_window(&site, fend)
             .map_err(|why| refused(Rule::Patch, why))?;
         let orig = if trap.is_some() {
@@ -204,6 +208,7 @@ impl Patcher {
             inode: m.inode,
             trap,
             cave,
+            module,
         })
     }
 
