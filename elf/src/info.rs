@@ -236,7 +236,64 @@ pub enum Lookup<'a> {
     Ambiguous(Vec<&'a Symbol>),
 }
 
+/// One parsing of a module file, shared by whoever asks ([`ElfInfo::open_shared`]).
+type Parsing = std::sync::Arc<std::sync::OnceLock<Result<std::sync::Arc<ElfInfo>, String>>>;
+
+/// The module files parsed by [`ElfInfo::open_shared`], by path and version
+/// (device, inode, size, modification time).
+type Parsed = std::collections::HashMap<(PathBuf, u64, u64, u64, i64), Parsing>;
+
+/// At most this many parsings are kept by [`ElfInfo::open_shared`]; past it,
+/// those no one holds any more are forgotten.
+const SHARED_KEPT: usize = 64;
+
 impl ElfInfo {
+    /// [`ElfInfo::open`], once per version of the file in this process:
+    /// the probes' resolution, the function list of `wprobe trace` and the
+    /// in-process transport's planning (on threads of their own, a reading
+    /// ahead among them) share one parsing of each module file (python3.11:
+    /// its symbols and unwind table read once rather than three times). A
+    /// thread asking for a file another is parsing waits for it. The error
+    /// is [`ElfError`]'s text; a file whose metadata cannot be read is
+    /// opened afresh.
+    pub fn open_shared(path: &Path) -> Result<std::sync::Arc<ElfInfo>, String> {
+        use std::os::unix::fs::MetadataExt;
+        static SHARED: std::sync::OnceLock<std::sync::Mutex<Parsed>> = std::sync::OnceLock::new();
+        let fresh = || {
+            ElfInfo::open(path)
+                .map(std::sync::Arc::new)
+                .map_err(|e| e.to_string())
+        };
+        let Ok(meta) = std::fs::metadata(path) else {
+            return fresh();
+        };
+        let key = (
+            path.to_path_buf(),
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+        );
+        let parsing = {
+            let mut shared = SHARED
+                .get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if shared.len() >= SHARED_KEPT && !shared.contains_key(&key) {
+                // Those only this table holds (done, and dropped by all).
+                shared.retain(|_, p| {
+                    std::sync::Arc::strong_count(p) > 1
+                        || p.get().is_some_and(|r| {
+                            r.as_ref()
+                                .is_ok_and(|e| std::sync::Arc::strong_count(e) > 1)
+                        })
+                });
+            }
+            shared.entry(key).or_default().clone()
+        };
+        parsing.get_or_init(fresh).clone()
+    }
+
     /// Reads and parses a module file: a regular file of at most
     /// [`MAX_MODULE_BYTES`] (checked on the open file, and the read is
     /// bounded too, in case it grows meanwhile).
@@ -814,6 +871,25 @@ fn imports(elf: &Elf<'_>) -> Vec<(u64, String)> {
 
 #[cfg(test)]
 mod tests {
+    /// One parsing per file version: the same for every caller and thread;
+    /// a file that cannot be read is an error each time.
+    #[test]
+    fn open_shared_parses_a_file_once() {
+        let exe = std::env::current_exe().unwrap();
+        let a = ElfInfo::open_shared(&exe).unwrap();
+        let b = std::thread::spawn({
+            let exe = exe.clone();
+            move || ElfInfo::open_shared(&exe).unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(std::sync::Arc::ptr_eq(&a, &b));
+        assert_eq!(a.symbols.len(), ElfInfo::open(&exe).unwrap().symbols.len());
+        let missing = Path::new("/nonexistent/wprobe-open-shared");
+        assert!(ElfInfo::open_shared(missing).is_err());
+        assert!(ElfInfo::open_shared(missing).is_err());
+    }
+
     #[test]
     fn imports_name_the_functions_of_other_modules() {
         // This test binary calls libc through its PLT or its GOT.

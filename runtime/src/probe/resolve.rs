@@ -8,7 +8,7 @@ use crate::proc::procmaps::{self, Mapping, ModuleKey};
 use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::Arc;
 use wprobe_elf::{ElfInfo, Lookup};
 
 /// Why a probe could not be placed in a process.
@@ -89,7 +89,7 @@ pub enum ResolveError {
 #[derive(Clone)]
 pub struct Located {
     /// Its ELF file.
-    pub elf: Rc<ElfInfo>,
+    pub elf: Arc<ElfInfo>,
     /// Load bias in the process.
     pub bias: u64,
     /// The mapped path.
@@ -99,16 +99,16 @@ pub struct Located {
 /// ELF files read so far, by path.
 #[derive(Default)]
 pub struct Resolver {
-    elves: HashMap<PathBuf, Rc<ElfInfo>>,
+    elves: HashMap<PathBuf, Arc<ElfInfo>>,
 }
 
 impl Resolver {
     /// The parsed ELF file at `path` (cached).
-    pub fn elf(&mut self, path: &Path) -> Result<Rc<ElfInfo>, ResolveError> {
+    pub fn elf(&mut self, path: &Path) -> Result<Arc<ElfInfo>, ResolveError> {
         if let Some(e) = self.elves.get(path) {
             return Ok(e.clone());
         }
-        let e = Rc::new(ElfInfo::open(path).map_err(|e| ResolveError::Module(e.to_string()))?);
+        let e = ElfInfo::open_shared(path).map_err(ResolveError::Module)?;
         self.elves.insert(path.to_path_buf(), e.clone());
         Ok(e)
     }

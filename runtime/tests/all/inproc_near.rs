@@ -26,6 +26,7 @@ pub const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(the_statistics_count_near_sites, Need::Ptrace),
+    case!(the_statistics_count_return_sites, Need::Ptrace),
     case!(detach_and_repair_put_the_padding_back_too, Need::Ptrace),
     case!(
         a_ret_window_leaves_the_padding_to_the_near_jump_of_a_later_ret,
@@ -236,6 +237,26 @@ fn the_statistics_count_near_sites() {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     assert_eq!(sites, want, "{st}");
+}
+
+/// A return probe's sites in the statistics (`-v`) are its entry's and
+/// its `ret`s': on `countdown`, a jump at the entry and a near jump at its
+/// `ret` (a branch target), where only the entry's jump was counted.
+fn the_statistics_count_return_sites() {
+    let exe = near_funcs();
+    let prog = format!("uretprobe:{}:countdown {{ @c = count(); }}", exe.display());
+    let mut c = wprobe();
+    c.args(["run", "--transport", "inproc", "-v", "-e", &prog, "-c"])
+        .arg(format!("{} 7", exe.display()))
+        .current_dir(scratch());
+    let o = output_within(c, 120);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("@c: 7"), "{out}{err}");
+    let sites: Vec<&str> = err.lines().filter(|l| l.contains("sites of")).collect();
+    assert_eq!(sites.len(), 1, "{err}");
+    assert!(sites[0].ends_with(": 1 jump, 1 near"), "{err}");
 }
 
 /// `near_funcs` reading its input, traced by `wprobe trace -p` under

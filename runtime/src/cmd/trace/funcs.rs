@@ -133,14 +133,14 @@ pub fn select(
 ) -> Result<(Vec<Func>, Vec<NotTraced>), String> {
     let mut funcs = Vec::new();
     let mut skipped = Vec::new();
-    let elf = ElfInfo::open(exe).map_err(|e| e.to_string())?;
+    let elf = ElfInfo::open_shared(exe)?;
     let exe_path = crate::proc::procmaps::canonical(exe);
     module_functions(&elf, &exe_path, Origin::Exe, sel, &mut funcs, &mut skipped);
     if sel.plt {
         imports(&elf, &exe_path, sel, &mut funcs, &mut skipped);
     }
     for lib in libraries {
-        match ElfInfo::open(lib) {
+        match ElfInfo::open_shared(lib) {
             Ok(e) => {
                 let p = crate::proc::procmaps::canonical(lib);
                 module_functions(&e, &p, Origin::Lib, sel, &mut funcs, &mut skipped);

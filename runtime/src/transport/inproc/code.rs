@@ -23,8 +23,9 @@ pub(super) struct ModuleCode {
     funcs: Vec<(u64, u64)>,
     /// Direct branch targets of every executable section.
     pub(super) targets: BranchTargets,
-    /// The module's file (ELF info: bytes and segments).
-    elf: wprobe_elf::info::ElfInfo,
+    /// The module's file (ELF info: bytes and segments), parsed once in
+    /// the run (`ElfInfo::open_shared`).
+    elf: std::sync::Arc<wprobe_elf::info::ElfInfo>,
     /// `PT_LOAD` segments: (file offset, file size, link-time address).
     loads: Vec<(u64, u64, u64)>,
     /// The indirect `jmp`s that are tail calls through a pointer
@@ -32,14 +33,8 @@ pub(super) struct ModuleCode {
     pub(super) tail_jumps: HashSet<u64>,
     /// Direct call targets (and the GOT slots of `call *slot(%rip)`) → the
     /// addresses those calls return to, from the executable sections'
-    /// sweep; built at the first need.
+    /// sweep; built at the first need the plans do not answer.
     calls: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
-    /// The padding blocks found, by function end (link-time): their usable
-    /// length (0: none).
-    blocks: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
-    /// The padding blocks inside each function found, by its start
-    /// (link-time start and length).
-    inner: std::sync::Mutex<std::collections::HashMap<u64, Vec<(u64, usize)>>>,
     /// The file's path and its key in the plan cache (`None`: no
     /// metadata).
     key: Option<(std::path::PathBuf, plans::Key)>,
@@ -115,7 +110,7 @@ impl ModuleCode {
     /// cache (`super::plans`).
     pub(super) fn read(path: &Path) -> Result<ModuleCode, String> {
         let meta = std::fs::metadata(path).ok();
-        let elf = wprobe_elf::info::ElfInfo::open(path).map_err(|e| e.to_string())?;
+        let elf = wprobe_elf::info::ElfInfo::open_shared(path)?;
         let key = meta.map(|m| (path.to_path_buf(), plans::Key::of(&m, elf.file_bytes())));
         let parsed =
             Elf::parse(elf.file_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -146,8 +141,6 @@ impl ModuleCode {
             loads,
             tail_jumps: sweep.tail_jumps,
             calls: std::sync::OnceLock::new(),
-            blocks: Default::default(),
-            inner: Default::default(),
             key,
             plans: std::sync::Mutex::new(kept),
         })
@@ -273,6 +266,31 @@ impl ModuleCode {
         p.added = true;
     }
 
+    /// The stub kept for `key` (`plans::Plans::stubs`), if the one kept
+    /// for its window has that key.
+    pub(super) fn kept_stub(&self, key: &plans::StubKey) -> Option<Vec<u8>> {
+        let p = self.lock_plans();
+        let (k, code) = p.stubs.get(&key.link())?;
+        (k == key).then(|| code.clone())
+    }
+
+    /// Keeps the stub `code` generated for `key`: for a window with no stub
+    /// kept, or one kept at the same load bias (a stub kept where the
+    /// module loads elsewhere at each run, as address space layout
+    /// randomisation does, stays the first one: no plan rewritten for
+    /// stubs no later run can use).
+    pub(super) fn keep_stub(&self, key: plans::StubKey, code: &[u8]) {
+        let mut p = self.lock_plans();
+        let replace = match p.stubs.get(&key.link()) {
+            None => true,
+            Some((k, c)) => k.bias() == key.bias() && (*k != key || c[..] != *code),
+        };
+        if replace {
+            p.stubs.insert(key.link(), (key, code.to_vec()));
+            p.added = true;
+        }
+    }
+
     /// The return sites of the function entered at file offset `entry`
     /// (`crate::transport::retsites::return_sites` for `--transport
     /// inproc`), kept from an earlier planning or found and kept.
@@ -332,9 +350,26 @@ impl ModuleCode {
     }
 
     /// The link-time addresses that direct `call`s to `target` (a
-    /// link-time address: a function, or a PLT entry) return to.
-    pub(super) fn returns_of_calls_to(&self, target: u64) -> &[u64] {
-        let calls = self.calls.get_or_init(|| {
+    /// link-time address: a function, or a PLT entry) return to, sorted:
+    /// kept from an earlier planning (the plan cache), else found in the
+    /// module's map of calls (built at the first need) and kept.
+    pub(super) fn returns_of_calls_to(&self, target: u64) -> Vec<u64> {
+        if let Some(r) = self.lock_plans().calls.get(&target) {
+            return r.clone();
+        }
+        let mut r = self.calls().get(&target).cloned().unwrap_or_default();
+        r.sort_unstable();
+        let mut p = self.lock_plans();
+        p.calls.insert(target, r.clone());
+        p.added = true;
+        r
+    }
+
+    /// Direct call targets (and the GOT slots of `call *slot(%rip)`) → the
+    /// addresses those calls return to: a sweep of the executable
+    /// sections, at the first need.
+    fn calls(&self) -> &std::collections::HashMap<u64, Vec<u64>> {
+        self.calls.get_or_init(|| {
             use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
             let mut map: std::collections::HashMap<u64, Vec<u64>> = Default::default();
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
@@ -373,8 +408,7 @@ impl ModuleCode {
                 }
             }
             map
-        });
-        calls.get(&target).map_or(&[], Vec::as_slice)
+        })
     }
 
     /// The module file.
@@ -418,13 +452,16 @@ impl ModuleCode {
         }
         ends.sort_unstable();
         ends.dedup();
-        let mut cache = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        // The blocks found, kept in the plans (`plans::Plans::blocks`).
+        let mut plans = self.lock_plans();
+        let plans = &mut *plans;
         let mut out = Vec::new();
         for &(start, end) in &ends {
             if end < lo || end > hi {
                 continue;
             }
-            let n = *cache.entry(end).or_insert_with(|| {
+            let n = *plans.blocks.entry(end).or_insert_with(|| {
+                plans.added = true;
                 // No function may cover its bytes.
                 if self.function(end, 0).is_some() {
                     return 0;
@@ -451,14 +488,13 @@ impl ModuleCode {
                 out.push((end.wrapping_add(bias), n));
             }
         }
-        drop(cache);
         // The padding inside the functions near (after their `jmp`s).
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for (start, end) in ends {
             if end < lo || start > hi {
                 continue;
             }
-            let blocks = inner.entry(start).or_insert_with(|| {
+            let blocks = plans.inner.entry(start).or_insert_with(|| {
+                plans.added = true;
                 let Some(code) = self.elf.bytes_at(start, (end - start) as usize) else {
                     return Vec::new();
                 };

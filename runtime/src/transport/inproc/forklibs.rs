@@ -291,6 +291,9 @@ impl InProc {
         t.kids.return_journals(pid, back);
         let stopped = world.into_stopped();
         self.let_child_go(stopped);
+        if let Some(c) = self.child_arms.get(&pid) {
+            c.0.patcher.save_plans();
+        }
         done.map_err(|e| format!("process {pid}: {e}"))
     }
 

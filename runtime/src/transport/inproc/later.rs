@@ -218,6 +218,9 @@ impl InProc {
         };
         let done = self.send_later_sites(&mut world);
         let go = self.go(world);
+        // What planning learnt of the library mapped (and of the others),
+        // for the next run, the target running meanwhile.
+        self.patcher.save_plans();
         done.and(go)
     }
 

@@ -73,6 +73,10 @@ pub(super) struct Planned {
     pub(super) tags: Vec<usize>,
     /// Return probes whose function enters here.
     pub(super) ret_tags: Vec<usize>,
+    /// A return site's: the return probe whose planning added it, under
+    /// which the statistics count it (a return site shared by the
+    /// functions that tail-call one another is counted once).
+    pub(super) ret_of: Option<usize>,
     /// `agent_abi::site_kind`.
     pub(super) kind: u32,
     /// The window's bytes in the file (= in memory when planned).
@@ -156,6 +160,9 @@ pub(super) struct Patcher {
     decoded: Option<agent_loader::window::Decoded>,
     /// The functions run as relocated copies (`whole`).
     copies: Vec<whole::Copied>,
+    /// The return probe being planned (`plan_return`): the return sites
+    /// added meanwhile are its ([`Planned::ret_of`]).
+    ret_owner: Option<usize>,
 }
 
 /// A process's patch journal and trap journal.
@@ -178,6 +185,7 @@ impl Planned {
             site,
             tags: Vec::new(),
             ret_tags: Vec::new(),
+            ret_of: None,
             kind: agent_abi::site_kind::RET,
             orig: Vec::new(),
             patch: Vec::new(),
@@ -242,6 +250,7 @@ impl Patcher {
             trap_funcs: self.trap_funcs.clone(),
             decoded: None,
             copies: self.copies.clone(),
+            ret_owner: None,
         }
     }
 

@@ -159,7 +159,11 @@ impl Transport for InProc {
             } else {
                 "jump"
             };
-            for &tag in s.tags.iter().chain(&s.ret_tags) {
+            // A return site with a window of its own (not one that shares
+            // its function's entry window, nor one taken back), under
+            // the return probe that added it.
+            let ret_of = s.ret_of.filter(|_| s.site.len > 0);
+            for &tag in s.tags.iter().chain(&s.ret_tags).chain(&ret_of) {
                 *by.entry((tag, how)).or_insert(0) += 1;
             }
         }

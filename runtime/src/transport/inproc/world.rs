@@ -53,7 +53,16 @@ pub(super) struct World {
     cave_sought: bool,
     /// Injections made so far (for [`World::injection_pause`]).
     injections: u32,
+    /// The process's memory read by [`World::peek_code`], in
+    /// [`CODE_CHUNK`]-byte chunks by address (each as long as it could be
+    /// read); a chunk is forgotten when written ([`World::poke`], which
+    /// the loader's writes go through too), all at the release.
+    code: std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
 }
+
+/// Bytes of one chunk of [`World::peek_code`]'s reads (python3.11's 20,000
+/// windows in 3 MB of code: 50 reads rather than 20,000).
+const CODE_CHUNK: u64 = 64 << 10;
 
 /// The injection cave of one thread: where it is, the thread's state when
 /// it was first taken (what every injection puts back), and its FXSAVE
@@ -116,6 +125,7 @@ impl World {
             cave: None,
             cave_sought: false,
             injections: 0,
+            code: Default::default(),
         })
     }
 
@@ -298,6 +308,7 @@ impl World {
     /// Writes `data` at `addr` whatever the page protections (the
     /// process's text, stub pages).
     pub(super) fn poke(&self, addr: u64, data: &[u8]) -> anyhow::Result<()> {
+        self.forget_code(addr, data.len());
         match crate::sys::mem::pwrite(&self.mem, data, addr) {
             Ok(n) if n == data.len() => Ok(()),
             Ok(n) => bail!(
@@ -318,6 +329,54 @@ impl World {
         crate::sys::mem::pread(&self.mem, buf, addr).unwrap_or(0)
     }
 
+    /// [`World::peek`] for the many small reads of planning (each window's
+    /// bytes checked against its file's): served from chunks of
+    /// [`CODE_CHUNK`] bytes read once while the process stays stopped and
+    /// unwritten; what a chunk cannot give is read directly.
+    pub(super) fn peek_code(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut code = self.code.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = 0;
+        while done < buf.len() {
+            let Some(at) = addr.checked_add(done as u64) else {
+                break;
+            };
+            let base = at & !(CODE_CHUNK - 1);
+            let chunk = code.entry(base).or_insert_with(|| {
+                let mut v = vec![0u8; CODE_CHUNK as usize];
+                let n = self.peek(base, &mut v);
+                v.truncate(n);
+                v
+            });
+            let off = (at - base) as usize;
+            let n = chunk.len().saturating_sub(off).min(buf.len() - done);
+            if n == 0 {
+                break;
+            }
+            buf[done..done + n].copy_from_slice(&chunk[off..off + n]);
+            done += n;
+        }
+        drop(code);
+        if done < buf.len() {
+            // A chunk cut short (an unreadable page before the address):
+            // as the process says.
+            return self.peek(addr, buf);
+        }
+        done
+    }
+
+    /// Forgets what [`World::peek_code`] read of the `len` bytes at `addr`
+    /// (written), or everything (`len` 0: the process runs).
+    fn forget_code(&self, addr: u64, len: usize) {
+        let mut code = self.code.lock().unwrap_or_else(|e| e.into_inner());
+        if len == 0 {
+            code.clear();
+            return;
+        }
+        let first = addr & !(CODE_CHUNK - 1);
+        let last = addr.saturating_add(len as u64 - 1) & !(CODE_CHUNK - 1);
+        code.retain(|&base, _| base < first || base > last);
+    }
+
     /// Hands the stopped threads over, still stopped and traced, with the
     /// signal each holds (`traps::Traps` resumes them).
     pub(super) fn into_stopped(mut self) -> BTreeMap<i32, i32> {
@@ -331,6 +390,7 @@ impl World {
     /// injection cave goes back to the vDSO's zeros first (no thread runs
     /// it once its injection ended).
     pub(super) fn release(&mut self) {
+        self.forget_code(0, 0);
         if let Some(c) = self.cave.take() {
             let _ = self.poke(c.addr, &[0; cave::CAVE_BYTES as usize]);
         }

@@ -40,6 +40,9 @@ pub(super) struct Checked {
     /// A near site: its cave's address and the bytes there, and why no
     /// 5-byte jump.
     pub(super) cave: Option<(u64, Vec<u8>, String)>,
+    /// The module of the window and its load bias: its plans keep the
+    /// site's stub.
+    pub(super) module: Option<(std::sync::Arc<ModuleCode>, u64)>,
 }
 
 impl Patcher {
@@ -188,6 +191,7 @@ impl Patcher {
             None => None,
         };
         let orig = file_bytes(world, module, &site, bias, &path)?;
+        let module = Some((module.clone(), bias));
         self.take_window(&site, fend)
             .map_err(|why| refused(Rule::Patch, why))?;
         let orig = if trap.is_some() {
@@ -204,6 +208,7 @@ impl Patcher {
             inode: m.inode,
             trap,
             cave,
+            module,
         })
     }
 
@@ -303,7 +308,7 @@ fn file_bytes(
         .ok_or_else(|| format!("{:#x}: window outside the file's code", site.addr))?
         .to_vec();
     let mut now = vec![0u8; site.len];
-    if world.peek(site.addr, &mut now) != site.len || now != orig {
+    if world.peek_code(site.addr, &mut now) != site.len || now != orig {
         // A jump or a trap where the file has neither: most likely a
         // wprobe's, killed before it could put the bytes back.
         let ours = matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];
@@ -334,7 +339,7 @@ fn file_bytes(
 /// probe was built for).
 fn verify_opcode(world: &World, addr: u64, op: u8) -> Result<(), Error> {
     let mut b = [0u8];
-    if world.peek(addr, &mut b) != 1 {
+    if world.peek_code(addr, &mut b) != 1 {
         return Err(Error::other(format!("cannot read {addr:#x}")));
     }
     if b[0] != op {

@@ -54,7 +54,7 @@ impl Patcher {
         }
         let mut conts: Vec<u64> = targets
             .iter()
-            .flat_map(|&t| module.returns_of_calls_to(t).iter().copied())
+            .flat_map(|&t| module.returns_of_calls_to(t))
             .collect();
         // Not a function's first instruction (after a call that does not
         // return), nor a `ret`: sites of their own may need them.
@@ -102,7 +102,7 @@ impl Patcher {
             }
             seen.push(p.clone());
             let imports = self.imports.entry(p.clone()).or_insert_with(|| {
-                wprobe_elf::info::ElfInfo::open(&p)
+                wprobe_elf::info::ElfInfo::open_shared(&p)
                     .map(|e| e.imports.iter().map(|(_, n)| n.clone()).collect())
                     .unwrap_or_default()
             });
@@ -123,7 +123,7 @@ impl Patcher {
                 .imports
                 .iter()
                 .filter(|(_, n)| n == name)
-                .flat_map(|&(a, _)| module.returns_of_calls_to(a).iter().copied())
+                .flat_map(|&(a, _)| module.returns_of_calls_to(a))
                 .filter(|&c| {
                     elf.function_starting_at(c).is_none()
                         && elf.unnamed_function_at(c).is_none()

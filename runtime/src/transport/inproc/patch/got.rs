@@ -98,6 +98,7 @@ impl Patcher {
             site,
             tags: Vec::new(),
             ret_tags: vec![tag],
+            ret_of: None,
             kind: site_kind::PROBE,
             orig: held.to_vec(),
             patch: stub_at.to_le_bytes().to_vec(),

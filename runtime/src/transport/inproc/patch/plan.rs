@@ -96,6 +96,7 @@ impl Patcher {
                 inode: c.inode,
                 trap: Some(("_dl_debug_state".into(), why)),
                 cave: None,
+                module: None,
             };
         } else {
             c.trap = Some(("_dl_debug_state".into(), why));
@@ -129,7 +130,7 @@ impl Patcher {
     /// Gives a checked window its stub; returns the site index.
     pub(super) fn add(&mut self, world: &mut World, c: Checked, kind: u32) -> Result<usize, Error> {
         let id = self.sites.len() as u32;
-        let (area, stub_addr, code) = self.stub_for(world, &c.site, id)?;
+        let (area, stub_addr, code) = self.stub_for(world, &c.site, id, c.module.as_ref())?;
         let patch = if let Some((func, why)) = &c.trap {
             self.trap_funcs.insert(c.site.addr, func.clone());
             self.notes.push((
@@ -169,6 +170,7 @@ impl Patcher {
             site: c.site,
             tags: Vec::new(),
             ret_tags: Vec::new(),
+            ret_of: self.ret_owner.filter(|_| kind == site_kind::RET),
             kind,
             orig: c.orig,
             patch,

@@ -22,8 +22,24 @@ impl Patcher {
     /// entry site, and a return site at each `ret` through which its calls
     /// return (`crate::transport::retsites`). Every window is checked
     /// before any is added: a function with one `ret` that cannot be
-    /// patched is refused whole. Returns the entry's site index.
+    /// patched is refused whole. Returns the entry's site index. The
+    /// return sites it adds are the probe's ([`super::Planned::ret_of`]).
     pub(in crate::transport::inproc) fn plan_return(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        tag: usize,
+        addr: u64,
+        opcode: Option<u8>,
+    ) -> Result<usize, Error> {
+        let outer = self.ret_owner.replace(tag);
+        let planned = self.plan_return_sites(world, maps, tag, addr, opcode);
+        self.ret_owner = outer;
+        planned
+    }
+
+    /// [`Patcher::plan_return`].
+    fn plan_return_sites(
         &mut self,
         world: &mut World,
         maps: &[Mapping],

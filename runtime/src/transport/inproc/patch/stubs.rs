@@ -6,6 +6,8 @@ use agent_abi::site_kind;
 use agent_loader::stub::{self, Site};
 
 use super::{Area, Patcher, Planned};
+use crate::transport::inproc::code::ModuleCode;
+use crate::transport::inproc::plans::StubKey;
 use crate::transport::inproc::world::World;
 
 /// Bytes of one stub area (the trampoline and about 3,000 stubs).
@@ -66,13 +68,35 @@ impl Patcher {
     }
 
     /// Generates the stub of `site` in an area within reach (making one if
-    /// none is): (area, stub address, code).
+    /// none is): (area, stub address, code). With `module` (the site's
+    /// module and its load bias), a stub its plans keep for the same site,
+    /// area, address and id is taken rather than generated again, and the
+    /// one generated for the place chosen is kept.
     pub(super) fn stub_for(
         &mut self,
         world: &mut World,
         site: &Site,
         id: u32,
+        module: Option<&(std::sync::Arc<ModuleCode>, u64)>,
     ) -> Result<(usize, u64, Vec<u8>), String> {
+        let key =
+            |base: u64, at: u64| module.map(|(_, bias)| StubKey::of(site, id, base, at, *bias));
+        // The stub, and whether it was generated (not kept).
+        let generate = |base: u64, at: u64| -> Result<(Vec<u8>, bool), String> {
+            if let (Some((m, _)), Some(k)) = (module, key(base, at))
+                && let Some(code) = m.kept_stub(&k)
+            {
+                return Ok((code, false));
+            }
+            stub::generate(site, id, base, at)
+                .map(|c| (c, true))
+                .map_err(|e| e.to_string())
+        };
+        let keep = |base: u64, at: u64, code: &[u8]| {
+            if let (Some((m, _)), Some(k)) = (module, key(base, at)) {
+                m.keep_stub(k, code);
+            }
+        };
         let mut last = String::new();
         // Only where the jump reaches and some room is left: a stub
         // generated only to find it does not fit would cost as much as one
@@ -82,29 +106,37 @@ impl Patcher {
             if at + MIN_STUB_ROOM > a.base + AREA_BYTES || i32::try_from(reach).is_err() {
                 return None;
             }
-            match stub::generate(site, id, a.base, at) {
-                Ok(code) if at - a.base + code.len() as u64 <= AREA_BYTES => {
-                    stub::site_patch(site, at).ok().map(|_| (at, code))
+            match generate(a.base, at) {
+                Ok((code, fresh)) if at - a.base + code.len() as u64 <= AREA_BYTES => {
+                    stub::site_patch(site, at)
+                        .ok()
+                        .map(|_| (a.base, at, code, fresh))
                 }
                 Ok(_) => None,
                 Err(e) => {
-                    last = e.to_string();
+                    last = e;
                     None
                 }
             }
         });
-        if let Some((i, (at, code))) = found {
+        if let Some((i, (base, at, code, fresh))) = found {
+            if fresh {
+                keep(base, at, &code);
+            }
             return Ok((i, at, code));
         }
         let (i, base, at) = self.fresh_area(world, site.addr)?;
-        let code = stub::generate(site, id, base, at).map_err(|e| {
+        let (code, fresh) = generate(base, at).map_err(|e| {
             if last.is_empty() {
-                e.to_string()
+                e
             } else {
                 format!("{e} ({last})")
             }
         })?;
         stub::site_patch(site, at).map_err(|e| e.to_string())?;
+        if fresh {
+            keep(base, at, &code);
+        }
         Ok((i, at, code))
     }
 
@@ -167,6 +199,7 @@ impl Patcher {
             },
             tags: Vec::new(),
             ret_tags: Vec::new(),
+            ret_of: None,
             kind: site_kind::WATCH,
             orig: Vec::new(),
             patch: Vec::new(),

@@ -241,7 +241,7 @@ impl Patcher {
                 ret: Some(insn),
             };
             let id = self.sites.len() as u32;
-            let (area, at, code) = self.stub_for(world, &site, id)?;
+            let (area, at, code) = self.stub_for(world, &site, id, None)?;
             let a = &mut self.areas[area];
             let off = (at - a.base) as usize;
             a.code[off..off + code.len()].copy_from_slice(&code);
