@@ -1,0 +1,431 @@
+//! The plan files' payload: varints, deltas and a string table
+//! ([`encode`], [`decode`]).
+
+use super::*;
+
+/// Appends numbers as LEB128 varints (signed ones zigzag-encoded) and
+/// strings as indices into a table written before them.
+#[derive(Default)]
+struct W {
+    out: Vec<u8>,
+    /// The strings, in the order of their first use.
+    table: Vec<String>,
+    /// Their indices.
+    index: HashMap<String, u64>,
+}
+
+impl W {
+    fn u64(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.out.push(v as u8);
+    }
+    /// A difference, zigzag-encoded (small either way).
+    fn delta(&mut self, from: u64, to: u64) {
+        let d = to.wrapping_sub(from) as i64;
+        self.u64(((d << 1) ^ (d >> 63)) as u64);
+    }
+    /// Sorted addresses, each as the difference from the one before.
+    fn addrs(&mut self, vs: &[u64]) {
+        self.u64(vs.len() as u64);
+        let mut last = 0;
+        for &v in vs {
+            self.delta(last, v);
+            last = v;
+        }
+    }
+    fn str(&mut self, s: &str) {
+        let n = self.table.len() as u64;
+        let i = *self.index.entry(s.to_string()).or_insert_with(|| {
+            self.table.push(s.to_string());
+            n
+        });
+        self.u64(i);
+    }
+    fn strs(&mut self, ss: &[String]) {
+        self.u64(ss.len() as u64);
+        for s in ss {
+            self.str(s);
+        }
+    }
+    /// The string table, then the numbers.
+    fn finish(self) -> Vec<u8> {
+        let mut head = W::default();
+        head.u64(self.table.len() as u64);
+        for s in &self.table {
+            head.u64(s.len() as u64);
+            head.out.extend_from_slice(s.as_bytes());
+        }
+        head.out.extend_from_slice(&self.out);
+        head.out
+    }
+}
+
+/// Reads what [`W`] wrote; `None` past the end or on a malformed number.
+struct R<'a> {
+    bytes: &'a [u8],
+    table: Vec<String>,
+}
+
+impl R<'_> {
+    fn u64(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for k in 0..10 {
+            let (&b, t) = self.bytes.split_first()?;
+            self.bytes = t;
+            // The tenth byte holds bit 63 only.
+            if k == 9 && b > 1 {
+                return None;
+            }
+            v |= u64::from(b & 0x7f) << (7 * k);
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    fn u32(&mut self) -> Option<u32> {
+        u32::try_from(self.u64()?).ok()
+    }
+    fn delta(&mut self, from: u64) -> Option<u64> {
+        let z = self.u64()?;
+        let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        Some(from.wrapping_add(d as u64))
+    }
+    /// A count of items of at least `each` bytes (bounded by what is left).
+    fn count(&mut self, each: usize) -> Option<usize> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        (n <= self.bytes.len() / each.max(1)).then_some(n)
+    }
+    fn addrs(&mut self) -> Option<Vec<u64>> {
+        let n = self.count(1)?;
+        let mut last = 0;
+        (0..n)
+            .map(|_| {
+                last = self.delta(last)?;
+                Some(last)
+            })
+            .collect()
+    }
+    fn str(&mut self) -> Option<String> {
+        let i = usize::try_from(self.u64()?).ok()?;
+        self.table.get(i).cloned()
+    }
+    fn strs(&mut self) -> Option<Vec<String>> {
+        let n = self.count(1)?;
+        (0..n).map(|_| self.str()).collect()
+    }
+    /// The string table [`W::finish`] wrote first.
+    fn table(&mut self) -> Option<()> {
+        let n = self.count(1)?;
+        let mut table = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = self.count(1)?;
+            let (h, t) = self.bytes.split_at_checked(len)?;
+            self.bytes = t;
+            table.push(String::from_utf8(h.to_vec()).ok()?);
+        }
+        self.table = table;
+        Some(())
+    }
+}
+
+/// Sorted, for a deterministic file.
+fn sorted<'a>(s: impl Iterator<Item = &'a u64>) -> Vec<u64> {
+    let mut v: Vec<u64> = s.copied().collect();
+    v.sort_unstable();
+    v
+}
+
+/// The payload of `sweep` and `plans`: varints, addresses as differences
+/// (from the address before in a sorted list, or from the entry they
+/// belong to), names once in a table. The branch targets are kept once:
+/// the sweep's counts by target (`.2`), and apart only the targets of
+/// `.0` without a count (none, as the sweep makes them).
+pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
+    let mut w = W::default();
+    w.u64(sweep.funcs.len() as u64);
+    let mut last = 0;
+    for &(s, e) in &sweep.funcs {
+        w.delta(last, s);
+        w.u64(e - s);
+        last = s;
+    }
+    let t = &sweep.targets;
+    let mut counts: Vec<(u64, u32)> = t.2.iter().map(|(&a, &n)| (a, n)).collect();
+    counts.sort_unstable();
+    w.u64(counts.len() as u64);
+    let mut last = 0;
+    for (a, n) in counts {
+        w.delta(last, a);
+        // `u32::MAX` (a jump table's target) as 0, one byte.
+        w.u64(u64::from(n.wrapping_add(1)));
+        last = a;
+    }
+    w.addrs(&sorted(t.0.iter().filter(|a| !t.2.contains_key(a))));
+    w.addrs(&sorted(t.1.iter()));
+    let mut unknown: Vec<(u64, u64)> = t.3.iter().flatten().map(|(&a, &b)| (a, b)).collect();
+    unknown.sort_unstable();
+    w.u64(u64::from(t.3.is_some()));
+    w.u64(unknown.len() as u64);
+    let mut last = 0;
+    for (a, b) in unknown {
+        w.delta(last, a);
+        w.delta(a, b);
+        last = a;
+    }
+    w.addrs(&sorted(sweep.tail_jumps.iter()));
+    let mut windows: Vec<(&(WindowShape, u64), &Window)> = plans.windows.iter().collect();
+    windows.sort_unstable_by_key(|(k, _)| (k.0 as u8, k.1));
+    w.u64(windows.len() as u64);
+    let mut last = 0;
+    for (&(shape, at), win) in windows {
+        w.u64(shape as u64);
+        w.delta(last, at);
+        w.delta(at, win.probe);
+        w.delta(at, win.addr);
+        w.u64(u64::from(win.len));
+        w.u64(u64::from(win.displaced) << 1 | u64::from(win.ret));
+        last = at;
+    }
+    let mut rets: Vec<(&u64, &ReturnSites)> = plans.rets.iter().collect();
+    rets.sort_unstable_by_key(|(off, _)| **off);
+    w.u64(rets.len() as u64);
+    let mut last = 0;
+    for (&off, r) in rets {
+        w.delta(last, off);
+        w.str(&r.function);
+        w.u64(r.rets.len() as u64);
+        for &a in &r.rets {
+            w.delta(off, a);
+        }
+        w.strs(&r.followed);
+        w.strs(&r.outside);
+        w.u64(r.indirect.len() as u64);
+        for &a in &r.indirect {
+            w.delta(off, a);
+        }
+        w.u64(u64::from(r.never_returns));
+        last = off;
+    }
+    let mut calls: Vec<(&u64, &Vec<u64>)> = plans.calls.iter().collect();
+    calls.sort_unstable_by_key(|(t, _)| **t);
+    w.u64(calls.len() as u64);
+    let mut last = 0;
+    for (&target, after) in calls {
+        w.delta(last, target);
+        w.addrs(after);
+        last = target;
+    }
+    let mut blocks: Vec<(&u64, &usize)> = plans.blocks.iter().collect();
+    blocks.sort_unstable();
+    w.u64(blocks.len() as u64);
+    let mut last = 0;
+    for (&end, &n) in blocks {
+        w.delta(last, end);
+        w.u64(n as u64);
+        last = end;
+    }
+    let mut inner: Vec<(&u64, &Vec<(u64, usize)>)> = plans.inner.iter().collect();
+    inner.sort_unstable_by_key(|(s, _)| **s);
+    w.u64(inner.len() as u64);
+    let mut last = 0;
+    for (&start, blocks) in inner {
+        w.delta(last, start);
+        w.u64(blocks.len() as u64);
+        for &(at, n) in blocks {
+            w.delta(start, at);
+            w.u64(n as u64);
+        }
+        last = start;
+    }
+    let mut stubs: Vec<&(StubKey, Vec<u8>)> = plans.stubs.values().collect();
+    stubs.sort_unstable_by_key(|(k, _)| (k.addr, k.bias));
+    w.u64(stubs.len() as u64);
+    let mut last = 0;
+    for (k, code) in stubs {
+        w.delta(last, k.addr);
+        w.delta(k.addr, k.probe);
+        w.u64(u64::from(k.len));
+        w.u64(u64::from(k.displaced) << 1 | u64::from(k.ret));
+        w.u64(u64::from(k.id));
+        w.delta(k.addr, k.base);
+        w.delta(k.base, k.at);
+        w.u64(k.bias);
+        w.u64(code.len() as u64);
+        w.out.extend_from_slice(code);
+        last = k.addr;
+    }
+    w.finish()
+}
+
+/// [`encode`]'s payload read back; `None` if it is not one.
+pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
+    let mut r = R {
+        bytes: payload,
+        table: Vec::new(),
+    };
+    r.table()?;
+    let n = r.count(2)?;
+    let mut last = 0;
+    let funcs = (0..n)
+        .map(|_| {
+            let s = r.delta(last)?;
+            last = s;
+            Some((s, s.checked_add(r.u64()?)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    // Sorted (as the sweep makes them; each no longer than its end).
+    if !funcs.is_sorted() {
+        return None;
+    }
+    let n = r.count(2)?;
+    let mut t0 = HashSet::with_capacity(n);
+    let mut t2 = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let a = r.delta(last)?;
+        t2.insert(a, r.u32()?.wrapping_sub(1));
+        t0.insert(a);
+        last = a;
+    }
+    t0.extend(r.addrs()?);
+    let t1: HashSet<u64> = r.addrs()?.into_iter().collect();
+    let has_unknown = r.u64()? != 0;
+    let n = r.count(2)?;
+    let mut unknown = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let a = r.delta(last)?;
+        unknown.insert(a, r.delta(a)?);
+        last = a;
+    }
+    let tail_jumps = r.addrs()?.into_iter().collect();
+    let n = r.count(6)?;
+    let mut windows = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let shape = match r.u64()? {
+            0 => WindowShape::Probe,
+            1 => WindowShape::Ret,
+            2 => WindowShape::Whole,
+            _ => return None,
+        };
+        let at = r.delta(last)?;
+        let probe = r.delta(at)?;
+        let addr = r.delta(at)?;
+        let len = r.u32()?;
+        let d = r.u64()?;
+        let win = Window {
+            probe,
+            addr,
+            len,
+            displaced: u32::try_from(d >> 1).ok()?,
+            ret: d & 1 != 0,
+        };
+        windows.insert((shape, at), win);
+        last = at;
+    }
+    let n = r.count(7)?;
+    let mut rets = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let off = r.delta(last)?;
+        let function = r.str()?;
+        let k = r.count(1)?;
+        let ret_offs = (0..k).map(|_| r.delta(off)).collect::<Option<_>>()?;
+        let followed = r.strs()?;
+        let outside = r.strs()?;
+        let k = r.count(1)?;
+        let indirect = (0..k).map(|_| r.delta(off)).collect::<Option<_>>()?;
+        let sites = ReturnSites {
+            function,
+            rets: ret_offs,
+            followed,
+            outside,
+            indirect,
+            never_returns: r.u64()? != 0,
+        };
+        rets.insert(off, sites);
+        last = off;
+    }
+    let n = r.count(2)?;
+    let mut calls = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let target = r.delta(last)?;
+        calls.insert(target, r.addrs()?);
+        last = target;
+    }
+    let n = r.count(2)?;
+    let mut blocks = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let end = r.delta(last)?;
+        blocks.insert(end, usize::try_from(r.u64()?).ok()?);
+        last = end;
+    }
+    let n = r.count(2)?;
+    let mut inner = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let start = r.delta(last)?;
+        let k = r.count(2)?;
+        let found = (0..k)
+            .map(|_| Some((r.delta(start)?, usize::try_from(r.u64()?).ok()?)))
+            .collect::<Option<Vec<_>>>()?;
+        inner.insert(start, found);
+        last = start;
+    }
+    let n = r.count(9)?;
+    let mut stubs = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let addr = r.delta(last)?;
+        let probe = r.delta(addr)?;
+        let len = r.u32()?;
+        let d = r.u64()?;
+        let id = r.u32()?;
+        let base = r.delta(addr)?;
+        let at = r.delta(base)?;
+        let bias = r.u64()?;
+        let key = StubKey {
+            addr,
+            probe,
+            len,
+            displaced: u32::try_from(d >> 1).ok()?,
+            ret: d & 1 != 0,
+            id,
+            base,
+            at,
+            bias,
+        };
+        let k = r.count(1)?;
+        let (code, rest) = r.bytes.split_at_checked(k)?;
+        r.bytes = rest;
+        stubs.insert(key.link(), (key, code.to_vec()));
+        last = addr;
+    }
+    if !r.bytes.is_empty() {
+        return None;
+    }
+    let sweep = Sweep {
+        funcs,
+        targets: BranchTargets(t0, t1, t2, has_unknown.then_some(unknown)),
+        tail_jumps,
+    };
+    Some((
+        sweep,
+        Plans {
+            windows,
+            rets,
+            calls,
+            blocks,
+            inner,
+            stubs,
+            added: false,
+        },
+    ))
+}
