@@ -156,6 +156,9 @@ pub(super) struct Patcher {
     decoded: Option<agent_loader::window::Decoded>,
     /// The functions run as relocated copies (`whole`).
     copies: Vec<whole::Copied>,
+    /// Whether the process uses CET shadow stacks (read at the first copy
+    /// of a function that calls).
+    shstk: Option<bool>,
 }
 
 /// A process's patch journal and trap journal.
@@ -242,6 +245,7 @@ impl Patcher {
             trap_funcs: self.trap_funcs.clone(),
             decoded: None,
             copies: self.copies.clone(),
+            shstk: self.shstk,
         }
     }
 
