@@ -26,16 +26,15 @@
 //! the caller writes a jump to the copy's instruction at each `ORIG_NEXT`
 //! ([`Copy::returns`]), so that the return comes back to the copy. A
 //! `call` of the function itself goes to the original entry (its window:
-//! dispatched as any call).
+//! dispatched as any call). The same jump back goes at each instruction
+//! that a branch from outside the function lands on ([`Whole::entered`]: a
+//! `.cold` part jumping back, which the copy left by its direct jump).
 //!
 //! Eligible ([`analyse`]): the whole function decodes, each of its
 //! branches into it landing on one of its instructions; no indirect `jmp`
 //! but tail calls through a pointer (the caller's set, [`crate::tailcall`]:
 //! a jump table would lead back into the original) nor `xbegin`; no
-//! branch from outside the function lands inside it but on its entry (the
-//! sweep's count of branches to each of its instructions is the count of
-//! its own: a `.cold` part jumping back, a jump table's entry, are not);
-//! no operand reads or writes its own code (a `lea` of one of its
+//! operand reads or writes its own code (a `lea` of one of its
 //! addresses runs as a `mov` of that address, as in a stub); at most
 //! [`MAX_BYTES`]; each `call` a near one, direct to another function or to
 //! its own entry, or indirect through an operand other than `rsp` itself.
@@ -67,19 +66,25 @@ pub struct Whole {
     /// Its `call`s, in order: each one's address and the address after it
     /// (the return address it pushes, in the original function).
     pub calls: Vec<(u64, u64)>,
+    /// Its instructions (but the first) that branches from outside it land
+    /// on (a `.cold` part jumping back), in order.
+    pub entered: Vec<u64>,
 }
 
 impl Whole {
-    /// The return addresses of its calls that are inside it (a `call`
-    /// ending the function, of a function that never returns, has none
-    /// there): where the original needs a jump back into the copy.
+    /// Where the original needs a jump back into the copy, in order: the
+    /// return addresses of its calls that are inside it (a `call` ending
+    /// the function, of a function that never returns, has none there),
+    /// and the instructions branches from outside land on.
     pub fn returns_inside(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self
             .calls
             .iter()
             .map(|&(_, next)| next)
             .filter(|&n| n < self.end)
+            .chain(self.entered.iter().copied())
             .collect();
+        v.sort_unstable();
         v.dedup();
         v
     }
@@ -173,8 +178,9 @@ pub fn analyse(
             j.ip()
         ));
     }
-    // Every branch to one of its instructions (but its entry) is one of
-    // its own.
+    // The instructions (but its entry) that a branch from outside it lands
+    // on: more branches to them in the module than its own.
+    let mut entered = Vec::new();
     for at in insns.iter().skip(1).map(Instruction::ip) {
         let link = at.wrapping_sub(func.bias);
         if !targets.0.contains(&link) {
@@ -185,9 +191,7 @@ pub fn analyse(
             .filter(|j| near_target(j) == Some(at) && branches(j))
             .count();
         if targets.2.get(&link).copied() != Some(inside as u32) {
-            return Err(format!(
-                "{at:#x} inside it is the target of a branch from outside it"
-            ));
+            entered.push(at);
         }
     }
     Ok(Whole {
@@ -196,6 +200,7 @@ pub fn analyse(
         insns,
         rets,
         calls,
+        entered,
     })
 }
 
@@ -571,7 +576,8 @@ mod tests {
         let code = [0xff, 0xe0, 0xc3];
         let e = check(&code, &targets_of(&code, start)).unwrap_err();
         assert!(e.contains("indirect `jmp`"), "{e}");
-        // A branch from outside into its middle (a `.cold` part's).
+        // A branch from outside into its middle (a `.cold` part's): where
+        // the original jumps back into the copy.
         let code = [0x31, 0xc0, 0xc3];
         let mut t = targets_of(&code, start);
         // `jmp start+2` from 0x401200.
@@ -579,8 +585,7 @@ mod tests {
         let mut jmp = vec![0xe9];
         jmp.extend_from_slice(&(rel as i32).to_le_bytes());
         t.sweep(&jmp, 0x40_1200);
-        let e = check(&code, &t).unwrap_err();
-        assert!(e.contains("from outside"), "{e}");
+        assert_eq!(check(&code, &t).unwrap().entered, [start + 2]);
         // A branch into the middle of one of its instructions.
         let code = [0xeb, 0x01, 0xb8, 0x01, 0, 0, 0, 0xc3];
         let e = check(&code, &targets_of(&code, start)).unwrap_err();

@@ -2,9 +2,10 @@
 //! (`tests/progs/whole_funcs.c`, `tests/progs/copy_throw.cpp`): `leafsum`,
 //! whose `ret`s are branch targets with no room for a jump nor padding in
 //! reach of a near jump, and which calls nothing, `callsum`, the same shape
-//! with a `call`, and `recsum`, which calls itself, run as copies whose
-//! `ret`s jump to return stubs and whose calls return through a jump at
-//! each return address back into the copy: no trap, every call and return
+//! with a `call`, `recsum`, which calls itself, and `coldsum`, whose
+//! `.cold` part jumps back into its middle, run as copies whose `ret`s
+//! jump to return stubs and whose calls return (and whose `.cold` part
+//! comes back) through a jump back into the copy: no trap, every call and return
 //! value exact, the program's output unchanged, and after a detach the code
 //! is the file's again. A C++ exception thrown through a copy, and
 //! `backtrace()` under it, see the original function.
@@ -67,41 +68,59 @@ fn sum(n: i64) -> i64 {
             leafsum(i % 60 - 5)
                 + if i % 7 > 0 { 2 * (i % 7) + 1 } else { 0 }
                 + (i % 5) * (i % 5 + 1) / 2
+                + coldsum(i % 9 - 4)
         })
         .sum()
 }
 
+/// `coldsum(n)` as the program computes it.
+fn coldsum(n: i64) -> i64 {
+    if n == 0 { 0 } else { n.abs() + 2 }
+}
+
 /// The shapes the tests are about: `leafsum`'s last `ret` is a branch
 /// target with `callsum` right after it, `callsum`'s with `recsum`,
-/// `recsum`'s with `filler_b`. Returns the file's bytes from `filler_a` to
-/// the end of `filler_b`, and where they start.
+/// `recsum`'s with `coldsum`, `coldsum`'s with `filler_b`, and
+/// `coldsum.cold` after `filler_b`. Returns the file's bytes from
+/// `filler_a` to the end of `coldsum.cold`, and where they start.
 fn shapes(exe: &Path) -> (u64, Vec<u8>) {
     let elf = wprobe_elf::ElfInfo::open(exe).unwrap();
     let (leaf, leaf_len) = func(exe, "leafsum");
     let (calls, calls_len) = func(exe, "callsum");
     let (rec, rec_len) = func(exe, "recsum");
+    let (cold, cold_len) = func(exe, "coldsum");
     let (a, _) = func(exe, "filler_a");
     let (b, b_len) = func(exe, "filler_b");
+    let (c, c_len) = func(exe, "coldsum.cold");
     assert_eq!(leaf + leaf_len, calls, "callsum right after leafsum");
     assert_eq!(calls + calls_len, rec, "recsum right after callsum");
-    assert_eq!(rec + rec_len, b, "filler_b right after recsum");
-    for end in [leaf + leaf_len, calls + calls_len, rec + rec_len] {
+    assert_eq!(rec + rec_len, cold, "coldsum right after recsum");
+    assert_eq!(cold + cold_len, b, "filler_b right after coldsum");
+    assert_eq!(b + b_len, c, "coldsum.cold right after filler_b");
+    for end in [
+        leaf + leaf_len,
+        calls + calls_len,
+        rec + rec_len,
+        cold + cold_len,
+    ] {
         assert_eq!(elf.bytes_at(end - 1, 1).unwrap(), [0xc3]);
     }
     (
         a,
-        elf.bytes_at(a, (b + b_len - a) as usize).unwrap().to_vec(),
+        elf.bytes_at(a, (c + c_len - a) as usize).unwrap().to_vec(),
     )
 }
 
-/// The address after the `call` in `callsum` and in `recsum` (where their
-/// calls return, in the original).
-fn returns(exe: &Path) -> [u64; 2] {
+/// Where the original jumps back into the copies: after the `call` in
+/// `callsum` and in `recsum` (where their calls return), and where
+/// `coldsum.cold` jumps back into `coldsum`.
+fn returns(exe: &Path) -> [u64; 3] {
     let (calls, _) = func(exe, "callsum");
     let (rec, _) = func(exe, "recsum");
-    // `xor; test; jle; push; call` and `xor; test; jle; push; mov; lea;
-    // call`.
-    [calls + 13, rec + 20]
+    let (cold, _) = func(exe, "coldsum");
+    // `xor; test; jle; push; call`, `xor; test; jle; push; mov; lea;
+    // call` and `mov; test; js rel32; je`.
+    [calls + 13, rec + 20, cold + 14]
 }
 
 /// `wprobe trace -F NAME -T -i` of `whole_funcs N` under inproc, with
@@ -145,7 +164,8 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
     let (leaf, leaf_len) = func(&exe, "leafsum");
     let (calls, calls_len) = func(&exe, "callsum");
     let (rec, rec_len) = func(&exe, "recsum");
-    let [calls_next, rec_next] = returns(&exe);
+    let [calls_next, rec_next, cold_back] = returns(&exe);
+    let (cold, cold_len) = func(&exe, "coldsum");
     let plain = Command::new(&exe).arg("1000").output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&plain.stdout),
@@ -157,13 +177,13 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
         .lines()
         .filter(|l| l.contains("run in a relocated copy of the whole function"))
         .collect();
-    assert_eq!(copied.len(), 3, "{err}");
+    assert_eq!(copied.len(), 4, "{err}");
     assert!(
         copied[0].contains(&format!(
             ": {leaf:#x} leafsum: its `ret`s ({:#x}, {:#x}) run in a relocated copy",
             leaf + leaf_len - 5,
             leaf + leaf_len - 1
-        )) && !copied[0].contains("its calls return"),
+        )) && !copied[0].contains("jump back"),
         "{}",
         copied[0]
     );
@@ -189,7 +209,8 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
             ": {calls:#x} callsum: its `ret`s ({:#x}) run in a relocated copy",
             calls + calls_len - 1
         )) && copied[0].ends_with(&format!(
-            "; its calls return to the copy through 1 jump at ({calls_next:#x})"
+            "; 1 jump back into the copy at ({calls_next:#x}), where its calls return or \
+             branches from outside it land"
         )),
         "{}",
         copied[0]
@@ -219,7 +240,8 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
             ": {rec:#x} recsum: its `ret`s ({:#x}) run in a relocated copy",
             rec + rec_len - 1
         )) && err.contains(&format!(
-            "; its calls return to the copy through 1 jump at ({rec_next:#x})\n"
+            "; 1 jump back into the copy at ({rec_next:#x}), where its calls return or \
+             branches from outside it land\n"
         )),
         "{err}"
     );
@@ -239,6 +261,28 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
     for i in 0..10 {
         nested(i % 5, 0, &mut want);
     }
+    assert_eq!(got, want, "{err}");
+    // `coldsum`: back from its `.cold` part into the copy.
+    let (err, got) = traced_tree(&exe, "coldsum", 18);
+    assert!(
+        err.contains(&format!(
+            ": {cold:#x} coldsum: its `ret`s ({:#x}) run in a relocated copy",
+            cold + cold_len - 1
+        )) && err.contains(&format!(
+            "; 1 jump back into the copy at ({cold_back:#x}), where its calls return or \
+             branches from outside it land\n"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("a trap instead"), "{err}");
+    let want: String = (0..18)
+        .map(|i| {
+            format!(
+                "==> coldsum()\n<== coldsum() [rax = {:#x}]\n",
+                coldsum(i % 9 - 4)
+            )
+        })
+        .collect();
     assert_eq!(got, want, "{err}");
     // Exact counts over 1,000 terms; no stop.
     let out = scratch().join("whole_funcs.report.json");
@@ -278,11 +322,13 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
     let recsum: u64 = (0..1000).map(|i| i % 5 + 1).sum();
     let want: BTreeMap<String, u64> = [
         ("callsum", 1000),
+        ("coldsum", 1000),
         ("filler_a", 1),
         ("filler_b", 1),
         ("leafsum", 1000),
         ("main", 1),
         ("recsum", recsum),
+        ("term", 1000),
         ("twice", twice),
     ]
     .into_iter()
@@ -299,18 +345,21 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
 }
 
 /// `whole_funcs` reading its input, traced by `wprobe trace -p` under
-/// inproc: once armed (a `jmp` at the entries of `leafsum`, `callsum` and
-/// `recsum`, and at the return addresses of the calls of the last two), 30
-/// terms are traced; after SIGINT (wprobe detaches) the code from
-/// `filler_a` to the end of `filler_b` is the file's, and the program goes
-/// on with the right results.
+/// inproc: once armed (a `jmp` at the entries of `leafsum`, `callsum`,
+/// `recsum` and `coldsum`, at the return addresses of the calls of the
+/// middle two, and where `coldsum.cold` jumps back), 30 terms are traced;
+/// after SIGINT (wprobe detaches) the code from `filler_a` to the end of
+/// `coldsum.cold` is the file's, and the program goes on with the right
+/// results.
 fn detach_puts_the_copied_functions_code_back() {
     let exe = whole_funcs();
     let (lo, orig) = shapes(&exe);
     let (leaf, _) = func(&exe, "leafsum");
     let (calls, _) = func(&exe, "callsum");
     let (rec, _) = func(&exe, "recsum");
-    let jumps = [leaf, calls, rec, returns(&exe)[0], returns(&exe)[1]];
+    let (cold, _) = func(&exe, "coldsum");
+    let [calls_next, rec_next, cold_back] = returns(&exe);
+    let jumps = [leaf, calls, rec, cold, calls_next, rec_next, cold_back];
     let mut target = Command::new(&exe)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -322,7 +371,9 @@ fn detach_puts_the_copied_functions_code_back() {
     let out = scratch().join("whole_funcs_attached.json");
     let w = wprobe()
         .args(["trace", "--transport", "inproc", "-p", &pid.to_string()])
-        .args(["-F", "leafsum", "-F", "callsum", "-F", "recsum"])
+        .args([
+            "-F", "leafsum", "-F", "callsum", "-F", "recsum", "-F", "coldsum",
+        ])
         .args(["--report", "--format", "json", "-o"])
         .arg(&out)
         .stdout(Stdio::null())
@@ -359,6 +410,7 @@ fn detach_puts_the_copied_functions_code_back() {
         (0..30).map(|i| i % 5 + 1).sum::<i64>(),
         "{v}"
     );
+    assert_eq!(calls_of("coldsum"), 30, "{v}");
     writeln!(to, "970").unwrap();
     drop(to);
     assert_eq!(from.next().unwrap().unwrap(), format!("sum {}", sum(1000)));
@@ -412,7 +464,8 @@ fn an_exception_thrown_through_a_copy_is_caught_as_untraced() {
             ": {through:#x} through: its `ret`s ({:#x}) run in a relocated copy",
             through + len - 1
         )) && err.contains(&format!(
-            "; its calls return to the copy through 1 jump at ({:#x})\n",
+            "; 1 jump back into the copy at ({:#x}), where its calls return or branches \
+             from outside it land\n",
             through + 13
         )),
         "{err}"

@@ -5,7 +5,8 @@
 //! jump to return stubs of their own (return sites with no window). Its
 //! `call`s push the original's return addresses (the copy's addresses are
 //! never a return address on the stack), and a window at each of those
-//! addresses in the original jumps back to the copy (a redirect: no
+//! addresses in the original, and at each instruction a branch from
+//! outside the function lands on, jumps back to the copy (a redirect: no
 //! dispatch), planned with the window rules like any. The copy lives in a
 //! stub area and stays mapped as the stubs do; the entry's window and the
 //! redirects are written, journaled and restored.
@@ -102,7 +103,8 @@ impl Patcher {
     }
 
     /// The windows at the return addresses of the calls of `whole` inside
-    /// it (for the jumps back into its copy), checked as a probe's are and
+    /// it and at the instructions branches from outside it land on (for
+    /// the jumps back into its copy), checked as a probe's are and
     /// clear of the entry's window `entry` and of each other; why not (a
     /// process with CET shadow stacks, where a pushed return address is
     /// not a call's; a window refused, or one that would trap).
@@ -114,10 +116,7 @@ impl Patcher {
         entry: &Site,
     ) -> Result<Vec<Checked>, String> {
         let returns = whole.returns_inside();
-        if whole.calls.is_empty() {
-            return Ok(Vec::new());
-        }
-        if self.shadow_stacks(world.pid()) {
+        if !whole.calls.is_empty() && self.shadow_stacks(world.pid()) {
             return Err(format!(
                 "it calls (at {:#x}), and the process has CET shadow stacks, where the copy's \
                  push of a return address and jump is no call",
@@ -127,11 +126,12 @@ impl Patcher {
         let mut out: Vec<Checked> = Vec::with_capacity(returns.len());
         let mut refusal = None;
         for next in returns {
-            let call = whole
-                .calls
-                .iter()
-                .find(|&&(_, n)| n == next)
-                .map_or(0, |&(c, _)| c);
+            let what = match whole.calls.iter().find(|&&(_, n)| n == next) {
+                Some((call, _)) => {
+                    format!("the return address {next:#x} of its `call` at {call:#x}")
+                }
+                None => format!("{next:#x}, where a branch from outside it lands,"),
+            };
             let why = match self.check(world, maps, next, None, Shape::Probe) {
                 Ok(c) => {
                     let clash = std::iter::once(entry)
@@ -152,12 +152,7 @@ impl Patcher {
                 }
                 Err(e) => Some(e.to_string()),
             };
-            refusal = why.map(|w| {
-                format!(
-                    "the return address {next:#x} of its `call` at {call:#x} takes no jump back \
-                     into the copy ({w})"
-                )
-            });
+            refusal = why.map(|w| format!("{what} takes no jump back into the copy ({w})"));
             break;
         }
         if let Some(why) = refusal {
@@ -294,7 +289,8 @@ impl Patcher {
                 let calls = match returns.len() {
                     0 => String::new(),
                     n => format!(
-                        "; its calls return to the copy through {n} jump{} at ({})",
+                        "; {n} jump{} back into the copy at ({}), where its calls return or \
+                         branches from outside it land",
                         if n == 1 { "" } else { "s" },
                         returns
                             .iter()
