@@ -441,6 +441,12 @@ fn copy_throw() -> PathBuf {
 fn an_exception_thrown_through_a_copy_is_caught_as_untraced() {
     let exe = copy_throw();
     let (through, len) = func(&exe, "through");
+    // `main` catches (its unwind entry has an LSDA: a function that calls
+    // and has one is not copied); `through` has none.
+    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
+    let (main, main_len) = func(&exe, "main");
+    assert!(elf.has_landing_pads(main, main + main_len));
+    assert!(!elf.has_landing_pads(through, through + len));
     let plain = Command::new(&exe).arg("20").output().unwrap();
     assert!(plain.status.success());
     let want = String::from_utf8_lossy(&plain.stdout).to_string();

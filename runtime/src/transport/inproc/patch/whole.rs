@@ -210,7 +210,20 @@ impl Patcher {
             code: f.code,
             bias,
         };
-        whole::analyse(func, &module.targets, &module.tail_jumps)
+        let w = whole::analyse(func, &module.targets, &module.tail_jumps)?;
+        // An exception caught in it (or a cleanup) resumes at a landing
+        // pad in the original, past the copy's return stubs.
+        if let Some(&(c, _)) = w.calls.first()
+            && module
+                .elf()
+                .has_landing_pads(w.start.wrapping_sub(bias), w.end.wrapping_sub(bias))
+        {
+            return Err(format!(
+                "it calls (at {c:#x}) and has exception landing pads (an LSDA in its unwind \
+                 entry), where the unwinder would resume in the original"
+            ));
+        }
+        Ok(w)
     }
 
     /// Why the sites planned so far keep `whole` from running as a copy
