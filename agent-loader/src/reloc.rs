@@ -37,6 +37,10 @@ pub struct Relocation {
     /// stayed a `jmp rel32`; `None` when its target is out of rel32 reach
     /// (the block encoder then made it `jmp [rip+0]` and a quadword).
     pub jump_back: Option<usize>,
+    /// Offset in `code` of each instruction of the block, in its order
+    /// (`u32::MAX` for one the block encoder replaced by another
+    /// sequence).
+    pub offsets: Vec<u32>,
 }
 
 /// Encodes `block` at address `at`, followed, when `back` is given, by a
@@ -61,21 +65,19 @@ pub fn relocate(block: &[Instruction], at: u64, back: Option<u64>) -> Result<Rel
         jmp.set_ip(BACK_IP);
         v.push(jmp);
     }
-    let options = if back.is_some() {
-        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS
-    } else {
-        BlockEncoderOptions::NONE
-    };
-    let r = BlockEncoder::encode(64, InstructionBlock::new(&v, at), options)
+    let options = BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS;
+    let mut r = BlockEncoder::encode(64, InstructionBlock::new(&v, at), options)
         .map_err(|e| anyhow!("{e}"))?;
     // The offset of an instruction the encoder replaced is u32::MAX.
     let jump_back = back
         .and_then(|_| r.new_instruction_offsets.last())
         .filter(|&&o| o != u32::MAX)
         .map(|&o| o as usize);
+    r.new_instruction_offsets.truncate(block.len());
     Ok(Relocation {
         code: r.code_buffer,
         jump_back,
+        offsets: r.new_instruction_offsets,
     })
 }
 

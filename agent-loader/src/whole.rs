@@ -11,28 +11,41 @@
 //!
 //! ```text
 //! copy:   lea rsp, [rsp-128] ; push id ; call trampoline ; lea rsp, [rsp+128]
-//!         <the function, relocated; each `ret` a `jmp ret_stub_k`>
+//!         <the function, relocated; each `ret` a `jmp ret_stub_k`,
+//!          each `call f` a `push ORIG_NEXT ; jmp f`>
 //!         jmp function_end          ; its last instruction falling through
 //! ```
 //!
+//! A `call` in the copy pushes the address after the `call` in the
+//! *original* function (`ORIG_NEXT`), then jumps to the callee (`push
+//! imm32` when the address fits sign-extended, else `lea rsp, [rsp-8]` and
+//! two `mov dword`: no flag changed, no register written; `call *OPERAND`
+//! becomes `jmp *OPERAND`, its displacement raised by 8 when `rsp` is its
+//! base). The callee, and every unwinder or backtrace it runs, sees a
+//! return address in the original function, whose unwind table is right;
+//! the caller writes a jump to the copy's instruction at each `ORIG_NEXT`
+//! ([`Copy::returns`]), so that the return comes back to the copy. A
+//! `call` of the function itself goes to the original entry (its window:
+//! dispatched as any call). The same jump back goes at each instruction
+//! that a branch from outside the function lands on ([`Whole::entered`]: a
+//! `.cold` part jumping back, which the copy left by its direct jump).
+//!
 //! Eligible ([`analyse`]): the whole function decodes, each of its
 //! branches into it landing on one of its instructions; no indirect `jmp`
-//! (a jump table would lead back into the original) nor `xbegin`; no
-//! branch from outside the function lands inside it but on its entry (the
-//! sweep's count of branches to each of its instructions is the count of
-//! its own: a `.cold` part jumping back, a jump table's entry, are not);
-//! no operand reads or writes its own code (a `lea` of one of its
+//! but tail calls through a pointer (the caller's set, [`crate::tailcall`]:
+//! a jump table would lead back into the original) nor `xbegin`; no
+//! operand reads or writes its own code (a `lea` of one of its
 //! addresses runs as a `mov` of that address, as in a stub); at most
-//! [`MAX_BYTES`]; and no `call` ([`Whole::first_call`]): a `call` in the
-//! copy would push a return address into the copy, which the program's
-//! unwinder (C++ exceptions, `backtrace()`) would meet in a callee, and a
-//! `call` of the function itself would enter the copy past its dispatch.
+//! [`MAX_BYTES`]; each `call` a near one, direct to another function or to
+//! its own entry, or indirect through an operand other than `rsp` itself.
+
+use std::collections::HashSet;
 
 use anyhow::{Context, Result, bail};
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
 
 use crate::insn::near_target;
-use crate::reloc::relocate;
+use crate::reloc::{OWN_IP, relocate};
 use crate::stub::{Site, dispatch_call, displaced};
 use crate::window::{BranchTargets, Function};
 
@@ -50,14 +63,53 @@ pub struct Whole {
     pub insns: Vec<Instruction>,
     /// The addresses of its `ret`s, in order.
     pub rets: Vec<u64>,
-    /// Its first `call`, direct or not: no copy is made of a function
-    /// that calls (see the module's documentation).
-    pub first_call: Option<u64>,
+    /// Its `call`s, in order: each one's address and the address after it
+    /// (the return address it pushes, in the original function).
+    pub calls: Vec<(u64, u64)>,
+    /// Its instructions (but the first) that branches from outside it land
+    /// on (a `.cold` part jumping back), in order.
+    pub entered: Vec<u64>,
 }
 
-/// Decodes `func` (its whole extent) for a copy, checking the rules but
-/// the one on calls (which [`Whole::first_call`] tells); why not.
-pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, String> {
+impl Whole {
+    /// Where the original needs a jump back into the copy, in order: the
+    /// return addresses of its calls that are inside it (a `call` ending
+    /// the function, of a function that never returns, has none there),
+    /// and the instructions branches from outside land on.
+    pub fn returns_inside(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .calls
+            .iter()
+            .map(|&(_, next)| next)
+            .filter(|&n| n < self.end)
+            .chain(self.entered.iter().copied())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+/// The code of a copy, and where in it the original's return addresses
+/// go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Copy {
+    /// The code, to be written at the address it was made for.
+    pub code: Vec<u8>,
+    /// For each of [`Whole::returns_inside`]: the address after a `call`
+    /// in the original, and the address of the copy of that instruction.
+    pub returns: Vec<(u64, u64)>,
+}
+
+/// Decodes `func` (its whole extent) for a copy, checking the rules; why
+/// not. `tail_jumps`: the link-time addresses of the module's indirect
+/// `jmp`s that are tail calls through a pointer (no target inside their
+/// function).
+pub fn analyse(
+    func: Function<'_>,
+    targets: &BranchTargets,
+    tail_jumps: &HashSet<u64>,
+) -> Result<Whole, String> {
     let end = func.start + func.code.len() as u64;
     if func.code.len() > MAX_BYTES {
         return Err(format!(
@@ -68,7 +120,7 @@ pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, Str
     let mut d = Decoder::with_ip(64, func.code, func.start, DecoderOptions::NONE);
     let mut insns = Vec::new();
     let mut rets = Vec::new();
-    let mut first_call = None;
+    let mut calls = Vec::new();
     let mut i = Instruction::default();
     while d.can_decode() {
         d.decode_out(&mut i);
@@ -76,9 +128,12 @@ pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, Str
             return Err(format!("it does not decode at {:#x}", i.ip()));
         }
         match i.flow_control() {
-            FlowControl::IndirectBranch => {
+            FlowControl::IndirectBranch
+                if !tail_jumps.contains(&i.ip().wrapping_sub(func.bias)) =>
+            {
                 return Err(format!(
-                    "it has an indirect `jmp` at {:#x}, which could lead back into the original",
+                    "it has an indirect `jmp` at {:#x} that is not a tail call, which could lead \
+                     back into the original",
                     i.ip()
                 ));
             }
@@ -86,7 +141,8 @@ pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, Str
                 return Err(format!("it has `{}` at {:#x}", name(&i), i.ip()));
             }
             FlowControl::Call | FlowControl::IndirectCall => {
-                first_call.get_or_insert(i.ip());
+                call_rule(&i, func.start, end)?;
+                calls.push((i.ip(), i.next_ip()));
             }
             FlowControl::Return => {
                 if !matches!(i.code(), Code::Retnq | Code::Retnq_imm16) {
@@ -113,7 +169,7 @@ pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, Str
     }
     // Its branches into it land on its instructions (else the copy's
     // would go back to the original).
-    let starts: std::collections::HashSet<u64> = insns.iter().map(Instruction::ip).collect();
+    let starts: HashSet<u64> = insns.iter().map(Instruction::ip).collect();
     if let Some(j) = insns.iter().find(|j| {
         near_target(j).is_some_and(|t| (func.start..end).contains(&t) && !starts.contains(&t))
     }) {
@@ -122,8 +178,9 @@ pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, Str
             j.ip()
         ));
     }
-    // Every branch to one of its instructions (but its entry) is one of
-    // its own.
+    // The instructions (but its entry) that a branch from outside it lands
+    // on: more branches to them in the module than its own.
+    let mut entered = Vec::new();
     for at in insns.iter().skip(1).map(Instruction::ip) {
         let link = at.wrapping_sub(func.bias);
         if !targets.0.contains(&link) {
@@ -134,9 +191,7 @@ pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, Str
             .filter(|j| near_target(j) == Some(at) && branches(j))
             .count();
         if targets.2.get(&link).copied() != Some(inside as u32) {
-            return Err(format!(
-                "{at:#x} inside it is the target of a branch from outside it"
-            ));
+            entered.push(at);
         }
     }
     Ok(Whole {
@@ -144,8 +199,40 @@ pub fn analyse(func: Function<'_>, targets: &BranchTargets) -> Result<Whole, Str
         end,
         insns,
         rets,
-        first_call,
+        calls,
+        entered,
     })
+}
+
+/// Why the `call` `i` of a function at `start..end` cannot run in its copy
+/// as a push of its return address and a jump.
+fn call_rule(i: &Instruction, start: u64, end: u64) -> Result<(), String> {
+    match i.code() {
+        Code::Call_rel32_64 => {
+            let t = i.near_branch_target();
+            if t != start && (start..end).contains(&t) {
+                return Err(format!(
+                    "the `call` at {:#x} calls into the function itself ({t:#x})",
+                    i.ip()
+                ));
+            }
+            Ok(())
+        }
+        Code::Call_rm64 => {
+            let rsp_op = match i.op0_kind() {
+                OpKind::Register => i.op0_register() == Register::RSP,
+                _ => i.memory_index() == Register::RSP,
+            };
+            if rsp_op {
+                return Err(format!(
+                    "the `call` at {:#x} goes through `rsp` itself",
+                    i.ip()
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(format!("it has `{}` at {:#x}", name(i), i.ip())),
+    }
 }
 
 /// The mnemonic of `i`, as a listing writes it.
@@ -165,13 +252,70 @@ fn branches(i: &Instruction) -> bool {
     )
 }
 
+fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruction> {
+    r.context("building a function's copy")
+}
+
+/// `call` `i` (checked by [`call_rule`]) as it runs in a copy: its
+/// original return address pushed, then a jump to the callee. The first
+/// instruction keeps the `call`'s address (a branch to the `call` lands
+/// on it).
+fn call_as_push_and_jump(i: &Instruction) -> Result<Vec<Instruction>> {
+    let next = i.next_ip();
+    let rsp = |d: i64| iced_x86::MemoryOperand::with_base_displ(Register::RSP, d);
+    let mut v = Vec::with_capacity(4);
+    if i64::from(next as i32) == next as i64 {
+        v.push(e(Instruction::with1(Code::Pushq_imm32, next as i32))?);
+    } else {
+        v.push(e(Instruction::with2(
+            Code::Lea_r64_m,
+            Register::RSP,
+            rsp(-8),
+        ))?);
+        v.push(e(Instruction::with2(
+            Code::Mov_rm32_imm32,
+            rsp(0),
+            next as u32,
+        ))?);
+        v.push(e(Instruction::with2(
+            Code::Mov_rm32_imm32,
+            rsp(4),
+            (next >> 32) as u32,
+        ))?);
+    }
+    v[0].set_ip(i.ip());
+    let j = if i.code() == Code::Call_rm64 {
+        let mut j = *i;
+        j.set_code(Code::Jmp_rm64);
+        if j.op0_kind() == OpKind::Memory && j.memory_base() == Register::RSP {
+            // The push moved `rsp` down by 8.
+            let d = j.memory_displacement64().wrapping_add(8);
+            j.set_memory_displacement64(d);
+            j.set_memory_displ_size(if (-128..128).contains(&(d as i64)) {
+                1
+            } else {
+                4
+            });
+        }
+        j.set_ip(0);
+        j
+    } else {
+        e(Instruction::with_branch(
+            Code::Jmp_rel32_64,
+            i.near_branch_target(),
+        ))?
+    };
+    v.push(j);
+    Ok(v)
+}
+
 /// The code of the copy of `whole` at `at`, entered from the window of
 /// `entry` (site id `site_id`; the stub area's trampoline at
 /// `trampoline`), its `ret`s jumping to `ret_stubs` (each `ret`'s address
-/// and its return stub's, one per [`Whole::rets`]). Fails on a function
-/// that calls, on an entry not at the function's start (but past an
-/// `endbr64`), and where an instruction cannot be encoded at `at` (a
-/// RIP-relative operand out of rel32 reach).
+/// and its return stub's, one per [`Whole::rets`]). Fails on an entry not
+/// at the function's start (but past an `endbr64`), and where an
+/// instruction cannot be encoded at `at` (a RIP-relative operand out of
+/// rel32 reach).
 pub fn generate(
     entry: &Site,
     whole: &Whole,
@@ -179,10 +323,7 @@ pub fn generate(
     site_id: u32,
     trampoline: u64,
     at: u64,
-) -> Result<Vec<u8>> {
-    if let Some(c) = whole.first_call {
-        bail!("a `call` at 0x{c:x}: no copy of a function that calls");
-    }
+) -> Result<Copy> {
     if entry.probe != whole.start
         || whole
             .insns
@@ -199,21 +340,46 @@ pub fn generate(
     let mut v: Vec<Instruction> = Vec::with_capacity(whole.insns.len() + 5);
     v.extend(dispatch_call(site_id, trampoline)?);
     let own = whole.start..whole.end;
+    // A `call` of the function itself goes to the original entry: then no
+    // instruction of the copy may have the entry's address (the block
+    // encoder would link the jump to it), and its own branches to the
+    // entry go to its first instruction's own IP.
+    let recursive = whole
+        .insns
+        .iter()
+        .any(|i| i.code() == Code::Call_rel32_64 && i.near_branch_target() == whole.start);
+    let first = OWN_IP + v.len() as u64;
     for i in &whole.insns {
-        if i.flow_control() == FlowControl::Return {
+        let mut i = *i;
+        if recursive
+            && i.flow_control() != FlowControl::Call
+            && near_target(&i) == Some(whole.start)
+        {
+            i.set_near_branch64(first);
+        }
+        let mut out = if i.flow_control() == FlowControl::Return {
             let stub = ret_stubs
                 .iter()
                 .find(|&&(r, _)| r == i.ip())
                 .map(|&(_, s)| s)
                 .with_context(|| format!("no return stub for the `ret` at 0x{:x}", i.ip()))?;
             // Its address kept: a branch to the `ret` lands on the jump.
-            let mut j = Instruction::with_branch(Code::Jmp_rel32_64, stub)
-                .context("building a function's copy")?;
+            let mut j = e(Instruction::with_branch(Code::Jmp_rel32_64, stub))?;
             j.set_ip(i.ip());
-            v.push(j);
+            vec![j]
+        } else if matches!(
+            i.flow_control(),
+            FlowControl::Call | FlowControl::IndirectCall
+        ) {
+            call_as_push_and_jump(&i)?
         } else {
-            v.push(displaced(i, own.clone())?);
+            vec![displaced(&i, own.clone())?]
+        };
+        if recursive && i.ip() == whole.start {
+            debug_assert_eq!(first, OWN_IP + v.len() as u64);
+            out[0].set_ip(0);
         }
+        v.extend(out);
     }
     let r = relocate(&v, at, Some(whole.end)).map_err(|e| {
         anyhow::anyhow!(
@@ -221,7 +387,21 @@ pub fn generate(
             whole.start
         )
     })?;
-    Ok(r.code)
+    let mut returns = Vec::new();
+    for next in whole.returns_inside() {
+        let k = v
+            .iter()
+            .position(|i| i.ip() == next)
+            .with_context(|| format!("no instruction at 0x{next:x} in the copy"))?;
+        match r.offsets.get(k) {
+            Some(&o) if o != u32::MAX => returns.push((next, at + u64::from(o))),
+            _ => bail!("the copy of the instruction at 0x{next:x} has no address of its own"),
+        }
+    }
+    Ok(Copy {
+        code: r.code,
+        returns,
+    })
 }
 
 #[cfg(test)]
@@ -247,9 +427,9 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        let w = analyse(func, &t).unwrap();
+        let w = analyse(func, &t, &HashSet::new()).unwrap();
         assert_eq!(w.rets, [0x40_1009]);
-        assert_eq!(w.first_call, None);
+        assert!(w.calls.is_empty());
         let entry = Site {
             probe: start,
             addr: start,
@@ -258,7 +438,9 @@ mod tests {
             ret: None,
         };
         let at = 0x40_9000;
-        let code = generate(&entry, &w, &[(0x40_1009, 0x40_a000)], 7, 0x40_8000, at).unwrap();
+        let copy = generate(&entry, &w, &[(0x40_1009, 0x40_a000)], 7, 0x40_8000, at).unwrap();
+        assert!(copy.returns.is_empty());
+        let code = copy.code;
         let insns: Vec<Instruction> = Decoder::with_ip(64, &code, at, DecoderOptions::NONE)
             .into_iter()
             .collect();
@@ -276,6 +458,106 @@ mod tests {
         assert_eq!(insns.last().unwrap().near_branch_target(), start + 10);
     }
 
+    /// `f: push rbx ; call g ; pop rbx ; call *8(%rsp) ; call f ; ret`:
+    /// each `call` a push of the original's return address and a jump
+    /// (`jmp *16(%rsp)`: the push moved `rsp`); the call of `f` itself
+    /// goes to the original entry; the original's return addresses map to
+    /// their copies. At a high address, the push is `lea` and two `mov`s.
+    #[test]
+    fn calls_push_the_original_return_address_and_jump() {
+        for start in [0x40_1000u64, 0x7f00_0000_1000] {
+            let g = start + 0x1000;
+            let mut code = vec![0x53, 0xe8];
+            code.extend_from_slice(&((g as i64 - (start as i64 + 6)) as i32).to_le_bytes());
+            code.extend_from_slice(&[0x5b, 0xff, 0x54, 0x24, 0x08, 0xe8]);
+            code.extend_from_slice(&(-((code.len() + 4) as i32)).to_le_bytes());
+            code.push(0xc3);
+            let func = Function {
+                start,
+                code: &code,
+                bias: 0,
+            };
+            let w = analyse(func, &targets_of(&code, start), &HashSet::new()).unwrap();
+            let ends = [start + 6, start + 11, start + 16];
+            assert_eq!(
+                w.calls,
+                [
+                    (start + 1, ends[0]),
+                    (start + 7, ends[1]),
+                    (start + 11, ends[2])
+                ]
+            );
+            assert_eq!(w.returns_inside(), ends);
+            let entry = Site {
+                probe: start,
+                addr: start,
+                displaced: w.insns[..2].to_vec(),
+                len: 6,
+                ret: None,
+            };
+            let at = start + 0x8000;
+            let copy =
+                generate(&entry, &w, &[(start + 16, at + 0x1000)], 3, at - 0x100, at).unwrap();
+            let insns: Vec<Instruction> =
+                Decoder::with_ip(64, &copy.code, at, DecoderOptions::NONE)
+                    .into_iter()
+                    .collect();
+            let at_addr = |a: u64| insns.iter().position(|i| i.ip() == a).unwrap();
+            // Each return address maps to the copy of its instruction.
+            let copied: Vec<Code> = copy
+                .returns
+                .iter()
+                .map(|&(_, c)| insns[at_addr(c)].code())
+                .collect();
+            let push = if start < 0x8000_0000 {
+                Code::Pushq_imm32
+            } else {
+                Code::Lea_r64_m
+            };
+            assert_eq!(copied, [Code::Pop_r64, push, Code::Jmp_rel32_64]);
+            assert_eq!(
+                copy.returns.iter().map(|&(n, _)| n).collect::<Vec<_>>(),
+                ends
+            );
+            // The pushes of the return addresses, and the jumps.
+            let pushed: Vec<u64> = insns
+                .iter()
+                .filter_map(|i| match i.code() {
+                    Code::Pushq_imm32 if i.immediate32() != 3 => Some(i.immediate64()),
+                    Code::Mov_rm32_imm32 if i.memory_displacement64() == 0 => {
+                        Some(u64::from(i.immediate32()))
+                    }
+                    Code::Mov_rm32_imm32 => None,
+                    _ => None,
+                })
+                .collect();
+            let his: Vec<u64> = insns
+                .iter()
+                .filter(|i| i.code() == Code::Mov_rm32_imm32 && i.memory_displacement64() == 4)
+                .map(|i| u64::from(i.immediate32()))
+                .collect();
+            if start < 0x8000_0000 {
+                assert_eq!(pushed, ends);
+                assert!(his.is_empty());
+            } else {
+                assert_eq!(pushed, ends.map(|e| e & 0xffff_ffff));
+                assert_eq!(his, [start >> 32; 3]);
+            }
+            let jumps: Vec<&Instruction> = insns
+                .iter()
+                .filter(|i| matches!(i.code(), Code::Jmp_rel32_64 | Code::Jmp_rm64))
+                .collect();
+            assert_eq!(jumps[0].near_branch_target(), g);
+            assert_eq!(jumps[1].code(), Code::Jmp_rm64);
+            assert_eq!(jumps[1].memory_base(), Register::RSP);
+            assert_eq!(jumps[1].memory_displacement64(), 16);
+            // The call of itself: to the original entry, not the copy.
+            assert_eq!(jumps[2].near_branch_target(), start);
+            // The `ret`'s jump to its stub.
+            assert_eq!(jumps[3].near_branch_target(), at + 0x1000);
+        }
+    }
+
     #[test]
     fn refusals() {
         let start = 0x40_1000;
@@ -287,13 +569,15 @@ mod tests {
                     bias: 0,
                 },
                 t,
+                &HashSet::new(),
             )
         };
         // An indirect jump.
         let code = [0xff, 0xe0, 0xc3];
         let e = check(&code, &targets_of(&code, start)).unwrap_err();
         assert!(e.contains("indirect `jmp`"), "{e}");
-        // A branch from outside into its middle (a `.cold` part's).
+        // A branch from outside into its middle (a `.cold` part's): where
+        // the original jumps back into the copy.
         let code = [0x31, 0xc0, 0xc3];
         let mut t = targets_of(&code, start);
         // `jmp start+2` from 0x401200.
@@ -301,8 +585,7 @@ mod tests {
         let mut jmp = vec![0xe9];
         jmp.extend_from_slice(&(rel as i32).to_le_bytes());
         t.sweep(&jmp, 0x40_1200);
-        let e = check(&code, &t).unwrap_err();
-        assert!(e.contains("from outside"), "{e}");
+        assert_eq!(check(&code, &t).unwrap().entered, [start + 2]);
         // A branch into the middle of one of its instructions.
         let code = [0xeb, 0x01, 0xb8, 0x01, 0, 0, 0, 0xc3];
         let e = check(&code, &targets_of(&code, start)).unwrap_err();
@@ -311,27 +594,22 @@ mod tests {
         let code = [0x48, 0x8b, 0x05, 0xf9, 0xff, 0xff, 0xff, 0xc3];
         let e = check(&code, &targets_of(&code, start)).unwrap_err();
         assert!(e.contains("own code"), "{e}");
-        // A call: analysed, refused by `generate`.
-        let code = [0xe8, 0, 0, 0, 0, 0xc3];
-        let w = check(&code, &targets_of(&code, start)).unwrap();
-        assert_eq!(w.first_call, Some(start));
-        let entry = Site {
-            probe: start,
-            addr: start,
-            displaced: w.insns[..1].to_vec(),
-            len: 5,
-            ret: None,
+        // An indirect `jmp` that is a tail call is copied.
+        let code = [0xff, 0xe0, 0xc3];
+        let tails: HashSet<u64> = [start].into();
+        let f = Function {
+            start,
+            code: &code,
+            bias: 0,
         };
-        let e = generate(
-            &entry,
-            &w,
-            &[(start + 5, 0x40_a000)],
-            1,
-            0x40_8000,
-            0x40_9000,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("call"), "{e}");
+        assert!(analyse(f, &targets_of(&code, start), &tails).is_ok());
+        // A call into its own middle; through `rsp` itself.
+        let code = [0xe8, 0, 0, 0, 0, 0xc3];
+        let e = check(&code, &targets_of(&code, start)).unwrap_err();
+        assert!(e.contains("calls into the function itself"), "{e}");
+        let code = [0xff, 0xd4, 0xc3];
+        let e = check(&code, &targets_of(&code, start)).unwrap_err();
+        assert!(e.contains("through `rsp`"), "{e}");
         // Too long.
         let code = vec![0x90; MAX_BYTES + 1];
         let e = check(&code, &BranchTargets::default()).unwrap_err();

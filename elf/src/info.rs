@@ -159,6 +159,9 @@ pub struct ElfInfo {
     /// The FDEs that start inside a frame, read at the first
     /// [`ElfInfo::fragment_starts`].
     fragments: std::sync::OnceLock<Vec<u64>>,
+    /// The ranges of the FDEs with an LSDA, read at the first
+    /// [`ElfInfo::has_landing_pads`].
+    lsda: std::sync::OnceLock<Vec<(u64, u64)>>,
     /// The code symbols with a size, by address (see [`CodeIndex`]).
     code: CodeIndex,
     bytes: Vec<u8>,
@@ -473,6 +476,7 @@ impl ElfInfo {
             not_functions,
             unwind: std::sync::OnceLock::new(),
             fragments: std::sync::OnceLock::new(),
+            lsda: std::sync::OnceLock::new(),
             code: CodeIndex::default(),
             bytes: Vec::new(),
         };
@@ -652,6 +656,22 @@ impl ElfInfo {
             Some(s) => crate::unwind::fragment_starts(&self.bytes, s),
             None => Vec::new(),
         })
+    }
+
+    /// Whether an unwind table entry with a language-specific data area
+    /// (an LSDA: C++ `catch` clauses and cleanups, whose landing pads the
+    /// unwinder resumes at) covers code of the link-time range `[start,
+    /// end)`. Read once.
+    pub fn has_landing_pads(&self, start: u64, end: u64) -> bool {
+        let r = self.lsda.get_or_init(|| match self.eh_frame {
+            Some(s) => crate::unwind::lsda_ranges(&self.bytes, s),
+            None => Vec::new(),
+        });
+        let k = r.partition_point(|&(_, e)| e <= start);
+        r[k..]
+            .iter()
+            .take_while(|&&(s, _)| s < end)
+            .any(|&(s, e)| s < end && start < e)
     }
 
     /// Whether the code at link-time address `vaddr` is a part of a

@@ -54,6 +54,38 @@ pub fn fde_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
     out
 }
 
+/// The `[start, end)` link-time ranges of the FDEs of `section` in `file`
+/// that have a language-specific data area (an LSDA: the call sites whose
+/// exceptions land in the function, C++ `catch` clauses and cleanups),
+/// sorted by start. An entry that does not parse ends the walk.
+pub fn lsda_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
+    let Some(data) = file.get(section.offset..section.offset.saturating_add(section.size)) else {
+        return Vec::new();
+    };
+    let eh = EhFrame::new(data, LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(section.addr);
+    let mut out = Vec::new();
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let has = match fde.lsda() {
+            Some(gimli::Pointer::Direct(a)) | Some(gimli::Pointer::Indirect(a)) => a != 0,
+            None => false,
+        };
+        let (start, len) = (fde.initial_address(), fde.len());
+        if has && len > 0 {
+            out.push((start, start.saturating_add(len)));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// The starts of the FDEs of `section` in `file` that begin inside a
 /// frame: where, at their first instruction, the canonical frame address
 /// is not `rsp + 8` (a function's entry has nothing on the stack but its

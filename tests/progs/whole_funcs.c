@@ -1,17 +1,23 @@
 /* whole_funcs.c - functions whose `ret` no jump can cover (a branch
  * target, the next function right after it, no padding within reach of a
  * near jump), packed between two 160-byte functions (built with -O2
- * -fcf-protection=none, non-PIE). Under --transport inproc `leafsum`, which
- * calls nothing, runs as a relocated copy of the whole function, its `ret`s
- * jumping to return stubs: no trap. `callsum`, the same shape with a
- * `call`, keeps its trap.
+ * -fcf-protection=none, non-PIE). Under --transport inproc each runs as a
+ * relocated copy of the whole function, its `ret`s jumping to return
+ * stubs: no trap. `leafsum` calls nothing; `callsum`, the same shape with
+ * a `call`, and `recsum`, which calls itself, return from their callees
+ * through a jump at each return address into the copy; `coldsum` leaves
+ * for a `.cold` part that jumps back into its middle, where a jump sends
+ * it into the copy again.
  *
  * leafsum(n): 0 if n <= 0; else s = 1 + 2 + ... + n plus `bias` (a global
  * read RIP-relative); s - 1000 if s > 1000 (returned by a second `ret`,
  * itself a branch target). callsum(n): twice(n) + 1 when n > 0, else 0.
+ * recsum(n): n + recsum(n - 1) when n > 0, else 0. coldsum(n): |n| + 2
+ * when n != 0, else 0.
  * With a number N: the sum over i < N of leafsum(i % 60 - 5) + callsum(i %
- * 7), printed. With none: reads numbers from standard input; for each N
- * that many more terms and the running sum ("sum S"); at EOF "done S". */
+ * 7) + recsum(i % 5) + coldsum(i % 9 - 4), printed. With none: reads numbers from standard
+ * input; for each N that many more terms and the running sum ("sum S"); at
+ * EOF "done S". */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,6 +27,8 @@ __attribute__((noinline, noipa)) long twice(long n) { return n + n; }
 
 long leafsum(long n);
 long callsum(long n);
+long recsum(long n);
+long coldsum(long n);
 long filler_a(long n);
 long filler_b(long n);
 
@@ -67,12 +75,46 @@ __asm__(".text\n"
         "  jmp 2f\n"
         "2: ret\n"
         ".size callsum, .-callsum\n"
+        ".globl recsum\n.type recsum, @function\n"
+        "recsum:\n"
+        "  xor %eax,%eax\n"
+        "  test %rdi,%rdi\n"
+        "  jle 2f\n"
+        "  push %rbx\n"
+        "  mov %rdi,%rbx\n"
+        "  lea -1(%rdi),%rdi\n"
+        "  call recsum\n"
+        "  add %rbx,%rax\n"
+        "  pop %rbx\n"
+        "  nop\n"
+        "  jmp 2f\n"
+        "2: ret\n"
+        ".size recsum, .-recsum\n"
+        ".globl coldsum\n.type coldsum, @function\n"
+        "coldsum:\n"
+        "  mov %rdi,%rax\n"
+        "  test %rdi,%rdi\n"
+        "  js coldsum.cold\n"
+        "  je 2f\n"
+        "1: add $2,%rax\n"
+        "  nop\n nop\n nop\n"
+        "  jmp 2f\n"
+        "2: ret\n"
+        ".size coldsum, .-coldsum\n"
         ".globl filler_b\n.type filler_b, @function\n"
         "filler_b:\n"
         "  xor %eax,%eax\n xor %edx,%edx\n" FILL32 "  ret\n"
-        ".size filler_b, .-filler_b\n");
+        ".size filler_b, .-filler_b\n"
+        ".type coldsum.cold, @function\n"
+        "coldsum.cold:\n"
+        "  neg %rax\n"
+        "  jmp 1b\n"
+        ".size coldsum.cold, .-coldsum.cold\n");
 
-static long term(long i) { return leafsum(i % 60 - 5) + callsum(i % 7); }
+static long term(long i)
+{
+    return leafsum(i % 60 - 5) + callsum(i % 7) + recsum(i % 5) + coldsum(i % 9 - 4);
+}
 
 int main(int argc, char **argv)
 {

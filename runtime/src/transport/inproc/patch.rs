@@ -163,6 +163,9 @@ pub(super) struct Patcher {
     /// The return probe being planned (`plan_return`): the return sites
     /// added meanwhile are its ([`Planned::ret_of`]).
     ret_owner: Option<usize>,
+    /// Whether the process uses CET shadow stacks (read at the first copy
+    /// of a function that calls).
+    shstk: Option<bool>,
 }
 
 /// A process's patch journal and trap journal.
@@ -251,6 +254,7 @@ impl Patcher {
             decoded: None,
             copies: self.copies.clone(),
             ret_owner: None,
+            shstk: self.shstk,
         }
     }
 

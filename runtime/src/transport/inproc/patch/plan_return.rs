@@ -155,7 +155,7 @@ impl Patcher {
         // A `ret` that would trap: the whole function as a copy instead.
         let copy = match &entry {
             Some((e, false)) => {
-                self.copy_candidate(maps, addr, Some(e), &mut rets, &found.function)
+                self.copy_candidate(world, maps, addr, Some(e), &mut rets, &found.function)
             }
             _ => None,
         };

@@ -2,20 +2,23 @@
 //! function, its `ret`s instrumented inline (`agent_loader::whole`), when
 //! one of its `ret`s would otherwise trap: the entry's window jumps to a
 //! stub that dispatches the entry and goes on in the copy, whose `ret`s
-//! jump to return stubs of their own (return sites with no window). Only
-//! a function with no `call` is copied (the copy's addresses are then
-//! never a return address on the stack). The copy lives in a stub area
-//! and stays mapped as the stubs do; only the entry's window is written,
-//! journaled and restored.
+//! jump to return stubs of their own (return sites with no window). Its
+//! `call`s push the original's return addresses (the copy's addresses are
+//! never a return address on the stack), and a window at each of those
+//! addresses in the original, and at each instruction a branch from
+//! outside the function lands on, jumps back to the copy (a redirect: no
+//! dispatch), planned with the window rules like any. The copy lives in a
+//! stub area and stays mapped as the stubs do; the entry's window and the
+//! redirects are written, journaled and restored.
 
 use agent_abi::site_kind;
 use agent_loader::stub::{self, Site};
 use agent_loader::whole::{self, Whole};
 use agent_loader::{nearjump, window::Function};
 
-use super::check::Checked;
+use super::check::{Checked, Shape};
 use super::stubs::AREA_BYTES;
-use super::{Patcher, Planned, mapping_of};
+use super::{Cave, Patcher, Planned, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
@@ -30,6 +33,9 @@ pub(super) struct Copied {
     /// The site of its entry, and the return sites of its `ret`s.
     pub(super) entry: usize,
     pub(super) rets: Vec<usize>,
+    /// The sites of the jumps back into the copy at its calls' return
+    /// addresses (windows of their own, forgotten with their module).
+    pub(super) redirects: Vec<usize>,
 }
 
 /// A function found eligible for a copy while its return probe is
@@ -42,6 +48,9 @@ pub(super) struct Candidate {
     /// The return sites other functions planned at its `ret`s (not
     /// patched: they tail-call it), given up to the copy's.
     taken: Vec<usize>,
+    /// The windows checked at the return addresses of its calls, for the
+    /// jumps back into the copy (not added).
+    redirects: Vec<Checked>,
 }
 
 impl Patcher {
@@ -53,13 +62,14 @@ impl Patcher {
     /// copy can be entered then).
     pub(super) fn copy_candidate(
         &mut self,
+        world: &mut World,
         maps: &[Mapping],
         addr: u64,
         entry: Option<&Checked>,
         rets: &mut Vec<Checked>,
         name: &str,
     ) -> Option<Candidate> {
-        entry.filter(|e| e.trap.is_none())?;
+        let entry = entry.filter(|e| e.trap.is_none())?;
         let (start, end) = self.function_range(maps, addr)?;
         let own = |c: &Checked| (start..end).contains(&c.site.probe);
         if start != addr || !rets.iter().any(|c| own(c) && c.trap.is_some()) {
@@ -67,17 +77,11 @@ impl Patcher {
         }
         let found = self.copy_rule(maps, addr).and_then(|w| {
             let taken = self.copy_refusal(&w, rets, start, end)?;
-            // Last: the one rule a copy could do without if calls pushed
-            // the original's return addresses.
-            if let Some(c) = w.first_call {
-                return Err(format!(
-                    "it calls (at {c:#x}), and a return address into a copy must never be on \
-                     the stack"
-                ));
-            }
-            Ok((w, taken))
+            // Last: the jumps back from the original's return addresses.
+            let redirects = self.redirects(world, maps, &w, &entry.site)?;
+            Ok((w, taken, redirects))
         });
-        let (whole, taken) = match found {
+        let (whole, taken, redirects) = match found {
             Ok(f) => f,
             Err(why) => {
                 for c in rets.iter_mut().filter(|c| own(c)) {
@@ -94,6 +98,89 @@ impl Patcher {
             name: name.to_string(),
             held,
             taken,
+            redirects,
+        })
+    }
+
+    /// The windows at the return addresses of the calls of `whole` inside
+    /// it and at the instructions branches from outside it land on (for
+    /// the jumps back into its copy), checked as a probe's are and
+    /// clear of the entry's window `entry` and of each other; why not (a
+    /// process with CET shadow stacks, where a pushed return address is
+    /// not a call's; a window refused, or one that would trap).
+    fn redirects(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        whole: &Whole,
+        entry: &Site,
+    ) -> Result<Vec<Checked>, String> {
+        let returns = whole.returns_inside();
+        if !whole.calls.is_empty() && self.shadow_stacks(world.pid()) {
+            return Err(format!(
+                "it calls (at {:#x}), and the process has CET shadow stacks, where the copy's \
+                 push of a return address and jump is no call",
+                whole.calls[0].0
+            ));
+        }
+        let mut out: Vec<Checked> = Vec::with_capacity(returns.len());
+        let mut refusal = None;
+        for next in returns {
+            let what = match whole.calls.iter().find(|&&(_, n)| n == next) {
+                Some((call, _)) => {
+                    format!("the return address {next:#x} of its `call` at {call:#x}")
+                }
+                None => format!("{next:#x}, where a branch from outside it lands,"),
+            };
+            let why = match self.check(world, maps, next, None, Shape::Probe) {
+                Ok(c) => {
+                    let clash = std::iter::once(entry)
+                        .chain(out.iter().map(|o| &o.site))
+                        .find(|o| overlap(o, &c.site))
+                        .map(|o| o.addr);
+                    let why = if c.trap.is_some() {
+                        Some(c.trap.as_ref().map_or(String::new(), |t| t.1.clone()))
+                    } else {
+                        clash.map(|o| format!("its window meets the one at {o:#x}"))
+                    };
+                    if why.is_none() {
+                        out.push(c);
+                        continue;
+                    }
+                    self.release(&c);
+                    why
+                }
+                Err(e) => Some(e.to_string()),
+            };
+            refusal = why.map(|w| format!("{what} takes no jump back into the copy ({w})"));
+            break;
+        }
+        if let Some(why) = refusal {
+            for c in &out {
+                self.release(c);
+            }
+            return Err(why);
+        }
+        Ok(out)
+    }
+
+    /// Gives up what checking `c` reserved (a near jump's cave).
+    fn release(&mut self, c: &Checked) {
+        if let Some((addr, _, _)) = &c.cave {
+            self.caves.remove(addr);
+        }
+    }
+
+    /// Whether the process `pid` uses CET shadow stacks
+    /// (`x86_Thread_features:` in its `/proc/PID/status` names `shstk`),
+    /// read once per process.
+    fn shadow_stacks(&mut self, pid: i32) -> bool {
+        *self.shstk.get_or_insert_with(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .filter_map(|l| l.strip_prefix("x86_Thread_features:"))
+                    .any(|f| f.split_whitespace().any(|w| w == "shstk"))
+            })
         })
     }
 
@@ -123,7 +210,20 @@ impl Patcher {
             code: f.code,
             bias,
         };
-        whole::analyse(func, &module.targets)
+        let w = whole::analyse(func, &module.targets, &module.tail_jumps)?;
+        // An exception caught in it (or a cleanup) resumes at a landing
+        // pad in the original, past the copy's return stubs.
+        if let Some(&(c, _)) = w.calls.first()
+            && module
+                .elf()
+                .has_landing_pads(w.start.wrapping_sub(bias), w.end.wrapping_sub(bias))
+        {
+            return Err(format!(
+                "it calls (at {c:#x}) and has exception landing pads (an LSDA in its unwind \
+                 entry), where the unwinder would resume in the original"
+            ));
+        }
+        Ok(w)
     }
 
     /// Why the sites planned so far keep `whole` from running as a copy
@@ -176,7 +276,7 @@ impl Patcher {
         c: Candidate,
     ) -> Result<(), crate::transport::Error> {
         match self.make_copy(world, entry, &c) {
-            Ok(at) => {
+            Ok((at, returns)) => {
                 for &i in &c.taken {
                     self.retire(i);
                     let s = &mut self.sites[i];
@@ -199,9 +299,22 @@ impl Patcher {
                     .iter()
                     .find_map(|h| Some((h.site.probe, h.trap.as_ref()?.1.as_str())))
                     .unwrap_or_default();
+                let calls = match returns.len() {
+                    0 => String::new(),
+                    n => format!(
+                        "; {n} jump{} back into the copy at ({}), where its calls return or \
+                         branches from outside it land",
+                        if n == 1 { "" } else { "s" },
+                        returns
+                            .iter()
+                            .map(|r| format!("{r:#x}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
                 self.near_notes.push(format!(
                     "{:#x} {}: its `ret`s ({}) run in a relocated copy of the whole function at \
-                     {at:#x}, each a jump to its return stub (the `ret` at {ret:#x} {why})",
+                     {at:#x}, each a jump to its return stub (the `ret` at {ret:#x} {why}){calls}",
                     c.whole.start,
                     c.name,
                     rets.join(", ")
@@ -209,6 +322,9 @@ impl Patcher {
                 Ok(())
             }
             Err(why) => {
+                for r in &c.redirects {
+                    self.release(r);
+                }
                 for mut h in c.held {
                     if h.trap.is_some() {
                         say_why_not(&mut h, &why);
@@ -221,8 +337,15 @@ impl Patcher {
     }
 
     /// The return stubs and the copy of `c`'s function written into stub
-    /// areas, the entry site `entry` sent to the copy; its address.
-    fn make_copy(&mut self, world: &mut World, entry: usize, c: &Candidate) -> Result<u64, String> {
+    /// areas, the entry site `entry` sent to the copy, the redirects at
+    /// its calls' return addresses added; its address, and the addresses
+    /// redirected.
+    fn make_copy(
+        &mut self,
+        world: &mut World,
+        entry: usize,
+        c: &Candidate,
+    ) -> Result<(u64, Vec<u64>), String> {
         let mut ret_stubs = Vec::with_capacity(c.whole.rets.len());
         let first = self.sites.len();
         for &r in &c.whole.rets {
@@ -256,10 +379,57 @@ impl Patcher {
             whole::generate(&site, &c.whole, &ret_stubs, entry as u32, base, at)
                 .map_err(|e| format!("{e:#}"))
         })?;
+        let whole::Copy { code, returns } = code;
+        // Each redirect's jump (and its cave's) to the copy's instruction.
+        let mut redirects = Vec::with_capacity(c.redirects.len());
+        for r in &c.redirects {
+            let to = returns
+                .iter()
+                .find(|&&(n, _)| n == r.site.probe)
+                .map(|&(_, to)| to)
+                .ok_or_else(|| format!("no copy of the instruction at {:#x}", r.site.probe))?;
+            let (patch, cave) = match &r.cave {
+                Some((addr, orig, _)) => (
+                    nearjump::near_patch(&r.site, *addr)
+                        .ok_or_else(|| format!("the cave at {addr:#x} is out of reach"))?,
+                    Some(Cave {
+                        addr: *addr,
+                        orig: orig.clone(),
+                        patch: nearjump::cave_patch(*addr, to).ok_or_else(|| {
+                            format!("the copy at {to:#x} is out of reach of the cave at {addr:#x}")
+                        })?,
+                    }),
+                ),
+                None => (
+                    stub::site_patch(&r.site, to).map_err(|e| e.to_string())?,
+                    None,
+                ),
+            };
+            redirects.push(Planned {
+                site: r.site.clone(),
+                tags: Vec::new(),
+                ret_tags: Vec::new(),
+                kind: site_kind::RET,
+                orig: r.orig.clone(),
+                patch,
+                inode: r.inode,
+                patched: false,
+                trap: None,
+                stub: to,
+                cave,
+                // A redirect is no return site of the statistics.
+                ret_of: None,
+            });
+        }
         let a = &mut self.areas[area];
         let off = (at - a.base) as usize;
         a.code[off..off + code.len()].copy_from_slice(&code);
         a.next = at - a.base + code.len() as u64;
+        let redirected: Vec<u64> = redirects.iter().map(|r| r.site.addr).collect();
+        let first_redirect = self.sites.len();
+        for r in redirects {
+            self.push_site(r);
+        }
         let e = &mut self.sites[entry];
         e.stub = at;
         match &mut e.cave {
@@ -278,8 +448,9 @@ impl Patcher {
             name: c.name.clone(),
             entry,
             rets: (first..first + c.whole.rets.len()).collect(),
+            redirects: (first_redirect..first_redirect + redirected.len()).collect(),
         });
-        Ok(at)
+        Ok((at, redirected))
     }
 
     /// Room for a copy (`generate(area base, address)` its code) in a
@@ -290,13 +461,14 @@ impl Patcher {
         world: &mut World,
         site: &Site,
         cave: Option<u64>,
-        generate: impl Fn(u64, u64) -> Result<Vec<u8>, String>,
-    ) -> Result<(usize, u64, Vec<u8>), String> {
+        generate: impl Fn(u64, u64) -> Result<whole::Copy, String>,
+    ) -> Result<(usize, u64, whole::Copy), String> {
         let from = cave.unwrap_or(site.addr);
         let reaches = |at: u64| {
             i32::try_from((at as i64).wrapping_sub((from + stub::JMP_LEN as u64) as i64)).is_ok()
         };
-        let fits = |base: u64, at: u64, code: &[u8]| at - base + code.len() as u64 <= AREA_BYTES;
+        let fits =
+            |base: u64, at: u64, c: &whole::Copy| at - base + c.code.len() as u64 <= AREA_BYTES;
         let mut last = String::new();
         for i in (0..self.areas.len()).rev() {
             let a = &self.areas[i];
@@ -322,7 +494,7 @@ impl Patcher {
             }
         })?;
         if !fits(base, at, &code) || !reaches(at) {
-            return Err(format!("no room for a copy of {} bytes", code.len()));
+            return Err(format!("no room for a copy of {} bytes", code.code.len()));
         }
         Ok((i, at, code))
     }
@@ -341,7 +513,8 @@ impl Patcher {
     }
 
     /// The sites of the copies whose entry's site is in `gone` (its module
-    /// unmapped): their return sites forgotten too, added to `gone`.
+    /// unmapped): their return sites forgotten too, added to `gone` (their
+    /// redirects, windows in the same module, are there already).
     pub(super) fn drop_copies(&mut self, gone: &mut Vec<usize>) {
         let (dropped, kept): (Vec<Copied>, Vec<Copied>) = std::mem::take(&mut self.copies)
             .into_iter()
@@ -357,6 +530,7 @@ impl Patcher {
                     gone.push(i);
                 }
             }
+            debug_assert!(c.redirects.iter().all(|i| gone.contains(i)));
         }
     }
 }
@@ -371,4 +545,9 @@ fn say_why_not(c: &mut Checked, why: &str) {
             "; nor a relocated copy of the whole function: {why})"
         ));
     }
+}
+
+/// Whether the windows of `a` and `b` meet.
+fn overlap(a: &Site, b: &Site) -> bool {
+    a.addr < b.addr + b.len as u64 && b.addr < a.addr + a.len as u64
 }
