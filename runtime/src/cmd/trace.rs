@@ -369,7 +369,7 @@ fn select_functions(a: &TraceArgs, exe: &Path) -> Result<Vec<Func>, String> {
     let sel = Selection {
         plt: a.plt,
         libs: a.libs.clone(),
-        exclude: a.exclude.clone(),
+        exclude: wprobe_elf::glob::GlobSet::new(&a.exclude),
         filters: a.filter.iter().map(|g| g.glob.clone()).collect(),
         demangle: if a.no_demangle {
             funcs::Demangle::No

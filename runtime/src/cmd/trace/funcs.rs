@@ -63,6 +63,13 @@ impl Func {
             || glob_match(glob, &self.shown)
             || self.aliases.iter().any(|a| glob_match(glob, a))
     }
+
+    /// Whether one of `set`'s patterns matches one of its names.
+    pub fn matched_by(&self, set: &wprobe_elf::glob::GlobSet) -> bool {
+        set.matches(&self.name)
+            || set.matches(&self.shown)
+            || self.aliases.iter().any(|a| set.matches(a))
+    }
 }
 
 /// Whether calls of `f` switch the thread to another stack and come back
@@ -91,7 +98,7 @@ pub struct Selection {
     /// `--lib GLOB` (repeatable).
     pub libs: Vec<String>,
     /// `-X GLOB`: not traced (mangled or shown name).
-    pub exclude: Vec<String>,
+    pub exclude: wprobe_elf::glob::GlobSet,
     /// `-F GLOB`: a start-up function named by a filter is traced anyway.
     pub filters: Vec<String>,
     /// How names are shown.
@@ -156,9 +163,7 @@ pub fn select(
 
 /// Whether a `-X` glob matches one of `names`.
 fn excluded(sel: &Selection, names: &[&str]) -> bool {
-    sel.exclude
-        .iter()
-        .any(|g| names.iter().any(|n| glob_match(g, n)))
+    names.iter().any(|n| sel.exclude.matches(n))
 }
 
 fn named_by_filter(sel: &Selection, name: &str) -> bool {
@@ -229,7 +234,7 @@ fn module_functions(
             origin,
             line: None,
         };
-        if sel.exclude.iter().any(|g| func.matches(g)) {
+        if func.matched_by(&sel.exclude) {
             continue;
         }
         let mut skip = |reason: String| {
