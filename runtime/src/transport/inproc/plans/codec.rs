@@ -268,6 +268,57 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         table: Vec::new(),
     };
     r.table()?;
+    let sweep = sweep_of(&mut r)?;
+    let windows = windows_of(&mut r)?;
+    let rets = rets_of(&mut r)?;
+    let n = r.count(2)?;
+    let mut calls = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let target = r.delta(last)?;
+        calls.insert(target, r.addrs()?);
+        last = target;
+    }
+    let n = r.count(2)?;
+    let mut blocks = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let end = r.delta(last)?;
+        blocks.insert(end, usize::try_from(r.u64()?).ok()?);
+        last = end;
+    }
+    let n = r.count(2)?;
+    let mut inner = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let start = r.delta(last)?;
+        let k = r.count(2)?;
+        let found = (0..k)
+            .map(|_| Some((r.delta(start)?, usize::try_from(r.u64()?).ok()?)))
+            .collect::<Option<Vec<_>>>()?;
+        inner.insert(start, found);
+        last = start;
+    }
+    let stubs = stubs_of(&mut r)?;
+    if !r.bytes.is_empty() {
+        return None;
+    }
+    Some((
+        sweep,
+        Plans {
+            windows,
+            rets,
+            calls,
+            blocks,
+            inner,
+            stubs,
+            added: false,
+        },
+    ))
+}
+
+/// The sweep's part of a payload.
+fn sweep_of(r: &mut R) -> Option<Sweep> {
     let n = r.count(2)?;
     let mut last = 0;
     let funcs = (0..n)
@@ -303,6 +354,15 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         last = a;
     }
     let tail_jumps = r.addrs()?.into_iter().collect();
+    Some(Sweep {
+        funcs,
+        targets: BranchTargets(t0, t1, t2, has_unknown.then_some(unknown)),
+        tail_jumps,
+    })
+}
+
+/// The windows' part of a payload.
+fn windows_of(r: &mut R) -> Option<HashMap<(WindowShape, u64), Window>> {
     let n = r.count(6)?;
     let mut windows = HashMap::with_capacity(n);
     let mut last = 0;
@@ -328,6 +388,11 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         windows.insert((shape, at), win);
         last = at;
     }
+    Some(windows)
+}
+
+/// The return sites' part of a payload.
+fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
     let n = r.count(7)?;
     let mut rets = HashMap::with_capacity(n);
     let mut last = 0;
@@ -351,34 +416,11 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         rets.insert(off, sites);
         last = off;
     }
-    let n = r.count(2)?;
-    let mut calls = HashMap::with_capacity(n);
-    let mut last = 0;
-    for _ in 0..n {
-        let target = r.delta(last)?;
-        calls.insert(target, r.addrs()?);
-        last = target;
-    }
-    let n = r.count(2)?;
-    let mut blocks = HashMap::with_capacity(n);
-    let mut last = 0;
-    for _ in 0..n {
-        let end = r.delta(last)?;
-        blocks.insert(end, usize::try_from(r.u64()?).ok()?);
-        last = end;
-    }
-    let n = r.count(2)?;
-    let mut inner = HashMap::with_capacity(n);
-    let mut last = 0;
-    for _ in 0..n {
-        let start = r.delta(last)?;
-        let k = r.count(2)?;
-        let found = (0..k)
-            .map(|_| Some((r.delta(start)?, usize::try_from(r.u64()?).ok()?)))
-            .collect::<Option<Vec<_>>>()?;
-        inner.insert(start, found);
-        last = start;
-    }
+    Some(rets)
+}
+
+/// The stubs' part of a payload.
+fn stubs_of(r: &mut R) -> Option<HashMap<u64, (StubKey, Vec<u8>)>> {
     let n = r.count(9)?;
     let mut stubs = HashMap::with_capacity(n);
     let mut last = 0;
@@ -408,24 +450,5 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         stubs.insert(key.link(), (key, code.to_vec()));
         last = addr;
     }
-    if !r.bytes.is_empty() {
-        return None;
-    }
-    let sweep = Sweep {
-        funcs,
-        targets: BranchTargets(t0, t1, t2, has_unknown.then_some(unknown)),
-        tail_jumps,
-    };
-    Some((
-        sweep,
-        Plans {
-            windows,
-            rets,
-            calls,
-            blocks,
-            inner,
-            stubs,
-            added: false,
-        },
-    ))
+    Some(stubs)
 }
