@@ -25,30 +25,44 @@ pub struct EhFrameSection {
     pub size: usize,
 }
 
-/// The `[start, end)` link-time ranges of the FDEs of `section` in `file`,
-/// sorted and without empty ones. An entry that does not parse ends the
-/// walk (what was read before it is kept): the table is a hint for
-/// finding functions, never trusted for more than their bounds.
-pub fn fde_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
+/// `.eh_frame`'s bytes as gimli reads them.
+type Slice<'a> = gimli::EndianSlice<'a, LittleEndian>;
+
+/// Calls `each` with every FDE of `section` in `file` that parses, with
+/// the table and its bases (to unwind with). An entry the walk cannot
+/// step over ends it: the table is a hint for finding functions, never
+/// trusted for more than their bounds.
+fn each_fde<'a>(
+    file: &'a [u8],
+    section: EhFrameSection,
+    mut each: impl FnMut(&EhFrame<Slice<'a>>, &BaseAddresses, &gimli::FrameDescriptionEntry<Slice<'a>>),
+) {
     let Some(data) = file.get(section.offset..section.offset.saturating_add(section.size)) else {
-        return Vec::new();
+        return;
     };
     let eh = EhFrame::new(data, LittleEndian);
     let bases = BaseAddresses::default().set_eh_frame(section.addr);
-    let mut out = Vec::new();
     let mut entries = eh.entries(&bases);
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
-            continue;
-        };
+        if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
+            each(&eh, &bases, &fde);
+        }
+    }
+}
+
+/// The `[start, end)` link-time ranges of the FDEs of `section` in `file`,
+/// sorted and without empty ones ([`each_fde`]).
+pub fn fde_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    each_fde(file, section, |_, _, fde| {
         let (start, len) = (fde.initial_address(), fde.len());
         if len > 0 {
             out.push((start, start.saturating_add(len)));
         }
-    }
+    });
     out.sort_unstable();
     out.dedup();
     out
@@ -57,22 +71,10 @@ pub fn fde_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
 /// The `[start, end)` link-time ranges of the FDEs of `section` in `file`
 /// that have a language-specific data area (an LSDA: the call sites whose
 /// exceptions land in the function, C++ `catch` clauses and cleanups),
-/// sorted by start. An entry that does not parse ends the walk.
+/// sorted by start.
 pub fn lsda_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
-    let Some(data) = file.get(section.offset..section.offset.saturating_add(section.size)) else {
-        return Vec::new();
-    };
-    let eh = EhFrame::new(data, LittleEndian);
-    let bases = BaseAddresses::default().set_eh_frame(section.addr);
     let mut out = Vec::new();
-    let mut entries = eh.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
-            continue;
-        };
+    each_fde(file, section, |_, _, fde| {
         let has = match fde.lsda() {
             Some(gimli::Pointer::Direct(a)) | Some(gimli::Pointer::Indirect(a)) => a != 0,
             None => false,
@@ -81,7 +83,7 @@ pub fn lsda_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
         if has && len > 0 {
             out.push((start, start.saturating_add(len)));
         }
-    }
+    });
     out.sort_unstable();
     out
 }
@@ -94,27 +96,15 @@ pub fn lsda_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
 /// .cold]`), entered by a jump from their function's frame, never by a
 /// call. Sorted.
 pub fn fragment_starts(file: &[u8], section: EhFrameSection) -> Vec<u64> {
-    let Some(data) = file.get(section.offset..section.offset.saturating_add(section.size)) else {
-        return Vec::new();
-    };
-    let eh = EhFrame::new(data, LittleEndian);
-    let bases = BaseAddresses::default().set_eh_frame(section.addr);
     let mut ctx = Box::new(UnwindContext::new());
     let mut out = Vec::new();
-    let mut entries = eh.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
-            continue;
-        };
+    each_fde(file, section, |eh, bases, fde| {
         let start = fde.initial_address();
         if fde.len() == 0 {
-            continue;
+            return;
         }
-        let Ok(row) = fde.unwind_info_for_address(&eh, &bases, &mut ctx, start) else {
-            continue;
+        let Ok(row) = fde.unwind_info_for_address(eh, bases, &mut ctx, start) else {
+            return;
         };
         let entry_like = matches!(
             row.cfa(),
@@ -123,7 +113,7 @@ pub fn fragment_starts(file: &[u8], section: EhFrameSection) -> Vec<u64> {
         if !entry_like {
             out.push(start);
         }
-    }
+    });
     out.sort_unstable();
     out.dedup();
     out
