@@ -54,7 +54,9 @@ fn each_fde<'a>(
 }
 
 /// The `[start, end)` link-time ranges of the FDEs of `section` in `file`,
-/// sorted and without empty ones ([`each_fde`]).
+/// sorted and without empty ones. An entry the walk cannot step over ends
+/// it: the table is a hint for finding functions, never trusted for more
+/// than their bounds.
 pub fn fde_ranges(file: &[u8], section: EhFrameSection) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     each_fde(file, section, |_, _, fde| {
