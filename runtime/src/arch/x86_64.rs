@@ -12,10 +12,7 @@ use iced_x86::{
     OpAccess, OpKind, Register,
 };
 
-/// The general-purpose register set as ptrace returns it.
-pub type Regs = libc::user_regs_struct;
-/// The FXSAVE-format floating-point register set as ptrace returns it.
-pub type FpRegs = libc::user_fpregs_struct;
+pub use crate::sys::regs::{FpRegs, Regs};
 
 /// The breakpoint instruction (`int3`).
 pub const BREAKPOINT_INSN: u8 = 0xCC;

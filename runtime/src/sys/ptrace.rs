@@ -5,7 +5,7 @@
 
 use nix::errno::Errno;
 
-use crate::arch::{FpRegs, Regs};
+use crate::sys::regs::{FpRegs, Regs};
 
 /// `PTRACE_O_*` options every tracee gets (forks, clones and execs are
 /// reported: a child must never run into a breakpoint nobody handles).

@@ -1,8 +1,12 @@
 //! Register files as the kernel lays them out (`user_regs_struct`,
-//! `user_fpregs_struct`): zero values to fill, and the FP area as bytes
-//! (core files).
+//! `user_fpregs_struct`): the types ptrace reads and writes (which
+//! [`crate::arch`] re-exports and reads by register id), zero values to
+//! fill, and the FP area as bytes (core files).
 
-use crate::arch::{FpRegs, Regs};
+/// The general-purpose register set as ptrace returns it.
+pub type Regs = libc::user_regs_struct;
+/// The FXSAVE-format floating-point register set as ptrace returns it.
+pub type FpRegs = libc::user_fpregs_struct;
 
 /// An all-zero general register file.
 pub fn zero_regs() -> Regs {
