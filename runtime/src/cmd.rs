@@ -20,18 +20,6 @@ pub mod repair;
 pub mod run;
 pub mod trace;
 
-/// A duration argument (`--min-duration 10us`, `--metrics-linger 2m`) cut
-/// into its number (digits and `.`) and its unit (trimmed; empty when
-/// none), for the option's own units and messages.
-pub(crate) fn number_and_unit(s: &str) -> (&str, &str) {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    (num, unit.trim())
-}
-
 /// The `--transport` values: the transport registry, each with its
 /// one-line description.
 pub(crate) fn transport_names() -> PossibleValuesParser {

@@ -59,7 +59,7 @@ pub struct MetricsArgs {
 
 /// `--metrics-linger`: `N[ms|s|m]`, seconds without a unit.
 pub fn parse_linger(s: &str) -> Result<Duration, String> {
-    let (num, unit) = crate::cmd::number_and_unit(s);
+    let (num, unit) = crate::out::units::number_and_unit(s);
     let scale = match unit {
         "ms" => 1e-3,
         "" | "s" => 1.0,

@@ -77,7 +77,7 @@ pub(super) fn filter_and_notrace(
 
 /// `--min-duration`: `NUMBER[ns|us|ms|s]` (fractions allowed) in ns.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let (num, unit) = crate::cmd::number_and_unit(s);
+    let (num, unit) = crate::out::units::number_and_unit(s);
     let scale: f64 = match unit {
         "" | "ns" => 1.0,
         "us" | "µs" => 1e3,
