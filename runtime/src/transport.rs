@@ -48,6 +48,7 @@ use crate::proc::procmaps::Mapping;
 use crate::wasm::regscan::RegsRead;
 
 pub use self::error::{Error, Rule};
+pub use crate::wasm::host::NoHit;
 
 /// How a process ended (every transport reports it the same way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -897,50 +898,6 @@ macro_rules! swap_hit_impl {
             self
         }
     };
-}
-
-/// The hit slot before any hit (and during runs of `BEGIN`/`END` probes):
-/// no thread, no registers, no memory.
-#[derive(Debug, Default)]
-pub struct NoHit;
-
-impl HitEnv for NoHit {
-    fn read_reg(&mut self, _reg: u16, _part: u8) -> Option<u64> {
-        None
-    }
-    fn write_reg(&mut self, _reg: u16, _value: u64) -> Status {
-        Status::NotPermitted
-    }
-    fn read_mem(&mut self, _addr: u64, _buf: &mut [u8]) -> usize {
-        0
-    }
-    fn write_mem(&mut self, _addr: u64, _data: &[u8]) -> Status {
-        Status::NotPermitted
-    }
-    fn check_access(&mut self, _addr: u64, _write: bool) -> bool {
-        false
-    }
-    fn tid(&self) -> u64 {
-        0
-    }
-    fn pid(&self) -> u64 {
-        0
-    }
-    fn cpu(&self) -> u64 {
-        0
-    }
-    fn thread_pointer(&self) -> u64 {
-        0
-    }
-    fn load_bias(&self) -> u64 {
-        0
-    }
-    fn now_ns(&self) -> u64 {
-        crate::sys::time::realtime_ns()
-    }
-    fn gvars(&mut self) -> &mut [u64] {
-        &mut []
-    }
 }
 
 impl TransportHit for NoHit {

@@ -3,9 +3,12 @@
 //! implements every `hostabi` import once, generic over the store data, for
 //! this store and for the in-process agent's alike. Every guest pointer and
 //! length is checked against the guest memory; a bad one traps the handler,
-//! never the host. Nothing here knows which transport produced the hit.
+//! never the host. Nothing here knows which transport produced the hit;
+//! before any hit the store holds [`NoHit`] (the transports' seam gives it
+//! its `TransportHit` side).
 
 use crate::out::sink::{RecordKind, Sink};
+use hostabi::Status;
 use hostabi::env::HitEnv;
 use wasmtime::{Linker, Memory, StoreLimits};
 
@@ -128,6 +131,50 @@ impl<E: HitEnv + 'static> hostfns::HostData for HostState<E> {
     }
 }
 
+/// The hit slot before any hit (and during runs of `BEGIN`/`END` probes):
+/// no thread, no registers, no memory.
+#[derive(Debug, Default)]
+pub struct NoHit;
+
+impl HitEnv for NoHit {
+    fn read_reg(&mut self, _reg: u16, _part: u8) -> Option<u64> {
+        None
+    }
+    fn write_reg(&mut self, _reg: u16, _value: u64) -> Status {
+        Status::NotPermitted
+    }
+    fn read_mem(&mut self, _addr: u64, _buf: &mut [u8]) -> usize {
+        0
+    }
+    fn write_mem(&mut self, _addr: u64, _data: &[u8]) -> Status {
+        Status::NotPermitted
+    }
+    fn check_access(&mut self, _addr: u64, _write: bool) -> bool {
+        false
+    }
+    fn tid(&self) -> u64 {
+        0
+    }
+    fn pid(&self) -> u64 {
+        0
+    }
+    fn cpu(&self) -> u64 {
+        0
+    }
+    fn thread_pointer(&self) -> u64 {
+        0
+    }
+    fn load_bias(&self) -> u64 {
+        0
+    }
+    fn now_ns(&self) -> u64 {
+        crate::sys::time::realtime_ns()
+    }
+    fn gvars(&mut self) -> &mut [u64] {
+        &mut []
+    }
+}
+
 /// Defines every host import in `linker`: `hostfns`, the one
 /// implementation shared with the in-process agent.
 pub fn add_to_linker<E: HitEnv + 'static>(linker: &mut Linker<HostState<E>>) -> anyhow::Result<()> {
@@ -143,7 +190,6 @@ mod tests {
     #[test]
     fn every_import_is_defined_with_its_abi_signature() {
         // Any hit environment: only the imports' signatures are checked.
-        use crate::transport::NoHit;
         let engine = crate::wasm::engine::new_engine().unwrap();
         let mut linker: Linker<HostState<NoHit>> = Linker::new(&engine);
         add_to_linker(&mut linker).unwrap();
