@@ -33,10 +33,10 @@ use hostabi::manifest::{Manifest, ProbeKind, Trigger};
 pub use self::stats::ProbeStats;
 use crate::out::format::Format;
 use crate::probe::addr::{LinkAddr, RunAddr};
+pub use crate::probe::programs::LoadedProgram;
 use crate::probe::resolve::Resolver;
 pub use crate::transport::RunEnv;
 use crate::transport::{Action, Armed, Event, ExitStatus, Transport, TransportHit, TransportInfo};
-use crate::wasm::load::LoadedModule;
 use crate::wasm::regscan::RegsRead;
 use crate::wasm::runner::{RunOutcome, Runner};
 use hook::HookEvent;
@@ -51,14 +51,6 @@ pub const EVERY_CALL: u32 = u32::MAX;
 /// `-v` says how each probe's sites were armed, a line per probe, up to
 /// this many probes (`wprobe trace` arms thousands: one line of totals).
 const SITES_LISTED: usize = 20;
-
-/// A program given on the command line, loaded.
-pub struct LoadedProgram {
-    /// Label for output (file stem).
-    pub label: String,
-    /// The loaded module.
-    pub module: LoadedModule,
-}
 
 /// Run options.
 pub struct RunOptions {

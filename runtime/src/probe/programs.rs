@@ -5,10 +5,18 @@
 //! replaced by those given on the command line). wasmtime's compilation
 //! comes from the compiled-module cache when it has it (`cache.rs`).
 
-use crate::session::LoadedProgram;
 use crate::wasm::cache::{Cache, CacheOutcome};
+use crate::wasm::load::LoadedModule;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+/// A program given on the command line, loaded.
+pub struct LoadedProgram {
+    /// Label for output (file stem).
+    pub label: String,
+    /// The loaded module.
+    pub module: LoadedModule,
+}
 
 /// The options of `run` and `bench` that say how their programs are built
 /// and run (`bench --end-to-end` passes them on to `run`).

@@ -25,8 +25,8 @@ use super::{
 };
 use crate::out::sink::Sink;
 use crate::probe::addr::RunAddr;
+use crate::probe::programs::LoadedProgram;
 use crate::proc::procmaps::Mapping;
-use crate::session::LoadedProgram;
 
 /// Every capability but the ones that change the flow of a hit
 /// (`step_faults`: records held until an [`Event::Stepped`]) or need a
