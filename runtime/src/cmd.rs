@@ -24,7 +24,7 @@ pub mod trace;
 /// one-line description.
 pub(crate) fn transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::probe::plan::names(|_| true)
+        crate::plan::names(|_| true)
             .into_iter()
             .map(|(name, about)| PossibleValue::new(name).help(about)),
     )
@@ -34,7 +34,7 @@ pub(crate) fn transport_names() -> PossibleValuesParser {
 /// that arm return probes.
 pub(crate) fn return_probe_transport_names() -> PossibleValuesParser {
     PossibleValuesParser::new(
-        crate::probe::plan::names(|t| t.caps.return_probes)
+        crate::plan::names(|t| t.caps.return_probes)
             .into_iter()
             .map(|(name, about)| PossibleValue::new(name).help(about)),
     )

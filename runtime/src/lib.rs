@@ -9,8 +9,8 @@
 //! and its loader, `agent-loader`) are linted the same way.
 //!
 //! The modules by stage: [`cmd`] (the command line and the subcommands),
-//! [`probe`] (the programs and their probes, resolution, the transport
-//! plan), [`wasm`] (handler modules loaded, cached and run), [`session`]
+//! [`probe`] (the programs and their probes, resolution), [`plan`] (the
+//! transport chosen for a run), [`wasm`] (handler modules loaded, cached and run), [`session`]
 //! (a run), [`transport`] (how probes reach a process), [`out`] (records
 //! and what prints them), [`proc`] (`/proc`, signals, private files),
 //! [`arch`] and [`sys`].
@@ -22,6 +22,7 @@
 pub mod arch;
 pub mod cmd;
 pub mod out;
+pub mod plan;
 pub mod probe;
 pub mod proc;
 pub mod session;

@@ -291,7 +291,7 @@ impl Session {
 
     /// Records how the transport was chosen (`--transport auto` or
     /// forced, and why), for the JSON statistics.
-    pub fn set_plan(&mut self, plan: &crate::probe::plan::Plan) {
+    pub fn set_plan(&mut self, plan: &crate::plan::Plan) {
         let mut why = plan.reason.clone();
         for (name, w) in &plan.passed_over {
             why.push_str(&format!("; not {name}: {w}"));

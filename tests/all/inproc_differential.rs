@@ -55,7 +55,7 @@ fn trace(
     let file = std::fs::File::create(&out).unwrap();
     let argv: Vec<std::ffi::OsString> = vec![target.into_os_string()];
     // `auto`: the planner's choice, checked as `wprobe run` checks it.
-    let info = runtime::probe::plan::choose(transport, &Default::default(), &|i| session.check(i))
+    let info = runtime::plan::choose(transport, &Default::default(), &|i| session.check(i))
         .expect("a transport for the program")
         .info;
     let saved = redirect_stdout(&file);
@@ -132,7 +132,7 @@ fn planned(src: &str) -> &'static str {
     };
     let session =
         Session::new(engine(), vec![input], opts, Box::new(std::io::sink())).expect("session");
-    runtime::probe::plan::choose("auto", &Default::default(), &|i| session.check(i))
+    runtime::plan::choose("auto", &Default::default(), &|i| session.check(i))
         .expect("a transport for the program")
         .info
         .name

@@ -69,12 +69,12 @@ pub fn run(a: RunArgs) -> CmdResult {
     // A process that cannot be traced at all is refused first, with the
     // real cause (its executable, which `--probe` defaults to, may not
     // even be readable).
-    let mut needs = crate::probe::plan::Needs {
+    let mut needs = crate::plan::Needs {
         follow_forks: a.follow,
-        ..crate::probe::plan::Needs::default()
+        ..crate::plan::Needs::default()
     };
     if let Some(pid) = a.pid {
-        crate::probe::plan::check_attach(pid, forced, &mut needs).map_err(CliError::user)?;
+        crate::plan::check_attach(pid, forced, &mut needs).map_err(CliError::user)?;
     }
     let engine = crate::cmd::cli_engine()?;
     let cache = crate::wasm::cache::Cache::for_cli(a.opts.no_cache)
@@ -195,14 +195,14 @@ pub fn run(a: RunArgs) -> CmdResult {
 
 /// The transport `--transport` names (`None` for `auto`).
 fn named_transport(a: &RunArgs) -> Result<Option<&'static TransportInfo>, CliError> {
-    Ok(if a.transport == crate::probe::plan::AUTO {
+    Ok(if a.transport == crate::plan::AUTO {
         None
     } else {
         Some(crate::transport::by_name(&a.transport).ok_or_else(|| {
             CliError::user(format!(
                 "unknown transport `{}` (one of: {}, {})",
                 a.transport,
-                crate::probe::plan::AUTO,
+                crate::plan::AUTO,
                 crate::transport::TRANSPORTS
                     .iter()
                     .map(|t| t.name)
@@ -249,21 +249,21 @@ fn run_options(a: &RunArgs) -> RunOptions {
 fn plan(
     a: &RunArgs,
     session: &mut Session,
-    mut needs: crate::probe::plan::Needs,
+    mut needs: crate::plan::Needs,
     oneliner: bool,
-) -> Result<(crate::probe::plan::Plan, bool), CliError> {
+) -> Result<(crate::plan::Plan, bool), CliError> {
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
     // No process named and probes on files: bpftrace's default, system-wide
     // probes (they fire in every process that runs the file).
     let system_wide =
         oneliner && a.pid.is_none() && a.command.is_empty() && session.probe_count() > 0;
     needs.system_wide = system_wide;
-    let files = crate::probe::plan::files_at_start(&a.command, a.pid);
-    needs.later_modules = crate::probe::plan::later_modules(&session.probe_modules(), &files);
+    let files = crate::plan::files_at_start(&a.command, a.pid);
+    needs.later_modules = crate::plan::later_modules(&session.probe_modules(), &files);
     needs.later_programs =
-        crate::probe::plan::programs_among(&needs.later_modules, &module_dirs(&a.command));
+        crate::plan::programs_among(&needs.later_modules, &module_dirs(&a.command));
     needs.close_probes = session.probes_closer_than_a_jump(&files);
-    let plan = crate::probe::plan::choose(&a.transport, &needs, &|info| session.check(info))
+    let plan = crate::plan::choose(&a.transport, &needs, &|info| session.check(info))
         .map_err(CliError::user)?;
     Ok((plan, system_wide))
 }
@@ -467,7 +467,7 @@ pub(crate) fn registers_read(
 /// at its entry point, an attached process let go as it was) hands the run
 /// to the next candidate, with a note saying why.
 pub(crate) fn open_planned(
-    plan: &crate::probe::plan::Plan,
+    plan: &crate::plan::Plan,
     target: Target<'_>,
     options: impl Fn(&'static crate::transport::TransportInfo) -> OpenOptions,
 ) -> Result<
@@ -625,7 +625,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
     pub ring_full: crate::transport::RingFull,
     /// How probes reach the target and hits reach the handlers.
-    #[arg(long, value_name = "TRANSPORT", default_value = crate::probe::plan::AUTO, value_parser = transport_names())]
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::plan::AUTO, value_parser = transport_names())]
     pub transport: String,
     /// Bind a handler export to a breakpoint, for modules without a manifest
     /// (repeatable): `[MODULE:]SYMBOL[±N]=EXPORT` or `[MODULE:]NUMBER=EXPORT`

@@ -41,7 +41,7 @@ use std::rc::Rc;
 
 use crate::cmd::{CliError, CmdResult, return_probe_transport_names};
 use crate::out::format::Format;
-use crate::probe::plan::{Needs, Plan};
+use crate::plan::{Needs, Plan};
 use crate::session::{LoadedProgram, RunOptions, Session};
 use crate::transport::{OpenOptions, Target, Transport, TransportInfo};
 
@@ -185,7 +185,7 @@ pub struct TraceArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t)]
     pub ring_full: crate::transport::RingFull,
     /// How probes reach the target.
-    #[arg(long, value_name = "TRANSPORT", default_value = crate::probe::plan::AUTO, value_parser = return_probe_transport_names())]
+    #[arg(long, value_name = "TRANSPORT", default_value = crate::plan::AUTO, value_parser = return_probe_transport_names())]
     pub transport: String,
     /// Compile the handler modules and plan the in-process sites afresh
     /// instead of using the module cache and the plan cache.
@@ -248,18 +248,18 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         .transpose()?
         .unwrap_or(0);
     let forced = forced_transport(&a)?;
-    let mut needs = crate::probe::plan::Needs {
+    let mut needs = crate::plan::Needs {
         follow_forks: a.follow,
-        ..crate::probe::plan::Needs::default()
+        ..crate::plan::Needs::default()
     };
     if let Some(pid) = a.pid {
-        crate::probe::plan::check_attach(pid, forced, &mut needs)?;
+        crate::plan::check_attach(pid, forced, &mut needs)?;
     }
     // `auto` knows its transport only once the handlers are loaded; the
     // notes that depend on it wait until then.
     let exe = executable(&a)?;
     crate::transport::inproc::configure_plan_cache(a.no_cache);
-    if a.transport == "inproc" || a.transport == crate::probe::plan::AUTO {
+    if a.transport == "inproc" || a.transport == crate::plan::AUTO {
         // Its code read meanwhile (handlers built, the command launched),
         // for the in-process patcher to plan every function's sites.
         crate::transport::inproc::prefetch(&crate::proc::procmaps::canonical(&exe));
@@ -338,7 +338,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
 /// The transport `--transport` names (`None` for `auto`): one that can
 /// arm return probes.
 fn forced_transport(a: &TraceArgs) -> Result<Option<&'static TransportInfo>, String> {
-    Ok(if a.transport == crate::probe::plan::AUTO {
+    Ok(if a.transport == crate::plan::AUTO {
         None
     } else {
         let info = crate::transport::by_name(&a.transport)
@@ -413,7 +413,7 @@ fn check_transport(
     needs: &Needs,
 ) -> Result<(), String> {
     if forced.is_none() {
-        crate::probe::plan::choose(crate::probe::plan::AUTO, needs, &|info| {
+        crate::plan::choose(crate::plan::AUTO, needs, &|info| {
             if a.follow && !info.caps.follows_forks {
                 return Err("-f: it does not follow forks".into());
             }
@@ -448,7 +448,7 @@ fn start_session(
     // The built-in handlers need a transport that reports the calls as
     // they enter and return (every transport of this wprobe does).
     needs.registers_at_run_time = session.reads_registers_chosen_at_run_time();
-    let plan = crate::probe::plan::choose(&a.transport, needs, &|info| {
+    let plan = crate::plan::choose(&a.transport, needs, &|info| {
         if !info.caps.entry_notices && notices.iter().any(|n| *n) {
             return Err(format!(
                 "--transport {} cannot report calls as they enter and return, which the \

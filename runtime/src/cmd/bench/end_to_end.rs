@@ -142,7 +142,7 @@ pub fn end_to_end(a: &BenchArgs) -> Vec<EndToEnd> {
     let me = std::env::current_exe().unwrap_or_else(|_| "wprobe".into());
     let records = std::env::temp_dir().join(format!("wprobe-bench-{}.jsonl", std::process::id()));
     // `auto` (what a run without --transport gets) and every transport.
-    let all: Vec<String> = std::iter::once(crate::probe::plan::AUTO)
+    let all: Vec<String> = std::iter::once(crate::plan::AUTO)
         .chain(crate::transport::TRANSPORTS.iter().map(|t| t.name))
         .map(String::from)
         .collect();

@@ -1,8 +1,9 @@
 //! `--transport auto`, the default: which transport serves a run.
 //!
-//! A planner above the transports: it reads the registry's
-//! [`Capabilities`](crate::transport::Capabilities) and the run's needs,
-//! and imports no transport. In order of preference:
+//! A planner above the transports (its own stage, between
+//! [`transport`](crate::transport) and [`session`](crate::session)): it
+//! reads the registry's [`Capabilities`](crate::transport::Capabilities)
+//! and the run's needs, and imports no transport. In order of preference:
 //!
 //! 1. **inproc**: the handlers run in the target behind a jump (no trap,
 //!    no system call per hit); within it, each site where no jump fits
