@@ -23,6 +23,7 @@ mod inproc_goto;
 mod inproc_near;
 mod inproc_safety;
 mod inproc_whole;
+mod layers;
 mod logonfault;
 mod metrics;
 mod modules;
@@ -70,6 +71,7 @@ fn main() {
         inproc_near::CASES,
         inproc_safety::CASES,
         inproc_whole::CASES,
+        layers::CASES,
         logonfault::CASES,
         metrics::CASES,
         modules::CASES,
