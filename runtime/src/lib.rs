@@ -8,12 +8,15 @@
 //! The other crates with `unsafe` code (the in-process agent, `agent/`,
 //! and its loader, `agent-loader`) are linted the same way.
 //!
-//! The modules by stage: [`cmd`] (the command line and the subcommands),
-//! [`probe`] (the programs and their probes, resolution), [`plan`] (the
-//! transport chosen for a run), [`wasm`] (handler modules loaded, cached and run), [`session`]
-//! (a run), [`transport`] (how probes reach a process), [`out`] (records
-//! and what prints them), [`proc`] (`/proc`, signals, private files),
-//! [`arch`] and [`sys`].
+//! The modules are stages, lowest first, each importing only those before
+//! it (docs/architecture.md, "Stages and their order"): [`sys`] (the
+//! system calls, the kernel's register files), [`arch`] (registers by id,
+//! instruction decoding), [`proc`] (`/proc`, signals, private files),
+//! [`out`] (records and what prints them), [`wasm`] (handler modules
+//! loaded, cached and run), [`probe`] (the programs and their probes,
+//! resolution), [`transport`] (how probes reach a process), [`plan`] (the
+//! transport chosen for a run), [`session`] (a run) and [`cmd`] (the
+//! command line and the subcommands).
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
