@@ -62,6 +62,10 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(libraries_are_armed_in_children_across_execs, Need::Ptrace),
     case!(
+        a_program_with_no_probes_a_child_executes_has_its_dlopens_armed,
+        Need::Ptrace
+    ),
+    case!(
         a_child_forked_just_before_its_parent_executes_a_program_is_followed,
         Need::Ptrace
     ),
@@ -976,5 +980,35 @@ fn a_vfork_childs_hits_carry_its_own_pid_and_tid() {
             };
             assert_eq!(x, execs, "{tr} {mode}: {maps:?}");
         }
+    }
+}
+
+/// A program a followed child executes that has none of the run's probes
+/// at its start but opens a library that has them (`sh SCRIPT` forks a
+/// child that executes dlreopen; only libreopen_a.so's `fa` and
+/// libreopen_b.so's `fb` are probed): its image gets an agent all the
+/// same, and the library's probes are armed in it when it opens them —
+/// `fa` 4 times, `fb` twice, under inproc and `auto` as under ptrace.
+/// Before, the image was followed with no agent and its calls went
+/// uncounted (no `@a`, no `@b`), silently.
+fn a_program_with_no_probes_a_child_executes_has_its_dlopens_armed() {
+    let d = scratch();
+    let exe = dlreopen();
+    let script = d.join("dlreopen-noprobe.sh");
+    std::fs::write(
+        &script,
+        format!("{} {}\ntrue\n", exe.display(), d.display()),
+    )
+    .unwrap();
+    let cmd = format!("sh {}", script.display());
+    let prog = format!(
+        "uprobe:{a}:fa {{ @a = count(); }} uprobe:{b}:fb {{ @b = count(); }}",
+        a = d.join("libreopen_a.so").display(),
+        b = d.join("libreopen_b.so").display()
+    );
+    for tr in ["inproc", "auto", "ptrace"] {
+        let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
+        assert!(out.contains("sum=43 same_address=1"), "{tr}: {out}");
+        assert_eq!(maps, ["@a: 4", "@b: 2"], "{tr}: {out}");
     }
 }

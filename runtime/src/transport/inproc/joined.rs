@@ -99,9 +99,12 @@ impl InProc {
             let Some(mut c) = self.execs.remove(&pid) else {
                 continue;
             };
-            if c.armed.is_empty() {
-                // None of the run's probes in its image (a shell's `seq`):
-                // followed with no agent, for the programs it runs.
+            if c.armed.is_empty() && self.rdebug.is_none() {
+                // None of the run's probes in its image (a shell's `seq`)
+                // and no library it may open later to watch: followed with
+                // no agent, for the programs it runs. (With libraries
+                // watched, it gets an agent as the process does: the
+                // probes of a library it `dlopen`s are armed in it.)
                 c.join = None;
                 if let Err(e) = self.hand_over(pid, &mut c) {
                     crate::elog!("wprobe: {e}");
