@@ -360,7 +360,10 @@ pub struct ProbeSlot {
     pub ignore: u64,
     /// Handler runs after which the probe disables itself (0: no limit).
     pub maxhits: u64,
-    /// Hits (ignored ones included).
+    /// Hits (ignored ones included). Not the returns of a return probe
+    /// with [`ProbeSlot::entry_notice`]: the tracer counts those as it
+    /// reads their [`entry::RETURNED`] entries, as it counts the returns
+    /// its own transports tell.
     pub hits: AtomicU64,
     /// Hits skipped by `ignore`.
     pub ignored: AtomicU64,
@@ -388,9 +391,9 @@ pub struct ProbeSlot {
     /// A return probe: tracked calls that ended while their thread could
     /// not have the store lock (agent, atomic).
     pub live_lost: AtomicU64,
-    /// A return probe: 1 when each call tracked is told to the tracer at
-    /// once, by an [`entry::ENTERED`] entry, and its return by an
-    /// [`entry::RETURNED`] entry (`wprobe trace` with its own handlers: no
+    /// A return probe: 1 when each call entering is told to the tracer at
+    /// once, tracked or not, by an [`entry::ENTERED`] entry, and each
+    /// tracked call's return by an [`entry::RETURNED`] entry (`wprobe trace` with its own handlers: no
     /// handler runs at either end). Set by the tracer before `enabled`.
     pub entry_notice: u64,
     /// A return probe: calls not tracked because their thread already
@@ -526,8 +529,9 @@ pub mod entry {
     pub const PAD: u16 = 0;
     /// One handler run: a [`crate::RunHeader`] and its records.
     pub const RUN: u16 = 1;
-    /// A call of a return probe with [`crate::ProbeSlot::entry_notice`] was
-    /// tracked: a [`crate::RunHeader`] (`probe`, `tid`, `cpu`, `time_ns` of
+    /// A call of a return probe with [`crate::ProbeSlot::entry_notice`]
+    /// entered, tracked or not (one not tracked has no [`RETURNED`]: it
+    /// is counted in `missed`): a [`crate::RunHeader`] (`probe`, `tid`, `cpu`, `time_ns` of
     /// the entry, `ip` the function's entry, no record, `outcome` 0), then
     /// one word: `rsp` at the entry. Ordered with the runs of its thread.
     pub const ENTERED: u16 = 2;

@@ -490,9 +490,13 @@ pub fn at_entry(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Opt
 /// After the entry's probes ran: a call is tracked for each enabled return
 /// probe of the function (or counted as missed: beyond `maxactive`, when
 /// its thread's stack of tracked calls is full (`missed_depth` too), or
-/// when the store lock, which guards the live counts, could not be had). A probe with `entry_notice` has each call it tracks told
-/// to the tracer at once ([`agent_abi::entry::ENTERED`]; one it cannot
-/// write is counted as dropped).
+/// when the store lock, which guards the live counts, could not be had). A
+/// probe with `entry_notice` has each call entering told to the tracer at
+/// once ([`agent_abi::entry::ENTERED`]), tracked or not, as the tracer's
+/// transports tell every entry: a call not tracked is shown entered, and
+/// closed when an outer call returns (its return is not seen). A notice
+/// that cannot be written (the ring full, the lock not had) is counted as
+/// dropped.
 pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>) {
     let t = now(h);
     let sh = e.shadow;
@@ -505,27 +509,31 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
         if slot.enabled.load(Ordering::Relaxed) == 0 {
             continue;
         }
-        if !sh.room() {
+        let locked = if !sh.room() {
             slot.missed.fetch_add(1, Ordering::Relaxed);
             slot.missed_depth.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        if !lock.take() || live(slot) >= slot.maxactive {
+            slot.entry_notice != 0 && lock.take()
+        } else if !lock.take() {
             slot.missed.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        slot.live
-            .store(slot.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        let switches = slot.flags.load(Ordering::Relaxed) & probe_flag::SWITCHES_STACK != 0;
-        sh.push(Tracked {
-            probe: p,
-            seg: base | if switches { SWITCHES } else { 0 },
-            func: h.site.addr,
-            entry_rsp: e.regs[6],
-            ret_addr: e.ret_addr,
-            regs: e.regs,
-            entry_ns: t,
-        });
+            false
+        } else if live(slot) >= slot.maxactive {
+            slot.missed.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            slot.live
+                .store(slot.live.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            let switches = slot.flags.load(Ordering::Relaxed) & probe_flag::SWITCHES_STACK != 0;
+            sh.push(Tracked {
+                probe: p,
+                seg: base | if switches { SWITCHES } else { 0 },
+                func: h.site.addr,
+                entry_rsp: e.regs[6],
+                ret_addr: e.ret_addr,
+                regs: e.regs,
+                entry_ns: t,
+            });
+            true
+        };
         if slot.entry_notice != 0 {
             let head = RunHeader {
                 probe: p,
@@ -536,8 +544,8 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
                 ip: h.site.addr,
                 ..Default::default()
             };
-            // The store lock is held (taken above).
-            if !ring::push_notice(c, head, agent_abi::entry::ENTERED, [e.regs[6]]) {
+            // The ring is written under the store lock.
+            if !locked || !ring::push_notice(c, head, agent_abi::entry::ENTERED, [e.regs[6]]) {
                 slot.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -585,9 +593,9 @@ pub fn at_ret(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
         }
         if slot.entry_notice != 0 {
             // Told, with no handler run: what the built-in exit handler
-            // would have logged.
-            slot.hits
-                .store(slot.hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            // would have logged. The tracer counts it as the probe's hit
+            // when it reads it (as it counts the returns other transports
+            // tell), so a notice the ring cannot take is dropped, not hit.
             let head = RunHeader {
                 probe: call.probe,
                 tid: h.tid,

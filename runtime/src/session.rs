@@ -43,8 +43,8 @@ use hook::HookEvent;
 use oneliner::{BtState, Special};
 
 /// Live calls per process a return probe of a program that tracks every
-/// call ([`Session::track_every_call`]) may have: no limit of its own (the
-/// in-process agent tracks at most `agent_abi::MAX_TRACKED_CALLS` per
+/// call ([`Session::track_every_call`]) may have: no limit of its own
+/// (every transport tracks at most `agent_abi::MAX_TRACKED_CALLS` per
 /// thread, and counts the calls beyond as missed, `missed_depth`).
 pub const EVERY_CALL: u32 = u32::MAX;
 
@@ -854,12 +854,13 @@ impl Session {
                     None => self.dropped_unattributed += count,
                 }
             }
-            Event::Missed { tag, count } => {
+            Event::Missed { tag, count, depth } => {
                 if let Some((prog, index)) = self.origin(tag) {
                     self.hook_event(HookEvent::Missed { prog, index, count });
                 }
                 if let Some(p) = self.probes.get_mut(tag) {
                     p.stats.missed += count;
+                    p.stats.missed_depth += depth;
                 }
             }
             Event::LeftRunning { tag, count } => {
@@ -869,7 +870,15 @@ impl Session {
                     p.stats.missed += count;
                 }
             }
-            Event::Entered { tag, .. } | Event::Returned { tag, .. } => self.hook_call(tag, &ev),
+            Event::Entered { tag, .. } => self.hook_call(tag, &ev),
+            Event::Returned { tag, .. } => {
+                // A return probe's hit is a return, told here by every
+                // transport (no handler runs: nothing else counts it).
+                if let Some(p) = self.probes.get_mut(tag) {
+                    p.stats.hits += 1;
+                }
+                self.hook_call(tag, &ev);
+            }
             Event::Unwound { tag, cause, .. } => {
                 self.hook_call(tag, &ev);
                 if let Some(p) = self.probes.get_mut(tag) {

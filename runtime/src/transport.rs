@@ -247,9 +247,10 @@ pub enum Insert {
     /// a hit is delivered at each return of a call that entered there,
     /// with the registers after the `ret` and the entry's state
     /// (`HitEnv::entry_reg`, `HitEnv::elapsed_ns`). Calls beyond
-    /// `maxactive` live ones per process, and calls that leave without
-    /// returning (longjmp, unwinding, thread exit, exec, detach), run no
-    /// handler and are reported as [`Event::Missed`].
+    /// `maxactive` live ones per process or beyond
+    /// `agent_abi::MAX_TRACKED_CALLS` live ones in their thread, and calls
+    /// that leave without returning (longjmp, unwinding, thread exit, exec,
+    /// detach), run no handler and are reported as [`Event::Missed`].
     Return {
         /// The expected first byte, when the program gives one.
         opcode: Option<u8>,
@@ -338,13 +339,17 @@ pub enum Event<'a> {
         /// SIGSEGV, SIGBUS, SIGFPE or SIGILL.
         fault: Option<i32>,
     },
-    /// Calls of a return probe that ran no handler: beyond `maxactive`,
+    /// Calls of a return probe that ran no handler: beyond `maxactive` or
+    /// beyond what their thread tracks (`agent_abi::MAX_TRACKED_CALLS`),
     /// or left without returning (counted as `missed`).
     Missed {
         /// The probe's tag.
         tag: usize,
         /// How many.
         count: u64,
+        /// How many of them were not tracked because their thread already
+        /// tracked as many calls as it can (counted as `missed_depth` too).
+        depth: u64,
     },
     /// Calls of a return probe still live when the run ended (their
     /// process ended or is let go before they returned), which the
@@ -382,9 +387,10 @@ pub enum Event<'a> {
     },
     /// A call of a return probe armed with `entry_notice` entered,
     /// delivered in order with the thread's other events (no handler runs:
-    /// what the built-in `trace_entry` handler would have logged). The
-    /// in-process agent tells the calls it tracks; ptrace and perf every
-    /// entry, and a call not tracked then as [`Event::Missed`] too.
+    /// what the built-in `trace_entry` handler would have logged). Every
+    /// transport tells every entry, tracked or not; a call not tracked is
+    /// also [`Event::Missed`] (the in-process agent counts it), and has no
+    /// [`Event::Returned`].
     Entered {
         /// The probe's tag.
         tag: usize,

@@ -31,8 +31,8 @@ pub struct ProbeStats {
     /// left without returning: longjmp, unwinding, thread exit).
     pub missed: u64,
     /// Return probes: calls among `missed` not tracked because their thread
-    /// tracked as many live calls as the transport can (in-process:
-    /// `agent_abi::MAX_TRACKED_CALLS`).
+    /// tracked as many live calls as a thread can
+    /// (`agent_abi::MAX_TRACKED_CALLS`, under every transport).
     pub missed_depth: u64,
     /// Return probes: calls among `missed` that a later entry or return of
     /// their thread proved gone without a return the transport saw (a tail

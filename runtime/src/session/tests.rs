@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::hook::{HookEvent, HookHit, RecordHook};
-use super::{EVERY_CALL, LoadedProgram, RunOptions, Session};
+use super::{EVERY_CALL, LoadedProgram, Session};
 use crate::out::sink::Sink;
 use crate::transport::calls::Left;
 use crate::transport::fake::{
@@ -74,22 +74,16 @@ impl RecordHook for Seen {
     }
 }
 
-fn options() -> RunOptions {
-    RunOptions {
-        follow_forks: true,
-        verify_opcodes: false,
-        groups: Vec::new(),
-        types: Vec::new(),
-        fuel: None,
-        format: crate::out::format::Format::Text,
-        text: Default::default(),
-    }
-}
-
 /// A session of `programs` writing text into the returned buffer.
 fn session(programs: Vec<LoadedProgram>) -> (Session, Output) {
     let out = Output::default();
-    let s = Session::new(engine(), programs, options(), Box::new(out.clone())).expect("session");
+    let s = Session::new(
+        engine(),
+        programs,
+        fake::options(true),
+        Box::new(out.clone()),
+    )
+    .expect("session");
     (s, out)
 }
 
@@ -103,9 +97,7 @@ fn hooked(programs: Vec<LoadedProgram>) -> (Session, Seen) {
 
 /// The fake transport with the executable mapped in [`PID`].
 fn transport(caps: Capabilities) -> Fake {
-    let mut t = Fake::new(caps, PID);
-    t.map(PID, vec![mapping(exe(), EXE_BASE)]);
-    t
+    fake::traced(caps)
 }
 
 /// Arms at the start, runs the script, detaches.
@@ -424,7 +416,11 @@ fn return_probes_count_missed_left_running_and_unwound_frames_innermost_first() 
             unwound(0x6e00, Left::Unwound),
             unwound(0x6f00, Left::Unwound),
             unwound(0x7000, Left::ThreadExit),
-            ev(Event::Missed { tag: 0, count: 3 }),
+            ev(Event::Missed {
+                tag: 0,
+                count: 3,
+                depth: 0,
+            }),
             Step::Hit(vec![0], hit(SITE).reg("rax", 42).entry_reg("rdi", 4)),
             ev(Event::LeftRunning { tag: 0, count: 2 }),
         ],
@@ -523,7 +519,102 @@ fn entry_notices_and_every_call_change_how_a_return_probe_is_armed() {
         ]
     );
     let st = stats(&s, 0);
-    assert_eq!((st.hits, st.runs, st.missed), (0, 0, 0), "no handler ran");
+    assert_eq!(
+        (st.hits, st.runs, st.missed),
+        (1, 0, 0),
+        "the return is the probe's hit; no handler ran"
+    );
+}
+
+/// A recursion 4 deep of a return probe with entry notices where a thread
+/// tracks 2 calls, told as ptrace and perf tell it ([`Step::Enter`],
+/// [`Step::Return`]) or as the in-process agent does (its events and
+/// counters): the same hook calls and the same statistics, each return a
+/// hit, the 2 calls beyond the depth missed (`missed_depth`).
+#[test]
+fn every_transports_returns_are_hits_and_calls_beyond_the_depth_missed_depth() {
+    let frame = |d: u64| 0x7000 - 0x100 * d;
+    let tell = |ptrace: bool| {
+        let (mut s, seen) = hooked(vec![program("r", RETURN)]);
+        s.request_entry_notices(0);
+        s.track_every_call(0);
+        let mut t = transport(fake::CAPS);
+        t.track_at_most(2);
+        let enter = |d: u64| {
+            let ret = if d == 0 { 0x40_0500 } else { SITE + 5 };
+            hit(SITE)
+                .reg("rsp", frame(d))
+                .mem(frame(d), &u64::to_le_bytes(ret))
+        };
+        let steps: Vec<Step> = if ptrace {
+            (0..4)
+                .map(|d| Step::Enter(vec![], enter(d)))
+                .chain((0..4).rev().map(|d| {
+                    let to = if d == 0 { 0x40_0500 } else { SITE + 5 };
+                    Step::Return(hit(to).reg("rsp", frame(d) + 8).reg("rax", d))
+                }))
+                .collect()
+        } else {
+            let entered = |d: u64| {
+                ev(Event::Entered {
+                    tag: 0,
+                    pid: PID,
+                    tid: PID,
+                    rsp: frame(d),
+                    time_ns: 0,
+                    ip: SITE,
+                })
+            };
+            let returned = |d: u64| {
+                ev(Event::Returned {
+                    tag: 0,
+                    pid: PID,
+                    tid: PID,
+                    time_ns: 0,
+                    ip: SITE,
+                    rax: d,
+                    entry_rsp: frame(d),
+                    elapsed_ns: 0,
+                })
+            };
+            (0..4)
+                .map(entered)
+                .chain([ev(Event::Counted {
+                    tag: 0,
+                    counts: RunCounts {
+                        missed: 2,
+                        missed_depth: 2,
+                        ..RunCounts::default()
+                    },
+                })])
+                .chain((0..2).rev().map(returned))
+                .collect()
+        };
+        run(&mut s, &mut t, steps);
+        let st = stats(&s, 0);
+        let mut lines = seen.lines();
+        lines.sort();
+        ((st.hits, st.runs, st.missed, st.missed_depth), lines)
+    };
+    let (counts, lines) = tell(true);
+    assert_eq!(counts, (2, 0, 2, 2));
+    let mut want: Vec<String> = (0..4)
+        .map(|d| format!("entered 0:0 tid {PID} rsp {:#x}", frame(d)))
+        .chain((0..2).map(|d| format!("returned 0:0 tid {PID} rsp {:#x} rax {d} in 0", frame(d))))
+        .chain(std::iter::repeat_n(
+            "Missed { prog: 0, index: 0, count: 1 }".to_string(),
+            2,
+        ))
+        .collect();
+    want.sort();
+    assert_eq!(lines, want);
+    let (counts_in_target, mut lines) = tell(false);
+    assert_eq!(counts_in_target, counts);
+    // The agent counts its missed calls together.
+    let i = lines.iter().position(|l| l.starts_with("Missed")).unwrap();
+    assert_eq!(lines.remove(i), "Missed { prog: 0, index: 0, count: 2 }");
+    want.retain(|l| !l.starts_with("Missed"));
+    assert_eq!(lines, want);
 }
 
 #[test]

@@ -246,9 +246,15 @@ struct ThreadCalls {
 }
 
 /// The tracked calls of every traced thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CallStacks {
     threads: HashMap<i32, ThreadCalls>,
+    /// Calls one thread tracks at most ([`agent_abi::MAX_TRACKED_CALLS`],
+    /// as the in-process agent): a call beyond is not tracked
+    /// ([`Untracked::Depth`]), so the same program shows the same calls
+    /// returning under every transport, and a runaway recursion does not
+    /// grow the tracer without bound.
+    max_depth: usize,
     /// Live calls per (process, probe).
     live: HashMap<(i32, usize), u32>,
     /// Probes whose calls switch stacks ([`Call::switches`]).
@@ -257,10 +263,38 @@ pub struct CallStacks {
     notices: Vec<bool>,
 }
 
+impl Default for CallStacks {
+    fn default() -> CallStacks {
+        CallStacks::with_max_depth(agent_abi::MAX_TRACKED_CALLS)
+    }
+}
+
+/// Why [`CallStacks::push`] did not track a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Untracked {
+    /// `maxactive` calls of its probe are live in its process.
+    Maxactive,
+    /// Its thread tracks as many calls as it can (`missed_depth`).
+    Depth,
+}
+
 impl CallStacks {
-    /// No call tracked.
+    /// No call tracked; a thread tracks up to
+    /// [`agent_abi::MAX_TRACKED_CALLS`] calls.
     pub fn new() -> CallStacks {
         CallStacks::default()
+    }
+
+    /// No call tracked; a thread tracks up to `max_depth` calls (the
+    /// transports use [`CallStacks::new`]; tests lower it).
+    pub fn with_max_depth(max_depth: usize) -> CallStacks {
+        CallStacks {
+            threads: HashMap::new(),
+            max_depth,
+            live: HashMap::new(),
+            switches: Vec::new(),
+            notices: Vec::new(),
+        }
     }
 
     /// The calls of probe `tag` switch stacks (`swapcontext`): each is
@@ -343,11 +377,19 @@ impl CallStacks {
     }
 
     /// Tracks `call` in thread `tid`, unless `maxactive` calls of its probe
-    /// are live in its process; false: not tracked (a missed call).
-    pub fn push(&mut self, tid: i32, mut call: Call, maxactive: u32) -> bool {
+    /// are live in its process or the thread tracks as many calls as it
+    /// can; `Err`: not tracked (a missed call), and why.
+    pub fn push(&mut self, tid: i32, mut call: Call, maxactive: u32) -> Result<(), Untracked> {
+        if self
+            .threads
+            .get(&tid)
+            .is_some_and(|t| t.calls.len() >= self.max_depth)
+        {
+            return Err(Untracked::Depth);
+        }
         let n = self.live.entry((call.pid, call.tag)).or_insert(0);
         if *n >= maxactive {
-            return false;
+            return Err(Untracked::Maxactive);
         }
         *n += 1;
         let t = self.threads.entry(tid).or_default();
@@ -356,7 +398,7 @@ impl CallStacks {
         call.switches = self.switches.contains(&call.tag);
         call.notice = self.notices.get(call.tag).copied().unwrap_or(false);
         t.calls.push(call);
-        true
+        Ok(())
     }
 
     /// Thread `tid` may have just returned from a call: its `rsp` after the
@@ -476,12 +518,13 @@ pub struct EntryAt<'r> {
 /// The calls of return probes `probes` (`(tag, maxactive)`, every one
 /// enabled) entering at `at`, in order: for each, first an
 /// [`Event::Entered`] where the probe asked for entry notices (at every
-/// entry, tracked or not, as an entry handler would run), then the call
-/// tracked in `owner`'s `stacks`, unless `maxactive` of its calls are live,
-/// the return address is unknown, or `retain` refuses it (a transport that
-/// must arm the return address: ptrace), when it is reported as
-/// [`Event::Missed`]. Call after the calls the entry proves abandoned were
-/// reported ([`CallStacks::prune_at_entry`]).
+/// entry, tracked or not, as an entry handler would run, and as the
+/// in-process agent tells it), then the call tracked in `owner`'s
+/// `stacks`, unless `maxactive` of its calls are live, its thread tracks
+/// as many calls as it can, the return address is unknown, or `retain`
+/// refuses it (a transport that must arm the return address: ptrace),
+/// when it is reported as [`Event::Missed`]. Call after the calls the
+/// entry proves abandoned were reported ([`CallStacks::prune_at_entry`]).
 pub fn enter<S: Transport>(
     owner: &mut S,
     stacks: fn(&mut S) -> &mut CallStacks,
@@ -504,14 +547,24 @@ pub fn enter<S: Transport>(
                 },
             );
         }
-        let tracked = at.ret_addr.is_some_and(|ra| {
-            stacks(owner).live(at.pid, tag) < max && retain(owner, ra) && {
-                let call = Call::entered(tag, at.pid, at.func, at.regs, ra, at.clock_ns);
-                stacks(owner).push(at.tid, call, max)
-            }
-        });
+        let deep = stacks(owner).calls(at.tid).len() >= stacks(owner).max_depth;
+        let tracked = !deep
+            && at.ret_addr.is_some_and(|ra| {
+                stacks(owner).live(at.pid, tag) < max && retain(owner, ra) && {
+                    let call = Call::entered(tag, at.pid, at.func, at.regs, ra, at.clock_ns);
+                    stacks(owner).push(at.tid, call, max).is_ok()
+                }
+            });
         if !tracked {
-            on_event(owner, Event::Missed { tag, count: 1 });
+            let depth = u64::from(deep);
+            on_event(
+                owner,
+                Event::Missed {
+                    tag,
+                    count: 1,
+                    depth,
+                },
+            );
         }
     }
 }
@@ -522,6 +575,7 @@ mod tests {
 
     const F: u64 = 0x1000;
     const G: u64 = 0x2000;
+    const EVERY: u32 = u32::MAX;
     const H: u64 = 0x3000;
 
     fn call(tag: usize, func: u64, rsp: u64, ret: u64) -> Call {
@@ -542,7 +596,7 @@ mod tests {
     /// Enters as a transport does: prune, then push.
     fn enter(s: &mut CallStacks, tid: i32, c: Call, max: u32, out: &mut Vec<Gone>) -> bool {
         s.prune_at_entry(tid, c.entry_rsp, c.ret_addr, c.func, out);
-        s.push(tid, c, max)
+        s.push(tid, c, max).is_ok()
     }
 
     /// Returns as a transport does: the calls that return, innermost first.
@@ -682,6 +736,58 @@ mod tests {
         assert_eq!(ret(&mut s, 9, 0x7f08, 0x500, &mut out).len(), 1);
         assert!(out.is_empty());
         assert_eq!(s.live(1, 0), 0);
+    }
+
+    #[test]
+    fn calls_beyond_a_threads_depth_are_not_tracked_and_pair_with_nothing() {
+        // A recursion 5 deep where a thread tracks 3 calls: the 2 deepest
+        // are not tracked (whatever `maxactive`), their returns pair with
+        // nothing, the 3 tracked return in order; another thread has its
+        // own room.
+        let mut s = CallStacks::with_max_depth(3);
+        let mut out = Vec::new();
+        let rsp = |d: u64| 0x7f00 - 0x100 * d;
+        for d in 0..5u64 {
+            let c = call(0, F, rsp(d), if d == 0 { 0x500 } else { F + 9 });
+            s.prune_at_entry(9, c.entry_rsp, c.ret_addr, c.func, &mut out);
+            let want = if d < 3 { Ok(()) } else { Err(Untracked::Depth) };
+            assert_eq!(s.push(9, c, EVERY), want, "depth {d}");
+        }
+        assert_eq!((s.calls(9).len(), s.live(1, 0)), (3, 3));
+        assert_eq!(
+            s.push(9, call(1, G, 0x1000, 0x500), EVERY),
+            Err(Untracked::Depth),
+            "the room is the thread's, not a probe's"
+        );
+        assert!(enter(
+            &mut s,
+            10,
+            call(0, F, 0x5f00, 0x500),
+            EVERY,
+            &mut out
+        ));
+        let returned: Vec<u64> = (0..5u64)
+            .rev()
+            .flat_map(|d| {
+                ret(
+                    &mut s,
+                    9,
+                    rsp(d) + 8,
+                    if d == 0 { 0x500 } else { F + 9 },
+                    &mut out,
+                )
+            })
+            .map(|c| c.entry_rsp)
+            .collect();
+        assert_eq!(returned, [rsp(2), rsp(1), rsp(0)]);
+        assert!(out.is_empty(), "{out:?}");
+        // `maxactive` is told apart.
+        let mut s = CallStacks::with_max_depth(3);
+        assert_eq!(s.push(9, call(0, F, 0x7f00, 0x500), 1), Ok(()));
+        assert_eq!(
+            s.push(9, call(0, F, 0x7e00, F + 9), 1),
+            Err(Untracked::Maxactive)
+        );
     }
 
     #[test]

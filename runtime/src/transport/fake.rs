@@ -340,6 +340,13 @@ impl Fake {
         self.maps.insert(pid, maps);
     }
 
+    /// Each thread tracks at most `calls` calls ([`Step::Enter`]): the
+    /// transports' `agent_abi::MAX_TRACKED_CALLS`, lowered for a test.
+    /// Before arming (the probes' entry notices are kept with the calls).
+    pub fn track_at_most(&mut self, calls: usize) {
+        self.stacks = super::calls::CallStacks::with_max_depth(calls);
+    }
+
     /// Appends steps to the script.
     pub fn script(&mut self, steps: impl IntoIterator<Item = Step>) {
         self.script.extend(steps);
@@ -778,6 +785,28 @@ pub fn mapping(path: &str, start: u64) -> Mapping {
         inode: 1,
         path: path.to_string(),
     }
+}
+
+/// The run options of the tests: text records, no filter, no opcode
+/// check (the module files hold no code), `-f` as `follow_forks` says.
+pub fn options(follow_forks: bool) -> crate::session::RunOptions {
+    crate::session::RunOptions {
+        follow_forks,
+        verify_opcodes: false,
+        groups: Vec::new(),
+        types: Vec::new(),
+        fuel: None,
+        format: crate::out::format::Format::Text,
+        text: Default::default(),
+    }
+}
+
+/// The transport with capabilities `caps` tracing [`PID`], whose
+/// executable is mapped at [`EXE_BASE`].
+pub fn traced(caps: Capabilities) -> Fake {
+    let mut t = Fake::new(caps, PID);
+    t.map(PID, vec![mapping(exe(), EXE_BASE)]);
+    t
 }
 
 /// One engine for every test.

@@ -97,6 +97,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::target::{Lines, spawn_piped};
+
 use crate::support::cli::{
     examples, gcc, output_within, probe_target, progs, scratch, stderr, wprobe, write,
 };
@@ -486,36 +488,7 @@ fn shapes_program() -> String {
 /// `gated` (reads counts on stdin, calls `work` that many times, prints the
 /// running sum) and its `work` symbol's file bytes.
 fn gated() -> (PathBuf, u64, Vec<u8>) {
-    let exe = gcc(
-        "inproc_gated",
-        &progs().join("gated.c"),
-        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
-    );
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let wprobe_elf::Lookup::Found(work) = elf.lookup("work") else {
-        panic!("no work in {}", exe.display());
-    };
-    let orig = elf.bytes_at(work.value, 16).unwrap().to_vec();
-    (exe, work.value, orig)
-}
-
-/// Starts `exe` with its standard input and output piped: the child, its
-/// input, and its output's lines.
-fn spawn_piped(
-    exe: &Path,
-) -> (
-    std::process::Child,
-    std::process::ChildStdin,
-    std::io::Lines<BufReader<std::process::ChildStdout>>,
-) {
-    let mut c = Command::new(exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let to = c.stdin.take().unwrap();
-    let from = BufReader::new(c.stdout.take().unwrap()).lines();
-    (c, to, from)
+    crate::support::target::gated("inproc_gated", 16)
 }
 
 /// The end of a `gated` run: `more` calls after `before` ones, then its
@@ -523,7 +496,7 @@ fn spawn_piped(
 fn finish_gated(
     mut target: std::process::Child,
     mut to: std::process::ChildStdin,
-    mut from: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    mut from: Lines,
     before: i64,
     more: i64,
 ) {
@@ -542,11 +515,7 @@ fn live(pid: u32, addr: u64, len: usize) -> Vec<u8> {
 
 /// Waits until `work`'s first byte is a jump (armed).
 fn wait_armed(pid: u32, work: u64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while live(pid, work, 1) != [0xe9] {
-        assert!(Instant::now() < deadline, "not armed within 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::support::target::wait_bytes(pid, work, &[0xe9], 20);
 }
 
 /// The handler of the gated tests: logs `work`'s argument.
@@ -578,7 +547,7 @@ fn gated_sum(n: i64) -> i64 {
 /// run unharmed.
 fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
     let (exe, work, orig) = gated();
-    let (target, mut to, mut from) = spawn_piped(&exe);
+    let (target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
     let mut w = wprobe()
         .arg("run")
@@ -629,7 +598,7 @@ fn sigkill_of_wprobe_attached_then_repair_restores_the_file_bytes() {
 struct TrapSiteRun {
     target: std::process::Child,
     to: std::process::ChildStdin,
-    from: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    from: Lines,
     wprobe: std::process::Child,
     pid: u32,
     ret: u64,
@@ -651,7 +620,7 @@ fn attach_at_ret_of_work(name: &str, out: &[&str], calls: i64) -> TrapSiteRun {
             f.size - 1
         ),
     );
-    let (target, mut to, mut from) = spawn_piped(&exe);
+    let (target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
     let wprobe = wprobe()
         .arg("run")
@@ -735,7 +704,7 @@ fn sigkill_of_wprobe_with_a_watchpoint_leaves_the_target_running() {
         ),
     );
     let recs = scratch().join("inproc_watched.out");
-    let (mut target, mut to, mut from) = spawn_piped(&exe);
+    let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
     // A journal an earlier process with this pid left is not this run's.
     let _ = std::fs::remove_file(runtime::transport::inproc::journal::path(pid as i32));
@@ -840,7 +809,7 @@ fn sigkill_of_wprobe_launched_then_repair_restores_the_file_bytes() {
 /// journal and exits 0; the program runs on.
 fn sigint_restores_the_bytes_and_the_target_runs_on() {
     let (exe, work, orig) = gated();
-    let (target, mut to, mut from) = spawn_piped(&exe);
+    let (target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
     let w = wprobe()
         .arg("run")
@@ -1089,7 +1058,7 @@ fn global_variables_from_8_threads_x_100000_calls_equal_ptrace_s() {
 /// hit, and the target finished its calls in bounded time.
 fn a_full_ring_counts_every_dropped_run() {
     let (exe, work, _) = gated();
-    let (mut target, mut to, mut from) = spawn_piped(&exe);
+    let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
     let w = wprobe()
         .arg("run")
@@ -1467,14 +1436,8 @@ fn attaching_to_threads_that_exist_counts_every_call(transport: &str) {
             panic!("no work in {}", exe.display());
         };
         let orig = elf.bytes_at(work.value, 16).unwrap().to_vec();
-        let mut target = Command::new(&exe)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
         let pid = target.id();
-        let mut to = target.stdin.take().unwrap();
-        let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
         assert_eq!(from.next().unwrap().unwrap(), "ready");
         let prog = write(
             &format!("{name}.rpn"),

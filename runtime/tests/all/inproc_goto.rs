@@ -8,12 +8,12 @@
 //! the dead padding after a `jmp` inside it. Neither traps: the call
 //! trees and counts are exact, and no ptrace stop happens.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::case;
 use crate::support::case::{Case, Need};
-use crate::support::cli::{gcc, output_within, progs, scratch, stderr, wprobe};
+use crate::support::cli::{gcc, progs};
+use crate::support::target::{counts, inproc_report, inproc_tree};
 
 pub const CASES: &[Case] = &[case!(
     computed_gotos_and_inner_padding_take_jumps_not_traps,
@@ -55,20 +55,8 @@ fn computed_gotos_and_inner_padding_take_jumps_not_traps() {
         ("goto_funcs_pie", &["-fpie", "-pie"][..]),
     ] {
         let exe = goto_funcs(name, flags);
-        let tree = scratch().join(format!("{name}.tree"));
-        let mut c = wprobe();
-        c.args(["trace", "-v", "--transport", "inproc", "-F", "outer", "-T"])
-            .args(["--no-pid", "-i", "-o"])
-            .arg(&tree)
-            .arg("--")
-            .arg(&exe)
-            .arg("3")
-            .env("WPROBE_DEBUG", "1")
-            .current_dir(scratch());
-        let o = output_within(c, 120);
-        let err = stderr(&o);
-        assert!(o.status.success(), "{name}: {err}");
-        assert_eq!(String::from_utf8_lossy(&o.stdout), "10\n", "{name}: {err}");
+        let (out, err, got) = inproc_tree(&exe, name, "outer", "3");
+        assert_eq!(out, "10\n", "{name}: {err}");
         assert_eq!(
             near_jumps(&err),
             [("pad_ret".to_string(), 7)],
@@ -85,55 +73,17 @@ fn computed_gotos_and_inner_padding_take_jumps_not_traps() {
                  <== pad_ret() [rax = {pad:#x}]\n<== outer() [rax = {outer:#x}]\n"
             );
         }
-        let got: String = std::fs::read_to_string(&tree)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.starts_with("+++ "))
-            .map(|l| format!("{l}\n"))
-            .collect();
         assert_eq!(got, want, "{name}: {err}");
         // Exact counts over 1,000 calls.
-        let out = scratch().join(format!("{name}.report.json"));
-        let mut c = wprobe();
-        c.args(["trace", "--transport", "inproc", "--report"])
-            .args(["--format", "json", "-o"])
-            .arg(&out)
-            .args(["-X", "_*", "-X", "*tm_clones", "-X", "frame_dummy", "--"])
-            .arg(&exe)
-            .arg("1000")
-            .env("WPROBE_DEBUG", "1")
-            .current_dir(scratch());
-        let o = output_within(c, 120);
-        let err = stderr(&o);
-        assert!(o.status.success(), "{name}: {err}");
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout),
-            "1166835\n",
-            "{name}: {err}"
-        );
+        let (out, err, calls) = inproc_report(&exe, name, "1000");
+        assert_eq!(out, "1166835\n", "{name}: {err}");
         assert!(!err.contains("ptrace stops at trap sites"), "{name}: {err}");
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-        let calls: BTreeMap<String, u64> = v
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (
-                    r["function"].as_str().unwrap().to_string(),
-                    r["calls"].as_u64().unwrap(),
-                )
-            })
-            .collect();
-        let want: BTreeMap<String, u64> = [
+        let want = counts(&[
             ("main", 1),
             ("outer", 1000),
             ("pad_ret", 1000),
             ("run", 1000),
-        ]
-        .into_iter()
-        .map(|(k, n)| (k.to_string(), n))
-        .collect();
+        ]);
         assert_eq!(calls, want, "{name}: {err}");
     }
 }

@@ -8,10 +8,9 @@
 //! `wprobe repair` the code, the padding included, is the file's again.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::case;
 use crate::support::case::{Case, Need};
@@ -19,6 +18,7 @@ use crate::support::cli::{
     gcc, live_bytes, output_within, output_within_child, progs, scratch, signal, stderr, wprobe,
     write,
 };
+use crate::support::target::{counts, func, inproc_report, inproc_tree, spawn_piped, wait_bytes};
 
 pub const CASES: &[Case] = &[
     case!(
@@ -48,15 +48,6 @@ fn near_funcs() -> PathBuf {
             "-no-pie",
         ],
     )
-}
-
-/// Start and size of function `name` of `exe`.
-fn func(exe: &Path, name: &str) -> (u64, u64) {
-    let elf = wprobe_elf::ElfInfo::open(exe).unwrap();
-    match elf.lookup(name) {
-        wprobe_elf::Lookup::Found(s) => (s.value, s.size),
-        other => panic!("{name}: {other:?}"),
-    }
 }
 
 /// The program's shapes are the ones the tests are about: `inc` and
@@ -103,20 +94,8 @@ fn short_sites_take_near_jumps_and_every_call_is_traced() {
     let plain = Command::new(&exe).arg("1000").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&plain.stdout), "1499500\n");
     // The call tree under `outer`, 3 calls.
-    let tree = scratch().join("near_funcs.tree");
-    let mut c = wprobe();
-    c.args(["trace", "-v", "--transport", "inproc", "-F", "outer", "-T"])
-        .args(["--no-pid", "-i", "-o"])
-        .arg(&tree)
-        .arg("--")
-        .arg(&exe)
-        .arg("3")
-        .env("WPROBE_DEBUG", "1")
-        .current_dir(scratch());
-    let o = output_within(c, 120);
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "12\n", "{err}");
+    let (out, err, got) = inproc_tree(&exe, "near_funcs", "outer", "3");
+    assert_eq!(out, "12\n", "{err}");
     assert_eq!(near_lines(&err), ["countdown", "inc", "twice"], "{err}");
     assert!(!err.contains("no jump can go"), "{err}");
     assert!(!err.contains("ptrace stops at trap sites"), "{err}");
@@ -132,58 +111,18 @@ fn short_sites_take_near_jumps_and_every_call_is_traced() {
             3 * i + 1
         );
     }
-    let got = std::fs::read_to_string(&tree).unwrap();
-    let got: String = got
-        .lines()
-        .filter(|l| !l.starts_with("+++ "))
-        .map(|l| format!("{l}\n"))
-        .collect();
     assert_eq!(got, want, "{err}");
     // Exact counts over 1,000 calls.
-    let out = scratch().join("near_funcs.report.json");
-    let mut c = wprobe();
-    c.args([
-        "trace",
-        "--transport",
-        "inproc",
-        "--report",
-        "--format",
-        "json",
-    ])
-    .arg("-o")
-    .arg(&out)
-    .args(["-X", "_*", "-X", "*tm_clones", "-X", "frame_dummy", "--"])
-    .arg(&exe)
-    .arg("1000")
-    .current_dir(scratch());
-    let o = output_within(c, 120);
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "1499500\n", "{err}");
+    let (out, err, calls) = inproc_report(&exe, "near_funcs", "1000");
+    assert_eq!(out, "1499500\n", "{err}");
     assert!(!err.contains("no jump can go"), "{err}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let calls: BTreeMap<String, u64> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["function"].as_str().unwrap().to_string(),
-                r["calls"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    let want: BTreeMap<String, u64> = [
+    let want = counts(&[
         ("countdown", 1000),
         ("inc", 1000),
         ("main", 1),
         ("outer", 1000),
         ("twice", 1000),
-    ]
-    .into_iter()
-    .map(|(k, n)| (k.to_string(), n))
-    .collect();
+    ]);
     assert_eq!(calls, want, "{err}");
 }
 
@@ -268,14 +207,8 @@ fn attached(name: &str, end: impl FnOnce(std::process::Child, u32)) {
     let exe = near_funcs();
     let (lo, orig) = shapes(&exe);
     let (inc, _) = func(&exe, "inc");
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let w = wprobe()
         .args(["trace", "--transport", "inproc", "-p", &pid.to_string()])
         .args(["-X", "_*", "-X", "*tm_clones", "-X", "frame_dummy"])
@@ -284,11 +217,7 @@ fn attached(name: &str, end: impl FnOnce(std::process::Child, u32)) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while live_bytes(pid, inc, 1) != [0xeb] {
-        assert!(Instant::now() < deadline, "not armed within 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_bytes(pid, inc, &[0xeb], 20);
     assert_ne!(live_bytes(pid, lo, orig.len()), orig, "patched");
     writeln!(to, "3").unwrap();
     assert_eq!(from.next().unwrap().unwrap(), "sum 12");

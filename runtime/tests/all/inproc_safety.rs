@@ -18,6 +18,7 @@ use crate::support::case::{Case, Need};
 use crate::support::cli::{
     gcc, output_within, output_within_child, progs, scratch, stderr, wprobe, write,
 };
+use crate::support::target::{gated, spawn_piped};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
@@ -37,6 +38,7 @@ pub(crate) const CASES: &[Case] = &[
         recursions_thousands_deep_are_traced_call_for_call,
         Need::Ptrace
     ),
+    case!(a_recursion_6001_deep_is_traced_call_for_call @ every_transport),
     case!(
         calls_deeper_than_a_thread_tracks_are_counted_and_named,
         Need::Ptrace
@@ -287,7 +289,7 @@ fn trace_report(transport: &str, args: &[&str]) -> (Vec<(String, u64)>, String) 
     let exe_s = exe.to_str().unwrap().to_string();
     a.push(&exe_s);
     a.extend_from_slice(args);
-    let (out, err) = ok(&a, &[], 600);
+    let (out, err) = ok(&a, &[("WPROBE_PERF_RING_PAGES", "8192")], 600);
     let mut calls = Vec::new();
     for l in out.lines().chain(err.lines()) {
         let w: Vec<&str> = l.split_whitespace().collect();
@@ -316,18 +318,12 @@ fn calls_of(calls: &[(String, u64)], f: &str) -> u64 {
     calls.iter().find(|(n, _)| n == f).map_or(0, |(_, n)| *n)
 }
 
-/// A recursion 6,001 deep (6,002 calls of `rec`), a mutual recursion
-/// 2,100 deep ten times (10,510 `ping`, 10,500 `pong`), and four threads
-/// each running a recursion 3,000 deep 20 times (240,080 `rec`): every call
-/// returned, none unwound or missed, under inproc (which tracked 1,024 live
-/// calls per thread and dropped the rest without a word) as under ptrace.
+/// A mutual recursion 2,100 deep ten times (10,510 `ping`, 10,500
+/// `pong`), and four threads each running a recursion 3,000 deep 20 times
+/// (240,080 `rec`): every call returned, none unwound or missed, under
+/// inproc (which tracked 1,024 live calls per thread and dropped the rest
+/// without a word).
 fn recursions_thousands_deep_are_traced_call_for_call() {
-    for transport in ["inproc", "ptrace"] {
-        let (calls, summary) = trace_report(transport, &["deep", "6001"]);
-        assert_eq!(calls_of(&calls, "rec"), 6002, "{transport}: {summary}");
-        assert!(summary.contains(" unwound)") && !summary.contains("warning"));
-        assert!(summary.contains("returned, 0 unwound)"), "{summary}");
-    }
     let (calls, summary) = trace_report("inproc", &["mutual", "2100", "10"]);
     assert_eq!(
         (calls_of(&calls, "ping"), calls_of(&calls, "pong")),
@@ -341,25 +337,44 @@ fn recursions_thousands_deep_are_traced_call_for_call() {
     assert!(summary.contains("returned, 0 unwound)") && !summary.contains("warning"));
 }
 
-/// A recursion 1,100,000 deep on one thread: the agent tracks 1,048,576
-/// live calls per thread (`agent_abi::MAX_TRACKED_CALLS`); the 51,426
-/// deeper calls of `rec` are counted and the summary says why they are not
-/// in the trace. The calls tracked all return.
+/// A recursion 6,001 deep (6,002 calls of `rec`): every call entered and
+/// returned, none unwound or missed, under every transport (inproc grows
+/// each thread's stack of tracked calls past its first 1,024).
+fn a_recursion_6001_deep_is_traced_call_for_call(transport: &'static str) {
+    let (calls, summary) = trace_report(transport, &["deep", "6001"]);
+    assert_eq!(calls_of(&calls, "rec"), 6002, "{transport}: {summary}");
+    assert!(
+        summary.contains("returned, 0 unwound)") && !summary.contains("warning"),
+        "{transport}: {summary}"
+    );
+}
+
+/// A recursion 1,100,000 deep on one thread: a thread tracks 1,048,576
+/// live calls (`agent_abi::MAX_TRACKED_CALLS`, the agent's limit and
+/// ptrace's and perf's alike); the 51,426 deeper calls of `rec` are in the
+/// trace all the same, entered (as ptrace and perf told them before the
+/// agent did), each closed as unwound when the deepest tracked call
+/// returns, and the summary counts them and says why. The calls tracked
+/// all return.
 fn calls_deeper_than_a_thread_tracks_are_counted_and_named() {
     let (calls, summary) = trace_report("inproc", &["huge", "1100000"]);
     let max = agent_abi::MAX_TRACKED_CALLS as u64;
-    // The thread's `huge` and the `rec`s above the limit.
-    assert_eq!(calls_of(&calls, "rec"), max - 1, "{summary}");
-    assert_eq!(calls_of(&calls, "huge"), 1, "{summary}");
+    // The thread's `huge` and the `rec`s below the limit are tracked.
     let beyond = 1_100_001 - (max - 1);
+    assert_eq!(beyond, 51_426);
+    assert_eq!(calls_of(&calls, "rec"), 1_100_001, "{summary}");
+    assert_eq!(calls_of(&calls, "huge"), 1, "{summary}");
     assert!(
         summary.contains(&format!(
             "wprobe: warning: {beyond} calls not tracked to their return (more than 1,048,576 \
-             live calls in a process or thread"
+             live calls in one thread"
         )),
         "{summary}"
     );
-    assert!(summary.contains(" 0 unwound)"), "{summary}");
+    assert!(
+        summary.contains(&format!(" returned, {beyond} unwound)")),
+        "{summary}"
+    );
 }
 
 /// `return = yes` with `maxactive = 4096` on `rec`, a recursion 3,000 deep:
@@ -404,15 +419,7 @@ fn a_return_probe_with_maxactive_4096_tracks_4096_calls() {
 /// the agent never waited, every call is a hit, and records + dropped is
 /// every hit.
 fn ring_full_drop_never_waits_and_counts_every_run() {
-    let exe = crate::support::cli::gcc(
-        "inproc_gated_safety",
-        &progs().join("gated.c"),
-        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
-    );
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let wprobe_elf::Lookup::Found(work) = elf.lookup("work") else {
-        panic!("no work");
-    };
+    let (exe, work, _) = gated("inproc_gated_safety", 8);
     let prog = write(
         "ring_drop.rpn",
         format!(
@@ -420,14 +427,8 @@ fn ring_full_drop_never_waits_and_counts_every_run() {
             exe.display()
         ),
     );
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let w = wprobe()
         .arg("run")
         .arg(&prog)
@@ -440,7 +441,7 @@ fn ring_full_drop_never_waits_and_counts_every_run() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while crate::support::cli::live_bytes(pid, work.value, 1) != [0xe9] {
+    while crate::support::cli::live_bytes(pid, work, 1) != [0xe9] {
         assert!(Instant::now() < deadline, "not armed within 20 s");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -641,25 +642,10 @@ fn a_journal_directory_that_cannot_be_used_never_runs_the_command_untraced() {
 /// until the target exited), the target's code is the file's again, and
 /// it computes on exactly.
 fn a_stopping_signal_at_any_moment_of_the_start_ends_the_run() {
-    let exe = crate::support::cli::gcc(
-        "inproc_gated_signal",
-        &progs().join("gated.c"),
-        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
-    );
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let wprobe_elf::Lookup::Found(work) = elf.lookup("work") else {
-        panic!("no work");
-    };
-    let orig = elf.bytes_at(work.value, 8).unwrap().to_vec();
+    let (exe, work, orig) = gated("inproc_gated_signal", 8);
     let prog = format!("uprobe:{}:work {{ @ = count(); }}", exe.display());
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let mut calls = 0i64;
     let mut slow = Vec::new();
     for delay in (0..=90).step_by(10) {
@@ -711,7 +697,7 @@ fn a_stopping_signal_at_any_moment_of_the_start_ends_the_run() {
             slow.push((delay, took));
         }
         assert_eq!(
-            crate::support::cli::live_bytes(pid, work.value, 8),
+            crate::support::cli::live_bytes(pid, work, 8),
             orig,
             "delay {delay}: the code is not the file's"
         );
@@ -739,23 +725,9 @@ fn repair_refuses_a_process_a_live_wprobe_traces() {
     let stale = journal::path(gone_pid);
     let _ = std::fs::create_dir_all(stale.parent().unwrap());
     std::fs::write(&stale, "start 1\n401000 55 e9 7\n").unwrap();
-    let exe = crate::support::cli::gcc(
-        "inproc_gated_repair",
-        &progs().join("gated.c"),
-        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
-    );
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let wprobe_elf::Lookup::Found(work) = elf.lookup("work") else {
-        panic!("no work");
-    };
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (exe, work, _) = gated("inproc_gated_repair", 8);
+    let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let prog = format!("uprobe:{}:work {{ @ = count(); }}", exe.display());
     let w = wprobe()
         .args(["run", "--transport", "inproc", "-e", &prog])
@@ -765,7 +737,7 @@ fn repair_refuses_a_process_a_live_wprobe_traces() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while crate::support::cli::live_bytes(pid, work.value, 1) != [0xe9] {
+    while crate::support::cli::live_bytes(pid, work, 1) != [0xe9] {
         assert!(Instant::now() < deadline, "not armed within 20 s");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -789,7 +761,7 @@ fn repair_refuses_a_process_a_live_wprobe_traces() {
         )
     );
     assert_eq!(
-        crate::support::cli::live_bytes(pid, work.value, 1),
+        crate::support::cli::live_bytes(pid, work, 1),
         [0xe9],
         "repair changed the traced process"
     );
@@ -837,16 +809,7 @@ fn repair_refuses_a_process_a_live_wprobe_traces() {
 /// injections made as before the cave (`WPROBE_NO_INJECTION_CAVE`), kills
 /// the process with SIGTRAP at its third.
 fn a_sigkill_at_any_injection_leaves_the_target_intact() {
-    let exe = crate::support::cli::gcc(
-        "inproc_gated_inject",
-        &progs().join("gated.c"),
-        &["-O0", "-fno-pie", "-no-pie", "-fcf-protection=none"],
-    );
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let wprobe_elf::Lookup::Found(work) = elf.lookup("work") else {
-        panic!("no work");
-    };
-    let orig = elf.bytes_at(work.value, 8).unwrap().to_vec();
+    let (exe, work, orig) = gated("inproc_gated_inject", 8);
     let prog = format!("uprobe:{}:work {{ @ = count(); }}", exe.display());
     // Kills wprobe at injection `n`; whether it paused there.
     let kill_at = |pid: u32, n: u32, cave: bool| -> bool {
@@ -881,16 +844,7 @@ fn a_sigkill_at_any_injection_leaves_the_target_intact() {
         let _ = w.wait();
         paused
     };
-    let start = || {
-        let mut t = Command::new(&exe)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let to = t.stdin.take().unwrap();
-        let from = BufReader::new(t.stdout.take().unwrap()).lines();
-        (t, to, from)
-    };
+    let start = || spawn_piped(&exe, &[]);
     // The control: the old way dies of it.
     let (mut t, to, _from) = start();
     assert!(kill_at(t.id(), 3, false));
@@ -912,7 +866,7 @@ fn a_sigkill_at_any_injection_leaves_the_target_intact() {
             panic!("injection {n}: the target ended: {st:?}");
         }
         assert_eq!(
-            crate::support::cli::live_bytes(pid, work.value, 8),
+            crate::support::cli::live_bytes(pid, work, 8),
             orig,
             "injection {n}: the code is not the file's"
         );

@@ -10,8 +10,7 @@
 //! is the file's again. A C++ exception thrown through a copy, and
 //! `backtrace()` under it, see the original function.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use crate::support::case::{Case, Need};
 use crate::support::cli::{
     gcc, live_bytes, output_within, output_within_child, progs, scratch, signal, stderr, wprobe,
 };
+use crate::support::target::{counts, func, inproc_report, inproc_tree, report_calls, spawn_piped};
 
 pub const CASES: &[Case] = &[
     case!(
@@ -41,15 +41,6 @@ fn whole_funcs() -> PathBuf {
         &progs().join("whole_funcs.c"),
         &["-O2", "-fcf-protection=none", "-fno-pie", "-no-pie"],
     )
-}
-
-/// Start and size of function `name` of `exe`.
-fn func(exe: &Path, name: &str) -> (u64, u64) {
-    let elf = wprobe_elf::ElfInfo::open(exe).unwrap();
-    match elf.lookup(name) {
-        wprobe_elf::Lookup::Found(s) => (s.value, s.size),
-        other => panic!("{name}: {other:?}"),
-    }
 }
 
 /// `leafsum(n)` as the program computes it.
@@ -127,30 +118,8 @@ fn returns(exe: &Path) -> [u64; 3] {
 /// `WPROBE_DEBUG`: its output (checked to be the program's) and the tree
 /// (the calls of NAME and of what they call).
 fn traced_tree(exe: &Path, name: &str, n: i64) -> (String, String) {
-    let tree = scratch().join(format!("whole_funcs.{name}.tree"));
-    let mut c = wprobe();
-    c.args(["trace", "--transport", "inproc", "-F", name, "-T"])
-        .args(["--no-pid", "-i", "-o"])
-        .arg(&tree)
-        .arg("--")
-        .arg(exe)
-        .arg(n.to_string())
-        .env("WPROBE_DEBUG", "1")
-        .current_dir(scratch());
-    let o = output_within(c, 120);
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        format!("{}\n", sum(n)),
-        "{err}"
-    );
-    let got: String = std::fs::read_to_string(&tree)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with("+++ "))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let (out, err, got) = inproc_tree(exe, &format!("whole_funcs.{name}"), name, &n.to_string());
+    assert_eq!(out, format!("{}\n", sum(n)), "{err}");
     (err, got)
 }
 
@@ -285,42 +254,13 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
         .collect();
     assert_eq!(got, want, "{err}");
     // Exact counts over 1,000 terms; no stop.
-    let out = scratch().join("whole_funcs.report.json");
-    let mut c = wprobe();
-    c.args(["trace", "--transport", "inproc", "--report"])
-        .args(["--format", "json", "-o"])
-        .arg(&out)
-        .args(["-X", "_*", "-X", "*tm_clones", "-X", "frame_dummy", "--"])
-        .arg(&exe)
-        .arg("1000")
-        .env("WPROBE_DEBUG", "1")
-        .current_dir(scratch());
-    let o = output_within(c, 120);
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        format!("{}\n", sum(1000)),
-        "{err}"
-    );
+    let (out, err, got) = inproc_report(&exe, "whole_funcs", "1000");
+    assert_eq!(out, format!("{}\n", sum(1000)), "{err}");
     assert!(!err.contains("ptrace stops"), "{err}");
     assert!(!err.contains("a trap instead"), "{err}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let got: BTreeMap<String, u64> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["function"].as_str().unwrap().to_string(),
-                r["calls"].as_u64().unwrap(),
-            )
-        })
-        .collect();
     let twice = (0..1000).filter(|i| i % 7 > 0).count() as u64;
     let recsum: u64 = (0..1000).map(|i| i % 5 + 1).sum();
-    let want: BTreeMap<String, u64> = [
+    let want = counts(&[
         ("callsum", 1000),
         ("coldsum", 1000),
         ("filler_a", 1),
@@ -330,10 +270,7 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
         ("recsum", recsum),
         ("term", 1000),
         ("twice", twice),
-    ]
-    .into_iter()
-    .map(|(k, n)| (k.to_string(), n))
-    .collect();
+    ]);
     assert_eq!(got, want, "{err}");
     let total: u64 = want.values().sum();
     assert!(
@@ -360,14 +297,8 @@ fn detach_puts_the_copied_functions_code_back() {
     let (cold, _) = func(&exe, "coldsum");
     let [calls_next, rec_next, cold_back] = returns(&exe);
     let jumps = [leaf, calls, rec, cold, calls_next, rec_next, cold_back];
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut target, mut to, mut from) = spawn_piped(&exe, &[]);
     let pid = target.id();
-    let mut to = target.stdin.take().unwrap();
-    let mut from = BufReader::new(target.stdout.take().unwrap()).lines();
     let out = scratch().join("whole_funcs_attached.json");
     let w = wprobe()
         .args(["trace", "--transport", "inproc", "-p", &pid.to_string()])
@@ -484,23 +415,7 @@ fn an_exception_thrown_through_a_copy_is_caught_as_untraced() {
         err.contains("trace: 41 calls (33 returned, 8 unwound)"),
         "{err}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let got: BTreeMap<String, u64> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["function"].as_str().unwrap().to_string(),
-                r["calls"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    let want: BTreeMap<String, u64> =
-        [("filler", 1), ("main", 1), ("through", 20), ("thrower", 19)]
-            .into_iter()
-            .map(|(k, n)| (k.to_string(), n))
-            .collect();
+    let got = report_calls(&out);
+    let want = counts(&[("filler", 1), ("main", 1), ("through", 20), ("thrower", 19)]);
     assert_eq!(got, want, "{err}");
 }

@@ -5,6 +5,7 @@
 
 use crate::case;
 use crate::support::case::{Case, Need};
+use crate::support::target::{Lines, file_bytes, func, spawn_piped, wait_bytes};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
@@ -128,7 +129,7 @@ struct Attached {
     target: std::process::Child,
     pid: u32,
     to_target: std::process::ChildStdin,
-    from_target: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    from_target: Lines,
     wprobe: std::process::Child,
     work: u64,
     /// The file's first bytes at `work`.
@@ -137,20 +138,10 @@ struct Attached {
 
 fn attach_to_gated(env: &[(&str, &str)]) -> Attached {
     let exe = build("gated.c");
-    let elf = wprobe_elf::ElfInfo::open(&exe).unwrap();
-    let work = match elf.lookup("work") {
-        wprobe_elf::Lookup::Found(s) => s.value,
-        _ => panic!("no symbol work"),
-    };
-    let original = elf.bytes_at(work, 8).unwrap().to_vec();
-    let mut target = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (work, _) = func(&exe, "work");
+    let original = file_bytes(&exe, work, 8);
+    let (target, to_target, from_target) = spawn_piped(&exe, &[]);
     let pid = target.id();
-    let to_target = target.stdin.take().unwrap();
-    let from_target = BufReader::new(target.stdout.take().unwrap()).lines();
     let prog = scratch().join("gated.rpn");
     std::fs::write(
         &prog,
@@ -169,11 +160,7 @@ fn attach_to_gated(env: &[(&str, &str)]) -> Attached {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while live_bytes(pid, work, 1) != [0xcc] {
-        assert!(Instant::now() < deadline, "not armed within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_bytes(pid, work, &[0xcc], 10);
     Attached {
         target,
         pid,

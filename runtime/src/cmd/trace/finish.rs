@@ -108,11 +108,13 @@ fn summary(session: &Session, st: &TraceState) {
             crate::elog!("wprobe: warning: {n} {what}");
         }
     };
+    // The number said below.
+    const _: () = assert!(agent_abi::MAX_TRACKED_CALLS == 1_048_576);
     warn(
         p.missed,
-        "calls not tracked to their return (more than 1,048,576 live calls in a process or \
-         thread, or a return address that cannot take a breakpoint, as after a call that never \
-         returns): their returns are not in the trace",
+        "calls not tracked to their return (more than 1,048,576 live calls in one thread, or a \
+         return address that cannot take a breakpoint, as after a call that never returns): \
+         shown entered, closed when an outer call returns; their returns are not in the trace",
     );
     warn(
         dropped.max(p.lost),

@@ -15,9 +15,9 @@ use super::super::records::{Hook, ProbeMap, TraceState};
 use super::super::views::duration::DurationView;
 use super::super::views::{Clock, TimeFmt, View, Views};
 use super::{Filters, StepKind, Tree};
-use crate::session::{RunOptions, Session};
+use crate::session::Session;
 use crate::transport::calls::Left;
-use crate::transport::fake::{self, Fake, FakeHit, Output, PID, SITE, Step, exe, mapping, program};
+use crate::transport::fake::{self, Fake, FakeHit, Output, PID, SITE, Step, exe, program};
 use crate::transport::{Event, ExitStatus};
 
 /// `main` at [`SITE`] and `work` 0x100 after it, return probes whose
@@ -71,6 +71,88 @@ impl View for Brief {
     }
 }
 
+/// A trace over the fake transport: a session of one program whose
+/// probes are the functions and ends `by_prog` says, its record hook the
+/// trace's, feeding the trees of `main` and `work` to the brief lines and
+/// the duration view; the transport's [`PID`] mapped.
+struct FakeTrace {
+    session: Session,
+    t: Fake,
+    state: Rc<RefCell<TraceState>>,
+    brief: Rc<RefCell<Vec<String>>>,
+    text: Output,
+    stop: Arc<AtomicBool>,
+}
+
+impl FakeTrace {
+    /// The trace of RPN `program` (`notices`: its return probes armed with
+    /// entry notices, as the built-in handlers are), `-f` as
+    /// `follow_forks` says.
+    fn new(program_text: &str, notices: bool, by_prog: Vec<(u32, bool)>, follow: bool) -> Self {
+        let mut session = Session::new(
+            fake::engine(),
+            vec![program("trace", program_text)],
+            fake::options(follow),
+            Box::new(std::io::sink()),
+        )
+        .expect("session");
+        if notices {
+            session.request_entry_notices(0);
+        }
+        let brief = Rc::new(RefCell::new(Vec::new()));
+        let text = Output::default();
+        let table = Rc::new(vec![func("main", MAIN), func("work", WORK)]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let duration = DurationView::new(
+            table,
+            TextOut::single(Box::new(text.clone()), false, stop.clone()),
+            TimeFmt::local(Clock::None),
+            false,
+        );
+        let views = Views {
+            list: vec![Box::new(Brief(brief.clone())), Box::new(duration)],
+        };
+        let state = Rc::new(RefCell::new(TraceState::new(
+            ProbeMap {
+                by_prog: vec![by_prog],
+            },
+            Tree::new(Filters::default(), views),
+        )));
+        session.set_record_hook(Box::new(Hook(state.clone())));
+        FakeTrace {
+            session,
+            t: fake::traced(fake::CAPS),
+            state,
+            brief,
+            text,
+            stop,
+        }
+    }
+
+    /// Arms (`probes` of them), runs `steps`, finishes the trees: the exit
+    /// status.
+    fn run(&mut self, probes: usize, steps: impl IntoIterator<Item = Step>) -> Option<ExitStatus> {
+        assert_eq!(
+            self.session.arm_at_start(&mut self.t, PID, false),
+            Ok(probes)
+        );
+        self.t.script(steps);
+        let status = self.session.run(&mut self.t, &self.stop).expect("run");
+        let errors = {
+            let mut st = self.state.borrow_mut();
+            st.tree.finish();
+            st.tree.sink.finish()
+        };
+        assert!(errors.is_empty(), "{errors:?}");
+        status
+    }
+
+    /// The brief lines and the duration view's text.
+    fn out(&self) -> (Vec<String>, String) {
+        (self.brief.borrow().clone(), self.text.text())
+    }
+}
+
 fn entered(tag: usize, tid: i32, rsp: u64, time_ns: u64, ip: u64) -> Step {
     Step::Event(Event::Entered {
         tag,
@@ -108,101 +190,61 @@ fn unwound(tag: usize, rsp: u64, cause: Left) -> Step {
 
 #[test]
 fn a_trace_over_the_fake_transport_builds_the_trees_and_the_duration_view() {
-    let options = RunOptions {
-        follow_forks: true,
-        verify_opcodes: false,
-        groups: Vec::new(),
-        types: Vec::new(),
-        fuel: None,
-        format: crate::out::format::Format::Text,
-        text: Default::default(),
-    };
-    let mut session = Session::new(
-        fake::engine(),
-        vec![program("trace", PROGRAM)],
-        options,
-        Box::new(std::io::sink()),
-    )
-    .expect("session");
-    session.request_entry_notices(0);
-    let brief = Rc::new(RefCell::new(Vec::new()));
-    let text = Output::default();
-    let table = Rc::new(vec![func("main", MAIN), func("work", WORK)]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let duration = DurationView::new(
-        table,
-        TextOut::single(Box::new(text.clone()), false, stop.clone()),
-        TimeFmt::local(Clock::None),
-        false,
-    );
-    let views = Views {
-        list: vec![Box::new(Brief(brief.clone())), Box::new(duration)],
-    };
-    let state = Rc::new(RefCell::new(TraceState::new(
-        ProbeMap {
-            by_prog: vec![vec![(0, true), (1, true)]],
-        },
-        Tree::new(Filters::default(), views),
-    )));
-    session.set_record_hook(Box::new(Hook(state.clone())));
-
-    let mut t = Fake::new(fake::CAPS, PID);
-    t.map(PID, vec![mapping(exe(), fake::EXE_BASE)]);
-    assert_eq!(session.arm_at_start(&mut t, PID, false), Ok(2));
+    let mut f = FakeTrace::new(PROGRAM, true, vec![(0, true), (1, true)], true);
     let child = PID + 1;
-    t.script([
-        entered(0, PID, 0x7000, 1000, MAIN),
-        entered(1, PID, 0x6f00, 1010, WORK),
-        returned(1, PID, 0x6f00, 1030, 20),
-        // work calls itself, then both calls are abandoned (longjmp):
-        // the transport tells the innermost first.
-        entered(1, PID, 0x6f00, 1040, WORK),
-        entered(1, PID, 0x6e00, 1050, WORK),
-        unwound(1, 0x6e00, Left::Unwound),
-        unwound(1, 0x6f00, Left::Unwound),
-        // A fork: the child returns from main, which it inherited.
-        Step::Event(Event::ProcessStarted {
-            pid: child,
-            parent: PID,
-        }),
-        returned(0, child, 0x7000, 1100, 100),
-        Step::Event(Event::ProcessExited {
-            pid: child,
-            status: ExitStatus::Code(0),
-        }),
-        Step::Event(Event::Missed { tag: 1, count: 2 }),
-        Step::Event(Event::Lost { tag: 0, count: 3 }),
-        // main returns in the parent, its handler run at the return.
-        Step::Hit(
-            vec![0],
-            FakeHit {
-                time_ns: 1200,
-                elapsed_ns: Some(200),
-                ..FakeHit::at(PID, PID, MAIN)
-            }
-            .reg("rax", 5)
-            .entry_reg("rsp", 0x7000),
-        ),
-        // A call still running when the process ends.
-        entered(1, PID, 0x6f00, 1300, WORK),
-        Step::Event(Event::LeftRunning { tag: 1, count: 1 }),
-        Step::Event(Event::ProcessExited {
-            pid: PID,
-            status: ExitStatus::Signal(15),
-        }),
-    ]);
-    let status = session.run(&mut t, &stop).expect("run");
+    let status = f.run(
+        2,
+        [
+            entered(0, PID, 0x7000, 1000, MAIN),
+            entered(1, PID, 0x6f00, 1010, WORK),
+            returned(1, PID, 0x6f00, 1030, 20),
+            // work calls itself, then both calls are abandoned (longjmp):
+            // the transport tells the innermost first.
+            entered(1, PID, 0x6f00, 1040, WORK),
+            entered(1, PID, 0x6e00, 1050, WORK),
+            unwound(1, 0x6e00, Left::Unwound),
+            unwound(1, 0x6f00, Left::Unwound),
+            // A fork: the child returns from main, which it inherited.
+            Step::Event(Event::ProcessStarted {
+                pid: child,
+                parent: PID,
+            }),
+            returned(0, child, 0x7000, 1100, 100),
+            Step::Event(Event::ProcessExited {
+                pid: child,
+                status: ExitStatus::Code(0),
+            }),
+            Step::Event(Event::Missed {
+                tag: 1,
+                count: 2,
+                depth: 0,
+            }),
+            Step::Event(Event::Lost { tag: 0, count: 3 }),
+            // main returns in the parent, its handler run at the return.
+            Step::Hit(
+                vec![0],
+                FakeHit {
+                    time_ns: 1200,
+                    elapsed_ns: Some(200),
+                    ..FakeHit::at(PID, PID, MAIN)
+                }
+                .reg("rax", 5)
+                .entry_reg("rsp", 0x7000),
+            ),
+            // A call still running when the process ends.
+            entered(1, PID, 0x6f00, 1300, WORK),
+            Step::Event(Event::LeftRunning { tag: 1, count: 1 }),
+            Step::Event(Event::ProcessExited {
+                pid: PID,
+                status: ExitStatus::Signal(15),
+            }),
+        ],
+    );
     assert_eq!(status, Some(ExitStatus::Signal(15)));
-    let errors = {
-        let mut st = state.borrow_mut();
-        st.tree.finish();
-        st.tree.sink.finish()
-    };
-    assert!(errors.is_empty(), "{errors:?}");
-
-    let st = state.borrow();
+    let (lines, text) = f.out();
+    let st = f.state.borrow();
     assert_eq!(
-        *brief.borrow(),
+        lines,
         [
             "1000001 0>0",
             "1000001 1>1",
@@ -222,7 +264,7 @@ fn a_trace_over_the_fake_transport_builds_the_trees_and_the_duration_view() {
     );
     assert_eq!((st.problems.missed, st.problems.lost), (2, 3));
     assert_eq!(st.exited, [child, PID]);
-    let stats = session.stats();
+    let stats = f.session.stats();
     assert_eq!(
         stats[1].1.missed,
         2 + 2 + 1,
@@ -231,7 +273,7 @@ fn a_trace_over_the_fake_transport_builds_the_trees_and_the_duration_view() {
     assert_eq!(stats[1].1.unwound, 2);
     assert_eq!((stats[0].1.runs, stats[0].1.dropped), (1, 3));
     assert_eq!(
-        text.text(),
+        text,
         "# DURATION     TID     FUNCTION\n\
          \x20           [1000001] | main() {\n\
          \x20  0.020 us [1000001] |   work();\n\
@@ -283,53 +325,13 @@ fn at(ip: u64, rsp: u64, ret: Option<u64>, rax: u64, time_ns: u64) -> FakeHit {
 /// ptrace runs them); the brief lines, the view's text, and the handler
 /// runs of every probe.
 fn trace_as_ptrace_and_perf(notices: bool) -> (Vec<String>, String, Vec<u64>) {
-    let options = RunOptions {
-        follow_forks: false,
-        verify_opcodes: false,
-        groups: Vec::new(),
-        types: Vec::new(),
-        fuel: None,
-        format: crate::out::format::Format::Text,
-        text: Default::default(),
-    };
-    let mut session = Session::new(
-        fake::engine(),
-        vec![program("trace", &traced(!notices))],
-        options,
-        Box::new(std::io::sink()),
-    )
-    .expect("session");
     let by_prog = if notices {
-        session.request_entry_notices(0);
         vec![(0, true), (1, true)]
     } else {
         vec![(0, true), (0, false), (1, true), (1, false)]
     };
-    let brief = Rc::new(RefCell::new(Vec::new()));
-    let text = Output::default();
-    let table = Rc::new(vec![func("main", MAIN), func("work", WORK)]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let duration = DurationView::new(
-        table,
-        TextOut::single(Box::new(text.clone()), false, stop.clone()),
-        TimeFmt::local(Clock::None),
-        false,
-    );
-    let views = Views {
-        list: vec![Box::new(Brief(brief.clone())), Box::new(duration)],
-    };
-    let state = Rc::new(RefCell::new(TraceState::new(
-        ProbeMap {
-            by_prog: vec![by_prog],
-        },
-        Tree::new(Filters::default(), views),
-    )));
-    session.set_record_hook(Box::new(Hook(state.clone())));
-
-    let mut t = Fake::new(fake::CAPS, PID);
-    t.map(PID, vec![mapping(exe(), fake::EXE_BASE)]);
+    let mut f = FakeTrace::new(&traced(!notices), notices, by_prog, false);
     let probes = if notices { 2 } else { 4 };
-    assert_eq!(session.arm_at_start(&mut t, PID, false), Ok(probes));
     // An entry: a `--handler` module's entry probe runs its handler before
     // the call is tracked.
     let enter = |ip: u64, rsp: u64, ret: u64, time_ns: u64| {
@@ -343,7 +345,8 @@ fn trace_as_ptrace_and_perf(notices: bool) -> (Vec<String>, String, Vec<u64>) {
     let ret = |to: u64, rsp: u64, rax: u64, time_ns: u64| {
         vec![Step::Return(at(to, rsp, None, rax, time_ns))]
     };
-    t.script(
+    let status = f.run(
+        probes,
         [
             enter(MAIN, 0x7000, 0x40_0500, 1000),
             enter(WORK, 0x6f00, MAIN + 5, 1010),
@@ -365,15 +368,8 @@ fn trace_as_ptrace_and_perf(notices: bool) -> (Vec<String>, String, Vec<u64>) {
         .into_iter()
         .flatten(),
     );
-    let status = session.run(&mut t, &stop).expect("run");
     assert_eq!(status, Some(ExitStatus::Code(0)));
-    let errors = {
-        let mut st = state.borrow_mut();
-        st.tree.finish();
-        st.tree.sink.finish()
-    };
-    assert!(errors.is_empty(), "{errors:?}");
-    let st = state.borrow();
+    let st = f.state.borrow();
     assert_eq!(
         (
             st.problems.missed,
@@ -382,9 +378,9 @@ fn trace_as_ptrace_and_perf(notices: bool) -> (Vec<String>, String, Vec<u64>) {
         ),
         (1, 0, 0)
     );
-    let runs = session.stats().iter().map(|(_, s)| s.runs).collect();
-    let lines = brief.borrow().clone();
-    (lines, text.text(), runs)
+    let runs = f.session.stats().iter().map(|(_, s)| s.runs).collect();
+    let (lines, text) = f.out();
+    (lines, text, runs)
 }
 
 #[test]
@@ -431,4 +427,118 @@ fn a_handler_modules_records_give_the_trees_the_built_in_handlers_events_give() 
     let (want_lines, want_text, _) = trace_as_ptrace_and_perf(true);
     assert_eq!(lines, want_lines);
     assert_eq!(text, want_text);
+}
+
+/// `main` calls `work`, which calls itself 3 times, where a thread tracks
+/// 3 calls (the transports' `agent_abi::MAX_TRACKED_CALLS`, lowered): as
+/// ptrace and perf tell it (`ptrace`: [`Step::Enter`], [`Step::Return`],
+/// the calls paired by the code they share) or as the in-process agent
+/// does (every entry told, the returns of the calls it tracked, its
+/// counters). The brief lines, the duration view's text, and each
+/// probe's (hits, missed, missed_depth).
+fn beyond_the_depth(ptrace: bool) -> (Vec<String>, String, Vec<(u64, u64, u64)>) {
+    let mut f = FakeTrace::new(PROGRAM, true, vec![(0, true), (1, true)], false);
+    f.session.track_every_call(0);
+    f.t.track_at_most(3);
+    // Frames 0x100 apart, each `work` called from the one above.
+    let frame = |d: u64| 0x7000 - 0x100 * d;
+    let steps: Vec<Step> = if ptrace {
+        let caller = |d: u64| match d {
+            0 => 0x40_0500,
+            1 => MAIN + 5,
+            _ => WORK + 5,
+        };
+        let mut v: Vec<Step> = (0..5u64)
+            .map(|d| {
+                let ip = if d == 0 { MAIN } else { WORK };
+                Step::Enter(vec![], at(ip, frame(d), Some(caller(d)), 0, 1000 + 10 * d))
+            })
+            .collect();
+        v.extend(
+            (0..5u64)
+                .rev()
+                .map(|d| Step::Return(at(caller(d), frame(d) + 8, None, d, 1100 - 10 * d))),
+        );
+        v
+    } else {
+        let mut v: Vec<Step> = (0..5u64)
+            .map(|d| {
+                let (tag, ip) = if d == 0 { (0, MAIN) } else { (1, WORK) };
+                entered(tag, PID, frame(d), 1000 + 10 * d, ip)
+            })
+            .collect();
+        // The agent counts the calls it could not track.
+        v.push(Step::Event(Event::Counted {
+            tag: 1,
+            counts: crate::transport::RunCounts {
+                missed: 2,
+                missed_depth: 2,
+                ..Default::default()
+            },
+        }));
+        v.extend((0..3u64).rev().map(|d| {
+            let tag = usize::from(d > 0);
+            let now = 1100 - 10 * d;
+            returned(tag, PID, frame(d), now, now - (1000 + 10 * d))
+        }));
+        v
+    };
+    let status = f.run(
+        2,
+        steps.into_iter().chain([Step::Event(Event::ProcessExited {
+            pid: PID,
+            status: ExitStatus::Code(0),
+        })]),
+    );
+    assert_eq!(status, Some(ExitStatus::Code(0)));
+    assert_eq!(f.state.borrow().problems.missed, 2);
+    let counts = f
+        .session
+        .stats()
+        .iter()
+        .map(|(_, s)| (s.hits, s.missed, s.missed_depth))
+        .collect();
+    let (lines, text) = f.out();
+    (lines, text, counts)
+}
+
+#[test]
+fn calls_beyond_a_threads_depth_show_the_same_tree_under_every_transport() {
+    let (lines, text, counts) = beyond_the_depth(true);
+    assert_eq!(
+        lines,
+        [
+            "1000001 0>0",
+            "1000001 1>1",
+            "1000001 2>1",
+            "1000001 3>1",
+            "1000001 4>1",
+            // Closed when the innermost tracked call returns, at 1080.
+            "1000001 4<1 40/40 Unwound(OuterReturned)",
+            "1000001 3<1 50/10 Unwound(OuterReturned)",
+            "1000001 2<1 60/10 Returned",
+            "1000001 1<1 80/20 Returned",
+            "1000001 0<0 100/20 Returned",
+            "#1000001 process 1000001 exited with status 0",
+        ]
+    );
+    assert_eq!(
+        text,
+        "# DURATION     TID     FUNCTION\n\
+         \x20           [1000001] | main() {\n\
+         \x20           [1000001] |   work() {\n\
+         \x20           [1000001] |     work() {\n\
+         \x20           [1000001] |       work() {\n\
+         \x20  0.040 us [1000001] |         work(); /* unwound: an outer call returned */\n\
+         \x20  0.050 us [1000001] |       } /* work: unwound: an outer call returned */\n\
+         \x20  0.060 us [1000001] |     } /* work */\n\
+         \x20  0.080 us [1000001] |   } /* work */\n\
+         \x20  0.100 us [1000001] | } /* main */\n"
+    );
+    assert_eq!(
+        counts,
+        [(1, 0, 0), (2, 2, 2)],
+        "each return a hit; the 2 calls beyond the depth missed"
+    );
+    assert_eq!(beyond_the_depth(false), (lines, text, counts), "in-process");
 }
