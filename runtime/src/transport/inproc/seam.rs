@@ -190,11 +190,11 @@ impl Transport for InProc {
     }
 
     fn suspend(&mut self) -> Result<(), Error> {
-        Ok(self.suspend_probes()?)
+        self.suspend_probes()
     }
 
     fn resume(&mut self) -> Result<(), Error> {
-        Ok(self.resume_probes()?)
+        self.resume_probes()
     }
 
     fn set_tick(&mut self, period: Duration) {
@@ -281,7 +281,7 @@ impl InTarget for InProc {
     }
 
     fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
-        Ok(self.commit(set)?)
+        self.commit(set)
     }
 
     fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
