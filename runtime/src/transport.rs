@@ -746,14 +746,7 @@ pub trait Transport {
     /// kernel do it (perf: the uprobe's `ref_ctr_offset`) or refuse.
     fn semaphore(&mut self, pid: i32, addr: RunAddr, delta: i16) -> Result<(), Error> {
         if self.info().caps.writes {
-            semaphores::adjust(pid, addr.0, delta)
-                .map(|_| ())
-                .map_err(|message| Error::Os {
-                    pid: Some(pid),
-                    addr: Some(addr.0),
-                    errno: None,
-                    message,
-                })
+            semaphores::adjust(pid, addr.0, delta).map(|_| ())
         } else {
             let name = self.info().name;
             Err(Error::unsupported(

@@ -303,7 +303,7 @@ fn with_hint(e: &crate::wasm::load::LoadError) -> String {
         LoadError::NoMemory => Some(
             "export it (Zig and Rust do by default; C: wasm-ld exports `memory` unless --no-export-memory; AssemblyScript unless --noExportMemory)",
         ),
-        LoadError::BadHandler { problem, .. } if problem.contains("not exported") => Some(
+        LoadError::MissingHandler { .. } => Some(
             "handlers must be exported functions: Zig `export fn`, C WPROBE_HANDLER, Rust handler!, AssemblyScript `export function` in the entry file",
         ),
         _ => None,

@@ -475,8 +475,8 @@ impl Session {
                             file.display()
                         )));
                     }
-                    let link =
-                        crate::probe::resolve::link_value(spec, &elf).map_err(|e| e.to_string())?;
+                    let link = crate::probe::resolve::link_value(spec, &elf)
+                        .map_err(|e| Error::other(e.to_string()))?;
                     let off = elf
                         .file_offset(link.0)
                         .filter(|_| elf.is_exec_vaddr(link.0))
@@ -730,15 +730,16 @@ impl Session {
             if link.is_none_or(|l| loc.elf.file_offset(l).is_none()) {
                 // An absolute address outside the module's file
                 // (code the process made, another mapping).
+                let why = format!(
+                    "is not in the file of module `{module}`, so its instruction boundaries \
+                     cannot be verified; give the first byte with `opcode =`"
+                );
                 return Err(Error::refused(
                     Rule::InstructionBoundary,
                     Some(addr.0),
-                    format!(
-                        "{addr:#x} is not in the file of module `{module}`, so its \
-                         instruction boundaries cannot be verified; give the first \
-                         byte with `opcode =`"
-                    ),
-                ));
+                    format!("{addr:#x} {why}"),
+                )
+                .alike(format!("its entry {why}")));
             }
             wprobe_elf::disasm::check_boundary(&loc.elf, addr.unrelocate(loc.bias).0).map_err(
                 |e| Error::refused(Rule::InstructionBoundary, Some(addr.0), e.to_string()),

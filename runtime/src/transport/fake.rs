@@ -314,7 +314,12 @@ impl Fake {
             caps,
             registers: None,
             preflight: |_| Ok(()),
-            open: |_, _| Err("the fake transport is built by tests".into()),
+            open: |_, _| {
+                Err(super::Error::unsupported(
+                    "fake",
+                    "the fake transport is built by tests",
+                ))
+            },
         }));
         Fake {
             info,
@@ -503,7 +508,7 @@ impl Transport for Fake {
             .get(&pid)
             .or_else(|| self.maps.get(&self.main))
             .cloned()
-            .ok_or_else(|| format!("no mappings for process {pid}").into())
+            .ok_or_else(|| super::Error::gone(pid, format!("no mappings for process {pid}")))
     }
 
     fn insert(

@@ -57,7 +57,7 @@ use self::patch::Patcher;
 use self::world::World;
 use crate::out::sink::Sink;
 use crate::proc::procmaps::Mapping;
-use crate::transport::{Armed, Capabilities, ExitStatus, TransportInfo};
+use crate::transport::{Armed, Capabilities, Error, ExitStatus, TransportInfo};
 
 /// The in-process transport in the registry.
 pub static INFO: TransportInfo = TransportInfo {
@@ -268,7 +268,7 @@ impl Life {
 /// window, instructions that cannot be relocated); a run may refuse more
 /// (code changed in memory, a thread inside the window, no stub area in
 /// reach). For `wprobe list`-like reports and tests.
-pub fn refusal(path: &std::path::Path, link: u64) -> Result<Option<String>, String> {
+pub fn refusal(path: &std::path::Path, link: u64) -> Result<Option<String>, Error> {
     let module = code::ModuleCode::read(path)?;
     let Some(func) = module.function(link, 0) else {
         return Ok(Some(agent_loader::window::Refusal::NoFunction.to_string()));

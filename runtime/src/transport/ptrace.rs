@@ -203,10 +203,10 @@ pub struct PtraceTracer {
     summary: RunSummary,
     /// Attach mode: the patch journal, or why it could not be created (then
     /// no breakpoint is armed).
-    journal: Option<Result<crate::transport::common::journal::Journal, String>>,
+    journal: Option<Result<crate::transport::common::journal::Journal, crate::transport::Error>>,
     /// Attach mode: the watchdog that restores the journaled bytes if we
     /// die without detaching, or why there is none.
-    watchdog: Option<Result<crate::transport::common::watchdog::Watchdog, String>>,
+    watchdog: Option<Result<crate::transport::common::watchdog::Watchdog, crate::transport::Error>>,
     /// Exit statuses seen while the process could not be reported yet.
     exited: Vec<(i32, ExitStatus)>,
     /// Keeps the mappings returned by [`PtraceTracer::maps`] alive.

@@ -20,6 +20,8 @@
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 use wprobe_elf::{ElfInfo, Symbol};
 
+use crate::transport::{Error, Rule};
+
 /// At most this many functions are followed through tail jumps from one
 /// probed function.
 const MAX_FUNCTIONS: usize = 64;
@@ -50,15 +52,21 @@ pub struct ReturnSites {
     pub never_returns: bool,
 }
 
-/// Why a function whose calls return through no `ret` of its module
-/// cannot be given return sites by `--transport TRANSPORT`.
-pub fn no_ret(function: &str, path: &std::path::Path, transport: &str) -> String {
-    format!(
-        "{function} in {} has no `ret` instruction (it ends in calls that do not return, or in \
-         tail calls out of the module): --transport {transport} cannot observe its returns; use \
-         --transport ptrace",
-        path.display()
+/// The refusal of a return probe on a function whose calls return
+/// through no `ret` of its module: `--transport TRANSPORT` cannot give it
+/// return sites (`addr`: the function's entry, when it has a run-time
+/// address).
+pub fn no_ret(function: &str, path: &std::path::Path, transport: &str, addr: Option<u64>) -> Error {
+    let why = format!(
+        "has no `ret` instruction (it ends in calls that do not return, or in tail calls out of \
+         the module): --transport {transport} cannot observe its returns; use --transport ptrace"
+    );
+    Error::refused(
+        Rule::Returns,
+        addr,
+        format!("{function} in {} {why}", path.display()),
     )
+    .alike(format!("it {why}"))
 }
 
 /// A function followed: its name (or its address, when no symbol names
@@ -108,14 +116,21 @@ fn function_at_offset(elf: &ElfInfo, off: u64) -> Option<Followed> {
 /// `--transport TRANSPORT`). A function the symbol tables do not name is
 /// bounded by its unwind table entry: a static function of a stripped
 /// module it tail-calls, or an IFUNC's implementation entered at `entry`.
-pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<ReturnSites, String> {
+/// A refusal ([`Rule::Returns`], no address: the caller's [`Error::at`])
+/// when its function cannot be found or has no `ret`.
+pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<ReturnSites, Error> {
     let path = elf.path.display();
     let f = function_at_offset(elf, entry).ok_or_else(|| {
-        format!(
-            "offset {entry:#x} of {path} is in no function of its symbol table: --transport \
-             {transport} finds the returns of a return probe by decoding its function; use \
-             --transport ptrace"
+        let why = format!(
+            "is in no function of its symbol table: --transport {transport} finds the returns of \
+             a return probe by decoding its function; use --transport ptrace"
+        );
+        Error::refused(
+            Rule::Returns,
+            None,
+            format!("offset {entry:#x} of {path} {why}"),
         )
+        .alike(format!("it {why}"))
     })?;
     let function = f.name.clone();
     let mut seen: Vec<u64> = vec![f.start];
@@ -188,7 +203,7 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     // decides (its calls are paired where those functions return, when
     // they are traced, and are otherwise closed as unwound).
     if rets.is_empty() && outside.is_empty() && indirect.is_empty() && !never_returns {
-        return Err(no_ret(&function, &elf.path, transport));
+        return Err(no_ret(&function, &elf.path, transport, None));
     }
     indirect.sort_unstable();
     indirect.dedup();

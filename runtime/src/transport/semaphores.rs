@@ -24,6 +24,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use crate::transport::Error;
+
 /// The semaphore journal of `pid` (wherever a wprobe wrote it).
 pub fn path(pid: i32) -> PathBuf {
     crate::transport::common::journal::find(&format!("{pid}.sem"))
@@ -58,10 +60,16 @@ fn inode_at(pid: i32, addr: u64) -> u64 {
 
 /// Adds `delta` (+1 or -1) to the semaphore at `addr` in `pid`, journaled
 /// (see the module's comment); returns the counter's new value. The error
-/// names the process, the address and the cause.
-pub fn adjust(pid: i32, addr: u64, delta: i16) -> Result<u16, String> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        format!("USDT semaphore at {addr:#x} in process {pid}: {what}: {e}")
+/// names the process, the address and the cause (an [`Error::Os`] with
+/// its errno).
+pub fn adjust(pid: i32, addr: u64, delta: i16) -> Result<u16, Error> {
+    let fail = |what: &str, e: &io::Error| {
+        Error::io(
+            Some(pid),
+            Some(addr),
+            e,
+            format!("USDT semaphore at {addr:#x} in process {pid}: {what}: {e}"),
+        )
     };
     let m = mem(pid).map_err(|e| fail("opening /proc/PID/mem", &e))?;
     let mut guard = OPEN.lock().unwrap_or_else(|p| p.into_inner());

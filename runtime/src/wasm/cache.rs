@@ -189,6 +189,42 @@ pub enum CacheConfigError {
     },
 }
 
+/// Why a compiled module was not written to the cache.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The cache is not in use (disabled, or no directory).
+    #[error("the cache is not in use")]
+    NotInUse,
+    /// The module could not be serialized.
+    #[error("serializing: {0}")]
+    Serialize(String),
+    /// A file of the cache could not be created or written.
+    #[error("{what} {}: {message}", path.display())]
+    Io {
+        /// What was being done: `creating` (the temporary file) or
+        /// `writing` (the entry).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The errno.
+        errno: Option<i32>,
+        /// The I/O error, in words.
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// [`StoreError::Io`] of `e`.
+    fn io(what: &'static str, path: &Path, e: &std::io::Error) -> StoreError {
+        StoreError::Io {
+            what,
+            path: path.to_path_buf(),
+            errno: e.raw_os_error(),
+            message: e.to_string(),
+        }
+    }
+}
+
 /// What the cache did for one load.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CacheOutcome {
@@ -199,7 +235,7 @@ pub enum CacheOutcome {
         /// Why the cache could not supply it.
         why: CacheMiss,
         /// Whether the compiled module was written to the cache, or why not.
-        stored: Result<(), String>,
+        stored: Result<(), StoreError>,
         /// What the eviction pass that follows a successful store removed
         /// (empty when nothing was stored).
         evicted: Eviction,
@@ -354,7 +390,7 @@ impl Cache {
         if let Err(problem) = trusted_dir(dir) {
             return miss(CacheMiss::Directory {
                 path: dir.clone(),
-                problem,
+                problem: problem.to_string(),
             });
         }
         let key = CacheKey::new(engine, wasm);
@@ -450,10 +486,7 @@ impl PendingStore {
                 };
                 (stored, evicted)
             }
-            None => (
-                Err("the cache is not in use".to_string()),
-                Eviction::default(),
-            ),
+            None => (Err(StoreError::NotInUse), Eviction::default()),
         };
         CacheOutcome::Miss {
             why: self.why,
@@ -500,19 +533,19 @@ fn touch(file: &File) {
 
 /// Creates `dir` if missing and checks that only the user can change it
 /// (see [`crate::proc::privdir`]).
-fn trusted_dir(dir: &Path) -> Result<(), String> {
+fn trusted_dir(dir: &Path) -> Result<(), crate::proc::privdir::PrivDirError> {
     crate::proc::privdir::ensure_dir(dir)
 }
 
 /// Owned by the effective user, not writable by group or others:
 /// deserializing runs the entry's code.
 fn trusted_owner_and_mode(meta: &std::fs::Metadata) -> Result<(), String> {
-    crate::proc::privdir::owner_and_mode(meta).map_err(|e| {
-        if e.starts_with("owned by") {
+    use crate::proc::privdir::PrivDirError;
+    crate::proc::privdir::owner_and_mode(meta).map_err(|e| match e {
+        PrivDirError::Owner { .. } => {
             format!("{e}; deserializing runs its code, so only the user's own files are used")
-        } else {
-            format!("{e}; only files no one else can change are used")
         }
+        _ => format!("{e}; only files no one else can change are used"),
     })
 }
 
@@ -594,11 +627,16 @@ fn envelope(key: &CacheKey, payload: &[u8]) -> [u8; ENVELOPE_BYTES] {
 /// Writes the entry of `module` at `path`: a temporary file in `dir`
 /// (mode 0600, created exclusively), renamed over `path`. On any failure
 /// the temporary file is removed and the reason returned.
-fn store(dir: &Path, path: &Path, key: &CacheKey, module: &wasmtime::Module) -> Result<(), String> {
+fn store(
+    dir: &Path,
+    path: &Path,
+    key: &CacheKey,
+    module: &wasmtime::Module,
+) -> Result<(), StoreError> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let payload = module
         .serialize()
-        .map_err(|e| format!("serializing: {e}"))?;
+        .map_err(|e| StoreError::Serialize(e.to_string()))?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
@@ -622,7 +660,7 @@ fn store(dir: &Path, path: &Path, key: &CacheKey, module: &wasmtime::Module) -> 
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&tmp)
-        .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        .map_err(|e| StoreError::io("creating", &tmp, &e))?;
     // `mode` is filtered by the umask; the entry must not be group/other-writable.
     let res = f
         .set_permissions(std::fs::Permissions::from_mode(0o600))
@@ -633,7 +671,7 @@ fn store(dir: &Path, path: &Path, key: &CacheKey, module: &wasmtime::Module) -> 
         });
     res.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        format!("writing {}: {e}", path.display())
+        StoreError::io("writing", path, &e)
     })
 }
 

@@ -79,7 +79,13 @@ pub enum LoadError {
         /// Offset of the import.
         offset: u64,
     },
-    /// A probe's handler export is missing or not `() -> i32`.
+    /// A probe's handler is not exported at all.
+    #[error("handler export `{name}` is not exported by the module")]
+    MissingHandler {
+        /// Export name.
+        name: String,
+    },
+    /// A probe's handler export is not a function `() -> i32`.
     #[error("handler export `{name}` {problem}")]
     BadHandler {
         /// Export name.
@@ -613,13 +619,15 @@ fn gate<'a>(
     for p in &manifest.probes {
         match facts.func_exports.get(&p.export) {
             None => {
-                return Err(LoadError::BadHandler {
-                    name: p.export.clone(),
-                    problem: match facts.other_exports.get(&p.export) {
-                        Some(what) => {
-                            format!("is {what}, handlers must be functions () -> (i32) or () -> ()")
-                        }
-                        None => "is not exported by the module".into(),
+                return Err(match facts.other_exports.get(&p.export) {
+                    Some(what) => LoadError::BadHandler {
+                        name: p.export.clone(),
+                        problem: format!(
+                            "is {what}, handlers must be functions () -> (i32) or () -> ()"
+                        ),
+                    },
+                    None => LoadError::MissingHandler {
+                        name: p.export.clone(),
                     },
                 });
             }

@@ -5,53 +5,35 @@
 use std::collections::BTreeMap;
 
 use crate::session::Session;
-use crate::transport::Rule;
+use crate::transport::{Error, Rule};
 
 use super::funcs::NotTraced;
 use super::handlers::HandlerModule;
 use super::views;
 
-/// A transport's refusal to arm a function's probes, without what is
+/// Why a transport did not arm a function's probes, without what is
 /// particular to that function (its address, its name and file), so that
 /// the functions refused for one reason are listed together: a program of
-/// thousands of functions had a line each.
-fn common_reason(why: &str) -> String {
-    let mut r = why;
-    for prefix in ["cannot patch the function at 0x", "cannot patch 0x"] {
-        if let Some((_, rest)) = r.strip_prefix(prefix).and_then(|t| t.split_once(": ")) {
-            r = rest;
+/// thousands of functions had a line each. A refusal is keyed by its rule
+/// and what it says alike of every site it refuses (given where the
+/// transport made it: [`Error::alike`]), a failure to arm by what it says
+/// alike of every site, any other error by its text.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Reason {
+    /// In words (first: the lines are in the order of their words).
+    words: String,
+    /// The rule of a refusal.
+    rule: Option<Rule>,
+}
+
+impl Reason {
+    /// The reason of `why`.
+    fn of(why: &Error) -> Reason {
+        Reason {
+            words: why.said_alike().into_owned(),
+            rule: why.rule(),
         }
     }
-    // `offset 0x… of PATH is in no function of its symbol table: …`.
-    if r.starts_with("offset 0x")
-        && let Some(i) = r.find(" is in no function of its symbol table")
-    {
-        return format!("it{}", &r[i..]);
-    }
-    // `NAME in PATH has no `ret` instruction …`.
-    if let Some(i) = r.find(" has no `ret` instruction") {
-        return format!("it{}", &r[i..]);
-    }
-    // `0x… is a `ret` where a return probe's calls return …`: its entry is
-    // a `ret` another traced function's calls return through (a tail call
-    // into a function that is a lone `ret`).
-    if let Some(rest) = r
-        .strip_prefix("0x")
-        .and_then(|t| t.split_once(' ').map(|p| p.1))
-    {
-        return format!("its entry {rest}");
-    }
-    // `the N bytes the jump replaces at 0x… overlap those of the probe at
-    // 0x…`: the window of another traced function (one starting inside it).
-    if r.starts_with("the ")
-        && r.contains(" bytes the jump replaces at 0x")
-        && r.contains(" overlap those of the probe at 0x")
-    {
-        return "the bytes its jump would replace overlap those of another probe's jump (a \
-                function starting inside them)"
-            .into();
-    }
-    r.to_string()
 }
 
 /// Why a transport that breaks in code refuses a library function the
@@ -66,8 +48,13 @@ pub(super) fn list_not_traced(skipped: &[NotTraced]) {
         by_reason.entry(&s.reason).or_default().push(&s.name);
     }
     for (reason, names) in by_reason {
-        crate::elog!("wprobe: not traced ({reason}): {}", names.join(", "));
+        say_not_traced(reason, &names);
     }
+}
+
+/// Says that the functions `names` are not traced, for `reason`.
+fn say_not_traced(reason: &str, names: &[&str]) {
+    crate::elog!("wprobe: not traced ({reason}): {}", names.join(", "));
 }
 
 /// Says, once, which functions could not be traced and why (the
@@ -78,7 +65,7 @@ pub(super) fn report_arm_failures(
     modules: &[HandlerModule],
     notices: &[bool],
 ) {
-    let mut skipped: Vec<NotTraced> = Vec::new();
+    let mut by_reason: BTreeMap<Reason, Vec<&str>> = BTreeMap::new();
     let mut seen = std::collections::HashSet::new();
     for (prog, index, why) in session.arm_failures() {
         // Two probes per function, or only its return probe.
@@ -96,65 +83,106 @@ pub(super) fn report_arm_failures(
             let reason = if table[fi].origin == super::funcs::Origin::Got
                 && why.rule() == Some(Rule::NotExecutable)
             {
-                GOT_ONLY_INPROC.to_string()
+                Reason {
+                    words: GOT_ONLY_INPROC.to_string(),
+                    rule: Some(Rule::NotExecutable),
+                }
             } else {
-                common_reason(&why.to_string())
+                Reason::of(why)
             };
-            skipped.push(NotTraced {
-                name: table[fi].shown.clone(),
-                reason,
-            });
+            by_reason.entry(reason).or_default().push(&table[fi].shown);
         }
     }
-    list_not_traced(&skipped);
+    for (reason, names) in by_reason {
+        say_not_traced(&reason.words, &names);
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::Reason;
+    use crate::transport::{Error, Rule};
+
+    /// The reason of a refusal made as the transports make it, with the
+    /// context the in-process seam adds.
+    fn reason(e: Error, function_at: u64) -> (String, Option<Rule>) {
+        let r = Reason::of(&e.site_context(format_args!(
+            "cannot patch the function at {function_at:#x}"
+        )));
+        (r.words, r.rule)
+    }
+
     #[test]
     fn refusals_lose_what_is_particular_to_the_function() {
-        use super::common_reason;
+        let p = std::path::Path::new("/tmp/p");
+        let no_ret = crate::transport::retsites::no_ret("_RNvYNtf", p, "inproc", Some(0x5599));
         assert_eq!(
-            common_reason(
-                "cannot patch the function at 0x55996f37d510: _RNvYNtf in /tmp/p has no `ret` \
-                 instruction (it ends in calls that do not return, or in tail calls out of the \
-                 module): --transport inproc cannot observe its returns; use --transport ptrace"
-            ),
-            "it has no `ret` instruction (it ends in calls that do not return, or in tail calls \
-             out of the module): --transport inproc cannot observe its returns; use --transport \
-             ptrace"
+            no_ret.to_string(),
+            "_RNvYNtf in /tmp/p has no `ret` instruction (it ends in calls that do not return, or \
+             in tail calls out of the module): --transport inproc cannot observe its returns; use \
+             --transport ptrace"
         );
         assert_eq!(
-            common_reason(
-                "cannot patch 0x55996e4adae0: 0x55996e4adae0 is a `ret` where a return probe's \
-                 calls return: a probe cannot share it"
-            ),
-            "its entry is a `ret` where a return probe's calls return: a probe cannot share it"
+            reason(no_ret, 0x5599),
+            (
+                "it has no `ret` instruction (it ends in calls that do not return, or in tail \
+                 calls out of the module): --transport inproc cannot observe its returns; use \
+                 --transport ptrace"
+                    .into(),
+                Some(Rule::Returns)
+            )
+        );
+        let shared = Error::refused_at(
+            Rule::Patch,
+            0x55996e4adae0,
+            "is a `ret` where a return probe's calls return: a probe cannot share it",
         );
         assert_eq!(
-            common_reason(
-                "cannot patch the function at 0x55996f37e454: no function symbol covers it \
-                 (branch targets in the window cannot be ruled out)"
-            ),
+            shared.to_string(),
+            "0x55996e4adae0 is a `ret` where a return probe's calls return: a probe cannot share it"
+        );
+        assert_eq!(
+            reason(shared, 0x55996e4adae0),
+            (
+                "its entry is a `ret` where a return probe's calls return: a probe cannot share it"
+                    .into(),
+                Some(Rule::Patch)
+            )
+        );
+        let plain = Error::refused(
+            Rule::Patch,
+            Some(0x5599),
+            "no function symbol covers it (branch targets in the window cannot be ruled out)",
+        );
+        let shown = plain
+            .clone()
+            .site_context("cannot patch the function at 0x5599");
+        assert_eq!(
+            shown.to_string(),
+            "cannot patch the function at 0x5599: no function symbol covers it (branch targets \
+             in the window cannot be ruled out)"
+        );
+        assert_eq!(
+            reason(plain, 0x5599).0,
             "no function symbol covers it (branch targets in the window cannot be ruled out)"
         );
+        // A context that is no site's stays in both.
+        let ctx = Error::refused(Rule::Patch, None, "no room").context("f is too short");
+        assert_eq!(reason(ctx, 1).0, "f is too short: no room");
+        // A failure to arm: without the site's context too.
+        let arm = Error::arm("no room for a watchpoint's stub");
         assert_eq!(
-            common_reason(
-                "cannot patch the function at 0x2084630: the 5 bytes the jump replaces at \
-                 0x2084630 overlap those of the probe at 0x2084634"
-            ),
-            "the bytes its jump would replace overlap those of another probe's jump (a function \
-             starting inside them)"
+            reason(arm, 0x10),
+            ("no room for a watchpoint's stub".into(), None)
         );
+        // Any other error: its text, whole.
+        let other = Error::gone(5, "process 5 is not traced");
         assert_eq!(
-            common_reason(
-                "offset 0x11c0 of /tmp/p is in no function of its symbol table: --transport perf \
-                 finds the returns of a return probe by decoding its function; use --transport \
-                 ptrace"
-            ),
-            "it is in no function of its symbol table: --transport perf finds the returns of a \
-             return probe by decoding its function; use --transport ptrace"
+            reason(other, 0x10),
+            (
+                "cannot patch the function at 0x10: process 5 is not traced".into(),
+                None
+            )
         );
-        assert_eq!(common_reason("anything else"), "anything else");
     }
 }

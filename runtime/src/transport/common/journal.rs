@@ -27,6 +27,8 @@ use std::io::{self, BufRead, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::transport::Error;
+
 /// Directory of journals, one no other user can create first:
 /// `$XDG_RUNTIME_DIR/wprobe` when the session has one; without it (sudo,
 /// cron, ssh without a session) root's is `/run/wprobe`, another user's a
@@ -148,8 +150,9 @@ pub fn live_holder(path: &Path) -> Option<i32> {
 
 /// Refuses a process another wprobe patched: a live one traces it (its
 /// journal names it), or a killed one left its jumps (or traps) in it,
-/// which `wprobe repair` puts back first.
-pub(crate) fn held_by_another_run(pid: i32) -> Result<(), String> {
+/// which `wprobe repair` puts back first: `--transport TRANSPORT` cannot
+/// attach to it ([`Error::Unsupported`]).
+pub(crate) fn held_by_another_run(pid: i32, transport: &'static str) -> Result<(), Error> {
     let now = crate::proc::procinfo::start_time(pid);
     for path in [inproc_path(pid), path(pid)] {
         // Only a journal of ours (a plant is refused where a journal is
@@ -159,14 +162,15 @@ pub(crate) fn held_by_another_run(pid: i32) -> Result<(), String> {
         if !ours || start_in(&path).is_some_and(|t| Some(t) != now) {
             continue;
         }
-        return Err(match live_holder(&path) {
+        let why = match live_holder(&path) {
             Some(holder) => traced_by(pid, holder),
             None => format!(
                 "process {pid} still holds the probes of a wprobe that was killed ({}): run \
                  `wprobe repair --pid {pid}` first",
                 path.display()
             ),
-        });
+        };
+        return Err(Error::unsupported(transport, why));
     }
     Ok(())
 }
@@ -391,7 +395,7 @@ pub fn open_own(path: &Path) -> io::Result<File> {
         ));
     }
     crate::proc::privdir::owner_and_mode(&meta)
-        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
     Ok(f)
 }
 

@@ -28,6 +28,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{ChildStdin, Command, ExitCode, Stdio};
 
 use super::journal;
+use crate::transport::Error;
 
 /// The running watchdog of an attached process: dropping it (wprobe's
 /// exit, or the tracer's end) lets the watchdog wake up.
@@ -37,10 +38,13 @@ pub struct Watchdog {
 }
 
 /// Starts the watchdog of `pid` and waits until it holds the process's
-/// memory open. The error says why the process is unprotected.
-pub fn spawn(pid: i32) -> Result<Watchdog, String> {
+/// memory open. The error says why the process is unprotected (with the
+/// errno of a failure to start it).
+pub fn spawn(pid: i32) -> Result<Watchdog, Error> {
     use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().map_err(|e| format!("finding wprobe's executable: {e}"))?;
+    let failed = |e: &std::io::Error, message: String| Error::io(Some(pid), None, e, message);
+    let exe = std::env::current_exe()
+        .map_err(|e| failed(&e, format!("finding wprobe's executable: {e}")))?;
     let mut child = Command::new(exe)
         .args(["__watchdog", &pid.to_string()])
         .stdin(Stdio::piped())
@@ -48,7 +52,7 @@ pub fn spawn(pid: i32) -> Result<Watchdog, String> {
         .stderr(Stdio::inherit())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("starting it: {e}"))?;
+        .map_err(|e| failed(&e, format!("starting it: {e}")))?;
     let stdin = child.stdin.take().expect("invariant: piped");
     let stdout = child.stdout.take().expect("invariant: piped");
     // The first process exits as soon as it started the watchdog.
@@ -57,8 +61,17 @@ pub fn spawn(pid: i32) -> Result<Watchdog, String> {
     let _ = BufReader::new(stdout).read_line(&mut line);
     match line.trim_end() {
         "ready" => Ok(Watchdog { _stdin: stdin }),
-        "" => Err("it ended before it was ready".into()),
-        why => Err(why.to_string()),
+        // Its own words (its stdout): no errno.
+        why => Err(Error::Os {
+            pid: Some(pid),
+            addr: None,
+            errno: None,
+            message: if why.is_empty() {
+                "it ended before it was ready".into()
+            } else {
+                why.to_string()
+            },
+        }),
     }
 }
 

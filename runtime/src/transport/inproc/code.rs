@@ -14,6 +14,7 @@ use agent_loader::window::{BranchTargets, Function};
 use goblin::elf::{Elf, section_header};
 
 use super::plans::{self, WindowShape};
+use crate::transport::Error;
 use crate::transport::retsites::ReturnSites;
 
 /// A module's code, in link-time addresses.
@@ -44,7 +45,7 @@ pub(super) struct ModuleCode {
 
 /// One reading of a module file: done once, by whichever thread asks
 /// first (the others wait for it).
-type Reading = std::sync::Arc<std::sync::OnceLock<Result<std::sync::Arc<ModuleCode>, String>>>;
+type Reading = std::sync::Arc<std::sync::OnceLock<Result<std::sync::Arc<ModuleCode>, Error>>>;
 
 /// The module files read (or being read) in this run, by path and version
 /// (inode, size, modification time): every process image that maps a file
@@ -57,7 +58,7 @@ static SHARED: std::sync::OnceLock<std::sync::Mutex<Shared>> = std::sync::OnceLo
 
 /// The code of module file `path`, read once per version of the file in a
 /// run (see [`Shared`]); a failure is kept for the run too.
-pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, String> {
+pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, Error> {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(path) else {
         return read_timed(path).map(std::sync::Arc::new);
@@ -92,7 +93,7 @@ pub fn prefetch(path: &Path) {
 }
 
 /// [`ModuleCode::read`], its time said under `WPROBE_DEBUG`.
-fn read_timed(path: &Path) -> Result<ModuleCode, String> {
+fn read_timed(path: &Path) -> Result<ModuleCode, Error> {
     let t0 = std::time::Instant::now();
     let m = ModuleCode::read(path);
     if std::env::var_os("WPROBE_DEBUG").is_some() {
@@ -108,12 +109,12 @@ fn read_timed(path: &Path) -> Result<ModuleCode, String> {
 impl ModuleCode {
     /// Reads `path` and sweeps its code, or takes the sweep from the plan
     /// cache (`super::plans`).
-    pub(super) fn read(path: &Path) -> Result<ModuleCode, String> {
+    pub(super) fn read(path: &Path) -> Result<ModuleCode, Error> {
         let meta = std::fs::metadata(path).ok();
-        let elf = wprobe_elf::info::ElfInfo::open_shared(path)?;
+        let elf = wprobe_elf::info::ElfInfo::open_shared(path).map_err(|e| Error::file(path, e))?;
         let key = meta.map(|m| (path.to_path_buf(), plans::Key::of(&m, elf.file_bytes())));
-        let parsed =
-            Elf::parse(elf.file_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+        let parsed = Elf::parse(elf.file_bytes())
+            .map_err(|e| Error::file(path, format!("{}: {e}", path.display())))?;
         let loads = parsed
             .program_headers
             .iter()
@@ -294,7 +295,7 @@ impl ModuleCode {
     /// The return sites of the function entered at file offset `entry`
     /// (`crate::transport::retsites::return_sites` for `--transport
     /// inproc`), kept from an earlier planning or found and kept.
-    pub(super) fn return_sites(&self, entry: u64) -> Result<ReturnSites, String> {
+    pub(super) fn return_sites(&self, entry: u64) -> Result<ReturnSites, Error> {
         if let Some(r) = self.lock_plans().rets.get(&entry) {
             return Ok(r.clone());
         }

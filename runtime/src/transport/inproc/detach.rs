@@ -8,13 +8,16 @@ use std::time::{Duration, Instant};
 
 use super::world::{self, World};
 use super::{InProc, Life, Phase, Run};
-use crate::transport::{ExitStatus, Transport};
+use crate::transport::{Error, ExitStatus, Transport};
 
 impl InProc {
     /// [`Transport::suspend`]: the probes dormant, the bytes restored.
-    pub(super) fn suspend_probes(&mut self) -> Result<(), String> {
+    pub(super) fn suspend_probes(&mut self) -> Result<(), Error> {
         let Some(a) = &self.agent else {
-            return Err("--transport inproc: nothing is armed yet".into());
+            return Err(Error::unsupported(
+                super::INFO.name,
+                "--transport inproc: nothing is armed yet",
+            ));
         };
         if self.phase != Phase::Armed {
             return Ok(());
@@ -22,7 +25,10 @@ impl InProc {
         // Dormant first: a thread already in a stub runs the displaced
         // instructions and goes on; none starts a handler.
         a.region.set_enabled(false);
-        let mut w = self.stop_world().map_err(|e| format!("{e:#}"))?;
+        let pid = self.pid;
+        let mut w = self
+            .stop_world()
+            .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
         let restored = self.patcher.restore(&w);
         w.release();
         let left = restored?;
@@ -33,9 +39,12 @@ impl InProc {
     }
 
     /// [`Transport::resume`]: the jumps written again, the probes enabled.
-    pub(super) fn resume_probes(&mut self) -> Result<(), String> {
+    pub(super) fn resume_probes(&mut self) -> Result<(), Error> {
         let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
-            return Err("--transport inproc: nothing is armed yet".into());
+            return Err(Error::unsupported(
+                super::INFO.name,
+                "--transport inproc: nothing is armed yet",
+            ));
         };
         if self.phase != Phase::Suspended {
             return Ok(());
@@ -44,7 +53,8 @@ impl InProc {
         // the process until none does (a thread is there only for the few
         // instructions of a window).
         for _ in 0..100 {
-            let mut w = World::stop(self.pid).map_err(|e| format!("{e:#}"))?;
+            let mut w = World::stop(self.pid)
+                .map_err(|e| Error::anyhow(Some(self.pid), &e, format!("{e:#}")))?;
             let inside = w.tids().into_iter().any(|tid| {
                 w.regs(tid)
                     .is_some_and(|r| self.patcher.inside_a_window(r.rip))
@@ -66,10 +76,10 @@ impl InProc {
             self.phase = Phase::Armed;
             return Ok(());
         }
-        Err(format!(
+        Err(Error::arm(format!(
             "process {}: a thread stayed inside a probed window; the probes stay dormant",
             self.pid
-        ))
+        )))
     }
 
     /// [`Transport::detach`]: every site restored, the target let go.

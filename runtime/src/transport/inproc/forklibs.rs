@@ -28,7 +28,7 @@ use std::time::Duration;
 use super::world::World;
 use super::{InProc, Run, traps};
 use crate::sys::ptrace as sys;
-use crate::transport::{Action, Armed, Event, Transport};
+use crate::transport::{Action, Armed, Error, Event, Transport};
 
 /// The transport of a followed fork child's own, for the libraries it maps
 /// later: see the module's documentation.
@@ -183,7 +183,7 @@ impl InProc {
         tid: i32,
         pid: i32,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let pass = || {
             let _ = sys::cont(tid, 0);
         };
@@ -213,10 +213,10 @@ impl InProc {
         // child's threads are stopped (the store's lock is the region's).
         if !agent.region.lock_store(Duration::from_secs(1)) {
             pass();
-            return Err(format!(
+            return Err(Error::arm(format!(
                 "process {pid}: a library was mapped, but a handler held the agent for over a \
                  second: its probes are not armed"
-            ));
+            )));
         }
         let stopped = self
             .traps
@@ -234,7 +234,11 @@ impl InProc {
             Ok(w) => w,
             Err(e) => {
                 self.let_child_go(stopped);
-                return Err(format!("process {pid}: {e:#}"));
+                return Err(Error::anyhow(
+                    Some(pid),
+                    &e,
+                    format!("process {pid}: {e:#}"),
+                ));
             }
         };
         let Some(c) = self.child_arms.get_mut(&pid) else {
@@ -267,7 +271,7 @@ impl InProc {
 
     /// The new sites of child `pid` handed to its agent, journaled in its
     /// journals and written; its threads go on.
-    fn commit_child(&mut self, pid: i32) -> Result<(), String> {
+    fn commit_child(&mut self, pid: i32) -> Result<(), Error> {
         let Some(c) = self.child_arms.get_mut(&pid) else {
             return Ok(());
         };
@@ -294,7 +298,7 @@ impl InProc {
         if let Some(c) = self.child_arms.get(&pid) {
             c.0.patcher.save_plans();
         }
-        done.map_err(|e| format!("process {pid}: {e}"))
+        done.map_err(|e| e.context(format_args!("process {pid}")))
     }
 
     /// Lets the stopped threads of a followed child go on, seized (those

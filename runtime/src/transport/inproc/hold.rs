@@ -6,12 +6,13 @@
 
 use super::world::World;
 use super::{InProc, traps};
+use crate::transport::Error;
 
 impl InProc {
     /// Lets the stopped target go; with trap sites, its threads stay
     /// seized (`traps`): the watchdog is started and the `int3`s written
     /// first.
-    pub(super) fn go(&mut self, mut w: World) -> Result<(), String> {
+    pub(super) fn go(&mut self, mut w: World) -> Result<(), Error> {
         if !self.patcher.has_traps()
             && !self.watches.any()
             && !self.follow_exec
@@ -29,8 +30,8 @@ impl InProc {
                 Ok(d) => self.watchdog = Some(d),
                 Err(e) => {
                     w.release();
-                    return Err(format!(
-                        "the watchdog that restores the traps if wprobe dies did not start: {e}"
+                    return Err(e.context(
+                        "the watchdog that restores the traps if wprobe dies did not start",
                     ));
                 }
             }
@@ -49,7 +50,7 @@ impl InProc {
         }
         let mut t =
             traps::Traps::take(w, launched, redirect, orig, self.watches, library, children)
-                .map_err(|e| format!("{e:#}"))?;
+                .map_err(|e| Error::anyhow(Some(self.pid), &e, format!("{e:#}")))?;
         // Under -f the threads are seized anyway: an exec of the process
         // is followed too (its new image's agent joins the region, where
         // the followed children's agents write).

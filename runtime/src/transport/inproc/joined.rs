@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use super::InProc;
 use super::launch;
 use super::world::World;
-use crate::transport::{Action, Event, InTarget, Transport};
+use crate::transport::{Action, Error, Event, InTarget, Transport};
 
 impl InProc {
     /// Follows child `pid` (of `parent`), stopped at its exec (thread
@@ -32,7 +32,7 @@ impl InProc {
         tid: i32,
         parent: i32,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let prog = std::fs::read_link(format!("/proc/{pid}/exe"))
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "a program".into());
@@ -47,19 +47,19 @@ impl InProc {
             not_traced(e)
         };
         let Some(a) = &self.agent else {
-            return Err(let_go("no agent to join".into()));
+            return Err(Error::other(let_go("no agent to join".into())));
         };
-        let region = a.region.share().map_err(|e| let_go(format!("{e:#}")))?;
+        let failed = |e: anyhow::Error| Error::anyhow(Some(pid), &e, let_go(format!("{e:#}")));
+        let region = a.region.share().map_err(failed)?;
         let path = format!(
             "/proc/{}/fd/{}",
             std::process::id(),
             region.file.as_raw_fd()
         );
         let t0 = std::time::Instant::now();
-        launch::run_to_entry(tid).map_err(|e| let_go(format!("{e:#}")))?;
+        launch::run_to_entry(tid).map_err(failed)?;
         let t1 = t0.elapsed();
-        let w = World::adopt(pid, std::iter::once((tid, 0)).collect())
-            .map_err(|e| let_go(format!("{e:#}")))?;
+        let w = World::adopt(pid, std::iter::once((tid, 0)).collect()).map_err(failed)?;
         let mut c = InProc::blank(pid, false, self.tsc0, self.ring_full, self.follow_forks);
         c.patcher.thread_pcs = w.thread_pcs();
         c.world = Some(w);
@@ -85,7 +85,9 @@ impl InProc {
             if let Some(mut w) = c.world.take() {
                 w.release();
             }
-            return Err(not_traced("no handlers were given for it".into()));
+            return Err(Error::other(not_traced(
+                "no handlers were given for it".into(),
+            )));
         }
         Ok(())
     }
@@ -118,7 +120,7 @@ impl InProc {
                 c.watch_child_libraries();
             }
             let r = c.update_handlers(set);
-            let r = r.and_then(|()| Ok(self.hand_over(pid, &mut c)?));
+            let r = r.and_then(|()| self.hand_over(pid, &mut c));
             match r {
                 Ok(()) if c.rdebug.is_some() && c.agent.is_some() => {
                     // Kept for them, its sites and agent as written.
@@ -141,14 +143,14 @@ impl InProc {
 
     /// The joined child `pid`'s thread, journals and trap sites handed to
     /// the seized threads.
-    fn hand_over(&mut self, pid: i32, c: &mut InProc) -> Result<(), String> {
+    fn hand_over(&mut self, pid: i32, c: &mut InProc) -> Result<(), Error> {
         let w = c
             .world
             .take()
-            .ok_or_else(|| format!("process {pid}: not stopped"))?;
+            .ok_or_else(|| Error::other(format!("process {pid}: not stopped")))?;
         let tids = w.into_stopped();
         let Some(&tid) = tids.keys().next() else {
-            return Err(format!("process {pid}: no thread"));
+            return Err(Error::gone(pid, format!("process {pid}: no thread")));
         };
         let (redirect, _) = c.patcher.trap_maps();
         if let Err(e) = c.patcher.arm_traps(pid) {
@@ -159,7 +161,9 @@ impl InProc {
         let parent = c.joined_parent;
         let Some(t) = self.traps.as_mut() else {
             let _ = crate::sys::ptrace::detach(tid, 0);
-            return Err(format!("process {pid}: no seized threads to join"));
+            return Err(Error::other(format!(
+                "process {pid}: no seized threads to join"
+            )));
         };
         t.kids.joined(pid, tid, parent, journals, redirect, guard);
         Ok(())

@@ -12,7 +12,7 @@ use agent_loader::SiteSpec;
 use super::patch::Patcher;
 use super::world::World;
 use super::{InProc, Phase, launch, traps};
-use crate::transport::{Action, Armed, Event, Transport};
+use crate::transport::{Action, Armed, Error, Event, Transport};
 
 impl InProc {
     /// A thread stopped at the dynamic linker's `r_brk`: when the link
@@ -25,7 +25,7 @@ impl InProc {
     pub(super) fn on_library_event(
         &mut self,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let consistent = match self.rdebug.and_then(|r| r.r_debug) {
             Some(a) => {
                 let mut b = [0u8; 4];
@@ -55,16 +55,16 @@ impl InProc {
             if let Some(t) = self.traps.as_mut() {
                 t.pass_library_event();
             }
-            return Err(format!(
+            return Err(Error::arm(format!(
                 "process {}: a library was mapped, but a handler held the agent for over a                  second: its probes are not armed",
                 self.pid
-            ));
+            )));
         }
         let stopped = self.stop_world();
         if let Some(a) = &self.agent {
             a.region.unlock_store();
         }
-        let w = stopped.map_err(|e| format!("{e:#}"))?;
+        let w = stopped.map_err(|e| Error::anyhow(Some(self.pid), &e, format!("{e:#}")))?;
         self.patcher.thread_pcs = w.thread_pcs();
         self.world = Some(w);
         self.maps = crate::proc::procmaps::read(self.pid).unwrap_or_default();
@@ -94,7 +94,7 @@ impl InProc {
     pub(super) fn on_exec(
         &mut self,
         on_event: &mut dyn FnMut(&mut dyn Transport, Event<'_>) -> Action,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let Some(tid) = self.traps.as_mut().and_then(|t| t.exec_stop.take()) else {
             return Ok(());
         };
@@ -161,14 +161,14 @@ impl InProc {
         if let Err(e) = launch::run_to_entry(tid) {
             self.phase = Phase::Execed;
             let _ = crate::sys::ptrace::detach(tid, 0);
-            return Err(not_traced(format!("{e:#}")));
+            return Err(Error::anyhow(Some(pid), &e, not_traced(format!("{e:#}"))));
         }
         let w = match World::adopt(pid, std::iter::once((tid, 0)).collect()) {
             Ok(w) => w,
             Err(e) => {
                 self.phase = Phase::Execed;
                 let _ = crate::sys::ptrace::detach(tid, 0);
-                return Err(not_traced(format!("{e:#}")));
+                return Err(Error::anyhow(Some(pid), &e, not_traced(format!("{e:#}"))));
             }
         };
         self.patcher = Patcher::default();
@@ -204,7 +204,9 @@ impl InProc {
             if let Some(mut w) = self.world.take() {
                 w.release();
             }
-            return Err(not_traced("no handlers were given for it".into()));
+            return Err(Error::other(not_traced(
+                "no handlers were given for it".into(),
+            )));
         }
         Ok(())
     }
@@ -212,7 +214,7 @@ impl InProc {
     /// Hands the sites planned since the last commit to the agent (and the
     /// dropped ones, with no probes), enables their probes, writes their
     /// jumps and traps, and lets the stopped target go.
-    pub(super) fn commit_later(&mut self) -> Result<(), String> {
+    pub(super) fn commit_later(&mut self) -> Result<(), Error> {
         let Some(mut world) = self.world.take() else {
             return Ok(());
         };
@@ -225,7 +227,10 @@ impl InProc {
     }
 
     /// See [`InProc::commit_later`]: everything but letting go.
-    pub(super) fn send_later_sites(&mut self, world: &mut World) -> Result<(), String> {
+    /// A failure names the process (and the errno, when known).
+    pub(super) fn send_later_sites(&mut self, world: &mut World) -> Result<(), Error> {
+        let pid = self.pid;
+        let failed = |e: anyhow::Error| Error::anyhow(Some(pid), &e, format!("{e:#}"));
         self.say_fallbacks();
         let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
             return Ok(());
@@ -254,8 +259,11 @@ impl InProc {
             });
         }
         {
-            let runner = world.runner().map_err(|e| format!("{e:#}"))?;
-            let agent = self.agent.as_mut().ok_or("no agent")?;
+            let runner = world.runner().map_err(failed)?;
+            let agent = self
+                .agent
+                .as_mut()
+                .ok_or_else(|| Error::other("no agent"))?;
             // In batches the scratch area holds.
             const BATCH: usize = 256;
             let mut first = true;
@@ -263,15 +271,11 @@ impl InProc {
                 let mut t = world.target(runner);
                 let b: &[(u32, u64)] = if first { &biases } else { &[] };
                 first = false;
-                agent
-                    .set_sites(&mut t, chunk, b)
-                    .map_err(|e| format!("{e:#}"))?;
+                agent.set_sites(&mut t, chunk, b).map_err(failed)?;
             }
             if specs.is_empty() {
                 let mut t = world.target(runner);
-                agent
-                    .set_sites(&mut t, &[], &biases)
-                    .map_err(|e| format!("{e:#}"))?;
+                agent.set_sites(&mut t, &[], &biases).map_err(failed)?;
             }
             agent.region.free_scratch();
         }

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use crate::transport::RunCounts;
 use agent_loader::{LoadedAgent, ModuleSpec, ProbeSpec, RegionLayout, RunFacts, SiteSpec};
 
-use super::InProc;
 use super::patch::Patcher;
 use super::world::World;
-use crate::transport::HandlerSet;
+use super::{INFO, InProc};
+use crate::transport::{Error, HandlerSet};
 
 /// Bytes of the record ring (`WPROBE_INPROC_RING_BYTES` overrides it: tests
 /// and measurements of drops).
@@ -86,13 +86,16 @@ fn ring_bytes() -> u64 {
 
 impl InProc {
     /// Loads the agent and the programs, writes the stubs and the jumps,
-    /// and lets the target go (the commit of everything inserted).
-    pub(super) fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), String> {
+    /// and lets the target go (the commit of everything inserted). A
+    /// failure in the target names the process (and the errno, when
+    /// known).
+    pub(super) fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
+        let pid = self.pid;
         // Where arming fell back to traps, said once for every probe armed
         // at start (later insertions say theirs as they come).
         self.say_fallbacks();
         let Some(world) = self.world.as_mut() else {
-            return Err("the target is not stopped".into());
+            return Err(Error::unsupported(INFO.name, "the target is not stopped"));
         };
         // Programs precompiled for the agent's engine.
         let mut phases = Phases::start();
@@ -118,8 +121,11 @@ impl InProc {
             child_pid: set.child_pid,
         };
         phases.mark("compiled for the agent");
-        let image = agent_loader::agent_image().map_err(|e| format!("the agent: {e:#}"))?;
-        let runner = world.runner().map_err(|e| format!("{e:#}"))?;
+        let image =
+            agent_loader::agent_image().map_err(|e| Error::other(format!("the agent: {e:#}")))?;
+        let runner = world
+            .runner()
+            .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
         let mut agent = {
             let mut t = world.target(runner);
             match self.join.take() {
@@ -130,7 +136,13 @@ impl InProc {
                 }
                 None => agent_loader::load_agent(&mut t, &image, layout, facts),
             }
-            .map_err(|e| format!("loading the agent into process {}: {e:#}", self.pid))?
+            .map_err(|e| {
+                Error::anyhow(
+                    Some(pid),
+                    &e,
+                    format!("loading the agent into process {pid}: {e:#}"),
+                )
+            })?
         };
         if !joined {
             fill_region(
@@ -158,7 +170,7 @@ impl InProc {
             let mut t = world.target(runner);
             agent
                 .set_sites(&mut t, &sites, &[])
-                .map_err(|e| format!("{e:#}"))?;
+                .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
         }
         self.sites_sent = sites.len();
         for &tag in self.armed.keys() {
@@ -222,9 +234,11 @@ impl InProc {
     }
 }
 
-/// The programs precompiled for the agent's engine.
-fn compile_programs(set: &HandlerSet<'_>) -> Result<Vec<Vec<u8>>, String> {
-    let engine = agent_loader::compile::agent_engine().map_err(|e| format!("{e:#}"))?;
+/// The programs precompiled for the agent's engine (a failure is no
+/// process's: [`Error::Other`]).
+fn compile_programs(set: &HandlerSet<'_>) -> Result<Vec<Vec<u8>>, Error> {
+    let engine =
+        agent_loader::compile::agent_engine().map_err(|e| Error::other(format!("{e:#}")))?;
     let cache = if set.use_cache {
         crate::wasm::cache::Cache::from_env()
             .unwrap_or_else(|_| crate::wasm::cache::Cache::disabled())
@@ -234,14 +248,15 @@ fn compile_programs(set: &HandlerSet<'_>) -> Result<Vec<Vec<u8>>, String> {
     // `WPROBE_INPROC_FOREIGN_ARTIFACT` (tests): hand the agent what
     // wprobe's own engine compiles, which the agent must refuse.
     let engine = match std::env::var_os("WPROBE_INPROC_FOREIGN_ARTIFACT") {
-        Some(_) => crate::wasm::engine::new_engine().map_err(|e| format!("{e:#}"))?,
+        Some(_) => crate::wasm::engine::new_engine().map_err(|e| Error::other(format!("{e:#}")))?,
         None => engine,
     };
     let mut cwasm = Vec::with_capacity(set.programs.len());
     for p in &set.programs {
         cwasm.push(
-            compile_for_agent(&cache, &engine, p.wasm)
-                .map_err(|e| format!("compiling `{}` for the target: {e:#}", p.label))?,
+            compile_for_agent(&cache, &engine, p.wasm).map_err(|e| {
+                Error::other(format!("compiling `{}` for the target: {e:#}", p.label))
+            })?,
         );
     }
     Ok(cwasm)
@@ -338,7 +353,7 @@ fn load_modules(
     cwasm: &[Vec<u8>],
     program_maps: &[(u64, u64)],
     pid: i32,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     for (i, p) in set.programs.iter().enumerate() {
         // Every probe of the program, armed or not: one whose module is
         // mapped later is armed then (its bias told the agent then).
@@ -367,9 +382,10 @@ fn load_modules(
             writes_allowed: p.writes,
         };
         let mut t = world.target(runner);
-        agent
-            .load_module(&mut t, &spec)
-            .map_err(|e| format!("loading `{}` into process {}: {e:#}", p.label, pid))?;
+        agent.load_module(&mut t, &spec).map_err(|e| {
+            let message = format!("loading `{}` into process {pid}: {e:#}", p.label);
+            Error::anyhow(Some(pid), &e, message)
+        })?;
     }
     Ok(())
 }

@@ -18,8 +18,11 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
     // The patch journal's directory, before anything is launched or
     // stopped: a command is never started only to be let go untraced.
     let dir = crate::transport::common::journal::dir();
-    crate::proc::privdir::ensure_dir(&dir)
-        .map_err(|problem| format!("journal directory {}: {problem}", dir.display()))?;
+    crate::proc::privdir::ensure_dir(&dir).map_err(|problem| Error::File {
+        path: dir.clone(),
+        errno: problem.errno(),
+        message: format!("journal directory {}: {problem}", dir.display()),
+    })?;
     let tsc0 = agent_loader::region::tsc_now();
     let (pid, launched, world) = match target {
         Target::System => {
@@ -29,7 +32,8 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
             ));
         }
         Target::Launch(argv) => {
-            let pid = launch::launch(argv).map_err(|e| format!("{e:#}"))?;
+            let pid =
+                launch::launch(argv).map_err(|e| Error::anyhow(None, &e, format!("{e:#}")))?;
             // `WPROBE_FAIL_OPEN=inproc` (debug builds, tests): fail here, the
             // command launched but none of its code run, as a failure to
             // start would.
@@ -45,7 +49,7 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
                 Ok(w) => (pid, true, w),
                 Err(e) => {
                     crate::sys::process::kill_and_reap(pid);
-                    return Err(Error::other(format!("{e:#}")));
+                    return Err(Error::anyhow(Some(pid), &e, format!("{e:#}")));
                 }
             }
         }
@@ -53,10 +57,10 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
             if pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 return Err(Error::gone(pid, format!("no such process: {pid}")));
             }
-            crate::transport::common::journal::held_by_another_run(pid)?;
+            crate::transport::common::journal::held_by_another_run(pid, INFO.name)?;
             let world = World::stop(pid).map_err(|e| match e.downcast::<Error>() {
                 Ok(e) => e,
-                Err(e) => Error::other(format!("{e:#}")),
+                Err(e) => Error::anyhow(Some(pid), &e, format!("{e:#}")),
             })?;
             (pid, false, world)
         }

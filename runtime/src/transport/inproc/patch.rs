@@ -111,7 +111,7 @@ pub(super) struct Cave {
 /// The sites of one process and their stubs.
 #[derive(Default)]
 pub(super) struct Patcher {
-    modules: HashMap<PathBuf, Result<std::sync::Arc<ModuleCode>, String>>,
+    modules: HashMap<PathBuf, Result<std::sync::Arc<ModuleCode>, crate::transport::Error>>,
     /// The module files a thread of their own reads ahead
     /// ([`Patcher::read_ahead`]), and where each read ends up.
     ahead: Option<AheadReads>,

@@ -430,24 +430,24 @@ pub(super) fn load_in(
 
 /// The payload of `bytes` if its envelope is this version's, names `key`
 /// and records the payload's length and hash.
-fn open_envelope<'a>(bytes: &'a [u8], key: &Key) -> Result<&'a [u8], String> {
+fn open_envelope<'a>(bytes: &'a [u8], key: &Key) -> Result<&'a [u8], &'static str> {
     let (head, payload) = bytes
         .split_at_checked(ENVELOPE)
         .ok_or("truncated: shorter than the envelope")?;
     if head[..8] != MAGIC {
-        return Err("not a plan file".into());
+        return Err("not a plan file");
     }
     if head[8..12] != VERSION.to_le_bytes() {
-        return Err("another format version".into());
+        return Err("another format version");
     }
     if head[12..44] != key.0 {
-        return Err("stale: the module file or wprobe changed".into());
+        return Err("stale: the module file or wprobe changed");
     }
     if head[44..52] != (payload.len() as u64).to_le_bytes() {
-        return Err("truncated or extended".into());
+        return Err("truncated or extended");
     }
     if head[52..84] != *blake3::hash(payload).as_bytes() {
-        return Err("corrupt: its hash does not match".into());
+        return Err("corrupt: its hash does not match");
     }
     Ok(payload)
 }

@@ -78,7 +78,7 @@ impl Transport for InProc {
                 let site = self
                     .patcher
                     .plan(world, &self.maps, tag, addr, opcode)
-                    .map_err(|e| e.context(format_args!("cannot patch {addr:#x}")))?;
+                    .map_err(|e| e.site_context(format_args!("cannot patch {addr:#x}")))?;
                 self.armed.insert(tag, site);
                 if self.agent.is_some() {
                     self.say_fallbacks();
@@ -125,7 +125,7 @@ impl Transport for InProc {
                     .patcher
                     .plan_return(world, &self.maps, tag, addr, opcode)
                     .map_err(|e| {
-                        e.context(format_args!("cannot patch the function at {addr:#x}"))
+                        e.site_context(format_args!("cannot patch the function at {addr:#x}"))
                     })?;
                 self.armed.insert(tag, site);
                 self.maxactive.insert(tag, maxactive);
@@ -190,11 +190,11 @@ impl Transport for InProc {
     }
 
     fn suspend(&mut self) -> Result<(), Error> {
-        Ok(self.suspend_probes()?)
+        self.suspend_probes()
     }
 
     fn resume(&mut self) -> Result<(), Error> {
-        Ok(self.resume_probes()?)
+        self.resume_probes()
     }
 
     fn set_tick(&mut self, period: Duration) {
@@ -255,7 +255,7 @@ impl InTarget for InProc {
             return Ok(());
         }
         let Some(world) = self.world.as_mut() else {
-            return Err(Error::other("the target is not stopped"));
+            return Err(Error::unsupported(INFO.name, "the target is not stopped"));
         };
         // A program the process executes may be where they are.
         self.follow_exec = true;
@@ -281,7 +281,7 @@ impl InTarget for InProc {
     }
 
     fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
-        Ok(self.commit(set)?)
+        self.commit(set)
     }
 
     fn update_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
@@ -311,8 +311,8 @@ impl InTarget for InProc {
                     w.release();
                 }
                 self.phase = Phase::Execed;
-                return Err(Error::other(format!(
-                    "process {} executed a new program, which is not traced: {e}",
+                return Err(e.context(format_args!(
+                    "process {} executed a new program, which is not traced",
                     self.pid
                 )));
             }

@@ -268,22 +268,22 @@ impl PerfTracer {
             None => {
                 let e = Rc::new(
                     wprobe_elf::ElfInfo::open(std::path::Path::new(path))
-                        .map_err(|e| e.to_string())?,
+                        .map_err(|e| Error::file(std::path::Path::new(path), e.to_string()))?,
                 );
                 self.seam.elves.insert(path.clone(), e.clone());
                 e
             }
         };
-        let found = crate::transport::retsites::return_sites(&elf, offset, "perf")
-            .map_err(|e| Error::refused(Rule::Returns, None, e))?;
+        let found = crate::transport::retsites::return_sites(&elf, offset, "perf")?;
         // Only the module's own `ret`s: a uprobe on the `ret`s of a
         // function of another module (`malloc`'s) would cost every call of
         // it in the process a trap.
         if found.rets.is_empty() && !found.never_returns {
-            return Err(Error::refused(
-                Rule::Returns,
+            return Err(crate::transport::retsites::no_ret(
+                &found.function,
+                &elf.path,
+                "perf",
                 None,
-                crate::transport::retsites::no_ret(&found.function, &elf.path, "perf"),
             ));
         }
         let f = self.seam.funcs.len();

@@ -103,7 +103,7 @@ fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transport>, Error
         verify_opcodes: o.verify_opcodes,
     };
     if let Target::Attach(pid) = target {
-        crate::transport::common::journal::held_by_another_run(pid)?;
+        crate::transport::common::journal::held_by_another_run(pid, INFO.name)?;
     }
 
     let mut t = match target {

@@ -108,7 +108,11 @@ impl PtraceTracer {
                 Some(Ok(j)) => j.record(addr, b[0], inode).map_err(|e| ArmError::Journal {
                     reason: format!("writing the patch journal: {e}"),
                 })?,
-                Some(Err(e)) => return Err(ArmError::Journal { reason: e.clone() }),
+                Some(Err(e)) => {
+                    return Err(ArmError::Journal {
+                        reason: e.to_string(),
+                    });
+                }
                 None => {
                     return Err(ArmError::Journal {
                         reason: "no patch journal".into(),

@@ -230,7 +230,10 @@ impl PtraceTracer {
                 });
             }
         }
-        t.journal = Some(journal::Journal::create(pid).map_err(|e| e.to_string()));
+        t.journal = Some(
+            journal::Journal::create(pid)
+                .map_err(|e| crate::transport::Error::io(Some(pid), None, &e, e.to_string())),
+        );
         if matches!(t.journal, Some(Ok(_))) {
             t.watchdog = Some(watchdog::spawn(pid));
         }

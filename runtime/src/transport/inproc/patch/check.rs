@@ -75,8 +75,7 @@ impl Patcher {
         shape: Shape,
     ) -> Result<Checked, Error> {
         let refused = |rule, message| Error::refused(rule, Some(addr), message);
-        self.outside_copies(addr)
-            .map_err(|e| refused(Rule::Patch, e))?;
+        self.outside_copies(addr)?;
         let m = mapping_of(maps, addr).filter(|m| m.exec).ok_or_else(|| {
             refused(
                 Rule::NotExecutable,
@@ -84,11 +83,11 @@ impl Patcher {
             )
         })?;
         if !m.is_file() {
-            return Err(refused(
+            return Err(Error::refused_at(
                 Rule::NotExecutable,
-                format!(
-                    "{addr:#x} is in an anonymous mapping ({}): only code of module files can be \
-                     patched",
+                addr,
+                format_args!(
+                    "is in an anonymous mapping ({}): only code of module files can be patched",
                     if m.path.is_empty() {
                         "no file"
                     } else {
@@ -99,14 +98,16 @@ impl Patcher {
         }
         let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
         self.module(&path);
-        let module = self.modules[&path]
-            .as_ref()
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let module = self.modules[&path].as_ref().map_err(|e| {
+            e.clone()
+                .context(format_args!("reading {}", path.display()))
+        })?;
         let file_off = addr - m.start + m.offset;
         let link = module.vaddr_of_offset(file_off).ok_or_else(|| {
-            refused(
+            Error::refused_at(
                 Rule::NotExecutable,
-                format!("{addr:#x} is not in a loaded segment of {}", path.display()),
+                addr,
+                format_args!("is not in a loaded segment of {}", path.display()),
             )
         })?;
         let bias = addr.wrapping_sub(link);
@@ -183,7 +184,10 @@ impl Patcher {
             Some((c, why)) => {
                 let bytes = module
                     .bytes_at(c.wrapping_sub(bias), CAVE_LEN)
-                    .ok_or_else(|| format!("{c:#x}: cave outside the file's code"))?
+                    .ok_or_else(|| {
+                        refused(Rule::Patch, format!("{c:#x}: cave outside the file's code"))
+                            .alike("its entry cave outside the file's code")
+                    })?
                     .to_vec();
                 let name = function_name(module, func.start.wrapping_sub(bias));
                 Some((c, bytes, format!("in {name}: {why}")))
@@ -192,8 +196,7 @@ impl Patcher {
         };
         let orig = file_bytes(world, module, &site, bias, &path)?;
         let module = Some((module.clone(), bias));
-        self.take_window(&site, fend)
-            .map_err(|why| refused(Rule::Patch, why))?;
+        self.take_window(&site, fend)?;
         let orig = if trap.is_some() {
             orig[..1].to_vec()
         } else {
@@ -239,8 +242,9 @@ impl Patcher {
     /// Takes the window of `site` (in a function ending at `fend`): the
     /// continuation sites not patched yet that it meets give their bytes
     /// up; refused if it meets another site's window or a cave; the padding
-    /// it takes after its `ret` or its function is no cave's.
-    fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), String> {
+    /// it takes after its `ret` or its function is no cave's. Refused
+    /// ([`Rule::Patch`]) as the probe at the site's address.
+    fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), Error> {
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
         let meeting: Vec<usize> = self
             .by_window
@@ -268,16 +272,30 @@ impl Patcher {
             .map(|&(_, i)| &self.sites[i])
             .find(|o| o.site.addr < hi && lo < o.site.addr + o.site.len as u64)
         {
-            return Err(format!(
-                "the {} bytes the jump replaces at {lo:#x} overlap those of the probe at {:#x}",
-                site.len, o.site.probe
+            return Err(Error::refused(
+                Rule::Patch,
+                Some(site.probe),
+                format!(
+                    "the {} bytes the jump replaces at {lo:#x} overlap those of the probe at \
+                     {:#x}",
+                    site.len, o.site.probe
+                ),
+            )
+            .alike(
+                "the bytes its jump would replace overlap those of another probe's jump (a \
+                 function starting inside them)",
             ));
         }
         // Nor the cave of another site.
         if let Some(c) = cave_in(&self.caves, lo, hi) {
-            return Err(format!(
-                "the {} bytes the jump replaces at {lo:#x} overlap the near jump's cave at {c:#x}",
-                site.len
+            return Err(Error::refused(
+                Rule::Patch,
+                Some(site.probe),
+                format!(
+                    "the {} bytes the jump replaces at {lo:#x} overlap the near jump's cave at \
+                     {c:#x}",
+                    site.len
+                ),
             ));
         }
         // The padding a window takes is no cave's: after its function, or
@@ -305,7 +323,14 @@ fn file_bytes(
     let orig = module
         .bytes_at(wlink, site.len)
         .filter(|b| b.len() == site.len)
-        .ok_or_else(|| format!("{:#x}: window outside the file's code", site.addr))?
+        .ok_or_else(|| {
+            Error::refused(
+                Rule::Patch,
+                Some(site.addr),
+                format!("{:#x}: window outside the file's code", site.addr),
+            )
+            .alike("its entry window outside the file's code")
+        })?
         .to_vec();
     let mut now = vec![0u8; site.len];
     if world.peek_code(site.addr, &mut now) != site.len || now != orig {
@@ -340,7 +365,12 @@ fn file_bytes(
 fn verify_opcode(world: &World, addr: u64, op: u8) -> Result<(), Error> {
     let mut b = [0u8];
     if world.peek_code(addr, &mut b) != 1 {
-        return Err(Error::other(format!("cannot read {addr:#x}")));
+        return Err(Error::Os {
+            pid: Some(world.pid()),
+            addr: Some(addr),
+            errno: None,
+            message: format!("cannot read {addr:#x}"),
+        });
     }
     if b[0] != op {
         return Err(Error::refused(

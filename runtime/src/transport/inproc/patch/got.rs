@@ -15,6 +15,7 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use super::stubs::AREA_BYTES;
 use super::{Patcher, Planned, mapping_of};
 use crate::proc::procmaps::Mapping;
+use crate::transport::Error;
 use crate::transport::inproc::world::World;
 
 /// Bytes before a GOT site's stub in its area: the address the slot held,
@@ -44,7 +45,7 @@ impl Patcher {
         link: u64,
         bias: u64,
     ) -> Result<usize, crate::transport::Error> {
-        use crate::transport::{Error, Rule};
+        use crate::transport::Rule;
         let name = self.import_name(path, link);
         if let Some(&i) = self.by_probe_addr.get(&slot) {
             let s = &mut self.sites[i];
@@ -55,7 +56,12 @@ impl Patcher {
         }
         let mut held = [0u8; 8];
         if world.peek(slot, &mut held) != 8 {
-            return Err(format!("its GOT slot at {slot:#x} cannot be read").into());
+            return Err(Error::Os {
+                pid: Some(world.pid()),
+                addr: Some(slot),
+                errno: None,
+                message: format!("its GOT slot at {slot:#x} cannot be read"),
+            });
         }
         let target = u64::from_le_bytes(held);
         if !mapping_of(maps, target).is_some_and(|m| m.exec) {
@@ -119,9 +125,9 @@ impl Patcher {
         world: &mut World,
         slot: u64,
         id: u32,
-    ) -> Result<(usize, u64, Vec<u8>, Site), String> {
+    ) -> Result<(usize, u64, Vec<u8>, Site), Error> {
         let try_at = |base: u64, at: u64| -> Option<(u64, Vec<u8>, Site)> {
-            let site = got_site(slot, at).ok()?;
+            let site = got_site(slot, at)?;
             let code = stub::generate(&site, id, base, at + SAVED).ok()?;
             (at + SAVED - base + code.len() as u64 <= AREA_BYTES).then_some((at, code, site))
         };
@@ -133,25 +139,27 @@ impl Patcher {
             return Ok((i, at, code, site));
         }
         let (i, base, at) = self.fresh_area(world, slot)?;
-        let (at, code, site) = try_at(base, at)
-            .ok_or_else(|| format!("generating the stub of the GOT slot at {slot:#x}"))?;
+        let (at, code, site) = try_at(base, at).ok_or_else(|| {
+            Error::arm(format!("generating the stub of the GOT slot at {slot:#x}"))
+        })?;
         Ok((i, at, code, site))
     }
 }
 
 /// The site of the GOT slot at `slot` whose original address is kept at
 /// `saved`: the 8 bytes of the slot, and, as its one displaced
-/// instruction, the jump through the saved address (`jmp *saved(%rip)`).
-fn got_site(slot: u64, saved: u64) -> Result<Site, String> {
+/// instruction, the jump through the saved address (`jmp *saved(%rip)`);
+/// `None` when that instruction cannot be made.
+fn got_site(slot: u64, saved: u64) -> Option<Site> {
     let mut j = Instruction::with1(
         Code::Jmp_rm64,
         MemoryOperand::with_base_displ(Register::RIP, saved as i64),
     )
-    .map_err(|e| e.to_string())?;
+    .ok()?;
     j.set_ip(slot);
     j.set_len(6);
     j.set_next_ip(slot + 6);
-    Ok(Site {
+    Some(Site {
         probe: slot,
         addr: slot,
         displaced: vec![j],

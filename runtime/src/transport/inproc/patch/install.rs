@@ -3,24 +3,28 @@
 
 use super::Patcher;
 use super::stubs::SLOT_OFF;
+use crate::transport::Error;
 use crate::transport::inproc::journal::{Entry, Journal};
 use crate::transport::inproc::world::World;
 
 impl Patcher {
     /// Writes the stub areas (with `dispatch` in their slots), journals the
-    /// sites, then writes every jump. The target must be stopped.
+    /// sites, then writes every jump. The target must be stopped. A
+    /// failure names the process and the address (and the errno, when
+    /// known).
     pub(in crate::transport::inproc) fn install(
         &mut self,
         world: &World,
         dispatch: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
+        let pid = world.pid();
         for a in &mut self.areas {
             a.code[SLOT_OFF as usize..SLOT_OFF as usize + 8]
                 .copy_from_slice(&dispatch.to_le_bytes());
             let n = a.next.next_multiple_of(16) as usize;
-            world
-                .poke(a.base, &a.code[..n])
-                .map_err(|e| format!("writing stubs: {e:#}"))?;
+            world.poke(a.base, &a.code[..n]).map_err(|e| {
+                Error::anyhow(Some(pid), &e, format!("writing stubs: {e:#}")).at(a.base)
+            })?;
         }
         let entries: Vec<Entry> = self.sites[self.journaled..]
             .iter()
@@ -48,12 +52,18 @@ impl Patcher {
         }
         let j = match &mut self.journal {
             Some(j) => j,
-            None => self
-                .journal
-                .insert(Journal::create(world.pid()).map_err(|e| e.to_string())?),
+            None => self.journal.insert(
+                Journal::create(pid).map_err(|e| Error::io(Some(pid), None, &e, e.to_string()))?,
+            ),
         };
-        j.record(&entries)
-            .map_err(|e| format!("writing the patch journal: {e}"))?;
+        j.record(&entries).map_err(|e| {
+            Error::io(
+                Some(pid),
+                None,
+                &e,
+                format!("writing the patch journal: {e}"),
+            )
+        })?;
         self.journaled = self.sites.len();
         // The caves first (the near jumps go there), then the windows;
         // the writes of each pass that fall in one page are one write
@@ -96,17 +106,18 @@ fn poke_by_page(
     world: &World,
     mut writes: Vec<(u64, &[u8], usize)>,
     what: &str,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, Error> {
     const PAGE: u64 = 4096;
     writes.sort_by_key(|&(addr, _, _)| addr);
     let mut done = Vec::with_capacity(writes.len());
     let mut buf: Vec<u8> = Vec::new();
-    let fail = |addr: u64, e: &dyn std::fmt::Display| {
-        if what.is_empty() {
+    let fail = |addr: u64, e: &anyhow::Error| {
+        let message = if what.is_empty() {
             format!("patching {addr:#x}: {e:#}")
         } else {
             format!("patching {what} {addr:#x}: {e:#}")
-        }
+        };
+        Error::anyhow(Some(world.pid()), e, message).at(addr)
     };
     let mut k = 0;
     while k < writes.len() {

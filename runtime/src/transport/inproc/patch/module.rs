@@ -7,19 +7,20 @@ use std::path::{Path, PathBuf};
 
 use super::Patcher;
 use crate::proc::procmaps::Mapping;
+use crate::transport::Error;
 use crate::transport::inproc::code::ModuleCode;
 
 /// Module files read on a thread of their own: those not received yet,
 /// and the channel each read comes back by.
 pub(super) type AheadReads = (
     std::collections::HashSet<PathBuf>,
-    std::sync::mpsc::Receiver<(PathBuf, Result<std::sync::Arc<ModuleCode>, String>)>,
+    std::sync::mpsc::Receiver<(PathBuf, Result<std::sync::Arc<ModuleCode>, Error>)>,
 );
 
 impl Patcher {
     /// The code of module file `p`, read at its first need, or received
     /// from the thread that reads it ahead.
-    pub(super) fn module(&mut self, p: &Path) -> &Result<std::sync::Arc<ModuleCode>, String> {
+    pub(super) fn module(&mut self, p: &Path) -> &Result<std::sync::Arc<ModuleCode>, Error> {
         if !self.modules.contains_key(p) {
             if let Some((waiting, rx)) = &mut self.ahead
                 && waiting.contains(p)

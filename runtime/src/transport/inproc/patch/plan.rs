@@ -41,13 +41,10 @@ impl Patcher {
     ) -> Result<usize, Error> {
         if let Some(&i) = self.by_probe_addr.get(&addr) {
             if self.sites[i].kind != site_kind::PROBE {
-                return Err(Error::refused(
+                return Err(Error::refused_at(
                     Rule::Patch,
-                    Some(addr),
-                    format!(
-                        "{addr:#x} is a `ret` where a return probe's calls return: a probe \
-                         cannot share it"
-                    ),
+                    addr,
+                    "is a `ret` where a return probe's calls return: a probe cannot share it",
                 ));
             }
             return Ok(i);
@@ -69,15 +66,19 @@ impl Patcher {
         addr: u64,
     ) -> Result<usize, Error> {
         if let Some(&i) = self.by_probe_addr.get(&addr) {
+            let probe = self.sites[i].site.probe;
             return Err(Error::refused(
                 Rule::Patch,
                 Some(addr),
                 format!(
                     "{addr:#x}, where the dynamic linker reports library changes, has a probe's \
-                     site ({}) already",
-                    self.sites[i].site.probe
+                     site ({probe}) already"
                 ),
-            ));
+            )
+            .alike(format!(
+                "its entry where the dynamic linker reports library changes, has a probe's site \
+                 ({probe}) already"
+            )));
         }
         let mut c = self.check(world, maps, addr, None, Shape::Probe)?;
         let why = "the dynamic linker's library event".to_string();
@@ -89,7 +90,8 @@ impl Patcher {
             let mut code = [0u8; 16];
             let n = world.peek(addr, &mut code);
             let ret = code.first() == Some(&0xc3);
-            let site = window::plan_trap(addr, &code[..n], ret).map_err(|r| r.to_string())?;
+            let site = window::plan_trap(addr, &code[..n], ret)
+                .map_err(|r| Error::refused(Rule::Patch, Some(addr), r.to_string()))?;
             c = Checked {
                 site,
                 orig: code[..1].to_vec(),
@@ -149,17 +151,22 @@ impl Patcher {
                 c.site.addr
             ));
             nearjump::near_patch(&c.site, *at).ok_or_else(|| {
-                format!("the cave at {at:#x} is out of reach of {:#x}", c.site.addr)
+                Error::arm(format!(
+                    "the cave at {at:#x} is out of reach of {:#x}",
+                    c.site.addr
+                ))
             })?
         } else {
-            stub::site_patch(&c.site, stub_addr).map_err(|e| e.to_string())?
+            stub::site_patch(&c.site, stub_addr).map_err(|e| Error::arm(e.to_string()))?
         };
         let cave = match c.cave {
             Some((addr, orig, _)) => Some(Cave {
                 addr,
                 orig,
                 patch: nearjump::cave_patch(addr, stub_addr).ok_or_else(|| {
-                    format!("the stub at {stub_addr:#x} is out of reach of the cave at {addr:#x}")
+                    Error::arm(format!(
+                        "the stub at {stub_addr:#x} is out of reach of the cave at {addr:#x}"
+                    ))
                 })?,
             }),
             None => None,

@@ -48,11 +48,16 @@ impl Patcher {
         opcode: Option<u8>,
     ) -> Result<usize, Error> {
         self.read_ahead(maps);
-        let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
+        let m = mapping_of(maps, addr)
+            .ok_or_else(|| Error::refused_at(Rule::NotExecutable, addr, "is not mapped"))?;
         let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
         let module = match self.module(&path) {
             Ok(m) => m.clone(),
-            Err(e) => return Err(format!("reading {}: {e}", path.display()).into()),
+            Err(e) => {
+                return Err(e
+                    .clone()
+                    .context(format_args!("reading {}", path.display())));
+            }
         };
         let file_off = addr - m.start + m.offset;
         if let Some(link) = module.vaddr_of_offset(file_off)
@@ -72,19 +77,18 @@ impl Patcher {
             Some(_) => None,
             None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
         };
-        let m = mapping_of(maps, addr).ok_or_else(|| format!("{addr:#x} is not mapped"))?;
+        let m = mapping_of(maps, addr)
+            .ok_or_else(|| Error::refused_at(Rule::NotExecutable, addr, "is not mapped"))?;
         let module = self
             .modules
             .get(&path)
             .and_then(|r| r.as_ref().ok())
-            .ok_or_else(|| format!("reading {}", path.display()))?;
+            .ok_or_else(|| Error::file(&path, format!("reading {}", path.display())))?;
         // The entry's refusal first, as when it is checked alone.
         let mut found = match module.return_sites(file_off) {
             Ok(f) => f,
             Err(e) => {
-                return Err(entry
-                    .and_then(Result::err)
-                    .unwrap_or_else(|| Error::refused(Rule::Returns, Some(addr), e)));
+                return Err(entry.and_then(Result::err).unwrap_or_else(|| e.at(addr)));
             }
         };
         // Where the module's GOT sends each function it tail-calls: the
@@ -172,10 +176,10 @@ impl Patcher {
         }
         let s = &mut self.sites[i];
         if s.kind != site_kind::PROBE {
-            return Err(Error::refused(
+            return Err(Error::refused_at(
                 Rule::Patch,
-                Some(addr),
-                format!("{addr:#x} is a return site of another function"),
+                addr,
+                "is a return site of another function",
             ));
         }
         if !s.ret_tags.contains(&tag) {
@@ -371,23 +375,18 @@ impl Patcher {
 /// those takes no jump).
 fn no_returns(function: &str, path: &Path, addr: u64, outside_refused: bool) -> Error {
     if outside_refused {
+        let why = "has no `ret` instruction of its own, and one of the `ret`s of the function of \
+                   another module it tail-calls takes no jump (a trap there would stop every call \
+                   of that function in the process): --transport inproc cannot observe its \
+                   returns; use --transport ptrace";
         return Error::refused(
             Rule::Returns,
             Some(addr),
-            format!(
-                "{function} in {} has no `ret` instruction of its own, and one of the `ret`s of \
-                 the function of another module it tail-calls takes no jump (a trap there would \
-                 stop every call of that function in the process): --transport inproc cannot \
-                 observe its returns; use --transport ptrace",
-                path.display()
-            ),
-        );
+            format!("{function} in {} {why}", path.display()),
+        )
+        .alike(format!("it {why}"));
     }
-    Error::refused(
-        Rule::Returns,
-        Some(addr),
-        crate::transport::retsites::no_ret(function, path, "inproc"),
-    )
+    crate::transport::retsites::no_ret(function, path, "inproc", Some(addr))
 }
 
 /// Whether the windows of `a` and `b` meet.

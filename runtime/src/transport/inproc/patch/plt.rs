@@ -146,10 +146,10 @@ impl Patcher {
         let entry = match self.by_probe_addr.get(&addr) {
             Some(&i) if self.sites[i].kind == site_kind::PROBE => Ok(i),
             Some(_) => {
-                return Err(Error::refused(
+                return Err(Error::refused_at(
                     Rule::Patch,
-                    Some(addr),
-                    format!("{addr:#x} is a return site of another function"),
+                    addr,
+                    "is a return site of another function",
                 ));
             }
             None => Err(self.check(world, maps, addr, opcode, Shape::Probe)?),

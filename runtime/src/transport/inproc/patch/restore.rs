@@ -7,17 +7,19 @@ use agent_abi::site_kind;
 
 use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
+use crate::transport::Error;
 use crate::transport::inproc::world::World;
 
 impl Patcher {
     /// Puts the original bytes back wherever our jump still is (the target
     /// stopped); returns the sites the process rewrote meanwhile, left as
     /// they are: (address, first byte found). Removes the journal when
-    /// every site is done.
+    /// every site is done. A failure names the process and the address.
     pub(in crate::transport::inproc) fn restore(
         &mut self,
         world: &World,
-    ) -> Result<Vec<(u64, u8)>, String> {
+    ) -> Result<Vec<(u64, u8)>, Error> {
+        let pid = world.pid();
         let mut left = Vec::new();
         let mut first_err = None;
         // A thread between a near jump and its cave's jump goes on at the
@@ -38,9 +40,10 @@ impl Patcher {
                 .iter()
                 .find(|s| s.patched && s.cave.as_ref().is_some_and(|c| c.addr == pc))
             {
-                world
-                    .set_pc(tid, s.stub)
-                    .map_err(|e| format!("moving thread {tid} from the cave at {pc:#x}: {e:#}"))?;
+                world.set_pc(tid, s.stub).map_err(|e| {
+                    let message = format!("moving thread {tid} from the cave at {pc:#x}: {e:#}");
+                    Error::anyhow(Some(pid), &e, message).at(pc)
+                })?;
             }
         }
         for s in &mut self.sites {
@@ -62,7 +65,10 @@ impl Patcher {
             match world.poke(s.site.addr, &s.orig) {
                 Ok(()) => s.patched = false,
                 Err(e) => {
-                    first_err.get_or_insert_with(|| format!("{e:#}"));
+                    let at = s.site.addr;
+                    first_err.get_or_insert_with(|| {
+                        Error::anyhow(Some(pid), &e, format!("{e:#}")).at(at)
+                    });
                     continue;
                 }
             }
@@ -73,7 +79,9 @@ impl Patcher {
                     && now == c.patch
                     && let Err(e) = world.poke(c.addr, &c.orig)
                 {
-                    first_err.get_or_insert_with(|| format!("{e:#}"));
+                    first_err.get_or_insert_with(|| {
+                        Error::anyhow(Some(pid), &e, format!("{e:#}")).at(c.addr)
+                    });
                 }
             }
         }

@@ -6,6 +6,7 @@ use agent_abi::site_kind;
 use agent_loader::stub::{self, Site};
 
 use super::{Area, Patcher, Planned};
+use crate::transport::Error;
 use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::plans::StubKey;
 use crate::transport::inproc::world::World;
@@ -60,7 +61,7 @@ impl Patcher {
         &mut self,
         world: &mut World,
         near: u64,
-    ) -> Result<(usize, u64, u64), String> {
+    ) -> Result<(usize, u64, u64), Error> {
         self.new_area(world, near)?;
         let i = self.areas.len() - 1;
         let base = self.areas[i].base;
@@ -78,7 +79,7 @@ impl Patcher {
         site: &Site,
         id: u32,
         module: Option<&(std::sync::Arc<ModuleCode>, u64)>,
-    ) -> Result<(usize, u64, Vec<u8>), String> {
+    ) -> Result<(usize, u64, Vec<u8>), Error> {
         let key =
             |base: u64, at: u64| module.map(|(_, bias)| StubKey::of(site, id, base, at, *bias));
         // The stub, and whether it was generated (not kept).
@@ -127,13 +128,13 @@ impl Patcher {
         }
         let (i, base, at) = self.fresh_area(world, site.addr)?;
         let (code, fresh) = generate(base, at).map_err(|e| {
-            if last.is_empty() {
+            Error::arm(if last.is_empty() {
                 e
             } else {
                 format!("{e} ({last})")
-            }
+            })
         })?;
-        stub::site_patch(site, at).map_err(|e| e.to_string())?;
+        stub::site_patch(site, at).map_err(|e| Error::arm(e.to_string()))?;
         if fresh {
             keep(base, at, &code);
         }
@@ -142,19 +143,31 @@ impl Patcher {
 
     /// Maps a new stub area within rel32 reach of `near` (its trampoline
     /// written, its dispatch slot empty until `install`).
-    pub(super) fn new_area(&mut self, world: &mut World, near: u64) -> Result<(), String> {
+    /// A failure names the process, the address and the errno.
+    pub(super) fn new_area(&mut self, world: &mut World, near: u64) -> Result<(), Error> {
+        let pid = world.pid();
         let base = {
-            let mut t = world.target(world.runner().map_err(|e| e.to_string())?);
+            let runner = world
+                .runner()
+                .map_err(|e| Error::anyhow(Some(pid), &e, e.to_string()))?;
+            let mut t = world.target(runner);
             agent_loader::loader::map_near(
                 &mut t,
                 near,
                 AREA_BYTES,
                 libc::PROT_READ | libc::PROT_EXEC,
             )
-            .map_err(|e| format!("mapping a stub area near {near:#x}: {e:#}"))?
+            .map_err(|e| {
+                Error::anyhow(
+                    Some(pid),
+                    &e,
+                    format!("mapping a stub area near {near:#x}: {e:#}"),
+                )
+                .at(near)
+            })?
         };
         let mut code = vec![0xCCu8; AREA_BYTES as usize];
-        let tr = stub::trampoline(base + SLOT_OFF, base).map_err(|e| e.to_string())?;
+        let tr = stub::trampoline(base + SLOT_OFF, base).map_err(|e| Error::arm(e.to_string()))?;
         code[..tr.len()].copy_from_slice(&tr);
         code[SLOT_OFF as usize..SLOT_OFF as usize + 8].fill(0);
         self.areas.push(Area {
@@ -172,7 +185,7 @@ impl Patcher {
         &mut self,
         world: &mut World,
         near: u64,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, Error> {
         let id = self.sites.len() as u32;
         let fits = |a: &Area| -> Option<(u64, Vec<u8>)> {
             let at = a.next_stub();
@@ -187,7 +200,8 @@ impl Patcher {
                 self.areas.len() - 1
             }
         };
-        let (at, code) = fits(&self.areas[area]).ok_or("no room for a watchpoint's stub")?;
+        let (at, code) =
+            fits(&self.areas[area]).ok_or_else(|| Error::arm("no room for a watchpoint's stub"))?;
         self.areas[area].put(at, &code);
         self.push_site(Planned {
             site: Site {

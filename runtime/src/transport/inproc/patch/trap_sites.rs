@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::Patcher;
+use crate::transport::Error;
 
 impl Patcher {
     /// Whether some site traps instead of jumping.
@@ -24,8 +25,9 @@ impl Patcher {
     /// Writes the `int3` of every trap site (the process's threads seized
     /// by `traps::Traps`, so that a trap is never delivered as a signal),
     /// journaled first in the ptrace transport's journal, which its
-    /// watchdog restores if wprobe dies.
-    pub(in crate::transport::inproc) fn arm_traps(&mut self, pid: i32) -> Result<(), String> {
+    /// watchdog restores if wprobe dies. A failure names the process, the
+    /// address and the errno.
+    pub(in crate::transport::inproc) fn arm_traps(&mut self, pid: i32) -> Result<(), Error> {
         if !self.has_traps() {
             return Ok(());
         }
@@ -33,12 +35,18 @@ impl Patcher {
             .read(true)
             .write(true)
             .open(format!("/proc/{pid}/mem"))
-            .map_err(|e| format!("opening /proc/{pid}/mem: {e}"))?;
+            .map_err(|e| Error::io(Some(pid), None, &e, format!("opening /proc/{pid}/mem: {e}")))?;
         let j = match &mut self.trap_journal {
             Some(j) => j,
             None => self.trap_journal.insert(
-                crate::transport::common::journal::Journal::create(pid)
-                    .map_err(|e| format!("writing the trap journal: {e}"))?,
+                crate::transport::common::journal::Journal::create(pid).map_err(|e| {
+                    Error::io(
+                        Some(pid),
+                        None,
+                        &e,
+                        format!("writing the trap journal: {e}"),
+                    )
+                })?,
             ),
         };
         let patches: Vec<(u64, u8, u64)> = self.sites[self.traps_journaled..]
@@ -46,8 +54,14 @@ impl Patcher {
             .filter(|s| s.trap.is_some())
             .map(|s| (s.site.addr, s.orig[0], s.inode))
             .collect();
-        j.record_all(&patches)
-            .map_err(|e| format!("writing the trap journal: {e}"))?;
+        j.record_all(&patches).map_err(|e| {
+            Error::io(
+                Some(pid),
+                None,
+                &e,
+                format!("writing the trap journal: {e}"),
+            )
+        })?;
         self.traps_journaled = self.sites.len();
         for s in self
             .sites
@@ -57,10 +71,15 @@ impl Patcher {
             match crate::sys::mem::pwrite(&mem, &s.patch, s.site.addr) {
                 Ok(1) => s.patched = true,
                 r => {
-                    return Err(format!(
-                        "writing a trap at {:#x} in process {pid}: {r:?}",
-                        s.site.addr
-                    ));
+                    return Err(Error::Os {
+                        pid: Some(pid),
+                        addr: Some(s.site.addr),
+                        errno: r.as_ref().err().map(|&e| e as i32),
+                        message: format!(
+                            "writing a trap at {:#x} in process {pid}: {r:?}",
+                            s.site.addr
+                        ),
+                    });
                 }
             }
         }

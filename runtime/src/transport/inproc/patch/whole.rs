@@ -21,6 +21,7 @@ use super::stubs::AREA_BYTES;
 use super::{Cave, Patcher, Planned, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
+use crate::transport::{Error, Rule};
 
 /// A function run as a relocated copy.
 #[derive(Clone, Debug)]
@@ -199,7 +200,11 @@ impl Patcher {
     fn copy_rule(&mut self, maps: &[Mapping], addr: u64) -> Result<Whole, String> {
         let m = mapping_of(maps, addr).ok_or("not mapped")?;
         let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
-        let module = self.module(&path).as_ref().map_err(Clone::clone)?.clone();
+        let module = self
+            .module(&path)
+            .as_ref()
+            .map_err(|e| e.to_string())?
+            .clone();
         let link = module
             .vaddr_of_offset(addr - m.start + m.offset)
             .ok_or("not in a loaded segment")?;
@@ -364,7 +369,10 @@ impl Patcher {
                 ret: Some(insn),
             };
             let id = self.sites.len() as u32;
-            let (area, at, code) = self.stub_for(world, &site, id, None)?;
+            // Why no copy, in words (a note of the trap instead).
+            let (area, at, code) = self
+                .stub_for(world, &site, id, None)
+                .map_err(|e| e.to_string())?;
             let a = &mut self.areas[area];
             let off = (at - a.base) as usize;
             a.code[off..off + code.len()].copy_from_slice(&code);
@@ -482,7 +490,7 @@ impl Patcher {
                 Err(e) => last = e,
             }
         }
-        self.new_area(world, from)?;
+        self.new_area(world, from).map_err(|e| e.to_string())?;
         let i = self.areas.len() - 1;
         let base = self.areas[i].base;
         let at = base + super::stubs::STUBS_OFF;
@@ -501,12 +509,16 @@ impl Patcher {
 
     /// Refuses a window at `addr` inside a function that runs as a copy
     /// (but at its entry): the original's code there never runs.
-    pub(super) fn outside_copies(&self, addr: u64) -> Result<(), String> {
+    pub(super) fn outside_copies(&self, addr: u64) -> Result<(), Error> {
         match self.copies.iter().find(|c| c.start < addr && addr < c.end) {
-            Some(c) => Err(format!(
-                "{addr:#x} is inside {}, whose calls run a relocated copy of it (its `ret`s have \
-                 no room for a jump)",
-                c.name
+            Some(c) => Err(Error::refused_at(
+                Rule::Patch,
+                addr,
+                format_args!(
+                    "is inside {}, whose calls run a relocated copy of it (its `ret`s have no \
+                     room for a jump)",
+                    c.name
+                ),
             )),
             None => Ok(()),
         }
