@@ -304,6 +304,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     };
     let mut tree = Tree::new(filters, Views { list });
     tree.set_switches(switches);
+    tree.set_throwers(table.iter().map(funcs::throws).collect());
     let state = Rc::new(RefCell::new(TraceState::new(probes, tree)));
     session.set_record_hook(Box::new(Hook(state.clone())));
 

@@ -39,6 +39,8 @@ mod sandbox;
 mod scale;
 mod system_wide;
 mod trace;
+mod trace_daemon;
+mod trace_exceptions;
 mod trace_ucontext;
 mod tracer_death;
 mod transport_seam;
@@ -87,6 +89,8 @@ fn main() {
         scale::CASES,
         system_wide::CASES,
         trace::CASES,
+        trace_daemon::CASES,
+        trace_exceptions::CASES,
         trace_ucontext::CASES,
         tracer_death::CASES,
         transport_seam::CASES,

@@ -81,6 +81,25 @@ pub fn switches_stack(f: &Func) -> bool {
     matches!(base, "swapcontext" | "__swapcontext")
 }
 
+/// Whether calls of `f` raise or resume a C++ exception (`__cxa_throw`,
+/// `__cxa_rethrow`, `_Unwind_Resume`, ..., or their PLT entries): the calls
+/// an exception leaves while one of them is open are closed at the catch
+/// (or the landing pad that proves them left), as uftrace shows them.
+/// (`_Unwind_ForcedUnwind`, `pthread_exit`'s and `pthread_cancel`'s, is not
+/// an exception.)
+pub fn throws(f: &Func) -> bool {
+    let base = f.name.split('@').next().unwrap_or("");
+    matches!(
+        base,
+        "__cxa_throw"
+            | "__cxa_rethrow"
+            | "_Unwind_Resume"
+            | "_Unwind_RaiseException"
+            | "_Unwind_Resume_or_Rethrow"
+            | "_ZSt17rethrow_exceptionNSt15__exception_ptr13exception_ptrE"
+    )
+}
+
 /// A function that is not traced, and why (listed at start).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotTraced {

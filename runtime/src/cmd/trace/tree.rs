@@ -91,6 +91,19 @@ pub enum Cause {
     /// A call a fork child inherited from its parent's thread, still open
     /// when the child ended: its return (if any) was not reported.
     Inherited,
+    /// A C++ exception unwound through it: closed at the catch (the event
+    /// that proved it left: the landing pad's first traced call, the catch's
+    /// `__cxa_begin_catch`, an outer call's return), and shown as uftrace
+    /// shows it, an ordinary exit, in the duration view. Told apart when
+    /// the function that threw is traced (`--plt`: `__cxa_throw@plt`,
+    /// `_Unwind_Resume@plt`; see `funcs::throws`).
+    Exception,
+    /// Its process ended while a fork child continued it: the process
+    /// forked from its only thread in calls and ended with no traced call
+    /// or return since (a daemon's parent leaving `daemon()` by `_exit`).
+    /// The child's tree closes the call; the duration view shows no exit
+    /// line for it here, as uftrace does.
+    InChild,
 }
 
 impl Cause {
@@ -103,6 +116,8 @@ impl Cause {
             Cause::ThreadExit => "unwound: thread exit",
             Cause::ProcessEnded => "unwound: process ended",
             Cause::Inherited => "return not seen: a call inherited at fork",
+            Cause::Exception => "unwound: exception",
+            Cause::InChild => "continued in a fork child",
         }
     }
 }
@@ -204,6 +219,13 @@ struct ThreadState {
     parked: Vec<Vec<Frame>>,
     /// Depth of the next call shown.
     shown: u32,
+    /// A C++ exception is unwinding the thread's calls (a call was closed
+    /// by it, and no call entered or returned since).
+    throwing: bool,
+    /// A fork child (this pid) continues the thread's open calls: the
+    /// process forked from this thread (its only one in calls), no call
+    /// entered or returned in it since, and the child did not exec.
+    continued: Option<i32>,
     last_ns: u64,
     /// Held-back steps (`--min-duration`), and where the entry of each
     /// open call is among them (`None`: already handed on).
@@ -318,6 +340,8 @@ pub struct Tree<S: Sink> {
     dropped: Vec<bool>,
     /// Functions that switch stacks (`swapcontext`).
     switches: Vec<bool>,
+    /// Functions that raise or resume a C++ exception (`__cxa_throw`).
+    throwers: Vec<bool>,
     /// The counters.
     pub counters: Counters,
     /// Where steps go.
@@ -334,6 +358,7 @@ impl<S: Sink> Tree<S> {
             filters,
             dropped: Vec::new(),
             switches: Vec::new(),
+            throwers: Vec::new(),
             counters: Counters::default(),
             sink,
         }
@@ -356,6 +381,25 @@ impl<S: Sink> Tree<S> {
 
     fn switches(&self, func: FuncId) -> bool {
         self.switches.get(func as usize).copied().unwrap_or(false)
+    }
+
+    /// Per function: whether its calls raise or resume a C++ exception
+    /// (`__cxa_throw`, `_Unwind_Resume`).
+    pub fn set_throwers(&mut self, throwers: Vec<bool>) {
+        self.throwers = throwers;
+    }
+
+    /// Whether the calls of `th` from index `from` up end by a C++
+    /// exception: the thread is unwinding one, or one of them is a call of
+    /// a function that throws.
+    fn by_exception(&self, th: Thread, from: usize) -> bool {
+        self.threads.get(th).is_some_and(|st| {
+            st.throwing
+                || st.stack.get(from..).is_some_and(|s| {
+                    s.iter()
+                        .any(|f| self.throwers.get(f.func as usize).copied() == Some(true))
+                })
+        })
     }
 
     /// The call of `func` entered with `rsp` among the open calls of `th`:
@@ -389,8 +433,8 @@ impl<S: Sink> Tree<S> {
     /// up to the innermost open switch call among them are of stacks the
     /// thread switched away from, parked (a group per switch call); those
     /// above it (or all, with no switch call among them) were left
-    /// unreported, closed as unwound at `end`.
-    fn end_above(&mut self, th: Thread, k: usize, end: u64) {
+    /// unreported, closed as unwound (by `cause`) at `end`.
+    fn end_above(&mut self, th: Thread, k: usize, end: u64, cause: Cause) {
         let Some(st) = self.threads.get(th) else {
             return;
         };
@@ -411,7 +455,7 @@ impl<S: Sink> Tree<S> {
                 // (unseen), as the forking call did.
                 How::Returned
             } else {
-                How::Unwound(Cause::OuterReturned)
+                How::Unwound(cause)
             };
             self.close(th, end, how, None, &[]);
         }
@@ -499,6 +543,8 @@ impl<S: Sink> Tree<S> {
         }
         let st = self.thread(th, rsp, None);
         st.last_ns = st.last_ns.max(time_ns);
+        st.throwing = false;
+        st.continued = None;
         let in_filter = !has_filter || hit || st.stack.last().is_some_and(|f| f.in_filter);
         let notraced = notrace || st.stack.last().is_some_and(|f| f.notraced);
         let depth = st.shown;
@@ -563,6 +609,7 @@ impl<S: Sink> Tree<S> {
         }
         let st = self.thread(th, entry_rsp, Some(func));
         st.last_ns = st.last_ns.max(time_ns);
+        st.continued = None;
         let Some(k) = self.find_call(th, func, entry_rsp) else {
             self.counters.orphan_returns += 1;
             return;
@@ -575,8 +622,16 @@ impl<S: Sink> Tree<S> {
             .entry_ns
             .saturating_add(elapsed_ns)
             .max(st.stack[k].entry_ns);
-        self.end_above(th, k, end);
+        let cause = if self.by_exception(th, k + 1) {
+            Cause::Exception
+        } else {
+            Cause::OuterReturned
+        };
+        self.end_above(th, k, end, cause);
         self.close(th, end, How::Returned, Some(rax), extras);
+        if let Some(st) = self.threads.get_mut(th) {
+            st.throwing = false;
+        }
     }
 
     /// A fork child's thread enters a call at `rsp`: the inherited calls
@@ -613,7 +668,22 @@ impl<S: Sink> Tree<S> {
             .get(th)
             .expect("invariant: find_call found the thread");
         let end = time_ns.max(st.stack[k].entry_ns);
-        self.end_above(th, k, end);
+        // A C++ exception leaving it: the calls it leaves until the thread
+        // enters or returns from a call are left by it too.
+        let how = match how {
+            How::Unwound(Cause::Reported) if self.by_exception(th, k) => {
+                if let Some(st) = self.threads.get_mut(th) {
+                    st.throwing = true;
+                }
+                How::Unwound(Cause::Exception)
+            }
+            h => h,
+        };
+        let above = match how {
+            How::Unwound(Cause::Exception) => Cause::Exception,
+            _ => Cause::OuterReturned,
+        };
+        self.end_above(th, k, end, above);
         self.close(th, end, how, None, &[]);
     }
 
@@ -641,12 +711,22 @@ impl<S: Sink> Tree<S> {
     /// Process `child` forked from `parent`: its first thread continues
     /// the forking thread's open calls.
     pub fn forked(&mut self, child: i32, parent: i32) {
-        let stacks: Vec<Vec<Frame>> = self
+        let parents: Vec<Thread> = self
             .threads
             .iter()
             .filter(|(t, s)| t.pid == parent && !s.stack.is_empty())
-            .map(|(_, s)| s.stack.clone())
+            .map(|(t, _)| t)
             .collect();
+        let stacks: Vec<Vec<Frame>> = parents
+            .iter()
+            .filter_map(|&t| self.threads.get(t))
+            .map(|s| s.stack.clone())
+            .collect();
+        if let [th] = parents[..]
+            && let Some(st) = self.threads.get_mut(th)
+        {
+            st.continued = Some(child);
+        }
         if !stacks.is_empty() {
             self.forked.insert(child, stacks);
         }
@@ -669,6 +749,15 @@ impl<S: Sink> Tree<S> {
             }
         }
         self.forked.remove(&pid);
+        if how == How::Unwound(Cause::Exec) {
+            // A child that executed a program continues no call of its
+            // parent's.
+            for st in &mut self.threads.states {
+                if st.continued == Some(pid) {
+                    st.continued = None;
+                }
+            }
+        }
     }
 
     /// Closes every open call of every thread (the trace ends).
@@ -716,11 +805,15 @@ impl<S: Sink> Tree<S> {
             How::Unwound(Cause::ProcessEnded | Cause::Exec) | How::Running if f.inherited => {
                 How::Unwound(Cause::Inherited)
             }
+            How::Unwound(Cause::ProcessEnded) if st.continued.is_some() => {
+                How::Unwound(Cause::InChild)
+            }
             h => h,
         };
         match how {
             _ if f.inherited => {}
-            How::Returned => self.counters.returned += 1,
+            // It returns (or not) in the child, which counts it.
+            How::Returned | How::Unwound(Cause::InChild) => self.counters.returned += 1,
             How::Unwound(_) => self.counters.unwound += 1,
             How::Running => self.counters.running += 1,
         }

@@ -220,6 +220,75 @@ fn reported_unwinds_and_orphan_returns() {
     assert_eq!(t.counters.orphan_returns, 1);
 }
 
+/// A C++ exception (3: `__cxa_throw`, thrown in 2, caught in 0): the
+/// calls it leaves, reported one by one innermost first as under
+/// `inproc`, are closed as left by it, up to the thread's next entry; a
+/// later unwind without a thrower open stays a plain one.
+#[test]
+fn calls_an_exception_leaves_are_closed_as_left_by_it() {
+    let mut t = tree(Filters::default());
+    t.set_throwers(vec![false, false, false, true]);
+    t.enter(T, 0, 0, 0x1000, 0, &[]);
+    t.enter(T, 1, 10, 0x0f00, 0, &[]);
+    t.enter(T, 2, 20, 0x0e00, 0, &[]);
+    t.enter(T, 3, 30, 0x0d00, 0, &[]);
+    t.unwound(T, 3, 0x0d00, How::Unwound(Cause::Reported));
+    t.unwound(T, 2, 0x0e00, How::Unwound(Cause::Reported));
+    t.unwound(T, 1, 0x0f00, How::Unwound(Cause::Reported));
+    // The catch's first call; then a `longjmp`-like unwind.
+    t.enter(T, 2, 40, 0x0f00, 0, &[]);
+    t.unwound(T, 2, 0x0f00, How::Unwound(Cause::Reported));
+    t.exit(T, 0, 100, 0, 0x1000, 100, &[]);
+    assert_eq!(
+        brief(&t.sink.0),
+        [
+            "0>0",
+            "1>1",
+            "2>2",
+            "3>3",
+            "3<3 0/0 Unwound(Exception)",
+            "2<2 10/10 Unwound(Exception)",
+            "1<1 20/10 Unwound(Exception)",
+            "1>2",
+            "1<2 0/0 Unwound(Reported)",
+            "0<0 100/80"
+        ]
+    );
+}
+
+/// Under `ptrace` the calls above a call that returns (the unwinder
+/// resumed at its return address) are closed by that return: left by the
+/// exception when a thrower is among them, else as before.
+#[test]
+fn a_return_past_a_thrower_closes_the_calls_as_left_by_the_exception() {
+    let mut t = tree(Filters::default());
+    t.set_throwers(vec![false, false, false, true]);
+    t.enter(T, 0, 0, 0x1000, 0, &[]);
+    t.enter(T, 1, 10, 0x0f00, 0, &[]);
+    t.enter(T, 2, 20, 0x0e00, 0, &[]);
+    t.enter(T, 3, 30, 0x0d00, 0, &[]);
+    t.exit(T, 1, 50, 0, 0x0f00, 40, &[]);
+    t.enter(T, 1, 60, 0x0f00, 0, &[]);
+    t.enter(T, 2, 70, 0x0e00, 0, &[]);
+    t.exit(T, 1, 80, 0, 0x0f00, 20, &[]);
+    t.exit(T, 0, 100, 0, 0x1000, 100, &[]);
+    let hows: Vec<String> = brief(&t.sink.0)
+        .into_iter()
+        .filter(|s| s.contains('<'))
+        .collect();
+    assert_eq!(
+        hows,
+        [
+            "3<3 20/20 Unwound(Exception)",
+            "2<2 30/10 Unwound(Exception)",
+            "1<1 40/10",
+            "2<2 10/10 Unwound(OuterReturned)",
+            "1<1 20/10",
+            "0<0 100/40"
+        ]
+    );
+}
+
 #[test]
 fn recursion_and_the_end_of_a_process() {
     let mut t = tree(Filters::default());
@@ -361,4 +430,59 @@ fn a_fork_child_continues_the_forking_threads_calls() {
     assert_eq!(t.depth(c), 0);
     assert_eq!(t.depth(T), 0);
     assert_eq!(t.counters.orphan_returns, 0);
+}
+
+/// A daemon: the parent forks inside 1 (`daemon()`) and ends there with
+/// no traced call since: its calls are continued in the child, which
+/// returns from them. A parent that called something after its fork ends
+/// its own calls.
+#[test]
+fn a_parent_ending_in_the_calls_it_forked_from_leaves_them_to_the_child() {
+    let mut t = tree(Filters::default());
+    t.enter(T, 0, 0, 0x1000, 0, &[]);
+    t.enter(T, 1, 1, 0x0f00, 0, &[]);
+    t.forked(2, 1);
+    t.end_process(1, How::Unwound(Cause::ProcessEnded));
+    let c = Thread { pid: 2, tid: 2 };
+    t.enter(c, 2, 5, 0x0f00, 0, &[]);
+    t.exit(c, 2, 6, 0, 0x0f00, 1, &[]);
+    t.exit(c, 0, 8, 0, 0x1000, 8, &[]);
+    assert_eq!(
+        brief(&t.sink.0),
+        [
+            "0>0",
+            "1>1",
+            "1<1 0/0 Unwound(InChild)",
+            "0<0 1/1 Unwound(InChild)",
+            "1<1 4/4",
+            "1>2",
+            "1<2 1/1",
+            "0<0 8/3"
+        ]
+    );
+
+    let mut t = tree(Filters::default());
+    let p = Thread { pid: 3, tid: 3 };
+    t.enter(p, 0, 0, 0x1000, 0, &[]);
+    t.forked(4, 3);
+    t.enter(p, 1, 1, 0x0f00, 0, &[]);
+    t.end_process(3, How::Unwound(Cause::ProcessEnded));
+    assert_eq!(
+        brief(&t.sink.0),
+        [
+            "0>0",
+            "1>1",
+            "1<1 0/0 Unwound(ProcessEnded)",
+            "0<0 1/1 Unwound(ProcessEnded)"
+        ]
+    );
+
+    // A child that executes a program continues none of them.
+    let mut t = tree(Filters::default());
+    let p = Thread { pid: 5, tid: 5 };
+    t.enter(p, 0, 0, 0x1000, 0, &[]);
+    t.forked(6, 5);
+    t.end_process(6, How::Unwound(Cause::Exec));
+    t.end_process(5, How::Unwound(Cause::ProcessEnded));
+    assert_eq!(brief(&t.sink.0), ["0>0", "0<0 0/0 Unwound(ProcessEnded)"]);
 }

@@ -12,7 +12,11 @@
 //!
 //! Words a custom handler logs after the standard ones show as arguments
 //! (`f(1, 2) {`) and values (`} = 3; /* f */`); a call left without
-//! returning says so in its comment (`} /* f: unwound */`).
+//! returning says so in its comment (`} /* f: unwound */`), but for the
+//! calls a C++ exception left, closed at the catch as uftrace shows them
+//! (`} /* f */`), and those a fork child continues when their process
+//! ends (a daemon's parent in `daemon()`), which the child's lines close:
+//! no exit line here, as uftrace shows them.
 
 use std::fmt::Write as _;
 use std::rc::Rc;
@@ -20,7 +24,7 @@ use std::rc::Rc;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::super::out::{BATCH_BYTES, TextOut};
-use super::super::tree::{FuncId, How, Step, StepKind, Thread};
+use super::super::tree::{Cause, FuncId, How, Step, StepKind, Thread};
 use super::{Table, TidColumn, TimeFmt, View, push_args, push_spaces, time_unit};
 
 /// uftrace's header line.
@@ -178,7 +182,8 @@ impl Lines {
         values(&mut self.buf, extras);
         self.buf.push(';');
         match how {
-            How::Returned => self.source(enter.func),
+            // uftrace shows the calls an exception left as returned.
+            How::Returned | How::Unwound(Cause::Exception) => self.source(enter.func),
             How::Unwound(c) => {
                 self.buf.push_str(" /* ");
                 self.buf.push_str(c.describe());
@@ -209,7 +214,7 @@ impl Lines {
         self.buf.push_str(" /* ");
         self.push_name(s.func);
         match how {
-            How::Returned => {}
+            How::Returned | How::Unwound(Cause::Exception) => {}
             How::Unwound(c) => {
                 self.buf.push_str(": ");
                 self.buf.push_str(c.describe());
@@ -242,8 +247,28 @@ fn values(out: &mut String, extras: &[u64]) {
 
 impl View for DurationView {
     fn step(&mut self, s: &Step) {
+        // A call a fork child continues (uftrace leaves it open here).
+        let continued = matches!(
+            s.kind,
+            StepKind::Exit {
+                how: How::Unwound(Cause::InChild),
+                ..
+            }
+        );
         let stream = self.stream(s.th.tid);
         let at = self.places.get(&stream).copied();
+        if continued {
+            // No exit line (the fork child's lines close it); an entry of
+            // its thread held back is no leaf.
+            if let Some(i) = at
+                && self.pending[i].waiting
+                && self.pending[i].th == s.th
+            {
+                self.pending[i].waiting = false;
+                self.lines.enter_line(&self.pending[i]);
+            }
+            return;
+        }
         if let Some(i) = at
             && self.pending[i].waiting
         {
