@@ -1,6 +1,6 @@
 //! What the window rules ([`crate::window`]), the jump-table reader
-//! ([`crate::jumptable`]) and the tail-call rules ([`crate::tailcall`])
-//! ask of one instruction.
+//! ([`crate::jumptable`]), the tail-call rules ([`crate::tailcall`]) and
+//! a whole function's copy ([`crate::whole`]) ask of one instruction.
 
 use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, OpAccess, OpKind, Register};
 
@@ -13,6 +13,21 @@ pub(crate) fn near_target(i: &Instruction) -> Option<u64> {
             OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
         ))
     .then(|| i.near_branch_target())
+}
+
+/// The immediate target of `i` that the sweep of a module's code counts
+/// as a branch target (`window::BranchTargets::sweep`): a `jmp`'s, a
+/// `jcc`'s, a `call`'s or an `xbegin`'s.
+pub(crate) fn swept_target(i: &Instruction) -> Option<u64> {
+    near_target(i).filter(|_| {
+        matches!(
+            i.flow_control(),
+            FlowControl::UnconditionalBranch
+                | FlowControl::ConditionalBranch
+                | FlowControl::Call
+                | FlowControl::XbeginXabortXend
+        )
+    })
 }
 
 /// Whether `i` is a `jmp`/`jcc` with an immediate target.

@@ -177,28 +177,12 @@ pub fn load_agent<T: Target + ?Sized>(
             .open(format!("/proc/{}/fd/{fd}", t.pid()))
             .context("opening the target's memfd")?;
         let region = Region::map(file, layout, facts)?;
-        let addr = syscall_ok(
-            t,
-            libc::SYS_mmap,
-            [
-                0,
-                size,
-                (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                libc::MAP_SHARED as u64,
-                fd,
-                0,
-            ],
-        )?;
+        let addr = map_shared(t, fd, size)?;
         Ok((addr, region))
     })();
     syscall_ok(t, libc::SYS_close, [fd, 0, 0, 0, 0, 0])?;
     let (region_addr, region) = mapped?;
-    let a = loaded(image, (base, scratch, guard), region_addr, region)?;
-    let r = t.call(a.init, [region_addr, size, guard, 0, 0, 0], a.trap)? as i32;
-    if r != 0 {
-        return Err(a.failure(r).into());
-    }
-    Ok(a)
+    init(t, image, (base, scratch, guard), region_addr, region, false)
 }
 
 /// Maps `image` into `t` and initialises it with `region`, the control
@@ -229,7 +213,15 @@ pub fn join_agent<T: Target + ?Sized>(
         ],
     )
     .with_context(|| format!("opening {path} in the target"))?;
-    let mapped = syscall_ok(
+    let mapped = map_shared(t, fd, size);
+    syscall_ok(t, libc::SYS_close, [fd, 0, 0, 0, 0, 0])?;
+    init(t, image, (base, scratch, guard), mapped?, region, true)
+}
+
+/// Maps `size` bytes of the file `fd` of `t` shared and read-write (the
+/// control region); its address in `t`.
+fn map_shared<T: Target + ?Sized>(t: &mut T, fd: u64, size: u64) -> Result<u64> {
+    syscall_ok(
         t,
         libc::SYS_mmap,
         [
@@ -240,11 +232,24 @@ pub fn join_agent<T: Target + ?Sized>(
             fd,
             0,
         ],
-    );
-    syscall_ok(t, libc::SYS_close, [fd, 0, 0, 0, 0, 0])?;
-    let region_addr = mapped?;
-    let a = loaded(image, (base, scratch, guard), region_addr, region)?;
-    let r = t.call(a.init, [region_addr, size, guard, 1, 0, 0], a.trap)? as i32;
+    )
+}
+
+/// Runs `wprobe_agent_init` in `t` for the agent `image` mapped at
+/// `mapped` (base, scratch, guard), its control region `region` mapped at
+/// `region_addr` (`join`: the region of another process's agent).
+fn init<T: Target + ?Sized>(
+    t: &mut T,
+    image: &AgentImage,
+    mapped: (u64, u64, u64),
+    region_addr: u64,
+    region: Region,
+    join: bool,
+) -> Result<LoadedAgent> {
+    let (size, guard) = (region.layout().size(), mapped.2);
+    let a = loaded(image, mapped, region_addr, region)?;
+    let args = [region_addr, size, guard, u64::from(join), 0, 0];
+    let r = t.call(a.init, args, a.trap)? as i32;
     if r != 0 {
         return Err(a.failure(r).into());
     }

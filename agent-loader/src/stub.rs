@@ -51,6 +51,7 @@ use agent_abi::{SAVED_REGS_SIZE, frame_off};
 use anyhow::{Context, Result, bail};
 use iced_x86::{Code, Instruction, MemoryOperand, Register};
 
+use crate::callemu::call_as_push_and_jump;
 use crate::reloc::{OWN_IP, relocate};
 
 /// Bytes of the `jmp rel32` written at a site.
@@ -385,37 +386,10 @@ pub fn generate(site: &Site, site_id: u32, trampoline: u64, stub_addr: u64) -> R
             if let Some(last) =
                 v.pop_if(|i| matches!(i.code(), Code::Call_rel32_64 | Code::Call_rm64))
             {
-                // `call f` ending the window: push the original return
-                // address (flags untouched), then `jmp f` (`jmp *OPERAND`
-                // for an indirect one: its operand names no `rsp`,
-                // `window::plan` checked).
-                v.push(e(Instruction::with2(
-                    Code::Lea_r64_m,
-                    Register::RSP,
-                    rsp(-8),
-                ))?);
-                v.push(e(Instruction::with2(
-                    Code::Mov_rm32_imm32,
-                    rsp(0),
-                    end as u32,
-                ))?);
-                v.push(e(Instruction::with2(
-                    Code::Mov_rm32_imm32,
-                    rsp(4),
-                    (end >> 32) as u32,
-                ))?);
-                let mut j = if last.code() == Code::Call_rm64 {
-                    let mut j = last;
-                    j.set_code(Code::Jmp_rm64);
-                    j
-                } else {
-                    e(Instruction::with_branch(
-                        Code::Jmp_rel32_64,
-                        last.near_branch_target(),
-                    ))?
-                };
-                j.set_ip(u64::MAX - 0x200);
-                v.push(j);
+                // `call f` ending the window: run as a push of the
+                // original return address (the window's end) and a jump
+                // (its operand names no `rsp`, `window::plan` checked).
+                v.extend(call_as_push_and_jump(&last)?);
             }
             // Then back to the window's end.
             Some(end)

@@ -17,12 +17,10 @@
 //! ```
 //!
 //! A `call` in the copy pushes the address after the `call` in the
-//! *original* function (`ORIG_NEXT`), then jumps to the callee (`push
-//! imm32` when the address fits sign-extended, else `lea rsp, [rsp-8]` and
-//! two `mov dword`: no flag changed, no register written; `call *OPERAND`
-//! becomes `jmp *OPERAND`, its displacement raised by 8 when `rsp` is its
-//! base). The callee, and every unwinder or backtrace it runs, sees a
-//! return address in the original function, whose unwind table is right;
+//! *original* function (`ORIG_NEXT`), then jumps to the callee, as the
+//! `call` ending a stub's window does (`callemu`). The callee, and every
+//! unwinder or backtrace it runs, sees a return address in the original
+//! function, whose unwind table is right;
 //! the caller writes a jump to the copy's instruction at each `ORIG_NEXT`
 //! ([`Copy::returns`]), so that the return comes back to the copy. A
 //! `call` of the function itself goes to the original entry (its window:
@@ -44,7 +42,8 @@ use std::collections::HashSet;
 use anyhow::{Context, Result, bail};
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
 
-use crate::insn::near_target;
+use crate::callemu::call_as_push_and_jump;
+use crate::insn::{near_target, swept_target};
 use crate::reloc::{OWN_IP, relocate};
 use crate::stub::{Site, dispatch_call, displaced};
 use crate::window::{BranchTargets, Function};
@@ -186,10 +185,7 @@ pub fn analyse(
         if !targets.0.contains(&link) {
             continue;
         }
-        let inside = insns
-            .iter()
-            .filter(|j| near_target(j) == Some(at) && branches(j))
-            .count();
+        let inside = insns.iter().filter(|j| swept_target(j) == Some(at)).count();
         if targets.2.get(&link).copied() != Some(inside as u32) {
             entered.push(at);
         }
@@ -240,73 +236,8 @@ fn name(i: &Instruction) -> String {
     format!("{:?}", i.mnemonic()).to_lowercase()
 }
 
-/// Whether the sweep counts `i`'s immediate target as a branch target
-/// (`BranchTargets::sweep`).
-fn branches(i: &Instruction) -> bool {
-    matches!(
-        i.flow_control(),
-        FlowControl::UnconditionalBranch
-            | FlowControl::ConditionalBranch
-            | FlowControl::Call
-            | FlowControl::XbeginXabortXend
-    )
-}
-
 fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruction> {
     r.context("building a function's copy")
-}
-
-/// `call` `i` (checked by [`call_rule`]) as it runs in a copy: its
-/// original return address pushed, then a jump to the callee. The first
-/// instruction keeps the `call`'s address (a branch to the `call` lands
-/// on it).
-fn call_as_push_and_jump(i: &Instruction) -> Result<Vec<Instruction>> {
-    let next = i.next_ip();
-    let rsp = |d: i64| iced_x86::MemoryOperand::with_base_displ(Register::RSP, d);
-    let mut v = Vec::with_capacity(4);
-    if i64::from(next as i32) == next as i64 {
-        v.push(e(Instruction::with1(Code::Pushq_imm32, next as i32))?);
-    } else {
-        v.push(e(Instruction::with2(
-            Code::Lea_r64_m,
-            Register::RSP,
-            rsp(-8),
-        ))?);
-        v.push(e(Instruction::with2(
-            Code::Mov_rm32_imm32,
-            rsp(0),
-            next as u32,
-        ))?);
-        v.push(e(Instruction::with2(
-            Code::Mov_rm32_imm32,
-            rsp(4),
-            (next >> 32) as u32,
-        ))?);
-    }
-    v[0].set_ip(i.ip());
-    let j = if i.code() == Code::Call_rm64 {
-        let mut j = *i;
-        j.set_code(Code::Jmp_rm64);
-        if j.op0_kind() == OpKind::Memory && j.memory_base() == Register::RSP {
-            // The push moved `rsp` down by 8.
-            let d = j.memory_displacement64().wrapping_add(8);
-            j.set_memory_displacement64(d);
-            j.set_memory_displ_size(if (-128..128).contains(&(d as i64)) {
-                1
-            } else {
-                4
-            });
-        }
-        j.set_ip(0);
-        j
-    } else {
-        e(Instruction::with_branch(
-            Code::Jmp_rel32_64,
-            i.near_branch_target(),
-        ))?
-    };
-    v.push(j);
-    Ok(v)
 }
 
 /// The code of the copy of `whole` at `at`, entered from the window of
@@ -371,6 +302,7 @@ pub fn generate(
             i.flow_control(),
             FlowControl::Call | FlowControl::IndirectCall
         ) {
+            // Checked by [`call_rule`].
             call_as_push_and_jump(&i)?
         } else {
             vec![displaced(&i, own.clone())?]

@@ -46,7 +46,7 @@ use iced_x86::{
 };
 use std::collections::{HashMap, HashSet};
 
-use crate::insn::{direct_branch, near_target};
+use crate::insn::{direct_branch, swept_target};
 use crate::stub::{JMP_LEN, Site};
 
 /// Why a site cannot be patched with a jump.
@@ -204,15 +204,7 @@ impl BranchTargets {
             if i.is_invalid() {
                 continue;
             }
-            if let Some(t) = near_target(&i).filter(|_| {
-                matches!(
-                    i.flow_control(),
-                    FlowControl::UnconditionalBranch
-                        | FlowControl::ConditionalBranch
-                        | FlowControl::Call
-                        | FlowControl::XbeginXabortXend
-                )
-            }) {
+            if let Some(t) = swept_target(&i) {
                 self.0.insert(t);
                 let n = self.2.entry(t).or_insert(0);
                 *n = n.saturating_add(1);

@@ -387,30 +387,12 @@ fn maps_allow(start: u64, last: u64, write: bool) -> bool {
 /// `f` returns `false` to stop.
 pub(crate) fn for_each_mapping(mut f: impl FnMut(u64, u64, bool, bool) -> bool) {
     let mut buf = [0u8; 4096];
-    // SAFETY: a NUL-terminated path; our buffer.
-    let fd = unsafe {
-        sys::syscall4(
-            sys::SYS_OPENAT,
-            sys::AT_FDCWD as usize,
-            c"/proc/self/maps".as_ptr() as usize,
-            sys::O_RDONLY | sys::O_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
+    let Some(fd) = sys::open_read(c"/proc/self/maps") else {
         return;
-    }
+    };
     let mut have = 0usize;
     'read: loop {
-        // SAFETY: reading into the free tail of `buf`.
-        let r = unsafe {
-            sys::syscall3(
-                sys::SYS_READ,
-                fd as usize,
-                buf.as_mut_ptr().add(have) as usize,
-                buf.len() - have,
-            )
-        };
+        let r = sys::read(fd, &mut buf[have..]);
         if r <= 0 {
             break;
         }
@@ -431,8 +413,7 @@ pub(crate) fn for_each_mapping(mut f: impl FnMut(u64, u64, bool, bool) -> bool) 
             break; // a line longer than the buffer: give up (never in practice)
         }
     }
-    // SAFETY: our fd.
-    unsafe { sys::syscall1(sys::SYS_CLOSE, fd as usize) };
+    sys::close(fd);
 }
 
 fn parse_maps_line(l: &[u8]) -> Option<(u64, u64, bool, bool)> {

@@ -124,28 +124,16 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             Ok(p) => p,
             Err(e) => return e,
         };
-        let window = if e.orig_len != 0 {
-            let Some(orig) = ctrl::bytes(c, e.orig_off, u64::from(e.orig_len)) else {
-                return err(
-                    AgentError::BadRequest,
-                    format_args!("site {} original bytes", e.site),
-                );
-            };
-            Some((e.window, Box::from(&*orig)))
-        } else {
-            None
+        let window = match original_bytes(c, e.window, (e.orig_off, e.orig_len), e.site, "original")
+        {
+            Ok(w) => w,
+            Err(e) => return e,
         };
         // A near site's cave: its padding reads as the file has it too.
-        let cave = if e.cave != 0 && e.cave_len != 0 {
-            let Some(orig) = ctrl::bytes(c, e.cave_off, u64::from(e.cave_len)) else {
-                return err(
-                    AgentError::BadRequest,
-                    format_args!("site {} cave bytes", e.site),
-                );
-            };
-            Some((e.cave, Box::from(&*orig)))
-        } else {
-            None
+        let cave_len = if e.cave != 0 { e.cave_len } else { 0 };
+        let cave = match original_bytes(c, e.cave, (e.cave_off, cave_len), e.site, "cave") {
+            Ok(w) => w,
+            Err(e) => return e,
         };
         let i = e.site as usize;
         if table.len() <= i {
@@ -235,6 +223,29 @@ fn probe_list(c: &ControlHeader, off: u64, n: u32, site: u32) -> Result<Box<[u32
         probes.push(p);
     }
     Ok(probes.into_boxed_slice())
+}
+
+/// The file's bytes at `at` that a site's request carries (`len` bytes
+/// at offset `off` of the control region; none when `len` is 0), as a
+/// site keeps them; the error of a range outside the region (`what`: the
+/// window's "original" bytes or the "cave" ones).
+fn original_bytes(
+    c: &ControlHeader,
+    at: u64,
+    (off, len): (u64, u32),
+    site: u32,
+    what: &str,
+) -> Result<Option<(u64, Box<[u8]>)>, i64> {
+    if len == 0 {
+        return Ok(None);
+    }
+    match ctrl::bytes(c, off, u64::from(len)) {
+        Some(b) => Ok(Some((at, Box::from(&*b)))),
+        None => Err(err(
+            AgentError::BadRequest,
+            format_args!("site {site} {what} bytes"),
+        )),
+    }
 }
 
 #[inline(always)]

@@ -248,50 +248,31 @@ struct IoVec {
 /// `dst`; returns how many leading bytes could be read (the kernel copies
 /// page by page and stops at the first unreadable page). Never faults.
 pub fn vm_read(addr: u64, dst: *mut u8, len: usize) -> usize {
-    if len == 0 {
-        return 0;
-    }
-    let local = IoVec {
-        base: dst as usize,
-        len,
-    };
-    let remote = IoVec {
-        base: addr as usize,
-        len,
-    };
-    // SAFETY: `dst..dst+len` is ours and writable (the caller's buffer);
-    // the remote side is checked by the kernel.
-    let r = unsafe {
-        syscall6(
-            SYS_PROCESS_VM_READV,
-            self_pid() as usize,
-            &local as *const IoVec as usize,
-            1,
-            &remote as *const IoVec as usize,
-            1,
-            0,
-        )
-    };
-    if r < 0 { 0 } else { r as usize }
+    vm_copy(SYS_PROCESS_VM_READV, addr, dst as usize, len)
 }
 
 /// `process_vm_writev` of this process (honours page protections).
 pub fn vm_write(addr: u64, src: *const u8, len: usize) -> usize {
+    vm_copy(SYS_PROCESS_VM_WRITEV, addr, src as usize, len)
+}
+
+/// `process_vm_readv` or `process_vm_writev` (`nr`) of this process
+/// between our `local..local+len` and `addr..addr+len`: how many leading
+/// bytes were copied.
+fn vm_copy(nr: usize, addr: u64, local: usize, len: usize) -> usize {
     if len == 0 {
         return 0;
     }
-    let local = IoVec {
-        base: src as usize,
-        len,
-    };
+    let local = IoVec { base: local, len };
     let remote = IoVec {
         base: addr as usize,
         len,
     };
-    // SAFETY: as above.
+    // SAFETY: `local` is the caller's buffer (writable for a read); the
+    // remote side is checked by the kernel.
     let r = unsafe {
         syscall6(
-            SYS_PROCESS_VM_WRITEV,
+            nr,
             self_pid() as usize,
             &local as *const IoVec as usize,
             1,
@@ -303,36 +284,46 @@ pub fn vm_write(addr: u64, src: *const u8, len: usize) -> usize {
     if r < 0 { 0 } else { r as usize }
 }
 
-/// Reads a whole small file (e.g. under /proc) into `buf`; returns the length.
-pub fn read_file(path: &core::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
-    // SAFETY: `path` is NUL-terminated; `buf` is writable.
-    unsafe {
-        let fd = syscall4(
+/// Opens `path` read-only (close-on-exec): its descriptor.
+pub fn open_read(path: &core::ffi::CStr) -> Option<usize> {
+    // SAFETY: `path` is NUL-terminated.
+    let fd = unsafe {
+        syscall4(
             SYS_OPENAT,
             AT_FDCWD as usize,
             path.as_ptr() as usize,
             O_RDONLY | O_CLOEXEC,
             0,
-        );
-        if fd < 0 {
-            return None;
+        )
+    };
+    (fd >= 0).then_some(fd as usize)
+}
+
+/// `read(fd)` into `buf`: the bytes read, 0 at the end, negative errno.
+pub fn read(fd: usize, buf: &mut [u8]) -> isize {
+    // SAFETY: `buf` is writable for its length.
+    unsafe { syscall3(SYS_READ, fd, buf.as_mut_ptr() as usize, buf.len()) }
+}
+
+/// Closes `fd`.
+pub fn close(fd: usize) {
+    // SAFETY: closing a descriptor touches no memory of ours.
+    unsafe { syscall1(SYS_CLOSE, fd) };
+}
+
+/// Reads a whole small file (e.g. under /proc) into `buf`; returns the length.
+pub fn read_file(path: &core::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
+    let fd = open_read(path)?;
+    let mut n = 0;
+    while n < buf.len() {
+        let r = read(fd, &mut buf[n..]);
+        if r <= 0 {
+            break;
         }
-        let mut n = 0;
-        while n < buf.len() {
-            let r = syscall3(
-                SYS_READ,
-                fd as usize,
-                buf.as_mut_ptr().add(n) as usize,
-                buf.len() - n,
-            );
-            if r <= 0 {
-                break;
-            }
-            n += r as usize;
-        }
-        syscall1(SYS_CLOSE, fd as usize);
-        Some(n)
+        n += r as usize;
     }
+    close(fd);
+    Some(n)
 }
 
 #[inline(always)]

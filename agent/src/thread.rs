@@ -379,6 +379,9 @@ global_asm!(
     "mov rsp, rdx",
     "call rsi",
     "mov rsp, [rsp + 16]",
+    // The return, also of `wprobe_abandon_stack`: the caller's stack and
+    // callee-saved registers as the pushes above saved them.
+    ".Lwprobe_call_on_stack_return:",
     "pop r15",
     "pop r14",
     "pop r13",
@@ -394,13 +397,7 @@ global_asm!(
     "wprobe_abandon_stack:",
     "mov rax, rsi",
     "mov rsp, [rdi + 16]",
-    "pop r15",
-    "pop r14",
-    "pop r13",
-    "pop r12",
-    "pop rbx",
-    "pop rbp",
-    "ret",
+    "jmp .Lwprobe_call_on_stack_return",
     ".size wprobe_abandon_stack, . - wprobe_abandon_stack",
 );
 

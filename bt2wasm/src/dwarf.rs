@@ -131,15 +131,8 @@ impl<'a> Debug<'a> {
     }
 
     fn params_of(&self, unit: &gimli::Unit<R<'a>>, off: gimli::UnitOffset) -> Option<Vec<Param>> {
-        let mut tree = unit.entries_tree(Some(off)).ok()?;
-        let root = tree.root().ok()?;
-        let mut children = root.children();
         let mut out = Vec::new();
-        while let Ok(Some(child)) = children.next() {
-            let e = child.entry();
-            if e.tag() != c::DW_TAG_formal_parameter {
-                continue;
-            }
+        each_child(unit, off, c::DW_TAG_formal_parameter, |e| {
             let name = self
                 .name(unit, e.attr_value(c::DW_AT_name))
                 .unwrap_or_default();
@@ -157,7 +150,7 @@ impl<'a> Debug<'a> {
                 ctype,
                 by_ref,
             });
-        }
+        })?;
         Some(out)
     }
 
@@ -320,18 +313,7 @@ impl<'a> Debug<'a> {
     /// The dimensions of the array type at `off` (0: unknown).
     fn array_dims(&self, unit: &gimli::Unit<R<'a>>, off: gimli::UnitOffset) -> Vec<u32> {
         let mut dims = Vec::new();
-        let Ok(mut tree) = unit.entries_tree(Some(off)) else {
-            return dims;
-        };
-        let Ok(root) = tree.root() else {
-            return dims;
-        };
-        let mut ch = root.children();
-        while let Ok(Some(child)) = ch.next() {
-            let ce = child.entry();
-            if ce.tag() != c::DW_TAG_subrange_type {
-                continue;
-            }
+        let _ = each_child(unit, off, c::DW_TAG_subrange_type, |ce| {
             let n = match (
                 ce.attr_value(c::DW_AT_count).and_then(|v| v.udata_value()),
                 ce.attr_value(c::DW_AT_upper_bound)
@@ -342,9 +324,31 @@ impl<'a> Debug<'a> {
                 _ => 0,
             };
             dims.push(n.min(u32::MAX as u64) as u32);
-        }
+        });
         dims
     }
+}
+
+/// Calls `f` with each child of the entry at `off` tagged `tag` (a
+/// function's parameters, an array's subranges, an enumeration's
+/// enumerators, a record's members); `None` when the entry's tree does
+/// not read.
+fn each_child<'a>(
+    unit: &gimli::Unit<R<'a>>,
+    off: gimli::UnitOffset,
+    tag: gimli::DwTag,
+    mut f: impl FnMut(&gimli::DebuggingInformationEntry<R<'a>>),
+) -> Option<()> {
+    let mut tree = unit.entries_tree(Some(off)).ok()?;
+    let root = tree.root().ok()?;
+    let mut children = root.children();
+    while let Ok(Some(child)) = children.next() {
+        let e = child.entry();
+        if e.tag() == tag {
+            f(e);
+        }
+    }
+    Some(())
 }
 
 /// How deep pointers are followed into the records they point to when a
@@ -485,14 +489,7 @@ impl<'a> Debug<'a> {
     ) -> Option<crate::ctypes::CType> {
         use crate::ctypes::{CType, EnumDef};
         let mut values = Vec::new();
-        let mut tree = unit.entries_tree(Some(off)).ok()?;
-        let root = tree.root().ok()?;
-        let mut ch = root.children();
-        while let Ok(Some(child)) = ch.next() {
-            let ce = child.entry();
-            if ce.tag() != c::DW_TAG_enumerator {
-                continue;
-            }
+        each_child(unit, off, c::DW_TAG_enumerator, |ce| {
             let n = self
                 .name(unit, ce.attr_value(c::DW_AT_name))
                 .unwrap_or_default();
@@ -506,7 +503,7 @@ impl<'a> Debug<'a> {
                 _ => 0,
             };
             values.push((n, v));
-        }
+        })?;
         Some(CType::Enum(std::rc::Rc::new(EnumDef {
             name: format!("enum {}", name.unwrap_or_default()),
             values,
@@ -534,14 +531,7 @@ impl<'a> Debug<'a> {
         let union = tag == c::DW_TAG_union_type;
         let mut fields = Vec::new();
         let mut align = 1u32;
-        let mut tree = unit.entries_tree(Some(off)).ok()?;
-        let root = tree.root().ok()?;
-        let mut ch = root.children();
-        while let Ok(Some(child)) = ch.next() {
-            let ce = child.entry();
-            if ce.tag() != c::DW_TAG_member {
-                continue;
-            }
+        each_child(unit, off, c::DW_TAG_member, |ce| {
             let fname = self
                 .name(unit, ce.attr_value(c::DW_AT_name))
                 .unwrap_or_default();
@@ -549,7 +539,7 @@ impl<'a> Debug<'a> {
                 Some(AttributeValue::UnitRef(t)) => self.ctype(unit, t, depth),
                 _ => None,
             };
-            let Some(fty) = fty else { continue };
+            let Some(fty) = fty else { return };
             align = align.max(fty.align());
             let byte = ce
                 .attr_value(c::DW_AT_data_member_location)
@@ -579,7 +569,7 @@ impl<'a> Debug<'a> {
                 bits,
                 by_ref,
             });
-        }
+        })?;
         let kw = if union {
             "union"
         } else if tag == c::DW_TAG_class_type {

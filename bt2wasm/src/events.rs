@@ -57,8 +57,10 @@ fn parse_num(s: &str) -> Option<i64> {
     Some(if neg { -v } else { v })
 }
 
-/// Register names of uprobe_events (pt_regs fields) and their 64-bit aliases.
-fn register(name: &str) -> Option<u16> {
+/// The id of a 64-bit general register named as a pt_regs field (`ax`,
+/// `ip`, `flags`: uprobe_events' `%REG`, bpftrace's `reg("REG")`) or by
+/// its own name (`rax`, `r8`); debug registers are not one.
+pub(crate) fn register(name: &str) -> Option<u16> {
     let full = match name {
         "ax" => "rax",
         "bx" => "rbx",

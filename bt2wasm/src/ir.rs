@@ -145,6 +145,18 @@ impl Ty {
         self.layout().size() as u32
     }
 
+    /// Bytes of a value of this type that an aggregate slot of `size`
+    /// bytes takes when the value is stored there (the `src_size` of a
+    /// `SetSlot` or `MapStore`): a tuple all `size` (it is converted to
+    /// the slot's layout first), any other value at most its own.
+    pub fn stored_size(&self, size: u32) -> u32 {
+        if matches!(self, Ty::Tuple(_)) {
+            size
+        } else {
+            self.size().min(size)
+        }
+    }
+
     /// bpftrace's spelling of the type, for messages.
     pub fn name(&self) -> String {
         match self {

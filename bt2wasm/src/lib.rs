@@ -95,13 +95,7 @@ pub fn compile(
     text: &str,
     opts: &Options,
 ) -> Result<Compiled, (Diagnostics, SourceMap)> {
-    let mut map = SourceMap::default();
-    let file = map.add(PathBuf::from(name), text.as_bytes().to_vec());
-    let (mut ast, sink) = parse::parse(text.as_bytes(), file);
-    if !sink.is_empty() {
-        return Err((sink.finish(), map));
-    }
-    params::substitute(&mut ast, &opts.params);
+    let (ast, map) = parsed(name, text, opts)?;
     let mut env = env_of(opts, false);
     let checked = check::check(&ast, &mut env, &opts.check).map_err(|d| (d, map))?;
     let wasm = codegen::generate(&checked.module);
@@ -113,6 +107,23 @@ pub fn compile(
     })
 }
 
+/// Program text parsed (`name` its file name in messages), its positional
+/// parameters substituted; the source map it was read into.
+fn parsed(
+    name: &str,
+    text: &str,
+    opts: &Options,
+) -> Result<(ast::Program, SourceMap), (Diagnostics, SourceMap)> {
+    let mut map = SourceMap::default();
+    let file = map.add(PathBuf::from(name), text.as_bytes().to_vec());
+    let (mut ast, sink) = parse::parse(text.as_bytes(), file);
+    if !sink.is_empty() {
+        return Err((sink.finish(), map));
+    }
+    params::substitute(&mut ast, &opts.params);
+    Ok((ast, map))
+}
+
 /// The probes a program attaches (`wprobe run -l -e PROGRAM`): each
 /// attach point expanded as `compile` expands it (wildcards against the
 /// binaries' symbols, positional parameters substituted), by name.
@@ -121,13 +132,7 @@ pub fn probe_names(
     text: &str,
     opts: &Options,
 ) -> Result<Vec<String>, (Diagnostics, SourceMap)> {
-    let mut map = SourceMap::default();
-    let file = map.add(PathBuf::from(name), text.as_bytes().to_vec());
-    let (mut ast, sink) = parse::parse(text.as_bytes(), file);
-    if !sink.is_empty() {
-        return Err((sink.finish(), map));
-    }
-    params::substitute(&mut ast, &opts.params);
+    let (ast, map) = parsed(name, text, opts)?;
     let mut env = env_of(opts, true);
     let mut diags = diag::Sink::default();
     let mut names = Vec::new();

@@ -54,12 +54,14 @@ fn prologue_windows_and_refusals() {
         (jmp.memory_base(), jmp.memory_displacement64()),
         (Register::RBP, 0x40)
     );
-    let imm: Vec<u32> = stub
+    // (the return address fits a `push imm32`: the window's last
+    // `push` is it, after the site id's)
+    let pushed: Vec<u64> = stub
         .iter()
-        .filter(|i| i.code() == Code::Mov_rm32_imm32)
-        .map(|i| i.immediate32())
+        .filter(|i| i.code() == Code::Pushq_imm32)
+        .map(|i| i.immediate32to64() as u64)
         .collect();
-    assert_eq!(imm, [0x1005, 0], "{stub:?}");
+    assert_eq!(pushed, [3, 0x1005], "{stub:?}");
     // ... but not one through memory `rsp` addresses (the push moves
     // it): push rbp; call [rsp+8]
     let code = [0x55, 0xff, 0x54, 0x24, 0x08, 0x5d, 0xc3];

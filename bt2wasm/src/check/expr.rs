@@ -207,11 +207,7 @@ impl Fx<'_, '_> {
                         slot,
                         e,
                         size,
-                        src_size: if matches!(from, Ty::Tuple(_)) {
-                            size
-                        } else {
-                            from.size().min(size)
-                        },
+                        src_size: from.stored_size(size),
                     };
                     let s = S::If(ce, vec![set(ae, &at)], vec![set(be, &bt)]);
                     (E::Seq(vec![s], Box::new(E::Slot(slot))), t)

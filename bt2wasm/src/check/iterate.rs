@@ -105,18 +105,7 @@ impl Fx<'_, '_> {
             .vars
             .insert(var.to_string(), (kv, VarLoc::Slot(kv_slot)));
         self.loop_depth += 1;
-        let mut inner = vec![
-            S::SetLocal(
-                cur,
-                E::Bin(
-                    BinOp::Add,
-                    false,
-                    Box::new(E::Local(r)),
-                    Box::new(E::Int(1)),
-                ),
-            ),
-            fill,
-        ];
+        let mut inner = vec![fill];
         inner.extend(self.stmts(body));
         self.loop_depth -= 1;
         match saved {
@@ -127,23 +116,7 @@ impl Fx<'_, '_> {
                 self.vars.remove(var);
             }
         }
-        let next = E::MapEntry {
-            map,
-            cursor: Box::new(E::Local(cur)),
-            key: (kslot, ksize),
-            val: (vslot, vsize),
-        };
-        let cond = E::Seq(
-            vec![S::SetLocal(r, next)],
-            Box::new(E::Bin(
-                BinOp::Ge,
-                true,
-                Box::new(E::Local(r)),
-                Box::new(E::Int(0)),
-            )),
-        );
-        out.push(S::SetLocal(cur, E::Int(0)));
-        out.push(S::While(cond, inner));
+        out.extend(walk(map, (cur, r), (kslot, ksize), (vslot, vsize), inner));
     }
 
     /// `len(@m)`: its number of entries.
@@ -161,51 +134,44 @@ impl Fx<'_, '_> {
         let map = info.index;
         let slot = self.slot(8);
         let (cnt, cur, r) = (self.local(), self.local(), self.local());
-        let next = E::MapEntry {
-            map,
-            cursor: Box::new(E::Local(cur)),
-            key: (slot, 0),
-            val: (slot, 0),
-        };
-        let cond = E::Seq(
-            vec![S::SetLocal(r, next)],
-            Box::new(E::Bin(
-                BinOp::Ge,
-                true,
-                Box::new(E::Local(r)),
-                Box::new(E::Int(0)),
-            )),
-        );
-        let body = vec![
-            S::SetLocal(
-                cur,
-                E::Bin(
-                    BinOp::Add,
-                    false,
-                    Box::new(E::Local(r)),
-                    Box::new(E::Int(1)),
-                ),
-            ),
-            S::SetLocal(
-                cnt,
-                E::Bin(
-                    BinOp::Add,
-                    false,
-                    Box::new(E::Local(cnt)),
-                    Box::new(E::Int(1)),
-                ),
-            ),
-        ];
-        (
-            E::Seq(
-                vec![
-                    S::SetLocal(cnt, E::Int(0)),
-                    S::SetLocal(cur, E::Int(0)),
-                    S::While(cond, body),
-                ],
-                Box::new(E::Local(cnt)),
-            ),
-            Ty::I64,
-        )
+        let count = S::SetLocal(cnt, plus_one(cnt));
+        let mut seq = vec![S::SetLocal(cnt, E::Int(0))];
+        seq.extend(walk(map, (cur, r), (slot, 0), (slot, 0), vec![count]));
+        (E::Seq(seq, Box::new(E::Local(cnt))), Ty::I64)
     }
+}
+
+/// The walk over the entries of map `map` (`for`, `len`): the cursor
+/// local `cur` from 0, each entry's key and value read into the slots
+/// `key` and `val` (slot, size), its index in the local `r`, then `body`
+/// with the cursor past it.
+fn walk(map: u32, (cur, r): (u32, u32), key: (u32, u32), val: (u32, u32), body: Vec<S>) -> [S; 2] {
+    let next = E::MapEntry {
+        map,
+        cursor: Box::new(E::Local(cur)),
+        key,
+        val,
+    };
+    let cond = E::Seq(
+        vec![S::SetLocal(r, next)],
+        Box::new(E::Bin(
+            BinOp::Ge,
+            true,
+            Box::new(E::Local(r)),
+            Box::new(E::Int(0)),
+        )),
+    );
+    let mut inner = vec![S::SetLocal(cur, plus_one(r))];
+    inner.extend(body);
+    [S::SetLocal(cur, E::Int(0)), S::While(cond, inner)]
+}
+
+/// `local + 1`.
+fn plus_one(local: u32) -> E {
+    E::Bin(
+        BinOp::Add,
+        false,
+        Box::new(E::Local(local)),
+        Box::new(E::Int(1)),
+    )
 }

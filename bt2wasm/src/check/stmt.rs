@@ -208,11 +208,7 @@ impl Fx<'_, '_> {
             VarLoc::Slot(s) => {
                 let vt = self.vars.get(name).map(|v| v.0.clone()).unwrap_or(Ty::None);
                 let size = vt.size();
-                let src_size = if matches!(t, Ty::Tuple(_)) {
-                    size
-                } else {
-                    t.size().min(size)
-                };
+                let src_size = t.stored_size(size);
                 let e = self.convert(e, &t, &vt);
                 out.push(S::SetSlot {
                     slot: s,

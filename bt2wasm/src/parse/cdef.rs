@@ -53,7 +53,7 @@ impl Parser<'_> {
             return self.unexpected("a type");
         };
         match w.as_str() {
-            "struct" | "union" => {
+            "struct" | "union" | "enum" => {
                 self.bump();
                 let name = match &self.tok {
                     Tok::Ident(n) => {
@@ -70,45 +70,16 @@ impl Parser<'_> {
                     return Ok(TypeSpec::Named(format!("{w} {n}")));
                 }
                 self.bump();
+                if w == "enum" {
+                    let values = self.enumerators()?;
+                    return Ok(TypeSpec::Enum { name, values });
+                }
                 let members = self.members()?;
                 Ok(TypeSpec::Record {
                     union: w == "union",
                     name,
                     members,
                 })
-            }
-            "enum" => {
-                self.bump();
-                let name = match &self.tok {
-                    Tok::Ident(n) => {
-                        let n = n.clone();
-                        self.bump();
-                        Some(n)
-                    }
-                    _ => None,
-                };
-                if !self.is("{") {
-                    let Some(n) = name else {
-                        return self.unexpected("a name or `{`");
-                    };
-                    return Ok(TypeSpec::Named(format!("enum {n}")));
-                }
-                self.bump();
-                let mut values = Vec::new();
-                while !self.is("}") {
-                    let n = self.ident("an enumerator")?;
-                    let v = if self.eat("=") {
-                        Some(self.int_lit()?)
-                    } else {
-                        None
-                    };
-                    values.push((n, v));
-                    if !self.eat(",") {
-                        break;
-                    }
-                }
-                self.expect("}")?;
-                Ok(TypeSpec::Enum { name, values })
             }
             _ => {
                 let mut words = Vec::new();
@@ -126,6 +97,25 @@ impl Parser<'_> {
                 Ok(TypeSpec::Named(words.join(" ")))
             }
         }
+    }
+
+    /// An enum's enumerators after its `{`, and the `}`: `A [= n], ...`.
+    fn enumerators(&mut self) -> R<Vec<(String, Option<i64>)>> {
+        let mut values = Vec::new();
+        while !self.is("}") {
+            let n = self.ident("an enumerator")?;
+            let v = if self.eat("=") {
+                Some(self.int_lit()?)
+            } else {
+                None
+            };
+            values.push((n, v));
+            if !self.eat(",") {
+                break;
+            }
+        }
+        self.expect("}")?;
+        Ok(values)
     }
 
     /// Members up to the closing `}` (consumed); the last `;` is optional.

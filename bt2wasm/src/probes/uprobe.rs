@@ -290,8 +290,8 @@ fn uprobe_each_binary(
 /// The module a uprobe names: a library named without a path by its base
 /// name (bound at run time to the file the target maps), a file under
 /// `/proc/PID/root/` by the path the process maps, anything else by its
-/// canonical path; `None` after an error.
-fn uprobe_module(
+/// canonical path; `None` after an error. A usdt probe's module too.
+pub(super) fn uprobe_module(
     target: &str,
     path: &std::path::Path,
     by_name: bool,

@@ -5,7 +5,8 @@
 //! `-p` it may be empty (`usdt::PROVIDER:NAME`: the process's executable
 //! and every file it maps). An empty or absent provider matches any.
 
-use super::{Concrete, Env, Kind, in_process_root};
+use super::uprobe::uprobe_module;
+use super::{Concrete, Env, Kind};
 use crate::diag::{Sink, codes};
 use crate::elf::{glob_binaries, resolve_binary};
 use rpn2wasm::Span;
@@ -129,17 +130,8 @@ fn sites_of(
         return Vec::new();
     };
     let by_name = !target.contains('/') && bin.is_dyn && target.starts_with("lib");
-    let module = if by_name {
-        path.file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    } else if let Some(inside) = in_process_root(&path.to_string_lossy()) {
-        inside
-    } else {
-        std::fs::canonicalize(path)
-            .unwrap_or(path.to_path_buf())
-            .to_string_lossy()
-            .into_owned()
+    let Some(module) = uprobe_module(&path.to_string_lossy(), path, by_name, span, diags) else {
+        return Vec::new();
     };
     bin.usdt_sites()
         .into_iter()

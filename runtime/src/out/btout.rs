@@ -148,23 +148,10 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
         Layout::Usym => sym.resolve(word(b, 8), word(b, 0), false),
         Layout::Ptr => format!("0x{:x}", word(b, 0)),
         // bpftrace 0.23's `struct_to_str` and `array_to_str`.
-        Layout::Record(fields) => {
-            let mut parts = Vec::new();
-            let mut off = 0;
-            for (n, f) in fields.iter() {
-                let v = value_text(f, b.get(off..).unwrap_or(&[]), false, sym);
-                parts.push(format!(".{n} = {v}"));
-                off += f.size();
-            }
-            format!("{{ {} }}", parts.join(", "))
-        }
-        Layout::Array(f, n) => {
-            let sz = f.size();
-            let parts: Vec<String> = (0..*n as usize)
-                .map(|i| value_text(f, b.get(i * sz..).unwrap_or(&[]), false, sym))
-                .collect();
-            format!("[{}]", parts.join(","))
-        }
+        Layout::Record(fields) => record_text(fields, b, |n, f, b| {
+            format!(".{n} = {}", value_text(f, b, false, sym))
+        }),
+        Layout::Array(f, n) => array_text(f, *n, b, |b| value_text(f, b, false, sym)),
         Layout::Strftime(fmt) => {
             String::from_utf8_lossy(&strftime_text(fmt, word(b, 0))).into_owned()
         }
@@ -188,6 +175,39 @@ pub fn value_text(l: &Layout, b: &[u8], key: bool, sym: &mut Symbolizer) -> Stri
             format!("({})", parts.join(", "))
         }
     }
+}
+
+/// A record's fields as bpftrace 0.23's `struct_to_str` joins them,
+/// `{ F, F }`: each `F` what `field` makes of a field's name, layout and
+/// bytes (as a value, a JSON member, a label).
+pub(crate) fn record_text(
+    fields: &[(String, Layout)],
+    b: &[u8],
+    mut field: impl FnMut(&str, &Layout, &[u8]) -> String,
+) -> String {
+    let mut parts = Vec::new();
+    let mut off = 0;
+    for (n, f) in fields {
+        parts.push(field(n, f, b.get(off..).unwrap_or(&[])));
+        off += f.size();
+    }
+    format!("{{ {} }}", parts.join(", "))
+}
+
+/// The `n` elements of layout `f` in `b` as bpftrace 0.23's
+/// `array_to_str` joins them, `[E,E]`: each `E` what `elem` makes of an
+/// element's bytes.
+pub(crate) fn array_text(
+    f: &Layout,
+    n: u32,
+    b: &[u8],
+    mut elem: impl FnMut(&[u8]) -> String,
+) -> String {
+    let sz = f.size();
+    let parts: Vec<String> = (0..n as usize)
+        .map(|i| elem(b.get(i * sz..).unwrap_or(&[])))
+        .collect();
+    format!("[{}]", parts.join(","))
 }
 
 /// Whether bpftrace quotes this type's values in JSON.
@@ -218,25 +238,12 @@ pub fn value_json(l: &Layout, b: &[u8], sym: &mut Symbolizer) -> String {
         }
         Layout::Ptr => word(b, 0).to_string(),
         Layout::Enum(_) => (word(b, 0) as i64).to_string(),
-        Layout::Record(fields) => {
-            let mut parts = Vec::new();
-            let mut off = 0;
-            for (n, f) in fields.iter() {
-                let mut k = String::from("\"");
-                json_escape(&mut k, n.as_bytes());
-                let v = value_json(f, b.get(off..).unwrap_or(&[]), sym);
-                parts.push(format!("{k}\": {v}"));
-                off += f.size();
-            }
-            format!("{{ {} }}", parts.join(", "))
-        }
-        Layout::Array(f, n) => {
-            let sz = f.size();
-            let parts: Vec<String> = (0..*n as usize)
-                .map(|i| value_json(f, b.get(i * sz..).unwrap_or(&[]), sym))
-                .collect();
-            format!("[{}]", parts.join(","))
-        }
+        Layout::Record(fields) => record_text(fields, b, |n, f, b| {
+            let mut k = String::from("\"");
+            json_escape(&mut k, n.as_bytes());
+            format!("{k}\": {}", value_json(f, b, sym))
+        }),
+        Layout::Array(f, n) => array_text(f, *n, b, |b| value_json(f, b, sym)),
         l if quoted(l) => {
             let t = value_text(l, b, false, sym);
             let mut s = String::from("\"");

@@ -33,21 +33,8 @@ impl Fx<'_, '_> {
             return bad;
         }
         // bpftrace's names are pt_regs fields: ip, sp, bp, ax...
-        let alias = match r.as_str() {
-            "ip" => "rip",
-            "sp" => "rsp",
-            "bp" => "rbp",
-            "ax" => "rax",
-            "bx" => "rbx",
-            "cx" => "rcx",
-            "dx" => "rdx",
-            "si" => "rsi",
-            "di" => "rdi",
-            "flags" => "rflags",
-            other => other,
-        };
-        match hostabi::regs::by_name(alias).filter(|i| i.width == 64 && !i.name.starts_with("dr")) {
-            Some(i) => (E::Reg(i.id), Ty::U64),
+        match crate::events::register(&r) {
+            Some(id) => (E::Reg(id), Ty::U64),
             None => {
                 self.cx.err(
                     codes::ARGUMENTS,

@@ -274,11 +274,7 @@ impl Fx<'_, '_> {
             });
         } else {
             let size = vt.size();
-            let src_size = if matches!(t, Ty::Tuple(_)) {
-                size
-            } else {
-                t.size().min(size)
-            };
+            let src_size = t.stored_size(size);
             let e = self.convert(e, &t, &vt);
             let slot = self.slot(size);
             out.push(S::MapStore {

@@ -33,24 +33,23 @@ impl Gen<'_> {
     /// Whether two strings are equal up to their NUL or `n` bytes (the
     /// `streq` helper); `ne` negates.
     pub(super) fn str_eq(&mut self, ne: bool, a: &E, b: &E, n: u32) {
-        self.expr(a);
-        self.expr(b);
-        self.i().i32_const(n as i32);
         let f = self.ctx.streq.expect("codegen invariant: streq collected");
-        self.i().call(f);
-        if ne {
-            self.i().i32_eqz();
-        }
-        self.i().i64_extend_i32_u();
+        self.equal_call(f, ne, a, b, n);
     }
 
     /// Whether `n` bytes at two addresses are equal (the `memeq` helper);
     /// `ne` negates.
     pub(super) fn mem_eq(&mut self, ne: bool, a: &E, b: &E, n: u32) {
+        let f = self.ctx.memeq.expect("codegen invariant: memeq collected");
+        self.equal_call(f, ne, a, b, n);
+    }
+
+    /// The call of `f`, `streq` or `memeq`, on `a`, `b` and `n`, as an
+    /// `i64` (`ne`: negated).
+    fn equal_call(&mut self, f: u32, ne: bool, a: &E, b: &E, n: u32) {
         self.expr(a);
         self.expr(b);
         self.i().i32_const(n as i32);
-        let f = self.ctx.memeq.expect("codegen invariant: memeq collected");
         self.i().call(f);
         if ne {
             self.i().i32_eqz();
@@ -75,10 +74,16 @@ impl Gen<'_> {
 /// `streq(a: i32, b: i32, n: i32) -> i32`: 1 when the strings at `a` and
 /// `b` are equal up to their NUL or `n` bytes.
 pub fn streq_helper() -> Function {
+    equal_bytes(true)
+}
+
+/// `streq` (`to_nul`: the strings end at `a`'s NUL) or `memeq`: 1 when
+/// the `n` bytes at `a` and `b` are equal, or up to their first NUL.
+fn equal_bytes(to_nul: bool) -> Function {
     let mut f = Function::new([(1, ValType::I32)]);
     let (a, b, n, i) = (0, 1, 2, 3);
-    f.instructions()
-        .block(BlockType::Empty)
+    let mut ins = f.instructions();
+    ins.block(BlockType::Empty)
         .loop_(BlockType::Empty)
         .local_get(i)
         .local_get(n)
@@ -96,23 +101,25 @@ pub fn streq_helper() -> Function {
         .if_(BlockType::Empty)
         .i32_const(0)
         .return_()
-        .end()
-        .local_get(a)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_eqz()
-        .br_if(1)
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        .i32_const(1)
         .end();
+    if to_nul {
+        ins.local_get(a)
+            .local_get(i)
+            .i32_add()
+            .i32_load8_u(mem(0, 0))
+            .i32_eqz()
+            .br_if(1);
+    }
+    increment(&mut ins, i).br(0).end().end().i32_const(1).end();
     f
+}
+
+/// `local += 1` (an `i32` local).
+fn increment<'a, 'b>(
+    ins: &'b mut wasm_encoder::InstructionSink<'a>,
+    local: u32,
+) -> &'b mut wasm_encoder::InstructionSink<'a> {
+    ins.local_get(local).i32_const(1).i32_add().local_set(local)
 }
 
 /// `strcontains(h, hn, nd, nn) -> i32`: whether the NUL-terminated string
@@ -133,14 +140,8 @@ pub fn strcontains_helper() -> Function {
         .i32_add()
         .i32_load8_u(mem(0, 0))
         .i32_eqz()
-        .br_if(1)
-        .local_get(nl)
-        .i32_const(1)
-        .i32_add()
-        .local_set(nl)
-        .br(0)
-        .end()
-        .end();
+        .br_if(1);
+    increment(&mut ins, nl).br(0).end().end();
     ins.local_get(nl)
         .i32_eqz()
         .if_(BlockType::Empty)
@@ -178,11 +179,8 @@ pub fn strcontains_helper() -> Function {
         .i32_add()
         .i32_load8_u(mem(0, 0))
         .i32_ne()
-        .br_if(1)
-        .local_get(j)
-        .i32_const(1)
-        .i32_add()
-        .local_set(j)
+        .br_if(1);
+    increment(&mut ins, j)
         .br(0)
         .end()
         .end()
@@ -191,51 +189,12 @@ pub fn strcontains_helper() -> Function {
         .i32_add()
         .i32_load8_u(mem(0, 0))
         .i32_eqz()
-        .br_if(1)
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        .i32_const(0)
-        .end();
+        .br_if(1);
+    increment(&mut ins, i).br(0).end().end().i32_const(0).end();
     f
 }
 
 /// `memeq(a, b, n) -> i32`: whether the `n` bytes at `a` and `b` are equal.
 pub fn memeq_helper() -> Function {
-    let mut f = Function::new([(1, ValType::I32)]);
-    let (a, b, n, i) = (0, 1, 2, 3);
-    f.instructions()
-        .block(BlockType::Empty)
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(n)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(a)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .local_get(b)
-        .local_get(i)
-        .i32_add()
-        .i32_load8_u(mem(0, 0))
-        .i32_ne()
-        .if_(BlockType::Empty)
-        .i32_const(0)
-        .return_()
-        .end()
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        .i32_const(1)
-        .end();
-    f
+    equal_bytes(false)
 }

@@ -109,25 +109,10 @@ fn field_text(l: &Layout, b: &[u8], top: bool) -> String {
         }
         Layout::UstackAs(n, _) => field_text(&Layout::Ustack(*n), b, top),
         Layout::Usym | Layout::Ptr => format!("{:#x}", word(b, 0)),
-        Layout::Record(fields) => {
-            let mut parts = Vec::new();
-            let mut off = 0;
-            for (n, f) in fields.iter() {
-                parts.push(format!(
-                    ".{n} = {}",
-                    field_text(f, b.get(off..).unwrap_or(&[]), false)
-                ));
-                off += f.size();
-            }
-            format!("{{ {} }}", parts.join(", "))
-        }
-        Layout::Array(f, n) => {
-            let sz = f.size();
-            let parts: Vec<String> = (0..*n as usize)
-                .map(|i| field_text(f, b.get(i * sz..).unwrap_or(&[]), false))
-                .collect();
-            format!("[{}]", parts.join(","))
-        }
+        Layout::Record(fields) => crate::out::btout::record_text(fields, b, |n, f, b| {
+            format!(".{n} = {}", field_text(f, b, false))
+        }),
+        Layout::Array(f, n) => crate::out::btout::array_text(f, *n, b, |b| field_text(f, b, false)),
         Layout::Enum(values) => {
             let v = word(b, 0) as i64;
             match values.iter().find(|(_, x)| *x == v) {

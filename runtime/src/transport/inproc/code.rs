@@ -14,6 +14,7 @@ use agent_loader::window::{BranchTargets, Function};
 use goblin::elf::{Elf, section_header};
 
 use super::plans::{self, WindowShape};
+use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
 use crate::transport::retsites::ReturnSites;
 
@@ -528,6 +529,14 @@ impl ModuleCode {
             .iter()
             .find(|&&(o, n, _)| o <= off && off < o + n)
             .map(|&(o, _, va)| va + (off - o))
+    }
+
+    /// The load bias of the module where `m`, one of its mappings, maps
+    /// it (run-time minus link-time addresses), if a `PT_LOAD` segment
+    /// maps `m`'s offset.
+    pub(super) fn bias_of(&self, m: &Mapping) -> Option<u64> {
+        self.vaddr_of_offset(m.offset)
+            .map(|link| m.start.wrapping_sub(link))
     }
 }
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 use super::world::World;
 use super::{InProc, Run, traps};
 use crate::sys::ptrace as sys;
-use crate::transport::{Action, Armed, Error, Event, Transport};
+use crate::transport::{Action, Error, Event, Transport};
 
 /// The transport of a followed fork child's own, for the libraries it maps
 /// later: see the module's documentation.
@@ -245,23 +245,8 @@ impl InProc {
             return Ok(());
         };
         let c = &mut c.0;
-        c.patcher.thread_pcs = w
-            .tids()
-            .into_iter()
-            .filter_map(|t| w.regs(t).map(|r| (t, r.rip)))
-            .collect();
-        c.world = Some(w);
-        c.maps = crate::proc::procmaps::read(pid).unwrap_or_default();
-        for i in c.patcher.drop_unmapped(&c.maps) {
-            c.sites_dropped.push(i);
-            let s = &c.patcher.sites[i];
-            for &tag in s.tags.iter().chain(&s.ret_tags) {
-                if c.armed.get(&tag) == Some(&i) {
-                    c.armed.remove(&tag);
-                    c.unmapped.push(Armed(tag as u64));
-                }
-            }
-        }
+        // Its transport's pid is the child's.
+        c.take_library_world(w);
         c.library_events += 1;
         self.child_event = Some(pid);
         on_event(self, Event::LibrariesChanged { pid });

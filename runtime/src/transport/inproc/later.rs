@@ -65,6 +65,18 @@ impl InProc {
             a.region.unlock_store();
         }
         let w = stopped.map_err(|e| Error::anyhow(Some(self.pid), &e, format!("{e:#}")))?;
+        self.take_library_world(w);
+        let pid = self.pid;
+        on_event(self, Event::LibrariesChanged { pid });
+        self.commit_later()
+    }
+
+    /// Takes `w`, the process stopped for the libraries it mapped or
+    /// unmapped (or a followed fork child's, `forklibs`): each thread's
+    /// `rip` for the patcher, the maps read again, the sites in files no
+    /// longer mapped forgotten and the probes they armed reported
+    /// unmapped.
+    pub(super) fn take_library_world(&mut self, w: World) {
         self.patcher.thread_pcs = w.thread_pcs();
         self.world = Some(w);
         self.maps = crate::proc::procmaps::read(self.pid).unwrap_or_default();
@@ -78,9 +90,6 @@ impl InProc {
                 }
             }
         }
-        let pid = self.pid;
-        on_event(self, Event::LibrariesChanged { pid });
-        self.commit_later()
     }
 
     /// The process, stopped at its exec (`traps::Traps::follow_exec`):

@@ -11,8 +11,9 @@ use agent_loader::nearjump::CAVE_LEN;
 use agent_loader::stub::{JMP_LEN, Site};
 use agent_loader::window::{self, Refusal};
 
+use super::Patcher;
+use super::module::{ModuleAt, module_at};
 use super::near::{cave_in, near_jumps};
-use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::plans::WindowShape;
@@ -76,12 +77,13 @@ impl Patcher {
     ) -> Result<Checked, Error> {
         let refused = |rule, message| Error::refused(rule, Some(addr), message);
         self.outside_copies(addr)?;
-        let m = mapping_of(maps, addr).filter(|m| m.exec).ok_or_else(|| {
-            refused(
-                Rule::NotExecutable,
-                format!("invalid address: {addr:#x} is not in an executable mapping"),
-            )
-        })?;
+        let ModuleAt { m, path, file_off } =
+            module_at(maps, addr).filter(|a| a.m.exec).ok_or_else(|| {
+                refused(
+                    Rule::NotExecutable,
+                    format!("invalid address: {addr:#x} is not in an executable mapping"),
+                )
+            })?;
         if !m.is_file() {
             return Err(Error::refused_at(
                 Rule::NotExecutable,
@@ -96,13 +98,11 @@ impl Patcher {
                 ),
             ));
         }
-        let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
         self.module(&path);
         let module = self.modules[&path].as_ref().map_err(|e| {
             e.clone()
                 .context(format_args!("reading {}", path.display()))
         })?;
-        let file_off = addr - m.start + m.offset;
         let link = module.vaddr_of_offset(file_off).ok_or_else(|| {
             Error::refused_at(
                 Rule::NotExecutable,

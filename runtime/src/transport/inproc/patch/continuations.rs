@@ -112,10 +112,7 @@ impl Patcher {
             let Ok(module) = self.module(&p).as_ref() else {
                 continue;
             };
-            let Some(bias) = module
-                .vaddr_of_offset(m.offset)
-                .map(|link| m.start.wrapping_sub(link))
-            else {
+            let Some(bias) = module.bias_of(m) else {
                 continue;
             };
             let elf = module.elf();

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Patcher;
+use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
 use crate::transport::inproc::code::ModuleCode;
@@ -16,6 +16,27 @@ pub(super) type AheadReads = (
     std::collections::HashSet<PathBuf>,
     std::sync::mpsc::Receiver<(PathBuf, Result<std::sync::Arc<ModuleCode>, Error>)>,
 );
+
+/// Where a run-time address is in the files the process maps: its
+/// mapping, that mapping's file (canonical path) and the offset in it.
+pub(super) struct ModuleAt<'m> {
+    /// The mapping the address is in.
+    pub(super) m: &'m Mapping,
+    /// Its file's canonical path (the key of [`Patcher::module`]).
+    pub(super) path: PathBuf,
+    /// The address's offset in that file.
+    pub(super) file_off: u64,
+}
+
+/// Where `addr` is in `maps`; `None` where nothing is mapped.
+pub(super) fn module_at(maps: &[Mapping], addr: u64) -> Option<ModuleAt<'_>> {
+    let m = mapping_of(maps, addr)?;
+    Some(ModuleAt {
+        m,
+        path: crate::proc::procmaps::canonical(Path::new(&m.path)),
+        file_off: addr - m.start + m.offset,
+    })
+}
 
 impl Patcher {
     /// The code of module file `p`, read at its first need, or received

@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Patcher, mapping_of};
+use super::Patcher;
+use super::module::module_at;
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
@@ -156,9 +157,10 @@ impl Patcher {
                         .map(|off| Entered::Offset(p.clone(), off));
                 }
                 wprobe_elf::SymKind::Ifunc => {
-                    let bias = exec.iter().filter(|(q, _)| q == p).find_map(|(_, m)| {
-                        Some(m.start.wrapping_sub(module.vaddr_of_offset(m.offset)?))
-                    });
+                    let bias = exec
+                        .iter()
+                        .filter(|(q, _)| q == p)
+                        .find_map(|(_, m)| module.bias_of(m));
                     at = elf.irelative_slot(sym.value).zip(bias).map(|(slot, b)| {
                         Entered::Slot(slot.wrapping_add(b), sym.value.wrapping_add(b))
                     });
@@ -200,10 +202,8 @@ impl Patcher {
             return r.clone();
         }
         self.outside.insert(key.clone(), None);
-        let m = mapping_of(maps, addr).filter(|m| m.exec && m.is_file())?;
-        let p = crate::proc::procmaps::canonical(Path::new(&m.path));
-        let off = addr - m.start + m.offset;
-        let found = self.rets_of(world, maps, &p, off, depth);
+        let at = module_at(maps, addr).filter(|a| a.m.exec && a.m.is_file())?;
+        let found = self.rets_of(world, maps, &at.path, at.file_off, depth);
         self.outside.insert(key, found.clone());
         found
     }

@@ -9,9 +9,10 @@ use std::path::Path;
 use agent_abi::site_kind;
 use agent_loader::stub::Site;
 
+use super::Patcher;
 use super::check::{Checked, Shape};
+use super::module::{ModuleAt, module_at};
 use super::outside::OUTSIDE_DEPTH;
-use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 use crate::transport::retsites::ReturnSites;
@@ -48,9 +49,8 @@ impl Patcher {
         opcode: Option<u8>,
     ) -> Result<usize, Error> {
         self.read_ahead(maps);
-        let m = mapping_of(maps, addr)
+        let ModuleAt { m, path, file_off } = module_at(maps, addr)
             .ok_or_else(|| Error::refused_at(Rule::NotExecutable, addr, "is not mapped"))?;
-        let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
         let module = match self.module(&path) {
             Ok(m) => m.clone(),
             Err(e) => {
@@ -59,15 +59,15 @@ impl Patcher {
                     .context(format_args!("reading {}", path.display())));
             }
         };
-        let file_off = addr - m.start + m.offset;
-        if let Some(link) = module.vaddr_of_offset(file_off)
+        let link = module.vaddr_of_offset(file_off);
+        if let Some(link) = link
             && module.elf().is_plt_entry(link)
         {
             let bias = addr.wrapping_sub(link);
             return self.plan_plt_return(world, maps, tag, addr, opcode, &path, link, bias);
         }
         if !m.exec
-            && let Some(link) = module.vaddr_of_offset(file_off)
+            && let Some(link) = link
             && module.elf().is_import_slot(link)
         {
             let bias = addr.wrapping_sub(link);
@@ -77,13 +77,6 @@ impl Patcher {
             Some(_) => None,
             None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
         };
-        let m = mapping_of(maps, addr)
-            .ok_or_else(|| Error::refused_at(Rule::NotExecutable, addr, "is not mapped"))?;
-        let module = self
-            .modules
-            .get(&path)
-            .and_then(|r| r.as_ref().ok())
-            .ok_or_else(|| Error::file(&path, format!("reading {}", path.display())))?;
         // The entry's refusal first, as when it is checked alone.
         let mut found = match module.return_sites(file_off) {
             Ok(f) => f,
@@ -96,9 +89,7 @@ impl Patcher {
         // (filled at load: the process stopped at its entry point, or
         // running; a slot bound lazily still points at the module's own
         // PLT, where no function starts).
-        let bias = module
-            .vaddr_of_offset(file_off)
-            .map_or(0, |link| addr.wrapping_sub(link));
+        let bias = link.map_or(0, |link| addr.wrapping_sub(link));
         let slots: Vec<Option<u64>> = found
             .outside
             .iter()

@@ -55,9 +55,7 @@ impl Patcher {
                         m.is_file() && crate::proc::procmaps::canonical(Path::new(&m.path)) == path
                     })
                     .and_then(|m| match self.modules.get(path) {
-                        Some(Ok(code)) => code
-                            .vaddr_of_offset(m.offset)
-                            .map(|l| m.start.wrapping_sub(l)),
+                        Some(Ok(code)) => code.bias_of(m),
                         _ => None,
                     });
                 if self.never_returns(maps, name) {

@@ -17,8 +17,9 @@ use agent_loader::whole::{self, Whole};
 use agent_loader::{nearjump, window::Function};
 
 use super::check::{Checked, Shape};
+use super::module::module_at;
 use super::stubs::AREA_BYTES;
-use super::{Cave, Patcher, Planned, mapping_of};
+use super::{Cave, Patcher, Planned};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 use crate::transport::{Error, Rule};
@@ -187,10 +188,9 @@ impl Patcher {
 
     /// The run-time range of the function containing `addr`.
     fn function_range(&mut self, maps: &[Mapping], addr: u64) -> Option<(u64, u64)> {
-        let m = mapping_of(maps, addr)?;
-        let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
-        let module = self.module(&path).as_ref().ok()?;
-        let link = module.vaddr_of_offset(addr - m.start + m.offset)?;
+        let at = module_at(maps, addr)?;
+        let module = self.module(&at.path).as_ref().ok()?;
+        let link = module.vaddr_of_offset(at.file_off)?;
         let f = module.function(link, addr.wrapping_sub(link))?;
         Some((f.start, f.start + f.code.len() as u64))
     }
@@ -198,15 +198,14 @@ impl Patcher {
     /// The function entered at `addr` decoded for a copy, or why the rules
     /// refuse it.
     fn copy_rule(&mut self, maps: &[Mapping], addr: u64) -> Result<Whole, String> {
-        let m = mapping_of(maps, addr).ok_or("not mapped")?;
-        let path = crate::proc::procmaps::canonical(std::path::Path::new(&m.path));
+        let at = module_at(maps, addr).ok_or("not mapped")?;
         let module = self
-            .module(&path)
+            .module(&at.path)
             .as_ref()
             .map_err(|e| e.to_string())?
             .clone();
         let link = module
-            .vaddr_of_offset(addr - m.start + m.offset)
+            .vaddr_of_offset(at.file_off)
             .ok_or("not in a loaded segment")?;
         let bias = addr.wrapping_sub(link);
         let f = module.function(link, bias).ok_or("no function there")?;
