@@ -70,6 +70,24 @@ pub struct RunOptions {
     pub text: crate::out::format::TextStyle,
 }
 
+impl RunOptions {
+    /// The run options of the fake-transport tests: text records, no
+    /// filter, no opcode check (the fake module files hold no code), `-f`
+    /// as `follow_forks` says.
+    #[cfg(test)]
+    pub(crate) fn for_tests(follow_forks: bool) -> RunOptions {
+        RunOptions {
+            follow_forks,
+            verify_opcodes: false,
+            groups: Vec::new(),
+            types: Vec::new(),
+            fuel: None,
+            format: Format::Text,
+            text: Default::default(),
+        }
+    }
+}
+
 struct ProbeState {
     prog: usize,
     index: usize,

@@ -80,7 +80,7 @@ fn session(programs: Vec<LoadedProgram>) -> (Session, Output) {
     let s = Session::new(
         engine(),
         programs,
-        fake::options(true),
+        crate::session::RunOptions::for_tests(true),
         Box::new(out.clone()),
     )
     .expect("session");

@@ -792,20 +792,6 @@ pub fn mapping(path: &str, start: u64) -> Mapping {
     }
 }
 
-/// The run options of the tests: text records, no filter, no opcode
-/// check (the module files hold no code), `-f` as `follow_forks` says.
-pub fn options(follow_forks: bool) -> crate::session::RunOptions {
-    crate::session::RunOptions {
-        follow_forks,
-        verify_opcodes: false,
-        groups: Vec::new(),
-        types: Vec::new(),
-        fuel: None,
-        format: crate::out::format::Format::Text,
-        text: Default::default(),
-    }
-}
-
 /// The transport with capabilities `caps` tracing [`PID`], whose
 /// executable is mapped at [`EXE_BASE`].
 pub fn traced(caps: Capabilities) -> Fake {

@@ -92,7 +92,7 @@ impl FakeTrace {
         let mut session = Session::new(
             fake::engine(),
             vec![program("trace", program_text)],
-            fake::options(follow),
+            crate::session::RunOptions::for_tests(follow),
             Box::new(std::io::sink()),
         )
         .expect("session");
