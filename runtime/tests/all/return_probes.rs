@@ -1040,7 +1040,7 @@ fn session_hits(
     }
     s.track_every_call(0);
     s.set_use_cache(false);
-    let plan = runtime::probe::plan::choose(transport, &Default::default(), &|i| s.check(i))
+    let plan = runtime::plan::choose(transport, &Default::default(), &|i| s.check(i))
         .unwrap_or_else(|e| panic!("{transport}: {e}"));
     let out = scratch().join(format!("hits-session-{transport}-{notices}.out"));
     let mut argv: Vec<std::ffi::OsString> = vec![
