@@ -134,3 +134,29 @@ pub fn report(result: CmdResult) -> ExitCode {
         }
     }
 }
+
+/// Whether `path` is a one-liner program file (`-`: one on standard input).
+pub fn is_bt(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "bt") || path.as_os_str() == "-"
+}
+
+/// The location of a probe as the user wrote it.
+pub fn location_text(module: &str, p: &hostabi::manifest::ProbeSpec) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    if p.location.kind == hostabi::manifest::LocationKind::Address {
+        s.push('@');
+    } else {
+        let _ = write!(s, "{module}:");
+    }
+    match &p.location.symbol {
+        Some(sym) if p.location.addend != 0 => {
+            let _ = write!(s, "{sym}+{:#x}", p.location.addend);
+        }
+        Some(sym) => s.push_str(sym),
+        None => {
+            let _ = write!(s, "{:#x}", p.location.addend);
+        }
+    }
+    s
+}

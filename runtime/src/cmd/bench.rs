@@ -8,6 +8,8 @@
 
 mod capture;
 mod end_to_end;
+#[cfg(test)]
+pub(crate) use end_to_end::traced_argv;
 
 use std::path::PathBuf;
 
@@ -20,7 +22,6 @@ use crate::probe::programs::ProgramOpts;
 use crate::wasm::load::LoadedModule;
 use crate::wasm::runner::{RunOutcome, Runner};
 use hostabi::Outcome;
-use hostabi::manifest::{LocationKind, ProbeSpec};
 use rpn2wasm::ast::Program;
 use rpn2wasm::interp::{self, Limits, ProgramState};
 use rpn2wasm::model::ModelEnv;
@@ -96,7 +97,7 @@ pub fn load_bench_program_with_cache(
     cache: &crate::wasm::cache::Cache,
 ) -> Result<BenchProgram, String> {
     let label = crate::probe::programs::program_label(path);
-    let (bytes, ast) = if crate::cmd::run::oneliner::is_bt(path) {
+    let (bytes, ast) = if crate::cmd::is_bt(path) {
         let text = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let wasm = crate::cmd::run::oneliner::compile_text(
             &path.display().to_string(),
@@ -114,26 +115,6 @@ pub fn load_bench_program_with_cache(
         .map_err(|e| format!("loading {}: {e}", path.display()))?;
     crate::probe::programs::debug_cache_outcome(path, &outcome);
     Ok(BenchProgram { label, module, ast })
-}
-
-/// The location of a probe as the user wrote it.
-pub fn location_text(module: &str, p: &ProbeSpec) -> String {
-    let mut s = String::new();
-    if p.location.kind == LocationKind::Address {
-        s.push('@');
-    } else {
-        let _ = write!(s, "{module}:");
-    }
-    match &p.location.symbol {
-        Some(sym) if p.location.addend != 0 => {
-            let _ = write!(s, "{sym}+{:#x}", p.location.addend);
-        }
-        Some(sym) => s.push_str(sym),
-        None => {
-            let _ = write!(s, "{:#x}", p.location.addend);
-        }
-    }
-    s
 }
 
 fn outcome_text(o: &RunOutcome) -> String {
@@ -213,7 +194,7 @@ pub fn bench_programs(
     for (pn, p) in programs.iter().enumerate() {
         let m = &p.module.manifest;
         for (i, spec) in m.probes.iter().enumerate() {
-            let location = location_text(&m.module, spec);
+            let location = crate::cmd::location_text(&m.module, spec);
             let Some(hit) = hit_of(pn, i) else {
                 crate::elog!(
                     "wprobe bench: probe {} of {} ({location}) was not hit by the command: not measured",
@@ -450,71 +431,6 @@ mod tests {
             (t.median_ns, t.p10_ns, t.p90_ns, t.runs),
             (6.0, 2.0, 10.0, 110)
         );
-    }
-
-    /// Every program option of `bench --end-to-end` reaches the traced
-    /// `wprobe run`, which parses it back to the same values.
-    #[test]
-    fn end_to_end_passes_the_program_options_on_to_run() {
-        use crate::cmd::cli::{Cli, Command};
-        use clap::Parser;
-        use std::path::PathBuf;
-        let bench = Cli::try_parse_from([
-            "wprobe",
-            "bench",
-            "--end-to-end",
-            "--no-cache",
-            "--fuel",
-            "777",
-            "-D",
-            "A=1",
-            "-D",
-            "B",
-            "-I",
-            "inc",
-            "-I",
-            "/x/y",
-            "p1.rpn",
-            "p2.wasm",
-            "--",
-            "cmd",
-            "arg 1",
-            "-D",
-        ])
-        .unwrap();
-        let Command::Bench(b) = bench.command else {
-            panic!("not bench");
-        };
-        let argv = super::end_to_end::traced_argv(
-            &b,
-            std::path::Path::new("/bin/wprobe"),
-            "perf",
-            std::path::Path::new("/tmp/r.jsonl"),
-        );
-        let Command::Run(r) = Cli::try_parse_from(&argv).unwrap().command else {
-            panic!("not run: {argv:?}");
-        };
-        assert_eq!(argv[0], "/bin/wprobe");
-        assert_eq!(r.transport, "perf");
-        assert_eq!(
-            (r.format, r.output),
-            (
-                crate::out::format::Format::Json,
-                Some("/tmp/r.jsonl".into())
-            )
-        );
-        assert!(r.opts.no_cache);
-        assert_eq!(r.opts.fuel, Some(777));
-        assert_eq!(r.opts.define, ["A=1", "B"]);
-        assert_eq!(
-            r.opts.include,
-            [PathBuf::from("inc"), PathBuf::from("/x/y")]
-        );
-        assert_eq!(
-            r.programs,
-            [PathBuf::from("p1.rpn"), PathBuf::from("p2.wasm")]
-        );
-        assert_eq!(r.command, ["cmd", "arg 1", "-D"]);
     }
 
     #[test]

@@ -162,3 +162,72 @@ pub fn main() -> ExitCode {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Cli, Command};
+
+    /// Every program option of `bench --end-to-end` reaches the traced
+    /// `wprobe run`, which parses it back to the same values.
+    #[test]
+    fn end_to_end_passes_the_program_options_on_to_run() {
+        use clap::Parser;
+        use std::path::PathBuf;
+        let bench = Cli::try_parse_from([
+            "wprobe",
+            "bench",
+            "--end-to-end",
+            "--no-cache",
+            "--fuel",
+            "777",
+            "-D",
+            "A=1",
+            "-D",
+            "B",
+            "-I",
+            "inc",
+            "-I",
+            "/x/y",
+            "p1.rpn",
+            "p2.wasm",
+            "--",
+            "cmd",
+            "arg 1",
+            "-D",
+        ])
+        .unwrap();
+        let Command::Bench(b) = bench.command else {
+            panic!("not bench");
+        };
+        let argv = crate::cmd::bench::traced_argv(
+            &b,
+            std::path::Path::new("/bin/wprobe"),
+            "perf",
+            std::path::Path::new("/tmp/r.jsonl"),
+        );
+        let Command::Run(r) = Cli::try_parse_from(&argv).unwrap().command else {
+            panic!("not run: {argv:?}");
+        };
+        assert_eq!(argv[0], "/bin/wprobe");
+        assert_eq!(r.transport, "perf");
+        assert_eq!(
+            (r.format, r.output),
+            (
+                crate::out::format::Format::Json,
+                Some("/tmp/r.jsonl".into())
+            )
+        );
+        assert!(r.opts.no_cache);
+        assert_eq!(r.opts.fuel, Some(777));
+        assert_eq!(r.opts.define, ["A=1", "B"]);
+        assert_eq!(
+            r.opts.include,
+            [PathBuf::from("inc"), PathBuf::from("/x/y")]
+        );
+        assert_eq!(
+            r.programs,
+            [PathBuf::from("p1.rpn"), PathBuf::from("p2.wasm")]
+        );
+        assert_eq!(r.command, ["cmd", "arg 1", "-D"]);
+    }
+}

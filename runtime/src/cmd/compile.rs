@@ -63,14 +63,53 @@ pub struct CompileArgs {
     pub manifest_from_export: bool,
 }
 
+/// `wprobe compile -e PROGRAM -o OUT` / `wprobe compile script.bt`.
+fn compile_oneliner(a: &CompileArgs) -> CmdResult {
+    let (name, text, default_out) = match (&a.program_text, &a.program) {
+        (Some(t), _) => ("-e".to_string(), t.clone(), None),
+        (None, Some(p)) => match std::fs::read(p) {
+            Ok(b) => (
+                p.display().to_string(),
+                String::from_utf8_lossy(&b).into_owned(),
+                Some(p.with_extension(if a.emit == "wat" { "wat" } else { "wasm" })),
+            ),
+            Err(e) => {
+                return Err(CliError::user(format!("reading {}: {e}", p.display())));
+            }
+        },
+        (None, None) => {
+            return Err(CliError::user("give a program file or -e PROGRAM"));
+        }
+    };
+    let opts = bt2wasm::Options::default();
+    let wasm = match crate::cmd::run::oneliner::compile_text(&name, &text, &opts) {
+        Ok(w) => w,
+        Err(e) => {
+            return Err(CliError::user(e));
+        }
+    };
+    let bytes = if a.emit == "wat" {
+        match wasmprinter::print_bytes(&wasm) {
+            Ok(t) => t.into_bytes(),
+            Err(e) => {
+                return Err(CliError::internal(format!("printing the module: {e}")));
+            }
+        }
+    } else {
+        wasm
+    };
+    let Some(out) = a.output.clone().or(default_out) else {
+        return Err(CliError::user(
+            "give -o OUT (or -o - for standard output) with -e",
+        ));
+    };
+    write_module(&out, &bytes)
+}
+
 /// Runs `wprobe compile`.
 pub fn compile(a: CompileArgs) -> CmdResult {
-    if a.program_text.is_some()
-        || a.program
-            .as_deref()
-            .is_some_and(crate::cmd::run::oneliner::is_bt)
-    {
-        return crate::cmd::run::oneliner::compile_cmd(&a);
+    if a.program_text.is_some() || a.program.as_deref().is_some_and(crate::cmd::is_bt) {
+        return compile_oneliner(&a);
     }
     let Some(program) = a.program.clone() else {
         return Err(CliError::user("give a program file or -e PROGRAM"));
@@ -243,7 +282,7 @@ fn check_module(wasm: &[u8]) -> Result<String, String> {
             format!(
                 "{} at {}",
                 p.export,
-                crate::cmd::bench::location_text(&m.module, p)
+                crate::cmd::location_text(&m.module, p)
             )
         })
         .collect();

@@ -81,7 +81,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         .map_err(|e| CliError::user(e.to_string()))?;
     crate::transport::inproc::configure_plan_cache(a.opts.no_cache);
     let mut programs = crate::cmd::load_each(&a.programs, |p| {
-        if crate::cmd::run::oneliner::is_bt(p) {
+        if crate::cmd::is_bt(p) {
             crate::cmd::run::oneliner::load_file(&engine, p, &a, &cache)
         } else {
             load_program_with_cache(&engine, p, &a.program_args(), &cache)

@@ -42,6 +42,7 @@ pub use plans::configure as configure_plan_cache;
 pub mod repair;
 mod ring;
 mod seam;
+mod seized;
 mod traps;
 pub use traps::TRAP_INSN;
 mod world;

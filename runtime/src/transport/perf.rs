@@ -17,6 +17,7 @@
 pub(crate) mod error;
 mod hit;
 mod launch;
+mod regbits;
 mod ring;
 mod sample;
 mod seam;
@@ -34,8 +35,8 @@ use perf_event::{Builder, Counter, ReadFormat};
 use self::error::open_error;
 pub use self::error::{PerfError, permission_hint};
 pub use self::hit::PerfHit;
+pub use self::regbits::regs_mask;
 use self::ring::Ring;
-pub use self::sample::regs_mask;
 pub use self::seam::INFO;
 pub use crate::arch::WatchKind;
 use crate::transport::ExitStatus;
@@ -158,7 +159,7 @@ pub struct PerfOptions {
     /// kernel would copy it at every hit for nothing.
     pub stack_bytes: u32,
     /// User registers sampled (`sample_regs_user`, see
-    /// [`sample::regs_mask`]): those the handlers can read, the stack
+    /// [`regbits::regs_mask`]): those the handlers can read, the stack
     /// pointer with a stack snapshot; 0 samples none.
     pub regs_mask: u64,
 }
@@ -168,7 +169,7 @@ impl Default for PerfOptions {
         PerfOptions {
             follow_forks: false,
             stack_bytes: STACK_SNAPSHOT_BYTES,
-            regs_mask: sample::REGS_MASK,
+            regs_mask: regbits::REGS_MASK,
         }
     }
 }

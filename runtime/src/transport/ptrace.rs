@@ -71,6 +71,10 @@ pub struct WpId(pub u32);
 
 pub use crate::transport::ExitStatus;
 
+/// The callback the event loop, the hits and the ticks are given: an
+/// event in, the action to take out.
+type Cb<'c> = &'c mut dyn FnMut(&mut PtraceTracer, PtraceEvent<'_>) -> PtraceAction;
+
 /// What the event loop reports.
 #[derive(Debug)]
 pub enum PtraceEvent<'a> {

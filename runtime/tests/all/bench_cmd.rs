@@ -173,7 +173,7 @@ fn a_runaway_handler_is_reported_as_fuel_exhausted() {
 
 fn compile_errors_are_reported_like_run_does() {
     let p = write(
-        "bad.rpn",
+        "bench_bad.rpn",
         "name = x\nmajor = 1\naddress = 0x1\nopcode = 0x55\n  frobnicate\n",
     );
     let out = wprobe().args(["bench"]).arg(&p).output().unwrap();

@@ -77,7 +77,7 @@ fn stats_hits(path: &Path) -> Option<u64> {
 /// The `wprobe run` command line of the traced runs of `--end-to-end`: the
 /// program options of the bench (`--no-cache`, `--fuel`, `-D`, `-I`) are
 /// passed on, and the records go to `records` as JSON lines.
-pub(super) fn traced_argv(
+pub(crate) fn traced_argv(
     a: &BenchArgs,
     me: &std::path::Path,
     transport: &str,

@@ -19,7 +19,7 @@ pub fn list(a: &RunArgs) -> CmdResult {
     // A program: the probes it attaches.
     let program = match (&a.program_text, a.programs.first()) {
         (Some(t), _) => Some(("-e".to_string(), t.clone())),
-        (None, Some(p)) if super::oneliner::is_bt(p) && p.is_file() => {
+        (None, Some(p)) if crate::cmd::is_bt(p) && p.is_file() => {
             let text =
                 std::fs::read(p).map_err(|e| CliError::user(format!("{}: {e}", p.display())))?;
             Some((

@@ -11,13 +11,10 @@ use crate::wasm::cache::Cache;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::cmd::{CliError, CmdResult};
+use crate::cmd::CmdResult;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether `path` is a one-liner program file (`-`: one on standard input).
-pub fn is_bt(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "bt") || path.as_os_str() == "-"
-}
+use crate::cmd::is_bt;
 
 /// Whether `path` names a program of any kind wprobe runs.
 fn is_program_file(path: &Path) -> bool {
@@ -285,49 +282,6 @@ pub fn finish(
     }
     session.end();
     if exited { None } else { status }
-}
-
-/// `wprobe compile -e PROGRAM -o OUT` / `wprobe compile script.bt`.
-pub fn compile_cmd(a: &crate::cmd::compile::CompileArgs) -> CmdResult {
-    let (name, text, default_out) = match (&a.program_text, &a.program) {
-        (Some(t), _) => ("-e".to_string(), t.clone(), None),
-        (None, Some(p)) => match std::fs::read(p) {
-            Ok(b) => (
-                p.display().to_string(),
-                String::from_utf8_lossy(&b).into_owned(),
-                Some(p.with_extension(if a.emit == "wat" { "wat" } else { "wasm" })),
-            ),
-            Err(e) => {
-                return Err(CliError::user(format!("reading {}: {e}", p.display())));
-            }
-        },
-        (None, None) => {
-            return Err(CliError::user("give a program file or -e PROGRAM"));
-        }
-    };
-    let opts = bt2wasm::Options::default();
-    let wasm = match compile_text(&name, &text, &opts) {
-        Ok(w) => w,
-        Err(e) => {
-            return Err(CliError::user(e));
-        }
-    };
-    let bytes = if a.emit == "wat" {
-        match wasmprinter::print_bytes(&wasm) {
-            Ok(t) => t.into_bytes(),
-            Err(e) => {
-                return Err(CliError::internal(format!("printing the module: {e}")));
-            }
-        }
-    } else {
-        wasm
-    };
-    let Some(out) = a.output.clone().or(default_out) else {
-        return Err(CliError::user(
-            "give -o OUT (or -o - for standard output) with -e",
-        ));
-    };
-    crate::cmd::compile::write_module(&out, &bytes)
 }
 
 /// `wprobe bench -e PROGRAM`: the program text as a `.bt` file of the

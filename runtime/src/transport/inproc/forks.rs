@@ -66,7 +66,7 @@ pub(super) struct Children {
     /// The watchpoints of each followed child's image (its parent's at the
     /// fork: a child of a process that executed a program since keeps the
     /// old image's, stubs included), by pid; none for a child without.
-    pub(super) watches: BTreeMap<i32, super::traps::Watches>,
+    pub(super) watches: BTreeMap<i32, super::seized::Watches>,
     /// Their threads (tid → pid).
     pub(super) threads: BTreeMap<i32, i32>,
     /// New threads and processes stopped before the event that made them
@@ -499,7 +499,7 @@ impl Children {
         self.reported.insert(pid);
         // The injections that loaded its agent set other options: its
         // clones, forks and execs are to be seen again.
-        let _ = sys::setoptions(tid, super::traps::OPTIONS);
+        let _ = sys::setoptions(tid, super::seized::OPTIONS);
         let _ = sys::cont(tid, 0);
     }
 

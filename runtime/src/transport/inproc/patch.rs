@@ -64,6 +64,17 @@ pub(super) struct Area {
     next: u64,
 }
 
+/// What a window is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// A probe's address (`window::plan`).
+    Probe,
+    /// A `ret` (`window::plan_ret`).
+    Ret,
+    /// A whole short function, entry through first `ret` (`window::plan_whole`).
+    Whole,
+}
+
 /// A patched (or to-be-patched) site.
 #[derive(Clone, Debug)]
 pub(super) struct Planned {

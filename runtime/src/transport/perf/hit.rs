@@ -32,7 +32,7 @@ pub struct PerfHit {
     pub(super) module_bias: u64,
     /// Whether the sample carried user registers.
     pub(super) has_regs: bool,
-    /// The registers the sample carries (`sample::regs_mask`).
+    /// The registers the sample carries (`regbits::regs_mask`).
     pub(super) regs_mask: u64,
     /// The return of a tracked call of a return probe: the function's
     /// entry address and what the entry knew.
@@ -57,7 +57,7 @@ impl Default for PerfHit {
             ip: 0,
             module_bias: 0,
             has_regs: false,
-            regs_mask: super::sample::REGS_MASK,
+            regs_mask: super::regbits::REGS_MASK,
             ret: None,
             comm: None,
             gone: false,
@@ -166,7 +166,7 @@ impl HitEnv for PerfHit {
     fn read_reg(&mut self, reg: u16, part: u8) -> Option<u64> {
         // The instruction pointer is the sample's IP; other registers only
         // when sampled (the session samples those its handlers can read).
-        let bit = super::sample::perf_bit(reg)?;
+        let bit = super::regbits::perf_bit(reg)?;
         if part != 0 || (bit != 8 && !(self.has_regs && self.regs_mask & (1 << bit) != 0)) {
             return None;
         }

@@ -48,7 +48,7 @@ pub static INFO: TransportInfo = TransportInfo {
     },
     // The general registers, rflags, cs, ss and the instruction pointer
     // (the sample's IP).
-    registers: Some(|id| super::sample::perf_bit(id).is_some()),
+    registers: Some(|id| super::regbits::perf_bit(id).is_some()),
     preflight,
     open,
 };

@@ -30,7 +30,7 @@ pub(super) fn is_group_stop_sig(sig: i32) -> bool {
 use super::tick::waker;
 pub(super) use crate::sys::regs::zero_regs;
 
-pub(super) type Cb<'c> = &'c mut dyn FnMut(&mut PtraceTracer, PtraceEvent<'_>) -> PtraceAction;
+use super::Cb;
 
 impl PtraceTracer {
     /// Runs until every traced process has exited, or `stop` becomes true

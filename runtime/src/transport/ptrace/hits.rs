@@ -11,7 +11,7 @@ use crate::sys::ptrace::{self as sys};
 use crate::sys::regs::zero_regs;
 use crate::transport::common::rdebug;
 
-use super::events::Cb;
+use super::Cb;
 
 impl PtraceTracer {
     pub(super) fn on_sigtrap(&mut self, tid: i32, pid: i32, cb: Cb<'_>) -> Result<(), PtraceError> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{PtraceEvent, PtraceTracer};
 use crate::sys::ptrace::{self as sys};
 
-use super::events::Cb;
+use super::Cb;
 
 /// How often the waker thread looks at the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(20);

@@ -12,6 +12,7 @@ use agent_loader::stub::{JMP_LEN, Site};
 use agent_loader::window::{self, Refusal};
 
 use super::Patcher;
+use super::Shape;
 use super::module::{ModuleAt, module_at};
 use super::near::{cave_in, near_jumps};
 use crate::proc::procmaps::Mapping;
@@ -19,17 +20,6 @@ use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::plans::WindowShape;
 use crate::transport::inproc::world::World;
 use crate::transport::{Error, Rule};
-
-/// What a window is for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Shape {
-    /// A probe's address (`window::plan`).
-    Probe,
-    /// A `ret` (`window::plan_ret`).
-    Ret,
-    /// A whole short function, entry through first `ret` (`window::plan_whole`).
-    Whole,
-}
 
 /// A window checked against the process, not yet given a stub.
 pub(super) struct Checked {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use agent_abi::site_kind;
 
 use super::Patcher;
-use super::check::Shape;
+use super::Shape;
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 

@@ -7,7 +7,7 @@ use agent_loader::stub::Site;
 use agent_loader::window::{self, Function};
 
 use super::Patcher;
-use super::check::Shape;
+use super::Shape;
 use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::world::World;
 

@@ -7,7 +7,8 @@ use agent_loader::nearjump;
 use agent_loader::stub::{self, Site};
 use agent_loader::window;
 
-use super::check::{Checked, Shape};
+use super::Shape;
+use super::check::Checked;
 use super::{Cave, Patcher, Planned};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;

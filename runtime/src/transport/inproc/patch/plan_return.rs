@@ -10,7 +10,8 @@ use agent_abi::site_kind;
 use agent_loader::stub::Site;
 
 use super::Patcher;
-use super::check::{Checked, Shape};
+use super::Shape;
+use super::check::Checked;
 use super::module::{ModuleAt, module_at};
 use super::outside::OUTSIDE_DEPTH;
 use crate::proc::procmaps::Mapping;

@@ -7,7 +7,7 @@ use std::path::Path;
 use agent_abi::site_kind;
 
 use super::Patcher;
-use super::check::Shape;
+use super::Shape;
 use super::outside::OUTSIDE_DEPTH;
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;

@@ -16,7 +16,8 @@ use agent_loader::stub::{self, Site};
 use agent_loader::whole::{self, Whole};
 use agent_loader::{nearjump, window::Function};
 
-use super::check::{Checked, Shape};
+use super::Shape;
+use super::check::Checked;
 use super::module::module_at;
 use super::stubs::AREA_BYTES;
 use super::{Cave, Patcher, Planned};
