@@ -40,6 +40,8 @@
 //! ABI it speaks; wprobe refuses modules built for another one. No
 //! allocator is needed; nothing here panics.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![no_std]
 #![deny(missing_docs)]
 
