@@ -71,6 +71,15 @@ pub struct Whole {
 }
 
 impl Whole {
+    /// How many of its own direct branches (and calls) land on `at`, as
+    /// the module's sweep counts them.
+    pub fn branches_to(&self, at: u64) -> usize {
+        self.insns
+            .iter()
+            .filter(|j| swept_target(j) == Some(at))
+            .count()
+    }
+
     /// Where the original needs a jump back into the copy, in order: the
     /// return addresses of its calls that are inside it (a `call` ending
     /// the function, of a function that never returns, has none there),

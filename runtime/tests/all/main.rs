@@ -18,6 +18,7 @@ mod docs;
 mod dynamic_processes;
 mod guests;
 mod inproc;
+mod inproc_epilogues;
 mod inproc_forks;
 mod inproc_goto;
 mod inproc_near;
@@ -72,6 +73,7 @@ fn main() {
         inproc_goto::CASES,
         inproc_near::CASES,
         inproc_safety::CASES,
+        inproc_epilogues::CASES,
         inproc_whole::CASES,
         layers::CASES,
         logonfault::CASES,

@@ -37,6 +37,9 @@ pub(super) struct ModuleCode {
     /// addresses those calls return to, from the executable sections'
     /// sweep; built at the first need the plans do not answer.
     calls: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
+    /// Branch targets → the `jmp rel32`/`jcc rel32` that land there
+    /// (link-time), built at the first need ([`ModuleCode::far_jumps_to`]).
+    far_jumps: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
     /// The file's path and its key in the plan cache (`None`: no
     /// metadata).
     key: Option<(std::path::PathBuf, plans::Key)>,
@@ -143,6 +146,7 @@ impl ModuleCode {
             loads,
             tail_jumps: sweep.tail_jumps,
             calls: std::sync::OnceLock::new(),
+            far_jumps: std::sync::OnceLock::new(),
             key,
             plans: std::sync::Mutex::new(kept),
         })
@@ -406,6 +410,56 @@ impl ModuleCode {
                         map.entry(i.ip_rel_memory_address())
                             .or_default()
                             .push(i.next_ip());
+                    }
+                }
+            }
+            map
+        })
+    }
+
+    /// The `jmp rel32` and `jcc rel32` instructions (link-time addresses)
+    /// that land on the branch target `target` (link-time), from the
+    /// module's map of them (built at the first need).
+    pub(super) fn far_jumps_to(&self, target: u64) -> &[u64] {
+        self.far_jumps().get(&target).map_or(&[], Vec::as_slice)
+    }
+
+    /// Branch targets → the `jmp rel32` and `jcc rel32` instructions that
+    /// land there: a scan of the executable sections' bytes for those
+    /// opcodes whose displacement leads to a branch target the sweep found
+    /// (not a decoding: the caller checks that each is an instruction of
+    /// its function), at the first need.
+    fn far_jumps(&self) -> &std::collections::HashMap<u64, Vec<u64>> {
+        self.far_jumps.get_or_init(|| {
+            let mut map: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+            let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
+                return map;
+            };
+            for sh in &parsed.section_headers {
+                if sh.sh_type != section_header::SHT_PROGBITS
+                    || sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) == 0
+                {
+                    continue;
+                }
+                let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
+                let Some(code) = self.elf.file_bytes().get(off..off.saturating_add(len)) else {
+                    continue;
+                };
+                for p in 0..code.len() {
+                    // `e9 rel32`, `0f 8x rel32`.
+                    let op = match code[p] {
+                        0xe9 => 1,
+                        0x0f if code.get(p + 1).is_some_and(|b| b & 0xf0 == 0x80) => 2,
+                        _ => continue,
+                    };
+                    let Some(rel) = code.get(p + op..p + op + 4) else {
+                        continue;
+                    };
+                    let rel = i32::from_le_bytes([rel[0], rel[1], rel[2], rel[3]]);
+                    let at = sh.sh_addr + p as u64;
+                    let target = (at + op as u64 + 4).wrapping_add(rel as i64 as u64);
+                    if self.targets.0.contains(&target) {
+                        map.entry(target).or_default().push(at);
                     }
                 }
             }

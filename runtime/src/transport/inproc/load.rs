@@ -93,6 +93,12 @@ impl InProc {
         let pid = self.pid;
         // Where arming fell back to traps, said once for every probe armed
         // at start (later insertions say theirs as they come).
+        let Some(world) = self.world.as_mut() else {
+            return Err(Error::unsupported(INFO.name, "the target is not stopped"));
+        };
+        // Far jumps to trapped epilogues sent to stubs of their own, once
+        // every probe's window is planned.
+        self.patcher.plan_fragments(world, &self.maps);
         self.say_fallbacks();
         let Some(world) = self.world.as_mut() else {
             return Err(Error::unsupported(INFO.name, "the target is not stopped"));

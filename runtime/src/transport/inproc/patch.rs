@@ -23,12 +23,15 @@
 //! tail-call (`outside`); continuation sites after the calls of a
 //! function (`continuations`) and the return probes of PLT entries
 //! (`plt`) and of GOT slots (`got`, `-fno-plt` calls); a function whose
-//! `ret` no jump can cover run as a relocated copy (`whole`); the stub areas and their stubs, and the watchpoints' stubs
+//! `ret` no jump can cover run as a relocated copy (`whole`); a trapped
+//! `ret`'s epilogue run in a stub of its own, entered by the far jumps to
+//! it (`fragments`); the stub areas and their stubs, and the watchpoints' stubs
 //! (`stubs`); the jumps written (`install`) and the bytes put back or
 //! forgotten (`restore`); the sites that trap instead (`trap_sites`).
 
 mod check;
 mod continuations;
+mod fragments;
 mod got;
 mod install;
 mod module;
@@ -177,6 +180,9 @@ pub(super) struct Patcher {
     /// Whether the process uses CET shadow stacks (read at the first copy
     /// of a function that calls).
     shstk: Option<bool>,
+    /// Sites before this index were looked at for epilogues to run in a
+    /// stub of their own (`fragments`).
+    fragments_from: usize,
 }
 
 /// A process's patch journal and trap journal.
@@ -266,6 +272,7 @@ impl Patcher {
             copies: self.copies.clone(),
             ret_owner: None,
             shstk: self.shstk,
+            fragments_from: self.fragments_from,
         }
     }
 

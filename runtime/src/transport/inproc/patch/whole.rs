@@ -51,9 +51,12 @@ pub(super) struct Candidate {
     /// The return sites other functions planned at its `ret`s (not
     /// patched: they tail-call it), given up to the copy's.
     taken: Vec<usize>,
-    /// The windows checked at the return addresses of its calls, for the
-    /// jumps back into the copy (not added).
-    redirects: Vec<Checked>,
+    /// The windows checked at the return addresses of its calls and where
+    /// branches from outside land, for the jumps back into the copy (not
+    /// added), each with the instruction of the original it goes on at in
+    /// the copy: its own address, or (a far jump from outside rewritten)
+    /// the jump's target.
+    redirects: Vec<(Checked, u64)>,
 }
 
 impl Patcher {
@@ -117,7 +120,7 @@ impl Patcher {
         maps: &[Mapping],
         whole: &Whole,
         entry: &Site,
-    ) -> Result<Vec<Checked>, String> {
+    ) -> Result<Vec<(Checked, u64)>, String> {
         let returns = whole.returns_inside();
         if !whole.calls.is_empty() && self.shadow_stacks(world.pid()) {
             return Err(format!(
@@ -126,10 +129,11 @@ impl Patcher {
                 whole.calls[0].0
             ));
         }
-        let mut out: Vec<Checked> = Vec::with_capacity(returns.len());
+        let mut out: Vec<(Checked, u64)> = Vec::with_capacity(returns.len());
         let mut refusal = None;
         for next in returns {
-            let what = match whole.calls.iter().find(|&&(_, n)| n == next) {
+            let call = whole.calls.iter().find(|&&(_, n)| n == next);
+            let what = match call {
                 Some((call, _)) => {
                     format!("the return address {next:#x} of its `call` at {call:#x}")
                 }
@@ -138,7 +142,7 @@ impl Patcher {
             let why = match self.check(world, maps, next, None, Shape::Probe) {
                 Ok(c) => {
                     let clash = std::iter::once(entry)
-                        .chain(out.iter().map(|o| &o.site))
+                        .chain(out.iter().map(|o| &o.0.site))
                         .find(|o| overlap(o, &c.site))
                         .map(|o| o.addr);
                     let why = if c.trap.is_some() {
@@ -147,7 +151,7 @@ impl Patcher {
                         clash.map(|o| format!("its window meets the one at {o:#x}"))
                     };
                     if why.is_none() {
-                        out.push(c);
+                        out.push((c, next));
                         continue;
                     }
                     self.release(&c);
@@ -155,11 +159,30 @@ impl Patcher {
                 }
                 Err(e) => Some(e.to_string()),
             };
+            // Where only branches from outside land: those jumps rewritten
+            // to go to the copy, when they are all far jumps.
+            if call.is_none() {
+                let taken: Vec<Site> = std::iter::once(entry.clone())
+                    .chain(out.iter().map(|o| o.0.site.clone()))
+                    .collect();
+                match self.outside_jumps(world, maps, whole, next, &taken) {
+                    Ok(jumps) => {
+                        out.extend(jumps.into_iter().map(|c| (c, next)));
+                        continue;
+                    }
+                    Err(no) => {
+                        refusal = why.map(|w| {
+                            format!("{what} takes no jump back into the copy ({w}; {no})")
+                        });
+                        break;
+                    }
+                }
+            }
             refusal = why.map(|w| format!("{what} takes no jump back into the copy ({w})"));
             break;
         }
         if let Some(why) = refusal {
-            for c in &out {
+            for (c, _) in &out {
                 self.release(c);
             }
             return Err(why);
@@ -167,8 +190,83 @@ impl Patcher {
         Ok(out)
     }
 
+    /// The windows of the far jumps from outside `whole` that land on
+    /// `next`, each exactly the jump's bytes, checked clear of the windows
+    /// `taken` (and of each other), when they are all the branches from
+    /// outside there; else why not.
+    fn outside_jumps(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        whole: &Whole,
+        next: u64,
+        taken: &[Site],
+    ) -> Result<Vec<Checked>, String> {
+        let at = module_at(maps, next).ok_or("not mapped")?;
+        let module = self
+            .module(&at.path)
+            .as_ref()
+            .map_err(|e| e.to_string())?
+            .clone();
+        let link = module
+            .vaddr_of_offset(at.file_off)
+            .ok_or("not in a loaded segment")?;
+        let bias = next.wrapping_sub(link);
+        let all = module.targets.2.get(&link).copied().unwrap_or(0) as usize;
+        let outside = all.saturating_sub(whole.branches_to(next));
+        let mut out: Vec<Checked> = Vec::new();
+        let mut no = None;
+        for &s_link in module.far_jumps_to(link) {
+            let s = s_link.wrapping_add(bias);
+            if (whole.start..whole.end).contains(&s)
+                || !super::fragments::far_jump_at(&module, s_link, bias, next)
+            {
+                continue;
+            }
+            match self.check(world, maps, s, None, Shape::Probe) {
+                Ok(c) => {
+                    let clear = c.trap.is_none()
+                        && c.cave.is_none()
+                        && c.site.addr == s
+                        && c.site.len == c.orig.len()
+                        && !taken
+                            .iter()
+                            .chain(out.iter().map(|o| &o.site))
+                            .any(|o| overlap(o, &c.site));
+                    if clear {
+                        out.push(c);
+                        continue;
+                    }
+                    self.release(&c);
+                    no = Some(format!("the jump at {s:#x} cannot be sent to the copy"));
+                }
+                Err(e) => {
+                    no = Some(format!(
+                        "the jump at {s:#x} cannot be sent to the copy: {e}"
+                    ))
+                }
+            }
+            break;
+        }
+        if no.is_none() && out.len() != outside {
+            no = Some(format!(
+                "{} of the {outside} branches from outside there are far jumps",
+                out.len()
+            ));
+        }
+        match no {
+            Some(no) => {
+                for c in &out {
+                    self.release(c);
+                }
+                Err(no)
+            }
+            None => Ok(out),
+        }
+    }
+
     /// Gives up what checking `c` reserved (a near jump's cave).
-    fn release(&mut self, c: &Checked) {
+    pub(super) fn release(&mut self, c: &Checked) {
         if let Some((addr, _, _)) = &c.cave {
             self.caves.remove(addr);
         }
@@ -327,7 +425,7 @@ impl Patcher {
                 Ok(())
             }
             Err(why) => {
-                for r in &c.redirects {
+                for (r, _) in &c.redirects {
                     self.release(r);
                 }
                 for mut h in c.held {
@@ -390,12 +488,12 @@ impl Patcher {
         let whole::Copy { code, returns } = code;
         // Each redirect's jump (and its cave's) to the copy's instruction.
         let mut redirects = Vec::with_capacity(c.redirects.len());
-        for r in &c.redirects {
+        for (r, goes_on) in &c.redirects {
             let to = returns
                 .iter()
-                .find(|&&(n, _)| n == r.site.probe)
+                .find(|&&(n, _)| n == *goes_on)
                 .map(|&(_, to)| to)
-                .ok_or_else(|| format!("no copy of the instruction at {:#x}", r.site.probe))?;
+                .ok_or_else(|| format!("no copy of the instruction at {goes_on:#x}"))?;
             let (patch, cave) = match &r.cave {
                 Some((addr, orig, _)) => (
                     nearjump::near_patch(&r.site, *addr)
@@ -407,6 +505,12 @@ impl Patcher {
                             format!("the copy at {to:#x} is out of reach of the cave at {addr:#x}")
                         })?,
                     }),
+                ),
+                // A far jump from outside: the same jump, to the copy.
+                None if *goes_on != r.site.addr => (
+                    super::fragments::jump_to(&r.orig, r.site.addr, to)
+                        .ok_or_else(|| format!("the copy at {to:#x} is out of reach"))?,
+                    None,
                 ),
                 None => (
                     stub::site_patch(&r.site, to).map_err(|e| e.to_string())?,
