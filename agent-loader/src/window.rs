@@ -218,10 +218,17 @@ impl BranchTargets {
 /// land on: a branch target some branch not displaced in `win` reaches
 /// (the sweep counted them all in `targets.2`; a direct branch inside the
 /// window moves with its target).
-fn outside_target(win: &[Instruction], bias: u64, targets: &BranchTargets) -> Option<u64> {
+/// `sent`: targets (run-time) whose every branch was sent elsewhere (their
+/// jumps rewritten), which no branch reaches any more.
+fn outside_target(
+    win: &[Instruction],
+    bias: u64,
+    targets: &BranchTargets,
+    sent: &[u64],
+) -> Option<u64> {
     win.iter().skip(1).map(|i| i.ip()).find(|&at| {
         let link = at.wrapping_sub(bias);
-        if !targets.0.contains(&link) {
+        if !targets.0.contains(&link) || sent.contains(&at) {
             return false;
         }
         let inside = win
@@ -436,7 +443,7 @@ pub fn plan_whole_len(
     }
     let mut win = displaced.clone();
     win.push(ret);
-    if let Some(at) = outside_target(&win, func.bias, targets) {
+    if let Some(at) = outside_target(&win, func.bias, targets, &[]) {
         return Err(Refusal::BranchTarget { at });
     }
     lands_amiss(&win, start..ret.next_ip())?;
@@ -603,6 +610,9 @@ pub struct Decoded {
     insns: Vec<Instruction>,
     /// Its first indirect branch whose targets are unknown.
     indirect: Option<u64>,
+    /// Branch targets (run-time) whose every branch was sent elsewhere
+    /// ([`Decoded::sending`]).
+    sent: Vec<u64>,
 }
 
 impl Decoded {
@@ -628,7 +638,16 @@ impl Decoded {
             targets: std::ptr::from_ref(targets) as usize,
             insns,
             indirect,
+            sent: Vec::new(),
         }
+    }
+
+    /// The same, where no branch reaches the branch target `at` (run-time)
+    /// any more: each of them (all the module's sweep counted) was
+    /// rewritten to go elsewhere. A `ret`'s window may take it.
+    pub fn sending(mut self, at: u64) -> Decoded {
+        self.sent.push(at);
+        self
     }
 
     /// Whether this is `func` decoded against `targets`.
@@ -719,7 +738,7 @@ fn plan_ret_at(
                 break;
             }
         }
-        let inner = outside_target(&insns[r - k..=r], func.bias, targets);
+        let inner = outside_target(&insns[r - k..=r], func.bias, targets, &decoded.sent);
         if let Some(at) = inner {
             refusal.get_or_insert(Refusal::BranchTarget { at });
             // Grow to take the target's branches, if it can.

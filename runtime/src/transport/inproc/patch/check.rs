@@ -208,7 +208,7 @@ impl Patcher {
     /// `site` when no stopped thread stands inside its window (a jump must
     /// not go under one) and its window meets no near jump's cave (a
     /// `ret`'s window completed by padding).
-    fn clear_of_threads_and_caves(&self, site: Site) -> Result<Site, String> {
+    pub(super) fn clear_of_threads_and_caves(&self, site: Site) -> Result<Site, String> {
         let end = site.addr + site.len as u64;
         if let Some((tid, pc)) = self
             .thread_pcs
@@ -234,7 +234,7 @@ impl Patcher {
     /// up; refused if it meets another site's window or a cave; the padding
     /// it takes after its `ret` or its function is no cave's. Refused
     /// ([`Rule::Patch`]) as the probe at the site's address.
-    fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), Error> {
+    pub(super) fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), Error> {
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
         let meeting: Vec<usize> = self
             .by_window
@@ -242,7 +242,7 @@ impl Patcher {
             .map(|&(_, i)| i)
             .filter(|&i| {
                 let o = &self.sites[i];
-                o.site.addr < hi && lo < o.site.addr + o.site.len as u64
+                o.site.len > 0 && o.site.addr < hi && lo < o.site.addr + o.site.len as u64
             })
             .collect();
         // Continuation sites not patched yet give their bytes up.
@@ -260,7 +260,8 @@ impl Patcher {
             .by_window
             .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
             .map(|&(_, i)| &self.sites[i])
-            .find(|o| o.site.addr < hi && lo < o.site.addr + o.site.len as u64)
+            // A site with no window (a return stub's only) has no bytes.
+            .find(|o| o.site.len > 0 && o.site.addr < hi && lo < o.site.addr + o.site.len as u64)
         {
             return Err(Error::refused(
                 Rule::Patch,
@@ -302,7 +303,7 @@ impl Patcher {
 
 /// The bytes of `site`'s window in the file of `module` (load bias
 /// `bias`, at `path`), checked to be those in memory.
-fn file_bytes(
+pub(super) fn file_bytes(
     world: &World,
     module: &ModuleCode,
     site: &Site,

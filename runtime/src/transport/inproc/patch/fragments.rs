@@ -12,16 +12,22 @@
 //! the same jump to that stub (a window of exactly its own bytes, planned
 //! and checked as any: no thread inside, no other window, the file's
 //! bytes, journaled and restored). The trap stays for the other ways in
-//! (the fall-through, short jumps). Planned after everything else of a
-//! commit, so that no window planned for a probe loses its bytes to one.
+//! (the fall-through, short jumps) — unless the jumps sent were every
+//! branch to the epilogue (the sweep's count): then nothing lands inside
+//! it any more, and the `ret` takes a window after all, planned with that
+//! branch target taken as reached by none (`window::Decoded::sending`),
+//! the trap site retired. Planned after everything else of a commit, so
+//! that no window planned for a probe loses its bytes to one.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use agent_abi::site_kind;
-use agent_loader::stub::Site;
+use agent_loader::stub::{JMP_LEN, Site};
+use agent_loader::window;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction};
 
+use super::check::{Checked, file_bytes};
 use super::module::module_at;
 use super::{Patcher, Planned, Shape};
 use crate::proc::procmaps::Mapping;
@@ -159,7 +165,7 @@ impl Patcher {
         let site = Site {
             probe: e.ret.ip(),
             addr: e.start,
-            displaced: e.insns,
+            displaced: e.insns.clone(),
             len: 0,
             ret: Some(e.ret),
         };
@@ -200,14 +206,93 @@ impl Patcher {
                 cave: None,
             });
         }
+        // Every branch to the epilogue sent: nothing lands inside it any
+        // more, and the `ret` may take a window after all.
+        let all = module.targets.2.get(&e.link).copied() == Some(sent.len() as u32);
+        let window = all && self.window_after_sending(world, maps, module, &e);
         self.near_notes.push(format!(
             "{:#x}: its epilogue from {:#x} also runs in a return stub at {at:#x}, the jump{} at \
-             ({}) sent there (the trap stays for the other ways in)",
+             ({}) sent there ({})",
             e.ret.ip(),
             e.start,
             if sent.len() == 1 { "" } else { "s" },
-            sent.join(", ")
+            sent.join(", "),
+            if window {
+                "every branch there: the `ret` takes a window after all"
+            } else {
+                "the trap stays for the other ways in"
+            }
         ));
+    }
+
+    /// Gives the `ret` of `e` a window instead of its trap now that no
+    /// branch lands on its epilogue (every one sent to the epilogue's
+    /// stub): planned with that target taken as reached by none, checked
+    /// as any (no thread inside, no other window, the file's bytes), the
+    /// trap site retired. Whether it did.
+    fn window_after_sending(
+        &mut self,
+        world: &mut World,
+        maps: &[Mapping],
+        module: &ModuleCode,
+        e: &Epilogue,
+    ) -> bool {
+        let r = e.ret.ip();
+        let Some(at) = module_at(maps, r) else {
+            return false;
+        };
+        let (path, inode) = (at.path.clone(), at.m.inode);
+        let Some(func) = module.function(r.wrapping_sub(e.bias), e.bias) else {
+            return false;
+        };
+        let fend = func.start + func.code.len() as u64;
+        let after = module.padding_after(fend.wrapping_sub(e.bias));
+        let decoded = window::Decoded::new(func, &module.targets).sending(e.start);
+        let Ok(site) = window::plan_ret_in(r, func, &decoded, after, &module.targets, JMP_LEN)
+        else {
+            return false;
+        };
+        let Ok(site) = self.clear_of_threads_and_caves(site) else {
+            return false;
+        };
+        let Ok(orig) = file_bytes(world, module, &site, e.bias, &path) else {
+            return false;
+        };
+        // The trap's byte is inside the window: its site goes first, and
+        // comes back if the window cannot be taken.
+        let trapped = self.sites[e.site].clone();
+        self.retire(e.site);
+        if self.take_window(&site, fend).is_err() {
+            self.sites[e.site] = trapped;
+            self.by_window.insert((r, e.site));
+            self.by_probe_addr.insert(r, e.site);
+            return false;
+        }
+        let c = Checked {
+            site,
+            orig,
+            inode,
+            trap: None,
+            cave: None,
+            module: None,
+        };
+        match self.add(world, c, site_kind::RET) {
+            Ok(i) => {
+                self.sites[i].ret_tags = trapped.ret_tags.clone();
+                self.sites[i].ret_of = trapped.ret_of;
+                self.sites[e.site].trap = None;
+                self.trap_funcs.remove(&r);
+                let head = format!("{r:#x} ");
+                self.notes.retain(|(_, n)| !n.starts_with(&head));
+                true
+            }
+            Err(_) => {
+                self.sites[e.site] = trapped;
+                self.by_window.insert((r, e.site));
+                self.by_probe_addr.insert(r, e.site);
+                false
+            }
+        }
     }
 }
 

@@ -57,6 +57,10 @@ pub(super) struct Candidate {
     /// the copy: its own address, or (a far jump from outside rewritten)
     /// the jump's target.
     redirects: Vec<(Checked, u64)>,
+    /// The continuation sites (not patched yet) at the return addresses
+    /// of its calls whose bytes its redirects took: (the address, the
+    /// site), dispatched on the way back into the copy.
+    conts: Vec<(u64, usize)>,
 }
 
 impl Patcher {
@@ -84,10 +88,10 @@ impl Patcher {
         let found = self.copy_rule(maps, addr).and_then(|w| {
             let taken = self.copy_refusal(&w, rets, start, end)?;
             // Last: the jumps back from the original's return addresses.
-            let redirects = self.redirects(world, maps, &w, &entry.site)?;
-            Ok((w, taken, redirects))
+            let (redirects, conts) = self.redirects(world, maps, &w, &entry.site)?;
+            Ok((w, taken, redirects, conts))
         });
-        let (whole, taken, redirects) = match found {
+        let (whole, taken, redirects, conts) = match found {
             Ok(f) => f,
             Err(why) => {
                 for c in rets.iter_mut().filter(|c| own(c)) {
@@ -105,6 +109,7 @@ impl Patcher {
             held,
             taken,
             redirects,
+            conts,
         })
     }
 
@@ -120,7 +125,7 @@ impl Patcher {
         maps: &[Mapping],
         whole: &Whole,
         entry: &Site,
-    ) -> Result<Vec<(Checked, u64)>, String> {
+    ) -> Result<Redirects, String> {
         let returns = whole.returns_inside();
         if !whole.calls.is_empty() && self.shadow_stacks(world.pid()) {
             return Err(format!(
@@ -130,9 +135,17 @@ impl Patcher {
             ));
         }
         let mut out: Vec<(Checked, u64)> = Vec::with_capacity(returns.len());
+        let mut conts = Vec::new();
         let mut refusal = None;
         for next in returns {
             let call = whole.calls.iter().find(|&&(_, n)| n == next);
+            // A continuation site there gives its bytes up to the redirect
+            // (`check`), and is dispatched on the way back into the copy.
+            let cont = self
+                .by_probe_addr
+                .get(&next)
+                .copied()
+                .filter(|&i| self.sites[i].kind == site_kind::CONT && !self.sites[i].patched);
             let what = match call {
                 Some((call, _)) => {
                     format!("the return address {next:#x} of its `call` at {call:#x}")
@@ -152,6 +165,9 @@ impl Patcher {
                     };
                     if why.is_none() {
                         out.push((c, next));
+                        if let Some(i) = cont.filter(|&i| self.sites[i].site.len == 0) {
+                            conts.push((next, i));
+                        }
                         continue;
                     }
                     self.release(&c);
@@ -187,7 +203,7 @@ impl Patcher {
             }
             return Err(why);
         }
-        Ok(out)
+        Ok((out, conts))
     }
 
     /// The windows of the far jumps from outside `whole` that land on
@@ -354,13 +370,20 @@ impl Patcher {
                 }
             }
         }
-        // No other window inside it (a probe's would never run).
+        // No other window inside it (a probe's would never run), but a
+        // continuation site not patched yet at the return address of one
+        // of its calls (its redirect's, then: `redirects`).
+        let returns = whole.returns_inside();
         if let Some(&(at, _)) = self
             .by_window
             .range((start.saturating_sub(self.longest), 0)..(end, 0))
             .find(|&&(at, i)| {
                 let s = &self.sites[i];
-                at + s.site.len as u64 > start && !taken.contains(&i) && s.site.len > 0
+                let cont = s.kind == site_kind::CONT
+                    && !s.patched
+                    && whole.calls.iter().any(|&(_, n)| n == s.site.probe)
+                    && returns.contains(&s.site.probe);
+                at + s.site.len as u64 > start && !taken.contains(&i) && s.site.len > 0 && !cont
             })
         {
             return Err(format!("a site's window at {at:#x} is inside it"));
@@ -486,14 +509,22 @@ impl Patcher {
                 .map_err(|e| format!("{e:#}"))
         })?;
         let whole::Copy { code, returns } = code;
-        // Each redirect's jump (and its cave's) to the copy's instruction.
+        let a = &mut self.areas[area];
+        let off = (at - a.base) as usize;
+        a.code[off..off + code.len()].copy_from_slice(&code);
+        a.next = at - a.base + code.len() as u64;
+        // Each redirect's jump (and its cave's) to the copy's instruction,
+        // through the stub of the continuation site it took the place of.
         let mut redirects = Vec::with_capacity(c.redirects.len());
         for (r, goes_on) in &c.redirects {
-            let to = returns
+            let mut to = returns
                 .iter()
                 .find(|&&(n, _)| n == *goes_on)
                 .map(|&(_, to)| to)
                 .ok_or_else(|| format!("no copy of the instruction at {goes_on:#x}"))?;
+            if let Some(&(_, i)) = c.conts.iter().find(|&&(n, _)| n == *goes_on) {
+                to = self.cont_stub(world, i, *goes_on, to)?;
+            }
             let (patch, cave) = match &r.cave {
                 Some((addr, orig, _)) => (
                     nearjump::near_patch(&r.site, *addr)
@@ -533,10 +564,6 @@ impl Patcher {
                 ret_of: None,
             });
         }
-        let a = &mut self.areas[area];
-        let off = (at - a.base) as usize;
-        a.code[off..off + code.len()].copy_from_slice(&code);
-        a.next = at - a.base + code.len() as u64;
         let redirected: Vec<u64> = redirects.iter().map(|r| r.site.addr).collect();
         let first_redirect = self.sites.len();
         for r in redirects {
@@ -563,6 +590,31 @@ impl Patcher {
             redirects: (first_redirect..first_redirect + redirected.len()).collect(),
         });
         Ok((at, redirected))
+    }
+
+    /// The stub of continuation site `i` (at `next`, its window given up
+    /// to a redirect) that dispatches it and goes on at `to` in the copy;
+    /// its address.
+    fn cont_stub(
+        &mut self,
+        world: &mut World,
+        i: usize,
+        next: u64,
+        to: u64,
+    ) -> Result<u64, String> {
+        let site = Site {
+            probe: next,
+            addr: to,
+            displaced: Vec::new(),
+            len: 0,
+            ret: None,
+        };
+        let (area, at, code) = self
+            .stub_for(world, &site, i as u32, None)
+            .map_err(|e| e.to_string())?;
+        self.areas[area].put(at, &code);
+        self.sites[i].stub = at;
+        Ok(at)
     }
 
     /// Room for a copy (`generate(area base, address)` its code) in a
@@ -662,6 +714,10 @@ fn say_why_not(c: &mut Checked, why: &str) {
         ));
     }
 }
+
+/// The redirects of a copy (each with the instruction it goes on at) and
+/// the continuation sites they took the place of.
+type Redirects = (Vec<(Checked, u64)>, Vec<(u64, usize)>);
 
 /// Whether the windows of `a` and `b` meet.
 fn overlap(a: &Site, b: &Site) -> bool {
