@@ -27,12 +27,19 @@
  * address taking the continuation site's bytes and dispatching it on the
  * way back into the copy. No trap.
  *
- * cc_func(n) = 0 for n = 0, else |n| + n.
+ * `jt_tail` tail-calls `jb_owner` (`e9` to its entry), a leaf after it
+ * whose `ret` has no window (its `pop` a branch target of a `jmp` after
+ * the `ret`): planned first, `jt_tail` takes that `ret` as a return site
+ * of its own, a trap; then `jb_owner` runs as a copy all the same, taking
+ * that site over. No trap.
+ *
+ * cc_func(n) = 0 for n = 0, else |n| + n; jt_tail(n) = jb_owner(n + 1);
+ * jb_owner(n) = 3|n|.
  * ep_owner(n) = ep_owner2(n) = 3n (they call ep_twice); ep_hot(n) = n + 1,
  * ep_hot2(n) = n + 2; cp_func(n) = 0 for n = 0, else 2|n| + 1.
  * usage: far_epilogues N: calls ep_owner(i) and ep_owner2(i) for i < 3,
- * ep_hot(i), ep_hot2(i), cp_func(i % 5 - 2) and cc_func(i % 5 - 2) for
- * i < N; prints the sum. */
+ * ep_hot(i), ep_hot2(i), cp_func(i % 5 - 2), cc_func(i % 5 - 2) and
+ * jt_tail(i) for i < N; prints the sum. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -50,6 +57,10 @@ long ep_hot2(long n);
 long tp_func(long n);
 long cc_func(long n);
 long filler_e(long n);
+long jt_tail(long n);
+long jb_owner(long n);
+long filler_f(long n);
+long filler_g(long n);
 long (*tp_ptr)(long) = labs;
 
 /* 26 x `add %rdi,%rax; xor %rdx,%rax` (6 bytes each) and a `ret`. */
@@ -141,6 +152,23 @@ __asm__(".text\n"
         "  ret\n"
         END(cc_func)
         FN(filler_e) "  xor %eax,%eax\n xor %edx,%edx\n" FILL "  ret\n" END(filler_e)
+        FN(jt_tail)
+        "  add $1,%rdi\n"
+        "  .byte 0xe9\n .long jb_owner - . - 4\n"
+        END(jt_tail)
+        FN(filler_f) "  xor %eax,%eax\n xor %edx,%edx\n" FILL "  ret\n" END(filler_f)
+        FN(jb_owner)
+        "  push %rbx\n"
+        "  lea (%rdi,%rdi,2),%rax\n"
+        "  test %rdi,%rdi\n"
+        "  js 1f\n"
+        ".Ljb_shared:\n"
+        "  pop %rbx\n"
+        "  ret\n"
+        "1: neg %rax\n"
+        "  jmp .Ljb_shared\n"
+        END(jb_owner)
+        FN(filler_g) "  xor %eax,%eax\n xor %edx,%edx\n" FILL "  ret\n" END(filler_g)
         ".type cp_func.cold, @function\n"
         "cp_func.cold:\n"
         "  neg %rdi\n"
@@ -150,10 +178,11 @@ __asm__(".text\n"
 
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 1000;
-    long sum = filler_a(1) + filler_b(1) + filler_c(1) + filler_d(1) + filler_e(1);
+    long sum = filler_a(1) + filler_b(1) + filler_c(1) + filler_d(1) + filler_e(1) +
+               filler_f(1) + filler_g(1);
     for (long i = 0; i < 3; i++) sum += ep_owner(i) + ep_owner2(i);
     for (long i = 0; i < n; i++)
-        sum += ep_hot(i) + ep_hot2(i) + cp_func(i % 5 - 2) + cc_func(i % 5 - 2);
+        sum += ep_hot(i) + ep_hot2(i) + cp_func(i % 5 - 2) + cc_func(i % 5 - 2) + jt_tail(i);
     printf("%ld\n", sum);
     return 0;
 }

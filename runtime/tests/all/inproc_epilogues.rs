@@ -44,10 +44,10 @@ fn cc_func(n: i64) -> i64 {
 
 /// The program's output for `n`.
 fn sum(n: i64) -> String {
-    let fillers = 5 * 26;
+    let fillers = 7 * 26;
     let owners: i64 = (0..3).map(|i| 2 * 3 * i).sum();
     let rest: i64 = (0..n)
-        .map(|i| i + 1 + i + 2 + cp_func(i % 5 - 2) + cc_func(i % 5 - 2))
+        .map(|i| i + 1 + i + 2 + cp_func(i % 5 - 2) + cc_func(i % 5 - 2) + 3 * (i + 1))
         .sum();
     format!("{}\n", fillers + owners + rest)
 }
@@ -60,8 +60,10 @@ fn sum(n: i64) -> String {
 /// into it: no trap (1,000 stops without it); `cc_func` runs as a copy
 /// too, the continuation site at its call's return address dispatched on
 /// the way back into it: no trap, every call of `tp_func` (a tail call
-/// through a pointer) seen returning there (1,000 stops without it). The
-/// shapes are checked first
+/// through a pointer) seen returning there (1,000 stops without it);
+/// `jb_owner` runs as a copy though `jt_tail`, which tail-calls it and is
+/// planned first, took its `ret` as a return site (a trap) of its own
+/// (1,000 stops without it). The shapes are checked first
 /// (what the test is about), and the return values of the calls.
 fn far_jumps_to_trapped_rets_go_to_stubs_and_copies() {
     let exe = far_epilogues();
@@ -151,6 +153,10 @@ fn far_jumps_to_trapped_rets_go_to_stubs_and_copies() {
         ("filler_c", 1),
         ("filler_d", 1),
         ("filler_e", 1),
+        ("filler_f", 1),
+        ("filler_g", 1),
+        ("jb_owner", 1000),
+        ("jt_tail", 1000),
         ("main", 1),
         ("tp_func", 800),
     ]);
@@ -206,6 +212,21 @@ fn far_jumps_to_trapped_rets_go_to_stubs_and_copies() {
         })
         .collect();
     assert_eq!(got, want, "{err}");
+    let (jbo, _) = func(&exe, "jb_owner");
+    let (jt, _) = func(&exe, "jt_tail");
+    assert!(jt < jbo);
+    assert_eq!(e9_target(jt + 4), jbo);
+    assert!(
+        err.contains(&format!(
+            ": {jbo:#x} jb_owner: its `ret`s ({:#x}) run in a relocated copy of the whole \
+             function at ",
+            jbo + 11
+        )) && err.contains(&format!(
+            "(the `ret` at {:#x} in jb_owner: no jump can go there",
+            jbo + 11
+        )),
+        "{err}"
+    );
     // Every function is patched under `-F` too: `ep_owner`'s 3 calls stop.
     assert!(
         err.contains(&format!(

@@ -82,7 +82,15 @@ impl Patcher {
         let entry = entry.filter(|e| e.trap.is_none())?;
         let (start, end) = self.function_range(maps, addr)?;
         let own = |c: &Checked| (start..end).contains(&c.site.probe);
-        if start != addr || !rets.iter().any(|c| own(c) && c.trap.is_some()) {
+        // One of its `ret`s traps: checked now, or planned before as the
+        // return site of a function that jumps there (not patched yet).
+        let trapped_before = || {
+            self.by_window
+                .range((start, 0)..(end, 0))
+                .map(|&(_, i)| &self.sites[i])
+                .any(|s| s.kind == site_kind::RET && s.trap.is_some() && !s.patched)
+        };
+        if start != addr || !(rets.iter().any(|c| own(c) && c.trap.is_some()) || trapped_before()) {
             return None;
         }
         let found = self.copy_rule(maps, addr).and_then(|w| {
@@ -403,6 +411,19 @@ impl Patcher {
     ) -> Result<(), crate::transport::Error> {
         match self.make_copy(world, entry, &c) {
             Ok((at, returns)) => {
+                // Why a `ret` had no window: one held, else one planned
+                // before by a function that jumps there.
+                let (ret, why) = c
+                    .held
+                    .iter()
+                    .find_map(|h| Some((h.site.probe, h.trap.as_ref()?.1.clone())))
+                    .or_else(|| {
+                        c.taken.iter().find_map(|&i| {
+                            let s = &self.sites[i];
+                            Some((s.site.probe, s.trap.clone()?))
+                        })
+                    })
+                    .unwrap_or_default();
                 for &i in &c.taken {
                     self.retire(i);
                     let s = &mut self.sites[i];
@@ -420,11 +441,6 @@ impl Patcher {
                     }
                 }
                 let rets: Vec<String> = c.whole.rets.iter().map(|r| format!("{r:#x}")).collect();
-                let (ret, why) = c
-                    .held
-                    .iter()
-                    .find_map(|h| Some((h.site.probe, h.trap.as_ref()?.1.as_str())))
-                    .unwrap_or_default();
                 let calls = match returns.len() {
                     0 => String::new(),
                     n => format!(
