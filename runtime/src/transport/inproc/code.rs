@@ -418,10 +418,19 @@ impl ModuleCode {
     }
 
     /// The `jmp rel32` and `jcc rel32` instructions (link-time addresses)
-    /// that land on the branch target `target` (link-time), from the
-    /// module's map of them (built at the first need).
-    pub(super) fn far_jumps_to(&self, target: u64) -> &[u64] {
-        self.far_jumps().get(&target).map_or(&[], Vec::as_slice)
+    /// that land on the branch target `target` (link-time), sorted: kept
+    /// from an earlier planning (the plan cache), else found in the
+    /// module's map of them (built at the first need) and kept.
+    pub(super) fn far_jumps_to(&self, target: u64) -> Vec<u64> {
+        if let Some(r) = self.lock_plans().jumps.get(&target) {
+            return r.clone();
+        }
+        let mut r = self.far_jumps().get(&target).cloned().unwrap_or_default();
+        r.sort_unstable();
+        let mut p = self.lock_plans();
+        p.jumps.insert(target, r.clone());
+        p.added = true;
+        r
     }
 
     /// Branch targets → the `jmp rel32` and `jcc rel32` instructions that

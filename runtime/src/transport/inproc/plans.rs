@@ -54,7 +54,7 @@ use crate::transport::retsites::ReturnSites;
 /// First bytes of every plan file.
 const MAGIC: [u8; 8] = *b"WPRBPLAN";
 /// The layout's version; bump it when the layout or what is kept changes.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Magic, version, key (32), payload length (8), payload hash (32).
 const ENVELOPE: usize = 8 + 4 + 32 + 8 + 32;
 /// Largest plan file read.
@@ -270,6 +270,10 @@ pub(super) struct Plans {
     /// link-time address, or its GOT slot's) return to, sorted: where its
     /// continuation sites go, for the functions asked.
     pub(super) calls: HashMap<u64, Vec<u64>>,
+    /// The `jmp rel32`/`jcc rel32` instructions that land on a branch
+    /// target (link-time), sorted, by the target: for the targets asked
+    /// (`ModuleCode::far_jumps_to`).
+    pub(super) jumps: HashMap<u64, Vec<u64>>,
     /// The usable padding after a function (`agent_loader::nearjump::
     /// padding_block`), by the function's end (0: none), for the functions
     /// near a near jump.

@@ -82,7 +82,7 @@ impl Patcher {
             for e in eps {
                 let from = module.far_jumps_to(e.link);
                 if !from.is_empty() {
-                    self.retarget(world, maps, &module, e, from);
+                    self.retarget(world, maps, &module, e, &from);
                 }
             }
         }

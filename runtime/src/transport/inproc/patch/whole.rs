@@ -240,7 +240,7 @@ impl Patcher {
         let outside = all.saturating_sub(whole.branches_to(next));
         let mut out: Vec<Checked> = Vec::new();
         let mut no = None;
-        for &s_link in module.far_jumps_to(link) {
+        for s_link in module.far_jumps_to(link) {
             let s = s_link.wrapping_add(bias);
             if (whole.start..whole.end).contains(&s)
                 || !super::fragments::far_jump_at(&module, s_link, bias, next)

@@ -219,6 +219,15 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         w.addrs(after);
         last = target;
     }
+    let mut jumps: Vec<(&u64, &Vec<u64>)> = plans.jumps.iter().collect();
+    jumps.sort_unstable_by_key(|(t, _)| **t);
+    w.u64(jumps.len() as u64);
+    let mut last = 0;
+    for (&target, from) in jumps {
+        w.delta(last, target);
+        w.addrs(from);
+        last = target;
+    }
     let mut blocks: Vec<(&u64, &usize)> = plans.blocks.iter().collect();
     blocks.sort_unstable();
     w.u64(blocks.len() as u64);
@@ -280,6 +289,14 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         last = target;
     }
     let n = r.count(2)?;
+    let mut jumps = HashMap::with_capacity(n);
+    let mut last = 0;
+    for _ in 0..n {
+        let target = r.delta(last)?;
+        jumps.insert(target, r.addrs()?);
+        last = target;
+    }
+    let n = r.count(2)?;
     let mut blocks = HashMap::with_capacity(n);
     let mut last = 0;
     for _ in 0..n {
@@ -309,6 +326,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
             windows,
             rets,
             calls,
+            jumps,
             blocks,
             inner,
             stubs,

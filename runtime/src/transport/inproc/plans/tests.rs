@@ -158,6 +158,8 @@ fn roundtrip_of_return_sites_and_windows() {
     );
     plans.calls.insert(0x1040, vec![0x900, 0x1100, 0x2f00]);
     plans.calls.insert(0x4000, Vec::new());
+    plans.jumps.insert(0x1100, vec![0x2000, 0x3004]);
+    plans.jumps.insert(0x5000, Vec::new());
     plans.blocks.insert(0x1080, 12);
     plans.blocks.insert(0x2000, 0);
     plans.inner.insert(0x1040, vec![(0x1070, 9), (0x1078, 3)]);
@@ -188,6 +190,7 @@ fn roundtrip_of_return_sites_and_windows() {
     assert_eq!(p.rets, plans.rets);
     assert_eq!(p.windows, plans.windows);
     assert_eq!(p.calls, plans.calls);
+    assert_eq!(p.jumps, plans.jumps);
     assert_eq!(p.blocks, plans.blocks);
     assert_eq!(p.inner, plans.inner);
     assert_eq!(p.stubs, plans.stubs);
