@@ -134,12 +134,18 @@ impl Patcher {
         // The padding that windows of `ret`s took there is gone too.
         self.tails
             .retain(|&start, _| mapping_of(maps, start).is_some());
-        // A whole function's return site follows its entry's (no window).
+        // A whole function's return site follows its entry's (no window;
+        // the entry's window holds that `ret`: another site with no
+        // window, an epilogue's stub, may follow any site).
         for &i in &gone.clone() {
             if let Some(next) = self.sites.get(i + 1)
                 && next.kind == site_kind::RET
                 && next.patch.is_empty()
                 && next.site.len == 0
+                && self.sites[i]
+                    .site
+                    .ret
+                    .is_some_and(|r| r.ip() == next.site.probe)
                 && !gone.contains(&(i + 1))
             {
                 if self.by_probe_addr.get(&next.site.probe) == Some(&(i + 1)) {
