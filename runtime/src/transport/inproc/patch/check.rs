@@ -38,7 +38,8 @@ pub(super) struct Checked {
 
 impl Patcher {
     /// Takes site `i` (not patched) out: never patched now, no window, no
-    /// bytes (its stub stays, unused).
+    /// bytes (its stub stays, unused); a trap site's trap is neither
+    /// written nor said.
     pub(super) fn retire(&mut self, i: usize) {
         let s = &mut self.sites[i];
         if self.by_probe_addr.get(&s.site.probe) == Some(&i) {
@@ -51,6 +52,12 @@ impl Patcher {
         s.patch.clear();
         s.orig.clear();
         s.site.len = 0;
+        if s.trap.take().is_some() {
+            let at = s.site.addr;
+            self.trap_funcs.remove(&at);
+            let head = format!("{at:#x} ");
+            self.notes.retain(|(_, n)| !n.starts_with(&head));
+        }
     }
 
     /// Checks a window at `addr` (a `ret` when `ret`) against the rules,

@@ -258,16 +258,16 @@ impl Patcher {
         let Ok(orig) = file_bytes(world, module, &site, e.bias, &path) else {
             return false;
         };
-        // The trap's byte is inside the window: its site goes first, and
-        // comes back if the window cannot be taken.
-        let trapped = self.sites[e.site].clone();
-        self.retire(e.site);
+        // The trap's byte is inside the window: its site is out of the
+        // way while the window is taken, and back if it cannot be; once
+        // the window's stub is made, retired (its trap neither written nor
+        // said).
+        self.by_window.remove(&(r, e.site));
         if self.take_window(&site, fend).is_err() {
-            self.sites[e.site] = trapped;
             self.by_window.insert((r, e.site));
-            self.by_probe_addr.insert(r, e.site);
             return false;
         }
+        let trapped = self.sites[e.site].clone();
         let c = Checked {
             site,
             orig,
@@ -276,20 +276,17 @@ impl Patcher {
             cave: None,
             module: None,
         };
+        // `add` maps the `ret`'s address to the new site.
         match self.add(world, c, site_kind::RET) {
             Ok(i) => {
-                self.sites[i].ret_tags = trapped.ret_tags.clone();
+                self.sites[i].ret_tags = trapped.ret_tags;
                 self.sites[i].ret_of = trapped.ret_of;
-                self.sites[e.site].trap = None;
-                self.trap_funcs.remove(&r);
-                let head = format!("{r:#x} ");
-                self.notes.retain(|(_, n)| !n.starts_with(&head));
+                self.retire(e.site);
+                self.by_probe_addr.insert(r, i);
                 true
             }
             Err(_) => {
-                self.sites[e.site] = trapped;
                 self.by_window.insert((r, e.site));
-                self.by_probe_addr.insert(r, e.site);
                 false
             }
         }

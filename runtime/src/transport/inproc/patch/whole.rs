@@ -425,15 +425,8 @@ impl Patcher {
                     })
                     .unwrap_or_default();
                 for &i in &c.taken {
+                    // Its trap, if any, is neither written nor said.
                     self.retire(i);
-                    let s = &mut self.sites[i];
-                    if s.trap.take().is_some() {
-                        let at = s.site.addr;
-                        self.trap_funcs.remove(&at);
-                        // Its trap is not said either.
-                        let head = format!("{at:#x} ");
-                        self.notes.retain(|(_, n)| !n.starts_with(&head));
-                    }
                 }
                 for h in &c.held {
                     if let Some((addr, _, _)) = &h.cave {
