@@ -22,6 +22,7 @@ use super::module::module_at;
 use super::stubs::AREA_BYTES;
 use super::{Cave, Patcher, Planned};
 use crate::proc::procmaps::Mapping;
+use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::world::World;
 use crate::transport::{Error, Rule};
 
@@ -226,16 +227,7 @@ impl Patcher {
         next: u64,
         taken: &[Site],
     ) -> Result<Vec<Checked>, String> {
-        let at = module_at(maps, next).ok_or("not mapped")?;
-        let module = self
-            .module(&at.path)
-            .as_ref()
-            .map_err(|e| e.to_string())?
-            .clone();
-        let link = module
-            .vaddr_of_offset(at.file_off)
-            .ok_or("not in a loaded segment")?;
-        let bias = next.wrapping_sub(link);
+        let (module, link, bias) = self.module_link(maps, next)?;
         let all = module.targets.2.get(&link).copied().unwrap_or(0) as usize;
         let outside = all.saturating_sub(whole.branches_to(next));
         let mut out: Vec<Checked> = Vec::new();
@@ -318,9 +310,13 @@ impl Patcher {
         Some((f.start, f.start + f.code.len() as u64))
     }
 
-    /// The function entered at `addr` decoded for a copy, or why the rules
-    /// refuse it.
-    fn copy_rule(&mut self, maps: &[Mapping], addr: u64) -> Result<Whole, String> {
+    /// The module mapped at run-time address `addr`, the address's
+    /// link-time one and the module's load bias; why not.
+    fn module_link(
+        &mut self,
+        maps: &[Mapping],
+        addr: u64,
+    ) -> Result<(std::sync::Arc<ModuleCode>, u64, u64), String> {
         let at = module_at(maps, addr).ok_or("not mapped")?;
         let module = self
             .module(&at.path)
@@ -330,7 +326,13 @@ impl Patcher {
         let link = module
             .vaddr_of_offset(at.file_off)
             .ok_or("not in a loaded segment")?;
-        let bias = addr.wrapping_sub(link);
+        Ok((module, link, addr.wrapping_sub(link)))
+    }
+
+    /// The function entered at `addr` decoded for a copy, or why the rules
+    /// refuse it.
+    fn copy_rule(&mut self, maps: &[Mapping], addr: u64) -> Result<Whole, String> {
+        let (module, link, bias) = self.module_link(maps, addr)?;
         let f = module.function(link, bias).ok_or("no function there")?;
         let func = Function {
             start: f.start,
