@@ -172,16 +172,8 @@ impl ModuleCode {
         funcs.sort_unstable();
         funcs.dedup();
         let mut targets = BranchTargets::default();
-        for sh in &parsed.section_headers {
-            if sh.sh_type != section_header::SHT_PROGBITS
-                || sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) == 0
-            {
-                continue;
-            }
-            let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
-            if let Some(code) = elf.file_bytes().get(off..off.saturating_add(len)) {
-                targets.sweep(code, sh.sh_addr);
-            }
+        for (addr, code) in exec_sections(elf.file_bytes(), parsed) {
+            targets.sweep(code, addr);
         }
         // Jump tables, once every direct target is known: a table is
         // trusted only when no branch lands between its bounds check and
@@ -360,13 +352,24 @@ impl ModuleCode {
     /// kept from an earlier planning (the plan cache), else found in the
     /// module's map of calls (built at the first need) and kept.
     pub(super) fn returns_of_calls_to(&self, target: u64) -> Vec<u64> {
-        if let Some(r) = self.lock_plans().calls.get(&target) {
+        self.kept_or_found(target, |p| &mut p.calls, || self.calls())
+    }
+
+    /// The addresses under `target` in the plans' map `kept`, else in the
+    /// module's map `found` (built at the first need), sorted and kept.
+    fn kept_or_found<'a>(
+        &'a self,
+        target: u64,
+        kept: fn(&mut plans::Plans) -> &mut std::collections::HashMap<u64, Vec<u64>>,
+        found: impl FnOnce() -> &'a std::collections::HashMap<u64, Vec<u64>>,
+    ) -> Vec<u64> {
+        if let Some(r) = kept(&mut self.lock_plans()).get(&target) {
             return r.clone();
         }
-        let mut r = self.calls().get(&target).cloned().unwrap_or_default();
+        let mut r = found().get(&target).cloned().unwrap_or_default();
         r.sort_unstable();
         let mut p = self.lock_plans();
-        p.calls.insert(target, r.clone());
+        kept(&mut p).insert(target, r.clone());
         p.added = true;
         r
     }
@@ -381,17 +384,8 @@ impl ModuleCode {
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
                 return map;
             };
-            for sh in &parsed.section_headers {
-                if sh.sh_type != section_header::SHT_PROGBITS
-                    || sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) == 0
-                {
-                    continue;
-                }
-                let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
-                let Some(code) = self.elf.file_bytes().get(off..off.saturating_add(len)) else {
-                    continue;
-                };
-                let mut d = Decoder::with_ip(64, code, sh.sh_addr, DecoderOptions::NONE);
+            for (addr, code) in exec_sections(self.elf.file_bytes(), &parsed) {
+                let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
                 let mut i = Instruction::default();
                 while d.can_decode() {
                     d.decode_out(&mut i);
@@ -422,15 +416,7 @@ impl ModuleCode {
     /// from an earlier planning (the plan cache), else found in the
     /// module's map of them (built at the first need) and kept.
     pub(super) fn far_jumps_to(&self, target: u64) -> Vec<u64> {
-        if let Some(r) = self.lock_plans().jumps.get(&target) {
-            return r.clone();
-        }
-        let mut r = self.far_jumps().get(&target).cloned().unwrap_or_default();
-        r.sort_unstable();
-        let mut p = self.lock_plans();
-        p.jumps.insert(target, r.clone());
-        p.added = true;
-        r
+        self.kept_or_found(target, |p| &mut p.jumps, || self.far_jumps())
     }
 
     /// Branch targets → the `jmp rel32` and `jcc rel32` instructions that
@@ -444,16 +430,7 @@ impl ModuleCode {
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
                 return map;
             };
-            for sh in &parsed.section_headers {
-                if sh.sh_type != section_header::SHT_PROGBITS
-                    || sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) == 0
-                {
-                    continue;
-                }
-                let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
-                let Some(code) = self.elf.file_bytes().get(off..off.saturating_add(len)) else {
-                    continue;
-                };
+            for (addr, code) in exec_sections(self.elf.file_bytes(), &parsed) {
                 for p in 0..code.len() {
                     // `e9 rel32`, `0f 8x rel32`.
                     let op = match code[p] {
@@ -465,7 +442,7 @@ impl ModuleCode {
                         continue;
                     };
                     let rel = i32::from_le_bytes([rel[0], rel[1], rel[2], rel[3]]);
-                    let at = sh.sh_addr + p as u64;
+                    let at = addr + p as u64;
                     let target = (at + op as u64 + 4).wrapping_add(rel as i64 as u64);
                     if self.targets.0.contains(&target) {
                         map.entry(target).or_default().push(at);
@@ -646,4 +623,21 @@ fn data_labels(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> Vec<u64> {
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// The executable sections of the module file `bytes` (`parsed`): each
+/// one's link-time address and bytes.
+fn exec_sections<'a>(bytes: &'a [u8], parsed: &Elf<'_>) -> Vec<(u64, &'a [u8])> {
+    parsed
+        .section_headers
+        .iter()
+        .filter(|sh| {
+            sh.sh_type == section_header::SHT_PROGBITS
+                && sh.sh_flags & u64::from(section_header::SHF_EXECINSTR) != 0
+        })
+        .filter_map(|sh| {
+            let (off, len) = (sh.sh_offset as usize, sh.sh_size as usize);
+            Some((sh.sh_addr, bytes.get(off..off.saturating_add(len))?))
+        })
+        .collect()
 }
