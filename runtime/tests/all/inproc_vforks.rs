@@ -200,13 +200,16 @@ fn a_vfork_child_of_a_vfork_child_has_calls_of_its_own() {
 
 /// `wprobe run -f` of vforknest (`exec`, `exit`) under inproc, `auto` and
 /// ptrace: per pid, the child's 3 `child_work` and its one return from
-/// `middle` (entered once), the grandchild's 2 `grand_work` and no return
-/// from `middle`, the parent's `parent_work` once: three processes.
+/// `middle` (entered once), the grandchild's 2 `grand_work` and their 2
+/// returns and no return from `middle`, the parent's `parent_work` once:
+/// three processes. Under inproc the grandchild's tracked calls took the
+/// child's place: its return from `middle` was not counted.
 fn a_vfork_child_of_a_vfork_child_counts_under_its_own_pid() {
     let exe = gcc("vforknest", &progs().join("vforknest.c"), &["-O0"]);
     let prog = format!(
         "uprobe:{e}:child_work {{ @c[pid] = count(); }} \
          uprobe:{e}:grand_work {{ @g[pid] = count(); }} \
+         uretprobe:{e}:grand_work {{ @gr[pid] = count(); }} \
          uprobe:{e}:middle {{ @m[pid] = count(); }} \
          uretprobe:{e}:middle {{ @r[pid] = count(); }} \
          uprobe:{e}:parent_work {{ @p[pid] = count(); }}",
@@ -221,13 +224,14 @@ fn a_vfork_child_of_a_vfork_child_counts_under_its_own_pid() {
                 assert_eq!(l.len(), 1, "{tr} {mode} {m}: {maps:?}\n{out}");
                 l[0][m.len()..].split_once(']').unwrap().0.to_string()
             };
-            let (child, grandchild, parent) = (pid_of("@c["), pid_of("@g["), pid_of("@p["));
+            let (child, grandchild, parent) = (pid_of("@c["), pid_of("@gr["), pid_of("@p["));
             assert_ne!(child, grandchild, "{tr} {mode}: {maps:?}");
             assert_ne!(child, parent, "{tr} {mode}: {maps:?}");
             assert_ne!(grandchild, parent, "{tr} {mode}: {maps:?}");
             let mut want = vec![
                 format!("@c[{child}]: 3"),
                 format!("@g[{grandchild}]: 2"),
+                format!("@gr[{grandchild}]: 2"),
                 format!("@m[{child}]: 1"),
                 format!("@p[{parent}]: 1"),
                 format!("@r[{child}]: 1"),
