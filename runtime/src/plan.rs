@@ -270,9 +270,24 @@ pub fn check_attach(
         Untraceable::Other { .. } => false,
     };
     match why.explain(pid) {
-        Some(reason) if fatal => Err(reason),
+        Some(reason) if fatal => Err(match why {
+            // A live wprobe (which keeps the threads of an in-process run
+            // seized): named as its journal names it, with how to stop it.
+            Untraceable::Traced { tracer, .. } if wprobe_holding(pid) == Some(tracer) => {
+                crate::transport::common::journal::traced_by(pid, tracer)
+            }
+            _ => reason,
+        }),
         _ => Ok(()),
     }
+}
+
+/// The live wprobe whose journal of process `pid` names it, if any.
+fn wprobe_holding(pid: i32) -> Option<i32> {
+    use crate::transport::common::journal;
+    [journal::inproc_path(pid), journal::path(pid)]
+        .iter()
+        .find_map(|p| journal::live_holder(p))
 }
 
 /// What `info` lacks for `needs`, in words.

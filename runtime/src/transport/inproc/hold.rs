@@ -11,12 +11,16 @@ use crate::transport::Error;
 impl InProc {
     /// Lets the stopped target go; with trap sites, its threads stay
     /// seized (`traps`): the watchdog is started and the `int3`s written
-    /// first. They stay seized too while the agent has a fork-guard page:
-    /// the tracer counts there the vfork children running on the
-    /// process's memory, followed or not (an unfollowed one's hits run
-    /// nothing, as ptrace's).
+    /// first. They stay seized too while a site is patched and the agent
+    /// has a fork-guard page: the tracer counts there the vfork children
+    /// running on the process's memory, followed or not (an unfollowed
+    /// one's hits run nothing, as ptrace's).
     pub(super) fn go(&mut self, mut w: World) -> Result<(), Error> {
-        let guard = self.agent.as_ref().map(|a| a.guard).filter(|&g| g != 0);
+        let guard = self
+            .agent
+            .as_ref()
+            .map(|a| a.guard)
+            .filter(|&g| g != 0 && self.patcher.any_patched());
         if !self.patcher.has_traps()
             && !self.watches.any()
             && !self.follow_exec
