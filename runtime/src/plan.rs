@@ -271,9 +271,9 @@ pub fn check_attach(
     };
     match why.explain(pid) {
         Some(reason) if fatal => Err(match why {
-            // A live wprobe (which keeps the threads of an in-process run
-            // seized): named as its journal names it, with how to stop it.
-            Untraceable::Traced { tracer, .. } if wprobe_holding(pid) == Some(tracer) => {
+            // A live wprobe's in-process run (its threads kept seized):
+            // named as its journal names it, with how to stop it.
+            Untraceable::Traced { tracer, .. } if inproc_holder(pid) == Some(tracer) => {
                 crate::transport::common::journal::traced_by(pid, tracer)
             }
             _ => reason,
@@ -282,12 +282,10 @@ pub fn check_attach(
     }
 }
 
-/// The live wprobe whose journal of process `pid` names it, if any.
-fn wprobe_holding(pid: i32) -> Option<i32> {
+/// The live wprobe whose in-process journal of process `pid` names it.
+fn inproc_holder(pid: i32) -> Option<i32> {
     use crate::transport::common::journal;
-    [journal::inproc_path(pid), journal::path(pid)]
-        .iter()
-        .find_map(|p| journal::live_holder(p))
+    journal::live_holder(&journal::inproc_path(pid))
 }
 
 /// What `info` lacks for `needs`, in words.
