@@ -375,10 +375,11 @@ const MAX_VFORK_NESTING: usize = 8;
 #[cold]
 fn own_vforked(c: &ControlHeader, h: &HitArgs) -> Option<&'static mut Shadow> {
     let base: *mut Shadow = shadow(h.slot, true)?;
-    // SAFETY (each dereference of a stack of the chain below): mapped for
-    // the life of the process (see `shadow`), used only by this slot's
-    // thread and its vfork children, one at a time: the others are
-    // suspended in `vfork` (outside the agent) or gone.
+    // Each stack of the chain is mapped for the life of the process (see
+    // `shadow`), used only by this slot's thread and its vfork children,
+    // one at a time: the others are suspended in `vfork` (outside the
+    // agent) or gone. "See above" below says this.
+    // SAFETY: see above.
     let depth = (unsafe { (*base).depth } as usize).min(MAX_VFORK_NESTING);
     // The stacks of the children alive, outermost first.
     let mut chain = [core::ptr::null_mut::<Shadow>(); MAX_VFORK_NESTING];
