@@ -76,10 +76,12 @@ impl InProc {
     pub(super) fn stop_world(&mut self) -> anyhow::Result<World> {
         self.keep_trap_stops();
         match self.traps.take() {
-            Some(t) if t.active() => {
-                let (w, children) = t.stop_all()?;
+            // Its end seen (and reaped) by the seized threads: said by
+            // `stop_all` too.
+            Some(t) if t.active() || t.exit.is_some() => {
+                let (w, children) = t.stop_all();
                 self.children = children;
-                Ok(w)
+                w
             }
             _ => World::stop(self.pid),
         }
