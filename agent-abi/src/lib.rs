@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 10;
+pub const AGENT_ABI_VERSION: u32 = 11;
 
 /// First 8 bytes of the control region ("WPRBAGT3", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
@@ -45,14 +45,19 @@ pub mod fork_guard {
     /// The word that is not 0 while a `vfork` child of the process lives
     /// (`vfork`, or `posix_spawn`'s `clone(CLONE_VM | CLONE_VFORK)`): a
     /// process that shares this memory, this page and the thread pointer
-    /// of the thread that made it. The tracer, following it (`-f`), writes
-    /// the number of such children before the first runs and again when
-    /// one executes a program or exits. While it is not 0 the agent asks
-    /// the kernel which process a hit runs in: one whose pid is not
-    /// [`PID_WORD`]'s is a vfork child, whose runs carry its own pid and
-    /// tid and whose calls are tracked apart from those of the thread
-    /// that made it (suspended meanwhile).
+    /// of the thread that made it. The tracer, which sees it made (the
+    /// process's threads stay seized), writes the number of such children
+    /// before the first runs and again when one executes a program or
+    /// exits. While it is not 0 the agent asks the kernel which process a
+    /// hit runs in: one whose pid is not [`PID_WORD`]'s is a vfork child.
+    /// Followed ([`VFORK_FOLLOWED_WORD`]), its runs carry its own pid and
+    /// tid and its calls are tracked apart from those of the thread that
+    /// made it (suspended meanwhile); else its hits run nothing and touch
+    /// no tracked call, as an unfollowed fork child's.
     pub const VFORK_WORD: usize = 3;
+    /// The word that is 1 when the vfork children [`VFORK_WORD`] counts
+    /// are followed (`-f`), 0 when not: written with it, in one write.
+    pub const VFORK_FOLLOWED_WORD: usize = 4;
 }
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.

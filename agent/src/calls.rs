@@ -98,6 +98,14 @@ pub struct Shadow {
     /// times it may be looked up again (the main stack grows down).
     stack: (u64, u64),
     lookups: u32,
+    /// A vfork child's only: the call stack of a vfork child of its
+    /// process (nested: made while it runs, on the same thread pointer),
+    /// mapped at its first use and kept for the next (0: none yet).
+    inner: usize,
+    /// The slot's first vfork child's only: how many call stacks of the
+    /// chain it starts (itself, then each one's `inner`) are of vfork
+    /// children alive, each made by the one before.
+    depth: u32,
 }
 
 impl Shadow {
@@ -186,28 +194,7 @@ fn shadow(slot: &Slot, vforked: bool) -> Option<&'static mut Shadow> {
     };
     let mut p = at.load(Ordering::Relaxed);
     if p == 0 {
-        let map = |size: usize| {
-            sys::mmap(
-                0,
-                size.next_multiple_of(4096),
-                sys::PROT_READ | sys::PROT_WRITE,
-                sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE,
-            )
-            .ok()
-        };
-        let calls = map(FIRST_DEPTH * core::mem::size_of::<Tracked>())?;
-        let Some(head) = map(core::mem::size_of::<Shadow>()) else {
-            // SAFETY: just mapped, not shared.
-            unsafe { sys::munmap(calls, FIRST_DEPTH * core::mem::size_of::<Tracked>()) };
-            return None;
-        };
-        // SAFETY: a fresh zero-filled page, ours.
-        unsafe {
-            let sh = &mut *(head as *mut Shadow);
-            sh.calls = calls as *mut Tracked;
-            sh.cap = FIRST_DEPTH as u32;
-        }
-        p = head as usize;
+        p = map_shadow()?;
         at.store(p, Ordering::Relaxed);
     }
     // SAFETY: mapped for the life of the process, used only by the thread
@@ -216,15 +203,43 @@ fn shadow(slot: &Slot, vforked: bool) -> Option<&'static mut Shadow> {
     Some(unsafe { &mut *(p as *mut Shadow) })
 }
 
+/// A new empty call stack (zero-filled, room for [`FIRST_DEPTH`] calls),
+/// mapped for the life of the process; `None` when it cannot be.
+fn map_shadow() -> Option<usize> {
+    let map = |size: usize| {
+        sys::mmap(
+            0,
+            size.next_multiple_of(4096),
+            sys::PROT_READ | sys::PROT_WRITE,
+            sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE,
+        )
+        .ok()
+    };
+    let calls = map(FIRST_DEPTH * core::mem::size_of::<Tracked>())?;
+    let Some(head) = map(core::mem::size_of::<Shadow>()) else {
+        // SAFETY: just mapped, not shared.
+        unsafe { sys::munmap(calls, FIRST_DEPTH * core::mem::size_of::<Tracked>()) };
+        return None;
+    };
+    // SAFETY: a fresh zero-filled page, ours.
+    unsafe {
+        let sh = &mut *(head as *mut Shadow);
+        sh.calls = calls as *mut Tracked;
+        sh.cap = FIRST_DEPTH as u32;
+    }
+    Some(head as usize)
+}
+
 /// Whether the thread of `slot` (`vforked`: its vfork child) has tracked
 /// calls (a `ret` site then has work: otherwise it returns at once).
 #[inline(always)]
 pub fn tracking(slot: &Slot, vforked: bool) -> bool {
-    let p = if vforked {
-        slot.vfork_shadow.load(Ordering::Relaxed)
-    } else {
-        slot.shadow.load(Ordering::Relaxed)
-    };
+    if vforked {
+        // Its calls may be on any stack of the chain, or yet to be copied
+        // from its maker's (see `own_vforked`): looked at there.
+        return true;
+    }
+    let p = slot.shadow.load(Ordering::Relaxed);
     // SAFETY: see `shadow`.
     p != 0 && unsafe { (*(p as *const Shadow)).len } != 0
 }
@@ -340,43 +355,122 @@ fn own(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> Option<&'sta
     Some(sh)
 }
 
+/// vfork children nested in one another (each made by the one before,
+/// all on the thread pointer of the thread that made the first) whose
+/// calls are tracked; the hits of one nested deeper track nothing.
+const MAX_VFORK_NESTING: usize = 8;
+
 /// The shadow stack of a vfork child's hit (see
-/// `crate::init::vfork_child`): the slot's second one, the thread that
-/// made the child keeping its own for when it resumes. A new child finds
-/// there the calls of the thread's vfork child before it (which executed
-/// a program or exited: the tracer ended its calls with it), ended without
-/// a word, and starts with copies of the thread's calls, as a fork child
-/// does (it returns through them: see [`adopt`]).
+/// `crate::init::vfork_child`): one of a chain starting at the slot's
+/// second one, the thread that made the first child keeping its own for
+/// when it resumes. A vfork child made by a vfork child (suspended
+/// meanwhile, as the thread is) has the next stack of the chain, so that
+/// its maker finds its own calls intact when it resumes. A child's hit
+/// finds its own stack in the chain, the stacks after it ended (their
+/// children executed a program or exited: the tracer ended their calls
+/// with them) without a word; a new child, whose maker the kernel names,
+/// takes the stack after its maker's (after none: the thread made it),
+/// the stacks there ended likewise, and starts with copies of its maker's
+/// calls, as a fork child does (it returns through them: see [`adopt`]).
 #[cold]
 fn own_vforked(c: &ControlHeader, h: &HitArgs) -> Option<&'static mut Shadow> {
-    let sh = shadow(h.slot, true)?;
-    if sh.tid != h.tid || sh.pid != h.pid {
+    let base: *mut Shadow = shadow(h.slot, true)?;
+    // Each stack of the chain is mapped for the life of the process (see
+    // `shadow`), used only by this slot's thread and its vfork children,
+    // one at a time: the others are suspended in `vfork` (outside the
+    // agent) or gone. "See above" below says this.
+    // SAFETY: see above.
+    let depth = (unsafe { (*base).depth } as usize).min(MAX_VFORK_NESTING);
+    // The stacks of the children alive, outermost first.
+    let mut chain = [core::ptr::null_mut::<Shadow>(); MAX_VFORK_NESTING];
+    let mut at = base;
+    let mut n = 0;
+    while n < depth && !at.is_null() {
+        chain[n] = at;
+        n += 1;
+        // SAFETY: see above.
+        at = unsafe { (*at).inner } as *mut Shadow;
+    }
+    let live = &chain[..n];
+    // SAFETY: see above.
+    let owner = |s: *mut Shadow| unsafe { ((*s).pid, (*s).tid) };
+    if let Some(i) = live.iter().rposition(|&s| owner(s) == (h.pid, h.tid)) {
+        // Resumed: the children it made since ended.
+        end_all(c, &live[i + 1..]);
+        // SAFETY: see above.
+        unsafe { (*base).depth = i as u32 + 1 };
+        // SAFETY: see above.
+        return Some(unsafe { &mut *live[i] });
+    }
+    let maker = sys::getppid();
+    let from = live.iter().rposition(|&s| owner(s).0 == maker);
+    let keep = from.map_or(0, |i| i + 1);
+    end_all(c, &live[keep..]);
+    // SAFETY: see above.
+    unsafe { (*base).depth = keep as u32 };
+    if keep >= MAX_VFORK_NESTING {
+        return None;
+    }
+    let p = if keep == 0 {
+        base
+    } else {
+        let outer = live[keep - 1];
+        // SAFETY: see above.
+        let inner = unsafe { &mut (*outer).inner };
+        if *inner == 0 {
+            *inner = map_shadow()?;
+        }
+        *inner as *mut Shadow
+    };
+    // SAFETY: see above; not the maker's (below it in the chain).
+    let sh = unsafe { &mut *p };
+    sh.len = 0;
+    let copied: Option<&Shadow> = match from {
+        // SAFETY: see above.
+        Some(i) => Some(unsafe { &*live[i] }),
+        None if maker == crate::init::pid() => {
+            let me = h.slot.tid.load(Ordering::Relaxed);
+            let t = h.slot.shadow.load(Ordering::Relaxed);
+            // SAFETY: see `shadow`; the thread owning it is suspended in
+            // `vfork` (read only).
+            let thread = (t != 0).then(|| unsafe { &*(t as *const Shadow) });
+            thread.filter(|t| t.tid == me && t.pid == maker)
+        }
+        None => None,
+    };
+    if let Some(m) = copied {
+        for i in 0..m.len as usize {
+            if !sh.room() {
+                break;
+            }
+            sh.push(m.call(i));
+        }
+        adopt(c, sh);
+    }
+    sh.pid = h.pid;
+    sh.tid = h.tid;
+    sh.stack = (0, 0);
+    sh.lookups = 0;
+    // SAFETY: see above.
+    unsafe { (*base).depth = keep as u32 + 1 };
+    Some(sh)
+}
+
+/// Ends the calls on the vfork children's stacks `ended` without a word
+/// (the tracer ended them with their processes) and empties them.
+fn end_all(c: &ControlHeader, ended: &[*mut Shadow]) {
+    for &s in ended {
+        // SAFETY: a stack of the chain (see `own_vforked`), its process gone.
+        let sh = unsafe { &mut *s };
         for call in sh.calls() {
             if let Some(slot) = crate::ctrl::probe(c, call.probe) {
                 end_live(slot, false);
             }
         }
         sh.len = 0;
-        let me = h.slot.tid.load(Ordering::Relaxed);
-        let p = h.slot.shadow.load(Ordering::Relaxed);
-        // SAFETY: see `shadow`; the thread owning it is suspended in
-        // `vfork` (read only).
-        let parent = (p != 0).then(|| unsafe { &*(p as *const Shadow) });
-        if let Some(parent) = parent.filter(|p| p.tid == me && p.pid == crate::init::pid()) {
-            for i in 0..parent.len as usize {
-                if !sh.room() {
-                    break;
-                }
-                sh.push(parent.call(i));
-            }
-            adopt(c, sh);
-        }
-        sh.pid = h.pid;
-        sh.tid = h.tid;
-        sh.stack = (0, 0);
-        sh.lookups = 0;
+        sh.pid = 0;
+        sh.tid = 0;
     }
-    Some(sh)
 }
 
 /// Counts the calls of `sh`, copied into a fork child, as live calls of

@@ -135,14 +135,19 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     if !at_ret && !any_enabled(c, &s.probes) && !any_enabled(c, &s.ret_probes) {
         return Skip::NoHandler as i64;
     }
+    // A vfork child runs on the thread pointer (hence the slot, found
+    // below) of the thread that made it, suspended meanwhile: the hit is
+    // the child's. Not followed, it counts nothing, as an unfollowed fork
+    // child, the slot untouched (that thread's tracked calls included).
+    let vforked = crate::init::vfork_child();
+    if vforked.is_some() && !crate::init::vfork_followed() {
+        return Skip::Dormant as i64;
+    }
     let Some((slot, fs)) = thread::current() else {
         c.stats.no_slot.fetch_add(1, Ordering::Relaxed);
         missed(c, s);
         return Skip::NoThreadSlot as i64;
     };
-    // A vfork child runs on the thread pointer (hence the slot) of the
-    // thread that made it, suspended meanwhile: the hit is the child's.
-    let vforked = crate::init::vfork_child();
     // A `ret` where this thread has no tracked call: nothing to do.
     if at_ret && !calls::tracking(slot, vforked.is_some()) {
         return Skip::NoHandler as i64;

@@ -53,6 +53,14 @@ pub(crate) fn vfork_child() -> Option<u32> {
     }
 }
 
+/// Whether the vfork children counted in the guard page are followed
+/// (see [`agent_abi::fork_guard::VFORK_FOLLOWED_WORD`]): when not, their
+/// hits run nothing.
+#[cold]
+pub(crate) fn vfork_followed() -> bool {
+    guard_word(fork_guard::VFORK_FOLLOWED_WORD) == Some(1)
+}
+
 #[cold]
 #[inline(never)]
 fn vfork_child_slow() -> Option<u32> {

@@ -11,6 +11,7 @@ pub const SYS_MUNMAP: usize = 11;
 pub const SYS_SCHED_YIELD: usize = 24;
 pub const SYS_GETPID: usize = 39;
 pub const SYS_GETUID: usize = 102;
+pub const SYS_GETPPID: usize = 110;
 pub const SYS_GETGID: usize = 104;
 pub const SYS_PRCTL: usize = 157;
 pub const SYS_FUTEX: usize = 202;
@@ -153,6 +154,11 @@ pub fn gettid() -> u32 {
 pub fn getpid() -> u32 {
     // SAFETY: as above.
     unsafe { syscall0(SYS_GETPID) as u32 }
+}
+
+pub fn getppid() -> u32 {
+    // SAFETY: as above.
+    unsafe { syscall0(SYS_GETPPID) as u32 }
 }
 
 /// This process's id (`vm_read` and `vm_write` name it at every call):

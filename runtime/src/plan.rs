@@ -270,9 +270,22 @@ pub fn check_attach(
         Untraceable::Other { .. } => false,
     };
     match why.explain(pid) {
-        Some(reason) if fatal => Err(reason),
+        Some(reason) if fatal => Err(match why {
+            // A live wprobe's in-process run (its threads kept seized):
+            // named as its journal names it, with how to stop it.
+            Untraceable::Traced { tracer, .. } if inproc_holder(pid) == Some(tracer) => {
+                crate::transport::common::journal::traced_by(pid, tracer)
+            }
+            _ => reason,
+        }),
         _ => Ok(()),
     }
+}
+
+/// The live wprobe whose in-process journal of process `pid` names it.
+fn inproc_holder(pid: i32) -> Option<i32> {
+    use crate::transport::common::journal;
+    journal::live_holder(&journal::inproc_path(pid))
 }
 
 /// What `info` lacks for `needs`, in words.

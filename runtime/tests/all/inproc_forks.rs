@@ -462,7 +462,7 @@ fn trace_tree(name: &str, tr: &str, args: &[&str]) -> (String, Vec<String>) {
 
 /// [`trace_tree`] with more arguments for the program (after the scratch
 /// directory).
-fn trace_tree_with(
+pub(crate) fn trace_tree_with(
     name: &str,
     tr: &str,
     args: &[&str],
@@ -871,7 +871,7 @@ fn a_child_forked_just_before_its_parent_executes_a_program_is_followed() {
 }
 
 /// The lines of process `who` (`PARENT`, `CHILD`) of a [`trace_tree`].
-fn lines_of(text: &str, who: &str) -> String {
+pub(crate) fn lines_of(text: &str, who: &str) -> String {
     text.lines()
         .filter(|l| l.starts_with(&format!("[pid {who}] ")))
         .map(|l| format!("{l}\n"))

@@ -23,6 +23,7 @@ mod inproc_forks;
 mod inproc_goto;
 mod inproc_near;
 mod inproc_safety;
+mod inproc_vforks;
 mod inproc_whole;
 mod layers;
 mod logonfault;
@@ -73,6 +74,7 @@ fn main() {
         inproc_goto::CASES,
         inproc_near::CASES,
         inproc_safety::CASES,
+        inproc_vforks::CASES,
         inproc_epilogues::CASES,
         inproc_whole::CASES,
         layers::CASES,

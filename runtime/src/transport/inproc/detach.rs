@@ -93,7 +93,10 @@ impl InProc {
             // to restore, and the journal must not outlive it.
             self.patcher.forget();
         }
-        if self.patcher.any_patched() {
+        // Threads seized with nothing patched (the sites of a library
+        // that was unmapped) are let go through a stopped world too.
+        let seized = !self.life.ended() && self.traps.as_ref().is_some_and(|t| t.active());
+        if self.patcher.any_patched() || seized {
             if self.world.is_none() {
                 match self.stop_world() {
                     Ok(w) => self.world = Some(w),

@@ -22,13 +22,16 @@
 //! [`Children::at_library`], its journals lent for the writes).
 //!
 //! A `vfork` child (`posix_spawn`'s too) shares its parent's memory, agent
-//! and guard page until it executes a program or exits. Followed, it is
-//! held at its first stop until its start is reported, and while it lives
-//! the guard page's [`agent_abi::fork_guard::VFORK_WORD`] counts it: the
-//! agent then tells its hits from its parent's by the pid the kernel gives
-//! (its runs carry its own pid and tid, its calls are tracked apart). A
-//! child that executes a program is armed there (`joined`), or let go
-//! when not followed.
+//! and guard page until it executes a program or exits. While it lives the
+//! guard page's [`agent_abi::fork_guard::VFORK_WORD`] counts it (followed
+//! or not: the threads stay seized to see it made), and
+//! [`agent_abi::fork_guard::VFORK_FOLLOWED_WORD`] says whether it is
+//! followed: the agent tells its hits from its parent's by the pid the
+//! kernel gives. Followed, it is held at its first stop until its start
+//! is reported, its runs carry its own pid and tid, its calls are tracked
+//! apart; not followed, its hits run nothing and leave its parent's
+//! tracked calls alone. A child that executes a program is armed there
+//! (`joined`), or let go when not followed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,6 +64,9 @@ pub(super) struct Children {
     /// Followed (`-f`): the agent's fork-guard page, where a child's pid
     /// and the magic are written.
     pub(super) follow: Option<u64>,
+    /// The agent's fork-guard page, followed or not: where the vfork
+    /// children running on the process's memory are counted.
+    pub(super) vfork_guard: Option<u64>,
     /// The fork children followed, by pid.
     pub(super) kids: BTreeMap<i32, Kid>,
     /// The watchpoints of each followed child's image (its parent's at the
@@ -224,9 +230,9 @@ impl Children {
             self.vforked.insert(child, parent);
             if self.follow.is_some() {
                 self.vfork_first.insert(child);
-                // Before the child runs (held at its first stop).
-                self.count_vforked(self.memory_of(parent));
             }
+            // Before the child runs (stopped at its first stop).
+            self.count_vforked(self.memory_of(parent));
         } else {
             self.forked.insert(child, parent);
         }
@@ -250,8 +256,8 @@ impl Children {
     }
 
     /// Writes how many vfork children run on the memory of process `root`
-    /// into its agent's fork-guard page
-    /// ([`agent_abi::fork_guard::VFORK_WORD`]; followed, `-f`, only). A
+    /// into its agent's fork-guard page, and whether they are followed
+    /// ([`agent_abi::fork_guard::VFORK_WORD`] and the word after it). A
     /// write that fails leaves the children's runs attributed to `root`,
     /// and says so.
     fn count_vforked(&mut self, root: i32) {
@@ -260,6 +266,7 @@ impl Children {
             .get(&root)
             .copied()
             .or(self.follow)
+            .or(self.vfork_guard)
             .filter(|&g| g != 0)
         else {
             return;
@@ -269,13 +276,21 @@ impl Children {
             .keys()
             .filter(|&&k| self.memory_of(k) == root)
             .count() as u64;
+        const _: () = assert!(
+            agent_abi::fork_guard::VFORK_FOLLOWED_WORD == agent_abi::fork_guard::VFORK_WORD + 1
+        );
         let at = guard + (agent_abi::fork_guard::VFORK_WORD * 8) as u64;
+        let mut words = [0u8; 16];
+        words[..8].copy_from_slice(&n.to_le_bytes());
+        words[8..].copy_from_slice(&u64::from(self.follow.is_some()).to_le_bytes());
         let wrote = std::fs::File::options()
             .write(true)
             .open(format!("/proc/{root}/mem"))
             .map_err(|e| e.to_string())
-            .and_then(|mem| {
-                crate::sys::mem::pwrite(&mem, &n.to_le_bytes(), at).map_err(|e| e.to_string())
+            .and_then(|mem| match crate::sys::mem::pwrite(&mem, &words, at) {
+                Ok(16) => Ok(()),
+                Ok(k) => Err(format!("{k} of 16 bytes written")),
+                Err(e) => Err(e.to_string()),
             });
         if let Err(e) = wrote
             && n != 0
@@ -292,16 +307,16 @@ impl Children {
     fn vfork_ended(&mut self, pid: i32) -> Option<i32> {
         let root = self.memory_of(pid);
         let parent = self.vforked.remove(&pid)?;
-        if self.follow.is_some() && root != pid {
+        if root != pid {
             self.count_vforked(root);
         }
         Some(parent)
     }
 
-    /// Child `child`, followed, stopped at its first stop: resumed now if
-    /// its start was reported, else held until it is.
+    /// Child `child`, stopped at its first stop: resumed now if not
+    /// followed or its start was reported, else held until it is.
     pub(super) fn resume_child(&mut self, child: i32) {
-        if self.reported.contains(&child) {
+        if self.follow.is_none() || self.reported.contains(&child) {
             let _ = sys::cont(child, 0);
         } else {
             self.held.push(child);
@@ -539,10 +554,8 @@ impl Children {
         for (pid, _) in std::mem::take(&mut self.vforked) {
             let _ = sys::detach(pid, 0);
         }
-        if self.follow.is_some() {
-            for root in roots {
-                self.count_vforked(root);
-            }
+        for root in roots {
+            self.count_vforked(root);
         }
         errors
     }

@@ -1,8 +1,8 @@
 //! Holding the target stopped and letting it go: every thread stopped
 //! through the threads the trap sites keep seized (`traps`) or by seizing
 //! them (`world`); let go released, or kept seized when some site traps,
-//! a watchpoint is set or an exec is to be seen (the watchdog started and
-//! the traps written first).
+//! a watchpoint is set, an exec is to be seen or the agent counts vfork
+//! children (the watchdog started and the traps written first).
 
 use super::world::World;
 use super::{InProc, traps};
@@ -11,12 +11,21 @@ use crate::transport::Error;
 impl InProc {
     /// Lets the stopped target go; with trap sites, its threads stay
     /// seized (`traps`): the watchdog is started and the `int3`s written
-    /// first.
+    /// first. They stay seized too while a site is patched and the agent
+    /// has a fork-guard page: the tracer counts there the vfork children
+    /// running on the process's memory, followed or not (an unfollowed
+    /// one's hits run nothing, as ptrace's).
     pub(super) fn go(&mut self, mut w: World) -> Result<(), Error> {
+        let guard = self
+            .agent
+            .as_ref()
+            .map(|a| a.guard)
+            .filter(|&g| g != 0 && self.patcher.any_patched());
         if !self.patcher.has_traps()
             && !self.watches.any()
             && !self.follow_exec
             && !self.follow_forks
+            && guard.is_none()
         {
             w.release();
             return Ok(());
@@ -43,6 +52,7 @@ impl InProc {
         self.taken = true;
         let library = self.rdebug.map(|r| r.brk);
         let mut children = std::mem::take(&mut self.children);
+        children.vfork_guard = guard;
         if self.follow_forks {
             // Where a child's agent is woken (none: the kernel lacks
             // MADV_WIPEONFORK, and children are let go as without -f).
@@ -66,10 +76,12 @@ impl InProc {
     pub(super) fn stop_world(&mut self) -> anyhow::Result<World> {
         self.keep_trap_stops();
         match self.traps.take() {
-            Some(t) if t.active() => {
-                let (w, children) = t.stop_all()?;
+            // Its end seen (and reaped) by the seized threads: said by
+            // `stop_all` too.
+            Some(t) if t.active() || t.exit.is_some() => {
+                let (w, children) = t.stop_all();
                 self.children = children;
-                Ok(w)
+                w
             }
             _ => World::stop(self.pid),
         }

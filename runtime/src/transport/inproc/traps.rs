@@ -612,8 +612,11 @@ impl Traps {
 
     /// Stops every seized thread (interrupted; a thread at a trap is moved
     /// to its stub first; signals that arrive meanwhile are held) and hands
-    /// them over as a [`World`], to restore the bytes and let go.
-    pub(super) fn stop_all(mut self) -> anyhow::Result<(World, Children)> {
+    /// them over as a [`World`], to restore the bytes and let go, with the
+    /// children. A process whose end was reaped here (before or while its
+    /// threads were stopped: a terminal's Ctrl-C reaches it too) gives a
+    /// [`super::world::Reaped`] error with its status.
+    pub(super) fn stop_all(mut self) -> (anyhow::Result<World>, Children) {
         // No watchpoint triggers from now on; events already waiting first
         // (fork children cleaned, new threads known, triggers handled).
         self.events.clear();
@@ -696,7 +699,14 @@ impl Traps {
         let pid = self.pid;
         self.threads.clear();
         let children = std::mem::take(&mut self.kids);
-        Ok((World::adopt(pid, stopped)?, children))
+        if let Some(st) = self.exit.filter(|_| stopped.is_empty()) {
+            let raw = match st {
+                ExitStatus::Code(c) => (c & 0xff) << 8,
+                ExitStatus::Signal(s) => s & 0x7f,
+            };
+            return (Err(super::world::Reaped(raw).into()), children);
+        }
+        (World::adopt(pid, stopped), children)
     }
 
     /// Stops every thread of followed child `pid` (interrupted; one at a
