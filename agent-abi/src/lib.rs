@@ -42,22 +42,47 @@ pub mod fork_guard {
     /// global expedited barriers: only then may one of its threads own the
     /// store's bias ([`crate::bias`]), whose revocation relies on them.
     pub const REGISTERED_WORD: usize = 2;
-    /// The word that is not 0 while a `vfork` child of the process lives
-    /// (`vfork`, or `posix_spawn`'s `clone(CLONE_VM | CLONE_VFORK)`): a
-    /// process that shares this memory, this page and the thread pointer
-    /// of the thread that made it. The tracer, which sees it made (the
-    /// process's threads stay seized), writes the number of such children
-    /// before the first runs and again when one executes a program or
-    /// exits. While it is not 0 the agent asks the kernel which process a
-    /// hit runs in: one whose pid is not [`PID_WORD`]'s is a vfork child.
-    /// Followed ([`VFORK_FOLLOWED_WORD`]), its runs carry its own pid and
-    /// tid and its calls are tracked apart from those of the thread that
-    /// made it (suspended meanwhile); else its hits run nothing and touch
-    /// no tracked call, as an unfollowed fork child's.
+    /// The word that is not 0 while a `vfork` child of the process may be
+    /// running (`vfork`, or `posix_spawn`'s `clone(CLONE_VM |
+    /// CLONE_VFORK)`): a process that shares this memory, this page and the
+    /// thread pointer of the thread that made it. The tracer, when it sees
+    /// the child made (following it, `-f`, or holding the threads for trap
+    /// sites), writes the number of such children before the first runs and
+    /// again when one executes a program or exits. While it or
+    /// [`VFORK_CALLS_WORD`] is not 0 the agent asks the kernel which
+    /// process a hit runs in: one whose pid is not [`PID_WORD`]'s is a
+    /// vfork child. Followed ([`VFORK_FOLLOWED_WORD`]), its runs carry its
+    /// own pid and tid and its calls are tracked apart from those of the
+    /// thread that made it (suspended meanwhile); else its hits run nothing
+    /// and touch no tracked call, as an unfollowed fork child's.
     pub const VFORK_WORD: usize = 3;
     /// The word that is 1 when the vfork children [`VFORK_WORD`] counts
     /// are followed (`-f`), 0 when not: written with it, in one write.
     pub const VFORK_FOLLOWED_WORD: usize = 4;
+    /// The number of calls of the C library's functions that make a vfork
+    /// child (`vfork`, `posix_spawn`, `posix_spawnp`, `clone`) under way in
+    /// the process's threads, counted by the agent itself at the sites the
+    /// tracer marks ([`crate::SiteEntry::vfork`], [`crate::vfork_mark`]):
+    /// not 0 from the entry of such a call to its return in the thread that
+    /// made it, which covers the child's whole life (that thread is
+    /// suspended until the child executes a program or exits). The tracer
+    /// need not see the child made.
+    pub const VFORK_CALLS_WORD: usize = 5;
+}
+
+/// What a site does to [`fork_guard::VFORK_CALLS_WORD`] before anything
+/// else ([`SiteEntry::vfork`]; 0: nothing).
+pub mod vfork_mark {
+    /// The entry of a function that makes a vfork child: one more call
+    /// under way.
+    pub const ENTER: u32 = 1;
+    /// A `ret` of such a function that only the thread that made the child
+    /// reaches (`posix_spawn`, `clone`: the child leaves by another path):
+    /// one call fewer.
+    pub const LEAVE: u32 = 2;
+    /// A `ret` of `vfork`, which the child reaches too, with `rax` 0: one
+    /// call fewer unless `rax` is 0 (the parent's return, or a failure).
+    pub const LEAVE_UNLESS_CHILD: u32 = 3;
 }
 
 /// Exported symbols of the agent object (C ABI), as the loader finds them.
@@ -888,8 +913,9 @@ pub struct SiteEntry {
     pub cave_off: u64,
     /// Number of those bytes.
     pub cave_len: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// What the site does, before anything else, to the count of calls
+    /// that make a vfork child ([`vfork_mark`]; 0: nothing).
+    pub vfork: u32,
 }
 
 /// Kinds of sites ([`SiteEntry::kind`]).

@@ -312,6 +312,9 @@ pub struct SiteSpec {
     /// A near site's cave (its `jmp rel32` to the stub, in padding) and
     /// the bytes it replaces (the file's).
     pub cave: Option<(u64, Vec<u8>)>,
+    /// What it does to the count of calls that make a vfork child
+    /// ([`agent_abi::vfork_mark`]; 0: nothing).
+    pub vfork: u32,
 }
 
 /// Views plain `#[repr(C)]` data as bytes.
@@ -438,7 +441,7 @@ impl LoadedAgent {
                 cave,
                 cave_off,
                 cave_len: cave_orig.len() as u32,
-                _pad: 0,
+                vfork: s.vfork,
             });
         }
         let sites_off = self.region.put(as_bytes(&entries))?;

@@ -124,13 +124,19 @@ pub unsafe extern "C" fn wprobe_agent_dispatch(site_id: u32, frame: *mut SavedRe
     if in_forked_child() {
         return Skip::Dormant as i64;
     }
+    let Some(s) = site(site_id) else {
+        return Skip::NoHandler as i64;
+    };
+    // A call that makes a vfork child, counted whatever runs here (the
+    // child's hits are told from its parent's while one is under way).
+    if s.vfork != 0 {
+        // SAFETY: the stub's frame, live for this hit.
+        crate::init::vfork_mark(s.vfork, unsafe { (*frame).rax });
+    }
     if c.state.load(Ordering::Relaxed) != state::READY || c.enabled.load(Ordering::Relaxed) == 0 {
         c.stats.dormant.fetch_add(1, Ordering::Relaxed);
         return Skip::Dormant as i64;
     }
-    let Some(s) = site(site_id) else {
-        return Skip::NoHandler as i64;
-    };
     let at_ret = s.kind == site_kind::RET || s.kind == site_kind::CONT;
     if !at_ret && !any_enabled(c, &s.probes) && !any_enabled(c, &s.ret_probes) {
         return Skip::NoHandler as i64;

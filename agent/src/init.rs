@@ -47,9 +47,50 @@ pub(crate) fn pid() -> u32 {
 /// while no vfork child lives; else the kernel is asked.
 #[inline(always)]
 pub(crate) fn vfork_child() -> Option<u32> {
-    match guard_word(fork_guard::VFORK_WORD) {
-        None | Some(0) => None,
-        Some(_) => vfork_child_slow(),
+    let g = FORK_GUARD.load(Ordering::Relaxed);
+    if g.is_null() {
+        return None;
+    }
+    // SAFETY: as in `guard_word`; both are `agent_abi::fork_guard`'s words.
+    let (seen, under_way) = unsafe {
+        (
+            g.add(fork_guard::VFORK_WORD).read_volatile(),
+            g.add(fork_guard::VFORK_CALLS_WORD).read_volatile(),
+        )
+    };
+    if seen | under_way == 0 {
+        None
+    } else {
+        vfork_child_slow()
+    }
+}
+
+/// Counts a call that makes a vfork child entering, or leaving, as site
+/// mark `mark` says ([`agent_abi::vfork_mark`]; `rax`: the register at a
+/// `ret`). Before anything else of a hit: the child's hits need the count
+/// whatever they run. A count never goes below 0 (a call entered before
+/// the marks were written leaves without having counted).
+#[cold]
+#[inline(never)]
+pub(crate) fn vfork_mark(mark: u32, rax: u64) {
+    use agent_abi::vfork_mark::{ENTER, LEAVE, LEAVE_UNLESS_CHILD};
+    use core::sync::atomic::AtomicU64;
+    let g = FORK_GUARD.load(Ordering::Relaxed);
+    if g.is_null() {
+        return;
+    }
+    // SAFETY: the fork-guard page is mapped for the life of the process,
+    // 8-byte aligned, and shared by the threads (and vfork children) that
+    // change this word only atomically.
+    let count = unsafe { AtomicU64::from_ptr(g.add(fork_guard::VFORK_CALLS_WORD)) };
+    match mark {
+        ENTER => {
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+        LEAVE | LEAVE_UNLESS_CHILD if mark == LEAVE || rax != 0 => {
+            let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+        _ => {}
     }
 }
 

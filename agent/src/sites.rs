@@ -27,6 +27,9 @@ pub(crate) struct Site {
     pub(crate) cave: Option<(u64, Box<[u8]>)>,
     /// A trap site's stub.
     pub(crate) trap_stub: Option<u64>,
+    /// What the site does first to the count of calls that make a vfork
+    /// child ([`agent_abi::vfork_mark`]; 0: nothing).
+    pub(crate) vfork: u32,
 }
 
 /// The site table, set by `wprobe_agent_sites` (before any stub can reach
@@ -147,6 +150,7 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             window,
             cave,
             trap_stub: (e.trap != 0).then_some(e.stub),
+            vfork: e.vfork,
         });
     }
     if req.n_biases != 0 {

@@ -1,8 +1,8 @@
 //! Holding the target stopped and letting it go: every thread stopped
 //! through the threads the trap sites keep seized (`traps`) or by seizing
 //! them (`world`); let go released, or kept seized when some site traps,
-//! a watchpoint is set, an exec is to be seen or the agent counts vfork
-//! children (the watchdog started and the traps written first).
+//! a watchpoint is set or an exec is to be seen (the watchdog started and
+//! the traps written first).
 
 use super::world::World;
 use super::{InProc, traps};
@@ -11,21 +11,15 @@ use crate::transport::Error;
 impl InProc {
     /// Lets the stopped target go; with trap sites, its threads stay
     /// seized (`traps`): the watchdog is started and the `int3`s written
-    /// first. They stay seized too while a site is patched and the agent
-    /// has a fork-guard page: the tracer counts there the vfork children
-    /// running on the process's memory, followed or not (an unfollowed
-    /// one's hits run nothing, as ptrace's).
+    /// first. Not for vfork children: the target marks them itself
+    /// (`patch::vfork_marks`); held anyway, the tracer counts those it sees
+    /// made in the agent's fork-guard page too.
     pub(super) fn go(&mut self, mut w: World) -> Result<(), Error> {
-        let guard = self
-            .agent
-            .as_ref()
-            .map(|a| a.guard)
-            .filter(|&g| g != 0 && self.patcher.any_patched());
+        let guard = self.agent.as_ref().map(|a| a.guard).filter(|&g| g != 0);
         if !self.patcher.has_traps()
             && !self.watches.any()
             && !self.follow_exec
             && !self.follow_forks
-            && guard.is_none()
         {
             w.release();
             return Ok(());

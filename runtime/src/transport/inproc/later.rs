@@ -240,6 +240,7 @@ impl InProc {
     pub(super) fn send_later_sites(&mut self, world: &mut World) -> Result<(), Error> {
         let pid = self.pid;
         let failed = |e: anyhow::Error| Error::anyhow(Some(pid), &e, format!("{e:#}"));
+        self.patcher.plan_vfork_marks(world, &self.maps);
         self.patcher.plan_fragments(world, &self.maps);
         self.say_fallbacks();
         let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
@@ -266,6 +267,7 @@ impl InProc {
                 trap: false,
                 stub: 0,
                 cave: None,
+                vfork: 0,
             });
         }
         {

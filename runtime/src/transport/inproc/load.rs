@@ -98,6 +98,7 @@ impl InProc {
         };
         // Far jumps to trapped epilogues sent to stubs of their own, once
         // every probe's window is planned.
+        self.patcher.plan_vfork_marks(world, &self.maps);
         self.patcher.plan_fragments(world, &self.maps);
         self.say_fallbacks();
         let Some(world) = self.world.as_mut() else {
@@ -235,6 +236,7 @@ impl InProc {
                 trap: s.trap.is_some(),
                 stub: s.stub,
                 cave: s.cave.as_ref().map(|c| (c.addr, c.orig.clone())),
+                vfork: patcher.vfork_mark(s.site.probe),
             })
             .collect()
     }

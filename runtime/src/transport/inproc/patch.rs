@@ -25,7 +25,8 @@
 //! (`plt`) and of GOT slots (`got`, `-fno-plt` calls); a function whose
 //! `ret` no jump can cover run as a relocated copy (`whole`); a trapped
 //! `ret`'s epilogue run in a stub of its own, entered by the far jumps to
-//! it (`fragments`); the stub areas and their stubs, and the watchpoints' stubs
+//! it (`fragments`); the sites where the target counts its calls that
+//! make a vfork child (`vfork_marks`); the stub areas and their stubs, and the watchpoints' stubs
 //! (`stubs`); the jumps written (`install`) and the bytes put back or
 //! forgotten (`restore`); the sites that trap instead (`trap_sites`).
 
@@ -43,6 +44,7 @@ mod plt;
 mod restore;
 mod stubs;
 mod trap_sites;
+mod vfork_marks;
 mod whole;
 
 use std::collections::HashMap;
@@ -183,6 +185,11 @@ pub(super) struct Patcher {
     /// Sites before this index were looked at for epilogues to run in a
     /// stub of their own (`fragments`).
     fragments_from: usize,
+    /// What each marked site (by probe address) does to the count of
+    /// calls that make a vfork child (`vfork_marks`).
+    vfork_marks: HashMap<u64, u32>,
+    /// The marks around vfork children were planned (or found needless).
+    vfork_marked: bool,
 }
 
 /// A process's patch journal and trap journal.
@@ -273,6 +280,8 @@ impl Patcher {
             ret_owner: None,
             shstk: self.shstk,
             fragments_from: self.fragments_from,
+            vfork_marks: self.vfork_marks.clone(),
+            vfork_marked: self.vfork_marked,
         }
     }
 
