@@ -3,10 +3,13 @@
 // executes /bin/true (exec) or _exit(0)s (exit). MODE clone: as
 // posix_spawn makes its child, clone(CLONE_VM | CLONE_VFORK) on a stack of
 // its own, the child calling child_work twice and executing /bin/true.
-// MODE spawn: posix_spawn of /bin/true. The parent waits for the child,
-// then calls parent_work. Prints nothing; exits 0 when the child did.
+// MODE spawn: posix_spawn of /bin/true. MODE tracer: as exec, and the
+// parent prints its TracerPid line of /proc/self/status after the child
+// is gone. The parent waits for the child, then calls parent_work. Prints
+// nothing else; exits 0 when the child did.
 #define _GNU_SOURCE
 #include <sched.h>
+#include <stdio.h>
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
@@ -33,7 +36,7 @@ int main(int argc, char **argv) {
         p = clone(in_clone, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
         if (p < 0) return 1;
     } else {
-        int execs = strcmp(mode, "exec") == 0;
+        int execs = strcmp(mode, "exec") == 0 || strcmp(mode, "tracer") == 0;
         p = vfork();
         if (p == 0) {
             child_work(1);
@@ -44,6 +47,13 @@ int main(int argc, char **argv) {
     }
     int st = 1;
     waitpid(p, &st, 0);
+    if (strcmp(mode, "tracer") == 0) {
+        char line[256];
+        FILE *f = fopen("/proc/self/status", "r");
+        while (f && fgets(line, sizeof line, f))
+            if (strncmp(line, "TracerPid:", 10) == 0) fputs(line, stdout);
+        if (f) fclose(f);
+    }
     parent_work(3);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }

@@ -15,6 +15,10 @@ use crate::support::cli::{gcc, output_within, progs, scratch, stderr, wprobe};
 pub(crate) const CASES: &[Case] = &[
     case!(an_unfollowed_vfork_childs_hits_count_nothing, Need::Ptrace),
     case!(
+        vfork_children_are_told_apart_with_the_process_not_held,
+        Need::Ptrace
+    ),
+    case!(
         an_unfollowed_vfork_child_leaves_its_parents_calls_alone,
         Need::Ptrace
     ),
@@ -68,6 +72,42 @@ fn an_unfollowed_vfork_childs_hits_count_nothing() {
             let (maps, out) = counts(tr, &[], &nest_prog, &cmd);
             assert_eq!(maps, ["@p: 1", "@x: 1"], "{tr} {mode}: {out}");
         }
+    }
+}
+
+/// `wprobe run` without `-f` of vforkwork `tracer` (vfork, the child's
+/// two `child_work` calls, exec) under inproc and `auto`: the child's hits
+/// count nothing, and the parent, asked after its child is gone, is
+/// traced by no process (`TracerPid: 0`): the target marks its vfork
+/// children itself (`patch::vfork_marks`), nothing holds its threads to
+/// see them made. The marks are named under `WPROBE_DEBUG`.
+fn vfork_children_are_told_apart_with_the_process_not_held() {
+    let work = gcc("vforkwork", &progs().join("vforkwork.c"), &["-O0"]);
+    let e = work.display();
+    let prog = format!(
+        "uprobe:{e}:child_work {{ @c = count(); }} uprobe:{e}:parent_work {{ @p = count(); }}"
+    );
+    for tr in ["inproc", "auto"] {
+        let (maps, out) = counts(tr, &[], &prog, &format!("{e} x tracer"));
+        assert_eq!(maps, ["@p: 1"], "{tr}: {out}");
+        let tracer: Vec<&str> = out.lines().filter(|l| l.starts_with("TracerPid")).collect();
+        assert_eq!(tracer, ["TracerPid:\t0"], "{tr}: {out}");
+    }
+    let mut c = wprobe();
+    c.env("WPROBE_DEBUG", "1")
+        .args(["run", "--transport", "inproc", "-e", &prog, "-c"])
+        .arg(format!("{e} x tracer"));
+    let o = output_within(c, 120);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    for f in ["vfork", "posix_spawn", "posix_spawnp", "clone"] {
+        assert!(
+            err.lines().any(
+                |l| l.starts_with(&format!("wprobe: debug: vfork marks: {f} at 0x"))
+                    && l.contains(": its entry and ")
+            ),
+            "no marks for {f}: {err}"
+        );
     }
 }
 

@@ -23,8 +23,10 @@
 //!
 //! A `vfork` child (`posix_spawn`'s too) shares its parent's memory, agent
 //! and guard page until it executes a program or exits. While it lives the
-//! guard page's [`agent_abi::fork_guard::VFORK_WORD`] counts it (followed
-//! or not: the threads stay seized to see it made), and
+//! target counts the calls that make one itself
+//! ([`agent_abi::fork_guard::VFORK_CALLS_WORD`], `patch::vfork_marks`);
+//! when the threads are seized (followed, or for trap sites), the guard
+//! page's [`agent_abi::fork_guard::VFORK_WORD`] counts it too, and
 //! [`agent_abi::fork_guard::VFORK_FOLLOWED_WORD`] says whether it is
 //! followed: the agent tells its hits from its parent's by the pid the
 //! kernel gives. Followed, it is held at its first stop until its start

@@ -21,8 +21,10 @@
 //! other way (a raw `clone` system call) is not marked: without `-f` its
 //! hits count as its parent's, as before.
 //!
-//! Planned once a process has a site of its own (no probe site, no
-//! mark); a function's marks only when every window of it takes a jump
+//! Planned once a process has a probe's site (none for watchpoints alone:
+//! a vfork child does not trigger its parent's) and a module that may make
+//! a vfork child (one that imports a function of [`CALLERS`]: a program
+//! that never does pays nothing); a function's marks only when every window of it takes a jump
 //! (a trap at a `ret` the child reaches would stop a process wprobe does
 //! not hold), and a site already there (a probe's) marked as it is.
 
@@ -42,6 +44,20 @@ const MAKERS: &[(&str, u32)] = &[
     ("posix_spawn", vfork_mark::LEAVE),
     ("posix_spawnp", vfork_mark::LEAVE),
     ("clone", vfork_mark::LEAVE),
+];
+
+/// The functions a module calls (imports) when it may make a vfork child:
+/// [`MAKERS`], and the C library's that make one inside (`system` and
+/// `popen` call `posix_spawn`).
+const CALLERS: &[&str] = &[
+    "vfork",
+    "__vfork",
+    "posix_spawn",
+    "posix_spawnp",
+    "clone",
+    "__clone",
+    "system",
+    "popen",
 ];
 
 /// A window of a function's marks: an existing site's address, or one
@@ -64,8 +80,12 @@ impl Patcher {
         let probed = self
             .sites
             .iter()
-            .any(|s| !s.tags.is_empty() || !s.ret_tags.is_empty());
+            .any(|s| s.kind != site_kind::WATCH && !(s.tags.is_empty() && s.ret_tags.is_empty()));
         if self.vfork_marked || !probed {
+            return;
+        }
+        // Looked at again when a library is mapped (it may be the one).
+        if !self.may_make_vfork_children(maps) {
             return;
         }
         self.vfork_marked = true;
@@ -76,6 +96,39 @@ impl Patcher {
                 }
             }
         }
+    }
+
+    /// Whether a module mapped now may make vfork children: one imports
+    /// a function of [`CALLERS`], or one with no imports (a static
+    /// program) defines one of [`MAKERS`]. Only the modules' symbols are
+    /// read (the C library's code is swept only when it is marked).
+    fn may_make_vfork_children(&mut self, maps: &[Mapping]) -> bool {
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for (p, _) in Self::exec_files(maps) {
+            if seen.contains(&p) {
+                continue;
+            }
+            seen.push(p.clone());
+            let Ok(elf) = wprobe_elf::info::ElfInfo::open_shared(&p) else {
+                continue;
+            };
+            let imports = self
+                .imports
+                .entry(p)
+                .or_insert_with(|| elf.imports.iter().map(|(_, n)| n.clone()).collect());
+            if CALLERS.iter().any(|&n| imports.contains(n)) {
+                return true;
+            }
+            let defines = |name: &str| match elf.lookup(name) {
+                wprobe_elf::Lookup::Found(s) => s.name == name && s.size > 0,
+                wprobe_elf::Lookup::Ambiguous(v) => v.iter().any(|s| s.name == name),
+                wprobe_elf::Lookup::NotFound => false,
+            };
+            if imports.is_empty() && MAKERS.iter().any(|&(n, _)| defines(n)) {
+                return true;
+            }
+        }
+        false
     }
 
     /// The run-time entries of the sized global functions called `name`
