@@ -273,43 +273,52 @@ impl Session {
                     .filter(|s| s.1 == pid)
                     .map(|s| (s.0, s.2))
                     .collect();
-                let n = self.arm_with(pid, &maps, report, &mut |pi, spec, addr, opcode_applies| {
-                    let opcode = spec.opcode.filter(|_| verify && opcode_applies);
-                    if let Some(sem) = spec.semaphore
-                        && spec.kind == ProbeKind::Breakpoint
-                        && !spec.r#return
-                    {
-                        // The site's bias applies to its semaphore (one module).
-                        let bias = addr.0.wrapping_sub(spec.location.addend);
-                        let sem = sem.wrapping_add(bias);
-                        if !held.contains(&(pi, sem)) {
-                            let (armed, hold) =
-                                t.insert_usdt(pi, pid, addr, opcode, RunAddr(sem))?;
-                            match hold {
-                                SemaphoreHold::Raised => raised.push((pi, sem)),
-                                SemaphoreHold::Kernel => {}
-                                SemaphoreHold::Failed(e) => failed.push((pi, e)),
+                // A probe that cannot be armed in a followed child stays
+                // enabled for the other processes.
+                let child = pid != t.main_pid();
+                let n = self.arm_with(
+                    pid,
+                    child,
+                    &maps,
+                    report,
+                    &mut |pi, spec, addr, opcode_applies| {
+                        let opcode = spec.opcode.filter(|_| verify && opcode_applies);
+                        if let Some(sem) = spec.semaphore
+                            && spec.kind == ProbeKind::Breakpoint
+                            && !spec.r#return
+                        {
+                            // The site's bias applies to its semaphore (one module).
+                            let bias = addr.0.wrapping_sub(spec.location.addend);
+                            let sem = sem.wrapping_add(bias);
+                            if !held.contains(&(pi, sem)) {
+                                let (armed, hold) =
+                                    t.insert_usdt(pi, pid, addr, opcode, RunAddr(sem))?;
+                                match hold {
+                                    SemaphoreHold::Raised => raised.push((pi, sem)),
+                                    SemaphoreHold::Kernel => {}
+                                    SemaphoreHold::Failed(e) => failed.push((pi, e)),
+                                }
+                                return Ok(armed);
                             }
-                            return Ok(armed);
                         }
-                    }
-                    let what = match spec.kind {
-                        ProbeKind::Breakpoint if spec.r#return => Insert::Return {
-                            opcode,
-                            maxactive: maxactive_of(pi, spec),
-                            entry_notice: notices.get(pi).copied().unwrap_or(false),
-                        },
-                        ProbeKind::Breakpoint => Insert::Breakpoint { opcode },
-                        k => Insert::Watchpoint {
-                            len: spec.length,
-                            kind: watch_kind(k),
-                        },
-                    };
-                    if spec.r#return && switches.contains(&pi) {
-                        t.mark_stack_switch(pi);
-                    }
-                    t.insert(pi, pid, addr, what)
-                });
+                        let what = match spec.kind {
+                            ProbeKind::Breakpoint if spec.r#return => Insert::Return {
+                                opcode,
+                                maxactive: maxactive_of(pi, spec),
+                                entry_notice: notices.get(pi).copied().unwrap_or(false),
+                            },
+                            ProbeKind::Breakpoint => Insert::Breakpoint { opcode },
+                            k => Insert::Watchpoint {
+                                len: spec.length,
+                                kind: watch_kind(k),
+                            },
+                        };
+                        if spec.r#return && switches.contains(&pi) {
+                            t.mark_stack_switch(pi);
+                        }
+                        t.insert(pi, pid, addr, what)
+                    },
+                );
                 self.held_semaphores(pid, raised, failed, report);
                 n
             }
@@ -568,6 +577,7 @@ impl Session {
     fn arm_with(
         &mut self,
         pid: i32,
+        child: bool,
         maps: &[Mapping],
         report: bool,
         insert: &mut InsertFn<'_>,
@@ -622,7 +632,7 @@ impl Session {
                 }
 
                 Err(e) => {
-                    self.not_applied(pi, pid, report, Error::other(e.to_string()));
+                    self.not_applied(pi, pid, child, report, Error::other(e.to_string()));
                     continue;
                 }
             };
@@ -665,7 +675,7 @@ impl Session {
                     p.ever_armed = true;
                     armed += 1;
                 }
-                Err(e) => self.not_applied(pi, pid, report, e),
+                Err(e) => self.not_applied(pi, pid, child, report, e),
             }
         }
         armed
@@ -688,8 +698,13 @@ impl Session {
     }
 
     /// Probe `pi` could not be armed in process `pid` (`why`): recorded,
-    /// said where `report`, and disabled.
-    fn not_applied(&mut self, pi: usize, pid: i32, report: bool, why: Error) {
+    /// said where `report`, and disabled, unless `pid` is a followed
+    /// `child` (the probe goes on in the processes where it is armed, and
+    /// is armed in those that come: a fork child made while its parent
+    /// mapped the probe's library, before the parent armed it, has it
+    /// unarmed under inproc, and that once disabled the probe in the
+    /// parent at its next `dlopen` too).
+    fn not_applied(&mut self, pi: usize, pid: i32, child: bool, report: bool, why: Error) {
         let (prog, index) = (self.probes[pi].prog, self.probes[pi].index);
         self.arm_failed(prog, index, why.clone());
         let msg = format!(
@@ -697,7 +712,9 @@ impl Session {
             self.probes[pi].label
         );
         self.warn(report, msg);
-        self.probes[pi].enabled = false;
+        if !child {
+            self.probes[pi].enabled = false;
+        }
     }
 
     /// The checks of a breakpoint's address `addr` in module `module`

@@ -264,6 +264,51 @@ pub fn wait(pid: i32, flags: libc::c_int) -> Result<Option<(i32, i32)>, Errno> {
     }
 }
 
+/// Waits for the next stop of seized thread `tid`, which was asked to stop
+/// (`PTRACE_INTERRUPT`) and then resumed from a ptrace event stop (a
+/// fork, vfork, clone or exec of its own): any trap clears a pending
+/// interrupt (the kernel's `ptrace_stop`), so when the event came after
+/// the request, no stop follows and a blocking wait would never end (the
+/// thread runs on, or sleeps in a system call). Polls for `grace`; if
+/// nothing comes, asks again and waits. An interrupt asked twice stops
+/// the thread once.
+pub fn wait_after_event(tid: i32, grace: std::time::Duration) -> Result<Option<(i32, i32)>, Errno> {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if let Some(s) = wait(tid, libc::WNOHANG)? {
+            return Ok(Some(s));
+        }
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(250));
+    }
+    interrupt(tid)?;
+    wait(tid, 0)
+}
+
+/// How long a thread resumed from an event stop is given to reach the
+/// stop an interrupt asked for before it is asked again
+/// ([`wait_after_event`]).
+pub const EVENT_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The next stop of interrupted thread `tid`: after an event stop
+/// (`after_event`), asked again if it does not come
+/// ([`wait_after_event`]).
+pub fn wait_interrupted(tid: i32, after_event: bool) -> Result<Option<(i32, i32)>, Errno> {
+    if after_event {
+        wait_after_event(tid, EVENT_GRACE)
+    } else {
+        wait(tid, 0)
+    }
+}
+
+/// Whether `st` is a ptrace event stop other than an interrupt's (a fork,
+/// vfork, clone, exec or exit of the thread): see [`wait_after_event`].
+pub fn is_event_stop(st: Status) -> bool {
+    matches!(st, Status::Stopped { event, .. } if event != 0 && event != libc::PTRACE_EVENT_STOP)
+}
+
 /// Decoded `waitpid` status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {

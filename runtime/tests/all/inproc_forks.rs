@@ -74,6 +74,10 @@ pub(crate) const CASES: &[Case] = &[
         Need::Ptrace
     ),
     case!(a_vfork_childs_hits_carry_its_own_pid_and_tid, Need::Ptrace),
+    case!(
+        a_library_opened_while_children_are_forked_is_counted_in_the_parent,
+        Need::Ptrace
+    ),
 ];
 
 /// `forkall 3 1000 2`: three children, each forking two of its own; all
@@ -1010,5 +1014,37 @@ fn a_program_with_no_probes_a_child_executes_has_its_dlopens_armed() {
         let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
         assert!(out.contains("sum=43 same_address=1"), "{tr}: {out}");
         assert_eq!(maps, ["@a: 4", "@b: 2"], "{tr}: {out}");
+    }
+}
+
+/// `wprobe run --follow` of forkdlopen (`tests/progs/forkdlopen.c`): a
+/// thread opens, calls and closes a library 100 times while the main
+/// thread forks 30 children that call `child_fn` twice, under inproc,
+/// `auto` and ptrace: every call counted (`@a: 100`, `@c: 60`). Under
+/// inproc the run hung (a fork's event stop took the place of the stop
+/// `stop_all` had asked for), the probe was disabled everywhere once a
+/// child forked between the library's mapping and its arming could not
+/// have it (`@a: 3`), and a parent held at its fork event was picked to
+/// run the agent's calls (the injected `mmap` failed with ENOSYS).
+fn a_library_opened_while_children_are_forked_is_counted_in_the_parent() {
+    let lib = gcc(
+        "libreopen_a.so",
+        &progs().join("libreopen_a.c"),
+        &["-O0", "-shared", "-fPIC"],
+    );
+    let exe = gcc("forkdlopen", &progs().join("forkdlopen.c"), &["-O0"]);
+    let prog = format!(
+        "uprobe:{}:fa {{ @a = count(); }} uprobe:{}:child_fn {{ @c = count(); }}",
+        lib.display(),
+        exe.display()
+    );
+    let cmd = format!("{} {} 30 100", exe.display(), lib.display());
+    for tr in ["inproc", "auto", "ptrace"] {
+        for round in 0..3 {
+            let (maps, out) = counts(tr, &["--follow"], &prog, &cmd);
+            assert_eq!(maps, ["@a: 100", "@c: 60"], "{tr}, run {round}: {out}");
+            assert!(out.contains("ok 30 forks, fa 100"), "{tr}: {out}");
+            assert!(!out.contains("wprobe:"), "{tr}, run {round}: {out}");
+        }
     }
 }

@@ -230,8 +230,17 @@ impl InProc {
             // Ended (or executed a program) meanwhile.
             return Ok(());
         }
+        // Threads held at a fork event are inside the system call.
+        let held: Vec<i32> = self
+            .traps
+            .as_ref()
+            .map(|t| t.kids.held.clone())
+            .unwrap_or_default();
         let w = match World::adopt(pid, stopped.clone()) {
-            Ok(w) => w,
+            Ok(mut w) => {
+                w.in_syscall(held);
+                w
+            }
             Err(e) => {
                 self.let_child_go(stopped);
                 return Err(Error::anyhow(

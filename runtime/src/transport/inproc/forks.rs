@@ -663,12 +663,15 @@ fn restore_kid(pid: i32, tids: &[i32], held: &BTreeSet<i32>) -> anyhow::Result<(
 fn stop_thread(tid: i32, traps: &BTreeSet<u64>) -> Option<i32> {
     sys::interrupt(tid).ok()?;
     let mut held = 0;
+    let mut after_event = false;
     loop {
-        let raw = match sys::wait(tid, 0) {
+        let raw = match sys::wait_interrupted(tid, after_event) {
             Ok(Some((_, raw))) => raw,
             _ => return None,
         };
-        match sys::decode_status(raw) {
+        let st = sys::decode_status(raw);
+        after_event = sys::is_event_stop(st);
+        match st {
             Status::Exited(_) | Status::Signaled(_) => return None,
             Status::Stopped {
                 event: libc::PTRACE_EVENT_STOP,

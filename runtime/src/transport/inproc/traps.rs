@@ -634,7 +634,7 @@ impl Traps {
         // taken: they go on at its stub, with no signal).
         let mut stopped: BTreeMap<i32, i32> = std::mem::take(&mut self.at_library)
             .into_iter()
-            .chain(parents)
+            .chain(parents.iter().copied())
             .map(|tid| (tid, 0))
             .collect();
         // New threads may appear while others are being stopped.
@@ -648,8 +648,11 @@ impl Traps {
                 self.threads.remove(&tid);
                 continue;
             }
+            // The last stop was an event's, which may have taken the
+            // interrupt's place.
+            let mut after_event = false;
             loop {
-                let raw = match sys::wait(tid, 0) {
+                let raw = match sys::wait_interrupted(tid, after_event) {
                     Ok(Some((_, raw))) => raw,
                     _ => {
                         self.threads.remove(&tid);
@@ -657,6 +660,7 @@ impl Traps {
                     }
                 };
                 let st = sys::decode_status(raw);
+                after_event = sys::is_event_stop(st);
                 if matches!(st, Status::Exited(_) | Status::Signaled(_)) {
                     self.on_stop(tid, st, Some(()));
                     break;
@@ -706,7 +710,11 @@ impl Traps {
             };
             return (Err(super::world::Reaped(raw).into()), children);
         }
-        (World::adopt(pid, stopped), children)
+        let world = World::adopt(pid, stopped).map(|mut w| {
+            w.in_syscall(parents);
+            w
+        });
+        (world, children)
     }
 
     /// Stops every thread of followed child `pid` (interrupted; one at a
@@ -737,8 +745,9 @@ impl Traps {
                 self.kids.threads.remove(&tid);
                 continue;
             }
+            let mut after_event = false;
             loop {
-                let raw = match sys::wait(tid, 0) {
+                let raw = match sys::wait_interrupted(tid, after_event) {
                     Ok(Some((_, raw))) => raw,
                     _ => {
                         self.kids.threads.remove(&tid);
@@ -746,6 +755,7 @@ impl Traps {
                     }
                 };
                 let st = sys::decode_status(raw);
+                after_event = sys::is_event_stop(st);
                 let gone = matches!(st, Status::Exited(_) | Status::Signaled(_));
                 if self.on_stop(tid, st, Some(())) {
                     stopped.insert(tid, self.held.remove(&tid).unwrap_or(0));

@@ -27,6 +27,12 @@ struct Held {
     sig: i32,
     /// Stopped in a group-stop (job control): not used to run code.
     group_stop: bool,
+    /// Stopped at a ptrace event inside a system call (a fork's, held
+    /// until the child's start is reported): not used to run code either,
+    /// the system call's return would overwrite the registers an injected
+    /// call sets (its `rax`: the injected `mmap` got the child's pid as its
+    /// number, and failed with ENOSYS).
+    in_syscall: bool,
 }
 
 /// The stopped threads of one process.
@@ -143,6 +149,7 @@ impl World {
             let held = Held {
                 sig,
                 group_stop: false,
+                in_syscall: false,
             };
             (tid, held)
         });
@@ -290,10 +297,24 @@ impl World {
         sys::setregs(tid, &r).map_err(|e| anyhow::anyhow!("PTRACE_SETREGS: {e}"))
     }
 
+    /// Marks threads `tids` as stopped at a ptrace event inside a system
+    /// call (a fork's): not used to run injected code.
+    pub(super) fn in_syscall(&mut self, tids: impl IntoIterator<Item = i32>) {
+        for tid in tids {
+            if let Some(h) = self.threads.get_mut(&tid) {
+                h.in_syscall = true;
+            }
+        }
+    }
+
     /// A thread to run injected code on: the main thread if it is not in a
-    /// group-stop, else another.
+    /// group-stop nor inside a system call, else another.
     pub(super) fn runner(&self) -> anyhow::Result<i32> {
-        let ok = |t: &i32| self.threads.get(t).is_some_and(|h| !h.group_stop);
+        let ok = |t: &i32| {
+            self.threads
+                .get(t)
+                .is_some_and(|h| !h.group_stop && !h.in_syscall)
+        };
         if ok(&self.pid) {
             return Ok(self.pid);
         }
