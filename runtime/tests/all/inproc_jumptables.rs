@@ -8,7 +8,7 @@
 //! for a table, no ptrace stop, the counts and return values exact, the
 //! output the untraced one.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::case;
@@ -32,7 +32,7 @@ fn switch_shapes() -> PathBuf {
 
 /// Where `needle` is in the code of function `name`, as an offset from
 /// its start.
-fn offset_in(exe: &PathBuf, name: &str, needle: &[u8]) -> usize {
+fn offset_in(exe: &Path, name: &str, needle: &[u8]) -> usize {
     let (at, len) = func(exe, name);
     let code = file_bytes(exe, at, len as usize);
     code.windows(needle.len())
