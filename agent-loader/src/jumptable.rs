@@ -29,9 +29,13 @@
 //! cmp   $N, %idx            ; entries 0..=N (unsigned), on at least as
 //! [jcc, mov …]              ; many bits as the index keeps (8-bit
 //! ja    default             ; `cmp $N, %cl` then `movzbl %cl, %eax`;
-//!                           ; a 16-bit `cmp $N, %bp`); moves and jumps
-//!                           ; out between, not setting the flags
-//!                           ; (Perl: `cmp $24, %r15d; jg; mov …, %ebx; ja`)
+//!                           ; a 16-bit `cmp $N, %bp`), or as it was
+//!                           ; zero-extended from before the check
+//!                           ; (`movzbl (%rax), %eax; jne; cmp $4, %al`);
+//!                           ; moves and jumps out between, not setting
+//!                           ; the flags (Perl: `cmp $24, %r15d; jg; mov
+//!                           ; …, %ebx; ja`), or the index's own
+//!                           ; zero-extension (`mov %ebp, %ebp`)
 //!
 //! mov   %idx, %x            ; or the check on a copy of the index made
 //! cmp   $N, %x              ; before it, either way, with nothing
@@ -392,8 +396,9 @@ fn copy(i: &Instruction) -> Option<(Register, Register, u32)> {
 /// - `and $MASK, %idx32/64`: the index is at most MASK;
 /// - `ja` after `cmp $N, %idx` (jumps and moves that leave the flags
 ///   between them: `cmp; jg; mov; ja`), on as many bits as the index
-///   keeps, or on a register the index was copied from or to, with
-///   nothing writing either in between (`movzbl %al, %edx; cmp $15, %al`);
+///   keeps or was zero-extended from before it, or on a register the
+///   index was copied from or to, with nothing writing either in between
+///   (`movzbl %al, %edx; cmp $15, %al`);
 /// - `ja` after `cmp $N, mem`, the index the byte or word read from the
 ///   same memory right after the `ja`.
 fn bound(insns: &[Instruction], load: usize, index: Register, lo: usize) -> Option<(usize, u64)> {
@@ -456,21 +461,27 @@ fn checked(
         })
         .then_some(())?;
     if x == idx {
-        return (w >= kept).then_some((f, c.immediate(1)));
+        if w >= kept {
+            return Some((f, c.immediate(1)));
+        }
+        // Checked on fewer bits than the index keeps: the index
+        // zero-extended before the check from no more bits than checked
+        // (`movzbl (%rax), %eax; jne; cmp $4, %al; ja`).
+        let m = (lo..f).rev().find(|&m| writes(&insns[m], idx))?;
+        straight(insns, m + 1, f).then_some(())?;
+        let from = match insns[m].code() {
+            Code::Movzx_r32_rm8 | Code::Movzx_r64_rm8 => 8,
+            Code::Movzx_r32_rm16 | Code::Movzx_r64_rm16 => 16,
+            _ => return None,
+        };
+        return (w >= from).then_some((m, c.immediate(1)));
     }
     // The index a copy of the checked register, or the checked register
     // a copy of the index, made before the check.
     let m = (lo..f)
         .rev()
         .find(|&m| writes(&insns[m], idx) || writes(&insns[m], x))?;
-    ((m + 1)..f)
-        .all(|n| {
-            matches!(
-                insns[n].flow_control(),
-                FlowControl::Next | FlowControl::ConditionalBranch
-            )
-        })
-        .then_some(())?;
+    straight(insns, m + 1, f).then_some(())?;
     let (to, from, k) = copy(&insns[m])?;
     let ok = if (to, from) == (idx, x) {
         // idx = x's low k bits: the index keeps min(k, kept) bits of x.
@@ -484,19 +495,23 @@ fn checked(
     ok.then_some((m, c.immediate(1)))
 }
 
+/// Whether `insns[from..to]` is a straight line: no instruction there
+/// branches but conditional jumps out.
+fn straight(insns: &[Instruction], from: usize, to: usize) -> bool {
+    insns[from..to].iter().all(|i| {
+        matches!(
+            i.flow_control(),
+            FlowControl::Next | FlowControl::ConditionalBranch
+        )
+    })
+}
+
 /// The instruction before the `jcc` at `insns[at]` that last set the
 /// flags, in a straight line (only moves and conditional jumps out
 /// between: `cmp $24, %esi; jg; mov mem, %ecx; ja`).
 fn flags_source(insns: &[Instruction], at: usize, lo: usize) -> Option<usize> {
     let f = (lo..at).rev().find(|&m| insns[m].rflags_modified() != 0)?;
-    ((f + 1)..at)
-        .all(|m| {
-            matches!(
-                insns[m].flow_control(),
-                FlowControl::Next | FlowControl::ConditionalBranch
-            )
-        })
-        .then_some(f)
+    straight(insns, f + 1, at).then_some(f)
 }
 
 /// The index read from memory at `insns[n]` (`movzx`), right after a
@@ -920,6 +935,28 @@ mod tests {
         let mut d = c.clone();
         d[0x0a..0x10].copy_from_slice(&hex("85 db 90 90 90 90"));
         assert_eq!(resolve(&d, 0x1285f6, &HashSet::new(), &r), Err(0x12861d));
+    }
+
+    #[test]
+    fn a_byte_check_of_an_index_zero_extended_from_a_byte() {
+        // Perl's `Perl_isSCRIPT_RUN` (0x19923b): movzx eax, byte [rax];
+        // jne; cmp al, 4; ja; lea rdx, [rip + TABLE];
+        // movsxd rax, [rdx + rax*4]; add rax, rdx; jmp rax
+        let c = hex("0f b6 00  0f 85 09 0d 00 00  3c 04  0f 87 ed d5 ff ff
+                     48 8d 15 a5 0f 1b 00  48 63 04 82  48 01 d0  ff e0");
+        let r = rel_table(0x34a1f8, 0x199300);
+        assert_eq!(
+            resolve(&c, 0x19923b, &HashSet::new(), &r),
+            Ok(vec![(0x19925a, rel_targets(0x199300, 5))])
+        );
+        // A branch landing between the zero-extension and the check.
+        let t: HashSet<u64> = [0x199244].into();
+        assert_eq!(resolve(&c, 0x19923b, &t, &r), Err(0x19925a));
+        // A 32-bit load instead (mov eax, [rax]; nop): bits the check on
+        // al does not see.
+        let mut d = c.clone();
+        d[0..3].copy_from_slice(&hex("8b 00 90"));
+        assert_eq!(resolve(&d, 0x19923b, &HashSet::new(), &r), Err(0x19925a));
     }
 
     #[test]
