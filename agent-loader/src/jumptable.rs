@@ -62,7 +62,17 @@ use crate::insn::writes;
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+mod entries;
+
+/// The module's branch targets, as [`resolve_with_labels`] takes them.
+struct Targets<'a> {
+    /// Every address a branch lands on.
+    set: &'a HashSet<u64>,
+    /// How many direct branches land on each, if known.
+    branches: Option<&'a HashMap<u64, u32>>,
+}
 
 /// How far before the `jmp` the bounds check is looked for.
 const MAX_BACK: usize = 16;
@@ -82,7 +92,7 @@ pub fn resolve(
     targets: &HashSet<u64>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Result<Vec<(u64, Vec<u64>)>, u64> {
-    resolve_with_labels(code, start, targets, read, None)
+    resolve_with_labels(code, start, targets, None, read, None)
 }
 
 /// [`resolve`], and with `data_labels` (the module's link-time addresses
@@ -107,13 +117,24 @@ pub fn resolve(
 /// pointer whose stack `tailcall` could not follow: CPython's
 /// `do_mkvalue` ends in `jmp *%rsi` after its epilogue, `%rsi` set on
 /// several paths). No targets inside: the caller takes it as a tail call.
+///
+/// With `branches` (how many of the module's direct branches land on each
+/// of `targets`, `u32::MAX` for any other way in: a table's entry), a
+/// table whose dispatch a branch enters after its check too, when every
+/// way in there is a branch of the function on the same check
+/// ([`entries`]).
 pub fn resolve_with_labels(
     code: &[u8],
     start: u64,
     targets: &HashSet<u64>,
+    branches: Option<&HashMap<u64, u32>>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     data_labels: Option<&[u64]>,
 ) -> Result<Vec<(u64, Vec<u64>)>, u64> {
+    let targets = Targets {
+        set: targets,
+        branches,
+    };
     let mut insns = Vec::new();
     let mut d = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     while d.can_decode() {
@@ -128,7 +149,7 @@ pub fn resolve_with_labels(
         if i.flow_control() != FlowControl::IndirectBranch {
             continue;
         }
-        if let Some(t) = one(&insns, k, targets, read) {
+        if let Some(t) = one(&insns, k, &targets, read) {
             out.push((i.ip(), t));
             continue;
         }
@@ -144,7 +165,7 @@ pub fn resolve_with_labels(
         };
         let labels = labels.get_or_insert_with(|| taken_labels(&insns, start, end, data));
         let relative = *relative.get_or_insert_with(|| has_relative_table(&insns));
-        if (!labels.is_empty() && loads_a_pointer(&insns, k, targets))
+        if (!labels.is_empty() && loads_a_pointer(&insns, k, targets.set))
             || (!relative && !computed_in_line(&insns, k))
         {
             out.push((i.ip(), labels.clone()));
@@ -246,19 +267,25 @@ fn taken_labels(insns: &[Instruction], start: u64, end: u64, data: &[u64]) -> Ve
 fn one(
     insns: &[Instruction],
     k: usize,
-    targets: &HashSet<u64>,
+    targets: &Targets<'_>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Option<Vec<u64>> {
     let lo = k.saturating_sub(MAX_BACK);
     let (table, entry, index, load) = table_read(insns, k, lo)?;
     let index = index.full_register();
     (index != Register::None).then_some(())?;
-    let (first, bound) = bound(insns, load, index, lo)?;
-    let count = bound.checked_add(1).filter(|&c| c <= MAX_ENTRIES)?;
+    let b = bound(insns, load, index, lo)?;
+    let count = b.max.checked_add(1).filter(|&c| c <= MAX_ENTRIES)?;
     // No path into the dispatch but through the check: no branch lands
-    // after its first instruction, up to the `jmp`.
-    ((first + 1)..=k)
-        .all(|m| !targets.contains(&insns[m].ip()))
+    // after its first instruction, up to the `jmp`; but after the `ja`,
+    // one whose every way in is a branch of the function on the same
+    // check ([`entries`]).
+    ((b.first + 1)..=k)
+        .all(|m| {
+            !targets.set.contains(&insns[m].ip())
+                || (b.gate.is_some_and(|g| m > g)
+                    && entries::checked_ways_in(insns, m, load, index, b.max, targets))
+        })
         .then_some(())?;
     let bytes = read(table, count as usize * entry)?;
     Some(
@@ -387,6 +414,16 @@ fn copy(i: &Instruction) -> Option<(Register, Register, u32)> {
     })
 }
 
+/// A table's bound, as [`bound`] found it.
+struct Bound {
+    /// The first instruction the dispatch relies on.
+    first: usize,
+    /// The `ja` that leaves for the default (none for a mask).
+    gate: Option<usize>,
+    /// The largest index.
+    max: u64,
+}
+
 /// The check that bounds `index` where the table is read (`insns[load]`):
 /// the first instruction the dispatch relies on (no branch may land after
 /// it), and the largest index. Walking back from the read, through
@@ -401,7 +438,7 @@ fn copy(i: &Instruction) -> Option<(Register, Register, u32)> {
 ///   (`movzbl %al, %edx; cmp $15, %al`);
 /// - `ja` after `cmp $N, mem`, the index the byte or word read from the
 ///   same memory right after the `ja`.
-fn bound(insns: &[Instruction], load: usize, index: Register, lo: usize) -> Option<(usize, u64)> {
+fn bound(insns: &[Instruction], load: usize, index: Register, lo: usize) -> Option<Bound> {
     let mut idx = index;
     // Bits of the checked register the index keeps.
     let mut kept = 32;
@@ -410,7 +447,12 @@ fn bound(insns: &[Instruction], load: usize, index: Register, lo: usize) -> Opti
         n = n.checked_sub(1).filter(|&n| n >= lo)?;
         let i = &insns[n];
         if i.mnemonic() == Mnemonic::Ja {
-            return checked(insns, n, idx, kept, lo);
+            let (first, max) = checked(insns, n, idx, kept, lo)?;
+            return Some(Bound {
+                first,
+                gate: Some(n),
+                max,
+            });
         }
         if writes(i, idx) {
             if i.mnemonic() == Mnemonic::And
@@ -419,10 +461,21 @@ fn bound(insns: &[Instruction], load: usize, index: Register, lo: usize) -> Opti
                 && bits(i.op0_register()) == 32
                 && has_imm(i)
             {
-                return Some((n, i.immediate(1)));
+                return Some(Bound {
+                    first: n,
+                    gate: None,
+                    max: i.immediate(1),
+                });
             }
             if i.op1_kind() == OpKind::Memory {
-                return checked_memory(insns, n, lo);
+                let ja = n.checked_sub(1).filter(|&m| m >= lo)?;
+                (insns[ja].mnemonic() == Mnemonic::Ja).then_some(())?;
+                let (first, max) = checked_memory(insns, n, ja, lo)?;
+                return Some(Bound {
+                    first,
+                    gate: Some(ja),
+                    max,
+                });
             }
             let (to, from, k) = copy(i)?;
             (to == idx).then_some(())?;
@@ -514,21 +567,20 @@ fn flags_source(insns: &[Instruction], at: usize, lo: usize) -> Option<usize> {
     straight(insns, f + 1, at).then_some(f)
 }
 
-/// The index read from memory at `insns[n]` (`movzx`), right after a
-/// `ja` that tests a `cmp $N` of that same memory (OpenSSL: `cmpb $6,
+/// The index read from memory at `insns[n]` (`movzx`), right after the
+/// `ja` (or, entering there, `jbe`) at `insns[ja]` that tests a `cmp $N`
+/// of that same memory (OpenSSL: `cmpb $6,
 /// (%r12); ja; movzbl (%r12), %eax`; Perl: `cmpb $0x7e, (%rax); movzbl
 /// 1(%rax), %ecx; lea 1(%rax), %r13; ja; movzbl (%rax), %eax`), with
 /// nothing between the `cmp` and the `ja` that writes memory or the
 /// registers of its address.
-fn checked_memory(insns: &[Instruction], n: usize, lo: usize) -> Option<(usize, u64)> {
+fn checked_memory(insns: &[Instruction], n: usize, ja: usize, lo: usize) -> Option<(usize, u64)> {
     let i = &insns[n];
     matches!(
         i.code(),
         Code::Movzx_r32_rm8 | Code::Movzx_r32_rm16 | Code::Movzx_r64_rm8 | Code::Movzx_r64_rm16
     )
     .then_some(())?;
-    let ja = n.checked_sub(1).filter(|&m| m >= lo)?;
-    (insns[ja].mnemonic() == Mnemonic::Ja).then_some(())?;
     let f = flags_source(insns, ja, lo)?;
     let c = &insns[f];
     let same = c.memory_base() == i.memory_base()
@@ -662,14 +714,14 @@ mod tests {
         // not the entry, nor an address outside.
         let data = [0x0800, START, 0x1030, 0x1038, 0x2000];
         assert_eq!(
-            resolve_with_labels(&c, START, &t, &none, Some(&data)),
+            resolve_with_labels(&c, START, &t, None, &none, Some(&data)),
             Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
         );
         // A branch landing between the load and the jmp: rdx may come
         // from another path, but still a pointer: the labels too.
         let t: HashSet<u64> = [0x100b].into();
         assert_eq!(
-            resolve_with_labels(&c, START, &t, &none, Some(&data)),
+            resolve_with_labels(&c, START, &t, None, &none, Some(&data)),
             Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
         );
         // The pointer changed after its load (add rdx, 8): arithmetic.
@@ -677,7 +729,7 @@ mod tests {
         d.extend_from_slice(&[0x48, 0x83, 0xc2, 0x08, 0xff, 0xe2]);
         d.resize(0x40, 0xc3);
         assert_eq!(
-            resolve_with_labels(&d, START, &HashSet::new(), &none, Some(&data)),
+            resolve_with_labels(&d, START, &HashSet::new(), None, &none, Some(&data)),
             Err(0x100f)
         );
         // A function no data or code takes an address inside of, with no
@@ -685,7 +737,7 @@ mod tests {
         let mut e = c[..0x0d].to_vec();
         e.resize(0x40, 0xc3);
         assert_eq!(
-            resolve_with_labels(&e, START, &HashSet::new(), &none, Some(&[0x2000])),
+            resolve_with_labels(&e, START, &HashSet::new(), None, &none, Some(&[0x2000])),
             Ok(vec![(0x100b, vec![])])
         );
         // ... but with a relative table's read (movsxd rax, [rdx + rcx*4])
@@ -693,11 +745,11 @@ mod tests {
         let mut f = e.clone();
         f[0x20..0x24].copy_from_slice(&[0x48, 0x63, 0x04, 0x8a]);
         assert_eq!(
-            resolve_with_labels(&f, START, &t, &none, Some(&[0x2000])),
+            resolve_with_labels(&f, START, &t, None, &none, Some(&[0x2000])),
             Err(0x100b)
         );
         assert_eq!(
-            resolve_with_labels(&f, START, &HashSet::new(), &none, Some(&data)),
+            resolve_with_labels(&f, START, &HashSet::new(), None, &none, Some(&data)),
             Ok(vec![(0x100b, vec![0x1030, 0x1038])])
         );
     }
