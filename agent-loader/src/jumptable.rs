@@ -52,11 +52,16 @@
 //!
 //! No branch target may land between the bound's first instruction and
 //! the `jmp` (a path that skipped the check would index with another
-//! bound). Not read (the function keeps its refusal): an index rebased
-//! after its check (`cmp $45, %dil; ja; sub $33, %edi`: an index below
-//! 33 wraps), a check reached by a branch into the dispatch (`cmp $14,
-//! %ax; jbe dispatch`), an index bounded by earlier code only (SipHash's
-//! tail: `movslq (%r8,%r10,4)` with `%r10` a length masked far before).
+//! bound), but after the `ja` one whose every way in is a `jbe` of the
+//! function on the same check (`jumptable/entries.rs`: `cmp $0x96, %eax;
+//! jbe` to the `lea` after the first `ja`). Not read (the function keeps its
+//! refusal): an index rebased after its check (`cmp $45, %dil; ja; sub
+//! $33, %edi`: an index below 33 wraps), a dispatch entered by branches on
+//! other tests (Perl's `Perl_rpeep`: `jne` to the `lea` after its `ja`) or
+//! before the check of a copy of the index, a base register the function
+//! also holds other values in (sed), an index bounded by earlier code
+//! only (SipHash's tail: `movslq (%r8,%r10,4)` with `%r10` a length masked
+//! far before).
 
 use crate::insn::writes;
 use iced_x86::{
@@ -122,7 +127,7 @@ pub fn resolve(
 /// of `targets`, `u32::MAX` for any other way in: a table's entry), a
 /// table whose dispatch a branch enters after its check too, when every
 /// way in there is a branch of the function on the same check
-/// ([`entries`]).
+/// (`jumptable/entries.rs`).
 pub fn resolve_with_labels(
     code: &[u8],
     start: u64,
