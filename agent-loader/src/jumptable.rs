@@ -284,7 +284,7 @@ fn one(
     // No path into the dispatch but through the check: no branch lands
     // after its first instruction, up to the `jmp`; but after the `ja`,
     // one whose every way in is a branch of the function on the same
-    // check ([`entries`]).
+    // check (`jumptable/entries.rs`).
     ((b.first + 1)..=k)
         .all(|m| {
             !targets.set.contains(&insns[m].ip())
