@@ -2,34 +2,82 @@
 //! table its code indexes, so that a window in a function with one is
 //! checked against them instead of refused (window rule 3: a jump table
 //! could land anywhere in the function). Only the shapes GCC and Clang
-//! emit for x86-64, with the table's size proven by the bounds check in
-//! front of it; anything else stays unresolved, and the function keeps
-//! its refusal:
+//! emit for x86-64, with the table's size proven by a bound on the index
+//! in front of it; anything else stays unresolved, and the function keeps
+//! its refusal. The table's read:
 //!
 //! ```text
-//! cmp   $N, %idx32          ; the bound (unsigned): entries 0..=N
-//! ja    default
-//! [mov  %idx32, %idx32']    ; at most zero-extending copies (or movzx
-//!                           ; of the checked byte or word, or of the
-//!                           ; byte or word in memory `cmp` checked
-//!                           ; just before the `ja`), before or
-//! lea   TABLE(%rip), %base  ; after the lea (position-independent: i32
-//!                           ; offsets from TABLE)
-//! movslq (%base,%idx',4), %r
+//! lea   TABLE(%rip), %base  ; position-independent: i32 offsets from TABLE
+//! movslq (%base,%idx,4), %r
 //! add   %base, %r
 //! jmp   *%r
 //!
-//! jmp   *TABLE(,%idx',8)    ; absolute: u64 addresses (non-PIE)
+//! jmp   *TABLE(,%idx,8)     ; absolute: u64 addresses (non-PIE)
 //! ```
 //!
-//! No branch target may land between the bounds check and the `jmp` (a
-//! path that skipped the check would index with another bound).
+//! The `lea` is in the 16 instructions before the `jmp` with nothing
+//! writing `%base` after it, or anywhere in the function when it is the
+//! function's only write of `%base` (hoisted out of a loop that
+//! dispatches: Perl's `Perl_leave_scope`).
+//!
+//! The bound, walking back from the read (any `lea` or other register's
+//! `mov` between), through register copies into the index (`mov %a32,
+//! %b32`, `mov %a, %b`, `movzx %a8/16, %b`: each keeps no more bits than
+//! the one it copies, so the bound on the copied register holds):
+//!
+//! ```text
+//! cmp   $N, %idx            ; entries 0..=N (unsigned), on at least as
+//! [jcc, mov …]              ; many bits as the index keeps (8-bit
+//! ja    default             ; `cmp $N, %cl` then `movzbl %cl, %eax`;
+//!                           ; a 16-bit `cmp $N, %bp`), or as it was
+//!                           ; zero-extended from before the check
+//!                           ; (`movzbl (%rax), %eax; jne; cmp $4, %al`);
+//!                           ; moves and jumps out between, not setting
+//!                           ; the flags (Perl: `cmp $24, %r15d; jg; mov
+//!                           ; …, %ebx; ja`), or the index's own
+//!                           ; zero-extension (`mov %ebp, %ebp`)
+//!
+//! mov   %idx, %x            ; or the check on a copy of the index made
+//! cmp   $N, %x              ; before it, either way, with nothing
+//! ja    default             ; writing either between (Perl:
+//!                           ; `movzbl %al, %edx; cmp $15, %al; ja`)
+//!
+//! cmp   $N, mem             ; or on memory, the index read from the same
+//! [loads …]                 ; byte or word right after the `ja`, no
+//! ja    default             ; store nor write of its address's registers
+//! movzx mem, %idx           ; between (OpenSSL, Perl's `Perl_magic_get`)
+//!
+//! and   $N, %idx32          ; or a mask: entries 0..=N (32 or 64 bits)
+//! ```
+//!
+//! No branch target may land between the bound's first instruction and
+//! the `jmp` (a path that skipped the check would index with another
+//! bound), but after the `ja` one whose every way in is a `jbe` of the
+//! function on the same check (`jumptable/entries.rs`: `cmp $0x96, %eax;
+//! jbe` to the `lea` after the first `ja`). Not read (the function keeps its
+//! refusal): an index rebased after its check (`cmp $45, %dil; ja; sub
+//! $33, %edi`: an index below 33 wraps), a dispatch entered by branches on
+//! other tests (Perl's `Perl_rpeep`: `jne` to the `lea` after its `ja`) or
+//! before the check of a copy of the index, a base register the function
+//! also holds other values in (sed), an index bounded by earlier code
+//! only (SipHash's tail: `movslq (%r8,%r10,4)` with `%r10` a length masked
+//! far before).
 
 use crate::insn::writes;
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
+mod entries;
+
+/// The module's branch targets, as [`resolve_with_labels`] takes them.
+struct Targets<'a> {
+    /// Every address a branch lands on.
+    set: &'a HashSet<u64>,
+    /// How many direct branches land on each, if known.
+    branches: Option<&'a HashMap<u64, u32>>,
+}
 
 /// How far before the `jmp` the bounds check is looked for.
 const MAX_BACK: usize = 16;
@@ -49,7 +97,7 @@ pub fn resolve(
     targets: &HashSet<u64>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Result<Vec<(u64, Vec<u64>)>, u64> {
-    resolve_with_labels(code, start, targets, read, None)
+    resolve_with_labels(code, start, targets, None, read, None)
 }
 
 /// [`resolve`], and with `data_labels` (the module's link-time addresses
@@ -74,13 +122,24 @@ pub fn resolve(
 /// pointer whose stack `tailcall` could not follow: CPython's
 /// `do_mkvalue` ends in `jmp *%rsi` after its epilogue, `%rsi` set on
 /// several paths). No targets inside: the caller takes it as a tail call.
+///
+/// With `branches` (how many of the module's direct branches land on each
+/// of `targets`, `u32::MAX` for any other way in: a table's entry), a
+/// table whose dispatch a branch enters after its check too, when every
+/// way in there is a branch of the function on the same check
+/// (`jumptable/entries.rs`).
 pub fn resolve_with_labels(
     code: &[u8],
     start: u64,
     targets: &HashSet<u64>,
+    branches: Option<&HashMap<u64, u32>>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     data_labels: Option<&[u64]>,
 ) -> Result<Vec<(u64, Vec<u64>)>, u64> {
+    let targets = Targets {
+        set: targets,
+        branches,
+    };
     let mut insns = Vec::new();
     let mut d = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     while d.can_decode() {
@@ -95,7 +154,7 @@ pub fn resolve_with_labels(
         if i.flow_control() != FlowControl::IndirectBranch {
             continue;
         }
-        if let Some(t) = one(&insns, k, targets, read) {
+        if let Some(t) = one(&insns, k, &targets, read) {
             out.push((i.ip(), t));
             continue;
         }
@@ -111,7 +170,7 @@ pub fn resolve_with_labels(
         };
         let labels = labels.get_or_insert_with(|| taken_labels(&insns, start, end, data));
         let relative = *relative.get_or_insert_with(|| has_relative_table(&insns));
-        if (!labels.is_empty() && loads_a_pointer(&insns, k, targets))
+        if (!labels.is_empty() && loads_a_pointer(&insns, k, targets.set))
             || (!relative && !computed_in_line(&insns, k))
         {
             out.push((i.ip(), labels.clone()));
@@ -213,132 +272,25 @@ fn taken_labels(insns: &[Instruction], start: u64, end: u64, data: &[u64]) -> Ve
 fn one(
     insns: &[Instruction],
     k: usize,
-    targets: &HashSet<u64>,
+    targets: &Targets<'_>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Option<Vec<u64>> {
-    let j = &insns[k];
     let lo = k.saturating_sub(MAX_BACK);
-    // The table, its entry size, the index register, and where the
-    // table's read is (the bound must come before it).
-    let (table, entry, index, load) = if j.op0_kind() == OpKind::Memory {
-        // jmp *TABLE(,%idx,8)
-        (j.memory_base() == Register::None && j.memory_index_scale() == 8).then_some(())?;
-        let t = j.memory_displacement64();
-        (t, 8usize, j.memory_index(), k)
-    } else {
-        // jmp *%r, %r = movslq (%base,%idx,4) + %base, %base = lea TABLE(%rip)
-        let r = j.op0_register().full_register();
-        let add = (lo..k).rev().find(|&m| writes(&insns[m], r))?;
-        let a = &insns[add];
-        (a.mnemonic() == Mnemonic::Add
-            && a.op0_kind() == OpKind::Register
-            && a.op1_kind() == OpKind::Register
-            && a.op0_register().full_register() == r)
-            .then_some(())?;
-        let base = a.op1_register().full_register();
-        let mov = (lo..add).rev().find(|&m| writes(&insns[m], r))?;
-        let m = &insns[mov];
-        (m.code() == Code::Movsxd_r64_rm32
-            && m.op1_kind() == OpKind::Memory
-            && m.memory_base().full_register() == base
-            && m.memory_index_scale() == 4
-            && m.memory_displacement64() == 0)
-            .then_some(())?;
-        let index = m.memory_index();
-        let lea = (lo..mov).rev().find(|&n| writes(&insns[n], base))?;
-        let l = &insns[lea];
-        (l.mnemonic() == Mnemonic::Lea && l.is_ip_rel_memory_operand()).then_some(())?;
-        // Nothing between the lea and the jmp changes the base.
-        ((lea + 1)..k)
-            .all(|n| !writes(&insns[n], base))
-            .then_some(())?;
-        (l.ip_rel_memory_address(), 4usize, index, mov)
-    };
+    let (table, entry, index, load) = table_read(insns, k, lo)?;
     let index = index.full_register();
     (index != Register::None).then_some(())?;
-    // The bounds check: `cmp idx, N` then `ja`, with at most a
-    // zero-extending `mov` into the index register between it and the
-    // table's read.
-    let imm = |i: &Instruction| {
-        matches!(
-            i.op1_kind(),
-            OpKind::Immediate8to32
-                | OpKind::Immediate32
-                | OpKind::Immediate8to64
-                | OpKind::Immediate8
-                | OpKind::Immediate32to64
-        )
-    };
-    let mut idx = index;
-    let mut n = load;
-    let (cmp, bound) = loop {
-        n = n.checked_sub(1).filter(|&n| n > lo)?;
-        let i = &insns[n];
-        let c = &insns[n - 1];
-        // The check on memory, the index read from it right after
-        // (OpenSSL: `cmpb $6, (%r12); ja; movzbl (%r12), %eax`).
-        if writes(i, idx)
-            && matches!(
-                i.code(),
-                Code::Movzx_r32_rm8
-                    | Code::Movzx_r32_rm16
-                    | Code::Movzx_r64_rm8
-                    | Code::Movzx_r64_rm16
-            )
-            && i.op1_kind() == OpKind::Memory
-        {
-            let m = n.checked_sub(2).filter(|&m| m >= lo)?;
-            let k = &insns[m];
-            let same = |a: &Instruction, b: &Instruction| {
-                a.memory_base() == b.memory_base()
-                    && a.memory_index() == b.memory_index()
-                    && a.memory_index_scale() == b.memory_index_scale()
-                    && a.memory_displacement64() == b.memory_displacement64()
-                    && a.memory_segment() == b.memory_segment()
-                    && a.memory_size() == b.memory_size()
-            };
-            (c.mnemonic() == Mnemonic::Ja
-                && k.mnemonic() == Mnemonic::Cmp
-                && k.op0_kind() == OpKind::Memory
-                && imm(k)
-                && same(k, i))
-            .then_some(())?;
-            break (m, k.immediate(1));
-        }
-        if i.mnemonic() == Mnemonic::Ja
-            && c.mnemonic() == Mnemonic::Cmp
-            && c.op0_kind() == OpKind::Register
-            && c.op0_register().full_register() == idx
-            && imm(c)
-        {
-            break (n - 1, c.immediate(1));
-        }
-        if writes(i, idx) {
-            // `mov %src32, %idx32` or `movzx %src8/16, %idx` (zero-extend):
-            // the check may be on src (V8 checks a byte, `cmp $N, %sil`,
-            // then indexes with `movzbl %sil, %eax`).
-            (matches!(
-                i.code(),
-                Code::Mov_r32_rm32
-                    | Code::Mov_rm32_r32
-                    | Code::Movzx_r32_rm8
-                    | Code::Movzx_r32_rm16
-                    | Code::Movzx_r64_rm8
-                    | Code::Movzx_r64_rm16
-            ) && i.op0_kind() == OpKind::Register
-                && i.op1_kind() == OpKind::Register)
-                .then_some(())?;
-            idx = i.op1_register().full_register();
-        }
-        if i.flow_control() != FlowControl::Next {
-            return None;
-        }
-    };
-    let count = bound.checked_add(1).filter(|&c| c <= MAX_ENTRIES)?;
+    let b = bound(insns, load, index, lo)?;
+    let count = b.max.checked_add(1).filter(|&c| c <= MAX_ENTRIES)?;
     // No path into the dispatch but through the check: no branch lands
-    // after the `cmp`, up to the `jmp`.
-    ((cmp + 1)..=k)
-        .all(|m| !targets.contains(&insns[m].ip()))
+    // after its first instruction, up to the `jmp`; but after the `ja`,
+    // one whose every way in is a branch of the function on the same
+    // check (`jumptable/entries.rs`).
+    ((b.first + 1)..=k)
+        .all(|m| {
+            !targets.set.contains(&insns[m].ip())
+                || (b.gate.is_some_and(|g| m > g)
+                    && entries::checked_ways_in(insns, m, load, index, b.max, targets))
+        })
         .then_some(())?;
     let bytes = read(table, count as usize * entry)?;
     Some(
@@ -350,6 +302,325 @@ fn one(
             })
             .collect(),
     )
+}
+
+/// The table the indirect `jmp` at `insns[k]` reads: its address, its
+/// entry size, the index register, and where the read is (the bound must
+/// come before it).
+fn table_read(insns: &[Instruction], k: usize, lo: usize) -> Option<(u64, usize, Register, usize)> {
+    let j = &insns[k];
+    if j.op0_kind() == OpKind::Memory {
+        // jmp *TABLE(,%idx,8)
+        (j.memory_base() == Register::None && j.memory_index_scale() == 8).then_some(())?;
+        return Some((j.memory_displacement64(), 8, j.memory_index(), k));
+    }
+    // jmp *%r, %r = movslq (%base,%idx,4) + %base, %base = lea TABLE(%rip)
+    let r = j.op0_register().full_register();
+    let add = (lo..k).rev().find(|&m| writes(&insns[m], r))?;
+    let a = &insns[add];
+    (a.mnemonic() == Mnemonic::Add
+        && a.op0_kind() == OpKind::Register
+        && a.op1_kind() == OpKind::Register
+        && a.op0_register().full_register() == r)
+        .then_some(())?;
+    let base = a.op1_register().full_register();
+    let mov = (lo..add).rev().find(|&m| writes(&insns[m], r))?;
+    let m = &insns[mov];
+    (m.code() == Code::Movsxd_r64_rm32
+        && m.op1_kind() == OpKind::Memory
+        && m.memory_base().full_register() == base
+        && m.memory_index_scale() == 4
+        && m.memory_displacement64() == 0)
+        .then_some(())?;
+    let rip_lea = |l: &Instruction| l.mnemonic() == Mnemonic::Lea && l.is_ip_rel_memory_operand();
+    let near = (lo..mov)
+        .rev()
+        .find(|&n| writes(&insns[n], base))
+        .filter(|&n| rip_lea(&insns[n]) && ((n + 1)..k).all(|m| !writes(&insns[m], base)));
+    let table = match near {
+        Some(n) => insns[n].ip_rel_memory_address(),
+        None => hoisted_base(insns, base)?,
+    };
+    Some((table, 4, m.memory_index(), mov))
+}
+
+/// The table a base register holds for the whole function, set out of
+/// the loop that dispatches (Perl's `Perl_leave_scope`: `lea
+/// TABLE(%rip), %r11` before it): every instruction of the function that
+/// writes it is a `lea` of that same TABLE, or a `pop` of the caller's
+/// value in an epilogue (nothing but moves after it, up to a `ret` or a
+/// `jmp` out of the function). On every path to the `jmp`, it holds TABLE.
+fn hoisted_base(insns: &[Instruction], base: Register) -> Option<u64> {
+    let start = insns.first()?.ip();
+    let end = insns.last()?.next_ip();
+    let mut table = None;
+    for (n, i) in insns.iter().enumerate() {
+        if !writes(i, base) {
+            continue;
+        }
+        if i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand() {
+            let t = i.ip_rel_memory_address();
+            (*table.get_or_insert(t) == t).then_some(())?;
+            continue;
+        }
+        (i.mnemonic() == Mnemonic::Pop && i.op0_kind() == OpKind::Register).then_some(())?;
+        let leaves = insns[n + 1..]
+            .iter()
+            .find(|j| j.flow_control() != FlowControl::Next || writes(j, base))
+            .is_some_and(|j| match j.flow_control() {
+                FlowControl::Return => true,
+                FlowControl::UnconditionalBranch => {
+                    crate::insn::near_target(j).is_some_and(|t| t < start || t >= end)
+                }
+                _ => false,
+            });
+        leaves.then_some(())?;
+    }
+    table
+}
+
+/// Bits of a register operand, 64 counted as 32 (a 32-bit write
+/// zero-extends: a 32-bit check bounds the 64-bit register GCC indexes
+/// with).
+fn bits(r: Register) -> u32 {
+    (r.size() as u32 * 8).min(32)
+}
+
+/// Whether `i` has an immediate second operand.
+fn has_imm(i: &Instruction) -> bool {
+    matches!(
+        i.op1_kind(),
+        OpKind::Immediate8to32
+            | OpKind::Immediate32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate8
+            | OpKind::Immediate8to16
+            | OpKind::Immediate16
+            | OpKind::Immediate32to64
+    )
+}
+
+/// The copy `i` makes between registers, if it is one that keeps the low
+/// bits: `(to, from, bits kept)` for `mov %from, %to` (32 or 64 bits)
+/// and `movzx %from8/16, %to`.
+fn copy(i: &Instruction) -> Option<(Register, Register, u32)> {
+    let kept = match i.code() {
+        Code::Mov_r32_rm32 | Code::Mov_rm32_r32 | Code::Mov_r64_rm64 | Code::Mov_rm64_r64 => 32,
+        Code::Movzx_r32_rm8 | Code::Movzx_r64_rm8 => 8,
+        Code::Movzx_r32_rm16 | Code::Movzx_r64_rm16 => 16,
+        _ => return None,
+    };
+    (i.op0_kind() == OpKind::Register && i.op1_kind() == OpKind::Register).then(|| {
+        (
+            i.op0_register().full_register(),
+            i.op1_register().full_register(),
+            kept,
+        )
+    })
+}
+
+/// A table's bound, as [`bound`] found it.
+struct Bound {
+    /// The first instruction the dispatch relies on.
+    first: usize,
+    /// The `ja` that leaves for the default (none for a mask).
+    gate: Option<usize>,
+    /// The largest index.
+    max: u64,
+}
+
+/// The check that bounds `index` where the table is read (`insns[load]`):
+/// the first instruction the dispatch relies on (no branch may land after
+/// it), and the largest index. Walking back from the read, through
+/// copies into the index (`mov`, `movzx`: each keeps fewer bits, so the
+/// bound of the copied register holds):
+///
+/// - `and $MASK, %idx32/64`: the index is at most MASK;
+/// - `ja` after `cmp $N, %idx` (jumps and moves that leave the flags
+///   between them: `cmp; jg; mov; ja`), on as many bits as the index
+///   keeps or was zero-extended from before it, or on a register the
+///   index was copied from or to, with nothing writing either in between
+///   (`movzbl %al, %edx; cmp $15, %al`);
+/// - `ja` after `cmp $N, mem`, the index the byte or word read from the
+///   same memory right after the `ja`.
+fn bound(insns: &[Instruction], load: usize, index: Register, lo: usize) -> Option<Bound> {
+    let mut idx = index;
+    // Bits of the checked register the index keeps.
+    let mut kept = 32;
+    let mut n = load;
+    loop {
+        n = n.checked_sub(1).filter(|&n| n >= lo)?;
+        let i = &insns[n];
+        if i.mnemonic() == Mnemonic::Ja {
+            let (first, max) = checked(insns, n, idx, kept, lo)?;
+            return Some(Bound {
+                first,
+                gate: Some(n),
+                max,
+            });
+        }
+        if writes(i, idx) {
+            if i.mnemonic() == Mnemonic::And
+                && i.op0_kind() == OpKind::Register
+                && i.op0_register().full_register() == idx
+                && bits(i.op0_register()) == 32
+                && has_imm(i)
+            {
+                return Some(Bound {
+                    first: n,
+                    gate: None,
+                    max: i.immediate(1),
+                });
+            }
+            if i.op1_kind() == OpKind::Memory {
+                let ja = n.checked_sub(1).filter(|&m| m >= lo)?;
+                (insns[ja].mnemonic() == Mnemonic::Ja).then_some(())?;
+                let (first, max) = checked_memory(insns, n, ja, lo)?;
+                return Some(Bound {
+                    first,
+                    gate: Some(ja),
+                    max,
+                });
+            }
+            let (to, from, k) = copy(i)?;
+            (to == idx).then_some(())?;
+            idx = from;
+            kept = kept.min(k);
+        }
+        if i.flow_control() != FlowControl::Next {
+            return None;
+        }
+    }
+}
+
+/// The `cmp $N, %reg` whose flags the `ja` at `insns[ja]` tests, the index
+/// `idx` (keeping `kept` bits of what was checked) unchanged since.
+fn checked(
+    insns: &[Instruction],
+    ja: usize,
+    idx: Register,
+    kept: u32,
+    lo: usize,
+) -> Option<(usize, u64)> {
+    let f = flags_source(insns, ja, lo)?;
+    let c = &insns[f];
+    (c.mnemonic() == Mnemonic::Cmp && c.op0_kind() == OpKind::Register && has_imm(c))
+        .then_some(())?;
+    let x = c.op0_register().full_register();
+    let w = bits(c.op0_register());
+    // Between them, nothing writes either, but a register's own
+    // zero-extension (`cmp $6, %ebp; mov %ebp, %ebp; ja`: it keeps the
+    // checked bits).
+    ((f + 1)..ja)
+        .all(|m| {
+            let i = &insns[m];
+            (!writes(i, idx) && !writes(i, x))
+                || copy(i).is_some_and(|(to, from, k)| to == from && k == 32)
+        })
+        .then_some(())?;
+    if x == idx {
+        if w >= kept {
+            return Some((f, c.immediate(1)));
+        }
+        // Checked on fewer bits than the index keeps: the index
+        // zero-extended before the check from no more bits than checked
+        // (`movzbl (%rax), %eax; jne; cmp $4, %al; ja`).
+        let m = (lo..f).rev().find(|&m| writes(&insns[m], idx))?;
+        straight(insns, m + 1, f).then_some(())?;
+        let from = match insns[m].code() {
+            Code::Movzx_r32_rm8 | Code::Movzx_r64_rm8 => 8,
+            Code::Movzx_r32_rm16 | Code::Movzx_r64_rm16 => 16,
+            _ => return None,
+        };
+        return (w >= from).then_some((m, c.immediate(1)));
+    }
+    // The index a copy of the checked register, or the checked register
+    // a copy of the index, made before the check.
+    let m = (lo..f)
+        .rev()
+        .find(|&m| writes(&insns[m], idx) || writes(&insns[m], x))?;
+    straight(insns, m + 1, f).then_some(())?;
+    let (to, from, k) = copy(&insns[m])?;
+    let ok = if (to, from) == (idx, x) {
+        // idx = x's low k bits: the index keeps min(k, kept) bits of x.
+        w >= k.min(kept)
+    } else if (to, from) == (x, idx) {
+        // x = idx's low k bits, checked on w of them.
+        k.min(w) >= kept
+    } else {
+        false
+    };
+    ok.then_some((m, c.immediate(1)))
+}
+
+/// Whether `insns[from..to]` is a straight line: no instruction there
+/// branches but conditional jumps out.
+fn straight(insns: &[Instruction], from: usize, to: usize) -> bool {
+    insns[from..to].iter().all(|i| {
+        matches!(
+            i.flow_control(),
+            FlowControl::Next | FlowControl::ConditionalBranch
+        )
+    })
+}
+
+/// The instruction before the `jcc` at `insns[at]` that last set the
+/// flags, in a straight line (only moves and conditional jumps out
+/// between: `cmp $24, %esi; jg; mov mem, %ecx; ja`).
+fn flags_source(insns: &[Instruction], at: usize, lo: usize) -> Option<usize> {
+    let f = (lo..at).rev().find(|&m| insns[m].rflags_modified() != 0)?;
+    straight(insns, f + 1, at).then_some(f)
+}
+
+/// The index read from memory at `insns[n]` (`movzx`), right after the
+/// `ja` (or, entering there, `jbe`) at `insns[ja]` that tests a `cmp $N`
+/// of that same memory (OpenSSL: `cmpb $6,
+/// (%r12); ja; movzbl (%r12), %eax`; Perl: `cmpb $0x7e, (%rax); movzbl
+/// 1(%rax), %ecx; lea 1(%rax), %r13; ja; movzbl (%rax), %eax`), with
+/// nothing between the `cmp` and the `ja` that writes memory or the
+/// registers of its address.
+fn checked_memory(insns: &[Instruction], n: usize, ja: usize, lo: usize) -> Option<(usize, u64)> {
+    let i = &insns[n];
+    matches!(
+        i.code(),
+        Code::Movzx_r32_rm8 | Code::Movzx_r32_rm16 | Code::Movzx_r64_rm8 | Code::Movzx_r64_rm16
+    )
+    .then_some(())?;
+    let f = flags_source(insns, ja, lo)?;
+    let c = &insns[f];
+    let same = c.memory_base() == i.memory_base()
+        && c.memory_index() == i.memory_index()
+        && c.memory_index_scale() == i.memory_index_scale()
+        && c.memory_displacement64() == i.memory_displacement64()
+        && c.memory_segment() == i.memory_segment()
+        && c.memory_size() == i.memory_size();
+    (c.mnemonic() == Mnemonic::Cmp && c.op0_kind() == OpKind::Memory && has_imm(c) && same)
+        .then_some(())?;
+    let address = [i.memory_base(), i.memory_index()].map(Register::full_register);
+    ((f + 1)..ja)
+        .all(|m| {
+            !writes_memory(&insns[m])
+                && address
+                    .iter()
+                    .all(|&r| r == Register::None || !writes(&insns[m], r))
+        })
+        .then_some((f, c.immediate(1)))
+}
+
+/// Whether `i` writes memory (a store, a `push`, a `call`).
+fn writes_memory(i: &Instruction) -> bool {
+    iced_x86::InstructionInfoFactory::new()
+        .info(i)
+        .used_memory()
+        .iter()
+        .any(|m| {
+            !matches!(
+                m.access(),
+                iced_x86::OpAccess::Read
+                    | iced_x86::OpAccess::CondRead
+                    | iced_x86::OpAccess::NoMemAccess
+            )
+        })
 }
 
 #[cfg(test)]
@@ -448,14 +719,14 @@ mod tests {
         // not the entry, nor an address outside.
         let data = [0x0800, START, 0x1030, 0x1038, 0x2000];
         assert_eq!(
-            resolve_with_labels(&c, START, &t, &none, Some(&data)),
+            resolve_with_labels(&c, START, &t, None, &none, Some(&data)),
             Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
         );
         // A branch landing between the load and the jmp: rdx may come
         // from another path, but still a pointer: the labels too.
         let t: HashSet<u64> = [0x100b].into();
         assert_eq!(
-            resolve_with_labels(&c, START, &t, &none, Some(&data)),
+            resolve_with_labels(&c, START, &t, None, &none, Some(&data)),
             Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
         );
         // The pointer changed after its load (add rdx, 8): arithmetic.
@@ -463,7 +734,7 @@ mod tests {
         d.extend_from_slice(&[0x48, 0x83, 0xc2, 0x08, 0xff, 0xe2]);
         d.resize(0x40, 0xc3);
         assert_eq!(
-            resolve_with_labels(&d, START, &HashSet::new(), &none, Some(&data)),
+            resolve_with_labels(&d, START, &HashSet::new(), None, &none, Some(&data)),
             Err(0x100f)
         );
         // A function no data or code takes an address inside of, with no
@@ -471,7 +742,7 @@ mod tests {
         let mut e = c[..0x0d].to_vec();
         e.resize(0x40, 0xc3);
         assert_eq!(
-            resolve_with_labels(&e, START, &HashSet::new(), &none, Some(&[0x2000])),
+            resolve_with_labels(&e, START, &HashSet::new(), None, &none, Some(&[0x2000])),
             Ok(vec![(0x100b, vec![])])
         );
         // ... but with a relative table's read (movsxd rax, [rdx + rcx*4])
@@ -479,11 +750,11 @@ mod tests {
         let mut f = e.clone();
         f[0x20..0x24].copy_from_slice(&[0x48, 0x63, 0x04, 0x8a]);
         assert_eq!(
-            resolve_with_labels(&f, START, &t, &none, Some(&[0x2000])),
+            resolve_with_labels(&f, START, &t, None, &none, Some(&[0x2000])),
             Err(0x100b)
         );
         assert_eq!(
-            resolve_with_labels(&f, START, &HashSet::new(), &none, Some(&data)),
+            resolve_with_labels(&f, START, &HashSet::new(), None, &none, Some(&data)),
             Ok(vec![(0x100b, vec![0x1030, 0x1038])])
         );
     }
@@ -541,5 +812,248 @@ mod tests {
         other.splice(12..12, [0x01]);
         other.truncate(0x40);
         assert_eq!(resolve(&other, START, &HashSet::new(), &abs), Err(0x100d));
+    }
+    /// Bytes as objdump prints them.
+    fn hex(s: &str) -> Vec<u8> {
+        s.split_whitespace()
+            .map(|b| u8::from_str_radix(b, 16).unwrap())
+            .collect()
+    }
+
+    /// A table of 4096 relative entries at `table`, entry `i` to
+    /// `to + 8 * i`: the resolver's bound alone decides how many it gives.
+    fn rel_table(table: u64, to: u64) -> impl Fn(u64, usize) -> Option<Vec<u8>> {
+        move |at, len| {
+            let e: Vec<u8> = (0..MAX_ENTRIES)
+                .flat_map(|i| ((to + 8 * i) as i64 - table as i64).to_le_bytes()[..4].to_vec())
+                .collect();
+            let off = at.checked_sub(table)? as usize;
+            e.get(off..off + len).map(<[u8]>::to_vec)
+        }
+    }
+
+    /// The first `n` targets of [`rel_table`]'s entries.
+    fn rel_targets(to: u64, n: u64) -> Vec<u64> {
+        (0..n).map(|i| to + 8 * i).collect()
+    }
+
+    #[test]
+    fn a_word_check_bounds_its_table() {
+        // Perl's `Perl_scalarvoid` (Debian's /usr/bin/perl 5.36, 0x5267e):
+        // cmp bp, 0x79 (a 16-bit immediate); ja; lea rcx, [rip + TABLE];
+        // movzx edx, bp; movsxd rdx, [rcx + rdx*4]; add rdx, rcx; jmp rdx
+        let c = hex(
+            "66 83 fd 79  0f 87 e2 00 00 00  48 8d 0d 11 c1 18 00  0f b7 d5
+                     48 63 14 91  48 01 ca  ff e2",
+        );
+        let r = rel_table(0x1de7a0, 0x52700);
+        assert_eq!(
+            resolve(&c, 0x5267e, &HashSet::new(), &r),
+            Ok(vec![(0x52699, rel_targets(0x52700, 0x7a))])
+        );
+    }
+
+    #[test]
+    fn a_base_set_once_for_the_function_is_the_table() {
+        // Perl's `Perl_leave_scope` (0x15ee50): lea r11, [rip + TABLE]
+        // once before its loop (0x15ee76); the loop's head a branch
+        // target; then cmp cl, 0x37; ja; movzx eax, cl;
+        // movsxd rax, [r11 + rax*4]; add rax, r11; jmp rax (0x15eed6).
+        let mut c = hex("4c 8d 1d c3 8a 1e 00");
+        c.resize(0x15eed6 - 0x15ee76, 0x90);
+        c.extend(hex(
+            "80 f9 37  0f 87 1a 15 00 00  0f b6 c1  49 63 04 83  4c 01 d8  ff e0",
+        ));
+        let r = rel_table(0x347940, 0x15ef00);
+        let head: HashSet<u64> = [0x15ee90].into();
+        assert_eq!(
+            resolve(&c, 0x15ee76, &head, &r),
+            Ok(vec![(0x15eee9, rel_targets(0x15ef00, 0x38))])
+        );
+        // Another write of r11 in the function (mov r11, rdi): the base
+        // may hold something else.
+        let mut d = c.clone();
+        d[0x20..0x23].copy_from_slice(&hex("49 89 fb"));
+        assert_eq!(resolve(&d, 0x15ee76, &head, &r), Err(0x15eee9));
+    }
+
+    #[test]
+    fn a_callee_saved_base_set_once_is_the_table() {
+        // As Perl's `Perl_scalar` (r12) or `perl_parse` (r15): lea r12,
+        // [rip + TABLE] (0x1000, TABLE 0x2000); a loop; cmp cl, 0x37; ja;
+        // movzx eax, cl; movsxd rax, [r12 + rax*4]; add rax, r12; jmp rax;
+        // the epilogue's pop r12; ret.
+        let mut c = hex("4c 8d 25 f9 0f 00 00");
+        c.resize(0x40, 0x90);
+        c.extend(hex(
+            "80 f9 37  0f 87 10 00 00 00  0f b6 c1  49 63 04 84  4c 01 e0  ff e0
+                      41 5c  c3",
+        ));
+        let r = rel_table(TABLE, 0x1100);
+        let head: HashSet<u64> = [START + 0x10].into();
+        assert_eq!(
+            resolve(&c, START, &head, &r),
+            Ok(vec![(0x1053, rel_targets(0x1100, 0x38))])
+        );
+        // Another `lea` of the same table: the same value.
+        let mut d = c.clone();
+        d[0x20..0x27].copy_from_slice(&hex("4c 8d 25 d9 0f 00 00"));
+        assert_eq!(
+            resolve(&d, START, &head, &r),
+            Ok(vec![(0x1053, rel_targets(0x1100, 0x38))])
+        );
+        // ... of another address (TABLE + 0x10): either.
+        d[0x23] = 0xe9;
+        assert_eq!(resolve(&d, START, &head, &r), Err(0x1053));
+        // The popped value going back into the function (pop r12; jmp
+        // back to the loop): the caller's r12 may reach the `jmp`.
+        let mut d = c.clone();
+        d.truncate(0x57);
+        d.extend(hex("eb b7"));
+        assert_eq!(resolve(&d, START, &head, &r), Err(0x1053));
+    }
+
+    #[test]
+    fn a_masked_index_bounds_its_table() {
+        // Perl's 0xb7490 (in `Perl_padlist_dup`'s module): mov rax, [r15 +
+        // 0x20]; lea rdx, [rip + TABLE]; mov eax, [rax + 0x38]; shr eax, 7;
+        // and eax, 7; movsxd rax, [rdx + rax*4]; add rax, rdx; jmp rax
+        let c = hex(
+            "49 8b 47 20  48 8d 15 79 1b 14 00  8b 40 38  c1 e8 07  83 e0 07
+                     48 63 04 82  48 01 d0  ff e0",
+        );
+        let r = rel_table(0x1f9014, 0xb7500);
+        assert_eq!(
+            resolve(&c, 0xb7490, &HashSet::new(), &r),
+            Ok(vec![(0xb74ab, rel_targets(0xb7500, 8))])
+        );
+        // A byte's `and` (and al, 7) leaves the rest of eax.
+        let mut d = c.clone();
+        d[0x11..0x14].copy_from_slice(&hex("24 07 90"));
+        assert_eq!(resolve(&d, 0xb7490, &HashSet::new(), &r), Err(0xb74ab));
+        // A branch landing between the `and` and the `jmp`.
+        let t: HashSet<u64> = [0xb74a4].into();
+        assert_eq!(resolve(&c, 0xb7490, &t, &r), Err(0xb74ab));
+    }
+
+    #[test]
+    fn a_check_on_the_register_the_index_was_copied_from_or_to() {
+        // Perl's `Perl_sv_reftype` (0x131175): movzx edx, al; cmp al, 0xf;
+        // ja; lea rcx, [rip + TABLE]; movsxd rdx, [rcx + rdx*4]; add rdx,
+        // rcx; jmp rdx
+        let c = hex("0f b6 d0  3c 0f  0f 87 4c 01 00 00  48 8d 0d ed 58 21 00
+                     48 63 14 91  48 01 ca  ff e2");
+        let r = rel_table(0x346a74, 0x131200);
+        assert_eq!(
+            resolve(&c, 0x131175, &HashSet::new(), &r),
+            Ok(vec![(0x13118e, rel_targets(0x131200, 0x10))])
+        );
+        // mov edx, eax instead: edx keeps bits the check on al does not.
+        let mut d = c.clone();
+        d[0..3].copy_from_slice(&hex("89 c2 90"));
+        assert_eq!(resolve(&d, 0x131175, &HashSet::new(), &r), Err(0x13118e));
+        // A branch landing between the copy and the check.
+        let t: HashSet<u64> = [0x131178].into();
+        assert_eq!(resolve(&c, 0x131175, &t, &r), Err(0x13118e));
+
+        // Perl's `Perl_sv_upgrade` (0x131361): mov r12, r14; cmp edx, 7;
+        // ja; mov r9, [rbx]; cmp r12d, 7; ja; lea rdx, [rip + TABLE];
+        // movsxd rax, [rdx + r14*4]; add rax, rdx; jmp rax
+        let c = hex(
+            "4d 89 f4  83 fa 07  0f 87 0b 01 00 00  4c 8b 0b  41 83 fc 07
+                     0f 87 f6 01 00 00  48 8d 15 33 57 21 00  4a 63 04 b2  48 01 d0  ff e0",
+        );
+        let r = rel_table(0x346ab4, 0x131400);
+        assert_eq!(
+            resolve(&c, 0x131361, &HashSet::new(), &r),
+            Ok(vec![(0x131388, rel_targets(0x131400, 8))])
+        );
+        // r12 written between the copy and its check (mov r12, [rbx]).
+        let mut d = c.clone();
+        d[0x0c..0x0f].copy_from_slice(&hex("4c 8b 23"));
+        assert_eq!(resolve(&d, 0x131361, &HashSet::new(), &r), Err(0x131388));
+    }
+
+    #[test]
+    fn a_check_whose_flags_outlive_a_jump_and_a_move() {
+        // Perl's `Perl_newSVpvn_share` (0x1285f6): cmp r15d, 0x18; jg;
+        // mov ebx, [rip + x]; ja; lea rdx, [rip + TABLE]; mov eax, r15d;
+        // movsxd rax, [rdx + rax*4]; add rax, rdx; jmp rax
+        let c = hex(
+            "41 83 ff 18  0f 8f 20 02 00 00  8b 1d 3a 7e 27 00  0f 87 54 05 00 00
+                     48 8d 15 0d df 21 00  44 89 f8  48 63 04 82  48 01 d0  ff e0",
+        );
+        let r = rel_table(0x346520, 0x128700);
+        assert_eq!(
+            resolve(&c, 0x1285f6, &HashSet::new(), &r),
+            Ok(vec![(0x12861d, rel_targets(0x128700, 0x19))])
+        );
+        // The flags set again between (test ebx, ebx for the mov).
+        let mut d = c.clone();
+        d[0x0a..0x10].copy_from_slice(&hex("85 db 90 90 90 90"));
+        assert_eq!(resolve(&d, 0x1285f6, &HashSet::new(), &r), Err(0x12861d));
+    }
+
+    #[test]
+    fn a_byte_check_of_an_index_zero_extended_from_a_byte() {
+        // Perl's `Perl_isSCRIPT_RUN` (0x19923b): movzx eax, byte [rax];
+        // jne; cmp al, 4; ja; lea rdx, [rip + TABLE];
+        // movsxd rax, [rdx + rax*4]; add rax, rdx; jmp rax
+        let c = hex("0f b6 00  0f 85 09 0d 00 00  3c 04  0f 87 ed d5 ff ff
+                     48 8d 15 a5 0f 1b 00  48 63 04 82  48 01 d0  ff e0");
+        let r = rel_table(0x34a1f8, 0x199300);
+        assert_eq!(
+            resolve(&c, 0x19923b, &HashSet::new(), &r),
+            Ok(vec![(0x19925a, rel_targets(0x199300, 5))])
+        );
+        // A branch landing between the zero-extension and the check.
+        let t: HashSet<u64> = [0x199244].into();
+        assert_eq!(resolve(&c, 0x19923b, &t, &r), Err(0x19925a));
+        // A 32-bit load instead (mov eax, [rax]; nop): bits the check on
+        // al does not see.
+        let mut d = c.clone();
+        d[0..3].copy_from_slice(&hex("8b 00 90"));
+        assert_eq!(resolve(&d, 0x19923b, &HashSet::new(), &r), Err(0x19925a));
+    }
+
+    #[test]
+    fn a_check_then_a_zero_extension_of_the_index() {
+        // Perl's `Perl_uvoffuni_to_utf8_flags_msgs` (0x1a7bc0): cmp ebp, 6;
+        // mov ebp, ebp; ja; lea rdx, [rip + TABLE];
+        // movsxd rax, [rdx + rbp*4]; add rax, rdx; jmp rax
+        let c = hex("83 fd 06  89 ed  0f 87 bc 01 00 00  48 8d 15 2e f1 1a 00
+                     48 63 04 aa  48 01 d0  ff e0");
+        let r = rel_table(0x356d00, 0x1a7c00);
+        assert_eq!(
+            resolve(&c, 0x1a7bc0, &HashSet::new(), &r),
+            Ok(vec![(0x1a7bd9, rel_targets(0x1a7c00, 7))])
+        );
+        // Another register's value instead (mov ebp, eax).
+        let mut d = c.clone();
+        d[3..5].copy_from_slice(&hex("89 c5"));
+        assert_eq!(resolve(&d, 0x1a7bc0, &HashSet::new(), &r), Err(0x1a7bd9));
+    }
+
+    #[test]
+    fn a_check_on_memory_with_loads_before_its_ja() {
+        // Perl's `Perl_magic_get` (0x100950): cmp byte [rax], 0x7e;
+        // movzx ecx, byte [rax + 1]; lea r13, [rax + 1]; ja;
+        // movzx eax, byte [rax]; lea rdx, [rip + TABLE];
+        // movsxd rax, [rdx + rax*4]; add rax, rdx; jmp rax
+        let c = hex("80 38 7e  0f b6 48 01  4c 8d 68 01  77 3f  0f b6 00
+                     48 8d 15 c9 30 24 00  48 63 04 82  48 01 d0  ff e0");
+        let r = rel_table(0x343a30, 0x100a00);
+        assert_eq!(
+            resolve(&c, 0x100950, &HashSet::new(), &r),
+            Ok(vec![(0x10096e, rel_targets(0x100a00, 0x7f))])
+        );
+        // A store between the check and the read (mov [rax], r13; nop).
+        let mut d = c.clone();
+        d[0x07..0x0b].copy_from_slice(&hex("4c 89 28 90"));
+        assert_eq!(resolve(&d, 0x100950, &HashSet::new(), &r), Err(0x10096e));
+        // The address's register written between (lea rax, [rax + 1]).
+        let mut d = c.clone();
+        d[0x07..0x0b].copy_from_slice(&hex("48 8d 40 01"));
+        assert_eq!(resolve(&d, 0x100950, &HashSet::new(), &r), Err(0x10096e));
     }
 }

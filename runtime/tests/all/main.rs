@@ -21,6 +21,7 @@ mod inproc;
 mod inproc_epilogues;
 mod inproc_forks;
 mod inproc_goto;
+mod inproc_jumptables;
 mod inproc_near;
 mod inproc_safety;
 mod inproc_vforks;
@@ -72,6 +73,7 @@ fn main() {
         guests::CASES,
         inproc::CASES,
         inproc_goto::CASES,
+        inproc_jumptables::CASES,
         inproc_near::CASES,
         inproc_safety::CASES,
         inproc_vforks::CASES,

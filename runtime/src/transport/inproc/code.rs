@@ -181,8 +181,15 @@ impl ModuleCode {
         let read = |at: u64, len: usize| elf.bytes_at(at, len).map(<[u8]>::to_vec);
         let code_of = |&(start, end): &(u64, u64)| elf.bytes_at(start, (end - start) as usize);
         let labels = data_labels(elf, parsed);
-        let resolve = |code: &[u8], start: u64, targets: &HashSet<u64>| {
-            jumptable::resolve_with_labels(code, start, targets, &read, Some(&labels))
+        let resolve = |code: &[u8], start: u64, targets: &BranchTargets| {
+            jumptable::resolve_with_labels(
+                code,
+                start,
+                &targets.0,
+                Some(&targets.2),
+                &read,
+                Some(&labels),
+            )
         };
         let mut with_tables = Vec::new();
         let mut extra = HashSet::new();
@@ -199,7 +206,7 @@ impl ModuleCode {
             .collect();
         for f in &funcs_jumping {
             if let Some(code) = code_of(f)
-                && let Ok(tables) = resolve(code, f.0, &targets.0)
+                && let Ok(tables) = resolve(code, f.0, &targets)
                 && !tables.is_empty()
             {
                 with_tables.push(*f);
@@ -210,7 +217,7 @@ impl ModuleCode {
         let mut tail_jumps = HashSet::new();
         for f in &with_tables {
             if let Some(code) = code_of(f)
-                && let Ok(tables) = resolve(code, f.0, &targets.0)
+                && let Ok(tables) = resolve(code, f.0, &targets)
             {
                 for (jmp, to) in tables {
                     // No target inside the function: a tail call through a
