@@ -9,7 +9,7 @@ use nix::errno::Errno;
 
 use super::hits::sigtrap_pending;
 use super::mem::ProcMem;
-use super::threads::TState;
+use super::threads::{ProcKind, TState};
 use super::{ExitStatus, PtraceError, PtraceTracer};
 use crate::arch::{self};
 use crate::sys::ptrace::{self as sys, Status};
@@ -111,8 +111,14 @@ impl PtraceTracer {
             .any(|q| q.pid != pid && Rc::ptr_eq(&q.mem, &p.mem));
         let tid0 = p.threads.first().copied().unwrap_or(pid);
         let mut res = Ok(());
+        // A child not followed (only scrubbed of our bytes) rewrote
+        // nothing: it was forked before a site its parent armed was
+        // written (a library event while the process forked), so its copy
+        // of the sites lists it, not its memory.
+        let scrubbed = p.kind == ProcKind::Scrub;
         if !shared {
             match p.mem.borrow_mut().restore_all(tid0) {
+                Ok(left) if scrubbed => drop(left),
                 Ok(left) => self
                     .code_left_alone
                     .extend(left.into_iter().map(|(a, b)| (pid, a, b))),
