@@ -6,6 +6,12 @@
 //! function column is asserted exactly, the same under `inproc`, `ptrace`
 //! and `auto`, at `-O0` and `-O2`. The C++ run-time's throwing and
 //! catching calls are hidden with `-N`, as uftrace never hooks them.
+//!
+//! And a catch block that ends in a tail call out of the module
+//! (`tests/progs/catch_tail.cpp` at `-O2`: `jmp __cxa_end_catch@plt`,
+//! whose returns no return site sees): its calls are seen returning where
+//! they return, at the continuation sites after their callers' calls,
+//! with no ptrace stop under `inproc` and `auto`.
 
 use std::path::PathBuf;
 
@@ -18,6 +24,9 @@ pub(crate) const CASES: &[Case] = &[
     case!(exception_trees_under_inproc, Need::Ptrace),
     case!(exception_trees_under_ptrace, Need::Ptrace),
     case!(exception_trees_under_auto, Need::Ptrace),
+    case!(catch_tail_trees_under_inproc, Need::Ptrace),
+    case!(catch_tail_trees_under_ptrace, Need::Ptrace),
+    case!(catch_tail_trees_under_auto, Need::Ptrace),
 ];
 
 fn throw_tree(opt: &str) -> PathBuf {
@@ -113,4 +122,98 @@ fn exception_trees_under_ptrace() {
 
 fn exception_trees_under_auto() {
     exception_trees("auto");
+}
+
+/// `catch_tail.cpp`'s tree (as `ptrace` shows it): `catcher` returns
+/// through `__cxa_end_catch`, each time, `dispatch` with it.
+const CATCH_TAIL_TREE: &str = "\
+main() {
+  dispatch() {
+    catcher() {
+      Guard::Guard();
+      thrower() {
+        __cxa_allocate_exception@plt();
+      } /* thrower */
+      Guard::~Guard();
+      handled();
+    } /* catcher */
+  } /* dispatch */
+  catcher() {
+    Guard::Guard();
+    thrower() {
+      __cxa_allocate_exception@plt();
+    } /* thrower */
+    Guard::~Guard();
+    handled();
+  } /* catcher */
+  handled();
+} /* main */";
+
+/// Traces `catch_tail.cpp` at `-O0` and `-O2` under `tr` (with
+/// `WPROBE_DEBUG`, which says any ptrace stop at a trap site): the exact
+/// tree; under `inproc` and `auto`, no ptrace stop at `-O2` (at `-O0`
+/// only `dispatch`'s `ret`, which has no window, traps, once).
+fn catch_tail_trees(tr: &str) {
+    for opt in ["-O0", "-O2"] {
+        let prog = gcc(
+            &format!("catch_tail{opt}"),
+            &progs().join("catch_tail.cpp"),
+            &[opt, "-g", "-lstdc++"],
+        );
+        let mut c = wprobe();
+        c.args(["trace", "--transport", tr, "--plt", "-F", "main"]);
+        for h in HIDDEN {
+            c.args(["-N", h]);
+        }
+        c.arg("--")
+            .arg(&prog)
+            .current_dir(scratch())
+            .env("WPROBE_DEBUG", "1");
+        let o = output_within(c, 120);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{tr} {opt}: {err}");
+        let text = String::from_utf8_lossy(&o.stdout);
+        let funcs: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .map(|l| match l.split_once("| ") {
+                Some((_, f)) => f,
+                None => l,
+            })
+            .collect();
+        assert_eq!(
+            funcs.join("\n"),
+            CATCH_TAIL_TREE,
+            "{tr} {opt}:\n{text}\n{err}"
+        );
+        let stops: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("ptrace stops at trap sites"))
+            .collect();
+        if tr == "ptrace" {
+            continue;
+        }
+        if opt == "-O2" {
+            assert!(stops.is_empty(), "{tr} {opt}: {err}");
+        } else {
+            assert!(
+                stops.len() == 1
+                    && stops[0]
+                        .contains(": 1 ptrace stops at trap sites; the busiest: _Z8dispatchi at "),
+                "{tr} {opt}: {err}"
+            );
+        }
+    }
+}
+
+fn catch_tail_trees_under_inproc() {
+    catch_tail_trees("inproc");
+}
+
+fn catch_tail_trees_under_ptrace() {
+    catch_tail_trees("ptrace");
+}
+
+fn catch_tail_trees_under_auto() {
+    catch_tail_trees("auto");
 }

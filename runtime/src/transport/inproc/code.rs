@@ -354,6 +354,13 @@ impl ModuleCode {
         })
     }
 
+    /// Whether the indirect `jmp` at link-time `jmp` may leave its
+    /// function (a tail call through a pointer, or a jump whose targets
+    /// are not known), rather than take a jump table into it.
+    pub(super) fn may_leave_by(&self, jmp: u64) -> bool {
+        self.tail_jumps.contains(&jmp) || !self.targets.1.contains(&jmp)
+    }
+
     /// The link-time addresses that direct `call`s to `target` (a
     /// link-time address: a function, or a PLT entry) return to, sorted:
     /// kept from an earlier planning (the plan cache), else found in the

@@ -134,6 +134,11 @@ pub(super) struct Patcher {
     /// The `ret`s of functions of other modules that traced functions
     /// tail-call, by name (`None`: not found, or not decodable).
     outside: HashMap<String, Option<Vec<u64>>>,
+    /// The keys of `outside` whose `ret`s do not see every return: a
+    /// function on the way leaves by a jump through a pointer, or
+    /// tail-calls a function of another module whose `ret`s were not
+    /// found (`Patcher::outside_partial`).
+    outside_partial: std::collections::HashSet<String>,
     pub(super) areas: Vec<Area>,
     /// Sites by window address.
     pub(super) sites: Vec<Planned>,
@@ -259,6 +264,7 @@ impl Patcher {
             modules: self.modules.clone(),
             ahead: None,
             outside: self.outside.clone(),
+            outside_partial: self.outside_partial.clone(),
             areas: self.areas.clone(),
             sites: self.sites.clone(),
             by_probe_addr: self.by_probe_addr.clone(),

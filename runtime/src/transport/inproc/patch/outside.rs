@@ -169,21 +169,41 @@ impl Patcher {
             }
             break;
         }
-        let found = match at {
+        let (found, partial) = match at {
             Some(Entered::Offset(p, off)) => self.rets_of(world, maps, &p, off, depth),
             Some(Entered::Slot(slot, resolver)) => {
                 let mut w = [0u8; 8];
                 let chosen = (world.peek(slot, &mut w) == 8).then(|| u64::from_le_bytes(w));
                 // Before the dynamic linker ran the resolver the slot holds
                 // the resolver (or the file's bytes): no choice to follow.
-                chosen
-                    .filter(|&a| a != resolver && a != 0)
-                    .and_then(|a| self.rets_at(world, maps, a, depth))
+                match chosen.filter(|&a| a != resolver && a != 0) {
+                    Some(a) => {
+                        let found = self.rets_at(world, maps, a, depth);
+                        (found, self.outside_partial.contains(&at_key(a)))
+                    }
+                    None => (None, false),
+                }
             }
-            None => None,
+            None => (None, false),
         };
+        if partial {
+            self.outside_partial.insert(name.to_string());
+        }
         self.outside.insert(name.to_string(), found.clone());
         found
+    }
+
+    /// Whether the `ret`s [`Self::outside_rets`] found for `name` (or,
+    /// with `name` not found, [`Self::rets_at`] for the function at
+    /// run-time address `at`) miss some of its returns: a function on the
+    /// way leaves by a jump through a pointer (`_Unwind_DeleteException`'s
+    /// `jmp *%rax` to the exception's cleanup), or tail-calls a function
+    /// of another module whose `ret`s were not found (deeper than
+    /// [`OUTSIDE_DEPTH`], or not decodable) and that may return.
+    pub(super) fn outside_partial(&self, name: &str, at: Option<u64>) -> bool {
+        self.outside_partial.contains(name)
+            || (self.outside.get(name).is_none_or(Option::is_none)
+                && at.is_some_and(|a| self.outside_partial.contains(&at_key(a))))
     }
 
     /// The run-time addresses of the `ret`s of the function entered at
@@ -197,13 +217,16 @@ impl Patcher {
         addr: u64,
         depth: usize,
     ) -> Option<Vec<u64>> {
-        let key = format!("@{addr:#x}");
+        let key = at_key(addr);
         if let Some(r) = self.outside.get(&key) {
             return r.clone();
         }
         self.outside.insert(key.clone(), None);
         let at = module_at(maps, addr).filter(|a| a.m.exec && a.m.is_file())?;
-        let found = self.rets_of(world, maps, &at.path, at.file_off, depth);
+        let (found, partial) = self.rets_of(world, maps, &at.path, at.file_off, depth);
+        if partial {
+            self.outside_partial.insert(key.clone());
+        }
         self.outside.insert(key, found.clone());
         found
     }
@@ -211,7 +234,8 @@ impl Patcher {
     /// The run-time addresses of the `ret`s of the function of module `p`
     /// entered at file offset `off`, and of those of the functions of
     /// other modules it tail-calls (`depth - 1` deep); `None` when it has
-    /// none or they cannot be placed.
+    /// none or they cannot be placed. With whether they miss some of its
+    /// returns ([`Self::outside_partial`]).
     fn rets_of(
         &mut self,
         world: &World,
@@ -219,11 +243,17 @@ impl Patcher {
         p: &Path,
         off: u64,
         depth: usize,
-    ) -> Option<Vec<u64>> {
-        let module = self.module(p).as_ref().ok()?;
-        let sites = crate::transport::retsites::return_sites(module.elf(), off, "inproc").ok()?;
+    ) -> (Option<Vec<u64>>, bool) {
+        let Ok(module) = self.module(p).as_ref().cloned() else {
+            return (None, false);
+        };
+        let Ok(sites) = crate::transport::retsites::return_sites(module.elf(), off, "inproc")
+        else {
+            return (None, false);
+        };
+        let mut partial = sites.indirect.iter().any(|&j| module.may_leave_by(j));
         let exec = Self::exec_files(maps);
-        let mut rets = sites
+        let Some(mut rets) = sites
             .rets
             .iter()
             .map(|&off| {
@@ -232,14 +262,27 @@ impl Patcher {
                     .find(|(_, m)| off >= m.offset && off - m.offset < m.end - m.start)
                     .map(|(_, m)| m.start + (off - m.offset))
             })
-            .collect::<Option<Vec<u64>>>()?;
+            .collect::<Option<Vec<u64>>>()
+        else {
+            return (None, partial);
+        };
         for next in &sites.outside {
-            if let Some(more) = self.outside_rets_at(world, maps, next, depth - 1) {
-                rets.extend(more);
+            match self.outside_rets_at(world, maps, next, depth - 1) {
+                Some(more) => {
+                    rets.extend(more);
+                    partial |= self.outside_partial.contains(next.as_str());
+                }
+                None => partial |= !self.never_returns(maps, next),
             }
         }
         rets.sort_unstable();
         rets.dedup();
-        Some(rets).filter(|r| !r.is_empty())
+        (Some(rets).filter(|r| !r.is_empty()), partial)
     }
+}
+
+/// The key of [`Patcher::rets_at`]'s function at run-time address `addr`
+/// in the caches of outside `ret`s.
+fn at_key(addr: u64) -> String {
+    format!("@{addr:#x}")
 }

@@ -119,14 +119,13 @@ impl Patcher {
             std::mem::take(&mut found.rets),
             &found.function,
         )?;
-        let (outside_rets, outside_found, outside_refused) =
-            self.outside_ret_windows(world, maps, &found.outside, slots);
+        let outside = self.outside_ret_windows(world, maps, &found.outside, slots);
         // Calls that leave by a tail call through a pointer return where
         // the function they go to returns: paired there (the agent's
         // tail-call rule) when it is traced, else at the continuation
         // sites planned below, else closed as unwound.
-        if !own_rets && !outside_found && !found.never_returns && found.indirect.is_empty() {
-            return Err(no_returns(&found.function, &path, addr, outside_refused));
+        if !own_rets && !outside.found && !found.never_returns && found.indirect.is_empty() {
+            return Err(no_returns(&found.function, &path, addr, outside.refused));
         }
         // An entry too close to a `ret` for two windows: one window for
         // both, if the code between is straight.
@@ -155,7 +154,7 @@ impl Patcher {
             }
             _ => None,
         };
-        for r in rets.into_iter().chain(outside_rets) {
+        for r in rets.into_iter().chain(outside.rets) {
             self.add(world, r, site_kind::RET)?;
         }
         let i = match entry {
@@ -177,7 +176,7 @@ impl Patcher {
         if !s.ret_tags.contains(&tag) {
             s.ret_tags.push(tag);
         }
-        self.continue_tail_calls(world, maps, &path, bias, addr, &found);
+        self.continue_tail_calls(world, maps, &path, bias, addr, &found, outside.unseen);
         Ok(i)
     }
 
@@ -273,31 +272,37 @@ impl Patcher {
     /// modules it tail-calls (`jmp malloc@plt`): its calls that go there
     /// return through them. Taken only where every one of a function's
     /// `ret`s takes a jump (a trap would cost every call of that function
-    /// in the process a ptrace stop); otherwise those calls stay unseen,
-    /// shown unwound. Returns them, whether some function's were taken,
-    /// and whether some function's were not all taken.
+    /// in the process a ptrace stop); otherwise those calls are seen
+    /// returning at continuation sites ([`OutsideRets::unseen`]).
     fn outside_ret_windows(
         &mut self,
         world: &mut World,
         maps: &[Mapping],
         outside: &[String],
         slots: Vec<Option<u64>>,
-    ) -> (Vec<Checked>, bool, bool) {
+    ) -> OutsideRets {
         let mut outside_rets: Vec<Checked> = Vec::new();
         let mut outside_found = false;
         // A function found whose `ret`s were not all taken.
         let mut outside_refused = false;
+        // A function whose returns some `ret` taken would not see.
+        let mut unseen = false;
         let mut planned: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for (name, slot) in outside.iter().zip(slots) {
             let by_name = self.outside_rets(world, maps, name);
+            let mut target = None;
             let Some(addrs) = by_name.or_else(|| {
                 let mut w = [0u8; 8];
                 let slot = slot?;
                 (world.peek(slot, &mut w) == 8).then_some(())?;
-                self.rets_at(world, maps, u64::from_le_bytes(w), OUTSIDE_DEPTH)
+                let at = u64::from_le_bytes(w);
+                target = Some(at);
+                self.rets_at(world, maps, at, OUTSIDE_DEPTH)
             }) else {
+                unseen |= !self.never_returns(maps, name);
                 continue;
             };
+            unseen |= self.outside_partial(name, target);
             let mut checked = Vec::new();
             let mut ok = true;
             for at in addrs {
@@ -315,6 +320,7 @@ impl Patcher {
                 }
             }
             outside_refused |= !ok;
+            unseen |= !ok;
             if ok {
                 outside_found = true;
                 for c in checked {
@@ -324,14 +330,28 @@ impl Patcher {
                 }
             }
         }
-        (outside_rets, outside_found, outside_refused)
+        OutsideRets {
+            rets: outside_rets,
+            found: outside_found,
+            refused: outside_refused,
+            unseen,
+        }
     }
 
     /// The continuation sites of the function entered at `addr` (`found`,
     /// its return sites; module `path`, load bias `bias`) when it makes a
-    /// tail call through a pointer. A tail call through a pointer
-    /// (`agent_loader::tailcall`) may go into code with no return site: the
-    /// instructions its direct calls return to take the calls it misses.
+    /// tail call through a pointer, or one out of the module some of whose
+    /// returns no return site sees (`unseen`: [`OutsideRets::unseen`]). A
+    /// tail call through a pointer (`agent_loader::tailcall`) may go into
+    /// code with no return site, and so may one into a function of another
+    /// module whose `ret`s cannot all take a jump, or that leaves in turn
+    /// by a jump through a pointer (`jmp __cxa_end_catch@plt`, which ends
+    /// in `_Unwind_DeleteException`'s `jmp *%rax`): the instructions its
+    /// direct calls return to take the calls it misses.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the planner's state, the stopped process and the entry's facts"
+    )]
     fn continue_tail_calls(
         &mut self,
         world: &mut World,
@@ -340,12 +360,13 @@ impl Patcher {
         bias: u64,
         addr: u64,
         found: &ReturnSites,
+        unseen: bool,
     ) {
         let tails = match self.modules.get(path) {
             Some(Ok(module)) => found.indirect.iter().any(|j| module.tail_jumps.contains(j)),
             _ => false,
         };
-        if tails {
+        if tails || unseen {
             let entry_link = addr.wrapping_sub(bias);
             self.plan_continuations(
                 world,
@@ -359,6 +380,22 @@ impl Patcher {
             );
         }
     }
+}
+
+/// The `ret`s of the functions of other modules a function tail-calls
+/// ([`Patcher::outside_ret_windows`]).
+struct OutsideRets {
+    /// Their windows, checked.
+    rets: Vec<Checked>,
+    /// Some function's `ret`s were all taken.
+    found: bool,
+    /// Some function's `ret`s were found, not all taken (one takes no
+    /// jump).
+    refused: bool,
+    /// Some of the calls that go there return where no return site sees
+    /// them: a function's `ret`s not found (and it may return), not all
+    /// taken, or not all its returns ([`Patcher::outside_partial`]).
+    unseen: bool,
 }
 
 /// The refusal of `function` (module `path`, entered at `addr`) when no
