@@ -119,6 +119,9 @@ impl PtraceTracer {
         if !shared {
             match p.mem.borrow_mut().restore_all(tid0) {
                 Ok(left) if scrubbed => drop(left),
+                // Likewise a site its parent armed in a library mapped
+                // after the fork: not mapped in the child.
+                Err((_, Errno::EIO | Errno::EFAULT)) if scrubbed => {}
                 Ok(left) => self
                     .code_left_alone
                     .extend(left.into_iter().map(|(a, b)| (pid, a, b))),
