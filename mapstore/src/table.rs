@@ -95,9 +95,11 @@ fn find(r: &[u8], d: &Desc, key: &[u8], h: u32) -> Result<(u32, u32), Option<u32
             let e = s - 1;
             if e < d.cap {
                 let at = entry_at(d, e);
+                // A map without keys (`@x`): no bytes to compare (a call
+                // of `memcmp` was a third of an update's time).
                 if get_u32(r, at + 4) == Some(LIVE)
                     && get_u32(r, at) == Some(h)
-                    && r.get(key_range(d, e)) == Some(key)
+                    && (key.is_empty() || r.get(key_range(d, e)) == Some(key))
                 {
                     return Ok((i, e));
                 }
