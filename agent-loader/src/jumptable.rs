@@ -814,7 +814,7 @@ mod tests {
         assert_eq!(resolve(&other, START, &HashSet::new(), &abs), Err(0x100d));
     }
     /// Bytes as objdump prints them.
-    fn hex(s: &str) -> Vec<u8> {
+    pub(super) fn hex(s: &str) -> Vec<u8> {
         s.split_whitespace()
             .map(|b| u8::from_str_radix(b, 16).unwrap())
             .collect()
@@ -822,7 +822,7 @@ mod tests {
 
     /// A table of 4096 relative entries at `table`, entry `i` to
     /// `to + 8 * i`: the resolver's bound alone decides how many it gives.
-    fn rel_table(table: u64, to: u64) -> impl Fn(u64, usize) -> Option<Vec<u8>> {
+    pub(super) fn rel_table(table: u64, to: u64) -> impl Fn(u64, usize) -> Option<Vec<u8>> {
         move |at, len| {
             let e: Vec<u8> = (0..MAX_ENTRIES)
                 .flat_map(|i| ((to + 8 * i) as i64 - table as i64).to_le_bytes()[..4].to_vec())

@@ -96,26 +96,8 @@ fn state_at(
 #[cfg(test)]
 mod tests {
     use super::super::resolve_with_labels;
+    use super::super::tests::{hex, rel_table};
     use std::collections::{HashMap, HashSet};
-
-    /// Bytes as objdump prints them.
-    fn hex(s: &str) -> Vec<u8> {
-        s.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect()
-    }
-
-    /// A table of 256 relative entries at `table`, entry `i` to `to + 8 *
-    /// i`.
-    fn rel_table(table: u64, to: u64) -> impl Fn(u64, usize) -> Option<Vec<u8>> {
-        move |at, len| {
-            let e: Vec<u8> = (0..256u64)
-                .flat_map(|i| ((to + 8 * i) as i64 - table as i64).to_le_bytes()[..4].to_vec())
-                .collect();
-            let off = at.checked_sub(table)? as usize;
-            e.get(off..off + len).map(<[u8]>::to_vec)
-        }
-    }
 
     /// `code` at `start`, with `tail` at `at`, nops between.
     fn with_at(mut code: Vec<u8>, start: u64, at: u64, tail: &[u8]) -> Vec<u8> {
