@@ -65,28 +65,40 @@ main() {
   after();
 } /* main */";
 
+/// `wprobe trace --transport TR --plt -F main` (the run-time's throw and
+/// catch calls hidden, [`HIDDEN`]; `debug`: with `WPROBE_DEBUG`) of
+/// `prog`, built at `opt`: the function column of its tree (after the
+/// header), the whole output and the standard error.
+fn plt_tree(tr: &str, opt: &str, prog: &std::path::Path, debug: bool) -> (String, String, String) {
+    let mut c = wprobe();
+    c.args(["trace", "--transport", tr, "--plt", "-F", "main"]);
+    for h in HIDDEN {
+        c.args(["-N", h]);
+    }
+    c.arg("--").arg(prog).current_dir(scratch());
+    if debug {
+        c.env("WPROBE_DEBUG", "1");
+    }
+    let o = output_within(c, 120);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{tr} {opt}: {err}");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let funcs: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| match l.split_once("| ") {
+            Some((_, f)) => f,
+            None => l,
+        })
+        .collect();
+    (funcs.join("\n"), text, err)
+}
+
 fn exception_trees(tr: &str) {
     for opt in ["-O0", "-O2"] {
         let prog = throw_tree(opt);
-        let mut c = wprobe();
-        c.args(["trace", "--transport", tr, "--plt", "-F", "main"]);
-        for h in HIDDEN {
-            c.args(["-N", h]);
-        }
-        c.arg("--").arg(&prog).current_dir(scratch());
-        let o = output_within(c, 120);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(0), "{tr} {opt}: {err}");
-        let text = String::from_utf8_lossy(&o.stdout);
-        let funcs: Vec<&str> = text
-            .lines()
-            .skip(1)
-            .map(|l| match l.split_once("| ") {
-                Some((_, f)) => f,
-                None => l,
-            })
-            .collect();
-        assert_eq!(funcs.join("\n"), TREE, "{tr} {opt}:\n{text}\n{err}");
+        let (funcs, text, err) = plt_tree(tr, opt, &prog, false);
+        assert_eq!(funcs, TREE, "{tr} {opt}:\n{text}\n{err}");
 
         // tracef's view says which calls the exception left (those whose
         // return the transport saw, the unwinder resuming at their return
@@ -160,32 +172,8 @@ fn catch_tail_trees(tr: &str) {
             &progs().join("catch_tail.cpp"),
             &[opt, "-g", "-lstdc++"],
         );
-        let mut c = wprobe();
-        c.args(["trace", "--transport", tr, "--plt", "-F", "main"]);
-        for h in HIDDEN {
-            c.args(["-N", h]);
-        }
-        c.arg("--")
-            .arg(&prog)
-            .current_dir(scratch())
-            .env("WPROBE_DEBUG", "1");
-        let o = output_within(c, 120);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(0), "{tr} {opt}: {err}");
-        let text = String::from_utf8_lossy(&o.stdout);
-        let funcs: Vec<&str> = text
-            .lines()
-            .skip(1)
-            .map(|l| match l.split_once("| ") {
-                Some((_, f)) => f,
-                None => l,
-            })
-            .collect();
-        assert_eq!(
-            funcs.join("\n"),
-            CATCH_TAIL_TREE,
-            "{tr} {opt}:\n{text}\n{err}"
-        );
+        let (funcs, text, err) = plt_tree(tr, opt, &prog, true);
+        assert_eq!(funcs, CATCH_TAIL_TREE, "{tr} {opt}:\n{text}\n{err}");
         let stops: Vec<&str> = err
             .lines()
             .filter(|l| l.contains("ptrace stops at trap sites"))
