@@ -28,10 +28,24 @@
 //! that a branch from outside the function lands on ([`Whole::entered`]: a
 //! `.cold` part jumping back, which the copy left by its direct jump).
 //!
+//! A jump table of absolute addresses (`jmp *TABLE(,%idx,8)`, non-PIE)
+//! that [`crate::jumptable`] proves goes with the copy: a copy of the
+//! table, each entry inside the function rewritten to the copy of its
+//! instruction, is written after the copy's code (8-byte aligned), and the
+//! copy's `jmp` reads it instead (its disp32 the new table's address,
+//! which must fit a sign-extended 32 bits).
+//!
+//! ```text
+//!         jmp *NEW(,%idx,8)         ; the copy's dispatch
+//!         …
+//! NEW:    .quad <copy of case 0>, <copy of case 1>, …
+//! ```
+//!
 //! Eligible ([`analyse`]): the whole function decodes, each of its
 //! branches into it landing on one of its instructions; no indirect `jmp`
-//! but tail calls through a pointer (the caller's set, [`crate::tailcall`]:
-//! a jump table would lead back into the original) nor `xbegin`; no
+//! but tail calls through a pointer (the caller's set, [`crate::tailcall`])
+//! and jumps through tables of absolute addresses (a table of offsets, as
+//! PIE code reads, would lead back into the original) nor `xbegin`; no
 //! operand reads or writes its own code (a `lea` of one of its
 //! addresses runs as a `mov` of that address, as in a stub); at most
 //! [`MAX_BYTES`]; each `call` a near one, direct to another function or to
@@ -44,6 +58,7 @@ use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, 
 
 use crate::callemu::call_as_push_and_jump;
 use crate::insn::{near_target, swept_target};
+use crate::jumptable::Table;
 use crate::reloc::{OWN_IP, relocate};
 use crate::stub::{Site, dispatch_call, displaced};
 use crate::window::{BranchTargets, Function};
@@ -68,6 +83,9 @@ pub struct Whole {
     /// Its instructions (but the first) that branches from outside it land
     /// on (a `.cold` part jumping back), in order.
     pub entered: Vec<u64>,
+    /// Its jump tables (absolute addresses, at run-time addresses), copied
+    /// with it.
+    pub tables: Vec<Table>,
 }
 
 impl Whole {
@@ -78,6 +96,23 @@ impl Whole {
             .iter()
             .filter(|j| swept_target(j) == Some(at))
             .count()
+    }
+
+    /// The instructions of the function its jump tables land on, sorted.
+    /// The module's count of ways in there does not tell its own tables'
+    /// entries from other branches: [`analyse`] leaves them out of
+    /// [`Whole::entered`], for the caller to check for branches from
+    /// outside.
+    pub fn table_targets(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .tables
+            .iter()
+            .flat_map(|t| t.targets.iter().copied())
+            .filter(|t| (self.start..self.end).contains(t))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Where the original needs a jump back into the copy, in order: the
@@ -112,11 +147,13 @@ pub struct Copy {
 /// Decodes `func` (its whole extent) for a copy, checking the rules; why
 /// not. `tail_jumps`: the link-time addresses of the module's indirect
 /// `jmp`s that are tail calls through a pointer (no target inside their
-/// function).
+/// function). `tables`: the function's jump tables
+/// ([`crate::jumptable::tables`]), at run-time addresses.
 pub fn analyse(
     func: Function<'_>,
     targets: &BranchTargets,
     tail_jumps: &HashSet<u64>,
+    tables: &[Table],
 ) -> Result<Whole, String> {
     let end = func.start + func.code.len() as u64;
     if func.code.len() > MAX_BYTES {
@@ -139,6 +176,11 @@ pub fn analyse(
             FlowControl::IndirectBranch
                 if !tail_jumps.contains(&i.ip().wrapping_sub(func.bias)) =>
             {
+                if let Some(t) = tables.iter().find(|t| t.jmp == i.ip()) {
+                    table_rule(&i, t)?;
+                    insns.push(i);
+                    continue;
+                }
                 return Err(format!(
                     "it has an indirect `jmp` at {:#x} that is not a tail call, which could lead \
                      back into the original",
@@ -188,6 +230,12 @@ pub fn analyse(
     }
     // The instructions (but its entry) that a branch from outside it lands
     // on: more branches to them in the module than its own.
+    // A table's entry counts as any way in (`u32::MAX`): those of its
+    // own tables are left to the caller (`Whole::table_targets`).
+    let own_entries: HashSet<u64> = tables
+        .iter()
+        .flat_map(|t| t.targets.iter().copied())
+        .collect();
     let mut entered = Vec::new();
     for at in insns.iter().skip(1).map(Instruction::ip) {
         let link = at.wrapping_sub(func.bias);
@@ -195,7 +243,11 @@ pub fn analyse(
             continue;
         }
         let inside = insns.iter().filter(|j| swept_target(j) == Some(at)).count();
-        if targets.2.get(&link).copied() != Some(inside as u32) {
+        let ways = targets.2.get(&link).copied();
+        if ways == Some(u32::MAX) && own_entries.contains(&at) {
+            continue;
+        }
+        if ways != Some(inside as u32) {
             entered.push(at);
         }
     }
@@ -206,7 +258,27 @@ pub fn analyse(
         rets,
         calls,
         entered,
+        tables: tables.to_vec(),
     })
+}
+
+/// Why the indirect `jmp` `i` through the jump table `t` cannot go with
+/// the copy reading a copy of the table.
+fn table_rule(i: &Instruction, t: &Table) -> Result<(), String> {
+    let absolute = i.code() == Code::Jmp_rm64
+        && i.op0_kind() == OpKind::Memory
+        && i.memory_base() == Register::None
+        && i.memory_index_scale() == 8
+        && t.entry == 8;
+    if !absolute {
+        return Err(format!(
+            "its jump table at {:#x} (read by the `jmp` at {:#x}) holds offsets from the \
+             table, which the copy does not carry (only tables of absolute addresses)",
+            t.addr,
+            i.ip()
+        ));
+    }
+    Ok(())
 }
 
 /// Why the `call` `i` of a function at `start..end` cannot run in its copy
@@ -253,9 +325,11 @@ fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruc
 /// `entry` (site id `site_id`; the stub area's trampoline at
 /// `trampoline`), its `ret`s jumping to `ret_stubs` (each `ret`'s address
 /// and its return stub's, one per [`Whole::rets`]). Fails on an entry not
-/// at the function's start (but past an `endbr64`), and where an
+/// at the function's start (but past an `endbr64`), where an
 /// instruction cannot be encoded at `at` (a RIP-relative operand out of
-/// rel32 reach).
+/// rel32 reach), and where a copied jump table's address would not fit
+/// its `jmp`'s disp32. The code ends with the copies of the function's
+/// jump tables (8-byte aligned, after `int3` padding).
 pub fn generate(
     entry: &Site,
     whole: &Whole,
@@ -289,7 +363,16 @@ pub fn generate(
         .iter()
         .any(|i| i.code() == Code::Call_rel32_64 && i.near_branch_target() == whole.start);
     let first = OWN_IP + v.len() as u64;
+    // Where each original instruction's copy starts in `v`, and the
+    // indices of the table jumps (with their table's index).
+    let mut index_of: std::collections::HashMap<u64, usize> =
+        std::collections::HashMap::with_capacity(whole.insns.len());
+    let mut table_jumps: Vec<(usize, usize)> = Vec::new();
     for i in &whole.insns {
+        index_of.insert(i.ip(), v.len());
+        if let Some(t) = whole.tables.iter().position(|t| t.jmp == i.ip()) {
+            table_jumps.push((v.len(), t));
+        }
         let mut i = *i;
         if recursive
             && i.flow_control() != FlowControl::Call
@@ -322,12 +405,51 @@ pub fn generate(
         }
         v.extend(out);
     }
-    let r = relocate(&v, at, Some(whole.end)).map_err(|e| {
-        anyhow::anyhow!(
-            "relocating the function at 0x{:x} to 0x{at:x}: {e}",
-            whole.start
-        )
-    })?;
+    let relocated = |v: &[Instruction]| {
+        relocate(v, at, Some(whole.end)).map_err(|e| {
+            anyhow::anyhow!(
+                "relocating the function at 0x{:x} to 0x{at:x}: {e}",
+                whole.start
+            )
+        })
+    };
+    let mut r = relocated(&v)?;
+    let mut tables = Vec::new();
+    if !table_jumps.is_empty() {
+        // The tables' places after the code, then the code again with the
+        // `jmp`s reading them (disp32: the same length).
+        let len = r.code.len();
+        let base = at + (len as u64).next_multiple_of(8);
+        let places = table_places(&whole.tables, base)?;
+        for &(k, t) in &table_jumps {
+            v[k].set_memory_displacement64(places[t]);
+        }
+        r = relocated(&v)?;
+        if r.code.len() != len {
+            bail!(
+                "the copy of the function at 0x{:x} changed length with its jump tables",
+                whole.start
+            );
+        }
+        let copy_of = |t: u64| -> Result<u64> {
+            if !(whole.start..whole.end).contains(&t) {
+                return Ok(t);
+            }
+            let k = *index_of
+                .get(&t)
+                .with_context(|| format!("no instruction at 0x{t:x} for a jump table's entry"))?;
+            match r.offsets.get(k) {
+                Some(&o) if o != u32::MAX => Ok(at + u64::from(o)),
+                _ => bail!("the copy of the table entry 0x{t:x} has no address of its own"),
+            }
+        };
+        tables.resize(base as usize - at as usize - len, 0xcc);
+        for t in &whole.tables {
+            for &e in &t.targets {
+                tables.extend_from_slice(&copy_of(e)?.to_le_bytes());
+            }
+        }
+    }
     let mut returns = Vec::new();
     for next in whole.returns_inside() {
         let k = v
@@ -339,10 +461,29 @@ pub fn generate(
             _ => bail!("the copy of the instruction at 0x{next:x} has no address of its own"),
         }
     }
-    Ok(Copy {
-        code: r.code,
-        returns,
-    })
+    let mut code = r.code;
+    code.extend_from_slice(&tables);
+    Ok(Copy { code, returns })
+}
+
+/// The address of the copy of each of `tables`, one after the other from
+/// `base`; fails when one would not fit a sign-extended disp32.
+fn table_places(tables: &[Table], base: u64) -> Result<Vec<u64>> {
+    let mut places = Vec::with_capacity(tables.len());
+    let mut at = base;
+    for t in tables {
+        let end = at + 8 * t.targets.len() as u64;
+        if end > 0x7fff_ffff {
+            bail!(
+                "the copy of the jump table at 0x{:x} would be at 0x{at:x}, out of its `jmp`'s \
+                 32-bit reach",
+                t.addr
+            );
+        }
+        places.push(at);
+        at = end;
+    }
+    Ok(places)
 }
 
 #[cfg(test)]
@@ -368,7 +509,7 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        let w = analyse(func, &t, &HashSet::new()).unwrap();
+        let w = analyse(func, &t, &HashSet::new(), &[]).unwrap();
         assert_eq!(w.rets, [0x40_1009]);
         assert!(w.calls.is_empty());
         let entry = Site {
@@ -418,7 +559,7 @@ mod tests {
                 code: &code,
                 bias: 0,
             };
-            let w = analyse(func, &targets_of(&code, start), &HashSet::new()).unwrap();
+            let w = analyse(func, &targets_of(&code, start), &HashSet::new(), &[]).unwrap();
             let ends = [start + 6, start + 11, start + 16];
             assert_eq!(
                 w.calls,
@@ -499,6 +640,82 @@ mod tests {
         }
     }
 
+    /// `f: cmp $2, %edi ; ja .d ; mov %edi, %eax ; jmp *T(,%rax,8) ;
+    /// .c0: mov $10, %eax ; ret ; .c1: … ; .c2: … ; .d: or $-1, %eax ; ret`
+    /// with `T` its table of 3 entries: the copy's `jmp` reads a copy of
+    /// the table after the code, whose entries are the copies of the
+    /// cases; a table of offsets is refused.
+    #[test]
+    fn a_jump_table_goes_with_the_copy() {
+        let start = 0x40_1000u64;
+        let table_at = 0x40_2000u64;
+        let mut code = vec![0x83, 0xff, 0x02, 0x77, 0x14, 0x89, 0xf8, 0xff, 0x24, 0xc5];
+        code.extend_from_slice(&(table_at as u32).to_le_bytes());
+        let cases: Vec<u64> = (0..3).map(|k| start + 14 + 6 * k).collect();
+        for k in 0..3u8 {
+            code.extend_from_slice(&[0xb8, 10 + k, 0, 0, 0, 0xc3]);
+        }
+        code.extend_from_slice(&[0x83, 0xc8, 0xff, 0xc3]);
+        let mut t = targets_of(&code, start);
+        t.add_other(cases.iter().copied());
+        let table = Table {
+            jmp: start + 7,
+            addr: table_at,
+            entry: 8,
+            targets: cases.clone(),
+        };
+        let func = Function {
+            start,
+            code: &code,
+            bias: 0,
+        };
+        let w = analyse(func, &t, &HashSet::new(), std::slice::from_ref(&table)).unwrap();
+        assert_eq!(w.rets.len(), 4);
+        assert!(w.entered.is_empty());
+        assert_eq!(w.table_targets(), cases);
+        let entry = Site {
+            probe: start,
+            addr: start,
+            displaced: w.insns[..3].to_vec(),
+            len: 7,
+            ret: None,
+        };
+        let at = 0x40_9000;
+        let stubs: Vec<(u64, u64)> = w
+            .rets
+            .iter()
+            .enumerate()
+            .map(|(k, &r)| (r, 0x40_a000 + 0x40 * k as u64))
+            .collect();
+        let copy = generate(&entry, &w, &stubs, 7, 0x40_8000, at).unwrap();
+        let insns: Vec<Instruction> = Decoder::with_ip(64, &copy.code, at, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        let jmp = insns.iter().find(|i| i.code() == Code::Jmp_rm64).unwrap();
+        let new_table = jmp.memory_displacement64();
+        assert_eq!(new_table % 8, 0);
+        let off = (new_table - at) as usize;
+        assert_eq!(copy.code.len(), off + 24);
+        let entries: Vec<u64> = copy.code[off..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let movs: Vec<(u64, u32)> = insns
+            .iter()
+            .filter(|i| i.code() == Code::Mov_r32_imm32)
+            .map(|i| (i.ip(), i.immediate32()))
+            .collect();
+        assert_eq!(movs.iter().map(|m| m.1).collect::<Vec<_>>(), [10, 11, 12]);
+        assert_eq!(entries, movs.iter().map(|m| m.0).collect::<Vec<_>>());
+        // Offsets from the table (PIE) are refused.
+        let relative = Table { entry: 4, ..table };
+        let e = analyse(func, &t, &HashSet::new(), &[relative]).unwrap_err();
+        assert!(e.contains("offsets from the table"), "{e}");
+        // A copy too high for the table's disp32.
+        let e = generate(&entry, &w, &stubs, 7, 0x40_8000, 0x8000_0000).unwrap_err();
+        assert!(format!("{e:#}").contains("32-bit reach"), "{e:#}");
+    }
+
     #[test]
     fn refusals() {
         let start = 0x40_1000;
@@ -511,6 +728,7 @@ mod tests {
                 },
                 t,
                 &HashSet::new(),
+                &[],
             )
         };
         // An indirect jump.
@@ -543,7 +761,7 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        assert!(analyse(f, &targets_of(&code, start), &tails).is_ok());
+        assert!(analyse(f, &targets_of(&code, start), &tails, &[]).is_ok());
         // A call into its own middle; through `rsp` itself.
         let code = [0xe8, 0, 0, 0, 0, 0xc3];
         let e = check(&code, &targets_of(&code, start)).unwrap_err();
