@@ -28,15 +28,17 @@
 //! that a branch from outside the function lands on ([`Whole::entered`]: a
 //! `.cold` part jumping back, which the copy left by its direct jump).
 //!
-//! A jump table of absolute addresses (`jmp *TABLE(,%idx,8)`, non-PIE)
-//! that [`crate::jumptable`] proves goes with the copy: a copy of the
-//! table, each entry inside the function rewritten to the copy of its
-//! instruction, is written after the copy's code (8-byte aligned), and the
-//! copy's `jmp` reads it instead (its disp32 the new table's address,
-//! which must fit a sign-extended 32 bits).
+//! A jump table that [`crate::jumptable`] proves goes with the copy: a
+//! copy of the table, each entry inside the function rewritten to the
+//! copy of its instruction, is written after the copy's code (8-byte
+//! aligned), and the copy reads it instead: for a table of absolute
+//! addresses (non-PIE) its `jmp`'s disp32 is the new table's address,
+//! which must fit a sign-extended 32 bits; for a table of i32 offsets
+//! from itself (PIE) each `lea` of the table's address takes the new
+//! table's, whose offsets are from itself (`whole/tables.rs`).
 //!
 //! ```text
-//!         jmp *NEW(,%idx,8)         ; the copy's dispatch
+//!         jmp *NEW(,%idx,8)         ; the copy's dispatch (non-PIE)
 //!         …
 //! NEW:    .quad <copy of case 0>, <copy of case 1>, …
 //! ```
@@ -44,8 +46,8 @@
 //! Eligible ([`analyse`]): the whole function decodes, each of its
 //! branches into it landing on one of its instructions; no indirect `jmp`
 //! but tail calls through a pointer (the caller's set, [`crate::tailcall`])
-//! and jumps through tables of absolute addresses (a table of offsets, as
-//! PIE code reads, would lead back into the original) nor `xbegin`; no
+//! and jumps through the tables given (any other would lead back into the
+//! original) nor `xbegin`; no
 //! operand reads or writes its own code (a `lea` of one of its
 //! addresses runs as a `mov` of that address, as in a stub); at most
 //! [`MAX_BYTES`]; each `call` a near one, direct to another function or to
@@ -62,6 +64,8 @@ use crate::jumptable::Table;
 use crate::reloc::{OWN_IP, relocate};
 use crate::stub::{Site, dispatch_call, displaced};
 use crate::window::{BranchTargets, Function};
+
+mod tables;
 
 /// Largest function copied whole, in bytes.
 pub const MAX_BYTES: usize = 4096;
@@ -176,8 +180,7 @@ pub fn analyse(
             FlowControl::IndirectBranch
                 if !tail_jumps.contains(&i.ip().wrapping_sub(func.bias)) =>
             {
-                if let Some(t) = tables.iter().find(|t| t.jmp == i.ip()) {
-                    table_rule(&i, t)?;
+                if tables.iter().any(|t| t.jmp == i.ip()) {
                     insns.push(i);
                     continue;
                 }
@@ -216,6 +219,14 @@ pub fn analyse(
     }
     if rets.is_empty() {
         return Err("it has no `ret`".into());
+    }
+    let tables: Vec<Table> = tables
+        .iter()
+        .filter(|t| insns.iter().any(|i| i.ip() == t.jmp))
+        .cloned()
+        .collect();
+    for t in &tables {
+        tables::rule(&insns, t)?;
     }
     // Its branches into it land on its instructions (else the copy's
     // would go back to the original).
@@ -258,27 +269,8 @@ pub fn analyse(
         rets,
         calls,
         entered,
-        tables: tables.to_vec(),
+        tables,
     })
-}
-
-/// Why the indirect `jmp` `i` through the jump table `t` cannot go with
-/// the copy reading a copy of the table.
-fn table_rule(i: &Instruction, t: &Table) -> Result<(), String> {
-    let absolute = i.code() == Code::Jmp_rm64
-        && i.op0_kind() == OpKind::Memory
-        && i.memory_base() == Register::None
-        && i.memory_index_scale() == 8
-        && t.entry == 8;
-    if !absolute {
-        return Err(format!(
-            "its jump table at {:#x} (read by the `jmp` at {:#x}) holds offsets from the \
-             table, which the copy does not carry (only tables of absolute addresses)",
-            t.addr,
-            i.ip()
-        ));
-    }
-    Ok(())
 }
 
 /// Why the `call` `i` of a function at `start..end` cannot run in its copy
@@ -328,8 +320,9 @@ fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruc
 /// at the function's start (but past an `endbr64`), where an
 /// instruction cannot be encoded at `at` (a RIP-relative operand out of
 /// rel32 reach), and where a copied jump table's address would not fit
-/// its `jmp`'s disp32. The code ends with the copies of the function's
-/// jump tables (8-byte aligned, after `int3` padding).
+/// its `jmp`'s disp32 (an entry its i32 offset). The code ends with the
+/// copies of the function's jump tables (8-byte aligned, after `int3`
+/// padding).
 pub fn generate(
     entry: &Site,
     whole: &Whole,
@@ -363,16 +356,11 @@ pub fn generate(
         .iter()
         .any(|i| i.code() == Code::Call_rel32_64 && i.near_branch_target() == whole.start);
     let first = OWN_IP + v.len() as u64;
-    // Where each original instruction's copy starts in `v`, and the
-    // indices of the table jumps (with their table's index).
+    // Where each original instruction's copy starts in `v`.
     let mut index_of: std::collections::HashMap<u64, usize> =
         std::collections::HashMap::with_capacity(whole.insns.len());
-    let mut table_jumps: Vec<(usize, usize)> = Vec::new();
     for i in &whole.insns {
         index_of.insert(i.ip(), v.len());
-        if let Some(t) = whole.tables.iter().position(|t| t.jmp == i.ip()) {
-            table_jumps.push((v.len(), t));
-        }
         let mut i = *i;
         if recursive
             && i.flow_control() != FlowControl::Call
@@ -414,14 +402,15 @@ pub fn generate(
         })
     };
     let mut r = relocated(&v)?;
-    let mut tables = Vec::new();
-    if !table_jumps.is_empty() {
+    let mut table_bytes = Vec::new();
+    let refs = tables::references(&v, &whole.tables);
+    if !whole.tables.is_empty() {
         // The tables' places after the code, then the code again with the
-        // `jmp`s reading them (disp32: the same length).
+        // `jmp`s (or `lea`s) reading them (disp32: the same length).
         let len = r.code.len();
-        let base = at + (len as u64).next_multiple_of(8);
-        let places = table_places(&whole.tables, base)?;
-        for &(k, t) in &table_jumps {
+        let end = at + len as u64;
+        let places = tables::places(&whole.tables, end)?;
+        for &(k, t) in &refs {
             v[k].set_memory_displacement64(places[t]);
         }
         r = relocated(&v)?;
@@ -443,12 +432,7 @@ pub fn generate(
                 _ => bail!("the copy of the table entry 0x{t:x} has no address of its own"),
             }
         };
-        tables.resize(base as usize - at as usize - len, 0xcc);
-        for t in &whole.tables {
-            for &e in &t.targets {
-                tables.extend_from_slice(&copy_of(e)?.to_le_bytes());
-            }
-        }
+        table_bytes = tables::bytes(&whole.tables, &places, end, copy_of)?;
     }
     let mut returns = Vec::new();
     for next in whole.returns_inside() {
@@ -462,28 +446,8 @@ pub fn generate(
         }
     }
     let mut code = r.code;
-    code.extend_from_slice(&tables);
+    code.extend_from_slice(&table_bytes);
     Ok(Copy { code, returns })
-}
-
-/// The address of the copy of each of `tables`, one after the other from
-/// `base`; fails when one would not fit a sign-extended disp32.
-fn table_places(tables: &[Table], base: u64) -> Result<Vec<u64>> {
-    let mut places = Vec::with_capacity(tables.len());
-    let mut at = base;
-    for t in tables {
-        let end = at + 8 * t.targets.len() as u64;
-        if end > 0x7fff_ffff {
-            bail!(
-                "the copy of the jump table at 0x{:x} would be at 0x{at:x}, out of its `jmp`'s \
-                 32-bit reach",
-                t.addr
-            );
-        }
-        places.push(at);
-        at = end;
-    }
-    Ok(places)
 }
 
 #[cfg(test)]
@@ -707,13 +671,97 @@ mod tests {
             .collect();
         assert_eq!(movs.iter().map(|m| m.1).collect::<Vec<_>>(), [10, 11, 12]);
         assert_eq!(entries, movs.iter().map(|m| m.0).collect::<Vec<_>>());
-        // Offsets from the table (PIE) are refused.
+        // A table of another shape than its `jmp`'s is refused.
         let relative = Table { entry: 4, ..table };
         let e = analyse(func, &t, &HashSet::new(), &[relative]).unwrap_err();
-        assert!(e.contains("offsets from the table"), "{e}");
+        assert!(e.contains("does not read its jump table"), "{e}");
         // A copy too high for the table's disp32.
         let e = generate(&entry, &w, &stubs, 7, 0x40_8000, 0x8000_0000).unwrap_err();
         assert!(format!("{e:#}").contains("32-bit reach"), "{e:#}");
+    }
+
+    /// The PIE shape: `f: cmp $2, %edi ; ja .d ; lea T(%rip), %rdx ;
+    /// movslq (%rdx,%rdi,4), %rax ; add %rdx, %rax ; jmp *%rax ; .c0: mov
+    /// $10, %eax ; ret ; … ; .d: or $-1, %eax ; ret`, `T` 3 offsets from
+    /// itself: the copy's `lea` takes the table's copy, whose offsets from
+    /// itself lead to the copy's cases; a read inside the table other than
+    /// by the `lea` is refused.
+    #[test]
+    fn a_table_of_offsets_goes_with_the_copy() {
+        let start = 0x7f00_0000_1000u64;
+        let table_at = start + 0x1000;
+        let mut code = vec![0x83, 0xff, 0x02, 0x77, 0x22, 0x48, 0x8d, 0x15];
+        code.extend_from_slice(&((table_at - (start + 12)) as u32).to_le_bytes());
+        code.extend_from_slice(&[0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0]);
+        let cases: Vec<u64> = (0..3).map(|k| start + 21 + 6 * k).collect();
+        for k in 0..3u8 {
+            code.extend_from_slice(&[0xb8, 10 + k, 0, 0, 0, 0xc3]);
+        }
+        code.extend_from_slice(&[0x83, 0xc8, 0xff, 0xc3]);
+        let mut t = targets_of(&code, start);
+        t.add_other(cases.iter().copied());
+        let table = Table {
+            jmp: start + 19,
+            addr: table_at,
+            entry: 4,
+            targets: cases.clone(),
+        };
+        let func = Function {
+            start,
+            code: &code,
+            bias: 0,
+        };
+        let w = analyse(func, &t, &HashSet::new(), std::slice::from_ref(&table)).unwrap();
+        assert!(w.entered.is_empty());
+        let entry = Site {
+            probe: start,
+            addr: start,
+            displaced: w.insns[..2].to_vec(),
+            len: 5,
+            ret: None,
+        };
+        let at = start + 0x9000;
+        let stubs: Vec<(u64, u64)> = w
+            .rets
+            .iter()
+            .enumerate()
+            .map(|(k, &r)| (r, at + 0x1000 + 0x40 * k as u64))
+            .collect();
+        let copy = generate(&entry, &w, &stubs, 7, at - 0x100, at).unwrap();
+        let insns: Vec<Instruction> = Decoder::with_ip(64, &copy.code, at, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        let lea = insns
+            .iter()
+            .find(|i| i.code() == Code::Lea_r64_m && i.is_ip_rel_memory_operand())
+            .unwrap();
+        let new_table = lea.ip_rel_memory_address();
+        let off = (new_table - at) as usize;
+        assert_eq!(off % 8, 0);
+        assert_eq!(copy.code.len(), off + 12);
+        let entries: Vec<u64> = copy.code[off..]
+            .chunks_exact(4)
+            .map(|c| new_table.wrapping_add(i32::from_le_bytes(c.try_into().unwrap()) as u64))
+            .collect();
+        let movs: Vec<u64> = insns
+            .iter()
+            .filter(|i| i.code() == Code::Mov_r32_imm32)
+            .map(Instruction::ip)
+            .collect();
+        assert_eq!(entries, movs);
+        // `mov T+4(%rip), %eax` in the function: refused.
+        let mut code2 = code.clone();
+        let at_mov = start + code2.len() as u64;
+        code2.extend_from_slice(&[0x8b, 0x05]);
+        code2.extend_from_slice(&((table_at + 4 - (at_mov + 6)) as u32).to_le_bytes());
+        code2.push(0xc3);
+        let func2 = Function {
+            start,
+            code: &code2,
+            bias: 0,
+        };
+        let e = analyse(func2, &t, &HashSet::new(), &[table]).unwrap_err();
+        assert!(e.contains("other than by a `lea` of the table"), "{e}");
     }
 
     #[test]

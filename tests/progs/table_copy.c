@@ -1,6 +1,8 @@
 /* table_copy.c - a function with a dense `switch` (a jump table of
  * absolute addresses, `jmp *TABLE(,%rdi,8)`: built -O2
- * -fcf-protection=none, non-PIE) one of whose `ret`s no jump can cover,
+ * -fcf-protection=none, non-PIE; with -DREL, PIE, a table of offsets
+ * from itself: `lea TABLE(%rip),%rdx; movslq (%rdx,%rdi,4),%rax; add
+ * %rdx,%rax; jmp *%rax`) one of whose `ret`s no jump can cover,
  * packed between 160-byte functions so that no padding is in reach of a
  * near jump (the shape of Debian's python3.11 at 0x67396a).
  *
@@ -31,7 +33,14 @@ __asm__(".text\n"
         FN(sw_func)
         "  cmp $4,%rdi\n"
         "  ja .Lsw_def\n"
+#ifdef REL
+        "  lea .Lsw_tab(%rip),%rdx\n"
+        "  movslq (%rdx,%rdi,4),%rax\n"
+        "  add %rdx,%rax\n"
+        "  jmp *%rax\n"
+#else
         "  jmp *.Lsw_tab(,%rdi,8)\n"
+#endif
         ".Lsw_def:\n"
         "  mov $-1,%rax\n"
         "  ret\n"
@@ -59,7 +68,11 @@ __asm__(".text\n"
         ".section .rodata\n"
         ".p2align 3\n"
         ".Lsw_tab:\n"
+#ifdef REL
+        "  .long .Lsw0-.Lsw_tab, .Lsw1-.Lsw_tab, .Lsw2-.Lsw_tab, .Lsw3-.Lsw_tab, .Lsw4-.Lsw_tab\n"
+#else
         "  .quad .Lsw0, .Lsw1, .Lsw2, .Lsw3, .Lsw4\n"
+#endif
         ".text\n");
 
 int main(int argc, char **argv) {

@@ -12,8 +12,7 @@ use agent_loader::window::Function;
 use crate::transport::inproc::code::ModuleCode;
 
 /// The jump tables of `func` (module `module`, run-time addresses) that
-/// the module's sweep resolved, at run-time addresses (the tables' own
-/// addresses link-time).
+/// the module's sweep resolved, at run-time addresses.
 pub(super) fn own_tables(module: &ModuleCode, func: &Function<'_>) -> Vec<Table> {
     let bias = func.bias;
     let link = func.start.wrapping_sub(bias);
@@ -29,6 +28,7 @@ pub(super) fn own_tables(module: &ModuleCode, func: &Function<'_>) -> Vec<Table>
     .filter(|t| !module.may_leave_by(t.jmp))
     .map(|mut t| {
         t.jmp = t.jmp.wrapping_add(bias);
+        t.addr = t.addr.wrapping_add(bias);
         for e in &mut t.targets {
             *e = e.wrapping_add(bias);
         }
