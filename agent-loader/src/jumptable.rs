@@ -268,6 +268,46 @@ fn taken_labels(insns: &[Instruction], start: u64, end: u64, data: &[u64]) -> Ve
     out
 }
 
+/// A jump table read for an indirect `jmp`, as [`tables`] gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Table {
+    /// The address of the indirect `jmp`.
+    pub jmp: u64,
+    /// The table's address.
+    pub addr: u64,
+    /// Bytes per entry: 8 for absolute addresses (`jmp *TABLE(,%idx,8)`),
+    /// 4 for i32 offsets from the table (`lea TABLE(%rip)`, `movslq`,
+    /// `add`).
+    pub entry: usize,
+    /// The target of each entry, in order (as many as the bound allows).
+    pub targets: Vec<u64>,
+}
+
+/// The jump tables of the function whose code is `code` at `start`:
+/// each indirect `jmp` that [`resolve_with_labels`] reads a table for,
+/// with the table's address, entry size and targets (the jumps resolved
+/// otherwise, or not at all, are left out). `targets`, `branches` and
+/// `read` as for [`resolve_with_labels`].
+pub fn tables(
+    code: &[u8],
+    start: u64,
+    targets: &HashSet<u64>,
+    branches: Option<&HashMap<u64, u32>>,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Vec<Table> {
+    let targets = Targets {
+        set: targets,
+        branches,
+    };
+    let insns: Vec<Instruction> = Decoder::with_ip(64, code, start, DecoderOptions::NONE)
+        .into_iter()
+        .collect();
+    (0..insns.len())
+        .filter(|&k| insns[k].flow_control() == FlowControl::IndirectBranch)
+        .filter_map(|k| table(&insns, k, &targets, read))
+        .collect()
+}
+
 /// The targets of the indirect `jmp` at `insns[k]`, if it is a table's.
 fn one(
     insns: &[Instruction],
@@ -275,6 +315,17 @@ fn one(
     targets: &Targets<'_>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Option<Vec<u64>> {
+    table(insns, k, targets, read).map(|t| t.targets)
+}
+
+/// The table the indirect `jmp` at `insns[k]` dispatches through, if its
+/// read and bound are proven.
+fn table(
+    insns: &[Instruction],
+    k: usize,
+    targets: &Targets<'_>,
+    read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<Table> {
     let lo = k.saturating_sub(MAX_BACK);
     let (table, entry, index, load) = table_read(insns, k, lo)?;
     let index = index.full_register();
@@ -293,15 +344,19 @@ fn one(
         })
         .then_some(())?;
     let bytes = read(table, count as usize * entry)?;
-    Some(
-        bytes
-            .chunks_exact(entry)
-            .map(|c| match entry {
-                4 => table.wrapping_add(i32::from_le_bytes(c.try_into().unwrap()) as i64 as u64),
-                _ => u64::from_le_bytes(c.try_into().unwrap()),
-            })
-            .collect(),
-    )
+    let to = bytes
+        .chunks_exact(entry)
+        .map(|c| match entry {
+            4 => table.wrapping_add(i32::from_le_bytes(c.try_into().unwrap()) as i64 as u64),
+            _ => u64::from_le_bytes(c.try_into().unwrap()),
+        })
+        .collect();
+    Some(Table {
+        jmp: insns[k].ip(),
+        addr: table,
+        entry,
+        targets: to,
+    })
 }
 
 /// The table the indirect `jmp` at `insns[k]` reads: its address, its

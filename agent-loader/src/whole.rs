@@ -28,10 +28,26 @@
 //! that a branch from outside the function lands on ([`Whole::entered`]: a
 //! `.cold` part jumping back, which the copy left by its direct jump).
 //!
+//! A jump table that [`crate::jumptable`] proves goes with the copy: a
+//! copy of the table, each entry inside the function rewritten to the
+//! copy of its instruction, is written after the copy's code (8-byte
+//! aligned), and the copy reads it instead: for a table of absolute
+//! addresses (non-PIE) its `jmp`'s disp32 is the new table's address,
+//! which must fit a sign-extended 32 bits; for a table of i32 offsets
+//! from itself (PIE) each `lea` of the table's address takes the new
+//! table's, whose offsets are from itself (`whole/tables.rs`).
+//!
+//! ```text
+//!         jmp *NEW(,%idx,8)         ; the copy's dispatch (non-PIE)
+//!         …
+//! NEW:    .quad <copy of case 0>, <copy of case 1>, …
+//! ```
+//!
 //! Eligible ([`analyse`]): the whole function decodes, each of its
 //! branches into it landing on one of its instructions; no indirect `jmp`
-//! but tail calls through a pointer (the caller's set, [`crate::tailcall`]:
-//! a jump table would lead back into the original) nor `xbegin`; no
+//! but tail calls through a pointer (the caller's set, [`crate::tailcall`])
+//! and jumps through the tables given (any other would lead back into the
+//! original) nor `xbegin`; no
 //! operand reads or writes its own code (a `lea` of one of its
 //! addresses runs as a `mov` of that address, as in a stub); at most
 //! [`MAX_BYTES`]; each `call` a near one, direct to another function or to
@@ -44,9 +60,12 @@ use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, 
 
 use crate::callemu::call_as_push_and_jump;
 use crate::insn::{near_target, swept_target};
+use crate::jumptable::Table;
 use crate::reloc::{OWN_IP, relocate};
 use crate::stub::{Site, dispatch_call, displaced};
 use crate::window::{BranchTargets, Function};
+
+mod tables;
 
 /// Largest function copied whole, in bytes.
 pub const MAX_BYTES: usize = 4096;
@@ -68,6 +87,9 @@ pub struct Whole {
     /// Its instructions (but the first) that branches from outside it land
     /// on (a `.cold` part jumping back), in order.
     pub entered: Vec<u64>,
+    /// Its jump tables (absolute addresses, at run-time addresses), copied
+    /// with it.
+    pub tables: Vec<Table>,
 }
 
 impl Whole {
@@ -78,6 +100,23 @@ impl Whole {
             .iter()
             .filter(|j| swept_target(j) == Some(at))
             .count()
+    }
+
+    /// The instructions of the function its jump tables land on, sorted.
+    /// The module's count of ways in there does not tell its own tables'
+    /// entries from other branches: [`analyse`] leaves them out of
+    /// [`Whole::entered`], for the caller to check for branches from
+    /// outside.
+    pub fn table_targets(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .tables
+            .iter()
+            .flat_map(|t| t.targets.iter().copied())
+            .filter(|t| (self.start..self.end).contains(t))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Where the original needs a jump back into the copy, in order: the
@@ -112,11 +151,13 @@ pub struct Copy {
 /// Decodes `func` (its whole extent) for a copy, checking the rules; why
 /// not. `tail_jumps`: the link-time addresses of the module's indirect
 /// `jmp`s that are tail calls through a pointer (no target inside their
-/// function).
+/// function). `tables`: the function's jump tables
+/// ([`crate::jumptable::tables`]), at run-time addresses.
 pub fn analyse(
     func: Function<'_>,
     targets: &BranchTargets,
     tail_jumps: &HashSet<u64>,
+    tables: &[Table],
 ) -> Result<Whole, String> {
     let end = func.start + func.code.len() as u64;
     if func.code.len() > MAX_BYTES {
@@ -139,6 +180,10 @@ pub fn analyse(
             FlowControl::IndirectBranch
                 if !tail_jumps.contains(&i.ip().wrapping_sub(func.bias)) =>
             {
+                if tables.iter().any(|t| t.jmp == i.ip()) {
+                    insns.push(i);
+                    continue;
+                }
                 return Err(format!(
                     "it has an indirect `jmp` at {:#x} that is not a tail call, which could lead \
                      back into the original",
@@ -175,6 +220,14 @@ pub fn analyse(
     if rets.is_empty() {
         return Err("it has no `ret`".into());
     }
+    let tables: Vec<Table> = tables
+        .iter()
+        .filter(|t| insns.iter().any(|i| i.ip() == t.jmp))
+        .cloned()
+        .collect();
+    for t in &tables {
+        tables::rule(&insns, t)?;
+    }
     // Its branches into it land on its instructions (else the copy's
     // would go back to the original).
     let starts: HashSet<u64> = insns.iter().map(Instruction::ip).collect();
@@ -188,6 +241,12 @@ pub fn analyse(
     }
     // The instructions (but its entry) that a branch from outside it lands
     // on: more branches to them in the module than its own.
+    // A table's entry counts as any way in (`u32::MAX`): those of its
+    // own tables are left to the caller (`Whole::table_targets`).
+    let own_entries: HashSet<u64> = tables
+        .iter()
+        .flat_map(|t| t.targets.iter().copied())
+        .collect();
     let mut entered = Vec::new();
     for at in insns.iter().skip(1).map(Instruction::ip) {
         let link = at.wrapping_sub(func.bias);
@@ -195,7 +254,11 @@ pub fn analyse(
             continue;
         }
         let inside = insns.iter().filter(|j| swept_target(j) == Some(at)).count();
-        if targets.2.get(&link).copied() != Some(inside as u32) {
+        let ways = targets.2.get(&link).copied();
+        if ways == Some(u32::MAX) && own_entries.contains(&at) {
+            continue;
+        }
+        if ways != Some(inside as u32) {
             entered.push(at);
         }
     }
@@ -206,6 +269,7 @@ pub fn analyse(
         rets,
         calls,
         entered,
+        tables,
     })
 }
 
@@ -253,9 +317,12 @@ fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruc
 /// `entry` (site id `site_id`; the stub area's trampoline at
 /// `trampoline`), its `ret`s jumping to `ret_stubs` (each `ret`'s address
 /// and its return stub's, one per [`Whole::rets`]). Fails on an entry not
-/// at the function's start (but past an `endbr64`), and where an
+/// at the function's start (but past an `endbr64`), where an
 /// instruction cannot be encoded at `at` (a RIP-relative operand out of
-/// rel32 reach).
+/// rel32 reach), and where a copied jump table's address would not fit
+/// its `jmp`'s disp32 (an entry its i32 offset). The code ends with the
+/// copies of the function's jump tables (8-byte aligned, after `int3`
+/// padding).
 pub fn generate(
     entry: &Site,
     whole: &Whole,
@@ -289,7 +356,11 @@ pub fn generate(
         .iter()
         .any(|i| i.code() == Code::Call_rel32_64 && i.near_branch_target() == whole.start);
     let first = OWN_IP + v.len() as u64;
+    // Where each original instruction's copy starts in `v`.
+    let mut index_of: std::collections::HashMap<u64, usize> =
+        std::collections::HashMap::with_capacity(whole.insns.len());
     for i in &whole.insns {
+        index_of.insert(i.ip(), v.len());
         let mut i = *i;
         if recursive
             && i.flow_control() != FlowControl::Call
@@ -322,12 +393,47 @@ pub fn generate(
         }
         v.extend(out);
     }
-    let r = relocate(&v, at, Some(whole.end)).map_err(|e| {
-        anyhow::anyhow!(
-            "relocating the function at 0x{:x} to 0x{at:x}: {e}",
-            whole.start
-        )
-    })?;
+    let relocated = |v: &[Instruction]| {
+        relocate(v, at, Some(whole.end)).map_err(|e| {
+            anyhow::anyhow!(
+                "relocating the function at 0x{:x} to 0x{at:x}: {e}",
+                whole.start
+            )
+        })
+    };
+    let mut r = relocated(&v)?;
+    let mut table_bytes = Vec::new();
+    let refs = tables::references(&v, &whole.tables);
+    if !whole.tables.is_empty() {
+        // The tables' places after the code, then the code again with the
+        // `jmp`s (or `lea`s) reading them (disp32: the same length).
+        let len = r.code.len();
+        let end = at + len as u64;
+        let places = tables::places(&whole.tables, end)?;
+        for &(k, t) in &refs {
+            v[k].set_memory_displacement64(places[t]);
+        }
+        r = relocated(&v)?;
+        if r.code.len() != len {
+            bail!(
+                "the copy of the function at 0x{:x} changed length with its jump tables",
+                whole.start
+            );
+        }
+        let copy_of = |t: u64| -> Result<u64> {
+            if !(whole.start..whole.end).contains(&t) {
+                return Ok(t);
+            }
+            let k = *index_of
+                .get(&t)
+                .with_context(|| format!("no instruction at 0x{t:x} for a jump table's entry"))?;
+            match r.offsets.get(k) {
+                Some(&o) if o != u32::MAX => Ok(at + u64::from(o)),
+                _ => bail!("the copy of the table entry 0x{t:x} has no address of its own"),
+            }
+        };
+        table_bytes = tables::bytes(&whole.tables, &places, end, copy_of)?;
+    }
     let mut returns = Vec::new();
     for next in whole.returns_inside() {
         let k = v
@@ -339,10 +445,9 @@ pub fn generate(
             _ => bail!("the copy of the instruction at 0x{next:x} has no address of its own"),
         }
     }
-    Ok(Copy {
-        code: r.code,
-        returns,
-    })
+    let mut code = r.code;
+    code.extend_from_slice(&table_bytes);
+    Ok(Copy { code, returns })
 }
 
 #[cfg(test)]
@@ -368,7 +473,7 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        let w = analyse(func, &t, &HashSet::new()).unwrap();
+        let w = analyse(func, &t, &HashSet::new(), &[]).unwrap();
         assert_eq!(w.rets, [0x40_1009]);
         assert!(w.calls.is_empty());
         let entry = Site {
@@ -418,7 +523,7 @@ mod tests {
                 code: &code,
                 bias: 0,
             };
-            let w = analyse(func, &targets_of(&code, start), &HashSet::new()).unwrap();
+            let w = analyse(func, &targets_of(&code, start), &HashSet::new(), &[]).unwrap();
             let ends = [start + 6, start + 11, start + 16];
             assert_eq!(
                 w.calls,
@@ -499,6 +604,166 @@ mod tests {
         }
     }
 
+    /// `f: cmp $2, %edi ; ja .d ; mov %edi, %eax ; jmp *T(,%rax,8) ;
+    /// .c0: mov $10, %eax ; ret ; .c1: … ; .c2: … ; .d: or $-1, %eax ; ret`
+    /// with `T` its table of 3 entries: the copy's `jmp` reads a copy of
+    /// the table after the code, whose entries are the copies of the
+    /// cases; a table of offsets is refused.
+    #[test]
+    fn a_jump_table_goes_with_the_copy() {
+        let start = 0x40_1000u64;
+        let table_at = 0x40_2000u64;
+        let mut code = vec![0x83, 0xff, 0x02, 0x77, 0x14, 0x89, 0xf8, 0xff, 0x24, 0xc5];
+        code.extend_from_slice(&(table_at as u32).to_le_bytes());
+        let cases: Vec<u64> = (0..3).map(|k| start + 14 + 6 * k).collect();
+        for k in 0..3u8 {
+            code.extend_from_slice(&[0xb8, 10 + k, 0, 0, 0, 0xc3]);
+        }
+        code.extend_from_slice(&[0x83, 0xc8, 0xff, 0xc3]);
+        let mut t = targets_of(&code, start);
+        t.add_other(cases.iter().copied());
+        let table = Table {
+            jmp: start + 7,
+            addr: table_at,
+            entry: 8,
+            targets: cases.clone(),
+        };
+        let func = Function {
+            start,
+            code: &code,
+            bias: 0,
+        };
+        let w = analyse(func, &t, &HashSet::new(), std::slice::from_ref(&table)).unwrap();
+        assert_eq!(w.rets.len(), 4);
+        assert!(w.entered.is_empty());
+        assert_eq!(w.table_targets(), cases);
+        let entry = Site {
+            probe: start,
+            addr: start,
+            displaced: w.insns[..3].to_vec(),
+            len: 7,
+            ret: None,
+        };
+        let at = 0x40_9000;
+        let stubs: Vec<(u64, u64)> = w
+            .rets
+            .iter()
+            .enumerate()
+            .map(|(k, &r)| (r, 0x40_a000 + 0x40 * k as u64))
+            .collect();
+        let copy = generate(&entry, &w, &stubs, 7, 0x40_8000, at).unwrap();
+        let insns: Vec<Instruction> = Decoder::with_ip(64, &copy.code, at, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        let jmp = insns.iter().find(|i| i.code() == Code::Jmp_rm64).unwrap();
+        let new_table = jmp.memory_displacement64();
+        assert_eq!(new_table % 8, 0);
+        let off = (new_table - at) as usize;
+        assert_eq!(copy.code.len(), off + 24);
+        let entries: Vec<u64> = copy.code[off..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let movs: Vec<(u64, u32)> = insns
+            .iter()
+            .filter(|i| i.code() == Code::Mov_r32_imm32)
+            .map(|i| (i.ip(), i.immediate32()))
+            .collect();
+        assert_eq!(movs.iter().map(|m| m.1).collect::<Vec<_>>(), [10, 11, 12]);
+        assert_eq!(entries, movs.iter().map(|m| m.0).collect::<Vec<_>>());
+        // A table of another shape than its `jmp`'s is refused.
+        let relative = Table { entry: 4, ..table };
+        let e = analyse(func, &t, &HashSet::new(), &[relative]).unwrap_err();
+        assert!(e.contains("does not read its jump table"), "{e}");
+        // A copy too high for the table's disp32.
+        let e = generate(&entry, &w, &stubs, 7, 0x40_8000, 0x8000_0000).unwrap_err();
+        assert!(format!("{e:#}").contains("32-bit reach"), "{e:#}");
+    }
+
+    /// The PIE shape: `f: cmp $2, %edi ; ja .d ; lea T(%rip), %rdx ;
+    /// movslq (%rdx,%rdi,4), %rax ; add %rdx, %rax ; jmp *%rax ; .c0: mov
+    /// $10, %eax ; ret ; … ; .d: or $-1, %eax ; ret`, `T` 3 offsets from
+    /// itself: the copy's `lea` takes the table's copy, whose offsets from
+    /// itself lead to the copy's cases; a read inside the table other than
+    /// by the `lea` is refused.
+    #[test]
+    fn a_table_of_offsets_goes_with_the_copy() {
+        let start = 0x7f00_0000_1000u64;
+        let table_at = start + 0x1000;
+        let mut code = vec![0x83, 0xff, 0x02, 0x77, 0x22, 0x48, 0x8d, 0x15];
+        code.extend_from_slice(&((table_at - (start + 12)) as u32).to_le_bytes());
+        code.extend_from_slice(&[0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0]);
+        let cases: Vec<u64> = (0..3).map(|k| start + 21 + 6 * k).collect();
+        for k in 0..3u8 {
+            code.extend_from_slice(&[0xb8, 10 + k, 0, 0, 0, 0xc3]);
+        }
+        code.extend_from_slice(&[0x83, 0xc8, 0xff, 0xc3]);
+        let mut t = targets_of(&code, start);
+        t.add_other(cases.iter().copied());
+        let table = Table {
+            jmp: start + 19,
+            addr: table_at,
+            entry: 4,
+            targets: cases.clone(),
+        };
+        let func = Function {
+            start,
+            code: &code,
+            bias: 0,
+        };
+        let w = analyse(func, &t, &HashSet::new(), std::slice::from_ref(&table)).unwrap();
+        assert!(w.entered.is_empty());
+        let entry = Site {
+            probe: start,
+            addr: start,
+            displaced: w.insns[..2].to_vec(),
+            len: 5,
+            ret: None,
+        };
+        let at = start + 0x9000;
+        let stubs: Vec<(u64, u64)> = w
+            .rets
+            .iter()
+            .enumerate()
+            .map(|(k, &r)| (r, at + 0x1000 + 0x40 * k as u64))
+            .collect();
+        let copy = generate(&entry, &w, &stubs, 7, at - 0x100, at).unwrap();
+        let insns: Vec<Instruction> = Decoder::with_ip(64, &copy.code, at, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        let lea = insns
+            .iter()
+            .find(|i| i.code() == Code::Lea_r64_m && i.is_ip_rel_memory_operand())
+            .unwrap();
+        let new_table = lea.ip_rel_memory_address();
+        let off = (new_table - at) as usize;
+        assert_eq!(off % 8, 0);
+        assert_eq!(copy.code.len(), off + 12);
+        let entries: Vec<u64> = copy.code[off..]
+            .chunks_exact(4)
+            .map(|c| new_table.wrapping_add(i32::from_le_bytes(c.try_into().unwrap()) as u64))
+            .collect();
+        let movs: Vec<u64> = insns
+            .iter()
+            .filter(|i| i.code() == Code::Mov_r32_imm32)
+            .map(Instruction::ip)
+            .collect();
+        assert_eq!(entries, movs);
+        // `mov T+4(%rip), %eax` in the function: refused.
+        let mut code2 = code.clone();
+        let at_mov = start + code2.len() as u64;
+        code2.extend_from_slice(&[0x8b, 0x05]);
+        code2.extend_from_slice(&((table_at + 4 - (at_mov + 6)) as u32).to_le_bytes());
+        code2.push(0xc3);
+        let func2 = Function {
+            start,
+            code: &code2,
+            bias: 0,
+        };
+        let e = analyse(func2, &t, &HashSet::new(), &[table]).unwrap_err();
+        assert!(e.contains("other than by a `lea` of the table"), "{e}");
+    }
+
     #[test]
     fn refusals() {
         let start = 0x40_1000;
@@ -511,6 +776,7 @@ mod tests {
                 },
                 t,
                 &HashSet::new(),
+                &[],
             )
         };
         // An indirect jump.
@@ -543,7 +809,7 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        assert!(analyse(f, &targets_of(&code, start), &tails).is_ok());
+        assert!(analyse(f, &targets_of(&code, start), &tails, &[]).is_ok());
         // A call into its own middle; through `rsp` itself.
         let code = [0xe8, 0, 0, 0, 0, 0xc3];
         let e = check(&code, &targets_of(&code, start)).unwrap_err();

@@ -24,6 +24,7 @@ mod inproc_goto;
 mod inproc_jumptables;
 mod inproc_near;
 mod inproc_safety;
+mod inproc_tablecopy;
 mod inproc_vforks;
 mod inproc_whole;
 mod layers;
@@ -76,6 +77,7 @@ fn main() {
         inproc_jumptables::CASES,
         inproc_near::CASES,
         inproc_safety::CASES,
+        inproc_tablecopy::CASES,
         inproc_vforks::CASES,
         inproc_epilogues::CASES,
         inproc_whole::CASES,

@@ -32,6 +32,7 @@
 
 mod check;
 mod continuations;
+mod copy_tables;
 mod fragments;
 mod got;
 mod install;

@@ -339,7 +339,18 @@ impl Patcher {
             code: f.code,
             bias,
         };
-        let w = whole::analyse(func, &module.targets, &module.tail_jumps)?;
+        let tables = super::copy_tables::own_tables(&module, &func);
+        let mut w = whole::analyse(func, &module.targets, &module.tail_jumps, &tables)?;
+        // Its tables' entries: entered from outside too where a jump from
+        // outside the function lands there (its own tables' entries and
+        // other branches are one count in the module's targets).
+        for at in w.table_targets() {
+            if super::copy_tables::entered_from_outside(&module, &w, at, bias) {
+                w.entered.push(at);
+            }
+        }
+        w.entered.sort_unstable();
+        w.entered.dedup();
         // An exception caught in it (or a cleanup) resumes at a landing
         // pad in the original, past the copy's return stubs.
         if let Some(&(c, _)) = w.calls.first()
@@ -449,9 +460,23 @@ impl Patcher {
                             .join(", ")
                     ),
                 };
+                let tables = match c.whole.tables.len() {
+                    0 => String::new(),
+                    n => format!(
+                        "; its jump table{} at ({}) copied with it",
+                        if n == 1 { "" } else { "s" },
+                        c.whole
+                            .tables
+                            .iter()
+                            .map(|t| format!("{:#x}", t.addr))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
                 self.near_notes.push(format!(
                     "{:#x} {}: its `ret`s ({}) run in a relocated copy of the whole function at \
-                     {at:#x}, each a jump to its return stub (the `ret` at {ret:#x} {why}){calls}",
+                     {at:#x}, each a jump to its return stub (the `ret` at {ret:#x} \
+                     {why}){calls}{tables}",
                     c.whole.start,
                     c.name,
                     rets.join(", ")
