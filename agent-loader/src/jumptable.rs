@@ -20,8 +20,8 @@
 //! function's only write of `%base` (hoisted out of a loop that
 //! dispatches: Perl's `Perl_leave_scope`), or when every path of the
 //! function to the read passes it with nothing writing `%base` after
-//! (sed's 0x8810: `%r15` also zeroed and reused elsewhere;
-//! `jumptable/paths.rs`).
+//! (`%r15` also zeroed and reused elsewhere; `jumptable/paths.rs`: not
+//! yet sed's 0x8810, whose cases loop back through table entries).
 //!
 //! The bound, walking back from the read (any `lea` or other register's
 //! `mov` between), through register copies into the index (`mov %a32,
@@ -461,8 +461,8 @@ fn hoisted_base(insns: &[Instruction], base: Register) -> Option<u64> {
 }
 
 /// The table a base register holds at the read (`insns[mov]`) when the
-/// function also holds other values in it (sed's 0x8810: `lea
-/// TABLE(%rip), %r15` before a loop, `%r15` reused elsewhere): a `lea` of
+/// function also holds other values in it (`lea TABLE(%rip), %r15`
+/// before a loop, `%r15` reused elsewhere: sed's 0x8810): a `lea` of
 /// it that every path of the function to the read passes, nothing
 /// writing it after (`jumptable/paths.rs`), nor between the read and the
 /// `jmp` at `insns[k]`.

@@ -15,10 +15,13 @@
 //!
 //! is trusted when every path of the function to the check passes the
 //! copy, nothing after it writing either register; and a table's base
-//! register that the function also holds other values in (sed's 0x8810:
-//! `lea TABLE(%rip), %r15` before a loop, `%r15` zeroed and reused
-//! elsewhere) is TABLE when every path to the read passes that `lea`,
-//! nothing after it writing the register. Either way: walking back from the
+//! register that the function also holds other values in (`lea
+//! TABLE(%rip), %r15` before a loop, `%r15` zeroed and reused elsewhere,
+//! as in sed's 0x8810) is TABLE when every path to the read passes that
+//! `lea`, nothing after it writing the register. Not yet in sed's 0x8810
+//! itself: its cases loop back to the dispatch, and a table's entry (its
+//! own included) on the way is a way in the walk does not follow, so the
+//! function keeps its refusal. Either way: walking back from the
 //! check over every way into each instruction (the one before, when it
 //! falls through; each direct branch of the function to it, when the
 //! sweep counts no other way in there), up to the copy. A path that
