@@ -18,7 +18,10 @@
 //! The `lea` is in the 16 instructions before the `jmp` with nothing
 //! writing `%base` after it, or anywhere in the function when it is the
 //! function's only write of `%base` (hoisted out of a loop that
-//! dispatches: Perl's `Perl_leave_scope`).
+//! dispatches: Perl's `Perl_leave_scope`), or when every path of the
+//! function to the read passes it with nothing writing `%base` after
+//! (`%r15` also zeroed and reused elsewhere; `jumptable/paths.rs`: not
+//! yet sed's 0x8810, whose cases loop back through table entries).
 //!
 //! The bound, walking back from the read (any `lea` or other register's
 //! `mov` between), through register copies into the index (`mov %a32,
@@ -54,14 +57,18 @@
 //! the `jmp` (a path that skipped the check would index with another
 //! bound), but after the `ja` one whose every way in is a `jbe` of the
 //! function on the same check (`jumptable/entries.rs`: `cmp $0x96, %eax;
-//! jbe` to the `lea` after the first `ja`). Not read (the function keeps its
-//! refusal): an index rebased after its check (`cmp $45, %dil; ja; sub
-//! $33, %edi`: an index below 33 wraps), a dispatch entered by branches on
-//! other tests (Perl's `Perl_rpeep`: `jne` to the `lea` after its `ja`) or
-//! before the check of a copy of the index, a base register the function
-//! also holds other values in (sed), an index bounded by earlier code
-//! only (SipHash's tail: `movslq (%r8,%r10,4)` with `%r10` a length masked
-//! far before).
+//! jbe` to the `lea` after the first `ja`); and between the copy a check
+//! relies on and the check (up to the `cmp`), one where every path of
+//! the function to the check passes the copy with nothing writing either
+//! register after it (Perl's `Perl_sv_upgrade`: `mov %r14, %r12; cmp $7,
+//! %edx; ja L; T: …; cmp $7, %r12d; ja`, T also entered by a `je` and a
+//! `jmp` from L, over a call keeping the callee-saved `%r12`, `%r14`;
+//! `jumptable/paths.rs`). Not read (the function keeps its refusal): an
+//! index rebased after its check (`cmp $45, %dil; ja; sub $33, %edi`: an
+//! index below 33 wraps), a dispatch entered by branches on other tests
+//! (Perl's `Perl_rpeep`: `jne` to the `lea` after its `ja`), an index
+//! bounded by earlier code only (SipHash's tail: `movslq (%r8,%r10,4)`
+//! with `%r10` a length masked far before).
 
 use crate::insn::writes;
 use iced_x86::{
@@ -70,6 +77,7 @@ use iced_x86::{
 use std::collections::{HashMap, HashSet};
 
 mod entries;
+mod paths;
 
 /// The module's branch targets, as [`resolve_with_labels`] takes them.
 struct Targets<'a> {
@@ -327,7 +335,7 @@ fn table(
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Option<Table> {
     let lo = k.saturating_sub(MAX_BACK);
-    let (table, entry, index, load) = table_read(insns, k, lo)?;
+    let (table, entry, index, load) = table_read(insns, k, lo, targets)?;
     let index = index.full_register();
     (index != Register::None).then_some(())?;
     let b = bound(insns, load, index, lo)?;
@@ -335,12 +343,25 @@ fn table(
     // No path into the dispatch but through the check: no branch lands
     // after its first instruction, up to the `jmp`; but after the `ja`,
     // one whose every way in is a branch of the function on the same
-    // check (`jumptable/entries.rs`).
+    // check (`jumptable/entries.rs`), and, up to a check that relies on
+    // a copy (its first instruction), one whose every path passes the
+    // copy (`jumptable/paths.rs`).
+    let copied = b
+        .gate
+        .and_then(|g| Some((flags_source(insns, g, lo)?, copy(&insns[b.first])?)))
+        .map(|(f, (to, from, _))| (f, [to, from]));
+    let proven = std::cell::OnceCell::new();
     ((b.first + 1)..=k)
         .all(|m| {
             !targets.set.contains(&insns[m].ip())
                 || (b.gate.is_some_and(|g| m > g)
                     && entries::checked_ways_in(insns, m, load, index, b.max, targets))
+                || copied.is_some_and(|(f, regs)| {
+                    m <= f
+                        && *proven.get_or_init(|| {
+                            paths::copied_on_every_path(insns, b.first, f, regs, targets)
+                        })
+                })
         })
         .then_some(())?;
     let bytes = read(table, count as usize * entry)?;
@@ -362,7 +383,12 @@ fn table(
 /// The table the indirect `jmp` at `insns[k]` reads: its address, its
 /// entry size, the index register, and where the read is (the bound must
 /// come before it).
-fn table_read(insns: &[Instruction], k: usize, lo: usize) -> Option<(u64, usize, Register, usize)> {
+fn table_read(
+    insns: &[Instruction],
+    k: usize,
+    lo: usize,
+    targets: &Targets<'_>,
+) -> Option<(u64, usize, Register, usize)> {
     let j = &insns[k];
     if j.op0_kind() == OpKind::Memory {
         // jmp *TABLE(,%idx,8)
@@ -394,7 +420,7 @@ fn table_read(insns: &[Instruction], k: usize, lo: usize) -> Option<(u64, usize,
         .filter(|&n| rip_lea(&insns[n]) && ((n + 1)..k).all(|m| !writes(&insns[m], base)));
     let table = match near {
         Some(n) => insns[n].ip_rel_memory_address(),
-        None => hoisted_base(insns, base)?,
+        None => hoisted_base(insns, base).or_else(|| passed_base(insns, base, mov, k, targets))?,
     };
     Some((table, 4, m.memory_index(), mov))
 }
@@ -432,6 +458,30 @@ fn hoisted_base(insns: &[Instruction], base: Register) -> Option<u64> {
         leaves.then_some(())?;
     }
     table
+}
+
+/// The table a base register holds at the read (`insns[mov]`) when the
+/// function also holds other values in it (`lea TABLE(%rip), %r15`
+/// before a loop, `%r15` reused elsewhere: sed's 0x8810): a `lea` of
+/// it that every path of the function to the read passes, nothing
+/// writing it after (`jumptable/paths.rs`), nor between the read and the
+/// `jmp` at `insns[k]`.
+fn passed_base(
+    insns: &[Instruction],
+    base: Register,
+    mov: usize,
+    k: usize,
+    targets: &Targets<'_>,
+) -> Option<u64> {
+    (mov..k).all(|m| !writes(&insns[m], base)).then_some(())?;
+    let n = (0..insns.len()).find(|&n| {
+        let l = &insns[n];
+        l.mnemonic() == Mnemonic::Lea
+            && l.is_ip_rel_memory_operand()
+            && l.op0_register().full_register() == base
+            && paths::copied_on_every_path(insns, n, mov, [base, base], targets)
+    })?;
+    Some(insns[n].ip_rel_memory_address())
 }
 
 /// Bits of a register operand, 64 counted as 32 (a 32-bit write

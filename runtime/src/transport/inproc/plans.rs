@@ -54,9 +54,9 @@ use crate::transport::retsites::ReturnSites;
 /// First bytes of every plan file.
 const MAGIC: [u8; 8] = *b"WPRBPLAN";
 /// The layout's version; bump it when the layout or what is kept changes,
-/// or what is planned (4: jump tables read in more shapes, agent-loader's
-/// `jumptable`).
-const VERSION: u32 = 4;
+/// or what is planned (5: jump tables whose check on a copy of the index
+/// is entered from before it, agent-loader's `jumptable/paths.rs`).
+const VERSION: u32 = 5;
 /// Magic, version, key (32), payload length (8), payload hash (32).
 const ENVELOPE: usize = 8 + 4 + 32 + 8 + 32;
 /// Largest plan file read.
