@@ -76,12 +76,8 @@ impl Patcher {
         if self.ahead.is_some() {
             return;
         }
-        let mut paths: Vec<PathBuf> = Vec::new();
-        for (p, _) in Self::exec_files(maps) {
-            if !self.modules.contains_key(&p) && !paths.contains(&p) {
-                paths.push(p);
-            }
-        }
+        let mut paths = Self::exec_paths(maps);
+        paths.retain(|p| !self.modules.contains_key(p));
         let (tx, rx) = std::sync::mpsc::channel();
         let waiting = paths.iter().cloned().collect();
         let spawned = std::thread::Builder::new()
@@ -116,4 +112,25 @@ impl Patcher {
             .map(|m| (crate::proc::procmaps::canonical(Path::new(&m.path)), m))
             .collect()
     }
+
+    /// The canonical paths of the files mapped executable, each once, in
+    /// address order (the executable first).
+    pub(super) fn exec_paths(maps: &[Mapping]) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for (p, _) in Self::exec_files(maps) {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        paths
+    }
+}
+
+/// The run-time address of file offset `off` of module `p` in its
+/// executable mappings (`exec`, [`Patcher::exec_files`]).
+pub(super) fn run_time_at(exec: &[(PathBuf, &Mapping)], p: &Path, off: u64) -> Option<u64> {
+    exec.iter()
+        .filter(|(q, _)| q == p)
+        .find(|(_, m)| off >= m.offset && off - m.offset < m.end - m.start)
+        .map(|(_, m)| m.start + (off - m.offset))
 }

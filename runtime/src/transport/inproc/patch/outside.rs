@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Patcher;
-use super::module::module_at;
+use super::module::{module_at, run_time_at};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
@@ -63,14 +63,7 @@ impl Patcher {
         if NEVER_RETURN.contains(&name) {
             return true;
         }
-        let exec = Self::exec_files(maps);
-        let mut paths: Vec<PathBuf> = Vec::new();
-        for (p, _) in exec {
-            if !paths.contains(&p) {
-                paths.push(p);
-            }
-        }
-        for p in paths {
+        for p in Self::exec_paths(maps) {
             let Ok(module) = self.module(&p).as_ref() else {
                 continue;
             };
@@ -132,14 +125,8 @@ impl Patcher {
         // Settled as not found while it is looked up: a cycle ends there.
         self.outside.insert(name.to_string(), None);
         let exec = Self::exec_files(maps);
-        let mut paths: Vec<&PathBuf> = Vec::new();
-        for (p, _) in &exec {
-            if !paths.contains(&p) {
-                paths.push(p);
-            }
-        }
         let mut at = None;
-        for p in paths {
+        for p in &Self::exec_paths(maps) {
             let Ok(module) = self.module(p).as_ref() else {
                 continue;
             };
@@ -256,12 +243,7 @@ impl Patcher {
         let Some(mut rets) = sites
             .rets
             .iter()
-            .map(|&off| {
-                exec.iter()
-                    .filter(|(q, _)| q == p)
-                    .find(|(_, m)| off >= m.offset && off - m.offset < m.end - m.start)
-                    .map(|(_, m)| m.start + (off - m.offset))
-            })
+            .map(|&off| run_time_at(&exec, p, off))
             .collect::<Option<Vec<u64>>>()
         else {
             return (None, partial);

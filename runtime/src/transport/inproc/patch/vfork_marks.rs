@@ -28,13 +28,12 @@
 //! (a trap at a `ret` the child reaches would stop a process wprobe does
 //! not hold), and a site already there (a probe's) marked as it is.
 
-use std::path::PathBuf;
-
 use agent_abi::{site_kind, vfork_mark};
 
 use super::Patcher;
 use super::Shape;
 use super::check::Checked;
+use super::module::run_time_at;
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
 
@@ -103,12 +102,7 @@ impl Patcher {
     /// program) defines one of [`MAKERS`]. Only the modules' symbols are
     /// read (the C library's code is swept only when it is marked).
     fn may_make_vfork_children(&mut self, maps: &[Mapping]) -> bool {
-        let mut seen: Vec<PathBuf> = Vec::new();
-        for (p, _) in Self::exec_files(maps) {
-            if seen.contains(&p) {
-                continue;
-            }
-            seen.push(p.clone());
+        for p in Self::exec_paths(maps) {
             let Ok(elf) = wprobe_elf::info::ElfInfo::open_shared(&p) else {
                 continue;
             };
@@ -136,13 +130,7 @@ impl Patcher {
     /// it: glibc has two `posix_spawn`s).
     fn entries_of(&mut self, maps: &[Mapping], name: &str) -> Vec<u64> {
         let exec = Self::exec_files(maps);
-        let mut paths: Vec<PathBuf> = Vec::new();
-        for (p, _) in &exec {
-            if !paths.contains(p) {
-                paths.push(p.clone());
-            }
-        }
-        for p in paths {
+        for p in Self::exec_paths(maps) {
             let Ok(module) = self.module(&p).as_ref() else {
                 continue;
             };
@@ -164,12 +152,7 @@ impl Patcher {
             }
             let mut at: Vec<u64> = offsets
                 .iter()
-                .filter_map(|&off| {
-                    exec.iter()
-                        .filter(|(q, _)| *q == p)
-                        .find(|(_, m)| off >= m.offset && off - m.offset < m.end - m.start)
-                        .map(|(_, m)| m.start + (off - m.offset))
-                })
+                .filter_map(|&off| run_time_at(&exec, &p, off))
                 .collect();
             at.sort_unstable();
             at.dedup();
