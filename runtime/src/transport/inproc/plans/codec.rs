@@ -36,6 +36,19 @@ impl W {
             last = v;
         }
     }
+    /// Address lists by address, sorted by it, each key as the
+    /// difference from the one before.
+    fn addr_lists(&mut self, m: &HashMap<u64, Vec<u64>>) {
+        let mut all: Vec<(&u64, &Vec<u64>)> = m.iter().collect();
+        all.sort_unstable_by_key(|(k, _)| **k);
+        self.u64(all.len() as u64);
+        let mut last = 0;
+        for (&k, vs) in all {
+            self.delta(last, k);
+            self.addrs(vs);
+            last = k;
+        }
+    }
     fn str(&mut self, s: &str) {
         let n = self.table.len() as u64;
         let i = *self.index.entry(s.to_string()).or_insert_with(|| {
@@ -108,6 +121,18 @@ impl R<'_> {
                 Some(last)
             })
             .collect()
+    }
+    /// What [`W::addr_lists`] wrote.
+    fn addr_lists(&mut self) -> Option<HashMap<u64, Vec<u64>>> {
+        let n = self.count(2)?;
+        let mut m = HashMap::with_capacity(n);
+        let mut last = 0;
+        for _ in 0..n {
+            let k = self.delta(last)?;
+            m.insert(k, self.addrs()?);
+            last = k;
+        }
+        Some(m)
     }
     fn str(&mut self) -> Option<String> {
         let i = usize::try_from(self.u64()?).ok()?;
@@ -210,24 +235,8 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         w.u64(u64::from(r.never_returns));
         last = off;
     }
-    let mut calls: Vec<(&u64, &Vec<u64>)> = plans.calls.iter().collect();
-    calls.sort_unstable_by_key(|(t, _)| **t);
-    w.u64(calls.len() as u64);
-    let mut last = 0;
-    for (&target, after) in calls {
-        w.delta(last, target);
-        w.addrs(after);
-        last = target;
-    }
-    let mut jumps: Vec<(&u64, &Vec<u64>)> = plans.jumps.iter().collect();
-    jumps.sort_unstable_by_key(|(t, _)| **t);
-    w.u64(jumps.len() as u64);
-    let mut last = 0;
-    for (&target, from) in jumps {
-        w.delta(last, target);
-        w.addrs(from);
-        last = target;
-    }
+    w.addr_lists(&plans.calls);
+    w.addr_lists(&plans.jumps);
     let mut blocks: Vec<(&u64, &usize)> = plans.blocks.iter().collect();
     blocks.sort_unstable();
     w.u64(blocks.len() as u64);
@@ -280,22 +289,8 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
     let sweep = sweep_of(&mut r)?;
     let windows = windows_of(&mut r)?;
     let rets = rets_of(&mut r)?;
-    let n = r.count(2)?;
-    let mut calls = HashMap::with_capacity(n);
-    let mut last = 0;
-    for _ in 0..n {
-        let target = r.delta(last)?;
-        calls.insert(target, r.addrs()?);
-        last = target;
-    }
-    let n = r.count(2)?;
-    let mut jumps = HashMap::with_capacity(n);
-    let mut last = 0;
-    for _ in 0..n {
-        let target = r.delta(last)?;
-        jumps.insert(target, r.addrs()?);
-        last = target;
-    }
+    let calls = r.addr_lists()?;
+    let jumps = r.addr_lists()?;
     let n = r.count(2)?;
     let mut blocks = HashMap::with_capacity(n);
     let mut last = 0;
