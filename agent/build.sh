@@ -21,7 +21,8 @@ ld.lld -m elf_x86_64 -shared -o "$out.tmp" \
   --gc-sections --hash-style=gnu --build-id=sha1 --eh-frame-hdr \
   --version-script "$here/exports.map" -soname wprobe-agent.so \
   -u wprobe_agent_init -u wprobe_agent_load -u wprobe_agent_sites -u wprobe_agent_dispatch \
-  -u wprobe_agent_trap -u wprobe_agent_bench \
+  -u wprobe_agent_trap -u wprobe_agent_bench -u wprobe_agent_fast \
+  -u wprobe_agent_fast_table \
   "$lib"
 sh "$here/check.sh" "$out.tmp"
 mv "$out.tmp" "$out"

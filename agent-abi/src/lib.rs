@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Version of this contract; the agent refuses a control region of another.
-pub const AGENT_ABI_VERSION: u32 = 11;
+pub const AGENT_ABI_VERSION: u32 = 12;
 
 /// First 8 bytes of the control region ("WPRBAGT3", little-endian).
 pub const CTRL_MAGIC: u64 = u64::from_le_bytes(*b"WPRBAGT3");
@@ -114,6 +114,87 @@ pub mod sym {
     /// measurement loop run inside the agent (see [`crate::bench`]); returns
     /// the calling thread's CPU time it took, in ns.
     pub const BENCH: &str = "wprobe_agent_bench";
+    /// `fn(site: u32, frame: *mut fast::FastRegs) -> u64`: the notices of
+    /// a site whose probes only tell calls (see [`crate::fast`]), told
+    /// without a full frame; [`crate::fast::DONE`], or
+    /// [`crate::fast::FULL`] when the hit needs `dispatch`.
+    pub const FAST: &str = "wprobe_agent_fast";
+    /// The agent's pointer to its table of [`crate::fast::FastSite`]s (a
+    /// data symbol; null until the first sites are added), which the
+    /// trampoline reads before it saves the full frame.
+    pub const FAST_TABLE: &str = "wprobe_agent_fast_table";
+}
+
+/// The fast path of the notices of `wprobe trace` (and of any return
+/// probe whose calls are only told): the stub areas' trampoline first
+/// saves the flags and the caller-saved registers alone ([`FastRegs`]) and
+/// calls [`sym::FAST`] for a site the table of [`FastSite`]s marks; the
+/// agent tells the call's entry or return there, on the probed thread's
+/// stack, with no vector register touched (the trampoline keeps none), and
+/// returns [`FULL`] for anything else, before it changed anything: the
+/// trampoline then takes the full frame and calls [`sym::DISPATCH`].
+pub mod fast {
+    /// The hit was handled.
+    pub const DONE: u64 = 0;
+    /// The hit needs the full path (`dispatch`).
+    pub const FULL: u64 = 1;
+
+    /// The registers the trampoline's fast path saves, lowest address
+    /// first: the flags and the registers a C call may change, and `rbx`
+    /// (the trampoline keeps the frame's address there).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct FastRegs {
+        /// The probed thread's registers.
+        pub rbx: u64,
+        /// See `rbx`.
+        pub r11: u64,
+        /// See `rbx`.
+        pub r10: u64,
+        /// See `rbx`.
+        pub r9: u64,
+        /// See `rbx`.
+        pub r8: u64,
+        /// See `rbx`.
+        pub rdi: u64,
+        /// See `rbx`.
+        pub rsi: u64,
+        /// See `rbx`.
+        pub rdx: u64,
+        /// `rflags`.
+        pub flags: u64,
+        /// See `rbx`.
+        pub rcx: u64,
+        /// See `rbx`.
+        pub rax: u64,
+    }
+
+    /// Bytes between a [`FastRegs`] frame's start and the probed code's
+    /// `rsp`: the frame, the return address into the stub, the site id
+    /// the stub pushed and the red zone it stepped over.
+    pub const ABOVE: u64 = core::mem::size_of::<FastRegs>() as u64 + 16 + 128;
+
+    /// A site as the fast path sees it (the table is indexed by site id).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct FastSite {
+        /// The site's address (a function entry's, or the instruction a
+        /// continuation site is at).
+        pub addr: u64,
+        /// An entry's return probe (its only probe).
+        pub probe: u32,
+        /// [`crate::site_kind`].
+        pub kind: u16,
+        /// Nonzero: the trampoline tries the fast path.
+        pub fast: u16,
+    }
+
+    /// Size of a [`FastSite`] (the trampoline indexes the table by it).
+    pub const SITE_SIZE: u64 = 16;
+    /// Offset of [`FastSite::fast`] in it.
+    pub const FLAG_OFF: u64 = 14;
+    const _: () = assert!(core::mem::size_of::<FastSite>() == SITE_SIZE as usize);
+    const _: () = assert!(core::mem::offset_of!(FastSite, fast) == FLAG_OFF as usize);
 }
 
 /// Error codes of `init`, `load` and `sites` (negative `i32`).

@@ -45,6 +45,10 @@ pub struct LoadedAgent {
     pub sites: u64,
     /// `wprobe_agent_dispatch`.
     pub dispatch: u64,
+    /// `wprobe_agent_fast`.
+    pub fast: u64,
+    /// `wprobe_agent_fast_table` (a pointer's address).
+    pub fast_table: u64,
     /// `wprobe_agent_trap` (an `int3`).
     pub trap: u64,
     /// `wprobe_agent_bench`.
@@ -148,6 +152,8 @@ fn loaded(
         load: sym(sym::LOAD)?,
         sites: sym(sym::SITES)?,
         dispatch: sym(sym::DISPATCH)?,
+        fast: sym(sym::FAST)?,
+        fast_table: sym(sym::FAST_TABLE)?,
         trap: sym(sym::TRAP)?,
         bench: sym(sym::BENCH)?,
     })
@@ -466,6 +472,12 @@ impl LoadedAgent {
             return Err(self.failure(r).into());
         }
         Ok(())
+    }
+
+    /// What the stub areas' slots hold (`stub::trampoline`): `dispatch`,
+    /// the fast path, the address of the fast table's pointer.
+    pub fn slots(&self) -> [u64; 3] {
+        [self.dispatch, self.fast, self.fast_table]
     }
 
     /// Makes the target call `dispatch(site, frame)`; returns its result.

@@ -710,13 +710,20 @@ impl Region {
                 // SAFETY: the header at offset 0 of the mapping, kept alive
                 // by `map`; the fields are atomics.
                 let h = unsafe { &*(map.ptr as *const ControlHeader) };
-                let first = invariant.then(tsc_realtime);
+                let first = invariant.then(|| *CLOCK_START.get_or_init(tsc_realtime));
                 while !flag.load(Ordering::SeqCst) {
                     h.heartbeat_tsc.store(rdtsc(), Ordering::Release);
-                    if let Some((tsc0, ns0)) = first {
-                        publish_clock(h, tsc0, ns0);
-                    }
-                    std::thread::park_timeout(period);
+                    let published = match first {
+                        Some((tsc0, ns0)) => publish_clock(h, tsc0, ns0),
+                        None => true,
+                    };
+                    // Until the first anchor, looked at again soon: hits
+                    // without one take the agent's full path.
+                    std::thread::park_timeout(if published {
+                        period
+                    } else {
+                        period.min(std::time::Duration::from_millis(5))
+                    });
                 }
             })?;
         Ok(Heartbeat {
@@ -867,6 +874,18 @@ fn invariant_tsc() -> bool {
     })
 }
 
+/// The `(TSC, CLOCK_REALTIME ns)` pair the TSC's rate is measured from:
+/// the first of [`anchor_clock`] and the first heartbeat.
+static CLOCK_START: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+
+/// Takes the pair the TSC's rate published to the agents is measured from
+/// now, unless taken already: called when a transport starts, so that the
+/// first anchor is published when its heartbeat starts (at least 50 ms
+/// later, a heartbeat looking again every 5 ms until it is).
+pub fn anchor_clock() {
+    CLOCK_START.get_or_init(tsc_realtime);
+}
+
 /// A `(TSC, CLOCK_REALTIME ns)` pair, the TSC read on both sides of the
 /// clock (their midpoint).
 fn tsc_realtime() -> (u64, u64) {
@@ -886,12 +905,12 @@ fn tsc_realtime() -> (u64, u64) {
 
 /// Publishes the wall clock in TSC ticks for the agent (`ControlHeader::
 /// clock_*`): anchored now, its rate measured since `(tsc0, ns0)` (at
-/// least 50 ms before, else not yet).
-fn publish_clock(h: &ControlHeader, tsc0: u64, ns0: u64) {
+/// least 50 ms before, else not yet: false).
+fn publish_clock(h: &ControlHeader, tsc0: u64, ns0: u64) -> bool {
     let (tsc, ns) = tsc_realtime();
     let (dt, dn) = (tsc.wrapping_sub(tsc0), ns.wrapping_sub(ns0));
     if dn < 50_000_000 || dt == 0 {
-        return;
+        return false;
     }
     let mult = ((u128::from(dn) << 32) / u128::from(dt)) as u64;
     let seq = h.clock_seq.load(Ordering::Relaxed);
@@ -901,6 +920,7 @@ fn publish_clock(h: &ControlHeader, tsc0: u64, ns0: u64) {
     h.clock_ns.store(ns, Ordering::Relaxed);
     h.clock_mult.store(mult, Ordering::Relaxed);
     h.clock_seq.store(seq.wrapping_add(2), Ordering::Release);
+    true
 }
 
 /// `FUTEX_WAKE` (shared) of one waiter of `w`.

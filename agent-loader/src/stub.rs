@@ -54,6 +54,9 @@ use iced_x86::{Code, Instruction, MemoryOperand, Register};
 use crate::callemu::call_as_push_and_jump;
 use crate::reloc::{OWN_IP, relocate};
 
+/// Bytes a stub area keeps for its [`trampoline`] (its slots come next).
+pub const TRAMPOLINE_ROOM: u64 = 640;
+
 /// Bytes of the `jmp rel32` written at a site.
 pub const JMP_LEN: usize = 5;
 
@@ -64,6 +67,9 @@ pub const JMP_LEN: usize = 5;
 /// it switches stacks (at most 512: its frame and `thread::current`'s,
 /// first hit of a thread included; measured on a real process by the test
 /// `inproc::a_hit_writes_no_deeper_than_the_stack_footprint_below_rsp`).
+/// The fast path (`agent_abi::fast`) stays within it: its 88-byte frame
+/// and `wprobe_agent_fast`'s own (checked by the test
+/// `fast_path_uses_no_vector_register`).
 pub const STACK_FOOTPRINT: usize = 128 + 16 + SAVED_REGS_SIZE + 8 + 8 + 512;
 
 /// A probe site: the window the jump replaces.
@@ -136,16 +142,187 @@ fn e(r: std::result::Result<Instruction, iced_x86::IcedError>) -> Result<Instruc
     r.context("building a stub")
 }
 
-/// The shared trampoline at `addr`, calling `dispatch(site_id, frame)`
-/// through the 8-byte slot at `slot` (written once the agent is loaded, so
-/// that stubs can be placed and checked before).
-pub fn trampoline(slot: u64, addr: u64) -> Result<Vec<u8>> {
-    trampoline_above(slot, addr, RED_ZONE)
+/// The shared trampoline at `addr`, with its three 8-byte slots from
+/// `slots` (written once the agent is loaded, so that stubs can be placed
+/// and checked before; all 0 until then): `dispatch`, the fast path's
+/// function ([`agent_abi::sym::FAST`]) and the address of the agent's
+/// pointer to its fast table ([`agent_abi::sym::FAST_TABLE`]).
+///
+/// It starts with the fast path (`agent_abi::fast`): the site's entry of
+/// the fast table read with `rax` and `rcx` saved and the flags untouched
+/// (`mov`, `lea`, `movzx` and `jrcxz` change none); a site it marks gets
+/// the flags and the other caller-saved registers saved, the fast
+/// function called, and, when it says DONE, everything put back and
+/// `ret 8`; otherwise (or for a site not marked) the full trampoline
+/// below runs on the stub's call as if called from it:
+///
+/// ```text
+///   push rax ; push rcx
+///   mov rcx, [fast_table_slot] ; jrcxz skip ; mov rcx, [rcx] ; jrcxz skip
+///   mov eax, [rsp+24] ; lea rax, [rax+rax] ; movzx ecx, word [rcx+rax*8+14]
+///   jrcxz skip
+///   pushfq ; push rdx, rsi, rdi, r8, r9, r10, r11, rbx  ; fast::FastRegs
+///   cld ; mov edi, [rsp+96] ; mov rsi, rsp ; mov rbx, rsp ; and rsp, -16
+///   call [fast_slot] ; mov rsp, rbx ; test eax, eax
+///   pop rbx, r11, r10, r9, r8, rdi, rsi, rdx ; jnz back
+///   <the flags put back as the full path does> ; pop rcx ; pop rax ; ret 8
+/// back: popfq ; pop rcx ; pop rax ; jmp full     ; all as they were
+/// skip: pop rcx ; pop rax                        ; the flags unchanged
+/// full: the full trampoline
+/// ```
+pub fn trampoline(slots: u64, addr: u64) -> Result<Vec<u8>> {
+    let mut v = fast_path(slots)?;
+    let full = v.len() as u64;
+    let near = |i: &Instruction| i.op0_kind() == iced_x86::OpKind::NearBranch64;
+    for mut i in full_trampoline(slots, RED_ZONE)? {
+        // Its own branches name its instructions by index from its start.
+        if near(&i) && i.near_branch64() >= OWN_IP {
+            i.set_near_branch64(i.near_branch64() + full);
+        }
+        v.push(i);
+    }
+    // The fast path's branches to the full trampoline name it by a label.
+    for i in &mut v[..full as usize] {
+        if near(i) && i.near_branch64() == FULL_LABEL {
+            i.set_near_branch64(OWN_IP + full);
+        }
+    }
+    Ok(relocate(&v, addr, None)?.code)
 }
 
-/// The trampoline, for stubs that left `above` bytes between the probed
-/// `rsp` and the site id they push.
-fn trampoline_above(slot: u64, addr: u64, above: i64) -> Result<Vec<u8>> {
+/// Where the fast path's `jmp full` goes before [`trampoline`] names the
+/// full trampoline's first instruction.
+const FULL_LABEL: u64 = OWN_IP + 0xFFFF;
+
+/// The fast path of [`trampoline`] (its instructions, with branches to
+/// `OWN_IP + k` for the k-th and [`FULL_LABEL`] for the full path).
+fn fast_path(slots: u64) -> Result<Vec<Instruction>> {
+    use agent_abi::fast;
+    let mut v: Vec<Instruction> = vec![
+        e(Instruction::with1(Code::Push_r64, Register::RAX))?,
+        e(Instruction::with1(Code::Push_r64, Register::RCX))?,
+        e(Instruction::with2(
+            Code::Mov_r64_rm64,
+            Register::RCX,
+            MemoryOperand::with_base_displ(Register::RIP, (slots + 16) as i64),
+        ))?,
+    ];
+    // The `jrcxz skip`s, their target set below.
+    let mut skips = vec![v.len()];
+    v.push(e(Instruction::with_branch(Code::Jrcxz_rel8_64, 0))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RCX,
+        MemoryOperand::with_base_displ(Register::RCX, 0),
+    ))?);
+    skips.push(v.len());
+    v.push(e(Instruction::with_branch(Code::Jrcxz_rel8_64, 0))?);
+    // The site id, above rcx, rax and the return address.
+    v.push(e(Instruction::with2(
+        Code::Mov_r32_rm32,
+        Register::EAX,
+        rsp(24),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RAX,
+        MemoryOperand::with_base_index(Register::RAX, Register::RAX),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Movzx_r32_rm16,
+        Register::ECX,
+        MemoryOperand::new(
+            Register::RCX,
+            Register::RAX,
+            (fast::SITE_SIZE / 2) as u32,
+            fast::FLAG_OFF as i64,
+            1,
+            false,
+            Register::None,
+        ),
+    ))?);
+    skips.push(v.len());
+    v.push(e(Instruction::with_branch(Code::Jrcxz_rel8_64, 0))?);
+    v.push(Instruction::with(Code::Pushfq));
+    const SAVED: [Register; 8] = [
+        Register::RDX,
+        Register::RSI,
+        Register::RDI,
+        Register::R8,
+        Register::R9,
+        Register::R10,
+        Register::R11,
+        Register::RBX,
+    ];
+    for r in SAVED {
+        v.push(e(Instruction::with1(Code::Push_r64, r))?);
+    }
+    const FRAME: i64 = core::mem::size_of::<fast::FastRegs>() as i64;
+    const _: () = assert!(FRAME == 8 * 11);
+    v.push(Instruction::with(Code::Cld));
+    v.push(e(Instruction::with2(
+        Code::Mov_r32_rm32,
+        Register::EDI,
+        rsp(FRAME + 8),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSI,
+        Register::RSP,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RBX,
+        Register::RSP,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::And_rm64_imm8,
+        Register::RSP,
+        -16i32,
+    ))?);
+    v.push(e(Instruction::with1(
+        Code::Call_rm64,
+        MemoryOperand::with_base_displ(Register::RIP, (slots + 8) as i64),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSP,
+        Register::RBX,
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Test_rm32_r32,
+        Register::EAX,
+        Register::EAX,
+    ))?);
+    for r in SAVED.iter().rev() {
+        v.push(e(Instruction::with1(Code::Pop_r64, *r))?);
+    }
+    let back = v.len();
+    v.push(e(Instruction::with_branch(Code::Jne_rel32_64, 0))?);
+    // Done: the flags at [rsp], then rcx and rax.
+    restore_flags_on_top(&mut v)?;
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RCX))?);
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
+    v.push(e(Instruction::with1(Code::Retnq_imm16, 8u32))?);
+    let back_at = v.len();
+    v[back].set_near_branch64(OWN_IP + back_at as u64);
+    v.push(Instruction::with(Code::Popfq));
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RCX))?);
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
+    v.push(e(Instruction::with_branch(Code::Jmp_rel32_64, FULL_LABEL))?);
+    let skip_at = v.len();
+    for k in skips {
+        v[k].set_near_branch64(OWN_IP + skip_at as u64);
+    }
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RCX))?);
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
+    Ok(v)
+}
+
+/// The full trampoline, for stubs that left `above` bytes between the
+/// probed `rsp` and the site id they push (its instructions; `dispatch`
+/// called through the slot at `slot`).
+fn full_trampoline(slot: u64, above: i64) -> Result<Vec<Instruction>> {
     const _: () = assert!(SAVED_REGS_SIZE as i64 == LOW_BLOCK + GPR_BLOCK);
     let mut v: Vec<Instruction> = vec![Instruction::with(Code::Pushfq)];
     for r in PUSHES {
@@ -240,7 +417,7 @@ fn trampoline_above(slot: u64, addr: u64, above: i64) -> Result<Vec<u8>> {
     }
     restore_flags(&mut v)?;
     v.push(e(Instruction::with1(Code::Retnq_imm16, 8u32))?);
-    Ok(relocate(&v, addr, None)?.code)
+    Ok(v)
 }
 
 /// The end of the trampoline's restore, with `[rsp]` the saved `rax` and
@@ -254,8 +431,7 @@ fn trampoline_above(slot: u64, addr: u64, above: i64) -> Result<Vec<u8>> {
 /// On a CPU without LAHF/SAHF in 64-bit mode (the first x86-64 CPUs),
 /// `pop rax ; popfq`.
 fn restore_flags(v: &mut Vec<Instruction>) -> Result<()> {
-    let lahf_lm = core::arch::x86_64::__cpuid(0x8000_0001).ecx & 1 != 0;
-    if !lahf_lm {
+    if !lahf_lm() {
         v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
         v.push(Instruction::with(Code::Popfq));
         return Ok(());
@@ -265,6 +441,45 @@ fn restore_flags(v: &mut Vec<Instruction>) -> Result<()> {
         Register::RAX,
         rsp(8),
     ))?);
+    flags_from_rax(v)?;
+    v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
+    v.push(e(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        rsp(8),
+    ))?);
+    Ok(())
+}
+
+/// As [`restore_flags`], for the fast path: the saved flags at `[rsp]`
+/// put back and dropped, `rax` changed (the caller pops it next).
+fn restore_flags_on_top(v: &mut Vec<Instruction>) -> Result<()> {
+    if !lahf_lm() {
+        v.push(Instruction::with(Code::Popfq));
+        return Ok(());
+    }
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RAX,
+        rsp(0),
+    ))?);
+    flags_from_rax(v)?;
+    v.push(e(Instruction::with2(
+        Code::Lea_r64_m,
+        Register::RSP,
+        rsp(8),
+    ))?);
+    Ok(())
+}
+
+/// Whether the CPU has LAHF/SAHF in 64-bit mode.
+fn lahf_lm() -> bool {
+    core::arch::x86_64::__cpuid(0x8000_0001).ecx & 1 != 0
+}
+
+/// The flags the agent may have changed set from the saved flags in `rax`
+/// (see [`restore_flags`]); `rax` changed.
+fn flags_from_rax(v: &mut Vec<Instruction>) -> Result<()> {
     // ah = flags[7:0], OF (bit 11) at bit 19, DF (bit 10) at bit 18.
     v.push(e(Instruction::with2(
         Code::Shl_rm32_imm8,
@@ -293,12 +508,6 @@ fn restore_flags(v: &mut Vec<Instruction>) -> Result<()> {
         0x7fu32,
     ))?);
     v.push(Instruction::with(Code::Sahf));
-    v.push(e(Instruction::with1(Code::Pop_r64, Register::RAX))?);
-    v.push(e(Instruction::with2(
-        Code::Lea_r64_m,
-        Register::RSP,
-        rsp(8),
-    ))?);
     Ok(())
 }
 
@@ -427,7 +636,7 @@ pub fn watch_stub(site_id: u32, slot: u64, stub_addr: u64) -> Result<Vec<u8>> {
     anyhow::ensure!(head.len() as u64 <= HEAD, "watch stub head too long");
     head.resize(HEAD as usize, 0xCC);
     let above = agent_abi::WATCH_RIP_BELOW as i64;
-    head.extend(trampoline_above(slot, stub_addr + HEAD, above)?);
+    head.extend(relocate(&full_trampoline(slot, above)?, stub_addr + HEAD, None)?.code);
     Ok(head)
 }
 
@@ -445,3 +654,6 @@ pub fn site_patch(site: &Site, stub_addr: u64) -> Result<Vec<u8>> {
     b.resize(site.len, 0xCC);
     Ok(b)
 }
+
+#[cfg(test)]
+mod tests;

@@ -40,17 +40,17 @@ pub const FIRST_DEPTH: usize = 1024;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tracked {
-    probe: u32,
+    pub(crate) probe: u32,
     /// [`CallFrame::base`], with [`SWITCHES`] set for a call of a function
     /// that switches stacks.
-    seg: u32,
-    func: u64,
-    entry_rsp: u64,
-    ret_addr: u64,
+    pub(crate) seg: u32,
+    pub(crate) func: u64,
+    pub(crate) entry_rsp: u64,
+    pub(crate) ret_addr: u64,
     /// rdi, rsi, rdx, rcx, r8, r9, rsp at the entry.
-    regs: [u64; 7],
+    pub(crate) regs: [u64; 7],
     /// Wall-clock time of the entry (ns).
-    entry_ns: u64,
+    pub(crate) entry_ns: u64,
 }
 
 impl CallFrame for Tracked {
@@ -76,27 +76,27 @@ impl CallFrame for Tracked {
 
 /// The bit of [`Tracked::seg`] marking a call that switches stacks (bases
 /// stay below [`agent_abi::MAX_TRACKED_CALLS`]).
-const SWITCHES: u32 = 1 << 31;
+pub(crate) const SWITCHES: u32 = 1 << 31;
 
 /// A thread's tracked calls, innermost last.
 #[repr(C)]
 pub struct Shadow {
     /// The thread they belong to.
-    tid: u32,
+    pub(crate) tid: u32,
     /// Its process (the shadow is copied into a fork child).
-    pid: u32,
-    len: u32,
+    pub(crate) pid: u32,
+    pub(crate) len: u32,
     /// Room in `calls` (tracked calls).
-    cap: u32,
+    pub(crate) cap: u32,
     /// `calls` could not grow: calls beyond `cap` are missed.
     full: u32,
     /// The tracked calls (`cap` of them mapped, `len` in use).
-    calls: *mut Tracked,
+    pub(crate) calls: *mut Tracked,
     /// The thread's stack (`[lo, hi)`, the mapping `rsp` was in when first
     /// needed; `(0, 0)`: not looked up yet), where return-address slots of
     /// tracked calls may be read (`returned_unseen`), and how many more
     /// times it may be looked up again (the main stack grows down).
-    stack: (u64, u64),
+    pub(crate) stack: (u64, u64),
     lookups: u32,
     /// A vfork child's only: the call stack of a vfork child of its
     /// process (nested: made while it runs, on the same thread pointer),

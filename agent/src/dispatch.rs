@@ -15,7 +15,8 @@ use agent_abi::fork_guard;
 /// The MXCSR Wasm code needs: round to nearest, no FTZ/DAZ, all masked.
 const MXCSR_DEFAULT: u32 = 0x1F80;
 
-fn in_forked_child() -> bool {
+#[inline(always)]
+pub(crate) fn in_forked_child() -> bool {
     let g = FORK_GUARD.load(Ordering::Relaxed);
     // SAFETY: the fork-guard page is mapped for the life of the process.
     !g.is_null() && unsafe { g.add(fork_guard::MAGIC_WORD).read_volatile() } != fork_guard::MAGIC
@@ -25,7 +26,7 @@ fn in_forked_child() -> bool {
 /// every hit once it found it stale): a handler may run this many hits of
 /// a thread after the heartbeat went stale, against a staleness bound of
 /// seconds.
-const BEAT_SAMPLE: u32 = 16;
+pub(crate) const BEAT_SAMPLE: u32 = 16;
 
 /// Counts a hit of every enabled probe of `s` (its return probes' calls
 /// included) as missed.

@@ -42,6 +42,23 @@ pub(crate) fn pid() -> u32 {
     }
 }
 
+/// Whether a hit may be a vfork child's (a vfork was seen, or a call that
+/// makes one is under way): then [`vfork_child`] asks the kernel. One
+/// load, no system call.
+#[inline(always)]
+pub(crate) fn vfork_maybe() -> bool {
+    let g = FORK_GUARD.load(Ordering::Relaxed);
+    if g.is_null() {
+        return false;
+    }
+    // SAFETY: as in `vfork_child`.
+    unsafe {
+        g.add(fork_guard::VFORK_WORD).read_volatile()
+            | g.add(fork_guard::VFORK_CALLS_WORD).read_volatile()
+            != 0
+    }
+}
+
 /// The process a hit runs in, when it is a vfork child of this one (see
 /// [`agent_abi::fork_guard::VFORK_WORD`]): its pid, else `None`. One load
 /// while no vfork child lives; else the kernel is asked.

@@ -23,7 +23,8 @@
 //! The entry points, each in a module of its own: `init`
 //! (`wprobe_agent_init`), `load` (`wprobe_agent_load`), `sites`
 //! (`wprobe_agent_sites` and the site table), `dispatch`
-//! (`wprobe_agent_dispatch`, the per-hit path) and `bench`
+//! (`wprobe_agent_dispatch`, the per-hit path), `fast`
+//! (`wprobe_agent_fast`, the notices' fast path) and `bench`
 //! (`wprobe_agent_bench`); `wprobe_agent_trap` is here. Behind them:
 //! `control` (how `load` and `sites` run), `params` (a handler's
 //! parameters), `run` (one probe's run, its counters and outcome),
@@ -48,6 +49,7 @@ mod calls;
 mod control;
 mod ctrl;
 mod dispatch;
+mod fast;
 mod heap;
 mod host;
 mod init;

@@ -61,6 +61,45 @@ pub fn store(c: &ControlHeader, me: u32, max_ns: u64) -> Held {
     store_locked(c, me, max_ns)
 }
 
+/// [`store`] without waiting, for the fast path (`crate::fast`): the
+/// bias, or the futex when it is free and no other thread owns the bias
+/// (claimed when it is free, as [`store_locked`] does); [`Held::No`] when
+/// the hit would have to wait. Uses no vector register.
+#[inline(always)]
+pub fn try_store(c: &ControlHeader, me: u32) -> Held {
+    let owner = c.bias.owner.load(Ordering::Relaxed);
+    if owner == me {
+        // As in `store`.
+        c.bias.inside.store(1, Ordering::Relaxed);
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        if c.bias.owner.load(Ordering::Relaxed) == me {
+            return Held::Bias;
+        }
+        c.bias.inside.store(0, Ordering::Release);
+        return Held::No;
+    }
+    if owner != bias::FREE && owner != bias::OFF {
+        return Held::No;
+    }
+    if c.store_lock
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return Held::No;
+    }
+    let owner = c.bias.owner.load(Ordering::Acquire);
+    if owner == bias::FREE && crate::init::registered() {
+        c.bias.owner.store(me, Ordering::Relaxed);
+    } else if owner != bias::FREE
+        && (owner != bias::OFF || c.bias.inside.load(Ordering::Acquire) != 0)
+    {
+        // Owned by another thread since, or a former owner still inside.
+        unlock(&c.store_lock);
+        return Held::No;
+    }
+    Held::Lock
+}
+
 /// The futex path of [`store`]: a claim of a free bias, the revocation of
 /// another thread's, or the wait for a former owner to leave.
 #[cold]

@@ -86,11 +86,35 @@ pub fn push_notice<const N: usize>(
 /// ring stayed full.
 #[inline(always)]
 fn reserve(c: &ControlHeader, size: u64) -> Option<(*mut u8, u64)> {
+    reserve_with(c, size, wait_for_room)
+}
+
+/// [`reserve`] without waiting: `None` at once when the ring has no room
+/// now (the fast path then leaves the hit to `dispatch`, which waits).
+/// Uses no vector register (see `crate::fast`).
+#[inline(always)]
+pub fn reserve_now(c: &ControlHeader, size: u64) -> Option<(*mut u8, u64)> {
+    reserve_with(c, size, |c, head, need| {
+        head + need - TAIL_SEEN.load(Ordering::Relaxed) <= c.ring_size || {
+            let tail = c.ring.tail.load(Ordering::Acquire);
+            TAIL_SEEN.store(tail, Ordering::Relaxed);
+            head + need - tail <= c.ring_size
+        }
+    })
+}
+
+/// [`reserve`], room waited for by `room(c, head, need)`.
+#[inline(always)]
+fn reserve_with(
+    c: &ControlHeader,
+    size: u64,
+    room: impl FnOnce(&ControlHeader, u64, u64) -> bool,
+) -> Option<(*mut u8, u64)> {
     let cap = c.ring_size;
     let h = c.ring.head.load(Ordering::Relaxed);
     let off = h & (cap - 1);
     let pad = if off + size > cap { cap - off } else { 0 };
-    if !wait_for_room(c, h, pad + size) {
+    if !room(c, h, pad + size) {
         return None;
     }
     // SAFETY: `init` checked ring_off + ring_size is inside the region; the
@@ -113,13 +137,10 @@ fn reserve(c: &ControlHeader, size: u64) -> Option<(*mut u8, u64)> {
         }
         let mut at = off as usize;
         if pad != 0 {
-            let p = RunHeader {
-                size: pad as u32,
-                kind: entry::PAD,
-                ..Default::default()
-            };
-            // A pad needs only `size` and `kind` (its first 8 bytes).
-            core::ptr::copy_nonoverlapping(&p as *const RunHeader as *const u8, base.add(at), 8);
+            // A pad needs only `size` and `kind`, its first 8 bytes
+            // (`RunHeader`'s first fields), written as one word.
+            let word = pad | u64::from(entry::PAD) << 32;
+            (base.add(at) as *mut u64).write_volatile(word);
             at = 0;
         }
         Some((base.add(at), h + pad + size))

@@ -204,6 +204,12 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
     if trapnet::arm(traps) {
         c.stats.trap_net.store(1, Ordering::Relaxed);
     }
+    crate::fast::publish(
+        table
+            .iter()
+            .map(|s| s.as_ref().map(crate::fast::entry_of).unwrap_or_default())
+            .collect(),
+    );
     SITES.store(Box::into_raw(Box::new(table)), Ordering::Release);
     0
 }

@@ -224,6 +224,29 @@ pub fn current() -> Option<(&'static Slot, u64)> {
     current_slow(fs)
 }
 
+/// The current thread's slot when [`current`] would find it at once (a
+/// libc thread at its hash, its TCB known, its tid unchanged), else
+/// `None` (the fast path then leaves the hit to `dispatch`). Uses no
+/// vector register (see `crate::fast`).
+#[inline(always)]
+pub fn existing() -> Option<&'static Slot> {
+    let fs = fs_base();
+    if fs == 0 {
+        return None;
+    }
+    let s = &TABLE[hash(fs)];
+    if s.key.load(Ordering::Acquire) != fs
+        || s.tcb_ok.load(Ordering::Relaxed) == 0
+        || s.stack.load(Ordering::Relaxed) == 0
+    {
+        return None;
+    }
+    let off = TCB_TID_OFF.load(Ordering::Relaxed);
+    // SAFETY: as in `current`.
+    let tid = unsafe { ((fs + u64::from(off)) as *const u32).read_volatile() };
+    (s.tid.load(Ordering::Relaxed) == tid).then_some(s)
+}
+
 /// [`current`] for a thread without a libc TCB, a slot found after a
 /// collision, or a thread's first hit (its slot and stack are made).
 #[cold]

@@ -150,23 +150,35 @@ unsafe fn lookup(base: usize, name: &[u8]) -> Option<usize> {
 /// a third of a stub's cost).
 #[inline]
 pub fn wall_ns_at(tsc: u64) -> u64 {
-    if let Some(c) = crate::ctrl::get() {
-        use core::sync::atomic::Ordering;
-        for _ in 0..4 {
-            let s1 = c.clock_seq.load(Ordering::Acquire);
-            let mult = c.clock_mult.load(Ordering::Relaxed);
-            if mult == 0 {
-                break;
-            }
-            let tsc0 = c.clock_tsc.load(Ordering::Relaxed);
-            let ns0 = c.clock_ns.load(Ordering::Relaxed);
-            core::sync::atomic::fence(Ordering::Acquire);
-            if s1 & 1 == 0 && c.clock_seq.load(Ordering::Relaxed) == s1 {
-                let dt = tsc.wrapping_sub(tsc0) as i64;
-                let d = ((i128::from(dt) * i128::from(mult)) >> 32) as i64;
-                return ns0.wrapping_add(d as u64);
-            }
-        }
+    if let Some(c) = crate::ctrl::get()
+        && let Some(ns) = tsc_wall_ns(c, tsc)
+    {
+        return ns;
     }
     clock_ns(crate::sys::CLOCK_REALTIME)
+}
+
+/// CLOCK_REALTIME in ns at `tsc` from the rate the tracer publishes;
+/// `None` when it publishes none, or was rewriting it at each of a few
+/// looks. A few loads and a multiplication (no vector register: the fast
+/// path's, see `crate::fast`).
+#[inline(always)]
+pub fn tsc_wall_ns(c: &agent_abi::ControlHeader, tsc: u64) -> Option<u64> {
+    use core::sync::atomic::Ordering;
+    for _ in 0..4 {
+        let s1 = c.clock_seq.load(Ordering::Acquire);
+        let mult = c.clock_mult.load(Ordering::Relaxed);
+        if mult == 0 {
+            return None;
+        }
+        let tsc0 = c.clock_tsc.load(Ordering::Relaxed);
+        let ns0 = c.clock_ns.load(Ordering::Relaxed);
+        core::sync::atomic::fence(Ordering::Acquire);
+        if s1 & 1 == 0 && c.clock_seq.load(Ordering::Relaxed) == s1 {
+            let dt = tsc.wrapping_sub(tsc0) as i64;
+            let d = ((i128::from(dt) * i128::from(mult)) >> 32) as i64;
+            return Some(ns0.wrapping_add(d as u64));
+        }
+    }
+    None
 }

@@ -42,6 +42,7 @@ pub(crate) const CASES: &[Case] = &[
     case!(list_shows_each_name_of_a_function),
     case!(setjmp_is_traced_and_longjmp_unwinds_past_calls @ every_transport),
     case!(functions_taking_their_own_address_still_get_it @ every_transport),
+    case!(the_flags_survive_a_traced_calls_entry_and_return @ every_transport),
     case!(many_trap_sites_are_said_in_one_line),
     case!(tail_calls_into_another_module_are_seen_returning @ every_transport),
     case!(a_switchs_returns_take_jumps @ every_transport),
@@ -1074,6 +1075,39 @@ fn functions_taking_their_own_address_still_get_it(tr: &str) {
     let r = report_of(&out);
     assert_eq!(r.get("is_self").map(|c| c.0), Some(5), "{r:?}");
     assert_eq!(r.get("self_addr").map(|c| c.0), Some(5), "{r:?}");
+}
+
+/// `tests/progs/flags_calls.c`: each arithmetic flag and DF, alone and
+/// together, set before a traced function's entry window and again before
+/// its return window, is what the function and its caller see after each
+/// (the in-process fast path saves the flags with `pushfq` and puts back
+/// what its call can change with `sahf`, `std` and an `add` for OF; the
+/// first round takes the full path, the next ones, after the program's
+/// pause past wprobe's first clock anchor, the fast one: with the fast
+/// path's restore of OF and DF left out, those rounds print 0x0 for
+/// them); all 3 × 10 calls traced and returned.
+fn the_flags_survive_a_traced_calls_entry_and_return(tr: &str) {
+    let prog = gcc("flags_calls", &progs().join("flags_calls.c"), &["-O1"]);
+    let untraced = std::process::Command::new(&prog).arg("3").output().unwrap();
+    assert!(untraced.status.success());
+    let want = String::from_utf8_lossy(&untraced.stdout).into_owned();
+    // The premise: each line shows a flag setting come back as it was set.
+    for l in want.lines() {
+        let w: Vec<&str> = l.split(' ').collect();
+        assert_eq!((w[0], w[2]), (w[1], w[3]), "{want}");
+    }
+    let out = file("flags_calls.json", tr);
+    let o = trace_argv(
+        tr,
+        &["--report", "--format", "json", "-o", out.to_str().unwrap()],
+        &prog,
+        &["3"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), want, "{}", stderr(&o));
+    let r = report_of(&out);
+    assert_eq!(r.get("flags_pass").map(|c| c.0), Some(30), "{r:?}");
+    assert_eq!(r.get("flags_round").map(|c| c.0), Some(30), "{r:?}");
 }
 
 /// `tests/progs/short_funcs.c` under inproc: forty functions too short

@@ -40,7 +40,7 @@ impl InProc {
 
     /// [`Transport::resume`]: the jumps written again, the probes enabled.
     pub(super) fn resume_probes(&mut self) -> Result<(), Error> {
-        let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
+        let Some(slots) = self.agent.as_ref().map(|a| a.slots()) else {
             return Err(Error::unsupported(
                 super::INFO.name,
                 "--transport inproc: nothing is armed yet",
@@ -64,7 +64,7 @@ impl InProc {
                 std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
-            let installed = self.patcher.install(&w, dispatch);
+            let installed = self.patcher.install(&w, slots);
             if let Err(e) = installed {
                 w.release();
                 return Err(e);

@@ -243,7 +243,7 @@ impl InProc {
         self.patcher.plan_vfork_marks(world, &self.maps);
         self.patcher.plan_fragments(world, &self.maps);
         self.say_fallbacks();
-        let Some(dispatch) = self.agent.as_ref().map(|a| a.dispatch) else {
+        let Some(slots) = self.agent.as_ref().map(|a| a.slots()) else {
             return Ok(());
         };
         let mut specs = Self::site_specs(&self.patcher, self.sites_sent..self.patcher.sites.len());
@@ -310,6 +310,6 @@ impl InProc {
                     .set_probe_flags(tag as u32, agent_abi::probe_flag::SWITCHES_STACK);
             }
         }
-        self.patcher.install(world, dispatch)
+        self.patcher.install(world, slots)
     }
 }

@@ -192,13 +192,13 @@ impl InProc {
             // A region joined keeps its counters, reported so far.
             self.reported = vec![RunCounts::default(); probes_cap as usize];
         }
-        let dispatch = agent.dispatch;
+        let slots = agent.slots();
         self.agent = Some(agent);
         phases.mark("sites registered");
         if cfg!(debug_assertions) && std::env::var_os("WPROBE_INJECTION_PAUSE").is_some() {
             crate::elog!("wprobe: debug: {} injections", world.injections());
         }
-        self.patcher.install(world, dispatch)?;
+        self.patcher.install(world, slots)?;
         phases.mark("stubs and jumps written");
         phases.report(self.pid);
         if let Some(a) = &self.agent {

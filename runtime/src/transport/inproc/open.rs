@@ -24,6 +24,7 @@ pub(super) fn open(target: Target<'_>, o: &OpenOptions) -> Result<Box<dyn Transp
         message: format!("journal directory {}: {problem}", dir.display()),
     })?;
     let tsc0 = agent_loader::region::tsc_now();
+    agent_loader::region::anchor_clock();
     let (pid, launched, world) = match target {
         Target::System => {
             return Err(Error::unsupported(

@@ -54,9 +54,10 @@ use crate::transport::retsites::ReturnSites;
 /// First bytes of every plan file.
 const MAGIC: [u8; 8] = *b"WPRBPLAN";
 /// The layout's version; bump it when the layout or what is kept changes,
-/// or what is planned (5: jump tables whose check on a copy of the index
-/// is entered from before it, agent-loader's `jumptable/paths.rs`).
-const VERSION: u32 = 5;
+/// or what is planned (6: the stubs start after a longer trampoline, the
+/// fast path's; 5: jump tables whose check on a copy of the index is
+/// entered from before it, agent-loader's `jumptable/paths.rs`).
+const VERSION: u32 = 6;
 /// Magic, version, key (32), payload length (8), payload hash (32).
 const ENVELOPE: usize = 8 + 4 + 32 + 8 + 32;
 /// Largest plan file read.

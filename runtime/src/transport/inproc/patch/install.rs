@@ -1,5 +1,5 @@
-//! The installation: the stub areas written (with the agent's `dispatch`
-//! in their slots), the sites journaled, then the jumps and their caves.
+//! The installation: the stub areas written (with the agent's `dispatch`,
+//! fast path and fast table in their slots), the sites journaled, then the jumps and their caves.
 
 use super::Patcher;
 use super::stubs::SLOT_OFF;
@@ -8,19 +8,22 @@ use crate::transport::inproc::journal::{Entry, Journal};
 use crate::transport::inproc::world::World;
 
 impl Patcher {
-    /// Writes the stub areas (with `dispatch` in their slots), journals the
+    /// Writes the stub areas (with `slots`, `LoadedAgent::slots`, in their
+    /// slots), journals the
     /// sites, then writes every jump. The target must be stopped. A
     /// failure names the process and the address (and the errno, when
     /// known).
     pub(in crate::transport::inproc) fn install(
         &mut self,
         world: &World,
-        dispatch: u64,
+        slots: [u64; 3],
     ) -> Result<(), Error> {
         let pid = world.pid();
         for a in &mut self.areas {
-            a.code[SLOT_OFF as usize..SLOT_OFF as usize + 8]
-                .copy_from_slice(&dispatch.to_le_bytes());
+            for (k, v) in slots.iter().enumerate() {
+                let at = SLOT_OFF as usize + 8 * k;
+                a.code[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            }
             let n = a.next.next_multiple_of(16) as usize;
             world.poke(a.base, &a.code[..n]).map_err(|e| {
                 Error::anyhow(Some(pid), &e, format!("writing stubs: {e:#}")).at(a.base)

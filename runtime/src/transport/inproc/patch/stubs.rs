@@ -14,11 +14,12 @@ use crate::transport::inproc::world::World;
 /// Bytes of one stub area (the trampoline and about 3,000 stubs).
 pub(super) const AREA_BYTES: u64 = 256 << 10;
 
-/// Offset of the dispatch slot in an area (after the trampoline).
-pub(super) const SLOT_OFF: u64 = 512;
+/// Offset of the slots in an area (after the trampoline): `dispatch`, the
+/// fast path, the fast table's pointer (`agent_loader::stub::trampoline`).
+pub(super) const SLOT_OFF: u64 = stub::TRAMPOLINE_ROOM;
 
 /// Offset of the first stub.
-pub(super) const STUBS_OFF: u64 = 576;
+pub(super) const STUBS_OFF: u64 = SLOT_OFF + 64;
 
 /// Room below which an area is not tried for another stub (smaller than
 /// any stub).
@@ -168,8 +169,14 @@ impl Patcher {
         };
         let mut code = vec![0xCCu8; AREA_BYTES as usize];
         let tr = stub::trampoline(base + SLOT_OFF, base).map_err(|e| Error::arm(e.to_string()))?;
+        if tr.len() as u64 > SLOT_OFF {
+            return Err(Error::arm(format!(
+                "the trampoline ({} bytes) would overlap its slots at {SLOT_OFF}",
+                tr.len()
+            )));
+        }
         code[..tr.len()].copy_from_slice(&tr);
-        code[SLOT_OFF as usize..SLOT_OFF as usize + 8].fill(0);
+        code[SLOT_OFF as usize..SLOT_OFF as usize + 24].fill(0);
         self.areas.push(Area {
             base,
             code,
