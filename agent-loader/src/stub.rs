@@ -28,9 +28,9 @@
 //!           stmxcsr [rsp+256]
 //!           lea rax, [rsp+408+16+128] ; mov [rsp+272], rax   (the probed rsp)
 //!           cld                        ; SysV: DF clear at calls
-//!           mov rbx, rsp ; and rsp, -16 ; rbx (callee-saved) keeps the frame
-//!           mov edi, [rbx+416]         ; the site id
-//!           mov rsi, rbx ; mov rax, [dispatch_slot] ; call rax
+//!           mov edi, [rsp+416]         ; the site id
+//!           mov rsi, rsp ; mov rbx, rsp ; and rsp, -16 ; rbx (callee-saved) keeps the frame
+//!           call [dispatch_slot]
 //!           mov rsp, rbx
 //!           movups xmm_i ; add rsp, 280 ; pop r15 … rcx
 //!           <flags from [rsp+8] with sahf, OF and DF apart> ; pop rax
@@ -259,36 +259,8 @@ fn fast_path(slots: u64) -> Result<Vec<Instruction>> {
     }
     const FRAME: i64 = core::mem::size_of::<fast::FastRegs>() as i64;
     const _: () = assert!(FRAME == 8 * 11);
-    v.push(Instruction::with(Code::Cld));
-    v.push(e(Instruction::with2(
-        Code::Mov_r32_rm32,
-        Register::EDI,
-        rsp(FRAME + 8),
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RSI,
-        Register::RSP,
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RBX,
-        Register::RSP,
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::And_rm64_imm8,
-        Register::RSP,
-        -16i32,
-    ))?);
-    v.push(e(Instruction::with1(
-        Code::Call_rm64,
-        MemoryOperand::with_base_displ(Register::RIP, (slots + 8) as i64),
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RSP,
-        Register::RBX,
-    ))?);
+    // The site id above the frame and the return address.
+    call_agent(&mut v, FRAME + 8, slots + 8)?;
     v.push(e(Instruction::with2(
         Code::Test_rm32_r32,
         Register::EAX,
@@ -366,38 +338,8 @@ fn full_trampoline(slot: u64, above: i64) -> Result<Vec<Instruction>> {
         rsp(frame_off::RSP as i64),
         Register::RAX,
     ))?);
-    v.push(Instruction::with(Code::Cld));
-    v.push(e(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RBX,
-        Register::RSP,
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::And_rm64_imm8,
-        Register::RSP,
-        -16i32,
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_r32_rm32,
-        Register::EDI,
-        MemoryOperand::with_base_displ(Register::RBX, SAVED_REGS_SIZE as i64 + 8),
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RSI,
-        Register::RBX,
-    ))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RAX,
-        MemoryOperand::with_base_displ(Register::RIP, slot as i64),
-    ))?);
-    v.push(e(Instruction::with1(Code::Call_rm64, Register::RAX))?);
-    v.push(e(Instruction::with2(
-        Code::Mov_r64_rm64,
-        Register::RSP,
-        Register::RBX,
-    ))?);
+    // The site id above the frame and the return address.
+    call_agent(&mut v, SAVED_REGS_SIZE as i64 + 8, slot)?;
     // No `ldmxcsr`: the agent puts back the MXCSR it found before it
     // returns (and handlers cannot write it).
     for (i, x) in XMMS.iter().enumerate() {
@@ -418,6 +360,37 @@ fn full_trampoline(slot: u64, above: i64) -> Result<Vec<Instruction>> {
     restore_flags(&mut v)?;
     v.push(e(Instruction::with1(Code::Retnq_imm16, 8u32))?);
     Ok(v)
+}
+
+/// The call of the agent function whose address is in the slot at `slot`
+/// with the site id at `[rsp+id_at]` and the frame at `rsp`: DF cleared
+/// (SysV), `rbx` (callee-saved) keeping the frame, the stack aligned for
+/// the call and put back after it.
+fn call_agent(v: &mut Vec<Instruction>, id_at: i64, slot: u64) -> Result<()> {
+    v.push(Instruction::with(Code::Cld));
+    v.push(e(Instruction::with2(
+        Code::Mov_r32_rm32,
+        Register::EDI,
+        rsp(id_at),
+    ))?);
+    for r in [Register::RSI, Register::RBX] {
+        v.push(e(Instruction::with2(Code::Mov_r64_rm64, r, Register::RSP))?);
+    }
+    v.push(e(Instruction::with2(
+        Code::And_rm64_imm8,
+        Register::RSP,
+        -16i32,
+    ))?);
+    v.push(e(Instruction::with1(
+        Code::Call_rm64,
+        MemoryOperand::with_base_displ(Register::RIP, slot as i64),
+    ))?);
+    v.push(e(Instruction::with2(
+        Code::Mov_r64_rm64,
+        Register::RSP,
+        Register::RBX,
+    ))?);
+    Ok(())
 }
 
 /// The end of the trampoline's restore, with `[rsp]` the saved `rax` and

@@ -178,15 +178,18 @@ fn time(c: &ControlHeader, slot: &Slot) -> Option<u64> {
     vdso::tsc_wall_ns(c, t)
 }
 
-/// The store and a ring entry of `size` bytes, both had without waiting.
+/// What a notice of `size` bytes needs, all had without waiting: its
+/// time (see [`time`]), the store (as the slot's thread) and its room in
+/// the ring; `None` (nothing held) when one is not there.
 #[inline(always)]
-fn store_and_room(c: &ControlHeader, tid: u32, size: u64) -> Option<(Held, *mut u8, u64)> {
-    let held = lock::try_store(c, tid);
+fn begin(c: &ControlHeader, slot: &Slot, size: u64) -> Option<(u64, Held, *mut u8, u64)> {
+    let t = time(c, slot)?;
+    let held = lock::try_store(c, slot.tid.load(Ordering::Relaxed));
     if held == Held::No {
         return None;
     }
     match ring::reserve_now(c, size) {
-        Some((at, head)) => Some((held, at, head)),
+        Some((at, head)) => Some((t, held, at, head)),
         None => {
             lock::release(c, held);
             None
@@ -276,12 +279,9 @@ fn enter(
     if live >= ps.maxactive {
         return fast::FULL;
     }
-    let Some(t) = time(c, slot) else {
-        return fast::FULL;
-    };
     let size = (RUN_HEADER_SIZE + 8) as u64;
     let tid = sh.tid;
-    let Some((held, at, head)) = store_and_room(c, tid, size) else {
+    let Some((t, held, at, head)) = begin(c, slot, size) else {
         return fast::FULL;
     };
     ps.live
@@ -357,12 +357,9 @@ fn leave(
     if ps.entry_notice == 0 || ps.enabled.load(Ordering::Relaxed) == 0 {
         return fast::FULL;
     }
-    let Some(t) = time(c, slot) else {
-        return fast::FULL;
-    };
     let size = (RUN_HEADER_SIZE + 24) as u64;
     let tid = sh.tid;
-    let Some((held, at, head)) = store_and_room(c, tid, size) else {
+    let Some((t, held, at, head)) = begin(c, slot, size) else {
         return fast::FULL;
     };
     sh.len -= 1;

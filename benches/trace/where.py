@@ -77,6 +77,8 @@ PARTS = [
     ("pairing::", "calls tracking (calls::, pairing)"),
     ("thread::", "dispatch: the thread's slot"),
     ("dispatch", "dispatch (checks, site, MXCSR, enter/leave)"),
+    ("fast::", "fast path (checks, pairing, the tracked call, the notice)"),
+    ("wprobe_agent_fast", "fast path (checks, pairing, the tracked call, the notice)"),
 ]
 
 

@@ -50,6 +50,7 @@ pub(crate) const CASES: &[Case] = &[
         the_plan_cache_is_kept_by_a_traced_run_and_not_with_no_cache,
         Need::Ptrace
     ),
+    case!(a_warm_run_of_a_large_program_rewrites_no_plan, Need::Ptrace),
 ];
 
 use hostabi::Outcome;
@@ -1205,4 +1206,57 @@ fn the_plan_cache_is_kept_by_a_traced_run_and_not_with_no_cache() {
         assert!(!off.exists(), "{name}: {:?}", plan_files(&off));
     }
     std::fs::remove_dir_all(&on).unwrap();
+}
+
+/// Debian's /usr/bin/python3 (about 10,000 functions; some of its windows are
+/// planned twice in a run, a site dropped and planned again in another
+/// stub area) traced three times with one cache: the second run reads the
+/// plans the first wrote and the third finds every plan file as the
+/// second left it — none written again (each used to be, when the two
+/// stubs of such a window replaced each other in the plan: 1.5 MB
+/// encoded and written at every run, an eighth of a warm run's time).
+fn a_warm_run_of_a_large_program_rewrites_no_plan() {
+    let dir = temp_dir("plans-warm");
+    let run = || {
+        let mut c = crate::support::cli::wprobe();
+        c.args([
+            "trace",
+            "--transport",
+            "inproc",
+            "--report",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["--", "/usr/bin/python3", "--version"])
+        .env("WPROBE_CACHE_DIR", &dir)
+        .env_remove("WPROBE_NO_CACHE")
+        .env_remove("WPROBE_DEBUG");
+        let o = crate::support::cli::output_within(c, 120);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).starts_with("Python 3."),
+            "{err}"
+        );
+    };
+    // (name, inode) of each plan file: a file written again is a new one
+    // (written aside and renamed over the old).
+    let files = || -> Vec<(String, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        plan_files(&dir)
+            .into_iter()
+            .map(|n| {
+                let ino = std::fs::metadata(dir.join("plans").join(&n)).unwrap().ino();
+                (n, ino)
+            })
+            .collect()
+    };
+    run();
+    run();
+    let second = files();
+    // The premise: python3's plans and its libraries'.
+    assert!(second.len() >= 3, "{second:?}");
+    run();
+    assert_eq!(files(), second);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

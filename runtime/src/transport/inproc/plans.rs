@@ -55,7 +55,7 @@ use crate::transport::retsites::ReturnSites;
 const MAGIC: [u8; 8] = *b"WPRBPLAN";
 /// The layout's version; bump it when the layout or what is kept changes,
 /// or what is planned (6: the stubs start after a longer trampoline, the
-/// fast path's; 5: jump tables whose check on a copy of the index is
+/// fast path's, and are kept by window and probe; 5: jump tables whose check on a copy of the index is
 /// entered from before it, agent-loader's `jumptable/paths.rs`).
 const VERSION: u32 = 6;
 /// Magic, version, key (32), payload length (8), payload hash (32).
@@ -243,12 +243,25 @@ impl StubKey {
         self.bias
     }
 
-    /// The window's link-time address (the stubs' key in
-    /// [`Plans::stubs`]).
-    pub(super) fn link(&self) -> u64 {
-        self.addr.wrapping_sub(self.bias)
+    /// The stubs' key in [`Plans::stubs`]: the window's link-time address,
+    /// its probe's, and whether a `ret` ends it (two sites of one run may
+    /// share a window's address: a whole function's and its entry's, a
+    /// `ret`'s; keyed by the address alone, each replaced the other's
+    /// stub, and the plan was written again at every run). A few stubs are
+    /// kept under one key: a window planned twice in a run (its first
+    /// site dropped, planned again later with another id and area) has
+    /// both.
+    pub(super) fn link(&self) -> StubSlot {
+        (
+            self.addr.wrapping_sub(self.bias),
+            self.probe.wrapping_sub(self.bias),
+            self.ret,
+        )
     }
 }
+
+/// Where a stub is kept in [`Plans::stubs`] ([`StubKey::link`]).
+pub(super) type StubSlot = (u64, u64, bool);
 
 /// What a module file's sweep found (`ModuleCode::read`), link-time.
 #[derive(Clone, Debug, Default)]
@@ -290,7 +303,7 @@ pub(super) struct Plans {
     /// executable is, and the same probes give again), by their window's
     /// link-time address ([`StubKey::link`]: one per window, whatever the
     /// load bias).
-    pub(super) stubs: HashMap<u64, (StubKey, Vec<u8>)>,
+    pub(super) stubs: HashMap<StubSlot, Vec<(StubKey, Vec<u8>)>>,
     /// Something was added since read or saved.
     pub(super) added: bool,
 }
@@ -500,6 +513,11 @@ pub(super) fn save_in(
         let _ = std::fs::remove_file(&tmp);
         return Err(format!("{}: {e}", file.display()));
     }
+    debug(format_args!(
+        "{} saved ({} bytes)",
+        path.display(),
+        out.len()
+    ));
     let evicted = evict_in(dir, &file, MAX_DIR_BYTES);
     if evicted > 0 {
         debug(format_args!(

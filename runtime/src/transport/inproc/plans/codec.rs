@@ -259,8 +259,8 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         }
         last = start;
     }
-    let mut stubs: Vec<&(StubKey, Vec<u8>)> = plans.stubs.values().collect();
-    stubs.sort_unstable_by_key(|(k, _)| (k.addr, k.bias));
+    let mut stubs: Vec<&(StubKey, Vec<u8>)> = plans.stubs.values().flatten().collect();
+    stubs.sort_unstable_by_key(|(k, _)| (k.addr, k.probe, k.ret, k.bias, k.id, k.at));
     w.u64(stubs.len() as u64);
     let mut last = 0;
     for (k, code) in stubs {
@@ -433,7 +433,7 @@ fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
 }
 
 /// The stubs' part of a payload.
-fn stubs_of(r: &mut R) -> Option<HashMap<u64, (StubKey, Vec<u8>)>> {
+fn stubs_of(r: &mut R) -> Option<HashMap<super::StubSlot, Vec<(StubKey, Vec<u8>)>>> {
     let n = r.count(9)?;
     let mut stubs = HashMap::with_capacity(n);
     let mut last = 0;
@@ -460,7 +460,10 @@ fn stubs_of(r: &mut R) -> Option<HashMap<u64, (StubKey, Vec<u8>)>> {
         let k = r.count(1)?;
         let (code, rest) = r.bytes.split_at_checked(k)?;
         r.bytes = rest;
-        stubs.insert(key.link(), (key, code.to_vec()));
+        stubs
+            .entry(key.link())
+            .or_insert_with(Vec::new)
+            .push((key, code.to_vec()));
         last = addr;
     }
     Some(stubs)

@@ -173,7 +173,7 @@ fn roundtrip_of_return_sites_and_windows() {
     let k = StubKey::of(&site, 7, 0x3c_0000, 0x3c_0250, 0);
     plans
         .stubs
-        .insert(k.link(), (k, vec![0xe8, 1, 2, 3, 4, 0xc3]));
+        .insert(k.link(), vec![(k, vec![0xe8, 1, 2, 3, 4, 0xc3])]);
     let k = StubKey::of(
         &site,
         8,
@@ -181,7 +181,7 @@ fn roundtrip_of_return_sites_and_windows() {
         0x7f00_0000_0250,
         0x7eff_0000_0000,
     );
-    plans.stubs.insert(k.link(), (k, vec![0x90; 40]));
+    plans.stubs.insert(k.link(), vec![(k, vec![0x90; 40])]);
     save_in(&dir, Path::new(MODULE), &key, &sweep, &plans).expect("saved");
     let (s, p) = load_in(&dir, Path::new(MODULE), &key)
         .expect("read")
