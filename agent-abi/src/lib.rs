@@ -127,11 +127,11 @@ pub mod sym {
 
 /// The fast path of the notices of `wprobe trace` (and of any return
 /// probe whose calls are only told): the stub areas' trampoline first
-/// saves the flags and the caller-saved registers alone ([`FastRegs`]) and
-/// calls [`sym::FAST`] for a site the table of [`FastSite`]s marks; the
+/// saves the flags and the caller-saved registers alone ([`fast::FastRegs`]) and
+/// calls [`sym::FAST`] for a site the table of [`fast::FastSite`]s marks; the
 /// agent tells the call's entry or return there, on the probed thread's
 /// stack, with no vector register touched (the trampoline keeps none), and
-/// returns [`FULL`] for anything else, before it changed anything: the
+/// returns [`fast::FULL`] for anything else, before it changed anything: the
 /// trampoline then takes the full frame and calls [`sym::DISPATCH`].
 pub mod fast {
     /// The hit was handled.

@@ -263,6 +263,10 @@ impl StubKey {
 /// Where a stub is kept in [`Plans::stubs`] ([`StubKey::link`]).
 pub(super) type StubSlot = (u64, u64, bool);
 
+/// The stubs kept ([`Plans::stubs`]): a few under each [`StubSlot`], each
+/// with what it was generated for.
+pub(super) type KeptStubs = HashMap<StubSlot, Vec<(StubKey, Vec<u8>)>>;
+
 /// What a module file's sweep found (`ModuleCode::read`), link-time.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Sweep {
@@ -303,7 +307,7 @@ pub(super) struct Plans {
     /// executable is, and the same probes give again), by their window's
     /// link-time address ([`StubKey::link`]: one per window, whatever the
     /// load bias).
-    pub(super) stubs: HashMap<StubSlot, Vec<(StubKey, Vec<u8>)>>,
+    pub(super) stubs: KeptStubs,
     /// Something was added since read or saved.
     pub(super) added: bool,
 }

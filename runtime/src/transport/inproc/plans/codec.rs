@@ -433,7 +433,7 @@ fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
 }
 
 /// The stubs' part of a payload.
-fn stubs_of(r: &mut R) -> Option<HashMap<super::StubSlot, Vec<(StubKey, Vec<u8>)>>> {
+fn stubs_of(r: &mut R) -> Option<super::KeptStubs> {
     let n = r.count(9)?;
     let mut stubs = HashMap::with_capacity(n);
     let mut last = 0;
