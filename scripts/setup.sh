@@ -76,6 +76,9 @@ apt_install() {
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
 }
+# Tests trace Debian's /usr/bin/python3 as a large real program (the plan
+# cache's warm runs, runtime/tests/all/cache.rs).
+[ -x /usr/bin/python3 ] || apt_install python3
 if [ "$("$ZIG_VENV/bin/python" -m ziglang version 2>/dev/null)" != "$ZIG_VERSION" ]; then
   command -v python3 >/dev/null 2>&1 || apt_install python3
   rm -rf "$ZIG_VENV"
