@@ -160,18 +160,6 @@ fn call(sh: &Shadow, i: u32) -> Top {
     }
 }
 
-/// The hit's TSC and its wall-clock time, the heartbeat checked at one
-/// hit in [`BEAT_SAMPLE`] as `dispatch` does; `None` when it is stale or
-/// the tracer publishes no TSC rate.
-#[inline(always)]
-fn time(c: &ControlHeader, slot: &Slot) -> Option<u64> {
-    let t = sys::rdtsc();
-    if beat_stale_at(c, slot, t) {
-        return None;
-    }
-    vdso::tsc_wall_ns(c, t)
-}
-
 /// The heartbeat checked at one hit in [`BEAT_SAMPLE`] as `dispatch`
 /// does (counted down at the others): whether it is stale (nothing
 /// changed then).
@@ -201,10 +189,12 @@ fn beat_stale_at(c: &ControlHeader, slot: &Slot, t: u64) -> bool {
 }
 
 /// What a notice of `size` bytes needs, all had without waiting: its
-/// time (see [`time`]), the store (as the slot's thread), `admit` true
-/// with the store held (what the store lock guards, as a probe's live
-/// count, is read there) and its room in the ring; `None` (nothing held)
-/// when one is not there.
+/// time (from the TSC rate the tracer publishes), the store (as the
+/// slot's thread), `admit` true with the store held (what the store lock
+/// guards, as a probe's live count, is read there), its room in the ring
+/// and a heartbeat not stale (checked at one hit in [`BEAT_SAMPLE`], see
+/// [`beat_stale`]: last, the countdown being the one thing changed);
+/// `None` (nothing held, nothing changed) when one is not there.
 #[inline(always)]
 fn begin(
     c: &ControlHeader,
@@ -212,18 +202,17 @@ fn begin(
     size: u64,
     admit: impl FnOnce() -> bool,
 ) -> Option<(u64, Held, *mut u8, u64)> {
-    let t = time(c, slot)?;
+    let tsc = sys::rdtsc();
+    let t = vdso::tsc_wall_ns(c, tsc)?;
     let held = lock::try_store(c, slot.tid.load(Ordering::Relaxed));
     if held == Held::No {
         return None;
     }
-    if !admit() {
-        lock::release(c, held);
-        return None;
-    }
-    match ring::reserve_now(c, size) {
-        Some((at, head)) => Some((t, held, at, head)),
-        None => {
+    // A reserved entry not published is no change: the ring's head moves
+    // only when the caller stores it.
+    match admit().then(|| ring::reserve_now(c, size)).flatten() {
+        Some((at, head)) if !beat_stale_at(c, slot, tsc) => Some((t, held, at, head)),
+        _ => {
             lock::release(c, held);
             None
         }
