@@ -160,37 +160,59 @@ fn call(sh: &Shadow, i: u32) -> Top {
     }
 }
 
-/// The hit's TSC and its wall-clock time, the heartbeat checked at one
-/// hit in [`BEAT_SAMPLE`] as `dispatch` does; `None` when it is stale or
-/// the tracer publishes no TSC rate.
+/// The heartbeat checked at one hit in [`BEAT_SAMPLE`] as `dispatch`
+/// does (counted down at the others): whether it is stale (nothing
+/// changed then).
 #[inline(always)]
-fn time(c: &ControlHeader, slot: &Slot) -> Option<u64> {
-    let t = sys::rdtsc();
+fn beat_stale(c: &ControlHeader, slot: &Slot) -> bool {
+    if slot.beat_skip.load(Ordering::Relaxed) == 0 {
+        beat_stale_at(c, slot, sys::rdtsc())
+    } else {
+        beat_stale_at(c, slot, 0)
+    }
+}
+
+/// [`beat_stale`] with the TSC read (`t`; not looked at unless the
+/// heartbeat is checked at this hit).
+#[inline(always)]
+fn beat_stale_at(c: &ControlHeader, slot: &Slot, t: u64) -> bool {
     let skip = slot.beat_skip.load(Ordering::Relaxed);
     if skip == 0 {
         if ring::heartbeat_stale(c, t) {
-            return None;
+            return true;
         }
         slot.beat_skip.store(BEAT_SAMPLE - 1, Ordering::Relaxed);
     } else {
         slot.beat_skip.store(skip - 1, Ordering::Relaxed);
     }
-    vdso::tsc_wall_ns(c, t)
+    false
 }
 
 /// What a notice of `size` bytes needs, all had without waiting: its
-/// time (see [`time`]), the store (as the slot's thread) and its room in
-/// the ring; `None` (nothing held) when one is not there.
+/// time (from the TSC rate the tracer publishes), the store (as the
+/// slot's thread), `admit` true with the store held (what the store lock
+/// guards, as a probe's live count, is read there), its room in the ring
+/// and a heartbeat not stale (checked at one hit in [`BEAT_SAMPLE`], see
+/// [`beat_stale`]: last, the countdown being the one thing changed);
+/// `None` (nothing held, nothing changed) when one is not there.
 #[inline(always)]
-fn begin(c: &ControlHeader, slot: &Slot, size: u64) -> Option<(u64, Held, *mut u8, u64)> {
-    let t = time(c, slot)?;
+fn begin(
+    c: &ControlHeader,
+    slot: &Slot,
+    size: u64,
+    admit: impl FnOnce() -> bool,
+) -> Option<(u64, Held, *mut u8, u64)> {
+    let tsc = sys::rdtsc();
+    let t = vdso::tsc_wall_ns(c, tsc)?;
     let held = lock::try_store(c, slot.tid.load(Ordering::Relaxed));
     if held == Held::No {
         return None;
     }
-    match ring::reserve_now(c, size) {
-        Some((at, head)) => Some((t, held, at, head)),
-        None => {
+    // A reserved entry not published is no change: the ring's head moves
+    // only when the caller stores it.
+    match admit().then(|| ring::reserve_now(c, size)).flatten() {
+        Some((at, head)) if !beat_stale_at(c, slot, tsc) => Some((t, held, at, head)),
+        _ => {
             lock::release(c, held);
             None
         }
@@ -272,16 +294,19 @@ fn enter(
         }
         (top.seg & !SWITCHES).min(sh.len - 1)
     };
-    let live = ps
-        .live
-        .load(Ordering::Relaxed)
-        .wrapping_sub(ps.live_lost.load(Ordering::Relaxed));
-    if live >= ps.maxactive {
-        return fast::FULL;
-    }
     let size = (RUN_HEADER_SIZE + 8) as u64;
     let tid = sh.tid;
-    let Some((t, held, at, head)) = begin(c, slot, size) else {
+    // The live count read with the store held, as `calls::track` reads
+    // it: read before, another thread's call could be tracked between
+    // the look and the lock, and this one too, past `maxactive`.
+    let room = || {
+        let live = ps
+            .live
+            .load(Ordering::Relaxed)
+            .wrapping_sub(ps.live_lost.load(Ordering::Relaxed));
+        live < ps.maxactive
+    };
+    let Some((t, held, at, head)) = begin(c, slot, size, room) else {
         return fast::FULL;
     };
     ps.live
@@ -342,8 +367,14 @@ fn leave(
     let base = (top.seg & !SWITCHES).min(sh.len - 1);
     if top.entry_rsp > ret_slot {
         // Not a return of a tracked call (`pairing::returning` finds none
-        // when the thread's calls are all of one stack).
-        return if base == 0 { fast::DONE } else { fast::FULL };
+        // when the thread's calls are all of one stack). `dispatch` looks
+        // at the heartbeat first, at one hit in BEAT_SAMPLE, and counts a
+        // hit that finds it stale `dormant`: so here (`time`, the clock
+        // unread).
+        if base != 0 || beat_stale(c, slot) {
+            return fast::FULL;
+        }
+        return fast::DONE;
     }
     if top.entry_rsp != ret_slot
         || top.ret_addr != to
@@ -359,7 +390,7 @@ fn leave(
     }
     let size = (RUN_HEADER_SIZE + 24) as u64;
     let tid = sh.tid;
-    let Some((t, held, at, head)) = begin(c, slot, size) else {
+    let Some((t, held, at, head)) = begin(c, slot, size, || true) else {
         return fast::FULL;
     };
     sh.len -= 1;
