@@ -369,8 +369,8 @@ fn leave(
         // Not a return of a tracked call (`pairing::returning` finds none
         // when the thread's calls are all of one stack). `dispatch` looks
         // at the heartbeat first, at one hit in BEAT_SAMPLE, and counts a
-        // hit that finds it stale `dormant`: so here (`time`, the clock
-        // unread).
+        // hit that finds it stale `dormant`: so here too (the TSC read
+        // only at those hits).
         if base != 0 || beat_stale(c, slot) {
             return fast::FULL;
         }
