@@ -9,8 +9,8 @@
  * masked to those bits: identical traced and untraced. With an argument
  * N, it runs the settings N times, and sleeps 300 ms after the first
  * time: the first call of a thread, and every call before wprobe's first
- * clock anchor (100 ms after it armed), take the full path of
- * --transport inproc, the later ones its fast path. */
+ * clock anchor (5 ms after its transport opened, at the earliest), take
+ * the full path of --transport inproc, the later ones its fast path. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
