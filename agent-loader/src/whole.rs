@@ -604,6 +604,35 @@ mod tests {
         }
     }
 
+    /// A switch's code at `start`: `head` (its check and its `jmp` through
+    /// the table at `table_at`, entries of `entry` bytes, the `jmp` at
+    /// `jmp`), then three cases (`mov $10+k, %eax ; ret`) and the default
+    /// (`or $-1, %eax ; ret`): the code, the cases' addresses, the branch
+    /// targets (the cases among them) and the table.
+    fn switch_of(
+        start: u64,
+        head: Vec<u8>,
+        jmp: u64,
+        table_at: u64,
+        entry: usize,
+    ) -> (Vec<u8>, Vec<u64>, BranchTargets, Table) {
+        let mut code = head;
+        let cases: Vec<u64> = (0..3).map(|k| start + code.len() as u64 + 6 * k).collect();
+        for k in 0..3u8 {
+            code.extend_from_slice(&[0xb8, 10 + k, 0, 0, 0, 0xc3]);
+        }
+        code.extend_from_slice(&[0x83, 0xc8, 0xff, 0xc3]);
+        let mut t = targets_of(&code, start);
+        t.add_other(cases.iter().copied());
+        let table = Table {
+            jmp,
+            addr: table_at,
+            entry,
+            targets: cases.clone(),
+        };
+        (code, cases, t, table)
+    }
+
     /// `f: cmp $2, %edi ; ja .d ; mov %edi, %eax ; jmp *T(,%rax,8) ;
     /// .c0: mov $10, %eax ; ret ; .c1: … ; .c2: … ; .d: or $-1, %eax ; ret`
     /// with `T` its table of 3 entries: the copy's `jmp` reads a copy of
@@ -613,21 +642,9 @@ mod tests {
     fn a_jump_table_goes_with_the_copy() {
         let start = 0x40_1000u64;
         let table_at = 0x40_2000u64;
-        let mut code = vec![0x83, 0xff, 0x02, 0x77, 0x14, 0x89, 0xf8, 0xff, 0x24, 0xc5];
-        code.extend_from_slice(&(table_at as u32).to_le_bytes());
-        let cases: Vec<u64> = (0..3).map(|k| start + 14 + 6 * k).collect();
-        for k in 0..3u8 {
-            code.extend_from_slice(&[0xb8, 10 + k, 0, 0, 0, 0xc3]);
-        }
-        code.extend_from_slice(&[0x83, 0xc8, 0xff, 0xc3]);
-        let mut t = targets_of(&code, start);
-        t.add_other(cases.iter().copied());
-        let table = Table {
-            jmp: start + 7,
-            addr: table_at,
-            entry: 8,
-            targets: cases.clone(),
-        };
+        let mut head = vec![0x83, 0xff, 0x02, 0x77, 0x14, 0x89, 0xf8, 0xff, 0x24, 0xc5];
+        head.extend_from_slice(&(table_at as u32).to_le_bytes());
+        let (code, cases, t, table) = switch_of(start, head, start + 7, table_at, 8);
         let func = Function {
             start,
             code: &code,
@@ -690,22 +707,10 @@ mod tests {
     fn a_table_of_offsets_goes_with_the_copy() {
         let start = 0x7f00_0000_1000u64;
         let table_at = start + 0x1000;
-        let mut code = vec![0x83, 0xff, 0x02, 0x77, 0x22, 0x48, 0x8d, 0x15];
-        code.extend_from_slice(&((table_at - (start + 12)) as u32).to_le_bytes());
-        code.extend_from_slice(&[0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0]);
-        let cases: Vec<u64> = (0..3).map(|k| start + 21 + 6 * k).collect();
-        for k in 0..3u8 {
-            code.extend_from_slice(&[0xb8, 10 + k, 0, 0, 0, 0xc3]);
-        }
-        code.extend_from_slice(&[0x83, 0xc8, 0xff, 0xc3]);
-        let mut t = targets_of(&code, start);
-        t.add_other(cases.iter().copied());
-        let table = Table {
-            jmp: start + 19,
-            addr: table_at,
-            entry: 4,
-            targets: cases.clone(),
-        };
+        let mut head = vec![0x83, 0xff, 0x02, 0x77, 0x22, 0x48, 0x8d, 0x15];
+        head.extend_from_slice(&((table_at - (start + 12)) as u32).to_le_bytes());
+        head.extend_from_slice(&[0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0]);
+        let (code, _, t, table) = switch_of(start, head, start + 19, table_at, 4);
         let func = Function {
             start,
             code: &code,

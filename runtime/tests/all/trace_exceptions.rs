@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use crate::case;
 use crate::support::case::{Case, Need};
-use crate::support::cli::{gcc, output_within, progs, scratch, stderr, wprobe};
+use crate::support::cli::{function_column, gcc, output_within, progs, scratch, stderr, wprobe};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
@@ -83,15 +83,7 @@ fn plt_tree(tr: &str, opt: &str, prog: &std::path::Path, debug: bool) -> (String
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{tr} {opt}: {err}");
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    let funcs: Vec<&str> = text
-        .lines()
-        .skip(1)
-        .map(|l| match l.split_once("| ") {
-            Some((_, f)) => f,
-            None => l,
-        })
-        .collect();
-    (funcs.join("\n"), text, err)
+    (function_column(&text), text, err)
 }
 
 fn exception_trees(tr: &str) {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use crate::case;
 use crate::support::case::{Case, Need};
-use crate::support::cli::{gcc, output_within, progs, scratch, stderr, wprobe};
+use crate::support::cli::{function_column, gcc, output_within, progs, scratch, stderr, wprobe};
 
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
@@ -91,15 +91,7 @@ fn swapcontext_trees(tr: &str) {
         let text = String::from_utf8_lossy(&o.stdout);
         assert!(!text.contains("unwound"), "{tr} {opt}:\n{text}");
         // The function column (durations and thread ids aside).
-        let funcs: Vec<&str> = text
-            .lines()
-            .skip(1)
-            .map(|l| match l.split_once("| ") {
-                Some((_, f)) => f,
-                None => l,
-            })
-            .collect();
-        assert_eq!(funcs.join("\n"), TREE, "{tr} {opt}:\n{text}\n{err}");
+        assert_eq!(function_column(&text), TREE, "{tr} {opt}:\n{text}\n{err}");
         // 25 calls shown, and the ones before main (ptrace traces the
         // start-up code the other transports refuse): none unwound.
         let summary = err

@@ -136,6 +136,21 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The function column of `wprobe trace`'s default view (`text`, its
+/// header line skipped): each line after its `| ` (durations and thread
+/// ids left out), one per line.
+pub fn function_column(text: &str) -> String {
+    let funcs: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| match l.split_once("| ") {
+            Some((_, f)) => f,
+            None => l,
+        })
+        .collect();
+    funcs.join("\n")
+}
+
 /// The repository's root.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
