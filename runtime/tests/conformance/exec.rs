@@ -98,6 +98,25 @@ fn processes() -> Vec<(i32, i32, String)> {
 }
 
 /// The pid of a process named `comm` that is `root` or descends from it.
+/// Waits, at most half a second, for process `pid` to sleep: a BEFORE
+/// program found by its name may still be in the dynamic linker, its
+/// libraries not mapped yet (`-l 'usdt:*' -p PID` then listed nothing:
+/// "lists linked library probes by pid" failed once in a full run); the
+/// test programs sleep in a loop once started.
+fn settled(pid: i32) {
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command's closing parenthesis.
+        let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
+        // Asleep, or gone (a page-in wait, `D`, may be the linker's).
+        if matches!(state, Some('S') | None) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 fn find_descendant(root: i32, comm: &str) -> Option<i32> {
     let ps = processes();
     let mut family = vec![root];
@@ -303,7 +322,10 @@ pub fn run(t: &Test, group: Group, s: &Setting, cap: Duration, serial: usize) ->
             std::thread::sleep(Duration::from_millis(20));
         };
         match found {
-            Some(p) => before_pid = before_pid.or(Some(p)),
+            Some(p) => {
+                settled(p);
+                before_pid = before_pid.or(Some(p));
+            }
             None => {
                 befores.into_iter().for_each(reap);
                 return Ran::Broken(format!("BEFORE `{b}`: no process `{comm}` appeared"));
