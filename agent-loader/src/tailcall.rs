@@ -33,7 +33,7 @@
 
 use crate::insn::{direct_branch, written};
 use iced_x86::{Code, FlowControl, Instruction, Mnemonic, OpKind, Register};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// The stack pointer at an instruction, relative to the function's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,7 +53,7 @@
 //! [`MAX_BYTES`]; each `call` a near one, direct to another function or to
 //! its own entry, or indirect through an operand other than `rsp` itself.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 use anyhow::{Context, Result, bail};
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, OpKind, Register};
@@ -357,8 +357,8 @@ pub fn generate(
         .any(|i| i.code() == Code::Call_rel32_64 && i.near_branch_target() == whole.start);
     let first = OWN_IP + v.len() as u64;
     // Where each original instruction's copy starts in `v`.
-    let mut index_of: std::collections::HashMap<u64, usize> =
-        std::collections::HashMap::with_capacity(whole.insns.len());
+    let mut index_of: rustc_hash::FxHashMap<u64, usize> =
+        rustc_hash::FxHashMap::with_capacity_and_hasher(whole.insns.len(), Default::default());
     for i in &whole.insns {
         index_of.insert(i.ip(), v.len());
         let mut i = *i;
@@ -473,7 +473,7 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        let w = analyse(func, &t, &HashSet::new(), &[]).unwrap();
+        let w = analyse(func, &t, &HashSet::default(), &[]).unwrap();
         assert_eq!(w.rets, [0x40_1009]);
         assert!(w.calls.is_empty());
         let entry = Site {
@@ -523,7 +523,7 @@ mod tests {
                 code: &code,
                 bias: 0,
             };
-            let w = analyse(func, &targets_of(&code, start), &HashSet::new(), &[]).unwrap();
+            let w = analyse(func, &targets_of(&code, start), &HashSet::default(), &[]).unwrap();
             let ends = [start + 6, start + 11, start + 16];
             assert_eq!(
                 w.calls,
@@ -650,7 +650,7 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        let w = analyse(func, &t, &HashSet::new(), std::slice::from_ref(&table)).unwrap();
+        let w = analyse(func, &t, &HashSet::default(), std::slice::from_ref(&table)).unwrap();
         assert_eq!(w.rets.len(), 4);
         assert!(w.entered.is_empty());
         assert_eq!(w.table_targets(), cases);
@@ -690,7 +690,7 @@ mod tests {
         assert_eq!(entries, movs.iter().map(|m| m.0).collect::<Vec<_>>());
         // A table of another shape than its `jmp`'s is refused.
         let relative = Table { entry: 4, ..table };
-        let e = analyse(func, &t, &HashSet::new(), &[relative]).unwrap_err();
+        let e = analyse(func, &t, &HashSet::default(), &[relative]).unwrap_err();
         assert!(e.contains("does not read its jump table"), "{e}");
         // A copy too high for the table's disp32.
         let e = generate(&entry, &w, &stubs, 7, 0x40_8000, 0x8000_0000).unwrap_err();
@@ -716,7 +716,7 @@ mod tests {
             code: &code,
             bias: 0,
         };
-        let w = analyse(func, &t, &HashSet::new(), std::slice::from_ref(&table)).unwrap();
+        let w = analyse(func, &t, &HashSet::default(), std::slice::from_ref(&table)).unwrap();
         assert!(w.entered.is_empty());
         let entry = Site {
             probe: start,
@@ -765,7 +765,7 @@ mod tests {
             code: &code2,
             bias: 0,
         };
-        let e = analyse(func2, &t, &HashSet::new(), &[table]).unwrap_err();
+        let e = analyse(func2, &t, &HashSet::default(), &[table]).unwrap_err();
         assert!(e.contains("other than by a `lea` of the table"), "{e}");
     }
 
@@ -780,7 +780,7 @@ mod tests {
                     bias: 0,
                 },
                 t,
-                &HashSet::new(),
+                &HashSet::default(),
                 &[],
             )
         };
@@ -808,7 +808,7 @@ mod tests {
         assert!(e.contains("own code"), "{e}");
         // An indirect `jmp` that is a tail call is copied.
         let code = [0xff, 0xe0, 0xc3];
-        let tails: HashSet<u64> = [start].into();
+        let tails: HashSet<u64> = [start].into_iter().collect();
         let f = Function {
             start,
             code: &code,

@@ -44,7 +44,7 @@
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
 };
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::insn::{direct_branch, swept_target};
 use crate::stub::{JMP_LEN, Site};

@@ -83,8 +83,11 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         return err(AgentError::BadRequest, format_args!("too many programs"));
     }
     let mut new_probes = Vec::new();
+    // Each export typed once (`wprobe trace`'s thousands of probes share
+    // two): a lookup by name per probe took tens of milliseconds.
+    let mut typed = Vec::new();
     for i in 0..u64::from(req.n_probes) {
-        match probe_entry(c, &req, i, &instance, &mut a.store) {
+        match probe_entry(c, &req, i, &instance, &mut a.store, &mut typed) {
             Ok(p) => new_probes.push(p),
             Err(e) => return e,
         }
@@ -131,15 +134,17 @@ type NewProbe = (
     ([UsdtArg; hostabi::usdt::MAX_USDT_ARGS], usize),
 );
 
-/// The `i`th probe entry of `req`: its handler looked up in `instance`,
-/// its parameters and USDT arguments resolved. `Err` holds the error code
-/// (the message is in the region).
+/// The `i`th probe entry of `req`: its handler looked up in `instance`
+/// (or among those `typed` already: export, parameters, handler), its
+/// parameters and USDT arguments resolved. `Err` holds the error code (the
+/// message is in the region).
 fn probe_entry(
     c: &ControlHeader,
     req: &LoadRequest,
     i: u64,
     instance: &Instance,
     store: &mut Store<AgentHost>,
+    typed: &mut Vec<(Box<str>, usize, Handler)>,
 ) -> Result<NewProbe, i64> {
     let e: ProbeEntry = read_req(
         c,
@@ -179,11 +184,22 @@ fn probe_entry(
             format_args!("probe {}: {n} parameters", e.probe),
         ));
     }
-    let Some(handler) = Handler::new(instance, store, name, n) else {
-        return Err(err(
-            AgentError::MissingExport,
-            format_args!("export {name:?}: not a handler taking {n} i64 parameters"),
-        ));
+    let known = typed
+        .iter()
+        .find(|(e, k, _)| **e == *name && *k == n)
+        .map(|(_, _, h)| h.clone());
+    let handler = match known {
+        Some(h) => h,
+        None => {
+            let Some(h) = Handler::new(instance, store, name, n) else {
+                return Err(err(
+                    AgentError::MissingExport,
+                    format_args!("export {name:?}: not a handler taking {n} i64 parameters"),
+                ));
+            };
+            typed.push((name.into(), n, h.clone()));
+            h
+        }
     };
     let mut usdt = [host::NO_USDT_ARG; hostabi::usdt::MAX_USDT_ARGS];
     let mut usdt_len = 0;

@@ -13,6 +13,7 @@ macro_rules! handlers {
         /// A handler export of one of the types a handler may have:
         /// `(i64 × n) -> i32` (an outcome code) or `(i64 × n) -> ()` (which
         /// means EXIT), for n up to [`MAX_HANDLER_ARGS`].
+        #[derive(Clone)]
         pub enum Handler {
             $(
                 #[doc = "Parameters as the name's digit says, an outcome code."]

@@ -646,6 +646,13 @@ pub trait Transport {
         let _ = tag;
     }
 
+    /// About `probes` probes are to be inserted in a row (arming): a
+    /// transport that keeps a record per site may make room for them at
+    /// once. A hint; nothing changes if fewer or more come.
+    fn expect_inserts(&mut self, probes: usize) {
+        let _ = probes;
+    }
+
     /// Whether the launched command is stopped at its exec: the executable
     /// and the dynamic linker mapped, nothing run. The caller arms what is
     /// mapped, and the startup libraries on their files

@@ -97,7 +97,7 @@ fn state_at(
 mod tests {
     use super::super::resolve_with_labels;
     use super::super::tests::{hex, rel_table};
-    use std::collections::{HashMap, HashSet};
+    use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
     /// `code` at `start`, with `tail` at `at`, nops between.
     fn with_at(mut code: Vec<u8>, start: u64, at: u64, tail: &[u8]) -> Vec<u8> {

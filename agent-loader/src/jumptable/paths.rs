@@ -32,7 +32,7 @@
 use super::Targets;
 use crate::insn::{swept_target, writes};
 use iced_x86::{FlowControl, Instruction, Mnemonic, Register};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Most instructions walked back from a check.
 const MAX_WALK: usize = 4096;
@@ -50,14 +50,14 @@ pub(super) fn copied_on_every_path(
     let Some(branches) = targets.branches else {
         return false;
     };
-    let mut into: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut into: HashMap<u64, Vec<usize>> = HashMap::default();
     for (p, i) in insns.iter().enumerate() {
         if let Some(t) = swept_target(i) {
             into.entry(t).or_default().push(p);
         }
     }
     let saved = regs.iter().all(|&r| callee_saved(r));
-    let mut seen = HashSet::from([at]);
+    let mut seen: HashSet<usize> = [at].into_iter().collect();
     let mut work = vec![at];
     while let Some(n) = work.pop() {
         if n == 0 {
@@ -122,7 +122,7 @@ fn callee_saved(r: Register) -> bool {
 mod tests {
     use super::super::resolve_with_labels;
     use super::super::tests::hex;
-    use std::collections::{HashMap, HashSet};
+    use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
     /// Debian's /usr/bin/perl 5.36 `Perl_sv_upgrade`, 0x131330..0x131496:
     /// two tables; the first checked on a copy (`mov %r14, %r12` at

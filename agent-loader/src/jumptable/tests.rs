@@ -32,7 +32,7 @@ fn read(at: u64, len: usize) -> Option<Vec<u8>> {
 
 #[test]
 fn a_bounded_pic_table_gives_its_entries() {
-    let got = resolve(&pic(), START, &HashSet::new(), &read);
+    let got = resolve(&pic(), START, &HashSet::default(), &read);
     assert_eq!(
         got,
         Ok(vec![(0x1015, vec![0x1020, 0x1028, 0x1030, 0x1038])])
@@ -46,34 +46,37 @@ fn anything_less_certain_stays_unresolved() {
     c[0] = 0x90;
     c[1] = 0x90;
     c[2] = 0x90;
-    assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1015));
+    assert_eq!(resolve(&c, START, &HashSet::default(), &read), Err(0x1015));
     // The check on another register.
     let mut c = pic();
     c[1] = 0xfe; // cmp esi, 3
-    assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1015));
+    assert_eq!(resolve(&c, START, &HashSet::default(), &read), Err(0x1015));
     // A branch lands after the check: a path without it.
     for at in [0x1003, 0x1005, 0x1007, 0x1015] {
-        let t: HashSet<u64> = [at].into();
+        let t: HashSet<u64> = [at].into_iter().collect();
         assert_eq!(resolve(&pic(), START, &t, &read), Err(0x1015), "{at:#x}");
     }
     // The index changed after the check.
     let mut c = pic();
     c[5] = 0xff;
     c[6] = 0xc7; // inc edi
-    assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1015));
+    assert_eq!(resolve(&c, START, &HashSet::default(), &read), Err(0x1015));
     // The table unreadable.
     let none = |_: u64, _: usize| None;
-    assert_eq!(resolve(&pic(), START, &HashSet::new(), &none), Err(0x1015));
+    assert_eq!(
+        resolve(&pic(), START, &HashSet::default(), &none),
+        Err(0x1015)
+    );
     // A function pointer's tail call is resolved, with no target
     // inside the function (crate::tailcall) ...
     let c = [0x48, 0x8b, 0x07, 0xff, 0xe0]; // mov rax, [rdi]; jmp rax
     assert_eq!(
-        resolve(&c, START, &HashSet::new(), &read),
+        resolve(&c, START, &HashSet::default(), &read),
         Ok(vec![(0x1003, vec![])])
     );
     // ... not one inside its frame: push rbx; mov rax, [rdi]; jmp rax
     let c = [0x53, 0x48, 0x8b, 0x07, 0xff, 0xe0];
-    assert_eq!(resolve(&c, START, &HashSet::new(), &read), Err(0x1004));
+    assert_eq!(resolve(&c, START, &HashSet::default(), &read), Err(0x1004));
 }
 
 #[test]
@@ -85,7 +88,7 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     c.extend_from_slice(&[0xff, 0xe2, 0x48, 0x8d, 0x05, 0x0c, 0, 0, 0]);
     c.resize(0x40, 0xc3);
     let none = |_: u64, _: usize| None;
-    let t = HashSet::new();
+    let t = HashSet::default();
     // Without the data's words, unresolved (no bound: not a table).
     assert_eq!(resolve(&c, START, &t, &none), Err(0x100b));
     // The data's words inside the function, and the code's `lea`;
@@ -97,7 +100,7 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     );
     // A branch landing between the load and the jmp: rdx may come
     // from another path, but still a pointer: the labels too.
-    let t: HashSet<u64> = [0x100b].into();
+    let t: HashSet<u64> = [0x100b].into_iter().collect();
     assert_eq!(
         resolve_with_labels(&c, START, &t, None, &none, Some(&data)),
         Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
@@ -107,7 +110,7 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     d.extend_from_slice(&[0x48, 0x83, 0xc2, 0x08, 0xff, 0xe2]);
     d.resize(0x40, 0xc3);
     assert_eq!(
-        resolve_with_labels(&d, START, &HashSet::new(), None, &none, Some(&data)),
+        resolve_with_labels(&d, START, &HashSet::default(), None, &none, Some(&data)),
         Err(0x100f)
     );
     // A function no data or code takes an address inside of, with no
@@ -115,7 +118,7 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     let mut e = c[..0x0d].to_vec();
     e.resize(0x40, 0xc3);
     assert_eq!(
-        resolve_with_labels(&e, START, &HashSet::new(), None, &none, Some(&[0x2000])),
+        resolve_with_labels(&e, START, &HashSet::default(), None, &none, Some(&[0x2000])),
         Ok(vec![(0x100b, vec![])])
     );
     // ... but with a relative table's read (movsxd rax, [rdx + rcx*4])
@@ -127,7 +130,7 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
         Err(0x100b)
     );
     assert_eq!(
-        resolve_with_labels(&f, START, &HashSet::new(), None, &none, Some(&data)),
+        resolve_with_labels(&f, START, &HashSet::default(), None, &none, Some(&data)),
         Ok(vec![(0x100b, vec![0x1030, 0x1038])])
     );
 }
@@ -147,7 +150,7 @@ fn an_absolute_table_gives_its_entries() {
         e.get(off..off + len).map(<[u8]>::to_vec)
     };
     assert_eq!(
-        resolve(&c, START, &HashSet::new(), &abs),
+        resolve(&c, START, &HashSet::default(), &abs),
         Ok(vec![(0x1007, vec![0x1020, 0x1030])])
     );
     // V8's: the check on a byte, the index its zero-extension, other
@@ -160,13 +163,13 @@ fn an_absolute_table_gives_its_entries() {
     c.extend_from_slice(&(TABLE as u32).to_le_bytes());
     c.resize(0x40, 0xc3);
     assert_eq!(
-        resolve(&c, START, &HashSet::new(), &abs),
+        resolve(&c, START, &HashSet::default(), &abs),
         Ok(vec![(0x100d, vec![0x1020, 0x1030])])
     );
     // ... not when the index is another byte than the one checked
     // (movzx eax, dil).
     c[9] = 0xc7;
-    assert_eq!(resolve(&c, START, &HashSet::new(), &abs), Err(0x100d));
+    assert_eq!(resolve(&c, START, &HashSet::default(), &abs), Err(0x100d));
     // OpenSSL's: the byte checked in memory, then read into the index:
     // cmp byte [r12], 1; ja; movzx eax, byte [r12]; jmp [TABLE + rax*8]
     let mut c = vec![
@@ -175,7 +178,7 @@ fn an_absolute_table_gives_its_entries() {
     c.extend_from_slice(&(TABLE as u32).to_le_bytes());
     c.resize(0x40, 0xc3);
     assert_eq!(
-        resolve(&c, START, &HashSet::new(), &abs),
+        resolve(&c, START, &HashSet::default(), &abs),
         Ok(vec![(0x100c, vec![0x1020, 0x1030])])
     );
     // ... not another byte than the one checked ([r12+1]).
@@ -183,7 +186,10 @@ fn an_absolute_table_gives_its_entries() {
     other[10] = 0x44;
     other.splice(12..12, [0x01]);
     other.truncate(0x40);
-    assert_eq!(resolve(&other, START, &HashSet::new(), &abs), Err(0x100d));
+    assert_eq!(
+        resolve(&other, START, &HashSet::default(), &abs),
+        Err(0x100d)
+    );
 }
 /// Bytes as objdump prints them.
 pub(super) fn hex(s: &str) -> Vec<u8> {
@@ -220,7 +226,7 @@ fn a_word_check_bounds_its_table() {
     );
     let r = rel_table(0x1de7a0, 0x52700);
     assert_eq!(
-        resolve(&c, 0x5267e, &HashSet::new(), &r),
+        resolve(&c, 0x5267e, &HashSet::default(), &r),
         Ok(vec![(0x52699, rel_targets(0x52700, 0x7a))])
     );
 }
@@ -237,7 +243,7 @@ fn a_base_set_once_for_the_function_is_the_table() {
         "80 f9 37  0f 87 1a 15 00 00  0f b6 c1  49 63 04 83  4c 01 d8  ff e0",
     ));
     let r = rel_table(0x347940, 0x15ef00);
-    let head: HashSet<u64> = [0x15ee90].into();
+    let head: HashSet<u64> = [0x15ee90].into_iter().collect();
     assert_eq!(
         resolve(&c, 0x15ee76, &head, &r),
         Ok(vec![(0x15eee9, rel_targets(0x15ef00, 0x38))])
@@ -262,7 +268,7 @@ fn a_callee_saved_base_set_once_is_the_table() {
                   41 5c  c3",
     ));
     let r = rel_table(TABLE, 0x1100);
-    let head: HashSet<u64> = [START + 0x10].into();
+    let head: HashSet<u64> = [START + 0x10].into_iter().collect();
     assert_eq!(
         resolve(&c, START, &head, &r),
         Ok(vec![(0x1053, rel_targets(0x1100, 0x38))])
@@ -296,15 +302,15 @@ fn a_masked_index_bounds_its_table() {
     );
     let r = rel_table(0x1f9014, 0xb7500);
     assert_eq!(
-        resolve(&c, 0xb7490, &HashSet::new(), &r),
+        resolve(&c, 0xb7490, &HashSet::default(), &r),
         Ok(vec![(0xb74ab, rel_targets(0xb7500, 8))])
     );
     // A byte's `and` (and al, 7) leaves the rest of eax.
     let mut d = c.clone();
     d[0x11..0x14].copy_from_slice(&hex("24 07 90"));
-    assert_eq!(resolve(&d, 0xb7490, &HashSet::new(), &r), Err(0xb74ab));
+    assert_eq!(resolve(&d, 0xb7490, &HashSet::default(), &r), Err(0xb74ab));
     // A branch landing between the `and` and the `jmp`.
-    let t: HashSet<u64> = [0xb74a4].into();
+    let t: HashSet<u64> = [0xb74a4].into_iter().collect();
     assert_eq!(resolve(&c, 0xb7490, &t, &r), Err(0xb74ab));
 }
 
@@ -317,15 +323,18 @@ fn a_check_on_the_register_the_index_was_copied_from_or_to() {
                  48 63 14 91  48 01 ca  ff e2");
     let r = rel_table(0x346a74, 0x131200);
     assert_eq!(
-        resolve(&c, 0x131175, &HashSet::new(), &r),
+        resolve(&c, 0x131175, &HashSet::default(), &r),
         Ok(vec![(0x13118e, rel_targets(0x131200, 0x10))])
     );
     // mov edx, eax instead: edx keeps bits the check on al does not.
     let mut d = c.clone();
     d[0..3].copy_from_slice(&hex("89 c2 90"));
-    assert_eq!(resolve(&d, 0x131175, &HashSet::new(), &r), Err(0x13118e));
+    assert_eq!(
+        resolve(&d, 0x131175, &HashSet::default(), &r),
+        Err(0x13118e)
+    );
     // A branch landing between the copy and the check.
-    let t: HashSet<u64> = [0x131178].into();
+    let t: HashSet<u64> = [0x131178].into_iter().collect();
     assert_eq!(resolve(&c, 0x131175, &t, &r), Err(0x13118e));
 
     // Perl's `Perl_sv_upgrade` (0x131361): mov r12, r14; cmp edx, 7;
@@ -337,13 +346,16 @@ fn a_check_on_the_register_the_index_was_copied_from_or_to() {
     );
     let r = rel_table(0x346ab4, 0x131400);
     assert_eq!(
-        resolve(&c, 0x131361, &HashSet::new(), &r),
+        resolve(&c, 0x131361, &HashSet::default(), &r),
         Ok(vec![(0x131388, rel_targets(0x131400, 8))])
     );
     // r12 written between the copy and its check (mov r12, [rbx]).
     let mut d = c.clone();
     d[0x0c..0x0f].copy_from_slice(&hex("4c 8b 23"));
-    assert_eq!(resolve(&d, 0x131361, &HashSet::new(), &r), Err(0x131388));
+    assert_eq!(
+        resolve(&d, 0x131361, &HashSet::default(), &r),
+        Err(0x131388)
+    );
 }
 
 #[test]
@@ -357,13 +369,16 @@ fn a_check_whose_flags_outlive_a_jump_and_a_move() {
     );
     let r = rel_table(0x346520, 0x128700);
     assert_eq!(
-        resolve(&c, 0x1285f6, &HashSet::new(), &r),
+        resolve(&c, 0x1285f6, &HashSet::default(), &r),
         Ok(vec![(0x12861d, rel_targets(0x128700, 0x19))])
     );
     // The flags set again between (test ebx, ebx for the mov).
     let mut d = c.clone();
     d[0x0a..0x10].copy_from_slice(&hex("85 db 90 90 90 90"));
-    assert_eq!(resolve(&d, 0x1285f6, &HashSet::new(), &r), Err(0x12861d));
+    assert_eq!(
+        resolve(&d, 0x1285f6, &HashSet::default(), &r),
+        Err(0x12861d)
+    );
 }
 
 #[test]
@@ -375,17 +390,20 @@ fn a_byte_check_of_an_index_zero_extended_from_a_byte() {
                  48 8d 15 a5 0f 1b 00  48 63 04 82  48 01 d0  ff e0");
     let r = rel_table(0x34a1f8, 0x199300);
     assert_eq!(
-        resolve(&c, 0x19923b, &HashSet::new(), &r),
+        resolve(&c, 0x19923b, &HashSet::default(), &r),
         Ok(vec![(0x19925a, rel_targets(0x199300, 5))])
     );
     // A branch landing between the zero-extension and the check.
-    let t: HashSet<u64> = [0x199244].into();
+    let t: HashSet<u64> = [0x199244].into_iter().collect();
     assert_eq!(resolve(&c, 0x19923b, &t, &r), Err(0x19925a));
     // A 32-bit load instead (mov eax, [rax]; nop): bits the check on
     // al does not see.
     let mut d = c.clone();
     d[0..3].copy_from_slice(&hex("8b 00 90"));
-    assert_eq!(resolve(&d, 0x19923b, &HashSet::new(), &r), Err(0x19925a));
+    assert_eq!(
+        resolve(&d, 0x19923b, &HashSet::default(), &r),
+        Err(0x19925a)
+    );
 }
 
 #[test]
@@ -397,13 +415,16 @@ fn a_check_then_a_zero_extension_of_the_index() {
                  48 63 04 aa  48 01 d0  ff e0");
     let r = rel_table(0x356d00, 0x1a7c00);
     assert_eq!(
-        resolve(&c, 0x1a7bc0, &HashSet::new(), &r),
+        resolve(&c, 0x1a7bc0, &HashSet::default(), &r),
         Ok(vec![(0x1a7bd9, rel_targets(0x1a7c00, 7))])
     );
     // Another register's value instead (mov ebp, eax).
     let mut d = c.clone();
     d[3..5].copy_from_slice(&hex("89 c5"));
-    assert_eq!(resolve(&d, 0x1a7bc0, &HashSet::new(), &r), Err(0x1a7bd9));
+    assert_eq!(
+        resolve(&d, 0x1a7bc0, &HashSet::default(), &r),
+        Err(0x1a7bd9)
+    );
 }
 
 #[test]
@@ -416,15 +437,21 @@ fn a_check_on_memory_with_loads_before_its_ja() {
                  48 8d 15 c9 30 24 00  48 63 04 82  48 01 d0  ff e0");
     let r = rel_table(0x343a30, 0x100a00);
     assert_eq!(
-        resolve(&c, 0x100950, &HashSet::new(), &r),
+        resolve(&c, 0x100950, &HashSet::default(), &r),
         Ok(vec![(0x10096e, rel_targets(0x100a00, 0x7f))])
     );
     // A store between the check and the read (mov [rax], r13; nop).
     let mut d = c.clone();
     d[0x07..0x0b].copy_from_slice(&hex("4c 89 28 90"));
-    assert_eq!(resolve(&d, 0x100950, &HashSet::new(), &r), Err(0x10096e));
+    assert_eq!(
+        resolve(&d, 0x100950, &HashSet::default(), &r),
+        Err(0x10096e)
+    );
     // The address's register written between (lea rax, [rax + 1]).
     let mut d = c.clone();
     d[0x07..0x0b].copy_from_slice(&hex("48 8d 40 01"));
-    assert_eq!(resolve(&d, 0x100950, &HashSet::new(), &r), Err(0x10096e));
+    assert_eq!(
+        resolve(&d, 0x100950, &HashSet::default(), &r),
+        Err(0x10096e)
+    );
 }

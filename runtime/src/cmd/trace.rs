@@ -226,6 +226,17 @@ pub fn trace(a: TraceArgs) -> CmdResult {
 /// and the trees were finished and printed, but the run or the output
 /// failed.
 fn run(a: TraceArgs) -> Result<CmdResult, String> {
+    // Under `WPROBE_DEBUG`, when each part of the run ended.
+    let debug = std::env::var_os("WPROBE_DEBUG").is_some();
+    let started = std::time::Instant::now();
+    let ph = |part: &str| {
+        if debug {
+            crate::elog!(
+                "wprobe: debug: {part} done {:.1} ms after the start",
+                started.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    };
     if a.pid.is_none() && a.command.is_empty() {
         return Err("give the command to trace after `--`, or -p PID".into());
     }
@@ -265,6 +276,7 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         crate::transport::inproc::prefetch(&crate::proc::procmaps::canonical(&exe));
     }
     let funcs = select_functions(&a, &exe)?;
+    ph("selecting the functions");
     let (filter_hit, notrace_hit) = filter_and_notrace(&funcs, &a.filter, &a.notrace)?;
 
     // The handler programs.
@@ -278,8 +290,10 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
     check_transport(&a, forced, &needs)?;
     let notices: Vec<bool> = modules.iter().map(|hm| hm.path.is_none()).collect();
     let (programs, probes) = handlers::load(&engine, &cache, &exe, &funcs, &modules, &notices)?;
+    ph("loading the handlers");
     let (mut session, plan) =
         start_session(&a, &engine, programs, &mut needs, &notices, funcs.len())?;
+    ph("starting the session");
     // Calls of `swapcontext` switch stacks: the transports pair each
     // stack's calls apart, and the tree shows each stack's calls under
     // its own open calls.
@@ -326,14 +340,25 @@ fn run(a: TraceArgs) -> Result<CmdResult, String> {
         registers: crate::cmd::run::registers_read(info, &session),
         ring_full: a.ring_full,
     })?;
+    ph("launching or attaching");
     let t = transport.as_mut();
     let main = t.main_pid();
     arm(&a, &mut session, t, info, &table, &modules, &notices)?;
+    ph("arming");
     let result = session.run(t, &stop);
+    ph("the run");
     let report = t.report();
-    Ok(finish::finish(
-        &a, &session, &state, &signals, main, result, report,
-    ))
+    let r = finish::finish(&a, &session, &state, &signals, main, result, report);
+    ph("the summary");
+    // wprobe ends here: what the in-process transport holds (every site
+    // planned; tens of thousands of allocations) goes back with the
+    // process's memory rather than freed piece by piece, once it is
+    // detached for good (its drop would only detach it again). Not the
+    // others: their drops take kernel objects down (uprobes, perf events).
+    if info.name == crate::transport::inproc::INFO.name && transport.detach().is_ok() {
+        std::mem::forget(transport);
+    }
+    Ok(r)
 }
 
 /// The transport `--transport` names (`None` for `auto`): one that can

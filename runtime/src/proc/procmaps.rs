@@ -214,21 +214,45 @@ pub fn entry_point(pid: i32) -> Option<u64> {
 /// Canonical form of a path for comparisons (falls back to the path itself;
 /// one found is remembered for the rest of the run).
 pub fn canonical(p: &Path) -> PathBuf {
+    // The last one asked, on this thread: arming asks for one file's path
+    // at each of a function's sites, one function after another.
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(PathBuf, PathBuf)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let last = LAST.with_borrow(|l| {
+        l.as_ref()
+            .filter(|(q, _)| q.as_os_str() == p.as_os_str())
+            .map(|(_, c)| c.clone())
+    });
+    if let Some(c) = last {
+        return c;
+    }
+    let (c, found) = canonical_remembered(p);
+    if found {
+        LAST.set(Some((p.to_path_buf(), c.clone())));
+    }
+    c
+}
+
+/// [`canonical`] without its last path, and whether it was found (not
+/// the path itself for want of one).
+fn canonical_remembered(p: &Path) -> (PathBuf, bool) {
     // Remembered once found: arming asks for the same few mapped files'
     // paths once per probe (a `readlink` per path component each time).
-    static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, PathBuf>>> =
+    static SEEN: std::sync::Mutex<Option<rustc_hash::FxHashMap<PathBuf, PathBuf>>> =
         std::sync::Mutex::new(None);
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
     let seen = seen.get_or_insert_with(Default::default);
     if let Some(c) = seen.get(p) {
-        return c.clone();
+        return (c.clone(), true);
     }
     match std::fs::canonicalize(p) {
         Ok(c) => {
             seen.insert(p.to_path_buf(), c.clone());
-            c
+            (c, true)
         }
-        Err(_) => p.to_path_buf(),
+        Err(_) => (p.to_path_buf(), false),
     }
 }
 

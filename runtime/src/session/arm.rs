@@ -276,6 +276,12 @@ impl Session {
                 // A probe that cannot be armed in a followed child stays
                 // enabled for the other processes.
                 let child = pid != t.main_pid();
+                t.expect_inserts(
+                    self.probes
+                        .iter()
+                        .filter(|p| p.enabled && !p.armed.iter().any(|(q, _)| *q == pid))
+                        .count(),
+                );
                 let n = self.arm_with(
                     pid,
                     child,

@@ -139,6 +139,9 @@ pub struct InProc {
     watches: traps::Watches,
     /// Restores the traps' bytes if wprobe dies.
     watchdog: Option<crate::transport::common::watchdog::Watchdog>,
+    /// The watchdog started at the commit, once trap sites are planned,
+    /// while the agent loads (`hold::go` waits for it).
+    watchdog_starting: Option<crate::transport::common::watchdog::Starting>,
     /// What a run that finds the ring full does.
     ring_full: crate::transport::RingFull,
     /// Sites before this index are in the agent's table.

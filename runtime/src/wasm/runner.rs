@@ -84,15 +84,26 @@ impl<E: HitEnv + 'static> Runner<E> {
         let instance = self.linker.instantiate(&mut self.store, &m.module)?;
         let memory = instance.get_memory(&mut self.store, hostabi::MEMORY_EXPORT);
         let mut handlers = Vec::with_capacity(m.manifest.probes.len());
+        // Each export typed once: the probes of `wprobe trace` (thousands)
+        // share two.
+        let mut typed: rustc_hash::FxHashMap<(&str, usize), Handler> = Default::default();
         for p in &m.manifest.probes {
             // A handler export: `(i64 × args) -> i32` returns an outcome
             // code; `(i64 × args) -> ()` returns nothing, which means EXIT
             // (docs/hostabi.md). The load checked the type.
-            handlers.push(
-                Handler::new(&instance, &mut self.store, &p.export, p.args.len()).ok_or_else(
-                    || anyhow::anyhow!("handler export `{}` has another type", p.export),
-                )?,
-            );
+            let key = (p.export.as_str(), p.args.len());
+            let h = match typed.get(&key) {
+                Some(h) => h.clone(),
+                None => {
+                    let h = Handler::new(&instance, &mut self.store, &p.export, p.args.len())
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("handler export `{}` has another type", p.export)
+                        })?;
+                    typed.insert(key, h.clone());
+                    h
+                }
+            };
+            handlers.push(h);
         }
         let flush = if m.has_flush {
             Some(instance.get_typed_func::<(), i32>(&mut self.store, hostabi::FLUSH_EXPORT)?)

@@ -41,6 +41,23 @@ pub struct Watchdog {
 /// memory open. The error says why the process is unprotected (with the
 /// errno of a failure to start it).
 pub fn spawn(pid: i32) -> Result<Watchdog, Error> {
+    start(pid)?.ready()
+}
+
+/// A watchdog started ([`start`]), not yet known to be ready: its start
+/// (two executions of wprobe's binary) overlaps what wprobe does
+/// meanwhile. Dropped, it reaps the process that started the watchdog,
+/// whose pipe closed lets the watchdog end.
+#[derive(Debug)]
+pub struct Starting {
+    pid: i32,
+    child: std::process::Child,
+    stdin: Option<ChildStdin>,
+}
+
+/// Starts the watchdog of `pid` without waiting for it ([`Starting::ready`]
+/// does).
+pub fn start(pid: i32) -> Result<Starting, Error> {
     use std::os::unix::process::CommandExt;
     let failed = |e: &std::io::Error, message: String| Error::io(Some(pid), None, e, message);
     let exe = std::env::current_exe()
@@ -53,25 +70,44 @@ pub fn spawn(pid: i32) -> Result<Watchdog, Error> {
         .process_group(0)
         .spawn()
         .map_err(|e| failed(&e, format!("starting it: {e}")))?;
-    let stdin = child.stdin.take().expect("invariant: piped");
-    let stdout = child.stdout.take().expect("invariant: piped");
-    // The first process exits as soon as it started the watchdog.
-    let _ = child.wait();
-    let mut line = String::new();
-    let _ = BufReader::new(stdout).read_line(&mut line);
-    match line.trim_end() {
-        "ready" => Ok(Watchdog { _stdin: stdin }),
-        // Its own words (its stdout): no errno.
-        why => Err(Error::Os {
-            pid: Some(pid),
-            addr: None,
-            errno: None,
-            message: if why.is_empty() {
-                "it ended before it was ready".into()
-            } else {
-                why.to_string()
-            },
-        }),
+    let stdin = child.stdin.take();
+    Ok(Starting { pid, child, stdin })
+}
+
+impl Starting {
+    /// Waits until the watchdog holds the process's memory open. The error
+    /// says why the process is unprotected.
+    pub fn ready(mut self) -> Result<Watchdog, Error> {
+        let pid = self.pid;
+        let stdin = self.stdin.take().expect("invariant: piped");
+        let stdout = self.child.stdout.take().expect("invariant: piped");
+        // The first process exits as soon as it started the watchdog.
+        let _ = self.child.wait();
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        match line.trim_end() {
+            "ready" => Ok(Watchdog { _stdin: stdin }),
+            // Its own words (its stdout): no errno.
+            why => Err(Error::Os {
+                pid: Some(pid),
+                addr: None,
+                errno: None,
+                message: if why.is_empty() {
+                    "it ended before it was ready".into()
+                } else {
+                    why.to_string()
+                },
+            }),
+        }
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        // Not a zombie a `waitpid(-1)` of the tracer could take: the
+        // first process exits at once (`ready` waited for it already).
+        drop(self.stdin.take());
+        let _ = self.child.wait();
     }
 }
 

@@ -5,7 +5,7 @@
 //! sweep with iced-x86), so that a jump is never written over an
 //! instruction some branch lands on.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 use std::path::Path;
 
 use agent_loader::jumptable;
@@ -36,10 +36,10 @@ pub(super) struct ModuleCode {
     /// Direct call targets (and the GOT slots of `call *slot(%rip)`) → the
     /// addresses those calls return to, from the executable sections'
     /// sweep; built at the first need the plans do not answer.
-    calls: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
+    calls: std::sync::OnceLock<rustc_hash::FxHashMap<u64, Vec<u64>>>,
     /// Branch targets → the `jmp rel32`/`jcc rel32` that land there
     /// (link-time), built at the first need ([`ModuleCode::far_jumps_to`]).
-    far_jumps: std::sync::OnceLock<std::collections::HashMap<u64, Vec<u64>>>,
+    far_jumps: std::sync::OnceLock<rustc_hash::FxHashMap<u64, Vec<u64>>>,
     /// The file's path and its key in the plan cache (`None`: no
     /// metadata).
     key: Option<(std::path::PathBuf, plans::Key)>,
@@ -56,7 +56,7 @@ type Reading = std::sync::Arc<std::sync::OnceLock<Result<std::sync::Arc<ModuleCo
 /// (a program executed again and again under `-f`, the C library of each)
 /// shares one reading of it, and a reading started ahead ([`prefetch`])
 /// is waited for rather than done twice.
-type Shared = std::collections::HashMap<(std::path::PathBuf, u64, u64, i64), Reading>;
+type Shared = rustc_hash::FxHashMap<(std::path::PathBuf, u64, u64, i64), Reading>;
 
 static SHARED: std::sync::OnceLock<std::sync::Mutex<Shared>> = std::sync::OnceLock::new();
 
@@ -192,7 +192,7 @@ impl ModuleCode {
             )
         };
         let mut with_tables = Vec::new();
-        let mut extra = HashSet::new();
+        let mut extra = HashSet::default();
         // Only functions whose bytes could hold an indirect `jmp` (`ff /4`
         // or `ff /5`, however the code decodes) are decoded again.
         let may_jump = |code: &[u8]| {
@@ -214,7 +214,7 @@ impl ModuleCode {
             }
         }
         targets.add_other(extra);
-        let mut tail_jumps = HashSet::new();
+        let mut tail_jumps = HashSet::default();
         for f in &with_tables {
             if let Some(code) = code_of(f)
                 && let Ok(tables) = resolve(code, f.0, &targets)
@@ -231,7 +231,7 @@ impl ModuleCode {
         }
         // Each function's first indirect `jmp` whose targets are not all
         // known, once: every window past a function's entry asks.
-        let mut unknown = std::collections::HashMap::new();
+        let mut unknown = rustc_hash::FxHashMap::default();
         for f in &funcs_jumping {
             if let Some(code) = code_of(f) {
                 let func = Function {
@@ -386,8 +386,8 @@ impl ModuleCode {
     fn kept_or_found<'a>(
         &'a self,
         target: u64,
-        kept: fn(&mut plans::Plans) -> &mut std::collections::HashMap<u64, Vec<u64>>,
-        found: impl FnOnce() -> &'a std::collections::HashMap<u64, Vec<u64>>,
+        kept: fn(&mut plans::Plans) -> &mut rustc_hash::FxHashMap<u64, Vec<u64>>,
+        found: impl FnOnce() -> &'a rustc_hash::FxHashMap<u64, Vec<u64>>,
     ) -> Vec<u64> {
         if let Some(r) = kept(&mut self.lock_plans()).get(&target) {
             return r.clone();
@@ -403,10 +403,10 @@ impl ModuleCode {
     /// Direct call targets (and the GOT slots of `call *slot(%rip)`) → the
     /// addresses those calls return to: a sweep of the executable
     /// sections, at the first need.
-    fn calls(&self) -> &std::collections::HashMap<u64, Vec<u64>> {
+    fn calls(&self) -> &rustc_hash::FxHashMap<u64, Vec<u64>> {
         self.calls.get_or_init(|| {
             use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
-            let mut map: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+            let mut map: rustc_hash::FxHashMap<u64, Vec<u64>> = Default::default();
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
                 return map;
             };
@@ -450,9 +450,9 @@ impl ModuleCode {
     /// opcodes whose displacement leads to a branch target the sweep found
     /// (not a decoding: the caller checks that each is an instruction of
     /// its function), at the first need.
-    fn far_jumps(&self) -> &std::collections::HashMap<u64, Vec<u64>> {
+    fn far_jumps(&self) -> &rustc_hash::FxHashMap<u64, Vec<u64>> {
         self.far_jumps.get_or_init(|| {
-            let mut map: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+            let mut map: rustc_hash::FxHashMap<u64, Vec<u64>> = Default::default();
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
                 return map;
             };

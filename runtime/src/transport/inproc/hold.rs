@@ -29,7 +29,11 @@ impl InProc {
         // events die with wprobe). Started once (the threads are taken
         // again after each library event).
         if self.patcher.has_traps() && self.watchdog.is_none() {
-            match crate::transport::common::watchdog::spawn(self.pid) {
+            let ready = match self.watchdog_starting.take() {
+                Some(s) => s.ready(),
+                None => crate::transport::common::watchdog::spawn(self.pid),
+            };
+            match ready {
                 Ok(d) => self.watchdog = Some(d),
                 Err(e) => {
                     w.release();

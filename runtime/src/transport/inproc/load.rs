@@ -101,6 +101,11 @@ impl InProc {
         self.patcher.plan_vfork_marks(world, &self.maps);
         self.patcher.plan_fragments(world, &self.maps);
         self.say_fallbacks();
+        // Trap sites need the watchdog (`hold::go`): started now, it gets
+        // ready while the agent loads (a failure to start is said there).
+        if self.patcher.has_traps() && self.watchdog.is_none() && self.watchdog_starting.is_none() {
+            self.watchdog_starting = crate::transport::common::watchdog::start(pid).ok();
+        }
         let Some(world) = self.world.as_mut() else {
             return Err(Error::unsupported(INFO.name, "the target is not stopped"));
         };

@@ -117,6 +117,7 @@ impl InProc {
             traps: None,
             watches: traps::Watches::default(),
             watchdog: None,
+            watchdog_starting: None,
             ring_full,
             sites_sent: 0,
             sites_dropped: Vec::new(),

@@ -48,7 +48,7 @@ mod trap_sites;
 mod vfork_marks;
 mod whole;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::path::PathBuf;
 
 use agent_loader::nearjump::CAVE_LEN;
@@ -139,7 +139,7 @@ pub(super) struct Patcher {
     /// function on the way leaves by a jump through a pointer, or
     /// tail-calls a function of another module whose `ret`s were not
     /// found (`Patcher::outside_partial`).
-    outside_partial: std::collections::HashSet<String>,
+    outside_partial: rustc_hash::FxHashSet<String>,
     pub(super) areas: Vec<Area>,
     /// Sites by window address.
     pub(super) sites: Vec<Planned>,
@@ -165,7 +165,7 @@ pub(super) struct Patcher {
     traps_journaled: usize,
     /// The names each module imports (by path), for continuation sites in
     /// the modules that call a traced function.
-    imports: HashMap<PathBuf, std::collections::HashSet<String>>,
+    imports: HashMap<PathBuf, rustc_hash::FxHashSet<String>>,
     /// The caves taken (or reserved by a window checked), by address.
     caves: std::collections::BTreeSet<u64>,
     /// The padding after functions that windows of `ret`s take (checked):

@@ -39,7 +39,7 @@
 //! atomically (a temporary file renamed); a directory that cannot be
 //! created or written never fails a trace.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,6 @@
 //! (`events`), the bytes restored (`detach`); the agent's maps and store
 //! are reached through the shared region.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -23,6 +22,11 @@ impl Transport for InProc {
 
     fn main_pid(&self) -> i32 {
         self.pid
+    }
+
+    fn expect_inserts(&mut self, probes: usize) {
+        // A return probe's entry and its `ret`s: about two sites each.
+        self.patcher.sites.reserve(probes.saturating_mul(2));
     }
 
     fn mark_stack_switch(&mut self, tag: usize) {
@@ -150,27 +154,37 @@ impl Transport for InProc {
     }
 
     fn site_counts(&self) -> Vec<(usize, &'static str, u32)> {
-        let mut by: HashMap<(usize, &'static str), u32> = HashMap::new();
+        // By tag (tags are indexes, dense), then how: "jump" < "near" <
+        // "trap", the order of the sorted list.
+        const HOW: [&str; 3] = ["jump", "near", "trap"];
+        let mut by: Vec<[u32; 3]> = Vec::new();
         for s in &self.patcher.sites {
             let how = if s.trap.is_some() {
-                "trap"
+                2
             } else if s.cave.is_some() {
-                "near"
+                1
             } else {
-                "jump"
+                0
             };
             // A return site with a window of its own (not one that shares
             // its function's entry window, nor one taken back), under
             // the return probe that added it.
             let ret_of = s.ret_of.filter(|_| s.site.len > 0);
             for &tag in s.tags.iter().chain(&s.ret_tags).chain(&ret_of) {
-                *by.entry((tag, how)).or_insert(0) += 1;
+                if by.len() <= tag {
+                    by.resize(tag + 1, [0; 3]);
+                }
+                by[tag][how] += 1;
             }
         }
-        let mut out: Vec<(usize, &'static str, u32)> =
-            by.into_iter().map(|((t, h), n)| (t, h, n)).collect();
-        out.sort_unstable();
-        out
+        by.iter()
+            .enumerate()
+            .flat_map(|(tag, n)| {
+                (0..3)
+                    .filter(|&h| n[h] > 0)
+                    .map(move |h| (tag, HOW[h], n[h]))
+            })
+            .collect()
     }
 
     fn remove(&mut self, armed: Armed) {

@@ -243,33 +243,27 @@ impl Patcher {
     /// ([`Rule::Patch`]) as the probe at the site's address.
     pub(super) fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), Error> {
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
+        // The windows it meets (one scan: most meet none).
         let meeting: Vec<usize> = self
             .by_window
             .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
             .map(|&(_, i)| i)
+            // A site with no window (a return stub's only) has no bytes.
             .filter(|&i| {
                 let o = &self.sites[i];
                 o.site.len > 0 && o.site.addr < hi && lo < o.site.addr + o.site.len as u64
             })
             .collect();
         // Continuation sites not patched yet give their bytes up.
-        if !meeting.is_empty()
-            && meeting.iter().all(|&i| {
-                let o = &self.sites[i];
-                o.kind == site_kind::CONT && !o.patched
-            })
-        {
-            for i in meeting {
+        let give_up = meeting.iter().all(|&i| {
+            let o = &self.sites[i];
+            o.kind == site_kind::CONT && !o.patched
+        });
+        if give_up {
+            for &i in &meeting {
                 self.retire(i);
             }
-        }
-        if let Some(o) = self
-            .by_window
-            .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
-            .map(|&(_, i)| &self.sites[i])
-            // A site with no window (a return stub's only) has no bytes.
-            .find(|o| o.site.len > 0 && o.site.addr < hi && lo < o.site.addr + o.site.len as u64)
-        {
+        } else if let Some(o) = meeting.first().map(|&i| &self.sites[i]) {
             return Err(Error::refused(
                 Rule::Patch,
                 Some(site.probe),

@@ -65,13 +65,16 @@ impl Patcher {
     ) {
         let from = std::mem::replace(&mut self.fragments_from, self.sites.len());
         let mut found: HashMap<PathBuf, Vec<Epilogue>> = HashMap::new();
+        // The function decoded last: a function's trapped `ret`s come one
+        // after the other, and need it decoded once.
+        let mut last: Option<(u64, Vec<Instruction>)> = None;
         for i in from..self.sites.len() {
             let s = &self.sites[i];
             if s.kind != site_kind::RET || s.trap.is_none() {
                 continue;
             }
             let r = s.site.probe;
-            if let Some((path, e)) = self.epilogue(maps, i, r) {
+            if let Some((path, e)) = self.epilogue(maps, i, r, &mut last) {
                 found.entry(path).or_default().push(e);
             }
         }
@@ -91,14 +94,25 @@ impl Patcher {
 
     /// The epilogue of the `ret` at `r` (trap site `site`) and its
     /// module's path, when it has one: plain instructions (no branch, no
-    /// call) back to the nearest branch target.
-    fn epilogue(&mut self, maps: &[Mapping], site: usize, r: u64) -> Option<(PathBuf, Epilogue)> {
+    /// call) back to the nearest branch target. `last`: the function
+    /// decoded last (its run-time start), taken or replaced.
+    fn epilogue(
+        &mut self,
+        maps: &[Mapping],
+        site: usize,
+        r: u64,
+        last: &mut Option<(u64, Vec<Instruction>)>,
+    ) -> Option<(PathBuf, Epilogue)> {
         let at = module_at(maps, r)?;
         let path = at.path.clone();
         let module = self.module(&path).as_ref().ok()?.clone();
         let link = module.vaddr_of_offset(at.file_off)?;
         let bias = r.wrapping_sub(link);
-        let insns = decoded(module.function(link, bias)?);
+        let func = module.function(link, bias)?;
+        if last.as_ref().is_none_or(|(start, _)| *start != func.start) {
+            *last = Some((func.start, decoded(func)));
+        }
+        let insns = &last.as_ref()?.1;
         let k = insns.iter().position(|i| i.ip() == r)?;
         if insns[k].flow_control() != FlowControl::Return {
             return None;

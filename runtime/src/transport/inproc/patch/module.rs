@@ -13,7 +13,7 @@ use crate::transport::inproc::code::ModuleCode;
 /// Module files read on a thread of their own: those not received yet,
 /// and the channel each read comes back by.
 pub(super) type AheadReads = (
-    std::collections::HashSet<PathBuf>,
+    rustc_hash::FxHashSet<PathBuf>,
     std::sync::mpsc::Receiver<(PathBuf, Result<std::sync::Arc<ModuleCode>, Error>)>,
 );
 

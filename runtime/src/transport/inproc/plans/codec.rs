@@ -125,7 +125,7 @@ impl R<'_> {
     /// What [`W::addr_lists`] wrote.
     fn addr_lists(&mut self) -> Option<HashMap<u64, Vec<u64>>> {
         let n = self.count(2)?;
-        let mut m = HashMap::with_capacity(n);
+        let mut m = HashMap::with_capacity_and_hasher(n, Default::default());
         let mut last = 0;
         for _ in 0..n {
             let k = self.delta(last)?;
@@ -292,7 +292,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
     let calls = r.addr_lists()?;
     let jumps = r.addr_lists()?;
     let n = r.count(2)?;
-    let mut blocks = HashMap::with_capacity(n);
+    let mut blocks = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let end = r.delta(last)?;
@@ -300,7 +300,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         last = end;
     }
     let n = r.count(2)?;
-    let mut inner = HashMap::with_capacity(n);
+    let mut inner = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let start = r.delta(last)?;
@@ -346,8 +346,8 @@ fn sweep_of(r: &mut R) -> Option<Sweep> {
         return None;
     }
     let n = r.count(2)?;
-    let mut t0 = HashSet::with_capacity(n);
-    let mut t2 = HashMap::with_capacity(n);
+    let mut t0 = HashSet::with_capacity_and_hasher(n, Default::default());
+    let mut t2 = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let a = r.delta(last)?;
@@ -359,7 +359,7 @@ fn sweep_of(r: &mut R) -> Option<Sweep> {
     let t1: HashSet<u64> = r.addrs()?.into_iter().collect();
     let has_unknown = r.u64()? != 0;
     let n = r.count(2)?;
-    let mut unknown = HashMap::with_capacity(n);
+    let mut unknown = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let a = r.delta(last)?;
@@ -377,7 +377,7 @@ fn sweep_of(r: &mut R) -> Option<Sweep> {
 /// The windows' part of a payload.
 fn windows_of(r: &mut R) -> Option<HashMap<(WindowShape, u64), Window>> {
     let n = r.count(6)?;
-    let mut windows = HashMap::with_capacity(n);
+    let mut windows = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let shape = match r.u64()? {
@@ -407,7 +407,7 @@ fn windows_of(r: &mut R) -> Option<HashMap<(WindowShape, u64), Window>> {
 /// The return sites' part of a payload.
 fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
     let n = r.count(7)?;
-    let mut rets = HashMap::with_capacity(n);
+    let mut rets = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let off = r.delta(last)?;
@@ -435,7 +435,7 @@ fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
 /// The stubs' part of a payload.
 fn stubs_of(r: &mut R) -> Option<super::KeptStubs> {
     let n = r.count(9)?;
-    let mut stubs = HashMap::with_capacity(n);
+    let mut stubs = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let addr = r.delta(last)?;

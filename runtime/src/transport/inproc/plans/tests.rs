@@ -220,10 +220,10 @@ fn roundtrip_of_extreme_values() {
         .extend([(1, u32::MAX), (u64::MAX, 3), (7, 0)]);
     sweep.targets.0.insert(7);
     sweep.targets.1.extend([0x20, 0x10]);
-    sweep.targets.3 = Some(HashMap::from([(0x10, 0x8), (0x30, u64::MAX)]));
+    sweep.targets.3 = Some([(0x10, 0x8), (0x30, u64::MAX)].into_iter().collect());
     sweep.tail_jumps.extend([u64::MAX - 1, 2]);
     let plans = Plans {
-        windows: HashMap::from([(
+        windows: [(
             (WindowShape::Whole, u64::MAX - 4),
             Window {
                 probe: u64::MAX - 4,
@@ -232,7 +232,9 @@ fn roundtrip_of_extreme_values() {
                 displaced: u32::MAX >> 1,
                 ret: true,
             },
-        )]),
+        )]
+        .into_iter()
+        .collect(),
         ..Default::default()
     };
     let (s, p) = decode(&encode(&sweep, &plans)).expect("decoded");
