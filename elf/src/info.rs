@@ -164,7 +164,7 @@ pub struct ElfInfo {
     lsda: std::sync::OnceLock<Vec<(u64, u64)>>,
     /// The code symbols with a size, by address (see [`CodeIndex`]).
     code: CodeIndex,
-    bytes: Vec<u8>,
+    bytes: crate::filebytes::FileBytes,
 }
 
 /// The code symbols with a size, sorted by `(value, global)` (ties in
@@ -297,7 +297,7 @@ impl ElfInfo {
         parsing.get_or_init(fresh).clone()
     }
 
-    /// Reads and parses a module file: a regular file of at most
+    /// Maps (or reads) and parses a module file: a regular file of at most
     /// [`MAX_MODULE_BYTES`] (checked on the open file, and the read is
     /// bounded too, in case it grows meanwhile).
     pub fn open(path: &Path) -> Result<ElfInfo, ElfError> {
@@ -318,6 +318,9 @@ impl ElfInfo {
                 size: meta.len(),
             });
         }
+        if let Some(mapped) = crate::filebytes::FileBytes::map(&f, meta.len()) {
+            return Self::parse(path, mapped);
+        }
         let mut bytes = Vec::with_capacity(meta.len() as usize);
         f.take(MAX_MODULE_BYTES + 1)
             .read_to_end(&mut bytes)
@@ -333,6 +336,11 @@ impl ElfInfo {
 
     /// Parses a module from its bytes; `path` is used in messages only.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<ElfInfo, ElfError> {
+        Self::parse(path, crate::filebytes::FileBytes::Read(bytes))
+    }
+
+    /// [`ElfInfo::from_bytes`], the bytes mapped or read.
+    fn parse(path: &Path, bytes: crate::filebytes::FileBytes) -> Result<ElfInfo, ElfError> {
         let perr = |e: goblin::error::Error| ElfError::Parse {
             path: path.to_path_buf(),
             msg: e.to_string(),
@@ -478,7 +486,7 @@ impl ElfInfo {
             fragments: std::sync::OnceLock::new(),
             lsda: std::sync::OnceLock::new(),
             code: CodeIndex::default(),
-            bytes: Vec::new(),
+            bytes: crate::filebytes::FileBytes::Read(Vec::new()),
         };
         let code = CodeIndex::new(&info.symbols);
         Ok(ElfInfo {

@@ -18,10 +18,14 @@
 //! * [`mod@glob`]: shell-style name patterns;
 //! * [`usdt`]: USDT probes (`.note.stapsdt`) and their argument specs.
 //!
-//! Nothing here touches a running process.
+//! Nothing here touches a running process. The one `unsafe` is the
+//! mapping of a module file (`filebytes`), an exception to the crate's
+//! `deny(unsafe_code)`.
+#![deny(unsafe_code)]
 
 pub mod demangle;
 pub mod disasm;
+mod filebytes;
 pub mod functions;
 pub mod glob;
 pub mod info;

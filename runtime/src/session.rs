@@ -106,7 +106,7 @@ struct ProbeState {
 /// The running session.
 pub struct Session {
     runner: Runner<RunEnv>,
-    manifests: Vec<Manifest>,
+    manifests: Vec<std::sync::Arc<Manifest>>,
     /// In (program, manifest index) order, as built.
     probes: Vec<ProbeState>,
     /// Load bias of each program's module, by (program, pid).

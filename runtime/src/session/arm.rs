@@ -906,7 +906,7 @@ fn note_go(
 /// (a path or a bare name).
 fn module_breakpoints<'a>(
     probes: &'a [super::ProbeState],
-    manifests: &'a [hostabi::manifest::Manifest],
+    manifests: &'a [std::sync::Arc<hostabi::manifest::Manifest>],
 ) -> impl Iterator<Item = (&'a super::ProbeState, &'a ProbeSpec, &'a String)> {
     probes.iter().filter(|p| p.enabled).filter_map(|p| {
         let spec = &manifests[p.prog].probes[p.index];

@@ -136,7 +136,7 @@ pub struct LoadedModule {
     /// The compiled module.
     pub module: wasmtime::Module,
     /// The manifest (from the section, or synthesised from CLI probe specs).
-    pub manifest: Manifest,
+    pub manifest: std::sync::Arc<Manifest>,
     /// Whether it imports `write_reg` or `write_mem` (refused by the perf transport).
     pub writes: bool,
     /// Whether it exports `wprobe_flush`.
@@ -514,7 +514,7 @@ impl Checked<'_> {
     fn into_loaded(self, module: wasmtime::Module) -> LoadedModule {
         LoadedModule {
             module,
-            manifest: self.manifest,
+            manifest: std::sync::Arc::new(self.manifest),
             writes: self.writes,
             has_flush: self.has_flush,
             events: std::sync::Arc::new(self.events),

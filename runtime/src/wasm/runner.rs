@@ -30,7 +30,7 @@ pub enum RunOutcome {
 /// One loaded program: its instance and handler functions.
 pub struct Program {
     /// The manifest.
-    pub manifest: Manifest,
+    pub manifest: std::sync::Arc<Manifest>,
     /// Whether it writes registers or memory.
     pub writes: bool,
     /// `None` for a module that exports no memory (it imports no host

@@ -193,7 +193,7 @@ fn abi_gate_still_runs_on_a_hit() {
     // export: the cached compilation exists, the load is refused anyway.
     let (m, o) = load(&engine, &cache);
     assert_eq!(o, CacheOutcome::Hit);
-    let mut bad = m.manifest.clone();
+    let mut bad = (*m.manifest).clone();
     bad.probes[0].export = "nope".into();
     let err = load_cached(&engine, &wasm(), None, Some(bad), &cache)
         .err()
