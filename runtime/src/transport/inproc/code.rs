@@ -274,38 +274,15 @@ impl ModuleCode {
     /// The stub kept for `key` (`plans::Plans::stubs`), if the one kept
     /// for its window has that key.
     pub(super) fn kept_stub(&self, key: &plans::StubKey) -> Option<Vec<u8>> {
-        let p = self.lock_plans();
-        let kept = p.stubs.get(&key.link())?;
-        kept.iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, code)| code.clone())
+        self.lock_plans().stubs.get(key).map(<[u8]>::to_vec)
     }
 
-    /// Keeps the stub `code` generated for `key`: for a window with no stub
-    /// kept, or with stubs kept at the same load bias, the newest few of
-    /// them (a window planned twice in a run has both); a stub kept where
-    /// the module loads elsewhere at each run, as address space layout
-    /// randomisation does, stays the only one: no plan rewritten for stubs
-    /// no later run can use.
+    /// Keeps the stub `code` generated for `key` ([`plans::KeptStubs::keep`]).
     pub(super) fn keep_stub(&self, key: plans::StubKey, code: &[u8]) {
-        /// Stubs kept for one window (see `plans::StubKey::link`).
-        const MOST: usize = 4;
         let mut p = self.lock_plans();
-        let kept = p.stubs.entry(key.link()).or_default();
-        if let Some(at) = kept.iter().position(|(k, _)| *k == key) {
-            if kept[at].1[..] == *code {
-                return;
-            }
-            kept[at].1 = code.to_vec();
-        } else if kept.iter().any(|(k, _)| k.bias() != key.bias()) {
-            return;
-        } else {
-            if kept.len() >= MOST {
-                kept.remove(0);
-            }
-            kept.push((key, code.to_vec()));
+        if p.stubs.keep(key, code) {
+            p.added = true;
         }
-        p.added = true;
     }
 
     /// The return sites of the function entered at file offset `entry`

@@ -263,9 +263,7 @@ impl StubKey {
 /// Where a stub is kept in [`Plans::stubs`] ([`StubKey::link`]).
 pub(super) type StubSlot = (u64, u64, bool);
 
-/// The stubs kept ([`Plans::stubs`]): a few under each [`StubSlot`], each
-/// with what it was generated for.
-pub(super) type KeptStubs = HashMap<StubSlot, Vec<(StubKey, Vec<u8>)>>;
+pub(super) use kept_stubs::KeptStubs;
 
 /// What a module file's sweep found (`ModuleCode::read`), link-time.
 #[derive(Clone, Debug, Default)]
@@ -603,6 +601,7 @@ pub(super) fn evict_in(dir: &Path, keep: &Path, max_bytes: u64) -> usize {
 }
 
 mod codec;
+mod kept_stubs;
 use codec::{decode, encode};
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         }
         last = start;
     }
-    let mut stubs: Vec<&(StubKey, Vec<u8>)> = plans.stubs.values().flatten().collect();
+    let mut stubs: Vec<(&StubKey, &[u8])> = plans.stubs.iter().collect();
     stubs.sort_unstable_by_key(|(k, _)| (k.addr, k.probe, k.ret, k.bias, k.id, k.at));
     w.u64(stubs.len() as u64);
     let mut last = 0;
@@ -435,7 +435,9 @@ fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
 /// The stubs' part of a payload.
 fn stubs_of(r: &mut R) -> Option<super::KeptStubs> {
     let n = r.count(9)?;
-    let mut stubs = HashMap::with_capacity_and_hasher(n, Default::default());
+    let mut stubs = super::KeptStubs::default();
+    // The code is most of what is left.
+    stubs.reserve(n, r.bytes.len());
     let mut last = 0;
     for _ in 0..n {
         let addr = r.delta(last)?;
@@ -460,10 +462,7 @@ fn stubs_of(r: &mut R) -> Option<super::KeptStubs> {
         let k = r.count(1)?;
         let (code, rest) = r.bytes.split_at_checked(k)?;
         r.bytes = rest;
-        stubs
-            .entry(key.link())
-            .or_insert_with(Vec::new)
-            .push((key, code.to_vec()));
+        stubs.push(key, code)?;
         last = addr;
     }
     Some(stubs)

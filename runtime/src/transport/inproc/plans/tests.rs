@@ -171,9 +171,7 @@ fn roundtrip_of_return_sites_and_windows() {
         ret: None,
     };
     let k = StubKey::of(&site, 7, 0x3c_0000, 0x3c_0250, 0);
-    plans
-        .stubs
-        .insert(k.link(), vec![(k, vec![0xe8, 1, 2, 3, 4, 0xc3])]);
+    plans.stubs.keep(k, &[0xe8, 1, 2, 3, 4, 0xc3]);
     let k = StubKey::of(
         &site,
         8,
@@ -181,7 +179,7 @@ fn roundtrip_of_return_sites_and_windows() {
         0x7f00_0000_0250,
         0x7eff_0000_0000,
     );
-    plans.stubs.insert(k.link(), vec![(k, vec![0x90; 40])]);
+    plans.stubs.keep(k, &[0x90; 40]);
     save_in(&dir, Path::new(MODULE), &key, &sweep, &plans).expect("saved");
     let (s, p) = load_in(&dir, Path::new(MODULE), &key)
         .expect("read")
@@ -415,4 +413,42 @@ fn an_unwritable_directory_fails_no_trace() {
     std::os::unix::fs::symlink(&dir, &link).expect("symlink");
     assert!(save_in(&link, Path::new(MODULE), &key, &sweep, &Plans::default()).is_err());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A window keeps its newest few stubs at one load bias: the same stub
+/// again changes nothing, another id is one more (the oldest dropped past
+/// four), new code for a key replaces its code, and a stub at another
+/// bias is not kept beside them.
+#[test]
+fn a_window_keeps_its_newest_stubs_at_one_bias() {
+    let site = Site {
+        probe: 0x40_1040,
+        addr: 0x40_1040,
+        displaced: Vec::new(),
+        len: 5,
+        ret: None,
+    };
+    // The same window wherever the module loads: its run-time addresses
+    // moved by the bias.
+    let key = |id, bias: u64| {
+        let moved = Site {
+            probe: site.probe + bias,
+            addr: site.addr + bias,
+            ..site.clone()
+        };
+        StubKey::of(&moved, id, 0x3c_0000, 0x3c_0250, bias)
+    };
+    let mut s = KeptStubs::default();
+    assert!(s.keep(key(1, 0), &[1, 1]));
+    assert!(!s.keep(key(1, 0), &[1, 1]));
+    assert!(s.keep(key(1, 0), &[1, 2]));
+    assert_eq!(s.get(&key(1, 0)), Some(&[1u8, 2][..]));
+    for id in 2..=5 {
+        assert!(s.keep(key(id, 0), &[id as u8]));
+    }
+    assert_eq!(s.get(&key(1, 0)), None, "the oldest of five dropped");
+    assert_eq!(s.get(&key(5, 0)), Some(&[5u8][..]));
+    assert!(!s.keep(key(6, 0x1000), &[6]));
+    assert_eq!(s.get(&key(6, 0x1000)), None);
+    assert_eq!(s.iter().count(), 4);
 }
