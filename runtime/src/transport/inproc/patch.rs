@@ -128,7 +128,10 @@ pub(super) struct Cave {
 /// The sites of one process and their stubs.
 #[derive(Default)]
 pub(super) struct Patcher {
-    modules: HashMap<PathBuf, Result<std::sync::Arc<ModuleCode>, crate::transport::Error>>,
+    /// By canonical path, as bytes (hashed as bytes: a `Path` hashes
+    /// component by component, at every lookup of planning).
+    modules:
+        HashMap<std::ffi::OsString, Result<std::sync::Arc<ModuleCode>, crate::transport::Error>>,
     /// The module files a thread of their own reads ahead
     /// ([`Patcher::read_ahead`]), and where each read ends up.
     ahead: Option<AheadReads>,
@@ -238,6 +241,12 @@ impl Planned {
 }
 
 impl Patcher {
+    /// Room for about `n` more sites.
+    pub(super) fn expect_sites(&mut self, n: usize) {
+        self.sites.reserve(n);
+        self.by_probe_addr.reserve(n);
+    }
+
     /// Adds a site (indexed by its window).
     fn push_site(&mut self, p: Planned) {
         self.by_window.insert((p.site.addr, self.sites.len()));

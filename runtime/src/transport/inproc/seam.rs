@@ -26,7 +26,7 @@ impl Transport for InProc {
 
     fn expect_inserts(&mut self, probes: usize) {
         // A return probe's entry and its `ret`s: about two sites each.
-        self.patcher.sites.reserve(probes.saturating_mul(2));
+        self.patcher.expect_sites(probes.saturating_mul(2));
     }
 
     fn mark_stack_switch(&mut self, tag: usize) {

@@ -96,7 +96,7 @@ impl Patcher {
             ));
         }
         self.module(&path);
-        let module = self.modules[&path].as_ref().map_err(|e| {
+        let module = self.modules[path.as_os_str()].as_ref().map_err(|e| {
             e.clone()
                 .context(format_args!("reading {}", path.display()))
         })?;

@@ -38,7 +38,7 @@ impl Patcher {
         elsewhere: bool,
         traps: bool,
     ) -> usize {
-        let Some(Ok(module)) = self.modules.get(path) else {
+        let Some(Ok(module)) = self.modules.get(path.as_os_str()) else {
             return 0;
         };
         let elf = module.elf();

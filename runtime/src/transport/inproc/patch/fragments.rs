@@ -79,7 +79,7 @@ impl Patcher {
             }
         }
         for (path, eps) in found {
-            let Some(Ok(module)) = self.modules.get(&path).cloned() else {
+            let Some(Ok(module)) = self.modules.get(path.as_os_str()).cloned() else {
                 continue;
             };
             for e in eps {

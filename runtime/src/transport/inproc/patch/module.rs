@@ -42,14 +42,14 @@ impl Patcher {
     /// The code of module file `p`, read at its first need, or received
     /// from the thread that reads it ahead.
     pub(super) fn module(&mut self, p: &Path) -> &Result<std::sync::Arc<ModuleCode>, Error> {
-        if !self.modules.contains_key(p) {
+        if !self.modules.contains_key(p.as_os_str()) {
             if let Some((waiting, rx)) = &mut self.ahead
                 && waiting.contains(p)
             {
                 while let Ok((q, m)) = rx.recv() {
                     waiting.remove(&q);
                     let done = q == p;
-                    self.modules.insert(q, m);
+                    self.modules.insert(q.into_os_string(), m);
                     if done {
                         break;
                     }
@@ -57,14 +57,14 @@ impl Patcher {
                 // The thread ended without it (it cannot: a read's panic).
                 waiting.remove(p);
             }
-            if !self.modules.contains_key(p) {
+            if !self.modules.contains_key(p.as_os_str()) {
                 self.modules.insert(
-                    p.to_path_buf(),
+                    p.as_os_str().to_os_string(),
                     crate::transport::inproc::code::read_shared(p),
                 );
             }
         }
-        &self.modules[p]
+        &self.modules[p.as_os_str()]
     }
 
     /// Starts reading, on a thread of its own, the code of the files the
@@ -77,7 +77,7 @@ impl Patcher {
             return;
         }
         let mut paths = Self::exec_paths(maps);
-        paths.retain(|p| !self.modules.contains_key(p));
+        paths.retain(|p| !self.modules.contains_key(p.as_os_str()));
         let (tx, rx) = std::sync::mpsc::channel();
         let waiting = paths.iter().cloned().collect();
         let spawned = std::thread::Builder::new()

@@ -362,7 +362,7 @@ impl Patcher {
         found: &ReturnSites,
         unseen: bool,
     ) {
-        let tails = match self.modules.get(path) {
+        let tails = match self.modules.get(path.as_os_str()) {
             Some(Ok(module)) => found.indirect.iter().any(|j| module.tail_jumps.contains(j)),
             _ => false,
         };

@@ -17,7 +17,7 @@ impl Patcher {
     /// slot at link-time `link` of module `path` leads to (`?` where
     /// unknown).
     pub(super) fn import_name(&self, path: &Path, link: u64) -> String {
-        match self.modules.get(path) {
+        match self.modules.get(path.as_os_str()) {
             Some(Ok(m)) => m.elf().import_at(link).unwrap_or("?").to_string(),
             _ => "?".into(),
         }
@@ -40,7 +40,7 @@ impl Patcher {
             Some(a) => a,
             None => {
                 // The implementation the GOT slot holds (an IFUNC's).
-                let slot = match self.modules.get(path) {
+                let slot = match self.modules.get(path.as_os_str()) {
                     Some(Ok(m)) => m
                         .elf()
                         .imports
@@ -54,7 +54,7 @@ impl Patcher {
                     .find(|m| {
                         m.is_file() && crate::proc::procmaps::canonical(Path::new(&m.path)) == path
                     })
-                    .and_then(|m| match self.modules.get(path) {
+                    .and_then(|m| match self.modules.get(path.as_os_str()) {
                         Some(Ok(code)) => code.bias_of(m),
                         _ => None,
                     });
