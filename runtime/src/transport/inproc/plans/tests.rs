@@ -163,13 +163,7 @@ fn roundtrip_of_return_sites_and_windows() {
     plans.blocks.insert(0x1080, 12);
     plans.blocks.insert(0x2000, 0);
     plans.inner.insert(0x1040, vec![(0x1070, 9), (0x1078, 3)]);
-    let site = Site {
-        probe: 0x40_1040,
-        addr: 0x40_1040,
-        displaced: Vec::new(),
-        len: 5,
-        ret: None,
-    };
+    let site = five_bytes_at(0x40_1040);
     let k = StubKey::of(&site, 7, 0x3c_0000, 0x3c_0250, 0);
     plans.stubs.keep(k, &[0xe8, 1, 2, 3, 4, 0xc3]);
     let k = StubKey::of(
@@ -415,19 +409,24 @@ fn an_unwritable_directory_fails_no_trace() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A site of a 5-byte window at `at`, nothing displaced.
+fn five_bytes_at(at: u64) -> Site {
+    Site {
+        probe: at,
+        addr: at,
+        displaced: Vec::new(),
+        len: 5,
+        ret: None,
+    }
+}
+
 /// A window keeps its newest few stubs at one load bias: the same stub
 /// again changes nothing, another id is one more (the oldest dropped past
 /// four), new code for a key replaces its code, and a stub at another
 /// bias is not kept beside them.
 #[test]
 fn a_window_keeps_its_newest_stubs_at_one_bias() {
-    let site = Site {
-        probe: 0x40_1040,
-        addr: 0x40_1040,
-        displaced: Vec::new(),
-        len: 5,
-        ret: None,
-    };
+    let site = five_bytes_at(0x40_1040);
     // The same window wherever the module loads: its run-time addresses
     // moved by the bias.
     let key = |id, bias: u64| {
