@@ -103,7 +103,14 @@ impl InProc {
         self.say_fallbacks();
         // Trap sites need the watchdog (`hold::go`): started now, it gets
         // ready while the agent loads (a failure to start is said there).
-        if self.patcher.has_traps() && self.watchdog.is_none() && self.watchdog_starting.is_none() {
+        // Not for a program a followed child executed, which joins its
+        // parent's region (`go` may not run for it; when it does, it
+        // starts the watchdog itself, as before).
+        if self.patcher.has_traps()
+            && self.join.is_none()
+            && self.watchdog.is_none()
+            && self.watchdog_starting.is_none()
+        {
             self.watchdog_starting = crate::transport::common::watchdog::start(pid).ok();
         }
         let Some(world) = self.world.as_mut() else {
