@@ -299,6 +299,30 @@ impl ModuleCode {
         Ok(r)
     }
 
+    /// Finds the return sites of the module's functions from the one at
+    /// link-time `from` on, in address order, on a thread of its own: a
+    /// run about to plan the return probes of most of them (`wprobe
+    /// trace` of a whole program) with no plan kept (the cache cold) has
+    /// them found on the other CPU while it plans (each
+    /// [`ModuleCode::return_sites`] then finds the function's kept). A
+    /// function it reaches after the planner is found twice, the same.
+    pub(super) fn find_return_sites_ahead(self: &std::sync::Arc<Self>, from: u64) {
+        if !self.lock_plans().rets.is_empty() {
+            return;
+        }
+        let me = std::sync::Arc::clone(self);
+        let _ = std::thread::Builder::new()
+            .name("wprobe-rets".into())
+            .spawn(move || {
+                let i = me.funcs.partition_point(|&(s, _)| s < from);
+                for &(start, _) in &me.funcs[i..] {
+                    if let Some(off) = me.elf.file_offset(start) {
+                        let _ = me.return_sites(off);
+                    }
+                }
+            });
+    }
+
     /// Saves the sweep and the plans in the plan cache if any were made
     /// since it was read or saved.
     pub(super) fn save_plans(&self) {

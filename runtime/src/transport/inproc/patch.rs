@@ -188,6 +188,11 @@ pub(super) struct Patcher {
     /// The return probe being planned (`plan_return`): the return sites
     /// added meanwhile are its ([`Planned::ret_of`]).
     ret_owner: Option<usize>,
+    /// Sites expected ([`Patcher::expect_sites`]).
+    expected: usize,
+    /// The modules whose return sites a thread finds ahead of the
+    /// planning ([`ModuleCode::find_return_sites_ahead`]).
+    rets_ahead: rustc_hash::FxHashSet<std::ffi::OsString>,
     /// Whether the process uses CET shadow stacks (read at the first copy
     /// of a function that calls).
     shstk: Option<bool>,
@@ -243,6 +248,7 @@ impl Planned {
 impl Patcher {
     /// Room for about `n` more sites.
     pub(super) fn expect_sites(&mut self, n: usize) {
+        self.expected = self.expected.saturating_add(n);
         self.sites.reserve(n);
         self.by_probe_addr.reserve(n);
     }
@@ -298,6 +304,8 @@ impl Patcher {
             fragments_from: self.fragments_from,
             vfork_marks: self.vfork_marks.clone(),
             vfork_marked: self.vfork_marked,
+            expected: 0,
+            rets_ahead: Default::default(),
         }
     }
 

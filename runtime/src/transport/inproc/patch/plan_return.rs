@@ -19,6 +19,10 @@ use crate::transport::inproc::world::World;
 use crate::transport::retsites::ReturnSites;
 use crate::transport::{Error, Rule};
 
+/// Sites expected from which the return sites of a module's functions
+/// are found ahead of the planning (about 500 return probes).
+const RETS_AHEAD_FROM: usize = 1000;
+
 impl Patcher {
     /// Plans the return probe `tag` on the function entered at `addr`: its
     /// entry site, and a return site at each `ret` through which its calls
@@ -61,6 +65,14 @@ impl Patcher {
             }
         };
         let link = module.vaddr_of_offset(file_off);
+        // Many return probes to plan (a whole program): their functions'
+        // return sites found ahead on the other CPU.
+        if self.expected >= RETS_AHEAD_FROM
+            && let Some(link) = link
+            && self.rets_ahead.insert(path.as_os_str().to_os_string())
+        {
+            module.find_return_sites_ahead(link);
+        }
         if let Some(link) = link
             && module.elf().is_plt_entry(link)
         {
