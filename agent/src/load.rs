@@ -84,7 +84,9 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
     }
     let mut new_probes = Vec::new();
     // Each export typed once (`wprobe trace`'s thousands of probes share
-    // two): a lookup by name per probe took tens of milliseconds.
+    // two) rather than looked up by name for every probe; wprobe's
+    // `Runner::add` does the same (hostfns, which both share, allocates
+    // nothing, so each keeps its own).
     let mut typed = Vec::new();
     for i in 0..u64::from(req.n_probes) {
         match probe_entry(c, &req, i, &instance, &mut a.store, &mut typed) {

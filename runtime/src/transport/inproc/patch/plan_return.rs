@@ -69,8 +69,9 @@ impl Patcher {
         // return sites found ahead on the other CPU.
         if self.expected >= RETS_AHEAD_FROM
             && let Some(link) = link
-            && self.rets_ahead.insert(path.as_os_str().to_os_string())
+            && !self.rets_ahead.contains(path.as_os_str())
         {
+            self.rets_ahead.insert(path.as_os_str().to_os_string());
             module.find_return_sites_ahead(link);
         }
         if let Some(link) = link
