@@ -40,6 +40,18 @@ fn hex_into(out: &mut String, b: &[u8]) {
     }
 }
 
+/// Appends the journal's line of one site to `text`: its window's
+/// address, the bytes it held and those written (in hex), the inode of
+/// the mapping.
+pub fn line_into(text: &mut String, addr: u64, orig: &[u8], patch: &[u8], inode: u64) {
+    use std::fmt::Write as _;
+    let _ = write!(text, "{addr:x} ");
+    hex_into(text, orig);
+    text.push(' ');
+    hex_into(text, patch);
+    let _ = writeln!(text, " {inode}");
+}
+
 fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
@@ -63,19 +75,19 @@ impl Journal {
         journal::JournalFile::create(pid, path, "that patched").map(Journal)
     }
 
-    /// Records the sites about to be patched, durably.
+    /// Records the sites about to be patched.
     pub fn record(&mut self, entries: &[Entry]) -> io::Result<()> {
-        use std::fmt::Write as _;
         // 20,000 sites: one string, no allocation per byte or line.
         let mut text = String::with_capacity(entries.len() * 64);
         for e in entries {
-            let _ = write!(text, "{:x} ", e.addr);
-            hex_into(&mut text, &e.orig);
-            text.push(' ');
-            hex_into(&mut text, &e.patch);
-            let _ = writeln!(text, " {}", e.inode);
+            line_into(&mut text, e.addr, &e.orig, &e.patch, e.inode);
         }
-        self.0.append(&text)
+        self.append(&text)
+    }
+
+    /// Records the sites whose lines ([`line_into`]) are `text`.
+    pub fn append(&mut self, text: &str) -> io::Result<()> {
+        self.0.append(text)
     }
 
     /// Removes the journal (every byte restored).

@@ -140,51 +140,53 @@ impl InProc {
             child_pid: set.child_pid,
         };
         phases.mark("compiled for the agent");
-        let image =
-            agent_loader::agent_image().map_err(|e| Error::other(format!("the agent: {e:#}")))?;
+        // The agent's view of the sites and their journal's lines made on
+        // a thread of their own while the target loads the agent and the
+        // programs (neither needs the agent).
         let runner = world
             .runner()
             .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
-        let mut agent = {
-            let mut t = world.target(runner);
-            match self.join.take() {
-                // A fork child that executed a program: its agent joins the
-                // region of the agent it was forked with (`joined`).
-                Some((region, path)) => {
-                    agent_loader::loader::join_agent(&mut t, &image, region, &path)
-                }
-                None => agent_loader::load_agent(&mut t, &image, layout, facts),
-            }
-            .map_err(|e| {
-                Error::anyhow(
-                    Some(pid),
-                    &e,
-                    format!("loading the agent into process {pid}: {e:#}"),
-                )
-            })?
-        };
-        if !joined {
-            fill_region(
-                &agent,
-                set,
-                &mut self.program_maps,
-                &std::mem::take(&mut self.carried_gvars),
-                &self.maxactive,
-                &self.entry_notices,
-                &self.switch_tags,
+        let n_sites = self.patcher.sites.len();
+        let patcher = &mut self.patcher;
+        let (loaded, ahead) = std::thread::scope(|scope| {
+            let ahead = scope.spawn(move || {
+                let specs = Self::site_specs(patcher, 0..n_sites);
+                patcher.journal_ahead();
+                specs
+            });
+            let loaded = load_agent(world, runner, self.join.take(), layout, facts, pid).and_then(
+                |mut agent| {
+                    if !joined {
+                        fill_region(
+                            &agent,
+                            set,
+                            &mut self.program_maps,
+                            &std::mem::take(&mut self.carried_gvars),
+                            &self.maxactive,
+                            &self.entry_notices,
+                            &self.switch_tags,
+                        );
+                    }
+                    load_modules(
+                        &mut agent,
+                        world,
+                        runner,
+                        set,
+                        &cwasm,
+                        &self.program_maps,
+                        self.pid,
+                    )?;
+                    phases.mark("agent and modules loaded");
+                    Ok(agent)
+                },
             );
-        }
-        load_modules(
-            &mut agent,
-            world,
-            runner,
-            set,
-            &cwasm,
-            &self.program_maps,
-            self.pid,
-        )?;
-        phases.mark("agent and modules loaded");
-        let sites = Self::site_specs(&self.patcher, 0..self.patcher.sites.len());
+            let ahead = ahead
+                .join()
+                .map_err(|_| Error::other("the sites' specifications: their thread panicked"));
+            (loaded, ahead)
+        });
+        let mut agent = loaded?;
+        let sites = ahead?;
         {
             let mut t = world.target(runner);
             agent
@@ -323,6 +325,33 @@ fn region_layout(
             + 32 * set.probes.len() as u64
             + (64 << 10),
     }
+}
+
+/// The agent mapped into the stopped target and initialised, with a
+/// region of its own (`layout`), or joining the region of the agent a fork
+/// child that executed a program was forked with (`join`).
+fn load_agent(
+    world: &mut World,
+    runner: i32,
+    join: Option<(agent_loader::region::Region, String)>,
+    layout: RegionLayout,
+    facts: RunFacts,
+    pid: i32,
+) -> Result<LoadedAgent, Error> {
+    let image =
+        agent_loader::agent_image().map_err(|e| Error::other(format!("the agent: {e:#}")))?;
+    let mut t = world.target(runner);
+    match join {
+        Some((region, path)) => agent_loader::loader::join_agent(&mut t, &image, region, &path),
+        None => agent_loader::load_agent(&mut t, &image, layout, facts),
+    }
+    .map_err(|e| {
+        Error::anyhow(
+            Some(pid),
+            &e,
+            format!("loading the agent into process {pid}: {e:#}"),
+        )
+    })
 }
 
 /// The loaded agent's region filled: the programs' maps (`program_maps`

@@ -166,6 +166,9 @@ pub(super) struct Patcher {
     journaled: usize,
     /// The same for the trap journal.
     traps_journaled: usize,
+    /// The journal's lines of the sites from the first to the second
+    /// index, made ahead of their installation ([`Patcher::journal_ahead`]).
+    journal_ahead: Option<(usize, usize, String)>,
     /// The names each module imports (by path), for continuation sites in
     /// the modules that call a traced function.
     imports: HashMap<PathBuf, rustc_hash::FxHashSet<String>>,
@@ -292,6 +295,7 @@ impl Patcher {
             trap_journal: None,
             journaled: self.journaled,
             traps_journaled: self.traps_journaled,
+            journal_ahead: None,
             imports: self.imports.clone(),
             caves: self.caves.clone(),
             tails: self.tails.clone(),

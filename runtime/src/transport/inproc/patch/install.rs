@@ -4,7 +4,7 @@
 use super::Patcher;
 use super::stubs::SLOT_OFF;
 use crate::transport::Error;
-use crate::transport::inproc::journal::{Entry, Journal};
+use crate::transport::inproc::journal::{Journal, line_into};
 use crate::transport::inproc::world::World;
 
 impl Patcher {
@@ -29,45 +29,11 @@ impl Patcher {
                 Error::anyhow(Some(pid), &e, format!("writing stubs: {e:#}")).at(a.base)
             })?;
         }
-        let entries: Vec<Entry> = self.sites[self.journaled..]
-            .iter()
-            .filter(|s| !s.patch.is_empty())
-            .flat_map(|s| {
-                let window = Entry {
-                    addr: s.site.addr,
-                    orig: s.orig.clone(),
-                    patch: s.patch.clone(),
-                    inode: s.inode,
-                };
-                let cave = s.cave.as_ref().map(|c| Entry {
-                    addr: c.addr,
-                    orig: c.orig.clone(),
-                    patch: c.patch.clone(),
-                    inode: s.inode,
-                });
-                std::iter::once(window).chain(cave)
-            })
-            .collect();
         // Nothing to patch (watchpoints only): no journal, which a killed
         // run would leave behind with nothing in it.
-        if entries.is_empty() {
+        if !self.journal_new(pid)? {
             return Ok(());
         }
-        let j = match &mut self.journal {
-            Some(j) => j,
-            None => self.journal.insert(
-                Journal::create(pid).map_err(|e| Error::io(Some(pid), None, &e, e.to_string()))?,
-            ),
-        };
-        j.record(&entries).map_err(|e| {
-            Error::io(
-                Some(pid),
-                None,
-                &e,
-                format!("writing the patch journal: {e}"),
-            )
-        })?;
-        self.journaled = self.sites.len();
         // The caves first (the near jumps go there), then the windows;
         // the writes of each pass that fall in one page are one write
         // (the bytes between read first: the process is stopped), not one
@@ -98,6 +64,60 @@ impl Patcher {
             self.sites[i].patched = true;
         }
         Ok(())
+    }
+
+    /// Makes the journal's lines of the sites not journaled yet ahead of
+    /// [`Patcher::install`] (while the target loads the agent), which
+    /// writes them: the journal is created there, just before the jumps,
+    /// so that a wprobe killed before leaves none behind.
+    pub(in crate::transport::inproc) fn journal_ahead(&mut self) {
+        let (from, to) = (self.journaled, self.sites.len());
+        self.journal_ahead = Some((from, to, self.journal_lines(from..to)));
+    }
+
+    /// The journal's lines of the sites `range` with bytes to write (a
+    /// near site's cave after its window).
+    fn journal_lines(&self, range: std::ops::Range<usize>) -> String {
+        let mut text = String::with_capacity(range.len() * 64);
+        for s in &self.sites[range] {
+            if s.patch.is_empty() {
+                continue;
+            }
+            line_into(&mut text, s.site.addr, &s.orig, &s.patch, s.inode);
+            if let Some(c) = &s.cave {
+                line_into(&mut text, c.addr, &c.orig, &c.patch, s.inode);
+            }
+        }
+        text
+    }
+
+    /// Journals the sites with bytes to write that are not journaled yet
+    /// (the journal created at the first); whether there were any.
+    fn journal_new(&mut self, pid: i32) -> Result<bool, Error> {
+        let (from, to) = (self.journaled, self.sites.len());
+        let text = match self.journal_ahead.take() {
+            Some((f, t, text)) if (f, t) == (from, to) => text,
+            _ => self.journal_lines(from..to),
+        };
+        if text.is_empty() {
+            return Ok(false);
+        }
+        let j = match &mut self.journal {
+            Some(j) => j,
+            None => self.journal.insert(
+                Journal::create(pid).map_err(|e| Error::io(Some(pid), None, &e, e.to_string()))?,
+            ),
+        };
+        j.append(&text).map_err(|e| {
+            Error::io(
+                Some(pid),
+                None,
+                &e,
+                format!("writing the patch journal: {e}"),
+            )
+        })?;
+        self.journaled = to;
+        Ok(true)
     }
 }
 
