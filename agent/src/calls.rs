@@ -596,7 +596,7 @@ pub fn track(c: &ControlHeader, h: &HitArgs, e: Entry, lock: &mut StoreLock<'_>)
     let sh = e.shadow;
     // The entry's calls share one segment (the one it enters in).
     let base = pairing::base(sh.calls()) as u32;
-    for &p in &h.site.ret_probes {
+    for &p in h.site.ret_probes {
         let Some(slot) = crate::ctrl::probe(c, p) else {
             continue;
         };

@@ -282,7 +282,7 @@ fn at_probe(c: &ControlHeader, h: &HitArgs, lock: &mut StoreLock<'_>) -> i64 {
         }
         // SAFETY: as above.
         h.ip.set(unsafe { (*h.frame).rip });
-        for &p in &h.site.probes {
+        for &p in h.site.probes {
             // The tracer may have disabled the agent meanwhile (`exit()` of a
             // handler of another probe of this site included).
             if c.enabled.load(Ordering::Relaxed) == 0 {

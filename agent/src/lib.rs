@@ -100,9 +100,10 @@ struct ProbeFn {
     /// What it takes as parameters (the manifest's `args`).
     args: Box<[Param]>,
     load_bias: u64,
-    /// Its USDT arguments (parsed at load), `usdt_len` of them.
-    usdt: [hostabi::usdt::UsdtArg; hostabi::usdt::MAX_USDT_ARGS],
-    usdt_len: usize,
+    /// Its USDT arguments (parsed at load; a probe with none, as most
+    /// are, allocates nothing: a whole program's probes stay a few dozen
+    /// bytes each).
+    usdt: Box<[hostabi::usdt::UsdtArg]>,
 }
 
 /// Everything wasmtime: one engine, one store for every program (global

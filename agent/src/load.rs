@@ -11,7 +11,7 @@ use hostfns::Handler;
 use wasmtime::{Engine, Instance, Module, Store};
 
 use crate::control::{control_call, read_req};
-use crate::host::{self, AgentHost};
+use crate::host::AgentHost;
 use crate::params::{Param, arg_source};
 use crate::{FLUSH_FUEL, ProbeFn, Program, agent, ctrl, err};
 
@@ -82,7 +82,7 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
     if program > u16::MAX as usize {
         return err(AgentError::BadRequest, format_args!("too many programs"));
     }
-    let mut new_probes = Vec::new();
+    let mut new_probes = Vec::with_capacity(req.n_probes as usize);
     // Each export typed once (`wprobe trace`'s thousands of probes share
     // two) rather than looked up by name for every probe; wprobe's
     // `Runner::add` does the same (hostfns, which both share, allocates
@@ -104,18 +104,21 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
         map: (req.map_off, req.map_len),
         writes_allowed: req.writes_allowed != 0,
     });
-    for (probe, load_bias, handler, args, (usdt, usdt_len)) in new_probes {
-        let i = probe as usize;
-        if a.probes.len() <= i {
-            a.probes.resize_with(i + 1, || None);
-        }
-        a.probes[i] = Some(ProbeFn {
+    let top = new_probes
+        .iter()
+        .map(|p| p.0 as usize + 1)
+        .max()
+        .unwrap_or(0);
+    if a.probes.len() < top {
+        a.probes.resize_with(top, || None);
+    }
+    for (probe, load_bias, handler, args, usdt) in new_probes {
+        a.probes[probe as usize] = Some(ProbeFn {
             program: program as u16,
             handler,
             args,
             load_bias,
             usdt,
-            usdt_len,
         });
     }
     let g = c
@@ -128,13 +131,7 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
 
 /// A probe of a [`LoadRequest`], read and resolved: its id, load bias,
 /// handler, parameters and USDT arguments.
-type NewProbe = (
-    u32,
-    u64,
-    Handler,
-    Box<[Param]>,
-    ([UsdtArg; hostabi::usdt::MAX_USDT_ARGS], usize),
-);
+type NewProbe = (u32, u64, Handler, Box<[Param]>, Box<[UsdtArg]>);
 
 /// The `i`th probe entry of `req`: its handler looked up in `instance`
 /// (or among those `typed` already: export, parameters, handler), its
@@ -203,26 +200,19 @@ fn probe_entry(
             h
         }
     };
-    let mut usdt = [host::NO_USDT_ARG; hostabi::usdt::MAX_USDT_ARGS];
-    let mut usdt_len = 0;
+    let mut usdt = Box::default();
     if e.usdt_len != 0 {
         let parsed = ctrl::bytes(c, e.usdt_off, u64::from(e.usdt_len))
             .and_then(|b| core::str::from_utf8(b).ok())
-            .and_then(|t| hostabi::usdt::parse_args(t, &mut |_| None).ok());
+            .and_then(|t| hostabi::usdt::parse_args(t, &mut |_| None).ok())
+            .filter(|p| p.len() <= hostabi::usdt::MAX_USDT_ARGS);
         let Some(parsed) = parsed else {
             return Err(err(
                 AgentError::BadRequest,
                 format_args!("probe {}: USDT argument specs", e.probe),
             ));
         };
-        usdt[..parsed.len()].copy_from_slice(&parsed);
-        usdt_len = parsed.len();
+        usdt = parsed.into_boxed_slice();
     }
-    Ok((
-        e.probe,
-        e.load_bias,
-        handler,
-        args.into_boxed_slice(),
-        (usdt, usdt_len),
-    ))
+    Ok((e.probe, e.load_bias, handler, args.into_boxed_slice(), usdt))
 }

@@ -47,9 +47,10 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
         d.env.pid = h.pid;
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
-        d.usdt_len = pf.usdt_len;
-        if pf.usdt_len != 0 {
-            d.usdt[..pf.usdt_len].copy_from_slice(&pf.usdt[..pf.usdt_len]);
+        let n = pf.usdt.len().min(hostabi::usdt::MAX_USDT_ARGS);
+        d.usdt_len = n;
+        if n != 0 {
+            d.usdt[..n].copy_from_slice(&pf.usdt[..n]);
         }
         d.env.now.set(h.now.get());
         d.env.tsc = h.tsc.get();

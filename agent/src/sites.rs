@@ -15,16 +15,18 @@ use crate::{agent, ctrl, err, trapnet};
 #[derive(Clone)]
 pub(crate) struct Site {
     pub(crate) addr: u64,
-    pub(crate) probes: Box<[u32]>,
+    /// Its probes (in the [`Lists`] of the request that added it, as the
+    /// slices below).
+    pub(crate) probes: &'static [u32],
     /// [`agent_abi::site_kind`].
     pub(crate) kind: u32,
     /// Return probes whose function enters here.
-    pub(crate) ret_probes: Box<[u32]>,
+    pub(crate) ret_probes: &'static [u32],
     /// The bytes its jump (or trap) replaces, and where.
-    pub(crate) window: Option<(u64, Box<[u8]>)>,
+    pub(crate) window: Option<(u64, &'static [u8])>,
     /// A near site's cave (the padding its `jmp rel8` leads to): where,
     /// and the bytes the file has there.
-    pub(crate) cave: Option<(u64, Box<[u8]>)>,
+    pub(crate) cave: Option<(u64, &'static [u8])>,
     /// A trap site's stub.
     pub(crate) trap_stub: Option<u64>,
     /// What the site does first to the count of calls that make a vfork
@@ -50,7 +52,29 @@ static LONGEST_WINDOW: AtomicU64 = AtomicU64::new(0);
 /// A patched window and its original bytes.
 struct Window {
     addr: u64,
-    orig: Box<[u8]>,
+    orig: &'static [u8],
+}
+
+/// The probe ids and the original bytes of the sites of one request, end
+/// to end in two buffers (two allocations a request, not four a site: a
+/// whole program adds 20,000 sites at once). Leaked once filled: like the
+/// tables whose sites point into them, never freed.
+#[derive(Default)]
+struct Lists {
+    ids: Vec<u32>,
+    bytes: Vec<u8>,
+}
+
+/// Where a site's list is in its [`Lists`].
+type Span = core::ops::Range<usize>;
+
+/// A site entry read and checked, its lists in the request's [`Lists`].
+struct Read {
+    e: SiteEntry,
+    probes: Span,
+    ret_probes: Span,
+    window: Option<(u64, Span)>,
+    cave: Option<(u64, Span)>,
 }
 
 /// Puts the original bytes of the patched windows that `buf` (read at
@@ -107,6 +131,8 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         Some(t) => t.clone(),
         None => Vec::new(),
     };
+    let mut lists = Lists::default();
+    let mut read = Vec::with_capacity(req.n_sites as usize);
     for i in 0..u64::from(req.n_sites) {
         let e: SiteEntry = match read_req(
             c,
@@ -119,38 +145,62 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         if e.site >= MAX_SITES {
             return err(AgentError::TooManySites, format_args!("site {}", e.site));
         }
-        let probes = match probe_list(c, e.probes_off, e.n_probes, e.site) {
+        let probes = match probe_list(c, &mut lists, e.probes_off, e.n_probes, e.site) {
             Ok(p) => p,
             Err(e) => return e,
         };
-        let ret_probes = match probe_list(c, e.ret_off, e.n_ret, e.site) {
+        let ret_probes = match probe_list(c, &mut lists, e.ret_off, e.n_ret, e.site) {
             Ok(p) => p,
             Err(e) => return e,
         };
-        let window = match original_bytes(c, e.window, (e.orig_off, e.orig_len), e.site, "original")
-        {
+        let window = match original_bytes(
+            c,
+            &mut lists,
+            e.window,
+            (e.orig_off, e.orig_len),
+            e.site,
+            "original",
+        ) {
             Ok(w) => w,
             Err(e) => return e,
         };
         // A near site's cave: its padding reads as the file has it too.
         let cave_len = if e.cave != 0 { e.cave_len } else { 0 };
-        let cave = match original_bytes(c, e.cave, (e.cave_off, cave_len), e.site, "cave") {
+        let cave = match original_bytes(
+            c,
+            &mut lists,
+            e.cave,
+            (e.cave_off, cave_len),
+            e.site,
+            "cave",
+        ) {
             Ok(w) => w,
             Err(e) => return e,
         };
-        let i = e.site as usize;
+        read.push(Read {
+            e,
+            probes,
+            ret_probes,
+            window,
+            cave,
+        });
+    }
+    let ids: &'static [u32] = Box::leak(lists.ids.into_boxed_slice());
+    let bytes: &'static [u8] = Box::leak(lists.bytes.into_boxed_slice());
+    for r in read {
+        let i = r.e.site as usize;
         if table.len() <= i {
             table.resize_with(i + 1, || None);
         }
         table[i] = Some(Site {
-            addr: e.addr,
-            probes,
-            kind: e.kind,
-            ret_probes,
-            window,
-            cave,
-            trap_stub: (e.trap != 0).then_some(e.stub),
-            vfork: e.vfork,
+            addr: r.e.addr,
+            probes: &ids[r.probes],
+            kind: r.e.kind,
+            ret_probes: &ids[r.ret_probes],
+            window: r.window.map(|(at, span)| (at, &bytes[span])),
+            cave: r.cave.map(|(at, span)| (at, &bytes[span])),
+            trap_stub: (r.e.trap != 0).then_some(r.e.stub),
+            vfork: r.e.vfork,
         });
     }
     if req.n_biases != 0 {
@@ -174,20 +224,14 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
     let mut windows: Vec<Window> = Vec::new();
     let mut traps: Vec<(u64, u64)> = Vec::new();
     for s in table.iter().flatten() {
-        if let Some((addr, orig)) = &s.window {
-            windows.push(Window {
-                addr: *addr,
-                orig: orig.clone(),
-            });
+        if let Some((addr, orig)) = s.window {
+            windows.push(Window { addr, orig });
             if let Some(stub) = s.trap_stub {
-                traps.push((*addr, stub));
+                traps.push((addr, stub));
             }
         }
-        if let Some((addr, orig)) = &s.cave {
-            windows.push(Window {
-                addr: *addr,
-                orig: orig.clone(),
-            });
+        if let Some((addr, orig)) = s.cave {
+            windows.push(Window { addr, orig });
         }
     }
     windows.sort_unstable_by_key(|w| w.addr);
@@ -214,9 +258,16 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
     0
 }
 
-/// The `n` probe ids at `off` of the control region (site `site`'s).
-fn probe_list(c: &ControlHeader, off: u64, n: u32, site: u32) -> Result<Box<[u32]>, i64> {
-    let mut probes = Vec::with_capacity(n as usize);
+/// The `n` probe ids at `off` of the control region (site `site`'s),
+/// appended to `lists`: where they are there.
+fn probe_list(
+    c: &ControlHeader,
+    lists: &mut Lists,
+    off: u64,
+    n: u32,
+    site: u32,
+) -> Result<Span, i64> {
+    let from = lists.ids.len();
     for k in 0..u64::from(n) {
         let p: u32 = match ctrl::bytes(c, off + 4 * k, 4) {
             Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
@@ -230,27 +281,32 @@ fn probe_list(c: &ControlHeader, off: u64, n: u32, site: u32) -> Result<Box<[u32
         if u64::from(p) >= c.probes_cap {
             return Err(err(AgentError::TooManySites, format_args!("probe {p}")));
         }
-        probes.push(p);
+        lists.ids.push(p);
     }
-    Ok(probes.into_boxed_slice())
+    Ok(from..lists.ids.len())
 }
 
 /// The file's bytes at `at` that a site's request carries (`len` bytes
-/// at offset `off` of the control region; none when `len` is 0), as a
-/// site keeps them; the error of a range outside the region (`what`: the
-/// window's "original" bytes or the "cave" ones).
+/// at offset `off` of the control region; none when `len` is 0), appended
+/// to `lists`: where they are there; the error of a range outside the
+/// region (`what`: the window's "original" bytes or the "cave" ones).
 fn original_bytes(
     c: &ControlHeader,
+    lists: &mut Lists,
     at: u64,
     (off, len): (u64, u32),
     site: u32,
     what: &str,
-) -> Result<Option<(u64, Box<[u8]>)>, i64> {
+) -> Result<Option<(u64, Span)>, i64> {
     if len == 0 {
         return Ok(None);
     }
     match ctrl::bytes(c, off, u64::from(len)) {
-        Some(b) => Ok(Some((at, Box::from(&*b)))),
+        Some(b) => {
+            let from = lists.bytes.len();
+            lists.bytes.extend_from_slice(&b);
+            Ok(Some((at, from..lists.bytes.len())))
+        }
         None => Err(err(
             AgentError::BadRequest,
             format_args!("site {site} {what} bytes"),
