@@ -408,7 +408,12 @@ impl Session {
             events: programs.iter().map(|p| p.module.events.clone()).collect(),
             ..BtState::default()
         };
-        let mut probes = Vec::new();
+        let mut probes = Vec::with_capacity(
+            programs
+                .iter()
+                .map(|p| p.module.manifest.probes.len())
+                .sum(),
+        );
         let mut manifests = Vec::new();
         for (pi, p) in programs.iter().enumerate() {
             runner.add(&p.module, opts.fuel)?;

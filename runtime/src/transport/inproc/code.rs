@@ -375,25 +375,41 @@ impl ModuleCode {
     }
 
     /// The link-time addresses that direct `call`s to `target` (a
-    /// link-time address: a function, or a PLT entry) return to, sorted:
-    /// kept from an earlier planning (the plan cache), else found in the
-    /// module's map of calls (built at the first need) and kept.
+    /// link-time address: a function, or a PLT entry) return to where a
+    /// continuation site may go, sorted: kept from an earlier planning (the
+    /// plan cache), else found in the module's map of calls (built at the
+    /// first need) and kept.
     pub(super) fn returns_of_calls_to(&self, target: u64) -> Vec<u64> {
-        self.kept_or_found(target, |p| &mut p.calls, || self.calls())
+        let elf = &self.elf;
+        self.kept_or_found(
+            target,
+            |p| &mut p.calls,
+            || self.calls(),
+            // Not a function's first instruction (after a call that does
+            // not return), nor a `ret`: sites of their own may need them.
+            |c| {
+                elf.function_starting_at(c).is_none()
+                    && elf.unnamed_function_at(c).is_none()
+                    && !matches!(elf.first_byte(c), Some(0xC3 | 0xC2) | None)
+            },
+        )
     }
 
-    /// The addresses under `target` in the plans' map `kept`, else in the
-    /// module's map `found` (built at the first need), sorted and kept.
+    /// The addresses under `target` in the plans' map `kept`, else those
+    /// in the module's map `found` (built at the first need) that `take`
+    /// takes, sorted and kept.
     fn kept_or_found<'a>(
         &'a self,
         target: u64,
         kept: fn(&mut plans::Plans) -> &mut rustc_hash::FxHashMap<u64, Vec<u64>>,
         found: impl FnOnce() -> &'a rustc_hash::FxHashMap<u64, Vec<u64>>,
+        take: impl Fn(u64) -> bool,
     ) -> Vec<u64> {
         if let Some(r) = kept(&mut self.lock_plans()).get(&target) {
             return r.clone();
         }
         let mut r = found().get(&target).cloned().unwrap_or_default();
+        r.retain(|&a| take(a));
         r.sort_unstable();
         let mut p = self.lock_plans();
         kept(&mut p).insert(target, r.clone());
@@ -443,7 +459,7 @@ impl ModuleCode {
     /// from an earlier planning (the plan cache), else found in the
     /// module's map of them (built at the first need) and kept.
     pub(super) fn far_jumps_to(&self, target: u64) -> Vec<u64> {
-        self.kept_or_found(target, |p| &mut p.jumps, || self.far_jumps())
+        self.kept_or_found(target, |p| &mut p.jumps, || self.far_jumps(), |_| true)
     }
 
     /// Branch targets → the `jmp rel32` and `jcc rel32` instructions that

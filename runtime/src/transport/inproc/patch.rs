@@ -252,8 +252,11 @@ impl Patcher {
     /// Room for about `n` more sites.
     pub(super) fn expect_sites(&mut self, n: usize) {
         self.expected = self.expected.saturating_add(n);
-        self.sites.reserve(n);
-        self.by_probe_addr.reserve(n);
+        // And room for the continuation sites, about a third more in a
+        // whole program (python3.11: 14,078 probe sites, 19,432 in all).
+        let more = n.saturating_add(n / 2);
+        self.sites.reserve(more);
+        self.by_probe_addr.reserve(more);
     }
 
     /// Adds a site (indexed by its window).

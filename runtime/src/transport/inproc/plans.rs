@@ -54,10 +54,11 @@ use crate::transport::retsites::ReturnSites;
 /// First bytes of every plan file.
 const MAGIC: [u8; 8] = *b"WPRBPLAN";
 /// The layout's version; bump it when the layout or what is kept changes,
-/// or what is planned (6: the stubs start after a longer trampoline, the
+/// or what is planned (7: the addresses direct calls return to kept only
+/// where a continuation site may go; 6: the stubs start after a longer trampoline, the
 /// fast path's, and are kept by window and probe; 5: jump tables whose check on a copy of the index is
 /// entered from before it, agent-loader's `jumptable/paths.rs`).
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// Magic, version, key (32), payload length (8), payload hash (32).
 const ENVELOPE: usize = 8 + 4 + 32 + 8 + 32;
 /// Largest plan file read.

@@ -56,13 +56,6 @@ impl Patcher {
             .iter()
             .flat_map(|&t| module.returns_of_calls_to(t))
             .collect();
-        // Not a function's first instruction (after a call that does not
-        // return), nor a `ret`: sites of their own may need them.
-        conts.retain(|&c| {
-            elf.function_starting_at(c).is_none()
-                && elf.unnamed_function_at(c).is_none()
-                && !matches!(elf.first_byte(c), Some(0xC3 | 0xC2) | None)
-        });
         conts.sort_unstable();
         conts.dedup();
         let mut sites: Vec<u64> = conts.iter().map(|&c| c.wrapping_add(bias)).collect();
@@ -121,11 +114,6 @@ impl Patcher {
                 .iter()
                 .filter(|(_, n)| n == name)
                 .flat_map(|&(a, _)| module.returns_of_calls_to(a))
-                .filter(|&c| {
-                    elf.function_starting_at(c).is_none()
-                        && elf.unnamed_function_at(c).is_none()
-                        && !matches!(elf.first_byte(c), Some(0xC3 | 0xC2) | None)
-                })
                 .collect();
             conts.sort_unstable();
             conts.dedup();
