@@ -271,6 +271,28 @@ impl ModuleCode {
         p.added = true;
     }
 
+    /// Why no jump can take the window of `shape` at link-time address
+    /// `link` (load bias `bias`), as an earlier planning at that bias
+    /// said.
+    pub(super) fn kept_refusal(&self, shape: WindowShape, link: u64, bias: u64) -> Option<String> {
+        match self.lock_plans().refusals.get(&(shape, link)) {
+            Some((b, why)) if *b == bias => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps why no jump can take the window of `shape` at link-time
+    /// address `link` (load bias `bias`), unless a refusal at another bias
+    /// is kept there (a module loaded elsewhere at each run: kept once, not
+    /// rewritten at every run).
+    pub(super) fn keep_refusal(&self, shape: WindowShape, link: u64, bias: u64, why: &str) {
+        let mut p = self.lock_plans();
+        if let std::collections::hash_map::Entry::Vacant(v) = p.refusals.entry((shape, link)) {
+            v.insert((bias, why.to_string()));
+            p.added = true;
+        }
+    }
+
     /// The stub kept for `key` (`plans::Plans::stubs`), if the one kept
     /// for its window has that key.
     pub(super) fn kept_stub(&self, key: &plans::StubKey) -> Option<Vec<u8>> {

@@ -7,11 +7,11 @@
 //! and the windows chosen (`agent_loader::window`: where, how long, how
 //! many instructions displaced), the addresses its direct calls return to
 //! (where continuation sites go) and the padding blocks near jumps' caves
-//! may take, all in link-time addresses and file offsets; and the stubs
+//! may take, all in link-time addresses and file offsets; the windows
+//! refused, with why, at the load bias where they were (their text names
+//! run-time addresses: used again only at that bias); and the stubs
 //! generated, under their inputs in run-time addresses ([`StubKey`]: used
-//! again only where all are the same). Only what succeeded is kept: a
-//! refusal is planned afresh each time (its text names run-time
-//! addresses; refusals are few).
+//! again only where all are the same).
 //!
 //! **Where.** `plans/` in the compiled-module cache's directory
 //! (`$WPROBE_CACHE_DIR`, else `$XDG_CACHE_HOME/wprobe`, else
@@ -54,11 +54,11 @@ use crate::transport::retsites::ReturnSites;
 /// First bytes of every plan file.
 const MAGIC: [u8; 8] = *b"WPRBPLAN";
 /// The layout's version; bump it when the layout or what is kept changes,
-/// or what is planned (7: the addresses direct calls return to kept only
+/// or what is planned (8: refusals and near jumps' windows kept; 7: the addresses direct calls return to kept only
 /// where a continuation site may go; 6: the stubs start after a longer trampoline, the
 /// fast path's, and are kept by window and probe; 5: jump tables whose check on a copy of the index is
 /// entered from before it, agent-loader's `jumptable/paths.rs`).
-const VERSION: u32 = 7;
+const VERSION: u32 = 8;
 /// Magic, version, key (32), payload length (8), payload hash (32).
 const ENVELOPE: usize = 8 + 4 + 32 + 8 + 32;
 /// Largest plan file read.
@@ -118,6 +118,27 @@ pub(super) enum WindowShape {
     Ret = 1,
     /// A whole short function.
     Whole = 2,
+    /// A probe's address, for a near jump (`jmp rel8`).
+    NearProbe = 3,
+    /// A `ret`, for a near jump.
+    NearRet = 4,
+    /// A whole short function, for a near jump.
+    NearWhole = 5,
+}
+
+impl WindowShape {
+    /// The shape written as `n` in a plan file.
+    fn from_u64(n: u64) -> Option<WindowShape> {
+        Some(match n {
+            0 => WindowShape::Probe,
+            1 => WindowShape::Ret,
+            2 => WindowShape::Whole,
+            3 => WindowShape::NearProbe,
+            4 => WindowShape::NearRet,
+            5 => WindowShape::NearWhole,
+            _ => return None,
+        })
+    }
 }
 
 /// A window chosen, in link-time addresses.
@@ -283,6 +304,12 @@ pub(super) struct Sweep {
 pub(super) struct Plans {
     /// Windows by shape and link-time address.
     pub(super) windows: HashMap<(WindowShape, u64), Window>,
+    /// The windows no jump can take, by shape and link-time address: the
+    /// load bias at which they were refused and why (the reason names
+    /// run-time addresses: used again only at that bias, as a non-PIE
+    /// executable's always is; a refusal at another bias is planned
+    /// afresh, not kept).
+    pub(super) refusals: HashMap<(WindowShape, u64), (u64, String)>,
     /// Return sites by the entry's file offset.
     pub(super) rets: HashMap<u64, ReturnSites>,
     /// The link-time addresses the direct calls of a function (by its

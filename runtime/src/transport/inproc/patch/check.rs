@@ -125,32 +125,41 @@ impl Patcher {
         };
         let planned = match module.kept_window(kept_as, link, bias) {
             Some(site) => Ok(site),
-            None => {
-                // A `ret`'s function decoded once for all its `ret`s (they
-                // are checked one after the other).
-                if shape == Shape::Ret
-                    && !self
-                        .decoded
-                        .as_ref()
-                        .is_some_and(|d| d.is_of(func, &module.targets))
-                {
-                    self.decoded = Some(window::Decoded::new(func, &module.targets));
-                }
-                let planned = match (shape, &self.decoded) {
-                    (Shape::Probe, _) => window::plan(addr, func, &module.targets),
-                    (Shape::Ret, Some(d)) => {
-                        window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
+            None => match module.kept_refusal(kept_as, link, bias) {
+                Some(why) => Err(why),
+                None => {
+                    // A `ret`'s function decoded once for all its `ret`s (they
+                    // are checked one after the other).
+                    if shape == Shape::Ret
+                        && !self
+                            .decoded
+                            .as_ref()
+                            .is_some_and(|d| d.is_of(func, &module.targets))
+                    {
+                        self.decoded = Some(window::Decoded::new(func, &module.targets));
                     }
-                    (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
-                    (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
-                };
-                if let Ok(site) = &planned {
-                    module.keep_window(kept_as, link, site, bias);
+                    let planned = match (shape, &self.decoded) {
+                        (Shape::Probe, _) => window::plan(addr, func, &module.targets),
+                        (Shape::Ret, Some(d)) => {
+                            window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
+                        }
+                        (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
+                        (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
+                    };
+                    match planned {
+                        Ok(site) => {
+                            module.keep_window(kept_as, link, &site, bias);
+                            Ok(site)
+                        }
+                        Err(r) => {
+                            let why = r.to_string();
+                            module.keep_refusal(kept_as, link, bias, &why);
+                            Err(why)
+                        }
+                    }
                 }
-                planned
-            }
+            },
         }
-        .map_err(|r| r.to_string())
         .and_then(|site| self.clear_of_threads_and_caves(site));
         // Where no 5-byte jump fits, a 2-byte one to a cave in padding.
         let mut cave = None;

@@ -9,6 +9,7 @@ use agent_loader::window::{self, Function};
 use super::Patcher;
 use super::Shape;
 use crate::transport::inproc::code::ModuleCode;
+use crate::transport::inproc::plans::WindowShape;
 use crate::transport::inproc::world::World;
 
 /// Whether sites where no 5-byte jump fits may take a near jump to a cave
@@ -48,15 +49,44 @@ impl Patcher {
         bias: u64,
         shape: Shape,
     ) -> Result<(Site, u64), String> {
-        let near = match shape {
-            Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
-            Shape::Ret => match &self.decoded {
-                Some(d) if d.is_of(func, &module.targets) => {
-                    window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
+        // The 2-byte window, as an earlier planning of this file chose or
+        // refused it (the plan cache), else planned now and kept.
+        let kept_as = match shape {
+            Shape::Probe => WindowShape::NearProbe,
+            Shape::Ret => WindowShape::NearRet,
+            Shape::Whole => WindowShape::NearWhole,
+        };
+        let link = addr.wrapping_sub(bias);
+        let near = match module.kept_window(kept_as, link, bias) {
+            Some(site) => Ok(site),
+            None => match module.kept_refusal(kept_as, link, bias) {
+                Some(why) => Err(why),
+                None => {
+                    let near = match shape {
+                        Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
+                        Shape::Ret => match &self.decoded {
+                            Some(d) if d.is_of(func, &module.targets) => {
+                                window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
+                            }
+                            _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
+                        },
+                        Shape::Whole => {
+                            window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN)
+                        }
+                    };
+                    match near {
+                        Ok(site) => {
+                            module.keep_window(kept_as, link, &site, bias);
+                            Ok(site)
+                        }
+                        Err(r) => {
+                            let why = near_words(&r.to_string());
+                            module.keep_refusal(kept_as, link, bias, &why);
+                            Err(why)
+                        }
+                    }
                 }
-                _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
             },
-            Shape::Whole => window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN),
         };
         let pcs = &self.thread_pcs;
         let (caves, tails, by_window, sites, longest) = (
@@ -66,17 +96,7 @@ impl Patcher {
             &self.sites,
             self.longest,
         );
-        near.map_err(|r| {
-            // The rules' words, for the 2 bytes of a near jump.
-            r.to_string()
-                .replace("5-byte window", "2-byte window")
-                .replace(
-                    "the 5 bytes the jump replaces",
-                    "the bytes a near jump replaces",
-                )
-                .replace("a jump needs 5", "a near jump needs 2")
-        })
-        .and_then(|site| {
+        near.and_then(|site| {
             let (lo, hi) = (site.addr, site.addr + site.len as u64);
             if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi) {
                 return Err("a thread is stopped inside its 2-byte window".to_string());
@@ -117,4 +137,15 @@ impl Patcher {
             Ok((site, c))
         })
     }
+}
+
+/// A refusal's words for the 2 bytes of a near jump (the rules say them
+/// for 5).
+fn near_words(why: &str) -> String {
+    why.replace("5-byte window", "2-byte window")
+        .replace(
+            "the 5 bytes the jump replaces",
+            "the bytes a near jump replaces",
+        )
+        .replace("a jump needs 5", "a near jump needs 2")
 }

@@ -276,6 +276,17 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         w.out.extend_from_slice(code);
         last = k.addr;
     }
+    let mut refusals: Vec<_> = plans.refusals.iter().collect();
+    refusals.sort_unstable_by_key(|(k, _)| (k.0 as u8, k.1));
+    w.u64(refusals.len() as u64);
+    let mut last = 0;
+    for (&(shape, at), (bias, why)) in refusals {
+        w.u64(shape as u64);
+        w.delta(last, at);
+        w.u64(*bias);
+        w.str(why);
+        last = at;
+    }
     w.finish()
 }
 
@@ -312,6 +323,16 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         last = start;
     }
     let stubs = stubs_of(&mut r)?;
+    let n = r.count(3)?;
+    let mut refusals = HashMap::with_capacity_and_hasher(n, Default::default());
+    let mut last = 0;
+    for _ in 0..n {
+        let shape = WindowShape::from_u64(r.u64()?)?;
+        let at = r.delta(last)?;
+        let bias = r.u64()?;
+        refusals.insert((shape, at), (bias, r.str()?));
+        last = at;
+    }
     if !r.bytes.is_empty() {
         return None;
     }
@@ -319,6 +340,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         sweep,
         Plans {
             windows,
+            refusals,
             rets,
             calls,
             jumps,
@@ -380,12 +402,7 @@ fn windows_of(r: &mut R) -> Option<HashMap<(WindowShape, u64), Window>> {
     let mut windows = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
-        let shape = match r.u64()? {
-            0 => WindowShape::Probe,
-            1 => WindowShape::Ret,
-            2 => WindowShape::Whole,
-            _ => return None,
-        };
+        let shape = WindowShape::from_u64(r.u64()?)?;
         let at = r.delta(last)?;
         let probe = r.delta(at)?;
         let addr = r.delta(at)?;

@@ -156,6 +156,28 @@ fn roundtrip_of_return_sites_and_windows() {
             ret: false,
         },
     );
+    plans.windows.insert(
+        (WindowShape::NearRet, 0x1060),
+        Window {
+            probe: 0x1060,
+            addr: 0x105f,
+            len: 2,
+            displaced: 1,
+            ret: true,
+        },
+    );
+    // Refusals, each at its load bias, two sharing a reason.
+    let why = "0x401053, inside the 5 bytes the jump replaces, is a branch target";
+    plans
+        .refusals
+        .insert((WindowShape::Ret, 0x1050), (0, why.to_string()));
+    plans
+        .refusals
+        .insert((WindowShape::NearProbe, 0x1040), (0, why.to_string()));
+    plans.refusals.insert(
+        (WindowShape::Whole, 0x1040),
+        (0x7eff_0000_0000, "function too short".to_string()),
+    );
     plans.calls.insert(0x1040, vec![0x900, 0x1100, 0x2f00]);
     plans.calls.insert(0x4000, Vec::new());
     plans.jumps.insert(0x1100, vec![0x2000, 0x3004]);
@@ -181,6 +203,7 @@ fn roundtrip_of_return_sites_and_windows() {
     same_sweep(&sweep, &s);
     assert_eq!(p.rets, plans.rets);
     assert_eq!(p.windows, plans.windows);
+    assert_eq!(p.refusals, plans.refusals);
     assert_eq!(p.calls, plans.calls);
     assert_eq!(p.jumps, plans.jumps);
     assert_eq!(p.blocks, plans.blocks);
