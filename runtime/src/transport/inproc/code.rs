@@ -347,6 +347,11 @@ impl ModuleCode {
 
     /// Saves the sweep and the plans in the plan cache if any were made
     /// since it was read or saved.
+    /// Whether [`ModuleCode::save_plans`] has something to write.
+    pub(super) fn plans_to_save(&self) -> bool {
+        self.key.is_some() && plans::enabled() && self.lock_plans().added
+    }
+
     pub(super) fn save_plans(&self) {
         let Some((path, key)) = self.key.as_ref().filter(|_| plans::enabled()) else {
             return;

@@ -142,6 +142,7 @@ impl InProc {
             children.pre_exec.extend(kids.pre_exec);
         }
         let failed = children.restore_all();
+        self.patcher.wait_for_plans();
         self.traps = None;
         self.watchdog = None;
         self.heartbeat = None;

@@ -230,8 +230,9 @@ impl InProc {
         }
         self.pidfd = crate::sys::process::pidfd_open(self.pid);
         // What planning learnt of the module files, for the next run (the
-        // target running meanwhile).
-        self.patcher.save_plans();
+        // target running meanwhile, and wprobe reading its records: on a
+        // thread of its own, waited for at the detach).
+        self.patcher.save_plans_behind();
         Ok(())
     }
 

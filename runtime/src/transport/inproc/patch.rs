@@ -169,6 +169,8 @@ pub(super) struct Patcher {
     /// The journal's lines of the sites from the first to the second
     /// index, made ahead of their installation ([`Patcher::journal_ahead`]).
     journal_ahead: Option<(usize, usize, String)>,
+    /// The plan cache being written behind ([`Patcher::save_plans_behind`]).
+    saving: Option<std::thread::JoinHandle<()>>,
     /// The names each module imports (by path), for continuation sites in
     /// the modules that call a traced function.
     imports: HashMap<PathBuf, rustc_hash::FxHashSet<String>>,
@@ -299,6 +301,7 @@ impl Patcher {
             journaled: self.journaled,
             traps_journaled: self.traps_journaled,
             journal_ahead: None,
+            saving: None,
             imports: self.imports.clone(),
             caves: self.caves.clone(),
             tails: self.tails.clone(),
