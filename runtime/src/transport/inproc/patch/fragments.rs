@@ -110,9 +110,11 @@ impl Patcher {
         let bias = r.wrapping_sub(link);
         let func = module.function(link, bias)?;
         if last.as_ref().is_none_or(|(start, _)| *start != func.start) {
-            *last = Some((func.start, decoded(func)));
+            *last = Some((func.start, Vec::new()));
         }
-        let insns = &last.as_ref()?.1;
+        let insns = &mut last.as_mut()?.1;
+        decode_to(func, insns, r);
+        let insns = &*insns;
         let k = insns.iter().position(|i| i.ip() == r)?;
         if insns[k].flow_control() != FlowControl::Return {
             return None;
@@ -307,16 +309,42 @@ impl Patcher {
     }
 }
 
-/// The instructions of `f`, decoded from its start at run-time addresses.
-fn decoded(f: agent_loader::window::Function<'_>) -> Vec<Instruction> {
-    let mut d = Decoder::with_ip(64, f.code, f.start, DecoderOptions::NONE);
-    let mut out = Vec::new();
+/// The instructions of `f` decoded from its start at run-time addresses
+/// (`insns`, what was decoded so far) extended up to the first at or
+/// after `to` (a function with a trapped `ret` can be 100 KB of code: its
+/// tail is not decoded for a `ret` near its start).
+fn decode_to(f: agent_loader::window::Function<'_>, insns: &mut Vec<Instruction>, to: u64) {
+    let from = match insns.last() {
+        Some(i) if i.ip() >= to => return,
+        Some(i) => i.next_ip(),
+        None => f.start,
+    };
+    let Some(code) = f.code.get(from.wrapping_sub(f.start) as usize..) else {
+        return;
+    };
+    let mut d = Decoder::with_ip(64, code, from, DecoderOptions::NONE);
     let mut i = Instruction::default();
     while d.can_decode() {
         d.decode_out(&mut i);
-        out.push(i);
+        insns.push(i);
+        if i.ip() >= to {
+            break;
+        }
     }
-    out
+}
+
+/// The first instruction of `f` at or after run-time `at`, decoded from
+/// the function's start.
+fn first_at(f: agent_loader::window::Function<'_>, at: u64) -> Option<Instruction> {
+    let mut d = Decoder::with_ip(64, f.code, f.start, DecoderOptions::NONE);
+    let mut i = Instruction::default();
+    while d.can_decode() {
+        d.decode_out(&mut i);
+        if i.ip() >= at {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// Whether link-time `link` in `module` (load bias `bias`) is an
@@ -326,7 +354,7 @@ pub(super) fn far_jump_at(module: &ModuleCode, link: u64, bias: u64, to: u64) ->
     let at = link.wrapping_add(bias);
     module
         .function(link, bias)
-        .and_then(|f| decoded(f).into_iter().find(|i| i.ip() >= at))
+        .and_then(|f| first_at(f, at))
         .is_some_and(|i| {
             i.ip() == at
                 && i.near_branch_target() == to
