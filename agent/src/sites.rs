@@ -15,8 +15,8 @@ use crate::{agent, ctrl, err, trapnet};
 #[derive(Clone)]
 pub(crate) struct Site {
     pub(crate) addr: u64,
-    /// Its probes (in the [`Lists`] of the request that added it, as the
-    /// slices below).
+    /// Its probes (in the buffers of the request that added it, as the
+    /// slices below: two allocations a request, not four a site).
     pub(crate) probes: &'static [u32],
     /// [`agent_abi::site_kind`].
     pub(crate) kind: u32,
@@ -55,26 +55,15 @@ struct Window {
     orig: &'static [u8],
 }
 
-/// The probe ids and the original bytes of the sites of one request, end
-/// to end in two buffers (two allocations a request, not four a site: a
-/// whole program adds 20,000 sites at once). Leaked once filled: like the
-/// tables whose sites point into them, never freed.
-#[derive(Default)]
-struct Lists {
-    ids: Vec<u32>,
-    bytes: Vec<u8>,
-}
-
-/// Where a site's list is in its [`Lists`].
-type Span = core::ops::Range<usize>;
-
-/// A site entry read and checked, its lists in the request's [`Lists`].
-struct Read {
-    e: SiteEntry,
-    probes: Span,
-    ret_probes: Span,
-    window: Option<(u64, Span)>,
-    cave: Option<(u64, Span)>,
+/// The first `n` of `left` (the rest of a request's buffer), taken from
+/// it; `None` past its end (entries that changed between the two passes).
+fn take<T>(left: &mut &'static mut [T], n: usize) -> Option<&'static mut [T]> {
+    if n > left.len() {
+        return None;
+    }
+    let (head, rest) = core::mem::take(left).split_at_mut(n);
+    *left = rest;
+    Some(head)
 }
 
 /// Puts the original bytes of the patched windows that `buf` (read at
@@ -131,31 +120,53 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         Some(t) => t.clone(),
         None => Vec::new(),
     };
-    let mut lists = Lists::default();
-    let mut read = Vec::with_capacity(req.n_sites as usize);
-    for i in 0..u64::from(req.n_sites) {
-        let e: SiteEntry = match read_req(
+    // Two passes over the entries: the first sizes the request's lists
+    // and the table, the second fills them (no buffer grown, no copy of
+    // the entries kept between).
+    let entry = |i: u64| -> Result<SiteEntry, i64> {
+        let e: SiteEntry = read_req(
             c,
             req.sites_off + i * core::mem::size_of::<SiteEntry>() as u64,
             "site entry",
-        ) {
+        )?;
+        if e.site >= MAX_SITES {
+            return Err(err(
+                AgentError::TooManySites,
+                format_args!("site {}", e.site),
+            ));
+        }
+        Ok(e)
+    };
+    let cave_len = |e: &SiteEntry| if e.cave != 0 { e.cave_len } else { 0 };
+    let (mut n_ids, mut n_bytes, mut top) = (0usize, 0usize, table.len());
+    for i in 0..u64::from(req.n_sites) {
+        let e = match entry(i) {
             Ok(e) => e,
             Err(e) => return e,
         };
-        if e.site >= MAX_SITES {
-            return err(AgentError::TooManySites, format_args!("site {}", e.site));
-        }
-        let probes = match probe_list(c, &mut lists, e.probes_off, e.n_probes, e.site) {
+        n_ids += e.n_probes as usize + e.n_ret as usize;
+        n_bytes += e.orig_len as usize + cave_len(&e) as usize;
+        top = top.max(e.site as usize + 1);
+    }
+    let mut ids: &'static mut [u32] = Box::leak(alloc::vec![0u32; n_ids].into_boxed_slice());
+    let mut bytes: &'static mut [u8] = Box::leak(alloc::vec![0u8; n_bytes].into_boxed_slice());
+    table.resize_with(top, || None);
+    for i in 0..u64::from(req.n_sites) {
+        let e = match entry(i) {
+            Ok(e) => e,
+            Err(e) => return e,
+        };
+        let probes = match probe_list(c, &mut ids, e.probes_off, e.n_probes, e.site) {
             Ok(p) => p,
             Err(e) => return e,
         };
-        let ret_probes = match probe_list(c, &mut lists, e.ret_off, e.n_ret, e.site) {
+        let ret_probes = match probe_list(c, &mut ids, e.ret_off, e.n_ret, e.site) {
             Ok(p) => p,
             Err(e) => return e,
         };
         let window = match original_bytes(
             c,
-            &mut lists,
+            &mut bytes,
             e.window,
             (e.orig_off, e.orig_len),
             e.site,
@@ -165,42 +176,26 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             Err(e) => return e,
         };
         // A near site's cave: its padding reads as the file has it too.
-        let cave_len = if e.cave != 0 { e.cave_len } else { 0 };
         let cave = match original_bytes(
             c,
-            &mut lists,
+            &mut bytes,
             e.cave,
-            (e.cave_off, cave_len),
+            (e.cave_off, cave_len(&e)),
             e.site,
             "cave",
         ) {
             Ok(w) => w,
             Err(e) => return e,
         };
-        read.push(Read {
-            e,
+        table[e.site as usize] = Some(Site {
+            addr: e.addr,
             probes,
+            kind: e.kind,
             ret_probes,
             window,
             cave,
-        });
-    }
-    let ids: &'static [u32] = Box::leak(lists.ids.into_boxed_slice());
-    let bytes: &'static [u8] = Box::leak(lists.bytes.into_boxed_slice());
-    for r in read {
-        let i = r.e.site as usize;
-        if table.len() <= i {
-            table.resize_with(i + 1, || None);
-        }
-        table[i] = Some(Site {
-            addr: r.e.addr,
-            probes: &ids[r.probes],
-            kind: r.e.kind,
-            ret_probes: &ids[r.ret_probes],
-            window: r.window.map(|(at, span)| (at, &bytes[span])),
-            cave: r.cave.map(|(at, span)| (at, &bytes[span])),
-            trap_stub: (r.e.trap != 0).then_some(r.e.stub),
-            vfork: r.e.vfork,
+            trap_stub: (e.trap != 0).then_some(e.stub),
+            vfork: e.vfork,
         });
     }
     if req.n_biases != 0 {
@@ -259,59 +254,56 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
 }
 
 /// The `n` probe ids at `off` of the control region (site `site`'s),
-/// appended to `lists`: where they are there.
+/// in the next `n` of `ids` (a request's buffer: never freed, as the
+/// tables whose sites point into it).
 fn probe_list(
     c: &ControlHeader,
-    lists: &mut Lists,
+    ids: &mut &'static mut [u32],
     off: u64,
     n: u32,
     site: u32,
-) -> Result<Span, i64> {
-    let from = lists.ids.len();
-    for k in 0..u64::from(n) {
-        let p: u32 = match ctrl::bytes(c, off + 4 * k, 4) {
+) -> Result<&'static [u32], i64> {
+    let bad = || err(AgentError::BadRequest, format_args!("site {site} probes"));
+    let out = take(ids, n as usize).ok_or_else(bad)?;
+    for (k, slot) in out.iter_mut().enumerate() {
+        let p: u32 = match ctrl::bytes(c, off + 4 * k as u64, 4) {
             Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            None => {
-                return Err(err(
-                    AgentError::BadRequest,
-                    format_args!("site {site} probes"),
-                ));
-            }
+            None => return Err(bad()),
         };
         if u64::from(p) >= c.probes_cap {
             return Err(err(AgentError::TooManySites, format_args!("probe {p}")));
         }
-        lists.ids.push(p);
+        *slot = p;
     }
-    Ok(from..lists.ids.len())
+    Ok(out)
 }
 
 /// The file's bytes at `at` that a site's request carries (`len` bytes
-/// at offset `off` of the control region; none when `len` is 0), appended
-/// to `lists`: where they are there; the error of a range outside the
-/// region (`what`: the window's "original" bytes or the "cave" ones).
+/// at offset `off` of the control region; none when `len` is 0), in the
+/// next `len` of `bytes` (a request's buffer); the error of a range
+/// outside the region (`what`: the window's "original" bytes or the
+/// "cave" ones).
 fn original_bytes(
     c: &ControlHeader,
-    lists: &mut Lists,
+    bytes: &mut &'static mut [u8],
     at: u64,
     (off, len): (u64, u32),
     site: u32,
     what: &str,
-) -> Result<Option<(u64, Span)>, i64> {
+) -> Result<Option<(u64, &'static [u8])>, i64> {
     if len == 0 {
         return Ok(None);
     }
-    match ctrl::bytes(c, off, u64::from(len)) {
-        Some(b) => {
-            let from = lists.bytes.len();
-            lists.bytes.extend_from_slice(&b);
-            Ok(Some((at, from..lists.bytes.len())))
-        }
-        None => Err(err(
+    let bad = || {
+        err(
             AgentError::BadRequest,
             format_args!("site {site} {what} bytes"),
-        )),
-    }
+        )
+    };
+    let from = ctrl::bytes(c, off, u64::from(len)).ok_or_else(bad)?;
+    let out = take(bytes, len as usize).ok_or_else(bad)?;
+    out.copy_from_slice(&from);
+    Ok(Some((at, out)))
 }
 
 #[inline(always)]
