@@ -9,5 +9,6 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    runtime::sys::alloc::keep_freed_memory();
     runtime::cmd::cli::main()
 }

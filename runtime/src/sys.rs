@@ -8,6 +8,7 @@
 //! reported it, and the callers decide what it means (`ESRCH` is "thread
 //! gone", never fatal, in the transports).
 
+pub mod alloc;
 pub mod mem;
 pub mod process;
 pub mod ptrace;
