@@ -82,7 +82,10 @@ extern "C" fn load_inner(arg: *mut u8) -> i64 {
     if program > u16::MAX as usize {
         return err(AgentError::BadRequest, format_args!("too many programs"));
     }
-    let mut new_probes = Vec::with_capacity(req.n_probes as usize);
+    // Room for every entry the region can hold (a count past it fails at
+    // the entry past the region's end, not at this allocation).
+    let fit = c.region_size as usize / core::mem::size_of::<ProbeEntry>();
+    let mut new_probes = Vec::with_capacity((req.n_probes as usize).min(fit));
     // Each export typed once (`wprobe trace`'s thousands of probes share
     // two) rather than looked up by name for every probe; wprobe's
     // `Runner::add` does the same (hostfns, which both share, allocates

@@ -148,6 +148,15 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
         n_bytes += e.orig_len as usize + cave_len(&e) as usize;
         top = top.max(e.site as usize + 1);
     }
+    // Each id and byte comes from the region: more than it holds is a
+    // request to refuse before anything is allocated for it.
+    let room = c.region_size as usize;
+    if n_ids.saturating_mul(4) > room || n_bytes > room {
+        return err(
+            AgentError::BadRequest,
+            format_args!("sites' lists of {n_ids} probes and {n_bytes} bytes"),
+        );
+    }
     let mut ids: &'static mut [u32] = Box::leak(alloc::vec![0u32; n_ids].into_boxed_slice());
     let mut bytes: &'static mut [u8] = Box::leak(alloc::vec![0u8; n_bytes].into_boxed_slice());
     table.resize_with(top, || None);
@@ -187,7 +196,13 @@ extern "C" fn sites_inner(arg: *mut u8) -> i64 {
             Ok(w) => w,
             Err(e) => return e,
         };
-        table[e.site as usize] = Some(Site {
+        let Some(slot) = table.get_mut(e.site as usize) else {
+            return err(
+                AgentError::BadRequest,
+                format_args!("site {}: not in the first pass", e.site),
+            );
+        };
+        *slot = Some(Site {
             addr: e.addr,
             probes,
             kind: e.kind,
