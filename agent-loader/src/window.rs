@@ -195,6 +195,16 @@ impl BranchTargets {
         }
     }
 
+    /// Adds what another sweep ([`BranchTargets::sweep`]) found: its
+    /// targets, and the branches to each counted with these.
+    pub fn merge_swept(&mut self, other: BranchTargets) {
+        self.0.extend(other.0);
+        for (t, n) in other.2 {
+            let m = self.2.entry(t).or_insert(0);
+            *m = m.saturating_add(n);
+        }
+    }
+
     /// Adds the direct branch targets of `code`, loaded at `addr`.
     pub fn sweep(&mut self, code: &[u8], addr: u64) {
         let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);

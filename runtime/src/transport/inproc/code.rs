@@ -171,10 +171,7 @@ impl ModuleCode {
         );
         funcs.sort_unstable();
         funcs.dedup();
-        let mut targets = BranchTargets::default();
-        for (addr, code) in exec_sections(elf.file_bytes(), parsed) {
-            targets.sweep(code, addr);
-        }
+        let mut targets = swept(&exec_sections(elf.file_bytes(), parsed), &funcs);
         // Jump tables, once every direct target is known: a table is
         // trusted only when no branch lands between its bounds check and
         // its `jmp`, checked again with every table's targets added.
@@ -191,8 +188,6 @@ impl ModuleCode {
                 Some(&labels),
             )
         };
-        let mut with_tables = Vec::new();
-        let mut extra = HashSet::default();
         // Only functions whose bytes could hold an indirect `jmp` (`ff /4`
         // or `ff /5`, however the code decodes) are decoded again.
         let may_jump = |code: &[u8]| {
@@ -204,15 +199,25 @@ impl ModuleCode {
             .copied()
             .filter(|f| code_of(f).is_some_and(may_jump))
             .collect();
-        for f in &funcs_jumping {
-            if let Some(code) = code_of(f)
-                && let Ok(tables) = resolve(code, f.0, &targets)
-                && !tables.is_empty()
-            {
-                with_tables.push(*f);
-                extra.extend(tables.into_iter().flat_map(|(_, t)| t));
+        // The functions' tables, half of them on a thread of its own.
+        let tables_of = |fs: &[(u64, u64)]| {
+            let mut with_tables = Vec::new();
+            let mut extra: HashSet<u64> = HashSet::default();
+            for f in fs {
+                if let Some(code) = code_of(f)
+                    && let Ok(tables) = resolve(code, f.0, &targets)
+                    && !tables.is_empty()
+                {
+                    with_tables.push(*f);
+                    extra.extend(tables.into_iter().flat_map(|(_, t)| t));
+                }
             }
-        }
+            (with_tables, extra)
+        };
+        let ((mut with_tables, mut extra), (more, more_extra)) =
+            in_halves(&funcs_jumping, tables_of);
+        with_tables.extend(more);
+        extra.extend(more_extra);
         targets.add_other(extra);
         let mut tail_jumps = HashSet::default();
         for f in &with_tables {
@@ -231,19 +236,24 @@ impl ModuleCode {
         }
         // Each function's first indirect `jmp` whose targets are not all
         // known, once: every window past a function's entry asks.
-        let mut unknown = rustc_hash::FxHashMap::default();
-        for f in &funcs_jumping {
-            if let Some(code) = code_of(f) {
-                let func = Function {
-                    start: f.0,
-                    code,
-                    bias: 0,
-                };
-                if let Some(at) = targets.first_unknown_jump(&func) {
-                    unknown.insert(f.0, at);
+        let unknown_of = |fs: &[(u64, u64)]| {
+            let mut unknown = rustc_hash::FxHashMap::default();
+            for f in fs {
+                if let Some(code) = code_of(f) {
+                    let func = Function {
+                        start: f.0,
+                        code,
+                        bias: 0,
+                    };
+                    if let Some(at) = targets.first_unknown_jump(&func) {
+                        unknown.insert(f.0, at);
+                    }
                 }
             }
-        }
+            unknown
+        };
+        let (mut unknown, more) = in_halves(&funcs_jumping, unknown_of);
+        unknown.extend(more);
         targets.3 = Some(unknown);
         plans::Sweep {
             funcs,
@@ -697,6 +707,60 @@ fn data_labels(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> Vec<u64> {
 
 /// The executable sections of the module file `bytes` (`parsed`): each
 /// one's link-time address and bytes.
+/// `work` done on the first half of `items` by a thread of its own and on
+/// the second by this one (the sweep of a large module, a tenth of a
+/// second, on both CPUs); done here whole when the thread cannot start.
+fn in_halves<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -> (R, R) {
+    let (a, b) = items.split_at(items.len() / 2);
+    std::thread::scope(|scope| {
+        let first = std::thread::Builder::new()
+            .name("wprobe-sweep".into())
+            .spawn_scoped(scope, || work(a));
+        let second = work(b);
+        let first = match first.map(|h| h.join()) {
+            Ok(Ok(r)) => r,
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => work(a),
+        };
+        (first, second)
+    })
+}
+
+/// The direct branch targets of the executable sections `sections`, each
+/// swept linearly; the largest in two parts, cut at the function start
+/// (of `funcs`, sorted) nearest its middle, swept on both CPUs.
+fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> BranchTargets {
+    let mut targets = BranchTargets::default();
+    let largest = (0..sections.len()).max_by_key(|&k| sections[k].1.len());
+    for (k, &(addr, code)) in sections.iter().enumerate() {
+        let cut = (Some(k) == largest)
+            .then(|| {
+                let middle = addr + code.len() as u64 / 2;
+                let i = funcs.partition_point(|&(s, _)| s < middle);
+                funcs.get(i).map(|&(s, _)| s)
+            })
+            .flatten()
+            .filter(|&s| s > addr && s < addr + code.len() as u64);
+        match cut {
+            Some(s) => {
+                let (head, tail) = code.split_at((s - addr) as usize);
+                let parts = [(addr, head), (s, tail)];
+                let (first, second) = in_halves(&parts, |p: &[(u64, &[u8])]| {
+                    let mut t = BranchTargets::default();
+                    for &(a, c) in p {
+                        t.sweep(c, a);
+                    }
+                    t
+                });
+                targets.merge_swept(first);
+                targets.merge_swept(second);
+            }
+            None => targets.sweep(code, addr),
+        }
+    }
+    targets
+}
+
 fn exec_sections<'a>(bytes: &'a [u8], parsed: &Elf<'_>) -> Vec<(u64, &'a [u8])> {
     parsed
         .section_headers
@@ -710,4 +774,32 @@ fn exec_sections<'a>(bytes: &'a [u8], parsed: &Elf<'_>) -> Vec<(u64, &'a [u8])> 
             Some((sh.sh_addr, bytes.get(off..off.saturating_add(len))?))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The largest section swept in two parts on two threads finds what
+    /// one linear sweep of each section finds: every target, and as many
+    /// branches to each (a system binary's and the C library's code).
+    #[test]
+    fn a_sweep_in_two_parts_is_the_sweep_whole() {
+        for path in ["/usr/bin/ls", "/usr/lib/x86_64-linux-gnu/libc.so.6"] {
+            let elf = wprobe_elf::info::ElfInfo::open(Path::new(path)).expect("open");
+            let parsed = Elf::parse(elf.file_bytes()).expect("parse");
+            let sections = exec_sections(elf.file_bytes(), &parsed);
+            let mut whole = BranchTargets::default();
+            for &(addr, code) in &sections {
+                whole.sweep(code, addr);
+            }
+            let mut funcs = elf.named_functions();
+            funcs.extend(elf.unnamed_functions());
+            funcs.sort_unstable();
+            let parts = swept(&sections, &funcs);
+            assert!(whole.0.len() > 1000, "{path}: {} targets", whole.0.len());
+            assert_eq!(parts.0, whole.0, "{path}");
+            assert_eq!(parts.2, whole.2, "{path}");
+        }
+    }
 }
