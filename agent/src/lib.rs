@@ -100,9 +100,9 @@ struct ProbeFn {
     /// What it takes as parameters (the manifest's `args`).
     args: Box<[Param]>,
     load_bias: u64,
-    /// Its USDT arguments (parsed at load; a probe with none, as most
-    /// are, allocates nothing: a whole program's probes stay a few dozen
-    /// bytes each).
+    /// Its USDT arguments, at most `MAX_USDT_ARGS` (parsed at load, which
+    /// refuses more; a probe with none, as most are, allocates nothing: a
+    /// whole program's probes stay a few dozen bytes each).
     usdt: Box<[hostabi::usdt::UsdtArg]>,
 }
 

@@ -47,7 +47,8 @@ pub(crate) fn run_probe(c: &ControlHeader, slot: &ProbeSlot, p: u32, h: &HitArgs
         d.env.pid = h.pid;
         d.env.fs_base = h.fs_base;
         d.env.load_bias = pf.load_bias;
-        let n = pf.usdt.len().min(hostabi::usdt::MAX_USDT_ARGS);
+        // At most `MAX_USDT_ARGS` (the load refuses more).
+        let n = pf.usdt.len();
         d.usdt_len = n;
         if n != 0 {
             d.usdt[..n].copy_from_slice(&pf.usdt[..n]);

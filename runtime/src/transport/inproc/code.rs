@@ -266,7 +266,7 @@ impl ModuleCode {
     /// earlier planning, its instructions decoded again at run-time
     /// addresses (load bias `bias`); `None` when none was kept or it does
     /// not decode as it was.
-    pub(super) fn kept_window(&self, shape: WindowShape, link: u64, bias: u64) -> Option<Site> {
+    fn kept_window(&self, shape: WindowShape, link: u64, bias: u64) -> Option<Site> {
         let win = *self.lock_plans().windows.get(&(shape, link))?;
         let code = self.elf.bytes_at(win.link_addr(), win.len())?;
         win.site(code, bias)
@@ -274,33 +274,48 @@ impl ModuleCode {
 
     /// Keeps the window `site` of `shape` chosen at link-time address
     /// `link` (load bias `bias`).
-    pub(super) fn keep_window(&self, shape: WindowShape, link: u64, site: &Site, bias: u64) {
+    fn keep_window(&self, shape: WindowShape, link: u64, site: &Site, bias: u64) {
         let mut p = self.lock_plans();
         p.windows
             .insert((shape, link), plans::Window::of(site, bias));
         p.added = true;
     }
 
-    /// Why no jump can take the window of `shape` at link-time address
-    /// `link` (load bias `bias`), as an earlier planning at that bias
-    /// said.
-    pub(super) fn kept_refusal(&self, shape: WindowShape, link: u64, bias: u64) -> Option<String> {
-        match self.lock_plans().refusals.get(&(shape, link)) {
-            Some((b, why)) if *b == bias => Some(why.clone()),
-            _ => None,
+    /// The window of `shape` at link-time address `link` (load bias
+    /// `bias`), or why no jump can take it, as an earlier planning chose
+    /// (the plan cache: a refusal only at the bias it was made at), else
+    /// as `plan` says now, kept. A refusal is kept unless one at another
+    /// bias is kept there (a module loaded elsewhere at each run: kept
+    /// once, not rewritten at every run).
+    pub(super) fn kept_or_planned(
+        &self,
+        shape: WindowShape,
+        link: u64,
+        bias: u64,
+        plan: impl FnOnce() -> Result<Site, String>,
+    ) -> Result<Site, String> {
+        if let Some(site) = self.kept_window(shape, link, bias) {
+            return Ok(site);
         }
-    }
-
-    /// Keeps why no jump can take the window of `shape` at link-time
-    /// address `link` (load bias `bias`), unless a refusal at another bias
-    /// is kept there (a module loaded elsewhere at each run: kept once, not
-    /// rewritten at every run).
-    pub(super) fn keep_refusal(&self, shape: WindowShape, link: u64, bias: u64, why: &str) {
-        let mut p = self.lock_plans();
-        if let std::collections::hash_map::Entry::Vacant(v) = p.refusals.entry((shape, link)) {
-            v.insert((bias, why.to_string()));
-            p.added = true;
+        if let Some((b, why)) = self.lock_plans().refusals.get(&(shape, link))
+            && *b == bias
+        {
+            return Err(why.clone());
         }
+        let planned = plan();
+        match &planned {
+            Ok(site) => self.keep_window(shape, link, site, bias),
+            Err(why) => {
+                let mut p = self.lock_plans();
+                if let std::collections::hash_map::Entry::Vacant(v) =
+                    p.refusals.entry((shape, link))
+                {
+                    v.insert((bias, why.clone()));
+                    p.added = true;
+                }
+            }
+        }
+        planned
     }
 
     /// The stub kept for `key` (`plans::Plans::stubs`), if the one kept

@@ -140,12 +140,12 @@ impl InProc {
             child_pid: set.child_pid,
         };
         phases.mark("compiled for the agent");
-        // The agent's view of the sites and their journal's lines made on
-        // a thread of their own while the target loads the agent and the
-        // programs (neither needs the agent).
         let runner = world
             .runner()
             .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
+        // The agent's view of the sites and their journal's lines made on
+        // a thread of their own while the target loads the agent and the
+        // programs (neither needs the agent).
         let n_sites = self.patcher.sites.len();
         let patcher = &mut self.patcher;
         let (loaded, ahead) = std::thread::scope(|scope| {

@@ -116,51 +116,35 @@ impl Patcher {
             .ok_or_else(|| refused(Rule::Patch, Refusal::NoFunction.to_string()))?;
         let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
         let fend = func.start + func.code.len() as u64;
-        // A window an earlier planning of this file chose (the plan
-        // cache), else chosen now and kept.
+        // A window an earlier planning of this file chose or refused (the
+        // plan cache), else chosen now and kept.
         let kept_as = match shape {
             Shape::Probe => WindowShape::Probe,
             Shape::Ret => WindowShape::Ret,
             Shape::Whole => WindowShape::Whole,
         };
-        let planned = match module.kept_window(kept_as, link, bias) {
-            Some(site) => Ok(site),
-            None => match module.kept_refusal(kept_as, link, bias) {
-                Some(why) => Err(why),
-                None => {
-                    // A `ret`'s function decoded once for all its `ret`s (they
-                    // are checked one after the other).
-                    if shape == Shape::Ret
-                        && !self
-                            .decoded
-                            .as_ref()
-                            .is_some_and(|d| d.is_of(func, &module.targets))
-                    {
-                        self.decoded = Some(window::Decoded::new(func, &module.targets));
-                    }
-                    let planned = match (shape, &self.decoded) {
-                        (Shape::Probe, _) => window::plan(addr, func, &module.targets),
-                        (Shape::Ret, Some(d)) => {
-                            window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
-                        }
-                        (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
-                        (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
-                    };
-                    match planned {
-                        Ok(site) => {
-                            module.keep_window(kept_as, link, &site, bias);
-                            Ok(site)
-                        }
-                        Err(r) => {
-                            let why = r.to_string();
-                            module.keep_refusal(kept_as, link, bias, &why);
-                            Err(why)
-                        }
-                    }
+        let decoded = &mut self.decoded;
+        let planned = module.kept_or_planned(kept_as, link, bias, || {
+            // A `ret`'s function decoded once for all its `ret`s (they are
+            // checked one after the other).
+            if shape == Shape::Ret
+                && !decoded
+                    .as_ref()
+                    .is_some_and(|d| d.is_of(func, &module.targets))
+            {
+                *decoded = Some(window::Decoded::new(func, &module.targets));
+            }
+            match (shape, &*decoded) {
+                (Shape::Probe, _) => window::plan(addr, func, &module.targets),
+                (Shape::Ret, Some(d)) => {
+                    window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
                 }
-            },
-        }
-        .and_then(|site| self.clear_of_threads_and_caves(site));
+                (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
+                (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
+            }
+            .map_err(|r| r.to_string())
+        });
+        let planned = planned.and_then(|site| self.clear_of_threads_and_caves(site));
         // Where no 5-byte jump fits, a 2-byte one to a cave in padding.
         let mut cave = None;
         let planned = match planned {

@@ -57,37 +57,21 @@ impl Patcher {
             Shape::Whole => WindowShape::NearWhole,
         };
         let link = addr.wrapping_sub(bias);
-        let near = match module.kept_window(kept_as, link, bias) {
-            Some(site) => Ok(site),
-            None => match module.kept_refusal(kept_as, link, bias) {
-                Some(why) => Err(why),
-                None => {
-                    let near = match shape {
-                        Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
-                        Shape::Ret => match &self.decoded {
-                            Some(d) if d.is_of(func, &module.targets) => {
-                                window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
-                            }
-                            _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
-                        },
-                        Shape::Whole => {
-                            window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN)
-                        }
-                    };
-                    match near {
-                        Ok(site) => {
-                            module.keep_window(kept_as, link, &site, bias);
-                            Ok(site)
-                        }
-                        Err(r) => {
-                            let why = near_words(&r.to_string());
-                            module.keep_refusal(kept_as, link, bias, &why);
-                            Err(why)
-                        }
+        let near = module.kept_or_planned(kept_as, link, bias, || {
+            match shape {
+                Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
+                Shape::Ret => match &self.decoded {
+                    Some(d) if d.is_of(func, &module.targets) => {
+                        window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
                     }
+                    _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
+                },
+                Shape::Whole => {
+                    window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN)
                 }
-            },
-        };
+            }
+            .map_err(|r| near_words(&r.to_string()))
+        });
         let pcs = &self.thread_pcs;
         let (caves, tails, by_window, sites, longest) = (
             &self.caves,
