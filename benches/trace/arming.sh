@@ -5,9 +5,11 @@
 # run with --version, which exits before running Python code: the time is
 # the tool's start-up (reading the binary, planning and writing every site,
 # loading the agent) plus a few thousand calls. Wall time of the whole
-# command, median of REPEATS runs, each tool's runs interleaved; wprobe with
-# its caches (compiled modules, plans) warm and cold (emptied before the
-# run).
+# command: the median of REPEATS runs, and the fastest (this machine's
+# virtual CPUs have spells of running several times slower, which the
+# median of a few runs does not always outvote), each tool's runs
+# interleaved; wprobe with its caches (compiled modules, plans) warm and
+# cold (emptied before the run).
 #
 # usage: benches/trace/arming.sh [REPEATS]
 # env:   WPROBE (default target/release/wprobe; several binaries separated
@@ -22,6 +24,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/wprobe-arming.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 t() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+least() { sort -n | head -1; }
 : > "$WORK/u"; : > "$WORK/f"
 for k in "${!WS[@]}"; do : > "$WORK/w$k"; : > "$WORK/c$k"; done
 for _ in $(seq "$R"); do
@@ -36,14 +39,16 @@ for _ in $(seq "$R"); do
     t "${WS[$k]}" trace --transport inproc --report -- "$P" --version >> "$WORK/c$k"
   done
 done
-u=$(median < "$WORK/u"); f=$(median < "$WORK/f")
-echo "arming: $P --version, REPEATS=$R, medians; wprobe $(git -C "$ROOT" rev-parse --short HEAD); load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-44s %8s %8s\n" "" "wall ms" "×uftrace"
-printf "%-44s %8s %8s\n" "untraced" "$u" "-"
-printf "%-44s %8s %8s\n" "uftrace record -P ." "$f" "1.0"
+u=$(median < "$WORK/u"); f=$(median < "$WORK/f"); fl=$(least < "$WORK/f")
+echo "arming: $P --version, REPEATS=$R, medians (and fastest runs); wprobe $(git -C "$ROOT" rev-parse --short HEAD); load $(cut -d' ' -f1-3 /proc/loadavg)"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+printf "%-44s %8s %8s %8s %8s\n" "" "wall ms" "×uftrace" "fastest" "×uftrace"
+printf "%-44s %8s %8s %8s %8s\n" "untraced" "$u" "-" "$(least < "$WORK/u")" "-"
+printf "%-44s %8s %8s %8s %8s\n" "uftrace record -P ." "$f" "1.00" "$fl" "1.00"
 for k in "${!WS[@]}"; do
   w=$(median < "$WORK/w$k"); c=$(median < "$WORK/c$k")
+  wl=$(least < "$WORK/w$k"); cl=$(least < "$WORK/c$k")
   [ "${#WS[@]}" -gt 1 ] && echo "${WS[$k]}"
-  printf "%-44s %8s %8s\n" "wprobe trace --transport inproc (cache warm)" "$w" "$(awk -v a="$w" -v b="$f" 'BEGIN { printf "%.1f", a / b }')"
-  printf "%-44s %8s %8s\n" "wprobe trace --transport inproc (cache cold)" "$c" "$(awk -v a="$c" -v b="$f" 'BEGIN { printf "%.1f", a / b }')"
+  printf "%-44s %8s %8s %8s %8s\n" "wprobe trace --transport inproc (cache warm)" "$w" "$(ratio "$w" "$f")" "$wl" "$(ratio "$wl" "$fl")"
+  printf "%-44s %8s %8s %8s %8s\n" "wprobe trace --transport inproc (cache cold)" "$c" "$(ratio "$c" "$f")" "$cl" "$(ratio "$cl" "$fl")"
 done
