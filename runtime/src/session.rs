@@ -764,7 +764,11 @@ impl Session {
         stop: &AtomicBool,
     ) -> anyhow::Result<Option<ExitStatus>> {
         self.transport = Some(t.info());
-        self.site_counts = t.site_counts();
+        // Counted once the handlers are loaded where the target runs them
+        // (the sites are final then), else now.
+        if t.in_target().is_none() {
+            self.site_counts = t.site_counts();
+        }
         self.runner.store.data_mut().env.hit = t.new_hit();
         if self.hook.is_some() && self.tick_period().is_none() {
             // With interval probes the hook has their tick (the command

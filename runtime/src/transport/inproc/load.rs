@@ -85,6 +85,18 @@ fn ring_bytes() -> u64 {
 }
 
 impl InProc {
+    /// Starts the watchdog that trap sites need (`hold::go`) without
+    /// waiting for it: it gets ready on the other CPU while planning goes
+    /// on and the agent loads (a failure to start is said in `go`). Not
+    /// for a program a followed child executed, which joins its parent's
+    /// region (`go` may not run for it; when it does, it starts the
+    /// watchdog itself). Once.
+    pub(super) fn start_watchdog(&mut self) {
+        if self.join.is_none() && self.watchdog.is_none() && self.watchdog_starting.is_none() {
+            self.watchdog_starting = crate::transport::common::watchdog::start(self.pid).ok();
+        }
+    }
+
     /// Loads the agent and the programs, writes the stubs and the jumps,
     /// and lets the target go (the commit of everything inserted). A
     /// failure in the target names the process (and the errno, when
@@ -101,17 +113,10 @@ impl InProc {
         self.patcher.plan_vfork_marks(world, &self.maps);
         self.patcher.plan_fragments(world, &self.maps);
         self.say_fallbacks();
-        // Trap sites need the watchdog (`hold::go`): started now, it gets
-        // ready while the agent loads (a failure to start is said there).
-        // Not for a program a followed child executed, which joins its
-        // parent's region (`go` may not run for it; when it does, it
-        // starts the watchdog itself, as before).
-        if self.patcher.has_traps()
-            && self.join.is_none()
-            && self.watchdog.is_none()
-            && self.watchdog_starting.is_none()
-        {
-            self.watchdog_starting = crate::transport::common::watchdog::start(pid).ok();
+        // Trap sites need the watchdog (`hold::go`): started at the first
+        // trap planned, or now.
+        if self.patcher.has_traps() {
+            self.start_watchdog();
         }
         let Some(world) = self.world.as_mut() else {
             return Err(Error::unsupported(INFO.name, "the target is not stopped"));
@@ -194,6 +199,7 @@ impl InProc {
                 .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
         }
         self.sites_sent = sites.len();
+        drop_behind(sites);
         for &tag in self.armed.keys() {
             agent.region.set_probe_enabled(tag as u32, true);
             self.enabled.insert(tag);
@@ -461,4 +467,16 @@ fn start_heartbeat(
     let heartbeat = agent.region.start_heartbeat(BEAT_EVERY).ok();
     agent.region.set_enabled(true);
     heartbeat
+}
+
+/// Drops `sites` on a thread of its own when they are many: tens of
+/// thousands of small buffers, made on another thread, freed while the
+/// stubs and jumps are written rather than before.
+fn drop_behind(sites: Vec<SiteSpec>) {
+    if sites.len() >= 1000 {
+        // A thread that cannot start drops the closure, and them, here.
+        let _ = std::thread::Builder::new()
+            .name("wprobe-drop".into())
+            .spawn(move || drop(sites));
+    }
 }

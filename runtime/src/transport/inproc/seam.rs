@@ -15,6 +15,20 @@ use crate::transport::{
     Report, Transport, TransportHit, TransportInfo,
 };
 
+impl InProc {
+    /// After a probe of the process is planned: the watchdog started at
+    /// its first trap site (`start_watchdog`); with the agent loaded (a
+    /// library mapped later), the fallbacks said at once.
+    fn after_insert(&mut self) {
+        if !self.patcher.trap_funcs.is_empty() {
+            self.start_watchdog();
+        }
+        if self.agent.is_some() {
+            self.say_fallbacks();
+        }
+    }
+}
+
 impl Transport for InProc {
     fn info(&self) -> &'static TransportInfo {
         &INFO
@@ -84,9 +98,7 @@ impl Transport for InProc {
                     .plan(world, &self.maps, tag, addr, opcode)
                     .map_err(|e| e.site_context(format_args!("cannot patch {addr:#x}")))?;
                 self.armed.insert(tag, site);
-                if self.agent.is_some() {
-                    self.say_fallbacks();
-                }
+                self.after_insert();
                 Ok(Armed(tag as u64))
             }
             Insert::Watchpoint { len, kind } => {
@@ -136,9 +148,7 @@ impl Transport for InProc {
                 if entry_notice {
                     self.entry_notices.push(tag);
                 }
-                if self.agent.is_some() {
-                    self.say_fallbacks();
-                }
+                self.after_insert();
                 Ok(Armed(tag as u64))
             }
         }
