@@ -29,6 +29,10 @@ pub const CASES: &[Case] = &[
     ),
     case!(detach_puts_the_copied_functions_code_back, Need::Ptrace),
     case!(
+        a_warm_run_takes_its_copies_from_the_plan_cache,
+        Need::Ptrace
+    ),
+    case!(
         an_exception_thrown_through_a_copy_is_caught_as_untraced,
         Need::Ptrace
     ),
@@ -121,6 +125,105 @@ fn traced_tree(exe: &Path, name: &str, n: i64) -> (String, String) {
     let (out, err, got) = inproc_tree(exe, &format!("whole_funcs.{name}"), name, &n.to_string());
     assert_eq!(out, format!("{}\n", sum(n)), "{err}");
     (err, got)
+}
+
+/// The copies a run makes are kept in its plan cache and taken from it by
+/// the next run of the program (non-PIE: the same addresses, the same
+/// stub areas), which traces the same calls with the same return values
+/// and says its copies as the first did; the plan file is not written
+/// again.
+fn a_warm_run_takes_its_copies_from_the_plan_cache() {
+    let exe = whole_funcs();
+    let cache = scratch().join("whole_funcs.plans");
+    let _ = std::fs::remove_dir_all(&cache);
+    let tree = scratch().join("whole_funcs.warm.tree");
+    let run = || {
+        let mut c = wprobe();
+        c.args([
+            "trace",
+            "--transport",
+            "inproc",
+            "-v",
+            "-F",
+            "leafsum",
+            "-T",
+        ])
+        .args(["--no-pid", "-i", "-o"])
+        .arg(&tree)
+        .arg("--")
+        .arg(&exe)
+        .arg("70")
+        .env("WPROBE_DEBUG", "1")
+        .env("WPROBE_CACHE_DIR", &cache)
+        .env_remove("WPROBE_NO_CACHE")
+        .current_dir(scratch());
+        let o = output_within(c, 120);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            format!("{}\n", sum(70)),
+            "{err}"
+        );
+        // What it says of its copies, the process's id left out.
+        let copies: Vec<String> = err
+            .lines()
+            .filter(|l| l.contains("run in a relocated copy of the whole function"))
+            .map(|l| l.splitn(3, ": ").nth(2).unwrap_or(l).to_string())
+            .collect();
+        // The tree, without its process lines (`+++ `).
+        let tree: String = std::fs::read_to_string(&tree)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("+++ "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        (err, copies, tree)
+    };
+    // (name, inode) of each plan file: one written again is a new file.
+    let plans = || -> Vec<(String, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let mut v: Vec<(String, u64)> = std::fs::read_dir(cache.join("plans"))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    e.metadata().unwrap().ino(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let (cold_err, cold_copies, cold) = run();
+    assert_eq!(cold_copies.len(), 4, "{cold_err}");
+    assert!(
+        !cold_err.contains("as an earlier run made them"),
+        "{cold_err}"
+    );
+    let written = plans();
+    assert!(!written.is_empty(), "{cold_err}");
+    let (warm_err, warm_copies, warm) = run();
+    assert_eq!(warm, cold, "{warm_err}");
+    assert_eq!(warm_copies, cold_copies, "{warm_err}");
+    assert!(
+        warm_err.lines().any(|l| l.starts_with("wprobe: debug: process ")
+            && l.ends_with(": 4 relocated copies of whole functions as an earlier run made them (plan cache)")),
+        "{warm_err}"
+    );
+    assert!(!warm_err.contains("a trap instead"), "{warm_err}");
+    assert_eq!(plans(), written, "{warm_err}");
+    let want: String = (0..70)
+        .map(|i| {
+            format!(
+                "==> leafsum()\n<== leafsum() [rax = {:#x}]\n",
+                leafsum(i % 60 - 5)
+            )
+        })
+        .collect();
+    assert_eq!(warm, want, "{warm_err}");
+    std::fs::remove_dir_all(&cache).unwrap();
 }
 
 /// Every call of `leafsum`, `callsum` and `recsum` is traced with its

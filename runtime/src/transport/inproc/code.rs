@@ -324,6 +324,30 @@ impl ModuleCode {
         self.lock_plans().stubs.get(key).map(<[u8]>::to_vec)
     }
 
+    /// The relocated copy of a whole function kept for `key`
+    /// (`plans::Plans::copies`).
+    pub(super) fn kept_copy(&self, key: &plans::CopyKey) -> Option<agent_loader::whole::Copy> {
+        self.lock_plans()
+            .copies
+            .get(key)
+            .map(|k| agent_loader::whole::Copy {
+                code: k.code.clone(),
+                returns: k.returns.clone(),
+            })
+    }
+
+    /// Keeps the copy `copy` made for `key` ([`plans::KeptCopies::keep`]).
+    pub(super) fn keep_copy(&self, key: plans::CopyKey, copy: &agent_loader::whole::Copy) {
+        let mut p = self.lock_plans();
+        if p.copies.keep(plans::KeptCopy {
+            key,
+            code: copy.code.clone(),
+            returns: copy.returns.clone(),
+        }) {
+            p.added = true;
+        }
+    }
+
     /// Keeps the stub `code` generated for `key` ([`plans::KeptStubs::keep`]).
     pub(super) fn keep_stub(&self, key: plans::StubKey, code: &[u8]) {
         let mut p = self.lock_plans();
@@ -335,11 +359,13 @@ impl ModuleCode {
     /// The return sites of the function entered at file offset `entry`
     /// (`crate::transport::retsites::return_sites` for `--transport
     /// inproc`), kept from an earlier planning or found and kept.
-    pub(super) fn return_sites(&self, entry: u64) -> Result<ReturnSites, Error> {
+    pub(super) fn return_sites(&self, entry: u64) -> Result<std::sync::Arc<ReturnSites>, Error> {
         if let Some(r) = self.lock_plans().rets.get(&entry) {
             return Ok(r.clone());
         }
-        let r = crate::transport::retsites::return_sites(&self.elf, entry, "inproc")?;
+        let r = std::sync::Arc::new(crate::transport::retsites::return_sites(
+            &self.elf, entry, "inproc",
+        )?);
         let mut p = self.lock_plans();
         p.rets.insert(entry, r.clone());
         p.added = true;

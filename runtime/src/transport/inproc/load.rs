@@ -221,6 +221,14 @@ impl InProc {
         self.patcher.install(world, slots)?;
         phases.mark("stubs and jumps written");
         phases.report(self.pid);
+        if phases.on && self.patcher.copies_kept > 0 {
+            crate::elog!(
+                "wprobe: debug: process {}: {} relocated copies of whole functions as an earlier \
+                 run made them (plan cache)",
+                self.pid,
+                std::mem::take(&mut self.patcher.copies_kept)
+            );
+        }
         if let Some(a) = &self.agent {
             self.allocations_armed = a.region.stats().allocations;
         }

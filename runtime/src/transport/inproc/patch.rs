@@ -190,6 +190,14 @@ pub(super) struct Patcher {
     decoded: Option<agent_loader::window::Decoded>,
     /// The functions run as relocated copies (`whole`).
     copies: Vec<whole::Copied>,
+    /// The window addresses of every return site added as a trap (some
+    /// since retired or patched): where no such site is, a function has
+    /// no trapped `ret` planned before it (`whole`), found without a look
+    /// at the sites.
+    trapped_rets: std::collections::BTreeSet<u64>,
+    /// How many of those copies are an earlier run's, kept in the plan
+    /// cache (for `WPROBE_DEBUG`).
+    pub(super) copies_kept: usize,
     /// The return probe being planned (`plan_return`): the return sites
     /// added meanwhile are its ([`Planned::ret_of`]).
     ret_owner: Option<usize>,
@@ -309,6 +317,8 @@ impl Patcher {
             trap_funcs: self.trap_funcs.clone(),
             decoded: None,
             copies: self.copies.clone(),
+            copies_kept: 0,
+            trapped_rets: self.trapped_rets.clone(),
             ret_owner: None,
             shstk: self.shstk,
             fragments_from: self.fragments_from,

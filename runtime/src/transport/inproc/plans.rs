@@ -54,11 +54,11 @@ use crate::transport::retsites::ReturnSites;
 /// First bytes of every plan file.
 const MAGIC: [u8; 8] = *b"WPRBPLAN";
 /// The layout's version; bump it when the layout or what is kept changes,
-/// or what is planned (8: refusals and near jumps' windows kept; 7: the addresses direct calls return to kept only
+/// or what is planned (9: the relocated copies of whole functions kept; 8: refusals and near jumps' windows kept; 7: the addresses direct calls return to kept only
 /// where a continuation site may go; 6: the stubs start after a longer trampoline, the
 /// fast path's, and are kept by window and probe; 5: jump tables whose check on a copy of the index is
 /// entered from before it, agent-loader's `jumptable/paths.rs`).
-const VERSION: u32 = 8;
+const VERSION: u32 = 9;
 /// Magic, version, key (32), payload length (8), payload hash (32).
 const ENVELOPE: usize = 8 + 4 + 32 + 8 + 32;
 /// Largest plan file read.
@@ -285,6 +285,7 @@ impl StubKey {
 /// Where a stub is kept in [`Plans::stubs`] ([`StubKey::link`]).
 pub(super) type StubSlot = (u64, u64, bool);
 
+pub(super) use kept_copies::{CopyKey, KeptCopies, KeptCopy};
 pub(super) use kept_stubs::KeptStubs;
 
 /// What a module file's sweep found (`ModuleCode::read`), link-time.
@@ -311,7 +312,7 @@ pub(super) struct Plans {
     /// afresh, not kept).
     pub(super) refusals: HashMap<(WindowShape, u64), (u64, String)>,
     /// Return sites by the entry's file offset.
-    pub(super) rets: HashMap<u64, ReturnSites>,
+    pub(super) rets: HashMap<u64, std::sync::Arc<ReturnSites>>,
     /// The link-time addresses the direct calls of a function (by its
     /// link-time address, or its GOT slot's) return to, sorted: where its
     /// continuation sites go, for the functions asked.
@@ -334,6 +335,11 @@ pub(super) struct Plans {
     /// link-time address ([`StubKey::link`]: one per window, whatever the
     /// load bias).
     pub(super) stubs: KeptStubs,
+    /// The relocated copies of whole functions made, under their inputs
+    /// in run-time addresses (the same bytes only for the same function,
+    /// load bias, entry window and id, stub area, place and return
+    /// stubs), one a function ([`KeptCopies`]).
+    pub(super) copies: KeptCopies,
     /// Something was added since read or saved.
     pub(super) added: bool,
 }
@@ -629,6 +635,7 @@ pub(super) fn evict_in(dir: &Path, keep: &Path, max_bytes: u64) -> usize {
 }
 
 mod codec;
+mod kept_copies;
 mod kept_stubs;
 use codec::{decode, encode};
 

@@ -136,6 +136,9 @@ impl Patcher {
         let (area, stub_addr, code) = self.stub_for(world, &c.site, id, c.module.as_ref())?;
         let patch = if let Some((func, why)) = &c.trap {
             self.trap_funcs.insert(c.site.addr, func.clone());
+            if kind == site_kind::RET {
+                self.trapped_rets.insert(c.site.addr);
+            }
             self.notes.push((
                 func.clone(),
                 format!(

@@ -92,7 +92,7 @@ impl Patcher {
             None => Some(self.check(world, maps, addr, opcode, Shape::Probe)),
         };
         // The entry's refusal first, as when it is checked alone.
-        let mut found = match module.return_sites(file_off) {
+        let found = match module.return_sites(file_off) {
             Ok(f) => f,
             Err(e) => {
                 return Err(entry.and_then(Result::err).unwrap_or_else(|| e.at(addr)));
@@ -125,13 +125,7 @@ impl Patcher {
         }
         let entry = entry.transpose()?;
         let own_rets = !found.rets.is_empty();
-        let mut rets = self.own_ret_windows(
-            world,
-            maps,
-            m,
-            std::mem::take(&mut found.rets),
-            &found.function,
-        )?;
+        let mut rets = self.own_ret_windows(world, maps, m, &found.rets, &found.function)?;
         let outside = self.outside_ret_windows(world, maps, &found.outside, slots);
         // Calls that leave by a tail call through a pointer return where
         // the function they go to returns: paired there (the agent's
@@ -245,11 +239,11 @@ impl Patcher {
         world: &mut World,
         maps: &[Mapping],
         m: &Mapping,
-        found_rets: Vec<u64>,
+        found_rets: &[u64],
         function: &str,
     ) -> Result<Vec<Checked>, Error> {
         let mut rets = Vec::with_capacity(found_rets.len());
-        for off in found_rets {
+        for &off in found_rets {
             if off < m.offset || off - m.offset >= m.end - m.start {
                 return Err(Error::refused(
                     Rule::Returns,

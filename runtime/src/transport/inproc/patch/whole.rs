@@ -23,6 +23,7 @@ use super::stubs::AREA_BYTES;
 use super::{Cave, Patcher, Planned};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
+use crate::transport::inproc::plans::CopyKey;
 use crate::transport::inproc::world::World;
 use crate::transport::{Error, Rule};
 
@@ -62,6 +63,9 @@ pub(super) struct Candidate {
     /// of its calls whose bytes its redirects took: (the address, the
     /// site), dispatched on the way back into the copy.
     conts: Vec<(u64, usize)>,
+    /// Its module and load bias: its plans keep the copy and its return
+    /// stubs.
+    module: Option<(std::sync::Arc<ModuleCode>, u64)>,
 }
 
 impl Patcher {
@@ -86,10 +90,12 @@ impl Patcher {
         // One of its `ret`s traps: checked now, or planned before as the
         // return site of a function that jumps there (not patched yet).
         let trapped_before = || {
-            self.by_window
-                .range((start, 0)..(end, 0))
-                .map(|&(_, i)| &self.sites[i])
-                .any(|s| s.kind == site_kind::RET && s.trap.is_some() && !s.patched)
+            self.trapped_rets.range(start..end).next().is_some()
+                && self
+                    .by_window
+                    .range((start, 0)..(end, 0))
+                    .map(|&(_, i)| &self.sites[i])
+                    .any(|s| s.kind == site_kind::RET && s.trap.is_some() && !s.patched)
         };
         if start != addr || !(rets.iter().any(|c| own(c) && c.trap.is_some()) || trapped_before()) {
             return None;
@@ -119,6 +125,7 @@ impl Patcher {
             taken,
             redirects,
             conts,
+            module: entry.module.clone(),
         })
     }
 
@@ -528,7 +535,7 @@ impl Patcher {
             let id = self.sites.len() as u32;
             // Why no copy, in words (a note of the trap instead).
             let (area, at, code) = self
-                .stub_for(world, &site, id, None)
+                .stub_for(world, &site, id, c.module.as_ref())
                 .map_err(|e| e.to_string())?;
             let a = &mut self.areas[area];
             let off = (at - a.base) as usize;
@@ -540,10 +547,39 @@ impl Patcher {
         }
         let e = &self.sites[entry];
         let (site, cave) = (e.site.clone(), e.cave.as_ref().map(|c| c.addr));
+        // The copy an earlier run kept for the same inputs, else made now
+        // (and kept).
+        let key = |base: u64, at: u64| {
+            c.module.as_ref().map(|(m, bias)| {
+                let key = CopyKey {
+                    link: c.whole.start.wrapping_sub(*bias),
+                    bias: *bias,
+                    window: (site.addr, site.len as u32, site.displaced.len() as u32),
+                    id: entry as u32,
+                    base,
+                    at,
+                    ret_stubs: ret_stubs.clone(),
+                };
+                (m, key)
+            })
+        };
+        let kept = std::cell::Cell::new(false);
         let (area, at, code) = self.place_copy(world, &site, cave, |base, at| {
+            if let Some((m, k)) = key(base, at)
+                && let Some(copy) = m.kept_copy(&k)
+            {
+                kept.set(true);
+                return Ok(copy);
+            }
+            kept.set(false);
             whole::generate(&site, &c.whole, &ret_stubs, entry as u32, base, at)
                 .map_err(|e| format!("{e:#}"))
         })?;
+        if kept.get() {
+            self.copies_kept += 1;
+        } else if let Some((m, k)) = key(self.areas[area].base, at) {
+            m.keep_copy(k, &code);
+        }
         let whole::Copy { code, returns } = code;
         let a = &mut self.areas[area];
         let off = (at - a.base) as usize;

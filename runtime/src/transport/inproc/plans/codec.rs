@@ -215,7 +215,7 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         w.u64(u64::from(win.displaced) << 1 | u64::from(win.ret));
         last = at;
     }
-    let mut rets: Vec<(&u64, &ReturnSites)> = plans.rets.iter().collect();
+    let mut rets: Vec<(&u64, &ReturnSites)> = plans.rets.iter().map(|(o, r)| (o, &**r)).collect();
     rets.sort_unstable_by_key(|(off, _)| **off);
     w.u64(rets.len() as u64);
     let mut last = 0;
@@ -276,6 +276,7 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         w.out.extend_from_slice(code);
         last = k.addr;
     }
+    copies_into(&mut w, &plans.copies);
     let mut refusals: Vec<_> = plans.refusals.iter().collect();
     refusals.sort_unstable_by_key(|(k, _)| (k.0 as u8, k.1));
     w.u64(refusals.len() as u64);
@@ -323,6 +324,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
         last = start;
     }
     let stubs = stubs_of(&mut r)?;
+    let copies = copies_of(&mut r)?;
     let n = r.count(3)?;
     let mut refusals = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
@@ -347,6 +349,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(Sweep, Plans)> {
             blocks,
             inner,
             stubs,
+            copies,
             added: false,
         },
     ))
@@ -422,7 +425,7 @@ fn windows_of(r: &mut R) -> Option<HashMap<(WindowShape, u64), Window>> {
 }
 
 /// The return sites' part of a payload.
-fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
+fn rets_of(r: &mut R) -> Option<HashMap<u64, std::sync::Arc<ReturnSites>>> {
     let n = r.count(7)?;
     let mut rets = HashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
@@ -443,7 +446,7 @@ fn rets_of(r: &mut R) -> Option<HashMap<u64, ReturnSites>> {
             indirect,
             never_returns: r.u64()? != 0,
         };
-        rets.insert(off, sites);
+        rets.insert(off, std::sync::Arc::new(sites));
         last = off;
     }
     Some(rets)
@@ -483,4 +486,79 @@ fn stubs_of(r: &mut R) -> Option<super::KeptStubs> {
         last = addr;
     }
     Some(stubs)
+}
+
+/// The copies kept ([`super::KeptCopies`]), by function: addresses as
+/// differences from the function's run-time address.
+fn copies_into(w: &mut W, copies: &super::KeptCopies) {
+    let all = copies.sorted();
+    w.u64(all.len() as u64);
+    let mut last = 0;
+    for c in all {
+        let k = &c.key;
+        let start = k.link.wrapping_add(k.bias);
+        w.delta(last, k.link);
+        w.u64(k.bias);
+        w.delta(start, k.window.0);
+        w.u64(u64::from(k.window.1));
+        w.u64(u64::from(k.window.2));
+        w.u64(u64::from(k.id));
+        w.delta(start, k.base);
+        w.delta(k.base, k.at);
+        w.u64(k.ret_stubs.len() as u64);
+        for &(r, s) in &k.ret_stubs {
+            w.delta(start, r);
+            w.delta(k.base, s);
+        }
+        w.u64(c.returns.len() as u64);
+        for &(from, to) in &c.returns {
+            w.delta(start, from);
+            w.delta(k.at, to);
+        }
+        w.u64(c.code.len() as u64);
+        w.out.extend_from_slice(&c.code);
+        last = k.link;
+    }
+}
+
+/// The copies' part of a payload.
+fn copies_of(r: &mut R) -> Option<super::KeptCopies> {
+    let n = r.count(10)?;
+    let mut copies = super::KeptCopies::default();
+    let mut last = 0;
+    for _ in 0..n {
+        let link = r.delta(last)?;
+        let bias = r.u64()?;
+        let start = link.wrapping_add(bias);
+        let window = (r.delta(start)?, r.u32()?, r.u32()?);
+        let id = r.u32()?;
+        let base = r.delta(start)?;
+        let at = r.delta(base)?;
+        let k = r.count(2)?;
+        let ret_stubs = (0..k)
+            .map(|_| Some((r.delta(start)?, r.delta(base)?)))
+            .collect::<Option<Vec<_>>>()?;
+        let k = r.count(2)?;
+        let returns = (0..k)
+            .map(|_| Some((r.delta(start)?, r.delta(at)?)))
+            .collect::<Option<Vec<_>>>()?;
+        let k = r.count(1)?;
+        let (code, rest) = r.bytes.split_at_checked(k)?;
+        r.bytes = rest;
+        copies.push(super::KeptCopy {
+            key: super::CopyKey {
+                link,
+                bias,
+                window,
+                id,
+                base,
+                at,
+                ret_stubs,
+            },
+            code: code.to_vec(),
+            returns,
+        })?;
+        last = link;
+    }
+    Some(copies)
 }

@@ -127,14 +127,14 @@ fn roundtrip_of_return_sites_and_windows() {
     let mut plans = Plans::default();
     plans.rets.insert(
         0x1040,
-        ReturnSites {
+        std::sync::Arc::new(ReturnSites {
             function: "f".into(),
             rets: vec![0x1050, 0x1060],
             followed: vec!["f".into(), "g".into()],
             outside: vec!["malloc".into()],
             indirect: vec![0x1070],
             never_returns: false,
-        },
+        }),
     );
     plans.windows.insert(
         (WindowShape::Ret, 0x1050),
@@ -196,6 +196,22 @@ fn roundtrip_of_return_sites_and_windows() {
         0x7eff_0000_0000,
     );
     plans.stubs.keep(k, &[0x90; 40]);
+    for (link, bias) in [(0x1040, 0), (0x2000, 0x7eff_0000_0000)] {
+        let start = link + bias;
+        plans.copies.keep(KeptCopy {
+            key: CopyKey {
+                link,
+                bias,
+                window: (start, 5, 1),
+                id: 9,
+                base: 0x3c_0000,
+                at: 0x3c_0800,
+                ret_stubs: vec![(start + 0x20, 0x3c_0300), (start + 0x28, 0x3c_0320)],
+            },
+            code: vec![0x90, 0xe9, 1, 2, 3, 4],
+            returns: vec![(start + 0x10, 0x3c_0810)],
+        });
+    }
     save_in(&dir, Path::new(MODULE), &key, &sweep, &plans).expect("saved");
     let (s, p) = load_in(&dir, Path::new(MODULE), &key)
         .expect("read")
@@ -209,6 +225,8 @@ fn roundtrip_of_return_sites_and_windows() {
     assert_eq!(p.blocks, plans.blocks);
     assert_eq!(p.inner, plans.inner);
     assert_eq!(p.stubs, plans.stubs);
+    assert_eq!(p.copies, plans.copies);
+    assert_eq!(p.copies.sorted().len(), 2);
     assert!(!p.added);
     // None for another module's path.
     assert!(
