@@ -269,6 +269,12 @@ impl Patcher {
         self.by_probe_addr.reserve(more);
     }
 
+    /// Whether half the sites expected ([`Patcher::expect_sites`]) are
+    /// planned.
+    pub(super) fn half_planned(&self) -> bool {
+        self.sites.len().saturating_mul(2) >= self.expected
+    }
+
     /// Adds a site (indexed by its window).
     fn push_site(&mut self, p: Planned) {
         self.by_window.insert((p.site.addr, self.sites.len()));

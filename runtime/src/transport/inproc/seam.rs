@@ -16,11 +16,14 @@ use crate::transport::{
 };
 
 impl InProc {
-    /// After a probe of the process is planned: the watchdog started at
-    /// its first trap site (`start_watchdog`); with the agent loaded (a
-    /// library mapped later), the fallbacks said at once.
+    /// After a probe of the process is planned: with a trap site planned,
+    /// the watchdog started once half the sites expected are (`start_watchdog`:
+    /// its start, two executions of wprobe's binary, then runs on the CPU
+    /// the reads ahead of planning have left, rather than beside them or
+    /// beside the agent's load); with the agent loaded (a library mapped
+    /// later), the fallbacks said at once.
     fn after_insert(&mut self) {
-        if !self.patcher.trap_funcs.is_empty() {
+        if !self.patcher.trap_funcs.is_empty() && self.patcher.half_planned() {
             self.start_watchdog();
         }
         if self.agent.is_some() {
