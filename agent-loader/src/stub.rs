@@ -622,7 +622,8 @@ pub fn site_patch(site: &Site, stub_addr: u64) -> Result<Vec<u8>> {
             site.addr
         );
     };
-    let mut b = vec![0xE9];
+    let mut b = Vec::with_capacity(site.len.max(JMP_LEN));
+    b.push(0xE9);
     b.extend_from_slice(&rel.to_le_bytes());
     b.resize(site.len, 0xCC);
     Ok(b)

@@ -154,14 +154,11 @@ pub struct ElfInfo {
     /// Executable sections that hold no function (`.plt`, `.plt.sec`,
     /// `.plt.got`, `.init`, `.fini`): `[start, end)`, link-time.
     not_functions: Vec<(u64, u64)>,
-    /// Its FDEs' ranges, read at the first [`ElfInfo::unwind_ranges`].
-    unwind: std::sync::OnceLock<Vec<(u64, u64)>>,
-    /// The FDEs that start inside a frame, read at the first
-    /// [`ElfInfo::fragment_starts`].
-    fragments: std::sync::OnceLock<Vec<u64>>,
-    /// The ranges of the FDEs with an LSDA, read at the first
-    /// [`ElfInfo::has_landing_pads`].
-    lsda: std::sync::OnceLock<Vec<(u64, u64)>>,
+    /// Its FDEs' ranges, those that start inside a frame and those with an
+    /// LSDA, read in one walk of the table at the first need
+    /// ([`ElfInfo::unwind_ranges`], [`ElfInfo::fragment_starts`],
+    /// [`ElfInfo::has_landing_pads`]).
+    unwind: std::sync::OnceLock<crate::unwind::Scan>,
     /// The code symbols with a size, by address (see [`CodeIndex`]).
     code: CodeIndex,
     bytes: crate::filebytes::FileBytes,
@@ -483,8 +480,6 @@ impl ElfInfo {
             eh_frame,
             not_functions,
             unwind: std::sync::OnceLock::new(),
-            fragments: std::sync::OnceLock::new(),
-            lsda: std::sync::OnceLock::new(),
             code: CodeIndex::default(),
             bytes: crate::filebytes::FileBytes::Read(Vec::new()),
         };
@@ -649,9 +644,14 @@ impl ElfInfo {
     /// entries, sorted ([`crate::unwind`]): the bounds of its functions,
     /// named or not. Read once.
     pub fn unwind_ranges(&self) -> &[(u64, u64)] {
+        &self.unwind_scan().ranges
+    }
+
+    /// The unwind table's facts ([`crate::unwind::scan`]), read once.
+    fn unwind_scan(&self) -> &crate::unwind::Scan {
         self.unwind.get_or_init(|| match self.eh_frame {
-            Some(s) => crate::unwind::fde_ranges(&self.bytes, s),
-            None => Vec::new(),
+            Some(s) => crate::unwind::scan(&self.bytes, s),
+            None => crate::unwind::Scan::default(),
         })
     }
 
@@ -660,10 +660,7 @@ impl ElfInfo {
     /// fragments; see [`crate::unwind::fragment_starts`]), sorted. Read
     /// once.
     pub fn fragment_starts(&self) -> &[u64] {
-        self.fragments.get_or_init(|| match self.eh_frame {
-            Some(s) => crate::unwind::fragment_starts(&self.bytes, s),
-            None => Vec::new(),
-        })
+        &self.unwind_scan().fragments
     }
 
     /// Whether an unwind table entry with a language-specific data area
@@ -671,10 +668,7 @@ impl ElfInfo {
     /// unwinder resumes at) covers code of the link-time range `[start,
     /// end)`. Read once.
     pub fn has_landing_pads(&self, start: u64, end: u64) -> bool {
-        let r = self.lsda.get_or_init(|| match self.eh_frame {
-            Some(s) => crate::unwind::lsda_ranges(&self.bytes, s),
-            None => Vec::new(),
-        });
+        let r = &self.unwind_scan().lsda;
         let k = r.partition_point(|&(_, e)| e <= start);
         r[k..]
             .iter()

@@ -189,7 +189,7 @@ pub struct Session {
     stack_switch: Vec<usize>,
     /// Modules checked for being Go programs (once each, at arming: the
     /// check parses the file's section headers), Go ones said so.
-    go_noted: std::collections::HashSet<std::path::PathBuf>,
+    go_noted: rustc_hash::FxHashSet<std::ffi::OsString>,
     /// `--metrics`: where snapshots go when a scrape asks (see `metrics`).
     metrics: Option<std::sync::Arc<crate::out::metrics::Feed>>,
     /// Reading the target's maps for a snapshot failed (said once).

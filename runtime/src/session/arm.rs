@@ -883,11 +883,16 @@ impl Session {
 /// `wprobe trace` of python3.11 spent a third of its arming parsing the
 /// file again for each of 20,000 probes).
 fn note_go(
-    go_noted: &mut std::collections::HashSet<std::path::PathBuf>,
+    go_noted: &mut rustc_hash::FxHashSet<std::ffi::OsString>,
     warnings: &mut Vec<String>,
     loc: &Located,
 ) {
-    if go_noted.insert(loc.elf.path.clone()) && loc.elf.is_go() {
+    // By the path's bytes (a `Path` hashes component by component), and
+    // made only for a module not seen yet: this runs for every probe.
+    if !go_noted.contains(loc.elf.path.as_os_str())
+        && go_noted.insert(loc.elf.path.as_os_str().to_os_string())
+        && loc.elf.is_go()
+    {
         let msg = format!(
             "{} is a Go program: a call that grows its goroutine's stack \
              (runtime.morestack) runs its function's entry again, so a probe at a Go \

@@ -241,7 +241,10 @@ fn module_functions(
             None if origin == Origin::Exe && f.start == elf.entry => {
                 ("_start".to_string(), "_start".to_string(), Vec::new())
             }
-            None => (unnamed_name(f.start), unnamed_name(f.start), Vec::new()),
+            None => {
+                let n = unnamed_name(f.start);
+                (n.clone(), n, Vec::new())
+            }
         };
         let func = Func {
             name,

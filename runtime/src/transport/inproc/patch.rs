@@ -54,7 +54,7 @@ use std::path::PathBuf;
 use agent_loader::nearjump::CAVE_LEN;
 use agent_loader::stub::Site;
 
-use self::module::AheadReads;
+use self::module::{AheadReads, LastModule};
 use super::code::ModuleCode;
 use super::journal::Journal;
 use crate::proc::procmaps::Mapping;
@@ -171,9 +171,11 @@ pub(super) struct Patcher {
     journal_ahead: Option<(usize, usize, String)>,
     /// The plan cache being written behind ([`Patcher::save_plans_behind`]).
     saving: Option<std::thread::JoinHandle<()>>,
-    /// The names each module imports (by path), for continuation sites in
-    /// the modules that call a traced function.
-    imports: HashMap<PathBuf, rustc_hash::FxHashSet<String>>,
+    /// The names each module imports, for continuation sites in the
+    /// modules that call a traced function: by the path its mappings name
+    /// (a string hashed, not a path made canonical and hashed component
+    /// by component, for each function planned), with the canonical path.
+    imports: HashMap<String, (PathBuf, rustc_hash::FxHashSet<String>)>,
     /// The caves taken (or reserved by a window checked), by address.
     caves: std::collections::BTreeSet<u64>,
     /// The padding after functions that windows of `ret`s take (checked):
@@ -188,8 +190,12 @@ pub(super) struct Patcher {
     /// The function whose `ret` was checked last, decoded: its other
     /// `ret`s, checked next, need it too.
     decoded: Option<agent_loader::window::Decoded>,
-    /// The functions run as relocated copies (`whole`).
+    /// The functions run as relocated copies (`whole`), by start.
     copies: Vec<whole::Copied>,
+    /// The module code of the mapping asked for last, by the mapping's
+    /// range, offset and inode, with its file's canonical path
+    /// ([`Patcher::module_of_mapping`]).
+    last_module: Option<LastModule>,
     /// The window addresses of every return site added as a trap (some
     /// since retired or patched): where no such site is, a function has
     /// no trapped `ret` planned before it (`whole`), found without a look
@@ -325,6 +331,7 @@ impl Patcher {
             copies: self.copies.clone(),
             copies_kept: 0,
             trapped_rets: self.trapped_rets.clone(),
+            last_module: None,
             ret_owner: None,
             shstk: self.shstk,
             fragments_from: self.fragments_from,

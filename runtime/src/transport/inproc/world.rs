@@ -63,7 +63,7 @@ pub(super) struct World {
     /// [`CODE_CHUNK`]-byte chunks by address (each as long as it could be
     /// read); a chunk is forgotten when written ([`World::poke`], which
     /// the loader's writes go through too), all at the release.
-    code: std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+    code: std::sync::Mutex<rustc_hash::FxHashMap<u64, Vec<u8>>>,
 }
 
 /// Bytes of one chunk of [`World::peek_code`]'s reads (python3.11's 20,000

@@ -13,7 +13,7 @@ use agent_loader::window::{self, Refusal};
 
 use super::Patcher;
 use super::Shape;
-use super::module::{ModuleAt, module_at};
+
 use super::near::{cave_in, near_jumps};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
@@ -74,13 +74,15 @@ impl Patcher {
     ) -> Result<Checked, Error> {
         let refused = |rule, message| Error::refused(rule, Some(addr), message);
         self.outside_copies(addr)?;
-        let ModuleAt { m, path, file_off } =
-            module_at(maps, addr).filter(|a| a.m.exec).ok_or_else(|| {
+        let m = super::mapping_of(maps, addr)
+            .filter(|m| m.exec)
+            .ok_or_else(|| {
                 refused(
                     Rule::NotExecutable,
                     format!("invalid address: {addr:#x} is not in an executable mapping"),
                 )
             })?;
+        let file_off = addr - m.start + m.offset;
         if !m.is_file() {
             return Err(Error::refused_at(
                 Rule::NotExecutable,
@@ -95,11 +97,8 @@ impl Patcher {
                 ),
             ));
         }
-        self.module(&path);
-        let module = self.modules[path.as_os_str()].as_ref().map_err(|e| {
-            e.clone()
-                .context(format_args!("reading {}", path.display()))
-        })?;
+        let (path, module) = self.module_of_mapping(m)?;
+        let module = &module;
         let link = module.vaddr_of_offset(file_off).ok_or_else(|| {
             Error::refused_at(
                 Rule::NotExecutable,
@@ -317,8 +316,17 @@ pub(super) fn file_bytes(
             .alike("its entry window outside the file's code")
         })?
         .to_vec();
-    let mut now = vec![0u8; site.len];
-    if world.peek_code(site.addr, &mut now) != site.len || now != orig {
+    // The bytes in memory (on the stack: a window is a few bytes).
+    let mut stack = [0u8; 64];
+    let mut heap = Vec::new();
+    let now: &mut [u8] = match stack.get_mut(..site.len) {
+        Some(s) => s,
+        None => {
+            heap.resize(site.len, 0);
+            &mut heap
+        }
+    };
+    if world.peek_code(site.addr, now) != site.len || *now != orig[..] {
         // A jump or a trap where the file has neither: most likely a
         // wprobe's, killed before it could put the bytes back.
         let ours = matches!(now.first(), Some(0xe9 | 0xeb | 0xcc | 0xf4)) && now[..] != orig[..];

@@ -89,19 +89,23 @@ impl Patcher {
         let mut out = Vec::new();
         let mut seen: Vec<PathBuf> = Vec::new();
         for m in maps.iter().filter(|m| m.exec && m.is_file()) {
-            let p = crate::proc::procmaps::canonical(Path::new(&m.path));
-            if p == own || seen.contains(&p) {
-                continue;
-            }
-            seen.push(p.clone());
-            let imports = self.imports.entry(p.clone()).or_insert_with(|| {
-                wprobe_elf::info::ElfInfo::open_shared(&p)
+            if !self.imports.contains_key(&m.path) {
+                let p = crate::proc::procmaps::canonical(Path::new(&m.path));
+                let names = wprobe_elf::info::ElfInfo::open_shared(&p)
                     .map(|e| e.imports.iter().map(|(_, n)| n.clone()).collect())
-                    .unwrap_or_default()
-            });
-            if !imports.contains(name) {
+                    .unwrap_or_default();
+                self.imports.insert(m.path.clone(), (p, names));
+            }
+            let (p, imports) = &self.imports[&m.path];
+            // Canonical paths: the same file is the same bytes.
+            if p.as_os_str() == own.as_os_str()
+                || seen.iter().any(|s| s.as_os_str() == p.as_os_str())
+                || !imports.contains(name)
+            {
                 continue;
             }
+            let p = p.clone();
+            seen.push(p.clone());
             let Ok(module) = self.module(&p).as_ref() else {
                 continue;
             };

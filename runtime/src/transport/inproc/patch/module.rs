@@ -38,7 +38,44 @@ pub(super) fn module_at(maps: &[Mapping], addr: u64) -> Option<ModuleAt<'_>> {
     })
 }
 
+/// The mapping asked for last ([`Patcher::module_of_mapping`]): its
+/// range, offset and inode, its file's canonical path and its code.
+pub(super) type LastModule = (
+    (u64, u64, u64, u64),
+    std::sync::Arc<Path>,
+    std::sync::Arc<ModuleCode>,
+);
+
 impl Patcher {
+    /// The code of the module file mapping `m` maps, and the file's
+    /// canonical path: the last mapping asked for kept at hand (planning
+    /// asks for one module's at each of its windows, one after another:
+    /// no path made and hashed for each). A file that cannot be read is
+    /// the error of [`Patcher::module`], with its path.
+    pub(super) fn module_of_mapping(
+        &mut self,
+        m: &Mapping,
+    ) -> Result<(std::sync::Arc<Path>, std::sync::Arc<ModuleCode>), Error> {
+        let id = (m.start, m.end, m.offset, m.inode);
+        if let Some((at, path, code)) = &self.last_module
+            && *at == id
+        {
+            return Ok((path.clone(), code.clone()));
+        }
+        let path = crate::proc::procmaps::canonical(Path::new(&m.path));
+        let code = match self.module(&path) {
+            Ok(c) => c.clone(),
+            Err(e) => {
+                return Err(e
+                    .clone()
+                    .context(format_args!("reading {}", path.display())));
+            }
+        };
+        let path: std::sync::Arc<Path> = path.into();
+        self.last_module = Some((id, path.clone(), code.clone()));
+        Ok((path, code))
+    }
+
     /// The code of module file `p`, read at its first need, or received
     /// from the thread that reads it ahead.
     pub(super) fn module(&mut self, p: &Path) -> &Result<std::sync::Arc<ModuleCode>, Error> {

@@ -106,10 +106,8 @@ impl Patcher {
             let Ok(elf) = wprobe_elf::info::ElfInfo::open_shared(&p) else {
                 continue;
             };
-            let imports = self
-                .imports
-                .entry(p)
-                .or_insert_with(|| elf.imports.iter().map(|(_, n)| n.clone()).collect());
+            let imports: rustc_hash::FxHashSet<&str> =
+                elf.imports.iter().map(|(_, n)| n.as_str()).collect();
             if CALLERS.iter().any(|&n| imports.contains(n)) {
                 return true;
             }

@@ -310,9 +310,9 @@ impl Patcher {
 
     /// The run-time range of the function containing `addr`.
     fn function_range(&mut self, maps: &[Mapping], addr: u64) -> Option<(u64, u64)> {
-        let at = module_at(maps, addr)?;
-        let module = self.module(&at.path).as_ref().ok()?;
-        let link = module.vaddr_of_offset(at.file_off)?;
+        let m = super::mapping_of(maps, addr)?;
+        let (_, module) = self.module_of_mapping(m).ok()?;
+        let link = module.vaddr_of_offset(addr - m.start + m.offset)?;
         let f = module.function(link, addr.wrapping_sub(link))?;
         Some((f.start, f.start + f.code.len() as u64))
     }
@@ -653,14 +653,20 @@ impl Patcher {
         for (k, &r) in c.whole.rets.iter().enumerate() {
             self.by_probe_addr.insert(r, first + k);
         }
-        self.copies.push(Copied {
-            start: c.whole.start,
-            end: c.whole.end,
-            name: c.name.clone(),
-            entry,
-            rets: (first..first + c.whole.rets.len()).collect(),
-            redirects: (first_redirect..first_redirect + redirected.len()).collect(),
-        });
+        // By start (functions do not overlap): `outside_copies` looks one
+        // up rather than scanning them all at every window checked.
+        let k = self.copies.partition_point(|o| o.start < c.whole.start);
+        self.copies.insert(
+            k,
+            Copied {
+                start: c.whole.start,
+                end: c.whole.end,
+                name: c.name.clone(),
+                entry,
+                rets: (first..first + c.whole.rets.len()).collect(),
+                redirects: (first_redirect..first_redirect + redirected.len()).collect(),
+            },
+        );
         Ok((at, redirected))
     }
 
@@ -738,7 +744,14 @@ impl Patcher {
     /// Refuses a window at `addr` inside a function that runs as a copy
     /// (but at its entry): the original's code there never runs.
     pub(super) fn outside_copies(&self, addr: u64) -> Result<(), Error> {
-        match self.copies.iter().find(|c| c.start < addr && addr < c.end) {
+        // The copies are sorted by start and do not overlap: only the last
+        // to start before `addr` may hold it.
+        let k = self.copies.partition_point(|c| c.start < addr);
+        match k
+            .checked_sub(1)
+            .map(|k| &self.copies[k])
+            .filter(|c| addr < c.end)
+        {
             Some(c) => Err(Error::refused_at(
                 Rule::Patch,
                 addr,
