@@ -261,10 +261,16 @@ fn select_probes(
             continue;
         }
         let loc = m.probes[i].location.render();
+        // `PROGRAM:LOCATION`, for each of thousands of probes (a whole
+        // program traced): put together, not formatted.
+        let mut label = String::with_capacity(p.label.len() + 1 + loc.len());
+        label.push_str(&p.label);
+        label.push(':');
+        label.push_str(&loc);
         probes.push(ProbeState {
             prog: pi,
             index: i,
-            label: format!("{}:{}", p.label, loc),
+            label,
             enabled: true,
             armed: Vec::new(),
             ever_armed: false,
@@ -277,11 +283,19 @@ fn select_probes(
 /// Labels told apart: `LABEL#2`, `#3`… for a location a program probes
 /// again.
 fn distinct_labels(probes: &mut [ProbeState]) {
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for p in probes.iter_mut() {
-        let n = seen.entry(p.label.clone()).or_insert(0);
-        *n += 1;
-        if *n > 1 {
+    // Counted on the labels as they are (no copy of each), then renamed.
+    let mut seen: rustc_hash::FxHashMap<&str, usize> = Default::default();
+    let nth: Vec<usize> = probes
+        .iter()
+        .map(|p| {
+            let n = seen.entry(p.label.as_str()).or_insert(0);
+            *n += 1;
+            *n
+        })
+        .collect();
+    drop(seen);
+    for (p, n) in probes.iter_mut().zip(nth) {
+        if n > 1 {
             p.label = format!("{}#{}", p.label, n);
         }
     }

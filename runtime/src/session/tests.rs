@@ -790,3 +790,23 @@ fn handlers_run_in_the_target_report_runs_and_counts() {
         ]
     );
 }
+
+/// A location a program probes again is told apart by `#N`, in order; the
+/// others keep their labels.
+#[test]
+fn labels_probed_again_are_numbered() {
+    let probe = |label: &str| super::ProbeState {
+        prog: 0,
+        index: 0,
+        label: label.to_string(),
+        enabled: true,
+        armed: Vec::new(),
+        ever_armed: false,
+        stats: super::ProbeStats::default(),
+        link: None,
+    };
+    let mut probes = vec![probe("p:f"), probe("p:g"), probe("p:f"), probe("p:f")];
+    super::distinct_labels(&mut probes);
+    let labels: Vec<&str> = probes.iter().map(|p| p.label.as_str()).collect();
+    assert_eq!(labels, ["p:f", "p:g", "p:f#2", "p:f#3"]);
+}

@@ -151,6 +151,8 @@ fn manifest(
         ..Manifest::default()
     };
     let mut map = Vec::with_capacity(which.len() * 2);
+    m.probes
+        .reserve(which.len() * if with_entry { 2 } else { 1 });
     for &i in which {
         let f = &funcs[i];
         let loc = Location {
