@@ -131,7 +131,8 @@ fn poke_by_page(
     what: &str,
 ) -> Result<Vec<usize>, Error> {
     const PAGE: u64 = 4096;
-    writes.sort_by_key(|&(addr, _, _)| addr);
+    // Addresses are distinct (one site a window, one cave a near site).
+    writes.sort_unstable_by_key(|&(addr, _, _)| addr);
     let mut done = Vec::with_capacity(writes.len());
     let mut buf: Vec<u8> = Vec::new();
     let fail = |addr: u64, e: &anyhow::Error| {
