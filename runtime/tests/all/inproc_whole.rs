@@ -68,6 +68,19 @@ fn sum(n: i64) -> i64 {
         .sum()
 }
 
+/// The tree of `-F leafsum` over `n` terms: each call with its return
+/// value.
+fn leafsum_tree(n: i64) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "==> leafsum()\n<== leafsum() [rax = {:#x}]\n",
+                leafsum(i % 60 - 5)
+            )
+        })
+        .collect()
+}
+
 /// `coldsum(n)` as the program computes it.
 fn coldsum(n: i64) -> i64 {
     if n == 0 { 0 } else { n.abs() + 2 }
@@ -214,14 +227,7 @@ fn a_warm_run_takes_its_copies_from_the_plan_cache() {
     );
     assert!(!warm_err.contains("a trap instead"), "{warm_err}");
     assert_eq!(plans(), written, "{warm_err}");
-    let want: String = (0..70)
-        .map(|i| {
-            format!(
-                "==> leafsum()\n<== leafsum() [rax = {:#x}]\n",
-                leafsum(i % 60 - 5)
-            )
-        })
-        .collect();
+    let want = leafsum_tree(70);
     assert_eq!(warm, want, "{warm_err}");
     std::fs::remove_dir_all(&cache).unwrap();
 }
@@ -260,14 +266,7 @@ fn functions_whose_rets_take_no_jump_run_as_copies() {
         copied[0]
     );
     assert!(!err.contains("a trap instead"), "{err}");
-    let want: String = (0..70)
-        .map(|i| {
-            format!(
-                "==> leafsum()\n<== leafsum() [rax = {:#x}]\n",
-                leafsum(i % 60 - 5)
-            )
-        })
-        .collect();
+    let want = leafsum_tree(70);
     assert_eq!(got, want, "{err}");
     // `callsum`: its call of `twice` returns to the copy, and is seen.
     let (err, got) = traced_tree(&exe, "callsum", 14);
