@@ -435,6 +435,16 @@ impl ModuleCode {
     /// The function containing link-time address `link` (the innermost,
     /// when symbols overlap), with its code; `bias` is the module's load bias.
     pub(super) fn function(&self, link: u64, bias: u64) -> Option<Function<'_>> {
+        self.function_and_padding(link, bias).map(|(f, _)| f)
+    }
+
+    /// [`ModuleCode::function`] and [`ModuleCode::padding_after`] its end,
+    /// with one search of the functions (a window checked asks for both).
+    pub(super) fn function_and_padding(
+        &self,
+        link: u64,
+        bias: u64,
+    ) -> Option<(Function<'_>, &[u8])> {
         let i = self.funcs.partition_point(|&(s, _)| s <= link);
         let inside = |&&(s, e): &&(u64, u64)| s <= link && link < e;
         // The nearest starts first (the innermost function); a scan of all
@@ -444,11 +454,22 @@ impl ModuleCode {
             None => self.funcs[..i].iter().rev().find(inside)?,
         };
         let code = self.elf.bytes_at(start, (end - start) as usize)?;
-        Some(Function {
-            start: start.wrapping_add(bias),
-            code,
-            bias,
-        })
+        // The first function starting at or after its end: after the
+        // functions starting before `link`, those from `i` on, in order
+        // (what `padding_after` finds by a search of all).
+        let next = i + self.funcs[i..]
+            .iter()
+            .take_while(|&&(s, _)| s < end)
+            .count();
+        let after = self.padding_between(end, self.funcs.get(next).map(|&(s, _)| s));
+        Some((
+            Function {
+                start: start.wrapping_add(bias),
+                code,
+                bias,
+            },
+            after,
+        ))
     }
 
     /// Whether the indirect `jmp` at link-time `jmp` may leave its
@@ -590,7 +611,13 @@ impl ModuleCode {
     /// site's window may take.
     pub(super) fn padding_after(&self, end: u64) -> &[u8] {
         let i = self.funcs.partition_point(|&(s, _)| s < end);
-        let next = self.funcs.get(i).map_or(end + 16, |&(s, _)| s);
+        self.padding_between(end, self.funcs.get(i).map(|&(s, _)| s))
+    }
+
+    /// The file's bytes from `end` to `next` (the start of the function
+    /// after; none: 16 bytes on), at most 16.
+    fn padding_between(&self, end: u64, next: Option<u64>) -> &[u8] {
+        let next = next.unwrap_or(end + 16);
         let n = next.saturating_sub(end).min(16) as usize;
         self.elf.bytes_at(end, n).unwrap_or(&[])
     }
@@ -847,6 +874,37 @@ mod tests {
             assert!(whole.0.len() > 1000, "{path}: {} targets", whole.0.len());
             assert_eq!(parts.0, whole.0, "{path}");
             assert_eq!(parts.2, whole.2, "{path}");
+        }
+    }
+
+    /// A function and the padding after it found with one search are those
+    /// of the two searches (every function's start, a byte inside it and
+    /// its last byte, in a system binary and the C library, nested
+    /// symbols included).
+    #[test]
+    fn function_and_padding_are_the_two_searches() {
+        for path in ["/usr/bin/ls", "/usr/lib/x86_64-linux-gnu/libc.so.6"] {
+            let m = ModuleCode::read(Path::new(path)).expect("read");
+            let bias = 0x7f00_0000_0000;
+            let mut checked = 0;
+            for &(s, e) in &m.funcs {
+                for link in [s, s + (e - s) / 2, e - 1] {
+                    let one = m.function_and_padding(link, bias);
+                    let two = m.function(link, bias).map(|f| {
+                        let end = f.start.wrapping_sub(bias) + f.code.len() as u64;
+                        (f, m.padding_after(end))
+                    });
+                    match (one, two) {
+                        (Some((f1, a1)), Some((f2, a2))) => {
+                            assert_eq!((f1.start, f1.code, a1), (f2.start, f2.code, a2), "{path}");
+                            checked += 1;
+                        }
+                        (None, None) => {}
+                        (a, b) => panic!("{path} {link:#x}: {:?} / {:?}", a.is_some(), b.is_some()),
+                    }
+                }
+            }
+            assert!(checked > 1000, "{path}: {checked}");
         }
     }
 }

@@ -110,10 +110,9 @@ impl Patcher {
         if let Some(op) = opcode {
             verify_opcode(world, addr, op)?;
         }
-        let func = module
-            .function(link, bias)
+        let (func, after) = module
+            .function_and_padding(link, bias)
             .ok_or_else(|| refused(Rule::Patch, Refusal::NoFunction.to_string()))?;
-        let after = module.padding_after(func.start.wrapping_sub(bias) + func.code.len() as u64);
         let fend = func.start + func.code.len() as u64;
         // A window an earlier planning of this file chose or refused (the
         // plan cache), else chosen now and kept.
