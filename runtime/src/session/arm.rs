@@ -887,12 +887,13 @@ fn note_go(
     warnings: &mut Vec<String>,
     loc: &Located,
 ) {
-    // By the path's bytes (a `Path` hashes component by component), and
-    // made only for a module not seen yet: this runs for every probe.
-    if !go_noted.contains(loc.elf.path.as_os_str())
-        && go_noted.insert(loc.elf.path.as_os_str().to_os_string())
-        && loc.elf.is_go()
-    {
+    // By the path's bytes (a `Path` hashes component by component), a
+    // copy made only for a module not seen yet: this runs for every probe.
+    if go_noted.contains(loc.elf.path.as_os_str()) {
+        return;
+    }
+    go_noted.insert(loc.elf.path.as_os_str().to_os_string());
+    if loc.elf.is_go() {
         let msg = format!(
             "{} is a Go program: a call that grows its goroutine's stack \
              (runtime.morestack) runs its function's entry again, so a probe at a Go \

@@ -13,7 +13,6 @@ use agent_loader::window::{self, Refusal};
 
 use super::Patcher;
 use super::Shape;
-
 use super::near::{cave_in, near_jumps};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;

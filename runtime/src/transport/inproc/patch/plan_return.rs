@@ -12,7 +12,6 @@ use agent_loader::stub::Site;
 use super::Patcher;
 use super::Shape;
 use super::check::Checked;
-use super::module::{ModuleAt, module_at};
 use super::outside::OUTSIDE_DEPTH;
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::world::World;
@@ -54,16 +53,10 @@ impl Patcher {
         opcode: Option<u8>,
     ) -> Result<usize, Error> {
         self.read_ahead(maps);
-        let ModuleAt { m, path, file_off } = module_at(maps, addr)
+        let m = super::mapping_of(maps, addr)
             .ok_or_else(|| Error::refused_at(Rule::NotExecutable, addr, "is not mapped"))?;
-        let module = match self.module(&path) {
-            Ok(m) => m.clone(),
-            Err(e) => {
-                return Err(e
-                    .clone()
-                    .context(format_args!("reading {}", path.display())));
-            }
-        };
+        let file_off = addr - m.start + m.offset;
+        let (path, module) = self.module_of_mapping(m)?;
         let link = module.vaddr_of_offset(file_off);
         // Many return probes to plan (a whole program): their functions'
         // return sites found ahead on the other CPU.

@@ -18,7 +18,6 @@ use agent_loader::{nearjump, window::Function};
 
 use super::Shape;
 use super::check::Checked;
-use super::module::module_at;
 use super::stubs::AREA_BYTES;
 use super::{Cave, Patcher, Planned};
 use crate::proc::procmaps::Mapping;
@@ -324,14 +323,10 @@ impl Patcher {
         maps: &[Mapping],
         addr: u64,
     ) -> Result<(std::sync::Arc<ModuleCode>, u64, u64), String> {
-        let at = module_at(maps, addr).ok_or("not mapped")?;
-        let module = self
-            .module(&at.path)
-            .as_ref()
-            .map_err(|e| e.to_string())?
-            .clone();
+        let m = super::mapping_of(maps, addr).ok_or("not mapped")?;
+        let (_, module) = self.module_of_mapping(m).map_err(|e| e.to_string())?;
         let link = module
-            .vaddr_of_offset(at.file_off)
+            .vaddr_of_offset(addr - m.start + m.offset)
             .ok_or("not in a loaded segment")?;
         Ok((module, link, addr.wrapping_sub(link)))
     }
