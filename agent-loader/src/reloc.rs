@@ -16,7 +16,9 @@
 //! may take, what a jump back out of reach means to it.
 
 use anyhow::{Result, anyhow};
-use iced_x86::{BlockEncoder, BlockEncoderOptions, Code, Instruction, InstructionBlock};
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Encoder, Instruction, InstructionBlock, OpKind,
+};
 
 /// The IP [`relocate`] gives the k-th instruction of a block whose IP is 0
 /// (an instruction of the caller's own, not a displaced one): `OWN_IP + k`.
@@ -65,15 +67,69 @@ pub fn relocate(block: &[Instruction], at: u64, back: Option<u64>) -> Result<Rel
         jmp.set_ip(BACK_IP);
         v.push(jmp);
     }
+    if let Some(r) = in_place(&v, at, back.is_some()) {
+        return Ok(r);
+    }
+    by_block_encoder(v, at, back.is_some(), block.len())
+}
+
+/// Distance under which the block encoder may make a `jmp rel32` or a
+/// `jcc rel32` short (rel8): [`in_place`] leaves such blocks to it.
+const SHORT_REACH: u64 = 256;
+
+/// The block `v` (IPs set, the jump back last when `back`) encoded
+/// instruction after instruction at `at`, when that is what the block
+/// encoder would make of it: no branch between the block's instructions
+/// (which it links to their copies), no rel8 branch (which it makes
+/// longer), no `jmp`/`jcc` within [`SHORT_REACH`] of its target (which it
+/// may make shorter), every RIP-relative operand and branch in rel32 reach
+/// of its new place (which it rewrites). Most stubs are such blocks, and
+/// the block encoder's passes over them cost more than all of planning
+/// their windows; `None` for any other block.
+fn in_place(v: &[Instruction], at: u64, back: bool) -> Option<Relocation> {
+    let ips: Vec<u64> = v.iter().map(Instruction::ip).collect();
+    let mut enc = Encoder::try_with_capacity(64, 16 * v.len()).ok()?;
+    let mut offsets = Vec::with_capacity(v.len());
+    let mut pc = at;
+    for i in v {
+        if i.is_jmp_short_or_near() || i.is_jcc_short_or_near() || i.is_call_near() {
+            let t = i.near_branch_target();
+            if i.is_jmp_short()
+                || i.is_jcc_short()
+                || ips.contains(&t)
+                || (!i.is_call_near() && t.abs_diff(pc) < SHORT_REACH)
+            {
+                return None;
+            }
+        } else if i.op_kinds().any(|k| k == OpKind::NearBranch64) {
+            // `loop`, `jrcxz`, `xbegin` and their like: the block
+            // encoder's.
+            return None;
+        }
+        offsets.push((pc - at) as u32);
+        pc += enc.encode(i, pc).ok()? as u64;
+    }
+    let jump_back = back.then(|| offsets.pop().map(|o| o as usize)).flatten();
+    Some(Relocation {
+        code: enc.take_buffer(),
+        jump_back,
+        offsets,
+    })
+}
+
+/// [`relocate`] by iced-x86's block encoder: `v` with the jump back last
+/// when `back`, `n` the caller's instructions.
+fn by_block_encoder(v: Vec<Instruction>, at: u64, back: bool, n: usize) -> Result<Relocation> {
     let options = BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS;
     let mut r = BlockEncoder::encode(64, InstructionBlock::new(&v, at), options)
         .map_err(|e| anyhow!("{e}"))?;
     // The offset of an instruction the encoder replaced is u32::MAX.
     let jump_back = back
-        .and_then(|_| r.new_instruction_offsets.last())
+        .then(|| r.new_instruction_offsets.last())
+        .flatten()
         .filter(|&&o| o != u32::MAX)
         .map(|&o| o as usize);
-    r.new_instruction_offsets.truncate(block.len());
+    r.new_instruction_offsets.truncate(n);
     Ok(Relocation {
         code: r.code_buffer,
         jump_back,
@@ -140,6 +196,61 @@ mod tests {
                 assert_eq!(r.jump_back, Some(jump_back), "{bytes:02x?} at 0x{slot:x}");
             }
         }
+    }
+
+    /// What is encoded in place is what the block encoder makes of the same
+    /// block, byte for byte, offsets and jump back included: blocks of one
+    /// to three instructions of the C library's code, alone and after a
+    /// stub's call of its dispatcher, at a slot in reach and one out of it.
+    #[test]
+    fn in_place_is_the_block_encoders() {
+        let bytes = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
+        let elf = goblin::elf::Elf::parse(&bytes).expect("parse");
+        let text = elf
+            .section_headers
+            .iter()
+            .find(|h| elf.shdr_strtab.get_at(h.sh_name) == Some(".text"))
+            .expect(".text");
+        let off = text.sh_offset as usize;
+        let code = &bytes[off..off + text.sh_size as usize];
+        let insns: Vec<Instruction> =
+            Decoder::with_ip(64, code, text.sh_addr, DecoderOptions::NONE)
+                .into_iter()
+                .collect();
+        let own = crate::stub::dispatch_call(7, 0x40_8000).expect("dispatch");
+        let (mut same, mut left) = (0, 0);
+        for k in (0..insns.len().saturating_sub(3)).step_by(5).take(40_000) {
+            let n = 1 + k % 3;
+            let displaced = &insns[k..k + n];
+            let mut with_call = own.to_vec();
+            with_call.extend_from_slice(displaced);
+            for block in [displaced, &with_call[..]] {
+                for at in [0x40_9000, 0x7f00_0000_0000] {
+                    let back = displaced[n - 1].next_ip();
+                    let mut v: Vec<Instruction> = block.to_vec();
+                    for (j, i) in v.iter_mut().enumerate() {
+                        if i.ip() == 0 {
+                            i.set_ip(OWN_IP + j as u64);
+                        }
+                    }
+                    let mut jmp = Instruction::with_branch(Code::Jmp_rel32_64, back).unwrap();
+                    jmp.set_ip(BACK_IP);
+                    v.push(jmp);
+                    let Some(fast) = in_place(&v, at, true) else {
+                        left += 1;
+                        continue;
+                    };
+                    let slow = by_block_encoder(v, at, true, block.len())
+                        .unwrap_or_else(|e| panic!("{:x?} at {at:#x}: {e}", &displaced));
+                    assert_eq!(fast, slow, "{displaced:x?} at {at:#x}");
+                    same += 1;
+                }
+            }
+        }
+        // Most blocks in reach are encoded in place; none out of reach (the
+        // jump back is not a `jmp rel32` there).
+        assert!(same > 60_000, "{same} in place, {left} left");
+        assert!(left > 80_000, "{same} in place, {left} left");
     }
 
     #[test]
