@@ -138,6 +138,16 @@ pub struct Function<'a> {
     pub bias: u64,
 }
 
+/// What [`BranchTargets::sweep_noting`] notes besides the targets, in
+/// address order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Noted {
+    /// The indirect branches (`jmp` through a register or memory).
+    pub indirect: Vec<u64>,
+    /// The starts asked about that the sweep did not land on.
+    pub missed: Vec<u64>,
+}
+
 /// Branch targets of a module's code (link-time addresses): every
 /// `jmp`/`jcc`/`call`/`loop` with an immediate target, from a linear sweep
 /// of each executable section, and the entries of the jump tables
@@ -207,14 +217,34 @@ impl BranchTargets {
 
     /// Adds the direct branch targets of `code`, loaded at `addr`.
     pub fn sweep(&mut self, code: &[u8], addr: u64) {
+        self.sweep_noting(code, addr, &[], &mut Noted::default());
+    }
+
+    /// [`BranchTargets::sweep`], noting in `noted` the indirect branches
+    /// met and which addresses of `starts` (sorted) no instruction of the
+    /// sweep starts at. A function whose start the sweep lands on decodes
+    /// from there as the sweep did, so that it has an indirect branch
+    /// only if one was noted inside it.
+    pub fn sweep_noting(&mut self, code: &[u8], addr: u64, starts: &[u64], noted: &mut Noted) {
         let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
         let mut i = Instruction::default();
+        let mut next = starts.partition_point(|&s| s < addr);
         while d.can_decode() {
             d.decode_out(&mut i);
+            while let Some(&s) = starts.get(next)
+                && s < i.next_ip()
+            {
+                if s != i.ip() {
+                    noted.missed.push(s);
+                }
+                next += 1;
+            }
             if i.is_invalid() {
                 continue;
             }
-            if let Some(t) = swept_target(&i) {
+            if i.flow_control() == FlowControl::IndirectBranch {
+                noted.indirect.push(i.ip());
+            } else if let Some(t) = swept_target(&i) {
                 self.0.insert(t);
                 let n = self.2.entry(t).or_insert(0);
                 *n = n.saturating_add(1);

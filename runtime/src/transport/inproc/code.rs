@@ -9,10 +9,12 @@ use rustc_hash::FxHashSet as HashSet;
 use std::path::Path;
 
 use agent_loader::jumptable;
+use agent_loader::stub::JMP_LEN;
 use agent_loader::stub::Site;
-use agent_loader::window::{BranchTargets, Function};
+use agent_loader::window::{self, BranchTargets, Function, Noted};
 use goblin::elf::{Elf, section_header};
 
+use super::patch::Shape;
 use super::plans::{self, WindowShape};
 use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
@@ -23,6 +25,10 @@ pub(super) struct ModuleCode {
     /// Functions with a size, and unnamed ones from the unwind table:
     /// (start, end), sorted, innermost last.
     funcs: Vec<(u64, u64)>,
+    /// `reach[k]`: the largest end of `funcs[..=k]`, so that a search back
+    /// for the functions covering an address stops at the first whose
+    /// reach falls short of it, not at the first function.
+    reach: Vec<u64>,
     /// Direct branch targets of every executable section.
     pub(super) targets: BranchTargets,
     /// The module's file (ELF info: bytes and segments), parsed once in
@@ -146,6 +152,7 @@ impl ModuleCode {
             }
         };
         Ok(ModuleCode {
+            reach: reach_of(&sweep.funcs),
             funcs: sweep.funcs,
             targets: sweep.targets,
             elf,
@@ -177,7 +184,7 @@ impl ModuleCode {
         );
         funcs.sort_unstable();
         funcs.dedup();
-        let mut targets = swept(&exec_sections(elf.file_bytes(), parsed), &funcs);
+        let (mut targets, noted) = swept(&exec_sections(elf.file_bytes(), parsed), &funcs);
         // Jump tables, once every direct target is known: a table is
         // trusted only when no branch lands between its bounds check and
         // its `jmp`, checked again with every table's targets added.
@@ -194,16 +201,11 @@ impl ModuleCode {
                 Some(&labels),
             )
         };
-        // Only functions whose bytes could hold an indirect `jmp` (`ff /4`
-        // or `ff /5`, however the code decodes) are decoded again.
-        let may_jump = |code: &[u8]| {
-            code.windows(2)
-                .any(|w| w[0] == 0xff && matches!((w[1] >> 3) & 7, 4 | 5))
-        };
+        // Only functions that may hold an indirect `jmp` are decoded again.
         let funcs_jumping: Vec<(u64, u64)> = funcs
             .iter()
             .copied()
-            .filter(|f| code_of(f).is_some_and(may_jump))
+            .filter(|f| may_jump_indirectly(&noted, *f, code_of(f)))
             .collect();
         // The functions' tables, half of them on a thread of its own.
         let tables_of = |fs: &[(u64, u64)]| {
@@ -225,20 +227,27 @@ impl ModuleCode {
         with_tables.extend(more);
         extra.extend(more_extra);
         targets.add_other(extra);
-        let mut tail_jumps = HashSet::default();
-        for f in &with_tables {
-            if let Some(code) = code_of(f)
-                && let Ok(tables) = resolve(code, f.0, &targets)
-            {
-                for (jmp, to) in tables {
-                    // No target inside the function: a tail call through a
-                    // pointer.
-                    if to.is_empty() {
-                        tail_jumps.insert(jmp);
-                    }
-                    targets.1.insert(jmp);
+        // Each indirect `jmp` whose targets are known, and whether none is
+        // inside its function (a tail call through a pointer): half of
+        // the functions on a thread of its own again.
+        let known_of = |fs: &[(u64, u64)]| {
+            let mut known = Vec::new();
+            for f in fs {
+                if let Some(code) = code_of(f)
+                    && let Ok(tables) = resolve(code, f.0, &targets)
+                {
+                    known.extend(tables.into_iter().map(|(jmp, to)| (jmp, to.is_empty())));
                 }
             }
+            known
+        };
+        let (known, more) = in_halves(&with_tables, known_of);
+        let mut tail_jumps = HashSet::default();
+        for (jmp, tail) in known.into_iter().chain(more) {
+            if tail {
+                tail_jumps.insert(jmp);
+            }
+            targets.1.insert(jmp);
         }
         // Each function's first indirect `jmp` whose targets are not all
         // known, once: every window past a function's entry asks.
@@ -324,6 +333,47 @@ impl ModuleCode {
         planned
     }
 
+    /// The window of `shape` at link-time address `link` in `func` (load
+    /// bias `bias`; `after`: the padding after it) as the module's rules
+    /// alone plan it, kept or planned and kept
+    /// ([`ModuleCode::kept_or_planned`]). `decoded`: the function whose
+    /// `ret`s were planned last, decoded once for all of them (they come
+    /// one after the other).
+    pub(super) fn window(
+        &self,
+        shape: Shape,
+        link: u64,
+        bias: u64,
+        func: Function<'_>,
+        after: &[u8],
+        decoded: &mut Option<window::Decoded>,
+    ) -> Result<Site, String> {
+        let addr = link.wrapping_add(bias);
+        let kept_as = match shape {
+            Shape::Probe => WindowShape::Probe,
+            Shape::Ret => WindowShape::Ret,
+            Shape::Whole => WindowShape::Whole,
+        };
+        self.kept_or_planned(kept_as, link, bias, || {
+            if shape == Shape::Ret
+                && !decoded
+                    .as_ref()
+                    .is_some_and(|d| d.is_of(func, &self.targets))
+            {
+                *decoded = Some(window::Decoded::new(func, &self.targets));
+            }
+            match (shape, &*decoded) {
+                (Shape::Probe, _) => window::plan(addr, func, &self.targets),
+                (Shape::Ret, Some(d)) => {
+                    window::plan_ret_in(addr, func, d, after, &self.targets, JMP_LEN)
+                }
+                (Shape::Ret, None) => window::plan_ret(addr, func, after, &self.targets),
+                (Shape::Whole, _) => window::plan_whole(addr, func, after, &self.targets),
+            }
+            .map_err(|r| r.to_string())
+        })
+    }
+
     /// The stub kept for `key` (`plans::Plans::stubs`), if the one kept
     /// for its window has that key.
     pub(super) fn kept_stub(&self, key: &plans::StubKey) -> Option<Vec<u8>> {
@@ -383,9 +433,12 @@ impl ModuleCode {
     /// run about to plan the return probes of most of them (`wprobe
     /// trace` of a whole program) with no plan kept (the cache cold) has
     /// them found on the other CPU while it plans (each
-    /// [`ModuleCode::return_sites`] then finds the function's kept). A
-    /// function it reaches after the planner is found twice, the same.
-    pub(super) fn find_return_sites_ahead(self: &std::sync::Arc<Self>, from: u64) {
+    /// [`ModuleCode::return_sites`] then finds the function's kept), with
+    /// the windows of their entries and `ret`s at load bias `bias`
+    /// ([`ModuleCode::window`]), then the module's maps of calls and far
+    /// jumps. A function it reaches after the planner is found twice, the
+    /// same.
+    pub(super) fn find_return_sites_ahead(self: &std::sync::Arc<Self>, from: u64, bias: u64) {
         if !self.lock_plans().rets.is_empty() {
             return;
         }
@@ -394,11 +447,40 @@ impl ModuleCode {
             .name("wprobe-rets".into())
             .spawn(move || {
                 let i = me.funcs.partition_point(|&(s, _)| s < from);
+                let mut decoded = None;
                 for &(start, _) in &me.funcs[i..] {
-                    if let Some(off) = me.elf.file_offset(start) {
-                        let _ = me.return_sites(off);
+                    let Some(off) = me.elf.file_offset(start) else {
+                        continue;
+                    };
+                    let Ok(found) = me.return_sites(off) else {
+                        continue;
+                    };
+                    if me.elf.is_plt_entry(start) {
+                        continue;
+                    }
+                    // The windows of its entry and `ret`s, as the planner
+                    // will check them (`patch::check`), kept for it.
+                    let links = std::iter::once((Shape::Probe, Some(start))).chain(
+                        found
+                            .rets
+                            .iter()
+                            .map(|&r| (Shape::Ret, me.vaddr_of_offset(r))),
+                    );
+                    for (shape, link) in links {
+                        if let Some(link) = link
+                            && let Some((func, after)) = me.function_and_padding(link, bias)
+                        {
+                            let _ = me.window(shape, link, bias, func, after, &mut decoded);
+                        }
                     }
                 }
+                // Then the maps the continuation sites and the copies of
+                // whole functions ask (each a pass over the module's code,
+                // a fifth of a second of a cold run for python3.11 and
+                // the C library), built before the planner's first need
+                // rather than at it.
+                me.calls();
+                me.far_jumps();
             });
     }
 
@@ -446,13 +528,7 @@ impl ModuleCode {
         bias: u64,
     ) -> Option<(Function<'_>, &[u8])> {
         let i = self.funcs.partition_point(|&(s, _)| s <= link);
-        let inside = |&&(s, e): &&(u64, u64)| s <= link && link < e;
-        // The nearest starts first (the innermost function); a scan of all
-        // earlier ones only when symbols nest deeply.
-        let &(start, end) = match self.funcs[..i].iter().rev().take(64).find(inside) {
-            Some(f) => f,
-            None => self.funcs[..i].iter().rev().find(inside)?,
-        };
+        let (start, end) = self.covering(i, link)?;
         let code = self.elf.bytes_at(start, (end - start) as usize)?;
         // The first function starting at or after its end: after the
         // functions starting before `link`, those from `i` on, in order
@@ -470,6 +546,19 @@ impl ModuleCode {
             },
             after,
         ))
+    }
+
+    /// The innermost of `funcs[..i]` (those starting at or before `link`)
+    /// covering `link`: the nearest start first, back only while some
+    /// function's end (`reach`) is past `link`.
+    fn covering(&self, i: usize, link: u64) -> Option<(u64, u64)> {
+        self.funcs[..i]
+            .iter()
+            .zip(&self.reach[..i])
+            .rev()
+            .take_while(|&(_, &r)| r > link)
+            .map(|(&f, _)| f)
+            .find(|&(s, e)| s <= link && link < e)
     }
 
     /// Whether the indirect `jmp` at link-time `jmp` may leave its
@@ -639,11 +728,7 @@ impl ModuleCode {
             ends.push((s, e));
         }
         let i = self.funcs.partition_point(|&(s, _)| s <= link);
-        if let Some(&f) = self.funcs[..i]
-            .iter()
-            .rev()
-            .find(|&&(s, e)| s <= link && link < e)
-        {
+        if let Some(f) = self.covering(i, link) {
             ends.push(f);
         }
         ends.sort_unstable();
@@ -779,8 +864,31 @@ fn data_labels(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> Vec<u64> {
     out
 }
 
-/// The executable sections of the module file `bytes` (`parsed`): each
-/// one's link-time address and bytes.
+/// Whether the function `start..end` (its bytes `code`) may hold an
+/// indirect `jmp`: the sweep met one in it (`noted`), or it did not land
+/// on its start (nor swept it) and its bytes hold an `ff /4` or `ff /5`
+/// however they decode.
+fn may_jump_indirectly(noted: &Noted, (start, end): (u64, u64), code: Option<&[u8]>) -> bool {
+    let i = noted.indirect.partition_point(|&a| a < start);
+    noted.indirect.get(i).is_some_and(|&a| a < end)
+        || (noted.missed.binary_search(&start).is_ok()
+            && code.is_some_and(|c| {
+                c.windows(2)
+                    .any(|w| w[0] == 0xff && matches!((w[1] >> 3) & 7, 4 | 5))
+            }))
+}
+
+/// The running largest end of `funcs` (sorted by start): `ModuleCode::reach`.
+fn reach_of(funcs: &[(u64, u64)]) -> Vec<u64> {
+    funcs
+        .iter()
+        .scan(0, |r, &(_, e)| {
+            *r = e.max(*r);
+            Some(*r)
+        })
+        .collect()
+}
+
 /// `work` done on the first half of `items` by a thread of its own and on
 /// the second by this one (the sweep of a large module, a tenth of a
 /// second, on both CPUs); done here whole when the thread cannot start.
@@ -802,8 +910,12 @@ fn in_halves<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -> 
 
 /// The direct branch targets of the executable sections `sections`, each
 /// swept linearly; the largest in two parts, cut at the function start
-/// (of `funcs`, sorted) nearest its middle, swept on both CPUs.
-fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> BranchTargets {
+/// (of `funcs`, sorted) nearest its middle, swept on both CPUs. With them,
+/// the indirect branches met and the starts of `funcs` the sweep did not
+/// land on or did not sweep (`window::Noted`, sorted).
+fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Noted) {
+    let starts: Vec<u64> = funcs.iter().map(|&(s, _)| s).collect();
+    let mut noted = Noted::default();
     let mut targets = BranchTargets::default();
     let largest = (0..sections.len()).max_by_key(|&k| sections[k].1.len());
     for (k, &(addr, code)) in sections.iter().enumerate() {
@@ -821,20 +933,41 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> BranchTargets {
                 let parts = [(addr, head), (s, tail)];
                 let (first, second) = in_halves(&parts, |p: &[(u64, &[u8])]| {
                     let mut t = BranchTargets::default();
+                    let mut n = Noted::default();
                     for &(a, c) in p {
-                        t.sweep(c, a);
+                        t.sweep_noting(c, a, &starts, &mut n);
                     }
-                    t
+                    (t, n)
                 });
-                targets.merge_swept(first);
-                targets.merge_swept(second);
+                for (mut t, n) in [first, second] {
+                    // The smaller set into the larger.
+                    if t.0.len() > targets.0.len() {
+                        std::mem::swap(&mut t, &mut targets);
+                    }
+                    targets.merge_swept(t);
+                    noted.indirect.extend(n.indirect);
+                    noted.missed.extend(n.missed);
+                }
             }
-            None => targets.sweep(code, addr),
+            None => targets.sweep_noting(code, addr, &starts, &mut noted),
         }
     }
-    targets
+    let swept = |s: u64| {
+        sections
+            .iter()
+            .any(|&(a, c)| a <= s && s < a + c.len() as u64)
+    };
+    noted
+        .missed
+        .extend(starts.iter().copied().filter(|&s| !swept(s)));
+    noted.indirect.sort_unstable();
+    noted.missed.sort_unstable();
+    noted.missed.dedup();
+    (targets, noted)
 }
 
+/// The executable sections of the module file `bytes` (`parsed`): each
+/// one's link-time address and bytes.
 fn exec_sections<'a>(bytes: &'a [u8], parsed: &Elf<'_>) -> Vec<(u64, &'a [u8])> {
     parsed
         .section_headers
@@ -870,17 +1003,58 @@ mod tests {
             let mut funcs = elf.named_functions();
             funcs.extend(elf.unnamed_functions());
             funcs.sort_unstable();
-            let parts = swept(&sections, &funcs);
+            let (parts, _) = swept(&sections, &funcs);
             assert!(whole.0.len() > 1000, "{path}: {} targets", whole.0.len());
             assert_eq!(parts.0, whole.0, "{path}");
             assert_eq!(parts.2, whole.2, "{path}");
         }
     }
 
+    /// A function the sweep rules out of having an indirect `jmp` has
+    /// none when decoded from its start (every function of a system
+    /// binary, the C library and python3.11), and most functions are
+    /// ruled out.
+    #[test]
+    fn a_function_without_indirect_jumps_is_told_by_the_sweep() {
+        use iced_x86::{Decoder, DecoderOptions, FlowControl};
+        for path in [
+            "/usr/bin/ls",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/bin/python3.11",
+        ] {
+            let elf = wprobe_elf::info::ElfInfo::open(Path::new(path)).expect("open");
+            let parsed = Elf::parse(elf.file_bytes()).expect("parse");
+            let mut funcs = elf.named_functions();
+            funcs.extend(elf.unnamed_functions());
+            funcs.sort_unstable();
+            funcs.dedup();
+            let (_, noted) = swept(&exec_sections(elf.file_bytes(), &parsed), &funcs);
+            let mut ruled_out = 0;
+            for &(s, e) in &funcs {
+                let code = elf.bytes_at(s, (e - s) as usize);
+                if may_jump_indirectly(&noted, (s, e), code) {
+                    continue;
+                }
+                ruled_out += 1;
+                let Some(code) = code else { continue };
+                let jmp = Decoder::with_ip(64, code, s, DecoderOptions::NONE)
+                    .into_iter()
+                    .find(|i| i.flow_control() == FlowControl::IndirectBranch);
+                assert_eq!(jmp.map(|i| i.ip()), None, "{path}: function {s:#x}");
+            }
+            assert!(
+                ruled_out * 4 > funcs.len() * 3,
+                "{path}: {ruled_out} of {}",
+                funcs.len()
+            );
+        }
+    }
+
     /// A function and the padding after it found with one search are those
-    /// of the two searches (every function's start, a byte inside it and
-    /// its last byte, in a system binary and the C library, nested
-    /// symbols included).
+    /// of a scan of every function starting at or before the address, the
+    /// nearest first, and of a search of the padding (every function's
+    /// start, a byte inside it, its last byte and its end, in a system
+    /// binary and the C library, nested symbols included).
     #[test]
     fn function_and_padding_are_the_two_searches() {
         for path in ["/usr/bin/ls", "/usr/lib/x86_64-linux-gnu/libc.so.6"] {
@@ -888,11 +1062,20 @@ mod tests {
             let bias = 0x7f00_0000_0000;
             let mut checked = 0;
             for &(s, e) in &m.funcs {
-                for link in [s, s + (e - s) / 2, e - 1] {
+                for link in [s, s + (e - s) / 2, e - 1, e] {
                     let one = m.function_and_padding(link, bias);
-                    let two = m.function(link, bias).map(|f| {
-                        let end = f.start.wrapping_sub(bias) + f.code.len() as u64;
-                        (f, m.padding_after(end))
+                    let i = m.funcs.partition_point(|&(s, _)| s <= link);
+                    let scan = m.funcs[..i]
+                        .iter()
+                        .rev()
+                        .find(|&&(s, e)| s <= link && link < e);
+                    let two = scan.and_then(|&(s, e)| {
+                        let f = Function {
+                            start: s.wrapping_add(bias),
+                            code: m.bytes_at(s, (e - s) as usize)?,
+                            bias,
+                        };
+                        Some((f, m.padding_after(e)))
                     });
                     match (one, two) {
                         (Some((f1, a1)), Some((f2, a2))) => {

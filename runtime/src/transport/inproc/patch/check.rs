@@ -8,7 +8,7 @@ use std::path::Path;
 
 use agent_abi::site_kind;
 use agent_loader::nearjump::CAVE_LEN;
-use agent_loader::stub::{JMP_LEN, Site};
+use agent_loader::stub::Site;
 use agent_loader::window::{self, Refusal};
 
 use super::Patcher;
@@ -16,7 +16,6 @@ use super::Shape;
 use super::near::{cave_in, near_jumps};
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
-use crate::transport::inproc::plans::WindowShape;
 use crate::transport::inproc::world::World;
 use crate::transport::{Error, Rule};
 
@@ -115,32 +114,7 @@ impl Patcher {
         let fend = func.start + func.code.len() as u64;
         // A window an earlier planning of this file chose or refused (the
         // plan cache), else chosen now and kept.
-        let kept_as = match shape {
-            Shape::Probe => WindowShape::Probe,
-            Shape::Ret => WindowShape::Ret,
-            Shape::Whole => WindowShape::Whole,
-        };
-        let decoded = &mut self.decoded;
-        let planned = module.kept_or_planned(kept_as, link, bias, || {
-            // A `ret`'s function decoded once for all its `ret`s (they are
-            // checked one after the other).
-            if shape == Shape::Ret
-                && !decoded
-                    .as_ref()
-                    .is_some_and(|d| d.is_of(func, &module.targets))
-            {
-                *decoded = Some(window::Decoded::new(func, &module.targets));
-            }
-            match (shape, &*decoded) {
-                (Shape::Probe, _) => window::plan(addr, func, &module.targets),
-                (Shape::Ret, Some(d)) => {
-                    window::plan_ret_in(addr, func, d, after, &module.targets, JMP_LEN)
-                }
-                (Shape::Ret, None) => window::plan_ret(addr, func, after, &module.targets),
-                (Shape::Whole, _) => window::plan_whole(addr, func, after, &module.targets),
-            }
-            .map_err(|r| r.to_string())
-        });
+        let planned = module.window(shape, link, bias, func, after, &mut self.decoded);
         let planned = planned.and_then(|site| self.clear_of_threads_and_caves(site));
         // Where no 5-byte jump fits, a 2-byte one to a cave in padding.
         let mut cave = None;
