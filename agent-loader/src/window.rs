@@ -146,6 +146,9 @@ pub struct Noted {
     pub indirect: Vec<u64>,
     /// The starts asked about that the sweep did not land on.
     pub missed: Vec<u64>,
+    /// The calls: (their target, or the GOT slot of a `call *slot(%rip)`;
+    /// the address they return to).
+    pub calls: Vec<(u64, u64)>,
 }
 
 /// Branch targets of a module's code (link-time addresses): every
@@ -242,9 +245,19 @@ impl BranchTargets {
             if i.is_invalid() {
                 continue;
             }
-            if i.flow_control() == FlowControl::IndirectBranch {
-                noted.indirect.push(i.ip());
-            } else if let Some(t) = swept_target(&i) {
+            match i.flow_control() {
+                FlowControl::IndirectBranch => noted.indirect.push(i.ip()),
+                FlowControl::Call if i.op_count() > 0 && i.op0_kind() == OpKind::NearBranch64 => {
+                    noted.calls.push((i.near_branch_target(), i.next_ip()));
+                }
+                // `call *slot(%rip)`: a `-fno-plt` call through its GOT
+                // slot, keyed by the slot.
+                FlowControl::IndirectCall if i.is_ip_rel_memory_operand() => {
+                    noted.calls.push((i.ip_rel_memory_address(), i.next_ip()));
+                }
+                _ => {}
+            }
+            if let Some(t) = swept_target(&i) {
                 self.0.insert(t);
                 let n = self.2.entry(t).or_insert(0);
                 *n = n.saturating_add(1);

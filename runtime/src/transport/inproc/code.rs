@@ -15,6 +15,7 @@ use agent_loader::window::{self, BranchTargets, Function, Noted};
 use goblin::elf::{Elf, section_header};
 
 use super::patch::Shape;
+use super::patch::near::{near_jumps, near_planned};
 use super::plans::{self, WindowShape};
 use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
@@ -41,8 +42,9 @@ pub(super) struct ModuleCode {
     pub(super) tail_jumps: HashSet<u64>,
     /// Direct call targets (and the GOT slots of `call *slot(%rip)`) → the
     /// addresses those calls return to, from the executable sections'
-    /// sweep; built at the first need the plans do not answer.
-    calls: std::sync::OnceLock<rustc_hash::FxHashMap<u64, Vec<u64>>>,
+    /// sweep: the module's own when it was swept in this run, else made
+    /// at the first need the plans do not answer.
+    calls: std::sync::OnceLock<Calls>,
     /// Branch targets → the `jmp rel32`/`jcc rel32` that land there
     /// (link-time), built at the first need ([`ModuleCode::far_jumps_to`]).
     far_jumps: std::sync::OnceLock<rustc_hash::FxHashMap<u64, Vec<u64>>>,
@@ -51,6 +53,10 @@ pub(super) struct ModuleCode {
     key: Option<(std::path::PathBuf, plans::Key)>,
     /// The plans kept (from the plan cache, and those made in this run).
     plans: std::sync::Mutex<plans::Plans>,
+    /// The sweep's part of the plan file (`plans::encode_sweep`), made at
+    /// the first save, or ahead after a fresh sweep
+    /// ([`ModuleCode::encode_sweep_ahead`]).
+    swept: std::sync::OnceLock<Vec<u8>>,
 }
 
 /// One reading of a module file: done once, by whichever thread asks
@@ -85,7 +91,13 @@ pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, Err
         Err(_) => return read_timed(path).map(std::sync::Arc::new),
     };
     reading
-        .get_or_init(|| read_timed(path).map(std::sync::Arc::new))
+        .get_or_init(|| {
+            let m = read_timed(path).map(std::sync::Arc::new);
+            if let Ok(m) = &m {
+                m.encode_sweep_ahead();
+            }
+            m
+        })
         .clone()
 }
 
@@ -138,10 +150,12 @@ impl ModuleCode {
             .map(|p| (p.p_offset, p.p_filesz, p.p_vaddr))
             .collect();
         let kept = key.as_ref().and_then(|(p, k)| plans::load(p, k));
+        let mut calls = std::sync::OnceLock::new();
         let (sweep, kept) = match kept {
             Some((sweep, kept)) => (sweep, kept),
             None => {
-                let sweep = Self::sweep(&elf, &parsed);
+                let (sweep, found) = Self::sweep_with_calls(&elf, &parsed);
+                calls = std::sync::OnceLock::from(found);
                 // Saved now: a module whose functions are all refused
                 // still skips its sweep next time.
                 let fresh = plans::Plans {
@@ -158,16 +172,27 @@ impl ModuleCode {
             elf,
             loads,
             tail_jumps: sweep.tail_jumps,
-            calls: std::sync::OnceLock::new(),
+            calls,
             far_jumps: std::sync::OnceLock::new(),
             key,
             plans: std::sync::Mutex::new(kept),
+            swept: std::sync::OnceLock::new(),
         })
     }
 
     /// The sweep of the module file `elf` (`parsed`): its functions, its
     /// branch targets, its jump tables and tail calls through a pointer.
+    #[cfg(test)]
     pub(super) fn sweep(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> plans::Sweep {
+        Self::sweep_with_calls(elf, parsed).0
+    }
+
+    /// [`ModuleCode::sweep`], and the map of calls the sweep met
+    /// ([`ModuleCode::calls`]).
+    fn sweep_with_calls(
+        elf: &wprobe_elf::info::ElfInfo,
+        parsed: &Elf<'_>,
+    ) -> (plans::Sweep, Calls) {
         let mut funcs = elf.named_functions();
         // The functions no symbol names (static ones of a stripped module,
         // IFUNC implementations), bounded by their unwind table entries:
@@ -270,11 +295,12 @@ impl ModuleCode {
         let (mut unknown, more) = in_halves(&funcs_jumping, unknown_of);
         unknown.extend(more);
         targets.3 = Some(unknown);
-        plans::Sweep {
+        let sweep = plans::Sweep {
             funcs,
             targets,
             tail_jumps,
-        }
+        };
+        (sweep, calls_of(noted.calls))
     }
 
     /// The window of `shape` at link-time address `link` kept from an
@@ -435,9 +461,8 @@ impl ModuleCode {
     /// them found on the other CPU while it plans (each
     /// [`ModuleCode::return_sites`] then finds the function's kept), with
     /// the windows of their entries and `ret`s at load bias `bias`
-    /// ([`ModuleCode::window`]), then the module's maps of calls and far
-    /// jumps. A function it reaches after the planner is found twice, the
-    /// same.
+    /// ([`ModuleCode::window`]), after the module's map of far jumps. A
+    /// function it reaches after the planner is found twice, the same.
     pub(super) fn find_return_sites_ahead(self: &std::sync::Arc<Self>, from: u64, bias: u64) {
         if !self.lock_plans().rets.is_empty() {
             return;
@@ -446,6 +471,10 @@ impl ModuleCode {
         let _ = std::thread::Builder::new()
             .name("wprobe-rets".into())
             .spawn(move || {
+                // The map the copies of whole functions ask first (the
+                // calls' was made with the sweep): a pass over the
+                // module's code, before the planner's first need of it.
+                me.far_jumps();
                 let i = me.funcs.partition_point(|&(s, _)| s < from);
                 let mut decoded = None;
                 for &(start, _) in &me.funcs[i..] {
@@ -469,18 +498,24 @@ impl ModuleCode {
                     for (shape, link) in links {
                         if let Some(link) = link
                             && let Some((func, after)) = me.function_and_padding(link, bias)
+                            && me.window(shape, link, bias, func, after, &mut decoded).is_err()
+                            // No 5-byte jump: the 2-byte window and the
+                            // padding near it (`patch::near`).
+                            && near_jumps()
+                            && let Ok(near) = near_planned(
+                                &me,
+                                shape,
+                                link,
+                                bias,
+                                func,
+                                after,
+                                decoded.as_ref(),
+                            )
                         {
-                            let _ = me.window(shape, link, bias, func, after, &mut decoded);
+                            me.padding_blocks_near(near.addr.wrapping_sub(bias), bias);
                         }
                     }
                 }
-                // Then the maps the continuation sites and the copies of
-                // whole functions ask (each a pass over the module's code,
-                // a fifth of a second of a cold run for python3.11 and
-                // the C library), built before the planner's first need
-                // rather than at it.
-                me.calls();
-                me.far_jumps();
             });
     }
 
@@ -495,17 +530,35 @@ impl ModuleCode {
         let Some((path, key)) = self.key.as_ref().filter(|_| plans::enabled()) else {
             return;
         };
+        let swept = self.swept();
         let mut p = self.lock_plans();
         if !p.added {
             return;
         }
-        let sweep = plans::Sweep {
-            funcs: self.funcs.clone(),
-            targets: self.targets.clone(),
-            tail_jumps: self.tail_jumps.clone(),
-        };
-        plans::save(path, key, &sweep, &p);
+        plans::save(path, key, swept, &p);
         p.added = false;
+    }
+
+    /// The sweep's part of the plan file ([`ModuleCode::swept`]).
+    fn swept(&self) -> &[u8] {
+        self.swept
+            .get_or_init(|| plans::encode_sweep(&self.funcs, &self.targets, &self.tail_jumps))
+    }
+
+    /// Makes the sweep's part of the plan file on a thread of its own, for
+    /// a module swept afresh (its plans will be saved): sorting a large
+    /// module's branch targets took a fifth of the time its plans were
+    /// written in, after the target's run.
+    fn encode_sweep_ahead(self: &std::sync::Arc<Self>) {
+        if !self.plans_to_save() {
+            return;
+        }
+        let me = std::sync::Arc::clone(self);
+        let _ = std::thread::Builder::new()
+            .name("wprobe-swept".into())
+            .spawn(move || {
+                me.swept();
+            });
     }
 
     /// The plans, locked (a panic while they were locked leaves them
@@ -614,37 +667,17 @@ impl ModuleCode {
     /// Direct call targets (and the GOT slots of `call *slot(%rip)`) → the
     /// addresses those calls return to: a sweep of the executable
     /// sections, at the first need.
-    fn calls(&self) -> &rustc_hash::FxHashMap<u64, Vec<u64>> {
+    fn calls(&self) -> &Calls {
         self.calls.get_or_init(|| {
-            use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
-            let mut map: rustc_hash::FxHashMap<u64, Vec<u64>> = Default::default();
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
-                return map;
+                return Calls::default();
             };
+            let mut targets = BranchTargets::default();
+            let mut noted = Noted::default();
             for (addr, code) in exec_sections(self.elf.file_bytes(), &parsed) {
-                let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
-                let mut i = Instruction::default();
-                while d.can_decode() {
-                    d.decode_out(&mut i);
-                    if i.flow_control() == FlowControl::Call
-                        && i.op_count() > 0
-                        && i.op0_kind() == OpKind::NearBranch64
-                    {
-                        map.entry(i.near_branch_target())
-                            .or_default()
-                            .push(i.next_ip());
-                    } else if i.flow_control() == FlowControl::IndirectCall
-                        && i.is_ip_rel_memory_operand()
-                    {
-                        // `call *slot(%rip)`: a `-fno-plt` call through
-                        // its GOT slot, keyed by the slot.
-                        map.entry(i.ip_rel_memory_address())
-                            .or_default()
-                            .push(i.next_ip());
-                    }
-                }
+                targets.sweep_noting(code, addr, &[], &mut noted);
             }
-            map
+            calls_of(noted.calls)
         })
     }
 
@@ -660,13 +693,17 @@ impl ModuleCode {
     /// land there: a scan of the executable sections' bytes for those
     /// opcodes whose displacement leads to a branch target the sweep found
     /// (not a decoding: the caller checks that each is an instruction of
-    /// its function), at the first need.
+    /// its function), at the first need. The jumps found and the targets
+    /// are matched sorted, not each looked up (a hash lookup each, out of
+    /// the caches, made this a tenth of a cold run's planning).
     fn far_jumps(&self) -> &rustc_hash::FxHashMap<u64, Vec<u64>> {
         self.far_jumps.get_or_init(|| {
             let mut map: rustc_hash::FxHashMap<u64, Vec<u64>> = Default::default();
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
                 return map;
             };
+            // (target, jump).
+            let mut found: Vec<(u64, u64)> = Vec::new();
             for (addr, code) in exec_sections(self.elf.file_bytes(), &parsed) {
                 for p in 0..code.len() {
                     // `e9 rel32`, `0f 8x rel32`.
@@ -680,10 +717,17 @@ impl ModuleCode {
                     };
                     let rel = i32::from_le_bytes([rel[0], rel[1], rel[2], rel[3]]);
                     let at = addr + p as u64;
-                    let target = (at + op as u64 + 4).wrapping_add(rel as i64 as u64);
-                    if self.targets.0.contains(&target) {
-                        map.entry(target).or_default().push(at);
-                    }
+                    found.push(((at + op as u64 + 4).wrapping_add(rel as i64 as u64), at));
+                }
+            }
+            found.sort_unstable();
+            let mut known: Vec<u64> = self.targets.0.iter().copied().collect();
+            known.sort_unstable();
+            let mut k = 0;
+            for (target, at) in found {
+                k += known[k..].partition_point(|&t| t < target);
+                if known.get(k) == Some(&target) {
+                    map.entry(target).or_default().push(at);
                 }
             }
             map
@@ -864,6 +908,19 @@ fn data_labels(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> Vec<u64> {
     out
 }
 
+/// Call targets (and the GOT slots of `call *slot(%rip)`) → the addresses
+/// those calls return to ([`ModuleCode::calls`]).
+type Calls = rustc_hash::FxHashMap<u64, Vec<u64>>;
+
+/// The map of the calls a sweep noted (`window::Noted::calls`).
+fn calls_of(calls: Vec<(u64, u64)>) -> Calls {
+    let mut map = Calls::default();
+    for (to, back) in calls {
+        map.entry(to).or_default().push(back);
+    }
+    map
+}
+
 /// Whether the function `start..end` (its bytes `code`) may hold an
 /// indirect `jmp`: the sweep met one in it (`noted`), or it did not land
 /// on its start (nor swept it) and its bytes hold an `ff /4` or `ff /5`
@@ -947,6 +1004,7 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Not
                     targets.merge_swept(t);
                     noted.indirect.extend(n.indirect);
                     noted.missed.extend(n.missed);
+                    noted.calls.extend(n.calls);
                 }
             }
             None => targets.sweep_noting(code, addr, &starts, &mut noted),
@@ -988,8 +1046,9 @@ mod tests {
     use super::*;
 
     /// The largest section swept in two parts on two threads finds what
-    /// one linear sweep of each section finds: every target, and as many
-    /// branches to each (a system binary's and the C library's code).
+    /// one linear sweep of each section finds: every target, as many
+    /// branches to each, every call and indirect jump (a system binary's
+    /// and the C library's code).
     #[test]
     fn a_sweep_in_two_parts_is_the_sweep_whole() {
         for path in ["/usr/bin/ls", "/usr/lib/x86_64-linux-gnu/libc.so.6"] {
@@ -997,16 +1056,28 @@ mod tests {
             let parsed = Elf::parse(elf.file_bytes()).expect("parse");
             let sections = exec_sections(elf.file_bytes(), &parsed);
             let mut whole = BranchTargets::default();
+            let mut noted = Noted::default();
             for &(addr, code) in &sections {
-                whole.sweep(code, addr);
+                whole.sweep_noting(code, addr, &[], &mut noted);
             }
             let mut funcs = elf.named_functions();
             funcs.extend(elf.unnamed_functions());
             funcs.sort_unstable();
-            let (parts, _) = swept(&sections, &funcs);
+            let (parts, mut in_parts) = swept(&sections, &funcs);
             assert!(whole.0.len() > 1000, "{path}: {} targets", whole.0.len());
             assert_eq!(parts.0, whole.0, "{path}");
             assert_eq!(parts.2, whole.2, "{path}");
+            // The calls too (the map the continuation sites ask), and the
+            // indirect jumps.
+            noted.calls.sort_unstable();
+            in_parts.calls.sort_unstable();
+            assert!(
+                noted.calls.len() > 1000,
+                "{path}: {} calls",
+                noted.calls.len()
+            );
+            assert_eq!(in_parts.calls, noted.calls, "{path}");
+            assert_eq!(in_parts.indirect, noted.indirect, "{path}");
         }
     }
 

@@ -37,7 +37,7 @@ mod fragments;
 mod got;
 mod install;
 mod module;
-mod near;
+pub(super) mod near;
 mod outside;
 mod plan;
 mod plan_return;

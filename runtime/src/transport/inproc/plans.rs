@@ -510,9 +510,9 @@ fn open_envelope<'a>(bytes: &'a [u8], key: &Key) -> Result<&'a [u8], &'static st
 
 /// Saves the plans of module `path` (under `key`), if the cache is on;
 /// a failure is said under `WPROBE_DEBUG`, never an error.
-pub(super) fn save(path: &Path, key: &Key, sweep: &Sweep, plans: &Plans) {
+pub(super) fn save(path: &Path, key: &Key, swept: &[u8], plans: &Plans) {
     if let Some(dir) = dir()
-        && let Err(why) = save_in(dir, path, key, sweep, plans)
+        && let Err(why) = save_in(dir, path, key, swept, plans)
     {
         debug(format_args!("{} not saved: {why}", path.display()));
     }
@@ -523,11 +523,11 @@ pub(super) fn save_in(
     dir: &Path,
     path: &Path,
     key: &Key,
-    sweep: &Sweep,
+    swept: &[u8],
     plans: &Plans,
 ) -> Result<(), String> {
     crate::proc::privdir::ensure_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let payload = encode(sweep, plans);
+    let payload = encode_after(swept, plans);
     let mut out = Vec::with_capacity(ENVELOPE + payload.len());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -637,7 +637,8 @@ pub(super) fn evict_in(dir: &Path, keep: &Path, max_bytes: u64) -> usize {
 mod codec;
 mod kept_copies;
 mod kept_stubs;
-use codec::{decode, encode};
+pub(super) use codec::encode_sweep;
+use codec::{decode, encode_after};
 
 #[cfg(test)]
 mod tests;

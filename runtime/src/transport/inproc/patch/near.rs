@@ -15,7 +15,7 @@ use crate::transport::inproc::world::World;
 /// Whether sites where no 5-byte jump fits may take a near jump to a cave
 /// (`WPROBE_NO_NEAR_JUMPS=1`: a trap instead, as before near jumps; for
 /// comparisons and for the tests of trap sites).
-pub(super) fn near_jumps() -> bool {
+pub(in crate::transport::inproc) fn near_jumps() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("WPROBE_NO_NEAR_JUMPS").is_none_or(|v| v.is_empty()))
 }
@@ -49,29 +49,16 @@ impl Patcher {
         bias: u64,
         shape: Shape,
     ) -> Result<(Site, u64), String> {
-        // The 2-byte window, as an earlier planning of this file chose or
-        // refused it (the plan cache), else planned now and kept.
-        let kept_as = match shape {
-            Shape::Probe => WindowShape::NearProbe,
-            Shape::Ret => WindowShape::NearRet,
-            Shape::Whole => WindowShape::NearWhole,
-        };
         let link = addr.wrapping_sub(bias);
-        let near = module.kept_or_planned(kept_as, link, bias, || {
-            match shape {
-                Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
-                Shape::Ret => match &self.decoded {
-                    Some(d) if d.is_of(func, &module.targets) => {
-                        window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
-                    }
-                    _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
-                },
-                Shape::Whole => {
-                    window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN)
-                }
-            }
-            .map_err(|r| near_words(&r.to_string()))
-        });
+        let near = near_planned(
+            module,
+            shape,
+            link,
+            bias,
+            func,
+            after,
+            self.decoded.as_ref(),
+        );
         let pcs = &self.thread_pcs;
         let (caves, tails, by_window, sites, longest) = (
             &self.caves,
@@ -121,6 +108,41 @@ impl Patcher {
             Ok((site, c))
         })
     }
+}
+
+/// The 2-byte window of `shape` at link-time `link` in `func` of `module`
+/// (load bias `bias`, `after` the padding after it), as an earlier
+/// planning of this file chose or refused it (the plan cache), else
+/// planned now and kept; `decoded`, the function decoded last for its
+/// `ret`s, used if it is `func`.
+pub(in crate::transport::inproc) fn near_planned(
+    module: &ModuleCode,
+    shape: Shape,
+    link: u64,
+    bias: u64,
+    func: Function<'_>,
+    after: &[u8],
+    decoded: Option<&window::Decoded>,
+) -> Result<Site, String> {
+    let kept_as = match shape {
+        Shape::Probe => WindowShape::NearProbe,
+        Shape::Ret => WindowShape::NearRet,
+        Shape::Whole => WindowShape::NearWhole,
+    };
+    let addr = link.wrapping_add(bias);
+    module.kept_or_planned(kept_as, link, bias, || {
+        match shape {
+            Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
+            Shape::Ret => match decoded {
+                Some(d) if d.is_of(func, &module.targets) => {
+                    window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
+                }
+                _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
+            },
+            Shape::Whole => window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN),
+        }
+        .map_err(|r| near_words(&r.to_string()))
+    })
 }
 
 /// A refusal's words for the 2 bytes of a near jump (the rules say them

@@ -169,16 +169,30 @@ fn sorted<'a>(s: impl Iterator<Item = &'a u64>) -> Vec<u64> {
 /// belong to), names once in a table. The branch targets are kept once:
 /// the sweep's counts by target (`.2`), and apart only the targets of
 /// `.0` without a count (none, as the sweep makes them).
+#[cfg(test)]
 pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
+    let swept = encode_sweep(&sweep.funcs, &sweep.targets, &sweep.tail_jumps);
+    encode_after(&swept, plans)
+}
+
+/// The part of [`encode`]'s payload that a sweep makes (its functions,
+/// targets and tail calls through a pointer; no string), which
+/// [`encode_after`] puts before the plans' part: made once a module is
+/// swept, while it is planned, rather than when its plans are saved.
+pub(in crate::transport::inproc) fn encode_sweep(
+    funcs: &[(u64, u64)],
+    targets: &BranchTargets,
+    tail_jumps: &HashSet<u64>,
+) -> Vec<u8> {
     let mut w = W::default();
-    w.u64(sweep.funcs.len() as u64);
+    w.u64(funcs.len() as u64);
     let mut last = 0;
-    for &(s, e) in &sweep.funcs {
+    for &(s, e) in funcs {
         w.delta(last, s);
         w.u64(e - s);
         last = s;
     }
-    let t = &sweep.targets;
+    let t = targets;
     let mut counts: Vec<(u64, u32)> = t.2.iter().map(|(&a, &n)| (a, n)).collect();
     counts.sort_unstable();
     w.u64(counts.len() as u64);
@@ -201,7 +215,17 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
         w.delta(a, b);
         last = a;
     }
-    w.addrs(&sorted(sweep.tail_jumps.iter()));
+    w.addrs(&sorted(tail_jumps.iter()));
+    w.out
+}
+
+/// [`encode`]'s payload of the sweep part `swept` ([`encode_sweep`]) and
+/// `plans`.
+pub(super) fn encode_after(swept: &[u8], plans: &Plans) -> Vec<u8> {
+    let mut w = W {
+        out: swept.to_vec(),
+        ..W::default()
+    };
     let mut windows: Vec<(&(WindowShape, u64), &Window)> = plans.windows.iter().collect();
     windows.sort_unstable_by_key(|(k, _)| (k.0 as u8, k.1));
     w.u64(windows.len() as u64);

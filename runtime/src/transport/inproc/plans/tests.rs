@@ -1,5 +1,6 @@
 //! The plan cache's unit tests.
 
+use super::codec::encode;
 use super::*;
 use crate::transport::inproc::code::ModuleCode;
 use agent_loader::window::{self, Function};
@@ -22,6 +23,11 @@ fn fresh() -> (Key, Sweep) {
     let elf = wprobe_elf::info::ElfInfo::open(path).expect("open the module");
     let parsed = goblin::elf::Elf::parse(elf.file_bytes()).expect("parse");
     (key, ModuleCode::sweep(&elf, &parsed))
+}
+
+/// The sweep part of a payload ([`codec::encode_sweep`]).
+fn swept(sweep: &Sweep) -> Vec<u8> {
+    encode_sweep(&sweep.funcs, &sweep.targets, &sweep.tail_jumps)
 }
 
 fn same_sweep(a: &Sweep, b: &Sweep) {
@@ -101,7 +107,7 @@ fn plans_from_the_cache_are_the_fresh_ones() {
     };
     let first = fresh_at(0x5555_0000_0000, Some(&mut plans));
     assert!(first.len() > 100, "{} windows", first.len());
-    save_in(&dir, Path::new(MODULE), &key, &sweep, &plans).expect("saved");
+    save_in(&dir, Path::new(MODULE), &key, &swept(&sweep), &plans).expect("saved");
     let (kept_sweep, kept) = load_in(&dir, Path::new(MODULE), &key)
         .expect("read")
         .expect("found");
@@ -212,7 +218,7 @@ fn roundtrip_of_return_sites_and_windows() {
             returns: vec![(start + 0x10, 0x3c_0810)],
         });
     }
-    save_in(&dir, Path::new(MODULE), &key, &sweep, &plans).expect("saved");
+    save_in(&dir, Path::new(MODULE), &key, &swept(&sweep), &plans).expect("saved");
     let (s, p) = load_in(&dir, Path::new(MODULE), &key)
         .expect("read")
         .expect("found");
@@ -359,7 +365,14 @@ fn a_load_makes_its_file_recent() {
     use std::time::{Duration, SystemTime};
     let dir = scratch("recent");
     let (key, sweep) = fresh();
-    save_in(&dir, Path::new(MODULE), &key, &sweep, &Plans::default()).expect("saved");
+    save_in(
+        &dir,
+        Path::new(MODULE),
+        &key,
+        &swept(&sweep),
+        &Plans::default(),
+    )
+    .expect("saved");
     let file = file_of(&dir, Path::new(MODULE));
     let old = SystemTime::now() - Duration::from_secs(3600);
     std::fs::File::options()
@@ -383,7 +396,14 @@ fn a_load_makes_its_file_recent() {
 fn a_stale_key_is_ignored() {
     let dir = scratch("stale");
     let (key, sweep) = fresh();
-    save_in(&dir, Path::new(MODULE), &key, &sweep, &Plans::default()).expect("saved");
+    save_in(
+        &dir,
+        Path::new(MODULE),
+        &key,
+        &swept(&sweep),
+        &Plans::default(),
+    )
+    .expect("saved");
     let mut other = key.clone();
     other.0[0] ^= 1;
     let e = load_in(&dir, Path::new(MODULE), &other).expect_err("stale");
@@ -398,7 +418,14 @@ fn a_stale_key_is_ignored() {
 fn a_corrupt_file_is_ignored() {
     let dir = scratch("corrupt");
     let (key, sweep) = fresh();
-    save_in(&dir, Path::new(MODULE), &key, &sweep, &Plans::default()).expect("saved");
+    save_in(
+        &dir,
+        Path::new(MODULE),
+        &key,
+        &swept(&sweep),
+        &Plans::default(),
+    )
+    .expect("saved");
     let file = file_of(&dir, Path::new(MODULE));
     let good = std::fs::read(&file).expect("read");
     let mut flipped = good.clone();
@@ -437,7 +464,7 @@ fn an_unwritable_directory_fails_no_trace() {
             &plans_dir,
             Path::new(MODULE),
             &key,
-            &sweep,
+            &swept(&sweep),
             &Plans::default()
         )
         .is_err()
@@ -446,7 +473,16 @@ fn an_unwritable_directory_fails_no_trace() {
     // A symbolic link as the directory is not used.
     let link = dir.join("link");
     std::os::unix::fs::symlink(&dir, &link).expect("symlink");
-    assert!(save_in(&link, Path::new(MODULE), &key, &sweep, &Plans::default()).is_err());
+    assert!(
+        save_in(
+            &link,
+            Path::new(MODULE),
+            &key,
+            &swept(&sweep),
+            &Plans::default()
+        )
+        .is_err()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
