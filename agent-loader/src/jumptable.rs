@@ -105,7 +105,27 @@ pub fn resolve(
     targets: &HashSet<u64>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Result<Vec<(u64, Vec<u64>)>, u64> {
-    resolve_with_labels(code, start, targets, None, read, None)
+    resolve_with_labels(code, start, targets, None, read, None, None)
+}
+
+/// Whether each indirect `jmp` judged is a tail call through a pointer
+/// ([`crate::tailcall`]), by its address: kept between resolutions of the
+/// same functions (a module's second pass, with its tables' targets
+/// known), as the judgement does not depend on the targets and its
+/// analysis of the function costs more than the rest of a resolution.
+#[derive(Debug, Default)]
+pub struct TailVerdicts(std::sync::Mutex<HashMap<u64, bool>>);
+
+impl TailVerdicts {
+    fn get(&self, jmp: u64) -> Option<bool> {
+        self.0.lock().ok()?.get(&jmp).copied()
+    }
+
+    fn put(&self, jmp: u64, tail: bool) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(jmp, tail);
+        }
+    }
 }
 
 /// [`resolve`], and with `data_labels` (the module's link-time addresses
@@ -136,6 +156,9 @@ pub fn resolve(
 /// table whose dispatch a branch enters after its check too, when every
 /// way in there is a branch of the function on the same check
 /// (`jumptable/entries.rs`).
+///
+/// With `verdicts`, the `jmp`s judged tail calls or not are taken from
+/// there and kept there ([`TailVerdicts`]).
 pub fn resolve_with_labels(
     code: &[u8],
     start: u64,
@@ -143,6 +166,7 @@ pub fn resolve_with_labels(
     branches: Option<&HashMap<u64, u32>>,
     read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     data_labels: Option<&[u64]>,
+    verdicts: Option<&TailVerdicts>,
 ) -> Result<Vec<(u64, Vec<u64>)>, u64> {
     let targets = Targets {
         set: targets,
@@ -167,9 +191,16 @@ pub fn resolve_with_labels(
             continue;
         }
         // Not a table: a tail call through a pointer lands in no window.
-        let f =
-            tails.get_or_insert_with(|| crate::tailcall::Function::of(&insns, start, end, read));
-        if f.is_pointer_tail_call(&insns, k, read) {
+        let kept = verdicts.and_then(|v| v.get(i.ip()));
+        let tail = kept.unwrap_or_else(|| {
+            let f = tails
+                .get_or_insert_with(|| crate::tailcall::Function::of(&insns, start, end, read));
+            f.is_pointer_tail_call(&insns, k, read)
+        });
+        if let (None, Some(v)) = (kept, verdicts) {
+            v.put(i.ip(), tail);
+        }
+        if tail {
             out.push((i.ip(), Vec::new()));
             continue;
         }

@@ -133,24 +133,24 @@ mod tests {
         let want: Vec<u64> = (0..0x97).map(|i| 0x196800 + 8 * i).collect();
         let (set, counts) = swept(&c, 0x1966c3, &[]);
         assert_eq!(
-            resolve_with_labels(&c, 0x1966c3, &set, Some(&counts), &r, None),
+            resolve_with_labels(&c, 0x1966c3, &set, Some(&counts), &r, None, None),
             Ok(vec![(0x1966de, want)])
         );
         // Without the counts, or with another branch of the module there,
         // or a table's entry: not every way in is known.
         assert_eq!(
-            resolve_with_labels(&c, 0x1966c3, &set, None, &r, None),
+            resolve_with_labels(&c, 0x1966c3, &set, None, &r, None, None),
             Err(0x1966de)
         );
         let (set2, counts2) = swept(&c, 0x1966c3, &[0x1966ce]);
         assert_eq!(
-            resolve_with_labels(&c, 0x1966c3, &set2, Some(&counts2), &r, None),
+            resolve_with_labels(&c, 0x1966c3, &set2, Some(&counts2), &r, None, None),
             Err(0x1966de)
         );
         let mut table = counts.clone();
         table.insert(0x1966ce, u32::MAX);
         assert_eq!(
-            resolve_with_labels(&c, 0x1966c3, &set, Some(&table), &r, None),
+            resolve_with_labels(&c, 0x1966c3, &set, Some(&table), &r, None, None),
             Err(0x1966de)
         );
         // The second check on a larger bound (0x97), or on another
@@ -160,7 +160,7 @@ mod tests {
             let at = (0x1967a9 - 0x1966c3) as usize;
             d[at..at + 5].copy_from_slice(&hex(other));
             assert_eq!(
-                resolve_with_labels(&d, 0x1966c3, &set, Some(&counts), &r, None),
+                resolve_with_labels(&d, 0x1966c3, &set, Some(&counts), &r, None, None),
                 Err(0x1966de),
                 "{other}"
             );
@@ -171,7 +171,7 @@ mod tests {
         d[at + 2..at + 6].copy_from_slice(&(0x1966d7i32 - 0x1967b4).to_le_bytes());
         let (set3, counts3) = swept(&d, 0x1966c3, &[]);
         assert_eq!(
-            resolve_with_labels(&d, 0x1966c3, &set3, Some(&counts3), &r, None),
+            resolve_with_labels(&d, 0x1966c3, &set3, Some(&counts3), &r, None, None),
             Err(0x1966de)
         );
     }
@@ -192,14 +192,14 @@ mod tests {
         let want: Vec<u64> = (0..0xb).map(|i| 0x9b700 + 8 * i).collect();
         let (set, counts) = swept(&c, 0x9b5ca, &[]);
         assert_eq!(
-            resolve_with_labels(&c, 0x9b5ca, &set, Some(&counts), &r, None),
+            resolve_with_labels(&c, 0x9b5ca, &set, Some(&counts), &r, None, None),
             Ok(vec![(0x9b5e6, want)])
         );
         // The second check on another byte ([rbx + 0x53]).
         let mut d = c.clone();
         d[(0x9b6cb - 0x9b5ca) as usize + 2] = 0x53;
         assert_eq!(
-            resolve_with_labels(&d, 0x9b5ca, &set, Some(&counts), &r, None),
+            resolve_with_labels(&d, 0x9b5ca, &set, Some(&counts), &r, None, None),
             Err(0x9b5e6)
         );
     }

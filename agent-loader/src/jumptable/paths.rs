@@ -175,7 +175,7 @@ mod tests {
 
     fn resolved(code: &[u8], more: &[u64]) -> Result<Vec<(u64, Vec<u64>)>, u64> {
         let (set, counts) = swept(code, more);
-        resolve_with_labels(code, START, &set, Some(&counts), &read, None)
+        resolve_with_labels(code, START, &set, Some(&counts), &read, None, None)
     }
 
     #[test]
@@ -191,7 +191,7 @@ mod tests {
         // Without the counts, the ways in are not known.
         let (set, _) = swept(&c, &[]);
         assert_eq!(
-            resolve_with_labels(&c, START, &set, None, &read, None),
+            resolve_with_labels(&c, START, &set, None, &read, None, None),
             Err(0x131388)
         );
         // Another branch of the module to 0x13136d, or a table's entry.
@@ -258,7 +258,7 @@ mod tests {
             t.0.insert(m);
             *t.2.entry(m).or_insert(0) += 1;
         }
-        resolve_with_labels(code, SED_AT, &t.0, Some(&t.2), &read, None)
+        resolve_with_labels(code, SED_AT, &t.0, Some(&t.2), &read, None, None)
     }
 
     #[test]

@@ -95,14 +95,14 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     // not the entry, nor an address outside.
     let data = [0x0800, START, 0x1030, 0x1038, 0x2000];
     assert_eq!(
-        resolve_with_labels(&c, START, &t, None, &none, Some(&data)),
+        resolve_with_labels(&c, START, &t, None, &none, Some(&data), None),
         Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
     );
     // A branch landing between the load and the jmp: rdx may come
     // from another path, but still a pointer: the labels too.
     let t: HashSet<u64> = [0x100b].into_iter().collect();
     assert_eq!(
-        resolve_with_labels(&c, START, &t, None, &none, Some(&data)),
+        resolve_with_labels(&c, START, &t, None, &none, Some(&data), None),
         Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
     );
     // The pointer changed after its load (add rdx, 8): arithmetic.
@@ -110,7 +110,15 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     d.extend_from_slice(&[0x48, 0x83, 0xc2, 0x08, 0xff, 0xe2]);
     d.resize(0x40, 0xc3);
     assert_eq!(
-        resolve_with_labels(&d, START, &HashSet::default(), None, &none, Some(&data)),
+        resolve_with_labels(
+            &d,
+            START,
+            &HashSet::default(),
+            None,
+            &none,
+            Some(&data),
+            None
+        ),
         Err(0x100f)
     );
     // A function no data or code takes an address inside of, with no
@@ -118,7 +126,15 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     let mut e = c[..0x0d].to_vec();
     e.resize(0x40, 0xc3);
     assert_eq!(
-        resolve_with_labels(&e, START, &HashSet::default(), None, &none, Some(&[0x2000])),
+        resolve_with_labels(
+            &e,
+            START,
+            &HashSet::default(),
+            None,
+            &none,
+            Some(&[0x2000]),
+            None
+        ),
         Ok(vec![(0x100b, vec![])])
     );
     // ... but with a relative table's read (movsxd rax, [rdx + rcx*4])
@@ -126,11 +142,19 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     let mut f = e.clone();
     f[0x20..0x24].copy_from_slice(&[0x48, 0x63, 0x04, 0x8a]);
     assert_eq!(
-        resolve_with_labels(&f, START, &t, None, &none, Some(&[0x2000])),
+        resolve_with_labels(&f, START, &t, None, &none, Some(&[0x2000]), None),
         Err(0x100b)
     );
     assert_eq!(
-        resolve_with_labels(&f, START, &HashSet::default(), None, &none, Some(&data)),
+        resolve_with_labels(
+            &f,
+            START,
+            &HashSet::default(),
+            None,
+            &none,
+            Some(&data),
+            None
+        ),
         Ok(vec![(0x100b, vec![0x1030, 0x1038])])
     );
 }

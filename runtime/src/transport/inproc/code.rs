@@ -216,6 +216,7 @@ impl ModuleCode {
         let read = |at: u64, len: usize| elf.bytes_at(at, len).map(<[u8]>::to_vec);
         let code_of = |&(start, end): &(u64, u64)| elf.bytes_at(start, (end - start) as usize);
         let labels = data_labels(elf, parsed);
+        let verdicts = jumptable::TailVerdicts::default();
         let resolve = |code: &[u8], start: u64, targets: &BranchTargets| {
             jumptable::resolve_with_labels(
                 code,
@@ -224,6 +225,7 @@ impl ModuleCode {
                 Some(&targets.2),
                 &read,
                 Some(&labels),
+                Some(&verdicts),
             )
         };
         // Only functions that may hold an indirect `jmp` are decoded again.
