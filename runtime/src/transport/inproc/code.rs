@@ -53,6 +53,9 @@ pub(super) struct ModuleCode {
     key: Option<(std::path::PathBuf, plans::Key)>,
     /// The plans kept (from the plan cache, and those made in this run).
     plans: std::sync::Mutex<plans::Plans>,
+    /// The functions decoded for their return sites
+    /// ([`ModuleCode::return_sites`]), each once.
+    decodings: crate::transport::retsites::Decodings,
     /// The sweep's part of the plan file (`plans::encode_sweep`), made at
     /// the first save, or ahead after a fresh sweep
     /// ([`ModuleCode::encode_sweep_ahead`]).
@@ -177,6 +180,7 @@ impl ModuleCode {
             key,
             plans: std::sync::Mutex::new(kept),
             swept: std::sync::OnceLock::new(),
+            decodings: Default::default(),
         })
     }
 
@@ -447,8 +451,11 @@ impl ModuleCode {
         if let Some(r) = self.lock_plans().rets.get(&entry) {
             return Ok(r.clone());
         }
-        let r = std::sync::Arc::new(crate::transport::retsites::return_sites(
-            &self.elf, entry, "inproc",
+        let r = std::sync::Arc::new(crate::transport::retsites::return_sites_in(
+            &self.elf,
+            entry,
+            "inproc",
+            Some(&self.decodings),
         )?);
         let mut p = self.lock_plans();
         p.rets.insert(entry, r.clone());
