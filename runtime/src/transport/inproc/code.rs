@@ -104,6 +104,15 @@ pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, Err
         .clone()
 }
 
+/// Whether a reading of module file `path` (any version) was started in
+/// this run ([`read_shared`], [`prefetch`]).
+pub(super) fn reading_started(path: &Path) -> bool {
+    SHARED
+        .get()
+        .and_then(|s| s.lock().ok())
+        .is_some_and(|s| s.keys().any(|k| k.0 == path))
+}
+
 /// Starts reading module file `path` on a thread of its own, for a
 /// reading of it to come: the executable of a run about to be armed in
 /// process, whose reading (a tenth of a second for a 10,000-function

@@ -115,6 +115,10 @@ impl Patcher {
         }
         let mut paths = Self::exec_paths(maps);
         paths.retain(|p| !self.modules.contains_key(p.as_os_str()));
+        // Not those another thread reads already (the executable, from the
+        // launch on: the libraries are read meanwhile, not after it; its
+        // first need waits for that reading).
+        paths.retain(|p| !crate::transport::inproc::code::reading_started(p));
         let (tx, rx) = std::sync::mpsc::channel();
         let waiting = paths.iter().cloned().collect();
         let spawned = std::thread::Builder::new()
