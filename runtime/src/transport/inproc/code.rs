@@ -53,6 +53,9 @@ pub(super) struct ModuleCode {
     key: Option<(std::path::PathBuf, plans::Key)>,
     /// The plans kept (from the plan cache, and those made in this run).
     plans: std::sync::Mutex<plans::Plans>,
+    /// Set when the plans are saved: the windows planned ahead
+    /// ([`ModuleCode::find_return_sites_ahead`]) stop there.
+    planned: std::sync::atomic::AtomicBool,
     /// The functions decoded for their return sites
     /// ([`ModuleCode::return_sites`]), each once.
     decodings: crate::transport::retsites::Decodings,
@@ -190,6 +193,7 @@ impl ModuleCode {
             plans: std::sync::Mutex::new(kept),
             swept: std::sync::OnceLock::new(),
             decodings: Default::default(),
+            planned: Default::default(),
         })
     }
 
@@ -496,6 +500,9 @@ impl ModuleCode {
                 let i = me.funcs.partition_point(|&(s, _)| s < from);
                 let mut decoded = None;
                 for &(start, _) in &me.funcs[i..] {
+                    if me.planned.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
                     let Some(off) = me.elf.file_offset(start) else {
                         continue;
                     };
@@ -545,6 +552,9 @@ impl ModuleCode {
     }
 
     pub(super) fn save_plans(&self) {
+        // Planning is over: the windows ahead are not needed any more.
+        self.planned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let Some((path, key)) = self.key.as_ref().filter(|_| plans::enabled()) else {
             return;
         };

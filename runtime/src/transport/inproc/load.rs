@@ -113,6 +113,11 @@ impl InProc {
         self.patcher.plan_vfork_marks(world, &self.maps);
         self.patcher.plan_fragments(world, &self.maps);
         self.say_fallbacks();
+        // Every window and stub is planned: what planning learnt of the
+        // module files is saved for the next run from now, while the
+        // agent is loaded and the target runs (on a thread of its own,
+        // waited for at the detach).
+        self.patcher.save_plans_behind();
         // Trap sites need the watchdog (`hold::go`): started at the first
         // trap planned, or now.
         if self.patcher.has_traps() {
@@ -243,9 +248,7 @@ impl InProc {
             self.go(w)?;
         }
         self.pidfd = crate::sys::process::pidfd_open(self.pid);
-        // What planning learnt of the module files, for the next run (the
-        // target running meanwhile, and wprobe reading its records: on a
-        // thread of its own, waited for at the detach).
+        // What the commit learnt too (none, as a rule: saved above).
         self.patcher.save_plans_behind();
         Ok(())
     }

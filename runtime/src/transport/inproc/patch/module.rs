@@ -151,7 +151,6 @@ impl Patcher {
     /// after a cold start); [`Patcher::wait_for_plans`] waits for it. No
     /// thread when nothing was learnt (a warm run).
     pub(in crate::transport::inproc) fn save_plans_behind(&mut self) {
-        self.wait_for_plans();
         let modules: Vec<std::sync::Arc<ModuleCode>> = self
             .modules
             .values()
@@ -162,6 +161,7 @@ impl Patcher {
         if modules.is_empty() {
             return;
         }
+        self.wait_for_plans();
         let saving = std::thread::Builder::new()
             .name("wprobe-plans".into())
             .spawn({
