@@ -779,9 +779,25 @@ impl ElfInfo {
 
     /// Whether `vaddr` lies in an executable `PT_LOAD` segment.
     pub fn is_exec_vaddr(&self, vaddr: u64) -> bool {
-        self.segments.iter().any(|&(va, memsz, _, _, flags)| {
-            flags & program_header::PF_X != 0 && va <= vaddr && vaddr < va.saturating_add(memsz)
-        })
+        self.exec_segments()
+            .any(|(va, end)| va <= vaddr && vaddr < end)
+    }
+
+    /// The lowest start and the highest end of the executable segments
+    /// (link-time): no address outside is one [`ElfInfo::is_exec_vaddr`]
+    /// takes, the test to make first of many words of data.
+    pub fn exec_span(&self) -> Option<(u64, u64)> {
+        let lo = self.exec_segments().map(|(va, _)| va).min()?;
+        let hi = self.exec_segments().map(|(_, end)| end).max()?;
+        Some((lo, hi))
+    }
+
+    /// The executable segments' link-time ranges.
+    fn exec_segments(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.segments
+            .iter()
+            .filter(|s| s.4 & program_header::PF_X != 0)
+            .map(|&(va, memsz, _, _, _)| (va, va.saturating_add(memsz)))
     }
 
     /// Up to `n` bytes of the file at link-time address `vaddr` (fewer at the

@@ -898,6 +898,9 @@ impl ModuleCode {
 /// ([`jumptable::resolve_with_labels`]).
 fn data_labels(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> Vec<u64> {
     let mut out = Vec::new();
+    let Some((lo, hi)) = elf.exec_span() else {
+        return out;
+    };
     for sh in &parsed.section_headers {
         let flags = sh.sh_flags;
         if sh.sh_type == section_header::SHT_NOBITS
@@ -914,7 +917,7 @@ fn data_labels(elf: &wprobe_elf::info::ElfInfo, parsed: &Elf<'_>) -> Vec<u64> {
         let skip = (sh.sh_addr.wrapping_neg() & 7) as usize;
         for w in bytes.get(skip..).unwrap_or(&[]).chunks_exact(8) {
             let v = u64::from_le_bytes(w.try_into().unwrap_or_default());
-            if v != 0 && elf.is_exec_vaddr(v) {
+            if v != 0 && lo <= v && v < hi && elf.is_exec_vaddr(v) {
                 out.push(v);
             }
         }
