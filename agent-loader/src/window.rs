@@ -221,11 +221,21 @@ impl BranchTargets {
     /// Adds the direct branch targets of `code`, loaded at `addr`.
     pub fn sweep(&mut self, code: &[u8], addr: u64) {
         self.sweep_noting(code, addr, &[], &mut Noted::default());
+        self.settle();
     }
 
-    /// [`BranchTargets::sweep`], noting in `noted` the indirect branches
-    /// met and which addresses of `starts` (sorted) no instruction of the
-    /// sweep starts at. A function whose start the sweep lands on decodes
+    /// Puts every target counted (`.2`) in the set of targets (`.0`):
+    /// [`BranchTargets::sweep_noting`] counts them only, so that a sweep
+    /// and the merge of two makes one hash table, not two.
+    pub fn settle(&mut self) {
+        self.0.reserve(self.2.len());
+        self.0.extend(self.2.keys().copied());
+    }
+
+    /// [`BranchTargets::sweep`] but for the set of targets (`.0`, which
+    /// [`BranchTargets::settle`] fills), noting in `noted` the indirect
+    /// branches met, the calls, and which addresses of `starts` (sorted)
+    /// no instruction of the sweep starts at. A function whose start the sweep lands on decodes
     /// from there as the sweep did, so that it has an indirect branch
     /// only if one was noted inside it.
     pub fn sweep_noting(&mut self, code: &[u8], addr: u64, starts: &[u64], noted: &mut Noted) {
@@ -258,7 +268,6 @@ impl BranchTargets {
                 _ => {}
             }
             if let Some(t) = swept_target(&i) {
-                self.0.insert(t);
                 let n = self.2.entry(t).or_insert(0);
                 *n = n.saturating_add(1);
             }

@@ -1029,7 +1029,7 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Not
                 });
                 for (mut t, n) in [first, second] {
                     // The smaller set into the larger.
-                    if t.0.len() > targets.0.len() {
+                    if t.2.len() > targets.2.len() {
                         std::mem::swap(&mut t, &mut targets);
                     }
                     targets.merge_swept(t);
@@ -1041,6 +1041,7 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Not
             None => targets.sweep_noting(code, addr, &starts, &mut noted),
         }
     }
+    targets.settle();
     let swept = |s: u64| {
         sections
             .iter()
@@ -1091,6 +1092,7 @@ mod tests {
             for &(addr, code) in &sections {
                 whole.sweep_noting(code, addr, &[], &mut noted);
             }
+            whole.settle();
             let mut funcs = elf.named_functions();
             funcs.extend(elf.unnamed_functions());
             funcs.sort_unstable();
