@@ -88,6 +88,9 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     c.extend_from_slice(&[0xff, 0xe2, 0x48, 0x8d, 0x05, 0x0c, 0, 0, 0]);
     c.resize(0x40, 0xc3);
     let none = |_: u64, _: usize| None;
+    let labelled = |code: &[u8], t: &HashSet<u64>, data: &[u64]| {
+        resolve_with_labels(code, START, t, None, &none, Some(data), None)
+    };
     let t = HashSet::default();
     // Without the data's words, unresolved (no bound: not a table).
     assert_eq!(resolve(&c, START, &t, &none), Err(0x100b));
@@ -95,66 +98,36 @@ fn a_computed_goto_lands_on_the_labels_data_or_code_takes() {
     // not the entry, nor an address outside.
     let data = [0x0800, START, 0x1030, 0x1038, 0x2000];
     assert_eq!(
-        resolve_with_labels(&c, START, &t, None, &none, Some(&data), None),
+        labelled(&c, &t, &data),
         Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
     );
     // A branch landing between the load and the jmp: rdx may come
     // from another path, but still a pointer: the labels too.
     let t: HashSet<u64> = [0x100b].into_iter().collect();
     assert_eq!(
-        resolve_with_labels(&c, START, &t, None, &none, Some(&data), None),
+        labelled(&c, &t, &data),
         Ok(vec![(0x100b, vec![0x1020, 0x1030, 0x1038])])
     );
     // The pointer changed after its load (add rdx, 8): arithmetic.
     let mut d = c[..0x0b].to_vec();
     d.extend_from_slice(&[0x48, 0x83, 0xc2, 0x08, 0xff, 0xe2]);
     d.resize(0x40, 0xc3);
-    assert_eq!(
-        resolve_with_labels(
-            &d,
-            START,
-            &HashSet::default(),
-            None,
-            &none,
-            Some(&data),
-            None
-        ),
-        Err(0x100f)
-    );
+    assert_eq!(labelled(&d, &HashSet::default(), &data), Err(0x100f));
     // A function no data or code takes an address inside of, with no
     // relative table: its jmp goes outside (a tail call, no targets).
     let mut e = c[..0x0d].to_vec();
     e.resize(0x40, 0xc3);
     assert_eq!(
-        resolve_with_labels(
-            &e,
-            START,
-            &HashSet::default(),
-            None,
-            &none,
-            Some(&[0x2000]),
-            None
-        ),
+        labelled(&e, &HashSet::default(), &[0x2000]),
         Ok(vec![(0x100b, vec![])])
     );
     // ... but with a relative table's read (movsxd rax, [rdx + rcx*4])
     // somewhere in it, only a pointer loaded in line is trusted.
     let mut f = e.clone();
     f[0x20..0x24].copy_from_slice(&[0x48, 0x63, 0x04, 0x8a]);
+    assert_eq!(labelled(&f, &t, &[0x2000]), Err(0x100b));
     assert_eq!(
-        resolve_with_labels(&f, START, &t, None, &none, Some(&[0x2000]), None),
-        Err(0x100b)
-    );
-    assert_eq!(
-        resolve_with_labels(
-            &f,
-            START,
-            &HashSet::default(),
-            None,
-            &none,
-            Some(&data),
-            None
-        ),
+        labelled(&f, &HashSet::default(), &data),
         Ok(vec![(0x100b, vec![0x1030, 0x1038])])
     );
 }

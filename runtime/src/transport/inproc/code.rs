@@ -9,13 +9,10 @@ use rustc_hash::FxHashSet as HashSet;
 use std::path::Path;
 
 use agent_loader::jumptable;
-use agent_loader::stub::JMP_LEN;
 use agent_loader::stub::Site;
-use agent_loader::window::{self, BranchTargets, Function, Noted};
+use agent_loader::window::{BranchTargets, Function, Noted};
 use goblin::elf::{Elf, section_header};
 
-use super::patch::Shape;
-use super::patch::near::{near_jumps, near_planned};
 use super::plans::{self, WindowShape};
 use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
@@ -54,7 +51,7 @@ pub(super) struct ModuleCode {
     /// The plans kept (from the plan cache, and those made in this run).
     plans: std::sync::Mutex<plans::Plans>,
     /// Set when the plans are saved: the windows planned ahead
-    /// ([`ModuleCode::find_return_sites_ahead`]) stop there.
+    /// (`patch::ahead`) stop there.
     planned: std::sync::atomic::AtomicBool,
     /// The functions decoded for their return sites
     /// ([`ModuleCode::return_sites`]), each once.
@@ -378,47 +375,6 @@ impl ModuleCode {
         planned
     }
 
-    /// The window of `shape` at link-time address `link` in `func` (load
-    /// bias `bias`; `after`: the padding after it) as the module's rules
-    /// alone plan it, kept or planned and kept
-    /// ([`ModuleCode::kept_or_planned`]). `decoded`: the function whose
-    /// `ret`s were planned last, decoded once for all of them (they come
-    /// one after the other).
-    pub(super) fn window(
-        &self,
-        shape: Shape,
-        link: u64,
-        bias: u64,
-        func: Function<'_>,
-        after: &[u8],
-        decoded: &mut Option<window::Decoded>,
-    ) -> Result<Site, String> {
-        let addr = link.wrapping_add(bias);
-        let kept_as = match shape {
-            Shape::Probe => WindowShape::Probe,
-            Shape::Ret => WindowShape::Ret,
-            Shape::Whole => WindowShape::Whole,
-        };
-        self.kept_or_planned(kept_as, link, bias, || {
-            if shape == Shape::Ret
-                && !decoded
-                    .as_ref()
-                    .is_some_and(|d| d.is_of(func, &self.targets))
-            {
-                *decoded = Some(window::Decoded::new(func, &self.targets));
-            }
-            match (shape, &*decoded) {
-                (Shape::Probe, _) => window::plan(addr, func, &self.targets),
-                (Shape::Ret, Some(d)) => {
-                    window::plan_ret_in(addr, func, d, after, &self.targets, JMP_LEN)
-                }
-                (Shape::Ret, None) => window::plan_ret(addr, func, after, &self.targets),
-                (Shape::Whole, _) => window::plan_whole(addr, func, after, &self.targets),
-            }
-            .map_err(|r| r.to_string())
-        })
-    }
-
     /// The stub kept for `key` (`plans::Plans::stubs`), if the one kept
     /// for its window has that key.
     pub(super) fn kept_stub(&self, key: &plans::StubKey) -> Option<Vec<u8>> {
@@ -476,81 +432,32 @@ impl ModuleCode {
         Ok(r)
     }
 
-    /// Finds the return sites of the module's functions from the one at
-    /// link-time `from` on, in address order, on a thread of its own: a
-    /// run about to plan the return probes of most of them (`wprobe
-    /// trace` of a whole program) with no plan kept (the cache cold) has
-    /// them found on the other CPU while it plans (each
-    /// [`ModuleCode::return_sites`] then finds the function's kept), with
-    /// the windows of their entries and `ret`s at load bias `bias`
-    /// ([`ModuleCode::window`]), after the module's map of far jumps. A
-    /// function it reaches after the planner is found twice, the same.
-    pub(super) fn find_return_sites_ahead(self: &std::sync::Arc<Self>, from: u64, bias: u64) {
-        if !self.lock_plans().rets.is_empty() {
-            return;
-        }
-        let me = std::sync::Arc::clone(self);
-        let _ = std::thread::Builder::new()
-            .name("wprobe-rets".into())
-            .spawn(move || {
-                // The map the copies of whole functions ask first (the
-                // calls' was made with the sweep): a pass over the
-                // module's code, before the planner's first need of it.
-                me.far_jumps();
-                let i = me.funcs.partition_point(|&(s, _)| s < from);
-                let mut decoded = None;
-                for &(start, _) in &me.funcs[i..] {
-                    if me.planned.load(std::sync::atomic::Ordering::Relaxed) {
-                        break;
-                    }
-                    let Some(off) = me.elf.file_offset(start) else {
-                        continue;
-                    };
-                    let Ok(found) = me.return_sites(off) else {
-                        continue;
-                    };
-                    if me.elf.is_plt_entry(start) {
-                        continue;
-                    }
-                    // The windows of its entry and `ret`s, as the planner
-                    // will check them (`patch::check`), kept for it.
-                    let links = std::iter::once((Shape::Probe, Some(start))).chain(
-                        found
-                            .rets
-                            .iter()
-                            .map(|&r| (Shape::Ret, me.vaddr_of_offset(r))),
-                    );
-                    for (shape, link) in links {
-                        if let Some(link) = link
-                            && let Some((func, after)) = me.function_and_padding(link, bias)
-                            && me.window(shape, link, bias, func, after, &mut decoded).is_err()
-                            // No 5-byte jump: the 2-byte window and the
-                            // padding near it (`patch::near`).
-                            && near_jumps()
-                            && let Ok(near) = near_planned(
-                                &me,
-                                shape,
-                                link,
-                                bias,
-                                func,
-                                after,
-                                decoded.as_ref(),
-                            )
-                        {
-                            me.padding_blocks_near(near.addr.wrapping_sub(bias), bias);
-                        }
-                    }
-                }
-            });
+    /// Whether return sites are kept for the module (from the plan
+    /// cache, or found in this run).
+    pub(super) fn rets_kept(&self) -> bool {
+        !self.lock_plans().rets.is_empty()
     }
 
-    /// Saves the sweep and the plans in the plan cache if any were made
-    /// since it was read or saved.
+    /// The starts of the module's functions from link-time `from` on, in
+    /// address order.
+    pub(super) fn function_starts_from(&self, from: u64) -> impl Iterator<Item = u64> + '_ {
+        let i = self.funcs.partition_point(|&(s, _)| s < from);
+        self.funcs[i..].iter().map(|&(s, _)| s)
+    }
+
+    /// Whether the module's plans were saved: planning is over
+    /// (`patch::ahead` stops there).
+    pub(super) fn planning_over(&self) -> bool {
+        self.planned.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether [`ModuleCode::save_plans`] has something to write.
     pub(super) fn plans_to_save(&self) -> bool {
         self.key.is_some() && plans::enabled() && self.lock_plans().added
     }
 
+    /// Saves the sweep and the plans in the plan cache if any were made
+    /// since it was read or saved.
     pub(super) fn save_plans(&self) {
         // Planning is over: the windows ahead are not needed any more.
         self.planned
@@ -724,7 +631,7 @@ impl ModuleCode {
     /// its function), at the first need. The jumps found and the targets
     /// are matched sorted, not each looked up (a hash lookup each, out of
     /// the caches, made this a tenth of a cold run's planning).
-    fn far_jumps(&self) -> &rustc_hash::FxHashMap<u64, Vec<u64>> {
+    pub(super) fn far_jumps(&self) -> &rustc_hash::FxHashMap<u64, Vec<u64>> {
         self.far_jumps.get_or_init(|| {
             let mut map: rustc_hash::FxHashMap<u64, Vec<u64>> = Default::default();
             let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {

@@ -30,6 +30,7 @@
 //! (`stubs`); the jumps written (`install`) and the bytes put back or
 //! forgotten (`restore`); the sites that trap instead (`trap_sites`).
 
+mod ahead;
 mod check;
 mod continuations;
 mod copy_tables;
@@ -37,7 +38,7 @@ mod fragments;
 mod got;
 mod install;
 mod module;
-pub(super) mod near;
+mod near;
 mod outside;
 mod plan;
 mod plan_return;
@@ -210,7 +211,7 @@ pub(super) struct Patcher {
     /// Sites expected ([`Patcher::expect_sites`]).
     expected: usize,
     /// The modules whose return sites a thread finds ahead of the
-    /// planning ([`ModuleCode::find_return_sites_ahead`]).
+    /// planning (`ahead::plan_ahead`).
     rets_ahead: rustc_hash::FxHashSet<std::ffi::OsString>,
     /// Whether the process uses CET shadow stacks (read at the first copy
     /// of a function that calls).

@@ -15,7 +15,7 @@ use crate::transport::inproc::world::World;
 /// Whether sites where no 5-byte jump fits may take a near jump to a cave
 /// (`WPROBE_NO_NEAR_JUMPS=1`: a trap instead, as before near jumps; for
 /// comparisons and for the tests of trap sites).
-pub(in crate::transport::inproc) fn near_jumps() -> bool {
+pub(super) fn near_jumps() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("WPROBE_NO_NEAR_JUMPS").is_none_or(|v| v.is_empty()))
 }
@@ -115,7 +115,7 @@ impl Patcher {
 /// planning of this file chose or refused it (the plan cache), else
 /// planned now and kept; `decoded`, the function decoded last for its
 /// `ret`s, used if it is `func`.
-pub(in crate::transport::inproc) fn near_planned(
+pub(super) fn near_planned(
     module: &ModuleCode,
     shape: Shape,
     link: u64,

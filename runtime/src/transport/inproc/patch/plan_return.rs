@@ -65,7 +65,7 @@ impl Patcher {
             && !self.rets_ahead.contains(path.as_os_str())
         {
             self.rets_ahead.insert(path.as_os_str().to_os_string());
-            module.find_return_sites_ahead(link, addr.wrapping_sub(link));
+            super::ahead::plan_ahead(&module, link, addr.wrapping_sub(link));
         }
         if let Some(link) = link
             && module.elf().is_plt_entry(link)

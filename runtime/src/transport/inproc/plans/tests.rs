@@ -30,6 +30,17 @@ fn swept(sweep: &Sweep) -> Vec<u8> {
     encode_sweep(&sweep.funcs, &sweep.targets, &sweep.tail_jumps)
 }
 
+/// [`save_in`] of `sweep` and no plans for the test module.
+fn save_sweep(dir: &Path, key: &Key, sweep: &Sweep) -> Result<(), String> {
+    save_in(
+        dir,
+        Path::new(MODULE),
+        key,
+        &swept(sweep),
+        &Plans::default(),
+    )
+}
+
 fn same_sweep(a: &Sweep, b: &Sweep) {
     assert_eq!(a.funcs, b.funcs);
     assert_eq!(a.targets.0, b.targets.0);
@@ -365,14 +376,7 @@ fn a_load_makes_its_file_recent() {
     use std::time::{Duration, SystemTime};
     let dir = scratch("recent");
     let (key, sweep) = fresh();
-    save_in(
-        &dir,
-        Path::new(MODULE),
-        &key,
-        &swept(&sweep),
-        &Plans::default(),
-    )
-    .expect("saved");
+    save_sweep(&dir, &key, &sweep).expect("saved");
     let file = file_of(&dir, Path::new(MODULE));
     let old = SystemTime::now() - Duration::from_secs(3600);
     std::fs::File::options()
@@ -396,14 +400,7 @@ fn a_load_makes_its_file_recent() {
 fn a_stale_key_is_ignored() {
     let dir = scratch("stale");
     let (key, sweep) = fresh();
-    save_in(
-        &dir,
-        Path::new(MODULE),
-        &key,
-        &swept(&sweep),
-        &Plans::default(),
-    )
-    .expect("saved");
+    save_sweep(&dir, &key, &sweep).expect("saved");
     let mut other = key.clone();
     other.0[0] ^= 1;
     let e = load_in(&dir, Path::new(MODULE), &other).expect_err("stale");
@@ -418,14 +415,7 @@ fn a_stale_key_is_ignored() {
 fn a_corrupt_file_is_ignored() {
     let dir = scratch("corrupt");
     let (key, sweep) = fresh();
-    save_in(
-        &dir,
-        Path::new(MODULE),
-        &key,
-        &swept(&sweep),
-        &Plans::default(),
-    )
-    .expect("saved");
+    save_sweep(&dir, &key, &sweep).expect("saved");
     let file = file_of(&dir, Path::new(MODULE));
     let good = std::fs::read(&file).expect("read");
     let mut flipped = good.clone();
@@ -459,30 +449,12 @@ fn an_unwritable_directory_fails_no_trace() {
     let blocked = dir.join("file");
     std::fs::write(&blocked, b"").expect("write");
     let plans_dir = blocked.join("plans");
-    assert!(
-        save_in(
-            &plans_dir,
-            Path::new(MODULE),
-            &key,
-            &swept(&sweep),
-            &Plans::default()
-        )
-        .is_err()
-    );
+    assert!(save_sweep(&plans_dir, &key, &sweep).is_err());
     assert!(load_in(&plans_dir, Path::new(MODULE), &key).is_err());
     // A symbolic link as the directory is not used.
     let link = dir.join("link");
     std::os::unix::fs::symlink(&dir, &link).expect("symlink");
-    assert!(
-        save_in(
-            &link,
-            Path::new(MODULE),
-            &key,
-            &swept(&sweep),
-            &Plans::default()
-        )
-        .is_err()
-    );
+    assert!(save_sweep(&link, &key, &sweep).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
