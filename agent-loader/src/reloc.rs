@@ -107,7 +107,10 @@ fn in_place(v: &[Instruction], at: u64, back: bool) -> Option<Relocation> {
             return None;
         }
         offsets.push((pc - at) as u32);
-        pc += match stub_form(i, pc) {
+        // The stub's own instructions (no prefix but what `stub` gives
+        // them); a displaced one is encoded as it decoded.
+        let own = i.ip() >= OWN_IP;
+        pc += match own.then(|| stub_form(i, pc)).flatten() {
             Some((bytes, n)) => {
                 let mut code = enc.take_buffer();
                 code.extend_from_slice(&bytes[..n]);
@@ -127,7 +130,8 @@ fn in_place(v: &[Instruction], at: u64, back: bool) -> Option<Relocation> {
 
 /// The bytes of `i` at `pc` when it is one of the instructions every stub
 /// has (its dispatch call's `lea` of `rsp`, `push imm32` and `call rel32`,
-/// its `jmp rel32` back), as the encoder would make them: written
+/// its `jmp rel32` back; made by `stub`, without prefixes), as the
+/// encoder would make them: written
 /// directly, as these are most of the instructions of 19,000 stubs and
 /// the encoder's generic path costs several hundred instructions each.
 fn stub_form(i: &Instruction, pc: u64) -> Option<([u8; 8], usize)> {

@@ -235,9 +235,9 @@ impl BranchTargets {
     /// [`BranchTargets::sweep`] but for the set of targets (`.0`, which
     /// [`BranchTargets::settle`] fills), noting in `noted` the indirect
     /// branches met, the calls, and which addresses of `starts` (sorted)
-    /// no instruction of the sweep starts at. A function whose start the sweep lands on decodes
-    /// from there as the sweep did, so that it has an indirect branch
-    /// only if one was noted inside it.
+    /// no instruction of the sweep starts at. A function whose start the
+    /// sweep lands on decodes from there as the sweep did, so that it has
+    /// an indirect branch only if one was noted inside it.
     pub fn sweep_noting(&mut self, code: &[u8], addr: u64, starts: &[u64], noted: &mut Noted) {
         let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
         let mut i = Instruction::default();

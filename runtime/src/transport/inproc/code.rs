@@ -465,6 +465,11 @@ impl ModuleCode {
         let Some((path, key)) = self.key.as_ref().filter(|_| plans::enabled()) else {
             return;
         };
+        // The sweep's part made (or waited for) only when there is
+        // something to save, and not with the plans locked.
+        if !self.lock_plans().added {
+            return;
+        }
         let swept = self.swept();
         let mut p = self.lock_plans();
         if !p.added {

@@ -48,6 +48,7 @@ mod stubs;
 mod trap_sites;
 mod vfork_marks;
 mod whole;
+mod windows;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::path::PathBuf;

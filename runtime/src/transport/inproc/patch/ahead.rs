@@ -5,8 +5,8 @@
 //! on the other CPU while it plans, as a warm run finds them kept.
 
 use super::Shape;
-use super::check::window_of;
-use super::near::{near_jumps, near_planned};
+use super::near::near_jumps;
+use super::windows::window_of;
 use crate::transport::inproc::code::ModuleCode;
 
 /// Starts the thread for `module`, from its function at link-time `from`
@@ -51,10 +51,11 @@ pub(super) fn plan_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u
                 for (shape, link) in links {
                     if let Some(link) = link
                         && let Some((func, after)) = me.function_and_padding(link, bias)
-                        && window_of(&me, shape, link, bias, func, after, &mut decoded).is_err()
+                        && window_of(&me, shape, false, link, bias, func, after, &mut decoded)
+                            .is_err()
                         && near_jumps()
                         && let Ok(near) =
-                            near_planned(&me, shape, link, bias, func, after, decoded.as_ref())
+                            window_of(&me, shape, true, link, bias, func, after, &mut decoded)
                     {
                         me.padding_blocks_near(near.addr.wrapping_sub(bias), bias);
                     }

@@ -8,15 +8,15 @@ use std::path::Path;
 
 use agent_abi::site_kind;
 use agent_loader::nearjump::CAVE_LEN;
-use agent_loader::stub::{JMP_LEN, Site};
+use agent_loader::stub::Site;
 use agent_loader::window::{self, Refusal};
 
 use super::Patcher;
 use super::Shape;
 use super::near::{cave_in, near_jumps};
+use super::windows::window_of;
 use crate::proc::procmaps::Mapping;
 use crate::transport::inproc::code::ModuleCode;
-use crate::transport::inproc::plans::WindowShape;
 use crate::transport::inproc::world::World;
 use crate::transport::{Error, Rule};
 
@@ -115,7 +115,16 @@ impl Patcher {
         let fend = func.start + func.code.len() as u64;
         // A window an earlier planning of this file chose or refused (the
         // plan cache), else chosen now and kept.
-        let planned = window_of(module, shape, link, bias, func, after, &mut self.decoded);
+        let planned = window_of(
+            module,
+            shape,
+            false,
+            link,
+            bias,
+            func,
+            after,
+            &mut self.decoded,
+        );
         let planned = planned.and_then(|site| self.clear_of_threads_and_caves(site));
         // Where no 5-byte jump fits, a 2-byte one to a cave in padding.
         let mut cave = None;
@@ -358,41 +367,4 @@ fn function_name(module: &ModuleCode, start: u64) -> String {
         .elf()
         .function_starting_at(start)
         .map_or_else(|| format!("{start:#x}"), |s| s.name.clone())
-}
-
-/// The window of `shape` at link-time address `link` in `func` of `module`
-/// (load bias `bias`; `after`: the padding after it) as the module's rules
-/// alone plan it: as an earlier planning of this file chose or refused it
-/// (the plan cache), else planned now and kept
-/// (`ModuleCode::kept_or_planned`). `decoded`: the function whose `ret`s
-/// were planned last, decoded once for all of them (they come one after
-/// the other).
-pub(super) fn window_of(
-    module: &ModuleCode,
-    shape: Shape,
-    link: u64,
-    bias: u64,
-    func: window::Function<'_>,
-    after: &[u8],
-    decoded: &mut Option<window::Decoded>,
-) -> Result<Site, String> {
-    let addr = link.wrapping_add(bias);
-    let kept_as = match shape {
-        Shape::Probe => WindowShape::Probe,
-        Shape::Ret => WindowShape::Ret,
-        Shape::Whole => WindowShape::Whole,
-    };
-    let targets = &module.targets;
-    module.kept_or_planned(kept_as, link, bias, || {
-        if shape == Shape::Ret && !decoded.as_ref().is_some_and(|d| d.is_of(func, targets)) {
-            *decoded = Some(window::Decoded::new(func, targets));
-        }
-        match (shape, &*decoded) {
-            (Shape::Probe, _) => window::plan(addr, func, targets),
-            (Shape::Ret, Some(d)) => window::plan_ret_in(addr, func, d, after, targets, JMP_LEN),
-            (Shape::Ret, None) => window::plan_ret(addr, func, after, targets),
-            (Shape::Whole, _) => window::plan_whole(addr, func, after, targets),
-        }
-        .map_err(|r| r.to_string())
-    })
 }

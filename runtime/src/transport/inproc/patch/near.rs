@@ -2,14 +2,14 @@
 //! a `jmp rel32` to the stub written in padding within rel8 reach
 //! (`agent_loader::nearjump`); whether they are on, and the caves taken.
 
-use agent_loader::nearjump::{self, CAVE_LEN, NEAR_LEN};
+use agent_loader::nearjump::{self, CAVE_LEN};
 use agent_loader::stub::Site;
-use agent_loader::window::{self, Function};
+use agent_loader::window::Function;
 
 use super::Patcher;
 use super::Shape;
+use super::windows::window_of;
 use crate::transport::inproc::code::ModuleCode;
-use crate::transport::inproc::plans::WindowShape;
 use crate::transport::inproc::world::World;
 
 /// Whether sites where no 5-byte jump fits may take a near jump to a cave
@@ -40,7 +40,7 @@ impl Patcher {
         reason = "the planner's state, the stopped process and the window's facts"
     )]
     pub(super) fn near_window(
-        &self,
+        &mut self,
         world: &World,
         module: &ModuleCode,
         func: Function<'_>,
@@ -50,14 +50,15 @@ impl Patcher {
         shape: Shape,
     ) -> Result<(Site, u64), String> {
         let link = addr.wrapping_sub(bias);
-        let near = near_planned(
+        let near = window_of(
             module,
             shape,
+            true,
             link,
             bias,
             func,
             after,
-            self.decoded.as_ref(),
+            &mut self.decoded,
         );
         let pcs = &self.thread_pcs;
         let (caves, tails, by_window, sites, longest) = (
@@ -108,50 +109,4 @@ impl Patcher {
             Ok((site, c))
         })
     }
-}
-
-/// The 2-byte window of `shape` at link-time `link` in `func` of `module`
-/// (load bias `bias`, `after` the padding after it), as an earlier
-/// planning of this file chose or refused it (the plan cache), else
-/// planned now and kept; `decoded`, the function decoded last for its
-/// `ret`s, used if it is `func`.
-pub(super) fn near_planned(
-    module: &ModuleCode,
-    shape: Shape,
-    link: u64,
-    bias: u64,
-    func: Function<'_>,
-    after: &[u8],
-    decoded: Option<&window::Decoded>,
-) -> Result<Site, String> {
-    let kept_as = match shape {
-        Shape::Probe => WindowShape::NearProbe,
-        Shape::Ret => WindowShape::NearRet,
-        Shape::Whole => WindowShape::NearWhole,
-    };
-    let addr = link.wrapping_add(bias);
-    module.kept_or_planned(kept_as, link, bias, || {
-        match shape {
-            Shape::Probe => window::plan_len(addr, func, &module.targets, NEAR_LEN),
-            Shape::Ret => match decoded {
-                Some(d) if d.is_of(func, &module.targets) => {
-                    window::plan_ret_in(addr, func, d, after, &module.targets, NEAR_LEN)
-                }
-                _ => window::plan_ret_len(addr, func, after, &module.targets, NEAR_LEN),
-            },
-            Shape::Whole => window::plan_whole_len(addr, func, after, &module.targets, NEAR_LEN),
-        }
-        .map_err(|r| near_words(&r.to_string()))
-    })
-}
-
-/// A refusal's words for the 2 bytes of a near jump (the rules say them
-/// for 5).
-fn near_words(why: &str) -> String {
-    why.replace("5-byte window", "2-byte window")
-        .replace(
-            "the 5 bytes the jump replaces",
-            "the bytes a near jump replaces",
-        )
-        .replace("a jump needs 5", "a near jump needs 2")
 }
