@@ -1,6 +1,7 @@
 //! Builds the in-process agent (`agent/`, its own workspace: a `no_std`
 //! static library linked by `ld.lld` into a self-contained object, see
-//! `agent/build.sh`) and leaves it in `OUT_DIR`, where `lib.rs` embeds it:
+//! `agent/build.sh`) and leaves it in `OUT_DIR` with a copy stripped of
+//! its symbols and DWARF, which `lib.rs` embeds:
 //! every `cargo build`/`test`/`clippy`/`doc` of the workspace builds the
 //! agent the wprobe binary carries, nothing is built by hand. The nested
 //! cargo has its own target directory (`agent/target`), so it never waits

@@ -40,8 +40,12 @@ pub use target::{SelfTarget, Target};
 
 use anyhow::Result;
 
-/// The agent object (`agent/`, built by this crate's build script).
-pub static AGENT_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wprobe-agent.so"));
+/// The agent object (`agent/`, built by this crate's build script),
+/// stripped of its symbols and DWARF: the bytes it loads are those of
+/// `OUT_DIR/wprobe-agent.so`, which keeps them for profiles
+/// (`agent/build.sh`).
+pub static AGENT_OBJECT: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/wprobe-agent.stripped.so"));
 
 /// Parses and checks the embedded agent object.
 pub fn agent_image() -> Result<AgentImage> {
