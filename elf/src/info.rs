@@ -803,10 +803,13 @@ impl ElfInfo {
     /// Up to `n` bytes of the file at link-time address `vaddr` (fewer at the
     /// end of the segment's file image).
     pub fn bytes_at(&self, vaddr: u64, n: usize) -> Option<&[u8]> {
-        let off = usize::try_from(self.file_offset(vaddr)?).ok()?;
-        let seg_end = self.segments.iter().find_map(|&(va, _, o, fs, _)| {
-            (va <= vaddr && vaddr < va.saturating_add(fs)).then_some(o.saturating_add(fs))
+        // One walk of the segments for the offset and the segment's end
+        // (the planner asks hundreds of thousands of times).
+        let (off, seg_end) = self.segments.iter().find_map(|&(va, _, o, fs, _)| {
+            (va <= vaddr && vaddr < va.saturating_add(fs))
+                .then(|| (o + (vaddr - va), o.saturating_add(fs)))
         })?;
+        let off = usize::try_from(off).ok()?;
         let end = off
             .saturating_add(n)
             .min(usize::try_from(seg_end).ok()?)

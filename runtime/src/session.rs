@@ -21,7 +21,7 @@ mod records;
 mod stats;
 mod usdt;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 
@@ -450,8 +450,8 @@ impl Session {
             runner,
             manifests,
             probes,
-            bias: HashMap::new(),
-            bias_default: HashMap::new(),
+            bias: HashMap::default(),
+            bias_default: HashMap::default(),
             writers,
             program_code,
             program_stops,

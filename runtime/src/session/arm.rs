@@ -3,7 +3,7 @@
 //! module located once per call, its address checked to start an
 //! instruction), inserting it through the transport, and disabling it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use hostabi::manifest::{LocationKind, ProbeKind, ProbeSpec};
 
@@ -595,7 +595,8 @@ impl Session {
         // The module of a program is located once per call, not once per
         // probe (10,000 probes of one program: one maps scan, one bias).
         // Keyed by (program, module): a probe may name its own `module`.
-        let mut located: HashMap<(usize, String), Result<Located, ResolveError>> = HashMap::new();
+        let mut located: HashMap<(usize, String), Result<Located, ResolveError>> =
+            HashMap::default();
         // At the exec, the entry point takes the breakpoint that runs the
         // command to it (`Transport::run_to_entry`): a probe there is armed
         // once it is reached (a uprobe under it made the command run past
@@ -796,7 +797,7 @@ impl Session {
     /// module found by path or name there): the in-process transport can
     /// give only the first a jump. Said in words, for the planner.
     pub fn probes_closer_than_a_jump(&mut self, files: &[std::path::PathBuf]) -> Option<String> {
-        let mut by_file: HashMap<std::path::PathBuf, Vec<(u64, String)>> = HashMap::new();
+        let mut by_file: HashMap<std::path::PathBuf, Vec<(u64, String)>> = HashMap::default();
         for (p, spec, module) in module_breakpoints(&self.probes, &self.manifests) {
             let file = match procmaps::module_file(module, files) {
                 Some(f) => f.clone(),

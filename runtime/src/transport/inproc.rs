@@ -47,7 +47,7 @@ mod traps;
 pub use traps::TRAP_INSN;
 mod world;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
@@ -150,7 +150,7 @@ pub struct InProc {
     /// no probes.
     sites_dropped: Vec<usize>,
     /// The probes enabled in the agent.
-    enabled: std::collections::HashSet<usize>,
+    enabled: rustc_hash::FxHashSet<usize>,
     /// Probes armed after the handlers were loaded, whose module's bias
     /// the agent has not been told (from `update_handlers`).
     later_biases: Vec<(u32, u64)>,
@@ -164,7 +164,7 @@ pub struct InProc {
     /// The threads were taken by [`traps::Traps`] once.
     taken: bool,
     /// The fallback notes said so far.
-    said: std::collections::HashSet<String>,
+    said: rustc_hash::FxHashSet<String>,
     /// Fork children not let go yet when the threads were last stopped.
     children: traps::Children,
     /// The ptrace stops at each trap site (by address), over every

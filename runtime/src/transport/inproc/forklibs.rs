@@ -143,7 +143,7 @@ impl InProc {
 
     /// The probes armed in followed child `pid` (its copy's, else this
     /// process's: a child has its parent's probes).
-    pub(super) fn armed_in(&self, pid: i32) -> &std::collections::HashMap<usize, usize> {
+    pub(super) fn armed_in(&self, pid: i32) -> &rustc_hash::FxHashMap<usize, usize> {
         self.child_arms
             .get(&pid)
             .map_or(&self.armed, |c| &c.0.armed)

@@ -5,7 +5,6 @@
 //! jumps written and the target let go. Each phase is timed for
 //! `WPROBE_DEBUG`.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::transport::RunCounts;
@@ -380,7 +379,7 @@ fn fill_region(
     set: &HandlerSet<'_>,
     program_maps: &mut [(u64, u64)],
     gvars: &[u64],
-    maxactive: &HashMap<usize, u32>,
+    maxactive: &rustc_hash::FxHashMap<usize, u32>,
     entry_notices: &[usize],
     switch_tags: &[usize],
 ) {

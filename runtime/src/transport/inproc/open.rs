@@ -5,7 +5,6 @@
 //! stopped threads' program counters handed to the patcher: no window may
 //! go under one).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use super::patch::Patcher;
@@ -93,10 +92,10 @@ impl InProc {
             world: None,
             maps: crate::proc::procmaps::read(pid).unwrap_or_default(),
             patcher: Patcher::default(),
-            armed: HashMap::new(),
+            armed: Default::default(),
             run: Run::Arming,
             removed: Vec::new(),
-            maxactive: HashMap::new(),
+            maxactive: Default::default(),
             entry_notices: Vec::new(),
             switch_tags: Vec::new(),
             agent: None,
@@ -121,24 +120,24 @@ impl InProc {
             ring_full,
             sites_sent: 0,
             sites_dropped: Vec::new(),
-            enabled: std::collections::HashSet::new(),
+            enabled: Default::default(),
             later_biases: Vec::new(),
             unmapped: Vec::new(),
             rdebug: None,
             library_events: 0,
             taken: false,
-            said: std::collections::HashSet::new(),
+            said: Default::default(),
             children: traps::Children::default(),
-            trap_stops: HashMap::new(),
+            trap_stops: Default::default(),
             follow_exec: false,
             reload: false,
             carried_gvars: Vec::new(),
             follow_forks,
             join: None,
-            execs: HashMap::new(),
+            execs: Default::default(),
             joined_parent: 0,
             exits_due: Vec::new(),
-            child_arms: HashMap::new(),
+            child_arms: Default::default(),
             child_event: None,
         }
     }

@@ -48,6 +48,7 @@ mod stubs;
 mod trap_sites;
 mod vfork_marks;
 mod whole;
+mod window_index;
 mod windows;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -149,11 +150,8 @@ pub(super) struct Patcher {
     /// Sites by window address.
     pub(super) sites: Vec<Planned>,
     by_probe_addr: HashMap<u64, usize>,
-    /// `(window address, site index)` of every site, and the longest
-    /// window: the sites a new window could overlap are found without a
-    /// scan of all (arming 30,000 sites scanned them for each: seconds).
-    by_window: std::collections::BTreeSet<(u64, usize)>,
-    longest: u64,
+    /// Every site's window by address (`window_index`).
+    by_window: window_index::WindowIndex,
     /// Program counters of the stopped threads (nothing may be patched
     /// under them).
     pub(super) thread_pcs: Vec<(i32, u64)>,
@@ -179,7 +177,7 @@ pub(super) struct Patcher {
     /// by component, for each function planned), with the canonical path.
     imports: HashMap<String, (PathBuf, rustc_hash::FxHashSet<String>)>,
     /// The caves taken (or reserved by a window checked), by address.
-    caves: std::collections::BTreeSet<u64>,
+    caves: window_index::CaveSet,
     /// The padding after functions that windows of `ret`s take (checked):
     /// start → end. No cave goes there.
     tails: std::collections::BTreeMap<u64, u64>,
@@ -285,8 +283,8 @@ impl Patcher {
 
     /// Adds a site (indexed by its window).
     fn push_site(&mut self, p: Planned) {
-        self.by_window.insert((p.site.addr, self.sites.len()));
-        self.longest = self.longest.max(p.site.len as u64);
+        self.by_window
+            .insert(p.site.addr, p.site.len, self.sites.len());
         self.sites.push(p);
     }
 
@@ -315,7 +313,6 @@ impl Patcher {
             sites: self.sites.clone(),
             by_probe_addr: self.by_probe_addr.clone(),
             by_window: self.by_window.clone(),
-            longest: self.longest,
             thread_pcs: Vec::new(),
             journal: None,
             notes: Vec::new(),

@@ -44,7 +44,7 @@ impl Patcher {
         if self.by_probe_addr.get(&s.site.probe) == Some(&i) {
             self.by_probe_addr.remove(&s.site.probe);
         }
-        self.by_window.remove(&(s.site.addr, i));
+        self.by_window.remove(s.site.addr, i);
         if let Some(c) = s.cave.take() {
             self.caves.remove(&c.addr);
         }
@@ -218,16 +218,18 @@ impl Patcher {
     pub(super) fn take_window(&mut self, site: &Site, fend: u64) -> Result<(), Error> {
         let (lo, hi) = (site.addr, site.addr + site.len as u64);
         // The windows it meets (one scan: most meet none).
-        let meeting: Vec<usize> = self
+        let mut meeting: Vec<(u64, usize)> = self
             .by_window
-            .range((lo.saturating_sub(self.longest), 0)..(hi, 0))
-            .map(|&(_, i)| i)
+            .near(lo, hi)
             // A site with no window (a return stub's only) has no bytes.
-            .filter(|&i| {
+            .filter(|&(_, i)| {
                 let o = &self.sites[i];
                 o.site.len > 0 && o.site.addr < hi && lo < o.site.addr + o.site.len as u64
             })
             .collect();
+        // In address order: a refusal names the first.
+        meeting.sort_unstable();
+        let meeting: Vec<usize> = meeting.into_iter().map(|(_, i)| i).collect();
         // Continuation sites not patched yet give their bytes up.
         let give_up = meeting.iter().all(|&i| {
             let o = &self.sites[i];

@@ -278,9 +278,10 @@ impl Patcher {
         // way while the window is taken, and back if it cannot be; once
         // the window's stub is made, retired (its trap neither written nor
         // said).
-        self.by_window.remove(&(r, e.site));
+        self.by_window.remove(r, e.site);
         if self.take_window(&site, fend).is_err() {
-            self.by_window.insert((r, e.site));
+            self.by_window
+                .insert(r, self.sites[e.site].site.len, e.site);
             return false;
         }
         let trapped = self.sites[e.site].clone();
@@ -302,7 +303,8 @@ impl Patcher {
                 true
             }
             Err(_) => {
-                self.by_window.insert((r, e.site));
+                self.by_window
+                    .insert(r, self.sites[e.site].site.len, e.site);
                 false
             }
         }

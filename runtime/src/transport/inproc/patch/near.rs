@@ -2,7 +2,7 @@
 //! a `jmp rel32` to the stub written in padding within rel8 reach
 //! (`agent_loader::nearjump`); whether they are on, and the caves taken.
 
-use agent_loader::nearjump::{self, CAVE_LEN};
+use agent_loader::nearjump;
 use agent_loader::stub::Site;
 use agent_loader::window::Function;
 
@@ -24,11 +24,8 @@ pub(super) fn near_jumps() -> bool {
 const MAX_TAIL: u64 = 64;
 
 /// A cave of `caves` (5 bytes each, by address) meeting `lo..hi`.
-pub(super) fn cave_in(caves: &std::collections::BTreeSet<u64>, lo: u64, hi: u64) -> Option<u64> {
-    caves
-        .range(lo.saturating_sub(CAVE_LEN as u64 - 1)..hi)
-        .next()
-        .copied()
+pub(super) fn cave_in(caves: &super::window_index::CaveSet, lo: u64, hi: u64) -> Option<u64> {
+    caves.meeting(lo, hi)
 }
 
 impl Patcher {
@@ -61,13 +58,8 @@ impl Patcher {
             &mut self.decoded,
         );
         let pcs = &self.thread_pcs;
-        let (caves, tails, by_window, sites, longest) = (
-            &self.caves,
-            &self.tails,
-            &self.by_window,
-            &self.sites,
-            self.longest,
-        );
+        let (caves, tails, by_window, sites) =
+            (&self.caves, &self.tails, &self.by_window, &self.sites);
         near.and_then(|site| {
             let (lo, hi) = (site.addr, site.addr + site.len as u64);
             if pcs.iter().any(|(_, pc)| *pc > lo && *pc < hi) {
@@ -83,12 +75,10 @@ impl Patcher {
                     || tails
                         .range(a.saturating_sub(MAX_TAIL)..b)
                         .any(|(&t, &e)| t < b && a < e)
-                    || by_window
-                        .range((a.saturating_sub(longest), 0)..(b, 0))
-                        .any(|&(_, i)| {
-                            let o = &sites[i].site;
-                            o.addr < b && a < o.addr + o.len as u64
-                        })
+                    || by_window.near(a, b).any(|(_, i)| {
+                        let o = &sites[i].site;
+                        o.addr < b && a < o.addr + o.len as u64
+                    })
                     || pcs.iter().any(|(_, pc)| (a..b).contains(pc))
                 {
                     return true;

@@ -234,8 +234,10 @@ impl Patcher {
         let Ok(module) = self.module(p).as_ref().cloned() else {
             return (None, false);
         };
-        let Ok(sites) = crate::transport::retsites::return_sites(module.elf(), off, "inproc")
-        else {
+        // Found once per module file and kept with its plans, as a traced
+        // function's are (a C library's `free` and `realloc` followed
+        // through their tail calls: a third of a million instructions each).
+        let Ok(sites) = module.return_sites(off) else {
             return (None, false);
         };
         let mut partial = sites.indirect.iter().any(|&j| module.may_leave_by(j));

@@ -208,13 +208,13 @@ impl Patcher {
         for &i in &taken {
             let s = &self.sites[i];
             self.by_probe_addr.remove(&s.site.probe);
-            self.by_window.remove(&(s.site.addr, i));
+            self.by_window.remove(s.site.addr, i);
         }
         if self.check(world, maps, addr, opcode, Shape::Whole).is_err() {
             for &i in &taken {
                 let s = &self.sites[i];
                 self.by_probe_addr.insert(s.site.probe, i);
-                self.by_window.insert((s.site.addr, i));
+                self.by_window.insert(s.site.addr, s.site.len, i);
             }
             return false;
         }

@@ -125,7 +125,7 @@ impl Patcher {
             if let Some(c) = s.cave.take() {
                 self.caves.remove(&c.addr);
             }
-            self.by_window.remove(&(s.site.addr, i));
+            self.by_window.remove(s.site.addr, i);
             if self.by_probe_addr.get(&s.site.probe) == Some(&i) {
                 self.by_probe_addr.remove(&s.site.probe);
             }

@@ -92,8 +92,8 @@ impl Patcher {
             self.trapped_rets.range(start..end).next().is_some()
                 && self
                     .by_window
-                    .range((start, 0)..(end, 0))
-                    .map(|&(_, i)| &self.sites[i])
+                    .starting_in(start, end)
+                    .map(|(_, i)| &self.sites[i])
                     .any(|s| s.kind == site_kind::RET && s.trap.is_some() && !s.patched)
         };
         if start != addr || !(rets.iter().any(|c| own(c) && c.trap.is_some()) || trapped_before()) {
@@ -399,7 +399,8 @@ impl Patcher {
         let returns = whole.returns_inside();
         if let Some(&(at, _)) = self
             .by_window
-            .range((start.saturating_sub(self.longest), 0)..(end, 0))
+            .near_sorted(start, end)
+            .iter()
             .find(|&&(at, i)| {
                 let s = &self.sites[i];
                 let cont = s.kind == site_kind::CONT
