@@ -71,6 +71,7 @@ pub fn no_ret(function: &str, path: &std::path::Path, transport: &str, addr: Opt
 
 /// A function followed: its name (or its address, when no symbol names
 /// it) and its link-time range.
+#[derive(Clone, Debug)]
 struct Followed {
     name: String,
     start: u64,
@@ -122,13 +123,27 @@ pub fn return_sites(elf: &ElfInfo, entry: u64, transport: &str) -> Result<Return
     return_sites_in(elf, entry, transport, None)
 }
 
+/// Where a direct jump out of a function goes, looked up once with the
+/// function's decoding (a function followed from thousands of probed ones
+/// had its jumps' targets looked up again for each: a third of the
+/// instructions of finding python3.11's return sites).
+#[derive(Debug)]
+struct Leap {
+    /// The jump's target (link-time).
+    to: u64,
+    /// The function that starts there.
+    function: Option<Followed>,
+    /// The function of another module whose PLT entry is there.
+    import: Option<String>,
+}
+
 /// What one function's own code says of its returns: one decoding of it.
 #[derive(Debug, Default)]
 struct Own {
     /// File offsets of its `ret`s.
     rets: Vec<u64>,
-    /// The targets of its direct jumps out of its range, in its order.
-    jumps: Vec<u64>,
+    /// Its direct jumps out of its range, in its order.
+    jumps: Vec<Leap>,
     /// The names of the functions of other modules it tail-calls through
     /// the GOT.
     outside: Vec<String>,
@@ -158,9 +173,22 @@ impl Own {
                     }
                 }
                 FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
-                    let t = insn.near_branch_target();
-                    if !(start..end).contains(&t) {
-                        own.jumps.push(t);
+                    let to = insn.near_branch_target();
+                    if !(start..end).contains(&to) {
+                        let same = own.jumps.iter().find(|l| l.to == to);
+                        let leap = match same {
+                            Some(l) => Leap {
+                                to,
+                                function: l.function.clone(),
+                                import: l.import.clone(),
+                            },
+                            None => Leap {
+                                to,
+                                function: Followed::starting_at(elf, to),
+                                import: elf.import_at(to).map(str::to_string),
+                            },
+                        };
+                        own.jumps.push(leap);
                     }
                 }
                 // `jmp *f@GOTPCREL(%rip)`: a tail call through the GOT.
@@ -246,17 +274,18 @@ pub fn return_sites_in(
         rets.extend_from_slice(&own.rets);
         outside.extend(own.outside.iter().cloned());
         indirect.extend_from_slice(&own.indirect);
-        for &t in &own.jumps {
+        for leap in &own.jumps {
+            let t = leap.to;
             if seen.contains(&t) {
                 continue;
             }
-            if let Some(g) = Followed::starting_at(elf, t)
+            if let Some(g) = &leap.function
                 && seen.len() < MAX_FUNCTIONS
             {
                 seen.push(t);
-                todo.push(g);
-            } else if let Some(name) = elf.import_at(t) {
-                outside.push(name.to_string());
+                todo.push(g.clone());
+            } else if let Some(name) = &leap.import {
+                outside.push(name.clone());
             } else {
                 jumps_out = true;
             }

@@ -43,13 +43,13 @@ impl WindowIndex {
     /// The windows that start in `lo..hi`: `(address, site index)`, in no
     /// order.
     pub(super) fn starting_in(&self, lo: u64, hi: u64) -> impl Iterator<Item = (u64, usize)> + '_ {
-        let buckets = if lo < hi {
-            lo / BUCKET..=(hi - 1) / BUCKET
+        // The buckets of `lo..hi` (none when it is empty).
+        let last = if lo < hi {
+            (hi - 1) / BUCKET + 1
         } else {
-            // An empty range of buckets.
-            1..=0
+            lo / BUCKET
         };
-        buckets
+        (lo / BUCKET..last)
             .filter_map(|b| self.buckets.get(&b))
             .flatten()
             .copied()
