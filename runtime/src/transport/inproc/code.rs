@@ -53,9 +53,6 @@ pub(super) struct ModuleCode {
     /// Set when the plans are saved: the windows planned ahead
     /// (`patch::ahead`) stop there.
     planned: std::sync::atomic::AtomicBool,
-    /// Kept windows decoded ahead (`patch::ahead::decode_ahead`), each
-    /// with the load bias it was decoded at, until the planner takes it.
-    ready: std::sync::Mutex<rustc_hash::FxHashMap<(WindowShape, u64), (u64, Site)>>,
     /// The functions decoded for their return sites
     /// ([`ModuleCode::return_sites`]), each once.
     decodings: crate::transport::retsites::Decodings,
@@ -194,7 +191,6 @@ impl ModuleCode {
             swept: std::sync::OnceLock::new(),
             decodings: Default::default(),
             planned: Default::default(),
-            ready: Default::default(),
         })
     }
 
@@ -328,45 +324,9 @@ impl ModuleCode {
     /// addresses (load bias `bias`); `None` when none was kept or it does
     /// not decode as it was.
     fn kept_window(&self, shape: WindowShape, link: u64, bias: u64) -> Option<Site> {
-        if let Ok(mut ready) = self.ready.lock()
-            && let Some((b, site)) = ready.remove(&(shape, link))
-            && b == bias
-        {
-            return Some(site);
-        }
         let win = *self.lock_plans().windows.get(&(shape, link))?;
         let code = self.elf.bytes_at(win.link_addr(), win.len())?;
         win.site(code, bias)
-    }
-
-    /// Decodes ahead the window of `shape` at link-time address `link` kept
-    /// in the plans (load bias `bias`), for the planner to take
-    /// ([`ModuleCode::kept_or_planned`]); whether one is kept.
-    pub(super) fn decode_kept_ahead(&self, shape: WindowShape, link: u64, bias: u64) -> bool {
-        let Some(win) = self.lock_plans().windows.get(&(shape, link)).copied() else {
-            return false;
-        };
-        let Some(site) = self
-            .elf
-            .bytes_at(win.link_addr(), win.len())
-            .and_then(|code| win.site(code, bias))
-        else {
-            return false;
-        };
-        if let Ok(mut ready) = self.ready.lock() {
-            ready.insert((shape, link), (bias, site));
-        }
-        true
-    }
-
-    /// Says that planning is over ([`ModuleCode::planning_over`]): the
-    /// work ahead stops, and what it decoded that no one took is dropped.
-    pub(super) fn end_planning(&self) {
-        self.planned
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(mut ready) = self.ready.lock() {
-            *ready = Default::default();
-        }
     }
 
     /// Keeps the window `site` of `shape` chosen at link-time address
@@ -472,12 +432,6 @@ impl ModuleCode {
         Ok(r)
     }
 
-    /// The return sites of the function entered at file offset `entry`,
-    /// if kept ([`ModuleCode::return_sites`] without finding them).
-    pub(super) fn kept_return_sites(&self, entry: u64) -> Option<std::sync::Arc<ReturnSites>> {
-        self.lock_plans().rets.get(&entry).cloned()
-    }
-
     /// Whether return sites are kept for the module (from the plan
     /// cache, or found in this run).
     pub(super) fn rets_kept(&self) -> bool {
@@ -506,7 +460,8 @@ impl ModuleCode {
     /// since it was read or saved.
     pub(super) fn save_plans(&self) {
         // Planning is over: the windows ahead are not needed any more.
-        self.end_planning();
+        self.planned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let Some((path, key)) = self.key.as_ref().filter(|_| plans::enabled()) else {
             return;
         };

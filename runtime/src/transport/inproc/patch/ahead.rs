@@ -8,7 +8,6 @@ use super::Shape;
 use super::near::near_jumps;
 use super::windows::window_of;
 use crate::transport::inproc::code::ModuleCode;
-use crate::transport::inproc::plans::WindowShape;
 
 /// Starts the thread for `module`, from its function at link-time `from`
 /// on, in address order, at load bias `bias`: first the module's map of
@@ -22,7 +21,6 @@ use crate::transport::inproc::plans::WindowShape;
 /// the same. The thread stops once the module's plans are saved.
 pub(super) fn plan_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u64) {
     if module.rets_kept() {
-        decode_ahead(module, from, bias);
         return;
     }
     let me = std::sync::Arc::clone(module);
@@ -60,43 +58,6 @@ pub(super) fn plan_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u
                             window_of(&me, shape, true, link, bias, func, after, &mut decoded)
                     {
                         me.padding_blocks_near(near.addr.wrapping_sub(bias), bias);
-                    }
-                }
-            }
-        });
-}
-
-/// [`plan_ahead`] for a module whose plans are kept (the cache warm):
-/// the thread decodes the kept windows of each function's entry and
-/// `ret`s (5-byte and near), as the planner will ask for them, for it to
-/// take rather than decode (`ModuleCode::decode_kept_ahead`): a tenth of
-/// a warm planning's instructions, on the CPU it leaves idle.
-fn decode_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u64) {
-    let me = std::sync::Arc::clone(module);
-    let _ = std::thread::Builder::new()
-        .name("wprobe-ahead".into())
-        .spawn(move || {
-            for start in me.function_starts_from(from) {
-                if me.planning_over() {
-                    break;
-                }
-                let Some(off) = me.elf().file_offset(start) else {
-                    continue;
-                };
-                let Some(found) = me.kept_return_sites(off) else {
-                    continue;
-                };
-                let links = std::iter::once((WindowShape::Probe, WindowShape::NearProbe, start))
-                    .chain(found.rets.iter().filter_map(|&r| {
-                        Some((
-                            WindowShape::Ret,
-                            WindowShape::NearRet,
-                            me.vaddr_of_offset(r)?,
-                        ))
-                    }));
-                for (shape, near, link) in links {
-                    if !me.decode_kept_ahead(shape, link, bias) {
-                        me.decode_kept_ahead(near, link, bias);
                     }
                 }
             }

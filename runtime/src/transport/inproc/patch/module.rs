@@ -151,11 +151,6 @@ impl Patcher {
     /// after a cold start); [`Patcher::wait_for_plans`] waits for it. No
     /// thread when nothing was learnt (a warm run).
     pub(in crate::transport::inproc) fn save_plans_behind(&mut self) {
-        // Planning is over, in every module (the work ahead stops; a
-        // warm module has nothing to save).
-        for m in self.modules.values().flatten() {
-            m.end_planning();
-        }
         let modules: Vec<std::sync::Arc<ModuleCode>> = self
             .modules
             .values()
