@@ -149,6 +149,12 @@ pub struct Noted {
     /// The calls: (their target, or the GOT slot of a `call *slot(%rip)`;
     /// the address they return to).
     pub calls: Vec<(u64, u64)>,
+    /// The `ret`s.
+    pub rets: Vec<u64>,
+    /// The direct `jmp`s and `jcc`s: (their address, their target).
+    pub jumps: Vec<(u64, u64)>,
+    /// Where the sweep met bytes that decode as no instruction.
+    pub invalid: Vec<u64>,
 }
 
 /// Branch targets of a module's code (link-time addresses): every
@@ -234,10 +240,14 @@ impl BranchTargets {
 
     /// [`BranchTargets::sweep`] but for the set of targets (`.0`, which
     /// [`BranchTargets::settle`] fills), noting in `noted` the indirect
-    /// branches met, the calls, and which addresses of `starts` (sorted)
-    /// no instruction of the sweep starts at. A function whose start the
-    /// sweep lands on decodes from there as the sweep did, so that it has
-    /// an indirect branch only if one was noted inside it.
+    /// branches met, the calls, the `ret`s, the direct jumps, the bytes
+    /// that decode as no instruction, and which addresses of `starts`
+    /// (sorted: functions' starts, and their ends) no instruction of the
+    /// sweep starts at. A function whose start the sweep lands on decodes
+    /// from there as the sweep did, so that it has an indirect branch only
+    /// if one was noted inside it (and, landing on its end too with no
+    /// byte invalid between, the `ret`s and jumps noted are its own
+    /// decoding's).
     pub fn sweep_noting(&mut self, code: &[u8], addr: u64, starts: &[u64], noted: &mut Noted) {
         let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
         let mut i = Instruction::default();
@@ -253,10 +263,15 @@ impl BranchTargets {
                 next += 1;
             }
             if i.is_invalid() {
+                noted.invalid.push(i.ip());
                 continue;
             }
             match i.flow_control() {
                 FlowControl::IndirectBranch => noted.indirect.push(i.ip()),
+                FlowControl::Return => noted.rets.push(i.ip()),
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                    noted.jumps.push((i.ip(), i.near_branch_target()));
+                }
                 FlowControl::Call if i.op_count() > 0 && i.op0_kind() == OpKind::NearBranch64 => {
                     noted.calls.push((i.near_branch_target(), i.next_ip()));
                 }

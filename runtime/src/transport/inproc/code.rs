@@ -16,7 +16,7 @@ use goblin::elf::{Elf, section_header};
 use super::plans::{self, WindowShape};
 use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
-use crate::transport::retsites::ReturnSites;
+use crate::transport::retsites::{Decodings, Flow, ReturnSites};
 
 /// A module's code, in link-time addresses.
 pub(super) struct ModuleCode {
@@ -55,7 +55,7 @@ pub(super) struct ModuleCode {
     planned: std::sync::atomic::AtomicBool,
     /// The functions decoded for their return sites
     /// ([`ModuleCode::return_sites`]), each once.
-    decodings: crate::transport::retsites::Decodings,
+    decodings: Decodings,
     /// The sweep's part of the plan file (`plans::encode_sweep`), made at
     /// the first save, or ahead after a fresh sweep
     /// ([`ModuleCode::encode_sweep_ahead`]).
@@ -163,11 +163,13 @@ impl ModuleCode {
             .collect();
         let kept = key.as_ref().and_then(|(p, k)| plans::load(p, k));
         let mut calls = std::sync::OnceLock::new();
+        let mut decodings = Decodings::default();
         let (sweep, kept) = match kept {
             Some((sweep, kept)) => (sweep, kept),
             None => {
-                let (sweep, found) = Self::sweep_with_calls(&elf, &parsed);
+                let (sweep, found, flow) = Self::sweep_with_calls(&elf, &parsed);
                 calls = std::sync::OnceLock::from(found);
+                decodings = Decodings::with_flow(flow);
                 // Saved now: a module whose functions are all refused
                 // still skips its sweep next time.
                 let fresh = plans::Plans {
@@ -189,7 +191,7 @@ impl ModuleCode {
             key,
             plans: std::sync::Mutex::new(kept),
             swept: std::sync::OnceLock::new(),
-            decodings: Default::default(),
+            decodings,
             planned: Default::default(),
         })
     }
@@ -206,7 +208,7 @@ impl ModuleCode {
     fn sweep_with_calls(
         elf: &wprobe_elf::info::ElfInfo,
         parsed: &Elf<'_>,
-    ) -> (plans::Sweep, Calls) {
+    ) -> (plans::Sweep, Calls, Flow) {
         let mut funcs = elf.named_functions();
         // The functions no symbol names (static ones of a stripped module,
         // IFUNC implementations), bounded by their unwind table entries:
@@ -223,7 +225,8 @@ impl ModuleCode {
         );
         funcs.sort_unstable();
         funcs.dedup();
-        let (mut targets, noted) = swept(&exec_sections(elf.file_bytes(), parsed), &funcs);
+        let sections = exec_sections(elf.file_bytes(), parsed);
+        let (mut targets, noted) = swept(&sections, &funcs);
         // Jump tables, once every direct target is known: a table is
         // trusted only when no branch lands between its bounds check and
         // its `jmp`, checked again with every table's targets added.
@@ -311,12 +314,24 @@ impl ModuleCode {
         let (mut unknown, more) = in_halves(&funcs_jumping, unknown_of);
         unknown.extend(more);
         targets.3 = Some(unknown);
+        let mut bounds: Vec<u64> = funcs.iter().flat_map(|&(s, e)| [s, e]).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        let flow = Flow {
+            parts: swept_parts(&sections, &funcs),
+            bounds,
+            missed: noted.missed,
+            invalid: noted.invalid,
+            rets: noted.rets,
+            jumps: noted.jumps,
+            indirect: noted.indirect,
+        };
         let sweep = plans::Sweep {
             funcs,
             targets,
             tail_jumps,
         };
-        (sweep, calls_of(noted.calls))
+        (sweep, calls_of(noted.calls), flow)
     }
 
     /// The window of `shape` at link-time address `link` kept from an
@@ -914,20 +929,14 @@ fn in_halves<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -> 
 /// the indirect branches met and the starts of `funcs` the sweep did not
 /// land on or did not sweep (`window::Noted`, sorted).
 fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Noted) {
-    let starts: Vec<u64> = funcs.iter().map(|&(s, _)| s).collect();
+    // The functions' starts, and their ends (`retsites::Flow`).
+    let mut starts: Vec<u64> = funcs.iter().flat_map(|&(s, e)| [s, e]).collect();
+    starts.sort_unstable();
+    starts.dedup();
     let mut noted = Noted::default();
     let mut targets = BranchTargets::default();
-    let largest = (0..sections.len()).max_by_key(|&k| sections[k].1.len());
     for (k, &(addr, code)) in sections.iter().enumerate() {
-        let cut = (Some(k) == largest)
-            .then(|| {
-                let middle = addr + code.len() as u64 / 2;
-                let i = funcs.partition_point(|&(s, _)| s < middle);
-                funcs.get(i).map(|&(s, _)| s)
-            })
-            .flatten()
-            .filter(|&s| s > addr && s < addr + code.len() as u64);
-        match cut {
+        match cut_of(sections, funcs, k) {
             Some(s) => {
                 let (head, tail) = code.split_at((s - addr) as usize);
                 let parts = [(addr, head), (s, tail)];
@@ -948,6 +957,9 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Not
                     noted.indirect.extend(n.indirect);
                     noted.missed.extend(n.missed);
                     noted.calls.extend(n.calls);
+                    noted.rets.extend(n.rets);
+                    noted.jumps.extend(n.jumps);
+                    noted.invalid.extend(n.invalid);
                 }
             }
             None => targets.sweep_noting(code, addr, &starts, &mut noted),
@@ -965,7 +977,48 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Not
     noted.indirect.sort_unstable();
     noted.missed.sort_unstable();
     noted.missed.dedup();
+    // In address order already when the parts were (sections in order).
+    if !noted.rets.is_sorted() {
+        noted.rets.sort_unstable();
+    }
+    if !noted.jumps.is_sorted() {
+        noted.jumps.sort_unstable();
+    }
+    if !noted.invalid.is_sorted() {
+        noted.invalid.sort_unstable();
+    }
     (targets, noted)
+}
+
+/// Where [`swept`] cuts section `k` of `sections` in two, to sweep it on
+/// both CPUs: the largest section, at the function start (of `funcs`,
+/// sorted) nearest its middle.
+fn cut_of(sections: &[(u64, &[u8])], funcs: &[(u64, u64)], k: usize) -> Option<u64> {
+    let largest = (0..sections.len()).max_by_key(|&k| sections[k].1.len());
+    let (addr, code) = *sections.get(k)?;
+    let end = addr + code.len() as u64;
+    (Some(k) == largest)
+        .then(|| {
+            let middle = addr + code.len() as u64 / 2;
+            let i = funcs.partition_point(|&(s, _)| s < middle);
+            funcs.get(i).map(|&(s, _)| s)
+        })
+        .flatten()
+        .filter(|&s| s > addr && s < end)
+}
+
+/// The parts of `sections` a sweep decodes each from its start
+/// ([`swept`]): each section, cut where [`cut_of`] says.
+fn swept_parts(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut parts = Vec::new();
+    for (k, &(addr, code)) in sections.iter().enumerate() {
+        let end = addr + code.len() as u64;
+        match cut_of(sections, funcs, k) {
+            Some(s) => parts.extend([(addr, s), (s, end)]),
+            None => parts.push((addr, end)),
+        }
+    }
+    parts
 }
 
 /// The executable sections of the module file `bytes` (`parsed`): each

@@ -36,6 +36,42 @@ fn a_sweep_in_two_parts_is_the_sweep_whole() {
         );
         assert_eq!(in_parts.calls, noted.calls, "{path}");
         assert_eq!(in_parts.indirect, noted.indirect, "{path}");
+        // The `ret`s, direct jumps and invalid bytes (`retsites::Flow`).
+        assert!(noted.rets.len() > 300, "{path}: {} rets", noted.rets.len());
+        assert_eq!(in_parts.rets, noted.rets, "{path}");
+        assert_eq!(in_parts.jumps, noted.jumps, "{path}");
+        assert_eq!(in_parts.invalid, noted.invalid, "{path}");
+    }
+}
+
+/// A function's returns read from the sweep's notes (`retsites::Flow`)
+/// are those its own decoding finds, for every function of a system
+/// binary, the C library and python3.11 (named, unnamed and PLT
+/// entries, as the sweep has them); and the notes serve for most.
+#[test]
+fn returns_from_the_sweep_are_the_functions_decodings() {
+    for path in [
+        "/usr/bin/ls",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/bin/python3.11",
+    ] {
+        let elf = wprobe_elf::info::ElfInfo::open(Path::new(path)).expect("open");
+        let parsed = Elf::parse(elf.file_bytes()).expect("parse");
+        let (sweep, _, flow) = ModuleCode::sweep_with_calls(&elf, &parsed);
+        let (mut served, mut declined) = (0, 0);
+        for &(start, end) in &sweep.funcs {
+            match crate::transport::retsites::flow_agrees(&elf, &flow, start, end) {
+                Some(same) => {
+                    assert!(same, "{path}: {start:#x}..{end:#x}");
+                    served += 1;
+                }
+                None => declined += 1,
+            }
+        }
+        assert!(
+            served > 10 * declined && served > 300,
+            "{path}: {served} served, {declined} declined"
+        );
     }
 }
 
