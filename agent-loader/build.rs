@@ -51,13 +51,13 @@ fn main() {
         cmd.env_remove(v);
     }
     cmd.env("AGENT_CARGO_FLAGS", "--locked");
-    let st = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("running agent/build.sh: {e} (it needs sh, cargo and ld.lld)"));
+    let st = cmd.status().unwrap_or_else(|e| {
+        panic!("running agent/build.sh: {e} (it needs sh, cargo, ld.lld and binutils)")
+    });
     if !st.success() {
         panic!(
-            "agent/build.sh failed ({st}): the in-process agent did not build (it needs ld.lld: \
-             scripts/setup.sh installs it)"
+            "agent/build.sh failed ({st}): the in-process agent did not build (it needs ld.lld and \
+             binutils' objcopy, readelf and objdump: scripts/setup.sh installs them)"
         );
     }
 }

@@ -31,7 +31,7 @@ link_wasm_ld() {
 link_wasm_ld
 
 missing=()
-TOOLS=(gcc g++ clang ld.lld wasm-ld gdb setpriv unshare script bpftrace uftrace ltrace)
+TOOLS=(gcc g++ clang ld.lld wasm-ld objcopy readelf objdump gdb setpriv unshare script bpftrace uftrace ltrace)
 for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
@@ -49,6 +49,7 @@ if [ ${#missing[@]} -gt 0 ]; then
       uftrace) pkgs+=(uftrace) ;;
       ltrace) pkgs+=(ltrace) ;;
       ld.lld | wasm-ld) pkgs+=(lld) ;;
+      objcopy | readelf | objdump) pkgs+=(binutils) ;;
     esac
   done
   SUDO=""
