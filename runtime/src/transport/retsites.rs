@@ -273,7 +273,7 @@ pub(crate) fn flow_agrees(elf: &ElfInfo, flow: &Flow, start: u64, end: u64) -> O
 
 /// What the sweep of a module noted of its control flow
 /// (`agent_loader::window::Noted`, link-time addresses, each list
-/// sorted), for [`Own::from_flow`]: a cold start finds a traced
+/// sorted), for `Own::from_flow`: a cold start finds a traced
 /// function's returns from it rather than decoding the function a second
 /// time (python3.11: 700,000 instructions decoded again, 85 M of the 1.6
 /// G instructions of a cold start).

@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// A system binary, the C library and python3.11: small, hand-written
+/// assembly among compiled code, and 10,000 functions.
+const MODULES: [&str; 3] = [
+    "/usr/bin/ls",
+    "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    "/usr/bin/python3.11",
+];
+
 /// The largest section swept in two parts on two threads finds what
 /// one linear sweep of each section finds: every target, as many
 /// branches to each, every call and indirect jump (a system binary's
@@ -50,11 +58,7 @@ fn a_sweep_in_two_parts_is_the_sweep_whole() {
 /// entries, as the sweep has them); and the notes serve for most.
 #[test]
 fn returns_from_the_sweep_are_the_functions_decodings() {
-    for path in [
-        "/usr/bin/ls",
-        "/usr/lib/x86_64-linux-gnu/libc.so.6",
-        "/usr/bin/python3.11",
-    ] {
+    for path in MODULES {
         let elf = wprobe_elf::info::ElfInfo::open(Path::new(path)).expect("open");
         let parsed = Elf::parse(elf.file_bytes()).expect("parse");
         let (sweep, _, flow) = ModuleCode::sweep_with_calls(&elf, &parsed);
@@ -82,11 +86,7 @@ fn returns_from_the_sweep_are_the_functions_decodings() {
 #[test]
 fn a_function_without_indirect_jumps_is_told_by_the_sweep() {
     use iced_x86::{Decoder, DecoderOptions, FlowControl};
-    for path in [
-        "/usr/bin/ls",
-        "/usr/lib/x86_64-linux-gnu/libc.so.6",
-        "/usr/bin/python3.11",
-    ] {
+    for path in MODULES {
         let elf = wprobe_elf::info::ElfInfo::open(Path::new(path)).expect("open");
         let parsed = Elf::parse(elf.file_bytes()).expect("parse");
         let mut funcs = elf.named_functions();
