@@ -157,6 +157,35 @@ pub struct Noted {
     pub invalid: Vec<u64>,
 }
 
+impl Noted {
+    /// Adds what the sweep of another part of the code noted.
+    pub fn append(&mut self, other: Noted) {
+        self.indirect.extend(other.indirect);
+        self.missed.extend(other.missed);
+        self.calls.extend(other.calls);
+        self.rets.extend(other.rets);
+        self.jumps.extend(other.jumps);
+        self.invalid.extend(other.invalid);
+    }
+
+    /// Each list in address order, `missed` without repeats, after parts
+    /// noted apart were appended (each already in order when the parts
+    /// came in order); the calls as they are.
+    pub fn sort(&mut self) {
+        fn in_order<T: Ord>(v: &mut [T]) {
+            if !v.is_sorted() {
+                v.sort_unstable();
+            }
+        }
+        in_order(&mut self.indirect);
+        in_order(&mut self.missed);
+        self.missed.dedup();
+        in_order(&mut self.rets);
+        in_order(&mut self.jumps);
+        in_order(&mut self.invalid);
+    }
+}
+
 /// Branch targets of a module's code (link-time addresses): every
 /// `jmp`/`jcc`/`call`/`loop` with an immediate target, from a linear sweep
 /// of each executable section, and the entries of the jump tables

@@ -314,12 +314,9 @@ impl ModuleCode {
         let (mut unknown, more) = in_halves(&funcs_jumping, unknown_of);
         unknown.extend(more);
         targets.3 = Some(unknown);
-        let mut bounds: Vec<u64> = funcs.iter().flat_map(|&(s, e)| [s, e]).collect();
-        bounds.sort_unstable();
-        bounds.dedup();
         let flow = Flow {
             parts: swept_parts(&sections, &funcs),
-            bounds,
+            bounds: bounds_of(&funcs),
             missed: noted.missed,
             invalid: noted.invalid,
             rets: noted.rets,
@@ -929,10 +926,7 @@ fn in_halves<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -> 
 /// the indirect branches met and the starts of `funcs` the sweep did not
 /// land on or did not sweep (`window::Noted`, sorted).
 fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Noted) {
-    // The functions' starts, and their ends (`retsites::Flow`).
-    let mut starts: Vec<u64> = funcs.iter().flat_map(|&(s, e)| [s, e]).collect();
-    starts.sort_unstable();
-    starts.dedup();
+    let starts = bounds_of(funcs);
     let mut noted = Noted::default();
     let mut targets = BranchTargets::default();
     for (k, &(addr, code)) in sections.iter().enumerate() {
@@ -954,12 +948,7 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Not
                         std::mem::swap(&mut t, &mut targets);
                     }
                     targets.merge_swept(t);
-                    noted.indirect.extend(n.indirect);
-                    noted.missed.extend(n.missed);
-                    noted.calls.extend(n.calls);
-                    noted.rets.extend(n.rets);
-                    noted.jumps.extend(n.jumps);
-                    noted.invalid.extend(n.invalid);
+                    noted.append(n);
                 }
             }
             None => targets.sweep_noting(code, addr, &starts, &mut noted),
@@ -974,20 +963,17 @@ fn swept(sections: &[(u64, &[u8])], funcs: &[(u64, u64)]) -> (BranchTargets, Not
     noted
         .missed
         .extend(starts.iter().copied().filter(|&s| !swept(s)));
-    noted.indirect.sort_unstable();
-    noted.missed.sort_unstable();
-    noted.missed.dedup();
-    // In address order already when the parts were (sections in order).
-    if !noted.rets.is_sorted() {
-        noted.rets.sort_unstable();
-    }
-    if !noted.jumps.is_sorted() {
-        noted.jumps.sort_unstable();
-    }
-    if !noted.invalid.is_sorted() {
-        noted.invalid.sort_unstable();
-    }
+    noted.sort();
     (targets, noted)
+}
+
+/// The starts and ends of `funcs`, sorted, each once: where [`swept`]
+/// tells whether it lands (`retsites::Flow`).
+fn bounds_of(funcs: &[(u64, u64)]) -> Vec<u64> {
+    let mut bounds: Vec<u64> = funcs.iter().flat_map(|&(s, e)| [s, e]).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    bounds
 }
 
 /// Where [`swept`] cuts section `k` of `sections` in two, to sweep it on
