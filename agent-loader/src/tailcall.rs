@@ -348,12 +348,14 @@ fn takes_own_addresses(insns: &[Instruction], start: u64, end: u64) -> bool {
     })
 }
 
-/// What the rules of this module need of one function: its stack levels,
-/// its clean registers, whether it takes its own addresses, its code's
-/// bounds (link-time).
+/// What the rules of this module need of one function: its stack levels
+/// and its clean registers (each worked out at the first `jmp` that needs
+/// it: a function that takes its own addresses needs neither, a `jmp`
+/// through memory no clean registers), whether it takes its own
+/// addresses, its code's bounds (link-time).
 pub struct Function {
-    levels: StackLevels,
-    clean: Clean,
+    levels: std::cell::OnceCell<StackLevels>,
+    clean: std::cell::OnceCell<Clean>,
     own_addresses: bool,
     start: u64,
     end: u64,
@@ -361,17 +363,11 @@ pub struct Function {
 
 impl Function {
     /// The analysis of `insns`, a function's instructions from its entry
-    /// at `start` to `end`; `read` gives the module's bytes at a link-time
-    /// address.
-    pub fn of(
-        insns: &[Instruction],
-        start: u64,
-        end: u64,
-        read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
-    ) -> Function {
+    /// at `start` to `end` (its costly parts made when first asked).
+    pub fn of(insns: &[Instruction], start: u64, end: u64) -> Function {
         Function {
-            levels: StackLevels::of(insns),
-            clean: Clean::of(insns, start, end, read),
+            levels: std::cell::OnceCell::new(),
+            clean: std::cell::OnceCell::new(),
             own_addresses: takes_own_addresses(insns, start, end),
             start,
             end,
@@ -379,7 +375,9 @@ impl Function {
     }
 
     /// Whether the indirect `jmp` at `insns[k]` is a tail call through a
-    /// function pointer (the rules of this module).
+    /// function pointer (the rules of this module). `insns` are those the
+    /// function was made `of`; `read` gives the module's bytes at a
+    /// link-time address.
     pub fn is_pointer_tail_call(
         &self,
         insns: &[Instruction],
@@ -398,11 +396,19 @@ fn is_pointer_tail_call(
 ) -> bool {
     let (start, end) = (f.start, f.end);
     let j = &insns[k];
-    if f.own_addresses || !f.levels.at_entry_level(k) {
+    if f.own_addresses
+        || !f
+            .levels
+            .get_or_init(|| StackLevels::of(insns))
+            .at_entry_level(k)
+    {
         return false;
     }
     if j.op0_kind() != OpKind::Memory {
-        return j.op0_kind() == OpKind::Register && f.clean.is_clean(k, j.op0_register());
+        return j.op0_kind() == OpKind::Register
+            && f.clean
+                .get_or_init(|| Clean::of(insns, start, end, read))
+                .is_clean(k, j.op0_register());
     }
     if j.memory_index() != Register::None
         || matches!(
@@ -459,7 +465,7 @@ mod tests {
         let insns = decode(code);
         let k = jmp_of(&insns);
         let end = 0x1000 + code.len() as u64;
-        Function::of(&insns, 0x1000, end, &none).is_pointer_tail_call(&insns, k, &none)
+        Function::of(&insns, 0x1000, end).is_pointer_tail_call(&insns, k, &none)
     }
 
     #[test]
@@ -518,7 +524,7 @@ mod tests {
         let insns = decode(&code);
         let inside = |_: u64, _: usize| Some(0x1006u64.to_le_bytes().to_vec());
         let outside = |_: u64, _: usize| Some(0x5000u64.to_le_bytes().to_vec());
-        let f = Function::of(&insns, 0x1000, 0x1008, &none);
+        let f = Function::of(&insns, 0x1000, 0x1008);
         assert!(!f.is_pointer_tail_call(&insns, 0, &inside));
         assert!(f.is_pointer_tail_call(&insns, 0, &outside));
         // A table's entry plus its base, in a function with no frame:

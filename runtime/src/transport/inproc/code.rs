@@ -13,6 +13,7 @@ use agent_loader::stub::Site;
 use agent_loader::window::{BranchTargets, Function, Noted};
 use goblin::elf::{Elf, section_header};
 
+use super::far_jumps::FarJumps;
 use super::plans::{self, WindowShape};
 use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
@@ -42,9 +43,9 @@ pub(super) struct ModuleCode {
     /// sweep: the module's own when it was swept in this run, else made
     /// at the first need the plans do not answer.
     calls: std::sync::OnceLock<Calls>,
-    /// Branch targets → the `jmp rel32`/`jcc rel32` that land there
-    /// (link-time), built at the first need ([`ModuleCode::far_jumps_to`]).
-    far_jumps: std::sync::OnceLock<rustc_hash::FxHashMap<u64, Vec<u64>>>,
+    /// The `jmp rel32`/`jcc rel32` by where they land (link-time), found
+    /// at the first need ([`ModuleCode::far_jumps_to`]).
+    far_jumps: std::sync::OnceLock<FarJumps>,
     /// The file's path and its key in the plan cache (`None`: no
     /// metadata).
     key: Option<(std::path::PathBuf, plans::Key)>,
@@ -583,7 +584,7 @@ impl ModuleCode {
         self.kept_or_found(
             target,
             |p| &mut p.calls,
-            || self.calls(),
+            || self.calls().get(&target).cloned().unwrap_or_default(),
             // Not a function's first instruction (after a call that does
             // not return), nor a `ret`: sites of their own may need them.
             |c| {
@@ -595,19 +596,19 @@ impl ModuleCode {
     }
 
     /// The addresses under `target` in the plans' map `kept`, else those
-    /// in the module's map `found` (built at the first need) that `take`
-    /// takes, sorted and kept.
-    fn kept_or_found<'a>(
-        &'a self,
+    /// `found` gives (from a map of the module's, built at the first need)
+    /// that `take` takes, sorted and kept.
+    fn kept_or_found(
+        &self,
         target: u64,
         kept: fn(&mut plans::Plans) -> &mut rustc_hash::FxHashMap<u64, Vec<u64>>,
-        found: impl FnOnce() -> &'a rustc_hash::FxHashMap<u64, Vec<u64>>,
+        found: impl FnOnce() -> Vec<u64>,
         take: impl Fn(u64) -> bool,
     ) -> Vec<u64> {
         if let Some(r) = kept(&mut self.lock_plans()).get(&target) {
             return r.clone();
         }
-        let mut r = found().get(&target).cloned().unwrap_or_default();
+        let mut r = found();
         r.retain(|&a| take(a));
         r.sort_unstable();
         let mut p = self.lock_plans();
@@ -636,54 +637,27 @@ impl ModuleCode {
     /// The `jmp rel32` and `jcc rel32` instructions (link-time addresses)
     /// that land on the branch target `target` (link-time), sorted: kept
     /// from an earlier planning (the plan cache), else found in the
-    /// module's map of them (built at the first need) and kept.
+    /// module's scan of them (made at the first need) and kept. None for
+    /// an address the sweep found no branch to.
     pub(super) fn far_jumps_to(&self, target: u64) -> Vec<u64> {
-        self.kept_or_found(target, |p| &mut p.jumps, || self.far_jumps(), |_| true)
+        self.kept_or_found(
+            target,
+            |p| &mut p.jumps,
+            || match self.targets.0.contains(&target) {
+                true => self.far_jumps().to(target),
+                false => Vec::new(),
+            },
+            |_| true,
+        )
     }
 
-    /// Branch targets → the `jmp rel32` and `jcc rel32` instructions that
-    /// land there: a scan of the executable sections' bytes for those
-    /// opcodes whose displacement leads to a branch target the sweep found
-    /// (not a decoding: the caller checks that each is an instruction of
-    /// its function), at the first need. The jumps found and the targets
-    /// are matched sorted, not each looked up (a hash lookup each, out of
-    /// the caches, made this a tenth of a cold run's planning).
-    pub(super) fn far_jumps(&self) -> &rustc_hash::FxHashMap<u64, Vec<u64>> {
-        self.far_jumps.get_or_init(|| {
-            let mut map: rustc_hash::FxHashMap<u64, Vec<u64>> = Default::default();
-            let Ok(parsed) = Elf::parse(self.elf.file_bytes()) else {
-                return map;
-            };
-            // (target, jump).
-            let mut found: Vec<(u64, u64)> = Vec::new();
-            for (addr, code) in exec_sections(self.elf.file_bytes(), &parsed) {
-                for p in 0..code.len() {
-                    // `e9 rel32`, `0f 8x rel32`.
-                    let op = match code[p] {
-                        0xe9 => 1,
-                        0x0f if code.get(p + 1).is_some_and(|b| b & 0xf0 == 0x80) => 2,
-                        _ => continue,
-                    };
-                    let Some(rel) = code.get(p + op..p + op + 4) else {
-                        continue;
-                    };
-                    let rel = i32::from_le_bytes([rel[0], rel[1], rel[2], rel[3]]);
-                    let at = addr + p as u64;
-                    found.push(((at + op as u64 + 4).wrapping_add(rel as i64 as u64), at));
-                }
-            }
-            found.sort_unstable();
-            let mut known: Vec<u64> = self.targets.0.iter().copied().collect();
-            known.sort_unstable();
-            let mut k = 0;
-            for (target, at) in found {
-                k += known[k..].partition_point(|&t| t < target);
-                if known.get(k) == Some(&target) {
-                    map.entry(target).or_default().push(at);
-                }
-            }
-            map
-        })
+    /// The module's far jumps ([`FarJumps`]), scanned at the first need.
+    pub(super) fn far_jumps(&self) -> &FarJumps {
+        self.far_jumps
+            .get_or_init(|| match Elf::parse(self.elf.file_bytes()) {
+                Ok(parsed) => FarJumps::scan(&exec_sections(self.elf.file_bytes(), &parsed)),
+                Err(_) => FarJumps::default(),
+            })
     }
 
     /// The module file.

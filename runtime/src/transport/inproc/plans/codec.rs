@@ -2,6 +2,7 @@
 //! ([`encode`], [`decode`]).
 
 use super::*;
+use crate::transport::inproc::radix::sort_by_address;
 
 /// Appends numbers as LEB128 varints (signed ones zigzag-encoded) and
 /// strings as indices into a table written before them.
@@ -160,7 +161,7 @@ impl R<'_> {
 /// Sorted, for a deterministic file.
 fn sorted<'a>(s: impl Iterator<Item = &'a u64>) -> Vec<u64> {
     let mut v: Vec<u64> = s.copied().collect();
-    v.sort_unstable();
+    sort_by_address(&mut v, |&a| a);
     v
 }
 
@@ -194,7 +195,7 @@ pub(in crate::transport::inproc) fn encode_sweep(
     }
     let t = targets;
     let mut counts: Vec<(u64, u32)> = t.2.iter().map(|(&a, &n)| (a, n)).collect();
-    counts.sort_unstable();
+    sort_by_address(&mut counts, |c| c.0);
     w.u64(counts.len() as u64);
     let mut last = 0;
     for (a, n) in counts {
@@ -206,7 +207,7 @@ pub(in crate::transport::inproc) fn encode_sweep(
     w.addrs(&sorted(t.0.iter().filter(|a| !t.2.contains_key(a))));
     w.addrs(&sorted(t.1.iter()));
     let mut unknown: Vec<(u64, u64)> = t.3.iter().flatten().map(|(&a, &b)| (a, b)).collect();
-    unknown.sort_unstable();
+    sort_by_address(&mut unknown, |u| u.0);
     w.u64(u64::from(t.3.is_some()));
     w.u64(unknown.len() as u64);
     let mut last = 0;
