@@ -396,16 +396,20 @@ fn is_pointer_tail_call(
 ) -> bool {
     let (start, end) = (f.start, f.end);
     let j = &insns[k];
-    if f.own_addresses
-        || !f
-            .levels
+    // Every rule must hold: the operand's (a look at the `jmp` and at most
+    // a read of 8 bytes) first, then the function's (an analysis of all
+    // its instructions, made once).
+    let at_entry_level = || {
+        f.levels
             .get_or_init(|| StackLevels::of(insns))
             .at_entry_level(k)
-    {
+    };
+    if f.own_addresses {
         return false;
     }
     if j.op0_kind() != OpKind::Memory {
         return j.op0_kind() == OpKind::Register
+            && at_entry_level()
             && f.clean
                 .get_or_init(|| Clean::of(insns, start, end, read))
                 .is_clean(k, j.op0_register());
@@ -433,9 +437,9 @@ fn is_pointer_tail_call(
             return false;
         };
         let v = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-        return !(v > start && v < end);
+        return !(v > start && v < end) && at_entry_level();
     }
-    true
+    at_entry_level()
 }
 
 #[cfg(test)]
