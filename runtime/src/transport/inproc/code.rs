@@ -578,13 +578,15 @@ impl ModuleCode {
     /// link-time address: a function, or a PLT entry) return to where a
     /// continuation site may go, sorted: kept from an earlier planning (the
     /// plan cache), else found in the module's map of calls (built at the
-    /// first need) and kept.
-    pub(super) fn returns_of_calls_to(&self, target: u64) -> Vec<u64> {
+    /// first need) and, with `keep`, kept (the planner keeps what it
+    /// plans; the planning ahead only looks).
+    pub(super) fn returns_of_calls_to(&self, target: u64, keep: bool) -> Vec<u64> {
         let elf = &self.elf;
         self.kept_or_found(
             target,
             |p| &mut p.calls,
             || self.calls().get(&target).cloned().unwrap_or_default(),
+            keep,
             // Not a function's first instruction (after a call that does
             // not return), nor a `ret`: sites of their own may need them.
             |c| {
@@ -597,12 +599,13 @@ impl ModuleCode {
 
     /// The addresses under `target` in the plans' map `kept`, else those
     /// `found` gives (from a map of the module's, built at the first need)
-    /// that `take` takes, sorted and kept.
+    /// that `take` takes, sorted and, with `keep`, kept.
     fn kept_or_found(
         &self,
         target: u64,
         kept: fn(&mut plans::Plans) -> &mut rustc_hash::FxHashMap<u64, Vec<u64>>,
         found: impl FnOnce() -> Vec<u64>,
+        keep: bool,
         take: impl Fn(u64) -> bool,
     ) -> Vec<u64> {
         if let Some(r) = kept(&mut self.lock_plans()).get(&target) {
@@ -611,6 +614,9 @@ impl ModuleCode {
         let mut r = found();
         r.retain(|&a| take(a));
         r.sort_unstable();
+        if !keep {
+            return r;
+        }
         let mut p = self.lock_plans();
         kept(&mut p).insert(target, r.clone());
         p.added = true;
@@ -647,6 +653,7 @@ impl ModuleCode {
                 true => self.far_jumps().to(target),
                 false => Vec::new(),
             },
+            true,
             |_| true,
         )
     }

@@ -5,17 +5,20 @@
 //! on the other CPU while it plans, as a warm run finds them kept.
 
 use super::Shape;
+use super::continuations::own_continuations;
 use super::near::near_jumps;
 use super::windows::window_of;
 use crate::transport::inproc::code::ModuleCode;
 
 /// Starts the thread for `module`, from its function at link-time `from`
-/// on, in address order, at load bias `bias`: first the module's map of
-/// far jumps (`ModuleCode::far_jumps`, which the copies of whole
+/// on, in address order, at load bias `bias`: first the module's far
+/// jumps (`ModuleCode::far_jumps`, which the copies of whole
 /// functions ask first; the map of calls is made with the sweep), then
 /// each function's return sites (`ModuleCode::return_sites`), the window
 /// of its entry and of each `ret` as `check` will ask for them
-/// ([`window_of`]), and where no 5-byte jump fits, the 2-byte window and
+/// ([`window_of`]), and of the continuation sites of a function that
+/// tail-calls through a pointer ([`own_continuations`]), and where no
+/// 5-byte jump fits, the 2-byte window and
 /// the padding near it (`near`). The planner takes what is kept and
 /// plans the rest itself; a function it reaches first is planned twice,
 /// the same. The thread stops once the module's plans are saved.
@@ -42,12 +45,22 @@ pub(super) fn plan_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u
                 if me.elf().is_plt_entry(start) {
                     continue;
                 }
-                let links = std::iter::once((Shape::Probe, Some(start))).chain(
-                    found
-                        .rets
-                        .iter()
-                        .map(|&r| (Shape::Ret, me.vaddr_of_offset(r))),
-                );
+                // A function that tail-calls through a pointer: its calls
+                // are seen returning at continuation sites too, as
+                // `Patcher::continue_tail_calls` plans them.
+                let tails = found.indirect.iter().any(|j| me.tail_jumps.contains(j));
+                let conts = match tails {
+                    true => own_continuations(&me, start, &found.function, true, false),
+                    false => Vec::new(),
+                };
+                let links = std::iter::once((Shape::Probe, Some(start)))
+                    .chain(
+                        found
+                            .rets
+                            .iter()
+                            .map(|&r| (Shape::Ret, me.vaddr_of_offset(r))),
+                    )
+                    .chain(conts.into_iter().map(|c| (Shape::Probe, Some(c))));
                 for (shape, link) in links {
                     if let Some(link) = link
                         && let Some((func, after)) = me.function_and_padding(link, bias)

@@ -10,10 +10,45 @@ use agent_abi::site_kind;
 use super::Patcher;
 use super::Shape;
 use crate::proc::procmaps::Mapping;
+use crate::transport::inproc::code::ModuleCode;
 use crate::transport::inproc::world::World;
 
 /// Most continuation sites planned for one function's calls.
 const MAX_CONTINUATIONS: usize = 1024;
+
+/// The link-time addresses in `module` after its direct `call`s of the
+/// function at `entry` (named `name`; with `elsewhere`, of its PLT entry
+/// or GOT slot too), sorted, at most [`MAX_CONTINUATIONS`]: the
+/// continuation sites of its own module that
+/// [`Patcher::plan_continuations`] plans (and keeps, with `keep`), and
+/// whose windows are planned ahead (`ahead`).
+pub(super) fn own_continuations(
+    module: &ModuleCode,
+    entry: u64,
+    name: &str,
+    elsewhere: bool,
+    keep: bool,
+) -> Vec<u64> {
+    let elf = module.elf();
+    let mut targets = vec![entry];
+    // Its PLT entry and its GOT slot (`call *slot(%rip)`).
+    if elsewhere {
+        targets.extend(
+            elf.imports
+                .iter()
+                .filter(|(_, n)| n == name)
+                .map(|&(a, _)| a),
+        );
+    }
+    let mut conts: Vec<u64> = targets
+        .iter()
+        .flat_map(|&t| module.returns_of_calls_to(t, keep))
+        .collect();
+    conts.sort_unstable();
+    conts.dedup();
+    conts.truncate(MAX_CONTINUATIONS);
+    conts
+}
 
 impl Patcher {
     /// Plans a continuation site ([`site_kind::CONT`]) at the instruction
@@ -41,23 +76,7 @@ impl Patcher {
         let Some(Ok(module)) = self.modules.get(path.as_os_str()) else {
             return 0;
         };
-        let elf = module.elf();
-        let mut targets = vec![entry];
-        // Its PLT entry and its GOT slot (`call *slot(%rip)`).
-        if elsewhere {
-            targets.extend(
-                elf.imports
-                    .iter()
-                    .filter(|(_, n)| n == name)
-                    .map(|&(a, _)| a),
-            );
-        }
-        let mut conts: Vec<u64> = targets
-            .iter()
-            .flat_map(|&t| module.returns_of_calls_to(t))
-            .collect();
-        conts.sort_unstable();
-        conts.dedup();
+        let conts = own_continuations(module, entry, name, elsewhere, true);
         let mut sites: Vec<u64> = conts.iter().map(|&c| c.wrapping_add(bias)).collect();
         // The calls of the other modules that import it: through their PLT
         // entry, or `call *slot(%rip)` through their GOT slot (`-fno-plt`).
@@ -117,7 +136,7 @@ impl Patcher {
                 .imports
                 .iter()
                 .filter(|(_, n)| n == name)
-                .flat_map(|&(a, _)| module.returns_of_calls_to(a))
+                .flat_map(|&(a, _)| module.returns_of_calls_to(a, true))
                 .collect();
             conts.sort_unstable();
             conts.dedup();
