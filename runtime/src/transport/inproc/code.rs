@@ -332,16 +332,6 @@ impl ModuleCode {
         (sweep, calls_of(noted.calls), flow)
     }
 
-    /// The window of `shape` at link-time address `link` kept from an
-    /// earlier planning, its instructions decoded again at run-time
-    /// addresses (load bias `bias`); `None` when none was kept or it does
-    /// not decode as it was.
-    fn kept_window(&self, shape: WindowShape, link: u64, bias: u64) -> Option<Site> {
-        let win = *self.lock_plans().windows.get(&(shape, link))?;
-        let code = self.elf.bytes_at(win.link_addr(), win.len())?;
-        win.site(code, bias)
-    }
-
     /// Keeps the window `site` of `shape` chosen at link-time address
     /// `link` (load bias `bias`).
     fn keep_window(&self, shape: WindowShape, link: u64, site: &Site, bias: u64) {
@@ -364,13 +354,29 @@ impl ModuleCode {
         bias: u64,
         plan: impl FnOnce() -> Result<Site, String>,
     ) -> Result<Site, String> {
-        if let Some(site) = self.kept_window(shape, link, bias) {
+        // The window kept, else the refusal kept, in one look at the plans
+        // (another thread plans ahead into them: `patch::ahead`).
+        let (win, refused) = {
+            let p = self.lock_plans();
+            match p.windows.get(&(shape, link)) {
+                Some(w) => (Some(*w), None),
+                None => (None, p.refusals.get(&(shape, link)).cloned()),
+            }
+        };
+        if let Some(win) = win
+            && let Some(code) = self.elf.bytes_at(win.link_addr(), win.len())
+            && let Some(site) = win.site(code, bias)
+        {
             return Ok(site);
         }
-        if let Some((b, why)) = self.lock_plans().refusals.get(&(shape, link))
-            && *b == bias
+        let refused = match win {
+            Some(_) => self.lock_plans().refusals.get(&(shape, link)).cloned(),
+            None => refused,
+        };
+        if let Some((b, why)) = refused
+            && b == bias
         {
-            return Err(why.clone());
+            return Err(why);
         }
         let planned = plan();
         match &planned {
