@@ -10,5 +10,6 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     runtime::sys::alloc::keep_freed_memory();
+    runtime::sys::alloc::no_huge_pages();
     runtime::cmd::cli::main()
 }

@@ -17,6 +17,61 @@ pub fn keep_freed_memory() {
     unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) }
 }
 
+/// mimalloc's `mi_option_allow_thp`: its index in `mi_option_e`
+/// (`the_huge_page_option_is_mimallocs` checks it).
+const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+
+/// Tells the allocator to back its memory with pages of 4 KiB, not
+/// transparent huge pages: the arena mimalloc reserved at start-up
+/// (`madvise(MADV_NOHUGEPAGE)` over its mapping, found in
+/// `/proc/self/maps` by an address allocated in it) and any it reserves
+/// later (`mi_option_allow_thp`, which mimalloc checks at each
+/// reservation; set at start-up it would disable huge pages with
+/// `PR_SET_THP_DISABLE`, which the traced program would inherit across
+/// `execve`). A huge page is zeroed whole at its first touch, and where
+/// the kernel must first compact memory or the hypervisor back the page
+/// (a virtual machine reporting free pages to its host) that took 4–5 ms
+/// a page: a warm `wprobe trace` of python3.11 `--version` took 207–297 ms
+/// after a few seconds idle against 104–126 ms with pages of 4 KiB
+/// (docs/BENCHMARKS.md, "Arming, a thirteenth time"). A failure leaves
+/// the allocator as it was.
+pub fn no_huge_pages() {
+    // SAFETY: sets one of mimalloc's process-wide options, which any
+    // thread may do at any time (mimalloc reads them atomically).
+    unsafe { libmimalloc_sys::mi_option_set(ALLOW_THP, 0) }
+    let probe = Box::new(0u64);
+    let at = std::ptr::from_ref(&*probe) as usize;
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    let Some((start, end)) = maps.lines().find_map(|l| {
+        let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).ok()?,
+            usize::from_str_radix(hi, 16).ok()?,
+        );
+        (lo <= at && at < hi).then_some((lo, hi))
+    }) else {
+        return;
+    };
+    // SAFETY: advice on a mapping of this process's heap, found above,
+    // that changes how later page faults are served, not its contents.
+    unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            end - start,
+            libc::MADV_NOHUGEPAGE,
+        );
+    }
+}
+
+/// Whether mimalloc may use transparent huge pages for the arenas it
+/// reserves ([`no_huge_pages`]).
+pub fn huge_pages_allowed() -> bool {
+    // SAFETY: reads one of mimalloc's process-wide options.
+    unsafe { libmimalloc_sys::mi_option_get(ALLOW_THP) != 0 }
+}
+
 /// The allocator's purge delay (milliseconds; -1: never).
 pub fn purge_delay() -> std::os::raw::c_long {
     // SAFETY: reads one of mimalloc's process-wide options.
@@ -25,6 +80,47 @@ pub fn purge_delay() -> std::os::raw::c_long {
 
 #[cfg(test)]
 mod tests {
+    /// Index 43 is `allow_thp`: on by default, then off once
+    /// [`super::no_huge_pages`] ran, and the heap's mapping no longer
+    /// advised for huge pages (`/proc/self/smaps`: no `hg` flag).
+    #[test]
+    fn the_huge_page_option_is_mimallocs() {
+        if std::env::var_os("WPROBE_TEST_THP").is_some() {
+            assert!(super::huge_pages_allowed());
+            super::no_huge_pages();
+            assert!(!super::huge_pages_allowed());
+            let probe = Box::new(0u64);
+            let at = std::ptr::from_ref(&*probe) as usize;
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let mut inside = false;
+            for l in smaps.lines() {
+                if let Some((lo, hi)) = l.split_whitespace().next().and_then(|r| r.split_once('-'))
+                    && let (Ok(lo), Ok(hi)) =
+                        (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = lo <= at && at < hi;
+                }
+                if inside && let Some(flags) = l.strip_prefix("VmFlags:") {
+                    assert!(flags.contains(" nh"), "{flags}");
+                    assert!(!flags.contains(" hg"), "{flags}");
+                    return;
+                }
+            }
+            panic!("no mapping holds {at:#x}");
+        }
+        let me = std::env::current_exe().unwrap();
+        let o = std::process::Command::new(me)
+            .args([
+                "--exact",
+                "sys::alloc::tests::the_huge_page_option_is_mimallocs",
+            ])
+            .env("WPROBE_TEST_THP", "1")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("1 passed"));
+    }
+
     /// Index 15 is the purge delay: its default (1,000 ms in mimalloc v3),
     /// then what the environment variable of that option sets, in a child
     /// (options are read once, at the allocator's start).
