@@ -11,10 +11,16 @@
 # interleaved; wprobe with its caches (compiled modules, plans) warm and
 # cold (emptied before the run).
 #
+# With IDLE=S, each run starts after S seconds idle rather than right
+# after the one before: the first run of a tool after a pause, as a user
+# meets it (memory freed a while ago may be slower to get back: a
+# virtual machine that reports free pages to its host, or a kernel that
+# must compact memory for a huge page).
+#
 # usage: benches/trace/arming.sh [REPEATS]
 # env:   WPROBE (default target/release/wprobe; several binaries separated
 #        by spaces are each measured, their runs interleaved with the
-#        others'), PYTHON (/usr/bin/python3.11)
+#        others'), PYTHON (/usr/bin/python3.11), IDLE (seconds, default 0)
 set -euo pipefail
 R=${1:-5}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,7 +28,8 @@ read -r -a WS <<< "${WPROBE:-$ROOT/target/release/wprobe}"
 P=${PYTHON:-/usr/bin/python3.11}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/wprobe-arming.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-t() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
+IDLE=${IDLE:-0}
+t() { local s e; sleep "$IDLE"; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 least() { sort -n | head -1; }
 : > "$WORK/u"; : > "$WORK/f"
@@ -40,7 +47,7 @@ for _ in $(seq "$R"); do
   done
 done
 u=$(median < "$WORK/u"); f=$(median < "$WORK/f"); fl=$(least < "$WORK/f")
-echo "arming: $P --version, REPEATS=$R, medians (and fastest runs); wprobe $(git -C "$ROOT" rev-parse --short HEAD); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "arming: $P --version, REPEATS=$R, IDLE=${IDLE}s, medians (and fastest runs); wprobe $(git -C "$ROOT" rev-parse --short HEAD); load $(cut -d' ' -f1-3 /proc/loadavg)"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 printf "%-44s %8s %8s %8s %8s\n" "" "wall ms" "×uftrace" "fastest" "×uftrace"
 printf "%-44s %8s %8s %8s %8s\n" "untraced" "$u" "-" "$(least < "$WORK/u")" "-"
