@@ -51,6 +51,9 @@ pub(super) struct ModuleCode {
     key: Option<(std::path::PathBuf, plans::Key)>,
     /// The plans kept (from the plan cache, and those made in this run).
     plans: std::sync::Mutex<plans::Plans>,
+    /// Stubs generated in this run, in order, kept in `plans` when they are
+    /// saved ([`ModuleCode::keep_stub`]).
+    stubs_made: std::sync::Mutex<Vec<(plans::StubKey, Vec<u8>)>>,
     /// Set when the plans are saved: the windows planned ahead
     /// (`patch::ahead`) stop there.
     planned: std::sync::atomic::AtomicBool,
@@ -191,6 +194,7 @@ impl ModuleCode {
             far_jumps: std::sync::OnceLock::new(),
             key,
             plans: std::sync::Mutex::new(kept),
+            stubs_made: Default::default(),
             swept: std::sync::OnceLock::new(),
             decodings,
             planned: Default::default(),
@@ -424,11 +428,32 @@ impl ModuleCode {
         }
     }
 
-    /// Keeps the stub `code` generated for `key` ([`plans::KeptStubs::keep`]).
+    /// Keeps the stub `code` generated for `key` ([`plans::KeptStubs::keep`])
+    /// when the plans are saved, not now: the planner makes 20,000 of them
+    /// for a whole program, and their keeping (the stubs' table grown and
+    /// hashed, under the lock the planning thread takes too) is work the
+    /// thread that saves the plans can do. [`ModuleCode::kept_stub`] does
+    /// not see them meanwhile: a stub asked for again in the same run is
+    /// generated again, the same.
     pub(super) fn keep_stub(&self, key: plans::StubKey, code: &[u8]) {
+        self.stubs_made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, code.to_vec()));
+    }
+
+    /// Keeps in the plans the stubs generated since the last time
+    /// ([`ModuleCode::keep_stub`]), in the order they were.
+    fn keep_stubs_made(&self) {
+        let made = std::mem::take(&mut *self.stubs_made.lock().unwrap_or_else(|e| e.into_inner()));
+        if made.is_empty() {
+            return;
+        }
         let mut p = self.lock_plans();
-        if p.stubs.keep(key, code) {
-            p.added = true;
+        for (key, code) in made {
+            if p.stubs.keep(key, &code) {
+                p.added = true;
+            }
         }
     }
 
@@ -472,7 +497,14 @@ impl ModuleCode {
 
     /// Whether [`ModuleCode::save_plans`] has something to write.
     pub(super) fn plans_to_save(&self) -> bool {
-        self.key.is_some() && plans::enabled() && self.lock_plans().added
+        self.key.is_some()
+            && plans::enabled()
+            && (self.lock_plans().added
+                || !self
+                    .stubs_made
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty())
     }
 
     /// Saves the sweep and the plans in the plan cache if any were made
@@ -484,6 +516,7 @@ impl ModuleCode {
         let Some((path, key)) = self.key.as_ref().filter(|_| plans::enabled()) else {
             return;
         };
+        self.keep_stubs_made();
         // The sweep's part made (or waited for) only when there is
         // something to save, and not with the plans locked.
         if !self.lock_plans().added {
