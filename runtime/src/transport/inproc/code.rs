@@ -434,8 +434,17 @@ impl ModuleCode {
     /// hashed, under the lock the planning thread takes too) is work the
     /// thread that saves the plans can do. [`ModuleCode::kept_stub`] does
     /// not see them meanwhile: a stub asked for again in the same run is
-    /// generated again, the same.
+    /// generated again, the same. Where no plan is saved (no plan cache,
+    /// or no key for the file), kept now, as the plans keep them for the
+    /// run.
     pub(super) fn keep_stub(&self, key: plans::StubKey, code: &[u8]) {
+        if self.key.is_none() || !plans::enabled() {
+            let mut p = self.lock_plans();
+            if p.stubs.keep(key, code) {
+                p.added = true;
+            }
+            return;
+        }
         self.stubs_made
             .lock()
             .unwrap_or_else(|e| e.into_inner())
