@@ -17,6 +17,7 @@ mod cli_goldens;
 mod docs;
 mod dynamic_processes;
 mod guests;
+mod heap;
 mod inproc;
 mod inproc_epilogues;
 mod inproc_forks;
@@ -72,6 +73,7 @@ fn main() {
         dynamic_processes::CASES,
         inproc_forks::CASES,
         guests::CASES,
+        heap::CASES,
         inproc::CASES,
         inproc_goto::CASES,
         inproc_jumptables::CASES,

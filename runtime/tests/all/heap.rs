@@ -1,0 +1,112 @@
+//! wprobe's own heap is in pages of 4 KiB, not transparent huge pages: its
+//! allocator's arena is advised `MADV_NOHUGEPAGE` at start-up
+//! (`runtime/src/sys/alloc.rs`; docs/architecture.md, "wprobe's heap in
+//! pages of 4 KiB"), and the program it traces keeps its own use of huge
+//! pages (not `PR_SET_THP_DISABLE`, which it would inherit).
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::case;
+use crate::support::case::{Case, Need};
+use crate::support::cli::{scratch, wprobe};
+
+/// The tests of this module.
+pub(crate) const CASES: &[Case] = &[case!(
+    the_heap_is_in_small_pages_and_the_target_keeps_huge_ones,
+    Need::Ptrace
+)];
+
+/// The children of every thread of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The anonymous mappings of process `pid` of at least `min` bytes that
+/// can be read and written (not the reservations without access that
+/// wasmtime makes for its memories): their range and their `VmFlags` line
+/// (`/proc/PID/smaps`).
+fn large_anonymous_mappings(pid: u32, min: u64) -> Vec<(String, String)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for l in smaps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if let Some((lo, hi)) = f.first().and_then(|r| r.split_once('-'))
+            && let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16))
+        {
+            // An anonymous mapping has no sixth field (no path).
+            current = (f.len() == 5 && hi - lo >= min).then(|| f[0].to_string());
+            continue;
+        }
+        if let (Some(range), Some(flags)) = (&current, l.strip_prefix("VmFlags:")) {
+            if flags.contains(" rd") && flags.contains(" wr") {
+                out.push((range.clone(), flags.to_string()));
+            }
+            current = None;
+        }
+    }
+    out
+}
+
+fn the_heap_is_in_small_pages_and_the_target_keeps_huge_ones() {
+    let mut w = wprobe()
+        .args(["trace", "--transport", "inproc", "-o"])
+        .arg(scratch().join("heap-trace.txt"))
+        .args(["--", "/usr/bin/sleep", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wpid = w.id();
+    // The traced `sleep`: wprobe's child once it executes /usr/bin/sleep.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let target = loop {
+        let sleeping = children(wpid).into_iter().find(|&c| {
+            std::fs::read_link(format!("/proc/{c}/exe"))
+                .is_ok_and(|e| e == std::path::Path::new("/usr/bin/sleep"))
+        });
+        if let Some(t) = sleeping {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "no traced sleep after 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Armed and running: wprobe's heap has grown by then.
+    std::thread::sleep(Duration::from_millis(500));
+    // mimalloc's arena: a reservation of 1 GiB.
+    let arenas = large_anonymous_mappings(wpid, 256 << 20);
+    assert!(!arenas.is_empty(), "no arena found in wprobe's mappings");
+    for (range, flags) in &arenas {
+        assert!(flags.contains(" nh"), "{range}: {flags}");
+        assert!(!flags.contains(" hg"), "{range}: {flags}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{target}/status")).unwrap();
+    assert!(
+        status.lines().any(|l| l == "THP_enabled:\t1"),
+        "the traced program may not use huge pages:\n{status}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = w.kill();
+            panic!("wprobe did not end 15 s after a sleep of 3 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
