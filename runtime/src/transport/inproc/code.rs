@@ -615,6 +615,14 @@ impl ModuleCode {
             .find(|&(s, e)| s <= link && link < e)
     }
 
+    /// Whether the function whose return sites are `found` tail-calls
+    /// through a pointer (one of its indirect `jmp`s is among the module's
+    /// `tail_jumps`): its calls are seen returning at continuation sites
+    /// too (`patch::continuations`).
+    pub(super) fn tail_calls_through_pointer(&self, found: &ReturnSites) -> bool {
+        found.indirect.iter().any(|j| self.tail_jumps.contains(j))
+    }
+
     /// Whether the indirect `jmp` at link-time `jmp` may leave its
     /// function (a tail call through a pointer, or a jump whose targets
     /// are not known), rather than take a jump table into it.

@@ -48,8 +48,7 @@ pub(super) fn plan_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u
                 // A function that tail-calls through a pointer: its calls
                 // are seen returning at continuation sites too, as
                 // `Patcher::continue_tail_calls` plans them.
-                let tails = found.indirect.iter().any(|j| me.tail_jumps.contains(j));
-                let conts = match tails {
+                let conts = match me.tail_calls_through_pointer(&found) {
                     true => own_continuations(&me, start, &found.function, true, false),
                     false => Vec::new(),
                 };

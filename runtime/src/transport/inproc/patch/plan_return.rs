@@ -363,7 +363,7 @@ impl Patcher {
         unseen: bool,
     ) {
         let tails = match self.modules.get(path.as_os_str()) {
-            Some(Ok(module)) => found.indirect.iter().any(|j| module.tail_jumps.contains(j)),
+            Some(Ok(module)) => module.tail_calls_through_pointer(found),
             _ => false,
         };
         if tails || unseen {
