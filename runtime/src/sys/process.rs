@@ -55,12 +55,15 @@ pub fn spawn(argv: &[OsString], start: Start) -> Result<Spawned, Errno> {
         .map_err(|_| Errno::EINVAL)?;
     let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
+    if start == Start::TraceMe {
+        return spawn_traced(&ptrs);
+    }
     let (go_r, go_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let parent = std::process::id() as i32;
     let (go_r_fd, err_w_fd) = (go_r.as_raw_fd(), err_w.as_raw_fd());
     // SAFETY: fork; the child only calls async-signal-safe functions
-    // (prctl, getppid, read, ptrace, execvp, write, _exit) on data prepared
+    // (prctl, getppid, read, execvp, write, _exit) on data prepared
     // before the fork, so a multi-threaded parent is fine.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -69,22 +72,13 @@ pub fn spawn(argv: &[OsString], start: Start) -> Result<Spawned, Errno> {
     if child == 0 {
         // SAFETY: async-signal-safe calls only (see above); never returns.
         unsafe {
-            match start {
-                Start::Gated => {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                    if libc::getppid() != parent {
-                        libc::_exit(127);
-                    }
-                    let mut b = 0u8;
-                    if libc::read(go_r_fd, (&mut b as *mut u8).cast(), 1) != 1 {
-                        libc::_exit(127);
-                    }
-                }
-                Start::TraceMe => {
-                    if libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) != 0 {
-                        libc::_exit(126);
-                    }
-                }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() != parent {
+                libc::_exit(127);
+            }
+            let mut b = 0u8;
+            if libc::read(go_r_fd, (&mut b as *mut u8).cast(), 1) != 1 {
+                libc::_exit(127);
             }
             libc::execvp(ptrs[0], ptrs.as_ptr());
             let e = *libc::__errno_location();
@@ -95,9 +89,122 @@ pub fn spawn(argv: &[OsString], start: Start) -> Result<Spawned, Errno> {
     drop((go_r, err_w));
     Ok(Spawned {
         pid: child,
-        go: (start == Start::Gated).then_some(go_w),
+        go: Some(go_w),
         err: err_r,
     })
+}
+
+/// Bytes of the stack a [`Start::TraceMe`] child runs on until its exec
+/// (`execvp` builds each candidate path on it, and a script's
+/// interpreter's arguments).
+const TRACED_CHILD_STACK: usize = 256 << 10;
+
+/// What a [`Start::TraceMe`] child needs, made before the clone.
+struct TracedChild {
+    argv: *const *const libc::c_char,
+    err_w: RawFd,
+    /// The signal mask to exec with (the parent's thread's).
+    mask: libc::sigset_t,
+}
+
+/// [`spawn`] of a [`Start::TraceMe`] child as `posix_spawn` makes one: a
+/// child that shares wprobe's memory until its exec (`CLONE_VM |
+/// CLONE_VFORK`; this thread waits meanwhile), not a copy of it. A fork
+/// copies the page tables of wprobe's whole heap (tens of MB by the time
+/// a large program is launched), and every page wprobe writes afterwards
+/// faults once more to be made writable again.
+fn spawn_traced(ptrs: &[*const libc::c_char]) -> Result<Spawned, Errno> {
+    let (err_r, err_w) = pipe()?;
+    // SAFETY: a fresh private mapping, owned here, unmapped below.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            TRACED_CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    // Every signal blocked across the clone: no handler of wprobe's may
+    // run in the child, on wprobe's memory (the child restores the mask
+    // before its exec, its handlers reset to the default first).
+    // SAFETY: sigset_t is plain data that sigfillset/pthread_sigmask fill.
+    let (all, mut old) = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        (all, std::mem::zeroed::<libc::sigset_t>())
+    };
+    // SAFETY: swaps this thread's mask for `all`, the old one kept.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
+    let args = TracedChild {
+        argv: ptrs.as_ptr(),
+        err_w: err_w.as_raw_fd(),
+        mask: old,
+    };
+    // SAFETY: the child runs `traced_child` on its own stack (the top of
+    // the mapping above) with `args`, which live until the clone returns:
+    // with CLONE_VFORK this thread is suspended until the child has exec'd
+    // or exited, so neither the stack nor `args` is freed under it.
+    let child = unsafe {
+        libc::clone(
+            traced_child,
+            stack.cast::<u8>().add(TRACED_CHILD_STACK).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(&args).cast_mut().cast(),
+        )
+    };
+    let errno = Errno::last();
+    // SAFETY: restores this thread's mask; unmaps the child's stack, which
+    // it no longer uses (it exec'd or exited: see above).
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        libc::munmap(stack, TRACED_CHILD_STACK);
+    }
+    if child < 0 {
+        return Err(errno);
+    }
+    drop(err_w);
+    Ok(Spawned {
+        pid: child,
+        go: None,
+        err: err_r,
+    })
+}
+
+/// The [`Start::TraceMe`] child: default actions for the signals wprobe
+/// handles, the parent's signal mask back, `PTRACE_TRACEME`, exec; an exec
+/// failure's errno written to the pipe.
+extern "C" fn traced_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `TracedChild`, alive while the parent
+    // is suspended (CLONE_VFORK). Only system calls and `execvp` are made,
+    // on data prepared before the clone; wprobe's memory is written only
+    // by `execvp`'s own stack use and the errno it sets (the suspended
+    // thread's), as `posix_spawn`'s child does.
+    unsafe {
+        let a = &*arg.cast::<TracedChild>();
+        for sig in 1..=libc::SIGRTMAX() {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut act) == 0
+                && act.sa_sigaction != libc::SIG_DFL
+                && act.sa_sigaction != libc::SIG_IGN
+            {
+                act.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &act, std::ptr::null_mut());
+            }
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, &a.mask, std::ptr::null_mut());
+        if libc::ptrace(libc::PTRACE_TRACEME, 0, 0usize, 0usize) != 0 {
+            libc::_exit(126);
+        }
+        libc::execvp(*a.argv, a.argv);
+        let e = *libc::__errno_location();
+        libc::write(a.err_w, (&e as *const i32).cast(), 4);
+        libc::_exit(127)
+    }
 }
 
 impl Spawned {
@@ -255,5 +362,53 @@ pub fn perf_set_output(fd: RawFd, ring: RawFd) -> Result<(), Errno> {
         Err(Errno::last())
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A field of `/proc/<pid>/status` (`SigBlk`, `SigIgn`…).
+    fn status_field(pid: &str, name: &str) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// A traced child stops at its exec with this thread's signal mask
+    /// (not the all-blocked one of the clone).
+    #[test]
+    fn a_traced_child_execs_with_the_parents_signal_mask() {
+        let mine = status_field("thread-self", "SigBlk");
+        let argv = [OsString::from("true")];
+        let spawned = spawn(&argv, Start::TraceMe).unwrap();
+        let pid = spawned.pid;
+        let mut st = 0;
+        // SAFETY: waits for our own child into a live c_int.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP);
+        assert_eq!(spawned.exec_errno(), None);
+        let theirs = status_field(&pid.to_string(), "SigBlk");
+        kill_and_reap(pid);
+        assert_eq!(theirs, mine);
+    }
+
+    /// An exec that fails is reported with its errno, and the child is
+    /// gone (it exited: nothing left stopped).
+    #[test]
+    fn a_traced_childs_failed_exec_says_its_errno() {
+        let argv = [OsString::from("/nonexistent/wprobe-no-such-program")];
+        let spawned = spawn(&argv, Start::TraceMe).unwrap();
+        let pid = spawned.pid;
+        let mut st = 0;
+        // SAFETY: waits for our own child into a live c_int.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 127);
+        assert_eq!(spawned.exec_errno(), Some(Errno::ENOENT));
     }
 }
