@@ -329,8 +329,14 @@ impl World {
     /// Writes `data` at `addr` whatever the page protections (the
     /// process's text, stub pages).
     pub(super) fn poke(&self, addr: u64, data: &[u8]) -> anyhow::Result<()> {
-        self.forget_code(addr, data.len());
-        match crate::sys::mem::pwrite(&self.mem, data, addr) {
+        let written = crate::sys::mem::pwrite(&self.mem, data, addr);
+        // What `peek_code` read of those bytes: the bytes written, or, if
+        // not all were, forgotten.
+        match written {
+            Ok(n) if n == data.len() => self.code_written(addr, data),
+            _ => self.forget_code(addr, data.len()),
+        }
+        match written {
             Ok(n) if n == data.len() => Ok(()),
             Ok(n) => bail!(
                 "writing {} bytes at {addr:#x} in process {}: only {n}",
@@ -383,6 +389,33 @@ impl World {
             return self.peek(addr, buf);
         }
         done
+    }
+
+    /// Puts `data`, just written at `addr`, in what [`World::peek_code`]
+    /// read of those bytes (the process is stopped: nothing else writes
+    /// them).
+    fn code_written(&self, addr: u64, data: &[u8]) {
+        let mut code = self.code.lock().unwrap_or_else(|e| e.into_inner());
+        if code.is_empty() || data.is_empty() {
+            return;
+        }
+        let end = addr.saturating_add(data.len() as u64);
+        let mut base = addr & !(CODE_CHUNK - 1);
+        while base < end {
+            if let Some(chunk) = code.get_mut(&base) {
+                let lo = addr.max(base);
+                let hi = end.min(base + chunk.len() as u64);
+                if lo < hi {
+                    let (c, d) = ((lo - base) as usize, (lo - addr) as usize);
+                    let n = (hi - lo) as usize;
+                    chunk[c..c + n].copy_from_slice(&data[d..d + n]);
+                }
+            }
+            let Some(next) = base.checked_add(CODE_CHUNK) else {
+                break;
+            };
+            base = next;
+        }
     }
 
     /// Forgets what [`World::peek_code`] read of the `len` bytes at `addr`
@@ -777,5 +810,57 @@ impl agent_loader::Target for Injector<'_> {
             now.rip
         );
         Ok(now.rax)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `peek_code` reads after a `poke` is what the process holds:
+    /// the bytes written, in a chunk read before (the write put in it) and
+    /// across two chunks, and the bytes put back.
+    #[test]
+    fn code_read_in_chunks_follows_the_writes() {
+        let argv = [std::ffi::OsString::from("/bin/bash")];
+        let spawned =
+            crate::sys::process::spawn(&argv, crate::sys::process::Start::TraceMe).unwrap();
+        let pid = spawned.pid;
+        let st = sys::wait(pid, 0).unwrap().unwrap().1;
+        assert!(libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP);
+        assert_eq!(spawned.exec_errno(), None);
+        let maps = crate::proc::procmaps::read(pid).unwrap();
+        // A chunk boundary inside bash's code, 32 bytes on either side.
+        let at = maps
+            .iter()
+            .filter(|m| m.exec && m.path.ends_with("bash"))
+            .find_map(|m| {
+                let b = (m.start + 32).next_multiple_of(CODE_CHUNK);
+                (b + 32 <= m.end).then_some(b)
+            })
+            .expect("a chunk boundary in bash's code");
+        let w = World::launched(pid).unwrap();
+        let (lo, len) = (at - 16, 32usize);
+        let mut before = vec![0u8; len];
+        assert_eq!(w.peek_code(lo, &mut before), len);
+        let mut direct = vec![0u8; len];
+        assert_eq!(w.peek(lo, &mut direct), len);
+        assert_eq!(before, direct);
+        // Across the boundary, in both chunks read above.
+        let new: Vec<u8> = (0..8u8).map(|i| 0xc0 | i).collect();
+        w.poke(at - 4, &new).unwrap();
+        let mut after = vec![0u8; len];
+        assert_eq!(w.peek_code(lo, &mut after), len);
+        let mut expect = before.clone();
+        expect[12..20].copy_from_slice(&new);
+        assert_eq!(after, expect);
+        assert_eq!(w.peek(lo, &mut direct), len);
+        assert_eq!(direct, expect);
+        // Put back.
+        w.poke(at - 4, &before[12..20]).unwrap();
+        assert_eq!(w.peek_code(lo, &mut after), len);
+        assert_eq!(after, before);
+        drop(w);
+        crate::sys::process::kill_and_reap(pid);
     }
 }

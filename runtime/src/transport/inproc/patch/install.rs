@@ -123,7 +123,8 @@ impl Patcher {
 
 /// Writes each `(address, bytes, site)` of `writes`, those that start in
 /// one page as one write of the bytes from the first to the end of the
-/// last (the bytes between as they are); returns the sites written. An
+/// last (the bytes between as they are, `World::peek_code`); returns the
+/// sites written. An
 /// error names the address (after `what`) of the first write that failed.
 fn poke_by_page(
     world: &World,
@@ -162,7 +163,9 @@ fn poke_by_page(
                 .unwrap_or(lo);
             buf.clear();
             buf.resize((hi - lo) as usize, 0);
-            if world.peek(lo, &mut buf) != buf.len() {
+            // (Read through the chunks planning read the code by: the
+            // process is stopped, and they hold what was written since.)
+            if world.peek_code(lo, &mut buf) != buf.len() {
                 // Unreadable between: each on its own, as it would be.
                 for &(addr, bytes, i) in group {
                     world.poke(addr, bytes).map_err(|e| fail(addr, &e))?;
