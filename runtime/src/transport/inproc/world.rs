@@ -14,6 +14,8 @@ use anyhow::{Context, bail, ensure};
 use nix::errno::Errno;
 
 use super::cave;
+
+mod chunks;
 use crate::arch::{FpRegs, Regs};
 use crate::sys::ptrace::{self as sys, Status};
 
@@ -59,16 +61,12 @@ pub(super) struct World {
     cave_sought: bool,
     /// Injections made so far (for [`World::injection_pause`]).
     injections: u32,
-    /// The process's memory read by [`World::peek_code`], in
-    /// [`CODE_CHUNK`]-byte chunks by address (each as long as it could be
-    /// read); a chunk is forgotten when written ([`World::poke`], which
-    /// the loader's writes go through too), all at the release.
-    code: std::sync::Mutex<rustc_hash::FxHashMap<u64, Vec<u8>>>,
+    /// The process's memory read by [`World::peek_code`], in chunks
+    /// (`chunks::Chunks`); what [`World::poke`] (which the loader's
+    /// writes go through too) writes put in them, all forgotten at the
+    /// release.
+    code: chunks::Chunks,
 }
-
-/// Bytes of one chunk of [`World::peek_code`]'s reads (python3.11's 20,000
-/// windows in 3 MB of code: 50 reads rather than 20,000).
-const CODE_CHUNK: u64 = 64 << 10;
 
 /// The injection cave of one thread: where it is, the thread's state when
 /// it was first taken (what every injection puts back), and its FXSAVE
@@ -333,7 +331,7 @@ impl World {
         // What `peek_code` read of those bytes: the bytes written, or, if
         // not all were, forgotten.
         match written {
-            Ok(n) if n == data.len() => self.code_written(addr, data),
+            Ok(n) if n == data.len() => self.code.written(addr, data),
             _ => self.forget_code(addr, data.len()),
         }
         match written {
@@ -357,78 +355,22 @@ impl World {
     }
 
     /// [`World::peek`] for the many small reads of planning (each window's
-    /// bytes checked against its file's): served from chunks of
-    /// [`CODE_CHUNK`] bytes read once while the process stays stopped and
-    /// unwritten; what a chunk cannot give is read directly.
+    /// bytes checked against its file's): served from chunks read once
+    /// while the process stays stopped (`chunks::Chunks`); what a chunk
+    /// cannot give is read directly.
     pub(super) fn peek_code(&self, addr: u64, buf: &mut [u8]) -> usize {
-        let mut code = self.code.lock().unwrap_or_else(|e| e.into_inner());
-        let mut done = 0;
-        while done < buf.len() {
-            let Some(at) = addr.checked_add(done as u64) else {
-                break;
-            };
-            let base = at & !(CODE_CHUNK - 1);
-            let chunk = code.entry(base).or_insert_with(|| {
-                let mut v = vec![0u8; CODE_CHUNK as usize];
-                let n = self.peek(base, &mut v);
-                v.truncate(n);
-                v
-            });
-            let off = (at - base) as usize;
-            let n = chunk.len().saturating_sub(off).min(buf.len() - done);
-            if n == 0 {
-                break;
-            }
-            buf[done..done + n].copy_from_slice(&chunk[off..off + n]);
-            done += n;
+        if self.code.read(addr, buf, |at, chunk| self.peek(at, chunk)) {
+            return buf.len();
         }
-        drop(code);
-        if done < buf.len() {
-            // A chunk cut short (an unreadable page before the address):
-            // as the process says.
-            return self.peek(addr, buf);
-        }
-        done
-    }
-
-    /// Puts `data`, just written at `addr`, in what [`World::peek_code`]
-    /// read of those bytes (the process is stopped: nothing else writes
-    /// them).
-    fn code_written(&self, addr: u64, data: &[u8]) {
-        let mut code = self.code.lock().unwrap_or_else(|e| e.into_inner());
-        if code.is_empty() || data.is_empty() {
-            return;
-        }
-        let end = addr.saturating_add(data.len() as u64);
-        let mut base = addr & !(CODE_CHUNK - 1);
-        while base < end {
-            if let Some(chunk) = code.get_mut(&base) {
-                let lo = addr.max(base);
-                let hi = end.min(base + chunk.len() as u64);
-                if lo < hi {
-                    let (c, d) = ((lo - base) as usize, (lo - addr) as usize);
-                    let n = (hi - lo) as usize;
-                    chunk[c..c + n].copy_from_slice(&data[d..d + n]);
-                }
-            }
-            let Some(next) = base.checked_add(CODE_CHUNK) else {
-                break;
-            };
-            base = next;
-        }
+        // A chunk cut short (an unreadable page before the address): as
+        // the process says.
+        self.peek(addr, buf)
     }
 
     /// Forgets what [`World::peek_code`] read of the `len` bytes at `addr`
     /// (written), or everything (`len` 0: the process runs).
     fn forget_code(&self, addr: u64, len: usize) {
-        let mut code = self.code.lock().unwrap_or_else(|e| e.into_inner());
-        if len == 0 {
-            code.clear();
-            return;
-        }
-        let first = addr & !(CODE_CHUNK - 1);
-        let last = addr.saturating_add(len as u64 - 1) & !(CODE_CHUNK - 1);
-        code.retain(|&base, _| base < first || base > last);
+        self.code.forget(addr, len);
     }
 
     /// Hands the stopped threads over, still stopped and traced, with the
@@ -814,53 +756,4 @@ impl agent_loader::Target for Injector<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What `peek_code` reads after a `poke` is what the process holds:
-    /// the bytes written, in a chunk read before (the write put in it) and
-    /// across two chunks, and the bytes put back.
-    #[test]
-    fn code_read_in_chunks_follows_the_writes() {
-        let argv = [std::ffi::OsString::from("/bin/bash")];
-        let spawned =
-            crate::sys::process::spawn(&argv, crate::sys::process::Start::TraceMe).unwrap();
-        let pid = spawned.pid;
-        let st = sys::wait(pid, 0).unwrap().unwrap().1;
-        assert!(libc::WIFSTOPPED(st) && libc::WSTOPSIG(st) == libc::SIGTRAP);
-        assert_eq!(spawned.exec_errno(), None);
-        let maps = crate::proc::procmaps::read(pid).unwrap();
-        // A chunk boundary inside bash's code, 32 bytes on either side.
-        let at = maps
-            .iter()
-            .filter(|m| m.exec && m.path.ends_with("bash"))
-            .find_map(|m| {
-                let b = (m.start + 32).next_multiple_of(CODE_CHUNK);
-                (b + 32 <= m.end).then_some(b)
-            })
-            .expect("a chunk boundary in bash's code");
-        let w = World::launched(pid).unwrap();
-        let (lo, len) = (at - 16, 32usize);
-        let mut before = vec![0u8; len];
-        assert_eq!(w.peek_code(lo, &mut before), len);
-        let mut direct = vec![0u8; len];
-        assert_eq!(w.peek(lo, &mut direct), len);
-        assert_eq!(before, direct);
-        // Across the boundary, in both chunks read above.
-        let new: Vec<u8> = (0..8u8).map(|i| 0xc0 | i).collect();
-        w.poke(at - 4, &new).unwrap();
-        let mut after = vec![0u8; len];
-        assert_eq!(w.peek_code(lo, &mut after), len);
-        let mut expect = before.clone();
-        expect[12..20].copy_from_slice(&new);
-        assert_eq!(after, expect);
-        assert_eq!(w.peek(lo, &mut direct), len);
-        assert_eq!(direct, expect);
-        // Put back.
-        w.poke(at - 4, &before[12..20]).unwrap();
-        assert_eq!(w.peek_code(lo, &mut after), len);
-        assert_eq!(after, before);
-        drop(w);
-        crate::sys::process::kill_and_reap(pid);
-    }
-}
+mod tests;
