@@ -65,8 +65,20 @@ fn count() {
     });
 }
 
+/// Bytes the heap grows by at least (dlmalloc's granularity; its own is
+/// 64 KiB). The loader runs the agent's `init` and `load` system call by
+/// system call (every one a ptrace stop, there and back, of the target's
+/// thread): loading the handlers of a whole-program trace grew a heap of
+/// 64 KiB mappings nine times. Pages of a mapping not touched cost
+/// nothing.
+const GRANULARITY: usize = 1 << 20;
+
 #[global_allocator]
-static HEAP: Heap = Heap(SpinLock::new(Dlmalloc::new_with_allocator(Pages)));
+static HEAP: Heap = Heap(SpinLock::new({
+    let mut d = Dlmalloc::new_with_allocator(Pages);
+    assert!(d.set_granularity(GRANULARITY));
+    d
+}));
 
 // SAFETY: every operation runs under the lock; dlmalloc upholds the
 // GlobalAlloc contract for the layouts it is given.
