@@ -659,7 +659,7 @@ impl ModuleCode {
     fn kept_or_found(
         &self,
         target: u64,
-        kept: fn(&mut plans::Plans) -> &mut rustc_hash::FxHashMap<u64, Vec<u64>>,
+        kept: fn(&mut plans::Plans) -> &mut plans::AddrMap<u64, Vec<u64>>,
         found: impl FnOnce() -> Vec<u64>,
         keep: bool,
         take: impl Fn(u64) -> bool,

@@ -39,7 +39,8 @@
 //! atomically (a temporary file renamed); a directory that cannot be
 //! created or written never fails a trace.
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use by_address::HashMap;
+pub(super) use by_address::HashMap as AddrMap;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -296,7 +297,7 @@ pub(super) struct Sweep {
     /// The branch targets (their `.3` filled).
     pub(super) targets: BranchTargets,
     /// The tail calls through a pointer.
-    pub(super) tail_jumps: HashSet<u64>,
+    pub(super) tail_jumps: rustc_hash::FxHashSet<u64>,
 }
 
 /// The plans of one module file: kept from an earlier run and added to
@@ -634,6 +635,7 @@ pub(super) fn evict_in(dir: &Path, keep: &Path, max_bytes: u64) -> usize {
     removed
 }
 
+mod by_address;
 mod codec;
 mod kept_copies;
 mod kept_stubs;

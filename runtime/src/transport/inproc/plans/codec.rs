@@ -183,7 +183,7 @@ pub(super) fn encode(sweep: &Sweep, plans: &Plans) -> Vec<u8> {
 pub(in crate::transport::inproc) fn encode_sweep(
     funcs: &[(u64, u64)],
     targets: &BranchTargets,
-    tail_jumps: &HashSet<u64>,
+    tail_jumps: &rustc_hash::FxHashSet<u64>,
 ) -> Vec<u8> {
     let mut w = W::default();
     w.u64(funcs.len() as u64);
@@ -396,8 +396,9 @@ fn sweep_of(r: &mut R) -> Option<Sweep> {
         return None;
     }
     let n = r.count(2)?;
-    let mut t0 = HashSet::with_capacity_and_hasher(n, Default::default());
-    let mut t2 = HashMap::with_capacity_and_hasher(n, Default::default());
+    // The branch targets' own (agent_loader's) tables.
+    let mut t0 = rustc_hash::FxHashSet::with_capacity_and_hasher(n, Default::default());
+    let mut t2 = rustc_hash::FxHashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let a = r.delta(last)?;
@@ -406,10 +407,10 @@ fn sweep_of(r: &mut R) -> Option<Sweep> {
         last = a;
     }
     t0.extend(r.addrs()?);
-    let t1: HashSet<u64> = r.addrs()?.into_iter().collect();
+    let t1: rustc_hash::FxHashSet<u64> = r.addrs()?.into_iter().collect();
     let has_unknown = r.u64()? != 0;
     let n = r.count(2)?;
-    let mut unknown = HashMap::with_capacity_and_hasher(n, Default::default());
+    let mut unknown = rustc_hash::FxHashMap::with_capacity_and_hasher(n, Default::default());
     let mut last = 0;
     for _ in 0..n {
         let a = r.delta(last)?;

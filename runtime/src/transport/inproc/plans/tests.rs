@@ -313,7 +313,7 @@ fn plan_files_are_compact() {
     let t = &sweep.targets;
     assert!(t.2.len() > 1000, "{} targets", t.2.len());
     // The first format: every number in 8 bytes, the targets twice.
-    let unknown = t.3.as_ref().map_or(0, HashMap::len);
+    let unknown = t.3.as_ref().map_or(0, |m| m.len());
     let first = 8
         * (2 * sweep.funcs.len()
             + t.0.len()
