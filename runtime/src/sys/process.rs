@@ -227,6 +227,47 @@ impl Spawned {
     }
 }
 
+/// The CPU the calling thread runs on (`sched_getcpu`).
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: no arguments; returns a CPU number or -1.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}
+
+/// The CPUs thread `tid` (0: the calling thread) may run on.
+pub fn affinity(tid: i32) -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; the kernel fills the live set of
+    // its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+            .then_some(set)
+    }
+}
+
+/// Sets the CPUs thread `tid` (0: the calling thread) may run on; whether
+/// it was set.
+pub fn set_affinity(tid: i32, set: &libc::cpu_set_t) -> bool {
+    // SAFETY: passes a live set of its size.
+    unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
+}
+
+/// The set of the one CPU `cpu`, if `of` has it.
+pub fn only_cpu(of: &libc::cpu_set_t, cpu: usize) -> Option<libc::cpu_set_t> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return None;
+    }
+    // SAFETY: CPU_ISSET/CPU_SET on live sets, `cpu` within their size.
+    unsafe {
+        if !libc::CPU_ISSET(cpu, of) {
+            return None;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        Some(one)
+    }
+}
+
 /// kill(pid, sig).
 pub fn kill(pid: i32, sig: i32) -> Result<(), Errno> {
     // SAFETY: plain syscall with integer arguments.

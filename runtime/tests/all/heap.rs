@@ -1,8 +1,12 @@
-//! wprobe's own heap is in pages of 4 KiB, not transparent huge pages: its
-//! allocator's arena is advised `MADV_NOHUGEPAGE` at start-up
-//! (`runtime/src/sys/alloc.rs`; docs/architecture.md, "wprobe's heap in
-//! pages of 4 KiB"), and the program it traces keeps its own use of huge
-//! pages (not `PR_SET_THP_DISABLE`, which it would inherit).
+//! What wprobe's own speed-ups leave of the traced program: wprobe's heap
+//! is in pages of 4 KiB, not transparent huge pages (its allocator's arena
+//! is advised `MADV_NOHUGEPAGE` at start-up, `runtime/src/sys/alloc.rs`;
+//! docs/architecture.md, "wprobe's heap in pages of 4 KiB"), and the
+//! program it traces keeps its own use of huge pages (not
+//! `PR_SET_THP_DISABLE`, which it would inherit); the launched command and
+//! wprobe's thread share one CPU while the agent is loaded
+//! (`World::pin_together`), and both have their CPUs back once the command
+//! runs.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -12,10 +16,16 @@ use crate::support::case::{Case, Need};
 use crate::support::cli::{scratch, wprobe};
 
 /// The tests of this module.
-pub(crate) const CASES: &[Case] = &[case!(
-    the_heap_is_in_small_pages_and_the_target_keeps_huge_ones,
-    Need::Ptrace
-)];
+pub(crate) const CASES: &[Case] = &[
+    case!(
+        the_heap_is_in_small_pages_and_the_target_keeps_huge_ones,
+        Need::Ptrace
+    ),
+    case!(
+        the_traced_command_and_wprobe_have_their_cpus_back,
+        Need::Ptrace
+    ),
+];
 
 /// The children of every thread of process `pid`.
 fn children(pid: u32) -> Vec<u32> {
@@ -108,5 +118,50 @@ fn the_heap_is_in_small_pages_and_the_target_keeps_huge_ones() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    assert!(status.success(), "{status}");
+}
+
+/// The `Cpus_allowed_list` line of `/proc/PATH/status`.
+fn cpus_allowed(path: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{path}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .to_string()
+}
+
+fn the_traced_command_and_wprobe_have_their_cpus_back() {
+    let mine = cpus_allowed("self");
+    let mut w = wprobe()
+        .args(["trace", "--transport", "inproc", "-o"])
+        .arg(scratch().join("cpus-trace.txt"))
+        .args(["--", "/usr/bin/sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wpid = w.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let target = loop {
+        let sleeping = children(wpid).into_iter().find(|&c| {
+            std::fs::read_link(format!("/proc/{c}/exe"))
+                .is_ok_and(|e| e == std::path::Path::new("/usr/bin/sleep"))
+        });
+        if let Some(t) = sleeping {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "no traced sleep after 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Armed (the agent loaded) and running.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(cpus_allowed(&target.to_string()), mine, "the traced sleep");
+    assert_eq!(
+        cpus_allowed(&format!("{wpid}/task/{wpid}")),
+        mine,
+        "wprobe's main thread"
+    );
+    let status = w.wait().unwrap();
     assert!(status.success(), "{status}");
 }

@@ -125,6 +125,7 @@ impl InProc {
         let Some(world) = self.world.as_mut() else {
             return Err(Error::unsupported(INFO.name, "the target is not stopped"));
         };
+        world.pin_together();
         // Programs precompiled for the agent's engine.
         let mut phases = Phases::start();
         let cwasm = compile_programs(set)?;
@@ -165,6 +166,7 @@ impl InProc {
             });
             let loaded = load_agent(world, runner, self.join.take(), layout, facts, pid).and_then(
                 |mut agent| {
+                    phases.mark("agent mapped");
                     if !joined {
                         fill_region(
                             &agent,
@@ -185,7 +187,7 @@ impl InProc {
                         &self.program_maps,
                         self.pid,
                     )?;
-                    phases.mark("agent and modules loaded");
+                    phases.mark("agent initialized and modules loaded");
                     Ok(agent)
                 },
             );
@@ -196,6 +198,7 @@ impl InProc {
         });
         let mut agent = loaded?;
         let sites = ahead?;
+        phases.mark("sites specified (waited for)");
         {
             let mut t = world.target(runner);
             agent

@@ -66,6 +66,24 @@ pub(super) struct World {
     /// writes go through too) writes put in them, all forgotten at the
     /// release.
     code: chunks::Chunks,
+    /// The launched command's thread and wprobe's (this one) on one CPU
+    /// while the command is stopped for arming ([`World::pin_together`]):
+    /// the CPUs each may run on otherwise, put back at the release.
+    pinned: Option<Pinned>,
+}
+
+impl std::fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pinned")
+    }
+}
+
+/// What [`World::pin_together`] changed.
+struct Pinned {
+    /// The command's CPUs.
+    target: libc::cpu_set_t,
+    /// Those of wprobe's thread that traces it.
+    tracer: libc::cpu_set_t,
 }
 
 /// The injection cave of one thread: where it is, the thread's state when
@@ -130,6 +148,7 @@ impl World {
             cave_sought: false,
             injections: 0,
             code: Default::default(),
+            pinned: None,
         })
     }
 
@@ -138,6 +157,53 @@ impl World {
     pub(super) fn launched(pid: i32) -> anyhow::Result<World> {
         let threads = BTreeMap::from([(pid, Held::default())]);
         World::with_threads(pid, threads, libc::PTRACE_O_EXITKILL)
+    }
+
+    /// Puts the launched command's thread and this one on this thread's
+    /// CPU until the release (called when the agent is about to be
+    /// loaded). Loading it goes back and forth between them a hundred
+    /// times and more (each injected system call, each of the agent's own
+    /// while it starts: ptrace stops), and a stop that wakes the other
+    /// thread on another CPU pays for that CPU's wake-up (an interrupt,
+    /// and on a virtual machine an idle virtual CPU's return): mapping and
+    /// starting the agent in python3.11 took 2.4 to 16 ms on one machine,
+    /// 5 to 5.5 ms on one CPU, and the whole commit 2.5 to 3 ms less
+    /// (docs/BENCHMARKS.md). Not for planning, which is better off with
+    /// wprobe's other threads free to run beside it. Only for a launched
+    /// command, which dies with wprobe until it is let go
+    /// (`PTRACE_O_EXITKILL`): a wprobe killed meanwhile leaves no command
+    /// behind on one CPU. Nothing is changed when either cannot run there.
+    pub(super) fn pin_together(&mut self) {
+        use crate::sys::process as p;
+        if self.kill_on_exit == 0 || self.pinned.is_some() {
+            return;
+        }
+        let Some(cpu) = p::current_cpu() else {
+            return;
+        };
+        let (Some(target), Some(tracer)) = (p::affinity(self.pid), p::affinity(0)) else {
+            return;
+        };
+        let (Some(one), Some(_)) = (p::only_cpu(&target, cpu), p::only_cpu(&tracer, cpu)) else {
+            return;
+        };
+        if !p::set_affinity(self.pid, &one) {
+            return;
+        }
+        if !p::set_affinity(0, &one) {
+            p::set_affinity(self.pid, &target);
+            return;
+        }
+        self.pinned = Some(Pinned { target, tracer });
+    }
+
+    /// Gives the command and this thread their CPUs back
+    /// ([`World::pin_together`]).
+    fn unpin(&mut self) {
+        if let Some(p) = self.pinned.take() {
+            crate::sys::process::set_affinity(self.pid, &p.target);
+            crate::sys::process::set_affinity(0, &p.tracer);
+        }
     }
 
     /// Threads already seized and stopped by us (`traps::Traps::stop_all`),
@@ -376,6 +442,7 @@ impl World {
     /// Hands the stopped threads over, still stopped and traced, with the
     /// signal each holds (`traps::Traps` resumes them).
     pub(super) fn into_stopped(mut self) -> BTreeMap<i32, i32> {
+        self.unpin();
         std::mem::take(&mut self.threads)
             .into_iter()
             .map(|(tid, h)| (tid, h.sig))
@@ -386,6 +453,7 @@ impl World {
     /// injection cave goes back to the vDSO's zeros first (no thread runs
     /// it once its injection ended).
     pub(super) fn release(&mut self) {
+        self.unpin();
         self.forget_code(0, 0);
         if let Some(c) = self.cave.take() {
             let _ = self.poke(c.addr, &[0; cave::CAVE_BYTES as usize]);
