@@ -11,5 +11,12 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::process::ExitCode {
     runtime::sys::alloc::keep_freed_memory();
     runtime::sys::alloc::no_huge_pages();
-    runtime::cmd::cli::main()
+    let code = runtime::cmd::cli::main();
+    let keeper = runtime::sys::process::free_memory_after_exit();
+    if let Some(pid) = keeper
+        && std::env::var_os("WPROBE_DEBUG").is_some()
+    {
+        eprintln!("wprobe: debug: memory freed after the exit by process {pid}");
+    }
+    code
 }

@@ -227,6 +227,128 @@ impl Spawned {
     }
 }
 
+/// Resident memory below which [`free_memory_after_exit`] leaves the
+/// exit as it is (freeing a few thousand pages takes under a millisecond).
+const KEEP_FROM_BYTES: u64 = 32 << 20;
+
+/// Bytes of the stack of the child that keeps the memory.
+const KEEPER_STACK: usize = 64 << 10;
+
+/// What the keeper needs, made before the clone.
+struct Keeper {
+    /// wprobe's pid.
+    parent: i32,
+}
+
+/// Lets wprobe's exit end without freeing its memory first: a trace of a
+/// large program leaves 70 MB and more resident, and the kernel frees a
+/// process's memory before it tells the parent (a shell) that it exited —
+/// 6 ms of python3.11's warm `wprobe trace` (docs/BENCHMARKS.md). So
+/// this makes a child that shares the memory (`CLONE_VM`, no descriptor
+/// kept: it closes its copies before this returns; every signal blocked)
+/// and exits once wprobe has (its pidfd; without one, the kernel kills it
+/// when wprobe's thread exits, `PR_SET_PDEATHSIG`): the memory is freed
+/// as it exits, after wprobe's parent has its status. Call it last, just
+/// before the process exits.
+/// Returns the child's pid (None: not needed, or not made).
+pub fn free_memory_after_exit() -> Option<i32> {
+    let resident = std::fs::read_to_string("/proc/self/statm")
+        .ok()?
+        .split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()?
+        * 4096;
+    if resident < KEEP_FROM_BYTES {
+        return None;
+    }
+    let (r, w) = pipe().ok()?;
+    // SAFETY: a fresh private mapping: the keeper's stack, never unmapped
+    // (it is the keeper's until it dies, and goes with the memory).
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            KEEPER_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: sigset_t is plain data that sigfillset/pthread_sigmask fill.
+    let (all, mut old) = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        (all, std::mem::zeroed::<libc::sigset_t>())
+    };
+    // SAFETY: swaps this thread's mask for `all`, the old one kept: the
+    // keeper starts with every signal blocked (none of wprobe's handlers
+    // may run in it).
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
+    let keeper = Keeper {
+        parent: std::process::id() as i32,
+    };
+    // SAFETY: the child runs `keeper` on its own stack with `keeper`,
+    // which lives until this thread has read the end of the pipe: the
+    // child reads it before it closes its descriptors (the pipe's write
+    // end among them), and never after.
+    let pid = unsafe {
+        libc::clone(
+            keep_memory,
+            stack.cast::<u8>().add(KEEPER_STACK).cast(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            std::ptr::from_ref(&keeper).cast_mut().cast(),
+        )
+    };
+    // SAFETY: restores this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(w);
+    if pid < 0 {
+        return None;
+    }
+    // The keeper closed its descriptors (or died): the end of the pipe.
+    let mut b = 0u8;
+    // SAFETY: reads at most one byte into a live byte from our own pipe.
+    while unsafe { libc::read(r.as_raw_fd(), (&mut b as *mut u8).cast(), 1) } > 0 {}
+    Some(pid)
+}
+
+/// The keeper of [`free_memory_after_exit`]: killed when wprobe's thread
+/// exits, its descriptors closed, it waits for that.
+extern "C" fn keep_memory(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `Keeper`, read before the descriptors
+    // are closed (see `free_memory_after_exit`). Only system calls follow,
+    // on nothing of wprobe's memory but this stack.
+    unsafe {
+        let parent = (*arg.cast::<Keeper>()).parent;
+        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        // Until wprobe has exited, every thread of it (its pidfd readable):
+        // freeing the memory while the last of them are still exiting
+        // held them up.
+        let fd = libc::syscall(libc::SYS_pidfd_open, parent, 0) as i32;
+        if fd >= 0 {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            while libc::poll(&mut p, 1, -1) == 0 {}
+            libc::syscall(libc::SYS_exit, 0);
+        }
+        // No pidfd: killed when wprobe's thread exits.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() != parent {
+            libc::syscall(libc::SYS_exit, 0);
+        }
+        loop {
+            libc::pause();
+        }
+    }
+}
+
 /// The CPU the calling thread runs on (`sched_getcpu`).
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: no arguments; returns a CPU number or -1.

@@ -6,7 +6,8 @@
 //! `PR_SET_THP_DISABLE`, which it would inherit); the launched command and
 //! wprobe's thread share one CPU while the agent is loaded
 //! (`World::pin_together`), and both have their CPUs back once the command
-//! runs.
+//! runs; wprobe's memory is freed after its exit by a child that shares
+//! it (`sys::process::free_memory_after_exit`), gone once wprobe is.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -23,6 +24,10 @@ pub(crate) const CASES: &[Case] = &[
     ),
     case!(
         the_traced_command_and_wprobe_have_their_cpus_back,
+        Need::Ptrace
+    ),
+    case!(
+        the_child_that_frees_wprobes_memory_goes_with_it,
         Need::Ptrace
     ),
 ];
@@ -164,4 +169,49 @@ fn the_traced_command_and_wprobe_have_their_cpus_back() {
     );
     let status = w.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// Whether process `pid` is gone (or a zombie its new parent has yet to
+/// reap).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn the_child_that_frees_wprobes_memory_goes_with_it() {
+    let py = std::path::Path::new("/usr/bin/python3.11");
+    assert!(
+        py.exists(),
+        "/usr/bin/python3.11 is missing (Debian's python3.11)"
+    );
+    let out = wprobe()
+        .env("WPROBE_DEBUG", "1")
+        .args(["trace", "--transport", "inproc", "-o"])
+        .arg(scratch().join("keeper-trace.txt"))
+        .arg("--")
+        .arg(py)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Python 3.11.2\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let pid: u32 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("wprobe: debug: memory freed after the exit by process "))
+        .unwrap_or_else(|| panic!("no keeper said (a trace of python3.11 is large):\n{err}"))
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gone(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} still there 5 s after wprobe's exit"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
