@@ -115,11 +115,44 @@ struct TracedChild {
 /// faults once more to be made writable again.
 fn spawn_traced(ptrs: &[*const libc::c_char]) -> Result<Spawned, Errno> {
     let (err_r, err_w) = pipe()?;
-    // SAFETY: a fresh private mapping, owned here, unmapped below.
+    // The child restores the mask (`args.mask`, filled by `clone_vm`)
+    // before its exec, its handlers reset to the default first.
+    let mut args = TracedChild {
+        argv: ptrs.as_ptr(),
+        err_w: err_w.as_raw_fd(),
+        // SAFETY: sigset_t is plain data; `clone_vm` fills it before the
+        // child runs.
+        mask: unsafe { std::mem::zeroed() },
+    };
+    let stack = child_stack(TRACED_CHILD_STACK)?;
+    let child = clone_vm(
+        traced_child,
+        stack,
+        TRACED_CHILD_STACK,
+        libc::CLONE_VFORK,
+        &mut args,
+        |a| &mut a.mask,
+    );
+    // SAFETY: the child no longer uses its stack (with CLONE_VFORK this
+    // thread went on only once it exec'd or exited).
+    unsafe { libc::munmap(stack, TRACED_CHILD_STACK) };
+    let child = child?;
+    drop(err_w);
+    Ok(Spawned {
+        pid: child,
+        go: None,
+        err: err_r,
+    })
+}
+
+/// A stack of `len` bytes for a child made by [`clone_vm`] (a fresh
+/// private mapping, the caller's to unmap).
+fn child_stack(len: usize) -> Result<*mut libc::c_void, Errno> {
+    // SAFETY: a fresh private mapping, owned by the caller.
     let stack = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            TRACED_CHILD_STACK,
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
             -1,
@@ -129,50 +162,51 @@ fn spawn_traced(ptrs: &[*const libc::c_char]) -> Result<Spawned, Errno> {
     if stack == libc::MAP_FAILED {
         return Err(Errno::last());
     }
-    // Every signal blocked across the clone: no handler of wprobe's may
-    // run in the child, on wprobe's memory (the child restores the mask
-    // before its exec, its handlers reset to the default first).
-    // SAFETY: sigset_t is plain data that sigfillset/pthread_sigmask fill.
-    let (all, mut old) = unsafe {
+    Ok(stack)
+}
+
+/// Makes a child that shares wprobe's memory (`CLONE_VM`, and `flags`)
+/// and runs `run(args)` on `stack` (`len` bytes), with every signal
+/// blocked across the clone: no handler of wprobe's may run in it, on
+/// wprobe's memory (this thread's mask, put in `mask(args)` for the
+/// child, is back when this returns). `args` must stay alive as long as
+/// the child reads it. Its pid.
+fn clone_vm<T>(
+    run: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack: *mut libc::c_void,
+    len: usize,
+    flags: libc::c_int,
+    args: &mut T,
+    mask: impl FnOnce(&mut T) -> &mut libc::sigset_t,
+) -> Result<i32, Errno> {
+    // SAFETY: sigset_t is plain data that sigfillset fills.
+    let all = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
-        (all, std::mem::zeroed::<libc::sigset_t>())
+        all
     };
+    let old = mask(args);
     // SAFETY: swaps this thread's mask for `all`, the old one kept.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
-    let args = TracedChild {
-        argv: ptrs.as_ptr(),
-        err_w: err_w.as_raw_fd(),
-        mask: old,
-    };
-    // SAFETY: the child runs `traced_child` on its own stack (the top of
-    // the mapping above) with `args`, which live until the clone returns:
-    // with CLONE_VFORK this thread is suspended until the child has exec'd
-    // or exited, so neither the stack nor `args` is freed under it.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, old) };
+    let old = *old;
+    // SAFETY: the child runs `run` on its own stack (the top of the
+    // mapping) with `args`, which the caller keeps alive while the child
+    // reads it.
     let child = unsafe {
         libc::clone(
-            traced_child,
-            stack.cast::<u8>().add(TRACED_CHILD_STACK).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            std::ptr::from_ref(&args).cast_mut().cast(),
+            run,
+            stack.cast::<u8>().add(len).cast(),
+            libc::CLONE_VM | flags | libc::SIGCHLD,
+            std::ptr::from_mut(args).cast(),
         )
     };
     let errno = Errno::last();
-    // SAFETY: restores this thread's mask; unmaps the child's stack, which
-    // it no longer uses (it exec'd or exited: see above).
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        libc::munmap(stack, TRACED_CHILD_STACK);
-    }
+    // SAFETY: restores this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if child < 0 {
         return Err(errno);
     }
-    drop(err_w);
-    Ok(Spawned {
-        pid: child,
-        go: None,
-        err: err_r,
-    })
+    Ok(child)
 }
 
 /// The [`Start::TraceMe`] child: default actions for the signals wprobe
@@ -238,6 +272,9 @@ const KEEPER_STACK: usize = 64 << 10;
 struct Keeper {
     /// wprobe's pid.
     parent: i32,
+    /// wprobe's thread's signal mask (the keeper keeps every signal
+    /// blocked).
+    mask: libc::sigset_t,
 }
 
 /// Lets wprobe's exit end without freeing its memory first: a trace of a
@@ -263,52 +300,21 @@ pub fn free_memory_after_exit() -> Option<i32> {
         return None;
     }
     let (r, w) = pipe().ok()?;
-    // SAFETY: a fresh private mapping: the keeper's stack, never unmapped
-    // (it is the keeper's until it dies, and goes with the memory).
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            KEEPER_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: sigset_t is plain data that sigfillset/pthread_sigmask fill.
-    let (all, mut old) = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        (all, std::mem::zeroed::<libc::sigset_t>())
-    };
-    // SAFETY: swaps this thread's mask for `all`, the old one kept: the
-    // keeper starts with every signal blocked (none of wprobe's handlers
-    // may run in it).
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) };
-    let keeper = Keeper {
+    let mut keeper = Keeper {
         parent: std::process::id() as i32,
+        // SAFETY: sigset_t is plain data; `clone_vm` fills it.
+        mask: unsafe { std::mem::zeroed() },
     };
-    // SAFETY: the child runs `keeper` on its own stack with `keeper`,
-    // which lives until this thread has read the end of the pipe: the
-    // child reads it before it closes its descriptors (the pipe's write
-    // end among them), and never after.
-    let pid = unsafe {
-        libc::clone(
-            keep_memory,
-            stack.cast::<u8>().add(KEEPER_STACK).cast(),
-            libc::CLONE_VM | libc::SIGCHLD,
-            std::ptr::from_ref(&keeper).cast_mut().cast(),
-        )
-    };
-    // SAFETY: restores this thread's mask.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    // The keeper's stack, never unmapped: it is the keeper's until it
+    // dies, and goes with the memory. `keeper` lives until this thread
+    // has read the end of the pipe: the child reads it before it closes
+    // its descriptors (the pipe's write end among them), and never after.
+    let stack = child_stack(KEEPER_STACK).ok()?;
+    let pid = clone_vm(keep_memory, stack, KEEPER_STACK, 0, &mut keeper, |k| {
+        &mut k.mask
+    });
     drop(w);
-    if pid < 0 {
-        return None;
-    }
+    let pid = pid.ok()?;
     // The keeper closed its descriptors (or died): the end of the pipe.
     let mut b = 0u8;
     // SAFETY: reads at most one byte into a live byte from our own pipe.
@@ -316,8 +322,9 @@ pub fn free_memory_after_exit() -> Option<i32> {
     Some(pid)
 }
 
-/// The keeper of [`free_memory_after_exit`]: killed when wprobe's thread
-/// exits, its descriptors closed, it waits for that.
+/// The keeper of [`free_memory_after_exit`]: its descriptors closed, it
+/// exits once wprobe has (killed when wprobe's thread exits, where there
+/// is no pidfd).
 extern "C" fn keep_memory(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's `Keeper`, read before the descriptors
     // are closed (see `free_memory_after_exit`). Only system calls follow,

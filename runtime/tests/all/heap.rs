@@ -48,6 +48,41 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// `wprobe trace --transport inproc` of `sleep SECONDS` (its records in
+/// `out` in the scratch directory), and the traced sleep's pid, half a
+/// second after it started: armed (the agent loaded, wprobe's heap
+/// grown) and running.
+fn trace_sleep(out: &str, seconds: &str) -> (std::process::Child, u32) {
+    let w = wprobe()
+        .args(["trace", "--transport", "inproc", "-o"])
+        .arg(scratch().join(out))
+        .args(["--", "/usr/bin/sleep", seconds])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let target = traced_sleep(w.id());
+    std::thread::sleep(Duration::from_millis(500));
+    (w, target)
+}
+
+/// The traced `sleep` of wprobe `wpid`: its child once it executes
+/// /usr/bin/sleep (waited for up to 10 s).
+fn traced_sleep(wpid: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let sleeping = children(wpid).into_iter().find(|&c| {
+            std::fs::read_link(format!("/proc/{c}/exe"))
+                .is_ok_and(|e| e == std::path::Path::new("/usr/bin/sleep"))
+        });
+        if let Some(t) = sleeping {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "no traced sleep after 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The anonymous mappings of process `pid` of at least `min` bytes that
 /// can be read and written (not the reservations without access that
 /// wasmtime makes for its memories): their range and their `VmFlags` line
@@ -76,30 +111,8 @@ fn large_anonymous_mappings(pid: u32, min: u64) -> Vec<(String, String)> {
 }
 
 fn the_heap_is_in_small_pages_and_the_target_keeps_huge_ones() {
-    let mut w = wprobe()
-        .args(["trace", "--transport", "inproc", "-o"])
-        .arg(scratch().join("heap-trace.txt"))
-        .args(["--", "/usr/bin/sleep", "3"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut w, target) = trace_sleep("heap-trace.txt", "3");
     let wpid = w.id();
-    // The traced `sleep`: wprobe's child once it executes /usr/bin/sleep.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let target = loop {
-        let sleeping = children(wpid).into_iter().find(|&c| {
-            std::fs::read_link(format!("/proc/{c}/exe"))
-                .is_ok_and(|e| e == std::path::Path::new("/usr/bin/sleep"))
-        });
-        if let Some(t) = sleeping {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "no traced sleep after 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // Armed and running: wprobe's heap has grown by then.
-    std::thread::sleep(Duration::from_millis(500));
     // mimalloc's arena: a reservation of 1 GiB.
     let arenas = large_anonymous_mappings(wpid, 256 << 20);
     assert!(!arenas.is_empty(), "no arena found in wprobe's mappings");
@@ -138,29 +151,8 @@ fn cpus_allowed(path: &str) -> String {
 
 fn the_traced_command_and_wprobe_have_their_cpus_back() {
     let mine = cpus_allowed("self");
-    let mut w = wprobe()
-        .args(["trace", "--transport", "inproc", "-o"])
-        .arg(scratch().join("cpus-trace.txt"))
-        .args(["--", "/usr/bin/sleep", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut w, target) = trace_sleep("cpus-trace.txt", "2");
     let wpid = w.id();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let target = loop {
-        let sleeping = children(wpid).into_iter().find(|&c| {
-            std::fs::read_link(format!("/proc/{c}/exe"))
-                .is_ok_and(|e| e == std::path::Path::new("/usr/bin/sleep"))
-        });
-        if let Some(t) = sleeping {
-            break t;
-        }
-        assert!(Instant::now() < deadline, "no traced sleep after 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // Armed (the agent loaded) and running.
-    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(cpus_allowed(&target.to_string()), mine, "the traced sleep");
     assert_eq!(
         cpus_allowed(&format!("{wpid}/task/{wpid}")),
