@@ -272,6 +272,9 @@ const KEEPER_STACK: usize = 64 << 10;
 struct Keeper {
     /// wprobe's pid.
     parent: i32,
+    /// The write end of the pipe whose end tells wprobe the keeper closed
+    /// its descriptors.
+    done: RawFd,
     /// wprobe's thread's signal mask (the keeper keeps every signal
     /// blocked).
     mask: libc::sigset_t,
@@ -302,6 +305,7 @@ pub fn free_memory_after_exit() -> Option<i32> {
     let (r, w) = pipe().ok()?;
     let mut keeper = Keeper {
         parent: std::process::id() as i32,
+        done: w.as_raw_fd(),
         // SAFETY: sigset_t is plain data; `clone_vm` fills it.
         mask: unsafe { std::mem::zeroed() },
     };
@@ -330,8 +334,11 @@ extern "C" fn keep_memory(arg: *mut libc::c_void) -> libc::c_int {
     // are closed (see `free_memory_after_exit`). Only system calls follow,
     // on nothing of wprobe's memory but this stack.
     unsafe {
-        let parent = (*arg.cast::<Keeper>()).parent;
+        let Keeper { parent, done, .. } = *arg.cast::<Keeper>();
         libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        // Without `close_range` (Linux before 5.9) the others stay open
+        // until the keeper exits, but wprobe learns it can go on.
+        libc::close(done);
         // Until wprobe has exited, every thread of it (its pidfd readable):
         // freeing the memory while the last of them are still exiting
         // held them up.
