@@ -16,7 +16,7 @@ fn main() -> std::process::ExitCode {
     if let Some(pid) = keeper
         && std::env::var_os("WPROBE_DEBUG").is_some()
     {
-        eprintln!("wprobe: debug: memory freed after the exit by process {pid}");
+        runtime::elog!("wprobe: debug: memory freed after the exit by process {pid}");
     }
     code
 }

@@ -115,24 +115,23 @@ struct TracedChild {
 /// faults once more to be made writable again.
 fn spawn_traced(ptrs: &[*const libc::c_char]) -> Result<Spawned, Errno> {
     let (err_r, err_w) = pipe()?;
-    // The child restores the mask (`args.mask`, filled by `clone_vm`)
-    // before its exec, its handlers reset to the default first.
-    let mut args = TracedChild {
+    let stack = child_stack(TRACED_CHILD_STACK)?;
+    let blocked = SignalsBlocked::new();
+    // The child restores the mask before its exec, its handlers reset to
+    // the default first.
+    let args = TracedChild {
         argv: ptrs.as_ptr(),
         err_w: err_w.as_raw_fd(),
-        // SAFETY: sigset_t is plain data; `clone_vm` fills it before the
-        // child runs.
-        mask: unsafe { std::mem::zeroed() },
+        mask: blocked.old,
     };
-    let stack = child_stack(TRACED_CHILD_STACK)?;
     let child = clone_vm(
         traced_child,
         stack,
         TRACED_CHILD_STACK,
         libc::CLONE_VFORK,
-        &mut args,
-        |a| &mut a.mask,
+        &args,
     );
+    drop(blocked);
     // SAFETY: the child no longer uses its stack (with CLONE_VFORK this
     // thread went on only once it exec'd or exited).
     unsafe { libc::munmap(stack, TRACED_CHILD_STACK) };
@@ -165,46 +164,60 @@ fn child_stack(len: usize) -> Result<*mut libc::c_void, Errno> {
     Ok(stack)
 }
 
+/// Every signal blocked for this thread while it lives, for a
+/// [`clone_vm`] child to start with none of wprobe's handlers able to run
+/// in it, on wprobe's memory; this thread's mask before (`old`) back when
+/// dropped.
+struct SignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl SignalsBlocked {
+    fn new() -> SignalsBlocked {
+        // SAFETY: sigset_t is plain data that sigfillset/pthread_sigmask
+        // fill; swaps this thread's mask for the full set, the old one
+        // kept.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            SignalsBlocked { old }
+        }
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
 /// Makes a child that shares wprobe's memory (`CLONE_VM`, and `flags`)
-/// and runs `run(args)` on `stack` (`len` bytes), with every signal
-/// blocked across the clone: no handler of wprobe's may run in it, on
-/// wprobe's memory (this thread's mask, put in `mask(args)` for the
-/// child, is back when this returns). `args` must stay alive as long as
-/// the child reads it. Its pid.
+/// and runs `run(args)` on `stack` (`len` bytes); call it with
+/// [`SignalsBlocked`]. `args` must stay alive as long as the child reads
+/// it. Its pid.
 fn clone_vm<T>(
     run: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     stack: *mut libc::c_void,
     len: usize,
     flags: libc::c_int,
-    args: &mut T,
-    mask: impl FnOnce(&mut T) -> &mut libc::sigset_t,
+    args: &T,
 ) -> Result<i32, Errno> {
-    // SAFETY: sigset_t is plain data that sigfillset fills.
-    let all = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        all
-    };
-    let old = mask(args);
-    // SAFETY: swaps this thread's mask for `all`, the old one kept.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &all, old) };
-    let old = *old;
     // SAFETY: the child runs `run` on its own stack (the top of the
     // mapping) with `args`, which the caller keeps alive while the child
-    // reads it.
+    // reads it (it only reads it).
     let child = unsafe {
         libc::clone(
             run,
             stack.cast::<u8>().add(len).cast(),
             libc::CLONE_VM | flags | libc::SIGCHLD,
-            std::ptr::from_mut(args).cast(),
+            std::ptr::from_ref(args).cast_mut().cast(),
         )
     };
-    let errno = Errno::last();
-    // SAFETY: restores this thread's mask.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if child < 0 {
-        return Err(errno);
+        return Err(Errno::last());
     }
     Ok(child)
 }
@@ -275,9 +288,6 @@ struct Keeper {
     /// The write end of the pipe whose end tells wprobe the keeper closed
     /// its descriptors.
     done: RawFd,
-    /// wprobe's thread's signal mask (the keeper keeps every signal
-    /// blocked).
-    mask: libc::sigset_t,
 }
 
 /// Lets wprobe's exit end without freeing its memory first: a trace of a
@@ -303,20 +313,19 @@ pub fn free_memory_after_exit() -> Option<i32> {
         return None;
     }
     let (r, w) = pipe().ok()?;
-    let mut keeper = Keeper {
+    let keeper = Keeper {
         parent: std::process::id() as i32,
         done: w.as_raw_fd(),
-        // SAFETY: sigset_t is plain data; `clone_vm` fills it.
-        mask: unsafe { std::mem::zeroed() },
     };
     // The keeper's stack, never unmapped: it is the keeper's until it
     // dies, and goes with the memory. `keeper` lives until this thread
     // has read the end of the pipe: the child reads it before it closes
     // its descriptors (the pipe's write end among them), and never after.
+    // Every signal stays blocked in the keeper.
     let stack = child_stack(KEEPER_STACK).ok()?;
-    let pid = clone_vm(keep_memory, stack, KEEPER_STACK, 0, &mut keeper, |k| {
-        &mut k.mask
-    });
+    let blocked = SignalsBlocked::new();
+    let pid = clone_vm(keep_memory, stack, KEEPER_STACK, 0, &keeper);
+    drop(blocked);
     drop(w);
     let pid = pid.ok()?;
     // The keeper closed its descriptors (or died): the end of the pipe.

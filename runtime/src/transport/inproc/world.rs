@@ -14,11 +14,11 @@ use anyhow::{Context, bail, ensure};
 use nix::errno::Errno;
 
 use super::cave;
+use crate::arch::{FpRegs, Regs};
+use crate::sys::ptrace::{self as sys, Status};
 
 mod chunks;
 mod pin;
-use crate::arch::{FpRegs, Regs};
-use crate::sys::ptrace::{self as sys, Status};
 
 /// How long attaching may take before the process is deemed unattachable.
 const ATTACH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);

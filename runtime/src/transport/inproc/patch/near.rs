@@ -88,13 +88,12 @@ impl Patcher {
                 // (Read through the chunks planning reads the code by, not
                 // a system call each: a cave is a few bytes, and a large
                 // program tries a thousand.)
+                // (A cave is `CAVE_LEN` bytes: a longer span is taken.)
                 let file = module.bytes_at(a.wrapping_sub(bias), (b - a) as usize);
-                let mut buf = [0u8; 16];
-                let Some(now) = buf.get_mut(..(b - a) as usize) else {
-                    let mut now = vec![0u8; (b - a) as usize];
-                    return !(world.peek_code(a, &mut now) == now.len() && file == Some(&now[..]));
-                };
-                !(world.peek_code(a, now) == now.len() && file == Some(&now[..]))
+                let mut buf = [0u8; nearjump::CAVE_LEN];
+                !buf.get_mut(..(b - a) as usize).is_some_and(|now| {
+                    world.peek_code(a, now) == now.len() && file == Some(&now[..])
+                })
             };
             let c = nearjump::find_cave(lo, &blocks, taken).ok_or_else(|| {
                 format!(
