@@ -57,7 +57,7 @@ use std::path::PathBuf;
 use agent_loader::nearjump::CAVE_LEN;
 use agent_loader::stub::Site;
 
-use self::module::{AheadReads, LastModule};
+use self::module::LastModule;
 use super::code::ModuleCode;
 use super::journal::Journal;
 use crate::proc::procmaps::Mapping;
@@ -135,9 +135,9 @@ pub(super) struct Patcher {
     /// component by component, at every lookup of planning).
     modules:
         HashMap<std::ffi::OsString, Result<std::sync::Arc<ModuleCode>, crate::transport::Error>>,
-    /// The module files a thread of their own reads ahead
-    /// ([`Patcher::read_ahead`]), and where each read ends up.
-    ahead: Option<AheadReads>,
+    /// Whether a thread of its own reads the module files ahead
+    /// ([`Patcher::read_ahead`]).
+    reading_ahead: bool,
     /// The `ret`s of functions of other modules that traced functions
     /// tail-call, by name (`None`: not found, or not decodable).
     outside: HashMap<String, Option<Vec<u64>>>,
@@ -306,7 +306,7 @@ impl Patcher {
     pub(super) fn fork_copy(&self) -> Patcher {
         Patcher {
             modules: self.modules.clone(),
-            ahead: None,
+            reading_ahead: false,
             outside: self.outside.clone(),
             outside_partial: self.outside_partial.clone(),
             areas: self.areas.clone(),

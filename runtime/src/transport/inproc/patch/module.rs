@@ -1,7 +1,7 @@
 //! The module files' code (functions, branch targets), read once at its
-//! first need, or received from a thread of its own that reads ahead the
-//! other files the process maps executable (the return probes of one
-//! module ask for the others').
+//! first need, by this thread or by the thread that reads ahead the other
+//! files the process maps executable (the return probes of one module ask
+//! for the others'), whichever comes first (`code::read_shared`).
 
 use std::path::{Path, PathBuf};
 
@@ -9,13 +9,6 @@ use super::{Patcher, mapping_of};
 use crate::proc::procmaps::Mapping;
 use crate::transport::Error;
 use crate::transport::inproc::code::ModuleCode;
-
-/// Module files read on a thread of their own: those not received yet,
-/// and the channel each read comes back by.
-pub(super) type AheadReads = (
-    rustc_hash::FxHashSet<PathBuf>,
-    std::sync::mpsc::Receiver<(PathBuf, Result<std::sync::Arc<ModuleCode>, Error>)>,
-);
 
 /// Where a run-time address is in the files the process maps: its
 /// mapping, that mapping's file (canonical path) and the offset in it.
@@ -76,30 +69,15 @@ impl Patcher {
         Ok((path, code))
     }
 
-    /// The code of module file `p`, read at its first need, or received
-    /// from the thread that reads it ahead.
+    /// The code of module file `p`, read at its first need (or taken from
+    /// the reading another thread did or is doing: only that file's is
+    /// waited for, not those read ahead before it).
     pub(super) fn module(&mut self, p: &Path) -> &Result<std::sync::Arc<ModuleCode>, Error> {
         if !self.modules.contains_key(p.as_os_str()) {
-            if let Some((waiting, rx)) = &mut self.ahead
-                && waiting.contains(p)
-            {
-                while let Ok((q, m)) = rx.recv() {
-                    waiting.remove(&q);
-                    let done = q == p;
-                    self.modules.insert(q.into_os_string(), m);
-                    if done {
-                        break;
-                    }
-                }
-                // The thread ended without it (it cannot: a read's panic).
-                waiting.remove(p);
-            }
-            if !self.modules.contains_key(p.as_os_str()) {
-                self.modules.insert(
-                    p.as_os_str().to_os_string(),
-                    crate::transport::inproc::code::read_shared(p),
-                );
-            }
+            self.modules.insert(
+                p.as_os_str().to_os_string(),
+                crate::transport::inproc::code::read_shared(p),
+            );
         }
         &self.modules[p.as_os_str()]
     }
@@ -110,32 +88,23 @@ impl Patcher {
     /// functions its functions tail-call, the calls of its PLT entries),
     /// and the process is stopped meanwhile, its CPU free.
     pub(super) fn read_ahead(&mut self, maps: &[Mapping]) {
-        if self.ahead.is_some() {
+        if self.reading_ahead {
             return;
         }
+        self.reading_ahead = true;
         let mut paths = Self::exec_paths(maps);
         paths.retain(|p| !self.modules.contains_key(p.as_os_str()));
         // Not those another thread reads already (the executable, from the
-        // launch on: the libraries are read meanwhile, not after it; its
-        // first need waits for that reading).
+        // launch on: the libraries are read meanwhile, not after it).
         paths.retain(|p| !crate::transport::inproc::code::reading_started(p));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiting = paths.iter().cloned().collect();
-        let spawned = std::thread::Builder::new()
+        // No thread: each read at its first need, as without it.
+        let _ = std::thread::Builder::new()
             .name("wprobe-read".into())
             .spawn(move || {
                 for p in paths {
-                    let m = crate::transport::inproc::code::read_shared(&p);
-                    if tx.send((p, m)).is_err() {
-                        break;
-                    }
+                    let _ = crate::transport::inproc::code::read_shared(&p);
                 }
             });
-        self.ahead = Some(match spawned {
-            Ok(_) => (waiting, rx),
-            // No thread: read at each first need, as without it.
-            Err(_) => (Default::default(), rx),
-        });
     }
 
     /// Saves in the plan cache what planning learnt of each module file

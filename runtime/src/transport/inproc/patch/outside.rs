@@ -64,10 +64,11 @@ impl Patcher {
             return true;
         }
         for p in Self::exec_paths(maps) {
-            let Ok(module) = self.module(&p).as_ref() else {
+            // The symbol tables only (shared with the module's reading):
+            // not each module's sweep, waited for in turn.
+            let Ok(elf) = wprobe_elf::info::ElfInfo::open_shared(&p) else {
                 continue;
             };
-            let elf = module.elf();
             let wprobe_elf::Lookup::Found(sym) = elf.lookup(name) else {
                 continue;
             };
@@ -81,7 +82,7 @@ impl Patcher {
             let Some(off) = elf.file_offset(sym.value) else {
                 return false;
             };
-            return crate::transport::retsites::return_sites(elf, off, "inproc")
+            return crate::transport::retsites::return_sites(&elf, off, "inproc")
                 .is_ok_and(|r| r.rets.is_empty() && r.outside.is_empty() && r.indirect.is_empty());
         }
         false
@@ -127,10 +128,11 @@ impl Patcher {
         let exec = Self::exec_files(maps);
         let mut at = None;
         for p in &Self::exec_paths(maps) {
-            let Ok(module) = self.module(p).as_ref() else {
+            // The symbol tables only: the sweep of the module that defines
+            // `name` is waited for by `rets_of`, not every module's before.
+            let Ok(elf) = wprobe_elf::info::ElfInfo::open_shared(p) else {
                 continue;
             };
-            let elf = module.elf();
             let wprobe_elf::Lookup::Found(sym) = elf.lookup(name) else {
                 continue;
             };
@@ -144,6 +146,9 @@ impl Patcher {
                         .map(|off| Entered::Offset(p.clone(), off));
                 }
                 wprobe_elf::SymKind::Ifunc => {
+                    let Ok(module) = self.module(p).as_ref() else {
+                        continue;
+                    };
                     let bias = exec
                         .iter()
                         .filter(|(q, _)| q == p)
