@@ -372,6 +372,28 @@ extern "C" fn keep_memory(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
+/// The CPUs wprobe's tracing thread had before it was put on one
+/// ([`set_unpinned`]): a thread it starts meanwhile inherits its one CPU,
+/// and takes these back ([`run_on_unpinned`]).
+static UNPINNED: std::sync::Mutex<Option<libc::cpu_set_t>> = std::sync::Mutex::new(None);
+
+/// Says which CPUs the tracing thread had before it was put on one CPU
+/// (`None`: it has them back), for the threads it starts meanwhile.
+pub fn set_unpinned(cpus: Option<libc::cpu_set_t>) {
+    *UNPINNED.lock().unwrap_or_else(|e| e.into_inner()) = cpus;
+}
+
+/// Puts the calling thread (one the tracing thread started while it was
+/// on one CPU, [`set_unpinned`]) back on the CPUs the tracing thread had:
+/// its work goes on beside the tracer's, not in turn with it on one CPU.
+/// Nothing when the tracer is not pinned.
+pub fn run_on_unpinned() {
+    let cpus = *UNPINNED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(set) = cpus {
+        set_affinity(0, &set);
+    }
+}
+
 /// The CPU the calling thread runs on (`sched_getcpu`).
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: no arguments; returns a CPU number or -1.
@@ -582,6 +604,33 @@ mod tests {
         let theirs = status_field(&pid.to_string(), "SigBlk");
         kill_and_reap(pid);
         assert_eq!(theirs, mine);
+    }
+
+    /// A thread started while the tracing thread is on one CPU inherits
+    /// that CPU, and [`run_on_unpinned`] gives it the CPUs the tracer had
+    /// before (all of this test's, on a machine of several CPUs).
+    #[test]
+    fn a_thread_started_while_pinned_runs_on_the_tracers_cpus() {
+        std::thread::spawn(|| {
+            let all = affinity(0).unwrap();
+            let one = only_cpu(&all, current_cpu().unwrap()).unwrap();
+            assert!(set_affinity(0, &one));
+            set_unpinned(Some(all));
+            let (inherited, after) = std::thread::spawn(|| {
+                let inherited = affinity(0).unwrap();
+                run_on_unpinned();
+                (inherited, affinity(0).unwrap())
+            })
+            .join()
+            .unwrap();
+            set_unpinned(None);
+            // SAFETY: CPU_COUNT/CPU_EQUAL read live sets of their size.
+            let (n, same) = unsafe { (libc::CPU_COUNT(&inherited), libc::CPU_EQUAL(&after, &all)) };
+            assert_eq!(n, 1);
+            assert!(same);
+        })
+        .join()
+        .unwrap();
     }
 
     /// An exec that fails is reported with its errno, and the child is

@@ -160,6 +160,8 @@ impl InProc {
         let patcher = &mut self.patcher;
         let (loaded, ahead) = std::thread::scope(|scope| {
             let ahead = scope.spawn(move || {
+                // Beside the agent's loading, not on its one CPU.
+                crate::sys::process::run_on_unpinned();
                 let specs = Self::site_specs(patcher, 0..n_sites);
                 patcher.journal_ahead();
                 specs
@@ -490,6 +492,9 @@ fn drop_behind(sites: Vec<SiteSpec>) {
         // A thread that cannot start drops the closure, and them, here.
         let _ = std::thread::Builder::new()
             .name("wprobe-drop".into())
-            .spawn(move || drop(sites));
+            .spawn(move || {
+                crate::sys::process::run_on_unpinned();
+                drop(sites)
+            });
     }
 }

@@ -54,6 +54,9 @@ impl World {
             return;
         }
         self.pinned = Some(Pinned { target, tracer });
+        // The threads this one starts meanwhile (the sites' specifications
+        // made beside the agent's loading) run on the other CPUs.
+        p::set_unpinned(Some(tracer));
     }
 
     /// Gives the command and this thread their CPUs back
@@ -62,6 +65,7 @@ impl World {
         if let Some(p) = self.pinned.take() {
             crate::sys::process::set_affinity(self.pid, &p.target);
             crate::sys::process::set_affinity(0, &p.tracer);
+            crate::sys::process::set_unpinned(None);
         }
     }
 }
