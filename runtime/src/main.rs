@@ -8,6 +8,15 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Small pages for the heap from the start: run by the C runtime before
+/// the Rust runtime's first allocation (`sys::alloc::no_huge_pages`, the
+/// first thing `main` does, turns huge pages back on for the process once
+/// the heap is advised against them).
+#[used]
+#[unsafe(link_section = ".init_array")]
+static SMALL_PAGES_FROM_THE_START: extern "C" fn() =
+    runtime::sys::alloc::small_pages_from_the_start;
+
 fn main() -> std::process::ExitCode {
     runtime::sys::alloc::keep_freed_memory();
     runtime::sys::alloc::no_huge_pages();

@@ -17,6 +17,44 @@ pub fn keep_freed_memory() {
     unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) }
 }
 
+/// Whether [`small_pages_from_the_start`] turned transparent huge pages
+/// off for the process (they were on): [`no_huge_pages`] turns them back
+/// on once the heap's arena is advised against them.
+static THP_OFF_AT_START: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns transparent huge pages off for the whole process
+/// (`PR_SET_THP_DISABLE`) until [`no_huge_pages`] runs: for the binary's
+/// `.init_array` (`src/main.rs`), before the Rust runtime's first
+/// allocation, which touches the arena mimalloc reserves first, and
+/// before `main`, where [`no_huge_pages`] advises that arena against
+/// them. Without it the pages touched before were huge (two, 4 MB, in
+/// wprobe's arena while it traced: `/proc/PID/smaps`), each zeroed whole
+/// at its first touch, 4–5 ms a page after a few seconds idle on a
+/// virtual machine (docs/BENCHMARKS.md, "Arming, a thirteenth time").
+/// Left as it was when they were off already (inherited: the traced
+/// command inherits that, not wprobe's choice).
+pub extern "C" fn small_pages_from_the_start() {
+    // SAFETY: prctl with integer arguments only; reads and sets a flag of
+    // the calling process.
+    let off = unsafe {
+        libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0
+            && libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
+    };
+    THP_OFF_AT_START.store(off, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Turns transparent huge pages back on for the process if
+/// [`small_pages_from_the_start`] turned them off: the command wprobe
+/// starts inherits the flag.
+fn huge_pages_back() {
+    if THP_OFF_AT_START.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: prctl with integer arguments only.
+        unsafe {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0);
+        }
+    }
+}
+
 /// mimalloc's `mi_option_allow_thp`: its index in `mi_option_e`
 /// (`the_huge_page_option_is_mimallocs` checks it).
 const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
@@ -34,8 +72,15 @@ const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 /// a page: a warm `wprobe trace` of python3.11 `--version` took 207–297 ms
 /// after a few seconds idle against 104–126 ms with pages of 4 KiB
 /// (docs/BENCHMARKS.md, "Arming, a thirteenth time"). A failure leaves
-/// the allocator as it was.
+/// the allocator as it was. Then huge pages are back on for the process
+/// if [`small_pages_from_the_start`] turned them off.
 pub fn no_huge_pages() {
+    advise_the_arena();
+    huge_pages_back();
+}
+
+/// [`no_huge_pages`]'s advice to the allocator and its arena.
+fn advise_the_arena() {
     // SAFETY: sets one of mimalloc's process-wide options, which any
     // thread may do at any time (mimalloc reads them atomically).
     unsafe { libmimalloc_sys::mi_option_set(ALLOW_THP, 0) }

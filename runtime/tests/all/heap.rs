@@ -85,12 +85,13 @@ fn traced_sleep(wpid: u32) -> u32 {
 
 /// The anonymous mappings of process `pid` of at least `min` bytes that
 /// can be read and written (not the reservations without access that
-/// wasmtime makes for its memories): their range and their `VmFlags` line
-/// (`/proc/PID/smaps`).
-fn large_anonymous_mappings(pid: u32, min: u64) -> Vec<(String, String)> {
+/// wasmtime makes for its memories): their range, their `VmFlags` line
+/// and their `AnonHugePages` line (`/proc/PID/smaps`).
+fn large_anonymous_mappings(pid: u32, min: u64) -> Vec<(String, String, String)> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
     let mut out = Vec::new();
     let mut current: Option<String> = None;
+    let mut huge = String::new();
     for l in smaps.lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
         if let Some((lo, hi)) = f.first().and_then(|r| r.split_once('-'))
@@ -100,9 +101,12 @@ fn large_anonymous_mappings(pid: u32, min: u64) -> Vec<(String, String)> {
             current = (f.len() == 5 && hi - lo >= min).then(|| f[0].to_string());
             continue;
         }
+        if l.starts_with("AnonHugePages:") {
+            huge = l.split_whitespace().collect::<Vec<_>>().join(" ");
+        }
         if let (Some(range), Some(flags)) = (&current, l.strip_prefix("VmFlags:")) {
             if flags.contains(" rd") && flags.contains(" wr") {
-                out.push((range.clone(), flags.to_string()));
+                out.push((range.clone(), flags.to_string(), huge.clone()));
             }
             current = None;
         }
@@ -116,14 +120,22 @@ fn the_heap_is_in_small_pages_and_the_target_keeps_huge_ones() {
     // mimalloc's arena: a reservation of 1 GiB.
     let arenas = large_anonymous_mappings(wpid, 256 << 20);
     assert!(!arenas.is_empty(), "no arena found in wprobe's mappings");
-    for (range, flags) in &arenas {
+    for (range, flags, huge) in &arenas {
         assert!(flags.contains(" nh"), "{range}: {flags}");
         assert!(!flags.contains(" hg"), "{range}: {flags}");
+        // Not one, not even those touched before `main` advised it.
+        assert_eq!(huge, "AnonHugePages: 0 kB", "{range}");
     }
     let status = std::fs::read_to_string(format!("/proc/{target}/status")).unwrap();
     assert!(
         status.lines().any(|l| l == "THP_enabled:\t1"),
         "the traced program may not use huge pages:\n{status}"
+    );
+    // wprobe's own flag given back too (`sys::alloc::no_huge_pages`).
+    let status = std::fs::read_to_string(format!("/proc/{wpid}/status")).unwrap();
+    assert!(
+        status.lines().any(|l| l == "THP_enabled:\t1"),
+        "wprobe kept huge pages off:\n{status}"
     );
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
