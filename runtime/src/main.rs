@@ -6,7 +6,7 @@
 /// warm-cache start-up of `wprobe trace` on `python3.11` by about a
 /// sixth (docs/BENCHMARKS.md, "Arming, a ninth time").
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: runtime::sys::alloc::Heap = runtime::sys::alloc::Heap;
 
 /// Small pages for the heap from the start: run by the C runtime before
 /// the Rust runtime's first allocation (`sys::alloc::no_huge_pages`, the
