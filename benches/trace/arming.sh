@@ -8,8 +8,10 @@
 # command: the median of REPEATS runs, and the fastest (this machine's
 # virtual CPUs have spells of running several times slower, which the
 # median of a few runs does not always outvote), each tool's runs
-# interleaved; wprobe with its caches (compiled modules, plans) warm and
-# cold (emptied before the run).
+# interleaved; wprobe with its caches (compiled modules, plans) warm, with
+# the compiled-module cache emptied and the plans kept (a handler module
+# seen for the first time), and cold (both emptied: a binary traced for the
+# first time).
 #
 # With IDLE=S, each run starts after S seconds idle rather than right
 # after the one before: the first run of a tool after a pause, as a user
@@ -33,7 +35,7 @@ t() { local s e; sleep "$IDLE"; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 least() { sort -n | head -1; }
 : > "$WORK/u"; : > "$WORK/f"
-for k in "${!WS[@]}"; do : > "$WORK/w$k"; : > "$WORK/c$k"; done
+for k in "${!WS[@]}"; do : > "$WORK/w$k"; : > "$WORK/m$k"; : > "$WORK/c$k"; done
 for _ in $(seq "$R"); do
   t "$P" --version >> "$WORK/u"
   (cd "$WORK" && t uftrace record -P . -d "$WORK/uftrace.data" "$P" --version) >> "$WORK/f"
@@ -42,6 +44,8 @@ for _ in $(seq "$R"); do
     # not its own: they would only be ignored and rewritten).
     export WPROBE_CACHE_DIR=$WORK/cache$k
     t "${WS[$k]}" trace --transport inproc --report -- "$P" --version >> "$WORK/w$k"
+    rm -f "$WORK/cache$k"/*.cwasm
+    t "${WS[$k]}" trace --transport inproc --report -- "$P" --version >> "$WORK/m$k"
     rm -rf "$WORK/cache$k"
     t "${WS[$k]}" trace --transport inproc --report -- "$P" --version >> "$WORK/c$k"
   done
@@ -53,9 +57,10 @@ printf "%-44s %8s %8s %8s %8s\n" "" "wall ms" "×uftrace" "fastest" "×uftrace"
 printf "%-44s %8s %8s %8s %8s\n" "untraced" "$u" "-" "$(least < "$WORK/u")" "-"
 printf "%-44s %8s %8s %8s %8s\n" "uftrace record -P ." "$f" "1.00" "$fl" "1.00"
 for k in "${!WS[@]}"; do
-  w=$(median < "$WORK/w$k"); c=$(median < "$WORK/c$k")
-  wl=$(least < "$WORK/w$k"); cl=$(least < "$WORK/c$k")
+  w=$(median < "$WORK/w$k"); m=$(median < "$WORK/m$k"); c=$(median < "$WORK/c$k")
+  wl=$(least < "$WORK/w$k"); ml=$(least < "$WORK/m$k"); cl=$(least < "$WORK/c$k")
   [ "${#WS[@]}" -gt 1 ] && echo "${WS[$k]}"
   printf "%-44s %8s %8s %8s %8s\n" "wprobe trace --transport inproc (cache warm)" "$w" "$(ratio "$w" "$f")" "$wl" "$(ratio "$wl" "$fl")"
+  printf "%-44s %8s %8s %8s %8s\n" "  compiled modules cold, plans kept" "$m" "$(ratio "$m" "$f")" "$ml" "$(ratio "$ml" "$fl")"
   printf "%-44s %8s %8s %8s %8s\n" "wprobe trace --transport inproc (cache cold)" "$c" "$(ratio "$c" "$f")" "$cl" "$(ratio "$cl" "$fl")"
 done
