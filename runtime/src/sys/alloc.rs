@@ -210,18 +210,27 @@ mod tests {
                 // layout it was made with.
                 unsafe {
                     let p = h.alloc(l);
-                    assert!(!p.is_null() && p as usize % align == 0, "{size} {align}");
+                    assert!(
+                        !p.is_null() && (p as usize).is_multiple_of(align),
+                        "{size} {align}"
+                    );
                     std::ptr::write_bytes(p, 0xa5, size);
                     let q = h.realloc(p, l, size * 3);
-                    assert!(!q.is_null() && q as usize % align == 0, "{size} {align} grown");
+                    assert!(
+                        !q.is_null() && (q as usize).is_multiple_of(align),
+                        "{size} {align} grown"
+                    );
                     assert!((0..size).all(|i| *q.add(i) == 0xa5));
                     let l3 = Layout::from_size_align(size * 3, align).unwrap();
                     let r = h.realloc(q, l3, size);
-                    assert!(!r.is_null() && r as usize % align == 0, "{size} {align} shrunk");
+                    assert!(
+                        !r.is_null() && (r as usize).is_multiple_of(align),
+                        "{size} {align} shrunk"
+                    );
                     assert!((0..size).all(|i| *r.add(i) == 0xa5));
                     h.dealloc(r, l);
                     let z = h.alloc_zeroed(l);
-                    assert!(!z.is_null() && z as usize % align == 0);
+                    assert!(!z.is_null() && (z as usize).is_multiple_of(align));
                     assert!((0..size).all(|i| *z.add(i) == 0));
                     h.dealloc(z, l);
                 }
