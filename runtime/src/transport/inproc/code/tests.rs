@@ -1,5 +1,6 @@
 //! The module files' code: unit tests.
 
+use super::sweep::{may_jump_indirectly, swept};
 use super::*;
 
 /// A system binary, the C library and python3.11: small, hand-written
