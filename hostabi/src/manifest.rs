@@ -32,7 +32,6 @@
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use core::fmt::Write as _;
 
 use crate::layout::Layout;
 use crate::maps::MapKind;
@@ -385,21 +384,38 @@ impl Location {
     /// Renders `sym`, `sym+0x10`, `sym-0x8` or a hex number.
     pub fn render(&self) -> String {
         let mut s = String::new();
+        self.render_into(&mut s);
+        s
+    }
+
+    /// [`Location::render`] appended to `s` (a probe's label is made of it
+    /// for each of the thousands of functions `wprobe trace` can probe:
+    /// digits put down, not formatted).
+    pub fn render_into(&self, s: &mut String) {
         match &self.symbol {
             Some(sym) => {
                 s.push_str(sym);
                 let a = self.addend as i64;
                 if a > 0 {
-                    let _ = write!(s, "+0x{a:x}");
+                    s.push('+');
+                    push_hex(s, a as u64);
                 } else if a < 0 {
-                    let _ = write!(s, "-0x{:x}", a.unsigned_abs());
+                    s.push('-');
+                    push_hex(s, a.unsigned_abs());
                 }
             }
-            None => {
-                let _ = write!(s, "0x{:x}", self.addend);
-            }
+            None => push_hex(s, self.addend),
         }
-        s
+    }
+}
+
+/// Appends `v` as `{:#x}` writes it (`0x` and lower-case digits).
+fn push_hex(s: &mut String, v: u64) {
+    s.push_str("0x");
+    let digits = (64 - v.leading_zeros()).div_ceil(4).max(1);
+    for k in (0..digits).rev() {
+        let d = ((v >> (4 * k)) & 0xf) as u32;
+        s.push(char::from_digit(d, 16).unwrap_or('0'));
     }
 }
 

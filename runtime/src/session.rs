@@ -260,13 +260,12 @@ fn select_probes(
             });
             continue;
         }
-        let loc = m.probes[i].location.render();
         // `PROGRAM:LOCATION`, for each of thousands of probes (a whole
         // program traced): put together, not formatted.
-        let mut label = String::with_capacity(p.label.len() + 1 + loc.len());
+        let mut label = String::with_capacity(p.label.len() + 24);
         label.push_str(&p.label);
         label.push(':');
-        label.push_str(&loc);
+        m.probes[i].location.render_into(&mut label);
         probes.push(ProbeState {
             prog: pi,
             index: i,

@@ -1,6 +1,7 @@
 use super::syntax::parse_location;
 use super::*;
 use crate::record::{DecodeError, DecodeErrorKind};
+use alloc::{format, vec};
 
 fn sample() -> Manifest {
     let mut p = ProbeSpec::breakpoint(
@@ -285,5 +286,44 @@ fn every_prefix_and_flip_is_handled() {
         let mut b = bytes.to_vec();
         b[i] ^= 0xA5;
         let _ = Manifest::decode(&b);
+    }
+}
+
+/// A location renders as `{:#x}` and `sym±{:#x}` would write it, for
+/// addends across the range (0, one digit, every width, the extremes).
+#[test]
+fn locations_render_as_formatted() {
+    let mut values = vec![
+        0u64,
+        1,
+        9,
+        0xa,
+        0xf,
+        0x10,
+        u64::MAX,
+        i64::MAX as u64,
+        1 << 63,
+    ];
+    values.extend((0..64).map(|k| 1u64 << k));
+    values.extend((1..16).map(|k| 0x0123_4567_89ab_cdefu64 >> (4 * k)));
+    for v in values {
+        let hex = Location {
+            kind: LocationKind::Offset,
+            symbol: None,
+            addend: v,
+        };
+        assert_eq!(hex.render(), format!("{v:#x}"));
+        let sym = Location {
+            kind: LocationKind::Address,
+            symbol: Some("f".into()),
+            addend: v,
+        };
+        let a = v as i64;
+        let want = match a {
+            0 => "f".to_string(),
+            a if a > 0 => format!("f+{a:#x}"),
+            a => format!("f-{:#x}", a.unsigned_abs()),
+        };
+        assert_eq!(sym.render(), want);
     }
 }

@@ -177,8 +177,14 @@ fn manifest(
         if f.module != exe {
             entry.module = Some(f.module.display().to_string());
         }
-        let mut exit = entry.clone();
-        entry.args = entry_args()[..taken.0].to_vec();
+        // The entry probe a copy only when it is armed too (not for the
+        // built-in module, whose calls the transport reports).
+        let armed_entry = with_entry.then(|| {
+            let mut e = entry.clone();
+            e.args = entry_args()[..taken.0].to_vec();
+            e
+        });
+        let mut exit = entry;
         exit.export = EXIT_EXPORT.into();
         exit.r#return = true;
         exit.maxactive = MAX_MAXACTIVE;
@@ -188,7 +194,7 @@ fn manifest(
         // one window for its entry and its `ret`).
         m.probes.push(exit);
         map.push((i as u32, true));
-        if with_entry {
+        if let Some(entry) = armed_entry {
             m.probes.push(entry);
             map.push((i as u32, false));
         }
