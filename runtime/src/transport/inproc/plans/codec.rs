@@ -284,8 +284,10 @@ pub(super) fn encode_after(swept: &[u8], plans: &Plans) -> Vec<u8> {
         }
         last = start;
     }
-    let mut stubs: Vec<(&StubKey, &[u8])> = plans.stubs.iter().collect();
-    stubs.sort_unstable_by_key(|(k, _)| (k.addr, k.probe, k.ret, k.bias, k.id, k.at));
+    // In the order they were kept (a cold run's: the order the planner
+    // asks for them), not sorted: read back in that order, each is found
+    // after the one before (`KeptStubs::get`).
+    let stubs: Vec<(&StubKey, &[u8])> = plans.stubs.iter().collect();
     w.u64(stubs.len() as u64);
     let mut last = 0;
     for (k, code) in stubs {

@@ -500,3 +500,45 @@ fn a_window_keeps_its_newest_stubs_at_one_bias() {
     assert_eq!(s.get(&key(6, 0x1000)), None);
     assert_eq!(s.iter().count(), 4);
 }
+
+/// Stubs come back in the order they were kept (a plan is written in it),
+/// each found whatever the order it is asked for in, and a stub replaced
+/// is gone from both.
+#[test]
+fn kept_stubs_in_the_order_kept() {
+    let site = Site {
+        probe: 0x40_1000,
+        addr: 0x40_1000,
+        displaced: Vec::new(),
+        len: 5,
+        ret: None,
+    };
+    let key = |n: u64, id: u32| {
+        let s = Site {
+            probe: site.probe + 0x20 * n,
+            addr: site.addr + 0x20 * n,
+            ..site.clone()
+        };
+        StubKey::of(&s, id, 0x3c_0000, 0x3c_0100 + 0x40 * n, 0)
+    };
+    let mut s = KeptStubs::default();
+    // Kept out of address order, as a planner may ask for them.
+    let order = [3u64, 1, 4, 0, 2];
+    for &n in &order {
+        assert!(s.keep(key(n, n as u32), &[n as u8; 3]));
+    }
+    let firsts: Vec<u64> = s
+        .iter()
+        .map(|(k, _)| (k.link().0 - 0x40_1000) / 0x20)
+        .collect();
+    assert_eq!(firsts, order);
+    for &n in order.iter().chain(&[2, 2, 0, 4, 1, 3]) {
+        assert_eq!(s.get(&key(n, n as u32)), Some(&[n as u8; 3][..]), "{n}");
+    }
+    // Replaced: the new code found, the old gone from the order.
+    assert!(s.keep(key(1, 1), &[9; 2]));
+    assert_eq!(s.get(&key(1, 1)), Some(&[9u8; 2][..]));
+    let codes: Vec<&[u8]> = s.iter().map(|(_, c)| c).collect();
+    assert_eq!(codes, [&[3u8; 3][..], &[4; 3], &[0; 3], &[2; 3], &[9; 2]]);
+    assert_eq!(s.get(&key(7, 7)), None);
+}
