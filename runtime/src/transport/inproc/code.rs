@@ -207,6 +207,10 @@ impl ModuleCode {
         let mut p = self.lock_plans();
         p.windows
             .insert((shape, link), plans::Window::of(site, bias));
+        // Planned by the planner: in the order it asks, as one found kept.
+        if !super::patch::planning_ahead() {
+            p.windows.ask(&(shape, link));
+        }
         p.added = true;
     }
 
@@ -226,9 +230,14 @@ impl ModuleCode {
         // The window kept, else the refusal kept, in one look at the plans
         // (another thread plans ahead into them: `patch::ahead`).
         let (win, refused) = {
-            let p = self.lock_plans();
-            match p.windows.get(&(shape, link)) {
-                Some(w) => (Some(*w), None),
+            let mut p = self.lock_plans();
+            let win = if super::patch::planning_ahead() {
+                p.windows.get(&(shape, link)).copied()
+            } else {
+                p.windows.ask(&(shape, link))
+            };
+            match win {
+                Some(w) => (Some(w), None),
                 None => (None, p.refusals.get(&(shape, link)).cloned()),
             }
         };

@@ -288,6 +288,7 @@ pub(super) type StubSlot = (u64, u64, bool);
 
 pub(super) use kept_copies::{CopyKey, KeptCopies, KeptCopy};
 pub(super) use kept_stubs::KeptStubs;
+pub(super) use kept_windows::KeptWindows;
 
 /// What a module file's sweep found (`ModuleCode::read`), link-time.
 #[derive(Clone, Debug, Default)]
@@ -304,8 +305,9 @@ pub(super) struct Sweep {
 /// in this one.
 #[derive(Debug, Default)]
 pub(super) struct Plans {
-    /// Windows by shape and link-time address.
-    pub(super) windows: HashMap<(WindowShape, u64), Window>,
+    /// Windows by shape and link-time address, in the order the planner
+    /// asked for them (`kept_windows`).
+    pub(super) windows: KeptWindows,
     /// The windows no jump can take, by shape and link-time address: the
     /// load bias at which they were refused and why (the reason names
     /// run-time addresses: used again only at that bias, as a non-PIE
@@ -639,6 +641,7 @@ mod by_address;
 mod codec;
 mod kept_copies;
 mod kept_stubs;
+mod kept_windows;
 pub(super) use codec::encode_sweep;
 use codec::{decode, encode_after};
 

@@ -227,8 +227,9 @@ pub(super) fn encode_after(swept: &[u8], plans: &Plans) -> Vec<u8> {
         out: swept.to_vec(),
         ..W::default()
     };
-    let mut windows: Vec<(&(WindowShape, u64), &Window)> = plans.windows.iter().collect();
-    windows.sort_unstable_by_key(|(k, _)| (k.0 as u8, k.1));
+    // In the order the planner asked for them (`KeptWindows::iter`), not
+    // sorted: read back in that order, each is found after the one before.
+    let windows: Vec<(&(WindowShape, u64), &Window)> = plans.windows.iter().collect();
     w.u64(windows.len() as u64);
     let mut last = 0;
     for (&(shape, at), win) in windows {
@@ -428,9 +429,10 @@ fn sweep_of(r: &mut R) -> Option<Sweep> {
 }
 
 /// The windows' part of a payload.
-fn windows_of(r: &mut R) -> Option<HashMap<(WindowShape, u64), Window>> {
+fn windows_of(r: &mut R) -> Option<super::KeptWindows> {
     let n = r.count(6)?;
-    let mut windows = HashMap::with_capacity_and_hasher(n, Default::default());
+    let mut windows = super::KeptWindows::default();
+    windows.reserve(n);
     let mut last = 0;
     for _ in 0..n {
         let shape = WindowShape::from_u64(r.u64()?)?;

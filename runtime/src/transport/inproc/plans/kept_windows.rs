@@ -1,0 +1,151 @@
+//! The windows a module's plans keep ([`super::Plans::windows`]), by
+//! shape and link-time address, in an order: the order the planner asked
+//! for them in the run that saved them, which a plan is written and read
+//! in. A warm run's planner asks for them in that order again and finds
+//! each after the last, in memory it reads in turn, rather than by a look
+//! in the table (one cache miss each, for the 20,000 and more windows of
+//! a large program).
+
+use super::{HashMap, Window, WindowShape};
+
+/// A window's key: its shape and link-time address.
+pub(in crate::transport::inproc) type WindowKey = (WindowShape, u64);
+
+/// The windows kept ([`super::Plans::windows`]).
+#[derive(Debug, Default)]
+pub(in crate::transport::inproc) struct KeptWindows {
+    /// Every window, in the order read from the plan or kept since.
+    seq: Vec<(WindowKey, Window)>,
+    /// Where each is in `seq`.
+    index: HashMap<WindowKey, u32>,
+    /// The window after the last one the planner asked for, in `seq`.
+    next: usize,
+    /// The windows the planner asked for, in the order it asked (each
+    /// once): the order the plan is written in ([`KeptWindows::iter`]).
+    asked: Vec<u32>,
+    /// Whether `seq[i]` is in `asked`.
+    in_asked: Vec<bool>,
+}
+
+impl KeptWindows {
+    /// The window kept for `key` (a look of any thread's).
+    pub(in crate::transport::inproc) fn get(&self, key: &WindowKey) -> Option<&Window> {
+        let i = *self.index.get(key)?;
+        self.seq.get(i as usize).map(|(_, w)| w)
+    }
+
+    /// The window kept for `key`, asked by the planner: tried first after
+    /// the last one it asked for, and noted in the order it asks.
+    pub(in crate::transport::inproc) fn ask(&mut self, key: &WindowKey) -> Option<Window> {
+        let i = match self.seq.get(self.next) {
+            Some((k, _)) if k == key => self.next,
+            _ => *self.index.get(key)? as usize,
+        };
+        self.next = i + 1;
+        if !self.in_asked[i] {
+            self.in_asked[i] = true;
+            self.asked.push(i as u32);
+        }
+        Some(self.seq[i].1)
+    }
+
+    /// Keeps `win` for `key` (in place of one kept for it); the one it
+    /// replaces.
+    pub(in crate::transport::inproc) fn insert(
+        &mut self,
+        key: WindowKey,
+        win: Window,
+    ) -> Option<Window> {
+        if let Some(&i) = self.index.get(&key) {
+            return Some(std::mem::replace(&mut self.seq[i as usize].1, win));
+        }
+        let i = u32::try_from(self.seq.len()).ok()?;
+        self.seq.push((key, win));
+        self.in_asked.push(false);
+        self.index.insert(key, i);
+        None
+    }
+
+    /// How many windows are kept.
+    pub(in crate::transport::inproc) fn len(&self) -> usize {
+        self.seq.len()
+    }
+
+    /// Room for `n` windows.
+    pub(in crate::transport::inproc) fn reserve(&mut self, n: usize) {
+        self.seq.reserve(n);
+        self.in_asked.reserve(n);
+        self.index.reserve(n);
+    }
+
+    /// Every window kept: those the planner asked for, in the order it
+    /// asked, then the others in the order they were kept.
+    pub(in crate::transport::inproc) fn iter(&self) -> impl Iterator<Item = (&WindowKey, &Window)> {
+        let rest = (0..self.seq.len()).filter(|&i| !self.in_asked[i]);
+        self.asked
+            .iter()
+            .map(|&i| i as usize)
+            .chain(rest)
+            .map(|i| (&self.seq[i].0, &self.seq[i].1))
+    }
+}
+
+/// Equal when the same windows are kept for the same keys (in any order).
+impl PartialEq for KeptWindows {
+    fn eq(&self, other: &KeptWindows) -> bool {
+        self.len() == other.len() && self.seq.iter().all(|(k, w)| other.get(k) == Some(w))
+    }
+}
+
+impl std::ops::Index<&WindowKey> for KeptWindows {
+    type Output = Window;
+
+    fn index(&self, key: &WindowKey) -> &Window {
+        self.get(key).expect("a window kept for the key")
+    }
+}
+
+impl FromIterator<(WindowKey, Window)> for KeptWindows {
+    fn from_iter<I: IntoIterator<Item = (WindowKey, Window)>>(iter: I) -> KeptWindows {
+        let mut w = KeptWindows::default();
+        for (k, v) in iter {
+            w.insert(k, v);
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn win(n: u64) -> Window {
+        Window {
+            probe: 0x40_1000 + n,
+            addr: 0x40_1000 + n,
+            len: 5,
+            displaced: 1,
+            ret: false,
+        }
+    }
+
+    /// The windows come back in the order the planner asked for them (a
+    /// plan is written in it), then the others in the order kept; each
+    /// found by any look, and one kept again replaced in place.
+    #[test]
+    fn windows_in_the_order_asked() {
+        let key = |n: u64| (WindowShape::Probe, 0x40_1000 + 0x10 * n);
+        let mut w: KeptWindows = (0..6).map(|n| (key(n), win(n))).collect();
+        for n in [4, 1, 1, 5, 2] {
+            assert_eq!(w.ask(&key(n)), Some(win(n)));
+        }
+        assert_eq!(w.ask(&key(9)), None);
+        let order: Vec<u64> = w.iter().map(|(k, _)| (k.1 - 0x40_1000) / 0x10).collect();
+        assert_eq!(order, [4, 1, 5, 2, 0, 3]);
+        assert_eq!(w.insert(key(3), win(33)), Some(win(3)));
+        assert_eq!(w.get(&key(3)), Some(&win(33)));
+        assert_eq!(w.len(), 6);
+        let again: KeptWindows = w.iter().map(|(k, v)| (*k, *v)).collect();
+        assert!(again == w);
+    }
+}
