@@ -79,6 +79,24 @@ type Shared = rustc_hash::FxHashMap<(std::path::PathBuf, u64, u64, i64), Reading
 
 static SHARED: std::sync::OnceLock<std::sync::Mutex<Shared>> = std::sync::OnceLock::new();
 
+thread_local! {
+    /// Whether this thread plans ahead of the planner (`patch::ahead`).
+    static AHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one that plans ahead of the planner
+/// (`patch::ahead`): its looks at the windows kept are not the planner's
+/// and leave their order as it is (`plans::KeptWindows::ask`).
+pub(super) fn plan_ahead_here() {
+    AHEAD.set(true);
+}
+
+/// Whether the calling thread plans ahead of the planner
+/// ([`plan_ahead_here`]).
+fn planning_ahead() -> bool {
+    AHEAD.get()
+}
+
 /// The code of module file `path`, read once per version of the file in a
 /// run (see [`Shared`]); a failure is kept for the run too.
 pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, Error> {
@@ -208,7 +226,7 @@ impl ModuleCode {
         p.windows
             .insert((shape, link), plans::Window::of(site, bias));
         // Planned by the planner: in the order it asks, as one found kept.
-        if !super::patch::planning_ahead() {
+        if !planning_ahead() {
             p.windows.ask(&(shape, link));
         }
         p.added = true;
@@ -231,7 +249,7 @@ impl ModuleCode {
         // (another thread plans ahead into them: `patch::ahead`).
         let (win, refused) = {
             let mut p = self.lock_plans();
-            let win = if super::patch::planning_ahead() {
+            let win = if planning_ahead() {
                 p.windows.get(&(shape, link)).copied()
             } else {
                 p.windows.ask(&(shape, link))

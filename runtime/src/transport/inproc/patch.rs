@@ -31,7 +31,6 @@
 //! forgotten (`restore`); the sites that trap instead (`trap_sites`).
 
 mod ahead;
-pub(super) use ahead::planning_ahead;
 mod check;
 mod continuations;
 mod copy_tables;

@@ -10,18 +10,6 @@ use super::near::near_jumps;
 use super::windows::window_of;
 use crate::transport::inproc::code::ModuleCode;
 
-thread_local! {
-    /// Whether this thread plans ahead of the planner ([`plan_ahead`]).
-    static AHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether the calling thread is one that plans ahead of the planner
-/// ([`plan_ahead`]): its looks at the windows kept are not the planner's
-/// (`plans::KeptWindows::ask`).
-pub(in crate::transport::inproc) fn planning_ahead() -> bool {
-    AHEAD.get()
-}
-
 /// Starts the thread for `module`, from its function at link-time `from`
 /// on, in address order, at load bias `bias`: first the module's far
 /// jumps (`ModuleCode::far_jumps`, which the copies of whole
@@ -42,7 +30,7 @@ pub(super) fn plan_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u
     let _ = std::thread::Builder::new()
         .name("wprobe-rets".into())
         .spawn(move || {
-            AHEAD.set(true);
+            crate::transport::inproc::code::plan_ahead_here();
             me.far_jumps();
             let mut decoded = None;
             for start in me.function_starts_from(from) {
