@@ -362,8 +362,16 @@ impl ModuleCode {
     /// (`crate::transport::retsites::return_sites` for `--transport
     /// inproc`), kept from an earlier planning or found and kept.
     pub(super) fn return_sites(&self, entry: u64) -> Result<std::sync::Arc<ReturnSites>, Error> {
-        if let Some(r) = self.lock_plans().rets.get(&entry) {
-            return Ok(r.clone());
+        {
+            let mut p = self.lock_plans();
+            let kept = if planning_ahead() {
+                p.rets.get(&entry).cloned()
+            } else {
+                p.rets.ask(&entry)
+            };
+            if let Some(r) = kept {
+                return Ok(r);
+            }
         }
         let r = std::sync::Arc::new(crate::transport::retsites::return_sites_in(
             &self.elf,
@@ -373,6 +381,10 @@ impl ModuleCode {
         )?);
         let mut p = self.lock_plans();
         p.rets.insert(entry, r.clone());
+        // Found by the planner: in the order it asks, as one found kept.
+        if !planning_ahead() {
+            p.rets.ask(&entry);
+        }
         p.added = true;
         Ok(r)
     }

@@ -288,7 +288,7 @@ pub(super) type StubSlot = (u64, u64, bool);
 
 pub(super) use kept_copies::{CopyKey, KeptCopies, KeptCopy};
 pub(super) use kept_stubs::KeptStubs;
-pub(super) use kept_windows::KeptWindows;
+pub(super) use ordered::{KeptWindows, Ordered};
 
 /// What a module file's sweep found (`ModuleCode::read`), link-time.
 #[derive(Clone, Debug, Default)]
@@ -306,7 +306,7 @@ pub(super) struct Sweep {
 #[derive(Debug, Default)]
 pub(super) struct Plans {
     /// Windows by shape and link-time address, in the order the planner
-    /// asked for them (`kept_windows`).
+    /// asked for them (`ordered`).
     pub(super) windows: KeptWindows,
     /// The windows no jump can take, by shape and link-time address: the
     /// load bias at which they were refused and why (the reason names
@@ -314,8 +314,9 @@ pub(super) struct Plans {
     /// executable's always is; a refusal at another bias is planned
     /// afresh, not kept).
     pub(super) refusals: HashMap<(WindowShape, u64), (u64, String)>,
-    /// Return sites by the entry's file offset.
-    pub(super) rets: HashMap<u64, std::sync::Arc<ReturnSites>>,
+    /// Return sites by the entry's file offset, in the order the planner
+    /// asked for them (`ordered`).
+    pub(super) rets: Ordered<u64, std::sync::Arc<ReturnSites>>,
     /// The link-time addresses the direct calls of a function (by its
     /// link-time address, or its GOT slot's) return to, sorted: where its
     /// continuation sites go, for the functions asked.
@@ -641,7 +642,7 @@ mod by_address;
 mod codec;
 mod kept_copies;
 mod kept_stubs;
-mod kept_windows;
+mod ordered;
 pub(super) use codec::encode_sweep;
 use codec::{decode, encode_after};
 

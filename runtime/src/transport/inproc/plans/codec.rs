@@ -241,8 +241,8 @@ pub(super) fn encode_after(swept: &[u8], plans: &Plans) -> Vec<u8> {
         w.u64(u64::from(win.displaced) << 1 | u64::from(win.ret));
         last = at;
     }
-    let mut rets: Vec<(&u64, &ReturnSites)> = plans.rets.iter().map(|(o, r)| (o, &**r)).collect();
-    rets.sort_unstable_by_key(|(off, _)| **off);
+    // In the order the planner asked for them, as the windows.
+    let rets: Vec<(&u64, &ReturnSites)> = plans.rets.iter().map(|(o, r)| (o, &**r)).collect();
     w.u64(rets.len() as u64);
     let mut last = 0;
     for (&off, r) in rets {
@@ -455,9 +455,10 @@ fn windows_of(r: &mut R) -> Option<super::KeptWindows> {
 }
 
 /// The return sites' part of a payload.
-fn rets_of(r: &mut R) -> Option<HashMap<u64, std::sync::Arc<ReturnSites>>> {
+fn rets_of(r: &mut R) -> Option<super::Ordered<u64, std::sync::Arc<ReturnSites>>> {
     let n = r.count(7)?;
-    let mut rets = HashMap::with_capacity_and_hasher(n, Default::default());
+    let mut rets = super::Ordered::default();
+    rets.reserve(n);
     let mut last = 0;
     for _ in 0..n {
         let off = r.delta(last)?;

@@ -1,10 +1,12 @@
-//! The windows a module's plans keep ([`super::Plans::windows`]), by
-//! shape and link-time address, in an order: the order the planner asked
-//! for them in the run that saved them, which a plan is written and read
-//! in. A warm run's planner asks for them in that order again and finds
-//! each after the last, in memory it reads in turn, rather than by a look
-//! in the table (one cache miss each, for the 20,000 and more windows of
-//! a large program).
+//! The windows and the return sites a module's plans keep
+//! ([`super::Plans::windows`], [`super::Plans::rets`]), by key, in an
+//! order: the order the planner asked for them in the run that saved
+//! them, which a plan is written and read in. A warm run's planner asks
+//! for them in that order again and finds each after the last, in memory
+//! it reads in turn, rather than by a look in the table (one cache miss
+//! each, for the 20,000 and more windows of a large program).
+
+use std::hash::Hash;
 
 use super::{HashMap, Window, WindowShape};
 
@@ -12,31 +14,47 @@ use super::{HashMap, Window, WindowShape};
 pub(in crate::transport::inproc) type WindowKey = (WindowShape, u64);
 
 /// The windows kept ([`super::Plans::windows`]).
-#[derive(Debug, Default)]
-pub(in crate::transport::inproc) struct KeptWindows {
-    /// Every window, in the order read from the plan or kept since.
-    seq: Vec<(WindowKey, Window)>,
+pub(in crate::transport::inproc) type KeptWindows = Ordered<WindowKey, Window>;
+
+/// Values by key, in the order the planner asked for them ([`Ordered::ask`]),
+/// then in the order kept.
+#[derive(Debug)]
+pub(in crate::transport::inproc) struct Ordered<K, V> {
+    /// Every value, in the order read from the plan or kept since.
+    seq: Vec<(K, V)>,
     /// Where each is in `seq`.
-    index: HashMap<WindowKey, u32>,
-    /// The window after the last one the planner asked for, in `seq`.
+    index: HashMap<K, u32>,
+    /// The value after the last one the planner asked for, in `seq`.
     next: usize,
-    /// The windows the planner asked for, in the order it asked (each
-    /// once): the order the plan is written in ([`KeptWindows::iter`]).
+    /// The values the planner asked for, in the order it asked (each
+    /// once): the order the plan is written in ([`Ordered::iter`]).
     asked: Vec<u32>,
     /// Whether `seq[i]` is in `asked`.
     in_asked: Vec<bool>,
 }
 
-impl KeptWindows {
-    /// The window kept for `key` (a look of any thread's).
-    pub(in crate::transport::inproc) fn get(&self, key: &WindowKey) -> Option<&Window> {
+impl<K, V> Default for Ordered<K, V> {
+    fn default() -> Self {
+        Ordered {
+            seq: Vec::new(),
+            index: HashMap::default(),
+            next: 0,
+            asked: Vec::new(),
+            in_asked: Vec::new(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash, V: Clone> Ordered<K, V> {
+    /// The value kept for `key` (a look of any thread's).
+    pub(in crate::transport::inproc) fn get(&self, key: &K) -> Option<&V> {
         let i = *self.index.get(key)?;
         self.seq.get(i as usize).map(|(_, w)| w)
     }
 
-    /// The window kept for `key`, asked by the planner: tried first after
+    /// The value kept for `key`, asked by the planner: tried first after
     /// the last one it asked for, and noted in the order it asks.
-    pub(in crate::transport::inproc) fn ask(&mut self, key: &WindowKey) -> Option<Window> {
+    pub(in crate::transport::inproc) fn ask(&mut self, key: &K) -> Option<V> {
         let i = match self.seq.get(self.next) {
             Some((k, _)) if k == key => self.next,
             _ => *self.index.get(key)? as usize,
@@ -46,16 +64,12 @@ impl KeptWindows {
             self.in_asked[i] = true;
             self.asked.push(i as u32);
         }
-        Some(self.seq[i].1)
+        Some(self.seq[i].1.clone())
     }
 
     /// Keeps `win` for `key` (in place of one kept for it); the one it
     /// replaces.
-    pub(in crate::transport::inproc) fn insert(
-        &mut self,
-        key: WindowKey,
-        win: Window,
-    ) -> Option<Window> {
+    pub(in crate::transport::inproc) fn insert(&mut self, key: K, win: V) -> Option<V> {
         if let Some(&i) = self.index.get(&key) {
             return Some(std::mem::replace(&mut self.seq[i as usize].1, win));
         }
@@ -66,12 +80,17 @@ impl KeptWindows {
         None
     }
 
-    /// How many windows are kept.
+    /// How many values are kept.
     pub(in crate::transport::inproc) fn len(&self) -> usize {
         self.seq.len()
     }
 
-    /// Room for `n` windows.
+    /// Whether none is.
+    pub(in crate::transport::inproc) fn is_empty(&self) -> bool {
+        self.seq.is_empty()
+    }
+
+    /// Room for `n` values.
     pub(in crate::transport::inproc) fn reserve(&mut self, n: usize) {
         self.seq.reserve(n);
         self.in_asked.reserve(n);
@@ -80,7 +99,7 @@ impl KeptWindows {
 
     /// Every window kept: those the planner asked for, in the order it
     /// asked, then the others in the order they were kept.
-    pub(in crate::transport::inproc) fn iter(&self) -> impl Iterator<Item = (&WindowKey, &Window)> {
+    pub(in crate::transport::inproc) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         let rest = (0..self.seq.len()).filter(|&i| !self.in_asked[i]);
         self.asked
             .iter()
@@ -90,24 +109,24 @@ impl KeptWindows {
     }
 }
 
-/// Equal when the same windows are kept for the same keys (in any order).
-impl PartialEq for KeptWindows {
-    fn eq(&self, other: &KeptWindows) -> bool {
+/// Equal when the same values are kept for the same keys (in any order).
+impl<K: Copy + Eq + Hash, V: Clone + PartialEq> PartialEq for Ordered<K, V> {
+    fn eq(&self, other: &Ordered<K, V>) -> bool {
         self.len() == other.len() && self.seq.iter().all(|(k, w)| other.get(k) == Some(w))
     }
 }
 
-impl std::ops::Index<&WindowKey> for KeptWindows {
-    type Output = Window;
+impl<K: Copy + Eq + Hash, V: Clone> std::ops::Index<&K> for Ordered<K, V> {
+    type Output = V;
 
-    fn index(&self, key: &WindowKey) -> &Window {
-        self.get(key).expect("a window kept for the key")
+    fn index(&self, key: &K) -> &V {
+        self.get(key).expect("a value kept for the key")
     }
 }
 
-impl FromIterator<(WindowKey, Window)> for KeptWindows {
-    fn from_iter<I: IntoIterator<Item = (WindowKey, Window)>>(iter: I) -> KeptWindows {
-        let mut w = KeptWindows::default();
+impl<K: Copy + Eq + Hash, V: Clone> FromIterator<(K, V)> for Ordered<K, V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Ordered<K, V> {
+        let mut w = Ordered::default();
         for (k, v) in iter {
             w.insert(k, v);
         }
