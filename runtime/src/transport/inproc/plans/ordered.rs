@@ -49,7 +49,7 @@ impl<K: Copy + Eq + Hash, V: Clone> Ordered<K, V> {
     /// The value kept for `key` (a look of any thread's).
     pub(in crate::transport::inproc) fn get(&self, key: &K) -> Option<&V> {
         let i = *self.index.get(key)?;
-        self.seq.get(i as usize).map(|(_, w)| w)
+        self.seq.get(i as usize).map(|(_, v)| v)
     }
 
     /// The value kept for `key`, asked by the planner: tried first after
@@ -67,14 +67,14 @@ impl<K: Copy + Eq + Hash, V: Clone> Ordered<K, V> {
         Some(self.seq[i].1.clone())
     }
 
-    /// Keeps `win` for `key` (in place of one kept for it); the one it
+    /// Keeps `value` for `key` (in place of one kept for it); the one it
     /// replaces.
-    pub(in crate::transport::inproc) fn insert(&mut self, key: K, win: V) -> Option<V> {
+    pub(in crate::transport::inproc) fn insert(&mut self, key: K, value: V) -> Option<V> {
         if let Some(&i) = self.index.get(&key) {
-            return Some(std::mem::replace(&mut self.seq[i as usize].1, win));
+            return Some(std::mem::replace(&mut self.seq[i as usize].1, value));
         }
         let i = u32::try_from(self.seq.len()).ok()?;
-        self.seq.push((key, win));
+        self.seq.push((key, value));
         self.in_asked.push(false);
         self.index.insert(key, i);
         None
@@ -97,7 +97,7 @@ impl<K: Copy + Eq + Hash, V: Clone> Ordered<K, V> {
         self.index.reserve(n);
     }
 
-    /// Every window kept: those the planner asked for, in the order it
+    /// Every value kept: those the planner asked for, in the order it
     /// asked, then the others in the order they were kept.
     pub(in crate::transport::inproc) fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         let rest = (0..self.seq.len()).filter(|&i| !self.in_asked[i]);
@@ -112,10 +112,12 @@ impl<K: Copy + Eq + Hash, V: Clone> Ordered<K, V> {
 /// Equal when the same values are kept for the same keys (in any order).
 impl<K: Copy + Eq + Hash, V: Clone + PartialEq> PartialEq for Ordered<K, V> {
     fn eq(&self, other: &Ordered<K, V>) -> bool {
-        self.len() == other.len() && self.seq.iter().all(|(k, w)| other.get(k) == Some(w))
+        self.len() == other.len() && self.seq.iter().all(|(k, v)| other.get(k) == Some(v))
     }
 }
 
+/// The tests' `plans.windows[&key]`.
+#[cfg(test)]
 impl<K: Copy + Eq + Hash, V: Clone> std::ops::Index<&K> for Ordered<K, V> {
     type Output = V;
 
