@@ -394,6 +394,26 @@ pub fn run_on_unpinned() {
     }
 }
 
+/// Puts every thread of this process whose CPUs are exactly `one` back on
+/// `cpus`: those a pinned tracing thread started ([`set_unpinned`]) that
+/// are still confined to its one CPU when it gets its CPUs back (a thread
+/// of another crate's that does not call [`run_on_unpinned`]: the agent
+/// region's heartbeat). A thread that cannot be read or set is left.
+pub fn threads_back_from(one: &libc::cpu_set_t, cpus: &libc::cpu_set_t) {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: CPU_EQUAL reads two live sets of their size.
+        if affinity(tid).is_some_and(|a| unsafe { libc::CPU_EQUAL(&a, one) }) {
+            set_affinity(tid, cpus);
+        }
+    }
+}
+
 /// The CPU the calling thread runs on (`sched_getcpu`).
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: no arguments; returns a CPU number or -1.

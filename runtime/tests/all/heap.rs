@@ -171,6 +171,18 @@ fn the_traced_command_and_wprobe_have_their_cpus_back() {
         mine,
         "wprobe's main thread"
     );
+    // And every thread it started meanwhile (its heartbeat's).
+    for t in std::fs::read_dir(format!("/proc/{wpid}/task")).unwrap() {
+        let t = t.unwrap().file_name().into_string().unwrap();
+        let comm =
+            std::fs::read_to_string(format!("/proc/{wpid}/task/{t}/comm")).unwrap_or_default();
+        assert_eq!(
+            cpus_allowed(&format!("{wpid}/task/{t}")),
+            mine,
+            "wprobe's thread {t} ({})",
+            comm.trim()
+        );
+    }
     let status = w.wait().unwrap();
     assert!(status.success(), "{status}");
 }

@@ -9,6 +9,8 @@ pub(super) struct Pinned {
     pub(super) target: libc::cpu_set_t,
     /// Those of wprobe's thread that traces it.
     pub(super) tracer: libc::cpu_set_t,
+    /// The one CPU both were put on.
+    pub(super) one: libc::cpu_set_t,
 }
 
 impl std::fmt::Debug for Pinned {
@@ -53,7 +55,11 @@ impl World {
             p::set_affinity(self.pid, &target);
             return;
         }
-        self.pinned = Some(Pinned { target, tracer });
+        self.pinned = Some(Pinned {
+            target,
+            tracer,
+            one,
+        });
         // The threads this one starts meanwhile (the sites' specifications
         // made beside the agent's loading) run on the other CPUs.
         p::set_unpinned(Some(tracer));
@@ -66,6 +72,8 @@ impl World {
             crate::sys::process::set_affinity(self.pid, &p.target);
             crate::sys::process::set_affinity(0, &p.tracer);
             crate::sys::process::set_unpinned(None);
+            // Threads started meanwhile still on that CPU (the heartbeat).
+            crate::sys::process::threads_back_from(&p.one, &p.tracer);
         }
     }
 }
