@@ -79,24 +79,6 @@ type Shared = rustc_hash::FxHashMap<(std::path::PathBuf, u64, u64, i64), Reading
 
 static SHARED: std::sync::OnceLock<std::sync::Mutex<Shared>> = std::sync::OnceLock::new();
 
-thread_local! {
-    /// Whether this thread plans ahead of the planner (`patch::ahead`).
-    static AHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Marks the calling thread as one that plans ahead of the planner
-/// (`patch::ahead`): its looks at the windows kept are not the planner's
-/// and leave their order as it is (`plans::KeptWindows::ask`).
-pub(super) fn plan_ahead_here() {
-    AHEAD.set(true);
-}
-
-/// Whether the calling thread plans ahead of the planner
-/// ([`plan_ahead_here`]).
-fn planning_ahead() -> bool {
-    AHEAD.get()
-}
-
 /// The code of module file `path`, read once per version of the file in a
 /// run (see [`Shared`]); a failure is kept for the run too.
 pub(super) fn read_shared(path: &Path) -> Result<std::sync::Arc<ModuleCode>, Error> {
@@ -223,12 +205,7 @@ impl ModuleCode {
     /// `link` (load bias `bias`).
     fn keep_window(&self, shape: WindowShape, link: u64, site: &Site, bias: u64) {
         let mut p = self.lock_plans();
-        p.windows
-            .insert((shape, link), plans::Window::of(site, bias));
-        // Planned by the planner: in the order it asks, as one found kept.
-        if !planning_ahead() {
-            p.windows.ask(&(shape, link));
-        }
+        p.windows.keep((shape, link), plans::Window::of(site, bias));
         p.added = true;
     }
 
@@ -249,12 +226,7 @@ impl ModuleCode {
         // (another thread plans ahead into them: `patch::ahead`).
         let (win, refused) = {
             let mut p = self.lock_plans();
-            let win = if planning_ahead() {
-                p.windows.get(&(shape, link)).copied()
-            } else {
-                p.windows.ask(&(shape, link))
-            };
-            match win {
+            match p.windows.look(&(shape, link)) {
                 Some(w) => (Some(w), None),
                 None => (None, p.refusals.get(&(shape, link)).cloned()),
             }
@@ -362,16 +334,8 @@ impl ModuleCode {
     /// (`crate::transport::retsites::return_sites` for `--transport
     /// inproc`), kept from an earlier planning or found and kept.
     pub(super) fn return_sites(&self, entry: u64) -> Result<std::sync::Arc<ReturnSites>, Error> {
-        {
-            let mut p = self.lock_plans();
-            let kept = if planning_ahead() {
-                p.rets.get(&entry).cloned()
-            } else {
-                p.rets.ask(&entry)
-            };
-            if let Some(r) = kept {
-                return Ok(r);
-            }
+        if let Some(r) = self.lock_plans().rets.look(&entry) {
+            return Ok(r);
         }
         let r = std::sync::Arc::new(crate::transport::retsites::return_sites_in(
             &self.elf,
@@ -380,11 +344,7 @@ impl ModuleCode {
             Some(&self.decodings),
         )?);
         let mut p = self.lock_plans();
-        p.rets.insert(entry, r.clone());
-        // Found by the planner: in the order it asks, as one found kept.
-        if !planning_ahead() {
-            p.rets.ask(&entry);
-        }
+        p.rets.keep(entry, r.clone());
         p.added = true;
         Ok(r)
     }

@@ -288,7 +288,7 @@ pub(super) type StubSlot = (u64, u64, bool);
 
 pub(super) use kept_copies::{CopyKey, KeptCopies, KeptCopy};
 pub(super) use kept_stubs::KeptStubs;
-pub(super) use ordered::{KeptWindows, Ordered};
+pub(super) use ordered::{KeptWindows, Ordered, plan_ahead_here};
 
 /// What a module file's sweep found (`ModuleCode::read`), link-time.
 #[derive(Clone, Debug, Default)]

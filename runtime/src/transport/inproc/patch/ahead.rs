@@ -30,7 +30,7 @@ pub(super) fn plan_ahead(module: &std::sync::Arc<ModuleCode>, from: u64, bias: u
     let _ = std::thread::Builder::new()
         .name("wprobe-rets".into())
         .spawn(move || {
-            crate::transport::inproc::code::plan_ahead_here();
+            crate::transport::inproc::plans::plan_ahead_here();
             me.far_jumps();
             let mut decoded = None;
             for start in me.function_starts_from(from) {

@@ -10,6 +10,18 @@ use std::hash::Hash;
 
 use super::{HashMap, Window, WindowShape};
 
+thread_local! {
+    /// Whether this thread plans ahead of the planner (`patch::ahead`).
+    static AHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one that plans ahead of the planner
+/// (`patch::ahead`): its looks ([`Ordered::look`]) and what it keeps
+/// ([`Ordered::keep`]) are not the planner's and leave the order as it is.
+pub(in crate::transport::inproc) fn plan_ahead_here() {
+    AHEAD.set(true);
+}
+
 /// A window's key: its shape and link-time address.
 pub(in crate::transport::inproc) type WindowKey = (WindowShape, u64);
 
@@ -65,6 +77,26 @@ impl<K: Copy + Eq + Hash, V: Clone> Ordered<K, V> {
             self.asked.push(i as u32);
         }
         Some(self.seq[i].1.clone())
+    }
+
+    /// The value kept for `key`: [`Ordered::ask`] on the planner's thread,
+    /// a look that leaves the order as it is on the thread planning ahead
+    /// ([`plan_ahead_here`]).
+    pub(in crate::transport::inproc) fn look(&mut self, key: &K) -> Option<V> {
+        if AHEAD.get() {
+            self.get(key).cloned()
+        } else {
+            self.ask(key)
+        }
+    }
+
+    /// Keeps `value` for `key`, found now: on the planner's thread, in the
+    /// order it asks too, as one found kept.
+    pub(in crate::transport::inproc) fn keep(&mut self, key: K, value: V) {
+        self.insert(key, value);
+        if !AHEAD.get() {
+            self.ask(&key);
+        }
     }
 
     /// Keeps `value` for `key` (in place of one kept for it); the one it
