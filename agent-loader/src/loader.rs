@@ -323,6 +323,19 @@ pub struct SiteSpec {
     pub vfork: u32,
 }
 
+/// The bytes of the scratch area one site takes in a request of
+/// [`LoadedAgent::set_sites`]: its entry, and its lists and bytes, each
+/// put at a multiple of 8.
+fn request_bytes(s: &SiteSpec) -> u64 {
+    let up = |n: usize| (n as u64).next_multiple_of(8);
+    std::mem::size_of::<SiteEntry>() as u64
+        + up(4 * s.probes.len())
+        + up(4 * s.ret_probes.len())
+        + up(s.window.1.len())
+        + s.cave.as_ref().map_or(0, |(_, b)| up(b.len()))
+        + 8
+}
+
 /// Views plain `#[repr(C)]` data as bytes.
 fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: `T` is plain data (repr(C) structs of integers, no padding
@@ -409,8 +422,49 @@ impl LoadedAgent {
     /// Adds sites to the agent's site table (an id sent again replaces its
     /// site), before any of their stubs is reachable, and sets the load
     /// biases of probes armed since their program was loaded: `(probe,
-    /// bias)`.
+    /// bias)`. Sites that do not fit in the region's scratch area at once
+    /// (a region laid out before the sites were planned) go in as many
+    /// requests as they need, the biases with the last; returns how many.
     pub fn set_sites<T: Target + ?Sized>(
+        &mut self,
+        t: &mut T,
+        sites: &[SiteSpec],
+        biases: &[(u32, u64)],
+    ) -> Result<usize> {
+        // Room for the sites' entries and lists, after the biases and the
+        // request itself.
+        let fixed = (biases.len() * std::mem::size_of::<BiasEntry>()
+            + std::mem::size_of::<SitesRequest>()
+            + 64) as u64;
+        let room = self.region.layout().scratch_size.saturating_sub(fixed);
+        let mut rest = sites;
+        let mut requests = 0;
+        loop {
+            let mut used = 0u64;
+            let n = rest
+                .iter()
+                .take_while(|s| {
+                    used += request_bytes(s);
+                    used <= room
+                })
+                .count()
+                // One site at least: a site that does not fit alone says
+                // so (the scratch area full).
+                .max(1)
+                .min(rest.len());
+            let (now, later) = rest.split_at(n);
+            let last = later.is_empty();
+            self.set_sites_once(t, now, if last { biases } else { &[] })?;
+            requests += 1;
+            if last {
+                return Ok(requests);
+            }
+            rest = later;
+        }
+    }
+
+    /// [`LoadedAgent::set_sites`] in one request.
+    fn set_sites_once<T: Target + ?Sized>(
         &mut self,
         t: &mut T,
         sites: &[SiteSpec],

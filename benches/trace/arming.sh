@@ -13,6 +13,15 @@
 # seen for the first time), and cold (both emptied: a binary traced for the
 # first time).
 #
+# Two times of each run: the whole command's wall time, and the time from
+# its start to the first traced call (the issue's "time from start to the
+# first traced call"): the first record's timestamp (wprobe's duration view
+# with -u, the time of day to the microsecond; uftrace's replay -f time,
+# CLOCK_MONOTONIC, put on the time of day by an offset read once) less the
+# time of day the command was started at. A tool that writes its data
+# after the program ended (uftrace) has a first call earlier in its wall
+# time than one that arms first and leaves at once.
+#
 # With IDLE=S, each run starts after S seconds idle rather than right
 # after the one before: the first run of a tool after a pause, as a user
 # meets it (memory freed a while ago may be slower to get back: a
@@ -34,33 +43,66 @@ IDLE=${IDLE:-0}
 t() { local s e; sleep "$IDLE"; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N); echo $(( (e - s) / 1000000 )); }
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 least() { sort -n | head -1; }
-: > "$WORK/u"; : > "$WORK/f"
-for k in "${!WS[@]}"; do : > "$WORK/w$k"; : > "$WORK/m$k"; : > "$WORK/c$k"; done
+# CLOCK_REALTIME - CLOCK_MONOTONIC, in ns (uftrace's timestamps are
+# monotonic), read with the binary under test.
+OFF=$("$P" -c 'import time; print(time.time_ns() - time.monotonic_ns())')
+# wall_and_first OUT-OF-WALL OUT-OF-FIRST KIND CMD...: runs CMD, appends its
+# wall time (ms) and its first traced call's time after the start (ms, 1
+# decimal; "-" when no call was recorded). KIND: uftrace (data in
+# $WORK/uftrace.data) or wprobe (CMD writes its duration view to
+# $WORK/trace).
+wall_and_first() {
+  local wout=$1 fout=$2 kind=$3 s e first; shift 3
+  sleep "$IDLE"
+  rm -rf "$WORK/uftrace.data" "$WORK/trace"
+  s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N)
+  echo $(( (e - s) / 1000000 )) >> "$wout"
+  case $kind in
+    uftrace)
+      first=$(uftrace replay -d "$WORK/uftrace.data" -f time --no-pager 2>/dev/null |
+        awk '$1 ~ /^[0-9]+\.[0-9]+$/ { print $1; exit }')
+      [ -n "$first" ] && first=$(awk -v f="$first" -v o="$OFF" 'BEGIN { printf "%.0f", f * 1e9 + o }') ;;
+    wprobe)
+      first=$(awk '/^[0-9][0-9]:[0-9][0-9]:[0-9][0-9]\./ { print $1; exit }' "$WORK/trace" 2>/dev/null)
+      [ -n "$first" ] && first=$(date -d "today $first" +%s%N) ;;
+  esac
+  if [ -n "$first" ]; then
+    awk -v f="$first" -v s="$s" 'BEGIN { printf "%.1f\n", (f - s) / 1e6 }' >> "$fout"
+  else
+    echo - >> "$fout"
+  fi
+}
+: > "$WORK/u"; : > "$WORK/f"; : > "$WORK/f1"
+for k in "${!WS[@]}"; do for x in w m c; do : > "$WORK/$x$k"; : > "$WORK/${x}1$k"; done; done
 for _ in $(seq "$R"); do
   t "$P" --version >> "$WORK/u"
-  (cd "$WORK" && t uftrace record -P . -d "$WORK/uftrace.data" "$P" --version) >> "$WORK/f"
+  (cd "$WORK" && wall_and_first "$WORK/f" "$WORK/f1" uftrace uftrace record -P . -d "$WORK/uftrace.data" "$P" --version)
   for k in "${!WS[@]}"; do
     # Each binary its own cache directory (another build's plans are
     # not its own: they would only be ignored and rewritten).
     export WPROBE_CACHE_DIR=$WORK/cache$k
-    t "${WS[$k]}" trace --transport inproc --report -- "$P" --version >> "$WORK/w$k"
+    w=(wall_and_first "" "" wprobe "${WS[$k]}" trace --transport inproc -u -o "$WORK/trace" -- "$P" --version)
+    w[1]=$WORK/w$k; w[2]=$WORK/w1$k; "${w[@]}"
     rm -f "$WORK/cache$k"/*.cwasm
-    t "${WS[$k]}" trace --transport inproc --report -- "$P" --version >> "$WORK/m$k"
+    w[1]=$WORK/m$k; w[2]=$WORK/m1$k; "${w[@]}"
     rm -rf "$WORK/cache$k"
-    t "${WS[$k]}" trace --transport inproc --report -- "$P" --version >> "$WORK/c$k"
+    w[1]=$WORK/c$k; w[2]=$WORK/c1$k; "${w[@]}"
   done
 done
-u=$(median < "$WORK/u"); f=$(median < "$WORK/f"); fl=$(least < "$WORK/f")
+u=$(median < "$WORK/u"); f=$(median < "$WORK/f"); fl=$(least < "$WORK/f"); f1=$(grep -v - "$WORK/f1" | median)
 echo "arming: $P --version, REPEATS=$R, IDLE=${IDLE}s, medians (and fastest runs); wprobe $(git -C "$ROOT" rev-parse --short HEAD); load $(cut -d' ' -f1-3 /proc/loadavg)"
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-printf "%-44s %8s %8s %8s %8s\n" "" "wall ms" "×uftrace" "fastest" "×uftrace"
-printf "%-44s %8s %8s %8s %8s\n" "untraced" "$u" "-" "$(least < "$WORK/u")" "-"
-printf "%-44s %8s %8s %8s %8s\n" "uftrace record -P ." "$f" "1.00" "$fl" "1.00"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+printf "%-44s %8s %8s %8s %8s %11s %8s\n" "" "wall ms" "×uftrace" "fastest" "×uftrace" "1st call ms" "×uftrace"
+printf "%-44s %8s %8s %8s %8s %11s %8s\n" "untraced" "$u" "-" "$(least < "$WORK/u")" "-" "-" "-"
+printf "%-44s %8s %8s %8s %8s %11s %8s\n" "uftrace record -P ." "$f" "1.00" "$fl" "1.00" "$f1" "1.00"
+row() {
+  local name=$1 x=$2 v l v1
+  v=$(median < "$WORK/$x"); l=$(least < "$WORK/$x"); v1=$(grep -v - "$WORK/${x%?}1${x: -1}" | median)
+  printf "%-44s %8s %8s %8s %8s %11s %8s\n" "$name" "$v" "$(ratio "$v" "$f")" "$l" "$(ratio "$l" "$fl")" "$v1" "$(ratio "$v1" "$f1")"
+}
 for k in "${!WS[@]}"; do
-  w=$(median < "$WORK/w$k"); m=$(median < "$WORK/m$k"); c=$(median < "$WORK/c$k")
-  wl=$(least < "$WORK/w$k"); ml=$(least < "$WORK/m$k"); cl=$(least < "$WORK/c$k")
   [ "${#WS[@]}" -gt 1 ] && echo "${WS[$k]}"
-  printf "%-44s %8s %8s %8s %8s\n" "wprobe trace --transport inproc (cache warm)" "$w" "$(ratio "$w" "$f")" "$wl" "$(ratio "$wl" "$fl")"
-  printf "%-44s %8s %8s %8s %8s\n" "  compiled modules cold, plans kept" "$m" "$(ratio "$m" "$f")" "$ml" "$(ratio "$ml" "$fl")"
-  printf "%-44s %8s %8s %8s %8s\n" "wprobe trace --transport inproc (cache cold)" "$c" "$(ratio "$c" "$f")" "$cl" "$(ratio "$cl" "$fl")"
+  row "wprobe trace --transport inproc (cache warm)" "w$k"
+  row "  compiled modules cold, plans kept" "m$k"
+  row "wprobe trace --transport inproc (cache cold)" "c$k"
 done

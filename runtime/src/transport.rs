@@ -836,6 +836,20 @@ pub trait InTarget: Transport {
     /// later cannot be watched (the probes waiting for one stay unarmed).
     fn watch_libraries(&mut self, pid: i32) -> Result<(), Error>;
 
+    /// The programs and probes before any probe is inserted in the
+    /// launched command (`pid`, stopped at its start): what of
+    /// [`InTarget::load_handlers`] needs no probe planned may be done now,
+    /// while the planning of the probes waits for the reading of the
+    /// program's code (the in-process transport loads its agent and the
+    /// programs). The probes' load biases are not known yet: `set` has
+    /// them as they are then, and [`InTarget::load_handlers`] has the
+    /// final ones. An error leaves nothing running (the session kills the
+    /// command). Nothing by default.
+    fn preload_handlers(&mut self, pid: i32, set: &HandlerSet<'_>) -> Result<(), Error> {
+        let _ = (pid, set);
+        Ok(())
+    }
+
     /// The programs and probes, after the probes were inserted and before
     /// [`Transport::run`]. An error leaves nothing running (the session
     /// kills a launched command, [`Transport::kill_launched`]).

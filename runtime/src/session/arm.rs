@@ -363,6 +363,14 @@ impl Session {
             }
             t.run_to_entry().map_err(|e| e.to_string())?;
         }
+        // What of the handlers' loading needs no probe planned, before
+        // the planning (the in-process transport's agent and programs).
+        if pid == t.main_pid() {
+            let set = self.handler_set(pid);
+            if let Some(it) = t.in_target() {
+                it.preload_handlers(pid, &set).map_err(|e| e.to_string())?;
+            }
+        }
         Ok(self.arm(t, pid, report))
     }
 

@@ -113,6 +113,13 @@ pub struct InProc {
     /// The probes removed while runs are handed on ([`Run::Draining`]).
     removed: Vec<usize>,
     agent: Option<LoadedAgent>,
+    /// The agent loaded before the probes were planned (`load::preload`),
+    /// for the commit, with the load bias each probe (by tag) was loaded
+    /// with.
+    preloaded: Option<(LoadedAgent, Vec<u64>)>,
+    /// Why that loading failed: the commit's error (the session kills the
+    /// launched command then, as when the loading fails there).
+    preload_failed: Option<Error>,
     /// Map region of each program: (offset, length) in the shared region.
     program_maps: Vec<(u64, u64)>,
     /// The counters last reported, by tag.

@@ -22,6 +22,7 @@ use crate::support::case::{Case, Need};
 /// The tests of this module.
 pub(crate) const CASES: &[Case] = &[
     case!(ten_thousand_sites_ptrace),
+    case!(ten_thousand_sites_inproc_registered_in_parts),
     case!(many_sites_perf, Need::Perf),
 ];
 
@@ -97,6 +98,11 @@ fn handler(exe: &Path, n: usize) -> PathBuf {
 
 /// Runs `wprobe run` on the N-function target with probes on `f0 … f{n-1}`.
 fn check(transport: &str, n: usize) {
+    check_with(transport, n, &[]);
+}
+
+/// [`check`] with the variables `env` set for wprobe; its standard error.
+fn check_with(transport: &str, n: usize, env: &[(&str, &str)]) -> String {
     let exe = target(N);
     let wat = handler(&exe, n);
     let plain = Command::new(&exe).output().unwrap();
@@ -131,7 +137,8 @@ fn check(transport: &str, n: usize) {
         .arg(&exe)
         .current_dir(scratch())
         .env("WPROBE_PERF_RING_PAGES", "4096")
-        .env("WPROBE_DEBUG", "1");
+        .env("WPROBE_DEBUG", "1")
+        .envs(env.iter().copied());
     let o = output_within(c, 120);
     let total = t0.elapsed();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -201,10 +208,30 @@ fn check(transport: &str, n: usize) {
         times.trim_start_matches("wprobe: debug: "),
         total.as_secs_f64()
     );
+    stderr.into_owned()
 }
 
 fn tail(s: &str) -> &str {
     &s[s.len().saturating_sub(4000)..]
+}
+
+/// inproc, its agent loaded before planning with a region laid out for one
+/// site (`WPROBE_INPROC_PRELOAD_SITES`): the 10,000 sites go to the agent
+/// in several requests (`LoadedAgent::set_sites`), and every probe is
+/// still hit exactly once with its own record.
+fn ten_thousand_sites_inproc_registered_in_parts() {
+    let err = check_with("inproc", N, &[("WPROBE_INPROC_PRELOAD_SITES", "1")]);
+    let line = err
+        .lines()
+        .find(|l| l.contains(": loaded before planning: "))
+        .unwrap_or_else(|| panic!("the agent was not loaded before planning: {}", tail(&err)));
+    assert!(line.contains("agent mapped"), "{line}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains(" sites registered (in parts) ")),
+        "{}",
+        tail(&err)
+    );
 }
 
 fn ten_thousand_sites_ptrace() {

@@ -276,19 +276,9 @@ impl InProc {
                 .agent
                 .as_mut()
                 .ok_or_else(|| Error::other("no agent"))?;
-            // In batches the scratch area holds.
-            const BATCH: usize = 256;
-            let mut first = true;
-            for chunk in specs.chunks(BATCH) {
-                let mut t = world.target(runner);
-                let b: &[(u32, u64)] = if first { &biases } else { &[] };
-                first = false;
-                agent.set_sites(&mut t, chunk, b).map_err(failed)?;
-            }
-            if specs.is_empty() {
-                let mut t = world.target(runner);
-                agent.set_sites(&mut t, &[], &biases).map_err(failed)?;
-            }
+            // In as many requests as the scratch area needs.
+            let mut t = world.target(runner);
+            agent.set_sites(&mut t, &specs, &biases).map_err(failed)?;
             agent.region.free_scratch();
         }
         self.sites_sent = self.patcher.sites.len();

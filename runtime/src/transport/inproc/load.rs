@@ -62,13 +62,24 @@ impl Phases {
     }
 
     fn report(&self, pid: i32) {
+        self.report_as(pid, "");
+    }
+
+    /// [`Phases::report`], the phases said to be of `what` (none: the
+    /// commit).
+    fn report_as(&self, pid: i32, what: &str) {
         if self.on {
             let parts: Vec<String> = self
                 .done
                 .iter()
                 .map(|(w, d)| format!("{w} {:.3} ms", d.as_secs_f64() * 1e3))
                 .collect();
-            crate::elog!("wprobe: debug: process {pid}: {}", parts.join(", "));
+            let what = if what.is_empty() {
+                String::new()
+            } else {
+                format!(" {what}:")
+            };
+            crate::elog!("wprobe: debug: process {pid}:{what} {}", parts.join(", "));
         }
     }
 }
@@ -102,6 +113,9 @@ impl InProc {
     /// known).
     pub(super) fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
         let pid = self.pid;
+        if let Some(e) = self.preload_failed.take() {
+            return Err(e);
+        }
         // Where arming fell back to traps, said once for every probe armed
         // at start (later insertions say theirs as they come).
         let Some(world) = self.world.as_mut() else {
@@ -126,29 +140,35 @@ impl InProc {
             return Err(Error::unsupported(INFO.name, "the target is not stopped"));
         };
         world.pin_together();
-        // Programs precompiled for the agent's engine.
         let mut phases = Phases::start();
-        let cwasm = compile_programs(set)?;
-        // The region: probes, variables, maps, ring, scratch (a region
-        // joined has its own, and its programs' maps where they are).
         let joined = self.join.is_some();
+        // The agent loaded before planning (`preload`), or loaded now.
+        let preloaded = self.preloaded.take();
+        let fresh = preloaded.is_none();
         let mut laid_out = Vec::new();
-        let layout = region_layout(
-            if joined {
-                &mut laid_out
-            } else {
-                &mut self.program_maps
-            },
-            set,
-            &cwasm,
-            self.patcher.sites.len(),
-        );
-        let probes_cap = layout.probes_cap;
-        let facts = RunFacts {
-            start_mono_ns: set.start_mono_ns,
-            mono_offset_ns: set.mono_offset_ns,
-            child_pid: set.child_pid,
+        let (cwasm, layout) = match &preloaded {
+            Some((agent, _)) => (Vec::new(), agent.region.layout()),
+            None => {
+                // Programs precompiled for the agent's engine.
+                let cwasm = compile_programs(set)?;
+                // The region: probes, variables, maps, ring, scratch (a
+                // region joined has its own, and its programs' maps where
+                // they are).
+                let layout = region_layout(
+                    if joined {
+                        &mut laid_out
+                    } else {
+                        &mut self.program_maps
+                    },
+                    set,
+                    &cwasm,
+                    self.patcher.sites.len(),
+                );
+                (cwasm, layout)
+            }
         };
+        let probes_cap = layout.probes_cap;
+        let facts = run_facts(set);
         phases.mark("compiled for the agent");
         let runner = world
             .runner()
@@ -157,23 +177,45 @@ impl InProc {
         // a thread of their own while the target loads the agent and the
         // programs (neither needs the agent).
         let n_sites = self.patcher.sites.len();
-        let patcher = &mut self.patcher;
-        let (loaded, ahead) = std::thread::scope(|scope| {
+        let patcher = &self.patcher;
+        let (loaded, ahead, specs_here) = std::thread::scope(|scope| {
             let ahead = scope.spawn(move || {
                 // Beside the agent's loading, not on its one CPU.
                 crate::sys::process::run_on_unpinned();
-                let specs = Self::site_specs(patcher, 0..n_sites);
-                patcher.journal_ahead();
-                specs
+                let specs = fresh.then(|| Self::site_specs(patcher, 0..n_sites));
+                (specs, patcher.journal_lines_ahead())
             });
-            let loaded = load_agent(world, runner, self.join.take(), layout, facts, pid).and_then(
-                |mut agent| {
+            let loaded = match preloaded {
+                Some((agent, biases)) => {
+                    // What arming decided since: the probes' limits and
+                    // flags, and the load biases told with the sites.
+                    fill_region(
+                        &agent,
+                        set,
+                        (&mut self.program_maps, false),
+                        &[],
+                        &self.maxactive,
+                        &self.entry_notices,
+                        &self.switch_tags,
+                    );
+                    self.later_biases = set
+                        .probes
+                        .iter()
+                        .filter(|p| biases.get(p.tag) != Some(&p.load_bias))
+                        .map(|p| (p.tag as u32, p.load_bias))
+                        .collect();
+                    Ok(agent)
+                }
+                None => load_agent(world, runner, self.join.take(), layout, facts, pid),
+            }
+            .and_then(|mut agent| {
+                if fresh {
                     phases.mark("agent mapped");
                     if !joined {
                         fill_region(
                             &agent,
                             set,
-                            &mut self.program_maps,
+                            (&mut self.program_maps, true),
                             &std::mem::take(&mut self.carried_gvars),
                             &self.maxactive,
                             &self.entry_notices,
@@ -190,23 +232,27 @@ impl InProc {
                         self.pid,
                     )?;
                     phases.mark("agent initialized and modules loaded");
-                    Ok(agent)
-                },
-            );
+                }
+                Ok(agent)
+            });
+            // With the agent loaded already, the view made here meanwhile.
+            let specs_here = (!fresh).then(|| Self::site_specs(patcher, 0..n_sites));
             let ahead = ahead
                 .join()
                 .map_err(|_| Error::other("the sites' specifications: their thread panicked"));
-            (loaded, ahead)
+            (loaded, ahead, specs_here)
         });
         let mut agent = loaded?;
-        let sites = ahead?;
+        let (specs, journal) = ahead?;
+        self.patcher.keep_journal_ahead(journal);
+        let sites = specs.or(specs_here).unwrap_or_default();
         phases.mark("sites specified (waited for)");
-        {
+        let requests = {
             let mut t = world.target(runner);
             agent
-                .set_sites(&mut t, &sites, &[])
-                .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
-        }
+                .set_sites(&mut t, &sites, &std::mem::take(&mut self.later_biases))
+                .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?
+        };
         self.sites_sent = sites.len();
         drop_behind(sites);
         for &tag in self.armed.keys() {
@@ -223,7 +269,11 @@ impl InProc {
         }
         let slots = agent.slots();
         self.agent = Some(agent);
-        phases.mark("sites registered");
+        phases.mark(if requests > 1 {
+            "sites registered (in parts)"
+        } else {
+            "sites registered"
+        });
         if cfg!(debug_assertions) && std::env::var_os("WPROBE_INJECTION_PAUSE").is_some() {
             crate::elog!("wprobe: debug: {} injections", world.injections());
         }
@@ -255,6 +305,87 @@ impl InProc {
         // What the commit learnt too (none, as a rule: saved above).
         self.patcher.save_plans_behind();
         Ok(())
+    }
+
+    /// Loads the agent and the programs into the launched command before
+    /// any probe is planned (`InTarget::preload_handlers`): the planning
+    /// of a program never traced before waits for the reading of its
+    /// code (python3.11: 15–30 ms), and a warm one for its plans' reading,
+    /// where the agent's loading (about 10 ms) then goes; the commit
+    /// finds it done. Its region is laid out for three sites a probe (a
+    /// request of more goes in parts: `LoadedAgent::set_sites`); the
+    /// probes' load biases, unknown yet, are told with the sites. A
+    /// failure is the commit's to say (an error here would stop arming
+    /// as a mistake of the user's). Not for a process attached to, which
+    /// would keep the agent if arming failed, nor for a region joined or
+    /// an image after an exec.
+    pub(super) fn preload(&mut self, set: &HandlerSet<'_>) {
+        let pid = self.pid;
+        if !self.launched
+            || self.join.is_some()
+            || self.reload
+            || self.agent.is_some()
+            || self.preloaded.is_some()
+        {
+            return;
+        }
+        let Some(world) = self.world.as_mut() else {
+            return;
+        };
+        world.pin_together();
+        let mut phases = Phases::start();
+        let loaded = (|| -> Result<LoadedAgent, Error> {
+            let cwasm = compile_programs(set)?;
+            // (`WPROBE_INPROC_PRELOAD_SITES`, tests: laid out for that
+            // many.)
+            let sites = std::env::var("WPROBE_INPROC_PRELOAD_SITES")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(set.probes.len().saturating_mul(3));
+            let layout = region_layout(&mut self.program_maps, set, &cwasm, sites);
+            phases.mark("compiled for the agent");
+            let runner = world
+                .runner()
+                .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
+            let mut agent = load_agent(world, runner, None, layout, run_facts(set), pid)?;
+            phases.mark("agent mapped");
+            fill_region(
+                &agent,
+                set,
+                (&mut self.program_maps, true),
+                &[],
+                &self.maxactive,
+                &self.entry_notices,
+                &self.switch_tags,
+            );
+            load_modules(
+                &mut agent,
+                world,
+                runner,
+                set,
+                &cwasm,
+                &self.program_maps,
+                pid,
+            )?;
+            phases.mark("agent initialized and modules loaded");
+            Ok(agent)
+        })();
+        // Planning is better off with wprobe's other threads beside it.
+        world.unpin();
+        let agent = match loaded {
+            Ok(a) => a,
+            Err(e) => {
+                // Said by the commit, as a failure to load there is.
+                self.preload_failed = Some(e);
+                return;
+            }
+        };
+        phases.report_as(pid, "loaded before planning");
+        let mut biases = vec![0; set.probes.iter().map(|p| p.tag + 1).max().unwrap_or(0)];
+        for p in &set.probes {
+            biases[p.tag] = p.load_bias;
+        }
+        self.preloaded = Some((agent, biases));
     }
 
     /// The agent's view of the sites `range`.
@@ -306,6 +437,15 @@ fn compile_programs(set: &HandlerSet<'_>) -> Result<Vec<Vec<u8>>, Error> {
     Ok(cwasm)
 }
 
+/// What the agent's imports report that wprobe knows of the run.
+fn run_facts(set: &HandlerSet<'_>) -> RunFacts {
+    RunFacts {
+        start_mono_ns: set.start_mono_ns,
+        mono_offset_ns: set.mono_offset_ns,
+        child_pid: set.child_pid,
+    }
+}
+
 /// The layout of the shared region: probes, variables, maps, ring,
 /// scratch; each program's map region (its offset among the maps) in
 /// `program_maps`.
@@ -329,7 +469,19 @@ fn region_layout(
         })
         .collect();
     let probes_cap = set.probes.iter().map(|p| p.tag + 1).max().unwrap_or(1) as u64;
-    let names: u64 = set.probes.iter().map(|p| p.export.len() as u64 + 32).sum();
+    // What loading a module puts there besides it: each probe's export
+    // name and USDT arguments' text (put at a multiple of 8), and entry.
+    let names: u64 = set
+        .probes
+        .iter()
+        .map(|p| {
+            p.export.len() as u64
+                + 8
+                + hostabi::usdt::render_args(p.usdt_args).len() as u64
+                + 8
+                + std::mem::size_of::<agent_abi::ProbeEntry>() as u64
+        })
+        .sum();
     RegionLayout {
         probes_cap,
         gvars_cap: set
@@ -344,7 +496,6 @@ fn region_layout(
         scratch_size: cwasm.iter().map(|c| c.len() as u64).max().unwrap_or(0)
             + names
             + 128 * sites as u64
-            + 32 * set.probes.len() as u64
             + (64 << 10),
     }
 }
@@ -376,24 +527,28 @@ fn load_agent(
     })
 }
 
-/// The loaded agent's region filled: the programs' maps (`program_maps`
-/// made offsets in the region), the probes' limits, the global variables
+/// The loaded agent's region filled: the programs' maps (`program_maps`,
+/// with `true`: made offsets in the region first), the probes' limits, the global variables
 /// carried over an exec, the return probes' `maxactive` and entry notices.
 fn fill_region(
     agent: &LoadedAgent,
     set: &HandlerSet<'_>,
-    program_maps: &mut [(u64, u64)],
+    program_maps: (&mut [(u64, u64)], bool),
     gvars: &[u64],
     maxactive: &rustc_hash::FxHashMap<usize, u32>,
     entry_notices: &[usize],
     switch_tags: &[usize],
 ) {
+    // Each program's maps, placed in the region first (their offsets made
+    // the region's) unless an earlier fill did.
+    let (program_maps, place) = program_maps;
     let maps_off = agent.region.layout().maps_off();
     for (i, p) in set.programs.iter().enumerate() {
         if let Some(m) = p.maps {
-            let at = maps_off + program_maps[i].0;
-            program_maps[i].0 = at;
-            agent.region.write_maps(at, m);
+            if place {
+                program_maps[i].0 += maps_off;
+            }
+            agent.region.write_maps(program_maps[i].0, m);
         }
     }
     for p in &set.probes {

@@ -99,6 +99,8 @@ impl InProc {
             entry_notices: Vec::new(),
             switch_tags: Vec::new(),
             agent: None,
+            preloaded: None,
+            preload_failed: None,
             program_maps: Vec::new(),
             reported: Vec::new(),
             sink: Sink::default(),

@@ -307,6 +307,14 @@ impl InTarget for InProc {
         Ok(())
     }
 
+    fn preload_handlers(&mut self, pid: i32, set: &HandlerSet<'_>) -> Result<(), Error> {
+        if pid != self.pid {
+            return Ok(());
+        }
+        self.preload(set);
+        Ok(())
+    }
+
     fn load_handlers(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
         self.commit(set)
     }

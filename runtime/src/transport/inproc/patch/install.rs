@@ -66,13 +66,25 @@ impl Patcher {
         Ok(())
     }
 
-    /// Makes the journal's lines of the sites not journaled yet ahead of
+    /// The journal's lines of the sites not journaled yet, made ahead of
     /// [`Patcher::install`] (while the target loads the agent), which
     /// writes them: the journal is created there, just before the jumps,
-    /// so that a wprobe killed before leaves none behind.
-    pub(in crate::transport::inproc) fn journal_ahead(&mut self) {
+    /// so that a wprobe killed before leaves none behind. Made without
+    /// changing the patcher (on a thread beside another that reads it):
+    /// the range of sites and their lines, for
+    /// [`Patcher::keep_journal_ahead`].
+    pub(in crate::transport::inproc) fn journal_lines_ahead(&self) -> (usize, usize, String) {
         let (from, to) = (self.journaled, self.sites.len());
-        self.journal_ahead = Some((from, to, self.journal_lines(from..to)));
+        (from, to, self.journal_lines(from..to))
+    }
+
+    /// Keeps the lines [`Patcher::journal_lines_ahead`] made for
+    /// [`Patcher::install`].
+    pub(in crate::transport::inproc) fn keep_journal_ahead(
+        &mut self,
+        lines: (usize, usize, String),
+    ) {
+        self.journal_ahead = Some(lines);
     }
 
     /// The journal's lines of the sites `range` with bytes to write (a

@@ -67,7 +67,7 @@ impl World {
 
     /// Gives the command and this thread their CPUs back
     /// ([`World::pin_together`]).
-    pub(super) fn unpin(&mut self) {
+    pub(in crate::transport::inproc) fn unpin(&mut self) {
         if let Some(p) = self.pinned.take() {
             crate::sys::process::set_affinity(self.pid, &p.target);
             crate::sys::process::set_affinity(0, &p.tracer);
