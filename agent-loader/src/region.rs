@@ -499,6 +499,23 @@ impl Region {
             .collect()
     }
 
+    /// Sets what the agent's imports report of the run (`clock_ns`'s
+    /// clocks, `child_pid`) again: the agent reads them from the header
+    /// at each call. For a region made before the run's facts were all
+    /// known (an agent loaded before the probes were planned), while no
+    /// handler can run (no stub reachable yet).
+    pub fn set_facts(&self, facts: RunFacts) {
+        let h = self.ptr as *mut ControlHeader;
+        // SAFETY: the header is mapped, aligned and initialised (`map`);
+        // the agent only reads these fields, and runs no handler until
+        // the stubs are reachable, after this.
+        unsafe {
+            (&raw mut (*h).start_mono_ns).write_volatile(facts.start_mono_ns);
+            (&raw mut (*h).mono_offset_ns).write_volatile(facts.mono_offset_ns);
+            (&raw mut (*h).child_pid).write_volatile(facts.child_pid);
+        }
+    }
+
     /// Sets the global variables (those of an agent this one takes over
     /// from: the process executed a new program).
     pub fn set_gvars(&self, values: &[u64]) {

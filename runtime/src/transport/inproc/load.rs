@@ -187,8 +187,11 @@ impl InProc {
             });
             let loaded = match preloaded {
                 Some((agent, biases)) => {
-                    // What arming decided since: the probes' limits and
-                    // flags, and the load biases told with the sites.
+                    // What the run and arming decided since: the run's
+                    // facts (the launched command's pid), the maps (begin
+                    // probes may have written them), the probes' limits
+                    // and flags; the load biases go with the sites.
+                    agent.region.set_facts(facts);
                     fill_region(
                         &agent,
                         set,
