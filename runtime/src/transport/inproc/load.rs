@@ -213,28 +213,19 @@ impl InProc {
             }
             .and_then(|mut agent| {
                 if fresh {
-                    phases.mark("agent mapped");
-                    if !joined {
-                        fill_region(
-                            &agent,
-                            set,
-                            (&mut self.program_maps, true),
-                            &std::mem::take(&mut self.carried_gvars),
-                            &self.maxactive,
-                            &self.entry_notices,
-                            &self.switch_tags,
-                        );
-                    }
-                    load_modules(
-                        &mut agent,
-                        world,
-                        runner,
-                        set,
-                        &cwasm,
-                        &self.program_maps,
-                        self.pid,
-                    )?;
-                    phases.mark("agent initialized and modules loaded");
+                    let gvars = match joined {
+                        true => Vec::new(),
+                        false => std::mem::take(&mut self.carried_gvars),
+                    };
+                    let fill = (!joined).then_some(Fill {
+                        gvars: &gvars,
+                        maxactive: &self.maxactive,
+                        entry_notices: &self.entry_notices,
+                        switch_tags: &self.switch_tags,
+                    });
+                    let mut t = (&mut *world, runner);
+                    let maps = &mut self.program_maps;
+                    load_programs(&mut agent, &mut t, set, &cwasm, maps, fill, &mut phases)?;
                 }
                 Ok(agent)
             });
@@ -351,26 +342,23 @@ impl InProc {
                 .runner()
                 .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?;
             let mut agent = load_agent(world, runner, None, layout, run_facts(set), pid)?;
-            phases.mark("agent mapped");
-            fill_region(
-                &agent,
-                set,
-                (&mut self.program_maps, true),
-                &[],
-                &self.maxactive,
-                &self.entry_notices,
-                &self.switch_tags,
-            );
-            load_modules(
+            let fill = Fill {
+                gvars: &[],
+                maxactive: &self.maxactive,
+                entry_notices: &self.entry_notices,
+                switch_tags: &self.switch_tags,
+            };
+            let mut t = (&mut *world, runner);
+            let maps = &mut self.program_maps;
+            load_programs(
                 &mut agent,
-                world,
-                runner,
+                &mut t,
                 set,
                 &cwasm,
-                &self.program_maps,
-                pid,
+                maps,
+                Some(fill),
+                &mut phases,
             )?;
-            phases.mark("agent initialized and modules loaded");
             Ok(agent)
         })();
         // Planning is better off with wprobe's other threads beside it.
@@ -528,6 +516,45 @@ fn load_agent(
             format!("loading the agent into process {pid}: {e:#}"),
         )
     })
+}
+
+/// What [`fill_region`] writes besides the maps, of the transport's.
+struct Fill<'a> {
+    gvars: &'a [u64],
+    maxactive: &'a rustc_hash::FxHashMap<usize, u32>,
+    entry_notices: &'a [usize],
+    switch_tags: &'a [usize],
+}
+
+/// The agent just mapped (in the process of `t`, a world and its runner
+/// thread): its region filled (`fill`; none for a region joined, whose
+/// maps are where they are), then the programs loaded (`cwasm`, compiled
+/// for its engine), each step marked in `phases`.
+fn load_programs(
+    agent: &mut LoadedAgent,
+    t: &mut (&mut World, i32),
+    set: &HandlerSet<'_>,
+    cwasm: &[Vec<u8>],
+    program_maps: &mut [(u64, u64)],
+    fill: Option<Fill<'_>>,
+    phases: &mut Phases,
+) -> Result<(), Error> {
+    phases.mark("agent mapped");
+    if let Some(f) = fill {
+        fill_region(
+            agent,
+            set,
+            (program_maps, true),
+            f.gvars,
+            f.maxactive,
+            f.entry_notices,
+            f.switch_tags,
+        );
+    }
+    let pid = t.0.pid();
+    load_modules(agent, t.0, t.1, set, cwasm, program_maps, pid)?;
+    phases.mark("agent initialized and modules loaded");
+    Ok(())
 }
 
 /// The loaded agent's region filled: the programs' maps (`program_maps`,
