@@ -91,6 +91,34 @@ pub static INFO: TransportInfo = TransportInfo {
     open: open::open,
 };
 
+/// What the agent's region says of the return probes armed, besides their
+/// handlers ([`ProbeMarks::write_into`]).
+#[derive(Clone, Debug, Default)]
+struct ProbeMarks {
+    /// `maxactive` of each return probe (by tag).
+    maxactive: HashMap<usize, u32>,
+    /// The return probes whose calls are reported as they enter.
+    entry_notices: Vec<usize>,
+    /// The return probes on functions that switch stacks
+    /// (`Transport::mark_stack_switch`).
+    switch_tags: Vec<usize>,
+}
+
+impl ProbeMarks {
+    /// Writes them into the agent's `region`.
+    fn write_into(&self, region: &agent_loader::region::Region) {
+        for (&tag, &max) in &self.maxactive {
+            region.set_probe_maxactive(tag as u32, u64::from(max));
+        }
+        for &tag in &self.entry_notices {
+            region.set_probe_entry_notice(tag as u32, true);
+        }
+        for &tag in &self.switch_tags {
+            region.set_probe_flags(tag as u32, agent_abi::probe_flag::SWITCHES_STACK);
+        }
+    }
+}
+
 /// The in-process transport's state.
 pub struct InProc {
     pid: i32,
@@ -101,13 +129,8 @@ pub struct InProc {
     patcher: Patcher,
     /// Site of each probe armed (by tag; a return probe's entry site).
     armed: HashMap<usize, usize>,
-    /// `maxactive` of each return probe (by tag).
-    maxactive: HashMap<usize, u32>,
-    /// The return probes whose calls are reported as they enter.
-    entry_notices: Vec<usize>,
-    /// The return probes on functions that switch stacks
-    /// (`Transport::mark_stack_switch`).
-    switch_tags: Vec<usize>,
+    /// What the agent is told of the return probes armed.
+    marks: ProbeMarks,
     /// Where the run stands: arming, running, handing runs on, returned.
     run: Run,
     /// The probes removed while runs are handed on ([`Run::Draining`]).
@@ -115,11 +138,9 @@ pub struct InProc {
     agent: Option<LoadedAgent>,
     /// The agent loaded before the probes were planned (`load::preload`),
     /// for the commit, with the load bias each probe (by tag) was loaded
-    /// with.
-    preloaded: Option<(LoadedAgent, Vec<u64>)>,
-    /// Why that loading failed: the commit's error (the session kills the
-    /// launched command then, as when the loading fails there).
-    preload_failed: Option<Error>,
+    /// with; or why that failed, the commit's error (the session kills
+    /// the launched command then, as when the loading fails there).
+    preloaded: Option<Result<(LoadedAgent, Vec<u64>), Error>>,
     /// Map region of each program: (offset, length) in the shared region.
     program_maps: Vec<(u64, u64)>,
     /// The counters last reported, by tag.

@@ -32,6 +32,7 @@ impl InProc {
     ) {
         let Some(a) = &self.agent else { return };
         let mut live: Vec<(usize, u64)> = self
+            .marks
             .maxactive
             .keys()
             .filter(|&&tag| a.region.probe_enabled(tag as u32))

@@ -90,9 +90,7 @@ impl InProc {
         c.maps = Vec::new();
         c.patcher = from.patcher.fork_copy();
         c.armed = from.armed.clone();
-        c.maxactive = from.maxactive.clone();
-        c.entry_notices = from.entry_notices.clone();
-        c.switch_tags = from.switch_tags.clone();
+        c.marks = from.marks.clone();
         c.enabled = from.enabled.clone();
         c.sites_sent = from.sites_sent;
         c.sites_dropped = from.sites_dropped.clone();

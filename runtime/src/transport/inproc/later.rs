@@ -185,8 +185,8 @@ impl InProc {
         self.world = Some(w);
         self.maps = crate::proc::procmaps::read(pid).unwrap_or_default();
         self.armed.clear();
-        self.maxactive.clear();
-        self.entry_notices.clear();
+        self.marks.maxactive.clear();
+        self.marks.entry_notices.clear();
         self.enabled.clear();
         self.sites_sent = 0;
         self.sites_dropped.clear();
@@ -289,16 +289,7 @@ impl InProc {
                     a.region.set_probe_enabled(tag as u32, true);
                 }
             }
-            for (&tag, &max) in &self.maxactive {
-                a.region.set_probe_maxactive(tag as u32, u64::from(max));
-            }
-            for &tag in &self.entry_notices {
-                a.region.set_probe_entry_notice(tag as u32, true);
-            }
-            for &tag in &self.switch_tags {
-                a.region
-                    .set_probe_flags(tag as u32, agent_abi::probe_flag::SWITCHES_STACK);
-            }
+            self.marks.write_into(&a.region);
         }
         self.patcher.install(world, slots)
     }

@@ -12,7 +12,7 @@ use agent_loader::{LoadedAgent, ModuleSpec, ProbeSpec, RegionLayout, RunFacts, S
 
 use super::patch::Patcher;
 use super::world::World;
-use super::{INFO, InProc};
+use super::{INFO, InProc, ProbeMarks};
 use crate::transport::{Error, HandlerSet};
 
 /// Bytes of the record ring (`WPROBE_INPROC_RING_BYTES` overrides it: tests
@@ -113,9 +113,8 @@ impl InProc {
     /// known).
     pub(super) fn commit(&mut self, set: &HandlerSet<'_>) -> Result<(), Error> {
         let pid = self.pid;
-        if let Some(e) = self.preload_failed.take() {
-            return Err(e);
-        }
+        // The agent loaded before planning (`preload`), or loaded below.
+        let preloaded = self.preloaded.take().transpose()?;
         // Where arming fell back to traps, said once for every probe armed
         // at start (later insertions say theirs as they come).
         let Some(world) = self.world.as_mut() else {
@@ -142,8 +141,6 @@ impl InProc {
         world.pin_together();
         let mut phases = Phases::start();
         let joined = self.join.is_some();
-        // The agent loaded before planning (`preload`), or loaded now.
-        let preloaded = self.preloaded.take();
         let fresh = preloaded.is_none();
         let mut laid_out = Vec::new();
         let (cwasm, layout) = match &preloaded {
@@ -190,45 +187,39 @@ impl InProc {
                     // What the run and arming decided since: the run's
                     // facts (the launched command's pid), the maps (begin
                     // probes may have written them), the probes' limits
-                    // and flags; the load biases go with the sites.
+                    // and flags; the load biases that changed, told with
+                    // the sites.
                     agent.region.set_facts(facts);
-                    fill_region(
-                        &agent,
-                        set,
-                        (&mut self.program_maps, false),
-                        &[],
-                        &self.maxactive,
-                        &self.entry_notices,
-                        &self.switch_tags,
-                    );
-                    self.later_biases = set
+                    let fill = Fill {
+                        gvars: &[],
+                        marks: &self.marks,
+                    };
+                    fill_region(&agent, set, (&mut self.program_maps, false), &fill);
+                    let changed = set
                         .probes
                         .iter()
                         .filter(|p| biases.get(p.tag) != Some(&p.load_bias))
                         .map(|p| (p.tag as u32, p.load_bias))
                         .collect();
-                    Ok(agent)
+                    Ok((agent, changed))
                 }
-                None => load_agent(world, runner, self.join.take(), layout, facts, pid),
-            }
-            .and_then(|mut agent| {
-                if fresh {
-                    let gvars = match joined {
-                        true => Vec::new(),
-                        false => std::mem::take(&mut self.carried_gvars),
-                    };
-                    let fill = (!joined).then_some(Fill {
-                        gvars: &gvars,
-                        maxactive: &self.maxactive,
-                        entry_notices: &self.entry_notices,
-                        switch_tags: &self.switch_tags,
-                    });
-                    let mut t = (&mut *world, runner);
-                    let maps = &mut self.program_maps;
-                    load_programs(&mut agent, &mut t, set, &cwasm, maps, fill, &mut phases)?;
-                }
-                Ok(agent)
-            });
+                None => load_agent(world, runner, self.join.take(), layout, facts, pid).and_then(
+                    |mut agent| {
+                        let gvars = match joined {
+                            true => Vec::new(),
+                            false => std::mem::take(&mut self.carried_gvars),
+                        };
+                        let fill = (!joined).then_some(Fill {
+                            gvars: &gvars,
+                            marks: &self.marks,
+                        });
+                        let mut t = (&mut *world, runner);
+                        let maps = &mut self.program_maps;
+                        load_programs(&mut agent, &mut t, set, &cwasm, maps, fill, &mut phases)?;
+                        Ok((agent, Vec::new()))
+                    },
+                ),
+            };
             // With the agent loaded already, the view made here meanwhile.
             let specs_here = (!fresh).then(|| Self::site_specs(patcher, 0..n_sites));
             let ahead = ahead
@@ -236,7 +227,7 @@ impl InProc {
                 .map_err(|_| Error::other("the sites' specifications: their thread panicked"));
             (loaded, ahead, specs_here)
         });
-        let mut agent = loaded?;
+        let (mut agent, biases) = loaded?;
         let (specs, journal) = ahead?;
         self.patcher.keep_journal_ahead(journal);
         let sites = specs.or(specs_here).unwrap_or_default();
@@ -244,7 +235,7 @@ impl InProc {
         let requests = {
             let mut t = world.target(runner);
             agent
-                .set_sites(&mut t, &sites, &std::mem::take(&mut self.later_biases))
+                .set_sites(&mut t, &sites, &biases)
                 .map_err(|e| Error::anyhow(Some(pid), &e, format!("{e:#}")))?
         };
         self.sites_sent = sites.len();
@@ -344,9 +335,7 @@ impl InProc {
             let mut agent = load_agent(world, runner, None, layout, run_facts(set), pid)?;
             let fill = Fill {
                 gvars: &[],
-                maxactive: &self.maxactive,
-                entry_notices: &self.entry_notices,
-                switch_tags: &self.switch_tags,
+                marks: &self.marks,
             };
             let mut t = (&mut *world, runner);
             let maps = &mut self.program_maps;
@@ -367,7 +356,7 @@ impl InProc {
             Ok(a) => a,
             Err(e) => {
                 // Said by the commit, as a failure to load there is.
-                self.preload_failed = Some(e);
+                self.preloaded = Some(Err(e));
                 return;
             }
         };
@@ -376,7 +365,7 @@ impl InProc {
         for p in &set.probes {
             biases[p.tag] = p.load_bias;
         }
-        self.preloaded = Some((agent, biases));
+        self.preloaded = Some(Ok((agent, biases)));
     }
 
     /// The agent's view of the sites `range`.
@@ -518,12 +507,11 @@ fn load_agent(
     })
 }
 
-/// What [`fill_region`] writes besides the maps, of the transport's.
+/// What [`fill_region`] writes besides the maps and the probes' limits:
+/// the global variables carried over an exec, the return probes' marks.
 struct Fill<'a> {
     gvars: &'a [u64],
-    maxactive: &'a rustc_hash::FxHashMap<usize, u32>,
-    entry_notices: &'a [usize],
-    switch_tags: &'a [usize],
+    marks: &'a ProbeMarks,
 }
 
 /// The agent just mapped (in the process of `t`, a world and its runner
@@ -541,15 +529,7 @@ fn load_programs(
 ) -> Result<(), Error> {
     phases.mark("agent mapped");
     if let Some(f) = fill {
-        fill_region(
-            agent,
-            set,
-            (program_maps, true),
-            f.gvars,
-            f.maxactive,
-            f.entry_notices,
-            f.switch_tags,
-        );
+        fill_region(agent, set, (program_maps, true), &f);
     }
     let pid = t.0.pid();
     load_modules(agent, t.0, t.1, set, cwasm, program_maps, pid)?;
@@ -558,16 +538,13 @@ fn load_programs(
 }
 
 /// The loaded agent's region filled: the programs' maps (`program_maps`,
-/// with `true`: made offsets in the region first), the probes' limits, the global variables
-/// carried over an exec, the return probes' `maxactive` and entry notices.
+/// with `true`: made offsets in the region first), the probes' limits,
+/// and what `fill` has.
 fn fill_region(
     agent: &LoadedAgent,
     set: &HandlerSet<'_>,
     program_maps: (&mut [(u64, u64)], bool),
-    gvars: &[u64],
-    maxactive: &rustc_hash::FxHashMap<usize, u32>,
-    entry_notices: &[usize],
-    switch_tags: &[usize],
+    fill: &Fill<'_>,
 ) {
     // Each program's maps, placed in the region first (their offsets made
     // the region's) unless an earlier fill did.
@@ -586,18 +563,8 @@ fn fill_region(
             .region
             .set_probe_limits(p.tag as u32, p.ignore, p.maxhits);
     }
-    agent.region.set_gvars(gvars);
-    for (&tag, &max) in maxactive {
-        agent.region.set_probe_maxactive(tag as u32, u64::from(max));
-    }
-    for &tag in entry_notices {
-        agent.region.set_probe_entry_notice(tag as u32, true);
-    }
-    for &tag in switch_tags {
-        agent
-            .region
-            .set_probe_flags(tag as u32, agent_abi::probe_flag::SWITCHES_STACK);
-    }
+    agent.region.set_gvars(fill.gvars);
+    fill.marks.write_into(&agent.region);
 }
 
 /// Each program loaded into the agent, with every probe of it.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::patch::Patcher;
 use super::world::World;
-use super::{INFO, InProc, Life, Phase, Run, launch, traps};
+use super::{INFO, InProc, Life, Phase, ProbeMarks, Run, launch, traps};
 use crate::out::sink::Sink;
 use crate::transport::{Error, OpenOptions, Target, Transport};
 
@@ -95,12 +95,9 @@ impl InProc {
             armed: Default::default(),
             run: Run::Arming,
             removed: Vec::new(),
-            maxactive: Default::default(),
-            entry_notices: Vec::new(),
-            switch_tags: Vec::new(),
+            marks: ProbeMarks::default(),
             agent: None,
             preloaded: None,
-            preload_failed: None,
             program_maps: Vec::new(),
             reported: Vec::new(),
             sink: Sink::default(),

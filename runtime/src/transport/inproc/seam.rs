@@ -47,8 +47,8 @@ impl Transport for InProc {
     }
 
     fn mark_stack_switch(&mut self, tag: usize) {
-        if !self.switch_tags.contains(&tag) {
-            self.switch_tags.push(tag);
+        if !self.marks.switch_tags.contains(&tag) {
+            self.marks.switch_tags.push(tag);
         }
     }
 
@@ -147,9 +147,9 @@ impl Transport for InProc {
                         e.site_context(format_args!("cannot patch the function at {addr:#x}"))
                     })?;
                 self.armed.insert(tag, site);
-                self.maxactive.insert(tag, maxactive);
+                self.marks.maxactive.insert(tag, maxactive);
                 if entry_notice {
-                    self.entry_notices.push(tag);
+                    self.marks.entry_notices.push(tag);
                 }
                 self.after_insert();
                 Ok(Armed(tag as u64))
