@@ -46,17 +46,17 @@ least() { sort -n | head -1; }
 # CLOCK_REALTIME - CLOCK_MONOTONIC, in ns (uftrace's timestamps are
 # monotonic), read with the binary under test.
 OFF=$("$P" -c 'import time; print(time.time_ns() - time.monotonic_ns())')
-# wall_and_first OUT-OF-WALL OUT-OF-FIRST KIND CMD...: runs CMD, appends its
-# wall time (ms) and its first traced call's time after the start (ms, 1
-# decimal; "-" when no call was recorded). KIND: uftrace (data in
+# wall_and_first OUT KIND CMD...: runs CMD, appends its wall time (ms) to
+# OUT and its first traced call's time after the start (ms, 1 decimal;
+# "-" when no call was recorded) to OUT.first. KIND: uftrace (data in
 # $WORK/uftrace.data) or wprobe (CMD writes its duration view to
 # $WORK/trace).
 wall_and_first() {
-  local wout=$1 fout=$2 kind=$3 s e first; shift 3
+  local out=$1 kind=$2 s e first; shift 2
   sleep "$IDLE"
   rm -rf "$WORK/uftrace.data" "$WORK/trace"
   s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N)
-  echo $(( (e - s) / 1000000 )) >> "$wout"
+  echo $(( (e - s) / 1000000 )) >> "$out"
   case $kind in
     uftrace)
       first=$(uftrace replay -d "$WORK/uftrace.data" -f time --no-pager 2>/dev/null |
@@ -67,29 +67,31 @@ wall_and_first() {
       [ -n "$first" ] && first=$(date -d "today $first" +%s%N) ;;
   esac
   if [ -n "$first" ]; then
-    awk -v f="$first" -v s="$s" 'BEGIN { printf "%.1f\n", (f - s) / 1e6 }' >> "$fout"
+    awk -v f="$first" -v s="$s" 'BEGIN { printf "%.1f\n", (f - s) / 1e6 }' >> "$out.first"
   else
-    echo - >> "$fout"
+    echo - >> "$out.first"
   fi
 }
-: > "$WORK/u"; : > "$WORK/f"; : > "$WORK/f1"
-for k in "${!WS[@]}"; do for x in w m c; do : > "$WORK/$x$k"; : > "$WORK/${x}1$k"; done; done
+# The median of the first-call times recorded in OUT.first.
+first_median() { grep -vx -- - "$1.first" | median; }
+: > "$WORK/u"; : > "$WORK/f"; : > "$WORK/f.first"
+for k in "${!WS[@]}"; do for x in w m c; do : > "$WORK/$x$k"; : > "$WORK/$x$k.first"; done; done
 for _ in $(seq "$R"); do
   t "$P" --version >> "$WORK/u"
-  (cd "$WORK" && wall_and_first "$WORK/f" "$WORK/f1" uftrace uftrace record -P . -d "$WORK/uftrace.data" "$P" --version)
+  (cd "$WORK" && wall_and_first "$WORK/f" uftrace uftrace record -P . -d "$WORK/uftrace.data" "$P" --version)
   for k in "${!WS[@]}"; do
     # Each binary its own cache directory (another build's plans are
     # not its own: they would only be ignored and rewritten).
     export WPROBE_CACHE_DIR=$WORK/cache$k
-    w=(wall_and_first "" "" wprobe "${WS[$k]}" trace --transport inproc -u -o "$WORK/trace" -- "$P" --version)
-    w[1]=$WORK/w$k; w[2]=$WORK/w1$k; "${w[@]}"
+    w() { wall_and_first "$WORK/$1" wprobe "${WS[$k]}" trace --transport inproc -u -o "$WORK/trace" -- "$P" --version; }
+    w "w$k"
     rm -f "$WORK/cache$k"/*.cwasm
-    w[1]=$WORK/m$k; w[2]=$WORK/m1$k; "${w[@]}"
+    w "m$k"
     rm -rf "$WORK/cache$k"
-    w[1]=$WORK/c$k; w[2]=$WORK/c1$k; "${w[@]}"
+    w "c$k"
   done
 done
-u=$(median < "$WORK/u"); f=$(median < "$WORK/f"); fl=$(least < "$WORK/f"); f1=$(grep -v - "$WORK/f1" | median)
+u=$(median < "$WORK/u"); f=$(median < "$WORK/f"); fl=$(least < "$WORK/f"); f1=$(first_median "$WORK/f")
 echo "arming: $P --version, REPEATS=$R, IDLE=${IDLE}s, medians (and fastest runs); wprobe $(git -C "$ROOT" rev-parse --short HEAD); load $(cut -d' ' -f1-3 /proc/loadavg)"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 printf "%-44s %8s %8s %8s %8s %11s %8s\n" "" "wall ms" "×uftrace" "fastest" "×uftrace" "1st call ms" "×uftrace"
@@ -97,7 +99,7 @@ printf "%-44s %8s %8s %8s %8s %11s %8s\n" "untraced" "$u" "-" "$(least < "$WORK/
 printf "%-44s %8s %8s %8s %8s %11s %8s\n" "uftrace record -P ." "$f" "1.00" "$fl" "1.00" "$f1" "1.00"
 row() {
   local name=$1 x=$2 v l v1
-  v=$(median < "$WORK/$x"); l=$(least < "$WORK/$x"); v1=$(grep -v - "$WORK/${x%?}1${x: -1}" | median)
+  v=$(median < "$WORK/$x"); l=$(least < "$WORK/$x"); v1=$(first_median "$WORK/$x")
   printf "%-44s %8s %8s %8s %8s %11s %8s\n" "$name" "$v" "$(ratio "$v" "$f")" "$l" "$(ratio "$l" "$fl")" "$v1" "$(ratio "$v1" "$f1")"
 }
 for k in "${!WS[@]}"; do
